@@ -1,0 +1,34 @@
+import { LatentError } from "../util/errors.js";
+import { commands } from "./commands.js";
+
+function usage(): string {
+  const lines = ["usage: latent <command> [options]", "", "commands:"];
+  for (const c of commands) lines.push(`  ${c.name.padEnd(10)} ${c.summary}`);
+  lines.push("", "Run `latent <command> --help` for a command's options.");
+  return lines.join("\n");
+}
+
+/** Entry point of the `latent` CLI. Errors raised on purpose print one line and exit 1; usage errors exit 2. */
+export async function main(argv: string[]): Promise<void> {
+  const [name, ...rest] = argv;
+  if (name === undefined || name === "--help" || name === "-h" || name === "help") {
+    console.log(usage());
+    return;
+  }
+  const command = commands.find((c) => c.name === name);
+  if (command === undefined) {
+    console.error(`latent: unknown command "${name}"\n\n${usage()}`);
+    process.exitCode = 2;
+    return;
+  }
+  try {
+    await command.run(rest);
+  } catch (e) {
+    if (e instanceof LatentError) {
+      console.error(`latent ${name}: ${e.message}`);
+      process.exitCode = e.name === "UsageError" ? 2 : 1;
+      return;
+    }
+    throw e;
+  }
+}

@@ -1,0 +1,184 @@
+import { rmsNorm, softmaxInPlace, type Vec } from "../backend/cpu/ops.js";
+import type { ModelConfig } from "./config.js";
+import type { Rope } from "./rope.js";
+import type { AttentionWeights } from "./weights.js";
+
+/**
+ * Multi-head Latent Attention (DeepSeek-V2 §2.1). Symbols: H heads, P = qk_nope, R = qk_rope, V = v_head,
+ * L = kv_lora_rank, Lq = q_lora_rank. Per token the cache keeps only the latent [c (L) | k_pe (R)].
+ *
+ * Three ways to compute the same attention:
+ * - reference: the definition — K/V decompressed with the HF kv_b_proj for the whole sequence, plain causal MHA, float64.
+ * - prefill:   batched MHA over a chunk; K/V of every cached position decompressed with W_UK (attn_k_b) and W_UV (attn_v_b).
+ * - decode:    absorbed MQA — q_abs,h = W_UK,hᵀ q_nope,h scores directly against the latent c; the weighted sum of c
+ *              is projected by W_UV,h afterwards. Scale stays mscale²/√(P+R).
+ */
+export type AttentionPath = "reference" | "prefill" | "decode";
+
+/** Latent rows for positions [0, length): c [length × L], kPe [length × R] (k_pe already roped). */
+export interface LatentRows {
+  readonly c: Vec | Float32Array;
+  readonly kPe: Vec | Float32Array;
+  readonly length: number;
+}
+
+/** Per-token projections of a chunk of n tokens. */
+export interface Projections {
+  /** [n × H × (P+R)], per head [q_nope | q_pe] with q_pe roped */
+  readonly q: Float64Array;
+  /** [n × L] normalized latent */
+  readonly c: Float64Array;
+  /** [n × R] roped shared rope key */
+  readonly kPe: Float64Array;
+  /** [n × Lq] normalized q-LoRA latent (the DSA indexer reads it), undefined without q-LoRA */
+  readonly qr: Float64Array | undefined;
+}
+
+/** q, c, k_pe for tokens at positions pos0 .. pos0+n−1 from the attention-normed inputs x [n × Hd]. */
+export function project(w: AttentionWeights, cfg: ModelConfig, rope: Rope, x: Float64Array, n: number, pos0: number): Projections {
+  const { nEmbd: Hd, nHead: H, qkNope: P, qkRope: R, kvLoraRank: L, qLoraRank: Lq } = cfg;
+  const D = P + R;
+  const q = new Float64Array(n * H * D);
+  let qr: Float64Array | undefined;
+  if (w.qA !== undefined) {
+    qr = new Float64Array(n * Lq);
+    w.qA.matmul(x, n, Hd, qr, Lq);
+    for (let t = 0; t < n; t++) rmsNorm(qr, t * Lq, w.qANorm!, cfg.rmsEps, qr, t * Lq);
+    w.qB!.matmul(qr, n, Lq, q, H * D);
+  } else {
+    w.q!.matmul(x, n, Hd, q, H * D);
+  }
+  const kv = new Float64Array(n * (L + R));
+  w.kvA.matmul(x, n, Hd, kv, L + R);
+  const c = new Float64Array(n * L);
+  const kPe = new Float64Array(n * R);
+  for (let t = 0; t < n; t++) {
+    rmsNorm(kv, t * (L + R), w.kvANorm, cfg.rmsEps, c, t * L);
+    kPe.set(kv.subarray(t * (L + R) + L, (t + 1) * (L + R)), t * R);
+    rope.apply(kPe, t * R, pos0 + t);
+    for (let h = 0; h < H; h++) rope.apply(q, (t * H + h) * D + P, pos0 + t);
+  }
+  return { q, c, kPe, qr };
+}
+
+/** Keys a query may attend to: undefined = every causal key (0..pos), else an explicit sorted list (DSA top-k). */
+export type KeySelection = (queryIndex: number, pos: number) => readonly number[] | undefined;
+
+function keysOf(sel: KeySelection | undefined, i: number, pos: number): readonly number[] | number {
+  return sel?.(i, pos) ?? pos + 1;
+}
+
+/**
+ * Decompressed MHA for n queries at positions pos0.., given per-position per-head k_nope [T × H × P] and
+ * v [T × H × V] for T = pos0 + n positions, and the latent rows' k_pe. Returns o [n × H·V].
+ */
+function mha(cfg: ModelConfig, pr: Projections, n: number, pos0: number, kNope: Float64Array, v: Float64Array, lat: LatentRows, sel: KeySelection | undefined): Float64Array {
+  const { nHead: H, qkNope: P, qkRope: R, vHead: V } = cfg;
+  const D = P + R;
+  const o = new Float64Array(n * H * V);
+  const scores = new Float64Array(pos0 + n);
+  for (let i = 0; i < n; i++) {
+    const pos = pos0 + i;
+    const keys = keysOf(sel, i, pos);
+    const nk = typeof keys === "number" ? keys : keys.length;
+    for (let h = 0; h < H; h++) {
+      const qo = (i * H + h) * D;
+      for (let j = 0; j < nk; j++) {
+        const u = typeof keys === "number" ? j : keys[j]!;
+        let s = 0;
+        const ko = (u * H + h) * P;
+        for (let p = 0; p < P; p++) s += pr.q[qo + p]! * kNope[ko + p]!;
+        for (let r = 0; r < R; r++) s += pr.q[qo + P + r]! * lat.kPe[u * R + r]!;
+        scores[j] = s * cfg.kqScale;
+      }
+      softmaxInPlace(scores, 0, nk);
+      const oo = (i * H + h) * V;
+      for (let j = 0; j < nk; j++) {
+        const u = typeof keys === "number" ? j : keys[j]!;
+        const pj = scores[j]!;
+        const vo = (u * H + h) * V;
+        for (let d = 0; d < V; d++) o[oo + d] += pj * v[vo + d]!;
+      }
+    }
+  }
+  return o;
+}
+
+/** The definition: K/V from the HF kv_b_proj over all T positions of `lat`, then plain causal MHA. */
+export function attendReference(w: AttentionWeights, cfg: ModelConfig, pr: Projections, n: number, pos0: number, lat: LatentRows, sel?: KeySelection): Float64Array {
+  const { nHead: H, qkNope: P, vHead: V, kvLoraRank: L } = cfg;
+  const T = lat.length;
+  const kv = new Float64Array(T * H * (P + V));
+  w.kvB().matmul(lat.c as Vec, T, L, kv, H * (P + V));
+  const kNope = new Float64Array(T * H * P);
+  const v = new Float64Array(T * H * V);
+  for (let u = 0; u < T; u++) {
+    for (let h = 0; h < H; h++) {
+      const base = (u * H + h) * (P + V);
+      kNope.set(kv.subarray(base, base + P), (u * H + h) * P);
+      v.set(kv.subarray(base + P, base + P + V), (u * H + h) * V);
+    }
+  }
+  return mha(cfg, pr, n, pos0, kNope, v, lat, sel);
+}
+
+/** Prefill: decompress every cached position with W_UK (attn_k_b, transposed product) and W_UV (attn_v_b), then MHA. */
+export function attendPrefill(w: AttentionWeights, cfg: ModelConfig, pr: Projections, n: number, pos0: number, lat: LatentRows, sel?: KeySelection): Float64Array {
+  const { nHead: H, qkNope: P, vHead: V, kvLoraRank: L } = cfg;
+  const T = lat.length;
+  const kNope = new Float64Array(T * H * P);
+  const v = new Float64Array(T * H * V);
+  const kh = new Float64Array(T * P);
+  const vh = new Float64Array(T * V);
+  const c = lat.c instanceof Float64Array ? lat.c : Float64Array.from(lat.c.subarray(0, T * L));
+  for (let h = 0; h < H; h++) {
+    w.kB[h]!.matmulT(c, T, L, kh, P);
+    w.vB[h]!.matmul(c, T, L, vh, V);
+    for (let u = 0; u < T; u++) {
+      kNope.set(kh.subarray(u * P, (u + 1) * P), (u * H + h) * P);
+      v.set(vh.subarray(u * V, (u + 1) * V), (u * H + h) * V);
+    }
+  }
+  return mha(cfg, pr, n, pos0, kNope, v, lat, sel);
+}
+
+/** Absorbed decode: MQA of q_abs = W_UKᵀ q_nope against the latent, value = c, then W_UV per head. */
+export function attendAbsorbed(w: AttentionWeights, cfg: ModelConfig, pr: Projections, n: number, pos0: number, lat: LatentRows, sel?: KeySelection): Float64Array {
+  const { nHead: H, qkNope: P, qkRope: R, vHead: V, kvLoraRank: L } = cfg;
+  const D = P + R;
+  const o = new Float64Array(n * H * V);
+  const qAbs = new Float64Array(L);
+  const latOut = new Float64Array(L);
+  const scores = new Float64Array(pos0 + n);
+  for (let i = 0; i < n; i++) {
+    const pos = pos0 + i;
+    const keys = keysOf(sel, i, pos);
+    const nk = typeof keys === "number" ? keys : keys.length;
+    for (let h = 0; h < H; h++) {
+      const qo = (i * H + h) * D;
+      w.kB[h]!.matvec(pr.q, qo, qAbs, 0); // q_abs,h = W_UK,hᵀ q_nope,h  (L)
+      for (let j = 0; j < nk; j++) {
+        const u = typeof keys === "number" ? j : keys[j]!;
+        let s = 0;
+        for (let l = 0; l < L; l++) s += qAbs[l]! * lat.c[u * L + l]!;
+        for (let r = 0; r < R; r++) s += pr.q[qo + P + r]! * lat.kPe[u * R + r]!;
+        scores[j] = s * cfg.kqScale;
+      }
+      softmaxInPlace(scores, 0, nk);
+      latOut.fill(0);
+      for (let j = 0; j < nk; j++) {
+        const u = typeof keys === "number" ? j : keys[j]!;
+        const pj = scores[j]!;
+        for (let l = 0; l < L; l++) latOut[l] += pj * lat.c[u * L + l]!;
+      }
+      w.vB[h]!.matvec(latOut, 0, o, (i * H + h) * V); // o_h = W_UV,h · Σ p c  (V)
+    }
+  }
+  return o;
+}
+
+export const ATTENTION: Record<AttentionPath, typeof attendReference> = {
+  reference: attendReference,
+  prefill: attendPrefill,
+  decode: attendAbsorbed,
+};

@@ -1,0 +1,111 @@
+import { sigmoid, silu, topK, type Vec } from "../backend/cpu/ops.js";
+import type { ModelConfig } from "./config.js";
+import type { MoEWeights, SwiGLU } from "./weights.js";
+
+export interface Route {
+  /** selected experts, best first */
+  readonly experts: number[];
+  /** their weights (unbiased probabilities, normalized and scaled as configured) */
+  readonly weights: number[];
+}
+
+/**
+ * Expert selection for one token from router logits z (E values), following the models' own definitions:
+ * - softmax gating (V2): p = softmax(z); with groups, a group's score is the MAX of its p (V2's group_limited_greedy;
+ *   llama.cpp scores by top-2 sum instead — a documented deviation we do not copy).
+ * - sigmoid gating (V3/GLM, noaux_tc): p = sigmoid(z); selection uses p + bias; a group's score is the sum of its top-2.
+ * Non-selected groups are masked with −∞. Weights are the unbiased p at the chosen experts, divided by their sum
+ * (+1e-20) when norm is on, then multiplied by routed_scaling_factor.
+ */
+export function route(z: ArrayLike<number>, c: ModelConfig, bias: Float32Array | undefined): Route {
+  const E = c.nExpert;
+  const p = new Float64Array(E);
+  if (c.gating === "softmax") {
+    let max = -Infinity;
+    for (let e = 0; e < E; e++) max = Math.max(max, z[e]!);
+    let sum = 0;
+    for (let e = 0; e < E; e++) sum += p[e] = Math.exp(z[e]! - max);
+    for (let e = 0; e < E; e++) p[e]! /= sum;
+  } else {
+    for (let e = 0; e < E; e++) p[e] = sigmoid(z[e]!);
+  }
+  const sel = new Float64Array(E);
+  for (let e = 0; e < E; e++) sel[e] = p[e]! + (bias?.[e] ?? 0);
+
+  if (c.nGroup > 1 && c.nGroupUsed < c.nGroup) {
+    const per = E / c.nGroup;
+    const groupScore = new Float64Array(c.nGroup);
+    for (let g = 0; g < c.nGroup; g++) {
+      const members = Array.from(sel.subarray(g * per, (g + 1) * per));
+      if (c.gating === "softmax") {
+        groupScore[g] = Math.max(...members);
+      } else {
+        members.sort((a, b) => b - a);
+        groupScore[g] = members[0]! + (members[1] ?? 0);
+      }
+    }
+    const keep = new Set(topK(groupScore, c.nGroupUsed));
+    for (let g = 0; g < c.nGroup; g++) if (!keep.has(g)) sel.fill(-Infinity, g * per, (g + 1) * per);
+  }
+
+  const experts = topK(sel, c.nExpertUsed);
+  let weights = experts.map((e) => p[e]!);
+  if (c.weightsNorm) {
+    const sum = weights.reduce((a, b) => a + b, 0) + 1e-20;
+    weights = weights.map((w) => w / sum);
+  }
+  weights = weights.map((w) => w * c.weightsScale);
+  return { experts, weights };
+}
+
+/** out[t] (+)= down(silu(gate·x_t) ⊙ up·x_t) for n inputs of width `dim` (batched: each weight row read once). */
+export function swiglu(ffn: SwiGLU, x: Vec, n: number, dim: number, out: Vec, accumulate: boolean, scale: ArrayLike<number> | undefined = undefined): void {
+  const F = ffn.gate.rows;
+  const g = new Float64Array(n * F);
+  const u = new Float64Array(n * F);
+  ffn.gate.matmul(x, n, dim, g, F);
+  ffn.up.matmul(x, n, dim, u, F);
+  for (let i = 0; i < n * F; i++) g[i] = silu(g[i]!) * u[i]!;
+  const d = new Float64Array(n * dim);
+  ffn.down.matmul(g, n, F, d, dim);
+  for (let t = 0; t < n; t++) {
+    const s = scale === undefined ? 1 : scale[t]!;
+    for (let j = 0; j < dim; j++) {
+      const v = d[t * dim + j]! * s;
+      out[t * dim + j] = accumulate ? out[t * dim + j]! + v : v;
+    }
+  }
+}
+
+/** MoE FFN over n tokens x [n × Hd] → out [n × Hd]: tokens are grouped by expert so each expert's rows are read once. */
+export function moe(w: MoEWeights, c: ModelConfig, x: Vec, n: number, out: Vec): Route[] {
+  const Hd = c.nEmbd;
+  const E = c.nExpert;
+  const z = new Float64Array(n * E);
+  w.router.matmul(x, n, Hd, z, E);
+  const routes: Route[] = [];
+  const byExpert = new Map<number, { tokens: number[]; weights: number[] }>();
+  for (let t = 0; t < n; t++) {
+    const r = route(z.subarray(t * E, (t + 1) * E), c, w.bias);
+    routes.push(r);
+    r.experts.forEach((e, k) => {
+      let b = byExpert.get(e);
+      if (b === undefined) byExpert.set(e, (b = { tokens: [], weights: [] }));
+      b.tokens.push(t);
+      b.weights.push(r.weights[k]!);
+    });
+  }
+  out.fill(0, 0, n * Hd);
+  for (const [e, b] of [...byExpert].sort((a, b2) => a[0] - b2[0])) {
+    const m = b.tokens.length;
+    const xe = new Float64Array(m * Hd);
+    b.tokens.forEach((t, i) => xe.set(x.subarray(t * Hd, (t + 1) * Hd), i * Hd));
+    const ye = new Float64Array(m * Hd);
+    swiglu(w.experts[e]!, xe, m, Hd, ye, false, b.weights);
+    b.tokens.forEach((t, i) => {
+      for (let j = 0; j < Hd; j++) out[t * Hd + j] += ye[i * Hd + j]!;
+    });
+  }
+  if (w.shared !== undefined) swiglu(w.shared, x, n, Hd, out, true);
+  return routes;
+}

@@ -2,7 +2,17 @@ import { closeSync, existsSync, openSync, readSync } from "node:fs";
 import { basename } from "node:path";
 import { GGUFError } from "../util/errors.js";
 import { Metadata } from "./metadata.js";
-import { readShard, type GGUFShard, type TensorInfo } from "./reader.js";
+import { readShard, type GGUFShard, type ReadOptions, type TensorInfo } from "./reader.js";
+
+/** A `split.*` key of one shard as a non-negative integer, naming the shard on error. */
+function splitKey(shard: GGUFShard, key: string): number | undefined {
+  try {
+    return new Metadata(shard.metadata).integer(key);
+  } catch (e) {
+    if (e instanceof GGUFError) throw new GGUFError(`${shard.path}: ${e.message}`);
+    throw e;
+  }
+}
 
 const SPLIT_RE = /^(.*)-(\d{5})-of-(\d{5})\.gguf$/;
 
@@ -36,17 +46,15 @@ export class GGUFFile {
     return this.shards.map((s) => s.path);
   }
 
-  /** Open a .gguf file, or any shard of a split model (its siblings are found from the name). */
-  static open(path: string): GGUFFile {
-    const first = readShard(path);
-    const meta = new Metadata(first.metadata);
-    const count = meta.integer("split.count") ?? 1;
+  /**
+   * Open a .gguf file, or any shard of a split model (its siblings are found from the name, as llama.cpp does).
+   * A file without `split.count` (or with 1) is a single-file model whatever its name.
+   */
+  static open(path: string, opts: ReadOptions = {}): GGUFFile {
+    const first = readShard(path, opts);
+    const count = splitKey(first, "split.count");
+    if (count === undefined || count <= 1) return GGUFFile.assemble([first]);
     const fromName = parseSplitPath(path);
-    if (count <= 1 && fromName === undefined) return GGUFFile.assemble([first]);
-    if (count <= 1) {
-      if (fromName!.count === 1) return GGUFFile.assemble([first]);
-      throw new GGUFError(`${path}: the name says shard ${fromName!.index} of ${fromName!.count}, but the file has no split.count metadata`);
-    }
     if (fromName === undefined) {
       throw new GGUFError(`${path}: split.count = ${count}, but the name does not follow <prefix>-NNNNN-of-NNNNN.gguf, so its sibling shards cannot be found`);
     }
@@ -61,7 +69,7 @@ export class GGUFFile {
         continue;
       }
       if (!existsSync(p)) throw new GGUFError(`missing shard ${i} of ${count}: ${p} does not exist (opened ${basename(path)})`);
-      shards.push(readShard(p));
+      shards.push(readShard(p, opts));
     }
     return GGUFFile.assemble(shards);
   }
@@ -69,13 +77,15 @@ export class GGUFFile {
   private static assemble(shards: GGUFShard[]): GGUFFile {
     const count = shards.length;
     const tensors = new Map<string, TensorInfo>();
+    const total = count > 1 ? splitKey(shards[0]!, "split.tensors.count") : undefined;
     shards.forEach((shard, i) => {
       if (count > 1) {
-        const m = new Metadata(shard.metadata);
-        const no = m.integer("split.no");
-        if (no !== i) throw new GGUFError(`${shard.path}: split.no = ${String(no)}, expected ${i}`);
-        const c = m.integer("split.count");
+        const no = splitKey(shard, "split.no");
+        if (no !== i) throw new GGUFError(`${shard.path}: split.no = ${String(no)}, expected ${i} (shard ${i + 1} of ${count})`);
+        const c = splitKey(shard, "split.count");
         if (c !== count) throw new GGUFError(`${shard.path}: split.count = ${String(c)}, expected ${count}`);
+        const t = splitKey(shard, "split.tensors.count");
+        if (t !== total) throw new GGUFError(`${shard.path}: split.tensors.count = ${String(t)}, but the first shard says ${String(total)}`);
       }
       for (const t of shard.tensors) {
         const prev = tensors.get(t.name);
@@ -85,14 +95,10 @@ export class GGUFFile {
         tensors.set(t.name, { ...t, shard: i });
       }
     });
-    const meta = new Metadata(shards[0]!.metadata);
-    if (count > 1) {
-      const total = meta.integer("split.tensors.count");
-      if (total !== undefined && total !== tensors.size) {
-        throw new GGUFError(`${shards[0]!.path}: split.tensors.count = ${total}, but the ${count} shards hold ${tensors.size} tensors`);
-      }
+    if (total !== undefined && total !== tensors.size) {
+      throw new GGUFError(`${shards[0]!.path}: split.tensors.count = ${total}, but the ${count} shards hold ${tensors.size} tensors`);
     }
-    return new GGUFFile(shards, meta, tensors);
+    return new GGUFFile(shards, new Metadata(shards[0]!.metadata), tensors);
   }
 
   tensor(name: string): TensorInfo {
@@ -103,14 +109,19 @@ export class GGUFFile {
 
   /** Read `length` bytes of a tensor starting at byte `start` of its data. */
   readBytes(info: TensorInfo, start = 0, length = info.nbytes - start): Uint8Array {
-    if (start < 0 || length < 0 || start + length > info.nbytes) {
+    if (!Number.isInteger(start) || !Number.isInteger(length) || start < 0 || length < 0 || start + length > info.nbytes) {
       throw new GGUFError(`read of bytes [${start}, ${start + length}) outside tensor "${info.name}" (${info.nbytes} bytes)`);
     }
     const fd = this.fd(info.shard);
     const out = new Uint8Array(length);
     let got = 0;
     while (got < length) {
-      const r = readSync(fd, out, got, length - got, info.offset + start + got);
+      let r: number;
+      try {
+        r = readSync(fd, out, got, length - got, info.offset + start + got);
+      } catch (e) {
+        throw new GGUFError(`${this.shards[info.shard]!.path}: read error in tensor "${info.name}": ${(e as Error).message}`);
+      }
       if (r === 0) throw new GGUFError(`${this.shards[info.shard]!.path}: unexpected end of file reading tensor "${info.name}"`);
       got += r;
     }
@@ -120,7 +131,11 @@ export class GGUFFile {
   private fd(shard: number): number {
     let fd = this.fds[shard];
     if (fd === undefined) {
-      fd = openSync(this.shards[shard]!.path, "r");
+      try {
+        fd = openSync(this.shards[shard]!.path, "r");
+      } catch (e) {
+        throw new GGUFError(`cannot reopen ${this.shards[shard]!.path}: ${(e as Error).message}`);
+      }
       this.fds[shard] = fd;
     }
     return fd;

@@ -42,7 +42,31 @@ export interface GGUFShard {
 const MAX_NAME_BYTES = 64;
 const MAX_DIMS = 4;
 const MAX_ARRAY_DEPTH = 8;
+/** Longest metadata key accepted (llama.cpp keys are < 100 bytes). */
+const MAX_KEY_BYTES = 65535;
+/** Longest metadata string accepted: chat templates and the like are kilobytes; this stops a hostile length from allocating. */
+export const MAX_STRING_BYTES = 256 * 1024 * 1024;
+/** Most elements in one metadata array (the largest vocabularies are well under a million tokens). */
+export const MAX_ARRAY_ELEMENTS = 1 << 26;
 const CHUNK = 1 << 20;
+/** Array elements between two progress reports. */
+const PROGRESS_EVERY = 8192;
+
+/** Progress of reading one shard's header, reported while parsing (synchronously). */
+export interface HeaderProgress {
+  readonly path: string;
+  /** bytes of the header consumed so far */
+  readonly bytes: number;
+  readonly keysDone: number;
+  readonly keyCount: number;
+  readonly tensorsDone: number;
+  readonly tensorCount: number;
+}
+
+export interface ReadOptions {
+  /** called now and then while the header is parsed; a huge tokenizer can take a second */
+  readonly onProgress?: (p: HeaderProgress) => void;
+}
 
 const SCALAR_SIZE: Partial<Record<GGUFValueType, number>> = {
   [GGUFValueType.UINT8]: 1,
@@ -65,7 +89,16 @@ function minEncodedSize(type: GGUFValueType): number {
   return SCALAR_SIZE[type] ?? 1;
 }
 
-const utf8 = new TextDecoder("utf-8", { fatal: true });
+function isValueType(t: number): t is GGUFValueType {
+  return Number.isInteger(t) && t >= GGUFValueType.UINT8 && t <= GGUFValueType.FLOAT64;
+}
+
+// ignoreBOM: a string that starts with U+FEFF must keep it, or a rewrite would not be byte-identical.
+const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+
+/** What is being read, for error messages; a function so that the hot path (tokenizer arrays) builds no strings. */
+type What = string | (() => string);
+const say = (w: What): string => (typeof w === "string" ? w : w());
 
 /** Sequential reader over a file descriptor with a sliding window; every read is bounds-checked against the file size. */
 class Cursor {
@@ -83,9 +116,13 @@ class Cursor {
     return this.fileSize - this.pos;
   }
 
-  private need(n: number, what: string): Buffer {
+  fail(message: string): GGUFError {
+    return new GGUFError(`${this.path}: ${message}`);
+  }
+
+  private need(n: number, what: What): Buffer {
     if (n > this.remaining) {
-      throw new GGUFError(`${this.path}: truncated file: ${what} needs ${n} bytes at offset ${this.pos}, file has ${this.fileSize}`);
+      throw this.fail(`truncated file: ${say(what)} needs ${n} bytes at offset ${this.pos}, but the file ends at ${this.fileSize}`);
     }
     const rel = this.pos - this.windowStart;
     if (rel < 0 || rel + n > this.window.length) {
@@ -93,8 +130,13 @@ class Cursor {
       const buf = Buffer.allocUnsafe(size);
       let got = 0;
       while (got < size) {
-        const r = readSync(this.fd, buf, got, size - got, this.pos + got);
-        if (r === 0) throw new GGUFError(`${this.path}: unexpected end of file at offset ${this.pos + got}`);
+        let r: number;
+        try {
+          r = readSync(this.fd, buf, got, size - got, this.pos + got);
+        } catch (e) {
+          throw this.fail(`read error at offset ${this.pos + got}: ${(e as Error).message}`);
+        }
+        if (r === 0) throw this.fail(`unexpected end of file at offset ${this.pos + got} (the file shrank while being read?)`);
         got += r;
       }
       this.window = buf;
@@ -105,58 +147,65 @@ class Cursor {
     return this.window.subarray(start, start + n);
   }
 
-  u8(what: string): number {
+  u8(what: What): number {
     return this.need(1, what).readUInt8(0);
   }
-  i8(what: string): number {
+  i8(what: What): number {
     return this.need(1, what).readInt8(0);
   }
-  u16(what: string): number {
+  u16(what: What): number {
     return this.need(2, what).readUInt16LE(0);
   }
-  i16(what: string): number {
+  i16(what: What): number {
     return this.need(2, what).readInt16LE(0);
   }
-  u32(what: string): number {
+  u32(what: What): number {
     return this.need(4, what).readUInt32LE(0);
   }
-  i32(what: string): number {
+  i32(what: What): number {
     return this.need(4, what).readInt32LE(0);
   }
-  f32(what: string): number {
+  f32(what: What): number {
     return this.need(4, what).readFloatLE(0);
   }
-  f64(what: string): number {
+  f64(what: What): number {
     return this.need(8, what).readDoubleLE(0);
   }
-  u64(what: string): bigint {
+  u64(what: What): bigint {
     return this.need(8, what).readBigUInt64LE(0);
   }
-  i64(what: string): bigint {
+  i64(what: What): bigint {
     return this.need(8, what).readBigInt64LE(0);
   }
 
-  /** A u64 that must fit a JS number and, when `maxValue` is given, not exceed it. */
-  size(what: string, maxValue = Number.MAX_SAFE_INTEGER): number {
+  /** A u64 that must fit a JS number and not exceed `maxValue`; `why` explains the limit in the error. */
+  size(what: What, maxValue: number, why: string): number {
+    const at = this.pos;
     const v = this.u64(what);
-    if (v > BigInt(maxValue)) {
-      throw new GGUFError(`${this.path}: ${what} = ${v} at offset ${this.pos - 8} is larger than possible (max ${maxValue})`);
+    if (v > BigInt(Math.max(0, maxValue))) {
+      throw this.fail(`${say(what)} = ${v} at offset ${at} is impossible: ${why}`);
     }
     return Number(v);
   }
 
-  string(what: string, maxBytes = this.remaining): string {
-    const len = this.size(`length of ${what}`, Math.min(maxBytes, this.remaining));
+  string(what: What, maxBytes = MAX_STRING_BYTES): string {
+    const at = this.pos;
+    const lenV = this.u64(() => `length of ${say(what)}`);
+    if (lenV > BigInt(maxBytes)) throw this.fail(`${say(what)} at offset ${at} has length ${lenV}, more than the ${maxBytes} bytes allowed`);
+    const len = Number(lenV);
+    if (len > this.remaining) {
+      throw this.fail(`${say(what)} at offset ${at} has length ${len}, past the end of the file (${this.remaining} bytes left): truncated or corrupt`);
+    }
     const bytes = this.need(len, what);
     try {
       return utf8.decode(bytes);
     } catch {
-      throw new GGUFError(`${this.path}: ${what} at offset ${this.pos - len} is not valid UTF-8`);
+      throw this.fail(`${say(what)} at offset ${at + 8} is not valid UTF-8`);
     }
   }
 }
 
-function readScalar(c: Cursor, type: GGUFValueType, what: string): GGUFScalar {
+function readScalar(c: Cursor, type: GGUFValueType, what: What): GGUFScalar {
   switch (type) {
     case GGUFValueType.UINT8:
       return c.u8(what);
@@ -173,8 +222,9 @@ function readScalar(c: Cursor, type: GGUFValueType, what: string): GGUFScalar {
     case GGUFValueType.FLOAT32:
       return c.f32(what);
     case GGUFValueType.BOOL: {
+      const at = c.pos;
       const b = c.u8(what);
-      if (b > 1) throw new GGUFError(`${what}: bool byte is ${b}, expected 0 or 1`);
+      if (b > 1) throw c.fail(`${say(what)}: bool byte at offset ${at} is ${b}, expected 0 or 1`);
       return b === 1;
     }
     case GGUFValueType.STRING:
@@ -186,72 +236,106 @@ function readScalar(c: Cursor, type: GGUFValueType, what: string): GGUFScalar {
     case GGUFValueType.FLOAT64:
       return c.f64(what);
     default:
-      throw new GGUFError(`${what}: unknown metadata value type ${type as number}`);
+      throw c.fail(`${say(what)}: unknown metadata value type ${type as number}`);
   }
 }
 
-function readValue(c: Cursor, type: number, what: string, depth: number): GGUFValue {
+function readValue(c: Cursor, type: number, what: What, depth: number, tick: () => void): GGUFValue {
   if (type === GGUFValueType.ARRAY) {
-    if (depth >= MAX_ARRAY_DEPTH) throw new GGUFError(`${what}: arrays nested deeper than ${MAX_ARRAY_DEPTH}`);
-    const elementType = c.u32(`element type of ${what}`);
-    if (!(elementType in GGUFValueType)) throw new GGUFError(`${what}: unknown array element type ${elementType}`);
-    const maxCount = Math.floor(c.remaining / minEncodedSize(elementType));
-    const count = c.size(`element count of ${what}`, Math.max(0, maxCount - 1));
+    if (depth >= MAX_ARRAY_DEPTH) throw c.fail(`${say(what)}: arrays nested deeper than ${MAX_ARRAY_DEPTH} levels`);
+    const typeAt = c.pos;
+    const elementType = c.u32(() => `element type of ${say(what)}`);
+    if (!isValueType(elementType)) throw c.fail(`${say(what)}: unknown array element type ${elementType} at offset ${typeAt}`);
+    const countAt = c.pos;
+    const countV = c.u64(() => `element count of ${say(what)}`);
+    const minSize = minEncodedSize(elementType);
+    if (countV > BigInt(Math.floor(c.remaining / minSize))) {
+      throw c.fail(
+        `${say(what)}: array count ${countV} at offset ${countAt} needs at least ${countV * BigInt(minSize)} bytes, but only ${c.remaining} are left: truncated or corrupt`,
+      );
+    }
+    if (countV > BigInt(MAX_ARRAY_ELEMENTS)) throw c.fail(`${say(what)}: array count ${countV} exceeds the limit of ${MAX_ARRAY_ELEMENTS} elements`);
+    const count = Number(countV);
     const values: GGUFValue[] = new Array<GGUFValue>(count);
-    for (let i = 0; i < count; i++) values[i] = readValue(c, elementType, `${what}[${i}]`, depth + 1);
+    if (elementType === GGUFValueType.ARRAY) {
+      for (let i = 0; i < count; i++) values[i] = readValue(c, elementType, () => `${say(what)}[${i}]`, depth + 1, tick);
+    } else {
+      for (let i = 0; i < count; i++) {
+        values[i] = readScalar(c, elementType, () => `${say(what)}[${i}]`);
+        if ((i & (PROGRESS_EVERY - 1)) === PROGRESS_EVERY - 1) tick();
+      }
+    }
     const arr: GGUFArray = { elementType, values };
     return arr;
   }
-  if (!(type in GGUFValueType)) throw new GGUFError(`${what}: unknown metadata value type ${type}`);
-  return readScalar(c, type as GGUFValueType, what);
+  if (!isValueType(type)) throw c.fail(`${say(what)}: unknown metadata value type ${type}`);
+  return readScalar(c, type, what);
 }
 
 /** Parse the header of one .gguf file without reading tensor data. */
-export function readShard(path: string): GGUFShard {
+export function readShard(path: string, opts: ReadOptions = {}): GGUFShard {
   let fd: number;
   try {
     fd = openSync(path, "r");
   } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code === "ENOENT") throw new GGUFError(`${path}: no such file`);
     throw new GGUFError(`cannot open ${path}: ${(e as Error).message}`);
   }
   try {
-    return parseHeader(fd, path);
+    const st = fstatSync(fd);
+    if (!st.isFile()) throw new GGUFError(`${path}: not a regular file`);
+    return parseHeader(fd, path, st.size, opts);
   } finally {
     closeSync(fd);
   }
 }
 
-function parseHeader(fd: number, path: string): GGUFShard {
-  const fileSize = fstatSync(fd).size;
+function parseHeader(fd: number, path: string, fileSize: number, opts: ReadOptions): GGUFShard {
   const c = new Cursor(fd, fileSize, path);
-  if (fileSize < 4) throw new GGUFError(`${path}: not a GGUF file (${fileSize} bytes)`);
+  if (fileSize < 8) throw new GGUFError(`${path}: not a GGUF file (only ${fileSize} bytes)`);
   const magic = c.u32("magic");
   if (magic !== GGUF_MAGIC) {
     throw new GGUFError(`${path}: not a GGUF file (magic 0x${magic.toString(16).padStart(8, "0")}, expected "GGUF")`);
   }
   const version = c.u32("version");
   if (version !== 2 && version !== 3) {
+    const swapped = ((version & 0xff) << 24) | ((version & 0xff00) << 8) | ((version >>> 8) & 0xff00) | (version >>> 24);
+    if (swapped === 2 || swapped === 3) throw new GGUFError(`${path}: big-endian GGUF (version ${swapped}) is not supported`);
     throw new GGUFError(`${path}: unsupported GGUF version ${version} (supported: 2, 3)`);
   }
-  // A tensor info is at least 8 (name len) + 4 (n_dims) + 4 (type) + 8 (offset) bytes; a KV at least 8+4+1.
-  const tensorCount = c.size("tensor count", Math.floor((fileSize - 24) / 24));
-  const kvCount = c.size("metadata count", Math.floor((fileSize - 24) / 13));
+  // A tensor info is at least 8 (name length) + 4 (n_dims) + 8 (ne[0]) + 4 (type) + 8 (offset) bytes; a KV at least 8 + 4 + 1.
+  const tensorCount = c.size("tensor count", Math.floor((fileSize - 24) / 32), `the file (${fileSize} bytes) cannot hold that many tensor infos`);
+  const kvCount = c.size("metadata count", Math.floor((fileSize - 24) / 13), `the file (${fileSize} bytes) cannot hold that many metadata entries`);
+
+  const onProgress = opts.onProgress;
+  let keysDone = 0;
+  let tensorsDone = 0;
+  const tick =
+    onProgress === undefined
+      ? () => {}
+      : () => onProgress({ path, bytes: c.pos, keysDone, keyCount: kvCount, tensorsDone, tensorCount });
 
   const metadata = new Map<string, GGUFMetadataEntry>();
   for (let i = 0; i < kvCount; i++) {
-    const key = c.string(`metadata key #${i}`, 65535);
-    if (metadata.has(key)) throw new GGUFError(`${path}: duplicate metadata key "${key}"`);
-    const type = c.u32(`type of metadata "${key}"`);
-    const value = readValue(c, type, `metadata "${key}"`, 0);
+    const keyAt = c.pos;
+    const key = c.string(() => `metadata key #${i}`, MAX_KEY_BYTES);
+    if (metadata.has(key)) throw c.fail(`duplicate metadata key "${key}" at offset ${keyAt}`);
+    const typeAt = c.pos;
+    const type = c.u32(() => `type of metadata "${key}"`);
+    if (!isValueType(type)) throw c.fail(`metadata "${key}" has unknown value type ${type} at offset ${typeAt}`);
+    const value = readValue(c, type, () => `metadata "${key}"`, 0, tick);
     metadata.set(key, { type, value });
+    keysDone = i + 1;
+    tick();
   }
 
   let alignment = GGUF_DEFAULT_ALIGNMENT;
   const alignEntry = metadata.get("general.alignment");
   if (alignEntry !== undefined) {
     const a = alignEntry.value;
-    if (typeof a !== "number" || !Number.isInteger(a) || a <= 0 || (a & (a - 1)) !== 0 || a % 8 !== 0) {
-      throw new GGUFError(`${path}: general.alignment = ${String(a)} is not a power of two multiple of 8`);
+    if (typeof a !== "number" || !Number.isInteger(a) || a <= 0 || (a & (a - 1)) !== 0) {
+      throw new GGUFError(`${path}: general.alignment = ${typeof a === "object" ? "an array" : String(a)} is not a power of two`);
     }
     alignment = a;
   }
@@ -259,50 +343,61 @@ function parseHeader(fd: number, path: string): GGUFShard {
   const infos: { name: string; ne: number[]; type: number; relativeOffset: number; nbytes: number }[] = [];
   const seen = new Set<string>();
   for (let i = 0; i < tensorCount; i++) {
-    const name = c.string(`name of tensor #${i}`, MAX_NAME_BYTES);
-    if (seen.has(name)) throw new GGUFError(`${path}: duplicate tensor name "${name}"`);
+    const nameAt = c.pos;
+    const name = c.string(() => `name of tensor #${i}`, MAX_NAME_BYTES);
+    if (name.length === 0) throw c.fail(`tensor #${i} at offset ${nameAt} has an empty name`);
+    if (seen.has(name)) throw c.fail(`duplicate tensor name "${name}" at offset ${nameAt}`);
     seen.add(name);
-    const nDims = c.u32(`n_dims of tensor "${name}"`);
-    if (nDims < 1 || nDims > MAX_DIMS) throw new GGUFError(`${path}: tensor "${name}" has ${nDims} dimensions (1..${MAX_DIMS} allowed)`);
+    const nDims = c.u32(() => `n_dims of tensor "${name}"`);
+    if (nDims < 1 || nDims > MAX_DIMS) throw c.fail(`tensor "${name}" has ${nDims} dimensions (1..${MAX_DIMS} allowed)`);
     const ne: number[] = [];
     let elements = 1;
     for (let d = 0; d < nDims; d++) {
-      const n = c.size(`ne[${d}] of tensor "${name}"`);
-      if (n < 1) throw new GGUFError(`${path}: tensor "${name}" has ne[${d}] = 0`);
+      const n = c.size(() => `ne[${d}] of tensor "${name}"`, Number.MAX_SAFE_INTEGER, "larger than 2^53");
       elements *= n;
-      if (elements > Number.MAX_SAFE_INTEGER) throw new GGUFError(`${path}: tensor "${name}" element count overflows (ne = ${[...ne, n].join("x")})`);
       ne.push(n);
+      if (elements > Number.MAX_SAFE_INTEGER) throw c.fail(`tensor "${name}" element count overflows (ne = [${ne.join(", ")}])`);
     }
-    const type = c.u32(`type of tensor "${name}"`);
+    const typeAt = c.pos;
+    const type = c.u32(() => `type of tensor "${name}"`);
     const traits = typeTraits(type);
-    if (traits === undefined) throw new GGUFError(`${path}: tensor "${name}" has unknown ggml type id ${type}`);
+    if (traits === undefined) throw c.fail(`tensor "${name}" has unknown ggml type id ${type} (at offset ${typeAt})`);
     if (ne[0]! % traits.blockSize !== 0) {
-      throw new GGUFError(`${path}: tensor "${name}" of type ${traits.name} has ne[0] = ${ne[0]}, not a multiple of the block size ${traits.blockSize}`);
+      throw c.fail(`tensor "${name}" of type ${traits.name} has ne[0] = ${ne[0]}, not a multiple of the block size ${traits.blockSize}`);
     }
     const nbytes = (elements / traits.blockSize) * traits.typeSize;
-    const relativeOffset = c.size(`offset of tensor "${name}"`);
+    if (nbytes > fileSize) {
+      throw c.fail(`tensor "${name}" (${traits.name}, ne = [${ne.join(", ")}]) would take ${nbytes} bytes, more than the whole file (${fileSize})`);
+    }
+    const relativeOffset = c.size(() => `offset of tensor "${name}"`, fileSize, `past the end of the file (${fileSize} bytes)`);
     if (relativeOffset % alignment !== 0) {
-      throw new GGUFError(`${path}: tensor "${name}" offset ${relativeOffset} is not a multiple of the alignment ${alignment}`);
+      throw c.fail(`tensor "${name}" offset ${relativeOffset} is not a multiple of the alignment ${alignment}`);
     }
     infos.push({ name, ne, type, relativeOffset, nbytes });
+    tensorsDone = i + 1;
+    if ((i & 255) === 255) tick();
   }
+  tick();
 
   const dataOffset = c.pos + ((alignment - (c.pos % alignment)) % alignment);
-  if (tensorCount > 0 && dataOffset > fileSize) throw new GGUFError(`${path}: truncated file: data section would start at ${dataOffset}, file has ${fileSize} bytes`);
+  if (tensorCount > 0 && dataOffset > fileSize) throw c.fail(`truncated file: data section would start at ${dataOffset}, file has ${fileSize} bytes`);
   const blobSize = fileSize - dataOffset;
   for (const t of infos) {
     if (t.relativeOffset + t.nbytes > blobSize) {
-      throw new GGUFError(
-        `${path}: tensor "${t.name}" (${typeName(t.type)}, ${t.nbytes} bytes at data offset ${t.relativeOffset}) extends past the end of the file (data section is ${blobSize} bytes): truncated file?`,
+      throw c.fail(
+        `tensor "${t.name}" (${typeName(t.type)}, ${t.nbytes} bytes at data offset ${t.relativeOffset}) extends past the end of the file (data section is ${blobSize} bytes): truncated file?`,
       );
     }
   }
-  const byOffset = [...infos].sort((a, b) => a.relativeOffset - b.relativeOffset);
+  // Zero-sized tensors occupy nothing and may share an offset with anything.
+  const byOffset = infos.filter((t) => t.nbytes > 0).sort((a, b) => a.relativeOffset - b.relativeOffset);
   for (let i = 1; i < byOffset.length; i++) {
     const prev = byOffset[i - 1]!;
     const cur = byOffset[i]!;
     if (prev.relativeOffset + prev.nbytes > cur.relativeOffset) {
-      throw new GGUFError(`${path}: tensors "${prev.name}" and "${cur.name}" overlap in the data section`);
+      throw c.fail(
+        `tensors "${prev.name}" ([${prev.relativeOffset}, ${prev.relativeOffset + prev.nbytes})) and "${cur.name}" ([${cur.relativeOffset}, ${cur.relativeOffset + cur.nbytes})) overlap in the data section`,
+      );
     }
   }
   const tensors: TensorInfo[] = infos.map((t) => ({ ...t, shard: 0, offset: dataOffset + t.relativeOffset }));

@@ -182,7 +182,11 @@ function header(metadata: ReadonlyMap<string, GGUFMetadataEntry>, tensors: reado
 
 function alignmentOf(metadata: ReadonlyMap<string, GGUFMetadataEntry>): number {
   const a = metadata.get("general.alignment")?.value;
-  return typeof a === "number" ? a : GGUF_DEFAULT_ALIGNMENT;
+  if (a === undefined) return GGUF_DEFAULT_ALIGNMENT;
+  if (typeof a !== "number" || !Number.isInteger(a) || a <= 0 || (a & (a - 1)) !== 0) {
+    throw new GGUFError(`general.alignment = ${typeof a === "object" ? "an array" : String(a)} is not a power of two`);
+  }
+  return a;
 }
 
 /** Write one .gguf file: header, tensor infos, then each tensor's bytes padded to the alignment. */
@@ -192,7 +196,7 @@ export function writeGGUF(path: string, metadata: ReadonlyMap<string, GGUFMetada
   const fd = openSync(path, "w");
   try {
     let pos = 0;
-    pos += writeSync(fd, bytes, 0, bytes.length, pos);
+    while (pos < bytes.length) pos += writeSync(fd, bytes, pos, bytes.length - pos, pos);
     const zeros = new Uint8Array(alignment);
     tensors.forEach((t, i) => {
       const data = typeof t.data === "function" ? t.data() : t.data;
@@ -201,7 +205,7 @@ export function writeGGUF(path: string, metadata: ReadonlyMap<string, GGUFMetada
         throw new GGUFError(`tensor "${t.name}" (${typeName(t.type)} ${t.ne.join("x")}) needs ${expected} bytes, got ${data.length}`);
       }
       const at = bytes.length + offsets[i]!;
-      if (pos < at) pos += writeSync(fd, zeros, 0, at - pos, pos);
+      while (pos < at) pos += writeSync(fd, zeros, 0, Math.min(at - pos, zeros.length), pos);
       let written = 0;
       while (written < data.length) written += writeSync(fd, data, written, data.length - written, pos + written);
       pos += data.length;

@@ -1,0 +1,193 @@
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { createSampler, Sampler, type SamplerOptions } from "../../src/engine/sampler.js";
+import { logSoftmax, topLogprobs } from "../../src/engine/logprobs.js";
+import { UsageError } from "../../src/util/errors.js";
+
+/** Deterministic test data (mulberry32), independent of the sampler's PRNG. */
+function rng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) | 0;
+    let t = Math.imul(a ^ (a >>> 15), 1 | a);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+function randomLogits(n: number, seed: number, scale = 3): Float32Array {
+  const r = rng(seed);
+  return Float32Array.from({ length: n }, () => (r() * 2 - 1) * scale);
+}
+function naiveArgmax(x: ArrayLike<number>): number {
+  let best = 0;
+  for (let i = 0; i < x.length; i++) if (x[i]! > x[best]!) best = i;
+  return best;
+}
+
+/** Reference filter chain with a full sort: top-k → top-p (renormalized within top-k) → min-p. */
+function referenceKept(logits: Float32Array, o: { topK?: number; topP?: number; minP?: number }): number[] {
+  const p = Array.from(logSoftmax(logits), Math.exp);
+  let ids = [...p.keys()].sort((a, b) => p[b]! - p[a]! || a - b);
+  if (o.topK) ids = ids.slice(0, o.topK);
+  if (o.topP !== undefined && o.topP < 1) {
+    const mass = ids.reduce((s, i) => s + p[i]!, 0);
+    let cum = 0;
+    const n = ids.findIndex((i) => (cum += p[i]! / mass) >= o.topP!);
+    ids = ids.slice(0, n < 0 ? ids.length : n + 1);
+  }
+  if (o.minP) ids = ids.filter((i) => p[i]! >= o.minP! * p[ids[0]!]!);
+  return ids;
+}
+
+/** Sample `n` times; check only `allowed` ids occur and the counts fit softmax(logit/T) over `allowed` (chi-square). */
+function checkEmpirical(logits: Float32Array, opts: SamplerOptions, allowed: number[], n = 20000): void {
+  const s = createSampler(opts);
+  const counts = new Map<number, number>();
+  for (let i = 0; i < n; i++) {
+    const { token } = s.sample(logits);
+    counts.set(token, (counts.get(token) ?? 0) + 1);
+  }
+  for (const id of counts.keys()) assert.ok(allowed.includes(id), `token ${id} is outside the allowed set ${allowed}`);
+  const t = opts.temperature ?? 1;
+  const w = allowed.map((i) => Math.exp((logits[i]! - logits[allowed[0]!]!) / t));
+  const total = w.reduce((a, b) => a + b, 0);
+  let chi2 = 0;
+  allowed.forEach((id, j) => {
+    const expected = (n * w[j]!) / total;
+    chi2 += ((counts.get(id) ?? 0) - expected) ** 2 / expected;
+  });
+  const df = allowed.length - 1;
+  if (df === 0) return;
+  // Wilson–Hilferty 0.9999 quantile of chi-square(df); the seed is fixed so this is deterministic.
+  const limit = df * (1 - 2 / (9 * df) + 3.72 * Math.sqrt(2 / (9 * df))) ** 3;
+  assert.ok(chi2 < limit, `chi2 ${chi2.toFixed(2)} >= ${limit.toFixed(2)} (df ${df})`);
+}
+
+test("greedy equals argmax (lowest id on ties) on random vectors of odd sizes", () => {
+  for (const [i, n] of [1, 3, 7, 31, 127, 1001, 4099, 151_937].entries()) {
+    const x = randomLogits(n, 100 + i);
+    const s = createSampler({ temperature: 0, seed: 1 });
+    assert.equal(s.sample(x).token, naiveArgmax(x));
+  }
+  const ties = new Float32Array([1, 5, -Infinity, 5, 2]);
+  assert.equal(createSampler({ temperature: 0 }).sample(ties).token, 1);
+});
+
+test("logSoftmax matches a naive float64 reference, incl. ±1e4 magnitudes and -Infinity", () => {
+  for (let trial = 0; trial < 20; trial++) {
+    const r = rng(trial);
+    const n = 1 + Math.floor(r() * 500);
+    const big = trial % 2 === 1;
+    const x = new Float64Array(n).map(() => (r() * 2 - 1) * (big ? 1e4 : 20));
+    for (let i = 0; i < n; i++) if (r() < 0.1 && i !== 0) x[i] = -Infinity;
+    const lp = logSoftmax(x);
+    // Naive reference: log(exp(x_i - c) / Σ exp(x_j - c)), summed in reverse order. At ±1e4, exp overflows
+    // unless c is the max, so shift by it there (softmax is shift-invariant).
+    const c = big ? Math.max(...x) : 0;
+    const e = Array.from(x, (v) => Math.exp(v - c));
+    const z = e.reduceRight((a, b) => a + b, 0);
+    for (let i = 0; i < n; i++) {
+      if (x[i] === -Infinity) { assert.equal(lp[i], -Infinity); continue; }
+      const ref = Math.log(e[i]! / z);
+      if (Number.isFinite(ref)) assert.ok(Math.abs(lp[i]! - ref) <= 1e-9 * Math.max(1, Math.abs(ref)), `trial ${trial} id ${i}: ${lp[i]} vs ${ref}`);
+      else assert.ok(lp[i]! < -700, `id ${i}: ${lp[i]}`); // reference underflowed; ours must still be a (very negative) finite number
+    }
+    assert.ok(Math.abs(lp.reduce((a, v) => a + Math.exp(v), 0) - 1) < 1e-12);
+  }
+});
+
+test("topLogprobs equals the head of a full sort (ties to lower id)", () => {
+  const r = rng(7);
+  for (const n of [1, 2, 10, 999, 20000]) {
+    const lp = new Float64Array(n).map(() => Math.round(r() * 50) / 10); // many ties
+    const full = [...lp.keys()].sort((a, b) => lp[b]! - lp[a]! || a - b);
+    for (const k of [0, 1, 5, 20, n, n + 3]) {
+      assert.deepEqual(topLogprobs(lp, k), full.slice(0, k).map((id) => [id, lp[id]]), `n ${n} k ${k}`);
+    }
+  }
+});
+
+test("filters keep exactly the expected sets (hand-made distribution)", () => {
+  const logits = new Float32Array([0.4, 0.3, 0.2, 0.1].map(Math.log));
+  const kept = (o: SamplerOptions): number[] => createSampler(o).candidates(logSoftmax(logits)).sort((a, b) => a - b);
+  assert.deepEqual(kept({}), [0, 1, 2, 3]);
+  assert.deepEqual(kept({ topK: 2 }), [0, 1]);
+  assert.deepEqual(kept({ topP: 0.75 }), [0, 1, 2]);
+  assert.deepEqual(kept({ topK: 3, topP: 0.75 }), [0, 1]); // top-p renormalized within top-k: 0.7/0.9 ≥ 0.75
+  assert.deepEqual(kept({ minP: 0.45 }), [0, 1, 2]); // p ≥ 0.18
+  assert.deepEqual(kept({ topP: 0.5, minP: 0.45 }), [0, 1]);
+  assert.deepEqual(kept({ topP: 0.8, minP: 0.6 }), [0, 1]); // min-p is the shorter prefix here
+  assert.deepEqual(kept({ topP: 0.01 }), [0]);
+});
+
+test("filters keep exactly the reference sets on random vocabularies", () => {
+  const cases: SamplerOptions[] = [
+    { topK: 40 }, { topP: 0.9 }, { topP: 0.5 }, { topP: 0.99999 }, { topP: 0.99999, minP: 1e-5 }, { minP: 0.05 }, { minP: 0.5 },
+    { topK: 40, topP: 0.8, minP: 0.02 }, { topP: 0.95, minP: 0.1 }, { topK: 1 }, { topK: 10_000 },
+  ];
+  for (const [i, n] of [17, 1001, 151_937].entries()) {
+    for (const [j, o] of cases.entries()) {
+      const x = randomLogits(n, 1000 * i + j, n > 1000 ? 8 : 3);
+      if (j % 3 === 0) x[5] = -Infinity;
+      const got = createSampler(o).candidates(logSoftmax(x)).sort((a, b) => a - b);
+      assert.deepEqual(got, referenceKept(x, o).sort((a, b) => a - b), `n ${n} options ${JSON.stringify(o)}`);
+    }
+  }
+});
+
+test("sampled tokens stay in the kept set with frequencies matching the renormalized probabilities", () => {
+  const x = randomLogits(64, 42, 2);
+  const cases: SamplerOptions[] = [
+    { seed: 1 },
+    { seed: 2, topK: 5 },
+    { seed: 3, topP: 0.5 },
+    { seed: 4, minP: 0.3 },
+    { seed: 5, topK: 12, topP: 0.7, minP: 0.2, temperature: 0.7 },
+    { seed: 6, topK: 8, temperature: 2 },
+  ];
+  for (const o of cases) checkEmpirical(x, o, referenceKept(x, o));
+});
+
+test("same seed and logits give the same token sequence; another seed differs", () => {
+  const run = (seed: number): number[] => {
+    const s = createSampler({ seed, temperature: 1.5, topK: 50, topP: 0.95 });
+    return Array.from({ length: 300 }, (_, i) => s.sample(randomLogits(997, i)).token);
+  };
+  assert.deepEqual(run(1234), run(1234));
+  assert.notDeepEqual(run(1234), run(1235));
+  assert.deepEqual(run(2 ** 40 + 3), run(2 ** 40 + 3));
+  assert.notDeepEqual(run(2 ** 40 + 3), run(3)); // high seed bits matter
+});
+
+test("temperature → 0 approaches greedy", () => {
+  for (let i = 0; i < 50; i++) {
+    const x = randomLogits(1 + i * 37, 500 + i);
+    const s = createSampler({ temperature: 1e-9, seed: i });
+    assert.equal(s.sample(x).token, naiveArgmax(x));
+  }
+});
+
+test("logprob is under the unmodified distribution; top alternatives returned", () => {
+  const x = randomLogits(1001, 9);
+  const lp = logSoftmax(x);
+  const s = createSampler({ temperature: 0.3, topK: 3, seed: 8, logprobs: 5 });
+  for (let i = 0; i < 20; i++) {
+    const r = s.sample(x);
+    assert.equal(r.logprob, lp[r.token]);
+    assert.deepEqual(r.top, topLogprobs(lp, 5));
+  }
+  assert.equal(createSampler({ seed: 1 }).sample(x).top, undefined);
+});
+
+test("options and logits are validated with UsageError", () => {
+  const bad: SamplerOptions[] = [
+    { temperature: -0.1 }, { temperature: NaN }, { topP: 0 }, { topP: 1.01 }, { minP: 1 }, { minP: -0.1 },
+    { topK: -1 }, { topK: 2.5 }, { seed: 1.5 }, { seed: NaN }, { logprobs: -1 },
+  ];
+  for (const o of bad) assert.throws(() => new Sampler(o), UsageError, JSON.stringify(o));
+  const s = createSampler({ seed: 1 });
+  assert.throws(() => s.sample(new Float32Array([0, 1, NaN, 2])), (e: unknown) => e instanceof UsageError && /NaN.*2/.test(e.message));
+  assert.throws(() => s.sample(new Float32Array([-Infinity, -Infinity])), UsageError);
+  assert.throws(() => s.sample(new Float32Array(0)), UsageError);
+  assert.equal(s.sample(new Float32Array([-Infinity, 0, -Infinity])).token, 1);
+});

@@ -367,7 +367,7 @@ function parseHeader(fd: number, path: string, fileSize: number, opts: ReadOptio
     }
     const nbytes = (elements / traits.blockSize) * traits.typeSize;
     if (nbytes > fileSize) {
-      throw c.fail(`tensor "${name}" (${traits.name}, ne = [${ne.join(", ")}]) would take ${nbytes} bytes, more than the whole file (${fileSize})`);
+      throw c.fail(`tensor "${name}" (${traits.name}, ne = [${ne.join(", ")}]) would take ${nbytes} bytes, more than the whole file (${fileSize} bytes): truncated or corrupt`);
     }
     const relativeOffset = c.size(() => `offset of tensor "${name}"`, fileSize, `past the end of the file (${fileSize} bytes)`);
     if (relativeOffset % alignment !== 0) {

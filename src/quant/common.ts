@@ -55,14 +55,18 @@ export function putF32(b: Uint8Array, o: number, value: number): void {
 }
 
 /**
- * ggml's nearest_int: float → int, rounding half to even (its 12582912 trick, valid for |x| < 2^22).
- * The argument must already be a float32 value.
+ * ggml's nearest_int: float → int by adding 1.5·2^23 in float32 and reading the low mantissa bits. For |x| < 2^22
+ * this is round-half-to-even; outside that range (and for inf/NaN, which appear when a scale overflowed f16) the
+ * bit trick's own result is reproduced. The argument must already be a float32 value.
  */
 export function nearestInt(fval: number): number {
-  const r = Math.round(fval);
-  // Math.round rounds .5 up; correct the tie cases to even.
-  if (r - fval === 0.5 && (r & 1) !== 0) return r - 1;
-  return r;
+  if (fval > -4194303 && fval < 4194303) {
+    const r = Math.round(fval);
+    // Math.round rounds .5 up; correct the tie cases to even.
+    return r - fval === 0.5 && (r & 1) !== 0 ? r - 1 : r;
+  }
+  scratchF[0] = fval + 12582912;
+  return (scratchU[0] & 0x007fffff) - 0x00400000;
 }
 
 /** C roundf: half away from zero. */

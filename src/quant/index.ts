@@ -7,7 +7,8 @@ import { QuantTypeError } from "../util/errors.js";
 import type { BlockDecoder, BlockEncoder } from "./common.js";
 import { decodeBF16, decodeF16, decodeF32, encodeBF16, encodeF16, encodeF32 } from "./float.js";
 import { decodeIQ1_M, decodeIQ1_S, decodeIQ2_S, decodeIQ2_XS, decodeIQ2_XXS, decodeIQ3_S, decodeIQ3_XXS } from "./iquants.js";
-import { decodeIQ4_NL, decodeIQ4_XS } from "./iq4.js";
+import { decodeIQ4_NL, decodeIQ4_XS, encodeIQ4_NL, encodeIQ4_XS } from "./iq4.js";
+import { encodeQ2_K, encodeQ3_K, encodeQ4_K, encodeQ5_K, encodeQ6_K } from "./kquants-encode.js";
 import { decodeQ2_K, decodeQ3_K, decodeQ4_K, decodeQ5_K, decodeQ6_K, decodeQ8_K } from "./kquants.js";
 import {
   decodeQ4_0,
@@ -67,6 +68,13 @@ const ENCODERS = new Map<number, BlockEncoder>([
   [7, encodeQ5_1],
   [8, encodeQ8_0],
   [9, encodeQ8_1],
+  [10, encodeQ2_K],
+  [11, encodeQ3_K],
+  [12, encodeQ4_K],
+  [13, encodeQ5_K],
+  [14, encodeQ6_K],
+  [20, encodeIQ4_NL],
+  [23, encodeIQ4_XS],
 ]);
 
 function describe(type: number): string {

@@ -115,7 +115,7 @@ const trunc = Math.trunc;
 export const encodeQ4_0: BlockEncoder = (x, si, out, oo, nb) => {
   for (let i = 0; i < nb; i++, si += 32, oo += 18) {
     const d = fround(signedMax(x, si) / -8);
-    const id = d ? fround(1 / d) : 0;
+    const id = d !== 0 ? fround(1 / d) : 0;
     putF16(out, oo, d);
     for (let j = 0; j < 16; j++) {
       const x0 = fround(x[si + j] * id);
@@ -131,7 +131,7 @@ export const encodeQ4_1: BlockEncoder = (x, si, out, oo, nb) => {
   for (let i = 0; i < nb; i++, si += 32, oo += 20) {
     const [min, max] = minMax(x, si);
     const d = fround(fround(max - min) / 15);
-    const id = d ? fround(1 / d) : 0;
+    const id = d !== 0 ? fround(1 / d) : 0;
     putF16(out, oo, d);
     putF16(out, oo + 2, min);
     for (let j = 0; j < 16; j++) {
@@ -147,7 +147,7 @@ export const encodeQ4_1: BlockEncoder = (x, si, out, oo, nb) => {
 export const encodeQ5_0: BlockEncoder = (x, si, out, oo, nb) => {
   for (let i = 0; i < nb; i++, si += 32, oo += 22) {
     const d = fround(signedMax(x, si) / -16);
-    const id = d ? fround(1 / d) : 0;
+    const id = d !== 0 ? fround(1 / d) : 0;
     putF16(out, oo, d);
     let qh = 0;
     for (let j = 0; j < 16; j++) {
@@ -170,7 +170,7 @@ export const encodeQ5_1: BlockEncoder = (x, si, out, oo, nb) => {
   for (let i = 0; i < nb; i++, si += 32, oo += 24) {
     const [min, max] = minMax(x, si);
     const d = fround(fround(max - min) / 31);
-    const id = d ? fround(1 / d) : 0;
+    const id = d !== 0 ? fround(1 / d) : 0;
     putF16(out, oo, d);
     putF16(out, oo + 2, min);
     let qh = 0;
@@ -202,7 +202,7 @@ function absMax(x: Float32Array, s: number): number {
 export const encodeQ8_0: BlockEncoder = (x, si, out, oo, nb) => {
   for (let i = 0; i < nb; i++, si += 32, oo += 34) {
     const d = fround(absMax(x, si) / 127);
-    const id = d ? fround(1 / d) : 0;
+    const id = d !== 0 ? fround(1 / d) : 0;
     putF16(out, oo, d);
     for (let j = 0; j < 32; j++) out[oo + 2 + j] = roundf(fround(x[si + j] * id)) & 0xff;
   }
@@ -211,7 +211,7 @@ export const encodeQ8_0: BlockEncoder = (x, si, out, oo, nb) => {
 export const encodeQ8_1: BlockEncoder = (x, si, out, oo, nb) => {
   for (let i = 0; i < nb; i++, si += 32, oo += 36) {
     const d = fround(absMax(x, si) / 127);
-    const id = d ? fround(1 / d) : 0;
+    const id = d !== 0 ? fround(1 / d) : 0;
     putF16(out, oo, d);
     let sum = 0;
     for (let j = 0; j < 32; j++) {

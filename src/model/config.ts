@@ -71,6 +71,17 @@ export interface ModelConfig {
   readonly kqScale: number;
   /** multiplier on rope cos/sin (1 except glm-dsa with YaRN, see ropeMscale) */
   readonly ropeMscale: number;
+  /**
+   * How expert groups are scored. "definition": V2 softmax models by the max of each group (DeepSeek-V2's
+   * group_limited_greedy), sigmoid models by the sum of the top-2. "llama.cpp": always the top-2 sum, as llama.cpp
+   * does — a deviation for V2-style files, selectable only to compare against llama.cpp.
+   */
+  readonly groupScoring: "definition" | "llama.cpp";
+}
+
+export interface ConfigOptions {
+  /** score expert groups as llama.cpp does (see ModelConfig.groupScoring) */
+  readonly llamaCppGroupScoring?: boolean;
 }
 
 /** get_mscale(f, m) of DeepSeek YaRN. */
@@ -80,7 +91,7 @@ export function yarnMscale(factor: number, m: number): number {
 
 const GLM47_FLASH_VOCAB = 154880;
 
-export function parseConfig(meta: Metadata, nVocabFromTensors?: number): ModelConfig {
+export function parseConfig(meta: Metadata, nVocabFromTensors?: number, options: ConfigOptions = {}): ModelConfig {
   const arch = meta.requireString("general.architecture");
   if (arch !== "deepseek2" && arch !== "glm-dsa") {
     throw new ModelConfigError(`general.architecture = "${arch}": latent runs deepseek2 and glm-dsa models`);
@@ -264,5 +275,6 @@ export function parseConfig(meta: Metadata, nVocabFromTensors?: number): ModelCo
     indexer,
     kqScale,
     ropeMscale,
+    groupScoring: options.llamaCppGroupScoring === true ? "llama.cpp" : "definition",
   };
 }

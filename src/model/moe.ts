@@ -37,7 +37,7 @@ export function route(z: ArrayLike<number>, c: ModelConfig, bias: Float32Array |
     const groupScore = new Float64Array(c.nGroup);
     for (let g = 0; g < c.nGroup; g++) {
       const members = Array.from(sel.subarray(g * per, (g + 1) * per));
-      if (c.gating === "softmax") {
+      if (c.gating === "softmax" && c.groupScoring === "definition") {
         groupScore[g] = Math.max(...members);
       } else {
         members.sort((a, b) => b - a);

@@ -1,0 +1,260 @@
+import type { DeepSeek2 } from "../model/deepseek2.js";
+import type { Tokenizer } from "../tokenizer/index.js";
+import { UsageError } from "../util/errors.js";
+import { DEFAULT_PREFILL_CHUNK } from "./evaluate.js";
+import { LatentCache } from "./latent-cache.js";
+import { createSampler, type SampleResult, type SamplerOptions } from "./sampler.js";
+
+/**
+ * How the prompt and the generated tokens are run:
+ * - "prefill": the prompt in chunks over a latent cache, then one absorbed decode step per token (default);
+ * - "decode": the prompt one token at a time over the cache too (slow; checks the decode path alone);
+ * - "reference": no cache, the whole sequence recomputed for every new token (O(n²), for checking only).
+ */
+export type GeneratePath = "prefill" | "decode" | "reference";
+
+/** What generation needs of a model: its config and a forward pass (a DeepSeek2/GlmDsa, or a wrapper in tests). */
+export type GenerateModel = Pick<DeepSeek2, "config" | "forward">;
+
+/** What generation needs of a tokenizer: end-of-generation ids and streaming detokenization. */
+export type GenerateTokenizer = Pick<Tokenizer, "isEndOfGeneration" | "createDecoder">;
+
+/** Anything that picks a token from a logits row (a Sampler). */
+export interface TokenSampler {
+  sample(logits: Float32Array): SampleResult;
+}
+
+export interface GenerateOptions extends SamplerOptions {
+  /** most tokens to generate (default: until the context is full or a stop condition) */
+  readonly maxTokens?: number;
+  readonly path?: GeneratePath;
+  /** prefill chunk length (default DEFAULT_PREFILL_CHUNK) */
+  readonly chunk?: number;
+  /** stop when the generated text contains one of these; the text is cut before it */
+  readonly stop?: readonly string[];
+  /** further token ids that end generation, besides the tokenizer's end-of-generation set */
+  readonly stopTokens?: readonly number[];
+  /** keep going past end-of-generation tokens (they are then ordinary tokens) */
+  readonly ignoreEog?: boolean;
+  /** write the text of control tokens (BOS, …) that get generated; default false (dropped from the text) */
+  readonly special?: boolean;
+  /** use this sampler instead of one built from the sampler options */
+  readonly sampler?: TokenSampler;
+  /** called once per generated token (not for the end-of-generation token that stops it) */
+  readonly onToken?: (event: TokenEvent) => void;
+  /** prompt positions done / total, after every prefill chunk */
+  readonly onPrefill?: (done: number, total: number) => void;
+  /** checked between tokens: when aborted, generation ends with finishReason "abort" */
+  readonly signal?: AbortSignal;
+}
+
+export interface TokenEvent {
+  readonly id: number;
+  /**
+   * Text this token releases: "" while it ends in an incomplete UTF-8 sequence or could be the start of a stop
+   * string; the held-back text comes with a later token (or in the final flush, see GenerateResult.text).
+   */
+  readonly text: string;
+  /** log-probability of the token under the model's unmodified distribution */
+  readonly logprob: number;
+  /** top alternatives [id, logprob], when the `logprobs` option asked for them */
+  readonly top?: readonly [number, number][];
+  /** 0-based index among the generated tokens */
+  readonly index: number;
+}
+
+export type FinishReason = "stop" | "length" | "abort";
+
+export interface GenerateTimings {
+  /** wall time of the prompt's forward pass(es) */
+  readonly prefillMs: number;
+  /** wall time of everything after it: decode steps and sampling */
+  readonly decodeMs: number;
+  /** forward passes after the prompt's (one per generated token but the last) */
+  readonly decodeSteps: number;
+  readonly promptTokensPerSecond: number;
+  /** decode speed: decodeSteps / decodeMs (0 when there was no decode step) */
+  readonly tokensPerSecond: number;
+}
+
+export interface GenerateResult {
+  /** generated ids, without the end-of-generation token that stopped generation */
+  readonly tokens: number[];
+  readonly logprobs: number[];
+  /** top alternatives per generated token, when asked for */
+  readonly top?: (readonly [number, number][])[];
+  /**
+   * the whole generated text (stop string excluded). The events' texts concatenated are a prefix of it; the rest is
+   * what was still held back at the end (an incomplete UTF-8 tail, a partial stop-string match).
+   */
+  readonly text: string;
+  /** "stop": an end-of-generation token or stop string; "length": maxTokens or the context length */
+  readonly finishReason: FinishReason;
+  /** what stopped it, for finishReason "stop" */
+  readonly stoppedBy?: { readonly token: number } | { readonly string: string };
+  readonly promptTokens: number;
+  readonly timings: GenerateTimings;
+}
+
+/**
+ * Streaming generation: yields one TokenEvent per generated token and returns the GenerateResult. The caller drives
+ * it (a server can yield to the event loop between tokens); `generate` is the plain callback form. `onToken` in the
+ * options is ignored here.
+ *
+ * Only the last position's logits are computed: the prompt is prefilled (logits "last"), then each sampled token is
+ * fed back one decode step at a time. Generation ends at an end-of-generation token, a stop string, maxTokens, or
+ * when prompt + generated tokens reach the model's context length.
+ */
+export function* generateTokens(model: GenerateModel, tokenizer: GenerateTokenizer, promptTokens: readonly number[], opts: GenerateOptions = {}): Generator<TokenEvent, GenerateResult, void> {
+  const cfg = model.config;
+  const path = opts.path ?? "prefill";
+  if (path !== "prefill" && path !== "decode" && path !== "reference") throw new UsageError(`path must be prefill, decode or reference, got "${String(path)}"`);
+  const maxTokens = opts.maxTokens ?? Infinity;
+  if (!(maxTokens >= 0) || (maxTokens !== Infinity && !Number.isInteger(maxTokens))) throw new UsageError(`maxTokens must be an integer ≥ 0, got ${maxTokens}`);
+  const chunk = opts.chunk ?? DEFAULT_PREFILL_CHUNK;
+  if (!Number.isInteger(chunk) || chunk < 1) throw new UsageError(`chunk must be an integer ≥ 1, got ${chunk}`);
+  if (promptTokens.length === 0) throw new UsageError("the prompt has no tokens");
+  if (promptTokens.length > cfg.contextLength) throw new UsageError(`the prompt has ${promptTokens.length} tokens, more than the model's context length ${cfg.contextLength}`);
+  promptTokens.forEach((t, i) => {
+    if (!Number.isInteger(t) || t < 0 || t >= cfg.nVocab) throw new UsageError(`prompt token ${t} at index ${i} is outside the vocabulary (0..${cfg.nVocab - 1})`);
+  });
+  const stops = (opts.stop ?? []).filter((s) => s.length > 0);
+  const stopTokens = new Set(opts.stopTokens ?? []);
+  const sampler: TokenSampler = opts.sampler ?? createSampler(opts);
+  const decoder = tokenizer.createDecoder({ skipSpecial: !(opts.special ?? false) });
+
+  const tokens: number[] = [];
+  const logprobs: number[] = [];
+  const tops: (readonly [number, number][])[] = [];
+  let text = ""; // everything decoded so far (complete characters)
+  let emitted = 0; // text[0, emitted) has been released in events
+  let finishReason: FinishReason = "length";
+  let stoppedBy: GenerateResult["stoppedBy"];
+
+  const t0 = performance.now();
+  const cache = path === "reference" ? undefined : new LatentCache(cfg);
+  const all = [...promptTokens];
+  let logits: Float32Array;
+  if (cache === undefined) {
+    logits = model.forward(all, undefined, { path: "reference", logits: "last" });
+    opts.onPrefill?.(all.length, all.length);
+  } else {
+    const step = path === "decode" ? 1 : chunk;
+    logits = new Float32Array(0);
+    for (let i = 0; i < all.length; i += step) {
+      logits = model.forward(all.slice(i, i + step), cache, { path: path === "decode" ? "decode" : "prefill", logits: "last" });
+      opts.onPrefill?.(Math.min(i + step, all.length), all.length);
+    }
+  }
+  const t1 = performance.now();
+  let decodeSteps = 0;
+
+  /** Length of the longest suffix of `s` that is a proper prefix of a stop string: that much must wait. */
+  const heldBack = (s: string): number => {
+    let hold = 0;
+    for (const stop of stops) {
+      for (let k = Math.min(stop.length - 1, s.length); k > hold; k--) {
+        if (s.endsWith(stop.slice(0, k))) {
+          hold = k;
+          break;
+        }
+      }
+    }
+    return hold;
+  };
+
+  while (tokens.length < maxTokens) {
+    if (opts.signal?.aborted === true) {
+      finishReason = "abort";
+      break;
+    }
+    const r = sampler.sample(logits);
+    if (!(opts.ignoreEog ?? false) && (tokenizer.isEndOfGeneration(r.token) || stopTokens.has(r.token))) {
+      finishReason = "stop";
+      stoppedBy = { token: r.token };
+      break;
+    }
+    tokens.push(r.token);
+    logprobs.push(r.logprob);
+    if (r.top !== undefined) tops.push(r.top);
+    const before = text.length;
+    text += decoder.push(r.token);
+    let release: number;
+    let hit: string | undefined;
+    if (stops.length > 0) {
+      let at = -1;
+      for (const stop of stops) {
+        const i = text.indexOf(stop, Math.max(0, before - stop.length + 1));
+        if (i >= 0 && (at < 0 || i < at)) {
+          at = i;
+          hit = stop;
+        }
+      }
+      if (hit !== undefined) {
+        text = text.slice(0, at);
+        release = at;
+      } else release = text.length - heldBack(text);
+    } else release = text.length;
+    const piece = text.slice(emitted, Math.max(emitted, release));
+    emitted = Math.max(emitted, release);
+    yield { id: r.token, text: piece, logprob: r.logprob, ...(r.top !== undefined ? { top: r.top } : {}), index: tokens.length - 1 };
+    if (hit !== undefined) {
+      finishReason = "stop";
+      stoppedBy = { string: hit };
+      break;
+    }
+    // prompt + generated tokens may fill the context, no more
+    if (tokens.length >= maxTokens || promptTokens.length + tokens.length >= cfg.contextLength) break;
+    all.push(r.token);
+    logits = cache === undefined
+      ? model.forward(all, undefined, { path: "reference", logits: "last" })
+      : model.forward([r.token], cache, { path: "decode", logits: "last" });
+    decodeSteps++;
+  }
+  // Unless a stop string cut the text, what was held back is part of it: an incomplete UTF-8 tail (as U+FFFD) and
+  // a partial stop-string match. It comes in no event: streamers print result.text.slice(<length streamed>).
+  if (stoppedBy === undefined || !("string" in stoppedBy)) text += decoder.flush();
+  const t2 = performance.now();
+  const prefillMs = t1 - t0;
+  const decodeMs = t2 - t1;
+  return {
+    tokens,
+    logprobs,
+    ...(tops.length > 0 ? { top: tops } : {}),
+    text,
+    finishReason,
+    ...(stoppedBy !== undefined ? { stoppedBy } : {}),
+    promptTokens: promptTokens.length,
+    timings: {
+      prefillMs,
+      decodeMs,
+      decodeSteps,
+      promptTokensPerSecond: prefillMs > 0 ? (promptTokens.length * 1000) / prefillMs : 0,
+      tokensPerSecond: decodeSteps > 0 && decodeMs > 0 ? (decodeSteps * 1000) / decodeMs : 0,
+    },
+  };
+}
+
+/**
+ * Generate from `promptTokens`, calling `opts.onToken` as tokens arrive; resolves to the whole result. Yields to the
+ * event loop between tokens so output streams and `opts.signal` can abort.
+ */
+export async function generate(model: GenerateModel, tokenizer: GenerateTokenizer, promptTokens: readonly number[], opts: GenerateOptions = {}): Promise<GenerateResult> {
+  const it = generateTokens(model, tokenizer, promptTokens, opts);
+  for (;;) {
+    const r = it.next();
+    if (r.done === true) return r.value;
+    opts.onToken?.(r.value);
+    await new Promise<void>((resolve) => setImmediate(resolve));
+  }
+}
+
+/** Synchronous form of `generate` (no yielding to the event loop). */
+export function generateSync(model: GenerateModel, tokenizer: GenerateTokenizer, promptTokens: readonly number[], opts: GenerateOptions = {}): GenerateResult {
+  const it = generateTokens(model, tokenizer, promptTokens, opts);
+  for (;;) {
+    const r = it.next();
+    if (r.done === true) return r.value;
+    opts.onToken?.(r.value);
+  }
+}

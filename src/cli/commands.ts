@@ -1,9 +1,13 @@
 import type { Command } from "./command.js";
+import { inspectCommand } from "./inspect.js";
 import { logitsCommand } from "./logits.js";
 import { runCommand } from "./run.js";
+import { synthCommand } from "./synth.js";
 
 // One line per subcommand; keep alphabetical to avoid merge conflicts.
 export const commands: Command[] = [
+  inspectCommand,
   logitsCommand,
   runCommand,
+  synthCommand,
 ];

@@ -25,10 +25,26 @@ class Rows {
 }
 
 /**
+ * What the forward pass needs from a sequence's cache: positions [0, length) of latents per layer, appended one chunk
+ * at a time (every layer appends the chunk, then `advance` moves `length`). The contiguous LatentCache below and the
+ * server's paged cache implement it.
+ */
+export interface LatentStore {
+  readonly length: number;
+  /** store the chunk's rows of one layer at positions [length, length + n) */
+  append(layer: number, c: Float64Array, kPe: Float64Array, indexerKeys: Float64Array | undefined): void;
+  /** rows of positions [0, length) of one layer (after append: including the chunk) */
+  latent(layer: number, length: number): LatentRows;
+  indexerKeys(layer: number, length: number): IndexerKeys;
+  /** all layers have appended n positions */
+  advance(n: number): void;
+}
+
+/**
  * The per-sequence MLA cache: per layer and position the latent c (L) and roped k_pe (R) — 576 floats for DeepSeek —
  * plus the DSA indexer key (D_idx) for glm-dsa. Stored as float32 (llama.cpp's F32 cache).
  */
-export class LatentCache {
+export class LatentCache implements LatentStore {
   private readonly c: Rows[];
   private readonly kPe: Rows[];
   private readonly ik: Rows[];
@@ -59,6 +75,10 @@ export class LatentCache {
 
   indexerKeys(layer: number, length: number): IndexerKeys {
     return { k: this.ik[layer]!.data, length };
+  }
+
+  advance(n: number): void {
+    this.length += n;
   }
 
   /** Drop positions ≥ n (e.g. to reuse a prompt prefix). */

@@ -1,8 +1,9 @@
+import { plainKernels, type MatKernels } from "../backend/cpu/kernels.js";
 import { rmsNorm } from "../backend/cpu/ops.js";
-import type { LatentCache } from "../engine/latent-cache.js";
+import type { LatentStore } from "../engine/latent-cache.js";
 import { LatentError } from "../util/errors.js";
 import type { ModelConfig } from "./config.js";
-import { ATTENTION, project, type AttentionPath, type KeySelection, type LatentRows, type Projections } from "./mla.js";
+import { ATTENTION, project, sliceProjections, type AttentionPath, type KeySelection, type LatentRows, type Projections } from "./mla.js";
 import { moe, swiglu } from "./moe.js";
 import { Rope } from "./rope.js";
 import type { LayerWeights, ModelWeights } from "./weights.js";
@@ -11,16 +12,33 @@ export interface ForwardOptions {
   readonly path: AttentionPath;
   /** logits for every position of the chunk, or only the last one (generation) */
   readonly logits: "all" | "last";
+  readonly trace?: Trace;
 }
 
+/** One sequence's part of a batch: its new tokens, its cache (undefined: reference path from position 0), its path. */
+export interface SequenceChunk {
+  readonly tokens: readonly number[];
+  readonly cache: LatentStore | undefined;
+  readonly path: AttentionPath;
+  readonly logits: "all" | "last" | "none";
+}
+
+/** Intermediate values, for diagnosis: rows of `width` values, one per token of the batch. */
+export type TraceStage = "embed" | "attn_norm" | "q" | "latent" | "k_pe" | "attn_out" | "o_proj" | "ffn_norm" | "router" | "ffn_out" | "residual" | "output_norm";
+export type Trace = (layer: number, stage: TraceStage, rows: Float64Array, width: number) => void;
+
 /**
- * DeepSeek-V2/V3 (GGUF `deepseek2`) forward pass, one chunk of tokens at a time:
+ * DeepSeek-V2/V3 (GGUF `deepseek2`) forward pass over a batch of sequence chunks:
  *   h = embed(tokens)
  *   per layer: h += W_o · MLA(attn_norm(h));  h += FFN(ffn_norm(h))   (dense SwiGLU for the leading layers, else MoE)
  *   logits = output · output_norm(h)
+ * Per-token work (norms, projections, FFN/MoE, output) runs over all tokens of the batch at once; attention runs per
+ * sequence on its own cache and path. The reference path always uses the plain kernels.
  */
 export class DeepSeek2 {
   readonly rope: Rope;
+  /** matrix kernels of the prefill/decode paths (a fast backend may replace them) */
+  kernels: MatKernels = plainKernels;
 
   constructor(
     readonly config: ModelConfig,
@@ -29,72 +47,123 @@ export class DeepSeek2 {
     this.rope = Rope.forConfig(config);
   }
 
-  /**
-   * Run `tokens` at positions cache.length .. (appending their latents), or, with `cache` undefined (path
-   * "reference" only), the whole sequence from position 0. Returns logits [m × n_vocab] as float32.
-   */
-  forward(tokens: readonly number[], cache: LatentCache | undefined, opts: ForwardOptions): Float32Array {
+  /** One sequence: `tokens` at positions cache.length.. (or, cache undefined, the whole sequence on the reference path). */
+  forward(tokens: readonly number[], cache: LatentStore | undefined, opts: ForwardOptions): Float32Array {
+    return this.forwardBatch([{ tokens, cache, path: opts.path, logits: opts.logits }], opts.trace)[0]!;
+  }
+
+  /** Logits [m × n_vocab] per sequence (m = chunk length, 1, or 0 as each asked). */
+  forwardBatch(seqs: readonly SequenceChunk[], trace?: Trace): Float32Array[] {
     const c = this.config;
-    const n = tokens.length;
-    if (n === 0) throw new LatentError("forward needs at least one token");
-    if (opts.path === "decode" && n !== 1) throw new LatentError(`the decode path takes one token at a time, got ${n}`);
-    if (cache === undefined && opts.path !== "reference") throw new LatentError(`the ${opts.path} path needs a latent cache`);
-    const pos0 = cache?.length ?? 0;
     const Hd = c.nEmbd;
+    if (seqs.length === 0) return [];
+    const k = seqs.every((s) => s.path === "reference") ? plainKernels : seqs.some((s) => s.path === "reference") ? undefined : this.kernels;
+    if (k === undefined) throw new LatentError("the reference path cannot share a batch with other paths");
+    const starts: number[] = [];
+    const positions: number[] = [];
+    let n = 0;
+    for (const s of seqs) {
+      if (s.tokens.length === 0) throw new LatentError("forward needs at least one token per sequence");
+      if (s.path === "decode" && s.tokens.length !== 1) throw new LatentError(`the decode path takes one token at a time, got ${s.tokens.length}`);
+      if (s.cache === undefined && s.path !== "reference") throw new LatentError(`the ${s.path} path needs a latent cache`);
+      const pos0 = s.cache?.length ?? 0;
+      if (pos0 + s.tokens.length > c.contextLength) throw new LatentError(`context full: ${pos0 + s.tokens.length} positions exceed the context length ${c.contextLength}`);
+      starts.push(n);
+      s.tokens.forEach((_, t) => positions.push(pos0 + t));
+      n += s.tokens.length;
+    }
+
     const h = new Float64Array(n * Hd);
-    tokens.forEach((tok, t) => {
-      if (!Number.isInteger(tok) || tok < 0 || tok >= c.nVocab) throw new LatentError(`token id ${tok} at index ${t} is outside the vocabulary (0..${c.nVocab - 1})`);
-      h.set(this.weights.tokenEmbd.row(tok), t * Hd);
-    });
+    let row = 0;
+    for (const s of seqs) {
+      for (const tok of s.tokens) {
+        if (!Number.isInteger(tok) || tok < 0 || tok >= c.nVocab) throw new LatentError(`token id ${tok} is outside the vocabulary (0..${c.nVocab - 1})`);
+        h.set(this.weights.tokenEmbd.row(tok), row++ * Hd);
+      }
+    }
+    trace?.(-1, "embed", h, Hd);
 
     const x = new Float64Array(n * Hd);
     const ffnOut = new Float64Array(n * Hd);
     this.weights.layers.forEach((lw, il) => {
       for (let t = 0; t < n; t++) rmsNorm(h, t * Hd, lw.attn.norm, c.rmsEps, x, t * Hd);
-      const attnOut = this.attention(il, lw, x, n, pos0, cache, opts.path);
+      trace?.(il, "attn_norm", x, Hd);
+      const attnOut = this.attention(il, lw, x, seqs, starts, positions, k, trace);
       for (let i = 0; i < n * Hd; i++) h[i] += attnOut[i]!;
 
       for (let t = 0; t < n; t++) rmsNorm(h, t * Hd, lw.ffnNorm, c.rmsEps, x, t * Hd);
-      if (lw.dense !== undefined) swiglu(lw.dense, x, n, Hd, ffnOut, false);
-      else moe(lw.moe!, c, x, n, ffnOut);
+      trace?.(il, "ffn_norm", x, Hd);
+      if (lw.dense !== undefined) swiglu(lw.dense, x, n, Hd, ffnOut, false, undefined, k);
+      else moe(lw.moe!, c, x, n, ffnOut, k, trace ? (z) => trace(il, "router", z, c.nExpert) : undefined);
+      trace?.(il, "ffn_out", ffnOut, Hd);
       for (let i = 0; i < n * Hd; i++) h[i] += ffnOut[i]!;
+      trace?.(il, "residual", h, Hd);
     });
-    if (cache !== undefined) cache.length = pos0 + n;
+    seqs.forEach((s) => s.cache?.advance(s.tokens.length));
 
-    const first = opts.logits === "last" ? n - 1 : 0;
-    const m = n - first;
+    // Output rows: only those asked for.
+    const rows: number[] = [];
+    const counts = seqs.map((s, i) => {
+      const len = s.tokens.length;
+      const first = s.logits === "all" ? 0 : s.logits === "last" ? len - 1 : len;
+      for (let t = first; t < len; t++) rows.push(starts[i]! + t);
+      return len - first;
+    });
+    const m = rows.length;
     const hn = new Float64Array(m * Hd);
-    for (let t = 0; t < m; t++) rmsNorm(h, (first + t) * Hd, this.weights.outputNorm, c.rmsEps, hn, t * Hd);
+    rows.forEach((r, i) => rmsNorm(h, r * Hd, this.weights.outputNorm, c.rmsEps, hn, i * Hd));
+    trace?.(c.nLayer, "output_norm", hn, Hd);
     const logits64 = new Float64Array(m * c.nVocab);
-    this.weights.output.matmul(hn, m, Hd, logits64, c.nVocab);
-    return Float32Array.from(logits64);
+    if (m > 0) k.matmul(this.weights.output, hn, m, Hd, logits64, c.nVocab);
+    const out: Float32Array[] = [];
+    let at = 0;
+    for (const cnt of counts) {
+      out.push(Float32Array.from(logits64.subarray(at * c.nVocab, (at + cnt) * c.nVocab)));
+      at += cnt;
+    }
+    return out;
   }
 
-  /** One layer's attention for the chunk (x = attn_norm output) → W_o · o, [n × Hd]. */
-  private attention(il: number, lw: LayerWeights, x: Float64Array, n: number, pos0: number, cache: LatentCache | undefined, path: AttentionPath): Float64Array {
+  /** One layer's attention for the batch (x = attn_norm output) → W_o · o, [n × Hd]. */
+  private attention(il: number, lw: LayerWeights, x: Float64Array, seqs: readonly SequenceChunk[], starts: readonly number[], positions: readonly number[], k: MatKernels, trace: Trace | undefined): Float64Array {
     const c = this.config;
-    const pr = project(lw.attn, c, this.rope, x, n, pos0);
-    let lat: LatentRows;
-    if (cache === undefined) {
-      lat = { c: pr.c, kPe: pr.kPe, length: n };
-    } else {
-      cache.append(il, pr.c, pr.kPe, this.indexerKeys(il, lw, x, n, pos0));
-      lat = cache.latent(il, pos0 + n);
-    }
-    const sel = this.selectKeys(il, lw, x, pr, n, pos0, cache);
-    const o = ATTENTION[path](lw.attn, c, pr, n, pos0, lat, sel);
+    const n = positions.length;
+    const HV = c.nHead * c.vHead;
+    const all = project(lw.attn, c, this.rope, x, n, positions, k);
+    trace?.(il, "q", all.q, c.nHead * (c.qkNope + c.qkRope));
+    trace?.(il, "latent", all.c, c.kvLoraRank);
+    trace?.(il, "k_pe", all.kPe, c.qkRope);
+    const o = new Float64Array(n * HV);
+    seqs.forEach((s, si) => {
+      const start = starts[si]!;
+      const len = s.tokens.length;
+      const pos0 = positions[start]!;
+      const pr = sliceProjections(all, c, start, len);
+      const xs = x.subarray(start * c.nEmbd, (start + len) * c.nEmbd);
+      let lat: LatentRows;
+      if (s.cache === undefined) {
+        lat = { c: pr.c, kPe: pr.kPe, length: len };
+      } else {
+        s.cache.append(il, pr.c, pr.kPe, this.indexerKeys(il, lw, xs, len, pos0, k));
+        lat = s.cache.latent(il, pos0 + len);
+      }
+      const sel = this.selectKeys(il, lw, xs, pr, len, pos0, s.cache, k);
+      o.set(ATTENTION[s.path](lw.attn, c, pr, len, pos0, lat, sel, k), start * HV);
+    });
+    trace?.(il, "attn_out", o, HV);
     const out = new Float64Array(n * c.nEmbd);
-    lw.attn.o.matmul(o, n, c.nHead * c.vHead, out, c.nEmbd);
+    k.matmul(lw.attn.o, o, n, HV, out, c.nEmbd);
+    trace?.(il, "o_proj", out, c.nEmbd);
     return out;
   }
 
   /** Hook for sparse attention: keys that each query may see (dense MLA: all causal keys). */
-  protected selectKeys(_il: number, _lw: LayerWeights, _x: Float64Array, _pr: Projections, _n: number, _pos0: number, _cache: LatentCache | undefined): KeySelection | undefined {
+  protected selectKeys(_il: number, _lw: LayerWeights, _x: Float64Array, _pr: Projections, _n: number, _pos0: number, _cache: LatentStore | undefined, _k: MatKernels): KeySelection | undefined {
     return undefined;
   }
 
   /** Hook: per-token keys an architecture caches beside the latent (DSA indexer keys). */
-  protected indexerKeys(_il: number, _lw: LayerWeights, _x: Float64Array, _n: number, _pos0: number): Float64Array | undefined {
+  protected indexerKeys(_il: number, _lw: LayerWeights, _x: Float64Array, _n: number, _pos0: number, _k: MatKernels): Float64Array | undefined {
     return undefined;
   }
 }

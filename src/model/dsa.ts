@@ -1,3 +1,4 @@
+import type { MatKernels } from "../backend/cpu/kernels.js";
 import { layerNorm, topK, type Vec } from "../backend/cpu/ops.js";
 import type { IndexerConfig, ModelConfig } from "./config.js";
 import type { KeySelection } from "./mla.js";
@@ -24,10 +25,10 @@ export class Indexer {
   ) {}
 
   /** k^I for n tokens x [n × Hd] at positions pos0.. → [n × D_idx] */
-  keys(x: Float64Array, n: number, pos0: number): Float64Array {
+  keys(x: Float64Array, n: number, pos0: number, kern: MatKernels): Float64Array {
     const D = this.cfg.headDim;
     const k = new Float64Array(n * D);
-    this.w.k.matmul(x, n, this.model.nEmbd, k, D);
+    kern.matmul(this.w.k, x, n, this.model.nEmbd, k, D);
     for (let t = 0; t < n; t++) {
       // llama.cpp never reads an eps for this LayerNorm (0); the kit model cannot tell 0 from 1e-6.
       layerNorm(k, t * D, this.w.kNormW, this.w.kNormB, 0, k, t * D);
@@ -37,13 +38,13 @@ export class Indexer {
   }
 
   /** Key selection for n queries (normed q-LoRA latents qr [n × Lq], inputs x [n × Hd]) against `keys`. */
-  select(x: Float64Array, qr: Float64Array, n: number, pos0: number, keys: IndexerKeys): KeySelection {
+  select(x: Float64Array, qr: Float64Array, n: number, pos0: number, keys: IndexerKeys, kern: MatKernels): KeySelection {
     const { nHead: Hi, headDim: D, topK: K } = this.cfg;
     const Lq = this.model.qLoraRank;
     const q = new Float64Array(n * Hi * D);
-    this.w.qB.matmul(qr, n, Lq, q, Hi * D);
+    kern.matmul(this.w.qB, qr, n, Lq, q, Hi * D);
     const wts = new Float64Array(n * Hi);
-    this.w.proj.matmul(x, n, this.model.nEmbd, wts, Hi);
+    kern.matmul(this.w.proj, x, n, this.model.nEmbd, wts, Hi);
     const wScale = 1 / Math.sqrt(Hi * D);
     const chosen: (number[] | undefined)[] = [];
     for (let i = 0; i < n; i++) {

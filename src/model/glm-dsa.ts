@@ -1,4 +1,5 @@
-import type { LatentCache } from "../engine/latent-cache.js";
+import type { MatKernels } from "../backend/cpu/kernels.js";
+import type { LatentStore } from "../engine/latent-cache.js";
 import type { ModelConfig } from "./config.js";
 import { DeepSeek2 } from "./deepseek2.js";
 import { Indexer } from "./dsa.js";
@@ -17,14 +18,14 @@ export class GlmDsa extends DeepSeek2 {
     this.indexers = weights.layers.map((lw) => (lw.attn.indexer && config.indexer ? new Indexer(lw.attn.indexer, config.indexer, config, this.rope) : undefined));
   }
 
-  protected override indexerKeys(il: number, _lw: LayerWeights, x: Float64Array, n: number, pos0: number): Float64Array | undefined {
-    return this.indexers[il]?.keys(x, n, pos0);
+  protected override indexerKeys(il: number, _lw: LayerWeights, x: Float64Array, n: number, pos0: number, k: MatKernels): Float64Array | undefined {
+    return this.indexers[il]?.keys(x, n, pos0, k);
   }
 
-  protected override selectKeys(il: number, _lw: LayerWeights, x: Float64Array, pr: Projections, n: number, pos0: number, cache: LatentCache | undefined): KeySelection | undefined {
+  protected override selectKeys(il: number, _lw: LayerWeights, x: Float64Array, pr: Projections, n: number, pos0: number, cache: LatentStore | undefined, k: MatKernels): KeySelection | undefined {
     const indexer = this.indexers[il];
     if (indexer === undefined || pr.qr === undefined) return undefined;
-    const keys = cache === undefined ? { k: indexer.keys(x, n, pos0), length: n } : cache.indexerKeys(il, pos0 + n);
-    return indexer.select(x, pr.qr, n, pos0, keys);
+    const keys = cache === undefined ? { k: indexer.keys(x, n, pos0, k), length: n } : cache.indexerKeys(il, pos0 + n);
+    return indexer.select(x, pr.qr, n, pos0, keys, k);
   }
 }

@@ -1,3 +1,4 @@
+import type { MatKernels } from "../backend/cpu/kernels.js";
 import { rmsNorm, softmaxInPlace, type Vec } from "../backend/cpu/ops.js";
 import type { ModelConfig } from "./config.js";
 import type { Rope } from "./rope.js";
@@ -34,31 +35,43 @@ export interface Projections {
   readonly qr: Float64Array | undefined;
 }
 
-/** q, c, k_pe for tokens at positions pos0 .. pos0+n−1 from the attention-normed inputs x [n × Hd]. */
-export function project(w: AttentionWeights, cfg: ModelConfig, rope: Rope, x: Float64Array, n: number, pos0: number): Projections {
+/** q, c, k_pe for n tokens at positions `pos[t]` from the attention-normed inputs x [n × Hd]. */
+export function project(w: AttentionWeights, cfg: ModelConfig, rope: Rope, x: Float64Array, n: number, pos: ArrayLike<number>, k: MatKernels): Projections {
   const { nEmbd: Hd, nHead: H, qkNope: P, qkRope: R, kvLoraRank: L, qLoraRank: Lq } = cfg;
   const D = P + R;
   const q = new Float64Array(n * H * D);
   let qr: Float64Array | undefined;
   if (w.qA !== undefined) {
     qr = new Float64Array(n * Lq);
-    w.qA.matmul(x, n, Hd, qr, Lq);
+    k.matmul(w.qA, x, n, Hd, qr, Lq);
     for (let t = 0; t < n; t++) rmsNorm(qr, t * Lq, w.qANorm!, cfg.rmsEps, qr, t * Lq);
-    w.qB!.matmul(qr, n, Lq, q, H * D);
+    k.matmul(w.qB!, qr, n, Lq, q, H * D);
   } else {
-    w.q!.matmul(x, n, Hd, q, H * D);
+    k.matmul(w.q!, x, n, Hd, q, H * D);
   }
   const kv = new Float64Array(n * (L + R));
-  w.kvA.matmul(x, n, Hd, kv, L + R);
+  k.matmul(w.kvA, x, n, Hd, kv, L + R);
   const c = new Float64Array(n * L);
   const kPe = new Float64Array(n * R);
   for (let t = 0; t < n; t++) {
     rmsNorm(kv, t * (L + R), w.kvANorm, cfg.rmsEps, c, t * L);
     kPe.set(kv.subarray(t * (L + R) + L, (t + 1) * (L + R)), t * R);
-    rope.apply(kPe, t * R, pos0 + t);
-    for (let h = 0; h < H; h++) rope.apply(q, (t * H + h) * D + P, pos0 + t);
+    rope.apply(kPe, t * R, pos[t]!);
+    for (let h = 0; h < H; h++) rope.apply(q, (t * H + h) * D + P, pos[t]!);
   }
   return { q, c, kPe, qr };
+}
+
+/** Rows [start, start+n) of a batch's projections (views, no copy). */
+export function sliceProjections(pr: Projections, cfg: ModelConfig, start: number, n: number): Projections {
+  const { nHead: H, qkNope: P, qkRope: R, kvLoraRank: L, qLoraRank: Lq } = cfg;
+  const D = P + R;
+  return {
+    q: pr.q.subarray(start * H * D, (start + n) * H * D),
+    c: pr.c.subarray(start * L, (start + n) * L),
+    kPe: pr.kPe.subarray(start * R, (start + n) * R),
+    qr: pr.qr?.subarray(start * Lq, (start + n) * Lq),
+  };
 }
 
 /** Keys a query may attend to: undefined = every causal key (0..pos), else an explicit sorted list (DSA top-k). */
@@ -105,11 +118,11 @@ function mha(cfg: ModelConfig, pr: Projections, n: number, pos0: number, kNope: 
 }
 
 /** The definition: K/V from the HF kv_b_proj over all T positions of `lat`, then plain causal MHA. */
-export function attendReference(w: AttentionWeights, cfg: ModelConfig, pr: Projections, n: number, pos0: number, lat: LatentRows, sel?: KeySelection): Float64Array {
+export function attendReference(w: AttentionWeights, cfg: ModelConfig, pr: Projections, n: number, pos0: number, lat: LatentRows, sel: KeySelection | undefined, k: MatKernels): Float64Array {
   const { nHead: H, qkNope: P, vHead: V, kvLoraRank: L } = cfg;
   const T = lat.length;
   const kv = new Float64Array(T * H * (P + V));
-  w.kvB().matmul(lat.c as Vec, T, L, kv, H * (P + V));
+  k.matmul(w.kvB(), lat.c as Vec, T, L, kv, H * (P + V));
   const kNope = new Float64Array(T * H * P);
   const v = new Float64Array(T * H * V);
   for (let u = 0; u < T; u++) {
@@ -123,7 +136,7 @@ export function attendReference(w: AttentionWeights, cfg: ModelConfig, pr: Proje
 }
 
 /** Prefill: decompress every cached position with W_UK (attn_k_b, transposed product) and W_UV (attn_v_b), then MHA. */
-export function attendPrefill(w: AttentionWeights, cfg: ModelConfig, pr: Projections, n: number, pos0: number, lat: LatentRows, sel?: KeySelection): Float64Array {
+export function attendPrefill(w: AttentionWeights, cfg: ModelConfig, pr: Projections, n: number, pos0: number, lat: LatentRows, sel: KeySelection | undefined, k: MatKernels): Float64Array {
   const { nHead: H, qkNope: P, vHead: V, kvLoraRank: L } = cfg;
   const T = lat.length;
   const kNope = new Float64Array(T * H * P);
@@ -132,8 +145,8 @@ export function attendPrefill(w: AttentionWeights, cfg: ModelConfig, pr: Project
   const vh = new Float64Array(T * V);
   const c = lat.c instanceof Float64Array ? lat.c : Float64Array.from(lat.c.subarray(0, T * L));
   for (let h = 0; h < H; h++) {
-    w.kB[h]!.matmulT(c, T, L, kh, P);
-    w.vB[h]!.matmul(c, T, L, vh, V);
+    k.matmulT(w.kB[h]!, c, T, L, kh, P);
+    k.matmul(w.vB[h]!, c, T, L, vh, V);
     for (let u = 0; u < T; u++) {
       kNope.set(kh.subarray(u * P, (u + 1) * P), (u * H + h) * P);
       v.set(vh.subarray(u * V, (u + 1) * V), (u * H + h) * V);
@@ -143,7 +156,7 @@ export function attendPrefill(w: AttentionWeights, cfg: ModelConfig, pr: Project
 }
 
 /** Absorbed decode: MQA of q_abs = W_UKᵀ q_nope against the latent, value = c, then W_UV per head. */
-export function attendAbsorbed(w: AttentionWeights, cfg: ModelConfig, pr: Projections, n: number, pos0: number, lat: LatentRows, sel?: KeySelection): Float64Array {
+export function attendAbsorbed(w: AttentionWeights, cfg: ModelConfig, pr: Projections, n: number, pos0: number, lat: LatentRows, sel: KeySelection | undefined, k: MatKernels): Float64Array {
   const { nHead: H, qkNope: P, qkRope: R, vHead: V, kvLoraRank: L } = cfg;
   const D = P + R;
   const o = new Float64Array(n * H * V);
@@ -156,7 +169,7 @@ export function attendAbsorbed(w: AttentionWeights, cfg: ModelConfig, pr: Projec
     const nk = typeof keys === "number" ? keys : keys.length;
     for (let h = 0; h < H; h++) {
       const qo = (i * H + h) * D;
-      w.kB[h]!.matvec(pr.q, qo, qAbs, 0); // q_abs,h = W_UK,hᵀ q_nope,h  (L)
+      k.matmul(w.kB[h]!, pr.q.subarray(qo, qo + P), 1, P, qAbs, L); // q_abs,h = W_UK,hᵀ q_nope,h  (L)
       for (let j = 0; j < nk; j++) {
         const u = typeof keys === "number" ? j : keys[j]!;
         let s = 0;
@@ -171,7 +184,7 @@ export function attendAbsorbed(w: AttentionWeights, cfg: ModelConfig, pr: Projec
         const pj = scores[j]!;
         for (let l = 0; l < L; l++) latOut[l] += pj * lat.c[u * L + l]!;
       }
-      w.vB[h]!.matvec(latOut, 0, o, (i * H + h) * V); // o_h = W_UV,h · Σ p c  (V)
+      k.matmul(w.vB[h]!, latOut, 1, L, o.subarray((i * H + h) * V, (i * H + h + 1) * V), V); // o_h = W_UV,h · Σ p c  (V)
     }
   }
   return o;

@@ -1,3 +1,4 @@
+import type { MatKernels } from "../backend/cpu/kernels.js";
 import { sigmoid, silu, topK, type Vec } from "../backend/cpu/ops.js";
 import type { ModelConfig } from "./config.js";
 import type { MoEWeights, SwiGLU } from "./weights.js";
@@ -59,15 +60,15 @@ export function route(z: ArrayLike<number>, c: ModelConfig, bias: Float32Array |
 }
 
 /** out[t] (+)= down(silu(gate·x_t) ⊙ up·x_t) for n inputs of width `dim` (batched: each weight row read once). */
-export function swiglu(ffn: SwiGLU, x: Vec, n: number, dim: number, out: Vec, accumulate: boolean, scale: ArrayLike<number> | undefined = undefined): void {
+export function swiglu(ffn: SwiGLU, x: Vec, n: number, dim: number, out: Vec, accumulate: boolean, scale: ArrayLike<number> | undefined, k: MatKernels): void {
   const F = ffn.gate.rows;
   const g = new Float64Array(n * F);
   const u = new Float64Array(n * F);
-  ffn.gate.matmul(x, n, dim, g, F);
-  ffn.up.matmul(x, n, dim, u, F);
+  k.matmul(ffn.gate, x, n, dim, g, F);
+  k.matmul(ffn.up, x, n, dim, u, F);
   for (let i = 0; i < n * F; i++) g[i] = silu(g[i]!) * u[i]!;
   const d = new Float64Array(n * dim);
-  ffn.down.matmul(g, n, F, d, dim);
+  k.matmul(ffn.down, g, n, F, d, dim);
   for (let t = 0; t < n; t++) {
     const s = scale === undefined ? 1 : scale[t]!;
     for (let j = 0; j < dim; j++) {
@@ -78,11 +79,12 @@ export function swiglu(ffn: SwiGLU, x: Vec, n: number, dim: number, out: Vec, ac
 }
 
 /** MoE FFN over n tokens x [n × Hd] → out [n × Hd]: tokens are grouped by expert so each expert's rows are read once. */
-export function moe(w: MoEWeights, c: ModelConfig, x: Vec, n: number, out: Vec): Route[] {
+export function moe(w: MoEWeights, c: ModelConfig, x: Vec, n: number, out: Vec, k: MatKernels, routerLogits?: (z: Float64Array) => void): Route[] {
   const Hd = c.nEmbd;
   const E = c.nExpert;
   const z = new Float64Array(n * E);
-  w.router.matmul(x, n, Hd, z, E);
+  k.matmul(w.router, x, n, Hd, z, E);
+  routerLogits?.(z);
   const routes: Route[] = [];
   const byExpert = new Map<number, { tokens: number[]; weights: number[] }>();
   for (let t = 0; t < n; t++) {
@@ -101,11 +103,11 @@ export function moe(w: MoEWeights, c: ModelConfig, x: Vec, n: number, out: Vec):
     const xe = new Float64Array(m * Hd);
     b.tokens.forEach((t, i) => xe.set(x.subarray(t * Hd, (t + 1) * Hd), i * Hd));
     const ye = new Float64Array(m * Hd);
-    swiglu(w.experts[e]!, xe, m, Hd, ye, false, b.weights);
+    swiglu(w.experts[e]!, xe, m, Hd, ye, false, b.weights, k);
     b.tokens.forEach((t, i) => {
       for (let j = 0; j < Hd; j++) out[t * Hd + j] += ye[i * Hd + j]!;
     });
   }
-  if (w.shared !== undefined) swiglu(w.shared, x, n, Hd, out, true);
+  if (w.shared !== undefined) swiglu(w.shared, x, n, Hd, out, true, undefined, k);
   return routes;
 }

@@ -1,0 +1,20 @@
+import type { QMatrix } from "./qmatrix.js";
+import type { Vec } from "./ops.js";
+
+/**
+ * The matrix products of a forward pass. The reference path always uses `plainKernels` (row dequantization, float64
+ * accumulation); fast backends implement the same contract and are checked against it.
+ */
+export interface MatKernels {
+  readonly name: string;
+  /** y[t·yStride + r] = Σ_c W[r][c]·x[t·xStride + c] for t < n, r < W.rows */
+  matmul(w: QMatrix, x: Vec, n: number, xStride: number, y: Vec, yStride: number): void;
+  /** y[t·yStride + c] = Σ_r W[r][c]·x[t·xStride + r] for t < n, c < W.cols */
+  matmulT(w: QMatrix, x: Vec, n: number, xStride: number, y: Vec, yStride: number): void;
+}
+
+export const plainKernels: MatKernels = {
+  name: "plain",
+  matmul: (w, x, n, xStride, y, yStride) => w.matmul(x, n, xStride, y, yStride),
+  matmulT: (w, x, n, xStride, y, yStride) => w.matmulT(x, n, xStride, y, yStride),
+};

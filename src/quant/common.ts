@@ -6,8 +6,6 @@ export type BlockDecoder = (src: Uint8Array, so: number, out: Float32Array, oo: 
 /** Encodes `nBlocks` blocks of floats starting at src[si] into out[oo..]. */
 export type BlockEncoder = (src: Float32Array, si: number, out: Uint8Array, oo: number, nBlocks: number) => void;
 
-export const fround = Math.fround;
-
 /** f16 field (little-endian) at byte o, as float. */
 export function f16At(b: Uint8Array, o: number): number {
   return F16_TABLE[b[o] | (b[o + 1] << 8)];

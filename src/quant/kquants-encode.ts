@@ -5,8 +5,11 @@
  * (a product, a sum, a quotient), accumulations run in the same order, and integer rounding is ggml's nearest_int
  * (half to even). The last pass of each encoder re-quantizes with the f16-rounded super-block scales it stored.
  */
-import { fround, nearestInt, putF16, viaF16, type BlockEncoder } from "./common.js";
+import { nearestInt, putF16, viaF16, type BlockEncoder } from "./common.js";
 import { scaleMinK4 } from "./kquants.js";
+
+// A module-local alias: V8 inlines Math.fround only when it is not read through an imported binding (10x).
+const fround = Math.fround;
 
 const GROUP_MAX_EPS = fround(1e-15);
 const F_0_1 = fround(0.1);

@@ -6,7 +6,10 @@
  * `dl * q - ml`; the fround calls below mark every point where C rounds to float. The final rounding is the store
  * into the Float32Array.
  */
-import { f16At, f32At, fround, type BlockDecoder } from "./common.js";
+import { f16At, f32At, type BlockDecoder } from "./common.js";
+
+// A module-local alias: V8 inlines Math.fround only when it is not read through an imported binding (10x).
+const fround = Math.fround;
 
 /** Q2_K (84 bytes): scales[16] (low nibble scale, high nibble min), qs[64], d, dmin. */
 export const decodeQ2_K: BlockDecoder = (src, so, out, oo, nb) => {

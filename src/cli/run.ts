@@ -107,29 +107,64 @@ export const runCommand: Command = {
   run: (argv) => runMain(argv, processIO),
 };
 
+/**
+ * parseArgs refuses option values that start with "-" (`-n -1`, `-p "-x"`): for options that take a value, glue the
+ * next argument to them (`--name=VALUE`) so it is always read as the value, as getopt does; range checks judge it.
+ */
+export function glueValues(argv: readonly string[], valued: Readonly<Record<string, string>>): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    if (a === "--") {
+      out.push(...argv.slice(i));
+      break;
+    }
+    const long = valued[a];
+    const next = argv[i + 1];
+    if (long !== undefined && next !== undefined) {
+      out.push(`--${long}=${next}`);
+      i++;
+    } else out.push(a);
+  }
+  return out;
+}
+
+/** "-x"/"--name" → "name" for every option whose type is "string". */
+export function valuedOptions(options: Readonly<Record<string, { type: "string" | "boolean"; short?: string }>>): Record<string, string> {
+  const m: Record<string, string> = {};
+  for (const [name, o] of Object.entries(options)) {
+    if (o.type !== "string") continue;
+    m[`--${name}`] = name;
+    if (o.short !== undefined) m[`-${o.short}`] = name;
+  }
+  return m;
+}
+
+const RUN_OPTIONS = {
+  prompt: { type: "string", short: "p" },
+  "n-predict": { type: "string", short: "n" },
+  temp: { type: "string" },
+  "top-k": { type: "string" },
+  "top-p": { type: "string" },
+  "min-p": { type: "string" },
+  seed: { type: "string" },
+  chat: { type: "boolean" },
+  system: { type: "string" },
+  stop: { type: "string", multiple: true },
+  "ignore-eos": { type: "boolean" },
+  path: { type: "string" },
+  chunk: { type: "string" },
+  logprobs: { type: "string" },
+  json: { type: "boolean" },
+  help: { type: "boolean", short: "h" },
+} as const;
+
 export async function runMain(argv: string[], io: CliIO): Promise<void> {
   let parsed;
   try {
     parsed = parseArgs({
-      args: argv,
-      options: {
-        prompt: { type: "string", short: "p" },
-        "n-predict": { type: "string", short: "n" },
-        temp: { type: "string" },
-        "top-k": { type: "string" },
-        "top-p": { type: "string" },
-        "min-p": { type: "string" },
-        seed: { type: "string" },
-        chat: { type: "boolean" },
-        system: { type: "string" },
-        stop: { type: "string", multiple: true },
-        "ignore-eos": { type: "boolean" },
-        path: { type: "string" },
-        chunk: { type: "string" },
-        logprobs: { type: "string" },
-        json: { type: "boolean" },
-        help: { type: "boolean", short: "h" },
-      },
+      args: glueValues(argv, valuedOptions(RUN_OPTIONS)),
+      options: RUN_OPTIONS,
       allowPositionals: true,
       strict: true,
     });
@@ -146,7 +181,9 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
   const path = values.path ?? "prefill";
   if (path !== "prefill" && path !== "decode" && path !== "reference") throw new UsageError(`--path must be prefill, decode or reference, got "${path}"`);
   if (values.system !== undefined && values.chat !== true) throw new UsageError("--system needs --chat");
-  const nPredict = values["n-predict"] === "-1" ? -1 : intOption("n-predict", values["n-predict"], 0) ?? 128;
+  const nArg = values["n-predict"];
+  if (nArg !== undefined && nArg !== "-1" && !/^\d+$/.test(nArg.trim())) throw new UsageError(`--n-predict must be an integer ≥ 0 (or -1), got "${nArg}"`);
+  const nPredict = nArg === undefined ? 128 : Number(nArg);
   const chunk = intOption("chunk", values.chunk, 1);
   const seedArg = values.seed;
   if (seedArg !== undefined && !/^\d+$/.test(seedArg)) throw new UsageError(`--seed must be an integer ≥ 0, got "${seedArg}"`);

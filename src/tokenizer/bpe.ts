@@ -3,7 +3,7 @@
  * symbol, the adjacent pair with the lowest merge rank is merged first (ties: leftmost), until no pair has a rank.
  *
  * Strings are interned to integers: vocabulary entries keep their token id, other strings met in the merge list get
- * ids from `nVocab` up. A merge is a (left id, right id) → (rank, result id) table lookup.
+ * ids from `nVocab` up. A merge is a (left id, right id) → rank hash lookup, and rank → result id.
  */
 import { BYTE_TO_CHAR } from "./unicode.js";
 
@@ -62,56 +62,96 @@ class BigramHeap {
   }
 }
 
+/** Open-addressing hash table (int32 pair → int32), far faster than a Map keyed by non-Smi numbers or strings. */
+class PairTable {
+  private readonly mask: number;
+  private readonly ka: Int32Array;
+  private readonly kb: Int32Array;
+  private readonly vals: Int32Array;
+
+  constructor(capacity: number) {
+    let size = 16;
+    while (size < capacity * 2) size *= 2;
+    this.mask = size - 1;
+    this.ka = new Int32Array(size).fill(-1);
+    this.kb = new Int32Array(size);
+    this.vals = new Int32Array(size);
+  }
+
+  private slot(a: number, b: number): number {
+    return (Math.imul(a, 0x9e3779b1) ^ Math.imul(b + 0x7f4a7c15, 0x85ebca77)) & this.mask;
+  }
+
+  /** set if absent (returns false when the key was already there) */
+  add(a: number, b: number, v: number): boolean {
+    for (let i = this.slot(a, b); ; i = (i + 1) & this.mask) {
+      const k = this.ka[i]!;
+      if (k === -1) {
+        this.ka[i] = a;
+        this.kb[i] = b;
+        this.vals[i] = v;
+        return true;
+      }
+      if (k === a && this.kb[i] === b) return false;
+    }
+  }
+
+  /** -1 when absent */
+  get(a: number, b: number): number {
+    for (let i = this.slot(a, b); ; i = (i + 1) & this.mask) {
+      const k = this.ka[i]!;
+      if (k === -1) return -1;
+      if (k === a && this.kb[i] === b) return this.vals[i]!;
+    }
+  }
+}
+
 export class BpeModel {
-  /** text → id (vocabulary ids first, then extra interned strings) */
-  private readonly intern = new Map<string, number>();
-  private readonly internText: string[] = [];
-  private readonly stride: number;
-  /** (left * stride + right) → rank */
-  private readonly ranks = new Map<number, number>();
+  /** strings that are not vocabulary entries (merge parts/results, byte chars missing from the vocabulary), ids from nVocab up */
+  private readonly extra = new Map<string, number>();
+  private readonly extraText: string[] = [];
+  /** (left id, right id) → rank */
+  private readonly ranks: PairTable;
   /** rank → result id */
   private readonly results: Int32Array;
-  /** char code of a byte-level char → its interned id */
+  /** char code of a byte-level char → its id */
   private readonly charIds: Int32Array;
   private readonly nVocab: number;
 
   constructor(
-    tokens: readonly string[],
+    nVocab: number,
     merges: readonly string[],
     private readonly textToToken: ReadonlyMap<string, number>,
   ) {
-    const nVocab = tokens.length;
-    for (let i = 0; i < nVocab; i++) this.internText.push(tokens[i]!);
-    for (const [text, id] of textToToken) this.intern.set(text, id);
+    this.nVocab = nVocab;
     const idOf = (s: string): number => {
-      let id = this.intern.get(s);
+      let id = textToToken.get(s) ?? this.extra.get(s);
       if (id === undefined) {
-        id = this.internText.length;
-        this.intern.set(s, id);
-        this.internText.push(s);
+        id = nVocab + this.extraText.length;
+        this.extra.set(s, id);
+        this.extraText.push(s);
       }
       return id;
     };
     this.charIds = new Int32Array(0x144).fill(-1);
     for (let b = 0; b < 256; b++) this.charIds[BYTE_TO_CHAR[b]!.charCodeAt(0)] = idOf(BYTE_TO_CHAR[b]!);
-    const parsed: [number, number, number][] = [];
-    for (const m of merges) {
+    this.ranks = new PairTable(merges.length);
+    this.results = new Int32Array(merges.length);
+    for (let rank = 0; rank < merges.length; rank++) {
+      const m = merges[rank]!;
       const pos = m.indexOf(" ", 1);
       if (pos < 0) continue;
       const a = m.slice(0, pos);
       const b = m.slice(pos + 1);
-      parsed.push([idOf(a), idOf(b), idOf(a + b)]);
+      // llama.cpp: bpe_ranks.emplace keeps the first rank of a repeated pair
+      this.ranks.add(idOf(a), idOf(b), rank);
+      this.results[rank] = idOf(a + b);
     }
-    this.stride = this.internText.length;
-    this.results = new Int32Array(parsed.length);
-    parsed.forEach(([a, b, r], rank) => {
-      const key = a * this.stride + b;
-      if (!this.ranks.has(key)) this.ranks.set(key, rank); // llama.cpp: bpe_ranks.emplace keeps the first
-      this.results[rank] = r;
-    });
-    this.nVocab = nVocab;
   }
 
+  private textOf(id: number): string {
+    return id >= this.nVocab ? this.extraText[id - this.nVocab]! : "";
+  }
   /** Token ids of one pre-tokenized piece, given as GPT-2 byte-level characters (one char per byte). */
   encodeWord(word: string, out: number[]): void {
     const n = word.length;
@@ -131,15 +171,14 @@ export class BpeModel {
       next[i] = i + 1 < n ? i + 1 : -1;
     }
     const heap = new BigramHeap();
-    const stride = this.stride;
     const ranks = this.ranks;
     const tryAdd = (left: number, right: number): void => {
       if (left < 0 || right < 0) return;
       const lid = ids[left]!;
       const rid = ids[right]!;
       if (lid < 0 || rid < 0) return;
-      const rank = ranks.get(lid * stride + rid);
-      if (rank === undefined) return;
+      const rank = ranks.get(lid, rid);
+      if (rank < 0) return;
       heap.push({ rank, left, right, leftId: lid, rightId: rid });
     };
     for (let i = 1; i < n; i++) tryAdd(i - 1, i);
@@ -166,7 +205,7 @@ export class BpeModel {
         continue;
       }
       // llama.cpp: a symbol that is not a token falls back to its single *ASCII* byte-level chars that are tokens
-      const text = id >= 0 ? this.internText[id]! : "";
+      const text = id >= 0 ? this.textOf(id) : "";
       for (let k = 0; k < text.length; k++) {
         const c = text.charCodeAt(k);
         if (c >= 0x80) continue;

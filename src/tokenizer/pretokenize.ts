@@ -16,7 +16,16 @@
 import { LatentError } from "../util/errors.js";
 import { asciiLower, codePoints, collapsedCode, cpFlags, FLAG_LETTER, FLAG_NUMBER, FLAG_WHITESPACE, isHan } from "./unicode.js";
 
-/** The regex lists of the reference (mla-models.md §9), verbatim (`\u{10400}-\u{1044F}` stands for the astral range). */
+/**
+ * The regex lists of the reference (mla-models.md §9), checked code point for code point against llama.cpp's
+ * llama-vocab.cpp. The reference's copy of the deepseek-llm letter class went through NFC normalization: six
+ * characters (U+1F7D, U+1FBE, U+1FD3, U+1FDB, U+2126, U+212A) became their canonical equivalents, which makes
+ * `ῐ-ΐ` an out-of-order range. They, and every astral character, are written as `\u{…}` escapes here so that no
+ * editor can normalize them again.
+ *
+ * Other `tokenizer.ggml.pre` values (`default`, `qwen2`, `llama-bpe`, …) are refused with a LatentError rather than
+ * approximated: a wrong pre-tokenizer silently yields different ids from the ones the model was trained on.
+ */
 export const PRE_TOKENIZER_REGEXES: Readonly<Record<string, readonly string[]>> = {
   "deepseek-llm": [
     String.raw`[\r\n]`,

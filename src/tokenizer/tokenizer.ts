@@ -190,7 +190,7 @@ export class Tokenizer {
     specials.sort((a, b) => b.bytes - a.bytes || a.id - b.id);
     this.specials = specials.map((s) => s.id);
 
-    this.bpe = new BpeModel(this.tokens, init.merges, this.textToToken);
+    this.bpe = new BpeModel(n, init.merges, this.textToToken);
     this.pieceCache = new Array<Uint8Array | undefined>(n);
   }
 

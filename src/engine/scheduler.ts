@@ -1,0 +1,488 @@
+import type { ModelConfig } from "../model/config.js";
+import type { SequenceChunk } from "../model/deepseek2.js";
+import type { StreamingDecoder } from "../tokenizer/index.js";
+import { LatentError, UsageError } from "../util/errors.js";
+import { logSoftmax, topLogprobs } from "./logprobs.js";
+import { PagedSequence, type PagePool } from "./paged-cache.js";
+import { createSampler, type Sampler, type SamplerOptions } from "./sampler.js";
+
+/** What the scheduler needs of a model: its config and a batched forward pass. */
+export interface BatchModel {
+  readonly config: ModelConfig;
+  forwardBatch(seqs: readonly SequenceChunk[]): Float32Array[];
+}
+
+/** What it needs of a tokenizer: end-of-generation ids and streaming detokenization. */
+export interface SchedulerTokenizer {
+  isEndOfGeneration(id: number): boolean;
+  createDecoder(opts?: { skipSpecial?: boolean }): StreamingDecoder;
+}
+
+export interface SchedulerOptions {
+  /** most sequences running at once (decoding or prefilling); default 16 */
+  readonly maxBatch?: number;
+  /** most tokens per forward pass, decodes included; default 256 */
+  readonly tokenBudget?: number;
+  /** most prompt tokens one sequence prefills per step; default 128 */
+  readonly prefillChunk?: number;
+  /** most sequences waiting for a slot; submit throws QueueFullError beyond; default 256 */
+  readonly maxQueue?: number;
+  /** positions a sequence may reach (≤ the model's context length); default the model's */
+  readonly contextLength?: number;
+  /** share full pages of identical prompt prefixes; default true */
+  readonly prefixCaching?: boolean;
+  /** after every step (for metrics) */
+  readonly onStep?: (info: StepInfo) => void;
+}
+
+export interface StepInfo {
+  readonly sequences: number;
+  readonly tokens: number;
+  readonly decodes: number;
+  readonly ms: number;
+}
+
+export interface SequenceRequest {
+  /** prompt token ids (used as given) */
+  readonly prompt: readonly number[];
+  /** most tokens to generate; 0: only run the prompt (echo, prompt logprobs) */
+  readonly maxTokens: number;
+  readonly sampling?: SamplerOptions;
+  /** stop when the generated text contains one of these (cut before it) */
+  readonly stop?: readonly string[];
+  /** generate past end-of-generation tokens */
+  readonly ignoreEog?: boolean;
+  /** further ids that end generation */
+  readonly stopTokens?: readonly number[];
+  /** log-probabilities of the prompt tokens with this many top alternatives each (0: only the token's own) */
+  readonly promptLogprobs?: number;
+  /** write control tokens' text (default false) */
+  readonly special?: boolean;
+}
+
+export interface PromptLogprob {
+  readonly token: number;
+  readonly logprob: number;
+  /** 1-based rank of the token in the distribution */
+  readonly rank: number;
+  readonly top: [number, number][];
+}
+
+export interface TokenOut {
+  readonly id: number;
+  /** text released by this token (held back while a stop string may start or UTF-8 is incomplete) */
+  readonly text: string;
+  readonly logprob: number;
+  readonly top?: [number, number][];
+  readonly index: number;
+}
+
+export type SequenceFinish = "stop" | "length" | "abort" | "error";
+
+export interface SequenceResult {
+  readonly tokens: readonly number[];
+  readonly text: string;
+  /** text not released in token events (the held-back tail); text = concatenated events + tail */
+  readonly tail: string;
+  readonly finishReason: SequenceFinish;
+  readonly promptTokens: number;
+  /** positions taken from the prefix cache (first admission) */
+  readonly cachedTokens: number;
+  readonly error?: Error;
+}
+
+export interface SequenceEvents {
+  /** the prompt's log-probabilities, position 0 first (null: nothing predicts the first token) */
+  onPromptLogprobs?(entries: (PromptLogprob | null)[]): void;
+  onToken?(token: TokenOut): void;
+  onFinish(result: SequenceResult): void;
+}
+
+export class QueueFullError extends LatentError {}
+
+/** Releases generated text, holding back an incomplete UTF-8 tail and anything that may start a stop string. */
+class TextStream {
+  text = "";
+  emitted = 0;
+  constructor(
+    private readonly decoder: StreamingDecoder,
+    private readonly stops: readonly string[],
+  ) {}
+
+  push(id: number): { piece: string; hit?: string } {
+    const before = this.text.length;
+    this.text += this.decoder.push(id);
+    let release = this.text.length;
+    let hit: string | undefined;
+    if (this.stops.length > 0) {
+      let at = -1;
+      for (const stop of this.stops) {
+        const i = this.text.indexOf(stop, Math.max(0, before - stop.length + 1));
+        if (i >= 0 && (at < 0 || i < at)) {
+          at = i;
+          hit = stop;
+        }
+      }
+      if (hit !== undefined) {
+        this.text = this.text.slice(0, at);
+        release = at;
+      } else release = this.text.length - this.heldBack();
+    }
+    const piece = this.text.slice(this.emitted, Math.max(this.emitted, release));
+    this.emitted = Math.max(this.emitted, release);
+    return hit !== undefined ? { piece, hit } : { piece };
+  }
+
+  private heldBack(): number {
+    let hold = 0;
+    const s = this.text;
+    for (const stop of this.stops) {
+      for (let k = Math.min(stop.length - 1, s.length); k > hold; k--) {
+        if (s.endsWith(stop.slice(0, k))) {
+          hold = k;
+          break;
+        }
+      }
+    }
+    return hold;
+  }
+
+  /** End: the held-back tail (none after a stop string). */
+  end(stopped: boolean): string {
+    if (!stopped) this.text += this.decoder.flush();
+    const tail = this.text.slice(this.emitted);
+    this.emitted = this.text.length;
+    return tail;
+  }
+}
+
+let nextId = 1;
+
+/** A submitted sequence; `cancel` it through the scheduler. */
+export class Sequence {
+  readonly id = nextId++;
+  readonly tokens: number[];
+  readonly promptLen: number;
+  generated = 0;
+  cache: PagedSequence | undefined;
+  state: "waiting" | "running" | "done" = "waiting";
+  cachedTokens = -1;
+  /** ended on a stop string: the held-back text is dropped, not flushed */
+  stoppedByString = false;
+  readonly sampler: Sampler;
+  readonly text: TextStream;
+  readonly stopTokens: ReadonlySet<number>;
+  promptLp: (PromptLogprob | null)[] | undefined;
+  constructor(
+    readonly arrival: number,
+    readonly req: SequenceRequest,
+    readonly events: SequenceEvents,
+    decoder: StreamingDecoder,
+  ) {
+    this.tokens = [...req.prompt];
+    this.promptLen = req.prompt.length;
+    this.sampler = createSampler(req.sampling ?? {});
+    this.text = new TextStream(decoder, (req.stop ?? []).filter((s) => s.length > 0));
+    this.stopTokens = new Set(req.stopTokens ?? []);
+    if (req.promptLogprobs !== undefined) this.promptLp = [null];
+  }
+  /** prompt log-probabilities still to collect: every prompt row's logits are needed */
+  get wantsAll(): boolean {
+    return this.promptLp !== undefined && this.promptLp.length < this.promptLen;
+  }
+}
+
+export interface SchedulerStats {
+  readonly waiting: number;
+  readonly running: number;
+  readonly steps: number;
+  readonly preemptions: number;
+}
+
+/**
+ * Continuous batching over a paged latent cache. Each step makes one batch: a decode token for every running
+ * sequence that is generating, then prompt chunks (≤ prefillChunk each, ≤ tokenBudget in all) of the sequences still
+ * prefilling, then newly admitted ones (first come, first served, while fewer than maxBatch run and pages last). When
+ * pages run out the latest-arrived running sequence is preempted: its pages go back (full ones stay in the prefix
+ * cache) and it is recomputed from its prompt + generated tokens when readmitted. The forward pass is synchronous;
+ * `start` runs steps with setImmediate between them so I/O is served between steps.
+ */
+export class Scheduler {
+  readonly maxBatch: number;
+  readonly tokenBudget: number;
+  readonly prefillChunk: number;
+  readonly maxQueue: number;
+  readonly contextLength: number;
+  readonly prefixCaching: boolean;
+  private readonly waiting: Sequence[] = [];
+  private readonly running: Sequence[] = [];
+  private arrivals = 0;
+  private steps = 0;
+  private preemptions = 0;
+  private scheduled = false;
+  private idleWaiters: (() => void)[] = [];
+
+  constructor(
+    readonly model: BatchModel,
+    readonly tokenizer: SchedulerTokenizer,
+    readonly pool: PagePool,
+    private readonly opts: SchedulerOptions = {},
+  ) {
+    const int = (name: string, v: number, min: number): number => {
+      if (!Number.isInteger(v) || v < min) throw new UsageError(`${name} must be an integer ≥ ${min}, got ${v}`);
+      return v;
+    };
+    this.maxBatch = int("maxBatch", opts.maxBatch ?? 16, 1);
+    this.tokenBudget = int("tokenBudget", opts.tokenBudget ?? 256, 1);
+    this.prefillChunk = int("prefillChunk", opts.prefillChunk ?? 128, 1);
+    this.maxQueue = int("maxQueue", opts.maxQueue ?? 256, 0);
+    this.contextLength = Math.min(int("contextLength", opts.contextLength ?? model.config.contextLength, 1), model.config.contextLength);
+    this.prefixCaching = opts.prefixCaching ?? true;
+  }
+
+  stats(): SchedulerStats {
+    return { waiting: this.waiting.length, running: this.running.length, steps: this.steps, preemptions: this.preemptions };
+  }
+
+  /** Positions the pool holds in all. */
+  get kvCapacity(): number {
+    return this.pool.numPages * this.pool.pageSize;
+  }
+
+  /**
+   * Queue a sequence. Throws UsageError for a request that can never run (empty or too long a prompt, ids outside
+   * the vocabulary, bad sampling options) and QueueFullError when maxQueue sequences already wait.
+   */
+  submit(req: SequenceRequest, events: SequenceEvents): Sequence {
+    const V = this.model.config.nVocab;
+    if (req.prompt.length === 0) throw new UsageError("the prompt has no tokens");
+    req.prompt.forEach((t, i) => {
+      if (!Number.isInteger(t) || t < 0 || t >= V) throw new UsageError(`prompt token ${t} at index ${i} is outside the vocabulary (0..${V - 1})`);
+    });
+    if (req.prompt.length > this.contextLength) throw new UsageError(`the prompt has ${req.prompt.length} tokens, more than the context length ${this.contextLength}`);
+    if (req.prompt.length > this.kvCapacity) throw new UsageError(`the prompt has ${req.prompt.length} tokens, more than the KV cache holds (${this.kvCapacity})`);
+    if (!Number.isInteger(req.maxTokens) || req.maxTokens < 0) throw new UsageError(`maxTokens must be an integer ≥ 0, got ${req.maxTokens}`);
+    if (this.waiting.length >= this.maxQueue) throw new QueueFullError(`the queue is full (${this.maxQueue} requests waiting)`);
+    const seq = new Sequence(this.arrivals++, req, events, this.tokenizer.createDecoder({ skipSpecial: !(req.special ?? false) }));
+    this.waiting.push(seq);
+    this.kick();
+    return seq;
+  }
+
+  /** End a sequence now (client gone): its pages go back at once; onFinish gets "abort". */
+  cancel(seq: Sequence): void {
+    if (seq.state === "done") return;
+    this.finish(seq, "abort");
+  }
+
+  /** Resolves when nothing is waiting or running. */
+  idle(): Promise<void> {
+    if (this.waiting.length === 0 && this.running.length === 0) return Promise.resolve();
+    return new Promise((resolve) => this.idleWaiters.push(resolve));
+  }
+
+  private kick(): void {
+    if (this.scheduled) return;
+    this.scheduled = true;
+    setImmediate(() => {
+      this.scheduled = false;
+      this.step();
+      if (this.waiting.length > 0 || this.running.length > 0) this.kick();
+      else {
+        const w = this.idleWaiters;
+        this.idleWaiters = [];
+        for (const f of w) f();
+      }
+    });
+  }
+
+  private remove(list: Sequence[], seq: Sequence): boolean {
+    const i = list.indexOf(seq);
+    if (i < 0) return false;
+    list.splice(i, 1);
+    return true;
+  }
+
+  private finish(seq: Sequence, reason: SequenceFinish, error?: Error): void {
+    if (seq.state === "done") return;
+    this.remove(this.running, seq) || this.remove(this.waiting, seq);
+    seq.state = "done";
+    seq.cache?.free();
+    seq.cache = undefined;
+    const tail = seq.text.end(seq.stoppedByString);
+    const result: SequenceResult = {
+      tokens: seq.tokens.slice(seq.promptLen),
+      text: seq.text.text,
+      tail,
+      finishReason: reason,
+      promptTokens: seq.promptLen,
+      cachedTokens: Math.max(0, seq.cachedTokens),
+      ...(error !== undefined ? { error } : {}),
+    };
+    try {
+      seq.events.onFinish(result);
+    } catch {
+      // a listener's failure must not stop the engine
+    }
+  }
+
+  /** Give a running sequence's pages back and queue it for recompute, ahead of new arrivals. */
+  private preempt(seq: Sequence): void {
+    this.remove(this.running, seq);
+    seq.cache?.free();
+    seq.cache = undefined;
+    seq.state = "waiting";
+    this.preemptions++;
+    let i = 0;
+    while (i < this.waiting.length && this.waiting[i]!.arrival < seq.arrival) i++;
+    this.waiting.splice(i, 0, seq);
+  }
+
+  /** Reserve pages for `tokens`, preempting later arrivals outside the batch while short. */
+  private reserve(seq: Sequence, tokens: readonly number[], inBatch: ReadonlySet<Sequence>): boolean {
+    for (;;) {
+      if (seq.cache!.reserve(tokens)) return true;
+      let victim: Sequence | undefined;
+      for (let i = this.running.length - 1; i >= 0; i--) {
+        const r = this.running[i]!;
+        if (r !== seq && !inBatch.has(r) && r.arrival > seq.arrival) {
+          victim = r;
+          break;
+        }
+      }
+      if (victim === undefined) return false;
+      this.preempt(victim);
+    }
+  }
+
+  /** One batch through the model. Returns false when there was nothing to do. */
+  step(): boolean {
+    const chunks: SequenceChunk[] = [];
+    const members: Sequence[] = [];
+    const inBatch = new Set<Sequence>();
+    let budget = this.tokenBudget;
+    let decodes = 0;
+    const add = (seq: Sequence, tokens: number[], path: "prefill" | "decode"): void => {
+      const end = seq.cache!.length + tokens.length === seq.tokens.length;
+      chunks.push({ tokens, cache: seq.cache!, path, logits: seq.wantsAll ? "all" : end ? "last" : "none" });
+      members.push(seq);
+      inBatch.add(seq);
+      budget -= tokens.length;
+    };
+    const stuck = (seq: Sequence): void => {
+      // it cannot get pages even with every later arrival preempted
+      if (inBatch.size === 0 && this.running.length === 1) {
+        this.finish(seq, seq.generated > 0 ? "length" : "error", seq.generated > 0 ? undefined : new LatentError("the KV cache cannot hold this sequence"));
+      } else this.preempt(seq);
+    };
+
+    // 1. decodes of running sequences, oldest first
+    for (const seq of [...this.running]) {
+      if (seq.state !== "running" || inBatch.has(seq)) continue;
+      const remaining = seq.tokens.length - seq.cache!.length;
+      if (!(seq.generated > 0 && remaining === 1)) continue;
+      const toks = [seq.tokens[seq.tokens.length - 1]!];
+      if (this.reserve(seq, toks, inBatch)) {
+        add(seq, toks, "decode");
+        decodes++;
+      } else stuck(seq);
+    }
+    // 2. prompt chunks of running sequences
+    for (const seq of [...this.running]) {
+      if (budget <= 0) break;
+      if (seq.state !== "running" || inBatch.has(seq)) continue;
+      const at = seq.cache!.length;
+      const n = Math.min(seq.tokens.length - at, this.prefillChunk, budget);
+      if (n <= 0) continue;
+      const toks = seq.tokens.slice(at, at + n);
+      if (this.reserve(seq, toks, inBatch)) add(seq, toks, "prefill");
+      else stuck(seq);
+    }
+    // 3. admissions
+    while (budget > 0 && this.waiting.length > 0 && this.running.length < this.maxBatch) {
+      const seq = this.waiting[0]!;
+      const cache = new PagedSequence(this.pool);
+      const canShare = this.prefixCaching && seq.promptLp === undefined;
+      const adopted = canShare ? cache.adoptPrefix(seq.tokens, 1) : 0;
+      if (seq.cachedTokens < 0) seq.cachedTokens = adopted;
+      const n = Math.min(seq.tokens.length - adopted, this.prefillChunk, budget);
+      const toks = seq.tokens.slice(adopted, adopted + n);
+      if (!cache.reserve(toks)) {
+        cache.free();
+        if (inBatch.size === 0 && this.running.length === 0) {
+          this.waiting.shift();
+          seq.state = "running";
+          this.finish(seq, "error", new LatentError("the KV cache cannot hold this sequence"));
+          continue;
+        }
+        break;
+      }
+      this.waiting.shift();
+      seq.cache = cache;
+      seq.state = "running";
+      let i = this.running.length;
+      while (i > 0 && this.running[i - 1]!.arrival > seq.arrival) i--;
+      this.running.splice(i, 0, seq);
+      add(seq, toks, seq.generated > 0 && toks.length === 1 && cache.length > 0 ? "decode" : "prefill");
+    }
+    if (chunks.length === 0) return false;
+
+    const t0 = performance.now();
+    let outs: Float32Array[];
+    try {
+      outs = this.model.forwardBatch(chunks);
+    } catch (e) {
+      const err = e instanceof Error ? e : new Error(String(e));
+      for (const seq of members) this.finish(seq, "error", err);
+      return true;
+    }
+    this.steps++;
+    const V = this.model.config.nVocab;
+    members.forEach((seq, i) => {
+      if (seq.state !== "running") return;
+      const out = outs[i]!;
+      const chunk = chunks[i]!;
+      const start = seq.cache!.length - chunk.tokens.length;
+      try {
+        if (chunk.logits === "all" && seq.promptLp !== undefined) {
+          for (let j = 0; j < chunk.tokens.length; j++) {
+            const q = start + j; // row j predicts position q + 1
+            if (q + 1 >= seq.promptLen || seq.promptLp.length !== q + 1) continue;
+            const lp = logSoftmax(out.subarray(j * V, (j + 1) * V));
+            const tok = seq.tokens[q + 1]!;
+            const x = lp[tok]!;
+            let rank = 1;
+            for (let t = 0; t < V; t++) if (lp[t]! > x) rank++;
+            seq.promptLp.push({ token: tok, logprob: x, rank, top: topLogprobs(lp, seq.req.promptLogprobs ?? 0) });
+          }
+          if (seq.promptLp.length === seq.promptLen) seq.events.onPromptLogprobs?.(seq.promptLp);
+        }
+        if (seq.cache!.length === seq.tokens.length) {
+          const rows = out.length / V;
+          this.advance(seq, out.subarray((rows - 1) * V, rows * V));
+        }
+      } catch (e) {
+        this.finish(seq, "error", e instanceof Error ? e : new Error(String(e)));
+      }
+    });
+    this.opts.onStep?.({ sequences: chunks.length, tokens: chunks.reduce((a, c) => a + c.tokens.length, 0), decodes, ms: performance.now() - t0 });
+    return true;
+  }
+
+  /** The sequence has run all its tokens: sample the next one from the last row. */
+  private advance(seq: Sequence, logits: Float32Array): void {
+    if (seq.generated >= seq.req.maxTokens) return this.finish(seq, "length");
+    const r = seq.sampler.sample(logits);
+    if (!(seq.req.ignoreEog ?? false) && (this.tokenizer.isEndOfGeneration(r.token) || seq.stopTokens.has(r.token))) return this.finish(seq, "stop");
+    seq.tokens.push(r.token);
+    seq.generated++;
+    const { piece, hit } = seq.text.push(r.token);
+    seq.events.onToken?.({ id: r.token, text: piece, logprob: r.logprob, ...(r.top !== undefined ? { top: r.top } : {}), index: seq.generated - 1 });
+    if (seq.state !== "running") return; // cancelled from the listener
+    if (hit !== undefined) {
+      seq.stoppedByString = true;
+      return this.finish(seq, "stop");
+    }
+    if (seq.generated >= seq.req.maxTokens || seq.tokens.length >= this.contextLength) return this.finish(seq, "length");
+  }
+}

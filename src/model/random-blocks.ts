@@ -32,10 +32,10 @@ export class Rng {
       z = Math.imul(z ^ (z >>> 13), 0xc2b2ae35);
       return (z ^ (z >>> 16)) >>> 0;
     };
-    this.a = next() || 1;
-    this.b = next();
-    this.c = next();
-    this.d = next();
+    this.a = next() | 0 || 1;
+    this.b = next() | 0;
+    this.c = next() | 0;
+    this.d = next() | 0;
   }
 
   u32(): number {
@@ -46,8 +46,8 @@ export class Rng {
     this.b = s;
     t ^= t << 11;
     t ^= t >>> 8;
-    this.a = (t ^ s ^ (s >>> 19)) >>> 0;
-    return this.a;
+    this.a = t ^ s ^ (s >>> 19);
+    return this.a >>> 0;
   }
 
   /** uniform in [0, 1) */
@@ -68,7 +68,7 @@ export class Rng {
       b = a;
       t ^= t << 11;
       t ^= t >>> 8;
-      a = (t ^ b ^ (b >>> 19)) >>> 0;
+      a = t ^ b ^ (b >>> 19); // int32 arithmetic: `>>> 0` here would box every value as a heap number
       words[i] = a;
     }
     this.a = a;
@@ -143,9 +143,41 @@ function packK4(u8: Uint8Array, o: number, sc: Uint8Array, m: Uint8Array): void 
   }
 }
 
+/** Scale tables of one tensor (f16 bits, 16 jitter steps) and scratch for sub-block scales. */
+interface Tables {
+  readonly d: Uint16Array;
+  readonly m: Uint16Array;
+  readonly sc: Uint8Array;
+  readonly mn: Uint8Array;
+}
+
+const BLOCK_BYTES: ReadonlyMap<GGMLType, number> = new Map([
+  [GGMLType.Q8_0, 34], [GGMLType.Q4_0, 18], [GGMLType.Q5_0, 22], [GGMLType.Q4_1, 20], [GGMLType.Q5_1, 24], [GGMLType.IQ4_NL, 18],
+  [GGMLType.IQ4_XS, 136], [GGMLType.Q2_K, 84], [GGMLType.Q3_K, 110], [GGMLType.Q4_K, 144], [GGMLType.Q5_K, 176], [GGMLType.Q6_K, 210],
+]);
+
+/** Multiplier of d that gives the second scale field (m / dmin) of the formats that have one. */
+function minMultiplier(type: GGMLType): number {
+  switch (type) {
+    case GGMLType.Q4_1:
+      return -7.5;
+    case GGMLType.Q5_1:
+      return -15.5;
+    case GGMLType.Q2_K:
+      return 1.5;
+    case GGMLType.Q4_K:
+      return 8;
+    case GGMLType.Q5_K:
+      return 16;
+    default:
+      return 0;
+  }
+}
+
 /**
  * Fill `out` (exactly the bytes of `nElements` values of `type`, a multiple of the block size) with random data whose
  * decoded values have mean ≈ 0 and std ≈ `std`. `out` must start at a 4-byte aligned offset of its buffer.
+ * Works in chunks of 4096 blocks so that the hot loops get optimized after the first few chunks.
  */
 export function fillRandom(type: GGMLType, out: Uint8Array, nElements: number, std: number, rng: Rng): void {
   if (type === GGMLType.F32 || type === GGMLType.F16 || type === GGMLType.BF16) {
@@ -153,32 +185,43 @@ export function fillRandom(type: GGMLType, out: Uint8Array, nElements: number, s
     return;
   }
   const ms = LEVEL_MS.get(type);
-  if (ms === undefined) throw new UsageError(`synth cannot write random ${typeName(type)} blocks (supported: ${RANDOM_TYPES.map(typeName).join(", ")})`);
+  const bs = BLOCK_BYTES.get(type);
+  if (ms === undefined || bs === undefined) throw new UsageError(`synth cannot write random ${typeName(type)} blocks (supported: ${RANDOM_TYPES.map(typeName).join(", ")})`);
   if (out.byteOffset % 4 !== 0) throw new Error("fillRandom: output must be 4-byte aligned");
-  rng.fill(new Uint32Array(out.buffer, out.byteOffset, out.length >>> 2));
-  for (let i = out.length & ~3; i < out.length; i++) out[i] = rng.u32() & 0xff;
+  if (out.length % bs !== 0) throw new Error(`fillRandom: ${out.length} bytes is not a whole number of ${typeName(type)} blocks`);
   const d = std / Math.sqrt(ms);
-  const dt = f16Table(d);
-  const u8 = out;
-  const sc = new Uint8Array(16);
-  const mn = new Uint8Array(8);
+  const t: Tables = { d: f16Table(d), m: f16Table(d, minMultiplier(type)), sc: new Uint8Array(16), mn: new Uint8Array(8) };
+  const chunk = bs * 4096; // a multiple of 4
+  for (let start = 0; start < out.length; start += chunk) {
+    const end = Math.min(out.length, start + chunk);
+    rng.fill(new Uint32Array(out.buffer, out.byteOffset + start, (end - start) >>> 2));
+    for (let i = start + ((end - start) & ~3); i < end; i++) out[i] = rng.u32() & 0xff;
+    patchBlocks(type, out, start, end, t);
+  }
+}
+
+/** Overwrite the scale fields of the blocks in bytes [from, to) (random bits everywhere else stay). */
+function patchBlocks(type: GGMLType, u8: Uint8Array, from: number, to: number, t: Tables): void {
+  const dt = t.d;
+  const mt = t.m;
+  const sc = t.sc;
+  const mn = t.mn;
   switch (type) {
     case GGMLType.Q8_0:
     case GGMLType.Q4_0:
     case GGMLType.IQ4_NL: {
       const bs = type === GGMLType.Q8_0 ? 34 : 18;
       // the random byte after d picks the jitter step and sign; it stays random as a quant byte
-      for (let o = 0; o < out.length; o += bs) put16(u8, o, dt[u8[o + 2]! & 15]! | ((u8[o + 2]! & 16) << 11));
+      for (let o = from; o < to; o += bs) put16(u8, o, dt[u8[o + 2]! & 15]! | ((u8[o + 2]! & 16) << 11));
       return;
     }
     case GGMLType.Q5_0:
-      for (let o = 0; o < out.length; o += 22) put16(u8, o, dt[u8[o + 2]! & 15]! | ((u8[o + 2]! & 16) << 11));
+      for (let o = from; o < to; o += 22) put16(u8, o, dt[u8[o + 2]! & 15]! | ((u8[o + 2]! & 16) << 11));
       return;
     case GGMLType.Q4_1:
     case GGMLType.Q5_1: {
       const bs = type === GGMLType.Q4_1 ? 20 : 24;
-      const mt = f16Table(d, type === GGMLType.Q4_1 ? -7.5 : -15.5);
-      for (let o = 0; o < out.length; o += bs) {
+      for (let o = from; o < to; o += bs) {
         const k = u8[o + 4]! & 15;
         put16(u8, o, dt[k]!);
         put16(u8, o + 2, mt[k]!);
@@ -187,7 +230,7 @@ export function fillRandom(type: GGMLType, out: Uint8Array, nElements: number, s
     }
     case GGMLType.IQ4_XS:
       // d, scales_h (u16), scales_l[4], qs[128]; ls − 32 = ±(16..31)
-      for (let o = 0; o < out.length; o += 136) {
+      for (let o = from; o < to; o += 136) {
         put16(u8, o, dt[u8[o + 8]! & 15]!);
         let h = 0;
         for (let ib = 0; ib < 8; ib++) {
@@ -202,8 +245,7 @@ export function fillRandom(type: GGMLType, out: Uint8Array, nElements: number, s
       return;
     case GGMLType.Q2_K: {
       // scales[16] (low nibble scale, high nibble min), qs[64], d, dmin; min = scale and dmin = 1.5·d centre the levels
-      const mt = f16Table(d, 1.5);
-      for (let o = 0; o < out.length; o += 84) {
+      for (let o = from; o < to; o += 84) {
         const r = u8[o + 16]!;
         const k = r & 15;
         const neg = (r & 16) << 11;
@@ -218,7 +260,7 @@ export function fillRandom(type: GGMLType, out: Uint8Array, nElements: number, s
     }
     case GGMLType.Q3_K:
       // hmask[32], qs[64], scales[12], d; 6-bit scales u = 32 ± (16..31)
-      for (let o = 0; o < out.length; o += 110) {
+      for (let o = from; o < to; o += 110) {
         for (let j = 0; j < 16; j++) {
           const r = u8[o + 32 + j]!;
           sc[j] = r & 16 ? 48 + (r & 15) : 16 - (r & 15);
@@ -238,8 +280,7 @@ export function fillRandom(type: GGMLType, out: Uint8Array, nElements: number, s
       const bs = q5 ? 176 : 144;
       const centre = q5 ? 15.5 : 7.5;
       const c = q5 ? 16 : 8;
-      const mt = f16Table(d, c);
-      for (let o = 0; o < out.length; o += bs) {
+      for (let o = from; o < to; o += bs) {
         const r = u8[o + 16]!;
         const k = r & 15;
         const neg = (r & 16) << 11;
@@ -256,7 +297,7 @@ export function fillRandom(type: GGMLType, out: Uint8Array, nElements: number, s
     }
     case GGMLType.Q6_K:
       // ql[128], qh[64], scales[16] int8, d; scales ±(64..127)
-      for (let o = 0; o < out.length; o += 210) {
+      for (let o = from; o < to; o += 210) {
         for (let j = 0; j < 16; j++) {
           const r = u8[o + 192 + j]!;
           u8[o + 192 + j] = r & 64 ? 64 + (r & 63) : (256 - 64 - (r & 63)) & 0xff;

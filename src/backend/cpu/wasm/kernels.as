@@ -1,0 +1,571 @@
+// latent CPU kernels: AssemblyScript source compiled to WebAssembly SIMD by scripts/build-wasm.mjs into
+// kernels.wasm.ts (base64). Memory is imported and shared (a SharedArrayBuffer): weights, activations and outputs
+// all live in it, addressed by byte offsets handed in from TypeScript. Nothing here allocates: no static data.
+//
+// Weight rows are first "unpacked" into a per-thread scratch area S (cols = values per row):
+//   wq   i16[cols]   integer weights with integer sub-block scales folded in (q·sc), 16-aligned at S
+//   wd   f32[nb]     float scale per block (K types: 256 values; 32-types: 32 values)
+//   wm   f32[nb]     K types: dmin per block (0 when the type has no mins)
+//   wmn  i32[nb·8]   K types: integer min per 32-value sub-block
+//   wf   f32[cols]   float weights (F32/F16, and the transposed product of every type)
+// Activations are quantized per block to integers kept as i16 (finer than ggml's 8 bits at no cost: the dot product
+// is i16×i16 either way):
+//   K class  (Q4_K Q5_K Q6_K IQ4_XS): per 256 values one f32 scale, |q| ≤ 8191 (14 bits: |w·sc| ≤ 4096 and each i32
+//            lane of a block's sum takes 64 products, 64·4096·8191 < 2³¹), and eight i32 sums of 32 values
+//   32 class (Q8_0 Q4_0 Q5_0 IQ4_NL): per 32 values one f32 scale, |q| ≤ 32767 (16 bits)
+//   F class  (F32 F16): f32 activations as given
+
+// ggml type ids
+const F32: i32 = 0;
+const F16: i32 = 1;
+const Q4_0: i32 = 2;
+const Q5_0: i32 = 6;
+const Q8_0: i32 = 8;
+const Q4_K: i32 = 12;
+const Q5_K: i32 = 13;
+const Q6_K: i32 = 14;
+const IQ4_NL: i32 = 20;
+const IQ4_XS: i32 = 23;
+
+// @ts-ignore: decorator
+@inline function r16(x: usize): usize {
+  return (x + 15) & ~(<usize>15);
+}
+
+/** 0 = F class, 1 = 32 class, 2 = K class, -1 = unsupported */
+export function typeClass(type: i32): i32 {
+  if (type == F32 || type == F16) return 0;
+  if (type == Q8_0 || type == Q4_0 || type == Q5_0 || type == IQ4_NL) return 1;
+  if (type == Q4_K || type == Q5_K || type == Q6_K || type == IQ4_XS) return 2;
+  return -1;
+}
+
+export function blockValues(type: i32): i32 {
+  const c = typeClass(type);
+  return c == 2 ? 256 : c == 1 ? 32 : 1;
+}
+
+// scratch layout (block arrays sized for the most blocks a row of `cols` can have: cols/32)
+// @ts-ignore: decorator
+@inline function nbMax(cols: i32): usize {
+  return <usize>((cols >> 5) + 1);
+}
+// @ts-ignore: decorator
+@inline function sWd(S: usize, cols: i32): usize {
+  return r16(S + (<usize>cols << 1));
+}
+// @ts-ignore: decorator
+@inline function sWm(S: usize, cols: i32): usize {
+  return r16(sWd(S, cols) + (nbMax(cols) << 2));
+}
+// @ts-ignore: decorator
+@inline function sWmn(S: usize, cols: i32): usize {
+  return r16(sWm(S, cols) + (nbMax(cols) << 2));
+}
+// @ts-ignore: decorator
+@inline function sWf(S: usize, cols: i32): usize {
+  return r16(sWmn(S, cols) + (nbMax(cols) << 5));
+}
+
+/** bytes of scratch one thread needs for rows of `cols` values */
+export function scratchBytes(cols: i32): i32 {
+  return <i32>sWf(0, cols) + cols * 4 + 64;
+}
+
+// @ts-ignore: decorator
+@inline function f16(h: u32): f32 {
+  const f = reinterpret<f32>((h & 0x7fff) << 13) * 5.192296858534828e33;
+  return reinterpret<f32>(reinterpret<u32>(f) | ((h & 0x8000) << 16));
+}
+
+// @ts-ignore: decorator
+@inline function kvIQ4(): v128 {
+  return i8x16(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+}
+
+// @ts-ignore: decorator
+@inline function store2x16(dst: usize, q: v128, sc: v128): void {
+  // q: 16 signed i8 values → two i16x8 scaled by sc
+  v128.store(dst, i16x8.mul(i16x8.extend_low_i8x16_s(q), sc));
+  v128.store(dst + 16, i16x8.mul(i16x8.extend_high_i8x16_s(q), sc));
+}
+
+// @ts-ignore: decorator
+@inline function store2x16u(dst: usize, q: v128): void {
+  v128.store(dst, i16x8.extend_low_i8x16_s(q));
+  v128.store(dst + 16, i16x8.extend_high_i8x16_s(q));
+}
+
+// ---------------------------------------------------------------- row unpackers
+
+function unpackQ4K(row: usize, nb: i32, S: usize, cols: i32): void {
+  const wd = sWd(S, cols), wm = sWm(S, cols), wmn = sWmn(S, cols);
+  const m4 = i8x16.splat(15);
+  for (let b = 0; b < nb; b++) {
+    const p = row + <usize>b * 144;
+    store<f32>(wd + (<usize>b << 2), f16(load<u16>(p)));
+    store<f32>(wm + (<usize>b << 2), f16(load<u16>(p + 2)));
+    const s = p + 4;
+    const qs = p + 16;
+    const out = S + (<usize>b << 9);
+    for (let j = 0; j < 4; j++) {
+      const is = j * 2;
+      let sc0: i32, m0: i32, sc1: i32, m1: i32;
+      if (is < 4) {
+        sc0 = load<u8>(s + is) & 63;
+        m0 = load<u8>(s + is + 4) & 63;
+        sc1 = load<u8>(s + is + 1) & 63;
+        m1 = load<u8>(s + is + 5) & 63;
+      } else {
+        sc0 = (load<u8>(s + is + 4) & 0xf) | ((load<u8>(s + is - 4) >> 6) << 4);
+        m0 = (load<u8>(s + is + 4) >> 4) | ((load<u8>(s + is) >> 6) << 4);
+        sc1 = (load<u8>(s + is + 5) & 0xf) | ((load<u8>(s + is - 3) >> 6) << 4);
+        m1 = (load<u8>(s + is + 5) >> 4) | ((load<u8>(s + is + 1) >> 6) << 4);
+      }
+      store<i32>(wmn + (<usize>(b * 8 + is) << 2), m0);
+      store<i32>(wmn + (<usize>(b * 8 + is + 1) << 2), m1);
+      const v0 = i16x8.splat(<i16>sc0);
+      const v1 = i16x8.splat(<i16>sc1);
+      const o = out + (<usize>j << 7);
+      for (let h = 0; h < 2; h++) {
+        const q = v128.load(qs + (<usize>j << 5) + (<usize>h << 4));
+        store2x16(o + (<usize>h << 5), v128.and(q, m4), v0);
+        store2x16(o + 64 + (<usize>h << 5), i8x16.shr_u(q, 4), v1);
+      }
+    }
+  }
+}
+
+function unpackQ5K(row: usize, nb: i32, S: usize, cols: i32): void {
+  const wd = sWd(S, cols), wm = sWm(S, cols), wmn = sWmn(S, cols);
+  const m4 = i8x16.splat(15);
+  const one = i8x16.splat(1);
+  for (let b = 0; b < nb; b++) {
+    const p = row + <usize>b * 176;
+    store<f32>(wd + (<usize>b << 2), f16(load<u16>(p)));
+    store<f32>(wm + (<usize>b << 2), f16(load<u16>(p + 2)));
+    const s = p + 4;
+    const qh = p + 16;
+    const qs = p + 48;
+    const out = S + (<usize>b << 9);
+    for (let j = 0; j < 4; j++) {
+      const is = j * 2;
+      let sc0: i32, m0: i32, sc1: i32, m1: i32;
+      if (is < 4) {
+        sc0 = load<u8>(s + is) & 63;
+        m0 = load<u8>(s + is + 4) & 63;
+        sc1 = load<u8>(s + is + 1) & 63;
+        m1 = load<u8>(s + is + 5) & 63;
+      } else {
+        sc0 = (load<u8>(s + is + 4) & 0xf) | ((load<u8>(s + is - 4) >> 6) << 4);
+        m0 = (load<u8>(s + is + 4) >> 4) | ((load<u8>(s + is) >> 6) << 4);
+        sc1 = (load<u8>(s + is + 5) & 0xf) | ((load<u8>(s + is - 3) >> 6) << 4);
+        m1 = (load<u8>(s + is + 5) >> 4) | ((load<u8>(s + is + 1) >> 6) << 4);
+      }
+      store<i32>(wmn + (<usize>(b * 8 + is) << 2), m0);
+      store<i32>(wmn + (<usize>(b * 8 + is + 1) << 2), m1);
+      const v0 = i16x8.splat(<i16>sc0);
+      const v1 = i16x8.splat(<i16>sc1);
+      const o = out + (<usize>j << 7);
+      for (let h = 0; h < 2; h++) {
+        const q = v128.load(qs + (<usize>j << 5) + (<usize>h << 4));
+        const hb = v128.load(qh + (<usize>h << 4));
+        const lo = v128.or(v128.and(q, m4), i8x16.shl(v128.and(i8x16.shr_u(hb, is), one), 4));
+        const hi = v128.or(i8x16.shr_u(q, 4), i8x16.shl(v128.and(i8x16.shr_u(hb, is + 1), one), 4));
+        store2x16(o + (<usize>h << 5), lo, v0);
+        store2x16(o + 64 + (<usize>h << 5), hi, v1);
+      }
+    }
+  }
+}
+
+function unpackQ6K(row: usize, nb: i32, S: usize, cols: i32): void {
+  const wd = sWd(S, cols), wm = sWm(S, cols), wmn = sWmn(S, cols);
+  const m4 = i8x16.splat(15);
+  const m3 = i8x16.splat(3);
+  const c32 = i8x16.splat(32);
+  for (let b = 0; b < nb; b++) {
+    const p = row + <usize>b * 210;
+    store<f32>(wd + (<usize>b << 2), f16(load<u16>(p + 208)));
+    store<f32>(wm + (<usize>b << 2), 0);
+    v128.store(wmn + (<usize>b << 5), i32x4.splat(0));
+    v128.store(wmn + (<usize>b << 5) + 16, i32x4.splat(0));
+    const out = S + (<usize>b << 9);
+    for (let nh = 0; nh < 2; nh++) {
+      const ql = p + (<usize>nh << 6);
+      const qh = p + 128 + (<usize>nh << 5);
+      const sc = p + 192 + (<usize>nh << 3);
+      const o = out + (<usize>nh << 8);
+      for (let l = 0; l < 2; l++) {
+        const a = v128.load(ql + (<usize>l << 4));
+        const bb = v128.load(ql + 32 + (<usize>l << 4));
+        const h = v128.load(qh + (<usize>l << 4));
+        const q1 = i8x16.sub(v128.or(v128.and(a, m4), i8x16.shl(v128.and(h, m3), 4)), c32);
+        const q2 = i8x16.sub(v128.or(v128.and(bb, m4), i8x16.shl(v128.and(i8x16.shr_u(h, 2), m3), 4)), c32);
+        const q3 = i8x16.sub(v128.or(i8x16.shr_u(a, 4), i8x16.shl(v128.and(i8x16.shr_u(h, 4), m3), 4)), c32);
+        const q4 = i8x16.sub(v128.or(i8x16.shr_u(bb, 4), i8x16.shl(i8x16.shr_u(h, 6), 4)), c32);
+        const ol = o + (<usize>l << 5);
+        store2x16(ol, q1, i16x8.splat(<i16>load<i8>(sc + l)));
+        store2x16(ol + 64, q2, i16x8.splat(<i16>load<i8>(sc + l + 2)));
+        store2x16(ol + 128, q3, i16x8.splat(<i16>load<i8>(sc + l + 4)));
+        store2x16(ol + 192, q4, i16x8.splat(<i16>load<i8>(sc + l + 6)));
+      }
+    }
+  }
+}
+
+function unpackIQ4XS(row: usize, nb: i32, S: usize, cols: i32): void {
+  const wd = sWd(S, cols), wm = sWm(S, cols), wmn = sWmn(S, cols);
+  const m4 = i8x16.splat(15);
+  const kv = kvIQ4();
+  for (let b = 0; b < nb; b++) {
+    const p = row + <usize>b * 136;
+    store<f32>(wd + (<usize>b << 2), f16(load<u16>(p)));
+    store<f32>(wm + (<usize>b << 2), 0);
+    v128.store(wmn + (<usize>b << 5), i32x4.splat(0));
+    v128.store(wmn + (<usize>b << 5) + 16, i32x4.splat(0));
+    const sh = <i32>load<u16>(p + 2);
+    const out = S + (<usize>b << 9);
+    for (let ib = 0; ib < 8; ib++) {
+      const ls = ((<i32>load<u8>(p + 4 + (ib >> 1)) >> (4 * (ib & 1))) & 0xf) | (((sh >> (2 * ib)) & 3) << 4);
+      const sc = i16x8.splat(<i16>(ls - 32));
+      const q = v128.load(p + 8 + (<usize>ib << 4));
+      const o = out + (<usize>ib << 6);
+      store2x16(o, i8x16.swizzle(kv, v128.and(q, m4)), sc);
+      store2x16(o + 32, i8x16.swizzle(kv, i8x16.shr_u(q, 4)), sc);
+    }
+  }
+}
+
+function unpackQ8_0(row: usize, nb: i32, S: usize, cols: i32): void {
+  const wd = sWd(S, cols);
+  for (let b = 0; b < nb; b++) {
+    const p = row + <usize>b * 34;
+    store<f32>(wd + (<usize>b << 2), f16(load<u16>(p)));
+    const o = S + (<usize>b << 6);
+    store2x16u(o, v128.load(p + 2));
+    store2x16u(o + 32, v128.load(p + 18));
+  }
+}
+
+function unpackQ4_0(row: usize, nb: i32, S: usize, cols: i32): void {
+  const wd = sWd(S, cols);
+  const m4 = i8x16.splat(15);
+  const c8 = i8x16.splat(8);
+  for (let b = 0; b < nb; b++) {
+    const p = row + <usize>b * 18;
+    store<f32>(wd + (<usize>b << 2), f16(load<u16>(p)));
+    const q = v128.load(p + 2);
+    const o = S + (<usize>b << 6);
+    store2x16u(o, i8x16.sub(v128.and(q, m4), c8));
+    store2x16u(o + 32, i8x16.sub(i8x16.shr_u(q, 4), c8));
+  }
+}
+
+function unpackIQ4NL(row: usize, nb: i32, S: usize, cols: i32): void {
+  const wd = sWd(S, cols);
+  const m4 = i8x16.splat(15);
+  const kv = kvIQ4();
+  for (let b = 0; b < nb; b++) {
+    const p = row + <usize>b * 18;
+    store<f32>(wd + (<usize>b << 2), f16(load<u16>(p)));
+    const q = v128.load(p + 2);
+    const o = S + (<usize>b << 6);
+    store2x16u(o, i8x16.swizzle(kv, v128.and(q, m4)));
+    store2x16u(o + 32, i8x16.swizzle(kv, i8x16.shr_u(q, 4)));
+  }
+}
+
+function unpackQ5_0(row: usize, nb: i32, S: usize, cols: i32): void {
+  const wd = sWd(S, cols);
+  const m4 = i8x16.splat(15);
+  const c16 = i8x16.splat(16);
+  const idxLo = i8x16(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  const idxHi = i8x16(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const bits = i8x16(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
+  const zero = i8x16.splat(0);
+  for (let b = 0; b < nb; b++) {
+    const p = row + <usize>b * 22;
+    store<f32>(wd + (<usize>b << 2), f16(load<u16>(p)));
+    const qh = i32x4.splat(load<u32>(p + 2));
+    const hLo = v128.and(i8x16.ne(v128.and(i8x16.swizzle(qh, idxLo), bits), zero), c16);
+    const hHi = v128.and(i8x16.ne(v128.and(i8x16.swizzle(qh, idxHi), bits), zero), c16);
+    const q = v128.load(p + 6);
+    const o = S + (<usize>b << 6);
+    store2x16u(o, i8x16.sub(v128.or(v128.and(q, m4), hLo), c16));
+    store2x16u(o + 32, i8x16.sub(v128.or(i8x16.shr_u(q, 4), hHi), c16));
+  }
+}
+
+function unpackF32(row: usize, S: usize, cols: i32): void {
+  memory.copy(sWf(S, cols), row, <usize>cols << 2);
+}
+
+function unpackF16(row: usize, S: usize, cols: i32): void {
+  const wf = sWf(S, cols);
+  let i = 0;
+  const mAbs = i32x4.splat(0x7fff);
+  const mSign = i32x4.splat(0x8000);
+  const mul = f32x4.splat(5.192296858534828e33);
+  for (; i + 8 <= cols; i += 8) {
+    const h = v128.load(row + (<usize>i << 1));
+    const lo = i32x4.extend_low_i16x8_u(h);
+    const hi = i32x4.extend_high_i16x8_u(h);
+    const flo = v128.or(f32x4.mul(i32x4.shl(v128.and(lo, mAbs), 13), mul), i32x4.shl(v128.and(lo, mSign), 16));
+    const fhi = v128.or(f32x4.mul(i32x4.shl(v128.and(hi, mAbs), 13), mul), i32x4.shl(v128.and(hi, mSign), 16));
+    v128.store(wf + (<usize>i << 2), flo);
+    v128.store(wf + (<usize>i << 2) + 16, fhi);
+  }
+  for (; i < cols; i++) store<f32>(wf + (<usize>i << 2), f16(load<u16>(row + (<usize>i << 1))));
+}
+
+/** Unpack one row (for F types into wf, else into wq/wd/wm/wmn). */
+export function unpack(type: i32, row: usize, cols: i32, S: usize): void {
+  const nb = cols / blockValues(type);
+  if (type == Q4_K) unpackQ4K(row, nb, S, cols);
+  else if (type == Q6_K) unpackQ6K(row, nb, S, cols);
+  else if (type == Q5_K) unpackQ5K(row, nb, S, cols);
+  else if (type == IQ4_XS) unpackIQ4XS(row, nb, S, cols);
+  else if (type == Q8_0) unpackQ8_0(row, nb, S, cols);
+  else if (type == Q4_0) unpackQ4_0(row, nb, S, cols);
+  else if (type == Q5_0) unpackQ5_0(row, nb, S, cols);
+  else if (type == IQ4_NL) unpackIQ4NL(row, nb, S, cols);
+  else if (type == F32) unpackF32(row, S, cols);
+  else if (type == F16) unpackF16(row, S, cols);
+  else unreachable();
+}
+
+/** After unpack: the row as float32 in wf (for the transposed product). */
+export function unpackedToF32(type: i32, cols: i32, S: usize): void {
+  const cls = typeClass(type);
+  const bv = blockValues(type);
+  const nb = cols / bv;
+  if (cls == 0) return;
+  const wd = sWd(S, cols), wm = sWm(S, cols), wmn = sWmn(S, cols), wf = sWf(S, cols);
+  for (let b = 0; b < nb; b++) {
+    const d = f32x4.splat(load<f32>(wd + (<usize>b << 2)));
+    const dm = cls == 2 ? load<f32>(wm + (<usize>b << 2)) : 0;
+    for (let s = 0; s < bv; s += 32) {
+      const m = cls == 2 ? f32x4.splat(dm * <f32>load<i32>(wmn + (<usize>(b * 8 + (s >> 5)) << 2))) : f32x4.splat(0);
+      for (let k = 0; k < 32; k += 8) {
+        const i = b * bv + s + k;
+        const q = v128.load(S + (<usize>i << 1));
+        v128.store(wf + (<usize>i << 2), f32x4.sub(f32x4.mul(f32x4.convert_i32x4_s(i32x4.extend_low_i16x8_s(q)), d), m));
+        v128.store(wf + (<usize>i << 2) + 16, f32x4.sub(f32x4.mul(f32x4.convert_i32x4_s(i32x4.extend_high_i16x8_s(q)), d), m));
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- activations
+
+/**
+ * Quantize n rows of `cols` f32 activations (row t at x + t·xStride floats) for weights of class `cls`:
+ * aq i16[n·cols], ad f32[n·nb], asum i32[n·nb·8] (K class only).
+ */
+export function quantize(cls: i32, x: usize, n: i32, cols: i32, xStride: i32, aq: usize, ad: usize, asum: usize): void {
+  const bv = cls == 2 ? 256 : 32;
+  const nb = cols / bv;
+  for (let t = 0; t < n; t++) {
+    const xr = x + (<usize>(t * xStride) << 2);
+    for (let b = 0; b < nb; b++) {
+      const xb = xr + (<usize>(b * bv) << 2);
+      let mx = f32x4.splat(0);
+      for (let i = 0; i < bv; i += 4) mx = f32x4.max(mx, f32x4.abs(v128.load(xb + (<usize>i << 2))));
+      const amax = max(max(f32x4.extract_lane(mx, 0), f32x4.extract_lane(mx, 1)), max(f32x4.extract_lane(mx, 2), f32x4.extract_lane(mx, 3)));
+      const d: f32 = amax / (cls == 2 ? <f32>8191 : <f32>32767);
+      const id = f32x4.splat(d != 0 ? 1 / d : 0);
+      store<f32>(ad + (<usize>(t * nb + b) << 2), d);
+      const qo = aq + (<usize>(t * cols + b * bv) << 1);
+      for (let s = 0; s < bv; s += 32) {
+        let sum = i32x4.splat(0);
+        for (let i = s; i < s + 32; i += 8) {
+          const a = i32x4.trunc_sat_f32x4_s(f32x4.nearest(f32x4.mul(v128.load(xb + (<usize>i << 2)), id)));
+          const b2 = i32x4.trunc_sat_f32x4_s(f32x4.nearest(f32x4.mul(v128.load(xb + (<usize>i << 2) + 16), id)));
+          const q = i16x8.narrow_i32x4_s(a, b2);
+          v128.store(qo + (<usize>i << 1), q);
+          sum = i32x4.add(sum, i32x4.add(a, b2));
+        }
+        if (cls == 2) {
+          const tot = i32x4.extract_lane(sum, 0) + i32x4.extract_lane(sum, 1) + i32x4.extract_lane(sum, 2) + i32x4.extract_lane(sum, 3);
+          store<i32>(asum + (<usize>((t * nb + b) * 8 + (s >> 5)) << 2), tot);
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- dot products of an unpacked row
+
+// @ts-ignore: decorator
+@inline function hsum(v: v128): f32 {
+  return f32x4.extract_lane(v, 0) + f32x4.extract_lane(v, 1) + f32x4.extract_lane(v, 2) + f32x4.extract_lane(v, 3);
+}
+
+// @ts-ignore: decorator
+@inline function minDot(m: usize, a: usize): v128 {
+  return i32x4.add(i32x4.mul(v128.load(m), v128.load(a)), i32x4.mul(v128.load(m + 16), v128.load(a + 16)));
+}
+
+function dotK(S: usize, cols: i32, aq: usize, ad: usize, asum: usize): f32 {
+  const nb = cols >> 8;
+  const wd = sWd(S, cols), wm = sWm(S, cols), wmn = sWmn(S, cols);
+  let acc = f32x4.splat(0);
+  for (let b = 0; b < nb; b++) {
+    const w = S + (<usize>b << 9);
+    const a = aq + (<usize>b << 9);
+    let s0 = i32x4.splat(0);
+    let s1 = i32x4.splat(0);
+    for (let i: usize = 0; i < 512; i += 64) {
+      s0 = i32x4.add(s0, i32x4.dot_i16x8_s(v128.load(w + i), v128.load(a + i)));
+      s1 = i32x4.add(s1, i32x4.dot_i16x8_s(v128.load(w + i + 16), v128.load(a + i + 16)));
+      s0 = i32x4.add(s0, i32x4.dot_i16x8_s(v128.load(w + i + 32), v128.load(a + i + 32)));
+      s1 = i32x4.add(s1, i32x4.dot_i16x8_s(v128.load(w + i + 48), v128.load(a + i + 48)));
+    }
+    const ms = minDot(wmn + (<usize>b << 5), asum + (<usize>b << 5));
+    const da = load<f32>(ad + (<usize>b << 2));
+    acc = f32x4.add(acc, f32x4.mul(f32x4.add(f32x4.convert_i32x4_s(s0), f32x4.convert_i32x4_s(s1)), f32x4.splat(load<f32>(wd + (<usize>b << 2)) * da)));
+    acc = f32x4.sub(acc, f32x4.mul(f32x4.convert_i32x4_s(ms), f32x4.splat(load<f32>(wm + (<usize>b << 2)) * da)));
+  }
+  return hsum(acc);
+}
+
+/** four activation rows at once (a rows aStride bytes apart), results to out[0..3] */
+function dotK4(S: usize, cols: i32, aq: usize, aqStride: usize, ad: usize, adStride: usize, asum: usize, asStride: usize, out: usize): void {
+  const nb = cols >> 8;
+  const wd = sWd(S, cols), wm = sWm(S, cols), wmn = sWmn(S, cols);
+  let acc0 = f32x4.splat(0);
+  let acc1 = f32x4.splat(0);
+  let acc2 = f32x4.splat(0);
+  let acc3 = f32x4.splat(0);
+  for (let b = 0; b < nb; b++) {
+    const w = S + (<usize>b << 9);
+    const a0 = aq + (<usize>b << 9);
+    const a1 = a0 + aqStride;
+    const a2 = a1 + aqStride;
+    const a3 = a2 + aqStride;
+    let s0 = i32x4.splat(0);
+    let s1 = i32x4.splat(0);
+    let s2 = i32x4.splat(0);
+    let s3 = i32x4.splat(0);
+    for (let i: usize = 0; i < 512; i += 16) {
+      const wv = v128.load(w + i);
+      s0 = i32x4.add(s0, i32x4.dot_i16x8_s(wv, v128.load(a0 + i)));
+      s1 = i32x4.add(s1, i32x4.dot_i16x8_s(wv, v128.load(a1 + i)));
+      s2 = i32x4.add(s2, i32x4.dot_i16x8_s(wv, v128.load(a2 + i)));
+      s3 = i32x4.add(s3, i32x4.dot_i16x8_s(wv, v128.load(a3 + i)));
+    }
+    const mv = wmn + (<usize>b << 5);
+    const dw = load<f32>(wd + (<usize>b << 2));
+    const dm = load<f32>(wm + (<usize>b << 2));
+    const bo = <usize>b << 2;
+    const so = <usize>b << 5;
+    let da = load<f32>(ad + bo);
+    acc0 = f32x4.add(acc0, f32x4.sub(f32x4.mul(f32x4.convert_i32x4_s(s0), f32x4.splat(dw * da)), f32x4.mul(f32x4.convert_i32x4_s(minDot(mv, asum + so)), f32x4.splat(dm * da))));
+    da = load<f32>(ad + adStride + bo);
+    acc1 = f32x4.add(acc1, f32x4.sub(f32x4.mul(f32x4.convert_i32x4_s(s1), f32x4.splat(dw * da)), f32x4.mul(f32x4.convert_i32x4_s(minDot(mv, asum + asStride + so)), f32x4.splat(dm * da))));
+    da = load<f32>(ad + 2 * adStride + bo);
+    acc2 = f32x4.add(acc2, f32x4.sub(f32x4.mul(f32x4.convert_i32x4_s(s2), f32x4.splat(dw * da)), f32x4.mul(f32x4.convert_i32x4_s(minDot(mv, asum + 2 * asStride + so)), f32x4.splat(dm * da))));
+    da = load<f32>(ad + 3 * adStride + bo);
+    acc3 = f32x4.add(acc3, f32x4.sub(f32x4.mul(f32x4.convert_i32x4_s(s3), f32x4.splat(dw * da)), f32x4.mul(f32x4.convert_i32x4_s(minDot(mv, asum + 3 * asStride + so)), f32x4.splat(dm * da))));
+  }
+  store<f32>(out, hsum(acc0));
+  store<f32>(out + 4, hsum(acc1));
+  store<f32>(out + 8, hsum(acc2));
+  store<f32>(out + 12, hsum(acc3));
+}
+
+function dot32(S: usize, cols: i32, aq: usize, ad: usize): f32 {
+  const nb = cols >> 5;
+  const wd = sWd(S, cols);
+  let acc = f32x4.splat(0);
+  for (let b = 0; b < nb; b++) {
+    const w = S + (<usize>b << 6);
+    const a = aq + (<usize>b << 6);
+    const s = i32x4.add(
+      i32x4.add(i32x4.dot_i16x8_s(v128.load(w), v128.load(a)), i32x4.dot_i16x8_s(v128.load(w + 16), v128.load(a + 16))),
+      i32x4.add(i32x4.dot_i16x8_s(v128.load(w + 32), v128.load(a + 32)), i32x4.dot_i16x8_s(v128.load(w + 48), v128.load(a + 48))),
+    );
+    acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(s), f32x4.splat(load<f32>(wd + (<usize>b << 2)) * load<f32>(ad + (<usize>b << 2)))));
+  }
+  return hsum(acc);
+}
+
+function dotF(wf: usize, x: usize, cols: i32): f32 {
+  let acc0 = f32x4.splat(0);
+  let acc1 = f32x4.splat(0);
+  let i = 0;
+  for (; i + 8 <= cols; i += 8) {
+    const o = <usize>i << 2;
+    acc0 = f32x4.add(acc0, f32x4.mul(v128.load(wf + o), v128.load(x + o)));
+    acc1 = f32x4.add(acc1, f32x4.mul(v128.load(wf + o + 16), v128.load(x + o + 16)));
+  }
+  let s = hsum(f32x4.add(acc0, acc1));
+  for (; i < cols; i++) s += load<f32>(wf + (<usize>i << 2)) * load<f32>(x + (<usize>i << 2));
+  return s;
+}
+
+// ---------------------------------------------------------------- products
+
+/**
+ * y[t·yStride + r] = Σ_c W[r][c]·x_t[c] for rows r0 ≤ r < r1 and tokens t < n.
+ * Activations: F class reads f32 x (xStride floats); other classes read the quantized aq/ad/asum of `quantize`.
+ * Tokens go in chunks of `tc` so that a chunk's activations stay in cache while its rows stream by.
+ */
+export function matmul(type: i32, w: usize, rowBytes: i32, r0: i32, r1: i32, cols: i32, n: i32, x: usize, xStride: i32, aq: usize, ad: usize, asum: usize, y: usize, yStride: i32, S: usize, tc: i32): void {
+  const cls = typeClass(type);
+  const bv = blockValues(type);
+  const nb = cols / bv;
+  const wf = sWf(S, cols);
+  const tmp = wf + (<usize>cols << 2);
+  const aqRow = <usize>cols << 1;
+  const adRow = <usize>nb << 2;
+  const asRow = <usize>nb << 5;
+  for (let t0 = 0; t0 < n; t0 += tc) {
+    const t1 = min(n, t0 + tc);
+    for (let r = r0; r < r1; r++) {
+      unpack(type, w + <usize>r * <usize>rowBytes, cols, S);
+      const wfr = cls == 0 ? sWf(S, cols) : wf;
+      let t = t0;
+      if (cls == 2) {
+        for (; t + 4 <= t1; t += 4) {
+          dotK4(S, cols, aq + <usize>t * aqRow, aqRow, ad + <usize>t * adRow, adRow, asum + <usize>t * asRow, asRow, tmp);
+          for (let k = 0; k < 4; k++) store<f32>(y + (<usize>((t + k) * yStride + r) << 2), load<f32>(tmp + (<usize>k << 2)));
+        }
+      }
+      for (; t < t1; t++) {
+        let v: f32;
+        if (cls == 2) v = dotK(S, cols, aq + <usize>t * aqRow, ad + <usize>t * adRow, asum + <usize>t * asRow);
+        else if (cls == 1) v = dot32(S, cols, aq + <usize>t * aqRow, ad + <usize>t * adRow);
+        else v = dotF(wfr, x + (<usize>(t * xStride) << 2), cols);
+        store<f32>(y + (<usize>(t * yStride + r) << 2), v);
+      }
+    }
+  }
+}
+
+/**
+ * Transposed product for tokens t0 ≤ t < t1: y[t·yStride + c] = Σ_r W[r][c]·x[t·xStride + r], all rows, f32
+ * activations. Each row is unpacked to f32 once per call and added into every token's output.
+ */
+export function matmulT(type: i32, w: usize, rowBytes: i32, rows: i32, cols: i32, t0: i32, t1: i32, x: usize, xStride: i32, y: usize, yStride: i32, S: usize): void {
+  const nb = cols / blockValues(type);
+  const wf = sWf(S, cols);
+  for (let t = t0; t < t1; t++) memory.fill(y + (<usize>(t * yStride) << 2), 0, <usize>cols << 2);
+  for (let r = 0; r < rows; r++) {
+    unpack(type, w + <usize>r * <usize>rowBytes, cols, S);
+    unpackedToF32(type, cols, S);
+    for (let t = t0; t < t1; t++) {
+      const a = load<f32>(x + (<usize>(t * xStride + r) << 2));
+      if (a == 0) continue;
+      const av = f32x4.splat(a);
+      const yr = y + (<usize>(t * yStride) << 2);
+      let c = 0;
+      for (; c + 4 <= cols; c += 4) {
+        const o = <usize>c << 2;
+        v128.store(yr + o, f32x4.add(v128.load(yr + o), f32x4.mul(v128.load(wf + o), av)));
+      }
+      for (; c < cols; c++) store<f32>(yr + (<usize>c << 2), load<f32>(yr + (<usize>c << 2)) + load<f32>(wf + (<usize>c << 2)) * a);
+    }
+  }
+}

@@ -1,4 +1,5 @@
 import type { Command } from "./command.js";
+import { doctorCommand } from "./doctor.js";
 import { inspectCommand } from "./inspect.js";
 import { logitsCommand } from "./logits.js";
 import { runCommand } from "./run.js";
@@ -6,6 +7,7 @@ import { synthCommand } from "./synth.js";
 
 // One line per subcommand; keep alphabetical to avoid merge conflicts.
 export const commands: Command[] = [
+  doctorCommand,
   inspectCommand,
   logitsCommand,
   runCommand,

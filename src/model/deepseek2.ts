@@ -148,7 +148,8 @@ export class DeepSeek2 {
         lat = s.cache.latent(il, pos0 + len);
       }
       const sel = this.selectKeys(il, lw, xs, pr, len, pos0, s.cache, k);
-      o.set(ATTENTION[s.path](lw.attn, c, pr, len, pos0, lat, sel, k), start * HV);
+      const os = ATTENTION[s.path](lw.attn, c, pr, len, pos0, lat, sel, k);
+      if (c.faults?.attnOutUnwritten !== s.path) o.set(os, start * HV); // TEST-ONLY fault hook: output never written
     });
     trace?.(il, "attn_out", o, HV);
     const out = new Float64Array(n * c.nEmbd);

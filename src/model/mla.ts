@@ -3,6 +3,7 @@ import { rmsNorm, softmaxInPlace, type Vec } from "../backend/cpu/ops.js";
 import type { ModelConfig } from "./config.js";
 import type { Rope } from "./rope.js";
 import type { AttentionWeights } from "./weights.js";
+import { roundToF16 } from "./faults.js";
 
 /**
  * Multi-head Latent Attention (DeepSeek-V2 §2.1). Symbols: H heads, P = qk_nope, R = qk_rope, V = v_head,
@@ -145,8 +146,9 @@ export function attendPrefill(w: AttentionWeights, cfg: ModelConfig, pr: Project
   const vh = new Float64Array(T * V);
   const c = lat.c instanceof Float64Array ? lat.c : Float64Array.from(lat.c.subarray(0, T * L));
   for (let h = 0; h < H; h++) {
-    k.matmulT(w.kB[h]!, c, T, L, kh, P);
-    k.matmul(w.vB[h]!, c, T, L, vh, V);
+    const swap = cfg.faults?.swapKvB === true; // TEST-ONLY fault hook: k_b/v_b swapped
+    if (swap) k.matmul(w.vB[h]!, c, T, L, kh, P); else k.matmulT(w.kB[h]!, c, T, L, kh, P);
+    if (swap) k.matmulT(w.kB[h]!, c, T, L, vh, V); else k.matmul(w.vB[h]!, c, T, L, vh, V);
     for (let u = 0; u < T; u++) {
       kNope.set(kh.subarray(u * P, (u + 1) * P), (u * H + h) * P);
       v.set(vh.subarray(u * V, (u + 1) * V), (u * H + h) * V);
@@ -169,7 +171,9 @@ export function attendAbsorbed(w: AttentionWeights, cfg: ModelConfig, pr: Projec
     const nk = typeof keys === "number" ? keys : keys.length;
     for (let h = 0; h < H; h++) {
       const qo = (i * H + h) * D;
-      k.matmul(w.kB[h]!, pr.q.subarray(qo, qo + P), 1, P, qAbs, L); // q_abs,h = W_UK,hᵀ q_nope,h  (L)
+      if (cfg.faults?.swapKvB === true) k.matmulT(w.vB[h]!, pr.q.subarray(qo, qo + P), 1, P, qAbs, L); // TEST-ONLY fault hook
+      else k.matmul(w.kB[h]!, pr.q.subarray(qo, qo + P), 1, P, qAbs, L); // q_abs,h = W_UK,hᵀ q_nope,h  (L)
+      if (cfg.faults?.fp16AbsorbedQuery === true) roundToF16(qAbs); // TEST-ONLY fault hook
       for (let j = 0; j < nk; j++) {
         const u = typeof keys === "number" ? j : keys[j]!;
         let s = 0;
@@ -184,7 +188,8 @@ export function attendAbsorbed(w: AttentionWeights, cfg: ModelConfig, pr: Projec
         const pj = scores[j]!;
         for (let l = 0; l < L; l++) latOut[l] += pj * lat.c[u * L + l]!;
       }
-      k.matmul(w.vB[h]!, latOut, 1, L, o.subarray((i * H + h) * V, (i * H + h + 1) * V), V); // o_h = W_UV,h · Σ p c  (V)
+      if (cfg.faults?.swapKvB === true) k.matmulT(w.kB[h]!, latOut, 1, L, o.subarray((i * H + h) * V, (i * H + h + 1) * V), V); // TEST-ONLY fault hook
+      else k.matmul(w.vB[h]!, latOut, 1, L, o.subarray((i * H + h) * V, (i * H + h + 1) * V), V); // o_h = W_UV,h · Σ p c  (V)
     }
   }
   return o;

@@ -50,7 +50,7 @@ export function route(z: ArrayLike<number>, c: ModelConfig, bias: Float32Array |
   }
 
   const experts = topK(sel, c.nExpertUsed);
-  let weights = experts.map((e) => p[e]!);
+  let weights = experts.map((e) => p[e]! + (c.faults?.biasInWeights === true ? bias?.[e] ?? 0 : 0)); // TEST-ONLY fault hook: bias in weights
   if (c.weightsNorm) {
     const sum = weights.reduce((a, b) => a + b, 0) + 1e-20;
     weights = weights.map((w) => w / sum);

@@ -1,5 +1,6 @@
 import type { ModelConfig } from "./config.js";
 import type { Vec } from "../backend/cpu/ops.js";
+import { neoxRotate } from "./faults.js";
 
 /**
  * Interleaved (GPT-J / ggml NORM) rotary embedding over R dims with DeepSeek YaRN:
@@ -14,6 +15,8 @@ export class Rope {
     base: number,
     yarn: ModelConfig["yarn"],
     readonly mscale: number,
+    /** TEST-ONLY fault: NeoX pairing (src/model/faults.ts) */
+    private readonly neoxFault = false,
   ) {
     const half = dims / 2;
     this.theta = new Float64Array(half);
@@ -37,11 +40,12 @@ export class Rope {
   }
 
   static forConfig(c: ModelConfig): Rope {
-    return new Rope(c.qkRope, c.ropeBase, c.yarn, c.ropeMscale);
+    return new Rope(c.qkRope, c.ropeBase, c.yarn, c.ropeMscale, c.faults?.neoxRope === true);
   }
 
   /** Rotate x[off .. off+dims) in place for position pos. */
   apply(x: Vec, off: number, pos: number): void {
+    if (this.neoxFault) return neoxRotate(x, off, pos, this.theta, this.mscale); // TEST-ONLY fault hook
     const half = this.dims / 2;
     for (let i = 0; i < half; i++) {
       const a = pos * this.theta[i]!;

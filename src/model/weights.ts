@@ -251,23 +251,30 @@ function loadMoE(ld: Loader, c: ModelConfig, i: number): MoEWeights {
   };
 }
 
+function loadLayer(ld: Loader, c: ModelConfig, i: number): LayerWeights {
+  const attn = loadAttention(ld, c, i);
+  const ffnNorm = ld.vector(`blk.${i}.ffn_norm.weight`, c.nEmbd);
+  const isDense = i < c.nLeadingDense || c.nExpert === 0;
+  return {
+    attn,
+    ffnNorm,
+    dense: isDense ? loadSwiGLU(ld, `blk.${i}.`, "", c.nEmbd, c.nFF) : undefined,
+    moe: isDense ? undefined : loadMoE(ld, c, i),
+  };
+}
+
+/** One layer's weights alone (`latent doctor --low-memory` streams layers from disk, one at a time). */
+export function loadLayerWeights(file: GGUFFile, c: ModelConfig, i: number): LayerWeights {
+  return loadLayer(new Loader(file, undefined), c, i);
+}
+
 export function loadWeights(file: GGUFFile, c: ModelConfig, onProgress?: LoadProgress): ModelWeights {
   const ld = new Loader(file, onProgress);
   const tokenEmbd = ld.matrix("token_embd.weight", c.nEmbd, c.nVocab);
   const outputNorm = ld.vector("output_norm.weight", c.nEmbd);
   const output = ld.has("output.weight") ? ld.matrix("output.weight", c.nEmbd, c.nVocab) : tokenEmbd;
   const layers: LayerWeights[] = [];
-  for (let i = 0; i < c.nLayer; i++) {
-    const attn = loadAttention(ld, c, i);
-    const ffnNorm = ld.vector(`blk.${i}.ffn_norm.weight`, c.nEmbd);
-    const isDense = i < c.nLeadingDense || c.nExpert === 0;
-    layers.push({
-      attn,
-      ffnNorm,
-      dense: isDense ? loadSwiGLU(ld, `blk.${i}.`, "", c.nEmbd, c.nFF) : undefined,
-      moe: isDense ? undefined : loadMoE(ld, c, i),
-    });
-  }
+  for (let i = 0; i < c.nLayer; i++) layers.push(loadLayer(ld, c, i));
   const generation = file.tensors.has("blk.0.attn_kv_b.weight") ? "legacy" : "current";
   return { tokenEmbd, outputNorm, output, layers, generation, bytes: ld.bytes };
 }

@@ -1,0 +1,138 @@
+/** `latent doctor` as a library: diagnose a GGUF file (file, paths, behaviour, low-memory) or a live endpoint. */
+import { existsSync } from "node:fs";
+import { GGUFFile } from "../gguf/file.js";
+import { parseConfig } from "../model/config.js";
+import { DeepSeek2 } from "../model/deepseek2.js";
+import { GlmDsa } from "../model/glm-dsa.js";
+import { loadWeights } from "../model/weights.js";
+import { Tokenizer } from "../tokenizer/index.js";
+import { LatentError, UsageError } from "../util/errors.js";
+import { checkBehaviour, type BehaviourReport } from "./behaviour.js";
+import { checkFile, type FileReport, type TensorStats } from "./file-checks.js";
+import { checkPaths, defaultPrompts, type PathReport, type Prompt } from "./paths.js";
+import { DOCTOR_FORMAT, exitCodeOf, Findings, noProgress, verdictOf, type Finding, type Progress, type Verdict } from "./report.js";
+import { lowMemoryLogits, type LowMemoryReport } from "./low-memory.js";
+import { checkEndpoint, type EndpointReport } from "./endpoint.js";
+
+export interface DoctorOptions {
+  readonly model: string;
+  /** check a live OpenAI-compatible endpoint against latent's reference on `model` */
+  readonly endpoint?: string;
+  readonly apiKey?: string;
+  /** reference logits streamed one layer at a time from disk instead of loading the model */
+  readonly lowMemory?: boolean;
+  /** prefill chunk of the path checks (default 8) */
+  readonly chunk?: number;
+  /** skip the NaN/Inf + statistics scan */
+  readonly skipData?: boolean;
+  readonly progress?: Progress;
+  /**
+   * The implementation under test, built from the clean model (default: the clean model itself). Tests pass
+   * `(m) => withFaults(m, …)`; a fast backend would swap kernels here.
+   */
+  readonly implementation?: (clean: DeepSeek2) => DeepSeek2;
+  /** probe texts for the behaviour checks */
+  readonly probes?: readonly string[];
+  readonly greedyTokens?: number;
+  readonly fetch?: typeof fetch;
+}
+
+export interface DoctorReport {
+  readonly format: typeof DOCTOR_FORMAT;
+  readonly target: { readonly model: string; readonly endpoint?: string };
+  readonly verdict: Verdict;
+  readonly exitCode: 0 | 1 | 2;
+  readonly findings: readonly Finding[];
+  readonly file?: Omit<FileReport, "config" | "stats"> & { readonly stats: readonly TensorStats[] };
+  readonly paths?: PathReport;
+  readonly behaviour?: BehaviourReport;
+  readonly endpoint?: EndpointReport;
+  readonly lowMemory?: LowMemoryReport;
+  readonly timingsMs: Readonly<Record<string, number>>;
+}
+
+export const DEFAULT_PROBES = ["1, 2, 3, 4, 5, 6, 7, 8, 9,", "the cat sat on the mat. the cat sat on the mat. the cat sat on the"];
+
+function finish(opts: DoctorOptions, findings: Findings, parts: Partial<DoctorReport>, timings: Record<string, number>, couldNotRun = false): DoctorReport {
+  const verdict: Verdict = couldNotRun ? "could-not-run" : verdictOf(findings.list);
+  return {
+    format: DOCTOR_FORMAT,
+    target: { model: opts.model, ...(opts.endpoint !== undefined ? { endpoint: opts.endpoint } : {}) },
+    verdict,
+    exitCode: exitCodeOf(verdict),
+    findings: findings.list,
+    ...parts,
+    timingsMs: timings,
+  };
+}
+
+export async function runDoctor(opts: DoctorOptions): Promise<DoctorReport> {
+  const findings = new Findings();
+  const timings: Record<string, number> = {};
+  const time = <T>(name: string, f: () => T): T => {
+    const t0 = performance.now();
+    try {
+      return f();
+    } finally {
+      timings[name] = Math.round(performance.now() - t0);
+    }
+  };
+  if (!existsSync(opts.model)) throw new UsageError(`model file not found: ${opts.model}`);
+  let file: GGUFFile;
+  try {
+    file = GGUFFile.open(opts.model);
+  } catch (e) {
+    if (!(e instanceof LatentError)) throw e;
+    findings.add("file", "error", "unreadable", `not a readable GGUF: ${e.message}`);
+    return finish(opts, findings, {}, timings);
+  }
+  try {
+    const fr = time("file", () => checkFile(file, findings, { skipData: opts.skipData === true || opts.endpoint !== undefined, progress: opts.progress ?? noProgress }));
+    const { config, ...fileReport } = fr;
+    const parts: { -readonly [K in keyof DoctorReport]?: DoctorReport[K] } = { file: fileReport };
+    const blocking = findings.list.some((f) => f.severity === "error" && (f.area === "tensors" || f.area === "names" || f.code === "config") && f.code !== "non-finite-weights" && f.code !== "all-zero-tensor");
+    if (config === undefined || blocking) {
+      findings.add("paths", "info", "skipped", "compute checks skipped: the file cannot be loaded as it is");
+      return finish(opts, findings, parts, timings);
+    }
+    let tokenizer: Tokenizer | undefined;
+    try {
+      if (file.metadata.has("tokenizer.ggml.tokens")) tokenizer = Tokenizer.fromMetadata(file.metadata);
+    } catch {
+      tokenizer = undefined;
+    }
+    const encode = tokenizer ? (t: string): number[] => tokenizer.encode(t) : undefined;
+
+    if (opts.lowMemory === true) {
+      const prompt = defaultPrompts(config.nVocab, opts.chunk ?? 8, encode)[1]!;
+      parts.lowMemory = time("lowMemory", () => lowMemoryLogits(file, config, prompt.tokens).report);
+      if (opts.endpoint === undefined) return finish(opts, findings, parts, timings);
+    }
+
+    const clean = time("load", () => {
+      const weights = loadWeights(file, config);
+      return config.arch === "glm-dsa" ? new GlmDsa(config, weights) : new DeepSeek2(config, weights);
+    });
+    if (opts.endpoint !== undefined) {
+      parts.endpoint = await checkEndpoint({ base: opts.endpoint, apiKey: opts.apiKey, model: clean, tokenizer, findings, fetch: opts.fetch });
+      return finish(opts, findings, parts, timings, parts.endpoint.reachable === false);
+    }
+    const test = opts.implementation?.(clean) ?? clean;
+    const chunk = opts.chunk ?? 8;
+    parts.paths = time("paths", () => checkPaths(test, findings, { prompts: defaultPrompts(config.nVocab, chunk, encode), chunk, clean }));
+    const probes: Prompt[] = (opts.probes ?? DEFAULT_PROBES).map((text, i) => ({ label: text.length > 24 ? `${text.slice(0, 24)}…` : text, tokens: probeTokens(text, i, config.nVocab, encode) }));
+    parts.behaviour = time("behaviour", () => checkBehaviour(clean, probes, findings, { greedyTokens: opts.greedyTokens ?? 24, chunk }));
+    return finish(opts, findings, parts, timings);
+  } finally {
+    file.close();
+  }
+}
+
+function probeTokens(text: string, i: number, nVocab: number, encode?: (t: string) => number[]): number[] {
+  const t = encode?.(text).filter((x) => x < nVocab);
+  if (t !== undefined && t.length > 1) return t;
+  // No tokenizer: counting = an arithmetic run of ids, repetition = a repeated triple.
+  return i === 0 ? Array.from({ length: 16 }, (_, k) => (10 + k) % nVocab) : Array.from({ length: 15 }, (_, k) => [5, 9, 13][k % 3]! % nVocab);
+}
+
+export { parseConfig };

@@ -3,6 +3,7 @@ import { doctorCommand } from "./doctor.js";
 import { inspectCommand } from "./inspect.js";
 import { logitsCommand } from "./logits.js";
 import { runCommand } from "./run.js";
+import { serveCommand } from "./serve.js";
 import { synthCommand } from "./synth.js";
 
 // One line per subcommand; keep alphabetical to avoid merge conflicts.
@@ -11,5 +12,6 @@ export const commands: Command[] = [
   inspectCommand,
   logitsCommand,
   runCommand,
+  serveCommand,
   synthCommand,
 ];

@@ -1,0 +1,108 @@
+import { parseArgs } from "node:util";
+import type { Command } from "./command.js";
+import { UsageError } from "../util/errors.js";
+import { DEFAULT_PAGE_SIZE } from "../engine/paged-cache.js";
+import { startServer } from "../server/server.js";
+import { glueValues, intOption, loadForCli, processIO, valuedOptions, type CliIO } from "./run.js";
+
+const HELP = `usage: latent serve MODEL.gguf [options]
+
+An OpenAI-compatible HTTP server (docs/server.md): POST /v1/completions, /v1/chat/completions, /tokenize,
+/detokenize; GET /v1/models, /health, /metrics. Continuous batching over a paged latent KV cache with prefix
+caching. SIGTERM/SIGINT: stop taking requests, finish the running ones, exit.
+
+options:
+  --host HOST            address to listen on (default 127.0.0.1)
+  --port N               port (default 8080; 0 = any free port, printed on stderr)
+  --api-key KEY          require "Authorization: Bearer KEY" (also from LATENT_API_KEY)
+  --alias NAME           model id clients send (default the file name without .gguf)
+  --max-batch N          most sequences running at once (default 16)
+  --kv-cache-tokens N    KV cache positions shared by all sequences (default 8192)
+  --page-size N          positions per KV page (default ${DEFAULT_PAGE_SIZE})
+  --ctx-size N           context length per sequence (default the model's)
+  --prefill-chunk N      most prompt tokens one sequence prefills per step (default 128)
+  --token-budget N       most tokens per forward pass (default 256)
+  --max-queue N          most waiting requests before 429 (default 64)
+  --no-prefix-cache      do not share KV pages between equal prompt prefixes
+  --backend cpu|auto     compute backend (default auto = cpu)`;
+
+const SERVE_OPTIONS = {
+  host: { type: "string" },
+  port: { type: "string" },
+  "api-key": { type: "string" },
+  alias: { type: "string" },
+  "max-batch": { type: "string" },
+  "kv-cache-tokens": { type: "string" },
+  "page-size": { type: "string" },
+  "ctx-size": { type: "string" },
+  "prefill-chunk": { type: "string" },
+  "token-budget": { type: "string" },
+  "max-queue": { type: "string" },
+  "no-prefix-cache": { type: "boolean" },
+  backend: { type: "string" },
+  help: { type: "boolean", short: "h" },
+} as const;
+
+export const serveCommand: Command = {
+  name: "serve",
+  summary: "OpenAI-compatible HTTP server with continuous batching and a paged KV cache",
+  run: (argv) => serveMain(argv, processIO),
+};
+
+export async function serveMain(argv: string[], io: CliIO): Promise<void> {
+  let parsed;
+  try {
+    parsed = parseArgs({ args: glueValues(argv, valuedOptions(SERVE_OPTIONS)), options: SERVE_OPTIONS, allowPositionals: true, strict: true });
+  } catch (e) {
+    throw new UsageError(`${e instanceof Error ? e.message : String(e)}\n\n${HELP}`);
+  }
+  const { values, positionals } = parsed;
+  if (values.help === true) {
+    io.out(HELP + "\n");
+    return;
+  }
+  if (positionals.length !== 1) throw new UsageError(`expected one model path, got ${positionals.length}\n\n${HELP}`);
+  const backend = values.backend ?? "auto";
+  if (backend !== "cpu" && backend !== "auto") throw new UsageError(`--backend ${backend} is not available in latent serve yet; use cpu (or auto)`);
+  const port = intOption("port", values.port, 0) ?? 8080;
+  if (port > 65535) throw new UsageError(`--port must be at most 65535, got ${port}`);
+  const apiKey = values["api-key"] ?? process.env["LATENT_API_KEY"];
+  const path = positionals[0]!;
+  const loaded = loadForCli(path, io);
+  const opt = <K extends string>(k: K, v: number | undefined): Partial<Record<K, number>> => (v === undefined ? {} : ({ [k]: v } as Record<K, number>));
+  const server = await startServer({
+    loaded,
+    modelPath: path,
+    ...(values.alias !== undefined ? { modelId: values.alias } : {}),
+    host: values.host ?? "127.0.0.1",
+    port,
+    ...(apiKey !== undefined && apiKey !== "" ? { apiKey } : {}),
+    ...opt("maxBatch", intOption("max-batch", values["max-batch"], 1)),
+    ...opt("kvCacheTokens", intOption("kv-cache-tokens", values["kv-cache-tokens"], 1)),
+    ...opt("pageSize", intOption("page-size", values["page-size"], 1)),
+    ...opt("contextLength", intOption("ctx-size", values["ctx-size"], 1)),
+    ...opt("prefillChunk", intOption("prefill-chunk", values["prefill-chunk"], 1)),
+    ...opt("tokenBudget", intOption("token-budget", values["token-budget"], 1)),
+    ...opt("maxQueue", intOption("max-queue", values["max-queue"], 0)),
+    prefixCaching: values["no-prefix-cache"] !== true,
+    log: (line) => io.err(`${line}\n`),
+  });
+  await new Promise<void>((resolve) => {
+    let stopping = false;
+    const stop = (signal: string): void => {
+      if (stopping) {
+        io.err(`${signal} again: exiting now\n`);
+        process.exit(1);
+      }
+      stopping = true;
+      const s = server.stats();
+      io.err(`${signal}: draining (${s.running} running, ${s.waiting} waiting)\n`);
+      void server.close().then(() => {
+        io.err("latent serve: stopped\n");
+        resolve();
+      });
+    };
+    process.on("SIGTERM", () => stop("SIGTERM"));
+    process.on("SIGINT", () => stop("SIGINT"));
+  });
+}

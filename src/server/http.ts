@@ -1,0 +1,114 @@
+import type { IncomingMessage, ServerResponse } from "node:http";
+
+/** An error the API answers with an OpenAI-shaped body: {"error": {message, type, param, code}}. */
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly type: string = status === 401 ? "authentication_error" : status === 404 ? "not_found_error" : status === 429 ? "rate_limit_error" : status >= 500 ? "server_error" : "invalid_request_error",
+    readonly param: string | null = null,
+    readonly code: string | null = null,
+  ) {
+    super(message);
+    this.name = "ApiError";
+  }
+
+  body(): { error: { message: string; type: string; param: string | null; code: string | null } } {
+    return { error: { message: this.message, type: this.type, param: this.param, code: this.code } };
+  }
+}
+
+/** A 400 naming the request field at fault. */
+export function badParam(param: string, message: string, code: string | null = null): ApiError {
+  return new ApiError(400, message, "invalid_request_error", param, code);
+}
+
+export const DEFAULT_BODY_LIMIT = 4 * 1024 * 1024;
+
+/** Read the whole body, at most `limit` bytes (413 beyond, without reading the rest). */
+export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const declared = Number(req.headers["content-length"]);
+    if (Number.isFinite(declared) && declared > limit) {
+      reject(new ApiError(413, `the request body is ${declared} bytes, more than the limit of ${limit}`, "invalid_request_error", null, "request_too_large"));
+      return;
+    }
+    const parts: Buffer[] = [];
+    let size = 0;
+    let failed = false;
+    req.on("data", (chunk: Buffer) => {
+      if (failed) return;
+      size += chunk.length;
+      if (size > limit) {
+        failed = true;
+        reject(new ApiError(413, `the request body is more than the limit of ${limit} bytes`, "invalid_request_error", null, "request_too_large"));
+        return;
+      }
+      parts.push(chunk);
+    });
+    req.on("end", () => {
+      if (!failed) resolve(Buffer.concat(parts));
+    });
+    req.on("error", (e) => {
+      if (!failed) {
+        failed = true;
+        reject(e);
+      }
+    });
+  });
+}
+
+/** Parse a JSON object body (400 for anything else). */
+export function parseJsonObject(body: Buffer): Record<string, unknown> {
+  let value: unknown;
+  const text = body.toString("utf8");
+  if (text.trim() === "") throw new ApiError(400, "the request body is empty; expected a JSON object");
+  try {
+    value = JSON.parse(text);
+  } catch (e) {
+    throw new ApiError(400, `the request body is not valid JSON: ${e instanceof Error ? e.message : String(e)}`);
+  }
+  if (typeof value !== "object" || value === null || Array.isArray(value)) throw new ApiError(400, "the request body must be a JSON object");
+  return value as Record<string, unknown>;
+}
+
+export function sendJson(res: ServerResponse, status: number, value: unknown, headers: Record<string, string> = {}): void {
+  if (res.headersSent) {
+    res.end();
+    return;
+  }
+  const body = JSON.stringify(value);
+  res.writeHead(status, { "content-type": "application/json; charset=utf-8", "content-length": Buffer.byteLength(body), ...headers });
+  res.end(body);
+}
+
+export function sendError(res: ServerResponse, err: ApiError, headers: Record<string, string> = {}): void {
+  sendJson(res, err.status, err.body(), headers);
+}
+
+/** Server-Sent Events in OpenAI's framing: `data: JSON\n\n`, closed by `data: [DONE]`. */
+export class SseWriter {
+  private started = false;
+  constructor(private readonly res: ServerResponse) {}
+
+  get open(): boolean {
+    return !this.res.writableEnded && !this.res.destroyed;
+  }
+
+  start(): void {
+    if (this.started) return;
+    this.started = true;
+    this.res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", connection: "keep-alive", "x-accel-buffering": "no" });
+    this.res.flushHeaders();
+  }
+
+  send(value: unknown): void {
+    this.start();
+    if (this.open) this.res.write(`data: ${JSON.stringify(value)}\n\n`);
+  }
+
+  done(): void {
+    this.start();
+    if (this.open) this.res.end("data: [DONE]\n\n");
+  }
+}

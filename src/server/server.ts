@@ -1,0 +1,611 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import { basename } from "node:path";
+import { createHash, randomUUID, timingSafeEqual } from "node:crypto";
+import { loadModel, type LoadedModel } from "../model/load.js";
+import { Tokenizer, type ChatMessage } from "../tokenizer/index.js";
+import { PagePool, DEFAULT_PAGE_SIZE } from "../engine/paged-cache.js";
+import { QueueFullError, Scheduler, type PromptLogprob, type Sequence, type SequenceRequest, type SequenceResult, type TokenOut } from "../engine/scheduler.js";
+import { LatentError, UsageError } from "../util/errors.js";
+import { ApiError, DEFAULT_BODY_LIMIT, SseWriter, badParam, parseJsonObject, readBody, sendError, sendJson } from "./http.js";
+import { ServerMetrics } from "./metrics.js";
+import { MAX_LOGPROBS, messagesField, modelField, optBool, optInt, promptField, requireNoSuffix, samplingFields, type SamplingFields } from "./schema.js";
+
+export interface ServerOptions {
+  /** GGUF to load (or pass `loaded`) */
+  readonly modelPath?: string;
+  /** an already loaded model (tests share one between servers) */
+  readonly loaded?: LoadedModel;
+  /** the model id clients name; default the file name without .gguf */
+  readonly modelId?: string;
+  /** default 127.0.0.1 */
+  readonly host?: string;
+  /** default 8080; 0 picks a free port */
+  readonly port?: number;
+  /** require `Authorization: Bearer KEY` on /v1/*, /tokenize and /detokenize */
+  readonly apiKey?: string;
+  /** most sequences in the running batch (default 16) */
+  readonly maxBatch?: number;
+  /** KV cache capacity in positions, all sequences together (default 8192, at most maxBatch × context) */
+  readonly kvCacheTokens?: number;
+  /** positions per KV page (default 16) */
+  readonly pageSize?: number;
+  /** most prompt tokens a sequence prefills per step (default 128) */
+  readonly prefillChunk?: number;
+  /** most tokens per forward pass (default 256) */
+  readonly tokenBudget?: number;
+  /** most sequences waiting; beyond, 429 (default 64) */
+  readonly maxQueue?: number;
+  /** context length per sequence (default and at most the model's) */
+  readonly contextLength?: number;
+  /** request body limit in bytes (default 4 MiB) */
+  readonly bodyLimit?: number;
+  /** share KV pages of identical prompt prefixes (default true) */
+  readonly prefixCaching?: boolean;
+  /** one line per event worth logging (startup, errors); default none */
+  readonly log?: (line: string) => void;
+}
+
+export interface ServerStats {
+  readonly waiting: number;
+  readonly running: number;
+  readonly steps: number;
+  readonly preemptions: number;
+  readonly pagesInUse: number;
+  readonly pagesCached: number;
+  readonly pagesFree: number;
+  readonly totalPages: number;
+  readonly prefixHits: number;
+  readonly activeRequests: number;
+}
+
+export interface RunningServer {
+  /** http://host:port */
+  readonly url: string;
+  readonly port: number;
+  readonly modelId: string;
+  readonly http: Server;
+  readonly scheduler: Scheduler;
+  readonly pool: PagePool;
+  readonly metrics: ServerMetrics;
+  stats(): ServerStats;
+  /** Stop taking requests (503), finish the running ones, then close every connection. */
+  close(): Promise<void>;
+}
+
+const ENDPOINTS = new Set(["/v1/completions", "/v1/chat/completions", "/v1/models", "/tokenize", "/detokenize", "/health", "/metrics"]);
+
+/** Load the model (unless given), build the page pool and scheduler, and listen. */
+export async function startServer(options: ServerOptions): Promise<RunningServer> {
+  const loaded = options.loaded ?? (options.modelPath !== undefined ? loadModel(options.modelPath) : undefined);
+  if (loaded === undefined) throw new UsageError("startServer needs modelPath or loaded");
+  const { config, model } = loaded;
+  const tokenizer = Tokenizer.fromMetadata(loaded.file.metadata);
+  const modelId = options.modelId ?? (options.modelPath !== undefined ? basename(options.modelPath).replace(/\.gguf$/i, "") : loaded.file.metadata.string("general.name") ?? "latent");
+  const ctx = Math.min(options.contextLength ?? config.contextLength, config.contextLength);
+  const maxBatch = options.maxBatch ?? 16;
+  const pageSize = options.pageSize ?? DEFAULT_PAGE_SIZE;
+  const kvTokens = options.kvCacheTokens ?? Math.min(8192, maxBatch * ctx);
+  if (!Number.isInteger(kvTokens) || kvTokens < pageSize) throw new UsageError(`the KV cache needs at least one page (${pageSize} positions), got ${kvTokens}`);
+  const pool = new PagePool(config, { pageSize, numPages: Math.ceil(kvTokens / pageSize) });
+  let metrics: ServerMetrics | undefined;
+  const scheduler = new Scheduler(model, tokenizer, pool, {
+    maxBatch,
+    ...(options.tokenBudget !== undefined ? { tokenBudget: options.tokenBudget } : {}),
+    ...(options.prefillChunk !== undefined ? { prefillChunk: options.prefillChunk } : {}),
+    maxQueue: options.maxQueue ?? 64,
+    contextLength: ctx,
+    prefixCaching: options.prefixCaching ?? true,
+    onStep: (s) => {
+      metrics?.stepTokens.observe(s.tokens);
+      metrics?.stepSeconds.observe(s.ms / 1000);
+    },
+  });
+  metrics = new ServerMetrics(scheduler, pool);
+  const m = metrics;
+  const log = options.log ?? ((): void => {});
+  const bodyLimit = options.bodyLimit ?? DEFAULT_BODY_LIMIT;
+  const keyHash = options.apiKey !== undefined ? createHash("sha256").update(options.apiKey).digest() : undefined;
+  const created = Math.floor(Date.now() / 1000);
+  let draining = false;
+  const active = new Set<Promise<void>>();
+
+  const api: Api = { tokenizer, scheduler, metrics: m, modelId, ctx, created, log, nVocab: config.nVocab };
+
+  const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    const url = new URL(req.url ?? "/", "http://localhost");
+    const path = url.pathname.replace(/\/+$/, "") || "/";
+    const endpoint = ENDPOINTS.has(path) ? path : path.startsWith("/v1/models/") ? "/v1/models/{id}" : "other";
+    res.on("finish", () => m.requests.inc({ endpoint, status: String(res.statusCode) }));
+    try {
+      if (path === "/health") {
+        if (req.method !== "GET") throw methodNotAllowed(req.method);
+        sendJson(res, draining ? 503 : 200, { status: draining ? "draining" : "ok" });
+        return;
+      }
+      if (path === "/metrics") {
+        if (req.method !== "GET") throw methodNotAllowed(req.method);
+        const text = await m.registry.metrics();
+        res.writeHead(200, { "content-type": m.registry.contentType });
+        res.end(text);
+        return;
+      }
+      if (draining) throw new ApiError(503, "the server is shutting down", "server_error", null, "shutting_down");
+      if (keyHash !== undefined && (path.startsWith("/v1/") || path === "/tokenize" || path === "/detokenize")) checkKey(req, keyHash);
+      if (path === "/v1/models") {
+        if (req.method !== "GET") throw methodNotAllowed(req.method);
+        sendJson(res, 200, { object: "list", data: [modelCard(api, config.contextLength)] });
+        return;
+      }
+      if (endpoint === "/v1/models/{id}") {
+        if (req.method !== "GET") throw methodNotAllowed(req.method);
+        const id = decodeURIComponent(path.slice("/v1/models/".length));
+        if (id !== modelId) throw unknownModel(id);
+        sendJson(res, 200, modelCard(api, config.contextLength));
+        return;
+      }
+      if (!ENDPOINTS.has(path)) throw new ApiError(404, `no route ${req.method ?? "?"} ${path}`, "not_found_error", null, "unknown_url");
+      if (req.method !== "POST") throw methodNotAllowed(req.method);
+      const body = parseJsonObject(await readBody(req, bodyLimit));
+      if (path === "/tokenize") return tokenize(api, body, res);
+      if (path === "/detokenize") return detokenize(api, body, res);
+      if (path === "/v1/completions") return await completions(api, body, req, res);
+      if (path === "/v1/chat/completions") return await chat(api, body, req, res);
+    } catch (e) {
+      const err = toApiError(e);
+      if (err.status >= 500) log(`error ${req.method ?? "?"} ${path}: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}`);
+      if (err.status === 413) res.setHeader("connection", "close");
+      sendError(res, err);
+    }
+  };
+
+  const http = createServer((req, res) => {
+    const p = handle(req, res).catch((e: unknown) => {
+      log(`unhandled: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}`);
+      try {
+        sendError(res, new ApiError(500, "internal error"));
+      } catch {
+        res.destroy();
+      }
+    });
+    active.add(p);
+    void p.finally(() => active.delete(p));
+  });
+  http.on("clientError", (_err, socket) => {
+    if (socket.writable) socket.end("HTTP/1.1 400 Bad Request\r\nconnection: close\r\n\r\n");
+    else socket.destroy();
+  });
+  http.keepAliveTimeout = 5000;
+  const host = options.host ?? "127.0.0.1";
+  await new Promise<void>((resolve, reject) => {
+    http.once("error", reject);
+    http.listen(options.port ?? 8080, host, () => {
+      http.off("error", reject);
+      resolve();
+    });
+  });
+  http.on("error", (e) => log(`http server error: ${e.message}`));
+  const port = (http.address() as AddressInfo).port;
+  const url = `http://${host.includes(":") ? `[${host}]` : host}:${port}`;
+  log(`latent serve: model "${modelId}" (${config.arch}, ${config.nLayer} layers, context ${ctx}), KV ${pool.numPages} pages × ${pageSize} positions (${(pool.bytes() / 2 ** 20).toFixed(1)} MiB), max batch ${maxBatch}, listening on ${url}`);
+
+  let closing: Promise<void> | undefined;
+  return {
+    url,
+    port,
+    modelId,
+    http,
+    scheduler,
+    pool,
+    metrics: m,
+    stats: () => ({ ...scheduler.stats(), ...pool.stats(), activeRequests: active.size }),
+    close: () =>
+      (closing ??= (async () => {
+        draining = true;
+        const closed = new Promise<void>((resolve) => http.close(() => resolve()));
+        await scheduler.idle();
+        while (active.size > 0) await Promise.allSettled([...active]);
+        http.closeIdleConnections();
+        const force = setTimeout(() => http.closeAllConnections(), 2000);
+        await closed;
+        clearTimeout(force);
+      })()),
+  };
+}
+
+interface Api {
+  readonly tokenizer: Tokenizer;
+  readonly scheduler: Scheduler;
+  readonly metrics: ServerMetrics;
+  readonly modelId: string;
+  readonly ctx: number;
+  readonly created: number;
+  readonly nVocab: number;
+  readonly log: (line: string) => void;
+}
+
+function modelCard(api: Api, nCtxTrain: number): Record<string, unknown> {
+  return { id: api.modelId, object: "model", created: api.created, owned_by: "latent", meta: { n_ctx: api.ctx, n_ctx_train: nCtxTrain, n_vocab: api.nVocab } };
+}
+
+function methodNotAllowed(method: string | undefined): ApiError {
+  return new ApiError(405, `method ${method ?? "?"} is not allowed here`, "invalid_request_error", null, "method_not_allowed");
+}
+
+function unknownModel(id: string): ApiError {
+  return new ApiError(404, `The model '${id}' does not exist`, "invalid_request_error", "model", "model_not_found");
+}
+
+function checkKey(req: IncomingMessage, keyHash: Buffer): void {
+  const auth = req.headers["authorization"];
+  const m = typeof auth === "string" ? /^Bearer\s+(.+)$/i.exec(auth.trim()) : null;
+  const given = m !== null ? createHash("sha256").update(m[1]!).digest() : undefined;
+  if (given === undefined || !timingSafeEqual(given, keyHash)) {
+    throw new ApiError(401, given === undefined ? "missing API key: send Authorization: Bearer <key>" : "incorrect API key provided", "invalid_request_error", null, "invalid_api_key");
+  }
+}
+
+function toApiError(e: unknown): ApiError {
+  if (e instanceof ApiError) return e;
+  if (e instanceof QueueFullError) return new ApiError(429, `${e.message}; retry later`, "rate_limit_error", null, "queue_full");
+  if (e instanceof UsageError) return new ApiError(400, e.message);
+  if (e instanceof LatentError) return new ApiError(400, e.message);
+  return new ApiError(500, `internal error: ${e instanceof Error ? e.message : String(e)}`);
+}
+
+function tokenize(api: Api, body: Record<string, unknown>, res: ServerResponse): void {
+  const content = body["content"];
+  if (typeof content !== "string") throw badParam("content", "'content' must be a string");
+  const addSpecial = optBool(body, "add_special") ?? false;
+  const parseSpecial = optBool(body, "parse_special") ?? true;
+  const withPieces = optBool(body, "with_pieces") ?? false;
+  const ids = api.tokenizer.encode(content, { addSpecial, parseSpecial });
+  if (!withPieces) return sendJson(res, 200, { tokens: ids });
+  const dec = new TextDecoder("utf-8", { fatal: true });
+  sendJson(res, 200, {
+    tokens: ids.map((id) => {
+      const bytes = api.tokenizer.tokenBytes(id);
+      try {
+        return { id, piece: dec.decode(bytes) };
+      } catch {
+        return { id, piece: [...bytes] };
+      }
+    }),
+  });
+}
+
+function detokenize(api: Api, body: Record<string, unknown>, res: ServerResponse): void {
+  const ids = tokenIds(api, body["tokens"], "tokens");
+  sendJson(res, 200, { content: api.tokenizer.decode(ids) });
+}
+
+function tokenIds(api: Api, v: unknown, param: string): number[] {
+  if (!Array.isArray(v)) throw badParam(param, `'${param}' must be an array of token ids`);
+  return v.map((x, i) => {
+    if (typeof x !== "number" || !Number.isInteger(x) || x < 0 || x >= api.nVocab) throw badParam(param, `'${param}[${i}]' = ${JSON.stringify(x)} is not a token id (0..${api.nVocab - 1})`);
+    return x;
+  });
+}
+
+/** Check lengths against the context; returns max_tokens to use. */
+function budget(api: Api, promptLen: number, asked: number | undefined, dflt: number | undefined): number {
+  if (promptLen === 0) throw badParam("prompt", "the prompt has no tokens");
+  const room = api.ctx - promptLen;
+  if (room < 0) throw new ApiError(400, `This model's maximum context length is ${api.ctx} tokens. However, your prompt has ${promptLen} tokens.`, "invalid_request_error", "messages", "context_length_exceeded");
+  if (asked !== undefined && asked > room) {
+    throw new ApiError(400, `This model's maximum context length is ${api.ctx} tokens. However, you requested ${promptLen + asked} tokens (${promptLen} in the prompt, ${asked} for the completion). Please reduce the prompt or max_tokens.`, "invalid_request_error", "max_tokens", "context_length_exceeded");
+  }
+  if (promptLen > api.scheduler.kvCapacity) throw new ApiError(400, `the prompt has ${promptLen} tokens, more than the server's KV cache holds (${api.scheduler.kvCapacity})`, "invalid_request_error", "prompt", "context_length_exceeded");
+  return Math.min(asked ?? dflt ?? room, room);
+}
+
+interface Choice {
+  readonly index: number;
+  readonly seq: Sequence;
+  readonly prompt: readonly number[];
+  readonly tokens: TokenOut[];
+  promptLp?: (PromptLogprob | null)[];
+  result?: SequenceResult;
+}
+
+interface GenJob {
+  readonly kind: "completion" | "chat";
+  readonly id: string;
+  readonly choices: Choice[];
+  readonly prompts: readonly (readonly number[])[];
+}
+
+/** Submit n sequences per prompt; runs `events` hooks; resolves when all have finished. */
+function launch(
+  api: Api,
+  req: IncomingMessage,
+  res: ServerResponse,
+  kind: GenJob["kind"],
+  prompts: readonly (readonly number[])[],
+  s: SamplingFields,
+  extra: { readonly topLogprobs: number | undefined; readonly promptLogprobs: number | undefined; readonly maxTokens: number[] },
+  hooks: { onToken?(c: Choice, t: TokenOut): void; onPrompt?(c: Choice): void; onFinish?(c: Choice): void },
+): { job: GenJob; done: Promise<void> } {
+  const t0 = performance.now();
+  const total = prompts.length * s.n;
+  const st = api.scheduler.stats();
+  if (st.waiting + total > api.scheduler.maxQueue) throw new ApiError(429, `the queue is full (${st.waiting} waiting, limit ${api.scheduler.maxQueue}); retry later`, "rate_limit_error", null, "queue_full");
+  const job: GenJob = { kind, id: `${kind === "chat" ? "chatcmpl" : "cmpl"}-${randomUUID().replace(/-/g, "")}`, choices: [], prompts };
+  let remaining = total;
+  let resolveDone!: () => void;
+  const done = new Promise<void>((r) => (resolveDone = r));
+  try {
+    prompts.forEach((prompt, pi) => {
+      for (let i = 0; i < s.n; i++) {
+        const index = pi * s.n + i;
+        const request: SequenceRequest = {
+          prompt,
+          maxTokens: extra.maxTokens[pi]!,
+          sampling: {
+            temperature: s.temperature,
+            topK: s.topK,
+            topP: s.topP,
+            minP: s.minP,
+            ...(s.seed !== undefined ? { seed: s.seed + index } : {}),
+            logprobs: extra.topLogprobs ?? 0,
+          },
+          stop: s.stop,
+          ignoreEog: s.ignoreEos,
+          ...(extra.promptLogprobs !== undefined ? { promptLogprobs: extra.promptLogprobs } : {}),
+        };
+        let last = 0;
+        let choice: Choice;
+        const seq = api.scheduler.submit(request, {
+          onPromptLogprobs: (e) => {
+            choice.promptLp = e;
+            hooks.onPrompt?.(choice);
+          },
+          onToken: (t) => {
+            const now = performance.now();
+            if (t.index === 0) api.metrics.ttft.observe((now - t0) / 1000);
+            else api.metrics.itl.observe((now - last) / 1000);
+            last = now;
+            api.metrics.generationTokens.inc();
+            choice.tokens.push(t);
+            hooks.onToken?.(choice, t);
+          },
+          onFinish: (r) => {
+            choice.result = r;
+            hooks.onFinish?.(choice);
+            if (--remaining === 0) resolveDone();
+          },
+        });
+        choice = { index, seq, prompt, tokens: [] };
+        job.choices.push(choice);
+      }
+    });
+  } catch (e) {
+    for (const c of job.choices) api.scheduler.cancel(c.seq);
+    throw e;
+  }
+  for (const p of prompts) api.metrics.promptTokens.inc(p.length);
+  // a client that goes away cancels its sequences: their pages go back at once
+  res.on("close", () => {
+    if (remaining > 0) for (const c of job.choices) api.scheduler.cancel(c.seq);
+  });
+  req.on("error", () => {
+    for (const c of job.choices) api.scheduler.cancel(c.seq);
+  });
+  return { job, done };
+}
+
+function usage(job: GenJob): Record<string, unknown> {
+  const prompt = job.prompts.reduce((a, p) => a + p.length, 0);
+  const completion = job.choices.reduce((a, c) => a + (c.result?.tokens.length ?? c.tokens.length), 0);
+  const cached = job.choices.filter((c) => c.index % Math.max(1, job.choices.length / job.prompts.length) === 0).reduce((a, c) => a + (c.result?.cachedTokens ?? 0), 0);
+  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion, prompt_tokens_details: { cached_tokens: cached } };
+}
+
+function finishReason(r: SequenceResult): "stop" | "length" {
+  return r.finishReason === "length" ? "length" : "stop";
+}
+
+/** vLLM's prompt_logprobs: per prompt position null or {"<id>": {logprob, rank, decoded_token}} (the token and the top-k). */
+function vllmPromptLogprobs(api: Api, lp: readonly (PromptLogprob | null)[]): (Record<string, { logprob: number; rank: number; decoded_token: string }> | null)[] {
+  return lp.map((e) => {
+    if (e === null) return null;
+    const out: Record<string, { logprob: number; rank: number; decoded_token: string }> = {};
+    out[String(e.token)] = { logprob: e.logprob, rank: e.rank, decoded_token: api.tokenizer.decode([e.token]) };
+    e.top.forEach(([id, l], i) => {
+      if (!(String(id) in out)) out[String(id)] = { logprob: l, rank: i + 1, decoded_token: api.tokenizer.decode([id]) };
+    });
+    return out;
+  });
+}
+
+interface LegacyLogprobs {
+  tokens: string[];
+  token_logprobs: (number | null)[];
+  top_logprobs: (Record<string, number> | null)[];
+  text_offset: number[];
+}
+
+/** OpenAI legacy completion logprobs for a run of tokens starting at text offset `offset`. */
+function legacyLogprobs(api: Api, entries: readonly { id: number; logprob: number | null; top: readonly (readonly [number, number])[] | null }[], offset: number): LegacyLogprobs {
+  const out: LegacyLogprobs = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
+  let at = offset;
+  for (const e of entries) {
+    const s = api.tokenizer.decode([e.id]);
+    out.tokens.push(s);
+    out.token_logprobs.push(e.logprob);
+    out.top_logprobs.push(e.top === null ? null : Object.fromEntries(e.top.map(([id, l]) => [api.tokenizer.decode([id]), l])));
+    out.text_offset.push(at);
+    at += api.tokenizer.decode([e.id], { skipSpecial: true }).length; // control tokens are not in the text
+  }
+  return out;
+}
+
+function promptEntries(c: Choice, k: number): { id: number; logprob: number | null; top: [number, number][] | null }[] {
+  return c.prompt.map((id, i) => {
+    const e = c.promptLp?.[i];
+    return e === undefined || e === null ? { id, logprob: null, top: null } : { id, logprob: e.logprob, top: e.top.slice(0, k) };
+  });
+}
+
+function genEntries(tokens: readonly TokenOut[]): { id: number; logprob: number; top: [number, number][] }[] {
+  return tokens.map((t) => ({ id: t.id, logprob: t.logprob, top: t.top ?? [] }));
+}
+
+async function completions(api: Api, body: Record<string, unknown>, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const modelName = modelField(body);
+  const inputs = promptField(body);
+  const s = samplingFields(body, ["max_tokens"]);
+  requireNoSuffix(body);
+  const logprobs = optInt(body, "logprobs", 0, MAX_LOGPROBS);
+  const echo = optBool(body, "echo") ?? false;
+  const promptLogprobs = optInt(body, "prompt_logprobs", 0, MAX_LOGPROBS);
+  if (modelName !== api.modelId) throw unknownModel(modelName);
+  const prompts = inputs.map((p) => ("ids" in p ? p.ids : api.tokenizer.encodePrompt(p.text)));
+  const maxTokens = prompts.map((p) => budget(api, p.length, s.maxTokens, 16));
+  const promptTexts = prompts.map((p, i) => { const inp = inputs[i]!; return "text" in inp ? inp.text : api.tokenizer.decode(p); });
+  const needPrompt = promptLogprobs !== undefined || (echo && logprobs !== undefined) ? Math.max(promptLogprobs ?? 0, echo ? (logprobs ?? 0) : 0) : undefined;
+  const created = Math.floor(Date.now() / 1000);
+  const base = (job: GenJob): Record<string, unknown> => ({ id: job.id, object: "text_completion", created, model: api.modelId });
+  const sse = s.stream ? new SseWriter(res) : undefined;
+  const offsets = new Map<number, number>();
+  let jobRef: GenJob | undefined;
+  const echoChunk = (c: Choice): void => {
+    const text = promptTexts[Math.floor(c.index / s.n)]!;
+    offsets.set(c.index, text.length);
+    const lp = logprobs !== undefined ? legacyLogprobs(api, promptEntries(c, logprobs), 0) : null;
+    sse!.send({ ...base(jobRef!), choices: [{ index: c.index, text, logprobs: lp, finish_reason: null }] });
+  };
+  const { job, done } = launch(api, req, res, "completion", prompts, s, { topLogprobs: logprobs, promptLogprobs: needPrompt, maxTokens }, sse === undefined ? {} : {
+    onPrompt: (c) => {
+      if (echo && logprobs !== undefined) echoChunk(c);
+    },
+    onToken: (c, t) => {
+      if (t.text === "" && logprobs === undefined) return;
+      const at = offsets.get(c.index) ?? 0;
+      offsets.set(c.index, at + t.text.length);
+      const lp = logprobs !== undefined ? legacyLogprobs(api, genEntries([t]), at) : null;
+      sse.send({ ...base(job), choices: [{ index: c.index, text: t.text, logprobs: lp, finish_reason: null }] });
+    },
+    onFinish: (c) => {
+      const r = c.result!;
+      if (r.finishReason === "error") {
+        sse.send(new ApiError(500, `generation failed: ${r.error?.message ?? "unknown error"}`).body());
+        return;
+      }
+      if (r.finishReason === "abort") return;
+      const choice: Record<string, unknown> = { index: c.index, text: r.tail, logprobs: null, finish_reason: finishReason(r) };
+      if (promptLogprobs !== undefined && c.promptLp !== undefined) choice["prompt_logprobs"] = vllmPromptLogprobs(api, c.promptLp);
+      sse.send({ ...base(job), choices: [choice] });
+    },
+  });
+  jobRef = job;
+  if (sse !== undefined) {
+    sse.start();
+    if (echo && logprobs === undefined) for (const c of job.choices) echoChunk(c);
+    await done;
+    if (s.includeUsage) sse.send({ ...base(job), choices: [], usage: usage(job) });
+    sse.done();
+    return;
+  }
+  await done;
+  if (res.destroyed) return;
+  const failed = job.choices.find((c) => c.result?.finishReason === "error");
+  if (failed !== undefined) throw new ApiError(500, `generation failed: ${failed.result?.error?.message ?? "unknown error"}`);
+  sendJson(res, 200, {
+    ...base(job),
+    choices: job.choices.map((c) => {
+      const r = c.result!;
+      const ptext = echo ? promptTexts[Math.floor(c.index / s.n)]! : "";
+      let lp: LegacyLogprobs | null = null;
+      if (logprobs !== undefined) {
+        const entries = [...(echo ? promptEntries(c, logprobs) : []), ...genEntries(c.tokens)];
+        lp = legacyLogprobs(api, entries, 0);
+      }
+      return {
+        index: c.index,
+        text: ptext + r.text,
+        logprobs: lp,
+        finish_reason: finishReason(r),
+        ...(promptLogprobs !== undefined && c.promptLp !== undefined ? { prompt_logprobs: vllmPromptLogprobs(api, c.promptLp) } : {}),
+      };
+    }),
+    usage: usage(job),
+  });
+}
+
+interface ChatLogprob {
+  token: string;
+  logprob: number;
+  bytes: number[];
+  top_logprobs: { token: string; logprob: number; bytes: number[] }[];
+}
+
+function chatLogprob(api: Api, t: TokenOut, k: number): ChatLogprob {
+  const one = (id: number): { token: string; bytes: number[] } => ({ token: api.tokenizer.decode([id]), bytes: [...api.tokenizer.tokenBytes(id)] });
+  return { ...one(t.id), logprob: t.logprob, top_logprobs: (t.top ?? []).slice(0, k).map(([id, l]) => ({ ...one(id), logprob: l })) };
+}
+
+async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const modelName = modelField(body);
+  const messages: ChatMessage[] = messagesField(body);
+  const s = samplingFields(body, ["max_completion_tokens", "max_tokens"]);
+  const logprobs = optBool(body, "logprobs") ?? false;
+  const topLogprobs = optInt(body, "top_logprobs", 0, MAX_LOGPROBS);
+  if (topLogprobs !== undefined && !logprobs) throw badParam("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+  const promptLogprobs = optInt(body, "prompt_logprobs", 0, MAX_LOGPROBS);
+  if (modelName !== api.modelId) throw unknownModel(modelName);
+  const tools = body["tools"];
+  if (tools !== undefined && tools !== null && !Array.isArray(tools)) throw badParam("tools", "'tools' must be an array");
+  let prompt: number[];
+  try {
+    prompt = api.tokenizer.encodeChat(messages, { addGenerationPrompt: true, ...(Array.isArray(tools) ? { tools } : {}) });
+  } catch (e) {
+    throw new ApiError(400, `cannot render the chat template: ${e instanceof Error ? e.message : String(e)}`, "invalid_request_error", "messages");
+  }
+  const maxTokens = [budget(api, prompt.length, s.maxTokens, undefined)];
+  const k = topLogprobs ?? 0;
+  const created = Math.floor(Date.now() / 1000);
+  const base = (job: GenJob): Record<string, unknown> => ({ id: job.id, object: "chat.completion.chunk", created, model: api.modelId });
+  const sse = s.stream ? new SseWriter(res) : undefined;
+  const { job, done } = launch(api, req, res, "chat", [prompt], s, { topLogprobs: logprobs ? Math.max(k, 0) : undefined, promptLogprobs, maxTokens }, sse === undefined ? {} : {
+    onToken: (c, t) => {
+      if (t.text === "" && !logprobs) return;
+      sse.send({ ...base(job), choices: [{ index: c.index, delta: { content: t.text }, logprobs: logprobs ? { content: [chatLogprob(api, t, k)] } : null, finish_reason: null }] });
+    },
+    onFinish: (c) => {
+      const r = c.result!;
+      if (r.finishReason === "error") {
+        sse.send(new ApiError(500, `generation failed: ${r.error?.message ?? "unknown error"}`).body());
+        return;
+      }
+      if (r.finishReason === "abort") return;
+      if (r.tail !== "") sse.send({ ...base(job), choices: [{ index: c.index, delta: { content: r.tail }, logprobs: null, finish_reason: null }] });
+      sse.send({ ...base(job), choices: [{ index: c.index, delta: {}, logprobs: null, finish_reason: finishReason(r) }] });
+    },
+  });
+  if (sse !== undefined) {
+    for (const c of job.choices) sse.send({ ...base(job), choices: [{ index: c.index, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }] });
+    await done;
+    if (s.includeUsage) sse.send({ ...base(job), choices: [], usage: usage(job) });
+    sse.done();
+    return;
+  }
+  await done;
+  if (res.destroyed) return;
+  const failed = job.choices.find((c) => c.result?.finishReason === "error");
+  if (failed !== undefined) throw new ApiError(500, `generation failed: ${failed.result?.error?.message ?? "unknown error"}`);
+  sendJson(res, 200, {
+    id: job.id,
+    object: "chat.completion",
+    created,
+    model: api.modelId,
+    choices: job.choices.map((c) => ({
+      index: c.index,
+      message: { role: "assistant", content: c.result!.text },
+      logprobs: logprobs ? { content: c.tokens.map((t) => chatLogprob(api, t, k)) } : null,
+      finish_reason: finishReason(c.result!),
+      ...(promptLogprobs !== undefined && c.promptLp !== undefined ? { prompt_logprobs: vllmPromptLogprobs(api, c.promptLp) } : {}),
+    })),
+    usage: usage(job),
+  });
+}

@@ -1,0 +1,62 @@
+// `latent serve` as a child process: it prints its URL, serves, and on SIGTERM finishes the running stream, then exits 0.
+import { after, test } from "node:test";
+import assert from "node:assert/strict";
+import { spawn, spawnSync } from "node:child_process";
+import { join } from "node:path";
+import OpenAI from "openai";
+import { CASES, synthModel } from "../helpers/synth.js";
+
+const ROOT = join(import.meta.dirname, "..", "..");
+const BIN = join(ROOT, "bin", "latent.mjs");
+const synth = synthModel(CASES[0]!, 4);
+after(() => synth.cleanup());
+
+test("latent serve --help; bad options exit 2", () => {
+  const help = spawnSync(process.execPath, [BIN, "serve", "--help"], { encoding: "utf8" });
+  assert.equal(help.status, 0);
+  assert.match(help.stdout, /--kv-cache-tokens/);
+  const bad = spawnSync(process.execPath, [BIN, "serve", synth.path, "--max-batch", "0"], { encoding: "utf8" });
+  assert.equal(bad.status, 2);
+  assert.match(bad.stderr, /--max-batch must be an integer ≥ 1/);
+  const backend = spawnSync(process.execPath, [BIN, "serve", synth.path, "--backend", "tpu"], { encoding: "utf8" });
+  assert.equal(backend.status, 2);
+});
+
+test("SIGTERM drains: the running stream completes, new requests are refused, exit code 0", async () => {
+  const child = spawn(process.execPath, [BIN, "serve", synth.path, "--port", "0", "--alias", "tiny", "--max-batch", "4"], { stdio: ["ignore", "pipe", "pipe"] });
+  let stderr = "";
+  const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
+  try {
+    const url = await new Promise<string>((resolve, reject) => {
+      child.stderr.on("data", (d: Buffer) => {
+        stderr += d.toString();
+        const m = /listening on (http:\/\/\S+)/.exec(stderr);
+        if (m !== null) resolve(m[1]!);
+      });
+      child.on("exit", () => reject(new Error(`server exited early:\n${stderr}`)));
+    });
+    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "none", maxRetries: 0 });
+    const stream = await client.completions.create({ model: "tiny", prompt: "hello", max_tokens: 400, temperature: 0, stream: true, ignore_eos: true } as OpenAI.CompletionCreateParamsStreaming);
+    let chunks = 0;
+    let finish: string | null = null;
+    let refused: boolean | undefined;
+    for await (const ch of stream) {
+      chunks++;
+      if (chunks === 2) {
+        child.kill("SIGTERM");
+        // give the signal a moment, then try a new request: refused (503 or connection closed)
+        await new Promise((r) => setTimeout(r, 100));
+        refused = await fetch(`${url}/v1/models`).then((r) => r.status === 503, () => true);
+      }
+      if (ch.choices[0]?.finish_reason) finish = ch.choices[0].finish_reason;
+    }
+    assert.equal(refused, true);
+    assert.equal(finish, "length");
+    assert.ok(chunks >= 300, `${chunks} chunks`);
+    assert.equal(await exited, 0);
+    assert.match(stderr, /SIGTERM: draining \(1 running/);
+    assert.match(stderr, /stopped/);
+  } finally {
+    if (child.exitCode === null) child.kill("SIGKILL");
+  }
+});

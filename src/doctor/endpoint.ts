@@ -69,11 +69,11 @@ function num(x: unknown): number | undefined {
   return typeof x === "number" ? x : undefined;
 }
 
-/** vLLM: "token_id:123" with return_tokens_as_token_ids, else a plain id key, else a token text. */
-function tokenKey(key: string, byText: (t: string) => number | undefined): number | undefined {
+/** "token_id:123" (vLLM return_tokens_as_token_ids), a plain id key (vLLM prompt_logprobs dicts), else a token text. */
+function tokenKey(key: string, byText: (t: string) => number | undefined, numericIds: boolean): number | undefined {
   const m = /^token_id:(\d+)$/.exec(key);
   if (m) return Number(m[1]);
-  if (/^\d+$/.test(key)) return Number(key);
+  if (numericIds && /^\d+$/.test(key)) return Number(key);
   return byText(key);
 }
 
@@ -168,20 +168,25 @@ export async function checkEndpoint(o: EndpointOptions): Promise<EndpointReport>
   const byTextMap = new Map<string, number>();
   const byText = (t: string): number | undefined => {
     if (tok === undefined) return undefined;
-    if (byTextMap.size === 0) for (let id = c.nVocab - 1; id >= 0; id--) byTextMap.set(tok.decode([id]), id);
-    return byTextMap.get(t);
+    // Texts that several ids decode to (byte pieces, duplicates) are ambiguous: left out rather than guessed.
+    if (byTextMap.size === 0) for (let id = 0; id < c.nVocab; id++) {
+      const text = tok.decode([id]);
+      byTextMap.set(text, byTextMap.has(text) ? -1 : id);
+    }
+    const id = byTextMap.get(t);
+    return id === undefined || id < 0 ? undefined : id;
   };
-  const topMap = (x: unknown): Map<number, number> => {
+  const topMap = (x: unknown, numericIds = false): Map<number, number> => {
     const m = new Map<number, number>();
     if (isRecord(x)) {
       for (const [key, v] of Object.entries(x)) {
-        const id = tokenKey(key, byText);
+        const id = tokenKey(key, byText, numericIds);
         const lp = isRecord(v) ? num(v.logprob) : num(v);
         if (id !== undefined && lp !== undefined) m.set(id, lp);
       }
     } else if (Array.isArray(x)) {
       for (const e of x) if (isRecord(e)) {
-        const id = typeof e.token_id === "number" ? e.token_id : typeof e.token === "string" ? tokenKey(e.token, byText) : undefined;
+        const id = typeof e.token_id === "number" ? e.token_id : typeof e.token === "string" ? tokenKey(e.token, byText, false) : undefined;
         const lp = num(e.logprob);
         if (id !== undefined && lp !== undefined) m.set(id, lp);
       }
@@ -207,7 +212,7 @@ export async function checkEndpoint(o: EndpointOptions): Promise<EndpointReport>
     // entry i scores token i given tokens[0..i-1]: our position i−1.
     vllm.prompt_logprobs.forEach((e, i) => {
       if (i === 0 || e === null) return;
-      const top = topMap(e);
+      const top = topMap(e, true);
       const next = tokens[i];
       scored.push({ pos: i - 1, top, next, nextLogprob: next !== undefined ? top.get(next) : undefined });
     });
@@ -230,7 +235,7 @@ export async function checkEndpoint(o: EndpointOptions): Promise<EndpointReport>
       const glp = g !== undefined && isRecord(g.logprobs) ? g.logprobs : undefined;
       if (glp !== undefined && Array.isArray(glp.top_logprobs) && Array.isArray(glp.tokens)) {
         mode = "greedy";
-        const gen = glp.tokens.map((t) => (typeof t === "string" ? tokenKey(t, byText) : typeof t === "number" ? t : undefined));
+        const gen = glp.tokens.map((t) => (typeof t === "string" ? tokenKey(t, byText, false) : typeof t === "number" ? t : undefined));
         const known = gen.findIndex((x) => x === undefined);
         const ids = (known === -1 ? gen : gen.slice(0, known)) as number[];
         seq = [...tokens, ...ids];
@@ -302,8 +307,9 @@ function compare(ref: readonly Float64Array[], scored: readonly Scored[]): Endpo
       const q = Math.exp(s.top.get(id)!) / zq;
       if (p > 0) kl += p * Math.log(p / Math.max(q, 1e-300));
     }
-    let refTop = 0;
-    for (let i = 1; i < lp.length; i++) if (lp[i]! > lp[refTop]!) refTop = i;
+    // top-1 within the ids the endpoint returned (ambiguous token texts may have been left out)
+    let refTop = ids[0]!;
+    for (const id of ids) if (lp[id]! > lp[refTop]!) refTop = id;
     let epTop = ids[0]!;
     for (const id of ids) if (s.top.get(id)! > s.top.get(epTop)!) epTop = id;
     out.push({ pos: s.pos, next: s.next, kl: Number.isFinite(kl) ? Math.max(0, kl) : Infinity, top1Match: refTop === epTop, refLogprob: s.next !== undefined ? lp[s.next] : undefined, endpointLogprob: s.nextLogprob, k: ids.length });

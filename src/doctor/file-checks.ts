@@ -383,7 +383,7 @@ function checkMetadata(file: GGUFFile, c: ModelConfig, generation: string, f: Fi
         const rendered = tok.renderChat([{ role: "user", content: "hi" }], { addGenerationPrompt: true });
         const naive = tok.encode(rendered, { addSpecial: true, parseSpecial: true });
         if (naive.length >= 2 && naive[0] === tok.bosId && naive[1] === tok.bosId) {
-          f.add("metadata", "warning", "double-bos", `the chat template emits BOS itself and tokenizer.ggml.add_bos_token = true: a client that tokenizes the rendered template with special tokens added gets BOS twice (llama.cpp warns; latent skips the second). Servers should render with add_special_tokens = false`, { bos: tok.bosId });
+          f.add("metadata", "info", "double-bos", `the chat template emits BOS itself and tokenizer.ggml.add_bos_token = true: a client that tokenizes the rendered template with special tokens added gets BOS twice (llama.cpp warns; latent skips the second). Servers should render with add_special_tokens = false`, { bos: tok.bosId });
         }
       }
     } catch (e) {

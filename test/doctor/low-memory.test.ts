@@ -1,0 +1,80 @@
+// --low-memory: reference logits streamed one layer at a time equal the normal path's (single and split files,
+// deepseek2 and glm-dsa), and the peak RSS stays well below a full load's.
+import { after, test } from "node:test";
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { GGUFFile } from "../../src/gguf/file.js";
+import { loadModel } from "../../src/model/load.js";
+import { lowMemoryLogits } from "../../src/doctor/low-memory.js";
+import { runDoctor } from "../../src/doctor/index.js";
+import { CASES, randomTokens, synthModel } from "../helpers/synth.js";
+
+for (const [c, split] of [[CASES[0]!, 1], [CASES[1]!, 3], [CASES[4]!, 1]] as const) {
+  test(`${c.label}${split > 1 ? ` split in ${split}` : ""}: low-memory logits equal the loaded reference`, () => {
+    const m = synthModel(c, 4, split > 1 ? { split } : {});
+    try {
+      const { model, config } = loadModel(m.path);
+      const tokens = randomTokens(c.base === "tiny-glm" ? 40 : 13, 3, 0, config.nVocab);
+      const want = model.forward(tokens, undefined, { path: "reference", logits: "all" });
+      const file = GGUFFile.open(m.path);
+      try {
+        if (split > 1) assert.ok(file.paths.length > 1);
+        const { logits, report } = lowMemoryLogits(file, config, tokens);
+        assert.equal(logits.length, want.length);
+        let d = 0;
+        for (let i = 0; i < want.length; i++) d = Math.max(d, Math.abs(logits[i]! - want[i]!));
+        assert.equal(d, 0, `max |Δ| ${d}`);
+        assert.ok(report.peakRssBytes > 0 && report.largestLayerBytes > 0);
+      } finally {
+        file.close();
+      }
+    } finally {
+      m.cleanup();
+    }
+  });
+}
+
+const big = synthModel({ label: "doc-big", base: "tiny", over: { n_layer: 12, n_dense: 1, n_embd: 256, n_expert: 32, n_used: 2, n_ff_exp: 128, n_ff: 256, groups: 0, groups_used: 0 } }, 2);
+after(big.cleanup);
+
+test("low-memory: doctor --low-memory reports peak RSS well below a full load's (measured in child processes)", () => {
+  const script = (low: boolean): string => `
+    import { GGUFFile } from "${new URL("../../src/gguf/file.ts", import.meta.url).pathname}";
+    import { parseConfig } from "${new URL("../../src/model/config.ts", import.meta.url).pathname}";
+    import { loadModel } from "${new URL("../../src/model/load.ts", import.meta.url).pathname}";
+    import { lowMemoryLogits } from "${new URL("../../src/doctor/low-memory.ts", import.meta.url).pathname}";
+    const path = ${JSON.stringify(big.path)};
+    const tokens = [1, 2, 3, 4, 5];
+    let top;
+    if (${low}) {
+      const f = GGUFFile.open(path);
+      const r = lowMemoryLogits(f, parseConfig(f.metadata), tokens);
+      top = r.report.lastTop5[0][0];
+    } else {
+      const { model, config } = loadModel(path);
+      const l = model.forward(tokens, undefined, { path: "reference", logits: "last" });
+      top = l.indexOf(Math.max(...l));
+    }
+    console.log(JSON.stringify({ rss: process.resourceUsage().maxRSS * 1024, top }));`;
+  const run = (low: boolean): { rss: number; top: number } => {
+    const r = spawnSync(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script(low)], { encoding: "utf8" });
+    assert.equal(r.status, 0, r.stderr);
+    return JSON.parse(r.stdout.trim().split("\n").pop()!) as { rss: number; top: number };
+  };
+  const full = run(false);
+  const low = run(true);
+  let modelBytes = 0;
+  const f = GGUFFile.open(big.path);
+  for (const t of f.tensors.values()) modelBytes += t.nbytes;
+  f.close();
+  assert.equal(low.top, full.top);
+  assert.ok(full.rss - low.rss > 0.5 * modelBytes, `full ${(full.rss / 1e6).toFixed(0)} MB vs low ${(low.rss / 1e6).toFixed(0)} MB, model ${(modelBytes / 1e6).toFixed(0)} MB`);
+});
+
+test("runDoctor --low-memory: report with peak RSS, exit 0 on a healthy model", async () => {
+  const r = await runDoctor({ model: big.path, lowMemory: true, skipData: true });
+  assert.equal(r.exitCode, 0, JSON.stringify(r.findings));
+  assert.ok(r.lowMemory!.peakRssBytes > 0);
+  assert.equal(r.lowMemory!.layers, 12);
+  assert.ok(r.lowMemory!.largestLayerBytes < r.lowMemory!.modelBytes / 5);
+});

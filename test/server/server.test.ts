@@ -9,6 +9,7 @@ import { generateSync } from "../../src/engine/generate.js";
 import { evaluateAll } from "../../src/engine/evaluate.js";
 import { logSoftmax } from "../../src/engine/logprobs.js";
 import { startServer, type RunningServer } from "../../src/server/server.js";
+import { logitsMain } from "../../src/cli/logits.js";
 import { CASES, randomTokens, synthModel } from "../helpers/synth.js";
 
 const synth = synthModel(CASES[0]!, 2);
@@ -135,6 +136,14 @@ test("echo (with logprobs: prompt positions first, the first one null) and vLLM 
     assert.ok(Math.abs(lp.token_logprobs![i]! - want[ids[i]!]!) <= 1e-4);
     for (const [id, e] of Object.entries(entry)) assert.ok(Math.abs(e.logprob - want[Number(id)]!) <= 1e-4);
     assert.ok(Object.keys(entry).length >= 4);
+  }
+  // and they equal `latent logits --full --json` for the same tokens
+  let out = "";
+  await logitsMain([synth.path, "--tokens", ids.join(","), "--full", "--json"], { out: (t) => void (out += t), err: () => {}, tty: false });
+  const cli = JSON.parse(out) as { tokens: number[]; logprobs: (number | null)[][] };
+  assert.deepEqual(cli.tokens, ids);
+  for (let i = 1; i < 14; i++) {
+    for (const [id, e] of Object.entries(c.prompt_logprobs[i]!)) assert.ok(Math.abs(e.logprob - cli.logprobs[i - 1]![Number(id)]!) <= 1e-4);
   }
   // streamed echo starts with the prompt text
   const stream = await client.completions.create({ model: "tiny", prompt: ids, max_tokens: 2, temperature: 0, echo: true, stream: true });

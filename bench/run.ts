@@ -21,6 +21,7 @@ type BenchModule = { run(): Promise<BenchResult[]> | BenchResult[] };
 /** name → loader; one line per benchmark module. */
 const MODULES: Record<string, () => Promise<BenchModule>> = {
   dequant: () => import("./dequant.js"),
+  cpu: () => import("./cpu.js"),
 };
 
 async function main(): Promise<void> {
@@ -29,6 +30,7 @@ async function main(): Promise<void> {
   const only: string[] = [];
   for (let i = 0; i < args.length; i++) {
     if (args[i] === "--json") jsonPath = args[++i] ?? "bench-results.json";
+    else if (args[i]!.startsWith("--")) i += args[i + 1]?.startsWith("--") === false ? 1 : 0; // module options (--backend cpu --threads 2 ...): modules read process.argv
     else only.push(args[i]!);
   }
   const all: Record<string, BenchResult[]> = {};

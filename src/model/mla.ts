@@ -86,7 +86,8 @@ function keysOf(sel: KeySelection | undefined, i: number, pos: number): readonly
  * Decompressed MHA for n queries at positions pos0.., given per-position per-head k_nope [T × H × P] and
  * v [T × H × V] for T = pos0 + n positions, and the latent rows' k_pe. Returns o [n × H·V].
  */
-function mha(cfg: ModelConfig, pr: Projections, n: number, pos0: number, kNope: Float64Array, v: Float64Array, lat: LatentRows, sel: KeySelection | undefined): Float64Array {
+function mha(cfg: ModelConfig, pr: Projections, n: number, pos0: number, kNope: Float64Array, v: Float64Array, lat: LatentRows, sel: KeySelection | undefined, k?: MatKernels): Float64Array {
+  if (k?.mha !== undefined && sel === undefined) return k.mha(cfg, pr, n, pos0, kNope, v, lat); // fast backend (issue 7)
   const { nHead: H, qkNope: P, qkRope: R, vHead: V } = cfg;
   const D = P + R;
   const o = new Float64Array(n * H * V);
@@ -154,11 +155,12 @@ export function attendPrefill(w: AttentionWeights, cfg: ModelConfig, pr: Project
       v.set(vh.subarray(u * V, (u + 1) * V), (u * H + h) * V);
     }
   }
-  return mha(cfg, pr, n, pos0, kNope, v, lat, sel);
+  return mha(cfg, pr, n, pos0, kNope, v, lat, sel, k);
 }
 
 /** Absorbed decode: MQA of q_abs = W_UKᵀ q_nope against the latent, value = c, then W_UV per head. */
 export function attendAbsorbed(w: AttentionWeights, cfg: ModelConfig, pr: Projections, n: number, pos0: number, lat: LatentRows, sel: KeySelection | undefined, k: MatKernels): Float64Array {
+  if (k.absorbed !== undefined && sel === undefined) return k.absorbed(w, cfg, pr, n, pos0, lat); // fast backend (issue 7)
   const { nHead: H, qkNope: P, qkRope: R, vHead: V, kvLoraRank: L } = cfg;
   const D = P + R;
   const o = new Float64Array(n * H * V);

@@ -13,6 +13,10 @@ import { Worker, MessageChannel } from "node:worker_threads";
 import { availableParallelism } from "node:os";
 import type { GGUFFile } from "../../gguf/file.js";
 import type { TensorInfo } from "../../gguf/reader.js";
+import type { ModelConfig } from "../../model/config.js";
+import type { LatentRows, Projections } from "../../model/mla.js";
+import type { AttentionWeights } from "../../model/weights.js";
+import { fastAbsorbed, fastMha } from "./attention.js";
 import { plainKernels, type MatKernels } from "./kernels.js";
 import type { Vec } from "./ops.js";
 import type { QMatrix } from "./qmatrix.js";
@@ -47,6 +51,11 @@ const OP_MATMUL = 1;
 const OP_MATMUL_T = 2;
 const OP_ATTACH = 3;
 const OP_EXIT = 4;
+
+/** pointers can exceed 2³¹: no 32-bit bitwise arithmetic on them */
+function align64(x: number): number {
+  return Math.ceil(x / 64) * 64;
+}
 
 let wasmModule: WebAssembly.Module | undefined;
 function kernelModule(): WebAssembly.Module {
@@ -96,7 +105,7 @@ class Arena {
 
   /** `bytes` bytes, 64-aligned, as a view (weights: never freed) */
   alloc(bytes: number): Uint8Array {
-    const ptr = (this.top + 63) & ~63;
+    const ptr = align64(this.top);
     if (ptr + bytes > this.capacity) throw new Error(`arena ${this.index} full`);
     this.ensure(ptr + bytes);
     this.top = ptr + bytes;
@@ -107,7 +116,7 @@ class Arena {
   work(bytes: number): number {
     if (bytes > this.workSize) {
       const size = Math.max(bytes, 1 << 20);
-      const ptr = (this.top + 63) & ~63;
+      const ptr = align64(this.top);
       if (ptr + size > this.capacity) throw new Error(`arena ${this.index}: no room for a ${size}-byte work area`);
       this.ensure(ptr + size);
       this.top = ptr + size;
@@ -337,19 +346,19 @@ export class CpuBackend implements MatKernels {
     const bv = k.blockValues(type);
     const nb = cols / bv;
     const T = this.threads;
-    const sBytes = (k.scratchBytes(cols) + 63) & ~63;
+    const sBytes = align64(k.scratchBytes(cols));
     const perTok = (cls === 0 ? cols * 4 : cols * 4 + cols * 2 + nb * 4 + nb * 32) + rows * 4 + 64;
     const chunk = Math.max(1, Math.min(n, Math.floor(WORK_CAP / perTok)));
     const base = arena.work(sBytes * T + chunk * perTok + 1024);
     const xp = base + sBytes * T;
-    const aqp = (xp + chunk * cols * 4 + 63) & ~63;
-    const adp = (aqp + chunk * cols * 2 + 63) & ~63;
-    const asp = (adp + chunk * nb * 4 + 63) & ~63;
-    const yp = cls === 0 ? aqp : (asp + chunk * nb * 32 + 63) & ~63;
+    const aqp = align64(xp + chunk * cols * 4);
+    const adp = align64(aqp + chunk * cols * 2);
+    const asp = align64(adp + chunk * nb * 4);
+    const yp = cls === 0 ? aqp : align64(asp + chunk * nb * 32);
     for (let t0 = 0; t0 < n; t0 += chunk) {
       const m = Math.min(chunk, n - t0);
       const f = arena.f32;
-      const xo = xp >> 2;
+      const xo = xp >>> 2;
       for (let t = 0; t < m; t++) {
         const src = (t0 + t) * xStride;
         const dst = xo + t * cols;
@@ -382,7 +391,7 @@ export class CpuBackend implements MatKernels {
         this.pool.dispatch(() => k.matmul(type, wp, w.rowBytes, 0, r1, cols, m, xp, cols, aqp, adp, asp, yp, rows, base, TOKEN_TILE));
       }
       const g = arena.f32;
-      const yo = yp >> 2;
+      const yo = yp >>> 2;
       for (let t = 0; t < m; t++) {
         const dst = (t0 + t) * yStride;
         const src = yo + t * rows;
@@ -399,16 +408,16 @@ export class CpuBackend implements MatKernels {
     const k = arena.k;
     const { cols, rows, type } = w;
     const T = this.threads;
-    const sBytes = (k.scratchBytes(cols) + 63) & ~63;
+    const sBytes = align64(k.scratchBytes(cols));
     const perTok = rows * 4 + cols * 4 + 64;
     const chunk = Math.max(1, Math.min(n, Math.floor(WORK_CAP / perTok)));
     const base = arena.work(sBytes * T + chunk * perTok + 1024);
     const xp = base + sBytes * T;
-    const yp = (xp + chunk * rows * 4 + 63) & ~63;
+    const yp = align64(xp + chunk * rows * 4);
     for (let t0 = 0; t0 < n; t0 += chunk) {
       const m = Math.min(chunk, n - t0);
       const f = arena.f32;
-      const xo = xp >> 2;
+      const xo = xp >>> 2;
       for (let t = 0; t < m; t++) {
         const src = (t0 + t) * xStride;
         const dst = xo + t * rows;
@@ -436,13 +445,34 @@ export class CpuBackend implements MatKernels {
         this.pool.dispatch(() => k.matmulT(type, wp, w.rowBytes, rows, cols, 0, t1, xp, rows, yp, cols, base));
       }
       const g = arena.f32;
-      const yo = yp >> 2;
+      const yo = yp >>> 2;
       for (let t = 0; t < m; t++) {
         const dst = (t0 + t) * yStride;
         const src = yo + t * cols;
         for (let c = 0; c < cols; c++) y[dst + c] = g[src + c]!;
       }
     }
+  }
+
+  private readonly shared = new Map<number, Float32Array>();
+
+  /** a reusable f32 buffer of at least `len` values in shared memory (slot = which one); valid until the next call */
+  sharedF32(slot: number, len: number): Float32Array {
+    const have = this.shared.get(slot);
+    if (have !== undefined && have.length >= len) return have.subarray(0, len);
+    const cap = Math.max(len, Math.ceil((have?.length ?? 0) * 1.5), 1 << 16);
+    const view = this.allocWeight(cap * 4);
+    const f = new Float32Array(view.buffer, view.byteOffset, cap);
+    this.shared.set(slot, f);
+    return f.subarray(0, len);
+  }
+
+  mha(cfg: ModelConfig, pr: Projections, n: number, pos0: number, kNope: Float64Array, v: Float64Array, lat: LatentRows): Float64Array {
+    return fastMha(this, cfg, pr, n, pos0, kNope, v, lat);
+  }
+
+  absorbed(w: AttentionWeights, cfg: ModelConfig, pr: Projections, n: number, pos0: number, lat: LatentRows): Float64Array {
+    return fastAbsorbed(this, w, cfg, pr, n, pos0, lat);
   }
 
   /** stop the workers (the arenas stay usable single-threaded) */

@@ -1,3 +1,6 @@
+import type { ModelConfig } from "../../model/config.js";
+import type { LatentRows, Projections } from "../../model/mla.js";
+import type { AttentionWeights } from "../../model/weights.js";
 import type { QMatrix } from "./qmatrix.js";
 import type { Vec } from "./ops.js";
 
@@ -11,6 +14,10 @@ export interface MatKernels {
   matmul(w: QMatrix, x: Vec, n: number, xStride: number, y: Vec, yStride: number): void;
   /** y[t·yStride + c] = Σ_r W[r][c]·x[t·xStride + r] for t < n, c < W.cols */
   matmulT(w: QMatrix, x: Vec, n: number, xStride: number, y: Vec, yStride: number): void;
+  /** optional fast attention, dense causal keys only (mla.ts `mha`): o [n × H·V]; absent → the plain loops */
+  mha?(cfg: ModelConfig, pr: Projections, n: number, pos0: number, kNope: Float64Array, v: Float64Array, lat: LatentRows): Float64Array;
+  /** optional fast absorbed decode attention, dense causal keys only (mla.ts `attendAbsorbed`); absent → the plain loops */
+  absorbed?(w: AttentionWeights, cfg: ModelConfig, pr: Projections, n: number, pos0: number, lat: LatentRows): Float64Array;
 }
 
 export const plainKernels: MatKernels = {

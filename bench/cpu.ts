@@ -1,0 +1,167 @@
+/**
+ * CPU backend speed, side by side with llama.cpp (node-llama-cpp, same GGUF, same thread count, run in a child
+ * process after latent's run): prefill of a 512-token prompt in one batch, then 128 single-token decode steps.
+ * Also measures memory bandwidth (a copy loop, 1 and `threads` threads) and the fraction of it that decode reaches.
+ *
+ *   npm run bench -- cpu --backend cpu --threads 2 [--model F.gguf] [--prompt 512] [--decode 128] [--no-llama]
+ *
+ * Without --model it synthesizes `latent synth --preset v2-lite --layers 8 --type Q4_K_M` once into the temp dir.
+ * Not a test: run via bench/run.ts.
+ */
+import { execFileSync } from "node:child_process";
+import { existsSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { performance } from "node:perf_hooks";
+import { fileURLToPath } from "node:url";
+import { Worker } from "node:worker_threads";
+import type { QMatrix } from "../src/backend/cpu/qmatrix.js";
+import { LatentCache } from "../src/engine/latent-cache.js";
+import { loadModel } from "../src/model/load.js";
+import { preset, withOverrides } from "../src/model/presets.js";
+import { synthesize } from "../src/model/synth.js";
+import type { ModelWeights } from "../src/model/weights.js";
+import type { BenchResult } from "./run.js";
+
+function arg(name: string): string | undefined {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? process.argv[i + 1] : undefined;
+}
+
+function benchModel(): string {
+  const given = arg("model");
+  if (given !== undefined) return given;
+  const path = join(tmpdir(), "latent-bench-v2-lite-8L-Q4_K_M.gguf");
+  if (!existsSync(path)) {
+    console.error(`synthesizing ${path} (v2-lite, 8 layers, Q4_K_M)…`);
+    synthesize(withOverrides(preset("v2-lite", "deepseek2"), { n_layer: 8 }), { out: path, seed: 1, type: "Q4_K_M" });
+  }
+  return path;
+}
+
+/** GB/s of a copy loop (bytes read + written) over 256 MiB buffers, on `threads` threads. */
+function copyBandwidth(threads: number): number {
+  const bytes = 256 << 20;
+  const src = new Float64Array(new SharedArrayBuffer(bytes));
+  const dst = new Float64Array(new SharedArrayBuffer(bytes));
+  for (let i = 0; i < src.length; i += 512) src[i] = i;
+  const reps = 6;
+  if (threads <= 1) {
+    dst.set(src);
+    const t0 = performance.now();
+    for (let r = 0; r < reps; r++) dst.set(src);
+    return (2 * bytes * reps) / ((performance.now() - t0) / 1000) / 1e9;
+  }
+  const code = `
+    const { workerData: { src, dst, lo, hi, reps, ctl } } = require("node:worker_threads");
+    const a = new Float64Array(src, lo * 8, hi - lo), b = new Float64Array(dst, lo * 8, hi - lo), c = new Int32Array(ctl);
+    b.set(a); Atomics.add(c, 0, 1); Atomics.notify(c, 0); Atomics.wait(c, 1, 0);
+    for (let r = 0; r < reps; r++) b.set(a);
+    Atomics.add(c, 2, 1); Atomics.notify(c, 2);`;
+  const ctl = new Int32Array(new SharedArrayBuffer(16));
+  const n = src.length;
+  const workers = Array.from({ length: threads }, (_, i) => new Worker(code, { eval: true, workerData: { src: src.buffer, dst: dst.buffer, lo: Math.floor((n * i) / threads), hi: Math.floor((n * (i + 1)) / threads), reps, ctl: ctl.buffer } }));
+  while (Atomics.load(ctl, 0) < threads) Atomics.wait(ctl, 0, Atomics.load(ctl, 0), 10);
+  const t0 = performance.now();
+  Atomics.store(ctl, 1, 1);
+  Atomics.notify(ctl, 1);
+  while (Atomics.load(ctl, 2) < threads) Atomics.wait(ctl, 2, Atomics.load(ctl, 2), 10);
+  const s = (performance.now() - t0) / 1000;
+  void Promise.all(workers.map((w) => w.terminate()));
+  return (2 * bytes * reps) / s / 1e9;
+}
+
+/** Weight bytes one decode step reads: everything but the embedding, with nUsed of nExpert routed experts per layer. */
+function decodeBytes(w: ModelWeights, nUsed: number): number {
+  const b = (m: QMatrix | undefined): number => m?.data.length ?? 0;
+  let s = b(w.output);
+  for (const l of w.layers) {
+    const a = l.attn;
+    s += b(a.q) + b(a.qA) + b(a.qB) + b(a.kvA) + b(a.o) + a.kB.reduce((x, m) => x + b(m), 0) + a.vB.reduce((x, m) => x + b(m), 0);
+    if (l.dense) s += b(l.dense.gate) + b(l.dense.up) + b(l.dense.down);
+    if (l.moe) {
+      s += b(l.moe.router);
+      if (l.moe.shared) s += b(l.moe.shared.gate) + b(l.moe.shared.up) + b(l.moe.shared.down);
+      const e = l.moe.experts[0]!;
+      s += nUsed * (b(e.gate) + b(e.up) + b(e.down));
+    }
+  }
+  return s;
+}
+
+interface Timing {
+  prefill_s: number;
+  decode_s: number;
+}
+
+function latentTiming(path: string, threads: number, backend: "cpu" | "reference", nPrompt: number, nDecode: number): Timing & { bytes: number } {
+  const { model, config, backend: be } = loadModel(path, undefined, { backend, threads });
+  let s = 12345;
+  const tokens = Array.from({ length: nPrompt }, () => {
+    s = (s * 1103515245 + 12345) >>> 0;
+    return 10 + (s % (config.nVocab - 10));
+  });
+  const argmax = (v: Float32Array): number => v.reduce((bi, x, i, a) => (x > a[bi]! ? i : bi), 0);
+  const run = (prompt: number[], steps: number): Timing => {
+    const cache = new LatentCache(config, prompt.length + steps);
+    const t0 = performance.now();
+    let next = argmax(model.forward(prompt, cache, { path: "prefill", logits: "last" }));
+    const t1 = performance.now();
+    for (let i = 0; i < steps; i++) next = argmax(model.forward([next], cache, { path: "decode", logits: "last" }));
+    const t2 = performance.now();
+    return { prefill_s: (t1 - t0) / 1000, decode_s: (t2 - t1) / 1000 };
+  };
+  run(tokens.slice(0, 16), 4); // warm-up (JIT)
+  const r = run(tokens, nDecode);
+  const bytes = decodeBytes(model.weights, config.nExpertUsed);
+  be?.close();
+  return { ...r, bytes };
+}
+
+function llamaTiming(path: string, threads: number, nPrompt: number, nDecode: number): (Timing & { cpu_backend: string }) | string {
+  const script = fileURLToPath(new URL("./llama-timing.mjs", import.meta.url));
+  try {
+    const out = execFileSync(process.execPath, [script, path, "--threads", String(threads), "--prompt", String(nPrompt), "--decode", String(nDecode)], { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"], maxBuffer: 1 << 24 });
+    const line = out.trim().split("\n").pop()!;
+    return JSON.parse(line) as Timing & { cpu_backend: string };
+  } catch (e) {
+    return `llama.cpp timing failed: ${(e as Error).message.split("\n")[0]}`;
+  }
+}
+
+export function run(): BenchResult[] {
+  const threads = Number(arg("threads") ?? 2);
+  const backend = (arg("backend") ?? "cpu") as "cpu" | "reference";
+  const nPrompt = Number(arg("prompt") ?? 512);
+  const nDecode = Number(arg("decode") ?? 128);
+  const path = benchModel();
+  const out: BenchResult[] = [];
+  const bw1 = copyBandwidth(1);
+  const bwT = copyBandwidth(threads);
+  const bw = Math.max(bw1, bwT);
+  out.push({ name: "memory bandwidth, copy, 1 thread", value: bw1, unit: "GB/s" });
+  out.push({ name: `memory bandwidth, copy, ${threads} threads`, value: bwT, unit: "GB/s" });
+
+  const lt = latentTiming(path, threads, backend, nPrompt, nDecode);
+  const lPre = nPrompt / lt.prefill_s;
+  const lDec = nDecode / lt.decode_s;
+  const frac = (lt.bytes * lDec) / 1e9 / bw;
+  out.push({ name: `latent ${backend}×${threads} prefill ${nPrompt}`, value: lPre, unit: "tok/s", extra: { seconds: lt.prefill_s } });
+  out.push({ name: `latent ${backend}×${threads} decode ${nDecode}`, value: lDec, unit: "tok/s", extra: { seconds: lt.decode_s, weight_bytes_per_token: lt.bytes } });
+  out.push({ name: `latent decode weight traffic / copy bandwidth`, value: frac * 100, unit: "%", extra: { gb_per_s: (lt.bytes * lDec) / 1e9 } });
+
+  if (process.argv.includes("--no-llama")) return out;
+  const ll = llamaTiming(path, threads, nPrompt, nDecode);
+  if (typeof ll === "string") {
+    console.error(ll);
+    return out;
+  }
+  const cPre = nPrompt / ll.prefill_s;
+  const cDec = nDecode / ll.decode_s;
+  out.push({ name: `llama.cpp (${ll.cpu_backend})×${threads} prefill ${nPrompt}`, value: cPre, unit: "tok/s", extra: { seconds: ll.prefill_s } });
+  out.push({ name: `llama.cpp (${ll.cpu_backend})×${threads} decode ${nDecode}`, value: cDec, unit: "tok/s", extra: { seconds: ll.decode_s } });
+  out.push({ name: `llama.cpp decode weight traffic / copy bandwidth`, value: ((lt.bytes * cDec) / 1e9 / bw) * 100, unit: "%" });
+  out.push({ name: "ratio latent/llama.cpp prefill (bar ≥ 0.3)", value: lPre / cPre, unit: "×" });
+  out.push({ name: "ratio latent/llama.cpp decode (bar ≥ 0.5)", value: lDec / cDec, unit: "×" });
+  return out;
+}

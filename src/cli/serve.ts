@@ -3,7 +3,9 @@ import type { Command } from "./command.js";
 import { UsageError } from "../util/errors.js";
 import { DEFAULT_PAGE_SIZE } from "../engine/paged-cache.js";
 import { startServer } from "../server/server.js";
-import { glueValues, intOption, loadForCli, processIO, valuedOptions, type CliIO } from "./run.js";
+import { existsSync } from "node:fs";
+import { loadModel } from "../model/load.js";
+import { glueValues, intOption, processIO, valuedOptions, type CliIO } from "./run.js";
 
 const HELP = `usage: latent serve MODEL.gguf [options]
 
@@ -24,7 +26,9 @@ options:
   --token-budget N       most tokens per forward pass (default 256)
   --max-queue N          most waiting requests before 429 (default 64)
   --no-prefix-cache      do not share KV pages between equal prompt prefixes
-  --backend cpu|auto     compute backend (default auto = cpu)`;
+  --backend B            cpu (WebAssembly SIMD kernels on worker threads), reference (plain JS kernels)
+                         or auto (default: cpu)
+  --threads N            threads of the cpu backend (default: all cores)`;
 
 const SERVE_OPTIONS = {
   host: { type: "string" },
@@ -40,6 +44,7 @@ const SERVE_OPTIONS = {
   "max-queue": { type: "string" },
   "no-prefix-cache": { type: "boolean" },
   backend: { type: "string" },
+  threads: { type: "string" },
   help: { type: "boolean", short: "h" },
 } as const;
 
@@ -63,12 +68,16 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
   }
   if (positionals.length !== 1) throw new UsageError(`expected one model path, got ${positionals.length}\n\n${HELP}`);
   const backend = values.backend ?? "auto";
-  if (backend !== "cpu" && backend !== "auto") throw new UsageError(`--backend ${backend} is not available in latent serve yet; use cpu (or auto)`);
+  if (backend !== "cpu" && backend !== "auto" && backend !== "reference") throw new UsageError(`--backend must be cpu, reference or auto, got "${backend}" (webgpu is not available in latent serve yet)`);
+  const threads = intOption("threads", values.threads, 1);
   const port = intOption("port", values.port, 0) ?? 8080;
   if (port > 65535) throw new UsageError(`--port must be at most 65535, got ${port}`);
   const apiKey = values["api-key"] ?? process.env["LATENT_API_KEY"];
   const path = positionals[0]!;
-  const loaded = loadForCli(path, io);
+  if (!existsSync(path)) throw new UsageError(`model file not found: ${path}`);
+  const t0 = performance.now();
+  const loaded = loadModel(path, undefined, { backend: backend === "reference" ? "reference" : "cpu", ...(threads !== undefined ? { threads } : {}) });
+  io.err(`loaded ${path} in ${((performance.now() - t0) / 1000).toFixed(1)} s (kernels: ${loaded.model.kernels.name})\n`);
   const opt = <K extends string>(k: K, v: number | undefined): Partial<Record<K, number>> => (v === undefined ? {} : ({ [k]: v } as Record<K, number>));
   const server = await startServer({
     loaded,
@@ -98,6 +107,7 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
       const s = server.stats();
       io.err(`${signal}: draining (${s.running} running, ${s.waiting} waiting)\n`);
       void server.close().then(() => {
+        loaded.backend?.close();
         io.err("latent serve: stopped\n");
         resolve();
       });

@@ -1,4 +1,5 @@
 import type { Command } from "./command.js";
+import { convertCommand } from "./convert.js";
 import { doctorCommand } from "./doctor.js";
 import { inspectCommand } from "./inspect.js";
 import { logitsCommand } from "./logits.js";
@@ -8,6 +9,7 @@ import { synthCommand } from "./synth.js";
 
 // One line per subcommand; keep alphabetical to avoid merge conflicts.
 export const commands: Command[] = [
+  convertCommand,
   doctorCommand,
   inspectCommand,
   logitsCommand,

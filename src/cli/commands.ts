@@ -1,5 +1,4 @@
 import type { Command } from "./command.js";
-import { convertCommand } from "./convert.js";
 import { doctorCommand } from "./doctor.js";
 import { inspectCommand } from "./inspect.js";
 import { logitsCommand } from "./logits.js";
@@ -9,7 +8,6 @@ import { synthCommand } from "./synth.js";
 
 // One line per subcommand; keep alphabetical to avoid merge conflicts.
 export const commands: Command[] = [
-  convertCommand,
   doctorCommand,
   inspectCommand,
   logitsCommand,

@@ -8,7 +8,7 @@ import { runDoctor, type DoctorReport } from "../doctor/index.js";
 import { renderHtml } from "../doctor/html.js";
 import { noProgress, type Progress } from "../doctor/report.js";
 
-const HELP = `usage: latent doctor MODEL.gguf [--json] [--html report.html] [--low-memory]
+const HELP = `usage: latent doctor MODEL.gguf [--backend cpu] [--json] [--html report.html] [--low-memory]
        latent doctor --endpoint http://host:port/v1 --model MODEL.gguf [--api-key K] [--json]
 
 Diagnose garbage output: checks the GGUF file (tensors, shapes, types, NaN/Inf, statistics, metadata quirks,
@@ -24,6 +24,7 @@ options:
   --endpoint URL         check a server (latent, vLLM, SGLang, llama-server) at URL (…/v1)
   --model FILE           the GGUF the endpoint serves (with --endpoint)
   --api-key KEY          bearer token for the endpoint
+  --backend B            kernels of the prefill/decode paths under test: reference (default) or cpu (fast)
   --chunk N              prefill chunk of the path checks (default 8)
   --no-data              skip the NaN/Inf and statistics scan of every weight`;
 
@@ -31,6 +32,7 @@ const OPTIONS = {
   json: { type: "boolean" },
   html: { type: "string" },
   "low-memory": { type: "boolean" },
+  backend: { type: "string" },
   endpoint: { type: "string" },
   model: { type: "string" },
   "api-key": { type: "string" },
@@ -82,6 +84,8 @@ export async function doctorMain(argv: string[], io: CliIO): Promise<number> {
   if (model === undefined || positionals.length > 1 || (values.model !== undefined && positionals.length > 0)) throw new UsageError(`expected one model path\n\n${HELP}`);
   if (values["api-key"] !== undefined && values.endpoint === undefined) throw new UsageError("--api-key needs --endpoint");
   const chunk = intOption("chunk", values.chunk, 1);
+  const backend = values.backend ?? "reference";
+  if (backend !== "reference" && backend !== "cpu") throw new UsageError(`--backend must be reference or cpu, got "${backend}"`);
   let report: DoctorReport;
   try {
     report = await runDoctor({
@@ -89,6 +93,7 @@ export async function doctorMain(argv: string[], io: CliIO): Promise<number> {
       ...(values.endpoint !== undefined ? { endpoint: values.endpoint } : {}),
       ...(values["api-key"] !== undefined ? { apiKey: values["api-key"] } : {}),
       lowMemory: values["low-memory"] === true,
+      backend,
       ...(chunk !== undefined ? { chunk } : {}),
       skipData: values["no-data"] === true,
       progress: barProgress(io),

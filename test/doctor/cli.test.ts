@@ -53,3 +53,11 @@ test("usage errors (exit 2 via main): no model, missing file", async () => {
   await assert.rejects(doctorMain(["/nonexistent.gguf"], capture()), UsageError);
   await assert.rejects(doctorMain([m.path, "--api-key", "k"], capture()), UsageError);
 });
+
+test("--backend cpu: the fast kernels' prefill/decode agree with the reference on a mixed-quant kit model", async () => {
+  const io = capture();
+  const code = await doctorMain([new URL("../fixtures/models/ds2-v3-mixed-q.gguf", import.meta.url).pathname, "--backend", "cpu", "--json", "--no-data"], io);
+  assert.equal(code, 0, io.stdout);
+  const r = JSON.parse(io.stdout) as { paths: { comparisons: { maxKL: number | string }[] } };
+  assert.ok(r.paths.comparisons.every((c) => typeof c.maxKL === "number" && c.maxKL < 1e-3));
+});

@@ -1,4 +1,6 @@
 import type { Command } from "./command.js";
+import { convertCommand } from "./convert.js";
+import { demoCommand } from "./demo.js";
 import { doctorCommand } from "./doctor.js";
 import { inspectCommand } from "./inspect.js";
 import { logitsCommand } from "./logits.js";
@@ -8,6 +10,8 @@ import { synthCommand } from "./synth.js";
 
 // One line per subcommand; keep alphabetical to avoid merge conflicts.
 export const commands: Command[] = [
+  convertCommand,
+  demoCommand,
   doctorCommand,
   inspectCommand,
   logitsCommand,

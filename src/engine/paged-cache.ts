@@ -237,6 +237,8 @@ export class PagedSequence implements LatentStore {
   /** chained hashes of the full pages published or adopted so far */
   private readonly hashes: string[] = [];
   private freed = false;
+  /** full pages looked up / found by adoptPrefix (the caller counts them in the pool's stats once it keeps them) */
+  prefixLookup = { queried: 0, hit: 0 };
 
   constructor(readonly pool: PagePool) {}
 
@@ -264,7 +266,7 @@ export class PagedSequence implements LatentStore {
       prev = h;
       hit++;
     }
-    this.pool.countPrefix(maxPages, hit);
+    this.prefixLookup = { queried: maxPages, hit };
     this.length = hit * P;
     for (let i = 0; i < this.length; i++) this.tokens.push(tokens[i]!);
     return this.length;

@@ -418,6 +418,7 @@ export class Scheduler {
         break;
       }
       this.waiting.shift();
+      this.pool.countPrefix(cache.prefixLookup.queried, cache.prefixLookup.hit);
       seq.cache = cache;
       seq.state = "running";
       let i = this.running.length;

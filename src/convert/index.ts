@@ -82,6 +82,21 @@ function sources(ckpt: ReadonlyMap<string, SafetensorsTensor>, nLayersKept: numb
   return out;
 }
 
+/** Canonical tensor order inside a layer (synth's order), so that the file does not depend on the checkpoint's tensor order. */
+const ORDER = [
+  "token_embd.weight", "output_norm.weight", "output.weight",
+  "attn_norm.weight", "attn_q.weight", "attn_q_a.weight", "attn_q_a_norm.weight", "attn_q_b.weight", "attn_kv_a_mqa.weight", "attn_kv_a_norm.weight",
+  "attn_kv_b.weight", "attn_k_b.weight", "attn_v_b.weight", "attn_output.weight", "ffn_norm.weight",
+  "indexer.k_norm.weight", "indexer.k_norm.bias", "indexer.proj.weight", "indexer.attn_k.weight", "indexer.attn_q_b.weight",
+  "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight", "ffn_gate_inp.weight", "exp_probs_b.bias",
+  "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight", "ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight",
+  "nextn.eh_proj.weight", "nextn.enorm.weight", "nextn.hnorm.weight", "nextn.embed_tokens.weight", "nextn.shared_head_head.weight", "nextn.shared_head_norm.weight",
+];
+function tensorRank(name: string): number {
+  const i = ORDER.indexOf(name.replace(/^blk\.\d+\./, ""));
+  return i < 0 ? ORDER.length : i;
+}
+
 interface Planned {
   readonly name: string;
   readonly ne: readonly number[];
@@ -129,6 +144,9 @@ export function convertHf(dir: string, out: string, opts: ConvertOptions = {}): 
   const spec = fileType(opts.type ?? "F16");
   const cfgJson = readHfConfig(dir);
   const ckpt = readCheckpoint(dir);
+  for (const t of ckpt.values()) {
+    if (!["F32", "F16", "BF16"].includes(t.dtype)) readTensorF32(t); // throws the dtype error before any work
+  }
   const hasExpBias = [...ckpt.keys()].some((k) => k.endsWith("mlp.gate.e_score_correction_bias"));
   const info = parseHfConfig(cfgJson, opts.name ?? basename(resolve(dir)), hasExpBias);
   try {
@@ -146,11 +164,7 @@ export function convertHf(dir: string, out: string, opts: ConvertOptions = {}): 
   for (let il = 0; il < info.nLayersKept; il++) if (!shapes.has(`blk.${il}.attn_norm.weight`)) throw new ConvertError(`checkpoint lacks layer ${il} (model.layers.${il}.input_layernorm.weight)`);
   const ctx: TypeContext = { spec, pure: false, nExpert: c.nExpert, nGqa: c.nHead, nLayerAll: info.nLayersKept, nAttnV: 0 };
   const counters = { iAttnV: 0 };
-  const order = [...shapes.entries()].sort(([an, a], [bn, b]) => {
-    const ga = a.group < 0 ? (an === "token_embd.weight" ? -3 : an === "output_norm.weight" ? -2 : -1) : a.group;
-    const gb = b.group < 0 ? (bn === "token_embd.weight" ? -3 : bn === "output_norm.weight" ? -2 : -1) : b.group;
-    return ga - gb;
-  });
+  const order = [...shapes.entries()].sort(([an, a], [bn, b]) => a.group - b.group || tensorRank(an) - tensorRank(bn) || (an < bn ? -1 : an > bn ? 1 : 0));
   const plan: Planned[] = order.map(([name, s]) => ({ name, ne: s.ne, type: chooseType(name, s.ne, ctx, counters), group: s.group }));
   const metadata = convertMetadata(info, vocab, spec.ftype, plan.some((t) => isQuantized(t.type)));
 

@@ -1,3 +1,4 @@
+import { isUtf8 } from "node:buffer";
 import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import { GGUFError } from "../util/errors.js";
 import {
@@ -93,12 +94,16 @@ function isValueType(t: number): t is GGUFValueType {
   return Number.isInteger(t) && t >= GGUFValueType.UINT8 && t <= GGUFValueType.FLOAT64;
 }
 
-// ignoreBOM: a string that starts with U+FEFF must keep it, or a rewrite would not be byte-identical.
-const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
-/** What is being read, for error messages; a function so that the hot path (tokenizer arrays) builds no strings. */
-type What = string | (() => string);
-const say = (w: What): string => (typeof w === "string" ? w : w());
+/** The element of an array being read; one mutable object per array, so the hot path (tokenizer arrays) allocates nothing. */
+class ElementOf {
+  index = 0;
+  constructor(readonly array: What) {}
+}
+
+/** What is being read, for error messages, built only when an error is raised. */
+type What = string | (() => string) | ElementOf;
+const say = (w: What): string => (typeof w === "string" ? w : w instanceof ElementOf ? `${say(w.array)}[${w.index}]` : w());
 
 /** Sequential reader over a file descriptor with a sliding window; every read is bounds-checked against the file size. */
 class Cursor {
@@ -120,88 +125,116 @@ class Cursor {
     return new GGUFError(`${this.path}: ${message}`);
   }
 
-  private need(n: number, what: What): Buffer {
+  /** Make n bytes at pos available in the window; returns their index in the window and advances pos. */
+  private take(n: number, what: What): number {
+    const rel = this.pos - this.windowStart;
+    if (rel >= 0 && rel + n <= this.window.length) {
+      this.pos += n;
+      return rel;
+    }
     if (n > this.remaining) {
       throw this.fail(`truncated file: ${say(what)} needs ${n} bytes at offset ${this.pos}, but the file ends at ${this.fileSize}`);
     }
-    const rel = this.pos - this.windowStart;
-    if (rel < 0 || rel + n > this.window.length) {
-      const size = Math.min(Math.max(n, CHUNK), this.remaining);
-      const buf = Buffer.allocUnsafe(size);
-      let got = 0;
-      while (got < size) {
-        let r: number;
-        try {
-          r = readSync(this.fd, buf, got, size - got, this.pos + got);
-        } catch (e) {
-          throw this.fail(`read error at offset ${this.pos + got}: ${(e as Error).message}`);
-        }
-        if (r === 0) throw this.fail(`unexpected end of file at offset ${this.pos + got} (the file shrank while being read?)`);
-        got += r;
+    const size = Math.min(Math.max(n, CHUNK), this.remaining);
+    const buf = Buffer.allocUnsafe(size);
+    let got = 0;
+    while (got < size) {
+      let r: number;
+      try {
+        r = readSync(this.fd, buf, got, size - got, this.pos + got);
+      } catch (e) {
+        throw this.fail(`read error at offset ${this.pos + got}: ${(e as Error).message}`);
       }
-      this.window = buf;
-      this.windowStart = this.pos;
+      if (r === 0) throw this.fail(`unexpected end of file at offset ${this.pos + got} (the file shrank while being read?)`);
+      got += r;
     }
-    const start = this.pos - this.windowStart;
+    this.window = buf;
+    this.windowStart = this.pos;
     this.pos += n;
-    return this.window.subarray(start, start + n);
+    return 0;
   }
 
   u8(what: What): number {
-    return this.need(1, what).readUInt8(0);
+    const i = this.take(1, what); // (take first: it may replace this.window)
+    return this.window[i]!;
   }
   i8(what: What): number {
-    return this.need(1, what).readInt8(0);
+    const i = this.take(1, what);
+    return this.window.readInt8(i);
   }
   u16(what: What): number {
-    return this.need(2, what).readUInt16LE(0);
+    const i = this.take(2, what);
+    return this.window.readUInt16LE(i);
   }
   i16(what: What): number {
-    return this.need(2, what).readInt16LE(0);
+    const i = this.take(2, what);
+    return this.window.readInt16LE(i);
   }
   u32(what: What): number {
-    return this.need(4, what).readUInt32LE(0);
+    const i = this.take(4, what);
+    return this.window.readUInt32LE(i);
   }
   i32(what: What): number {
-    return this.need(4, what).readInt32LE(0);
+    const i = this.take(4, what);
+    return this.window.readInt32LE(i);
   }
   f32(what: What): number {
-    return this.need(4, what).readFloatLE(0);
+    const i = this.take(4, what);
+    return this.window.readFloatLE(i);
   }
   f64(what: What): number {
-    return this.need(8, what).readDoubleLE(0);
+    const i = this.take(8, what);
+    return this.window.readDoubleLE(i);
   }
   u64(what: What): bigint {
-    return this.need(8, what).readBigUInt64LE(0);
+    const i = this.take(8, what);
+    return this.window.readBigUInt64LE(i);
   }
   i64(what: What): bigint {
-    return this.need(8, what).readBigInt64LE(0);
+    const i = this.take(8, what);
+    return this.window.readBigInt64LE(i);
+  }
+
+  /** A u64 length or count as a number, or -1 when it is 2^53 or more (without BigInt: this is the hot path). */
+  private u64Small(what: What): number {
+    const i = this.take(8, what);
+    const lo = this.window.readUInt32LE(i);
+    const hi = this.window.readUInt32LE(i + 4);
+    return hi >= 0x200000 ? -1 : hi * 0x100000000 + lo;
   }
 
   /** A u64 that must fit a JS number and not exceed `maxValue`; `why` explains the limit in the error. */
   size(what: What, maxValue: number, why: string): number {
     const at = this.pos;
-    const v = this.u64(what);
-    if (v > BigInt(Math.max(0, maxValue))) {
-      throw this.fail(`${say(what)} = ${v} at offset ${at} is impossible: ${why}`);
+    const v = this.u64Small(what);
+    if (v < 0 || v > Math.max(0, maxValue)) {
+      throw this.fail(`${say(what)} = ${this.window.readBigUInt64LE(at - this.windowStart)} at offset ${at} is impossible: ${why}`);
     }
-    return Number(v);
+    return v;
   }
 
   string(what: What, maxBytes = MAX_STRING_BYTES): string {
     const at = this.pos;
-    const lenV = this.u64(() => `length of ${say(what)}`);
-    if (lenV > BigInt(maxBytes)) throw this.fail(`${say(what)} at offset ${at} has length ${lenV}, more than the ${maxBytes} bytes allowed`);
-    const len = Number(lenV);
+    const len = this.u64Small(() => `length of ${say(what)}`);
+    if (len < 0 || len > maxBytes) {
+      throw this.fail(`${say(what)} at offset ${at} has length ${this.window.readBigUInt64LE(at - this.windowStart)}, more than the ${maxBytes} bytes allowed`);
+    }
     if (len > this.remaining) {
       throw this.fail(`${say(what)} at offset ${at} has length ${len}, past the end of the file (${this.remaining} bytes left): truncated or corrupt`);
     }
-    const bytes = this.need(len, what);
-    try {
-      return utf8.decode(bytes);
-    } catch {
-      throw this.fail(`${say(what)} at offset ${at + 8} is not valid UTF-8`);
+    const i = this.take(len, what);
+    const w = this.window;
+    let ascii = true;
+    for (let j = i; j < i + len; j++) {
+      if (w[j]! >= 0x80) {
+        ascii = false;
+        break;
+      }
     }
+    if (ascii) return w.toString("latin1", i, i + len);
+    // toString keeps a leading BOM (a rewrite must be byte-identical); isUtf8 rejects what a fatal decoder would.
+    if (!isUtf8(w.subarray(i, i + len))) throw this.fail(`${say(what)} at offset ${at + 8} is not valid UTF-8`);
+    return w.toString("utf8", i, i + len);
   }
 }
 
@@ -257,11 +290,16 @@ function readValue(c: Cursor, type: number, what: What, depth: number, tick: () 
     if (countV > BigInt(MAX_ARRAY_ELEMENTS)) throw c.fail(`${say(what)}: array count ${countV} exceeds the limit of ${MAX_ARRAY_ELEMENTS} elements`);
     const count = Number(countV);
     const values: GGUFValue[] = new Array<GGUFValue>(count);
+    const element = new ElementOf(what);
     if (elementType === GGUFValueType.ARRAY) {
-      for (let i = 0; i < count; i++) values[i] = readValue(c, elementType, () => `${say(what)}[${i}]`, depth + 1, tick);
+      for (let i = 0; i < count; i++) {
+        element.index = i;
+        values[i] = readValue(c, elementType, () => `${say(what)}[${i}]`, depth + 1, tick);
+      }
     } else {
       for (let i = 0; i < count; i++) {
-        values[i] = readScalar(c, elementType, () => `${say(what)}[${i}]`);
+        element.index = i;
+        values[i] = readScalar(c, elementType, element);
         if ((i & (PROGRESS_EVERY - 1)) === PROGRESS_EVERY - 1) tick();
       }
     }

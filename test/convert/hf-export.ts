@@ -91,8 +91,8 @@ export function hfConfigOf(cfg: SynthConfig): Record<string, unknown> {
   return c;
 }
 
-/** Write `file` (a deepseek2 / glm-dsa GGUF) as an HF checkpoint directory. */
-export function exportHf(file: GGUFFile, cfg: SynthConfig, dir: string, opts: ExportOptions = {}): Map<string, HFTensor> {
+/** Write `file` (a deepseek2 / glm-dsa GGUF) as an HF checkpoint directory with this config.json (see hfConfigOf). */
+export function exportHf(file: GGUFFile, config: Record<string, unknown>, dir: string, opts: ExportOptions = {}): Map<string, HFTensor> {
   mkdirSync(dir, { recursive: true });
   const dtype = opts.dtype ?? "F32";
   const c = parseConfig(file.metadata, file.tensors.get("token_embd.weight")?.ne[1]);
@@ -143,7 +143,7 @@ export function exportHf(file: GGUFFile, cfg: SynthConfig, dir: string, opts: Ex
     }
     writeFileSync(join(dir, "model.safetensors.index.json"), JSON.stringify({ metadata: {}, weight_map: weightMap }));
   }
-  writeFileSync(join(dir, "config.json"), JSON.stringify(hfConfigOf(cfg), null, 2));
+  writeFileSync(join(dir, "config.json"), JSON.stringify(config, null, 2));
   writeTokenizer(file, dir, opts.pairMerges === true);
   return sd;
 }

@@ -14,7 +14,7 @@ import { convertHf, ConvertError } from "../../src/convert/index.js";
 import { evaluateAll } from "../../src/engine/evaluate.js";
 import { bf16ToF32, f32ToBF16 } from "../../src/quant/f16.js";
 import { synthConfig, synthModel, randomTokens, type SynthCase } from "../helpers/synth.js";
-import { exportHf, safetensorsBytes } from "./hf-export.js";
+import { exportHf, hfConfigOf, safetensorsBytes } from "./hf-export.js";
 
 const CASES: SynthCase[] = [
   { label: "v3", base: "tiny", over: {} },
@@ -54,7 +54,7 @@ for (const c of CASES) {
     const t = tmp();
     try {
       const orig = GGUFFile.open(m.path);
-      exportHf(orig, synthConfig(c), join(t.dir, "hf"));
+      exportHf(orig, hfConfigOf(synthConfig(c)), join(t.dir, "hf"));
       const out = join(t.dir, "out.gguf");
       convertHf(join(t.dir, "hf"), out, { type: "F32" });
       const conv = GGUFFile.open(out);
@@ -91,13 +91,13 @@ test("round trip: BF16 and F16 sources, fused transformers-5 experts, shards and
   const t = tmp();
   try {
     const orig = GGUFFile.open(m.path);
-    exportHf(orig, synthConfig(c), join(t.dir, "plain"));
-    exportHf(orig, synthConfig(c), join(t.dir, "fused"), { fusedExperts: true, shardTensors: 7, pairMerges: true });
+    exportHf(orig, hfConfigOf(synthConfig(c)), join(t.dir, "plain"));
+    exportHf(orig, hfConfigOf(synthConfig(c)), join(t.dir, "fused"), { fusedExperts: true, shardTensors: 7, pairMerges: true });
     convertHf(join(t.dir, "plain"), join(t.dir, "plain.gguf"), { type: "F32", name: "m" });
     convertHf(join(t.dir, "fused"), join(t.dir, "fused.gguf"), { type: "F32", name: "m" });
     assert.ok(readFileSync(join(t.dir, "plain.gguf")).equals(readFileSync(join(t.dir, "fused.gguf"))), "fused + sharded + pair merges → identical GGUF");
 
-    exportHf(orig, synthConfig(c), join(t.dir, "bf16"), { dtype: "BF16" });
+    exportHf(orig, hfConfigOf(synthConfig(c)), join(t.dir, "bf16"), { dtype: "BF16" });
     convertHf(join(t.dir, "bf16"), join(t.dir, "bf16.gguf"), { type: "F32" });
     const conv = GGUFFile.open(join(t.dir, "bf16.gguf"));
     const name = "blk.1.ffn_gate_exps.weight";
@@ -105,7 +105,7 @@ test("round trip: BF16 and F16 sources, fused transformers-5 experts, shards and
     const v = new Float32Array(tensorBytes(conv, name).slice().buffer);
     for (let i = 0; i < o.length; i++) assert.equal(v[i], bf16ToF32(f32ToBF16(o[i]!)));
 
-    exportHf(orig, synthConfig(c), join(t.dir, "f16"), { dtype: "F16" });
+    exportHf(orig, hfConfigOf(synthConfig(c)), join(t.dir, "f16"), { dtype: "F16" });
     convertHf(join(t.dir, "f16"), join(t.dir, "f16.gguf"), { type: "F16" });
     const f16 = GGUFFile.open(join(t.dir, "f16.gguf"));
     assert.equal(f16.tensor("blk.1.attn_q_b.weight").type, GGMLType.F16);
@@ -123,7 +123,7 @@ for (const type of ["Q8_0", "Q4_K_M"]) {
     const m = synthModel(c, 5);
     const t = tmp();
     try {
-      exportHf(GGUFFile.open(m.path), synthConfig(c), join(t.dir, "hf"));
+      exportHf(GGUFFile.open(m.path), hfConfigOf(synthConfig(c)), join(t.dir, "hf"));
       const res = convertHf(join(t.dir, "hf"), join(t.dir, "q.gguf"), { type });
       const want = new Map(planTensors(synthConfig(c), { type }).map((p) => [p.name, p.type]));
       for (const tt of res.tensors) assert.equal(typeName(tt.type), typeName(want.get(tt.name)!), tt.name);
@@ -150,7 +150,7 @@ test("convert errors: unsupported architecture, dtype, missing files, truncated 
   const hf = join(t.dir, "hf");
   const out = join(t.dir, "x.gguf");
   try {
-    exportHf(GGUFFile.open(m.path), synthConfig(c), hf);
+    exportHf(GGUFFile.open(m.path), hfConfigOf(synthConfig(c)), hf);
     const cfg = JSON.parse(readFileSync(join(hf, "config.json"), "utf8")) as Record<string, unknown>;
     writeFileSync(join(hf, "config.json"), JSON.stringify({ ...cfg, architectures: ["LlamaForCausalLM"], model_type: "llama" }));
     assert.throws(() => convertHf(hf, out), (e: Error) => e instanceof ConvertError && /unsupported architecture LlamaForCausalLM/.test(e.message));

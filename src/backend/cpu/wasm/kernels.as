@@ -505,6 +505,100 @@ function dotF(wf: usize, x: usize, cols: i32): f32 {
   return s;
 }
 
+// ---------------------------------------------------------------- fused single-token dots (decode): no unpack pass
+
+function dotQ4K1(row: usize, nb: i32, aq: usize, ad: usize, asum: usize): f32 {
+  const m4 = i8x16.splat(15);
+  let acc = f32x4.splat(0);
+  let mtot: f32 = 0;
+  for (let b = 0; b < nb; b++) {
+    const p = row + <usize>b * 144;
+    const s = p + 4;
+    const qs = p + 16;
+    const a = aq + (<usize>b << 9);
+    const bs = asum + (<usize>b << 5);
+    let isum = i32x4.splat(0);
+    let msum: i32 = 0;
+    for (let j = 0; j < 4; j++) {
+      const is = j * 2;
+      let sc0: i32, m0: i32, sc1: i32, m1: i32;
+      if (is < 4) {
+        sc0 = load<u8>(s + is) & 63;
+        m0 = load<u8>(s + is + 4) & 63;
+        sc1 = load<u8>(s + is + 1) & 63;
+        m1 = load<u8>(s + is + 5) & 63;
+      } else {
+        sc0 = (load<u8>(s + is + 4) & 0xf) | ((load<u8>(s + is - 4) >> 6) << 4);
+        m0 = (load<u8>(s + is + 4) >> 4) | ((load<u8>(s + is) >> 6) << 4);
+        sc1 = (load<u8>(s + is + 5) & 0xf) | ((load<u8>(s + is - 3) >> 6) << 4);
+        m1 = (load<u8>(s + is + 5) >> 4) | ((load<u8>(s + is + 1) >> 6) << 4);
+      }
+      msum += m0 * load<i32>(bs + (<usize>is << 2)) + m1 * load<i32>(bs + (<usize>(is + 1) << 2));
+      const q0 = v128.load(qs + (<usize>j << 5));
+      const q1 = v128.load(qs + (<usize>j << 5) + 16);
+      const ao = a + (<usize>j << 7);
+      const l0 = v128.and(q0, m4);
+      const l1 = v128.and(q1, m4);
+      const h0 = i8x16.shr_u(q0, 4);
+      const h1 = i8x16.shr_u(q1, 4);
+      const s0 = i32x4.add(
+        i32x4.add(i32x4.dot_i16x8_s(i16x8.extend_low_i8x16_u(l0), v128.load(ao)), i32x4.dot_i16x8_s(i16x8.extend_high_i8x16_u(l0), v128.load(ao + 16))),
+        i32x4.add(i32x4.dot_i16x8_s(i16x8.extend_low_i8x16_u(l1), v128.load(ao + 32)), i32x4.dot_i16x8_s(i16x8.extend_high_i8x16_u(l1), v128.load(ao + 48))),
+      );
+      const s1 = i32x4.add(
+        i32x4.add(i32x4.dot_i16x8_s(i16x8.extend_low_i8x16_u(h0), v128.load(ao + 64)), i32x4.dot_i16x8_s(i16x8.extend_high_i8x16_u(h0), v128.load(ao + 80))),
+        i32x4.add(i32x4.dot_i16x8_s(i16x8.extend_low_i8x16_u(h1), v128.load(ao + 96)), i32x4.dot_i16x8_s(i16x8.extend_high_i8x16_u(h1), v128.load(ao + 112))),
+      );
+      isum = i32x4.add(isum, i32x4.add(i32x4.mul(s0, i32x4.splat(sc0)), i32x4.mul(s1, i32x4.splat(sc1))));
+    }
+    const da = load<f32>(ad + (<usize>b << 2));
+    acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(isum), f32x4.splat(f16(load<u16>(p)) * da)));
+    mtot += f16(load<u16>(p + 2)) * da * <f32>msum;
+  }
+  return hsum(acc) - mtot;
+}
+
+// @ts-ignore: decorator
+@inline function dot16s(q: v128, a: usize): v128 {
+  return i32x4.add(i32x4.dot_i16x8_s(i16x8.extend_low_i8x16_s(q), v128.load(a)), i32x4.dot_i16x8_s(i16x8.extend_high_i8x16_s(q), v128.load(a + 16)));
+}
+
+function dotQ6K1(row: usize, nb: i32, aq: usize, ad: usize): f32 {
+  const m4 = i8x16.splat(15);
+  const m3 = i8x16.splat(3);
+  const c32 = i8x16.splat(32);
+  let acc = f32x4.splat(0);
+  for (let b = 0; b < nb; b++) {
+    const p = row + <usize>b * 210;
+    const a = aq + (<usize>b << 9);
+    let tot = f32x4.splat(0);
+    for (let nh = 0; nh < 2; nh++) {
+      const ql = p + (<usize>nh << 6);
+      const qh = p + 128 + (<usize>nh << 5);
+      const sc = p + 192 + (<usize>nh << 3);
+      const ab = a + (<usize>nh << 8);
+      let isum = i32x4.splat(0);
+      for (let l = 0; l < 2; l++) {
+        const A = v128.load(ql + (<usize>l << 4));
+        const B = v128.load(ql + 32 + (<usize>l << 4));
+        const h = v128.load(qh + (<usize>l << 4));
+        const q1 = i8x16.sub(v128.or(v128.and(A, m4), i8x16.shl(v128.and(h, m3), 4)), c32);
+        const q2 = i8x16.sub(v128.or(v128.and(B, m4), i8x16.shl(v128.and(i8x16.shr_u(h, 2), m3), 4)), c32);
+        const q3 = i8x16.sub(v128.or(i8x16.shr_u(A, 4), i8x16.shl(v128.and(i8x16.shr_u(h, 4), m3), 4)), c32);
+        const q4 = i8x16.sub(v128.or(i8x16.shr_u(B, 4), i8x16.shl(i8x16.shr_u(h, 6), 4)), c32);
+        const al = ab + (<usize>l << 5);
+        isum = i32x4.add(isum, i32x4.mul(dot16s(q1, al), i32x4.splat(<i32>load<i8>(sc + l))));
+        isum = i32x4.add(isum, i32x4.mul(dot16s(q2, al + 64), i32x4.splat(<i32>load<i8>(sc + l + 2))));
+        isum = i32x4.add(isum, i32x4.mul(dot16s(q3, al + 128), i32x4.splat(<i32>load<i8>(sc + l + 4))));
+        isum = i32x4.add(isum, i32x4.mul(dot16s(q4, al + 192), i32x4.splat(<i32>load<i8>(sc + l + 6))));
+      }
+      tot = f32x4.add(tot, f32x4.convert_i32x4_s(isum));
+    }
+    acc = f32x4.add(acc, f32x4.mul(tot, f32x4.splat(f16(load<u16>(p + 208)) * load<f32>(ad + (<usize>b << 2)))));
+  }
+  return hsum(acc);
+}
+
 // ---------------------------------------------------------------- products
 
 /**
@@ -523,6 +617,16 @@ export function matmul(type: i32, w: usize, rowBytes: i32, r0: i32, r1: i32, col
   const asRow = <usize>nb << 5;
   for (let t0 = 0; t0 < n; t0 += tc) {
     const t1 = min(n, t0 + tc);
+    if ((type == Q4_K || type == Q6_K) && t1 - t0 < 3) {
+      for (let r = r0; r < r1; r++) {
+        const rp = w + <usize>r * <usize>rowBytes;
+        for (let t = t0; t < t1; t++) {
+          const v = type == Q4_K ? dotQ4K1(rp, nb, aq + <usize>t * aqRow, ad + <usize>t * adRow, asum + <usize>t * asRow) : dotQ6K1(rp, nb, aq + <usize>t * aqRow, ad + <usize>t * adRow);
+          store<f32>(y + (<usize>(t * yStride + r) << 2), v);
+        }
+      }
+      continue;
+    }
     for (let r = r0; r < r1; r++) {
       unpack(type, w + <usize>r * <usize>rowBytes, cols, S);
       const wfr = cls == 0 ? sWf(S, cols) : wf;

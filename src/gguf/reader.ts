@@ -215,7 +215,7 @@ class Cursor {
 
   string(what: What, maxBytes = MAX_STRING_BYTES): string {
     const at = this.pos;
-    const len = this.u64Small(() => `length of ${say(what)}`);
+    const len = this.u64Small(what); // (no closure: this runs once per token)
     if (len < 0 || len > maxBytes) {
       throw this.fail(`${say(what)} at offset ${at} has length ${this.window.readBigUInt64LE(at - this.windowStart)}, more than the ${maxBytes} bytes allowed`);
     }

@@ -2,12 +2,13 @@ import { existsSync, statSync } from "node:fs";
 import { parseArgs } from "node:util";
 import cliProgress from "cli-progress";
 import type { Command } from "./command.js";
+import { ggufToHf } from "../model/names.js";
 import { UsageError } from "../util/errors.js";
 import { GGUFFile } from "../gguf/file.js";
 import type { HeaderProgress } from "../gguf/reader.js";
 import { formatSummary, INSPECT_FORMAT, summarizeModel, type SummaryOptions } from "../gguf/summary.js";
 
-const HELP = `usage: latent inspect MODEL.gguf [--json] [--tensors]
+const HELP = `usage: latent inspect MODEL.gguf [--json] [--tensors] [--hf-names]
 
 Show what a GGUF model is without loading its weights: architecture, name, parameter count, file type,
 tensor counts and bytes per quantization type, the architecture's hyper-parameters, the tokenizer,
@@ -15,6 +16,8 @@ the chat template's presence and the shards. Any shard of a split model opens th
 
 options:
   --tensors   list every tensor: name, type, shape (ggml ne order), bytes, shard
+  --hf-names  with each tensor, the Hugging Face tensor(s) it holds (attn_k_b + attn_v_b → kv_b_proj;
+              stacked experts → one HF tensor per expert); implies --tensors
   --json      JSON on stdout (format "${INSPECT_FORMAT}", see docs/inspect-json.md)
   -h, --help  this help`;
 
@@ -80,8 +83,7 @@ export async function inspectMain(argv: string[], io: InspectIO = stdIO): Promis
         json: { type: "boolean" },
         tensors: { type: "boolean" },
         help: { type: "boolean", short: "h" },
-        // Later: "hf-names": { type: "boolean" } — pass `hfNames` (GGUF name → HF names, src/model/names.ts)
-        // to summarizeModel below; the JSON field `hf_names` is already reserved in docs/inspect-json.md.
+        "hf-names": { type: "boolean" },
       },
     });
   } catch (e) {
@@ -107,10 +109,22 @@ export async function inspectMain(argv: string[], io: InspectIO = stdIO): Promis
     progress.stop();
   }
   try {
-    const opts: SummaryOptions = { tensors: values.tensors === true, path };
+    const hfNames = values["hf-names"] === true;
+    const nExpert = hfNames ? expertCount(file) : 0;
+    const opts: SummaryOptions = {
+      tensors: values.tensors === true || hfNames,
+      path,
+      hfNames: hfNames ? (name) => ggufToHf(name, nExpert) : undefined,
+    };
     const summary = summarizeModel(file, opts);
     io.out(values.json === true ? `${JSON.stringify(summary, null, 2)}\n` : `${formatSummary(summary)}\n`);
   } finally {
     file.close();
   }
+}
+
+/** `<arch>.expert_count` (stacked expert tensors map to one HF tensor per expert); 0 when absent. */
+function expertCount(file: GGUFFile): number {
+  const arch = file.metadata.string("general.architecture");
+  return (arch !== undefined ? file.metadata.integer(`${arch}.expert_count`) : undefined) ?? 0;
 }

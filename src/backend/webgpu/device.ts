@@ -1,0 +1,113 @@
+/// <reference types="@webgpu/types" />
+/**
+ * WebGPU device acquisition behind one small interface: in Node the `webgpu` npm package (Google's Dawn), in a
+ * browser `navigator.gpu`. Nothing is downloaded at run time; a machine without an adapter gets a clear error.
+ */
+import { LatentError } from "../../util/errors.js";
+
+/** No WebGPU adapter (or device) could be created. */
+export class NoGpuError extends LatentError {}
+
+export interface GpuDeviceInfo {
+  readonly device: GPUDevice;
+  /** the GPU entry point; held so that Dawn's instance outlives the device (collecting it crashes Dawn) */
+  readonly gpu: GPU;
+  readonly adapterInfo: string;
+  readonly features: ReadonlySet<string>;
+  readonly limits: {
+    readonly maxStorageBufferBindingSize: number;
+    readonly maxBufferSize: number;
+    readonly maxComputeWorkgroupStorageSize: number;
+    readonly maxComputeWorkgroupsPerDimension: number;
+    readonly maxStorageBuffersPerShaderStage: number;
+  };
+}
+
+export interface GpuDeviceOptions {
+  /** Dawn toggles for `create()` in Node, e.g. "enable-dawn-features=allow_unsafe_apis" */
+  readonly dawnFlags?: readonly string[];
+  readonly powerPreference?: GPUPowerPreference;
+}
+
+interface NavigatorLike {
+  readonly gpu?: GPU;
+}
+
+async function gpuEntry(opts: GpuDeviceOptions): Promise<GPU> {
+  const nav = (globalThis as { navigator?: NavigatorLike }).navigator;
+  if (nav?.gpu !== undefined) return nav.gpu;
+  if (typeof process === "undefined" || process.versions?.node === undefined) {
+    throw new NoGpuError("this browser exposes no navigator.gpu (WebGPU is off or unsupported)");
+  }
+  let mod: { create(flags: string[]): GPU; globals: object };
+  try {
+    mod = (await import("webgpu")) as unknown as { create(flags: string[]): GPU; globals: object };
+  } catch (e) {
+    throw new NoGpuError(`cannot load the "webgpu" package (Dawn for Node): ${(e as Error).message}`);
+  }
+  // GPUBufferUsage, GPUMapMode, GPUShaderStage … as globals, as in a browser
+  for (const [k, v] of Object.entries(mod.globals)) {
+    if (!(k in globalThis)) (globalThis as Record<string, unknown>)[k] = v;
+  }
+  const gpu = mod.create([...(opts.dawnFlags ?? [])]);
+  keepAlive.push(gpu);
+  return gpu;
+}
+
+/** Dawn instances created by this process: never collected (see GpuDeviceInfo.gpu). */
+const keepAlive: GPU[] = [];
+
+let cached: Promise<GpuDeviceInfo> | undefined;
+
+/** The process's shared device (created once). */
+export function sharedGpuDevice(opts: GpuDeviceOptions = {}): Promise<GpuDeviceInfo> {
+  cached ??= requestGpuDevice(opts).catch((e: unknown) => {
+    cached = undefined;
+    throw e;
+  });
+  return cached;
+}
+
+/** A new device with the adapter's full storage limits and the optional features the kernels can use. */
+export async function requestGpuDevice(opts: GpuDeviceOptions = {}): Promise<GpuDeviceInfo> {
+  const gpu = await gpuEntry(opts);
+  const adapter = await gpu.requestAdapter({ powerPreference: opts.powerPreference ?? "high-performance" });
+  if (adapter === null) {
+    throw new NoGpuError(
+      "no WebGPU adapter: on a machine without a GPU install Mesa 25's lavapipe (bash scripts/install-lavapipe.sh) and export XDG_RUNTIME_DIR=/tmp",
+    );
+  }
+  const l = adapter.limits;
+  const want = ["subgroups", "timestamp-query"].filter((f) => adapter.features.has(f)) as GPUFeatureName[];
+  let device: GPUDevice;
+  try {
+    device = await adapter.requestDevice({
+      requiredFeatures: want,
+      requiredLimits: {
+        maxStorageBufferBindingSize: l.maxStorageBufferBindingSize,
+        maxBufferSize: l.maxBufferSize,
+        maxComputeWorkgroupStorageSize: l.maxComputeWorkgroupStorageSize,
+        maxComputeInvocationsPerWorkgroup: l.maxComputeInvocationsPerWorkgroup,
+        maxComputeWorkgroupSizeX: l.maxComputeWorkgroupSizeX,
+        maxStorageBuffersPerShaderStage: l.maxStorageBuffersPerShaderStage,
+      },
+    });
+  } catch (e) {
+    throw new NoGpuError(`the WebGPU adapter refused a device: ${(e as Error).message}`);
+  }
+  const info = adapter.info;
+  const name = [info.vendor, info.architecture, info.device, info.description].filter((s) => s !== undefined && s !== "").join(" ");
+  return {
+    device,
+    gpu,
+    adapterInfo: name === "" ? "unknown adapter" : name,
+    features: new Set([...device.features]),
+    limits: {
+      maxStorageBufferBindingSize: device.limits.maxStorageBufferBindingSize,
+      maxBufferSize: device.limits.maxBufferSize,
+      maxComputeWorkgroupStorageSize: device.limits.maxComputeWorkgroupStorageSize,
+      maxComputeWorkgroupsPerDimension: device.limits.maxComputeWorkgroupsPerDimension,
+      maxStorageBuffersPerShaderStage: device.limits.maxStorageBuffersPerShaderStage,
+    },
+  };
+}

@@ -1,0 +1,215 @@
+/// <reference types="@webgpu/types" />
+/**
+ * Weight matrices resident on the GPU in their GGUF block layout, bound in pieces when a tensor is larger than the
+ * device's maxStorageBufferBindingSize (row ranges; whole items for stacked expert/head tensors), and the launchers
+ * of the matrix kernels over them.
+ */
+import { typeName } from "../../gguf/types.js";
+import { rowBytes as quantRowBytes } from "../../quant/index.js";
+import { LatentError } from "../../util/errors.js";
+import type { GpuRuntime } from "./runtime.js";
+import { getRowsWGSL, MATVEC_TN, matvecTWGSL, matvecWGSL, packMatParams, type MatParams } from "./wgsl-mat.js";
+import { gpuSupports, unitSize } from "./wgsl-quant.js";
+
+export interface MatrixPiece {
+  readonly buffer: GPUBuffer;
+  /** first row (of each item) and row count held; all rows when the tensor is split by items */
+  readonly firstRow: number;
+  readonly rows: number;
+  /** first item and item count held */
+  readonly firstItem: number;
+  readonly items: number;
+}
+
+/** A [items × rows × cols] weight tensor (items = 1 for a plain matrix) of one GGUF type, resident on the GPU. */
+export class GpuMatrix {
+  readonly rowBytes: number;
+  readonly unit: number;
+  readonly nu: number;
+  readonly bytes: number;
+
+  private constructor(
+    readonly name: string,
+    readonly type: number,
+    readonly cols: number,
+    readonly rows: number,
+    readonly items: number,
+    readonly pieces: readonly MatrixPiece[],
+  ) {
+    this.rowBytes = quantRowBytes(type, cols);
+    this.unit = unitSize(type, cols);
+    this.nu = cols / this.unit;
+    this.bytes = this.rowBytes * rows * items;
+  }
+
+  /** Upload `data` (items·rows rows of `cols`); rows are `rows` per item. */
+  static upload(rt: GpuRuntime, name: string, type: number, cols: number, rows: number, data: Uint8Array, items = 1): GpuMatrix {
+    if (!gpuSupports(type)) throw new LatentError(`${name}: the WebGPU backend cannot read ${typeName(type)} weights`);
+    const rb = quantRowBytes(type, cols);
+    if (data.byteLength !== rb * rows * items) throw new LatentError(`${name}: expected ${rb * rows * items} bytes, got ${data.byteLength}`);
+    const max = rt.maxBindingBytes;
+    const pieces: MatrixPiece[] = [];
+    const itemBytes = rb * rows;
+    if (items > 1 && itemBytes <= max) {
+      const per = Math.max(1, Math.floor(max / itemBytes));
+      for (let i = 0; i < items; i += per) {
+        const k = Math.min(per, items - i);
+        pieces.push({ buffer: rt.upload(data.subarray(i * itemBytes, (i + k) * itemBytes), `${name}[${i}..]`), firstRow: 0, rows, firstItem: i, items: k });
+      }
+    } else if (items === 1) {
+      const per = Math.max(1, Math.floor(max / rb));
+      if (rb > max) throw new LatentError(`${name}: one row of ${rb} bytes exceeds the binding limit ${max}`);
+      for (let r = 0; r < rows; r += per) {
+        const k = Math.min(per, rows - r);
+        pieces.push({ buffer: rt.upload(data.subarray(r * rb, (r + k) * rb), `${name}[rows ${r}..]`), firstRow: r, rows: k, firstItem: 0, items: 1 });
+      }
+    } else {
+      throw new LatentError(`${name}: one item of ${itemBytes} bytes exceeds the binding limit ${max}`);
+    }
+    return new GpuMatrix(name, type, cols, rows, items, pieces);
+  }
+
+  destroy(): void {
+    for (const p of this.pieces) p.buffer.destroy();
+  }
+}
+
+export interface MatmulArgs {
+  /** tokens */
+  readonly n: number;
+  readonly xStride: number;
+  readonly yStride: number;
+  readonly xOff?: number;
+  readonly yOff?: number;
+  /** add into y instead of overwriting */
+  readonly acc?: boolean;
+  /** batch over the matrix's items (heads): item b reads x at + b·xBatch, writes y at + b·yBatch */
+  readonly batch?: { readonly count: number; readonly xBatch: number; readonly yBatch: number };
+}
+
+function base(m: GpuMatrix, a: MatmulArgs): MatParams {
+  return {
+    rows: m.rows,
+    nu: m.nu,
+    n: a.n,
+    xStride: a.xStride,
+    yStride: a.yStride,
+    xOff: a.xOff ?? 0,
+    yOff: a.yOff ?? 0,
+    rowBytes: m.rowBytes,
+    rowBase: 0,
+    acc: a.acc === true ? 1 : 0,
+    gx: 1,
+    tiles: 1,
+    wOff: 0,
+    wBatch: m.rowBytes * m.rows,
+    xBatch: a.batch?.xBatch ?? 0,
+    yBatch: a.batch?.yBatch ?? 0,
+    idsOff: 0,
+    e0: 0,
+    e1: 0,
+    xDiv: 1,
+  };
+}
+
+function rowGrid(rt: GpuRuntime, rows: number): { gx: number; gy: number } {
+  const maxG = rt.info.limits.maxComputeWorkgroupsPerDimension;
+  const gx = Math.min(rows, maxG);
+  return { gx, gy: Math.ceil(rows / gx) };
+}
+
+function f32Range(buf: GPUBuffer, off: number, n: number, stride: number, width: number, widthOff = 0): { buffer: GPUBuffer; offset: number; size: number }[] {
+  // contiguous when stride == width; else one range per token
+  if (stride === width || n === 1) return [{ buffer: buf, offset: (off + widthOff) * 4, size: ((n - 1) * stride + width) * 4 }];
+  return Array.from({ length: n }, (_, t) => ({ buffer: buf, offset: (off + t * stride + widthOff) * 4, size: width * 4 }));
+}
+
+/** y = W·x for n tokens (and optionally every item of a stacked tensor). */
+export function matmul(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer, a: MatmulArgs): void {
+  const count = a.batch?.count ?? 1;
+  if (count > m.items) throw new LatentError(`${m.name}: batch of ${count} over ${m.items} items`);
+  const code = matvecWGSL(m.type, m.unit, false);
+  const tiles = Math.ceil(a.n / MATVEC_TN);
+  for (const piece of m.pieces) {
+    if (piece.firstItem >= count) continue;
+    const items = Math.min(piece.items, count - piece.firstItem);
+    const p = base(m, a);
+    const { gx, gy } = rowGrid(rt, piece.rows);
+    p.rows = piece.rows;
+    p.rowBase = piece.firstRow;
+    p.gx = gx;
+    p.tiles = tiles;
+    p.xOff += piece.firstItem * p.xBatch;
+    p.yOff += piece.firstItem * p.yBatch;
+    const outs = Array.from({ length: items }, (_, b) => f32Range(y, p.yOff + b * p.yBatch, a.n, a.yStride, piece.rows, piece.firstRow)).flat();
+    rt.dispatch(`matmul ${m.name}`, code, [piece.buffer, x, y], packMatParams(p), [gx, gy * tiles, items], a.acc === true ? [] : outs);
+  }
+}
+
+/** y = Wᵀ·x: y[t][c] = Σ_r W[r][c]·x[t][r] for n tokens (and optionally every item). */
+export function matmulT(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer, a: MatmulArgs): void {
+  const count = a.batch?.count ?? 1;
+  if (count > m.items) throw new LatentError(`${m.name}: batch of ${count} over ${m.items} items`);
+  const code = matvecTWGSL(m.type, m.unit);
+  m.pieces.forEach((piece, i) => {
+    if (piece.firstItem >= count) return;
+    const items = Math.min(piece.items, count - piece.firstItem);
+    const p = base(m, a);
+    p.rows = piece.rows;
+    p.rowBase = piece.firstRow;
+    // row pieces of one matrix add into the first piece's result
+    const acc = a.acc === true || (m.items === 1 && i > 0);
+    p.acc = acc ? 1 : 0;
+    p.xOff += piece.firstItem * p.xBatch;
+    p.yOff += piece.firstItem * p.yBatch;
+    const outs = Array.from({ length: items }, (_, b) => f32Range(y, p.yOff + b * p.yBatch, a.n, a.yStride, m.cols)).flat();
+    rt.dispatch(`matmulT ${m.name}`, code, [piece.buffer, x, y], packMatParams(p), [Math.ceil(m.nu / 64), a.n, items], acc ? [] : outs);
+  });
+}
+
+export interface GatherArgs {
+  /** (token, slot) pairs: pair b uses expert ids[idsOff + b] */
+  readonly pairs: number;
+  readonly idsOff?: number;
+  /** x of pair b at xOff + floor(b / xDiv)·xBatch (xDiv = slots per token when every slot reads its token's x) */
+  readonly xDiv: number;
+  readonly xBatch: number;
+  readonly xOff?: number;
+  /** y of pair b at yOff + b·yBatch */
+  readonly yBatch: number;
+  readonly yOff?: number;
+  readonly acc?: boolean;
+}
+
+/** Grouped expert products reading only the selected experts: y_b = W_{ids[b]}·x_b for every pair b. */
+export function matmulGather(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer, ids: GPUBuffer, a: GatherArgs): void {
+  const code = matvecWGSL(m.type, m.unit, true);
+  const outs = [{ buffer: y, offset: (a.yOff ?? 0) * 4, size: ((a.pairs - 1) * a.yBatch + m.rows) * 4 }];
+  for (const piece of m.pieces) {
+    if (piece.rows !== m.rows) throw new LatentError(`${m.name}: gathered products need whole items per piece`);
+    const p = base(m, { n: 1, xStride: 0, yStride: 0, xOff: a.xOff, yOff: a.yOff, acc: a.acc });
+    const { gx, gy } = rowGrid(rt, m.rows);
+    p.gx = gx;
+    p.xBatch = a.xBatch;
+    p.yBatch = a.yBatch;
+    p.xDiv = a.xDiv;
+    p.idsOff = a.idsOff ?? 0;
+    p.e0 = piece.firstItem;
+    p.e1 = piece.firstItem + piece.items;
+    const last = piece === m.pieces[m.pieces.length - 1];
+    // the pieces together write every pair: check after the last one
+    rt.dispatch(`matmulGather ${m.name}`, code, [piece.buffer, x, y, ids], packMatParams(p), [gx, gy, a.pairs], last && a.acc !== true && m.pieces.length === 1 ? outs : []);
+  }
+}
+
+/** y[t] = row ids[t] of W, dequantized (embedding lookup). */
+export function getRows(rt: GpuRuntime, m: GpuMatrix, ids: GPUBuffer, y: GPUBuffer, n: number, idsOff = 0, yOff = 0): void {
+  const code = getRowsWGSL(m.type, m.unit);
+  for (const piece of m.pieces) {
+    const p = base(m, { n, xStride: 0, yStride: m.cols, yOff });
+    p.rows = piece.rows;
+    p.rowBase = piece.firstRow;
+    p.idsOff = idsOff;
+    rt.dispatch(`getRows ${m.name}`, code, [piece.buffer, ids, y], packMatParams(p), [Math.ceil(m.nu / 64), n, 1], m.pieces.length === 1 ? [{ buffer: y, offset: yOff * 4, size: n * m.cols * 4 }] : []);
+  }
+}

@@ -1,0 +1,280 @@
+/// <reference types="@webgpu/types" />
+/**
+ * The WebGPU runtime under the kernels: pipelines cached by WGSL source, buffers, one open compute pass per
+ * submission, per-dispatch uniforms packed into one ring buffer, bind groups reused when nothing changed, and the
+ * `--check-writes` debug mode (every declared output range is filled with a NaN sentinel before its kernel runs and
+ * counted after it: any sentinel left is an output the kernel was supposed to write and did not).
+ */
+import { LatentError } from "../../util/errors.js";
+import type { GpuDeviceInfo } from "./device.js";
+
+/** A kernel left part of its declared output unwritten (--check-writes). */
+export class UnwrittenOutputError extends LatentError {}
+
+/** Byte range of a buffer a kernel promises to write completely. */
+export interface OutRange {
+  readonly buffer: GPUBuffer;
+  readonly offset: number;
+  readonly size: number;
+}
+
+export interface RuntimeOptions {
+  /** fill outputs with NaN before each dispatch and verify they were fully written after */
+  readonly checkWrites?: boolean;
+  /** bind at most this many bytes of a tensor at once (default: the device limit); tests lower it to force pieces */
+  readonly maxBindingBytes?: number;
+}
+
+/** A NaN with a payload arithmetic never produces. */
+export const SENTINEL = 0x7fc0dead;
+const UNIFORM_SLOT = 256;
+const UNIFORM_RING = 256 * 1024;
+const STORAGE = 0x80; // GPUBufferUsage.STORAGE
+const COPY_SRC = 0x04;
+const COPY_DST = 0x08;
+const UNIFORM = 0x40;
+const MAP_READ = 0x01;
+
+const FILL_WGSL = /* wgsl */ `
+struct P { off: u32, n: u32, v: u32, _p: u32 }
+@group(0) @binding(0) var<storage, read_write> B: array<u32>;
+@group(0) @binding(1) var<uniform> p: P;
+@compute @workgroup_size(256) fn main(@builtin(global_invocation_id) g: vec3u, @builtin(num_workgroups) nw: vec3u) {
+  let i = g.x + g.y * nw.x * 256u;
+  if (i < p.n) { B[p.off + i] = p.v; }
+}`;
+
+const COUNT_WGSL = /* wgsl */ `
+struct P { off: u32, n: u32, v: u32, slot: u32 }
+@group(0) @binding(0) var<storage, read_write> B: array<u32>;
+@group(0) @binding(1) var<storage, read_write> C: array<atomic<u32>>;
+@group(0) @binding(2) var<uniform> p: P;
+@compute @workgroup_size(256) fn main(@builtin(global_invocation_id) g: vec3u, @builtin(num_workgroups) nw: vec3u) {
+  let i = g.x + g.y * nw.x * 256u;
+  if (i < p.n && B[p.off + i] == p.v) { atomicAdd(&C[p.slot], 1u); }
+}`;
+
+export interface RuntimeStats {
+  dispatches: number;
+  submits: number;
+  /** host time spent encoding dispatches (ms) */
+  encodeMs: number;
+}
+
+export class GpuRuntime {
+  readonly device: GPUDevice;
+  readonly maxBindingBytes: number;
+  readonly checkWrites: boolean;
+  readonly stats: RuntimeStats = { dispatches: 0, submits: 0, encodeMs: 0 };
+  private readonly pipelines = new Map<string, GPUComputePipeline>();
+  private readonly bindGroups = new Map<string, GPUBindGroup>();
+  private readonly objectIds = new WeakMap<object, number>();
+  private syncBuf: GPUBuffer | undefined;
+  private nextBufferId = 1;
+  private encoder: GPUCommandEncoder | undefined;
+  private pass: GPUComputePassEncoder | undefined;
+  private readonly uniforms: GPUBuffer;
+  private readonly uniformHost = new ArrayBuffer(UNIFORM_RING);
+  private uniformUsed = 0;
+  private counters: GPUBuffer | undefined;
+  private checks: { label: string; words: number }[] = [];
+  private readonly maxCheckSlots = 4096;
+
+  constructor(
+    readonly info: GpuDeviceInfo,
+    opts: RuntimeOptions = {},
+  ) {
+    this.device = info.device;
+    this.checkWrites = opts.checkWrites === true;
+    const limit = info.limits.maxStorageBufferBindingSize;
+    this.maxBindingBytes = Math.min(limit, opts.maxBindingBytes ?? limit) & ~255;
+    this.uniforms = this.device.createBuffer({ size: UNIFORM_RING, usage: UNIFORM | COPY_DST, label: "uniform ring" });
+  }
+
+  /** Compute pipeline for a WGSL source (entry point `main`), compiled once. */
+  pipeline(code: string): GPUComputePipeline {
+    let p = this.pipelines.get(code);
+    if (p === undefined) {
+      const module = this.device.createShaderModule({ code });
+      p = this.device.createComputePipeline({ layout: "auto", compute: { module, entryPoint: "main" } });
+      this.pipelines.set(code, p);
+    }
+    return p;
+  }
+
+  /** A storage buffer of at least `bytes` (rounded up to 4). */
+  buffer(bytes: number, label?: string, usage = STORAGE | COPY_SRC | COPY_DST): GPUBuffer {
+    const size = Math.max(16, Math.ceil(bytes / 4) * 4);
+    if (size > this.info.limits.maxBufferSize) throw new LatentError(`buffer ${label ?? ""} of ${size} bytes exceeds the device's maxBufferSize`);
+    return this.device.createBuffer({ size, usage, label });
+  }
+
+  /** A storage buffer holding `data` (padded to 4 bytes). */
+  upload(data: ArrayBufferView, label?: string): GPUBuffer {
+    const buf = this.buffer(data.byteLength, label);
+    this.write(buf, 0, data);
+    return buf;
+  }
+
+  /** queue.writeBuffer, padding the tail to 4 bytes; ordered before the next submission. */
+  write(buf: GPUBuffer, offset: number, data: ArrayBufferView): void {
+    const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+    const whole = bytes.byteLength & ~3;
+    const CHUNK = 64 << 20;
+    for (let at = 0; at < whole; at += CHUNK) {
+      const n = Math.min(CHUNK, whole - at);
+      this.device.queue.writeBuffer(buf, offset + at, bytes.buffer, bytes.byteOffset + at, n);
+    }
+    if (whole < bytes.byteLength) {
+      const tail = new Uint8Array(4);
+      tail.set(bytes.subarray(whole));
+      this.device.queue.writeBuffer(buf, offset + whole, tail);
+    }
+  }
+
+  private id(obj: object): number {
+    let id = this.objectIds.get(obj);
+    if (id === undefined) this.objectIds.set(obj, (id = this.nextBufferId++));
+    return id;
+  }
+
+  private ensurePass(): GPUComputePassEncoder {
+    this.encoder ??= this.device.createCommandEncoder();
+    this.pass ??= this.encoder.beginComputePass();
+    return this.pass;
+  }
+
+  /** Reserve a uniform slot for `params` (u32 words; write floats with f32bits). */
+  private uniformSlot(params: Uint32Array): number {
+    if (params.byteLength > UNIFORM_SLOT) throw new LatentError(`kernel parameters of ${params.byteLength} bytes exceed ${UNIFORM_SLOT}`);
+    if (this.uniformUsed + UNIFORM_SLOT > UNIFORM_RING) this.submit();
+    const at = this.uniformUsed;
+    new Uint32Array(this.uniformHost, at, params.length).set(params);
+    this.uniformUsed += UNIFORM_SLOT;
+    return at;
+  }
+
+  /**
+   * Record one dispatch: storage `buffers` at bindings 0..k-1 (whole buffers), the parameter block at binding k
+   * (uniform), `groups` workgroups. `outputs` name what the kernel must write completely (checked with --check-writes).
+   */
+  dispatch(label: string, code: string, buffers: readonly GPUBuffer[], params: Uint32Array, groups: readonly [number, number?, number?], outputs: readonly OutRange[] = []): void {
+    const t0 = performance.now();
+    const [gx, gy = 1, gz = 1] = groups;
+    if (gx === 0 || gy === 0 || gz === 0) return;
+    const maxG = this.info.limits.maxComputeWorkgroupsPerDimension;
+    if (gx > maxG || gy > maxG || gz > maxG) throw new LatentError(`${label}: ${gx}×${gy}×${gz} workgroups exceed ${maxG} per dimension`);
+    if (this.checkWrites) for (const o of outputs) this.fillWords(o, SENTINEL);
+    this.encode(code, buffers, params, [gx, gy, gz]);
+    if (this.checkWrites) for (const o of outputs) this.countSentinels(label, o);
+    this.stats.dispatches++;
+    this.stats.encodeMs += performance.now() - t0;
+  }
+
+  private encode(code: string, buffers: readonly GPUBuffer[], params: Uint32Array, groups: readonly [number, number, number]): void {
+    const pipeline = this.pipeline(code);
+    const pass = this.ensurePass();
+    const at = this.uniformSlot(params);
+    const key = `${this.id(pipeline)}|${buffers.map((b) => this.id(b)).join(",")}|${at}`;
+    let bg = this.bindGroups.get(key);
+    if (bg === undefined) {
+      const entries: GPUBindGroupEntry[] = buffers.map((buffer, i) => ({ binding: i, resource: { buffer } }));
+      entries.push({ binding: buffers.length, resource: { buffer: this.uniforms, offset: at, size: UNIFORM_SLOT } });
+      bg = this.device.createBindGroup({ layout: pipeline.getBindGroupLayout(0), entries });
+      if (this.bindGroups.size > 50000) this.bindGroups.clear();
+      this.bindGroups.set(key, bg);
+    }
+    pass.setPipeline(pipeline);
+    pass.setBindGroup(0, bg);
+    pass.dispatchWorkgroups(groups[0], groups[1], groups[2]);
+  }
+
+  private grid(words: number): [number, number, number] {
+    const groups = Math.ceil(words / 256);
+    const gx = Math.min(groups, 65535);
+    return [gx, Math.ceil(groups / gx), 1];
+  }
+
+  /** Fill a byte range (4-aligned) with a u32 value. */
+  fillWords(o: OutRange, value: number): void {
+    if (o.offset % 4 !== 0 || o.size % 4 !== 0) throw new LatentError("fill ranges must be 4-byte aligned");
+    const words = o.size / 4;
+    if (words === 0) return;
+    const g = this.grid(words);
+    this.encode(FILL_WGSL, [o.buffer], new Uint32Array([o.offset / 4, words, value >>> 0, 0]), [g[0], g[1], 1]);
+  }
+
+  private countSentinels(label: string, o: OutRange): void {
+    const words = o.size / 4;
+    if (words === 0) return;
+    if (this.counters === undefined) this.counters = this.buffer(this.maxCheckSlots * 4, "check-writes counters");
+    if (this.checks.length === this.maxCheckSlots) throw new LatentError("--check-writes: too many dispatches in one submission; call sync() more often");
+    const slot = this.checks.length;
+    if (slot === 0) this.fillWords({ buffer: this.counters, offset: 0, size: this.maxCheckSlots * 4 }, 0);
+    this.checks.push({ label, words });
+    const g = this.grid(words);
+    this.encode(COUNT_WGSL, [o.buffer, this.counters], new Uint32Array([o.offset / 4, words, SENTINEL, slot]), [g[0], g[1], 1]);
+  }
+
+  /** Submit everything recorded so far. */
+  submit(): void {
+    if (this.encoder === undefined) return;
+    this.pass?.end();
+    this.pass = undefined;
+    if (this.uniformUsed > 0) this.device.queue.writeBuffer(this.uniforms, 0, this.uniformHost, 0, this.uniformUsed);
+    this.uniformUsed = 0;
+    this.device.queue.submit([this.encoder.finish()]);
+    this.encoder = undefined;
+    this.stats.submits++;
+  }
+
+  /** Copy bytes [offset, offset+size) of a buffer back to the host (submits pending work first). */
+  async read(buf: GPUBuffer, offset = 0, size = buf.size - offset): Promise<ArrayBuffer> {
+    const staging = this.device.createBuffer({ size: Math.ceil(size / 4) * 4, usage: MAP_READ | COPY_DST });
+    this.ensurePass();
+    this.pass!.end();
+    this.pass = undefined;
+    this.encoder!.copyBufferToBuffer(buf, offset, staging, 0, staging.size);
+    const checks = this.checks;
+    let counterStaging: GPUBuffer | undefined;
+    if (checks.length > 0) {
+      counterStaging = this.device.createBuffer({ size: checks.length * 4, usage: MAP_READ | COPY_DST });
+      this.encoder!.copyBufferToBuffer(this.counters!, 0, counterStaging, 0, checks.length * 4);
+      this.checks = [];
+    }
+    this.submit();
+    await staging.mapAsync(1);
+    const out = staging.getMappedRange().slice(0, size);
+    staging.unmap();
+    staging.destroy();
+    if (counterStaging !== undefined) {
+      await counterStaging.mapAsync(1);
+      const counts = new Uint32Array(counterStaging.getMappedRange().slice(0));
+      counterStaging.unmap();
+      counterStaging.destroy();
+      const bad = checks.map((c, i) => ({ ...c, left: counts[i]! })).filter((c) => c.left > 0);
+      if (bad.length > 0) {
+        throw new UnwrittenOutputError(`--check-writes: ${bad.map((b) => `${b.label} left ${b.left} of ${b.words} output values unwritten`).join("; ")}`);
+      }
+    }
+    return out;
+  }
+
+  /** Wait for all submitted work (and run the --check-writes verification). */
+  async sync(): Promise<void> {
+    this.syncBuf ??= this.buffer(16, "sync");
+    await this.read(this.syncBuf, 0, 4);
+  }
+
+  async readF32(buf: GPUBuffer, offsetFloats = 0, count = buf.size / 4 - offsetFloats): Promise<Float32Array> {
+    return new Float32Array(await this.read(buf, offsetFloats * 4, count * 4));
+  }
+}
+
+const f32 = new Float32Array(1);
+const u32 = new Uint32Array(f32.buffer);
+/** Bits of a float32, for parameter blocks. */
+export function f32bits(x: number): number {
+  f32[0] = x;
+  return u32[0]!;
+}

@@ -1,0 +1,149 @@
+/**
+ * WGSL of the matrix kernels over GGUF-block weights (see wgsl-quant.ts for the block decoding):
+ * - matvec:  y[b][t][rowBase+r] (+)= Σ_c W_b[r][c]·x[b][t][c]  — one workgroup per row, 64 threads over 32-element
+ *            units, up to 8 tokens per workgroup; the batch index b selects a head (weight stride) or, in the gather
+ *            variant, an expert read from an id buffer (only the selected experts' rows are read).
+ * - matvecT: y[b][t][c] (+)= Σ_r W_b[r][c]·x[b][t][rowBase+r]  — one thread per (unit, token).
+ * - getRows: dequantized rows by id (embedding lookup).
+ */
+import { dequantWGSL } from "./wgsl-quant.js";
+
+export const MATVEC_WG = 64;
+export const MATVEC_TN = 8;
+
+/** Parameter block shared by matvec / matvecT (u32 words, in this order). */
+export const MAT_PARAMS = [
+  "rows", // rows of W in this piece
+  "nu", // units per row
+  "n", // tokens
+  "xStride",
+  "yStride",
+  "xOff",
+  "yOff",
+  "rowBytes",
+  "rowBase", // first row of this piece in the whole matrix
+  "acc", // 1: add into y
+  "gx", // workgroups along x
+  "tiles", // token tiles (matvec)
+  "wOff", // byte offset of row 0 in the bound buffer
+  "wBatch", // bytes between batch items' weights (heads / experts)
+  "xBatch",
+  "yBatch",
+  "idsOff",
+  "e0", // gather: first expert in this piece
+  "e1", // gather: one past the last
+  "xDiv", // gather: x batch index = b / xDiv
+] as const;
+export type MatParams = Record<(typeof MAT_PARAMS)[number], number>;
+
+export function packMatParams(p: MatParams): Uint32Array {
+  return Uint32Array.from(MAT_PARAMS.map((k) => p[k] >>> 0));
+}
+
+const STRUCT = `struct P { ${MAT_PARAMS.map((k) => `${k}: u32`).join(", ")} }`;
+
+export function matvecWGSL(type: number, U: number, gather: boolean): string {
+  const TN = MATVEC_TN;
+  const WG = MATVEC_WG;
+  return /* wgsl */ `
+${STRUCT}
+@group(0) @binding(0) var<storage, read> W: array<u32>;
+@group(0) @binding(1) var<storage, read> X: array<f32>;
+@group(0) @binding(2) var<storage, read_write> Y: array<f32>;
+${gather ? "@group(0) @binding(3) var<storage, read> IDS: array<u32>;\n@group(0) @binding(4) var<uniform> p: P;" : "@group(0) @binding(3) var<uniform> p: P;"}
+${dequantWGSL(type, U)}
+var<workgroup> red: array<f32, ${TN * WG}>;
+var<workgroup> wgE: u32;
+@compute @workgroup_size(${WG})
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+  let tt = wid.y % p.tiles;
+  let r = wid.x + (wid.y / p.tiles) * p.gx;
+  let b = wid.z;
+  if (r >= p.rows) { return; }
+  var wb = b * p.wBatch;
+  var xb = b * p.xBatch;
+${
+  gather
+    ? `  if (li == 0u) { wgE = IDS[p.idsOff + b]; }
+  let e = workgroupUniformLoad(&wgE);
+  if (e < p.e0 || e >= p.e1) { return; }
+  wb = (e - p.e0) * p.wBatch;
+  xb = (b / p.xDiv) * p.xBatch;`
+    : ""
+}
+  let rb = p.wOff + wb + r * p.rowBytes;
+  let t0 = tt * ${TN}u;
+  let nt = min(${TN}u, p.n - t0);
+  var acc: array<f32, ${TN}>;
+  for (var u = li; u < p.nu; u += ${WG}u) {
+    deq(rb, u);
+    for (var t = 0u; t < nt; t++) {
+      let xo = p.xOff + xb + (t0 + t) * p.xStride + u * U;
+      var s = 0.0;
+      for (var i = 0u; i < U; i++) { s += dv[i] * X[xo + i]; }
+      acc[t] += s;
+    }
+  }
+  for (var t = 0u; t < ${TN}u; t++) { red[t * ${WG}u + li] = acc[t]; }
+  workgroupBarrier();
+  for (var s = ${WG / 2}u; s > 0u; s >>= 1u) {
+    if (li < s) { for (var t = 0u; t < ${TN}u; t++) { red[t * ${WG}u + li] += red[t * ${WG}u + li + s]; } }
+    workgroupBarrier();
+  }
+  if (li < nt) {
+    let yo = p.yOff + b * p.yBatch + (t0 + li) * p.yStride + p.rowBase + r;
+    let v = red[li * ${WG}u];
+    if (p.acc != 0u) { Y[yo] += v; } else { Y[yo] = v; }
+  }
+}`;
+}
+
+export function matvecTWGSL(type: number, U: number): string {
+  return /* wgsl */ `
+${STRUCT}
+@group(0) @binding(0) var<storage, read> W: array<u32>;
+@group(0) @binding(1) var<storage, read> X: array<f32>;
+@group(0) @binding(2) var<storage, read_write> Y: array<f32>;
+@group(0) @binding(3) var<uniform> p: P;
+${dequantWGSL(type, U)}
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) g: vec3u) {
+  let u = g.x;
+  let t = g.y;
+  let b = g.z;
+  if (u >= p.nu || t >= p.n) { return; }
+  var acc: array<f32, 32>;
+  let xo = p.xOff + b * p.xBatch + t * p.xStride + p.rowBase;
+  for (var r = 0u; r < p.rows; r++) {
+    deq(p.wOff + b * p.wBatch + r * p.rowBytes, u);
+    let a = X[xo + r];
+    for (var i = 0u; i < U; i++) { acc[i] += dv[i] * a; }
+  }
+  let yo = p.yOff + b * p.yBatch + t * p.yStride + u * U;
+  for (var i = 0u; i < U; i++) {
+    if (p.acc != 0u) { Y[yo + i] += acc[i]; } else { Y[yo + i] = acc[i]; }
+  }
+}`;
+}
+
+/** Y[t·yStride + c] = W[ids[t] − rowBase][c] for rows in this piece (others left to other pieces). */
+export function getRowsWGSL(type: number, U: number): string {
+  return /* wgsl */ `
+${STRUCT}
+@group(0) @binding(0) var<storage, read> W: array<u32>;
+@group(0) @binding(1) var<storage, read> IDS: array<u32>;
+@group(0) @binding(2) var<storage, read_write> Y: array<f32>;
+@group(0) @binding(3) var<uniform> p: P;
+${dequantWGSL(type, U)}
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) g: vec3u) {
+  let u = g.x;
+  let t = g.y;
+  if (u >= p.nu || t >= p.n) { return; }
+  let id = IDS[p.idsOff + t];
+  if (id < p.rowBase || id >= p.rowBase + p.rows) { return; }
+  deq(p.wOff + (id - p.rowBase) * p.rowBytes, u);
+  let yo = p.yOff + t * p.yStride + u * U;
+  for (var i = 0u; i < U; i++) { Y[yo + i] = dv[i]; }
+}`;
+}

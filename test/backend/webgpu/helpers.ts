@@ -1,0 +1,82 @@
+/// <reference types="@webgpu/types" />
+// Shared by the WebGPU parity tests: one runtime per test file (or a skip reason when no adapter exists), seeded
+// random inputs, and error measures against the CPU reference.
+import { requestGpuDevice } from "../../../src/backend/webgpu/device.js";
+import { GpuRuntime, type RuntimeOptions } from "../../../src/backend/webgpu/runtime.js";
+
+process.env.XDG_RUNTIME_DIR ??= "/tmp";
+
+export interface GpuOrSkip {
+  readonly rt: GpuRuntime | undefined;
+  /** a skip message when no adapter could be created */
+  readonly skip: string | false;
+}
+
+export async function gpuOrSkip(opts: RuntimeOptions = { checkWrites: true }): Promise<GpuOrSkip> {
+  try {
+    const info = await requestGpuDevice();
+    return { rt: new GpuRuntime(info, opts), skip: false };
+  } catch (e) {
+    if (process.env.LATENT_REQUIRE_GPU === "1") throw e;
+    return { rt: undefined, skip: `no WebGPU adapter (${(e as Error).message})` };
+  }
+}
+
+/** Deterministic PRNG (mulberry32) with uniform and normal draws. */
+export class Rng {
+  private s: number;
+  constructor(seed: number) {
+    this.s = seed >>> 0;
+  }
+  next(): number {
+    let t = (this.s = (this.s + 0x6d2b79f5) >>> 0);
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  }
+  normal(): number {
+    const u = Math.max(1e-12, this.next());
+    return Math.sqrt(-2 * Math.log(u)) * Math.cos(2 * Math.PI * this.next());
+  }
+  f64(n: number, scale = 1): Float64Array {
+    return Float64Array.from({ length: n }, () => this.normal() * scale);
+  }
+  f32(n: number, scale = 1): Float32Array {
+    return Float32Array.from({ length: n }, () => this.normal() * scale);
+  }
+  int(lo: number, hi: number): number {
+    return lo + Math.floor(this.next() * (hi - lo));
+  }
+}
+
+/** max |a − b| / max(1, max |b|) over the first n values */
+export function relErr(a: ArrayLike<number>, b: ArrayLike<number>, n = b.length): number {
+  let d = 0;
+  let m = 1;
+  for (let i = 0; i < n; i++) {
+    d = Math.max(d, Math.abs(a[i]! - b[i]!));
+    if (Number.isNaN(a[i]!)) d = Infinity;
+    m = Math.max(m, Math.abs(b[i]!));
+  }
+  return d / m;
+}
+
+export function f32(rt: GpuRuntime, x: ArrayLike<number>, label?: string): GPUBuffer {
+  return rt.upload(Float32Array.from(x), label);
+}
+
+export function u32(rt: GpuRuntime, x: ArrayLike<number>, label?: string): GPUBuffer {
+  return rt.upload(Uint32Array.from(x), label);
+}
+
+/** Largest error seen per test name, printed at exit for the report. */
+export const worst = new Map<string, number>();
+export function record(name: string, err: number): number {
+  worst.set(name, Math.max(worst.get(name) ?? 0, err));
+  return err;
+}
+process.on("exit", () => {
+  if (worst.size > 0 && process.env.LATENT_PARITY_REPORT === "1") {
+    for (const [k, v] of worst) console.log(`# parity ${k}: max rel err ${v.toExponential(2)}`);
+  }
+});

@@ -86,7 +86,12 @@ function ids(n: number, seed: number, lo: number, hi: number): number[] {
 }
 
 async function metric(url: string, name: string): Promise<number> {
-  const text = await (await fetch(`${url}/metrics`)).text();
+  let text: string;
+  try {
+    text = await (await fetch(`${url}/metrics`)).text();
+  } catch (e) {
+    throw new Error(`GET ${url}/metrics: ${e instanceof Error ? `${e.message} (${String(e.cause)})` : String(e)}`);
+  }
   const m = new RegExp(`^${name} (\\S+)$`, "m").exec(text);
   return m === null ? NaN : Number(m[1]);
 }
@@ -104,6 +109,9 @@ async function startServe(model: string, extra: string[]): Promise<{ url: string
     child.on("exit", (code) => reject(new Error(`latent serve exited (${code}):\n${err}`)));
   });
   process.stderr.write(err.trim().split("\n").pop()! + "\n");
+  child.on("exit", (code, signal) => {
+    if (code !== 0) process.stderr.write(`loadtest: latent serve exited (code ${code}, signal ${signal}); its stderr:\n${err.slice(-4000)}\n`);
+  });
   return { url, child };
 }
 
@@ -213,7 +221,11 @@ async function main(): Promise<void> {
           }
         } catch (e) {
           if (ac.signal.aborted) aborted++;
-          else if (errors.push(`client ${w}: ${e instanceof Error ? e.message : String(e)}`) > 1000) errors.length = 1000;
+          else {
+            const cause = e instanceof Error && e.cause !== undefined ? ` (${e.cause instanceof Error ? `${e.cause.message}${e.cause.cause !== undefined ? `: ${String(e.cause.cause)}` : ""}` : String(e.cause)})` : "";
+            const at = ((performance.now() - t0) / 1000).toFixed(1);
+            if (errors.push(`client ${w} at ${at} s after ${tokens} tokens: ${e instanceof Error ? e.message : String(e)}${cause}`) > 1000) errors.length = 1000;
+          }
         } finally {
           generated += tokens;
           open.delete(ac);

@@ -286,7 +286,13 @@ export class Scheduler {
     this.scheduled = true;
     setImmediate(() => {
       this.scheduled = false;
-      this.step();
+      try {
+        this.step();
+      } catch (e) {
+        // a bug must not take the process down: fail what is running, keep serving
+        const err = e instanceof Error ? e : new Error(String(e));
+        for (const seq of [...this.running]) this.finish(seq, "error", err);
+      }
       if (this.waiting.length > 0 || this.running.length > 0) this.kick();
       else {
         const w = this.idleWaiters;

@@ -175,7 +175,11 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     if (socket.writable) socket.end("HTTP/1.1 400 Bad Request\r\nconnection: close\r\n\r\n");
     else socket.destroy();
   });
-  http.keepAliveTimeout = 5000;
+  // A forward step blocks the event loop (seconds on a big model): an idle keep-alive socket whose timer fires during
+  // a step is closed while the client's next request sits unread in it (ECONNRESET on the client). Keep idle
+  // connections well beyond any step; drain closes them.
+  http.keepAliveTimeout = 65_000;
+  http.headersTimeout = 66_000;
   const host = options.host ?? "127.0.0.1";
   await new Promise<void>((resolve, reject) => {
     http.once("error", reject);

@@ -10,6 +10,7 @@ import { evaluateAll } from "../../src/engine/evaluate.js";
 import { logSoftmax } from "../../src/engine/logprobs.js";
 import { startServer, type RunningServer } from "../../src/server/server.js";
 import { logitsMain } from "../../src/cli/logits.js";
+import type { DeepSeek2, SequenceChunk } from "../../src/model/deepseek2.js";
 import { CASES, randomTokens, synthModel } from "../helpers/synth.js";
 
 const synth = synthModel(CASES[0]!, 2);
@@ -320,6 +321,25 @@ test("errors: OpenAI-shaped JSON with the right status, the server keeps serving
   // bounded queue → 429
   const queued = await extraServer({ modelId: "tiny", maxQueue: 2 });
   await assert.rejects(clientFor(queued).completions.create({ model: "tiny", prompt: "hi", n: 3 }), (e: unknown) => e instanceof OpenAI.RateLimitError && e.status === 429);
+
+  // a forward pass that throws fails its requests with 500 (streams: an error event), not the process
+  const poisoned = Object.create(loaded.model) as DeepSeek2;
+  poisoned.forwardBatch = (seqs: readonly SequenceChunk[]): Float32Array[] => {
+    if (seqs.some((q) => q.tokens.includes(7))) throw new Error("poisoned token");
+    return loaded.model.forwardBatch(seqs);
+  };
+  const broken = await extraServer({ modelId: "tiny", loaded: { ...loaded, model: poisoned } });
+  const bc = clientFor(broken);
+  await assert.rejects(bc.completions.create({ model: "tiny", prompt: [5, 6, 7, 8] }), (e: unknown) => e instanceof OpenAI.InternalServerError && /poisoned token/.test(e.message));
+  const bs = await bc.completions.create({ model: "tiny", prompt: [5, 7], stream: true });
+  await assert.rejects(async () => {
+    for await (const _ of bs) {
+      // the error event ends the stream
+    }
+  }, /poisoned token/);
+  const fine = await bc.completions.create({ model: "tiny", prompt: [5, 6], max_tokens: 3, temperature: 0, ignore_eos: true } as OpenAI.CompletionCreateParamsNonStreaming);
+  assert.equal(fine.usage!.completion_tokens, 3);
+  await settled(broken);
 
   // still serving
   const r = await client.completions.create({ model: "tiny", prompt: "still here", max_tokens: 2 });

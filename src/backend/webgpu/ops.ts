@@ -1,0 +1,294 @@
+/// <reference types="@webgpu/types" />
+/** Launchers of the non-matrix kernels (wgsl-ops.ts) with their output ranges declared for --check-writes. */
+import type { Rope } from "../../model/rope.js";
+import { LatentError } from "../../util/errors.js";
+import { f32bits, type GpuRuntime, type OutRange } from "./runtime.js";
+import {
+  ATTN_CHUNK,
+  ATTN_COMBINE_WGSL,
+  ATTN_PARAMS,
+  ATTN_QMAX,
+  ATTN_WGSL,
+  COMBINE_WGSL,
+  COPY_WGSL,
+  DSA_SCORES_WGSL,
+  NORM_WGSL,
+  ROPE_WGSL,
+  ROUTE_PARAMS,
+  ROUTE_WGSL,
+  SOFTMAX_WGSL,
+  SWIGLU_WGSL,
+  TOPK_WGSL,
+} from "./wgsl-ops.js";
+
+function rows(buffer: GPUBuffer, off: number, n: number, stride: number, width: number): OutRange[] {
+  if (n === 0 || width === 0) return [];
+  if (stride === width || n === 1) return [{ buffer, offset: off * 4, size: ((n - 1) * stride + width) * 4 }];
+  return Array.from({ length: n }, (_, t) => ({ buffer, offset: (off + t * stride) * 4, size: width * 4 }));
+}
+
+function grid1(n: number, wg: number): { gx: number; gy: number } {
+  const groups = Math.max(1, Math.ceil(n / wg));
+  const gx = Math.min(groups, 65535);
+  return { gx, gy: Math.ceil(groups / gx) };
+}
+
+export interface RowArgs {
+  readonly n: number;
+  readonly dim: number;
+  readonly xOff?: number;
+  readonly xStride?: number;
+  readonly yOff?: number;
+  readonly yStride?: number;
+}
+
+/** y = x / rms(x) · g per row (y undefined: in place). */
+export function rmsNorm(rt: GpuRuntime, x: GPUBuffer, g: GPUBuffer, y: GPUBuffer | undefined, a: RowArgs, eps: number): void {
+  norm(rt, x, g, undefined, y, a, eps);
+}
+
+/** LayerNorm with weight and bias per row (y undefined: in place). */
+export function layerNorm(rt: GpuRuntime, x: GPUBuffer, g: GPUBuffer, b: GPUBuffer, y: GPUBuffer | undefined, a: RowArgs, eps: number): void {
+  norm(rt, x, g, b, y, a, eps);
+}
+
+function norm(rt: GpuRuntime, x: GPUBuffer, g: GPUBuffer, b: GPUBuffer | undefined, y: GPUBuffer | undefined, a: RowArgs, eps: number): void {
+  const xOff = a.xOff ?? 0;
+  const xStride = a.xStride ?? a.dim;
+  const yOff = y === undefined ? xOff : a.yOff ?? 0;
+  const yStride = y === undefined ? xStride : a.yStride ?? a.dim;
+  const params = new Uint32Array([a.n, a.dim, xOff, xStride, yOff, yStride, f32bits(eps), 0]);
+  const bufs = [x, g, ...(b ? [b] : []), ...(y ? [y] : [])];
+  const { gx, gy } = { gx: Math.min(a.n, 65535), gy: Math.ceil(a.n / 65535) };
+  rt.dispatch(b ? "layerNorm" : "rmsNorm", NORM_WGSL(y === undefined, b !== undefined), bufs, params, [gx, gy], y === undefined ? [] : rows(y, yOff, a.n, yStride, a.dim));
+}
+
+/** cos/sin rows of a Rope for positions [0, capacity), taken from the reference Rope itself (× mscale included). */
+export class RopeTable {
+  buffer: GPUBuffer | undefined;
+  private capacity = 0;
+  constructor(
+    private readonly rt: GpuRuntime,
+    readonly rope: Rope,
+  ) {}
+
+  /** The table covering positions < maxPos. */
+  ensure(maxPos: number): GPUBuffer {
+    if (this.buffer !== undefined && maxPos <= this.capacity) return this.buffer;
+    const cap = Math.max(64, 2 ** Math.ceil(Math.log2(Math.max(1, maxPos))));
+    const half = this.rope.dims / 2;
+    const t = new Float32Array(cap * half * 2);
+    const x = new Float64Array(this.rope.dims);
+    for (let pos = 0; pos < cap; pos++) {
+      for (let i = 0; i < half; i++) {
+        x[2 * i] = 1;
+        x[2 * i + 1] = 0;
+      }
+      this.rope.apply(x, 0, pos);
+      for (let i = 0; i < 2 * half; i++) t[pos * 2 * half + i] = x[i]!;
+    }
+    this.buffer?.destroy();
+    this.buffer = this.rt.upload(t, "rope table");
+    this.capacity = cap;
+    return this.buffer;
+  }
+}
+
+export interface RopeArgs {
+  readonly n: number;
+  readonly heads: number;
+  readonly xOff: number;
+  readonly tokStride: number;
+  readonly headStride: number;
+  readonly posOff?: number;
+}
+
+/** Interleaved rope in place on x[xOff + t·tokStride + h·headStride ..] for n tokens at POS[t]. */
+export function rope(rt: GpuRuntime, table: GPUBuffer, dims: number, x: GPUBuffer, pos: GPUBuffer, a: RopeArgs): void {
+  const half = dims / 2;
+  const params = new Uint32Array([a.n, a.heads, half, a.xOff, a.tokStride, a.headStride, a.posOff ?? 0, 0]);
+  rt.dispatch("rope", ROPE_WGSL, [x, pos, table], params, [Math.ceil(half / 64), a.heads, a.n]);
+}
+
+export interface PairArgs {
+  readonly n: number;
+  readonly width: number;
+  readonly gOff?: number;
+  readonly gStride?: number;
+  readonly uOff?: number;
+  readonly uStride?: number;
+}
+
+/** g = silu(g)·u */
+export function swiglu(rt: GpuRuntime, g: GPUBuffer, u: GPUBuffer, a: PairArgs): void {
+  const { gx, gy } = grid1(a.n * a.width, 256);
+  const gOff = a.gOff ?? 0;
+  const gStride = a.gStride ?? a.width;
+  const params = new Uint32Array([a.n, a.width, gOff, gStride, a.uOff ?? 0, a.uStride ?? a.width, gx, 0]);
+  // in place: a NaN fill would destroy the input, so --check-writes covers it through its producer
+  rt.dispatch("swiglu", SWIGLU_WGSL, [g, u], params, [gx, gy]);
+}
+
+export interface CopyArgs {
+  readonly n: number;
+  readonly width: number;
+  readonly xOff?: number;
+  readonly xStride?: number;
+  readonly yOff?: number;
+  readonly yStride?: number;
+}
+
+/** y (+)= x row by row */
+export function copyRows(rt: GpuRuntime, x: GPUBuffer, y: GPUBuffer, a: CopyArgs, add = false): void {
+  const { gx, gy } = grid1(a.n * a.width, 256);
+  const yOff = a.yOff ?? 0;
+  const yStride = a.yStride ?? a.width;
+  const params = new Uint32Array([a.n, a.width, a.xOff ?? 0, a.xStride ?? a.width, yOff, yStride, gx, 0]);
+  rt.dispatch(add ? "add" : "copy", COPY_WGSL(add), [x, y], params, [gx, gy], add ? [] : rows(y, yOff, a.n, yStride, a.width));
+}
+
+/** Row-wise softmax (or log-softmax) in place. */
+export function softmax(rt: GpuRuntime, x: GPUBuffer, n: number, width: number, log = false, off = 0, stride = width): void {
+  rt.dispatch(log ? "logSoftmax" : "softmax", SOFTMAX_WGSL(log), [x], new Uint32Array([n, width, off, stride]), [Math.min(n, 65535), Math.ceil(n / 65535)]);
+}
+
+export type AttnParams = Record<(typeof ATTN_PARAMS)[number], number>;
+
+export interface AttentionArgs {
+  /** queries; META holds 4 u32 per query: (key row base, key count, selection offset, use selection) */
+  readonly nq: number;
+  readonly heads: number;
+  readonly d1: number;
+  readonly d2: number;
+  readonly dv: number;
+  readonly scale: number;
+  /** the longest key list of any query (sets the number of key chunks) */
+  readonly maxKeys: number;
+  readonly q: { readonly off: number; readonly stride: number; readonly head: number; readonly q2Off: number };
+  readonly k1: { readonly off: number; readonly stride: number; readonly head: number };
+  readonly k2: { readonly off: number; readonly stride: number };
+  readonly v: { readonly off: number; readonly stride: number; readonly head: number };
+  readonly o: { readonly off: number; readonly stride: number; readonly head: number };
+}
+
+/**
+ * Flash-style attention split over key chunks of 256 (FlashMLA's split-KV for long contexts): absorbed MLA decode
+ * (q1 = q_abs, K1 = V = latent c, K2 = k_pe, head strides 0) or prefill MHA (K1 = k_nope, V = v per head).
+ * `part` is scratch of at least attentionScratch() floats when the keys span more than one chunk.
+ */
+export function attention(rt: GpuRuntime, bufs: { q: GPUBuffer; k1: GPUBuffer; k2: GPUBuffer; v: GPUBuffer; meta: GPUBuffer; sel: GPUBuffer; o: GPUBuffer; part: GPUBuffer | undefined }, a: AttentionArgs): void {
+  if (a.d1 + a.d2 > ATTN_QMAX) throw new LatentError(`attention: query width ${a.d1 + a.d2} exceeds ${ATTN_QMAX}`);
+  const chunks = Math.max(1, Math.ceil(a.maxKeys / ATTN_CHUNK));
+  const p: AttnParams = {
+    nq: a.nq,
+    heads: a.heads,
+    d1: a.d1,
+    d2: a.d2,
+    dv: a.dv,
+    qOff: a.q.off,
+    qStride: a.q.stride,
+    qHead: a.q.head,
+    q2Off: a.q.q2Off,
+    k1Off: a.k1.off,
+    k1Stride: a.k1.stride,
+    k1Head: a.k1.head,
+    k2Off: a.k2.off,
+    k2Stride: a.k2.stride,
+    vOff: a.v.off,
+    vStride: a.v.stride,
+    vHead: a.v.head,
+    oOff: a.o.off,
+    oStride: a.o.stride,
+    oHead: a.o.head,
+    chunks,
+    scale: f32bits(a.scale),
+  };
+  const params = Uint32Array.from(ATTN_PARAMS.map((k) => p[k]));
+  const outs: OutRange[] = [];
+  for (let i = 0; i < a.nq; i++) outs.push(...rows(bufs.o, a.o.off + i * a.o.stride, a.heads, a.o.head, a.dv));
+  if (chunks === 1) {
+    rt.dispatch("attention", ATTN_WGSL(false), [bufs.q, bufs.k1, bufs.k2, bufs.v, bufs.meta, bufs.sel, bufs.o], params, [1, a.heads, a.nq], outs);
+    return;
+  }
+  const part = bufs.part;
+  const need = attentionScratch(a.nq, a.heads, a.dv, a.maxKeys);
+  if (part === undefined || part.size < need * 4) throw new LatentError(`attention over ${a.maxKeys} keys needs ${need} floats of scratch`);
+  rt.dispatch("attention split", ATTN_WGSL(true), [bufs.q, bufs.k1, bufs.k2, bufs.v, bufs.meta, bufs.sel, part], params, [chunks, a.heads, a.nq], [{ buffer: part, offset: 0, size: need * 4 }]);
+  rt.dispatch("attention combine", ATTN_COMBINE_WGSL, [part, bufs.o], params, [1, a.heads, a.nq], outs);
+}
+
+/** Floats of split-attention scratch. */
+export function attentionScratch(nq: number, heads: number, dv: number, maxKeys: number): number {
+  return nq * heads * Math.max(1, Math.ceil(maxKeys / ATTN_CHUNK)) * (dv + 2);
+}
+
+export interface RouteArgs {
+  readonly n: number;
+  readonly E: number;
+  readonly K: number;
+  readonly nGroup: number;
+  readonly nGroupUsed: number;
+  readonly softmax: boolean;
+  /** group score = max (V2 softmax by definition) instead of the top-2 sum */
+  readonly groupMax: boolean;
+  readonly norm: boolean;
+  readonly scale: number;
+  readonly zOff?: number;
+  readonly zStride?: number;
+}
+
+/** MoE routing: router logits z [n × E] → ids [n × K] (best first), weights [n × K]. */
+export function moeRoute(rt: GpuRuntime, z: GPUBuffer, bias: GPUBuffer | undefined, ids: GPUBuffer, wts: GPUBuffer, a: RouteArgs): void {
+  if (a.E > 256 || a.K > 16 || a.nGroup > 64) throw new LatentError(`moeRoute supports ≤ 256 experts, ≤ 16 used, ≤ 64 groups (got ${a.E}, ${a.K}, ${a.nGroup})`);
+  const p: Record<(typeof ROUTE_PARAMS)[number], number> = {
+    n: a.n,
+    E: a.E,
+    K: a.K,
+    nGroup: a.nGroup,
+    nGroupUsed: a.nGroupUsed,
+    softmax: a.softmax ? 1 : 0,
+    groupMax: a.groupMax ? 1 : 0,
+    norm: a.norm ? 1 : 0,
+    hasBias: bias ? 1 : 0,
+    scale: f32bits(a.scale),
+    zOff: a.zOff ?? 0,
+    zStride: a.zStride ?? a.E,
+  };
+  const params = Uint32Array.from(ROUTE_PARAMS.map((k) => p[k]));
+  rt.dispatch("moeRoute", ROUTE_WGSL, [z, bias ?? z, ids, wts], params, [Math.ceil(a.n / 64)], [
+    { buffer: ids, offset: 0, size: a.n * a.K * 4 },
+    { buffer: wts, offset: 0, size: a.n * a.K * 4 },
+  ]);
+}
+
+/** y[t] (+)= Σ_k wts[t·K+k]·ye[t·K+k] over rows of `width`. */
+export function moeCombine(rt: GpuRuntime, ye: GPUBuffer, wts: GPUBuffer, y: GPUBuffer, a: { n: number; K: number; width: number; yOff?: number; yStride?: number; acc: boolean }): void {
+  const { gx, gy } = grid1(a.n * a.width, 256);
+  const yOff = a.yOff ?? 0;
+  const yStride = a.yStride ?? a.width;
+  const params = new Uint32Array([a.n, a.K, a.width, yOff, yStride, gx, a.acc ? 1 : 0, 0]);
+  rt.dispatch("moeCombine", COMBINE_WGSL, [ye, wts, y], params, [gx, gy], a.acc ? [] : rows(y, yOff, a.n, yStride, a.width));
+}
+
+export interface DsaArgs {
+  readonly n: number;
+  /** width of the score rows (≥ every query's key count) */
+  readonly T: number;
+  readonly Hi: number;
+  readonly D: number;
+  readonly topK: number;
+  readonly kOff?: number;
+}
+
+/**
+ * The DSA indexer's selection on the GPU: scores [n × T] from roped indexer queries q [n × Hi × D], head weights
+ * w [n × Hi] and keys; then per query the top-k positions (ascending) into sel [n × topK], and META updated so that
+ * the attention kernel reads only those keys (queries with ≤ topK keys stay dense).
+ */
+export function dsaSelect(rt: GpuRuntime, bufs: { q: GPUBuffer; w: GPUBuffer; keys: GPUBuffer; meta: GPUBuffer; scores: GPUBuffer; sel: GPUBuffer }, a: DsaArgs): void {
+  const wScale = 1 / Math.sqrt(a.Hi * a.D);
+  rt.dispatch("dsaScores", DSA_SCORES_WGSL, [bufs.q, bufs.w, bufs.keys, bufs.meta, bufs.scores], new Uint32Array([a.n, a.T, a.Hi, a.D, f32bits(wScale), a.kOff ?? 0, 0, 0]), [Math.ceil(a.T / 64), a.n], [
+    { buffer: bufs.scores, offset: 0, size: a.n * a.T * 4 },
+  ]);
+  rt.dispatch("dsaTopK", TOPK_WGSL, [bufs.scores, bufs.meta, bufs.sel], new Uint32Array([a.n, a.T, a.topK, 0]), [a.n]);
+}

@@ -1,0 +1,445 @@
+/**
+ * WGSL of the non-matrix kernels (f32 activations): RMSNorm / LayerNorm, interleaved rope from a cos/sin table,
+ * SwiGLU, softmax / log-softmax, residual add and strided copies, the flash-style attention used both for absorbed
+ * MLA decode (MQA over the latent cache) and prefill MHA (split over key chunks, then combined), MoE routing,
+ * weighted expert combine, and the DSA indexer's scores and top-k.
+ */
+
+export const NORM_WGSL = (inplace: boolean, layer: boolean): string => /* wgsl */ `
+struct P { n: u32, dim: u32, xOff: u32, xStride: u32, yOff: u32, yStride: u32, eps: f32, _p: u32 }
+@group(0) @binding(0) var<storage, read_write> X: array<f32>;
+@group(0) @binding(1) var<storage, read> G: array<f32>;
+${layer ? "@group(0) @binding(2) var<storage, read> B: array<f32>;" : ""}
+${inplace ? "" : `@group(0) @binding(${layer ? 3 : 2}) var<storage, read_write> Y: array<f32>;`}
+@group(0) @binding(${(layer ? 3 : 2) + (inplace ? 0 : 1)}) var<uniform> p: P;
+var<workgroup> red: array<f32, 64>;
+fn total(li: u32, v: f32) -> f32 {
+  red[li] = v;
+  workgroupBarrier();
+  for (var s = 32u; s > 0u; s >>= 1u) { if (li < s) { red[li] += red[li + s]; } workgroupBarrier(); }
+  let r = red[0];
+  workgroupBarrier();
+  return r;
+}
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+  let t = wid.x + wid.y * 65535u;
+  if (t >= p.n) { return; }
+  let xo = p.xOff + t * p.xStride;
+  let yo = p.yOff + t * p.yStride;
+  var mean = 0.0;
+  ${
+    layer
+      ? `var s0 = 0.0; for (var i = li; i < p.dim; i += 64u) { s0 += X[xo + i]; }
+  mean = total(li, s0) / f32(p.dim);`
+      : ""
+  }
+  var ss = 0.0;
+  for (var i = li; i < p.dim; i += 64u) { let d = X[xo + i] - mean; ss += d * d; }
+  let inv = 1.0 / sqrt(total(li, ss) / f32(p.dim) + p.eps);
+  for (var i = li; i < p.dim; i += 64u) {
+    let v = (X[xo + i] - mean) * inv * G[i]${layer ? " + B[i]" : ""};
+    ${inplace ? "X[xo + i] = v;" : "Y[yo + i] = v;"}
+  }
+}`;
+
+/** x[t][h][off + 2i, +1] rotated by the table's (cos, sin) at pos[t] (table row: R/2 pairs, already × mscale). */
+export const ROPE_WGSL = /* wgsl */ `
+struct P { n: u32, heads: u32, half: u32, xOff: u32, tokStride: u32, headStride: u32, posOff: u32, _p: u32 }
+@group(0) @binding(0) var<storage, read_write> X: array<f32>;
+@group(0) @binding(1) var<storage, read> POS: array<u32>;
+@group(0) @binding(2) var<storage, read> CS: array<f32>;
+@group(0) @binding(3) var<uniform> p: P;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) g: vec3u) {
+  let i = g.x;
+  let h = g.y;
+  let t = g.z;
+  if (i >= p.half || h >= p.heads || t >= p.n) { return; }
+  let pos = POS[p.posOff + t];
+  let c = CS[(pos * p.half + i) * 2u];
+  let s = CS[(pos * p.half + i) * 2u + 1u];
+  let o = p.xOff + t * p.tokStride + h * p.headStride + 2u * i;
+  let x0 = X[o];
+  let x1 = X[o + 1u];
+  X[o] = x0 * c - x1 * s;
+  X[o + 1u] = x0 * s + x1 * c;
+}`;
+
+/** G[t][j] = silu(G[t][j])·U[t][j] for t < n, j < width. */
+export const SWIGLU_WGSL = /* wgsl */ `
+struct P { n: u32, width: u32, gOff: u32, gStride: u32, uOff: u32, uStride: u32, gx: u32, _p: u32 }
+@group(0) @binding(0) var<storage, read_write> G: array<f32>;
+@group(0) @binding(1) var<storage, read> U: array<f32>;
+@group(0) @binding(2) var<uniform> p: P;
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) g: vec3u) {
+  let k = g.x + g.y * p.gx * 256u;
+  if (k >= p.n * p.width) { return; }
+  let t = k / p.width;
+  let j = k % p.width;
+  let gi = p.gOff + t * p.gStride + j;
+  let a = G[gi];
+  G[gi] = a / (1.0 + exp(-a)) * U[p.uOff + t * p.uStride + j];
+}`;
+
+/** Y[t][j] (+)= X[t][j] for t < n, j < width (residual add, strided copy). */
+export const COPY_WGSL = (add: boolean): string => /* wgsl */ `
+struct P { n: u32, width: u32, xOff: u32, xStride: u32, yOff: u32, yStride: u32, gx: u32, _p: u32 }
+@group(0) @binding(0) var<storage, read> X: array<f32>;
+@group(0) @binding(1) var<storage, read_write> Y: array<f32>;
+@group(0) @binding(2) var<uniform> p: P;
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) g: vec3u) {
+  let k = g.x + g.y * p.gx * 256u;
+  if (k >= p.n * p.width) { return; }
+  let t = k / p.width;
+  let j = k % p.width;
+  let yi = p.yOff + t * p.yStride + j;
+  ${add ? "Y[yi] += X[p.xOff + t * p.xStride + j];" : "Y[yi] = X[p.xOff + t * p.xStride + j];"}
+}`;
+
+/** Row-wise softmax or log-softmax in place. */
+export const SOFTMAX_WGSL = (log: boolean): string => /* wgsl */ `
+struct P { n: u32, width: u32, off: u32, stride: u32 }
+@group(0) @binding(0) var<storage, read_write> X: array<f32>;
+@group(0) @binding(1) var<uniform> p: P;
+var<workgroup> red: array<f32, 256>;
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+  let t = wid.x + wid.y * 65535u;
+  if (t >= p.n) { return; }
+  let o = p.off + t * p.stride;
+  var m = -3.0e38;
+  for (var i = li; i < p.width; i += 256u) { m = max(m, X[o + i]); }
+  red[li] = m;
+  workgroupBarrier();
+  for (var s = 128u; s > 0u; s >>= 1u) { if (li < s) { red[li] = max(red[li], red[li + s]); } workgroupBarrier(); }
+  m = red[0];
+  workgroupBarrier();
+  var sum = 0.0;
+  for (var i = li; i < p.width; i += 256u) { sum += exp(X[o + i] - m); }
+  red[li] = sum;
+  workgroupBarrier();
+  for (var s = 128u; s > 0u; s >>= 1u) { if (li < s) { red[li] += red[li + s]; } workgroupBarrier(); }
+  sum = red[0];
+  ${
+    log
+      ? "let ls = m + log(sum);\n  for (var i = li; i < p.width; i += 256u) { X[o + i] = X[o + i] - ls; }"
+      : "for (var i = li; i < p.width; i += 256u) { X[o + i] = exp(X[o + i] - m) / sum; }"
+  }
+}`;
+
+export const ATTN_CHUNK = 256;
+export const ATTN_QMAX = 1024;
+
+/** Attention parameter block (u32 words; scale as f32 bits). */
+export const ATTN_PARAMS = [
+  "nq",
+  "heads",
+  "d1",
+  "d2",
+  "dv",
+  "qOff",
+  "qStride",
+  "qHead",
+  "q2Off",
+  "k1Off",
+  "k1Stride",
+  "k1Head",
+  "k2Off",
+  "k2Stride",
+  "vOff",
+  "vStride",
+  "vHead",
+  "oOff",
+  "oStride",
+  "oHead",
+  "chunks",
+  "scale",
+] as const;
+
+/**
+ * One workgroup per (key chunk, head, query): scores s_j = scale·(q1·K1[u_j] + q2·K2[u_j]) over the chunk's keys,
+ * softmax statistics, and Σ p_j V[u_j]. Keys of query i: META[i] = (row base, key count, selection offset, use
+ * selection) — u_j = j, or SEL[selOff + j] under DSA. With one chunk the result is final; else PART gets
+ * (max, sum, acc[dv]) per chunk for ATTN_COMBINE.
+ */
+export const ATTN_WGSL = (split: boolean): string => /* wgsl */ `
+struct P { ${ATTN_PARAMS.map((k) => `${k}: ${k === "scale" ? "f32" : "u32"}`).join(", ")} }
+@group(0) @binding(0) var<storage, read> Q: array<f32>;
+@group(0) @binding(1) var<storage, read> K1: array<f32>;
+@group(0) @binding(2) var<storage, read> K2: array<f32>;
+@group(0) @binding(3) var<storage, read> V: array<f32>;
+@group(0) @binding(4) var<storage, read> META: array<u32>;
+@group(0) @binding(5) var<storage, read> SEL: array<u32>;
+@group(0) @binding(6) var<storage, read_write> O: array<f32>;
+@group(0) @binding(7) var<uniform> p: P;
+var<workgroup> qs: array<f32, ${ATTN_QMAX}>;
+var<workgroup> sc: array<f32, ${ATTN_CHUNK}>;
+var<workgroup> red: array<f32, 64>;
+var<workgroup> mt: vec4u;
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+  let ch = wid.x;
+  let h = wid.y;
+  let i = wid.z;
+  if (li == 0u) { mt = vec4u(META[4u * i], META[4u * i + 1u], META[4u * i + 2u], META[4u * i + 3u]); }
+  let m4 = workgroupUniformLoad(&mt);
+  let j0 = ch * ${ATTN_CHUNK}u;
+  let nk = select(0u, min(${ATTN_CHUNK}u, m4.y - j0), m4.y > j0);
+  let qo = p.qOff + i * p.qStride + h * p.qHead;
+  for (var d = li; d < p.d1; d += 64u) { qs[d] = Q[qo + d]; }
+  for (var d = li; d < p.d2; d += 64u) { qs[p.d1 + d] = Q[qo + p.q2Off + d]; }
+  workgroupBarrier();
+  var m = -3.0e38;
+  for (var j = li; j < nk; j += 64u) {
+    var u = j0 + j;
+    if (m4.w != 0u) { u = SEL[m4.z + u]; }
+    let row = m4.x + u;
+    let k1 = p.k1Off + row * p.k1Stride + h * p.k1Head;
+    let k2 = p.k2Off + row * p.k2Stride;
+    var s = 0.0;
+    for (var d = 0u; d < p.d1; d++) { s += qs[d] * K1[k1 + d]; }
+    for (var d = 0u; d < p.d2; d++) { s += qs[p.d1 + d] * K2[k2 + d]; }
+    s *= p.scale;
+    sc[j] = s;
+    m = max(m, s);
+  }
+  red[li] = m;
+  workgroupBarrier();
+  for (var s = 32u; s > 0u; s >>= 1u) { if (li < s) { red[li] = max(red[li], red[li + s]); } workgroupBarrier(); }
+  m = red[0];
+  workgroupBarrier();
+  var l = 0.0;
+  for (var j = li; j < nk; j += 64u) { let e = exp(sc[j] - m); sc[j] = e; l += e; }
+  red[li] = l;
+  workgroupBarrier();
+  for (var s = 32u; s > 0u; s >>= 1u) { if (li < s) { red[li] += red[li + s]; } workgroupBarrier(); }
+  l = red[0];
+  ${
+    split
+      ? `let po = ((i * p.heads + h) * p.chunks + ch) * (p.dv + 2u);
+  if (li == 0u) { O[po] = select(-3.0e38, m, nk > 0u); O[po + 1u] = l; }
+  for (var d = li; d < p.dv; d += 64u) {
+    var a = 0.0;
+    for (var j = 0u; j < nk; j++) {
+      var u = j0 + j;
+      if (m4.w != 0u) { u = SEL[m4.z + u]; }
+      a += sc[j] * V[p.vOff + (m4.x + u) * p.vStride + h * p.vHead + d];
+    }
+    O[po + 2u + d] = a;
+  }`
+      : `let oo = p.oOff + i * p.oStride + h * p.oHead;
+  for (var d = li; d < p.dv; d += 64u) {
+    var a = 0.0;
+    for (var j = 0u; j < nk; j++) {
+      var u = j0 + j;
+      if (m4.w != 0u) { u = SEL[m4.z + u]; }
+      a += sc[j] * V[p.vOff + (m4.x + u) * p.vStride + h * p.vHead + d];
+    }
+    O[oo + d] = a / l;
+  }`
+  }
+}`;
+
+export const ATTN_COMBINE_WGSL = /* wgsl */ `
+struct P { ${ATTN_PARAMS.map((k) => `${k}: ${k === "scale" ? "f32" : "u32"}`).join(", ")} }
+@group(0) @binding(0) var<storage, read> PART: array<f32>;
+@group(0) @binding(1) var<storage, read_write> O: array<f32>;
+@group(0) @binding(2) var<uniform> p: P;
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+  let h = wid.y;
+  let i = wid.z;
+  let base = (i * p.heads + h) * p.chunks;
+  var M = -3.0e38;
+  for (var c = 0u; c < p.chunks; c++) { M = max(M, PART[(base + c) * (p.dv + 2u)]); }
+  var L = 0.0;
+  for (var c = 0u; c < p.chunks; c++) { let o = (base + c) * (p.dv + 2u); L += exp(PART[o] - M) * PART[o + 1u]; }
+  let oo = p.oOff + i * p.oStride + h * p.oHead;
+  for (var d = li; d < p.dv; d += 64u) {
+    var a = 0.0;
+    for (var c = 0u; c < p.chunks; c++) { let o = (base + c) * (p.dv + 2u); a += exp(PART[o] - M) * PART[o + 2u + d]; }
+    O[oo + d] = a / L;
+  }
+}`;
+
+export const ROUTE_PARAMS = ["n", "E", "K", "nGroup", "nGroupUsed", "softmax", "groupMax", "norm", "hasBias", "scale", "zOff", "zStride"] as const;
+
+/** MoE routing, one thread per token (the model's route(): softmax/sigmoid, bias, group masking, top-k, weights). */
+export const ROUTE_WGSL = /* wgsl */ `
+struct P { ${ROUTE_PARAMS.map((k) => `${k}: ${k === "scale" ? "f32" : "u32"}`).join(", ")} }
+@group(0) @binding(0) var<storage, read> Z: array<f32>;
+@group(0) @binding(1) var<storage, read> BIAS: array<f32>;
+@group(0) @binding(2) var<storage, read_write> IDS: array<u32>;
+@group(0) @binding(3) var<storage, read_write> WTS: array<f32>;
+@group(0) @binding(4) var<uniform> p: P;
+const NEG = -3.4028234e38;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) g: vec3u) {
+  let t = g.x;
+  if (t >= p.n) { return; }
+  var pr: array<f32, 256>;
+  var sel: array<f32, 256>;
+  let zo = p.zOff + t * p.zStride;
+  if (p.softmax != 0u) {
+    var m = NEG;
+    for (var e = 0u; e < p.E; e++) { m = max(m, Z[zo + e]); }
+    var s = 0.0;
+    for (var e = 0u; e < p.E; e++) { pr[e] = exp(Z[zo + e] - m); s += pr[e]; }
+    for (var e = 0u; e < p.E; e++) { pr[e] /= s; }
+  } else {
+    for (var e = 0u; e < p.E; e++) { pr[e] = 1.0 / (1.0 + exp(-Z[zo + e])); }
+  }
+  for (var e = 0u; e < p.E; e++) { sel[e] = pr[e] + select(0.0, BIAS[e], p.hasBias != 0u); }
+  if (p.nGroup > 1u && p.nGroupUsed < p.nGroup) {
+    let per = p.E / p.nGroup;
+    var gs: array<f32, 64>;
+    for (var gi = 0u; gi < p.nGroup; gi++) {
+      var a = NEG;
+      var b = NEG;
+      for (var e = gi * per; e < (gi + 1u) * per; e++) {
+        let v = sel[e];
+        if (v > a) { b = a; a = v; } else if (v > b) { b = v; }
+      }
+      gs[gi] = select(a + select(0.0, b, per > 1u), a, p.groupMax != 0u);
+    }
+    var keep: array<bool, 64>;
+    for (var k = 0u; k < p.nGroupUsed; k++) {
+      var best = 0u;
+      var bv = NEG;
+      var found = false;
+      for (var gi = 0u; gi < p.nGroup; gi++) {
+        if (!keep[gi] && (!found || gs[gi] > bv)) { best = gi; bv = gs[gi]; found = true; }
+      }
+      keep[best] = true;
+    }
+    for (var gi = 0u; gi < p.nGroup; gi++) {
+      if (!keep[gi]) { for (var e = gi * per; e < (gi + 1u) * per; e++) { sel[e] = NEG; } }
+    }
+  }
+  var taken: array<bool, 256>;
+  var ws: array<f32, 16>;
+  var sum = 0.0;
+  for (var k = 0u; k < p.K; k++) {
+    var best = 0u;
+    var bv = NEG;
+    var found = false;
+    for (var e = 0u; e < p.E; e++) {
+      if (!taken[e] && (!found || sel[e] > bv)) { best = e; bv = sel[e]; found = true; }
+    }
+    taken[best] = true;
+    IDS[t * p.K + k] = best;
+    ws[k] = pr[best];
+    sum += pr[best];
+  }
+  for (var k = 0u; k < p.K; k++) {
+    var w = ws[k];
+    if (p.norm != 0u) { w = w / (sum + 1e-20); }
+    WTS[t * p.K + k] = w * p.scale;
+  }
+}`;
+
+/** Y[t][j] += Σ_k WTS[t·K + k]·YE[(t·K + k)·width + j] */
+export const COMBINE_WGSL = /* wgsl */ `
+struct P { n: u32, K: u32, width: u32, yOff: u32, yStride: u32, gx: u32, acc: u32, _p: u32 }
+@group(0) @binding(0) var<storage, read> YE: array<f32>;
+@group(0) @binding(1) var<storage, read> WTS: array<f32>;
+@group(0) @binding(2) var<storage, read_write> Y: array<f32>;
+@group(0) @binding(3) var<uniform> p: P;
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) g: vec3u) {
+  let q = g.x + g.y * p.gx * 256u;
+  if (q >= p.n * p.width) { return; }
+  let t = q / p.width;
+  let j = q % p.width;
+  var s = 0.0;
+  for (var k = 0u; k < p.K; k++) { s += WTS[t * p.K + k] * YE[(t * p.K + k) * p.width + j]; }
+  let yi = p.yOff + t * p.yStride + j;
+  if (p.acc != 0u) { Y[yi] += s; } else { Y[yi] = s; }
+}`;
+
+/**
+ * DSA indexer scores: S[i][s] = Σ_j ReLU(q_ij·k_s)·w_ij·wScale for s ≤ pos_i (else −∞), one thread per (s, i).
+ * Q [n × Hi × D] (roped), W [n × Hi], KEYS rows of D from row base META[i].x.
+ */
+export const DSA_SCORES_WGSL = /* wgsl */ `
+struct P { n: u32, T: u32, Hi: u32, D: u32, wScale: f32, kOff: u32, _p0: u32, _p1: u32 }
+@group(0) @binding(0) var<storage, read> Q: array<f32>;
+@group(0) @binding(1) var<storage, read> WI: array<f32>;
+@group(0) @binding(2) var<storage, read> KEYS: array<f32>;
+@group(0) @binding(3) var<storage, read> META: array<u32>;
+@group(0) @binding(4) var<storage, read_write> S: array<f32>;
+@group(0) @binding(5) var<uniform> p: P;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) g: vec3u) {
+  let s = g.x;
+  let i = g.y;
+  if (s >= p.T || i >= p.n) { return; }
+  let nk = META[4u * i + 1u];
+  if (s >= nk) { S[i * p.T + s] = -3.4028234e38; return; }
+  let ko = p.kOff + (META[4u * i] + s) * p.D;
+  var total = 0.0;
+  for (var j = 0u; j < p.Hi; j++) {
+    let qo = (i * p.Hi + j) * p.D;
+    var d = 0.0;
+    for (var e = 0u; e < p.D; e++) { d += Q[qo + e] * KEYS[ko + e]; }
+    if (d > 0.0) { total += d * WI[i * p.Hi + j] * p.wScale; }
+  }
+  S[i * p.T + s] = total;
+}`;
+
+/**
+ * Top-k per query (one workgroup each): K rounds of (max value, lowest index) over S[i][0..nk), then the chosen
+ * positions in ascending order into SEL[i·K ..]; META[i] becomes (base, K, i·K, 1). Queries with nk ≤ K keep dense
+ * attention (META unchanged).
+ */
+export const TOPK_WGSL = /* wgsl */ `
+struct P { n: u32, T: u32, K: u32, _p: u32 }
+@group(0) @binding(0) var<storage, read_write> S: array<f32>;
+@group(0) @binding(1) var<storage, read_write> META: array<u32>;
+@group(0) @binding(2) var<storage, read_write> SEL: array<u32>;
+@group(0) @binding(3) var<uniform> p: P;
+var<workgroup> bv: array<f32, 256>;
+var<workgroup> bi: array<u32, 256>;
+var<workgroup> nkw: u32;
+const TAKEN = -3.4028234e38;
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+  let i = wid.x;
+  if (li == 0u) { nkw = META[4u * i + 1u]; }
+  let nk = workgroupUniformLoad(&nkw);
+  if (nk <= p.K) { return; }
+  let so = i * p.T;
+  for (var r = 0u; r < p.K; r++) {
+    var v = TAKEN;
+    var x = 0xffffffffu;
+    for (var s = li; s < nk; s += 256u) {
+      let sv = S[so + s];
+      if (bitcast<u32>(sv) != 0xff7fffffu && (x == 0xffffffffu || sv > v)) { v = sv; x = s; }
+    }
+    bv[li] = v;
+    bi[li] = x;
+    workgroupBarrier();
+    for (var st = 128u; st > 0u; st >>= 1u) {
+      if (li < st) {
+        let ov = bv[li + st];
+        let oi = bi[li + st];
+        if (oi != 0xffffffffu && (bi[li] == 0xffffffffu || ov > bv[li] || (ov == bv[li] && oi < bi[li]))) { bv[li] = ov; bi[li] = oi; }
+      }
+      workgroupBarrier();
+    }
+    if (li == 0u) { S[so + bi[0]] = bitcast<f32>(0xff7fffffu); }
+    workgroupBarrier();
+  }
+  if (li == 0u) {
+    var k = 0u;
+    for (var s = 0u; s < nk; s++) {
+      if (bitcast<u32>(S[so + s]) == 0xff7fffffu) { SEL[i * p.K + k] = s; k++; }
+    }
+    META[4u * i + 1u] = p.K;
+    META[4u * i + 2u] = i * p.K;
+    META[4u * i + 3u] = 1u;
+  }
+}`;

@@ -1,0 +1,312 @@
+// Parity of the WebGPU non-matrix kernels (and the attention / MoE / DSA compositions) with the CPU reference,
+// on fresh random inputs of several shapes, with --check-writes on.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { QMatrix } from "../../../src/backend/cpu/qmatrix.js";
+import { layerNorm as cpuLayerNorm, rmsNorm as cpuRmsNorm, silu, softmaxInPlace } from "../../../src/backend/cpu/ops.js";
+import { plainKernels } from "../../../src/backend/cpu/kernels.js";
+import { GGMLType } from "../../../src/gguf/types.js";
+import { quantize } from "../../../src/quant/index.js";
+import type { ModelConfig } from "../../../src/model/config.js";
+import { Rope } from "../../../src/model/rope.js";
+import { attendAbsorbed, attendPrefill, type KeySelection, type LatentRows, type Projections } from "../../../src/model/mla.js";
+import { moe, route } from "../../../src/model/moe.js";
+import { Indexer } from "../../../src/model/dsa.js";
+import type { AttentionWeights, MoEWeights } from "../../../src/model/weights.js";
+import { GpuMatrix, matmul, matmulGather, matmulT } from "../../../src/backend/webgpu/matrix.js";
+import { attention, attentionScratch, copyRows, dsaSelect, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, softmax, swiglu } from "../../../src/backend/webgpu/ops.js";
+import { f32, gpuOrSkip, record, relErr, Rng, u32 } from "./helpers.js";
+
+const { rt, skip } = await gpuOrSkip();
+const TOL = 2e-5;
+
+test("rmsNorm / layerNorm (in place and out of place)", { skip }, async () => {
+  const rng = new Rng(1);
+  for (const [n, dim] of [[1, 7], [3, 64], [5, 300]] as const) {
+    const x = rng.f64(n * dim);
+    const g = rng.f32(dim);
+    const b = rng.f32(dim);
+    const want = new Float64Array(n * dim);
+    const wantL = new Float64Array(n * dim);
+    for (let t = 0; t < n; t++) {
+      cpuRmsNorm(x, t * dim, g, 1e-6, want, t * dim);
+      cpuLayerNorm(x, t * dim, g, b, 1e-5, wantL, t * dim);
+    }
+    const xb = f32(rt!, x);
+    const yb = rt!.buffer(n * dim * 4);
+    rmsNorm(rt!, xb, f32(rt!, g), yb, { n, dim }, 1e-6);
+    assert.ok(record("rmsNorm", relErr(await rt!.readF32(yb), want)) < TOL);
+    rmsNorm(rt!, xb, f32(rt!, g), undefined, { n, dim }, 1e-6);
+    assert.ok(relErr(await rt!.readF32(xb), want) < TOL);
+    const xl = f32(rt!, x);
+    layerNorm(rt!, xl, f32(rt!, g), f32(rt!, b), undefined, { n, dim }, 1e-5);
+    assert.ok(record("layerNorm", relErr(await rt!.readF32(xl), wantL)) < TOL);
+  }
+});
+
+test("interleaved YaRN rope matches Rope.apply", { skip }, async () => {
+  const rng = new Rng(2);
+  const cases = [
+    new Rope(64, 10000, { factor: 40, originalContext: 4096, betaFast: 32, betaSlow: 1, mscaleAllDim: 0.707 }, 1.1),
+    new Rope(6, 500, undefined, 1),
+    new Rope(16, 10000, { factor: 4, originalContext: 64, betaFast: 32, betaSlow: 1, mscaleAllDim: undefined }, 1),
+  ];
+  for (const r of cases) {
+    const n = 4;
+    const heads = 3;
+    const stride = heads * (r.dims + 5);
+    const x = rng.f64(n * stride);
+    const pos = [0, 17, 300, 4095];
+    const want = Float64Array.from(x);
+    for (let t = 0; t < n; t++) for (let h = 0; h < heads; h++) r.apply(want, t * stride + h * (r.dims + 5) + 5, pos[t]!);
+    const table = new RopeTable(rt!, r).ensure(4096);
+    const xb = f32(rt!, x);
+    rope(rt!, table, r.dims, xb, u32(rt!, pos), { n, heads, xOff: 5, tokStride: stride, headStride: r.dims + 5 });
+    assert.ok(record("rope", relErr(await rt!.readF32(xb), want)) < TOL);
+  }
+});
+
+test("swiglu, residual add, softmax and log-softmax", { skip }, async () => {
+  const rng = new Rng(3);
+  for (const [n, w] of [[1, 5], [4, 100], [2, 1000]] as const) {
+    const g = rng.f64(n * w, 3);
+    const u = rng.f64(n * w);
+    const gb = f32(rt!, g);
+    swiglu(rt!, gb, f32(rt!, u), { n, width: w });
+    assert.ok(record("swiglu", relErr(await rt!.readF32(gb), g.map((v, i) => silu(v) * u[i]!))) < TOL);
+    const y = rng.f64(n * w);
+    const yb = f32(rt!, y);
+    copyRows(rt!, f32(rt!, u), yb, { n, width: w }, true);
+    assert.ok(relErr(await rt!.readF32(yb), y.map((v, i) => v + u[i]!)) < TOL);
+    const sm = Float64Array.from(g);
+    const lsm = new Float64Array(n * w);
+    for (let t = 0; t < n; t++) {
+      softmaxInPlace(sm, t * w, w);
+      for (let i = 0; i < w; i++) lsm[t * w + i] = Math.log(sm[t * w + i]!);
+    }
+    const sb = f32(rt!, g);
+    softmax(rt!, sb, n, w);
+    assert.ok(record("softmax", relErr(await rt!.readF32(sb), sm)) < TOL);
+    const lb = f32(rt!, g);
+    softmax(rt!, lb, n, w, true);
+    assert.ok(record("logSoftmax", relErr(await rt!.readF32(lb), lsm)) < 1e-4);
+  }
+});
+
+interface Shape {
+  H: number;
+  P: number;
+  R: number;
+  V: number;
+  L: number;
+}
+
+function mlaSetup(rng: Rng, s: Shape, type: number): { cfg: ModelConfig; w: AttentionWeights; kB: QMatrix; vB: QMatrix } {
+  const { H, P, R, V, L } = s;
+  const kB = new QMatrix("kb", type, P, L * H, quantize(type, rng.f32(P * L * H, 0.3), P));
+  const vB = new QMatrix("vb", type, L, V * H, quantize(type, rng.f32(L * V * H, 0.3), L));
+  const cfg = { nHead: H, qkNope: P, qkRope: R, vHead: V, kvLoraRank: L, kqScale: 1 / Math.sqrt(P + R) } as unknown as ModelConfig;
+  const w = {
+    kB: Array.from({ length: H }, (_, h) => kB.slice(h * L, L)),
+    vB: Array.from({ length: H }, (_, h) => vB.slice(h * V, V)),
+  } as unknown as AttentionWeights;
+  return { cfg, w, kB, vB };
+}
+
+/** META for n queries at pos0.. over one sequence (row base 0, causal key counts). */
+function causalMeta(n: number, pos0: number): number[] {
+  return Array.from({ length: n }, (_, i) => [0, pos0 + i + 1, 0, 0]).flat();
+}
+
+for (const [label, shape, n, pos0, type] of [
+  ["small", { H: 2, P: 32, R: 8, V: 32, L: 64 }, 1, 5, GGMLType.Q8_0],
+  ["odd", { H: 3, P: 32, R: 6, V: 64, L: 96 }, 3, 20, GGMLType.F16],
+  ["long (split keys)", { H: 2, P: 32, R: 4, V: 32, L: 32 }, 2, 600, GGMLType.F32],
+] as const) {
+  test(`MLA absorbed decode and prefill attention: ${label}`, { skip }, async () => {
+    const rng = new Rng(40 + n);
+    const { H, P, R, V, L } = shape;
+    const D = P + R;
+    const { cfg, w, kB, vB } = mlaSetup(rng, shape, type);
+    const T = pos0 + n;
+    const lat: LatentRows = { c: rng.f64(T * L), kPe: rng.f64(T * R), length: T };
+    const q = rng.f64(n * H * D);
+    const pr: Projections = { q, c: new Float64Array(0), kPe: new Float64Array(0), qr: undefined };
+    const wantDecode = attendAbsorbed(w, cfg, pr, n, pos0, lat, undefined, plainKernels);
+    const wantPrefill = attendPrefill(w, cfg, pr, n, pos0, lat, undefined, plainKernels);
+
+    const gkB = GpuMatrix.upload(rt!, "kb", type, P, L, kB.data, H);
+    const gvB = GpuMatrix.upload(rt!, "vb", type, L, V, vB.data, H);
+    const qb = f32(rt!, q);
+    const cb = f32(rt!, lat.c);
+    const kpe = f32(rt!, lat.kPe);
+    const meta = u32(rt!, causalMeta(n, pos0));
+    const sel = u32(rt!, [0]);
+    const part = rt!.buffer(attentionScratch(n, H, Math.max(L, V), T) * 4);
+    // decode: q_abs = W_UKᵀ q_nope per head → MQA over the latent → W_UV per head
+    const qAbs = rt!.buffer(n * H * (L + R) * 4);
+    matmul(rt!, gkB, qb, qAbs, { n, xStride: H * D, yStride: H * (L + R), batch: { count: H, xBatch: D, yBatch: L + R } });
+    copyRows(rt!, qb, qAbs, { n: n * H, width: R, xOff: P, xStride: D, yOff: L, yStride: L + R });
+    const lo = rt!.buffer(n * H * L * 4);
+    attention(rt!, { q: qAbs, k1: cb, k2: kpe, v: cb, meta, sel, o: lo, part }, {
+      nq: n, heads: H, d1: L, d2: R, dv: L, scale: cfg.kqScale, maxKeys: T,
+      q: { off: 0, stride: H * (L + R), head: L + R, q2Off: L }, k1: { off: 0, stride: L, head: 0 }, k2: { off: 0, stride: R }, v: { off: 0, stride: L, head: 0 }, o: { off: 0, stride: H * L, head: L },
+    });
+    const ob = rt!.buffer(n * H * V * 4);
+    matmul(rt!, gvB, lo, ob, { n, xStride: H * L, yStride: H * V, batch: { count: H, xBatch: L, yBatch: V } });
+    assert.ok(record("attention decode", relErr(await rt!.readF32(ob), wantDecode)) < 1e-4, `decode err ${relErr(await rt!.readF32(ob), wantDecode)}`);
+
+    // prefill: k_nope = W_UK c, v = W_UV c for every position, then MHA
+    const kn = rt!.buffer(T * H * P * 4);
+    matmulT(rt!, gkB, cb, kn, { n: T, xStride: L, yStride: H * P, batch: { count: H, xBatch: 0, yBatch: P } });
+    const vv = rt!.buffer(T * H * V * 4);
+    matmul(rt!, gvB, cb, vv, { n: T, xStride: L, yStride: H * V, batch: { count: H, xBatch: 0, yBatch: V } });
+    const op = rt!.buffer(n * H * V * 4);
+    attention(rt!, { q: qb, k1: kn, k2: kpe, v: vv, meta, sel, o: op, part }, {
+      nq: n, heads: H, d1: P, d2: R, dv: V, scale: cfg.kqScale, maxKeys: T,
+      q: { off: 0, stride: H * D, head: D, q2Off: P }, k1: { off: 0, stride: H * P, head: P }, k2: { off: 0, stride: R }, v: { off: 0, stride: H * V, head: V }, o: { off: 0, stride: H * V, head: V },
+    });
+    assert.ok(record("attention prefill", relErr(await rt!.readF32(op), wantPrefill)) < 1e-4);
+
+    // sparse (DSA-style) key selection: every query sees an explicit sorted subset
+    const K = 4;
+    const lists = Array.from({ length: n }, (_, i) => {
+      const all = Array.from({ length: pos0 + i + 1 }, (_, j) => j);
+      const pick: number[] = [];
+      while (pick.length < K) {
+        const j = all.splice(rng.int(0, all.length), 1)[0]!;
+        pick.push(j);
+      }
+      return pick.sort((a, b) => a - b);
+    });
+    const selFn: KeySelection = (i) => lists[i];
+    const wantSparse = attendAbsorbed(w, cfg, pr, n, pos0, lat, selFn, plainKernels);
+    const metaS = u32(rt!, lists.map((_, i) => [0, K, i * K, 1]).flat());
+    const selB = u32(rt!, lists.flat());
+    attention(rt!, { q: qAbs, k1: cb, k2: kpe, v: cb, meta: metaS, sel: selB, o: lo, part }, {
+      nq: n, heads: H, d1: L, d2: R, dv: L, scale: cfg.kqScale, maxKeys: K,
+      q: { off: 0, stride: H * (L + R), head: L + R, q2Off: L }, k1: { off: 0, stride: L, head: 0 }, k2: { off: 0, stride: R }, v: { off: 0, stride: L, head: 0 }, o: { off: 0, stride: H * L, head: L },
+    });
+    matmul(rt!, gvB, lo, ob, { n, xStride: H * L, yStride: H * V, batch: { count: H, xBatch: L, yBatch: V } });
+    assert.ok(record("attention sparse", relErr(await rt!.readF32(ob), wantSparse)) < 1e-4);
+  });
+}
+
+function moeConfig(over: Partial<Record<string, unknown>>): ModelConfig {
+  return { nEmbd: 64, nExpert: 8, nExpertUsed: 2, nGroup: 1, nGroupUsed: 1, gating: "sigmoid", groupScoring: "definition", weightsNorm: true, weightsScale: 2.5, ...over } as unknown as ModelConfig;
+}
+
+const MOE_CASES: [string, ModelConfig, boolean][] = [
+  ["sigmoid + bias + norm", moeConfig({}), true],
+  ["softmax, groups by max (V2)", moeConfig({ gating: "softmax", nGroup: 4, nGroupUsed: 2, nExpertUsed: 3, weightsNorm: false, weightsScale: 16 }), false],
+  ["sigmoid, groups by top-2 sum (V3)", moeConfig({ nExpert: 16, nGroup: 4, nGroupUsed: 2, nExpertUsed: 4 }), true],
+  ["softmax, llama.cpp group scoring", moeConfig({ gating: "softmax", nGroup: 2, nGroupUsed: 1, groupScoring: "llama.cpp", weightsNorm: true, weightsScale: 1 }), false],
+];
+
+for (const [label, c, withBias] of MOE_CASES) {
+  test(`MoE routing and grouped expert products: ${label}`, { skip }, async () => {
+    const rng = new Rng(label.length);
+    const { nEmbd: Hd, nExpert: E, nExpertUsed: K } = c;
+    const Fe = 32;
+    const n = 5;
+    const bias = withBias ? rng.f32(E, 0.1) : undefined;
+    // routing alone
+    const z = rng.f64(n * E);
+    const ids = rt!.buffer(n * K * 4);
+    const wts = rt!.buffer(n * K * 4);
+    const args = { n, E, K, nGroup: c.nGroup, nGroupUsed: c.nGroupUsed, softmax: c.gating === "softmax", groupMax: c.gating === "softmax" && c.groupScoring === "definition", norm: c.weightsNorm, scale: c.weightsScale };
+    moeRoute(rt!, f32(rt!, z), bias && f32(rt!, bias), ids, wts, args);
+    const gotIds = new Uint32Array(await rt!.read(ids));
+    const gotW = await rt!.readF32(wts);
+    for (let t = 0; t < n; t++) {
+      const r = route(z.subarray(t * E, (t + 1) * E), c, bias);
+      assert.deepEqual(Array.from(gotIds.subarray(t * K, (t + 1) * K)), r.experts, `token ${t} experts`);
+      assert.ok(record("moeRoute weights", relErr(gotW.subarray(t * K, (t + 1) * K), r.weights)) < TOL);
+    }
+    // the whole routed FFN: router matmul → route → gathered gate/up → swiglu → gathered down → weighted combine
+    const type = GGMLType.Q4_0;
+    const mk = (cols: number, rows: number, name: string): QMatrix => new QMatrix(name, type, cols, rows, quantize(type, rng.f32(cols * rows, 0.2), cols));
+    const router = new QMatrix("router", GGMLType.F32, Hd, E, quantize(GGMLType.F32, rng.f32(Hd * E), Hd));
+    const gate = mk(Hd, Fe * E, "gate");
+    const up = mk(Hd, Fe * E, "up");
+    const down = mk(Fe, Hd * E, "down");
+    const w: MoEWeights = {
+      router,
+      bias,
+      experts: Array.from({ length: E }, (_, e) => ({ gate: gate.slice(e * Fe, Fe), up: up.slice(e * Fe, Fe), down: down.slice(e * Hd, Hd) })),
+      shared: undefined,
+    };
+    const x = rng.f64(n * Hd);
+    const want = new Float64Array(n * Hd);
+    moe(w, c, x, n, want, plainKernels);
+
+    const g = { router: GpuMatrix.upload(rt!, "router", GGMLType.F32, Hd, E, router.data), gate: GpuMatrix.upload(rt!, "gate", type, Hd, Fe, gate.data, E), up: GpuMatrix.upload(rt!, "up", type, Hd, Fe, up.data, E), down: GpuMatrix.upload(rt!, "down", type, Fe, Hd, down.data, E) };
+    const xb = f32(rt!, x);
+    const zb = rt!.buffer(n * E * 4);
+    matmul(rt!, g.router, xb, zb, { n, xStride: Hd, yStride: E });
+    moeRoute(rt!, zb, bias && f32(rt!, bias), ids, wts, args);
+    const gb = rt!.buffer(n * K * Fe * 4);
+    const ub = rt!.buffer(n * K * Fe * 4);
+    matmulGather(rt!, g.gate, xb, gb, ids, { pairs: n * K, xDiv: K, xBatch: Hd, yBatch: Fe });
+    matmulGather(rt!, g.up, xb, ub, ids, { pairs: n * K, xDiv: K, xBatch: Hd, yBatch: Fe });
+    swiglu(rt!, gb, ub, { n: n * K, width: Fe });
+    const ye = rt!.buffer(n * K * Hd * 4);
+    matmulGather(rt!, g.down, gb, ye, ids, { pairs: n * K, xDiv: 1, xBatch: Fe, yBatch: Hd });
+    const yb = rt!.buffer(n * Hd * 4);
+    moeCombine(rt!, ye, wts, yb, { n, K, width: Hd, acc: false });
+    assert.ok(record("moe ffn", relErr(await rt!.readF32(yb), want)) < 1e-4);
+  });
+}
+
+for (const [n, pos0, topK] of [[1, 30, 8], [3, 10, 4], [2, 2, 16]] as const) {
+  test(`DSA indexer keys and top-k selection (n=${n}, pos0=${pos0}, top_k=${topK})`, { skip }, async () => {
+    const rng = new Rng(90 + n);
+    const Hd = 64;
+    const Lq = 32;
+    const Hi = 4;
+    const D = 32;
+    const R = 8;
+    const r = new Rope(R, 10000, undefined, 1);
+    const mk = (cols: number, rows: number): QMatrix => new QMatrix("m", GGMLType.F32, cols, rows, quantize(GGMLType.F32, rng.f32(cols * rows, 0.3), cols));
+    const iw = { qB: mk(Lq, Hi * D), k: mk(Hd, D), kNormW: rng.f32(D), kNormB: rng.f32(D, 0.1), proj: mk(Hd, Hi) };
+    const model = { nEmbd: Hd, qLoraRank: Lq } as unknown as ModelConfig;
+    const ix = new Indexer(iw, { nHead: Hi, headDim: D, topK }, model, r);
+    const T = pos0 + n;
+    const xAll = rng.f64(T * Hd);
+    const keys = ix.keys(xAll, T, 0, plainKernels);
+    const x = xAll.subarray(pos0 * Hd);
+    const qr = rng.f64(n * Lq);
+    const want = ix.select(x, qr, n, pos0, { k: keys, length: T }, plainKernels);
+
+    // keys on the GPU: matmul → LayerNorm (eps 0) → rope on the first R dims
+    const table = new RopeTable(rt!, r).ensure(T);
+    const gk = GpuMatrix.upload(rt!, "k", GGMLType.F32, Hd, D, iw.k.data);
+    const kb = rt!.buffer(T * D * 4);
+    matmul(rt!, gk, f32(rt!, xAll), kb, { n: T, xStride: Hd, yStride: D });
+    layerNorm(rt!, kb, f32(rt!, iw.kNormW), f32(rt!, iw.kNormB), undefined, { n: T, dim: D }, 0);
+    const posAll = u32(rt!, Array.from({ length: T }, (_, t) => t));
+    rope(rt!, table, R, kb, posAll, { n: T, heads: 1, xOff: 0, tokStride: D, headStride: D });
+    assert.ok(record("dsa keys", relErr(await rt!.readF32(kb), keys)) < TOL);
+
+    const qb = rt!.buffer(n * Hi * D * 4);
+    matmul(rt!, GpuMatrix.upload(rt!, "qb", GGMLType.F32, Lq, Hi * D, iw.qB.data), f32(rt!, qr), qb, { n, xStride: Lq, yStride: Hi * D });
+    rope(rt!, table, R, qb, u32(rt!, Array.from({ length: n }, (_, i) => pos0 + i)), { n, heads: Hi, xOff: 0, tokStride: Hi * D, headStride: D });
+    const wb = rt!.buffer(n * Hi * 4);
+    matmul(rt!, GpuMatrix.upload(rt!, "proj", GGMLType.F32, Hd, Hi, iw.proj.data), f32(rt!, x), wb, { n, xStride: Hd, yStride: Hi });
+    const meta = u32(rt!, causalMeta(n, pos0));
+    const sel = rt!.buffer(n * topK * 4);
+    dsaSelect(rt!, { q: qb, w: wb, keys: kb, meta, scores: rt!.buffer(n * T * 4), sel }, { n, T, Hi, D, topK });
+    const m = new Uint32Array(await rt!.read(meta));
+    const s = new Uint32Array(await rt!.read(sel));
+    for (let i = 0; i < n; i++) {
+      const w = want(i, pos0 + i);
+      if (w === undefined) {
+        assert.equal(m[4 * i + 3], 0, `query ${i} stays dense`);
+        assert.equal(m[4 * i + 1], pos0 + i + 1);
+      } else {
+        assert.equal(m[4 * i + 3], 1);
+        assert.deepEqual(Array.from(s.subarray(m[4 * i + 2]!, m[4 * i + 2]! + topK)), [...w], `query ${i} keys`);
+      }
+    }
+  });
+}

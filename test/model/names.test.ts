@@ -55,7 +55,7 @@ for (const name of MODELS) {
     file.close();
   });
 
-  test(`${name}: legacy (attn_kv_b) and split rewrites give the same logits`, () => {
+  test(`${name}: legacy (attn_kv_b), PR #11446-era and split rewrites give the same logits`, () => {
     const tmp = mkdtempSync(join(tmpdir(), "latent-gen-"));
     try {
       const file = GGUFFile.open(join(DIR, `${name}.gguf`));
@@ -65,13 +65,18 @@ for (const name of MODELS) {
       assert.ok(!legacyTensors.some((t) => t.name === "blk.0.attn_k_b.weight"));
       const legacyPath = join(tmp, "legacy.gguf");
       writeModel(legacyPath, generationMetadata(file.shards[0]!.metadata, c, "legacy"), legacyTensors);
+      // The PR #11446-era generation: split attn_k_b/attn_v_b tensors with legacy metadata (no *_mla keys).
+      const midPath = join(tmp, "split-tensors-legacy-keys.gguf");
+      writeModel(midPath, generationMetadata(file.shards[0]!.metadata, c, "legacy"), [...file.tensors.values()].map((t) => ({ name: t.name, ne: t.ne, type: t.type, data: file.readBytes(t) })));
       const splitPaths = writeModel(join(tmp, "split.gguf"), file.shards[0]!.metadata, [...file.tensors.values()].map((t) => ({ name: t.name, ne: t.ne, type: t.type, data: file.readBytes(t) })), { maxTensorsPerShard: 9 });
       assert.ok(splitPaths.length > 2);
       const { tokens, want } = expected(name);
       const legacy = loadModel(legacyPath);
       assert.equal(legacy.model.weights.generation, "legacy");
       const split = loadModel(splitPaths[1]!);
+      const mid = loadModel(midPath);
       for (const path of ["reference", "prefill", "decode"] as const) {
+        assert.ok(maxAbsDiff(logprobRows(mid.model, tokens, path, 5), want) <= 1e-4, `split tensors + legacy keys ${path}`);
         assert.ok(maxAbsDiff(logprobRows(legacy.model, tokens, path, 5), want) <= 1e-4, `legacy ${path}`);
         assert.ok(maxAbsDiff(logprobRows(split.model, tokens, path, 5), want) <= 1e-4, `split ${path}`);
       }

@@ -9,6 +9,10 @@ import { rewriteAsF32 } from "../../src/gguf/convert.js";
 import { loadModel } from "../../src/model/load.js";
 import { logprobRows, maxAbsDiff } from "../helpers/logprobs.js";
 import { oracleLogprobs } from "../helpers/oracle.js";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { preset, withOverrides } from "../../src/model/presets.js";
+import { synthesize } from "../../src/model/synth.js";
 import { CASES, randomTokens, synthModel, type SynthCase } from "../helpers/synth.js";
 
 const TOL = 1e-4;
@@ -48,6 +52,17 @@ for (const c of QUANT) {
   rewriteAsF32(file, f32);
   file.close();
   check(`${c.label} (vs llama.cpp on the F32 rewrite)`, m.path, f32, [20]);
+}
+
+// The real attention geometry of released models (V2-Lite: no q-LoRA, 16 heads, P = V = 128, YaRN; GLM-4.7-Flash:
+// 20 heads, P = 192, V = 256, q-LoRA 768; kv_lora 512, rope 64, n_embd 2048), one MoE layer with fewer, narrower
+// experts and a small vocabulary so the F32 files stay ~100 MB.
+for (const name of ["v2-lite", "glm47-flash"]) {
+  const dir = mkdtempSync(join(tmpdir(), "latent-geom-"));
+  after(() => rmSync(dir, { recursive: true, force: true }));
+  const cfg = withOverrides(preset(name), { n_layer: 1, n_vocab: 512, n_expert: 4, n_used: 2, n_ff_exp: 256, groups: 0, groups_used: 0 });
+  const path = synthesize(cfg, { out: join(dir, `${name}.gguf`), seed: 3, type: "F32" })[0]!;
+  check(`${name} geometry, 1 layer (F32)`, path, path, [12]);
 }
 
 test("V2 group-limited routing follows DeepSeek's definition (max per group), not llama.cpp's top-2 sum", () => {

@@ -6,6 +6,7 @@
  */
 import { UsageError } from "../util/errors.js";
 import type { TokenizerPre } from "./presets.js";
+import { BYTE_TO_CHAR } from "../tokenizer/unicode.js";
 
 export const TOKEN_NORMAL = 1;
 export const TOKEN_CONTROL = 3;
@@ -25,19 +26,6 @@ export interface SynthTokenizer {
   readonly chatTemplate: string;
 }
 
-/** GPT-2's byte → printable unicode character map. */
-export function bytesToUnicode(): string[] {
-  const bs: number[] = [];
-  for (let b = 0x21; b <= 0x7e; b++) bs.push(b);
-  for (let b = 0xa1; b <= 0xac; b++) bs.push(b);
-  for (let b = 0xae; b <= 0xff; b++) bs.push(b);
-  const map = new Array<string>(256);
-  for (const b of bs) map[b] = String.fromCodePoint(b);
-  let n = 0;
-  for (let b = 0; b < 256; b++) if (map[b] === undefined) map[b] = String.fromCodePoint(256 + n++);
-  return map;
-}
-
 const TEXT = `The quick brown fox jumps over the lazy dog. A model reads the text one token at a time and predicts the next
 one. Attention lets every position look back at the tokens that came before it, and the mixture of experts sends
 each token to a few of many small networks. In the morning the engineers ran the tests again; the numbers were the
@@ -49,7 +37,7 @@ then waits for the next request from the user. Numbers such as 1, 2, 3, 10, 42, 
 "Hello," she said, "how are you today?" He answered that he was fine and asked about the weather in the city.`;
 
 /** Learn up to `max` BPE merges from TEXT (byte-level, words with their leading space). */
-function learnMerges(b2u: string[], max: number): [string, string][] {
+function learnMerges(b2u: readonly string[], max: number): [string, string][] {
   const counts = new Map<string, number>();
   const bytes = new TextEncoder();
   for (const m of TEXT.replace(/\s+/g, " ").match(/ ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]+/g) ?? []) {
@@ -139,7 +127,7 @@ export function synthTokenizer(nVocab: number, pre: TokenizerPre): SynthTokenize
   if (!Number.isInteger(nVocab) || nMerges < 0) {
     throw new UsageError(`synth config: n_vocab must be at least ${head.length + tail.length + 256} for tokenizer "${pre}" (control tokens + 256 bytes), got ${nVocab}`);
   }
-  const b2u = bytesToUnicode();
+  const b2u = BYTE_TO_CHAR;
   const tokens: string[] = [...head, ...b2u];
   const types: number[] = [...head.map(() => TOKEN_CONTROL), ...b2u.map(() => TOKEN_NORMAL)];
   const known = new Set<string>([...tokens, ...tail]);

@@ -118,7 +118,8 @@ export class GpuRuntime {
 
   /** queue.writeBuffer, padding the tail to 4 bytes; ordered before the next submission. */
   write(buf: GPUBuffer, offset: number, data: ArrayBufferView): void {
-    const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+    let bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+    if (!(bytes.buffer instanceof ArrayBuffer)) bytes = bytes.slice(); // Dawn takes no SharedArrayBuffer
     const whole = bytes.byteLength & ~3;
     const CHUNK = 64 << 20;
     for (let at = 0; at < whole; at += CHUNK) {

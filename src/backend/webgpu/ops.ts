@@ -17,6 +17,7 @@ import {
   ROUTE_PARAMS,
   ROUTE_WGSL,
   SOFTMAX_WGSL,
+  SCATTER_WGSL,
   SWIGLU_WGSL,
   TOPK_WGSL,
 } from "./wgsl-ops.js";
@@ -291,4 +292,11 @@ export function dsaSelect(rt: GpuRuntime, bufs: { q: GPUBuffer; w: GPUBuffer; ke
     { buffer: bufs.scores, offset: 0, size: a.n * a.T * 4 },
   ]);
   rt.dispatch("dsaTopK", TOPK_WGSL, [bufs.scores, bufs.meta, bufs.sel], new Uint32Array([a.n, a.T, a.topK, 0]), [a.n]);
+}
+
+/** y[idx[t]·yStride + yOff ..] = x[xOff + t·xStride ..] (width values per row); no write check (scattered rows). */
+export function scatterRows(rt: GpuRuntime, x: GPUBuffer, idx: GPUBuffer, y: GPUBuffer, a: CopyArgs): void {
+  const { gx, gy } = grid1(a.n * a.width, 256);
+  const params = new Uint32Array([a.n, a.width, a.xOff ?? 0, a.xStride ?? a.width, a.yOff ?? 0, a.yStride ?? a.width, gx, 0]);
+  rt.dispatch("scatter", SCATTER_WGSL, [x, idx, y], params, [gx, gy]);
 }

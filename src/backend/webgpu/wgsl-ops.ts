@@ -443,3 +443,19 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     META[4u * i + 3u] = 1u;
   }
 }`;
+
+/** Y[IDX[t]·yStride + yOff + j] = X[xOff + t·xStride + j]: rows to scattered places (latent cache writes). */
+export const SCATTER_WGSL = /* wgsl */ `
+struct P { n: u32, width: u32, xOff: u32, xStride: u32, yOff: u32, yStride: u32, gx: u32, _p: u32 }
+@group(0) @binding(0) var<storage, read> X: array<f32>;
+@group(0) @binding(1) var<storage, read> IDX: array<u32>;
+@group(0) @binding(2) var<storage, read_write> Y: array<f32>;
+@group(0) @binding(3) var<uniform> p: P;
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) g: vec3u) {
+  let k = g.x + g.y * p.gx * 256u;
+  if (k >= p.n * p.width) { return; }
+  let t = k / p.width;
+  let j = k % p.width;
+  Y[p.yOff + IDX[t] * p.yStride + j] = X[p.xOff + t * p.xStride + j];
+}`;

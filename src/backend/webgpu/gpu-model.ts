@@ -1,0 +1,297 @@
+/// <reference types="@webgpu/types" />
+/**
+ * The fused WebGPU forward pass of a DeepSeek-V2/V3 (`deepseek2`) model: weights resident in their GGUF layout,
+ * per-layer latent caches for `slots` sequences on the GPU, and one submission per step (every dispatch of every
+ * layer in one compute pass; one read-back of the logits). A step is any set of tokens with their (slot, position):
+ * a decode batch (one token per sequence) or a prefill chunk of one sequence. Attention is the absorbed MLA form for
+ * both (queries score against the latent cache directly), split over key chunks for long contexts.
+ */
+import type { ModelConfig } from "../../model/config.js";
+import type { DeepSeek2 } from "../../model/deepseek2.js";
+import type { QMatrix } from "../cpu/qmatrix.js";
+import type { SwiGLU } from "../../model/weights.js";
+import { LatentError } from "../../util/errors.js";
+import { getRows, GpuMatrix, matmul, matmulGather } from "./matrix.js";
+import { attention, attentionScratch, copyRows, moeCombine, moeRoute, rmsNorm, rope, RopeTable, scatterRows, swiglu } from "./ops.js";
+import type { GpuRuntime } from "./runtime.js";
+
+/** Bytes of `mats` (equal shapes) as one stacked tensor: a view when they are contiguous, else a copy. */
+function stacked(mats: readonly QMatrix[]): Uint8Array {
+  const first = mats[0]!.data;
+  const each = first.byteLength;
+  const contiguous = mats.every((m, i) => m.data.buffer === first.buffer && m.data.byteOffset === first.byteOffset + i * each && m.data.byteLength === each);
+  if (contiguous) return new Uint8Array(first.buffer, first.byteOffset, each * mats.length);
+  const out = new Uint8Array(each * mats.length);
+  mats.forEach((m, i) => out.set(m.data, i * each));
+  return out;
+}
+
+function upload(rt: GpuRuntime, m: QMatrix): GpuMatrix {
+  return GpuMatrix.upload(rt, m.name, m.type, m.cols, m.rows, m.data);
+}
+
+function uploadStack(rt: GpuRuntime, mats: readonly QMatrix[], name: string): GpuMatrix {
+  const m = mats[0]!;
+  return GpuMatrix.upload(rt, name, m.type, m.cols, m.rows, stacked(mats), mats.length);
+}
+
+interface GpuFFN {
+  gate: GpuMatrix;
+  up: GpuMatrix;
+  down: GpuMatrix;
+}
+
+interface GpuLayer {
+  attnNorm: GPUBuffer;
+  q: GpuMatrix | undefined;
+  qA: GpuMatrix | undefined;
+  qANorm: GPUBuffer | undefined;
+  qB: GpuMatrix | undefined;
+  kvA: GpuMatrix;
+  kvANorm: GPUBuffer;
+  kB: GpuMatrix;
+  vB: GpuMatrix;
+  o: GpuMatrix;
+  ffnNorm: GPUBuffer;
+  dense: GpuFFN | undefined;
+  router: GpuMatrix | undefined;
+  bias: GPUBuffer | undefined;
+  experts: GpuFFN | undefined;
+  shared: GpuFFN | undefined;
+  cacheC: GPUBuffer;
+  cacheK: GPUBuffer;
+}
+
+export interface GpuModelOptions {
+  /** sequences with their own latent cache */
+  readonly slots: number;
+  /** positions per sequence */
+  readonly context: number;
+  /** most tokens in one step */
+  readonly maxTokens: number;
+}
+
+export interface StepToken {
+  readonly token: number;
+  readonly slot: number;
+  readonly pos: number;
+  /** produce logits for this token */
+  readonly logits: boolean;
+}
+
+export class GpuModel {
+  readonly layers: GpuLayer[] = [];
+  /** weight bytes on the GPU */
+  readonly weightBytes: number;
+  private readonly c: ModelConfig;
+  private readonly embd: GpuMatrix;
+  private readonly output: GpuMatrix;
+  private readonly outputNorm: GPUBuffer;
+  private readonly ropeTable: RopeTable;
+  private readonly b: Record<string, GPUBuffer> = {};
+  private readonly widthFF: number;
+
+  constructor(
+    readonly rt: GpuRuntime,
+    model: DeepSeek2,
+    readonly opts: GpuModelOptions,
+  ) {
+    const c = (this.c = model.config);
+    if (c.indexer !== undefined) throw new LatentError("the fused WebGPU pipeline runs deepseek2 models; use WebGPUKernels for glm-dsa (DSA)");
+    if (c.faults !== undefined) throw new LatentError("the fused WebGPU pipeline does not implement the test-only fault hooks");
+    const w = model.weights;
+    const f32 = (v: Float32Array, label: string): GPUBuffer => rt.upload(v, label);
+    const ffn = (s: SwiGLU): GpuFFN => ({ gate: upload(rt, s.gate), up: upload(rt, s.up), down: upload(rt, s.down) });
+    const { slots, context } = opts;
+    const { kvLoraRank: L, qkRope: R } = c;
+    let bytes = 0;
+    this.embd = upload(rt, w.tokenEmbd);
+    this.output = w.output === w.tokenEmbd ? this.embd : upload(rt, w.output);
+    this.outputNorm = f32(w.outputNorm, "output_norm");
+    w.layers.forEach((lw, il) => {
+      const a = lw.attn;
+      const m = lw.moe;
+      const layer: GpuLayer = {
+        attnNorm: f32(a.norm, `blk.${il}.attn_norm`),
+        q: a.q && upload(rt, a.q),
+        qA: a.qA && upload(rt, a.qA),
+        qANorm: a.qANorm && f32(a.qANorm, "q_a_norm"),
+        qB: a.qB && upload(rt, a.qB),
+        kvA: upload(rt, a.kvA),
+        kvANorm: f32(a.kvANorm, "kv_a_norm"),
+        kB: uploadStack(rt, a.kB, `blk.${il}.attn_k_b`),
+        vB: uploadStack(rt, a.vB, `blk.${il}.attn_v_b`),
+        o: upload(rt, a.o),
+        ffnNorm: f32(lw.ffnNorm, "ffn_norm"),
+        dense: lw.dense && ffn(lw.dense),
+        router: m && upload(rt, m.router),
+        bias: m?.bias && f32(m.bias, "exp_probs_b"),
+        experts: m && {
+          gate: uploadStack(rt, m.experts.map((e) => e.gate), `blk.${il}.ffn_gate_exps`),
+          up: uploadStack(rt, m.experts.map((e) => e.up), `blk.${il}.ffn_up_exps`),
+          down: uploadStack(rt, m.experts.map((e) => e.down), `blk.${il}.ffn_down_exps`),
+        },
+        shared: m?.shared && ffn(m.shared),
+        cacheC: rt.buffer(slots * context * L * 4, `blk.${il}.cache_c`),
+        cacheK: rt.buffer(slots * context * R * 4, `blk.${il}.cache_kpe`),
+      };
+      for (const g of [layer.q, layer.qA, layer.qB, layer.kvA, layer.kB, layer.vB, layer.o, layer.router, layer.dense?.gate, layer.dense?.up, layer.dense?.down, layer.experts?.gate, layer.experts?.up, layer.experts?.down, layer.shared?.gate, layer.shared?.up, layer.shared?.down]) bytes += g?.bytes ?? 0;
+      this.layers.push(layer);
+    });
+    this.weightBytes = bytes + this.embd.bytes + (this.output === this.embd ? 0 : this.output.bytes);
+    this.ropeTable = new RopeTable(rt, model.rope);
+    this.ropeTable.ensure(context);
+
+    const N = opts.maxTokens;
+    const { nEmbd: Hd, nHead: H, qkNope: P, vHead: V, nExpertUsed: K, nExpert: E } = c;
+    const D = P + R;
+    this.widthFF = Math.max(c.nFF, c.nFFExp * Math.max(1, c.nExpertShared), K * c.nFFExp);
+    const buf = (name: string, floats: number): void => {
+      this.b[name] = rt.buffer(Math.max(1, floats) * 4, name);
+    };
+    buf("ids", N);
+    buf("pos", N);
+    buf("rowIdx", N);
+    buf("meta", 4 * N);
+    buf("sel", 1);
+    buf("h", N * Hd);
+    buf("x", N * Hd);
+    buf("qr", N * Math.max(1, c.qLoraRank));
+    buf("q", N * H * D);
+    buf("kv", N * (L + R));
+    buf("cn", N * L);
+    buf("qAbs", N * H * (L + R));
+    buf("lo", N * H * L);
+    buf("o", N * H * V);
+    buf("part", attentionScratch(N, H, L, context));
+    buf("g", N * this.widthFF);
+    buf("u", N * this.widthFF);
+    buf("ye", N * Math.max(1, K) * Hd);
+    buf("z", N * Math.max(1, E));
+    buf("rids", N * Math.max(1, K));
+    buf("rw", N * Math.max(1, K));
+    buf("hn", N * Hd);
+    buf("logits", N * c.nVocab);
+  }
+
+  /** Record one step (no submission). Returns the number of logit rows it will produce. */
+  encode(tokens: readonly StepToken[]): number {
+    const { rt, c, b } = this;
+    const n = tokens.length;
+    if (n === 0 || n > this.opts.maxTokens) throw new LatentError(`a step takes 1..${this.opts.maxTokens} tokens, got ${n}`);
+    const { nEmbd: Hd, nHead: H, qkNope: P, qkRope: R, vHead: V, kvLoraRank: L, qLoraRank: Lq, nExpertUsed: K, nFFExp: Fe } = c;
+    const D = P + R;
+    const ctx = this.opts.context;
+    let maxKeys = 0;
+    const meta = new Uint32Array(4 * n);
+    tokens.forEach((t, i) => {
+      if (t.slot >= this.opts.slots || t.pos >= ctx) throw new LatentError(`slot ${t.slot} / position ${t.pos} outside the GPU cache (${this.opts.slots} × ${ctx})`);
+      meta[4 * i] = t.slot * ctx;
+      meta[4 * i + 1] = t.pos + 1;
+      maxKeys = Math.max(maxKeys, t.pos + 1);
+    });
+    rt.write(b.ids!, 0, Uint32Array.from(tokens, (t) => t.token));
+    rt.write(b.pos!, 0, Uint32Array.from(tokens, (t) => t.pos));
+    rt.write(b.rowIdx!, 0, Uint32Array.from(tokens, (t) => t.slot * ctx + t.pos));
+    rt.write(b.meta!, 0, meta);
+
+    getRows(rt, this.embd, b.ids!, b.h!, n);
+    const table = this.ropeTable.ensure(ctx);
+    for (const l of this.layers) {
+      rmsNorm(rt, b.h!, l.attnNorm, b.x!, { n, dim: Hd }, c.rmsEps);
+      if (l.qA !== undefined) {
+        matmul(rt, l.qA, b.x!, b.qr!, { n, xStride: Hd, yStride: Lq });
+        rmsNorm(rt, b.qr!, l.qANorm!, undefined, { n, dim: Lq }, c.rmsEps);
+        matmul(rt, l.qB!, b.qr!, b.q!, { n, xStride: Lq, yStride: H * D });
+      } else {
+        matmul(rt, l.q!, b.x!, b.q!, { n, xStride: Hd, yStride: H * D });
+      }
+      matmul(rt, l.kvA, b.x!, b.kv!, { n, xStride: Hd, yStride: L + R });
+      rmsNorm(rt, b.kv!, l.kvANorm, b.cn!, { n, dim: L, xStride: L + R }, c.rmsEps);
+      rope(rt, table, R, b.kv!, b.pos!, { n, heads: 1, xOff: L, tokStride: L + R, headStride: 0 });
+      rope(rt, table, R, b.q!, b.pos!, { n, heads: H, xOff: P, tokStride: H * D, headStride: D });
+      scatterRows(rt, b.cn!, b.rowIdx!, l.cacheC, { n, width: L });
+      scatterRows(rt, b.kv!, b.rowIdx!, l.cacheK, { n, width: R, xOff: L, xStride: L + R });
+      // absorbed queries [q_abs (L) | q_pe (R)] per head
+      matmul(rt, l.kB, b.q!, b.qAbs!, { n, xStride: H * D, yStride: H * (L + R), batch: { count: H, xBatch: D, yBatch: L + R } });
+      copyRows(rt, b.q!, b.qAbs!, { n: n * H, width: R, xOff: P, xStride: D, yOff: L, yStride: L + R });
+      attention(rt, { q: b.qAbs!, k1: l.cacheC, k2: l.cacheK, v: l.cacheC, meta: b.meta!, sel: b.sel!, o: b.lo!, part: b.part }, {
+        nq: n,
+        heads: H,
+        d1: L,
+        d2: R,
+        dv: L,
+        scale: c.kqScale,
+        maxKeys,
+        q: { off: 0, stride: H * (L + R), head: L + R, q2Off: L },
+        k1: { off: 0, stride: L, head: 0 },
+        k2: { off: 0, stride: R },
+        v: { off: 0, stride: L, head: 0 },
+        o: { off: 0, stride: H * L, head: L },
+      });
+      matmul(rt, l.vB, b.lo!, b.o!, { n, xStride: H * L, yStride: H * V, batch: { count: H, xBatch: L, yBatch: V } });
+      matmul(rt, l.o, b.o!, b.h!, { n, xStride: H * V, yStride: Hd, acc: true });
+
+      rmsNorm(rt, b.h!, l.ffnNorm, b.x!, { n, dim: Hd }, c.rmsEps);
+      if (l.dense !== undefined) this.ffn(l.dense, n);
+      if (l.experts !== undefined) {
+        const E = c.nExpert;
+        matmul(rt, l.router!, b.x!, b.z!, { n, xStride: Hd, yStride: E });
+        moeRoute(rt, b.z!, l.bias, b.rids!, b.rw!, {
+          n,
+          E,
+          K,
+          nGroup: c.nGroup,
+          nGroupUsed: c.nGroupUsed,
+          softmax: c.gating === "softmax",
+          groupMax: c.gating === "softmax" && c.groupScoring === "definition",
+          norm: c.weightsNorm,
+          scale: c.weightsScale,
+        });
+        matmulGather(rt, l.experts.gate, b.x!, b.g!, b.rids!, { pairs: n * K, xDiv: K, xBatch: Hd, yBatch: Fe });
+        matmulGather(rt, l.experts.up, b.x!, b.u!, b.rids!, { pairs: n * K, xDiv: K, xBatch: Hd, yBatch: Fe });
+        swiglu(rt, b.g!, b.u!, { n: n * K, width: Fe });
+        matmulGather(rt, l.experts.down, b.g!, b.ye!, b.rids!, { pairs: n * K, xDiv: 1, xBatch: Fe, yBatch: Hd });
+        moeCombine(rt, b.ye!, b.rw!, b.h!, { n, K, width: Hd, acc: true });
+        if (l.shared !== undefined) this.ffn(l.shared, n);
+      }
+    }
+    // output rows
+    const rows = tokens.map((t, i) => (t.logits ? i : -1)).filter((i) => i >= 0);
+    if (rows.length === n) rmsNorm(rt, b.h!, this.outputNorm, b.hn!, { n, dim: Hd }, c.rmsEps);
+    else rows.forEach((r, j) => rmsNorm(rt, b.h!, this.outputNorm, b.hn!, { n: 1, dim: Hd, xOff: r * Hd, yOff: j * Hd }, c.rmsEps));
+    if (rows.length > 0) matmul(rt, this.output, b.hn!, b.logits!, { n: rows.length, xStride: Hd, yStride: c.nVocab });
+    return rows.length;
+  }
+
+  /** h += down(silu(gate·x) ⊙ up·x) for n tokens. */
+  private ffn(f: GpuFFN, n: number): void {
+    const { rt, b, c } = this;
+    const F = f.gate.rows;
+    matmul(rt, f.gate, b.x!, b.g!, { n, xStride: c.nEmbd, yStride: F });
+    matmul(rt, f.up, b.x!, b.u!, { n, xStride: c.nEmbd, yStride: F });
+    swiglu(rt, b.g!, b.u!, { n, width: F });
+    matmul(rt, f.down, b.g!, b.h!, { n, xStride: F, yStride: c.nEmbd, acc: true });
+  }
+
+  /** Run one step and read back its logits rows [rows × n_vocab]. */
+  async step(tokens: readonly StepToken[]): Promise<Float32Array> {
+    const rows = this.encode(tokens);
+    if (rows === 0) {
+      await this.rt.sync();
+      return new Float32Array(0);
+    }
+    return this.rt.readF32(this.b.logits!, 0, rows * this.c.nVocab);
+  }
+
+  /** Prefill `tokens` of one sequence from position pos0 in chunks of maxTokens; the last token's logits. */
+  async prefill(slot: number, tokens: readonly number[], pos0 = 0, allLogits = false): Promise<Float32Array[]> {
+    const out: Float32Array[] = [];
+    for (let at = 0; at < tokens.length; at += this.opts.maxTokens) {
+      const chunk = tokens.slice(at, at + this.opts.maxTokens).map((token, i) => ({ token, slot, pos: pos0 + at + i, logits: allLogits || at + i === tokens.length - 1 }));
+      const logits = await this.step(chunk);
+      for (let r = 0; r * this.c.nVocab < logits.length; r++) out.push(logits.subarray(r * this.c.nVocab, (r + 1) * this.c.nVocab));
+    }
+    return out;
+  }
+}

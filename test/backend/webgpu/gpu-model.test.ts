@@ -1,0 +1,46 @@
+// The fused WebGPU pipeline (one submission per step, latent caches on the GPU): chunked prefill, then batched decode
+// of two sequences at once, against the CPU reference path's log-probabilities (≤ 1e-3).
+import { after, test } from "node:test";
+import assert from "node:assert/strict";
+import { logSoftmaxRow } from "../../../src/engine/evaluate.js";
+import { loadModel } from "../../../src/model/load.js";
+import { GpuModel } from "../../../src/backend/webgpu/gpu-model.js";
+import { logprobRows, maxAbsDiff } from "../../helpers/logprobs.js";
+import { CASES, randomTokens, synthModel, type SynthCase } from "../../helpers/synth.js";
+import { gpuOrSkip, record } from "./helpers.js";
+
+const { rt, skip } = await gpuOrSkip({ checkWrites: true });
+after(() => rt?.device.destroy());
+const TOL = 1e-3;
+
+const cases: SynthCase[] = [...CASES.filter((c) => c.base === "tiny"), { label: "tiny-v3-q4km", base: "tiny", over: {}, type: "Q4_K_M" }];
+
+for (const c of cases) {
+  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})`, { skip }, async () => {
+    const m = synthModel(c, 9);
+    try {
+      const { model, config } = loadModel(m.path);
+      const seqs = [randomTokens(11, 3, 0, config.nVocab), randomTokens(7, 8, 0, config.nVocab)];
+      const refs = seqs.map((s) => logprobRows(model, s, "reference"));
+      const g = new GpuModel(rt!, model, { slots: 2, context: 32, maxTokens: 4 });
+      const prompt = [6, 3];
+      const got: Float64Array[][] = [[], []];
+      for (let s = 0; s < 2; s++) {
+        for (const row of await g.prefill(s, seqs[s]!.slice(0, prompt[s]), 0, true)) got[s]!.push(logSoftmaxRow(row));
+      }
+      // decode both sequences in one step while both have tokens left, then the longer one alone
+      for (let pos = 3; pos < 11; pos++) {
+        const step = [0, 1].filter((s) => pos >= prompt[s]! && pos < seqs[s]!.length).map((s) => ({ token: seqs[s]![pos]!, slot: s, pos, logits: true }));
+        if (step.length === 0) continue;
+        const logits = await g.step(step);
+        step.forEach((t, i) => got[t.slot]!.push(logSoftmaxRow(logits.subarray(i * config.nVocab, (i + 1) * config.nVocab))));
+      }
+      for (let s = 0; s < 2; s++) {
+        const e = record(`fused model ${c.label}`, maxAbsDiff(got[s]!, refs[s]!));
+        assert.ok(e <= TOL, `sequence ${s}: max |Δ logprob| ${e}`);
+      }
+    } finally {
+      m.cleanup();
+    }
+  });
+}

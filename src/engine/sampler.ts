@@ -1,4 +1,3 @@
-import { webcrypto } from "node:crypto";
 import { UsageError } from "../util/errors.js";
 import { logSoftmax, topIds, topLogprobs } from "./logprobs.js";
 
@@ -11,7 +10,7 @@ export interface SamplerOptions {
   topP?: number;
   /** Keep tokens with p >= minP * p_max; 0 = off. Default 0. */
   minP?: number;
-  /** Safe integer seed: same seed + same logits → same tokens. Default: a random seed from node:crypto. */
+  /** Safe integer seed: same seed + same logits → same tokens. Default: a random seed from Web Crypto. */
   seed?: number;
   /** Return this many top alternatives (under the unmodified distribution) with each sample. Default none. */
   logprobs?: number;
@@ -84,7 +83,7 @@ export class Sampler {
     if (!(topP > 0 && topP <= 1)) throw new UsageError(`topP must be in (0, 1] (1 = off), got ${topP}`);
     if (!(minP >= 0 && minP < 1)) throw new UsageError(`minP must be in [0, 1) (0 = off), got ${minP}`);
     if (!Number.isInteger(logprobs) || logprobs < 0) throw new UsageError(`logprobs must be an integer >= 0, got ${logprobs}`);
-    const seed = options.seed ?? webcrypto.getRandomValues(new Uint32Array(1))[0]!;
+    const seed = options.seed ?? globalThis.crypto.getRandomValues(new Uint32Array(1))[0]!;
     if (!Number.isSafeInteger(seed)) throw new UsageError(`seed must be a safe integer, got ${seed}`);
     this.temperature = temperature;
     this.topK = topK;

@@ -1,9 +1,11 @@
 import { CpuBackend } from "../backend/cpu/fast.js";
 import { GGUFFile } from "../gguf/file.js";
-import { parseConfig, type ConfigOptions, type ModelConfig } from "./config.js";
-import { DeepSeek2 } from "./deepseek2.js";
-import { GlmDsa } from "./glm-dsa.js";
-import { loadWeights, type LoadProgress } from "./weights.js";
+import type { ConfigOptions, ModelConfig } from "./config.js";
+import type { DeepSeek2 } from "./deepseek2.js";
+import { loadModelFrom } from "./from-file.js";
+import type { LoadProgress } from "./weights.js";
+
+export { loadModelFrom, type ModelFromFile, type FromFileOptions } from "./from-file.js";
 
 export interface LoadedModel {
   readonly file: GGUFFile;
@@ -23,12 +25,8 @@ export interface BackendOptions {
 /** Open a GGUF (any shard of a split model), parse the config, load the weights (kept in their quant types). */
 export function loadModel(path: string, onProgress?: LoadProgress, options: ConfigOptions & BackendOptions = {}): LoadedModel {
   const file = GGUFFile.open(path);
-  const vocabFromTensor = file.tensors.get("token_embd.weight")?.ne[1];
-  const config = parseConfig(file.metadata, vocabFromTensor, options);
   // backend "cpu": matrices are read straight into the backend's shared wasm memory (issue 7)
   const backend = options.backend === "cpu" ? new CpuBackend({ threads: options.threads }) : undefined;
-  const weights = loadWeights(backend?.adopt(file) ?? file, config, onProgress);
-  const model = config.arch === "glm-dsa" ? new GlmDsa(config, weights) : new DeepSeek2(config, weights);
-  if (backend !== undefined) model.kernels = backend;
+  const { config, model } = loadModelFrom(file, onProgress, { ...options, kernels: backend, weightsFrom: backend?.adopt(file) });
   return { file, config, model, backend };
 }

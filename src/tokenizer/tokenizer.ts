@@ -22,6 +22,9 @@ export enum TokenType {
   Byte = 6,
 }
 
+/** (browser-safe stand-in for Buffer.byteLength) */
+const UTF8_ENCODER = new TextEncoder();
+
 /** llama.cpp `llama_token_attr` bits. */
 const ATTR_UNKNOWN = 1 << 0;
 const ATTR_UNUSED = 1 << 1;
@@ -185,7 +188,7 @@ export class Tokenizer {
 
     const specials: { id: number; bytes: number }[] = [];
     for (let i = 0; i < n; i++) {
-      if (this.attrs[i]! & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN)) specials.push({ id: i, bytes: Buffer.byteLength(this.tokens[i]!, "utf8") });
+      if (this.attrs[i]! & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN)) specials.push({ id: i, bytes: UTF8_ENCODER.encode(this.tokens[i]!).length });
     }
     specials.sort((a, b) => b.bytes - a.bytes || a.id - b.id);
     this.specials = specials.map((s) => s.id);

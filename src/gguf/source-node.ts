@@ -1,0 +1,60 @@
+/** A GGUF shard on disk as a ByteSource (Node only: the browser bundle never imports this module). */
+import { closeSync, fstatSync, openSync, readSync } from "node:fs";
+import { GGUFError } from "../util/errors.js";
+import { ShortReadError, type ByteSource } from "./source.js";
+
+/** A regular file read with positional reads; the descriptor is opened at construction and reopened after close(). */
+export class FileSource implements ByteSource {
+  private fd: number | undefined;
+  readonly size: number;
+
+  /** Throws GGUFError "<path>: no such file", "<path>: not a regular file", "cannot open <path>: …". */
+  constructor(readonly name: string) {
+    let fd: number;
+    try {
+      fd = openSync(name, "r");
+    } catch (e) {
+      const code = (e as NodeJS.ErrnoException).code;
+      if (code === "ENOENT") throw new GGUFError(`${name}: no such file`);
+      throw new GGUFError(`cannot open ${name}: ${(e as Error).message}`);
+    }
+    try {
+      const st = fstatSync(fd);
+      if (!st.isFile()) throw new GGUFError(`${name}: not a regular file`);
+      this.size = st.size;
+    } catch (e) {
+      closeSync(fd);
+      throw e;
+    }
+    this.fd = fd;
+  }
+
+  private handle(): number {
+    if (this.fd === undefined) {
+      try {
+        this.fd = openSync(this.name, "r");
+      } catch (e) {
+        throw new GGUFError(`cannot reopen ${this.name}: ${(e as Error).message}`);
+      }
+    }
+    return this.fd;
+  }
+
+  /** A fresh buffer (the caller may keep it); ShortReadError when the file ends first (it shrank since the open). */
+  read(offset: number, length: number): Uint8Array {
+    const fd = this.handle();
+    const out = new Uint8Array(length);
+    let got = 0;
+    while (got < length) {
+      const r = readSync(fd, out, got, length - got, offset + got);
+      if (r === 0) throw new ShortReadError(this.name, offset + got);
+      got += r;
+    }
+    return out;
+  }
+
+  close(): void {
+    if (this.fd !== undefined) closeSync(this.fd);
+    this.fd = undefined;
+  }
+}

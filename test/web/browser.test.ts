@@ -1,0 +1,174 @@
+// The web page in a real headless Chromium (Debian's /usr/bin/chromium, driven by playwright-core; no browser is
+// downloaded): build it with Vite, serve it on 127.0.0.1 with byte ranges, load a synthetic model by URL, check the
+// page's logits against the Node CPU reference (≤ 1e-3), chat through the UI (streamed tokens coloured by probability,
+// hover alternatives), run the doctor's path check, then open the bundled KJV demo model through the file picker and
+// chat with it. Screenshots go to test-artifacts/web/ (git-ignored).
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { build } from "vite";
+import { chromium, type Browser, type Page } from "playwright-core";
+import { loadModel, type LoadedModel } from "../../src/model/load.js";
+import { evaluateAll } from "../../src/engine/evaluate.js";
+import { generateSync } from "../../src/engine/generate.js";
+import { Tokenizer } from "../../src/tokenizer/index.js";
+import { synthModel } from "../helpers/synth.js";
+import { serveStatic, type StaticServer } from "./serve.js";
+
+const ROOT = fileURLToPath(new URL("../../", import.meta.url));
+const DEMO = join(ROOT, "models/latent-demo-kjv.gguf");
+const ARTIFACTS = join(ROOT, "test-artifacts/web");
+const CHROMIUM = process.env["LATENT_CHROMIUM"] ?? "/usr/bin/chromium";
+export const CHROMIUM_ARGS = [
+  "--headless=new",
+  "--no-sandbox",
+  "--enable-unsafe-webgpu",
+  "--enable-features=Vulkan",
+  "--disable-background-networking",
+  "--disable-component-update",
+  "--disable-sync",
+  "--no-first-run",
+  "--disable-quic",
+];
+
+interface Hook {
+  load(url: string): Promise<{ name: string; backend: string }>;
+  logits(o: { text?: string; tokens?: number[]; path?: string }): Promise<{ tokens: number[]; logits: number[] }>;
+  tokenize(text: string): Promise<number[]>;
+  gpu(): Promise<string>;
+}
+declare const window: { __latent: Hook };
+
+if (!existsSync(CHROMIUM) && process.env["LATENT_REQUIRE_BROWSER"] === "1") throw new Error(`LATENT_REQUIRE_BROWSER=1 but there is no Chromium at ${CHROMIUM}`);
+const skip = existsSync(CHROMIUM) ? false : `no Chromium at ${CHROMIUM} (.ci/run installs Debian's chromium)`;
+
+let dir = "";
+let server: StaticServer;
+let browser: Browser;
+let page: Page;
+const pageErrors: string[] = [];
+const tiny = synthModel({ label: "web-tiny", base: "tiny", over: {} }, 5);
+let ref: LoadedModel;
+
+before(async () => {
+  if (skip !== false) return;
+  dir = mkdtempSync(join(tmpdir(), "latent-web-"));
+  await build({ configFile: join(ROOT, "vite.config.ts"), logLevel: "warn", build: { outDir: join(dir, "site"), emptyOutDir: true, sourcemap: false } });
+  server = await serveStatic(join(dir, "site"), { files: { "/models/tiny.gguf": tiny.path, "/models/demo.gguf": DEMO } });
+  browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS, headless: true });
+  page = await browser.newPage({ viewport: { width: 1360, height: 900 } });
+  page.on("pageerror", (e) => pageErrors.push(String(e)));
+  page.on("console", (m) => {
+    if (m.type() === "error") pageErrors.push(m.text());
+  });
+  await page.goto(`${server.url}/index.html`);
+  await page.waitForFunction(() => "__latent" in window);
+  ref = loadModel(tiny.path);
+  mkdirSync(ARTIFACTS, { recursive: true });
+});
+
+after(async () => {
+  await browser?.close();
+  await server?.close();
+  if (dir !== "") rmSync(dir, { recursive: true, force: true });
+  tiny.cleanup();
+});
+
+function maxAbs(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  assert.equal(a.length, b.length);
+  let m = 0;
+  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i]! - b[i]!));
+  return m;
+}
+
+test("browser: a synthetic model loaded by URL gives the Node CPU reference's logits (≤ 1e-3)", { skip }, async (t) => {
+  const info = await page.evaluate(() => window.__latent.load("/models/tiny.gguf"));
+  assert.equal(info.backend, "plain");
+  await page.locator("#card table").waitFor();
+  assert.match(await page.locator("#card").innerText(), /deepseek2/);
+  // every read of the model was a range request
+  const modelReqs = server.requests.filter((r) => r.path === "/models/tiny.gguf");
+  assert.ok(modelReqs.length >= 2 && modelReqs.every((r) => r.status === 206 && r.range !== undefined), JSON.stringify(modelReqs));
+
+  const tokens = [1, 7, 19, 3, 42, 11, 5, 60, 2, 33];
+  const want = evaluateAll(ref.model, tokens, { path: "reference" });
+  for (const path of ["prefill", "decode", "reference"]) {
+    const got = await page.evaluate((o) => window.__latent.logits(o), { tokens, path });
+    assert.deepEqual(got.tokens, tokens);
+    const d = maxAbs(got.logits, want.at(-1)!);
+    t.diagnostic(`${path}: max |Δ logit| vs Node reference = ${d.toExponential(2)}`);
+    assert.ok(d <= 1e-3, `${path}: ${d}`);
+  }
+  t.diagnostic(await page.evaluate(() => window.__latent.gpu()));
+});
+
+test("browser: chat through the UI streams tokens coloured by probability, hover shows the alternatives", { skip }, async () => {
+  const prompt = "the quick brown fox";
+  const ids = await page.evaluate((p) => window.__latent.tokenize(p), prompt);
+  const tok = Tokenizer.fromMetadata(ref.file.metadata);
+  assert.deepEqual(ids, tok.encode(prompt));
+  const want = generateSync(ref.model, tok, ids, { temperature: 0, maxTokens: 10 });
+
+  await page.selectOption("#mode", "text");
+  await page.fill("#max-tokens", "10");
+  await page.fill("#temperature", "0");
+  await page.fill("#prompt", prompt);
+  await page.press("#prompt", "Enter");
+  const stats = page.locator(".msg.model .stats").last();
+  await stats.filter({ hasText: /tokens\/s/ }).waitFor({ timeout: 60_000 });
+  const spans = page.locator(".msg.model").last().locator(".tok");
+  assert.equal(await spans.count(), want.tokens.length);
+  // the spans are the tokens' pieces: together they are the generated text
+  const shown = (await spans.allTextContents()).join("");
+  assert.equal(shown.replace(/∅/g, ""), want.tokens.map((id) => new TextDecoder().decode(tok.tokenBytes(id))).join(""));
+  const bg = await spans.first().evaluate((el) => (el as unknown as { style: { background: string } }).style.background);
+  assert.match(bg, /rgb|hsl/);
+  await spans.first().hover();
+  const tip = page.locator("#tooltip");
+  await tip.waitFor({ state: "visible" });
+  const text = await tip.innerText();
+  assert.match(text, /chosen/);
+  assert.equal(await tip.locator("tr").count(), 1 + 5); // header + top-5 alternatives
+  assert.equal(await tip.locator("tr.chosen").count(), 1); // greedy: the chosen token is among them
+  assert.match(await page.locator("#speed").innerText(), /tokens\/s/);
+});
+
+test("browser: the doctor's path check panel passes on the loaded model", { skip }, async () => {
+  await page.fill("#check-text", "one two three four five six seven eight");
+  await page.click("#check");
+  const verdict = page.locator("#check-verdict");
+  await verdict.waitFor({ timeout: 60_000 });
+  assert.equal(await verdict.getAttribute("class"), "ok", await page.locator("#check-result").innerText());
+  assert.equal(await page.locator("#check-result tbody tr").count(), 3);
+  await page.mouse.move(0, 0);
+  await page.screenshot({ path: join(ARTIFACTS, "tiny-model.png"), fullPage: true });
+});
+
+test("browser: the bundled KJV demo model through the file picker writes King James English", { skip }, async (t) => {
+  await page.setInputFiles("#file", DEMO);
+  await page.locator("#card table").filter({ hasText: "latent-demo" }).or(page.locator("#card table").filter({ hasText: /kjv/i })).first().waitFor({ timeout: 60_000 });
+  const demo = loadModel(DEMO);
+  const tok = Tokenizer.fromMetadata(demo.file.metadata);
+  const prompt = "And it came to pass, when the king";
+  const want = generateSync(demo.model, tok, tok.encode(prompt), { temperature: 0, maxTokens: 40 });
+
+  await page.selectOption("#mode", "text");
+  await page.fill("#max-tokens", "40");
+  await page.fill("#temperature", "0");
+  await page.fill("#prompt", prompt);
+  await page.click("#send");
+  const last = page.locator(".msg.model").last();
+  await last.locator(".stats").filter({ hasText: /tokens\/s/ }).waitFor({ timeout: 120_000 });
+  const text = (await last.locator(".tok").allTextContents()).join("");
+  t.diagnostic(`demo continuation: ${JSON.stringify(text)}`);
+  t.diagnostic(`speed: ${await last.locator(".stats").innerText()}`);
+  assert.equal(text.replace(/∅/g, ""), want.tokens.map((id) => new TextDecoder().decode(tok.tokenBytes(id))).join(""));
+  assert.match(text, /\b(the|and|of|unto|that|his|he)\b/i);
+  await last.locator(".tok").nth(3).hover();
+  await page.locator("#tooltip").waitFor({ state: "visible" });
+  await page.screenshot({ path: join(ARTIFACTS, "latent-page.png"), fullPage: true });
+  assert.deepEqual(pageErrors, []);
+});

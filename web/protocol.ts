@@ -1,0 +1,66 @@
+// Messages between the page (main.ts) and the engine's Web Worker (worker.ts).
+import type { InspectSummary, PathCheck } from "../src/index.js";
+
+export type ModelSource = { readonly kind: "files"; readonly files: readonly File[] } | { readonly kind: "url"; readonly url: string };
+
+export interface GenerateRequest {
+  readonly prompt: string;
+  /** "chat": the prompt is one user message through the model's chat template; "text": raw continuation */
+  readonly mode: "chat" | "text";
+  readonly maxTokens: number;
+  readonly temperature: number;
+  readonly topK: number;
+  readonly topP: number;
+  readonly seed: number;
+  /** top alternatives per token */
+  readonly logprobs: number;
+}
+
+export type ToWorker =
+  | { readonly type: "load"; readonly source: ModelSource }
+  | { readonly type: "generate"; readonly id: number; readonly req: GenerateRequest }
+  | { readonly type: "stop" }
+  | { readonly type: "logits"; readonly id: number; readonly tokens?: readonly number[]; readonly text?: string; readonly path?: "prefill" | "decode" | "reference" }
+  | { readonly type: "tokenize"; readonly id: number; readonly text: string }
+  | { readonly type: "pathcheck"; readonly id: number; readonly text: string };
+
+export interface TokenInfo {
+  readonly id: number;
+  readonly text: string;
+  /** the token's own text (for the probability view; `text` can be held back by the streaming decoder) */
+  readonly piece: string;
+  readonly logprob: number;
+  readonly top: readonly { readonly id: number; readonly piece: string; readonly logprob: number }[];
+}
+
+export interface ModelInfo {
+  readonly name: string;
+  readonly summary: InspectSummary;
+  readonly summaryText: string;
+  readonly hasChat: boolean;
+  readonly loadMs: number;
+  readonly backend: string;
+  readonly bytesFetched: number;
+}
+
+export interface DoneInfo {
+  readonly text: string;
+  readonly tokens: number;
+  readonly promptTokens: number;
+  readonly finishReason: string;
+  readonly prefillMs: number;
+  readonly decodeMs: number;
+  readonly tokensPerSecond: number;
+  readonly promptTokensPerSecond: number;
+}
+
+export type FromWorker =
+  | { readonly type: "progress"; readonly phase: "fetch" | "weights"; readonly done: number; readonly total: number }
+  | { readonly type: "loaded"; readonly info: ModelInfo }
+  | { readonly type: "prompt"; readonly id: number; readonly tokens: number }
+  | { readonly type: "token"; readonly id: number; readonly token: TokenInfo }
+  | { readonly type: "done"; readonly id: number; readonly done: DoneInfo }
+  | { readonly type: "logits"; readonly id: number; readonly tokens: readonly number[]; readonly logits: Float32Array }
+  | { readonly type: "tokens"; readonly id: number; readonly tokens: readonly number[] }
+  | { readonly type: "pathcheck"; readonly id: number; readonly check: PathCheck }
+  | { readonly type: "error"; readonly id?: number; readonly message: string };

@@ -21,6 +21,7 @@ type BenchModule = { run(): Promise<BenchResult[]> | BenchResult[] };
 /** name → loader; one line per benchmark module. */
 const MODULES: Record<string, () => Promise<BenchModule>> = {
   dequant: () => import("./dequant.js"),
+  webgpu: () => import("./webgpu.js"),
   cpu: () => import("./cpu.js"),
 };
 

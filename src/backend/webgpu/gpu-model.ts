@@ -274,6 +274,11 @@ export class GpuModel {
     matmul(rt, f.down, b.g!, b.h!, { n, xStride: F, yStride: c.nEmbd, acc: true });
   }
 
+  /** Read back the logits of the last encoded step (submits it). */
+  readLogits(rows: number): Promise<Float32Array> {
+    return this.rt.readF32(this.b.logits!, 0, rows * this.c.nVocab);
+  }
+
   /** Run one step and read back its logits rows [rows × n_vocab]. */
   async step(tokens: readonly StepToken[]): Promise<Float32Array> {
     const rows = this.encode(tokens);

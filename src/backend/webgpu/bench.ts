@@ -1,0 +1,173 @@
+/// <reference types="@webgpu/types" />
+/**
+ * WebGPU benchmark of the fused pipeline on a GGUF model: copy bandwidth (the roofline), prefill tok/s for a
+ * 512-token prompt, decode tok/s at batch 1 / 8 / 64, fraction of the bandwidth roofline, dispatches and host
+ * encoding time per step. `node dist/backend/webgpu/bench.js MODEL.gguf [--json OUT.json]`, or through
+ * `npm run bench -- webgpu` with LATENT_BENCH_MODEL set.
+ */
+import { writeFileSync } from "node:fs";
+import { pathToFileURL } from "node:url";
+import { loadModel } from "../../model/load.js";
+import { preset } from "../../model/presets.js";
+import { synthesize } from "../../model/synth.js";
+import { requestGpuDevice } from "./device.js";
+import { GpuModel, type StepToken } from "./gpu-model.js";
+import { GpuRuntime } from "./runtime.js";
+
+export interface WebGpuBenchResult {
+  readonly name: string;
+  readonly value: number;
+  readonly unit: string;
+  readonly extra?: Readonly<Record<string, number | string>>;
+}
+
+const COPY_WGSL = /* wgsl */ `
+struct P { n: u32, gx: u32, _a: u32, _b: u32 }
+@group(0) @binding(0) var<storage, read> X: array<vec4u>;
+@group(0) @binding(1) var<storage, read_write> Y: array<vec4u>;
+@group(0) @binding(2) var<uniform> p: P;
+@compute @workgroup_size(256) fn main(@builtin(global_invocation_id) g: vec3u) {
+  let i = g.x + g.y * p.gx * 256u;
+  if (i < p.n) { Y[i] = X[i]; }
+}`;
+
+/** Device copy bandwidth (read + write bytes per second). */
+async function copyBandwidth(rt: GpuRuntime, bytes: number): Promise<number> {
+  const x = rt.buffer(bytes, "copy x");
+  const y = rt.buffer(bytes, "copy y");
+  const n = bytes / 16;
+  const groups = Math.ceil(n / 256);
+  const gx = Math.min(groups, 65535);
+  const run = (reps: number): void => {
+    for (let i = 0; i < reps; i++) rt.dispatch("copy", COPY_WGSL, [x, y], new Uint32Array([n, gx, 0, 0]), [gx, Math.ceil(groups / gx)]);
+  };
+  run(3);
+  await rt.sync();
+  const reps = 20;
+  const t0 = performance.now();
+  run(reps);
+  await rt.sync();
+  const s = (performance.now() - t0) / 1000;
+  x.destroy();
+  y.destroy();
+  return (2 * bytes * reps) / s;
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)]!;
+}
+
+export async function runWebGpuBench(path: string, opts: { batches?: number[]; promptLen?: number; decodeSteps?: number; log?: (s: string) => void } = {}): Promise<WebGpuBenchResult[]> {
+  const log = opts.log ?? ((s: string) => console.log(s));
+  const batches = opts.batches ?? [1, 8, 64];
+  const promptLen = opts.promptLen ?? 512;
+  const steps = opts.decodeSteps ?? 16;
+  const info = await requestGpuDevice();
+  const rt = new GpuRuntime(info);
+  log(`adapter: ${info.adapterInfo}; binding limit ${info.limits.maxStorageBufferBindingSize}`);
+  const bw = await copyBandwidth(rt, Math.min(1 << 30, info.limits.maxStorageBufferBindingSize & ~0xffff));
+  log(`copy bandwidth: ${(bw / 1e9).toFixed(0)} GB/s`);
+
+  let t0 = performance.now();
+  const { model, config: c } = loadModel(path);
+  log(`loaded ${path} in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+  const maxB = Math.max(...batches);
+  const context = Math.max(promptLen, 16 + steps + 2) + 8;
+  t0 = performance.now();
+  const g = new GpuModel(rt, model, { slots: Math.max(maxB, 1), context, maxTokens: Math.max(promptLen, maxB) });
+  await rt.sync();
+  log(`uploaded ${(g.weightBytes / 1e9).toFixed(2)} GB of weights in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+
+  // active weight bytes per token: everything but the embedding table, with only nExpertUsed routed experts per MoE layer
+  let dense = g.weightBytes;
+  let expertAll = 0;
+  let expertOne = 0;
+  for (const l of g.layers) {
+    if (l.experts === undefined) continue;
+    const all = l.experts.gate.bytes + l.experts.up.bytes + l.experts.down.bytes;
+    expertAll += all;
+    expertOne += all / c.nExpert;
+  }
+  // the embedding is read one row per token
+  const embd = model.weights.output === model.weights.tokenEmbd ? 0 : model.weights.tokenEmbd.data.byteLength;
+  dense -= expertAll + embd;
+  const activePerToken = dense + c.nExpertUsed * expertOne;
+  const bytesPerStep = (B: number): number => dense + expertOne * c.nExpert * (1 - Math.pow(1 - c.nExpertUsed / c.nExpert, B));
+  log(`active weight bytes per token: ${(activePerToken / 1e9).toFixed(3)} GB (non-expert ${(dense / 1e9).toFixed(3)} GB + ${c.nExpertUsed} experts × ${(expertOne / 1e6).toFixed(1)} MB)`);
+
+  const results: WebGpuBenchResult[] = [{ name: "copy bandwidth", value: bw / 1e9, unit: "GB/s" }];
+  const tok = (i: number): number => (i * 7919 + 13) % c.nVocab;
+
+  // prefill: one step of promptLen tokens (warm-up run first: pipeline compilation)
+  const prompt = Array.from({ length: promptLen }, (_, i) => tok(i));
+  await g.prefill(0, prompt.slice(0, 8));
+  const pre: number[] = [];
+  for (let r = 0; r < 3; r++) {
+    const t = performance.now();
+    await g.prefill(0, prompt);
+    pre.push((performance.now() - t) / 1000);
+  }
+  const preS = median(pre);
+  results.push({ name: `prefill ${promptLen} tokens`, value: promptLen / preS, unit: "tok/s", extra: { seconds: preS } });
+  log(`prefill ${promptLen}: ${(promptLen / preS).toFixed(0)} tok/s (${(preS * 1000).toFixed(1)} ms)`);
+
+  for (const B of batches) {
+    // every slot holds a short prompt; then `steps` decode steps of B tokens
+    const ctx0 = 16;
+    for (let s = 0; s < B; s++) await g.prefill(s, prompt.slice(s, s + ctx0));
+    let pos = ctx0;
+    const stepTokens = (): StepToken[] => Array.from({ length: B }, (_, s) => ({ token: tok(pos * 31 + s), slot: s, pos, logits: true }));
+    await g.step(stepTokens()); // warm-up
+    pos++;
+    const times: number[] = [];
+    const enc: number[] = [];
+    let dispatches = 0;
+    for (let i = 0; i < steps; i++) {
+      const d0 = rt.stats.dispatches;
+      const t = performance.now();
+      const e0 = rt.stats.encodeMs;
+      const rows = g.encode(stepTokens());
+      const e1 = rt.stats.encodeMs;
+      const tEnc = performance.now() - t;
+      await g.readLogits(rows);
+      times.push((performance.now() - t) / 1000);
+      enc.push(Math.max(tEnc, e1 - e0));
+      dispatches = rt.stats.dispatches - d0;
+      pos++;
+    }
+    const s = median(times);
+    const tps = B / s;
+    const roofTps = bw / bytesPerStep(B) * B;
+    const frac = tps / roofTps;
+    results.push({
+      name: `decode batch ${B}`,
+      value: tps,
+      unit: "tok/s",
+      extra: { step_ms: s * 1000, roofline_tok_s: roofTps, roofline_fraction: frac, dispatches_per_step: dispatches, encode_ms_per_step: median(enc), weight_bytes_per_step: bytesPerStep(B) },
+    });
+    log(`decode batch ${B}: ${tps.toFixed(1)} tok/s (step ${(s * 1000).toFixed(2)} ms; roofline ${roofTps.toFixed(0)} tok/s → ${(frac * 100).toFixed(1)}%; ${dispatches} dispatches/step; host encoding ${median(enc).toFixed(2)} ms/step)`);
+  }
+  rt.device.destroy();
+  return results;
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
+  const args = process.argv.slice(2);
+  let path = args.find((a, i) => !a.startsWith("--") && !args[i - 1]?.startsWith("--"))!;
+  // --synth PRESET:TYPE:OUT — write the random-weight model first (on a machine the file cannot be carried to)
+  const synth = args.includes("--synth") ? args[args.indexOf("--synth") + 1]!.split(":") : undefined;
+  if (synth !== undefined) {
+    const t = performance.now();
+    path = synthesize(preset(synth[0]!), { out: synth[2]!, seed: 0, type: synth[1]! })[0]!;
+    console.log(`synthesized ${synth[0]} ${synth[1]} → ${path} in ${((performance.now() - t) / 1000).toFixed(1)} s`);
+  }
+  const json = args.includes("--json") ? args[args.indexOf("--json") + 1] : undefined;
+  const batches = args.includes("--batches") ? args[args.indexOf("--batches") + 1]!.split(",").map(Number) : undefined;
+  const num = (k: string): number | undefined => (args.includes(k) ? Number(args[args.indexOf(k) + 1]) : undefined);
+  const results = await runWebGpuBench(path, { batches, promptLen: num("--prompt"), decodeSteps: num("--steps") });
+  console.log("\nresult | value | unit");
+  for (const r of results) console.log(`${r.name} | ${r.value.toFixed(1)} | ${r.unit}${r.extra ? " | " + Object.entries(r.extra).map(([k, v]) => `${k}=${typeof v === "number" ? v.toPrecision(4) : v}`).join(" ") : ""}`);
+  if (json !== undefined) writeFileSync(json, JSON.stringify({ date: new Date().toISOString(), model: path, results }, null, 2) + "\n");
+  process.exit(0);
+}

@@ -8,7 +8,9 @@
 import { writeFileSync } from "node:fs";
 import { pathToFileURL } from "node:url";
 import { loadModel } from "../../model/load.js";
-import { preset } from "../../model/presets.js";
+import { preset, withOverrides, type SynthConfig } from "../../model/presets.js";
+import { evaluateAll, logSoftmaxRow } from "../../engine/evaluate.js";
+import { WebGPUKernels } from "./kernels.js";
 import { synthesize } from "../../model/synth.js";
 import { requestGpuDevice } from "./device.js";
 import { GpuModel, type StepToken } from "./gpu-model.js";
@@ -152,9 +154,46 @@ export async function runWebGpuBench(path: string, opts: { batches?: number[]; p
   return results;
 }
 
+/**
+ * Whole-model parity on this machine's GPU (for a machine without the test runner): tiny random models, fused
+ * pipeline (with --check-writes) and WebGPUKernels vs the CPU reference path; returns the worst |Δ logprob|.
+ */
+export async function parityCheck(dir: string, log: (s: string) => void = console.log): Promise<number> {
+  const cases: [string, Partial<SynthConfig>, string][] = [
+    ["tiny-v3", {}, "F32"],
+    ["tiny-v3-q4km", {}, "Q4_K_M"],
+    ["v2-groups-softmax", { n_layer: 3, n_dense: 1, gating: "softmax", w_norm: false, w_scale: 16, groups: 4, groups_used: 2, n_expert: 8, n_used: 3, n_shared: 2, exp_bias: false }, "Q8_0"],
+  ];
+  const info = await requestGpuDevice();
+  const rt = new GpuRuntime(info, { checkWrites: true });
+  const kernels = new WebGPUKernels({ checkWrites: true });
+  let worst = 0;
+  for (const [label, over, type] of cases) {
+    const out = synthesize(withOverrides(preset("tiny", "deepseek2"), { ...over, name: label }), { out: `${dir}/${label}.gguf`, seed: 3, type })[0]!;
+    const { model, config } = loadModel(out);
+    const tokens = Array.from({ length: 12 }, (_, i) => (i * 37 + 5) % config.nVocab);
+    const ref = evaluateAll(model, tokens, { path: "reference" }).map((r) => logSoftmaxRow(r));
+    const g = new GpuModel(rt, model, { slots: 1, context: 16, maxTokens: 5 });
+    const fused = (await g.prefill(0, tokens, 0, true)).map((r) => logSoftmaxRow(r));
+    model.kernels = kernels;
+    const viaKernels = evaluateAll(model, tokens, { path: "prefill", chunk: 5 }).map((r) => logSoftmaxRow(r));
+    let e1 = 0;
+    let e2 = 0;
+    ref.forEach((row, i) => row.forEach((v, j) => {
+      e1 = Math.max(e1, Math.abs(fused[i]![j]! - v));
+      e2 = Math.max(e2, Math.abs(viaKernels[i]![j]! - v));
+    }));
+    log(`parity ${label} (${type}): fused pipeline max |Δ logprob| ${e1.toExponential(2)}, WebGPUKernels ${e2.toExponential(2)}`);
+    worst = Math.max(worst, e1, e2);
+  }
+  await kernels.close();
+  rt.device.destroy();
+  return worst;
+}
+
 if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   const args = process.argv.slice(2);
-  let path = args.find((a, i) => !a.startsWith("--") && !args[i - 1]?.startsWith("--"))!;
+  let path = args.find((a, i) => !a.startsWith("--") && !args[i - 1]?.startsWith("--"));
   // --synth PRESET:TYPE:OUT — write the random-weight model first (on a machine the file cannot be carried to)
   const synth = args.includes("--synth") ? args[args.indexOf("--synth") + 1]!.split(":") : undefined;
   if (synth !== undefined) {
@@ -164,8 +203,13 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   }
   const json = args.includes("--json") ? args[args.indexOf("--json") + 1] : undefined;
   const batches = args.includes("--batches") ? args[args.indexOf("--batches") + 1]!.split(",").map(Number) : undefined;
+  if (args.includes("--parity")) {
+    const worst = await parityCheck(args[args.indexOf("--parity") + 1]!);
+    console.log(`parity: worst ${worst.toExponential(2)} ${worst <= 1e-3 ? "PASS" : "FAIL"} (≤ 1e-3)`);
+    if (path === undefined) process.exit(worst <= 1e-3 ? 0 : 1);
+  }
   const num = (k: string): number | undefined => (args.includes(k) ? Number(args[args.indexOf(k) + 1]) : undefined);
-  const results = await runWebGpuBench(path, { batches, promptLen: num("--prompt"), decodeSteps: num("--steps") });
+  const results = await runWebGpuBench(path!, { batches, promptLen: num("--prompt"), decodeSteps: num("--steps") });
   console.log("\nresult | value | unit");
   for (const r of results) console.log(`${r.name} | ${r.value.toFixed(1)} | ${r.unit}${r.extra ? " | " + Object.entries(r.extra).map(([k, v]) => `${k}=${typeof v === "number" ? v.toPrecision(4) : v}`).join(" ") : ""}`);
   if (json !== undefined) writeFileSync(json, JSON.stringify({ date: new Date().toISOString(), model: path, results }, null, 2) + "\n");

@@ -98,6 +98,11 @@ export function moe(w: MoEWeights, c: ModelConfig, x: Vec, n: number, out: Vec, 
     });
   }
   out.fill(0, 0, n * Hd);
+  if (k.matmulMany !== undefined) {
+    // fast backend (issue 7): every expert's gate/up products in one call, then every down product in one call
+    manyExperts(w, [...byExpert].sort((a, b2) => a[0] - b2[0]), x, n, Hd, out, k);
+    return routes;
+  }
   for (const [e, b] of [...byExpert].sort((a, b2) => a[0] - b2[0])) {
     const m = b.tokens.length;
     const xe = new Float64Array(m * Hd);
@@ -110,4 +115,37 @@ export function moe(w: MoEWeights, c: ModelConfig, x: Vec, n: number, out: Vec, 
   }
   if (w.shared !== undefined) swiglu(w.shared, x, n, Hd, out, true, undefined, k);
   return routes;
+}
+
+/**
+ * The expert loop of `moe` (then the shared experts) as two `matmulMany` calls; the same products and the same
+ * order of additions into `out` as the loop, so the result is that of one swiglu call per expert.
+ */
+function manyExperts(w: MoEWeights, groups: readonly [number, { tokens: number[]; weights: number[] }][], x: Vec, n: number, Hd: number, out: Vec, k: MatKernels): void {
+  const jobs = groups.map(([e, b]) => {
+    const m = b.tokens.length;
+    let xe: Vec = x;
+    if (m !== n || b.tokens.some((t, i) => t !== i)) {
+      const g = new Float64Array(m * Hd);
+      b.tokens.forEach((t, i) => g.set(x.subarray(t * Hd, (t + 1) * Hd), i * Hd));
+      xe = g;
+    }
+    return { ffn: w.experts[e]!, x: xe, m, tokens: b.tokens as readonly number[] | undefined, scale: b.weights as readonly number[] | undefined };
+  });
+  if (w.shared !== undefined) jobs.push({ ffn: w.shared, x, m: n, tokens: undefined, scale: undefined });
+  const mid = jobs.map((j) => ({ g: new Float64Array(j.m * j.ffn.gate.rows), u: new Float64Array(j.m * j.ffn.gate.rows), d: new Float64Array(j.m * Hd) }));
+  k.matmulMany!(jobs.flatMap((j, i) => [
+    { w: j.ffn.gate, x: j.x, n: j.m, xStride: Hd, y: mid[i]!.g, yStride: j.ffn.gate.rows },
+    { w: j.ffn.up, x: j.x, n: j.m, xStride: Hd, y: mid[i]!.u, yStride: j.ffn.gate.rows },
+  ]));
+  for (const { g, u } of mid) for (let i = 0; i < g.length; i++) g[i] = silu(g[i]!) * u[i]!;
+  k.matmulMany!(jobs.map((j, i) => ({ w: j.ffn.down, x: mid[i]!.g, n: j.m, xStride: j.ffn.gate.rows, y: mid[i]!.d, yStride: Hd })));
+  jobs.forEach((j, i) => {
+    const d = mid[i]!.d;
+    for (let r = 0; r < j.m; r++) {
+      const t = j.tokens === undefined ? r : j.tokens[r]!;
+      const s = j.scale === undefined ? 1 : j.scale[r]!;
+      for (let c = 0; c < Hd; c++) out[t * Hd + c] += d[r * Hd + c]! * s;
+    }
+  });
 }

@@ -9,6 +9,8 @@ import type { LatentRows, Projections } from "../../model/mla.js";
 import type { AttentionWeights } from "../../model/weights.js";
 import type { CpuBackend } from "./fast.js";
 import { QMatrix } from "./qmatrix.js";
+import type { Product } from "./kernels.js";
+import { attendAbsorbed } from "../../model/mla.js";
 
 /** scaled softmax of rows [n × T] over their first pos0+i+1 keys (causal) or all T; the rest set to 0 */
 function softmaxRows(s: Float64Array, n: number, T: number, pos0: number, scale: number, causal: boolean): void {
@@ -62,34 +64,43 @@ export function fastMha(be: CpuBackend, cfg: ModelConfig, pr: Projections, n: nu
 }
 
 /**
- * Absorbed decode (see mla.ts attendAbsorbed) with all heads at once: the latent rows [c | k_pe] are the keys of every
- * head (MQA), queries [W_UK,hᵀ q_nope,h | q_pe,h]; the weighted latent sum is the transposed product.
+ * Absorbed decode (see mla.ts attendAbsorbed) with all heads at once: the latent rows c and k_pe are the keys of every
+ * head (MQA), queries [W_UK,hᵀ q_nope,h | q_pe,h]; scores = C·q_c + K_pe·q_pe, the weighted latent sum is the
+ * transposed product Cᵀ·p. The per-head W_UK and W_UV products go out as one `matmulMany` each.
+ * Models carrying TEST-ONLY faults that touch this path (mla.ts hooks) take the plain loops over the fast products.
  */
 export function fastAbsorbed(be: CpuBackend, w: AttentionWeights, cfg: ModelConfig, pr: Projections, n: number, pos0: number, lat: LatentRows): Float64Array {
+  if (cfg.faults?.swapKvB === true || cfg.faults?.fp16AbsorbedQuery === true) return attendAbsorbed(w, cfg, pr, n, pos0, lat, undefined, be.productsOnly);
   const { nHead: H, qkNope: P, qkRope: R, vHead: V, kvLoraRank: L } = cfg;
   const D = P + R;
-  const W = L + R;
   const o = new Float64Array(n * H * V);
-  const q = new Float64Array(H * W);
-  const lo = new Float64Array(H * W);
+  const qc = new Float64Array(H * L);
+  const qp = new Float64Array(H * R);
+  const lo = new Float64Array(H * L);
   for (let i = 0; i < n; i++) {
     const T = pos0 + i + 1;
-    const K = be.sharedF32(0, T * W);
-    for (let u = 0; u < T; u++) {
-      for (let l = 0; l < L; l++) K[u * W + l] = lat.c[u * L + l]!;
-      for (let r = 0; r < R; r++) K[u * W + L + r] = lat.kPe[u * R + r]!;
-    }
+    const C = be.latentRows(0, lat.c, T * L);
+    const KP = be.latentRows(1, lat.kPe, T * R);
+    const heads: Product[] = [];
     for (let h = 0; h < H; h++) {
       const qo = (i * H + h) * D;
-      be.matmul(w.kB[h]!, pr.q.subarray(qo, qo + P), 1, P, q.subarray(h * W), W);
-      for (let r = 0; r < R; r++) q[h * W + L + r] = pr.q[qo + P + r]!;
+      heads.push({ w: w.kB[h]!, x: pr.q.subarray(qo, qo + P), n: 1, xStride: P, y: qc.subarray(h * L, (h + 1) * L), yStride: L });
+      qp.set(pr.q.subarray(qo + P, qo + D), h * R);
     }
-    const Km = f32Matrix(K, T, W, "latent");
+    be.matmulMany(heads);
+    const Cm = f32Matrix(C, T, L, "latent c");
     const s = new Float64Array(H * T);
-    be.matmul(Km, q, H, W, s, T);
+    const s2 = new Float64Array(H * T);
+    be.matmulMany([
+      { w: Cm, x: qc, n: H, xStride: L, y: s, yStride: T },
+      { w: f32Matrix(KP, T, R, "latent k_pe"), x: qp, n: H, xStride: R, y: s2, yStride: T },
+    ]);
+    for (let j = 0; j < H * T; j++) s[j]! += s2[j]!;
     softmaxRows(s, H, T, 0, cfg.kqScale, false);
-    be.matmulT(Km, s, H, T, lo, W);
-    for (let h = 0; h < H; h++) be.matmul(w.vB[h]!, lo.subarray(h * W, h * W + L), 1, L, o.subarray((i * H + h) * V, (i * H + h + 1) * V), V);
+    be.matmulT(Cm, s, H, T, lo, L);
+    const outs: Product[] = [];
+    for (let h = 0; h < H; h++) outs.push({ w: w.vB[h]!, x: lo.subarray(h * L, (h + 1) * L), n: 1, xStride: L, y: o.subarray((i * H + h) * V, (i * H + h + 1) * V), yStride: V });
+    be.matmulMany(outs);
   }
   return o;
 }

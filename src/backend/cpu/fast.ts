@@ -17,7 +17,7 @@ import type { ModelConfig } from "../../model/config.js";
 import type { LatentRows, Projections } from "../../model/mla.js";
 import type { AttentionWeights } from "../../model/weights.js";
 import { fastAbsorbed, fastMha } from "./attention.js";
-import { plainKernels, type MatKernels } from "./kernels.js";
+import { plainKernels, type MatKernels, type Product } from "./kernels.js";
 import type { Vec } from "./ops.js";
 import type { QMatrix } from "./qmatrix.js";
 import { KERNELS_WASM_BASE64 } from "./wasm/kernels.wasm.js";
@@ -51,6 +51,13 @@ const OP_MATMUL = 1;
 const OP_MATMUL_T = 2;
 const OP_ATTACH = 3;
 const OP_EXIT = 4;
+const OP_MANY = 5;
+/** OP_MANY: P[SEG_TABLE + i] = first segment of thread i (T + 1 entries); segment g at P[SEG0 + g·SEG] */
+const SEG_TABLE = 32;
+const MAX_THREADS = 64;
+const SEG0 = SEG_TABLE + MAX_THREADS + 1;
+const SEG = 18;
+const MAX_SEGS = 1024;
 
 /** pointers can exceed 2³¹: no 32-bit bitwise arithmetic on them */
 function align64(x: number): number {
@@ -156,6 +163,7 @@ for (;;) {
   } else {
     const k = inst[P[1]];
     const S = P[16] + index * P[17];
+    const SEG_TABLE = ${SEG_TABLE}, SEG0 = ${SEG0}, SEG = ${SEG};
     if (op === 1) {
       const rows = P[5];
       const r0 = Math.floor((rows * index) / threads), r1 = Math.floor((rows * (index + 1)) / threads);
@@ -164,6 +172,13 @@ for (;;) {
       const n = P[7];
       const t0 = Math.floor((n * index) / threads), t1 = Math.floor((n * (index + 1)) / threads);
       if (t1 > t0) k.matmulT(P[2], P[3], P[4], P[5], P[6], t0, t1, P[8], P[9], P[13], P[14], S);
+    } else if (op === 5) {
+      const s1 = P[SEG_TABLE + index + 1];
+      for (let g = P[SEG_TABLE + index]; g < s1; g++) {
+        const o = SEG0 + g * SEG;
+        const kk = inst[P[o]];
+        kk.matmul(P[o + 1], P[o + 2], P[o + 3], P[o + 4], P[o + 5], P[o + 6], P[o + 7], P[o + 8], P[o + 9], P[o + 10], P[o + 11], P[o + 12], P[o + 13], P[o + 14], P[o + 15] + index * P[o + 16], P[o + 17]);
+      }
     }
   }
   Atomics.add(C, 1, 1);
@@ -174,10 +189,10 @@ for (;;) {
 /** worker_threads sharing the arenas; thread 0 is the caller. */
 class Pool {
   private readonly ctl = new Int32Array(new SharedArrayBuffer(64));
-  readonly job = new Float64Array(new SharedArrayBuffer(32 * 8));
+  readonly job = new Float64Array(new SharedArrayBuffer((SEG0 + MAX_SEGS * SEG) * 8));
   private readonly workers: Worker[] = [];
   private readonly ports: MessageChannel[] = [];
-  private attached = 0;
+  attached = 0;
 
   constructor(readonly threads: number) {
     for (let i = 1; i < threads; i++) {
@@ -251,7 +266,7 @@ export class CpuBackend implements MatKernels {
   readonly fallbacks = new Map<string, number>();
 
   constructor(opts: CpuBackendOptions = {}) {
-    this.threads = Math.max(1, Math.floor(opts.threads ?? availableParallelism()));
+    this.threads = Math.min(MAX_THREADS, Math.max(1, Math.floor(opts.threads ?? availableParallelism())));
     this.name = `wasm-simd×${this.threads}`;
     this.pool = new Pool(this.threads);
   }
@@ -339,7 +354,7 @@ export class CpuBackend implements MatKernels {
     if (n <= 0 || w.rows === 0) return;
     if (!this.usable(w)) return plainKernels.matmul(w, x, n, xStride, y, yStride);
     const [arena, wp] = this.locate(w);
-    this.pool.attach(this.arenas.map((a) => a.memory));
+    if (this.pool.attached < this.arenas.length) this.pool.attach(this.arenas.map((a) => a.memory));
     const k = arena.k;
     const { cols, rows, type } = w;
     const cls = k.typeClass(type);
@@ -404,7 +419,7 @@ export class CpuBackend implements MatKernels {
     if (n <= 0) return;
     if (!this.usable(w)) return plainKernels.matmulT(w, x, n, xStride, y, yStride);
     const [arena, wp] = this.locate(w);
-    this.pool.attach(this.arenas.map((a) => a.memory));
+    if (this.pool.attached < this.arenas.length) this.pool.attach(this.arenas.map((a) => a.memory));
     const k = arena.k;
     const { cols, rows, type } = w;
     const T = this.threads;
@@ -452,6 +467,167 @@ export class CpuBackend implements MatKernels {
         for (let c = 0; c < cols; c++) y[dst + c] = g[src + c]!;
       }
     }
+  }
+
+  /**
+   * Several independent products y_i = W_i·x_i in one dispatch: rows of all of them are split across the threads by
+   * cost (rows·cols·n), so hundreds of small products (per-head W_UK/W_UV, the experts of a token) cost one wake-up
+   * each instead of one per product. Products whose x is the same object (same n, stride, cols, class) share one
+   * quantization. Per-row results are those of `matmul`.
+   */
+  matmulMany(ps: readonly Product[]): void {
+    const byArena = new Map<Arena, [Product, number][]>();
+    for (const p of ps) {
+      if (p.n <= 0 || p.w.rows === 0) continue;
+      if (!this.usable(p.w)) {
+        plainKernels.matmul(p.w, p.x, p.n, p.xStride, p.y, p.yStride);
+        continue;
+      }
+      const [a, wp] = this.locate(p.w);
+      let l = byArena.get(a);
+      if (l === undefined) byArena.set(a, (l = []));
+      l.push([p, wp]);
+    }
+    if (byArena.size === 0) return;
+    if (this.pool.attached < this.arenas.length) this.pool.attach(this.arenas.map((a) => a.memory));
+    for (const [arena, list] of byArena) this.manyIn(arena, list);
+  }
+
+  private manyIn(arena: Arena, list: readonly [Product, number][]): void {
+    const k = arena.k;
+    const T = this.threads;
+    let sBytes = 0;
+    let need = 0;
+    for (const [p] of list) {
+      const { cols, rows } = p.w;
+      sBytes = Math.max(sBytes, align64(k.scratchBytes(cols)));
+      const nb = cols / k.blockValues(p.w.type);
+      need += p.n * (cols * 4 + cols * 2 + nb * 4 + nb * 32 + rows * 4) + 5 * 64;
+    }
+    if (need > WORK_CAP || list.length + T > MAX_SEGS) {
+      for (const [p] of list) this.matmul(p.w, p.x, p.n, p.xStride, p.y, p.yStride);
+      return;
+    }
+    const base = arena.work(sBytes * T + need + 1024);
+    let at = base + sBytes * T;
+    const f = arena.f32;
+    // placement + activations
+    const place: { xp: number; aqp: number; adp: number; asp: number; yp: number; cls: number }[] = [];
+    let prev: { p: Product; cls: number; xp: number; aqp: number; adp: number; asp: number } | undefined;
+    let cost = 0;
+    for (const [p] of list) {
+      const { cols, rows, type } = p.w;
+      const cls = k.typeClass(type);
+      const nb = cols / k.blockValues(type);
+      let xp: number, aqp: number, adp: number, asp: number;
+      if (prev !== undefined && prev.p.x === p.x && prev.p.n === p.n && prev.p.xStride === p.xStride && prev.p.w.cols === cols && prev.cls === cls) {
+        ({ xp, aqp, adp, asp } = prev);
+      } else {
+        xp = at;
+        aqp = align64(xp + p.n * cols * 4);
+        adp = align64(aqp + p.n * cols * 2);
+        asp = align64(adp + p.n * nb * 4);
+        at = align64(asp + p.n * nb * 32);
+        const xo = xp >>> 2;
+        const x = p.x;
+        for (let t = 0; t < p.n; t++) {
+          const src = t * p.xStride;
+          const dst = xo + t * cols;
+          for (let c = 0; c < cols; c++) f[dst + c] = x[src + c]!;
+        }
+        if (cls !== 0) k.quantize(cls, xp, p.n, cols, cols, aqp, adp, asp);
+        prev = { p, cls, xp, aqp, adp, asp };
+      }
+      const yp = at;
+      at = align64(yp + p.n * rows * 4);
+      place.push({ xp, aqp, adp, asp, yp, cls });
+      cost += rows * cols * p.n;
+    }
+    // segments: thread i takes the cost range [C·i/T, C·(i+1)/T)
+    const J = this.pool.job;
+    const TT = cost < PARALLEL_MIN ? 1 : T;
+    let g = 0;
+    for (let i = 0; i < TT; i++) {
+      J[SEG_TABLE + i] = g;
+      const lo = (cost * i) / TT;
+      const hi = (cost * (i + 1)) / TT;
+      let c0 = 0;
+      list.forEach(([p, wp], j) => {
+        const u = p.w.cols * p.n;
+        const c1 = c0 + p.w.rows * u;
+        if (c1 > lo && c0 < hi) {
+          const r0 = i === 0 ? 0 : Math.min(p.w.rows, Math.max(0, Math.round((lo - c0) / u)));
+          const r1 = i === TT - 1 ? p.w.rows : Math.min(p.w.rows, Math.max(0, Math.round((hi - c0) / u)));
+          if (r1 > r0) {
+            const q = place[j]!;
+            const o = SEG0 + g * SEG;
+            J[o] = arena.index;
+            J[o + 1] = p.w.type;
+            J[o + 2] = wp;
+            J[o + 3] = p.w.rowBytes;
+            J[o + 4] = r0;
+            J[o + 5] = r1;
+            J[o + 6] = p.w.cols;
+            J[o + 7] = p.n;
+            J[o + 8] = q.xp;
+            J[o + 9] = p.w.cols;
+            J[o + 10] = q.aqp;
+            J[o + 11] = q.adp;
+            J[o + 12] = q.asp;
+            J[o + 13] = q.yp;
+            J[o + 14] = p.w.rows;
+            J[o + 15] = base;
+            J[o + 16] = sBytes;
+            J[o + 17] = TOKEN_TILE;
+            g++;
+          }
+        }
+        c0 = c1;
+      });
+    }
+    J[SEG_TABLE + TT] = g;
+    const own = (): void => {
+      const s1 = J[SEG_TABLE + 1]!;
+      for (let s = J[SEG_TABLE]!; s < s1; s++) {
+        const o = SEG0 + s * SEG;
+        k.matmul(J[o + 1]!, J[o + 2]!, J[o + 3]!, J[o + 4]!, J[o + 5]!, J[o + 6]!, J[o + 7]!, J[o + 8]!, J[o + 9]!, J[o + 10]!, J[o + 11]!, J[o + 12]!, J[o + 13]!, J[o + 14]!, J[o + 15]!, J[o + 17]!);
+      }
+    };
+    if (TT === 1) own();
+    else {
+      J[0] = OP_MANY;
+      J[1] = arena.index;
+      this.pool.dispatch(own);
+    }
+    const h = arena.f32;
+    list.forEach(([p], j) => {
+      const yo = place[j]!.yp >>> 2;
+      const rows = p.w.rows;
+      const y = p.y;
+      for (let t = 0; t < p.n; t++) {
+        const dst = t * p.yStride;
+        const src = yo + t * rows;
+        for (let r = 0; r < rows; r++) y[dst + r] = h[src + r]!;
+      }
+    });
+  }
+
+  /** these kernels without the attention entry points (for the plain attention loops over fast products) */
+  get productsOnly(): MatKernels {
+    return {
+      name: this.name,
+      matmul: (w, x, n, xs, y, ys) => this.matmul(w, x, n, xs, y, ys),
+      matmulT: (w, x, n, xs, y, ys) => this.matmulT(w, x, n, xs, y, ys),
+      matmulMany: (ps) => this.matmulMany(ps),
+    };
+  }
+
+  /** the first `len` values of latent rows as f32 in shared memory: in place when they already are, else copied to a slot */
+  latentRows(slot: number, rows: Float64Array | Float32Array, len: number): Float32Array {
+    if (rows instanceof Float32Array && this.byBuffer.has(rows.buffer)) return rows.subarray(0, len);
+    const f = this.sharedF32(100 + slot, len);
+    f.set(rows.subarray(0, len));
+    return f;
   }
 
   private readonly shared = new Map<number, Float32Array>();

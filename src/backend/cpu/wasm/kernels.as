@@ -507,8 +507,11 @@ function dotF(wf: usize, x: usize, cols: i32): f32 {
 
 // ---------------------------------------------------------------- fused single-token dots (decode): no unpack pass
 
+// Weights are unpacked straight into i16 lanes (v128.load8x8_u: 8 bytes → 8 u16) so that nibble and bit fields are
+// cut with 16-bit shifts and masks (x86 has no 8-bit vector shifts), then dotted with the activations.
+
 function dotQ4K1(row: usize, nb: i32, aq: usize, ad: usize, asum: usize): f32 {
-  const m4 = i8x16.splat(15);
+  const m4 = i16x8.splat(15);
   let acc = f32x4.splat(0);
   let mtot: f32 = 0;
   for (let b = 0; b < nb; b++) {
@@ -534,20 +537,19 @@ function dotQ4K1(row: usize, nb: i32, aq: usize, ad: usize, asum: usize): f32 {
         m1 = (load<u8>(s + is + 5) >> 4) | ((load<u8>(s + is + 1) >> 6) << 4);
       }
       msum += m0 * load<i32>(bs + (<usize>is << 2)) + m1 * load<i32>(bs + (<usize>(is + 1) << 2));
-      const q0 = v128.load(qs + (<usize>j << 5));
-      const q1 = v128.load(qs + (<usize>j << 5) + 16);
+      const q = qs + (<usize>j << 5);
       const ao = a + (<usize>j << 7);
-      const l0 = v128.and(q0, m4);
-      const l1 = v128.and(q1, m4);
-      const h0 = i8x16.shr_u(q0, 4);
-      const h1 = i8x16.shr_u(q1, 4);
+      const Q0 = v128.load8x8_u(q);
+      const Q1 = v128.load8x8_u(q + 8);
+      const Q2 = v128.load8x8_u(q + 16);
+      const Q3 = v128.load8x8_u(q + 24);
       const s0 = i32x4.add(
-        i32x4.add(i32x4.dot_i16x8_s(i16x8.extend_low_i8x16_u(l0), v128.load(ao)), i32x4.dot_i16x8_s(i16x8.extend_high_i8x16_u(l0), v128.load(ao + 16))),
-        i32x4.add(i32x4.dot_i16x8_s(i16x8.extend_low_i8x16_u(l1), v128.load(ao + 32)), i32x4.dot_i16x8_s(i16x8.extend_high_i8x16_u(l1), v128.load(ao + 48))),
+        i32x4.add(i32x4.dot_i16x8_s(v128.and(Q0, m4), v128.load(ao)), i32x4.dot_i16x8_s(v128.and(Q1, m4), v128.load(ao + 16))),
+        i32x4.add(i32x4.dot_i16x8_s(v128.and(Q2, m4), v128.load(ao + 32)), i32x4.dot_i16x8_s(v128.and(Q3, m4), v128.load(ao + 48))),
       );
       const s1 = i32x4.add(
-        i32x4.add(i32x4.dot_i16x8_s(i16x8.extend_low_i8x16_u(h0), v128.load(ao + 64)), i32x4.dot_i16x8_s(i16x8.extend_high_i8x16_u(h0), v128.load(ao + 80))),
-        i32x4.add(i32x4.dot_i16x8_s(i16x8.extend_low_i8x16_u(h1), v128.load(ao + 96)), i32x4.dot_i16x8_s(i16x8.extend_high_i8x16_u(h1), v128.load(ao + 112))),
+        i32x4.add(i32x4.dot_i16x8_s(i16x8.shr_u(Q0, 4), v128.load(ao + 64)), i32x4.dot_i16x8_s(i16x8.shr_u(Q1, 4), v128.load(ao + 80))),
+        i32x4.add(i32x4.dot_i16x8_s(i16x8.shr_u(Q2, 4), v128.load(ao + 96)), i32x4.dot_i16x8_s(i16x8.shr_u(Q3, 4), v128.load(ao + 112))),
       );
       isum = i32x4.add(isum, i32x4.add(i32x4.mul(s0, i32x4.splat(sc0)), i32x4.mul(s1, i32x4.splat(sc1))));
     }
@@ -558,20 +560,17 @@ function dotQ4K1(row: usize, nb: i32, aq: usize, ad: usize, asum: usize): f32 {
   return hsum(acc) - mtot;
 }
 
-// @ts-ignore: decorator
-@inline function dot16s(q: v128, a: usize): v128 {
-  return i32x4.add(i32x4.dot_i16x8_s(i16x8.extend_low_i8x16_s(q), v128.load(a)), i32x4.dot_i16x8_s(i16x8.extend_high_i8x16_s(q), v128.load(a + 16)));
-}
-
+// Q6_K: per 16 values an i8 scale, folded into the i16 weights (|q·sc| ≤ 32·128 = 4096; a block's i32 lane takes 64
+// products ≤ 4096·8191: 64·4096·8191 < 2³¹).
 function dotQ6K1(row: usize, nb: i32, aq: usize, ad: usize): f32 {
-  const m4 = i8x16.splat(15);
-  const m3 = i8x16.splat(3);
-  const c32 = i8x16.splat(32);
+  const m4 = i16x8.splat(15);
+  const m30 = i16x8.splat(0x30);
+  const c32 = i16x8.splat(32);
   let acc = f32x4.splat(0);
   for (let b = 0; b < nb; b++) {
     const p = row + <usize>b * 210;
     const a = aq + (<usize>b << 9);
-    let tot = f32x4.splat(0);
+    let tot = i32x4.splat(0);
     for (let nh = 0; nh < 2; nh++) {
       const ql = p + (<usize>nh << 6);
       const qh = p + 128 + (<usize>nh << 5);
@@ -579,22 +578,67 @@ function dotQ6K1(row: usize, nb: i32, aq: usize, ad: usize): f32 {
       const ab = a + (<usize>nh << 8);
       let isum = i32x4.splat(0);
       for (let l = 0; l < 2; l++) {
-        const A = v128.load(ql + (<usize>l << 4));
-        const B = v128.load(ql + 32 + (<usize>l << 4));
-        const h = v128.load(qh + (<usize>l << 4));
-        const q1 = i8x16.sub(v128.or(v128.and(A, m4), i8x16.shl(v128.and(h, m3), 4)), c32);
-        const q2 = i8x16.sub(v128.or(v128.and(B, m4), i8x16.shl(v128.and(i8x16.shr_u(h, 2), m3), 4)), c32);
-        const q3 = i8x16.sub(v128.or(i8x16.shr_u(A, 4), i8x16.shl(v128.and(i8x16.shr_u(h, 4), m3), 4)), c32);
-        const q4 = i8x16.sub(v128.or(i8x16.shr_u(B, 4), i8x16.shl(i8x16.shr_u(h, 6), 4)), c32);
-        const al = ab + (<usize>l << 5);
-        isum = i32x4.add(isum, i32x4.mul(dot16s(q1, al), i32x4.splat(<i32>load<i8>(sc + l))));
-        isum = i32x4.add(isum, i32x4.mul(dot16s(q2, al + 64), i32x4.splat(<i32>load<i8>(sc + l + 2))));
-        isum = i32x4.add(isum, i32x4.mul(dot16s(q3, al + 128), i32x4.splat(<i32>load<i8>(sc + l + 4))));
-        isum = i32x4.add(isum, i32x4.mul(dot16s(q4, al + 192), i32x4.splat(<i32>load<i8>(sc + l + 6))));
+        const S1 = i16x8.splat(<i16>load<i8>(sc + l));
+        const S2 = i16x8.splat(<i16>load<i8>(sc + l + 2));
+        const S3 = i16x8.splat(<i16>load<i8>(sc + l + 4));
+        const S4 = i16x8.splat(<i16>load<i8>(sc + l + 6));
+        for (let h = 0; h < 2; h++) {
+          const j = (l << 4) + (h << 3);
+          const A = v128.load8x8_u(ql + j);
+          const B = v128.load8x8_u(ql + 32 + j);
+          const H = v128.load8x8_u(qh + j);
+          const q1 = i16x8.sub(v128.or(v128.and(A, m4), v128.and(i16x8.shl(H, 4), m30)), c32);
+          const q2 = i16x8.sub(v128.or(v128.and(B, m4), v128.and(i16x8.shl(H, 2), m30)), c32);
+          const q3 = i16x8.sub(v128.or(i16x8.shr_u(A, 4), v128.and(H, m30)), c32);
+          const q4 = i16x8.sub(v128.or(i16x8.shr_u(B, 4), v128.and(i16x8.shr_u(H, 2), m30)), c32);
+          const aj = ab + (<usize>j << 1);
+          isum = i32x4.add(isum, i32x4.add(
+            i32x4.add(i32x4.dot_i16x8_s(i16x8.mul(q1, S1), v128.load(aj)), i32x4.dot_i16x8_s(i16x8.mul(q2, S2), v128.load(aj + 64))),
+            i32x4.add(i32x4.dot_i16x8_s(i16x8.mul(q3, S3), v128.load(aj + 128)), i32x4.dot_i16x8_s(i16x8.mul(q4, S4), v128.load(aj + 192))),
+          ));
+        }
       }
-      tot = f32x4.add(tot, f32x4.convert_i32x4_s(isum));
+      tot = i32x4.add(tot, isum);
     }
-    acc = f32x4.add(acc, f32x4.mul(tot, f32x4.splat(f16(load<u16>(p + 208)) * load<f32>(ad + (<usize>b << 2)))));
+    acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(tot), f32x4.splat(f16(load<u16>(p + 208)) * load<f32>(ad + (<usize>b << 2)))));
+  }
+  return hsum(acc);
+}
+
+function dotQ8_01(row: usize, nb: i32, aq: usize, ad: usize): f32 {
+  let acc = f32x4.splat(0);
+  for (let b = 0; b < nb; b++) {
+    const p = row + <usize>b * 34;
+    const a = aq + (<usize>b << 6);
+    const s = i32x4.add(
+      i32x4.add(i32x4.dot_i16x8_s(v128.load8x8_s(p + 2), v128.load(a)), i32x4.dot_i16x8_s(v128.load8x8_s(p + 10), v128.load(a + 16))),
+      i32x4.add(i32x4.dot_i16x8_s(v128.load8x8_s(p + 18), v128.load(a + 32)), i32x4.dot_i16x8_s(v128.load8x8_s(p + 26), v128.load(a + 48))),
+    );
+    acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(s), f32x4.splat(f16(load<u16>(p)) * load<f32>(ad + (<usize>b << 2)))));
+  }
+  return hsum(acc);
+}
+
+function dotQ5_01(row: usize, nb: i32, aq: usize, ad: usize): f32 {
+  const m4 = i16x8.splat(15);
+  const c16 = i16x8.splat(16);
+  const bits = i16x8(1, 2, 4, 8, 16, 32, 64, 128);
+  const zero = i16x8.splat(0);
+  let acc = f32x4.splat(0);
+  for (let b = 0; b < nb; b++) {
+    const p = row + <usize>b * 22;
+    const a = aq + (<usize>b << 6);
+    const qh = load<u32>(p + 2);
+    let s = i32x4.splat(0);
+    for (let k = 0; k < 2; k++) {
+      const Q = v128.load8x8_u(p + 6 + (<usize>k << 3));
+      const hl = v128.and(i16x8.ne(v128.and(i16x8.splat(<i16>((qh >> (k << 3)) & 0xff)), bits), zero), c16);
+      const hh = v128.and(i16x8.ne(v128.and(i16x8.splat(<i16>((qh >> (16 + (k << 3))) & 0xff)), bits), zero), c16);
+      const lo = i16x8.sub(v128.or(v128.and(Q, m4), hl), c16);
+      const hi = i16x8.sub(v128.or(i16x8.shr_u(Q, 4), hh), c16);
+      s = i32x4.add(s, i32x4.add(i32x4.dot_i16x8_s(lo, v128.load(a + (<usize>k << 4))), i32x4.dot_i16x8_s(hi, v128.load(a + 32 + (<usize>k << 4)))));
+    }
+    acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(s), f32x4.splat(f16(load<u16>(p)) * load<f32>(ad + (<usize>b << 2)))));
   }
   return hsum(acc);
 }
@@ -617,11 +661,16 @@ export function matmul(type: i32, w: usize, rowBytes: i32, r0: i32, r1: i32, col
   const asRow = <usize>nb << 5;
   for (let t0 = 0; t0 < n; t0 += tc) {
     const t1 = min(n, t0 + tc);
-    if ((type == Q4_K || type == Q6_K) && t1 - t0 < 3) {
+    if ((type == Q4_K || type == Q6_K || type == Q8_0 || type == Q5_0) && t1 - t0 < 3) {
       for (let r = r0; r < r1; r++) {
         const rp = w + <usize>r * <usize>rowBytes;
         for (let t = t0; t < t1; t++) {
-          const v = type == Q4_K ? dotQ4K1(rp, nb, aq + <usize>t * aqRow, ad + <usize>t * adRow, asum + <usize>t * asRow) : dotQ6K1(rp, nb, aq + <usize>t * aqRow, ad + <usize>t * adRow);
+          const qa = aq + <usize>t * aqRow, da = ad + <usize>t * adRow;
+          let v: f32;
+          if (type == Q4_K) v = dotQ4K1(rp, nb, qa, da, asum + <usize>t * asRow);
+          else if (type == Q6_K) v = dotQ6K1(rp, nb, qa, da);
+          else if (type == Q8_0) v = dotQ8_01(rp, nb, qa, da);
+          else v = dotQ5_01(rp, nb, qa, da);
           store<f32>(y + (<usize>(t * yStride + r) << 2), v);
         }
       }

@@ -5,7 +5,8 @@ import { Tokenizer } from "../tokenizer/index.js";
 import { DEFAULT_PREFILL_CHUNK, evaluateAll } from "../engine/evaluate.js";
 import { logSoftmax, topLogprobs } from "../engine/logprobs.js";
 import type { AttentionPath } from "../model/mla.js";
-import { glueValues, intOption, loadForCli, positionsBar, processIO, valuedOptions, type CliIO } from "./run.js";
+import { closeLoaded } from "../model/load.js";
+import { backendOption, BACKEND_HELP, glueValues, intOption, loadForCli, positionsBar, processIO, valuedOptions, type CliIO } from "./run.js";
 
 /** Stable output format of `latent logits --json`; see docs/logits-json.md. */
 export const LOGITS_FORMAT = "latent-logits/1";
@@ -21,6 +22,7 @@ options:
   --path reference|prefill|decode
                          attention path (default reference: whole sequence, no cache)
   --chunk N              prefill chunk length (default ${DEFAULT_PREFILL_CHUNK})
+${BACKEND_HELP} (default reference)
   --top K                the K most likely [id, logprob] per position (default ${DEFAULT_TOP})
   --full                 the log-softmax over the whole vocabulary per position
   --json                 JSON on stdout (format "${LOGITS_FORMAT}", docs/logits-json.md); else a table
@@ -55,6 +57,7 @@ const LOGITS_OPTIONS = {
   prompt: { type: "string" },
   path: { type: "string" },
   chunk: { type: "string" },
+  backend: { type: "string" },
   top: { type: "string" },
   full: { type: "boolean" },
   json: { type: "boolean" },
@@ -88,9 +91,11 @@ export async function logitsMain(argv: string[], io: CliIO): Promise<void> {
   if (full && values.top !== undefined) throw new UsageError("give at most one of --full and --top");
   const topK = intOption("top", values.top, 1) ?? DEFAULT_TOP;
   const json = values.json === true;
+  const backend = backendOption(values.backend, "reference");
 
   const modelPath = positionals[0]!;
-  const { file, config, model } = loadForCli(modelPath, io);
+  const loaded = loadForCli(modelPath, io, backend);
+  const { file, config, model } = loaded;
   const nVocab = config.nVocab;
   let tokens: number[];
   let tokenizer: Tokenizer | undefined;
@@ -111,6 +116,7 @@ export async function logitsMain(argv: string[], io: CliIO): Promise<void> {
     rows = evaluateAll(model, tokens, { path: path as AttentionPath, ...(chunk !== undefined ? { chunk } : {}), onProgress: (d, t) => bar.update(d, t) });
   } finally {
     bar.stop();
+    closeLoaded(loaded);
   }
   const ms = performance.now() - t0;
   const lps = rows.map((r) => logSoftmax(r));

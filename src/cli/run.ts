@@ -3,7 +3,7 @@ import { existsSync } from "node:fs";
 import cliProgress from "cli-progress";
 import type { Command } from "./command.js";
 import { UsageError } from "../util/errors.js";
-import { loadModel, type LoadedModel } from "../model/load.js";
+import { closeLoaded, loadModel, type BackendChoice, type LoadedModel } from "../model/load.js";
 import { Tokenizer, type ChatMessage } from "../tokenizer/index.js";
 import { generate, type GeneratePath } from "../engine/generate.js";
 import { DEFAULT_PREFILL_CHUNK } from "../engine/evaluate.js";
@@ -25,7 +25,7 @@ export const processIO: CliIO = {
 };
 
 /** Load a model for a command, with a progress bar on stderr when it is a terminal. */
-export function loadForCli(path: string, io: CliIO): LoadedModel {
+export function loadForCli(path: string, io: CliIO, backend?: BackendChoice): LoadedModel {
   if (!existsSync(path)) throw new UsageError(`model file not found: ${path}`);
   const bar = io.tty
     ? new cliProgress.SingleBar({ stream: process.stderr, format: "loading [{bar}] {percentage}% | {value}/{total} MB", hideCursor: true }, cliProgress.Presets.shades_classic)
@@ -40,11 +40,21 @@ export function loadForCli(path: string, io: CliIO): LoadedModel {
         bar.update(Math.round(done / 1e6));
         last = now;
       }
-    });
+    }, backend === undefined ? {} : { backend });
   } finally {
     bar?.stop();
   }
 }
+
+/** `--backend` value of run/logits. */
+export function backendOption(v: string | undefined, dflt: BackendChoice): BackendChoice {
+  const b = v ?? dflt;
+  if (b !== "cpu" && b !== "reference" && b !== "webgpu" && b !== "auto") throw new UsageError(`--backend must be cpu, reference, webgpu or auto, got "${b}"`);
+  return b;
+}
+
+export const BACKEND_HELP = `  --backend B            matrix kernels: reference (plain JS), cpu (WebAssembly SIMD on worker threads),
+                         webgpu (GPU through WebGPU), auto (webgpu on a hardware GPU adapter, else cpu)`;
 
 /** A progress bar over positions, on stderr when it is a terminal (else a no-op). */
 export function positionsBar(io: CliIO, label: string): { update(done: number, total: number): void; stop(): void } {
@@ -98,6 +108,7 @@ options:
                          prefill (default): prompt in chunks, then cached decode steps; reference
                          recomputes the whole sequence for every token (slow, for checking)
   --chunk N              prefill chunk length (default ${DEFAULT_PREFILL_CHUNK})
+${BACKEND_HELP} (default reference)
   --logprobs N           with --json: top-N alternatives per token (default 0)
   --json                 print one JSON object at the end instead of streaming`;
 
@@ -154,6 +165,7 @@ const RUN_OPTIONS = {
   "ignore-eos": { type: "boolean" },
   path: { type: "string" },
   chunk: { type: "string" },
+  backend: { type: "string" },
   logprobs: { type: "string" },
   json: { type: "boolean" },
   help: { type: "boolean", short: "h" },
@@ -198,9 +210,11 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
     logprobs: intOption("logprobs", values.logprobs, 0) ?? 0,
   };
   const json = values.json === true;
+  const backend = backendOption(values.backend, "reference");
 
   const modelPath = positionals[0]!;
-  const { file, model } = loadForCli(modelPath, io);
+  const loaded = loadForCli(modelPath, io, backend);
+  const { file, model } = loaded;
   const tokenizer = Tokenizer.fromMetadata(file.metadata);
   let prompt: number[];
   if (values.chat === true) {
@@ -228,7 +242,7 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
       io.out(ev.text);
       streamed += ev.text.length;
     },
-  });
+  }).finally(() => closeLoaded(loaded));
   bar?.stop();
   const t = result.timings;
   if (json) {

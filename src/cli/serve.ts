@@ -4,7 +4,7 @@ import { UsageError } from "../util/errors.js";
 import { DEFAULT_PAGE_SIZE } from "../engine/paged-cache.js";
 import { startServer } from "../server/server.js";
 import { existsSync } from "node:fs";
-import { loadModel } from "../model/load.js";
+import { closeLoaded, loadModel } from "../model/load.js";
 import { glueValues, intOption, processIO, valuedOptions, type CliIO } from "./run.js";
 
 const HELP = `usage: latent serve MODEL.gguf [options]
@@ -26,8 +26,9 @@ options:
   --token-budget N       most tokens per forward pass (default 256)
   --max-queue N          most waiting requests before 429 (default 64)
   --no-prefix-cache      do not share KV pages between equal prompt prefixes
-  --backend B            cpu (WebAssembly SIMD kernels on worker threads), reference (plain JS kernels)
-                         or auto (default: cpu)
+  --backend B            cpu (WebAssembly SIMD kernels on worker threads), reference (plain JS kernels),
+                         webgpu (matrix products on the GPU) or auto (default: webgpu on a hardware GPU
+                         adapter, else cpu)
   --threads N            threads of the cpu backend (default: all cores)`;
 
 const SERVE_OPTIONS = {
@@ -68,7 +69,7 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
   }
   if (positionals.length !== 1) throw new UsageError(`expected one model path, got ${positionals.length}\n\n${HELP}`);
   const backend = values.backend ?? "auto";
-  if (backend !== "cpu" && backend !== "auto" && backend !== "reference") throw new UsageError(`--backend must be cpu, reference or auto, got "${backend}" (webgpu is not available in latent serve yet)`);
+  if (backend !== "cpu" && backend !== "auto" && backend !== "reference" && backend !== "webgpu") throw new UsageError(`--backend must be cpu, reference, webgpu or auto, got "${backend}"`);
   const threads = intOption("threads", values.threads, 1);
   const port = intOption("port", values.port, 0) ?? 8080;
   if (port > 65535) throw new UsageError(`--port must be at most 65535, got ${port}`);
@@ -76,7 +77,7 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
   const path = positionals[0]!;
   if (!existsSync(path)) throw new UsageError(`model file not found: ${path}`);
   const t0 = performance.now();
-  const loaded = loadModel(path, undefined, { backend: backend === "reference" ? "reference" : "cpu", ...(threads !== undefined ? { threads } : {}) });
+  const loaded = loadModel(path, undefined, { backend, ...(threads !== undefined ? { threads } : {}) });
   io.err(`loaded ${path} in ${((performance.now() - t0) / 1000).toFixed(1)} s (kernels: ${loaded.model.kernels.name})\n`);
   const opt = <K extends string>(k: K, v: number | undefined): Partial<Record<K, number>> => (v === undefined ? {} : ({ [k]: v } as Record<K, number>));
   const server = await startServer({
@@ -107,7 +108,7 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
       const s = server.stats();
       io.err(`${signal}: draining (${s.running} running, ${s.waiting} waiting)\n`);
       void server.close().then(() => {
-        loaded.backend?.close();
+        closeLoaded(loaded);
         io.err("latent serve: stopped\n");
         resolve();
       });

@@ -1,4 +1,6 @@
 import { CpuBackend } from "../backend/cpu/fast.js";
+import { WebGPUKernels } from "../backend/webgpu/kernels.js";
+import { NoGpuError } from "../backend/webgpu/device.js";
 import { GGUFFile } from "../gguf/file.js";
 import type { ConfigOptions, ModelConfig } from "./config.js";
 import type { DeepSeek2 } from "./deepseek2.js";
@@ -13,11 +15,42 @@ export interface LoadedModel {
   readonly model: DeepSeek2;
   /** the fast CPU backend when loaded with backend "cpu" (its kernels are model.kernels) */
   readonly backend?: CpuBackend;
+  /** the WebGPU kernels when loaded with backend "webgpu" (or "auto" on a machine with a hardware adapter) */
+  readonly gpu?: WebGPUKernels;
 }
 
-/** Matrix kernels: "cpu" = WebAssembly SIMD over shared memory + worker threads; "reference" (default) = plain. */
+/** Backend names the CLI accepts. */
+export type BackendChoice = "cpu" | "reference" | "webgpu" | "auto";
+
+/** Release a loaded model's backend threads / GPU worker. */
+export function closeLoaded(m: LoadedModel): void {
+  m.backend?.close();
+  void m.gpu?.close();
+}
+
+/** Software adapters (Mesa lavapipe/llvmpipe, SwiftShader): correct but slower than the CPU backend, so "auto" skips them. */
+export function isSoftwareAdapter(name: string): boolean {
+  return /llvmpipe|lavapipe|swiftshader|software/i.test(name);
+}
+
+/** "auto": WebGPU when a hardware adapter exists, else the cpu backend. */
+function autoGpu(): WebGPUKernels | undefined {
+  try {
+    const k = new WebGPUKernels();
+    if (!isSoftwareAdapter(k.adapter)) return k;
+    void k.close();
+  } catch (e) {
+    if (!(e instanceof NoGpuError)) throw e;
+  }
+  return undefined;
+}
+
+/**
+ * Matrix kernels: "cpu" = WebAssembly SIMD over shared memory + worker threads; "reference" (default) = plain;
+ * "webgpu" = every matrix product on the GPU (WebGPUKernels); "auto" = webgpu on a hardware adapter, else cpu.
+ */
 export interface BackendOptions {
-  readonly backend?: "cpu" | "reference";
+  readonly backend?: BackendChoice;
   /** threads of the "cpu" backend, the caller's included (default: available parallelism) */
   readonly threads?: number;
 }
@@ -25,8 +58,14 @@ export interface BackendOptions {
 /** Open a GGUF (any shard of a split model), parse the config, load the weights (kept in their quant types). */
 export function loadModel(path: string, onProgress?: LoadProgress, options: ConfigOptions & BackendOptions = {}): LoadedModel {
   const file = GGUFFile.open(path);
+  const gpu = options.backend === "webgpu" ? new WebGPUKernels() : options.backend === "auto" ? autoGpu() : undefined;
+  if (gpu !== undefined) {
+    const { config, model } = loadModelFrom(file, onProgress, { ...options, kernels: gpu });
+    gpu.upload(model.weights);
+    return { file, config, model, gpu };
+  }
   // backend "cpu": matrices are read straight into the backend's shared wasm memory (issue 7)
-  const backend = options.backend === "cpu" ? new CpuBackend({ threads: options.threads }) : undefined;
+  const backend = options.backend === "cpu" || options.backend === "auto" ? new CpuBackend({ threads: options.threads }) : undefined;
   const { config, model } = loadModelFrom(file, onProgress, { ...options, kernels: backend, weightsFrom: backend?.adopt(file) });
   return { file, config, model, backend };
 }

@@ -22,7 +22,8 @@ options:
   --path reference|prefill|decode
                          attention path (default reference: whole sequence, no cache)
   --chunk N              prefill chunk length (default ${DEFAULT_PREFILL_CHUNK})
-${BACKEND_HELP} (default reference)
+${BACKEND_HELP}
+                         (--backend default: reference, which defines correctness)
   --top K                the K most likely [id, logprob] per position (default ${DEFAULT_TOP})
   --full                 the log-softmax over the whole vocabulary per position
   --json                 JSON on stdout (format "${LOGITS_FORMAT}", docs/logits-json.md); else a table
@@ -58,6 +59,7 @@ const LOGITS_OPTIONS = {
   path: { type: "string" },
   chunk: { type: "string" },
   backend: { type: "string" },
+  threads: { type: "string" },
   top: { type: "string" },
   full: { type: "boolean" },
   json: { type: "boolean" },
@@ -94,7 +96,7 @@ export async function logitsMain(argv: string[], io: CliIO): Promise<void> {
   const backend = backendOption(values.backend, "reference");
 
   const modelPath = positionals[0]!;
-  const loaded = loadForCli(modelPath, io, backend);
+  const loaded = loadForCli(modelPath, io, backend, intOption("threads", values.threads, 1));
   const { file, config, model } = loaded;
   const nVocab = config.nVocab;
   let tokens: number[];

@@ -25,7 +25,7 @@ export const processIO: CliIO = {
 };
 
 /** Load a model for a command, with a progress bar on stderr when it is a terminal. */
-export function loadForCli(path: string, io: CliIO, backend?: BackendChoice): LoadedModel {
+export function loadForCli(path: string, io: CliIO, backend?: BackendChoice, threads?: number): LoadedModel {
   if (!existsSync(path)) throw new UsageError(`model file not found: ${path}`);
   const bar = io.tty
     ? new cliProgress.SingleBar({ stream: process.stderr, format: "loading [{bar}] {percentage}% | {value}/{total} MB", hideCursor: true }, cliProgress.Presets.shades_classic)
@@ -40,7 +40,7 @@ export function loadForCli(path: string, io: CliIO, backend?: BackendChoice): Lo
         bar.update(Math.round(done / 1e6));
         last = now;
       }
-    }, backend === undefined ? {} : { backend });
+    }, { ...(backend === undefined ? {} : { backend }), ...(threads === undefined ? {} : { threads }) });
   } finally {
     bar?.stop();
   }
@@ -54,7 +54,8 @@ export function backendOption(v: string | undefined, dflt: BackendChoice): Backe
 }
 
 export const BACKEND_HELP = `  --backend B            matrix kernels: reference (plain JS), cpu (WebAssembly SIMD on worker threads),
-                         webgpu (GPU through WebGPU), auto (webgpu on a hardware GPU adapter, else cpu)`;
+                         webgpu (GPU through WebGPU), auto (webgpu on a hardware GPU adapter, else cpu)
+  --threads N            threads of the cpu backend, the caller's included (default: available parallelism)`;
 
 /** A progress bar over positions, on stderr when it is a terminal (else a no-op). */
 export function positionsBar(io: CliIO, label: string): { update(done: number, total: number): void; stop(): void } {
@@ -108,7 +109,8 @@ options:
                          prefill (default): prompt in chunks, then cached decode steps; reference
                          recomputes the whole sequence for every token (slow, for checking)
   --chunk N              prefill chunk length (default ${DEFAULT_PREFILL_CHUNK})
-${BACKEND_HELP} (default reference)
+${BACKEND_HELP}
+                         (default cpu; logits defaults to reference, which defines correctness)
   --logprobs N           with --json: top-N alternatives per token (default 0)
   --json                 print one JSON object at the end instead of streaming`;
 
@@ -166,6 +168,7 @@ const RUN_OPTIONS = {
   path: { type: "string" },
   chunk: { type: "string" },
   backend: { type: "string" },
+  threads: { type: "string" },
   logprobs: { type: "string" },
   json: { type: "boolean" },
   help: { type: "boolean", short: "h" },
@@ -210,10 +213,11 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
     logprobs: intOption("logprobs", values.logprobs, 0) ?? 0,
   };
   const json = values.json === true;
-  const backend = backendOption(values.backend, "reference");
+  const backend = backendOption(values.backend, "cpu");
+  const threads = intOption("threads", values.threads, 1);
 
   const modelPath = positionals[0]!;
-  const loaded = loadForCli(modelPath, io, backend);
+  const loaded = loadForCli(modelPath, io, backend, threads);
   const { file, model } = loaded;
   const tokenizer = Tokenizer.fromMetadata(file.metadata);
   let prompt: number[];

@@ -161,3 +161,54 @@ test("weights placed in shared memory are used in place; other matrices are copi
     be.close();
   }
 });
+
+test("matmulMany: one dispatch for many products equals one matmul per product (mixed types, shared inputs, fallbacks)", () => {
+  const rng = new Rng(11, "many");
+  const specs: readonly [type: number, rows: number, cols: number, n: number][] = [
+    [GGMLType.Q4_K, 70, 512, 1], [GGMLType.Q4_K, 33, 512, 1], [GGMLType.Q5_0, 129, 256, 1], [GGMLType.Q8_0, 5, 1024, 2],
+    [GGMLType.Q6_K, 301, 512, 1], [GGMLType.Q6_K, 17, 256, 3], [GGMLType.F32, 40, 96, 4], [GGMLType.Q2_K, 9, 256, 1],
+    [GGMLType.IQ4_XS, 64, 512, 5], [GGMLType.Q4_0, 1, 64, 1],
+  ];
+  const mats = specs.map(([type, rows, cols]) => randomMatrix(type, rows, cols, rng));
+  // products 0 and 1 share one input object (as an expert's gate and up do); the rest have their own
+  const xs = specs.map(([, , cols, n], i) => (i === 1 ? undefined : randomVec(n * (cols + 1), rng)));
+  const xOf = (i: number): Float64Array => xs[i === 1 ? 0 : i]!;
+  for (const be of backends) {
+    const want = specs.map(([, rows, cols, n], i) => {
+      const y = new Float64Array(n * (rows + 2)).fill(7);
+      be.matmul(mats[i]!, xOf(i), n, cols + 1, y, rows + 2);
+      return y;
+    });
+    const got = specs.map(([, rows, , n]) => new Float64Array(n * (rows + 2)).fill(7));
+    be.matmulMany(specs.map(([, rows, cols, n], i) => ({ w: mats[i]!, x: xOf(i), n, xStride: cols + 1, y: got[i]!, yStride: rows + 2 })));
+    specs.forEach(([type], i) => assert.deepEqual(got[i], want[i], `${be.name} product ${i} (${typeName(type)})`));
+  }
+});
+
+test("Q6_K single-token products use a repacked copy; a slice starting where a whole matrix starts gets its own", () => {
+  const rng = new Rng(13, "q6kr");
+  const w = randomMatrix(GGMLType.Q6_K, 96, 512, rng);
+  const x = randomVec(512, rng);
+  const ref = new Float64Array(96);
+  plainKernels.matmul(w, x, 1, 512, ref, 96);
+  const be = new CpuBackend({ threads: 2 });
+  try {
+    const head = new Float64Array(10);
+    be.matmul(w.slice(0, 10), x, 1, 512, head, 10);
+    const all = new Float64Array(96);
+    be.matmul(w, x, 1, 512, all, 96);
+    const three = new Float64Array(3 * 96);
+    const x3 = new Float64Array(3 * 512);
+    for (let t = 0; t < 3; t++) x3.set(x, t * 512);
+    be.matmul(w, x3, 3, 512, three, 96); // n = 3: the unpacking kernel on the original blocks
+    let mag = 0;
+    for (let i = 0; i < 96; i++) mag = Math.max(mag, Math.abs(ref[i]!));
+    for (let r = 0; r < 96; r++) {
+      assert.ok(Math.abs(all[r]! - ref[r]!) <= 1e-3 * mag, `row ${r}: ${all[r]} vs ${ref[r]}`);
+      assert.ok(Math.abs(three[r]! - all[r]!) <= 1e-5 * mag, `row ${r}: repacked ${all[r]} vs unpacked ${three[r]}`);
+      if (r < 10) assert.equal(head[r], all[r]);
+    }
+  } finally {
+    be.close();
+  }
+});

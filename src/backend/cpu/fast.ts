@@ -28,6 +28,7 @@ interface KernelExports {
   scratchBytes(cols: number): number;
   quantize(cls: number, x: number, n: number, cols: number, xStride: number, aq: number, ad: number, as: number): void;
   matmul(type: number, w: number, rowBytes: number, r0: number, r1: number, cols: number, n: number, x: number, xStride: number, aq: number, ad: number, as: number, y: number, yStride: number, S: number, tc: number): void;
+  repackQ6K(src: number, rows: number, cols: number, dst: number): void;
   matmulT(type: number, w: number, rowBytes: number, rows: number, cols: number, t0: number, t1: number, x: number, xStride: number, y: number, yStride: number, S: number): void;
 }
 
@@ -42,6 +43,12 @@ const PARALLEL_MIN = 1 << 17;
 /** tokens per chunk inside the kernel (activations of a chunk stay in cache while rows stream by) */
 const TOKEN_TILE = 64;
 const SPIN = 20000;
+/** kernel type of Q6_K repacked for single-token products (kernels.as Q6_KR) */
+const Q6_KR = 1014;
+/** at most this many bytes of repacked Q6_K copies (the output matrix of most models fits) */
+const Q6KR_BUDGET = 1 << 30;
+
+type Resolved = [Product, number, number, number];
 
 // control words
 const GEN = 0;
@@ -315,6 +322,29 @@ export class CpuBackend implements MatKernels {
     return wrapped;
   }
 
+  /** repacked copies of Q6_K matrices for products of ≤ 2 tokens: "arena:ptr:rows" → ptr in the same arena (or 0: no room) */
+  private readonly q6kr = new Map<string, number>();
+  private q6krBytes = 0;
+
+  /** where and how a product with `n` tokens reads `w`: [arena, pointer, kernel type, row bytes] */
+  private resolve(w: QMatrix, n: number): [Arena, number, number, number] {
+    const [a, wp] = this.locate(w);
+    if (w.type !== 14 || n > 2) return [a, wp, w.type, w.rowBytes];
+    const key = `${a.index}:${wp}:${w.rows}`;
+    let rp = this.q6kr.get(key);
+    if (rp === undefined) {
+      const bytes = (w.cols / 256) * 276 * w.rows;
+      rp = 0;
+      if (this.q6krBytes + bytes <= Q6KR_BUDGET && a.canFit(bytes + 64)) {
+        rp = a.alloc(bytes).byteOffset;
+        a.k.repackQ6K(wp, w.rows, w.cols, rp);
+        this.q6krBytes += bytes;
+      }
+      this.q6kr.set(key, rp);
+    }
+    return rp === 0 ? [a, wp, w.type, w.rowBytes] : [a, rp, Q6_KR, (w.cols / 256) * 276];
+  }
+
   private locate(w: QMatrix): [Arena, number] {
     const buf = w.data.buffer;
     const a = this.byBuffer.get(buf);
@@ -353,10 +383,10 @@ export class CpuBackend implements MatKernels {
   matmul(w: QMatrix, x: Vec, n: number, xStride: number, y: Vec, yStride: number): void {
     if (n <= 0 || w.rows === 0) return;
     if (!this.usable(w)) return plainKernels.matmul(w, x, n, xStride, y, yStride);
-    const [arena, wp] = this.locate(w);
+    const [arena, wp, type, rowBytes] = this.resolve(w, n);
     if (this.pool.attached < this.arenas.length) this.pool.attach(this.arenas.map((a) => a.memory));
     const k = arena.k;
-    const { cols, rows, type } = w;
+    const { cols, rows } = w;
     const cls = k.typeClass(type);
     const bv = k.blockValues(type);
     const nb = cols / bv;
@@ -385,7 +415,7 @@ export class CpuBackend implements MatKernels {
       J[1] = arena.index;
       J[2] = type;
       J[3] = wp;
-      J[4] = w.rowBytes;
+      J[4] = rowBytes;
       J[5] = rows;
       J[6] = cols;
       J[7] = m;
@@ -401,9 +431,9 @@ export class CpuBackend implements MatKernels {
       J[17] = sBytes;
       const r1 = Math.floor(rows / T);
       if (T === 1 || rows * cols * m < PARALLEL_MIN || rows < 2 * T) {
-        k.matmul(type, wp, w.rowBytes, 0, rows, cols, m, xp, cols, aqp, adp, asp, yp, rows, base, TOKEN_TILE);
+        k.matmul(type, wp, rowBytes, 0, rows, cols, m, xp, cols, aqp, adp, asp, yp, rows, base, TOKEN_TILE);
       } else {
-        this.pool.dispatch(() => k.matmul(type, wp, w.rowBytes, 0, r1, cols, m, xp, cols, aqp, adp, asp, yp, rows, base, TOKEN_TILE));
+        this.pool.dispatch(() => k.matmul(type, wp, rowBytes, 0, r1, cols, m, xp, cols, aqp, adp, asp, yp, rows, base, TOKEN_TILE));
       }
       const g = arena.f32;
       const yo = yp >>> 2;
@@ -476,24 +506,24 @@ export class CpuBackend implements MatKernels {
    * quantization. Per-row results are those of `matmul`.
    */
   matmulMany(ps: readonly Product[]): void {
-    const byArena = new Map<Arena, [Product, number][]>();
+    const byArena = new Map<Arena, Resolved[]>();
     for (const p of ps) {
       if (p.n <= 0 || p.w.rows === 0) continue;
       if (!this.usable(p.w)) {
         plainKernels.matmul(p.w, p.x, p.n, p.xStride, p.y, p.yStride);
         continue;
       }
-      const [a, wp] = this.locate(p.w);
+      const [a, wp, type, rowBytes] = this.resolve(p.w, p.n);
       let l = byArena.get(a);
       if (l === undefined) byArena.set(a, (l = []));
-      l.push([p, wp]);
+      l.push([p, wp, type, rowBytes]);
     }
     if (byArena.size === 0) return;
     if (this.pool.attached < this.arenas.length) this.pool.attach(this.arenas.map((a) => a.memory));
     for (const [arena, list] of byArena) this.manyIn(arena, list);
   }
 
-  private manyIn(arena: Arena, list: readonly [Product, number][]): void {
+  private manyIn(arena: Arena, list: readonly Resolved[]): void {
     const k = arena.k;
     const T = this.threads;
     let sBytes = 0;
@@ -515,8 +545,8 @@ export class CpuBackend implements MatKernels {
     const place: { xp: number; aqp: number; adp: number; asp: number; yp: number; cls: number }[] = [];
     let prev: { p: Product; cls: number; xp: number; aqp: number; adp: number; asp: number } | undefined;
     let cost = 0;
-    for (const [p] of list) {
-      const { cols, rows, type } = p.w;
+    for (const [p, , type] of list) {
+      const { cols, rows } = p.w;
       const cls = k.typeClass(type);
       const nb = cols / k.blockValues(type);
       let xp: number, aqp: number, adp: number, asp: number;
@@ -552,7 +582,7 @@ export class CpuBackend implements MatKernels {
       const lo = (cost * i) / TT;
       const hi = (cost * (i + 1)) / TT;
       let c0 = 0;
-      list.forEach(([p, wp], j) => {
+      list.forEach(([p, wp, type, rowBytes], j) => {
         const u = p.w.cols * p.n;
         const c1 = c0 + p.w.rows * u;
         if (c1 > lo && c0 < hi) {
@@ -562,9 +592,9 @@ export class CpuBackend implements MatKernels {
             const q = place[j]!;
             const o = SEG0 + g * SEG;
             J[o] = arena.index;
-            J[o + 1] = p.w.type;
+            J[o + 1] = type;
             J[o + 2] = wp;
-            J[o + 3] = p.w.rowBytes;
+            J[o + 3] = rowBytes;
             J[o + 4] = r0;
             J[o + 5] = r1;
             J[o + 6] = p.w.cols;

@@ -26,6 +26,8 @@ const Q5_K: i32 = 13;
 const Q6_K: i32 = 14;
 const IQ4_NL: i32 = 20;
 const IQ4_XS: i32 = 23;
+/** internal: Q6_K repacked for single-token products (see repackQ6K) */
+const Q6_KR: i32 = 1014;
 
 // @ts-ignore: decorator
 @inline function r16(x: usize): usize {
@@ -36,7 +38,7 @@ const IQ4_XS: i32 = 23;
 export function typeClass(type: i32): i32 {
   if (type == F32 || type == F16) return 0;
   if (type == Q8_0 || type == Q4_0 || type == Q5_0 || type == IQ4_NL) return 1;
-  if (type == Q4_K || type == Q5_K || type == Q6_K || type == IQ4_XS) return 2;
+  if (type == Q4_K || type == Q5_K || type == Q6_K || type == IQ4_XS || type == Q6_KR) return 2;
   return -1;
 }
 
@@ -605,6 +607,57 @@ function dotQ6K1(row: usize, nb: i32, aq: usize, ad: usize): f32 {
   return hsum(acc);
 }
 
+// Q6_K repacked (type Q6_KR, 276 bytes per 256 values): f32 d, 16 i8 scales, 256 i8 values q − 32 in order. The same
+// numbers as Q6_K with no bit fields to cut: one sign-extending load per 8 values. Built once per matrix at first use.
+
+/** rows of Q6_K at src → Q6_KR at dst */
+export function repackQ6K(src: usize, rows: i32, cols: i32, dst: usize): void {
+  const nb = cols >> 8;
+  for (let r = 0; r < rows; r++) {
+    for (let b = 0; b < nb; b++) {
+      const p = src + (<usize>(r * nb + b)) * 210;
+      const o = dst + (<usize>(r * nb + b)) * 276;
+      store<f32>(o, f16(load<u16>(p + 208)));
+      for (let g = 0; g < 16; g++) store<i8>(o + 4 + g, load<i8>(p + 192 + g));
+      const q = o + 20;
+      for (let nh = 0; nh < 2; nh++) {
+        const ql = p + (<usize>nh << 6);
+        const qh = p + 128 + (<usize>nh << 5);
+        const qo = q + (<usize>nh << 7);
+        for (let j = 0; j < 32; j++) {
+          const a = <i32>load<u8>(ql + j);
+          const bb = <i32>load<u8>(ql + 32 + j);
+          const h = <i32>load<u8>(qh + j);
+          store<i8>(qo + j, <i8>(((a & 15) | ((h & 3) << 4)) - 32));
+          store<i8>(qo + 32 + j, <i8>(((bb & 15) | (((h >> 2) & 3) << 4)) - 32));
+          store<i8>(qo + 64 + j, <i8>(((a >> 4) | (((h >> 4) & 3) << 4)) - 32));
+          store<i8>(qo + 96 + j, <i8>(((bb >> 4) | (((h >> 6) & 3) << 4)) - 32));
+        }
+      }
+    }
+  }
+}
+
+// per lane of a block: 16 groups × 4 products ≤ 32·8191, each group's sum × |sc| ≤ 128: 16·4·32·128·8191 < 2³¹
+function dotQ6KR1(row: usize, nb: i32, aq: usize, ad: usize): f32 {
+  let acc = f32x4.splat(0);
+  for (let b = 0; b < nb; b++) {
+    const p = row + <usize>b * 276;
+    const q = p + 20;
+    const a = aq + (<usize>b << 9);
+    let isum = i32x4.splat(0);
+    for (let g = 0; g < 16; g += 2) {
+      const o = <usize>g << 4;
+      const ao = <usize>g << 5;
+      const s0 = i32x4.add(i32x4.dot_i16x8_s(v128.load8x8_s(q + o), v128.load(a + ao)), i32x4.dot_i16x8_s(v128.load8x8_s(q + o + 8), v128.load(a + ao + 16)));
+      const s1 = i32x4.add(i32x4.dot_i16x8_s(v128.load8x8_s(q + o + 16), v128.load(a + ao + 32)), i32x4.dot_i16x8_s(v128.load8x8_s(q + o + 24), v128.load(a + ao + 48)));
+      isum = i32x4.add(isum, i32x4.add(i32x4.mul(s0, i32x4.splat(<i32>load<i8>(p + 4 + g))), i32x4.mul(s1, i32x4.splat(<i32>load<i8>(p + 5 + g)))));
+    }
+    acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(isum), f32x4.splat(load<f32>(p) * load<f32>(ad + (<usize>b << 2)))));
+  }
+  return hsum(acc);
+}
+
 function dotQ8_01(row: usize, nb: i32, aq: usize, ad: usize): f32 {
   let acc = f32x4.splat(0);
   for (let b = 0; b < nb; b++) {
@@ -661,13 +714,14 @@ export function matmul(type: i32, w: usize, rowBytes: i32, r0: i32, r1: i32, col
   const asRow = <usize>nb << 5;
   for (let t0 = 0; t0 < n; t0 += tc) {
     const t1 = min(n, t0 + tc);
-    if ((type == Q4_K || type == Q6_K || type == Q8_0 || type == Q5_0) && t1 - t0 < 3) {
+    if (type == Q6_KR || ((type == Q4_K || type == Q6_K || type == Q8_0 || type == Q5_0) && t1 - t0 < 3)) {
       for (let r = r0; r < r1; r++) {
         const rp = w + <usize>r * <usize>rowBytes;
         for (let t = t0; t < t1; t++) {
           const qa = aq + <usize>t * aqRow, da = ad + <usize>t * adRow;
           let v: f32;
           if (type == Q4_K) v = dotQ4K1(rp, nb, qa, da, asum + <usize>t * asRow);
+          else if (type == Q6_KR) v = dotQ6KR1(rp, nb, qa, da);
           else if (type == Q6_K) v = dotQ6K1(rp, nb, qa, da);
           else if (type == Q8_0) v = dotQ8_01(rp, nb, qa, da);
           else v = dotQ5_01(rp, nb, qa, da);

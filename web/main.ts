@@ -1,7 +1,7 @@
 // The page: load a GGUF (picker, drag and drop, URL), show its model card, chat with streamed tokens coloured by
 // probability, run the doctor's path check. The engine runs in worker.ts.
 import type { PathCheck } from "../src/index.js";
-import type { DoneInfo, FromWorker, GenerateRequest, ModelInfo, ModelSource, ToWorker, TokenInfo } from "./protocol.js";
+import type { DoneInfo, FromWorker, GenerateRequest, GpuCheckRow, LogitsPath, ModelInfo, ModelSource, ToWorker, TokenInfo } from "./protocol.js";
 
 const $ = <T extends HTMLElement>(id: string): T => {
   const el = document.getElementById(id);
@@ -38,7 +38,7 @@ function startLoad(source: ModelSource): Promise<ModelInfo> {
   const prog = $("progress");
   prog.hidden = false;
   setProgress(0, "opening…");
-  post({ type: "load", source });
+  post({ type: "load", source, backend: ($("backend") as HTMLSelectElement).value === "webgpu" ? "webgpu" : "cpu" });
   return new Promise((resolve, reject) => {
     loadWaiter = { resolve, reject };
   });
@@ -100,8 +100,10 @@ function showCard(i: ModelInfo): void {
     ["experts", `${hp("expert_count")} (${hp("expert_used_count")} used + ${hp("expert_shared_count")} shared, ${{ "1": "softmax", "2": "sigmoid" }[hp("expert_gating_func")] ?? "gating " + hp("expert_gating_func")})`],
     ["tokenizer", `${s.tokenizer.model ?? "?"} / ${s.tokenizer.pre ?? "?"}, ${s.tokenizer.vocab_size ?? "?"} tokens`],
     ["chat template", s.tokenizer.has_chat_template ? "yes" : "no"],
-    ["loaded", `${(i.loadMs / 1000).toFixed(2)} s, ${fmtBytes(i.bytesFetched)} read by range, ${i.backend} kernels`],
+    ["loaded", `${(i.loadMs / 1000).toFixed(2)} s, ${fmtBytes(i.bytesFetched)} read by range`],
+    ["backend", i.backend === "plain" ? "CPU, plain kernels (Web Worker)" : i.backend],
   ];
+  if (i.gpuError !== undefined) rows.push(["WebGPU", `not used: ${i.gpuError}`]);
   const card = $("card");
   card.replaceChildren();
   const table = document.createElement("table");
@@ -254,7 +256,7 @@ $("stop").addEventListener("click", () => post({ type: "stop" }));
 
 // ---- doctor ------------------------------------------------------------------------------------------------------
 
-function showCheck(c: PathCheck): void {
+function showCheck(c: PathCheck, gpu: GpuCheckRow | undefined): void {
   const out = $("check-result");
   const table = document.createElement("table");
   const h = table.createTHead().insertRow();
@@ -270,10 +272,15 @@ function showCheck(c: PathCheck): void {
     const tr = body.insertRow();
     for (const v of [r.path, r.ms.toFixed(0), r.maxAbsDiff.toExponential(2), r.maxKl.toExponential(2), `${r.top1Agree}/${c.tokens}`]) tr.insertCell().textContent = v;
   }
+  if (gpu !== undefined) {
+    const tr = body.insertRow();
+    for (const v of ["webgpu", gpu.ms.toFixed(0), gpu.maxAbsDiff.toExponential(2), "—", `${gpu.top1Agree}/${c.tokens}`]) tr.insertCell().textContent = v;
+  }
+  const ok = c.ok && (gpu?.ok ?? true);
   const verdict = document.createElement("p");
-  verdict.className = c.ok ? "ok" : "bad";
+  verdict.className = ok ? "ok" : "bad";
   verdict.id = "check-verdict";
-  verdict.textContent = c.ok ? `paths agree (${c.tokens} tokens, max |Δ| ≤ ${c.tolerance})` : `paths disagree (tolerance ${c.tolerance})`;
+  verdict.textContent = ok ? `paths agree (${c.tokens} tokens, max |Δ| ≤ ${c.tolerance})` : `paths disagree (tolerance ${c.tolerance})`;
   out.replaceChildren(table, verdict);
 }
 
@@ -283,7 +290,7 @@ async function runCheck(text: string): Promise<PathCheck> {
   try {
     const r = await request({ type: "pathcheck", id: nextId++, text });
     if (r.type !== "pathcheck") throw new Error("unexpected answer");
-    showCheck(r.check);
+    showCheck(r.check, r.gpu);
     return r.check;
   } finally {
     ($("check") as HTMLButtonElement).disabled = false;
@@ -359,22 +366,30 @@ async function probeGpu(): Promise<string> {
   return `WebGPU adapter: ${[i?.vendor, i?.architecture, i?.description].filter((x) => x !== undefined && x !== "").join(" ") || "available"}`;
 }
 const gpuStatus = probeGpu().catch((e: unknown) => `WebGPU: ${e instanceof Error ? e.message : String(e)}`);
-void gpuStatus.then((s) => ($("backend-status").textContent = s));
+void gpuStatus.then((s) => {
+  $("backend-status").textContent = s;
+  const opt = ($("backend") as HTMLSelectElement).querySelector('option[value="webgpu"]') as HTMLOptionElement;
+  opt.disabled = !s.startsWith("WebGPU adapter");
+  opt.textContent = opt.disabled ? `WebGPU (${s.replace(/^WebGPU: /, "")})` : "WebGPU — fused forward pass on the GPU (deepseek2)";
+});
 
 // ---- a small hook for tests and the console ------------------------------------------------------------------------
 
 interface LatentPageHook {
-  load(url: string): Promise<ModelInfo>;
+  load(url: string, backend?: "cpu" | "webgpu"): Promise<ModelInfo>;
   info(): ModelInfo | undefined;
   tokenize(text: string): Promise<number[]>;
-  logits(opts: { text?: string; tokens?: number[]; path?: "prefill" | "decode" | "reference" }): Promise<{ tokens: number[]; logits: number[] }>;
+  logits(opts: { text?: string; tokens?: number[]; path?: LogitsPath }): Promise<{ tokens: number[]; logits: number[] }>;
   generate(prompt: string, opts?: Partial<GenerateRequest>): Promise<{ done: DoneInfo; tokens: TokenInfo[] }>;
   pathCheck(text: string): Promise<PathCheck>;
   gpu(): Promise<string>;
 }
 
 const hook: LatentPageHook = {
-  load: (url) => startLoad({ kind: "url", url }),
+  load: (url, backend) => {
+    if (backend !== undefined) ($("backend") as HTMLSelectElement).value = backend;
+    return startLoad({ kind: "url", url });
+  },
   info: () => info,
   tokenize: async (text) => {
     const r = await request({ type: "tokenize", id: nextId++, text });

@@ -1,6 +1,9 @@
 // Messages between the page (main.ts) and the engine's Web Worker (worker.ts).
 import type { InspectSummary, PathCheck } from "../src/index.js";
 
+/** the CPU attention paths, or the WebGPU forward pass */
+export type LogitsPath = "prefill" | "decode" | "reference" | "webgpu";
+
 export type ModelSource = { readonly kind: "files"; readonly files: readonly File[] } | { readonly kind: "url"; readonly url: string };
 
 export interface GenerateRequest {
@@ -17,10 +20,10 @@ export interface GenerateRequest {
 }
 
 export type ToWorker =
-  | { readonly type: "load"; readonly source: ModelSource }
+  | { readonly type: "load"; readonly source: ModelSource; readonly backend: "cpu" | "webgpu" }
   | { readonly type: "generate"; readonly id: number; readonly req: GenerateRequest }
   | { readonly type: "stop" }
-  | { readonly type: "logits"; readonly id: number; readonly tokens?: readonly number[]; readonly text?: string; readonly path?: "prefill" | "decode" | "reference" }
+  | { readonly type: "logits"; readonly id: number; readonly tokens?: readonly number[]; readonly text?: string; readonly path?: LogitsPath }
   | { readonly type: "tokenize"; readonly id: number; readonly text: string }
   | { readonly type: "pathcheck"; readonly id: number; readonly text: string };
 
@@ -40,6 +43,8 @@ export interface ModelInfo {
   readonly hasChat: boolean;
   readonly loadMs: number;
   readonly backend: string;
+  /** why WebGPU was asked for but is not used */
+  readonly gpuError?: string;
   readonly bytesFetched: number;
 }
 
@@ -62,5 +67,13 @@ export type FromWorker =
   | { readonly type: "done"; readonly id: number; readonly done: DoneInfo }
   | { readonly type: "logits"; readonly id: number; readonly tokens: readonly number[]; readonly logits: Float32Array }
   | { readonly type: "tokens"; readonly id: number; readonly tokens: readonly number[] }
-  | { readonly type: "pathcheck"; readonly id: number; readonly check: PathCheck }
+  | { readonly type: "pathcheck"; readonly id: number; readonly check: PathCheck; readonly gpu?: GpuCheckRow }
   | { readonly type: "error"; readonly id?: number; readonly message: string };
+
+/** The WebGPU forward pass against the CPU reference, in the path check. */
+export interface GpuCheckRow {
+  readonly ms: number;
+  readonly maxAbsDiff: number;
+  readonly top1Agree: number;
+  readonly ok: boolean;
+}

@@ -172,3 +172,45 @@ test("browser: the bundled KJV demo model through the file picker writes King Ja
   await page.screenshot({ path: join(ARTIFACTS, "latent-page.png"), fullPage: true });
   assert.deepEqual(pageErrors, []);
 });
+
+test("browser: WebGPU backend (the engine's fused forward pass on navigator.gpu) matches the Node reference", { skip }, async (t) => {
+  const status = await page.evaluate(() => window.__latent.gpu());
+  if (!status.startsWith("WebGPU adapter")) {
+    t.skip(status);
+    return;
+  }
+  const info = await page.evaluate(() => (window.__latent as unknown as { load(u: string, b: string): Promise<{ backend: string; gpuError?: string }> }).load("/models/tiny.gguf", "webgpu"));
+  assert.equal(info.gpuError, undefined);
+  assert.match(info.backend, /^WebGPU/);
+  const tokens = [1, 7, 19, 3, 42, 11, 5, 60, 2, 33];
+  const want = evaluateAll(ref.model, tokens, { path: "reference" }).at(-1)!;
+  const got = await page.evaluate((o) => window.__latent.logits(o), { tokens, path: "webgpu" });
+  const d = maxAbs(got.logits, want);
+  t.diagnostic(`webgpu: max |Δ logit| vs Node reference = ${d.toExponential(2)} (${status})`);
+  assert.ok(d <= 1e-3, `webgpu: ${d}`);
+
+  // the KJV demo model on WebGPU: greedy text = the CPU's, tokens/s reported (SwiftShader, a CPU-emulated GPU, is slow)
+  await page.evaluate(() => (window.__latent as unknown as { load(u: string, b: string): Promise<unknown> }).load("/models/demo.gguf", "webgpu"));
+  const demo = loadModel(DEMO);
+  const tok = Tokenizer.fromMetadata(demo.file.metadata);
+  const prompt = "And it came to pass, when the king";
+  const want2 = generateSync(demo.model, tok, tok.encode(prompt), { temperature: 0, maxTokens: 6 });
+  await page.selectOption("#mode", "text");
+  await page.fill("#max-tokens", "6");
+  await page.fill("#temperature", "0");
+  await page.fill("#prompt", prompt);
+  await page.click("#send");
+  const last = page.locator(".msg.model").last();
+  await last.locator(".stats").filter({ hasText: /tokens\/s/ }).waitFor({ timeout: 240_000 });
+  const text = (await last.locator(".tok").allTextContents()).join("");
+  t.diagnostic(`webgpu demo: ${JSON.stringify(text)}`);
+  t.diagnostic(`webgpu speed: ${await last.locator(".stats").innerText()}`);
+  assert.equal(text.replace(/∅/g, ""), want2.tokens.map((id) => new TextDecoder().decode(tok.tokenBytes(id))).join(""));
+  await page.fill("#check-text", "The LORD is my shepherd");
+  await page.click("#check");
+  await page.locator("#check-verdict").waitFor({ timeout: 240_000 });
+  assert.equal(await page.locator("#check-verdict").getAttribute("class"), "ok", await page.locator("#check-result").innerText());
+  await page.mouse.move(0, 0);
+  await page.screenshot({ path: join(ARTIFACTS, "latent-page-webgpu.png"), fullPage: true });
+  assert.deepEqual(pageErrors, []);
+});

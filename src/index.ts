@@ -22,6 +22,7 @@ import { loadModelFrom } from "./model/from-file.js";
 import type { AttentionPath } from "./model/mla.js";
 import { Tokenizer, type ChatMessage } from "./tokenizer/index.js";
 import { UsageError } from "./util/errors.js";
+import { yieldToEventLoop } from "./util/yield.js";
 
 export { GGUFFile, type FetchProgress } from "./gguf/gguf-file.js";
 export { MemorySource, PrefetchedSource, ShortReadError, NotFetchedError, blobSource, httpSource, memoryAsyncSource } from "./gguf/source.js";
@@ -61,20 +62,6 @@ function isAsyncSource(x: unknown): x is AsyncByteSource {
 }
 
 const isNode = (): boolean => typeof (globalThis as { process?: { versions?: { node?: unknown } } }).process?.versions?.node === "string";
-
-/** Let the event loop run (messages, an abort) between tokens: setImmediate in Node; a MessageChannel hop elsewhere (no 4 ms timer clamp). */
-function yieldNow(): Promise<void> {
-  const si = (globalThis as { setImmediate?: (f: () => void) => void }).setImmediate;
-  if (si !== undefined) return new Promise((res) => si(res));
-  return new Promise((res) => {
-    const ch = new MessageChannel();
-    ch.port1.onmessage = () => {
-      ch.port1.close();
-      res();
-    };
-    ch.port2.postMessage(null);
-  });
-}
 
 /** The Node-only module that opens paths (file.ts), as far as this module needs it. */
 interface NodeFileModule {
@@ -215,7 +202,7 @@ export class LatentModel {
       const r = gen.next();
       if (r.done === true) return r.value;
       yield r.value;
-      await yieldNow();
+      await yieldToEventLoop();
     }
   }
 

@@ -4,6 +4,7 @@ import { UsageError } from "../util/errors.js";
 import { DEFAULT_PREFILL_CHUNK } from "./evaluate.js";
 import { LatentCache } from "./latent-cache.js";
 import { createSampler, type SampleResult, type SamplerOptions } from "./sampler.js";
+import { yieldToEventLoop } from "../util/yield.js";
 
 /**
  * How the prompt and the generated tokens are run:
@@ -245,7 +246,7 @@ export async function generate(model: GenerateModel, tokenizer: GenerateTokenize
     const r = it.next();
     if (r.done === true) return r.value;
     opts.onToken?.(r.value);
-    await new Promise<void>((resolve) => setImmediate(resolve));
+    await yieldToEventLoop();
   }
 }
 

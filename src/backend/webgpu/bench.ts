@@ -60,14 +60,14 @@ function median(xs: number[]): number {
   return s[Math.floor(s.length / 2)]!;
 }
 
-export async function runWebGpuBench(path: string, opts: { batches?: number[]; promptLen?: number; decodeSteps?: number; log?: (s: string) => void } = {}): Promise<WebGpuBenchResult[]> {
+export async function runWebGpuBench(path: string, opts: { batches?: number[]; promptLen?: number; decodeSteps?: number; log?: (s: string) => void; matvec?: "subgroup" | "shared" | "legacy" } = {}): Promise<WebGpuBenchResult[]> {
   const log = opts.log ?? ((s: string) => console.log(s));
   const batches = opts.batches ?? [1, 8, 64];
   const promptLen = opts.promptLen ?? 512;
   const steps = opts.decodeSteps ?? 16;
   const info = await requestGpuDevice();
-  const rt = new GpuRuntime(info);
-  log(`adapter: ${info.adapterInfo}; binding limit ${info.limits.maxStorageBufferBindingSize}`);
+  const rt = new GpuRuntime(info, opts.matvec !== undefined ? { matvec: opts.matvec } : {});
+  log(`adapter: ${info.adapterInfo}; binding limit ${info.limits.maxStorageBufferBindingSize}; subgroup size ${info.subgroupSize ?? "-"}; matvec kernel ${rt.matvec}`);
   const bw = await copyBandwidth(rt, Math.min(1 << 30, info.limits.maxStorageBufferBindingSize & ~0xffff));
   log(`copy bandwidth: ${(bw / 1e9).toFixed(0)} GB/s`);
 
@@ -209,7 +209,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
     if (path === undefined) process.exit(worst <= 1e-3 ? 0 : 1);
   }
   const num = (k: string): number | undefined => (args.includes(k) ? Number(args[args.indexOf(k) + 1]) : undefined);
-  const results = await runWebGpuBench(path!, { batches, promptLen: num("--prompt"), decodeSteps: num("--steps") });
+  const results = await runWebGpuBench(path!, { batches, promptLen: num("--prompt"), decodeSteps: num("--steps"), ...(args.includes("--matvec") ? { matvec: args[args.indexOf("--matvec") + 1] as "subgroup" | "shared" | "legacy" } : {}) });
   console.log("\nresult | value | unit");
   for (const r of results) console.log(`${r.name} | ${r.value.toFixed(1)} | ${r.unit}${r.extra ? " | " + Object.entries(r.extra).map(([k, v]) => `${k}=${typeof v === "number" ? v.toPrecision(4) : v}`).join(" ") : ""}`);
   if (json !== undefined) writeFileSync(json, JSON.stringify({ date: new Date().toISOString(), model: path, results }, null, 2) + "\n");

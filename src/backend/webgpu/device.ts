@@ -14,6 +14,8 @@ export interface GpuDeviceInfo {
   readonly gpu: GPU;
   readonly adapterInfo: string;
   readonly features: ReadonlySet<string>;
+  /** the subgroup size when the device has `subgroups` and one fixed size (min = max), else undefined */
+  readonly subgroupSize?: number;
   readonly limits: {
     readonly maxStorageBufferBindingSize: number;
     readonly maxBufferSize: number;
@@ -97,11 +99,15 @@ export async function requestGpuDevice(opts: GpuDeviceOptions = {}): Promise<Gpu
   }
   const info = adapter.info;
   const name = [info.vendor, info.architecture, info.device, info.description].filter((s) => s !== undefined && s !== "").join(" ");
+  const sg = info as GPUAdapterInfo & { subgroupMinSize?: number; subgroupMaxSize?: number };
+  const features = new Set([...device.features]);
+  const fixedSg = features.has("subgroups") && sg.subgroupMinSize !== undefined && sg.subgroupMinSize === sg.subgroupMaxSize ? sg.subgroupMinSize : undefined;
   return {
     device,
     gpu,
     adapterInfo: name === "" ? "unknown adapter" : name,
-    features: new Set([...device.features]),
+    features,
+    ...(fixedSg !== undefined ? { subgroupSize: fixedSg } : {}),
     limits: {
       maxStorageBufferBindingSize: device.limits.maxStorageBufferBindingSize,
       maxBufferSize: device.limits.maxBufferSize,

@@ -8,7 +8,7 @@ import { typeName } from "../../gguf/types.js";
 import { rowBytes as quantRowBytes } from "../../quant/index.js";
 import { LatentError } from "../../util/errors.js";
 import type { GpuRuntime } from "./runtime.js";
-import { getRowsWGSL, MATVEC_TN, matvecTWGSL, matvecWGSL, packMatParams, type MatParams } from "./wgsl-mat.js";
+import { getRowsWGSL, MATVEC_TN, matvec2WGSL, matvecTWGSL, matvecWGSL, MV_WG, packMatParams, type MatParams, type MatvecShape } from "./wgsl-mat.js";
 import { gpuSupports, unitSize } from "./wgsl-quant.js";
 
 export interface MatrixPiece {
@@ -124,17 +124,33 @@ function f32Range(buf: GPUBuffer, off: number, n: number, stride: number, width:
   return Array.from({ length: n }, (_, t) => ({ buffer: buf, offset: (off + t * stride + widthOff) * 4, size: width * 4 }));
 }
 
+/** The matrix-vector kernel for n tokens over m: WGSL, tokens per workgroup and rows per workgroup. */
+export function matvecKernel(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boolean): { code: string; tn: number; rowsPerGroup: number } {
+  if (rt.matvec === "legacy") return { code: matvecWGSL(m.type, m.unit, gather), tn: MATVEC_TN, rowsPerGroup: 1 };
+  let tn = 1;
+  const tnMax = rt.matvec === "subgroup" || rt.info.limits.maxComputeWorkgroupStorageSize >= MV_WG * 16 * 4 + 256 ? 16 : 8;
+  while (tn < Math.min(n, tnMax)) tn *= 2;
+  let tpr: number;
+  if (rt.matvec === "subgroup") tpr = rt.info.subgroupSize!;
+  else {
+    tpr = 4;
+    while (tpr < 32 && tpr < m.nu) tpr *= 2;
+  }
+  const shape: MatvecShape = { tpr, tn, subgroup: rt.matvec === "subgroup" };
+  return { code: matvec2WGSL(m.type, m.unit, gather, shape), tn, rowsPerGroup: MV_WG / tpr };
+}
+
 /** y = W·x for n tokens (and optionally every item of a stacked tensor). */
 export function matmul(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer, a: MatmulArgs): void {
   const count = a.batch?.count ?? 1;
   if (count > m.items) throw new LatentError(`${m.name}: batch of ${count} over ${m.items} items`);
-  const code = matvecWGSL(m.type, m.unit, false);
-  const tiles = Math.ceil(a.n / MATVEC_TN);
+  const { code, tn, rowsPerGroup } = matvecKernel(rt, m, a.n, false);
+  const tiles = Math.ceil(a.n / tn);
   for (const piece of m.pieces) {
     if (piece.firstItem >= count) continue;
     const items = Math.min(piece.items, count - piece.firstItem);
     const p = base(m, a);
-    const { gx, gy } = rowGrid(rt, piece.rows);
+    const { gx, gy } = rowGrid(rt, Math.ceil(piece.rows / rowsPerGroup));
     p.rows = piece.rows;
     p.rowBase = piece.firstRow;
     p.gx = gx;
@@ -183,12 +199,12 @@ export interface GatherArgs {
 
 /** Grouped expert products reading only the selected experts: y_b = W_{ids[b]}·x_b for every pair b. */
 export function matmulGather(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer, ids: GPUBuffer, a: GatherArgs): void {
-  const code = matvecWGSL(m.type, m.unit, true);
+  const { code, rowsPerGroup } = matvecKernel(rt, m, 1, true);
   const outs = [{ buffer: y, offset: (a.yOff ?? 0) * 4, size: ((a.pairs - 1) * a.yBatch + m.rows) * 4 }];
   for (const piece of m.pieces) {
     if (piece.rows !== m.rows) throw new LatentError(`${m.name}: gathered products need whole items per piece`);
     const p = base(m, { n: 1, xStride: 0, yStride: 0, xOff: a.xOff, yOff: a.yOff, acc: a.acc });
-    const { gx, gy } = rowGrid(rt, m.rows);
+    const { gx, gy } = rowGrid(rt, Math.ceil(m.rows / rowsPerGroup));
     p.gx = gx;
     p.xBatch = a.xBatch;
     p.yBatch = a.yBatch;

@@ -23,6 +23,12 @@ export interface RuntimeOptions {
   readonly checkWrites?: boolean;
   /** bind at most this many bytes of a tensor at once (default: the device limit); tests lower it to force pieces */
   readonly maxBindingBytes?: number;
+  /**
+   * matrix-vector kernel: "subgroup" (rows reduced with subgroupAdd; needs a fixed subgroup size), "shared"
+   * (several rows per workgroup, one workgroup-memory reduction), "legacy" (the first round's one-row-per-workgroup
+   * kernel); default: subgroup when the device allows it, else shared
+   */
+  readonly matvec?: "subgroup" | "shared" | "legacy";
 }
 
 /** A NaN with a payload arithmetic never produces. */
@@ -65,6 +71,8 @@ export class GpuRuntime {
   readonly device: GPUDevice;
   readonly maxBindingBytes: number;
   readonly checkWrites: boolean;
+  /** the matrix-vector kernel in use (RuntimeOptions.matvec, resolved) */
+  readonly matvec: "subgroup" | "shared" | "legacy";
   readonly stats: RuntimeStats = { dispatches: 0, submits: 0, encodeMs: 0 };
   private readonly pipelines = new Map<string, GPUComputePipeline>();
   private readonly bindGroups = new Map<string, GPUBindGroup>();
@@ -86,6 +94,9 @@ export class GpuRuntime {
   ) {
     this.device = info.device;
     this.checkWrites = opts.checkWrites === true;
+    const sgOk = info.subgroupSize !== undefined && info.subgroupSize >= 4 && info.subgroupSize <= 64;
+    if (opts.matvec === "subgroup" && !sgOk) throw new LatentError("matvec \"subgroup\" needs the subgroups feature with one fixed subgroup size");
+    this.matvec = opts.matvec ?? (sgOk ? "subgroup" : "shared");
     const limit = info.limits.maxStorageBufferBindingSize;
     this.maxBindingBytes = Math.min(limit, opts.maxBindingBytes ?? limit) & ~255;
     this.uniforms = this.device.createBuffer({ size: UNIFORM_RING, usage: UNIFORM | COPY_DST, label: "uniform ring" });

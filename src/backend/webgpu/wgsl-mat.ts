@@ -147,3 +147,95 @@ fn main(@builtin(global_invocation_id) g: vec3u) {
   for (var i = 0u; i < U; i++) { Y[yo + i] = dv[i]; }
 }`;
 }
+
+/** Workgroup size of the multi-row matrix-vector kernel. */
+export const MV_WG = 256;
+
+export interface MatvecShape {
+  /** threads per row (the subgroup size in the subgroup variant) */
+  readonly tpr: number;
+  /** tokens per workgroup (accumulators per thread) */
+  readonly tn: number;
+  /** reduce each row with subgroupAdd (tpr = the device's fixed subgroup size) instead of workgroup memory */
+  readonly subgroup: boolean;
+}
+
+/**
+ * The round-2 matrix-vector kernel: MV_WG/tpr rows per workgroup, tpr threads per row walking the row's 32-element
+ * units (u = lane, lane + tpr, …: neighbouring threads read neighbouring bytes), each unit dequantized once and
+ * multiplied with up to tn tokens held in registers. A row's partial sums are reduced with one subgroupAdd (no
+ * barrier, no workgroup memory) or, without subgroups, through workgroup memory with a single barrier. Same
+ * parameters and grid meaning as matvecWGSL, with x counting row groups instead of rows.
+ */
+export function matvec2WGSL(type: number, U: number, gather: boolean, s: MatvecShape): string {
+  const { tpr: TPR, tn: TN } = s;
+  const ROWS = MV_WG / TPR;
+  const reduce = s.subgroup
+    ? `  for (var t = 0u; t < ${TN}u; t++) {
+    let v = subgroupAdd(acc[t]);
+    if (lane == 0u && valid && t < nt) { out(b, t0 + t, r, v); }
+  }`
+    : `  for (var t = 0u; t < ${TN}u; t++) { red[li * ${TN}u + t] = acc[t]; }
+  workgroupBarrier();
+  for (var k = li; k < ${ROWS * TN}u; k += ${MV_WG}u) {
+    let rr = k / ${TN}u;
+    let t = k % ${TN}u;
+    let r2 = rg * ${ROWS}u + rr;
+    if (r2 < p.rows && t < nt) {
+      var v = 0.0;
+      for (var l = 0u; l < ${TPR}u; l++) { v += red[(rr * ${TPR}u + l) * ${TN}u + t]; }
+      out(b, t0 + t, r2, v);
+    }
+  }`;
+  return /* wgsl */ `${s.subgroup ? "enable subgroups;\n" : ""}
+${STRUCT}
+@group(0) @binding(0) var<storage, read> W: array<u32>;
+@group(0) @binding(1) var<storage, read> X: array<f32>;
+@group(0) @binding(2) var<storage, read_write> Y: array<f32>;
+${gather ? "@group(0) @binding(3) var<storage, read> IDS: array<u32>;\n@group(0) @binding(4) var<uniform> p: P;" : "@group(0) @binding(3) var<uniform> p: P;"}
+${dequantWGSL(type, U)}
+${s.subgroup ? "" : `var<workgroup> red: array<f32, ${MV_WG * TN}>;`}
+var<workgroup> wgE: u32;
+fn out(b: u32, t: u32, r: u32, v: f32) {
+  let yo = p.yOff + b * p.yBatch + t * p.yStride + p.rowBase + r;
+  if (p.acc != 0u) { Y[yo] += v; } else { Y[yo] = v; }
+}
+@compute @workgroup_size(${MV_WG})
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+  let tt = wid.y % p.tiles;
+  let rg = wid.x + (wid.y / p.tiles) * p.gx;
+  let lane = li % ${TPR}u;
+  let r = rg * ${ROWS}u + li / ${TPR}u;
+  let valid = r < p.rows;
+  let b = wid.z;
+  var wb = b * p.wBatch;
+  var xb = b * p.xBatch;
+${
+  gather
+    ? `  if (li == 0u) { wgE = IDS[p.idsOff + b]; }
+  let e = workgroupUniformLoad(&wgE);
+  if (e < p.e0 || e >= p.e1) { return; }
+  wb = (e - p.e0) * p.wBatch;
+  xb = (b / p.xDiv) * p.xBatch;`
+    : ""
+}
+  let rb = p.wOff + wb + select(0u, r, valid) * p.rowBytes;
+  let t0 = tt * ${TN}u;
+  let nt = min(${TN}u, p.n - t0);
+  var acc: array<f32, ${TN}>;
+  let nu = select(0u, p.nu, valid);
+  for (var u = lane; u < nu; u += ${TPR}u) {
+    deq(rb, u);
+    let xu = p.xOff + xb + t0 * p.xStride + u * U;
+    for (var t = 0u; t < ${TN}u; t++) {
+      if (t < nt) {
+        let xo = xu + t * p.xStride;
+        var s = 0.0;
+        for (var i = 0u; i < U; i++) { s += dv[i] * X[xo + i]; }
+        acc[t] += s;
+      }
+    }
+  }
+${reduce}
+}`;
+}

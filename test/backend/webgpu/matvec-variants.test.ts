@@ -1,0 +1,80 @@
+// The round-2 matrix-vector kernel in each variant (subgroup reduction, workgroup-memory reduction, and the first
+// round's kernel) against the CPU reference on fresh random inputs: odd row counts (partial row groups), n = 1 and
+// n > 1 (partial token tiles of 2, 8 and 16), strided x/y, accumulation, and gathered expert products.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { QMatrix } from "../../../src/backend/cpu/qmatrix.js";
+import { GGMLType, typeName } from "../../../src/gguf/types.js";
+import { quantize } from "../../../src/quant/index.js";
+import { GpuRuntime } from "../../../src/backend/webgpu/runtime.js";
+import { GpuMatrix, matmul, matmulGather } from "../../../src/backend/webgpu/matrix.js";
+import { f32, gpuOrSkip, relErr, Rng, u32 } from "./helpers.js";
+
+const { rt, skip } = await gpuOrSkip();
+const TOL = 2e-5;
+const sgOk = rt?.info.subgroupSize !== undefined;
+const variants: ("shared" | "legacy" | "subgroup")[] = ["shared", "legacy", ...(sgOk ? (["subgroup"] as const) : [])];
+
+for (const variant of variants) {
+  test(`matvec (${variant}) matches the CPU reference: odd shapes, n = 1 and n > 1, strides, accumulation`, { skip }, async () => {
+    const r = new GpuRuntime(rt!.info, { checkWrites: true, matvec: variant });
+    const rng = new Rng(variant.length * 31 + 5);
+    const cases: [number, number, number][] = [
+      [GGMLType.Q4_K, 512, 1],
+      [GGMLType.Q6_K, 256, 5],
+      [GGMLType.Q8_0, 96, 20],
+      [GGMLType.F16, 37, 3],
+    ];
+    for (const [type, cols, n] of cases) {
+      const rows = 13 + rng.int(0, 60);
+      const w = new QMatrix("w", type, cols, rows, quantize(type, rng.f32(cols * rows), cols));
+      const g = GpuMatrix.upload(r, "w", type, cols, rows, w.data);
+      const xStride = cols + 3;
+      const yStride = rows + 2;
+      const x = rng.f64(n * xStride);
+      const y0 = rng.f64(n * yStride);
+      const want = Float64Array.from(y0);
+      const tmp = new Float64Array(n * yStride);
+      w.matmul(x, n, xStride, tmp, yStride);
+      for (let t = 0; t < n; t++) for (let i = 0; i < rows; i++) want[t * yStride + i]! += tmp[t * yStride + i]!;
+      const yb = f32(r, y0);
+      matmul(r, g, f32(r, x), yb, { n, xStride, yStride, acc: true });
+      const got = await r.readF32(yb);
+      assert.ok(relErr(got, want) < TOL, `${variant} ${typeName(type)} ${rows}x${cols} n=${n}: err ${relErr(got, want)}`);
+      // overwrite (checked for complete writes)
+      const yb2 = r.buffer(n * yStride * 4);
+      matmul(r, g, f32(r, x), yb2, { n, xStride, yStride });
+      const got2 = await r.readF32(yb2);
+      for (let t = 0; t < n; t++) {
+        const a = got2.subarray(t * yStride, t * yStride + rows);
+        const b = tmp.subarray(t * yStride, t * yStride + rows);
+        assert.ok(relErr(a, b) < TOL, `${variant} ${typeName(type)} overwrite t=${t}: err ${relErr(a, b)}`);
+      }
+      g.destroy();
+    }
+  });
+
+  test(`gathered expert products (${variant})`, { skip }, async () => {
+    const r = new GpuRuntime(rt!.info, { checkWrites: true, matvec: variant });
+    const rng = new Rng(77 + variant.length);
+    const type = GGMLType.Q4_K;
+    const E = 5;
+    const cols = 256;
+    const rows = 19;
+    const K = 2;
+    const nTok = 3;
+    const all = new QMatrix("e", type, cols, rows * E, quantize(type, rng.f32(cols * rows * E), cols));
+    const g = GpuMatrix.upload(r, "e", type, cols, rows, all.data, E);
+    const ids = Array.from({ length: nTok * K }, () => rng.int(0, E - 1));
+    const x = rng.f64(nTok * cols);
+    const yb = r.buffer(nTok * K * rows * 4);
+    matmulGather(r, g, f32(r, x), yb, u32(r, ids), { pairs: nTok * K, xDiv: K, xBatch: cols, yBatch: rows });
+    const got = await r.readF32(yb);
+    for (let b = 0; b < nTok * K; b++) {
+      const want = new Float64Array(rows);
+      all.slice(ids[b]! * rows, rows).matmul(x.subarray(Math.floor(b / K) * cols), 1, cols, want, rows);
+      assert.ok(relErr(got.subarray(b * rows, (b + 1) * rows), want) < TOL, `${variant} pair ${b}`);
+    }
+    g.destroy();
+  });
+}

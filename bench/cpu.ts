@@ -10,7 +10,7 @@
  */
 import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
@@ -142,7 +142,9 @@ export function run(): BenchResult[] {
   out.push({ name: "memory bandwidth, copy, 1 thread", value: bw1, unit: "GB/s" });
   out.push({ name: `memory bandwidth, copy, ${threads} threads`, value: bwT, unit: "GB/s" });
 
+  const load0 = loadavg()[0]!;
   const lt = latentTiming(path, threads, backend, nPrompt, nDecode);
+  out.push({ name: "load average (1 min) before latent / after latent", value: load0, unit: "", extra: { after: loadavg()[0]! } });
   const lPre = nPrompt / lt.prefill_s;
   const lDec = nDecode / lt.decode_s;
   const frac = (lt.bytes * lDec) / 1e9 / bw;
@@ -152,6 +154,7 @@ export function run(): BenchResult[] {
 
   if (process.argv.includes("--no-llama")) return out;
   const ll = llamaTiming(path, threads, nPrompt, nDecode);
+  out.push({ name: "load average (1 min) after llama.cpp", value: loadavg()[0]!, unit: "" });
   if (typeof ll === "string") {
     console.error(ll);
     return out;

@@ -409,10 +409,24 @@ export function quantize(cls: i32, x: usize, n: i32, cols: i32, xStride: i32, aq
   return i32x4.add(i32x4.mul(v128.load(m), v128.load(a)), i32x4.mul(v128.load(m + 16), v128.load(a + 16)));
 }
 
+// Batch invariance: every K-class dot (unpacked single/4-token, fused single-token, repacked) reduces a block's
+// integer sums exactly (f64 holds them) and then combines the block in one canonical f32 expression, in block order.
+// So a token's result does not depend on which kernel or how many tokens shared the call (the server's batched steps
+// equal each request alone).
+// @ts-ignore: decorator
+@inline function isumExact(v: v128): f64 {
+  return <f64>i32x4.extract_lane(v, 0) + <f64>i32x4.extract_lane(v, 1) + <f64>i32x4.extract_lane(v, 2) + <f64>i32x4.extract_lane(v, 3);
+}
+
+// @ts-ignore: decorator
+@inline function blockTerm(i: f64, m: f64, dw: f32, dm: f32, da: f32): f32 {
+  return <f32>i * (dw * da) - <f32>m * (dm * da);
+}
+
 function dotK(S: usize, cols: i32, aq: usize, ad: usize, asum: usize): f32 {
   const nb = cols >> 8;
   const wd = sWd(S, cols), wm = sWm(S, cols), wmn = sWmn(S, cols);
-  let acc = f32x4.splat(0);
+  let acc: f32 = 0;
   for (let b = 0; b < nb; b++) {
     const w = S + (<usize>b << 9);
     const a = aq + (<usize>b << 9);
@@ -426,20 +440,19 @@ function dotK(S: usize, cols: i32, aq: usize, ad: usize, asum: usize): f32 {
     }
     const ms = minDot(wmn + (<usize>b << 5), asum + (<usize>b << 5));
     const da = load<f32>(ad + (<usize>b << 2));
-    acc = f32x4.add(acc, f32x4.mul(f32x4.add(f32x4.convert_i32x4_s(s0), f32x4.convert_i32x4_s(s1)), f32x4.splat(load<f32>(wd + (<usize>b << 2)) * da)));
-    acc = f32x4.sub(acc, f32x4.mul(f32x4.convert_i32x4_s(ms), f32x4.splat(load<f32>(wm + (<usize>b << 2)) * da)));
+    acc += blockTerm(isumExact(s0) + isumExact(s1), isumExact(ms), load<f32>(wd + (<usize>b << 2)), load<f32>(wm + (<usize>b << 2)), da);
   }
-  return hsum(acc);
+  return acc;
 }
 
 /** four activation rows at once (a rows aStride bytes apart), results to out[0..3] */
 function dotK4(S: usize, cols: i32, aq: usize, aqStride: usize, ad: usize, adStride: usize, asum: usize, asStride: usize, out: usize): void {
   const nb = cols >> 8;
   const wd = sWd(S, cols), wm = sWm(S, cols), wmn = sWmn(S, cols);
-  let acc0 = f32x4.splat(0);
-  let acc1 = f32x4.splat(0);
-  let acc2 = f32x4.splat(0);
-  let acc3 = f32x4.splat(0);
+  let acc0: f32 = 0;
+  let acc1: f32 = 0;
+  let acc2: f32 = 0;
+  let acc3: f32 = 0;
   for (let b = 0; b < nb; b++) {
     const w = S + (<usize>b << 9);
     const a0 = aq + (<usize>b << 9);
@@ -462,19 +475,15 @@ function dotK4(S: usize, cols: i32, aq: usize, aqStride: usize, ad: usize, adStr
     const dm = load<f32>(wm + (<usize>b << 2));
     const bo = <usize>b << 2;
     const so = <usize>b << 5;
-    let da = load<f32>(ad + bo);
-    acc0 = f32x4.add(acc0, f32x4.sub(f32x4.mul(f32x4.convert_i32x4_s(s0), f32x4.splat(dw * da)), f32x4.mul(f32x4.convert_i32x4_s(minDot(mv, asum + so)), f32x4.splat(dm * da))));
-    da = load<f32>(ad + adStride + bo);
-    acc1 = f32x4.add(acc1, f32x4.sub(f32x4.mul(f32x4.convert_i32x4_s(s1), f32x4.splat(dw * da)), f32x4.mul(f32x4.convert_i32x4_s(minDot(mv, asum + asStride + so)), f32x4.splat(dm * da))));
-    da = load<f32>(ad + 2 * adStride + bo);
-    acc2 = f32x4.add(acc2, f32x4.sub(f32x4.mul(f32x4.convert_i32x4_s(s2), f32x4.splat(dw * da)), f32x4.mul(f32x4.convert_i32x4_s(minDot(mv, asum + 2 * asStride + so)), f32x4.splat(dm * da))));
-    da = load<f32>(ad + 3 * adStride + bo);
-    acc3 = f32x4.add(acc3, f32x4.sub(f32x4.mul(f32x4.convert_i32x4_s(s3), f32x4.splat(dw * da)), f32x4.mul(f32x4.convert_i32x4_s(minDot(mv, asum + 3 * asStride + so)), f32x4.splat(dm * da))));
+    acc0 += blockTerm(isumExact(s0), isumExact(minDot(mv, asum + so)), dw, dm, load<f32>(ad + bo));
+    acc1 += blockTerm(isumExact(s1), isumExact(minDot(mv, asum + asStride + so)), dw, dm, load<f32>(ad + adStride + bo));
+    acc2 += blockTerm(isumExact(s2), isumExact(minDot(mv, asum + 2 * asStride + so)), dw, dm, load<f32>(ad + 2 * adStride + bo));
+    acc3 += blockTerm(isumExact(s3), isumExact(minDot(mv, asum + 3 * asStride + so)), dw, dm, load<f32>(ad + 3 * adStride + bo));
   }
-  store<f32>(out, hsum(acc0));
-  store<f32>(out + 4, hsum(acc1));
-  store<f32>(out + 8, hsum(acc2));
-  store<f32>(out + 12, hsum(acc3));
+  store<f32>(out, acc0);
+  store<f32>(out + 4, acc1);
+  store<f32>(out + 8, acc2);
+  store<f32>(out + 12, acc3);
 }
 
 function dot32(S: usize, cols: i32, aq: usize, ad: usize): f32 {
@@ -514,8 +523,7 @@ function dotF(wf: usize, x: usize, cols: i32): f32 {
 
 function dotQ4K1(row: usize, nb: i32, aq: usize, ad: usize, asum: usize): f32 {
   const m4 = i16x8.splat(15);
-  let acc = f32x4.splat(0);
-  let mtot: f32 = 0;
+  let acc: f32 = 0;
   for (let b = 0; b < nb; b++) {
     const p = row + <usize>b * 144;
     const s = p + 4;
@@ -555,11 +563,9 @@ function dotQ4K1(row: usize, nb: i32, aq: usize, ad: usize, asum: usize): f32 {
       );
       isum = i32x4.add(isum, i32x4.add(i32x4.mul(s0, i32x4.splat(sc0)), i32x4.mul(s1, i32x4.splat(sc1))));
     }
-    const da = load<f32>(ad + (<usize>b << 2));
-    acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(isum), f32x4.splat(f16(load<u16>(p)) * da)));
-    mtot += f16(load<u16>(p + 2)) * da * <f32>msum;
+    acc += blockTerm(isumExact(isum), <f64>msum, f16(load<u16>(p)), f16(load<u16>(p + 2)), load<f32>(ad + (<usize>b << 2)));
   }
-  return hsum(acc) - mtot;
+  return acc;
 }
 
 // Q6_K: per 16 values an i8 scale, folded into the i16 weights (|q·sc| ≤ 32·128 = 4096; a block's i32 lane takes 64
@@ -568,7 +574,7 @@ function dotQ6K1(row: usize, nb: i32, aq: usize, ad: usize): f32 {
   const m4 = i16x8.splat(15);
   const m30 = i16x8.splat(0x30);
   const c32 = i16x8.splat(32);
-  let acc = f32x4.splat(0);
+  let acc: f32 = 0;
   for (let b = 0; b < nb; b++) {
     const p = row + <usize>b * 210;
     const a = aq + (<usize>b << 9);
@@ -602,9 +608,9 @@ function dotQ6K1(row: usize, nb: i32, aq: usize, ad: usize): f32 {
       }
       tot = i32x4.add(tot, isum);
     }
-    acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(tot), f32x4.splat(f16(load<u16>(p + 208)) * load<f32>(ad + (<usize>b << 2)))));
+    acc += blockTerm(isumExact(tot), 0, f16(load<u16>(p + 208)), 0, load<f32>(ad + (<usize>b << 2)));
   }
-  return hsum(acc);
+  return acc;
 }
 
 // Q6_K repacked (type Q6_KR, 276 bytes per 256 values): f32 d, 16 i8 scales, 256 i8 values q − 32 in order. The same
@@ -640,7 +646,7 @@ export function repackQ6K(src: usize, rows: i32, cols: i32, dst: usize): void {
 
 // per lane of a block: 16 groups × 4 products ≤ 32·8191, each group's sum × |sc| ≤ 128: 16·4·32·128·8191 < 2³¹
 function dotQ6KR1(row: usize, nb: i32, aq: usize, ad: usize): f32 {
-  let acc = f32x4.splat(0);
+  let acc: f32 = 0;
   for (let b = 0; b < nb; b++) {
     const p = row + <usize>b * 276;
     const q = p + 20;
@@ -653,9 +659,9 @@ function dotQ6KR1(row: usize, nb: i32, aq: usize, ad: usize): f32 {
       const s1 = i32x4.add(i32x4.dot_i16x8_s(v128.load8x8_s(q + o + 16), v128.load(a + ao + 32)), i32x4.dot_i16x8_s(v128.load8x8_s(q + o + 24), v128.load(a + ao + 48)));
       isum = i32x4.add(isum, i32x4.add(i32x4.mul(s0, i32x4.splat(<i32>load<i8>(p + 4 + g))), i32x4.mul(s1, i32x4.splat(<i32>load<i8>(p + 5 + g)))));
     }
-    acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(isum), f32x4.splat(load<f32>(p) * load<f32>(ad + (<usize>b << 2)))));
+    acc += blockTerm(isumExact(isum), 0, load<f32>(p), 0, load<f32>(ad + (<usize>b << 2)));
   }
-  return hsum(acc);
+  return acc;
 }
 
 function dotQ8_01(row: usize, nb: i32, aq: usize, ad: usize): f32 {

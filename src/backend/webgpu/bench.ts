@@ -60,13 +60,20 @@ function median(xs: number[]): number {
   return s[Math.floor(s.length / 2)]!;
 }
 
-export async function runWebGpuBench(path: string, opts: { batches?: number[]; promptLen?: number; decodeSteps?: number; log?: (s: string) => void; matvec?: "subgroup" | "shared" | "legacy" } = {}): Promise<WebGpuBenchResult[]> {
+export async function runWebGpuBench(path: string, opts: { batches?: number[]; promptLen?: number; decodeSteps?: number; log?: (s: string) => void; matvec?: "subgroup" | "shared" | "legacy"; profile?: boolean } = {}): Promise<WebGpuBenchResult[]> {
   const log = opts.log ?? ((s: string) => console.log(s));
   const batches = opts.batches ?? [1, 8, 64];
   const promptLen = opts.promptLen ?? 512;
   const steps = opts.decodeSteps ?? 16;
   const info = await requestGpuDevice();
-  const rt = new GpuRuntime(info, opts.matvec !== undefined ? { matvec: opts.matvec } : {});
+  const rt = new GpuRuntime(info, { ...(opts.matvec !== undefined ? { matvec: opts.matvec } : {}), profile: opts.profile === true });
+  const showProfile = (what: string, steps: number): void => {
+    if (opts.profile !== true) return;
+    const prof = rt.profile(true);
+    const total = prof.reduce((a, p) => a + p.ms, 0);
+    log(`GPU time per ${what} (profile mode, one pass per dispatch): ${(total / steps).toFixed(2)} ms`);
+    for (const p of prof.slice(0, 14)) log(`  ${((100 * p.ms) / total).toFixed(1).padStart(5)}%  ${(p.ms / steps).toFixed(3).padStart(8)} ms  ×${p.count / steps}  ${p.label}`);
+  };
   log(`adapter: ${info.adapterInfo}; binding limit ${info.limits.maxStorageBufferBindingSize}; subgroup size ${info.subgroupSize ?? "-"}; matvec kernel ${rt.matvec}`);
   const bw = await copyBandwidth(rt, Math.min(1 << 30, info.limits.maxStorageBufferBindingSize & ~0xffff));
   log(`copy bandwidth: ${(bw / 1e9).toFixed(0)} GB/s`);
@@ -105,11 +112,13 @@ export async function runWebGpuBench(path: string, opts: { batches?: number[]; p
   const prompt = Array.from({ length: promptLen }, (_, i) => tok(i));
   await g.prefill(0, prompt.slice(0, 8));
   const pre: number[] = [];
+  rt.profile(true);
   for (let r = 0; r < 3; r++) {
     const t = performance.now();
     await g.prefill(0, prompt);
     pre.push((performance.now() - t) / 1000);
   }
+  showProfile(`prefill of ${promptLen}`, 3);
   const preS = median(pre);
   results.push({ name: `prefill ${promptLen} tokens`, value: promptLen / preS, unit: "tok/s", extra: { seconds: preS } });
   log(`prefill ${promptLen}: ${(promptLen / preS).toFixed(0)} tok/s (${(preS * 1000).toFixed(1)} ms)`);
@@ -122,6 +131,7 @@ export async function runWebGpuBench(path: string, opts: { batches?: number[]; p
     const stepTokens = (): StepToken[] => Array.from({ length: B }, (_, s) => ({ token: tok(pos * 31 + s), slot: s, pos, logits: true }));
     await g.step(stepTokens()); // warm-up
     pos++;
+    rt.profile(true);
     const times: number[] = [];
     const enc: number[] = [];
     let dispatches = 0;
@@ -138,6 +148,7 @@ export async function runWebGpuBench(path: string, opts: { batches?: number[]; p
       dispatches = rt.stats.dispatches - d0;
       pos++;
     }
+    showProfile(`decode step of batch ${B}`, steps);
     const s = median(times);
     const tps = B / s;
     const roofTps = bw / bytesPerStep(B) * B;
@@ -209,7 +220,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
     if (path === undefined) process.exit(worst <= 1e-3 ? 0 : 1);
   }
   const num = (k: string): number | undefined => (args.includes(k) ? Number(args[args.indexOf(k) + 1]) : undefined);
-  const results = await runWebGpuBench(path!, { batches, promptLen: num("--prompt"), decodeSteps: num("--steps"), ...(args.includes("--matvec") ? { matvec: args[args.indexOf("--matvec") + 1] as "subgroup" | "shared" | "legacy" } : {}) });
+  const results = await runWebGpuBench(path!, { batches, promptLen: num("--prompt"), decodeSteps: num("--steps"), profile: args.includes("--profile"), ...(args.includes("--matvec") ? { matvec: args[args.indexOf("--matvec") + 1] as "subgroup" | "shared" | "legacy" } : {}) });
   console.log("\nresult | value | unit");
   for (const r of results) console.log(`${r.name} | ${r.value.toFixed(1)} | ${r.unit}${r.extra ? " | " + Object.entries(r.extra).map(([k, v]) => `${k}=${typeof v === "number" ? v.toPrecision(4) : v}`).join(" ") : ""}`);
   if (json !== undefined) writeFileSync(json, JSON.stringify({ date: new Date().toISOString(), model: path, results }, null, 2) + "\n");

@@ -29,6 +29,11 @@ export interface RuntimeOptions {
    * kernel); default: subgroup when the device allows it, else shared
    */
   readonly matvec?: "subgroup" | "shared" | "legacy";
+  /**
+   * time every dispatch on the GPU (timestamp queries; each dispatch in its own compute pass, so the step is slower
+   * than without): `profile()` returns GPU ms per kernel label, digits folded to "#"
+   */
+  readonly profile?: boolean;
 }
 
 /** A NaN with a payload arithmetic never produces. */
@@ -87,6 +92,11 @@ export class GpuRuntime {
   private counters: GPUBuffer | undefined;
   private checks: { label: string; words: number }[] = [];
   private readonly maxCheckSlots = 4096;
+  private readonly profiling: boolean;
+  private querySet: GPUQuerySet | undefined;
+  private queryLabels: string[] = [];
+  private readonly maxQueries = 4096;
+  private readonly profileMs = new Map<string, { ms: number; count: number }>();
 
   constructor(
     readonly info: GpuDeviceInfo,
@@ -97,6 +107,8 @@ export class GpuRuntime {
     const sgOk = info.subgroupSize !== undefined && info.subgroupSize >= 4 && info.subgroupSize <= 64;
     if (opts.matvec === "subgroup" && !sgOk) throw new LatentError("matvec \"subgroup\" needs the subgroups feature with one fixed subgroup size");
     this.matvec = opts.matvec ?? (sgOk ? "subgroup" : "shared");
+    this.profiling = opts.profile === true;
+    if (this.profiling && !info.features.has("timestamp-query")) throw new LatentError("profile: the device has no timestamp-query");
     const limit = info.limits.maxStorageBufferBindingSize;
     this.maxBindingBytes = Math.min(limit, opts.maxBindingBytes ?? limit) & ~255;
     this.uniforms = this.device.createBuffer({ size: UNIFORM_RING, usage: UNIFORM | COPY_DST, label: "uniform ring" });
@@ -177,7 +189,17 @@ export class GpuRuntime {
     const maxG = this.info.limits.maxComputeWorkgroupsPerDimension;
     if (gx > maxG || gy > maxG || gz > maxG) throw new LatentError(`${label}: ${gx}×${gy}×${gz} workgroups exceed ${maxG} per dimension`);
     if (this.checkWrites) for (const o of outputs) this.fillWords(o, SENTINEL);
-    this.encode(code, buffers, params, [gx, gy, gz]);
+    if (this.profiling && this.queryLabels.length * 2 < this.maxQueries) {
+      this.querySet ??= this.device.createQuerySet({ type: "timestamp", count: this.maxQueries });
+      const q = this.queryLabels.length * 2;
+      this.queryLabels.push(label.replace(/\d+/g, "#"));
+      this.pass?.end();
+      this.encoder ??= this.device.createCommandEncoder();
+      this.pass = this.encoder.beginComputePass({ timestampWrites: { querySet: this.querySet, beginningOfPassWriteIndex: q, endOfPassWriteIndex: q + 1 } });
+      this.encode(code, buffers, params, [gx, gy, gz]);
+      this.pass.end();
+      this.pass = undefined;
+    } else this.encode(code, buffers, params, [gx, gy, gz]);
     if (this.checkWrites) for (const o of outputs) this.countSentinels(label, o);
     this.stats.dispatches++;
     this.stats.encodeMs += performance.now() - t0;
@@ -247,6 +269,16 @@ export class GpuRuntime {
     this.pass!.end();
     this.pass = undefined;
     this.encoder!.copyBufferToBuffer(buf, offset, staging, 0, staging.size);
+    const labels = this.queryLabels;
+    let queryStaging: GPUBuffer | undefined;
+    if (labels.length > 0) {
+      const bytes = labels.length * 16;
+      const resolved = this.device.createBuffer({ size: bytes, usage: 0x200 | COPY_SRC }); // QUERY_RESOLVE
+      queryStaging = this.device.createBuffer({ size: bytes, usage: MAP_READ | COPY_DST });
+      this.encoder!.resolveQuerySet(this.querySet!, 0, labels.length * 2, resolved, 0);
+      this.encoder!.copyBufferToBuffer(resolved, 0, queryStaging, 0, bytes);
+      this.queryLabels = [];
+    }
     const checks = this.checks;
     let counterStaging: GPUBuffer | undefined;
     if (checks.length > 0) {
@@ -259,6 +291,19 @@ export class GpuRuntime {
     const out = staging.getMappedRange().slice(0, size);
     staging.unmap();
     staging.destroy();
+    if (queryStaging !== undefined) {
+      await queryStaging.mapAsync(1);
+      const ts = new BigUint64Array(queryStaging.getMappedRange().slice(0));
+      queryStaging.unmap();
+      queryStaging.destroy();
+      labels.forEach((l, i) => {
+        const ns = ts[2 * i + 1]! > ts[2 * i]! ? Number(ts[2 * i + 1]! - ts[2 * i]!) : 0;
+        const e = this.profileMs.get(l) ?? { ms: 0, count: 0 };
+        e.ms += ns / 1e6;
+        e.count++;
+        this.profileMs.set(l, e);
+      });
+    }
     if (counterStaging !== undefined) {
       await counterStaging.mapAsync(1);
       const counts = new Uint32Array(counterStaging.getMappedRange().slice(0));
@@ -269,6 +314,13 @@ export class GpuRuntime {
         throw new UnwrittenOutputError(`--check-writes: ${bad.map((b) => `${b.label} left ${b.left} of ${b.words} output values unwritten`).join("; ")}`);
       }
     }
+    return out;
+  }
+
+  /** GPU time per kernel label since the last reset (profile mode), largest first; `reset` clears it. */
+  profile(reset = false): { label: string; ms: number; count: number }[] {
+    const out = [...this.profileMs].map(([label, v]) => ({ label, ...v })).sort((a, b) => b.ms - a.ms);
+    if (reset) this.profileMs.clear();
     return out;
   }
 

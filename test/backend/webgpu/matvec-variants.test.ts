@@ -78,3 +78,24 @@ for (const variant of variants) {
     g.destroy();
   });
 }
+
+test("profile mode: GPU time per kernel label (timestamp queries), results unchanged", { skip: skip || (rt !== undefined && !rt.info.features.has("timestamp-query") ? "no timestamp-query" : false) }, async () => {
+  const r = new GpuRuntime(rt!.info, { profile: true });
+  const rng = new Rng(3);
+  const type = GGMLType.Q8_0;
+  const w = new QMatrix("w", type, 64, 21, quantize(type, rng.f32(64 * 21), 64));
+  const g = GpuMatrix.upload(r, "blk.7.w", type, 64, 21, w.data);
+  const x = rng.f64(2 * 64);
+  const want = new Float64Array(2 * 21);
+  w.matmul(x, 2, 64, want, 21);
+  const yb = r.buffer(2 * 21 * 4);
+  matmul(r, g, f32(r, x), yb, { n: 2, xStride: 64, yStride: 21 });
+  matmul(r, g, f32(r, x), yb, { n: 2, xStride: 64, yStride: 21 });
+  assert.ok(relErr(await r.readF32(yb), want) < TOL);
+  const prof = r.profile(true);
+  const e = prof.find((p) => p.label === "matmul blk.#.w");
+  assert.ok(e !== undefined, JSON.stringify(prof));
+  assert.equal(e.count, 2);
+  assert.ok(e.ms >= 0 && Number.isFinite(e.ms));
+  assert.equal(r.profile().length, 0);
+});

@@ -6,7 +6,7 @@ import { UsageError } from "../util/errors.js";
 import { loadModel, type LoadedModel } from "../model/load.js";
 import { Tokenizer } from "../tokenizer/index.js";
 import { generate } from "../engine/generate.js";
-import { processIO, type CliIO } from "./run.js";
+import { processIO, type CliIO } from "./common.js";
 
 /** The model shipped in the package: a 8.9 M-parameter DeepSeek-V3-style MLA MoE trained on the King James Bible (models/README.md). */
 export const DEMO_MODEL: string = fileURLToPath(new URL("../../models/latent-demo-kjv.gguf", import.meta.url));

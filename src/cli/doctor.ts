@@ -3,7 +3,7 @@ import { writeFileSync } from "node:fs";
 import cliProgress from "cli-progress";
 import type { Command } from "./command.js";
 import { UsageError } from "../util/errors.js";
-import { glueValues, intOption, processIO, valuedOptions, type CliIO } from "./run.js";
+import { glueValues, intOption, processIO, valuedOptions, type CliIO } from "./common.js";
 import { runDoctor, type DoctorReport } from "../doctor/index.js";
 import { renderHtml } from "../doctor/html.js";
 import { noProgress, type Progress } from "../doctor/report.js";

@@ -1,4 +1,3 @@
-import { parseArgs } from "node:util";
 import type { Command } from "./command.js";
 import { UsageError } from "../util/errors.js";
 import { Tokenizer } from "../tokenizer/index.js";
@@ -6,7 +5,7 @@ import { DEFAULT_PREFILL_CHUNK, evaluateAll } from "../engine/evaluate.js";
 import { logSoftmax, topLogprobs } from "../engine/logprobs.js";
 import type { AttentionPath } from "../model/mla.js";
 import { closeLoaded } from "../model/load.js";
-import { backendOption, BACKEND_HELP, glueValues, intOption, loadForCli, positionsBar, processIO, valuedOptions, type CliIO } from "./run.js";
+import { BACKEND_HELP, backendOption, type CliIO, intOption, loadForCli, parseModelCommand, positionsBar, processIO } from "./common.js";
 
 /** Stable output format of `latent logits --json`; see docs/logits-json.md. */
 export const LOGITS_FORMAT = "latent-logits/1";
@@ -67,23 +66,9 @@ const LOGITS_OPTIONS = {
 } as const;
 
 export async function logitsMain(argv: string[], io: CliIO): Promise<void> {
-  let parsed;
-  try {
-    parsed = parseArgs({
-      args: glueValues(argv, valuedOptions(LOGITS_OPTIONS)),
-      options: LOGITS_OPTIONS,
-      allowPositionals: true,
-      strict: true,
-    });
-  } catch (e) {
-    throw new UsageError(`${e instanceof Error ? e.message : String(e)}\n\n${HELP}`);
-  }
-  const { values, positionals } = parsed;
-  if (values.help === true) {
-    io.out(HELP + "\n");
-    return;
-  }
-  if (positionals.length !== 1) throw new UsageError(`expected one model path, got ${positionals.length}\n\n${HELP}`);
+  const parsed = parseModelCommand(argv, LOGITS_OPTIONS, HELP, io);
+  if (parsed === undefined) return;
+  const { values, model: modelPath } = parsed;
   if ((values.tokens === undefined) === (values.prompt === undefined)) throw new UsageError("give exactly one of --tokens and --prompt");
   const path = values.path ?? "reference";
   if (path !== "reference" && path !== "prefill" && path !== "decode") throw new UsageError(`--path must be reference, prefill or decode, got "${path}"`);
@@ -95,7 +80,6 @@ export async function logitsMain(argv: string[], io: CliIO): Promise<void> {
   const json = values.json === true;
   const backend = backendOption(values.backend, "reference");
 
-  const modelPath = positionals[0]!;
   const loaded = loadForCli(modelPath, io, backend, intOption("threads", values.threads, 1));
   const { file, config, model } = loaded;
   const nVocab = config.nVocab;

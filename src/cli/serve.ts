@@ -1,11 +1,10 @@
-import { parseArgs } from "node:util";
 import type { Command } from "./command.js";
 import { UsageError } from "../util/errors.js";
 import { DEFAULT_PAGE_SIZE } from "../engine/paged-cache.js";
 import { startServer } from "../server/server.js";
 import { existsSync } from "node:fs";
 import { closeLoaded, loadModel } from "../model/load.js";
-import { glueValues, intOption, processIO, valuedOptions, type CliIO } from "./run.js";
+import { type CliIO, intOption, parseModelCommand, processIO } from "./common.js";
 
 const HELP = `usage: latent serve MODEL.gguf [options]
 
@@ -56,25 +55,16 @@ export const serveCommand: Command = {
 };
 
 export async function serveMain(argv: string[], io: CliIO): Promise<void> {
-  let parsed;
-  try {
-    parsed = parseArgs({ args: glueValues(argv, valuedOptions(SERVE_OPTIONS)), options: SERVE_OPTIONS, allowPositionals: true, strict: true });
-  } catch (e) {
-    throw new UsageError(`${e instanceof Error ? e.message : String(e)}\n\n${HELP}`);
-  }
-  const { values, positionals } = parsed;
-  if (values.help === true) {
-    io.out(HELP + "\n");
-    return;
-  }
-  if (positionals.length !== 1) throw new UsageError(`expected one model path, got ${positionals.length}\n\n${HELP}`);
+  const parsed = parseModelCommand(argv, SERVE_OPTIONS, HELP, io);
+  if (parsed === undefined) return;
+  const { values, model: modelPath } = parsed;
   const backend = values.backend ?? "auto";
   if (backend !== "cpu" && backend !== "auto" && backend !== "reference" && backend !== "webgpu") throw new UsageError(`--backend must be cpu, reference, webgpu or auto, got "${backend}"`);
   const threads = intOption("threads", values.threads, 1);
   const port = intOption("port", values.port, 0) ?? 8080;
   if (port > 65535) throw new UsageError(`--port must be at most 65535, got ${port}`);
   const apiKey = values["api-key"] ?? process.env["LATENT_API_KEY"];
-  const path = positionals[0]!;
+  const path = modelPath;
   if (!existsSync(path)) throw new UsageError(`model file not found: ${path}`);
   const t0 = performance.now();
   const loaded = loadModel(path, undefined, { backend, ...(threads !== undefined ? { threads } : {}) });

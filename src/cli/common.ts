@@ -1,0 +1,133 @@
+import { parseArgs } from "node:util";
+import { existsSync } from "node:fs";
+import cliProgress from "cli-progress";
+import { UsageError } from "../util/errors.js";
+import { loadModel, type BackendChoice, type LoadedModel } from "../model/load.js";
+
+/** Where a command writes: stdout/stderr, or a capture in tests. */
+export interface CliIO {
+  out(text: string): void;
+  err(text: string): void;
+  /** show progress bars (stderr is a terminal) */
+  readonly tty: boolean;
+}
+
+export const processIO: CliIO = {
+  out: (t) => void process.stdout.write(t),
+  err: (t) => void process.stderr.write(t),
+  get tty(): boolean {
+    return process.stderr.isTTY === true;
+  },
+};
+
+/** Load a model for a command, with a progress bar on stderr when it is a terminal. */
+export function loadForCli(path: string, io: CliIO, backend?: BackendChoice, threads?: number): LoadedModel {
+  if (!existsSync(path)) throw new UsageError(`model file not found: ${path}`);
+  const bar = io.tty
+    ? new cliProgress.SingleBar({ stream: process.stderr, format: "loading [{bar}] {percentage}% | {value}/{total} MB", hideCursor: true }, cliProgress.Presets.shades_classic)
+    : undefined;
+  let last = 0;
+  try {
+    return loadModel(path, (done, total) => {
+      if (bar === undefined) return;
+      const now = Date.now();
+      if (last === 0) bar.start(Math.max(1, Math.ceil(total / 1e6)), 0);
+      if (now - last > 100 || done === total) {
+        bar.update(Math.round(done / 1e6));
+        last = now;
+      }
+    }, { ...(backend === undefined ? {} : { backend }), ...(threads === undefined ? {} : { threads }) });
+  } finally {
+    bar?.stop();
+  }
+}
+
+/** `--backend` value of run/logits. */
+export function backendOption(v: string | undefined, dflt: BackendChoice): BackendChoice {
+  const b = v ?? dflt;
+  if (b !== "cpu" && b !== "reference" && b !== "webgpu" && b !== "auto") throw new UsageError(`--backend must be cpu, reference, webgpu or auto, got "${b}"`);
+  return b;
+}
+
+export const BACKEND_HELP = `  --backend B            matrix kernels: reference (plain JS), cpu (WebAssembly SIMD on worker threads),
+                         webgpu (GPU through WebGPU), auto (webgpu on a hardware GPU adapter, else cpu)
+  --threads N            threads of the cpu backend, the caller's included (default: available parallelism)`;
+
+/** A progress bar over positions, on stderr when it is a terminal (else a no-op). */
+export function positionsBar(io: CliIO, label: string): { update(done: number, total: number): void; stop(): void } {
+  if (!io.tty) return { update: () => {}, stop: () => {} };
+  const bar = new cliProgress.SingleBar({ stream: process.stderr, format: `${label} [{bar}] {value}/{total} tokens`, hideCursor: true, clearOnComplete: true }, cliProgress.Presets.shades_classic);
+  let started = false;
+  return {
+    update(done, total) {
+      if (!started) bar.start(total, 0);
+      started = true;
+      bar.update(done);
+    },
+    stop() {
+      if (started) bar.stop();
+    },
+  };
+}
+
+export function intOption(name: string, v: string | undefined, min: number): number | undefined {
+  if (v === undefined) return undefined;
+  const n = Number(v);
+  if (v.trim() === "" || !Number.isInteger(n) || n < min) throw new UsageError(`--${name} must be an integer ≥ ${min}, got "${v}"`);
+  return n;
+}
+
+/**
+ * parseArgs refuses option values that start with "-" (`-n -1`, `-p "-x"`): for options that take a value, glue the
+ * next argument to them (`--name=VALUE`) so it is always read as the value, as getopt does; range checks judge it.
+ */
+export function glueValues(argv: readonly string[], valued: Readonly<Record<string, string>>): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    if (a === "--") {
+      out.push(...argv.slice(i));
+      break;
+    }
+    const long = valued[a];
+    const next = argv[i + 1];
+    if (long !== undefined && next !== undefined) {
+      out.push(`--${long}=${next}`);
+      i++;
+    } else out.push(a);
+  }
+  return out;
+}
+
+/** "-x"/"--name" → "name" for every option whose type is "string". */
+export function valuedOptions(options: Readonly<Record<string, { type: "string" | "boolean"; short?: string }>>): Record<string, string> {
+  const m: Record<string, string> = {};
+  for (const [name, o] of Object.entries(options)) {
+    if (o.type !== "string") continue;
+    m[`--${name}`] = name;
+    if (o.short !== undefined) m[`-${o.short}`] = name;
+  }
+  return m;
+}
+
+
+type OptionsConfig = Readonly<Record<string, { type: "string" | "boolean"; short?: string; multiple?: boolean }>>;
+
+/**
+ * The shared front of a model command: parse `argv` against `options` (values may start with "-"), print `help` and
+ * return undefined for -h/--help, require exactly one positional (the model path). Bad arguments → UsageError.
+ */
+export function parseModelCommand<T extends OptionsConfig>(argv: string[], options: T, help: string, io: CliIO) {
+  let parsed;
+  try {
+    parsed = parseArgs({ args: glueValues(argv, valuedOptions(options)), options, allowPositionals: true, strict: true });
+  } catch (e) {
+    throw new UsageError(`${e instanceof Error ? e.message : String(e)}\n\n${help}`);
+  }
+  if ((parsed.values as Record<string, unknown>)["help"] === true) {
+    io.out(help + "\n");
+    return undefined;
+  }
+  if (parsed.positionals.length !== 1) throw new UsageError(`expected one model path, got ${parsed.positionals.length}\n\n${help}`);
+  return { values: parsed.values, model: parsed.positionals[0]! };
+}

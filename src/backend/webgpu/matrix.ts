@@ -8,7 +8,7 @@ import { typeName } from "../../gguf/types.js";
 import { rowBytes as quantRowBytes } from "../../quant/index.js";
 import { LatentError } from "../../util/errors.js";
 import type { GpuRuntime } from "./runtime.js";
-import { getRowsWGSL, MATVEC_TN, matvec2WGSL, matvecTWGSL, matvecWGSL, MV_WG, packMatParams, type MatParams, type MatvecShape } from "./wgsl-mat.js";
+import { getRowsWGSL, MATVEC_TN, matvec2WGSL, matvecExpertsWGSL, matvecTWGSL, matvecWGSL, MV_WG, packMatParams, type MatParams, type MatvecShape } from "./wgsl-mat.js";
 import { gpuSupports, unitSize } from "./wgsl-quant.js";
 
 export interface MatrixPiece {
@@ -125,10 +125,10 @@ function f32Range(buf: GPUBuffer, off: number, n: number, stride: number, width:
 }
 
 /** The matrix-vector kernel for n tokens over m: WGSL, tokens per workgroup and rows per workgroup. */
-export function matvecKernel(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boolean): { code: string; tn: number; rowsPerGroup: number } {
-  if (rt.matvec === "legacy") return { code: matvecWGSL(m.type, m.unit, gather), tn: MATVEC_TN, rowsPerGroup: 1 };
+export function matvecKernel(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boolean | "experts"): { code: string; tn: number; rowsPerGroup: number } {
+  if (rt.matvec === "legacy") return { code: matvecWGSL(m.type, m.unit, gather !== false), tn: MATVEC_TN, rowsPerGroup: 1 };
   let tn = 1;
-  const tnMax = rt.matvec === "subgroup" || rt.info.limits.maxComputeWorkgroupStorageSize >= MV_WG * 16 * 4 + 256 ? 16 : 8;
+  const tnMax = rt.matvec === "subgroup" || rt.info.limits.maxComputeWorkgroupStorageSize >= MV_WG * 16 * 4 + 4096 ? 16 : 8;
   while (tn < Math.min(n, tnMax)) tn *= 2;
   let tpr: number;
   if (rt.matvec === "subgroup") tpr = rt.info.subgroupSize!;
@@ -137,7 +137,8 @@ export function matvecKernel(rt: GpuRuntime, m: GpuMatrix, n: number, gather: bo
     while (tpr < 32 && tpr < m.nu) tpr *= 2;
   }
   const shape: MatvecShape = { tpr, tn, subgroup: rt.matvec === "subgroup" };
-  return { code: matvec2WGSL(m.type, m.unit, gather, shape), tn, rowsPerGroup: MV_WG / tpr };
+  const code = gather === "experts" ? matvecExpertsWGSL(m.type, m.unit, shape) : matvec2WGSL(m.type, m.unit, gather, shape);
+  return { code, tn, rowsPerGroup: MV_WG / tpr };
 }
 
 /** y = W·x for n tokens (and optionally every item of a stacked tensor). */
@@ -195,15 +196,22 @@ export interface GatherArgs {
   readonly yBatch: number;
   readonly yOff?: number;
   readonly acc?: boolean;
+  /**
+   * "pairs": one product per (token, slot) pair; "experts": one workgroup per (row group, expert) over the pairs that
+   * picked it, tn at a time (each selected expert read once per tn tokens). Default: experts when pairs ≥ the number
+   * of experts (batched decode, prefill), else pairs.
+   */
+  readonly mode?: "pairs" | "experts";
 }
 
 /** Grouped expert products reading only the selected experts: y_b = W_{ids[b]}·x_b for every pair b. */
 export function matmulGather(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer, ids: GPUBuffer, a: GatherArgs): void {
-  const { code, rowsPerGroup } = matvecKernel(rt, m, 1, true);
+  const experts = rt.matvec !== "legacy" && (a.mode ?? (a.pairs >= m.items ? "experts" : "pairs")) === "experts";
+  const { code, rowsPerGroup } = matvecKernel(rt, m, experts ? a.pairs : 1, experts ? "experts" : true);
   const outs = [{ buffer: y, offset: (a.yOff ?? 0) * 4, size: ((a.pairs - 1) * a.yBatch + m.rows) * 4 }];
   for (const piece of m.pieces) {
     if (piece.rows !== m.rows) throw new LatentError(`${m.name}: gathered products need whole items per piece`);
-    const p = base(m, { n: 1, xStride: 0, yStride: 0, xOff: a.xOff, yOff: a.yOff, acc: a.acc });
+    const p = base(m, { n: experts ? a.pairs : 1, xStride: 0, yStride: 0, xOff: a.xOff, yOff: a.yOff, acc: a.acc });
     const { gx, gy } = rowGrid(rt, Math.ceil(m.rows / rowsPerGroup));
     p.gx = gx;
     p.xBatch = a.xBatch;
@@ -214,7 +222,7 @@ export function matmulGather(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUB
     p.e1 = piece.firstItem + piece.items;
     const last = piece === m.pieces[m.pieces.length - 1];
     // the pieces together write every pair: check after the last one
-    rt.dispatch(`matmulGather ${m.name}`, code, [piece.buffer, x, y, ids], packMatParams(p), [gx, gy, a.pairs], last && a.acc !== true && m.pieces.length === 1 ? outs : []);
+    rt.dispatch(`matmulGather ${m.name}`, code, [piece.buffer, x, y, ids], packMatParams(p), [gx, gy, experts ? piece.items : a.pairs], last && a.acc !== true && m.pieces.length === 1 ? outs : []);
   }
 }
 

@@ -239,3 +239,90 @@ ${
 ${reduce}
 }`;
 }
+
+/** Pairs scanned per window by the expert-major gather kernel (its workgroup list holds one window's matches). */
+export const MV_WINDOW = 512;
+
+/**
+ * Expert-major gathered products: one workgroup per (row group, expert of this piece) collects the pairs that picked
+ * its expert (scanning the id buffer in windows of MV_WINDOW) and runs them through the multi-row kernel in tiles of
+ * up to tn pairs, so each selected expert row is read and dequantized once per tn tokens instead of once per pair.
+ * Unselected experts' workgroups only scan the ids. Same parameters as matvecWGSL's gather variant.
+ */
+export function matvecExpertsWGSL(type: number, U: number, s: MatvecShape): string {
+  const { tpr: TPR, tn: TN } = s;
+  const ROWS = MV_WG / TPR;
+  const reduce = s.subgroup
+    ? `    for (var t = 0u; t < ${TN}u; t++) {
+      let v = subgroupAdd(acc[t]);
+      if (lane == 0u && valid && t < nt) { out(list[t0 + t], r, v); }
+    }`
+    : `    for (var t = 0u; t < ${TN}u; t++) { red[li * ${TN}u + t] = acc[t]; }
+    workgroupBarrier();
+    for (var k = li; k < ${ROWS * TN}u; k += ${MV_WG}u) {
+      let rr = k / ${TN}u;
+      let t = k % ${TN}u;
+      let r2 = rg * ${ROWS}u + rr;
+      if (r2 < p.rows && t < nt) {
+        var v = 0.0;
+        for (var l = 0u; l < ${TPR}u; l++) { v += red[(rr * ${TPR}u + l) * ${TN}u + t]; }
+        out(list[t0 + t], r2, v);
+      }
+    }
+    workgroupBarrier();`;
+  return /* wgsl */ `${s.subgroup ? "enable subgroups;\n" : ""}
+${STRUCT}
+@group(0) @binding(0) var<storage, read> W: array<u32>;
+@group(0) @binding(1) var<storage, read> X: array<f32>;
+@group(0) @binding(2) var<storage, read_write> Y: array<f32>;
+@group(0) @binding(3) var<storage, read> IDS: array<u32>;
+@group(0) @binding(4) var<uniform> p: P;
+${dequantWGSL(type, U)}
+${s.subgroup ? "" : `var<workgroup> red: array<f32, ${MV_WG * TN}>;`}
+var<workgroup> list: array<u32, ${MV_WINDOW}>;
+var<workgroup> cnt: atomic<u32>;
+var<workgroup> cntU: u32;
+fn out(b: u32, r: u32, v: f32) {
+  let yo = p.yOff + b * p.yBatch + p.rowBase + r;
+  if (p.acc != 0u) { Y[yo] += v; } else { Y[yo] = v; }
+}
+@compute @workgroup_size(${MV_WG})
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+  let rg = wid.x + wid.y * p.gx;
+  let lane = li % ${TPR}u;
+  let r = rg * ${ROWS}u + li / ${TPR}u;
+  let valid = r < p.rows;
+  let e = p.e0 + wid.z;
+  let rb = p.wOff + wid.z * p.wBatch + select(0u, r, valid) * p.rowBytes;
+  let nu = select(0u, p.nu, valid);
+  for (var w0 = 0u; w0 < p.n; w0 += ${MV_WINDOW}u) {
+    if (li == 0u) { atomicStore(&cnt, 0u); }
+    workgroupBarrier();
+    let w1 = min(w0 + ${MV_WINDOW}u, p.n);
+    for (var b = w0 + li; b < w1; b += ${MV_WG}u) {
+      if (IDS[p.idsOff + b] == e) { list[atomicAdd(&cnt, 1u)] = b; }
+    }
+    workgroupBarrier();
+    if (li == 0u) { cntU = atomicLoad(&cnt); }
+    let m = workgroupUniformLoad(&cntU);
+    for (var t0 = 0u; t0 < m; t0 += ${TN}u) {
+      let nt = min(${TN}u, m - t0);
+      var acc: array<f32, ${TN}>;
+      for (var t = 0u; t < ${TN}u; t++) { acc[t] = 0.0; }
+      for (var u = lane; u < nu; u += ${TPR}u) {
+        deq(rb, u);
+        for (var t = 0u; t < ${TN}u; t++) {
+          if (t < nt) {
+            let xo = p.xOff + (list[t0 + t] / p.xDiv) * p.xBatch + u * U;
+            var s = 0.0;
+            for (var i = 0u; i < U; i++) { s += dv[i] * X[xo + i]; }
+            acc[t] += s;
+          }
+        }
+      }
+${reduce}
+    }
+    workgroupBarrier();
+  }
+}`;
+}

@@ -54,26 +54,27 @@ for (const variant of variants) {
     }
   });
 
-  test(`gathered expert products (${variant})`, { skip }, async () => {
-    const r = new GpuRuntime(rt!.info, { checkWrites: true, matvec: variant });
-    const rng = new Rng(77 + variant.length);
+  for (const [mode, nTok, E, maxBinding] of [["pairs", 3, 5, undefined], ["experts", 3, 5, undefined], ["experts", 300, 4, undefined], ["experts", 37, 6, 2 * 19 * 144]] as const) test(`gathered expert products (${variant}, ${mode}, ${nTok} tokens, ${E} experts${maxBinding !== undefined ? ", in pieces" : ""})`, { skip }, async () => {
+    const r = new GpuRuntime(rt!.info, { checkWrites: true, matvec: variant, ...(maxBinding !== undefined ? { maxBindingBytes: maxBinding } : {}) });
+    const rng = new Rng(77 + variant.length + nTok);
     const type = GGMLType.Q4_K;
-    const E = 5;
     const cols = 256;
     const rows = 19;
     const K = 2;
-    const nTok = 3;
     const all = new QMatrix("e", type, cols, rows * E, quantize(type, rng.f32(cols * rows * E), cols));
     const g = GpuMatrix.upload(r, "e", type, cols, rows, all.data, E);
-    const ids = Array.from({ length: nTok * K }, () => rng.int(0, E - 1));
     const x = rng.f64(nTok * cols);
     const yb = r.buffer(nTok * K * rows * 4);
-    matmulGather(r, g, f32(r, x), yb, u32(r, ids), { pairs: nTok * K, xDiv: K, xBatch: cols, yBatch: rows });
+    const ids = Array.from({ length: nTok }, () => {
+      const a = rng.int(0, E - 1);
+      return [a, (a + 1 + rng.int(0, E - 2)) % E]; // two distinct experts per token
+    }).flat();
+    matmulGather(r, g, f32(r, x), yb, u32(r, ids), { pairs: nTok * K, xDiv: K, xBatch: cols, yBatch: rows, mode });
     const got = await r.readF32(yb);
     for (let b = 0; b < nTok * K; b++) {
       const want = new Float64Array(rows);
       all.slice(ids[b]! * rows, rows).matmul(x.subarray(Math.floor(b / K) * cols), 1, cols, want, rows);
-      assert.ok(relErr(got.subarray(b * rows, (b + 1) * rows), want) < TOL, `${variant} pair ${b}`);
+      assert.ok(relErr(got.subarray(b * rows, (b + 1) * rows), want) < TOL, `${variant} pair ${b}: err ${relErr(got.subarray(b * rows, (b + 1) * rows), want)} ids ${ids[b]} got ${got[b * rows]} want ${want[0]}`);
     }
     g.destroy();
   });

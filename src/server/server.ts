@@ -398,6 +398,23 @@ function launch(
   return { job, done };
 }
 
+/**
+ * Wait for a job. Streamed: send the usage chunk (if asked; built after the job ends) and [DONE], then there is nothing
+ * more to send (false). Unstreamed: false when the client is gone; a failed choice → 500; else true (send the body).
+ */
+async function finishJob(job: GenJob, done: Promise<unknown>, sse: SseWriter | undefined, usageChunk: Record<string, unknown> | undefined, res: ServerResponse): Promise<boolean> {
+  await done;
+  if (sse !== undefined) {
+    if (usageChunk !== undefined) sse.send({ ...usageChunk, usage: usage(job) });
+    sse.done();
+    return false;
+  }
+  if (res.destroyed) return false;
+  const failed = job.choices.find((c) => c.result?.finishReason === "error");
+  if (failed !== undefined) throw new ApiError(500, `generation failed: ${failed.result?.error?.message ?? "unknown error"}`);
+  return true;
+}
+
 function usage(job: GenJob): Record<string, unknown> {
   const prompt = job.prompts.reduce((a, p) => a + p.length, 0);
   const completion = job.choices.reduce((a, c) => a + (c.result?.tokens.length ?? c.tokens.length), 0);
@@ -506,15 +523,8 @@ async function completions(api: Api, body: Record<string, unknown>, req: Incomin
   if (sse !== undefined) {
     sse.start();
     if (echo && logprobs === undefined) for (const c of job.choices) echoChunk(c);
-    await done;
-    if (s.includeUsage) sse.send({ ...base(job), choices: [], usage: usage(job) });
-    sse.done();
-    return;
   }
-  await done;
-  if (res.destroyed) return;
-  const failed = job.choices.find((c) => c.result?.finishReason === "error");
-  if (failed !== undefined) throw new ApiError(500, `generation failed: ${failed.result?.error?.message ?? "unknown error"}`);
+  if (!(await finishJob(job, done, sse, s.includeUsage ? { ...base(job), choices: [] } : undefined, res))) return;
   sendJson(res, 200, {
     ...base(job),
     choices: job.choices.map((c) => {
@@ -589,15 +599,8 @@ async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessag
   });
   if (sse !== undefined) {
     for (const c of job.choices) sse.send({ ...base(job), choices: [{ index: c.index, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }] });
-    await done;
-    if (s.includeUsage) sse.send({ ...base(job), choices: [], usage: usage(job) });
-    sse.done();
-    return;
   }
-  await done;
-  if (res.destroyed) return;
-  const failed = job.choices.find((c) => c.result?.finishReason === "error");
-  if (failed !== undefined) throw new ApiError(500, `generation failed: ${failed.result?.error?.message ?? "unknown error"}`);
+  if (!(await finishJob(job, done, sse, s.includeUsage ? { ...base(job), choices: [] } : undefined, res))) return;
   sendJson(res, 200, {
     id: job.id,
     object: "chat.completion",

@@ -12,6 +12,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import OpenAI from "openai";
+import { Rng } from "../src/model/random-blocks.js";
 
 const HELP = `usage: node --import tsx scripts/loadtest.ts (--model FILE.gguf | --url http://127.0.0.1:PORT) [options] [-- latent serve options]
 
@@ -70,19 +71,10 @@ function int(name: string, v: string | undefined, dflt: number, min: number): nu
   return n;
 }
 
-/** xorshift ids in [lo, hi) */
+/** deterministic ids in [lo, hi), from the project's seeded generator */
 function ids(n: number, seed: number, lo: number, hi: number): number[] {
-  let s = seed >>> 0 || 1;
-  const out: number[] = [];
-  for (let i = 0; i < n; i++) {
-    s ^= s << 13;
-    s >>>= 0;
-    s ^= s >>> 17;
-    s ^= s << 5;
-    s >>>= 0;
-    out.push(lo + (s % (hi - lo)));
-  }
-  return out;
+  const rng = new Rng(seed, "loadtest-prompt");
+  return Array.from({ length: n }, () => lo + Math.floor(rng.uniform() * (hi - lo)));
 }
 
 async function metric(url: string, name: string): Promise<number> {

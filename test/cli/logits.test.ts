@@ -5,23 +5,14 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { spawnSync } from "node:child_process";
 import { logitsMain, parseTokenList, LOGITS_FORMAT } from "../../src/cli/logits.js";
-import type { CliIO } from "../../src/cli/run.js";
 import { GGUFFile } from "../../src/gguf/file.js";
 import { Tokenizer } from "../../src/tokenizer/index.js";
 import { UsageError } from "../../src/util/errors.js";
 import { FIXTURE_DIR, MODEL_NAMES, ROOT } from "../gguf/helpers.js";
 import { maxAbsDiff } from "../helpers/logprobs.js";
+import { captureCli, type Captured } from "../helpers/cli.js";
 
-interface Captured {
-  out: string;
-  err: string;
-}
-async function cli(argv: string[]): Promise<Captured> {
-  const c: Captured = { out: "", err: "" };
-  const io: CliIO = { out: (t) => void (c.out += t), err: (t) => void (c.err += t), tty: false };
-  await logitsMain(argv, io);
-  return c;
-}
+const cli = (argv: string[]): Promise<Captured> => captureCli(logitsMain, argv);
 interface LogitsJson {
   format: string;
   path: string;

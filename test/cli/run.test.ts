@@ -3,7 +3,7 @@ import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { spawnSync } from "node:child_process";
-import { runMain, type CliIO } from "../../src/cli/run.js";
+import { runMain } from "../../src/cli/run.js";
 import { GGUFFile } from "../../src/gguf/file.js";
 import { writeGGUF } from "../../src/gguf/writer.js";
 import { GGUFValueType } from "../../src/gguf/types.js";
@@ -12,17 +12,9 @@ import { Tokenizer } from "../../src/tokenizer/index.js";
 import { generateSync } from "../../src/engine/generate.js";
 import { LatentError, UsageError } from "../../src/util/errors.js";
 import { FIXTURE_DIR, ROOT, plainMetadata, tempDir, tensorsToWrite } from "../gguf/helpers.js";
+import { captureCli, type Captured } from "../helpers/cli.js";
 
-interface Captured {
-  out: string;
-  err: string;
-}
-async function cli(argv: string[]): Promise<Captured> {
-  const c: Captured = { out: "", err: "" };
-  const io: CliIO = { out: (t) => void (c.out += t), err: (t) => void (c.err += t), tty: false };
-  await runMain(argv, io);
-  return c;
-}
+const cli = (argv: string[]): Promise<Captured> => captureCli(runMain, argv);
 interface RunJson {
   format: string;
   model: string;

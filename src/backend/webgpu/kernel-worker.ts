@@ -63,6 +63,14 @@ async function handle(req: KernelRequest): Promise<void> {
       done(1);
       return;
     }
+    case "close":
+      for (const m of matrices.values()) m.destroy();
+      matrices.clear();
+      xBuf?.destroy();
+      yBuf?.destroy();
+      rt?.device.destroy();
+      done(1);
+      return;
     case "stats":
       data[0] = rt!.stats.dispatches;
       data[1] = rt!.stats.submits;

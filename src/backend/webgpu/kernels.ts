@@ -19,7 +19,8 @@ export type KernelRequest =
   | { op: "upload"; id: number; name: string; type: number; cols: number; rows: number; bytes: Uint8Array }
   | { op: "data"; buffer: SharedArrayBuffer }
   | { op: "matmul" | "matmulT"; id: number; n: number }
-  | { op: "stats" };
+  | { op: "stats" }
+  | { op: "close" };
 
 export interface WorkerInit {
   readonly control: SharedArrayBuffer;
@@ -56,6 +57,7 @@ export class WebGPUKernels implements MatKernels {
   private readonly timeoutMs: number;
   /** products run on the GPU */
   calls = 0;
+  private closed = false;
 
   constructor(opts: WebGPUKernelOptions = {}) {
     this.timeoutMs = opts.timeoutMs ?? 60_000;
@@ -141,7 +143,18 @@ export class WebGPUKernels implements MatKernels {
     this.run("matmulT", w, x, n, xStride, y, yStride);
   }
 
+  /**
+   * Drain the worker's queue (uploads are fire-and-forget), release the device, then end the thread. Terminating a
+   * worker while it is inside Dawn aborts the whole process, so the worker must be idle first.
+   */
   close(): Promise<number> {
+    if (this.closed) return Promise.resolve(0);
+    this.closed = true;
+    try {
+      this.call({ op: "close" });
+    } catch {
+      // a worker that does not answer is ended anyway
+    }
     return this.worker.terminate();
   }
 }

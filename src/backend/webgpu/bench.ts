@@ -14,7 +14,7 @@ import { WebGPUKernels } from "./kernels.js";
 import { synthesize } from "../../model/synth.js";
 import { requestGpuDevice } from "./device.js";
 import { GpuModel, type StepToken } from "./gpu-model.js";
-import { GpuRuntime } from "./runtime.js";
+import { GpuRuntime, type RuntimeOptions } from "./runtime.js";
 
 export interface WebGpuBenchResult {
   readonly name: string;
@@ -60,7 +60,7 @@ function median(xs: number[]): number {
   return s[Math.floor(s.length / 2)]!;
 }
 
-export async function runWebGpuBench(path: string, opts: { batches?: number[]; promptLen?: number; decodeSteps?: number; log?: (s: string) => void; matvec?: "subgroup" | "shared" | "legacy"; profile?: boolean } = {}): Promise<WebGpuBenchResult[]> {
+export async function runWebGpuBench(path: string, opts: { batches?: number[]; promptLen?: number; decodeSteps?: number; log?: (s: string) => void; matvec?: RuntimeOptions["matvec"]; profile?: boolean } = {}): Promise<WebGpuBenchResult[]> {
   const log = opts.log ?? ((s: string) => console.log(s));
   const batches = opts.batches ?? [1, 8, 64];
   const promptLen = opts.promptLen ?? 512;
@@ -72,7 +72,7 @@ export async function runWebGpuBench(path: string, opts: { batches?: number[]; p
     const prof = rt.profile(true);
     const total = prof.reduce((a, p) => a + p.ms, 0);
     log(`GPU time per ${what} (profile mode, one pass per dispatch): ${(total / steps).toFixed(2)} ms`);
-    for (const p of prof.slice(0, 14)) log(`  ${((100 * p.ms) / total).toFixed(1).padStart(5)}%  ${(p.ms / steps).toFixed(3).padStart(8)} ms  ×${p.count / steps}  ${p.label}`);
+    for (const p of prof) log(`  ${((100 * p.ms) / total).toFixed(1).padStart(5)}%  ${(p.ms / steps).toFixed(3).padStart(8)} ms  ×${p.count / steps}  ${p.label}`);
   };
   log(`adapter: ${info.adapterInfo}; binding limit ${info.limits.maxStorageBufferBindingSize}; subgroup size ${info.subgroupSize ?? "-"}; matvec kernel ${rt.matvec}`);
   const bw = await copyBandwidth(rt, Math.min(1 << 30, info.limits.maxStorageBufferBindingSize & ~0xffff));
@@ -220,7 +220,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
     if (path === undefined) process.exit(worst <= 1e-3 ? 0 : 1);
   }
   const num = (k: string): number | undefined => (args.includes(k) ? Number(args[args.indexOf(k) + 1]) : undefined);
-  const results = await runWebGpuBench(path!, { batches, promptLen: num("--prompt"), decodeSteps: num("--steps"), profile: args.includes("--profile"), ...(args.includes("--matvec") ? { matvec: args[args.indexOf("--matvec") + 1] as "subgroup" | "shared" | "legacy" } : {}) });
+  const results = await runWebGpuBench(path!, { batches, promptLen: num("--prompt"), decodeSteps: num("--steps"), profile: args.includes("--profile"), ...(args.includes("--matvec") ? { matvec: args[args.indexOf("--matvec") + 1] as RuntimeOptions["matvec"] } : {}) });
   console.log("\nresult | value | unit");
   for (const r of results) console.log(`${r.name} | ${r.value.toFixed(1)} | ${r.unit}${r.extra ? " | " + Object.entries(r.extra).map(([k, v]) => `${k}=${typeof v === "number" ? v.toPrecision(4) : v}`).join(" ") : ""}`);
   if (json !== undefined) writeFileSync(json, JSON.stringify({ date: new Date().toISOString(), model: path, results }, null, 2) + "\n");

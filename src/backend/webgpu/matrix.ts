@@ -8,7 +8,7 @@ import { typeName } from "../../gguf/types.js";
 import { rowBytes as quantRowBytes } from "../../quant/index.js";
 import { LatentError } from "../../util/errors.js";
 import type { GpuRuntime } from "./runtime.js";
-import { getRowsWGSL, MATVEC_TN, matvec2WGSL, matvecExpertsWGSL, matvecTWGSL, matvecWGSL, MV_WG, packMatParams, type MatParams, type MatvecShape } from "./wgsl-mat.js";
+import { getRowsWGSL, MATVEC_TN, matvec2WGSL, matvecCoalescedWGSL, matvecExpertsWGSL, matvecTWGSL, matvecWGSL, MV_WG, packMatParams, type MatParams, type MatvecShape } from "./wgsl-mat.js";
 import { gpuSupports, unitSize } from "./wgsl-quant.js";
 
 export interface MatrixPiece {
@@ -124,28 +124,52 @@ function f32Range(buf: GPUBuffer, off: number, n: number, stride: number, width:
   return Array.from({ length: n }, (_, t) => ({ buffer: buf, offset: (off + t * stride + widthOff) * 4, size: width * 4 }));
 }
 
-/** The matrix-vector kernel for n tokens over m: WGSL, tokens per workgroup and rows per workgroup. */
-export function matvecKernel(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boolean | "experts"): { code: string; tn: number; rowsPerGroup: number } {
+/**
+ * Threads per row of the coalesced kernel: as many as keep every thread on at least `steps` vec4 steps of the row
+ * (more threads per row at small batches, where the product is latency-bound), at least one subgroup, at most MV_WG.
+ */
+function coalescedTpr(cols: number, n: number, minT: number): number {
+  const steps = n <= 1 ? 2 : n <= 4 ? 4 : 8;
+  let tpr = MV_WG;
+  while (tpr > minT && tpr * 4 * steps > cols) tpr /= 2;
+  return tpr;
+}
+
+/**
+ * The matrix-vector kernel for n tokens over m: WGSL, tokens per workgroup and rows per workgroup. `aligned`: x's
+ * offsets and strides are multiples of 4 floats (the coalesced kernel reads x as vec4).
+ */
+export function matvecKernel(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boolean | "experts", aligned = false): { code: string; tn: number; rowsPerGroup: number } {
   if (rt.matvec === "legacy") return { code: matvecWGSL(m.type, m.unit, gather !== false), tn: MATVEC_TN, rowsPerGroup: 1 };
+  const sg = rt.info.subgroupSize;
+  const sgOk = sg !== undefined && sg >= 4 && sg <= 64;
   let tn = 1;
-  const tnMax = rt.matvec === "subgroup" || rt.info.limits.maxComputeWorkgroupStorageSize >= MV_WG * 16 * 4 + 4096 ? 16 : 8;
+  const tnMax = (rt.matvec === "subgroup" || (rt.matvec === "coalesced" && sgOk)) || rt.info.limits.maxComputeWorkgroupStorageSize >= MV_WG * 16 * 4 + 4096 ? 16 : 8;
   while (tn < Math.min(n, tnMax)) tn *= 2;
+  if (rt.matvec === "coalesced" && aligned && m.cols % 4 === 0) {
+    const tpr = coalescedTpr(m.cols, n, sgOk ? sg : 4);
+    const mode = gather === "experts" ? "experts" : gather ? "gather" : "plain";
+    return { code: matvecCoalescedWGSL(m.type, m.unit, mode, { tpr, tn, sg: sgOk ? sg : undefined }), tn, rowsPerGroup: MV_WG / tpr };
+  }
+  const useSg = rt.matvec === "subgroup" || (rt.matvec === "coalesced" && sgOk);
   let tpr: number;
-  if (rt.matvec === "subgroup") tpr = rt.info.subgroupSize!;
+  if (useSg) tpr = sg!;
   else {
     tpr = 4;
     while (tpr < 32 && tpr < m.nu) tpr *= 2;
   }
-  const shape: MatvecShape = { tpr, tn, subgroup: rt.matvec === "subgroup" };
+  const shape: MatvecShape = { tpr, tn, subgroup: useSg };
   const code = gather === "experts" ? matvecExpertsWGSL(m.type, m.unit, shape) : matvec2WGSL(m.type, m.unit, gather, shape);
   return { code, tn, rowsPerGroup: MV_WG / tpr };
 }
+
+const al4 = (...v: (number | undefined)[]): boolean => v.every((x) => (x ?? 0) % 4 === 0);
 
 /** y = W·x for n tokens (and optionally every item of a stacked tensor). */
 export function matmul(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer, a: MatmulArgs): void {
   const count = a.batch?.count ?? 1;
   if (count > m.items) throw new LatentError(`${m.name}: batch of ${count} over ${m.items} items`);
-  const { code, tn, rowsPerGroup } = matvecKernel(rt, m, a.n, false);
+  const { code, tn, rowsPerGroup } = matvecKernel(rt, m, a.n, false, al4(a.xOff, a.n > 1 ? a.xStride : 0, a.batch?.xBatch));
   const tiles = Math.ceil(a.n / tn);
   for (const piece of m.pieces) {
     if (piece.firstItem >= count) continue;
@@ -207,7 +231,7 @@ export interface GatherArgs {
 /** Grouped expert products reading only the selected experts: y_b = W_{ids[b]}·x_b for every pair b. */
 export function matmulGather(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer, ids: GPUBuffer, a: GatherArgs): void {
   const experts = rt.matvec !== "legacy" && (a.mode ?? (a.pairs >= m.items ? "experts" : "pairs")) === "experts";
-  const { code, rowsPerGroup } = matvecKernel(rt, m, experts ? a.pairs : 1, experts ? "experts" : true);
+  const { code, rowsPerGroup } = matvecKernel(rt, m, experts ? a.pairs : 1, experts ? "experts" : true, al4(a.xOff, a.xBatch));
   const outs = [{ buffer: y, offset: (a.yOff ?? 0) * 4, size: ((a.pairs - 1) * a.yBatch + m.rows) * 4 }];
   for (const piece of m.pieces) {
     if (piece.rows !== m.rows) throw new LatentError(`${m.name}: gathered products need whole items per piece`);

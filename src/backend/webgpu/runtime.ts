@@ -26,9 +26,11 @@ export interface RuntimeOptions {
   /**
    * matrix-vector kernel: "subgroup" (rows reduced with subgroupAdd; needs a fixed subgroup size), "shared"
    * (several rows per workgroup, one workgroup-memory reduction), "legacy" (the first round's one-row-per-workgroup
-   * kernel); default: subgroup when the device allows it, else shared
+   * kernel), "coalesced" (round 3: each thread reads four consecutive elements, a subgroup one contiguous stretch of
+   * the row, x as vec4; rows reduced with subgroupAdd where the subgroup size is fixed, else in workgroup memory; falls
+   * back to subgroup/shared for unaligned x); default: coalesced
    */
-  readonly matvec?: "subgroup" | "shared" | "legacy";
+  readonly matvec?: "coalesced" | "subgroup" | "shared" | "legacy";
   /**
    * time every dispatch on the GPU (timestamp queries; each dispatch in its own compute pass, so the step is slower
    * than without): `profile()` returns GPU ms per kernel label, digits folded to "#"
@@ -77,7 +79,7 @@ export class GpuRuntime {
   readonly maxBindingBytes: number;
   readonly checkWrites: boolean;
   /** the matrix-vector kernel in use (RuntimeOptions.matvec, resolved) */
-  readonly matvec: "subgroup" | "shared" | "legacy";
+  readonly matvec: "coalesced" | "subgroup" | "shared" | "legacy";
   readonly stats: RuntimeStats = { dispatches: 0, submits: 0, encodeMs: 0 };
   private readonly pipelines = new Map<string, GPUComputePipeline>();
   private readonly bindGroups = new Map<string, GPUBindGroup>();
@@ -106,7 +108,7 @@ export class GpuRuntime {
     this.checkWrites = opts.checkWrites === true;
     const sgOk = info.subgroupSize !== undefined && info.subgroupSize >= 4 && info.subgroupSize <= 64;
     if (opts.matvec === "subgroup" && !sgOk) throw new LatentError("matvec \"subgroup\" needs the subgroups feature with one fixed subgroup size");
-    this.matvec = opts.matvec ?? (sgOk ? "subgroup" : "shared");
+    this.matvec = opts.matvec ?? "coalesced";
     this.profiling = opts.profile === true;
     if (this.profiling && !info.features.has("timestamp-query")) throw new LatentError("profile: the device has no timestamp-query");
     const limit = info.limits.maxStorageBufferBindingSize;
@@ -125,9 +127,9 @@ export class GpuRuntime {
     return p;
   }
 
-  /** A storage buffer of at least `bytes` (rounded up to 4). */
+  /** A storage buffer of at least `bytes` (rounded up to 16: kernels may bind it as array<vec4f>). */
   buffer(bytes: number, label?: string, usage = STORAGE | COPY_SRC | COPY_DST): GPUBuffer {
-    const size = Math.max(16, Math.ceil(bytes / 4) * 4);
+    const size = Math.max(16, Math.ceil(bytes / 16) * 16);
     if (size > this.info.limits.maxBufferSize) throw new LatentError(`buffer ${label ?? ""} of ${size} bytes exceeds the device's maxBufferSize`);
     return this.device.createBuffer({ size, usage, label });
   }

@@ -6,7 +6,7 @@
  * - matvecT: y[b][t][c] (+)= Σ_r W_b[r][c]·x[b][t][rowBase+r]  — one thread per (unit, token).
  * - getRows: dequantized rows by id (embedding lookup).
  */
-import { dequantWGSL } from "./wgsl-quant.js";
+import { deq4WGSL, dequantWGSL } from "./wgsl-quant.js";
 
 export const MATVEC_WG = 64;
 export const MATVEC_TN = 8;
@@ -320,6 +320,152 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
           }
         }
       }
+${reduce}
+    }
+    workgroupBarrier();
+  }
+}`;
+}
+
+export interface CoalescedShape {
+  /** threads per row: a multiple of the subgroup size (when reducing with subgroups), at most MV_WG */
+  readonly tpr: number;
+  /** tokens per tile (accumulators per thread) */
+  readonly tn: number;
+  /** the device's fixed subgroup size: rows are reduced with subgroupAdd, then across a row's subgroups in workgroup memory; undefined: workgroup memory only */
+  readonly sg: number | undefined;
+}
+
+/**
+ * The round-3 ("coalesced") matrix kernel: MV_WG/tpr rows per workgroup, tpr threads per row, each thread taking four
+ * consecutive elements of the row per step (`deq4`) and stepping by 4·tpr, so that a subgroup reads one contiguous
+ * stretch of the row's blocks and x as vec4 (one 512-byte line per subgroup and token instead of 32 scattered ones);
+ * each dequantized vec4 is used for up to tn tokens. mode "plain" / "gather" (pairs) / "experts" (expert-major): same
+ * parameters and grids as matvec2WGSL / matvecExpertsWGSL; x offsets and strides must be multiples of 4 (X is bound as
+ * array<vec4f>).
+ */
+export function matvecCoalescedWGSL(type: number, U: number, mode: "plain" | "gather" | "experts", s: CoalescedShape): string {
+  const { tpr: TPR, tn: TN, sg } = s;
+  const ROWS = MV_WG / TPR;
+  const SPR = sg === undefined ? TPR : TPR / sg; // partial sums per row left after the subgroup step
+  const experts = mode === "experts";
+  const write = (t: string, r: string, v: string): string => (experts ? `out(list[t0 + ${t}], ${r}, ${v});` : `out(b, t0 + ${t}, ${r}, ${v});`);
+  let reduce: string;
+  if (sg !== undefined && SPR === 1) {
+    reduce = `  for (var t = 0u; t < ${TN}u; t++) {
+    let v = subgroupAdd(acc[t]);
+    if (k0 == 0u && valid && t < nt) { ${write("t", "r", "v")} }
+  }`;
+  } else {
+    const put =
+      sg !== undefined
+        ? `  for (var t = 0u; t < ${TN}u; t++) {
+    let v = subgroupAdd(acc[t]);
+    if (li % ${sg}u == 0u) { red[(rr * ${SPR}u + k0 / ${sg}u) * ${TN}u + t] = v; }
+  }`
+        : `  for (var t = 0u; t < ${TN}u; t++) { red[li * ${TN}u + t] = acc[t]; }`;
+    reduce = `${put}
+  workgroupBarrier();
+  for (var k = li; k < ${ROWS * TN}u; k += ${MV_WG}u) {
+    let q = k / ${TN}u;
+    let t = k % ${TN}u;
+    let r2 = rg * ${ROWS}u + q;
+    if (r2 < p.rows && t < nt) {
+      var v = 0.0;
+      for (var l = 0u; l < ${SPR}u; l++) { v += red[(q * ${SPR}u + l) * ${TN}u + t]; }
+      ${write("t", "r2", "v")}
+    }
+  }
+  workgroupBarrier();`;
+  }
+  const loop = (xBase: string): string => `    var acc: array<f32, ${TN}>;
+    for (var t = 0u; t < ${TN}u; t++) { acc[t] = 0.0; }
+    for (var e = k0 * 4u; e < cols; e += ${TPR * 4}u) {
+      let w = deq4(rb, e);
+      let xe = e >> 2u;
+      for (var t = 0u; t < ${TN}u; t++) {
+        if (t < nt) { acc[t] += dot(w, X[${xBase} + xe]); }
+      }
+    }`;
+  const head = `${sg !== undefined ? "enable subgroups;\n" : ""}
+${STRUCT}
+@group(0) @binding(0) var<storage, read> W: array<u32>;
+@group(0) @binding(1) var<storage, read> X: array<vec4f>;
+@group(0) @binding(2) var<storage, read_write> Y: array<f32>;
+${mode !== "plain" ? "@group(0) @binding(3) var<storage, read> IDS: array<u32>;\n@group(0) @binding(4) var<uniform> p: P;" : "@group(0) @binding(3) var<uniform> p: P;"}
+${dequantWGSL(type, U)}
+${deq4WGSL(type)}
+${SPR > 1 ? `var<workgroup> red: array<f32, ${ROWS * SPR * TN}>;` : ""}`;
+  if (!experts) {
+    return /* wgsl */ `${head}
+var<workgroup> wgE: u32;
+fn out(b: u32, t: u32, r: u32, v: f32) {
+  let yo = p.yOff + b * p.yBatch + t * p.yStride + p.rowBase + r;
+  if (p.acc != 0u) { Y[yo] += v; } else { Y[yo] = v; }
+}
+@compute @workgroup_size(${MV_WG})
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+  let tt = wid.y % p.tiles;
+  let rg = wid.x + (wid.y / p.tiles) * p.gx;
+  let rr = li / ${TPR}u;
+  let k0 = li % ${TPR}u;
+  let r = rg * ${ROWS}u + rr;
+  let valid = r < p.rows;
+  let b = wid.z;
+  var wb = b * p.wBatch;
+  var xb = b * p.xBatch;
+${
+  mode === "gather"
+    ? `  if (li == 0u) { wgE = IDS[p.idsOff + b]; }
+  let e = workgroupUniformLoad(&wgE);
+  if (e < p.e0 || e >= p.e1) { return; }
+  wb = (e - p.e0) * p.wBatch;
+  xb = (b / p.xDiv) * p.xBatch;`
+    : ""
+}
+  let rb = p.wOff + wb + select(0u, r, valid) * p.rowBytes;
+  let t0 = tt * ${TN}u;
+  let nt = min(${TN}u, p.n - t0);
+  let cols = select(0u, p.nu * U, valid);
+  let xq = (p.xOff + xb + t0 * p.xStride) >> 2u;
+  let xs = p.xStride >> 2u;
+${loop("xq + t * xs")}
+${reduce}
+}`;
+  }
+  return /* wgsl */ `${head}
+var<workgroup> list: array<u32, ${MV_WINDOW}>;
+var<workgroup> cnt: atomic<u32>;
+var<workgroup> cntU: u32;
+fn out(b: u32, r: u32, v: f32) {
+  let yo = p.yOff + b * p.yBatch + p.rowBase + r;
+  if (p.acc != 0u) { Y[yo] += v; } else { Y[yo] = v; }
+}
+@compute @workgroup_size(${MV_WG})
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+  let rg = wid.x + wid.y * p.gx;
+  let rr = li / ${TPR}u;
+  let k0 = li % ${TPR}u;
+  let r = rg * ${ROWS}u + rr;
+  let valid = r < p.rows;
+  let ex = p.e0 + wid.z;
+  let rb = p.wOff + wid.z * p.wBatch + select(0u, r, valid) * p.rowBytes;
+  let cols = select(0u, p.nu * U, valid);
+  for (var w0 = 0u; w0 < p.n; w0 += ${MV_WINDOW}u) {
+    if (li == 0u) { atomicStore(&cnt, 0u); }
+    workgroupBarrier();
+    let w1 = min(w0 + ${MV_WINDOW}u, p.n);
+    for (var b = w0 + li; b < w1; b += ${MV_WG}u) {
+      if (IDS[p.idsOff + b] == ex) { list[atomicAdd(&cnt, 1u)] = b; }
+    }
+    workgroupBarrier();
+    if (li == 0u) { cntU = atomicLoad(&cnt); }
+    let m = workgroupUniformLoad(&cntU);
+    for (var t0 = 0u; t0 < m; t0 += ${TN}u) {
+      let nt = min(${TN}u, m - t0);
+      var xt: array<u32, ${TN}>;
+      for (var t = 0u; t < ${TN}u; t++) { xt[t] = (p.xOff + (list[min(t0 + t, m - 1u)] / p.xDiv) * p.xBatch) >> 2u; }
+${loop("xt[t]")}
 ${reduce}
     }
     workgroupBarrier();

@@ -144,3 +144,67 @@ function body(type: number, U: number): string {
 export function dequantWGSL(type: number, U: number): string {
   return `${HELPERS}\nconst U: u32 = ${U}u;\nfn deq(rb: u32, u: u32) {\n  ${body(type, U)}\n}\n`;
 }
+
+/**
+ * `fn deq4(rb: u32, e: u32) -> vec4f`: elements e..e+3 (e a multiple of 4) of the row at byte rb, for the coalesced
+ * matrix kernel (neighbouring threads read neighbouring bytes of one block). Direct decoding for F32, F16, BF16, Q8_0,
+ * Q4_0, Q4_K, Q5_K and Q6_K; other block types go through `deq` (the whole 32-element unit, then four of it). Same
+ * float operations per element as `deq`. Needs dequantWGSL's helpers in the module.
+ */
+export function deq4WGSL(type: number): string {
+  let b: string;
+  switch (type) {
+    case GGMLType.F32:
+      b = `let q = (rb >> 2u) + e;
+  return vec4f(bitcast<f32>(W[q]), bitcast<f32>(W[q + 1u]), bitcast<f32>(W[q + 2u]), bitcast<f32>(W[q + 3u]));`;
+      break;
+    case GGMLType.F16:
+      b = `let q = (rb >> 2u) + (e >> 1u);
+  return vec4f(unpack2x16float(W[q]), unpack2x16float(W[q + 1u]));`;
+      break;
+    case GGMLType.BF16:
+      b = `let q = (rb >> 2u) + (e >> 1u); let a = W[q]; let c = W[q + 1u];
+  return vec4f(bitcast<f32>(a << 16u), bitcast<f32>(a & 0xffff0000u), bitcast<f32>(c << 16u), bitcast<f32>(c & 0xffff0000u));`;
+      break;
+    case GGMLType.Q8_0:
+      b = `let o = rb + (e >> 5u) * 34u; let d = h2f(o); let v = b32(o + 2u + (e & 31u));
+  return vec4f(f32(sx8(v & 255u)) * d, f32(sx8((v >> 8u) & 255u)) * d, f32(sx8((v >> 16u) & 255u)) * d, f32(sx8(v >> 24u)) * d);`;
+      break;
+    case GGMLType.Q4_0:
+      b = `let o = rb + (e >> 5u) * 18u; let d = h2f(o); let l = e & 31u;
+  let v = b32(o + 2u + (l & 15u)) >> ((l >> 4u) * 4u);
+  return vec4f((f32(v & 15u) - 8.0) * d, (f32((v >> 8u) & 15u) - 8.0) * d, (f32((v >> 16u) & 15u) - 8.0) * d, (f32((v >> 24u) & 15u) - 8.0) * d);`;
+      break;
+    case GGMLType.Q4_K:
+      b = `let o = rb + (e >> 8u) * 144u; let j = (e >> 5u) & 7u; let c = j >> 1u;
+  let d = h2f(o); let dmin = h2f(o + 2u);
+  let sm = smk4(j, o + 4u);
+  let dl = d * sm.x; let ml = dmin * sm.y;
+  let v = W[(o + 16u + 32u * c + (e & 31u)) >> 2u] >> ((j & 1u) * 4u);
+  return vec4f(dl * f32(v & 15u) - ml, dl * f32((v >> 8u) & 15u) - ml, dl * f32((v >> 16u) & 15u) - ml, dl * f32((v >> 24u) & 15u) - ml);`;
+      break;
+    case GGMLType.Q5_K:
+      b = `let o = rb + (e >> 8u) * 176u; let j = (e >> 5u) & 7u; let c = j >> 1u; let l = e & 31u;
+  let d = h2f(o); let dmin = h2f(o + 2u);
+  let sm = smk4(j, o + 4u);
+  let dl = d * sm.x; let ml = dmin * sm.y;
+  let v = W[(o + 48u + 32u * c + l) >> 2u] >> ((j & 1u) * 4u);
+  let h = W[(o + 16u + l) >> 2u] >> j;
+  return vec4f(dl * f32((v & 15u) + (h & 1u) * 16u) - ml, dl * f32(((v >> 8u) & 15u) + ((h >> 8u) & 1u) * 16u) - ml,
+    dl * f32(((v >> 16u) & 15u) + ((h >> 16u) & 1u) * 16u) - ml, dl * f32(((v >> 24u) & 15u) + ((h >> 24u) & 1u) * 16u) - ml);`;
+      break;
+    case GGMLType.Q6_K:
+      b = `let o = rb + (e >> 8u) * 210u; let j = (e >> 5u) & 7u; let half = j >> 2u; let g = j & 3u; let l = e & 31u;
+  let d = h2f(o + 208u);
+  let s = d * f32(sx8(b8(o + 192u + 8u * half + 2u * g + (l >> 4u))));
+  let a = b32(o + 64u * half + 32u * (g & 1u) + l) >> (4u * (g >> 1u));
+  let hh = b32(o + 128u + 32u * half + l) >> (2u * g);
+  return vec4f(s * (f32((a & 15u) | ((hh & 3u) << 4u)) - 32.0), s * (f32(((a >> 8u) & 15u) | (((hh >> 8u) & 3u) << 4u)) - 32.0),
+    s * (f32(((a >> 16u) & 15u) | (((hh >> 16u) & 3u) << 4u)) - 32.0), s * (f32(((a >> 24u) & 15u) | (((hh >> 24u) & 3u) << 4u)) - 32.0));`;
+      break;
+    default:
+      b = `deq(rb, e >> 5u); let l = e & 31u;
+  return vec4f(dv[l], dv[l + 1u], dv[l + 2u], dv[l + 3u]);`;
+  }
+  return `fn deq4(rb: u32, e: u32) -> vec4f {\n  ${b}\n}\n`;
+}

@@ -6,30 +6,69 @@ import assert from "node:assert/strict";
 import { QMatrix } from "../../../src/backend/cpu/qmatrix.js";
 import { GGMLType, typeName } from "../../../src/gguf/types.js";
 import { quantize } from "../../../src/quant/index.js";
-import { GpuRuntime } from "../../../src/backend/webgpu/runtime.js";
-import { GpuMatrix, matmul, matmulGather } from "../../../src/backend/webgpu/matrix.js";
+import { GpuRuntime, type RuntimeOptions } from "../../../src/backend/webgpu/runtime.js";
+import type { GpuDeviceInfo } from "../../../src/backend/webgpu/device.js";
+import { GpuMatrix, matmul, matmulGather, matvecKernel } from "../../../src/backend/webgpu/matrix.js";
 import { f32, gpuOrSkip, relErr, Rng, u32 } from "./helpers.js";
 
 const { rt, skip } = await gpuOrSkip();
 const TOL = 2e-5;
 const sgOk = rt?.info.subgroupSize !== undefined;
-const variants: ("shared" | "legacy" | "subgroup")[] = ["shared", "legacy", ...(sgOk ? (["subgroup"] as const) : [])];
+type Variant = "coalesced" | "coalesced-nosg" | "shared" | "legacy" | "subgroup";
+const variants: Variant[] = ["coalesced", "coalesced-nosg", "shared", "legacy", ...(sgOk ? (["subgroup"] as const) : [])];
+
+/** A runtime for a variant; coalesced-nosg is the coalesced kernel as a device without a fixed subgroup size gets it. */
+function runtime(variant: Variant, opts: Omit<RuntimeOptions, "matvec">): GpuRuntime {
+  if (variant === "coalesced-nosg") {
+    const info: GpuDeviceInfo = { ...rt!.info, subgroupSize: undefined };
+    return new GpuRuntime(info, { ...opts, matvec: "coalesced" });
+  }
+  return new GpuRuntime(rt!.info, { ...opts, matvec: variant });
+}
+
+test("the coalesced kernel is the default and is chosen for aligned x (vec4 reads), not for unaligned", { skip }, () => {
+  const r = new GpuRuntime(rt!.info);
+  assert.equal(r.matvec, "coalesced");
+  const g = GpuMatrix.upload(r, "w", GGMLType.Q8_0, 64, 3, quantize(GGMLType.Q8_0, new Rng(1).f32(64 * 3), 64));
+  assert.match(matvecKernel(r, g, 2, false, true).code, /deq4/);
+  assert.doesNotMatch(matvecKernel(r, g, 2, false, false).code, /deq4/);
+  assert.match(matvecKernel(r, g, 40, "experts", true).code, /deq4/);
+  g.destroy();
+});
 
 for (const variant of variants) {
   test(`matvec (${variant}) matches the CPU reference: odd shapes, n = 1 and n > 1, strides, accumulation`, { skip }, async () => {
-    const r = new GpuRuntime(rt!.info, { checkWrites: true, matvec: variant });
+    const r = runtime(variant, { checkWrites: true });
     const rng = new Rng(variant.length * 31 + 5);
-    const cases: [number, number, number][] = [
-      [GGMLType.Q4_K, 512, 1],
-      [GGMLType.Q6_K, 256, 5],
-      [GGMLType.Q8_0, 96, 20],
-      [GGMLType.F16, 37, 3],
-    ];
-    for (const [type, cols, n] of cases) {
+    // coalesced: x strides that are multiples of 4 (its vec4 path) for every type it decodes directly, one through the
+    // generic unit decoder (IQ4_NL), widths from one vec4 step per thread to many, and one unaligned stride (fallback)
+    const cases: [number, number, number, number][] =
+      variant.startsWith("coalesced")
+        ? [
+            [GGMLType.Q4_K, 2048, 1, 4],
+            [GGMLType.Q4_K, 512, 3, 4],
+            [GGMLType.Q6_K, 768, 1, 8],
+            [GGMLType.Q6_K, 256, 20, 4],
+            [GGMLType.Q5_K, 512, 2, 4],
+            [GGMLType.Q8_0, 96, 5, 4],
+            [GGMLType.Q4_0, 160, 1, 4],
+            [GGMLType.F32, 44, 3, 0],
+            [GGMLType.F16, 36, 17, 4],
+            [GGMLType.BF16, 64, 1, 4],
+            [GGMLType.IQ4_NL, 128, 2, 4],
+            [GGMLType.Q8_0, 64, 3, 3],
+          ]
+        : [
+            [GGMLType.Q4_K, 512, 1, 3],
+            [GGMLType.Q6_K, 256, 5, 3],
+            [GGMLType.Q8_0, 96, 20, 3],
+            [GGMLType.F16, 37, 3, 3],
+          ];
+    for (const [type, cols, n, pad] of cases) {
       const rows = 13 + rng.int(0, 60);
       const w = new QMatrix("w", type, cols, rows, quantize(type, rng.f32(cols * rows), cols));
       const g = GpuMatrix.upload(r, "w", type, cols, rows, w.data);
-      const xStride = cols + 3;
+      const xStride = cols + pad;
       const yStride = rows + 2;
       const x = rng.f64(n * xStride);
       const y0 = rng.f64(n * yStride);
@@ -55,7 +94,7 @@ for (const variant of variants) {
   });
 
   for (const [mode, nTok, E, maxBinding] of [["pairs", 3, 5, undefined], ["experts", 3, 5, undefined], ["experts", 300, 4, undefined], ["experts", 37, 6, 2 * 19 * 144]] as const) test(`gathered expert products (${variant}, ${mode}, ${nTok} tokens, ${E} experts${maxBinding !== undefined ? ", in pieces" : ""})`, { skip }, async () => {
-    const r = new GpuRuntime(rt!.info, { checkWrites: true, matvec: variant, ...(maxBinding !== undefined ? { maxBindingBytes: maxBinding } : {}) });
+    const r = runtime(variant, { checkWrites: true, ...(maxBinding !== undefined ? { maxBindingBytes: maxBinding } : {}) });
     const rng = new Rng(77 + variant.length + nTok);
     const type = GGMLType.Q4_K;
     const cols = 256;

@@ -184,9 +184,20 @@ export class GGUFFile {
     if (!Number.isInteger(start) || !Number.isInteger(length) || start < 0 || length < 0 || start + length > info.nbytes) {
       throw new GGUFError(`read of bytes [${start}, ${start + length}) outside tensor "${info.name}" (${info.nbytes} bytes)`);
     }
+    return this.guarded(info, () => this.sources[info.shard]!.read(info.offset + start, length));
+  }
+
+  /** The whole tensor's bytes written into `dst` (exactly info.nbytes long): no intermediate copy when the source can. */
+  readBytesInto(info: TensorInfo, dst: Uint8Array): void {
+    if (dst.length !== info.nbytes) throw new GGUFError(`tensor "${info.name}": destination of ${dst.length} bytes for ${info.nbytes}`);
+    const src = this.sources[info.shard]!;
+    this.guarded(info, () => (src.readInto !== undefined ? src.readInto(info.offset, dst) : dst.set(src.read(info.offset, info.nbytes))));
+  }
+
+  private guarded<T>(info: TensorInfo, read: () => T): T {
     const path = this.shards[info.shard]!.path;
     try {
-      return this.sources[info.shard]!.read(info.offset + start, length);
+      return read();
     } catch (e) {
       if (e instanceof ShortReadError) throw new GGUFError(`${path}: unexpected end of file reading tensor "${info.name}"`);
       if (e instanceof NotFetchedError) throw new GGUFError(`${path}: tensor "${info.name}" was not fetched`);

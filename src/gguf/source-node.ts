@@ -42,15 +42,20 @@ export class FileSource implements ByteSource {
 
   /** A fresh buffer (the caller may keep it); ShortReadError when the file ends first (it shrank since the open). */
   read(offset: number, length: number): Uint8Array {
-    const fd = this.handle();
     const out = new Uint8Array(length);
+    this.readInto(offset, out);
+    return out;
+  }
+
+  readInto(offset: number, dst: Uint8Array): void {
+    const fd = this.handle();
+    const length = dst.length;
     let got = 0;
     while (got < length) {
-      const r = readSync(fd, out, got, length - got, offset + got);
+      const r = readSync(fd, dst, got, length - got, offset + got);
       if (r === 0) throw new ShortReadError(this.name, offset + got);
       got += r;
     }
-    return out;
   }
 
   close(): void {

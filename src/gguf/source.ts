@@ -21,6 +21,8 @@ export interface ByteSource {
    * lacks the range, or another error for an I/O failure.
    */
   read(offset: number, length: number): Uint8Array;
+  /** optional: read `dst.length` bytes from `offset` straight into `dst` (no intermediate buffer); same errors as read */
+  readInto?(offset: number, dst: Uint8Array): void;
   /** release the handle, if any (a later read may reopen it) */
   close?(): void;
 }

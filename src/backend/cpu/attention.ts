@@ -65,8 +65,9 @@ export function fastMha(be: CpuBackend, cfg: ModelConfig, pr: Projections, n: nu
 
 /**
  * Absorbed decode (see mla.ts attendAbsorbed) with all heads at once: the latent rows c and k_pe are the keys of every
- * head (MQA), queries [W_UK,hᵀ q_nope,h | q_pe,h]; scores = C·q_c + K_pe·q_pe, the weighted latent sum is the
- * transposed product Cᵀ·p. The per-head W_UK and W_UV products go out as one `matmulMany` each.
+ * head (MQA), queries [W_UK,hᵀ q_nope,h | q_pe,h]; scores = C·q_c + K_pe·q_pe, softmax and the weighted latent sum
+ * Cᵀ·p run in one wasm kernel per head group (CpuBackend.absorbedAttention). The per-head W_UK and W_UV products go
+ * out as one `matmulMany` each.
  * Models carrying TEST-ONLY faults that touch this path (mla.ts hooks) take the plain loops over the fast products.
  */
 export function fastAbsorbed(be: CpuBackend, w: AttentionWeights, cfg: ModelConfig, pr: Projections, n: number, pos0: number, lat: LatentRows): Float64Array {
@@ -76,11 +77,8 @@ export function fastAbsorbed(be: CpuBackend, w: AttentionWeights, cfg: ModelConf
   const o = new Float64Array(n * H * V);
   const qc = new Float64Array(H * L);
   const qp = new Float64Array(H * R);
-  const lo = new Float64Array(H * L);
   for (let i = 0; i < n; i++) {
     const T = pos0 + i + 1;
-    const C = be.latentRows(0, lat.c, T * L);
-    const KP = be.latentRows(1, lat.kPe, T * R);
     const heads: Product[] = [];
     for (let h = 0; h < H; h++) {
       const qo = (i * H + h) * D;
@@ -88,16 +86,7 @@ export function fastAbsorbed(be: CpuBackend, w: AttentionWeights, cfg: ModelConf
       qp.set(pr.q.subarray(qo + P, qo + D), h * R);
     }
     be.matmulMany(heads);
-    const Cm = f32Matrix(C, T, L, "latent c");
-    const s = new Float64Array(H * T);
-    const s2 = new Float64Array(H * T);
-    be.matmulMany([
-      { w: Cm, x: qc, n: H, xStride: L, y: s, yStride: T },
-      { w: f32Matrix(KP, T, R, "latent k_pe"), x: qp, n: H, xStride: R, y: s2, yStride: T },
-    ]);
-    for (let j = 0; j < H * T; j++) s[j]! += s2[j]!;
-    softmaxRows(s, H, T, 0, cfg.kqScale, false);
-    be.matmulT(Cm, s, H, T, lo, L);
+    const lo = be.absorbedAttention(lat.c, lat.kPe, T, L, R, qc, qp, H, cfg.kqScale);
     const outs: Product[] = [];
     for (let h = 0; h < H; h++) outs.push({ w: w.vB[h]!, x: lo.subarray(h * L, (h + 1) * L), n: 1, xStride: L, y: o.subarray((i * H + h) * V, (i * H + h + 1) * V), yStride: V });
     be.matmulMany(outs);

@@ -30,6 +30,7 @@ interface KernelExports {
   matmul(type: number, w: number, rowBytes: number, r0: number, r1: number, cols: number, n: number, x: number, xStride: number, aq: number, ad: number, as: number, y: number, yStride: number, S: number, tc: number): void;
   repackQ6K(src: number, rows: number, cols: number, dst: number): void;
   matmulT(type: number, w: number, rowBytes: number, rows: number, cols: number, t0: number, t1: number, x: number, xStride: number, y: number, yStride: number, S: number): void;
+  attnAbsorbed(C: number, K: number, T: number, L: number, R: number, qc: number, qp: number, h0: number, h1: number, scale: number, sc: number, out: number): void;
 }
 
 const PAGE = 65536;
@@ -59,6 +60,7 @@ const OP_MATMUL_T = 2;
 const OP_ATTACH = 3;
 const OP_EXIT = 4;
 const OP_MANY = 5;
+const OP_ATTN = 6;
 /** OP_MANY: P[SEG_TABLE + i] = first segment of thread i (T + 1 entries); segment g at P[SEG0 + g·SEG] */
 const SEG_TABLE = 32;
 const MAX_THREADS = 64;
@@ -129,7 +131,8 @@ class Arena {
   /** the work area, at least `bytes` long (grown by bumping: the old one is left behind) */
   work(bytes: number): number {
     if (bytes > this.workSize) {
-      const size = Math.max(bytes, 1 << 20);
+      // grow geometrically: callers whose need creeps up (attention over a growing cache) must not leave a trail
+      const size = Math.max(bytes, Math.ceil(this.workSize * 1.5), 1 << 20);
       const ptr = align64(this.top);
       if (ptr + size > this.capacity) throw new Error(`arena ${this.index}: no room for a ${size}-byte work area`);
       this.ensure(ptr + size);
@@ -179,6 +182,10 @@ for (;;) {
       const n = P[7];
       const t0 = Math.floor((n * index) / threads), t1 = Math.floor((n * (index + 1)) / threads);
       if (t1 > t0) k.matmulT(P[2], P[3], P[4], P[5], P[6], t0, t1, P[8], P[9], P[13], P[14], S);
+    } else if (op === 6) {
+      const H = P[9];
+      const h0 = Math.floor((H * index) / threads), h1 = Math.floor((H * (index + 1)) / threads);
+      if (h1 > h0) k.attnAbsorbed(P[2], P[3], P[4], P[5], P[6], P[7], P[8], h0, h1, P[10], P[11] + index * P[12], P[13]);
     } else if (op === 5) {
       const s1 = P[SEG_TABLE + index + 1];
       for (let g = P[SEG_TABLE + index]; g < s1; g++) {
@@ -312,11 +319,10 @@ export class CpuBackend implements MatKernels {
     const wrapped = Object.create(file) as GGUFFile;
     const self = this;
     wrapped.readBytes = function (info: TensorInfo, start?: number, length?: number): Uint8Array {
-      const data = file.readBytes(info, start, length);
       const rows = info.ne.slice(1).reduce((p, x) => p * x, 1);
-      if (start !== undefined || rows < 2 || !CpuBackend.supports(info.type)) return data;
-      const view = self.allocWeight(data.length);
-      view.set(data);
+      if (start !== undefined || length !== undefined || rows < 2 || !CpuBackend.supports(info.type)) return file.readBytes(info, start, length);
+      const view = self.allocWeight(info.nbytes);
+      file.readBytesInto(info, view); // straight into shared memory: one copy, no 3 GB of intermediate buffers
       return view;
     };
     return wrapped;
@@ -640,6 +646,64 @@ export class CpuBackend implements MatKernels {
         for (let r = 0; r < rows; r++) y[dst + r] = h[src + r]!;
       }
     });
+  }
+
+  /**
+   * Absorbed MLA decode attention of H heads over T latent rows (mla.ts attendAbsorbed after the W_UK products):
+   * per head s = scale·(C·qc_h + K·qp_h), p = softmax(s), lo_h = Cᵀ·p. C [T × L] and K [T × R] are f32 rows (used in
+   * place when they live in an arena, else copied into the work area); qc [H × L], qp [H × R]; returns lo [H × L].
+   * Heads are split across the threads.
+   */
+  absorbedAttention(C: Vec | Float32Array, K: Vec | Float32Array, T: number, L: number, R: number, qc: Vec, qp: Vec, H: number, scale: number): Float64Array {
+    if (this.arenas.length === 0) this.newArena();
+    const home = C instanceof Float32Array ? this.byBuffer.get(C.buffer) : undefined;
+    const arena = home ?? this.arenas[0]!;
+    if (this.pool.attached < this.arenas.length) this.pool.attach(this.arenas.map((a) => a.memory));
+    const kIn = K instanceof Float32Array && this.byBuffer.get(K.buffer) === arena;
+    const thr = T * H * L < PARALLEL_MIN ? 1 : Math.min(this.threads, H);
+    const scBytes = align64((4 * T + 4) * 4);
+    const cBytes = home === undefined ? align64(T * L * 4) : 0;
+    const kBytes = kIn ? 0 : align64(T * R * 4);
+    const need = cBytes + kBytes + align64(H * L * 4) * 2 + align64(H * R * 4) + scBytes * this.threads + 256;
+    const base = arena.work(need);
+    let at = base;
+    const f = arena.f32;
+    let cp = C.byteOffset;
+    if (home === undefined) {
+      cp = at;
+      f.set(C.subarray(0, T * L), cp >>> 2);
+      at += cBytes;
+    }
+    let kp = K.byteOffset;
+    if (!kIn) {
+      kp = at;
+      f.set(K.subarray(0, T * R), kp >>> 2);
+      at += kBytes;
+    }
+    const qcp = at;
+    at += align64(H * L * 4);
+    const qpp = at;
+    at += align64(H * R * 4);
+    const outp = at;
+    at += align64(H * L * 4);
+    const scp = at;
+    for (let i = 0; i < H * L; i++) f[(qcp >>> 2) + i] = qc[i]!;
+    for (let i = 0; i < H * R; i++) f[(qpp >>> 2) + i] = qp[i]!;
+    const k = arena.k;
+    if (thr === 1 || this.threads === 1) {
+      k.attnAbsorbed(cp, kp, T, L, R, qcp, qpp, 0, H, scale, scp, outp);
+    } else {
+      const J = this.pool.job;
+      J[0] = OP_ATTN;
+      J[1] = arena.index;
+      J.set([cp, kp, T, L, R, qcp, qpp, H, scale, scp, scBytes, outp], 2);
+      const T0 = this.threads;
+      this.pool.dispatch(() => k.attnAbsorbed(cp, kp, T, L, R, qcp, qpp, 0, Math.floor(H / T0), scale, scp, outp));
+    }
+    const g = arena.f32;
+    const lo = new Float64Array(H * L);
+    for (let i = 0; i < H * L; i++) lo[i] = g[(outp >>> 2) + i]!;
+    return lo;
   }
 
   /** these kernels without the attention entry points (for the plain attention loops over fast products) */

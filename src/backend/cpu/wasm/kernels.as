@@ -782,3 +782,139 @@ export function matmulT(type: i32, w: usize, rowBytes: i32, rows: i32, cols: i32
     }
   }
 }
+
+// ---------------------------------------------------------------- absorbed MLA decode attention
+
+/**
+ * Absorbed MLA decode attention (MQA over the latent cache) for heads h0 ≤ h < h1:
+ *   s_t = scale·(C_t·qc_h + K_t·qp_h) for t < T,  p = softmax(s),  out_h = Σ_t p_t·C_t
+ * C f32[T × L], K f32[T × R] (k_pe), qc f32[H × L], qp f32[H × R], out f32[H × L]; sc: scratch of 4·T + 4 f32.
+ * Heads go four at a time through the scores (each cache row loaded once for four queries) and two at a time through
+ * the weighted sum (16 output columns of two heads in registers while the rows stream by).
+ */
+export function attnAbsorbed(C: usize, K: usize, T: i32, L: i32, R: i32, qc: usize, qp: usize, h0: i32, h1: i32, scale: f32, sc: usize, out: usize): void {
+  let h = h0;
+  while (h < h1) {
+    const g = min(4, h1 - h);
+    scores(C, K, T, L, R, qc, qp, h, g, scale, sc);
+    for (let j = 0; j < g; j++) softmaxRow(sc + (<usize>(j * T) << 2), T);
+    let j = 0;
+    for (; j + 2 <= g; j += 2) weighted2(C, T, L, sc + (<usize>(j * T) << 2), sc + (<usize>((j + 1) * T) << 2), out + (<usize>((h + j) * L) << 2), out + (<usize>((h + j + 1) * L) << 2));
+    if (j < g) weighted2(C, T, L, sc + (<usize>(j * T) << 2), 0, out + (<usize>((h + j) * L) << 2), 0);
+    h += g;
+  }
+}
+
+// @ts-ignore: decorator
+@inline function dot4(row: usize, q: usize, n: i32, qStride: usize, out: usize): void {
+  // four dot products of one row with q, q + qStride, … (n values; n % 4 tail scalar)
+  let a0 = f32x4.splat(0), a1 = f32x4.splat(0), a2 = f32x4.splat(0), a3 = f32x4.splat(0);
+  let i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const o = <usize>i << 2;
+    const r = v128.load(row + o);
+    a0 = f32x4.add(a0, f32x4.mul(r, v128.load(q + o)));
+    a1 = f32x4.add(a1, f32x4.mul(r, v128.load(q + qStride + o)));
+    a2 = f32x4.add(a2, f32x4.mul(r, v128.load(q + 2 * qStride + o)));
+    a3 = f32x4.add(a3, f32x4.mul(r, v128.load(q + 3 * qStride + o)));
+  }
+  let s0 = hsum(a0), s1 = hsum(a1), s2 = hsum(a2), s3 = hsum(a3);
+  for (; i < n; i++) {
+    const o = <usize>i << 2;
+    const r = load<f32>(row + o);
+    s0 += r * load<f32>(q + o);
+    s1 += r * load<f32>(q + qStride + o);
+    s2 += r * load<f32>(q + 2 * qStride + o);
+    s3 += r * load<f32>(q + 3 * qStride + o);
+  }
+  store<f32>(out, load<f32>(out) + s0);
+  store<f32>(out + 4, load<f32>(out + 4) + s1);
+  store<f32>(out + 8, load<f32>(out + 8) + s2);
+  store<f32>(out + 12, load<f32>(out + 12) + s3);
+}
+
+/** scores of g ≤ 4 heads from h into sc[j·T + t]; heads past g read head h's query (their lanes are discarded) */
+function scores(C: usize, K: usize, T: i32, L: i32, R: i32, qc: usize, qp: usize, h: i32, g: i32, scale: f32, sc: usize): void {
+  const lq = <usize>L << 2, rq = <usize>R << 2;
+  // queries of a group of fewer than four heads: pad with copies of the first (results dropped)
+  const qcs: usize = g == 4 ? lq : 0;
+  const qps: usize = g == 4 ? rq : 0;
+  const tmp = sc + (<usize>(4 * T) << 2); // the 4 floats past the score rows
+  for (let t = 0; t < T; t++) {
+    const o = sc + (<usize>t << 2);
+    // accumulate into a 4-float stash, then scatter to the g score rows
+    v128.store(tmp, f32x4.splat(0));
+    if (g == 4) {
+      dot4(C + <usize>t * lq, qc + <usize>h * lq, L, qcs, tmp);
+      dot4(K + <usize>t * rq, qp + <usize>h * rq, R, qps, tmp);
+    } else {
+      for (let j = 0; j < g; j++) {
+        store<f32>(tmp + (<usize>j << 2), dotF(C + <usize>t * lq, qc + <usize>(h + j) * lq, L) + dotF(K + <usize>t * rq, qp + <usize>(h + j) * rq, R));
+      }
+    }
+    for (let j = 0; j < g; j++) store<f32>(o + (<usize>(j * T) << 2), load<f32>(tmp + (<usize>j << 2)) * scale);
+  }
+}
+
+/** in place: p = softmax(s) over T values (f64 exp and sum) */
+function softmaxRow(s: usize, T: i32): void {
+  let mx: f32 = -Infinity;
+  for (let t = 0; t < T; t++) mx = max(mx, load<f32>(s + (<usize>t << 2)));
+  let sum: f64 = 0;
+  for (let t = 0; t < T; t++) {
+    const e = Math.exp(<f64>(load<f32>(s + (<usize>t << 2)) - mx));
+    store<f32>(s + (<usize>t << 2), <f32>e);
+    sum += e;
+  }
+  const inv = <f32>(1 / sum);
+  for (let t = 0; t < T; t++) store<f32>(s + (<usize>t << 2), load<f32>(s + (<usize>t << 2)) * inv);
+}
+
+/** outA = Σ_t pA_t·C_t and (when pB ≠ 0) outB = Σ_t pB_t·C_t, 16 columns at a time in registers */
+function weighted2(C: usize, T: i32, L: i32, pA: usize, pB: usize, outA: usize, outB: usize): void {
+  const lq = <usize>L << 2;
+  const two = pB != 0;
+  const pb = two ? pB : pA;
+  let c = 0;
+  for (; c + 16 <= L; c += 16) {
+    let a0 = f32x4.splat(0), a1 = f32x4.splat(0), a2 = f32x4.splat(0), a3 = f32x4.splat(0);
+    let b0 = f32x4.splat(0), b1 = f32x4.splat(0), b2 = f32x4.splat(0), b3 = f32x4.splat(0);
+    let row = C + (<usize>c << 2);
+    for (let t = 0; t < T; t++) {
+      const pa = v128.load32_splat(pA + (<usize>t << 2));
+      const pv = v128.load32_splat(pb + (<usize>t << 2));
+      const r0 = v128.load(row), r1 = v128.load(row + 16), r2 = v128.load(row + 32), r3 = v128.load(row + 48);
+      a0 = f32x4.add(a0, f32x4.mul(r0, pa));
+      a1 = f32x4.add(a1, f32x4.mul(r1, pa));
+      a2 = f32x4.add(a2, f32x4.mul(r2, pa));
+      a3 = f32x4.add(a3, f32x4.mul(r3, pa));
+      b0 = f32x4.add(b0, f32x4.mul(r0, pv));
+      b1 = f32x4.add(b1, f32x4.mul(r1, pv));
+      b2 = f32x4.add(b2, f32x4.mul(r2, pv));
+      b3 = f32x4.add(b3, f32x4.mul(r3, pv));
+      row += lq;
+    }
+    const oa = outA + (<usize>c << 2);
+    v128.store(oa, a0);
+    v128.store(oa + 16, a1);
+    v128.store(oa + 32, a2);
+    v128.store(oa + 48, a3);
+    if (two) {
+      const ob = outB + (<usize>c << 2);
+      v128.store(ob, b0);
+      v128.store(ob + 16, b1);
+      v128.store(ob + 32, b2);
+      v128.store(ob + 48, b3);
+    }
+  }
+  for (; c < L; c++) {
+    let sa: f32 = 0, sb: f32 = 0;
+    for (let t = 0; t < T; t++) {
+      const v = load<f32>(C + <usize>t * lq + (<usize>c << 2));
+      sa += load<f32>(pA + (<usize>t << 2)) * v;
+      sb += load<f32>(pb + (<usize>t << 2)) * v;
+    }
+    store<f32>(outA + (<usize>c << 2), sa);
+    if (two) store<f32>(outB + (<usize>c << 2), sb);
+  }
+}

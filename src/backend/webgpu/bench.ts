@@ -66,7 +66,13 @@ export async function runWebGpuBench(path: string, opts: { batches?: number[]; p
   const promptLen = opts.promptLen ?? 512;
   const steps = opts.decodeSteps ?? 16;
   const info = await requestGpuDevice();
-  const rt = new GpuRuntime(info, { ...(opts.matvec !== undefined ? { matvec: opts.matvec } : {}), profile: opts.profile === true });
+  const timing = opts.profile !== true && info.features.has("timestamp-query");
+  const rt = new GpuRuntime(info, { ...(opts.matvec !== undefined ? { matvec: opts.matvec } : {}), profile: opts.profile === true, passTiming: timing });
+  /** GPU ms per step from the pass timestamps since the last reset (NaN without timestamp queries) */
+  const gpuMs = (steps: number): number => {
+    const p = rt.profile(true).find((e) => e.label === "(pass)");
+    return timing && p !== undefined ? p.ms / steps : NaN;
+  };
   const showProfile = (what: string, steps: number): void => {
     if (opts.profile !== true) return;
     const prof = rt.profile(true);
@@ -119,9 +125,10 @@ export async function runWebGpuBench(path: string, opts: { batches?: number[]; p
     pre.push((performance.now() - t) / 1000);
   }
   showProfile(`prefill of ${promptLen}`, 3);
+  const preGpu = gpuMs(3);
   const preS = median(pre);
-  results.push({ name: `prefill ${promptLen} tokens`, value: promptLen / preS, unit: "tok/s", extra: { seconds: preS } });
-  log(`prefill ${promptLen}: ${(promptLen / preS).toFixed(0)} tok/s (${(preS * 1000).toFixed(1)} ms)`);
+  results.push({ name: `prefill ${promptLen} tokens`, value: promptLen / preS, unit: "tok/s", extra: { seconds: preS, gpu_ms: preGpu } });
+  log(`prefill ${promptLen}: ${(promptLen / preS).toFixed(0)} tok/s (${(preS * 1000).toFixed(1)} ms; GPU ${preGpu.toFixed(1)} ms)`);
 
   for (const B of batches) {
     // every slot holds a short prompt; then `steps` decode steps of B tokens
@@ -149,6 +156,7 @@ export async function runWebGpuBench(path: string, opts: { batches?: number[]; p
       pos++;
     }
     showProfile(`decode step of batch ${B}`, steps);
+    const gpuStep = gpuMs(steps);
     const s = median(times);
     const tps = B / s;
     const roofTps = bw / bytesPerStep(B) * B;
@@ -157,9 +165,9 @@ export async function runWebGpuBench(path: string, opts: { batches?: number[]; p
       name: `decode batch ${B}`,
       value: tps,
       unit: "tok/s",
-      extra: { step_ms: s * 1000, roofline_tok_s: roofTps, roofline_fraction: frac, dispatches_per_step: dispatches, encode_ms_per_step: median(enc), weight_bytes_per_step: bytesPerStep(B) },
+      extra: { step_ms: s * 1000, roofline_tok_s: roofTps, roofline_fraction: frac, dispatches_per_step: dispatches, encode_ms_per_step: median(enc), gpu_ms_per_step: gpuStep, weight_bytes_per_step: bytesPerStep(B) },
     });
-    log(`decode batch ${B}: ${tps.toFixed(1)} tok/s (step ${(s * 1000).toFixed(2)} ms; roofline ${roofTps.toFixed(0)} tok/s → ${(frac * 100).toFixed(1)}%; ${dispatches} dispatches/step; host encoding ${median(enc).toFixed(2)} ms/step)`);
+    log(`decode batch ${B}: ${tps.toFixed(1)} tok/s (step ${(s * 1000).toFixed(2)} ms; roofline ${roofTps.toFixed(0)} tok/s → ${(frac * 100).toFixed(1)}%; ${dispatches} dispatches/step; host encoding ${median(enc).toFixed(2)} ms/step; GPU ${gpuStep.toFixed(2)} ms/step; replayed steps ${g.replayStats.replayed})`);
   }
   rt.device.destroy();
   return results;

@@ -13,7 +13,8 @@ import type { SwiGLU } from "../../model/weights.js";
 import { LatentError } from "../../util/errors.js";
 import { getRows, GpuMatrix, matmul, matmulGather } from "./matrix.js";
 import { attention, attentionScratch, copyRows, moeCombine, moeRoute, rmsNorm, rope, RopeTable, scatterRows, swiglu } from "./ops.js";
-import type { GpuRuntime } from "./runtime.js";
+import type { GpuRuntime, Recording } from "./runtime.js";
+import { ATTN_CHUNK } from "./wgsl-ops.js";
 
 /** Bytes of `mats` (equal shapes) as one stacked tensor: a view when they are contiguous, else a copy. */
 function stacked(mats: readonly QMatrix[]): Uint8Array {
@@ -90,6 +91,10 @@ export class GpuModel {
   private readonly ropeTable: RopeTable;
   private readonly b: Record<string, GPUBuffer> = {};
   private readonly widthFF: number;
+  /** recorded steps by shape (tokens, key chunks, logit rows): a step of a known shape is replayed, not re-encoded */
+  private readonly recordings = new Map<string, Recording>();
+  /** steps encoded from scratch (and recorded) / replayed from a recording */
+  readonly replayStats = { recorded: 0, replayed: 0 };
 
   constructor(
     readonly rt: GpuRuntime,
@@ -194,7 +199,31 @@ export class GpuModel {
     rt.write(b.pos!, 0, Uint32Array.from(tokens, (t) => t.pos));
     rt.write(b.rowIdx!, 0, Uint32Array.from(tokens, (t) => t.slot * ctx + t.pos));
     rt.write(b.meta!, 0, meta);
+    // everything below depends only on this key (buffers are fixed; parameters depend on n, the key chunks, the rows)
+    const rows = tokens.map((t, i) => (t.logits ? i : -1)).filter((i) => i >= 0);
+    const key = `${n}|${Math.ceil(maxKeys / ATTN_CHUNK)}|${rows.length === n ? "all" : rows.join(",")}`;
+    const rec = this.recordings.get(key);
+    if (rec !== undefined) {
+      rt.replay(rec);
+      this.replayStats.replayed++;
+      return rows.length;
+    }
+    rt.beginRecording();
+    this.encodeLayers(n, maxKeys, rows);
+    const made = rt.endRecording();
+    if (made !== undefined) {
+      if (this.recordings.size >= 64) this.recordings.clear();
+      this.recordings.set(key, made);
+      this.replayStats.recorded++;
+    }
+    return rows.length;
+  }
 
+  private encodeLayers(n: number, maxKeys: number, rows: readonly number[]): void {
+    const { rt, c, b } = this;
+    const { nEmbd: Hd, nHead: H, qkNope: P, qkRope: R, vHead: V, kvLoraRank: L, qLoraRank: Lq, nExpertUsed: K, nFFExp: Fe } = c;
+    const D = P + R;
+    const ctx = this.opts.context;
     getRows(rt, this.embd, b.ids!, b.h!, n);
     const table = this.ropeTable.ensure(ctx);
     for (const l of this.layers) {
@@ -257,11 +286,9 @@ export class GpuModel {
       }
     }
     // output rows
-    const rows = tokens.map((t, i) => (t.logits ? i : -1)).filter((i) => i >= 0);
     if (rows.length === n) rmsNorm(rt, b.h!, this.outputNorm, b.hn!, { n, dim: Hd }, c.rmsEps);
     else rows.forEach((r, j) => rmsNorm(rt, b.h!, this.outputNorm, b.hn!, { n: 1, dim: Hd, xOff: r * Hd, yOff: j * Hd }, c.rmsEps));
     if (rows.length > 0) matmul(rt, this.output, b.hn!, b.logits!, { n: rows.length, xStride: Hd, yStride: c.nVocab });
-    return rows.length;
   }
 
   /** h += down(silu(gate·x) ⊙ up·x) for n tokens. */

@@ -36,6 +36,18 @@ export interface RuntimeOptions {
    * than without): `profile()` returns GPU ms per kernel label, digits folded to "#"
    */
   readonly profile?: boolean;
+  /**
+   * time every compute pass on the GPU (one timestamp pair per pass; no extra passes): `profile()` reports them under
+   * the label "(pass)" — the GPU time of a whole step when a step is one pass
+   */
+  readonly passTiming?: boolean;
+}
+
+/** A recorded run of dispatches (see GpuRuntime.record) that replay() encodes again without rebuilding anything. */
+export interface Recording {
+  readonly items: readonly { readonly pipeline: GPUComputePipeline; readonly bindGroup: GPUBindGroup; readonly groups: readonly [number, number, number] }[];
+  /** the uniform ring's bytes [0, used) as recorded */
+  readonly uniforms: Uint8Array;
 }
 
 /** A NaN with a payload arithmetic never produces. */
@@ -99,6 +111,10 @@ export class GpuRuntime {
   private queryLabels: string[] = [];
   private readonly maxQueries = 4096;
   private readonly profileMs = new Map<string, { ms: number; count: number }>();
+  private readonly passTiming: boolean;
+  private recording: { pipeline: GPUComputePipeline; bindGroup: GPUBindGroup; groups: readonly [number, number, number] }[] | undefined;
+  private recordingBroken = false;
+  private lastPipeline: GPUComputePipeline | undefined;
 
   constructor(
     readonly info: GpuDeviceInfo,
@@ -110,6 +126,8 @@ export class GpuRuntime {
     if (opts.matvec === "subgroup" && !sgOk) throw new LatentError("matvec \"subgroup\" needs the subgroups feature with one fixed subgroup size");
     this.matvec = opts.matvec ?? "coalesced";
     this.profiling = opts.profile === true;
+    this.passTiming = opts.passTiming === true && !this.profiling;
+    if (this.passTiming && !info.features.has("timestamp-query")) throw new LatentError("passTiming: the device has no timestamp-query");
     if (this.profiling && !info.features.has("timestamp-query")) throw new LatentError("profile: the device has no timestamp-query");
     const limit = info.limits.maxStorageBufferBindingSize;
     this.maxBindingBytes = Math.min(limit, opts.maxBindingBytes ?? limit) & ~255;
@@ -166,14 +184,62 @@ export class GpuRuntime {
 
   private ensurePass(): GPUComputePassEncoder {
     this.encoder ??= this.device.createCommandEncoder();
-    this.pass ??= this.encoder.beginComputePass();
+    if (this.pass === undefined) {
+      this.lastPipeline = undefined;
+      if (this.passTiming && this.queryLabels.length * 2 < this.maxQueries) {
+        this.querySet ??= this.device.createQuerySet({ type: "timestamp", count: this.maxQueries });
+        const q = this.queryLabels.length * 2;
+        this.queryLabels.push("(pass)");
+        this.pass = this.encoder.beginComputePass({ timestampWrites: { querySet: this.querySet, beginningOfPassWriteIndex: q, endOfPassWriteIndex: q + 1 } });
+      } else this.pass = this.encoder.beginComputePass();
+    }
     return this.pass;
+  }
+
+  /**
+   * Start recording: every dispatch from here to endRecording() is also kept (pipeline, bind group, grid) with the
+   * uniform bytes it wrote, so that replay() can encode the same run again at the cost of the encoder calls alone.
+   * Starts on an empty uniform ring (pending work is submitted first). Not with checkWrites or profile.
+   */
+  beginRecording(): void {
+    if (this.uniformUsed > 0) this.submit();
+    this.recording = this.checkWrites || this.profiling ? undefined : [];
+    this.recordingBroken = this.recording === undefined;
+  }
+
+  /** The run recorded since beginRecording(), or undefined when it cannot be replayed (a submission in between, debug modes). */
+  endRecording(): Recording | undefined {
+    const items = this.recording;
+    this.recording = undefined;
+    if (items === undefined || this.recordingBroken) return undefined;
+    return { items, uniforms: new Uint8Array(this.uniformHost, 0, this.uniformUsed).slice() };
+  }
+
+  /** Encode a recorded run again (same buffers, same parameters). */
+  replay(rec: Recording): void {
+    const t0 = performance.now();
+    if (this.uniformUsed > 0 || rec.uniforms.byteLength > UNIFORM_RING) this.submit();
+    const pass = this.ensurePass();
+    new Uint8Array(this.uniformHost, 0, rec.uniforms.byteLength).set(rec.uniforms);
+    this.uniformUsed = rec.uniforms.byteLength;
+    let last = this.lastPipeline;
+    for (const it of rec.items) {
+      if (it.pipeline !== last) pass.setPipeline((last = it.pipeline));
+      pass.setBindGroup(0, it.bindGroup);
+      pass.dispatchWorkgroups(it.groups[0], it.groups[1], it.groups[2]);
+    }
+    this.lastPipeline = last;
+    this.stats.dispatches += rec.items.length;
+    this.stats.encodeMs += performance.now() - t0;
   }
 
   /** Reserve a uniform slot for `params` (u32 words; write floats with f32bits). */
   private uniformSlot(params: Uint32Array): number {
     if (params.byteLength > UNIFORM_SLOT) throw new LatentError(`kernel parameters of ${params.byteLength} bytes exceed ${UNIFORM_SLOT}`);
-    if (this.uniformUsed + UNIFORM_SLOT > UNIFORM_RING) this.submit();
+    if (this.uniformUsed + UNIFORM_SLOT > UNIFORM_RING) {
+      this.recordingBroken = true;
+      this.submit();
+    }
     const at = this.uniformUsed;
     new Uint32Array(this.uniformHost, at, params.length).set(params);
     this.uniformUsed += UNIFORM_SLOT;
@@ -190,6 +256,11 @@ export class GpuRuntime {
     if (gx === 0 || gy === 0 || gz === 0) return;
     const maxG = this.info.limits.maxComputeWorkgroupsPerDimension;
     if (gx > maxG || gy > maxG || gz > maxG) throw new LatentError(`${label}: ${gx}×${gy}×${gz} workgroups exceed ${maxG} per dimension`);
+    // room for this dispatch's uniform slots (and its check-writes fills and counts) before a profile pass opens
+    if (this.uniformUsed + UNIFORM_SLOT * (1 + (this.checkWrites ? 2 * outputs.length + 1 : 0)) > UNIFORM_RING) {
+      this.recordingBroken = true;
+      this.submit();
+    }
     if (this.checkWrites) for (const o of outputs) this.fillWords(o, SENTINEL);
     if (this.profiling && this.queryLabels.length * 2 < this.maxQueries) {
       this.querySet ??= this.device.createQuerySet({ type: "timestamp", count: this.maxQueries });
@@ -198,6 +269,7 @@ export class GpuRuntime {
       this.pass?.end();
       this.encoder ??= this.device.createCommandEncoder();
       this.pass = this.encoder.beginComputePass({ timestampWrites: { querySet: this.querySet, beginningOfPassWriteIndex: q, endOfPassWriteIndex: q + 1 } });
+      this.lastPipeline = undefined;
       this.encode(code, buffers, params, [gx, gy, gz]);
       this.pass.end();
       this.pass = undefined;
@@ -209,8 +281,9 @@ export class GpuRuntime {
 
   private encode(code: string, buffers: readonly GPUBuffer[], params: Uint32Array, groups: readonly [number, number, number]): void {
     const pipeline = this.pipeline(code);
-    const pass = this.ensurePass();
+    // the slot first: a full ring submits (and ends the pass)
     const at = this.uniformSlot(params);
+    const pass = this.ensurePass();
     const key = `${this.id(pipeline)}|${buffers.map((b) => this.id(b)).join(",")}|${at}`;
     let bg = this.bindGroups.get(key);
     if (bg === undefined) {
@@ -220,9 +293,11 @@ export class GpuRuntime {
       if (this.bindGroups.size > 50000) this.bindGroups.clear();
       this.bindGroups.set(key, bg);
     }
-    pass.setPipeline(pipeline);
+    if (pipeline !== this.lastPipeline) pass.setPipeline(pipeline);
+    this.lastPipeline = pipeline;
     pass.setBindGroup(0, bg);
     pass.dispatchWorkgroups(groups[0], groups[1], groups[2]);
+    this.recording?.push({ pipeline, bindGroup: bg, groups });
   }
 
   private grid(words: number): [number, number, number] {
@@ -255,6 +330,7 @@ export class GpuRuntime {
   /** Submit everything recorded so far. */
   submit(): void {
     if (this.encoder === undefined) return;
+    if (this.recording !== undefined) this.recordingBroken = true;
     this.pass?.end();
     this.pass = undefined;
     if (this.uniformUsed > 0) this.device.queue.writeBuffer(this.uniforms, 0, this.uniformHost, 0, this.uniformUsed);

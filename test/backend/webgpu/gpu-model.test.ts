@@ -5,24 +5,28 @@ import assert from "node:assert/strict";
 import { logSoftmaxRow } from "../../../src/engine/evaluate.js";
 import { loadModel } from "../../../src/model/load.js";
 import { GpuModel } from "../../../src/backend/webgpu/gpu-model.js";
+import { GpuRuntime } from "../../../src/backend/webgpu/runtime.js";
 import { logprobRows, maxAbsDiff } from "../../helpers/logprobs.js";
 import { CASES, randomTokens, synthModel, type SynthCase } from "../../helpers/synth.js";
 import { gpuOrSkip, record } from "./helpers.js";
 
 const { rt, skip } = await gpuOrSkip({ checkWrites: true });
+// without --check-writes steps are recorded once per shape and replayed
+const plain = rt === undefined ? undefined : new GpuRuntime(rt.info);
 after(() => rt?.device.destroy());
 const TOL = 1e-3;
 
 const cases: SynthCase[] = [...CASES.filter((c) => c.base === "tiny"), { label: "tiny-v3-q4km", base: "tiny", over: {}, type: "Q4_K_M" }];
 
-for (const c of cases) {
-  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})`, { skip }, async () => {
+for (const [c, r] of [...cases.map((c) => [c, rt] as const), [cases[cases.length - 1]!, plain] as const]) {
+  const replay = r === plain;
+  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}`, { skip }, async () => {
     const m = synthModel(c, 9);
     try {
       const { model, config } = loadModel(m.path);
       const seqs = [randomTokens(11, 3, 0, config.nVocab), randomTokens(7, 8, 0, config.nVocab)];
       const refs = seqs.map((s) => logprobRows(model, s, "reference"));
-      const g = new GpuModel(rt!, model, { slots: 2, context: 32, maxTokens: 4 });
+      const g = new GpuModel(r!, model, { slots: 2, context: 32, maxTokens: 4 });
       const prompt = [6, 3];
       const got: Float64Array[][] = [[], []];
       for (let s = 0; s < 2; s++) {
@@ -35,6 +39,8 @@ for (const c of cases) {
         const logits = await g.step(step);
         step.forEach((t, i) => got[t.slot]!.push(logSoftmaxRow(logits.subarray(i * config.nVocab, (i + 1) * config.nVocab))));
       }
+      if (replay) assert.ok(g.replayStats.replayed >= 3 && g.replayStats.recorded >= 2, JSON.stringify(g.replayStats));
+      else assert.equal(g.replayStats.replayed, 0);
       for (let s = 0; s < 2; s++) {
         const e = record(`fused model ${c.label}`, maxAbsDiff(got[s]!, refs[s]!));
         assert.ok(e <= TOL, `sequence ${s}: max |Δ logprob| ${e}`);

@@ -147,8 +147,8 @@ export function dequantWGSL(type: number, U: number): string {
 
 /**
  * `fn deq4(rb: u32, e: u32) -> vec4f`: elements e..e+3 (e a multiple of 4) of the row at byte rb, for the coalesced
- * matrix kernel (neighbouring threads read neighbouring bytes of one block). Direct decoding for F32, F16, BF16, Q8_0,
- * Q4_0, Q4_K, Q5_K and Q6_K; other block types go through `deq` (the whole 32-element unit, then four of it). Same
+ * matrix kernel (neighbouring threads read neighbouring bytes of one block). Direct decoding for every type but IQ4_XS,
+ * which goes through `deq` (the whole 32-element unit, then four of it). Same
  * float operations per element as `deq`. Needs dequantWGSL's helpers in the module.
  */
 export function deq4WGSL(type: number): string {
@@ -174,6 +174,30 @@ export function deq4WGSL(type: number): string {
       b = `let o = rb + (e >> 5u) * 18u; let d = h2f(o); let l = e & 31u;
   let v = b32(o + 2u + (l & 15u)) >> ((l >> 4u) * 4u);
   return vec4f((f32(v & 15u) - 8.0) * d, (f32((v >> 8u) & 15u) - 8.0) * d, (f32((v >> 16u) & 15u) - 8.0) * d, (f32((v >> 24u) & 15u) - 8.0) * d);`;
+      break;
+    case GGMLType.Q4_1:
+      b = `let o = rb + (e >> 5u) * 20u; let d = h2f(o); let m = h2f(o + 2u); let l = e & 31u;
+  let v = b32(o + 4u + (l & 15u)) >> ((l >> 4u) * 4u);
+  return vec4f(f32(v & 15u) * d + m, f32((v >> 8u) & 15u) * d + m, f32((v >> 16u) & 15u) * d + m, f32((v >> 24u) & 15u) * d + m);`;
+      break;
+    case GGMLType.Q5_0:
+      b = `let o = rb + (e >> 5u) * 22u; let d = h2f(o); let l = e & 31u;
+  let h = b32(o + 2u) >> l;
+  let v = b32(o + 6u + (l & 15u)) >> ((l >> 4u) * 4u);
+  return vec4f((f32((v & 15u) | ((h & 1u) << 4u)) - 16.0) * d, (f32(((v >> 8u) & 15u) | (((h >> 1u) & 1u) << 4u)) - 16.0) * d,
+    (f32(((v >> 16u) & 15u) | (((h >> 2u) & 1u) << 4u)) - 16.0) * d, (f32(((v >> 24u) & 15u) | (((h >> 3u) & 1u) << 4u)) - 16.0) * d);`;
+      break;
+    case GGMLType.Q5_1:
+      b = `let o = rb + (e >> 5u) * 24u; let d = h2f(o); let m = h2f(o + 2u); let l = e & 31u;
+  let h = b32(o + 4u) >> l;
+  let v = b32(o + 8u + (l & 15u)) >> ((l >> 4u) * 4u);
+  return vec4f(f32((v & 15u) | ((h & 1u) << 4u)) * d + m, f32(((v >> 8u) & 15u) | (((h >> 1u) & 1u) << 4u)) * d + m,
+    f32(((v >> 16u) & 15u) | (((h >> 2u) & 1u) << 4u)) * d + m, f32(((v >> 24u) & 15u) | (((h >> 3u) & 1u) << 4u)) * d + m);`;
+      break;
+    case GGMLType.IQ4_NL:
+      b = `let o = rb + (e >> 5u) * 18u; let d = h2f(o); let l = e & 31u;
+  let v = b32(o + 2u + (l & 15u)) >> ((l >> 4u) * 4u);
+  return vec4f(d * KIQ4[v & 15u], d * KIQ4[(v >> 8u) & 15u], d * KIQ4[(v >> 16u) & 15u], d * KIQ4[(v >> 24u) & 15u]);`;
       break;
     case GGMLType.Q4_K:
       b = `let o = rb + (e >> 8u) * 144u; let j = (e >> 5u) & 7u; let c = j >> 1u;

@@ -41,7 +41,7 @@ for (const variant of variants) {
     const r = runtime(variant, { checkWrites: true });
     const rng = new Rng(variant.length * 31 + 5);
     // coalesced: x strides that are multiples of 4 (its vec4 path) for every type it decodes directly, one through the
-    // generic unit decoder (IQ4_NL), widths from one vec4 step per thread to many, and one unaligned stride (fallback)
+    // generic unit decoder (IQ4_XS), widths from one vec4 step per thread to many, and one unaligned stride (fallback)
     const cases: [number, number, number, number][] =
       variant.startsWith("coalesced")
         ? [
@@ -56,6 +56,11 @@ for (const variant of variants) {
             [GGMLType.F16, 36, 17, 4],
             [GGMLType.BF16, 64, 1, 4],
             [GGMLType.IQ4_NL, 128, 2, 4],
+            [GGMLType.Q5_0, 1408, 1, 4],
+            [GGMLType.Q5_0, 128, 6, 4],
+            [GGMLType.Q5_1, 96, 3, 4],
+            [GGMLType.Q4_1, 64, 2, 4],
+            [GGMLType.IQ4_XS, 256, 2, 4],
             [GGMLType.Q8_0, 64, 3, 3],
           ]
         : [

@@ -9,6 +9,7 @@ import {
   ATTN_PARAMS,
   ATTN_QMAX,
   ATTN_WGSL,
+  attnSubgroupWGSL,
   COMBINE_WGSL,
   COPY_WGSL,
   DSA_SCORES_WGSL,
@@ -207,14 +208,17 @@ export function attention(rt: GpuRuntime, bufs: { q: GPUBuffer; k1: GPUBuffer; k
   const params = Uint32Array.from(ATTN_PARAMS.map((k) => p[k]));
   const outs: OutRange[] = [];
   for (let i = 0; i < a.nq; i++) outs.push(...rows(bufs.o, a.o.off + i * a.o.stride, a.heads, a.o.head, a.dv));
+  // the subgroup kernel where the subgroup size is fixed (and divides its 256 threads)
+  const sg = rt.info.subgroupSize;
+  const kernel = (split: boolean): string => (sg !== undefined && sg >= 4 && sg <= 64 ? attnSubgroupWGSL(a.d1, a.d2, a.dv, sg, split) : ATTN_WGSL(split));
   if (chunks === 1) {
-    rt.dispatch("attention", ATTN_WGSL(false), [bufs.q, bufs.k1, bufs.k2, bufs.v, bufs.meta, bufs.sel, bufs.o], params, [1, a.heads, a.nq], outs);
+    rt.dispatch("attention", kernel(false), [bufs.q, bufs.k1, bufs.k2, bufs.v, bufs.meta, bufs.sel, bufs.o], params, [1, a.heads, a.nq], outs);
     return;
   }
   const part = bufs.part;
   const need = attentionScratch(a.nq, a.heads, a.dv, a.maxKeys);
   if (part === undefined || part.size < need * 4) throw new LatentError(`attention over ${a.maxKeys} keys needs ${need} floats of scratch`);
-  rt.dispatch("attention split", ATTN_WGSL(true), [bufs.q, bufs.k1, bufs.k2, bufs.v, bufs.meta, bufs.sel, part], params, [chunks, a.heads, a.nq], [{ buffer: part, offset: 0, size: need * 4 }]);
+  rt.dispatch("attention split", kernel(true), [bufs.q, bufs.k1, bufs.k2, bufs.v, bufs.meta, bufs.sel, part], params, [chunks, a.heads, a.nq], [{ buffer: part, offset: 0, size: need * 4 }]);
   rt.dispatch("attention combine", ATTN_COMBINE_WGSL, [part, bufs.o], params, [1, a.heads, a.nq], outs);
 }
 

@@ -459,3 +459,104 @@ fn main(@builtin(global_invocation_id) g: vec3u) {
   let j = k % p.width;
   Y[p.yOff + IDX[t] * p.yStride + j] = X[p.xOff + t * p.xStride + j];
 }`;
+
+/**
+ * Round-3 attention for devices with a fixed subgroup size `sg`: same bindings, parameters, grid and results as
+ * ATTN_WGSL, with 256 threads per (key chunk, head, query) and the widths (d1, d2, dv) compiled in. Each subgroup
+ * scores one key at a time, its lanes reading neighbouring elements of the key row (unrolled, one subgroupAdd per
+ * key) — instead of one thread walking a whole 576-wide row — and each thread sums p·V for its output elements over
+ * the chunk's keys four at a time.
+ */
+export function attnSubgroupWGSL(d1: number, d2: number, dv: number, sg: number, split: boolean): string {
+  const WG = 256;
+  const NSG = WG / sg;
+  const dot = (n: number, q: string, k: string): string => {
+    const it = Math.ceil(n / sg);
+    if (it === 0) return "";
+    const guard = n % sg !== 0;
+    return `for (var i = 0u; i < ${it}u; i++) { let d = lane + i * ${sg}u; ${guard ? `if (d < ${n}u) { ` : ""}s += qs[${q} + d] * ${k}[kb + d];${guard ? " }" : ""} }`;
+  };
+  return /* wgsl */ `enable subgroups;
+struct P { ${ATTN_PARAMS.map((k) => `${k}: ${k === "scale" ? "f32" : "u32"}`).join(", ")} }
+@group(0) @binding(0) var<storage, read> Q: array<f32>;
+@group(0) @binding(1) var<storage, read> K1: array<f32>;
+@group(0) @binding(2) var<storage, read> K2: array<f32>;
+@group(0) @binding(3) var<storage, read> V: array<f32>;
+@group(0) @binding(4) var<storage, read> META: array<u32>;
+@group(0) @binding(5) var<storage, read> SEL: array<u32>;
+@group(0) @binding(6) var<storage, read_write> O: array<f32>;
+@group(0) @binding(7) var<uniform> p: P;
+var<workgroup> qs: array<f32, ${Math.max(1, d1 + d2)}>;
+var<workgroup> sc: array<f32, ${ATTN_CHUNK}>;
+var<workgroup> vr: array<u32, ${ATTN_CHUNK}>;
+var<workgroup> red: array<f32, ${NSG}>;
+var<workgroup> mt: vec4u;
+@compute @workgroup_size(${WG})
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+  let ch = wid.x;
+  let h = wid.y;
+  let i = wid.z;
+  if (li == 0u) { mt = vec4u(META[4u * i], META[4u * i + 1u], META[4u * i + 2u], META[4u * i + 3u]); }
+  let m4 = workgroupUniformLoad(&mt);
+  let j0 = ch * ${ATTN_CHUNK}u;
+  let nk = select(0u, min(${ATTN_CHUNK}u, m4.y - j0), m4.y > j0);
+  let qo = p.qOff + i * p.qStride + h * p.qHead;
+  for (var d = li; d < ${d1}u; d += ${WG}u) { qs[d] = Q[qo + d]; }
+  for (var d = li; d < ${d2}u; d += ${WG}u) { qs[${d1}u + d] = Q[qo + p.q2Off + d]; }
+  workgroupBarrier();
+  let sgi = li / ${sg}u;
+  let lane = li % ${sg}u;
+  var m = -3.0e38;
+  for (var jb = 0u; jb < nk; jb += ${NSG}u) {
+    let j = jb + sgi;
+    var u = j0 + min(j, nk - 1u);
+    if (m4.w != 0u) { u = SEL[m4.z + u]; }
+    let row = m4.x + u;
+    var s = 0.0;
+    {
+      let kb = p.k1Off + row * p.k1Stride + h * p.k1Head;
+      ${dot(d1, "0u", "K1")}
+    }
+    {
+      let kb = p.k2Off + row * p.k2Stride;
+      ${dot(d2, `${d1}u`, "K2")}
+    }
+    s = subgroupAdd(s) * p.scale;
+    if (j < nk) {
+      if (lane == 0u) { sc[j] = s; vr[j] = row; }
+      m = max(m, s);
+    }
+  }
+  if (lane == 0u) { red[sgi] = m; }
+  workgroupBarrier();
+  m = red[0];
+  for (var k = 1u; k < ${NSG}u; k++) { m = max(m, red[k]); }
+  workgroupBarrier();
+  var l = 0.0;
+  for (var j = li; j < nk; j += ${WG}u) { let e = exp(sc[j] - m); sc[j] = e; l += e; }
+  l = subgroupAdd(l);
+  if (lane == 0u) { red[sgi] = l; }
+  workgroupBarrier();
+  l = 0.0;
+  for (var k = 0u; k < ${NSG}u; k++) { l += red[k]; }
+  let vb = p.vOff + h * p.vHead;
+  ${split ? `let po = ((i * p.heads + h) * p.chunks + ch) * (p.dv + 2u);
+  if (li == 0u) { O[po] = select(-3.0e38, m, nk > 0u); O[po + 1u] = l; }` : `let oo = p.oOff + i * p.oStride + h * p.oHead;`}
+  for (var d = li; d < ${dv}u; d += ${WG}u) {
+    var a0 = 0.0;
+    var a1 = 0.0;
+    var a2 = 0.0;
+    var a3 = 0.0;
+    var j = 0u;
+    for (; j + 4u <= nk; j += 4u) {
+      a0 += sc[j] * V[vb + vr[j] * p.vStride + d];
+      a1 += sc[j + 1u] * V[vb + vr[j + 1u] * p.vStride + d];
+      a2 += sc[j + 2u] * V[vb + vr[j + 2u] * p.vStride + d];
+      a3 += sc[j + 3u] * V[vb + vr[j + 3u] * p.vStride + d];
+    }
+    for (; j < nk; j++) { a0 += sc[j] * V[vb + vr[j] * p.vStride + d]; }
+    let a = (a0 + a1) + (a2 + a3);
+    ${split ? "O[po + 2u + d] = a;" : "O[oo + d] = a / l;"}
+  }
+}`;
+}

@@ -15,6 +15,7 @@ import { Indexer } from "../../../src/model/dsa.js";
 import type { AttentionWeights, MoEWeights } from "../../../src/model/weights.js";
 import { GpuMatrix, matmul, matmulGather, matmulT } from "../../../src/backend/webgpu/matrix.js";
 import { attention, attentionScratch, copyRows, dsaSelect, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, softmax, swiglu } from "../../../src/backend/webgpu/ops.js";
+import { GpuRuntime } from "../../../src/backend/webgpu/runtime.js";
 import { f32, gpuOrSkip, record, relErr, Rng, u32 } from "./helpers.js";
 
 const { rt, skip } = await gpuOrSkip();
@@ -122,8 +123,12 @@ for (const [label, shape, n, pos0, type] of [
   ["small", { H: 2, P: 32, R: 8, V: 32, L: 64 }, 1, 5, GGMLType.Q8_0],
   ["odd", { H: 3, P: 32, R: 6, V: 64, L: 96 }, 3, 20, GGMLType.F16],
   ["long (split keys)", { H: 2, P: 32, R: 4, V: 32, L: 32 }, 2, 600, GGMLType.F32],
-] as const) {
-  test(`MLA absorbed decode and prefill attention: ${label}`, { skip }, async () => {
+  ["v2-lite widths", { H: 3, P: 128, R: 64, V: 128, L: 512 }, 4, 270, GGMLType.Q8_0],
+  ["odd widths, one query", { H: 5, P: 32, R: 10, V: 96, L: 160 }, 1, 30, GGMLType.Q4_0],
+] as const) for (const variant of ["subgroup", "basic"] as const) {
+  test(`MLA absorbed decode and prefill attention (${variant} kernel): ${label}`, { skip }, async () => {
+    // basic: the kernel a device without a fixed subgroup size gets
+    const r = variant === "subgroup" ? rt! : new GpuRuntime({ ...rt!.info, subgroupSize: undefined }, { checkWrites: true });
     const rng = new Rng(40 + n);
     const { H, P, R, V, L } = shape;
     const D = P + R;
@@ -135,38 +140,38 @@ for (const [label, shape, n, pos0, type] of [
     const wantDecode = attendAbsorbed(w, cfg, pr, n, pos0, lat, undefined, plainKernels);
     const wantPrefill = attendPrefill(w, cfg, pr, n, pos0, lat, undefined, plainKernels);
 
-    const gkB = GpuMatrix.upload(rt!, "kb", type, P, L, kB.data, H);
-    const gvB = GpuMatrix.upload(rt!, "vb", type, L, V, vB.data, H);
-    const qb = f32(rt!, q);
-    const cb = f32(rt!, lat.c);
-    const kpe = f32(rt!, lat.kPe);
-    const meta = u32(rt!, causalMeta(n, pos0));
-    const sel = u32(rt!, [0]);
-    const part = rt!.buffer(attentionScratch(n, H, Math.max(L, V), T) * 4);
+    const gkB = GpuMatrix.upload(r, "kb", type, P, L, kB.data, H);
+    const gvB = GpuMatrix.upload(r, "vb", type, L, V, vB.data, H);
+    const qb = f32(r, q);
+    const cb = f32(r, lat.c);
+    const kpe = f32(r, lat.kPe);
+    const meta = u32(r, causalMeta(n, pos0));
+    const sel = u32(r, [0]);
+    const part = r.buffer(attentionScratch(n, H, Math.max(L, V), T) * 4);
     // decode: q_abs = W_UKᵀ q_nope per head → MQA over the latent → W_UV per head
-    const qAbs = rt!.buffer(n * H * (L + R) * 4);
-    matmul(rt!, gkB, qb, qAbs, { n, xStride: H * D, yStride: H * (L + R), batch: { count: H, xBatch: D, yBatch: L + R } });
-    copyRows(rt!, qb, qAbs, { n: n * H, width: R, xOff: P, xStride: D, yOff: L, yStride: L + R });
-    const lo = rt!.buffer(n * H * L * 4);
-    attention(rt!, { q: qAbs, k1: cb, k2: kpe, v: cb, meta, sel, o: lo, part }, {
+    const qAbs = r.buffer(n * H * (L + R) * 4);
+    matmul(r, gkB, qb, qAbs, { n, xStride: H * D, yStride: H * (L + R), batch: { count: H, xBatch: D, yBatch: L + R } });
+    copyRows(r, qb, qAbs, { n: n * H, width: R, xOff: P, xStride: D, yOff: L, yStride: L + R });
+    const lo = r.buffer(n * H * L * 4);
+    attention(r, { q: qAbs, k1: cb, k2: kpe, v: cb, meta, sel, o: lo, part }, {
       nq: n, heads: H, d1: L, d2: R, dv: L, scale: cfg.kqScale, maxKeys: T,
       q: { off: 0, stride: H * (L + R), head: L + R, q2Off: L }, k1: { off: 0, stride: L, head: 0 }, k2: { off: 0, stride: R }, v: { off: 0, stride: L, head: 0 }, o: { off: 0, stride: H * L, head: L },
     });
-    const ob = rt!.buffer(n * H * V * 4);
-    matmul(rt!, gvB, lo, ob, { n, xStride: H * L, yStride: H * V, batch: { count: H, xBatch: L, yBatch: V } });
-    assert.ok(record("attention decode", relErr(await rt!.readF32(ob), wantDecode)) < 1e-4, `decode err ${relErr(await rt!.readF32(ob), wantDecode)}`);
+    const ob = r.buffer(n * H * V * 4);
+    matmul(r, gvB, lo, ob, { n, xStride: H * L, yStride: H * V, batch: { count: H, xBatch: L, yBatch: V } });
+    assert.ok(record("attention decode", relErr(await r.readF32(ob), wantDecode)) < 1e-4, `decode err ${relErr(await r.readF32(ob), wantDecode)}`);
 
     // prefill: k_nope = W_UK c, v = W_UV c for every position, then MHA
-    const kn = rt!.buffer(T * H * P * 4);
-    matmulT(rt!, gkB, cb, kn, { n: T, xStride: L, yStride: H * P, batch: { count: H, xBatch: 0, yBatch: P } });
-    const vv = rt!.buffer(T * H * V * 4);
-    matmul(rt!, gvB, cb, vv, { n: T, xStride: L, yStride: H * V, batch: { count: H, xBatch: 0, yBatch: V } });
-    const op = rt!.buffer(n * H * V * 4);
-    attention(rt!, { q: qb, k1: kn, k2: kpe, v: vv, meta, sel, o: op, part }, {
+    const kn = r.buffer(T * H * P * 4);
+    matmulT(r, gkB, cb, kn, { n: T, xStride: L, yStride: H * P, batch: { count: H, xBatch: 0, yBatch: P } });
+    const vv = r.buffer(T * H * V * 4);
+    matmul(r, gvB, cb, vv, { n: T, xStride: L, yStride: H * V, batch: { count: H, xBatch: 0, yBatch: V } });
+    const op = r.buffer(n * H * V * 4);
+    attention(r, { q: qb, k1: kn, k2: kpe, v: vv, meta, sel, o: op, part }, {
       nq: n, heads: H, d1: P, d2: R, dv: V, scale: cfg.kqScale, maxKeys: T,
       q: { off: 0, stride: H * D, head: D, q2Off: P }, k1: { off: 0, stride: H * P, head: P }, k2: { off: 0, stride: R }, v: { off: 0, stride: H * V, head: V }, o: { off: 0, stride: H * V, head: V },
     });
-    assert.ok(record("attention prefill", relErr(await rt!.readF32(op), wantPrefill)) < 1e-4);
+    assert.ok(record("attention prefill", relErr(await r.readF32(op), wantPrefill)) < 1e-4);
 
     // sparse (DSA-style) key selection: every query sees an explicit sorted subset
     const K = 4;
@@ -181,14 +186,14 @@ for (const [label, shape, n, pos0, type] of [
     });
     const selFn: KeySelection = (i) => lists[i];
     const wantSparse = attendAbsorbed(w, cfg, pr, n, pos0, lat, selFn, plainKernels);
-    const metaS = u32(rt!, lists.map((_, i) => [0, K, i * K, 1]).flat());
-    const selB = u32(rt!, lists.flat());
-    attention(rt!, { q: qAbs, k1: cb, k2: kpe, v: cb, meta: metaS, sel: selB, o: lo, part }, {
+    const metaS = u32(r, lists.map((_, i) => [0, K, i * K, 1]).flat());
+    const selB = u32(r, lists.flat());
+    attention(r, { q: qAbs, k1: cb, k2: kpe, v: cb, meta: metaS, sel: selB, o: lo, part }, {
       nq: n, heads: H, d1: L, d2: R, dv: L, scale: cfg.kqScale, maxKeys: K,
       q: { off: 0, stride: H * (L + R), head: L + R, q2Off: L }, k1: { off: 0, stride: L, head: 0 }, k2: { off: 0, stride: R }, v: { off: 0, stride: L, head: 0 }, o: { off: 0, stride: H * L, head: L },
     });
-    matmul(rt!, gvB, lo, ob, { n, xStride: H * L, yStride: H * V, batch: { count: H, xBatch: L, yBatch: V } });
-    assert.ok(record("attention sparse", relErr(await rt!.readF32(ob), wantSparse)) < 1e-4);
+    matmul(r, gvB, lo, ob, { n, xStride: H * L, yStride: H * V, batch: { count: H, xBatch: L, yBatch: V } });
+    assert.ok(record("attention sparse", relErr(await r.readF32(ob), wantSparse)) < 1e-4);
   });
 }
 

@@ -260,7 +260,7 @@ export function moeRoute(rt: GpuRuntime, z: GPUBuffer, bias: GPUBuffer | undefin
     zStride: a.zStride ?? a.E,
   };
   const params = Uint32Array.from(ROUTE_PARAMS.map((k) => p[k]));
-  rt.dispatch("moeRoute", ROUTE_WGSL, [z, bias ?? z, ids, wts], params, [Math.ceil(a.n / 64)], [
+  rt.dispatch("moeRoute", ROUTE_WGSL, [z, bias ?? z, ids, wts], params, [Math.min(a.n, 65535), Math.ceil(a.n / 65535)], [
     { buffer: ids, offset: 0, size: a.n * a.K * 4 },
     { buffer: wts, offset: 0, size: a.n * a.K * 4 },
   ]);

@@ -12,16 +12,16 @@ struct P { n: u32, dim: u32, xOff: u32, xStride: u32, yOff: u32, yStride: u32, e
 ${layer ? "@group(0) @binding(2) var<storage, read> B: array<f32>;" : ""}
 ${inplace ? "" : `@group(0) @binding(${layer ? 3 : 2}) var<storage, read_write> Y: array<f32>;`}
 @group(0) @binding(${(layer ? 3 : 2) + (inplace ? 0 : 1)}) var<uniform> p: P;
-var<workgroup> red: array<f32, 64>;
+var<workgroup> red: array<f32, 256>;
 fn total(li: u32, v: f32) -> f32 {
   red[li] = v;
   workgroupBarrier();
-  for (var s = 32u; s > 0u; s >>= 1u) { if (li < s) { red[li] += red[li + s]; } workgroupBarrier(); }
+  for (var s = 128u; s > 0u; s >>= 1u) { if (li < s) { red[li] += red[li + s]; } workgroupBarrier(); }
   let r = red[0];
   workgroupBarrier();
   return r;
 }
-@compute @workgroup_size(64)
+@compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let t = wid.x + wid.y * 65535u;
   if (t >= p.n) { return; }
@@ -30,14 +30,14 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   var mean = 0.0;
   ${
     layer
-      ? `var s0 = 0.0; for (var i = li; i < p.dim; i += 64u) { s0 += X[xo + i]; }
+      ? `var s0 = 0.0; for (var i = li; i < p.dim; i += 256u) { s0 += X[xo + i]; }
   mean = total(li, s0) / f32(p.dim);`
       : ""
   }
   var ss = 0.0;
-  for (var i = li; i < p.dim; i += 64u) { let d = X[xo + i] - mean; ss += d * d; }
+  for (var i = li; i < p.dim; i += 256u) { let d = X[xo + i] - mean; ss += d * d; }
   let inv = 1.0 / sqrt(total(li, ss) / f32(p.dim) + p.eps);
-  for (var i = li; i < p.dim; i += 64u) {
+  for (var i = li; i < p.dim; i += 256u) {
     let v = (X[xo + i] - mean) * inv * G[i]${layer ? " + B[i]" : ""};
     ${inplace ? "X[xo + i] = v;" : "Y[yo + i] = v;"}
   }
@@ -267,7 +267,12 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
 
 export const ROUTE_PARAMS = ["n", "E", "K", "nGroup", "nGroupUsed", "softmax", "groupMax", "norm", "hasBias", "scale", "zOff", "zStride"] as const;
 
-/** MoE routing, one thread per token (the model's route(): softmax/sigmoid, bias, group masking, top-k, weights). */
+/**
+ * MoE routing, one 256-thread workgroup per token, thread e owning expert e (the model's route(): softmax/sigmoid,
+ * bias, group masking, top-k, weights): softmax statistics by workgroup reductions, group scores one thread per group,
+ * the kept groups and the final weights by thread 0, and each of the K picks one (value, lowest index) arg-max
+ * reduction over the experts not yet taken — the same choices, ties included, as the sequential definition.
+ */
 export const ROUTE_WGSL = /* wgsl */ `
 struct P { ${ROUTE_PARAMS.map((k) => `${k}: ${k === "scale" ? "f32" : "u32"}`).join(", ")} }
 @group(0) @binding(0) var<storage, read> Z: array<f32>;
@@ -276,68 +281,110 @@ struct P { ${ROUTE_PARAMS.map((k) => `${k}: ${k === "scale" ? "f32" : "u32"}`).j
 @group(0) @binding(3) var<storage, read_write> WTS: array<f32>;
 @group(0) @binding(4) var<uniform> p: P;
 const NEG = -3.4028234e38;
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) g: vec3u) {
-  let t = g.x;
+const NONE = 0xffffffffu;
+var<workgroup> pr: array<f32, 256>;
+var<workgroup> sel: array<f32, 256>;
+var<workgroup> rv: array<f32, 256>;
+var<workgroup> ri: array<u32, 256>;
+var<workgroup> gs: array<f32, 64>;
+var<workgroup> keep: array<u32, 64>;
+var<workgroup> picked: array<u32, 16>;
+fn reduceMax(li: u32, v: f32) -> f32 {
+  rv[li] = v;
+  workgroupBarrier();
+  for (var s = 128u; s > 0u; s >>= 1u) { if (li < s) { rv[li] = max(rv[li], rv[li + s]); } workgroupBarrier(); }
+  let r = rv[0];
+  workgroupBarrier();
+  return r;
+}
+fn reduceSum(li: u32, v: f32) -> f32 {
+  rv[li] = v;
+  workgroupBarrier();
+  for (var s = 128u; s > 0u; s >>= 1u) { if (li < s) { rv[li] += rv[li + s]; } workgroupBarrier(); }
+  let r = rv[0];
+  workgroupBarrier();
+  return r;
+}
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+  let t = wid.x + wid.y * 65535u;
   if (t >= p.n) { return; }
-  var pr: array<f32, 256>;
-  var sel: array<f32, 256>;
   let zo = p.zOff + t * p.zStride;
+  let on = li < p.E;
+  var z = NEG;
+  if (on) { z = Z[zo + li]; }
+  var v = 0.0;
   if (p.softmax != 0u) {
-    var m = NEG;
-    for (var e = 0u; e < p.E; e++) { m = max(m, Z[zo + e]); }
-    var s = 0.0;
-    for (var e = 0u; e < p.E; e++) { pr[e] = exp(Z[zo + e] - m); s += pr[e]; }
-    for (var e = 0u; e < p.E; e++) { pr[e] /= s; }
+    let m = reduceMax(li, z);
+    let ex = select(0.0, exp(z - m), on);
+    let s = reduceSum(li, ex);
+    v = ex / s;
   } else {
-    for (var e = 0u; e < p.E; e++) { pr[e] = 1.0 / (1.0 + exp(-Z[zo + e])); }
+    v = 1.0 / (1.0 + exp(-z));
   }
-  for (var e = 0u; e < p.E; e++) { sel[e] = pr[e] + select(0.0, BIAS[e], p.hasBias != 0u); }
+  pr[li] = v;
+  var sv = v;
+  if (on && p.hasBias != 0u) { sv = v + BIAS[li]; }
+  sel[li] = sv;
+  workgroupBarrier();
   if (p.nGroup > 1u && p.nGroupUsed < p.nGroup) {
     let per = p.E / p.nGroup;
-    var gs: array<f32, 64>;
-    for (var gi = 0u; gi < p.nGroup; gi++) {
+    if (li < p.nGroup) {
       var a = NEG;
       var b = NEG;
-      for (var e = gi * per; e < (gi + 1u) * per; e++) {
-        let v = sel[e];
-        if (v > a) { b = a; a = v; } else if (v > b) { b = v; }
+      for (var e = li * per; e < (li + 1u) * per; e++) {
+        let x = sel[e];
+        if (x > a) { b = a; a = x; } else if (x > b) { b = x; }
       }
-      gs[gi] = select(a + select(0.0, b, per > 1u), a, p.groupMax != 0u);
+      gs[li] = select(a + select(0.0, b, per > 1u), a, p.groupMax != 0u);
+      keep[li] = 0u;
     }
-    var keep: array<bool, 64>;
-    for (var k = 0u; k < p.nGroupUsed; k++) {
-      var best = 0u;
-      var bv = NEG;
-      var found = false;
-      for (var gi = 0u; gi < p.nGroup; gi++) {
-        if (!keep[gi] && (!found || gs[gi] > bv)) { best = gi; bv = gs[gi]; found = true; }
+    workgroupBarrier();
+    if (li == 0u) {
+      for (var k = 0u; k < p.nGroupUsed; k++) {
+        var best = 0u;
+        var bv = NEG;
+        var found = false;
+        for (var gi = 0u; gi < p.nGroup; gi++) {
+          if (keep[gi] == 0u && (!found || gs[gi] > bv)) { best = gi; bv = gs[gi]; found = true; }
+        }
+        keep[best] = 1u;
       }
-      keep[best] = true;
     }
-    for (var gi = 0u; gi < p.nGroup; gi++) {
-      if (!keep[gi]) { for (var e = gi * per; e < (gi + 1u) * per; e++) { sel[e] = NEG; } }
-    }
+    workgroupBarrier();
+    if (on && keep[li / per] == 0u) { sel[li] = NEG; }
+    workgroupBarrier();
   }
-  var taken: array<bool, 256>;
-  var ws: array<f32, 16>;
-  var sum = 0.0;
+  var taken = !on;
+  let mine = sel[li];
   for (var k = 0u; k < p.K; k++) {
-    var best = 0u;
-    var bv = NEG;
-    var found = false;
-    for (var e = 0u; e < p.E; e++) {
-      if (!taken[e] && (!found || sel[e] > bv)) { best = e; bv = sel[e]; found = true; }
+    rv[li] = mine;
+    ri[li] = select(li, NONE, taken);
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s >>= 1u) {
+      if (li < s) {
+        let oi = ri[li + s];
+        let ov = rv[li + s];
+        let ci = ri[li];
+        if (oi != NONE && (ci == NONE || ov > rv[li] || (ov == rv[li] && oi < ci))) { rv[li] = ov; ri[li] = oi; }
+      }
+      workgroupBarrier();
     }
-    taken[best] = true;
-    IDS[t * p.K + k] = best;
-    ws[k] = pr[best];
-    sum += pr[best];
+    let best = ri[0];
+    if (li == best) { taken = true; }
+    if (li == 0u) { picked[k] = best; }
+    workgroupBarrier();
   }
-  for (var k = 0u; k < p.K; k++) {
-    var w = ws[k];
-    if (p.norm != 0u) { w = w / (sum + 1e-20); }
-    WTS[t * p.K + k] = w * p.scale;
+  if (li == 0u) {
+    var sum = 0.0;
+    for (var k = 0u; k < p.K; k++) { sum += pr[picked[k]]; }
+    for (var k = 0u; k < p.K; k++) {
+      let e = picked[k];
+      var w = pr[e];
+      if (p.norm != 0u) { w = w / (sum + 1e-20); }
+      IDS[t * p.K + k] = e;
+      WTS[t * p.K + k] = w * p.scale;
+    }
   }
 }`;
 

@@ -208,6 +208,30 @@ const MOE_CASES: [string, ModelConfig, boolean][] = [
   ["softmax, llama.cpp group scoring", moeConfig({ gating: "softmax", nGroup: 2, nGroupUsed: 1, groupScoring: "llama.cpp", weightsNorm: true, weightsScale: 1 }), false],
 ];
 
+// routing alone at full widths: every expert of a 256-thread workgroup in use, many tokens, one token
+for (const [label, c, withBias, n] of [
+  ["64 experts, 6 used, softmax (V2-Lite)", moeConfig({ nExpert: 64, nExpertUsed: 6, gating: "softmax", weightsNorm: false, weightsScale: 1 }), false, 37],
+  ["256 experts, 8 used, 8 groups keep 4, sigmoid + bias (V3)", moeConfig({ nExpert: 256, nExpertUsed: 8, nGroup: 8, nGroupUsed: 4 }), true, 3],
+  ["160 experts, 6 used, 8 groups keep 3 by max, softmax (V2)", moeConfig({ nExpert: 160, nExpertUsed: 6, gating: "softmax", nGroup: 8, nGroupUsed: 3, weightsNorm: false, weightsScale: 16 }), false, 1],
+] as const) {
+  test(`MoE routing at full width: ${label}, n=${n}`, { skip }, async () => {
+    const rng = new Rng(label.length + n);
+    const { nExpert: E, nExpertUsed: K } = c;
+    const bias = withBias ? rng.f32(E, 0.1) : undefined;
+    const z = rng.f64(n * E);
+    const ids = rt!.buffer(n * K * 4);
+    const wts = rt!.buffer(n * K * 4);
+    moeRoute(rt!, f32(rt!, z), bias && f32(rt!, bias), ids, wts, { n, E, K, nGroup: c.nGroup, nGroupUsed: c.nGroupUsed, softmax: c.gating === "softmax", groupMax: c.gating === "softmax" && c.groupScoring === "definition", norm: c.weightsNorm, scale: c.weightsScale });
+    const gotIds = new Uint32Array(await rt!.read(ids));
+    const gotW = await rt!.readF32(wts);
+    for (let t = 0; t < n; t++) {
+      const r = route(z.subarray(t * E, (t + 1) * E), c, bias);
+      assert.deepEqual(Array.from(gotIds.subarray(t * K, (t + 1) * K)), r.experts, `token ${t} experts`);
+      assert.ok(record("moeRoute weights", relErr(gotW.subarray(t * K, (t + 1) * K), r.weights)) < TOL);
+    }
+  });
+}
+
 for (const [label, c, withBias] of MOE_CASES) {
   test(`MoE routing and grouped expert products: ${label}`, { skip }, async () => {
     const rng = new Rng(label.length);

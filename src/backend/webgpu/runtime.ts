@@ -41,6 +41,8 @@ export interface RuntimeOptions {
    * the label "(pass)" — the GPU time of a whole step when a step is one pass
    */
   readonly passTiming?: boolean;
+  /** replayed steps are submitted in pieces of this many dispatches (default 96; Infinity: one submission) */
+  readonly submitEvery?: number;
 }
 
 /** A recorded run of dispatches (see GpuRuntime.record) that replay() encodes again without rebuilding anything. */
@@ -112,6 +114,7 @@ export class GpuRuntime {
   private readonly maxQueries = 4096;
   private readonly profileMs = new Map<string, { ms: number; count: number }>();
   private readonly passTiming: boolean;
+  readonly submitEvery: number;
   private recording: { pipeline: GPUComputePipeline; bindGroup: GPUBindGroup; groups: readonly [number, number, number] }[] | undefined;
   private recordingBroken = false;
   private lastPipeline: GPUComputePipeline | undefined;
@@ -127,6 +130,7 @@ export class GpuRuntime {
     this.matvec = opts.matvec ?? "coalesced";
     this.profiling = opts.profile === true;
     this.passTiming = opts.passTiming === true && !this.profiling;
+    this.submitEvery = Math.max(1, opts.submitEvery ?? 96);
     if (this.passTiming && !info.features.has("timestamp-query")) throw new LatentError("passTiming: the device has no timestamp-query");
     if (this.profiling && !info.features.has("timestamp-query")) throw new LatentError("profile: the device has no timestamp-query");
     const limit = info.limits.maxStorageBufferBindingSize;
@@ -215,15 +219,27 @@ export class GpuRuntime {
     return { items, uniforms: new Uint8Array(this.uniformHost, 0, this.uniformUsed).slice() };
   }
 
-  /** Encode a recorded run again (same buffers, same parameters). */
-  replay(rec: Recording): void {
+  /**
+   * Encode a recorded run again (same buffers, same parameters), submitted in pieces of `submitEvery` dispatches so
+   * that the GPU starts on the first piece while the host still encodes (and Dawn translates) the next ones.
+   */
+  replay(rec: Recording, submitEvery = this.submitEvery): void {
     const t0 = performance.now();
     if (this.uniformUsed > 0 || rec.uniforms.byteLength > UNIFORM_RING) this.submit();
-    const pass = this.ensurePass();
+    let pass = this.ensurePass();
     new Uint8Array(this.uniformHost, 0, rec.uniforms.byteLength).set(rec.uniforms);
+    // the first submission writes every slot of the run; later pieces find them in place (queue order)
     this.uniformUsed = rec.uniforms.byteLength;
     let last = this.lastPipeline;
+    let inPiece = 0;
     for (const it of rec.items) {
+      if (inPiece === submitEvery) {
+        this.submit();
+        pass = this.ensurePass();
+        last = undefined;
+        inPiece = 0;
+      }
+      inPiece++;
       if (it.pipeline !== last) pass.setPipeline((last = it.pipeline));
       pass.setBindGroup(0, it.bindGroup);
       pass.dispatchWorkgroups(it.groups[0], it.groups[1], it.groups[2]);

@@ -11,8 +11,8 @@ import { CASES, randomTokens, synthModel, type SynthCase } from "../../helpers/s
 import { gpuOrSkip, record } from "./helpers.js";
 
 const { rt, skip } = await gpuOrSkip({ checkWrites: true });
-// without --check-writes steps are recorded once per shape and replayed
-const plain = rt === undefined ? undefined : new GpuRuntime(rt.info);
+// without --check-writes steps are recorded once per shape and replayed (here in submissions of 7 dispatches)
+const plain = rt === undefined ? undefined : new GpuRuntime(rt.info, { submitEvery: 7 });
 after(() => rt?.device.destroy());
 const TOL = 1e-3;
 

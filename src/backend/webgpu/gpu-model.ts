@@ -11,8 +11,8 @@ import type { DeepSeek2 } from "../../model/deepseek2.js";
 import type { QMatrix } from "../cpu/qmatrix.js";
 import type { SwiGLU } from "../../model/weights.js";
 import { LatentError } from "../../util/errors.js";
-import { getRows, GpuMatrix, matmul, matmulGather } from "./matrix.js";
-import { attention, attentionScratch, copyRows, moeCombine, moeRoute, rmsNorm, rope, RopeTable, scatterRows, swiglu } from "./ops.js";
+import { expertListWords, expertLists, getRows, GpuMatrix, matmul, matmulGather } from "./matrix.js";
+import { attention, attentionScratch, copyRows, moeCombine, moeRoute, rmsNorm, rope, RopeTable, scatterRows } from "./ops.js";
 import type { GpuRuntime, Recording } from "./runtime.js";
 import { ATTN_CHUNK } from "./wgsl-ops.js";
 
@@ -170,7 +170,7 @@ export class GpuModel {
     buf("o", N * H * V);
     buf("part", attentionScratch(N, H, L, context));
     buf("g", N * this.widthFF);
-    buf("u", N * this.widthFF);
+    buf("elist", expertListWords(N * Math.max(1, K), Math.max(1, E)));
     buf("ye", N * Math.max(1, K) * Hd);
     buf("z", N * Math.max(1, E));
     buf("rids", N * Math.max(1, K));
@@ -277,10 +277,13 @@ export class GpuModel {
           norm: c.weightsNorm,
           scale: c.weightsScale,
         });
-        matmulGather(rt, l.experts.gate, b.x!, b.g!, b.rids!, { pairs: n * K, xDiv: K, xBatch: Hd, yBatch: Fe });
-        matmulGather(rt, l.experts.up, b.x!, b.u!, b.rids!, { pairs: n * K, xDiv: K, xBatch: Hd, yBatch: Fe });
-        swiglu(rt, b.g!, b.u!, { n: n * K, width: Fe });
-        matmulGather(rt, l.experts.down, b.g!, b.ye!, b.rids!, { pairs: n * K, xDiv: 1, xBatch: Fe, yBatch: Hd });
+        // expert-major products (pairs ≥ experts) read the pairs grouped by expert, built once for the three
+        const lists = n * K >= E ? b.elist! : undefined;
+        if (lists !== undefined) expertLists(rt, b.rids!, lists, { pairs: n * K, E });
+        matmulGather(rt, l.experts.gate, b.x!, b.g!, b.rids!, { pairs: n * K, xDiv: K, xBatch: Hd, yBatch: Fe, lists });
+        // up with SwiGLU fused: g = silu(g)·(W_up x)
+        matmulGather(rt, l.experts.up, b.x!, b.g!, b.rids!, { pairs: n * K, xDiv: K, xBatch: Hd, yBatch: Fe, lists, glu: true });
+        matmulGather(rt, l.experts.down, b.g!, b.ye!, b.rids!, { pairs: n * K, xDiv: 1, xBatch: Fe, yBatch: Hd, lists });
         moeCombine(rt, b.ye!, b.rw!, b.h!, { n, K, width: Hd, acc: true });
         if (l.shared !== undefined) this.ffn(l.shared, n);
       }
@@ -291,13 +294,12 @@ export class GpuModel {
     if (rows.length > 0) matmul(rt, this.output, b.hn!, b.logits!, { n: rows.length, xStride: Hd, yStride: c.nVocab });
   }
 
-  /** h += down(silu(gate·x) ⊙ up·x) for n tokens. */
+  /** h += down(silu(gate·x) ⊙ up·x) for n tokens (the SwiGLU fused into the up product). */
   private ffn(f: GpuFFN, n: number): void {
     const { rt, b, c } = this;
     const F = f.gate.rows;
     matmul(rt, f.gate, b.x!, b.g!, { n, xStride: c.nEmbd, yStride: F });
-    matmul(rt, f.up, b.x!, b.u!, { n, xStride: c.nEmbd, yStride: F });
-    swiglu(rt, b.g!, b.u!, { n, width: F });
+    matmul(rt, f.up, b.x!, b.g!, { n, xStride: c.nEmbd, yStride: F, glu: true });
     matmul(rt, f.down, b.g!, b.h!, { n, xStride: F, yStride: c.nEmbd, acc: true });
   }
 

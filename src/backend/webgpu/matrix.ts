@@ -8,7 +8,7 @@ import { typeName } from "../../gguf/types.js";
 import { rowBytes as quantRowBytes } from "../../quant/index.js";
 import { LatentError } from "../../util/errors.js";
 import type { GpuRuntime } from "./runtime.js";
-import { getRowsWGSL, MATVEC_TN, matvec2WGSL, matvecCoalescedWGSL, matvecExpertsWGSL, matvecTWGSL, matvecWGSL, MV_WG, packMatParams, type MatParams, type MatvecShape } from "./wgsl-mat.js";
+import { EXPERT_LISTS_WGSL, getRowsWGSL, MATVEC_TN, matvec2WGSL, matvecCoalescedWGSL, matvecExpertsWGSL, matvecTWGSL, matvecWGSL, MV_WG, packMatParams, type MatParams, type MatvecShape } from "./wgsl-mat.js";
 import { gpuSupports, unitSize } from "./wgsl-quant.js";
 
 export interface MatrixPiece {
@@ -83,6 +83,8 @@ export interface MatmulArgs {
   readonly yOff?: number;
   /** add into y instead of overwriting */
   readonly acc?: boolean;
+  /** y = silu(y)·(W·x): SwiGLU fused into the up product, y holding the gate product (not with acc) */
+  readonly glu?: boolean;
   /** batch over the matrix's items (heads): item b reads x at + b·xBatch, writes y at + b·yBatch */
   readonly batch?: { readonly count: number; readonly xBatch: number; readonly yBatch: number };
 }
@@ -98,7 +100,7 @@ function base(m: GpuMatrix, a: MatmulArgs): MatParams {
     yOff: a.yOff ?? 0,
     rowBytes: m.rowBytes,
     rowBase: 0,
-    acc: a.acc === true ? 1 : 0,
+    acc: a.glu === true ? 2 : a.acc === true ? 1 : 0,
     gx: 1,
     tiles: 1,
     wOff: 0,
@@ -139,18 +141,24 @@ function coalescedTpr(cols: number, n: number, minT: number): number {
  * The matrix-vector kernel for n tokens over m: WGSL, tokens per workgroup and rows per workgroup. `aligned`: x's
  * offsets and strides are multiples of 4 floats (the coalesced kernel reads x as vec4).
  */
-export function matvecKernel(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boolean | "experts", aligned = false): { code: string; tn: number; rowsPerGroup: number } {
+/** Whether the coalesced kernel runs a product over m (x aligned to 4 floats). */
+export function coalesced(rt: GpuRuntime, m: GpuMatrix, aligned: boolean): boolean {
+  return rt.matvec === "coalesced" && aligned && m.cols % 4 === 0;
+}
+
+export function matvecKernel(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boolean | "experts" | "experts-list", aligned = false): { code: string; tn: number; rowsPerGroup: number } {
   if (rt.matvec === "legacy") return { code: matvecWGSL(m.type, m.unit, gather !== false), tn: MATVEC_TN, rowsPerGroup: 1 };
   const sg = rt.info.subgroupSize;
   const sgOk = sg !== undefined && sg >= 4 && sg <= 64;
   let tn = 1;
   const tnMax = (rt.matvec === "subgroup" || (rt.matvec === "coalesced" && sgOk)) || rt.info.limits.maxComputeWorkgroupStorageSize >= MV_WG * 16 * 4 + 4096 ? 16 : 8;
   while (tn < Math.min(n, tnMax)) tn *= 2;
-  if (rt.matvec === "coalesced" && aligned && m.cols % 4 === 0) {
+  if (coalesced(rt, m, aligned)) {
     const tpr = coalescedTpr(m.cols, n, sgOk ? sg : 4);
-    const mode = gather === "experts" ? "experts" : gather ? "gather" : "plain";
+    const mode = gather === "experts" || gather === "experts-list" ? gather : gather ? "gather" : "plain";
     return { code: matvecCoalescedWGSL(m.type, m.unit, mode, { tpr, tn, sg: sgOk ? sg : undefined }), tn, rowsPerGroup: MV_WG / tpr };
   }
+  if (gather === "experts-list") throw new LatentError(`${m.name}: expert lists need the coalesced kernel`);
   const useSg = rt.matvec === "subgroup" || (rt.matvec === "coalesced" && sgOk);
   let tpr: number;
   if (useSg) tpr = sg!;
@@ -183,12 +191,13 @@ export function matmul(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer,
     p.xOff += piece.firstItem * p.xBatch;
     p.yOff += piece.firstItem * p.yBatch;
     const outs = Array.from({ length: items }, (_, b) => f32Range(y, p.yOff + b * p.yBatch, a.n, a.yStride, piece.rows, piece.firstRow)).flat();
-    rt.dispatch(`matmul ${m.name}`, code, [piece.buffer, x, y], packMatParams(p), [gx, gy * tiles, items], a.acc === true ? [] : outs);
+    rt.dispatch(`matmul ${m.name}`, code, [piece.buffer, x, y], packMatParams(p), [gx, gy * tiles, items], a.acc === true || a.glu === true ? [] : outs);
   }
 }
 
 /** y = Wᵀ·x: y[t][c] = Σ_r W[r][c]·x[t][r] for n tokens (and optionally every item). */
 export function matmulT(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer, a: MatmulArgs): void {
+  if (a.glu === true) throw new LatentError("matmulT has no SwiGLU form");
   const count = a.batch?.count ?? 1;
   if (count > m.items) throw new LatentError(`${m.name}: batch of ${count} over ${m.items} items`);
   const code = matvecTWGSL(m.type, m.unit);
@@ -220,6 +229,13 @@ export interface GatherArgs {
   readonly yBatch: number;
   readonly yOff?: number;
   readonly acc?: boolean;
+  /** y = silu(y)·(W·x) per pair (SwiGLU fused into the up product; y holds the gate products) */
+  readonly glu?: boolean;
+  /**
+   * expert lists of these pairs (expertLists()): the expert-major mode reads them instead of scanning the ids in every
+   * workgroup (coalesced kernel only; ignored otherwise)
+   */
+  readonly lists?: GPUBuffer;
   /**
    * "pairs": one product per (token, slot) pair; "experts": one workgroup per (row group, expert) over the pairs that
    * picked it, tn at a time (each selected expert read once per tn tokens). Default: experts when pairs ≥ the number
@@ -231,23 +247,36 @@ export interface GatherArgs {
 /** Grouped expert products reading only the selected experts: y_b = W_{ids[b]}·x_b for every pair b. */
 export function matmulGather(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer, ids: GPUBuffer, a: GatherArgs): void {
   const experts = rt.matvec !== "legacy" && (a.mode ?? (a.pairs >= m.items ? "experts" : "pairs")) === "experts";
-  const { code, rowsPerGroup } = matvecKernel(rt, m, experts ? a.pairs : 1, experts ? "experts" : true, al4(a.xOff, a.xBatch));
+  const aligned = al4(a.xOff, a.xBatch);
+  const listed = experts && a.lists !== undefined && coalesced(rt, m, aligned);
+  const { code, rowsPerGroup } = matvecKernel(rt, m, experts ? a.pairs : 1, listed ? "experts-list" : experts ? "experts" : true, aligned);
   const outs = [{ buffer: y, offset: (a.yOff ?? 0) * 4, size: ((a.pairs - 1) * a.yBatch + m.rows) * 4 }];
   for (const piece of m.pieces) {
     if (piece.rows !== m.rows) throw new LatentError(`${m.name}: gathered products need whole items per piece`);
-    const p = base(m, { n: experts ? a.pairs : 1, xStride: 0, yStride: 0, xOff: a.xOff, yOff: a.yOff, acc: a.acc });
+    const p = base(m, { n: experts ? a.pairs : 1, xStride: 0, yStride: 0, xOff: a.xOff, yOff: a.yOff, acc: a.acc, glu: a.glu });
     const { gx, gy } = rowGrid(rt, Math.ceil(m.rows / rowsPerGroup));
     p.gx = gx;
     p.xBatch = a.xBatch;
     p.yBatch = a.yBatch;
     p.xDiv = a.xDiv;
-    p.idsOff = a.idsOff ?? 0;
+    p.idsOff = listed ? 2 * m.items : a.idsOff ?? 0;
     p.e0 = piece.firstItem;
     p.e1 = piece.firstItem + piece.items;
     const last = piece === m.pieces[m.pieces.length - 1];
     // the pieces together write every pair: check after the last one
-    rt.dispatch(`matmulGather ${m.name}`, code, [piece.buffer, x, y, ids], packMatParams(p), [gx, gy, experts ? piece.items : a.pairs], last && a.acc !== true && m.pieces.length === 1 ? outs : []);
+    rt.dispatch(`matmulGather ${m.name}`, code, [piece.buffer, x, y, listed ? a.lists! : ids], packMatParams(p), [gx, gy, experts ? piece.items : a.pairs], last && a.acc !== true && a.glu !== true && m.pieces.length === 1 ? outs : []);
   }
+}
+
+/** Words of an expert-list buffer for `pairs` pairs over E experts. */
+export function expertListWords(pairs: number, E: number): number {
+  return 2 * E + pairs;
+}
+
+/** Group the pairs' expert ids (ids[idsOff + b], b < pairs) by expert into `lists` (see EXPERT_LISTS_WGSL), for matmulGather's lists. */
+export function expertLists(rt: GpuRuntime, ids: GPUBuffer, lists: GPUBuffer, a: { pairs: number; E: number; idsOff?: number }): void {
+  if (a.E > 256) throw new LatentError(`expert lists take at most 256 experts, got ${a.E}`);
+  rt.dispatch("expertLists", EXPERT_LISTS_WGSL, [ids, lists], new Uint32Array([a.pairs, a.E, a.idsOff ?? 0, 0]), [1], [{ buffer: lists, offset: 0, size: expertListWords(a.pairs, a.E) * 4 }]);
 }
 
 /** y[t] = row ids[t] of W, dequantized (embedding lookup). */

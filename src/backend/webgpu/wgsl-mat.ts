@@ -22,7 +22,7 @@ export const MAT_PARAMS = [
   "yOff",
   "rowBytes",
   "rowBase", // first row of this piece in the whole matrix
-  "acc", // 1: add into y
+  "acc", // 1: add into y; 2: y = silu(y)·(W·x) (SwiGLU with y holding the gate product)
   "gx", // workgroups along x
   "tiles", // token tiles (matvec)
   "wOff", // byte offset of row 0 in the bound buffer
@@ -93,7 +93,7 @@ ${
   if (li < nt) {
     let yo = p.yOff + b * p.yBatch + (t0 + li) * p.yStride + p.rowBase + r;
     let v = red[li * ${WG}u];
-    if (p.acc != 0u) { Y[yo] += v; } else { Y[yo] = v; }
+    if (p.acc == 1u) { Y[yo] += v; } else if (p.acc == 2u) { let g = Y[yo]; Y[yo] = g / (1.0 + exp(-g)) * v; } else { Y[yo] = v; }
   }
 }`;
 }
@@ -198,7 +198,7 @@ ${s.subgroup ? "" : `var<workgroup> red: array<f32, ${MV_WG * TN}>;`}
 var<workgroup> wgE: u32;
 fn out(b: u32, t: u32, r: u32, v: f32) {
   let yo = p.yOff + b * p.yBatch + t * p.yStride + p.rowBase + r;
-  if (p.acc != 0u) { Y[yo] += v; } else { Y[yo] = v; }
+  if (p.acc == 1u) { Y[yo] += v; } else if (p.acc == 2u) { let g = Y[yo]; Y[yo] = g / (1.0 + exp(-g)) * v; } else { Y[yo] = v; }
 }
 @compute @workgroup_size(${MV_WG})
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
@@ -284,7 +284,7 @@ var<workgroup> cnt: atomic<u32>;
 var<workgroup> cntU: u32;
 fn out(b: u32, r: u32, v: f32) {
   let yo = p.yOff + b * p.yBatch + p.rowBase + r;
-  if (p.acc != 0u) { Y[yo] += v; } else { Y[yo] = v; }
+  if (p.acc == 1u) { Y[yo] += v; } else if (p.acc == 2u) { let g = Y[yo]; Y[yo] = g / (1.0 + exp(-g)) * v; } else { Y[yo] = v; }
 }
 @compute @workgroup_size(${MV_WG})
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
@@ -344,12 +344,13 @@ export interface CoalescedShape {
  * parameters and grids as matvec2WGSL / matvecExpertsWGSL; x offsets and strides must be multiples of 4 (X is bound as
  * array<vec4f>).
  */
-export function matvecCoalescedWGSL(type: number, U: number, mode: "plain" | "gather" | "experts", s: CoalescedShape): string {
+export function matvecCoalescedWGSL(type: number, U: number, mode: "plain" | "gather" | "experts" | "experts-list", s: CoalescedShape): string {
   const { tpr: TPR, tn: TN, sg } = s;
   const ROWS = MV_WG / TPR;
   const SPR = sg === undefined ? TPR : TPR / sg; // partial sums per row left after the subgroup step
-  const experts = mode === "experts";
-  const write = (t: string, r: string, v: string): string => (experts ? `out(list[t0 + ${t}], ${r}, ${v});` : `out(b, t0 + ${t}, ${r}, ${v});`);
+  const experts = mode === "experts" || mode === "experts-list";
+  const listed = mode === "experts-list";
+  const write = (t: string, r: string, v: string): string => (experts ? `out(${listed ? "IDS[lb + t0 + " + t + "]" : "list[t0 + " + t + "]"}, ${r}, ${v});` : `out(b, t0 + ${t}, ${r}, ${v});`);
   let reduce: string;
   if (sg !== undefined && SPR === 1) {
     reduce = `  for (var t = 0u; t < ${TN}u; t++) {
@@ -401,7 +402,7 @@ ${SPR > 1 ? `var<workgroup> red: array<f32, ${ROWS * SPR * TN}>;` : ""}`;
 var<workgroup> wgE: u32;
 fn out(b: u32, t: u32, r: u32, v: f32) {
   let yo = p.yOff + b * p.yBatch + t * p.yStride + p.rowBase + r;
-  if (p.acc != 0u) { Y[yo] += v; } else { Y[yo] = v; }
+  if (p.acc == 1u) { Y[yo] += v; } else if (p.acc == 2u) { let g = Y[yo]; Y[yo] = g / (1.0 + exp(-g)) * v; } else { Y[yo] = v; }
 }
 @compute @workgroup_size(${MV_WG})
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
@@ -433,13 +434,44 @@ ${loop("xq + t * xs")}
 ${reduce}
 }`;
   }
+  if (listed) {
+    return /* wgsl */ `${head}
+var<workgroup> oc: vec2u;
+fn out(b: u32, r: u32, v: f32) {
+  let yo = p.yOff + b * p.yBatch + p.rowBase + r;
+  if (p.acc == 1u) { Y[yo] += v; } else if (p.acc == 2u) { let g = Y[yo]; Y[yo] = g / (1.0 + exp(-g)) * v; } else { Y[yo] = v; }
+}
+@compute @workgroup_size(${MV_WG})
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+  let rg = wid.x + wid.y * p.gx;
+  let rr = li / ${TPR}u;
+  let k0 = li % ${TPR}u;
+  let r = rg * ${ROWS}u + rr;
+  let valid = r < p.rows;
+  let ex = p.e0 + wid.z;
+  let rb = p.wOff + wid.z * p.wBatch + select(0u, r, valid) * p.rowBytes;
+  let cols = select(0u, p.nu * U, valid);
+  // IDS holds the expert lists: (offset, count) per expert, then the pairs grouped by expert from word idsOff
+  if (li == 0u) { oc = vec2u(IDS[2u * ex], IDS[2u * ex + 1u]); }
+  let o2 = workgroupUniformLoad(&oc);
+  let m = o2.y;
+  let lb = p.idsOff + o2.x;
+  for (var t0 = 0u; t0 < m; t0 += ${TN}u) {
+    let nt = min(${TN}u, m - t0);
+    var xt: array<u32, ${TN}>;
+    for (var t = 0u; t < ${TN}u; t++) { xt[t] = (p.xOff + (IDS[lb + min(t0 + t, m - 1u)] / p.xDiv) * p.xBatch) >> 2u; }
+${loop("xt[t]")}
+${reduce}
+  }
+}`;
+  }
   return /* wgsl */ `${head}
 var<workgroup> list: array<u32, ${MV_WINDOW}>;
 var<workgroup> cnt: atomic<u32>;
 var<workgroup> cntU: u32;
 fn out(b: u32, r: u32, v: f32) {
   let yo = p.yOff + b * p.yBatch + p.rowBase + r;
-  if (p.acc != 0u) { Y[yo] += v; } else { Y[yo] = v; }
+  if (p.acc == 1u) { Y[yo] += v; } else if (p.acc == 2u) { let g = Y[yo]; Y[yo] = g / (1.0 + exp(-g)) * v; } else { Y[yo] = v; }
 }
 @compute @workgroup_size(${MV_WG})
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
@@ -472,3 +504,42 @@ ${reduce}
   }
 }`;
 }
+
+/**
+ * The expert lists of a routed step for the expert-major products (one workgroup): L[2e], L[2e+1] = offset and count
+ * of expert e's pairs, then from word 2E the pair indices grouped by expert (order within an expert unspecified: each
+ * pair's result does not depend on it). Ids ≥ E are left out.
+ */
+export const EXPERT_LISTS_WGSL = /* wgsl */ `
+struct P { pairs: u32, E: u32, idsOff: u32, _p: u32 }
+@group(0) @binding(0) var<storage, read> IDS: array<u32>;
+@group(0) @binding(1) var<storage, read_write> L: array<u32>;
+@group(0) @binding(2) var<uniform> p: P;
+var<workgroup> cnt: array<atomic<u32>, 256>;
+var<workgroup> off: array<u32, 256>;
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_index) li: u32) {
+  atomicStore(&cnt[li], 0u);
+  workgroupBarrier();
+  for (var b = li; b < p.pairs; b += 256u) {
+    let e = IDS[p.idsOff + b];
+    if (e < p.E) { atomicAdd(&cnt[e], 1u); }
+  }
+  workgroupBarrier();
+  if (li == 0u) {
+    var s = 0u;
+    for (var e = 0u; e < p.E; e++) { off[e] = s; s += atomicLoad(&cnt[e]); }
+  }
+  workgroupBarrier();
+  if (li < p.E) {
+    L[2u * li] = off[li];
+    L[2u * li + 1u] = atomicLoad(&cnt[li]);
+  }
+  workgroupBarrier();
+  atomicStore(&cnt[li], 0u);
+  workgroupBarrier();
+  for (var b = li; b < p.pairs; b += 256u) {
+    let e = IDS[p.idsOff + b];
+    if (e < p.E) { L[2u * p.E + off[e] + atomicAdd(&cnt[e], 1u)] = b; }
+  }
+}`;

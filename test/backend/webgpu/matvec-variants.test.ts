@@ -8,7 +8,7 @@ import { GGMLType, typeName } from "../../../src/gguf/types.js";
 import { quantize } from "../../../src/quant/index.js";
 import { GpuRuntime, type RuntimeOptions } from "../../../src/backend/webgpu/runtime.js";
 import type { GpuDeviceInfo } from "../../../src/backend/webgpu/device.js";
-import { GpuMatrix, matmul, matmulGather, matvecKernel } from "../../../src/backend/webgpu/matrix.js";
+import { expertListWords, expertLists, GpuMatrix, matmul, matmulGather, matvecKernel } from "../../../src/backend/webgpu/matrix.js";
 import { f32, gpuOrSkip, relErr, Rng, u32 } from "./helpers.js";
 
 const { rt, skip } = await gpuOrSkip();
@@ -94,6 +94,12 @@ for (const variant of variants) {
         const b = tmp.subarray(t * yStride, t * yStride + rows);
         assert.ok(relErr(a, b) < TOL, `${variant} ${typeName(type)} overwrite t=${t}: err ${relErr(a, b)}`);
       }
+      // SwiGLU fused into the product: y = silu(y)·(W·x) with y holding gate values
+      const yb3 = f32(r, y0);
+      matmul(r, g, f32(r, x), yb3, { n, xStride, yStride, glu: true });
+      const got3 = await r.readF32(yb3);
+      const want3 = Float64Array.from(y0, (v, i) => (i % yStride < rows ? (v / (1 + Math.exp(-v))) * tmp[i]! : v));
+      assert.ok(relErr(got3, want3) < TOL, `${variant} ${typeName(type)} glu: err ${relErr(got3, want3)}`);
       g.destroy();
     }
   });
@@ -120,6 +126,26 @@ for (const variant of variants) {
       all.slice(ids[b]! * rows, rows).matmul(x.subarray(Math.floor(b / K) * cols), 1, cols, want, rows);
       assert.ok(relErr(got.subarray(b * rows, (b + 1) * rows), want) < TOL, `${variant} pair ${b}: err ${relErr(got.subarray(b * rows, (b + 1) * rows), want)} ids ${ids[b]} got ${got[b * rows]} want ${want[0]}`);
     }
+    // expert lists built on the GPU (expert-major mode reads them instead of scanning), and the fused SwiGLU form
+    const idsB = u32(r, ids);
+    const lists = r.buffer(expertListWords(nTok * K, E) * 4);
+    expertLists(r, idsB, lists, { pairs: nTok * K, E });
+    const L = new Uint32Array(await r.read(lists));
+    for (let e = 0; e < E; e++) {
+      const mine = ids.map((v, b) => (v === e ? b : -1)).filter((b) => b >= 0);
+      assert.equal(L[2 * e + 1], mine.length, `expert ${e} count`);
+      assert.deepEqual(Array.from(L.subarray(2 * E + L[2 * e]!, 2 * E + L[2 * e]! + mine.length)).sort((a, b) => a - b), mine, `expert ${e} list`);
+    }
+    const g0 = rng.f64(nTok * K * rows);
+    const yb2 = r.buffer(nTok * K * rows * 4);
+    const yb3 = f32(r, g0);
+    matmulGather(r, g, f32(r, x), yb2, idsB, { pairs: nTok * K, xDiv: K, xBatch: cols, yBatch: rows, mode, lists });
+    matmulGather(r, g, f32(r, x), yb3, idsB, { pairs: nTok * K, xDiv: K, xBatch: cols, yBatch: rows, mode, lists, glu: true });
+    const got2 = await r.readF32(yb2);
+    const got3 = await r.readF32(yb3);
+    assert.ok(relErr(got2, got) < TOL, `${variant} with lists: err ${relErr(got2, got)}`);
+    const want3 = Float64Array.from(g0, (v, i) => (v / (1 + Math.exp(-v))) * got[i]!);
+    assert.ok(relErr(got3, want3) < TOL, `${variant} glu: err ${relErr(got3, want3)}`);
     g.destroy();
   });
 }

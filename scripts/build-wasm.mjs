@@ -17,7 +17,7 @@ const dir = mkdtempSync(join(tmpdir(), "latent-wasm-"));
 try {
   copyFileSync(src, join(dir, "kernels.ts"));
   const flags = ["-O3", "--runtime", "stub", "--importMemory", "--sharedMemory", "--initialMemory", "1", "--maximumMemory", "65536",
-    "--noAssert", "--enable", "simd", "--enable", "threads", "-o", join(dir, "kernels.wasm")];
+    ...(process.env.WASM_DEBUG ? ["--debug"] : []), "--noAssert", "--enable", "simd", "--enable", "threads", "-o", join(dir, "kernels.wasm")];
   execFileSync("npx", ["-y", "-p", `assemblyscript@${ASC_VERSION}`, "asc", join(dir, "kernels.ts"), ...flags], { stdio: "inherit", cwd: dir });
   const wasm = readFileSync(join(dir, "kernels.wasm"));
   new WebAssembly.Module(wasm); // validates

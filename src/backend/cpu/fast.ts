@@ -31,6 +31,7 @@ interface KernelExports {
   repackQ6K(src: number, rows: number, cols: number, dst: number): void;
   matmulT(type: number, w: number, rowBytes: number, rows: number, cols: number, t0: number, t1: number, x: number, xStride: number, y: number, yStride: number, S: number): void;
   attnAbsorbed(C: number, K: number, T: number, L: number, R: number, qc: number, qp: number, h0: number, h1: number, scale: number, sc: number, out: number): void;
+  attnPrefill(kNope: number, kPe: number, v: number, q: number, n: number, pos0: number, H: number, P: number, R: number, V: number, h0: number, h1: number, scale: number, sc: number, out: number): void;
 }
 
 const PAGE = 65536;
@@ -61,6 +62,7 @@ const OP_ATTACH = 3;
 const OP_EXIT = 4;
 const OP_MANY = 5;
 const OP_ATTN = 6;
+const OP_PREFILL = 7;
 /** OP_MANY: P[SEG_TABLE + i] = first segment of thread i (T + 1 entries); segment g at P[SEG0 + g·SEG] */
 const SEG_TABLE = 32;
 const MAX_THREADS = 64;
@@ -186,6 +188,10 @@ for (;;) {
       const H = P[9];
       const h0 = Math.floor((H * index) / threads), h1 = Math.floor((H * (index + 1)) / threads);
       if (h1 > h0) k.attnAbsorbed(P[2], P[3], P[4], P[5], P[6], P[7], P[8], h0, h1, P[10], P[11] + index * P[12], P[13]);
+    } else if (op === 7) {
+      const H = P[8];
+      const h0 = Math.floor((H * index) / threads), h1 = Math.floor((H * (index + 1)) / threads);
+      if (h1 > h0) k.attnPrefill(P[2], P[3], P[4], P[5], P[6], P[7], H, P[9], P[10], P[11], h0, h1, P[12], P[13] + index * P[14], P[15]);
     } else if (op === 5) {
       const s1 = P[SEG_TABLE + index + 1];
       for (let g = P[SEG_TABLE + index]; g < s1; g++) {
@@ -413,7 +419,7 @@ export class CpuBackend implements MatKernels {
       for (let t = 0; t < m; t++) {
         const src = (t0 + t) * xStride;
         const dst = xo + t * cols;
-        for (let c = 0; c < cols; c++) f[dst + c] = x[src + c]!;
+        f.set(x.subarray(src, src + cols), dst);
       }
       if (cls !== 0) k.quantize(cls, xp, m, cols, cols, aqp, adp, asp);
       const J = this.pool.job;
@@ -446,7 +452,7 @@ export class CpuBackend implements MatKernels {
       for (let t = 0; t < m; t++) {
         const dst = (t0 + t) * yStride;
         const src = yo + t * rows;
-        for (let r = 0; r < rows; r++) y[dst + r] = g[src + r]!;
+        y.set(g.subarray(src, src + rows), dst);
       }
     }
   }
@@ -472,7 +478,7 @@ export class CpuBackend implements MatKernels {
       for (let t = 0; t < m; t++) {
         const src = (t0 + t) * xStride;
         const dst = xo + t * rows;
-        for (let r = 0; r < rows; r++) f[dst + r] = x[src + r]!;
+        f.set(x.subarray(src, src + rows), dst);
       }
       const J = this.pool.job;
       J[0] = OP_MATMUL_T;
@@ -500,7 +506,7 @@ export class CpuBackend implements MatKernels {
       for (let t = 0; t < m; t++) {
         const dst = (t0 + t) * yStride;
         const src = yo + t * cols;
-        for (let c = 0; c < cols; c++) y[dst + c] = g[src + c]!;
+        y.set(g.subarray(src, src + cols), dst);
       }
     }
   }
@@ -569,7 +575,7 @@ export class CpuBackend implements MatKernels {
         for (let t = 0; t < p.n; t++) {
           const src = t * p.xStride;
           const dst = xo + t * cols;
-          for (let c = 0; c < cols; c++) f[dst + c] = x[src + c]!;
+          f.set(x.subarray(src, src + cols), dst);
         }
         if (cls !== 0) k.quantize(cls, xp, p.n, cols, cols, aqp, adp, asp);
         prev = { p, cls, xp, aqp, adp, asp };
@@ -643,7 +649,7 @@ export class CpuBackend implements MatKernels {
       for (let t = 0; t < p.n; t++) {
         const dst = t * p.yStride;
         const src = yo + t * rows;
-        for (let r = 0; r < rows; r++) y[dst + r] = h[src + r]!;
+        y.set(h.subarray(src, src + rows), dst);
       }
     });
   }
@@ -687,10 +693,10 @@ export class CpuBackend implements MatKernels {
     const outp = at;
     at += align64(H * L * 4);
     const scp = at;
-    for (let i = 0; i < H * L; i++) f[(qcp >>> 2) + i] = qc[i]!;
-    for (let i = 0; i < H * R; i++) f[(qpp >>> 2) + i] = qp[i]!;
+    f.set(qc.subarray(0, H * L), qcp >>> 2);
+    f.set(qp.subarray(0, H * R), qpp >>> 2);
     const k = arena.k;
-    if (thr === 1 || this.threads === 1) {
+    if (thr === 1) {
       k.attnAbsorbed(cp, kp, T, L, R, qcp, qpp, 0, H, scale, scp, outp);
     } else {
       const J = this.pool.job;
@@ -700,10 +706,49 @@ export class CpuBackend implements MatKernels {
       const T0 = this.threads;
       this.pool.dispatch(() => k.attnAbsorbed(cp, kp, T, L, R, qcp, qpp, 0, Math.floor(H / T0), scale, scp, outp));
     }
-    const g = arena.f32;
-    const lo = new Float64Array(H * L);
-    for (let i = 0; i < H * L; i++) lo[i] = g[(outp >>> 2) + i]!;
-    return lo;
+    return Float64Array.from(arena.f32.subarray(outp >>> 2, (outp >>> 2) + H * L));
+  }
+
+  /**
+   * Causal prefill attention (mla.ts mha, dense keys) for n queries at positions pos0…: q [n × H × (P+R)], kNope
+   * [T × H × P], kPe [T × R], v [T × H × V] with T = pos0 + n; returns o [n × H × V]. Inputs are staged as f32 in the
+   * work area; heads are split across the threads.
+   */
+  prefillAttention(q: Vec, kNope: Vec, kPe: Vec | Float32Array, v: Vec, n: number, pos0: number, H: number, P: number, R: number, V: number, scale: number): Float64Array {
+    if (this.arenas.length === 0) this.newArena();
+    const arena = this.arenas[0]!;
+    if (this.pool.attached < this.arenas.length) this.pool.attach(this.arenas.map((a) => a.memory));
+    const T = pos0 + n;
+    const D = P + R;
+    const thr = n * T * H * D < PARALLEL_MIN ? 1 : Math.min(this.threads, H);
+    const scBytes = align64((4 * T + 4) * 4);
+    const sizes = [n * H * D, T * H * P, T * R, T * H * V, n * H * V].map((x) => align64(x * 4));
+    const base = arena.work(sizes.reduce((a, b) => a + b, 0) + scBytes * this.threads + 64);
+    const f = arena.f32;
+    const ptrs: number[] = [];
+    let at = base;
+    for (const sz of sizes) {
+      ptrs.push(at);
+      at += sz;
+    }
+    const [qp, kp, rp, vp, op] = ptrs as [number, number, number, number, number];
+    f.set(q.subarray(0, n * H * D), qp >>> 2);
+    f.set(kNope.subarray(0, T * H * P), kp >>> 2);
+    f.set(kPe.subarray(0, T * R), rp >>> 2);
+    f.set(v.subarray(0, T * H * V), vp >>> 2);
+    const scp = at;
+    const k = arena.k;
+    if (thr === 1) {
+      k.attnPrefill(kp, rp, vp, qp, n, pos0, H, P, R, V, 0, H, scale, scp, op);
+    } else {
+      const J = this.pool.job;
+      J[0] = OP_PREFILL;
+      J[1] = arena.index;
+      J.set([kp, rp, vp, qp, n, pos0, H, P, R, V, scale, scp, scBytes, op], 2);
+      const T0 = this.threads;
+      this.pool.dispatch(() => k.attnPrefill(kp, rp, vp, qp, n, pos0, H, P, R, V, 0, Math.floor(H / T0), scale, scp, op));
+    }
+    return Float64Array.from(arena.f32.subarray(op >>> 2, (op >>> 2) + n * H * V));
   }
 
   /** these kernels without the attention entry points (for the plain attention loops over fast products) */
@@ -714,14 +759,6 @@ export class CpuBackend implements MatKernels {
       matmulT: (w, x, n, xs, y, ys) => this.matmulT(w, x, n, xs, y, ys),
       matmulMany: (ps) => this.matmulMany(ps),
     };
-  }
-
-  /** the first `len` values of latent rows as f32 in shared memory: in place when they already are, else copied to a slot */
-  latentRows(slot: number, rows: Float64Array | Float32Array, len: number): Float32Array {
-    if (rows instanceof Float32Array && this.byBuffer.has(rows.buffer)) return rows.subarray(0, len);
-    const f = this.sharedF32(100 + slot, len);
-    f.set(rows.subarray(0, len));
-    return f;
   }
 
   private readonly shared = new Map<number, Float32Array>();

@@ -69,9 +69,14 @@ export function blockValues(type: i32): i32 {
   return r16(sWmn(S, cols) + (nbMax(cols) << 5));
 }
 
-/** bytes of scratch one thread needs for rows of `cols` values */
+// @ts-ignore: decorator
+@inline function rowArea(cols: i32): usize {
+  return r16(sWf(0, cols) + (<usize>cols << 2) + 64);
+}
+
+/** bytes of scratch one thread needs for rows of `cols` values: two unpacked rows (S and S + rowArea) */
 export function scratchBytes(cols: i32): i32 {
-  return <i32>sWf(0, cols) + cols * 4 + 64;
+  return <i32>(rowArea(cols) << 1) + 64;
 }
 
 // @ts-ignore: decorator
@@ -445,14 +450,39 @@ function dotK(S: usize, cols: i32, aq: usize, ad: usize, asum: usize): f32 {
   return acc;
 }
 
+// [Σa, Σb, Σc, Σd] of four i32x4 as f32: each sum exact in f64 and rounded once, as isumExact + <f32> does
+// @ts-ignore: decorator
+@inline function isum4(a: v128, b: v128, c: v128, d: v128): v128 {
+  const A = f64x2.add(f64x2.convert_low_i32x4_s(a), f64x2.convert_low_i32x4_s(i8x16.shuffle(a, a, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15)));
+  const B = f64x2.add(f64x2.convert_low_i32x4_s(b), f64x2.convert_low_i32x4_s(i8x16.shuffle(b, b, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15)));
+  const C = f64x2.add(f64x2.convert_low_i32x4_s(c), f64x2.convert_low_i32x4_s(i8x16.shuffle(c, c, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15)));
+  const D = f64x2.add(f64x2.convert_low_i32x4_s(d), f64x2.convert_low_i32x4_s(i8x16.shuffle(d, d, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15)));
+  const AB = f64x2.add(i8x16.shuffle(A, B, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23), i8x16.shuffle(A, B, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31));
+  const CD = f64x2.add(i8x16.shuffle(C, D, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23), i8x16.shuffle(C, D, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31));
+  const ab = f32x4.demote_f64x2_zero(AB);
+  const cd = f32x4.demote_f64x2_zero(CD);
+  return i8x16.shuffle(ab, cd, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+}
+
+// the four tokens' blockTerm at once (the same f32 operations, lane by lane)
+// @ts-ignore: decorator
+@inline function blockTerm4(I: v128, M: v128, dw: f32, dm: f32, DA: v128): v128 {
+  return f32x4.sub(f32x4.mul(I, f32x4.mul(f32x4.splat(dw), DA)), f32x4.mul(M, f32x4.mul(f32x4.splat(dm), DA)));
+}
+
+// @ts-ignore: decorator
+@inline function load4f(p: usize, stride: usize): v128 {
+  let v = f32x4.splat(load<f32>(p));
+  v = f32x4.replace_lane(v, 1, load<f32>(p + stride));
+  v = f32x4.replace_lane(v, 2, load<f32>(p + 2 * stride));
+  return f32x4.replace_lane(v, 3, load<f32>(p + 3 * stride));
+}
+
 /** four activation rows at once (a rows aStride bytes apart), results to out[0..3] */
 function dotK4(S: usize, cols: i32, aq: usize, aqStride: usize, ad: usize, adStride: usize, asum: usize, asStride: usize, out: usize): void {
   const nb = cols >> 8;
   const wd = sWd(S, cols), wm = sWm(S, cols), wmn = sWmn(S, cols);
-  let acc0: f32 = 0;
-  let acc1: f32 = 0;
-  let acc2: f32 = 0;
-  let acc3: f32 = 0;
+  let acc = f32x4.splat(0);
   for (let b = 0; b < nb; b++) {
     const w = S + (<usize>b << 9);
     const a0 = aq + (<usize>b << 9);
@@ -471,19 +501,58 @@ function dotK4(S: usize, cols: i32, aq: usize, aqStride: usize, ad: usize, adStr
       s3 = i32x4.add(s3, i32x4.dot_i16x8_s(wv, v128.load(a3 + i)));
     }
     const mv = wmn + (<usize>b << 5);
-    const dw = load<f32>(wd + (<usize>b << 2));
-    const dm = load<f32>(wm + (<usize>b << 2));
-    const bo = <usize>b << 2;
-    const so = <usize>b << 5;
-    acc0 += blockTerm(isumExact(s0), isumExact(minDot(mv, asum + so)), dw, dm, load<f32>(ad + bo));
-    acc1 += blockTerm(isumExact(s1), isumExact(minDot(mv, asum + asStride + so)), dw, dm, load<f32>(ad + adStride + bo));
-    acc2 += blockTerm(isumExact(s2), isumExact(minDot(mv, asum + 2 * asStride + so)), dw, dm, load<f32>(ad + 2 * adStride + bo));
-    acc3 += blockTerm(isumExact(s3), isumExact(minDot(mv, asum + 3 * asStride + so)), dw, dm, load<f32>(ad + 3 * adStride + bo));
+    const so = asum + (<usize>b << 5);
+    const M = isum4(minDot(mv, so), minDot(mv, so + asStride), minDot(mv, so + 2 * asStride), minDot(mv, so + 3 * asStride));
+    const DA = load4f(ad + (<usize>b << 2), adStride);
+    acc = f32x4.add(acc, blockTerm4(isum4(s0, s1, s2, s3), M, load<f32>(wd + (<usize>b << 2)), load<f32>(wm + (<usize>b << 2)), DA));
   }
-  store<f32>(out, acc0);
-  store<f32>(out + 4, acc1);
-  store<f32>(out + 8, acc2);
-  store<f32>(out + 12, acc3);
+  v128.store(out, acc);
+}
+
+/** two unpacked rows (scratch S and S2) × four activation rows: out[0..3] for the row in S, out[4..7] for S2 */
+function dotK24(S: usize, S2: usize, cols: i32, aq: usize, aqStride: usize, ad: usize, adStride: usize, asum: usize, asStride: usize, out: usize): void {
+  const nb = cols >> 8;
+  const wdA = sWd(S, cols), wmA = sWm(S, cols), wmnA = sWmn(S, cols);
+  const wdB = sWd(S2, cols), wmB = sWm(S2, cols), wmnB = sWmn(S2, cols);
+  let accA = f32x4.splat(0);
+  let accB = f32x4.splat(0);
+  for (let b = 0; b < nb; b++) {
+    const wA = S + (<usize>b << 9);
+    const wB = S2 + (<usize>b << 9);
+    const a0 = aq + (<usize>b << 9);
+    const a1 = a0 + aqStride;
+    const a2 = a1 + aqStride;
+    const a3 = a2 + aqStride;
+    let p0 = i32x4.splat(0), p1 = i32x4.splat(0), p2 = i32x4.splat(0), p3 = i32x4.splat(0);
+    let q0 = i32x4.splat(0), q1 = i32x4.splat(0), q2 = i32x4.splat(0), q3 = i32x4.splat(0);
+    for (let i: usize = 0; i < 512; i += 16) {
+      const u = v128.load(wA + i);
+      const v = v128.load(wB + i);
+      const x0 = v128.load(a0 + i);
+      p0 = i32x4.add(p0, i32x4.dot_i16x8_s(u, x0));
+      q0 = i32x4.add(q0, i32x4.dot_i16x8_s(v, x0));
+      const x1 = v128.load(a1 + i);
+      p1 = i32x4.add(p1, i32x4.dot_i16x8_s(u, x1));
+      q1 = i32x4.add(q1, i32x4.dot_i16x8_s(v, x1));
+      const x2 = v128.load(a2 + i);
+      p2 = i32x4.add(p2, i32x4.dot_i16x8_s(u, x2));
+      q2 = i32x4.add(q2, i32x4.dot_i16x8_s(v, x2));
+      const x3 = v128.load(a3 + i);
+      p3 = i32x4.add(p3, i32x4.dot_i16x8_s(u, x3));
+      q3 = i32x4.add(q3, i32x4.dot_i16x8_s(v, x3));
+    }
+    const so = asum + (<usize>b << 5);
+    const DA = load4f(ad + (<usize>b << 2), adStride);
+    const bo = <usize>b << 2;
+    const mA = wmnA + (<usize>b << 5);
+    const MA = isum4(minDot(mA, so), minDot(mA, so + asStride), minDot(mA, so + 2 * asStride), minDot(mA, so + 3 * asStride));
+    accA = f32x4.add(accA, blockTerm4(isum4(p0, p1, p2, p3), MA, load<f32>(wdA + bo), load<f32>(wmA + bo), DA));
+    const mB = wmnB + (<usize>b << 5);
+    const MB = isum4(minDot(mB, so), minDot(mB, so + asStride), minDot(mB, so + 2 * asStride), minDot(mB, so + 3 * asStride));
+    accB = f32x4.add(accB, blockTerm4(isum4(q0, q1, q2, q3), MB, load<f32>(wdB + bo), load<f32>(wmB + bo), DA));
+  }
+  v128.store(out, accA);
+  v128.store(out + 16, accB);
 }
 
 function dot32(S: usize, cols: i32, aq: usize, ad: usize): f32 {
@@ -736,7 +805,28 @@ export function matmul(type: i32, w: usize, rowBytes: i32, r0: i32, r1: i32, col
       }
       continue;
     }
-    for (let r = r0; r < r1; r++) {
+    const S2 = S + rowArea(cols);
+    let r = r0;
+    if (cls == 2 && t1 - t0 >= 4) {
+      // rows in pairs: each activation load feeds two rows
+      for (; r + 2 <= r1; r += 2) {
+        unpack(type, w + <usize>r * <usize>rowBytes, cols, S);
+        unpack(type, w + <usize>(r + 1) * <usize>rowBytes, cols, S2);
+        let t = t0;
+        for (; t + 4 <= t1; t += 4) {
+          dotK24(S, S2, cols, aq + <usize>t * aqRow, aqRow, ad + <usize>t * adRow, adRow, asum + <usize>t * asRow, asRow, tmp);
+          for (let k = 0; k < 4; k++) {
+            store<f32>(y + (<usize>((t + k) * yStride + r) << 2), load<f32>(tmp + (<usize>k << 2)));
+            store<f32>(y + (<usize>((t + k) * yStride + r + 1) << 2), load<f32>(tmp + 16 + (<usize>k << 2)));
+          }
+        }
+        for (; t < t1; t++) {
+          store<f32>(y + (<usize>(t * yStride + r) << 2), dotK(S, cols, aq + <usize>t * aqRow, ad + <usize>t * adRow, asum + <usize>t * asRow));
+          store<f32>(y + (<usize>(t * yStride + r + 1) << 2), dotK(S2, cols, aq + <usize>t * aqRow, ad + <usize>t * adRow, asum + <usize>t * asRow));
+        }
+      }
+    }
+    for (; r < r1; r++) {
       unpack(type, w + <usize>r * <usize>rowBytes, cols, S);
       const wfr = cls == 0 ? sWf(S, cols) : wf;
       let t = t0;
@@ -783,31 +873,78 @@ export function matmulT(type: i32, w: usize, rowBytes: i32, rows: i32, cols: i32
   }
 }
 
-// ---------------------------------------------------------------- absorbed MLA decode attention
+// ---------------------------------------------------------------- attention (absorbed decode, prefill MHA)
+
+// Both attention paths are groups of up to 4 queries over shared key rows: a key row is loaded once for four query
+// dot products, the scores of the group go to a scratch of 4·Tmax + 4 floats, are softmaxed there (f64 exp and sum),
+// and the weighted sum of value rows runs two queries at a time with 16 output columns in registers. A key is split in
+// two parts that live in different arrays (the latent c or k_nope, and the shared roped k_pe), and so is a query.
 
 /**
  * Absorbed MLA decode attention (MQA over the latent cache) for heads h0 ≤ h < h1:
  *   s_t = scale·(C_t·qc_h + K_t·qp_h) for t < T,  p = softmax(s),  out_h = Σ_t p_t·C_t
  * C f32[T × L], K f32[T × R] (k_pe), qc f32[H × L], qp f32[H × R], out f32[H × L]; sc: scratch of 4·T + 4 f32.
- * Heads go four at a time through the scores (each cache row loaded once for four queries) and two at a time through
- * the weighted sum (16 output columns of two heads in registers while the rows stream by).
  */
 export function attnAbsorbed(C: usize, K: usize, T: i32, L: i32, R: i32, qc: usize, qp: usize, h0: i32, h1: i32, scale: f32, sc: usize, out: usize): void {
-  let h = h0;
-  while (h < h1) {
+  for (let h = h0; h < h1; h += 4) {
     const g = min(4, h1 - h);
-    scores(C, K, T, L, R, qc, qp, h, g, scale, sc);
-    for (let j = 0; j < g; j++) softmaxRow(sc + (<usize>(j * T) << 2), T);
-    let j = 0;
-    for (; j + 2 <= g; j += 2) weighted2(C, T, L, sc + (<usize>(j * T) << 2), sc + (<usize>((j + 1) * T) << 2), out + (<usize>((h + j) * L) << 2), out + (<usize>((h + j + 1) * L) << 2));
-    if (j < g) weighted2(C, T, L, sc + (<usize>(j * T) << 2), 0, out + (<usize>((h + j) * L) << 2), 0);
-    h += g;
+    attendGroup(C, L, K, R, L, R, qc + (<usize>(h * L) << 2), L, qp + (<usize>(h * R) << 2), R, g, T, 0, scale, C, L, L, out + (<usize>(h * L) << 2), L, sc);
   }
+}
+
+/**
+ * Causal prefill attention (decompressed MHA) of n queries at positions pos0 … pos0+n−1 for heads h0 ≤ h < h1:
+ *   s_u = scale·(kNope_{u,h}·q_{i,h}[0:P] + kPe_u·q_{i,h}[P:P+R]) for u ≤ pos0+i,  o_{i,h} = Σ_u p_u·v_{u,h}
+ * kNope f32[T × H × P], kPe f32[T × R], v f32[T × H × V], q f32[n × H × (P+R)], out f32[n × H × V] (T = pos0 + n);
+ * sc: scratch of 4·T + 4 f32.
+ */
+export function attnPrefill(kNope: usize, kPe: usize, v: usize, q: usize, n: i32, pos0: i32, H: i32, P: i32, R: i32, V: i32, h0: i32, h1: i32, scale: f32, sc: usize, out: usize): void {
+  const D = P + R;
+  for (let h = h0; h < h1; h++) {
+    for (let i = 0; i < n; i += 4) {
+      const g = min(4, n - i);
+      const qi = q + (<usize>((i * H + h) * D) << 2);
+      attendGroup(kNope + (<usize>(h * P) << 2), H * P, kPe, R, P, R, qi, H * D, qi + (<usize>P << 2), H * D, g, pos0 + i + 1, 1, scale,
+        v + (<usize>(h * V) << 2), H * V, V, out + (<usize>((i * H + h) * V) << 2), H * V, sc);
+    }
+  }
+}
+
+/**
+ * g ≤ 4 queries; query j sees keys u < nk0 + j·step. Key u = [A_u (L values, row stride as) | B_u (R values, stride bs)],
+ * query j = [QA + j·qas (L) | QB + j·qbs (R)] (floats); value rows Vr_u (Vd values, stride vs); out_j at out + j·os.
+ */
+function attendGroup(A: usize, as: i32, B: usize, bs: i32, L: i32, R: i32, QA: usize, qas: i32, QB: usize, qbs: i32, g: i32, nk0: i32, step: i32, scale: f32, Vr: usize, vs: i32, Vd: i32, out: usize, os: i32, sc: usize): void {
+  const T = nk0 + (g - 1) * step;
+  const tmp = sc + (<usize>(4 * T) << 2);
+  // a group of fewer than four queries pads with copies of the first (stride 0): their lanes are dropped
+  const qa: usize = g == 4 ? <usize>qas << 2 : 0;
+  const qb: usize = g == 4 ? <usize>qbs << 2 : 0;
+  const ar = <usize>as << 2, br = <usize>bs << 2;
+  for (let u = 0; u < T; u++) {
+    v128.store(tmp, f32x4.splat(0));
+    if (g == 4) {
+      dot4(A + <usize>u * ar, QA, L, qa, tmp);
+      dot4(B + <usize>u * br, QB, R, qb, tmp);
+    } else {
+      for (let j = 0; j < g; j++) {
+        store<f32>(tmp + (<usize>j << 2), dotF(A + <usize>u * ar, QA + (<usize>(j * qas) << 2), L) + dotF(B + <usize>u * br, QB + (<usize>(j * qbs) << 2), R));
+      }
+    }
+    for (let j = 0; j < g; j++) {
+      const visible = u < nk0 + j * step;
+      store<f32>(sc + (<usize>(j * T + u) << 2), visible ? load<f32>(tmp + (<usize>j << 2)) * scale : -Infinity);
+    }
+  }
+  for (let j = 0; j < g; j++) softmaxRow(sc + (<usize>(j * T) << 2), T);
+  let j = 0;
+  for (; j + 2 <= g; j += 2) weighted2(Vr, vs, T, Vd, sc + (<usize>(j * T) << 2), sc + (<usize>((j + 1) * T) << 2), out + (<usize>(j * os) << 2), out + (<usize>((j + 1) * os) << 2));
+  if (j < g) weighted2(Vr, vs, T, Vd, sc + (<usize>(j * T) << 2), 0, out + (<usize>(j * os) << 2), 0);
 }
 
 // @ts-ignore: decorator
 @inline function dot4(row: usize, q: usize, n: i32, qStride: usize, out: usize): void {
-  // four dot products of one row with q, q + qStride, … (n values; n % 4 tail scalar)
+  // adds the dot products of one row with q, q + qStride, q + 2·qStride, q + 3·qStride (n values) to out[0..3]
   let a0 = f32x4.splat(0), a1 = f32x4.splat(0), a2 = f32x4.splat(0), a3 = f32x4.splat(0);
   let i = 0;
   for (; i + 4 <= n; i += 4) {
@@ -833,30 +970,7 @@ export function attnAbsorbed(C: usize, K: usize, T: i32, L: i32, R: i32, qc: usi
   store<f32>(out + 12, load<f32>(out + 12) + s3);
 }
 
-/** scores of g ≤ 4 heads from h into sc[j·T + t]; heads past g read head h's query (their lanes are discarded) */
-function scores(C: usize, K: usize, T: i32, L: i32, R: i32, qc: usize, qp: usize, h: i32, g: i32, scale: f32, sc: usize): void {
-  const lq = <usize>L << 2, rq = <usize>R << 2;
-  // queries of a group of fewer than four heads: pad with copies of the first (results dropped)
-  const qcs: usize = g == 4 ? lq : 0;
-  const qps: usize = g == 4 ? rq : 0;
-  const tmp = sc + (<usize>(4 * T) << 2); // the 4 floats past the score rows
-  for (let t = 0; t < T; t++) {
-    const o = sc + (<usize>t << 2);
-    // accumulate into a 4-float stash, then scatter to the g score rows
-    v128.store(tmp, f32x4.splat(0));
-    if (g == 4) {
-      dot4(C + <usize>t * lq, qc + <usize>h * lq, L, qcs, tmp);
-      dot4(K + <usize>t * rq, qp + <usize>h * rq, R, qps, tmp);
-    } else {
-      for (let j = 0; j < g; j++) {
-        store<f32>(tmp + (<usize>j << 2), dotF(C + <usize>t * lq, qc + <usize>(h + j) * lq, L) + dotF(K + <usize>t * rq, qp + <usize>(h + j) * rq, R));
-      }
-    }
-    for (let j = 0; j < g; j++) store<f32>(o + (<usize>(j * T) << 2), load<f32>(tmp + (<usize>j << 2)) * scale);
-  }
-}
-
-/** in place: p = softmax(s) over T values (f64 exp and sum) */
+/** in place: p = softmax(s) over T values (f64 exp and sum; −∞ entries become 0) */
 function softmaxRow(s: usize, T: i32): void {
   let mx: f32 = -Infinity;
   for (let t = 0; t < T; t++) mx = max(mx, load<f32>(s + (<usize>t << 2)));
@@ -870,16 +984,16 @@ function softmaxRow(s: usize, T: i32): void {
   for (let t = 0; t < T; t++) store<f32>(s + (<usize>t << 2), load<f32>(s + (<usize>t << 2)) * inv);
 }
 
-/** outA = Σ_t pA_t·C_t and (when pB ≠ 0) outB = Σ_t pB_t·C_t, 16 columns at a time in registers */
-function weighted2(C: usize, T: i32, L: i32, pA: usize, pB: usize, outA: usize, outB: usize): void {
-  const lq = <usize>L << 2;
+/** outA = Σ_t pA_t·X_t and (when pB ≠ 0) outB = Σ_t pB_t·X_t over rows X_t (W values, xs floats apart), 16 columns at a time in registers */
+function weighted2(X: usize, xs: i32, T: i32, W: i32, pA: usize, pB: usize, outA: usize, outB: usize): void {
+  const xr = <usize>xs << 2;
   const two = pB != 0;
   const pb = two ? pB : pA;
   let c = 0;
-  for (; c + 16 <= L; c += 16) {
+  for (; c + 16 <= W; c += 16) {
     let a0 = f32x4.splat(0), a1 = f32x4.splat(0), a2 = f32x4.splat(0), a3 = f32x4.splat(0);
     let b0 = f32x4.splat(0), b1 = f32x4.splat(0), b2 = f32x4.splat(0), b3 = f32x4.splat(0);
-    let row = C + (<usize>c << 2);
+    let row = X + (<usize>c << 2);
     for (let t = 0; t < T; t++) {
       const pa = v128.load32_splat(pA + (<usize>t << 2));
       const pv = v128.load32_splat(pb + (<usize>t << 2));
@@ -892,7 +1006,7 @@ function weighted2(C: usize, T: i32, L: i32, pA: usize, pB: usize, outA: usize, 
       b1 = f32x4.add(b1, f32x4.mul(r1, pv));
       b2 = f32x4.add(b2, f32x4.mul(r2, pv));
       b3 = f32x4.add(b3, f32x4.mul(r3, pv));
-      row += lq;
+      row += xr;
     }
     const oa = outA + (<usize>c << 2);
     v128.store(oa, a0);
@@ -907,12 +1021,12 @@ function weighted2(C: usize, T: i32, L: i32, pA: usize, pB: usize, outA: usize, 
       v128.store(ob + 48, b3);
     }
   }
-  for (; c < L; c++) {
+  for (; c < W; c++) {
     let sa: f32 = 0, sb: f32 = 0;
     for (let t = 0; t < T; t++) {
-      const v = load<f32>(C + <usize>t * lq + (<usize>c << 2));
-      sa += load<f32>(pA + (<usize>t << 2)) * v;
-      sb += load<f32>(pb + (<usize>t << 2)) * v;
+      const x = load<f32>(X + <usize>t * xr + (<usize>c << 2));
+      sa += load<f32>(pA + (<usize>t << 2)) * x;
+      sb += load<f32>(pb + (<usize>t << 2)) * x;
     }
     store<f32>(outA + (<usize>c << 2), sa);
     if (two) store<f32>(outB + (<usize>c << 2), sb);

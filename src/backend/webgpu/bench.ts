@@ -14,7 +14,7 @@ import { WebGPUKernels } from "./kernels.js";
 import { synthesize } from "../../model/synth.js";
 import { requestGpuDevice } from "./device.js";
 import { GpuModel, type StepToken } from "./gpu-model.js";
-import { GpuRuntime, type RuntimeOptions } from "./runtime.js";
+import { GpuRuntime, type KernelTuning, type RuntimeOptions } from "./runtime.js";
 
 export interface WebGpuBenchResult {
   readonly name: string;
@@ -60,14 +60,14 @@ function median(xs: number[]): number {
   return s[Math.floor(s.length / 2)]!;
 }
 
-export async function runWebGpuBench(path: string, opts: { batches?: number[]; promptLen?: number; decodeSteps?: number; log?: (s: string) => void; matvec?: RuntimeOptions["matvec"]; profile?: boolean } = {}): Promise<WebGpuBenchResult[]> {
+export async function runWebGpuBench(path: string, opts: { batches?: number[]; promptLen?: number; decodeSteps?: number; log?: (s: string) => void; matvec?: RuntimeOptions["matvec"]; profile?: boolean; tune?: KernelTuning } = {}): Promise<WebGpuBenchResult[]> {
   const log = opts.log ?? ((s: string) => console.log(s));
   const batches = opts.batches ?? [1, 8, 64];
   const promptLen = opts.promptLen ?? 512;
   const steps = opts.decodeSteps ?? 16;
   const info = await requestGpuDevice();
   const timing = opts.profile !== true && info.features.has("timestamp-query");
-  const rt = new GpuRuntime(info, { ...(opts.matvec !== undefined ? { matvec: opts.matvec } : {}), profile: opts.profile === true, passTiming: timing });
+  const rt = new GpuRuntime(info, { ...(opts.matvec !== undefined ? { matvec: opts.matvec } : {}), profile: opts.profile === true, passTiming: timing, ...(opts.tune !== undefined ? { tune: opts.tune } : {}) });
   /** GPU ms per step from the pass timestamps since the last reset (NaN without timestamp queries) */
   const gpuMs = (steps: number): number => {
     const p = rt.profile(true).find((e) => e.label === "(pass)");
@@ -228,7 +228,10 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
     if (path === undefined) process.exit(worst <= 1e-3 ? 0 : 1);
   }
   const num = (k: string): number | undefined => (args.includes(k) ? Number(args[args.indexOf(k) + 1]) : undefined);
-  const results = await runWebGpuBench(path!, { batches, promptLen: num("--prompt"), decodeSteps: num("--steps"), profile: args.includes("--profile"), ...(args.includes("--matvec") ? { matvec: args[args.indexOf("--matvec") + 1] as RuntimeOptions["matvec"] } : {}) });
+  // --tune expertTn=8,expertTpr=32,expertsFrom=0.5
+  const tune = args.includes("--tune") ? (Object.fromEntries(args[args.indexOf("--tune") + 1]!.split(",").map((kv) => [kv.split("=")[0]!, Number(kv.split("=")[1])])) as KernelTuning) : undefined;
+  if (tune !== undefined) console.log(`tuning: ${JSON.stringify(tune)}`);
+  const results = await runWebGpuBench(path!, { ...(tune !== undefined ? { tune } : {}), batches, promptLen: num("--prompt"), decodeSteps: num("--steps"), profile: args.includes("--profile"), ...(args.includes("--matvec") ? { matvec: args[args.indexOf("--matvec") + 1] as RuntimeOptions["matvec"] } : {}) });
   console.log("\nresult | value | unit");
   for (const r of results) console.log(`${r.name} | ${r.value.toFixed(1)} | ${r.unit}${r.extra ? " | " + Object.entries(r.extra).map(([k, v]) => `${k}=${typeof v === "number" ? v.toPrecision(4) : v}`).join(" ") : ""}`);
   if (json !== undefined) writeFileSync(json, JSON.stringify({ date: new Date().toISOString(), model: path, results }, null, 2) + "\n");

@@ -278,7 +278,7 @@ export class GpuModel {
           scale: c.weightsScale,
         });
         // expert-major products (pairs ≥ experts) read the pairs grouped by expert, built once for the three
-        const lists = n * K >= E ? b.elist! : undefined;
+        const lists = n * K >= (rt.tune.expertsFrom ?? 1) * E ? b.elist! : undefined;
         if (lists !== undefined) expertLists(rt, b.rids!, lists, { pairs: n * K, E });
         matmulGather(rt, l.experts.gate, b.x!, b.g!, b.rids!, { pairs: n * K, xDiv: K, xBatch: Hd, yBatch: Fe, lists });
         // up with SwiGLU fused: g = silu(g)·(W_up x)

@@ -153,8 +153,11 @@ export function matvecKernel(rt: GpuRuntime, m: GpuMatrix, n: number, gather: bo
   let tn = 1;
   const tnMax = (rt.matvec === "subgroup" || (rt.matvec === "coalesced" && sgOk)) || rt.info.limits.maxComputeWorkgroupStorageSize >= MV_WG * 16 * 4 + 4096 ? 16 : 8;
   while (tn < Math.min(n, tnMax)) tn *= 2;
+  const expertMajor = gather === "experts" || gather === "experts-list";
+  if (expertMajor && rt.tune.expertTn !== undefined) tn = rt.tune.expertTn;
   if (coalesced(rt, m, aligned)) {
-    const tpr = coalescedTpr(m.cols, n, sgOk ? sg : 4);
+    const minT = sgOk ? sg : 4;
+    const tpr = expertMajor && rt.tune.expertTpr !== undefined ? Math.max(minT, rt.tune.expertTpr) : coalescedTpr(m.cols, n, minT);
     const mode = gather === "experts" || gather === "experts-list" ? gather : gather ? "gather" : "plain";
     return { code: matvecCoalescedWGSL(m.type, m.unit, mode, { tpr, tn, sg: sgOk ? sg : undefined }), tn, rowsPerGroup: MV_WG / tpr };
   }
@@ -246,7 +249,7 @@ export interface GatherArgs {
 
 /** Grouped expert products reading only the selected experts: y_b = W_{ids[b]}·x_b for every pair b. */
 export function matmulGather(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer, ids: GPUBuffer, a: GatherArgs): void {
-  const experts = rt.matvec !== "legacy" && (a.mode ?? (a.pairs >= m.items ? "experts" : "pairs")) === "experts";
+  const experts = rt.matvec !== "legacy" && (a.mode ?? (a.pairs >= (rt.tune.expertsFrom ?? 1) * m.items ? "experts" : "pairs")) === "experts";
   const aligned = al4(a.xOff, a.xBatch);
   const listed = experts && a.lists !== undefined && coalesced(rt, m, aligned);
   const { code, rowsPerGroup } = matvecKernel(rt, m, experts ? a.pairs : 1, listed ? "experts-list" : experts ? "experts" : true, aligned);

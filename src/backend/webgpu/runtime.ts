@@ -43,6 +43,18 @@ export interface RuntimeOptions {
   readonly passTiming?: boolean;
   /** replayed steps are submitted in pieces of this many dispatches (default 96; Infinity: one submission) */
   readonly submitEvery?: number;
+  /** kernel shape overrides, for measuring alternatives (bench --tune) */
+  readonly tune?: KernelTuning;
+}
+
+/** Shape choices of the gathered expert products (defaults in matrix.ts). */
+export interface KernelTuning {
+  /** tokens per tile of the expert-major kernel (power of two ≤ 16) */
+  readonly expertTn?: number;
+  /** threads per row of the expert-major kernel (power of two, ≥ the subgroup size, ≤ 256) */
+  readonly expertTpr?: number;
+  /** expert-major mode when pairs ≥ expertsFrom × experts (default 1) */
+  readonly expertsFrom?: number;
 }
 
 /** A recorded run of dispatches (see GpuRuntime.record) that replay() encodes again without rebuilding anything. */
@@ -115,6 +127,7 @@ export class GpuRuntime {
   private readonly profileMs = new Map<string, { ms: number; count: number }>();
   private readonly passTiming: boolean;
   readonly submitEvery: number;
+  readonly tune: KernelTuning;
   private recording: { pipeline: GPUComputePipeline; bindGroup: GPUBindGroup; groups: readonly [number, number, number] }[] | undefined;
   private recordingBroken = false;
   private lastPipeline: GPUComputePipeline | undefined;
@@ -131,6 +144,7 @@ export class GpuRuntime {
     this.profiling = opts.profile === true;
     this.passTiming = opts.passTiming === true && !this.profiling;
     this.submitEvery = Math.max(1, opts.submitEvery ?? 96);
+    this.tune = opts.tune ?? {};
     if (this.passTiming && !info.features.has("timestamp-query")) throw new LatentError("passTiming: the device has no timestamp-query");
     if (this.profiling && !info.features.has("timestamp-query")) throw new LatentError("profile: the device has no timestamp-query");
     const limit = info.limits.maxStorageBufferBindingSize;

@@ -353,16 +353,21 @@ export function matvecCoalescedWGSL(type: number, U: number, mode: "plain" | "ga
   const write = (t: string, r: string, v: string): string => (experts ? `out(${listed ? "IDS[lb + t0 + " + t + "]" : "list[t0 + " + t + "]"}, ${r}, ${v});` : `out(b, t0 + ${t}, ${r}, ${v});`);
   let reduce: string;
   if (sg !== undefined && SPR === 1) {
+    // nt is uniform across the workgroup: only the tile's tokens are reduced
     reduce = `  for (var t = 0u; t < ${TN}u; t++) {
-    let v = subgroupAdd(acc[t]);
-    if (k0 == 0u && valid && t < nt) { ${write("t", "r", "v")} }
+    if (t < nt) {
+      let v = subgroupAdd(acc[t]);
+      if (k0 == 0u && valid) { ${write("t", "r", "v")} }
+    }
   }`;
   } else {
     const put =
       sg !== undefined
         ? `  for (var t = 0u; t < ${TN}u; t++) {
-    let v = subgroupAdd(acc[t]);
-    if (li % ${sg}u == 0u) { red[(rr * ${SPR}u + k0 / ${sg}u) * ${TN}u + t] = v; }
+    if (t < nt) {
+      let v = subgroupAdd(acc[t]);
+      if (li % ${sg}u == 0u) { red[(rr * ${SPR}u + k0 / ${sg}u) * ${TN}u + t] = v; }
+    }
   }`
         : `  for (var t = 0u; t < ${TN}u; t++) { red[li * ${TN}u + t] = acc[t]; }`;
     reduce = `${put}

@@ -14,8 +14,8 @@ import { f32, gpuOrSkip, relErr, Rng, u32 } from "./helpers.js";
 const { rt, skip } = await gpuOrSkip();
 const TOL = 2e-5;
 const sgOk = rt?.info.subgroupSize !== undefined;
-type Variant = "coalesced" | "coalesced-nosg" | "shared" | "legacy" | "subgroup";
-const variants: Variant[] = ["coalesced", "coalesced-nosg", "shared", "legacy", ...(sgOk ? (["subgroup"] as const) : [])];
+type Variant = "coalesced" | "coalesced-nosg" | "coalesced-tuned" | "shared" | "legacy" | "subgroup";
+const variants: Variant[] = ["coalesced", "coalesced-nosg", "coalesced-tuned", "shared", "legacy", ...(sgOk ? (["subgroup"] as const) : [])];
 
 /** A runtime for a variant; coalesced-nosg is the coalesced kernel as a device without a fixed subgroup size gets it. */
 function runtime(variant: Variant, opts: Omit<RuntimeOptions, "matvec">): GpuRuntime {
@@ -23,6 +23,8 @@ function runtime(variant: Variant, opts: Omit<RuntimeOptions, "matvec">): GpuRun
     const info: GpuDeviceInfo = { ...rt!.info, subgroupSize: undefined };
     return new GpuRuntime(info, { ...opts, matvec: "coalesced" });
   }
+  // small expert tiles (several per expert), more threads per row, expert-major from half as many pairs as experts
+  if (variant === "coalesced-tuned") return new GpuRuntime(rt!.info, { ...opts, matvec: "coalesced", tune: { expertTn: 2, expertTpr: 64, expertsFrom: 0.5 } });
   return new GpuRuntime(rt!.info, { ...opts, matvec: variant });
 }
 

@@ -12,7 +12,7 @@ import type { QMatrix } from "../cpu/qmatrix.js";
 import type { SwiGLU } from "../../model/weights.js";
 import { LatentError } from "../../util/errors.js";
 import { expertListWords, expertLists, getRows, GpuMatrix, matmul, matmulGather } from "./matrix.js";
-import { attention, attentionScratch, copyRows, moeCombine, moeRoute, rmsNorm, rope, RopeTable, scatterRows } from "./ops.js";
+import { attention, attentionScratch, kvCacheWrite, moeCombine, moeRoute, rmsNorm, RopeTable, ropeTo } from "./ops.js";
 import type { GpuRuntime, Recording } from "./runtime.js";
 import { ATTN_CHUNK } from "./wgsl-ops.js";
 
@@ -164,7 +164,6 @@ export class GpuModel {
     buf("qr", N * Math.max(1, c.qLoraRank));
     buf("q", N * H * D);
     buf("kv", N * (L + R));
-    buf("cn", N * L);
     buf("qAbs", N * H * (L + R));
     buf("lo", N * H * L);
     buf("o", N * H * V);
@@ -236,14 +235,11 @@ export class GpuModel {
         matmul(rt, l.q!, b.x!, b.q!, { n, xStride: Hd, yStride: H * D });
       }
       matmul(rt, l.kvA, b.x!, b.kv!, { n, xStride: Hd, yStride: L + R });
-      rmsNorm(rt, b.kv!, l.kvANorm, b.cn!, { n, dim: L, xStride: L + R }, c.rmsEps);
-      rope(rt, table, R, b.kv!, b.pos!, { n, heads: 1, xOff: L, tokStride: L + R, headStride: 0 });
-      rope(rt, table, R, b.q!, b.pos!, { n, heads: H, xOff: P, tokStride: H * D, headStride: D });
-      scatterRows(rt, b.cn!, b.rowIdx!, l.cacheC, { n, width: L });
-      scatterRows(rt, b.kv!, b.rowIdx!, l.cacheK, { n, width: R, xOff: L, xStride: L + R });
-      // absorbed queries [q_abs (L) | q_pe (R)] per head
+      // cache rows: RMSNorm(c)·g and rope(k_pe), written at (slot, pos) in one kernel
+      kvCacheWrite(rt, b.kv!, l.kvANorm, table, R, b.pos!, b.rowIdx!, l.cacheC, l.cacheK, { n, L }, c.rmsEps);
+      // absorbed queries [q_abs (L) | q_pe (R)] per head: q_abs = W_UKᵀ q_nope, q_pe roped straight into place
       matmul(rt, l.kB, b.q!, b.qAbs!, { n, xStride: H * D, yStride: H * (L + R), batch: { count: H, xBatch: D, yBatch: L + R } });
-      copyRows(rt, b.q!, b.qAbs!, { n: n * H, width: R, xOff: P, xStride: D, yOff: L, yStride: L + R });
+      ropeTo(rt, table, R, b.q!, b.pos!, b.qAbs!, { n, heads: H, xOff: P, tokStride: H * D, headStride: D, yOff: L, yTok: H * (L + R), yHead: L + R });
       attention(rt, { q: b.qAbs!, k1: l.cacheC, k2: l.cacheK, v: l.cacheC, meta: b.meta!, sel: b.sel!, o: b.lo!, part: b.part }, {
         nq: n,
         heads: H,

@@ -14,6 +14,8 @@ import {
   COPY_WGSL,
   DSA_SCORES_WGSL,
   NORM_WGSL,
+  KV_CACHE_WGSL,
+  ROPE_TO_WGSL,
   ROPE_WGSL,
   ROUTE_PARAMS,
   ROUTE_WGSL,
@@ -103,6 +105,27 @@ export interface RopeArgs {
   readonly tokStride: number;
   readonly headStride: number;
   readonly posOff?: number;
+}
+
+/**
+ * Interleaved rope of x[xOff + t·tokStride + h·headStride ..] written to y[yOff + t·yTok + h·yHead ..] (x unchanged)
+ * for n tokens at POS[t].
+ */
+export function ropeTo(rt: GpuRuntime, table: GPUBuffer, dims: number, x: GPUBuffer, pos: GPUBuffer, y: GPUBuffer, a: RopeArgs & { readonly yOff: number; readonly yTok: number; readonly yHead: number }): void {
+  const half = dims / 2;
+  const params = new Uint32Array([a.n, a.heads, half, a.xOff, a.tokStride, a.headStride, a.posOff ?? 0, a.yOff, a.yTok, a.yHead, 0, 0]);
+  const outs: OutRange[] = [];
+  for (let t = 0; t < a.n; t++) outs.push(...rows(y, a.yOff + t * a.yTok, a.heads, a.yHead, dims));
+  rt.dispatch("ropeTo", ROPE_TO_WGSL, [x, pos, table, y], params, [Math.ceil(half / 64), a.heads, a.n], outs);
+}
+
+/**
+ * Latent cache rows of n tokens from kv = [c (L) | k_pe (dims)] per token: cacheC[rowIdx[t]] = RMSNorm(c)·g,
+ * cacheK[rowIdx[t]] = rope(k_pe) at POS[t]. Scattered rows: no write check.
+ */
+export function kvCacheWrite(rt: GpuRuntime, kv: GPUBuffer, g: GPUBuffer, table: GPUBuffer, dims: number, pos: GPUBuffer, rowIdx: GPUBuffer, cacheC: GPUBuffer, cacheK: GPUBuffer, a: { n: number; L: number }, eps: number): void {
+  const params = new Uint32Array([a.n, a.L, dims / 2, a.L + dims, f32bits(eps), 0, 0, 0]);
+  rt.dispatch("kvCache", KV_CACHE_WGSL, [kv, g, pos, table, rowIdx, cacheC, cacheK], params, [Math.min(a.n, 65535), Math.ceil(a.n / 65535)]);
 }
 
 /** Interleaved rope in place on x[xOff + t·tokStride + h·headStride ..] for n tokens at POS[t]. */

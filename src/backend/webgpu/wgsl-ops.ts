@@ -607,3 +607,72 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   }
 }`;
 }
+
+/**
+ * Interleaved rope from X into Y (the rotated pairs written elsewhere, X unchanged): Y[yOff + t·yTok + h·yHead + 2i, +1]
+ * = rotation of X[xOff + t·tokStride + h·headStride + 2i, +1] by the table's (cos, sin) at POS[posOff + t]. Replaces
+ * an in-place rope followed by a copy (absorbed MLA queries: q_pe into [q_abs | q_pe]).
+ */
+export const ROPE_TO_WGSL = /* wgsl */ `
+struct P { n: u32, heads: u32, half: u32, xOff: u32, tokStride: u32, headStride: u32, posOff: u32, yOff: u32, yTok: u32, yHead: u32, _p0: u32, _p1: u32 }
+@group(0) @binding(0) var<storage, read> X: array<f32>;
+@group(0) @binding(1) var<storage, read> POS: array<u32>;
+@group(0) @binding(2) var<storage, read> CS: array<f32>;
+@group(0) @binding(3) var<storage, read_write> Y: array<f32>;
+@group(0) @binding(4) var<uniform> p: P;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) g: vec3u) {
+  let i = g.x;
+  let h = g.y;
+  let t = g.z;
+  if (i >= p.half || h >= p.heads || t >= p.n) { return; }
+  let pos = POS[p.posOff + t];
+  let c = CS[(pos * p.half + i) * 2u];
+  let s = CS[(pos * p.half + i) * 2u + 1u];
+  let o = p.xOff + t * p.tokStride + h * p.headStride + 2u * i;
+  let x0 = X[o];
+  let x1 = X[o + 1u];
+  let y = p.yOff + t * p.yTok + h * p.yHead + 2u * i;
+  Y[y] = x0 * c - x1 * s;
+  Y[y + 1u] = x0 * s + x1 * c;
+}`;
+
+/**
+ * The latent cache write of a step, one workgroup per token: row t of KV = [c (L) | k_pe (R)] → CC[IDX[t]] =
+ * RMSNorm(c)·G and CK[IDX[t]] = rope(k_pe) at POS[t] (RMSNorm, rope and the two scattered row writes in one kernel).
+ */
+export const KV_CACHE_WGSL = /* wgsl */ `
+struct P { n: u32, L: u32, half: u32, stride: u32, eps: f32, _p0: u32, _p1: u32, _p2: u32 }
+@group(0) @binding(0) var<storage, read> KV: array<f32>;
+@group(0) @binding(1) var<storage, read> G: array<f32>;
+@group(0) @binding(2) var<storage, read> POS: array<u32>;
+@group(0) @binding(3) var<storage, read> CS: array<f32>;
+@group(0) @binding(4) var<storage, read> IDX: array<u32>;
+@group(0) @binding(5) var<storage, read_write> CC: array<f32>;
+@group(0) @binding(6) var<storage, read_write> CK: array<f32>;
+@group(0) @binding(7) var<uniform> p: P;
+var<workgroup> red: array<f32, 256>;
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+  let t = wid.x + wid.y * 65535u;
+  if (t >= p.n) { return; }
+  let xo = t * p.stride;
+  var ss = 0.0;
+  for (var i = li; i < p.L; i += 256u) { let v = KV[xo + i]; ss += v * v; }
+  red[li] = ss;
+  workgroupBarrier();
+  for (var s = 128u; s > 0u; s >>= 1u) { if (li < s) { red[li] += red[li + s]; } workgroupBarrier(); }
+  let inv = 1.0 / sqrt(red[0] / f32(p.L) + p.eps);
+  let row = IDX[t];
+  for (var i = li; i < p.L; i += 256u) { CC[row * p.L + i] = KV[xo + i] * inv * G[i]; }
+  let pos = POS[t];
+  let R = 2u * p.half;
+  for (var i = li; i < p.half; i += 256u) {
+    let c = CS[(pos * p.half + i) * 2u];
+    let s = CS[(pos * p.half + i) * 2u + 1u];
+    let x0 = KV[xo + p.L + 2u * i];
+    let x1 = KV[xo + p.L + 2u * i + 1u];
+    CK[row * R + 2u * i] = x0 * c - x1 * s;
+    CK[row * R + 2u * i + 1u] = x0 * s + x1 * c;
+  }
+}`;

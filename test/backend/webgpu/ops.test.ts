@@ -14,7 +14,7 @@ import { moe, route } from "../../../src/model/moe.js";
 import { Indexer } from "../../../src/model/dsa.js";
 import type { AttentionWeights, MoEWeights } from "../../../src/model/weights.js";
 import { GpuMatrix, matmul, matmulGather, matmulT } from "../../../src/backend/webgpu/matrix.js";
-import { attention, attentionScratch, copyRows, dsaSelect, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, softmax, swiglu } from "../../../src/backend/webgpu/ops.js";
+import { attention, attentionScratch, copyRows, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, softmax, swiglu } from "../../../src/backend/webgpu/ops.js";
 import { GpuRuntime } from "../../../src/backend/webgpu/runtime.js";
 import { f32, gpuOrSkip, record, relErr, Rng, u32 } from "./helpers.js";
 
@@ -64,6 +64,52 @@ test("interleaved YaRN rope matches Rope.apply", { skip }, async () => {
     const xb = f32(rt!, x);
     rope(rt!, table, r.dims, xb, u32(rt!, pos), { n, heads, xOff: 5, tokStride: stride, headStride: r.dims + 5 });
     assert.ok(record("rope", relErr(await rt!.readF32(xb), want)) < TOL);
+  }
+});
+
+test("rope into another buffer (ropeTo) and the fused latent cache write (kvCacheWrite)", { skip }, async () => {
+  const rng = new Rng(12);
+  for (const [dims, L, n, heads] of [[64, 512, 3, 16], [6, 20, 1, 3], [16, 300, 5, 2]] as const) {
+    const r = new Rope(dims, 10000, { factor: 40, originalContext: 4096, betaFast: 32, betaSlow: 1, mscaleAllDim: 0.707 }, 1.1);
+    const table = new RopeTable(rt!, r).ensure(512);
+    const pos = Array.from({ length: n }, () => rng.int(0, 511));
+    // ropeTo: per head [nope (7) | pe (dims)] → y rows [other (L) | pe (dims)] per head, x untouched
+    const D = 7 + dims;
+    const x = rng.f64(n * heads * D);
+    const y0 = rng.f64(n * heads * (L + dims));
+    const want = Float64Array.from(y0);
+    for (let t = 0; t < n; t++) {
+      for (let h = 0; h < heads; h++) {
+        const v = Float64Array.from(x.subarray((t * heads + h) * D + 7, (t * heads + h + 1) * D));
+        r.apply(v, 0, pos[t]!);
+        want.set(v, (t * heads + h) * (L + dims) + L);
+      }
+    }
+    const xb = f32(rt!, x);
+    const yb = f32(rt!, y0);
+    ropeTo(rt!, table, dims, xb, u32(rt!, pos), yb, { n, heads, xOff: 7, tokStride: heads * D, headStride: D, yOff: L, yTok: heads * (L + dims), yHead: L + dims });
+    assert.ok(record("ropeTo", relErr(await rt!.readF32(yb), want)) < TOL);
+    assert.ok(relErr(await rt!.readF32(xb), Float32Array.from(x)) === 0, "ropeTo changed its input");
+    // kvCacheWrite: rows [c (L) | k_pe (dims)] → normalized c and roped k_pe at scattered cache rows
+    const kv = rng.f64(n * (L + dims));
+    const g = rng.f32(L);
+    const rowsAt = Array.from({ length: n }, (_, t) => 2 * t + 1);
+    const cap = 2 * n + 2;
+    const wantC = new Float64Array(cap * L);
+    const wantK = new Float64Array(cap * dims);
+    const cb = rt!.buffer(cap * L * 4);
+    const kb = rt!.buffer(cap * dims * 4);
+    for (let t = 0; t < n; t++) {
+      cpuRmsNorm(kv.subarray(t * (L + dims), t * (L + dims) + L), 0, g, 1e-6, wantC, rowsAt[t]! * L);
+      const v = Float64Array.from(kv.subarray(t * (L + dims) + L, (t + 1) * (L + dims)));
+      r.apply(v, 0, pos[t]!);
+      wantK.set(v, rowsAt[t]! * dims);
+    }
+    kvCacheWrite(rt!, f32(rt!, kv), f32(rt!, g), table, dims, u32(rt!, pos), u32(rt!, rowsAt), cb, kb, { n, L }, 1e-6);
+    const gotC = await rt!.readF32(cb);
+    const gotK = await rt!.readF32(kb);
+    assert.ok(record("kvCacheWrite c", relErr(gotC, wantC)) < TOL, `c err ${relErr(gotC, wantC)}`);
+    assert.ok(record("kvCacheWrite k_pe", relErr(gotK, wantK)) < TOL, `k_pe err ${relErr(gotK, wantK)}`);
   }
 });
 

@@ -11,7 +11,7 @@ import type { DeepSeek2 } from "../../model/deepseek2.js";
 import type { QMatrix } from "../cpu/qmatrix.js";
 import type { SwiGLU } from "../../model/weights.js";
 import { LatentError } from "../../util/errors.js";
-import { expertListWords, expertLists, getRows, GpuMatrix, matmul, matmulGather } from "./matrix.js";
+import { expertListWords, expertLists, expertsFrom, getRows, GpuMatrix, matmul, matmulGather } from "./matrix.js";
 import { attention, attentionScratch, kvCacheWrite, moeCombine, moeRoute, rmsNorm, RopeTable, ropeTo } from "./ops.js";
 import type { GpuRuntime, Recording } from "./runtime.js";
 import { ATTN_CHUNK } from "./wgsl-ops.js";
@@ -274,7 +274,7 @@ export class GpuModel {
           scale: c.weightsScale,
         });
         // expert-major products (pairs ≥ experts) read the pairs grouped by expert, built once for the three
-        const lists = n * K >= (rt.tune.expertsFrom ?? 1) * E ? b.elist! : undefined;
+        const lists = n * K >= expertsFrom(rt) * E ? b.elist! : undefined;
         if (lists !== undefined) expertLists(rt, b.rids!, lists, { pairs: n * K, E });
         matmulGather(rt, l.experts.gate, b.x!, b.g!, b.rids!, { pairs: n * K, xDiv: K, xBatch: Hd, yBatch: Fe, lists });
         // up with SwiGLU fused: g = silu(g)·(W_up x)

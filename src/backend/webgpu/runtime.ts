@@ -49,11 +49,11 @@ export interface RuntimeOptions {
 
 /** Shape choices of the gathered expert products (defaults in matrix.ts). */
 export interface KernelTuning {
-  /** tokens per tile of the expert-major kernel (power of two ≤ 16) */
+  /** tokens per tile of the expert-major kernel (power of two ≤ 16; default: pairs per expert, at least 4) */
   readonly expertTn?: number;
-  /** threads per row of the expert-major kernel (power of two, ≥ the subgroup size, ≤ 256) */
+  /** threads per row of the expert-major kernel (power of two, ≥ the subgroup size, ≤ 256; default: the subgroup size) */
   readonly expertTpr?: number;
-  /** expert-major mode when pairs ≥ expertsFrom × experts (default 1) */
+  /** expert-major mode when pairs ≥ expertsFrom × experts (default 1/4 with the coalesced kernel, else 1) */
   readonly expertsFrom?: number;
 }
 
@@ -245,7 +245,8 @@ export class GpuRuntime {
     // the first submission writes every slot of the run; later pieces find them in place (queue order)
     this.uniformUsed = rec.uniforms.byteLength;
     let last = this.lastPipeline;
-    let inPiece = 0;
+    // a short first piece: the GPU starts sooner
+    let inPiece = Math.max(0, submitEvery - Math.max(16, submitEvery >> 2));
     for (const it of rec.items) {
       if (inPiece === submitEvery) {
         this.submit();

@@ -376,7 +376,7 @@ export function matvecCoalescedWGSL(type: number, U: number, mode: "plain" | "ga
     let q = k / ${TN}u;
     let t = k % ${TN}u;
     let r2 = rg * ${ROWS}u + q;
-    if (r2 < p.rows && t < nt) {
+    if (r2 < p.rows && t < nt${experts ? "" : " && inPiece"}) {
       var v = 0.0;
       for (var l = 0u; l < ${SPR}u; l++) { v += red[(q * ${SPR}u + l) * ${TN}u + t]; }
       ${write("t", "r2", "v")}
@@ -404,7 +404,6 @@ ${deq4WGSL(type)}
 ${SPR > 1 ? `var<workgroup> red: array<f32, ${ROWS * SPR * TN}>;` : ""}`;
   if (!experts) {
     return /* wgsl */ `${head}
-var<workgroup> wgE: u32;
 fn out(b: u32, t: u32, r: u32, v: f32) {
   let yo = p.yOff + b * p.yBatch + t * p.yStride + p.rowBase + r;
   if (p.acc == 1u) { Y[yo] += v; } else if (p.acc == 2u) { let g = Y[yo]; Y[yo] = g / (1.0 + exp(-g)) * v; } else { Y[yo] = v; }
@@ -416,16 +415,19 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   let rr = li / ${TPR}u;
   let k0 = li % ${TPR}u;
   let r = rg * ${ROWS}u + rr;
-  let valid = r < p.rows;
+  var valid = r < p.rows;
   let b = wid.z;
   var wb = b * p.wBatch;
   var xb = b * p.xBatch;
+  var inPiece = true;
 ${
   mode === "gather"
-    ? `  if (li == 0u) { wgE = IDS[p.idsOff + b]; }
-  let e = workgroupUniformLoad(&wgE);
-  if (e < p.e0 || e >= p.e1) { return; }
-  wb = (e - p.e0) * p.wBatch;
+    ? `  // every thread loads the pair's expert id (one cached word): no barrier before the weight loads; a pair whose
+  // expert another piece holds runs with no columns and writes nothing
+  let e = IDS[p.idsOff + b];
+  inPiece = e >= p.e0 && e < p.e1;
+  valid = valid && inPiece;
+  wb = select(0u, e - p.e0, inPiece) * p.wBatch;
   xb = (b / p.xDiv) * p.xBatch;`
     : ""
 }

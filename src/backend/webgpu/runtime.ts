@@ -131,6 +131,7 @@ export class GpuRuntime {
   private recording: { pipeline: GPUComputePipeline; bindGroup: GPUBindGroup; groups: readonly [number, number, number] }[] | undefined;
   private recordingBroken = false;
   private lastPipeline: GPUComputePipeline | undefined;
+  private readonly stagingFree: GPUBuffer[] = [];
 
   constructor(
     readonly info: GpuDeviceInfo,
@@ -373,11 +374,11 @@ export class GpuRuntime {
 
   /** Copy bytes [offset, offset+size) of a buffer back to the host (submits pending work first). */
   async read(buf: GPUBuffer, offset = 0, size = buf.size - offset): Promise<ArrayBuffer> {
-    const staging = this.device.createBuffer({ size: Math.ceil(size / 4) * 4, usage: MAP_READ | COPY_DST });
+    const staging = this.staging(Math.ceil(size / 4) * 4);
     this.ensurePass();
     this.pass!.end();
     this.pass = undefined;
-    this.encoder!.copyBufferToBuffer(buf, offset, staging, 0, staging.size);
+    this.encoder!.copyBufferToBuffer(buf, offset, staging, 0, Math.ceil(size / 4) * 4);
     const labels = this.queryLabels;
     let queryStaging: GPUBuffer | undefined;
     if (labels.length > 0) {
@@ -397,9 +398,9 @@ export class GpuRuntime {
     }
     this.submit();
     await staging.mapAsync(1);
-    const out = staging.getMappedRange().slice(0, size);
+    const out = staging.getMappedRange(0, Math.ceil(size / 4) * 4).slice(0, size);
     staging.unmap();
-    staging.destroy();
+    this.stagingFree.push(staging);
     if (queryStaging !== undefined) {
       await queryStaging.mapAsync(1);
       const ts = new BigUint64Array(queryStaging.getMappedRange().slice(0));
@@ -424,6 +425,18 @@ export class GpuRuntime {
       }
     }
     return out;
+  }
+
+  /**
+   * A MAP_READ staging buffer of at least `bytes`, reused across reads (a fresh one per read cost an allocation and its
+   * zero fill every step: 26 MB of logits at batch 64); read() returns it to the free list once unmapped.
+   */
+  private staging(bytes: number): GPUBuffer {
+    const size = Math.max(256, 2 ** Math.ceil(Math.log2(bytes)));
+    const i = this.stagingFree.findIndex((b) => b.size === size);
+    if (i >= 0) return this.stagingFree.splice(i, 1)[0]!;
+    if (this.stagingFree.length > 8) this.stagingFree.shift()!.destroy();
+    return this.device.createBuffer({ size, usage: MAP_READ | COPY_DST, label: "staging" });
   }
 
   /** GPU time per kernel label since the last reset (profile mode), largest first; `reset` clears it. */

@@ -3,7 +3,9 @@
  * process after latent's run): prefill of a 512-token prompt in one batch, then 128 single-token decode steps.
  * Also measures memory bandwidth (a copy loop, 1 and `threads` threads) and the fraction of it that decode reaches.
  *
- *   npm run bench -- cpu --backend cpu --threads 2 [--model F.gguf] [--prompt 512] [--decode 128] [--no-llama]
+ *   npm run bench -- cpu --backend cpu --threads 2 [--model F.gguf] [--prompt 512] [--decode 128] [--repeat N] [--no-llama]
+ *
+ * --repeat N interleaves N latent runs with N llama.cpp runs (latent's model stays loaded) and reports medians.
  *
  * Without --model it synthesizes `latent synth --preset v2-lite --layers 8 --type Q4_K_M` once into the temp dir.
  * Not a test: run via bench/run.ts.
@@ -94,7 +96,8 @@ interface Timing {
   decode_s: number;
 }
 
-function latentTiming(path: string, threads: number, backend: "cpu" | "reference", nPrompt: number, nDecode: number): Timing & { bytes: number } {
+/** latent's model loaded once; each call of `time()` is one timed prefill + decode run on a fresh cache. */
+function latentRunner(path: string, threads: number, backend: "cpu" | "reference", nPrompt: number, nDecode: number): { time: () => Timing; bytes: number; close: () => void } {
   const { model, config, backend: be } = loadModel(path, undefined, { backend, threads });
   let s = 12345;
   const tokens = Array.from({ length: nPrompt }, () => {
@@ -112,10 +115,13 @@ function latentTiming(path: string, threads: number, backend: "cpu" | "reference
     return { prefill_s: (t1 - t0) / 1000, decode_s: (t2 - t1) / 1000 };
   };
   run(tokens.slice(0, 16), 4); // warm-up (JIT)
-  const r = run(tokens, nDecode);
-  const bytes = decodeBytes(model.weights, config.nExpertUsed);
-  be?.close();
-  return { ...r, bytes };
+  return { time: () => run(tokens, nDecode), bytes: decodeBytes(model.weights, config.nExpertUsed), close: () => be?.close() };
+}
+
+function median(xs: readonly number[]): number {
+  const v = [...xs].sort((a, b) => a - b);
+  const m = v.length >> 1;
+  return v.length % 2 === 1 ? v[m]! : (v[m - 1]! + v[m]!) / 2;
 }
 
 function llamaTiming(path: string, threads: number, nPrompt: number, nDecode: number): (Timing & { cpu_backend: string }) | string {
@@ -142,29 +148,43 @@ export function run(): BenchResult[] {
   out.push({ name: "memory bandwidth, copy, 1 thread", value: bw1, unit: "GB/s" });
   out.push({ name: `memory bandwidth, copy, ${threads} threads`, value: bwT, unit: "GB/s" });
 
+  // --repeat N: N rounds of (latent run, llama.cpp run), interleaved so that both sides see the same machine load;
+  // each round's ratios are printed and the headline figures are the medians
+  const repeat = Math.max(1, Number(arg("repeat") ?? 1));
+  const withLlama = !process.argv.includes("--no-llama");
   const load0 = loadavg()[0]!;
-  const lt = latentTiming(path, threads, backend, nPrompt, nDecode);
-  out.push({ name: "load average (1 min) before latent / after latent", value: load0, unit: "", extra: { after: loadavg()[0]! } });
-  const lPre = nPrompt / lt.prefill_s;
-  const lDec = nDecode / lt.decode_s;
-  const frac = (lt.bytes * lDec) / 1e9 / bw;
-  out.push({ name: `latent ${backend}×${threads} prefill ${nPrompt}`, value: lPre, unit: "tok/s", extra: { seconds: lt.prefill_s } });
-  out.push({ name: `latent ${backend}×${threads} decode ${nDecode}`, value: lDec, unit: "tok/s", extra: { seconds: lt.decode_s, weight_bytes_per_token: lt.bytes } });
-  out.push({ name: `latent decode weight traffic / copy bandwidth`, value: frac * 100, unit: "%", extra: { gb_per_s: (lt.bytes * lDec) / 1e9 } });
-
-  if (process.argv.includes("--no-llama")) return out;
-  const ll = llamaTiming(path, threads, nPrompt, nDecode);
-  out.push({ name: "load average (1 min) after llama.cpp", value: loadavg()[0]!, unit: "" });
-  if (typeof ll === "string") {
-    console.error(ll);
-    return out;
+  const lr = latentRunner(path, threads, backend, nPrompt, nDecode);
+  const rounds: { lPre: number; lDec: number; cPre?: number; cDec?: number; load: number; backendName?: string }[] = [];
+  for (let r = 0; r < repeat; r++) {
+    const lt = lr.time();
+    const round: (typeof rounds)[number] = { lPre: nPrompt / lt.prefill_s, lDec: nDecode / lt.decode_s, load: loadavg()[0]! };
+    if (withLlama) {
+      const ll = llamaTiming(path, threads, nPrompt, nDecode);
+      if (typeof ll === "string") console.error(ll);
+      else Object.assign(round, { cPre: nPrompt / ll.prefill_s, cDec: nDecode / ll.decode_s, backendName: ll.cpu_backend });
+    }
+    rounds.push(round);
+    if (repeat > 1) {
+      const ratio = round.cPre === undefined ? "" : `, ratios prefill ${(round.lPre / round.cPre).toFixed(3)}× decode ${(round.lDec / round.cDec!).toFixed(3)}×`;
+      console.error(`round ${r + 1}/${repeat} (load ${round.load.toFixed(2)}): latent prefill ${round.lPre.toFixed(1)} decode ${round.lDec.toFixed(2)} tok/s` + (round.cPre === undefined ? "" : `; llama.cpp prefill ${round.cPre.toFixed(1)} decode ${round.cDec!.toFixed(2)} tok/s${ratio}`));
+    }
   }
-  const cPre = nPrompt / ll.prefill_s;
-  const cDec = nDecode / ll.decode_s;
-  out.push({ name: `llama.cpp (${ll.cpu_backend})×${threads} prefill ${nPrompt}`, value: cPre, unit: "tok/s", extra: { seconds: ll.prefill_s } });
-  out.push({ name: `llama.cpp (${ll.cpu_backend})×${threads} decode ${nDecode}`, value: cDec, unit: "tok/s", extra: { seconds: ll.decode_s } });
-  out.push({ name: `llama.cpp decode weight traffic / copy bandwidth`, value: ((lt.bytes * cDec) / 1e9 / bw) * 100, unit: "%" });
-  out.push({ name: "ratio latent/llama.cpp prefill (bar ≥ 0.3)", value: lPre / cPre, unit: "×" });
-  out.push({ name: "ratio latent/llama.cpp decode (bar ≥ 0.5)", value: lDec / cDec, unit: "×" });
+  lr.close();
+  const med = repeat > 1 ? " (median)" : "";
+  out.push({ name: "load average (1 min) before latent / after the runs", value: load0, unit: "", extra: { after: loadavg()[0]! } });
+  const lPre = median(rounds.map((x) => x.lPre));
+  const lDec = median(rounds.map((x) => x.lDec));
+  out.push({ name: `latent ${backend}×${threads} prefill ${nPrompt}${med}`, value: lPre, unit: "tok/s" });
+  out.push({ name: `latent ${backend}×${threads} decode ${nDecode}${med}`, value: lDec, unit: "tok/s", extra: { weight_bytes_per_token: lr.bytes } });
+  out.push({ name: `latent decode weight traffic / copy bandwidth`, value: ((lr.bytes * lDec) / 1e9 / bw) * 100, unit: "%", extra: { gb_per_s: (lr.bytes * lDec) / 1e9 } });
+  const paired = rounds.filter((x) => x.cPre !== undefined);
+  if (paired.length === 0) return out;
+  const cPre = median(paired.map((x) => x.cPre!));
+  const cDec = median(paired.map((x) => x.cDec!));
+  out.push({ name: `llama.cpp (${paired[0]!.backendName})×${threads} prefill ${nPrompt}${med}`, value: cPre, unit: "tok/s" });
+  out.push({ name: `llama.cpp (${paired[0]!.backendName})×${threads} decode ${nDecode}${med}`, value: cDec, unit: "tok/s" });
+  out.push({ name: `llama.cpp decode weight traffic / copy bandwidth`, value: ((lr.bytes * cDec) / 1e9 / bw) * 100, unit: "%" });
+  out.push({ name: `ratio latent/llama.cpp prefill (bar ≥ 0.3)${repeat > 1 ? ", median of rounds" : ""}`, value: median(paired.map((x) => x.lPre / x.cPre!)), unit: "×" });
+  out.push({ name: `ratio latent/llama.cpp decode (bar ≥ 0.5)${repeat > 1 ? ", median of rounds" : ""}`, value: median(paired.map((x) => x.lDec / x.cDec!)), unit: "×" });
   return out;
 }

@@ -63,10 +63,16 @@ const OP_EXIT = 4;
 const OP_MANY = 5;
 const OP_ATTN = 6;
 const OP_PREFILL = 7;
-/** OP_MANY: P[SEG_TABLE + i] = first segment of thread i (T + 1 entries); segment g at P[SEG0 + g·SEG] */
-const SEG_TABLE = 32;
+/** matmulMany cuts its work into this many pieces per thread (claimed dynamically) */
+const PIECES_PER_THREAD = 4;
+/** job word: how many units the job is cut into (threads claim units one at a time) */
+const UNITS = 30;
+/** control words: the claim word (generation tag in the top 12 bits, next unit in the low 20) and units completed */
+const CLAIM = 2;
+const COMPLETED = 3;
+/** OP_MANY: segment g (one unit) at P[SEG0 + g·SEG] */
+const SEG0 = 32;
 const MAX_THREADS = 64;
-const SEG0 = SEG_TABLE + MAX_THREADS + 1;
 const SEG = 18;
 const MAX_SEGS = 1024;
 
@@ -151,12 +157,61 @@ class Arena {
   }
 }
 
+/**
+ * One unit of a job (JavaScript source shared by the workers and the caller, so both cut the work the same way):
+ * a row range of a product (OP_MATMUL; even boundaries keep row pairs together), a token range (OP_MATMUL_T), one
+ * segment (OP_MANY), four heads (OP_ATTN) or one head (OP_PREFILL). `index` picks the thread's scratch.
+ */
+const UNIT_SOURCE = String.raw`
+function runUnit(inst, P, u, index) {
+  const op = P[0], nu = P[${UNITS}];
+  const k = inst[P[1]];
+  if (op === 1) {
+    const rows = P[5], half = Math.ceil(rows / 2);
+    const r0 = Math.min(rows, 2 * Math.floor((half * u) / nu));
+    const r1 = u + 1 === nu ? rows : Math.min(rows, 2 * Math.floor((half * (u + 1)) / nu));
+    if (r1 > r0) k.matmul(P[2], P[3], P[4], r0, r1, P[6], P[7], P[8], P[9], P[10], P[11], P[12], P[13], P[14], P[16] + index * P[17], P[15]);
+  } else if (op === 2) {
+    const n = P[7];
+    const t0 = Math.floor((n * u) / nu), t1 = Math.floor((n * (u + 1)) / nu);
+    if (t1 > t0) k.matmulT(P[2], P[3], P[4], P[5], P[6], t0, t1, P[8], P[9], P[13], P[14], P[16] + index * P[17]);
+  } else if (op === 5) {
+    const o = ${SEG0} + u * ${SEG};
+    inst[P[o]].matmul(P[o + 1], P[o + 2], P[o + 3], P[o + 4], P[o + 5], P[o + 6], P[o + 7], P[o + 8], P[o + 9], P[o + 10], P[o + 11], P[o + 12], P[o + 13], P[o + 14], P[o + 15] + index * P[o + 16], P[o + 17]);
+  } else if (op === 6) {
+    const h0 = 4 * u, h1 = Math.min(P[9], h0 + 4);
+    k.attnAbsorbed(P[2], P[3], P[4], P[5], P[6], P[7], P[8], h0, h1, P[10], P[11] + index * P[12], P[13]);
+  } else if (op === 7) {
+    k.attnPrefill(P[2], P[3], P[4], P[5], P[6], P[7], P[8], P[9], P[10], P[11], u, u + 1, P[12], P[13] + index * P[14], P[15]);
+  }
+}
+// Claim units of the job tagged with tag until none is left. A thread that wakes late (tag moved on) claims nothing, so it
+// can never run a unit with another job's parameters; the caller waits for units completed, not for every thread.
+function claimAll(C, P, inst, index, tag) {
+  const nu = P[${UNITS}];
+  for (;;) {
+    const w = Atomics.load(C, ${CLAIM});
+    if ((w & -1048576) !== tag) return;
+    const u = w & 0xfffff;
+    if (u >= nu) return;
+    if (Atomics.compareExchange(C, ${CLAIM}, w, w + 1) !== w) continue;
+    runUnit(inst, P, u, index);
+    Atomics.add(C, ${COMPLETED}, 1);
+    Atomics.notify(C, ${COMPLETED});
+  }
+}
+`;
+
+type UnitFns = { claimAll(C: Int32Array, P: Float64Array, inst: readonly KernelExports[], index: number, tag: number): void };
+const mainUnits = new Function(`${UNIT_SOURCE}; return { claimAll };`)() as UnitFns;
+
 const WORKER_SOURCE = String.raw`
 const { workerData, receiveMessageOnPort } = require("node:worker_threads");
-const { module, ctl, job, index, threads, port, spin } = workerData;
+const { module, ctl, job, index, port, spin } = workerData;
 const C = new Int32Array(ctl);
 const P = new Float64Array(job);
 const inst = [];
+${UNIT_SOURCE}
 let gen = 0;
 for (;;) {
   let s = 0;
@@ -172,37 +227,11 @@ for (;;) {
       const m = receiveMessageOnPort(port);
       if (m !== undefined) inst.push(new WebAssembly.Instance(module, { env: { memory: m.message } }).exports);
     }
+    Atomics.add(C, 1, 1);
+    Atomics.notify(C, 1);
   } else {
-    const k = inst[P[1]];
-    const S = P[16] + index * P[17];
-    const SEG_TABLE = ${SEG_TABLE}, SEG0 = ${SEG0}, SEG = ${SEG};
-    if (op === 1) {
-      const rows = P[5];
-      const r0 = Math.floor((rows * index) / threads), r1 = Math.floor((rows * (index + 1)) / threads);
-      if (r1 > r0) k.matmul(P[2], P[3], P[4], r0, r1, P[6], P[7], P[8], P[9], P[10], P[11], P[12], P[13], P[14], S, P[15]);
-    } else if (op === 2) {
-      const n = P[7];
-      const t0 = Math.floor((n * index) / threads), t1 = Math.floor((n * (index + 1)) / threads);
-      if (t1 > t0) k.matmulT(P[2], P[3], P[4], P[5], P[6], t0, t1, P[8], P[9], P[13], P[14], S);
-    } else if (op === 6) {
-      const H = P[9];
-      const h0 = Math.floor((H * index) / threads), h1 = Math.floor((H * (index + 1)) / threads);
-      if (h1 > h0) k.attnAbsorbed(P[2], P[3], P[4], P[5], P[6], P[7], P[8], h0, h1, P[10], P[11] + index * P[12], P[13]);
-    } else if (op === 7) {
-      const H = P[8];
-      const h0 = Math.floor((H * index) / threads), h1 = Math.floor((H * (index + 1)) / threads);
-      if (h1 > h0) k.attnPrefill(P[2], P[3], P[4], P[5], P[6], P[7], H, P[9], P[10], P[11], h0, h1, P[12], P[13] + index * P[14], P[15]);
-    } else if (op === 5) {
-      const s1 = P[SEG_TABLE + index + 1];
-      for (let g = P[SEG_TABLE + index]; g < s1; g++) {
-        const o = SEG0 + g * SEG;
-        const kk = inst[P[o]];
-        kk.matmul(P[o + 1], P[o + 2], P[o + 3], P[o + 4], P[o + 5], P[o + 6], P[o + 7], P[o + 8], P[o + 9], P[o + 10], P[o + 11], P[o + 12], P[o + 13], P[o + 14], P[o + 15] + index * P[o + 16], P[o + 17]);
-      }
-    }
+    claimAll(C, P, inst, index, (gen & 0xfff) << 20);
   }
-  Atomics.add(C, 1, 1);
-  Atomics.notify(C, 1);
 }
 `;
 
@@ -220,7 +249,7 @@ class Pool {
       const w = new Worker(WORKER_SOURCE, {
         eval: true,
         execArgv: [],
-        workerData: { module: kernelModule(), ctl: this.ctl.buffer, job: this.job.buffer, index: i, threads, port: ch.port2, spin: SPIN },
+        workerData: { module: kernelModule(), ctl: this.ctl.buffer, job: this.job.buffer, index: i, port: ch.port2, spin: SPIN },
         transferList: [ch.port2],
       });
       w.unref();
@@ -236,25 +265,39 @@ class Pool {
     this.attached = memories.length;
     this.job[0] = OP_ATTACH;
     this.job[1] = memories.length;
-    this.dispatch(() => {});
-  }
-
-  /** run the job in `job` on every worker while `own` runs here; returns when all are done */
-  dispatch(own: () => void): void {
     const T = this.workers.length;
-    if (T === 0) {
-      own();
-      return;
-    }
     Atomics.store(this.ctl, DONE, 0);
     Atomics.add(this.ctl, GEN, 1);
     Atomics.notify(this.ctl, GEN);
-    own();
     let s = 0;
     for (;;) {
       const d = Atomics.load(this.ctl, DONE);
       if (d >= T) break;
       if (++s > SPIN) Atomics.wait(this.ctl, DONE, d, 50);
+    }
+  }
+
+  /**
+   * Run the job in `job`, cut into `units` units, on this thread and the workers: every thread claims units until none
+   * is left (a descheduled worker's share is taken by the others); returns when all units are complete.
+   */
+  run(units: number, inst: readonly KernelExports[]): void {
+    const C = this.ctl;
+    this.job[UNITS] = units;
+    const gen = (Atomics.load(C, GEN) + 1) | 0;
+    const tag = (gen & 0xfff) << 20;
+    Atomics.store(C, COMPLETED, 0);
+    Atomics.store(C, CLAIM, tag);
+    if (this.workers.length > 0) {
+      Atomics.store(C, GEN, gen);
+      Atomics.notify(C, GEN);
+    }
+    mainUnits.claimAll(C, this.job, inst, 0, tag);
+    let s = 0;
+    for (;;) {
+      const d = Atomics.load(C, COMPLETED);
+      if (d >= units) break;
+      if (++s > SPIN) Atomics.wait(C, COMPLETED, d, 50);
     }
   }
 
@@ -304,8 +347,12 @@ export class CpuBackend implements MatKernels {
   private newArena(): Arena {
     const a = new Arena(this.arenas.length, (buf, ar) => this.byBuffer.set(buf, ar));
     this.arenas.push(a);
+    this.inst.push(a.k);
     return a;
   }
+
+  /** each arena's kernel instance on this thread, by arena index */
+  private readonly inst: KernelExports[] = [];
 
   /** `bytes` bytes of shared memory for a weight (64-aligned) */
   allocWeight(bytes: number): Uint8Array {
@@ -441,11 +488,10 @@ export class CpuBackend implements MatKernels {
       J[15] = TOKEN_TILE;
       J[16] = base;
       J[17] = sBytes;
-      const r1 = Math.floor(rows / T);
       if (T === 1 || rows * cols * m < PARALLEL_MIN || rows < 2 * T) {
         k.matmul(type, wp, rowBytes, 0, rows, cols, m, xp, cols, aqp, adp, asp, yp, rows, base, TOKEN_TILE);
       } else {
-        this.pool.dispatch(() => k.matmul(type, wp, rowBytes, 0, r1, cols, m, xp, cols, aqp, adp, asp, yp, rows, base, TOKEN_TILE));
+        this.pool.run(Math.min(Math.ceil(rows / 2), 4 * T), this.inst);
       }
       const g = arena.f32;
       const yo = yp >>> 2;
@@ -498,8 +544,7 @@ export class CpuBackend implements MatKernels {
       if (T === 1 || m < T || rows * cols * m < PARALLEL_MIN) {
         k.matmulT(type, wp, w.rowBytes, rows, cols, 0, m, xp, rows, yp, cols, base);
       } else {
-        const t1 = Math.floor(m / T);
-        this.pool.dispatch(() => k.matmulT(type, wp, w.rowBytes, rows, cols, 0, t1, xp, rows, yp, cols, base));
+        this.pool.run(T, this.inst); // every unit unpacks all rows: one unit per thread
       }
       const g = arena.f32;
       const yo = yp >>> 2;
@@ -546,7 +591,7 @@ export class CpuBackend implements MatKernels {
       const nb = cols / k.blockValues(p.w.type);
       need += p.n * (cols * 4 + cols * 2 + nb * 4 + nb * 32 + rows * 4) + 5 * 64;
     }
-    if (need > WORK_CAP || list.length + T > MAX_SEGS) {
+    if (need > WORK_CAP || list.length + PIECES_PER_THREAD * T > MAX_SEGS) {
       for (const [p] of list) this.matmul(p.w, p.x, p.n, p.xStride, p.y, p.yStride);
       return;
     }
@@ -585,61 +630,39 @@ export class CpuBackend implements MatKernels {
       place.push({ xp, aqp, adp, asp, yp, cls });
       cost += rows * cols * p.n;
     }
-    // segments: thread i takes the cost range [C·i/T, C·(i+1)/T)
+    // segments: piece i is the cost range [C·i/K, C·(i+1)/K) (row boundaries even, so row pairs stay together); the
+    // threads claim pieces one at a time
     const J = this.pool.job;
-    const TT = cost < PARALLEL_MIN ? 1 : T;
+    const K = cost < PARALLEL_MIN ? 1 : PIECES_PER_THREAD * T;
     let g = 0;
-    for (let i = 0; i < TT; i++) {
-      J[SEG_TABLE + i] = g;
-      const lo = (cost * i) / TT;
-      const hi = (cost * (i + 1)) / TT;
+    for (let i = 0; i < K; i++) {
+      const lo = (cost * i) / K;
+      const hi = (cost * (i + 1)) / K;
       let c0 = 0;
       list.forEach(([p, wp, type, rowBytes], j) => {
         const u = p.w.cols * p.n;
         const c1 = c0 + p.w.rows * u;
         if (c1 > lo && c0 < hi) {
-          const r0 = i === 0 ? 0 : Math.min(p.w.rows, Math.max(0, Math.round((lo - c0) / u)));
-          const r1 = i === TT - 1 ? p.w.rows : Math.min(p.w.rows, Math.max(0, Math.round((hi - c0) / u)));
+          const r0 = i === 0 ? 0 : Math.min(p.w.rows, Math.max(0, 2 * Math.round((lo - c0) / u / 2)));
+          const r1 = i === K - 1 ? p.w.rows : Math.min(p.w.rows, Math.max(0, 2 * Math.round((hi - c0) / u / 2)));
           if (r1 > r0) {
             const q = place[j]!;
-            const o = SEG0 + g * SEG;
-            J[o] = arena.index;
-            J[o + 1] = type;
-            J[o + 2] = wp;
-            J[o + 3] = rowBytes;
-            J[o + 4] = r0;
-            J[o + 5] = r1;
-            J[o + 6] = p.w.cols;
-            J[o + 7] = p.n;
-            J[o + 8] = q.xp;
-            J[o + 9] = p.w.cols;
-            J[o + 10] = q.aqp;
-            J[o + 11] = q.adp;
-            J[o + 12] = q.asp;
-            J[o + 13] = q.yp;
-            J[o + 14] = p.w.rows;
-            J[o + 15] = base;
-            J[o + 16] = sBytes;
-            J[o + 17] = TOKEN_TILE;
+            J.set([arena.index, type, wp, rowBytes, r0, r1, p.w.cols, p.n, q.xp, p.w.cols, q.aqp, q.adp, q.asp, q.yp, p.w.rows, base, sBytes, TOKEN_TILE], SEG0 + g * SEG);
             g++;
           }
         }
         c0 = c1;
       });
     }
-    J[SEG_TABLE + TT] = g;
-    const own = (): void => {
-      const s1 = J[SEG_TABLE + 1]!;
-      for (let s = J[SEG_TABLE]!; s < s1; s++) {
+    J[0] = OP_MANY;
+    J[1] = arena.index;
+    if (K === 1) {
+      for (let s = 0; s < g; s++) {
         const o = SEG0 + s * SEG;
         k.matmul(J[o + 1]!, J[o + 2]!, J[o + 3]!, J[o + 4]!, J[o + 5]!, J[o + 6]!, J[o + 7]!, J[o + 8]!, J[o + 9]!, J[o + 10]!, J[o + 11]!, J[o + 12]!, J[o + 13]!, J[o + 14]!, J[o + 15]!, J[o + 17]!);
       }
-    };
-    if (TT === 1) own();
-    else {
-      J[0] = OP_MANY;
-      J[1] = arena.index;
-      this.pool.dispatch(own);
+    } else {
+      this.pool.run(g, this.inst);
     }
     const h = arena.f32;
     list.forEach(([p], j) => {
@@ -703,8 +726,7 @@ export class CpuBackend implements MatKernels {
       J[0] = OP_ATTN;
       J[1] = arena.index;
       J.set([cp, kp, T, L, R, qcp, qpp, H, scale, scp, scBytes, outp], 2);
-      const T0 = this.threads;
-      this.pool.dispatch(() => k.attnAbsorbed(cp, kp, T, L, R, qcp, qpp, 0, Math.floor(H / T0), scale, scp, outp));
+      this.pool.run(Math.ceil(H / 4), this.inst);
     }
     return Float64Array.from(arena.f32.subarray(outp >>> 2, (outp >>> 2) + H * L));
   }
@@ -745,8 +767,7 @@ export class CpuBackend implements MatKernels {
       J[0] = OP_PREFILL;
       J[1] = arena.index;
       J.set([kp, rp, vp, qp, n, pos0, H, P, R, V, scale, scp, scBytes, op], 2);
-      const T0 = this.threads;
-      this.pool.dispatch(() => k.attnPrefill(kp, rp, vp, qp, n, pos0, H, P, R, V, 0, Math.floor(H / T0), scale, scp, op));
+      this.pool.run(H, this.inst);
     }
     return Float64Array.from(arena.f32.subarray(op >>> 2, (op >>> 2) + n * H * V));
   }

@@ -1,0 +1,49 @@
+// The CPU backend's work sharing: threads claim units of a job one at a time under a generation tag (fast.ts Pool.run).
+// Thousands of consecutive parallel jobs (past the 4096-generation wrap of the tag) on 3 threads must give results
+// bit-identical to one thread, for single products (row units), matmulMany (cost pieces) and attention (head units).
+import { after, test } from "node:test";
+import assert from "node:assert/strict";
+import { CpuBackend } from "../../src/backend/cpu/fast.js";
+import { QMatrix } from "../../src/backend/cpu/qmatrix.js";
+import { GGMLType } from "../../src/gguf/types.js";
+import { fillRandom, Rng } from "../../src/model/random-blocks.js";
+import { rowBytes } from "../../src/quant/index.js";
+
+const one = new CpuBackend({ threads: 1 });
+const three = new CpuBackend({ threads: 3 });
+after(() => [one, three].forEach((b) => b.close()));
+
+function matrix(type: number, rows: number, cols: number, rng: Rng): QMatrix {
+  const data = new Uint8Array(rowBytes(type, cols) * rows);
+  fillRandom(type, data, rows * cols, 0.5, rng);
+  return new QMatrix(`m${rows}`, type, cols, rows, data);
+}
+
+test("5000 consecutive parallel jobs on 3 threads equal 1 thread bit for bit (tag wraps at 4096)", () => {
+  const rng = new Rng(3, "pool");
+  const a = matrix(GGMLType.Q4_K, 130, 1024, rng); // 130·1024 ≥ 2¹⁷ multiply-adds: parallel
+  const b = matrix(GGMLType.Q8_0, 67, 2048, rng);
+  const x = Float64Array.from({ length: 2 * 2048 }, () => rng.uniform() - 0.5);
+  const H = 5, T = 600, L = 64, R = 8; // 5·600·64 ≥ 2¹⁷: parallel
+  const C = Float64Array.from({ length: T * L }, () => rng.uniform() - 0.5);
+  const K = Float64Array.from({ length: T * R }, () => rng.uniform() - 0.5);
+  const qc = Float64Array.from({ length: H * L }, () => rng.uniform() - 0.5);
+  const qp = Float64Array.from({ length: H * R }, () => rng.uniform() - 0.5);
+  const want = { a: new Float64Array(130), b: new Float64Array(2 * 67), attn: one.absorbedAttention(C, K, T, L, R, qc, qp, H, 0.5) };
+  one.matmul(a, x, 1, 1024, want.a, 130);
+  one.matmulMany([{ w: b, x, n: 2, xStride: 2048, y: want.b, yStride: 67 }]);
+  const ya = new Float64Array(130);
+  const yb = new Float64Array(2 * 67);
+  for (let i = 0; i < 5000; i++) {
+    const kind = i % 3;
+    if (kind === 0) {
+      three.matmul(a, x, 1, 1024, ya, 130);
+      assert.deepEqual(ya, want.a, `job ${i}: matmul`);
+    } else if (kind === 1) {
+      three.matmulMany([{ w: b, x, n: 2, xStride: 2048, y: yb, yStride: 67 }]);
+      assert.deepEqual(yb, want.b, `job ${i}: matmulMany`);
+    } else if (i % 30 === 2) {
+      assert.deepEqual(three.absorbedAttention(C, K, T, L, R, qc, qp, H, 0.5), want.attn, `job ${i}: attention`);
+    }
+  }
+});

@@ -129,24 +129,25 @@ function f32Range(buf: GPUBuffer, off: number, n: number, stride: number, width:
 /**
  * Threads per row of the coalesced kernel: as many as keep every thread on at least `steps` vec4 steps of the row
  * (more threads per row at small batches, where the product is latency-bound), at least one subgroup, at most MV_WG.
+ * For one token, also no more than fill the GPU about once (`fill` threads over all `rows` of the dispatch): past
+ * that, extra workgroups run in further waves, each paying the whole chain of dependent loads again.
  */
-function coalescedTpr(cols: number, n: number, minT: number): number {
+function coalescedTpr(cols: number, n: number, minT: number, rows: number, fill: number): number {
   const steps = n <= 1 ? 2 : n <= 4 ? 4 : 8;
   let tpr = MV_WG;
-  while (tpr > minT && tpr * 4 * steps > cols) tpr /= 2;
+  while (tpr > minT && (tpr * 4 * steps > cols || (n <= 1 && fill > 0 && tpr * rows > fill))) tpr /= 2;
   return tpr;
 }
 
-/**
- * The matrix-vector kernel for n tokens over m: WGSL, tokens per workgroup and rows per workgroup. `aligned`: x's
- * offsets and strides are multiples of 4 floats (the coalesced kernel reads x as vec4).
- */
+/** Threads that fill the GPU about once (the H200: 132 SMs × 2048); RuntimeOptions.tune.fillThreads overrides, 0 turns it off. */
+export const FILL_THREADS = 262144;
+
 /** Whether the coalesced kernel runs a product over m (x aligned to 4 floats). */
 export function coalesced(rt: GpuRuntime, m: GpuMatrix, aligned: boolean): boolean {
   return rt.matvec === "coalesced" && aligned && m.cols % 4 === 0;
 }
 
-export function matvecKernel(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boolean | "experts" | "experts-list", aligned = false): { code: string; tn: number; rowsPerGroup: number } {
+export function matvecKernel(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boolean | "experts" | "experts-list", aligned = false, rowsTotal = m.rows): { code: string; tn: number; rowsPerGroup: number } {
   if (rt.matvec === "legacy") return { code: matvecWGSL(m.type, m.unit, gather !== false), tn: MATVEC_TN, rowsPerGroup: 1 };
   const sg = rt.info.subgroupSize;
   const sgOk = sg !== undefined && sg >= 4 && sg <= 64;
@@ -156,7 +157,7 @@ export function matvecKernel(rt: GpuRuntime, m: GpuMatrix, n: number, gather: bo
   const expertMajor = gather === "experts" || gather === "experts-list";
   if (coalesced(rt, m, aligned)) {
     const minT = sgOk ? sg : 4;
-    let tpr = coalescedTpr(m.cols, n, minT);
+    let tpr = coalescedTpr(m.cols, n, minT, rowsTotal, rt.tune.fillThreads ?? FILL_THREADS);
     if (expertMajor) {
       // measured on the H200 (v2-lite, bench --tune): one subgroup per row, and tiles sized to the pairs an expert
       // gets on average (n / items; at least 4): 8 at batch 64, 16 for a 512-token prefill
@@ -187,7 +188,7 @@ const al4 = (...v: (number | undefined)[]): boolean => v.every((x) => (x ?? 0) %
 export function matmul(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer, a: MatmulArgs): void {
   const count = a.batch?.count ?? 1;
   if (count > m.items) throw new LatentError(`${m.name}: batch of ${count} over ${m.items} items`);
-  const { code, tn, rowsPerGroup } = matvecKernel(rt, m, a.n, false, al4(a.xOff, a.n > 1 ? a.xStride : 0, a.batch?.xBatch));
+  const { code, tn, rowsPerGroup } = matvecKernel(rt, m, a.n, false, al4(a.xOff, a.n > 1 ? a.xStride : 0, a.batch?.xBatch), m.rows * count);
   const tiles = Math.ceil(a.n / tn);
   for (const piece of m.pieces) {
     if (piece.firstItem >= count) continue;
@@ -259,7 +260,7 @@ export function matmulGather(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUB
   const experts = rt.matvec !== "legacy" && (a.mode ?? (a.pairs >= expertsFrom(rt) * m.items ? "experts" : "pairs")) === "experts";
   const aligned = al4(a.xOff, a.xBatch);
   const listed = experts && a.lists !== undefined && coalesced(rt, m, aligned);
-  const { code, rowsPerGroup } = matvecKernel(rt, m, experts ? a.pairs : 1, listed ? "experts-list" : experts ? "experts" : true, aligned);
+  const { code, rowsPerGroup } = matvecKernel(rt, m, experts ? a.pairs : 1, listed ? "experts-list" : experts ? "experts" : true, aligned, m.rows * a.pairs);
   const outs = [{ buffer: y, offset: (a.yOff ?? 0) * 4, size: ((a.pairs - 1) * a.yBatch + m.rows) * 4 }];
   for (const piece of m.pieces) {
     if (piece.rows !== m.rows) throw new LatentError(`${m.name}: gathered products need whole items per piece`);

@@ -53,6 +53,8 @@ export interface KernelTuning {
   readonly expertTn?: number;
   /** threads per row of the expert-major kernel (power of two, ≥ the subgroup size, ≤ 256; default: the subgroup size) */
   readonly expertTpr?: number;
+  /** one-token products use no more threads than this over all their rows (default FILL_THREADS; 0: no cap) */
+  readonly fillThreads?: number;
   /** expert-major mode when pairs ≥ expertsFrom × experts (default 1/4 with the coalesced kernel, else 1) */
   readonly expertsFrom?: number;
 }

@@ -23,8 +23,9 @@ function runtime(variant: Variant, opts: Omit<RuntimeOptions, "matvec">): GpuRun
     const info: GpuDeviceInfo = { ...rt!.info, subgroupSize: undefined };
     return new GpuRuntime(info, { ...opts, matvec: "coalesced" });
   }
-  // small expert tiles (several per expert), more threads per row, expert-major from half as many pairs as experts
-  if (variant === "coalesced-tuned") return new GpuRuntime(rt!.info, { ...opts, matvec: "coalesced", tune: { expertTn: 2, expertTpr: 64, expertsFrom: 0.5 } });
+  // small expert tiles (several per expert), more threads per row, expert-major from half as many pairs as experts,
+  // one-token products capped at 512 threads (down to one subgroup per row)
+  if (variant === "coalesced-tuned") return new GpuRuntime(rt!.info, { ...opts, matvec: "coalesced", tune: { expertTn: 2, expertTpr: 64, expertsFrom: 0.5, fillThreads: 512 } });
   return new GpuRuntime(rt!.info, { ...opts, matvec: variant });
 }
 

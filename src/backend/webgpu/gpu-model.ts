@@ -1,8 +1,9 @@
 /// <reference types="@webgpu/types" />
 /**
  * The fused WebGPU forward pass of a DeepSeek-V2/V3 (`deepseek2`) model: weights resident in their GGUF layout,
- * per-layer latent caches for `slots` sequences on the GPU, and one submission per step (every dispatch of every
- * layer in one compute pass; one read-back of the logits). A step is any set of tokens with their (slot, position):
+ * per-layer latent caches for `slots` sequences on the GPU, every dispatch of every layer recorded once per step shape
+ * and replayed (submitted in pieces so the GPU starts early; one read-back of the logits). A step is any set of tokens
+ * with their (slot, position):
  * a decode batch (one token per sequence) or a prefill chunk of one sequence. Attention is the absorbed MLA form for
  * both (queries score against the latent cache directly), split over key chunks for long contexts.
  */

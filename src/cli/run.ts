@@ -5,7 +5,13 @@ import { BACKEND_HELP, backendOption, intOption, loadForCli, parseModelCommand, 
 
 export { backendOption, BACKEND_HELP, glueValues, intOption, loadForCli, positionsBar, processIO, valuedOptions, type CliIO } from "./common.js";
 import { Tokenizer, type ChatMessage } from "../tokenizer/index.js";
-import { generate, type GeneratePath } from "../engine/generate.js";
+import { generate, type GenerateModel, type GeneratePath } from "../engine/generate.js";
+import { existsSync } from "node:fs";
+import { GGUFFile } from "../gguf/file.js";
+import { parseConfig } from "../model/config.js";
+import { isSoftwareAdapter, type BackendChoice } from "../model/load.js";
+import { FusedGpuModel, fusedUnsupported } from "../backend/webgpu/fused.js";
+import { NoGpuError } from "../backend/webgpu/device.js";
 import { DEFAULT_PREFILL_CHUNK } from "../engine/evaluate.js";
 
 function numOption(name: string, v: string | undefined): number | undefined {
@@ -96,18 +102,8 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
   const backend = backendOption(values.backend, "cpu");
   const threads = intOption("threads", values.threads, 1);
 
-  const loaded = loadForCli(modelPath, io, backend, threads);
-  const { file, model } = loaded;
-  const tokenizer = Tokenizer.fromMetadata(file.metadata);
-  let prompt: number[];
-  if (values.chat === true) {
-    const messages: ChatMessage[] = [];
-    if (values.system !== undefined) messages.push({ role: "system", content: values.system });
-    messages.push({ role: "user", content: values.prompt });
-    prompt = tokenizer.encodeChat(messages); // no BOS added when the rendered text starts with it
-  } else {
-    prompt = tokenizer.encodePrompt(values.prompt);
-  }
+  const runner = openRunner(modelPath, io, backend, threads, path, values, nPredict, chunk);
+  const { tokenizer, prompt, model } = runner;
 
   const bar = json ? undefined : positionsBar(io, "prompt");
   let streamed = 0;
@@ -125,7 +121,7 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
       io.out(ev.text);
       streamed += ev.text.length;
     },
-  }).finally(() => closeLoaded(loaded));
+  }).finally(() => runner.close());
   bar?.stop();
   const t = result.timings;
   if (json) {
@@ -133,6 +129,7 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
       format: "latent-run/1",
       model: modelPath,
       path,
+      backend: runner.backend,
       seed,
       prompt_tokens: prompt,
       tokens: result.tokens,
@@ -162,6 +159,64 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
   io.err(
     `prompt: ${result.promptTokens} tokens in ${t.prefillMs.toFixed(1)} ms (${t.promptTokensPerSecond.toFixed(2)} tokens/s) | ` +
       `generated: ${result.tokens.length} tokens, ${t.decodeSteps} decode steps in ${t.decodeMs.toFixed(1)} ms (${t.tokensPerSecond.toFixed(2)} tokens/s) | ` +
-      `finish: ${result.finishReason} | path ${path} | seed ${seed}\n`,
+      `finish: ${result.finishReason} | path ${path} | backend ${runner.backend} | seed ${seed}\n`,
   );
+}
+
+interface Runner {
+  readonly tokenizer: Tokenizer;
+  readonly prompt: number[];
+  readonly model: GenerateModel;
+  /** what runs the model: "fused-webgpu (ADAPTER)", or the kernels' name */
+  readonly backend: string;
+  close(): void;
+}
+
+function promptIds(tokenizer: Tokenizer, values: { prompt?: string; chat?: boolean; system?: string }): number[] {
+  if (values.chat !== true) return tokenizer.encodePrompt(values.prompt!);
+  const messages: ChatMessage[] = [];
+  if (values.system !== undefined) messages.push({ role: "system", content: values.system });
+  messages.push({ role: "user", content: values.prompt! });
+  return tokenizer.encodeChat(messages); // no BOS added when the rendered text starts with it
+}
+
+/** Positions the fused pipeline's GPU cache gets when generation may run until the context is full. */
+const FUSED_OPEN_CONTEXT = 32768;
+
+/**
+ * The model to generate with. `--backend webgpu|auto` on the cached paths of a deepseek2 model takes the fused GPU
+ * pipeline (every layer of a step in one replayed pass: FusedGpuModel); otherwise — and for auto without a hardware
+ * adapter — the model is loaded with the backend's matrix kernels.
+ */
+function openRunner(modelPath: string, io: CliIO, backend: BackendChoice, threads: number | undefined, path: string, values: { prompt?: string; chat?: boolean; system?: string }, nPredict: number, chunk: number | undefined): Runner {
+  if ((backend === "webgpu" || backend === "auto") && path !== "reference") {
+    if (!existsSync(modelPath)) throw new UsageError(`model file not found: ${modelPath}`);
+    const file = GGUFFile.open(modelPath);
+    const config = parseConfig(file.metadata, file.tensors.get("token_embd.weight")?.ne[1]);
+    file.close();
+    if (fusedUnsupported(config) === undefined) {
+      const tokenizer = Tokenizer.fromMetadata(file.metadata);
+      const prompt = promptIds(tokenizer, values);
+      const context = Math.min(config.contextLength, nPredict < 0 ? Math.max(FUSED_OPEN_CONTEXT, prompt.length + 1) : prompt.length + nPredict + 1);
+      let fused: FusedGpuModel | undefined;
+      try {
+        fused = new FusedGpuModel(config, { context, maxTokens: chunk ?? DEFAULT_PREFILL_CHUNK });
+      } catch (e) {
+        if (!(e instanceof NoGpuError) || backend === "webgpu") throw e;
+      }
+      if (fused !== undefined && backend === "auto" && isSoftwareAdapter(fused.adapter)) {
+        void fused.close();
+        fused = undefined;
+      }
+      if (fused !== undefined) {
+        if (io.tty) io.err(`loading ${modelPath} onto ${fused.adapter}…\n`);
+        fused.load(modelPath);
+        const f = fused;
+        return { tokenizer, prompt, model: f, backend: `fused-webgpu (${f.adapter})`, close: () => void f.close() };
+      }
+    }
+  }
+  const loaded = loadForCli(modelPath, io, backend, threads);
+  const tokenizer = Tokenizer.fromMetadata(loaded.file.metadata);
+  return { tokenizer, prompt: promptIds(tokenizer, values), model: loaded.model, backend: loaded.model.kernels.name, close: () => closeLoaded(loaded) };
 }

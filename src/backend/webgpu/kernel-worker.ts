@@ -8,23 +8,17 @@ import { requestGpuDevice } from "./device.js";
 import { GpuMatrix, matmul, matmulT } from "./matrix.js";
 import { GpuRuntime } from "./runtime.js";
 import type { KernelRequest, WorkerInit } from "./kernels.js";
+import { answer } from "./blocking-worker.js";
 
 const init = workerData as WorkerInit;
-const ctl = new Int32Array(init.control);
 let data = new Float32Array(init.data);
 const matrices = new Map<number, GpuMatrix>();
 let rt: GpuRuntime | undefined;
 let xBuf: GPUBuffer | undefined;
 let yBuf: GPUBuffer | undefined;
 
-function done(status: number, message = ""): void {
-  if (message !== "") {
-    const bytes = new TextEncoder().encode(message.slice(0, 4000));
-    new Uint8Array(init.message).set(bytes.subarray(0, init.message.byteLength - 4), 4);
-    new DataView(init.message).setUint32(0, Math.min(bytes.length, init.message.byteLength - 4), true);
-  }
-  Atomics.store(ctl, 0, status);
-  Atomics.notify(ctl, 0);
+function done(status: 1 | 2, message = ""): void {
+  answer(init.channel, status, message);
 }
 
 function scratch(buf: GPUBuffer | undefined, floats: number, label: string): GPUBuffer {

@@ -5,7 +5,6 @@
  * the result in shared memory — the simplest whole-model GPU path (every matrix product of prefill and decode on the
  * GPU; attention, norms and routing stay on the CPU). The fused, asynchronous per-step pipeline is gpu-model.ts.
  */
-import { Worker } from "node:worker_threads";
 import type { MatKernels } from "../cpu/kernels.js";
 import type { Vec } from "../cpu/ops.js";
 import type { QMatrix } from "../cpu/qmatrix.js";
@@ -13,6 +12,7 @@ import type { ModelWeights } from "../../model/weights.js";
 import { LatentError } from "../../util/errors.js";
 import { NoGpuError } from "./device.js";
 import { gpuSupports } from "./wgsl-quant.js";
+import { BlockingWorker, newChannel, type BlockingChannel } from "./blocking-worker.js";
 
 export type KernelRequest =
   | { op: "init" }
@@ -23,9 +23,8 @@ export type KernelRequest =
   | { op: "close" };
 
 export interface WorkerInit {
-  readonly control: SharedArrayBuffer;
+  readonly channel: BlockingChannel;
   readonly data: SharedArrayBuffer;
-  readonly message: SharedArrayBuffer;
   readonly checkWrites: boolean;
   readonly maxBindingBytes: number | undefined;
 }
@@ -37,58 +36,27 @@ export interface WebGPUKernelOptions {
   readonly timeoutMs?: number;
 }
 
-/** The worker: compiled JS directly; from TypeScript sources (tests, tsx) through tsx's loader. */
-function spawnWorker(workerData: WorkerInit): Worker {
-  if (!import.meta.url.endsWith(".ts")) return new Worker(new URL("./kernel-worker.js", import.meta.url), { workerData });
-  const url = new URL("./kernel-worker.ts", import.meta.url).href;
-  const boot = `(async () => { const { register } = await import("tsx/esm/api"); register(); await import(${JSON.stringify(url)}); })();`;
-  return new Worker(boot, { eval: true, workerData });
-}
-
 export class WebGPUKernels implements MatKernels {
   readonly name = "webgpu";
   readonly adapter: string;
-  private readonly worker: Worker;
-  private readonly ctl: Int32Array;
-  private readonly message: SharedArrayBuffer;
+  private readonly worker: BlockingWorker<KernelRequest>;
   private data: Float32Array;
   private readonly ids = new WeakMap<QMatrix, number>();
   private nextId = 1;
-  private readonly timeoutMs: number;
   /** products run on the GPU */
   calls = 0;
-  private closed = false;
 
   constructor(opts: WebGPUKernelOptions = {}) {
-    this.timeoutMs = opts.timeoutMs ?? 60_000;
-    const control = new SharedArrayBuffer(4);
     const data = new SharedArrayBuffer(1 << 20);
-    this.message = new SharedArrayBuffer(4096);
-    this.ctl = new Int32Array(control);
     this.data = new Float32Array(data);
-    const init: WorkerInit = { control, data, message: this.message, checkWrites: opts.checkWrites === true, maxBindingBytes: opts.maxBindingBytes };
-    this.worker = spawnWorker(init);
-    this.worker.unref();
+    const channel = newChannel();
+    this.worker = new BlockingWorker<KernelRequest>("kernel-worker", channel, { data, checkWrites: opts.checkWrites === true, maxBindingBytes: opts.maxBindingBytes }, opts.timeoutMs ?? 60_000);
     try {
-      this.adapter = this.call({ op: "init" });
+      this.adapter = this.worker.call({ op: "init" });
     } catch (e) {
-      void this.worker.terminate();
+      this.worker.terminate();
       throw e instanceof LatentError ? new NoGpuError(e.message) : e;
     }
-  }
-
-  /** Post a request and block until the worker answers; returns the worker's message. */
-  private call(req: KernelRequest): string {
-    Atomics.store(this.ctl, 0, 0);
-    this.worker.postMessage(req);
-    const r = Atomics.wait(this.ctl, 0, 0, this.timeoutMs);
-    if (r === "timed-out") throw new LatentError(`webgpu worker: no answer to ${req.op} within ${this.timeoutMs} ms`);
-    const status = Atomics.load(this.ctl, 0);
-    const len = new DataView(this.message).getUint32(0, true);
-    const text = new TextDecoder().decode(new Uint8Array(this.message, 4, len).slice());
-    new DataView(this.message).setUint32(0, 0, true);
-    if (status === 2) throw new LatentError(`webgpu: ${text}`);
-    return text;
   }
 
   private idOf(w: QMatrix): number {
@@ -98,7 +66,7 @@ export class WebGPUKernels implements MatKernels {
       id = this.nextId++;
       this.ids.set(w, id);
       // a copy: the worker keeps its own bytes only until they are on the GPU
-      this.worker.postMessage({ op: "upload", id, name: w.name, type: w.type, cols: w.cols, rows: w.rows, bytes: w.data.slice() } satisfies KernelRequest);
+      this.worker.post({ op: "upload", id, name: w.name, type: w.type, cols: w.cols, rows: w.rows, bytes: w.data.slice() });
     }
     return id;
   }
@@ -119,7 +87,7 @@ export class WebGPUKernels implements MatKernels {
     if (floats <= this.data.length) return;
     const buffer = new SharedArrayBuffer(2 ** Math.ceil(Math.log2(floats * 4)));
     this.data = new Float32Array(buffer);
-    this.worker.postMessage({ op: "data", buffer } satisfies KernelRequest);
+    this.worker.post({ op: "data", buffer });
   }
 
   private run(op: "matmul" | "matmulT", w: QMatrix, x: Vec, n: number, xStride: number, y: Vec, yStride: number): void {
@@ -130,7 +98,7 @@ export class WebGPUKernels implements MatKernels {
     this.ensureData(Math.max(n * inW, n * outW));
     const d = this.data;
     for (let t = 0; t < n; t++) for (let c = 0; c < inW; c++) d[t * inW + c] = x[t * xStride + c]!;
-    this.call({ op, id, n });
+    this.worker.call({ op, id, n });
     for (let t = 0; t < n; t++) for (let r = 0; r < outW; r++) y[t * yStride + r] = d[t * outW + r]!;
     this.calls++;
   }
@@ -143,18 +111,8 @@ export class WebGPUKernels implements MatKernels {
     this.run("matmulT", w, x, n, xStride, y, yStride);
   }
 
-  /**
-   * Drain the worker's queue (uploads are fire-and-forget), release the device, then end the thread. Terminating a
-   * worker while it is inside Dawn aborts the whole process, so the worker must be idle first.
-   */
+  /** Drain the worker's queue (uploads are fire-and-forget), release the device, then end the thread. */
   close(): Promise<number> {
-    if (this.closed) return Promise.resolve(0);
-    this.closed = true;
-    try {
-      this.call({ op: "close" });
-    } catch {
-      // a worker that does not answer is ended anyway
-    }
-    return this.worker.terminate();
+    return this.worker.close({ op: "close" });
   }
 }

@@ -35,11 +35,15 @@ test("logits --backend webgpu --full equals --path reference on the reference ke
   }
 });
 
-test("run --backend webgpu: greedy tokens equal the reference kernels'", { skip }, async () => {
+test("run --backend webgpu: greedy tokens (fused pipeline; WebGPUKernels on --path reference) equal the reference kernels'", { skip }, async () => {
   const args = [MODEL, "-p", "hello world", "-n", "6", "--temp", "0", "--json", "--seed", "1"];
-  const ref = JSON.parse(await capture(runMain, args)) as { tokens: number[] };
-  const gpu = JSON.parse(await capture(runMain, [...args, "--backend", "webgpu"])) as { tokens: number[] };
+  const ref = JSON.parse(await capture(runMain, args)) as { tokens: number[]; backend: string };
+  const gpu = JSON.parse(await capture(runMain, [...args, "--backend", "webgpu"])) as { tokens: number[]; backend: string };
+  assert.match(gpu.backend, /^fused-webgpu/, "run takes the fused pipeline on the cached paths");
   assert.deepEqual(gpu.tokens, ref.tokens);
+  const perProduct = JSON.parse(await capture(runMain, [...args, "--backend", "webgpu", "--path", "reference"])) as { tokens: number[]; backend: string };
+  assert.equal(perProduct.backend, "webgpu", "the reference path runs on WebGPUKernels");
+  assert.deepEqual(perProduct.tokens, ref.tokens);
 });
 
 test("--backend values", () => {

@@ -1,0 +1,53 @@
+/// <reference types="@webgpu/types" />
+/**
+ * Worker side of FusedGpuModel: owns the device, loads the model from its file (reference kernels: its weights only
+ * travel to the GPU), runs whole steps through GpuModel and leaves their logits in shared memory.
+ */
+import { parentPort, workerData } from "node:worker_threads";
+import { loadModel } from "../../model/load.js";
+import { answer } from "./blocking-worker.js";
+import { requestGpuDevice, type GpuDeviceInfo } from "./device.js";
+import type { FusedInit, FusedRequest } from "./fused.js";
+import { GpuModel } from "./gpu-model.js";
+import { GpuRuntime } from "./runtime.js";
+
+const init = workerData as FusedInit;
+let logits = new Float32Array(init.logits);
+let info: GpuDeviceInfo | undefined;
+let rt: GpuRuntime | undefined;
+let gpu: GpuModel | undefined;
+
+async function handle(req: FusedRequest): Promise<void> {
+  switch (req.op) {
+    case "device":
+      info = await requestGpuDevice();
+      answer(init.channel, 1, info.adapterInfo);
+      return;
+    case "load": {
+      rt = new GpuRuntime(info!, { checkWrites: init.checkWrites });
+      const { model } = loadModel(req.path);
+      gpu = new GpuModel(rt, model, { slots: 1, context: req.context, maxTokens: req.maxTokens });
+      answer(init.channel, 1);
+      return;
+    }
+    case "logits":
+      logits = new Float32Array(req.buffer);
+      return; // no answer: ordered before the next step
+    case "step": {
+      const rows = await gpu!.prefill(0, req.tokens, req.pos0, req.all);
+      const V = rows[0]?.length ?? 0;
+      rows.forEach((r, i) => logits.set(r, i * V));
+      answer(init.channel, 1);
+      return;
+    }
+    case "close":
+      info?.device.destroy();
+      answer(init.channel, 1);
+      return;
+  }
+}
+
+let queue = Promise.resolve();
+parentPort!.on("message", (req: FusedRequest) => {
+  queue = queue.then(() => handle(req)).catch((e: unknown) => answer(init.channel, 2, e instanceof Error ? `${e.name}: ${e.message}` : String(e)));
+});

@@ -3,7 +3,11 @@ import { UsageError } from "../util/errors.js";
 import { DEFAULT_PAGE_SIZE } from "../engine/paged-cache.js";
 import { startServer } from "../server/server.js";
 import { existsSync } from "node:fs";
-import { closeLoaded, loadModel } from "../model/load.js";
+import { closeLoaded, isSoftwareAdapter, loadModel, type LoadedModel } from "../model/load.js";
+import { GGUFFile } from "../gguf/file.js";
+import { parseConfig, type ModelConfig } from "../model/config.js";
+import { FusedGpuModel, fusedUnsupported } from "../backend/webgpu/fused.js";
+import { NoGpuError } from "../backend/webgpu/device.js";
 import { type CliIO, intOption, parseModelCommand, processIO } from "./common.js";
 
 const HELP = `usage: latent serve MODEL.gguf [options]
@@ -26,8 +30,10 @@ options:
   --max-queue N          most waiting requests before 429 (default 64)
   --no-prefix-cache      do not share KV pages between equal prompt prefixes
   --backend B            cpu (WebAssembly SIMD kernels on worker threads), reference (plain JS kernels),
-                         webgpu (matrix products on the GPU) or auto (default: webgpu on a hardware GPU
-                         adapter, else cpu)
+                         webgpu or auto (default: webgpu on a hardware GPU adapter, else cpu). On a GPU a
+                         deepseek2 model runs the fused pipeline (every layer of a step in one replayed pass,
+                         a GPU cache slot per running sequence, --ctx-size positions each, default 4096;
+                         no prefix caching); other models run their matrix products on the GPU
   --threads N            threads of the cpu backend (default: all cores)`;
 
 const SERVE_OPTIONS = {
@@ -67,8 +73,13 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
   const path = modelPath;
   if (!existsSync(path)) throw new UsageError(`model file not found: ${path}`);
   const t0 = performance.now();
-  const loaded = loadModel(path, undefined, { backend, ...(threads !== undefined ? { threads } : {}) });
-  io.err(`loaded ${path} in ${((performance.now() - t0) / 1000).toFixed(1)} s (kernels: ${loaded.model.kernels.name})\n`);
+  const maxBatch = intOption("max-batch", values["max-batch"], 1);
+  const ctxSize = intOption("ctx-size", values["ctx-size"], 1);
+  const prefillChunk = intOption("prefill-chunk", values["prefill-chunk"], 1);
+  const fused = backend === "webgpu" || backend === "auto" ? openFused(path, backend, maxBatch ?? 16, ctxSize, prefillChunk ?? 128, io) : undefined;
+  const loaded = fused ?? loadModel(path, undefined, { backend, ...(threads !== undefined ? { threads } : {}) });
+  const engine = fused !== undefined ? `fused WebGPU pipeline on ${fused.model.adapter}` : `kernels: ${(loaded as LoadedModel).model.kernels.name}`;
+  io.err(`loaded ${path} in ${((performance.now() - t0) / 1000).toFixed(1)} s (${engine})\n`);
   const opt = <K extends string>(k: K, v: number | undefined): Partial<Record<K, number>> => (v === undefined ? {} : ({ [k]: v } as Record<K, number>));
   const server = await startServer({
     loaded,
@@ -77,14 +88,14 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
     host: values.host ?? "127.0.0.1",
     port,
     ...(apiKey !== undefined && apiKey !== "" ? { apiKey } : {}),
-    ...opt("maxBatch", intOption("max-batch", values["max-batch"], 1)),
+    ...opt("maxBatch", maxBatch),
     ...opt("kvCacheTokens", intOption("kv-cache-tokens", values["kv-cache-tokens"], 1)),
     ...opt("pageSize", intOption("page-size", values["page-size"], 1)),
-    ...opt("contextLength", intOption("ctx-size", values["ctx-size"], 1)),
-    ...opt("prefillChunk", intOption("prefill-chunk", values["prefill-chunk"], 1)),
+    ...opt("contextLength", fused !== undefined ? fused.config.contextLength : ctxSize),
+    ...opt("prefillChunk", prefillChunk),
     ...opt("tokenBudget", intOption("token-budget", values["token-budget"], 1)),
     ...opt("maxQueue", intOption("max-queue", values["max-queue"], 0)),
-    prefixCaching: values["no-prefix-cache"] !== true,
+    prefixCaching: values["no-prefix-cache"] !== true && fused === undefined, // the fused pipeline's latents live on the GPU
     log: (line) => io.err(`${line}\n`),
   });
   await new Promise<void>((resolve) => {
@@ -98,7 +109,8 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
       const s = server.stats();
       io.err(`${signal}: draining (${s.running} running, ${s.waiting} waiting)\n`);
       void server.close().then(() => {
-        closeLoaded(loaded);
+        if (fused !== undefined) void fused.model.close();
+        else closeLoaded(loaded as LoadedModel);
         io.err("latent serve: stopped\n");
         resolve();
       });
@@ -106,4 +118,36 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
     process.on("SIGTERM", () => stop("SIGTERM"));
     process.on("SIGINT", () => stop("SIGINT"));
   });
+}
+
+/** GPU cache positions per sequence of the fused pipeline without --ctx-size (the model's own may be 160k). */
+const FUSED_DEFAULT_CTX = 4096;
+
+/**
+ * The fused GPU pipeline for `serve`, when the backend and the model allow it (deepseek2, a GPU; for auto a hardware
+ * one): the worker loads the weights; undefined sends the caller to the ordinary load.
+ */
+function openFused(path: string, backend: "webgpu" | "auto", slots: number, ctxSize: number | undefined, prefillChunk: number, io: CliIO): { file: GGUFFile; config: ModelConfig; model: FusedGpuModel } | undefined {
+  const file = GGUFFile.open(path);
+  file.close();
+  const config = parseConfig(file.metadata, file.tensors.get("token_embd.weight")?.ne[1]);
+  const why = fusedUnsupported(config);
+  if (why !== undefined) {
+    if (backend === "webgpu") io.err(`fused pipeline: ${why}; running the matrix products on the GPU instead\n`);
+    return undefined;
+  }
+  const context = Math.min(config.contextLength, ctxSize ?? FUSED_DEFAULT_CTX);
+  let fused: FusedGpuModel;
+  try {
+    fused = new FusedGpuModel(config, { slots, context, maxTokens: Math.max(prefillChunk, slots) });
+  } catch (e) {
+    if (e instanceof NoGpuError && backend === "auto") return undefined;
+    throw e;
+  }
+  if (backend === "auto" && isSoftwareAdapter(fused.adapter)) {
+    void fused.close();
+    return undefined;
+  }
+  fused.load(path);
+  return { file, config: fused.config, model: fused };
 }

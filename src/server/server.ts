@@ -2,20 +2,29 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from "node:net";
 import { basename } from "node:path";
 import { createHash, randomUUID, timingSafeEqual } from "node:crypto";
-import { loadModel, type LoadedModel } from "../model/load.js";
+import { loadModel } from "../model/load.js";
+import type { GGUFFile } from "../gguf/file.js";
+import type { ModelConfig } from "../model/config.js";
 import { Tokenizer, type ChatMessage } from "../tokenizer/index.js";
 import { PagePool, DEFAULT_PAGE_SIZE } from "../engine/paged-cache.js";
-import { QueueFullError, Scheduler, type PromptLogprob, type Sequence, type SequenceRequest, type SequenceResult, type TokenOut } from "../engine/scheduler.js";
+import { QueueFullError, Scheduler, type BatchModel, type PromptLogprob, type Sequence, type SequenceRequest, type SequenceResult, type TokenOut } from "../engine/scheduler.js";
 import { LatentError, UsageError } from "../util/errors.js";
 import { ApiError, DEFAULT_BODY_LIMIT, SseWriter, badParam, parseJsonObject, readBody, sendError, sendJson } from "./http.js";
 import { ServerMetrics } from "./metrics.js";
 import { MAX_LOGPROBS, messagesField, modelField, optBool, optInt, promptField, requireNoSuffix, samplingFields, type SamplingFields } from "./schema.js";
 
+/** What the server runs: the file (metadata: tokenizer, name), the config and a batched forward pass. */
+export interface ServedModel {
+  readonly file: Pick<GGUFFile, "metadata">;
+  readonly config: ModelConfig;
+  readonly model: BatchModel;
+}
+
 export interface ServerOptions {
   /** GGUF to load (or pass `loaded`) */
   readonly modelPath?: string;
-  /** an already loaded model (tests share one between servers) */
-  readonly loaded?: LoadedModel;
+  /** an already loaded model (tests share one between servers), or the fused GPU pipeline (FusedGpuModel) */
+  readonly loaded?: ServedModel;
   /** the model id clients name; default the file name without .gguf */
   readonly modelId?: string;
   /** default 127.0.0.1 */

@@ -26,20 +26,17 @@ async function handle(req: FusedRequest): Promise<void> {
     case "load": {
       rt = new GpuRuntime(info!, { checkWrites: init.checkWrites });
       const { model } = loadModel(req.path);
-      gpu = new GpuModel(rt, model, { slots: 1, context: req.context, maxTokens: req.maxTokens });
+      gpu = new GpuModel(rt, model, { slots: req.slots, context: req.context, maxTokens: req.maxTokens });
       answer(init.channel, 1);
       return;
     }
     case "logits":
       logits = new Float32Array(req.buffer);
       return; // no answer: ordered before the next step
-    case "step": {
-      const rows = await gpu!.prefill(0, req.tokens, req.pos0, req.all);
-      const V = rows[0]?.length ?? 0;
-      rows.forEach((r, i) => logits.set(r, i * V));
+    case "step":
+      logits.set(await gpu!.step(req.tokens), 0);
       answer(init.channel, 1);
       return;
-    }
     case "close":
       info?.device.destroy();
       answer(init.channel, 1);

@@ -1,21 +1,25 @@
 /**
  * `FusedGpuModel`: the fused WebGPU pipeline (GpuModel: every layer of a step in one recorded, replayed pass) behind
  * the engine's synchronous forward(tokens, cache, opts), so `generate` — and `latent run --backend webgpu` — drive it
- * like any model. The device, the weights and the latent cache live in a worker thread that loads the model from its
- * file itself (the caller keeps only the config); each forward call blocks until the worker has the step's logits.
- * One sequence (GPU cache slot 0): a forward on a new cache object starts that sequence over at position 0.
+ * like any model, and behind the scheduler's forwardBatch (`latent serve`). The device, the weights and the latent
+ * caches live in a worker thread that loads the model from its file itself (the caller keeps only the config); each
+ * call blocks until the worker has the step's logits. Each sequence (its LatentStore) gets a GPU cache slot while it
+ * runs; its position is the store's length, which a step advances as the CPU forward pass does (the store's own
+ * pages hold no latents, so a prefix adopted from other sequences' pages cannot be used: serve without prefix caching).
  */
 import type { ModelConfig } from "../../model/config.js";
 import type { LatentStore } from "../../engine/latent-cache.js";
+import type { SequenceChunk } from "../../model/deepseek2.js";
+import type { StepToken } from "./gpu-model.js";
 import { LatentError } from "../../util/errors.js";
 import { BlockingWorker, newChannel, type BlockingChannel } from "./blocking-worker.js";
 import { NoGpuError } from "./device.js";
 
 export type FusedRequest =
   | { op: "device" }
-  | { op: "load"; path: string; context: number; maxTokens: number }
+  | { op: "load"; path: string; slots: number; context: number; maxTokens: number }
   | { op: "logits"; buffer: SharedArrayBuffer }
-  | { op: "step"; tokens: number[]; pos0: number; all: boolean }
+  | { op: "step"; tokens: StepToken[] }
   | { op: "close" };
 
 export interface FusedInit {
@@ -25,7 +29,9 @@ export interface FusedInit {
 }
 
 export interface FusedOptions {
-  /** positions of the GPU latent cache (the sequence's whole length) */
+  /** sequences with a GPU cache slot at once (default 1) */
+  readonly slots?: number;
+  /** positions of each GPU latent cache slot (a sequence's whole length) */
   readonly context: number;
   /** most tokens in one step (prefill chunk) */
   readonly maxTokens: number;
@@ -48,7 +54,8 @@ export class FusedGpuModel {
   readonly adapter: string;
   private readonly worker: BlockingWorker<FusedRequest>;
   private logits: Float32Array;
-  private readonly positions = new WeakMap<LatentStore, number>();
+  /** GPU cache slot of each running sequence, in order of last use (the least recent is reused first) */
+  private readonly slots = new Map<LatentStore, number>();
   private loaded = false;
 
   /** Start the worker and its device (no weights yet: see load). NoGpuError when there is no adapter. */
@@ -70,30 +77,108 @@ export class FusedGpuModel {
 
   /** Load the model's weights from `path` in the worker and upload them (blocks until they are on the GPU). */
   load(path: string): void {
-    this.worker.call({ op: "load", path, context: this.config.contextLength, maxTokens: this.opts.maxTokens });
+    this.worker.call({ op: "load", path, slots: this.opts.slots ?? 1, context: this.config.contextLength, maxTokens: this.opts.maxTokens });
     this.loaded = true;
   }
 
-  /** The engine's forward pass: prefill/decode steps of the sequence whose cache is `cache` (positions tracked here). */
+  /** The engine's forward pass for one sequence (generate). */
   forward(tokens: readonly number[], cache: LatentStore | undefined, opts: { readonly path: string; readonly logits: "all" | "last" }): Float32Array {
+    return this.forwardBatch([{ tokens, cache, path: opts.path as SequenceChunk["path"], logits: opts.logits }])[0]!;
+  }
+
+  /**
+   * The scheduler's batched forward pass: single-token chunks of different sequences go in one decode step, longer
+   * chunks (prompt prefill) one step each; returns each chunk's logits rows ("all": one per token, "last": one,
+   * "none": none) and advances each store by its chunk.
+   */
+  forwardBatch(seqs: readonly SequenceChunk[]): Float32Array[] {
     if (!this.loaded) throw new LatentError("FusedGpuModel: load() the weights first");
-    if (cache === undefined || opts.path === "reference") throw new LatentError("the fused WebGPU pipeline runs the cached prefill/decode paths, not the reference path");
-    if (tokens.length === 0) return new Float32Array(0);
-    const pos0 = this.positions.get(cache) ?? 0;
-    if (pos0 + tokens.length > this.config.contextLength) {
-      throw new LatentError(`context full: ${pos0 + tokens.length} positions exceed the GPU cache's ${this.config.contextLength}`);
+    const V = this.config.nVocab;
+    const plan = seqs.map((s) => {
+      if (s.cache === undefined || s.path === "reference") throw new LatentError("the fused WebGPU pipeline runs the cached prefill/decode paths, not the reference path");
+      const pos0 = s.cache.length;
+      if (pos0 + s.tokens.length > this.config.contextLength) {
+        throw new LatentError(`context full: ${pos0 + s.tokens.length} positions exceed the GPU cache's ${this.config.contextLength}`);
+      }
+      return { s, pos0 };
+    });
+    const slotOf = plan.map(({ s, pos0 }) => this.slotFor(s.cache!, pos0, seqs));
+    const stepOf = (i: number, from: number, to: number): StepToken[] => {
+      const { s, pos0 } = plan[i]!;
+      const out: StepToken[] = [];
+      for (let j = from; j < to; j++) {
+        const want = s.logits === "all" || (s.logits === "last" && j === s.tokens.length - 1);
+        out.push({ token: s.tokens[j]!, slot: slotOf[i]!, pos: pos0 + j, logits: want });
+      }
+      return out;
+    };
+    const out: Float32Array[] = seqs.map(() => new Float32Array(0));
+    // one-token chunks of different sequences: one decode step
+    const singles = plan.map((p, i) => (p.s.tokens.length === 1 ? i : -1)).filter((i) => i >= 0);
+    for (let at = 0; at < singles.length; at += this.opts.maxTokens) {
+      const members = singles.slice(at, at + this.opts.maxTokens);
+      const logits = this.step(members.flatMap((i) => stepOf(i, 0, 1)));
+      let row = 0;
+      for (const i of members) {
+        if (plan[i]!.s.logits === "none") continue;
+        out[i] = logits.subarray(row * V, (row + 1) * V);
+        row++;
+      }
     }
-    const all = opts.logits === "all";
-    const rows = all ? tokens.length : 1;
+    // longer chunks (prompt prefill): steps of at most maxTokens, in order
+    plan.forEach((p, i) => {
+      const n = p.s.tokens.length;
+      if (n <= 1) return;
+      const parts: Float32Array[] = [];
+      for (let from = 0; from < n; from += this.opts.maxTokens) parts.push(this.step(stepOf(i, from, Math.min(n, from + this.opts.maxTokens))));
+      const all = new Float32Array(parts.reduce((x, q) => x + q.length, 0));
+      let off = 0;
+      for (const q of parts) {
+        all.set(q, off);
+        off += q.length;
+      }
+      out[i] = all;
+    });
+    for (const { s } of plan) s.cache!.advance(s.tokens.length);
+    return out;
+  }
+
+  /** One GPU step; a copy of the logits rows of its tokens that asked for them. */
+  private step(tokens: StepToken[]): Float32Array {
+    const rows = tokens.filter((t) => t.logits).length;
     const V = this.config.nVocab;
     if (rows * V > this.logits.length) {
       const buffer = new SharedArrayBuffer(rows * V * 4);
       this.logits = new Float32Array(buffer);
       this.worker.post({ op: "logits", buffer });
     }
-    this.worker.call({ op: "step", tokens: [...tokens], pos0, all });
-    this.positions.set(cache, pos0 + tokens.length);
+    this.worker.call({ op: "step", tokens });
     return this.logits.slice(0, rows * V);
+  }
+
+  /** The GPU slot of a sequence: its own, or a free one (the least recently used when all are taken) for a new one. */
+  private slotFor(store: LatentStore, pos0: number, batch: readonly SequenceChunk[]): number {
+    const have = this.slots.get(store);
+    if (have !== undefined) {
+      this.slots.delete(store);
+      this.slots.set(store, have); // most recent last
+      return have;
+    }
+    if (pos0 !== 0) throw new LatentError(`the fused WebGPU pipeline has no latents for a sequence that starts at position ${pos0} (prefix caching must be off)`);
+    const n = this.opts.slots ?? 1;
+    let slot: number;
+    if (this.slots.size < n) {
+      const used = new Set(this.slots.values());
+      slot = [...Array(n).keys()].find((x) => !used.has(x))!;
+    } else {
+      const inBatch = new Set(batch.map((c) => c.cache));
+      const victim = [...this.slots.keys()].find((k) => !inBatch.has(k));
+      if (victim === undefined) throw new LatentError(`more than ${n} sequences in one step for ${n} GPU cache slots`);
+      slot = this.slots.get(victim)!;
+      this.slots.delete(victim);
+    }
+    this.slots.set(store, slot);
+    return slot;
   }
 
   /** Drain the worker, release the device, end the thread. */

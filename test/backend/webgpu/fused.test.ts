@@ -9,6 +9,7 @@ import { logSoftmaxRow } from "../../../src/engine/evaluate.js";
 import { loadModel } from "../../../src/model/load.js";
 import { FusedGpuModel } from "../../../src/backend/webgpu/fused.js";
 import { LatentError } from "../../../src/util/errors.js";
+import type { SequenceChunk } from "../../../src/model/deepseek2.js";
 import { logprobRows, maxAbsDiff } from "../../helpers/logprobs.js";
 import { CASES, randomTokens, synthModel } from "../../helpers/synth.js";
 import { gpuOrSkip } from "./helpers.js";
@@ -42,6 +43,54 @@ test("FusedGpuModel.forward: prefill chunks (all logits) + decode steps match th
     assert.equal(f.config.contextLength, 12);
     assert.throws(() => f.forward(randomTokens(13, 1, 0, V), cache, { path: "prefill", logits: "last" }), /context full/);
     assert.throws(() => f.forward(tokens, undefined, { path: "reference", logits: "last" }), LatentError);
+  } finally {
+    void f.close();
+    m.cleanup();
+  }
+});
+
+test("FusedGpuModel.forwardBatch: interleaved sequences in GPU slots (decode batches, prefill chunks past maxTokens, a third sequence reusing a finished one's slot) match the reference", { skip }, () => {
+  const c = CASES.find((x) => x.label === "no-qlora-odd")!;
+  const m = synthModel(c, 4);
+  const { model, config } = loadModel(m.path);
+  const V = config.nVocab;
+  const seqs = [randomTokens(9, 31, 0, V), randomTokens(8, 32, 0, V), randomTokens(6, 33, 0, V)];
+  const refs = seqs.map((t) => logprobRows(model, t, "reference"));
+  const f = new FusedGpuModel(config, { slots: 2, context: 16, maxTokens: 3 });
+  try {
+    f.load(m.path);
+    const caches = seqs.map(() => new LatentCache(f.config));
+    const got: Float64Array[][] = [[], [], []];
+    const take = (i: number, rows: Float32Array): void => {
+      for (let r = 0; r * V < rows.length; r++) got[i]!.push(logSoftmaxRow(rows.subarray(r * V, (r + 1) * V)));
+    };
+    // step 1: sequence 0 prefills 5 tokens (two GPU steps of ≤ 3), sequence 1 prefills 4 with "all" logits
+    let outs = f.forwardBatch([
+      { tokens: seqs[0]!.slice(0, 5), cache: caches[0], path: "prefill", logits: "all" },
+      { tokens: seqs[1]!.slice(0, 4), cache: caches[1], path: "prefill", logits: "all" },
+    ]);
+    take(0, outs[0]!);
+    take(1, outs[1]!);
+    // decode both together until sequence 1 ends, then sequence 0 alone
+    for (let pos = 5; pos < 9; pos++) {
+      const chunks = [0, 1].filter((i) => pos - (i === 1 ? 1 : 0) < seqs[i]!.length);
+      const step = chunks.map((i) => ({ tokens: [seqs[i]![i === 1 ? pos - 1 : pos]!], cache: caches[i], path: "decode" as const, logits: "last" as const }));
+      outs = f.forwardBatch(step);
+      chunks.forEach((i, k) => take(i, outs[k]!));
+    }
+    // both are done: sequence 2 takes the least recently used slot (sequence 0's: 1 was used after it in the last step)
+    outs = f.forwardBatch([{ tokens: seqs[2]!, cache: caches[2], path: "prefill", logits: "all" }]);
+    take(2, outs[0]!);
+    for (let s = 0; s < 3; s++) {
+      const err = maxAbsDiff(got[s]!, refs[s]!.slice(0, got[s]!.length));
+      assert.equal(got[s]!.length, seqs[s]!.length, `sequence ${s}: rows`);
+      assert.ok(err <= 1e-3, `sequence ${s}: max |Δ logprob| ${err}`);
+    }
+    assert.equal(caches[0]!.length, 9);
+    // sequence 0 lost its slot: continuing it is an error, not a silently wrong answer; nor do 3 new sequences fit 2 slots
+    assert.throws(() => f.forwardBatch([{ tokens: [1], cache: caches[0], path: "decode", logits: "last" }]), /no latents for a sequence that starts at position 9/);
+    const fresh = (): SequenceChunk => ({ tokens: [1], cache: new LatentCache(f.config), path: "decode", logits: "last" });
+    assert.throws(() => f.forwardBatch([fresh(), fresh(), fresh()]), /more than 2 sequences in one step/);
   } finally {
     void f.close();
     m.cleanup();

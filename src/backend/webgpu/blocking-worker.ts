@@ -32,8 +32,10 @@ export function answer(ch: BlockingChannel, status: 1 | 2, text = ""): void {
 
 /** The worker `name` (a sibling module): compiled JS directly; from TypeScript sources (tests, tsx) through tsx's loader. */
 function spawn(name: string, workerData: unknown): Worker {
-  if (!import.meta.url.endsWith(".ts")) return new Worker(new URL(`./${name}.js`, import.meta.url), { workerData });
-  const url = new URL(`./${name}.ts`, import.meta.url).href;
+  // a computed path, not a literal: bundlers (Vite) would try to resolve `new URL(literal, import.meta.url)` as an asset
+  const here = import.meta.url;
+  if (!here.endsWith(".ts")) return new Worker(new URL("./" + name + ".js", here), { workerData });
+  const url = new URL("./" + name + ".ts", here).href;
   const boot = `(async () => { const { register } = await import("tsx/esm/api"); register(); await import(${JSON.stringify(url)}); })();`;
   return new Worker(boot, { eval: true, workerData });
 }

@@ -63,7 +63,7 @@ const OP_EXIT = 4;
 const OP_MANY = 5;
 const OP_ATTN = 6;
 const OP_PREFILL = 7;
-/** matmulMany cuts its work into this many pieces per thread (claimed dynamically) */
+/** jobs are cut into at most this many units per thread (claimed dynamically) */
 const PIECES_PER_THREAD = 4;
 /** job word: how many units the job is cut into (threads claim units one at a time) */
 const UNITS = 30;
@@ -491,7 +491,7 @@ export class CpuBackend implements MatKernels {
       if (T === 1 || rows * cols * m < PARALLEL_MIN || rows < 2 * T) {
         k.matmul(type, wp, rowBytes, 0, rows, cols, m, xp, cols, aqp, adp, asp, yp, rows, base, TOKEN_TILE);
       } else {
-        this.pool.run(Math.min(Math.ceil(rows / 2), 4 * T), this.inst);
+        this.pool.run(Math.min(Math.ceil(rows / 2), PIECES_PER_THREAD * T), this.inst);
       }
       const g = arena.f32;
       const yo = yp >>> 2;

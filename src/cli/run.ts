@@ -188,7 +188,8 @@ const FUSED_OPEN_CONTEXT = 32768;
  * pipeline (every layer of a step in one replayed pass: FusedGpuModel); otherwise — and for auto without a hardware
  * adapter — the model is loaded with the backend's matrix kernels.
  */
-function openRunner(modelPath: string, io: CliIO, backend: BackendChoice, threads: number | undefined, path: string, values: { prompt?: string; chat?: boolean; system?: string }, nPredict: number, chunk: number | undefined): Runner {
+function openRunner(modelPath: string, io: CliIO, requested: BackendChoice, threads: number | undefined, path: string, values: { prompt?: string; chat?: boolean; system?: string }, nPredict: number, chunk: number | undefined): Runner {
+  let backend = requested;
   if ((backend === "webgpu" || backend === "auto") && path !== "reference") {
     if (!existsSync(modelPath)) throw new UsageError(`model file not found: ${modelPath}`);
     const file = GGUFFile.open(modelPath);
@@ -210,9 +211,17 @@ function openRunner(modelPath: string, io: CliIO, backend: BackendChoice, thread
       }
       if (fused !== undefined) {
         if (io.tty) io.err(`loading ${modelPath} onto ${fused.adapter}…\n`);
-        fused.load(modelPath);
-        const f = fused;
-        return { tokenizer, prompt, model: f, backend: `fused-webgpu (${f.adapter})`, close: () => void f.close() };
+        try {
+          fused.load(modelPath);
+          const f = fused;
+          return { tokenizer, prompt, model: f, backend: `fused-webgpu (${f.adapter})`, close: () => void f.close() };
+        } catch (e) {
+          void fused.close();
+          if (backend === "webgpu") throw e;
+          // auto: a model the GPU cannot take (e.g. a weight type without a WGSL kernel) runs on the CPU instead
+          io.err(`${(e as Error).message}; running on the cpu backend\n`);
+          backend = "cpu";
+        }
       }
     }
   }

@@ -148,6 +148,14 @@ function openFused(path: string, backend: "webgpu" | "auto", slots: number, ctxS
     void fused.close();
     return undefined;
   }
-  fused.load(path);
+  try {
+    fused.load(path);
+  } catch (e) {
+    void fused.close();
+    if (backend === "webgpu") throw e;
+    // auto: a model the GPU cannot take (e.g. a weight type without a WGSL kernel) is served from the CPU instead
+    io.err(`${(e as Error).message}; serving on the cpu backend\n`);
+    return undefined;
+  }
   return { file, config: fused.config, model: fused };
 }

@@ -184,7 +184,7 @@ function promptIds(tokenizer: Tokenizer, values: { prompt?: string; chat?: boole
 const FUSED_OPEN_CONTEXT = 32768;
 
 /**
- * The model to generate with. `--backend webgpu|auto` on the cached paths of a deepseek2 model takes the fused GPU
+ * The model to generate with. `--backend webgpu|auto` on the cached paths of a deepseek2/glm-dsa model takes the fused GPU
  * pipeline (every layer of a step in one replayed pass: FusedGpuModel); otherwise — and for auto without a hardware
  * adapter — the model is loaded with the backend's matrix kernels.
  */

@@ -31,7 +31,7 @@ options:
   --no-prefix-cache      do not share KV pages between equal prompt prefixes
   --backend B            cpu (WebAssembly SIMD kernels on worker threads), reference (plain JS kernels),
                          webgpu or auto (default: webgpu on a hardware GPU adapter, else cpu). On a GPU a
-                         deepseek2 model runs the fused pipeline (every layer of a step in one replayed pass,
+                         deepseek2/glm-dsa model runs the fused pipeline (every layer of a step in one replayed pass,
                          a GPU cache slot per running sequence, --ctx-size positions each, default 4096;
                          no prefix caching); other models run their matrix products on the GPU
   --threads N            threads of the cpu backend (default: all cores)`;
@@ -124,7 +124,7 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
 const FUSED_DEFAULT_CTX = 4096;
 
 /**
- * The fused GPU pipeline for `serve`, when the backend and the model allow it (deepseek2, a GPU; for auto a hardware
+ * The fused GPU pipeline for `serve`, when the backend and the model allow it (deepseek2/glm-dsa, a GPU; for auto a hardware
  * one): the worker loads the weights; undefined sends the caller to the ordinary load.
  */
 function openFused(path: string, backend: "webgpu" | "auto", slots: number, ctxSize: number | undefined, prefillChunk: number, io: CliIO): { file: GGUFFile; config: ModelConfig; model: FusedGpuModel } | undefined {

@@ -42,8 +42,7 @@ export interface FusedOptions {
 
 /** Why a model cannot take the fused pipeline (undefined: it can). */
 export function fusedUnsupported(config: ModelConfig): string | undefined {
-  if (config.arch !== "deepseek2") return `${config.arch} models are not wired into the fused pipeline yet`;
-  if (config.indexer !== undefined) return "DSA (sparse attention) is not wired into the fused pipeline yet";
+  if (config.arch !== "deepseek2" && config.arch !== "glm-dsa") return `${config.arch} models are not wired into the fused pipeline`;
   if (config.faults !== undefined) return "the fused pipeline does not implement the test-only fault hooks";
   return undefined;
 }

@@ -13,7 +13,7 @@ import type { QMatrix } from "../cpu/qmatrix.js";
 import type { SwiGLU } from "../../model/weights.js";
 import { LatentError } from "../../util/errors.js";
 import { expertListWords, expertLists, expertsFrom, getRows, GpuMatrix, matmul, matmulGather } from "./matrix.js";
-import { attention, attentionScratch, kvCacheWrite, moeCombine, moeRoute, rmsNorm, RopeTable, ropeTo } from "./ops.js";
+import { attention, attentionScratch, copyU32, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, scatterRows } from "./ops.js";
 import type { GpuRuntime, Recording } from "./runtime.js";
 import { ATTN_CHUNK } from "./wgsl-ops.js";
 
@@ -62,6 +62,8 @@ interface GpuLayer {
   shared: GpuFFN | undefined;
   cacheC: GPUBuffer;
   cacheK: GPUBuffer;
+  /** DSA (glm-dsa): the lightning indexer's weights and its key cache [slots·context × D_idx] */
+  indexer: { qB: GpuMatrix; k: GpuMatrix; kNormW: GPUBuffer; kNormB: GPUBuffer; proj: GpuMatrix; cache: GPUBuffer } | undefined;
 }
 
 export interface GpuModelOptions {
@@ -103,7 +105,6 @@ export class GpuModel {
     readonly opts: GpuModelOptions,
   ) {
     const c = (this.c = model.config);
-    if (c.indexer !== undefined) throw new LatentError("the fused WebGPU pipeline runs deepseek2 models; use WebGPUKernels for glm-dsa (DSA)");
     if (c.faults !== undefined) throw new LatentError("the fused WebGPU pipeline does not implement the test-only fault hooks");
     const w = model.weights;
     const f32 = (v: Float32Array, label: string): GPUBuffer => rt.upload(v, label);
@@ -140,8 +141,16 @@ export class GpuModel {
         shared: m?.shared && ffn(m.shared),
         cacheC: rt.buffer(slots * context * L * 4, `blk.${il}.cache_c`),
         cacheK: rt.buffer(slots * context * R * 4, `blk.${il}.cache_kpe`),
+        indexer: a.indexer && c.indexer && {
+          qB: upload(rt, a.indexer.qB),
+          k: upload(rt, a.indexer.k),
+          kNormW: f32(a.indexer.kNormW, "indexer.k_norm"),
+          kNormB: f32(a.indexer.kNormB, "indexer.k_norm_b"),
+          proj: upload(rt, a.indexer.proj),
+          cache: rt.buffer(slots * context * c.indexer.headDim * 4, `blk.${il}.cache_indexer`),
+        },
       };
-      for (const g of [layer.q, layer.qA, layer.qB, layer.kvA, layer.kB, layer.vB, layer.o, layer.router, layer.dense?.gate, layer.dense?.up, layer.dense?.down, layer.experts?.gate, layer.experts?.up, layer.experts?.down, layer.shared?.gate, layer.shared?.up, layer.shared?.down]) bytes += g?.bytes ?? 0;
+      for (const g of [layer.q, layer.qA, layer.qB, layer.kvA, layer.kB, layer.vB, layer.o, layer.router, layer.dense?.gate, layer.dense?.up, layer.dense?.down, layer.experts?.gate, layer.experts?.up, layer.experts?.down, layer.shared?.gate, layer.shared?.up, layer.shared?.down, layer.indexer?.qB, layer.indexer?.k, layer.indexer?.proj]) bytes += g?.bytes ?? 0;
       this.layers.push(layer);
     });
     this.weightBytes = bytes + this.embd.bytes + (this.output === this.embd ? 0 : this.output.bytes);
@@ -159,7 +168,15 @@ export class GpuModel {
     buf("pos", N);
     buf("rowIdx", N);
     buf("meta", 4 * N);
-    buf("sel", 1);
+    const ix = c.indexer;
+    buf("sel", ix === undefined ? 1 : N * ix.topK);
+    if (ix !== undefined) {
+      buf("metaBase", 4 * N);
+      buf("kI", N * ix.headDim);
+      buf("qI", N * ix.nHead * ix.headDim);
+      buf("wI", N * ix.nHead);
+      buf("scores", N * Math.ceil(context / ATTN_CHUNK) * ATTN_CHUNK);
+    }
     buf("h", N * Hd);
     buf("x", N * Hd);
     buf("qr", N * Math.max(1, c.qLoraRank));
@@ -199,6 +216,7 @@ export class GpuModel {
     rt.write(b.pos!, 0, Uint32Array.from(tokens, (t) => t.pos));
     rt.write(b.rowIdx!, 0, Uint32Array.from(tokens, (t) => t.slot * ctx + t.pos));
     rt.write(b.meta!, 0, meta);
+    if (b.metaBase !== undefined) rt.write(b.metaBase, 0, meta);
     // everything below depends only on this key (buffers are fixed; parameters depend on n, the key chunks, the rows)
     const rows = tokens.map((t, i) => (t.logits ? i : -1)).filter((i) => i >= 0);
     const key = `${n}|${Math.ceil(maxKeys / ATTN_CHUNK)}|${rows.length === n ? "all" : rows.join(",")}`;
@@ -238,6 +256,7 @@ export class GpuModel {
       matmul(rt, l.kvA, b.x!, b.kv!, { n, xStride: Hd, yStride: L + R });
       // cache rows: RMSNorm(c)·g and rope(k_pe), written at (slot, pos) in one kernel
       kvCacheWrite(rt, b.kv!, l.kvANorm, table, R, b.pos!, b.rowIdx!, l.cacheC, l.cacheK, { n, L }, c.rmsEps);
+      if (b.metaBase !== undefined) this.selectKeys(l, n, maxKeys);
       // absorbed queries [q_abs (L) | q_pe (R)] per head: q_abs = W_UKᵀ q_nope, q_pe roped straight into place
       matmul(rt, l.kB, b.q!, b.qAbs!, { n, xStride: H * D, yStride: H * (L + R), batch: { count: H, xBatch: D, yBatch: L + R } });
       ropeTo(rt, table, R, b.q!, b.pos!, b.qAbs!, { n, heads: H, xOff: P, tokStride: H * D, headStride: D, yOff: L, yTok: H * (L + R), yHead: L + R });
@@ -289,6 +308,32 @@ export class GpuModel {
     if (rows.length === n) rmsNorm(rt, b.h!, this.outputNorm, b.hn!, { n, dim: Hd }, c.rmsEps);
     else rows.forEach((r, j) => rmsNorm(rt, b.h!, this.outputNorm, b.hn!, { n: 1, dim: Hd, xOff: r * Hd, yOff: j * Hd }, c.rmsEps));
     if (rows.length > 0) matmul(rt, this.output, b.hn!, b.logits!, { n: rows.length, xStride: Hd, yStride: c.nVocab });
+  }
+
+  /**
+   * DSA: the step's indexer keys into the layer's key cache, then the top_k keys of every query (src/model/dsa.ts) into
+   * SEL with META pointing the attention at them. The selection rewrites META, so each layer starts from a copy.
+   */
+  private selectKeys(l: GpuLayer, n: number, maxKeys: number): void {
+    const { rt, c, b } = this;
+    copyU32(rt, b.metaBase!, b.meta!, 4 * n);
+    const ix = l.indexer;
+    const cfg = c.indexer!;
+    if (ix === undefined) return; // a layer without an indexer attends densely
+    const { nHead: Hi, headDim: Di, topK } = cfg;
+    const table = this.ropeTable.ensure(this.opts.context);
+    // keys: LayerNorm (eps 0, as llama.cpp reads none) and rope on the first R dims, written at (slot, pos)
+    matmul(rt, ix.k, b.x!, b.kI!, { n, xStride: c.nEmbd, yStride: Di });
+    layerNorm(rt, b.kI!, ix.kNormW, ix.kNormB, undefined, { n, dim: Di }, 0);
+    rope(rt, table, c.qkRope, b.kI!, b.pos!, { n, heads: 1, xOff: 0, tokStride: Di, headStride: Di });
+    scatterRows(rt, b.kI!, b.rowIdx!, ix.cache, { n, width: Di });
+    // queries from the normed q-LoRA latent, head weights from x
+    matmul(rt, ix.qB, b.qr!, b.qI!, { n, xStride: c.qLoraRank, yStride: Hi * Di });
+    rope(rt, table, c.qkRope, b.qI!, b.pos!, { n, heads: Hi, xOff: 0, tokStride: Hi * Di, headStride: Di });
+    matmul(rt, ix.proj, b.x!, b.wI!, { n, xStride: c.nEmbd, yStride: Hi });
+    // score rows as wide as the step's key chunks (fixed for a recorded step shape)
+    const T = Math.max(1, Math.ceil(maxKeys / ATTN_CHUNK)) * ATTN_CHUNK;
+    dsaSelect(rt, { q: b.qI!, w: b.wI!, keys: ix.cache, meta: b.meta!, scores: b.scores!, sel: b.sel! }, { n, T, Hi, D: Di, topK });
   }
 
   /** h += down(silu(gate·x) ⊙ up·x) for n tokens (the SwiGLU fused into the up product). */

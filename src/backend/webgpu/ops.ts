@@ -21,6 +21,7 @@ import {
   ROUTE_WGSL,
   SOFTMAX_WGSL,
   SCATTER_WGSL,
+  COPY_U32_WGSL,
   SWIGLU_WGSL,
   TOPK_WGSL,
 } from "./wgsl-ops.js";
@@ -326,4 +327,9 @@ export function scatterRows(rt: GpuRuntime, x: GPUBuffer, idx: GPUBuffer, y: GPU
   const { gx, gy } = grid1(a.n * a.width, 256);
   const params = new Uint32Array([a.n, a.width, a.xOff ?? 0, a.xStride ?? a.width, a.yOff ?? 0, a.yStride ?? a.width, gx, 0]);
   rt.dispatch("scatter", SCATTER_WGSL, [x, idx, y], params, [gx, gy]);
+}
+
+/** y[0..n) = x[0..n) as u32 words (restores a META copy before each DSA layer: the selection rewrites META). */
+export function copyU32(rt: GpuRuntime, x: GPUBuffer, y: GPUBuffer, n: number): void {
+  rt.dispatch("copyU32", COPY_U32_WGSL, [x, y], new Uint32Array([n, 0, 0, 0]), [Math.ceil(n / 64)], [{ buffer: y, offset: 0, size: n * 4 }]);
 }

@@ -492,6 +492,17 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
 }`;
 
 /** Y[IDX[t]·yStride + yOff + j] = X[xOff + t·xStride + j]: rows to scattered places (latent cache writes). */
+/** Y[i] = X[i] for i < n, as u32 (bit patterns kept: META rows are integers, not floats). */
+export const COPY_U32_WGSL = /* wgsl */ `
+struct P { n: u32, _p0: u32, _p1: u32, _p2: u32 }
+@group(0) @binding(0) var<storage, read> X: array<u32>;
+@group(0) @binding(1) var<storage, read_write> Y: array<u32>;
+@group(0) @binding(2) var<uniform> p: P;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) g: vec3u) {
+  if (g.x < p.n) { Y[g.x] = X[g.x]; }
+}`;
+
 export const SCATTER_WGSL = /* wgsl */ `
 struct P { n: u32, width: u32, xOff: u32, xStride: u32, yOff: u32, yStride: u32, gx: u32, _p: u32 }
 @group(0) @binding(0) var<storage, read> X: array<f32>;

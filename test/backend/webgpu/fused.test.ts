@@ -1,7 +1,7 @@
 // FusedGpuModel: the fused pipeline behind the engine's synchronous forward (worker thread, blocking calls). Chunked
 // prefill with every position's logits, then decode steps, against the CPU reference path (≤ 1e-3); a new cache
 // object starts the sequence over; the context limit, the reference path and unsupported models are clear errors;
-// close() drains the worker.
+// close() drains the worker; glm-dsa's DSA selection runs on the GPU.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { LatentCache } from "../../../src/engine/latent-cache.js";
@@ -97,12 +97,35 @@ test("FusedGpuModel.forwardBatch: interleaved sequences in GPU slots (decode bat
   }
 });
 
-test("FusedGpuModel refuses models the fused pipeline does not run (glm-dsa)", { skip }, () => {
+test("FusedGpuModel on glm-dsa (--check-writes): DSA key selection on the GPU (sparse past top_k = 16 keys) matches the reference", { skip }, () => {
   const c = CASES.find((x) => x.base === "tiny-glm")!;
+  const m = synthModel(c, 2);
+  const { model, config } = loadModel(m.path);
+  const V = config.nVocab;
+  const tokens = randomTokens(26, 77, 0, V);
+  const ref = logprobRows(model, tokens, "reference");
+  const f = new FusedGpuModel(config, { slots: 1, context: 32, maxTokens: 5, checkWrites: true });
+  try {
+    f.load(m.path);
+    const cache = new LatentCache(f.config);
+    const got: Float64Array[] = [];
+    const all = f.forward(tokens.slice(0, 19), cache, { path: "prefill", logits: "all" });
+    for (let i = 0; i < 19; i++) got.push(logSoftmaxRow(all.subarray(i * V, (i + 1) * V)));
+    for (let i = 19; i < tokens.length; i++) got.push(logSoftmaxRow(f.forward([tokens[i]!], cache, { path: "decode", logits: "last" })));
+    const err = maxAbsDiff(got, ref);
+    assert.ok(err <= 1e-3, `max |Δ logprob| ${err}`);
+  } finally {
+    void f.close();
+    m.cleanup();
+  }
+});
+
+test("FusedGpuModel refuses the test-only fault hooks", { skip }, () => {
+  const c = CASES[0]!;
   const m = synthModel(c, 2);
   try {
     const { config } = loadModel(m.path);
-    assert.throws(() => new FusedGpuModel(config, { context: 8, maxTokens: 4 }), /not wired into the fused pipeline/);
+    assert.throws(() => new FusedGpuModel({ ...config, faults: { swapKvB: true } }, { context: 8, maxTokens: 4 }), /fault hooks/);
   } finally {
     m.cleanup();
   }

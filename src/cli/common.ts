@@ -20,25 +20,34 @@ export const processIO: CliIO = {
   },
 };
 
-/** Load a model for a command, with a progress bar on stderr when it is a terminal. */
-export function loadForCli(path: string, io: CliIO, backend?: BackendChoice, threads?: number): LoadedModel {
-  if (!existsSync(path)) throw new UsageError(`model file not found: ${path}`);
+/** A "loading … MB" progress bar on stderr when it is a terminal (else a no-op): feed it (bytes done, bytes total). */
+export function loadBar(io: CliIO): { update(done: number, total: number): void; stop(): void } {
   const bar = io.tty
     ? new cliProgress.SingleBar({ stream: process.stderr, format: "loading [{bar}] {percentage}% | {value}/{total} MB", hideCursor: true }, cliProgress.Presets.shades_classic)
     : undefined;
   let last = 0;
-  try {
-    return loadModel(path, (done, total) => {
-      if (bar === undefined) return;
+  return {
+    update(done, total) {
+      if (bar === undefined || total <= 0) return;
       const now = Date.now();
       if (last === 0) bar.start(Math.max(1, Math.ceil(total / 1e6)), 0);
       if (now - last > 100 || done === total) {
         bar.update(Math.round(done / 1e6));
         last = now;
       }
-    }, { ...(backend === undefined ? {} : { backend }), ...(threads === undefined ? {} : { threads }) });
+    },
+    stop: () => bar?.stop(),
+  };
+}
+
+/** Load a model for a command, with a progress bar on stderr when it is a terminal. */
+export function loadForCli(path: string, io: CliIO, backend?: BackendChoice, threads?: number): LoadedModel {
+  if (!existsSync(path)) throw new UsageError(`model file not found: ${path}`);
+  const bar = loadBar(io);
+  try {
+    return loadModel(path, (done, total) => bar.update(done, total), { ...(backend === undefined ? {} : { backend }), ...(threads === undefined ? {} : { threads }) });
   } finally {
-    bar?.stop();
+    bar.stop();
   }
 }
 

@@ -1,7 +1,7 @@
 import type { Command } from "./command.js";
 import { UsageError } from "../util/errors.js";
 import { closeLoaded } from "../model/load.js";
-import { BACKEND_HELP, backendOption, intOption, loadForCli, parseModelCommand, positionsBar, processIO, type CliIO } from "./common.js";
+import { BACKEND_HELP, backendOption, intOption, loadBar, loadForCli, parseModelCommand, positionsBar, processIO, type CliIO } from "./common.js";
 
 export { backendOption, BACKEND_HELP, glueValues, intOption, loadForCli, positionsBar, processIO, valuedOptions, type CliIO } from "./common.js";
 import { Tokenizer, type ChatMessage } from "../tokenizer/index.js";
@@ -210,12 +210,15 @@ function openRunner(modelPath: string, io: CliIO, requested: BackendChoice, thre
         fused = undefined;
       }
       if (fused !== undefined) {
-        if (io.tty) io.err(`loading ${modelPath} onto ${fused.adapter}…\n`);
+        if (io.tty) io.err(`loading ${modelPath} for ${fused.adapter}…\n`);
+        const bar = loadBar(io);
         try {
-          fused.load(modelPath);
+          fused.load(modelPath, (done, total) => bar.update(done, total));
+          bar.stop();
           const f = fused;
           return { tokenizer, prompt, model: f, backend: `fused-webgpu (${f.adapter})`, close: () => void f.close() };
         } catch (e) {
+          bar.stop();
           void fused.close();
           if (backend === "webgpu") throw e;
           // auto: a model the GPU cannot take (e.g. a weight type without a WGSL kernel) runs on the CPU instead

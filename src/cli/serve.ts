@@ -8,7 +8,7 @@ import { GGUFFile } from "../gguf/file.js";
 import { parseConfig, type ModelConfig } from "../model/config.js";
 import { FusedGpuModel, fusedUnsupported } from "../backend/webgpu/fused.js";
 import { NoGpuError } from "../backend/webgpu/device.js";
-import { type CliIO, intOption, parseModelCommand, processIO } from "./common.js";
+import { type CliIO, intOption, loadBar, parseModelCommand, processIO } from "./common.js";
 
 const HELP = `usage: latent serve MODEL.gguf [options]
 
@@ -148,9 +148,12 @@ function openFused(path: string, backend: "webgpu" | "auto", slots: number, ctxS
     void fused.close();
     return undefined;
   }
+  const bar = loadBar(io);
   try {
-    fused.load(path);
+    fused.load(path, (done, total) => bar.update(done, total));
+    bar.stop();
   } catch (e) {
+    bar.stop();
     void fused.close();
     if (backend === "webgpu") throw e;
     // auto: a model the GPU cannot take (e.g. a weight type without a WGSL kernel) is served from the CPU instead

@@ -56,12 +56,20 @@ export class BlockingWorker<Req extends { readonly op: string }> {
     this.worker.unref();
   }
 
-  /** Post a request and block until the worker answers; returns its text, throws LatentError with its error. */
-  call(req: Req): string {
+  /**
+   * Post a request and block until the worker answers; returns its text, throws LatentError with its error. With
+   * `onTick`, the wait is cut in 100 ms slices and onTick runs after each (progress of a long call).
+   */
+  call(req: Req, onTick?: () => void): string {
     Atomics.store(this.ctl, 0, 0);
     this.worker.postMessage(req);
-    const r = Atomics.wait(this.ctl, 0, 0, this.timeoutMs);
-    if (r === "timed-out") throw new LatentError(`webgpu worker: no answer to ${req.op} within ${this.timeoutMs} ms`);
+    const deadline = Date.now() + this.timeoutMs;
+    for (;;) {
+      const left = deadline - Date.now();
+      if (left <= 0) throw new LatentError(`webgpu worker: no answer to ${req.op} within ${this.timeoutMs} ms`);
+      if (Atomics.wait(this.ctl, 0, 0, onTick === undefined ? left : Math.min(left, 100)) !== "timed-out") break;
+      onTick?.();
+    }
     const status = Atomics.load(this.ctl, 0);
     const len = new DataView(this.channel.message).getUint32(0, true);
     const text = new TextDecoder().decode(new Uint8Array(this.channel.message, 4, len).slice());

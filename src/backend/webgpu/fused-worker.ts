@@ -25,7 +25,11 @@ async function handle(req: FusedRequest): Promise<void> {
       return;
     case "load": {
       rt = new GpuRuntime(info!, { checkWrites: init.checkWrites });
-      const { model } = loadModel(req.path);
+      const progress = new Float64Array(init.progress);
+      const { model } = loadModel(req.path, (done, total) => {
+        progress[0] = done;
+        progress[1] = total;
+      });
       gpu = new GpuModel(rt, model, { slots: req.slots, context: req.context, maxTokens: req.maxTokens });
       answer(init.channel, 1);
       return;

@@ -25,6 +25,8 @@ export type FusedRequest =
 export interface FusedInit {
   readonly channel: BlockingChannel;
   readonly logits: SharedArrayBuffer;
+  /** Float64 [bytes loaded, bytes in all] while the worker loads the weights */
+  readonly progress: SharedArrayBuffer;
   readonly checkWrites: boolean;
 }
 
@@ -56,6 +58,7 @@ export class FusedGpuModel {
   /** GPU cache slot of each running sequence, in order of last use (the least recent is reused first) */
   private readonly slots = new Map<LatentStore, number>();
   private loaded = false;
+  private readonly progress = new Float64Array(new SharedArrayBuffer(16));
 
   /** Start the worker and its device (no weights yet: see load). NoGpuError when there is no adapter. */
   constructor(config: ModelConfig, private readonly opts: FusedOptions) {
@@ -64,7 +67,7 @@ export class FusedGpuModel {
     this.config = { ...config, contextLength: Math.min(config.contextLength, opts.context) };
     const logits = new SharedArrayBuffer(config.nVocab * 4);
     this.logits = new Float32Array(logits);
-    const init: Omit<FusedInit, "channel"> = { logits, checkWrites: opts.checkWrites === true };
+    const init: Omit<FusedInit, "channel"> = { logits, progress: this.progress.buffer as SharedArrayBuffer, checkWrites: opts.checkWrites === true };
     this.worker = new BlockingWorker<FusedRequest>("fused-worker", newChannel(), init, opts.timeoutMs ?? 600_000);
     try {
       this.adapter = this.worker.call({ op: "device" });
@@ -75,8 +78,10 @@ export class FusedGpuModel {
   }
 
   /** Load the model's weights from `path` in the worker and upload them (blocks until they are on the GPU). */
-  load(path: string): void {
-    this.worker.call({ op: "load", path, slots: this.opts.slots ?? 1, context: this.config.contextLength, maxTokens: this.opts.maxTokens });
+  load(path: string, onProgress?: (done: number, total: number) => void): void {
+    const tick = onProgress === undefined ? undefined : (): void => onProgress(this.progress[0]!, this.progress[1]!);
+    this.worker.call({ op: "load", path, slots: this.opts.slots ?? 1, context: this.config.contextLength, maxTokens: this.opts.maxTokens }, tick);
+    tick?.();
     this.loaded = true;
   }
 

@@ -25,7 +25,9 @@ test("FusedGpuModel.forward: prefill chunks (all logits) + decode steps match th
     const tokens = randomTokens(10, 5, 0, config.nVocab);
     const ref = logprobRows(model, tokens, "reference");
     const f = new FusedGpuModel(config, { context: 12, maxTokens: 3 });
-    f.load(m.path);
+    let last = [0, 0];
+    f.load(m.path, (done, total) => (last = [done, total]));
+    assert.ok(last[1]! > 0 && last[0] === last[1], `load progress ends at the total: ${last.join("/")}`);
     return { f, tokens, ref, V: config.nVocab };
   })();
   const { f, tokens, ref, V } = fused;

@@ -32,8 +32,7 @@ options:
   --backend B            cpu (WebAssembly SIMD kernels on worker threads), reference (plain JS kernels),
                          webgpu or auto (default: webgpu on a hardware GPU adapter, else cpu). On a GPU a
                          deepseek2/glm-dsa model runs the fused pipeline (every layer of a step in one replayed pass,
-                         a GPU cache slot per running sequence, --ctx-size positions each, default 4096;
-                         no prefix caching); other models run their matrix products on the GPU
+                         the KV pages mirrored on the GPU, prefix caching included; --ctx-size default 4096)
   --threads N            threads of the cpu backend (default: all cores)`;
 
 const SERVE_OPTIONS = {
@@ -76,7 +75,9 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
   const maxBatch = intOption("max-batch", values["max-batch"], 1);
   const ctxSize = intOption("ctx-size", values["ctx-size"], 1);
   const prefillChunk = intOption("prefill-chunk", values["prefill-chunk"], 1);
-  const fused = backend === "webgpu" || backend === "auto" ? openFused(path, backend, maxBatch ?? 16, ctxSize, prefillChunk ?? 128, io) : undefined;
+  const kvTokensArg = intOption("kv-cache-tokens", values["kv-cache-tokens"], 1);
+  const pageSize = intOption("page-size", values["page-size"], 1) ?? DEFAULT_PAGE_SIZE;
+  const fused = backend === "webgpu" || backend === "auto" ? openFused(path, backend, { slots: maxBatch ?? 16, ctxSize, prefillChunk: prefillChunk ?? 128, kvTokens: kvTokensArg, pageSize }, io) : undefined;
   const loaded = fused ?? loadModel(path, undefined, { backend, ...(threads !== undefined ? { threads } : {}) });
   const engine = fused !== undefined ? `fused WebGPU pipeline on ${fused.model.adapter}` : `kernels: ${(loaded as LoadedModel).model.kernels.name}`;
   io.err(`loaded ${path} in ${((performance.now() - t0) / 1000).toFixed(1)} s (${engine})\n`);
@@ -89,13 +90,13 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
     port,
     ...(apiKey !== undefined && apiKey !== "" ? { apiKey } : {}),
     ...opt("maxBatch", maxBatch),
-    ...opt("kvCacheTokens", intOption("kv-cache-tokens", values["kv-cache-tokens"], 1)),
-    ...opt("pageSize", intOption("page-size", values["page-size"], 1)),
+    ...opt("kvCacheTokens", fused !== undefined ? fused.kvTokens : kvTokensArg),
+    pageSize,
     ...opt("contextLength", fused !== undefined ? fused.config.contextLength : ctxSize),
     ...opt("prefillChunk", prefillChunk),
     ...opt("tokenBudget", intOption("token-budget", values["token-budget"], 1)),
     ...opt("maxQueue", intOption("max-queue", values["max-queue"], 0)),
-    prefixCaching: values["no-prefix-cache"] !== true && fused === undefined, // the fused pipeline's latents live on the GPU
+    prefixCaching: values["no-prefix-cache"] !== true,
     log: (line) => io.err(`${line}\n`),
   });
   await new Promise<void>((resolve) => {
@@ -127,7 +128,15 @@ const FUSED_DEFAULT_CTX = 4096;
  * The fused GPU pipeline for `serve`, when the backend and the model allow it (deepseek2/glm-dsa, a GPU; for auto a hardware
  * one): the worker loads the weights; undefined sends the caller to the ordinary load.
  */
-function openFused(path: string, backend: "webgpu" | "auto", slots: number, ctxSize: number | undefined, prefillChunk: number, io: CliIO): { file: GGUFFile; config: ModelConfig; model: FusedGpuModel } | undefined {
+interface FusedServeOptions {
+  readonly slots: number;
+  readonly ctxSize: number | undefined;
+  readonly prefillChunk: number;
+  readonly kvTokens: number | undefined;
+  readonly pageSize: number;
+}
+
+function openFused(path: string, backend: "webgpu" | "auto", o: FusedServeOptions, io: CliIO): { file: GGUFFile; config: ModelConfig; model: FusedGpuModel; kvTokens: number } | undefined {
   const file = GGUFFile.open(path);
   file.close();
   const config = parseConfig(file.metadata, file.tensors.get("token_embd.weight")?.ne[1]);
@@ -136,10 +145,13 @@ function openFused(path: string, backend: "webgpu" | "auto", slots: number, ctxS
     if (backend === "webgpu") io.err(`fused pipeline: ${why}; running the matrix products on the GPU instead\n`);
     return undefined;
   }
-  const context = Math.min(config.contextLength, ctxSize ?? FUSED_DEFAULT_CTX);
+  const context = Math.min(config.contextLength, o.ctxSize ?? FUSED_DEFAULT_CTX);
+  // the GPU caches mirror the server's page pool (same pages, same ids): the server's default size, computed alike
+  const kvTokens = o.kvTokens ?? Math.min(8192, o.slots * context);
+  const pages = { pageSize: o.pageSize, numPages: Math.ceil(kvTokens / o.pageSize) };
   let fused: FusedGpuModel;
   try {
-    fused = new FusedGpuModel(config, { slots, context, maxTokens: Math.max(prefillChunk, slots) });
+    fused = new FusedGpuModel(config, { slots: o.slots, context, maxTokens: Math.max(o.prefillChunk, o.slots), pages });
   } catch (e) {
     if (e instanceof NoGpuError && backend === "auto") return undefined;
     throw e;
@@ -160,5 +172,5 @@ function openFused(path: string, backend: "webgpu" | "auto", slots: number, ctxS
     io.err(`${(e as Error).message}; serving on the cpu backend\n`);
     return undefined;
   }
-  return { file, config: fused.config, model: fused };
+  return { file, config: fused.config, model: fused, kvTokens };
 }

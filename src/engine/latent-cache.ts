@@ -38,6 +38,8 @@ export interface LatentStore {
   indexerKeys(layer: number, length: number): IndexerKeys;
   /** all layers have appended n positions */
   advance(n: number): void;
+  /** paged stores: the page ids holding positions [0, length + reserved) in order (a GPU pipeline mirrors the pool) */
+  pages?(): readonly number[];
 }
 
 /**

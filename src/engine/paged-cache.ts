@@ -310,6 +310,11 @@ export class PagedSequence implements LatentStore {
     return this.pool.gatherIndexerKeys(layer, this.table, length);
   }
 
+  /** The page ids of this sequence, in position order (reserved ones included). */
+  pages(): readonly number[] {
+    return this.table.slice();
+  }
+
   /** All layers hold n more positions: publish the pages this filled. */
   advance(n: number): void {
     this.length += n;

@@ -30,7 +30,7 @@ async function handle(req: FusedRequest): Promise<void> {
         progress[0] = done;
         progress[1] = total;
       });
-      gpu = new GpuModel(rt, model, { slots: req.slots, context: req.context, maxTokens: req.maxTokens });
+      gpu = new GpuModel(rt, model, { slots: req.slots, context: req.context, maxTokens: req.maxTokens, ...(req.pages !== undefined ? { pages: req.pages } : {}) });
       answer(init.channel, 1);
       return;
     }

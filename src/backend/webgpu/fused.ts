@@ -3,9 +3,11 @@
  * the engine's synchronous forward(tokens, cache, opts), so `generate` — and `latent run --backend webgpu` — drive it
  * like any model, and behind the scheduler's forwardBatch (`latent serve`). The device, the weights and the latent
  * caches live in a worker thread that loads the model from its file itself (the caller keeps only the config); each
- * call blocks until the worker has the step's logits. Each sequence (its LatentStore) gets a GPU cache slot while it
- * runs; its position is the store's length, which a step advances as the CPU forward pass does (the store's own
- * pages hold no latents, so a prefix adopted from other sequences' pages cannot be used: serve without prefix caching).
+ * call blocks until the worker has the step's logits. A sequence's position is its store's length, which a step
+ * advances as the CPU forward pass does. Two ways to hold the latents: a GPU cache slot per running sequence (`run`,
+ * any store), or — with `pages` — GPU caches that mirror a paged CPU pool page for page (`serve`): a token's rows are
+ * found through its store's page ids, so pages shared by prefix caching share their GPU latents too (the CPU pages
+ * themselves stay empty).
  */
 import type { ModelConfig } from "../../model/config.js";
 import type { LatentStore } from "../../engine/latent-cache.js";
@@ -17,7 +19,7 @@ import { NoGpuError } from "./device.js";
 
 export type FusedRequest =
   | { op: "device" }
-  | { op: "load"; path: string; slots: number; context: number; maxTokens: number }
+  | { op: "load"; path: string; slots: number; context: number; maxTokens: number; pages: FusedOptions["pages"] }
   | { op: "logits"; buffer: SharedArrayBuffer }
   | { op: "step"; tokens: StepToken[] }
   | { op: "close" };
@@ -37,6 +39,12 @@ export interface FusedOptions {
   readonly context: number;
   /** most tokens in one step (prefill chunk) */
   readonly maxTokens: number;
+  /**
+   * Mirror a paged CPU pool on the GPU (the server's PagePool: same page size and count): every sequence's store must
+   * then have pages(); the GPU caches are addressed through its page ids, so sequences sharing pages (prefix caching)
+   * share their latents, and no GPU slot is needed.
+   */
+  readonly pages?: { readonly pageSize: number; readonly numPages: number };
   readonly checkWrites?: boolean;
   /** ms to wait for one answer (loading a large model counts as one; default 10 min) */
   readonly timeoutMs?: number;
@@ -80,7 +88,7 @@ export class FusedGpuModel {
   /** Load the model's weights from `path` in the worker and upload them (blocks until they are on the GPU). */
   load(path: string, onProgress?: (done: number, total: number) => void): void {
     const tick = onProgress === undefined ? undefined : (): void => onProgress(this.progress[0]!, this.progress[1]!);
-    this.worker.call({ op: "load", path, slots: this.opts.slots ?? 1, context: this.config.contextLength, maxTokens: this.opts.maxTokens }, tick);
+    this.worker.call({ op: "load", path, slots: this.opts.slots ?? 1, context: this.config.contextLength, maxTokens: this.opts.maxTokens, pages: this.opts.pages }, tick);
     tick?.();
     this.loaded = true;
   }
@@ -106,13 +114,21 @@ export class FusedGpuModel {
       }
       return { s, pos0 };
     });
-    const slotOf = plan.map(({ s, pos0 }) => this.slotFor(s.cache!, pos0, seqs));
+    const paged = this.opts.pages !== undefined;
+    const pagesOf = plan.map(({ s }) => {
+      if (!paged) return undefined;
+      const pages = s.cache!.pages?.();
+      if (pages === undefined) throw new LatentError("the GPU caches mirror a page pool: every sequence's store must be paged");
+      return pages;
+    });
+    const slotOf = plan.map(({ s, pos0 }) => (paged ? 0 : this.slotFor(s.cache!, pos0, seqs)));
     const stepOf = (i: number, from: number, to: number): StepToken[] => {
       const { s, pos0 } = plan[i]!;
       const out: StepToken[] = [];
+      const pages = pagesOf[i];
       for (let j = from; j < to; j++) {
         const want = s.logits === "all" || (s.logits === "last" && j === s.tokens.length - 1);
-        out.push({ token: s.tokens[j]!, slot: slotOf[i]!, pos: pos0 + j, logits: want });
+        out.push({ token: s.tokens[j]!, slot: slotOf[i]!, pos: pos0 + j, logits: want, ...(pages !== undefined ? { pages } : {}) });
       }
       return out;
     };

@@ -73,6 +73,12 @@ export interface GpuModelOptions {
   readonly context: number;
   /** most tokens in one step */
   readonly maxTokens: number;
+  /**
+   * Paged latent caches: one pool of numPages pages of pageSize positions per layer, shared by all sequences (each
+   * step token names its sequence's page ids), instead of a contiguous `context` rows per slot. Sequences may share
+   * pages (prefix caching). `context` still bounds a sequence's positions.
+   */
+  readonly pages?: { readonly pageSize: number; readonly numPages: number };
 }
 
 export interface StepToken {
@@ -81,6 +87,8 @@ export interface StepToken {
   readonly pos: number;
   /** produce logits for this token */
   readonly logits: boolean;
+  /** with paged caches: the page ids of the token's sequence (page k holds positions k·pageSize …); slot is unused */
+  readonly pages?: readonly number[];
 }
 
 export class GpuModel {
@@ -94,6 +102,8 @@ export class GpuModel {
   private readonly ropeTable: RopeTable;
   private readonly b: Record<string, GPUBuffer> = {};
   private readonly widthFF: number;
+  /** where the page tables start in SEL */
+  private readonly ptBase: number;
   /** recorded steps by shape (tokens, key chunks, logit rows): a step of a known shape is replayed, not re-encoded */
   private readonly recordings = new Map<string, Recording>();
   /** steps encoded from scratch (and recorded) / replayed from a recording */
@@ -111,6 +121,9 @@ export class GpuModel {
     const ffn = (s: SwiGLU): GpuFFN => ({ gate: upload(rt, s.gate), up: upload(rt, s.up), down: upload(rt, s.down) });
     const { slots, context } = opts;
     const { kvLoraRank: L, qkRope: R } = c;
+    if (opts.pages !== undefined && !(opts.pages.pageSize >= 1 && opts.pages.numPages >= 1)) throw new LatentError(`paged caches need pageSize ≥ 1 and numPages ≥ 1`);
+    // latent rows per layer: a page pool, or a contiguous `context` rows per slot
+    const cacheRows = opts.pages !== undefined ? opts.pages.pageSize * opts.pages.numPages : slots * context;
     let bytes = 0;
     this.embd = upload(rt, w.tokenEmbd);
     this.output = w.output === w.tokenEmbd ? this.embd : upload(rt, w.output);
@@ -139,15 +152,15 @@ export class GpuModel {
           down: uploadStack(rt, m.experts.map((e) => e.down), `blk.${il}.ffn_down_exps`),
         },
         shared: m?.shared && ffn(m.shared),
-        cacheC: rt.buffer(slots * context * L * 4, `blk.${il}.cache_c`),
-        cacheK: rt.buffer(slots * context * R * 4, `blk.${il}.cache_kpe`),
+        cacheC: rt.buffer(cacheRows * L * 4, `blk.${il}.cache_c`),
+        cacheK: rt.buffer(cacheRows * R * 4, `blk.${il}.cache_kpe`),
         indexer: a.indexer && c.indexer && {
           qB: upload(rt, a.indexer.qB),
           k: upload(rt, a.indexer.k),
           kNormW: f32(a.indexer.kNormW, "indexer.k_norm"),
           kNormB: f32(a.indexer.kNormB, "indexer.k_norm_b"),
           proj: upload(rt, a.indexer.proj),
-          cache: rt.buffer(slots * context * c.indexer.headDim * 4, `blk.${il}.cache_indexer`),
+          cache: rt.buffer(cacheRows * c.indexer.headDim * 4, `blk.${il}.cache_indexer`),
         },
       };
       for (const g of [layer.q, layer.qA, layer.qB, layer.kvA, layer.kB, layer.vB, layer.o, layer.router, layer.dense?.gate, layer.dense?.up, layer.dense?.down, layer.experts?.gate, layer.experts?.up, layer.experts?.down, layer.shared?.gate, layer.shared?.up, layer.shared?.down, layer.indexer?.qB, layer.indexer?.k, layer.indexer?.proj]) bytes += g?.bytes ?? 0;
@@ -169,7 +182,9 @@ export class GpuModel {
     buf("rowIdx", N);
     buf("meta", 4 * N);
     const ix = c.indexer;
-    buf("sel", ix === undefined ? 1 : N * ix.topK);
+    // SEL: the DSA selections [N × top_k], then (paged caches) the step's page tables, up to one per token
+    this.ptBase = ix === undefined ? 0 : N * ix.topK;
+    buf("sel", this.ptBase + (opts.pages !== undefined ? N * Math.ceil(context / opts.pages.pageSize) : 0));
     if (ix !== undefined) {
       buf("metaBase", 4 * N);
       buf("kI", N * ix.headDim);
@@ -206,16 +221,37 @@ export class GpuModel {
     const ctx = this.opts.context;
     let maxKeys = 0;
     const meta = new Uint32Array(4 * n);
+    const rowIdx = new Uint32Array(n);
+    const paged = this.opts.pages;
+    const tables: number[] = [];
+    const tableAt = new Map<readonly number[], number>();
     tokens.forEach((t, i) => {
-      if (t.slot >= this.opts.slots || t.pos >= ctx) throw new LatentError(`slot ${t.slot} / position ${t.pos} outside the GPU cache (${this.opts.slots} × ${ctx})`);
-      meta[4 * i] = t.slot * ctx;
+      if (t.pos >= ctx) throw new LatentError(`position ${t.pos} outside the GPU cache (${ctx} positions)`);
+      if (paged === undefined) {
+        if (t.slot >= this.opts.slots) throw new LatentError(`slot ${t.slot} outside the GPU cache (${this.opts.slots} slots)`);
+        meta[4 * i] = t.slot * ctx;
+        rowIdx[i] = t.slot * ctx + t.pos;
+      } else {
+        const P = paged.pageSize;
+        const page = t.pages?.[Math.floor(t.pos / P)];
+        if (page === undefined || page >= paged.numPages) throw new LatentError(`position ${t.pos} has no page in the GPU page pool (${paged.numPages} pages)`);
+        let at = tableAt.get(t.pages!);
+        if (at === undefined) {
+          at = this.ptBase + tables.length;
+          tableAt.set(t.pages!, at);
+          tables.push(...t.pages!.slice(0, Math.ceil(ctx / P)));
+        }
+        meta[4 * i] = at;
+        rowIdx[i] = page * P + (t.pos % P);
+      }
       meta[4 * i + 1] = t.pos + 1;
       maxKeys = Math.max(maxKeys, t.pos + 1);
     });
     rt.write(b.ids!, 0, Uint32Array.from(tokens, (t) => t.token));
     rt.write(b.pos!, 0, Uint32Array.from(tokens, (t) => t.pos));
-    rt.write(b.rowIdx!, 0, Uint32Array.from(tokens, (t) => t.slot * ctx + t.pos));
+    rt.write(b.rowIdx!, 0, rowIdx);
     rt.write(b.meta!, 0, meta);
+    if (tables.length > 0) rt.write(b.sel!, this.ptBase * 4, Uint32Array.from(tables));
     if (b.metaBase !== undefined) rt.write(b.metaBase, 0, meta);
     // everything below depends only on this key (buffers are fixed; parameters depend on n, the key chunks, the rows)
     const rows = tokens.map((t, i) => (t.logits ? i : -1)).filter((i) => i >= 0);
@@ -273,6 +309,7 @@ export class GpuModel {
         k2: { off: 0, stride: R },
         v: { off: 0, stride: L, head: 0 },
         o: { off: 0, stride: H * L, head: L },
+        pageSize: this.opts.pages?.pageSize ?? 0,
       });
       matmul(rt, l.vB, b.lo!, b.o!, { n, xStride: H * L, yStride: H * V, batch: { count: H, xBatch: L, yBatch: V } });
       matmul(rt, l.o, b.o!, b.h!, { n, xStride: H * V, yStride: Hd, acc: true });
@@ -333,7 +370,7 @@ export class GpuModel {
     matmul(rt, ix.proj, b.x!, b.wI!, { n, xStride: c.nEmbd, yStride: Hi });
     // score rows as wide as the step's key chunks (fixed for a recorded step shape)
     const T = Math.max(1, Math.ceil(maxKeys / ATTN_CHUNK)) * ATTN_CHUNK;
-    dsaSelect(rt, { q: b.qI!, w: b.wI!, keys: ix.cache, meta: b.meta!, scores: b.scores!, sel: b.sel! }, { n, T, Hi, D: Di, topK });
+    dsaSelect(rt, { q: b.qI!, w: b.wI!, keys: ix.cache, meta: b.meta!, scores: b.scores!, sel: b.sel! }, { n, T, Hi, D: Di, topK, pageSize: this.opts.pages?.pageSize ?? 0 });
   }
 
   /** h += down(silu(gate·x) ⊙ up·x) for n tokens (the SwiGLU fused into the up product). */

@@ -195,6 +195,8 @@ export interface AttentionArgs {
   readonly k2: { readonly off: number; readonly stride: number };
   readonly v: { readonly off: number; readonly stride: number; readonly head: number };
   readonly o: { readonly off: number; readonly stride: number; readonly head: number };
+  /** keys through page tables in SEL (META base = the table's offset, u32 page ids); 0 (default) = contiguous rows */
+  readonly pageSize?: number;
 }
 
 /**
@@ -228,6 +230,7 @@ export function attention(rt: GpuRuntime, bufs: { q: GPUBuffer; k1: GPUBuffer; k
     oHead: a.o.head,
     chunks,
     scale: f32bits(a.scale),
+    pageSize: a.pageSize ?? 0,
   };
   const params = Uint32Array.from(ATTN_PARAMS.map((k) => p[k]));
   const outs: OutRange[] = [];
@@ -307,6 +310,8 @@ export interface DsaArgs {
   readonly D: number;
   readonly topK: number;
   readonly kOff?: number;
+  /** keys through page tables in SEL (META base = the table's offset); 0 = contiguous rows */
+  readonly pageSize?: number;
 }
 
 /**
@@ -316,7 +321,7 @@ export interface DsaArgs {
  */
 export function dsaSelect(rt: GpuRuntime, bufs: { q: GPUBuffer; w: GPUBuffer; keys: GPUBuffer; meta: GPUBuffer; scores: GPUBuffer; sel: GPUBuffer }, a: DsaArgs): void {
   const wScale = 1 / Math.sqrt(a.Hi * a.D);
-  rt.dispatch("dsaScores", DSA_SCORES_WGSL, [bufs.q, bufs.w, bufs.keys, bufs.meta, bufs.scores], new Uint32Array([a.n, a.T, a.Hi, a.D, f32bits(wScale), a.kOff ?? 0, 0, 0]), [Math.ceil(a.T / 64), a.n], [
+  rt.dispatch("dsaScores", DSA_SCORES_WGSL, [bufs.q, bufs.w, bufs.keys, bufs.meta, bufs.scores, bufs.sel], new Uint32Array([a.n, a.T, a.Hi, a.D, f32bits(wScale), a.kOff ?? 0, a.pageSize ?? 0, 0]), [Math.ceil(a.T / 64), a.n], [
     { buffer: bufs.scores, offset: 0, size: a.n * a.T * 4 },
   ]);
   rt.dispatch("dsaTopK", TOPK_WGSL, [bufs.scores, bufs.meta, bufs.sel], new Uint32Array([a.n, a.T, a.topK, 0]), [a.n]);

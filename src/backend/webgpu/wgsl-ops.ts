@@ -157,7 +157,18 @@ export const ATTN_PARAMS = [
   "oHead",
   "chunks",
   "scale",
+  "pageSize",
 ] as const;
+
+/**
+ * Row of key u of a query whose META base is `base`: contiguous rows (base + u), or — with pages (p.pageSize > 0) —
+ * through the query's page table, stored in SEL from `base` on (SEL[base + u / P] is the page of u).
+ */
+const KEY_ROW_FN = /* wgsl */ `
+fn keyRow(base: u32, u: u32) -> u32 {
+  if (p.pageSize == 0u) { return base + u; }
+  return SEL[base + u / p.pageSize] * p.pageSize + u % p.pageSize;
+}`;
 
 /**
  * One workgroup per (key chunk, head, query): scores s_j = scale·(q1·K1[u_j] + q2·K2[u_j]) over the chunk's keys,
@@ -175,6 +186,7 @@ struct P { ${ATTN_PARAMS.map((k) => `${k}: ${k === "scale" ? "f32" : "u32"}`).jo
 @group(0) @binding(5) var<storage, read> SEL: array<u32>;
 @group(0) @binding(6) var<storage, read_write> O: array<f32>;
 @group(0) @binding(7) var<uniform> p: P;
+${KEY_ROW_FN}
 var<workgroup> qs: array<f32, ${ATTN_QMAX}>;
 var<workgroup> sc: array<f32, ${ATTN_CHUNK}>;
 var<workgroup> red: array<f32, 64>;
@@ -196,7 +208,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   for (var j = li; j < nk; j += 64u) {
     var u = j0 + j;
     if (m4.w != 0u) { u = SEL[m4.z + u]; }
-    let row = m4.x + u;
+    let row = keyRow(m4.x, u);
     let k1 = p.k1Off + row * p.k1Stride + h * p.k1Head;
     let k2 = p.k2Off + row * p.k2Stride;
     var s = 0.0;
@@ -226,7 +238,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     for (var j = 0u; j < nk; j++) {
       var u = j0 + j;
       if (m4.w != 0u) { u = SEL[m4.z + u]; }
-      a += sc[j] * V[p.vOff + (m4.x + u) * p.vStride + h * p.vHead + d];
+      a += sc[j] * V[p.vOff + keyRow(m4.x, u) * p.vStride + h * p.vHead + d];
     }
     O[po + 2u + d] = a;
   }`
@@ -236,7 +248,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     for (var j = 0u; j < nk; j++) {
       var u = j0 + j;
       if (m4.w != 0u) { u = SEL[m4.z + u]; }
-      a += sc[j] * V[p.vOff + (m4.x + u) * p.vStride + h * p.vHead + d];
+      a += sc[j] * V[p.vOff + keyRow(m4.x, u) * p.vStride + h * p.vHead + d];
     }
     O[oo + d] = a / l;
   }`
@@ -412,13 +424,15 @@ fn main(@builtin(global_invocation_id) g: vec3u) {
  * Q [n × Hi × D] (roped), W [n × Hi], KEYS rows of D from row base META[i].x.
  */
 export const DSA_SCORES_WGSL = /* wgsl */ `
-struct P { n: u32, T: u32, Hi: u32, D: u32, wScale: f32, kOff: u32, _p0: u32, _p1: u32 }
+struct P { n: u32, T: u32, Hi: u32, D: u32, wScale: f32, kOff: u32, pageSize: u32, _p1: u32 }
 @group(0) @binding(0) var<storage, read> Q: array<f32>;
 @group(0) @binding(1) var<storage, read> WI: array<f32>;
 @group(0) @binding(2) var<storage, read> KEYS: array<f32>;
 @group(0) @binding(3) var<storage, read> META: array<u32>;
 @group(0) @binding(4) var<storage, read_write> S: array<f32>;
-@group(0) @binding(5) var<uniform> p: P;
+@group(0) @binding(5) var<storage, read> SEL: array<u32>;
+@group(0) @binding(6) var<uniform> p: P;
+${KEY_ROW_FN}
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) g: vec3u) {
   let s = g.x;
@@ -426,7 +440,7 @@ fn main(@builtin(global_invocation_id) g: vec3u) {
   if (s >= p.T || i >= p.n) { return; }
   let nk = META[4u * i + 1u];
   if (s >= nk) { S[i * p.T + s] = -3.4028234e38; return; }
-  let ko = p.kOff + (META[4u * i] + s) * p.D;
+  let ko = p.kOff + keyRow(META[4u * i], s) * p.D;
   var total = 0.0;
   for (var j = 0u; j < p.Hi; j++) {
     let qo = (i * p.Hi + j) * p.D;
@@ -544,6 +558,7 @@ struct P { ${ATTN_PARAMS.map((k) => `${k}: ${k === "scale" ? "f32" : "u32"}`).jo
 @group(0) @binding(5) var<storage, read> SEL: array<u32>;
 @group(0) @binding(6) var<storage, read_write> O: array<f32>;
 @group(0) @binding(7) var<uniform> p: P;
+${KEY_ROW_FN}
 var<workgroup> qs: array<f32, ${Math.max(1, d1 + d2)}>;
 var<workgroup> sc: array<f32, ${ATTN_CHUNK}>;
 var<workgroup> vr: array<u32, ${ATTN_CHUNK}>;
@@ -569,7 +584,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     let j = jb + sgi;
     var u = j0 + min(j, nk - 1u);
     if (m4.w != 0u) { u = SEL[m4.z + u]; }
-    let row = m4.x + u;
+    let row = keyRow(m4.x, u);
     var s = 0.0;
     {
       let kb = p.k1Off + row * p.k1Stride + h * p.k1Head;

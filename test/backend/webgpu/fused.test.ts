@@ -5,6 +5,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { LatentCache } from "../../../src/engine/latent-cache.js";
+import { PagedSequence, PagePool } from "../../../src/engine/paged-cache.js";
 import { logSoftmaxRow } from "../../../src/engine/evaluate.js";
 import { loadModel } from "../../../src/model/load.js";
 import { FusedGpuModel } from "../../../src/backend/webgpu/fused.js";
@@ -129,6 +130,53 @@ test("FusedGpuModel refuses the test-only fault hooks", { skip }, () => {
     const { config } = loadModel(m.path);
     assert.throws(() => new FusedGpuModel({ ...config, faults: { swapKvB: true } }, { context: 8, maxTokens: 4 }), /fault hooks/);
   } finally {
+    m.cleanup();
+  }
+});
+
+test("FusedGpuModel with GPU caches mirroring a page pool: scrambled pages, an adopted prompt prefix, batched decode match the reference", { skip }, () => {
+  const c = CASES.find((x) => x.base === "tiny-glm")!; // DSA too: its key cache and scores go through the pages
+  const m = synthModel(c, 5);
+  const { model, config } = loadModel(m.path);
+  const V = config.nVocab;
+  const shared = randomTokens(20, 61, 0, V);
+  const seqs = [[...shared, ...randomTokens(4, 62, 0, V)], [...shared, ...randomTokens(3, 63, 0, V)]];
+  const refs = seqs.map((t) => logprobRows(model, t, "reference"));
+  const pool = new PagePool(config, { pageSize: 4, numPages: 24 });
+  // take some pages first and give them back: the sequences then get non-consecutive page ids
+  const scramble = new PagedSequence(pool);
+  scramble.reserve(randomTokens(13, 64, 0, V));
+  const f = new FusedGpuModel(config, { context: 32, maxTokens: 6, pages: { pageSize: 4, numPages: 24 } });
+  try {
+    f.load(m.path);
+    const a = new PagedSequence(pool);
+    assert.ok(a.reserve(seqs[0]!));
+    scramble.free();
+    const gotA: Float64Array[] = [];
+    const rowsA = f.forwardBatch([{ tokens: seqs[0]!.slice(0, 22), cache: a, path: "prefill", logits: "all" }])[0]!;
+    for (let i = 0; i < 22; i++) gotA.push(logSoftmaxRow(rowsA.subarray(i * V, (i + 1) * V)));
+    // sequence b adopts a's first 20 positions (5 full pages) and computes only the rest
+    const b = new PagedSequence(pool);
+    const adopted = b.adoptPrefix(seqs[1]!, 1);
+    assert.equal(adopted, 20);
+    assert.ok(b.reserve(seqs[1]!.slice(20)));
+    const gotB: Float64Array[] = [];
+    const rowsB = f.forwardBatch([{ tokens: seqs[1]!.slice(20, 22), cache: b, path: "prefill", logits: "all" }])[0]!;
+    for (let i = 0; i < 2; i++) gotB.push(logSoftmaxRow(rowsB.subarray(i * V, (i + 1) * V)));
+    // both decode together
+    for (let pos = 22; pos < 24; pos++) {
+      const chunks = [a, b].map((cache, k) => ({ k, cache })).filter(({ k }) => pos < seqs[k]!.length);
+      const outs = f.forwardBatch(chunks.map(({ k, cache }) => ({ tokens: [seqs[k]![pos]!], cache, path: "decode" as const, logits: "last" as const })));
+      chunks.forEach(({ k }, j) => (k === 0 ? gotA : gotB).push(logSoftmaxRow(outs[j]!)));
+    }
+    const errA = maxAbsDiff(gotA, refs[0]!.slice(0, gotA.length));
+    const errB = maxAbsDiff(gotB, refs[1]!.slice(20, 20 + gotB.length));
+    assert.equal(gotA.length, 24);
+    assert.equal(gotB.length, 3);
+    assert.ok(errA <= 1e-3 && errB <= 1e-3, `max |Δ logprob| a ${errA}, b ${errB}`);
+    assert.throws(() => f.forwardBatch([{ tokens: [1], cache: new LatentCache(f.config), path: "decode", logits: "last" }]), /must be paged/);
+  } finally {
+    void f.close();
     m.cleanup();
   }
 });

@@ -1,6 +1,7 @@
-// latent serve on the fused WebGPU pipeline (FusedGpuModel behind the scheduler): concurrent greedy requests —
-// batched decode steps over GPU cache slots, prompt chunks, more requests than slots over time — give the tokens and
-// log-probabilities each request gets alone on the CPU reference kernels (logprobs ≤ 1e-3); the CLI takes that path.
+// latent serve on the fused WebGPU pipeline (FusedGpuModel behind the scheduler, GPU caches mirroring the page pool):
+// concurrent greedy requests — batched decode steps, prompt chunks, more requests than the batch over time, a prompt
+// prefix served from the prefix cache — give the tokens and log-probabilities each request gets alone on the CPU
+// reference kernels (logprobs ≤ 1e-3); the CLI takes that path.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
@@ -18,24 +19,32 @@ const BIN = join(import.meta.dirname, "..", "..", "..", "bin", "latent.mjs");
 const { rt, skip } = await gpuOrSkip();
 rt?.device.destroy();
 
-test("serve on the fused pipeline: 5 concurrent greedy requests (3 GPU slots) equal each one alone on the CPU", { skip }, async () => {
+test("serve on the fused pipeline (GPU caches mirroring the page pool): 5 concurrent greedy requests, then a shared prompt prefix from the cache, equal each one alone on the CPU", { skip }, async () => {
   const synth = synthModel(CASES[0]!, 7);
   const loaded = loadModel(synth.path);
   const tok = Tokenizer.fromMetadata(loaded.file.metadata);
-  const fused = new FusedGpuModel(loaded.config, { slots: 3, context: 48, maxTokens: 8 });
+  const pageSize = 4;
+  const kvCacheTokens = 160;
+  const fused = new FusedGpuModel(loaded.config, { slots: 3, context: 48, maxTokens: 8, pages: { pageSize, numPages: kvCacheTokens / pageSize } });
   fused.load(synth.path);
-  const server = await startServer({ loaded: { file: loaded.file, config: fused.config, model: fused }, port: 0, modelId: "tiny", maxBatch: 3, prefillChunk: 5, tokenBudget: 12, prefixCaching: false });
+  const server = await startServer({ loaded: { file: loaded.file, config: fused.config, model: fused }, port: 0, modelId: "tiny", maxBatch: 3, prefillChunk: 5, tokenBudget: 12, pageSize, kvCacheTokens });
   try {
     const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "none", maxRetries: 0, timeout: 60_000 });
-    const prompts = [0, 1, 2, 3, 4].map((i) => randomTokens(4 + 3 * i, 50 + i, 1, loaded.config.nVocab));
-    const answers = await Promise.all(prompts.map((prompt) => client.completions.create({ model: "tiny", prompt, max_tokens: 6, temperature: 0, logprobs: 1, ignore_eos: true } as OpenAI.CompletionCreateParamsNonStreaming)));
-    prompts.forEach((prompt, i) => {
+    const ask = (prompt: number[]) => client.completions.create({ model: "tiny", prompt, max_tokens: 6, temperature: 0, logprobs: 1, ignore_eos: true } as OpenAI.CompletionCreateParamsNonStreaming);
+    const check = (prompt: number[], got: OpenAI.Completion, label: string): void => {
       const alone = generateSync(loaded.model, tok, prompt, { temperature: 0, maxTokens: 6, ignoreEog: true });
-      const got = answers[i]!.choices[0]!;
-      assert.equal(got.text, alone.text, `request ${i}: text`);
-      const lps = got.logprobs!.token_logprobs!;
-      lps.forEach((lp, j) => assert.ok(Math.abs(lp! - alone.logprobs[j]!) <= 1e-3, `request ${i} token ${j}: ${lp} vs ${alone.logprobs[j]}`));
-    });
+      const c = got.choices[0]!;
+      assert.equal(c.text, alone.text, `${label}: text`);
+      c.logprobs!.token_logprobs!.forEach((lp, j) => assert.ok(Math.abs(lp! - alone.logprobs[j]!) <= 1e-3, `${label} token ${j}: ${lp} vs ${alone.logprobs[j]}`));
+    };
+    const prompts = [0, 1, 2, 3, 4].map((i) => randomTokens(4 + 3 * i, 50 + i, 1, loaded.config.nVocab));
+    const answers = await Promise.all(prompts.map(ask));
+    prompts.forEach((prompt, i) => check(prompt, answers[i]!, `request ${i}`));
+    // a prompt that starts with request 4's 16 tokens: its full pages come from the prefix cache, latents from the GPU
+    const longer = [...prompts[4]!, ...randomTokens(5, 99, 1, loaded.config.nVocab)];
+    const again = await ask(longer);
+    assert.ok((again.usage as { prompt_tokens_details?: { cached_tokens?: number } }).prompt_tokens_details!.cached_tokens! >= 12, JSON.stringify(again.usage));
+    check(longer, again, "cached prefix");
   } finally {
     await server.close();
     await fused.close();

@@ -1,17 +1,13 @@
 import type { Command } from "./command.js";
 import { UsageError } from "../util/errors.js";
 import { closeLoaded } from "../model/load.js";
-import { BACKEND_HELP, backendOption, intOption, loadBar, loadForCli, parseModelCommand, positionsBar, processIO, type CliIO } from "./common.js";
+import { BACKEND_HELP, backendOption, intOption, loadForCli, parseModelCommand, positionsBar, processIO, type CliIO } from "./common.js";
 
 export { backendOption, BACKEND_HELP, glueValues, intOption, loadForCli, positionsBar, processIO, valuedOptions, type CliIO } from "./common.js";
 import { Tokenizer, type ChatMessage } from "../tokenizer/index.js";
 import { generate, type GenerateModel, type GeneratePath } from "../engine/generate.js";
-import { existsSync } from "node:fs";
-import { GGUFFile } from "../gguf/file.js";
-import { parseConfig } from "../model/config.js";
-import { isSoftwareAdapter, type BackendChoice } from "../model/load.js";
-import { FusedGpuModel, fusedUnsupported } from "../backend/webgpu/fused.js";
-import { NoGpuError } from "../backend/webgpu/device.js";
+import type { BackendChoice } from "../model/load.js";
+import { openFusedForCli } from "./fused.js";
 import { DEFAULT_PREFILL_CHUNK } from "../engine/evaluate.js";
 
 function numOption(name: string, v: string | undefined): number | undefined {
@@ -191,42 +187,19 @@ const FUSED_OPEN_CONTEXT = 32768;
 function openRunner(modelPath: string, io: CliIO, requested: BackendChoice, threads: number | undefined, path: string, values: { prompt?: string; chat?: boolean; system?: string }, nPredict: number, chunk: number | undefined): Runner {
   let backend = requested;
   if ((backend === "webgpu" || backend === "auto") && path !== "reference") {
-    if (!existsSync(modelPath)) throw new UsageError(`model file not found: ${modelPath}`);
-    const file = GGUFFile.open(modelPath);
-    const config = parseConfig(file.metadata, file.tensors.get("token_embd.weight")?.ne[1]);
-    file.close();
-    if (fusedUnsupported(config) === undefined) {
-      const tokenizer = Tokenizer.fromMetadata(file.metadata);
-      const prompt = promptIds(tokenizer, values);
+    let prompt: number[] = [];
+    let tokenizer: Tokenizer | undefined;
+    const open = openFusedForCli(modelPath, backend, io, (config, file) => {
+      tokenizer = Tokenizer.fromMetadata(file.metadata);
+      prompt = promptIds(tokenizer, values);
       const context = Math.min(config.contextLength, nPredict < 0 ? Math.max(FUSED_OPEN_CONTEXT, prompt.length + 1) : prompt.length + nPredict + 1);
-      let fused: FusedGpuModel | undefined;
-      try {
-        fused = new FusedGpuModel(config, { context, maxTokens: chunk ?? DEFAULT_PREFILL_CHUNK });
-      } catch (e) {
-        if (!(e instanceof NoGpuError) || backend === "webgpu") throw e;
-      }
-      if (fused !== undefined && backend === "auto" && isSoftwareAdapter(fused.adapter)) {
-        void fused.close();
-        fused = undefined;
-      }
-      if (fused !== undefined) {
-        if (io.tty) io.err(`loading ${modelPath} for ${fused.adapter}…\n`);
-        const bar = loadBar(io);
-        try {
-          fused.load(modelPath, (done, total) => bar.update(done, total));
-          bar.stop();
-          const f = fused;
-          return { tokenizer, prompt, model: f, backend: `fused-webgpu (${f.adapter})`, close: () => void f.close() };
-        } catch (e) {
-          bar.stop();
-          void fused.close();
-          if (backend === "webgpu") throw e;
-          // auto: a model the GPU cannot take (e.g. a weight type without a WGSL kernel) runs on the CPU instead
-          io.err(`${(e as Error).message}; running on the cpu backend\n`);
-          backend = "cpu";
-        }
-      }
+      return { context, maxTokens: chunk ?? DEFAULT_PREFILL_CHUNK };
+    });
+    if (open.fused !== undefined) {
+      const f = open.fused;
+      return { tokenizer: tokenizer!, prompt, model: f, backend: `fused-webgpu (${f.adapter})`, close: () => void f.close() };
     }
+    backend = open.backend;
   }
   const loaded = loadForCli(modelPath, io, backend, threads);
   const tokenizer = Tokenizer.fromMetadata(loaded.file.metadata);

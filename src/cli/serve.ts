@@ -3,12 +3,9 @@ import { UsageError } from "../util/errors.js";
 import { DEFAULT_PAGE_SIZE } from "../engine/paged-cache.js";
 import { startServer } from "../server/server.js";
 import { existsSync } from "node:fs";
-import { closeLoaded, isSoftwareAdapter, loadModel, type LoadedModel } from "../model/load.js";
-import { GGUFFile } from "../gguf/file.js";
-import { parseConfig, type ModelConfig } from "../model/config.js";
-import { FusedGpuModel, fusedUnsupported } from "../backend/webgpu/fused.js";
-import { NoGpuError } from "../backend/webgpu/device.js";
-import { type CliIO, intOption, loadBar, parseModelCommand, processIO } from "./common.js";
+import { closeLoaded, loadModel, type LoadedModel } from "../model/load.js";
+import { openFusedForCli, type FusedOpen } from "./fused.js";
+import { type CliIO, intOption, parseModelCommand, processIO } from "./common.js";
 
 const HELP = `usage: latent serve MODEL.gguf [options]
 
@@ -77,8 +74,11 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
   const prefillChunk = intOption("prefill-chunk", values["prefill-chunk"], 1);
   const kvTokensArg = intOption("kv-cache-tokens", values["kv-cache-tokens"], 1);
   const pageSize = intOption("page-size", values["page-size"], 1) ?? DEFAULT_PAGE_SIZE;
-  const fused = backend === "webgpu" || backend === "auto" ? openFused(path, backend, { slots: maxBatch ?? 16, ctxSize, prefillChunk: prefillChunk ?? 128, kvTokens: kvTokensArg, pageSize }, io) : undefined;
-  const loaded = fused ?? loadModel(path, undefined, { backend, ...(threads !== undefined ? { threads } : {}) });
+  const gpu = backend === "webgpu" || backend === "auto" ? openFused(path, backend, { slots: maxBatch ?? 16, ctxSize, prefillChunk: prefillChunk ?? 128, kvTokens: kvTokensArg, pageSize }, io) : undefined;
+  const open = gpu?.open;
+  const fused = open?.fused !== undefined ? { file: open.file, config: open.config, model: open.fused, kvTokens: gpu!.kvTokens } : undefined;
+  const loadWith = open !== undefined && open.fused === undefined ? open.backend : backend;
+  const loaded = fused ?? loadModel(path, undefined, { backend: loadWith, ...(threads !== undefined ? { threads } : {}) });
   const engine = fused !== undefined ? `fused WebGPU pipeline on ${fused.model.adapter}` : `kernels: ${(loaded as LoadedModel).model.kernels.name}`;
   io.err(`loaded ${path} in ${((performance.now() - t0) / 1000).toFixed(1)} s (${engine})\n`);
   const opt = <K extends string>(k: K, v: number | undefined): Partial<Record<K, number>> => (v === undefined ? {} : ({ [k]: v } as Record<K, number>));
@@ -124,10 +124,7 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
 /** GPU cache positions per sequence of the fused pipeline without --ctx-size (the model's own may be 160k). */
 const FUSED_DEFAULT_CTX = 4096;
 
-/**
- * The fused GPU pipeline for `serve`, when the backend and the model allow it (deepseek2/glm-dsa, a GPU; for auto a hardware
- * one): the worker loads the weights; undefined sends the caller to the ordinary load.
- */
+/** The fused pipeline for `serve`: GPU caches that mirror the server's page pool (same page size and count). */
 interface FusedServeOptions {
   readonly slots: number;
   readonly ctxSize: number | undefined;
@@ -136,41 +133,13 @@ interface FusedServeOptions {
   readonly pageSize: number;
 }
 
-function openFused(path: string, backend: "webgpu" | "auto", o: FusedServeOptions, io: CliIO): { file: GGUFFile; config: ModelConfig; model: FusedGpuModel; kvTokens: number } | undefined {
-  const file = GGUFFile.open(path);
-  file.close();
-  const config = parseConfig(file.metadata, file.tensors.get("token_embd.weight")?.ne[1]);
-  const why = fusedUnsupported(config);
-  if (why !== undefined) {
-    if (backend === "webgpu") io.err(`fused pipeline: ${why}; running the matrix products on the GPU instead\n`);
-    return undefined;
-  }
-  const context = Math.min(config.contextLength, o.ctxSize ?? FUSED_DEFAULT_CTX);
-  // the GPU caches mirror the server's page pool (same pages, same ids): the server's default size, computed alike
-  const kvTokens = o.kvTokens ?? Math.min(8192, o.slots * context);
-  const pages = { pageSize: o.pageSize, numPages: Math.ceil(kvTokens / o.pageSize) };
-  let fused: FusedGpuModel;
-  try {
-    fused = new FusedGpuModel(config, { slots: o.slots, context, maxTokens: Math.max(o.prefillChunk, o.slots), pages });
-  } catch (e) {
-    if (e instanceof NoGpuError && backend === "auto") return undefined;
-    throw e;
-  }
-  if (backend === "auto" && isSoftwareAdapter(fused.adapter)) {
-    void fused.close();
-    return undefined;
-  }
-  const bar = loadBar(io);
-  try {
-    fused.load(path, (done, total) => bar.update(done, total));
-    bar.stop();
-  } catch (e) {
-    bar.stop();
-    void fused.close();
-    if (backend === "webgpu") throw e;
-    // auto: a model the GPU cannot take (e.g. a weight type without a WGSL kernel) is served from the CPU instead
-    io.err(`${(e as Error).message}; serving on the cpu backend\n`);
-    return undefined;
-  }
-  return { file, config: fused.config, model: fused, kvTokens };
+function openFused(path: string, backend: "webgpu" | "auto", o: FusedServeOptions, io: CliIO): { open: FusedOpen; kvTokens: number } {
+  let kvTokens = 0;
+  const open = openFusedForCli(path, backend, io, (config) => {
+    const context = Math.min(config.contextLength, o.ctxSize ?? FUSED_DEFAULT_CTX);
+    // the server's default pool size, computed alike
+    kvTokens = o.kvTokens ?? Math.min(8192, o.slots * context);
+    return { slots: o.slots, context, maxTokens: Math.max(o.prefillChunk, o.slots), pages: { pageSize: o.pageSize, numPages: Math.ceil(kvTokens / o.pageSize) } };
+  });
+  return { open, kvTokens };
 }

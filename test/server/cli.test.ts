@@ -1,10 +1,11 @@
 // `latent serve` as a child process: it prints its URL, serves, and on SIGTERM finishes the running stream, then exits 0.
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { join } from "node:path";
 import OpenAI from "openai";
 import { CASES, synthModel } from "../helpers/synth.js";
+import { spawnServe } from "../helpers/serve-child.js";
 
 const ROOT = join(import.meta.dirname, "..", "..");
 const BIN = join(ROOT, "bin", "latent.mjs");
@@ -23,18 +24,9 @@ test("latent serve --help; bad options exit 2", () => {
 });
 
 test("SIGTERM drains: the running stream completes, new requests are refused, exit code 0", async () => {
-  const child = spawn(process.execPath, [BIN, "serve", synth.path, "--port", "0", "--alias", "tiny", "--max-batch", "4"], { stdio: ["ignore", "pipe", "pipe"] });
-  let stderr = "";
-  const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
+  const { child, url: listening, exited, stderr } = spawnServe([synth.path, "--port", "0", "--alias", "tiny", "--max-batch", "4"]);
   try {
-    const url = await new Promise<string>((resolve, reject) => {
-      child.stderr.on("data", (d: Buffer) => {
-        stderr += d.toString();
-        const m = /listening on (http:\/\/\S+)/.exec(stderr);
-        if (m !== null) resolve(m[1]!);
-      });
-      child.on("exit", () => reject(new Error(`server exited early:\n${stderr}`)));
-    });
+    const url = await listening;
     const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "none", maxRetries: 0 });
     const stream = await client.completions.create({ model: "tiny", prompt: "hello", max_tokens: 400, temperature: 0, stream: true, ignore_eos: true } as OpenAI.CompletionCreateParamsStreaming);
     let chunks = 0;
@@ -54,8 +46,8 @@ test("SIGTERM drains: the running stream completes, new requests are refused, ex
     assert.equal(finish, "length");
     assert.ok(chunks >= 300, `${chunks} chunks`);
     assert.equal(await exited, 0);
-    assert.match(stderr, /SIGTERM: draining \(1 running/);
-    assert.match(stderr, /stopped/);
+    assert.match(stderr(), /SIGTERM: draining \(1 running/);
+    assert.match(stderr(), /stopped/);
   } finally {
     if (child.exitCode === null) child.kill("SIGKILL");
   }

@@ -76,6 +76,14 @@ const MAX_THREADS = 64;
 const SEG = 18;
 const MAX_SEGS = 1024;
 
+/** n rows of `width` values from src (row t at srcAt + t·srcStride) to dst (at dstAt + t·dstStride), converting types */
+function copyRows(src: Vec | Float32Array, srcAt: number, srcStride: number, dst: Vec | Float32Array, dstAt: number, dstStride: number, n: number, width: number): void {
+  for (let t = 0; t < n; t++) {
+    const from = srcAt + t * srcStride;
+    dst.set(src.subarray(from, from + width), dstAt + t * dstStride);
+  }
+}
+
 /** pointers can exceed 2³¹: no 32-bit bitwise arithmetic on them */
 function align64(x: number): number {
   return Math.ceil(x / 64) * 64;
@@ -461,13 +469,7 @@ export class CpuBackend implements MatKernels {
     const yp = cls === 0 ? aqp : align64(asp + chunk * nb * 32);
     for (let t0 = 0; t0 < n; t0 += chunk) {
       const m = Math.min(chunk, n - t0);
-      const f = arena.f32;
-      const xo = xp >>> 2;
-      for (let t = 0; t < m; t++) {
-        const src = (t0 + t) * xStride;
-        const dst = xo + t * cols;
-        f.set(x.subarray(src, src + cols), dst);
-      }
+      copyRows(x, t0 * xStride, xStride, arena.f32, xp >>> 2, cols, m, cols);
       if (cls !== 0) k.quantize(cls, xp, m, cols, cols, aqp, adp, asp);
       const J = this.pool.job;
       J[0] = OP_MATMUL;
@@ -493,13 +495,7 @@ export class CpuBackend implements MatKernels {
       } else {
         this.pool.run(Math.min(Math.ceil(rows / 2), PIECES_PER_THREAD * T), this.inst);
       }
-      const g = arena.f32;
-      const yo = yp >>> 2;
-      for (let t = 0; t < m; t++) {
-        const dst = (t0 + t) * yStride;
-        const src = yo + t * rows;
-        y.set(g.subarray(src, src + rows), dst);
-      }
+      copyRows(arena.f32, yp >>> 2, rows, y, t0 * yStride, yStride, m, rows);
     }
   }
 
@@ -519,13 +515,7 @@ export class CpuBackend implements MatKernels {
     const yp = align64(xp + chunk * rows * 4);
     for (let t0 = 0; t0 < n; t0 += chunk) {
       const m = Math.min(chunk, n - t0);
-      const f = arena.f32;
-      const xo = xp >>> 2;
-      for (let t = 0; t < m; t++) {
-        const src = (t0 + t) * xStride;
-        const dst = xo + t * rows;
-        f.set(x.subarray(src, src + rows), dst);
-      }
+      copyRows(x, t0 * xStride, xStride, arena.f32, xp >>> 2, rows, m, rows);
       const J = this.pool.job;
       J[0] = OP_MATMUL_T;
       J[1] = arena.index;
@@ -546,13 +536,7 @@ export class CpuBackend implements MatKernels {
       } else {
         this.pool.run(T, this.inst); // every unit unpacks all rows: one unit per thread
       }
-      const g = arena.f32;
-      const yo = yp >>> 2;
-      for (let t = 0; t < m; t++) {
-        const dst = (t0 + t) * yStride;
-        const src = yo + t * cols;
-        y.set(g.subarray(src, src + cols), dst);
-      }
+      copyRows(arena.f32, yp >>> 2, cols, y, t0 * yStride, yStride, m, cols);
     }
   }
 
@@ -615,13 +599,7 @@ export class CpuBackend implements MatKernels {
         adp = align64(aqp + p.n * cols * 2);
         asp = align64(adp + p.n * nb * 4);
         at = align64(asp + p.n * nb * 32);
-        const xo = xp >>> 2;
-        const x = p.x;
-        for (let t = 0; t < p.n; t++) {
-          const src = t * p.xStride;
-          const dst = xo + t * cols;
-          f.set(x.subarray(src, src + cols), dst);
-        }
+        copyRows(p.x, 0, p.xStride, f, xp >>> 2, cols, p.n, cols);
         if (cls !== 0) k.quantize(cls, xp, p.n, cols, cols, aqp, adp, asp);
         prev = { p, cls, xp, aqp, adp, asp };
       }
@@ -667,13 +645,7 @@ export class CpuBackend implements MatKernels {
     const h = arena.f32;
     list.forEach(([p], j) => {
       const yo = place[j]!.yp >>> 2;
-      const rows = p.w.rows;
-      const y = p.y;
-      for (let t = 0; t < p.n; t++) {
-        const dst = t * p.yStride;
-        const src = yo + t * rows;
-        y.set(h.subarray(src, src + rows), dst);
-      }
+      copyRows(h, yo, p.w.rows, p.y, 0, p.yStride, p.n, p.w.rows);
     });
   }
 

@@ -43,13 +43,18 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   }
 }`;
 
-/** x[t][h][off + 2i, +1] rotated by the table's (cos, sin) at pos[t] (table row: R/2 pairs, already × mscale). */
-export const ROPE_WGSL = /* wgsl */ `
-struct P { n: u32, heads: u32, half: u32, xOff: u32, tokStride: u32, headStride: u32, posOff: u32, _p: u32 }
-@group(0) @binding(0) var<storage, read_write> X: array<f32>;
+/**
+ * Interleaved rope by the table's (cos, sin) at POS[posOff + t] (table row: R/2 pairs, already × mscale) of
+ * X[xOff + t·tokStride + h·headStride + 2i, +1]: in place (`to` false), or into Y[yOff + t·yTok + h·yHead + 2i, +1]
+ * with X unchanged (`to` true: replaces a rope then a copy — absorbed MLA queries, q_pe into [q_abs | q_pe]).
+ */
+function ropeWGSL(to: boolean): string {
+  return /* wgsl */ `
+struct P { n: u32, heads: u32, half: u32, xOff: u32, tokStride: u32, headStride: u32, posOff: u32, ${to ? "yOff: u32, yTok: u32, yHead: u32, _p0: u32, _p1: u32" : "_p: u32"} }
+@group(0) @binding(0) var<storage, ${to ? "read" : "read_write"}> X: array<f32>;
 @group(0) @binding(1) var<storage, read> POS: array<u32>;
 @group(0) @binding(2) var<storage, read> CS: array<f32>;
-@group(0) @binding(3) var<uniform> p: P;
+${to ? "@group(0) @binding(3) var<storage, read_write> Y: array<f32>;\n@group(0) @binding(4) var<uniform> p: P;" : "@group(0) @binding(3) var<uniform> p: P;"}
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) g: vec3u) {
   let i = g.x;
@@ -62,9 +67,12 @@ fn main(@builtin(global_invocation_id) g: vec3u) {
   let o = p.xOff + t * p.tokStride + h * p.headStride + 2u * i;
   let x0 = X[o];
   let x1 = X[o + 1u];
-  X[o] = x0 * c - x1 * s;
-  X[o + 1u] = x0 * s + x1 * c;
+  ${to ? "let y = p.yOff + t * p.yTok + h * p.yHead + 2u * i;\n  Y[y] = x0 * c - x1 * s;\n  Y[y + 1u] = x0 * s + x1 * c;" : "X[o] = x0 * c - x1 * s;\n  X[o + 1u] = x0 * s + x1 * c;"}
 }`;
+}
+
+export const ROPE_WGSL = ropeWGSL(false);
+export const ROPE_TO_WGSL = ropeWGSL(true);
 
 /** G[t][j] = silu(G[t][j])·U[t][j] for t < n, j < width. */
 export const SWIGLU_WGSL = /* wgsl */ `
@@ -633,35 +641,6 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   }
 }`;
 }
-
-/**
- * Interleaved rope from X into Y (the rotated pairs written elsewhere, X unchanged): Y[yOff + t·yTok + h·yHead + 2i, +1]
- * = rotation of X[xOff + t·tokStride + h·headStride + 2i, +1] by the table's (cos, sin) at POS[posOff + t]. Replaces
- * an in-place rope followed by a copy (absorbed MLA queries: q_pe into [q_abs | q_pe]).
- */
-export const ROPE_TO_WGSL = /* wgsl */ `
-struct P { n: u32, heads: u32, half: u32, xOff: u32, tokStride: u32, headStride: u32, posOff: u32, yOff: u32, yTok: u32, yHead: u32, _p0: u32, _p1: u32 }
-@group(0) @binding(0) var<storage, read> X: array<f32>;
-@group(0) @binding(1) var<storage, read> POS: array<u32>;
-@group(0) @binding(2) var<storage, read> CS: array<f32>;
-@group(0) @binding(3) var<storage, read_write> Y: array<f32>;
-@group(0) @binding(4) var<uniform> p: P;
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) g: vec3u) {
-  let i = g.x;
-  let h = g.y;
-  let t = g.z;
-  if (i >= p.half || h >= p.heads || t >= p.n) { return; }
-  let pos = POS[p.posOff + t];
-  let c = CS[(pos * p.half + i) * 2u];
-  let s = CS[(pos * p.half + i) * 2u + 1u];
-  let o = p.xOff + t * p.tokStride + h * p.headStride + 2u * i;
-  let x0 = X[o];
-  let x1 = X[o + 1u];
-  let y = p.yOff + t * p.yTok + h * p.yHead + 2u * i;
-  Y[y] = x0 * c - x1 * s;
-  Y[y + 1u] = x0 * s + x1 * c;
-}`;
 
 /**
  * The latent cache write of a step, one workgroup per token: row t of KV = [c (L) | k_pe (R)] → CC[IDX[t]] =

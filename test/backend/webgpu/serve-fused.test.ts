@@ -4,8 +4,6 @@
 // reference kernels (logprobs ≤ 1e-3); the CLI takes that path.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import { join } from "node:path";
 import OpenAI from "openai";
 import { loadModel } from "../../../src/model/load.js";
 import { Tokenizer } from "../../../src/tokenizer/index.js";
@@ -14,8 +12,8 @@ import { startServer } from "../../../src/server/server.js";
 import { FusedGpuModel } from "../../../src/backend/webgpu/fused.js";
 import { CASES, randomTokens, synthModel } from "../../helpers/synth.js";
 import { gpuOrSkip } from "./helpers.js";
+import { spawnServe } from "../../helpers/serve-child.js";
 
-const BIN = join(import.meta.dirname, "..", "..", "..", "bin", "latent.mjs");
 const { rt, skip } = await gpuOrSkip();
 rt?.device.destroy();
 
@@ -54,23 +52,12 @@ test("serve on the fused pipeline (GPU caches mirroring the page pool): 5 concur
 
 test("latent serve --backend webgpu (child process) takes the fused pipeline, answers like the CPU reference, exits 0 on SIGTERM", { skip }, async () => {
   const synth = synthModel(CASES[0]!, 8);
-  const child = spawn(process.execPath, [BIN, "serve", synth.path, "--port", "0", "--alias", "tiny", "--backend", "webgpu", "--max-batch", "2", "--ctx-size", "64"], {
-    stdio: ["ignore", "pipe", "pipe"],
-    env: { ...process.env, XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR ?? "/tmp" },
-  });
-  let stderr = "";
-  const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
+  const args = [synth.path, "--port", "0", "--alias", "tiny", "--backend", "webgpu", "--max-batch", "2", "--ctx-size", "64"];
+  const { child, url: listening, exited, stderr } = spawnServe(args, { ...process.env, XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR ?? "/tmp" });
   try {
-    const url = await new Promise<string>((resolve, reject) => {
-      child.stderr.on("data", (d: Buffer) => {
-        stderr += d.toString();
-        const m = /listening on (http:\/\/\S+)/.exec(stderr);
-        if (m !== null) resolve(m[1]!);
-      });
-      child.on("exit", () => reject(new Error(`server exited early:\n${stderr}`)));
-    });
-    assert.match(stderr, /fused WebGPU pipeline on /);
-    assert.match(stderr, /context 64/);
+    const url = await listening;
+    assert.match(stderr(), /fused WebGPU pipeline on /);
+    assert.match(stderr(), /context 64/);
     const loaded = loadModel(synth.path);
     const tok = Tokenizer.fromMetadata(loaded.file.metadata);
     const prompt = randomTokens(7, 91, 1, loaded.config.nVocab);

@@ -3,7 +3,7 @@
 // in their GGUF blocks, the latent cache on the GPU, one submission per step) on the browser's navigator.gpu, driven
 // from the worker with the engine's sampler and streaming detokenizer.
 import type { GpuDeviceInfo } from "../src/backend/webgpu/device.js";
-import { GpuRuntime } from "../src/backend/webgpu/runtime.js";
+import { adapterName, deviceDescriptor, GpuRuntime } from "../src/backend/webgpu/runtime.js";
 import { GpuModel } from "../src/backend/webgpu/gpu-model.js";
 import { createSampler } from "../src/engine/sampler.js";
 import type { LatentModel } from "../src/index.js";
@@ -40,25 +40,11 @@ async function browserDevice(): Promise<GpuDeviceInfo> {
   if (gpu === undefined) throw new Error("this browser exposes no WebGPU (navigator.gpu)");
   const adapter = await gpu.requestAdapter({ powerPreference: "high-performance" });
   if (adapter === null) throw new Error("no WebGPU adapter");
-  const l = adapter.limits;
-  const want = ["subgroups", "timestamp-query"].filter((f) => adapter.features.has(f)) as GPUFeatureName[];
-  const device = await adapter.requestDevice({
-    requiredFeatures: want,
-    requiredLimits: {
-      maxStorageBufferBindingSize: l.maxStorageBufferBindingSize,
-      maxBufferSize: l.maxBufferSize,
-      maxComputeWorkgroupStorageSize: l.maxComputeWorkgroupStorageSize,
-      maxComputeInvocationsPerWorkgroup: l.maxComputeInvocationsPerWorkgroup,
-      maxComputeWorkgroupSizeX: l.maxComputeWorkgroupSizeX,
-      maxStorageBuffersPerShaderStage: l.maxStorageBuffersPerShaderStage,
-    },
-  });
-  const i = adapter.info;
-  const name = [i.vendor, i.architecture, i.device, i.description].filter((s) => s !== undefined && s !== "").join(" ");
+  const device = await adapter.requestDevice(deviceDescriptor(adapter));
   return {
     device,
     gpu,
-    adapterInfo: name === "" ? "unknown adapter" : name,
+    adapterInfo: adapterName(adapter.info),
     features: new Set([...device.features]),
     limits: {
       maxStorageBufferBindingSize: device.limits.maxStorageBufferBindingSize,

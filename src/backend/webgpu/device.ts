@@ -4,6 +4,7 @@
  * browser `navigator.gpu`. Nothing is downloaded at run time; a machine without an adapter gets a clear error.
  */
 import { LatentError } from "../../util/errors.js";
+import { adapterName, deviceDescriptor } from "./runtime.js";
 
 /** No WebGPU adapter (or device) could be created. */
 export class NoGpuError extends LatentError {}
@@ -79,33 +80,19 @@ export async function requestGpuDevice(opts: GpuDeviceOptions = {}): Promise<Gpu
       "no WebGPU adapter: on a machine without a GPU install Mesa 25's lavapipe (bash scripts/install-lavapipe.sh) and export XDG_RUNTIME_DIR=/tmp",
     );
   }
-  const l = adapter.limits;
-  const want = ["subgroups", "timestamp-query"].filter((f) => adapter.features.has(f)) as GPUFeatureName[];
   let device: GPUDevice;
   try {
-    device = await adapter.requestDevice({
-      requiredFeatures: want,
-      requiredLimits: {
-        maxStorageBufferBindingSize: l.maxStorageBufferBindingSize,
-        maxBufferSize: l.maxBufferSize,
-        maxComputeWorkgroupStorageSize: l.maxComputeWorkgroupStorageSize,
-        maxComputeInvocationsPerWorkgroup: l.maxComputeInvocationsPerWorkgroup,
-        maxComputeWorkgroupSizeX: l.maxComputeWorkgroupSizeX,
-        maxStorageBuffersPerShaderStage: l.maxStorageBuffersPerShaderStage,
-      },
-    });
+    device = await adapter.requestDevice(deviceDescriptor(adapter));
   } catch (e) {
     throw new NoGpuError(`the WebGPU adapter refused a device: ${(e as Error).message}`);
   }
-  const info = adapter.info;
-  const name = [info.vendor, info.architecture, info.device, info.description].filter((s) => s !== undefined && s !== "").join(" ");
-  const sg = info as GPUAdapterInfo & { subgroupMinSize?: number; subgroupMaxSize?: number };
+  const sg = adapter.info as GPUAdapterInfo & { subgroupMinSize?: number; subgroupMaxSize?: number };
   const features = new Set([...device.features]);
   const fixedSg = features.has("subgroups") && sg.subgroupMinSize !== undefined && sg.subgroupMinSize === sg.subgroupMaxSize ? sg.subgroupMinSize : undefined;
   return {
     device,
     gpu,
-    adapterInfo: name === "" ? "unknown adapter" : name,
+    adapterInfo: adapterName(adapter.info),
     features,
     ...(fixedSg !== undefined ? { subgroupSize: fixedSg } : {}),
     limits: {

@@ -9,6 +9,28 @@ import { LatentError } from "../../util/errors.js";
 import type { GpuDeviceInfo } from "./device.js";
 
 /** A kernel left part of its declared output unwritten (--check-writes). */
+/** An adapter's name from its info ("unknown adapter" when it gives none). */
+export function adapterName(info: GPUAdapterInfo): string {
+  const name = [info.vendor, info.architecture, info.device, info.description].filter((s) => s !== undefined && s !== "").join(" ");
+  return name === "" ? "unknown adapter" : name;
+}
+
+/** What the kernels ask of a device: the adapter's full storage/workgroup limits and the optional features they use. */
+export function deviceDescriptor(adapter: GPUAdapter): GPUDeviceDescriptor {
+  const l = adapter.limits;
+  return {
+    requiredFeatures: ["subgroups", "timestamp-query"].filter((f) => adapter.features.has(f)) as GPUFeatureName[],
+    requiredLimits: {
+      maxStorageBufferBindingSize: l.maxStorageBufferBindingSize,
+      maxBufferSize: l.maxBufferSize,
+      maxComputeWorkgroupStorageSize: l.maxComputeWorkgroupStorageSize,
+      maxComputeInvocationsPerWorkgroup: l.maxComputeInvocationsPerWorkgroup,
+      maxComputeWorkgroupSizeX: l.maxComputeWorkgroupSizeX,
+      maxStorageBuffersPerShaderStage: l.maxStorageBuffersPerShaderStage,
+    },
+  };
+}
+
 export class UnwrittenOutputError extends LatentError {}
 
 /** Byte range of a buffer a kernel promises to write completely. */

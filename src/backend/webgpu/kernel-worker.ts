@@ -65,11 +65,6 @@ async function handle(req: KernelRequest): Promise<void> {
       rt?.device.destroy();
       done(1);
       return;
-    case "stats":
-      data[0] = rt!.stats.dispatches;
-      data[1] = rt!.stats.submits;
-      done(1);
-      return;
   }
 }
 

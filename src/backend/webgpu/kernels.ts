@@ -19,7 +19,6 @@ export type KernelRequest =
   | { op: "upload"; id: number; name: string; type: number; cols: number; rows: number; bytes: Uint8Array }
   | { op: "data"; buffer: SharedArrayBuffer }
   | { op: "matmul" | "matmulT"; id: number; n: number }
-  | { op: "stats" }
   | { op: "close" };
 
 export interface WorkerInit {

@@ -60,12 +60,12 @@ function median(xs: number[]): number {
   return s[Math.floor(s.length / 2)]!;
 }
 
-export async function runWebGpuBench(path: string, opts: { batches?: number[]; promptLen?: number; decodeSteps?: number; log?: (s: string) => void; matvec?: RuntimeOptions["matvec"]; profile?: boolean; tune?: KernelTuning } = {}): Promise<WebGpuBenchResult[]> {
+export async function runWebGpuBench(path: string, opts: { dawnFlags?: string[]; batches?: number[]; promptLen?: number; decodeSteps?: number; log?: (s: string) => void; matvec?: RuntimeOptions["matvec"]; profile?: boolean; tune?: KernelTuning } = {}): Promise<WebGpuBenchResult[]> {
   const log = opts.log ?? ((s: string) => console.log(s));
   const batches = opts.batches ?? [1, 8, 64];
   const promptLen = opts.promptLen ?? 512;
   const steps = opts.decodeSteps ?? 16;
-  const info = await requestGpuDevice();
+  const info = await requestGpuDevice(opts.dawnFlags !== undefined ? { dawnFlags: opts.dawnFlags } : {});
   const timing = opts.profile !== true && info.features.has("timestamp-query");
   const rt = new GpuRuntime(info, { ...(opts.matvec !== undefined ? { matvec: opts.matvec } : {}), profile: opts.profile === true, passTiming: timing, ...(opts.tune !== undefined ? { tune: opts.tune } : {}) });
   /** GPU ms per step from the pass timestamps since the last reset (NaN without timestamp queries) */
@@ -88,7 +88,7 @@ export async function runWebGpuBench(path: string, opts: { batches?: number[]; p
   const { model, config: c } = loadModel(path);
   log(`loaded ${path} in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
   const maxB = Math.max(...batches);
-  const context = Math.max(promptLen, 16 + steps + 2) + 8;
+  const context = Math.max(promptLen, 16 + 2 * steps + 4) + 8;
   t0 = performance.now();
   const g = new GpuModel(rt, model, { slots: Math.max(maxB, 1), context, maxTokens: Math.max(promptLen, maxB) });
   await rt.sync();
@@ -168,6 +168,17 @@ export async function runWebGpuBench(path: string, opts: { batches?: number[]; p
       extra: { step_ms: s * 1000, roofline_tok_s: roofTps, roofline_fraction: frac, dispatches_per_step: dispatches, encode_ms_per_step: median(enc), gpu_ms_per_step: gpuStep, weight_bytes_per_step: bytesPerStep(B) },
     });
     log(`decode batch ${B}: ${tps.toFixed(1)} tok/s (step ${(s * 1000).toFixed(2)} ms; roofline ${roofTps.toFixed(0)} tok/s → ${(frac * 100).toFixed(1)}%; ${dispatches} dispatches/step; host encoding ${median(enc).toFixed(2)} ms/step; GPU ${gpuStep.toFixed(2)} ms/step; replayed steps ${g.replayStats.replayed})`);
+    // the same decode with greedy sampling on the GPU: steps chained there (argmax → next ids), the host encoding step
+    // s+1 while the GPU runs step s, and the chosen tokens read back once at the end
+    await g.decodeGreedy(Array.from({ length: B }, (_, s) => ({ token: tok(s), slot: s, pos })), 2); // warm-up: records the greedy step
+    pos += 2;
+    const tg = performance.now();
+    await g.decodeGreedy(Array.from({ length: B }, (_, s) => ({ token: tok(pos * 31 + s), slot: s, pos })), steps);
+    const greedyS = (performance.now() - tg) / 1000 / steps;
+    pos += steps;
+    gpuMs(steps);
+    results.push({ name: `decode batch ${B}, greedy on the GPU (chained)`, value: B / greedyS, unit: "tok/s", extra: { step_ms: greedyS * 1000, roofline_fraction: B / greedyS / roofTps } });
+    log(`decode batch ${B}, greedy on the GPU, chained: ${(B / greedyS).toFixed(1)} tok/s (step ${(greedyS * 1000).toFixed(2)} ms → ${((B / greedyS / roofTps) * 100).toFixed(1)}% of the roofline)`);
   }
   rt.device.destroy();
   return results;
@@ -231,7 +242,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   // --tune expertTn=8,expertTpr=32,expertsFrom=0.5
   const tune = args.includes("--tune") ? (Object.fromEntries(args[args.indexOf("--tune") + 1]!.split(",").map((kv) => [kv.split("=")[0]!, Number(kv.split("=")[1])])) as KernelTuning) : undefined;
   if (tune !== undefined) console.log(`tuning: ${JSON.stringify(tune)}`);
-  const results = await runWebGpuBench(path!, { ...(tune !== undefined ? { tune } : {}), batches, promptLen: num("--prompt"), decodeSteps: num("--steps"), profile: args.includes("--profile"), ...(args.includes("--matvec") ? { matvec: args[args.indexOf("--matvec") + 1] as RuntimeOptions["matvec"] } : {}) });
+  const results = await runWebGpuBench(path!, { ...(args.includes("--dawn") ? { dawnFlags: args[args.indexOf("--dawn") + 1]!.split(" ") } : {}), ...(tune !== undefined ? { tune } : {}), batches, promptLen: num("--prompt"), decodeSteps: num("--steps"), profile: args.includes("--profile"), ...(args.includes("--matvec") ? { matvec: args[args.indexOf("--matvec") + 1] as RuntimeOptions["matvec"] } : {}) });
   console.log("\nresult | value | unit");
   for (const r of results) console.log(`${r.name} | ${r.value.toFixed(1)} | ${r.unit}${r.extra ? " | " + Object.entries(r.extra).map(([k, v]) => `${k}=${typeof v === "number" ? v.toPrecision(4) : v}`).join(" ") : ""}`);
   if (json !== undefined) writeFileSync(json, JSON.stringify({ date: new Date().toISOString(), model: path, results }, null, 2) + "\n");

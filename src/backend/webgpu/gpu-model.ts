@@ -13,7 +13,7 @@ import type { QMatrix } from "../cpu/qmatrix.js";
 import type { SwiGLU } from "../../model/weights.js";
 import { LatentError } from "../../util/errors.js";
 import { expertListWords, expertLists, expertsFrom, getRows, GpuMatrix, matmul, matmulGather } from "./matrix.js";
-import { attention, attentionScratch, copyU32, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, scatterRows } from "./ops.js";
+import { argmaxRows, attention, attentionScratch, copyU32, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, scatterRows } from "./ops.js";
 import type { GpuRuntime, Recording } from "./runtime.js";
 import { ATTN_CHUNK } from "./wgsl-ops.js";
 
@@ -108,6 +108,8 @@ export class GpuModel {
   private readonly recordings = new Map<string, Recording>();
   /** steps encoded from scratch (and recorded) / replayed from a recording */
   readonly replayStats = { recorded: 0, replayed: 0 };
+  /** the tokens chosen by decodeGreedy, [steps × batch] */
+  private history: GPUBuffer | undefined;
 
   constructor(
     readonly rt: GpuRuntime,
@@ -211,8 +213,12 @@ export class GpuModel {
     buf("logits", N * c.nVocab);
   }
 
-  /** Record one step (no submission). Returns the number of logit rows it will produce. */
-  encode(tokens: readonly StepToken[]): number {
+  /**
+   * Record one step (no submission). Returns the number of logit rows it will produce. With `greedy`, every token
+   * must produce logits and the step ends with the argmax of each row written over the token ids (greedy sampling on
+   * the GPU: the next step can run on them with `idsOnGpu` before the host has seen them).
+   */
+  encode(tokens: readonly StepToken[], opts: { readonly greedy?: boolean; readonly idsOnGpu?: boolean } = {}): number {
     const { rt, c, b } = this;
     const n = tokens.length;
     if (n === 0 || n > this.opts.maxTokens) throw new LatentError(`a step takes 1..${this.opts.maxTokens} tokens, got ${n}`);
@@ -247,7 +253,9 @@ export class GpuModel {
       meta[4 * i + 1] = t.pos + 1;
       maxKeys = Math.max(maxKeys, t.pos + 1);
     });
-    rt.write(b.ids!, 0, Uint32Array.from(tokens, (t) => t.token));
+    // work still open in the encoder (the tail of a previous step) must be queued before this step's inputs are written
+    rt.submit();
+    if (opts.idsOnGpu !== true) rt.write(b.ids!, 0, Uint32Array.from(tokens, (t) => t.token));
     rt.write(b.pos!, 0, Uint32Array.from(tokens, (t) => t.pos));
     rt.write(b.rowIdx!, 0, rowIdx);
     rt.write(b.meta!, 0, meta);
@@ -255,7 +263,9 @@ export class GpuModel {
     if (b.metaBase !== undefined) rt.write(b.metaBase, 0, meta);
     // everything below depends only on this key (buffers are fixed; parameters depend on n, the key chunks, the rows)
     const rows = tokens.map((t, i) => (t.logits ? i : -1)).filter((i) => i >= 0);
-    const key = `${n}|${Math.ceil(maxKeys / ATTN_CHUNK)}|${rows.length === n ? "all" : rows.join(",")}`;
+    const greedy = opts.greedy === true;
+    if (greedy && rows.length !== n) throw new LatentError("a greedy step needs logits for every token");
+    const key = `${n}|${Math.ceil(maxKeys / ATTN_CHUNK)}|${rows.length === n ? "all" : rows.join(",")}${greedy ? "|greedy" : ""}`;
     const rec = this.recordings.get(key);
     if (rec !== undefined) {
       rt.replay(rec);
@@ -264,6 +274,7 @@ export class GpuModel {
     }
     rt.beginRecording();
     this.encodeLayers(n, maxKeys, rows);
+    if (greedy) argmaxRows(rt, b.logits!, b.ids!, { n, width: c.nVocab });
     const made = rt.endRecording();
     if (made !== undefined) {
       if (this.recordings.size >= 64) this.recordings.clear();
@@ -395,6 +406,26 @@ export class GpuModel {
       return new Float32Array(0);
     }
     return this.rt.readF32(this.b.logits!, 0, rows * this.c.nVocab);
+  }
+
+  /**
+   * `steps` greedy decode steps of a batch, chained on the GPU: each step's argmax is the next step's input without a
+   * round trip to the host, so the host encodes step s+1 while the GPU runs step s. Sequence i starts from `token` at
+   * `pos` (its cache holds the positions before). Returns the chosen tokens [steps × batch].
+   */
+  async decodeGreedy(seqs: readonly { readonly token: number; readonly slot: number; readonly pos: number; readonly pages?: readonly number[] }[], steps: number): Promise<Uint32Array> {
+    const B = seqs.length;
+    if (steps < 1) return new Uint32Array(0);
+    if (this.history === undefined || this.history.size < steps * B * 4) {
+      this.history?.destroy();
+      this.history = this.rt.buffer(steps * B * 4, "greedy history");
+    }
+    for (let s = 0; s < steps; s++) {
+      const tokens = seqs.map((q) => ({ token: q.token, slot: q.slot, pos: q.pos + s, logits: true, ...(q.pages !== undefined ? { pages: q.pages } : {}) }));
+      this.encode(tokens, { greedy: true, idsOnGpu: s > 0 });
+      this.rt.copy(this.b.ids!, 0, this.history, s * B * 4, B * 4);
+    }
+    return new Uint32Array(await this.rt.read(this.history, 0, steps * B * 4));
   }
 
   /** Prefill `tokens` of one sequence from position pos0 in chunks of maxTokens; the last token's logits. */

@@ -4,6 +4,7 @@ import type { Rope } from "../../model/rope.js";
 import { LatentError } from "../../util/errors.js";
 import { f32bits, type GpuRuntime, type OutRange } from "./runtime.js";
 import {
+  ARGMAX_WGSL,
   ATTN_CHUNK,
   ATTN_COMBINE_WGSL,
   ATTN_PARAMS,
@@ -337,4 +338,9 @@ export function scatterRows(rt: GpuRuntime, x: GPUBuffer, idx: GPUBuffer, y: GPU
 /** y[0..n) = x[0..n) as u32 words (restores a META copy before each DSA layer: the selection rewrites META). */
 export function copyU32(rt: GpuRuntime, x: GPUBuffer, y: GPUBuffer, n: number): void {
   rt.dispatch("copyU32", COPY_U32_WGSL, [x, y], new Uint32Array([n, 0, 0, 0]), [Math.ceil(n / 64)], [{ buffer: y, offset: 0, size: n * 4 }]);
+}
+
+/** ids[t] = argmax of row t of x [n × width] (greedy sampling on the GPU; lowest id on ties, as the CPU sampler). */
+export function argmaxRows(rt: GpuRuntime, x: GPUBuffer, ids: GPUBuffer, a: { n: number; width: number; xOff?: number; xStride?: number }): void {
+  rt.dispatch("argmax", ARGMAX_WGSL, [x, ids], new Uint32Array([a.n, a.width, a.xOff ?? 0, a.xStride ?? a.width]), [Math.min(a.n, 65535), Math.ceil(a.n / 65535)], [{ buffer: ids, offset: 0, size: a.n * 4 }]);
 }

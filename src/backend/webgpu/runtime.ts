@@ -383,6 +383,15 @@ export class GpuRuntime {
     this.encode(COUNT_WGSL, [o.buffer, this.counters], new Uint32Array([o.offset / 4, words, SENTINEL, slot]), [g[0], g[1], 1]);
   }
 
+  /** Copy `bytes` (a multiple of 4) between buffers after everything encoded so far, in queue order (ends the open pass). */
+  copy(src: GPUBuffer, srcOffset: number, dst: GPUBuffer, dstOffset: number, bytes: number): void {
+    if (this.recording !== undefined) this.recordingBroken = true;
+    this.ensurePass();
+    this.pass!.end();
+    this.pass = undefined;
+    this.encoder!.copyBufferToBuffer(src, srcOffset, dst, dstOffset, bytes);
+  }
+
   /** Submit everything recorded so far. */
   submit(): void {
     if (this.encoder === undefined) return;

@@ -681,3 +681,43 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     CK[row * R + 2u * i + 1u] = x0 * s + x1 * c;
   }
 }`;
+
+/**
+ * Greedy sampling on the GPU: IDS[t] = argmax of row t (X[xOff + t·xStride ..][0..width)), lowest index on ties, NaN
+ * never chosen (the CPU sampler's argmax); one workgroup per row.
+ */
+export const ARGMAX_WGSL = /* wgsl */ `
+struct P { n: u32, width: u32, xOff: u32, xStride: u32 }
+@group(0) @binding(0) var<storage, read> X: array<f32>;
+@group(0) @binding(1) var<storage, read_write> IDS: array<u32>;
+@group(0) @binding(2) var<uniform> p: P;
+var<workgroup> bv: array<f32, 256>;
+var<workgroup> bi: array<u32, 256>;
+const NONE = 0xffffffffu;
+fn better(v: f32, i: u32, w: f32, j: u32) -> bool {
+  // is (v, i) ahead of (w, j)? NaN is never ahead; an empty slot (index NONE) always behind
+  if (i == NONE) { return false; }
+  if (j == NONE) { return v == v; }
+  return v > w || (v == w && i < j);
+}
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+  let t = wid.x + wid.y * 65535u;
+  if (t >= p.n) { return; }
+  let xo = p.xOff + t * p.xStride;
+  var v = 0.0;
+  var i = NONE;
+  for (var k = li; k < p.width; k += 256u) {
+    let w = X[xo + k];
+    if (better(w, k, v, i)) { v = w; i = k; }
+  }
+  bv[li] = v;
+  bi[li] = i;
+  workgroupBarrier();
+  for (var s = 128u; s > 0u; s >>= 1u) {
+    if (li < s && better(bv[li + s], bi[li + s], bv[li], bi[li])) { bv[li] = bv[li + s]; bi[li] = bi[li + s]; }
+    workgroupBarrier();
+  }
+  // a row of NaN only: token 0, as the CPU argmax
+  if (li == 0u) { IDS[t] = select(bi[0], 0u, bi[0] == NONE); }
+}`;

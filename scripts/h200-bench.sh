@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The WebGPU benchmark on the lent H200 (see BENCHMARKS.md, "WebGPU"): run from the repository root on that machine,
+# with .gpu, .gpu-nm and dist carried. Synthesizes v2-lite Q4_K_M (all 27 layers) once, then runs bench.js once per
+# argument string given ("" = defaults), each writing $OUT/bench-<i>.json and its log.
+set -uo pipefail
+source .gpu/env.sh
+mkdir -p node_modules && cp -r .gpu-nm/webgpu node_modules/
+[ -f node_modules/webgpu/dist/linux-x64/dawn.node ] || xz -d node_modules/webgpu/dist/linux-x64/dawn.node.xz
+export XDG_RUNTIME_DIR=/tmp
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+synth="--synth v2-lite:Q4_K_M:/tmp/v2l.gguf"
+[ -f /tmp/v2l.gguf ] && synth=/tmp/v2l.gguf
+i=0
+for a in "$@"; do
+  echo "=== bench $i: $a"
+  # shellcheck disable=SC2086
+  eval node dist/backend/webgpu/bench.js $synth $a --json "$OUT/bench-$i.json" 2>&1 | tee "$OUT/bench-$i.log" | grep -v "^Warning"
+  synth=/tmp/v2l.gguf
+  i=$((i + 1))
+done

@@ -13,7 +13,7 @@ import type { QMatrix } from "../cpu/qmatrix.js";
 import type { SwiGLU } from "../../model/weights.js";
 import { LatentError } from "../../util/errors.js";
 import { expertListWords, expertLists, expertsFrom, getRows, GpuMatrix, matmul, matmulGather } from "./matrix.js";
-import { argmaxRows, attention, attentionScratch, copyU32, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, scatterRows } from "./ops.js";
+import { addNorm, argmaxRows, attention, attentionScratch, copyU32, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, scatterRows } from "./ops.js";
 import type { GpuRuntime, Recording } from "./runtime.js";
 import { ATTN_CHUNK } from "./wgsl-ops.js";
 
@@ -32,6 +32,22 @@ function upload(rt: GpuRuntime, m: QMatrix): GpuMatrix {
   return GpuMatrix.upload(rt, m.name, m.type, m.cols, m.rows, m.data);
 }
 
+/** Whether two matrices read the same input in one type: their rows can be one product. */
+function stackable(a: QMatrix | undefined, b: QMatrix): boolean {
+  return a !== undefined && a.type === b.type && a.cols === b.cols;
+}
+
+/** One matrix of the rows of `mats` (same type and width), in order. */
+function uploadRows(rt: GpuRuntime, mats: readonly QMatrix[], name: string): GpuMatrix {
+  const bytes = new Uint8Array(mats.reduce((s, m) => s + m.data.byteLength, 0));
+  let at = 0;
+  for (const m of mats) {
+    bytes.set(m.data, at);
+    at += m.data.byteLength;
+  }
+  return GpuMatrix.upload(rt, name, mats[0]!.type, mats[0]!.cols, mats.reduce((s, m) => s + m.rows, 0), bytes);
+}
+
 function uploadStack(rt: GpuRuntime, mats: readonly QMatrix[], name: string): GpuMatrix {
   const m = mats[0]!;
   return GpuMatrix.upload(rt, name, m.type, m.cols, m.rows, stacked(mats), mats.length);
@@ -45,11 +61,13 @@ interface GpuFFN {
 
 interface GpuLayer {
   attnNorm: GPUBuffer;
+  /** [q (or the q-LoRA latent) ; kv_a] stacked into one product when both have one type: the rows of A0 in one dispatch */
+  qkvA: GpuMatrix | undefined;
   q: GpuMatrix | undefined;
   qA: GpuMatrix | undefined;
   qANorm: GPUBuffer | undefined;
   qB: GpuMatrix | undefined;
-  kvA: GpuMatrix;
+  kvA: GpuMatrix | undefined;
   kvANorm: GPUBuffer;
   kB: GpuMatrix;
   vB: GpuMatrix;
@@ -135,11 +153,12 @@ export class GpuModel {
       const m = lw.moe;
       const layer: GpuLayer = {
         attnNorm: f32(a.norm, `blk.${il}.attn_norm`),
-        q: a.q && upload(rt, a.q),
-        qA: a.qA && upload(rt, a.qA),
+        qkvA: stackable(a.qA ?? a.q, a.kvA) ? uploadRows(rt, [(a.qA ?? a.q)!, a.kvA], `blk.${il}.attn_q_kv_a`) : undefined,
+        q: a.q && !stackable(a.q, a.kvA) ? upload(rt, a.q) : undefined,
+        qA: a.qA && !stackable(a.qA, a.kvA) ? upload(rt, a.qA) : undefined,
         qANorm: a.qANorm && f32(a.qANorm, "q_a_norm"),
         qB: a.qB && upload(rt, a.qB),
-        kvA: upload(rt, a.kvA),
+        kvA: stackable(a.qA ?? a.q, a.kvA) ? undefined : upload(rt, a.kvA),
         kvANorm: f32(a.kvANorm, "kv_a_norm"),
         kB: uploadStack(rt, a.kB, `blk.${il}.attn_k_b`),
         vB: uploadStack(rt, a.vB, `blk.${il}.attn_v_b`),
@@ -165,7 +184,7 @@ export class GpuModel {
           cache: rt.buffer(cacheRows * c.indexer.headDim * 4, `blk.${il}.cache_indexer`),
         },
       };
-      for (const g of [layer.q, layer.qA, layer.qB, layer.kvA, layer.kB, layer.vB, layer.o, layer.router, layer.dense?.gate, layer.dense?.up, layer.dense?.down, layer.experts?.gate, layer.experts?.up, layer.experts?.down, layer.shared?.gate, layer.shared?.up, layer.shared?.down, layer.indexer?.qB, layer.indexer?.k, layer.indexer?.proj]) bytes += g?.bytes ?? 0;
+      for (const g of [layer.qkvA, layer.q, layer.qA, layer.qB, layer.kvA, layer.kB, layer.vB, layer.o, layer.router, layer.dense?.gate, layer.dense?.up, layer.dense?.down, layer.experts?.gate, layer.experts?.up, layer.experts?.down, layer.shared?.gate, layer.shared?.up, layer.shared?.down, layer.indexer?.qB, layer.indexer?.k, layer.indexer?.proj]) bytes += g?.bytes ?? 0;
       this.layers.push(layer);
     });
     this.weightBytes = bytes + this.embd.bytes + (this.output === this.embd ? 0 : this.output.bytes);
@@ -196,9 +215,9 @@ export class GpuModel {
     }
     buf("h", N * Hd);
     buf("x", N * Hd);
-    buf("qr", N * Math.max(1, c.qLoraRank));
+    // A0: per token [q (no q-LoRA) or the q-LoRA latent | c (L) | k_pe (R)], what the first products of a layer write
+    buf("a0", N * this.a0Stride());
     buf("q", N * H * D);
-    buf("kv", N * (L + R));
     buf("qAbs", N * H * (L + R));
     buf("lo", N * H * L);
     buf("o", N * H * V);
@@ -211,6 +230,12 @@ export class GpuModel {
     buf("rw", N * Math.max(1, K));
     buf("hn", N * Hd);
     buf("logits", N * c.nVocab);
+  }
+
+  /** Width of an A0 row: the first product's outputs (q or the q-LoRA latent) then kv_a's (c, k_pe). */
+  private a0Stride(): number {
+    const c = this.c;
+    return (c.qLoraRank > 0 ? c.qLoraRank : c.nHead * (c.qkNope + c.qkRope)) + c.kvLoraRank + c.qkRope;
   }
 
   /**
@@ -291,22 +316,32 @@ export class GpuModel {
     const ctx = this.opts.context;
     getRows(rt, this.embd, b.ids!, b.h!, n);
     const table = this.ropeTable.ensure(ctx);
+    // a MoE layer's weighted expert outputs wait in YE until the next RMSNorm, which adds them to h first (one kernel)
+    let combinePending = false;
+    const normH = (g: GPUBuffer, y: GPUBuffer): void => {
+      if (combinePending) addNorm(rt, b.ye!, b.rw!, b.h!, g, y, { n, K, dim: Hd }, c.rmsEps);
+      else rmsNorm(rt, b.h!, g, y, { n, dim: Hd }, c.rmsEps);
+      combinePending = false;
+    };
     for (const l of this.layers) {
-      rmsNorm(rt, b.h!, l.attnNorm, b.x!, { n, dim: Hd }, c.rmsEps);
-      if (l.qA !== undefined) {
-        matmul(rt, l.qA, b.x!, b.qr!, { n, xStride: Hd, yStride: Lq });
-        rmsNorm(rt, b.qr!, l.qANorm!, undefined, { n, dim: Lq }, c.rmsEps);
-        matmul(rt, l.qB!, b.qr!, b.q!, { n, xStride: Lq, yStride: H * D });
-      } else {
-        matmul(rt, l.q!, b.x!, b.q!, { n, xStride: Hd, yStride: H * D });
+      normH(l.attnNorm, b.x!);
+      // A0 = [q or the q-LoRA latent (F0) | c | k_pe] per token: one product when the two matrices stack
+      const S0 = this.a0Stride();
+      const F0 = S0 - L - R;
+      if (l.qkvA !== undefined) matmul(rt, l.qkvA, b.x!, b.a0!, { n, xStride: Hd, yStride: S0 });
+      else {
+        matmul(rt, (l.qA ?? l.q)!, b.x!, b.a0!, { n, xStride: Hd, yStride: S0 });
+        matmul(rt, l.kvA!, b.x!, b.a0!, { n, xStride: Hd, yStride: S0, yOff: F0 });
       }
-      matmul(rt, l.kvA, b.x!, b.kv!, { n, xStride: Hd, yStride: L + R });
-      // cache rows: RMSNorm(c)·g and rope(k_pe), written at (slot, pos) in one kernel
-      kvCacheWrite(rt, b.kv!, l.kvANorm, table, R, b.pos!, b.rowIdx!, l.cacheC, l.cacheK, { n, L }, c.rmsEps);
+      // cache rows: RMSNorm(c)·g and rope(k_pe), written at (slot, pos); the q-LoRA latent's norm in the same dispatch
+      kvCacheWrite(rt, b.a0!, l.kvANorm, table, R, b.pos!, b.rowIdx!, l.cacheC, l.cacheK, { n, L, kvOff: F0, stride: S0, ...(c.qLoraRank > 0 ? { qNorm: { g: l.qANorm!, dim: Lq } } : {}) }, c.rmsEps);
+      // the queries: from the normed latent (q-LoRA) into Q, or already in A0
+      const [qBuf, qStride] = c.qLoraRank > 0 ? [b.q!, H * D] : [b.a0!, S0];
+      if (c.qLoraRank > 0) matmul(rt, l.qB!, b.a0!, b.q!, { n, xStride: S0, yStride: H * D });
       if (b.metaBase !== undefined) this.selectKeys(l, n, maxKeys);
       // absorbed queries [q_abs (L) | q_pe (R)] per head: q_abs = W_UKᵀ q_nope, q_pe roped straight into place
-      matmul(rt, l.kB, b.q!, b.qAbs!, { n, xStride: H * D, yStride: H * (L + R), batch: { count: H, xBatch: D, yBatch: L + R } });
-      ropeTo(rt, table, R, b.q!, b.pos!, b.qAbs!, { n, heads: H, xOff: P, tokStride: H * D, headStride: D, yOff: L, yTok: H * (L + R), yHead: L + R });
+      matmul(rt, l.kB, qBuf, b.qAbs!, { n, xStride: qStride, yStride: H * (L + R), batch: { count: H, xBatch: D, yBatch: L + R } });
+      ropeTo(rt, table, R, qBuf, b.pos!, b.qAbs!, { n, heads: H, xOff: P, tokStride: qStride, headStride: D, yOff: L, yTok: H * (L + R), yHead: L + R });
       attention(rt, { q: b.qAbs!, k1: l.cacheC, k2: l.cacheK, v: l.cacheC, meta: b.meta!, sel: b.sel!, o: b.lo!, part: b.part }, {
         nq: n,
         heads: H,
@@ -325,7 +360,7 @@ export class GpuModel {
       matmul(rt, l.vB, b.lo!, b.o!, { n, xStride: H * L, yStride: H * V, batch: { count: H, xBatch: L, yBatch: V } });
       matmul(rt, l.o, b.o!, b.h!, { n, xStride: H * V, yStride: Hd, acc: true });
 
-      rmsNorm(rt, b.h!, l.ffnNorm, b.x!, { n, dim: Hd }, c.rmsEps);
+      normH(l.ffnNorm, b.x!);
       if (l.dense !== undefined) this.ffn(l.dense, n);
       if (l.experts !== undefined) {
         const E = c.nExpert;
@@ -348,13 +383,16 @@ export class GpuModel {
         // up with SwiGLU fused: g = silu(g)·(W_up x)
         matmulGather(rt, l.experts.up, b.x!, b.g!, b.rids!, { pairs: n * K, xDiv: K, xBatch: Hd, yBatch: Fe, lists, glu: true });
         matmulGather(rt, l.experts.down, b.g!, b.ye!, b.rids!, { pairs: n * K, xDiv: 1, xBatch: Fe, yBatch: Hd, lists });
-        moeCombine(rt, b.ye!, b.rw!, b.h!, { n, K, width: Hd, acc: true });
         if (l.shared !== undefined) this.ffn(l.shared, n);
+        combinePending = true;
       }
     }
     // output rows
-    if (rows.length === n) rmsNorm(rt, b.h!, this.outputNorm, b.hn!, { n, dim: Hd }, c.rmsEps);
-    else rows.forEach((r, j) => rmsNorm(rt, b.h!, this.outputNorm, b.hn!, { n: 1, dim: Hd, xOff: r * Hd, yOff: j * Hd }, c.rmsEps));
+    if (rows.length === n) normH(this.outputNorm, b.hn!);
+    else {
+      if (combinePending) moeCombine(rt, b.ye!, b.rw!, b.h!, { n, K, width: Hd, acc: true });
+      rows.forEach((r, j) => rmsNorm(rt, b.h!, this.outputNorm, b.hn!, { n: 1, dim: Hd, xOff: r * Hd, yOff: j * Hd }, c.rmsEps));
+    }
     if (rows.length > 0) matmul(rt, this.output, b.hn!, b.logits!, { n: rows.length, xStride: Hd, yStride: c.nVocab });
   }
 
@@ -376,7 +414,7 @@ export class GpuModel {
     rope(rt, table, c.qkRope, b.kI!, b.pos!, { n, heads: 1, xOff: 0, tokStride: Di, headStride: Di });
     scatterRows(rt, b.kI!, b.rowIdx!, ix.cache, { n, width: Di });
     // queries from the normed q-LoRA latent, head weights from x
-    matmul(rt, ix.qB, b.qr!, b.qI!, { n, xStride: c.qLoraRank, yStride: Hi * Di });
+    matmul(rt, ix.qB, b.a0!, b.qI!, { n, xStride: this.a0Stride(), yStride: Hi * Di });
     rope(rt, table, c.qkRope, b.qI!, b.pos!, { n, heads: Hi, xOff: 0, tokStride: Hi * Di, headStride: Di });
     matmul(rt, ix.proj, b.x!, b.wI!, { n, xStride: c.nEmbd, yStride: Hi });
     // score rows as wide as the step's key chunks (fixed for a recorded step shape)

@@ -4,6 +4,7 @@ import type { Rope } from "../../model/rope.js";
 import { LatentError } from "../../util/errors.js";
 import { f32bits, type GpuRuntime, type OutRange } from "./runtime.js";
 import {
+  ADD_NORM_WGSL,
   ARGMAX_WGSL,
   ATTN_CHUNK,
   ATTN_COMBINE_WGSL,
@@ -122,12 +123,35 @@ export function ropeTo(rt: GpuRuntime, table: GPUBuffer, dims: number, x: GPUBuf
 }
 
 /**
- * Latent cache rows of n tokens from kv = [c (L) | k_pe (dims)] per token: cacheC[rowIdx[t]] = RMSNorm(c)·g,
- * cacheK[rowIdx[t]] = rope(k_pe) at POS[t]. Scattered rows: no write check.
+ * Latent cache rows of n tokens from kv = [c (L) | k_pe (dims)] per token (at kvOff + t·stride; default 0 and L + dims):
+ * cacheC[rowIdx[t]] = RMSNorm(c)·g, cacheK[rowIdx[t]] = rope(k_pe) at POS[t] (scattered rows: no write check). With qNorm,
+ * the first qNorm.dim values of each token's row of kv (the q-LoRA latent) get their RMSNorm in place, same dispatch.
  */
-export function kvCacheWrite(rt: GpuRuntime, kv: GPUBuffer, g: GPUBuffer, table: GPUBuffer, dims: number, pos: GPUBuffer, rowIdx: GPUBuffer, cacheC: GPUBuffer, cacheK: GPUBuffer, a: { n: number; L: number }, eps: number): void {
-  const params = new Uint32Array([a.n, a.L, dims / 2, a.L + dims, f32bits(eps), 0, 0, 0]);
-  rt.dispatch("kvCache", KV_CACHE_WGSL, [kv, g, pos, table, rowIdx, cacheC, cacheK], params, [Math.min(a.n, 65535), Math.ceil(a.n / 65535)]);
+export function kvCacheWrite(
+  rt: GpuRuntime,
+  kv: GPUBuffer,
+  g: GPUBuffer,
+  table: GPUBuffer,
+  dims: number,
+  pos: GPUBuffer,
+  rowIdx: GPUBuffer,
+  cacheC: GPUBuffer,
+  cacheK: GPUBuffer,
+  a: { n: number; L: number; kvOff?: number; stride?: number; qNorm?: { g: GPUBuffer; dim: number } },
+  eps: number,
+): void {
+  const q = a.qNorm;
+  const stride = a.stride ?? a.L + dims;
+  const params = new Uint32Array([a.n, a.L, dims / 2, stride, f32bits(eps), q?.dim ?? 0, a.kvOff ?? 0, 0]);
+  const groups = q === undefined ? a.n : 2 * a.n;
+  const bufs = [kv, g, pos, table, rowIdx, cacheC, cacheK, ...(q !== undefined ? [q.g] : [])];
+  rt.dispatch("kvCache", KV_CACHE_WGSL(q !== undefined), bufs, params, [Math.min(groups, 65535), Math.ceil(groups / 65535)]);
+}
+
+/** h[t] += Σ_k wts[t·K+k]·ye[t·K+k] (the MoE output into the residual), then y[t] = RMSNorm(h[t])·g: one kernel. */
+export function addNorm(rt: GpuRuntime, ye: GPUBuffer, wts: GPUBuffer, h: GPUBuffer, g: GPUBuffer, y: GPUBuffer, a: { n: number; K: number; dim: number }, eps: number): void {
+  const params = new Uint32Array([a.n, a.dim, a.K, f32bits(eps)]);
+  rt.dispatch("addNorm", ADD_NORM_WGSL, [ye, wts, h, g, y], params, [Math.min(a.n, 65535), Math.ceil(a.n / 65535)], rows(y, 0, a.n, a.dim, a.dim));
 }
 
 /** Interleaved rope in place on x[xOff + t·tokStride + h·headStride ..] for n tokens at POS[t]. */

@@ -646,22 +646,39 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
  * The latent cache write of a step, one workgroup per token: row t of KV = [c (L) | k_pe (R)] → CC[IDX[t]] =
  * RMSNorm(c)·G and CK[IDX[t]] = rope(k_pe) at POS[t] (RMSNorm, rope and the two scattered row writes in one kernel).
  */
-export const KV_CACHE_WGSL = /* wgsl */ `
-struct P { n: u32, L: u32, half: u32, stride: u32, eps: f32, _p0: u32, _p1: u32, _p2: u32 }
-@group(0) @binding(0) var<storage, read> KV: array<f32>;
+/**
+ * The latent cache write of n tokens (RMSNorm(c)·g and rope(k_pe) at their cache rows) from rows [.. | c | k_pe ..] of KV
+ * (token stride `stride`, c at `kvOff`); with `qnorm`, workgroups n..2n−1 also apply the q-LoRA RMSNorm in place to the
+ * first qDim values of each row (the q-LoRA latent beside c in the same rows): two independent ops in one dispatch.
+ */
+export const KV_CACHE_WGSL = (qnorm: boolean): string => /* wgsl */ `
+struct P { n: u32, L: u32, half: u32, stride: u32, eps: f32, qDim: u32, kvOff: u32, _p: u32 }
+@group(0) @binding(0) var<storage, ${qnorm ? "read_write" : "read"}> KV: array<f32>;
 @group(0) @binding(1) var<storage, read> G: array<f32>;
 @group(0) @binding(2) var<storage, read> POS: array<u32>;
 @group(0) @binding(3) var<storage, read> CS: array<f32>;
 @group(0) @binding(4) var<storage, read> IDX: array<u32>;
 @group(0) @binding(5) var<storage, read_write> CC: array<f32>;
 @group(0) @binding(6) var<storage, read_write> CK: array<f32>;
-@group(0) @binding(7) var<uniform> p: P;
+${qnorm ? "@group(0) @binding(7) var<storage, read> QG: array<f32>;\n@group(0) @binding(8) var<uniform> p: P;" : "@group(0) @binding(7) var<uniform> p: P;"}
 var<workgroup> red: array<f32, 256>;
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let t = wid.x + wid.y * 65535u;
+${qnorm ? `  if (t >= p.n && t < 2u * p.n) {
+    // workgroups n..2n-1: the q-LoRA latent's RMSNorm in place (independent of the cache write: one dispatch for both)
+    let qo = (t - p.n) * p.stride;
+    var qs = 0.0;
+    for (var i = li; i < p.qDim; i += 256u) { let v = KV[qo + i]; qs += v * v; }
+    red[li] = qs;
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s >>= 1u) { if (li < s) { red[li] += red[li + s]; } workgroupBarrier(); }
+    let qinv = 1.0 / sqrt(red[0] / f32(p.qDim) + p.eps);
+    for (var i = li; i < p.qDim; i += 256u) { KV[qo + i] = KV[qo + i] * qinv * QG[i]; }
+    return;
+  }` : ""}
   if (t >= p.n) { return; }
-  let xo = t * p.stride;
+  let xo = p.kvOff + t * p.stride;
   var ss = 0.0;
   for (var i = li; i < p.L; i += 256u) { let v = KV[xo + i]; ss += v * v; }
   red[li] = ss;
@@ -720,4 +737,37 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   }
   // a row of NaN only: token 0, as the CPU argmax
   if (li == 0u) { IDS[t] = select(bi[0], 0u, bi[0] == NONE); }
+}`;
+
+/**
+ * The MoE output added to the residual stream, then the next RMSNorm, in one kernel per token:
+ * H[t] += Σ_k WTS[t·K + k]·YE[(t·K + k)·dim ..] (the weighted expert combine), Y[t] = H[t] / rms(H[t]) · G.
+ */
+export const ADD_NORM_WGSL = /* wgsl */ `
+struct P { n: u32, dim: u32, K: u32, eps: f32 }
+@group(0) @binding(0) var<storage, read> YE: array<f32>;
+@group(0) @binding(1) var<storage, read> WTS: array<f32>;
+@group(0) @binding(2) var<storage, read_write> H: array<f32>;
+@group(0) @binding(3) var<storage, read> G: array<f32>;
+@group(0) @binding(4) var<storage, read_write> Y: array<f32>;
+@group(0) @binding(5) var<uniform> p: P;
+var<workgroup> red: array<f32, 256>;
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+  let t = wid.x + wid.y * 65535u;
+  if (t >= p.n) { return; }
+  let ho = t * p.dim;
+  var ss = 0.0;
+  for (var i = li; i < p.dim; i += 256u) {
+    var s = 0.0;
+    for (var k = 0u; k < p.K; k++) { s += WTS[t * p.K + k] * YE[(t * p.K + k) * p.dim + i]; }
+    let h = H[ho + i] + s;
+    H[ho + i] = h;
+    ss += h * h;
+  }
+  red[li] = ss;
+  workgroupBarrier();
+  for (var s = 128u; s > 0u; s >>= 1u) { if (li < s) { red[li] += red[li + s]; } workgroupBarrier(); }
+  let inv = 1.0 / sqrt(red[0] / f32(p.dim) + p.eps);
+  for (var i = li; i < p.dim; i += 256u) { Y[ho + i] = H[ho + i] * inv * G[i]; }
 }`;

@@ -14,7 +14,7 @@ import { moe, route } from "../../../src/model/moe.js";
 import { Indexer } from "../../../src/model/dsa.js";
 import type { AttentionWeights, MoEWeights } from "../../../src/model/weights.js";
 import { GpuMatrix, matmul, matmulGather, matmulT } from "../../../src/backend/webgpu/matrix.js";
-import { attention, attentionScratch, copyRows, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, softmax, swiglu } from "../../../src/backend/webgpu/ops.js";
+import { addNorm, attention, attentionScratch, copyRows, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, softmax, swiglu } from "../../../src/backend/webgpu/ops.js";
 import { GpuRuntime } from "../../../src/backend/webgpu/runtime.js";
 import { f32, gpuOrSkip, record, relErr, Rng, u32 } from "./helpers.js";
 
@@ -110,6 +110,45 @@ test("rope into another buffer (ropeTo) and the fused latent cache write (kvCach
     const gotK = await rt!.readF32(kb);
     assert.ok(record("kvCacheWrite c", relErr(gotC, wantC)) < TOL, `c err ${relErr(gotC, wantC)}`);
     assert.ok(record("kvCacheWrite k_pe", relErr(gotK, wantK)) < TOL, `k_pe err ${relErr(gotK, wantK)}`);
+    // the same write from rows [q-LoRA latent (qDim) | c | k_pe] with the latent's norm in the same dispatch: cache rows
+    // unchanged, the latent normalized in place, c and k_pe untouched
+    const qDim = [24, 7, 520][dims % 3]!;
+    const S = qDim + L + dims;
+    const rows3 = rng.f64(n * S);
+    for (let t = 0; t < n; t++) rows3.set(kv.subarray(t * (L + dims), (t + 1) * (L + dims)), t * S + qDim);
+    const qg = rng.f32(qDim);
+    const wantQ = Float32Array.from(rows3);
+    const normed = new Float64Array(qDim);
+    for (let t = 0; t < n; t++) {
+      cpuRmsNorm(rows3.subarray(t * S, t * S + qDim), 0, qg, 1e-6, normed, 0);
+      wantQ.set(normed, t * S);
+    }
+    const qb = f32(rt!, rows3);
+    const cb2 = rt!.buffer(cap * L * 4);
+    const kb2 = rt!.buffer(cap * dims * 4);
+    kvCacheWrite(rt!, qb, f32(rt!, g), table, dims, u32(rt!, pos), u32(rt!, rowsAt), cb2, kb2, { n, L, kvOff: qDim, stride: S, qNorm: { g: f32(rt!, qg), dim: qDim } }, 1e-6);
+    assert.ok(relErr(await rt!.readF32(cb2), gotC) < 1e-6);
+    assert.ok(relErr(await rt!.readF32(kb2), gotK) < 1e-6);
+    assert.ok(record("kvCacheWrite + q norm", relErr(await rt!.readF32(qb), wantQ)) < TOL);
+  }
+});
+
+test("addNorm: the weighted expert outputs added to the residual, then RMSNorm (one kernel) = moeCombine then rmsNorm", { skip }, async () => {
+  const rng = new Rng(77);
+  for (const [n, K, dim] of [[1, 6, 2048], [3, 2, 37], [9, 1, 300]] as const) {
+    const ye = rng.f64(n * K * dim);
+    const wts = rng.f32(n * K);
+    const h = rng.f64(n * dim);
+    const g = rng.f32(dim);
+    const wantH = Float64Array.from(h);
+    for (let t = 0; t < n; t++) for (let k = 0; k < K; k++) for (let i = 0; i < dim; i++) wantH[t * dim + i]! += wts[t * K + k]! * ye[(t * K + k) * dim + i]!;
+    const wantY = new Float64Array(n * dim);
+    for (let t = 0; t < n; t++) cpuRmsNorm(wantH.subarray(t * dim, (t + 1) * dim), 0, g, 1e-6, wantY, t * dim);
+    const hb = f32(rt!, h);
+    const yb = rt!.buffer(n * dim * 4);
+    addNorm(rt!, f32(rt!, ye), f32(rt!, wts), hb, f32(rt!, g), yb, { n, K, dim }, 1e-6);
+    assert.ok(record("addNorm h", relErr(await rt!.readF32(hb), wantH)) < TOL);
+    assert.ok(record("addNorm y", relErr(await rt!.readF32(yb), wantY)) < TOL);
   }
 });
 

@@ -333,15 +333,18 @@ export class GpuModel {
         matmul(rt, (l.qA ?? l.q)!, b.x!, b.a0!, { n, xStride: Hd, yStride: S0 });
         matmul(rt, l.kvA!, b.x!, b.a0!, { n, xStride: Hd, yStride: S0, yOff: F0 });
       }
-      // cache rows: RMSNorm(c)·g and rope(k_pe), written at (slot, pos); the q-LoRA latent's norm in the same dispatch
-      kvCacheWrite(rt, b.a0!, l.kvANorm, table, R, b.pos!, b.rowIdx!, l.cacheC, l.cacheK, { n, L, kvOff: F0, stride: S0, ...(c.qLoraRank > 0 ? { qNorm: { g: l.qANorm!, dim: Lq } } : {}) }, c.rmsEps);
+      // cache rows: RMSNorm(c)·g and rope(k_pe), written at (slot, pos); in the same dispatch, the q-LoRA latent's norm,
+      // or (queries already in A0) q_pe roped straight into the absorbed queries [q_abs (L) | q_pe (R)] per head
+      const lora = c.qLoraRank > 0;
+      const qRope = { y: b.qAbs!, heads: H, qpOff: P, qHead: D, yOff: L, yTok: H * (L + R), yHead: L + R };
+      kvCacheWrite(rt, b.a0!, l.kvANorm, table, R, b.pos!, b.rowIdx!, l.cacheC, l.cacheK, { n, L, kvOff: F0, stride: S0, ...(lora ? { qNorm: { g: l.qANorm!, dim: Lq } } : { qRope }) }, c.rmsEps);
       // the queries: from the normed latent (q-LoRA) into Q, or already in A0
-      const [qBuf, qStride] = c.qLoraRank > 0 ? [b.q!, H * D] : [b.a0!, S0];
-      if (c.qLoraRank > 0) matmul(rt, l.qB!, b.a0!, b.q!, { n, xStride: S0, yStride: H * D });
+      const [qBuf, qStride] = lora ? [b.q!, H * D] : [b.a0!, S0];
+      if (lora) matmul(rt, l.qB!, b.a0!, b.q!, { n, xStride: S0, yStride: H * D });
       if (b.metaBase !== undefined) this.selectKeys(l, n, maxKeys);
       // absorbed queries [q_abs (L) | q_pe (R)] per head: q_abs = W_UKᵀ q_nope, q_pe roped straight into place
       matmul(rt, l.kB, qBuf, b.qAbs!, { n, xStride: qStride, yStride: H * (L + R), batch: { count: H, xBatch: D, yBatch: L + R } });
-      ropeTo(rt, table, R, qBuf, b.pos!, b.qAbs!, { n, heads: H, xOff: P, tokStride: qStride, headStride: D, yOff: L, yTok: H * (L + R), yHead: L + R });
+      if (lora) ropeTo(rt, table, R, qBuf, b.pos!, b.qAbs!, { n, heads: H, xOff: P, tokStride: qStride, headStride: D, yOff: L, yTok: H * (L + R), yHead: L + R });
       attention(rt, { q: b.qAbs!, k1: l.cacheC, k2: l.cacheK, v: l.cacheC, meta: b.meta!, sel: b.sel!, o: b.lo!, part: b.part }, {
         nq: n,
         heads: H,

@@ -137,15 +137,26 @@ export function kvCacheWrite(
   rowIdx: GPUBuffer,
   cacheC: GPUBuffer,
   cacheK: GPUBuffer,
-  a: { n: number; L: number; kvOff?: number; stride?: number; qNorm?: { g: GPUBuffer; dim: number } },
+  a: {
+    n: number;
+    L: number;
+    kvOff?: number;
+    stride?: number;
+    qNorm?: { g: GPUBuffer; dim: number };
+    /** ropeTo of the queries' q_pe (in the same rows of kv: at qpOff + h·qHead) into y (yOff + t·yTok + h·yHead) */
+    qRope?: { y: GPUBuffer; heads: number; qpOff: number; qHead: number; yOff: number; yTok: number; yHead: number };
+  },
   eps: number,
 ): void {
-  const q = a.qNorm;
+  const { qNorm: q, qRope: r } = a;
+  if (q !== undefined && r !== undefined) throw new LatentError("kvCacheWrite takes one extra op, not both");
   const stride = a.stride ?? a.L + dims;
-  const params = new Uint32Array([a.n, a.L, dims / 2, stride, f32bits(eps), q?.dim ?? 0, a.kvOff ?? 0, 0]);
-  const groups = q === undefined ? a.n : 2 * a.n;
-  const bufs = [kv, g, pos, table, rowIdx, cacheC, cacheK, ...(q !== undefined ? [q.g] : [])];
-  rt.dispatch("kvCache", KV_CACHE_WGSL(q !== undefined), bufs, params, [Math.min(groups, 65535), Math.ceil(groups / 65535)]);
+  const params = new Uint32Array([a.n, a.L, dims / 2, stride, f32bits(eps), q?.dim ?? 0, a.kvOff ?? 0, r?.heads ?? 0, r?.qpOff ?? 0, r?.qHead ?? 0, r?.yOff ?? 0, r?.yTok ?? 0, r?.yHead ?? 0, 0, 0, 0]);
+  const groups = q === undefined && r === undefined ? a.n : 2 * a.n;
+  const bufs = [kv, g, pos, table, rowIdx, cacheC, cacheK, ...(q !== undefined ? [q.g] : r !== undefined ? [r.y] : [])];
+  const outs: OutRange[] = [];
+  if (r !== undefined) for (let t = 0; t < a.n; t++) outs.push(...rows(r.y, r.yOff + t * r.yTok, r.heads, r.yHead, dims));
+  rt.dispatch("kvCache", KV_CACHE_WGSL(q !== undefined ? "qnorm" : r !== undefined ? "qrope" : "none"), bufs, params, [Math.min(groups, 65535), Math.ceil(groups / 65535)], outs);
 }
 
 /** h[t] += Σ_k wts[t·K+k]·ye[t·K+k] (the MoE output into the residual), then y[t] = RMSNorm(h[t])·g: one kernel. */

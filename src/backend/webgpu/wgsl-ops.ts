@@ -643,29 +643,27 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
 }
 
 /**
- * The latent cache write of a step, one workgroup per token: row t of KV = [c (L) | k_pe (R)] → CC[IDX[t]] =
- * RMSNorm(c)·G and CK[IDX[t]] = rope(k_pe) at POS[t] (RMSNorm, rope and the two scattered row writes in one kernel).
- */
-/**
  * The latent cache write of n tokens (RMSNorm(c)·g and rope(k_pe) at their cache rows) from rows [.. | c | k_pe ..] of KV
- * (token stride `stride`, c at `kvOff`); with `qnorm`, workgroups n..2n−1 also apply the q-LoRA RMSNorm in place to the
- * first qDim values of each row (the q-LoRA latent beside c in the same rows): two independent ops in one dispatch.
+ * (token stride `stride`, c at `kvOff`), one workgroup per token, with one more independent op in workgroups n..2n−1 of
+ * the same dispatch: "qnorm" applies the q-LoRA RMSNorm in place to the first qDim values of each row (the latent beside
+ * c); "qrope" ropes every head's q_pe (at qpOff + h·qHead in the row) into the absorbed query rows QY (ropeTo's layout).
  */
-export const KV_CACHE_WGSL = (qnorm: boolean): string => /* wgsl */ `
-struct P { n: u32, L: u32, half: u32, stride: u32, eps: f32, qDim: u32, kvOff: u32, _p: u32 }
-@group(0) @binding(0) var<storage, ${qnorm ? "read_write" : "read"}> KV: array<f32>;
+export const KV_CACHE_WGSL = (extra: "none" | "qnorm" | "qrope"): string => /* wgsl */ `
+struct P { n: u32, L: u32, half: u32, stride: u32, eps: f32, qDim: u32, kvOff: u32, heads: u32, qpOff: u32, qHead: u32, yOff: u32, yTok: u32, yHead: u32, _p0: u32, _p1: u32, _p2: u32 }
+@group(0) @binding(0) var<storage, ${extra === "qnorm" ? "read_write" : "read"}> KV: array<f32>;
 @group(0) @binding(1) var<storage, read> G: array<f32>;
 @group(0) @binding(2) var<storage, read> POS: array<u32>;
 @group(0) @binding(3) var<storage, read> CS: array<f32>;
 @group(0) @binding(4) var<storage, read> IDX: array<u32>;
 @group(0) @binding(5) var<storage, read_write> CC: array<f32>;
 @group(0) @binding(6) var<storage, read_write> CK: array<f32>;
-${qnorm ? "@group(0) @binding(7) var<storage, read> QG: array<f32>;\n@group(0) @binding(8) var<uniform> p: P;" : "@group(0) @binding(7) var<uniform> p: P;"}
+${extra === "qnorm" ? "@group(0) @binding(7) var<storage, read> QG: array<f32>;" : extra === "qrope" ? "@group(0) @binding(7) var<storage, read_write> QY: array<f32>;" : ""}
+@group(0) @binding(${extra === "none" ? 7 : 8}) var<uniform> p: P;
 var<workgroup> red: array<f32, 256>;
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let t = wid.x + wid.y * 65535u;
-${qnorm ? `  if (t >= p.n && t < 2u * p.n) {
+${extra === "qnorm" ? `  if (t >= p.n && t < 2u * p.n) {
     // workgroups n..2n-1: the q-LoRA latent's RMSNorm in place (independent of the cache write: one dispatch for both)
     let qo = (t - p.n) * p.stride;
     var qs = 0.0;
@@ -675,6 +673,24 @@ ${qnorm ? `  if (t >= p.n && t < 2u * p.n) {
     for (var s = 128u; s > 0u; s >>= 1u) { if (li < s) { red[li] += red[li + s]; } workgroupBarrier(); }
     let qinv = 1.0 / sqrt(red[0] / f32(p.qDim) + p.eps);
     for (var i = li; i < p.qDim; i += 256u) { KV[qo + i] = KV[qo + i] * qinv * QG[i]; }
+    return;
+  }` : ""}
+${extra === "qrope" ? `  if (t >= p.n && t < 2u * p.n) {
+    // workgroups n..2n-1: every head's q_pe of token t-n roped into the absorbed query rows (QY), one dispatch with the write
+    let tq = t - p.n;
+    let pq = POS[tq];
+    for (var k = li; k < p.heads * p.half; k += 256u) {
+      let hh = k / p.half;
+      let i = k % p.half;
+      let c = CS[(pq * p.half + i) * 2u];
+      let s = CS[(pq * p.half + i) * 2u + 1u];
+      let xo = tq * p.stride + p.qpOff + hh * p.qHead + 2u * i;
+      let yo = p.yOff + tq * p.yTok + hh * p.yHead + 2u * i;
+      let x0 = KV[xo];
+      let x1 = KV[xo + 1u];
+      QY[yo] = x0 * c - x1 * s;
+      QY[yo + 1u] = x0 * s + x1 * c;
+    }
     return;
   }` : ""}
   if (t >= p.n) { return; }

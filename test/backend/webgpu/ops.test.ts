@@ -130,6 +130,20 @@ test("rope into another buffer (ropeTo) and the fused latent cache write (kvCach
     assert.ok(relErr(await rt!.readF32(cb2), gotC) < 1e-6);
     assert.ok(relErr(await rt!.readF32(kb2), gotK) < 1e-6);
     assert.ok(record("kvCacheWrite + q norm", relErr(await rt!.readF32(qb), wantQ)) < TOL);
+    // …and from rows [queries (heads × [nope 7 | pe]) | c | k_pe] with the queries' pe roped into y in the same dispatch
+    const Sq = heads * D + L + dims;
+    const rowsQ = rng.f64(n * Sq);
+    for (let t = 0; t < n; t++) {
+      rowsQ.set(x.subarray(t * heads * D, (t + 1) * heads * D), t * Sq);
+      rowsQ.set(kv.subarray(t * (L + dims), (t + 1) * (L + dims)), t * Sq + heads * D);
+    }
+    const yq = f32(rt!, y0);
+    const cb3 = rt!.buffer(cap * L * 4);
+    const kb3 = rt!.buffer(cap * dims * 4);
+    kvCacheWrite(rt!, f32(rt!, rowsQ), f32(rt!, g), table, dims, u32(rt!, pos), u32(rt!, rowsAt), cb3, kb3, { n, L, kvOff: heads * D, stride: Sq, qRope: { y: yq, heads, qpOff: 7, qHead: D, yOff: L, yTok: heads * (L + dims), yHead: L + dims } }, 1e-6);
+    assert.ok(relErr(await rt!.readF32(cb3), gotC) < 1e-6);
+    assert.ok(relErr(await rt!.readF32(kb3), gotK) < 1e-6);
+    assert.ok(record("kvCacheWrite + q rope", relErr(await rt!.readF32(yq), want)) < TOL);
   }
 });
 

@@ -152,17 +152,25 @@ export const TILED_FROM = 8;
 
 const pow2 = (v: number): boolean => Number.isInteger(v) && v >= 1 && (v & (v - 1)) === 0;
 
+/** Workgroups a plain tiled product should reach before its row tiles stop shrinking (two per SM of the H200); tune.tiledFill overrides. */
+export const TILED_FILL = 264;
+
 /**
- * Tile shape of the tiled kernel for n tokens (plain) or n pairs over m.items experts (expert lists), or undefined when
- * that product stays on the coalesced kernel.
+ * Tile shape of the tiled kernel for n tokens (plain; rowsTotal rows over all batch items) or n pairs over m.items
+ * experts (expert lists), or undefined when that product stays on the coalesced kernel.
  */
-export function tiledShape(rt: GpuRuntime, m: GpuMatrix, n: number, mode: "plain" | "experts-list"): TiledShape | undefined {
+export function tiledShape(rt: GpuRuntime, m: GpuMatrix, n: number, mode: "plain" | "experts-list", rowsTotal = m.rows): TiledShape | undefined {
   if (rt.tune.tiled === 0 || (mode === "plain" && n < TILED_FROM)) return undefined;
   const per = mode === "plain" ? n : n / m.items;
   let tokens = 8;
   while (tokens < Math.min(32, per)) tokens *= 2;
   tokens = rt.tune.tiledTokens ?? tokens;
   let rows = rt.tune.tiledRows ?? 64;
+  if (rt.tune.tiledRows === undefined && mode === "plain") {
+    // a few tokens over a few thousand rows make too few 64-row tiles to keep every SM busy
+    const fill = rt.tune.tiledFill ?? TILED_FILL;
+    while (rows > 16 && Math.ceil(rowsTotal / rows) * Math.ceil(n / tokens) < fill) rows /= 2;
+  }
   let k = rt.tune.tiledK ?? 64;
   // about 16 outputs (4 rows × 4 tokens) per thread, at least 64 threads so that small tiles still keep loads in flight
   const threads = rt.tune.tiledThreads ?? Math.min(256, Math.max(64, (rows * tokens) / 16));
@@ -188,7 +196,7 @@ export function matvecKernel(rt: GpuRuntime, m: GpuMatrix, n: number, gather: bo
   while (tn < Math.min(n, tnMax)) tn *= 2;
   const expertMajor = gather === "experts" || gather === "experts-list";
   if (coalesced(rt, m, aligned)) {
-    const tiled = gather === false || gather === "experts-list" ? tiledShape(rt, m, n, gather === false ? "plain" : gather) : undefined;
+    const tiled = gather === false || gather === "experts-list" ? tiledShape(rt, m, n, gather === false ? "plain" : gather, rowsTotal) : undefined;
     if (tiled !== undefined) return { code: matmulTiledWGSL(m.type, m.unit, gather === false ? "plain" : "experts-list", tiled), tn: tiled.tokens, rowsPerGroup: tiled.rows };
     const minT = sgOk ? sg : 4;
     let tpr = coalescedTpr(m.cols, n, minT, rowsTotal, rt.tune.fillThreads ?? FILL_THREADS);

@@ -81,7 +81,7 @@ export interface KernelTuning {
   readonly expertsFrom?: number;
   /** 0: no tiled matrix-matrix kernel (products of ≥ TILED_FROM tokens and expert lists stay on the coalesced kernel); default 1 */
   readonly tiled?: number;
-  /** rows per tile of the tiled kernel (power of two ≤ 256; default 64) */
+  /** rows per tile of the tiled kernel (power of two ≤ 256; default 64, down to 16 while a plain product's grid has fewer than tiledFill workgroups) */
   readonly tiledRows?: number;
   /** tokens per tile of the tiled kernel (power of two ≤ 256; default: the tokens, or pairs per expert, rounded up to a power of two, within 8..32) */
   readonly tiledTokens?: number;
@@ -89,6 +89,8 @@ export interface KernelTuning {
   readonly tiledK?: number;
   /** workgroup size of the tiled kernel (power of two ≤ 256; default: 16 outputs per thread, within 64..256) */
   readonly tiledThreads?: number;
+  /** workgroups a plain tiled product should reach before its default row tiles stop shrinking (default TILED_FILL = 264; 0: always 64 rows) */
+  readonly tiledFill?: number;
 }
 
 /** A recorded run of dispatches (see GpuRuntime.record) that replay() encodes again without rebuilding anything. */

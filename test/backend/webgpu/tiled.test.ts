@@ -16,10 +16,10 @@ const TOL = 2e-5;
 const TILED = /var<workgroup> ws:/;
 
 /**
- * default shapes; a narrow tile with more threads than it can use and a step that leaves a partial chunk of 1408
+ * default shapes (16-row tiles for these small products); 64-row tiles; a narrow tile with more threads than it can use and a step that leaves a partial chunk of 1408
  * columns; a tall one with small steps; one with few threads (4 rows × 4 tokens each)
  */
-const tunings: readonly KernelTuning[] = [{}, { tiledRows: 32, tiledTokens: 8, tiledK: 256, tiledThreads: 256 }, { tiledRows: 128, tiledTokens: 16, tiledK: 16 }, { tiledRows: 32, tiledTokens: 16, tiledK: 32, tiledThreads: 32 }];
+const tunings: readonly KernelTuning[] = [{}, { tiledFill: 0 }, { tiledRows: 32, tiledTokens: 8, tiledK: 256, tiledThreads: 256 }, { tiledRows: 128, tiledTokens: 16, tiledK: 16 }, { tiledRows: 32, tiledTokens: 16, tiledK: 32, tiledThreads: 32 }];
 
 function runtime(tune: KernelTuning, opts: RuntimeOptions = {}): GpuRuntime {
   return new GpuRuntime(rt!.info, { checkWrites: true, ...opts, tune });
@@ -40,8 +40,12 @@ test("selection: n ≥ 8 plain products and expert lists take the tiled kernel, 
   assert.doesNotMatch(matvecKernel(off, g, 64, false, true).code, TILED);
   assert.doesNotMatch(matvecKernel(off, e, 24, "experts-list", true).code, TILED);
   // tiles: tokens rounded up to a power of two within 8..32, pairs per expert likewise; knobs override
-  assert.deepEqual(tiledShape(r, g, 9, "plain"), { rows: 64, tokens: 16, k: 64, threads: 64 });
-  assert.deepEqual(tiledShape(r, g, 512, "plain"), { rows: 64, tokens: 32, k: 64, threads: 128 });
+  // row tiles shrink (to 16) while a plain product's grid has fewer than tiledFill workgroups
+  assert.deepEqual(tiledShape(r, g, 9, "plain", 67), { rows: 16, tokens: 16, k: 64, threads: 64 });
+  assert.deepEqual(tiledShape(r, g, 64, "plain", 2048), { rows: 16, tokens: 32, k: 64, threads: 64 });
+  assert.deepEqual(tiledShape(r, g, 16, "plain", 2048 * 16), { rows: 64, tokens: 16, k: 64, threads: 64 });
+  assert.deepEqual(tiledShape(r, g, 512, "plain", 2048), { rows: 64, tokens: 32, k: 64, threads: 128 });
+  assert.deepEqual(tiledShape(runtime({ tiledFill: 0 }), g, 9, "plain", 67), { rows: 64, tokens: 16, k: 64, threads: 64 });
   assert.deepEqual(tiledShape(r, e, 24, "experts-list"), { rows: 64, tokens: 8, k: 64, threads: 64 });
   assert.deepEqual(tiledShape(runtime({ tiledRows: 32, tiledTokens: 64, tiledK: 32, tiledThreads: 256 }), g, 9, "plain"), { rows: 32, tokens: 64, k: 32, threads: 256 });
   assert.throws(() => tiledShape(runtime({ tiledRows: 48 }), g, 9, "plain"), /power of two/);

@@ -239,7 +239,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
     if (path === undefined) process.exit(worst <= 1e-3 ? 0 : 1);
   }
   const num = (k: string): number | undefined => (args.includes(k) ? Number(args[args.indexOf(k) + 1]) : undefined);
-  // --tune expertTn=8,expertTpr=32,expertsFrom=0.5
+  // --tune expertTn=8,expertTpr=32,expertsFrom=0.5,tiled=0,tiledRows=32,tiledTokens=16,tiledK=64,tiledThreads=128,tiledFill=0
   const tune = args.includes("--tune") ? (Object.fromEntries(args[args.indexOf("--tune") + 1]!.split(",").map((kv) => [kv.split("=")[0]!, Number(kv.split("=")[1])])) as KernelTuning) : undefined;
   if (tune !== undefined) console.log(`tuning: ${JSON.stringify(tune)}`);
   const results = await runWebGpuBench(path!, { ...(args.includes("--dawn") ? { dawnFlags: args[args.indexOf("--dawn") + 1]!.split(" ") } : {}), ...(tune !== undefined ? { tune } : {}), batches, promptLen: num("--prompt"), decodeSteps: num("--steps"), profile: args.includes("--profile"), ...(args.includes("--matvec") ? { matvec: args[args.indexOf("--matvec") + 1] as RuntimeOptions["matvec"] } : {}) });

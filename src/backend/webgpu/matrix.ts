@@ -8,7 +8,7 @@ import { typeName } from "../../gguf/types.js";
 import { rowBytes as quantRowBytes } from "../../quant/index.js";
 import { LatentError } from "../../util/errors.js";
 import type { GpuRuntime } from "./runtime.js";
-import { EXPERT_LISTS_WGSL, getRowsWGSL, MATVEC_TN, matvec2WGSL, matvecCoalescedWGSL, matvecExpertsWGSL, matvecTWGSL, matvecWGSL, MV_WG, packMatParams, type MatParams, type MatvecShape } from "./wgsl-mat.js";
+import { EXPERT_LISTS_WGSL, getRowsWGSL, MATVEC_TN, matvec2WGSL, matmulTiledWGSL, matvecCoalescedWGSL, matvecExpertsWGSL, matvecTWGSL, matvecWGSL, MV_WG, packMatParams, tiledSharedBytes, type MatParams, type MatvecShape, type TiledShape } from "./wgsl-mat.js";
 import { gpuSupports, unitSize } from "./wgsl-quant.js";
 
 export interface MatrixPiece {
@@ -147,6 +147,46 @@ export function coalesced(rt: GpuRuntime, m: GpuMatrix, aligned: boolean): boole
   return rt.matvec === "coalesced" && aligned && m.cols % 4 === 0;
 }
 
+/** Plain products of at least this many tokens run on the tiled kernel (RuntimeOptions.tune.tiled = 0 turns it off). */
+export const TILED_FROM = 8;
+
+const pow2 = (v: number): boolean => Number.isInteger(v) && v >= 1 && (v & (v - 1)) === 0;
+
+/** Workgroups a plain tiled product should reach before its row tiles stop shrinking (two per SM of the H200); tune.tiledFill overrides. */
+export const TILED_FILL = 264;
+
+/**
+ * Tile shape of the tiled kernel for n tokens (plain; rowsTotal rows over all batch items) or n pairs over m.items
+ * experts (expert lists), or undefined when that product stays on the coalesced kernel.
+ */
+export function tiledShape(rt: GpuRuntime, m: GpuMatrix, n: number, mode: "plain" | "experts-list", rowsTotal = m.rows): TiledShape | undefined {
+  if (rt.tune.tiled === 0 || (mode === "plain" && n < TILED_FROM)) return undefined;
+  const per = mode === "plain" ? n : n / m.items;
+  let tokens = 8;
+  while (tokens < Math.min(32, per)) tokens *= 2;
+  tokens = rt.tune.tiledTokens ?? tokens;
+  let rows = rt.tune.tiledRows ?? 64;
+  if (rt.tune.tiledRows === undefined && mode === "plain") {
+    // a few tokens over a few thousand rows make too few 64-row tiles to keep every SM busy
+    const fill = rt.tune.tiledFill ?? TILED_FILL;
+    while (rows > 16 && Math.ceil(rowsTotal / rows) * Math.ceil(n / tokens) < fill) rows /= 2;
+  }
+  let k = rt.tune.tiledK ?? 64;
+  // about 16 outputs (4 rows × 4 tokens) per thread, at least 64 threads so that small tiles still keep loads in flight
+  const threads = rt.tune.tiledThreads ?? Math.min(256, Math.max(64, (rows * tokens) / 16));
+  for (const [name, v, lo] of [["tiledTokens", tokens, 1], ["tiledRows", rows, 1], ["tiledK", k, 4], ["tiledThreads", threads, 1]] as const) {
+    if (!pow2(v) || v < lo || v > 256) throw new LatentError(`tune.${name} must be a power of two in ${lo}..256, got ${v}`);
+  }
+  const limit = rt.info.limits.maxComputeWorkgroupStorageSize;
+  while (tiledSharedBytes({ rows, tokens, k, threads }) > limit) {
+    if (k > 16) k /= 2;
+    else if (rows >= tokens && rows > 1) rows /= 2;
+    else if (tokens > 1) tokens /= 2;
+    else break;
+  }
+  return { rows, tokens, k, threads };
+}
+
 export function matvecKernel(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boolean | "experts" | "experts-list", aligned = false, rowsTotal = m.rows): { code: string; tn: number; rowsPerGroup: number } {
   if (rt.matvec === "legacy") return { code: matvecWGSL(m.type, m.unit, gather !== false), tn: MATVEC_TN, rowsPerGroup: 1 };
   const sg = rt.info.subgroupSize;
@@ -156,6 +196,8 @@ export function matvecKernel(rt: GpuRuntime, m: GpuMatrix, n: number, gather: bo
   while (tn < Math.min(n, tnMax)) tn *= 2;
   const expertMajor = gather === "experts" || gather === "experts-list";
   if (coalesced(rt, m, aligned)) {
+    const tiled = gather === false || gather === "experts-list" ? tiledShape(rt, m, n, gather === false ? "plain" : gather, rowsTotal) : undefined;
+    if (tiled !== undefined) return { code: matmulTiledWGSL(m.type, m.unit, gather === false ? "plain" : "experts-list", tiled), tn: tiled.tokens, rowsPerGroup: tiled.rows };
     const minT = sgOk ? sg : 4;
     let tpr = coalescedTpr(m.cols, n, minT, rowsTotal, rt.tune.fillThreads ?? FILL_THREADS);
     if (expertMajor) {

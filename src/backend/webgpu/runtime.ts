@@ -79,6 +79,18 @@ export interface KernelTuning {
   readonly fillThreads?: number;
   /** expert-major mode when pairs ≥ expertsFrom × experts (default 1/4 with the coalesced kernel, else 1) */
   readonly expertsFrom?: number;
+  /** 0: no tiled matrix-matrix kernel (products of ≥ TILED_FROM tokens and expert lists stay on the coalesced kernel); default 1 */
+  readonly tiled?: number;
+  /** rows per tile of the tiled kernel (power of two ≤ 256; default 64, down to 16 while a plain product's grid has fewer than tiledFill workgroups) */
+  readonly tiledRows?: number;
+  /** tokens per tile of the tiled kernel (power of two ≤ 256; default: the tokens, or pairs per expert, rounded up to a power of two, within 8..32) */
+  readonly tiledTokens?: number;
+  /** columns per shared-memory step of the tiled kernel (power of two ≥ 4; default 64, less when the tile would not fit the workgroup memory) */
+  readonly tiledK?: number;
+  /** workgroup size of the tiled kernel (power of two ≤ 256; default: 16 outputs per thread, within 64..256) */
+  readonly tiledThreads?: number;
+  /** workgroups a plain tiled product should reach before its default row tiles stop shrinking (default TILED_FILL = 264; 0: always 64 rows) */
+  readonly tiledFill?: number;
 }
 
 /** A recorded run of dispatches (see GpuRuntime.record) that replay() encodes again without rebuilding anything. */

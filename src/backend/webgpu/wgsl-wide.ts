@@ -7,7 +7,10 @@
  * chain of small loads. Rows are reduced with one subgroupAdd (all tokens at once as a vec4f).
  *
  * The 22-, 34- and 210-byte blocks of Q5_0, Q8_0 and Q6_K are not 16-byte (or even 4-byte) aligned across blocks:
- * their chunks are read as consecutive u32 words of W from the aligned word below the chunk and funnel-shifted.
+ * their chunks are read as consecutive u32 words of W from the aligned word below the chunk (all independent loads);
+ * blocks start on even bytes, so each needed word is one loaded word or the high half of one and the low half of the
+ * next. (Q4_K's 144-byte blocks are 16-byte aligned; K-quant rows are whole 256-element super-blocks, so a 1408-wide
+ * matrix is never Q4_K/Q6_K.)
  *
  * Same parameter block (MAT_PARAMS) and grids as the coalesced kernel: plain [gx, gy, batch items], pair-major gather
  * [gx, gy, pairs]; x offsets and strides multiples of 4 (X is read as vec4f).
@@ -53,8 +56,8 @@ export function wideShape(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boole
   const sg = rt.info.subgroupSize;
   if (rt.tune.wide === 0 || rt.matvec !== "coalesced" || sg === undefined || sg < 4 || sg > 64) return undefined;
   if (!WIDE_TYPES.includes(m.type) || n < 1 || n > WIDE_MAX_N || (gather !== false && gather !== true) || !aligned) return undefined;
-  const rows = Math.max(1, Math.min(Math.floor(256 / sg), rt.tune.wideRows ?? WIDE_WG / sg));
-  const unroll = Math.max(1, rt.tune.wideUnroll ?? Math.round((UNROLL * sg) / 32));
+  const rows = Math.max(1, Math.min(Math.floor(256 / sg), Math.floor(rt.tune.wideRows ?? WIDE_WG / sg)));
+  const unroll = Math.max(1, Math.floor(rt.tune.wideUnroll ?? Math.round((UNROLL * sg) / 32)));
   return { sg, rows, unroll, n, cols: m.cols };
 }
 
@@ -93,7 +96,7 @@ function q4k(): TypeCode {
     let qv${s} = W[(rb >> 4u) + 9u * k${s} + 1u + h${s}];`,
     use: (s, n) => {
       const comps = ["x", "y", "z", "w"];
-      // sub-blocks j = 2·(h/2) (low nibbles) and j + 1 (high nibbles); dl·q − ml per element as ggml rounds it
+      // sub-blocks j = 2·(h/2) (low nibbles) and j + 1 (high nibbles): dl·q − ml per element
       const terms: { v: string; idx: string }[] = [];
       for (let w = 0; w < 4; w++) terms.push({ v: `fma(vec4f((vec4u(qv${s}.${comps[w]}) >> ${NIB}) & vec4u(15u)), vec4f(dl${s}), vec4f(-ml${s}))`, idx: `xe${s} + ${w}u` });
       for (let w = 0; w < 4; w++) terms.push({ v: `fma(vec4f((vec4u(qv${s}.${comps[w]}) >> vec4u(4u, 12u, 20u, 28u)) & vec4u(15u)), vec4f(dh${s}), vec4f(-mh${s}))`, idx: `xe${s} + ${w + 8}u` });

@@ -10,6 +10,7 @@ import { LatentError } from "../../util/errors.js";
 import type { GpuRuntime } from "./runtime.js";
 import { EXPERT_LISTS_WGSL, getRowsWGSL, MATVEC_TN, matvec2WGSL, matmulTiledWGSL, matvecCoalescedWGSL, matvecExpertsWGSL, matvecTWGSL, matvecWGSL, MV_WG, packMatParams, tiledSharedBytes, type MatParams, type MatvecShape, type TiledShape } from "./wgsl-mat.js";
 import { gpuSupports, unitSize } from "./wgsl-quant.js";
+import { matvecWideWGSL, wideShape } from "./wgsl-wide.js";
 
 export interface MatrixPiece {
   readonly buffer: GPUBuffer;
@@ -195,6 +196,8 @@ export function matvecKernel(rt: GpuRuntime, m: GpuMatrix, n: number, gather: bo
   const tnMax = (rt.matvec === "subgroup" || (rt.matvec === "coalesced" && sgOk)) || rt.info.limits.maxComputeWorkgroupStorageSize >= MV_WG * 16 * 4 + 4096 ? 16 : 8;
   while (tn < Math.min(n, tnMax)) tn *= 2;
   const expertMajor = gather === "experts" || gather === "experts-list";
+  const wide = wideShape(rt, m, n, gather, aligned);
+  if (wide !== undefined) return { code: matvecWideWGSL(m.type, gather === true ? "gather" : "plain", wide), tn: n, rowsPerGroup: wide.rows };
   if (coalesced(rt, m, aligned)) {
     const tiled = gather === false || gather === "experts-list" ? tiledShape(rt, m, n, gather === false ? "plain" : gather, rowsTotal) : undefined;
     if (tiled !== undefined) return { code: matmulTiledWGSL(m.type, m.unit, gather === false ? "plain" : "experts-list", tiled), tn: tiled.tokens, rowsPerGroup: tiled.rows };

@@ -91,6 +91,12 @@ export interface KernelTuning {
   readonly tiledThreads?: number;
   /** workgroups a plain tiled product should reach before its default row tiles stop shrinking (default TILED_FILL = 264; 0: always 64 rows) */
   readonly tiledFill?: number;
+  /** the wide-load kernel for products of 1–4 tokens (Q4_K, Q6_K, Q5_0, Q8_0; plain and pair-major): 1 (default) on, 0 off */
+  readonly wide?: number;
+  /** rows per workgroup of the wide kernel (one subgroup each; default 128 threads / subgroup size) */
+  readonly wideRows?: number;
+  /** most chunk steps a lane of the wide kernel issues together (default 8 at subgroup size 32, in proportion to it; more steps run in passes) */
+  readonly wideUnroll?: number;
 }
 
 /** A recorded run of dispatches (see GpuRuntime.record) that replay() encodes again without rebuilding anything. */

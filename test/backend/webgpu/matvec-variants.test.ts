@@ -24,8 +24,9 @@ function runtime(variant: Variant, opts: Omit<RuntimeOptions, "matvec">): GpuRun
     return new GpuRuntime(info, { ...opts, matvec: "coalesced" });
   }
   // small expert tiles (several per expert), more threads per row, expert-major from half as many pairs as experts,
-  // one-token products capped at 512 threads (down to one subgroup per row)
-  if (variant === "coalesced-tuned") return new GpuRuntime(rt!.info, { ...opts, matvec: "coalesced", tune: { expertTn: 2, expertTpr: 64, expertsFrom: 0.5, fillThreads: 512 } });
+  // one-token products capped at 512 threads (down to one subgroup per row), and the coalesced kernel also for the
+  // 1–4-token products the wide kernel takes by default
+  if (variant === "coalesced-tuned") return new GpuRuntime(rt!.info, { ...opts, matvec: "coalesced", tune: { expertTn: 2, expertTpr: 64, expertsFrom: 0.5, fillThreads: 512, wide: 0 } });
   return new GpuRuntime(rt!.info, { ...opts, matvec: variant });
 }
 
@@ -33,8 +34,9 @@ test("the coalesced kernel is the default and is chosen for aligned x (vec4 read
   const r = new GpuRuntime(rt!.info);
   assert.equal(r.matvec, "coalesced");
   const g = GpuMatrix.upload(r, "w", GGMLType.Q8_0, 64, 3, quantize(GGMLType.Q8_0, new Rng(1).f32(64 * 3), 64));
-  assert.match(matvecKernel(r, g, 2, false, true).code, /deq4/);
-  assert.doesNotMatch(matvecKernel(r, g, 2, false, false).code, /deq4/);
+  // (1–4 tokens of Q8_0 take the wide kernel: wide.test.ts)
+  assert.match(matvecKernel(r, g, 5, false, true).code, /deq4/);
+  assert.doesNotMatch(matvecKernel(r, g, 5, false, false).code, /deq4/);
   assert.match(matvecKernel(r, g, 40, "experts", true).code, /deq4/);
   g.destroy();
 });

@@ -1,0 +1,294 @@
+/**
+ * The wide-load matrix-vector kernel for 1–4 tokens (batch-1 decode), where a product is bound by memory latency
+ * rather than bandwidth: one subgroup per row, each lane taking a whole contiguous run of the row's quants per step
+ * (a "chunk": Q4_K 16 bytes of qs = 32 elements, loaded as one vec4u; Q6_K 48 bytes of ql/qh = 64 elements; Q5_0 and
+ * Q8_0 one whole block). The column count is baked into the shader, so every step is unrolled and all of a lane's
+ * loads are issued before any is consumed: a row costs one or two round trips to memory instead of a dependent
+ * chain of small loads. Rows are reduced with one subgroupAdd (all tokens at once as a vec4f).
+ *
+ * The 22-, 34- and 210-byte blocks of Q5_0, Q8_0 and Q6_K are not 16-byte (or even 4-byte) aligned across blocks:
+ * their chunks are read as consecutive u32 words of W from the aligned word below the chunk (all independent loads);
+ * blocks start on even bytes, so each needed word is one loaded word or the high half of one and the low half of the
+ * next. (Q4_K's 144-byte blocks are 16-byte aligned; K-quant rows are whole 256-element super-blocks, so a 1408-wide
+ * matrix is never Q4_K/Q6_K.)
+ *
+ * Same parameter block (MAT_PARAMS) and grids as the coalesced kernel: plain [gx, gy, batch items], pair-major gather
+ * [gx, gy, pairs]; x offsets and strides multiples of 4 (X is read as vec4f).
+ */
+import { GGMLType } from "../../gguf/types.js";
+import type { GpuMatrix } from "./matrix.js";
+import type { GpuRuntime } from "./runtime.js";
+import { MAT_PARAMS } from "./wgsl-mat.js";
+
+/** Types the wide kernel decodes (those of a Q4_K_M model's large matrices); others keep the coalesced kernel. */
+export const WIDE_TYPES: readonly number[] = [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q5_0, GGMLType.Q8_0];
+
+/** Most tokens the wide kernel takes (one accumulator per token in every lane). */
+export const WIDE_MAX_N = 4;
+
+export interface WideShape {
+  /** the device's fixed subgroup size = lanes per row */
+  readonly sg: number;
+  /** rows per workgroup (one subgroup each) */
+  readonly rows: number;
+  /** most chunk steps per lane issued together before any is consumed */
+  readonly unroll: number;
+  /** tokens (1..WIDE_MAX_N) */
+  readonly n: number;
+  /** columns of W (baked in: every step unrolled) */
+  readonly cols: number;
+}
+
+/** Threads per workgroup by default (rows = this / subgroup size). */
+const WIDE_WG = 128;
+/**
+ * Chunk steps a lane issues together at subgroup size 32 (UNROLL·32 = 256 chunks of a row in flight); narrower
+ * subgroups (CPU adapters) unroll proportionally less, which also keeps their shader compiles short.
+ */
+const UNROLL = 8;
+
+/**
+ * The wide kernel's shape for a product over m with n tokens, or undefined when it does not apply (tuning wide = 0,
+ * another matvec variant, no fixed subgroup size, another type, more than WIDE_MAX_N tokens, expert-major gathers,
+ * x not aligned to 4 floats).
+ */
+export function wideShape(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boolean | "experts" | "experts-list", aligned: boolean): WideShape | undefined {
+  const sg = rt.info.subgroupSize;
+  if (rt.tune.wide === 0 || rt.matvec !== "coalesced" || sg === undefined || sg < 4 || sg > 64) return undefined;
+  if (!WIDE_TYPES.includes(m.type) || n < 1 || n > WIDE_MAX_N || (gather !== false && gather !== true) || !aligned) return undefined;
+  const rows = Math.max(1, Math.min(Math.floor(256 / sg), Math.floor(rt.tune.wideRows ?? WIDE_WG / sg)));
+  const unroll = Math.max(1, Math.floor(rt.tune.wideUnroll ?? Math.round((UNROLL * sg) / 32)));
+  return { sg, rows, unroll, n, cols: m.cols };
+}
+
+interface TypeCode {
+  /** W read as vec4u (blocks 16-byte aligned) rather than as u32 words */
+  readonly vec4: boolean;
+  /** elements per chunk */
+  readonly elems: number;
+  /** WGSL statements loading step s's chunk (index `c${s}`) of the row at byte rb */
+  load(s: number): string;
+  /** WGSL statements adding step s's chunk into `acc` (vec4f over tokens; tokens read x at vec4 index xq{t} + …) */
+  use(s: number, n: number): string;
+}
+
+const NIB = "vec4u(0u, 8u, 16u, 24u)";
+/** the four bytes of a u32 as a vec4u */
+const bytes = (w: string): string => `((vec4u(${w}) >> ${NIB}) & vec4u(255u))`;
+/**
+ * Declares each term's dequantized vec4f once (`let`), then acc[t] += scale·Σ dot(term, x_t[idx]) for every token;
+ * names are made unique by `tag`.
+ */
+function addDots(n: number, tag: string, terms: { v: string; idx: string }[], scale: string): string {
+  const lets = terms.map(({ v }, i) => `let f${tag}_${i} = ${v};`);
+  const per = Array.from({ length: n }, (_, t) => terms.map(({ idx }, i) => `dot(f${tag}_${i}, X[xq${t} + ${idx}])`).join(" + "));
+  const sum = `vec4f(${[0, 1, 2, 3].map((t) => (t < n ? per[t] : "0.0")).join(", ")})`;
+  return `${lets.join(" ")}\n    acc += ${scale === "" ? sum : `${scale} * ${sum}`};`;
+}
+
+function q4k(): TypeCode {
+  return {
+    elems: 32,
+    vec4: true,
+    // chunk c: block c/8, qs bytes 16·(c%8)..+15; its header (d, dmin, 12 scale bytes) is one vec4u shared by 8 lanes
+    load: (s) => `let k${s} = c${s} >> 3u; let h${s} = c${s} & 7u;
+    let hd${s} = W[(rb >> 4u) + 9u * k${s}];
+    let qv${s} = W[(rb >> 4u) + 9u * k${s} + 1u + h${s}];`,
+    use: (s, n) => {
+      const comps = ["x", "y", "z", "w"];
+      // sub-blocks j = 2·(h/2) (low nibbles) and j + 1 (high nibbles): dl·q − ml per element
+      const terms: { v: string; idx: string }[] = [];
+      for (let w = 0; w < 4; w++) terms.push({ v: `fma(vec4f((vec4u(qv${s}.${comps[w]}) >> ${NIB}) & vec4u(15u)), vec4f(dl${s}), vec4f(-ml${s}))`, idx: `xe${s} + ${w}u` });
+      for (let w = 0; w < 4; w++) terms.push({ v: `fma(vec4f((vec4u(qv${s}.${comps[w]}) >> vec4u(4u, 12u, 20u, 28u)) & vec4u(15u)), vec4f(dh${s}), vec4f(-mh${s}))`, idx: `xe${s} + ${w + 8}u` });
+      return `let dm${s} = unpack2x16float(hd${s}.x);
+    let sm${s} = q4ksm(hd${s}, (h${s} >> 1u) * 2u);
+    let sn${s} = q4ksm(hd${s}, (h${s} >> 1u) * 2u + 1u);
+    let dl${s} = dm${s}.x * sm${s}.x; let ml${s} = dm${s}.y * sm${s}.y; let dh${s} = dm${s}.x * sn${s}.x; let mh${s} = dm${s}.y * sn${s}.y;
+    let xe${s} = k${s} * 64u + (h${s} >> 1u) * 16u + (h${s} & 1u) * 4u;
+    ${addDots(n, `q${s}`, terms, "")}`;
+    },
+  };
+}
+
+function q6k(): TypeCode {
+  return {
+    elems: 64,
+    vec4: false,
+    // chunk c: block c/4, half n2 = (c%4)/2, l in 16i..16i+15 (i = c%2): ql[64n2 + l], ql[64n2 + 32 + l], qh[32n2 + l]
+    // (elements 128n2 + l + 0/32/64/96), four scales and d; every part sits at the block's offset mod 4
+    load: (s) => {
+      const words = (name: string, first: string, count: number): string =>
+        Array.from({ length: count }, (_, i) => `let ${name}${i}_${s} = wd(wo${s} + ${first} + ${i}u);`).join(" ");
+      return `let k${s} = c${s} >> 2u; let n${s} = (c${s} >> 1u) & 1u; let i${s} = c${s} & 1u;
+    let o${s} = rb + 210u * k${s}; let wo${s} = o${s} >> 2u; let od${s} = (o${s} & 2u) != 0u;
+    let qa${s} = 16u * n${s} + 4u * i${s}; let qh${s} = 32u + 8u * n${s} + 4u * i${s}; let sc${s} = 48u + 2u * n${s};
+    ${words("A", `qa${s}`, 5)}
+    ${words("B", `qa${s} + 8u`, 5)}
+    ${words("H", `qh${s}`, 5)}
+    ${words("S", `sc${s}`, 3)}
+    let D_${s} = wd(wo${s} + 52u);`;
+    },
+    use: (s, n) => {
+      const lines: string[] = [];
+      lines.push(`let d${s} = unpack2x16float(select(D_${s}, D_${s} >> 16u, od${s})).x;`);
+      lines.push(`let sa${s} = hw(S0_${s}, S1_${s}, od${s}) >> (8u * i${s}); let sb${s} = hw(S1_${s}, S2_${s}, od${s}) >> (8u * i${s});`);
+      const sc = [`sa${s}`, `sa${s} >> 16u`, `sb${s}`, `sb${s} >> 16u`];
+      const groups: { v: string; idx: string }[][] = [[], [], [], []];
+      for (let w = 0; w < 4; w++) {
+        lines.push(`let a${w}_${s} = hw(A${w}_${s}, A${w + 1}_${s}, od${s}); let b${w}_${s} = hw(B${w}_${s}, B${w + 1}_${s}, od${s}); let h${w}_${s} = hw(H${w}_${s}, H${w + 1}_${s}, od${s});`);
+        const q = [
+          `(a${w}_${s} & 0x0f0f0f0fu) | ((h${w}_${s} & 0x03030303u) << 4u)`,
+          `(b${w}_${s} & 0x0f0f0f0fu) | (((h${w}_${s} >> 2u) & 0x03030303u) << 4u)`,
+          `((a${w}_${s} >> 4u) & 0x0f0f0f0fu) | (((h${w}_${s} >> 4u) & 0x03030303u) << 4u)`,
+          `((b${w}_${s} >> 4u) & 0x0f0f0f0fu) | (((h${w}_${s} >> 6u) & 0x03030303u) << 4u)`,
+        ];
+        for (let g = 0; g < 4; g++) groups[g]!.push({ v: `(vec4f(${bytes(q[g]!)}) - 32.0)`, idx: `xe${s} + ${w + 8 * g}u` });
+      }
+      lines.push(`let xe${s} = k${s} * 64u + n${s} * 32u + i${s} * 4u;`);
+      for (let g = 0; g < 4; g++) lines.push(addDots(n, `g${g}_${s}`, groups[g]!, `(d${s} * f32(sx8(${sc[g]})))`));
+      return lines.join("\n    ");
+    },
+  };
+}
+
+/**
+ * Q5_0 (22 bytes) and Q8_0 (34 bytes): one block per chunk, read as the words from the aligned word below it; blocks
+ * start on even bytes, so a block is word-aligned or starts at the high half of its first word (`od`)
+ */
+function q5_0(): TypeCode {
+  return {
+    elems: 32,
+    vec4: false,
+    load: (s) => `let o${s} = rb + 22u * c${s}; let wo${s} = o${s} >> 2u; let od${s} = (o${s} & 2u) != 0u;
+    ${Array.from({ length: 6 }, (_, i) => `let W${i}_${s} = wd(wo${s} + ${i}u);`).join(" ")}`,
+    use: (s, n) => {
+      const lines: string[] = [];
+      lines.push(`let d${s} = unpack2x16float(select(W0_${s}, W0_${s} >> 16u, od${s})).x; let qh${s} = hw2(W0_${s}, W1_${s}, od${s});`);
+      const lo: { v: string; idx: string }[] = [];
+      const hi: { v: string; idx: string }[] = [];
+      for (let m = 0; m < 4; m++) {
+        // qs bytes 4m..4m+3 = block bytes 6 + 4m..
+        lines.push(`let q${m}_${s} = hw2(W${m + 1}_${s}, W${m + 2}_${s}, od${s});`);
+        const q = `q${m}_${s}`;
+        lo.push({ v: `(vec4f((${bytes(q)} & vec4u(15u)) | (((vec4u(qh${s}) >> vec4u(${4 * m}u, ${4 * m + 1}u, ${4 * m + 2}u, ${4 * m + 3}u)) & vec4u(1u)) << vec4u(4u))) - 16.0)`, idx: `${m}u` });
+        hi.push({ v: `(vec4f((${bytes(q)} >> vec4u(4u)) | (((vec4u(qh${s}) >> vec4u(${4 * m + 16}u, ${4 * m + 17}u, ${4 * m + 18}u, ${4 * m + 19}u)) & vec4u(1u)) << vec4u(4u))) - 16.0)`, idx: `${m + 4}u` });
+      }
+      lines.push(addDots(n, `q${s}`, [...lo, ...hi].map((v) => ({ v: v.v, idx: `8u * c${s} + ${v.idx}` })), `d${s}`));
+      return lines.join("\n    ");
+    },
+  };
+}
+
+function q8_0(): TypeCode {
+  return {
+    elems: 32,
+    vec4: false,
+    load: (s) => `let o${s} = rb + 34u * c${s}; let wo${s} = o${s} >> 2u; let od${s} = (o${s} & 2u) != 0u;
+    ${Array.from({ length: 9 }, (_, i) => `let W${i}_${s} = wd(wo${s} + ${i}u);`).join(" ")}`,
+    use: (s, n) => {
+      const lines: string[] = [];
+      lines.push(`let d${s} = unpack2x16float(select(W0_${s}, W0_${s} >> 16u, od${s})).x;`);
+      const terms = Array.from({ length: 8 }, (_, m) => ({
+        // qs bytes 4m..4m+3 = block bytes 2 + 4m..; int8 as (b ^ 0x80) − 128
+        v: `(vec4f(${bytes(`hw2(W${m}_${s}, W${m + 1}_${s}, od${s})`)} ^ vec4u(128u)) - 128.0)`,
+        idx: `8u * c${s} + ${m}u`,
+      }));
+      lines.push(addDots(n, `q${s}`, terms, `d${s}`));
+      return lines.join("\n    ");
+    },
+  };
+}
+
+function typeCode(type: number): TypeCode {
+  switch (type) {
+    case GGMLType.Q4_K:
+      return q4k();
+    case GGMLType.Q6_K:
+      return q6k();
+    case GGMLType.Q5_0:
+      return q5_0();
+    case GGMLType.Q8_0:
+      return q8_0();
+    default:
+      throw new Error(`the wide kernel does not decode type ${type}`);
+  }
+}
+
+const HELPERS = /* wgsl */ `
+// the word at a 2-byte-aligned offset: lo itself, or (odd) lo's high half and hi's low half
+fn hw(lo: u32, hi: u32, odd: bool) -> u32 { return select(lo, (lo >> 16u) | (hi << 16u), odd); }
+// the word 2 bytes further: lo's high half and hi's low half, or (odd) hi itself
+fn hw2(lo: u32, hi: u32, odd: bool) -> u32 { return select((lo >> 16u) | (hi << 16u), hi, odd); }
+fn sx8(v: u32) -> i32 { return bitcast<i32>(v << 24u) >> 24u; }
+// ggml's get_scale_min_k4 for sub-block j from the header's scale words (y: bytes 0-3, z: 4-7, w: 8-11)
+fn q4ksm(hd: vec4u, j: u32) -> vec2f {
+  let sh = 8u * (j & 3u);
+  let a = (hd.y >> sh) & 255u; let b = (hd.z >> sh) & 255u; let c = (hd.w >> sh) & 255u;
+  if (j < 4u) { return vec2f(f32(a & 63u), f32(b & 63u)); }
+  return vec2f(f32((c & 15u) | ((a >> 6u) << 4u)), f32((c >> 4u) | ((b >> 6u) << 4u)));
+}`;
+
+/** The wide kernel for one type and shape; mode "plain" (batch = heads) or "gather" (one product per pair). */
+export function matvecWideWGSL(type: number, mode: "plain" | "gather", s: WideShape): string {
+  const { sg: SG, rows: R, n: N } = s;
+  const tc = typeCode(type);
+  const NC = s.cols / tc.elems;
+  const steps = Math.ceil(NC / SG);
+  const outer = Math.ceil(steps / s.unroll);
+  const G = Math.ceil(steps / outer);
+  // steps whose chunk can pass the row's end (in the last pass) load a clamped chunk and skip using it
+  const past = (st: number): boolean => (outer - 1) * G * SG + (st + 1) * SG > NC;
+  const body: string[] = [];
+  for (let st = 0; st < G; st++) body.push(`let c${st} = ${past(st) ? `min(cb + ${st * SG}u, ${NC - 1}u)` : `cb + ${st * SG}u`};\n    ${tc.load(st)}`);
+  for (let st = 0; st < G; st++) {
+    const use = tc.use(st, N);
+    body.push(past(st) ? `if (cb + ${st * SG}u < ${NC}u) {\n    ${use}\n    }` : use);
+  }
+  const steps1 = body.join("\n    ");
+  const loop = outer === 1 ? `{\n    let cb = lane;\n    ${steps1}\n  }` : `for (var it = 0u; it < ${outer}u; it++) {\n    let cb = it * ${G * SG}u + lane;\n    ${steps1}\n  }`;
+  const xq = Array.from({ length: N }, (_, t) => `let xq${t} = xq + ${t}u * xs;`).join(" ");
+  const writes = Array.from({ length: N }, (_, t) => `out(b, ${t}u, r, v.${"xyzw"[t]});`).join(" ");
+  return /* wgsl */ `enable subgroups;
+struct P { ${MAT_PARAMS.map((k) => `${k}: u32`).join(", ")} }
+@group(0) @binding(0) var<storage, read> W: array<${tc.vec4 ? "vec4u" : "u32"}>;
+${tc.vec4 ? "" : "fn wd(i: u32) -> u32 { return W[i]; }"}
+@group(0) @binding(1) var<storage, read> X: array<vec4f>;
+@group(0) @binding(2) var<storage, read_write> Y: array<f32>;
+${mode === "gather" ? "@group(0) @binding(3) var<storage, read> IDS: array<u32>;\n@group(0) @binding(4) var<uniform> p: P;" : "@group(0) @binding(3) var<uniform> p: P;"}
+${HELPERS}
+fn out(b: u32, t: u32, r: u32, v: f32) {
+  let yo = p.yOff + b * p.yBatch + t * p.yStride + p.rowBase + r;
+  if (p.acc == 1u) { Y[yo] += v; } else if (p.acc == 2u) { let g = Y[yo]; Y[yo] = g / (1.0 + exp(-g)) * v; } else { Y[yo] = v; }
+}
+// wide matvec: ${NC} chunks per row, ${G} per lane and pass, ${outer} pass(es)
+@compute @workgroup_size(${R * SG})
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+  let rg = wid.x + wid.y * p.gx;
+  let lane = li % ${SG}u;
+  let r = rg * ${R}u + li / ${SG}u;
+  var valid = r < p.rows;
+  let b = wid.z;
+  var wb = b * p.wBatch;
+  var xb = b * p.xBatch;
+${
+  mode === "gather"
+    ? `  // a pair whose expert another piece holds loads nothing and writes nothing
+  let e = IDS[p.idsOff + b];
+  let inPiece = e >= p.e0 && e < p.e1;
+  valid = valid && inPiece;
+  wb = select(0u, e - p.e0, inPiece) * p.wBatch;
+  xb = (b / p.xDiv) * p.xBatch;`
+    : ""
+}
+  let rb = p.wOff + wb + select(0u, r, valid) * p.rowBytes;
+  let xq = (p.xOff + xb) >> 2u;
+  let xs = p.xStride >> 2u;
+  ${xq}
+  var acc = vec4f(0.0);
+  if (valid) {
+  ${loop}
+  }
+  let v = subgroupAdd(acc);
+  if (lane == 0u && valid) { ${writes} }
+}`;
+}

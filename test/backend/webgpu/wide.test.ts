@@ -1,0 +1,174 @@
+// The wide-load matrix-vector kernel (1–4 tokens) against the CPU reference on fresh random inputs: Q4_K, Q6_K, Q5_0
+// and Q8_0, odd row counts, rows of whole and odd block counts (unaligned 22/34/210-byte blocks), n = 1..4, strided x/y,
+// overwrite (checked for complete writes), acc, SwiGLU, per-head batches in pieces, pair-major gathered products in
+// pieces; and when it is chosen.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { QMatrix } from "../../../src/backend/cpu/qmatrix.js";
+import { GGMLType, typeName } from "../../../src/gguf/types.js";
+import { quantize, rowBytes } from "../../../src/quant/index.js";
+import { GpuRuntime, type RuntimeOptions } from "../../../src/backend/webgpu/runtime.js";
+import type { GpuDeviceInfo } from "../../../src/backend/webgpu/device.js";
+import { GpuMatrix, matmul, matmulGather, matvecKernel } from "../../../src/backend/webgpu/matrix.js";
+import { f32, gpuOrSkip, relErr, Rng, u32 } from "./helpers.js";
+
+const { rt, skip: noGpu } = await gpuOrSkip();
+const skip = noGpu !== false ? noGpu : rt!.info.subgroupSize === undefined ? "the adapter has no fixed subgroup size (the wide kernel needs one)" : false;
+const TOL = 2e-5;
+const WIDE = /wide matvec/;
+
+function runtime(opts: RuntimeOptions = {}): GpuRuntime {
+  return new GpuRuntime(rt!.info, { checkWrites: true, ...opts });
+}
+
+function upload(r: GpuRuntime, rng: Rng, type: number, cols: number, rows: number, items = 1): { w: QMatrix; g: GpuMatrix } {
+  const w = new QMatrix("w", type, cols, rows * items, quantize(type, rng.f32(cols * rows * items), cols));
+  return { w, g: GpuMatrix.upload(r, "w", type, cols, rows, w.data, items) };
+}
+
+test("the wide kernel is chosen for 1–4 tokens of its types with aligned x, and not otherwise", { skip }, () => {
+  const r = runtime();
+  const rng = new Rng(3);
+  for (const type of [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q5_0, GGMLType.Q8_0]) {
+    const { g } = upload(r, rng, type, 256, 5);
+    for (let n = 1; n <= 4; n++) assert.match(matvecKernel(r, g, n, false, true).code, WIDE, `${typeName(type)} n=${n}`);
+    assert.match(matvecKernel(r, g, 1, true, true).code, WIDE);
+    assert.doesNotMatch(matvecKernel(r, g, 5, false, true).code, WIDE);
+    assert.doesNotMatch(matvecKernel(r, g, 2, false, false).code, WIDE);
+    assert.doesNotMatch(matvecKernel(r, g, 4, "experts", true).code, WIDE);
+    assert.doesNotMatch(matvecKernel(runtime({ tune: { wide: 0 } }), g, 1, false, true).code, WIDE);
+    assert.doesNotMatch(matvecKernel(runtime({ tune: { wide: 0 } }), g, 1, true, true).code, WIDE);
+    assert.doesNotMatch(matvecKernel(runtime({ matvec: "shared" }), g, 1, false, true).code, WIDE);
+    const nosg: GpuDeviceInfo = { ...rt!.info, subgroupSize: undefined };
+    assert.doesNotMatch(matvecKernel(new GpuRuntime(nosg), g, 1, false, true).code, WIDE);
+    g.destroy();
+  }
+  const { g } = upload(r, rng, GGMLType.Q4_0, 256, 5);
+  assert.doesNotMatch(matvecKernel(r, g, 1, false, true).code, WIDE);
+  g.destroy();
+});
+
+// (type, cols): whole super-blocks for the K-quants (they cannot hold 1408 columns: 5.5 super-blocks), and for Q5_0 /
+// Q8_0 1408 (44 blocks) and 96 (3 blocks: every other row starts 2 bytes past a word)
+const SHAPES: [number, number][] = [
+  [GGMLType.Q4_K, 256],
+  [GGMLType.Q4_K, 2048],
+  [GGMLType.Q6_K, 256],
+  [GGMLType.Q6_K, 2048],
+  [GGMLType.Q5_0, 96],
+  [GGMLType.Q5_0, 1408],
+  [GGMLType.Q5_0, 2048],
+  [GGMLType.Q8_0, 96],
+  [GGMLType.Q8_0, 1408],
+  [GGMLType.Q8_0, 2048],
+];
+
+for (const tune of [{}, { wideRows: 3, wideUnroll: 1 }]) {
+  test(`wide matmul matches the CPU reference (tune ${JSON.stringify(tune)}): n = 1..4, strides, overwrite, acc, SwiGLU`, { skip }, async () => {
+    const r = runtime({ tune });
+    const rng = new Rng(11 + Object.keys(tune).length);
+    let k = 0;
+    for (const [type, cols] of SHAPES) {
+      for (let n = 1; n <= 4; n++) {
+        // the second tuning (several passes per row) runs a subset: fewer pipelines to compile on a CPU adapter
+        if (Object.keys(tune).length > 0 && (cols > 1408 || n % 2 === 0)) continue;
+        const rows = k++ % 2 === 0 ? 67 : 131;
+        const { w, g } = upload(r, rng, type, cols, rows);
+        assert.match(matvecKernel(r, g, n, false, true).code, WIDE);
+        const xOff = 4;
+        const xStride = cols + 8;
+        const yOff = 1;
+        const yStride = rows + 3;
+        const x = rng.f64(xOff + n * xStride);
+        const y0 = rng.f64(yOff + n * yStride);
+        const prod = new Float64Array(n * yStride);
+        w.matmul(x.subarray(xOff), n, xStride, prod, yStride);
+        const inY = (i: number): boolean => i >= yOff && (i - yOff) % yStride < rows && i - yOff < n * yStride;
+        const label = `${typeName(type)} ${rows}x${cols} n=${n}`;
+        // overwrite: every output written (checkWrites), nothing else touched
+        const yb = f32(r, y0);
+        matmul(r, g, f32(r, x), yb, { n, xStride, yStride, xOff, yOff });
+        const got = await r.readF32(yb);
+        const want = Float64Array.from(y0, (v, i) => (inY(i) ? prod[i - yOff]! : v));
+        assert.ok(relErr(got, want) < TOL, `${label}: err ${relErr(got, want)}`);
+        const ybA = f32(r, y0);
+        matmul(r, g, f32(r, x), ybA, { n, xStride, yStride, xOff, yOff, acc: true });
+        const gotA = await r.readF32(ybA);
+        const wantA = Float64Array.from(y0, (v, i) => (inY(i) ? v + prod[i - yOff]! : v));
+        assert.ok(relErr(gotA, wantA) < TOL, `${label} acc: err ${relErr(gotA, wantA)}`);
+        const ybG = f32(r, y0);
+        matmul(r, g, f32(r, x), ybG, { n, xStride, yStride, xOff, yOff, glu: true });
+        const gotG = await r.readF32(ybG);
+        const wantG = Float64Array.from(y0, (v, i) => (inY(i) ? (v / (1 + Math.exp(-v))) * prod[i - yOff]! : v));
+        assert.ok(relErr(gotG, wantG) < TOL, `${label} glu: err ${relErr(gotG, wantG)}`);
+        g.destroy();
+      }
+    }
+  });
+}
+
+test("wide matmul over heads (batch), with the heads in several pieces", { skip }, async () => {
+  const rng = new Rng(21);
+  for (const [type, cols, n] of [[GGMLType.Q4_K, 256, 2], [GGMLType.Q5_0, 96, 3], [GGMLType.Q6_K, 256, 1], [GGMLType.Q8_0, 128, 4]] as const) {
+    const H = 5;
+    const rows = 67;
+    // two heads per piece
+    const r = runtime({ maxBindingBytes: Math.ceil((2 * rows * rowBytes(type, cols)) / 256) * 256 });
+    const { w, g } = upload(r, rng, type, cols, rows, H);
+    assert.ok(g.pieces.length > 1, `${typeName(type)}: ${g.pieces.length} piece(s)`);
+    assert.match(matvecKernel(r, g, n, false, true).code, WIDE);
+    const count = H - 1; // the last head is left out
+    const xStride = H * cols + 4;
+    const yStride = H * rows + 1;
+    const x = rng.f64(n * xStride);
+    const yb = r.buffer(n * yStride * 4);
+    matmul(r, g, f32(r, x), yb, { n, xStride, yStride, batch: { count, xBatch: cols, yBatch: rows } });
+    const got = await r.readF32(yb);
+    for (let h = 0; h < count; h++) {
+      const want = new Float64Array(n * yStride);
+      w.slice(h * rows, rows).matmul(x.subarray(h * cols), n, xStride, want, yStride);
+      for (let t = 0; t < n; t++) {
+        const a = got.subarray(t * yStride + h * rows, t * yStride + (h + 1) * rows);
+        const b = want.subarray(t * yStride, t * yStride + rows);
+        assert.ok(relErr(a, b) < TOL, `${typeName(type)} head ${h} t=${t}: err ${relErr(a, b)}`);
+      }
+    }
+    g.destroy();
+  }
+});
+
+test("wide pair-major gathered products: one piece and several, overwrite and SwiGLU", { skip }, async () => {
+  const rng = new Rng(31);
+  for (const [type, cols, rows] of [[GGMLType.Q4_K, 2048, 67], [GGMLType.Q5_0, 1408, 131], [GGMLType.Q6_K, 256, 67], [GGMLType.Q8_0, 1408, 67]] as const) {
+    const E = 6;
+    const K = 2;
+    const nTok = 3;
+    for (const maxBindingBytes of [undefined, Math.ceil((2 * rows * rowBytes(type, cols)) / 256) * 256]) {
+      const r = runtime(maxBindingBytes !== undefined ? { maxBindingBytes } : {});
+      const { w, g } = upload(r, rng, type, cols, rows, E);
+      if (maxBindingBytes !== undefined) assert.ok(g.pieces.length > 1);
+      assert.match(matvecKernel(r, g, 1, true, true).code, WIDE);
+      const x = rng.f64(nTok * cols);
+      const ids = Array.from({ length: nTok }, () => {
+        const a = rng.int(0, E - 1);
+        return [a, (a + 1 + rng.int(0, E - 2)) % E];
+      }).flat();
+      const pairs = nTok * K;
+      const yb = r.buffer(pairs * rows * 4);
+      const idsB = u32(r, ids);
+      matmulGather(r, g, f32(r, x), yb, idsB, { pairs, xDiv: K, xBatch: cols, yBatch: rows, mode: "pairs" });
+      const got = await r.readF32(yb);
+      const want = new Float64Array(pairs * rows);
+      for (let b = 0; b < pairs; b++) w.slice(ids[b]! * rows, rows).matmul(x.subarray(Math.floor(b / K) * cols), 1, cols, want.subarray(b * rows), rows);
+      const label = `${typeName(type)} ${rows}x${cols} in ${g.pieces.length} piece(s)`;
+      assert.ok(relErr(got, want) < TOL, `${label}: err ${relErr(got, want)}`);
+      const g0 = rng.f64(pairs * rows);
+      const ybG = f32(r, g0);
+      matmulGather(r, g, f32(r, x), ybG, idsB, { pairs, xDiv: K, xBatch: cols, yBatch: rows, mode: "pairs", glu: true });
+      const gotG = await r.readF32(ybG);
+      const wantG = Float64Array.from(g0, (v, i) => (v / (1 + Math.exp(-v))) * want[i]!);
+      assert.ok(relErr(gotG, wantG) < TOL, `${label} glu: err ${relErr(gotG, wantG)}`);
+      g.destroy();
+    }
+  }
+});

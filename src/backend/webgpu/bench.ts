@@ -203,7 +203,8 @@ export async function parityCheck(dir: string, log: (s: string) => void = consol
     const { model, config } = loadModel(out);
     const tokens = Array.from({ length: 12 }, (_, i) => (i * 37 + 5) % config.nVocab);
     const ref = evaluateAll(model, tokens, { path: "reference" }).map((r) => logSoftmaxRow(r));
-    const g = new GpuModel(rt, model, { slots: 1, context: 16, maxTokens: 5 });
+    // chunks of 8 then 4 tokens: the tiled kernel (≥ 8 tokens) and the wide one (≤ 4) both run
+    const g = new GpuModel(rt, model, { slots: 1, context: 16, maxTokens: 8 });
     const fused = (await g.prefill(0, tokens, 0, true)).map((r) => logSoftmaxRow(r));
     model.kernels = kernels;
     const viaKernels = evaluateAll(model, tokens, { path: "prefill", chunk: 5 }).map((r) => logSoftmaxRow(r));

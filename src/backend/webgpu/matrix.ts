@@ -148,7 +148,12 @@ export function coalesced(rt: GpuRuntime, m: GpuMatrix, aligned: boolean): boole
   return rt.matvec === "coalesced" && aligned && m.cols % 4 === 0;
 }
 
-/** Plain products of at least this many tokens run on the tiled kernel (RuntimeOptions.tune.tiled = 0 turns it off). */
+/**
+ * Plain products of at least this many tokens run on the tiled kernel when RuntimeOptions.tune.tiled = 1. Off by
+ * default: measured on the H200 (v2-lite Q4_K_M, 2026-11-29) it was slower than the coalesced kernel for decode
+ * batches (batch 8: 356 → 75 tok/s, batch 64: 773 → 328) and for the 512-token prefill with its default tiles (1393 →
+ * 985 tok/s; 1458 with tiledTokens=64, tiledK=128, within the run-to-run spread).
+ */
 export const TILED_FROM = 8;
 
 const pow2 = (v: number): boolean => Number.isInteger(v) && v >= 1 && (v & (v - 1)) === 0;
@@ -161,7 +166,7 @@ export const TILED_FILL = 264;
  * experts (expert lists), or undefined when that product stays on the coalesced kernel.
  */
 export function tiledShape(rt: GpuRuntime, m: GpuMatrix, n: number, mode: "plain" | "experts-list", rowsTotal = m.rows): TiledShape | undefined {
-  if (rt.tune.tiled === 0 || (mode === "plain" && n < TILED_FROM)) return undefined;
+  if (rt.tune.tiled !== 1 || (mode === "plain" && n < TILED_FROM)) return undefined;
   const per = mode === "plain" ? n : n / m.items;
   let tokens = 8;
   while (tokens < Math.min(32, per)) tokens *= 2;

@@ -79,7 +79,7 @@ export interface KernelTuning {
   readonly fillThreads?: number;
   /** expert-major mode when pairs ≥ expertsFrom × experts (default 1/4 with the coalesced kernel, else 1) */
   readonly expertsFrom?: number;
-  /** 0: no tiled matrix-matrix kernel (products of ≥ TILED_FROM tokens and expert lists stay on the coalesced kernel); default 1 */
+  /** 1: the tiled matrix-matrix kernel for products of ≥ TILED_FROM tokens and expert lists; default 0 (measured slower on the H200, see matrix.ts) */
   readonly tiled?: number;
   /** rows per tile of the tiled kernel (power of two ≤ 256; default 64, down to 16 while a plain product's grid has fewer than tiledFill workgroups) */
   readonly tiledRows?: number;

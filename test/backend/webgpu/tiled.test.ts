@@ -22,11 +22,12 @@ const TILED = /var<workgroup> ws:/;
 const tunings: readonly KernelTuning[] = [{}, { tiledFill: 0 }, { tiledRows: 32, tiledTokens: 8, tiledK: 256, tiledThreads: 256 }, { tiledRows: 128, tiledTokens: 16, tiledK: 16 }, { tiledRows: 32, tiledTokens: 16, tiledK: 32, tiledThreads: 32 }];
 
 function runtime(tune: KernelTuning, opts: RuntimeOptions = {}): GpuRuntime {
-  return new GpuRuntime(rt!.info, { checkWrites: true, ...opts, tune });
+  return new GpuRuntime(rt!.info, { checkWrites: true, ...opts, tune: { tiled: 1, ...tune } });
 }
 
-test("selection: n ≥ 8 plain products and expert lists take the tiled kernel, n < 8 and tune.tiled = 0 do not", { skip }, () => {
+test("selection: with tune.tiled = 1, n ≥ 8 plain products and expert lists take the tiled kernel, n < 8 does not; off by default and with tiled = 0", { skip }, () => {
   const r = runtime({});
+  const byDefault = new GpuRuntime(rt!.info, {});
   const off = runtime({ tiled: 0 });
   const g = GpuMatrix.upload(r, "w", GGMLType.Q4_K, 256, 67, quantize(GGMLType.Q4_K, new Rng(1).f32(256 * 67), 256));
   const e = GpuMatrix.upload(r, "e", GGMLType.Q4_K, 256, 19, quantize(GGMLType.Q4_K, new Rng(2).f32(256 * 19 * 4), 256), 4);
@@ -38,6 +39,8 @@ test("selection: n ≥ 8 plain products and expert lists take the tiled kernel, 
   assert.doesNotMatch(matvecKernel(r, e, 24, "experts", true).code, TILED);
   assert.doesNotMatch(matvecKernel(r, e, 24, true, true).code, TILED);
   assert.doesNotMatch(matvecKernel(off, g, 64, false, true).code, TILED);
+  assert.doesNotMatch(matvecKernel(byDefault, g, 64, false, true).code, TILED);
+  assert.doesNotMatch(matvecKernel(byDefault, e, 24, "experts-list", true).code, TILED);
   assert.doesNotMatch(matvecKernel(off, e, 24, "experts-list", true).code, TILED);
   // tiles: tokens rounded up to a power of two within 8..32, pairs per expert likewise; knobs override
   // row tiles shrink (to 16) while a plain product's grid has fewer than tiledFill workgroups

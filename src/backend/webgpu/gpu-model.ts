@@ -12,7 +12,7 @@ import type { DeepSeek2 } from "../../model/deepseek2.js";
 import type { QMatrix } from "../cpu/qmatrix.js";
 import type { SwiGLU } from "../../model/weights.js";
 import { LatentError } from "../../util/errors.js";
-import { expertListWords, expertLists, expertsFrom, getRows, GpuMatrix, matmul, matmulGather } from "./matrix.js";
+import { expertListWords, expertLists, expertsFrom, getRows, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLU } from "./matrix.js";
 import { addNorm, argmaxRows, attention, attentionScratch, copyU32, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, scatterRows } from "./ops.js";
 import type { GpuRuntime, Recording } from "./runtime.js";
 import { ATTN_CHUNK } from "./wgsl-ops.js";
@@ -382,9 +382,8 @@ export class GpuModel {
         // expert-major products (pairs ≥ experts) read the pairs grouped by expert, built once for the three
         const lists = n * K >= expertsFrom(rt) * E ? b.elist! : undefined;
         if (lists !== undefined) expertLists(rt, b.rids!, lists, { pairs: n * K, E });
-        matmulGather(rt, l.experts.gate, b.x!, b.g!, b.rids!, { pairs: n * K, xDiv: K, xBatch: Hd, yBatch: Fe, lists });
-        // up with SwiGLU fused: g = silu(g)·(W_up x)
-        matmulGather(rt, l.experts.up, b.x!, b.g!, b.rids!, { pairs: n * K, xDiv: K, xBatch: Hd, yBatch: Fe, lists, glu: true });
+        // g = silu(W_gate x)·(W_up x) per pair (one dual product at small batches, else gate then up with SwiGLU fused)
+        matmulGatherSwiGLU(rt, l.experts.gate, l.experts.up, b.x!, b.g!, b.rids!, { pairs: n * K, xDiv: K, xBatch: Hd, yBatch: Fe, lists });
         matmulGather(rt, l.experts.down, b.g!, b.ye!, b.rids!, { pairs: n * K, xDiv: 1, xBatch: Fe, yBatch: Hd, lists });
         if (l.shared !== undefined) this.ffn(l.shared, n);
         combinePending = true;
@@ -425,12 +424,11 @@ export class GpuModel {
     dsaSelect(rt, { q: b.qI!, w: b.wI!, keys: ix.cache, meta: b.meta!, scores: b.scores!, sel: b.sel! }, { n, T, Hi, D: Di, topK, pageSize: this.opts.pages?.pageSize ?? 0 });
   }
 
-  /** h += down(silu(gate·x) ⊙ up·x) for n tokens (the SwiGLU fused into the up product). */
+  /** h += down(silu(gate·x) ⊙ up·x) for n tokens (gate and up as one dual product where the wide kernel applies). */
   private ffn(f: GpuFFN, n: number): void {
     const { rt, b, c } = this;
     const F = f.gate.rows;
-    matmul(rt, f.gate, b.x!, b.g!, { n, xStride: c.nEmbd, yStride: F });
-    matmul(rt, f.up, b.x!, b.g!, { n, xStride: c.nEmbd, yStride: F, glu: true });
+    matmulSwiGLU(rt, f.gate, f.up, b.x!, b.g!, { n, xStride: c.nEmbd, yStride: F });
     matmul(rt, f.down, b.g!, b.h!, { n, xStride: F, yStride: c.nEmbd, acc: true });
   }
 

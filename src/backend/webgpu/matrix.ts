@@ -10,7 +10,7 @@ import { LatentError } from "../../util/errors.js";
 import type { GpuRuntime } from "./runtime.js";
 import { EXPERT_LISTS_WGSL, getRowsWGSL, MATVEC_TN, matvec2WGSL, matmulTiledWGSL, matvecCoalescedWGSL, matvecExpertsWGSL, matvecTWGSL, matvecWGSL, MV_WG, packMatParams, tiledSharedBytes, type MatParams, type MatvecShape, type TiledShape } from "./wgsl-mat.js";
 import { gpuSupports, unitSize } from "./wgsl-quant.js";
-import { matvecWideWGSL, wideShape } from "./wgsl-wide.js";
+import { matvecWideWGSL, wideShape, type WideShape } from "./wgsl-wide.js";
 
 export interface MatrixPiece {
   readonly buffer: GPUBuffer;
@@ -358,4 +358,63 @@ export function getRows(rt: GpuRuntime, m: GpuMatrix, ids: GPUBuffer, y: GPUBuff
     p.idsOff = idsOff;
     rt.dispatch(`getRows ${m.name}`, code, [piece.buffer, ids, y], packMatParams(p), [Math.ceil(m.nu / 64), n, 1], m.pieces.length === 1 ? [{ buffer: y, offset: yOff * 4, size: n * m.cols * 4 }] : []);
   }
+}
+
+/** Whether gate and up can run as one dual wide product (same type and shape, pieces alike, the wide kernel applies). */
+function dualShape(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix, n: number, gather: boolean, aligned: boolean): WideShape | undefined {
+  if (gate.type !== up.type || gate.cols !== up.cols || gate.rows !== up.rows || gate.items !== up.items || gate.pieces.length !== up.pieces.length) return undefined;
+  if (!gate.pieces.every((p, i) => p.firstRow === up.pieces[i]!.firstRow && p.rows === up.pieces[i]!.rows && p.firstItem === up.pieces[i]!.firstItem && p.items === up.pieces[i]!.items)) return undefined;
+  return wideShape(rt, gate, n, gather, aligned);
+}
+
+/**
+ * y = silu(gate·x)·(up·x) for n tokens (the SwiGLU input of the down product): one dual wide dispatch reading x once
+ * for both matrices where the wide kernel applies (1–4 tokens), else the gate product then the up product with glu.
+ */
+export function matmulSwiGLU(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix, x: GPUBuffer, y: GPUBuffer, a: Omit<MatmulArgs, "acc" | "glu" | "batch">): void {
+  const wide = dualShape(rt, gate, up, a.n, false, al4(a.xOff, a.n > 1 ? a.xStride : 0));
+  if (wide === undefined) {
+    matmul(rt, gate, x, y, a);
+    matmul(rt, up, x, y, { ...a, glu: true });
+    return;
+  }
+  const code = matvecWideWGSL(gate.type, "plain", wide, true);
+  gate.pieces.forEach((piece, i) => {
+    const p = base(gate, a);
+    const { gx, gy } = rowGrid(rt, Math.ceil(piece.rows / wide.rows));
+    p.rows = piece.rows;
+    p.rowBase = piece.firstRow;
+    p.gx = gx;
+    const outs = f32Range(y, p.yOff, a.n, a.yStride, piece.rows, piece.firstRow);
+    rt.dispatch(`matmulSwiGLU ${gate.name}`, code, [piece.buffer, x, y, up.pieces[i]!.buffer], packMatParams(p), [gx, gy, 1], outs);
+  });
+}
+
+/**
+ * Gathered y_b = silu(W_gate,e·x_b)·(W_up,e·x_b) for every pair b (e = ids[b]): one dual wide dispatch in pair-major
+ * mode, else the gathered gate product then the up product with glu.
+ */
+export function matmulGatherSwiGLU(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix, x: GPUBuffer, y: GPUBuffer, ids: GPUBuffer, a: Omit<GatherArgs, "acc" | "glu">): void {
+  const experts = rt.matvec !== "legacy" && (a.mode ?? (a.pairs >= expertsFrom(rt) * gate.items ? "experts" : "pairs")) === "experts";
+  const wide = experts ? undefined : dualShape(rt, gate, up, 1, true, al4(a.xOff, a.xBatch));
+  if (wide === undefined) {
+    matmulGather(rt, gate, x, y, ids, a);
+    matmulGather(rt, up, x, y, ids, { ...a, glu: true });
+    return;
+  }
+  const code = matvecWideWGSL(gate.type, "gather", wide, true);
+  const outs = [{ buffer: y, offset: (a.yOff ?? 0) * 4, size: ((a.pairs - 1) * a.yBatch + gate.rows) * 4 }];
+  gate.pieces.forEach((piece, i) => {
+    if (piece.rows !== gate.rows) throw new LatentError(`${gate.name}: gathered products need whole items per piece`);
+    const p = base(gate, { n: 1, xStride: 0, yStride: 0, xOff: a.xOff, yOff: a.yOff });
+    const { gx, gy } = rowGrid(rt, Math.ceil(gate.rows / wide.rows));
+    p.gx = gx;
+    p.xBatch = a.xBatch;
+    p.yBatch = a.yBatch;
+    p.xDiv = a.xDiv;
+    p.idsOff = a.idsOff ?? 0;
+    p.e0 = piece.firstItem;
+    p.e1 = piece.firstItem + piece.items;
+    rt.dispatch(`matmulGatherSwiGLU ${gate.name}`, code, [piece.buffer, x, y, ids, up.pieces[i]!.buffer], packMatParams(p), [gx, gy, a.pairs], gate.pieces.length === 1 ? outs : []);
+  });
 }

@@ -228,8 +228,12 @@ fn q4ksm(hd: vec4u, j: u32) -> vec2f {
   return vec2f(f32((c & 15u) | ((a >> 6u) << 4u)), f32((c >> 4u) | ((b >> 6u) << 4u)));
 }`;
 
-/** The wide kernel for one type and shape; mode "plain" (batch = heads) or "gather" (one product per pair). */
-export function matvecWideWGSL(type: number, mode: "plain" | "gather", s: WideShape): string {
+/**
+ * The wide kernel for one type and shape; mode "plain" (batch = heads) or "gather" (one product per pair). With `dual`,
+ * a second matrix of the same type and shape (W2: the up projection beside the gate one in W) is read in the same
+ * lanes from the same x, and the kernel writes the SwiGLU silu(W·x)·(W2·x) directly (one dispatch for gate and up).
+ */
+export function matvecWideWGSL(type: number, mode: "plain" | "gather", s: WideShape, dual = false): string {
   const { sg: SG, rows: R, n: N } = s;
   const tc = typeCode(type);
   const NC = s.cols / tc.elems;
@@ -244,6 +248,16 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather", s: WideSh
     const use = tc.use(st, N);
     body.push(past(st) ? `if (cb + ${st * SG}u < ${NC}u) {\n    ${use}\n    }` : use);
   }
+  if (dual) {
+    // the same steps over W2 into acc2: step indices shifted past the first matrix's so every name stays unique
+    const D = 1000;
+    const w2 = (code: string): string => code.replaceAll("W[", "W2[").replaceAll("wd(", "wd2(").replaceAll("acc +=", "acc2 +=");
+    for (let st = 0; st < G; st++) body.push(`let c${st + D} = c${st};\n    ${w2(tc.load(st + D))}`);
+    for (let st = 0; st < G; st++) {
+      const use = w2(tc.use(st + D, N));
+      body.push(past(st) ? `if (cb + ${st * SG}u < ${NC}u) {\n    ${use}\n    }` : use);
+    }
+  }
   const steps1 = body.join("\n    ");
   const loop = outer === 1 ? `{\n    let cb = lane;\n    ${steps1}\n  }` : `for (var it = 0u; it < ${outer}u; it++) {\n    let cb = it * ${G * SG}u + lane;\n    ${steps1}\n  }`;
   const xq = Array.from({ length: N }, (_, t) => `let xq${t} = xq + ${t}u * xs;`).join(" ");
@@ -254,7 +268,9 @@ struct P { ${MAT_PARAMS.map((k) => `${k}: u32`).join(", ")} }
 ${tc.vec4 ? "" : "fn wd(i: u32) -> u32 { return W[i]; }"}
 @group(0) @binding(1) var<storage, read> X: array<vec4f>;
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;
-${mode === "gather" ? "@group(0) @binding(3) var<storage, read> IDS: array<u32>;\n@group(0) @binding(4) var<uniform> p: P;" : "@group(0) @binding(3) var<uniform> p: P;"}
+${mode === "gather" ? "@group(0) @binding(3) var<storage, read> IDS: array<u32>;" : ""}
+${dual ? `@group(0) @binding(${mode === "gather" ? 4 : 3}) var<storage, read> W2: array<${tc.vec4 ? "vec4u" : "u32"}>;${tc.vec4 ? "" : "\nfn wd2(i: u32) -> u32 { return W2[i]; }"}` : ""}
+@group(0) @binding(${(mode === "gather" ? 4 : 3) + (dual ? 1 : 0)}) var<uniform> p: P;
 ${HELPERS}
 fn out(b: u32, t: u32, r: u32, v: f32) {
   let yo = p.yOff + b * p.yBatch + t * p.yStride + p.rowBase + r;
@@ -285,10 +301,11 @@ ${
   let xs = p.xStride >> 2u;
   ${xq}
   var acc = vec4f(0.0);
+  ${dual ? "var acc2 = vec4f(0.0);" : ""}
   if (valid) {
   ${loop}
   }
-  let v = subgroupAdd(acc);
+  ${dual ? "let g = subgroupAdd(acc);\n  let v = g / (1.0 + exp(-g)) * subgroupAdd(acc2);" : "let v = subgroupAdd(acc);"}
   if (lane == 0u && valid) { ${writes} }
 }`;
 }

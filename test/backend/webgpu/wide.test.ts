@@ -9,7 +9,7 @@ import { GGMLType, typeName } from "../../../src/gguf/types.js";
 import { quantize, rowBytes } from "../../../src/quant/index.js";
 import { GpuRuntime, type RuntimeOptions } from "../../../src/backend/webgpu/runtime.js";
 import type { GpuDeviceInfo } from "../../../src/backend/webgpu/device.js";
-import { GpuMatrix, matmul, matmulGather, matvecKernel } from "../../../src/backend/webgpu/matrix.js";
+import { GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLU, matvecKernel } from "../../../src/backend/webgpu/matrix.js";
 import { f32, gpuOrSkip, relErr, Rng, u32 } from "./helpers.js";
 
 const { rt, skip: noGpu } = await gpuOrSkip();
@@ -169,6 +169,67 @@ test("wide pair-major gathered products: one piece and several, overwrite and Sw
       const wantG = Float64Array.from(g0, (v, i) => (v / (1 + Math.exp(-v))) * want[i]!);
       assert.ok(relErr(gotG, wantG) < TOL, `${label} glu: err ${relErr(gotG, wantG)}`);
       g.destroy();
+    }
+  }
+});
+
+const silu = (v: number): number => v / (1 + Math.exp(-v));
+
+test("dual wide products (gate and up in one dispatch, SwiGLU written directly): plain n = 1..5 and pair-major, in pieces, with fallbacks", { skip }, async () => {
+  const rng = new Rng(57);
+  for (const [type, cols, rows] of [[GGMLType.Q4_K, 2048, 67], [GGMLType.Q5_0, 1408, 131], [GGMLType.Q6_K, 256, 67], [GGMLType.Q8_0, 96, 13]] as const) {
+    const E = 5;
+    for (const maxBindingBytes of [undefined, Math.ceil((2 * rows * rowBytes(type, cols)) / 256) * 256]) {
+      const r = runtime(maxBindingBytes !== undefined ? { maxBindingBytes } : {});
+      const label = `${typeName(type)} ${rows}x${cols}${maxBindingBytes !== undefined ? " in pieces" : ""}`;
+      // plain: E = 1 item; n = 5 takes the two-dispatch fallback
+      const gate = upload(r, rng, type, cols, rows);
+      const up = upload(r, rng, type, cols, rows);
+      for (const n of [1, 3, 5]) {
+        const x = rng.f64(n * cols);
+        const yb = r.buffer(n * rows * 4);
+        const d0 = r.stats.dispatches;
+        matmulSwiGLU(r, gate.g, up.g, f32(r, x), yb, { n, xStride: cols, yStride: rows });
+        const dispatches = r.stats.dispatches - d0;
+        const wg = new Float64Array(n * rows);
+        const wu = new Float64Array(n * rows);
+        gate.w.matmul(x, n, cols, wg, rows);
+        up.w.matmul(x, n, cols, wu, rows);
+        const want = wg.map((g, i) => silu(g) * wu[i]!);
+        const got = await r.readF32(yb);
+        assert.ok(relErr(got, want) < TOL, `${label} n=${n}: err ${relErr(got, want)}`);
+        // one dispatch per piece when dual (1–4 tokens), two per piece otherwise
+        assert.equal(dispatches, gate.g.pieces.length * (n <= 4 ? 1 : 2), `${label} n=${n}: ${dispatches} dispatches`);
+      }
+      gate.g.destroy();
+      up.g.destroy();
+      // pair-major over E experts
+      const eg = upload(r, rng, type, cols, rows, E);
+      const eu = upload(r, rng, type, cols, rows, E);
+      const nTok = 2;
+      const K = 2;
+      const pairs = nTok * K;
+      const x = rng.f64(nTok * cols);
+      const ids = [0, 3, 4, 1];
+      const yb = r.buffer(pairs * rows * 4);
+      matmulGatherSwiGLU(r, eg.g, eu.g, f32(r, x), yb, u32(r, ids), { pairs, xDiv: K, xBatch: cols, yBatch: rows, mode: "pairs" });
+      const want = new Float64Array(pairs * rows);
+      const wg = new Float64Array(rows);
+      const wu = new Float64Array(rows);
+      for (let b = 0; b < pairs; b++) {
+        const xb = x.subarray(Math.floor(b / K) * cols);
+        eg.w.slice(ids[b]! * rows, rows).matmul(xb, 1, cols, wg, rows);
+        eu.w.slice(ids[b]! * rows, rows).matmul(xb, 1, cols, wu, rows);
+        for (let i = 0; i < rows; i++) want[b * rows + i] = silu(wg[i]!) * wu[i]!;
+      }
+      const got = await r.readF32(yb);
+      assert.ok(relErr(got, want) < TOL, `${label} gathered: err ${relErr(got, want)}`);
+      // expert-major (pairs ≥ experts/4 by default here): the two-dispatch fallback gives the same
+      const yb2 = r.buffer(pairs * rows * 4);
+      matmulGatherSwiGLU(r, eg.g, eu.g, f32(r, x), yb2, u32(r, ids), { pairs, xDiv: K, xBatch: cols, yBatch: rows, mode: "experts" });
+      assert.ok(relErr(await r.readF32(yb2), want) < TOL, `${label} gathered, expert-major fallback`);
+      eg.g.destroy();
+      eu.g.destroy();
     }
   }
 });

@@ -4,6 +4,8 @@ import type { Rope } from "../../model/rope.js";
 import { LatentError } from "../../util/errors.js";
 import { f32bits, type GpuRuntime, type OutRange } from "./runtime.js";
 import {
+  ADD_NORM4_WGSL,
+  RMS_NORM4_WGSL,
   ADD_NORM_WGSL,
   ARGMAX_WGSL,
   ATTN_CHUNK,
@@ -67,7 +69,9 @@ function norm(rt: GpuRuntime, x: GPUBuffer, g: GPUBuffer, b: GPUBuffer | undefin
   const params = new Uint32Array([a.n, a.dim, xOff, xStride, yOff, yStride, f32bits(eps), 0]);
   const bufs = [x, g, ...(b ? [b] : []), ...(y ? [y] : [])];
   const { gx, gy } = { gx: Math.min(a.n, 65535), gy: Math.ceil(a.n / 65535) };
-  rt.dispatch(b ? "layerNorm" : "rmsNorm", NORM_WGSL(y === undefined, b !== undefined), bufs, params, [gx, gy], y === undefined ? [] : rows(y, yOff, a.n, yStride, a.dim));
+  // out-of-place RMSNorm over aligned rows reads and writes vec4s
+  const vec4 = b === undefined && y !== undefined && [a.dim, xOff, xStride, yOff, yStride].every((v) => v % 4 === 0);
+  rt.dispatch(b ? "layerNorm" : "rmsNorm", vec4 ? RMS_NORM4_WGSL : NORM_WGSL(y === undefined, b !== undefined), bufs, params, [gx, gy], y === undefined ? [] : rows(y, yOff, a.n, yStride, a.dim));
 }
 
 /** cos/sin rows of a Rope for positions [0, capacity), taken from the reference Rope itself (× mscale included). */
@@ -162,7 +166,7 @@ export function kvCacheWrite(
 /** h[t] += Σ_k wts[t·K+k]·ye[t·K+k] (the MoE output into the residual), then y[t] = RMSNorm(h[t])·g: one kernel. */
 export function addNorm(rt: GpuRuntime, ye: GPUBuffer, wts: GPUBuffer, h: GPUBuffer, g: GPUBuffer, y: GPUBuffer, a: { n: number; K: number; dim: number }, eps: number): void {
   const params = new Uint32Array([a.n, a.dim, a.K, f32bits(eps)]);
-  rt.dispatch("addNorm", ADD_NORM_WGSL, [ye, wts, h, g, y], params, [Math.min(a.n, 65535), Math.ceil(a.n / 65535)], rows(y, 0, a.n, a.dim, a.dim));
+  rt.dispatch("addNorm", a.dim % 4 === 0 && a.K <= 16 ? ADD_NORM4_WGSL : ADD_NORM_WGSL, [ye, wts, h, g, y], params, [Math.min(a.n, 65535), Math.ceil(a.n / 65535)], rows(y, 0, a.n, a.dim, a.dim));
 }
 
 /** Interleaved rope in place on x[xOff + t·tokStride + h·headStride ..] for n tokens at POS[t]. */

@@ -787,3 +787,63 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   let inv = 1.0 / sqrt(red[0] / f32(p.dim) + p.eps);
   for (var i = li; i < p.dim; i += 256u) { Y[ho + i] = H[ho + i] * inv * G[i]; }
 }`;
+
+/**
+ * ADD_NORM_WGSL for rows of a multiple of 4 and K ≤ 16: YE, H, G and Y as vec4 and the token's K weights in registers,
+ * so a thread's loads are few, wide and independent (one workgroup per token is a latency chain at batch 1).
+ */
+export const ADD_NORM4_WGSL = /* wgsl */ `
+struct P { n: u32, dim: u32, K: u32, eps: f32 }
+@group(0) @binding(0) var<storage, read> YE: array<vec4f>;
+@group(0) @binding(1) var<storage, read> WTS: array<f32>;
+@group(0) @binding(2) var<storage, read_write> H: array<vec4f>;
+@group(0) @binding(3) var<storage, read> G: array<vec4f>;
+@group(0) @binding(4) var<storage, read_write> Y: array<vec4f>;
+@group(0) @binding(5) var<uniform> p: P;
+var<workgroup> red: array<f32, 256>;
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+  let t = wid.x + wid.y * 65535u;
+  if (t >= p.n) { return; }
+  let d4 = p.dim / 4u;
+  let ho = t * d4;
+  var w: array<f32, 16>;
+  for (var k = 0u; k < p.K; k++) { w[k] = WTS[t * p.K + k]; }
+  var ss = 0.0;
+  for (var i = li; i < d4; i += 256u) {
+    var s = vec4f(0.0);
+    for (var k = 0u; k < p.K; k++) { s += w[k] * YE[(t * p.K + k) * d4 + i]; }
+    let h = H[ho + i] + s;
+    H[ho + i] = h;
+    ss += dot(h, h);
+  }
+  red[li] = ss;
+  workgroupBarrier();
+  for (var s = 128u; s > 0u; s >>= 1u) { if (li < s) { red[li] += red[li + s]; } workgroupBarrier(); }
+  let inv = 1.0 / sqrt(red[0] / f32(p.dim) + p.eps);
+  for (var i = li; i < d4; i += 256u) { Y[ho + i] = H[ho + i] * inv * G[i]; }
+}`;
+
+/** RMSNorm out of place (Y = X / rms(X) · G per row) over vec4s: rows, offsets and strides multiples of 4. */
+export const RMS_NORM4_WGSL = /* wgsl */ `
+struct P { n: u32, dim: u32, xOff: u32, xStride: u32, yOff: u32, yStride: u32, eps: f32, _p: u32 }
+@group(0) @binding(0) var<storage, read> X: array<vec4f>;
+@group(0) @binding(1) var<storage, read> G: array<vec4f>;
+@group(0) @binding(2) var<storage, read_write> Y: array<vec4f>;
+@group(0) @binding(3) var<uniform> p: P;
+var<workgroup> red: array<f32, 256>;
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+  let t = wid.x + wid.y * 65535u;
+  if (t >= p.n) { return; }
+  let d4 = p.dim / 4u;
+  let xo = (p.xOff + t * p.xStride) / 4u;
+  let yo = (p.yOff + t * p.yStride) / 4u;
+  var ss = 0.0;
+  for (var i = li; i < d4; i += 256u) { let v = X[xo + i]; ss += dot(v, v); }
+  red[li] = ss;
+  workgroupBarrier();
+  for (var s = 128u; s > 0u; s >>= 1u) { if (li < s) { red[li] += red[li + s]; } workgroupBarrier(); }
+  let inv = 1.0 / sqrt(red[0] / f32(p.dim) + p.eps);
+  for (var i = li; i < d4; i += 256u) { Y[yo + i] = X[xo + i] * inv * G[i]; }
+}`;

@@ -43,6 +43,19 @@ test("rmsNorm / layerNorm (in place and out of place)", { skip }, async () => {
     layerNorm(rt!, xl, f32(rt!, g), f32(rt!, b), undefined, { n, dim }, 1e-5);
     assert.ok(record("layerNorm", relErr(await rt!.readF32(xl), wantL)) < TOL);
   }
+  // strided rows with offsets: aligned to 4 (the vec4 kernel) and not (the scalar one)
+  for (const [xOff, xStride, yOff, yStride] of [[4, 68, 8, 72], [2, 67, 1, 65]] as const) {
+    const n = 3;
+    const dim = 64;
+    const x = rng.f64(xOff + n * xStride);
+    const g = rng.f32(dim);
+    const y0 = rng.f64(yOff + n * yStride);
+    const want = Float64Array.from(y0);
+    for (let t = 0; t < n; t++) cpuRmsNorm(x, xOff + t * xStride, g, 1e-6, want, yOff + t * yStride);
+    const yb = f32(rt!, y0);
+    rmsNorm(rt!, f32(rt!, x), f32(rt!, g), yb, { n, dim, xOff, xStride, yOff, yStride }, 1e-6);
+    assert.ok(record("rmsNorm strided", relErr(await rt!.readF32(yb), want)) < TOL, `offsets ${xOff}/${yOff}`);
+  }
 });
 
 test("interleaved YaRN rope matches Rope.apply", { skip }, async () => {
@@ -149,7 +162,7 @@ test("rope into another buffer (ropeTo) and the fused latent cache write (kvCach
 
 test("addNorm: the weighted expert outputs added to the residual, then RMSNorm (one kernel) = moeCombine then rmsNorm", { skip }, async () => {
   const rng = new Rng(77);
-  for (const [n, K, dim] of [[1, 6, 2048], [3, 2, 37], [9, 1, 300]] as const) {
+  for (const [n, K, dim] of [[1, 6, 2048], [3, 2, 37], [9, 1, 300], [2, 17, 64], [4, 16, 44]] as const) {
     const ye = rng.f64(n * K * dim);
     const wts = rng.f32(n * K);
     const h = rng.f64(n * dim);

@@ -305,7 +305,6 @@ const NONE = 0xffffffffu;
 var<workgroup> pr: array<f32, 256>;
 var<workgroup> sel: array<f32, 256>;
 var<workgroup> rv: array<f32, 256>;
-var<workgroup> ri: array<u32, 256>;
 var<workgroup> gs: array<f32, 64>;
 var<workgroup> keep: array<u32, 64>;
 var<workgroup> picked: array<u32, 16>;
@@ -375,26 +374,19 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     if (on && keep[li / per] == 0u) { sel[li] = NEG; }
     workgroupBarrier();
   }
-  var taken = !on;
-  let mine = sel[li];
-  for (var k = 0u; k < p.K; k++) {
-    rv[li] = mine;
-    ri[li] = select(li, NONE, taken);
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s >>= 1u) {
-      if (li < s) {
-        let oi = ri[li + s];
-        let ov = rv[li + s];
-        let ci = ri[li];
-        if (oi != NONE && (ci == NONE || ov > rv[li] || (ov == rv[li] && oi < ci))) { rv[li] = ov; ri[li] = oi; }
-      }
-      workgroupBarrier();
+  // top-K by rank: an expert's rank is the number of experts ahead of it (higher score, or equal with a lower id; NaN
+  // counts as the lowest score), a strict order, so ranks 0..K-1 name the picks in order — one pass, no reduction
+  // rounds per pick
+  if (on) {
+    let mine = select(NEG, sel[li], sel[li] == sel[li]);
+    var rank = 0u;
+    for (var e = 0u; e < p.E; e++) {
+      let o = select(NEG, sel[e], sel[e] == sel[e]);
+      if (o > mine || (o == mine && e < li)) { rank++; }
     }
-    let best = ri[0];
-    if (li == best) { taken = true; }
-    if (li == 0u) { picked[k] = best; }
-    workgroupBarrier();
+    if (rank < p.K) { picked[rank] = li; }
   }
+  workgroupBarrier();
   if (li == 0u) {
     var sum = 0.0;
     for (var k = 0u; k < p.K; k++) { sum += pr[picked[k]]; }

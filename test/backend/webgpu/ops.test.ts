@@ -325,12 +325,15 @@ for (const [label, c, withBias, n] of [
   ["64 experts, 6 used, softmax (V2-Lite)", moeConfig({ nExpert: 64, nExpertUsed: 6, gating: "softmax", weightsNorm: false, weightsScale: 1 }), false, 37],
   ["256 experts, 8 used, 8 groups keep 4, sigmoid + bias (V3)", moeConfig({ nExpert: 256, nExpertUsed: 8, nGroup: 8, nGroupUsed: 4 }), true, 3],
   ["160 experts, 6 used, 8 groups keep 3 by max, softmax (V2)", moeConfig({ nExpert: 160, nExpertUsed: 6, gating: "softmax", nGroup: 8, nGroupUsed: 3, weightsNorm: false, weightsScale: 16 }), false, 1],
+  ["64 experts, 6 used, softmax, many exact ties (lower id first)", moeConfig({ nExpert: 64, nExpertUsed: 6, gating: "softmax", weightsNorm: true, weightsScale: 1 }), false, 9],
 ] as const) {
   test(`MoE routing at full width: ${label}, n=${n}`, { skip }, async () => {
     const rng = new Rng(label.length + n);
     const { nExpert: E, nExpertUsed: K } = c;
     const bias = withBias ? rng.f32(E, 0.1) : undefined;
     const z = rng.f64(n * E);
+    // three score levels only: the top-K is decided by ids among equal scores
+    if (label.includes("ties")) z.forEach((v, i) => (z[i] = Math.round(v)));
     const ids = rt!.buffer(n * K * 4);
     const wts = rt!.buffer(n * K * 4);
     moeRoute(rt!, f32(rt!, z), bias && f32(rt!, bias), ids, wts, { n, E, K, nGroup: c.nGroup, nGroupUsed: c.nGroupUsed, softmax: c.gating === "softmax", groupMax: c.gating === "softmax" && c.groupScoring === "definition", norm: c.weightsNorm, scale: c.weightsScale });

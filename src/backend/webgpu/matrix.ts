@@ -202,7 +202,7 @@ export function matvecKernel(rt: GpuRuntime, m: GpuMatrix, n: number, gather: bo
   while (tn < Math.min(n, tnMax)) tn *= 2;
   const expertMajor = gather === "experts" || gather === "experts-list";
   const wide = wideShape(rt, m, n, gather, aligned);
-  if (wide !== undefined) return { code: matvecWideWGSL(m.type, gather === true ? "gather" : "plain", wide), tn: n, rowsPerGroup: wide.rows };
+  if (wide !== undefined) return { code: matvecWideWGSL(m.type, gather === true ? "gather" : gather === "experts-list" ? "experts-list" : "plain", wide), tn: wide.n, rowsPerGroup: wide.rows };
   if (coalesced(rt, m, aligned)) {
     const tiled = gather === false || gather === "experts-list" ? tiledShape(rt, m, n, gather === false ? "plain" : gather, rowsTotal) : undefined;
     if (tiled !== undefined) return { code: matmulTiledWGSL(m.type, m.unit, gather === false ? "plain" : "experts-list", tiled), tn: tiled.tokens, rowsPerGroup: tiled.rows };
@@ -361,7 +361,7 @@ export function getRows(rt: GpuRuntime, m: GpuMatrix, ids: GPUBuffer, y: GPUBuff
 }
 
 /** Whether gate and up can run as one dual wide product (same type and shape, pieces alike, the wide kernel applies). */
-function dualShape(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix, n: number, gather: boolean, aligned: boolean): WideShape | undefined {
+function dualShape(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix, n: number, gather: boolean | "experts-list", aligned: boolean): WideShape | undefined {
   if (gate.type !== up.type || gate.cols !== up.cols || gate.rows !== up.rows || gate.items !== up.items || gate.pieces.length !== up.pieces.length) return undefined;
   if (!gate.pieces.every((p, i) => p.firstRow === up.pieces[i]!.firstRow && p.rows === up.pieces[i]!.rows && p.firstItem === up.pieces[i]!.firstItem && p.items === up.pieces[i]!.items)) return undefined;
   return wideShape(rt, gate, n, gather, aligned);
@@ -396,13 +396,15 @@ export function matmulSwiGLU(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix, x: 
  */
 export function matmulGatherSwiGLU(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix, x: GPUBuffer, y: GPUBuffer, ids: GPUBuffer, a: Omit<GatherArgs, "acc" | "glu">): void {
   const experts = rt.matvec !== "legacy" && (a.mode ?? (a.pairs >= expertsFrom(rt) * gate.items ? "experts" : "pairs")) === "experts";
-  const wide = experts ? undefined : dualShape(rt, gate, up, 1, true, al4(a.xOff, a.xBatch));
+  const aligned = al4(a.xOff, a.xBatch);
+  const listed = experts && a.lists !== undefined && coalesced(rt, gate, aligned);
+  const wide = experts && !listed ? undefined : dualShape(rt, gate, up, listed ? a.pairs : 1, listed ? "experts-list" : true, aligned);
   if (wide === undefined) {
     matmulGather(rt, gate, x, y, ids, a);
     matmulGather(rt, up, x, y, ids, { ...a, glu: true });
     return;
   }
-  const code = matvecWideWGSL(gate.type, "gather", wide, true);
+  const code = matvecWideWGSL(gate.type, listed ? "experts-list" : "gather", wide, true);
   const outs = [{ buffer: y, offset: (a.yOff ?? 0) * 4, size: ((a.pairs - 1) * a.yBatch + gate.rows) * 4 }];
   gate.pieces.forEach((piece, i) => {
     if (piece.rows !== gate.rows) throw new LatentError(`${gate.name}: gathered products need whole items per piece`);
@@ -412,9 +414,9 @@ export function matmulGatherSwiGLU(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatri
     p.xBatch = a.xBatch;
     p.yBatch = a.yBatch;
     p.xDiv = a.xDiv;
-    p.idsOff = a.idsOff ?? 0;
+    p.idsOff = listed ? 2 * gate.items : a.idsOff ?? 0;
     p.e0 = piece.firstItem;
     p.e1 = piece.firstItem + piece.items;
-    rt.dispatch(`matmulGatherSwiGLU ${gate.name}`, code, [piece.buffer, x, y, ids, up.pieces[i]!.buffer], packMatParams(p), [gx, gy, a.pairs], gate.pieces.length === 1 ? outs : []);
+    rt.dispatch(`matmulGatherSwiGLU ${gate.name}`, code, [piece.buffer, x, y, listed ? a.lists! : ids, up.pieces[i]!.buffer], packMatParams(p), [gx, gy, listed ? piece.items : a.pairs], gate.pieces.length === 1 ? outs : []);
   });
 }

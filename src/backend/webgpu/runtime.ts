@@ -97,6 +97,8 @@ export interface KernelTuning {
   readonly wideRows?: number;
   /** most chunk steps a lane of the wide kernel issues together (default 8 at subgroup size 32, in proportion to it; more steps run in passes) */
   readonly wideUnroll?: number;
+  /** 0: expert-list products stay on the coalesced kernel; default 1 (the wide kernel, 4 pairs a tile, while experts average ≤ WIDE_LIST_PAIRS pairs) */
+  readonly wideLists?: number;
 }
 
 /** A recorded run of dispatches (see GpuRuntime.record) that replay() encodes again without rebuilding anything. */

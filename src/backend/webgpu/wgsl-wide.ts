@@ -26,6 +26,9 @@ export const WIDE_TYPES: readonly number[] = [GGMLType.Q4_K, GGMLType.Q6_K, GGML
 /** Most tokens the wide kernel takes (one accumulator per token in every lane). */
 export const WIDE_MAX_N = 4;
 
+/** Expert lists take the wide kernel up to this many pairs per expert on average (tune.wideLists = 0: never). */
+export const WIDE_LIST_PAIRS = 16;
+
 export interface WideShape {
   /** the device's fixed subgroup size = lanes per row */
   readonly sg: number;
@@ -55,7 +58,14 @@ const UNROLL = 8;
 export function wideShape(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boolean | "experts" | "experts-list", aligned: boolean): WideShape | undefined {
   const sg = rt.info.subgroupSize;
   if (rt.tune.wide === 0 || rt.matvec !== "coalesced" || sg === undefined || sg < 4 || sg > 64) return undefined;
-  if (!WIDE_TYPES.includes(m.type) || n < 1 || n > WIDE_MAX_N || (gather !== false && gather !== true) || !aligned) return undefined;
+  // expert lists (n = all pairs): each expert's pairs in tiles of WIDE_MAX_N, while experts get few pairs (decode
+  // batches; prefill's long lists keep the coalesced kernel's bigger tiles)
+  if (gather === "experts-list") {
+    // (an explicit tune.tiled = 1 asks for the tiled kernel there)
+    if (rt.tune.wideLists === 0 || rt.tune.tiled === 1 || !WIDE_TYPES.includes(m.type) || !aligned || n > WIDE_LIST_PAIRS * m.items) return undefined;
+    n = WIDE_MAX_N;
+  }
+  if (!WIDE_TYPES.includes(m.type) || n < 1 || n > WIDE_MAX_N || gather === "experts" || !aligned) return undefined;
   const rows = Math.max(1, Math.min(Math.floor(256 / sg), Math.floor(rt.tune.wideRows ?? WIDE_WG / sg)));
   const unroll = Math.max(1, Math.floor(rt.tune.wideUnroll ?? Math.round((UNROLL * sg) / 32)));
   return { sg, rows, unroll, n, cols: m.cols };
@@ -233,7 +243,7 @@ fn q4ksm(hd: vec4u, j: u32) -> vec2f {
  * a second matrix of the same type and shape (W2: the up projection beside the gate one in W) is read in the same
  * lanes from the same x, and the kernel writes the SwiGLU silu(W·x)·(W2·x) directly (one dispatch for gate and up).
  */
-export function matvecWideWGSL(type: number, mode: "plain" | "gather", s: WideShape, dual = false): string {
+export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts-list", s: WideShape, dual = false): string {
   const { sg: SG, rows: R, n: N } = s;
   const tc = typeCode(type);
   const NC = s.cols / tc.elems;
@@ -268,9 +278,10 @@ struct P { ${MAT_PARAMS.map((k) => `${k}: u32`).join(", ")} }
 ${tc.vec4 ? "" : "fn wd(i: u32) -> u32 { return W[i]; }"}
 @group(0) @binding(1) var<storage, read> X: array<vec4f>;
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;
-${mode === "gather" ? "@group(0) @binding(3) var<storage, read> IDS: array<u32>;" : ""}
-${dual ? `@group(0) @binding(${mode === "gather" ? 4 : 3}) var<storage, read> W2: array<${tc.vec4 ? "vec4u" : "u32"}>;${tc.vec4 ? "" : "\nfn wd2(i: u32) -> u32 { return W2[i]; }"}` : ""}
-@group(0) @binding(${(mode === "gather" ? 4 : 3) + (dual ? 1 : 0)}) var<uniform> p: P;
+${mode !== "plain" ? "@group(0) @binding(3) var<storage, read> IDS: array<u32>;" : ""}
+${dual ? `@group(0) @binding(${mode !== "plain" ? 4 : 3}) var<storage, read> W2: array<${tc.vec4 ? "vec4u" : "u32"}>;${tc.vec4 ? "" : "\nfn wd2(i: u32) -> u32 { return W2[i]; }"}` : ""}
+@group(0) @binding(${(mode !== "plain" ? 4 : 3) + (dual ? 1 : 0)}) var<uniform> p: P;
+${mode === "experts-list" ? "var<workgroup> oc: vec2u;" : ""}
 ${HELPERS}
 fn out(b: u32, t: u32, r: u32, v: f32) {
   let yo = p.yOff + b * p.yBatch + t * p.yStride + p.rowBase + r;
@@ -296,7 +307,29 @@ ${
   xb = (b / p.xDiv) * p.xBatch;`
     : ""
 }
-  let rb = p.wOff + wb + select(0u, r, valid) * p.rowBytes;
+${
+  mode === "experts-list"
+    ? `  // expert e's pairs (IDS: offset and count per expert, then the pairs grouped by expert from idsOff), ${N} at a time;
+  // a partial tile repeats its last pair and writes only its own
+  let rb = p.wOff + b * p.wBatch + select(0u, r, valid) * p.rowBytes;
+  if (li == 0u) { oc = vec2u(IDS[2u * (p.e0 + b)], IDS[2u * (p.e0 + b) + 1u]); }
+  let o2 = workgroupUniformLoad(&oc);
+  let m = o2.y;
+  let lb = p.idsOff + o2.x;
+  for (var t0 = 0u; t0 < m; t0 += ${N}u) {
+    let nt = min(${N}u, m - t0);
+    ${Array.from({ length: N }, (_, t) => `let pr${t} = IDS[lb + min(t0 + ${t}u, m - 1u)];`).join(" ")}
+    ${Array.from({ length: N }, (_, t) => `let xq${t} = (p.xOff + (pr${t} / p.xDiv) * p.xBatch) >> 2u;`).join(" ")}
+    var acc = vec4f(0.0);
+    ${dual ? "var acc2 = vec4f(0.0);" : ""}
+    if (valid) {
+    ${loop}
+    }
+    ${dual ? "let g = subgroupAdd(acc);\n  let v = g / (1.0 + exp(-g)) * subgroupAdd(acc2);" : "let v = subgroupAdd(acc);"}
+    if (lane == 0u && valid) { ${Array.from({ length: N }, (_, t) => `if (${t}u < nt) { out(pr${t}, 0u, r, v.${"xyzw"[t]}); }`).join(" ")} }
+  }
+}`
+    : `  let rb = p.wOff + wb + select(0u, r, valid) * p.rowBytes;
   let xq = (p.xOff + xb) >> 2u;
   let xs = p.xStride >> 2u;
   ${xq}
@@ -307,5 +340,6 @@ ${
   }
   ${dual ? "let g = subgroupAdd(acc);\n  let v = g / (1.0 + exp(-g)) * subgroupAdd(acc2);" : "let v = subgroupAdd(acc);"}
   if (lane == 0u && valid) { ${writes} }
+}`
 }`;
 }

@@ -9,7 +9,7 @@ import { GGMLType, typeName } from "../../../src/gguf/types.js";
 import { quantize, rowBytes } from "../../../src/quant/index.js";
 import { GpuRuntime, type RuntimeOptions } from "../../../src/backend/webgpu/runtime.js";
 import type { GpuDeviceInfo } from "../../../src/backend/webgpu/device.js";
-import { GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLU, matvecKernel } from "../../../src/backend/webgpu/matrix.js";
+import { expertListWords, expertLists, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLU, matvecKernel } from "../../../src/backend/webgpu/matrix.js";
 import { f32, gpuOrSkip, relErr, Rng, u32 } from "./helpers.js";
 
 const { rt, skip: noGpu } = await gpuOrSkip();
@@ -228,6 +228,51 @@ test("dual wide products (gate and up in one dispatch, SwiGLU written directly):
       const yb2 = r.buffer(pairs * rows * 4);
       matmulGatherSwiGLU(r, eg.g, eu.g, f32(r, x), yb2, u32(r, ids), { pairs, xDiv: K, xBatch: cols, yBatch: rows, mode: "experts" });
       assert.ok(relErr(await r.readF32(yb2), want) < TOL, `${label} gathered, expert-major fallback`);
+      eg.g.destroy();
+      eu.g.destroy();
+    }
+  }
+});
+
+test("wide expert-list products (4 pairs a tile; uneven pairs per expert, empty experts, pieces; single and dual) and when they are chosen", { skip }, async () => {
+  const rng = new Rng(71);
+  for (const [type, cols, rows] of [[GGMLType.Q4_K, 256, 67], [GGMLType.Q5_0, 1408, 13], [GGMLType.Q6_K, 256, 35], [GGMLType.Q8_0, 96, 70]] as const) {
+    const E = 6;
+    const K = 2;
+    for (const maxBindingBytes of [undefined, Math.ceil((2 * rows * rowBytes(type, cols)) / 256) * 256]) {
+      const r = runtime(maxBindingBytes !== undefined ? { maxBindingBytes } : {});
+      const label = `${typeName(type)} ${rows}x${cols}${maxBindingBytes !== undefined ? " in pieces" : ""}`;
+      const eg = upload(r, rng, type, cols, rows, E);
+      const eu = upload(r, rng, type, cols, rows, E);
+      // 11 tokens × 2 slots over 6 experts: expert 2 gets none, expert 0 gets 9 (three tiles, the last partial)
+      const nTok = 11;
+      const ids: number[] = [];
+      for (let t = 0; t < nTok; t++) ids.push(t < 9 ? 0 : 1, [1, 3, 4, 5][t % 4]!);
+      const pairs = nTok * K;
+      assert.match(matvecKernel(r, eg.g, pairs, "experts-list", true).code, WIDE);
+      assert.doesNotMatch(matvecKernel(runtime({ tune: { wideLists: 0 } }), eg.g, pairs, "experts-list", true).code, WIDE);
+      assert.doesNotMatch(matvecKernel(r, eg.g, 17 * E, "experts-list", true).code, WIDE); // long lists (prefill)
+      const x = rng.f64(nTok * cols);
+      const idsB = u32(r, ids);
+      const lists = r.buffer(expertListWords(pairs, E) * 4);
+      expertLists(r, idsB, lists, { pairs, E });
+      const want = new Float64Array(pairs * rows);
+      const wantU = new Float64Array(pairs * rows);
+      for (let b = 0; b < pairs; b++) {
+        const xb = x.subarray(Math.floor(b / K) * cols);
+        eg.w.slice(ids[b]! * rows, rows).matmul(xb, 1, cols, want.subarray(b * rows), rows);
+        eu.w.slice(ids[b]! * rows, rows).matmul(xb, 1, cols, wantU.subarray(b * rows), rows);
+      }
+      const xb = f32(r, x);
+      const yb = r.buffer(pairs * rows * 4);
+      matmulGather(r, eg.g, xb, yb, idsB, { pairs, xDiv: K, xBatch: cols, yBatch: rows, mode: "experts", lists });
+      assert.ok(relErr(await r.readF32(yb), want) < TOL, `${label}: err ${relErr(await r.readF32(yb), want)}`);
+      const yd = r.buffer(pairs * rows * 4);
+      const d0 = r.stats.dispatches;
+      matmulGatherSwiGLU(r, eg.g, eu.g, xb, yd, idsB, { pairs, xDiv: K, xBatch: cols, yBatch: rows, mode: "experts", lists });
+      assert.equal(r.stats.dispatches - d0, eg.g.pieces.length, `${label}: one dual dispatch per piece`);
+      const wantD = want.map((g, i) => silu(g) * wantU[i]!);
+      assert.ok(relErr(await r.readF32(yd), wantD) < TOL, `${label} dual: err ${relErr(await r.readF32(yd), wantD)}`);
       eg.g.destroy();
       eu.g.destroy();
     }

@@ -97,7 +97,7 @@ export interface KernelTuning {
   readonly wideRows?: number;
   /** most chunk steps a lane of the wide kernel issues together (default 8 at subgroup size 32, in proportion to it; more steps run in passes) */
   readonly wideUnroll?: number;
-  /** 0: expert-list products stay on the coalesced kernel; default 1 (the wide kernel, 4 pairs a tile, while experts average ≤ WIDE_LIST_PAIRS pairs) */
+  /** 1: expert-list products on the wide kernel (4 pairs a tile) while experts average ≤ WIDE_LIST_PAIRS pairs; default 0 (slower on the H200, see wgsl-wide.ts) */
   readonly wideLists?: number;
 }
 

@@ -26,7 +26,7 @@ export const WIDE_TYPES: readonly number[] = [GGMLType.Q4_K, GGMLType.Q6_K, GGML
 /** Most tokens the wide kernel takes (one accumulator per token in every lane). */
 export const WIDE_MAX_N = 4;
 
-/** Expert lists take the wide kernel up to this many pairs per expert on average (tune.wideLists = 0: never). */
+/** With tune.wideLists = 1, expert lists take the wide kernel up to this many pairs per expert on average. */
 export const WIDE_LIST_PAIRS = 16;
 
 export interface WideShape {
@@ -58,11 +58,12 @@ const UNROLL = 8;
 export function wideShape(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boolean | "experts" | "experts-list", aligned: boolean): WideShape | undefined {
   const sg = rt.info.subgroupSize;
   if (rt.tune.wide === 0 || rt.matvec !== "coalesced" || sg === undefined || sg < 4 || sg > 64) return undefined;
-  // expert lists (n = all pairs): each expert's pairs in tiles of WIDE_MAX_N, while experts get few pairs (decode
-  // batches; prefill's long lists keep the coalesced kernel's bigger tiles)
+  // expert lists (n = all pairs), with tune.wideLists = 1: each expert's pairs in tiles of WIDE_MAX_N while experts get
+  // few pairs. Off by default: on the H200 (v2-lite, 2026-11-29) it was slower than the coalesced expert-list kernel
+  // (batch 64 GPU 64.8 → 93.5 ms per step, batch 8 19.8 → 26.5 ms)
   if (gather === "experts-list") {
     // (an explicit tune.tiled = 1 asks for the tiled kernel there)
-    if (rt.tune.wideLists === 0 || rt.tune.tiled === 1 || !WIDE_TYPES.includes(m.type) || !aligned || n > WIDE_LIST_PAIRS * m.items) return undefined;
+    if (rt.tune.wideLists !== 1 || rt.tune.tiled === 1 || !WIDE_TYPES.includes(m.type) || !aligned || n > WIDE_LIST_PAIRS * m.items) return undefined;
     n = WIDE_MAX_N;
   }
   if (!WIDE_TYPES.includes(m.type) || n < 1 || n > WIDE_MAX_N || gather === "experts" || !aligned) return undefined;

@@ -234,13 +234,13 @@ test("dual wide products (gate and up in one dispatch, SwiGLU written directly):
   }
 });
 
-test("wide expert-list products (4 pairs a tile; uneven pairs per expert, empty experts, pieces; single and dual) and when they are chosen", { skip }, async () => {
+test("wide expert-list products with tune.wideLists = 1 (4 pairs a tile; uneven pairs per expert, empty experts, pieces; single and dual) and when they are chosen", { skip }, async () => {
   const rng = new Rng(71);
   for (const [type, cols, rows] of [[GGMLType.Q4_K, 256, 67], [GGMLType.Q5_0, 1408, 13], [GGMLType.Q6_K, 256, 35], [GGMLType.Q8_0, 96, 70]] as const) {
     const E = 6;
     const K = 2;
     for (const maxBindingBytes of [undefined, Math.ceil((2 * rows * rowBytes(type, cols)) / 256) * 256]) {
-      const r = runtime(maxBindingBytes !== undefined ? { maxBindingBytes } : {});
+      const r = runtime({ ...(maxBindingBytes !== undefined ? { maxBindingBytes } : {}), tune: { wideLists: 1 } });
       const label = `${typeName(type)} ${rows}x${cols}${maxBindingBytes !== undefined ? " in pieces" : ""}`;
       const eg = upload(r, rng, type, cols, rows, E);
       const eu = upload(r, rng, type, cols, rows, E);
@@ -250,7 +250,7 @@ test("wide expert-list products (4 pairs a tile; uneven pairs per expert, empty 
       for (let t = 0; t < nTok; t++) ids.push(t < 9 ? 0 : 1, [1, 3, 4, 5][t % 4]!);
       const pairs = nTok * K;
       assert.match(matvecKernel(r, eg.g, pairs, "experts-list", true).code, WIDE);
-      assert.doesNotMatch(matvecKernel(runtime({ tune: { wideLists: 0 } }), eg.g, pairs, "experts-list", true).code, WIDE);
+      assert.doesNotMatch(matvecKernel(runtime(), eg.g, pairs, "experts-list", true).code, WIDE); // off by default
       assert.doesNotMatch(matvecKernel(r, eg.g, 17 * E, "experts-list", true).code, WIDE); // long lists (prefill)
       const x = rng.f64(nTok * cols);
       const idsB = u32(r, ids);

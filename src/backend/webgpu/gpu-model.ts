@@ -16,10 +16,6 @@ import { expertListWords, expertLists, expertsFrom, getRows, GpuMatrix, matmul, 
 import { addNorm, argmaxRows, attention, attentionScratch, copyU32, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, scatterRows } from "./ops.js";
 import type { GpuRuntime, Recording } from "./runtime.js";
 import { ATTN_CHUNK } from "./wgsl-ops.js";
-import { GGMLType } from "../../gguf/types.js";
-
-/** Routers of at most this many weights (F32) are multiplied inside the routing kernel (one workgroup per token). */
-const ROUTER_IN_ROUTE = 64 * 2048;
 
 /** Bytes of `mats` (equal shapes) as one stacked tensor: a view when they are contiguous, else a copy. */
 function stacked(mats: readonly QMatrix[]): Uint8Array {
@@ -371,12 +367,8 @@ export class GpuModel {
       if (l.dense !== undefined) this.ffn(l.dense, n);
       if (l.experts !== undefined) {
         const E = c.nExpert;
-        // a small F32 router (V2-Lite, GLM-4.7-Flash: 64 × 2048) is multiplied inside the routing kernel (one dispatch)
-        const r = l.router!;
-        const inRoute = r.type === GGMLType.F32 && r.pieces.length === 1 && E * Hd <= ROUTER_IN_ROUTE && Hd % 4 === 0 && rt.tune.routerInRoute !== 0;
-        if (!inRoute) matmul(rt, r, b.x!, b.z!, { n, xStride: Hd, yStride: E });
-        moeRoute(rt, inRoute ? b.x! : b.z!, l.bias, b.rids!, b.rw!, {
-          ...(inRoute ? { router: { w: r.pieces[0]!.buffer, hd: Hd } } : {}),
+        matmul(rt, l.router!, b.x!, b.z!, { n, xStride: Hd, yStride: E });
+        moeRoute(rt, b.z!, l.bias, b.rids!, b.rw!, {
           n,
           E,
           K,

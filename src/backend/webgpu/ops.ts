@@ -310,9 +310,8 @@ export interface RouteArgs {
 }
 
 /** MoE routing: router logits z [n × E] → ids [n × K] (best first), weights [n × K]. */
-export function moeRoute(rt: GpuRuntime, z: GPUBuffer, bias: GPUBuffer | undefined, ids: GPUBuffer, wts: GPUBuffer, a: RouteArgs & { readonly router?: { readonly w: GPUBuffer; readonly hd: number } }): void {
+export function moeRoute(rt: GpuRuntime, z: GPUBuffer, bias: GPUBuffer | undefined, ids: GPUBuffer, wts: GPUBuffer, a: RouteArgs): void {
   if (a.E > 256 || a.K > 16 || a.nGroup > 64) throw new LatentError(`moeRoute supports ≤ 256 experts, ≤ 16 used, ≤ 64 groups (got ${a.E}, ${a.K}, ${a.nGroup})`);
-  if (a.router !== undefined && a.router.hd % 4 !== 0) throw new LatentError(`moeRoute with the router product needs a hidden size that is a multiple of 4, got ${a.router.hd}`);
   const p: Record<(typeof ROUTE_PARAMS)[number], number> = {
     n: a.n,
     E: a.E,
@@ -326,14 +325,9 @@ export function moeRoute(rt: GpuRuntime, z: GPUBuffer, bias: GPUBuffer | undefin
     scale: f32bits(a.scale),
     zOff: a.zOff ?? 0,
     zStride: a.zStride ?? a.E,
-    hd: a.router?.hd ?? 0,
-    _p0: 0,
-    _p1: 0,
-    _p2: 0,
   };
   const params = Uint32Array.from(ROUTE_PARAMS.map((k) => p[k]));
-  // with a router, z is the token's normed hidden state x and the router product runs in the same kernel
-  rt.dispatch("moeRoute", ROUTE_WGSL(a.router !== undefined), [z, bias ?? z, ids, wts, ...(a.router !== undefined ? [a.router.w] : [])], params, [Math.min(a.n, 65535), Math.ceil(a.n / 65535)], [
+  rt.dispatch("moeRoute", ROUTE_WGSL, [z, bias ?? z, ids, wts], params, [Math.min(a.n, 65535), Math.ceil(a.n / 65535)], [
     { buffer: ids, offset: 0, size: a.n * a.K * 4 },
     { buffer: wts, offset: 0, size: a.n * a.K * 4 },
   ]);

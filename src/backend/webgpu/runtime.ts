@@ -99,8 +99,6 @@ export interface KernelTuning {
   readonly wideUnroll?: number;
   /** 1: expert-list products on the wide kernel (4 pairs a tile) while experts average ≤ WIDE_LIST_PAIRS pairs; default 0 (slower on the H200, see wgsl-wide.ts) */
   readonly wideLists?: number;
-  /** 0: the router product as its own dispatch even where it fits in the routing kernel (small F32 routers); default 1 */
-  readonly routerInRoute?: number;
 }
 
 /** A recorded run of dispatches (see GpuRuntime.record) that replay() encodes again without rebuilding anything. */

@@ -285,7 +285,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   }
 }`;
 
-export const ROUTE_PARAMS = ["n", "E", "K", "nGroup", "nGroupUsed", "softmax", "groupMax", "norm", "hasBias", "scale", "zOff", "zStride", "hd", "_p0", "_p1", "_p2"] as const;
+export const ROUTE_PARAMS = ["n", "E", "K", "nGroup", "nGroupUsed", "softmax", "groupMax", "norm", "hasBias", "scale", "zOff", "zStride"] as const;
 
 /**
  * MoE routing, one 256-thread workgroup per token, thread e owning expert e (the model's route(): softmax/sigmoid,
@@ -293,13 +293,13 @@ export const ROUTE_PARAMS = ["n", "E", "K", "nGroup", "nGroupUsed", "softmax", "
  * the kept groups and the final weights by thread 0, and each of the K picks one (value, lowest index) arg-max
  * reduction over the experts not yet taken — the same choices, ties included, as the sequential definition.
  */
-export const ROUTE_WGSL = (router: boolean): string => /* wgsl */ `
+export const ROUTE_WGSL = /* wgsl */ `
 struct P { ${ROUTE_PARAMS.map((k) => `${k}: ${k === "scale" ? "f32" : "u32"}`).join(", ")} }
-${router ? "@group(0) @binding(0) var<storage, read> X: array<vec4f>;\n@group(0) @binding(4) var<storage, read> RW: array<vec4f>;\nvar<workgroup> zs: array<f32, 256>;" : "@group(0) @binding(0) var<storage, read> Z: array<f32>;"}
+@group(0) @binding(0) var<storage, read> Z: array<f32>;
 @group(0) @binding(1) var<storage, read> BIAS: array<f32>;
 @group(0) @binding(2) var<storage, read_write> IDS: array<u32>;
 @group(0) @binding(3) var<storage, read_write> WTS: array<f32>;
-@group(0) @binding(${router ? 5 : 4}) var<uniform> p: P;
+@group(0) @binding(4) var<uniform> p: P;
 const NEG = -3.4028234e38;
 const NONE = 0xffffffffu;
 var<workgroup> pr: array<f32, 256>;
@@ -328,30 +328,10 @@ fn reduceSum(li: u32, v: f32) -> f32 {
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let t = wid.x + wid.y * 65535u;
   if (t >= p.n) { return; }
+  let zo = p.zOff + t * p.zStride;
   let on = li < p.E;
   var z = NEG;
-${
-  router
-    ? `  // the router product first (F32 weights [E × hd], x row t): 256 / E threads per expert, partial sums over strided vec4s
-  let h4 = p.hd / 4u;
-  let tpe = max(1u, 256u / p.E);
-  let ex = li / tpe;
-  let k = li % tpe;
-  var part = 0.0;
-  if (ex < p.E) { for (var i = k; i < h4; i += tpe) { part += dot(RW[ex * h4 + i], X[t * h4 + i]); } }
-  pr[li] = part;
-  workgroupBarrier();
-  if (k == 0u && ex < p.E) {
-    var zsum = 0.0;
-    for (var j = 0u; j < tpe; j++) { zsum += pr[li + j]; }
-    zs[ex] = zsum;
-  }
-  workgroupBarrier();
-  if (on) { z = zs[li]; }
-  workgroupBarrier();`
-    : `  let zo = p.zOff + t * p.zStride;
-  if (on) { z = Z[zo + li]; }`
-}
+  if (on) { z = Z[zo + li]; }
   var v = 0.0;
   if (p.softmax != 0u) {
     let m = reduceMax(li, z);

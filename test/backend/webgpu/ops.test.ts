@@ -347,33 +347,6 @@ for (const [label, c, withBias, n] of [
   });
 }
 
-// the router product inside the routing kernel (small F32 routers): 256/E threads per expert, or one (E = 160)
-for (const [label, c, hd, n] of [
-  ["64 experts × 2048, softmax (V2-Lite)", moeConfig({ nExpert: 64, nExpertUsed: 6, gating: "softmax", weightsNorm: false, weightsScale: 1 }), 2048, 3],
-  ["160 experts × 64, 8 groups keep 3 by max, softmax", moeConfig({ nExpert: 160, nExpertUsed: 6, gating: "softmax", nGroup: 8, nGroupUsed: 3, weightsNorm: false, weightsScale: 16 }), 64, 2],
-  ["8 experts × 44, sigmoid + bias + norm", moeConfig({}), 44, 5],
-] as const) {
-  test(`MoE routing with the router product in the same kernel: ${label}, n=${n}`, { skip }, async () => {
-    const rng = new Rng(label.length * 3 + n);
-    const { nExpert: E, nExpertUsed: K } = c;
-    const bias = c.gating === "sigmoid" ? rng.f32(E, 0.1) : undefined;
-    const w = rng.f32(E * hd, 0.05);
-    const x = rng.f32(n * hd);
-    const ids = rt!.buffer(n * K * 4);
-    const wts = rt!.buffer(n * K * 4);
-    moeRoute(rt!, f32(rt!, x), bias && f32(rt!, bias), ids, wts, { n, E, K, nGroup: c.nGroup, nGroupUsed: c.nGroupUsed, softmax: c.gating === "softmax", groupMax: c.gating === "softmax" && c.groupScoring === "definition", norm: c.weightsNorm, scale: c.weightsScale, router: { w: f32(rt!, w), hd } });
-    const gotIds = new Uint32Array(await rt!.read(ids));
-    const gotW = await rt!.readF32(wts);
-    for (let t = 0; t < n; t++) {
-      const z = new Float64Array(E);
-      for (let e = 0; e < E; e++) for (let i = 0; i < hd; i++) z[e]! += w[e * hd + i]! * x[t * hd + i]!;
-      const r = route(z, c, bias);
-      assert.deepEqual(Array.from(gotIds.subarray(t * K, (t + 1) * K)), r.experts, `token ${t} experts`);
-      assert.ok(record("moeRoute with router weights", relErr(gotW.subarray(t * K, (t + 1) * K), r.weights)) < 1e-4);
-    }
-  });
-}
-
 for (const [label, c, withBias] of MOE_CASES) {
   test(`MoE routing and grouped expert products: ${label}`, { skip }, async () => {
     const rng = new Rng(label.length);

@@ -305,28 +305,40 @@ export interface GatherArgs {
   readonly mode?: "pairs" | "experts";
 }
 
-/** Grouped expert products reading only the selected experts: y_b = W_{ids[b]}·x_b for every pair b. */
-export function matmulGather(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer, ids: GPUBuffer, a: GatherArgs): void {
+/** How a gathered product over m runs: expert-major or per pair, and (expert-major on the coalesced kernel) from expert lists. */
+function gatherMode(rt: GpuRuntime, m: GpuMatrix, a: GatherArgs): { experts: boolean; aligned: boolean; listed: boolean } {
   const experts = rt.matvec !== "legacy" && (a.mode ?? (a.pairs >= expertsFrom(rt) * m.items ? "experts" : "pairs")) === "experts";
   const aligned = al4(a.xOff, a.xBatch);
-  const listed = experts && a.lists !== undefined && coalesced(rt, m, aligned);
-  const { code, rowsPerGroup } = matvecKernel(rt, m, experts ? a.pairs : 1, listed ? "experts-list" : experts ? "experts" : true, aligned, m.rows * a.pairs);
+  return { experts, aligned, listed: experts && a.lists !== undefined && coalesced(rt, m, aligned) };
+}
+
+/**
+ * Dispatch a gathered product's kernel over every piece of m (whole items per piece): `extra` binds after the ids (the
+ * dual kernel's up matrix, same pieces). The output is checked (--check-writes) when one piece overwrites it.
+ */
+function dispatchGather(rt: GpuRuntime, label: string, code: string, rowsPerGroup: number, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer, ids: GPUBuffer, a: GatherArgs, mode: { experts: boolean; listed: boolean }, extra?: GpuMatrix): void {
   const outs = [{ buffer: y, offset: (a.yOff ?? 0) * 4, size: ((a.pairs - 1) * a.yBatch + m.rows) * 4 }];
-  for (const piece of m.pieces) {
+  m.pieces.forEach((piece, i) => {
     if (piece.rows !== m.rows) throw new LatentError(`${m.name}: gathered products need whole items per piece`);
-    const p = base(m, { n: experts ? a.pairs : 1, xStride: 0, yStride: 0, xOff: a.xOff, yOff: a.yOff, acc: a.acc, glu: a.glu });
+    const p = base(m, { n: mode.experts ? a.pairs : 1, xStride: 0, yStride: 0, xOff: a.xOff, yOff: a.yOff, acc: a.acc, glu: a.glu });
     const { gx, gy } = rowGrid(rt, Math.ceil(m.rows / rowsPerGroup));
     p.gx = gx;
     p.xBatch = a.xBatch;
     p.yBatch = a.yBatch;
     p.xDiv = a.xDiv;
-    p.idsOff = listed ? 2 * m.items : a.idsOff ?? 0;
+    p.idsOff = mode.listed ? 2 * m.items : a.idsOff ?? 0;
     p.e0 = piece.firstItem;
     p.e1 = piece.firstItem + piece.items;
-    const last = piece === m.pieces[m.pieces.length - 1];
-    // the pieces together write every pair: check after the last one
-    rt.dispatch(`matmulGather ${m.name}`, code, [piece.buffer, x, y, listed ? a.lists! : ids], packMatParams(p), [gx, gy, experts ? piece.items : a.pairs], last && a.acc !== true && a.glu !== true && m.pieces.length === 1 ? outs : []);
-  }
+    const bufs = [piece.buffer, x, y, mode.listed ? a.lists! : ids, ...(extra !== undefined ? [extra.pieces[i]!.buffer] : [])];
+    rt.dispatch(`${label} ${m.name}`, code, bufs, packMatParams(p), [gx, gy, mode.experts ? piece.items : a.pairs], a.acc !== true && a.glu !== true && m.pieces.length === 1 ? outs : []);
+  });
+}
+
+/** Grouped expert products reading only the selected experts: y_b = W_{ids[b]}·x_b for every pair b. */
+export function matmulGather(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer, ids: GPUBuffer, a: GatherArgs): void {
+  const mode = gatherMode(rt, m, a);
+  const { code, rowsPerGroup } = matvecKernel(rt, m, mode.experts ? a.pairs : 1, mode.listed ? "experts-list" : mode.experts ? "experts" : true, mode.aligned, m.rows * a.pairs);
+  dispatchGather(rt, "matmulGather", code, rowsPerGroup, m, x, y, ids, a, mode);
 }
 
 /**
@@ -395,28 +407,13 @@ export function matmulSwiGLU(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix, x: 
  * mode, else the gathered gate product then the up product with glu.
  */
 export function matmulGatherSwiGLU(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix, x: GPUBuffer, y: GPUBuffer, ids: GPUBuffer, a: Omit<GatherArgs, "acc" | "glu">): void {
-  const experts = rt.matvec !== "legacy" && (a.mode ?? (a.pairs >= expertsFrom(rt) * gate.items ? "experts" : "pairs")) === "experts";
-  const aligned = al4(a.xOff, a.xBatch);
-  const listed = experts && a.lists !== undefined && coalesced(rt, gate, aligned);
-  const wide = experts && !listed ? undefined : dualShape(rt, gate, up, listed ? a.pairs : 1, listed ? "experts-list" : true, aligned);
+  const mode = gatherMode(rt, gate, a);
+  const wide = mode.experts && !mode.listed ? undefined : dualShape(rt, gate, up, mode.listed ? a.pairs : 1, mode.listed ? "experts-list" : true, mode.aligned);
   if (wide === undefined) {
     matmulGather(rt, gate, x, y, ids, a);
     matmulGather(rt, up, x, y, ids, { ...a, glu: true });
     return;
   }
-  const code = matvecWideWGSL(gate.type, listed ? "experts-list" : "gather", wide, true);
-  const outs = [{ buffer: y, offset: (a.yOff ?? 0) * 4, size: ((a.pairs - 1) * a.yBatch + gate.rows) * 4 }];
-  gate.pieces.forEach((piece, i) => {
-    if (piece.rows !== gate.rows) throw new LatentError(`${gate.name}: gathered products need whole items per piece`);
-    const p = base(gate, { n: 1, xStride: 0, yStride: 0, xOff: a.xOff, yOff: a.yOff });
-    const { gx, gy } = rowGrid(rt, Math.ceil(gate.rows / wide.rows));
-    p.gx = gx;
-    p.xBatch = a.xBatch;
-    p.yBatch = a.yBatch;
-    p.xDiv = a.xDiv;
-    p.idsOff = listed ? 2 * gate.items : a.idsOff ?? 0;
-    p.e0 = piece.firstItem;
-    p.e1 = piece.firstItem + piece.items;
-    rt.dispatch(`matmulGatherSwiGLU ${gate.name}`, code, [piece.buffer, x, y, listed ? a.lists! : ids, up.pieces[i]!.buffer], packMatParams(p), [gx, gy, listed ? piece.items : a.pairs], gate.pieces.length === 1 ? outs : []);
-  });
+  const code = matvecWideWGSL(gate.type, mode.listed ? "experts-list" : "gather", wide, true);
+  dispatchGather(rt, "matmulGatherSwiGLU", code, wide.rows, gate, x, y, ids, a, mode, up);
 }

@@ -4,7 +4,6 @@ import type { Rope } from "../../model/rope.js";
 import { LatentError } from "../../util/errors.js";
 import { f32bits, type GpuRuntime, type OutRange } from "./runtime.js";
 import {
-  ADD_NORM4_WGSL,
   RMS_NORM4_WGSL,
   ADD_NORM_WGSL,
   ARGMAX_WGSL,
@@ -166,7 +165,7 @@ export function kvCacheWrite(
 /** h[t] += Σ_k wts[t·K+k]·ye[t·K+k] (the MoE output into the residual), then y[t] = RMSNorm(h[t])·g: one kernel. */
 export function addNorm(rt: GpuRuntime, ye: GPUBuffer, wts: GPUBuffer, h: GPUBuffer, g: GPUBuffer, y: GPUBuffer, a: { n: number; K: number; dim: number }, eps: number): void {
   const params = new Uint32Array([a.n, a.dim, a.K, f32bits(eps)]);
-  rt.dispatch("addNorm", a.dim % 4 === 0 && a.K <= 16 ? ADD_NORM4_WGSL : ADD_NORM_WGSL, [ye, wts, h, g, y], params, [Math.min(a.n, 65535), Math.ceil(a.n / 65535)], rows(y, 0, a.n, a.dim, a.dim));
+  rt.dispatch("addNorm", ADD_NORM_WGSL(a.dim % 4 === 0 && a.K <= 16), [ye, wts, h, g, y], params, [Math.min(a.n, 65535), Math.ceil(a.n / 65535)], rows(y, 0, a.n, a.dim, a.dim));
 }
 
 /** Interleaved rope in place on x[xOff + t·tokStride + h·headStride ..] for n tokens at POS[t]. */

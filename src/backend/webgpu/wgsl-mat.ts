@@ -42,6 +42,17 @@ export function packMatParams(p: MatParams): Uint32Array {
 
 const STRUCT = `struct P { ${MAT_PARAMS.map((k) => `${k}: u32`).join(", ")} }`;
 
+/**
+ * The matrix kernels' epilogue `out`: y at yOff + b·yBatch (+ t·yStride with `perToken`) + rowBase + r, overwritten
+ * (acc 0), added to (acc 1), or SwiGLU with y holding the gate product (acc 2).
+ */
+export function matOutWGSL(perToken: boolean): string {
+  return `fn out(b: u32, ${perToken ? "t: u32, " : ""}r: u32, v: f32) {
+  let yo = p.yOff + b * p.yBatch + ${perToken ? "t * p.yStride + " : ""}p.rowBase + r;
+  if (p.acc == 1u) { Y[yo] += v; } else if (p.acc == 2u) { let g = Y[yo]; Y[yo] = g / (1.0 + exp(-g)) * v; } else { Y[yo] = v; }
+}`;
+}
+
 export function matvecWGSL(type: number, U: number, gather: boolean): string {
   const TN = MATVEC_TN;
   const WG = MATVEC_WG;
@@ -196,10 +207,7 @@ ${gather ? "@group(0) @binding(3) var<storage, read> IDS: array<u32>;\n@group(0)
 ${dequantWGSL(type, U)}
 ${s.subgroup ? "" : `var<workgroup> red: array<f32, ${MV_WG * TN}>;`}
 var<workgroup> wgE: u32;
-fn out(b: u32, t: u32, r: u32, v: f32) {
-  let yo = p.yOff + b * p.yBatch + t * p.yStride + p.rowBase + r;
-  if (p.acc == 1u) { Y[yo] += v; } else if (p.acc == 2u) { let g = Y[yo]; Y[yo] = g / (1.0 + exp(-g)) * v; } else { Y[yo] = v; }
-}
+${matOutWGSL(true)}
 @compute @workgroup_size(${MV_WG})
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let tt = wid.y % p.tiles;
@@ -282,10 +290,7 @@ ${s.subgroup ? "" : `var<workgroup> red: array<f32, ${MV_WG * TN}>;`}
 var<workgroup> list: array<u32, ${MV_WINDOW}>;
 var<workgroup> cnt: atomic<u32>;
 var<workgroup> cntU: u32;
-fn out(b: u32, r: u32, v: f32) {
-  let yo = p.yOff + b * p.yBatch + p.rowBase + r;
-  if (p.acc == 1u) { Y[yo] += v; } else if (p.acc == 2u) { let g = Y[yo]; Y[yo] = g / (1.0 + exp(-g)) * v; } else { Y[yo] = v; }
-}
+${matOutWGSL(false)}
 @compute @workgroup_size(${MV_WG})
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let rg = wid.x + wid.y * p.gx;
@@ -404,10 +409,7 @@ ${deq4WGSL(type)}
 ${SPR > 1 ? `var<workgroup> red: array<f32, ${ROWS * SPR * TN}>;` : ""}`;
   if (!experts) {
     return /* wgsl */ `${head}
-fn out(b: u32, t: u32, r: u32, v: f32) {
-  let yo = p.yOff + b * p.yBatch + t * p.yStride + p.rowBase + r;
-  if (p.acc == 1u) { Y[yo] += v; } else if (p.acc == 2u) { let g = Y[yo]; Y[yo] = g / (1.0 + exp(-g)) * v; } else { Y[yo] = v; }
-}
+${matOutWGSL(true)}
 @compute @workgroup_size(${MV_WG})
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let tt = wid.y % p.tiles;
@@ -444,10 +446,7 @@ ${reduce}
   if (listed) {
     return /* wgsl */ `${head}
 var<workgroup> oc: vec2u;
-fn out(b: u32, r: u32, v: f32) {
-  let yo = p.yOff + b * p.yBatch + p.rowBase + r;
-  if (p.acc == 1u) { Y[yo] += v; } else if (p.acc == 2u) { let g = Y[yo]; Y[yo] = g / (1.0 + exp(-g)) * v; } else { Y[yo] = v; }
-}
+${matOutWGSL(false)}
 @compute @workgroup_size(${MV_WG})
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let rg = wid.x + wid.y * p.gx;
@@ -476,10 +475,7 @@ ${reduce}
 var<workgroup> list: array<u32, ${MV_WINDOW}>;
 var<workgroup> cnt: atomic<u32>;
 var<workgroup> cntU: u32;
-fn out(b: u32, r: u32, v: f32) {
-  let yo = p.yOff + b * p.yBatch + p.rowBase + r;
-  if (p.acc == 1u) { Y[yo] += v; } else if (p.acc == 2u) { let g = Y[yo]; Y[yo] = g / (1.0 + exp(-g)) * v; } else { Y[yo] = v; }
-}
+${matOutWGSL(false)}
 @compute @workgroup_size(${MV_WG})
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let rg = wid.x + wid.y * p.gx;

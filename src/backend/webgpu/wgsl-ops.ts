@@ -5,13 +5,8 @@
  * weighted expert combine, and the DSA indexer's scores and top-k.
  */
 
-export const NORM_WGSL = (inplace: boolean, layer: boolean): string => /* wgsl */ `
-struct P { n: u32, dim: u32, xOff: u32, xStride: u32, yOff: u32, yStride: u32, eps: f32, _p: u32 }
-@group(0) @binding(0) var<storage, read_write> X: array<f32>;
-@group(0) @binding(1) var<storage, read> G: array<f32>;
-${layer ? "@group(0) @binding(2) var<storage, read> B: array<f32>;" : ""}
-${inplace ? "" : `@group(0) @binding(${layer ? 3 : 2}) var<storage, read_write> Y: array<f32>;`}
-@group(0) @binding(${(layer ? 3 : 2) + (inplace ? 0 : 1)}) var<uniform> p: P;
+/** Sum of v over a 256-thread workgroup, returned to every thread (call in workgroup-uniform control flow). */
+const WG_TOTAL = /* wgsl */ `
 var<workgroup> red: array<f32, 256>;
 fn total(li: u32, v: f32) -> f32 {
   red[li] = v;
@@ -20,7 +15,16 @@ fn total(li: u32, v: f32) -> f32 {
   let r = red[0];
   workgroupBarrier();
   return r;
-}
+}`;
+
+export const NORM_WGSL = (inplace: boolean, layer: boolean): string => /* wgsl */ `
+struct P { n: u32, dim: u32, xOff: u32, xStride: u32, yOff: u32, yStride: u32, eps: f32, _p: u32 }
+@group(0) @binding(0) var<storage, read_write> X: array<f32>;
+@group(0) @binding(1) var<storage, read> G: array<f32>;
+${layer ? "@group(0) @binding(2) var<storage, read> B: array<f32>;" : ""}
+${inplace ? "" : `@group(0) @binding(${layer ? 3 : 2}) var<storage, read_write> Y: array<f32>;`}
+@group(0) @binding(${(layer ? 3 : 2) + (inplace ? 0 : 1)}) var<uniform> p: P;
+${WG_TOTAL}
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let t = wid.x + wid.y * 65535u;
@@ -651,7 +655,7 @@ struct P { n: u32, L: u32, half: u32, stride: u32, eps: f32, qDim: u32, kvOff: u
 @group(0) @binding(6) var<storage, read_write> CK: array<f32>;
 ${extra === "qnorm" ? "@group(0) @binding(7) var<storage, read> QG: array<f32>;" : extra === "qrope" ? "@group(0) @binding(7) var<storage, read_write> QY: array<f32>;" : ""}
 @group(0) @binding(${extra === "none" ? 7 : 8}) var<uniform> p: P;
-var<workgroup> red: array<f32, 256>;
+${WG_TOTAL}
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let t = wid.x + wid.y * 65535u;
@@ -660,10 +664,7 @@ ${extra === "qnorm" ? `  if (t >= p.n && t < 2u * p.n) {
     let qo = (t - p.n) * p.stride;
     var qs = 0.0;
     for (var i = li; i < p.qDim; i += 256u) { let v = KV[qo + i]; qs += v * v; }
-    red[li] = qs;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s >>= 1u) { if (li < s) { red[li] += red[li + s]; } workgroupBarrier(); }
-    let qinv = 1.0 / sqrt(red[0] / f32(p.qDim) + p.eps);
+    let qinv = 1.0 / sqrt(total(li, qs) / f32(p.qDim) + p.eps);
     for (var i = li; i < p.qDim; i += 256u) { KV[qo + i] = KV[qo + i] * qinv * QG[i]; }
     return;
   }` : ""}
@@ -689,10 +690,7 @@ ${extra === "qrope" ? `  if (t >= p.n && t < 2u * p.n) {
   let xo = p.kvOff + t * p.stride;
   var ss = 0.0;
   for (var i = li; i < p.L; i += 256u) { let v = KV[xo + i]; ss += v * v; }
-  red[li] = ss;
-  workgroupBarrier();
-  for (var s = 128u; s > 0u; s >>= 1u) { if (li < s) { red[li] += red[li + s]; } workgroupBarrier(); }
-  let inv = 1.0 / sqrt(red[0] / f32(p.L) + p.eps);
+  let inv = 1.0 / sqrt(total(li, ss) / f32(p.L) + p.eps);
   let row = IDX[t];
   for (var i = li; i < p.L; i += 256u) { CC[row * p.L + i] = KV[xo + i] * inv * G[i]; }
   let pos = POS[t];
@@ -749,71 +747,36 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
 
 /**
  * The MoE output added to the residual stream, then the next RMSNorm, in one kernel per token:
- * H[t] += Σ_k WTS[t·K + k]·YE[(t·K + k)·dim ..] (the weighted expert combine), Y[t] = H[t] / rms(H[t]) · G.
+ * H[t] += Σ_k WTS[t·K + k]·YE[(t·K + k)·dim ..] (the weighted expert combine), Y[t] = H[t] / rms(H[t]) · G. With
+ * `vec4` (rows a multiple of 4, K ≤ 16): YE, H, G and Y as vec4 and the token's K weights in registers, so a thread's
+ * loads are few, wide and independent (one workgroup per token is a latency chain at batch 1).
  */
-export const ADD_NORM_WGSL = /* wgsl */ `
+export const ADD_NORM_WGSL = (vec4: boolean): string => /* wgsl */ `
 struct P { n: u32, dim: u32, K: u32, eps: f32 }
-@group(0) @binding(0) var<storage, read> YE: array<f32>;
+@group(0) @binding(0) var<storage, read> YE: array<${vec4 ? "vec4f" : "f32"}>;
 @group(0) @binding(1) var<storage, read> WTS: array<f32>;
-@group(0) @binding(2) var<storage, read_write> H: array<f32>;
-@group(0) @binding(3) var<storage, read> G: array<f32>;
-@group(0) @binding(4) var<storage, read_write> Y: array<f32>;
+@group(0) @binding(2) var<storage, read_write> H: array<${vec4 ? "vec4f" : "f32"}>;
+@group(0) @binding(3) var<storage, read> G: array<${vec4 ? "vec4f" : "f32"}>;
+@group(0) @binding(4) var<storage, read_write> Y: array<${vec4 ? "vec4f" : "f32"}>;
 @group(0) @binding(5) var<uniform> p: P;
-var<workgroup> red: array<f32, 256>;
+${WG_TOTAL}
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let t = wid.x + wid.y * 65535u;
   if (t >= p.n) { return; }
-  let ho = t * p.dim;
+  let w = p.dim${vec4 ? " / 4u" : ""};
+  let ho = t * w;
+  ${vec4 ? "var wk: array<f32, 16>;\n  for (var k = 0u; k < p.K; k++) { wk[k] = WTS[t * p.K + k]; }" : ""}
   var ss = 0.0;
-  for (var i = li; i < p.dim; i += 256u) {
-    var s = 0.0;
-    for (var k = 0u; k < p.K; k++) { s += WTS[t * p.K + k] * YE[(t * p.K + k) * p.dim + i]; }
+  for (var i = li; i < w; i += 256u) {
+    var s = ${vec4 ? "vec4f(0.0)" : "0.0"};
+    for (var k = 0u; k < p.K; k++) { s += ${vec4 ? "wk[k]" : "WTS[t * p.K + k]"} * YE[(t * p.K + k) * w + i]; }
     let h = H[ho + i] + s;
     H[ho + i] = h;
-    ss += h * h;
+    ss += ${vec4 ? "dot(h, h)" : "h * h"};
   }
-  red[li] = ss;
-  workgroupBarrier();
-  for (var s = 128u; s > 0u; s >>= 1u) { if (li < s) { red[li] += red[li + s]; } workgroupBarrier(); }
-  let inv = 1.0 / sqrt(red[0] / f32(p.dim) + p.eps);
-  for (var i = li; i < p.dim; i += 256u) { Y[ho + i] = H[ho + i] * inv * G[i]; }
-}`;
-
-/**
- * ADD_NORM_WGSL for rows of a multiple of 4 and K ≤ 16: YE, H, G and Y as vec4 and the token's K weights in registers,
- * so a thread's loads are few, wide and independent (one workgroup per token is a latency chain at batch 1).
- */
-export const ADD_NORM4_WGSL = /* wgsl */ `
-struct P { n: u32, dim: u32, K: u32, eps: f32 }
-@group(0) @binding(0) var<storage, read> YE: array<vec4f>;
-@group(0) @binding(1) var<storage, read> WTS: array<f32>;
-@group(0) @binding(2) var<storage, read_write> H: array<vec4f>;
-@group(0) @binding(3) var<storage, read> G: array<vec4f>;
-@group(0) @binding(4) var<storage, read_write> Y: array<vec4f>;
-@group(0) @binding(5) var<uniform> p: P;
-var<workgroup> red: array<f32, 256>;
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
-  let t = wid.x + wid.y * 65535u;
-  if (t >= p.n) { return; }
-  let d4 = p.dim / 4u;
-  let ho = t * d4;
-  var w: array<f32, 16>;
-  for (var k = 0u; k < p.K; k++) { w[k] = WTS[t * p.K + k]; }
-  var ss = 0.0;
-  for (var i = li; i < d4; i += 256u) {
-    var s = vec4f(0.0);
-    for (var k = 0u; k < p.K; k++) { s += w[k] * YE[(t * p.K + k) * d4 + i]; }
-    let h = H[ho + i] + s;
-    H[ho + i] = h;
-    ss += dot(h, h);
-  }
-  red[li] = ss;
-  workgroupBarrier();
-  for (var s = 128u; s > 0u; s >>= 1u) { if (li < s) { red[li] += red[li + s]; } workgroupBarrier(); }
-  let inv = 1.0 / sqrt(red[0] / f32(p.dim) + p.eps);
-  for (var i = li; i < d4; i += 256u) { Y[ho + i] = H[ho + i] * inv * G[i]; }
+  let inv = 1.0 / sqrt(total(li, ss) / f32(p.dim) + p.eps);
+  for (var i = li; i < w; i += 256u) { Y[ho + i] = H[ho + i] * inv * G[i]; }
 }`;
 
 /** RMSNorm out of place (Y = X / rms(X) · G per row) over vec4s: rows, offsets and strides multiples of 4. */
@@ -823,7 +786,7 @@ struct P { n: u32, dim: u32, xOff: u32, xStride: u32, yOff: u32, yStride: u32, e
 @group(0) @binding(1) var<storage, read> G: array<vec4f>;
 @group(0) @binding(2) var<storage, read_write> Y: array<vec4f>;
 @group(0) @binding(3) var<uniform> p: P;
-var<workgroup> red: array<f32, 256>;
+${WG_TOTAL}
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let t = wid.x + wid.y * 65535u;
@@ -833,9 +796,6 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   let yo = (p.yOff + t * p.yStride) / 4u;
   var ss = 0.0;
   for (var i = li; i < d4; i += 256u) { let v = X[xo + i]; ss += dot(v, v); }
-  red[li] = ss;
-  workgroupBarrier();
-  for (var s = 128u; s > 0u; s >>= 1u) { if (li < s) { red[li] += red[li + s]; } workgroupBarrier(); }
-  let inv = 1.0 / sqrt(red[0] / f32(p.dim) + p.eps);
+  let inv = 1.0 / sqrt(total(li, ss) / f32(p.dim) + p.eps);
   for (var i = li; i < d4; i += 256u) { Y[yo + i] = X[xo + i] * inv * G[i]; }
 }`;

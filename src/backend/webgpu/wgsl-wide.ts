@@ -18,7 +18,7 @@
 import { GGMLType } from "../../gguf/types.js";
 import type { GpuMatrix } from "./matrix.js";
 import type { GpuRuntime } from "./runtime.js";
-import { MAT_PARAMS } from "./wgsl-mat.js";
+import { MAT_PARAMS, matOutWGSL } from "./wgsl-mat.js";
 
 /** Types the wide kernel decodes (those of a Q4_K_M model's large matrices); others keep the coalesced kernel. */
 export const WIDE_TYPES: readonly number[] = [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q5_0, GGMLType.Q8_0];
@@ -284,10 +284,7 @@ ${dual ? `@group(0) @binding(${mode !== "plain" ? 4 : 3}) var<storage, read> W2:
 @group(0) @binding(${(mode !== "plain" ? 4 : 3) + (dual ? 1 : 0)}) var<uniform> p: P;
 ${mode === "experts-list" ? "var<workgroup> oc: vec2u;" : ""}
 ${HELPERS}
-fn out(b: u32, t: u32, r: u32, v: f32) {
-  let yo = p.yOff + b * p.yBatch + t * p.yStride + p.rowBase + r;
-  if (p.acc == 1u) { Y[yo] += v; } else if (p.acc == 2u) { let g = Y[yo]; Y[yo] = g / (1.0 + exp(-g)) * v; } else { Y[yo] = v; }
-}
+${matOutWGSL(true)}
 // wide matvec: ${NC} chunks per row, ${G} per lane and pass, ${outer} pass(es)
 @compute @workgroup_size(${R * SG})
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {

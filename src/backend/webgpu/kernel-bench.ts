@@ -1,0 +1,159 @@
+/// <reference types="@webgpu/types" />
+/**
+ * Kernel micro-benchmark: each matrix product of a v2-lite decode step (its real shapes and GGUF types, random
+ * blocks) dispatched `reps` times back to back in one pass, timed by the pass's GPU timestamps. Per dispatch this
+ * is the kernel plus the barrier between dependent dispatches, as in a real step; an empty kernel gives that
+ * fixed cost. `node dist/backend/webgpu/kernel-bench.js [--tokens 1,64] [--reps 200] [--tunes "a=1;wide=0"]`.
+ */
+import { pathToFileURL } from "node:url";
+import { GGMLType, typeName } from "../../gguf/types.js";
+import { rowBytes } from "../../quant/index.js";
+import { requestGpuDevice, type GpuDeviceInfo } from "./device.js";
+import { expertListWords, expertLists, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLU } from "./matrix.js";
+import { GpuRuntime, type KernelTuning } from "./runtime.js";
+
+const EMPTY_WGSL = /* wgsl */ `
+struct P { n: u32, _a: u32, _b: u32, _c: u32 }
+@group(0) @binding(0) var<storage, read_write> Y: array<u32>;
+@group(0) @binding(1) var<uniform> p: P;
+@compute @workgroup_size(64) fn main(@builtin(global_invocation_id) g: vec3u) {
+  if (g.x == 0u) { Y[0] = Y[0] + p.n; }
+}`;
+
+const SPIN_WGSL = /* wgsl */ `
+struct P { n: u32, gx: u32, _a: u32, _b: u32 }
+@group(0) @binding(0) var<storage, read> X: array<vec4u>;
+@group(0) @binding(1) var<storage, read_write> Y: array<vec4u>;
+@group(0) @binding(2) var<uniform> p: P;
+@compute @workgroup_size(256) fn main(@builtin(global_invocation_id) g: vec3u) {
+  let i = g.x + g.y * p.gx * 256u;
+  if (i < p.n) { Y[i] = X[i]; }
+}`;
+
+export interface KernelCase {
+  readonly name: string;
+  /** weight bytes one dispatch reads (the selected experts only) */
+  readonly bytes: number;
+  readonly run: (rt: GpuRuntime) => void;
+}
+
+export interface KernelTiming {
+  readonly name: string;
+  readonly tune: string;
+  readonly usPerDispatch: number;
+  readonly gbPerS: number;
+}
+
+function randomBytes(n: number, seed: number): Uint8Array {
+  const out = new Uint8Array(n);
+  let s = seed >>> 0 || 1;
+  for (let i = 0; i < n; i++) {
+    s ^= s << 13;
+    s ^= s >>> 17;
+    s ^= s << 5;
+    out[i] = s & 0xff;
+  }
+  // f16 fields holding NaN/Inf would not change the timing, but keep every value finite: clear each 16-bit word's top exponent bit
+  for (let i = 1; i < n; i += 2) out[i] = out[i]! & 0xbf;
+  return out;
+}
+
+/** The products of one v2-lite layer (and the output head) at `n` tokens per step; K experts of E per token. */
+export function v2LiteCases(rt: GpuRuntime, n: number): KernelCase[] {
+  const Hd = 2048;
+  const E = 64;
+  const K = 6;
+  const Fe = 1408;
+  const Fs = 2816;
+  let seed = 1;
+  const mat = (name: string, type: number, cols: number, rows: number, items = 1): GpuMatrix => GpuMatrix.upload(rt, name, type, cols, rows, randomBytes(rowBytes(type, cols) * rows * items, seed++), items);
+  const f32 = (floats: number): GPUBuffer => rt.upload(new Float32Array(floats).map((_, i) => Math.sin(i) * 0.5));
+  const x = f32(n * Math.max(Hd, Fs, K * Fe));
+  const y = f32(n * Math.max(102400, K * Hd, 3648));
+  const g = f32(n * K * Fe);
+  const pairs = n * K;
+  const ids = new Uint32Array(pairs);
+  for (let t = 0; t < n; t++) for (let k = 0; k < K; k++) ids[t * K + k] = (t * 7 + k * 11) % E;
+  const idsBuf = rt.upload(ids);
+  const lists = rt.buffer(expertListWords(pairs, E) * 4, "lists");
+  const useLists = pairs >= 0.25 * E;
+  if (useLists) expertLists(rt, idsBuf, lists, { pairs, E });
+  const cases: KernelCase[] = [];
+  const plain = (name: string, type: number, cols: number, rows: number): void => {
+    const m = mat(name, type, cols, rows);
+    cases.push({ name: `${name} ${typeName(type)} ${cols}→${rows}`, bytes: m.bytes, run: (r) => matmul(r, m, x, y, { n, xStride: cols, yStride: rows }) });
+  };
+  plain("A0 (q | kv_a)", GGMLType.Q4_K, Hd, 3072 + 576);
+  plain("o", GGMLType.Q4_K, Hd, Hd);
+  plain("router", GGMLType.F32, Hd, E);
+  const sg = mat("shared gate", GGMLType.Q4_K, Hd, Fs);
+  const su = mat("shared up", GGMLType.Q4_K, Hd, Fs);
+  cases.push({ name: `shared gate+up Q4_K ${Hd}→2×${Fs}`, bytes: sg.bytes + su.bytes, run: (r) => matmulSwiGLU(r, sg, su, x, g, { n, xStride: Hd, yStride: Fs }) });
+  plain("shared down", GGMLType.Q6_K, Fs, Hd);
+  plain("shared down", GGMLType.Q4_K, Fs, Hd);
+  const eg = mat("exps gate", GGMLType.Q4_K, Hd, Fe, E);
+  const eu = mat("exps up", GGMLType.Q4_K, Hd, Fe, E);
+  const touched = new Set(ids).size;
+  const gArgs = { pairs, xDiv: K, xBatch: Hd, yBatch: Fe, ...(useLists ? { lists } : {}) };
+  cases.push({ name: `routed gate+up Q4_K ${Hd}→2×${Fe}, ${pairs} pairs`, bytes: (eg.bytes + eu.bytes) * (touched / E), run: (r) => matmulGatherSwiGLU(r, eg, eu, x, g, idsBuf, gArgs) });
+  for (const type of [GGMLType.Q5_0, GGMLType.Q8_0]) {
+    const ed = mat("exps down", type, Fe, Hd, E);
+    cases.push({ name: `routed down ${typeName(type)} ${Fe}→${Hd}, ${pairs} pairs`, bytes: ed.bytes * (touched / E), run: (r) => matmulGather(r, ed, g, y, idsBuf, { pairs, xDiv: 1, xBatch: Fe, yBatch: Hd, ...(useLists ? { lists } : {}) }) });
+  }
+  plain("output", GGMLType.Q6_K, Hd, 102400);
+  return cases;
+}
+
+/** µs per dispatch: from the pass timestamps, and from the wall clock around encoding, submission and completion */
+async function timeCase(rt: GpuRuntime, c: KernelCase, reps: number, spin: () => void): Promise<{ gpu: number; wall: number }> {
+  // the GPU lowers its clocks while idle (host-side setup between cases), and small kernels slow down 2–3× then
+  spin();
+  for (let i = 0; i < 3; i++) c.run(rt);
+  await rt.sync();
+  rt.profile(true);
+  const t0 = performance.now();
+  for (let i = 0; i < reps; i++) c.run(rt);
+  await rt.sync();
+  const wall = ((performance.now() - t0) * 1000) / reps;
+  const pass = rt.profile(true).find((e) => e.label === "(pass)");
+  if (pass === undefined) throw new Error("no pass timing (the device has no timestamp-query)");
+  return { gpu: (pass.ms * 1000) / reps, wall };
+}
+
+export async function runKernelBench(opts: { tokens: number[]; reps: number; tunes: string[]; log?: (s: string) => void; info?: GpuDeviceInfo }): Promise<KernelTiming[]> {
+  const log = opts.log ?? ((s: string) => console.log(s));
+  const info = opts.info ?? (await requestGpuDevice());
+  const out: KernelTiming[] = [];
+  for (const tuneText of opts.tunes) {
+    const tune = Object.fromEntries(tuneText.split(",").filter((kv) => kv.includes("=")).map((kv) => [kv.split("=")[0]!, Number(kv.split("=")[1])])) as KernelTuning;
+    const rt = new GpuRuntime(info, { passTiming: true, tune });
+    const sink = rt.buffer(16, "sink");
+    // ~150 ms of copying before each timing, so that the GPU runs at the clocks of a busy decode loop
+    const spinBytes = 1 << 30;
+    const spinX = rt.buffer(spinBytes, "spin x");
+    const spinY = rt.buffer(spinBytes, "spin y");
+    const spinGroups = spinBytes / 16 / 256;
+    const spin = (): void => {
+      for (let i = 0; i < 200; i++) rt.dispatch("spin", SPIN_WGSL, [spinX, spinY], new Uint32Array([spinBytes / 16, Math.min(spinGroups, 65535), 0, 0]), [Math.min(spinGroups, 65535), Math.ceil(spinGroups / 65535)]);
+    };
+    const empty: KernelCase = { name: "empty kernel (dependent)", bytes: 0, run: (r) => r.dispatch("empty", EMPTY_WGSL, [sink], new Uint32Array([1, 0, 0, 0]), [1]) };
+    for (const n of opts.tokens) {
+      const cases = [empty, ...v2LiteCases(rt, n), empty];
+      log(`\n${n} token(s) per step; tuning ${tuneText === "" ? "default" : tuneText}`);
+      for (const c of cases) {
+        const { gpu: us, wall } = await timeCase(rt, c, opts.reps, spin);
+        const gbPerS = c.bytes / (us * 1e-6) / 1e9;
+        out.push({ name: `${c.name} @${n}`, tune: tuneText, usPerDispatch: us, gbPerS });
+        log(`  ${us.toFixed(2).padStart(8)} µs  ${c.bytes > 0 ? `${gbPerS.toFixed(0).padStart(5)} GB/s` : "          "}  (wall ${wall.toFixed(2)} µs)  ${c.name}`);
+      }
+    }
+  }
+  return out;
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
+  const args = process.argv.slice(2);
+  const arg = (k: string): string | undefined => (args.includes(k) ? args[args.indexOf(k) + 1] : undefined);
+  await runKernelBench({ tokens: (arg("--tokens") ?? "1,64").split(",").map(Number), reps: Number(arg("--reps") ?? 200), tunes: (arg("--tunes") ?? "").split(";") });
+  process.exit(0);
+}

@@ -13,7 +13,7 @@ import type { QMatrix } from "../cpu/qmatrix.js";
 import type { SwiGLU } from "../../model/weights.js";
 import { LatentError } from "../../util/errors.js";
 import { expertListWords, expertLists, expertsFrom, getRows, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLU } from "./matrix.js";
-import { addNorm, argmaxRows, attention, attentionScratch, copyU32, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, scatterRows } from "./ops.js";
+import { addNorm, argmaxRows, argmaxScratchWords, attention, attentionScratch, copyU32, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, scatterRows } from "./ops.js";
 import type { GpuRuntime, Recording } from "./runtime.js";
 import { ATTN_CHUNK } from "./wgsl-ops.js";
 
@@ -126,6 +126,8 @@ export class GpuModel {
   private readonly recordings = new Map<string, Recording>();
   /** steps encoded from scratch (and recorded) / replayed from a recording */
   readonly replayStats = { recorded: 0, replayed: 0 };
+  /** dispatches per submission of a chained greedy step (decodeGreedy); Infinity: the whole step at once */
+  chainedSubmitEvery = Infinity;
   /** the tokens chosen by decodeGreedy, [steps × batch] */
   private history: GPUBuffer | undefined;
 
@@ -230,6 +232,7 @@ export class GpuModel {
     buf("rw", N * Math.max(1, K));
     buf("hn", N * Hd);
     buf("logits", N * c.nVocab);
+    buf("amax", argmaxScratchWords(N, c.nVocab));
   }
 
   /** Width of an A0 row: the first product's outputs (q or the q-LoRA latent) then kv_a's (c, k_pe). */
@@ -243,7 +246,7 @@ export class GpuModel {
    * must produce logits and the step ends with the argmax of each row written over the token ids (greedy sampling on
    * the GPU: the next step can run on them with `idsOnGpu` before the host has seen them).
    */
-  encode(tokens: readonly StepToken[], opts: { readonly greedy?: boolean; readonly idsOnGpu?: boolean } = {}): number {
+  encode(tokens: readonly StepToken[], opts: { readonly greedy?: boolean; readonly idsOnGpu?: boolean; readonly submitEvery?: number } = {}): number {
     const { rt, c, b } = this;
     const n = tokens.length;
     if (n === 0 || n > this.opts.maxTokens) throw new LatentError(`a step takes 1..${this.opts.maxTokens} tokens, got ${n}`);
@@ -293,13 +296,13 @@ export class GpuModel {
     const key = `${n}|${Math.ceil(maxKeys / ATTN_CHUNK)}|${rows.length === n ? "all" : rows.join(",")}${greedy ? "|greedy" : ""}`;
     const rec = this.recordings.get(key);
     if (rec !== undefined) {
-      rt.replay(rec);
+      rt.replay(rec, opts.submitEvery);
       this.replayStats.replayed++;
       return rows.length;
     }
     rt.beginRecording();
     this.encodeLayers(n, maxKeys, rows);
-    if (greedy) argmaxRows(rt, b.logits!, b.ids!, { n, width: c.nVocab });
+    if (greedy) argmaxRows(rt, b.logits!, b.ids!, b.amax!, { n, width: c.nVocab });
     const made = rt.endRecording();
     if (made !== undefined) {
       if (this.recordings.size >= 64) this.recordings.clear();
@@ -461,7 +464,9 @@ export class GpuModel {
     }
     for (let s = 0; s < steps; s++) {
       const tokens = seqs.map((q) => ({ token: q.token, slot: q.slot, pos: q.pos + s, logits: true, ...(q.pages !== undefined ? { pages: q.pages } : {}) }));
-      this.encode(tokens, { greedy: true, idsOnGpu: s > 0 });
+      // one submission per step: the GPU already overlaps with the host, which encodes step s+1 while step s runs, and
+      // every extra submission costs host time
+      this.encode(tokens, { greedy: true, idsOnGpu: s > 0, submitEvery: this.chainedSubmitEvery });
       this.rt.copy(this.b.ids!, 0, this.history, s * B * 4, B * 4);
     }
     return new Uint32Array(await this.rt.read(this.history, 0, steps * B * 4));

@@ -10,6 +10,7 @@ import { GGMLType, typeName } from "../../gguf/types.js";
 import { rowBytes } from "../../quant/index.js";
 import { requestGpuDevice, type GpuDeviceInfo } from "./device.js";
 import { expertListWords, expertLists, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLU } from "./matrix.js";
+import { argmaxRows, argmaxScratchWords } from "./ops.js";
 import { GpuRuntime, type KernelTuning } from "./runtime.js";
 
 const EMPTY_WGSL = /* wgsl */ `
@@ -101,6 +102,9 @@ export function v2LiteCases(rt: GpuRuntime, n: number): KernelCase[] {
     cases.push({ name: `routed down ${typeName(type)} ${Fe}→${Hd}, ${pairs} pairs`, bytes: ed.bytes * (touched / E), run: (r) => matmulGather(r, ed, g, y, idsBuf, { pairs, xDiv: 1, xBatch: Fe, yBatch: Hd, ...(useLists ? { lists } : {}) }) });
   }
   plain("output", GGMLType.Q6_K, Hd, 102400);
+  const chosen = rt.buffer(4 * n, "argmax ids");
+  const part = rt.buffer(4 * argmaxScratchWords(n, 102400), "argmax slices");
+  cases.push({ name: `argmax of ${n} row(s) of 102400`, bytes: n * 102400 * 4, run: (r) => argmaxRows(r, y, chosen, part, { n, width: 102400 }) });
   return cases;
 }
 
@@ -151,9 +155,62 @@ export async function runKernelBench(opts: { tokens: number[]; reps: number; tun
   return out;
 }
 
+/**
+ * Host cost of encoding dispatches: `count` dispatches of trivial kernels binding `bindings` storage buffers each,
+ * encoded the way a replayed step is (setPipeline when it changes, setBindGroup, dispatchWorkgroups), then finish()
+ * and queue.submit() — where Dawn translates the pass for the driver. µs per dispatch for each part.
+ */
+export async function hostBench(info: GpuDeviceInfo, log: (s: string) => void = console.log): Promise<void> {
+  const device = info.device;
+  for (const bindings of [2, 4, 7]) {
+    for (const pipelines of [1, 8]) {
+      const code = (salt: number): string => `
+@group(0) @binding(0) var<storage, read_write> Y: array<u32>;
+${Array.from({ length: bindings - 1 }, (_, i) => `@group(0) @binding(${i + 1}) var<storage, read> X${i}: array<u32>;`).join("\n")}
+@compute @workgroup_size(64) fn main(@builtin(global_invocation_id) g: vec3u) {
+  if (g.x == ${salt}u) { Y[0] = ${Array.from({ length: bindings - 1 }, (_, i) => `X${i}[0]`).join(" + ") || "0u"}; }
+}`;
+      const pipes = Array.from({ length: pipelines }, (_, i) => device.createComputePipeline({ layout: "auto", compute: { module: device.createShaderModule({ code: code(1000 + i) }), entryPoint: "main" } }));
+      const bufs = Array.from({ length: 16 }, () => device.createBuffer({ size: 1 << 16, usage: GPUBufferUsage.STORAGE }));
+      const groups = pipes.map((pl, k) => Array.from({ length: 8 }, (_, j) => device.createBindGroup({ layout: pl.getBindGroupLayout(0), entries: Array.from({ length: bindings }, (_, i) => ({ binding: i, resource: { buffer: bufs[(i * 3 + j + k) % 16]! } })) })));
+      const count = 400;
+      const run = (): { js: number; finish: number; submit: number } => {
+        const t0 = performance.now();
+        const enc = device.createCommandEncoder();
+        const pass = enc.beginComputePass();
+        let last: GPUComputePipeline | undefined;
+        for (let i = 0; i < count; i++) {
+          const k = i % pipelines;
+          if (pipes[k] !== last) pass.setPipeline((last = pipes[k]!));
+          pass.setBindGroup(0, groups[k]![i % 8]!);
+          pass.dispatchWorkgroups(1);
+        }
+        pass.end();
+        const t1 = performance.now();
+        const cb = enc.finish();
+        const t2 = performance.now();
+        device.queue.submit([cb]);
+        const t3 = performance.now();
+        return { js: t1 - t0, finish: t2 - t1, submit: t3 - t2 };
+      };
+      for (let i = 0; i < 5; i++) run();
+      await device.queue.onSubmittedWorkDone();
+      const runs = Array.from({ length: 20 }, run);
+      await device.queue.onSubmittedWorkDone();
+      const med = (k: "js" | "finish" | "submit"): number => (runs.map((r) => r[k]).sort((a, b) => a - b)[10]! * 1000) / count;
+      log(`host: ${bindings} bindings, ${pipelines} pipeline(s) alternating: encode ${med("js").toFixed(2)} + finish ${med("finish").toFixed(2)} + submit ${med("submit").toFixed(2)} µs per dispatch`);
+    }
+  }
+}
+
 if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   const args = process.argv.slice(2);
   const arg = (k: string): string | undefined => (args.includes(k) ? args[args.indexOf(k) + 1] : undefined);
+  if (args.includes("--host")) {
+    const dawn = arg("--dawn");
+    await hostBench(await requestGpuDevice(dawn !== undefined ? { dawnFlags: dawn.split(" ") } : {}));
+    process.exit(0);
+  }
   await runKernelBench({ tokens: (arg("--tokens") ?? "1,64").split(",").map(Number), reps: Number(arg("--reps") ?? 200), tunes: (arg("--tunes") ?? "").split(";") });
   process.exit(0);
 }

@@ -6,7 +6,7 @@ import { f32bits, type GpuRuntime, type OutRange } from "./runtime.js";
 import {
   RMS_NORM4_WGSL,
   ADD_NORM_WGSL,
-  ARGMAX_WGSL,
+  argmaxWGSL, ARGMAX_SLICE,
   ATTN_CHUNK,
   ATTN_COMBINE_WGSL,
   ATTN_PARAMS,
@@ -378,7 +378,18 @@ export function copyU32(rt: GpuRuntime, x: GPUBuffer, y: GPUBuffer, n: number): 
   rt.dispatch("copyU32", COPY_U32_WGSL, [x, y], new Uint32Array([n, 0, 0, 0]), [Math.ceil(n / 64)], [{ buffer: y, offset: 0, size: n * 4 }]);
 }
 
-/** ids[t] = argmax of row t of x [n × width] (greedy sampling on the GPU; lowest id on ties, as the CPU sampler). */
-export function argmaxRows(rt: GpuRuntime, x: GPUBuffer, ids: GPUBuffer, a: { n: number; width: number; xOff?: number; xStride?: number }): void {
-  rt.dispatch("argmax", ARGMAX_WGSL, [x, ids], new Uint32Array([a.n, a.width, a.xOff ?? 0, a.xStride ?? a.width]), [Math.min(a.n, 65535), Math.ceil(a.n / 65535)], [{ buffer: ids, offset: 0, size: a.n * 4 }]);
+/** Words of the scratch argmaxRows needs for n rows of `width`. */
+export function argmaxScratchWords(n: number, width: number): number {
+  return 2 * n * Math.ceil(width / ARGMAX_SLICE);
+}
+
+/**
+ * ids[t] = argmax of row t of x [n × width] (greedy sampling on the GPU; lowest id on ties, as the CPU sampler): the
+ * best of every slice of a row into `part` (argmaxScratchWords), then the best of those per row.
+ */
+export function argmaxRows(rt: GpuRuntime, x: GPUBuffer, ids: GPUBuffer, part: GPUBuffer, a: { n: number; width: number; xOff?: number; xStride?: number }): void {
+  const slices = Math.ceil(a.width / ARGMAX_SLICE);
+  const params = new Uint32Array([a.n, a.width, a.xOff ?? 0, a.xStride ?? a.width, slices, 0, 0, 0]);
+  rt.dispatch("argmax slices", argmaxWGSL("slices"), [x, part], params, [slices, Math.min(a.n, 65535), Math.ceil(a.n / 65535)], [{ buffer: part, offset: 0, size: a.n * slices * 8 }]);
+  rt.dispatch("argmax merge", argmaxWGSL("merge"), [part, ids], params, [Math.min(a.n, 65535), Math.ceil(a.n / 65535)], [{ buffer: ids, offset: 0, size: a.n * 4 }]);
 }

@@ -140,8 +140,10 @@ struct P { off: u32, n: u32, v: u32, slot: u32 }
 export interface RuntimeStats {
   dispatches: number;
   submits: number;
-  /** host time spent encoding dispatches (ms) */
+  /** host time spent encoding dispatches (ms; with replay's own submissions) */
   encodeMs: number;
+  /** host time spent in finish() + queue.submit() (ms): where Dawn translates the passes for the driver */
+  submitMs: number;
 }
 
 export class GpuRuntime {
@@ -150,7 +152,7 @@ export class GpuRuntime {
   readonly checkWrites: boolean;
   /** the matrix-vector kernel in use (RuntimeOptions.matvec, resolved) */
   readonly matvec: "coalesced" | "subgroup" | "shared" | "legacy";
-  readonly stats: RuntimeStats = { dispatches: 0, submits: 0, encodeMs: 0 };
+  readonly stats: RuntimeStats = { dispatches: 0, submits: 0, encodeMs: 0, submitMs: 0 };
   private readonly pipelines = new Map<string, GPUComputePipeline>();
   private readonly bindGroups = new Map<string, GPUBindGroup>();
   private readonly objectIds = new WeakMap<object, number>();
@@ -282,7 +284,7 @@ export class GpuRuntime {
    * Encode a recorded run again (same buffers, same parameters), submitted in pieces of `submitEvery` dispatches so
    * that the GPU starts on the first piece while the host still encodes (and Dawn translates) the next ones.
    */
-  replay(rec: Recording, submitEvery = this.submitEvery): void {
+  replay(rec: Recording, submitEvery: number = this.submitEvery): void {
     const t0 = performance.now();
     if (this.uniformUsed > 0 || rec.uniforms.byteLength > UNIFORM_RING) this.submit();
     let pass = this.ensurePass();
@@ -418,11 +420,13 @@ export class GpuRuntime {
     if (this.recording !== undefined) this.recordingBroken = true;
     this.pass?.end();
     this.pass = undefined;
+    const t0 = performance.now();
     if (this.uniformUsed > 0) this.device.queue.writeBuffer(this.uniforms, 0, this.uniformHost, 0, this.uniformUsed);
     this.uniformUsed = 0;
     this.device.queue.submit([this.encoder.finish()]);
     this.encoder = undefined;
     this.stats.submits++;
+    this.stats.submitMs += performance.now() - t0;
   }
 
   /** Copy bytes [offset, offset+size) of a buffer back to the host (submits pending work first). */

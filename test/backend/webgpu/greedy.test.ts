@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { argmax } from "../../../src/engine/sampler.js";
 import { loadModel } from "../../../src/model/load.js";
 import { GpuModel } from "../../../src/backend/webgpu/gpu-model.js";
-import { argmaxRows } from "../../../src/backend/webgpu/ops.js";
+import { argmaxRows, argmaxScratchWords } from "../../../src/backend/webgpu/ops.js";
 import { GpuRuntime } from "../../../src/backend/webgpu/runtime.js";
 import { CASES, randomTokens, synthModel } from "../../helpers/synth.js";
 import { gpuOrSkip, Rng } from "./helpers.js";
@@ -21,6 +21,7 @@ test("argmax rows on the GPU = the CPU sampler's argmax (ties, NaN, negative row
     [1, 1, 1],
     [3, 257, 257],
     [5, 1000, 1003],
+    [2, 4097, 4099],
     [2, 102400, 102400],
   ] as const) {
     const x = rng.f32(n * stride);
@@ -36,11 +37,13 @@ test("argmax rows on the GPU = the CPU sampler's argmax (ties, NaN, negative row
     }
     const xb = r.upload(x, "x");
     const ids = r.buffer(n * 4, "ids");
-    argmaxRows(r, xb, ids, { n, width, xStride: stride });
+    const part = r.buffer(4 * argmaxScratchWords(n, width), "argmax slices");
+    argmaxRows(r, xb, ids, part, { n, width, xStride: stride });
     const got = new Uint32Array(await r.read(ids, 0, n * 4));
     for (let t = 0; t < n; t++) assert.equal(got[t], argmax(x.subarray(t * stride, t * stride + width)), `n ${n} width ${width} row ${t}`);
     xb.destroy();
     ids.destroy();
+    part.destroy();
   }
 });
 

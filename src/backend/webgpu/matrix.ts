@@ -10,7 +10,7 @@ import { LatentError } from "../../util/errors.js";
 import type { GpuRuntime } from "./runtime.js";
 import { EXPERT_LISTS_WGSL, getRowsWGSL, MATVEC_TN, matvec2WGSL, matmulTiledWGSL, matvecCoalescedWGSL, matvecExpertsWGSL, matvecTWGSL, matvecWGSL, MV_WG, packMatParams, tiledSharedBytes, type MatParams, type MatvecShape, type TiledShape } from "./wgsl-mat.js";
 import { gpuSupports, unitSize } from "./wgsl-quant.js";
-import { matvecWideWGSL, wideShape, type WideShape } from "./wgsl-wide.js";
+import { matvecWideWGSL, wideRowsPerGroup, wideShape, type WideShape } from "./wgsl-wide.js";
 
 export interface MatrixPiece {
   readonly buffer: GPUBuffer;
@@ -202,7 +202,7 @@ export function matvecKernel(rt: GpuRuntime, m: GpuMatrix, n: number, gather: bo
   while (tn < Math.min(n, tnMax)) tn *= 2;
   const expertMajor = gather === "experts" || gather === "experts-list";
   const wide = wideShape(rt, m, n, gather, aligned);
-  if (wide !== undefined) return { code: matvecWideWGSL(m.type, gather === true ? "gather" : gather === "experts-list" ? "experts-list" : "plain", wide), tn: wide.n, rowsPerGroup: wide.rows };
+  if (wide !== undefined) return { code: matvecWideWGSL(m.type, gather === true ? "gather" : gather === "experts-list" ? "experts-list" : "plain", wide), tn: wide.n, rowsPerGroup: wideRowsPerGroup(wide) };
   if (coalesced(rt, m, aligned)) {
     const tiled = gather === false || gather === "experts-list" ? tiledShape(rt, m, n, gather === false ? "plain" : gather, rowsTotal) : undefined;
     if (tiled !== undefined) return { code: matmulTiledWGSL(m.type, m.unit, gather === false ? "plain" : "experts-list", tiled), tn: tiled.tokens, rowsPerGroup: tiled.rows };
@@ -393,7 +393,7 @@ export function matmulSwiGLU(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix, x: 
   const code = matvecWideWGSL(gate.type, "plain", wide, true);
   gate.pieces.forEach((piece, i) => {
     const p = base(gate, a);
-    const { gx, gy } = rowGrid(rt, Math.ceil(piece.rows / wide.rows));
+    const { gx, gy } = rowGrid(rt, Math.ceil(piece.rows / wideRowsPerGroup(wide)));
     p.rows = piece.rows;
     p.rowBase = piece.firstRow;
     p.gx = gx;
@@ -415,5 +415,5 @@ export function matmulGatherSwiGLU(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatri
     return;
   }
   const code = matvecWideWGSL(gate.type, mode.listed ? "experts-list" : "gather", wide, true);
-  dispatchGather(rt, "matmulGatherSwiGLU", code, wide.rows, gate, x, y, ids, a, mode, up);
+  dispatchGather(rt, "matmulGatherSwiGLU", code, wideRowsPerGroup(wide), gate, x, y, ids, a, mode, up);
 }

@@ -20,6 +20,11 @@ import type { GpuMatrix } from "./matrix.js";
 import type { GpuRuntime } from "./runtime.js";
 import { MAT_PARAMS, matOutWGSL } from "./wgsl-mat.js";
 
+/** Rows per workgroup of a wide shape (subgroups × rows each): what grids are sized by. */
+export function wideRowsPerGroup(s: WideShape): number {
+  return s.rows * s.sgRows;
+}
+
 /** Types the wide kernel decodes (those of a Q4_K_M model's large matrices); others keep the coalesced kernel. */
 export const WIDE_TYPES: readonly number[] = [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q5_0, GGMLType.Q8_0];
 
@@ -32,8 +37,10 @@ export const WIDE_LIST_PAIRS = 16;
 export interface WideShape {
   /** the device's fixed subgroup size = lanes per row */
   readonly sg: number;
-  /** rows per workgroup (one subgroup each) */
+  /** subgroups per workgroup */
   readonly rows: number;
+  /** rows each subgroup takes, their loads all issued together (plain and pair-major modes; 1 for expert lists) */
+  readonly sgRows: number;
   /** most chunk steps per lane issued together before any is consumed */
   readonly unroll: number;
   /** tokens (1..WIDE_MAX_N) */
@@ -69,7 +76,8 @@ export function wideShape(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boole
   if (!WIDE_TYPES.includes(m.type) || n < 1 || n > WIDE_MAX_N || gather === "experts" || !aligned) return undefined;
   const rows = Math.max(1, Math.min(Math.floor(256 / sg), Math.floor(rt.tune.wideRows ?? WIDE_WG / sg)));
   const unroll = Math.max(1, Math.floor(rt.tune.wideUnroll ?? Math.round((UNROLL * sg) / 32)));
-  return { sg, rows, unroll, n, cols: m.cols };
+  const sgRows = gather === "experts-list" ? 1 : Math.max(1, Math.min(4, Math.floor(rt.tune.wideSgRows ?? 1)));
+  return { sg, rows, sgRows, unroll, n, cols: m.cols };
 }
 
 interface TypeCode {
@@ -253,26 +261,47 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
   const G = Math.ceil(steps / outer);
   // steps whose chunk can pass the row's end (in the last pass) load a clamped chunk and skip using it
   const past = (st: number): boolean => (outer - 1) * G * SG + (st + 1) * SG > NC;
-  const body: string[] = [];
-  for (let st = 0; st < G; st++) body.push(`let c${st} = ${past(st) ? `min(cb + ${st * SG}u, ${NC - 1}u)` : `cb + ${st * SG}u`};\n    ${tc.load(st)}`);
-  for (let st = 0; st < G; st++) {
-    const use = tc.use(st, N);
-    body.push(past(st) ? `if (cb + ${st * SG}u < ${NC}u) {\n    ${use}\n    }` : use);
+  // streams: (matrix, row j of the subgroup's sgRows) pairs, each with its own accumulator; every stream's loads are
+  // issued before any is used. Stream k's step names are shifted by 1000·k so that all names stay unique.
+  const S = mode === "experts-list" ? 1 : s.sgRows;
+  const streams: { w2: boolean; j: number; k: number }[] = [];
+  for (let j = 0; j < S; j++) {
+    streams.push({ w2: false, j, k: streams.length });
+    if (dual) streams.push({ w2: true, j, k: streams.length });
   }
-  if (dual) {
-    // the same steps over W2 into acc2: step indices shifted past the first matrix's so every name stays unique
-    const D = 1000;
-    const w2 = (code: string): string => code.replaceAll("W[", "W2[").replaceAll("wd(", "wd2(").replaceAll("acc +=", "acc2 +=");
-    for (let st = 0; st < G; st++) body.push(`let c${st + D} = c${st};\n    ${w2(tc.load(st + D))}`);
+  const retarget = (code: string, st: { w2: boolean; j: number; k: number }): string => {
+    let out = code.replace(/\brb\b/g, S === 1 ? "rb" : `rb${st.j}`).replaceAll("acc +=", `acc${st.k} +=`);
+    if (st.w2) out = out.replaceAll("W[", "W2[").replaceAll("wd(", "wd2(");
+    return out;
+  };
+  const body: string[] = [];
+  for (const str of streams) {
     for (let st = 0; st < G; st++) {
-      const use = w2(tc.use(st + D, N));
+      const c0 = st + 1000 * str.k;
+      const chunk = str.k === 0 ? (past(st) ? `min(cb + ${st * SG}u, ${NC - 1}u)` : `cb + ${st * SG}u`) : `c${st}`;
+      body.push(`let c${c0} = ${chunk};\n    ${retarget(tc.load(c0), str)}`);
+    }
+  }
+  for (const str of streams) {
+    for (let st = 0; st < G; st++) {
+      const use = retarget(tc.use(st + 1000 * str.k, N), str);
       body.push(past(st) ? `if (cb + ${st * SG}u < ${NC}u) {\n    ${use}\n    }` : use);
     }
   }
   const steps1 = body.join("\n    ");
+  const accs = streams.map((st) => `var acc${st.k} = vec4f(0.0);`).join(" ");
+  // row j's result v{j}: the product, or (dual) silu(gate)·up
+  const reduce = Array.from({ length: S }, (_, j) => {
+    const k = dual ? 2 * j : j;
+    return dual ? `let g${j} = subgroupAdd(acc${k}); let v${j} = g${j} / (1.0 + exp(-g${j})) * subgroupAdd(acc${k + 1});` : `let v${j} = subgroupAdd(acc${k});`;
+  }).join("\n  ");
   const loop = outer === 1 ? `{\n    let cb = lane;\n    ${steps1}\n  }` : `for (var it = 0u; it < ${outer}u; it++) {\n    let cb = it * ${G * SG}u + lane;\n    ${steps1}\n  }`;
   const xq = Array.from({ length: N }, (_, t) => `let xq${t} = xq + ${t}u * xs;`).join(" ");
-  const writes = Array.from({ length: N }, (_, t) => `out(b, ${t}u, r, v.${"xyzw"[t]});`).join(" ");
+  const writes = Array.from({ length: S }, (_, j) => `if (${S === 1 ? "valid" : `ok${j}`}) { ${Array.from({ length: N }, (_, t) => `out(b, ${t}u, ${S === 1 ? "r" : `r${j}`}, v${j}.${"xyzw"[t]});`).join(" ")} }`).join(" ");
+  const rowBases =
+    S === 1
+      ? "let rb = p.wOff + wb + select(0u, r, valid) * p.rowBytes;"
+      : Array.from({ length: S }, (_, j) => `let r${j} = r + ${j}u; let ok${j} = valid && r${j} < p.rows; let rb${j} = p.wOff + wb + select(0u, r${j}, ok${j}) * p.rowBytes;`).join("\n  ");
   return /* wgsl */ `enable subgroups;
 struct P { ${MAT_PARAMS.map((k) => `${k}: u32`).join(", ")} }
 @group(0) @binding(0) var<storage, read> W: array<${tc.vec4 ? "vec4u" : "u32"}>;
@@ -290,7 +319,7 @@ ${matOutWGSL(true)}
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let rg = wid.x + wid.y * p.gx;
   let lane = li % ${SG}u;
-  let r = rg * ${R}u + li / ${SG}u;
+  let r = (rg * ${R}u + li / ${SG}u) * ${S}u;
   var valid = r < p.rows;
   let b = wid.z;
   var wb = b * p.wBatch;
@@ -318,26 +347,24 @@ ${
     let nt = min(${N}u, m - t0);
     ${Array.from({ length: N }, (_, t) => `let pr${t} = IDS[lb + min(t0 + ${t}u, m - 1u)];`).join(" ")}
     ${Array.from({ length: N }, (_, t) => `let xq${t} = (p.xOff + (pr${t} / p.xDiv) * p.xBatch) >> 2u;`).join(" ")}
-    var acc = vec4f(0.0);
-    ${dual ? "var acc2 = vec4f(0.0);" : ""}
+    ${accs}
     if (valid) {
     ${loop}
     }
-    ${dual ? "let g = subgroupAdd(acc);\n  let v = g / (1.0 + exp(-g)) * subgroupAdd(acc2);" : "let v = subgroupAdd(acc);"}
-    if (lane == 0u && valid) { ${Array.from({ length: N }, (_, t) => `if (${t}u < nt) { out(pr${t}, 0u, r, v.${"xyzw"[t]}); }`).join(" ")} }
+    ${reduce}
+    if (lane == 0u && valid) { ${Array.from({ length: N }, (_, t) => `if (${t}u < nt) { out(pr${t}, 0u, r, v0.${"xyzw"[t]}); }`).join(" ")} }
   }
 }`
-    : `  let rb = p.wOff + wb + select(0u, r, valid) * p.rowBytes;
+    : `  ${rowBases}
   let xq = (p.xOff + xb) >> 2u;
   let xs = p.xStride >> 2u;
   ${xq}
-  var acc = vec4f(0.0);
-  ${dual ? "var acc2 = vec4f(0.0);" : ""}
+  ${accs}
   if (valid) {
   ${loop}
   }
-  ${dual ? "let g = subgroupAdd(acc);\n  let v = g / (1.0 + exp(-g)) * subgroupAdd(acc2);" : "let v = subgroupAdd(acc);"}
-  if (lane == 0u && valid) { ${writes} }
+  ${reduce}
+  if (lane == 0u) { ${writes} }
 }`
 }`;
 }

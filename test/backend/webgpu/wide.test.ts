@@ -63,7 +63,7 @@ const SHAPES: [number, number][] = [
   [GGMLType.Q8_0, 2048],
 ];
 
-for (const tune of [{}, { wideRows: 3, wideUnroll: 1 }]) {
+for (const tune of [{}, { wideRows: 3, wideUnroll: 1 }, { wideRows: 2, wideSgRows: 3 }]) {
   test(`wide matmul matches the CPU reference (tune ${JSON.stringify(tune)}): n = 1..4, strides, overwrite, acc, SwiGLU`, { skip }, async () => {
     const r = runtime({ tune });
     const rng = new Rng(11 + Object.keys(tune).length);
@@ -175,12 +175,12 @@ test("wide pair-major gathered products: one piece and several, overwrite and Sw
 
 const silu = (v: number): number => v / (1 + Math.exp(-v));
 
-test("dual wide products (gate and up in one dispatch, SwiGLU written directly): plain n = 1..5 and pair-major, in pieces, with fallbacks", { skip }, async () => {
+for (const tune of [{}, { wideSgRows: 3 }]) test(`dual wide products (gate and up in one dispatch, SwiGLU written directly): plain n = 1..5 and pair-major, in pieces, with fallbacks (tune ${JSON.stringify(tune)})`, { skip }, async () => {
   const rng = new Rng(57);
   for (const [type, cols, rows] of [[GGMLType.Q4_K, 2048, 67], [GGMLType.Q5_0, 1408, 131], [GGMLType.Q6_K, 256, 67], [GGMLType.Q8_0, 96, 13]] as const) {
     const E = 5;
     for (const maxBindingBytes of [undefined, Math.ceil((2 * rows * rowBytes(type, cols)) / 256) * 256]) {
-      const r = runtime(maxBindingBytes !== undefined ? { maxBindingBytes } : {});
+      const r = runtime({ tune, ...(maxBindingBytes !== undefined ? { maxBindingBytes } : {}) });
       const label = `${typeName(type)} ${rows}x${cols}${maxBindingBytes !== undefined ? " in pieces" : ""}`;
       // plain: E = 1 item; n = 5 takes the two-dispatch fallback
       const gate = upload(r, rng, type, cols, rows);

@@ -9,6 +9,9 @@ import { quantize } from "../../../src/quant/index.js";
 import { GpuRuntime, UnwrittenOutputError, type RuntimeOptions } from "../../../src/backend/webgpu/runtime.js";
 import { GpuMatrix, matmul, matmulGather, matmulT } from "../../../src/backend/webgpu/matrix.js";
 import { copyRows, kvCacheWrite, rmsNorm, ropeTo } from "../../../src/backend/webgpu/ops.js";
+import { GpuModel } from "../../../src/backend/webgpu/gpu-model.js";
+import { loadModel } from "../../../src/model/load.js";
+import { CASES, synthModel } from "../../helpers/synth.js";
 import { f32, gpuOrSkip, Rng, u32 } from "./helpers.js";
 
 const { rt: base, skip } = await gpuOrSkip({});
@@ -393,3 +396,41 @@ test("together: off (fuse: false) and in profile mode the dispatches stay apart;
   const rt = new GpuRuntime(base!.info, {});
   assert.throws(() => rt.together(() => rt.together(() => undefined)), /does not nest/);
 });
+
+for (const c of [CASES.find((k) => k.label === "no-qlora-odd")!, { label: "tiny-v3-3-layers", base: "tiny", over: { n_layer: 3 } } as const]) {
+  test(`together in the fused model (${c.label}): the same logits with combining on and off, fewer dispatches per step`, { skip }, async () => {
+    const m = synthModel(c, 5);
+    try {
+      const { model, config } = loadModel(m.path);
+      const logits: Uint32Array[][] = [];
+      const perStep: number[] = [];
+      for (const fuse of [false, true]) {
+        const rt = new GpuRuntime(base!.info, { fuse });
+        rt.device.pushErrorScope("validation");
+        const g = new GpuModel(rt, model, { slots: 2, context: 16, maxTokens: 4 });
+        const got: Uint32Array[] = [];
+        for (const row of await g.prefill(0, [3, 1, 4, 1, 5], 0, true)) got.push(new Uint32Array(row.buffer, row.byteOffset, row.length).slice());
+        await g.prefill(1, [2, 7], 0);
+        for (let pos = 0; pos < 3; pos++) {
+          const d0 = rt.stats.dispatches;
+          const step = await g.step([
+            { token: 6 + pos, slot: 0, pos: 5 + pos, logits: true },
+            { token: 9 - pos, slot: 1, pos: 2 + pos, logits: true },
+          ]);
+          perStep.push(rt.stats.dispatches - d0);
+          got.push(new Uint32Array(step.buffer, step.byteOffset, step.length).slice());
+        }
+        assert.equal((await rt.device.popErrorScope())?.message, undefined);
+        assert.ok(g.replayStats.replayed >= 2, JSON.stringify(g.replayStats));
+        logits.push(got);
+      }
+      logits[0]!.forEach((want, i) => assert.deepEqual(logits[1]![i], want, `logits ${i} differ with combining on`));
+      const moeLayers = model.weights.layers.filter((l) => l.moe?.shared !== undefined).length;
+      const saved = 2 * moeLayers + (config.qLoraRank === 0 ? config.nLayer : 0);
+      assert.ok(moeLayers > 0);
+      assert.deepEqual(perStep.slice(3), perStep.slice(0, 3).map((d) => d - saved), `dispatches per decode step, off then on: ${perStep.join(", ")}`);
+    } finally {
+      m.cleanup();
+    }
+  });
+}

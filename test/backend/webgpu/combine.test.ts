@@ -428,6 +428,7 @@ for (const c of [CASES.find((k) => k.label === "no-qlora-odd")!, { label: "tiny-
       const moeLayers = model.weights.layers.filter((l) => l.moe?.shared !== undefined).length;
       const saved = 2 * moeLayers + (config.qLoraRank === 0 ? config.nLayer : 0);
       assert.ok(moeLayers > 0);
+      console.log(`# ${c.label}: dispatches per decode step, combining off then on: ${perStep.join(", ")}`);
       assert.deepEqual(perStep.slice(3), perStep.slice(0, 3).map((d) => d - saved), `dispatches per decode step, off then on: ${perStep.join(", ")}`);
     } finally {
       m.cleanup();

@@ -68,7 +68,11 @@ export interface RuntimeOptions {
   readonly submitEvery?: number;
   /** kernel shape overrides, for measuring alternatives (bench --tune) */
   readonly tune?: KernelTuning;
-  /** run the dispatches of a together() block as one combined dispatch where they can be (default true; never in profile mode) */
+  /**
+   * run the dispatches of a together() block as one combined dispatch where they can be (default true; never in profile
+   * mode). Kernels of different workgroup sizes combine only when the smaller one needs no whole workgroup (no barriers
+   * or subgroup operations): the wide kernel (128 threads) and the coalesced / latent-cache kernels (256) do not
+   */
   readonly fuse?: boolean;
 }
 

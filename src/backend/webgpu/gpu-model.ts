@@ -12,7 +12,7 @@ import type { DeepSeek2 } from "../../model/deepseek2.js";
 import type { QMatrix } from "../cpu/qmatrix.js";
 import type { SwiGLU } from "../../model/weights.js";
 import { LatentError } from "../../util/errors.js";
-import { expertListWords, expertLists, expertsFrom, getRows, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLU } from "./matrix.js";
+import { expertListWords, expertLists, expertsFrom, getRows, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLUSteps } from "./matrix.js";
 import { addNorm, argmaxRows, argmaxScratchWords, attention, attentionScratch, copyU32, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, scatterRows } from "./ops.js";
 import type { GpuRuntime, Recording } from "./runtime.js";
 import { ATTN_CHUNK } from "./wgsl-ops.js";
@@ -196,7 +196,7 @@ export class GpuModel {
     const N = opts.maxTokens;
     const { nEmbd: Hd, nHead: H, qkNope: P, vHead: V, nExpertUsed: K, nExpert: E } = c;
     const D = P + R;
-    this.widthFF = Math.max(c.nFF, c.nFFExp * Math.max(1, c.nExpertShared), K * c.nFFExp);
+    this.widthFF = Math.max(c.nFF, K * c.nFFExp);
     const buf = (name: string, floats: number): void => {
       this.b[name] = rt.buffer(Math.max(1, floats) * 4, name);
     };
@@ -225,6 +225,8 @@ export class GpuModel {
     buf("o", N * H * V);
     buf("part", attentionScratch(N, H, L, context));
     buf("g", N * this.widthFF);
+    // the shared experts' own intermediate: their products run in the same dispatches as the routed experts' (on G)
+    buf("gs", N * Math.max(0, ...this.layers.map((l) => l.shared?.gate.rows ?? 0)));
     buf("elist", expertListWords(N * Math.max(1, K), Math.max(1, E)));
     buf("ye", N * Math.max(1, K) * Hd);
     buf("z", N * Math.max(1, E));
@@ -340,14 +342,26 @@ export class GpuModel {
       // or (queries already in A0) q_pe roped straight into the absorbed queries [q_abs (L) | q_pe (R)] per head
       const lora = c.qLoraRank > 0;
       const qRope = { y: b.qAbs!, heads: H, qpOff: P, qHead: D, yOff: L, yTok: H * (L + R), yHead: L + R };
-      kvCacheWrite(rt, b.a0!, l.kvANorm, table, R, b.pos!, b.rowIdx!, l.cacheC, l.cacheK, { n, L, kvOff: F0, stride: S0, ...(lora ? { qNorm: { g: l.qANorm!, dim: Lq } } : { qRope }) }, c.rmsEps);
-      // the queries: from the normed latent (q-LoRA) into Q, or already in A0
-      const [qBuf, qStride] = lora ? [b.q!, H * D] : [b.a0!, S0];
-      if (lora) matmul(rt, l.qB!, b.a0!, b.q!, { n, xStride: S0, yStride: H * D });
-      if (b.metaBase !== undefined) this.selectKeys(l, n, maxKeys);
-      // absorbed queries [q_abs (L) | q_pe (R)] per head: q_abs = W_UKᵀ q_nope, q_pe roped straight into place
-      matmul(rt, l.kB, qBuf, b.qAbs!, { n, xStride: qStride, yStride: H * (L + R), batch: { count: H, xBatch: D, yBatch: L + R } });
-      if (lora) ropeTo(rt, table, R, qBuf, b.pos!, b.qAbs!, { n, heads: H, xOff: P, tokStride: qStride, headStride: D, yOff: L, yTok: H * (L + R), yHead: L + R });
+      const cacheWrite = (): void =>
+        kvCacheWrite(rt, b.a0!, l.kvANorm, table, R, b.pos!, b.rowIdx!, l.cacheC, l.cacheK, { n, L, kvOff: F0, stride: S0, ...(lora ? { qNorm: { g: l.qANorm!, dim: Lq } } : { qRope }) }, c.rmsEps);
+      // absorbed queries [q_abs (L) | q_pe (R)] per head: q_abs = W_UKᵀ q_nope (q_pe roped straight into place)
+      const absorb = (q: GPUBuffer, qStride: number): void => matmul(rt, l.kB, q, b.qAbs!, { n, xStride: qStride, yStride: H * (L + R), batch: { count: H, xBatch: D, yBatch: L + R } });
+      if (lora) {
+        // the queries from the normed latent into Q
+        cacheWrite();
+        matmul(rt, l.qB!, b.a0!, b.q!, { n, xStride: S0, yStride: H * D });
+        if (b.metaBase !== undefined) this.selectKeys(l, n, maxKeys);
+        absorb(b.q!, H * D);
+        ropeTo(rt, table, R, b.q!, b.pos!, b.qAbs!, { n, heads: H, xOff: P, tokStride: H * D, headStride: D, yOff: L, yTok: H * (L + R), yHead: L + R });
+      } else {
+        // the queries already in A0: the cache write (and q_pe into columns [L, L+R) of QABS) and q_abs (columns [0, L))
+        // read A0 and write apart
+        rt.together(() => {
+          cacheWrite();
+          absorb(b.a0!, S0);
+        });
+        if (b.metaBase !== undefined) this.selectKeys(l, n, maxKeys);
+      }
       attention(rt, { q: b.qAbs!, k1: l.cacheC, k2: l.cacheK, v: l.cacheC, meta: b.meta!, sel: b.sel!, o: b.lo!, part: b.part }, {
         nq: n,
         heads: H,
@@ -370,7 +384,14 @@ export class GpuModel {
       if (l.dense !== undefined) this.ffn(l.dense, n);
       if (l.experts !== undefined) {
         const E = c.nExpert;
-        matmul(rt, l.router!, b.x!, b.z!, { n, xStride: Hd, yStride: E });
+        const shared = l.shared;
+        // the router and the shared experts' gate·up (its first dispatch: the second reads it) both only read x
+        const [sharedFirst, ...sharedRest] = shared !== undefined ? this.ffnGateUp(shared, n, b.gs!) : [];
+        rt.together(() => {
+          matmul(rt, l.router!, b.x!, b.z!, { n, xStride: Hd, yStride: E });
+          sharedFirst?.();
+        });
+        for (const step of sharedRest) step();
         moeRoute(rt, b.z!, l.bias, b.rids!, b.rw!, {
           n,
           E,
@@ -387,8 +408,11 @@ export class GpuModel {
         if (lists !== undefined) expertLists(rt, b.rids!, lists, { pairs: n * K, E });
         // g = silu(W_gate x)·(W_up x) per pair (one dual product at small batches, else gate then up with SwiGLU fused)
         matmulGatherSwiGLU(rt, l.experts.gate, l.experts.up, b.x!, b.g!, b.rids!, { pairs: n * K, xDiv: K, xBatch: Hd, yBatch: Fe, lists });
-        matmulGather(rt, l.experts.down, b.g!, b.ye!, b.rids!, { pairs: n * K, xDiv: 1, xBatch: Fe, yBatch: Hd, lists });
-        if (l.shared !== undefined) this.ffn(l.shared, n);
+        // the routed experts' down products into YE and the shared experts' into h: apart
+        rt.together(() => {
+          matmulGather(rt, l.experts!.down, b.g!, b.ye!, b.rids!, { pairs: n * K, xDiv: 1, xBatch: Fe, yBatch: Hd, lists });
+          if (shared !== undefined) this.ffnDown(shared, n, b.gs!);
+        });
         combinePending = true;
       }
     }
@@ -427,12 +451,20 @@ export class GpuModel {
     dsaSelect(rt, { q: b.qI!, w: b.wI!, keys: ix.cache, meta: b.meta!, scores: b.scores!, sel: b.sel! }, { n, T, Hi, D: Di, topK, pageSize: this.opts.pages?.pageSize ?? 0 });
   }
 
-  /** h += down(silu(gate·x) ⊙ up·x) for n tokens (gate and up as one dual product where the wide kernel applies). */
+  /** h += down(silu(gate·x) ⊙ up·x) for n tokens. */
   private ffn(f: GpuFFN, n: number): void {
-    const { rt, b, c } = this;
-    const F = f.gate.rows;
-    matmulSwiGLU(rt, f.gate, f.up, b.x!, b.g!, { n, xStride: c.nEmbd, yStride: F });
-    matmul(rt, f.down, b.g!, b.h!, { n, xStride: F, yStride: c.nEmbd, acc: true });
+    for (const step of this.ffnGateUp(f, n, this.b.g!)) step();
+    this.ffnDown(f, n, this.b.g!);
+  }
+
+  /** g = silu(gate·x) ⊙ up·x as its dependent steps (one dual product where the wide kernel applies). */
+  private ffnGateUp(f: GpuFFN, n: number, g: GPUBuffer): (() => void)[] {
+    return matmulSwiGLUSteps(this.rt, f.gate, f.up, this.b.x!, g, { n, xStride: this.c.nEmbd, yStride: f.gate.rows });
+  }
+
+  /** h += down·g. */
+  private ffnDown(f: GpuFFN, n: number, g: GPUBuffer): void {
+    matmul(this.rt, f.down, g, this.b.h!, { n, xStride: f.gate.rows, yStride: this.c.nEmbd, acc: true });
   }
 
   /** Read back the logits of the last encoded step (submits it). */

@@ -384,22 +384,29 @@ function dualShape(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix, n: number, ga
  * for both matrices where the wide kernel applies (1–4 tokens), else the gate product then the up product with glu.
  */
 export function matmulSwiGLU(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix, x: GPUBuffer, y: GPUBuffer, a: Omit<MatmulArgs, "acc" | "glu" | "batch">): void {
+  for (const step of matmulSwiGLUSteps(rt, gate, up, x, y, a)) step();
+}
+
+/**
+ * matmulSwiGLU as its dependent steps (the dual dispatch, or the gate product then the up product that reads it): the
+ * first one alone may share a dispatch (GpuRuntime.together) with work independent of it.
+ */
+export function matmulSwiGLUSteps(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix, x: GPUBuffer, y: GPUBuffer, a: Omit<MatmulArgs, "acc" | "glu" | "batch">): (() => void)[] {
   const wide = dualShape(rt, gate, up, a.n, false, al4(a.xOff, a.n > 1 ? a.xStride : 0));
-  if (wide === undefined) {
-    matmul(rt, gate, x, y, a);
-    matmul(rt, up, x, y, { ...a, glu: true });
-    return;
-  }
+  if (wide === undefined) return [() => matmul(rt, gate, x, y, a), () => matmul(rt, up, x, y, { ...a, glu: true })];
   const code = matvecWideWGSL(gate.type, "plain", wide, true);
-  gate.pieces.forEach((piece, i) => {
-    const p = base(gate, a);
-    const { gx, gy } = rowGrid(rt, Math.ceil(piece.rows / wideRowsPerGroup(wide)));
-    p.rows = piece.rows;
-    p.rowBase = piece.firstRow;
-    p.gx = gx;
-    const outs = f32Range(y, p.yOff, a.n, a.yStride, piece.rows, piece.firstRow);
-    rt.dispatch(`matmulSwiGLU ${gate.name}`, code, [piece.buffer, x, y, up.pieces[i]!.buffer], packMatParams(p), [gx, gy, 1], outs);
-  });
+  return [
+    () =>
+      gate.pieces.forEach((piece, i) => {
+        const p = base(gate, a);
+        const { gx, gy } = rowGrid(rt, Math.ceil(piece.rows / wideRowsPerGroup(wide)));
+        p.rows = piece.rows;
+        p.rowBase = piece.firstRow;
+        p.gx = gx;
+        const outs = f32Range(y, p.yOff, a.n, a.yStride, piece.rows, piece.firstRow);
+        rt.dispatch(`matmulSwiGLU ${gate.name}`, code, [piece.buffer, x, y, up.pieces[i]!.buffer], packMatParams(p), [gx, gy, 1], outs);
+      }),
+  ];
 }
 
 /**

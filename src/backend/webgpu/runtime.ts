@@ -7,6 +7,7 @@
  */
 import { LatentError } from "../../util/errors.js";
 import type { GpuDeviceInfo } from "./device.js";
+import { combinedGrid, combineKernels, parseKernel, type ParsedKernel } from "./wgsl-combine.js";
 
 /** A kernel left part of its declared output unwritten (--check-writes). */
 /** An adapter's name from its info ("unknown adapter" when it gives none). */
@@ -67,6 +68,22 @@ export interface RuntimeOptions {
   readonly submitEvery?: number;
   /** kernel shape overrides, for measuring alternatives (bench --tune) */
   readonly tune?: KernelTuning;
+  /**
+   * run the dispatches of a together() block as one combined dispatch where they can be (default true; never in profile
+   * mode). Kernels of different workgroup sizes combine only when the smaller one needs no whole workgroup (no barriers
+   * or subgroup operations): the wide kernel (128 threads) and the coalesced / latent-cache kernels (256) do not
+   */
+  readonly fuse?: boolean;
+}
+
+/** A dispatch held back by together(). */
+interface HeldDispatch {
+  readonly label: string;
+  readonly code: string;
+  readonly buffers: readonly GPUBuffer[];
+  readonly params: Uint32Array;
+  readonly groups: readonly [number, number, number];
+  readonly outputs: readonly OutRange[];
 }
 
 /** Shape choices of the gathered expert products (defaults in matrix.ts). */
@@ -180,6 +197,9 @@ export class GpuRuntime {
   private recordingBroken = false;
   private lastPipeline: GPUComputePipeline | undefined;
   private readonly stagingFree: GPUBuffer[] = [];
+  /** whether together() combines (RuntimeOptions.fuse, off in profile mode) */
+  readonly fuse: boolean;
+  private held: HeldDispatch[] | undefined;
 
   constructor(
     readonly info: GpuDeviceInfo,
@@ -194,6 +214,7 @@ export class GpuRuntime {
     this.passTiming = opts.passTiming === true && !this.profiling;
     this.submitEvery = Math.max(1, opts.submitEvery ?? 96);
     this.tune = opts.tune ?? {};
+    this.fuse = opts.fuse !== false && !this.profiling;
     if (this.passTiming && !info.features.has("timestamp-query")) throw new LatentError("passTiming: the device has no timestamp-query");
     if (this.profiling && !info.features.has("timestamp-query")) throw new LatentError("profile: the device has no timestamp-query");
     const limit = info.limits.maxStorageBufferBindingSize;
@@ -336,6 +357,10 @@ export class GpuRuntime {
     if (gx === 0 || gy === 0 || gz === 0) return;
     const maxG = this.info.limits.maxComputeWorkgroupsPerDimension;
     if (gx > maxG || gy > maxG || gz > maxG) throw new LatentError(`${label}: ${gx}×${gy}×${gz} workgroups exceed ${maxG} per dimension`);
+    if (this.held !== undefined) {
+      this.held.push({ label, code, buffers, params, groups: [gx, gy, gz], outputs });
+      return;
+    }
     // room for this dispatch's uniform slots (and its check-writes fills and counts) before a profile pass opens
     if (this.uniformUsed + UNIFORM_SLOT * (1 + (this.checkWrites ? 2 * outputs.length + 1 : 0)) > UNIFORM_RING) {
       this.recordingBroken = true;
@@ -363,12 +388,16 @@ export class GpuRuntime {
     const pipeline = this.pipeline(code);
     // the slot first: a full ring submits (and ends the pass)
     const at = this.uniformSlot(params);
+    this.encodeBound(pipeline, [...buffers, at], groups);
+  }
+
+  /** One dispatch of `pipeline` with `resources` at bindings 0.. (a buffer, or the offset of a uniform ring slot). */
+  private encodeBound(pipeline: GPUComputePipeline, resources: readonly (GPUBuffer | number)[], groups: readonly [number, number, number]): void {
     const pass = this.ensurePass();
-    const key = `${this.id(pipeline)}|${buffers.map((b) => this.id(b)).join(",")}|${at}`;
+    const key = `${this.id(pipeline)}|${resources.map((r) => (typeof r === "number" ? `u${r}` : this.id(r))).join(",")}`;
     let bg = this.bindGroups.get(key);
     if (bg === undefined) {
-      const entries: GPUBindGroupEntry[] = buffers.map((buffer, i) => ({ binding: i, resource: { buffer } }));
-      entries.push({ binding: buffers.length, resource: { buffer: this.uniforms, offset: at, size: UNIFORM_SLOT } });
+      const entries: GPUBindGroupEntry[] = resources.map((r, i) => ({ binding: i, resource: typeof r === "number" ? { buffer: this.uniforms, offset: r, size: UNIFORM_SLOT } : { buffer: r } }));
       bg = this.device.createBindGroup({ layout: pipeline.getBindGroupLayout(0), entries });
       if (this.bindGroups.size > 50000) this.bindGroups.clear();
       this.bindGroups.set(key, bg);
@@ -378,6 +407,62 @@ export class GpuRuntime {
     pass.setBindGroup(0, bg);
     pass.dispatchWorkgroups(groups[0], groups[1], groups[2]);
     this.recording?.push({ pipeline, bindGroup: bg, groups });
+  }
+
+  /**
+   * Run the dispatches `fn` makes as one dispatch of a combined kernel where they can be combined (see
+   * wgsl-combine.ts), else one by one as usual. The caller promises they are independent: none reads what another
+   * writes. Does not nest.
+   */
+  together(fn: () => void): void {
+    if (this.held !== undefined) throw new LatentError("together() does not nest");
+    if (!this.fuse) return fn();
+    const held: HeldDispatch[] = (this.held = []);
+    try {
+      fn();
+    } finally {
+      this.held = undefined;
+    }
+    if (held.length >= 2 && this.dispatchCombined(held)) return;
+    for (const d of held) this.dispatch(d.label, d.code, d.buffers, d.params, d.groups, d.outputs);
+  }
+
+  /** Encode held dispatches as one; false (nothing encoded) when they cannot be combined. */
+  private dispatchCombined(held: readonly HeldDispatch[]): boolean {
+    const t0 = performance.now();
+    const kernels = held.map((d) => parseKernel(d.code));
+    if (kernels.some((k) => k === undefined)) return false;
+    const limits = this.device.limits;
+    const combined = combineKernels(
+      held.map((d, j) => ({ kernel: kernels[j] as ParsedKernel, buffers: d.buffers })),
+      {
+        maxStorageBuffersPerShaderStage: limits.maxStorageBuffersPerShaderStage,
+        maxUniformBuffersPerShaderStage: limits.maxUniformBuffersPerShaderStage,
+        maxBindingsPerBindGroup: limits.maxBindingsPerBindGroup,
+        maxComputeWorkgroupStorageSize: limits.maxComputeWorkgroupStorageSize,
+      },
+    );
+    if (combined === undefined) return false;
+    const outputs = held.flatMap((d) => d.outputs.map((o) => ({ label: `${d.label} (together)`, o })));
+    // every slot of this dispatch in one ring: a submission between them would overwrite the first ones
+    if (this.uniformUsed + UNIFORM_SLOT * (held.length + 1 + (this.checkWrites ? 2 * outputs.length + 1 : 0)) > UNIFORM_RING) {
+      this.recordingBroken = true;
+      this.submit();
+    }
+    if (this.checkWrites) for (const { o } of outputs) this.fillWords(o, SENTINEL);
+    const pipeline = this.pipeline(combined.code);
+    const slots = held.map((d) => this.uniformSlot(d.params));
+    const grid = combinedGrid(
+      held.map((d) => d.groups),
+      this.info.limits.maxComputeWorkgroupsPerDimension,
+    );
+    const gridSlot = this.uniformSlot(grid.words);
+    const resources = combined.bindings.map((b) => ("grids" in b ? gridSlot : "params" in b ? slots[b.part]! : held[b.part]!.buffers[b.index]!));
+    this.encodeBound(pipeline, resources, grid.groups);
+    if (this.checkWrites) for (const { label, o } of outputs) this.countSentinels(label, o);
+    this.stats.dispatches++;
+    this.stats.encodeMs += performance.now() - t0;
+    return true;
   }
 
   private grid(words: number): [number, number, number] {

@@ -110,7 +110,7 @@ export interface KernelTuning {
   readonly tiledFill?: number;
   /** the wide-load kernel for products of 1–4 tokens (Q4_K, Q6_K, Q5_0, Q8_0; plain and pair-major): 1 (default) on, 0 off */
   readonly wide?: number;
-  /** rows per workgroup of the wide kernel (one subgroup each; default 128 threads / subgroup size) */
+  /** subgroups (rows) per workgroup of the wide kernel (default 256 threads / subgroup size) */
   readonly wideRows?: number;
   /** most chunk steps a lane of the wide kernel issues together (default 8 at subgroup size 32, in proportion to it; more steps run in passes) */
   readonly wideUnroll?: number;

@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { QMatrix } from "../../../src/backend/cpu/qmatrix.js";
 import { GGMLType } from "../../../src/gguf/types.js";
 import { quantize } from "../../../src/quant/index.js";
-import { GpuRuntime, UnwrittenOutputError, type RuntimeOptions } from "../../../src/backend/webgpu/runtime.js";
+import { GpuRuntime, UnwrittenOutputError, type KernelTuning, type RuntimeOptions } from "../../../src/backend/webgpu/runtime.js";
 import { GpuMatrix, matmul, matmulGather, matmulT } from "../../../src/backend/webgpu/matrix.js";
 import { copyRows, kvCacheWrite, rmsNorm, ropeTo } from "../../../src/backend/webgpu/ops.js";
 import { GpuModel } from "../../../src/backend/webgpu/gpu-model.js";
@@ -99,6 +99,8 @@ interface Scenario {
   readonly dispatches: number;
   /** whether it can run as one dispatch */
   readonly combines: boolean;
+  /** kernel tuning of the runtimes the scenario runs on */
+  readonly tune?: KernelTuning;
   /** uploads the inputs; returns the block (dispatches inside together()) and the buffers to compare */
   build(rt: GpuRuntime, rng: Rng): { block: () => void; outputs: GPUBuffer[] };
 }
@@ -193,9 +195,10 @@ const SCENARIOS: Scenario[] = [
     },
   },
   {
-    name: "falls back: kernels of different workgroup sizes that both need their whole workgroup (wide Q4_K + coalesced F32)",
+    name: "falls back: kernels of different workgroup sizes that both need their whole workgroup (wide Q4_K at 128 threads + coalesced F32)",
     dispatches: 2,
     combines: false,
+    tune: { wideRows: Math.max(1, 128 / (base?.info.subgroupSize ?? 32)) },
     build(rt, rng) {
       const a = matrix(rt, rng, GGMLType.Q4_K, 256, 8);
       const b = matrix(rt, rng, GGMLType.F32, 256, 8);
@@ -292,7 +295,7 @@ async function runBoth(s: Scenario, opts: RuntimeOptions, seed: number): Promise
   const dispatched: number[] = [];
   const bytes: Uint8Array[][] = [];
   for (const fuse of [false, true]) {
-    const rt = new GpuRuntime(base!.info, { ...opts, fuse });
+    const rt = new GpuRuntime(base!.info, { ...opts, ...(s.tune !== undefined ? { tune: s.tune } : {}), fuse });
     rt.device.pushErrorScope("validation");
     const { block, outputs } = s.build(rt, new Rng(seed));
     const before = await Promise.all(outputs.map(async (b) => new Uint8Array(await rt.read(b))));

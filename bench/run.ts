@@ -22,6 +22,7 @@ type BenchModule = { run(): Promise<BenchResult[]> | BenchResult[] };
 const MODULES: Record<string, () => Promise<BenchModule>> = {
   dequant: () => import("./dequant.js"),
   webgpu: () => import("./webgpu.js"),
+  "webgpu-kernels": () => import("./webgpu-kernels.js"),
   cpu: () => import("./cpu.js"),
 };
 

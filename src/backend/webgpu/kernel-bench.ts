@@ -109,9 +109,9 @@ export function v2LiteCases(rt: GpuRuntime, n: number): KernelCase[] {
 }
 
 /** µs per dispatch: from the pass timestamps, and from the wall clock around encoding, submission and completion */
-async function timeCase(rt: GpuRuntime, c: KernelCase, reps: number, spin: () => void): Promise<{ gpu: number; wall: number }> {
+async function timeCase(rt: GpuRuntime, c: KernelCase, reps: number, spin: () => Promise<void>): Promise<{ gpu: number; wall: number }> {
   // the GPU lowers its clocks while idle (host-side setup between cases), and small kernels slow down 2–3× then
-  spin();
+  await spin();
   for (let i = 0; i < 3; i++) c.run(rt);
   await rt.sync();
   rt.profile(true);
@@ -133,16 +133,21 @@ export async function runKernelBench(opts: { tokens: number[]; reps: number; tun
     const rt = new GpuRuntime(info, { passTiming: true, tune });
     const sink = rt.buffer(16, "sink");
     // ~150 ms of copying before each timing, so that the GPU runs at the clocks of a busy decode loop
-    const spinBytes = 1 << 30;
+    const spinBytes = 256 << 20;
     const spinX = rt.buffer(spinBytes, "spin x");
     const spinY = rt.buffer(spinBytes, "spin y");
     const spinGroups = spinBytes / 16 / 256;
-    const spin = (): void => {
-      for (let i = 0; i < 200; i++) rt.dispatch("spin", SPIN_WGSL, [spinX, spinY], new Uint32Array([spinBytes / 16, Math.min(spinGroups, 65535), 0, 0]), [Math.min(spinGroups, 65535), Math.ceil(spinGroups / 65535)]);
+    const spin = async (): Promise<void> => {
+      const t0 = performance.now();
+      do {
+        for (let i = 0; i < 50; i++) rt.dispatch("spin", SPIN_WGSL, [spinX, spinY], new Uint32Array([spinBytes / 16, Math.min(spinGroups, 65535), 0, 0]), [Math.min(spinGroups, 65535), Math.ceil(spinGroups / 65535)]);
+        await rt.sync();
+      } while (performance.now() - t0 < 150);
     };
     const empty: KernelCase = { name: "empty kernel (dependent)", bytes: 0, run: (r) => r.dispatch("empty", EMPTY_WGSL, [sink], new Uint32Array([1, 0, 0, 0]), [1]) };
     for (const n of opts.tokens) {
-      const cases = [empty, ...v2LiteCases(rt, n), empty];
+      // the empty kernel again at the end: its time there shows whether the clocks were already up at the start
+      const cases = [empty, ...v2LiteCases(rt, n), { ...empty, name: "empty kernel (dependent), again" }];
       log(`\n${n} token(s) per step; tuning ${tuneText === "" ? "default" : tuneText}`);
       for (const c of cases) {
         const { gpu: us, wall } = await timeCase(rt, c, opts.reps, spin);

@@ -83,7 +83,7 @@ test("streaming: stdout is the text plus a newline, timings with tokens/s on std
   const r = await cli([M, "-p", "hello world", "-n", "15", "--seed", "11"]);
   const j = await runJson([M, "-p", "hello world", "-n", "15", "--seed", "11"]);
   assert.equal(r.out, j.text + "\n");
-  assert.match(r.err, /^prompt: 8 tokens in [\d.]+ ms \([\d.]+ tokens\/s\) \| generated: \d+ tokens, \d+ decode steps in [\d.]+ ms \([\d.]+ tokens\/s\) \| finish: (stop|length) \| path prefill \| backend \S+ \| seed 11\n$/);
+  assert.match(r.err, /^prompt: 8 tokens in [\d.]+ ms \([\d.]+ tokens\/s\) \| generated: \d+ tokens, \d+ decode steps in [\d.]+ ms \([\d.]+ tokens\/s\) \| finish: (stop|length) \| path prefill \| backend \S+ \| decode host-sampling \| seed 11\n$/);
 });
 
 test("seeded sampling is reproducible; the default seed is random and reported", async () => {

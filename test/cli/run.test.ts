@@ -19,6 +19,7 @@ interface RunJson {
   format: string;
   model: string;
   path: string;
+  decode: string;
   seed: number;
   prompt_tokens: number[];
   tokens: number[];
@@ -38,9 +39,10 @@ after(tmp.cleanup);
 
 test("--json: one object with text, tokens, finish_reason, logprobs and timings", async () => {
   const j = await runJson([M, "-p", "hello world", "-n", "10", "--temp", "0", "--ignore-eos", "--logprobs", "3"]);
-  assert.deepEqual(Object.keys(j), ["format", "model", "path", "backend", "seed", "prompt_tokens", "tokens", "text", "finish_reason", "logprobs", "timings"]);
+  assert.deepEqual(Object.keys(j), ["format", "model", "path", "backend", "decode", "seed", "prompt_tokens", "tokens", "text", "finish_reason", "logprobs", "timings"]);
   assert.equal(j.format, "latent-run/1");
   assert.equal(j.path, "prefill");
+  assert.equal(j.decode, "host-sampling", "the CPU model samples every step on the host");
   assert.deepEqual(j.prompt_tokens, tok.encode("hello world"));
   assert.equal(j.tokens.length, 10);
   assert.equal(j.finish_reason, "length");

@@ -73,9 +73,10 @@ export interface GenerateOptions extends SamplerOptions {
   /** checked between tokens: when aborted, generation ends with finishReason "abort" */
   readonly signal?: AbortSignal;
   /**
-   * Let a GreedyChainModel decode in chained chunks when sampling is greedy (the sampler built from these options has
-   * temperature 0 and no top alternatives are asked for) on a cached path; default true. false: always sample on the
-   * host. The tokens are the same either way.
+   * Let a GreedyChainModel decode in chained chunks when sampling is greedy — the sampler is a Sampler (built from
+   * these options, or given as `sampler`) with Sampler.isGreedy() (temperature 0) and no top alternatives (`logprobs`
+   * 0) — on a cached path; default true. false: always sample on the host. The tokens are the same either way (but a
+   * NaN logit, which the host sampler rejects with a UsageError, is simply never chosen on the device).
    */
   readonly chainedGreedy?: boolean;
 }

@@ -5,7 +5,7 @@ import { BACKEND_HELP, backendOption, intOption, loadForCli, parseModelCommand, 
 
 export { backendOption, BACKEND_HELP, glueValues, intOption, loadForCli, positionsBar, processIO, valuedOptions, type CliIO } from "./common.js";
 import { Tokenizer, type ChatMessage } from "../tokenizer/index.js";
-import { generate, type GenerateModel, type GeneratePath } from "../engine/generate.js";
+import { generate, type DecodeMode, type GenerateModel, type GeneratePath } from "../engine/generate.js";
 import type { BackendChoice } from "../model/load.js";
 import { openFusedForCli } from "./fused.js";
 import { DEFAULT_PREFILL_CHUNK } from "../engine/evaluate.js";
@@ -40,7 +40,9 @@ options:
   --chunk N              prefill chunk length (default ${DEFAULT_PREFILL_CHUNK})
 ${BACKEND_HELP}
                          (default cpu; logits defaults to reference, which defines correctness)
-  --logprobs N           with --json: top-N alternatives per token (default 0)
+  --logprobs N           with --json: top-N alternatives per token (default 0). Greedy (--temp 0) on the
+                         fused GPU pipeline chains the decode steps on the GPU and reads back only the
+                         chosen ids (their logprob is then null); --logprobs ≥ 1 samples on the host
   --json                 print one JSON object at the end instead of streaming`;
 
 export const runCommand: Command = {
@@ -120,12 +122,14 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
   }).finally(() => runner.close());
   bar?.stop();
   const t = result.timings;
+  const decode = decodeName(result.decode);
   if (json) {
     const obj = {
       format: "latent-run/1",
       model: modelPath,
       path,
       backend: runner.backend,
+      decode,
       seed,
       prompt_tokens: prompt,
       tokens: result.tokens,
@@ -135,7 +139,8 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
       logprobs: result.tokens.map((id, i) => ({
         id,
         token: tokenizer.decode([id]),
-        logprob: result.logprobs[i]!,
+        // null: chosen on the GPU by chained greedy decoding, whose logits the host never reads
+        logprob: Number.isNaN(result.logprobs[i]!) ? null : result.logprobs[i]!,
         ...(result.top !== undefined ? { top: result.top[i]!.map(([tid, lp]) => [tid, lp]) } : {}),
       })),
       timings: {
@@ -155,8 +160,16 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
   io.err(
     `prompt: ${result.promptTokens} tokens in ${t.prefillMs.toFixed(1)} ms (${t.promptTokensPerSecond.toFixed(2)} tokens/s) | ` +
       `generated: ${result.tokens.length} tokens, ${t.decodeSteps} decode steps in ${t.decodeMs.toFixed(1)} ms (${t.tokensPerSecond.toFixed(2)} tokens/s) | ` +
-      `finish: ${result.finishReason} | path ${path} | backend ${runner.backend} | seed ${seed}\n`,
+      `finish: ${result.finishReason} | path ${path} | backend ${runner.backend} | decode ${decode} | seed ${seed}\n`,
   );
+}
+
+/**
+ * The run report's name for how tokens were chosen: "gpu-greedy-chained" (greedy steps chained on the GPU by the fused
+ * pipeline, only the chosen ids read back) or "host-sampling" (every step's logits sampled on the host).
+ */
+function decodeName(mode: DecodeMode): "gpu-greedy-chained" | "host-sampling" {
+  return mode === "greedy-chained" ? "gpu-greedy-chained" : "host-sampling";
 }
 
 interface Runner {

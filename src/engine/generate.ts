@@ -1,9 +1,9 @@
 import type { DeepSeek2 } from "../model/deepseek2.js";
 import type { Tokenizer } from "../tokenizer/index.js";
-import { UsageError } from "../util/errors.js";
+import { LatentError, UsageError } from "../util/errors.js";
 import { DEFAULT_PREFILL_CHUNK } from "./evaluate.js";
-import { LatentCache } from "./latent-cache.js";
-import { createSampler, type SampleResult, type SamplerOptions } from "./sampler.js";
+import { LatentCache, type LatentStore } from "./latent-cache.js";
+import { createSampler, Sampler, type SampleResult, type SamplerOptions } from "./sampler.js";
 import { yieldToEventLoop } from "../util/yield.js";
 
 /**
@@ -14,8 +14,33 @@ import { yieldToEventLoop } from "../util/yield.js";
  */
 export type GeneratePath = "prefill" | "decode" | "reference";
 
-/** What generation needs of a model: its config and a forward pass (a DeepSeek2/GlmDsa, or a wrapper in tests). */
-export type GenerateModel = Pick<DeepSeek2, "config" | "forward">;
+/**
+ * What generation needs of a model: its config and a forward pass (a DeepSeek2/GlmDsa, or a wrapper in tests), and
+ * optionally chained greedy decoding on the model's own device (the fused GPU pipeline, FusedGpuModel).
+ */
+export type GenerateModel = Pick<DeepSeek2, "config" | "forward"> & Partial<GreedyChainModel>;
+
+/** A model that can take greedy decode steps itself, each step's argmax fed to the next without the host. */
+export interface GreedyChainModel {
+  /**
+   * `steps` greedy decode steps over `cache`: step s feeds the id chosen by step s − 1 (step 0: `token`) at position
+   * cache.length + s and chooses the next id by argmax of its logits (ties to the lowest id, NaN never chosen: the
+   * sampler's greedy). Returns the `steps` chosen ids and advances the cache by `steps`, as that many
+   * forward([token], cache) calls would (the last id returned is not in the cache yet).
+   */
+  decodeGreedy(token: number, cache: LatentStore, steps: number): number[];
+}
+
+/**
+ * How the tokens after the first were chosen: "greedy-chained" — greedy steps chained on the model's device in chunks
+ * (GreedyChainModel; the host reads back only the chosen ids), "host-sampling" — the logits of every step read back
+ * and sampled on the host.
+ */
+export type DecodeMode = "greedy-chained" | "host-sampling";
+
+/** Steps in the first chained greedy chunk; each later chunk doubles, up to CHAIN_MAX_STEPS. */
+export const CHAIN_FIRST_STEPS = 4;
+export const CHAIN_MAX_STEPS = 32;
 
 /** What generation needs of a tokenizer: end-of-generation ids and streaming detokenization. */
 export type GenerateTokenizer = Pick<Tokenizer, "isEndOfGeneration" | "createDecoder">;
@@ -47,6 +72,13 @@ export interface GenerateOptions extends SamplerOptions {
   readonly onPrefill?: (done: number, total: number) => void;
   /** checked between tokens: when aborted, generation ends with finishReason "abort" */
   readonly signal?: AbortSignal;
+  /**
+   * Let a GreedyChainModel decode in chained chunks when sampling is greedy — the sampler is a Sampler (built from
+   * these options, or given as `sampler`) with Sampler.isGreedy() (temperature 0) and no top alternatives (`logprobs`
+   * 0) — on a cached path; default true. false: always sample on the host. The tokens are the same either way (but a
+   * NaN logit, which the host sampler rejects with a UsageError, is simply never chosen on the device).
+   */
+  readonly chainedGreedy?: boolean;
 }
 
 export interface TokenEvent {
@@ -56,7 +88,10 @@ export interface TokenEvent {
    * string; the held-back text comes with a later token (or in the final flush, see GenerateResult.text).
    */
   readonly text: string;
-  /** log-probability of the token under the model's unmodified distribution */
+  /**
+   * log-probability of the token under the model's unmodified distribution; NaN for a token chosen by chained greedy
+   * decoding (decode "greedy-chained": the host never sees its logits)
+   */
   readonly logprob: number;
   /** top alternatives [id, logprob], when the `logprobs` option asked for them */
   readonly top?: readonly [number, number][];
@@ -71,7 +106,10 @@ export interface GenerateTimings {
   readonly prefillMs: number;
   /** wall time of everything after it: decode steps and sampling */
   readonly decodeMs: number;
-  /** forward passes after the prompt's (one per generated token but the last) */
+  /**
+   * forward passes after the prompt's (one per generated token but the last); with chained greedy decoding, every
+   * step of every chunk, including those computed past a stop
+   */
   readonly decodeSteps: number;
   readonly promptTokensPerSecond: number;
   /** decode speed: decodeSteps / decodeMs (0 when there was no decode step) */
@@ -94,6 +132,8 @@ export interface GenerateResult {
   /** what stopped it, for finishReason "stop" */
   readonly stoppedBy?: { readonly token: number } | { readonly string: string };
   readonly promptTokens: number;
+  /** how the tokens after the first were chosen */
+  readonly decode: DecodeMode;
   readonly timings: GenerateTimings;
 }
 
@@ -105,6 +145,11 @@ export interface GenerateResult {
  * Only the last position's logits are computed: the prompt is prefilled (logits "last"), then each sampled token is
  * fed back one decode step at a time. Generation ends at an end-of-generation token, a stop string, maxTokens, or
  * when prompt + generated tokens reach the model's context length.
+ *
+ * Greedy sampling on a GreedyChainModel (see `chainedGreedy`): the first token still comes from the prompt's logits
+ * through the sampler; the next ones are decoded on the model in chunks of CHAIN_FIRST_STEPS steps, doubling up to
+ * CHAIN_MAX_STEPS, never more than maxTokens and the context still allow. Each chosen id then goes through the same
+ * checks, events and stop conditions as a sampled one; ids computed past a stop are dropped.
  */
 export function* generateTokens(model: GenerateModel, tokenizer: GenerateTokenizer, promptTokens: readonly number[], opts: GenerateOptions = {}): Generator<TokenEvent, GenerateResult, void> {
   const cfg = model.config;
@@ -122,6 +167,8 @@ export function* generateTokens(model: GenerateModel, tokenizer: GenerateTokeniz
   const stops = (opts.stop ?? []).filter((s) => s.length > 0);
   const stopTokens = new Set(opts.stopTokens ?? []);
   const sampler: TokenSampler = opts.sampler ?? createSampler(opts);
+  const chain = opts.chainedGreedy !== false && path !== "reference" && sampler instanceof Sampler && sampler.isGreedy() && sampler.logprobs === 0 ? model.decodeGreedy?.bind(model) : undefined;
+  const decodeMode: DecodeMode = chain !== undefined ? "greedy-chained" : "host-sampling";
   const decoder = tokenizer.createDecoder({ skipSpecial: !(opts.special ?? false) });
 
   const tokens: number[] = [];
@@ -149,6 +196,10 @@ export function* generateTokens(model: GenerateModel, tokenizer: GenerateTokeniz
   }
   const t1 = performance.now();
   let decodeSteps = 0;
+  /** ids chosen ahead by the last chained greedy chunk, not yet emitted (ahead[aheadAt] is the next) */
+  let ahead: number[] = [];
+  let aheadAt = 0;
+  let chainSteps = CHAIN_FIRST_STEPS;
 
   /** Length of the longest suffix of `s` that is a proper prefix of a stop string: that much must wait. */
   const heldBack = (s: string): number => {
@@ -169,7 +220,7 @@ export function* generateTokens(model: GenerateModel, tokenizer: GenerateTokeniz
       finishReason = "abort";
       break;
     }
-    const r = sampler.sample(logits);
+    const r: SampleResult = aheadAt < ahead.length ? { token: ahead[aheadAt++]!, logprob: Number.NaN } : sampler.sample(logits);
     if (!(opts.ignoreEog ?? false) && (tokenizer.isEndOfGeneration(r.token) || stopTokens.has(r.token))) {
       finishReason = "stop";
       stoppedBy = { token: r.token };
@@ -207,6 +258,19 @@ export function* generateTokens(model: GenerateModel, tokenizer: GenerateTokeniz
     // prompt + generated tokens may fill the context, no more
     if (tokens.length >= maxTokens || promptTokens.length + tokens.length >= cfg.contextLength) break;
     all.push(r.token);
+    if (chain !== undefined && cache !== undefined) {
+      // r.token is in the cache already when the last chunk chose ids past it; otherwise the next chunk feeds it
+      if (aheadAt >= ahead.length) {
+        const allowed = Math.min(maxTokens, cfg.contextLength - promptTokens.length) - tokens.length;
+        const steps = Math.min(chainSteps, allowed);
+        ahead = chain(r.token, cache, steps);
+        aheadAt = 0;
+        if (ahead.length !== steps) throw new LatentError(`decodeGreedy returned ${ahead.length} ids for ${steps} steps`);
+        decodeSteps += steps;
+        chainSteps = Math.min(CHAIN_MAX_STEPS, chainSteps * 2);
+      }
+      continue;
+    }
     logits = cache === undefined
       ? model.forward(all, undefined, { path: "reference", logits: "last" })
       : model.forward([r.token], cache, { path: "decode", logits: "last" });
@@ -226,6 +290,7 @@ export function* generateTokens(model: GenerateModel, tokenizer: GenerateTokeniz
     finishReason,
     ...(stoppedBy !== undefined ? { stoppedBy } : {}),
     promptTokens: promptTokens.length,
+    decode: decodeMode,
     timings: {
       prefillMs,
       decodeMs,

@@ -94,10 +94,15 @@ export class Sampler {
     this.rng = new Xoshiro128(seed);
   }
 
+  /** Whether this sampler picks the argmax (ties to the lowest id) of every logits row: temperature 0. */
+  isGreedy(): boolean {
+    return this.temperature === 0;
+  }
+
   /** Pick the next token. Throws UsageError naming the position of a NaN logit. */
   sample(logits: Float32Array | Float64Array): SampleResult {
     const lp = logSoftmax(logits); // validates: NaN / +Infinity / all -Infinity
-    const token = this.temperature === 0 ? argmax(logits) : this.draw(lp, this.kept(lp));
+    const token = this.isGreedy() ? argmax(logits) : this.draw(lp, this.kept(lp));
     const result: SampleResult = { token, logprob: lp[token]! };
     if (this.logprobs > 0) result.top = topLogprobs(lp, this.logprobs);
     return result;

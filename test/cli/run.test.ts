@@ -19,6 +19,7 @@ interface RunJson {
   format: string;
   model: string;
   path: string;
+  decode: string;
   seed: number;
   prompt_tokens: number[];
   tokens: number[];
@@ -38,9 +39,10 @@ after(tmp.cleanup);
 
 test("--json: one object with text, tokens, finish_reason, logprobs and timings", async () => {
   const j = await runJson([M, "-p", "hello world", "-n", "10", "--temp", "0", "--ignore-eos", "--logprobs", "3"]);
-  assert.deepEqual(Object.keys(j), ["format", "model", "path", "backend", "seed", "prompt_tokens", "tokens", "text", "finish_reason", "logprobs", "timings"]);
+  assert.deepEqual(Object.keys(j), ["format", "model", "path", "backend", "decode", "seed", "prompt_tokens", "tokens", "text", "finish_reason", "logprobs", "timings"]);
   assert.equal(j.format, "latent-run/1");
   assert.equal(j.path, "prefill");
+  assert.equal(j.decode, "host-sampling", "the CPU model samples every step on the host");
   assert.deepEqual(j.prompt_tokens, tok.encode("hello world"));
   assert.equal(j.tokens.length, 10);
   assert.equal(j.finish_reason, "length");
@@ -83,7 +85,7 @@ test("streaming: stdout is the text plus a newline, timings with tokens/s on std
   const r = await cli([M, "-p", "hello world", "-n", "15", "--seed", "11"]);
   const j = await runJson([M, "-p", "hello world", "-n", "15", "--seed", "11"]);
   assert.equal(r.out, j.text + "\n");
-  assert.match(r.err, /^prompt: 8 tokens in [\d.]+ ms \([\d.]+ tokens\/s\) \| generated: \d+ tokens, \d+ decode steps in [\d.]+ ms \([\d.]+ tokens\/s\) \| finish: (stop|length) \| path prefill \| backend \S+ \| seed 11\n$/);
+  assert.match(r.err, /^prompt: 8 tokens in [\d.]+ ms \([\d.]+ tokens\/s\) \| generated: \d+ tokens, \d+ decode steps in [\d.]+ ms \([\d.]+ tokens\/s\) \| finish: (stop|length) \| path prefill \| backend \S+ \| decode host-sampling \| seed 11\n$/);
 });
 
 test("seeded sampling is reproducible; the default seed is random and reported", async () => {

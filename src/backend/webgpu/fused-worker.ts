@@ -1,7 +1,8 @@
 /// <reference types="@webgpu/types" />
 /**
  * Worker side of FusedGpuModel: owns the device, loads the model from its file (reference kernels: its weights only
- * travel to the GPU), runs whole steps through GpuModel and leaves their logits in shared memory.
+ * travel to the GPU), runs whole steps through GpuModel and leaves their logits — or the ids chosen by chained greedy
+ * steps — in shared memory.
  */
 import { parentPort, workerData } from "node:worker_threads";
 import { loadModel } from "../../model/load.js";
@@ -41,6 +42,12 @@ async function handle(req: FusedRequest): Promise<void> {
       logits.set(await gpu!.step(req.tokens), 0);
       answer(init.channel, 1);
       return;
+    case "greedy": {
+      const ids = await gpu!.decodeGreedy([req.token], req.steps);
+      new Uint32Array(logits.buffer, 0, ids.length).set(ids);
+      answer(init.channel, 1);
+      return;
+    }
     case "close":
       info?.device.destroy();
       answer(init.channel, 1);

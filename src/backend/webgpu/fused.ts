@@ -8,9 +8,13 @@
  * any store), or — with `pages` — GPU caches that mirror a paged CPU pool page for page (`serve`): a token's rows are
  * found through its store's page ids, so pages shared by prefix caching share their GPU latents too (the CPU pages
  * themselves stay empty).
+ *
+ * Greedy decoding can also stay on the GPU (`decodeGreedy`): a run of steps chained on the device, each step's argmax
+ * fed to the next without a round trip, and only the chosen ids read back.
  */
 import type { ModelConfig } from "../../model/config.js";
 import type { LatentStore } from "../../engine/latent-cache.js";
+import type { GreedyChainModel } from "../../engine/generate.js";
 import type { SequenceChunk } from "../../model/deepseek2.js";
 import type { StepToken } from "./gpu-model.js";
 import { LatentError } from "../../util/errors.js";
@@ -22,6 +26,8 @@ export type FusedRequest =
   | { op: "load"; path: string; slots: number; context: number; maxTokens: number; pages: FusedOptions["pages"] }
   | { op: "logits"; buffer: SharedArrayBuffer }
   | { op: "step"; tokens: StepToken[] }
+  /** chained greedy decode steps of one sequence (GpuModel.decodeGreedy): the chosen ids as u32 at the start of the shared logits */
+  | { op: "greedy"; token: StepToken; steps: number }
   | { op: "close" };
 
 export interface FusedInit {
@@ -57,7 +63,7 @@ export function fusedUnsupported(config: ModelConfig): string | undefined {
   return undefined;
 }
 
-export class FusedGpuModel {
+export class FusedGpuModel implements GreedyChainModel {
   readonly config: ModelConfig;
   /** the adapter's name */
   readonly adapter: string;
@@ -163,15 +169,45 @@ export class FusedGpuModel {
     return out;
   }
 
+  /**
+   * `steps` greedy decode steps of one sequence chained on the GPU (the engine's GreedyChainModel): step s feeds the
+   * token chosen by step s − 1 (step 0: `token`) at position cache.length + s and chooses the next by argmax (ties to
+   * the lowest id, NaN never chosen: the sampler's greedy). Returns the `steps` chosen ids and advances the store by
+   * `steps`, exactly as that many forward([token]) calls would: the store then holds every input fed, and the last id
+   * returned is the next input, not yet in the cache.
+   */
+  decodeGreedy(token: number, cache: LatentStore, steps: number): number[] {
+    if (!this.loaded) throw new LatentError("FusedGpuModel: load() the weights first");
+    if (!Number.isInteger(steps) || steps < 1) throw new LatentError(`decodeGreedy takes steps ≥ 1, got ${steps}`);
+    if (!Number.isInteger(token) || token < 0 || token >= this.config.nVocab) throw new LatentError(`token ${token} is outside the vocabulary (0..${this.config.nVocab - 1})`);
+    const pos0 = cache.length;
+    if (pos0 + steps > this.config.contextLength) throw new LatentError(`context full: ${pos0 + steps} positions exceed the GPU cache's ${this.config.contextLength}`);
+    let pages: readonly number[] | undefined;
+    if (this.opts.pages !== undefined) {
+      pages = cache.pages?.();
+      if (pages === undefined) throw new LatentError("the GPU caches mirror a page pool: every sequence's store must be paged");
+    }
+    const slot = pages !== undefined ? 0 : this.slotFor(cache, pos0, []);
+    this.ensureShared(steps * 4);
+    this.worker.call({ op: "greedy", token: { token, slot, pos: pos0, logits: true, ...(pages !== undefined ? { pages } : {}) }, steps });
+    const ids = Array.from(new Uint32Array(this.logits.buffer, 0, steps));
+    cache.advance(steps);
+    return ids;
+  }
+
+  /** Grow the shared logits memory (and tell the worker) so that it holds at least `bytes`. */
+  private ensureShared(bytes: number): void {
+    if (bytes <= this.logits.byteLength) return;
+    const buffer = new SharedArrayBuffer(bytes);
+    this.logits = new Float32Array(buffer);
+    this.worker.post({ op: "logits", buffer });
+  }
+
   /** One GPU step; a copy of the logits rows of its tokens that asked for them. */
   private step(tokens: StepToken[]): Float32Array {
     const rows = tokens.filter((t) => t.logits).length;
     const V = this.config.nVocab;
-    if (rows * V > this.logits.length) {
-      const buffer = new SharedArrayBuffer(rows * V * 4);
-      this.logits = new Float32Array(buffer);
-      this.worker.post({ op: "logits", buffer });
-    }
+    this.ensureShared(rows * V * 4);
     this.worker.call({ op: "step", tokens });
     return this.logits.slice(0, rows * V);
   }

@@ -46,6 +46,37 @@ test("run --backend webgpu: greedy tokens (fused pipeline; WebGPUKernels on --pa
   assert.deepEqual(perProduct.tokens, ref.tokens);
 });
 
+interface RunReport {
+  tokens: number[];
+  text: string;
+  finish_reason: string;
+  backend: string;
+  decode: string;
+  logprobs: { id: number; logprob: number | null; top?: [number, number][] }[];
+}
+
+test("run --backend webgpu --temp 0 chains the greedy steps on the GPU: same text as --backend cpu; sampling and --logprobs stay on the host", { skip }, async () => {
+  const args = [MODEL, "-p", "hello world", "-n", "20", "--temp", "0", "--json", "--seed", "1", "--ignore-eos"];
+  const cpu = JSON.parse(await capture(runMain, [...args, "--backend", "cpu"])) as RunReport;
+  const gpu = JSON.parse(await capture(runMain, [...args, "--backend", "webgpu"])) as RunReport;
+  assert.equal(cpu.decode, "host-sampling");
+  assert.equal(gpu.decode, "gpu-greedy-chained");
+  assert.match(gpu.backend, /^fused-webgpu/);
+  assert.equal(gpu.tokens.length, 20);
+  assert.deepEqual(gpu.tokens, cpu.tokens);
+  assert.equal(gpu.text, cpu.text);
+  assert.equal(gpu.finish_reason, cpu.finish_reason);
+  // the first token is sampled from the prompt's logits on the host; the chained ones have no logprob
+  assert.equal(typeof gpu.logprobs[0]!.logprob, "number");
+  assert.ok(gpu.logprobs.slice(1).every((e) => e.logprob === null), JSON.stringify(gpu.logprobs));
+  const withLogprobs = JSON.parse(await capture(runMain, [...args, "--backend", "webgpu", "--logprobs", "2"])) as RunReport;
+  assert.equal(withLogprobs.decode, "host-sampling");
+  assert.deepEqual(withLogprobs.tokens, cpu.tokens);
+  assert.ok(withLogprobs.logprobs.every((e) => typeof e.logprob === "number" && e.top?.length === 2));
+  const sampled = JSON.parse(await capture(runMain, [MODEL, "-p", "hello world", "-n", "5", "--temp", "0.8", "--json", "--seed", "1", "--backend", "webgpu"])) as RunReport;
+  assert.equal(sampled.decode, "host-sampling");
+});
+
 test("--backend values", () => {
   assert.equal(backendOption(undefined, "reference"), "reference");
   for (const b of ["cpu", "reference", "webgpu", "auto"]) assert.equal(backendOption(b, "reference"), b);

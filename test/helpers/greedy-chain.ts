@@ -1,0 +1,61 @@
+// Chained greedy decoding (GenerateOptions.chainedGreedy) against host sampling: a generation run both ways must give
+// the same tokens, text, finish reason, stop cause and streamed events. Shared by the engine tests (a CPU model with
+// a host-side decodeGreedy) and the fused WebGPU tests (FusedGpuModel).
+import assert from "node:assert/strict";
+import { generateSync, type GenerateModel, type GenerateOptions, type GenerateResult, type GenerateTokenizer, type GreedyChainModel, type TokenEvent } from "../../src/engine/generate.js";
+import type { LatentStore } from "../../src/engine/latent-cache.js";
+import { argmax } from "../../src/engine/sampler.js";
+
+export interface ChainedVsHost {
+  readonly host: GenerateResult;
+  readonly chained: GenerateResult;
+}
+
+/** Generate with chained greedy decoding off, then on; assert that everything but the per-token logprobs agrees. */
+export function assertChainedEqualsHost(model: GenerateModel, tok: GenerateTokenizer, prompt: readonly number[], opts: GenerateOptions, what: string): ChainedVsHost {
+  const run = (chainedGreedy: boolean): { result: GenerateResult; events: TokenEvent[] } => {
+    const events: TokenEvent[] = [];
+    const result = generateSync(model, tok, prompt, { ...opts, chainedGreedy, onToken: (e) => events.push(e) });
+    return { result, events };
+  };
+  const host = run(false);
+  const chained = run(true);
+  assert.equal(host.result.decode, "host-sampling", `${what}: chainedGreedy false samples on the host`);
+  assert.equal(chained.result.decode, "greedy-chained", `${what}: greedy on a GreedyChainModel chains`);
+  assert.deepEqual(chained.result.tokens, host.result.tokens, `${what}: tokens`);
+  assert.equal(chained.result.text, host.result.text, `${what}: text`);
+  assert.equal(chained.result.finishReason, host.result.finishReason, `${what}: finish reason`);
+  assert.deepEqual(chained.result.stoppedBy, host.result.stoppedBy, `${what}: stopped by`);
+  const view = (es: TokenEvent[]): [number, string, number][] => es.map((e) => [e.id, e.text, e.index]);
+  assert.deepEqual(view(chained.events), view(host.events), `${what}: streamed events`);
+  // the first token comes from the prompt's logits through the sampler; the rest were never seen as logits
+  if (host.result.tokens.length > 0) assert.equal(chained.result.logprobs[0], host.result.logprobs[0], `${what}: first token's logprob`);
+  assert.ok(chained.result.logprobs.slice(1).every(Number.isNaN), `${what}: chained tokens have no logprob`);
+  return { host: host.result, chained: chained.result };
+}
+
+/**
+ * A model's forward pass plus a GreedyChainModel that takes the steps one forward at a time with the host's argmax,
+ * recording the steps of every chunk it was asked for.
+ */
+export class HostChainModel implements GreedyChainModel {
+  readonly config: GenerateModel["config"];
+  /** the steps of each decodeGreedy call, in order */
+  readonly chunks: number[] = [];
+  constructor(private readonly inner: GenerateModel, config?: GenerateModel["config"]) {
+    this.config = config ?? inner.config;
+  }
+  forward(tokens: readonly number[], cache: LatentStore | undefined, opts: Parameters<GenerateModel["forward"]>[2]): Float32Array {
+    return this.inner.forward(tokens, cache, opts);
+  }
+  decodeGreedy(token: number, cache: LatentStore, steps: number): number[] {
+    this.chunks.push(steps);
+    const ids: number[] = [];
+    let next = token;
+    for (let s = 0; s < steps; s++) {
+      next = argmax(this.inner.forward([next], cache, { path: "decode", logits: "last" }));
+      ids.push(next);
+    }
+    return ids;
+  }
+}

@@ -111,8 +111,10 @@ export interface GenerateTimings {
    * step of every chunk, including those computed past a stop
    */
   readonly decodeSteps: number;
+  /** decode steps whose token was used (emitted, or the stop token): decodeSteps less those chained past a stop */
+  readonly usedSteps: number;
   readonly promptTokensPerSecond: number;
-  /** decode speed: decodeSteps / decodeMs (0 when there was no decode step) */
+  /** decode speed: the decode steps whose token was used (not those chained past a stop) / decodeMs (0 without any) */
   readonly tokensPerSecond: number;
 }
 
@@ -196,6 +198,8 @@ export function* generateTokens(model: GenerateModel, tokenizer: GenerateTokeniz
   }
   const t1 = performance.now();
   let decodeSteps = 0;
+  /** decode steps whose token was used (emitted or stopped on): the chained steps computed past a stop are not */
+  let usedSteps = 0;
   /** ids chosen ahead by the last chained greedy chunk, not yet emitted (ahead[aheadAt] is the next) */
   let ahead: number[] = [];
   let aheadAt = 0;
@@ -220,7 +224,9 @@ export function* generateTokens(model: GenerateModel, tokenizer: GenerateTokeniz
       finishReason = "abort";
       break;
     }
+    const fromDecode = tokens.length > 0;
     const r: SampleResult = aheadAt < ahead.length ? { token: ahead[aheadAt++]!, logprob: Number.NaN } : sampler.sample(logits);
+    if (fromDecode) usedSteps++;
     if (!(opts.ignoreEog ?? false) && (tokenizer.isEndOfGeneration(r.token) || stopTokens.has(r.token))) {
       finishReason = "stop";
       stoppedBy = { token: r.token };
@@ -295,8 +301,9 @@ export function* generateTokens(model: GenerateModel, tokenizer: GenerateTokeniz
       prefillMs,
       decodeMs,
       decodeSteps,
+      usedSteps,
       promptTokensPerSecond: prefillMs > 0 ? (promptTokens.length * 1000) / prefillMs : 0,
-      tokensPerSecond: decodeSteps > 0 && decodeMs > 0 ? (decodeSteps * 1000) / decodeMs : 0,
+      tokensPerSecond: usedSteps > 0 && decodeMs > 0 ? (usedSteps * 1000) / decodeMs : 0,
     },
   };
 }

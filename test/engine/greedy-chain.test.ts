@@ -49,6 +49,11 @@ test("an end-of-generation token inside a chunk stops there; the ids computed pa
   assert.deepEqual(chained.stoppedBy, { token: eog });
   assert.deepEqual(m.chunks, [4, 8], "the stop came inside the second chunk");
   assert.equal(chained.timings.decodeSteps, 12, "both chunks' steps counted, including those past the stop");
+  // the speed counts only the steps whose token was used: the `at` tokens after the first, and the stop token
+  assert.equal(chained.timings.usedSteps, at, "used steps: the tokens after the first, then the stop");
+  const host = generateSync(model, wrapped, prompt, { temperature: 0, maxTokens: 40, chainedGreedy: false });
+  assert.equal(host.timings.usedSteps, host.timings.decodeSteps, "on the host every step is used");
+  assert.equal(host.timings.usedSteps, at);
   // stopTokens: the same through the real tokenizer
   const s = assertChainedEqualsHost(new HostChainModel(model), tok, prompt, { temperature: 0, maxTokens: 40, stopTokens: [eog] }, "stopTokens");
   assert.deepEqual(s.chained.tokens, chained.tokens);

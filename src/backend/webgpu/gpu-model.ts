@@ -17,6 +17,9 @@ import { addNorm, argmaxRows, argmaxScratchWords, attention, attentionScratch, c
 import type { GpuRuntime, Recording } from "./runtime.js";
 import { ATTN_CHUNK } from "./wgsl-ops.js";
 
+/** Steps of at most this many tokens run independent kernels in one dispatch (GpuRuntime.together); tune.fuseTokens overrides. */
+export const FUSE_MAX_TOKENS = 4;
+
 /** Bytes of `mats` (equal shapes) as one stacked tensor: a view when they are contiguous, else a copy. */
 function stacked(mats: readonly QMatrix[]): Uint8Array {
   const first = mats[0]!.data;
@@ -319,6 +322,10 @@ export class GpuModel {
     const { nEmbd: Hd, nHead: H, qkNope: P, qkRope: R, vHead: V, kvLoraRank: L, qLoraRank: Lq, nExpertUsed: K, nFFExp: Fe } = c;
     const D = P + R;
     const ctx = this.opts.context;
+    // independent kernels share one dispatch only in small steps, where per-dispatch costs dominate: on the H200
+    // (v2-lite) combining cut batch 1 from 351 to 298 dispatches (GPU 3.81 → 3.59 ms per step) but made the 512-token
+    // prefill slower (GPU 409 → 444 ms) and gained nothing at batch 64 (64.8 → 65.8 ms)
+    const together = (fn: () => void): void => (n <= (rt.tune.fuseTokens ?? FUSE_MAX_TOKENS) ? rt.together(fn) : fn());
     getRows(rt, this.embd, b.ids!, b.h!, n);
     const table = this.ropeTable.ensure(ctx);
     // a MoE layer's weighted expert outputs wait in YE until the next RMSNorm, which adds them to h first (one kernel)
@@ -356,7 +363,7 @@ export class GpuModel {
       } else {
         // the queries already in A0: the cache write (and q_pe into columns [L, L+R) of QABS) and q_abs (columns [0, L))
         // read A0 and write apart
-        rt.together(() => {
+        together(() => {
           cacheWrite();
           absorb(b.a0!, S0);
         });
@@ -387,7 +394,7 @@ export class GpuModel {
         const shared = l.shared;
         // the router and the shared experts' gate·up (its first dispatch: the second reads it) both only read x
         const [sharedFirst, ...sharedRest] = shared !== undefined ? this.ffnGateUp(shared, n, b.gs!) : [];
-        rt.together(() => {
+        together(() => {
           matmul(rt, l.router!, b.x!, b.z!, { n, xStride: Hd, yStride: E });
           sharedFirst?.();
         });
@@ -409,7 +416,7 @@ export class GpuModel {
         // g = silu(W_gate x)·(W_up x) per pair (one dual product at small batches, else gate then up with SwiGLU fused)
         matmulGatherSwiGLU(rt, l.experts.gate, l.experts.up, b.x!, b.g!, b.rids!, { pairs: n * K, xDiv: K, xBatch: Hd, yBatch: Fe, lists });
         // the routed experts' down products into YE and the shared experts' into h: apart
-        rt.together(() => {
+        together(() => {
           matmulGather(rt, l.experts!.down, b.g!, b.ye!, b.rids!, { pairs: n * K, xDiv: 1, xBatch: Fe, yBatch: Hd, lists });
           if (shared !== undefined) this.ffnDown(shared, n, b.gs!);
         });

@@ -114,6 +114,8 @@ export interface KernelTuning {
   readonly wideRows?: number;
   /** most chunk steps a lane of the wide kernel issues together (default 8 at subgroup size 32, in proportion to it; more steps run in passes) */
   readonly wideUnroll?: number;
+  /** steps of at most this many tokens combine independent kernels into one dispatch (default FUSE_MAX_TOKENS = 4 in gpu-model.ts) */
+  readonly fuseTokens?: number;
   /** rows each subgroup of the wide kernel takes, all their loads issued together (1..4; default 1; plain and pair-major products) */
   readonly wideSgRows?: number;
   /** 1: expert-list products on the wide kernel (4 pairs a tile) while experts average ≤ WIDE_LIST_PAIRS pairs; default 0 (slower on the H200, see wgsl-wide.ts) */

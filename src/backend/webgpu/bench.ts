@@ -23,7 +23,8 @@ export interface WebGpuBenchResult {
   readonly extra?: Readonly<Record<string, number | string>>;
 }
 
-const COPY_WGSL = /* wgsl */ `
+/** Y = X as vec4u words (the copy bandwidth, and the kernel micro-benchmark's clock warm-up). */
+export const COPY_WGSL = /* wgsl */ `
 struct P { n: u32, gx: u32, _a: u32, _b: u32 }
 @group(0) @binding(0) var<storage, read> X: array<vec4u>;
 @group(0) @binding(1) var<storage, read_write> Y: array<vec4u>;

@@ -10,6 +10,7 @@ import { GGMLType, typeName } from "../../gguf/types.js";
 import { rowBytes } from "../../quant/index.js";
 import { requestGpuDevice, type GpuDeviceInfo } from "./device.js";
 import { expertListWords, expertLists, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLU } from "./matrix.js";
+import { COPY_WGSL } from "./bench.js";
 import { argmaxRows, argmaxScratchWords } from "./ops.js";
 import { GpuRuntime, type KernelTuning } from "./runtime.js";
 
@@ -21,15 +22,6 @@ struct P { n: u32, _a: u32, _b: u32, _c: u32 }
   if (g.x == 0u) { Y[0] = Y[0] + p.n; }
 }`;
 
-const SPIN_WGSL = /* wgsl */ `
-struct P { n: u32, gx: u32, _a: u32, _b: u32 }
-@group(0) @binding(0) var<storage, read> X: array<vec4u>;
-@group(0) @binding(1) var<storage, read_write> Y: array<vec4u>;
-@group(0) @binding(2) var<uniform> p: P;
-@compute @workgroup_size(256) fn main(@builtin(global_invocation_id) g: vec3u) {
-  let i = g.x + g.y * p.gx * 256u;
-  if (i < p.n) { Y[i] = X[i]; }
-}`;
 
 export interface KernelCase {
   readonly name: string;
@@ -133,14 +125,14 @@ export async function runKernelBench(opts: { tokens: number[]; reps: number; tun
     const rt = new GpuRuntime(info, { passTiming: true, tune });
     const sink = rt.buffer(16, "sink");
     // ~150 ms of copying before each timing, so that the GPU runs at the clocks of a busy decode loop
-    const spinBytes = 256 << 20;
+    const spinBytes = Math.min(256 << 20, info.limits.maxStorageBufferBindingSize & ~0xffff);
     const spinX = rt.buffer(spinBytes, "spin x");
     const spinY = rt.buffer(spinBytes, "spin y");
     const spinGroups = spinBytes / 16 / 256;
     const spin = async (): Promise<void> => {
       const t0 = performance.now();
       do {
-        for (let i = 0; i < 50; i++) rt.dispatch("spin", SPIN_WGSL, [spinX, spinY], new Uint32Array([spinBytes / 16, Math.min(spinGroups, 65535), 0, 0]), [Math.min(spinGroups, 65535), Math.ceil(spinGroups / 65535)]);
+        for (let i = 0; i < 50; i++) rt.dispatch("spin", COPY_WGSL, [spinX, spinY], new Uint32Array([spinBytes / 16, Math.min(spinGroups, 65535), 0, 0]), [Math.min(spinGroups, 65535), Math.ceil(spinGroups / 65535)]);
         await rt.sync();
       } while (performance.now() - t0 < 150);
     };

@@ -3,7 +3,7 @@
 // steps taken one at a time with the logits read back and the next token chosen on the host.
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
-import { argmax } from "../../../src/engine/sampler.js";
+import { argmax, Sampler } from "../../../src/engine/sampler.js";
 import { loadModel } from "../../../src/model/load.js";
 import { GpuModel } from "../../../src/backend/webgpu/gpu-model.js";
 import { argmaxRows, argmaxScratchWords } from "../../../src/backend/webgpu/ops.js";
@@ -14,7 +14,16 @@ import { gpuOrSkip, Rng } from "./helpers.js";
 const { rt, skip } = await gpuOrSkip({ checkWrites: true });
 after(() => rt?.device.destroy());
 
-test("argmax rows on the GPU = the CPU sampler's argmax (ties, NaN, negative rows, odd widths, strided rows)", { skip }, async () => {
+/** log_softmax of `row` at `id` in float64, NaN entries left out (the GPU never chooses them nor counts them). */
+function logprobAt(row: Float32Array, id: number): number {
+  let max = -Infinity;
+  for (const v of row) if (v > max) max = v;
+  let sum = 0;
+  for (const v of row) if (v === v) sum += Math.exp(v - max);
+  return row[id]! - max - Math.log(sum);
+}
+
+test("argmax rows on the GPU = the CPU sampler's argmax, with its logprob (ties, NaN, negative rows, odd widths, strided rows)", { skip }, async () => {
   const r = rt!;
   const rng = new Rng(41);
   for (const [n, width, stride] of [
@@ -22,9 +31,12 @@ test("argmax rows on the GPU = the CPU sampler's argmax (ties, NaN, negative row
     [3, 257, 257],
     [5, 1000, 1003],
     [2, 4097, 4099],
+    [4, 8193, 8200],
     [2, 102400, 102400],
   ] as const) {
     const x = rng.f32(n * stride);
+    // spread the values so that the logprobs are far from 0 and from each other (rng.f32 alone: a nearly flat row)
+    for (let i = 0; i < x.length; i++) x[i] = x[i]! * 8;
     if (width > 4) {
       // row 0: a tie between two ids (the lower must win); row 1: NaNs around the maximum; last row: all negative
       x[7] = x[width - 2] = 50;
@@ -35,15 +47,56 @@ test("argmax rows on the GPU = the CPU sampler's argmax (ties, NaN, negative row
       }
       for (let i = 0; i < width; i++) x[(n - 1) * stride + i] = -Math.abs(x[(n - 1) * stride + i]!) - 1;
     }
+    if (n > 3 && width > 4096) {
+      // row 2: the maximum in the last slice, the whole first slice NaN, a clear winner (logprob near 0). The host
+      // argmax would return the NaN at 0 (the sampler itself rejects NaN); the GPU never chooses NaN
+      for (let i = 0; i < 4096; i++) x[2 * stride + i] = Number.NaN;
+      x[2 * stride + width - 1] = 40;
+    }
     const xb = r.upload(x, "x");
     const ids = r.buffer(n * 4, "ids");
+    const lps = r.buffer(n * 4, "logprobs");
     const part = r.buffer(4 * argmaxScratchWords(n, width), "argmax slices");
-    argmaxRows(r, xb, ids, part, { n, width, xStride: stride });
+    argmaxRows(r, xb, ids, part, { n, width, xStride: stride, logprobs: lps });
     const got = new Uint32Array(await r.read(ids, 0, n * 4));
-    for (let t = 0; t < n; t++) assert.equal(got[t], argmax(x.subarray(t * stride, t * stride + width)), `n ${n} width ${width} row ${t}`);
-    xb.destroy();
-    ids.destroy();
-    part.destroy();
+    const gotLp = await r.readF32(lps, 0, n);
+    for (let t = 0; t < n; t++) {
+      const row = x.subarray(t * stride, t * stride + width);
+      const id = Number.isNaN(row[0]) ? width - 1 : argmax(row);
+      assert.equal(got[t], id, `n ${n} width ${width} row ${t}`);
+      const want = logprobAt(row, id);
+      assert.ok(Math.abs(gotLp[t]! - want) <= 1e-5, `n ${n} width ${width} row ${t}: logprob ${gotLp[t]} vs ${want}`);
+      // where the row is all finite, the host sampler's own logprob
+      if (row.every(Number.isFinite)) {
+        const s = new Sampler({ temperature: 0 }).sample(row);
+        assert.equal(s.token, id);
+        assert.ok(Math.abs(gotLp[t]! - s.logprob) <= 1e-5, `n ${n} width ${width} row ${t}: logprob ${gotLp[t]} vs the sampler's ${s.logprob}`);
+      }
+    }
+    // without the logprobs buffer: the same ids
+    const ids2 = r.buffer(n * 4, "ids");
+    argmaxRows(r, xb, ids2, part, { n, width, xStride: stride });
+    assert.deepEqual(new Uint32Array(await r.read(ids2, 0, n * 4)), got, `n ${n} width ${width}: ids without logprobs`);
+    for (const b of [xb, ids, ids2, lps, part]) b.destroy();
+  }
+});
+
+test("argmax rows on the GPU: a row of only NaN → token 0 with logprob NaN; a row of one value → −log(width)", { skip }, async () => {
+  const r = rt!;
+  for (const width of [5, 4097]) {
+    const x = new Float32Array(2 * width);
+    x.fill(Number.NaN, 0, width);
+    x.fill(-3.5, width);
+    const xb = r.upload(x, "x");
+    const ids = r.buffer(8, "ids");
+    const lps = r.buffer(8, "logprobs");
+    const part = r.buffer(4 * argmaxScratchWords(2, width), "argmax slices");
+    argmaxRows(r, xb, ids, part, { n: 2, width, logprobs: lps });
+    assert.deepEqual([...new Uint32Array(await r.read(ids, 0, 8))], [0, 0], `width ${width}: ids`);
+    const lp = await r.readF32(lps, 0, 2);
+    assert.ok(Number.isNaN(lp[0]), `width ${width}: a row of NaN has logprob NaN, got ${lp[0]}`);
+    assert.ok(Math.abs(lp[1]! + Math.log(width)) <= 1e-5, `width ${width}: a flat row has logprob −log(width), got ${lp[1]}`);
+    for (const b of [xb, ids, lps, part]) b.destroy();
   }
 });
 

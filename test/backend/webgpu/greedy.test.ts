@@ -1,6 +1,7 @@
 // Greedy sampling on the GPU: the argmax kernel against the CPU sampler's argmax (ties to the lowest id, NaN never
-// chosen, odd widths), and chained greedy decode (each step's argmax feeds the next step on the GPU) against the same
-// steps taken one at a time with the logits read back and the next token chosen on the host.
+// chosen, odd widths) and the chosen token's logprob against a float64 log-softmax, and chained greedy decode (each
+// step's argmax feeds the next step on the GPU) against the same steps taken one at a time with the logits read back
+// and the next token (and its logprob) chosen by the host sampler.
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { argmax, Sampler } from "../../../src/engine/sampler.js";
@@ -9,6 +10,7 @@ import { GpuModel } from "../../../src/backend/webgpu/gpu-model.js";
 import { argmaxRows, argmaxScratchWords } from "../../../src/backend/webgpu/ops.js";
 import { GpuRuntime } from "../../../src/backend/webgpu/runtime.js";
 import { CASES, randomTokens, synthModel } from "../../helpers/synth.js";
+import { assertLogprobsClose } from "../../helpers/greedy-chain.js";
 import { gpuOrSkip, Rng } from "./helpers.js";
 
 const { rt, skip } = await gpuOrSkip({ checkWrites: true });
@@ -101,38 +103,53 @@ test("argmax rows on the GPU: a row of only NaN → token 0 with logprob NaN; a 
 });
 
 for (const replay of [false, true]) {
-  test(`chained greedy decode on the GPU = one step at a time with host argmax (batch 2, 6 steps${replay ? ", recorded steps replayed" : ", --check-writes"})`, { skip }, async () => {
+  test(`chained greedy decode on the GPU = one step at a time with the host sampler: ids and logprobs (batch 2, 6 steps${replay ? ", recorded steps replayed" : ", --check-writes"})`, { skip }, async () => {
     const c = CASES.find((k) => k.base === "tiny")!;
     const m = synthModel(c, 5);
     const r = replay ? new GpuRuntime(rt!.info, { submitEvery: 5 }) : rt!;
     try {
       const { model, config } = loadModel(m.path);
       const prompts = [randomTokens(5, 1, 0, config.nVocab), randomTokens(3, 2, 0, config.nVocab)];
-      const run = async (chained: boolean): Promise<number[][]> => {
+      // per sequence: the chosen ids and their logprobs
+      const run = async (chained: boolean): Promise<{ ids: number[][]; lps: number[][] }> => {
         const g = new GpuModel(r, model, { slots: 2, context: 24, maxTokens: 4 });
         const firsts: number[] = [];
         for (let s = 0; s < 2; s++) firsts.push(argmax((await g.prefill(s, prompts[s]!))[0]!));
-        const out: number[][] = [[], []];
+        const ids: number[][] = [[], []];
+        const lps: number[][] = [[], []];
         if (chained) {
           const hist = await g.decodeGreedy(prompts.map((p, s) => ({ token: firsts[s]!, slot: s, pos: p.length })), 6);
-          for (let i = 0; i < 6; i++) for (let s = 0; s < 2; s++) out[s]!.push(hist[i * 2 + s]!);
+          assert.equal(hist.tokens.length, 12);
+          assert.equal(hist.logprobs.length, 12);
+          for (let i = 0; i < 6; i++) {
+            for (let s = 0; s < 2; s++) {
+              ids[s]!.push(hist.tokens[i * 2 + s]!);
+              lps[s]!.push(hist.logprobs[i * 2 + s]!);
+            }
+          }
         } else {
           const cur = [...firsts];
           for (let i = 0; i < 6; i++) {
             const logits = await g.step(cur.map((token, s) => ({ token, slot: s, pos: prompts[s]!.length + i, logits: true })));
             for (let s = 0; s < 2; s++) {
-              cur[s] = argmax(logits.subarray(s * config.nVocab, (s + 1) * config.nVocab));
-              out[s]!.push(cur[s]!);
+              const res = new Sampler({ temperature: 0 }).sample(logits.subarray(s * config.nVocab, (s + 1) * config.nVocab));
+              cur[s] = res.token;
+              ids[s]!.push(res.token);
+              lps[s]!.push(res.logprob);
             }
           }
         }
-        return out;
+        return { ids, lps };
       };
       const host = await run(false);
       const chained = await run(true);
-      assert.deepEqual(chained, host);
+      assert.deepEqual(chained.ids, host.ids);
       // a random model's greedy run should not be one repeated token (else the test could not tell steps apart)
-      assert.ok(new Set(host.flat()).size > 2, JSON.stringify(host));
+      assert.ok(new Set(host.ids.flat()).size > 2, JSON.stringify(host.ids));
+      // the logprobs computed on the GPU = the host sampler's for the same logits
+      for (let s = 0; s < 2; s++) assertLogprobsClose(chained.lps[s]!, host.lps[s]!, `sequence ${s}`);
+      // and not all alike (else a constant could pass)
+      assert.ok(new Set(host.lps.flat().map((x) => x.toFixed(3))).size > 2, JSON.stringify(host.lps));
     } finally {
       m.cleanup();
     }

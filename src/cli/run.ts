@@ -167,7 +167,8 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
 
 /**
  * The run report's name for how tokens were chosen: "gpu-greedy-chained" (greedy steps chained on the GPU by the fused
- * pipeline, only the chosen ids and their logprobs read back) or "host-sampling" (every step's logits sampled on the host).
+ * pipeline, only the chosen ids and their logprobs read back) or "host-sampling" (every step's logits sampled on the
+ * host).
  */
 function decodeName(mode: DecodeMode): "gpu-greedy-chained" | "host-sampling" {
   return mode === "greedy-chained" ? "gpu-greedy-chained" : "host-sampling";

@@ -42,7 +42,8 @@ ${BACKEND_HELP}
                          (default cpu; logits defaults to reference, which defines correctness)
   --logprobs N           with --json: top-N alternatives per token (default 0). Greedy (--temp 0) on the
                          fused GPU pipeline chains the decode steps on the GPU and reads back only the
-                         chosen ids (their logprob is then null); --logprobs ≥ 1 samples on the host
+                         chosen ids and their logprobs (computed on the GPU); the top-N alternatives
+                         need every step's logits: --logprobs ≥ 1 samples on the host
   --json                 print one JSON object at the end instead of streaming`;
 
 export const runCommand: Command = {
@@ -139,7 +140,7 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
       logprobs: result.tokens.map((id, i) => ({
         id,
         token: tokenizer.decode([id]),
-        // null: chosen on the GPU by chained greedy decoding, whose logits the host never reads
+        // null: not a number (chained greedy decoding on the GPU over a step whose logits were all NaN)
         logprob: Number.isNaN(result.logprobs[i]!) ? null : result.logprobs[i]!,
         ...(result.top !== undefined ? { top: result.top[i]!.map(([tid, lp]) => [tid, lp]) } : {}),
       })),
@@ -166,7 +167,8 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
 
 /**
  * The run report's name for how tokens were chosen: "gpu-greedy-chained" (greedy steps chained on the GPU by the fused
- * pipeline, only the chosen ids read back) or "host-sampling" (every step's logits sampled on the host).
+ * pipeline, only the chosen ids and their logprobs read back) or "host-sampling" (every step's logits sampled on the
+ * host).
  */
 function decodeName(mode: DecodeMode): "gpu-greedy-chained" | "host-sampling" {
   return mode === "greedy-chained" ? "gpu-greedy-chained" : "host-sampling";

@@ -25,16 +25,23 @@ export interface GreedyChainModel {
   /**
    * `steps` greedy decode steps over `cache`: step s feeds the id chosen by step s − 1 (step 0: `token`) at position
    * cache.length + s and chooses the next id by argmax of its logits (ties to the lowest id, NaN never chosen: the
-   * sampler's greedy). Returns the `steps` chosen ids and advances the cache by `steps`, as that many
-   * forward([token], cache) calls would (the last id returned is not in the cache yet).
+   * sampler's greedy). Returns the `steps` chosen ids with their logprobs (log_softmax of the step's logits at the id,
+   * as the sampler's SampleResult.logprob) and advances the cache by `steps`, as that many forward([token], cache)
+   * calls would (the last id returned is not in the cache yet).
    */
-  decodeGreedy(token: number, cache: LatentStore, steps: number): number[];
+  decodeGreedy(token: number, cache: LatentStore, steps: number): GreedyChunk;
+}
+
+/** What a chunk of chained greedy steps chose: `tokens[s]` and its log-probability `logprobs[s]` per step. */
+export interface GreedyChunk {
+  readonly tokens: readonly number[];
+  readonly logprobs: readonly number[];
 }
 
 /**
  * How the tokens after the first were chosen: "greedy-chained" — greedy steps chained on the model's device in chunks
- * (GreedyChainModel; the host reads back only the chosen ids), "host-sampling" — the logits of every step read back
- * and sampled on the host.
+ * (GreedyChainModel; the host reads back only the chosen ids and their logprobs), "host-sampling" — the logits of
+ * every step read back and sampled on the host.
  */
 export type DecodeMode = "greedy-chained" | "host-sampling";
 
@@ -75,8 +82,9 @@ export interface GenerateOptions extends SamplerOptions {
   /**
    * Let a GreedyChainModel decode in chained chunks when sampling is greedy — the sampler is a Sampler (built from
    * these options, or given as `sampler`) with Sampler.isGreedy() (temperature 0) and no top alternatives (`logprobs`
-   * 0) — on a cached path; default true. false: always sample on the host. The tokens are the same either way (but a
-   * NaN logit, which the host sampler rejects with a UsageError, is simply never chosen on the device).
+   * 0) — on a cached path; default true. false: always sample on the host. The tokens are the same either way, their
+   * logprobs too up to the device's rounding (the fused GPU pipeline sums in float32: within 1e-4); but a NaN logit,
+   * which the host sampler rejects with a UsageError, is simply never chosen on the device.
    */
   readonly chainedGreedy?: boolean;
 }
@@ -89,8 +97,8 @@ export interface TokenEvent {
    */
   readonly text: string;
   /**
-   * log-probability of the token under the model's unmodified distribution; NaN for a token chosen by chained greedy
-   * decoding (decode "greedy-chained": the host never sees its logits)
+   * log-probability of the token under the model's unmodified distribution (for a token chosen by chained greedy
+   * decoding, computed by the model's device: the host never sees its logits)
    */
   readonly logprob: number;
   /** top alternatives [id, logprob], when the `logprobs` option asked for them */
@@ -200,8 +208,8 @@ export function* generateTokens(model: GenerateModel, tokenizer: GenerateTokeniz
   let decodeSteps = 0;
   /** decode steps whose token was used (emitted or stopped on): the chained steps computed past a stop are not */
   let usedSteps = 0;
-  /** ids chosen ahead by the last chained greedy chunk, not yet emitted (ahead[aheadAt] is the next) */
-  let ahead: number[] = [];
+  /** ids (and their logprobs) chosen ahead by the last chained greedy chunk, not yet emitted (ahead.tokens[aheadAt] is the next) */
+  let ahead: GreedyChunk = { tokens: [], logprobs: [] };
   let aheadAt = 0;
   let chainSteps = CHAIN_FIRST_STEPS;
 
@@ -225,7 +233,7 @@ export function* generateTokens(model: GenerateModel, tokenizer: GenerateTokeniz
       break;
     }
     const fromDecode = tokens.length > 0;
-    const r: SampleResult = aheadAt < ahead.length ? { token: ahead[aheadAt++]!, logprob: Number.NaN } : sampler.sample(logits);
+    const r: SampleResult = aheadAt < ahead.tokens.length ? { token: ahead.tokens[aheadAt]!, logprob: ahead.logprobs[aheadAt++]! } : sampler.sample(logits);
     if (fromDecode) usedSteps++;
     if (!(opts.ignoreEog ?? false) && (tokenizer.isEndOfGeneration(r.token) || stopTokens.has(r.token))) {
       finishReason = "stop";
@@ -266,12 +274,14 @@ export function* generateTokens(model: GenerateModel, tokenizer: GenerateTokeniz
     all.push(r.token);
     if (chain !== undefined && cache !== undefined) {
       // r.token is in the cache already when the last chunk chose ids past it; otherwise the next chunk feeds it
-      if (aheadAt >= ahead.length) {
+      if (aheadAt >= ahead.tokens.length) {
         const allowed = Math.min(maxTokens, cfg.contextLength - promptTokens.length) - tokens.length;
         const steps = Math.min(chainSteps, allowed);
         ahead = chain(r.token, cache, steps);
         aheadAt = 0;
-        if (ahead.length !== steps) throw new LatentError(`decodeGreedy returned ${ahead.length} ids for ${steps} steps`);
+        if (ahead.tokens.length !== steps || ahead.logprobs.length !== steps) {
+          throw new LatentError(`decodeGreedy returned ${ahead.tokens.length} ids and ${ahead.logprobs.length} logprobs for ${steps} steps`);
+        }
         decodeSteps += steps;
         chainSteps = Math.min(CHAIN_MAX_STEPS, chainSteps * 2);
       }

@@ -25,8 +25,10 @@ test("the fixture's greedy run is varied enough to tell steps apart", () => {
 test("maxTokens inside a chunk: chunks of 4, 8, … stop exactly at maxTokens (nothing computed past it)", () => {
   for (const [maxTokens, chunks] of [[1, []], [2, [1]], [5, [4]], [7, [4, 2]], [40, [4, 8, 16, 11]]] as const) {
     const m = new HostChainModel(model);
-    const { chained } = assertChainedEqualsHost(m, tok, prompt, { temperature: 0, maxTokens, ignoreEog: true }, `maxTokens ${maxTokens}`);
+    const { chained, host } = assertChainedEqualsHost(m, tok, prompt, { temperature: 0, maxTokens, ignoreEog: true }, `maxTokens ${maxTokens}`);
     assert.deepEqual(m.chunks, chunks, `maxTokens ${maxTokens}: chunk steps`);
+    // HostChainModel's logprobs are the host's log-softmax: the same numbers exactly
+    assert.deepEqual(chained.logprobs, host.logprobs, `maxTokens ${maxTokens}: logprobs`);
     assert.equal(chained.tokens.length, maxTokens);
     assert.equal(chained.finishReason, "length");
     assert.equal(chained.timings.decodeSteps, Math.max(0, maxTokens - 1));

@@ -2,7 +2,7 @@
 /**
  * Worker side of FusedGpuModel: owns the device, loads the model from its file (reference kernels: its weights only
  * travel to the GPU), runs whole steps through GpuModel and leaves their logits — or the ids chosen by chained greedy
- * steps — in shared memory.
+ * steps and their logprobs — in shared memory.
  */
 import { parentPort, workerData } from "node:worker_threads";
 import { loadModel } from "../../model/load.js";
@@ -43,8 +43,9 @@ async function handle(req: FusedRequest): Promise<void> {
       answer(init.channel, 1);
       return;
     case "greedy": {
-      const ids = await gpu!.decodeGreedy([req.token], req.steps);
-      new Uint32Array(logits.buffer, 0, ids.length).set(ids);
+      const { tokens, logprobs } = await gpu!.decodeGreedy([req.token], req.steps);
+      new Uint32Array(logits.buffer, 0, tokens.length).set(tokens);
+      logits.set(logprobs, tokens.length);
       answer(init.channel, 1);
       return;
     }

@@ -10,7 +10,7 @@
  * themselves stay empty).
  *
  * Greedy decoding can also stay on the GPU (`decodeGreedy`): a run of steps chained on the device, each step's argmax
- * fed to the next without a round trip, and only the chosen ids read back.
+ * fed to the next without a round trip, and only the chosen ids and their logprobs (computed on the GPU) read back.
  */
 import type { ModelConfig } from "../../model/config.js";
 import type { LatentStore } from "../../engine/latent-cache.js";
@@ -26,7 +26,10 @@ export type FusedRequest =
   | { op: "load"; path: string; slots: number; context: number; maxTokens: number; pages: FusedOptions["pages"] }
   | { op: "logits"; buffer: SharedArrayBuffer }
   | { op: "step"; tokens: StepToken[] }
-  /** chained greedy decode steps of one sequence (GpuModel.decodeGreedy): the chosen ids as u32 at the start of the shared logits */
+  /**
+   * chained greedy decode steps of one sequence (GpuModel.decodeGreedy): the chosen ids as u32 at the start of the
+   * shared logits, then their logprobs as f32
+   */
   | { op: "greedy"; token: StepToken; steps: number }
   | { op: "close" };
 
@@ -172,11 +175,12 @@ export class FusedGpuModel implements GreedyChainModel {
   /**
    * `steps` greedy decode steps of one sequence chained on the GPU (the engine's GreedyChainModel): step s feeds the
    * token chosen by step s − 1 (step 0: `token`) at position cache.length + s and chooses the next by argmax (ties to
-   * the lowest id, NaN never chosen: the sampler's greedy). Returns the `steps` chosen ids and advances the store by
-   * `steps`, exactly as that many forward([token]) calls would: the store then holds every input fed, and the last id
-   * returned is the next input, not yet in the cache.
+   * the lowest id, NaN never chosen: the sampler's greedy). Returns the `steps` chosen ids with their logprobs
+   * (log_softmax of each step's logits at its id, computed on the GPU) and advances the store by `steps`, exactly as
+   * that many forward([token]) calls would: the store then holds every input fed, and the last id returned is the
+   * next input, not yet in the cache.
    */
-  decodeGreedy(token: number, cache: LatentStore, steps: number): number[] {
+  decodeGreedy(token: number, cache: LatentStore, steps: number): { tokens: number[]; logprobs: number[] } {
     if (!this.loaded) throw new LatentError("FusedGpuModel: load() the weights first");
     if (!Number.isInteger(steps) || steps < 1) throw new LatentError(`decodeGreedy takes steps ≥ 1, got ${steps}`);
     if (!Number.isInteger(token) || token < 0 || token >= this.config.nVocab) throw new LatentError(`token ${token} is outside the vocabulary (0..${this.config.nVocab - 1})`);
@@ -188,11 +192,12 @@ export class FusedGpuModel implements GreedyChainModel {
       if (pages === undefined) throw new LatentError("the GPU caches mirror a page pool: every sequence's store must be paged");
     }
     const slot = pages !== undefined ? 0 : this.slotFor(cache, pos0, []);
-    this.ensureShared(steps * 4);
+    this.ensureShared(2 * steps * 4);
     this.worker.call({ op: "greedy", token: { token, slot, pos: pos0, logits: true, ...(pages !== undefined ? { pages } : {}) }, steps });
-    const ids = Array.from(new Uint32Array(this.logits.buffer, 0, steps));
+    const tokens = Array.from(new Uint32Array(this.logits.buffer, 0, steps));
+    const logprobs = Array.from(this.logits.subarray(steps, 2 * steps));
     cache.advance(steps);
-    return ids;
+    return { tokens, logprobs };
   }
 
   /** Grow the shared logits memory (and tell the worker) so that it holds at least `bytes`. */

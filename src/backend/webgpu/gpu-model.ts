@@ -131,7 +131,7 @@ export class GpuModel {
   readonly replayStats = { recorded: 0, replayed: 0 };
   /** dispatches per submission of a chained greedy step (decodeGreedy); Infinity: the whole step at once */
   chainedSubmitEvery = Infinity;
-  /** the tokens chosen by decodeGreedy, [steps × batch] */
+  /** what decodeGreedy chose: the tokens [steps × batch] (u32), then their logprobs [steps × batch] (f32) */
   private history: GPUBuffer | undefined;
 
   constructor(
@@ -238,6 +238,8 @@ export class GpuModel {
     buf("hn", N * Hd);
     buf("logits", N * c.nVocab);
     buf("amax", argmaxScratchWords(N, c.nVocab));
+    // a greedy step's chosen tokens' logprobs (next to the ids it writes)
+    buf("lp", N);
   }
 
   /** Width of an A0 row: the first product's outputs (q or the q-LoRA latent) then kv_a's (c, k_pe). */
@@ -249,7 +251,8 @@ export class GpuModel {
   /**
    * Record one step (no submission). Returns the number of logit rows it will produce. With `greedy`, every token
    * must produce logits and the step ends with the argmax of each row written over the token ids (greedy sampling on
-   * the GPU: the next step can run on them with `idsOnGpu` before the host has seen them).
+   * the GPU: the next step can run on them with `idsOnGpu` before the host has seen them), and its logprob
+   * (log_softmax of the row at it, as the host sampler's) into the `lp` buffer.
    */
   encode(tokens: readonly StepToken[], opts: { readonly greedy?: boolean; readonly idsOnGpu?: boolean; readonly submitEvery?: number } = {}): number {
     const { rt, c, b } = this;
@@ -307,7 +310,7 @@ export class GpuModel {
     }
     rt.beginRecording();
     this.encodeLayers(n, maxKeys, rows);
-    if (greedy) argmaxRows(rt, b.logits!, b.ids!, b.amax!, { n, width: c.nVocab });
+    if (greedy) argmaxRows(rt, b.logits!, b.ids!, b.amax!, { n, width: c.nVocab, logprobs: b.lp! });
     const made = rt.endRecording();
     if (made !== undefined) {
       if (this.recordings.size >= 64) this.recordings.clear();
@@ -492,14 +495,16 @@ export class GpuModel {
   /**
    * `steps` greedy decode steps of a batch, chained on the GPU: each step's argmax is the next step's input without a
    * round trip to the host, so the host encodes step s+1 while the GPU runs step s. Sequence i starts from `token` at
-   * `pos` (its cache holds the positions before). Returns the chosen tokens [steps × batch].
+   * `pos` (its cache holds the positions before). Returns the chosen tokens [steps × batch] and their logprobs
+   * (log_softmax of the step's logits row at the token, computed on the GPU: the sampler's logprob) [steps × batch].
    */
-  async decodeGreedy(seqs: readonly { readonly token: number; readonly slot: number; readonly pos: number; readonly pages?: readonly number[] }[], steps: number): Promise<Uint32Array> {
+  async decodeGreedy(seqs: readonly { readonly token: number; readonly slot: number; readonly pos: number; readonly pages?: readonly number[] }[], steps: number): Promise<{ tokens: Uint32Array; logprobs: Float32Array }> {
     const B = seqs.length;
-    if (steps < 1) return new Uint32Array(0);
-    if (this.history === undefined || this.history.size < steps * B * 4) {
+    if (steps < 1) return { tokens: new Uint32Array(0), logprobs: new Float32Array(0) };
+    const words = steps * B;
+    if (this.history === undefined || this.history.size < 2 * words * 4) {
       this.history?.destroy();
-      this.history = this.rt.buffer(steps * B * 4, "greedy history");
+      this.history = this.rt.buffer(2 * words * 4, "greedy history");
     }
     for (let s = 0; s < steps; s++) {
       const tokens = seqs.map((q) => ({ token: q.token, slot: q.slot, pos: q.pos + s, logits: true, ...(q.pages !== undefined ? { pages: q.pages } : {}) }));
@@ -507,8 +512,10 @@ export class GpuModel {
       // every extra submission costs host time
       this.encode(tokens, { greedy: true, idsOnGpu: s > 0, submitEvery: this.chainedSubmitEvery });
       this.rt.copy(this.b.ids!, 0, this.history, s * B * 4, B * 4);
+      this.rt.copy(this.b.lp!, 0, this.history, (words + s * B) * 4, B * 4);
     }
-    return new Uint32Array(await this.rt.read(this.history, 0, steps * B * 4));
+    const both = await this.rt.read(this.history, 0, 2 * words * 4);
+    return { tokens: new Uint32Array(both, 0, words), logprobs: new Float32Array(both, words * 4, words) };
   }
 
   /** Prefill `tokens` of one sequence from position pos0 in chunks of maxTokens; the last token's logits. */

@@ -378,18 +378,28 @@ export function copyU32(rt: GpuRuntime, x: GPUBuffer, y: GPUBuffer, n: number): 
   rt.dispatch("copyU32", COPY_U32_WGSL, [x, y], new Uint32Array([n, 0, 0, 0]), [Math.ceil(n / 64)], [{ buffer: y, offset: 0, size: n * 4 }]);
 }
 
-/** Words of the scratch argmaxRows needs for n rows of `width`. */
+/** Words of the scratch argmaxRows needs for n rows of `width`: per slice of a row its best (value, index) and Σ exp. */
 export function argmaxScratchWords(n: number, width: number): number {
-  return 2 * n * Math.ceil(width / ARGMAX_SLICE);
+  return 4 * n * Math.ceil(width / ARGMAX_SLICE);
 }
 
 /**
- * ids[t] = argmax of row t of x [n × width] (greedy sampling on the GPU; lowest id on ties, as the CPU sampler): the
- * best of every slice of a row into `part` (argmaxScratchWords), then the best of those per row.
+ * ids[t] = argmax of row t of x [n × width] (greedy sampling on the GPU; lowest id on ties, NaN never chosen, as the
+ * CPU sampler; a row of only NaN → 0), and with `logprobs` ([n] f32) logprobs[t] = log_softmax of row t at ids[t]
+ * (as the sampler's logprob; see argmaxWGSL for non-finite rows): the best and Σ exp(x − best) of every slice of a
+ * row into `part` (argmaxScratchWords), then per row the best of those and the log-sum-exp over them. Two dispatches.
  */
-export function argmaxRows(rt: GpuRuntime, x: GPUBuffer, ids: GPUBuffer, part: GPUBuffer, a: { n: number; width: number; xOff?: number; xStride?: number }): void {
+export function argmaxRows(rt: GpuRuntime, x: GPUBuffer, ids: GPUBuffer, part: GPUBuffer, a: { n: number; width: number; xOff?: number; xStride?: number; logprobs?: GPUBuffer }): void {
   const slices = Math.ceil(a.width / ARGMAX_SLICE);
   const params = new Uint32Array([a.n, a.width, a.xOff ?? 0, a.xStride ?? a.width, slices, 0, 0, 0]);
-  rt.dispatch("argmax slices", argmaxWGSL("slices"), [x, part], params, [slices, Math.min(a.n, 65535), Math.ceil(a.n / 65535)], [{ buffer: part, offset: 0, size: a.n * slices * 8 }]);
-  rt.dispatch("argmax merge", argmaxWGSL("merge"), [part, ids], params, [Math.min(a.n, 65535), Math.ceil(a.n / 65535)], [{ buffer: ids, offset: 0, size: a.n * 4 }]);
+  rt.dispatch("argmax slices", argmaxWGSL("slices"), [x, part], params, [slices, Math.min(a.n, 65535), Math.ceil(a.n / 65535)], [{ buffer: part, offset: 0, size: a.n * slices * 16 }]);
+  const lp = a.logprobs;
+  rt.dispatch(
+    "argmax merge",
+    argmaxWGSL("merge", lp !== undefined),
+    lp !== undefined ? [part, ids, lp] : [part, ids],
+    params,
+    [Math.min(a.n, 65535), Math.ceil(a.n / 65535)],
+    [{ buffer: ids, offset: 0, size: a.n * 4 }, ...(lp !== undefined ? [{ buffer: lp, offset: 0, size: a.n * 4 }] : [])],
+  );
 }

@@ -497,10 +497,11 @@ export class GpuRuntime {
   /** Copy `bytes` (a multiple of 4) between buffers after everything encoded so far, in queue order (ends the open pass). */
   copy(src: GPUBuffer, srcOffset: number, dst: GPUBuffer, dstOffset: number, bytes: number): void {
     if (this.recording !== undefined) this.recordingBroken = true;
-    this.ensurePass();
-    this.pass!.end();
+    // copies in a row share the gap between passes (no empty pass between them)
+    this.pass?.end();
     this.pass = undefined;
-    this.encoder!.copyBufferToBuffer(src, srcOffset, dst, dstOffset, bytes);
+    this.encoder ??= this.device.createCommandEncoder();
+    this.encoder.copyBufferToBuffer(src, srcOffset, dst, dstOffset, bytes);
   }
 
   /** Submit everything recorded so far. */

@@ -710,12 +710,19 @@ export const ARGMAX_SLICE = 4096;
 
 /**
  * Greedy sampling on the GPU: IDS[t] = argmax of row t (X[xOff + t·xStride ..][0..width)), lowest index on ties, NaN
- * never chosen (the CPU sampler's argmax). `slices`: workgroup (g, t) takes elements [g·SLICE, (g+1)·SLICE) of row t,
- * each thread 16 loads issued together, and writes its best (value bits, index) to PART[t·G + g] (G = p.slices);
- * `merge`: one workgroup per row picks the best of the row's G candidates. A 102400-wide row is then 25 workgroups
- * of a few round trips to memory each, not one workgroup of 400 dependent ones (145 µs on the H200).
+ * never chosen (the CPU sampler's argmax), and — with `logprobs` (merge) — LP[t] = that token's log-probability,
+ * log_softmax of the row at it = −log Σ_k exp(x_k − max). `slices`: workgroup (g, t) takes elements
+ * [g·SLICE, (g+1)·SLICE) of row t, each thread 16 loads issued together, and writes its best (value bits, index) and
+ * the slice's Σ exp(x − slice max) to PART[t·G + g] (G = p.slices); `merge`: one workgroup per row picks the best of
+ * the row's G candidates and rescales their sums to the row's max (log-sum-exp). A 102400-wide row is then 25
+ * workgroups of a few round trips to memory each, not one workgroup of 400 dependent ones (145 µs on the H200).
+ *
+ * Non-finite logits (the host sampler rejects NaN, +Infinity and rows of only −Infinity with a UsageError; here
+ * nothing throws): NaN entries count as absent (never chosen, nothing added to the sum); the entries equal to the max
+ * add exp(0) = 1 each, so the max's ties share its probability even when the max is ±Infinity (k entries of
+ * +Infinity: −log k); a row of only NaN gives token 0 with LP NaN.
  */
-export function argmaxWGSL(stage: "slices" | "merge"): string {
+export function argmaxWGSL(stage: "slices" | "merge", logprobs = false): string {
   const CH = ARGMAX_SLICE / 256;
   const scan =
     stage === "slices"
@@ -731,19 +738,61 @@ export function argmaxWGSL(stage: "slices" | "merge"): string {
     let c = PART[t * p.slices + g];
     if (better(bitcast<f32>(c.x), c.y, v, i)) { v = bitcast<f32>(c.x); i = c.y; }
   }`;
-  const write = stage === "slices" ? `PART[t * p.slices + wid.x] = vec2u(bitcast<u32>(bv[0]), bi[0]);` : `IDS[t] = select(bi[0], 0u, bi[0] == NONE);`;
+  // Σ exp(x − m) over this thread's share, m = the max of the slice (slices) or of the row (merge): after the argmax
+  // reduction (which ends with a barrier), bv[0] holds it, bi[0] == NONE when the slice or row has no non-NaN entry
+  const sum =
+    stage === "slices"
+      ? `  var sum = 0.0;
+  if (bi[0] != NONE) {
+    let m = bv[0];
+    for (var c = 0u; c < ${CH}u; c++) {
+      let k = k0 + 256u * c;
+      if (k < p.width) { sum += term(w[c], m); }
+    }
+  }`
+      : `  var sum = 0.0;
+  if (bi[0] != NONE) {
+    let m = bv[0];
+    for (var g = li; g < p.slices; g += 256u) {
+      let c = PART[t * p.slices + g];
+      // a slice without a non-NaN entry holds sum 0 (and index NONE); its max is then meaningless
+      if (c.y != NONE) { sum += bitcast<f32>(c.z) * term(bitcast<f32>(c.x), m); }
+    }
+  }`;
+  const reduceSum = `  bs[li] = sum;
+  workgroupBarrier();
+  for (var s = 128u; s > 0u; s >>= 1u) {
+    if (li < s) { bs[li] += bs[li + s]; }
+    workgroupBarrier();
+  }`;
+  const write =
+    stage === "slices"
+      ? `PART[t * p.slices + wid.x] = vec4u(bitcast<u32>(bv[0]), bi[0], bitcast<u32>(bs[0]), 0u);`
+      : `IDS[t] = select(bi[0], 0u, bi[0] == NONE);${logprobs ? "\n    LP[t] = select(bitcast<u32>(-log(bs[0])), 0x7fc00000u, bi[0] == NONE); // NaN: a row of NaN only" : ""}`;
+  const bindings =
+    stage === "slices"
+      ? "@group(0) @binding(0) var<storage, read> X: array<f32>;\n@group(0) @binding(1) var<storage, read_write> PART: array<vec4u>;\n@group(0) @binding(2) var<uniform> p: P;"
+      : "@group(0) @binding(0) var<storage, read> PART: array<vec4u>;\n@group(0) @binding(1) var<storage, read_write> IDS: array<u32>;\n" +
+        (logprobs ? "@group(0) @binding(2) var<storage, read_write> LP: array<u32>;\n@group(0) @binding(3) var<uniform> p: P;" : "@group(0) @binding(2) var<uniform> p: P;");
+  const withSum = stage === "slices" || logprobs;
   return /* wgsl */ `
 struct P { n: u32, width: u32, xOff: u32, xStride: u32, slices: u32, _a: u32, _b: u32, _c: u32 }
-${stage === "slices" ? "@group(0) @binding(0) var<storage, read> X: array<f32>;\n@group(0) @binding(1) var<storage, read_write> PART: array<vec2u>;" : "@group(0) @binding(0) var<storage, read> PART: array<vec2u>;\n@group(0) @binding(1) var<storage, read_write> IDS: array<u32>;"}
-@group(0) @binding(2) var<uniform> p: P;
+${bindings}
 var<workgroup> bv: array<f32, 256>;
 var<workgroup> bi: array<u32, 256>;
+${withSum ? "var<workgroup> bs: array<f32, 256>;" : ""}
 const NONE = 0xffffffffu;
 fn better(v: f32, i: u32, w: f32, j: u32) -> bool {
   // is (v, i) ahead of (w, j)? NaN is never ahead; an empty slot (index NONE) always behind
   if (i == NONE) { return false; }
   if (j == NONE) { return v == v; }
   return v > w || (v == w && i < j);
+}
+fn term(x: f32, m: f32) -> f32 {
+  // exp(x − m) for x ≤ m: NaN adds nothing; x == m adds 1 (also when m is ±Infinity, where x − m is NaN)
+  if (x != x) { return 0.0; }
+  if (x == m) { return 1.0; }
+  return exp(max(x - m, -104.0));
 }
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
@@ -759,8 +808,12 @@ ${scan}
     if (li < s && better(bv[li + s], bi[li + s], bv[li], bi[li])) { bv[li] = bv[li + s]; bi[li] = bi[li + s]; }
     workgroupBarrier();
   }
-  // a row of NaN only: token 0, as the CPU argmax
-  if (li == 0u) { ${write} }
+${withSum ? `${sum}
+${reduceSum}
+` : ""}  // a row of NaN only: token 0, as the CPU argmax
+  if (li == 0u) {
+    ${write}
+  }
 }`;
 }
 

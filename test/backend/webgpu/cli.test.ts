@@ -7,6 +7,7 @@ import { logitsMain } from "../../../src/cli/logits.js";
 import { runMain, backendOption, type CliIO } from "../../../src/cli/run.js";
 import { isSoftwareAdapter } from "../../../src/model/load.js";
 import { UsageError } from "../../../src/util/errors.js";
+import { assertLogprobsClose } from "../../helpers/greedy-chain.js";
 import { gpuOrSkip } from "./helpers.js";
 
 const MODEL = join(import.meta.dirname, "../../fixtures/models/ds2-v3.gguf");
@@ -66,13 +67,19 @@ test("run --backend webgpu --temp 0 chains the greedy steps on the GPU: same tex
   assert.deepEqual(gpu.tokens, cpu.tokens);
   assert.equal(gpu.text, cpu.text);
   assert.equal(gpu.finish_reason, cpu.finish_reason);
-  // the first token is sampled from the prompt's logits on the host; the chained ones have no logprob
-  assert.equal(typeof gpu.logprobs[0]!.logprob, "number");
-  assert.ok(gpu.logprobs.slice(1).every((e) => e.logprob === null), JSON.stringify(gpu.logprobs));
   const withLogprobs = JSON.parse(await capture(runMain, [...args, "--backend", "webgpu", "--logprobs", "2"])) as RunReport;
   assert.equal(withLogprobs.decode, "host-sampling");
   assert.deepEqual(withLogprobs.tokens, cpu.tokens);
   assert.ok(withLogprobs.logprobs.every((e) => typeof e.logprob === "number" && e.top?.length === 2));
+  // the first token is sampled from the prompt's logits on the host, the chained ones' logprobs come from the GPU:
+  // all numbers, equal to the host sampler's over the same GPU logits (--logprobs 2) within 1e-4
+  const num = (e: RunReport["logprobs"][number]): number => {
+    assert.equal(typeof e.logprob, "number", JSON.stringify(gpu.logprobs));
+    return e.logprob!;
+  };
+  assertLogprobsClose(gpu.logprobs.map(num), withLogprobs.logprobs.map(num), "run --json logprobs, chained vs host sampling");
+  // and within the CPU kernels' agreement of the CPU backend's
+  gpu.logprobs.forEach((e, i) => assert.ok(Math.abs(num(e) - num(cpu.logprobs[i]!)) <= 1e-3, `token ${i}: ${e.logprob} vs the CPU's ${cpu.logprobs[i]!.logprob}`));
   const sampled = JSON.parse(await capture(runMain, [MODEL, "-p", "hello world", "-n", "5", "--temp", "0.8", "--json", "--seed", "1", "--backend", "webgpu"])) as RunReport;
   assert.equal(sampled.decode, "host-sampling");
 });

@@ -8,12 +8,13 @@ import { join } from "node:path";
 import { FusedGpuModel } from "../../../src/backend/webgpu/fused.js";
 import { generateSync } from "../../../src/engine/generate.js";
 import { LatentCache } from "../../../src/engine/latent-cache.js";
+import { logSoftmax } from "../../../src/engine/logprobs.js";
 import { argmax } from "../../../src/engine/sampler.js";
 import { GGUFFile } from "../../../src/gguf/file.js";
 import { parseConfig } from "../../../src/model/config.js";
 import { Tokenizer } from "../../../src/tokenizer/index.js";
 import { FIXTURE_DIR } from "../../gguf/helpers.js";
-import { assertChainedEqualsHost } from "../../helpers/greedy-chain.js";
+import { assertChainedEqualsHost, assertLogprobsClose } from "../../helpers/greedy-chain.js";
 import { gpuOrSkip } from "./helpers.js";
 
 const { rt, skip } = await gpuOrSkip();
@@ -30,26 +31,40 @@ after(() => void fused?.close());
 test("FusedGpuModel.decodeGreedy: chunks and forward steps continue each other on one sequence's cache", { skip }, () => {
   const f = fused!;
   const prompt = tok.encodePrompt("hello world");
-  // the reference: every step's logits read back, argmax on the host
-  const hostRun = (): number[] => {
+  // the reference: every step's logits read back, argmax and log-softmax on the host
+  const hostRun = (): { ids: number[]; lps: number[] } => {
     const cache = new LatentCache(f.config);
-    const ids = [argmax(f.forward(prompt, cache, { path: "prefill", logits: "last" }))];
-    for (let i = 0; i < 10; i++) ids.push(argmax(f.forward([ids.at(-1)!], cache, { path: "decode", logits: "last" })));
+    const ids: number[] = [];
+    const lps: number[] = [];
+    const take = (logits: Float32Array): void => {
+      ids.push(argmax(logits));
+      lps.push(logSoftmax(logits)[ids.at(-1)!]!);
+    };
+    take(f.forward(prompt, cache, { path: "prefill", logits: "last" }));
+    for (let i = 0; i < 10; i++) take(f.forward([ids.at(-1)!], cache, { path: "decode", logits: "last" }));
     assert.equal(cache.length, prompt.length + 10);
-    return ids;
+    return { ids, lps };
   };
   const want = hostRun();
-  assert.ok(new Set(want).size > 4, `a varied greedy run: ${JSON.stringify(want)}`);
+  assert.ok(new Set(want.ids).size > 4, `a varied greedy run: ${JSON.stringify(want.ids)}`);
   const cache = new LatentCache(f.config);
   const got = [argmax(f.forward(prompt, cache, { path: "prefill", logits: "last" }))];
-  got.push(...f.decodeGreedy(got[0]!, cache, 3));
+  const gotLp: number[] = [];
+  const a = f.decodeGreedy(got[0]!, cache, 3);
+  assert.equal(a.tokens.length, 3);
+  got.push(...a.tokens);
+  gotLp.push(...a.logprobs);
   assert.equal(cache.length, prompt.length + 3, "a chunk of 3 advances the cache by 3");
   for (let i = 0; i < 2; i++) got.push(argmax(f.forward([got.at(-1)!], cache, { path: "decode", logits: "last" })));
-  got.push(...f.decodeGreedy(got.at(-1)!, cache, 5));
+  const b = f.decodeGreedy(got.at(-1)!, cache, 5);
+  got.push(...b.tokens);
   assert.equal(cache.length, prompt.length + 10);
-  assert.deepEqual(got, want);
+  assert.deepEqual(got, want.ids);
+  // the chained steps' logprobs (GPU log-softmax) = the host's log-softmax of the same steps' logits
+  assertLogprobsClose(a.logprobs, want.lps.slice(1, 4), "first chunk");
+  assertLogprobsClose(b.logprobs, want.lps.slice(6, 11), "second chunk");
   // a new sequence after all that starts over in the slot: the same run again
-  assert.deepEqual(hostRun(), want);
+  assert.deepEqual(hostRun().ids, want.ids);
   assert.throws(() => f.decodeGreedy(got.at(-1)!, cache, f.config.contextLength), /context full/);
   assert.throws(() => f.decodeGreedy(f.config.nVocab, cache, 1), /outside the vocabulary/);
 });
@@ -101,5 +116,6 @@ test("consecutive generations on one fused model: a chunk that ran past a stop l
     assert.equal(again.decode, "greedy-chained");
     assert.deepEqual(again.tokens, shortHost.tokens, `round ${round}`);
     assert.equal(again.text, shortHost.text);
+    assertLogprobsClose(again.logprobs, shortHost.logprobs, `round ${round}`);
   }
 });

@@ -1,20 +1,31 @@
 // Greedy sampling on the GPU: the argmax kernel against the CPU sampler's argmax (ties to the lowest id, NaN never
-// chosen, odd widths), and chained greedy decode (each step's argmax feeds the next step on the GPU) against the same
-// steps taken one at a time with the logits read back and the next token chosen on the host.
+// chosen, odd widths) and the chosen token's logprob against a float64 log-softmax, and chained greedy decode (each
+// step's argmax feeds the next step on the GPU) against the same steps taken one at a time with the logits read back
+// and the next token (and its logprob) chosen by the host sampler.
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
-import { argmax } from "../../../src/engine/sampler.js";
+import { argmax, Sampler } from "../../../src/engine/sampler.js";
 import { loadModel } from "../../../src/model/load.js";
 import { GpuModel } from "../../../src/backend/webgpu/gpu-model.js";
 import { argmaxRows, argmaxScratchWords } from "../../../src/backend/webgpu/ops.js";
 import { GpuRuntime } from "../../../src/backend/webgpu/runtime.js";
 import { CASES, randomTokens, synthModel } from "../../helpers/synth.js";
+import { assertLogprobsClose } from "../../helpers/greedy-chain.js";
 import { gpuOrSkip, Rng } from "./helpers.js";
 
 const { rt, skip } = await gpuOrSkip({ checkWrites: true });
 after(() => rt?.device.destroy());
 
-test("argmax rows on the GPU = the CPU sampler's argmax (ties, NaN, negative rows, odd widths, strided rows)", { skip }, async () => {
+/** log_softmax of `row` at `id` in float64, NaN entries left out (the GPU never chooses them nor counts them). */
+function logprobAt(row: Float32Array, id: number): number {
+  let max = -Infinity;
+  for (const v of row) if (v > max) max = v;
+  let sum = 0;
+  for (const v of row) if (v === v) sum += Math.exp(v - max);
+  return row[id]! - max - Math.log(sum);
+}
+
+test("argmax rows on the GPU = the CPU sampler's argmax, with its logprob (ties, NaN, negative rows, odd widths, strided rows)", { skip }, async () => {
   const r = rt!;
   const rng = new Rng(41);
   for (const [n, width, stride] of [
@@ -22,9 +33,12 @@ test("argmax rows on the GPU = the CPU sampler's argmax (ties, NaN, negative row
     [3, 257, 257],
     [5, 1000, 1003],
     [2, 4097, 4099],
+    [4, 8193, 8200],
     [2, 102400, 102400],
   ] as const) {
     const x = rng.f32(n * stride);
+    // spread the values so that the logprobs are far from 0 and from each other (rng.f32 alone: a nearly flat row)
+    for (let i = 0; i < x.length; i++) x[i] = x[i]! * 8;
     if (width > 4) {
       // row 0: a tie between two ids (the lower must win); row 1: NaNs around the maximum; last row: all negative
       x[7] = x[width - 2] = 50;
@@ -35,51 +49,107 @@ test("argmax rows on the GPU = the CPU sampler's argmax (ties, NaN, negative row
       }
       for (let i = 0; i < width; i++) x[(n - 1) * stride + i] = -Math.abs(x[(n - 1) * stride + i]!) - 1;
     }
+    if (n > 3 && width > 4096) {
+      // row 2: the maximum in the last slice, the whole first slice NaN, a clear winner (logprob near 0). The host
+      // argmax would return the NaN at 0 (the sampler itself rejects NaN); the GPU never chooses NaN
+      for (let i = 0; i < 4096; i++) x[2 * stride + i] = Number.NaN;
+      x[2 * stride + width - 1] = 40;
+    }
     const xb = r.upload(x, "x");
     const ids = r.buffer(n * 4, "ids");
+    const lps = r.buffer(n * 4, "logprobs");
     const part = r.buffer(4 * argmaxScratchWords(n, width), "argmax slices");
-    argmaxRows(r, xb, ids, part, { n, width, xStride: stride });
+    argmaxRows(r, xb, ids, part, { n, width, xStride: stride, logprobs: lps });
     const got = new Uint32Array(await r.read(ids, 0, n * 4));
-    for (let t = 0; t < n; t++) assert.equal(got[t], argmax(x.subarray(t * stride, t * stride + width)), `n ${n} width ${width} row ${t}`);
-    xb.destroy();
-    ids.destroy();
-    part.destroy();
+    const gotLp = await r.readF32(lps, 0, n);
+    for (let t = 0; t < n; t++) {
+      const row = x.subarray(t * stride, t * stride + width);
+      const id = Number.isNaN(row[0]) ? width - 1 : argmax(row);
+      assert.equal(got[t], id, `n ${n} width ${width} row ${t}`);
+      const want = logprobAt(row, id);
+      assert.ok(Math.abs(gotLp[t]! - want) <= 1e-5, `n ${n} width ${width} row ${t}: logprob ${gotLp[t]} vs ${want}`);
+      // where the row is all finite, the host sampler's own logprob
+      if (row.every(Number.isFinite)) {
+        const s = new Sampler({ temperature: 0 }).sample(row);
+        assert.equal(s.token, id);
+        assert.ok(Math.abs(gotLp[t]! - s.logprob) <= 1e-5, `n ${n} width ${width} row ${t}: logprob ${gotLp[t]} vs the sampler's ${s.logprob}`);
+      }
+    }
+    // without the logprobs buffer: the same ids
+    const ids2 = r.buffer(n * 4, "ids");
+    argmaxRows(r, xb, ids2, part, { n, width, xStride: stride });
+    assert.deepEqual(new Uint32Array(await r.read(ids2, 0, n * 4)), got, `n ${n} width ${width}: ids without logprobs`);
+    for (const b of [xb, ids, ids2, lps, part]) b.destroy();
+  }
+});
+
+test("argmax rows on the GPU: a row of only NaN → token 0 with logprob NaN; a row of one value → −log(width)", { skip }, async () => {
+  const r = rt!;
+  for (const width of [5, 4097]) {
+    const x = new Float32Array(2 * width);
+    x.fill(Number.NaN, 0, width);
+    x.fill(-3.5, width);
+    const xb = r.upload(x, "x");
+    const ids = r.buffer(8, "ids");
+    const lps = r.buffer(8, "logprobs");
+    const part = r.buffer(4 * argmaxScratchWords(2, width), "argmax slices");
+    argmaxRows(r, xb, ids, part, { n: 2, width, logprobs: lps });
+    assert.deepEqual([...new Uint32Array(await r.read(ids, 0, 8))], [0, 0], `width ${width}: ids`);
+    const lp = await r.readF32(lps, 0, 2);
+    assert.ok(Number.isNaN(lp[0]), `width ${width}: a row of NaN has logprob NaN, got ${lp[0]}`);
+    assert.ok(Math.abs(lp[1]! + Math.log(width)) <= 1e-5, `width ${width}: a flat row has logprob −log(width), got ${lp[1]}`);
+    for (const b of [xb, ids, lps, part]) b.destroy();
   }
 });
 
 for (const replay of [false, true]) {
-  test(`chained greedy decode on the GPU = one step at a time with host argmax (batch 2, 6 steps${replay ? ", recorded steps replayed" : ", --check-writes"})`, { skip }, async () => {
+  test(`chained greedy decode on the GPU = one step at a time with the host sampler: ids and logprobs (batch 2, 6 steps${replay ? ", recorded steps replayed" : ", --check-writes"})`, { skip }, async () => {
     const c = CASES.find((k) => k.base === "tiny")!;
     const m = synthModel(c, 5);
     const r = replay ? new GpuRuntime(rt!.info, { submitEvery: 5 }) : rt!;
     try {
       const { model, config } = loadModel(m.path);
       const prompts = [randomTokens(5, 1, 0, config.nVocab), randomTokens(3, 2, 0, config.nVocab)];
-      const run = async (chained: boolean): Promise<number[][]> => {
+      // per sequence: the chosen ids and their logprobs
+      const run = async (chained: boolean): Promise<{ ids: number[][]; lps: number[][] }> => {
         const g = new GpuModel(r, model, { slots: 2, context: 24, maxTokens: 4 });
         const firsts: number[] = [];
         for (let s = 0; s < 2; s++) firsts.push(argmax((await g.prefill(s, prompts[s]!))[0]!));
-        const out: number[][] = [[], []];
+        const ids: number[][] = [[], []];
+        const lps: number[][] = [[], []];
         if (chained) {
           const hist = await g.decodeGreedy(prompts.map((p, s) => ({ token: firsts[s]!, slot: s, pos: p.length })), 6);
-          for (let i = 0; i < 6; i++) for (let s = 0; s < 2; s++) out[s]!.push(hist[i * 2 + s]!);
+          assert.equal(hist.tokens.length, 12);
+          assert.equal(hist.logprobs.length, 12);
+          for (let i = 0; i < 6; i++) {
+            for (let s = 0; s < 2; s++) {
+              ids[s]!.push(hist.tokens[i * 2 + s]!);
+              lps[s]!.push(hist.logprobs[i * 2 + s]!);
+            }
+          }
         } else {
           const cur = [...firsts];
           for (let i = 0; i < 6; i++) {
             const logits = await g.step(cur.map((token, s) => ({ token, slot: s, pos: prompts[s]!.length + i, logits: true })));
             for (let s = 0; s < 2; s++) {
-              cur[s] = argmax(logits.subarray(s * config.nVocab, (s + 1) * config.nVocab));
-              out[s]!.push(cur[s]!);
+              const res = new Sampler({ temperature: 0 }).sample(logits.subarray(s * config.nVocab, (s + 1) * config.nVocab));
+              cur[s] = res.token;
+              ids[s]!.push(res.token);
+              lps[s]!.push(res.logprob);
             }
           }
         }
-        return out;
+        return { ids, lps };
       };
       const host = await run(false);
       const chained = await run(true);
-      assert.deepEqual(chained, host);
+      assert.deepEqual(chained.ids, host.ids);
       // a random model's greedy run should not be one repeated token (else the test could not tell steps apart)
-      assert.ok(new Set(host.flat()).size > 2, JSON.stringify(host));
+      assert.ok(new Set(host.ids.flat()).size > 2, JSON.stringify(host.ids));
+      // the logprobs computed on the GPU = the host sampler's for the same logits
+      for (let s = 0; s < 2; s++) assertLogprobsClose(chained.lps[s]!, host.lps[s]!, `sequence ${s}`);
+      // and not all alike (else a constant could pass)
+      assert.ok(new Set(host.lps.flat().map((x) => x.toFixed(3))).size > 2, JSON.stringify(host.lps));
     } finally {
       m.cleanup();
     }

@@ -140,7 +140,7 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
       logprobs: result.tokens.map((id, i) => ({
         id,
         token: tokenizer.decode([id]),
-        // null: not a number (chained greedy decoding on the GPU over a step whose logits were all NaN)
+        // null: not a number (JSON has none; generation refuses a step whose logits hold NaN, so this is a safeguard)
         logprob: Number.isNaN(result.logprobs[i]!) ? null : result.logprobs[i]!,
         ...(result.top !== undefined ? { top: result.top[i]!.map(([tid, lp]) => [tid, lp]) } : {}),
       })),

@@ -233,7 +233,10 @@ export function* generateTokens(model: GenerateModel, tokenizer: GenerateTokeniz
       break;
     }
     const fromDecode = tokens.length > 0;
-    const r: SampleResult = aheadAt < ahead.tokens.length ? { token: ahead.tokens[aheadAt]!, logprob: ahead.logprobs[aheadAt++]! } : sampler.sample(logits);
+    const chained = aheadAt < ahead.tokens.length;
+    const r: SampleResult = chained ? { token: ahead.tokens[aheadAt]!, logprob: ahead.logprobs[aheadAt++]! } : sampler.sample(logits);
+    // the device marks a step whose logits the host sampler would have refused (NaN, +Infinity, all -Infinity)
+    if (chained && Number.isNaN(r.logprob)) throw new UsageError(`the logits of decode step ${tokens.length} contain NaN or +Infinity, or are all -Infinity (chained greedy decoding on the model's device)`);
     if (fromDecode) usedSteps++;
     if (!(opts.ignoreEog ?? false) && (tokenizer.isEndOfGeneration(r.token) || stopTokens.has(r.token))) {
       finishReason = "stop";

@@ -10,6 +10,7 @@ import { loadModel } from "../../src/model/load.js";
 import { Tokenizer } from "../../src/tokenizer/index.js";
 import { generate, generateSync } from "../../src/engine/generate.js";
 import { Sampler } from "../../src/engine/sampler.js";
+import { UsageError } from "../../src/util/errors.js";
 import { FIXTURE_DIR } from "../gguf/helpers.js";
 import { assertChainedEqualsHost, HostChainModel } from "../helpers/greedy-chain.js";
 
@@ -118,4 +119,15 @@ test("non-greedy sampling, logprobs, the reference path, a custom sampler and ch
   // greedy is the sampler's own definition: temperature 0, whatever the filters say
   assert.ok(new Sampler({ temperature: 0, topK: 40, topP: 0.95, minP: 0.05 }).isGreedy());
   assert.ok(!new Sampler({ temperature: 0.5, topK: 1 }).isGreedy());
+});
+
+test("a chained step whose logits the host sampler would refuse (logprob NaN from the device) stops generation with a UsageError", () => {
+  class BrokenStep extends HostChainModel {
+    override decodeGreedy(token: number, cache: Parameters<HostChainModel["decodeGreedy"]>[1], steps: number): ReturnType<HostChainModel["decodeGreedy"]> {
+      const chunk = super.decodeGreedy(token, cache, steps);
+      return { tokens: chunk.tokens, logprobs: chunk.logprobs.map((lp, s) => (this.chunks.length === 2 && s === 1 ? Number.NaN : lp)) };
+    }
+  }
+  const m = new BrokenStep(model);
+  assert.throws(() => generateSync(m, tok, prompt, { temperature: 0, maxTokens: 40, ignoreEog: true }), (e: unknown) => e instanceof UsageError && /decode step 6 contain NaN or \+Infinity/.test(e.message));
 });

@@ -717,10 +717,9 @@ export const ARGMAX_SLICE = 4096;
  * the row's G candidates and rescales their sums to the row's max (log-sum-exp). A 102400-wide row is then 25
  * workgroups of a few round trips to memory each, not one workgroup of 400 dependent ones (145 µs on the H200).
  *
- * Non-finite logits (the host sampler rejects NaN, +Infinity and rows of only −Infinity with a UsageError; here
- * nothing throws): NaN entries count as absent (never chosen, nothing added to the sum); the entries equal to the max
- * add exp(0) = 1 each, so the max's ties share its probability even when the max is ±Infinity (k entries of
- * +Infinity: −log k); a row of only NaN gives token 0 with LP NaN.
+ * Non-finite logits: the host sampler rejects NaN, +Infinity and rows of only −Infinity with a UsageError; here the
+ * argmax still picks an id (NaN never chosen; a row of only NaN gives token 0) and LP[t] is NaN, so that the caller can
+ * refuse the row as the host would (the generation loop does).
  */
 export function argmaxWGSL(stage: "slices" | "merge", logprobs = false): string {
   const CH = ARGMAX_SLICE / 256;
@@ -733,10 +732,13 @@ export function argmaxWGSL(stage: "slices" | "merge", logprobs = false): string 
   for (var c = 0u; c < ${CH}u; c++) {
     let k = k0 + 256u * c;
     if (k < p.width && better(w[c], k, v, i)) { v = w[c]; i = k; }
+    // NaN or +Infinity: the host sampler rejects such logits; the merge reports the row's logprob as NaN
+    if (k < p.width && (isNan(w[c]) || bitcast<u32>(w[c]) == 0x7f800000u)) { atomicOr(&bad, 1u); }
   }`
       : `  for (var g = li; g < p.slices; g += 256u) {
     let c = PART[t * p.slices + g];
     if (better(bitcast<f32>(c.x), c.y, v, i)) { v = bitcast<f32>(c.x); i = c.y; }
+    if (c.w != 0u) { atomicOr(&bad, 1u); }
   }`;
   // Σ exp(x − m) over this thread's share, m = the max of the slice (slices) or of the row (merge): after the argmax
   // reduction (which ends with a barrier), bv[0] holds it, bi[0] == NONE when the slice or row has no non-NaN entry
@@ -767,8 +769,8 @@ export function argmaxWGSL(stage: "slices" | "merge", logprobs = false): string 
   }`;
   const write =
     stage === "slices"
-      ? `PART[t * p.slices + wid.x] = vec4u(bitcast<u32>(bv[0]), bi[0], bitcast<u32>(bs[0]), 0u);`
-      : `IDS[t] = select(bi[0], 0u, bi[0] == NONE);${logprobs ? "\n    LP[t] = select(bitcast<u32>(-log(bs[0])), 0x7fc00000u, bi[0] == NONE); // NaN: a row of NaN only" : ""}`;
+      ? `PART[t * p.slices + wid.x] = vec4u(bitcast<u32>(bv[0]), bi[0], bitcast<u32>(bs[0]), atomicLoad(&bad));`
+      : `IDS[t] = select(bi[0], 0u, bi[0] == NONE);${logprobs ? "\n    // NaN where the host sampler would refuse the row: a NaN or +Infinity logit, or no logit above -Infinity\n    LP[t] = select(bitcast<u32>(-log(bs[0])), 0x7fc00000u, bi[0] == NONE || atomicLoad(&bad) != 0u || bitcast<u32>(bv[0]) == 0xff800000u);" : ""}`;
   const bindings =
     stage === "slices"
       ? "@group(0) @binding(0) var<storage, read> X: array<f32>;\n@group(0) @binding(1) var<storage, read_write> PART: array<vec4u>;\n@group(0) @binding(2) var<uniform> p: P;"
@@ -781,16 +783,19 @@ ${bindings}
 var<workgroup> bv: array<f32, 256>;
 var<workgroup> bi: array<u32, 256>;
 ${withSum ? "var<workgroup> bs: array<f32, 256>;" : ""}
+var<workgroup> bad: atomic<u32>;
 const NONE = 0xffffffffu;
+// NaN by its bits: a compiler may assume that float comparisons never see NaN
+fn isNan(v: f32) -> bool { return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u; }
 fn better(v: f32, i: u32, w: f32, j: u32) -> bool {
   // is (v, i) ahead of (w, j)? NaN is never ahead; an empty slot (index NONE) always behind
-  if (i == NONE) { return false; }
-  if (j == NONE) { return v == v; }
+  if (i == NONE || isNan(v)) { return false; }
+  if (j == NONE) { return true; }
   return v > w || (v == w && i < j);
 }
 fn term(x: f32, m: f32) -> f32 {
   // exp(x − m) for x ≤ m: NaN adds nothing; x == m adds 1 (also when m is ±Infinity, where x − m is NaN)
-  if (x != x) { return 0.0; }
+  if (isNan(x)) { return 0.0; }
   if (x == m) { return 1.0; }
   return exp(max(x - m, -104.0));
 }
@@ -798,6 +803,8 @@ fn term(x: f32, m: f32) -> f32 {
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let t = ${stage === "slices" ? "wid.y + wid.z * 65535u" : "wid.x + wid.y * 65535u"};
   if (t >= p.n) { return; }
+  if (li == 0u) { atomicStore(&bad, 0u); }
+  workgroupBarrier();
   var v = 0.0;
   var i = NONE;
 ${scan}

@@ -66,8 +66,12 @@ test("argmax rows on the GPU = the CPU sampler's argmax, with its logprob (ties,
       const row = x.subarray(t * stride, t * stride + width);
       const id = Number.isNaN(row[0]) ? width - 1 : argmax(row);
       assert.equal(got[t], id, `n ${n} width ${width} row ${t}`);
-      const want = logprobAt(row, id);
-      assert.ok(Math.abs(gotLp[t]! - want) <= 1e-5, `n ${n} width ${width} row ${t}: logprob ${gotLp[t]} vs ${want}`);
+      // a row the host sampler would refuse (a NaN here) has logprob NaN: the generation loop refuses it then
+      if (row.some(Number.isNaN)) assert.ok(Number.isNaN(gotLp[t]), `n ${n} width ${width} row ${t}: a row with NaN has logprob NaN, got ${gotLp[t]}`);
+      else {
+        const want = logprobAt(row, id);
+        assert.ok(Math.abs(gotLp[t]! - want) <= 1e-5, `n ${n} width ${width} row ${t}: logprob ${gotLp[t]} vs ${want}`);
+      }
       // where the row is all finite, the host sampler's own logprob
       if (row.every(Number.isFinite)) {
         const s = new Sampler({ temperature: 0 }).sample(row);
@@ -83,21 +87,24 @@ test("argmax rows on the GPU = the CPU sampler's argmax, with its logprob (ties,
   }
 });
 
-test("argmax rows on the GPU: a row of only NaN → token 0 with logprob NaN; a row of one value → −log(width)", { skip }, async () => {
+test("argmax rows on the GPU: rows the host sampler refuses (only NaN, one NaN, +Infinity, all −Infinity) → logprob NaN; a flat row → −log(width)", { skip }, async () => {
   const r = rt!;
   for (const width of [5, 4097]) {
-    const x = new Float32Array(2 * width);
-    x.fill(Number.NaN, 0, width);
-    x.fill(-3.5, width);
-    const xb = r.upload(x, "x");
-    const ids = r.buffer(8, "ids");
-    const lps = r.buffer(8, "logprobs");
-    const part = r.buffer(4 * argmaxScratchWords(2, width), "argmax slices");
-    argmaxRows(r, xb, ids, part, { n: 2, width, logprobs: lps });
-    assert.deepEqual([...new Uint32Array(await r.read(ids, 0, 8))], [0, 0], `width ${width}: ids`);
-    const lp = await r.readF32(lps, 0, 2);
-    assert.ok(Number.isNaN(lp[0]), `width ${width}: a row of NaN has logprob NaN, got ${lp[0]}`);
-    assert.ok(Math.abs(lp[1]! + Math.log(width)) <= 1e-5, `width ${width}: a flat row has logprob −log(width), got ${lp[1]}`);
+    const n = 5;
+    const x = new Float32Array(n * width).fill(-3.5);
+    x.fill(Number.NaN, 0, width); // row 0: only NaN → token 0
+    x[width + width - 1] = Number.NaN; // row 1: one NaN, the rest flat → token 0 (NaN never chosen)
+    x[2 * width + 2] = Number.POSITIVE_INFINITY; // row 2: +Infinity → its id
+    x.fill(Number.NEGATIVE_INFINITY, 3 * width, 4 * width); // row 3: all −Infinity → token 0
+    const xb = r.upload(x, "x"); // row 4: flat
+    const ids = r.buffer(4 * n, "ids");
+    const lps = r.buffer(4 * n, "logprobs");
+    const part = r.buffer(4 * argmaxScratchWords(n, width), "argmax slices");
+    argmaxRows(r, xb, ids, part, { n, width, logprobs: lps });
+    assert.deepEqual([...new Uint32Array(await r.read(ids, 0, 4 * n))], [0, 0, 2, 0, 0], `width ${width}: ids`);
+    const lp = await r.readF32(lps, 0, n);
+    for (let t = 0; t < 4; t++) assert.ok(Number.isNaN(lp[t]), `width ${width} row ${t}: a row the host refuses has logprob NaN, got ${lp[t]}`);
+    assert.ok(Math.abs(lp[4]! + Math.log(width)) <= 1e-5, `width ${width}: a flat row has logprob −log(width), got ${lp[4]}`);
     for (const b of [xb, ids, lps, part]) b.destroy();
   }
 });

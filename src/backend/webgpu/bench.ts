@@ -61,7 +61,7 @@ function median(xs: number[]): number {
   return s[Math.floor(s.length / 2)]!;
 }
 
-export async function runWebGpuBench(path: string, opts: { dawnFlags?: string[]; batches?: number[]; promptLen?: number; decodeSteps?: number; log?: (s: string) => void; matvec?: RuntimeOptions["matvec"]; profile?: boolean; tune?: KernelTuning; chainedSubmitEvery?: number } = {}): Promise<WebGpuBenchResult[]> {
+export async function runWebGpuBench(path: string, opts: { dawnFlags?: string[]; batches?: number[]; promptLen?: number; decodeSteps?: number; log?: (s: string) => void; matvec?: RuntimeOptions["matvec"]; profile?: boolean; tune?: KernelTuning; chainedSubmitEvery?: number; kernels?: boolean } = {}): Promise<WebGpuBenchResult[]> {
   const log = opts.log ?? ((s: string) => console.log(s));
   const batches = opts.batches ?? [1, 8, 64];
   const promptLen = opts.promptLen ?? 512;
@@ -186,6 +186,20 @@ export async function runWebGpuBench(path: string, opts: { dawnFlags?: string[];
     const greedyGpu = gpuMs(steps);
     results.push({ name: `decode batch ${B}, greedy on the GPU (chained)`, value: B / greedyS, unit: "tok/s", extra: { step_ms: greedyS * 1000, roofline_fraction: B / greedyS / roofTps, encode_ms_per_step: greedyEnc, submit_ms_per_step: greedySubmit, gpu_ms_per_step: greedyGpu } });
     log(`decode batch ${B}, greedy on the GPU, chained: ${(B / greedyS).toFixed(1)} tok/s (step ${(greedyS * 1000).toFixed(2)} ms → ${((B / greedyS / roofTps) * 100).toFixed(1)}% of the roofline; host encoding ${greedyEnc.toFixed(2)} ms/step + submission ${greedySubmit.toFixed(2)} ms/step; GPU ${greedyGpu.toFixed(2)} ms/step)`);
+    if (opts.kernels === true && g.lastRecording !== undefined) {
+      // every dispatch of the chained step alone (20 times back to back, pass timestamps), summed by kernel label
+      const items = await rt.timeItems(g.lastRecording, 20);
+      const by = new Map<string, { us: number; count: number }>();
+      for (const it of items) {
+        const e = by.get(it.label) ?? { us: 0, count: 0 };
+        e.us += it.us;
+        e.count++;
+        by.set(it.label, e);
+      }
+      const total = items.reduce((a, it) => a + it.us, 0);
+      log(`  kernels of the chained batch-${B} step, each alone (µs per step; sum ${(total / 1000).toFixed(2)} ms vs ${greedyGpu.toFixed(2)} ms in the step):`);
+      for (const [label, e] of [...by].sort((a, b) => b[1].us - a[1].us)) log(`  ${e.us.toFixed(1).padStart(9)} µs  ×${e.count}  ${(e.us / e.count).toFixed(2)} µs each  ${label}`);
+    }
   }
   rt.device.destroy();
   return results;
@@ -250,7 +264,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   // --tune expertTn=8,expertTpr=32,expertsFrom=0.5,tiled=0,tiledRows=32,tiledTokens=16,tiledK=64,tiledThreads=128,tiledFill=0
   const tune = args.includes("--tune") ? (Object.fromEntries(args[args.indexOf("--tune") + 1]!.split(",").map((kv) => [kv.split("=")[0]!, Number(kv.split("=")[1])])) as KernelTuning) : undefined;
   if (tune !== undefined) console.log(`tuning: ${JSON.stringify(tune)}`);
-  const results = await runWebGpuBench(path!, { ...(args.includes("--dawn") ? { dawnFlags: args[args.indexOf("--dawn") + 1]!.split(" ") } : {}), ...(tune !== undefined ? { tune } : {}), batches, promptLen: num("--prompt"), decodeSteps: num("--steps"), profile: args.includes("--profile"), ...(num("--chained-submit") !== undefined ? { chainedSubmitEvery: num("--chained-submit") } : {}), ...(args.includes("--matvec") ? { matvec: args[args.indexOf("--matvec") + 1] as RuntimeOptions["matvec"] } : {}) });
+  const results = await runWebGpuBench(path!, { ...(args.includes("--dawn") ? { dawnFlags: args[args.indexOf("--dawn") + 1]!.split(" ") } : {}), ...(tune !== undefined ? { tune } : {}), batches, promptLen: num("--prompt"), decodeSteps: num("--steps"), profile: args.includes("--profile"), ...(num("--chained-submit") !== undefined ? { chainedSubmitEvery: num("--chained-submit") } : {}), kernels: args.includes("--kernels"), ...(args.includes("--matvec") ? { matvec: args[args.indexOf("--matvec") + 1] as RuntimeOptions["matvec"] } : {}) });
   console.log("\nresult | value | unit");
   for (const r of results) console.log(`${r.name} | ${r.value.toFixed(1)} | ${r.unit}${r.extra ? " | " + Object.entries(r.extra).map(([k, v]) => `${k}=${typeof v === "number" ? v.toPrecision(4) : v}`).join(" ") : ""}`);
   if (json !== undefined) writeFileSync(json, JSON.stringify({ date: new Date().toISOString(), model: path, results }, null, 2) + "\n");

@@ -129,6 +129,8 @@ export class GpuModel {
   private readonly recordings = new Map<string, Recording>();
   /** steps encoded from scratch (and recorded) / replayed from a recording */
   readonly replayStats = { recorded: 0, replayed: 0 };
+  /** the recording of the last encoded step (replayed or just made), for GpuRuntime.timeItems */
+  lastRecording: Recording | undefined;
   /** dispatches per submission of a chained greedy step (decodeGreedy); Infinity: the whole step at once */
   chainedSubmitEvery = Infinity;
   /** what decodeGreedy chose: the tokens [steps × batch] (u32), then their logprobs [steps × batch] (f32) */
@@ -303,6 +305,7 @@ export class GpuModel {
     if (greedy && rows.length !== n) throw new LatentError("a greedy step needs logits for every token");
     const key = `${n}|${Math.ceil(maxKeys / ATTN_CHUNK)}|${rows.length === n ? "all" : rows.join(",")}${greedy ? "|greedy" : ""}`;
     const rec = this.recordings.get(key);
+    this.lastRecording = rec;
     if (rec !== undefined) {
       rt.replay(rec, opts.submitEvery);
       this.replayStats.replayed++;
@@ -312,6 +315,7 @@ export class GpuModel {
     this.encodeLayers(n, maxKeys, rows);
     if (greedy) argmaxRows(rt, b.logits!, b.ids!, b.amax!, { n, width: c.nVocab, logprobs: b.lp! });
     const made = rt.endRecording();
+    this.lastRecording = made;
     if (made !== undefined) {
       if (this.recordings.size >= 64) this.recordings.clear();
       this.recordings.set(key, made);

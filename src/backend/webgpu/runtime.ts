@@ -124,7 +124,8 @@ export interface KernelTuning {
 
 /** A recorded run of dispatches (see GpuRuntime.record) that replay() encodes again without rebuilding anything. */
 export interface Recording {
-  readonly items: readonly { readonly pipeline: GPUComputePipeline; readonly bindGroup: GPUBindGroup; readonly groups: readonly [number, number, number] }[];
+  /** label: the dispatch's kernel label (digits folded to "#"), for timeItems */
+  readonly items: readonly { readonly pipeline: GPUComputePipeline; readonly bindGroup: GPUBindGroup; readonly groups: readonly [number, number, number]; readonly label: string }[];
   /** the uniform ring's bytes [0, used) as recorded */
   readonly uniforms: Uint8Array;
 }
@@ -195,7 +196,7 @@ export class GpuRuntime {
   private readonly passTiming: boolean;
   readonly submitEvery: number;
   readonly tune: KernelTuning;
-  private recording: { pipeline: GPUComputePipeline; bindGroup: GPUBindGroup; groups: readonly [number, number, number] }[] | undefined;
+  private recording: Recording["items"][number][] | undefined;
   private recordingBroken = false;
   private lastPipeline: GPUComputePipeline | undefined;
   private readonly stagingFree: GPUBuffer[] = [];
@@ -336,6 +337,38 @@ export class GpuRuntime {
     this.stats.encodeMs += performance.now() - t0;
   }
 
+  /**
+   * GPU µs per dispatch of every item of a recorded step run alone: the item dispatched `reps` times back to back in
+   * one timed pass (its uniforms as recorded), one pass and one wait per item. The items rewrite their outputs (and
+   * accumulate into some), so the buffers' contents are garbage afterwards: for benchmarks, after the measured steps.
+   * Needs passTiming.
+   */
+  async timeItems(rec: Recording, reps: number): Promise<{ label: string; us: number }[]> {
+    if (!this.passTiming) throw new LatentError("timeItems needs RuntimeOptions.passTiming");
+    if (rec.uniforms.byteLength > UNIFORM_RING) throw new LatentError("the recording's parameters exceed the uniform ring");
+    this.submit();
+    await this.sync();
+    // the recorded parameters into the ring once; nothing else takes a slot while the items run
+    new Uint8Array(this.uniformHost, 0, rec.uniforms.byteLength).set(rec.uniforms);
+    this.uniformUsed = rec.uniforms.byteLength;
+    const out: { label: string; us: number }[] = [];
+    for (const it of rec.items) {
+      this.profile(true);
+      const pass = this.ensurePass();
+      pass.setPipeline(it.pipeline);
+      for (let r = 0; r < reps; r++) {
+        pass.setBindGroup(0, it.bindGroup);
+        pass.dispatchWorkgroups(it.groups[0], it.groups[1], it.groups[2]);
+      }
+      this.submit();
+      await this.sync();
+      const ms = this.profile(true).find((e) => e.label === "(pass)")?.ms ?? Number.NaN;
+      out.push({ label: it.label, us: (ms * 1000) / reps });
+    }
+    this.lastPipeline = undefined;
+    return out;
+  }
+
   /** Reserve a uniform slot for `params` (u32 words; write floats with f32bits). */
   private uniformSlot(params: Uint32Array): number {
     if (params.byteLength > UNIFORM_SLOT) throw new LatentError(`kernel parameters of ${params.byteLength} bytes exceed ${UNIFORM_SLOT}`);
@@ -377,24 +410,24 @@ export class GpuRuntime {
       this.encoder ??= this.device.createCommandEncoder();
       this.pass = this.encoder.beginComputePass({ timestampWrites: { querySet: this.querySet, beginningOfPassWriteIndex: q, endOfPassWriteIndex: q + 1 } });
       this.lastPipeline = undefined;
-      this.encode(code, buffers, params, [gx, gy, gz]);
+      this.encode(label, code, buffers, params, [gx, gy, gz]);
       this.pass.end();
       this.pass = undefined;
-    } else this.encode(code, buffers, params, [gx, gy, gz]);
+    } else this.encode(label, code, buffers, params, [gx, gy, gz]);
     if (this.checkWrites) for (const o of outputs) this.countSentinels(label, o);
     this.stats.dispatches++;
     this.stats.encodeMs += performance.now() - t0;
   }
 
-  private encode(code: string, buffers: readonly GPUBuffer[], params: Uint32Array, groups: readonly [number, number, number]): void {
+  private encode(label: string, code: string, buffers: readonly GPUBuffer[], params: Uint32Array, groups: readonly [number, number, number]): void {
     const pipeline = this.pipeline(code);
     // the slot first: a full ring submits (and ends the pass)
     const at = this.uniformSlot(params);
-    this.encodeBound(pipeline, [...buffers, at], groups);
+    this.encodeBound(label, pipeline, [...buffers, at], groups);
   }
 
   /** One dispatch of `pipeline` with `resources` at bindings 0.. (a buffer, or the offset of a uniform ring slot). */
-  private encodeBound(pipeline: GPUComputePipeline, resources: readonly (GPUBuffer | number)[], groups: readonly [number, number, number]): void {
+  private encodeBound(label: string, pipeline: GPUComputePipeline, resources: readonly (GPUBuffer | number)[], groups: readonly [number, number, number]): void {
     const pass = this.ensurePass();
     const key = `${this.id(pipeline)}|${resources.map((r) => (typeof r === "number" ? `u${r}` : this.id(r))).join(",")}`;
     let bg = this.bindGroups.get(key);
@@ -408,7 +441,7 @@ export class GpuRuntime {
     this.lastPipeline = pipeline;
     pass.setBindGroup(0, bg);
     pass.dispatchWorkgroups(groups[0], groups[1], groups[2]);
-    this.recording?.push({ pipeline, bindGroup: bg, groups });
+    this.recording?.push({ pipeline, bindGroup: bg, groups, label: label.replace(/\d+/g, "#") });
   }
 
   /**
@@ -460,7 +493,7 @@ export class GpuRuntime {
     );
     const gridSlot = this.uniformSlot(grid.words);
     const resources = combined.bindings.map((b) => ("grids" in b ? gridSlot : "params" in b ? slots[b.part]! : held[b.part]!.buffers[b.index]!));
-    this.encodeBound(pipeline, resources, grid.groups);
+    this.encodeBound(held.map((d) => d.label).join(" ∥ "), pipeline, resources, grid.groups);
     if (this.checkWrites) for (const { label, o } of outputs) this.countSentinels(label, o);
     this.stats.dispatches++;
     this.stats.encodeMs += performance.now() - t0;
@@ -479,7 +512,7 @@ export class GpuRuntime {
     const words = o.size / 4;
     if (words === 0) return;
     const g = this.grid(words);
-    this.encode(FILL_WGSL, [o.buffer], new Uint32Array([o.offset / 4, words, value >>> 0, 0]), [g[0], g[1], 1]);
+    this.encode("fill", FILL_WGSL, [o.buffer], new Uint32Array([o.offset / 4, words, value >>> 0, 0]), [g[0], g[1], 1]);
   }
 
   private countSentinels(label: string, o: OutRange): void {
@@ -491,7 +524,7 @@ export class GpuRuntime {
     if (slot === 0) this.fillWords({ buffer: this.counters, offset: 0, size: this.maxCheckSlots * 4 }, 0);
     this.checks.push({ label, words });
     const g = this.grid(words);
-    this.encode(COUNT_WGSL, [o.buffer, this.counters], new Uint32Array([o.offset / 4, words, SENTINEL, slot]), [g[0], g[1], 1]);
+    this.encode("count", COUNT_WGSL, [o.buffer, this.counters], new Uint32Array([o.offset / 4, words, SENTINEL, slot]), [g[0], g[1], 1]);
   }
 
   /** Copy `bytes` (a multiple of 4) between buffers after everything encoded so far, in queue order (ends the open pass). */
@@ -522,10 +555,11 @@ export class GpuRuntime {
   /** Copy bytes [offset, offset+size) of a buffer back to the host (submits pending work first). */
   async read(buf: GPUBuffer, offset = 0, size = buf.size - offset): Promise<ArrayBuffer> {
     const staging = this.staging(Math.ceil(size / 4) * 4);
-    this.ensurePass();
-    this.pass!.end();
+    // no empty pass when none is open (with passTiming it would be one more timed pass)
+    this.pass?.end();
     this.pass = undefined;
-    this.encoder!.copyBufferToBuffer(buf, offset, staging, 0, Math.ceil(size / 4) * 4);
+    this.encoder ??= this.device.createCommandEncoder();
+    this.encoder.copyBufferToBuffer(buf, offset, staging, 0, Math.ceil(size / 4) * 4);
     const labels = this.queryLabels;
     let queryStaging: GPUBuffer | undefined;
     if (labels.length > 0) {

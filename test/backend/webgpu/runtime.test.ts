@@ -58,3 +58,24 @@ test("no recording under --check-writes (its fills and counts are not replayable
   copyRows(r, f32(r, new Float64Array(8)), r.buffer(32), { n: 1, width: 8 });
   assert.equal(r.endRecording(), undefined);
 });
+
+test("timeItems: every recorded dispatch timed alone, with its label; the recorded parameters are used", { skip: skip || !rt!.info.features.has("timestamp-query") }, async () => {
+  const r = new GpuRuntime(rt!.info, { passTiming: true });
+  const rng = new Rng(9);
+  const x = rng.f64(64);
+  const xb = f32(r, x);
+  const y = r.buffer(64 * 4);
+  r.beginRecording();
+  copyRows(r, xb, y, { n: 4, width: 16 });
+  copyRows(r, xb, y, { n: 4, width: 16 }, true);
+  const rec = r.endRecording()!;
+  await r.sync();
+  assert.deepEqual(rec.items.map((it) => it.label), ["copy", "add"]);
+  r.write(y, 0, new Float32Array(64));
+  const times = await r.timeItems(rec, 3);
+  assert.equal(times.length, 2);
+  for (const t of times) assert.ok(Number.isFinite(t.us) && t.us > 0, `${t.label}: ${t.us} µs`);
+  // item 1 accumulated three times onto the copy of item 0: x + 3x (the recorded parameters, acc for the second)
+  const got = await r.readF32(y);
+  got.forEach((v, i) => assert.ok(Math.abs(v - 4 * Math.fround(x[i]!)) < 1e-5, `y[${i}] = ${v}, want ${4 * Math.fround(x[i]!)}`));
+});

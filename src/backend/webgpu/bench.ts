@@ -61,7 +61,7 @@ function median(xs: number[]): number {
   return s[Math.floor(s.length / 2)]!;
 }
 
-export async function runWebGpuBench(path: string, opts: { dawnFlags?: string[]; batches?: number[]; promptLen?: number; decodeSteps?: number; log?: (s: string) => void; matvec?: RuntimeOptions["matvec"]; profile?: boolean; tune?: KernelTuning; chainedSubmitEvery?: number; kernels?: boolean } = {}): Promise<WebGpuBenchResult[]> {
+export async function runWebGpuBench(path: string, opts: { dawnFlags?: string[]; batches?: number[]; promptLen?: number; decodeSteps?: number; log?: (s: string) => void; matvec?: RuntimeOptions["matvec"]; profile?: boolean; tune?: KernelTuning; kernels?: boolean } = {}): Promise<WebGpuBenchResult[]> {
   const log = opts.log ?? ((s: string) => console.log(s));
   const batches = opts.batches ?? [1, 8, 64];
   const promptLen = opts.promptLen ?? 512;
@@ -92,7 +92,6 @@ export async function runWebGpuBench(path: string, opts: { dawnFlags?: string[];
   const context = Math.max(promptLen, 16 + 2 * steps + 4) + 8;
   t0 = performance.now();
   const g = new GpuModel(rt, model, { slots: Math.max(maxB, 1), context, maxTokens: Math.max(promptLen, maxB) });
-  if (opts.chainedSubmitEvery !== undefined) g.chainedSubmitEvery = opts.chainedSubmitEvery;
   await rt.sync();
   log(`uploaded ${(g.weightBytes / 1e9).toFixed(2)} GB of weights in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
 
@@ -264,7 +263,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   // --tune expertTn=8,expertTpr=32,expertsFrom=0.5,tiled=0,tiledRows=32,tiledTokens=16,tiledK=64,tiledThreads=128,tiledFill=0
   const tune = args.includes("--tune") ? (Object.fromEntries(args[args.indexOf("--tune") + 1]!.split(",").map((kv) => [kv.split("=")[0]!, Number(kv.split("=")[1])])) as KernelTuning) : undefined;
   if (tune !== undefined) console.log(`tuning: ${JSON.stringify(tune)}`);
-  const results = await runWebGpuBench(path!, { ...(args.includes("--dawn") ? { dawnFlags: args[args.indexOf("--dawn") + 1]!.split(" ") } : {}), ...(tune !== undefined ? { tune } : {}), batches, promptLen: num("--prompt"), decodeSteps: num("--steps"), profile: args.includes("--profile"), ...(num("--chained-submit") !== undefined ? { chainedSubmitEvery: num("--chained-submit") } : {}), kernels: args.includes("--kernels"), ...(args.includes("--matvec") ? { matvec: args[args.indexOf("--matvec") + 1] as RuntimeOptions["matvec"] } : {}) });
+  const results = await runWebGpuBench(path!, { ...(args.includes("--dawn") ? { dawnFlags: args[args.indexOf("--dawn") + 1]!.split(" ") } : {}), ...(tune !== undefined ? { tune } : {}), batches, promptLen: num("--prompt"), decodeSteps: num("--steps"), profile: args.includes("--profile"), kernels: args.includes("--kernels"), ...(args.includes("--matvec") ? { matvec: args[args.indexOf("--matvec") + 1] as RuntimeOptions["matvec"] } : {}) });
   console.log("\nresult | value | unit");
   for (const r of results) console.log(`${r.name} | ${r.value.toFixed(1)} | ${r.unit}${r.extra ? " | " + Object.entries(r.extra).map(([k, v]) => `${k}=${typeof v === "number" ? v.toPrecision(4) : v}`).join(" ") : ""}`);
   if (json !== undefined) writeFileSync(json, JSON.stringify({ date: new Date().toISOString(), model: path, results }, null, 2) + "\n");

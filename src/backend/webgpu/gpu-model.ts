@@ -131,8 +131,6 @@ export class GpuModel {
   readonly replayStats = { recorded: 0, replayed: 0 };
   /** the recording of the last encoded step (replayed or just made), for GpuRuntime.timeItems */
   lastRecording: Recording | undefined;
-  /** dispatches per submission of a chained greedy step (decodeGreedy); Infinity: the whole step at once */
-  chainedSubmitEvery = Infinity;
   /** what decodeGreedy chose: the tokens [steps × batch] (u32), then their logprobs [steps × batch] (f32) */
   private history: GPUBuffer | undefined;
 
@@ -305,8 +303,8 @@ export class GpuModel {
     if (greedy && rows.length !== n) throw new LatentError("a greedy step needs logits for every token");
     const key = `${n}|${Math.ceil(maxKeys / ATTN_CHUNK)}|${rows.length === n ? "all" : rows.join(",")}${greedy ? "|greedy" : ""}`;
     const rec = this.recordings.get(key);
-    this.lastRecording = rec;
     if (rec !== undefined) {
+      this.lastRecording = rec;
       rt.replay(rec, opts.submitEvery);
       this.replayStats.replayed++;
       return rows.length;
@@ -514,7 +512,7 @@ export class GpuModel {
       const tokens = seqs.map((q) => ({ token: q.token, slot: q.slot, pos: q.pos + s, logits: true, ...(q.pages !== undefined ? { pages: q.pages } : {}) }));
       // one submission per step: the GPU already overlaps with the host, which encodes step s+1 while step s runs, and
       // every extra submission costs host time
-      this.encode(tokens, { greedy: true, idsOnGpu: s > 0, submitEvery: this.chainedSubmitEvery });
+      this.encode(tokens, { greedy: true, idsOnGpu: s > 0, submitEvery: Infinity });
       this.rt.copy(this.b.ids!, 0, this.history, s * B * 4, B * 4);
       this.rt.copy(this.b.lp!, 0, this.history, (words + s * B) * 4, B * 4);
     }

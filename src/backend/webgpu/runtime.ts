@@ -314,9 +314,8 @@ export class GpuRuntime {
     const t0 = performance.now();
     if (this.uniformUsed > 0 || rec.uniforms.byteLength > UNIFORM_RING) this.submit();
     let pass = this.ensurePass();
-    new Uint8Array(this.uniformHost, 0, rec.uniforms.byteLength).set(rec.uniforms);
     // the first submission writes every slot of the run; later pieces find them in place (queue order)
-    this.uniformUsed = rec.uniforms.byteLength;
+    this.restoreUniforms(rec);
     let last = this.lastPipeline;
     // a short first piece: the GPU starts sooner
     let inPiece = Math.max(0, submitEvery - Math.max(16, submitEvery >> 2));
@@ -349,8 +348,7 @@ export class GpuRuntime {
     this.submit();
     await this.sync();
     // the recorded parameters into the ring once; nothing else takes a slot while the items run
-    new Uint8Array(this.uniformHost, 0, rec.uniforms.byteLength).set(rec.uniforms);
-    this.uniformUsed = rec.uniforms.byteLength;
+    this.restoreUniforms(rec);
     const out: { label: string; us: number }[] = [];
     for (const it of rec.items) {
       this.profile(true);
@@ -367,6 +365,12 @@ export class GpuRuntime {
     }
     this.lastPipeline = undefined;
     return out;
+  }
+
+  /** The ring's slots as a recording left them, written with the next submission. */
+  private restoreUniforms(rec: Recording): void {
+    new Uint8Array(this.uniformHost, 0, rec.uniforms.byteLength).set(rec.uniforms);
+    this.uniformUsed = rec.uniforms.byteLength;
   }
 
   /** Reserve a uniform slot for `params` (u32 words; write floats with f32bits). */

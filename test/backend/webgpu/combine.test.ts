@@ -93,6 +93,11 @@ function noise(rt: GpuRuntime, rng: Rng, n: number): GPUBuffer {
   return f32(rt, rng.f64(n));
 }
 
+/** A gathered down product's inputs: 4 experts of [24 × 256] in `type`, 6 pairs (x in G, outputs in YE). */
+function gatheredDown(rt: GpuRuntime, rng: Rng, type: number): { down: GpuMatrix; g: GPUBuffer; ye: GPUBuffer; ids: GPUBuffer } {
+  return { down: matrix(rt, rng, type, 256, 24, 4), g: noise(rt, rng, 6 * 256), ye: noise(rt, rng, 6 * 24), ids: u32(rt, [1, 3, 0, 3, 2, 1]) };
+}
+
 interface Scenario {
   readonly name: string;
   /** dispatches of the block one by one */
@@ -154,14 +159,11 @@ const SCENARIOS: Scenario[] = [
     },
   },
   {
-    name: "wide-load kernels (128 threads): a gathered product per pair + an accumulating matmul",
+    name: "wide-load kernels: a gathered product per pair + an accumulating matmul",
     dispatches: 2,
     combines: true,
     build(rt, rng) {
-      const down = matrix(rt, rng, GGMLType.Q4_K, 256, 24, 4);
-      const g = noise(rt, rng, 6 * 256);
-      const ye = noise(rt, rng, 6 * 24);
-      const ids = u32(rt, [1, 3, 0, 3, 2, 1]);
+      const { down, g, ye, ids } = gatheredDown(rt, rng, GGMLType.Q4_K);
       const shared = matrix(rt, rng, GGMLType.Q6_K, 256, 24);
       const gs = noise(rt, rng, 3 * 256);
       const h = noise(rt, rng, 3 * 24);
@@ -179,10 +181,7 @@ const SCENARIOS: Scenario[] = [
     dispatches: 2,
     combines: true,
     build(rt, rng) {
-      const down = matrix(rt, rng, GGMLType.Q5_K, 256, 24, 4);
-      const g = noise(rt, rng, 6 * 256);
-      const ye = noise(rt, rng, 6 * 24);
-      const ids = u32(rt, [1, 3, 0, 3, 2, 1]);
+      const { down, g, ye, ids } = gatheredDown(rt, rng, GGMLType.Q5_K);
       const router = matrix(rt, rng, GGMLType.F32, 256, 5);
       const z = noise(rt, rng, 2 * 5);
       return {

@@ -3,7 +3,8 @@
  * Kernel micro-benchmark: each matrix product of a v2-lite decode step (its real shapes and GGUF types, random
  * blocks) dispatched `reps` times back to back in one pass, timed by the pass's GPU timestamps. Per dispatch this
  * is the kernel plus the barrier between dependent dispatches, as in a real step; an empty kernel gives that
- * fixed cost. `node dist/backend/webgpu/kernel-bench.js [--tokens 1,64] [--reps 200] [--tunes "a=1;wide=0"]`.
+ * fixed cost. `node dist/backend/webgpu/kernel-bench.js [--tokens 1,64] [--reps 200] [--tunes "a=1;wide=0"] [--big]` (--big: also
+ * large plain products of each wide-kernel type, for their steady throughput).
  */
 import { pathToFileURL } from "node:url";
 import { GGMLType, typeName } from "../../gguf/types.js";
@@ -52,7 +53,7 @@ function randomBytes(n: number, seed: number): Uint8Array {
 }
 
 /** The products of one v2-lite layer (and the output head) at `n` tokens per step; K experts of E per token. */
-export function v2LiteCases(rt: GpuRuntime, n: number): KernelCase[] {
+export function v2LiteCases(rt: GpuRuntime, n: number, big = false): KernelCase[] {
   const Hd = 2048;
   const E = 64;
   const K = 6;
@@ -94,6 +95,8 @@ export function v2LiteCases(rt: GpuRuntime, n: number): KernelCase[] {
     cases.push({ name: `routed down ${typeName(type)} ${Fe}→${Hd}, ${pairs} pairs`, bytes: ed.bytes * (touched / E), run: (r) => matmulGather(r, ed, g, y, idsBuf, { pairs, xDiv: 1, xBatch: Fe, yBatch: Hd, ...(useLists ? { lists } : {}) }) });
   }
   plain("output", GGMLType.Q6_K, Hd, 102400);
+  // large plain products of each wide-kernel type: their steady throughput, apart from the launch and ramp of small ones
+  if (big) for (const [type, cols] of [[GGMLType.Q4_K, Hd], [GGMLType.Q6_K, Fs], [GGMLType.Q5_0, Fe], [GGMLType.Q8_0, Fe]] as const) plain("large", type, cols, 32768);
   const chosen = rt.buffer(4 * n, "argmax ids");
   const part = rt.buffer(4 * argmaxScratchWords(n, 102400), "argmax slices");
   cases.push({ name: `argmax of ${n} row(s) of 102400`, bytes: n * 102400 * 4, run: (r) => argmaxRows(r, y, chosen, part, { n, width: 102400 }) });
@@ -116,7 +119,7 @@ async function timeCase(rt: GpuRuntime, c: KernelCase, reps: number, spin: () =>
   return { gpu: (pass.ms * 1000) / reps, wall };
 }
 
-export async function runKernelBench(opts: { tokens: number[]; reps: number; tunes: string[]; log?: (s: string) => void; info?: GpuDeviceInfo }): Promise<KernelTiming[]> {
+export async function runKernelBench(opts: { tokens: number[]; reps: number; tunes: string[]; big?: boolean; log?: (s: string) => void; info?: GpuDeviceInfo }): Promise<KernelTiming[]> {
   const log = opts.log ?? ((s: string) => console.log(s));
   const info = opts.info ?? (await requestGpuDevice());
   const out: KernelTiming[] = [];
@@ -139,7 +142,7 @@ export async function runKernelBench(opts: { tokens: number[]; reps: number; tun
     const empty: KernelCase = { name: "empty kernel (dependent)", bytes: 0, run: (r) => r.dispatch("empty", EMPTY_WGSL, [sink], new Uint32Array([1, 0, 0, 0]), [1]) };
     for (const n of opts.tokens) {
       // the empty kernel again at the end: its time there shows whether the clocks were already up at the start
-      const cases = [empty, ...v2LiteCases(rt, n), { ...empty, name: "empty kernel (dependent), again" }];
+      const cases = [empty, ...v2LiteCases(rt, n, opts.big === true), { ...empty, name: "empty kernel (dependent), again" }];
       log(`\n${n} token(s) per step; tuning ${tuneText === "" ? "default" : tuneText}`);
       for (const c of cases) {
         const { gpu: us, wall } = await timeCase(rt, c, opts.reps, spin);
@@ -208,6 +211,6 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
     await hostBench(await requestGpuDevice(dawn !== undefined ? { dawnFlags: dawn.split(" ") } : {}));
     process.exit(0);
   }
-  await runKernelBench({ tokens: (arg("--tokens") ?? "1,64").split(",").map(Number), reps: Number(arg("--reps") ?? 200), tunes: (arg("--tunes") ?? "").split(";") });
+  await runKernelBench({ tokens: (arg("--tokens") ?? "1,64").split(",").map(Number), reps: Number(arg("--reps") ?? 200), tunes: (arg("--tunes") ?? "").split(";"), big: args.includes("--big") });
   process.exit(0);
 }

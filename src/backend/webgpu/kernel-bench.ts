@@ -106,17 +106,22 @@ export function v2LiteCases(rt: GpuRuntime, n: number, big = false): KernelCase[
 /** µs per dispatch: from the pass timestamps, and from the wall clock around encoding, submission and completion */
 async function timeCase(rt: GpuRuntime, c: KernelCase, reps: number, spin: () => Promise<void>): Promise<{ gpu: number; wall: number }> {
   // the GPU lowers its clocks while idle (host-side setup between cases), and small kernels slow down 2–3× then
-  await spin();
-  for (let i = 0; i < 3; i++) c.run(rt);
-  await rt.sync();
-  rt.profile(true);
-  const t0 = performance.now();
-  for (let i = 0; i < reps; i++) c.run(rt);
-  await rt.sync();
-  const wall = ((performance.now() - t0) * 1000) / reps;
-  const pass = rt.profile(true).find((e) => e.label === "(pass)");
-  if (pass === undefined) throw new Error("no pass timing (the device has no timestamp-query)");
-  return { gpu: (pass.ms * 1000) / reps, wall };
+  // the best of three timed runs: a run can still start before the clocks are up
+  let best = { gpu: Infinity, wall: Infinity };
+  for (let run = 0; run < 3; run++) {
+    await spin();
+    for (let i = 0; i < 3; i++) c.run(rt);
+    await rt.sync();
+    rt.profile(true);
+    const t0 = performance.now();
+    for (let i = 0; i < reps; i++) c.run(rt);
+    await rt.sync();
+    const wall = ((performance.now() - t0) * 1000) / reps;
+    const pass = rt.profile(true).find((e) => e.label === "(pass)");
+    if (pass === undefined) throw new Error("no pass timing (the device has no timestamp-query)");
+    if (pass.ms < best.gpu * 1e-3 * reps) best = { gpu: (pass.ms * 1000) / reps, wall };
+  }
+  return best;
 }
 
 export async function runKernelBench(opts: { tokens: number[]; reps: number; tunes: string[]; big?: boolean; log?: (s: string) => void; info?: GpuDeviceInfo }): Promise<KernelTiming[]> {

@@ -96,9 +96,6 @@ interface TypeCode {
   use(s: number, n: number): string;
 }
 
-const NIB = "vec4u(0u, 8u, 16u, 24u)";
-/** the four bytes of a u32 as a vec4u */
-const bytes = (w: string): string => `((vec4u(${w}) >> ${NIB}) & vec4u(255u))`;
 /**
  * Declares each term's dequantized vec4f once (`let`), then acc[t] += scale·Σ dot(term, x_t[idx]) for every token;
  * names are made unique by `tag`.
@@ -120,14 +117,23 @@ function q4k(): TypeCode {
     let qv${s} = W[(rb >> 4u) + 9u * k${s} + 1u + h${s}];`,
     use: (s, n) => {
       const comps = ["x", "y", "z", "w"];
-      // sub-blocks j = 2·(h/2) (low nibbles) and j + 1 (high nibbles): dl·q − ml per element
+      // sub-blocks j = 2·(h/2) (low nibbles) and j + 1 (high nibbles): dl·q − ml per element. Each nibble is masked in
+      // place into a float's mantissa (mag(): q·2^k exactly, k by its position), and the 2^-k goes into the scale
       const terms: { v: string; idx: string }[] = [];
-      for (let w = 0; w < 4; w++) terms.push({ v: `fma(vec4f((vec4u(qv${s}.${comps[w]}) >> ${NIB}) & vec4u(15u)), vec4f(dl${s}), vec4f(-ml${s}))`, idx: `xe${s} + ${w}u` });
-      for (let w = 0; w < 4; w++) terms.push({ v: `fma(vec4f((vec4u(qv${s}.${comps[w]}) >> vec4u(4u, 12u, 20u, 28u)) & vec4u(15u)), vec4f(dh${s}), vec4f(-mh${s}))`, idx: `xe${s} + ${w + 8}u` });
+      for (let w = 0; w < 4; w++) {
+        const u = `qv${s}.${comps[w]}`;
+        terms.push({ v: `fma(mag(vec4u(${u}, ${u}, ${u}, ${u} >> 8u) & vec4u(0xfu, 0xf00u, 0xf0000u, 0xf0000u)), dlv${s}, vec4f(-ml${s}))`, idx: `xe${s} + ${w}u` });
+      }
+      for (let w = 0; w < 4; w++) {
+        const u = `qv${s}.${comps[w]}`;
+        terms.push({ v: `fma(mag(vec4u(${u}, ${u}, ${u} >> 8u, ${u} >> 12u) & vec4u(0xf0u, 0xf000u, 0xf000u, 0xf0000u)), dhv${s}, vec4f(-mh${s}))`, idx: `xe${s} + ${w + 8}u` });
+      }
       return `let dm${s} = unpack2x16float(hd${s}.x);
     let sm${s} = q4ksm(hd${s}, (h${s} >> 1u) * 2u);
     let sn${s} = q4ksm(hd${s}, (h${s} >> 1u) * 2u + 1u);
     let dl${s} = dm${s}.x * sm${s}.x; let ml${s} = dm${s}.y * sm${s}.y; let dh${s} = dm${s}.x * sn${s}.x; let mh${s} = dm${s}.y * sn${s}.y;
+    let dlv${s} = dl${s} * vec4f(1.0, 0.00390625, 1.52587890625e-5, 1.52587890625e-5);
+    let dhv${s} = dh${s} * vec4f(0.0625, 0.000244140625, 0.000244140625, 1.52587890625e-5);
     let xe${s} = k${s} * 64u + (h${s} >> 1u) * 16u + (h${s} & 1u) * 4u;
     ${addDots(n, `q${s}`, terms, "")}`;
     },
@@ -166,10 +172,11 @@ function q6k(): TypeCode {
           `((a${w}_${s} >> 4u) & 0x0f0f0f0fu) | (((h${w}_${s} >> 4u) & 0x03030303u) << 4u)`,
           `((b${w}_${s} >> 4u) & 0x0f0f0f0fu) | (((h${w}_${s} >> 6u) & 0x03030303u) << 4u)`,
         ];
-        for (let g = 0; g < 4; g++) groups[g]!.push({ v: `(vec4f(${bytes(q[g]!)}) - 32.0)`, idx: `xe${s} + ${w + 8 * g}u` });
+        // (q − 32)·256: each 6-bit byte moved to bits 8..13 of its own lane, masked into a float's mantissa
+        for (let g = 0; g < 4; g++) groups[g]!.push({ v: `(bytesAt8(${q[g]!}, 0x3f00u) - 8396800.0)`, idx: `xe${s} + ${w + 8 * g}u` });
       }
       lines.push(`let xe${s} = k${s} * 64u + n${s} * 32u + i${s} * 4u;`);
-      for (let g = 0; g < 4; g++) lines.push(addDots(n, `g${g}_${s}`, groups[g]!, `(d${s} * f32(sx8(${sc[g]})))`));
+      for (let g = 0; g < 4; g++) lines.push(addDots(n, `g${g}_${s}`, groups[g]!, `(d${s} * 0.00390625 * f32(sx8(${sc[g]})))`));
       return lines.join("\n    ");
     },
   };
@@ -188,16 +195,20 @@ function q5_0(): TypeCode {
     use: (s, n) => {
       const lines: string[] = [];
       lines.push(`let d${s} = unpack2x16float(select(W0_${s}, W0_${s} >> 16u, od${s})).x; let qh${s} = hw2(W0_${s}, W1_${s}, od${s});`);
+      // element j (< 16): low nibble of qs byte j with qh bit j above it, as (q − 16)·256 (bits 8..12 of a float's
+      // mantissa); element j + 16: the high nibble with qh bit j + 16, as (q − 16)·4096 (bits 12..16)
       const lo: { v: string; idx: string }[] = [];
       const hi: { v: string; idx: string }[] = [];
       for (let m = 0; m < 4; m++) {
         // qs bytes 4m..4m+3 = block bytes 6 + 4m..
-        lines.push(`let q${m}_${s} = hw2(W${m + 1}_${s}, W${m + 2}_${s}, od${s});`);
-        const q = `q${m}_${s}`;
-        lo.push({ v: `(vec4f((${bytes(q)} & vec4u(15u)) | (((vec4u(qh${s}) >> vec4u(${4 * m}u, ${4 * m + 1}u, ${4 * m + 2}u, ${4 * m + 3}u)) & vec4u(1u)) << vec4u(4u))) - 16.0)`, idx: `${m}u` });
-        hi.push({ v: `(vec4f((${bytes(q)} >> vec4u(4u)) | (((vec4u(qh${s}) >> vec4u(${4 * m + 16}u, ${4 * m + 17}u, ${4 * m + 18}u, ${4 * m + 19}u)) & vec4u(1u)) << vec4u(4u))) - 16.0)`, idx: `${m + 4}u` });
+        lines.push(`let q${m}_${s} = hw2(W${m + 1}_${s}, W${m + 2}_${s}, od${s}); let sh${m}_${s} = vec4u(q${m}_${s} << 8u, q${m}_${s}, q${m}_${s} >> 8u, q${m}_${s} >> 16u);`);
+        const hb = (first: number, to: number): string => `((vec4u(qh${s} >> ${first}u) << vec4u(${to}u, ${to - 1}u, ${to - 2}u, ${to - 3}u)) & vec4u(${1 << to}u))`;
+        lo.push({ v: `(mag((sh${m}_${s} & vec4u(0xf00u)) | ${hb(4 * m, 12)}) - 4096.0)`, idx: `${m}u` });
+        hi.push({ v: `(mag((sh${m}_${s} & vec4u(0xf000u)) | ${hb(4 * m + 16, 16)}) - 65536.0)`, idx: `${m + 4}u` });
       }
-      lines.push(addDots(n, `q${s}`, [...lo, ...hi].map((v) => ({ v: v.v, idx: `8u * c${s} + ${v.idx}` })), `d${s}`));
+      const at = (v: { v: string; idx: string }): { v: string; idx: string } => ({ v: v.v, idx: `8u * c${s} + ${v.idx}` });
+      lines.push(addDots(n, `l${s}`, lo.map(at), `(d${s} * 0.00390625)`));
+      lines.push(addDots(n, `h${s}`, hi.map(at), `(d${s} * 0.000244140625)`));
       return lines.join("\n    ");
     },
   };
@@ -213,11 +224,12 @@ function q8_0(): TypeCode {
       const lines: string[] = [];
       lines.push(`let d${s} = unpack2x16float(select(W0_${s}, W0_${s} >> 16u, od${s})).x;`);
       const terms = Array.from({ length: 8 }, (_, m) => ({
-        // qs bytes 4m..4m+3 = block bytes 2 + 4m..; int8 as (b ^ 0x80) − 128
-        v: `(vec4f(${bytes(`hw2(W${m}_${s}, W${m + 1}_${s}, od${s})`)} ^ vec4u(128u)) - 128.0)`,
+        // qs bytes 4m..4m+3 = block bytes 2 + 4m..; int8 as (b ^ 0x80) − 128, times 256 (bytesAt8)
+        v: `(bytesAt8(hw2(W${m}_${s}, W${m + 1}_${s}, od${s}) ^ 0x80808080u, 0xff00u) - 8421376.0)`,
         idx: `8u * c${s} + ${m}u`,
       }));
-      lines.push(addDots(n, `q${s}`, terms, `d${s}`));
+      // each term is q·256 (bytesAt8), the 1/256 in the scale
+      lines.push(addDots(n, `q${s}`, terms, `(d${s} * 0.00390625)`));
       return lines.join("\n    ");
     },
   };
@@ -244,6 +256,13 @@ fn hw(lo: u32, hi: u32, odd: bool) -> u32 { return select(lo, (lo >> 16u) | (hi 
 // the word 2 bytes further: lo's high half and hi's low half, or (odd) hi itself
 fn hw2(lo: u32, hi: u32, odd: bool) -> u32 { return select((lo >> 16u) | (hi << 16u), hi, odd); }
 fn sx8(v: u32) -> i32 { return bitcast<i32>(v << 24u) >> 24u; }
+// Integers to floats without conversion instructions (a quarter of the FP32 rate on NVIDIA GPUs, and what bounded this
+// kernel): an integer v < 2^23 OR-ed into the mantissa of 2^23 is the float 2^23 + v, so subtracting 2^23 leaves v
+// exactly. Callers mask each quantized value in place (at its bit position k, giving v = q·2^k) and fold 2^-k into
+// their scale, so most values cost one AND/OR and one subtraction.
+fn mag(v: vec4u) -> vec4f { return bitcast<vec4f>(v | vec4u(0x4b000000u)) - vec4f(8388608.0); }
+// the four bytes of w each at bits 8..15 of its lane, masked (a value v·256 + 2^23 as float bits)
+fn bytesAt8(w: u32, mask: u32) -> vec4f { return bitcast<vec4f>((vec4u(w << 8u, w, w >> 8u, w >> 16u) & vec4u(mask)) | vec4u(0x4b000000u)); }
 // ggml's get_scale_min_k4 for sub-block j from the header's scale words (y: bytes 0-3, z: 4-7, w: 8-11)
 fn q4ksm(hd: vec4u, j: u32) -> vec2f {
   let sh = 8u * (j & 3u);

@@ -3,6 +3,8 @@
 // inputs: 4..256 experts, 1..16 used, 1..70 tokens, softmax and sigmoid, with and without bias, group-limited routing
 // (groups spanning lanes, one group a lane, several a lane; top-2 sum and max scoring), norm, scale, strided logits,
 // exact ties (lowest id first) and NaN logits (ranked lowest); and when each kernel is chosen.
+// lavapipe's subgroups are 8 lanes; LP_NATIVE_VECTOR_WIDTH=128 / 512 gives 4 / 16 (1024 reports 32 but runs
+// 16-lane subgroups, so the kernel cannot be run at 32 there: only validated, below).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { ModelConfig } from "../../../src/model/config.js";

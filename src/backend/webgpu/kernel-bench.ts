@@ -1,9 +1,9 @@
 /// <reference types="@webgpu/types" />
 /**
  * Kernel micro-benchmark: each matrix product of a v2-lite decode step (its real shapes and GGUF types, random
- * blocks) dispatched `reps` times back to back in one pass, timed by the pass's GPU timestamps. Per dispatch this
- * is the kernel plus the barrier between dependent dispatches, as in a real step; an empty kernel gives that
- * fixed cost. `node dist/backend/webgpu/kernel-bench.js [--tokens 1,64] [--reps 200] [--tunes "a=1;wide=0"] [--big]` (--big: also
+ * blocks), its routing (and V3's) and the argmax dispatched `reps` times back to back in one pass, timed by the
+ * pass's GPU timestamps. Per dispatch this is the kernel plus the barrier between dependent dispatches, as in a real
+ * step; an empty kernel gives that fixed cost. `node dist/backend/webgpu/kernel-bench.js [--tokens 1,64] [--reps 200] [--tunes "a=1;wide=0"] [--big]` (--big: also
  * large plain products of each wide-kernel type, for their steady throughput).
  */
 import { pathToFileURL } from "node:url";
@@ -12,7 +12,7 @@ import { rowBytes } from "../../quant/index.js";
 import { requestGpuDevice, type GpuDeviceInfo } from "./device.js";
 import { expertListWords, expertLists, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLU } from "./matrix.js";
 import { COPY_WGSL } from "./bench.js";
-import { argmaxRows, argmaxScratchWords } from "./ops.js";
+import { argmaxRows, argmaxScratchWords, moeRoute } from "./ops.js";
 import { GpuRuntime, type KernelTuning } from "./runtime.js";
 
 const EMPTY_WGSL = /* wgsl */ `
@@ -52,7 +52,7 @@ function randomBytes(n: number, seed: number): Uint8Array {
   return out;
 }
 
-/** The products of one v2-lite layer (and the output head) at `n` tokens per step; K experts of E per token. */
+/** The products of one v2-lite layer (and the output head) and its routing at `n` tokens per step; K experts of E per token. */
 export function v2LiteCases(rt: GpuRuntime, n: number, big = false): KernelCase[] {
   const Hd = 2048;
   const E = 64;
@@ -80,6 +80,15 @@ export function v2LiteCases(rt: GpuRuntime, n: number, big = false): KernelCase[
   plain("A0 (q | kv_a)", GGMLType.Q4_K, Hd, 3072 + 576);
   plain("o", GGMLType.Q4_K, Hd, Hd);
   plain("router", GGMLType.F32, Hd, E);
+  // routing as v2-lite's, and as V3's (256 experts in 8 groups, sigmoid + bias): tune route=0 for the workgroup kernel
+  const logits = f32(n * 256);
+  const routeBias = f32(256);
+  const routeIds = rt.buffer(n * 8 * 4, "route ids");
+  const routeWts = rt.buffer(n * 8 * 4, "route weights");
+  const v2Route = { n, E, K, nGroup: 1, nGroupUsed: 1, softmax: true, groupMax: false, norm: false, scale: 1 };
+  const v3Route = { n, E: 256, K: 8, nGroup: 8, nGroupUsed: 4, softmax: false, groupMax: false, norm: true, scale: 2.5 };
+  cases.push({ name: `moeRoute ${E} experts, ${K} used, softmax`, bytes: n * E * 4, run: (r) => moeRoute(r, logits, undefined, routeIds, routeWts, v2Route) });
+  cases.push({ name: "moeRoute 256 experts, 8 used, 8 groups keep 4, sigmoid + bias", bytes: n * 256 * 4, run: (r) => moeRoute(r, logits, routeBias, routeIds, routeWts, v3Route) });
   const sg = mat("shared gate", GGMLType.Q4_K, Hd, Fs);
   const su = mat("shared up", GGMLType.Q4_K, Hd, Fs);
   cases.push({ name: `shared gate+up Q4_K ${Hd}→2×${Fs}`, bytes: sg.bytes + su.bytes, run: (r) => matmulSwiGLU(r, sg, su, x, g, { n, xStride: Hd, yStride: Fs }) });

@@ -28,6 +28,7 @@ import {
   SWIGLU_WGSL,
   TOPK_WGSL,
 } from "./wgsl-ops.js";
+import { routeGrid, routeShape, routeWGSL } from "./wgsl-route.js";
 
 function rows(buffer: GPUBuffer, off: number, n: number, stride: number, width: number): OutRange[] {
   if (n === 0 || width === 0) return [];
@@ -308,6 +309,18 @@ export interface RouteArgs {
   readonly zStride?: number;
 }
 
+/**
+ * The routing kernel for these arguments and its grid: one subgroup per token (wgsl-route.ts) on devices with a fixed
+ * subgroup size in 4..64, else (or with tune.route = 0, or groups that do not divide the experts) ROUTE_WGSL, one
+ * 256-thread workgroup per token.
+ */
+export function routeKernel(rt: GpuRuntime, a: RouteArgs): { code: string; groups: [number, number] } {
+  const sg = rt.info.subgroupSize;
+  const shape = rt.tune.route === 0 || sg === undefined ? undefined : routeShape(sg, a.E, a.nGroup, a.nGroupUsed);
+  if (shape !== undefined) return { code: routeWGSL(shape), groups: routeGrid(shape, a.n) };
+  return { code: ROUTE_WGSL, groups: [Math.min(a.n, 65535), Math.ceil(a.n / 65535)] };
+}
+
 /** MoE routing: router logits z [n × E] → ids [n × K] (best first), weights [n × K]. */
 export function moeRoute(rt: GpuRuntime, z: GPUBuffer, bias: GPUBuffer | undefined, ids: GPUBuffer, wts: GPUBuffer, a: RouteArgs): void {
   if (a.E > 256 || a.K > 16 || a.nGroup > 64) throw new LatentError(`moeRoute supports ≤ 256 experts, ≤ 16 used, ≤ 64 groups (got ${a.E}, ${a.K}, ${a.nGroup})`);
@@ -326,7 +339,8 @@ export function moeRoute(rt: GpuRuntime, z: GPUBuffer, bias: GPUBuffer | undefin
     zStride: a.zStride ?? a.E,
   };
   const params = Uint32Array.from(ROUTE_PARAMS.map((k) => p[k]));
-  rt.dispatch("moeRoute", ROUTE_WGSL, [z, bias ?? z, ids, wts], params, [Math.min(a.n, 65535), Math.ceil(a.n / 65535)], [
+  const { code, groups } = routeKernel(rt, a);
+  rt.dispatch("moeRoute", code, [z, bias ?? z, ids, wts], params, groups, [
     { buffer: ids, offset: 0, size: a.n * a.K * 4 },
     { buffer: wts, offset: 0, size: a.n * a.K * 4 },
   ]);

@@ -118,6 +118,8 @@ export interface KernelTuning {
   readonly fuseTokens?: number;
   /** rows each subgroup of the wide kernel takes, all their loads issued together (1..4; default 1; plain and pair-major products) */
   readonly wideSgRows?: number;
+  /** 0: the wide kernel reads x from its buffer instead of staging it in workgroup memory; default 1 (where it fits) */
+  readonly wideStage?: number;
   /** 1: expert-list products on the wide kernel (4 pairs a tile) while experts average ≤ WIDE_LIST_PAIRS pairs; default 0 (slower on the H200, see wgsl-wide.ts) */
   readonly wideLists?: number;
   /** MoE routing kernel: 1 (default) one subgroup per token where the subgroup size is fixed (wgsl-route.ts), 0 the 256-thread workgroup per token (ROUTE_WGSL) */

@@ -47,6 +47,22 @@ export interface WideShape {
   readonly n: number;
   /** columns of W (baked in: every step unrolled) */
   readonly cols: number;
+  /**
+   * x staged in workgroup memory (log2 of the vec4s between pads), or 0 to read it from X. Measured on the H200: each
+   * lane reads x for its own run of the row, so every vec4 load of X from a subgroup touched ~32 cache lines, and that
+   * bounded the kernel — with x read in a coalesced (wrong) order instead, large products ran 1.5–2× faster. The pads
+   * make the same per-lane pattern free of bank conflicts in workgroup memory.
+   */
+  readonly stagePad: number;
+}
+
+/** Vec4s between pads of staged x per type: its lanes' runs (in a quarter subgroup) then fall in distinct banks. */
+const STAGE_PAD: Readonly<Record<number, number>> = { [GGMLType.Q4_K]: 4, [GGMLType.Q6_K]: 5, [GGMLType.Q5_0]: 3, [GGMLType.Q8_0]: 3 };
+
+/** Vec4s of staged x for n tokens of `cols` with pads every 2^pad. */
+function stagedVec4s(n: number, cols: number, pad: number): number {
+  const c4 = n * (cols / 4);
+  return c4 + (c4 >> pad);
 }
 
 /**
@@ -82,7 +98,10 @@ export function wideShape(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boole
   const rows = Math.max(1, Math.min(Math.floor(256 / sg), Math.floor(rt.tune.wideRows ?? WIDE_WG / sg)));
   const unroll = Math.max(1, Math.floor(rt.tune.wideUnroll ?? Math.round((UNROLL * sg) / 32)));
   const sgRows = gather === "experts-list" ? 1 : Math.max(1, Math.min(4, Math.floor(rt.tune.wideSgRows ?? 1)));
-  return { sg, rows, sgRows, unroll, n, cols: m.cols };
+  // staged while n tokens of x fit in half the workgroup memory (the other half left for a kernel sharing the dispatch)
+  const pad = STAGE_PAD[m.type]!;
+  const stage = rt.tune.wideStage !== 0 && gather !== "experts-list" && stagedVec4s(n, m.cols, pad) * 16 <= rt.info.limits.maxComputeWorkgroupStorageSize / 2;
+  return { sg, rows, sgRows, unroll, n, cols: m.cols, stagePad: stage ? pad : 0 };
 }
 
 interface TypeCode {
@@ -92,7 +111,10 @@ interface TypeCode {
   readonly elems: number;
   /** WGSL statements loading step s's chunk (index `c${s}`) of the row at byte rb */
   load(s: number): string;
-  /** WGSL statements adding step s's chunk into `acc` (vec4f over tokens; tokens read x at vec4 index xq{t} + …) */
+  /**
+   * WGSL statements adding step s's chunk into `acc` (vec4f over tokens; token t reads x's vec4 v of the row as
+   * `XREAD(t, v)`, v without parentheses: matvecWideWGSL rewrites it to a read of X or of the staged copy)
+   */
   use(s: number, n: number): string;
 }
 
@@ -102,7 +124,7 @@ interface TypeCode {
  */
 function addDots(n: number, tag: string, terms: { v: string; idx: string }[], scale: string): string {
   const lets = terms.map(({ v }, i) => `let f${tag}_${i} = ${v};`);
-  const per = Array.from({ length: n }, (_, t) => terms.map(({ idx }, i) => `dot(f${tag}_${i}, X[xq${t} + ${idx}])`).join(" + "));
+  const per = Array.from({ length: n }, (_, t) => terms.map(({ idx }, i) => `dot(f${tag}_${i}, XREAD(${t}, ${idx}))`).join(" + "));
   const sum = `vec4f(${[0, 1, 2, 3].map((t) => (t < n ? per[t] : "0.0")).join(", ")})`;
   return `${lets.join(" ")}\n    acc += ${scale === "" ? sum : `${scale} * ${sum}`};`;
 }
@@ -312,7 +334,11 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
       body.push(past(st) ? `if (cb + ${st * SG}u < ${NC}u) {\n    ${use}\n    }` : use);
     }
   }
-  const steps1 = body.join("\n    ");
+  const C4 = s.cols / 4;
+  const P = s.stagePad;
+  const steps1 = body
+    .join("\n    ")
+    .replace(/XREAD\((\d+), ([^)]*)\)/g, (_, t: string, v: string) => (P > 0 ? `XS[xsw(${Number(t) * C4}u + ${v})]` : `X[xq${t} + ${v}]`));
   const accs = streams.map((st) => `var acc${st.k} = vec4f(0.0);`).join(" ");
   // row j's result v{j}: the product, or (dual) silu(gate)·up
   const reduce = Array.from({ length: S }, (_, j) => {
@@ -336,6 +362,8 @@ ${mode !== "plain" ? "@group(0) @binding(3) var<storage, read> IDS: array<u32>;"
 ${dual ? `@group(0) @binding(${mode !== "plain" ? 4 : 3}) var<storage, read> W2: array<${tc.vec4 ? "vec4u" : "u32"}>;${tc.vec4 ? "" : "\nfn wd2(i: u32) -> u32 { return W2[i]; }"}` : ""}
 @group(0) @binding(${(mode !== "plain" ? 4 : 3) + (dual ? 1 : 0)}) var<uniform> p: P;
 ${mode === "experts-list" ? "var<workgroup> oc: vec2u;" : ""}
+${P > 0 ? `var<workgroup> XS: array<vec4f, ${stagedVec4s(N, s.cols, P)}>;
+fn xsw(v: u32) -> u32 { return v + (v >> ${P}u); }` : ""}
 ${HELPERS}
 ${matOutWGSL(true)}
 // wide matvec: ${NC} chunks per row, ${G} per lane and pass, ${outer} pass(es)
@@ -383,6 +411,8 @@ ${
   let xq = (p.xOff + xb) >> 2u;
   let xs = p.xStride >> 2u;
   ${xq}
+  ${P > 0 ? `for (var i = li; i < ${N * C4}u; i += ${R * SG}u) { XS[xsw(i)] = X[xq + (i / ${C4}u) * xs + i % ${C4}u]; }
+  workgroupBarrier();` : ""}
   ${accs}
   if (valid) {
   ${loop}

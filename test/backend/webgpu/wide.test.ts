@@ -31,6 +31,9 @@ test("the wide kernel is chosen for 1–4 tokens of its types with aligned x, an
   const rng = new Rng(3);
   for (const type of [GGMLType.Q4_K, GGMLType.Q6_K, GGMLType.Q5_0, GGMLType.Q8_0]) {
     const { g } = upload(r, rng, type, 256, 5);
+    // x staged in workgroup memory where it fits, unless tuned off
+    assert.match(matvecKernel(r, g, 1, false, true).code, /var<workgroup> XS/);
+    assert.doesNotMatch(matvecKernel(runtime({ tune: { wideStage: 0 } }), g, 1, false, true).code, /var<workgroup> XS/);
     for (let n = 1; n <= 4; n++) assert.match(matvecKernel(r, g, n, false, true).code, WIDE, `${typeName(type)} n=${n}`);
     assert.match(matvecKernel(r, g, 1, true, true).code, WIDE);
     assert.doesNotMatch(matvecKernel(r, g, 5, false, true).code, WIDE);
@@ -63,7 +66,7 @@ const SHAPES: [number, number][] = [
   [GGMLType.Q8_0, 2048],
 ];
 
-for (const tune of [{}, { wideRows: 3, wideUnroll: 1 }, { wideRows: 2, wideSgRows: 3 }]) {
+for (const tune of [{}, { wideRows: 3, wideUnroll: 1 }, { wideRows: 2, wideSgRows: 3 }, { wideStage: 0 }]) {
   test(`wide matmul matches the CPU reference (tune ${JSON.stringify(tune)}): n = 1..4, strides, overwrite, acc, SwiGLU`, { skip }, async () => {
     const r = runtime({ tune });
     const rng = new Rng(11 + Object.keys(tune).length);

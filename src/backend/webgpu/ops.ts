@@ -17,6 +17,7 @@ import {
   COPY_WGSL,
   DSA_SCORES_WGSL,
   NORM_WGSL,
+  withSubgroupTotal,
   KV_CACHE_WGSL,
   ROPE_TO_WGSL,
   ROPE_WGSL,
@@ -71,7 +72,7 @@ function norm(rt: GpuRuntime, x: GPUBuffer, g: GPUBuffer, b: GPUBuffer | undefin
   const { gx, gy } = { gx: Math.min(a.n, 65535), gy: Math.ceil(a.n / 65535) };
   // out-of-place RMSNorm over aligned rows reads and writes vec4s
   const vec4 = b === undefined && y !== undefined && [a.dim, xOff, xStride, yOff, yStride].every((v) => v % 4 === 0);
-  rt.dispatch(b ? "layerNorm" : "rmsNorm", vec4 ? RMS_NORM4_WGSL : NORM_WGSL(y === undefined, b !== undefined), bufs, params, [gx, gy], y === undefined ? [] : rows(y, yOff, a.n, yStride, a.dim));
+  rt.dispatch(b ? "layerNorm" : "rmsNorm", withSubgroupTotal(vec4 ? RMS_NORM4_WGSL : NORM_WGSL(y === undefined, b !== undefined), rt.info.subgroupSize), bufs, params, [gx, gy], y === undefined ? [] : rows(y, yOff, a.n, yStride, a.dim));
 }
 
 /** cos/sin rows of a Rope for positions [0, capacity), taken from the reference Rope itself (× mscale included). */
@@ -160,13 +161,13 @@ export function kvCacheWrite(
   const bufs = [kv, g, pos, table, rowIdx, cacheC, cacheK, ...(q !== undefined ? [q.g] : r !== undefined ? [r.y] : [])];
   const outs: OutRange[] = [];
   if (r !== undefined) for (let t = 0; t < a.n; t++) outs.push(...rows(r.y, r.yOff + t * r.yTok, r.heads, r.yHead, dims));
-  rt.dispatch("kvCache", KV_CACHE_WGSL(q !== undefined ? "qnorm" : r !== undefined ? "qrope" : "none"), bufs, params, [Math.min(groups, 65535), Math.ceil(groups / 65535)], outs);
+  rt.dispatch("kvCache", withSubgroupTotal(KV_CACHE_WGSL(q !== undefined ? "qnorm" : r !== undefined ? "qrope" : "none"), rt.info.subgroupSize), bufs, params, [Math.min(groups, 65535), Math.ceil(groups / 65535)], outs);
 }
 
 /** h[t] += Σ_k wts[t·K+k]·ye[t·K+k] (the MoE output into the residual), then y[t] = RMSNorm(h[t])·g: one kernel. */
 export function addNorm(rt: GpuRuntime, ye: GPUBuffer, wts: GPUBuffer, h: GPUBuffer, g: GPUBuffer, y: GPUBuffer, a: { n: number; K: number; dim: number }, eps: number): void {
   const params = new Uint32Array([a.n, a.dim, a.K, f32bits(eps)]);
-  rt.dispatch("addNorm", ADD_NORM_WGSL(a.dim % 4 === 0 && a.K <= 16), [ye, wts, h, g, y], params, [Math.min(a.n, 65535), Math.ceil(a.n / 65535)], rows(y, 0, a.n, a.dim, a.dim));
+  rt.dispatch("addNorm", withSubgroupTotal(ADD_NORM_WGSL(a.dim % 4 === 0 && a.K <= 16), rt.info.subgroupSize), [ye, wts, h, g, y], params, [Math.min(a.n, 65535), Math.ceil(a.n / 65535)], rows(y, 0, a.n, a.dim, a.dim));
 }
 
 /** Interleaved rope in place on x[xOff + t·tokStride + h·headStride ..] for n tokens at POS[t]. */

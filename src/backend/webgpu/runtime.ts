@@ -116,7 +116,7 @@ export interface KernelTuning {
   readonly wideUnroll?: number;
   /** steps of at most this many tokens combine independent kernels into one dispatch (default FUSE_MAX_TOKENS = 4 in gpu-model.ts) */
   readonly fuseTokens?: number;
-  /** rows each subgroup of the wide kernel takes, all their loads issued together (1..4; default 1; plain and pair-major products) */
+  /** rows each subgroup of the wide kernel takes, all their loads issued together (1..4; default 1, 2 from 65536 rows; plain and pair-major products) */
   readonly wideSgRows?: number;
   /** 0: the wide kernel reads x from its buffer instead of staging it in workgroup memory; default 1 (where it fits) */
   readonly wideStage?: number;

@@ -17,6 +17,27 @@ fn total(li: u32, v: f32) -> f32 {
   return r;
 }`;
 
+/**
+ * A 256-thread kernel using WG_TOTAL with its workgroup sum taken by subgroups where the device's subgroup size is
+ * fixed (4..64): one subgroupAdd and two barriers instead of a nine-barrier tree — the one-workgroup-per-token norms
+ * are latency-bound at small batches (on the H200, v2-lite batch 1: RMSNorm 3.8 µs, the MoE combine + RMSNorm 7.1 µs).
+ */
+export function withSubgroupTotal(code: string, sg: number | undefined): string {
+  if (sg === undefined || sg < 4 || sg > 64 || !code.includes(WG_TOTAL)) return code;
+  const bySubgroups = /* wgsl */ `
+var<workgroup> red: array<f32, ${256 / sg}>;
+fn total(li: u32, v: f32) -> f32 {
+  let s = subgroupAdd(v);
+  if (li % ${sg}u == 0u) { red[li / ${sg}u] = s; }
+  workgroupBarrier();
+  var r = 0.0;
+  for (var i = 0u; i < ${256 / sg}u; i++) { r += red[i]; }
+  workgroupBarrier();
+  return r;
+}`;
+  return `enable subgroups;\n${code.replace(WG_TOTAL, bySubgroups)}`;
+}
+
 export const NORM_WGSL = (inplace: boolean, layer: boolean): string => /* wgsl */ `
 struct P { n: u32, dim: u32, xOff: u32, xStride: u32, yOff: u32, yStride: u32, eps: f32, _p: u32 }
 @group(0) @binding(0) var<storage, read_write> X: array<f32>;

@@ -3,7 +3,9 @@
  * Kernel micro-benchmark: each matrix product of a v2-lite decode step (its real shapes and GGUF types, random
  * blocks) dispatched `reps` times back to back in one pass, timed by the pass's GPU timestamps. Per dispatch this
  * is the kernel plus the barrier between dependent dispatches, as in a real step; an empty kernel gives that
- * fixed cost. `node dist/backend/webgpu/kernel-bench.js [--tokens 1,64] [--reps 200] [--tunes "a=1;wide=0"]`.
+ * fixed cost. `node dist/backend/webgpu/kernel-bench.js [--tokens 1,64] [--reps 200] [--tunes "a=1;wide=0"]`. The decode
+ * attention cases (16, 512 and 4096 keys) are one or two dispatches (split keys, then their combine), timed together:
+ * `--tokens 1,4 --tunes "attn=0;attn=1"` compares them with the previous kernels.
  */
 import { pathToFileURL } from "node:url";
 import { GGMLType, typeName } from "../../gguf/types.js";
@@ -11,7 +13,7 @@ import { rowBytes } from "../../quant/index.js";
 import { requestGpuDevice, type GpuDeviceInfo } from "./device.js";
 import { expertListWords, expertLists, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLU } from "./matrix.js";
 import { COPY_WGSL } from "./bench.js";
-import { argmaxRows, argmaxScratchWords } from "./ops.js";
+import { argmaxRows, argmaxScratchWords, attention, attentionScratch, type AttentionArgs } from "./ops.js";
 import { GpuRuntime, type KernelTuning } from "./runtime.js";
 
 const EMPTY_WGSL = /* wgsl */ `
@@ -94,6 +96,36 @@ export function v2LiteCases(rt: GpuRuntime, n: number): KernelCase[] {
     cases.push({ name: `routed down ${typeName(type)} ${Fe}→${Hd}, ${pairs} pairs`, bytes: ed.bytes * (touched / E), run: (r) => matmulGather(r, ed, g, y, idsBuf, { pairs, xDiv: 1, xBatch: Fe, yBatch: Hd, ...(useLists ? { lists } : {}) }) });
   }
   plain("output", GGMLType.Q6_K, Hd, 102400);
+  // absorbed decode attention (16 heads, latent 512 + rope 64) over the latent cache; query i of the step sees the
+  // positions up to its own (causal), the longest `keys`
+  const H = 16;
+  const C = 512;
+  const R = 64;
+  const maxCtx = 4096;
+  const cache = f32((maxCtx + n) * C);
+  const kpe = f32((maxCtx + n) * R);
+  const qAbs = f32(n * H * (C + R));
+  const lo = rt.buffer(n * H * C * 4, "attention out");
+  const scratch = rt.buffer(attentionScratch(n, H, C, maxCtx) * 4, "attention scratch");
+  const sel = rt.upload(new Uint32Array(4));
+  for (const keys of [16, 512, maxCtx]) {
+    const meta = rt.upload(Uint32Array.from({ length: 4 * n }, (_, k) => (k % 4 === 1 ? Math.max(1, keys - n + 1 + Math.floor(k / 4)) : 0)));
+    const args: AttentionArgs = {
+      nq: n,
+      heads: H,
+      d1: C,
+      d2: R,
+      dv: C,
+      scale: 0.07,
+      maxKeys: keys,
+      q: { off: 0, stride: H * (C + R), head: C + R, q2Off: C },
+      k1: { off: 0, stride: C, head: 0 },
+      k2: { off: 0, stride: R },
+      v: { off: 0, stride: C, head: 0 },
+      o: { off: 0, stride: H * C, head: C },
+    };
+    cases.push({ name: `attention ${H} heads, ${keys} keys (${C}+${R})`, bytes: keys * (C + R) * 4, run: (r) => attention(r, { q: qAbs, k1: cache, k2: kpe, v: cache, meta, sel, o: lo, part: scratch }, args) });
+  }
   const chosen = rt.buffer(4 * n, "argmax ids");
   const part = rt.buffer(4 * argmaxScratchWords(n, 102400), "argmax slices");
   cases.push({ name: `argmax of ${n} row(s) of 102400`, bytes: n * 102400 * 4, run: (r) => argmaxRows(r, y, chosen, part, { n, width: 102400 }) });

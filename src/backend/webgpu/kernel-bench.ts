@@ -1,10 +1,13 @@
 /// <reference types="@webgpu/types" />
 /**
  * Kernel micro-benchmark: each matrix product of a v2-lite decode step (its real shapes and GGUF types, random
- * blocks), its routing (and V3's) and the argmax dispatched `reps` times back to back in one pass, timed by the
- * pass's GPU timestamps. Per dispatch this is the kernel plus the barrier between dependent dispatches, as in a real
- * step; an empty kernel gives that fixed cost. `node dist/backend/webgpu/kernel-bench.js [--tokens 1,64] [--reps 200] [--tunes "a=1;wide=0"] [--big]` (--big: also
- * large plain products of each wide-kernel type, for their steady throughput).
+ * blocks), its routing (and V3's), decode attention and the argmax dispatched `reps` times back to back in one pass,
+ * timed by the pass's GPU timestamps. Per dispatch this is the kernel plus the barrier between dependent dispatches,
+ * as in a real step; an empty kernel gives that fixed cost.
+ * `node dist/backend/webgpu/kernel-bench.js [--tokens 1,64] [--reps 200] [--tunes "a=1;wide=0"] [--big]` (--big: also
+ * large plain products of each wide-kernel type, for their steady throughput). The decode attention cases (16, 512
+ * and 4096 keys) are one or two dispatches (split keys, then their combine), timed together: `--tokens 1,4 --tunes
+ * "attn=0;attn=1"` compares them with the previous kernels.
  */
 import { pathToFileURL } from "node:url";
 import { GGMLType, typeName } from "../../gguf/types.js";
@@ -12,7 +15,7 @@ import { rowBytes } from "../../quant/index.js";
 import { requestGpuDevice, type GpuDeviceInfo } from "./device.js";
 import { expertListWords, expertLists, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLU } from "./matrix.js";
 import { COPY_WGSL } from "./bench.js";
-import { argmaxRows, argmaxScratchWords, moeRoute } from "./ops.js";
+import { argmaxRows, argmaxScratchWords, attention, attentionScratch, moeRoute, type AttentionArgs } from "./ops.js";
 import { GpuRuntime, type KernelTuning } from "./runtime.js";
 
 const EMPTY_WGSL = /* wgsl */ `
@@ -106,6 +109,36 @@ export function v2LiteCases(rt: GpuRuntime, n: number, big = false): KernelCase[
   plain("output", GGMLType.Q6_K, Hd, 102400);
   // large plain products of each wide-kernel type: their steady throughput, apart from the launch and ramp of small ones
   if (big) for (const [type, cols] of [[GGMLType.Q4_K, Hd], [GGMLType.Q6_K, Fs], [GGMLType.Q5_0, Fe], [GGMLType.Q8_0, Fe]] as const) plain("large", type, cols, 32768);
+  // absorbed decode attention (16 heads, latent 512 + rope 64) over the latent cache; query i of the step sees the
+  // positions up to its own (causal), the longest `keys`
+  const H = 16;
+  const C = 512;
+  const R = 64;
+  const maxCtx = 4096;
+  const cache = f32((maxCtx + n) * C);
+  const kpe = f32((maxCtx + n) * R);
+  const qAbs = f32(n * H * (C + R));
+  const lo = rt.buffer(n * H * C * 4, "attention out");
+  const scratch = rt.buffer(attentionScratch(n, H, C, maxCtx) * 4, "attention scratch");
+  const sel = rt.upload(new Uint32Array(4));
+  for (const keys of [16, 512, maxCtx]) {
+    const meta = rt.upload(Uint32Array.from({ length: 4 * n }, (_, k) => (k % 4 === 1 ? Math.max(1, keys - n + 1 + Math.floor(k / 4)) : 0)));
+    const args: AttentionArgs = {
+      nq: n,
+      heads: H,
+      d1: C,
+      d2: R,
+      dv: C,
+      scale: 0.07,
+      maxKeys: keys,
+      q: { off: 0, stride: H * (C + R), head: C + R, q2Off: C },
+      k1: { off: 0, stride: C, head: 0 },
+      k2: { off: 0, stride: R },
+      v: { off: 0, stride: C, head: 0 },
+      o: { off: 0, stride: H * C, head: C },
+    };
+    cases.push({ name: `attention ${H} heads, ${keys} keys (${C}+${R})`, bytes: keys * (C + R) * 4, run: (r) => attention(r, { q: qAbs, k1: cache, k2: kpe, v: cache, meta, sel, o: lo, part: scratch }, args) });
+  }
   const chosen = rt.buffer(4 * n, "argmax ids");
   const part = rt.buffer(4 * argmaxScratchWords(n, 102400), "argmax slices");
   cases.push({ name: `argmax of ${n} row(s) of 102400`, bytes: n * 102400 * 4, run: (r) => argmaxRows(r, y, chosen, part, { n, width: 102400 }) });

@@ -30,6 +30,7 @@ import {
   TOPK_WGSL,
 } from "./wgsl-ops.js";
 import { routeGrid, routeShape, routeWGSL } from "./wgsl-route.js";
+import { ATTN_WIDE_COMBINE_WGSL, ATTN_WIDE_PARAMS, attnWideBytes, attnWidePlan, attnWideScratch, attnWideWGSL } from "./wgsl-attn.js";
 
 function rows(buffer: GPUBuffer, off: number, n: number, stride: number, width: number): OutRange[] {
   if (n === 0 || width === 0) return [];
@@ -240,13 +241,18 @@ export interface AttentionArgs {
   readonly pageSize?: number;
 }
 
+type AttentionBuffers = { q: GPUBuffer; k1: GPUBuffer; k2: GPUBuffer; v: GPUBuffer; meta: GPUBuffer; sel: GPUBuffer; o: GPUBuffer; part: GPUBuffer | undefined };
+
 /**
- * Flash-style attention split over key chunks of 256 (FlashMLA's split-KV for long contexts): absorbed MLA decode
- * (q1 = q_abs, K1 = V = latent c, K2 = k_pe, head strides 0) or prefill MHA (K1 = k_nope, V = v per head).
- * `part` is scratch of at least attentionScratch() floats when the keys span more than one chunk.
+ * Flash-style attention: absorbed MLA decode (q1 = q_abs, K1 = V = latent c, K2 = k_pe, head strides 0) or prefill MHA
+ * (K1 = k_nope, V = v per head). Decode of 1–4 queries takes the wide kernel (wgsl-attn.ts; tune.attn = 0 turns it
+ * off), everything else one workgroup per (key chunk of 256, head, query) with a combine pass over the chunks
+ * (FlashMLA's split-KV). `part` is scratch of at least attentionScratch() floats when the keys span more than one chunk.
+ * A query without keys gets zeros from the wide kernel (NaN from the others).
  */
-export function attention(rt: GpuRuntime, bufs: { q: GPUBuffer; k1: GPUBuffer; k2: GPUBuffer; v: GPUBuffer; meta: GPUBuffer; sel: GPUBuffer; o: GPUBuffer; part: GPUBuffer | undefined }, a: AttentionArgs): void {
+export function attention(rt: GpuRuntime, bufs: AttentionBuffers, a: AttentionArgs): void {
   if (a.d1 + a.d2 > ATTN_QMAX) throw new LatentError(`attention: query width ${a.d1 + a.d2} exceeds ${ATTN_QMAX}`);
+  if (attentionWide(rt, bufs, a)) return;
   const chunks = Math.max(1, Math.ceil(a.maxKeys / ATTN_CHUNK));
   const p: AttnParams = {
     nq: a.nq,
@@ -284,15 +290,60 @@ export function attention(rt: GpuRuntime, bufs: { q: GPUBuffer; k1: GPUBuffer; k
     return;
   }
   const part = bufs.part;
-  const need = attentionScratch(a.nq, a.heads, a.dv, a.maxKeys);
+  const need = a.nq * a.heads * chunks * (a.dv + 2);
   if (part === undefined || part.size < need * 4) throw new LatentError(`attention over ${a.maxKeys} keys needs ${need} floats of scratch`);
   rt.dispatch("attention split", kernel(true), [bufs.q, bufs.k1, bufs.k2, bufs.v, bufs.meta, bufs.sel, part], params, [chunks, a.heads, a.nq], [{ buffer: part, offset: 0, size: need * 4 }]);
   rt.dispatch("attention combine", ATTN_COMBINE_WGSL, [part, bufs.o], params, [1, a.heads, a.nq], outs);
 }
 
-/** Floats of split-attention scratch. */
+/** The wide decode kernel where it applies (false: nothing dispatched). */
+function attentionWide(rt: GpuRuntime, bufs: AttentionBuffers, a: AttentionArgs): boolean {
+  const sg = rt.info.subgroupSize;
+  // the latent is both K1 and V: one read of a key row serves the scores and the weighted sum of every head
+  const latent = a.k1.head === 0 && a.v.head === 0 && bufs.k1 === bufs.v && a.k1.off === a.v.off && a.k1.stride === a.v.stride && a.dv === a.d1 && a.d2 >= 1;
+  if (rt.tune.attn === 0 || !latent || sg === undefined) return false;
+  const plan = attnWidePlan(rt.tune, sg, a.nq, a.heads, a.maxKeys);
+  if (plan === undefined || attnWideBytes(a.d1, a.d2, sg, plan) > rt.info.limits.maxComputeWorkgroupStorageSize) return false;
+  const p: Record<(typeof ATTN_WIDE_PARAMS)[number], number> = {
+    nq: a.nq,
+    heads: a.heads,
+    dv: a.dv,
+    qOff: a.q.off,
+    qStride: a.q.stride,
+    qHead: a.q.head,
+    q2Off: a.q.q2Off,
+    k1Off: a.k1.off,
+    k1Stride: a.k1.stride,
+    k2Off: a.k2.off,
+    k2Stride: a.k2.stride,
+    oOff: a.o.off,
+    oStride: a.o.stride,
+    oHead: a.o.head,
+    splits: plan.splits,
+    splitKeys: plan.splitKeys,
+    scale: f32bits(a.scale),
+    pageSize: a.pageSize ?? 0,
+  };
+  const params = Uint32Array.from(ATTN_WIDE_PARAMS.map((k) => p[k]));
+  const outs: OutRange[] = [];
+  for (let i = 0; i < a.nq; i++) outs.push(...rows(bufs.o, a.o.off + i * a.o.stride, a.heads, a.o.head, a.dv));
+  const grid: [number, number, number] = [plan.splits, Math.ceil(a.heads / plan.group), a.nq];
+  const inputs = [bufs.q, bufs.k1, bufs.k2, bufs.meta, bufs.sel];
+  if (plan.splits === 1) {
+    rt.dispatch("attention wide", attnWideWGSL(a.d1, a.d2, sg, plan, false), [...inputs, bufs.o], params, grid, outs);
+    return true;
+  }
+  const need = a.nq * a.heads * plan.splits * (a.dv + 2);
+  const part = bufs.part;
+  if (part === undefined || part.size < need * 4) throw new LatentError(`attention over ${a.maxKeys} keys needs ${need} floats of scratch`);
+  rt.dispatch("attention wide split", attnWideWGSL(a.d1, a.d2, sg, plan, true), [...inputs, part], params, grid, [{ buffer: part, offset: 0, size: need * 4 }]);
+  rt.dispatch("attention wide combine", ATTN_WIDE_COMBINE_WGSL, [part, bufs.meta, bufs.o], params, [Math.ceil(a.dv / 128), a.heads, a.nq], outs);
+  return true;
+}
+
+/** Floats of split-attention scratch (for either kernel). */
 export function attentionScratch(nq: number, heads: number, dv: number, maxKeys: number): number {
-  return nq * heads * Math.max(1, Math.ceil(maxKeys / ATTN_CHUNK)) * (dv + 2);
+  return Math.max(nq * heads * Math.max(1, Math.ceil(maxKeys / ATTN_CHUNK)) * (dv + 2), attnWideScratch(nq, heads, dv, maxKeys));
 }
 
 export interface RouteArgs {

@@ -124,6 +124,20 @@ export interface KernelTuning {
   readonly wideLists?: number;
   /** MoE routing kernel: 1 (default) one subgroup per token where the subgroup size is fixed (wgsl-route.ts), 0 the 256-thread workgroup per token (ROUTE_WGSL) */
   readonly route?: number;
+  /**
+   * absorbed-MLA attention of 1–4 queries (K1 = V = the latent, head strides 0) on the wide kernel (wgsl-attn.ts: a
+   * workgroup per head group reading each key once for its heads, keys split over workgroups only in long contexts):
+   * 1 (default) on, 0 the previous kernels everywhere
+   */
+  readonly attn?: number;
+  /** heads per workgroup of the wide attention kernel (1..8; default 4) */
+  readonly attnHeads?: number;
+  /** keys per tile of the wide attention kernel (rounded to a multiple of the subgroups per workgroup, 1..8 keys per subgroup; default 32) */
+  readonly attnTile?: number;
+  /** wide attention: steps whose keys (counted in whole ATTN_CHUNKs of 256) exceed this are split over workgroups, a second dispatch combining the splits (default 256) */
+  readonly attnSplitFrom?: number;
+  /** wide attention: workgroups a split grid aims for (default 128, about the H200's 132 SMs) */
+  readonly attnWgs?: number;
 }
 
 /** A recorded run of dispatches (see GpuRuntime.record) that replay() encodes again without rebuilding anything. */

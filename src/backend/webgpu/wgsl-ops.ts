@@ -197,7 +197,7 @@ export const ATTN_PARAMS = [
  * Row of key u of a query whose META base is `base`: contiguous rows (base + u), or — with pages (p.pageSize > 0) —
  * through the query's page table, stored in SEL from `base` on (SEL[base + u / P] is the page of u).
  */
-const KEY_ROW_FN = /* wgsl */ `
+export const KEY_ROW_FN = /* wgsl */ `
 fn keyRow(base: u32, u: u32) -> u32 {
   if (p.pageSize == 0u) { return base + u; }
   return SEL[base + u / p.pageSize] * p.pageSize + u % p.pageSize;

@@ -1,0 +1,286 @@
+// The wide absorbed-MLA decode attention (wgsl-attn.ts) against a float64 reference and against the previous kernels
+// (tune.attn = 0) on fresh random inputs: key counts 0..2100 (one dispatch and split), 1–128 heads, 1, 2 and 4 queries
+// with their own key counts, contiguous and paged caches, DSA key selection, odd latent widths, the tuning knobs; and
+// that the kernel is chosen where it applies and nowhere else.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { attention, attentionScratch, type AttentionArgs } from "../../../src/backend/webgpu/ops.js";
+import { GpuRuntime, type KernelTuning, type OutRange, type RuntimeOptions } from "../../../src/backend/webgpu/runtime.js";
+import { attnWidePlan } from "../../../src/backend/webgpu/wgsl-attn.js";
+import { f32, gpuOrSkip, record, relErr, Rng, u32 } from "./helpers.js";
+
+const { rt, skip: noGpu } = await gpuOrSkip();
+const skip = noGpu !== false ? noGpu : rt!.info.subgroupSize === undefined ? "the adapter has no fixed subgroup size (the wide kernel needs one)" : false;
+const TOL = 1e-4;
+
+/** A runtime that records the labels of its dispatches. */
+class Spy extends GpuRuntime {
+  labels: string[] = [];
+  override dispatch(label: string, code: string, buffers: readonly GPUBuffer[], params: Uint32Array, groups: readonly [number, number?, number?], outputs: readonly OutRange[] = []): void {
+    this.labels.push(label);
+    super.dispatch(label, code, buffers, params, groups, outputs);
+  }
+}
+
+function runtime(tune: KernelTuning = {}, opts: RuntimeOptions = {}): Spy {
+  return new Spy(rt!.info, { checkWrites: true, tune, ...opts });
+}
+
+interface Case {
+  readonly heads: number;
+  /** positions each query may attend to (its causal key count); 0 allowed */
+  readonly keys: readonly number[];
+  readonly d1?: number;
+  readonly d2?: number;
+  /** page size of a paged cache (page tables in SEL) */
+  readonly paged?: number;
+  /** DSA: each query attends to this many of its positions, listed in SEL */
+  readonly sel?: number;
+  /** queries share one sequence's rows (causal decode) instead of a slot each */
+  readonly shared?: boolean;
+}
+
+interface Inputs {
+  readonly c: Float32Array;
+  readonly kpe: Float32Array;
+  readonly q: Float32Array;
+  readonly meta: Uint32Array;
+  readonly sel: Uint32Array;
+  readonly args: AttentionArgs;
+  /** cache rows each query attends to, in its key order */
+  readonly rows: readonly (readonly number[])[];
+}
+
+const Q_OFF = 8;
+const O_OFF = 4;
+
+function build(rng: Rng, k: Case): Inputs {
+  const { heads: H, keys } = k;
+  const d1 = k.d1 ?? 512;
+  const d2 = k.d2 ?? 64;
+  const nq = keys.length;
+  const maxT = Math.max(1, ...keys);
+  const selWords: number[] = [];
+  const meta: number[] = [];
+  const rows: number[][] = [];
+  let cacheRows: number;
+  // where each query's positions live: a row per position
+  const rowOf: ((u: number) => number)[] = [];
+  if (k.paged !== undefined) {
+    const P = k.paged;
+    const pagesPer = Math.ceil(maxT / P);
+    const pool = pagesPer * nq + 3;
+    cacheRows = pool * P;
+    for (let i = 0; i < nq; i++) {
+      // a random table over the shared pool (queries of one sequence share theirs)
+      const table = k.shared === true && i > 0 ? selWords.slice(meta[0]!, meta[0]! + pagesPer) : shuffle(rng, Array.from({ length: pool }, (_, p) => p)).slice(0, pagesPer);
+      const at = selWords.length;
+      selWords.push(...table);
+      meta.push(at, 0, 0, 0);
+      rowOf.push((u) => table[Math.floor(u / P)]! * P + (u % P));
+    }
+  } else {
+    const slot = maxT + 3;
+    cacheRows = slot * nq;
+    for (let i = 0; i < nq; i++) {
+      const base = k.shared === true ? 0 : ((i * 5) % nq) * slot;
+      meta.push(base, 0, 0, 0);
+      rowOf.push((u) => base + u);
+    }
+  }
+  for (let i = 0; i < nq; i++) {
+    let positions = Array.from({ length: keys[i]! }, (_, u) => u);
+    if (k.sel !== undefined && keys[i]! > 0) {
+      positions = shuffle(rng, positions).slice(0, Math.min(k.sel, keys[i]!));
+      // DSA lists are ascending; one query in reverse order, which the kernel must not care about
+      positions.sort((a, b) => (i === 1 ? b - a : a - b));
+      meta[4 * i + 2] = selWords.length;
+      meta[4 * i + 3] = 1;
+      selWords.push(...positions);
+    }
+    meta[4 * i + 1] = positions.length;
+    rows.push(positions.map(rowOf[i]!));
+  }
+  const qStride = H * (d1 + d2) + 3;
+  const args: AttentionArgs = {
+    nq,
+    heads: H,
+    d1,
+    d2,
+    dv: d1,
+    scale: 1 / Math.sqrt(192),
+    maxKeys: maxT,
+    q: { off: Q_OFF, stride: qStride, head: d1 + d2, q2Off: d1 },
+    k1: { off: 0, stride: d1, head: 0 },
+    k2: { off: 0, stride: d2 },
+    v: { off: 0, stride: d1, head: 0 },
+    o: { off: O_OFF, stride: H * d1 + 5, head: d1 },
+    pageSize: k.paged ?? 0,
+  };
+  return {
+    c: rng.f32(cacheRows * d1),
+    kpe: rng.f32(cacheRows * d2),
+    q: rng.f32(Q_OFF + nq * qStride),
+    meta: Uint32Array.from(meta),
+    sel: Uint32Array.from(selWords.length > 0 ? selWords : [0]),
+    args,
+    rows,
+  };
+}
+
+function shuffle(rng: Rng, a: number[]): number[] {
+  for (let i = a.length - 1; i > 0; i--) {
+    const j = rng.int(0, i + 1);
+    [a[i], a[j]] = [a[j]!, a[i]!];
+  }
+  return a;
+}
+
+/** float64 attention: [nq × heads × d1] (a query without keys gives zeros) */
+function reference(x: Inputs): Float64Array {
+  const { nq, heads: H, d1, d2, scale } = x.args;
+  const out = new Float64Array(nq * H * d1);
+  for (let i = 0; i < nq; i++) {
+    const rows = x.rows[i]!;
+    for (let h = 0; h < H; h++) {
+      const qo = Q_OFF + i * x.args.q.stride + h * (d1 + d2);
+      const s = rows.map((r) => {
+        let d = 0;
+        for (let e = 0; e < d1; e++) d += x.q[qo + e]! * x.c[r * d1 + e]!;
+        for (let e = 0; e < d2; e++) d += x.q[qo + d1 + e]! * x.kpe[r * d2 + e]!;
+        return d * scale;
+      });
+      const m = Math.max(...s);
+      const p = s.map((v) => Math.exp(v - m));
+      const l = p.reduce((a, b) => a + b, 0);
+      const o = (i * H + h) * d1;
+      rows.forEach((r, j) => {
+        for (let e = 0; e < d1; e++) out[o + e]! += (p[j]! / l) * x.c[r * d1 + e]!;
+      });
+    }
+  }
+  return out;
+}
+
+/** Run attention() on `r` and read back [nq × heads × d1]. */
+async function run(r: GpuRuntime, x: Inputs): Promise<Float32Array> {
+  const a = x.args;
+  const q = f32(r, x.q);
+  const c = f32(r, x.c);
+  const part = r.buffer(attentionScratch(a.nq, a.heads, a.dv, a.maxKeys) * 4);
+  const o = r.buffer((O_OFF + a.nq * a.o.stride) * 4);
+  attention(r, { q, k1: c, k2: f32(r, x.kpe), v: c, meta: u32(r, x.meta), sel: u32(r, x.sel), o, part }, a);
+  const all = await r.readF32(o);
+  const out = new Float32Array(a.nq * a.heads * a.d1);
+  for (let i = 0; i < a.nq; i++) for (let h = 0; h < a.heads; h++) out.set(all.subarray(O_OFF + i * a.o.stride + h * a.d1, O_OFF + i * a.o.stride + (h + 1) * a.d1), (i * a.heads + h) * a.d1);
+  for (const b of [q, c, part, o]) b.destroy();
+  return out;
+}
+
+/** Only the queries that have keys (the previous kernels give NaN for an empty list). */
+function withKeys(x: Inputs, v: ArrayLike<number>): number[] {
+  const { heads: H, d1 } = x.args;
+  return x.rows.flatMap((rows, i) => (rows.length === 0 ? [] : Array.from({ length: H * d1 }, (_, e) => v[i * H * d1 + e]!)));
+}
+
+/** The new kernel (with `tune`), checked against the reference and the previous kernels; returns its dispatch labels. */
+async function check(name: string, k: Case, tune: KernelTuning = {}, seed = 1): Promise<string[]> {
+  const x = build(new Rng(seed), k);
+  const want = reference(x);
+  const r = runtime(tune);
+  const got = await run(r, x);
+  const err = record(`attn wide ${name}`, relErr(got, want));
+  assert.ok(err <= TOL, `${name}: error ${err.toExponential(2)} against the float64 reference`);
+  const old = await run(runtime({ attn: 0 }), x);
+  const errOld = relErr(withKeys(x, got), withKeys(x, old));
+  assert.ok(errOld <= TOL, `${name}: differs from the previous kernels by ${errOld.toExponential(2)}`);
+  return r.labels;
+}
+
+const ONE = ["attention wide"];
+const SPLIT = ["attention wide split", "attention wide combine"];
+
+test("wide attention, 16 heads, one query: every key count, one dispatch up to 256 keys and split above", { skip }, async () => {
+  for (const n of [1, 2, 17, 255, 256]) assert.deepEqual(await check(`16 heads, ${n} keys`, { heads: 16, keys: [n] }, {}, n), ONE, `${n} keys`);
+  for (const n of [257, 600, 2100]) assert.deepEqual(await check(`16 heads, ${n} keys`, { heads: 16, keys: [n] }, {}, n), SPLIT, `${n} keys`);
+});
+
+test("wide attention, several queries with their own key counts (causal), contiguous and paged", { skip }, async () => {
+  await check("2 queries, causal 16/17", { heads: 16, keys: [16, 17], shared: true });
+  await check("4 queries, causal 254..257", { heads: 16, keys: [254, 255, 256, 257], shared: true }, {}, 2);
+  await check("4 queries, slots 600/1/257/2100", { heads: 3, keys: [600, 1, 257, 2100] }, {}, 3);
+  await check("2 queries, paged 16, causal 599/600", { heads: 16, keys: [599, 600], paged: 16, shared: true }, {}, 4);
+  await check("4 queries, paged 5, 2/17/255/256", { heads: 16, keys: [2, 17, 255, 256], paged: 5 }, {}, 5);
+  await check("1 query, paged 64, 2100 keys", { heads: 16, keys: [2100], paged: 64 }, {}, 6);
+});
+
+test("wide attention, 1, 3 and 128 heads (head groups with padded heads)", { skip }, async () => {
+  await check("1 head, 17 keys", { heads: 1, keys: [17] }, {}, 7);
+  await check("1 head, 2 queries, 600 keys", { heads: 1, keys: [600, 257] }, {}, 8);
+  await check("3 heads, 256 keys", { heads: 3, keys: [256] }, {}, 9);
+  await check("128 heads, 257 keys", { heads: 128, keys: [257] }, {}, 10);
+  await check("128 heads, 4 queries, 1..2100 keys, paged", { heads: 128, keys: [1, 2, 600, 2100], paged: 16 }, {}, 11);
+});
+
+test("wide attention with DSA key selection (contiguous and paged)", { skip }, async () => {
+  await check("DSA 16 of 17", { heads: 16, keys: [17], sel: 16 }, {}, 12);
+  await check("DSA 2 queries, 64 of 600 / 2100", { heads: 16, keys: [600, 2100], sel: 64 }, {}, 13);
+  await check("DSA 4 queries, 300 of 1/255/600/2100 (dense where fewer), paged 16", { heads: 16, keys: [1, 255, 600, 2100], sel: 300, paged: 16 }, {}, 14);
+  await check("DSA 128 heads, 2 queries, 256 of 257 / 2100, paged 7", { heads: 128, keys: [257, 2100], sel: 256, paged: 7 }, {}, 15);
+});
+
+test("wide attention: a query without keys gives zeros, the others are unaffected", { skip }, async () => {
+  for (const keys of [[0], [0, 17], [600, 0]]) {
+    const x = build(new Rng(16), { heads: 16, keys });
+    const got = await run(runtime(), x);
+    assert.ok(relErr(got, reference(x)) <= TOL, `keys ${keys.join("/")}`);
+    keys.forEach((n, i) => {
+      if (n === 0) assert.ok(got.subarray(i * 16 * 512, (i + 1) * 16 * 512).every((v) => v === 0), `query ${i} (no keys) is all zeros`);
+    });
+  }
+});
+
+test("wide attention: odd latent widths (not multiples of the subgroup or the workgroup)", { skip }, async () => {
+  await check("d1 100, d2 10, 3 heads, 2 queries", { heads: 3, keys: [17, 300], d1: 100, d2: 10 }, {}, 17);
+  await check("d1 96, d2 6, 16 heads, paged 5, 600 keys", { heads: 16, keys: [600], d1: 96, d2: 6, paged: 5 }, {}, 18);
+  await check("d1 300, d2 1, 5 heads, 257 keys", { heads: 5, keys: [257, 3], d1: 300, d2: 1 }, {}, 19);
+});
+
+test("wide attention: the tuning knobs (heads per workgroup, tile, split threshold, grid size)", { skip }, async () => {
+  const sg = rt!.info.subgroupSize!;
+  const k: Case = { heads: 16, keys: [255, 600, 2100, 1], paged: 16 };
+  // tiles of 2, 3 and 4 keys per subgroup, whatever the subgroup size, and of 1
+  for (const tile of [(2 * 256) / sg, (3 * 256) / sg, (4 * 256) / sg, 1]) await check(`tile ${tile}`, k, { attnTile: tile }, 20);
+  for (const attnHeads of [1, 3, 8]) await check(`${attnHeads} heads per workgroup`, k, { attnHeads }, 21);
+  // always split (even 17 keys), never split below the row limit (2100 keys still take two splits), few workgroups
+  assert.deepEqual(await check("always split", { heads: 16, keys: [17] }, { attnSplitFrom: 0 }, 22), SPLIT);
+  assert.deepEqual(await check("split from 4096, 600 keys", { heads: 16, keys: [600, 1] }, { attnSplitFrom: 4096 }, 23), ONE);
+  assert.deepEqual(await check("split from 4096, 2100 keys", { heads: 16, keys: [2100] }, { attnSplitFrom: 4096 }, 24), SPLIT);
+  await check("8 workgroups", k, { attnWgs: 8 }, 25);
+});
+
+test("the wide kernel applies to latent decode of 1–4 queries with a fixed subgroup size, and not otherwise", { skip }, async () => {
+  const x = build(new Rng(26), { heads: 4, keys: [17] });
+  const labels = async (r: Spy, edit: (a: AttentionArgs) => AttentionArgs, v?: "own"): Promise<string[]> => {
+    const a = edit(x.args);
+    const c = f32(r, x.c);
+    const o = r.buffer((O_OFF + a.nq * a.o.stride) * 4);
+    const part = r.buffer(attentionScratch(a.nq, a.heads, a.dv, a.maxKeys) * 4);
+    attention(r, { q: f32(r, x.q), k1: c, k2: f32(r, x.kpe), v: v === "own" ? f32(r, x.c) : c, meta: u32(r, [0, 17, 0, 0, 0, 17, 0, 0, 0, 17, 0, 0, 0, 17, 0, 0, 0, 17, 0, 0]), sel: u32(r, x.sel), o, part }, a);
+    await r.sync();
+    return r.labels;
+  };
+  assert.deepEqual(await labels(runtime(), (a) => a), ONE);
+  assert.deepEqual(await labels(runtime(), (a) => ({ ...a, nq: 4, q: { ...a.q, stride: 0 } })), ONE);
+  assert.deepEqual(await labels(runtime(), (a) => ({ ...a, nq: 5, q: { ...a.q, stride: 0 } })), ["attention"]);
+  assert.deepEqual(await labels(runtime({ attn: 0 }), (a) => a), ["attention"]);
+  // V not the latent itself, per-head K1 (prefill MHA), V narrower than K1
+  assert.deepEqual(await labels(runtime(), (a) => a, "own"), ["attention"]);
+  assert.deepEqual(await labels(runtime(), (a) => ({ ...a, k1: { ...a.k1, head: 8 } })), ["attention"]);
+  assert.deepEqual(await labels(runtime(), (a) => ({ ...a, dv: 256, v: a.v })), ["attention"]);
+  // without a fixed subgroup size
+  assert.deepEqual(await labels(new Spy({ ...rt!.info, subgroupSize: undefined }, { checkWrites: true }), (a) => a), ["attention"]);
+  // the plan depends on maxKeys only through its chunks of 256 (recorded steps replay it as the key count grows)
+  const sg = rt!.info.subgroupSize!;
+  for (const [lo, hi] of [[1, 256], [257, 512], [3841, 4096]] as const) assert.deepEqual(attnWidePlan({}, sg, 1, 16, lo), attnWidePlan({}, sg, 1, 16, hi));
+});

@@ -2,8 +2,9 @@
 /**
  * WebGPU benchmark of the fused pipeline on a GGUF model: copy bandwidth (the roofline), prefill tok/s for a
  * 512-token prompt, decode tok/s at batch 1 / 8 / 64, fraction of the bandwidth roofline, dispatches and host
- * encoding time per step. `node dist/backend/webgpu/bench.js MODEL.gguf [--json OUT.json]`, or through
- * `npm run bench -- webgpu` with LATENT_BENCH_MODEL set.
+ * encoding time per step. `node dist/backend/webgpu/bench.js MODEL.gguf [--json OUT.json] [--decode-context N]` (each
+ * slot holds N tokens before its decode steps, default 16), or through `npm run bench -- webgpu` with
+ * LATENT_BENCH_MODEL set.
  */
 import { writeFileSync } from "node:fs";
 import { pathToFileURL } from "node:url";
@@ -61,11 +62,13 @@ function median(xs: number[]): number {
   return s[Math.floor(s.length / 2)]!;
 }
 
-export async function runWebGpuBench(path: string, opts: { dawnFlags?: string[]; batches?: number[]; promptLen?: number; decodeSteps?: number; log?: (s: string) => void; matvec?: RuntimeOptions["matvec"]; profile?: boolean; tune?: KernelTuning; kernels?: boolean } = {}): Promise<WebGpuBenchResult[]> {
+export async function runWebGpuBench(path: string, opts: { dawnFlags?: string[]; batches?: number[]; promptLen?: number; decodeSteps?: number; decodeContext?: number; log?: (s: string) => void; matvec?: RuntimeOptions["matvec"]; profile?: boolean; tune?: KernelTuning; kernels?: boolean } = {}): Promise<WebGpuBenchResult[]> {
   const log = opts.log ?? ((s: string) => console.log(s));
   const batches = opts.batches ?? [1, 8, 64];
   const promptLen = opts.promptLen ?? 512;
   const steps = opts.decodeSteps ?? 16;
+  // tokens each slot holds before its decode steps (the keys its attention starts from)
+  const ctx0 = opts.decodeContext ?? 16;
   const info = await requestGpuDevice(opts.dawnFlags !== undefined ? { dawnFlags: opts.dawnFlags } : {});
   const timing = opts.profile !== true && info.features.has("timestamp-query");
   const rt = new GpuRuntime(info, { ...(opts.matvec !== undefined ? { matvec: opts.matvec } : {}), profile: opts.profile === true, passTiming: timing, ...(opts.tune !== undefined ? { tune: opts.tune } : {}) });
@@ -89,7 +92,7 @@ export async function runWebGpuBench(path: string, opts: { dawnFlags?: string[];
   const { model, config: c } = loadModel(path);
   log(`loaded ${path} in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
   const maxB = Math.max(...batches);
-  const context = Math.max(promptLen, 16 + 2 * steps + 4) + 8;
+  const context = Math.max(promptLen, ctx0 + 2 * steps + 4) + 8;
   t0 = performance.now();
   const g = new GpuModel(rt, model, { slots: Math.max(maxB, 1), context, maxTokens: Math.max(promptLen, maxB) });
   await rt.sync();
@@ -133,8 +136,7 @@ export async function runWebGpuBench(path: string, opts: { dawnFlags?: string[];
 
   for (const B of batches) {
     // every slot holds a short prompt; then `steps` decode steps of B tokens
-    const ctx0 = 16;
-    for (let s = 0; s < B; s++) await g.prefill(s, prompt.slice(s, s + ctx0));
+    for (let s = 0; s < B; s++) await g.prefill(s, Array.from({ length: ctx0 }, (_, i) => tok(s + i)));
     let pos = ctx0;
     const stepTokens = (): StepToken[] => Array.from({ length: B }, (_, s) => ({ token: tok(pos * 31 + s), slot: s, pos, logits: true }));
     await g.step(stepTokens()); // warm-up
@@ -168,7 +170,7 @@ export async function runWebGpuBench(path: string, opts: { dawnFlags?: string[];
       unit: "tok/s",
       extra: { step_ms: s * 1000, roofline_tok_s: roofTps, roofline_fraction: frac, dispatches_per_step: dispatches, encode_ms_per_step: median(enc), gpu_ms_per_step: gpuStep, weight_bytes_per_step: bytesPerStep(B) },
     });
-    log(`decode batch ${B}: ${tps.toFixed(1)} tok/s (step ${(s * 1000).toFixed(2)} ms; roofline ${roofTps.toFixed(0)} tok/s → ${(frac * 100).toFixed(1)}%; ${dispatches} dispatches/step; host encoding ${median(enc).toFixed(2)} ms/step; GPU ${gpuStep.toFixed(2)} ms/step; replayed steps ${g.replayStats.replayed})`);
+    log(`decode batch ${B}${ctx0 !== 16 ? ` from ${ctx0} keys` : ""}: ${tps.toFixed(1)} tok/s (step ${(s * 1000).toFixed(2)} ms; roofline ${roofTps.toFixed(0)} tok/s → ${(frac * 100).toFixed(1)}%; ${dispatches} dispatches/step; host encoding ${median(enc).toFixed(2)} ms/step; GPU ${gpuStep.toFixed(2)} ms/step; replayed steps ${g.replayStats.replayed})`);
     // the same decode with greedy sampling on the GPU: steps chained there (argmax → next ids), the host encoding step
     // s+1 while the GPU runs step s, and the chosen tokens read back once at the end
     await g.decodeGreedy(Array.from({ length: B }, (_, s) => ({ token: tok(s), slot: s, pos })), 2); // warm-up: records the greedy step
@@ -263,7 +265,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   // --tune expertTn=8,expertTpr=32,expertsFrom=0.5,tiled=0,tiledRows=32,tiledTokens=16,tiledK=64,tiledThreads=128,tiledFill=0
   const tune = args.includes("--tune") ? (Object.fromEntries(args[args.indexOf("--tune") + 1]!.split(",").map((kv) => [kv.split("=")[0]!, Number(kv.split("=")[1])])) as KernelTuning) : undefined;
   if (tune !== undefined) console.log(`tuning: ${JSON.stringify(tune)}`);
-  const results = await runWebGpuBench(path!, { ...(args.includes("--dawn") ? { dawnFlags: args[args.indexOf("--dawn") + 1]!.split(" ") } : {}), ...(tune !== undefined ? { tune } : {}), batches, promptLen: num("--prompt"), decodeSteps: num("--steps"), profile: args.includes("--profile"), kernels: args.includes("--kernels"), ...(args.includes("--matvec") ? { matvec: args[args.indexOf("--matvec") + 1] as RuntimeOptions["matvec"] } : {}) });
+  const results = await runWebGpuBench(path!, { ...(args.includes("--dawn") ? { dawnFlags: args[args.indexOf("--dawn") + 1]!.split(" ") } : {}), ...(tune !== undefined ? { tune } : {}), batches, promptLen: num("--prompt"), decodeSteps: num("--steps"), decodeContext: num("--decode-context"), profile: args.includes("--profile"), kernels: args.includes("--kernels"), ...(args.includes("--matvec") ? { matvec: args[args.indexOf("--matvec") + 1] as RuntimeOptions["matvec"] } : {}) });
   console.log("\nresult | value | unit");
   for (const r of results) console.log(`${r.name} | ${r.value.toFixed(1)} | ${r.unit}${r.extra ? " | " + Object.entries(r.extra).map(([k, v]) => `${k}=${typeof v === "number" ? v.toPrecision(4) : v}`).join(" ") : ""}`);
   if (json !== undefined) writeFileSync(json, JSON.stringify({ date: new Date().toISOString(), model: path, results }, null, 2) + "\n");

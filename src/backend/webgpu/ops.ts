@@ -245,8 +245,9 @@ type AttentionBuffers = { q: GPUBuffer; k1: GPUBuffer; k2: GPUBuffer; v: GPUBuff
 
 /**
  * Flash-style attention: absorbed MLA decode (q1 = q_abs, K1 = V = latent c, K2 = k_pe, head strides 0) or prefill MHA
- * (K1 = k_nope, V = v per head). With tune.attn = 1, decode of 1–4 queries takes the wide kernel (wgsl-attn.ts);
- * otherwise one workgroup per (key chunk of 256, head, query) with a combine pass over the chunks
+ * (K1 = k_nope, V = v per head). Decode of 1–4 queries over more than one chunk of 256 keys takes the wide kernel
+ * (wgsl-attn.ts; tune.attn = 1 at every key count, 0 never); otherwise one workgroup per (key chunk of 256, head, query)
+ * with a combine pass over the chunks
  * (FlashMLA's split-KV). `part` is scratch of at least attentionScratch() floats when the keys span more than one chunk.
  * A query without keys gets zeros from the wide kernel (NaN from the others).
  */
@@ -301,10 +302,11 @@ function attentionWide(rt: GpuRuntime, bufs: AttentionBuffers, a: AttentionArgs)
   const sg = rt.info.subgroupSize;
   // the latent is both K1 and V: one read of a key row serves the scores and the weighted sum of every head
   const latent = a.k1.head === 0 && a.v.head === 0 && bufs.k1 === bufs.v && a.k1.off === a.v.off && a.k1.stride === a.v.stride && a.dv === a.d1 && a.d2 >= 1;
-  // opt-in: alone it is faster (H200, 16 heads, 512 keys 65.5 → 16.4 µs, 4096 keys 95.7 → 34.1), but in the whole
-  // v2-lite batch-1 step at ~530 keys it cost more GPU time (3.43 vs 3.23 ms per step, and 3.41–3.44 vs 3.22 with
-  // 16–128 split workgroups, two calls) — not yet explained
-  if (rt.tune.attn !== 1 || !latent || sg === undefined) return false;
+  // by default only past one chunk of keys, where the chunked kernel splits too. Measured on the H200 (v2-lite batch 1,
+  // whole step): decoding from 4096 keys, GPU 6.04 → 4.18 ms per step with this kernel (chained 160.3 → 227.3 tok/s);
+  // at 17–50 keys it cost time instead (3.43 vs 3.23 ms: 4 workgroups for 16 heads where the chunked kernel has 16)
+  const wide = rt.tune.attn ?? (a.maxKeys > ATTN_CHUNK ? 1 : 0);
+  if (wide !== 1 || !latent || sg === undefined) return false;
   const plan = attnWidePlan(rt.tune, sg, a.nq, a.heads, a.maxKeys);
   if (plan === undefined || attnWideBytes(a.d1, a.d2, sg, plan) > rt.info.limits.maxComputeWorkgroupStorageSize) return false;
   const p: Record<(typeof ATTN_WIDE_PARAMS)[number], number> = {

@@ -127,7 +127,7 @@ export interface KernelTuning {
   /**
    * absorbed-MLA attention of 1–4 queries (K1 = V = the latent, head strides 0) on the wide kernel (wgsl-attn.ts: a
    * workgroup per head group reading each key once for its heads, keys split over workgroups only in long contexts):
-   * 1 on; 0 (default) the previous kernels everywhere (the wide one was slower in the whole v2-lite step, see ops.ts)
+   * 1 at every key count; 0 the previous kernels everywhere; default: past one chunk of 256 keys (measured in ops.ts)
    */
   readonly attn?: number;
   /** heads per workgroup of the wide attention kernel (1..8; default 4) */

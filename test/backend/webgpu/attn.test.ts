@@ -1,5 +1,5 @@
 // The wide absorbed-MLA decode attention (wgsl-attn.ts) against a float64 reference and against the previous kernels
-// (tune.attn = 0; the wide kernel is opt-in, tune.attn = 1) on fresh random inputs: key counts 0..2100 (one dispatch and split), 1–128 heads, 1, 2 and 4 queries
+// (tune.attn = 0; tune.attn = 1 takes the wide kernel at every key count) on fresh random inputs: key counts 0..2100 (one dispatch and split), 1–128 heads, 1, 2 and 4 queries
 // with their own key counts, contiguous and paged caches, DSA key selection, odd latent widths, the tuning knobs; and
 // that the kernel is chosen where it applies and nowhere else.
 import { test } from "node:test";
@@ -22,7 +22,7 @@ class Spy extends GpuRuntime {
   }
 }
 
-/** The wide kernel is opt-in (tune.attn = 1, see ops.ts); these tests turn it on unless a case says otherwise. */
+/** The wide kernel is on by default only past 256 keys (see ops.ts); these tests turn it on at every key count unless a case says otherwise. */
 function runtime(tune: KernelTuning = {}, opts: RuntimeOptions = {}): Spy {
   return new Spy(rt!.info, { checkWrites: true, tune: { attn: 1, ...tune }, ...opts });
 }
@@ -275,8 +275,9 @@ test("the wide kernel applies to latent decode of 1–4 queries with a fixed sub
   assert.deepEqual(await labels(runtime(), (a) => ({ ...a, nq: 4, q: { ...a.q, stride: 0 } })), ONE);
   assert.deepEqual(await labels(runtime(), (a) => ({ ...a, nq: 5, q: { ...a.q, stride: 0 } })), ["attention"]);
   assert.deepEqual(await labels(runtime({ attn: 0 }), (a) => a), ["attention"]);
-  // off by default
+  // by default only past one chunk of 256 keys
   assert.deepEqual(await labels(new Spy(rt!.info, { checkWrites: true }), (a) => a), ["attention"]);
+  assert.deepEqual(await labels(new Spy(rt!.info, { checkWrites: true }), (a) => ({ ...a, maxKeys: 257 })), SPLIT);
   // V not the latent itself, per-head K1 (prefill MHA), V narrower than K1
   assert.deepEqual(await labels(runtime(), (a) => a, "own"), ["attention"]);
   assert.deepEqual(await labels(runtime(), (a) => ({ ...a, k1: { ...a.k1, head: 8 } })), ["attention"]);

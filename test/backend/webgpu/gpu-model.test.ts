@@ -13,14 +13,16 @@ import { gpuOrSkip, record } from "./helpers.js";
 const { rt, skip } = await gpuOrSkip({ checkWrites: true });
 // without --check-writes steps are recorded once per shape and replayed (here in submissions of 7 dispatches)
 const plain = rt === undefined ? undefined : new GpuRuntime(rt.info, { submitEvery: 7 });
+// the wide decode attention (by default only past 256 keys) at every key count
+const wideAttn = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { attn: 1 } });
 after(() => rt?.device.destroy());
 const TOL = 1e-3;
 
 const cases: SynthCase[] = [...CASES.filter((c) => c.base === "tiny"), { label: "tiny-v3-q4km", base: "tiny", over: {}, type: "Q4_K_M" }];
 
-for (const [c, r] of [...cases.map((c) => [c, rt] as const), [cases[cases.length - 1]!, plain] as const]) {
+for (const [c, r] of [...cases.map((c) => [c, rt] as const), [cases[cases.length - 1]!, plain] as const, [cases[cases.length - 1]!, wideAttn] as const]) {
   const replay = r === plain;
-  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}`, { skip }, async () => {
+  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}${r === wideAttn ? ", wide decode attention" : ""}`, { skip }, async () => {
     const m = synthModel(c, 9);
     try {
       const { model, config } = loadModel(m.path);

@@ -303,7 +303,7 @@ function attentionWide(rt: GpuRuntime, bufs: AttentionBuffers, a: AttentionArgs)
   // the latent is both K1 and V: one read of a key row serves the scores and the weighted sum of every head
   const latent = a.k1.head === 0 && a.v.head === 0 && bufs.k1 === bufs.v && a.k1.off === a.v.off && a.k1.stride === a.v.stride && a.dv === a.d1 && a.d2 >= 1;
   // by default only past one chunk of keys, where the chunked kernel splits too. Measured on the H200 (v2-lite batch 1,
-  // whole step): decoding from 4096 keys, GPU 6.04 → 4.18 ms per step with this kernel (chained 160.3 → 227.3 tok/s);
+  // whole step): decoding from 512 keys, GPU 5.20 → 3.65 ms per step with this kernel, from 4096 keys 6.04 → 4.18 ms;
   // at 17–50 keys it cost time instead (3.43 vs 3.23 ms: 4 workgroups for 16 heads where the chunked kernel has 16)
   const wide = rt.tune.attn ?? (a.maxKeys > ATTN_CHUNK ? 1 : 0);
   if (wide !== 1 || !latent || sg === undefined) return false;

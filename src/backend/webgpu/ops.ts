@@ -241,21 +241,9 @@ export interface AttentionArgs {
   readonly pageSize?: number;
 }
 
-type AttentionBuffers = { q: GPUBuffer; k1: GPUBuffer; k2: GPUBuffer; v: GPUBuffer; meta: GPUBuffer; sel: GPUBuffer; o: GPUBuffer; part: GPUBuffer | undefined };
-
-/**
- * Flash-style attention: absorbed MLA decode (q1 = q_abs, K1 = V = latent c, K2 = k_pe, head strides 0) or prefill MHA
- * (K1 = k_nope, V = v per head). Decode of 1–4 queries over more than one chunk of 256 keys takes the wide kernel
- * (wgsl-attn.ts; tune.attn = 1 at every key count, 0 never); otherwise one workgroup per (key chunk of 256, head, query)
- * with a combine pass over the chunks
- * (FlashMLA's split-KV). `part` is scratch of at least attentionScratch() floats when the keys span more than one chunk.
- * A query without keys gets zeros from the wide kernel (NaN from the others).
- */
-export function attention(rt: GpuRuntime, bufs: AttentionBuffers, a: AttentionArgs): void {
-  if (a.d1 + a.d2 > ATTN_QMAX) throw new LatentError(`attention: query width ${a.d1 + a.d2} exceeds ${ATTN_QMAX}`);
-  if (attentionWide(rt, bufs, a)) return;
-  const chunks = Math.max(1, Math.ceil(a.maxKeys / ATTN_CHUNK));
-  const p: AttnParams = {
+/** The parameter words of both attention kernels but the split counts: the layout of `a`, scale as f32 bits. */
+function attnFields(a: AttentionArgs): Omit<AttnParams, "chunks"> {
+  return {
     nq: a.nq,
     heads: a.heads,
     d1: a.d1,
@@ -276,13 +264,35 @@ export function attention(rt: GpuRuntime, bufs: AttentionBuffers, a: AttentionAr
     oOff: a.o.off,
     oStride: a.o.stride,
     oHead: a.o.head,
-    chunks,
     scale: f32bits(a.scale),
     pageSize: a.pageSize ?? 0,
   };
-  const params = Uint32Array.from(ATTN_PARAMS.map((k) => p[k]));
+}
+
+/** The output rows (dv wide) of every (query, head) of an attention step. */
+function attnOutputs(o: GPUBuffer, a: AttentionArgs): OutRange[] {
   const outs: OutRange[] = [];
-  for (let i = 0; i < a.nq; i++) outs.push(...rows(bufs.o, a.o.off + i * a.o.stride, a.heads, a.o.head, a.dv));
+  for (let i = 0; i < a.nq; i++) outs.push(...rows(o, a.o.off + i * a.o.stride, a.heads, a.o.head, a.dv));
+  return outs;
+}
+
+type AttentionBuffers = { q: GPUBuffer; k1: GPUBuffer; k2: GPUBuffer; v: GPUBuffer; meta: GPUBuffer; sel: GPUBuffer; o: GPUBuffer; part: GPUBuffer | undefined };
+
+/**
+ * Flash-style attention: absorbed MLA decode (q1 = q_abs, K1 = V = latent c, K2 = k_pe, head strides 0) or prefill MHA
+ * (K1 = k_nope, V = v per head). Decode of 1–4 queries over more than one chunk of 256 keys takes the wide kernel
+ * (wgsl-attn.ts; tune.attn = 1 at every key count, 0 never); otherwise one workgroup per (key chunk of 256, head, query)
+ * with a combine pass over the chunks
+ * (FlashMLA's split-KV). `part` is scratch of at least attentionScratch() floats when the keys span more than one chunk.
+ * A query without keys gets zeros from the wide kernel (NaN from the others).
+ */
+export function attention(rt: GpuRuntime, bufs: AttentionBuffers, a: AttentionArgs): void {
+  if (a.d1 + a.d2 > ATTN_QMAX) throw new LatentError(`attention: query width ${a.d1 + a.d2} exceeds ${ATTN_QMAX}`);
+  if (attentionWide(rt, bufs, a)) return;
+  const chunks = Math.max(1, Math.ceil(a.maxKeys / ATTN_CHUNK));
+  const p: AttnParams = { ...attnFields(a), chunks };
+  const params = Uint32Array.from(ATTN_PARAMS.map((k) => p[k]));
+  const outs = attnOutputs(bufs.o, a);
   // the subgroup kernel where the subgroup size is fixed (and divides its 256 threads)
   const sg = rt.info.subgroupSize;
   const kernel = (split: boolean): string => (sg !== undefined && sg >= 4 && sg <= 64 ? attnSubgroupWGSL(a.d1, a.d2, a.dv, sg, split) : ATTN_WGSL(split));
@@ -309,29 +319,9 @@ function attentionWide(rt: GpuRuntime, bufs: AttentionBuffers, a: AttentionArgs)
   if (wide !== 1 || !latent || sg === undefined) return false;
   const plan = attnWidePlan(rt.tune, sg, a.nq, a.heads, a.maxKeys);
   if (plan === undefined || attnWideBytes(a.d1, a.d2, sg, plan) > rt.info.limits.maxComputeWorkgroupStorageSize) return false;
-  const p: Record<(typeof ATTN_WIDE_PARAMS)[number], number> = {
-    nq: a.nq,
-    heads: a.heads,
-    dv: a.dv,
-    qOff: a.q.off,
-    qStride: a.q.stride,
-    qHead: a.q.head,
-    q2Off: a.q.q2Off,
-    k1Off: a.k1.off,
-    k1Stride: a.k1.stride,
-    k2Off: a.k2.off,
-    k2Stride: a.k2.stride,
-    oOff: a.o.off,
-    oStride: a.o.stride,
-    oHead: a.o.head,
-    splits: plan.splits,
-    splitKeys: plan.splitKeys,
-    scale: f32bits(a.scale),
-    pageSize: a.pageSize ?? 0,
-  };
+  const p: Record<(typeof ATTN_WIDE_PARAMS)[number], number> = { ...attnFields(a), splits: plan.splits, splitKeys: plan.splitKeys };
   const params = Uint32Array.from(ATTN_WIDE_PARAMS.map((k) => p[k]));
-  const outs: OutRange[] = [];
-  for (let i = 0; i < a.nq; i++) outs.push(...rows(bufs.o, a.o.off + i * a.o.stride, a.heads, a.o.head, a.dv));
+  const outs = attnOutputs(bufs.o, a);
   const grid: [number, number, number] = [plan.splits, Math.ceil(a.heads / plan.group), a.nq];
   const inputs = [bufs.q, bufs.k1, bufs.k2, bufs.meta, bufs.sel];
   if (plan.splits === 1) {

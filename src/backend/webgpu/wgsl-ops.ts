@@ -312,20 +312,23 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
 
 export const ROUTE_PARAMS = ["n", "E", "K", "nGroup", "nGroupUsed", "softmax", "groupMax", "norm", "hasBias", "scale", "zOff", "zStride"] as const;
 
-/**
- * MoE routing, one 256-thread workgroup per token, thread e owning expert e (the model's route(): softmax/sigmoid,
- * bias, group masking, top-k, weights): softmax statistics by workgroup reductions, group scores one thread per group,
- * the kept groups and the final weights by thread 0, and each of the K picks one (value, lowest index) arg-max
- * reduction over the experts not yet taken — the same choices, ties included, as the sequential definition.
- */
-export const ROUTE_WGSL = /* wgsl */ `
+/** The routing kernels' parameters and bindings (ROUTE_WGSL and wgsl-route.ts): logits, bias → ids, weights. */
+export const ROUTE_BINDINGS_WGSL = /* wgsl */ `
 struct P { ${ROUTE_PARAMS.map((k) => `${k}: ${k === "scale" ? "f32" : "u32"}`).join(", ")} }
 @group(0) @binding(0) var<storage, read> Z: array<f32>;
 @group(0) @binding(1) var<storage, read> BIAS: array<f32>;
 @group(0) @binding(2) var<storage, read_write> IDS: array<u32>;
 @group(0) @binding(3) var<storage, read_write> WTS: array<f32>;
 @group(0) @binding(4) var<uniform> p: P;
-const NEG = -3.4028234e38;
+const NEG = -3.4028234e38;`;
+
+/**
+ * MoE routing, one 256-thread workgroup per token, thread e owning expert e (the model's route(): softmax/sigmoid,
+ * bias, group masking, top-k, weights): softmax statistics by workgroup reductions, group scores one thread per group,
+ * the kept groups and the final weights by thread 0, and each of the K picks one (value, lowest index) arg-max
+ * reduction over the experts not yet taken — the same choices, ties included, as the sequential definition.
+ */
+export const ROUTE_WGSL = /* wgsl */ `${ROUTE_BINDINGS_WGSL}
 const NONE = 0xffffffffu;
 var<workgroup> pr: array<f32, 256>;
 var<workgroup> sel: array<f32, 256>;

@@ -18,7 +18,7 @@
  *
  * The shape (subgroup size, experts, groups) is compiled in, so the per-lane loops have constant bounds.
  */
-import { ROUTE_PARAMS } from "./wgsl-ops.js";
+import { ROUTE_BINDINGS_WGSL } from "./wgsl-ops.js";
 
 /** Threads per workgroup: 64 / subgroup size tokens each (at least one). */
 const ROUTE_THREADS = 64;
@@ -133,14 +133,7 @@ export function routeWGSL(s: RouteShape): string {
   const picks = Math.ceil(MAX_PICKS / s.sg);
   // the ballot's lowest set bit: the lowest lane holding the best key
   const winner = s.sg > 32 ? "select(32u + firstTrailingBit(holders.y), firstTrailingBit(holders.x), holders.x != 0u)" : "firstTrailingBit(holders.x)";
-  return /* wgsl */ `enable subgroups;
-struct P { ${ROUTE_PARAMS.map((k) => `${k}: ${k === "scale" ? "f32" : "u32"}`).join(", ")} }
-@group(0) @binding(0) var<storage, read> Z: array<f32>;
-@group(0) @binding(1) var<storage, read> BIAS: array<f32>;
-@group(0) @binding(2) var<storage, read_write> IDS: array<u32>;
-@group(0) @binding(3) var<storage, read_write> WTS: array<f32>;
-@group(0) @binding(4) var<uniform> p: P;
-const NEG = -3.4028234e38;
+  return /* wgsl */ `enable subgroups;${ROUTE_BINDINGS_WGSL}
 // orderKey(NEG)
 const NEG_KEY = 0x00800000u;
 // taken and absent experts: below every expert's key (orderKey(-inf) = 0x007fffff)

@@ -560,22 +560,47 @@ fn main(@builtin(global_invocation_id) g: vec3u) {
   Y[p.yOff + IDX[t] * p.yStride + j] = X[p.xOff + t * p.xStride + j];
 }`;
 
+/** Keys each subgroup scores per iteration of the subgroup attention kernel (their loads issued together). */
+const ATTN_SG_KEYS = 2;
+
 /**
- * Round-3 attention for devices with a fixed subgroup size `sg`: same bindings, parameters, grid and results as
- * ATTN_WGSL, with 256 threads per (key chunk, head, query) and the widths (d1, d2, dv) compiled in. Each subgroup
- * scores one key at a time, its lanes reading neighbouring elements of the key row (unrolled, one subgroupAdd per
- * key) — instead of one thread walking a whole 576-wide row — and each thread sums p·V for its output elements over
- * the chunk's keys four at a time.
+ * Key groups of the subgroup attention kernel's weighted sum: as many as fit 16 KB of partial sums (at most 8).
+ * Measured on the H200 (v2-lite, 16 heads): when every thread walked all of a chunk's keys for its output columns,
+ * four loads at a time, the sum was a chain of dependent L2 round trips — 5.9 µs at 16 keys, 18.2 µs per layer in a
+ * step at 17–50 keys.
+ */
+export function attnKeyGroups(dv: number): number {
+  let g = 8;
+  while (g > 1 && g * dv > 4096) g /= 2;
+  return g;
+}
+
+/**
+ * Attention for devices with a fixed subgroup size `sg`: same bindings, parameters, grid and results as ATTN_WGSL,
+ * with 256 threads per (key chunk, head, query) and the widths (d1, d2, dv) compiled in. Each subgroup scores
+ * ATTN_SG_KEYS keys per iteration, its lanes reading neighbouring elements of the key rows (unrolled, one vector
+ * subgroupAdd for the keys). For the weighted sum the threads form `attnKeyGroups(dv)` groups, each summing p·V over
+ * every G-th key of the chunk for all dv columns (a thread's columns `256/G` apart, two keys' loads in flight), and
+ * the groups' partial sums meet in workgroup memory: a thread waits for ~nk/(2G) rounds of loads instead of nk/4.
  */
 export function attnSubgroupWGSL(d1: number, d2: number, dv: number, sg: number, split: boolean): string {
   const WG = 256;
   const NSG = WG / sg;
-  const dot = (n: number, q: string, k: string): string => {
+  const KS = ATTN_SG_KEYS;
+  const G = attnKeyGroups(dv);
+  const TPG = WG / G; // threads per key group
+  const DPT = Math.ceil(dv / TPG); // output columns per thread
+  const dot = (n: number, q: string, k: string, kb: string, s: string): string => {
     const it = Math.ceil(n / sg);
     if (it === 0) return "";
     const guard = n % sg !== 0;
-    return `for (var i = 0u; i < ${it}u; i++) { let d = lane + i * ${sg}u; ${guard ? `if (d < ${n}u) { ` : ""}s += qs[${q} + d] * ${k}[kb + d];${guard ? " }" : ""} }`;
+    return `for (var i = 0u; i < ${it}u; i++) { let d = lane + i * ${sg}u; ${guard ? `if (d < ${n}u) { ` : ""}${s} += qs[${q} + d] * ${k}[${kb} + d];${guard ? " }" : ""} }`;
   };
+  const keys = Array.from({ length: KS }, (_, k) => k);
+  const colGuard = DPT * TPG !== dv;
+  // p·V of key slot `j` into the thread's accumulators
+  const pv = (j: string): string =>
+    `{ let pj = sc[${j}]; let vb = vh + vr[${j}] * p.vStride; for (var c = 0u; c < ${DPT}u; c++) { let d = lt + c * ${TPG}u; ${colGuard ? `if (d < ${dv}u) { ` : ""}acc[c] += pj * V[vb + d];${colGuard ? " }" : ""} } }`;
   return /* wgsl */ `enable subgroups;
 struct P { ${ATTN_PARAMS.map((k) => `${k}: ${k === "scale" ? "f32" : "u32"}`).join(", ")} }
 @group(0) @binding(0) var<storage, read> Q: array<f32>;
@@ -591,6 +616,7 @@ var<workgroup> qs: array<f32, ${Math.max(1, d1 + d2)}>;
 var<workgroup> sc: array<f32, ${ATTN_CHUNK}>;
 var<workgroup> vr: array<u32, ${ATTN_CHUNK}>;
 var<workgroup> red: array<f32, ${NSG}>;
+${G > 1 ? `var<workgroup> part: array<f32, ${G * dv}>;` : ""}
 var<workgroup> mt: vec4u;
 @compute @workgroup_size(${WG})
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
@@ -608,25 +634,33 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   let sgi = li / ${sg}u;
   let lane = li % ${sg}u;
   var m = -3.0e38;
-  for (var jb = 0u; jb < nk; jb += ${NSG}u) {
-    let j = jb + sgi;
-    var u = j0 + min(j, nk - 1u);
-    if (m4.w != 0u) { u = SEL[m4.z + u]; }
-    let row = keyRow(m4.x, u);
-    var s = 0.0;
+  for (var jb = 0u; jb < nk; jb += ${NSG * KS}u) {
+${keys
+  .map(
+    (k) => `    let kj${k} = jb + ${k * NSG}u + sgi;
+    var u${k} = j0 + min(kj${k}, nk - 1u);
+    if (m4.w != 0u) { u${k} = SEL[m4.z + u${k}]; }
+    let row${k} = keyRow(m4.x, u${k});
+    var s${k} = 0.0;
     {
-      let kb = p.k1Off + row * p.k1Stride + h * p.k1Head;
-      ${dot(d1, "0u", "K1")}
+      let kb = p.k1Off + row${k} * p.k1Stride + h * p.k1Head;
+      ${dot(d1, "0u", "K1", "kb", `s${k}`)}
     }
     {
-      let kb = p.k2Off + row * p.k2Stride;
-      ${dot(d2, `${d1}u`, "K2")}
-    }
-    s = subgroupAdd(s) * p.scale;
-    if (j < nk) {
-      if (lane == 0u) { sc[j] = s; vr[j] = row; }
-      m = max(m, s);
-    }
+      let kb = p.k2Off + row${k} * p.k2Stride;
+      ${dot(d2, `${d1}u`, "K2", "kb", `s${k}`)}
+    }`,
+  )
+  .join("\n")}
+    let s = subgroupAdd(vec${KS}f(${keys.map((k) => `s${k}`).join(", ")})) * p.scale;
+${keys
+  .map(
+    (k) => `    if (kj${k} < nk) {
+      if (lane == 0u) { sc[kj${k}] = s[${k}]; vr[kj${k}] = row${k}; }
+      m = max(m, s[${k}]);
+    }`,
+  )
+  .join("\n")}
   }
   if (lane == 0u) { red[sgi] = m; }
   workgroupBarrier();
@@ -640,25 +674,29 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   workgroupBarrier();
   l = 0.0;
   for (var k = 0u; k < ${NSG}u; k++) { l += red[k]; }
-  let vb = p.vOff + h * p.vHead;
+  let vh = p.vOff + h * p.vHead;
+  let kg = li / ${TPG}u;
+  let lt = li % ${TPG}u;
+  var acc: array<f32, ${DPT}>;
+  var j = kg;
+  for (; j + ${G}u < nk; j += ${2 * G}u) {
+    ${pv("j")}
+    ${pv(`j + ${G}u`)}
+  }
+  if (j < nk) ${pv("j")}
   ${split ? `let po = ((i * p.heads + h) * p.chunks + ch) * (p.dv + 2u);
   if (li == 0u) { O[po] = select(-3.0e38, m, nk > 0u); O[po + 1u] = l; }` : `let oo = p.oOff + i * p.oStride + h * p.oHead;`}
+${
+  G > 1
+    ? `  for (var c = 0u; c < ${DPT}u; c++) { let d = lt + c * ${TPG}u; ${colGuard ? `if (d < ${dv}u) { ` : ""}part[kg * ${dv}u + d] = acc[c];${colGuard ? " }" : ""} }
+  workgroupBarrier();
   for (var d = li; d < ${dv}u; d += ${WG}u) {
-    var a0 = 0.0;
-    var a1 = 0.0;
-    var a2 = 0.0;
-    var a3 = 0.0;
-    var j = 0u;
-    for (; j + 4u <= nk; j += 4u) {
-      a0 += sc[j] * V[vb + vr[j] * p.vStride + d];
-      a1 += sc[j + 1u] * V[vb + vr[j + 1u] * p.vStride + d];
-      a2 += sc[j + 2u] * V[vb + vr[j + 2u] * p.vStride + d];
-      a3 += sc[j + 3u] * V[vb + vr[j + 3u] * p.vStride + d];
-    }
-    for (; j < nk; j++) { a0 += sc[j] * V[vb + vr[j] * p.vStride + d]; }
-    let a = (a0 + a1) + (a2 + a3);
+    var a = 0.0;
+    for (var g = 0u; g < ${G}u; g++) { a += part[g * ${dv}u + d]; }
     ${split ? "O[po + 2u + d] = a;" : "O[oo + d] = a / l;"}
-  }
+  }`
+    : `  for (var c = 0u; c < ${DPT}u; c++) { let d = lt + c * ${TPG}u; ${colGuard ? `if (d < ${dv}u) { ` : ""}${split ? "O[po + 2u + d] = acc[c];" : "O[oo + d] = acc[c] / l;"}${colGuard ? " }" : ""} }`
+}
 }`;
 }
 

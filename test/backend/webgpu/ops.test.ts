@@ -237,6 +237,8 @@ for (const [label, shape, n, pos0, type] of [
   ["long (split keys)", { H: 2, P: 32, R: 4, V: 32, L: 32 }, 2, 600, GGMLType.F32],
   ["v2-lite widths", { H: 3, P: 128, R: 64, V: 128, L: 512 }, 4, 270, GGMLType.Q8_0],
   ["odd widths, one query", { H: 5, P: 32, R: 10, V: 96, L: 160 }, 1, 30, GGMLType.Q4_0],
+  ["four keys", { H: 2, P: 32, R: 8, V: 32, L: 64 }, 1, 3, GGMLType.Q8_0],
+  ["a full chunk, columns not a multiple of the key groups' threads", { H: 2, P: 32, R: 6, V: 40, L: 72 }, 2, 253, GGMLType.F32],
 ] as const) for (const variant of ["subgroup", "basic"] as const) {
   test(`MLA absorbed decode and prefill attention (${variant} kernel): ${label}`, { skip }, async () => {
     // basic: the kernel a device without a fixed subgroup size gets

@@ -13,7 +13,8 @@ import type { QMatrix } from "../cpu/qmatrix.js";
 import type { SwiGLU } from "../../model/weights.js";
 import { LatentError } from "../../util/errors.js";
 import { expertListWords, expertLists, expertsFrom, getRows, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLUSteps } from "./matrix.js";
-import { addNorm, argmaxRows, argmaxScratchWords, attention, attentionScratch, copyU32, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, scatterRows } from "./ops.js";
+import { addNorm, argmaxRows, argmaxScratchWords, attention, attentionScratch, copyU32, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, scatterRows, type RouteArgs } from "./ops.js";
+import { moeRouter, routerFuseShape } from "./router.js";
 import type { GpuRuntime, Recording } from "./runtime.js";
 import { ATTN_CHUNK } from "./wgsl-ops.js";
 
@@ -330,7 +331,8 @@ export class GpuModel {
     // independent kernels share one dispatch only in small steps, where per-dispatch costs dominate: on the H200
     // (v2-lite) combining cut batch 1 from 351 to 298 dispatches (GPU 3.81 → 3.59 ms per step) but made the 512-token
     // prefill slower (GPU 409 → 444 ms) and gained nothing at batch 64 (64.8 → 65.8 ms)
-    const together = (fn: () => void): void => (n <= (rt.tune.fuseTokens ?? FUSE_MAX_TOKENS) ? rt.together(fn) : fn());
+    const small = n <= (rt.tune.fuseTokens ?? FUSE_MAX_TOKENS);
+    const together = (fn: () => void): void => (small ? rt.together(fn) : fn());
     getRows(rt, this.embd, b.ids!, b.h!, n);
     const table = this.ropeTable.ensure(ctx);
     // a MoE layer's weighted expert outputs wait in YE until the next RMSNorm, which adds them to h first (one kernel)
@@ -399,12 +401,7 @@ export class GpuModel {
         const shared = l.shared;
         // the router and the shared experts' gate·up (its first dispatch: the second reads it) both only read x
         const [sharedFirst, ...sharedRest] = shared !== undefined ? this.ffnGateUp(shared, n, b.gs!) : [];
-        together(() => {
-          matmul(rt, l.router!, b.x!, b.z!, { n, xStride: Hd, yStride: E });
-          sharedFirst?.();
-        });
-        for (const step of sharedRest) step();
-        moeRoute(rt, b.z!, l.bias, b.rids!, b.rw!, {
+        const routing: RouteArgs = {
           n,
           E,
           K,
@@ -414,7 +411,16 @@ export class GpuModel {
           groupMax: c.gating === "softmax" && c.groupScoring === "definition",
           norm: c.weightsNorm,
           scale: c.weightsScale,
+        };
+        // small steps: the routing inside the router product's kernel, saving its own dependent dispatch
+        const fused = small ? routerFuseShape(rt, l.router!, routing, l.bias !== undefined) : undefined;
+        together(() => {
+          if (fused !== undefined) moeRouter(rt, fused, l.router!, b.x!, b.z!, l.bias, b.rids!, b.rw!, routing);
+          else matmul(rt, l.router!, b.x!, b.z!, { n, xStride: Hd, yStride: E });
+          sharedFirst?.();
         });
+        for (const step of sharedRest) step();
+        if (fused === undefined) moeRoute(rt, b.z!, l.bias, b.rids!, b.rw!, routing);
         // expert-major products (pairs ≥ experts) read the pairs grouped by expert, built once for the three
         const lists = n * K >= expertsFrom(rt) * E ? b.elist! : undefined;
         if (lists !== undefined) expertLists(rt, b.rids!, lists, { pairs: n * K, E });

@@ -32,7 +32,8 @@ import {
 import { routeGrid, routeShape, routeWGSL } from "./wgsl-route.js";
 import { ATTN_WIDE_COMBINE_WGSL, ATTN_WIDE_PARAMS, attnWideBytes, attnWidePlan, attnWideScratch, attnWideWGSL } from "./wgsl-attn.js";
 
-function rows(buffer: GPUBuffer, off: number, n: number, stride: number, width: number): OutRange[] {
+/** The byte ranges of n rows of `width` floats at off + t·stride. */
+export function rows(buffer: GPUBuffer, off: number, n: number, stride: number, width: number): OutRange[] {
   if (n === 0 || width === 0) return [];
   if (stride === width || n === 1) return [{ buffer, offset: off * 4, size: ((n - 1) * stride + width) * 4 }];
   return Array.from({ length: n }, (_, t) => ({ buffer, offset: (off + t * stride) * 4, size: width * 4 }));
@@ -368,9 +369,13 @@ export function routeKernel(rt: GpuRuntime, a: RouteArgs): { code: string; group
   return { code: ROUTE_WGSL, groups: [Math.min(a.n, 65535), Math.ceil(a.n / 65535)] };
 }
 
-/** MoE routing: router logits z [n × E] → ids [n × K] (best first), weights [n × K]. */
-export function moeRoute(rt: GpuRuntime, z: GPUBuffer, bias: GPUBuffer | undefined, ids: GPUBuffer, wts: GPUBuffer, a: RouteArgs): void {
-  if (a.E > 256 || a.K > 16 || a.nGroup > 64) throw new LatentError(`moeRoute supports ≤ 256 experts, ≤ 16 used, ≤ 64 groups (got ${a.E}, ${a.K}, ${a.nGroup})`);
+/** Whether the routing kernels take these arguments (≤ 256 experts, ≤ 16 used, ≤ 64 groups). */
+export function routeFits(a: RouteArgs): boolean {
+  return a.E <= 256 && a.K <= 16 && a.nGroup <= 64;
+}
+
+/** The routing kernels' parameter block (ROUTE_PARAMS) for these arguments. */
+export function routeParams(a: RouteArgs, hasBias: boolean): Uint32Array {
   const p: Record<(typeof ROUTE_PARAMS)[number], number> = {
     n: a.n,
     E: a.E,
@@ -380,14 +385,19 @@ export function moeRoute(rt: GpuRuntime, z: GPUBuffer, bias: GPUBuffer | undefin
     softmax: a.softmax ? 1 : 0,
     groupMax: a.groupMax ? 1 : 0,
     norm: a.norm ? 1 : 0,
-    hasBias: bias ? 1 : 0,
+    hasBias: hasBias ? 1 : 0,
     scale: f32bits(a.scale),
     zOff: a.zOff ?? 0,
     zStride: a.zStride ?? a.E,
   };
-  const params = Uint32Array.from(ROUTE_PARAMS.map((k) => p[k]));
+  return Uint32Array.from(ROUTE_PARAMS.map((k) => p[k]));
+}
+
+/** MoE routing: router logits z [n × E] → ids [n × K] (best first), weights [n × K]. */
+export function moeRoute(rt: GpuRuntime, z: GPUBuffer, bias: GPUBuffer | undefined, ids: GPUBuffer, wts: GPUBuffer, a: RouteArgs): void {
+  if (!routeFits(a)) throw new LatentError(`moeRoute supports ≤ 256 experts, ≤ 16 used, ≤ 64 groups (got ${a.E}, ${a.K}, ${a.nGroup})`);
   const { code, groups } = routeKernel(rt, a);
-  rt.dispatch("moeRoute", code, [z, bias ?? z, ids, wts], params, groups, [
+  rt.dispatch("moeRoute", code, [z, bias ?? z, ids, wts], routeParams(a, bias !== undefined), groups, [
     { buffer: ids, offset: 0, size: a.n * a.K * 4 },
     { buffer: wts, offset: 0, size: a.n * a.K * 4 },
   ]);

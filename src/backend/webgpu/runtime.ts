@@ -125,6 +125,11 @@ export interface KernelTuning {
   /** MoE routing kernel: 1 (default) one subgroup per token where the subgroup size is fixed (wgsl-route.ts), 0 the 256-thread workgroup per token (ROUTE_WGSL) */
   readonly route?: number;
   /**
+   * steps of up to fuseTokens tokens: 1 (default) the router product and its routing as one kernel (wgsl-router.ts)
+   * where it applies, sharing its dispatch with the shared experts' gate·up; 0 the product, then moeRoute
+   */
+  readonly routerFuse?: number;
+  /**
    * absorbed-MLA attention of 1–4 queries (K1 = V = the latent, head strides 0) on the wide kernel (wgsl-attn.ts: a
    * workgroup per head group reading each key once for its heads, keys split over workgroups only in long contexts):
    * 1 at every key count; 0 the previous kernels everywhere; default: past one chunk of 256 keys (measured in ops.ts)

@@ -312,15 +312,18 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
 
 export const ROUTE_PARAMS = ["n", "E", "K", "nGroup", "nGroupUsed", "softmax", "groupMax", "norm", "hasBias", "scale", "zOff", "zStride"] as const;
 
-/** The routing kernels' parameters and bindings (ROUTE_WGSL and wgsl-route.ts): logits, bias → ids, weights. */
-export const ROUTE_BINDINGS_WGSL = /* wgsl */ `
+/** The routing kernels' parameter block (ROUTE_PARAMS) and NEG (ROUTE_WGSL, wgsl-route.ts and wgsl-router.ts). */
+export const ROUTE_STRUCT_WGSL = /* wgsl */ `
 struct P { ${ROUTE_PARAMS.map((k) => `${k}: ${k === "scale" ? "f32" : "u32"}`).join(", ")} }
+const NEG = -3.4028234e38;`;
+
+/** The routing kernels' parameters and bindings (ROUTE_WGSL and wgsl-route.ts): logits, bias → ids, weights. */
+export const ROUTE_BINDINGS_WGSL = /* wgsl */ `${ROUTE_STRUCT_WGSL}
 @group(0) @binding(0) var<storage, read> Z: array<f32>;
 @group(0) @binding(1) var<storage, read> BIAS: array<f32>;
 @group(0) @binding(2) var<storage, read_write> IDS: array<u32>;
 @group(0) @binding(3) var<storage, read_write> WTS: array<f32>;
-@group(0) @binding(4) var<uniform> p: P;
-const NEG = -3.4028234e38;`;
+@group(0) @binding(4) var<uniform> p: P;`;
 
 /**
  * MoE routing, one 256-thread workgroup per token, thread e owning expert e (the model's route(): softmax/sigmoid,

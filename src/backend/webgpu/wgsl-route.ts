@@ -127,13 +127,18 @@ const BEST_SLOT = `for (var j = 0u; j < J; j++) {
     bestKey = select(bestKey, key[j], better);
   }`;
 
-/** The routing kernel of a shape (workgroup: shape.tokens subgroups, one token each; grid from routeGrid). */
-export function routeWGSL(s: RouteShape): string {
+/**
+ * WGSL shared by the routing kernels: `fn routeToken(lane, t, live)` routes token t on one subgroup (lane: the
+ * subgroup invocation id) into IDS / WTS [t·K …] (written only where live), reading the parameter block p (ROUTE_PARAMS).
+ * The kernel declares `fn logit(t: u32, e: u32) -> f32` (the token's logit of expert e) and `fn bias(e: u32) -> f32`
+ * (read only where p.hasBias != 0). Call it in uniform control flow: it is made of subgroup operations.
+ */
+export function routeTokenWGSL(s: RouteShape): string {
   const grouped = s.groups > 1;
   const picks = Math.ceil(MAX_PICKS / s.sg);
   // the ballot's lowest set bit: the lowest lane holding the best key
   const winner = s.sg > 32 ? "select(32u + firstTrailingBit(holders.y), firstTrailingBit(holders.x), holders.x != 0u)" : "firstTrailingBit(holders.x)";
-  return /* wgsl */ `enable subgroups;${ROUTE_BINDINGS_WGSL}
+  return /* wgsl */ `
 // orderKey(NEG)
 const NEG_KEY = 0x00800000u;
 // taken and absent experts: below every expert's key (orderKey(-inf) = 0x007fffff)
@@ -148,20 +153,13 @@ fn orderKey(x: f32) -> u32 {
   let b = select(bitcast<u32>(x), 0u, bitcast<u32>(x) == 0x80000000u);
   return select(b | 0x80000000u, ~b, (b & 0x80000000u) != 0u);
 }
-@compute @workgroup_size(${s.sg * s.tokens})
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32, @builtin(subgroup_invocation_id) lane: u32) {
-  let token = (wid.x + wid.y * 65535u) * ${s.tokens}u + li / SG;
-  // a subgroup past the last token routes the last one again and writes nothing: no early return, the subgroup
-  // operations below stay in uniform control flow
-  let live = token < p.n;
-  let t = min(token, p.n - 1u);
-  let zo = p.zOff + t * p.zStride;
+fn routeToken(lane: u32, t: u32, live: bool) {
   let first = lane * J;
   var pr: array<f32, J>;
   var zMax = NEG;
   for (var j = 0u; j < J; j++) {
     var z = NEG;
-    if (first + j < E) { z = Z[zo + first + j]; }
+    if (first + j < E) { z = logit(t, first + j); }
     pr[j] = z;
     zMax = max(zMax, z);
   }
@@ -182,7 +180,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   var key: array<u32, J>;
   for (var j = 0u; j < J; j++) {
     var x = pr[j];
-    if (p.hasBias != 0u && first + j < E) { x += BIAS[first + j]; }
+    if (p.hasBias != 0u && first + j < E) { x += bias(first + j); }
     sel[j] = select(x, NEG, isNan(x));
     key[j] = select(TAKEN, orderKey(sel[j]), first + j < E);
   }
@@ -223,5 +221,19 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
       }
     }
   }
+}`;
+}
+
+/** The routing kernel of a shape (workgroup: shape.tokens subgroups, one token each; grid from routeGrid). */
+export function routeWGSL(s: RouteShape): string {
+  return /* wgsl */ `enable subgroups;${ROUTE_BINDINGS_WGSL}
+fn logit(t: u32, e: u32) -> f32 { return Z[p.zOff + t * p.zStride + e]; }
+fn bias(e: u32) -> f32 { return BIAS[e]; }${routeTokenWGSL(s)}
+@compute @workgroup_size(${s.sg * s.tokens})
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32, @builtin(subgroup_invocation_id) lane: u32) {
+  let token = (wid.x + wid.y * 65535u) * ${s.tokens}u + li / SG;
+  // a subgroup past the last token routes the last one again and writes nothing: no early return, the subgroup
+  // operations below stay in uniform control flow
+  routeToken(lane, min(token, p.n - 1u), token < p.n);
 }`;
 }

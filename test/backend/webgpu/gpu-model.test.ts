@@ -1,5 +1,6 @@
 // The fused WebGPU pipeline (one submission per step, latent caches on the GPU): chunked prefill, then batched decode
-// of two sequences at once, against the CPU reference path's log-probabilities (≤ 1e-3).
+// of two sequences at once, against the CPU reference path's log-probabilities (≤ 1e-3); MoE layers of small steps
+// route inside the router product's kernel (moeRouter) by default, and with tune.routerFuse = 0 apart (moeRoute).
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { logSoftmaxRow } from "../../../src/engine/evaluate.js";
@@ -15,14 +16,33 @@ const { rt, skip } = await gpuOrSkip({ checkWrites: true });
 const plain = rt === undefined ? undefined : new GpuRuntime(rt.info, { submitEvery: 7 });
 // the wide decode attention (by default only past 256 keys) at every key count
 const wideAttn = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { attn: 1 } });
+// the router product and its routing apart (moeRoute) in small steps too
+const routeApart = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { routerFuse: 0 } });
 after(() => rt?.device.destroy());
+
+/** The kernels a runtime dispatches (the first word of their labels), collected from now on. */
+function kernelsOf(r: GpuRuntime): Set<string> {
+  const seen = new Set<string>();
+  const dispatch = r.dispatch.bind(r);
+  r.dispatch = (label, ...rest) => {
+    seen.add(label.split(" ")[0]!);
+    dispatch(label, ...rest);
+  };
+  return seen;
+}
+const kernels = new Map([rt, routeApart].flatMap((r) => (r === undefined ? [] : [[r, kernelsOf(r)] as const])));
+/** dispatches of a case's run on the default runtime, by case label */
+const dispatches = new Map<string, number>();
 const TOL = 1e-3;
 
 const cases: SynthCase[] = [...CASES.filter((c) => c.base === "tiny"), { label: "tiny-v3-q4km", base: "tiny", over: {}, type: "Q4_K_M" }];
 
-for (const [c, r] of [...cases.map((c) => [c, rt] as const), [cases[cases.length - 1]!, plain] as const, [cases[cases.length - 1]!, wideAttn] as const]) {
+const last = cases[cases.length - 1]!;
+for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as const, [last, wideAttn] as const, [last, routeApart] as const]) {
   const replay = r === plain;
-  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}${r === wideAttn ? ", wide decode attention" : ""}`, { skip }, async () => {
+  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}${r === wideAttn ? ", wide decode attention" : ""}${r === routeApart ? ", routing apart (routerFuse = 0)" : ""}`, { skip }, async () => {
+    kernels.get(r!)?.clear();
+    const before = r!.stats.dispatches;
     const m = synthModel(c, 9);
     try {
       const { model, config } = loadModel(m.path);
@@ -43,6 +63,16 @@ for (const [c, r] of [...cases.map((c) => [c, rt] as const), [cases[cases.length
       }
       if (replay) assert.ok(g.replayStats.replayed >= 3 && g.replayStats.recorded >= 2, JSON.stringify(g.replayStats));
       else assert.equal(g.replayStats.replayed, 0);
+      const seen = kernels.get(r!);
+      // (a 6-token prefill chunk routes apart in either)
+      if (seen !== undefined && config.nLayer > config.nLeadingDense) assert.equal(seen.has("moeRouter"), r === rt, `kernels: ${[...seen].join(", ")}`);
+      if (r === rt) dispatches.set(c.label, r!.stats.dispatches - before);
+      // fewer dispatches with the routing fused: moeRouter shares the shared experts' gate·up dispatch
+      if (r === routeApart) {
+        assert.ok(seen!.has("moeRoute"));
+        const fused = dispatches.get(c.label);
+        if (fused !== undefined) assert.ok(fused < r!.stats.dispatches - before, `dispatches: ${fused} fused, ${r!.stats.dispatches - before} apart`);
+      }
       for (let s = 0; s < 2; s++) {
         const e = record(`fused model ${c.label}`, maxAbsDiff(got[s]!, refs[s]!));
         assert.ok(e <= TOL, `sequence ${s}: max |Δ logprob| ${e}`);

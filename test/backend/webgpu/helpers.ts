@@ -69,6 +69,17 @@ export function u32(rt: GpuRuntime, x: ArrayLike<number>, label?: string): GPUBu
   return rt.upload(Uint32Array.from(x), label);
 }
 
+/** WGSL validation (uniformity included) of a kernel: its compilation messages and a pipeline error, [] when valid. */
+export async function wgslProblems(rt: GpuRuntime, code: string): Promise<string[]> {
+  const device = rt.device;
+  device.pushErrorScope("validation");
+  const module = device.createShaderModule({ code });
+  const messages = (await module.getCompilationInfo()).messages.map((m) => `${m.type}: ${m.message}`);
+  device.createComputePipeline({ layout: "auto", compute: { module, entryPoint: "main" } });
+  const error = await device.popErrorScope();
+  return error === null ? messages : [...messages, `pipeline: ${error.message}`];
+}
+
 /** Largest error seen per test name, printed at exit for the report. */
 export const worst = new Map<string, number>();
 export function record(name: string, err: number): number {

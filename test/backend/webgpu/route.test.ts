@@ -7,51 +7,25 @@
 // 16-lane subgroups, so the kernel cannot be run at 32 there: only validated, below).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import type { ModelConfig } from "../../../src/model/config.js";
-import { route, type Route } from "../../../src/model/moe.js";
 import { moeRoute, routeKernel, type RouteArgs } from "../../../src/backend/webgpu/ops.js";
 import { GpuRuntime, type KernelTuning } from "../../../src/backend/webgpu/runtime.js";
 import type { GpuDeviceInfo } from "../../../src/backend/webgpu/device.js";
 import { routeShape, routeWGSL } from "../../../src/backend/webgpu/wgsl-route.js";
-import { f32, gpuOrSkip, record, Rng } from "./helpers.js";
+import { f32, gpuOrSkip, record, Rng, wgslProblems } from "./helpers.js";
+import { maxRel, REL, referenceRoute, routeArgs as args, type RouteSpec } from "./route-helpers.js";
 
 const { rt, skip } = await gpuOrSkip();
 const sgSkip = skip !== false ? skip : rt!.info.subgroupSize === undefined ? "the adapter has no fixed subgroup size (the subgroup kernel needs one)" : false;
-/** weights: float32 probabilities against the float64 reference, and the two kernels' summation orders */
-const REL = 2e-6;
-const NEG = -3.4028234663852886e38;
 const SUBGROUP = /enable subgroups/;
 
 function runtime(tune: KernelTuning = {}): GpuRuntime {
   return new GpuRuntime(rt!.info, { checkWrites: true, tune });
 }
 
-interface RouteCase {
+interface RouteCase extends RouteSpec {
   readonly label: string;
-  readonly E: number;
-  readonly K: number;
-  readonly n: number;
-  readonly gating: "softmax" | "sigmoid";
-  readonly bias?: boolean;
-  readonly nGroup?: number;
-  readonly nGroupUsed?: number;
-  /** group score = max (V2 softmax by definition) instead of the top-2 sum */
-  readonly groupMax?: boolean;
-  readonly norm?: boolean;
-  readonly scale?: number;
-  readonly zOff?: number;
-  readonly zStride?: number;
   /** logits: normal draws; rounded to a few integer levels (exact ties, bias too); every token's all equal; some NaN */
   readonly logits?: "random" | "ties" | "equal" | "nan";
-}
-
-function config(c: RouteCase): ModelConfig {
-  const grouping = c.groupMax === true ? "definition" : "llama.cpp";
-  return { nExpert: c.E, nExpertUsed: c.K, nGroup: c.nGroup ?? 1, nGroupUsed: c.nGroupUsed ?? 1, gating: c.gating, groupScoring: c.gating === "softmax" ? grouping : "definition", weightsNorm: c.norm === true, weightsScale: c.scale ?? 1 } as unknown as ModelConfig;
-}
-
-function args(c: RouteCase): RouteArgs {
-  return { n: c.n, E: c.E, K: c.K, nGroup: c.nGroup ?? 1, nGroupUsed: c.nGroupUsed ?? 1, softmax: c.gating === "softmax", groupMax: c.gating === "softmax" && c.groupMax === true, norm: c.norm === true, scale: c.scale ?? 1, zOff: c.zOff ?? 0, zStride: c.zStride ?? c.E };
 }
 
 interface Inputs {
@@ -92,31 +66,9 @@ async function routeOnGpu(r: GpuRuntime, c: RouteCase, inp: Inputs): Promise<Gpu
   return { ids: new Uint32Array(await r.read(ids, 0, c.n * c.K * 4)), weights: await r.readF32(wts, 0, c.n * c.K) };
 }
 
-/**
- * The CPU reference for token t. NaN logits: route() gives every expert a NaN probability under softmax (a consistent
- * order: by id); under sigmoid its order among NaN scores is its sort's, so there the kernels' definition (a NaN score
- * ranks as the lowest finite float) is asked of route() by a logit of 0 and a bias of −FLT_MAX.
- */
-function reference(c: RouteCase, inp: Inputs, t: number): { route: Route; nanPicks: boolean } {
+function reference(c: RouteCase, inp: Inputs, t: number): ReturnType<typeof referenceRoute> {
   const at = (c.zOff ?? 0) + t * (c.zStride ?? c.E);
-  const z = Float64Array.from(inp.z.subarray(at, at + c.E));
-  const nan = z.map((v) => (Number.isNaN(v) ? 1 : 0));
-  if (c.gating === "softmax" || !nan.includes(1)) return { route: route(z, config(c), inp.bias), nanPicks: c.gating === "softmax" && nan.includes(1) };
-  const bias = Float32Array.from({ length: c.E }, (_, e) => (nan[e] === 1 ? NEG : inp.bias?.[e] ?? 0));
-  const r = route(z.map((v) => (Number.isNaN(v) ? 0 : v)), config(c), bias);
-  return { route: r, nanPicks: r.experts.some((e) => nan[e] === 1) };
-}
-
-/** largest |a − b| / |b| (0 where equal, NaN where both are; Infinity where only one is NaN) */
-function maxRel(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  let worst = 0;
-  for (let i = 0; i < b.length; i++) {
-    const [x, y] = [a[i]!, b[i]!];
-    if (Number.isNaN(x) || Number.isNaN(y)) {
-      if (Number.isNaN(x) !== Number.isNaN(y)) worst = Infinity;
-    } else if (x !== y) worst = Math.max(worst, Math.abs(x - y) / Math.abs(y));
-  }
-  return worst;
+  return referenceRoute(c, inp.z.subarray(at, at + c.E), inp.bias);
 }
 
 const CASES: RouteCase[] = [
@@ -213,17 +165,9 @@ test("subgroup routing layouts: groups on power-of-two runs of lanes, whole grou
 });
 
 test("the subgroup kernel passes WGSL validation (uniformity included) at subgroup sizes 4..64", { skip }, async () => {
-  const device = rt!.device;
   for (const sg of [4, 16, 32, 64]) {
     for (const [E, nGroup, nGroupUsed] of [[64, 1, 1], [160, 8, 3], [256, 8, 4], [256, 64, 8], [7, 7, 3]] as const) {
-      const shape = routeShape(sg, E, nGroup, nGroupUsed)!;
-      device.pushErrorScope("validation");
-      const module = device.createShaderModule({ code: routeWGSL(shape) });
-      const messages = (await module.getCompilationInfo()).messages.map((m) => `${m.type}: ${m.message}`);
-      device.createComputePipeline({ layout: "auto", compute: { module, entryPoint: "main" } });
-      const error = await device.popErrorScope();
-      assert.deepEqual(messages, [], `sg ${sg}, ${E} experts, ${nGroup} groups`);
-      assert.equal(error, null, `sg ${sg}, ${E} experts, ${nGroup} groups: ${error?.message}`);
+      assert.deepEqual(await wgslProblems(rt!, routeWGSL(routeShape(sg, E, nGroup, nGroupUsed)!)), [], `sg ${sg}, ${E} experts, ${nGroup} groups`);
     }
   }
 });

@@ -422,7 +422,7 @@ export class GpuModel {
         for (const step of sharedRest) step();
         if (fused === undefined) moeRoute(rt, b.z!, l.bias, b.rids!, b.rw!, routing);
         // expert-major products (pairs ≥ experts) read the pairs grouped by expert, built once for the three
-        const lists = n * K >= expertsFrom(rt) * E ? b.elist! : undefined;
+        const lists = n * K >= expertsFrom(rt, l.experts.gate) * E ? b.elist! : undefined;
         if (lists !== undefined) expertLists(rt, b.rids!, lists, { pairs: n * K, E });
         // g = silu(W_gate x)·(W_up x) per pair (one dual product at small batches, else gate then up with SwiGLU fused)
         matmulGatherSwiGLU(rt, l.experts.gate, l.experts.up, b.x!, b.g!, b.rids!, { pairs: n * K, xDiv: K, xBatch: Hd, yBatch: Fe, lists });

@@ -307,7 +307,7 @@ export interface GatherArgs {
 
 /** How a gathered product over m runs: expert-major or per pair, and (expert-major on the coalesced kernel) from expert lists. */
 function gatherMode(rt: GpuRuntime, m: GpuMatrix, a: GatherArgs): { experts: boolean; aligned: boolean; listed: boolean } {
-  const experts = rt.matvec !== "legacy" && (a.mode ?? (a.pairs >= expertsFrom(rt) * m.items ? "experts" : "pairs")) === "experts";
+  const experts = rt.matvec !== "legacy" && (a.mode ?? (a.pairs >= expertsFrom(rt, m) * m.items ? "experts" : "pairs")) === "experts";
   const aligned = al4(a.xOff, a.xBatch);
   return { experts, aligned, listed: experts && a.lists !== undefined && coalesced(rt, m, aligned) };
 }
@@ -342,11 +342,16 @@ export function matmulGather(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUB
 }
 
 /**
- * Expert-major gathered products from pairs ≥ this × experts (RuntimeOptions.tune.expertsFrom): 1/4 by default
- * (measured on the H200, v2-lite: batch 8 = 48 pairs over 64 experts ran 287 → 337 tok/s expert-major with tiles of 4).
+ * Expert-major gathered products over m from pairs ≥ this × experts (RuntimeOptions.tune.expertsFrom). Where the wide
+ * kernel takes m's pairs one by one: 1 — measured on the H200 (v2-lite Q4_K_M, 2026-11-29), batch 8 (48 pairs over 64
+ * experts) ran 349.6 → 718.6 tok/s chained (GPU 19.66 → 10.76 ms per step) per pair on the wide kernel instead of
+ * expert-major from lists. Elsewhere 1/4 (measured before the wide kernel existed: batch 8 ran 287 → 337 tok/s
+ * expert-major with tiles of 4 instead of per pair on the coalesced kernel).
  */
-export function expertsFrom(rt: GpuRuntime): number {
-  return rt.tune.expertsFrom ?? (rt.matvec === "coalesced" ? 0.25 : 1);
+export function expertsFrom(rt: GpuRuntime, m: GpuMatrix): number {
+  if (rt.tune.expertsFrom !== undefined) return rt.tune.expertsFrom;
+  if (rt.matvec !== "coalesced") return 1;
+  return wideShape(rt, m, 1, true, true) !== undefined ? 1 : 0.25;
 }
 
 /** Words of an expert-list buffer for `pairs` pairs over E experts. */

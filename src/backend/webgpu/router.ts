@@ -9,13 +9,15 @@ import { routerShape, routerWGSL, type RouterShape } from "./wgsl-router.js";
 
 /**
  * The fused kernel's shape for routing n tokens through `router`, or undefined where the product and moeRoute run
- * apart: tune.routerFuse = 0, no fixed subgroup size in 4..64, a router that is not one F32 piece of E rows, x rows
+ * apart: tune.routerFuse ≠ 1 (off by default: on the H200, v2-lite batch 1, GPU 3.16–3.17 ms per step apart vs
+ * 3.21 fused in two calls — the one workgroup per token reading the 512 KB router outlasts the gate·up it shares a
+ * dispatch with, eating the saved dispatch), no fixed subgroup size in 4..64, a router that is not one F32 piece of E rows, x rows
  * not multiples of 4 floats, or routing arguments outside moeRoute's limits. The caller decides the step size (the
  * kernel takes one workgroup per token; gpu-model uses it for steps that combine dispatches).
  */
 export function routerFuseShape(rt: GpuRuntime, router: GpuMatrix, a: RouteArgs, hasBias: boolean): RouterShape | undefined {
   const sg = rt.info.subgroupSize;
-  if (rt.tune.routerFuse === 0 || sg === undefined || !routeFits(a) || a.n < 1 || a.n > 65535) return undefined;
+  if (rt.tune.routerFuse !== 1 || sg === undefined || !routeFits(a) || a.n < 1 || a.n > 65535) return undefined;
   if (router.type !== GGMLType.F32 || router.items !== 1 || router.pieces.length !== 1 || router.rows !== a.E) return undefined;
   return routerShape(sg, a.E, a.nGroup, a.nGroupUsed, router.cols, hasBias, rt.info.limits.maxComputeWorkgroupStorageSize);
 }

@@ -125,8 +125,8 @@ export interface KernelTuning {
   /** MoE routing kernel: 1 (default) one subgroup per token where the subgroup size is fixed (wgsl-route.ts), 0 the 256-thread workgroup per token (ROUTE_WGSL) */
   readonly route?: number;
   /**
-   * steps of up to fuseTokens tokens: 1 (default) the router product and its routing as one kernel (wgsl-router.ts)
-   * where it applies, sharing its dispatch with the shared experts' gate·up; 0 the product, then moeRoute
+   * steps of up to fuseTokens tokens: 1 the router product and its routing as one kernel (wgsl-router.ts) where it
+   * applies, sharing its dispatch with the shared experts' gate·up; otherwise (default) the product, then moeRoute
    */
   readonly routerFuse?: number;
   /**

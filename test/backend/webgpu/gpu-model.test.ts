@@ -1,6 +1,6 @@
 // The fused WebGPU pipeline (one submission per step, latent caches on the GPU): chunked prefill, then batched decode
 // of two sequences at once, against the CPU reference path's log-probabilities (≤ 1e-3); MoE layers of small steps
-// route inside the router product's kernel (moeRouter) by default, and with tune.routerFuse = 0 apart (moeRoute).
+// route apart (moeRoute) by default, and with tune.routerFuse = 1 inside the router product's kernel (moeRouter).
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { logSoftmaxRow } from "../../../src/engine/evaluate.js";
@@ -16,8 +16,8 @@ const { rt, skip } = await gpuOrSkip({ checkWrites: true });
 const plain = rt === undefined ? undefined : new GpuRuntime(rt.info, { submitEvery: 7 });
 // the wide decode attention (by default only past 256 keys) at every key count
 const wideAttn = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { attn: 1 } });
-// the router product and its routing apart (moeRoute) in small steps too
-const routeApart = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { routerFuse: 0 } });
+// the routing inside the router product's kernel (moeRouter) in small steps
+const routeFused = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { routerFuse: 1 } });
 after(() => rt?.device.destroy());
 
 /** The kernels a runtime dispatches (the first word of their labels), collected from now on. */
@@ -30,7 +30,7 @@ function kernelsOf(r: GpuRuntime): Set<string> {
   };
   return seen;
 }
-const kernels = new Map([rt, routeApart].flatMap((r) => (r === undefined ? [] : [[r, kernelsOf(r)] as const])));
+const kernels = new Map([rt, routeFused].flatMap((r) => (r === undefined ? [] : [[r, kernelsOf(r)] as const])));
 /** dispatches of a case's run on the default runtime, by case label */
 const dispatches = new Map<string, number>();
 const TOL = 1e-3;
@@ -38,9 +38,9 @@ const TOL = 1e-3;
 const cases: SynthCase[] = [...CASES.filter((c) => c.base === "tiny"), { label: "tiny-v3-q4km", base: "tiny", over: {}, type: "Q4_K_M" }];
 
 const last = cases[cases.length - 1]!;
-for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as const, [last, wideAttn] as const, [last, routeApart] as const]) {
+for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as const, [last, wideAttn] as const, [last, routeFused] as const]) {
   const replay = r === plain;
-  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}${r === wideAttn ? ", wide decode attention" : ""}${r === routeApart ? ", routing apart (routerFuse = 0)" : ""}`, { skip }, async () => {
+  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}${r === wideAttn ? ", wide decode attention" : ""}${r === routeFused ? ", routing fused (routerFuse = 1)" : ""}`, { skip }, async () => {
     kernels.get(r!)?.clear();
     const before = r!.stats.dispatches;
     const m = synthModel(c, 9);
@@ -65,13 +65,13 @@ for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as co
       else assert.equal(g.replayStats.replayed, 0);
       const seen = kernels.get(r!);
       // (a 6-token prefill chunk routes apart in either)
-      if (seen !== undefined && config.nLayer > config.nLeadingDense) assert.equal(seen.has("moeRouter"), r === rt, `kernels: ${[...seen].join(", ")}`);
+      if (seen !== undefined && config.nLayer > config.nLeadingDense) assert.equal(seen.has("moeRouter"), r === routeFused, `kernels: ${[...seen].join(", ")}`);
       if (r === rt) dispatches.set(c.label, r!.stats.dispatches - before);
       // fewer dispatches with the routing fused: moeRouter shares the shared experts' gate·up dispatch
-      if (r === routeApart) {
-        assert.ok(seen!.has("moeRoute"));
-        const fused = dispatches.get(c.label);
-        if (fused !== undefined) assert.ok(fused < r!.stats.dispatches - before, `dispatches: ${fused} fused, ${r!.stats.dispatches - before} apart`);
+      if (r === routeFused) {
+        assert.ok(kernels.get(rt!)!.has("moeRoute"));
+        const apart = dispatches.get(c.label);
+        if (apart !== undefined) assert.ok(r!.stats.dispatches - before < apart, `dispatches: ${r!.stats.dispatches - before} fused, ${apart} apart`);
       }
       for (let s = 0; s < 2; s++) {
         const e = record(`fused model ${c.label}`, maxAbsDiff(got[s]!, refs[s]!));

@@ -19,6 +19,8 @@ import { maxRel, REL, referenceRoute, routeArgs, type RouteSpec } from "./route-
 
 const { rt, skip } = await gpuOrSkip();
 const sgSkip = skip !== false ? skip : rt!.info.subgroupSize === undefined ? "the adapter has no fixed subgroup size (the kernel needs one)" : false;
+// the kernel is off by default (tune.routerFuse = 1 turns it on)
+const fr = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { routerFuse: 1 } });
 /** z against the float64 product, relative to Σ |w·x| of the row */
 const Z_REL = 1e-5;
 
@@ -119,14 +121,14 @@ const CASES: RouterCase[] = [
 for (const [i, c] of CASES.entries()) {
   test(`fused router + routing vs float64 product, CPU reference and moeRoute: ${c.label}, n=${c.n}, ${c.cols} columns`, { skip: sgSkip }, async () => {
     const inp = inputs(c, new Rng(300 + i));
-    const got = await fused(rt!, c, inp);
+    const got = await fused(fr!, c, inp);
     const want = product(c, inp);
     for (let j = 0; j < c.n * c.E; j++) {
       const [g, w] = [got.z[j]!, want.z[j]!];
       if (Number.isNaN(w)) assert.ok(Number.isNaN(g), `z[${j}]: NaN expected, got ${g}`);
       else assert.ok(record("router: z vs float64", Math.abs(g - w) / (want.mag[j]! + 1e-30)) <= Z_REL, `z[${j}] ${g} vs ${w}`);
     }
-    const same = await routeOf(rt!, c, got.z, inp.bias);
+    const same = await routeOf(fr!, c, got.z, inp.bias);
     assert.deepEqual(Array.from(got.ids), Array.from(same.ids), "ids: fused vs moeRoute on its z");
     assert.deepEqual(Array.from(got.weights), Array.from(same.weights), "weights: fused vs moeRoute on its z");
     for (let t = 0; t < c.n; t++) {
@@ -145,31 +147,32 @@ for (const [i, c] of CASES.entries()) {
 test("the fused router kernel shares a dispatch with a 256-thread product (together)", { skip: sgSkip }, async () => {
   const c: RouterCase = { label: "", E: 64, K: 6, n: 2, cols: 260, gating: "softmax", norm: true };
   const inp = inputs(c, new Rng(9));
-  const other = GpuMatrix.upload(rt!, "other", GGMLType.F32, c.cols, 48, new Uint8Array(new Rng(10).f32(48 * c.cols).buffer));
-  const alone = await fused(rt!, c, inp);
-  const m = router(rt!, c, inp.w);
+  const other = GpuMatrix.upload(fr!, "other", GGMLType.F32, c.cols, 48, new Uint8Array(new Rng(10).f32(48 * c.cols).buffer));
+  const alone = await fused(fr!, c, inp);
+  const m = router(fr!, c, inp.w);
   const a = routeArgs(c);
-  const x = f32(rt!, inp.x);
-  const [z, ids, wts, y] = [rt!.buffer(c.n * c.E * 4), rt!.buffer(c.n * c.K * 4), rt!.buffer(c.n * c.K * 4), rt!.buffer(c.n * 48 * 4)];
-  const before = rt!.stats.dispatches;
-  rt!.together(() => {
-    moeRouter(rt!, routerFuseShape(rt!, m, a, false)!, m, x, z, undefined, ids, wts, a);
-    matmul(rt!, other, x, y, { n: c.n, xStride: c.cols, yStride: 48 });
+  const x = f32(fr!, inp.x);
+  const [z, ids, wts, y] = [fr!.buffer(c.n * c.E * 4), fr!.buffer(c.n * c.K * 4), fr!.buffer(c.n * c.K * 4), fr!.buffer(c.n * 48 * 4)];
+  const before = fr!.stats.dispatches;
+  fr!.together(() => {
+    moeRouter(fr!, routerFuseShape(fr!, m, a, false)!, m, x, z, undefined, ids, wts, a);
+    matmul(fr!, other, x, y, { n: c.n, xStride: c.cols, yStride: 48 });
   });
-  assert.equal(rt!.stats.dispatches - before, 1, "one combined dispatch");
-  assert.deepEqual(Array.from(await rt!.readF32(z, 0, c.n * c.E)), Array.from(alone.z));
-  assert.deepEqual(Array.from(new Uint32Array(await rt!.read(ids, 0, c.n * c.K * 4))), Array.from(alone.ids));
-  assert.deepEqual(Array.from(await rt!.readF32(wts, 0, c.n * c.K)), Array.from(alone.weights));
+  assert.equal(fr!.stats.dispatches - before, 1, "one combined dispatch");
+  assert.deepEqual(Array.from(await fr!.readF32(z, 0, c.n * c.E)), Array.from(alone.z));
+  assert.deepEqual(Array.from(new Uint32Array(await fr!.read(ids, 0, c.n * c.K * 4))), Array.from(alone.ids));
+  assert.deepEqual(Array.from(await fr!.readF32(wts, 0, c.n * c.K)), Array.from(alone.weights));
 });
 
-test("the fused router kernel applies to F32 routers with a fixed subgroup size, tune.routerFuse ≠ 0, moeRoute's limits", { skip }, () => {
-  const fixed = (subgroupSize: number | undefined, routerFuse?: number): GpuRuntime => new GpuRuntime({ ...rt!.info, subgroupSize } as GpuDeviceInfo, routerFuse === undefined ? {} : { tune: { routerFuse } });
-  const mat = (type: GGMLType, cols: number, rows: number): GpuMatrix => GpuMatrix.upload(rt!, "r", type, cols, rows, new Uint8Array(rowBytes(type, cols) * rows));
+test("the fused router kernel applies to F32 routers with a fixed subgroup size, tune.routerFuse = 1, moeRoute's limits", { skip }, () => {
+  const fixed = (subgroupSize: number | undefined, routerFuse: number | null = 1): GpuRuntime => new GpuRuntime({ ...rt!.info, subgroupSize } as GpuDeviceInfo, routerFuse === null ? {} : { tune: { routerFuse } });
+  const mat = (type: GGMLType, cols: number, rows: number): GpuMatrix => GpuMatrix.upload(fr!, "r", type, cols, rows, new Uint8Array(rowBytes(type, cols) * rows));
   const v3 = routeArgs({ E: 256, K: 8, n: 1, gating: "sigmoid", nGroup: 8, nGroupUsed: 4, norm: true, scale: 2.5 });
   const w = mat(GGMLType.F32, 2048, 256);
   for (const sg of [4, 8, 32, 64]) assert.ok(routerFuseShape(fixed(sg), w, v3, true) !== undefined, `subgroup size ${sg}`);
   assert.ok(routerFuseShape(fixed(32, 1), w, { ...v3, n: 4 }, false) !== undefined);
   assert.equal(routerFuseShape(fixed(32, 0), w, v3, true), undefined, "tune.routerFuse = 0");
+  assert.equal(routerFuseShape(fixed(32, null), w, v3, true), undefined, "off by default");
   assert.equal(routerFuseShape(fixed(undefined), w, v3, true), undefined, "no fixed subgroup size");
   assert.equal(routerFuseShape(fixed(128), w, v3, true), undefined, "subgroup size 128");
   assert.equal(routerFuseShape(fixed(32), mat(GGMLType.Q8_0, 2048, 256), v3, true), undefined, "a Q8_0 router");
@@ -195,7 +198,7 @@ test("the fused router kernel passes WGSL validation (uniformity included) at su
   for (const sg of [4, 16, 32, 64]) {
     for (const [E, nGroup, nGroupUsed, cols, bias] of [[64, 1, 1, 2048, false], [256, 8, 4, 7168, true], [160, 8, 3, 36, false], [6, 1, 1, 260, true]] as const) {
       const shape = routerShape(sg, E, nGroup, nGroupUsed, cols, bias, rt!.info.limits.maxComputeWorkgroupStorageSize)!;
-      assert.deepEqual(await wgslProblems(rt!, routerWGSL(shape)), [], `sg ${sg}, ${E} experts, ${nGroup} groups, ${cols} columns`);
+      assert.deepEqual(await wgslProblems(fr!, routerWGSL(shape)), [], `sg ${sg}, ${E} experts, ${nGroup} groups, ${cols} columns`);
     }
   }
 });

@@ -94,7 +94,7 @@ export interface KernelTuning {
   readonly expertTpr?: number;
   /** one-token products use no more threads than this over all their rows (default FILL_THREADS; 0: no cap) */
   readonly fillThreads?: number;
-  /** expert-major mode when pairs ≥ expertsFrom × experts (default 1/4 with the coalesced kernel, else 1) */
+  /** expert-major mode when pairs ≥ expertsFrom × experts (default 8 where the wide kernel reads the experts, 1/4 with the coalesced kernel, else 1) */
   readonly expertsFrom?: number;
   /** 1: the tiled matrix-matrix kernel for products of ≥ TILED_FROM tokens and expert lists; default 0 (measured slower on the H200, see matrix.ts) */
   readonly tiled?: number;

@@ -132,7 +132,7 @@ alias Acc = subgroup_matrix_result<i32, ${k.tn}, 16>;
 ${k.pieces === 3 ? "@group(0) @binding(4) var<storage, read> S: array<f32>;\n" : ""}${shWords > 0 ? `var<workgroup> sh: array<i32, ${shWords}>;\n` : ""}
 @compute @workgroup_size(${WGS})
 fn main(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32${k.sgid === "builtin" ? ", @builtin(subgroup_id) sgid: u32" : ""}) {
-  let s = ${k.sgid === "builtin" ? "sgid" : `lid / ${SUBGROUP}u`};
+  let s = ${k.sg === 1 ? "0u" : k.sgid === "builtin" ? "sgid" : `lid / ${SUBGROUP}u`};
   let kw = p.K / 4u;
   let m0 = wg.x * ${WM}u;
   let n0 = wg.y * ${WN}u;

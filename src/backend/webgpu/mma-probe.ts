@@ -1,7 +1,8 @@
 /// <reference types="@webgpu/types" />
 /**
  * Probe of the tensor cores through Dawn's experimental subgroup matrices: int8 GEMMs checked exactly against the CPU,
- * then timed at the decode shapes. `node dist/backend/webgpu/mma-probe.js [--json out.json] [--quick]`; exits 0 with
+ * then timed at the decode shapes. `node dist/backend/webgpu/mma-probe.js [--json out.json] [--quick] [--dawn "toggles"]`
+ * (--dawn replaces the default "enable-dawn-features=allow_unsafe_apis", e.g. to add ",disable_robustness"); exits 0 with
  * a "not offered" line where the adapter lacks the feature (lavapipe, most machines).
  *
  * What the syntax is (research, 2026-11; the kernels are in mma-kernels.ts):
@@ -43,7 +44,7 @@ export interface ProbeReport {
   features: string[];
   subgroupSizes?: [number, number];
   configs: SgConfig[];
-  compile: { what: string; ok: boolean; messages: string[] }[];
+  compile: { what: string; ok: boolean; messages: string[]; code?: string }[];
   chosen?: { syntax: MajorSyntax; offUnit: number; strideUnit: number; sgid: string };
   checks: { kernel: string; pieces: number; shape: string; ok: boolean; detail: string }[];
   timings: { kernel: string; pieces: number; M: number; N: number; K: number; us: number; tops: number }[];
@@ -64,7 +65,7 @@ function rngI8(n: number, seed: number): Int8Array {
   return Int8Array.from({ length: n }, () => ((s ^= s << 13), (s ^= s >>> 17), (s ^= s << 5), s & 0xff));
 }
 
-class Gpu {
+export class Gpu {
   constructor(readonly dev: GPUDevice) {}
   buffer(bytes: number, data?: ArrayBufferView, uniform = false): GPUBuffer {
     const b = this.dev.createBuffer({ size: Math.max(16, Math.ceil(bytes / 16) * 16), usage: (uniform ? GPUBufferUsage.UNIFORM : GPUBufferUsage.STORAGE) | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST });
@@ -171,7 +172,7 @@ struct Params { n: u32, seed: u32, mode: u32, _pad: u32 }
 }`;
 
 /** Runs kernel `k` once at M×N×K on random data and compares with the CPU: exact for i32, f32-rounding bound for pieces = 3. */
-async function check(g: Gpu, pipe: GPUComputePipeline, k: MmaKernel, M: number, N: number, K: number, seed: number): Promise<{ ok: boolean; detail: string }> {
+export async function check(g: Gpu, pipe: GPUComputePipeline, k: MmaKernel, M: number, N: number, K: number, seed: number): Promise<{ ok: boolean; detail: string }> {
   const A = rngI8(M * K, seed);
   const Bp: Int8Array[] = [];
   if (k.pieces === 1) Bp.push(rngI8(N * K, seed + 1));
@@ -211,14 +212,14 @@ async function check(g: Gpu, pipe: GPUComputePipeline, k: MmaKernel, M: number, 
   return { ok: bad === 0, detail: bad === 0 ? "exact" : `${bad} of ${M * N} wrong; ${first}` };
 }
 
-export async function runMmaProbe(opts: { json?: string; quick?: boolean; log?: (s: string) => void } = {}): Promise<ProbeReport> {
+export async function runMmaProbe(opts: { json?: string; quick?: boolean; dawnFlags?: string[]; log?: (s: string) => void } = {}): Promise<ProbeReport> {
   const log = opts.log ?? ((s: string) => console.log(s));
   const rep: ProbeReport = { adapter: "none", offered: false, features: [], configs: [], compile: [], checks: [], timings: [], errors: [] };
   const done = (): ProbeReport => {
     if (opts.json !== undefined) writeFileSync(opts.json, JSON.stringify(rep, null, 1));
     return rep;
   };
-  const gpu = await gpuEntry(["enable-dawn-features=allow_unsafe_apis"]);
+  const gpu = await gpuEntry(opts.dawnFlags ?? ["enable-dawn-features=allow_unsafe_apis"]);
   const adapter = await gpu.requestAdapter({ powerPreference: "high-performance" });
   if (adapter === null) {
     rep.errors.push("no WebGPU adapter");
@@ -235,12 +236,15 @@ export async function runMmaProbe(opts: { json?: string; quick?: boolean; log?: 
     log(`subgroup matrix: not offered (the adapter lacks "${FEATURE}"); nothing to probe`);
     return done();
   }
-  try {
-    rep.configs = (ai.subgroupMatrixConfigs ?? []).map((c) => ({ componentType: c.componentType, resultComponentType: c.resultComponentType, M: c.M, N: c.N, K: c.K }));
-  } catch (e) {
-    rep.errors.push(`subgroupMatrixConfigs: ${(e as Error).message}`);
-  }
-  log(`subgroup matrix configs: ${rep.configs.map((c) => `${c.componentType}→${c.resultComponentType} ${c.M}×${c.N}×${c.K}`).join(", ") || "(none readable)"}`);
+  const readConfigs = (info: GPUAdapterInfo, where: string): void => {
+    try {
+      const cs = (info as GPUAdapterInfo & { subgroupMatrixConfigs?: readonly SgConfig[] }).subgroupMatrixConfigs ?? [];
+      if (rep.configs.length === 0) rep.configs = cs.map((c) => ({ componentType: c.componentType, resultComponentType: c.resultComponentType, M: c.M, N: c.N, K: c.K }));
+    } catch (e) {
+      rep.errors.push(`${where}.subgroupMatrixConfigs: ${(e as Error).message}`);
+    }
+  };
+  readConfigs(ai, "adapter.info");
   const l = adapter.limits;
   const dev = await adapter.requestDevice({
     requiredFeatures: [FEATURE, "subgroups", "timestamp-query"].filter((f) => adapter.features.has(f)) as GPUFeatureName[],
@@ -248,6 +252,8 @@ export async function runMmaProbe(opts: { json?: string; quick?: boolean; log?: 
   });
   dev.addEventListener("uncapturederror", (ev) => rep.errors.push(`uncaptured: ${(ev as GPUUncapturedErrorEvent).error.message}`));
   void dev.lost.then((i) => i.reason !== "destroyed" && rep.errors.push(`device lost: ${i.message}`));
+  readConfigs(dev.adapterInfo, "device.adapterInfo");
+  log(`subgroup matrix configs: ${rep.configs.map((c) => `${c.componentType}→${c.resultComponentType} ${c.M}×${c.N}×${c.K}`).join(", ") || "(none readable)"}`);
   const g = new Gpu(dev);
   const tns = [16, 8].filter((n) => rep.configs.length === 0 || rep.configs.some((c) => c.componentType === "i8" && c.resultComponentType === "i32" && c.M === 16 && c.K === 32 && c.N === n)) as (16 | 8)[];
   if (tns.length === 0) {
@@ -256,7 +262,7 @@ export async function runMmaProbe(opts: { json?: string; quick?: boolean; log?: 
   }
   const compile = async (k: MmaKernel, what: string): Promise<GPUComputePipeline | undefined> => {
     const c = await g.compile(mmaWGSL(k), what);
-    rep.compile.push({ what, ok: c.pipeline !== undefined, messages: c.messages });
+    rep.compile.push({ what, ok: c.pipeline !== undefined, messages: c.messages, ...(c.pipeline === undefined ? { code: mmaWGSL(k) } : {}) });
     log(`compile ${what}: ${c.pipeline !== undefined ? "ok" : "FAILED"}${c.messages.length > 0 ? `\n    ${c.messages.join("\n    ")}` : ""}`);
     return c.pipeline;
   };
@@ -293,6 +299,7 @@ export async function runMmaProbe(opts: { json?: string; quick?: boolean; log?: 
     { ...base, sgid, sg: 4, sm: 1, sn: 4, tn: tns[0]! },
     { ...base, sgid, sg: 4, sm: 2, sn: 4, tn: tns[0]! },
     { ...base, sgid, sg: 4, sm: 1, sn: 4, tn: tns[0]!, staged: true },
+    { ...base, sgid, sg: 4, sm: 2, sn: 4, tn: tns[0]!, staged: true },
     ...(tns.includes(8) ? [{ ...base, sgid, sg: 4, sm: 1, sn: 8, tn: 8 as const }] : []),
   ];
   const good: { k: MmaKernel; pipe: GPUComputePipeline }[] = [];
@@ -312,6 +319,10 @@ export async function runMmaProbe(opts: { json?: string; quick?: boolean; log?: 
       if (ok) good.push({ k, pipe });
     }
   // 5. timings at the decode shapes (and N = 512), with a plain f32 GEMM beside them
+  if (!dev.features.has("timestamp-query")) {
+    log("no timestamp-query: no timings");
+    return done();
+  }
   const f32 = (await g.compile(F32_GEMM_WGSL, "f32 gemm")).pipeline;
   const shapes = [2816, 2048, 3648, 102400].map((M) => [M, 2048]).concat([[2048, 1408]]);
   const Ns = opts.quick === true ? [64] : [64, 512];
@@ -355,6 +366,7 @@ export async function runMmaProbe(opts: { json?: string; quick?: boolean; log?: 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   const args = process.argv.slice(2);
   const json = args.includes("--json") ? args[args.indexOf("--json") + 1] : undefined;
-  await runMmaProbe({ ...(json !== undefined ? { json } : {}), quick: args.includes("--quick") });
+  const dawn = args.includes("--dawn") ? args[args.indexOf("--dawn") + 1] : undefined;
+  await runMmaProbe({ ...(json !== undefined ? { json } : {}), ...(dawn !== undefined ? { dawnFlags: dawn.split(" ") } : {}), quick: args.includes("--quick") });
   process.exit(0);
 }

@@ -7,6 +7,8 @@ import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { combineThree, gemmI8, mmaWGSL, packI8, quantizeThree, splitThree, THREE_MAX, unpackI8, type MmaKernel } from "../../../src/backend/webgpu/mma-kernels.js";
+import { requestGpuDevice } from "../../../src/backend/webgpu/device.js";
+import { check, Gpu } from "../../../src/backend/webgpu/mma-probe.js";
 import { Rng } from "./helpers.js";
 
 test("int8 pack 4 per word, little-endian, and back", () => {
@@ -73,4 +75,42 @@ test("the probe exits cleanly where subgroup matrices are not offered", { timeou
   const rep = JSON.parse(readFileSync(json, "utf8")) as { offered: boolean };
   if (rep.offered) return; // a machine with the feature runs the whole probe instead
   assert.match(r.stdout, /not offered/);
+});
+
+/** The kernel's WGSL with each subgroup-matrix builtin emulated per invocation (whole tiles, the layout mma-kernels.ts
+ * assumes: offsets and strides in u32 words, 4 int8 per word): checks the tiling, staging and epilogues on any adapter. */
+function emulated(code: string, tn: number, vec: boolean): string {
+  const src = (name: string, v: boolean): string => `fn byte_${name}(b: u32) -> i32 { return extractBits(${v ? `${name}[b / 16u][(b / 4u) % 4u]` : `${name}[b / 4u]`}, 8u * (b % 4u), 8u); }
+fn loadL_${name}(o: u32, s: u32) -> L { var t: L; for (var r = 0u; r < 16u; r++) { for (var q = 0u; q < 32u; q++) { t[r * 32u + q] = byte_${name}((o + r * s) * 4u + q); } } return t; }
+fn loadR_${name}(o: u32, s: u32) -> R { var t: R; for (var n = 0u; n < ${tn}u; n++) { for (var q = 0u; q < 32u; q++) { t[q * ${tn}u + n] = byte_${name}((o + n * s) * 4u + q); } } return t; }\n`;
+  const store = (name: string): string => `fn store_${name}(o: u32, v: Acc, s: u32) { for (var m = 0u; m < 16u; m++) { for (var n = 0u; n < ${tn}u; n++) { ${name}[o + n * s + m] = v[m * ${tn}u + n]; } } }\n`;
+  const c = code
+    .replace(/^(enable chromium_experimental_subgroup_matrix|diagnostic\(off, chromium\.subgroup_matrix_uniformity\));\n/gm, "")
+    .replace(/alias L = .*;/, "alias L = array<i32, 512>;")
+    .replace(/alias R = .*;/, `alias R = array<i32, ${32 * tn}>;`)
+    .replace(/alias Acc = .*;/, `alias Acc = array<i32, ${16 * tn}>;`)
+    .replace(/subgroupMatrixLoad<L, row_major>\(&(\w+), /g, "loadL_$1(")
+    .replace(/subgroupMatrixLoad<R, col_major>\(&(\w+), /g, "loadR_$1(")
+    .replace(/subgroupMatrixStore<col_major>\(&(\w+), /g, "store_$1(")
+    .replace(/subgroupMatrixMultiplyAccumulate\(/g, "mma(");
+  return `${c}
+fn mma(a: L, b: R, c: Acc) -> Acc { var d = c; for (var m = 0u; m < 16u; m++) { for (var n = 0u; n < ${tn}u; n++) { var s = 0; for (var q = 0u; q < 32u; q++) { s += a[m * 32u + q] * b[q * ${tn}u + n]; } d[m * ${tn}u + n] += s; } } return d; }
+${c.includes("_sh(") ? src("sh", false) : ""}${c.includes("_A(") ? src("A", vec) : ""}${c.includes("_B(") ? src("B", vec) : ""}${c.includes("store_sh(") ? store("sh") : ""}${c.includes("store_C(") ? store("C") : ""}`;
+}
+
+test("the kernels' tiling, with the subgroup-matrix builtins emulated (lavapipe)", { timeout: 300_000 }, async (t) => {
+  let g: Gpu;
+  try {
+    g = new Gpu((await requestGpuDevice()).device);
+  } catch (e) {
+    t.skip(`no WebGPU device: ${(e as Error).message}`);
+    return;
+  }
+  // one subgroup tile per subgroup keeps lavapipe's compile short; M = 224 leaves a partial workgroup tile
+  for (const k of [{ sg: 4, sm: 1, sn: 1, staged: false, pieces: 1 }, { sg: 2, sm: 2, sn: 1, staged: true, pieces: 1 }] as const) {
+    const kernel: MmaKernel = { syntax: "template", offUnit: 1, strideUnit: 1, sgid: "index", tn: 16, ...k };
+    const c = await g.compile(emulated(mmaWGSL(kernel), 16, kernel.staged), "emulated");
+    assert.ok(c.pipeline !== undefined, c.messages.join("\n"));
+    for (const [M, N, K] of [[64, 32, 256], [224, 64, 384]] as const) assert.equal((await check(g, c.pipeline, kernel, M, N, K, 11)).detail, "exact");
+  }
 });

@@ -10,7 +10,7 @@ import { LatentError } from "../../util/errors.js";
 import type { GpuRuntime } from "./runtime.js";
 import { EXPERT_LISTS_WGSL, getRowsWGSL, MATVEC_TN, matvec2WGSL, matmulTiledWGSL, matvecCoalescedWGSL, matvecExpertsWGSL, matvecTWGSL, matvecWGSL, MV_WG, packMatParams, tiledSharedBytes, type MatParams, type MatvecShape, type TiledShape } from "./wgsl-mat.js";
 import { gpuSupports, unitSize } from "./wgsl-quant.js";
-import { matvecWideWGSL, WIDE_MAX_N, wideRowsPerGroup, wideShape, type WideShape } from "./wgsl-wide.js";
+import { matvecWideWGSL, wideRowsPerGroup, wideShape, type WideShape } from "./wgsl-wide.js";
 
 export interface MatrixPiece {
   readonly buffer: GPUBuffer;
@@ -238,17 +238,7 @@ const al4 = (...v: (number | undefined)[]): boolean => v.every((x) => (x ?? 0) %
 export function matmul(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer, a: MatmulArgs): void {
   const count = a.batch?.count ?? 1;
   if (count > m.items) throw new LatentError(`${m.name}: batch of ${count} over ${m.items} items`);
-  const aligned = al4(a.xOff, a.n > 1 ? a.xStride : 0, a.batch?.xBatch);
-  const groups = wideGroups(rt, m, a.n, aligned);
-  if (groups > 1) {
-    // independent token groups (each reads its tokens' x and writes their rows of y): one combined dispatch
-    const per = Math.ceil(a.n / groups);
-    rt.together(() => {
-      for (let t0 = 0; t0 < a.n; t0 += per) matmul(rt, m, x, y, { ...a, n: Math.min(per, a.n - t0), xOff: (a.xOff ?? 0) + t0 * a.xStride, yOff: (a.yOff ?? 0) + t0 * a.yStride });
-    });
-    return;
-  }
-  const { code, tn, rowsPerGroup } = matvecKernel(rt, m, a.n, false, aligned, m.rows * count);
+  const { code, tn, rowsPerGroup } = matvecKernel(rt, m, a.n, false, al4(a.xOff, a.n > 1 ? a.xStride : 0, a.batch?.xBatch), m.rows * count);
   const tiles = Math.ceil(a.n / tn);
   for (const piece of m.pieces) {
     if (piece.firstItem >= count) continue;
@@ -264,16 +254,6 @@ export function matmul(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer,
     const outs = Array.from({ length: items }, (_, b) => f32Range(y, p.yOff + b * p.yBatch, a.n, a.yStride, piece.rows, piece.firstRow)).flat();
     rt.dispatch(`matmul ${m.name}`, code, [piece.buffer, x, y], packMatParams(p), [gx, gy * tiles, items], a.acc === true || a.glu === true ? [] : outs);
   }
-}
-
-/**
- * Token groups a plain product of n tokens runs in on the wide kernel (tune.wideSplit = 1, n in WIDE_MAX_N + 1 …
- * 4·WIDE_MAX_N, the wide kernel reading m, outside another together() block), or 1.
- */
-function wideGroups(rt: GpuRuntime, m: GpuMatrix, n: number, aligned: boolean): number {
-  if (rt.tune.wideSplit !== 1 || n <= WIDE_MAX_N || n > 4 * WIDE_MAX_N || rt.combining) return 1;
-  const groups = Math.ceil(n / WIDE_MAX_N);
-  return wideShape(rt, m, Math.ceil(n / groups), false, aligned) !== undefined ? groups : 1;
 }
 
 /** y = Wᵀ·x: y[t][c] = Σ_r W[r][c]·x[t][r] for n tokens (and optionally every item). */

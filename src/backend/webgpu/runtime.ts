@@ -116,8 +116,6 @@ export interface KernelTuning {
   readonly wideUnroll?: number;
   /** steps of at most this many tokens combine independent kernels into one dispatch (default FUSE_MAX_TOKENS = 4 in gpu-model.ts) */
   readonly fuseTokens?: number;
-  /** 1: plain products of WIDE_MAX_N + 1 … 4·WIDE_MAX_N tokens as token groups on the wide kernel, combined into one dispatch; default 0 */
-  readonly wideSplit?: number;
   /** rows each subgroup of the wide kernel takes, all their loads issued together (1..4; default 1, 2 from 65536 rows; plain and pair-major products) */
   readonly wideSgRows?: number;
   /** 0: the wide kernel reads x from its buffer instead of staging it in workgroup memory; default 1 (where it fits) */
@@ -478,11 +476,6 @@ export class GpuRuntime {
    * wgsl-combine.ts), else one by one as usual. The caller promises they are independent: none reads what another
    * writes. Does not nest.
    */
-  /** Whether dispatches are being held by a together() block (which does not nest). */
-  get combining(): boolean {
-    return this.held !== undefined;
-  }
-
   together(fn: () => void): void {
     if (this.held !== undefined) throw new LatentError("together() does not nest");
     if (!this.fuse) return fn();

@@ -110,46 +110,6 @@ for (const tune of [{}, { wideRows: 3, wideUnroll: 1 }, { wideRows: 2, wideSgRow
   });
 }
 
-test("tune.wideSplit = 1: 5–16 tokens as token groups of ≤ 4 on the wide kernel in one combined dispatch (overwrite, acc, SwiGLU); 17 tokens and wideSplit = 0 not split", { skip }, async () => {
-  const r = runtime({ tune: { wideSplit: 1 } });
-  const rng = new Rng(77);
-  for (const [type, cols, rows, n] of [[GGMLType.Q4_K, 256, 67, 5], [GGMLType.Q5_0, 96, 131, 8], [GGMLType.Q6_K, 512, 40, 13], [GGMLType.Q8_0, 64, 33, 16]] as const) {
-    const { w, g } = upload(r, rng, type, cols, rows);
-    const xOff = 4;
-    const xStride = cols + 4;
-    const yOff = 2;
-    const yStride = rows + 1;
-    const x = rng.f64(xOff + n * xStride);
-    const y0 = rng.f64(yOff + n * yStride);
-    const prod = new Float64Array(n * yStride);
-    w.matmul(x.subarray(xOff), n, xStride, prod, yStride);
-    const inY = (i: number): boolean => i >= yOff && (i - yOff) % yStride < rows && i - yOff < n * yStride;
-    const label = `${typeName(type)} ${rows}x${cols} n=${n}`;
-    for (const mode of ["overwrite", "acc", "glu"] as const) {
-      const yb = f32(r, y0);
-      const before = r.stats.dispatches;
-      matmul(r, g, f32(r, x), yb, { n, xStride, yStride, xOff, yOff, ...(mode === "acc" ? { acc: true } : mode === "glu" ? { glu: true } : {}) });
-      assert.equal(r.stats.dispatches - before, 1, `${label} ${mode}: one combined dispatch`);
-      const got = await r.readF32(yb);
-      const want = Float64Array.from(y0, (v, i) => {
-        if (!inY(i)) return v;
-        const pv = prod[i - yOff]!;
-        return mode === "acc" ? v + pv : mode === "glu" ? (v / (1 + Math.exp(-v))) * pv : pv;
-      });
-      assert.ok(relErr(got, want) < TOL, `${label} ${mode}: err ${relErr(got, want)}`);
-    }
-    g.destroy();
-  }
-  const { g } = upload(r, rng, GGMLType.Q4_K, 256, 8);
-  for (const [rr, n] of [[r, 17], [runtime(), 8]] as const) {
-    const before = rr.stats.dispatches;
-    const gg = rr === r ? g : upload(rr, rng, GGMLType.Q4_K, 256, 8).g;
-    matmul(rr, gg, f32(rr, rng.f64(n * 256)), rr.buffer(n * 8 * 4), { n, xStride: 256, yStride: 8 });
-    assert.equal(rr.stats.dispatches - before, 1);
-    assert.doesNotMatch(matvecKernel(rr, gg, n, false, true).code, WIDE, `n=${n} not on the wide kernel`);
-  }
-});
-
 test("wide matmul over heads (batch), with the heads in several pieces", { skip }, async () => {
   const rng = new Rng(21);
   for (const [type, cols, n] of [[GGMLType.Q4_K, 256, 2], [GGMLType.Q5_0, 96, 3], [GGMLType.Q6_K, 256, 1], [GGMLType.Q8_0, 128, 4]] as const) {

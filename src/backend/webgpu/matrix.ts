@@ -343,15 +343,16 @@ export function matmulGather(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUB
 
 /**
  * Expert-major gathered products over m from pairs ≥ this × experts (RuntimeOptions.tune.expertsFrom). Where the wide
- * kernel takes m's pairs one by one: 1 — measured on the H200 (v2-lite Q4_K_M, 2026-11-29), batch 8 (48 pairs over 64
- * experts) ran 349.6 → 718.6 tok/s chained (GPU 19.66 → 10.76 ms per step) per pair on the wide kernel instead of
- * expert-major from lists. Elsewhere 1/4 (measured before the wide kernel existed: batch 8 ran 287 → 337 tok/s
- * expert-major with tiles of 4 instead of per pair on the coalesced kernel).
+ * kernel takes m's pairs one by one: 8 — measured on the H200 (v2-lite Q4_K_M, 2026-11-29, chained decode), per pair on
+ * the wide kernel instead of expert-major from lists: batch 8 (48 pairs over 64 experts) 349.6 → 718.6 tok/s (GPU
+ * 19.66 → 10.76 ms per step), batch 16 521.5 → 781.0, batch 32 732.8 → 938.7, batch 64 (384 pairs) GPU 64.8 → 63.2 ms.
+ * Elsewhere 1/4 (measured before the wide kernel existed: batch 8 ran 287 → 337 tok/s expert-major with tiles of 4
+ * instead of per pair on the coalesced kernel).
  */
 export function expertsFrom(rt: GpuRuntime, m: GpuMatrix): number {
   if (rt.tune.expertsFrom !== undefined) return rt.tune.expertsFrom;
   if (rt.matvec !== "coalesced") return 1;
-  return wideShape(rt, m, 1, true, true) !== undefined ? 1 : 0.25;
+  return wideShape(rt, m, 1, true, true) !== undefined ? 8 : 0.25;
 }
 
 /** Words of an expert-list buffer for `pairs` pairs over E experts. */

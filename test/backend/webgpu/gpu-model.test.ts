@@ -18,6 +18,9 @@ const plain = rt === undefined ? undefined : new GpuRuntime(rt.info, { submitEve
 const wideAttn = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { attn: 1 } });
 // the routing inside the router product's kernel (moeRouter) in small steps
 const routeFused = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { routerFuse: 1 } });
+// expert-major products from expert lists at small batches too (by default only from pairs ≥ 8 × experts where the
+// wide kernel reads the experts)
+const listed = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { expertsFrom: 0.25 } });
 after(() => rt?.device.destroy());
 
 /** The kernels a runtime dispatches (the first word of their labels), collected from now on. */
@@ -30,7 +33,7 @@ function kernelsOf(r: GpuRuntime): Set<string> {
   };
   return seen;
 }
-const kernels = new Map([rt, routeFused].flatMap((r) => (r === undefined ? [] : [[r, kernelsOf(r)] as const])));
+const kernels = new Map([rt, routeFused, listed].flatMap((r) => (r === undefined ? [] : [[r, kernelsOf(r)] as const])));
 /** dispatches of a case's run on the default runtime, by case label */
 const dispatches = new Map<string, number>();
 const TOL = 1e-3;
@@ -38,9 +41,9 @@ const TOL = 1e-3;
 const cases: SynthCase[] = [...CASES.filter((c) => c.base === "tiny"), { label: "tiny-v3-q4km", base: "tiny", over: {}, type: "Q4_K_M" }];
 
 const last = cases[cases.length - 1]!;
-for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as const, [last, wideAttn] as const, [last, routeFused] as const]) {
+for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as const, [last, wideAttn] as const, [last, routeFused] as const, [last, listed] as const]) {
   const replay = r === plain;
-  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}${r === wideAttn ? ", wide decode attention" : ""}${r === routeFused ? ", routing fused (routerFuse = 1)" : ""}`, { skip }, async () => {
+  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}${r === wideAttn ? ", wide decode attention" : ""}${r === routeFused ? ", routing fused (routerFuse = 1)" : ""}${r === listed ? ", expert lists (expertsFrom = 0.25)" : ""}`, { skip }, async () => {
     kernels.get(r!)?.clear();
     const before = r!.stats.dispatches;
     const m = synthModel(c, 9);
@@ -68,6 +71,7 @@ for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as co
       if (seen !== undefined && config.nLayer > config.nLeadingDense) assert.equal(seen.has("moeRouter"), r === routeFused, `kernels: ${[...seen].join(", ")}`);
       if (r === rt) dispatches.set(c.label, r!.stats.dispatches - before);
       // fewer dispatches with the routing fused: moeRouter shares the shared experts' gate·up dispatch
+      if (r === listed && config.nLayer > config.nLeadingDense) assert.ok(seen!.has("expertLists"), `kernels: ${[...seen!].join(", ")}`);
       if (r === routeFused) {
         assert.ok(kernels.get(rt!)!.has("moeRoute"));
         const apart = dispatches.get(c.label);

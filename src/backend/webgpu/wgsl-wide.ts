@@ -103,10 +103,7 @@ export function wideShape(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boole
   const sgRows = gather === "experts-list" ? 1 : Math.max(1, Math.min(4, Math.floor(rt.tune.wideSgRows ?? sgRowsDefault)));
   // staged while n tokens of x fit in half the workgroup memory (the other half left for a kernel sharing the dispatch)
   const pad = STAGE_PAD[m.type]!;
-  // (expert lists: the whole of it, as a list product shares no dispatch unless it is also small, and then the combine
-  // falls back to separate dispatches past the limit)
-  const room = rt.info.limits.maxComputeWorkgroupStorageSize / (gather === "experts-list" ? 1 : 2);
-  const stage = rt.tune.wideStage !== 0 && stagedVec4s(n, m.cols, pad) * 16 <= room;
+  const stage = rt.tune.wideStage !== 0 && gather !== "experts-list" && stagedVec4s(n, m.cols, pad) * 16 <= rt.info.limits.maxComputeWorkgroupStorageSize / 2;
   return { sg, rows, sgRows, unroll, n, cols: m.cols, stagePad: stage ? pad : 0 };
 }
 
@@ -343,8 +340,7 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
     }
   }
   const C4 = s.cols / 4;
-  // expert lists stage x only in one pass (their staged form loads the row once, before the tiles)
-  const P = mode === "experts-list" && outer > 1 ? 0 : s.stagePad;
+  const P = s.stagePad;
   const xread = (code: string): string => code.replace(/XREAD\((\d+), ([^)]*)\)/g, (_, t: string, v: string) => (P > 0 ? `XS[xsw(${Number(t) * C4}u + ${v})]` : `X[xq${t} + ${v}]`));
   const steps1 = xread([...loads, ...uses].join("\n    "));
   const stage = `for (var i = li; i < ${N * C4}u; i += ${R * SG}u) { XS[xsw(i)] = X[xq + (i / ${C4}u) * xs + i % ${C4}u]; }\n  workgroupBarrier();`;
@@ -399,29 +395,7 @@ ${
     : ""
 }
 ${
-  mode === "experts-list" && early
-    ? `  // expert e's pairs (as below), its row loaded once for all of them; each tile's x rows staged in workgroup memory
-  let rb = p.wOff + b * p.wBatch + select(0u, r, valid) * p.rowBytes;
-  if (li == 0u) { oc = vec2u(IDS[2u * (p.e0 + b)], IDS[2u * (p.e0 + b) + 1u]); }
-  let listOc = workgroupUniformLoad(&oc);
-  let listN = listOc.y;
-  let listB = p.idsOff + listOc.x;
-  let cb = lane;
-  ${loads.join("\n  ")}
-  for (var t0 = 0u; t0 < listN; t0 += ${N}u) {
-    let nt = min(${N}u, listN - t0);
-    ${Array.from({ length: N }, (_, t) => `let pr${t} = IDS[listB + min(t0 + ${t}u, listN - 1u)];`).join(" ")}
-    var xqs = array<u32, ${N}>(${Array.from({ length: N }, (_, t) => `(p.xOff + (pr${t} / p.xDiv) * p.xBatch) >> 2u`).join(", ")});
-    workgroupBarrier();
-    for (var i = li; i < ${N * C4}u; i += ${R * SG}u) { XS[xsw(i)] = X[xqs[i / ${C4}u] + i % ${C4}u]; }
-    workgroupBarrier();
-    ${accs}
-    ${xread(uses.join("\n    "))}
-    ${reduce}
-    if (lane == 0u && valid) { ${Array.from({ length: N }, (_, t) => `if (${t}u < nt) { out(pr${t}, 0u, r, v0.${"xyzw"[t]}); }`).join(" ")} }
-  }
-}`
-    : mode === "experts-list"
+  mode === "experts-list"
     ? `  // expert e's pairs (IDS: offset and count per expert, then the pairs grouped by expert from idsOff), ${N} at a time;
   // a partial tile repeats its last pair and writes only its own
   let rb = p.wOff + b * p.wBatch + select(0u, r, valid) * p.rowBytes;

@@ -237,15 +237,14 @@ for (const tune of [{}, { wideSgRows: 3 }]) test(`dual wide products (gate and u
   }
 });
 
-for (const wideStage of [1, 0]) test(`wide expert-list products with tune.wideLists = 1 (4 pairs a tile; uneven pairs per expert, empty experts, pieces; single and dual) and when they are chosen; x ${wideStage === 1 ? "staged per tile, the row loaded once" : "read from X (wideStage = 0)"}`, { skip }, async () => {
+test("wide expert-list products with tune.wideLists = 1 (4 pairs a tile; uneven pairs per expert, empty experts, pieces; single and dual) and when they are chosen", { skip }, async () => {
   const rng = new Rng(71);
   for (const [type, cols, rows] of [[GGMLType.Q4_K, 256, 67], [GGMLType.Q5_0, 1408, 13], [GGMLType.Q6_K, 256, 35], [GGMLType.Q8_0, 96, 70]] as const) {
     const E = 6;
     const K = 2;
     for (const maxBindingBytes of [undefined, Math.ceil((2 * rows * rowBytes(type, cols)) / 256) * 256]) {
-      const r = runtime({ ...(maxBindingBytes !== undefined ? { maxBindingBytes } : {}), tune: { wideLists: 1, wideStage, ...(wideStage === 1 ? { wideUnroll: 8 } : {}) } });
-      const label = `${typeName(type)} ${rows}x${cols}${maxBindingBytes !== undefined ? " in pieces" : ""}${wideStage === 1 ? " staged" : ""}`;
-      assert.equal(/var<workgroup> XS/.test(matvecKernel(r, upload(r, rng, type, cols, 1, E).g, 11 * K, "experts-list", true).code), wideStage === 1, `${label}: staging`);
+      const r = runtime({ ...(maxBindingBytes !== undefined ? { maxBindingBytes } : {}), tune: { wideLists: 1 } });
+      const label = `${typeName(type)} ${rows}x${cols}${maxBindingBytes !== undefined ? " in pieces" : ""}`;
       const eg = upload(r, rng, type, cols, rows, E);
       const eu = upload(r, rng, type, cols, rows, E);
       // 11 tokens × 2 slots over 6 experts: expert 2 gets none, expert 0 gets 9 (three tiles, the last partial)
@@ -281,7 +280,4 @@ for (const wideStage of [1, 0]) test(`wide expert-list products with tune.wideLi
       eu.g.destroy();
     }
   }
-  // staged only where a row takes one pass (above, wideUnroll = 8 makes every row one pass at 8 lanes)
-  const r1 = runtime({ tune: { wideLists: 1, wideUnroll: 1 } });
-  assert.doesNotMatch(matvecKernel(r1, upload(r1, rng, GGMLType.Q4_K, 2048, 1, 6).g, 22, "experts-list", true).code, /var<workgroup> XS/);
 });

@@ -25,6 +25,9 @@ options:
   --prefill-chunk N      most prompt tokens one sequence prefills per step (default 128)
   --token-budget N       most tokens per forward pass (default 256)
   --max-queue N          most waiting requests before 429 (default 64)
+  --chain-steps N        most greedy decode steps chained on the GPU between host round trips (fused webgpu
+                         pipeline; only while every running request is greedy without top logprobs and none
+                         waits; default 8, 0 = off)
   --no-prefix-cache      do not share KV pages between equal prompt prefixes
   --backend B            cpu (WebAssembly SIMD kernels on worker threads), reference (plain JS kernels),
                          webgpu or auto (default: webgpu on a hardware GPU adapter, else cpu). On a GPU a
@@ -44,6 +47,7 @@ const SERVE_OPTIONS = {
   "prefill-chunk": { type: "string" },
   "token-budget": { type: "string" },
   "max-queue": { type: "string" },
+  "chain-steps": { type: "string" },
   "no-prefix-cache": { type: "boolean" },
   backend: { type: "string" },
   threads: { type: "string" },
@@ -96,6 +100,7 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
     ...opt("prefillChunk", prefillChunk),
     ...opt("tokenBudget", intOption("token-budget", values["token-budget"], 1)),
     ...opt("maxQueue", intOption("max-queue", values["max-queue"], 0)),
+    ...opt("chainSteps", intOption("chain-steps", values["chain-steps"], 0)),
     prefixCaching: values["no-prefix-cache"] !== true,
     log: (line) => io.err(`${line}\n`),
   });

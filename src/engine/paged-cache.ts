@@ -287,6 +287,29 @@ export class PagedSequence implements LatentStore {
     return true;
   }
 
+  /** Pages `reserve` would take for `n` more positions. */
+  pagesNeeded(n: number): number {
+    return Math.max(0, Math.ceil((this.length + n) / this.pool.pageSize) - this.table.length);
+  }
+
+  /**
+   * Make room for `steps` chained decode positions whose inputs after `first` are not known yet (chosen on the
+   * device): pages whose ids are unknown are not published until `record` names them. All or nothing, as `reserve`.
+   */
+  reserveChain(first: number, steps: number): boolean {
+    if (this.pagesNeeded(steps) > this.pool.available) return false;
+    this.reserve([first]);
+    for (let i = this.pagesNeeded(steps); i > 0; i--) this.table.push(this.pool.allocate()!);
+    return true;
+  }
+
+  /** The ids fed at the positions after those already known (a chain's inputs): publish the pages they complete. */
+  record(tokens: readonly number[]): void {
+    if (this.tokens.length + tokens.length > this.length) throw new LatentError(`paged cache: ${tokens.length} ids recorded past position ${this.length}`);
+    for (const t of tokens) this.tokens.push(t);
+    this.publishFull();
+  }
+
   append(layer: number, c: Float64Array, kPe: Float64Array, indexerKeys: Float64Array | undefined): void {
     const n = c.length / this.pool.L;
     if (this.length + n > this.capacity) throw new LatentError(`paged cache: ${n} positions appended at ${this.length} but only ${this.capacity} reserved`);
@@ -318,8 +341,13 @@ export class PagedSequence implements LatentStore {
   /** All layers hold n more positions: publish the pages this filled. */
   advance(n: number): void {
     this.length += n;
+    this.publishFull();
+  }
+
+  /** Publish the full pages whose ids are all known (a chain's are not until `record`). */
+  private publishFull(): void {
     const P = this.pool.pageSize;
-    const full = Math.floor(this.length / P);
+    const full = Math.floor(Math.min(this.length, this.tokens.length) / P);
     for (let i = this.hashes.length; i < full; i++) {
       const h = pageHash(this.hashes[i - 1] ?? "", this.tokens.slice(i * P, (i + 1) * P));
       this.hashes.push(h);

@@ -2,14 +2,24 @@ import type { ModelConfig } from "../model/config.js";
 import type { SequenceChunk } from "../model/deepseek2.js";
 import type { StreamingDecoder } from "../tokenizer/index.js";
 import { LatentError, UsageError } from "../util/errors.js";
+import type { GreedyChunk } from "./generate.js";
+import type { LatentStore } from "./latent-cache.js";
 import { logSoftmax, topLogprobs } from "./logprobs.js";
 import { PagedSequence, type PagePool } from "./paged-cache.js";
-import { createSampler, type Sampler, type SamplerOptions } from "./sampler.js";
+import { createSampler, type SampleResult, type Sampler, type SamplerOptions } from "./sampler.js";
 
-/** What the scheduler needs of a model: its config and a batched forward pass. */
+/** What the scheduler needs of a model: its config and a batched forward pass (and, optionally, chained greedy decoding). */
 export interface BatchModel {
   readonly config: ModelConfig;
   forwardBatch(seqs: readonly SequenceChunk[]): Float32Array[];
+  /**
+   * `steps` greedy decode steps of every sequence chained on the model's device: sequence i feeds `token` at position
+   * cache.length, then each step's argmax (ties to the lowest id, NaN never chosen) at the next position. Returns per
+   * sequence the `steps` chosen ids and their logprobs (NaN where the step's logits hold NaN or +Infinity or are all
+   * −Infinity) and advances each cache by `steps`: the same as `steps` forwardBatch calls of one-token decode chunks
+   * sampled greedily. Paged caches have their pages for all `steps` positions reserved by the caller.
+   */
+  decodeGreedyBatch?(seqs: readonly { readonly token: number; readonly cache: LatentStore }[], steps: number): GreedyChunk[];
 }
 
 /** What it needs of a tokenizer: end-of-generation ids and streaming detokenization. */
@@ -31,7 +41,13 @@ export interface SchedulerOptions {
   readonly contextLength?: number;
   /** share full pages of identical prompt prefixes; default true */
   readonly prefixCaching?: boolean;
-  /** after every step (for metrics) */
+  /**
+   * Most greedy decode steps chained on the model's device in one go (BatchModel.decodeGreedyBatch) when every
+   * running sequence decodes greedily without top logprobs and nobody waits to be admitted; chains start at 4 steps
+   * and double while the batch stays chainable. 0: never chain. Default 8.
+   */
+  readonly chainSteps?: number;
+  /** after every step (for metrics); a chain of K steps reports K steps, each with 1/K of the chain's time */
   readonly onStep?: (info: StepInfo) => void;
 }
 
@@ -40,7 +56,12 @@ export interface StepInfo {
   readonly tokens: number;
   readonly decodes: number;
   readonly ms: number;
+  /** the length of the chain this step was part of (greedy steps chained on the device); absent for a host step */
+  readonly chained?: number;
 }
+
+/** Steps in the first chain after a host-sampled step; each following chain doubles, up to chainSteps. */
+const CHAIN_FIRST_STEPS = 4;
 
 export interface SequenceRequest {
   /** prompt token ids (used as given) */
@@ -214,6 +235,9 @@ export class Scheduler {
   readonly maxQueue: number;
   readonly contextLength: number;
   readonly prefixCaching: boolean;
+  readonly chainSteps: number;
+  /** the length of the next chain (before the caps of its members' max tokens and the context) */
+  private chainNext: number;
   private readonly waiting: Sequence[] = [];
   private readonly running: Sequence[] = [];
   private arrivals = 0;
@@ -238,6 +262,8 @@ export class Scheduler {
     this.maxQueue = int("maxQueue", opts.maxQueue ?? 256, 0);
     this.contextLength = Math.min(int("contextLength", opts.contextLength ?? model.config.contextLength, 1), model.config.contextLength);
     this.prefixCaching = opts.prefixCaching ?? true;
+    this.chainSteps = int("chainSteps", opts.chainSteps ?? 8, 0);
+    this.chainNext = Math.min(CHAIN_FIRST_STEPS, this.chainSteps);
   }
 
   stats(): SchedulerStats {
@@ -361,8 +387,10 @@ export class Scheduler {
     }
   }
 
-  /** One batch through the model. Returns false when there was nothing to do. */
+  /** One batch through the model (or a chain of greedy decode steps). Returns false when there was nothing to do. */
   step(): boolean {
+    if (this.chain()) return true;
+    this.chainNext = Math.min(CHAIN_FIRST_STEPS, this.chainSteps);
     const chunks: SequenceChunk[] = [];
     const members: Sequence[] = [];
     const inBatch = new Set<Sequence>();
@@ -476,10 +504,74 @@ export class Scheduler {
     return true;
   }
 
+  /**
+   * When every running sequence decodes one token greedily (no top logprobs, no prompt logprobs pending) and nobody
+   * could be admitted, run a chain of greedy steps on the model's device and apply its tokens one step at a time, as
+   * host-sampled steps would: the device's argmax is the greedy sampler's (ties to the lowest id), a sequence stops
+   * where the host would (its later tokens are dropped; its cache, which ran past them, is freed with it), and a step
+   * whose logits the sampler would refuse (NaN logprob) ends its sequence with an error. False: take a normal step.
+   */
+  private chain(): boolean {
+    const model = this.model;
+    if (model.decodeGreedyBatch === undefined || this.chainSteps === 0 || this.running.length === 0) return false;
+    if (this.waiting.length > 0 && this.running.length < this.maxBatch) return false;
+    const batch = [...this.running];
+    let steps = this.chainNext;
+    for (const seq of batch) {
+      const decoding = seq.state === "running" && seq.generated > 0 && seq.tokens.length - seq.cache!.length === 1;
+      if (!decoding || seq.wantsAll || !seq.sampler.isGreedy() || seq.sampler.logprobs > 0) return false;
+      steps = Math.min(steps, seq.req.maxTokens - seq.generated, this.contextLength - seq.tokens.length);
+    }
+    if (steps < 2) return false;
+    let pages = 0;
+    for (const seq of batch) pages += seq.cache!.pagesNeeded(steps);
+    if (pages > this.pool.available) return false;
+    for (const seq of batch) seq.cache!.reserveChain(seq.tokens[seq.tokens.length - 1]!, steps);
+
+    const t0 = performance.now();
+    let chosen: GreedyChunk[];
+    try {
+      chosen = model.decodeGreedyBatch(batch.map((seq) => ({ token: seq.tokens[seq.tokens.length - 1]!, cache: seq.cache! })), steps);
+      if (chosen.length !== batch.length || chosen.some((c) => c.tokens.length !== steps || c.logprobs.length !== steps)) {
+        throw new LatentError(`decodeGreedyBatch returned ${chosen.map((c) => c.tokens.length).join(", ")} ids for ${batch.length} sequences × ${steps} steps`);
+      }
+    } catch (e) {
+      const err = e instanceof Error ? e : new Error(String(e));
+      for (const seq of batch) this.finish(seq, "error", err);
+      return true;
+    }
+    const ms = performance.now() - t0;
+    this.steps += steps;
+    this.chainNext = Math.min(this.chainSteps, steps * 2);
+    for (let k = 0; k < steps; k++) {
+      batch.forEach((seq, i) => {
+        if (seq.state !== "running") return;
+        const token = chosen[i]!.tokens[k]!;
+        const logprob = chosen[i]!.logprobs[k]!;
+        try {
+          // the input of step k is now known: its page can be published for prefix caching, as a host step would
+          if (k > 0) seq.cache!.record([chosen[i]!.tokens[k - 1]!]);
+          if (Number.isNaN(logprob)) {
+            throw new UsageError(`the logits of decode step ${seq.tokens.length} contain NaN or +Infinity, or are all -Infinity (chained greedy decoding on the model's device)`);
+          }
+          this.accept(seq, { token, logprob });
+        } catch (e) {
+          this.finish(seq, "error", e instanceof Error ? e : new Error(String(e)));
+        }
+      });
+      this.opts.onStep?.({ sequences: batch.length, tokens: batch.length, decodes: batch.length, ms: ms / steps, chained: steps });
+    }
+    return true;
+  }
+
   /** The sequence has run all its tokens: sample the next one from the last row. */
   private advance(seq: Sequence, logits: Float32Array): void {
     if (seq.generated >= seq.req.maxTokens) return this.finish(seq, "length");
-    const r = seq.sampler.sample(logits);
+    this.accept(seq, seq.sampler.sample(logits));
+  }
+
+  /** Take a sampled token: stop on end-of-generation or a stop token, else emit it and stop on a string or a limit. */
+  private accept(seq: Sequence, r: SampleResult): void {
     if (!(seq.req.ignoreEog ?? false) && (this.tokenizer.isEndOfGeneration(r.token) || seq.stopTokens.has(r.token))) return this.finish(seq, "stop");
     seq.tokens.push(r.token);
     seq.generated++;

@@ -43,6 +43,8 @@ export interface ServerOptions {
   readonly prefillChunk?: number;
   /** most tokens per forward pass (default 256) */
   readonly tokenBudget?: number;
+  /** most greedy decode steps chained on the model's device (fused WebGPU pipeline) in one go; 0: off (default 8) */
+  readonly chainSteps?: number;
   /** most sequences waiting; beyond, 429 (default 64) */
   readonly maxQueue?: number;
   /** context length per sequence (default and at most the model's) */
@@ -102,6 +104,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     maxBatch,
     ...(options.tokenBudget !== undefined ? { tokenBudget: options.tokenBudget } : {}),
     ...(options.prefillChunk !== undefined ? { prefillChunk: options.prefillChunk } : {}),
+    ...(options.chainSteps !== undefined ? { chainSteps: options.chainSteps } : {}),
     maxQueue: options.maxQueue ?? 64,
     contextLength: ctx,
     prefixCaching: options.prefixCaching ?? true,

@@ -43,7 +43,7 @@ async function handle(req: FusedRequest): Promise<void> {
       answer(init.channel, 1);
       return;
     case "greedy": {
-      const { tokens, logprobs } = await gpu!.decodeGreedy([req.token], req.steps);
+      const { tokens, logprobs } = await gpu!.decodeGreedy(req.tokens, req.steps);
       new Uint32Array(logits.buffer, 0, tokens.length).set(tokens);
       logits.set(logprobs, tokens.length);
       answer(init.channel, 1);

@@ -14,7 +14,7 @@
  */
 import type { ModelConfig } from "../../model/config.js";
 import type { LatentStore } from "../../engine/latent-cache.js";
-import type { GreedyChainModel } from "../../engine/generate.js";
+import type { GreedyChainModel, GreedyChunk } from "../../engine/generate.js";
 import type { SequenceChunk } from "../../model/deepseek2.js";
 import type { StepToken } from "./gpu-model.js";
 import { LatentError } from "../../util/errors.js";
@@ -27,10 +27,10 @@ export type FusedRequest =
   | { op: "logits"; buffer: SharedArrayBuffer }
   | { op: "step"; tokens: StepToken[] }
   /**
-   * chained greedy decode steps of one sequence (GpuModel.decodeGreedy): the chosen ids as u32 at the start of the
-   * shared logits, then their logprobs as f32
+   * chained greedy decode steps of a batch (GpuModel.decodeGreedy): the chosen ids [steps × batch] as u32 at the start
+   * of the shared logits, then their logprobs [steps × batch] as f32
    */
-  | { op: "greedy"; token: StepToken; steps: number }
+  | { op: "greedy"; tokens: StepToken[]; steps: number }
   | { op: "close" };
 
 export interface FusedInit {
@@ -180,24 +180,51 @@ export class FusedGpuModel implements GreedyChainModel {
    * that many forward([token]) calls would: the store then holds every input fed, and the last id returned is the
    * next input, not yet in the cache.
    */
-  decodeGreedy(token: number, cache: LatentStore, steps: number): { tokens: number[]; logprobs: number[] } {
+  decodeGreedy(token: number, cache: LatentStore, steps: number): GreedyChunk {
+    return this.decodeGreedyBatch([{ token, cache }], steps)[0]!;
+  }
+
+  /**
+   * `decodeGreedy` for a batch (the scheduler's chained decode): every sequence runs `steps` greedy steps from its
+   * `token`, all of them in one decode step per position, exactly as `steps` forwardBatch calls of one-token decode
+   * chunks, each sampled greedily, would; each store advances by `steps` (paged stores: their pages for all `steps`
+   * positions reserved beforehand).
+   */
+  decodeGreedyBatch(seqs: readonly { readonly token: number; readonly cache: LatentStore }[], steps: number): GreedyChunk[] {
     if (!this.loaded) throw new LatentError("FusedGpuModel: load() the weights first");
     if (!Number.isInteger(steps) || steps < 1) throw new LatentError(`decodeGreedy takes steps ≥ 1, got ${steps}`);
-    if (!Number.isInteger(token) || token < 0 || token >= this.config.nVocab) throw new LatentError(`token ${token} is outside the vocabulary (0..${this.config.nVocab - 1})`);
-    const pos0 = cache.length;
-    if (pos0 + steps > this.config.contextLength) throw new LatentError(`context full: ${pos0 + steps} positions exceed the GPU cache's ${this.config.contextLength}`);
-    let pages: readonly number[] | undefined;
-    if (this.opts.pages !== undefined) {
-      pages = cache.pages?.();
+    const paged = this.opts.pages !== undefined;
+    const starts = seqs.map(({ token, cache }): StepToken => {
+      if (!Number.isInteger(token) || token < 0 || token >= this.config.nVocab) throw new LatentError(`token ${token} is outside the vocabulary (0..${this.config.nVocab - 1})`);
+      const pos = cache.length;
+      if (pos + steps > this.config.contextLength) throw new LatentError(`context full: ${pos + steps} positions exceed the GPU cache's ${this.config.contextLength}`);
+      if (!paged) return { token, slot: this.slotFor(cache, pos, seqs), pos, logits: true };
+      const pages = cache.pages?.();
       if (pages === undefined) throw new LatentError("the GPU caches mirror a page pool: every sequence's store must be paged");
+      if (pages.length * this.opts.pages!.pageSize < pos + steps) throw new LatentError(`decodeGreedy: ${steps} steps from position ${pos} need pages reserved up to ${pos + steps}`);
+      return { token, slot: 0, pos, logits: true, pages };
+    });
+    const out: GreedyChunk[] = [];
+    // the GPU's step buffers hold maxTokens rows: larger batches chain in groups
+    for (let at = 0; at < starts.length; at += this.opts.maxTokens) {
+      const group = starts.slice(at, at + this.opts.maxTokens);
+      const B = group.length;
+      this.ensureShared(2 * steps * B * 4);
+      this.worker.call({ op: "greedy", tokens: group, steps });
+      const ids = new Uint32Array(this.logits.buffer, 0, steps * B);
+      const lps = this.logits.subarray(steps * B, 2 * steps * B);
+      for (let b = 0; b < B; b++) {
+        const tokens: number[] = [];
+        const logprobs: number[] = [];
+        for (let s = 0; s < steps; s++) {
+          tokens.push(ids[s * B + b]!);
+          logprobs.push(lps[s * B + b]!);
+        }
+        out.push({ tokens, logprobs });
+      }
     }
-    const slot = pages !== undefined ? 0 : this.slotFor(cache, pos0, []);
-    this.ensureShared(2 * steps * 4);
-    this.worker.call({ op: "greedy", token: { token, slot, pos: pos0, logits: true, ...(pages !== undefined ? { pages } : {}) }, steps });
-    const tokens = Array.from(new Uint32Array(this.logits.buffer, 0, steps));
-    const logprobs = Array.from(this.logits.subarray(steps, 2 * steps));
-    cache.advance(steps);
-    return { tokens, logprobs };
+    for (const { cache } of seqs) cache.advance(steps);
+    return out;
   }
 
   /** Grow the shared logits memory (and tell the worker) so that it holds at least `bytes`. */
@@ -218,7 +245,7 @@ export class FusedGpuModel implements GreedyChainModel {
   }
 
   /** The GPU slot of a sequence: its own, or a free one (the least recently used when all are taken) for a new one. */
-  private slotFor(store: LatentStore, pos0: number, batch: readonly SequenceChunk[]): number {
+  private slotFor(store: LatentStore, pos0: number, batch: readonly { readonly cache?: LatentStore | undefined }[]): number {
     const have = this.slots.get(store);
     if (have !== undefined) {
       this.slots.delete(store);

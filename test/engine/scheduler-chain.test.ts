@@ -1,0 +1,203 @@
+// Chained greedy decoding in the scheduler: with a model that can chain greedy steps on its device, the token streams,
+// finish reasons, logprobs and event order equal those of host-sampled steps (chainSteps 0), and chains really run.
+import { after, test } from "node:test";
+import assert from "node:assert/strict";
+import { loadModel } from "../../src/model/load.js";
+import { Tokenizer } from "../../src/tokenizer/index.js";
+import { PagePool } from "../../src/engine/paged-cache.js";
+import { argmax } from "../../src/engine/sampler.js";
+import { logSoftmax } from "../../src/engine/logprobs.js";
+import { Scheduler, type BatchModel, type SchedulerOptions, type SequenceRequest, type StepInfo } from "../../src/engine/scheduler.js";
+import type { SequenceChunk } from "../../src/model/deepseek2.js";
+import type { LatentStore } from "../../src/engine/latent-cache.js";
+import type { GreedyChunk } from "../../src/engine/generate.js";
+import { CASES, randomTokens, synthModel } from "../helpers/synth.js";
+
+const synth = synthModel(CASES[0]!, 5);
+after(() => synth.cleanup());
+const loaded = loadModel(synth.path);
+const tokenizer = Tokenizer.fromMetadata(loaded.file.metadata);
+const V = loaded.config.nVocab;
+
+/**
+ * Logits that depend only on (position, input token): a sequence's stream does not depend on its batch. Values in
+ * 0..7, so the argmax ties often (both sides must pick the lowest id). `nanFrom`: positions from there give NaN logits.
+ */
+class FakeChainModel implements BatchModel {
+  readonly config = loaded.config;
+  chains = 0;
+  chainedSteps = 0;
+  constructor(private readonly nanFrom = Infinity) {}
+
+  logits(pos: number, token: number): Float32Array {
+    const out = new Float32Array(V);
+    let h = (Math.imul(pos + 1, 0x9e3779b1) ^ Math.imul(token + 7, 0x85ebca6b)) >>> 0;
+    for (let v = 0; v < V; v++) {
+      h ^= h << 13;
+      h ^= h >>> 17;
+      h ^= h << 5;
+      h >>>= 0;
+      out[v] = h % 8;
+    }
+    if (pos >= this.nanFrom) out[h % V] = NaN;
+    return out;
+  }
+
+  forwardBatch(seqs: readonly SequenceChunk[]): Float32Array[] {
+    return seqs.map((s) => {
+      const pos0 = s.cache!.length;
+      const rows = s.tokens.map((t, j) => this.logits(pos0 + j, t)).filter((_, j) => s.logits === "all" || (s.logits === "last" && j === s.tokens.length - 1));
+      s.cache!.advance(s.tokens.length);
+      const out = new Float32Array(rows.length * V);
+      rows.forEach((r, i) => out.set(r, i * V));
+      return out;
+    });
+  }
+
+  decodeGreedyBatch(seqs: readonly { readonly token: number; readonly cache: LatentStore }[], steps: number): GreedyChunk[] {
+    this.chains++;
+    this.chainedSteps += steps;
+    return seqs.map(({ token, cache }) => {
+      const tokens: number[] = [];
+      const logprobs: number[] = [];
+      let input = token;
+      for (let s = 0; s < steps; s++) {
+        const logits = this.logits(cache.length + s, input);
+        let lp = NaN;
+        let id = argmax(logits);
+        try {
+          lp = logSoftmax(logits)[id]!;
+        } catch {
+          // refused by the host sampler: the device reports a NaN logprob (and some id)
+          id = 0;
+        }
+        tokens.push(id);
+        logprobs.push(lp);
+        input = id;
+      }
+      cache.advance(steps);
+      return { tokens, logprobs };
+    });
+  }
+}
+
+interface Run {
+  events: string[];
+  results: { tokens: readonly number[]; text: string; finish: string; error?: string; cached: number }[];
+  steps: StepInfo[];
+  /** each request's token texts, in order */
+  pieces: string[][];
+  model: FakeChainModel;
+  pagesInUse: number;
+}
+
+type Req = SequenceRequest & { cancelAt?: number };
+
+async function run(reqs: readonly Req[], opts: SchedulerOptions, model = new FakeChainModel(), followUp?: (r: Run) => SequenceRequest): Promise<Run> {
+  const pool = new PagePool(loaded.config, { pageSize: 4, numPages: 256 });
+  const steps: StepInfo[] = [];
+  const s = new Scheduler(model, tokenizer, pool, { maxBatch: 8, prefillChunk: 5, tokenBudget: 12, ...opts, onStep: (i) => steps.push(i) });
+  const events: string[] = [];
+  const results: Run["results"] = [];
+  const pieces: string[][] = [];
+  const go = (req: Req, i: number): Promise<void> =>
+    new Promise((resolve) => {
+      const seq = s.submit(req, {
+        onToken: (t) => {
+          (pieces[i] ??= []).push(t.text);
+          events.push(`${i} #${t.index} ${t.id} ${JSON.stringify(t.text)} ${t.logprob}${t.top !== undefined ? ` top ${JSON.stringify(t.top)}` : ""}`);
+          if (req.cancelAt === t.index) s.cancel(seq);
+        },
+        onFinish: (r) => {
+          events.push(`${i} finish ${r.finishReason} tail ${JSON.stringify(r.tail)}`);
+          results[i] = { tokens: r.tokens, text: r.text, finish: r.finishReason, ...(r.error !== undefined ? { error: r.error.message } : {}), cached: r.cachedTokens };
+          resolve();
+        },
+      });
+    });
+  await Promise.all(reqs.map(go));
+  const out: Run = { events, results, steps, pieces, model, pagesInUse: 0 };
+  if (followUp !== undefined) await go(followUp(out), reqs.length);
+  await s.idle();
+  out.pagesInUse = pool.stats().pagesInUse;
+  return out;
+}
+
+const greedy = (prompt: number[], maxTokens: number, more: Partial<Req> = {}): Req => ({ prompt, maxTokens, sampling: { temperature: 0 }, ...more });
+
+test("chained greedy steps give the same streams, logprobs, finishes and events as host-sampled steps", async () => {
+  const base = [greedy(randomTokens(3, 1, 3, V), 30), greedy(randomTokens(9, 2, 3, V), 17), greedy(randomTokens(6, 3, 3, V), 40, { ignoreEog: true }), greedy(randomTokens(2, 4, 3, V), 25, { ignoreEog: true })];
+  const plain = await run(base, { chainSteps: 0 });
+  // a stop token from request 0's stream, a stop string across two of request 2's tokens, a cancel in request 3
+  const r0 = plain.results[0]!;
+  const r2 = plain.results[2]!;
+  assert.ok(r0.tokens.length > 8 && r2.tokens.length > 12, "streams long enough for the stops below");
+  const stopTok = r0.tokens[7]!;
+  const pieces = plain.pieces[2]!;
+  const k = pieces.findIndex((p, i) => i >= 9 && p.length > 0 && (pieces[i + 1] ?? "").length > 0);
+  assert.ok(k > 0, "two non-empty pieces in a row");
+  const stopStr = pieces[k]!.slice(-1) + pieces[k + 1]!.slice(0, 1);
+  const reqs: Req[] = [
+    { ...base[0]!, stopTokens: [stopTok] },
+    base[1]!,
+    { ...base[2]!, stop: [stopStr] },
+    { ...base[3]!, cancelAt: 13 },
+    greedy(randomTokens(4, 5, 3, V), 3),
+    greedy(randomTokens(5, 6, 3, V), 1),
+  ];
+  const host = await run(reqs, { chainSteps: 0 });
+  for (const chainSteps of [8, 5, 2]) {
+    const chained = await run(reqs, { chainSteps });
+    assert.deepEqual(chained.events, host.events, `chainSteps ${chainSteps}: events`);
+    assert.deepEqual(chained.results, host.results, `chainSteps ${chainSteps}: results`);
+    assert.ok(chained.model.chains > 2, `chainSteps ${chainSteps}: ${chained.model.chains} chains ran`);
+    assert.ok(chained.steps.some((s) => s.chained === chainSteps), `chainSteps ${chainSteps}: chains grow to chainSteps: ${chained.steps.map((s) => s.chained ?? 1).join(" ")}`);
+    assert.ok(chained.steps.every((s) => (s.chained ?? 1) <= chainSteps));
+    assert.equal(chained.pagesInUse, 0);
+  }
+  assert.equal(host.model.chains, 0);
+  assert.equal(host.results[0]!.finish, "stop");
+  assert.ok(host.results[0]!.tokens.length <= 7);
+  assert.equal(host.results[2]!.finish, "stop");
+  assert.ok(!host.results[2]!.text.includes(stopStr));
+  assert.equal(host.results[3]!.finish, "abort");
+  assert.equal(host.results[3]!.tokens.length, 14);
+});
+
+test("no chaining while a sampled or top-logprobs request is in the batch; the same streams either way", async () => {
+  const reqs: Req[] = [
+    greedy(randomTokens(3, 11, 3, V), 30, { ignoreEog: true }),
+    greedy(randomTokens(4, 12, 3, V), 12, { ignoreEog: true, sampling: { temperature: 0.8, seed: 3 } }),
+    greedy(randomTokens(5, 13, 3, V), 20, { ignoreEog: true, sampling: { temperature: 0, logprobs: 2 } }),
+  ];
+  const host = await run(reqs, { chainSteps: 0 });
+  const chained = await run(reqs, { chainSteps: 8 });
+  assert.deepEqual(chained.events, host.events);
+  assert.deepEqual(chained.results, host.results);
+  assert.ok(chained.model.chains > 0, "request 0 chains once it runs alone");
+  // every chained step came after the other two had finished: request 0 is then alone
+  for (const s of chained.steps) if (s.chained !== undefined) assert.equal(s.sequences, 1);
+});
+
+test("a chained step whose logits the sampler refuses ends the sequence with an error, as on the host", async () => {
+  const reqs = [greedy(randomTokens(3, 21, 3, V), 30, { ignoreEog: true }), greedy(randomTokens(8, 22, 3, V), 30, { ignoreEog: true })];
+  const host = await run(reqs, { chainSteps: 0 }, new FakeChainModel(14));
+  const chained = await run(reqs, { chainSteps: 8 }, new FakeChainModel(14));
+  assert.ok(chained.model.chains > 0);
+  assert.deepEqual(chained.results.map((r) => [r.tokens, r.finish]), host.results.map((r) => [r.tokens, r.finish]));
+  for (const r of chained.results) {
+    assert.equal(r.finish, "error");
+    assert.match(r.error ?? "", /NaN/);
+  }
+  assert.equal(chained.pagesInUse, 0);
+});
+
+test("pages filled by a chain are published with the ids the chain fed: a follow-up prompt finds them", async () => {
+  const reqs = [greedy(randomTokens(3, 31, 3, V), 21, { ignoreEog: true })];
+  const follow = (r: Run): SequenceRequest => greedy([...reqs[0]!.prompt, ...r.results[0]!.tokens], 2, { ignoreEog: true });
+  const host = await run(reqs, { chainSteps: 0 }, new FakeChainModel(), follow);
+  const chained = await run(reqs, { chainSteps: 8 }, new FakeChainModel(), follow);
+  assert.ok(chained.model.chains > 0);
+  assert.deepEqual(chained.results, host.results);
+  assert.equal(host.results[1]!.cached, 20);
+});

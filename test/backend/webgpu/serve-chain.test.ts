@@ -1,0 +1,82 @@
+// The scheduler on the fused WebGPU pipeline with greedy steps chained on the GPU (decodeGreedyBatch over the GPU
+// caches that mirror the page pool) gives the tokens, finishes and logprobs (≤ 1e-4) of host-sampled steps.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { loadModel } from "../../../src/model/load.js";
+import { Tokenizer } from "../../../src/tokenizer/index.js";
+import { PagePool } from "../../../src/engine/paged-cache.js";
+import { Scheduler, type BatchModel, type SequenceRequest, type StepInfo } from "../../../src/engine/scheduler.js";
+import { FusedGpuModel } from "../../../src/backend/webgpu/fused.js";
+import { CASES, randomTokens, synthModel } from "../../helpers/synth.js";
+import { gpuOrSkip } from "./helpers.js";
+
+const { rt, skip } = await gpuOrSkip();
+rt?.device.destroy();
+
+interface Outcome {
+  ids: number[];
+  logprobs: number[];
+  finish: string;
+}
+
+test("fused pipeline: 3 concurrent greedy requests through the scheduler give the same tokens with chained GPU steps as with host sampling", { skip }, async () => {
+  const synth = synthModel(CASES[0]!, 11);
+  const loaded = loadModel(synth.path);
+  const tok = Tokenizer.fromMetadata(loaded.file.metadata);
+  const pageSize = 4;
+  const numPages = 40;
+  const fused = new FusedGpuModel(loaded.config, { slots: 3, context: 48, maxTokens: 8, pages: { pageSize, numPages } });
+  try {
+    fused.load(synth.path);
+    let chains = 0;
+    const model: BatchModel = {
+      config: fused.config,
+      forwardBatch: (seqs) => fused.forwardBatch(seqs),
+      decodeGreedyBatch: (seqs, steps) => {
+        chains++;
+        return fused.decodeGreedyBatch(seqs, steps);
+      },
+    };
+    const V = loaded.config.nVocab;
+    const reqs: SequenceRequest[] = [
+      { prompt: randomTokens(5, 61, 1, V), maxTokens: 14, sampling: { temperature: 0 }, ignoreEog: true },
+      { prompt: randomTokens(9, 62, 1, V), maxTokens: 9, sampling: { temperature: 0 }, ignoreEog: true },
+      { prompt: randomTokens(3, 63, 1, V), maxTokens: 20, sampling: { temperature: 0 }, ignoreEog: true },
+    ];
+    const run = async (chainSteps: number): Promise<{ out: Outcome[]; steps: StepInfo[] }> => {
+      const steps: StepInfo[] = [];
+      const s = new Scheduler(model, tok, new PagePool(fused.config, { pageSize, numPages }), { maxBatch: 3, prefillChunk: 5, tokenBudget: 12, chainSteps, onStep: (i) => steps.push(i) });
+      const out = await Promise.all(
+        reqs.map(
+          (req) =>
+            new Promise<Outcome>((resolve) => {
+              const o: Outcome = { ids: [], logprobs: [], finish: "" };
+              s.submit(req, {
+                onToken: (t) => {
+                  o.ids.push(t.id);
+                  o.logprobs.push(t.logprob);
+                },
+                onFinish: (r) => resolve({ ...o, finish: r.finishReason }),
+              });
+            }),
+        ),
+      );
+      assert.equal(s.pool.stats().pagesInUse, 0);
+      return { out, steps };
+    };
+    const host = await run(0);
+    assert.equal(chains, 0);
+    const chained = await run(8);
+    assert.ok(chains >= 2, `${chains} chains`);
+    assert.ok(chained.steps.some((st) => st.chained !== undefined && st.sequences === 3), "a chain ran with all three sequences");
+    chained.out.forEach((o, i) => {
+      assert.deepEqual(o.ids, host.out[i]!.ids, `request ${i}: ids`);
+      assert.equal(o.finish, host.out[i]!.finish);
+      assert.equal(o.ids.length, reqs[i]!.maxTokens);
+      o.logprobs.forEach((lp, j) => assert.ok(Math.abs(lp - host.out[i]!.logprobs[j]!) <= 1e-4, `request ${i} token ${j}: ${lp} vs ${host.out[i]!.logprobs[j]}`));
+    });
+  } finally {
+    await fused.close();
+    synth.cleanup();
+  }
+});

@@ -143,3 +143,25 @@ test("writing past the reserved pages is refused", () => {
   assert.ok(s.reserve([3, 4]));
   assert.throws(() => model.forward([3, 4, 5, 6, 7], s, { path: "prefill", logits: "last" }), /only 4 reserved/);
 });
+
+test("reserveChain takes pages for a chain's positions, all or nothing; pages publish only once record names their ids", () => {
+  const { config } = models[0]!;
+  const pool = new PagePool(config, { pageSize: 4, numPages: 4 });
+  const a = new PagedSequence(pool);
+  assert.ok(a.reserve([1, 2, 3]));
+  a.advance(3);
+  assert.equal(a.pagesNeeded(14), 4);
+  assert.equal(a.reserveChain(4, 14), false);
+  assert.equal(a.pages().length, 1, "nothing taken when the chain does not fit");
+  assert.ok(a.reserveChain(4, 6));
+  assert.equal(a.pages().length, 3);
+  a.advance(6); // positions 3..8 hold 4 and then ids not yet known
+  const b = new PagedSequence(pool);
+  assert.equal(b.adoptPrefix([1, 2, 3, 4, 5, 6, 7, 8, 9], 1), 4, "only the page of known ids is published");
+  b.free();
+  a.record([5, 6, 7, 8]);
+  const c = new PagedSequence(pool);
+  assert.equal(c.adoptPrefix([1, 2, 3, 4, 5, 6, 7, 8, 9], 1), 8);
+  c.free();
+  a.free();
+});

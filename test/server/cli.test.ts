@@ -19,6 +19,10 @@ test("latent serve --help; bad options exit 2", () => {
   const bad = spawnSync(process.execPath, [BIN, "serve", synth.path, "--max-batch", "0"], { encoding: "utf8" });
   assert.equal(bad.status, 2);
   assert.match(bad.stderr, /--max-batch must be an integer ≥ 1/);
+  assert.match(help.stdout, /--chain-steps N/);
+  const chain = spawnSync(process.execPath, [BIN, "serve", synth.path, "--chain-steps", "-1"], { encoding: "utf8" });
+  assert.equal(chain.status, 2);
+  assert.match(chain.stderr, /--chain-steps must be an integer ≥ 0/);
   const backend = spawnSync(process.execPath, [BIN, "serve", synth.path, "--backend", "tpu"], { encoding: "utf8" });
   assert.equal(backend.status, 2);
 });

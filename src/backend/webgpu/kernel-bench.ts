@@ -5,8 +5,8 @@
  * timed by the pass's GPU timestamps. Per dispatch this is the kernel plus the barrier between dependent dispatches,
  * as in a real step; an empty kernel gives that fixed cost.
  * `node dist/backend/webgpu/kernel-bench.js [--tokens 1,64] [--reps 200] [--tunes "a=1;wide=0"] [--big]` (--big: also
- * large plain products of each wide-kernel type, for their steady throughput). The decode attention cases (16, 512
- * and 4096 keys) are one or two dispatches (split keys, then their combine), timed together: `--tokens 1,4 --tunes
+ * large plain products of each wide-kernel type, for their steady throughput). The decode attention cases (16, 48,
+ * 200, 512 and 4096 keys) are one or two dispatches (split keys, then their combine), timed together: `--tokens 1,4 --tunes
  * "attn=0;attn=1"` compares them with the previous kernels.
  */
 import { pathToFileURL } from "node:url";
@@ -121,7 +121,8 @@ export function v2LiteCases(rt: GpuRuntime, n: number, big = false): KernelCase[
   const lo = rt.buffer(n * H * C * 4, "attention out");
   const scratch = rt.buffer(attentionScratch(n, H, C, maxCtx) * 4, "attention scratch");
   const sel = rt.upload(new Uint32Array(4));
-  for (const keys of [16, 512, maxCtx]) {
+  // 48 and 200 keys: the chunked kernel at the bench's usual context and near the end of its one chunk
+  for (const keys of [16, 48, 200, 512, maxCtx]) {
     const meta = rt.upload(Uint32Array.from({ length: 4 * n }, (_, k) => (k % 4 === 1 ? Math.max(1, keys - n + 1 + Math.floor(k / 4)) : 0)));
     const args: AttentionArgs = {
       nq: n,

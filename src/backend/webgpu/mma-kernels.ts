@@ -45,17 +45,17 @@ export function shapeFits(k: MmaKernel, M: number, N: number, K: number): boolea
   return M % (16 * k.sm) === 0 && N % colsPerGroup(k) === 0 && K % (k.staged ? STAGE_K : 32) === 0;
 }
 
-function load(k: MmaKernel, type: string, major: "row" | "col", ptr: string, wordOff: string, wordStride: string): string {
+export function load(k: Pick<MmaKernel, "syntax" | "offUnit" | "strideUnit">, type: string, major: "row" | "col", ptr: string, wordOff: string, wordStride: string): string {
   const off = k.offUnit === 1 ? wordOff : `(${wordOff}) * 4u`;
   const stride = k.strideUnit === 1 ? wordStride : `(${wordStride}) * 4u`;
   return k.syntax === "template" ? `subgroupMatrixLoad<${type}, ${major}_major>(${ptr}, ${off}, ${stride})` : `subgroupMatrixLoad<${type}>(${ptr}, ${off}, ${major === "col"}, ${stride})`;
 }
 /** i32 results: offset and stride count i32 elements under every reading */
-function store(k: MmaKernel, ptr: string, off: string, value: string, stride: string): string {
+export function store(k: Pick<MmaKernel, "syntax">, ptr: string, off: string, value: string, stride: string): string {
   return k.syntax === "template" ? `subgroupMatrixStore<col_major>(${ptr}, ${off}, ${value}, ${stride});` : `subgroupMatrixStore(${ptr}, ${off}, ${value}, true, ${stride});`;
 }
 
-const range = (n: number): number[] => Array.from({ length: n }, (_, i) => i);
+export const range = (n: number): number[] => Array.from({ length: n }, (_, i) => i);
 
 /** The GEMM kernel's WGSL. Bindings: A, B, out, params {M, N, K, _}, and (pieces = 3) scales [sw (M) | sx (N)]. */
 export function mmaWGSL(k: MmaKernel): string {
@@ -180,6 +180,11 @@ fn main(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: 
     for (var i = 0u; i < 4u; i++) { C[base + i] = acc[j][i]; }
   }
 }`;
+
+export function rngI8(n: number, seed: number): Int8Array {
+  let s = seed >>> 0 || 1;
+  return Int8Array.from({ length: n }, () => ((s ^= s << 13), (s ^= s >>> 17), (s ^= s << 5), s & 0xff));
+}
 
 /** Pack int8 values 4 per little-endian u32 word (length a multiple of 4). */
 export function packI8(v: Int8Array): Uint32Array {

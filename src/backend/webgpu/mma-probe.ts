@@ -30,10 +30,12 @@
  *   `diagnostic(off, chromium.subgroup_matrix_uniformity);` (as llama.cpp and ORT do). `@builtin(subgroup_id)` with
  *   `enable subgroups;` (Dawn's test); workgroup_size.x must be a multiple of subgroupMaxSize (32 here).
  * Guessed, settled by the run: which load/store form compiles, the units of offset/stride, that subgroup_id exists.
+ * Then the two GGUF weight-scale schemes of mma-scaled.ts (rescale after every 32 of K, or every 256 with two weight pieces).
  */
 import { writeFileSync } from "node:fs";
 import { pathToFileURL } from "node:url";
-import { colsPerGroup, combineThree, F32_GEMM_WGSL, gemmI8, kernelName, mmaWGSL, packI8, PIECE_SHIFT, rowsPerGroup, shapeFits, splitThree, type MajorSyntax, type MmaKernel } from "./mma-kernels.js";
+import { checkScaled, period, scaledCols, scaledFits, scaledName, scaledRows, scaledShared, scaledWGSL, type ScaledKernel, type Scheme } from "./mma-scaled.js";
+import { colsPerGroup, combineThree, F32_GEMM_WGSL, gemmI8, kernelName, mmaWGSL, packI8, PIECE_SHIFT, rngI8, rowsPerGroup, shapeFits, splitThree, type MajorSyntax, type MmaKernel } from "./mma-kernels.js";
 
 const FEATURE = "chromium-experimental-subgroup-matrix";
 interface SgConfig { componentType: string; resultComponentType: string; M: number; N: number; K: number }
@@ -58,11 +60,6 @@ async function gpuEntry(flags: string[]): Promise<GPU> {
   const gpu = mod.create(flags);
   keep.push(gpu);
   return gpu;
-}
-
-function rngI8(n: number, seed: number): Int8Array {
-  let s = seed >>> 0 || 1;
-  return Int8Array.from({ length: n }, () => ((s ^= s << 13), (s ^= s >>> 17), (s ^= s << 5), s & 0xff));
 }
 
 export class Gpu {
@@ -318,6 +315,30 @@ export async function runMmaProbe(opts: { json?: string; quick?: boolean; dawnFl
       }
       if (ok) good.push({ k, pipe });
     }
+  // 4b. GGUF-style weight scales: rescale after every 32 of K, or (two weight pieces) every 256; the largest staging
+  // step and then the most tiles per store round that fit the device's workgroup memory
+  const scaled: { k: ScaledKernel; pipe: GPUComputePipeline }[] = [];
+  for (const scheme of ["per32", "per256"] as Scheme[])
+    for (const sn of [4, 1]) {
+      const fits = ([128, 64, 32] as const)
+        .filter((stageK) => period({ scheme }) % stageK === 0)
+        .flatMap((stageK) => [sn, 2, 1].filter((jr) => sn % jr === 0).map((jr): ScaledKernel => ({ syntax: base.syntax, offUnit: base.offUnit, strideUnit: base.strideUnit, sgid, tn: tns[0]!, sg: 4, sm: 1, sn, scheme, stageK, jr })))
+        .find((k) => scaledShared(k) <= dev.limits.maxComputeWorkgroupStorageSize);
+      if (fits === undefined) continue;
+      const c = await g.compile(scaledWGSL(fits), scaledName(fits));
+      rep.compile.push({ what: scaledName(fits), ok: c.pipeline !== undefined, messages: c.messages, ...(c.pipeline === undefined ? { code: scaledWGSL(fits) } : {}) });
+      log(`compile ${scaledName(fits)}: ${c.pipeline !== undefined ? "ok" : "FAILED"}${c.messages.length > 0 ? `\n    ${c.messages.join("\n    ")}` : ""}`);
+      if (c.pipeline === undefined) continue;
+      let ok = true;
+      for (const [M, N, K] of [[64, 64, 512], [224, 128, 768]] as const) {
+        if (!scaledFits(fits, M, N, K)) continue;
+        const r = await checkScaled(g, c.pipeline, fits, M, N, K, M + K);
+        rep.checks.push({ kernel: scaledName(fits), pieces: 3, shape: `${M}×${N}×${K}`, ...r });
+        log(`  check ${scaledName(fits)} at ${M}×${N}×${K}: ${r.detail}`);
+        ok &&= r.ok;
+      }
+      if (ok) scaled.push({ k: fits, pipe: c.pipeline });
+    }
   // 5. timings at the decode shapes (and N = 512), with a plain f32 GEMM beside them
   if (!dev.features.has("timestamp-query")) {
     log("no timestamp-query: no timings");
@@ -344,6 +365,23 @@ export async function runMmaProbe(opts: { json?: string; quick?: boolean; dawnFl
         const slot = k.pieces === 1 ? 0 : 1;
         if (us < best[slot]!) [best[slot], names[slot]] = [us, kernelName(k)];
       }
+      const A2 = await g.fill(2 * M * K, 0, 6);
+      const S2 = await g.fill((M * (K / 32) + N) * 4, 1, 7);
+      const cols: string[] = [];
+      for (const scheme of ["per32", "per256"] as Scheme[]) {
+        let sb = Infinity;
+        let sname = K % period({ scheme }) === 0 ? "no kernel" : `skipped: K % ${period({ scheme })} ≠ 0`;
+        for (const { k, pipe } of scaled) {
+          if (k.scheme !== scheme || !scaledFits(k, M, N, K)) continue;
+          const us = await g.time(pipe, [A2, B, C, g.params(M, N, K), S2], [Math.ceil(M / scaledRows(k)), N / scaledCols(k)]);
+          const tops = (2 * M * N * K * (scheme === "per32" ? 3 : 6)) / us / 1e6;
+          rep.timings.push({ kernel: scaledName(k), pieces: 3, M, N, K, us, tops });
+          log(`  ${M}×${N}×${K} ${scaledName(k)}: ${us.toFixed(2)} µs, ${tops.toFixed(1)} TOPS`);
+          if (us < sb) [sb, sname] = [us, scaledName(k)];
+        }
+        cols.push(Number.isFinite(sb) ? `${sb.toFixed(1)} (×${(sb / best[1]!).toFixed(2)}) ${sname}` : sname);
+      }
+      [A2, S2].forEach((b) => b.destroy());
       let f32us = NaN;
       if (f32 !== undefined) {
         const Af = await g.fill(M * K * 4, 1, 4);
@@ -354,10 +392,10 @@ export async function runMmaProbe(opts: { json?: string; quick?: boolean; dawnFl
         Bf.destroy();
       }
       const fl = 2 * M * N * K;
-      table.push(`| ${M}×${N}×${K} | ${best[0]!.toFixed(1)} (${(fl / best[0]! / 1e6).toFixed(0)}) ${names[0]} | ${best[1]!.toFixed(1)} (×${(best[1]! / best[0]!).toFixed(2)}) ${names[1]} | ${f32us.toFixed(1)} (${(fl / f32us / 1e6).toFixed(1)}) |`);
+      table.push(`| ${M}×${N}×${K} | ${best[0]!.toFixed(1)} (${(fl / best[0]! / 1e6).toFixed(0)}) ${names[0]} | ${best[1]!.toFixed(1)} (×${(best[1]! / best[0]!).toFixed(2)}) ${names[1]} | ${cols.join(" | ")} | ${f32us.toFixed(1)} (${(fl / f32us / 1e6).toFixed(1)}) |`);
       [A, B, C, S].forEach((b) => b.destroy());
     }
-  log(`\n| M×N×K | int8 µs (TOPS) best kernel | three pieces µs (× one) | plain f32 µs (TFLOP/s) |\n| --- | --- | --- | --- |\n${table.join("\n")}`);
+  log(`\n| M×N×K | int8 µs (TOPS) best kernel | three pieces µs (× one) | rescale per 32 µs (× three pieces) | rescale per 256 µs (× three pieces) | plain f32 µs (TFLOP/s) |\n| --- | --- | --- | --- | --- | --- |\n${table.join("\n")}`);
   if (rep.errors.length > 0) log(`errors:\n  ${rep.errors.join("\n  ")}`);
   dev.destroy();
   return done();

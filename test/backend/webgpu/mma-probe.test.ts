@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { combineThree, gemmI8, mmaWGSL, packI8, quantizeThree, splitThree, THREE_MAX, unpackI8, type MmaKernel } from "../../../src/backend/webgpu/mma-kernels.js";
 import { requestGpuDevice } from "../../../src/backend/webgpu/device.js";
 import { check, Gpu } from "../../../src/backend/webgpu/mma-probe.js";
+import { checkScaled, period, scaledInputs, scaledReference, scaledWGSL, splitTwo, TWO_MAX, TWO_MIN, type ScaledKernel } from "../../../src/backend/webgpu/mma-scaled.js";
 import { Rng } from "./helpers.js";
 
 test("int8 pack 4 per word, little-endian, and back", () => {
@@ -112,5 +113,59 @@ test("the kernels' tiling, with the subgroup-matrix builtins emulated (lavapipe)
     const c = await g.compile(emulated(mmaWGSL(kernel), 16, kernel.staged), "emulated");
     assert.ok(c.pipeline !== undefined, c.messages.join("\n"));
     for (const [M, N, K] of [[64, 32, 256], [224, 64, 384]] as const) assert.equal((await check(g, c.pipeline, kernel, M, N, K, 11)).detail, "exact");
+  }
+});
+
+test("two weight pieces rebuild every w in [−8192, 8191] exactly: 64·hi + lo, lo ∈ [0, 63]", () => {
+  const w = Int32Array.from({ length: TWO_MAX - TWO_MIN + 1 }, (_, i) => TWO_MIN + i);
+  const [hi, lo] = splitTwo(w);
+  for (let i = 0; i < w.length; i++) {
+    assert.equal(64 * hi[i]! + lo[i]!, w[i]);
+    assert.ok(lo[i]! >= 0 && lo[i]! <= 63);
+  }
+  assert.throws(() => splitTwo(Int32Array.from([TWO_MAX + 1])));
+  assert.throws(() => splitTwo(Int32Array.from([TWO_MIN - 1])));
+});
+
+test("the scaled reference equals a direct float64 sum over the rebuilt weights and x", () => {
+  for (const scheme of ["per32", "per256"] as const) {
+    const [M, N, K] = [5, 3, 512];
+    const { Ap, Bp, S } = scaledInputs(scheme, M, N, K, 4);
+    const { want, tol } = scaledReference(scheme, Ap, Bp, S, M, N, K);
+    const nb = K / period({ scheme });
+    for (let n = 0; n < N; n++)
+      for (let m = 0; m < M; m++) {
+        let y = 0;
+        for (let k = 0; k < K; k++) {
+          const w = Ap.length === 1 ? Ap[0]![m * K + k]! : 64 * Ap[0]![m * K + k]! + Ap[1]![m * K + k]!;
+          y += S[m * nb + Math.floor(k / period({ scheme }))]! * w * combineThree(Bp[0]![n * K + k]!, Bp[1]![n * K + k]!, Bp[2]![n * K + k]!);
+        }
+        y *= S[M * nb + n]!;
+        assert.ok(Math.abs(y - want[n * M + m]!) <= 1e-12 * Math.abs(tol[n * M + m]! * 2 ** 24), `${scheme} m=${m} n=${n}: ${y} vs ${want[n * M + m]}`);
+      }
+  }
+});
+
+test("the scaled kernels' tiling and rescaling, with the subgroup-matrix builtins emulated (lavapipe)", { timeout: 300_000 }, async (t) => {
+  let g: Gpu;
+  try {
+    g = new Gpu((await requestGpuDevice()).device);
+  } catch (e) {
+    t.skip(`no WebGPU device: ${(e as Error).message}`);
+    return;
+  }
+  const base = { syntax: "template", offUnit: 1, strideUnit: 1, sgid: "index", tn: 16 } as const;
+  // small: lavapipe runs every emulated MMA per invocation. M = 48 leaves a partial workgroup tile; per256 has two super-blocks
+  const cases: [ScaledKernel, number, number, number][] = [
+    [{ ...base, scheme: "per32", sg: 2, sm: 1, sn: 2, stageK: 32, jr: 1 }, 48, 32, 128],
+    [{ ...base, scheme: "per32", sg: 1, sm: 2, sn: 2, stageK: 32, jr: 2 }, 48, 32, 96],
+    [{ ...base, scheme: "per256", sg: 2, sm: 1, sn: 1, stageK: 64, jr: 1 }, 48, 16, 512],
+    [{ ...base, scheme: "per256", sg: 1, sm: 2, sn: 1, stageK: 128, jr: 1 }, 48, 16, 512],
+  ];
+  for (const [k, M, N, K] of cases) {
+    const c = await g.compile(emulated(scaledWGSL(k), 16, true), "emulated scaled");
+    assert.ok(c.pipeline !== undefined, c.messages.join("\n"));
+    const r = await checkScaled(g, c.pipeline, k, M, N, K, 13);
+    assert.ok(r.ok, `${k.scheme} sg${k.sg} sm${k.sm} sn${k.sn} at ${M}×${N}×${K}: ${r.detail}`);
   }
 });

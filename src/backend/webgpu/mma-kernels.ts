@@ -58,6 +58,28 @@ export function store(k: Pick<MmaKernel, "syntax">, ptr: string, off: string, va
 export const range = (n: number): number[] => Array.from({ length: n }, (_, i) => i);
 
 /** The GEMM kernel's WGSL. Bindings: A, B, out, params {M, N, K, _}, and (pieces = 3) scales [sw (M) | sx (N)]. */
+/**
+ * A probe kernel's module up to the subgroup index `s` of main: the extensions, the tile aliases, bindings A, B, C
+ * (i32 or f32), the parameters and (with scales) S, `sh` in workgroup memory (shWords > 0), and main's signature.
+ */
+export function mmaPrologue(k: Pick<MmaKernel, "tn" | "sg" | "sgid">, vec: string, cType: "i32" | "f32", scales: boolean, shWords: number, threads: number): string {
+  return `diagnostic(off, chromium.subgroup_matrix_uniformity);
+enable subgroups;
+enable chromium_experimental_subgroup_matrix;
+struct Params { M: u32, N: u32, K: u32, _pad: u32 }
+alias L = subgroup_matrix_left<i8, 32, 16>;
+alias R = subgroup_matrix_right<i8, ${k.tn}, 32>;
+alias Acc = subgroup_matrix_result<i32, ${k.tn}, 16>;
+@group(0) @binding(0) var<storage, read> A: array<${vec}>;
+@group(0) @binding(1) var<storage, read> B: array<${vec}>;
+@group(0) @binding(2) var<storage, read_write> C: array<${cType}>;
+@group(0) @binding(3) var<uniform> p: Params;
+${scales ? "@group(0) @binding(4) var<storage, read> S: array<f32>;\n" : ""}${shWords > 0 ? `var<workgroup> sh: array<i32, ${shWords}>;\n` : ""}
+@compute @workgroup_size(${threads})
+fn main(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32${k.sgid === "builtin" ? ", @builtin(subgroup_id) sgid: u32" : ""}) {
+  let s = ${k.sg === 1 ? "0u" : k.sgid === "builtin" ? "sgid" : `lid / ${SUBGROUP}u`};`;
+}
+
 export function mmaWGSL(k: MmaKernel): string {
   const WM = rowsPerGroup(k);
   const WN = colsPerGroup(k);
@@ -118,21 +140,7 @@ export function mmaWGSL(k: MmaKernel): string {
     let n = n0 + e / ${WM}u;
     if (m < p.M) { C[n * p.M + m] = yv[r] * S[m] * S[p.M + n]; }
   }`;
-  return `diagnostic(off, chromium.subgroup_matrix_uniformity);
-enable subgroups;
-enable chromium_experimental_subgroup_matrix;
-struct Params { M: u32, N: u32, K: u32, _pad: u32 }
-alias L = subgroup_matrix_left<i8, 32, 16>;
-alias R = subgroup_matrix_right<i8, ${k.tn}, 32>;
-alias Acc = subgroup_matrix_result<i32, ${k.tn}, 16>;
-@group(0) @binding(0) var<storage, read> A: array<${vec}>;
-@group(0) @binding(1) var<storage, read> B: array<${vec}>;
-@group(0) @binding(2) var<storage, read_write> C: array<${k.pieces === 1 ? "i32" : "f32"}>;
-@group(0) @binding(3) var<uniform> p: Params;
-${k.pieces === 3 ? "@group(0) @binding(4) var<storage, read> S: array<f32>;\n" : ""}${shWords > 0 ? `var<workgroup> sh: array<i32, ${shWords}>;\n` : ""}
-@compute @workgroup_size(${WGS})
-fn main(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32${k.sgid === "builtin" ? ", @builtin(subgroup_id) sgid: u32" : ""}) {
-  let s = ${k.sg === 1 ? "0u" : k.sgid === "builtin" ? "sgid" : `lid / ${SUBGROUP}u`};
+  return `${mmaPrologue(k, vec, k.pieces === 1 ? "i32" : "f32", k.pieces === 3, shWords, WGS)}
   let kw = p.K / 4u;
   let m0 = wg.x * ${WM}u;
   let n0 = wg.y * ${WN}u;

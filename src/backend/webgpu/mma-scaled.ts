@@ -15,7 +15,7 @@
  * between stages, so the rescale period must be a multiple of stageK; jr tiles (of sn) are stored per barrier pair.
  */
 import type { Gpu } from "./mma-probe.js";
-import { gemmI8, load, packI8, PIECE_SHIFT, range, rngI8, splitThree, store, SUBGROUP, type MmaKernel } from "./mma-kernels.js";
+import { gemmI8, load, mmaPrologue, packI8, PIECE_SHIFT, range, rngI8, splitThree, store, SUBGROUP, type MmaKernel } from "./mma-kernels.js";
 
 export type Scheme = "per32" | "per256";
 export interface ScaledKernel extends Pick<MmaKernel, "syntax" | "offUnit" | "strideUnit" | "sgid" | "tn" | "sg" | "sn"> {
@@ -84,22 +84,7 @@ export function scaledWGSL(k: ScaledKernel): string {
       workgroupBarrier();`;
   });
   const stageWords = (AP * WM + 3 * WN) * SA;
-  return `diagnostic(off, chromium.subgroup_matrix_uniformity);
-enable subgroups;
-enable chromium_experimental_subgroup_matrix;
-struct Params { M: u32, N: u32, K: u32, _pad: u32 }
-alias L = subgroup_matrix_left<i8, 32, 16>;
-alias R = subgroup_matrix_right<i8, ${k.tn}, 32>;
-alias Acc = subgroup_matrix_result<i32, ${k.tn}, 16>;
-@group(0) @binding(0) var<storage, read> A: array<vec4<i32>>;
-@group(0) @binding(1) var<storage, read> B: array<vec4<i32>>;
-@group(0) @binding(2) var<storage, read_write> C: array<f32>;
-@group(0) @binding(3) var<uniform> p: Params;
-@group(0) @binding(4) var<storage, read> S: array<f32>;
-var<workgroup> sh: array<i32, ${Math.max(stageWords, k.sg * Q * RW)}>;
-@compute @workgroup_size(${WGS})
-fn main(@builtin(workgroup_id) wg: vec3u, @builtin(local_invocation_index) lid: u32${k.sgid === "builtin" ? ", @builtin(subgroup_id) sgid: u32" : ""}) {
-  let s = ${k.sg === 1 ? "0u" : k.sgid === "builtin" ? "sgid" : `lid / ${SUBGROUP}u`};
+  return `${mmaPrologue(k, "vec4<i32>", "f32", true, Math.max(stageWords, k.sg * Q * RW), WGS)}
   // the rescale reads by invocation index, not subgroup: any bijection onto the stored elements will do
   let rs = lid / ${SUBGROUP}u;
   let lane = lid % ${SUBGROUP}u;

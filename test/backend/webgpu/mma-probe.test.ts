@@ -1,6 +1,6 @@
 // The tensor-core probe's CPU side (int8 packing, the reference GEMM, the three-piece split) and its clean exit
 // where the adapter lacks chromium-experimental-subgroup-matrix (lavapipe).
-import { test } from "node:test";
+import { test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync } from "node:fs";
@@ -99,14 +99,19 @@ fn mma(a: L, b: R, c: Acc) -> Acc { var d = c; for (var m = 0u; m < 16u; m++) { 
 ${c.includes("_sh(") ? src("sh", false) : ""}${c.includes("_A(") ? src("A", vec) : ""}${c.includes("_B(") ? src("B", vec) : ""}${c.includes("store_sh(") ? store("sh") : ""}${c.includes("store_C(") ? store("C") : ""}`;
 }
 
-test("the kernels' tiling, with the subgroup-matrix builtins emulated (lavapipe)", { timeout: 300_000 }, async (t) => {
-  let g: Gpu;
+/** The probe's GPU wrapper over a WebGPU device, or undefined (the test skipped) where there is none. */
+async function probeGpu(t: TestContext): Promise<Gpu | undefined> {
   try {
-    g = new Gpu((await requestGpuDevice()).device);
+    return new Gpu((await requestGpuDevice()).device);
   } catch (e) {
     t.skip(`no WebGPU device: ${(e as Error).message}`);
-    return;
+    return undefined;
   }
+}
+
+test("the kernels' tiling, with the subgroup-matrix builtins emulated (lavapipe)", { timeout: 300_000 }, async (t) => {
+  const g = await probeGpu(t);
+  if (g === undefined) return;
   // one subgroup tile per subgroup keeps lavapipe's compile short; M = 224 leaves a partial workgroup tile
   for (const k of [{ sg: 4, sm: 1, sn: 1, staged: false, pieces: 1 }, { sg: 2, sm: 2, sn: 1, staged: true, pieces: 1 }] as const) {
     const kernel: MmaKernel = { syntax: "template", offUnit: 1, strideUnit: 1, sgid: "index", tn: 16, ...k };
@@ -147,13 +152,8 @@ test("the scaled reference equals a direct float64 sum over the rebuilt weights 
 });
 
 test("the scaled kernels' tiling and rescaling, with the subgroup-matrix builtins emulated (lavapipe)", { timeout: 300_000 }, async (t) => {
-  let g: Gpu;
-  try {
-    g = new Gpu((await requestGpuDevice()).device);
-  } catch (e) {
-    t.skip(`no WebGPU device: ${(e as Error).message}`);
-    return;
-  }
+  const g = await probeGpu(t);
+  if (g === undefined) return;
   const base = { syntax: "template", offUnit: 1, strideUnit: 1, sgid: "index", tn: 16 } as const;
   // small: lavapipe runs every emulated MMA per invocation. M = 48 leaves a partial workgroup tile; per256 has two super-blocks
   const cases: [ScaledKernel, number, number, number][] = [

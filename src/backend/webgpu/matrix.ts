@@ -10,6 +10,7 @@ import { LatentError } from "../../util/errors.js";
 import type { GpuRuntime } from "./runtime.js";
 import { EXPERT_LISTS_WGSL, getRowsWGSL, MATVEC_TN, matvec2WGSL, matmulTiledWGSL, matvecCoalescedWGSL, matvecExpertsWGSL, matvecTWGSL, matvecWGSL, MV_WG, packMatParams, tiledSharedBytes, type MatParams, type MatvecShape, type TiledShape } from "./wgsl-mat.js";
 import { gpuSupports, unitSize } from "./wgsl-quant.js";
+import { matmulRowsWGSL, ROW_TILE_EXPERTS_FROM, rowTileShape, type RowTileShape } from "./wgsl-rowtile.js";
 import { matvecWideWGSL, wideRowsPerGroup, wideShape, type WideShape } from "./wgsl-wide.js";
 
 export interface MatrixPiece {
@@ -203,6 +204,9 @@ export function matvecKernel(rt: GpuRuntime, m: GpuMatrix, n: number, gather: bo
   const expertMajor = gather === "experts" || gather === "experts-list";
   const wide = wideShape(rt, m, n, gather, aligned);
   if (wide !== undefined) return { code: matvecWideWGSL(m.type, gather === true ? "gather" : gather === "experts-list" ? "experts-list" : "plain", wide), tn: wide.n, rowsPerGroup: wideRowsPerGroup(wide) };
+  const rowMode = gather === false ? "plain" : gather === "experts-list" ? gather : undefined;
+  const rowTile = rowMode !== undefined ? rowTileShape(rt, m, n, rowMode, aligned, rowsTotal) : undefined;
+  if (rowTile !== undefined) return { code: matmulRowsWGSL(m.type, rowMode!, rowTile), tn: rowTile.tokens, rowsPerGroup: rowTile.rows };
   if (coalesced(rt, m, aligned)) {
     const tiled = gather === false || gather === "experts-list" ? tiledShape(rt, m, n, gather === false ? "plain" : gather, rowsTotal) : undefined;
     if (tiled !== undefined) return { code: matmulTiledWGSL(m.type, m.unit, gather === false ? "plain" : "experts-list", tiled), tn: tiled.tokens, rowsPerGroup: tiled.rows };
@@ -352,6 +356,7 @@ export function matmulGather(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUB
 export function expertsFrom(rt: GpuRuntime, m: GpuMatrix): number {
   if (rt.tune.expertsFrom !== undefined) return rt.tune.expertsFrom;
   if (rt.matvec !== "coalesced") return 1;
+  if (rowTileShape(rt, m, 2 * m.items, "experts-list", true) !== undefined) return ROW_TILE_EXPERTS_FROM;
   return wideShape(rt, m, 1, true, true) !== undefined ? 8 : 0.25;
 }
 
@@ -378,11 +383,20 @@ export function getRows(rt: GpuRuntime, m: GpuMatrix, ids: GPUBuffer, y: GPUBuff
   }
 }
 
-/** Whether gate and up can run as one dual wide product (same type and shape, pieces alike, the wide kernel applies). */
+/** Whether gate and up have the same type, shape and pieces (so that one dual kernel can read both). */
+function alike(gate: GpuMatrix, up: GpuMatrix): boolean {
+  if (gate.type !== up.type || gate.cols !== up.cols || gate.rows !== up.rows || gate.items !== up.items || gate.pieces.length !== up.pieces.length) return false;
+  return gate.pieces.every((p, i) => p.firstRow === up.pieces[i]!.firstRow && p.rows === up.pieces[i]!.rows && p.firstItem === up.pieces[i]!.firstItem && p.items === up.pieces[i]!.items);
+}
+
+/** Whether gate and up can run as one dual wide product (alike, the wide kernel applies). */
 function dualShape(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix, n: number, gather: boolean | "experts-list", aligned: boolean): WideShape | undefined {
-  if (gate.type !== up.type || gate.cols !== up.cols || gate.rows !== up.rows || gate.items !== up.items || gate.pieces.length !== up.pieces.length) return undefined;
-  if (!gate.pieces.every((p, i) => p.firstRow === up.pieces[i]!.firstRow && p.rows === up.pieces[i]!.rows && p.firstItem === up.pieces[i]!.firstItem && p.items === up.pieces[i]!.items)) return undefined;
-  return wideShape(rt, gate, n, gather, aligned);
+  return alike(gate, up) ? wideShape(rt, gate, n, gather, aligned) : undefined;
+}
+
+/** Whether gate and up can run as one dual row-tiled product (alike, the row-tiled kernel applies). */
+function dualRowTile(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix, n: number, mode: "plain" | "experts-list", aligned: boolean, rowsTotal = gate.rows): RowTileShape | undefined {
+  return alike(gate, up) ? rowTileShape(rt, gate, n, mode, aligned, rowsTotal, true) : undefined;
 }
 
 /**
@@ -398,19 +412,24 @@ export function matmulSwiGLU(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix, x: 
  * first one alone may share a dispatch (GpuRuntime.together) with work independent of it.
  */
 export function matmulSwiGLUSteps(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix, x: GPUBuffer, y: GPUBuffer, a: Omit<MatmulArgs, "acc" | "glu" | "batch">): (() => void)[] {
-  const wide = dualShape(rt, gate, up, a.n, false, al4(a.xOff, a.n > 1 ? a.xStride : 0));
-  if (wide === undefined) return [() => matmul(rt, gate, x, y, a), () => matmul(rt, up, x, y, { ...a, glu: true })];
-  const code = matvecWideWGSL(gate.type, "plain", wide, true);
+  const aligned = al4(a.xOff, a.n > 1 ? a.xStride : 0);
+  const wide = dualShape(rt, gate, up, a.n, false, aligned);
+  const rowTile = wide === undefined ? dualRowTile(rt, gate, up, a.n, "plain", aligned) : undefined;
+  if (wide === undefined && rowTile === undefined) return [() => matmul(rt, gate, x, y, a), () => matmul(rt, up, x, y, { ...a, glu: true })];
+  const code = wide !== undefined ? matvecWideWGSL(gate.type, "plain", wide, true) : matmulRowsWGSL(gate.type, "plain", rowTile!, true);
+  const rowsPerGroup = wide !== undefined ? wideRowsPerGroup(wide) : rowTile!.rows;
+  const tiles = rowTile !== undefined ? Math.ceil(a.n / rowTile.tokens) : 1;
   return [
     () =>
       gate.pieces.forEach((piece, i) => {
         const p = base(gate, a);
-        const { gx, gy } = rowGrid(rt, Math.ceil(piece.rows / wideRowsPerGroup(wide)));
+        const { gx, gy } = rowGrid(rt, Math.ceil(piece.rows / rowsPerGroup));
         p.rows = piece.rows;
         p.rowBase = piece.firstRow;
         p.gx = gx;
+        p.tiles = tiles;
         const outs = f32Range(y, p.yOff, a.n, a.yStride, piece.rows, piece.firstRow);
-        rt.dispatch(`matmulSwiGLU ${gate.name}`, code, [piece.buffer, x, y, up.pieces[i]!.buffer], packMatParams(p), [gx, gy, 1], outs);
+        rt.dispatch(`matmulSwiGLU ${gate.name}`, code, [piece.buffer, x, y, up.pieces[i]!.buffer], packMatParams(p), [gx, gy * tiles, 1], outs);
       }),
   ];
 }
@@ -421,6 +440,11 @@ export function matmulSwiGLUSteps(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix
  */
 export function matmulGatherSwiGLU(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix, x: GPUBuffer, y: GPUBuffer, ids: GPUBuffer, a: Omit<GatherArgs, "acc" | "glu">): void {
   const mode = gatherMode(rt, gate, a);
+  const rowTile = mode.listed ? dualRowTile(rt, gate, up, a.pairs, "experts-list", mode.aligned) : undefined;
+  if (rowTile !== undefined) {
+    dispatchGather(rt, "matmulGatherSwiGLU", matmulRowsWGSL(gate.type, "experts-list", rowTile, true), rowTile.rows, gate, x, y, ids, a, mode, up);
+    return;
+  }
   const wide = mode.experts && !mode.listed ? undefined : dualShape(rt, gate, up, mode.listed ? a.pairs : 1, mode.listed ? "experts-list" : true, mode.aligned);
   if (wide === undefined) {
     matmulGather(rt, gate, x, y, ids, a);

@@ -122,6 +122,12 @@ export interface KernelTuning {
   readonly wideStage?: number;
   /** 1: expert-list products on the wide kernel (4 pairs a tile) while experts average ≤ WIDE_LIST_PAIRS pairs; default 0 (slower on the H200, see wgsl-wide.ts) */
   readonly wideLists?: number;
+  /** the row-tiled kernel (wgsl-rowtile.ts) for expert lists of its types and plain products of ≥ ROW_TILE_FROM = 32 tokens (default), 1 also from 5 tokens, 0 never */
+  readonly rowTile?: number;
+  /** tokens (an expert's pairs) per tile of the row-tiled kernel (multiple of 4, ≤ 32; default 4/8/16 by the tokens or pairs per expert) */
+  readonly rowTileTokens?: number;
+  /** threads per row of the row-tiled kernel (divides a step's chunks; default: more while the product has fewer than ROW_TILE_FILL threads) */
+  readonly rowTileSplit?: number;
   /** MoE routing kernel: 1 (default) one subgroup per token where the subgroup size is fixed (wgsl-route.ts), 0 the 256-thread workgroup per token (ROUTE_WGSL) */
   readonly route?: number;
   /**

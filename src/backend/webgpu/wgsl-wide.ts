@@ -107,7 +107,8 @@ export function wideShape(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boole
   return { sg, rows, sgRows, unroll, n, cols: m.cols, stagePad: stage ? pad : 0 };
 }
 
-interface TypeCode {
+/** How one type's chunk is loaded and used (shared with the row-tiled kernel, wgsl-rowtile.ts). */
+export interface TypeCode {
   /** W read as vec4u (blocks 16-byte aligned) rather than as u32 words */
   readonly vec4: boolean;
   /** elements per chunk */
@@ -260,7 +261,7 @@ function q8_0(): TypeCode {
   };
 }
 
-function typeCode(type: number): TypeCode {
+export function typeCode(type: number): TypeCode {
   switch (type) {
     case GGMLType.Q4_K:
       return q4k();
@@ -275,7 +276,8 @@ function typeCode(type: number): TypeCode {
   }
 }
 
-const HELPERS = /* wgsl */ `
+/** WGSL helpers of the chunk decoders (typeCode). */
+export const WIDE_HELPERS = /* wgsl */ `
 // the word at a 2-byte-aligned offset: lo itself, or (odd) lo's high half and hi's low half
 fn hw(lo: u32, hi: u32, odd: bool) -> u32 { return select(lo, (lo >> 16u) | (hi << 16u), odd); }
 // the word 2 bytes further: lo's high half and hi's low half, or (odd) hi itself
@@ -372,7 +374,7 @@ ${dual ? `@group(0) @binding(${mode !== "plain" ? 4 : 3}) var<storage, read> W2:
 ${mode === "experts-list" ? "var<workgroup> oc: vec2u;" : ""}
 ${P > 0 ? `var<workgroup> XS: array<vec4f, ${stagedVec4s(N, s.cols, P)}>;
 fn xsw(v: u32) -> u32 { return v + (v >> ${P}u); }` : ""}
-${HELPERS}
+${WIDE_HELPERS}
 ${matOutWGSL(true)}
 // wide matvec: ${NC} chunks per row, ${G} per lane and pass, ${outer} pass(es)
 @compute @workgroup_size(${R * SG})

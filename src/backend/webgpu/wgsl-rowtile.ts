@@ -1,0 +1,237 @@
+/**
+ * The row-tiled matrix-matrix kernel for 5+ tokens and expert lists (batched decode, prefill): one thread per row (or
+ * `ksplit` threads per row, each taking every ksplit-th chunk of a step), every weight chunk decoded once into
+ * registers and multiplied with a whole tile of tokens whose x sits in workgroup memory.
+ *
+ * Why this shape: per pair on the wide kernel, batch 64 read every routed expert once per pair (384 pairs over 64
+ * experts: 938 µs per layer for gate+up on the H200, 1.3 TB/s from memory); the coalesced and tiled kernels decode
+ * weights into workgroup memory and pay a workgroup-memory load per multiply-add. Here a warp's lanes are 32 rows at
+ * the same column, so each x read is one broadcast vec4 that serves four multiply-adds in every lane, and a weight
+ * element costs its decode (shared with the wide kernel: typeCode) once per tile of tokens.
+ *
+ * Per step of `ks` columns: the chunks' weight loads are issued first, then x of the tile's tokens is staged
+ * ([token][column], zeros past the tile's tokens), then the chunks are used. With ksplit > 1 the slices' partial
+ * sums meet in workgroup memory at the end. Modes, grids and parameters: those of matmulTiledWGSL ("plain": [gx,
+ * gy·tiles, items]; "experts-list": [gx, gy, experts of the piece], each workgroup taking its expert's pairs a tile at
+ * a time). With `dual`, a second matrix (W2: up beside gate) is read by the same threads from the same x and the
+ * kernel writes silu(W·x)·(W2·x). x offsets and strides must be multiples of 4 (X is bound as array<vec4f>).
+ */
+import { LatentError } from "../../util/errors.js";
+import type { GpuMatrix } from "./matrix.js";
+import type { GpuRuntime } from "./runtime.js";
+import { typeCode, WIDE_HELPERS, WIDE_MAX_N, WIDE_TYPES } from "./wgsl-wide.js";
+import { MAT_PARAMS, matOutWGSL } from "./wgsl-mat.js";
+
+export interface RowTileShape {
+  /** rows per workgroup (a multiple of the subgroup size, so that a warp's lanes share their slice) */
+  readonly rows: number;
+  /** threads per row: slice s of a step takes chunks s, s + ksplit, … (divides the step's chunks) */
+  readonly ksplit: number;
+  /** tokens (or an expert's pairs) per tile: a multiple of 4 */
+  readonly tokens: number;
+  /** columns staged per step (divides cols; a multiple of the type's chunk) */
+  readonly ks: number;
+  /** columns of W (baked in) */
+  readonly cols: number;
+}
+
+/** Vec4s of workgroup memory the kernel declares: the staged x tile, reused for the partial sums of slices 1.. */
+export function rowTileSharedVec4s(s: RowTileShape, dual: boolean): number {
+  return Math.max(s.tokens * (s.ks / 4), (s.ksplit - 1) * s.rows * (dual ? 2 : 1) * (s.tokens / 4));
+}
+
+/**
+ * Plain products of at least this many tokens take the row-tiled kernel by default (tune.rowTile = 1: from 5). Measured
+ * on the H200 (v2-lite Q4_K_M, 2026-11-29, chained decode): with its 8-token products on it batch 8 was slower (GPU
+ * 10.87 → 11.75 ms per step, same call), with its 16-token ones batch 16 too (GPU 20.18 ms vs 18.49 in another call);
+ * batch 32 gained (29.33 vs 33.28 ms), batch 64 went 1006.7 → 1493.0 tok/s (GPU 63.25 → 42.52 ms, same call) and the
+ * 512-token prefill 1383 → 2179 tok/s.
+ */
+export const ROW_TILE_FROM = 32;
+
+/**
+ * Expert-major products from expert lists on the row-tiled kernel from pairs ≥ this × experts (matrix.ts expertsFrom).
+ * Measured on the H200 (v2-lite, 64 experts, 6 a token; chained decode, same call): batch 16 (96 pairs) was slower
+ * than per pair on the wide kernel (GPU 22.05 vs 18.49 ms per step), batch 32 (192 pairs) faster (29.61 vs 33.28 ms).
+ */
+export const ROW_TILE_EXPERTS_FROM = 2;
+
+/**
+ * Chunk streams (chunks × matrices) a thread loads per step: at most PER_THREAD by default, never more than
+ * MAX_STREAMS. Measured on the H200 (batch 64, routed gate·up): 4 chunks × 2 matrices a thread spilled (2587 µs vs 544
+ * at 2 × 2 and 614 at 1 × 2), and 8 × 2 failed to compile there; on lavapipe 8 chunks took minutes to compile.
+ */
+const PER_THREAD = 2;
+const MAX_STREAMS = 4;
+
+/** Threads a row-tiled product aims for before its rows stop splitting over more slices (the H200: 132 SMs × ~1000). */
+export const ROW_TILE_FILL = 131072;
+
+/**
+ * The row-tiled kernel's shape for n tokens (plain; rowsTotal rows over all batch items) or n pairs over m.items
+ * experts (expert lists), or undefined where it does not apply (tune.rowTile = 0, another type, plain products of
+ * fewer than ROW_TILE_FROM tokens, or with tune.rowTile = 1 of at most WIDE_MAX_N (the wide kernel's), x not aligned to
+ * 4 floats).
+ */
+export function rowTileShape(rt: GpuRuntime, m: GpuMatrix, n: number, mode: "plain" | "experts-list", aligned: boolean, rowsTotal = m.rows, dual = false): RowTileShape | undefined {
+  // (an explicit tune.tiled = 1 asks for the tiled kernel)
+  if (rt.tune.rowTile === 0 || (rt.tune.tiled === 1 && rt.tune.rowTile !== 1) || !WIDE_TYPES.includes(m.type) || !aligned || (mode === "plain" && n < (rt.tune.rowTile === 1 ? WIDE_MAX_N + 1 : ROW_TILE_FROM))) return undefined;
+  const sg = rt.info.subgroupSize ?? 32;
+  const per = mode === "plain" ? n : n / m.items;
+  // tiles of up to 16 tokens (H200, 512-token prefill: 10–40 % faster than 8); up to 8 at subgroups narrower than 32
+  // (CPU adapters: lavapipe's LLVM took 31 s to compile a 16-token Q4_K tile, 4 s an 8-token one)
+  let tokens = rt.tune.rowTileTokens ?? (per <= 4 ? 4 : per <= 8 || sg < 32 ? 8 : 16);
+  if (!Number.isInteger(tokens) || tokens < 4 || tokens > 32 || tokens % 4 !== 0) throw new LatentError(`tune.rowTileTokens must be a multiple of 4 in 4..32, got ${tokens}`);
+  const elems = typeCode(m.type).elems;
+  const limit = rt.info.limits.maxComputeWorkgroupStorageSize;
+  // the widest step (≤ 256 columns) of whole chunks that divides the row and whose x tile fits
+  let ks = 256;
+  while (ks > elems && (m.cols % ks !== 0 || tokens * ks * 4 > limit)) ks /= 2;
+  while (tokens > 4 && tokens * ks * 4 > limit) tokens -= 4;
+  if (m.cols % ks !== 0 || ks % elems !== 0 || tokens * ks * 4 > limit) return undefined;
+  const chunks = ks / elems;
+  const tiles = mode === "plain" ? Math.ceil(n / tokens) : 1;
+  const units = mode === "plain" ? rowsTotal * tiles : m.rows * Math.min(m.items, n);
+  const S = dual ? 2 : 1;
+  const fits = (k: number): boolean => k * sg <= 256 && rowTileSharedVec4s({ rows: Math.max(sg, 256 / k), ksplit: k, tokens, ks, cols: m.cols }, dual) * 16 + 16 <= limit;
+  const streams = (k: number): number => (chunks / k) * S;
+  const want = rt.tune.rowTileSplit;
+  if (want !== undefined && (!Number.isInteger(want) || want < 1 || (want & (want - 1)) !== 0)) throw new LatentError(`tune.rowTileSplit must be a power of two, got ${want}`);
+  // threads per row (a tuned split is a least): enough that each thread loads at most PER_THREAD chunk streams per
+  // step (MAX_STREAMS when tuned), then more while the product has few threads
+  let ksplit = Math.min(want ?? 1, chunks);
+  while (ksplit < chunks && streams(ksplit) > (want === undefined ? PER_THREAD : MAX_STREAMS)) ksplit *= 2;
+  if (want === undefined) while (ksplit < chunks && units * ksplit < ROW_TILE_FILL && fits(ksplit * 2)) ksplit *= 2;
+  const shape = { rows: Math.max(sg, 256 / ksplit), ksplit, tokens, ks, cols: m.cols };
+  return streams(ksplit) <= MAX_STREAMS && fits(ksplit) ? shape : undefined;
+}
+
+export function matmulRowsWGSL(type: number, mode: "plain" | "experts-list", s: RowTileShape, dual = false): string {
+  const tc = typeCode(type);
+  const { rows: RW, ksplit: KSPL, tokens: T } = s;
+  const WG = RW * KSPL;
+  const G4 = T / 4;
+  const KS4 = s.ks / 4;
+  const CS = s.ks / tc.elems;
+  const NS = s.cols / s.ks;
+  const PER = CS / KSPL;
+  if (!Number.isInteger(CS) || !Number.isInteger(NS) || !Number.isInteger(PER) || T % 4 !== 0) throw new Error(`row-tiled kernel: bad shape ${JSON.stringify(s)} for chunks of ${tc.elems}`);
+  const S = dual ? 2 : 1;
+  const groups = Array.from({ length: G4 }, (_, g) => g);
+  // one use of a chunk: the decode once, then its accumulation for every group of 4 tokens (XREAD's token shifted)
+  const retarget = (code: string, k: number): string => {
+    let out = code.replace(/acc \+= ([^;]*);/g, (_, rhs: string) => groups.map((g) => `acc${k}_${g} += ${rhs.replace(/XREAD\((\d+), /g, (_m, t: string) => `XREAD(${Number(t) + 4 * g}, `)};`).join("\n    "));
+    if (k === 1) out = out.replaceAll("W[", "W2[").replaceAll("wd(", "wd2(");
+    return out;
+  };
+  const loads: string[] = [];
+  const uses: string[] = [];
+  for (let k = 0; k < S; k++) {
+    for (let j = 0; j < PER; j++) {
+      const c = j + 1000 * k;
+      loads.push(`let c${c} = ${k === 0 ? `st * ${CS}u + slice + ${j * KSPL}u` : `c${j}`};\n    ${retarget(tc.load(c), k)}`);
+      uses.push(retarget(tc.use(c, 4), k));
+    }
+  }
+  const xread = (code: string): string => code.replace(/XREAD\((\d+), ([^)]*)\)/g, (_, t: string, v: string) => `XS[${Number(t) * KS4}u + (${v}) - kb]`);
+  const accs = Array.from({ length: S }, (_, k) => groups.map((g) => `var acc${k}_${g} = vec4f(0.0);`).join(" ")).join(" ");
+  // x row (vec4 index) of tile token t (t < nt)
+  const xRow = mode === "plain" ? "xq + (t0 + t) * xs4" : "(p.xOff + (IDS[lb + t0 + t] / p.xDiv) * p.xBatch) >> 2u";
+  const steps = `for (var st = 0u; st < ${NS}u; st++) {
+      let kb = st * ${KS4}u;
+      ${loads.join("\n      ")}
+      workgroupBarrier();
+      for (var i = li; i < ${T * KS4}u; i += ${WG}u) {
+        let t = i / ${KS4}u;
+        var v = vec4f(0.0);
+        if (t < nt) { v = X[(${xRow}) + kb + i % ${KS4}u]; }
+        XS[i] = v;
+      }
+      workgroupBarrier();
+      ${xread(uses.join("\n      "))}
+    }`;
+  // the slices' partial sums meet in slice 0 (XS reused once every thread is past its last read)
+  const reduce =
+    KSPL === 1
+      ? ""
+      : `workgroupBarrier();
+    if (slice > 0u) {
+      ${Array.from({ length: S }, (_, k) => groups.map((g) => `XS[((slice - 1u) * ${RW}u + row) * ${S * G4}u + ${k * G4 + g}u] = acc${k}_${g};`).join(" ")).join(" ")}
+    }
+    workgroupBarrier();
+    if (slice == 0u) {
+      for (var sl = 0u; sl < ${KSPL - 1}u; sl++) {
+        ${Array.from({ length: S }, (_, k) => groups.map((g) => `acc${k}_${g} += XS[(sl * ${RW}u + row) * ${S * G4}u + ${k * G4 + g}u];`).join(" ")).join(" ")}
+      }
+    }`;
+  // token t's result: the product, or (dual) silu(gate)·up
+  const result = (t: number): string => {
+    const c = `${Math.floor(t / 4)}.${"xyzw"[t % 4]}`;
+    return dual ? `silu(acc0_${c}) * acc1_${c}` : `acc0_${c}`;
+  };
+  const writes = (dest: (t: number) => string): string =>
+    Array.from({ length: T }, (_, t) => `if (${t}u < nt) { out(${dest(t)}, r, ${result(t)}); }`).join("\n      ");
+  const head = /* wgsl */ `struct P { ${MAT_PARAMS.map((k) => `${k}: u32`).join(", ")} }
+@group(0) @binding(0) var<storage, read> W: array<${tc.vec4 ? "vec4u" : "u32"}>;
+${tc.vec4 ? "" : "fn wd(i: u32) -> u32 { return W[i]; }"}
+@group(0) @binding(1) var<storage, read> X: array<vec4f>;
+@group(0) @binding(2) var<storage, read_write> Y: array<f32>;
+${mode !== "plain" ? "@group(0) @binding(3) var<storage, read> IDS: array<u32>;" : ""}
+${dual ? `@group(0) @binding(${mode !== "plain" ? 4 : 3}) var<storage, read> W2: array<${tc.vec4 ? "vec4u" : "u32"}>;${tc.vec4 ? "" : "\nfn wd2(i: u32) -> u32 { return W2[i]; }"}` : ""}
+@group(0) @binding(${(mode !== "plain" ? 4 : 3) + (dual ? 1 : 0)}) var<uniform> p: P;
+var<workgroup> XS: array<vec4f, ${rowTileSharedVec4s(s, dual)}>;
+${mode !== "plain" ? "var<workgroup> oc: vec2u;" : ""}
+fn silu(g: f32) -> f32 { return g / (1.0 + exp(-g)); }
+${WIDE_HELPERS}
+${matOutWGSL(true)}
+// row-tiled product: ${RW} rows × ${KSPL} slice(s), ${T} tokens a tile, ${NS} step(s) of ${s.ks} columns, ${PER} chunk(s) per thread and step
+@compute @workgroup_size(${WG})
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+  let row = li % ${RW}u;
+  let slice = li / ${RW}u;`;
+  if (mode === "plain") {
+    return `${head}
+  let tt = wid.y % p.tiles;
+  let r0 = (wid.x + (wid.y / p.tiles) * p.gx) * ${RW}u;
+  if (r0 >= p.rows) { return; }
+  let b = wid.z;
+  let r = r0 + row;
+  let valid = r < p.rows;
+  let rb = p.wOff + b * p.wBatch + select(0u, r, valid) * p.rowBytes;
+  let xq = (p.xOff + b * p.xBatch) >> 2u;
+  let xs4 = p.xStride >> 2u;
+  let t0 = tt * ${T}u;
+  let nt = min(${T}u, p.n - t0);
+  {
+    ${accs}
+    ${steps}
+    ${reduce}
+    if (slice == 0u && valid) {
+      ${writes((t) => `b, t0 + ${t}u`)}
+    }
+  }
+}`;
+  }
+  return `${head}
+  let r0 = (wid.x + wid.y * p.gx) * ${RW}u;
+  let ex = p.e0 + wid.z;
+  let r = r0 + row;
+  let valid = r < p.rows;
+  let rb = p.wOff + wid.z * p.wBatch + select(0u, r, valid) * p.rowBytes;
+  // IDS holds the expert lists: (offset, count) per expert, then the pairs grouped by expert from word idsOff
+  if (li == 0u) { oc = vec2u(IDS[2u * ex], IDS[2u * ex + 1u]); }
+  let o2 = workgroupUniformLoad(&oc);
+  let m = select(0u, o2.y, r0 < p.rows);
+  let lb = p.idsOff + o2.x;
+  for (var t0 = 0u; t0 < m; t0 += ${T}u) {
+    let nt = min(${T}u, m - t0);
+    ${accs}
+    ${steps}
+    ${reduce}
+    if (slice == 0u && valid) {
+      ${writes((t) => `IDS[lb + t0 + ${t}u], 0u`)}
+    }
+    workgroupBarrier();
+  }
+}`;
+}

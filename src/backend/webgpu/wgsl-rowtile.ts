@@ -69,13 +69,14 @@ export const ROW_TILE_FILL = 131072;
 
 /**
  * The row-tiled kernel's shape for n tokens (plain; rowsTotal rows over all batch items) or n pairs over m.items
- * experts (expert lists), or undefined where it does not apply (tune.rowTile = 0, another type, plain products of
+ * experts (expert lists), or undefined where it does not apply (tune.rowTile = 0, a matvec variant other than the
+ * default coalesced one, an explicit tune.tiled = 1, another type, plain products of
  * fewer than ROW_TILE_FROM tokens, or with tune.rowTile = 1 of at most WIDE_MAX_N (the wide kernel's), x not aligned to
  * 4 floats).
  */
 export function rowTileShape(rt: GpuRuntime, m: GpuMatrix, n: number, mode: "plain" | "experts-list", aligned: boolean, rowsTotal = m.rows, dual = false): RowTileShape | undefined {
   // (an explicit tune.tiled = 1 asks for the tiled kernel)
-  if (rt.tune.rowTile === 0 || (rt.tune.tiled === 1 && rt.tune.rowTile !== 1) || !WIDE_TYPES.includes(m.type) || !aligned || (mode === "plain" && n < (rt.tune.rowTile === 1 ? WIDE_MAX_N + 1 : ROW_TILE_FROM))) return undefined;
+  if (rt.tune.rowTile === 0 || rt.matvec !== "coalesced" || (rt.tune.tiled === 1 && rt.tune.rowTile !== 1) || !WIDE_TYPES.includes(m.type) || !aligned || (mode === "plain" && n < (rt.tune.rowTile === 1 ? WIDE_MAX_N + 1 : ROW_TILE_FROM))) return undefined;
   const sg = rt.info.subgroupSize ?? 32;
   const per = mode === "plain" ? n : n / m.items;
   // tiles of up to 16 tokens (H200, 512-token prefill: 10–40 % faster than 8); up to 8 at subgroups narrower than 32

@@ -43,6 +43,8 @@ test("selection: expert lists and plain products of ≥ 32 tokens of its types t
   assert.match(matvecKernel(byDefault, e, 24, "experts-list", true).code, ROWS);
   assert.doesNotMatch(matvecKernel(off, g, 64, false, true).code, ROWS);
   assert.doesNotMatch(matvecKernel(off, e, 24, "experts-list", true).code, ROWS);
+  // another matvec variant asked for keeps its kernels
+  assert.doesNotMatch(matvecKernel(new GpuRuntime(rt!.info, { matvec: "subgroup" }), g, 64, false, true).code, ROWS);
   // an explicit tune.tiled = 1 keeps the tiled kernel
   assert.doesNotMatch(matvecKernel(new GpuRuntime(rt!.info, { tune: { tiled: 1 } }), g, 64, false, true).code, ROWS);
   // expert-major from two pairs per expert on average where it reads the experts

@@ -52,7 +52,8 @@ export const ROW_TILE_FROM = 32;
 /**
  * Expert-major products from expert lists on the row-tiled kernel from pairs ≥ this × experts (matrix.ts expertsFrom).
  * Measured on the H200 (v2-lite, 64 experts, 6 a token; chained decode, same call): batch 16 (96 pairs) was slower
- * than per pair on the wide kernel (GPU 22.05 vs 18.49 ms per step), batch 32 (192 pairs) faster (29.61 vs 33.28 ms).
+ * than per pair on the wide kernel (GPU 22.05 vs 18.49 ms per step); batch 32 (192 pairs, its 32-token products also
+ * on this kernel) faster (29.61 vs 33.28 ms).
  */
 export const ROW_TILE_EXPERTS_FROM = 2;
 

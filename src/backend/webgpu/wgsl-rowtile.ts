@@ -58,11 +58,16 @@ export const ROW_TILE_FROM = 32;
 export const ROW_TILE_EXPERTS_FROM = 2;
 
 /**
- * Chunk streams (chunks × matrices) a thread loads per step: at most PER_THREAD by default, never more than
- * MAX_STREAMS. Measured on the H200 (batch 64, routed gate·up): 4 chunks × 2 matrices a thread spilled (2587 µs vs 544
- * at 2 × 2 and 614 at 1 × 2), and 8 × 2 failed to compile there; on lavapipe 8 chunks took minutes to compile.
+ * Chunk streams (chunks × matrices) a thread loads per step: by default at most PER_MATRIX per matrix and at most
+ * STREAM_TOKENS / tile tokens, never more than MAX_STREAMS. Measured on the H200 (v2-lite Q4_K_M, 2026-11-29):
+ * - the dual routed gate·up at batch 64 (8-token tiles): 4 chunks × 2 matrices a thread spilled (2587 µs alone vs 544
+ *   at 2 × 2 and 613 at 1 × 2), and 8 × 2 failed to compile; 2 × 2 instead of 1 × 2 in the whole step (same call):
+ *   batch 32 1033.3 → 1113.6 tok/s, batch 64 1467.6 → 1543.8 tok/s;
+ * - with the 16-token tiles of a 512-token prefill, 2 × 2 was slower than 1 × 2 (2008 → 1900 tok/s, same call);
+ * - on lavapipe 8 chunks a thread took minutes to compile.
  */
-const PER_THREAD = 2;
+const PER_MATRIX = 2;
+const STREAM_TOKENS = 32;
 const MAX_STREAMS = 4;
 
 /** Threads a row-tiled product aims for before its rows stop splitting over more slices (the H200: 132 SMs × ~1000). */
@@ -99,10 +104,11 @@ export function rowTileShape(rt: GpuRuntime, m: GpuMatrix, n: number, mode: "pla
   const streams = (k: number): number => (chunks / k) * S;
   const want = rt.tune.rowTileSplit;
   if (want !== undefined && (!Number.isInteger(want) || want < 1 || (want & (want - 1)) !== 0)) throw new LatentError(`tune.rowTileSplit must be a power of two, got ${want}`);
-  // threads per row (a tuned split is a least): enough that each thread loads at most PER_THREAD chunk streams per
-  // step (MAX_STREAMS when tuned), then more while the product has few threads
+  // threads per row (a tuned split is a least): enough that each thread loads at most `most` chunk streams per step,
+  // then more while the product has few threads
   let ksplit = Math.min(want ?? 1, chunks);
-  while (ksplit < chunks && streams(ksplit) > (want === undefined ? PER_THREAD : MAX_STREAMS)) ksplit *= 2;
+  const most = want === undefined ? Math.min(PER_MATRIX * S, Math.max(1, STREAM_TOKENS / tokens)) : MAX_STREAMS;
+  while (ksplit < chunks && streams(ksplit) > most) ksplit *= 2;
   if (want === undefined) while (ksplit < chunks && units * ksplit < ROW_TILE_FILL && fits(ksplit * 2)) ksplit *= 2;
   const shape = { rows: Math.max(sg, 256 / ksplit), ksplit, tokens, ks, cols: m.cols };
   return streams(ksplit) <= MAX_STREAMS && fits(ksplit) ? shape : undefined;

@@ -66,6 +66,27 @@ test("selection: expert lists and plain products of ≥ 32 tokens of its types t
   f.destroy();
 });
 
+test("default shapes at subgroup size 32 (the H200's), as measured there: v2-lite's products at batch 32, 64 and a 512-token prefill", { skip }, () => {
+  const h200 = new GpuRuntime({ ...rt!.info, subgroupSize: 32, limits: { ...rt!.info.limits, maxComputeWorkgroupStorageSize: 32768 } }, {});
+  // (the shape reads only the matrix's type and dimensions)
+  const mat = (type: number, cols: number, rows: number, items = 1): GpuMatrix => ({ type, cols, rows, items }) as unknown as GpuMatrix;
+  const gate = mat(GGMLType.Q4_K, 2048, 1408, 64);
+  const a0 = mat(GGMLType.Q4_K, 2048, 3648);
+  const down = mat(GGMLType.Q5_0, 1408, 2048, 64);
+  const shape = (m: GpuMatrix, n: number, mode: "plain" | "experts-list", dual = false): string => {
+    const s = rowTileShape(h200, m, n, mode, true, m.rows, dual);
+    return s === undefined ? "none" : `${s.tokens} tokens, ${s.ksplit} threads a row`;
+  };
+  // the dual routed gate·up: 2 chunks × 2 matrices a thread in tiles of 4 or 8 pairs (batch 32, 64), 1 × 2 in tiles of 16 (prefill)
+  assert.equal(shape(gate, 32 * 6, "experts-list", true), "4 tokens, 4 threads a row");
+  assert.equal(shape(gate, 64 * 6, "experts-list", true), "8 tokens, 4 threads a row");
+  assert.equal(shape(gate, 512 * 6, "experts-list", true), "16 tokens, 8 threads a row");
+  assert.equal(shape(down, 64 * 6, "experts-list"), "8 tokens, 2 threads a row");
+  assert.equal(shape(a0, 64, "plain"), "16 tokens, 8 threads a row");
+  assert.equal(shape(a0, 512, "plain"), "16 tokens, 4 threads a row");
+  assert.equal(shape(a0, 16, "plain"), "none");
+});
+
 for (const tune of tunings) {
   test(`row-tiled plain products ${JSON.stringify(tune)}: types, odd rows, n = 5 / 9 / 33, strides, acc, SwiGLU, dual gate·up`, { skip }, async () => {
     const rng = new Rng(11 + JSON.stringify(tune).length);

@@ -1,5 +1,6 @@
 /**
- * The row-tiled matrix-matrix kernel for 5+ tokens and expert lists (batched decode, prefill): one thread per row (or
+ * The row-tiled matrix-matrix kernel for expert lists and plain products of ≥ ROW_TILE_FROM tokens (batched decode,
+ * prefill; from 5 tokens with tune.rowTile = 1): one thread per row (or
  * `ksplit` threads per row, each taking every ksplit-th chunk of a step), every weight chunk decoded once into
  * registers and multiplied with a whole tile of tokens whose x sits in workgroup memory.
  *

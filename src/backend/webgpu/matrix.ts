@@ -350,9 +350,9 @@ export function matmulGather(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUB
  * kernel takes m's pairs one by one: 8 — measured on the H200 (v2-lite Q4_K_M, 2026-11-29, chained decode), per pair on
  * the wide kernel instead of expert-major from lists: batch 8 (48 pairs over 64 experts) 349.6 → 718.6 tok/s (GPU
  * 19.66 → 10.76 ms per step), batch 16 521.5 → 781.0, batch 32 732.8 → 938.7, batch 64 (384 pairs) GPU 64.8 → 63.2 ms.
- * Where the row-tiled kernel takes m's expert lists: ROW_TILE_EXPERTS_FROM = 2 (wgsl-rowtile.ts; it is the default for
- * the types the wide kernel reads, so the 8 above holds only with tune.rowTile = 0). Elsewhere 1/4 (measured before the wide kernel existed: batch 8 ran 287 → 337 tok/s expert-major with tiles of 4
- * instead of per pair on the coalesced kernel).
+ * Where the row-tiled kernel takes m's expert lists (by default, for the same types): ROW_TILE_EXPERTS_FROM = 2
+ * (wgsl-rowtile.ts), so the 8 above holds only with tune.rowTile = 0. Elsewhere 1/4 (measured before the wide kernel
+ * existed: batch 8 ran 287 → 337 tok/s expert-major with tiles of 4 instead of per pair on the coalesced kernel).
  */
 export function expertsFrom(rt: GpuRuntime, m: GpuMatrix): number {
   if (rt.tune.expertsFrom !== undefined) return rt.tune.expertsFrom;

@@ -11,6 +11,18 @@ import { deq4WGSL, dequantWGSL } from "./wgsl-quant.js";
 export const MATVEC_WG = 64;
 export const MATVEC_TN = 8;
 
+/**
+ * WGSL statements reading expert `ex`'s list (IDS: offset and count per expert, then the pairs grouped by expert from
+ * word idsOff) into `m` (its pairs; 0 where `live` is false) and `lb` (where they start), uniform across the workgroup
+ * through `oc` (var<workgroup> oc: vec2u).
+ */
+export function expertListWGSL(ex: string, live?: string): string {
+  return `if (li == 0u) { oc = vec2u(IDS[2u * ${ex}], IDS[2u * ${ex} + 1u]); }
+  let o2 = workgroupUniformLoad(&oc);
+  let m = ${live === undefined ? "o2.y" : `select(0u, o2.y, ${live})`};
+  let lb = p.idsOff + o2.x;`;
+}
+
 /** Parameter block shared by matvec / matvecT (u32 words, in this order). */
 export const MAT_PARAMS = [
   "rows", // rows of W in this piece
@@ -457,11 +469,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   let ex = p.e0 + wid.z;
   let rb = p.wOff + wid.z * p.wBatch + select(0u, r, valid) * p.rowBytes;
   let cols = select(0u, p.nu * U, valid);
-  // IDS holds the expert lists: (offset, count) per expert, then the pairs grouped by expert from word idsOff
-  if (li == 0u) { oc = vec2u(IDS[2u * ex], IDS[2u * ex + 1u]); }
-  let o2 = workgroupUniformLoad(&oc);
-  let m = o2.y;
-  let lb = p.idsOff + o2.x;
+  ${expertListWGSL("ex")}
   for (var t0 = 0u; t0 < m; t0 += ${TN}u) {
     let nt = min(${TN}u, m - t0);
     var xt: array<u32, ${TN}>;
@@ -682,11 +690,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   let tq = li / ${NR}u;
   let cols = p.nu * U;
   let wb = p.wOff + wid.z * p.wBatch;
-  // IDS holds the expert lists: (offset, count) per expert, then the pairs grouped by expert from word idsOff
-  if (li == 0u) { oc = vec2u(IDS[2u * ex], IDS[2u * ex + 1u]); }
-  let o2 = workgroupUniformLoad(&oc);
-  let m = select(0u, o2.y, r0 < p.rows);
-  let lb = p.idsOff + o2.x;
+  ${expertListWGSL("ex", "r0 < p.rows")}
   for (var t0 = 0u; t0 < m; t0 += ${TT}u) {
     let nt = min(${TT}u, m - t0);
     for (var i = li; i < ${TT}u; i += ${WG}u) { pairs[i] = IDS[lb + min(t0 + i, m - 1u)]; }

@@ -20,8 +20,8 @@
 import { LatentError } from "../../util/errors.js";
 import type { GpuMatrix } from "./matrix.js";
 import type { GpuRuntime } from "./runtime.js";
-import { typeCode, WIDE_HELPERS, WIDE_MAX_N, WIDE_TYPES } from "./wgsl-wide.js";
-import { MAT_PARAMS, matOutWGSL } from "./wgsl-mat.js";
+import { chunkBindingsWGSL, typeCode, WIDE_HELPERS, WIDE_MAX_N, WIDE_TYPES } from "./wgsl-wide.js";
+import { expertListWGSL, matOutWGSL } from "./wgsl-mat.js";
 
 export interface RowTileShape {
   /** rows per workgroup (a multiple of the subgroup size, so that a warp's lanes share their slice) */
@@ -180,16 +180,8 @@ export function matmulRowsWGSL(type: number, mode: "plain" | "experts-list", s: 
   };
   const writes = (dest: (t: number) => string): string =>
     Array.from({ length: T }, (_, t) => `if (${t}u < nt) { out(${dest(t)}, r, ${result(t)}); }`).join("\n      ");
-  const head = /* wgsl */ `struct P { ${MAT_PARAMS.map((k) => `${k}: u32`).join(", ")} }
-@group(0) @binding(0) var<storage, read> W: array<${tc.vec4 ? "vec4u" : "u32"}>;
-${tc.vec4 ? "" : "fn wd(i: u32) -> u32 { return W[i]; }"}
-@group(0) @binding(1) var<storage, read> X: array<vec4f>;
-@group(0) @binding(2) var<storage, read_write> Y: array<f32>;
-${mode !== "plain" ? "@group(0) @binding(3) var<storage, read> IDS: array<u32>;" : ""}
-${dual ? `@group(0) @binding(${mode !== "plain" ? 4 : 3}) var<storage, read> W2: array<${tc.vec4 ? "vec4u" : "u32"}>;${tc.vec4 ? "" : "\nfn wd2(i: u32) -> u32 { return W2[i]; }"}` : ""}
-@group(0) @binding(${(mode !== "plain" ? 4 : 3) + (dual ? 1 : 0)}) var<uniform> p: P;
+  const head = /* wgsl */ `${chunkBindingsWGSL(tc.vec4, mode, dual)}
 var<workgroup> XS: array<vec4f, ${rowTileSharedVec4s(s, dual)}>;
-${mode !== "plain" ? "var<workgroup> oc: vec2u;" : ""}
 fn silu(g: f32) -> f32 { return g / (1.0 + exp(-g)); }
 ${WIDE_HELPERS}
 ${matOutWGSL(true)}
@@ -227,11 +219,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   let r = r0 + row;
   let valid = r < p.rows;
   let rb = p.wOff + wid.z * p.wBatch + select(0u, r, valid) * p.rowBytes;
-  // IDS holds the expert lists: (offset, count) per expert, then the pairs grouped by expert from word idsOff
-  if (li == 0u) { oc = vec2u(IDS[2u * ex], IDS[2u * ex + 1u]); }
-  let o2 = workgroupUniformLoad(&oc);
-  let m = select(0u, o2.y, r0 < p.rows);
-  let lb = p.idsOff + o2.x;
+  ${expertListWGSL("ex", "r0 < p.rows")}
   for (var t0 = 0u; t0 < m; t0 += ${T}u) {
     let nt = min(${T}u, m - t0);
     ${accs}

@@ -18,7 +18,7 @@
 import { GGMLType } from "../../gguf/types.js";
 import type { GpuMatrix } from "./matrix.js";
 import type { GpuRuntime } from "./runtime.js";
-import { MAT_PARAMS, matOutWGSL } from "./wgsl-mat.js";
+import { expertListWGSL, MAT_PARAMS, matOutWGSL } from "./wgsl-mat.js";
 
 /** Rows per workgroup of a wide shape (subgroups × rows each): what grids are sized by. */
 export function wideRowsPerGroup(s: WideShape): number {
@@ -300,6 +300,24 @@ fn q4ksm(hd: vec4u, j: u32) -> vec2f {
 }`;
 
 /**
+ * The parameter block and bindings of a chunk-decoding kernel (wide, row-tiled): W (and with `dual` W2, with the
+ * wd/wd2 word readers where blocks are read as u32 words), X, Y, outside plain mode the id or expert-list buffer IDS
+ * (with expert lists also the workgroup's list word `oc`), then p.
+ */
+export function chunkBindingsWGSL(vec4: boolean, mode: "plain" | "gather" | "experts-list", dual: boolean): string {
+  const w = vec4 ? "vec4u" : "u32";
+  const ids = mode !== "plain";
+  return `struct P { ${MAT_PARAMS.map((k) => `${k}: u32`).join(", ")} }
+@group(0) @binding(0) var<storage, read> W: array<${w}>;
+${vec4 ? "" : "fn wd(i: u32) -> u32 { return W[i]; }"}
+@group(0) @binding(1) var<storage, read> X: array<vec4f>;
+@group(0) @binding(2) var<storage, read_write> Y: array<f32>;
+${ids ? "@group(0) @binding(3) var<storage, read> IDS: array<u32>;" : ""}${mode === "experts-list" ? "\nvar<workgroup> oc: vec2u;" : ""}
+${dual ? `@group(0) @binding(${ids ? 4 : 3}) var<storage, read> W2: array<${w}>;${vec4 ? "" : "\nfn wd2(i: u32) -> u32 { return W2[i]; }"}` : ""}
+@group(0) @binding(${(ids ? 4 : 3) + (dual ? 1 : 0)}) var<uniform> p: P;`;
+}
+
+/**
  * The wide kernel for one type and shape; mode "plain" (batch = heads) or "gather" (one product per pair). With `dual`,
  * a second matrix of the same type and shape (W2: the up projection beside the gate one in W) is read in the same
  * lanes from the same x, and the kernel writes the SwiGLU silu(W·x)·(W2·x) directly (one dispatch for gate and up).
@@ -363,15 +381,7 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
       ? "let rb = p.wOff + wb + select(0u, r, valid) * p.rowBytes;"
       : Array.from({ length: S }, (_, j) => `let r${j} = r + ${j}u; let ok${j} = valid && r${j} < p.rows; let rb${j} = p.wOff + wb + select(0u, r${j}, ok${j}) * p.rowBytes;`).join("\n  ");
   return /* wgsl */ `enable subgroups;
-struct P { ${MAT_PARAMS.map((k) => `${k}: u32`).join(", ")} }
-@group(0) @binding(0) var<storage, read> W: array<${tc.vec4 ? "vec4u" : "u32"}>;
-${tc.vec4 ? "" : "fn wd(i: u32) -> u32 { return W[i]; }"}
-@group(0) @binding(1) var<storage, read> X: array<vec4f>;
-@group(0) @binding(2) var<storage, read_write> Y: array<f32>;
-${mode !== "plain" ? "@group(0) @binding(3) var<storage, read> IDS: array<u32>;" : ""}
-${dual ? `@group(0) @binding(${mode !== "plain" ? 4 : 3}) var<storage, read> W2: array<${tc.vec4 ? "vec4u" : "u32"}>;${tc.vec4 ? "" : "\nfn wd2(i: u32) -> u32 { return W2[i]; }"}` : ""}
-@group(0) @binding(${(mode !== "plain" ? 4 : 3) + (dual ? 1 : 0)}) var<uniform> p: P;
-${mode === "experts-list" ? "var<workgroup> oc: vec2u;" : ""}
+${chunkBindingsWGSL(tc.vec4, mode, dual)}
 ${P > 0 ? `var<workgroup> XS: array<vec4f, ${stagedVec4s(N, s.cols, P)}>;
 fn xsw(v: u32) -> u32 { return v + (v >> ${P}u); }` : ""}
 ${WIDE_HELPERS}
@@ -401,10 +411,7 @@ ${
     ? `  // expert e's pairs (IDS: offset and count per expert, then the pairs grouped by expert from idsOff), ${N} at a time;
   // a partial tile repeats its last pair and writes only its own
   let rb = p.wOff + b * p.wBatch + select(0u, r, valid) * p.rowBytes;
-  if (li == 0u) { oc = vec2u(IDS[2u * (p.e0 + b)], IDS[2u * (p.e0 + b) + 1u]); }
-  let o2 = workgroupUniformLoad(&oc);
-  let m = o2.y;
-  let lb = p.idsOff + o2.x;
+  ${expertListWGSL("(p.e0 + b)")}
   for (var t0 = 0u; t0 < m; t0 += ${N}u) {
     let nt = min(${N}u, m - t0);
     ${Array.from({ length: N }, (_, t) => `let pr${t} = IDS[lb + min(t0 + ${t}u, m - 1u)];`).join(" ")}

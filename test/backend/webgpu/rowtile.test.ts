@@ -7,16 +7,15 @@
 // for larger tiles.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { QMatrix } from "../../../src/backend/cpu/qmatrix.js";
-import { GGMLType, typeName } from "../../../src/gguf/types.js";
+import { GGMLType } from "../../../src/gguf/types.js";
 import { quantize } from "../../../src/quant/index.js";
 import { GpuRuntime, type KernelTuning, type RuntimeOptions } from "../../../src/backend/webgpu/runtime.js";
-import { expertListWords, expertLists, expertsFrom, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLU, matvecKernel } from "../../../src/backend/webgpu/matrix.js";
+import { expertsFrom, GpuMatrix, matvecKernel } from "../../../src/backend/webgpu/matrix.js";
 import { rowTileShape } from "../../../src/backend/webgpu/wgsl-rowtile.js";
-import { f32, gpuOrSkip, relErr, Rng, u32 } from "./helpers.js";
+import { gpuOrSkip, Rng } from "./helpers.js";
+import { checkExpertLists, checkHeadsAndPieces, checkPlainProducts } from "./matmul-cases.js";
 
 const { rt, skip } = await gpuOrSkip();
-const TOL = 2e-5;
 const ROWS = /row-tiled product/;
 
 const tunings: readonly KernelTuning[] = [{}, { rowTileTokens: 4, rowTileSplit: 4 }];
@@ -91,171 +90,22 @@ test("default shapes at subgroup size 32 (the H200's), as measured there: v2-lit
 
 for (const tune of tunings) {
   test(`row-tiled plain products ${JSON.stringify(tune)}: types, odd rows, n = 5 / 9 / 33, strides, acc, SwiGLU, dual gate·up`, { skip }, async () => {
-    const rng = new Rng(11 + JSON.stringify(tune).length);
-    const cases: [number, number, number, number][] = [
+    const cases = [
       [GGMLType.Q4_K, 2048, 67, 9],
       [GGMLType.Q6_K, 512, 130, 33],
       [GGMLType.Q5_0, 1408, 67, 5],
       [GGMLType.Q8_0, 1408, 130, 9],
       [GGMLType.Q8_0, 96, 33, 6],
-    ];
-    for (const [type, cols, rows, n] of cases) {
-      const r = runtime(tune);
-      const w = new QMatrix("w", type, cols, rows, quantize(type, rng.f32(cols * rows), cols));
-      const w2 = new QMatrix("w2", type, cols, rows, quantize(type, rng.f32(cols * rows), cols));
-      const g = GpuMatrix.upload(r, "w", type, cols, rows, w.data);
-      const g2 = GpuMatrix.upload(r, "w2", type, cols, rows, w2.data);
-      assert.match(matvecKernel(r, g, n, false, true).code, ROWS);
-      const xStride = cols + 4;
-      const xOff = 8;
-      const yStride = rows + 3;
-      const yOff = 5;
-      const x = rng.f64(xOff + n * xStride);
-      const y0 = rng.f64(yOff + n * yStride);
-      const prod = new Float64Array(n * yStride);
-      const prod2 = new Float64Array(n * yStride);
-      w.matmul(x.subarray(xOff), n, xStride, prod, yStride);
-      w2.matmul(x.subarray(xOff), n, xStride, prod2, yStride);
-      const inRow = (i: number): boolean => i >= yOff && (i - yOff) % yStride < rows && i < yOff + n * yStride;
-      const label = `${typeName(type)} ${rows}x${cols} n=${n}`;
-      const yb = r.buffer(y0.length * 4);
-      matmul(r, g, f32(r, x), yb, { n, xStride, yStride, xOff, yOff });
-      const got = await r.readF32(yb);
-      for (let t = 0; t < n; t++) {
-        const a = got.subarray(yOff + t * yStride, yOff + t * yStride + rows);
-        const b = prod.subarray(t * yStride, t * yStride + rows);
-        assert.ok(relErr(a, b) < TOL, `${label} overwrite t=${t}: err ${relErr(a, b)}`);
-      }
-      const yAcc = f32(r, y0);
-      matmul(r, g, f32(r, x), yAcc, { n, xStride, yStride, xOff, yOff, acc: true });
-      const wantAcc = Float64Array.from(y0, (v, i) => (inRow(i) ? v + prod[i - yOff]! : v));
-      assert.ok(relErr(await r.readF32(yAcc), wantAcc) < TOL, `${label} acc`);
-      const yGlu = f32(r, y0);
-      matmul(r, g, f32(r, x), yGlu, { n, xStride, yStride, xOff, yOff, glu: true });
-      const wantGlu = Float64Array.from(y0, (v, i) => (inRow(i) ? (v / (1 + Math.exp(-v))) * prod[i - yOff]! : v));
-      assert.ok(relErr(await r.readF32(yGlu), wantGlu) < TOL, `${label} glu`);
-      // one dual dispatch: silu(W·x)·(W2·x)
-      const before = r.stats.dispatches;
-      const yDual = f32(r, y0);
-      matmulSwiGLU(r, g, g2, f32(r, x), yDual, { n, xStride, yStride, xOff, yOff });
-      assert.equal(r.stats.dispatches - before, 1, `${label} dual: one dispatch`);
-      const wantDual = Float64Array.from(y0, (v, i) => (inRow(i) ? (prod[i - yOff]! / (1 + Math.exp(-prod[i - yOff]!))) * prod2[i - yOff]! : v));
-      assert.ok(relErr(await r.readF32(yDual), wantDual) < TOL, `${label} dual: err ${relErr(await r.readF32(yDual), wantDual)}`);
-      g.destroy();
-      g2.destroy();
-    }
+    ] as const;
+    await checkPlainProducts(runtime(tune), new Rng(11 + JSON.stringify(tune).length), cases, { kernel: ROWS, dual: true });
   });
 
   test(`row-tiled per-head batch form and row pieces ${JSON.stringify(tune)}`, { skip }, async () => {
-    const rng = new Rng(23 + JSON.stringify(tune).length);
-    const type = GGMLType.Q8_0;
-    const cols = 128;
-    const rows = 67;
-    const H = 3;
-    const n = 9;
-    const rb = 136; // Q8_0 row bytes at 128 columns
-    for (const maxBindingBytes of [undefined, 2 * rows * rb + 255]) {
-      const r = runtime(tune, maxBindingBytes !== undefined ? { maxBindingBytes } : {});
-      const all = new QMatrix("h", type, cols, rows * H, quantize(type, rng.f32(cols * rows * H), cols));
-      const g = GpuMatrix.upload(r, "h", type, cols, rows, all.data, H);
-      const xStride = cols * H;
-      const yStride = rows * H + 1;
-      const x = rng.f64(n * xStride);
-      const want = new Float64Array(n * yStride);
-      const tmp = new Float64Array(n * rows);
-      for (let h = 0; h < H; h++) {
-        const xh = Float64Array.from({ length: n * cols }, (_, i) => x[Math.floor(i / cols) * xStride + h * cols + (i % cols)]!);
-        all.slice(h * rows, rows).matmul(xh, n, cols, tmp, rows);
-        for (let t = 0; t < n; t++) for (let i = 0; i < rows; i++) want[t * yStride + h * rows + i] = tmp[t * rows + i]!;
-      }
-      const yb = r.buffer(want.length * 4);
-      matmul(r, g, f32(r, x), yb, { n, xStride, yStride, batch: { count: H, xBatch: cols, yBatch: rows } });
-      const got = await r.readF32(yb);
-      for (let t = 0; t < n; t++) {
-        const a = got.subarray(t * yStride, t * yStride + rows * H);
-        const b = want.subarray(t * yStride, t * yStride + rows * H);
-        assert.ok(relErr(a, b) < TOL, `heads${maxBindingBytes !== undefined ? " in pieces" : ""} t=${t}: err ${relErr(a, b)}`);
-      }
-      g.destroy();
-    }
-    const r = runtime(tune, { maxBindingBytes: 30 * rb + 255 });
-    const w = new QMatrix("w", type, cols, rows, quantize(type, rng.f32(cols * rows), cols));
-    const g = GpuMatrix.upload(r, "w", type, cols, rows, w.data);
-    assert.ok(g.pieces.length > 1);
-    const x = rng.f64(n * cols);
-    const want = new Float64Array(n * rows);
-    w.matmul(x, n, cols, want, rows);
-    const yb = r.buffer(want.length * 4);
-    matmul(r, g, f32(r, x), yb, { n, xStride: cols, yStride: rows });
-    assert.ok(relErr(await r.readF32(yb), want) < TOL, `row pieces: err ${relErr(await r.readF32(yb), want)}`);
-    g.destroy();
+    await checkHeadsAndPieces((opts) => runtime(tune, opts), new Rng(23 + JSON.stringify(tune).length));
   });
 
   test(`row-tiled expert lists ${JSON.stringify(tune)}: uneven pairs per expert, empty experts, pieces, acc, SwiGLU, dual gate·up`, { skip }, async () => {
-    const rng = new Rng(41 + JSON.stringify(tune).length);
-    const E = 6;
-    const K = 2;
-    // pairs per expert: none for two experts, one for one, more than any tile (45) for another
-    const counts = [0, 1, 45, 7, 0, 13];
-    const pairs = counts.reduce((a, b) => a + b, 0);
-    const nTok = pairs / K;
-    const ids = counts.flatMap((c, e) => Array.from({ length: c }, () => e));
-    for (let i = ids.length - 1; i > 0; i--) {
-      const j = rng.int(0, i + 1);
-      [ids[i], ids[j]] = [ids[j]!, ids[i]!];
-    }
-    for (const [type, cols, rows, rb] of [[GGMLType.Q4_K, 256, 67, 144], [GGMLType.Q5_0, 1408, 19, 968], [GGMLType.Q6_K, 512, 40, 420]] as const) {
-      for (const maxBindingBytes of [undefined, 2 * rows * rb + 255]) {
-        const r = runtime(tune, maxBindingBytes !== undefined ? { maxBindingBytes } : {});
-        const all = new QMatrix("e", type, cols, rows * E, quantize(type, rng.f32(cols * rows * E), cols));
-        const all2 = new QMatrix("u", type, cols, rows * E, quantize(type, rng.f32(cols * rows * E), cols));
-        const g = GpuMatrix.upload(r, "e", type, cols, rows, all.data, E);
-        const g2 = GpuMatrix.upload(r, "u", type, cols, rows, all2.data, E);
-        assert.equal(g.pieces.length > 1, maxBindingBytes !== undefined);
-        const xBatch = cols + 4;
-        const xOff = 4;
-        const yBatch = rows; // the launcher checks one contiguous span of outputs
-        const yOff = 3;
-        const x = rng.f64(xOff + nTok * xBatch);
-        const prod = new Float64Array(pairs * rows);
-        const prod2 = new Float64Array(pairs * rows);
-        for (let b = 0; b < pairs; b++) {
-          all.slice(ids[b]! * rows, rows).matmul(x.subarray(xOff + Math.floor(b / K) * xBatch), 1, cols, prod.subarray(b * rows), rows);
-          all2.slice(ids[b]! * rows, rows).matmul(x.subarray(xOff + Math.floor(b / K) * xBatch), 1, cols, prod2.subarray(b * rows), rows);
-        }
-        const idsB = u32(r, ids);
-        const lists = r.buffer(expertListWords(pairs, E) * 4);
-        expertLists(r, idsB, lists, { pairs, E });
-        const args = { pairs, xDiv: K, xBatch, xOff, yBatch, yOff, mode: "experts" as const, lists };
-        assert.match(matvecKernel(r, g, pairs, "experts-list", true).code, ROWS);
-        const y0 = rng.f64(yOff + pairs * yBatch);
-        const inRow = (i: number): boolean => i >= yOff && (i - yOff) % yBatch < rows && i < yOff + pairs * yBatch;
-        const at = (p: Float64Array, i: number): number => p[Math.floor((i - yOff) / yBatch) * rows + ((i - yOff) % yBatch)]!;
-        const label = `${typeName(type)} ${rows}x${cols}${maxBindingBytes !== undefined ? " pieces" : ""}`;
-        const yb = r.buffer(y0.length * 4);
-        matmulGather(r, g, f32(r, x), yb, idsB, args);
-        const got = await r.readF32(yb);
-        for (let b = 0; b < pairs; b++) {
-          const a = got.subarray(yOff + b * yBatch, yOff + b * yBatch + rows);
-          assert.ok(relErr(a, prod.subarray(b * rows, (b + 1) * rows)) < TOL, `${label} pair ${b} (expert ${ids[b]}): err ${relErr(a, prod.subarray(b * rows, (b + 1) * rows))}`);
-        }
-        const yAcc = f32(r, y0);
-        matmulGather(r, g, f32(r, x), yAcc, idsB, { ...args, acc: true });
-        const wantAcc = Float64Array.from(y0, (v, i) => (inRow(i) ? v + at(prod, i) : v));
-        assert.ok(relErr(await r.readF32(yAcc), wantAcc) < TOL, `${label} acc`);
-        const yGlu = f32(r, y0);
-        matmulGather(r, g, f32(r, x), yGlu, idsB, { ...args, glu: true });
-        const wantGlu = Float64Array.from(y0, (v, i) => (inRow(i) ? (v / (1 + Math.exp(-v))) * at(prod, i) : v));
-        assert.ok(relErr(await r.readF32(yGlu), wantGlu) < TOL, `${label} glu`);
-        const before = r.stats.dispatches;
-        const yDual = f32(r, y0);
-        matmulGatherSwiGLU(r, g, g2, f32(r, x), yDual, idsB, args);
-        assert.equal(r.stats.dispatches - before, g.pieces.length, `${label} dual: one dispatch per piece`);
-        const wantDual = Float64Array.from(y0, (v, i) => (inRow(i) ? (at(prod, i) / (1 + Math.exp(-at(prod, i)))) * at(prod2, i) : v));
-        assert.ok(relErr(await r.readF32(yDual), wantDual) < TOL, `${label} dual: err ${relErr(await r.readF32(yDual), wantDual)}`);
-        g.destroy();
-        g2.destroy();
-      }
-    }
+    const types = [[GGMLType.Q4_K, 256, 67, 144], [GGMLType.Q5_0, 1408, 19, 968], [GGMLType.Q6_K, 512, 40, 420]] as const;
+    await checkExpertLists((opts) => runtime(tune, opts), new Rng(41 + JSON.stringify(tune).length), types, { kernel: ROWS, dual: true });
   });
 }

@@ -4,15 +4,14 @@
 // counts (experts with none, one with more pairs than a tile holds). Each case runs under a few tile shapes.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { QMatrix } from "../../../src/backend/cpu/qmatrix.js";
-import { GGMLType, typeName } from "../../../src/gguf/types.js";
+import { GGMLType } from "../../../src/gguf/types.js";
 import { quantize } from "../../../src/quant/index.js";
 import { GpuRuntime, type KernelTuning, type RuntimeOptions } from "../../../src/backend/webgpu/runtime.js";
-import { expertListWords, expertLists, GpuMatrix, matmul, matmulGather, matvecKernel, tiledShape } from "../../../src/backend/webgpu/matrix.js";
-import { f32, gpuOrSkip, relErr, Rng, u32 } from "./helpers.js";
+import { GpuMatrix, matvecKernel, tiledShape } from "../../../src/backend/webgpu/matrix.js";
+import { gpuOrSkip, Rng } from "./helpers.js";
+import { checkExpertLists, checkHeadsAndPieces, checkPlainProducts } from "./matmul-cases.js";
 
 const { rt, skip } = await gpuOrSkip();
-const TOL = 2e-5;
 const TILED = /var<workgroup> ws:/;
 
 /**
@@ -58,9 +57,7 @@ test("selection: with tune.tiled = 1, n ≥ 8 plain products and expert lists ta
 
 for (const tune of tunings) {
   test(`tiled plain products ${JSON.stringify(tune)}: types, odd rows, n = 8 / 9 / 33, strides, acc, SwiGLU`, { skip }, async () => {
-    const r = runtime(tune);
-    const rng = new Rng(11 + JSON.stringify(tune).length);
-    const cases: [number, number, number, number][] = [
+    const cases = [
       [GGMLType.Q4_K, 2048, 67, 9],
       [GGMLType.Q6_K, 512, 130, 33],
       [GGMLType.Q5_0, 1408, 67, 8],
@@ -68,139 +65,16 @@ for (const tune of tunings) {
       [GGMLType.F32, 260, 67, 33],
       [GGMLType.Q5_K, 256, 13, 8],
       [GGMLType.IQ4_XS, 256, 70, 9],
-    ];
-    for (const [type, cols, rows, n] of cases) {
-      const w = new QMatrix("w", type, cols, rows, quantize(type, rng.f32(cols * rows), cols));
-      const g = GpuMatrix.upload(r, "w", type, cols, rows, w.data);
-      assert.match(matvecKernel(r, g, n, false, true).code, TILED);
-      const xStride = cols + 4;
-      const xOff = 8;
-      const yStride = rows + 3;
-      const yOff = 5;
-      const x = rng.f64(xOff + n * xStride);
-      const y0 = rng.f64(yOff + n * yStride);
-      const prod = new Float64Array(n * yStride);
-      w.matmul(x.subarray(xOff), n, xStride, prod, yStride);
-      const inRow = (i: number): boolean => i >= yOff && (i - yOff) % yStride < rows && i < yOff + n * yStride;
-      const label = `${typeName(type)} ${rows}x${cols} n=${n}`;
-      // overwrite (checked for complete writes), add, SwiGLU with y holding the gate values
-      const yb = r.buffer(y0.length * 4);
-      matmul(r, g, f32(r, x), yb, { n, xStride, yStride, xOff, yOff });
-      const got = await r.readF32(yb);
-      for (let t = 0; t < n; t++) {
-        const a = got.subarray(yOff + t * yStride, yOff + t * yStride + rows);
-        const b = prod.subarray(t * yStride, t * yStride + rows);
-        assert.ok(relErr(a, b) < TOL, `${label} overwrite t=${t}: err ${relErr(a, b)}`);
-      }
-      const yAcc = f32(r, y0);
-      matmul(r, g, f32(r, x), yAcc, { n, xStride, yStride, xOff, yOff, acc: true });
-      const wantAcc = Float64Array.from(y0, (v, i) => (inRow(i) ? v + prod[i - yOff]! : v));
-      assert.ok(relErr(await r.readF32(yAcc), wantAcc) < TOL, `${label} acc`);
-      const yGlu = f32(r, y0);
-      matmul(r, g, f32(r, x), yGlu, { n, xStride, yStride, xOff, yOff, glu: true });
-      const wantGlu = Float64Array.from(y0, (v, i) => (inRow(i) ? (v / (1 + Math.exp(-v))) * prod[i - yOff]! : v));
-      assert.ok(relErr(await r.readF32(yGlu), wantGlu) < TOL, `${label} glu: err ${relErr(await r.readF32(yGlu), wantGlu)}`);
-      g.destroy();
-    }
+    ] as const;
+    await checkPlainProducts(runtime(tune), new Rng(11 + JSON.stringify(tune).length), cases, { kernel: TILED });
   });
 
   test(`tiled per-head batch form and row pieces ${JSON.stringify(tune)}`, { skip }, async () => {
-    const rng = new Rng(23 + JSON.stringify(tune).length);
-    const type = GGMLType.Q8_0;
-    const cols = 128;
-    const rows = 67;
-    const H = 3;
-    const n = 9;
-    const rb = 136; // Q8_0 row bytes at 128 columns
-    // heads: whole heads per piece (2 per binding); plain: row pieces of 30 rows
-    for (const [maxBindingBytes, label] of [[undefined, "one piece"], [2 * rows * rb + 255, "heads in pieces"]] as const) {
-      const r = runtime(tune, maxBindingBytes !== undefined ? { maxBindingBytes } : {});
-      const all = new QMatrix("h", type, cols, rows * H, quantize(type, rng.f32(cols * rows * H), cols));
-      const g = GpuMatrix.upload(r, "h", type, cols, rows, all.data, H);
-      const xStride = cols * H;
-      const yStride = rows * H + 1;
-      const x = rng.f64(n * xStride);
-      const want = new Float64Array(n * yStride);
-      const tmp = new Float64Array(n * rows);
-      for (let h = 0; h < H; h++) {
-        const xh = Float64Array.from({ length: n * cols }, (_, i) => x[Math.floor(i / cols) * xStride + h * cols + (i % cols)]!);
-        all.slice(h * rows, rows).matmul(xh, n, cols, tmp, rows);
-        for (let t = 0; t < n; t++) for (let i = 0; i < rows; i++) want[t * yStride + h * rows + i] = tmp[t * rows + i]!;
-      }
-      const yb = r.buffer(want.length * 4);
-      matmul(r, g, f32(r, x), yb, { n, xStride, yStride, batch: { count: H, xBatch: cols, yBatch: rows } });
-      const got = await r.readF32(yb);
-      for (let t = 0; t < n; t++) {
-        const a = got.subarray(t * yStride, t * yStride + rows * H);
-        const b = want.subarray(t * yStride, t * yStride + rows * H);
-        assert.ok(relErr(a, b) < TOL, `${label} t=${t}: err ${relErr(a, b)}`);
-      }
-      g.destroy();
-    }
-    const r = runtime(tune, { maxBindingBytes: 30 * rb + 255 });
-    const w = new QMatrix("w", type, cols, rows, quantize(type, rng.f32(cols * rows), cols));
-    const g = GpuMatrix.upload(r, "w", type, cols, rows, w.data);
-    assert.ok(g.pieces.length > 1);
-    const x = rng.f64(n * cols);
-    const want = new Float64Array(n * rows);
-    w.matmul(x, n, cols, want, rows);
-    const yb = r.buffer(want.length * 4);
-    matmul(r, g, f32(r, x), yb, { n, xStride: cols, yStride: rows });
-    assert.ok(relErr(await r.readF32(yb), want) < TOL, `row pieces: err ${relErr(await r.readF32(yb), want)}`);
-    g.destroy();
+    await checkHeadsAndPieces((opts) => runtime(tune, opts), new Rng(23 + JSON.stringify(tune).length));
   });
 
   test(`tiled expert lists ${JSON.stringify(tune)}: uneven pairs per expert, empty experts, pieces, acc, SwiGLU`, { skip }, async () => {
-    const rng = new Rng(41 + JSON.stringify(tune).length);
-    const E = 6;
-    const K = 2;
-    // pairs per expert: none for two experts, one for one, more than any tile (45) for another
-    const counts = [0, 1, 45, 7, 0, 13];
-    const pairs = counts.reduce((a, b) => a + b, 0);
-    const nTok = pairs / K;
-    const ids = counts.flatMap((c, e) => Array.from({ length: c }, () => e));
-    for (let i = ids.length - 1; i > 0; i--) {
-      const j = rng.int(0, i + 1);
-      [ids[i], ids[j]] = [ids[j]!, ids[i]!];
-    }
-    for (const [type, cols, rows, rb] of [[GGMLType.Q4_K, 256, 67, 144], [GGMLType.Q5_0, 1408, 19, 968]] as const) {
-      for (const maxBindingBytes of [undefined, 2 * rows * rb + 255]) {
-        const r = runtime(tune, maxBindingBytes !== undefined ? { maxBindingBytes } : {});
-        const all = new QMatrix("e", type, cols, rows * E, quantize(type, rng.f32(cols * rows * E), cols));
-        const g = GpuMatrix.upload(r, "e", type, cols, rows, all.data, E);
-        assert.equal(g.pieces.length > 1, maxBindingBytes !== undefined);
-        const xBatch = cols + 4;
-        const xOff = 4;
-        const yBatch = rows; // the launcher checks one contiguous span of outputs
-        const yOff = 3;
-        const x = rng.f64(xOff + nTok * xBatch);
-        const prod = new Float64Array(pairs * rows);
-        for (let b = 0; b < pairs; b++) all.slice(ids[b]! * rows, rows).matmul(x.subarray(xOff + Math.floor(b / K) * xBatch), 1, cols, prod.subarray(b * rows), rows);
-        const idsB = u32(r, ids);
-        const lists = r.buffer(expertListWords(pairs, E) * 4);
-        expertLists(r, idsB, lists, { pairs, E });
-        const args = { pairs, xDiv: K, xBatch, xOff, yBatch, yOff, mode: "experts" as const, lists };
-        const y0 = rng.f64(yOff + pairs * yBatch);
-        const inRow = (i: number): boolean => i >= yOff && (i - yOff) % yBatch < rows && i < yOff + pairs * yBatch;
-        const at = (i: number): number => prod[Math.floor((i - yOff) / yBatch) * rows + ((i - yOff) % yBatch)]!;
-        const label = `${typeName(type)} ${rows}x${cols}${maxBindingBytes !== undefined ? " pieces" : ""}`;
-        const yb = r.buffer(y0.length * 4);
-        matmulGather(r, g, f32(r, x), yb, idsB, args);
-        const got = await r.readF32(yb);
-        for (let b = 0; b < pairs; b++) {
-          const a = got.subarray(yOff + b * yBatch, yOff + b * yBatch + rows);
-          assert.ok(relErr(a, prod.subarray(b * rows, (b + 1) * rows)) < TOL, `${label} pair ${b} (expert ${ids[b]}): err ${relErr(a, prod.subarray(b * rows, (b + 1) * rows))}`);
-        }
-        const yAcc = f32(r, y0);
-        matmulGather(r, g, f32(r, x), yAcc, idsB, { ...args, acc: true });
-        const wantAcc = Float64Array.from(y0, (v, i) => (inRow(i) ? v + at(i) : v));
-        assert.ok(relErr(await r.readF32(yAcc), wantAcc) < TOL, `${label} acc`);
-        const yGlu = f32(r, y0);
-        matmulGather(r, g, f32(r, x), yGlu, idsB, { ...args, glu: true });
-        const wantGlu = Float64Array.from(y0, (v, i) => (inRow(i) ? (v / (1 + Math.exp(-v))) * at(i) : v));
-        assert.ok(relErr(await r.readF32(yGlu), wantGlu) < TOL, `${label} glu`);
-        g.destroy();
-      }
-    }
+    const types = [[GGMLType.Q4_K, 256, 67, 144], [GGMLType.Q5_0, 1408, 19, 968]] as const;
+    await checkExpertLists((opts) => runtime(tune, opts), new Rng(41 + JSON.stringify(tune).length), types);
   });
 }

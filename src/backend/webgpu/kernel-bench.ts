@@ -7,7 +7,8 @@
  * `node dist/backend/webgpu/kernel-bench.js [--tokens 1,64] [--reps 200] [--tunes "a=1;wide=0"] [--big]` (--big: also
  * large plain products of each wide-kernel type, for their steady throughput). The decode attention cases (16, 48,
  * 200, 512 and 4096 keys) are one or two dispatches (split keys, then their combine), timed together: `--tokens 1,4 --tunes
- * "attn=0;attn=1"` compares them with the previous kernels.
+ * "attn=0;attn=1"` compares them with the previous kernels. `--probe` (with `--tokens 1`): the batch-1 bound probe of
+ * stream-probe.ts instead of the v2-lite cases.
  */
 import { pathToFileURL } from "node:url";
 import { GGMLType, typeName } from "../../gguf/types.js";
@@ -17,6 +18,7 @@ import { expertListWords, expertLists, GpuMatrix, matmul, matmulGather, matmulGa
 import { COPY_WGSL } from "./bench.js";
 import { argmaxRows, argmaxScratchWords, attention, attentionScratch, moeRoute, type AttentionArgs } from "./ops.js";
 import { GpuRuntime, type KernelTuning } from "./runtime.js";
+import { checkStreamProbe, streamProbeCases } from "./stream-probe.js";
 
 const EMPTY_WGSL = /* wgsl */ `
 struct P { n: u32, _a: u32, _b: u32, _c: u32 }
@@ -167,7 +169,7 @@ async function timeCase(rt: GpuRuntime, c: KernelCase, reps: number, spin: () =>
   return best;
 }
 
-export async function runKernelBench(opts: { tokens: number[]; reps: number; tunes: string[]; big?: boolean; log?: (s: string) => void; info?: GpuDeviceInfo }): Promise<KernelTiming[]> {
+export async function runKernelBench(opts: { tokens: number[]; reps: number; tunes: string[]; big?: boolean; probe?: boolean; log?: (s: string) => void; info?: GpuDeviceInfo }): Promise<KernelTiming[]> {
   const log = opts.log ?? ((s: string) => console.log(s));
   const info = opts.info ?? (await requestGpuDevice());
   const out: KernelTiming[] = [];
@@ -190,7 +192,9 @@ export async function runKernelBench(opts: { tokens: number[]; reps: number; tun
     const empty: KernelCase = { name: "empty kernel (dependent)", bytes: 0, run: (r) => r.dispatch("empty", EMPTY_WGSL, [sink], new Uint32Array([1, 0, 0, 0]), [1]) };
     for (const n of opts.tokens) {
       // the empty kernel again at the end: its time there shows whether the clocks were already up at the start
-      const cases = [empty, ...v2LiteCases(rt, n, opts.big === true), { ...empty, name: "empty kernel (dependent), again" }];
+      if (opts.probe === true && rt.info.subgroupSize === 32) log(`stream probe check: worst |Δ| ${(await checkStreamProbe(rt)).toExponential(2)} of the largest |y|`);
+      const measured = opts.probe === true ? streamProbeCases(rt, [3648, 8448, 32768]) : v2LiteCases(rt, n, opts.big === true);
+      const cases = [empty, ...measured, { ...empty, name: "empty kernel (dependent), again" }];
       log(`\n${n} token(s) per step; tuning ${tuneText === "" ? "default" : tuneText}`);
       for (const c of cases) {
         const { gpu: us, wall } = await timeCase(rt, c, opts.reps, spin);
@@ -259,6 +263,6 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
     await hostBench(await requestGpuDevice(dawn !== undefined ? { dawnFlags: dawn.split(" ") } : {}));
     process.exit(0);
   }
-  await runKernelBench({ tokens: (arg("--tokens") ?? "1,64").split(",").map(Number), reps: Number(arg("--reps") ?? 200), tunes: (arg("--tunes") ?? "").split(";"), big: args.includes("--big") });
+  await runKernelBench({ tokens: (arg("--tokens") ?? "1,64").split(",").map(Number), reps: Number(arg("--reps") ?? 200), tunes: (arg("--tunes") ?? "").split(";"), big: args.includes("--big"), probe: args.includes("--probe") });
   process.exit(0);
 }

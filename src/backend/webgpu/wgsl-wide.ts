@@ -54,6 +54,11 @@ export interface WideShape {
    * make the same per-lane pattern free of bank conflicts in workgroup memory.
    */
   readonly stagePad: number;
+  /**
+   * Q4_K and Q8_0 decoded with offsets folded into sums of x (staged beside x): see typeCode's `sums`. Only with x
+   * staged.
+   */
+  readonly sums: boolean;
 }
 
 /** Vec4s between pads of staged x per type: its lanes' runs (in a quarter subgroup) then fall in distinct banks. */
@@ -103,8 +108,10 @@ export function wideShape(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boole
   const sgRows = gather === "experts-list" ? 1 : Math.max(1, Math.min(4, Math.floor(rt.tune.wideSgRows ?? sgRowsDefault)));
   // staged while n tokens of x fit in half the workgroup memory (the other half left for a kernel sharing the dispatch)
   const pad = STAGE_PAD[m.type]!;
-  const stage = rt.tune.wideStage !== 0 && gather !== "experts-list" && stagedVec4s(n, m.cols, pad) * 16 <= rt.info.limits.maxComputeWorkgroupStorageSize / 2;
-  return { sg, rows, sgRows, unroll, n, cols: m.cols, stagePad: stage ? pad : 0 };
+  const sumBytes = rt.tune.wideSums !== 0 && SUM_TYPES.includes(m.type) ? n * (m.cols / 16) * 4 : 0;
+  const stage = rt.tune.wideStage !== 0 && gather !== "experts-list" && stagedVec4s(n, m.cols, pad) * 16 + sumBytes <= rt.info.limits.maxComputeWorkgroupStorageSize / 2;
+  const sums = stage && sumBytes > 0;
+  return { sg, rows, sgRows, unroll, n, cols: m.cols, stagePad: stage ? pad : 0, sums };
 }
 
 /** How one type's chunk is loaded and used (shared with the row-tiled kernel, wgsl-rowtile.ts). */
@@ -117,9 +124,18 @@ export interface TypeCode {
   load(s: number): string;
   /**
    * WGSL statements adding step s's chunk into `acc` (vec4f over tokens; token t reads x's vec4 v of the row as
-   * `XREAD(t, v)`, v without parentheses: matvecWideWGSL rewrites it to a read of X or of the staged copy)
+   * `XREAD(t, v)`, v without parentheses: matvecWideWGSL rewrites it to a read of X or of the staged copy; with
+   * `sums`, also `XSUM(t, g)`: Σ of token t's x over elements 16g..16g+15)
    */
   use(s: number, n: number): string;
+}
+
+/** Types with a `sums` decoder. */
+export const SUM_TYPES: readonly number[] = [GGMLType.Q4_K, GGMLType.Q8_0];
+
+/** Per token: vec4f over tokens of `per(t)` (0.0 past n). */
+function overTokens(n: number, per: (t: number) => string): string {
+  return `vec4f(${[0, 1, 2, 3].map((t) => (t < n ? per(t) : "0.0")).join(", ")})`;
 }
 
 /**
@@ -131,6 +147,45 @@ function addDots(n: number, tag: string, terms: { v: string; idx: string }[], sc
   const per = Array.from({ length: n }, (_, t) => terms.map(({ idx }, i) => `dot(f${tag}_${i}, XREAD(${t}, ${idx}))`).join(" + "));
   const sum = `vec4f(${[0, 1, 2, 3].map((t) => (t < n ? per[t] : "0.0")).join(", ")})`;
   return `${lets.join(" ")}\n    acc += ${scale === "" ? sum : `${scale} * ${sum}`};`;
+}
+
+/**
+ * The float 2^23 + v·2^k for the value v masked in place at bits k.. (k + its width ≤ 23): OR-ing into the mantissa of
+ * 2^23. With `sums`, decoders put every quantized value at the top of the mantissa (k = 19 for nibbles, 15 for bytes)
+ * and do not subtract the 2^23: the product with x then carries 2^(23−k)·x beside v·x, and the offsets of a group are
+ * removed once, through the group's Σx, after its dot products. Two instructions per value (a shift and a masked OR)
+ * instead of mask, OR, subtraction and a scale multiply. The offset is 16 (nibbles) or 256 (bytes) times the value's
+ * unit, so a product's rounding grows by about that much relative to exact conversion (~1e-6 of |y| instead of ~1e-7,
+ * measured in wide.test.ts).
+ */
+function q4kSums(): TypeCode {
+  const base = q4k();
+  return {
+    ...base,
+    use: (s, n) => {
+      const comps = ["x", "y", "z", "w"];
+      const lines: string[] = [];
+      // low nibbles (sub-block j) of word w: bits 0, 8, 16, 24 → 19; high nibbles (sub-block j + 1): 4, 12, 20, 28 → 19
+      for (let w = 0; w < 4; w++) {
+        const u = `qv${s}.${comps[w]}`;
+        lines.push(`let fl${s}_${w} = bitcast<vec4f>((vec4u(${u} << 19u, ${u} << 11u, ${u} << 3u, ${u} >> 5u) & vec4u(0x780000u)) | vec4u(0x4b000000u));`);
+        lines.push(`let fh${s}_${w} = bitcast<vec4f>((vec4u(${u} << 15u, ${u} << 7u, ${u} >> 1u, ${u} >> 9u) & vec4u(0x780000u)) | vec4u(0x4b000000u));`);
+      }
+      const dots = (f: string, at: number) => (t: number): string => [0, 1, 2, 3].map((w) => `dot(${f}${s}_${w}, XREAD(${t}, xe${s} + ${w + at}u))`).join(" + ");
+      // f = 2^19·(16 + q): Σ f·x = 2^19·(16·Σx + Σ q·x), and the block adds d·sc·Σ q·x − dmin·m·Σx
+      return `let dm${s} = unpack2x16float(hd${s}.x);
+    let sm${s} = q4ksm(hd${s}, (h${s} >> 1u) * 2u);
+    let sn${s} = q4ksm(hd${s}, (h${s} >> 1u) * 2u + 1u);
+    let dl${s} = dm${s}.x * sm${s}.x; let dh${s} = dm${s}.x * sn${s}.x;
+    let xe${s} = k${s} * 64u + (h${s} >> 1u) * 16u + (h${s} & 1u) * 4u;
+    let xg${s} = xe${s} >> 2u;
+    ${lines.join("\n    ")}
+    let sl${s} = ${overTokens(n, dots("fl", 0))};
+    let sh${s} = ${overTokens(n, dots("fh", 8))};
+    acc += (dl${s} * 1.9073486328125e-6) * sl${s} - (16.0 * dl${s} + dm${s}.y * sm${s}.y) * ${overTokens(n, (t) => `XSUM(${t}, xg${s})`)}
+      + (dh${s} * 1.9073486328125e-6) * sh${s} - (16.0 * dh${s} + dm${s}.y * sn${s}.y) * ${overTokens(n, (t) => `XSUM(${t}, xg${s} + 2u)`)};`;
+    },
+  };
 }
 
 function q4k(): TypeCode {
@@ -261,7 +316,30 @@ function q8_0(): TypeCode {
   };
 }
 
-export function typeCode(type: number): TypeCode {
+/** Q8_0 with `sums`: each int8 as u = q + 128 (an XOR) at bits 15..22, f = 2^15·(256 + u) = 2^15·(384 + q). */
+function q8_0Sums(): TypeCode {
+  const base = q8_0();
+  return {
+    ...base,
+    use: (s, n) => {
+      const lines: string[] = [`let d${s} = unpack2x16float(select(W0_${s}, W0_${s} >> 16u, od${s})).x;`];
+      for (let m = 0; m < 8; m++) {
+        lines.push(`let u${m}_${s} = hw2(W${m}_${s}, W${m + 1}_${s}, od${s}) ^ 0x80808080u;`);
+        lines.push(`let f${m}_${s} = bitcast<vec4f>((vec4u(u${m}_${s} << 15u, u${m}_${s} << 7u, u${m}_${s} >> 1u, u${m}_${s} >> 9u) & vec4u(0x7f8000u)) | vec4u(0x4b000000u));`);
+      }
+      const dots = (half: number) => (t: number): string => [0, 1, 2, 3].map((m) => `dot(f${m + 4 * half}_${s}, XREAD(${t}, 8u * c${s} + ${m + 4 * half}u))`).join(" + ");
+      // groups of 16: elements 0..15 (group 2c) and 16..31 (2c + 1); Σ f·x = 2^15·(384·Σx + Σ q·x)
+      lines.push(`let s${s} = ${overTokens(n, dots(0))} + ${overTokens(n, dots(1))};`);
+      lines.push(`acc += (d${s} * 3.0517578125e-5) * s${s} - (384.0 * d${s}) * (${overTokens(n, (t) => `XSUM(${t}, 2u * c${s})`)} + ${overTokens(n, (t) => `XSUM(${t}, 2u * c${s} + 1u)`)});`);
+      return lines.join("\n    ");
+    },
+  };
+}
+
+/** The decoder of `type`; with `sums`, the one that reads XSUM too (SUM_TYPES). */
+export function typeCode(type: number, sums = false): TypeCode {
+  if (sums && type === GGMLType.Q4_K) return q4kSums();
+  if (sums && type === GGMLType.Q8_0) return q8_0Sums();
   switch (type) {
     case GGMLType.Q4_K:
       return q4k();
@@ -324,7 +402,7 @@ ${dual ? `@group(0) @binding(${ids ? 4 : 3}) var<storage, read> W2: array<${w}>;
  */
 export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts-list", s: WideShape, dual = false): string {
   const { sg: SG, rows: R, n: N } = s;
-  const tc = typeCode(type);
+  const tc = typeCode(type, s.sums);
   const NC = s.cols / tc.elems;
   const steps = Math.ceil(NC / SG);
   const outer = Math.ceil(steps / s.unroll);
@@ -361,9 +439,17 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
   }
   const C4 = s.cols / 4;
   const P = s.stagePad;
-  const xread = (code: string): string => code.replace(/XREAD\((\d+), ([^)]*)\)/g, (_, t: string, v: string) => (P > 0 ? `XS[xsw(${Number(t) * C4}u + ${v})]` : `X[xq${t} + ${v}]`));
+  const G16 = s.cols / 16;
+  const xread = (code: string): string =>
+    code
+      .replace(/XREAD\((\d+), ([^)]*)\)/g, (_, t: string, v: string) => (P > 0 ? `XS[xsw(${Number(t) * C4}u + ${v})]` : `X[xq${t} + ${v}]`))
+      .replace(/XSUM\((\d+), ([^)]*)\)/g, (_, t: string, g: string) => `XSS[${Number(t) * G16}u + ${g}]`);
   const steps1 = xread([...loads, ...uses].join("\n    "));
-  const stage = `for (var i = li; i < ${N * C4}u; i += ${R * SG}u) { XS[xsw(i)] = X[xq + (i / ${C4}u) * xs + i % ${C4}u]; }\n  workgroupBarrier();`;
+  // with sums, each 16 elements' Σx too (group g of token t from its four staged vec4s; C4 is a multiple of 4)
+  const sumStage = s.sums
+    ? `\n  for (var g = li; g < ${N * G16}u; g += ${R * SG}u) { let v = XS[xsw(4u * g)] + XS[xsw(4u * g + 1u)] + XS[xsw(4u * g + 2u)] + XS[xsw(4u * g + 3u)]; XSS[g] = (v.x + v.y) + (v.z + v.w); }\n  workgroupBarrier();`
+    : "";
+  const stage = `for (var i = li; i < ${N * C4}u; i += ${R * SG}u) { XS[xsw(i)] = X[xq + (i / ${C4}u) * xs + i % ${C4}u]; }\n  workgroupBarrier();${sumStage}`;
   // in one pass, W's loads are issued before x is staged (a lane of a row past the end or of another piece loads a
   // clamped row and writes nothing), so that their latency overlaps the staging's instead of following its barrier
   const early = P > 0 && outer === 1;
@@ -384,6 +470,7 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
 ${chunkBindingsWGSL(tc.vec4, mode, dual)}
 ${P > 0 ? `var<workgroup> XS: array<vec4f, ${stagedVec4s(N, s.cols, P)}>;
 fn xsw(v: u32) -> u32 { return v + (v >> ${P}u); }` : ""}
+${s.sums ? `var<workgroup> XSS: array<f32, ${N * (s.cols / 16)}>;` : ""}
 ${WIDE_HELPERS}
 ${matOutWGSL(true)}
 // wide matvec: ${NC} chunks per row, ${G} per lane and pass, ${outer} pass(es)

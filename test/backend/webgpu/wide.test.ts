@@ -110,6 +110,38 @@ for (const tune of [{}, { wideRows: 3, wideUnroll: 1 }, { wideRows: 2, wideSgRow
   });
 }
 
+// The sums decoders (Q4_K, Q8_0: offsets removed through staged Σx, typeCode's `sums`) carry 2^7–2^8 times a value's
+// range beside it; x of one sign (Σx as large as it gets against Σ q·x) is their worst case. Both decoders, same inputs.
+test("wide sums decoding (Q4_K, Q8_0) matches the CPU reference like the per-value decoding, x of one sign included", { skip }, async () => {
+  const rng = new Rng(29);
+  for (const [type, cols] of [[GGMLType.Q4_K, 2048], [GGMLType.Q4_K, 256], [GGMLType.Q8_0, 1408], [GGMLType.Q8_0, 96]] as const) {
+    for (const n of [1, 3]) {
+      for (const shift of [0, 4]) {
+        const rows = 45;
+        const errs: number[] = [];
+        for (const wideSums of [1, 0]) {
+          const r = runtime({ tune: { wideSums } });
+          const { w, g } = upload(r, new Rng(7 + cols + n), type, cols, rows);
+          // (sums only where x is staged: at 1408–2048 columns one token's x fits, not three)
+          const code = matvecKernel(r, g, n, false, true).code;
+          assert.equal(/var<workgroup> XSS/.test(code), wideSums === 1 && /var<workgroup> XS:/.test(code));
+          if (n === 1) assert.match(code, /var<workgroup> XS:/);
+          const x = Float64Array.from(rng.f64(n * cols), (v) => v + shift);
+          const want = new Float64Array(n * rows);
+          w.matmul(x, n, cols, want, rows);
+          const yb = f32(r, new Float64Array(n * rows));
+          matmul(r, g, f32(r, x), yb, { n, xStride: cols, yStride: rows });
+          errs.push(relErr(await r.readF32(yb), want));
+          g.destroy();
+        }
+        const label = `${typeName(type)} ${cols} n=${n} x+${shift}`;
+        assert.ok(errs[0]! < TOL, `${label}: sums err ${errs[0]} (per value ${errs[1]})`);
+        assert.ok(errs[1]! < TOL, `${label}: per-value err ${errs[1]}`);
+      }
+    }
+  }
+});
+
 test("wide matmul over heads (batch), with the heads in several pieces", { skip }, async () => {
   const rng = new Rng(21);
   for (const [type, cols, n] of [[GGMLType.Q4_K, 256, 2], [GGMLType.Q5_0, 96, 3], [GGMLType.Q6_K, 256, 1], [GGMLType.Q8_0, 128, 4]] as const) {

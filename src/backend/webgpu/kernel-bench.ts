@@ -18,7 +18,7 @@ import { expertListWords, expertLists, GpuMatrix, matmul, matmulGather, matmulGa
 import { COPY_WGSL } from "./bench.js";
 import { argmaxRows, argmaxScratchWords, attention, attentionScratch, moeRoute, type AttentionArgs } from "./ops.js";
 import { GpuRuntime, type KernelTuning } from "./runtime.js";
-import { checkStreamProbe, streamProbeCases } from "./stream-probe.js";
+import { aluProbeCases, checkStreamProbe, streamProbeCases } from "./stream-probe.js";
 
 const EMPTY_WGSL = /* wgsl */ `
 struct P { n: u32, _a: u32, _b: u32, _c: u32 }
@@ -192,8 +192,8 @@ export async function runKernelBench(opts: { tokens: number[]; reps: number; tun
     const empty: KernelCase = { name: "empty kernel (dependent)", bytes: 0, run: (r) => r.dispatch("empty", EMPTY_WGSL, [sink], new Uint32Array([1, 0, 0, 0]), [1]) };
     for (const n of opts.tokens) {
       // the empty kernel again at the end: its time there shows whether the clocks were already up at the start
-      if (opts.probe === true && rt.info.subgroupSize === 32) log(`stream probe check: worst |Δ| ${(await checkStreamProbe(rt)).toExponential(2)} of the largest |y|`);
-      const measured = opts.probe === true ? streamProbeCases(rt, [3648, 8448, 32768]) : v2LiteCases(rt, n, opts.big === true);
+      if (opts.probe === true && rt.info.subgroupSize === 32) log(`stream probe check (worst |Δ| of the largest |y| against the wide kernel): ${JSON.stringify(await checkStreamProbe(rt))}`);
+      const measured = opts.probe === true ? [...aluProbeCases(rt), ...streamProbeCases(rt, [8448, 65536])] : v2LiteCases(rt, n, opts.big === true);
       const cases = [empty, ...measured, { ...empty, name: "empty kernel (dependent), again" }];
       log(`\n${n} token(s) per step; tuning ${tuneText === "" ? "default" : tuneText}`);
       for (const c of cases) {

@@ -54,10 +54,7 @@ export interface WideShape {
    * make the same per-lane pattern free of bank conflicts in workgroup memory.
    */
   readonly stagePad: number;
-  /**
-   * Q4_K and Q8_0 decoded with offsets folded into sums of x (staged beside x): see typeCode's `sums`. Only with x
-   * staged.
-   */
+  /** Q4_K decoded with its offsets folded into sums of x (staged beside x): see typeCode's `sums`. Only with x staged. */
   readonly sums: boolean;
 }
 
@@ -130,8 +127,12 @@ export interface TypeCode {
   use(s: number, n: number): string;
 }
 
-/** Types with a `sums` decoder. */
-export const SUM_TYPES: readonly number[] = [GGMLType.Q4_K, GGMLType.Q8_0];
+/**
+ * Types with a `sums` decoder: Q4_K. (A Q8_0 one — bytes shifted to bits 15..22 — was slower on the H200: routed down
+ * 12.78 → 13.43 µs, a large product 27.85 → 28.84 µs. Its shifts replaced floating-point subtractions with integer
+ * instructions, which issue at half the rate; see BENCHMARKS round 9.)
+ */
+export const SUM_TYPES: readonly number[] = [GGMLType.Q4_K];
 
 /** Per token: vec4f over tokens of `per(t)` (0.0 past n). */
 function overTokens(n: number, per: (t: number) => string): string {
@@ -151,12 +152,11 @@ function addDots(n: number, tag: string, terms: { v: string; idx: string }[], sc
 
 /**
  * The float 2^23 + v·2^k for the value v masked in place at bits k.. (k + its width ≤ 23): OR-ing into the mantissa of
- * 2^23. With `sums`, decoders put every quantized value at the top of the mantissa (k = 19 for nibbles, 15 for bytes)
- * and do not subtract the 2^23: the product with x then carries 2^(23−k)·x beside v·x, and the offsets of a group are
- * removed once, through the group's Σx, after its dot products. Two instructions per value (a shift and a masked OR)
- * instead of mask, OR, subtraction and a scale multiply. The offset is 16 (nibbles) or 256 (bytes) times the value's
- * unit, so a product's rounding grows by about that much relative to exact conversion (~1e-6 of |y| instead of ~1e-7,
- * measured in wide.test.ts).
+ * 2^23. With `sums`, Q4_K's nibbles go to the top of the mantissa (k = 19) and the 2^23 is not subtracted: the product
+ * with x then carries 16·x beside q·x, and a group's offsets are removed once, through its Σx, after its dot products.
+ * Per value: a shift, a masked OR and the dot's FMA, instead of a masked OR, a subtraction, a scale FMA and the dot's
+ * FMA. Products round ~16 times coarser than with exact conversion (~1e-6 of |y| instead of ~1e-7, measured in
+ * wide.test.ts). On the H200 the routed gate+up ran 17.37 → 16.38 µs, the shared one 8.52 → 7.86 µs (BENCHMARKS round 9).
  */
 function q4kSums(): TypeCode {
   const base = q4k();
@@ -316,30 +316,9 @@ function q8_0(): TypeCode {
   };
 }
 
-/** Q8_0 with `sums`: each int8 as u = q + 128 (an XOR) at bits 15..22, f = 2^15·(256 + u) = 2^15·(384 + q). */
-function q8_0Sums(): TypeCode {
-  const base = q8_0();
-  return {
-    ...base,
-    use: (s, n) => {
-      const lines: string[] = [`let d${s} = unpack2x16float(select(W0_${s}, W0_${s} >> 16u, od${s})).x;`];
-      for (let m = 0; m < 8; m++) {
-        lines.push(`let u${m}_${s} = hw2(W${m}_${s}, W${m + 1}_${s}, od${s}) ^ 0x80808080u;`);
-        lines.push(`let f${m}_${s} = bitcast<vec4f>((vec4u(u${m}_${s} << 15u, u${m}_${s} << 7u, u${m}_${s} >> 1u, u${m}_${s} >> 9u) & vec4u(0x7f8000u)) | vec4u(0x4b000000u));`);
-      }
-      const dots = (half: number) => (t: number): string => [0, 1, 2, 3].map((m) => `dot(f${m + 4 * half}_${s}, XREAD(${t}, 8u * c${s} + ${m + 4 * half}u))`).join(" + ");
-      // groups of 16: elements 0..15 (group 2c) and 16..31 (2c + 1); Σ f·x = 2^15·(384·Σx + Σ q·x)
-      lines.push(`let s${s} = ${overTokens(n, dots(0))} + ${overTokens(n, dots(1))};`);
-      lines.push(`acc += (d${s} * 3.0517578125e-5) * s${s} - (384.0 * d${s}) * (${overTokens(n, (t) => `XSUM(${t}, 2u * c${s})`)} + ${overTokens(n, (t) => `XSUM(${t}, 2u * c${s} + 1u)`)});`);
-      return lines.join("\n    ");
-    },
-  };
-}
-
 /** The decoder of `type`; with `sums`, the one that reads XSUM too (SUM_TYPES). */
 export function typeCode(type: number, sums = false): TypeCode {
   if (sums && type === GGMLType.Q4_K) return q4kSums();
-  if (sums && type === GGMLType.Q8_0) return q8_0Sums();
   switch (type) {
     case GGMLType.Q4_K:
       return q4k();

@@ -5,7 +5,7 @@
  * timed by the pass's GPU timestamps. Per dispatch this is the kernel plus the barrier between dependent dispatches,
  * as in a real step; an empty kernel gives that fixed cost.
  * `node dist/backend/webgpu/kernel-bench.js [--tokens 1,64] [--reps 200] [--tunes "a=1;wide=0"] [--big]` (--big: also
- * large plain products of each wide-kernel type, for their steady throughput). The decode attention cases (16, 48,
+ * large plain products of each wide-kernel type, for their steady throughput; --dawn "toggles" as bench.js). The decode attention cases (16, 48,
  * 200, 512 and 4096 keys) are one or two dispatches (split keys, then their combine), timed together: `--tokens 1,4 --tunes
  * "attn=0;attn=1"` compares them with the previous kernels. `--probe` (with `--tokens 1`): the batch-1 bound probe of
  * stream-probe.ts instead of the v2-lite cases.
@@ -263,6 +263,8 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
     await hostBench(await requestGpuDevice(dawn !== undefined ? { dawnFlags: dawn.split(" ") } : {}));
     process.exit(0);
   }
-  await runKernelBench({ tokens: (arg("--tokens") ?? "1,64").split(",").map(Number), reps: Number(arg("--reps") ?? 200), tunes: (arg("--tunes") ?? "").split(";"), big: args.includes("--big"), probe: args.includes("--probe") });
+  const dawn = arg("--dawn");
+  const info = await requestGpuDevice(dawn !== undefined ? { dawnFlags: dawn.split(" ") } : {});
+  await runKernelBench({ tokens: (arg("--tokens") ?? "1,64").split(",").map(Number), reps: Number(arg("--reps") ?? 200), tunes: (arg("--tunes") ?? "").split(";"), big: args.includes("--big"), probe: args.includes("--probe"), info });
   process.exit(0);
 }

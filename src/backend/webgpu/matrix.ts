@@ -392,7 +392,9 @@ function alike(gate: GpuMatrix, up: GpuMatrix): boolean {
 
 /** Whether gate and up can run as one dual wide product (alike, the wide kernel applies). */
 function dualShape(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix, n: number, gather: boolean | "experts-list", aligned: boolean): WideShape | undefined {
-  return alike(gate, up) ? wideShape(rt, gate, n, gather, aligned) : undefined;
+  const wide = alike(gate, up) ? wideShape(rt, gate, n, gather, aligned) : undefined;
+  // (a dual product runs one row a run: WideShape.pack)
+  return wide !== undefined ? { ...wide, pack: 1 } : undefined;
 }
 
 /** Whether gate and up can run as one dual row-tiled product (alike, the row-tiled kernel applies). */

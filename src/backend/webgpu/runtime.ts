@@ -120,6 +120,8 @@ export interface KernelTuning {
   readonly wideSgRows?: number;
   /** 0: the wide kernel reads x from its buffer instead of staging it in workgroup memory; default 1 (where it fits) */
   readonly wideStage?: number;
+  /** the wide kernel's two rows per run of chunks (WideShape.pack): 0 never, 1 wherever it can (also over several passes); default where it fills the lanes' steps ≥ 10 % better in one pass */
+  readonly widePack?: number;
   /** 0: the wide kernel decodes Q4_K with the offset subtracted per value instead of through staged Σx (wgsl-wide.ts, typeCode's sums) */
   readonly wideSums?: number;
   /** 1: expert-list products on the wide kernel (4 pairs a tile) while experts average ≤ WIDE_LIST_PAIRS pairs; default 0 (slower on the H200, see wgsl-wide.ts) */

@@ -22,7 +22,7 @@ import { expertListWGSL, MAT_PARAMS, matOutWGSL } from "./wgsl-mat.js";
 
 /** Rows per workgroup of a wide shape (subgroups × rows each): what grids are sized by. */
 export function wideRowsPerGroup(s: WideShape): number {
-  return s.rows * s.sgRows;
+  return s.rows * s.sgRows * s.pack;
 }
 
 /** Types the wide kernel decodes (those of a Q4_K_M model's large matrices); others keep the coalesced kernel. */
@@ -54,6 +54,13 @@ export interface WideShape {
    * make the same per-lane pattern free of bank conflicts in workgroup memory.
    */
   readonly stagePad: number;
+  /**
+   * 2: each subgroup takes two rows as one run of chunks over its lanes (plain and pair-major products, one row per
+   * subgroup otherwise, not dual), where a row's chunk count leaves many lanes idle in its last step: v2-lite's
+   * 1408-column Q5_0/Q8_0 and 2816-column Q6_K rows have 44 chunks, 69 % of two steps of 32 lanes, and two rows 88,
+   * 92 % of three. 1: one row per run.
+   */
+  readonly pack: number;
   /** Q4_K decoded with its offsets folded into sums of x (staged beside x): see typeCode's `sums`. Only with x staged. */
   readonly sums: boolean;
 }
@@ -108,7 +115,12 @@ export function wideShape(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boole
   const sumBytes = rt.tune.wideSums !== 0 && SUM_TYPES.includes(m.type) ? n * (m.cols / 16) * 4 : 0;
   const stage = rt.tune.wideStage !== 0 && gather !== "experts-list" && stagedVec4s(n, m.cols, pad) * 16 + sumBytes <= rt.info.limits.maxComputeWorkgroupStorageSize / 2;
   const sums = stage && sumBytes > 0;
-  return { sg, rows, sgRows, unroll, n, cols: m.cols, stagePad: stage ? pad : 0, sums };
+  // two rows a run where that fills the lanes' steps ≥ 10 % better, in one pass (dual products take one row a run)
+  const chunks = m.cols / typeCode(m.type).elems;
+  const fill = (rowsRun: number): number => (rowsRun * chunks) / (sg * Math.ceil((rowsRun * chunks) / sg));
+  const packable = gather !== "experts-list" && sgRows === 1;
+  const pack = packable && (rt.tune.widePack === 1 || (rt.tune.widePack !== 0 && fill(2) >= 1.1 * fill(1) && Math.ceil((2 * chunks) / sg) <= unroll)) ? 2 : 1;
+  return { sg, rows, sgRows, unroll, n, cols: m.cols, stagePad: stage ? pad : 0, pack, sums };
 }
 
 /** How one type's chunk is loaded and used (shared with the row-tiled kernel, wgsl-rowtile.ts). */
@@ -383,14 +395,17 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
   const { sg: SG, rows: R, n: N } = s;
   const tc = typeCode(type, s.sums);
   const NC = s.cols / tc.elems;
-  const steps = Math.ceil(NC / SG);
+  // packed (s.pack = 2): the subgroup's two rows as one run of NT = 2·NC chunks over its lanes (see WideShape.pack)
+  const pack = s.pack === 2 && mode !== "experts-list" && !dual;
+  const NT = pack ? 2 * NC : NC;
+  const steps = Math.ceil(NT / SG);
   const outer = Math.ceil(steps / s.unroll);
   const G = Math.ceil(steps / outer);
   // steps whose chunk can pass the row's end (in the last pass) load a clamped chunk and skip using it
-  const past = (st: number): boolean => (outer - 1) * G * SG + (st + 1) * SG > NC;
+  const past = (st: number): boolean => (outer - 1) * G * SG + (st + 1) * SG > NT;
   // streams: (matrix, row j of the subgroup's sgRows) pairs, each with its own accumulator; every stream's loads are
   // issued before any is used. Stream k's step names are shifted by 1000·k so that all names stay unique.
-  const S = mode === "experts-list" ? 1 : s.sgRows;
+  const S = mode === "experts-list" ? 1 : pack ? 2 : s.sgRows;
   const streams: { w2: boolean; j: number; k: number }[] = [];
   for (let j = 0; j < S; j++) {
     streams.push({ w2: false, j, k: streams.length });
@@ -403,14 +418,30 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
   };
   const loads: string[] = [];
   const uses: string[] = [];
-  for (const str of streams) {
+  // packed: in one pass a step's chunks are row 0's, row 1's or split at lane NC − first chunk; a split step (and
+  // every step over several passes) has each lane pick its row's base and add into its row's sum through selects (no
+  // divergent branch)
+  for (let st = 0; pack && st < G; st++) {
+    const first = st * SG;
+    const last = Math.min(first + SG, NT) - 1;
+    const row = outer > 1 ? -1 : last < NC ? 0 : first >= NC ? 1 : -1;
+    const cc = past(st) ? `min(cb + ${first}u, ${NT - 1}u)` : `cb + ${first}u`;
+    const base = row === -1 ? `let q${st} = ${cc} >= ${NC}u; let c${st} = select(${cc}, ${cc} - ${NC}u, q${st}); let rbq${st} = select(rb0, rb1, q${st});` : `let c${st} = ${cc}${row === 1 ? ` - ${NC}u` : ""};`;
+    loads.push(`${base}\n    ${tc.load(st).replace(/\brb\b/g, row === -1 ? `rbq${st}` : `rb${row}`)}`);
+    const use =
+      row === -1
+        ? `var accq${st} = vec4f(0.0);\n    ${tc.use(st, N).replaceAll("acc +=", `accq${st} +=`)}\n    acc0 += select(accq${st}, vec4f(0.0), q${st}); acc1 += select(vec4f(0.0), accq${st}, q${st});`
+        : tc.use(st, N).replaceAll("acc +=", `acc${row} +=`);
+    uses.push(past(st) ? `if (cb + ${first}u < ${NT}u) {\n    ${use}\n    }` : use);
+  }
+  for (const str of pack ? [] : streams) {
     for (let st = 0; st < G; st++) {
       const c0 = st + 1000 * str.k;
       const chunk = str.k === 0 ? (past(st) ? `min(cb + ${st * SG}u, ${NC - 1}u)` : `cb + ${st * SG}u`) : `c${st}`;
       loads.push(`let c${c0} = ${chunk};\n    ${retarget(tc.load(c0), str)}`);
     }
   }
-  for (const str of streams) {
+  for (const str of pack ? [] : streams) {
     for (let st = 0; st < G; st++) {
       const use = retarget(tc.use(st + 1000 * str.k, N), str);
       uses.push(past(st) ? `if (cb + ${st * SG}u < ${NC}u) {\n    ${use}\n    }` : use);

@@ -10,6 +10,7 @@ import { quantize, rowBytes } from "../../../src/quant/index.js";
 import { GpuRuntime, type RuntimeOptions } from "../../../src/backend/webgpu/runtime.js";
 import type { GpuDeviceInfo } from "../../../src/backend/webgpu/device.js";
 import { expertListWords, expertLists, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLU, matvecKernel } from "../../../src/backend/webgpu/matrix.js";
+import { matvecWideWGSL, wideRowsPerGroup, wideShape } from "../../../src/backend/webgpu/wgsl-wide.js";
 import { f32, gpuOrSkip, relErr, Rng, u32 } from "./helpers.js";
 
 const { rt, skip: noGpu } = await gpuOrSkip();
@@ -51,6 +52,24 @@ test("the wide kernel is chosen for 1–4 tokens of its types with aligned x, an
   g.destroy();
 });
 
+test("two rows a run of chunks (pack) at subgroup size 32 where one row leaves many lanes idle: v2-lite's 1408- and 2816-column rows, not dual products", { skip }, () => {
+  const h200 = new GpuRuntime({ ...rt!.info, subgroupSize: 32, limits: { ...rt!.info.limits, maxComputeWorkgroupStorageSize: 32768 } }, {});
+  const mat = (type: number, cols: number, rows: number): GpuMatrix => ({ type, cols, rows, items: 1 }) as unknown as GpuMatrix;
+  const packOf = (m: GpuMatrix, gather: boolean, rt2 = h200): number | undefined => wideShape(rt2, m, 1, gather, true)?.pack;
+  assert.equal(packOf(mat(GGMLType.Q5_0, 1408, 2048), true), 2);
+  assert.equal(packOf(mat(GGMLType.Q8_0, 1408, 2048), true), 2);
+  assert.equal(packOf(mat(GGMLType.Q6_K, 2816, 2048), false), 2);
+  assert.equal(packOf(mat(GGMLType.Q4_K, 2048, 3648), false), 1);
+  assert.equal(packOf(mat(GGMLType.Q6_K, 2048, 102400), false), 1);
+  assert.equal(packOf(mat(GGMLType.Q5_0, 1408, 2048), true, new GpuRuntime(h200.info, { tune: { widePack: 0 } })), 1);
+  // the dual gate·up never packs; the kernel's rows per workgroup count both rows of a subgroup
+  const q = mat(GGMLType.Q4_K, 256, 64);
+  assert.equal(packOf(q, false), 2);
+  const s = wideShape(h200, q, 1, false, true)!;
+  assert.equal(wideRowsPerGroup(s), 2 * s.rows);
+  assert.match(matvecWideWGSL(GGMLType.Q4_K, "plain", { ...s, pack: 1 }, true), /silu|exp/);
+});
+
 // (type, cols): whole super-blocks for the K-quants (they cannot hold 1408 columns: 5.5 super-blocks), and for Q5_0 /
 // Q8_0 1408 (44 blocks) and 96 (3 blocks: every other row starts 2 bytes past a word)
 const SHAPES: [number, number][] = [
@@ -66,7 +85,7 @@ const SHAPES: [number, number][] = [
   [GGMLType.Q8_0, 2048],
 ];
 
-for (const tune of [{}, { wideRows: 3, wideUnroll: 1 }, { wideRows: 2, wideSgRows: 3 }, { wideStage: 0 }]) {
+for (const tune of [{}, { wideRows: 3, wideUnroll: 1 }, { wideRows: 2, wideSgRows: 3 }, { wideStage: 0 }, { widePack: 1 }]) {
   test(`wide matmul matches the CPU reference (tune ${JSON.stringify(tune)}): n = 1..4, strides, overwrite, acc, SwiGLU`, { skip }, async () => {
     const r = runtime({ tune });
     const rng = new Rng(11 + Object.keys(tune).length);
@@ -179,8 +198,9 @@ test("wide pair-major gathered products: one piece and several, overwrite and Sw
     const E = 6;
     const K = 2;
     const nTok = 3;
-    for (const maxBindingBytes of [undefined, Math.ceil((2 * rows * rowBytes(type, cols)) / 256) * 256]) {
-      const r = runtime(maxBindingBytes !== undefined ? { maxBindingBytes } : {});
+    // (widePack = 1: two rows a subgroup, which CPU adapters' narrow subgroups do not choose by themselves)
+    for (const [maxBindingBytes, tune] of [[undefined, {}], [Math.ceil((2 * rows * rowBytes(type, cols)) / 256) * 256, {}], [undefined, { widePack: 1 }]] as const) {
+      const r = runtime({ ...(maxBindingBytes !== undefined ? { maxBindingBytes } : {}), tune });
       const { w, g } = upload(r, rng, type, cols, rows, E);
       if (maxBindingBytes !== undefined) assert.ok(g.pieces.length > 1);
       assert.match(matvecKernel(r, g, 1, true, true).code, WIDE);
@@ -196,7 +216,7 @@ test("wide pair-major gathered products: one piece and several, overwrite and Sw
       const got = await r.readF32(yb);
       const want = new Float64Array(pairs * rows);
       for (let b = 0; b < pairs; b++) w.slice(ids[b]! * rows, rows).matmul(x.subarray(Math.floor(b / K) * cols), 1, cols, want.subarray(b * rows), rows);
-      const label = `${typeName(type)} ${rows}x${cols} in ${g.pieces.length} piece(s)`;
+      const label = `${typeName(type)} ${rows}x${cols} in ${g.pieces.length} piece(s), tune ${JSON.stringify(tune)}`;
       assert.ok(relErr(got, want) < TOL, `${label}: err ${relErr(got, want)}`);
       const g0 = rng.f64(pairs * rows);
       const ybG = f32(r, g0);

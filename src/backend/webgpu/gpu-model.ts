@@ -12,7 +12,7 @@ import type { DeepSeek2 } from "../../model/deepseek2.js";
 import type { QMatrix } from "../cpu/qmatrix.js";
 import type { SwiGLU } from "../../model/weights.js";
 import { LatentError } from "../../util/errors.js";
-import { expertListWords, expertLists, expertsFrom, gatherRoute, getRows, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLUSteps } from "./matrix.js";
+import { expertListWords, expertLists, expertsFrom, getRows, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLUSteps } from "./matrix.js";
 import { addNorm, argmaxRows, argmaxScratchWords, attention, attentionScratch, copyU32, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, scatterRows, type RouteArgs } from "./ops.js";
 import { moeRouter, routerFuseShape } from "./router.js";
 import type { GpuRuntime, Recording } from "./runtime.js";
@@ -420,16 +420,12 @@ export class GpuModel {
           sharedFirst?.();
         });
         for (const step of sharedRest) step();
+        if (fused === undefined) moeRoute(rt, b.z!, l.bias, b.rids!, b.rw!, routing);
         // expert-major products (pairs ≥ experts) read the pairs grouped by expert, built once for the three
         const lists = n * K >= expertsFrom(rt, l.experts.gate) * E ? b.elist! : undefined;
-        const gatherArgs = { pairs: n * K, xDiv: K, xBatch: Hd, yBatch: Fe, lists };
-        // pairs one by one on the dual wide kernel: the routing inside it (no dispatch of its own)
-        const routeHere = fused === undefined && lists === undefined ? gatherRoute(rt, l.experts.gate, l.experts.up, gatherArgs, routing, l.bias !== undefined) : undefined;
-        if (fused === undefined && routeHere === undefined) moeRoute(rt, b.z!, l.bias, b.rids!, b.rw!, routing);
         if (lists !== undefined) expertLists(rt, b.rids!, lists, { pairs: n * K, E });
         // g = silu(W_gate x)·(W_up x) per pair (one dual product at small batches, else gate then up with SwiGLU fused)
-        const route = routeHere !== undefined ? { z: b.z!, wts: b.rw!, args: routing, ...(l.bias !== undefined ? { bias: l.bias } : {}) } : undefined;
-        matmulGatherSwiGLU(rt, l.experts.gate, l.experts.up, b.x!, b.g!, b.rids!, { ...gatherArgs, ...(route !== undefined ? { route } : {}) });
+        matmulGatherSwiGLU(rt, l.experts.gate, l.experts.up, b.x!, b.g!, b.rids!, { pairs: n * K, xDiv: K, xBatch: Hd, yBatch: Fe, lists });
         // the routed experts' down products into YE and the shared experts' into h: apart
         together(() => {
           matmulGather(rt, l.experts!.down, b.g!, b.ye!, b.rids!, { pairs: n * K, xDiv: 1, xBatch: Fe, yBatch: Hd, lists });

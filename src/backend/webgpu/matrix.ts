@@ -11,9 +11,7 @@ import type { GpuRuntime } from "./runtime.js";
 import { EXPERT_LISTS_WGSL, getRowsWGSL, MATVEC_TN, matvec2WGSL, matmulTiledWGSL, matvecCoalescedWGSL, matvecExpertsWGSL, matvecTWGSL, matvecWGSL, MV_WG, packMatParams, tiledSharedBytes, type MatParams, type MatvecShape, type TiledShape } from "./wgsl-mat.js";
 import { gpuSupports, unitSize } from "./wgsl-quant.js";
 import { matmulRowsWGSL, ROW_TILE_EXPERTS_FROM, rowTileShape, type RowTileShape } from "./wgsl-rowtile.js";
-import { matvecWideWGSL, wideRowsPerGroup, wideShape, type WideRoute, type WideShape } from "./wgsl-wide.js";
-import type { RouteArgs } from "./ops.js";
-import { routeShape } from "./wgsl-route.js";
+import { matvecWideWGSL, wideRowsPerGroup, wideShape, type WideShape } from "./wgsl-wide.js";
 
 export interface MatrixPiece {
   readonly buffer: GPUBuffer;
@@ -304,12 +302,6 @@ export interface GatherArgs {
    */
   readonly lists?: GPUBuffer;
   /**
-   * matmulGatherSwiGLU only, where routedGatherFits: route the tokens inside the kernel from the router's logits z
-   * (n × E rows) instead of reading ids a routing dispatch wrote; the kernel writes the ids and weights as that
-   * dispatch would (WideRoute)
-   */
-  readonly route?: GatherRoute;
-  /**
    * "pairs": one product per (token, slot) pair; "experts": one workgroup per (row group, expert) over the pairs that
    * picked it, tn at a time (each selected expert read once per tn tokens). Default: experts when pairs ≥ the number
    * of experts (batched decode, prefill), else pairs.
@@ -318,30 +310,6 @@ export interface GatherArgs {
 }
 
 /** How a gathered product over m runs: expert-major or per pair, and (expert-major on the coalesced kernel) from expert lists. */
-/** The router's logits, optional selection bias, the routing's weights (written) and its arguments (n = tokens). */
-export interface GatherRoute {
-  readonly z: GPUBuffer;
-  readonly bias?: GPUBuffer;
-  readonly wts: GPUBuffer;
-  readonly args: RouteArgs;
-}
-
-/**
- * The in-kernel routing of matmulGatherSwiGLU (GatherArgs.route), or undefined where it does not apply: tune.gatherRoute
- * = 0, pairs not one by one on the dual wide kernel, a routing the subgroup kernel does not take, z not in plain rows,
- * or too few storage bindings (8).
- */
-export function gatherRoute(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix, a: Omit<GatherArgs, "route">, r: RouteArgs, bias: boolean): WideRoute | undefined {
-  const sg = rt.info.subgroupSize;
-  if (rt.tune.gatherRoute === 0 || sg === undefined || r.E > 256 || r.K > 16 || r.nGroup > 64 || r.K !== a.xDiv || a.pairs !== r.n * r.K) return undefined;
-  if ((r.zOff ?? 0) !== 0 || (r.zStride ?? r.E) !== r.E || rt.info.limits.maxStorageBuffersPerShaderStage < 8) return undefined;
-  const mode = gatherMode(rt, gate, a);
-  if (mode.experts || dualShape(rt, gate, up, 1, true, mode.aligned) === undefined) return undefined;
-  const shape = routeShape(sg, r.E, r.nGroup, r.nGroupUsed);
-  if (shape === undefined) return undefined;
-  return { shape, K: r.K, softmax: r.softmax, groupMax: r.groupMax, nGroupUsed: r.nGroupUsed, norm: r.norm, scale: r.scale, bias };
-}
-
 function gatherMode(rt: GpuRuntime, m: GpuMatrix, a: GatherArgs): { experts: boolean; aligned: boolean; listed: boolean } {
   const experts = rt.matvec !== "legacy" && (a.mode ?? (a.pairs >= expertsFrom(rt, m) * m.items ? "experts" : "pairs")) === "experts";
   const aligned = al4(a.xOff, a.xBatch);
@@ -352,7 +320,7 @@ function gatherMode(rt: GpuRuntime, m: GpuMatrix, a: GatherArgs): { experts: boo
  * Dispatch a gathered product's kernel over every piece of m (whole items per piece): `extra` binds after the ids (the
  * dual kernel's up matrix, same pieces). The output is checked (--check-writes) when one piece overwrites it.
  */
-function dispatchGather(rt: GpuRuntime, label: string, code: string, rowsPerGroup: number, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer, ids: GPUBuffer, a: GatherArgs, mode: { experts: boolean; listed: boolean }, extra?: GpuMatrix, tail: readonly GPUBuffer[] = []): void {
+function dispatchGather(rt: GpuRuntime, label: string, code: string, rowsPerGroup: number, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer, ids: GPUBuffer, a: GatherArgs, mode: { experts: boolean; listed: boolean }, extra?: GpuMatrix): void {
   const outs = [{ buffer: y, offset: (a.yOff ?? 0) * 4, size: ((a.pairs - 1) * a.yBatch + m.rows) * 4 }];
   m.pieces.forEach((piece, i) => {
     if (piece.rows !== m.rows) throw new LatentError(`${m.name}: gathered products need whole items per piece`);
@@ -365,7 +333,7 @@ function dispatchGather(rt: GpuRuntime, label: string, code: string, rowsPerGrou
     p.idsOff = mode.listed ? 2 * m.items : a.idsOff ?? 0;
     p.e0 = piece.firstItem;
     p.e1 = piece.firstItem + piece.items;
-    const bufs = [piece.buffer, x, y, mode.listed ? a.lists! : ids, ...(extra !== undefined ? [extra.pieces[i]!.buffer] : []), ...tail];
+    const bufs = [piece.buffer, x, y, mode.listed ? a.lists! : ids, ...(extra !== undefined ? [extra.pieces[i]!.buffer] : [])];
     rt.dispatch(`${label} ${m.name}`, code, bufs, packMatParams(p), [gx, gy, mode.experts ? piece.items : a.pairs], a.acc !== true && a.glu !== true && m.pieces.length === 1 ? outs : []);
   });
 }
@@ -475,14 +443,6 @@ export function matmulSwiGLUSteps(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix
  */
 export function matmulGatherSwiGLU(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix, x: GPUBuffer, y: GPUBuffer, ids: GPUBuffer, a: Omit<GatherArgs, "acc" | "glu">): void {
   const mode = gatherMode(rt, gate, a);
-  if (a.route !== undefined) {
-    const route = gatherRoute(rt, gate, up, a, a.route.args, a.route.bias !== undefined);
-    const wide = dualShape(rt, gate, up, 1, true, mode.aligned);
-    if (route === undefined || wide === undefined) throw new LatentError(`matmulGatherSwiGLU ${gate.name}: no in-kernel routing here (check gatherRoute first)`);
-    const code = matvecWideWGSL(gate.type, "gather", wide, true, route);
-    dispatchGather(rt, "routedGatherSwiGLU", code, wideRowsPerGroup(wide), gate, x, y, ids, a, mode, up, [a.route.z, ...(a.route.bias !== undefined ? [a.route.bias] : []), a.route.wts]);
-    return;
-  }
   const rowTile = mode.listed ? dualRowTile(rt, gate, up, a.pairs, "experts-list", mode.aligned) : undefined;
   if (rowTile !== undefined) {
     dispatchGather(rt, "matmulGatherSwiGLU", matmulRowsWGSL(gate.type, "experts-list", rowTile, true), rowTile.rows, gate, x, y, ids, a, mode, up);

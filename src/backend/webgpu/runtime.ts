@@ -120,8 +120,6 @@ export interface KernelTuning {
   readonly wideSgRows?: number;
   /** 0: the wide kernel reads x from its buffer instead of staging it in workgroup memory; default 1 (where it fits) */
   readonly wideStage?: number;
-  /** 0: the routing of small steps' routed experts in its own dispatch instead of inside the dual gate·up (matrix.ts gatherRoute) */
-  readonly gatherRoute?: number;
   /** the wide kernel's two rows per run of chunks (WideShape.pack): 0 never, 1 wherever it can (also over several passes); default where it fills the lanes' steps ≥ 10 % better in one pass */
   readonly widePack?: number;
   /** 0: the wide kernel decodes Q4_K with the offset subtracted per value instead of through staged Σx (wgsl-wide.ts, typeCode's sums) */

@@ -129,10 +129,9 @@ const BEST_SLOT = `for (var j = 0u; j < J; j++) {
 
 /**
  * WGSL shared by the routing kernels: `fn routeToken(lane, t, live)` routes token t on one subgroup (lane: the
- * subgroup invocation id), handing pick k (expert id, final weight) to `routeOut(t, k, id, w)` where live, reading the
- * parameter block p (ROUTE_PARAMS). The kernel declares `fn logit(t: u32, e: u32) -> f32` (the token's logit of expert
- * e), `fn bias(e: u32) -> f32` (read only where p.hasBias != 0) and routeOut (ROUTE_OUT_WGSL: into IDS / WTS [t·K + k]).
- * Call it in uniform control flow: it is made of subgroup operations.
+ * subgroup invocation id) into IDS / WTS [t·K …] (written only where live), reading the parameter block p (ROUTE_PARAMS).
+ * The kernel declares `fn logit(t: u32, e: u32) -> f32` (the token's logit of expert e) and `fn bias(e: u32) -> f32`
+ * (read only where p.hasBias != 0). Call it in uniform control flow: it is made of subgroup operations.
  */
 export function routeTokenWGSL(s: RouteShape): string {
   const grouped = s.groups > 1;
@@ -217,22 +216,19 @@ fn routeToken(lane: u32, t: u32, live: bool) {
       if (k < p.K) {
         var w = pickProb[r];
         if (p.norm != 0u) { w = w / (pickedSum + 1e-20); }
-        routeOut(t, k, pickId[r], w * p.scale);
+        IDS[t * p.K + k] = pickId[r];
+        WTS[t * p.K + k] = w * p.scale;
       }
     }
   }
 }`;
 }
 
-/** routeOut of the routing kernels: pick k of token t into IDS / WTS [t·K + k]. */
-export const ROUTE_OUT_WGSL = /* wgsl */ `
-fn routeOut(t: u32, k: u32, id: u32, w: f32) { IDS[t * p.K + k] = id; WTS[t * p.K + k] = w; }`;
-
 /** The routing kernel of a shape (workgroup: shape.tokens subgroups, one token each; grid from routeGrid). */
 export function routeWGSL(s: RouteShape): string {
   return /* wgsl */ `enable subgroups;${ROUTE_BINDINGS_WGSL}
 fn logit(t: u32, e: u32) -> f32 { return Z[p.zOff + t * p.zStride + e]; }
-fn bias(e: u32) -> f32 { return BIAS[e]; }${ROUTE_OUT_WGSL}${routeTokenWGSL(s)}
+fn bias(e: u32) -> f32 { return BIAS[e]; }${routeTokenWGSL(s)}
 @compute @workgroup_size(${s.sg * s.tokens})
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32, @builtin(subgroup_invocation_id) lane: u32) {
   let token = (wid.x + wid.y * 65535u) * ${s.tokens}u + li / SG;

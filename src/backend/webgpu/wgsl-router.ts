@@ -10,7 +10,7 @@
  * subgroup operations stay in uniform control flow); only the first one writes.
  */
 import { ROUTE_STRUCT_WGSL } from "./wgsl-ops.js";
-import { ROUTE_OUT_WGSL, routeShape, routeTokenWGSL, type RouteShape } from "./wgsl-route.js";
+import { routeShape, routeTokenWGSL, type RouteShape } from "./wgsl-route.js";
 
 /** Threads per workgroup: the size of the kernels it is combined with (wide and coalesced products). */
 export const ROUTER_THREADS = 256;
@@ -72,7 +72,7 @@ ${s.bias ? "@group(0) @binding(5) var<storage, read> BIAS: array<f32>;\n" : ""}@
 var<workgroup> XS: array<vec4f, ${s.chunk}>;
 var<workgroup> ZS: array<f32, ${s.route.experts}>;
 fn logit(t: u32, e: u32) -> f32 { return ZS[e]; }
-fn bias(e: u32) -> f32 { return ${s.bias ? "BIAS[e]" : "0.0"}; }${ROUTE_OUT_WGSL}${routeTokenWGSL(s.route)}
+fn bias(e: u32) -> f32 { return ${s.bias ? "BIAS[e]" : "0.0"}; }${routeTokenWGSL(s.route)}
 @compute @workgroup_size(${ROUTER_THREADS})
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32, @builtin(subgroup_invocation_id) lane: u32) {
   let t = wid.x;

@@ -19,7 +19,6 @@ import { GGMLType } from "../../gguf/types.js";
 import type { GpuMatrix } from "./matrix.js";
 import type { GpuRuntime } from "./runtime.js";
 import { expertListWGSL, MAT_PARAMS, matOutWGSL } from "./wgsl-mat.js";
-import { routeTokenWGSL, type RouteShape } from "./wgsl-route.js";
 
 /** Rows per workgroup of a wide shape (subgroups × rows each): what grids are sized by. */
 export function wideRowsPerGroup(s: WideShape): number {
@@ -374,68 +373,17 @@ fn q4ksm(hd: vec4u, j: u32) -> vec2f {
  * wd/wd2 word readers where blocks are read as u32 words), X, Y, outside plain mode the id or expert-list buffer IDS
  * (with expert lists also the workgroup's list word `oc`), then p.
  */
-export function chunkBindingsWGSL(vec4: boolean, mode: "plain" | "gather" | "experts-list", dual: boolean, route?: WideRoute): string {
+export function chunkBindingsWGSL(vec4: boolean, mode: "plain" | "gather" | "experts-list", dual: boolean): string {
   const w = vec4 ? "vec4u" : "u32";
   const ids = mode !== "plain";
-  const after = (ids ? 4 : 3) + (dual ? 1 : 0);
-  // routed (gather mode): the router's logits Z, the selection bias (if any), and the weights written beside the ids
-  const routeBindings = route === undefined ? [] : ["var<storage, read> Z: array<f32>;", ...(route.bias ? ["var<storage, read> BIAS: array<f32>;"] : []), "var<storage, read_write> WTS: array<f32>;"];
-  const routed = routeBindings.map((b, i) => `@group(0) @binding(${after + i}) ${b}\n`).join("");
   return `struct P { ${MAT_PARAMS.map((k) => `${k}: u32`).join(", ")} }
 @group(0) @binding(0) var<storage, read> W: array<${w}>;
 ${vec4 ? "" : "fn wd(i: u32) -> u32 { return W[i]; }"}
 @group(0) @binding(1) var<storage, read> X: array<vec4f>;
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;
-${ids ? `@group(0) @binding(3) var<storage, ${route === undefined ? "read" : "read_write"}> IDS: array<u32>;` : ""}${mode === "experts-list" ? "\nvar<workgroup> oc: vec2u;" : ""}
+${ids ? "@group(0) @binding(3) var<storage, read> IDS: array<u32>;" : ""}${mode === "experts-list" ? "\nvar<workgroup> oc: vec2u;" : ""}
 ${dual ? `@group(0) @binding(${ids ? 4 : 3}) var<storage, read> W2: array<${w}>;${vec4 ? "" : "\nfn wd2(i: u32) -> u32 { return W2[i]; }"}` : ""}
-${routed}@group(0) @binding(${after + routeBindings.length}) var<uniform> p: P;`;
-}
-
-/**
- * The routing of a pair-major gathered product's tokens inside its kernel (matmulGatherSwiGLU with `route`): every
- * workgroup routes its pair's token from the router's logits (routeToken of wgsl-route.ts, the routing kernel's own
- * code, on each subgroup, the first one keeping the picks in workgroup memory) and takes the expert of its slot; row
- * group 0 of each token's first pair writes the token's ids and weights for the down product and the combine. Saves
- * the routing's own dependent dispatch.
- */
-export interface WideRoute {
-  readonly shape: RouteShape;
-  /** experts used per token (= the product's xDiv) */
-  readonly K: number;
-  readonly softmax: boolean;
-  readonly groupMax: boolean;
-  readonly nGroupUsed: number;
-  readonly norm: boolean;
-  readonly scale: number;
-  readonly bias: boolean;
-}
-
-/** routeToken with its parameters compiled in (p.X → RP_X), its logits from Z and its picks through RSEL. */
-function routedWGSL(r: WideRoute): string {
-  const consts: Record<string, string> = {
-    K: `${r.K}u`,
-    softmax: r.softmax ? "1u" : "0u",
-    groupMax: r.groupMax ? "1u" : "0u",
-    nGroupUsed: `${r.nGroupUsed}u`,
-    norm: r.norm ? "1u" : "0u",
-    hasBias: r.bias ? "1u" : "0u",
-    scale: `${Math.fround(r.scale).toPrecision(9)}`,
-  };
-  const code = routeTokenWGSL(r.shape).replace(/\bp\.(\w+)\b/g, (_, k: string) => {
-    if (consts[k] === undefined) throw new Error(`routed wide kernel: no constant for p.${k}`);
-    return `RP_${k}`;
-  });
-  return `const NEG = -3.4028234e38;
-${Object.entries(consts).map(([k, v]) => `const RP_${k} = ${v};`).join("\n")}
-var<workgroup> RSEL: array<u32, ${r.K}>;
-var<private> rLead: bool;
-var<private> rWrite: bool;
-fn logit(t: u32, e: u32) -> f32 { return Z[t * ${r.shape.experts}u + e]; }
-fn bias(e: u32) -> f32 { return ${r.bias ? "BIAS[e]" : "0.0"}; }
-fn routeOut(t: u32, k: u32, id: u32, w: f32) {
-  if (rLead) { RSEL[k] = id; }
-  if (rWrite) { IDS[p.idsOff + t * RP_K + k] = id; WTS[t * RP_K + k] = w; }
-}${code}`;
+@group(0) @binding(${(ids ? 4 : 3) + (dual ? 1 : 0)}) var<uniform> p: P;`;
 }
 
 /**
@@ -443,8 +391,7 @@ fn routeOut(t: u32, k: u32, id: u32, w: f32) {
  * a second matrix of the same type and shape (W2: the up projection beside the gate one in W) is read in the same
  * lanes from the same x, and the kernel writes the SwiGLU silu(W·x)·(W2·x) directly (one dispatch for gate and up).
  */
-export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts-list", s: WideShape, dual = false, route?: WideRoute): string {
-  if (route !== undefined && mode !== "gather") throw new Error("the wide kernel routes pair-major products only");
+export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts-list", s: WideShape, dual = false): string {
   const { sg: SG, rows: R, n: N } = s;
   const tc = typeCode(type, s.sums);
   const NC = s.cols / tc.elems;
@@ -530,8 +477,7 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
       ? "let rb = p.wOff + wb + select(0u, r, valid) * p.rowBytes;"
       : Array.from({ length: S }, (_, j) => `let r${j} = r + ${j}u; let ok${j} = valid && r${j} < p.rows; let rb${j} = p.wOff + wb + select(0u, r${j}, ok${j}) * p.rowBytes;`).join("\n  ");
   return /* wgsl */ `enable subgroups;
-${chunkBindingsWGSL(tc.vec4, mode, dual, route)}
-${route !== undefined ? routedWGSL(route) : ""}
+${chunkBindingsWGSL(tc.vec4, mode, dual)}
 ${P > 0 ? `var<workgroup> XS: array<vec4f, ${stagedVec4s(N, s.cols, P)}>;
 fn xsw(v: u32) -> u32 { return v + (v >> ${P}u); }` : ""}
 ${s.sums ? `var<workgroup> XSS: array<f32, ${N * (s.cols / 16)}>;` : ""}
@@ -550,16 +496,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
 ${
   mode === "gather"
     ? `  // a pair whose expert another piece holds loads nothing and writes nothing
-  ${
-    route === undefined
-      ? "let e = IDS[p.idsOff + b];"
-      : `// its token routed here (every subgroup alike, in uniform control flow; the first keeps the picks)
-  rLead = li < ${SG}u;
-  rWrite = li < ${SG}u && wid.x == 0u && wid.y == 0u && b % p.xDiv == 0u;
-  routeToken(lane, b / p.xDiv, true);
-  workgroupBarrier();
-  let e = RSEL[b % p.xDiv];`
-  }
+  let e = IDS[p.idsOff + b];
   let inPiece = e >= p.e0 && e < p.e1;
   valid = valid && inPiece;
   wb = select(0u, e - p.e0, inPiece) * p.wBatch;

@@ -72,12 +72,10 @@ for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as co
       if (r === rt) dispatches.set(c.label, r!.stats.dispatches - before);
       // fewer dispatches with the routing fused: moeRouter shares the shared experts' gate·up dispatch
       if (r === listed && config.nLayer > config.nLeadingDense) assert.ok(seen!.has("expertLists"), `kernels: ${[...seen!].join(", ")}`);
-      // by default the decode steps of the Q4_K_M model (pairs one by one on the dual wide kernel) route inside the
-      // routed gate·up (routedGatherSwiGLU), saving the routing's dispatch as moeRouter does; F32 experts route apart
-      if (r === rt && seen !== undefined && config.nLayer > config.nLeadingDense) assert.equal(seen.has("routedGatherSwiGLU"), c.type === "Q4_K_M", `kernels: ${[...seen].join(", ")}`);
       if (r === routeFused) {
+        assert.ok(kernels.get(rt!)!.has("moeRoute"));
         const apart = dispatches.get(c.label);
-        if (apart !== undefined) assert.ok(r!.stats.dispatches - before <= apart, `dispatches: ${r!.stats.dispatches - before} fused, ${apart} apart`);
+        if (apart !== undefined) assert.ok(r!.stats.dispatches - before < apart, `dispatches: ${r!.stats.dispatches - before} fused, ${apart} apart`);
       }
       for (let s = 0; s < 2; s++) {
         const e = record(`fused model ${c.label}`, maxAbsDiff(got[s]!, refs[s]!));

@@ -9,9 +9,7 @@ import { GGMLType, typeName } from "../../../src/gguf/types.js";
 import { quantize, rowBytes } from "../../../src/quant/index.js";
 import { GpuRuntime, type RuntimeOptions } from "../../../src/backend/webgpu/runtime.js";
 import type { GpuDeviceInfo } from "../../../src/backend/webgpu/device.js";
-import { expertListWords, expertLists, gatherRoute, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLU, matvecKernel } from "../../../src/backend/webgpu/matrix.js";
-import { moeRoute } from "../../../src/backend/webgpu/ops.js";
-import { maxRel, REL, referenceRoute, routeArgs, type RouteSpec } from "./route-helpers.js";
+import { expertListWords, expertLists, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLU, matvecKernel } from "../../../src/backend/webgpu/matrix.js";
 import { matvecWideWGSL, wideRowsPerGroup, wideShape } from "../../../src/backend/webgpu/wgsl-wide.js";
 import { f32, gpuOrSkip, relErr, Rng, u32 } from "./helpers.js";
 
@@ -333,63 +331,6 @@ test("wide expert-list products with tune.wideLists = 1 (4 pairs a tile; uneven 
       assert.ok(relErr(await r.readF32(yd), wantD) < TOL, `${label} dual: err ${relErr(await r.readF32(yd), wantD)}`);
       eg.g.destroy();
       eu.g.destroy();
-    }
-  }
-});
-
-// The routing inside the dual routed gate·up (GatherArgs.route): the same ids, weights and outputs as the routing
-// dispatch followed by the plain dual gathered product, and the ids and weights of the CPU definition (route()):
-// softmax and V3-style sigmoid + bias with groups, normalized and scaled weights, tied logits, 1 and 3 tokens,
-// experts in one piece and in several.
-test("in-kernel routing of the routed gate·up matches the routing dispatch and the CPU definition", { skip }, async () => {
-  const rng = new Rng(41);
-  const specs: RouteSpec[] = [
-    { E: 16, K: 4, n: 1, gating: "softmax" },
-    { E: 16, K: 4, n: 3, gating: "softmax", norm: true },
-    { E: 32, K: 4, n: 3, gating: "sigmoid", bias: true, nGroup: 4, nGroupUsed: 2, norm: true, scale: 2.5 },
-  ];
-  for (const spec of specs) {
-    const [cols, rows] = [256, 37];
-    for (const maxBindingBytes of [undefined, Math.ceil((spec.E / 2) * rows * rowBytes(GGMLType.Q4_K, cols) / 256) * 256]) {
-      const r = runtime(maxBindingBytes !== undefined ? { maxBindingBytes } : {});
-      const gate = upload(r, rng, GGMLType.Q4_K, cols, rows, spec.E);
-      const up = upload(r, rng, GGMLType.Q4_K, cols, rows, spec.E);
-      const { n, K, E } = spec;
-      // logits with ties (every third token's first two experts equal)
-      const z = Float32Array.from(rng.f32(n * E));
-      for (let t = 0; t < n; t += 3) z[t * E + 1] = z[t * E]!;
-      const bias = spec.bias === true ? Float32Array.from(rng.f32(E, 0.1)) : undefined;
-      const x = rng.f64(n * cols);
-      const a = { pairs: n * K, xDiv: K, xBatch: cols, yBatch: rows };
-      const routing = routeArgs(spec);
-      assert.ok(gatherRoute(r, gate.g, up.g, a, routing, bias !== undefined) !== undefined, `in-kernel routing applies (${JSON.stringify(spec)})`);
-      const zb = f32(r, z);
-      const bb = bias !== undefined ? f32(r, bias) : undefined;
-      // the routing dispatch, then the product
-      const ids1 = r.buffer(n * K * 4);
-      const w1 = r.buffer(n * K * 4);
-      const y1 = r.buffer(n * K * rows * 4);
-      moeRoute(r, zb, bb, ids1, w1, routing);
-      matmulGatherSwiGLU(r, gate.g, up.g, f32(r, x), y1, ids1, a);
-      // routed inside
-      const ids2 = r.buffer(n * K * 4);
-      const w2 = r.buffer(n * K * 4);
-      const y2 = r.buffer(n * K * rows * 4);
-      matmulGatherSwiGLU(r, gate.g, up.g, f32(r, x), y2, ids2, { ...a, route: { z: zb, wts: w2, args: routing, ...(bb !== undefined ? { bias: bb } : {}) } });
-      const [i1, i2] = [new Uint32Array(await r.read(ids1)), new Uint32Array(await r.read(ids2))];
-      const label = `${JSON.stringify(spec)} in ${gate.g.pieces.length} piece(s)`;
-      assert.deepEqual([...i2], [...i1], label);
-      assert.deepEqual([...(await r.readF32(w2))], [...(await r.readF32(w1))], label);
-      assert.deepEqual([...(await r.readF32(y2))], [...(await r.readF32(y1))], label);
-      for (let t = 0; t < n; t++) {
-        const want = referenceRoute(spec, z.subarray(t * E, (t + 1) * E), bias).route;
-        assert.deepEqual([...i2.subarray(t * K, (t + 1) * K)], [...want.experts], `${label} token ${t}`);
-        assert.ok(maxRel((await r.readF32(w2)).subarray(t * K, (t + 1) * K), want.weights) < REL, `${label} token ${t} weights`);
-      }
-      if (maxBindingBytes !== undefined) assert.ok(gate.g.pieces.length > 1);
-      // not where the pairs are not one by one on the dual wide kernel, nor with the tuning off
-      assert.equal(gatherRoute(runtime({ tune: { gatherRoute: 0 } }), gate.g, up.g, a, routing, false), undefined);
-      assert.equal(gatherRoute(r, gate.g, up.g, { ...a, mode: "experts" }, routing, false), undefined);
     }
   }
 });

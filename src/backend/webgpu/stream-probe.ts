@@ -1,17 +1,18 @@
 /// <reference types="@webgpu/types" />
 /**
- * Probe of what bounds the batch-1 matrix-vector products (kernel-bench --probe): over one Q4_K matrix of 2048
- * columns (1152-byte rows, the layout of v2-lite's A0, o, shared and routed gate/up), kernels that read the same bytes
- * with less and less work:
- * - `read flat`: every thread loads 8 consecutive-in-grid vec4u and folds them (the copy-like bound of reading);
- * - `read rows`: a subgroup per row with the wide kernel's load pattern (each lane a 16-byte run of qs and its block
- *   header), folded without math;
- * - `math rows`: the same plus the wide kernel's Q4_K decode and dot products, x held in registers (loaded once per
- *   subgroup from X, not staged in workgroup memory).
- * Each row kernel is run with J = 1 (a row per subgroup, all rows in one grid) and J > 1 rows per subgroup, where a
- * subgroup walks its rows with the next row's loads issued before the current one is used (software pipelining).
- * Set beside the production kernel on the same matrix (`wide`), this says whether the memory pattern, the arithmetic
- * or the latency of one row per subgroup is what holds the wide kernel near 1.2 TB/s.
+ * Probe of what bounds the batch-1 matrix-vector products (kernel-bench --tokens 1 --probe): over one Q4_K matrix of
+ * 2048 columns (1152-byte rows, the layout of v2-lite's A0, o, shared and routed gate/up), kernels that read the same
+ * bytes with less and less work, set beside the production wide kernel on the same matrix:
+ * - `read flat`: every thread loads 8 vec4u a grid apart and folds them (the copy-like bound of reading);
+ * - rows kernels (rowsWGSL), a subgroup per row with the wide kernel's load pattern (each lane a 16-byte run of qs and
+ *   its block header): `read` (folded, no math), `lite` (one dot product a chunk), `scales` (lite plus the header's
+ *   scales), `nibbles` (the nibbles' decoding and dot products with constant scales), `math` (the wide kernel's whole
+ *   Q4_K decoding, x in registers), `dp4a` / `dp4a-lds` (nibbles as bytes times x split into three int8 pieces by
+ *   dot4I8Packed, the pieces in registers or in workgroup memory);
+ * each with J rows a subgroup (rows r, r + NW, …), the next row's loads issued before this row's arithmetic;
+ * - the ALU rate of FMA and dot4I8Packed (aluProbeCases).
+ * The math kernels are checked against the wide kernel first (checkStreamProbe; 32-lane subgroups). Results and what
+ * they say: BENCHMARKS.md, WebGPU round 9.
  */
 import { GGMLType } from "../../gguf/types.js";
 import { GpuMatrix, matmul } from "./matrix.js";

@@ -396,7 +396,9 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
   const tc = typeCode(type, s.sums);
   const NC = s.cols / tc.elems;
   // packed (s.pack = 2): the subgroup's two rows as one run of NT = 2·NC chunks over its lanes (see WideShape.pack)
-  const pack = s.pack === 2 && mode !== "experts-list" && !dual;
+  // (wideRowsPerGroup counts both rows, so a shape the kernel would not pack must not reach it: dualShape gives pack 1)
+  if (s.pack === 2 && (dual || mode === "experts-list")) throw new Error("the wide kernel packs two rows a run only in single plain or pair-major products");
+  const pack = s.pack === 2;
   const NT = pack ? 2 * NC : NC;
   const steps = Math.ceil(NT / SG);
   const outer = Math.ceil(steps / s.unroll);

@@ -132,6 +132,8 @@ export interface KernelTuning {
   readonly rowTileTokens?: number;
   /** threads per row of the row-tiled kernel (divides a step's chunks; default: more while the product has fewer than ROW_TILE_FILL threads) */
   readonly rowTileSplit?: number;
+  /** 1: the row-tiled kernel loads step s + 1's weight chunks and x before it computes step s (RowTileShape.pipe), 0 not; default 1 where subgroups are 32 wide or more (GPUs), else 0 */
+  readonly rowTilePipe?: number;
   /** MoE routing kernel: 1 (default) one subgroup per token where the subgroup size is fixed (wgsl-route.ts), 0 the 256-thread workgroup per token (ROUTE_WGSL) */
   readonly route?: number;
   /**

@@ -18,7 +18,7 @@ import { checkExpertLists, checkHeadsAndPieces, checkPlainProducts } from "./mat
 const { rt, skip } = await gpuOrSkip();
 const ROWS = /row-tiled product/;
 
-const tunings: readonly KernelTuning[] = [{}, { rowTileTokens: 4, rowTileSplit: 4 }];
+const tunings: readonly KernelTuning[] = [{}, { rowTileTokens: 4, rowTileSplit: 4 }, { rowTilePipe: 1 }, { rowTilePipe: 1, rowTileTokens: 4, rowTileSplit: 2 }];
 
 function runtime(tune: KernelTuning, opts: RuntimeOptions = {}): GpuRuntime {
   return new GpuRuntime(rt!.info, { checkWrites: true, ...opts, tune: { rowTile: 1, ...tune } });
@@ -76,16 +76,21 @@ test("default shapes at subgroup size 32 (the H200's), as measured there: v2-lit
   const down = mat(GGMLType.Q5_0, 1408, 2048, 64);
   const shape = (m: GpuMatrix, n: number, mode: "plain" | "experts-list", dual = false): string => {
     const s = rowTileShape(h200, m, n, mode, true, m.rows, dual);
-    return s === undefined ? "none" : `${s.tokens} tokens, ${s.ksplit} threads a row`;
+    return s === undefined ? "none" : `${s.tokens} tokens, ${s.ksplit} threads a row${s.pipe === true ? ", pipelined" : ""}`;
   };
   // the dual routed gate·up: 2 chunks × 2 matrices a thread in tiles of 4 or 8 pairs (batch 32, 64), 1 × 2 in tiles of 16 (prefill)
-  assert.equal(shape(gate, 32 * 6, "experts-list", true), "4 tokens, 4 threads a row");
-  assert.equal(shape(gate, 64 * 6, "experts-list", true), "8 tokens, 4 threads a row");
-  assert.equal(shape(gate, 512 * 6, "experts-list", true), "16 tokens, 8 threads a row");
-  assert.equal(shape(down, 64 * 6, "experts-list"), "8 tokens, 2 threads a row");
-  assert.equal(shape(a0, 64, "plain"), "16 tokens, 8 threads a row");
-  assert.equal(shape(a0, 512, "plain"), "16 tokens, 4 threads a row");
+  assert.equal(shape(gate, 32 * 6, "experts-list", true), "4 tokens, 4 threads a row, pipelined");
+  assert.equal(shape(gate, 64 * 6, "experts-list", true), "8 tokens, 4 threads a row, pipelined");
+  assert.equal(shape(gate, 512 * 6, "experts-list", true), "16 tokens, 8 threads a row, pipelined");
+  assert.equal(shape(down, 64 * 6, "experts-list"), "8 tokens, 2 threads a row, pipelined");
+  assert.equal(shape(a0, 64, "plain"), "16 tokens, 8 threads a row, pipelined");
+  assert.equal(shape(a0, 512, "plain"), "16 tokens, 4 threads a row, pipelined");
   assert.equal(shape(a0, 16, "plain"), "none");
+  // pipelined steps by default at 32-wide subgroups only; tune.rowTilePipe decides either way
+  const at = (subgroupSize: number, tune = {}): boolean | undefined => rowTileShape(new GpuRuntime({ ...rt!.info, subgroupSize }, { tune }), a0, 64, "plain", true)?.pipe;
+  assert.equal(at(8), undefined);
+  assert.equal(at(8, { rowTilePipe: 1 }), true);
+  assert.equal(at(32, { rowTilePipe: 0 }), undefined);
 });
 
 for (const tune of tunings) {

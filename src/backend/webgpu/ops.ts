@@ -169,7 +169,7 @@ export function kvCacheWrite(
 /** h[t] += Σ_k wts[t·K+k]·ye[t·K+k] (the MoE output into the residual), then y[t] = RMSNorm(h[t])·g: one kernel. */
 export function addNorm(rt: GpuRuntime, ye: GPUBuffer, wts: GPUBuffer, h: GPUBuffer, g: GPUBuffer, y: GPUBuffer, a: { n: number; K: number; dim: number }, eps: number): void {
   const params = new Uint32Array([a.n, a.dim, a.K, f32bits(eps)]);
-  rt.dispatch("addNorm", withSubgroupTotal(ADD_NORM_WGSL(a.dim % 4 === 0 && a.K <= 16), rt.info.subgroupSize), [ye, wts, h, g, y], params, [Math.min(a.n, 65535), Math.ceil(a.n / 65535)], rows(y, 0, a.n, a.dim, a.dim));
+  rt.dispatch("addNorm", withSubgroupTotal(ADD_NORM_WGSL(a.dim % 4 === 0 && a.K >= 1 && a.K <= 16 ? a.K : undefined), rt.info.subgroupSize), [ye, wts, h, g, y], params, [Math.min(a.n, 65535), Math.ceil(a.n / 65535)], rows(y, 0, a.n, a.dim, a.dim));
 }
 
 /** Interleaved rope in place on x[xOff + t·tokStride + h·headStride ..] for n tokens at POS[t]. */

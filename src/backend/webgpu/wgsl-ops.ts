@@ -892,10 +892,15 @@ ${reduceSum}
 /**
  * The MoE output added to the residual stream, then the next RMSNorm, in one kernel per token:
  * H[t] += Σ_k WTS[t·K + k]·YE[(t·K + k)·dim ..] (the weighted expert combine), Y[t] = H[t] / rms(H[t]) · G. With
- * `vec4` (rows a multiple of 4, K ≤ 16): YE, H, G and Y as vec4 and the token's K weights in registers, so a thread's
- * loads are few, wide and independent (one workgroup per token is a latency chain at batch 1).
+ * `K` given (rows a multiple of 4, K ≤ 16): K baked in and its loop unrolled, YE, H, G and Y as vec4 and the token's
+ * K weights in registers, so that a thread issues all of a column's loads at once. (A workgroup per token is a latency
+ * chain at batch 1: with K a parameter the weights sat in a dynamically indexed array and every expert's load waited
+ * for the one before.)
  */
-export const ADD_NORM_WGSL = (vec4: boolean): string => /* wgsl */ `
+export const ADD_NORM_WGSL = (K?: number): string => {
+  const vec4 = K !== undefined;
+  const ks = Array.from({ length: K ?? 0 }, (_, k) => k);
+  return /* wgsl */ `
 struct P { n: u32, dim: u32, K: u32, eps: f32 }
 @group(0) @binding(0) var<storage, read> YE: array<${vec4 ? "vec4f" : "f32"}>;
 @group(0) @binding(1) var<storage, read> WTS: array<f32>;
@@ -910,11 +915,10 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   if (t >= p.n) { return; }
   let w = p.dim${vec4 ? " / 4u" : ""};
   let ho = t * w;
-  ${vec4 ? "var wk: array<f32, 16>;\n  for (var k = 0u; k < p.K; k++) { wk[k] = WTS[t * p.K + k]; }" : ""}
+  ${ks.map((k) => `let wk${k} = WTS[t * ${K}u + ${k}u];`).join(" ")}
   var ss = 0.0;
   for (var i = li; i < w; i += 256u) {
-    var s = ${vec4 ? "vec4f(0.0)" : "0.0"};
-    for (var k = 0u; k < p.K; k++) { s += ${vec4 ? "wk[k]" : "WTS[t * p.K + k]"} * YE[(t * p.K + k) * w + i]; }
+    ${vec4 ? `let s = ${ks.map((k) => `wk${k} * YE[(t * ${K}u + ${k}u) * w + i]`).join(" + ")};` : "var s = 0.0;\n    for (var k = 0u; k < p.K; k++) { s += WTS[t * p.K + k] * YE[(t * p.K + k) * w + i]; }"}
     let h = H[ho + i] + s;
     H[ho + i] = h;
     ss += ${vec4 ? "dot(h, h)" : "h * h"};
@@ -922,6 +926,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   let inv = 1.0 / sqrt(total(li, ss) / f32(p.dim) + p.eps);
   for (var i = li; i < w; i += 256u) { Y[ho + i] = H[ho + i] * inv * G[i]; }
 }`;
+};
 
 /** RMSNorm out of place (Y = X / rms(X) · G per row) over vec4s: rows, offsets and strides multiples of 4. */
 export const RMS_NORM4_WGSL = /* wgsl */ `

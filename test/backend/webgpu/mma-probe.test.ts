@@ -8,6 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { combineThree, gemmI8, mmaWGSL, packI8, quantizeThree, splitThree, THREE_MAX, unpackI8, type MmaKernel } from "../../../src/backend/webgpu/mma-kernels.js";
 import { requestGpuDevice } from "../../../src/backend/webgpu/device.js";
+import { isSoftwareAdapter } from "../../../src/model/load.js";
 import { check, Gpu } from "../../../src/backend/webgpu/mma-probe.js";
 import { checkScaled, period, scaledInputs, scaledReference, scaledWGSL, splitTwo, TWO_MAX, TWO_MIN, type ScaledKernel } from "../../../src/backend/webgpu/mma-scaled.js";
 import { Rng } from "./helpers.js";
@@ -152,8 +153,16 @@ test("the scaled reference equals a direct float64 sum over the rebuilt weights 
 });
 
 test("the scaled kernels' tiling and rescaling, with the subgroup-matrix builtins emulated (lavapipe)", { timeout: 300_000 }, async (t) => {
-  const g = await probeGpu(t);
-  if (g === undefined) return;
+  const info = await requestGpuDevice().catch((e: Error) => void t.skip(`no WebGPU device: ${e.message}`));
+  if (info === undefined) return;
+  // The emulation stands in for adapters without tensor cores. NVIDIA's driver (H200, 580) failed to compile the
+  // emulated scaled kernel ("unexpected failure compiling SPIR-V shader"); there the probe checks the real builtins
+  // (mma-probe.js: every scaled variant matches float64 before it is timed).
+  if (!isSoftwareAdapter(info.adapterInfo)) {
+    t.skip(`a hardware adapter (${info.adapterInfo}): mma-probe.js checks the real kernels there`);
+    return;
+  }
+  const g = new Gpu(info.device);
   const base = { syntax: "template", offUnit: 1, strideUnit: 1, sgid: "index", tn: 16 } as const;
   // small: lavapipe runs every emulated MMA per invocation. M = 48 leaves a partial workgroup tile; per256 has two super-blocks
   const cases: [ScaledKernel, number, number, number][] = [

@@ -74,7 +74,8 @@ test("timeItems: every recorded dispatch timed alone, with its label; the record
   r.write(y, 0, new Float32Array(64));
   const times = await r.timeItems(rec, 3);
   assert.equal(times.length, 2);
-  for (const t of times) assert.ok(Number.isFinite(t.us) && t.us > 0, `${t.label}: ${t.us} µs`);
+  // (≥ 0, not > 0: Dawn's timestamps come in steps, 65.5 µs on the H200, and this tiny copy timed 0 there)
+  for (const t of times) assert.ok(Number.isFinite(t.us) && t.us >= 0, `${t.label}: ${t.us} µs`);
   // item 1 accumulated three times onto the copy of item 0: x + 3x (the recorded parameters, acc for the second)
   const got = await r.readF32(y);
   got.forEach((v, i) => assert.ok(Math.abs(v - 4 * Math.fround(x[i]!)) < 1e-5, `y[${i}] = ${v}, want ${4 * Math.fround(x[i]!)}`));

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The WebGPU test files on the lent H200. That machine has no npm packages and the device tool carries at most 64 MiB
+# with the working tree (~35 MB tracked), so the tests travel compiled, with only the packages they import at run time.
+#
+# Here (repository root, after `npm install`, ../shared/tools/gpu/prepare.sh and the .gpu-nm/ of BENCHMARKS.md):
+#   bash scripts/h200-tests.sh prepare
+# then on the device, carrying [".gpu", ".gpu-nm", ".gpu-test"]:
+#   bash scripts/h200-tests.sh run
+# which writes $OUT/tests.tap and prints the summary and the failures.
+#
+# Left out: cli.test and close.test (they spawn `node --import tsx`), serve-fused.test (the `openai` client is 20 MB)
+# and generate-chained.test (it reads a fixture model); mma-probe.test's "exits cleanly" case spawns tsx and fails there.
+set -uo pipefail
+case "${1:-}" in
+  prepare)
+    grep -qxF '.gpu-test/' .git/info/exclude 2>/dev/null || echo '.gpu-test/' >> .git/info/exclude
+    rm -rf .gpu-test && mkdir -p .gpu-test/node_modules
+    npx tsc -p tsconfig.json --outDir .gpu-test/dall --sourceMap false || exit 1
+    rm -rf .gpu-test/dall/bench .gpu-test/dall/scripts
+    find .gpu-test/dall/test -name "*.js" ! -path "*/backend/webgpu/*" ! -path "*/test/helpers/*" -delete
+    # what src/ and the WebGPU tests import at run time (webgpu itself comes from .gpu-nm on the device)
+    for p in cli-progress string-width emoji-regex is-fullwidth-code-point strip-ansi ansi-regex @huggingface/jinja; do
+      mkdir -p ".gpu-test/node_modules/$(dirname "$p")" && cp -r "node_modules/$p" ".gpu-test/node_modules/$p"
+    done
+    du -sh .gpu-test
+    ;;
+  run)
+    source .gpu/env.sh
+    cp -r .gpu-nm/webgpu .gpu-test/node_modules/
+    [ -f .gpu-test/node_modules/webgpu/dist/linux-x64/dawn.node ] || xz -d .gpu-test/node_modules/webgpu/dist/linux-x64/dawn.node.xz
+    export XDG_RUNTIME_DIR=/tmp
+    OUT=${OUT:-/tmp/out}
+    mkdir -p "$OUT"
+    cd .gpu-test || exit 1
+    # shellcheck disable=SC2046
+    timeout "${TEST_TIMEOUT:-300}" node --test --test-concurrency=8 $(ls dall/test/backend/webgpu/*.test.js | grep -v -e cli.test -e close.test -e serve-fused -e generate-chained) > "$OUT/tests.tap" 2>&1
+    echo "rc=$?"
+    grep -E "^# (tests|pass|fail|skipped|cancelled|duration)" "$OUT/tests.tap"
+    grep -E "^not ok" "$OUT/tests.tap"
+    ;;
+  *)
+    echo "usage: bash scripts/h200-tests.sh prepare|run" >&2
+    exit 2
+    ;;
+esac

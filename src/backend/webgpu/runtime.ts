@@ -134,6 +134,8 @@ export interface KernelTuning {
   readonly rowTileSplit?: number;
   /** 1: the row-tiled kernel loads step s + 1's weight chunks and x before it computes step s (RowTileShape.pipe), 0 not; default 1 where subgroups are 32 wide or more (GPUs), else 0 */
   readonly rowTilePipe?: number;
+  /** 1: the row-tiled kernel loads a Q4_K block header once for a thread's chunks of one step (RowTileShape.shareHeader); default 0 (not yet measured on a GPU) */
+  readonly rowTileHeader?: number;
   /** MoE routing kernel: 1 (default) one subgroup per token where the subgroup size is fixed (wgsl-route.ts), 0 the 256-thread workgroup per token (ROUTE_WGSL) */
   readonly route?: number;
   /**

@@ -41,6 +41,8 @@ export interface RowTileShape {
    * that their memory latency overlaps the multiply-adds instead of sitting between the step's two barriers
    */
   readonly pipe?: boolean;
+  /** a thread's chunks of one step that share a block (Q4_K) load its header once (TypeCode.sharedHeader) */
+  readonly shareHeader?: boolean;
 }
 
 /** Vec4s of workgroup memory the kernel declares: the staged x tile, reused for the partial sums of slices 1.. */
@@ -121,7 +123,7 @@ export function rowTileShape(rt: GpuRuntime, m: GpuMatrix, n: number, mode: "pla
   // pipelined steps on GPUs (H200, batch 64, same call: GPU 41.1 → 36.9 ms per step); not on CPU adapters, where there
   // is no memory latency to hide and lavapipe took twice as long to compile the pipelined kernel
   const pipe = rt.tune.rowTilePipe !== undefined ? rt.tune.rowTilePipe === 1 : sg >= 32;
-  const shape = { rows: Math.max(sg, 256 / ksplit), ksplit, tokens, ks, cols: m.cols, ...(pipe ? { pipe: true } : {}) };
+  const shape = { rows: Math.max(sg, 256 / ksplit), ksplit, tokens, ks, cols: m.cols, ...(pipe ? { pipe: true } : {}), ...(rt.tune.rowTileHeader === 1 ? { shareHeader: true } : {}) };
   return streams(ksplit) <= MAX_STREAMS && fits(ksplit) ? shape : undefined;
 }
 
@@ -143,19 +145,24 @@ export function matmulRowsWGSL(type: number, mode: "plain" | "experts-list", s: 
     if (k === 1) out = out.replaceAll("W[", "W2[").replaceAll("wd(", "wd2(");
     return out;
   };
+  // a thread's chunks of one step lie in one block where the block's chunks are a multiple of the step's: then
+  // chunks j > 0 take chunk 0's header (TypeCode.sharedHeader)
+  const shared = s.shareHeader === true && tc.sharedHeader !== undefined && tc.sharedHeader.blockChunks % CS === 0 ? tc.sharedHeader : undefined;
   // the chunk loads of step `step` (an expression)
   const loadsAt = (step: string): string[] => {
     const out: string[] = [];
     for (let k = 0; k < S; k++)
       for (let j = 0; j < PER; j++) {
         const c = j + 1000 * k;
-        out.push(`let c${c} = ${k === 0 ? `(${step}) * ${CS}u + slice + ${j * KSPL}u` : `c${j}`};\n    ${retarget(tc.load(c), k)}`);
+        const load = shared !== undefined && j > 0 ? shared.load(c) : tc.load(c);
+        out.push(`let c${c} = ${k === 0 ? `(${step}) * ${CS}u + slice + ${j * KSPL}u` : `c${j}`};\n    ${retarget(load, k)}`);
       }
     return out;
   };
   const loads = loadsAt("st");
   let uses: string[] = [];
-  for (let k = 0; k < S; k++) for (let j = 0; j < PER; j++) uses.push(retarget(tc.use(j + 1000 * k, 4), k));
+  for (let k = 0; k < S; k++)
+    for (let j = 0; j < PER; j++) uses.push(retarget(shared !== undefined && j > 0 ? shared.use(j + 1000 * k, 4, 1000 * k) : tc.use(j + 1000 * k, 4), k));
   const xread = (code: string): string => code.replace(/XREAD\((\d+), ([^)]*)\)/g, (_, t: string, v: string) => `XS[${Number(t) * KS4}u + (${v}) - kb]`);
   const accs = Array.from({ length: S }, (_, k) => groups.map((g) => `var acc${k}_${g} = vec4f(0.0);`).join(" ")).join(" ");
   // x row (vec4 index) of tile token t (t < nt)

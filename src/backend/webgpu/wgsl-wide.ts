@@ -137,6 +137,11 @@ export interface TypeCode {
    * `sums`, also `XSUM(t, g)`: Σ of token t's x over elements 16g..16g+15)
    */
   use(s: number, n: number): string;
+  /**
+   * Where a type's block header serves several chunks (Q4_K: 8), the row-tiled kernel loads it once for a thread's
+   * chunks of one block: `load(s)` without the header, and `use(s, n, from)` reading chunk `from`'s.
+   */
+  readonly sharedHeader?: { readonly blockChunks: number; load(s: number): string; use(s: number, n: number, from: number): string };
 }
 
 /**
@@ -173,7 +178,9 @@ function addDots(n: number, tag: string, terms: { v: string; idx: string }[], sc
 function q4kSums(): TypeCode {
   const base = q4k();
   return {
-    ...base,
+    elems: base.elems,
+    vec4: base.vec4,
+    load: base.load,
     use: (s, n) => {
       const comps = ["x", "y", "z", "w"];
       const lines: string[] = [];
@@ -201,35 +208,40 @@ function q4kSums(): TypeCode {
 }
 
 function q4k(): TypeCode {
-  return {
-    elems: 32,
-    vec4: true,
-    // chunk c: block c/8, qs bytes 16·(c%8)..+15; its header (d, dmin, 12 scale bytes) is one vec4u shared by 8 lanes
-    load: (s) => `let k${s} = c${s} >> 3u; let h${s} = c${s} & 7u;
-    let hd${s} = W[(rb >> 4u) + 9u * k${s}];
-    let qv${s} = W[(rb >> 4u) + 9u * k${s} + 1u + h${s}];`,
-    use: (s, n) => {
-      const comps = ["x", "y", "z", "w"];
-      // sub-blocks j = 2·(h/2) (low nibbles) and j + 1 (high nibbles): dl·q − ml per element. Each nibble is masked in
-      // place into a float's mantissa (mag(): q·2^k exactly, k by its position), and the 2^-k goes into the scale
-      const terms: { v: string; idx: string }[] = [];
-      for (let w = 0; w < 4; w++) {
-        const u = `qv${s}.${comps[w]}`;
-        terms.push({ v: `fma(mag(vec4u(${u}, ${u}, ${u}, ${u} >> 8u) & vec4u(0xfu, 0xf00u, 0xf0000u, 0xf0000u)), dlv${s}, vec4f(-ml${s}))`, idx: `xe${s} + ${w}u` });
-      }
-      for (let w = 0; w < 4; w++) {
-        const u = `qv${s}.${comps[w]}`;
-        terms.push({ v: `fma(mag(vec4u(${u}, ${u}, ${u} >> 8u, ${u} >> 12u) & vec4u(0xf0u, 0xf000u, 0xf000u, 0xf0000u)), dhv${s}, vec4f(-mh${s}))`, idx: `xe${s} + ${w + 8}u` });
-      }
-      return `let dm${s} = unpack2x16float(hd${s}.x);
-    let sm${s} = q4ksm(hd${s}, (h${s} >> 1u) * 2u);
-    let sn${s} = q4ksm(hd${s}, (h${s} >> 1u) * 2u + 1u);
+  // chunk c: block c/8, qs bytes 16·(c%8)..+15; its header (d, dmin, 12 scale bytes) is one vec4u shared by 8 lanes
+  const load = (s: number, header: boolean): string => `let k${s} = c${s} >> 3u; let h${s} = c${s} & 7u;${header ? `
+    let hd${s} = W[(rb >> 4u) + 9u * k${s}];` : ""}
+    let qv${s} = W[(rb >> 4u) + 9u * k${s} + 1u + h${s}];`;
+  // chunk s decoded with the header of chunk `from` (itself, or a chunk of the same block)
+  const use = (s: number, n: number, from: number): string => {
+    const hd = `hd${from}`;
+    const comps = ["x", "y", "z", "w"];
+    // sub-blocks j = 2·(h/2) (low nibbles) and j + 1 (high nibbles): dl·q − ml per element. Each nibble is masked in
+    // place into a float's mantissa (mag(): q·2^k exactly, k by its position), and the 2^-k goes into the scale
+    const terms: { v: string; idx: string }[] = [];
+    for (let w = 0; w < 4; w++) {
+      const u = `qv${s}.${comps[w]}`;
+      terms.push({ v: `fma(mag(vec4u(${u}, ${u}, ${u}, ${u} >> 8u) & vec4u(0xfu, 0xf00u, 0xf0000u, 0xf0000u)), dlv${s}, vec4f(-ml${s}))`, idx: `xe${s} + ${w}u` });
+    }
+    for (let w = 0; w < 4; w++) {
+      const u = `qv${s}.${comps[w]}`;
+      terms.push({ v: `fma(mag(vec4u(${u}, ${u}, ${u} >> 8u, ${u} >> 12u) & vec4u(0xf0u, 0xf000u, 0xf000u, 0xf0000u)), dhv${s}, vec4f(-mh${s}))`, idx: `xe${s} + ${w + 8}u` });
+    }
+    return `let dm${s} = unpack2x16float(${hd}.x);
+    let sm${s} = q4ksm(${hd}, (h${s} >> 1u) * 2u);
+    let sn${s} = q4ksm(${hd}, (h${s} >> 1u) * 2u + 1u);
     let dl${s} = dm${s}.x * sm${s}.x; let ml${s} = dm${s}.y * sm${s}.y; let dh${s} = dm${s}.x * sn${s}.x; let mh${s} = dm${s}.y * sn${s}.y;
     let dlv${s} = dl${s} * vec4f(1.0, 0.00390625, 1.52587890625e-5, 1.52587890625e-5);
     let dhv${s} = dh${s} * vec4f(0.0625, 0.000244140625, 0.000244140625, 1.52587890625e-5);
     let xe${s} = k${s} * 64u + (h${s} >> 1u) * 16u + (h${s} & 1u) * 4u;
     ${addDots(n, `q${s}`, terms, "")}`;
-    },
+  };
+  return {
+    elems: 32,
+    vec4: true,
+    load: (s) => load(s, true),
+    use: (s, n) => use(s, n, s),
+    sharedHeader: { blockChunks: 8, load: (s) => load(s, false), use },
   };
 }
 

@@ -18,7 +18,7 @@ import { checkExpertLists, checkHeadsAndPieces, checkPlainProducts } from "./mat
 const { rt, skip } = await gpuOrSkip();
 const ROWS = /row-tiled product/;
 
-const tunings: readonly KernelTuning[] = [{}, { rowTileTokens: 4, rowTileSplit: 4 }, { rowTilePipe: 1 }, { rowTilePipe: 1, rowTileTokens: 4, rowTileSplit: 2 }];
+const tunings: readonly KernelTuning[] = [{}, { rowTileTokens: 4, rowTileSplit: 4, rowTileHeader: 1 }, { rowTilePipe: 1 }, { rowTilePipe: 1, rowTileTokens: 4, rowTileSplit: 2, rowTileHeader: 1 }];
 
 function runtime(tune: KernelTuning, opts: RuntimeOptions = {}): GpuRuntime {
   return new GpuRuntime(rt!.info, { checkWrites: true, ...opts, tune: { rowTile: 1, ...tune } });

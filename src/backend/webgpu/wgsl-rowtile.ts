@@ -159,42 +159,17 @@ export function matmulRowsWGSL(type: number, mode: "plain" | "experts-list", s: 
       }
     return out;
   };
-  const loads = loadsAt("st");
-  let uses: string[] = [];
+  const uses: string[] = [];
   for (let k = 0; k < S; k++)
     for (let j = 0; j < PER; j++) uses.push(retarget(shared !== undefined && j > 0 ? shared.use(j + 1000 * k, 4, 1000 * k) : tc.use(j + 1000 * k, 4), k));
   const xread = (code: string): string => code.replace(/XREAD\((\d+), ([^)]*)\)/g, (_, t: string, v: string) => `XS[${Number(t) * KS4}u + (${v}) - kb]`);
   const accs = Array.from({ length: S }, (_, k) => groups.map((g) => `var acc${k}_${g} = vec4f(0.0);`).join(" ")).join(" ");
   // x row (vec4 index) of tile token t (t < nt)
   const xRow = mode === "plain" ? "xq + (t0 + t) * xs4" : "(p.xOff + (IDS[lb + t0 + t] / p.xDiv) * p.xBatch) >> 2u";
-  // pipelined: the loads' names become variables, loaded first for step 0 and then, in step st, for step st + 1 (the last
-  // step reloads step 0, in bounds and unused) after the step's own values are copied out for its uses
-  const XPER = Math.ceil((T * KS4) / WG);
-  const xLoad = (j: number, step: string): string =>
-    `{ let i = li + ${j * WG}u; let t = i / ${KS4}u; xr${j} = vec4f(0.0); if (i < ${T * KS4}u && t < nt) { xr${j} = X[(${xRow}) + (${step}) * ${KS4}u + i % ${KS4}u]; } }`;
-  let piped = "";
-  if (s.pipe === true) {
-    const first = loadsAt("0u").join("\n    ");
-    const names = [...first.matchAll(/let (\w+) =/g)].map((m) => m[1]!);
-    const rename = (code: string): string => code.replace(new RegExp(`\\b(${names.join("|")})\\b`, "g"), "$1_");
-    uses = uses.map(rename);
-    piped = `${first.replace(/let (\w+) =/g, "var $1 =")}
-    ${range(XPER).map((j) => `var xr${j} = vec4f(0.0); ${xLoad(j, "0u")}`).join("\n    ")}
-    for (var st = 0u; st < ${NS}u; st++) {
+  // each step: its chunks' loads, x staged between two barriers, then the chunks' uses
+  const plainSteps = (): string => `for (var st = 0u; st < ${NS}u; st++) {
       let kb = st * ${KS4}u;
-      let nx = (st + 1u) % ${NS}u;
-      ${names.map((n) => `let ${n}_ = ${n};`).join(" ")}
-      ${loadsAt("nx").join("\n      ").replace(/let (\w+) =/g, "$1 =")}
-      workgroupBarrier();
-      ${range(XPER).map((j) => `if (li + ${j * WG}u < ${T * KS4}u) { XS[li + ${j * WG}u] = xr${j}; }`).join("\n      ")}
-      ${range(XPER).map((j) => xLoad(j, "nx")).join("\n      ")}
-      workgroupBarrier();
-      ${xread(uses.join("\n      "))}
-    }`;
-  }
-  const steps = s.pipe === true ? piped : `for (var st = 0u; st < ${NS}u; st++) {
-      let kb = st * ${KS4}u;
-      ${loads.join("\n      ")}
+      ${loadsAt("st").join("\n      ")}
       workgroupBarrier();
       for (var i = li; i < ${T * KS4}u; i += ${WG}u) {
         let t = i / ${KS4}u;
@@ -205,6 +180,31 @@ export function matmulRowsWGSL(type: number, mode: "plain" | "experts-list", s: 
       workgroupBarrier();
       ${xread(uses.join("\n      "))}
     }`;
+  // pipelined: the loads' names become variables, loaded first for step 0 and then, in step st, for step st + 1 (the last
+  // step reloads step 0, in bounds and unused) after the step's own values are copied out for its uses; x likewise
+  // through registers xr, so that only x's store to XS sits between the barriers
+  const pipedSteps = (): string => {
+    const XPER = Math.ceil((T * KS4) / WG);
+    const xLoad = (j: number, step: string): string =>
+      `{ let i = li + ${j * WG}u; let t = i / ${KS4}u; xr${j} = vec4f(0.0); if (i < ${T * KS4}u && t < nt) { xr${j} = X[(${xRow}) + (${step}) * ${KS4}u + i % ${KS4}u]; } }`;
+    const first = loadsAt("0u").join("\n    ");
+    const names = [...first.matchAll(/let (\w+) =/g)].map((m) => m[1]!);
+    const current = (code: string): string => code.replace(new RegExp(`\\b(${names.join("|")})\\b`, "g"), "$1_");
+    return `${first.replace(/let (\w+) =/g, "var $1 =")}
+    ${range(XPER).map((j) => `var xr${j} = vec4f(0.0); ${xLoad(j, "0u")}`).join("\n    ")}
+    for (var st = 0u; st < ${NS}u; st++) {
+      let kb = st * ${KS4}u;
+      let nx = (st + 1u) % ${NS}u;
+      ${names.map((n) => `let ${n}_ = ${n};`).join(" ")}
+      ${loadsAt("nx").join("\n      ").replace(/let (\w+) =/g, "$1 =")}
+      workgroupBarrier();
+      ${range(XPER).map((j) => `if (li + ${j * WG}u < ${T * KS4}u) { XS[li + ${j * WG}u] = xr${j}; }`).join("\n      ")}
+      ${range(XPER).map((j) => xLoad(j, "nx")).join("\n      ")}
+      workgroupBarrier();
+      ${xread(uses.map(current).join("\n      "))}
+    }`;
+  };
+  const steps = s.pipe === true ? pipedSteps() : plainSteps();
   // the slices' partial sums meet in slice 0 (XS reused once every thread is past its last read)
   const reduce =
     KSPL === 1

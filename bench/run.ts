@@ -1,7 +1,8 @@
 /**
  * `npm run bench [-- --json results.json] [-- name ...]`: runs every registered benchmark module and prints its
- * results as a table. To add a benchmark, write bench/NAME.ts exporting `run(): Promise<BenchResult[]> | BenchResult[]`
- * and add one line to MODULES below.
+ * results as a table. Without module names, `--backend webgpu` runs the webgpu module and `--backend cpu|reference`
+ * the cpu one. To add a benchmark, write bench/NAME.ts exporting `run(): Promise<BenchResult[]> | BenchResult[]` and
+ * add one line to MODULES below.
  */
 import { writeFileSync } from "node:fs";
 
@@ -29,12 +30,17 @@ const MODULES: Record<string, () => Promise<BenchModule>> = {
 async function main(): Promise<void> {
   const args = process.argv.slice(2);
   let jsonPath: string | undefined;
+  let backend: string | undefined;
   const only: string[] = [];
   for (let i = 0; i < args.length; i++) {
     if (args[i] === "--json") jsonPath = args[++i] ?? "bench-results.json";
-    else if (args[i]!.startsWith("--")) i += args[i + 1]?.startsWith("--") === false ? 1 : 0; // module options (--backend cpu --threads 2 ...): modules read process.argv
-    else only.push(args[i]!);
+    else if (args[i]!.startsWith("--")) {
+      // module options (--backend cpu --threads 2 ...): modules read process.argv
+      if (args[i] === "--backend") backend = args[i + 1];
+      i += args[i + 1]?.startsWith("--") === false ? 1 : 0;
+    } else only.push(args[i]!);
   }
+  if (only.length === 0 && backend !== undefined) only.push(backend === "webgpu" ? "webgpu" : "cpu");
   const all: Record<string, BenchResult[]> = {};
   for (const [name, load] of Object.entries(MODULES)) {
     if (only.length > 0 && !only.includes(name)) continue;

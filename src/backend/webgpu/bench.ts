@@ -62,6 +62,9 @@ function median(xs: number[]): number {
   return s[Math.floor(s.length / 2)]!;
 }
 
+/** Repetitions of each dispatch in `--kernels` (GpuRuntime.timeItems). */
+const KERNEL_REPS = 100;
+
 export async function runWebGpuBench(path: string, opts: { dawnFlags?: string[]; batches?: number[]; promptLen?: number; decodeSteps?: number; decodeContext?: number; log?: (s: string) => void; matvec?: RuntimeOptions["matvec"]; profile?: boolean; tune?: KernelTuning; kernels?: boolean } = {}): Promise<WebGpuBenchResult[]> {
   const log = opts.log ?? ((s: string) => console.log(s));
   const batches = opts.batches ?? [1, 8, 64];
@@ -189,8 +192,9 @@ export async function runWebGpuBench(path: string, opts: { dawnFlags?: string[];
     results.push({ name: `decode batch ${B}, greedy on the GPU (chained)`, value: B / greedyS, unit: "tok/s", extra: { step_ms: greedyS * 1000, roofline_fraction: B / greedyS / roofTps, encode_ms_per_step: greedyEnc, submit_ms_per_step: greedySubmit, gpu_ms_per_step: greedyGpu } });
     log(`decode batch ${B}, greedy on the GPU, chained: ${(B / greedyS).toFixed(1)} tok/s (step ${(greedyS * 1000).toFixed(2)} ms → ${((B / greedyS / roofTps) * 100).toFixed(1)}% of the roofline; host encoding ${greedyEnc.toFixed(2)} ms/step + submission ${greedySubmit.toFixed(2)} ms/step; GPU ${greedyGpu.toFixed(2)} ms/step)`);
     if (opts.kernels === true && g.lastRecording !== undefined) {
-      // every dispatch of the chained step alone (20 times back to back, pass timestamps), summed by kernel label
-      const items = await rt.timeItems(g.lastRecording, 20);
+      // every dispatch of the chained step alone (100 times back to back, pass timestamps), summed by kernel label;
+      // Dawn's timestamps come in 65.5 µs steps on the H200, so 100 repetitions resolve 0.66 µs (20 gave 3.3)
+      const items = await rt.timeItems(g.lastRecording, KERNEL_REPS);
       const by = new Map<string, { us: number; count: number }>();
       for (const it of items) {
         const e = by.get(it.label) ?? { us: 0, count: 0 };

@@ -24,11 +24,7 @@ import { preset, withOverrides } from "../src/model/presets.js";
 import { synthesize } from "../src/model/synth.js";
 import type { ModelWeights } from "../src/model/weights.js";
 import type { BenchResult } from "./run.js";
-
-function arg(name: string): string | undefined {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? process.argv[i + 1] : undefined;
-}
+import { arg } from "./args.js";
 
 function benchModel(): string {
   const given = arg("model");

@@ -5,12 +5,8 @@
  * `node dist/backend/webgpu/bench.js FILE.gguf`, or scripts/h200-bench.sh — see BENCHMARKS.md "## WebGPU").
  */
 import type { BenchResult } from "./run.js";
+import { arg } from "./args.js";
 import { runWebGpuBench } from "../src/backend/webgpu/bench.js";
-
-function arg(name: string): string | undefined {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? process.argv[i + 1] : undefined;
-}
 
 export async function run(): Promise<BenchResult[]> {
   const path = arg("model") ?? process.env.LATENT_BENCH_MODEL;

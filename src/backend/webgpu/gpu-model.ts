@@ -10,10 +10,11 @@
 import type { ModelConfig } from "../../model/config.js";
 import type { DeepSeek2 } from "../../model/deepseek2.js";
 import type { QMatrix } from "../cpu/qmatrix.js";
+import { GGMLType } from "../../gguf/types.js";
 import type { SwiGLU } from "../../model/weights.js";
 import { LatentError } from "../../util/errors.js";
-import { expertListWords, expertLists, expertsFrom, getRows, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLUSteps } from "./matrix.js";
-import { addNorm, argmaxRows, argmaxScratchWords, attention, attentionScratch, copyU32, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, scatterRows, type RouteArgs } from "./ops.js";
+import { expertListWords, expertLists, expertsFrom, fusable, getRows, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLUSteps, type CombineArgs, type FusionArgs } from "./matrix.js";
+import { addNorm, argmaxRows, argmaxScratchWords, attention, attentionScratch, copyU32, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, routeNormShape, scatterRows, touch, type RouteArgs } from "./ops.js";
 import { moeRouter, routerFuseShape } from "./router.js";
 import type { GpuRuntime, Recording } from "./runtime.js";
 import { ATTN_CHUNK } from "./wgsl-ops.js";
@@ -34,6 +35,13 @@ function stacked(mats: readonly QMatrix[]): Uint8Array {
 
 function upload(rt: GpuRuntime, m: QMatrix): GpuMatrix {
   return GpuMatrix.upload(rt, m.name, m.type, m.cols, m.rows, m.data);
+}
+
+/** An F32 matrix with its columns scaled by g (a norm's weights folded in: W·(g ⊙ x) = (W·diag(g))·x). */
+function foldNorm(rt: GpuRuntime, m: QMatrix, g: Float32Array): GpuMatrix {
+  const w = new Float32Array(m.data.slice().buffer, 0, m.rows * m.cols);
+  for (let r = 0; r < m.rows; r++) for (let j = 0; j < m.cols; j++) w[r * m.cols + j]! *= g[j]!;
+  return GpuMatrix.upload(rt, `${m.name} (ffn_norm folded)`, GGMLType.F32, m.cols, m.rows, new Uint8Array(w.buffer));
 }
 
 /** Whether two matrices read the same input in one type: their rows can be one product. */
@@ -79,6 +87,8 @@ interface GpuLayer {
   ffnNorm: GPUBuffer;
   dense: GpuFFN | undefined;
   router: GpuMatrix | undefined;
+  /** an F32 router with ffn_norm's weights folded into its columns: z = (W·diag(g))·h / rms(h), with no normed x (normFuse) */
+  routerNormed: GpuMatrix | undefined;
   bias: GPUBuffer | undefined;
   experts: GpuFFN | undefined;
   shared: GpuFFN | undefined;
@@ -172,6 +182,7 @@ export class GpuModel {
         ffnNorm: f32(lw.ffnNorm, "ffn_norm"),
         dense: lw.dense && ffn(lw.dense),
         router: m && upload(rt, m.router),
+        routerNormed: m && m.router.type === GGMLType.F32 ? foldNorm(rt, m.router, lw.ffnNorm) : undefined,
         bias: m?.bias && f32(m.bias, "exp_probs_b"),
         experts: m && {
           gate: uploadStack(rt, m.experts.map((e) => e.gate), `blk.${il}.ffn_gate_exps`),
@@ -342,12 +353,19 @@ export class GpuModel {
       else rmsNorm(rt, b.h!, g, y, { n, dim: Hd }, c.rmsEps);
       combinePending = false;
     };
+    // small steps where the wide kernel runs A0 and o: the attention's RMSNorm (and the last MoE layer's combine into
+    // the residual) inside A0's staging of x, and the combine added to h by o — two dependent dispatches fewer a layer
+    const fuseOn = small && rt.tune.normFuse !== 0;
+    const combineArgs: CombineArgs = { ye: b.ye!, rw: b.rw!, K };
     for (const l of this.layers) {
-      normH(l.attnNorm, b.x!);
-      // A0 = [q or the q-LoRA latent (F0) | c | k_pe] per token: one product when the two matrices stack
       const S0 = this.a0Stride();
       const F0 = S0 - L - R;
-      if (l.qkvA !== undefined) matmul(rt, l.qkvA, b.x!, b.a0!, { n, xStride: Hd, yStride: S0 });
+      const attnFused = fuseOn && b.metaBase === undefined && l.qkvA !== undefined && fusable(rt, l.qkvA, n, false) && (!combinePending || fusable(rt, l.o, n, false));
+      const oCombine = attnFused && combinePending;
+      if (!attnFused) normH(l.attnNorm, b.x!);
+      // A0 = [q or the q-LoRA latent (F0) | c | k_pe] per token: one product when the two matrices stack
+      if (attnFused) matmul(rt, l.qkvA!, b.h!, b.a0!, { n, xStride: Hd, yStride: S0, fuse: { norm: { g: l.attnNorm, eps: c.rmsEps, ...(oCombine ? { combine: combineArgs } : {}) } } });
+      else if (l.qkvA !== undefined) matmul(rt, l.qkvA, b.x!, b.a0!, { n, xStride: Hd, yStride: S0 });
       else {
         matmul(rt, (l.qA ?? l.q)!, b.x!, b.a0!, { n, xStride: Hd, yStride: S0 });
         matmul(rt, l.kvA!, b.x!, b.a0!, { n, xStride: Hd, yStride: S0, yOff: F0 });
@@ -392,16 +410,11 @@ export class GpuModel {
         pageSize: this.opts.pages?.pageSize ?? 0,
       });
       matmul(rt, l.vB, b.lo!, b.o!, { n, xStride: H * L, yStride: H * V, batch: { count: H, xBatch: L, yBatch: V } });
-      matmul(rt, l.o, b.o!, b.h!, { n, xStride: H * V, yStride: Hd, acc: true });
+      matmul(rt, l.o, b.o!, b.h!, { n, xStride: H * V, yStride: Hd, acc: true, ...(oCombine ? { fuse: { addCombine: combineArgs } } : {}) });
+      if (oCombine) combinePending = false;
 
-      normH(l.ffnNorm, b.x!);
-      if (l.dense !== undefined) this.ffn(l.dense, n);
-      if (l.experts !== undefined) {
-        const E = c.nExpert;
-        const shared = l.shared;
-        // the router and the shared experts' gate·up (its first dispatch: the second reads it) both only read x
-        const [sharedFirst, ...sharedRest] = shared !== undefined ? this.ffnGateUp(shared, n, b.gs!) : [];
-        const routing: RouteArgs = {
+      const E = c.nExpert;
+      const routing: RouteArgs = {
           n,
           E,
           K,
@@ -411,21 +424,41 @@ export class GpuModel {
           groupMax: c.gating === "softmax" && c.groupScoring === "definition",
           norm: c.weightsNorm,
           scale: c.weightsScale,
-        };
-        // small steps: the routing inside the router product's kernel, saving its own dependent dispatch
-        const fused = small ? routerFuseShape(rt, l.router!, routing, l.bias !== undefined) : undefined;
+      };
+      // small steps: the routing inside the router product's kernel, saving its own dependent dispatch
+      const fused = small && l.experts !== undefined ? routerFuseShape(rt, l.router!, routing, l.bias !== undefined) : undefined;
+      const lists = l.experts !== undefined && n * K >= expertsFrom(rt, l.experts.gate) * E ? b.elist! : undefined;
+      // small MoE steps on the wide kernel: the FFN's RMSNorm inside its readers instead of a dispatch of its own — the
+      // shared and routed gate·up products normalize x as they stage it, the router reads h with ffn_norm folded into
+      // its rows, and the routing scales its logits by 1/rms(h)
+      const ffnFused =
+        fuseOn &&
+        l.experts !== undefined &&
+        l.routerNormed !== undefined &&
+        fused === undefined &&
+        lists === undefined &&
+        routeNormShape(rt, routing, Hd) !== undefined &&
+        fusable(rt, l.experts.gate, 1, true, l.experts.up) &&
+        (l.shared === undefined || fusable(rt, l.shared.gate, n, false, l.shared.up));
+      const ffnIn = ffnFused ? b.h! : b.x!;
+      const ffnNorm = ffnFused ? { norm: { g: l.ffnNorm, eps: c.rmsEps } } : undefined;
+      if (!ffnFused) normH(l.ffnNorm, b.x!);
+      if (l.dense !== undefined) this.ffn(l.dense, n);
+      if (l.experts !== undefined) {
+        const shared = l.shared;
+        // the router and the shared experts' gate·up (its first dispatch: the second reads it) both only read x
+        const [sharedFirst, ...sharedRest] = shared !== undefined ? this.ffnGateUp(shared, n, b.gs!, ffnIn, ffnNorm) : [];
         together(() => {
           if (fused !== undefined) moeRouter(rt, fused, l.router!, b.x!, b.z!, l.bias, b.rids!, b.rw!, routing);
-          else matmul(rt, l.router!, b.x!, b.z!, { n, xStride: Hd, yStride: E });
+          else matmul(rt, ffnFused ? l.routerNormed! : l.router!, ffnIn, b.z!, { n, xStride: Hd, yStride: E });
           sharedFirst?.();
         });
         for (const step of sharedRest) step();
-        if (fused === undefined) moeRoute(rt, b.z!, l.bias, b.rids!, b.rw!, routing);
+        if (fused === undefined) moeRoute(rt, b.z!, l.bias, b.rids!, b.rw!, routing, ffnFused ? { h: b.h!, dim: Hd, eps: c.rmsEps } : undefined);
         // expert-major products (pairs ≥ experts) read the pairs grouped by expert, built once for the three
-        const lists = n * K >= expertsFrom(rt, l.experts.gate) * E ? b.elist! : undefined;
         if (lists !== undefined) expertLists(rt, b.rids!, lists, { pairs: n * K, E });
         // g = silu(W_gate x)·(W_up x) per pair (one dual product at small batches, else gate then up with SwiGLU fused)
-        matmulGatherSwiGLU(rt, l.experts.gate, l.experts.up, b.x!, b.g!, b.rids!, { pairs: n * K, xDiv: K, xBatch: Hd, yBatch: Fe, lists });
+        matmulGatherSwiGLU(rt, l.experts.gate, l.experts.up, ffnIn, b.g!, b.rids!, { pairs: n * K, xDiv: K, xBatch: Hd, yBatch: Fe, lists, ...(ffnNorm !== undefined ? { fuse: ffnNorm } : {}) });
         // the routed experts' down products into YE and the shared experts' into h: apart
         together(() => {
           matmulGather(rt, l.experts!.down, b.g!, b.ye!, b.rids!, { pairs: n * K, xDiv: 1, xBatch: Fe, yBatch: Hd, lists });
@@ -433,6 +466,7 @@ export class GpuModel {
         });
         combinePending = true;
       }
+      for (let i = 0; i < (rt.tune.padDispatches ?? 0); i++) touch(rt, b.h!);
     }
     // output rows
     if (rows.length === n) normH(this.outputNorm, b.hn!);
@@ -475,9 +509,9 @@ export class GpuModel {
     this.ffnDown(f, n, this.b.g!);
   }
 
-  /** g = silu(gate·x) ⊙ up·x as its dependent steps (one dual product where the wide kernel applies). */
-  private ffnGateUp(f: GpuFFN, n: number, g: GPUBuffer): (() => void)[] {
-    return matmulSwiGLUSteps(this.rt, f.gate, f.up, this.b.x!, g, { n, xStride: this.c.nEmbd, yStride: f.gate.rows });
+  /** g = silu(gate·x) ⊙ up·x as its dependent steps (one dual product where the wide kernel applies); x: b.x unless given (with its fused norm). */
+  private ffnGateUp(f: GpuFFN, n: number, g: GPUBuffer, x: GPUBuffer = this.b.x!, fuse?: FusionArgs): (() => void)[] {
+    return matmulSwiGLUSteps(this.rt, f.gate, f.up, x, g, { n, xStride: this.c.nEmbd, yStride: f.gate.rows, ...(fuse !== undefined ? { fuse } : {}) });
   }
 
   /** h += down·g. */

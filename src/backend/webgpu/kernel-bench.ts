@@ -8,7 +8,8 @@
  * large plain products of each wide-kernel type, for their steady throughput; --dawn "toggles" as bench.js). The decode attention cases (16, 48,
  * 200, 512 and 4096 keys) are one or two dispatches (split keys, then their combine), timed together: `--tokens 1,4 --tunes
  * "attn=0;attn=1"` compares them with the previous kernels. `--probe` (with `--tokens 1`): the batch-1 bound probe of
- * stream-probe.ts instead of the v2-lite cases.
+ * stream-probe.ts instead of the v2-lite cases. `--cold`: each dispatch after a copy that evicts L2 (the copy's own time
+ * subtracted), so that weights come from memory as in a step rather than from L2 as in back-to-back repeats.
  */
 import { pathToFileURL } from "node:url";
 import { GGMLType, typeName } from "../../gguf/types.js";
@@ -28,6 +29,18 @@ struct P { n: u32, _a: u32, _b: u32, _c: u32 }
   if (g.x == 0u) { Y[0] = Y[0] + p.n; }
 }`;
 
+/** Reads X (vec4 words, 16 a thread) and writes nothing unless they XOR to a value random blocks never give: an L2 flush without dirty lines. */
+const FLUSH_WGSL = /* wgsl */ `
+struct P { n: u32, gx: u32, _b: u32, _c: u32 }
+@group(0) @binding(0) var<storage, read> X: array<vec4u>;
+@group(0) @binding(1) var<storage, read_write> Y: array<u32>;
+@group(0) @binding(2) var<uniform> p: P;
+@compute @workgroup_size(256) fn main(@builtin(workgroup_id) w: vec3u, @builtin(local_invocation_index) t: u32) {
+  let base = (w.x + w.y * p.gx) * 4096u + t;
+  var acc = vec4u(0u);
+  for (var i = 0u; i < 16u; i++) { if (base + i * 256u < p.n) { acc ^= X[base + i * 256u]; } }
+  if (all(acc == vec4u(0x9e3779b9u))) { Y[0] = acc.x; }
+}`;
 
 export interface KernelCase {
   readonly name: string;
@@ -169,7 +182,7 @@ async function timeCase(rt: GpuRuntime, c: KernelCase, reps: number, spin: () =>
   return best;
 }
 
-export async function runKernelBench(opts: { tokens: number[]; reps: number; tunes: string[]; big?: boolean; probe?: boolean; log?: (s: string) => void; info?: GpuDeviceInfo }): Promise<KernelTiming[]> {
+export async function runKernelBench(opts: { tokens: number[]; reps: number; tunes: string[]; big?: boolean; probe?: boolean; cold?: boolean; log?: (s: string) => void; info?: GpuDeviceInfo }): Promise<KernelTiming[]> {
   const log = opts.log ?? ((s: string) => console.log(s));
   const info = opts.info ?? (await requestGpuDevice());
   const out: KernelTiming[] = [];
@@ -189,6 +202,13 @@ export async function runKernelBench(opts: { tokens: number[]; reps: number; tun
         await rt.sync();
       } while (performance.now() - t0 < 150);
     };
+    // --cold: before every dispatch of a case, a read of 2.5× the H200's 50 MB L2 evicts the weights the last one read,
+    // as in a step, where each product reads its weights once; the case is then timed as (read + case) − read
+    const flushBytes = Math.min(128 << 20, spinBytes);
+    const flushGroups = Math.ceil(flushBytes / 16 / 16 / 256);
+    const flush = (r: GpuRuntime): void => r.dispatch("flush", FLUSH_WGSL, [spinX, sink], new Uint32Array([flushBytes / 16, Math.min(flushGroups, 65535), 0, 0]), [Math.min(flushGroups, 65535), Math.ceil(flushGroups / 65535)]);
+    const flushUs = opts.cold === true ? (await timeCase(rt, { name: "flush", bytes: 0, run: flush }, opts.reps, spin)).gpu : 0;
+    if (opts.cold === true) log(`cold: a ${flushBytes >> 20} MB read before each dispatch, ${flushUs.toFixed(2)} µs alone, subtracted`);
     const empty: KernelCase = { name: "empty kernel (dependent)", bytes: 0, run: (r) => r.dispatch("empty", EMPTY_WGSL, [sink], new Uint32Array([1, 0, 0, 0]), [1]) };
     for (const n of opts.tokens) {
       // the empty kernel again at the end: its time there shows whether the clocks were already up at the start
@@ -197,7 +217,9 @@ export async function runKernelBench(opts: { tokens: number[]; reps: number; tun
       const cases = [empty, ...measured, { ...empty, name: "empty kernel (dependent), again" }];
       log(`\n${n} token(s) per step; tuning ${tuneText === "" ? "default" : tuneText}`);
       for (const c of cases) {
-        const { gpu: us, wall } = await timeCase(rt, c, opts.reps, spin);
+        const timed = await timeCase(rt, opts.cold === true ? { ...c, run: (r) => (flush(r), c.run(r)) } : c, opts.reps, spin);
+        const us = timed.gpu - flushUs;
+        const wall = timed.wall - flushUs;
         const gbPerS = c.bytes / (us * 1e-6) / 1e9;
         out.push({ name: `${c.name} @${n}`, tune: tuneText, usPerDispatch: us, gbPerS });
         log(`  ${us.toFixed(2).padStart(8)} µs  ${c.bytes > 0 ? `${gbPerS.toFixed(0).padStart(5)} GB/s` : "          "}  (wall ${wall.toFixed(2)} µs)  ${c.name}`);
@@ -265,6 +287,6 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   }
   const dawn = arg("--dawn");
   const info = await requestGpuDevice(dawn !== undefined ? { dawnFlags: dawn.split(" ") } : {});
-  await runKernelBench({ tokens: (arg("--tokens") ?? "1,64").split(",").map(Number), reps: Number(arg("--reps") ?? 200), tunes: (arg("--tunes") ?? "").split(";"), big: args.includes("--big"), probe: args.includes("--probe"), info });
+  await runKernelBench({ tokens: (arg("--tokens") ?? "1,64").split(",").map(Number), reps: Number(arg("--reps") ?? 200), tunes: (arg("--tunes") ?? "").split(";"), big: args.includes("--big"), probe: args.includes("--probe"), cold: args.includes("--cold"), info });
   process.exit(0);
 }

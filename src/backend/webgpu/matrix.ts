@@ -11,7 +11,7 @@ import type { GpuRuntime } from "./runtime.js";
 import { EXPERT_LISTS_WGSL, getRowsWGSL, MATVEC_TN, matvec2WGSL, matmulTiledWGSL, matvecCoalescedWGSL, matvecExpertsWGSL, matvecTWGSL, matvecWGSL, MV_WG, packMatParams, tiledSharedBytes, type MatParams, type MatvecShape, type TiledShape } from "./wgsl-mat.js";
 import { gpuSupports, unitSize } from "./wgsl-quant.js";
 import { matmulRowsWGSL, ROW_TILE_EXPERTS_FROM, rowTileShape, type RowTileShape } from "./wgsl-rowtile.js";
-import { matvecWideWGSL, wideRowsPerGroup, wideShape, type WideShape } from "./wgsl-wide.js";
+import { matvecWideWGSL, wideRowsPerGroup, wideShape, type WideFusion, type WideShape } from "./wgsl-wide.js";
 
 export interface MatrixPiece {
   readonly buffer: GPUBuffer;
@@ -89,6 +89,43 @@ export interface MatmulArgs {
   readonly glu?: boolean;
   /** batch over the matrix's items (heads): item b reads x at + b·xBatch, writes y at + b·yBatch */
   readonly batch?: { readonly count: number; readonly xBatch: number; readonly yBatch: number };
+  /** work beside the product on the wide kernel (only where `fusable` says it runs there) */
+  readonly fuse?: FusionArgs;
+}
+
+/** A MoE layer's weighted expert outputs: ye [n·K rows of the residual's width], w [n·K], K per token. */
+export interface CombineArgs {
+  readonly ye: GPUBuffer;
+  readonly rw: GPUBuffer;
+  readonly K: number;
+}
+
+/**
+ * Work a decode product does beside its own (WideFusion), each saving a step's dependent dispatch: `norm` multiplies by
+ * RMSNorm(x')·g instead of x (x' = x, or x + the combine), `addCombine` adds the combine to y as well (with acc).
+ */
+export interface FusionArgs {
+  readonly norm?: { readonly g: GPUBuffer; readonly eps: number; readonly combine?: CombineArgs };
+  readonly addCombine?: CombineArgs;
+}
+
+function wideFusion(f: FusionArgs | undefined, width: number): { fx: WideFusion | undefined; buffers: GPUBuffer[] } {
+  if (f === undefined) return { fx: undefined, buffers: [] };
+  const c = f.norm?.combine ?? f.addCombine;
+  const fx: WideFusion = {
+    ...(f.norm !== undefined ? { norm: { eps: f.norm.eps, combine: f.norm.combine?.K ?? 0 } } : {}),
+    ...(f.addCombine !== undefined ? { addCombine: { K: f.addCombine.K, width } } : {}),
+  };
+  return { fx, buffers: [...(f.norm !== undefined ? [f.norm.g] : []), ...(c !== undefined ? [c.ye, c.rw] : [])] };
+}
+
+/**
+ * Whether a product of n tokens over m (with `up`: the dual gate·up product) runs on the wide kernel with x staged, so
+ * that it can take FusionArgs. `gather`: pair-major (one token per pair).
+ */
+export function fusable(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boolean, up?: GpuMatrix): boolean {
+  const shape = up !== undefined ? dualShape(rt, m, up, n, gather, true) : wideShape(rt, m, n, gather, true);
+  return shape !== undefined && shape.stagePad > 0 && m.pieces.length === 1;
 }
 
 function base(m: GpuMatrix, a: MatmulArgs): MatParams {
@@ -194,7 +231,7 @@ export function tiledShape(rt: GpuRuntime, m: GpuMatrix, n: number, mode: "plain
   return { rows, tokens, k, threads };
 }
 
-export function matvecKernel(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boolean | "experts" | "experts-list", aligned = false, rowsTotal = m.rows): { code: string; tn: number; rowsPerGroup: number } {
+export function matvecKernel(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boolean | "experts" | "experts-list", aligned = false, rowsTotal = m.rows, fx?: WideFusion): { code: string; tn: number; rowsPerGroup: number } {
   if (rt.matvec === "legacy") return { code: matvecWGSL(m.type, m.unit, gather !== false), tn: MATVEC_TN, rowsPerGroup: 1 };
   const sg = rt.info.subgroupSize;
   const sgOk = sg !== undefined && sg >= 4 && sg <= 64;
@@ -203,7 +240,8 @@ export function matvecKernel(rt: GpuRuntime, m: GpuMatrix, n: number, gather: bo
   while (tn < Math.min(n, tnMax)) tn *= 2;
   const expertMajor = gather === "experts" || gather === "experts-list";
   const wide = wideShape(rt, m, n, gather, aligned);
-  if (wide !== undefined) return { code: matvecWideWGSL(m.type, gather === true ? "gather" : gather === "experts-list" ? "experts-list" : "plain", wide), tn: wide.n, rowsPerGroup: wideRowsPerGroup(wide) };
+  if (wide !== undefined) return { code: matvecWideWGSL(m.type, gather === true ? "gather" : gather === "experts-list" ? "experts-list" : "plain", wide, false, fx), tn: wide.n, rowsPerGroup: wideRowsPerGroup(wide) };
+  if (fx !== undefined) throw new LatentError(`${m.name}: fused work needs the wide kernel (check fusable())`);
   const rowMode = gather === false ? "plain" : gather === "experts-list" ? gather : undefined;
   const rowTile = rowMode !== undefined ? rowTileShape(rt, m, n, rowMode, aligned, rowsTotal) : undefined;
   if (rowTile !== undefined) return { code: matmulRowsWGSL(m.type, rowMode!, rowTile), tn: rowTile.tokens, rowsPerGroup: rowTile.rows };
@@ -242,7 +280,9 @@ const al4 = (...v: (number | undefined)[]): boolean => v.every((x) => (x ?? 0) %
 export function matmul(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer, a: MatmulArgs): void {
   const count = a.batch?.count ?? 1;
   if (count > m.items) throw new LatentError(`${m.name}: batch of ${count} over ${m.items} items`);
-  const { code, tn, rowsPerGroup } = matvecKernel(rt, m, a.n, false, al4(a.xOff, a.n > 1 ? a.xStride : 0, a.batch?.xBatch), m.rows * count);
+  if (a.fuse !== undefined && (!fusable(rt, m, a.n, false) || a.batch !== undefined || (a.fuse.addCombine !== undefined && a.acc !== true))) throw new LatentError(`${m.name}: fused work needs one wide product (check fusable()), no batch, and acc with addCombine`);
+  const { fx, buffers: fxBufs } = wideFusion(a.fuse, m.rows);
+  const { code, tn, rowsPerGroup } = matvecKernel(rt, m, a.n, false, al4(a.xOff, a.n > 1 ? a.xStride : 0, a.batch?.xBatch), m.rows * count, fx);
   const tiles = Math.ceil(a.n / tn);
   for (const piece of m.pieces) {
     if (piece.firstItem >= count) continue;
@@ -256,7 +296,7 @@ export function matmul(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer,
     p.xOff += piece.firstItem * p.xBatch;
     p.yOff += piece.firstItem * p.yBatch;
     const outs = Array.from({ length: items }, (_, b) => f32Range(y, p.yOff + b * p.yBatch, a.n, a.yStride, piece.rows, piece.firstRow)).flat();
-    rt.dispatch(`matmul ${m.name}`, code, [piece.buffer, x, y], packMatParams(p), [gx, gy * tiles, items], a.acc === true || a.glu === true ? [] : outs);
+    rt.dispatch(`matmul ${m.name}`, code, [piece.buffer, x, y, ...fxBufs], packMatParams(p), [gx, gy * tiles, items], a.acc === true || a.glu === true ? [] : outs);
   }
 }
 
@@ -307,6 +347,8 @@ export interface GatherArgs {
    * of experts (batched decode, prefill), else pairs.
    */
   readonly mode?: "pairs" | "experts";
+  /** a norm of x beside a pair-major wide product (FusionArgs.norm without combine; check fusable()) */
+  readonly fuse?: FusionArgs;
 }
 
 /** How a gathered product over m runs: expert-major or per pair, and (expert-major on the coalesced kernel) from expert lists. */
@@ -333,13 +375,14 @@ function dispatchGather(rt: GpuRuntime, label: string, code: string, rowsPerGrou
     p.idsOff = mode.listed ? 2 * m.items : a.idsOff ?? 0;
     p.e0 = piece.firstItem;
     p.e1 = piece.firstItem + piece.items;
-    const bufs = [piece.buffer, x, y, mode.listed ? a.lists! : ids, ...(extra !== undefined ? [extra.pieces[i]!.buffer] : [])];
+    const bufs = [piece.buffer, x, y, mode.listed ? a.lists! : ids, ...(extra !== undefined ? [extra.pieces[i]!.buffer] : []), ...wideFusion(a.fuse, m.rows).buffers];
     rt.dispatch(`${label} ${m.name}`, code, bufs, packMatParams(p), [gx, gy, mode.experts ? piece.items : a.pairs], a.acc !== true && a.glu !== true && m.pieces.length === 1 ? outs : []);
   });
 }
 
 /** Grouped expert products reading only the selected experts: y_b = W_{ids[b]}·x_b for every pair b. */
 export function matmulGather(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer, ids: GPUBuffer, a: GatherArgs): void {
+  if (a.fuse !== undefined) throw new LatentError(`${m.name}: only the dual gathered product fuses a norm`);
   const mode = gatherMode(rt, m, a);
   const { code, rowsPerGroup } = matvecKernel(rt, m, mode.experts ? a.pairs : 1, mode.listed ? "experts-list" : mode.experts ? "experts" : true, mode.aligned, m.rows * a.pairs);
   dispatchGather(rt, "matmulGather", code, rowsPerGroup, m, x, y, ids, a, mode);
@@ -416,10 +459,12 @@ export function matmulSwiGLU(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix, x: 
  */
 export function matmulSwiGLUSteps(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix, x: GPUBuffer, y: GPUBuffer, a: Omit<MatmulArgs, "acc" | "glu" | "batch">): (() => void)[] {
   const aligned = al4(a.xOff, a.n > 1 ? a.xStride : 0);
+  if (a.fuse !== undefined && (!fusable(rt, gate, a.n, false, up) || a.fuse.norm?.combine !== undefined || a.fuse.addCombine !== undefined)) throw new LatentError(`${gate.name}: a dual product fuses only a norm, on the wide kernel (check fusable())`);
+  const { fx, buffers: fxBufs } = wideFusion(a.fuse, gate.rows);
   const wide = dualShape(rt, gate, up, a.n, false, aligned);
   const rowTile = wide === undefined ? dualRowTile(rt, gate, up, a.n, "plain", aligned) : undefined;
   if (wide === undefined && rowTile === undefined) return [() => matmul(rt, gate, x, y, a), () => matmul(rt, up, x, y, { ...a, glu: true })];
-  const code = wide !== undefined ? matvecWideWGSL(gate.type, "plain", wide, true) : matmulRowsWGSL(gate.type, "plain", rowTile!, true);
+  const code = wide !== undefined ? matvecWideWGSL(gate.type, "plain", wide, true, fx) : matmulRowsWGSL(gate.type, "plain", rowTile!, true);
   const rowsPerGroup = wide !== undefined ? wideRowsPerGroup(wide) : rowTile!.rows;
   const tiles = rowTile !== undefined ? Math.ceil(a.n / rowTile.tokens) : 1;
   return [
@@ -432,7 +477,7 @@ export function matmulSwiGLUSteps(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix
         p.gx = gx;
         p.tiles = tiles;
         const outs = f32Range(y, p.yOff, a.n, a.yStride, piece.rows, piece.firstRow);
-        rt.dispatch(`matmulSwiGLU ${gate.name}`, code, [piece.buffer, x, y, up.pieces[i]!.buffer], packMatParams(p), [gx, gy * tiles, 1], outs);
+        rt.dispatch(`matmulSwiGLU ${gate.name}`, code, [piece.buffer, x, y, up.pieces[i]!.buffer, ...fxBufs], packMatParams(p), [gx, gy * tiles, 1], outs);
       }),
   ];
 }
@@ -443,6 +488,7 @@ export function matmulSwiGLUSteps(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix
  */
 export function matmulGatherSwiGLU(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix, x: GPUBuffer, y: GPUBuffer, ids: GPUBuffer, a: Omit<GatherArgs, "acc" | "glu">): void {
   const mode = gatherMode(rt, gate, a);
+  if (a.fuse !== undefined && (mode.experts || !fusable(rt, gate, 1, true, up) || a.fuse.norm?.combine !== undefined || a.fuse.addCombine !== undefined)) throw new LatentError(`${gate.name}: a gathered dual product fuses only a norm, pair-major on the wide kernel (check fusable())`);
   const rowTile = mode.listed ? dualRowTile(rt, gate, up, a.pairs, "experts-list", mode.aligned) : undefined;
   if (rowTile !== undefined) {
     dispatchGather(rt, "matmulGatherSwiGLU", matmulRowsWGSL(gate.type, "experts-list", rowTile, true), rowTile.rows, gate, x, y, ids, a, mode, up);
@@ -454,6 +500,6 @@ export function matmulGatherSwiGLU(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatri
     matmulGather(rt, up, x, y, ids, { ...a, glu: true });
     return;
   }
-  const code = matvecWideWGSL(gate.type, mode.listed ? "experts-list" : "gather", wide, true);
+  const code = matvecWideWGSL(gate.type, mode.listed ? "experts-list" : "gather", wide, true, wideFusion(a.fuse, gate.rows).fx);
   dispatchGather(rt, "matmulGatherSwiGLU", code, wideRowsPerGroup(wide), gate, x, y, ids, a, mode, up);
 }

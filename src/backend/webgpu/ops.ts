@@ -26,10 +26,11 @@ import {
   SOFTMAX_WGSL,
   SCATTER_WGSL,
   COPY_U32_WGSL,
+  TOUCH_WGSL,
   SWIGLU_WGSL,
   TOPK_WGSL,
 } from "./wgsl-ops.js";
-import { routeGrid, routeShape, routeWGSL } from "./wgsl-route.js";
+import { routeGrid, routeShape, routeWGSL, type RouteShape } from "./wgsl-route.js";
 import { ATTN_WIDE_COMBINE_WGSL, ATTN_WIDE_PARAMS, attnWideBytes, attnWidePlan, attnWideScratch, attnWideWGSL } from "./wgsl-attn.js";
 
 /** The byte ranges of n rows of `width` floats at off + t·stride. */
@@ -369,6 +370,20 @@ export function routeKernel(rt: GpuRuntime, a: RouteArgs): { code: string; group
   return { code: ROUTE_WGSL, groups: [Math.min(a.n, 65535), Math.ceil(a.n / 65535)] };
 }
 
+/** The logits z'·1/rms(h) per token: z' from a router whose rows hold the norm's weights (gpu-model.ts). */
+export interface RouteNorm {
+  readonly h: GPUBuffer;
+  readonly dim: number;
+  readonly eps: number;
+}
+
+/** The subgroup routing kernel's shape where moeRoute can take a RouteNorm (the routing kernel's own choice), else undefined. */
+export function routeNormShape(rt: GpuRuntime, a: RouteArgs, dim: number): RouteShape | undefined {
+  const sg = rt.info.subgroupSize;
+  if (rt.tune.route === 0 || sg === undefined || dim % 4 !== 0 || !routeFits(a)) return undefined;
+  return routeShape(sg, a.E, a.nGroup, a.nGroupUsed);
+}
+
 /** Whether the routing kernels take these arguments (≤ 256 experts, ≤ 16 used, ≤ 64 groups). */
 export function routeFits(a: RouteArgs): boolean {
   return a.E <= 256 && a.K <= 16 && a.nGroup <= 64;
@@ -394,10 +409,16 @@ export function routeParams(a: RouteArgs, hasBias: boolean): Uint32Array {
 }
 
 /** MoE routing: router logits z [n × E] → ids [n × K] (best first), weights [n × K]. */
-export function moeRoute(rt: GpuRuntime, z: GPUBuffer, bias: GPUBuffer | undefined, ids: GPUBuffer, wts: GPUBuffer, a: RouteArgs): void {
+export function moeRoute(rt: GpuRuntime, z: GPUBuffer, bias: GPUBuffer | undefined, ids: GPUBuffer, wts: GPUBuffer, a: RouteArgs, norm?: RouteNorm): void {
   if (!routeFits(a)) throw new LatentError(`moeRoute supports ≤ 256 experts, ≤ 16 used, ≤ 64 groups (got ${a.E}, ${a.K}, ${a.nGroup})`);
-  const { code, groups } = routeKernel(rt, a);
-  rt.dispatch("moeRoute", code, [z, bias ?? z, ids, wts], routeParams(a, bias !== undefined), groups, [
+  let kernel = routeKernel(rt, a);
+  if (norm !== undefined) {
+    const shape = routeNormShape(rt, a, norm.dim);
+    if (shape === undefined) throw new LatentError("moeRoute: the norm's scale needs the subgroup routing kernel and a row width that is a multiple of 4 (check routeNormShape())");
+    kernel = { code: routeWGSL(shape, norm), groups: routeGrid(shape, a.n) };
+  }
+  const { code, groups } = kernel;
+  rt.dispatch("moeRoute", code, [z, bias ?? z, ids, wts, ...(norm !== undefined ? [norm.h] : [])], routeParams(a, bias !== undefined), groups, [
     { buffer: ids, offset: 0, size: a.n * a.K * 4 },
     { buffer: wts, offset: 0, size: a.n * a.K * 4 },
   ]);
@@ -445,6 +466,12 @@ export function scatterRows(rt: GpuRuntime, x: GPUBuffer, idx: GPUBuffer, y: GPU
 }
 
 /** y[0..n) = x[0..n) as u32 words (restores a META copy before each DSA layer: the selection rewrites META). */
+/** A dispatch that reads and (never in practice) writes x[0]: for measuring a dependent dispatch's cost (padDispatches). */
+export function touch(rt: GpuRuntime, x: GPUBuffer): void {
+  const never = new Uint32Array(new Float32Array([-3.0e38]).buffer)[0]!;
+  rt.dispatch("touch", TOUCH_WGSL, [x], new Uint32Array([never, 0, 0, 0]), [1]);
+}
+
 export function copyU32(rt: GpuRuntime, x: GPUBuffer, y: GPUBuffer, n: number): void {
   rt.dispatch("copyU32", COPY_U32_WGSL, [x, y], new Uint32Array([n, 0, 0, 0]), [Math.ceil(n / 64)], [{ buffer: y, offset: 0, size: n * 4 }]);
 }

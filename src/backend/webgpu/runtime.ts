@@ -157,6 +157,13 @@ export interface KernelTuning {
   readonly attnSplitFrom?: number;
   /** wide attention: workgroups a split grid aims for (default 128, about the H200's 132 SMs) */
   readonly attnWgs?: number;
+  /**
+   * steps of up to fuseTokens tokens on the wide kernel: 1 (default) the RMSNorms (and the MoE combine into the
+   * residual) inside the products that read them (gpu-model.ts, WideFusion), 0 as dispatches of their own
+   */
+  readonly normFuse?: number;
+  /** probe, not a tuning: this many trivial dependent dispatches after every layer (what a dispatch boundary costs inside a step); default 0 */
+  readonly padDispatches?: number;
 }
 
 /** A recorded run of dispatches (see GpuRuntime.record) that replay() encodes again without rebuilding anything. */

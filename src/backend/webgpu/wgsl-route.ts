@@ -224,16 +224,29 @@ fn routeToken(lane: u32, t: u32, live: bool) {
 }`;
 }
 
-/** The routing kernel of a shape (workgroup: shape.tokens subgroups, one token each; grid from routeGrid). */
-export function routeWGSL(s: RouteShape): string {
-  return /* wgsl */ `enable subgroups;${ROUTE_BINDINGS_WGSL}
-fn logit(t: u32, e: u32) -> f32 { return Z[p.zOff + t * p.zStride + e]; }
+/**
+ * The routing kernel of a shape (workgroup: shape.tokens subgroups, one token each; grid from routeGrid). With `norm`,
+ * the logits are z'·1/rms(h) of the token's residual row h (H, `dim` wide, bound after WTS): the router product took
+ * h itself with the norm's weights folded into its rows, so that it needs no normalized x (gpu-model.ts).
+ */
+export function routeWGSL(s: RouteShape, norm?: { readonly dim: number; readonly eps: number }): string {
+  const bindings = norm === undefined ? ROUTE_BINDINGS_WGSL : ROUTE_BINDINGS_WGSL.replace("@binding(4) var<uniform>", "@binding(5) var<uniform>").replace("var<storage, read_write> WTS: array<f32>;", "var<storage, read_write> WTS: array<f32>;\n@group(0) @binding(4) var<storage, read> H: array<vec4f>;");
+  const rms =
+    norm === undefined
+      ? ""
+      : `\n  var ss = 0.0;
+  for (var j = lane; j < ${norm.dim / 4}u; j += SG) { let v = H[tk * ${norm.dim / 4}u + j]; ss += dot(v, v); }
+  ninv = inverseSqrt(subgroupAdd(ss) / ${norm.dim}.0 + ${Math.fround(norm.eps).toExponential()});`;
+  return /* wgsl */ `enable subgroups;${bindings}
+${norm !== undefined ? "var<private> ninv: f32;" : ""}
+fn logit(t: u32, e: u32) -> f32 { return Z[p.zOff + t * p.zStride + e]${norm !== undefined ? " * ninv" : ""}; }
 fn bias(e: u32) -> f32 { return BIAS[e]; }${routeTokenWGSL(s)}
 @compute @workgroup_size(${s.sg * s.tokens})
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32, @builtin(subgroup_invocation_id) lane: u32) {
   let token = (wid.x + wid.y * 65535u) * ${s.tokens}u + li / SG;
   // a subgroup past the last token routes the last one again and writes nothing: no early return, the subgroup
   // operations below stay in uniform control flow
-  routeToken(lane, min(token, p.n - 1u), token < p.n);
+  let tk = min(token, p.n - 1u);${rms}
+  routeToken(lane, tk, token < p.n);
 }`;
 }

@@ -65,6 +65,42 @@ export interface WideShape {
   readonly sums: boolean;
 }
 
+/**
+ * Work a decode step's wide product does beside its own (each saves the step a dependent dispatch and its barrier,
+ * ~2.5 µs on the H200). Plain or pair-major products with x staged only.
+ */
+export interface WideFusion {
+  /**
+   * The product of RMSNorm(x')·g instead of x, x' = x, or with `combine` K > 0 (plain products) x + Σ_k w_k·ye_k — the
+   * last MoE layer's weighted expert outputs not yet added to the residual x: x'·g is staged and Σx'² summed beside it,
+   * and 1/rms(x') scales the row sums (binds G, then YE and RW with combine).
+   */
+  readonly norm?: { readonly eps: number; readonly combine: number };
+  /** Accumulating products only: y += W·x + Σ_k w_k·ye_k per token (the same combine into the residual; binds YE, RW); ye rows of `width`. */
+  readonly addCombine?: { readonly K: number; readonly width: number };
+}
+
+/** y += v + Σ_k w_k·ye_k at (token t, row r): the residual's combine beside an accumulating product (WideFusion.addCombine). */
+function addCombineOutWGSL(K: number, width: number): string {
+  const terms = Array.from({ length: K }, (_, k) => ` + RW[t * ${K}u + ${k}u] * YE[(t * ${K}u + ${k}u) * ${width}u + p.rowBase + r]`).join("");
+  return `fn out(b: u32, t: u32, r: u32, v: f32) {
+  let yo = p.yOff + b * p.yBatch + t * p.yStride + p.rowBase + r;
+  Y[yo] = Y[yo] + v${terms};
+}`;
+}
+
+/** A WGSL f32 literal of x (finite). */
+function wgslFloat(x: number): string {
+  const t = Math.fround(x).toExponential();
+  return t.includes(".") || t.includes("e") ? t : `${t}.0`;
+}
+
+/** The storage buffers a fusion binds after the kernel's own, in order. */
+export function fusionBuffers(fx: WideFusion | undefined): string[] {
+  if (fx === undefined) return [];
+  return [...(fx.norm !== undefined ? ["G"] : []), ...((fx.norm?.combine ?? 0) > 0 || fx.addCombine !== undefined ? ["YE", "RW"] : [])];
+}
+
 /** Vec4s between pads of staged x per type: its lanes' runs (in a quarter subgroup) then fall in distinct banks. */
 const STAGE_PAD: Readonly<Record<number, number>> = { [GGMLType.Q4_K]: 4, [GGMLType.Q6_K]: 5, [GGMLType.Q5_0]: 3, [GGMLType.Q8_0]: 3 };
 
@@ -385,9 +421,10 @@ fn q4ksm(hd: vec4u, j: u32) -> vec2f {
  * wd/wd2 word readers where blocks are read as u32 words), X, Y, outside plain mode the id or expert-list buffer IDS
  * (with expert lists also the workgroup's list word `oc`), then p.
  */
-export function chunkBindingsWGSL(vec4: boolean, mode: "plain" | "gather" | "experts-list", dual: boolean): string {
+export function chunkBindingsWGSL(vec4: boolean, mode: "plain" | "gather" | "experts-list", dual: boolean, extra: readonly string[] = []): string {
   const w = vec4 ? "vec4u" : "u32";
   const ids = mode !== "plain";
+  const first = (ids ? 4 : 3) + (dual ? 1 : 0);
   return `struct P { ${MAT_PARAMS.map((k) => `${k}: u32`).join(", ")} }
 @group(0) @binding(0) var<storage, read> W: array<${w}>;
 ${vec4 ? "" : "fn wd(i: u32) -> u32 { return W[i]; }"}
@@ -395,7 +432,8 @@ ${vec4 ? "" : "fn wd(i: u32) -> u32 { return W[i]; }"}
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;
 ${ids ? "@group(0) @binding(3) var<storage, read> IDS: array<u32>;" : ""}${mode === "experts-list" ? "\nvar<workgroup> oc: vec2u;" : ""}
 ${dual ? `@group(0) @binding(${ids ? 4 : 3}) var<storage, read> W2: array<${w}>;${vec4 ? "" : "\nfn wd2(i: u32) -> u32 { return W2[i]; }"}` : ""}
-@group(0) @binding(${(ids ? 4 : 3) + (dual ? 1 : 0)}) var<uniform> p: P;`;
+${extra.map((decl, i) => `@group(0) @binding(${first + i}) ${decl}`).join("\n")}
+@group(0) @binding(${first + extra.length}) var<uniform> p: P;`;
 }
 
 /**
@@ -403,8 +441,12 @@ ${dual ? `@group(0) @binding(${ids ? 4 : 3}) var<storage, read> W2: array<${w}>;
  * a second matrix of the same type and shape (W2: the up projection beside the gate one in W) is read in the same
  * lanes from the same x, and the kernel writes the SwiGLU silu(W·x)·(W2·x) directly (one dispatch for gate and up).
  */
-export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts-list", s: WideShape, dual = false): string {
+export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts-list", s: WideShape, dual = false, fx?: WideFusion): string {
   const { sg: SG, rows: R, n: N } = s;
+  const norm = fx?.norm;
+  const K = norm?.combine ?? fx?.addCombine?.K ?? 0;
+  if (norm !== undefined && (s.stagePad === 0 || mode === "experts-list")) throw new Error("the wide kernel normalizes x only as it stages it (plain or pair-major products)");
+  if (K > 0 && (mode !== "plain" || (norm !== undefined && fx?.addCombine !== undefined))) throw new Error("the wide kernel combines expert outputs in plain products only, into x or into y");
   const tc = typeCode(type, s.sums);
   const NC = s.cols / tc.elems;
   // packed (s.pack = 2): the subgroup's two rows as one run of NT = 2·NC chunks over its lanes (see WideShape.pack)
@@ -473,7 +515,25 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
   const sumStage = s.sums
     ? `\n  for (var g = li; g < ${N * G16}u; g += ${R * SG}u) { let v = XS[xsw(4u * g)] + XS[xsw(4u * g + 1u)] + XS[xsw(4u * g + 2u)] + XS[xsw(4u * g + 3u)]; XSS[g] = (v.x + v.y) + (v.z + v.w); }\n  workgroupBarrier();`
     : "";
-  const stage = `for (var i = li; i < ${N * C4}u; i += ${R * SG}u) { XS[xsw(i)] = X[xq + (i / ${C4}u) * xs + i % ${C4}u]; }\n  workgroupBarrier();${sumStage}`;
+  // with a norm: x' (x plus the K weighted expert rows of its token) times g staged, each token's Σx'² summed per
+  // subgroup into NS before the staging barrier, then 1/rms per token (NINV) from those sums
+  const combineX = Array.from({ length: K }, (_, k) => `v += RW[t * ${K}u + ${k}u] * YE[(t * ${K}u + ${k}u) * ${C4}u + c];`).join(" ");
+  const stage =
+    norm === undefined
+      ? `for (var i = li; i < ${N * C4}u; i += ${R * SG}u) { XS[xsw(i)] = X[xq + (i / ${C4}u) * xs + i % ${C4}u]; }\n  workgroupBarrier();${sumStage}`
+      : `var nss = vec4f(0.0);
+  for (var i = li; i < ${N * C4}u; i += ${R * SG}u) {
+    let t = i / ${C4}u; let c = i % ${C4}u;
+    var v = X[xq + t * xs + c]; ${combineX}
+    ${N === 1 ? "nss.x" : "nss[t]"} += dot(v, v);
+    XS[xsw(i)] = v * G[c];
+  }
+  let nsg = subgroupAdd(nss);
+  if (lane == 0u) { NS[li / ${SG}u] = nsg; }
+  workgroupBarrier();
+  var nsum = vec4f(0.0);
+  for (var j = 0u; j < ${R}u; j++) { nsum += NS[j]; }
+  ninv = inverseSqrt(nsum / ${s.cols}.0 + ${wgslFloat(norm.eps)});${sumStage}`;
   // in one pass, W's loads are issued before x is staged (a lane of a row past the end or of another piece loads a
   // clamped row and writes nothing), so that their latency overlaps the staging's instead of following its barrier
   const early = P > 0 && outer === 1;
@@ -481,7 +541,8 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
   // row j's result v{j}: the product, or (dual) silu(gate)·up
   const reduce = Array.from({ length: S }, (_, j) => {
     const k = dual ? 2 * j : j;
-    return dual ? `let g${j} = subgroupAdd(acc${k}); let v${j} = g${j} / (1.0 + exp(-g${j})) * subgroupAdd(acc${k + 1});` : `let v${j} = subgroupAdd(acc${k});`;
+    const sc = norm !== undefined ? " * ninv" : "";
+    return dual ? `let g${j} = subgroupAdd(acc${k})${sc}; let v${j} = g${j} / (1.0 + exp(-g${j})) * (subgroupAdd(acc${k + 1})${sc});` : `let v${j} = subgroupAdd(acc${k})${sc};`;
   }).join("\n  ");
   const loop = outer === 1 ? `{\n    let cb = lane;\n    ${steps1}\n  }` : `for (var it = 0u; it < ${outer}u; it++) {\n    let cb = it * ${G * SG}u + lane;\n    ${steps1}\n  }`;
   const xq = Array.from({ length: N }, (_, t) => `let xq${t} = xq + ${t}u * xs;`).join(" ");
@@ -491,12 +552,13 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
       ? "let rb = p.wOff + wb + select(0u, r, valid) * p.rowBytes;"
       : Array.from({ length: S }, (_, j) => `let r${j} = r + ${j}u; let ok${j} = valid && r${j} < p.rows; let rb${j} = p.wOff + wb + select(0u, r${j}, ok${j}) * p.rowBytes;`).join("\n  ");
   return /* wgsl */ `enable subgroups;
-${chunkBindingsWGSL(tc.vec4, mode, dual)}
+${chunkBindingsWGSL(tc.vec4, mode, dual, fusionBuffers(fx).map((b) => `var<storage, read> ${b}: array<${b === "G" || (b === "YE" && norm !== undefined) ? "vec4f" : "f32"}>;`))}
+${norm !== undefined ? `var<workgroup> NS: array<vec4f, ${R}>;` : ""}
 ${P > 0 ? `var<workgroup> XS: array<vec4f, ${stagedVec4s(N, s.cols, P)}>;
 fn xsw(v: u32) -> u32 { return v + (v >> ${P}u); }` : ""}
 ${s.sums ? `var<workgroup> XSS: array<f32, ${N * (s.cols / 16)}>;` : ""}
 ${WIDE_HELPERS}
-${matOutWGSL(true)}
+${fx?.addCombine !== undefined ? addCombineOutWGSL(fx.addCombine.K, fx.addCombine.width) : matOutWGSL(true)}
 // wide matvec: ${NC} chunks per row, ${G} per lane and pass, ${outer} pass(es)
 @compute @workgroup_size(${R * SG})
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
@@ -539,6 +601,7 @@ ${
   let xq = (p.xOff + xb) >> 2u;
   let xs = p.xStride >> 2u;
   ${xq}
+  ${norm !== undefined ? "var ninv = vec4f(1.0);" : ""}
   ${P > 0 && !early ? stage : ""}
   ${accs}
   ${early ? `{\n    let cb = lane;\n    ${xread(loads.join("\n    "))}\n    ${stage}\n    ${xread(uses.join("\n    "))}\n  }` : `if (valid) {\n  ${loop}\n  }`}

@@ -353,14 +353,19 @@ export class GpuModel {
       else rmsNorm(rt, b.h!, g, y, { n, dim: Hd }, c.rmsEps);
       combinePending = false;
     };
-    // small steps where the wide kernel runs A0 and o: the attention's RMSNorm (and the last MoE layer's combine into
-    // the residual) inside A0's staging of x, and the combine added to h by o — two dependent dispatches fewer a layer
-    const fuseOn = small && rt.tune.normFuse !== 0;
+    // small steps on the wide kernel (tune.normFuse): the FFN's RMSNorm inside the products that read it (default: on the
+    // H200, v2-lite batch 1, GPU 3.17 → 3.13 ms per step); the attention's RMSNorm (and the last MoE layer's combine
+    // into the residual) inside A0's staging of x, with the combine added to h by o, only when asked (normFuse 1 or 3):
+    // two dispatches fewer a layer, yet slower in both calls measured (3.31 against 3.17 ms with neither, and 3.13 with
+    // the FFN's alone; alone each fused kernel took 0.2–1.5 µs more than unfused, less than the addNorm it replaces)
+    const fuseMode = small ? rt.tune.normFuse ?? 2 : 0;
+    const fuseAttn = fuseMode === 1 || fuseMode === 3;
+    const fuseFFN = fuseMode === 1 || fuseMode === 2;
     const combineArgs: CombineArgs = { ye: b.ye!, rw: b.rw!, K };
     for (const l of this.layers) {
       const S0 = this.a0Stride();
       const F0 = S0 - L - R;
-      const attnFused = fuseOn && b.metaBase === undefined && l.qkvA !== undefined && fusable(rt, l.qkvA, n, false) && (!combinePending || fusable(rt, l.o, n, false));
+      const attnFused = fuseAttn && b.metaBase === undefined && l.qkvA !== undefined && fusable(rt, l.qkvA, n, false) && (!combinePending || fusable(rt, l.o, n, false));
       const oCombine = attnFused && combinePending;
       if (!attnFused) normH(l.attnNorm, b.x!);
       // A0 = [q or the q-LoRA latent (F0) | c | k_pe] per token: one product when the two matrices stack
@@ -415,15 +420,15 @@ export class GpuModel {
 
       const E = c.nExpert;
       const routing: RouteArgs = {
-          n,
-          E,
-          K,
-          nGroup: c.nGroup,
-          nGroupUsed: c.nGroupUsed,
-          softmax: c.gating === "softmax",
-          groupMax: c.gating === "softmax" && c.groupScoring === "definition",
-          norm: c.weightsNorm,
-          scale: c.weightsScale,
+        n,
+        E,
+        K,
+        nGroup: c.nGroup,
+        nGroupUsed: c.nGroupUsed,
+        softmax: c.gating === "softmax",
+        groupMax: c.gating === "softmax" && c.groupScoring === "definition",
+        norm: c.weightsNorm,
+        scale: c.weightsScale,
       };
       // small steps: the routing inside the router product's kernel, saving its own dependent dispatch
       const fused = small && l.experts !== undefined ? routerFuseShape(rt, l.router!, routing, l.bias !== undefined) : undefined;
@@ -432,7 +437,7 @@ export class GpuModel {
       // shared and routed gate·up products normalize x as they stage it, the router reads h with ffn_norm folded into
       // its rows, and the routing scales its logits by 1/rms(h)
       const ffnFused =
-        fuseOn &&
+        fuseFFN &&
         l.experts !== undefined &&
         l.routerNormed !== undefined &&
         fused === undefined &&

@@ -134,7 +134,7 @@ export interface KernelTuning {
   readonly rowTileSplit?: number;
   /** 1: the row-tiled kernel loads step s + 1's weight chunks and x before it computes step s (RowTileShape.pipe), 0 not; default 1 where subgroups are 32 wide or more (GPUs), else 0 */
   readonly rowTilePipe?: number;
-  /** 1: the row-tiled kernel loads a Q4_K block header once for a thread's chunks of one step (RowTileShape.shareHeader); default 0 (not yet measured on a GPU) */
+  /** 1: the row-tiled kernel loads a Q4_K block header once for a thread's chunks of one step (RowTileShape.shareHeader), 0 not; default 1 where subgroups are 32 wide or more (GPUs), else 0 */
   readonly rowTileHeader?: number;
   /** MoE routing kernel: 1 (default) one subgroup per token where the subgroup size is fixed (wgsl-route.ts), 0 the 256-thread workgroup per token (ROUTE_WGSL) */
   readonly route?: number;
@@ -158,8 +158,9 @@ export interface KernelTuning {
   /** wide attention: workgroups a split grid aims for (default 128, about the H200's 132 SMs) */
   readonly attnWgs?: number;
   /**
-   * steps of up to fuseTokens tokens on the wide kernel: 1 (default) the RMSNorms (and the MoE combine into the
-   * residual) inside the products that read them (gpu-model.ts, WideFusion), 0 as dispatches of their own
+   * steps of up to fuseTokens tokens on the wide kernel: the RMSNorms (and the MoE combine into the residual) inside the
+   * products that read them (gpu-model.ts, WideFusion) — 2 (default) the FFN's norm, 3 the attention's norm and the
+   * combine, 1 both, 0 neither (each a dispatch of its own)
    */
   readonly normFuse?: number;
   /** probe, not a tuning: this many trivial dependent dispatches after every layer (what a dispatch boundary costs inside a step); default 0 */

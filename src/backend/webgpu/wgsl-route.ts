@@ -234,9 +234,10 @@ export function routeWGSL(s: RouteShape, norm?: { readonly dim: number; readonly
   const rms =
     norm === undefined
       ? ""
-      : `\n  var ss = 0.0;
-  for (var j = lane; j < ${norm.dim / 4}u; j += SG) { let v = H[tk * ${norm.dim / 4}u + j]; ss += dot(v, v); }
-  ninv = inverseSqrt(subgroupAdd(ss) / ${norm.dim}.0 + ${Math.fround(norm.eps).toExponential()});`;
+      : `\n  // a constant trip count, so that every load is issued before the sums need them
+  var ss = vec4f(0.0);
+  for (var k = 0u; k < ${Math.ceil(norm.dim / 4 / s.sg)}u; k++) { let j = k * SG + lane; if (j < ${norm.dim / 4}u) { let v = H[tk * ${norm.dim / 4}u + j]; ss += v * v; } }
+  ninv = inverseSqrt(subgroupAdd((ss.x + ss.y) + (ss.z + ss.w)) / ${norm.dim}.0 + ${Math.fround(norm.eps).toExponential()});`;
   return /* wgsl */ `enable subgroups;${bindings}
 ${norm !== undefined ? "var<private> ninv: f32;" : ""}
 fn logit(t: u32, e: u32) -> f32 { return Z[p.zOff + t * p.zStride + e]${norm !== undefined ? " * ninv" : ""}; }

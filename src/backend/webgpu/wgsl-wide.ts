@@ -80,15 +80,6 @@ export interface WideFusion {
   readonly addCombine?: { readonly K: number; readonly width: number };
 }
 
-/** y += v + Σ_k w_k·ye_k at (token t, row r): the residual's combine beside an accumulating product (WideFusion.addCombine). */
-function addCombineOutWGSL(K: number, width: number): string {
-  const terms = Array.from({ length: K }, (_, k) => ` + RW[t * ${K}u + ${k}u] * YE[(t * ${K}u + ${k}u) * ${width}u + p.rowBase + r]`).join("");
-  return `fn out(b: u32, t: u32, r: u32, v: f32) {
-  let yo = p.yOff + b * p.yBatch + t * p.yStride + p.rowBase + r;
-  Y[yo] = Y[yo] + v${terms};
-}`;
-}
-
 /** A WGSL f32 literal of x (finite). */
 function wgslFloat(x: number): string {
   const t = Math.fround(x).toExponential();
@@ -546,7 +537,18 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
   }).join("\n  ");
   const loop = outer === 1 ? `{\n    let cb = lane;\n    ${steps1}\n  }` : `for (var it = 0u; it < ${outer}u; it++) {\n    let cb = it * ${G * SG}u + lane;\n    ${steps1}\n  }`;
   const xq = Array.from({ length: N }, (_, t) => `let xq${t} = xq + ${t}u * xs;`).join(" ");
-  const writes = Array.from({ length: S }, (_, j) => `if (${S === 1 ? "valid" : `ok${j}`}) { ${Array.from({ length: N }, (_, t) => `out(b, ${t}u, ${S === 1 ? "r" : `r${j}`}, v${j}.${"xyzw"[t]});`).join(" ")} }`).join(" ");
+  // addCombine: each row's combine term loaded at the start (beside the weights' loads), added as the row is written
+  const ac = fx?.addCombine;
+  const rowName = (j: number): string => (S === 1 ? "r" : `r${j}`);
+  const combineEarly =
+    ac === undefined
+      ? ""
+      : Array.from({ length: S }, (_, j) => {
+          const rr = `select(0u, ${rowName(j)}, ${S === 1 ? "valid" : `ok${j}`})`;
+          const per = (t: number): string => Array.from({ length: ac.K }, (_, k) => `RW[${t * ac.K + k}u] * YE[${(t * ac.K + k) * ac.width}u + p.rowBase + ${rr}]`).join(" + ");
+          return `let cm${j} = vec4f(${Array.from({ length: 4 }, (_, t) => (t < N ? per(t) : "0.0")).join(", ")});`;
+        }).join("\n  ");
+  const writes = Array.from({ length: S }, (_, j) => `if (${S === 1 ? "valid" : `ok${j}`}) { ${Array.from({ length: N }, (_, t) => `out(b, ${t}u, ${rowName(j)}, v${j}.${"xyzw"[t]}${ac !== undefined ? ` + cm${j}.${"xyzw"[t]}` : ""});`).join(" ")} }`).join(" ");
   const rowBases =
     S === 1
       ? "let rb = p.wOff + wb + select(0u, r, valid) * p.rowBytes;"
@@ -558,7 +560,7 @@ ${P > 0 ? `var<workgroup> XS: array<vec4f, ${stagedVec4s(N, s.cols, P)}>;
 fn xsw(v: u32) -> u32 { return v + (v >> ${P}u); }` : ""}
 ${s.sums ? `var<workgroup> XSS: array<f32, ${N * (s.cols / 16)}>;` : ""}
 ${WIDE_HELPERS}
-${fx?.addCombine !== undefined ? addCombineOutWGSL(fx.addCombine.K, fx.addCombine.width) : matOutWGSL(true)}
+${matOutWGSL(true)}
 // wide matvec: ${NC} chunks per row, ${G} per lane and pass, ${outer} pass(es)
 @compute @workgroup_size(${R * SG})
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
@@ -602,6 +604,7 @@ ${
   let xs = p.xStride >> 2u;
   ${xq}
   ${norm !== undefined ? "var ninv = vec4f(1.0);" : ""}
+  ${combineEarly}
   ${P > 0 && !early ? stage : ""}
   ${accs}
   ${early ? `{\n    let cb = lane;\n    ${xread(loads.join("\n    "))}\n    ${stage}\n    ${xread(uses.join("\n    "))}\n  }` : `if (valid) {\n  ${loop}\n  }`}

@@ -24,6 +24,8 @@ const listed = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWri
 // the RMSNorms (and the MoE combine into the residual) as dispatches of their own in small steps, not fused into the
 // wide products that read them (default on: normFuse)
 const unfused = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { normFuse: 0 } });
+// the attention's norm and the MoE combine fused too (A0 and o), not only the FFN's norm (the default)
+const allFused = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { normFuse: 1 } });
 after(() => rt?.device.destroy());
 
 /** The kernels a runtime dispatches (the first word of their labels), collected from now on. */
@@ -47,9 +49,9 @@ const fusedCase: SynthCase = { label: "tiny-q8-2moe", base: "tiny", over: { n_la
 const cases: SynthCase[] = [...CASES.filter((c) => c.base === "tiny"), fusedCase, { label: "tiny-v3-q4km", base: "tiny", over: {}, type: "Q4_K_M" }];
 
 const last = cases[cases.length - 1]!;
-for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as const, [last, wideAttn] as const, [last, routeFused] as const, [last, listed] as const, [fusedCase, unfused] as const]) {
+for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as const, [last, wideAttn] as const, [last, routeFused] as const, [last, listed] as const, [fusedCase, unfused] as const, [fusedCase, allFused] as const]) {
   const replay = r === plain;
-  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}${r === wideAttn ? ", wide decode attention" : ""}${r === routeFused ? ", routing fused (routerFuse = 1)" : ""}${r === listed ? ", expert lists (expertsFrom = 0.25)" : ""}${r === unfused ? ", norms unfused (normFuse = 0)" : ""}`, { skip }, async () => {
+  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}${r === wideAttn ? ", wide decode attention" : ""}${r === routeFused ? ", routing fused (routerFuse = 1)" : ""}${r === listed ? ", expert lists (expertsFrom = 0.25)" : ""}${r === unfused ? ", norms unfused (normFuse = 0)" : ""}${r === allFused ? ", attention norm and combine fused too (normFuse = 1)" : ""}`, { skip }, async () => {
     kernels.get(r!)?.clear();
     const before = r!.stats.dispatches;
     const m = synthModel(c, 9);
@@ -77,10 +79,12 @@ for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as co
       if (seen !== undefined && config.nLayer > config.nLeadingDense) assert.equal(seen.has("moeRouter"), r === routeFused, `kernels: ${[...seen].join(", ")}`);
       if (r === rt) dispatches.set(c.label, r!.stats.dispatches - before);
       if (r === listed && config.nLayer > config.nLeadingDense) assert.ok(seen!.has("expertLists"), `kernels: ${[...seen!].join(", ")}`);
-      if (r === unfused) {
-        // the fused run: per decode step of the three layers, two dispatches fewer in each MoE layer and one in the rest
+      // per small step: the FFN's norm a dispatch of its own in each MoE layer unfused; fused (normFuse = 1) also
+      // the attention's norm in every layer
+      if (r === unfused || r === allFused) {
         const fusedCount = dispatches.get(c.label)!;
-        assert.ok(r!.stats.dispatches - before > fusedCount, `dispatches: ${r!.stats.dispatches - before} unfused, ${fusedCount} fused`);
+        const count = r!.stats.dispatches - before;
+        assert.ok(r === unfused ? count > fusedCount : count < fusedCount, `dispatches: ${count} with normFuse = ${r!.tune.normFuse}, ${fusedCount} by default`);
       }
       // (the default runtime saves the FFN norm's dispatch instead, which routerFuse = 1 keeps: no fewer dispatches)
       if (r === routeFused) assert.ok(kernels.get(rt!)!.has("moeRoute"));

@@ -5,7 +5,8 @@ import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { combineThree, gemmI8, mmaWGSL, packI8, quantizeThree, splitThree, THREE_MAX, unpackI8, type MmaKernel } from "../../../src/backend/webgpu/mma-kernels.js";
 import { requestGpuDevice } from "../../../src/backend/webgpu/device.js";
 import { isSoftwareAdapter } from "../../../src/model/load.js";
@@ -72,7 +73,10 @@ test("both load/store forms in the generated WGSL", () => {
 
 test("the probe exits cleanly where subgroup matrices are not offered", { timeout: 120_000 }, () => {
   const json = join(mkdtempSync(join(tmpdir(), "mma-")), "probe.json");
-  const r = spawnSync(process.execPath, ["--import", "tsx", "src/backend/webgpu/mma-probe.ts", "--json", json], { encoding: "utf8", env: { ...process.env, XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR ?? "/tmp" }, timeout: 110_000 });
+  // compiled (scripts/h200-tests.sh runs the tests as .js, without tsx): the compiled probe beside them
+  const here = fileURLToPath(import.meta.url);
+  const probe = here.endsWith(".js") ? [join(dirname(here), "../../../src/backend/webgpu/mma-probe.js")] : ["--import", "tsx", "src/backend/webgpu/mma-probe.ts"];
+  const r = spawnSync(process.execPath, [...probe, "--quick", "--json", json], { encoding: "utf8", env: { ...process.env, XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR ?? "/tmp" }, timeout: 110_000 });
   assert.equal(r.status, 0, r.stderr);
   const rep = JSON.parse(readFileSync(json, "utf8")) as { offered: boolean };
   if (rep.offered) return; // a machine with the feature runs the whole probe instead

@@ -37,6 +37,11 @@ function upload(rt: GpuRuntime, m: QMatrix): GpuMatrix {
   return GpuMatrix.upload(rt, m.name, m.type, m.cols, m.rows, m.data);
 }
 
+function once<T>(make: () => T): () => T {
+  let v: { value: T } | undefined;
+  return () => (v ??= { value: make() }).value;
+}
+
 /** An F32 matrix with its columns scaled by g (a norm's weights folded in: W·(g ⊙ x) = (W·diag(g))·x). */
 function foldNorm(rt: GpuRuntime, m: QMatrix, g: Float32Array): GpuMatrix {
   const w = new Float32Array(m.data.slice().buffer, 0, m.rows * m.cols);
@@ -87,8 +92,11 @@ interface GpuLayer {
   ffnNorm: GPUBuffer;
   dense: GpuFFN | undefined;
   router: GpuMatrix | undefined;
-  /** an F32 router with ffn_norm's weights folded into its columns: z = (W·diag(g))·h / rms(h), with no normed x (normFuse) */
-  routerNormed: GpuMatrix | undefined;
+  /**
+   * the F32 router with ffn_norm's weights folded into its columns, z = (W·diag(g))·h / rms(h) needing no normed x
+   * (normFuse): made on first use (a V3-sized model would hold ~0.4 GB more for it), undefined for other router types
+   */
+  routerNormed: (() => GpuMatrix) | undefined;
   bias: GPUBuffer | undefined;
   experts: GpuFFN | undefined;
   shared: GpuFFN | undefined;
@@ -182,7 +190,7 @@ export class GpuModel {
         ffnNorm: f32(lw.ffnNorm, "ffn_norm"),
         dense: lw.dense && ffn(lw.dense),
         router: m && upload(rt, m.router),
-        routerNormed: m && m.router.type === GGMLType.F32 ? foldNorm(rt, m.router, lw.ffnNorm) : undefined,
+        routerNormed: m && m.router.type === GGMLType.F32 ? once(() => foldNorm(rt, m.router, lw.ffnNorm)) : undefined,
         bias: m?.bias && f32(m.bias, "exp_probs_b"),
         experts: m && {
           gate: uploadStack(rt, m.experts.map((e) => e.gate), `blk.${il}.ffn_gate_exps`),
@@ -455,7 +463,7 @@ export class GpuModel {
         const [sharedFirst, ...sharedRest] = shared !== undefined ? this.ffnGateUp(shared, n, b.gs!, ffnIn, ffnNorm) : [];
         together(() => {
           if (fused !== undefined) moeRouter(rt, fused, l.router!, b.x!, b.z!, l.bias, b.rids!, b.rw!, routing);
-          else matmul(rt, ffnFused ? l.routerNormed! : l.router!, ffnIn, b.z!, { n, xStride: Hd, yStride: E });
+          else matmul(rt, ffnFused ? l.routerNormed!() : l.router!, ffnIn, b.z!, { n, xStride: Hd, yStride: E });
           sharedFirst?.();
         });
         for (const step of sharedRest) step();

@@ -1,18 +1,33 @@
 #!/usr/bin/env bash
 # The user-facing paths on the lent H200: `latent run --backend webgpu` (greedy, chained on the GPU) and `latent serve
 # --backend webgpu` under concurrent greedy clients (scripts/serve-probe.mjs), on v2-lite Q4_K_M (all 27 layers,
-# synthesized once). Run from the repository root on that machine with .gpu, .gpu-nm and .gpu-test carried
-# (`bash scripts/h200-tests.sh prepare` here first: its compiled tree and run-time packages serve as dist/ there).
-#   bash scripts/h200-serve.sh [clients, default 1,8,32] [max tokens per request, default 128]
+# synthesized once). `prepare` here builds .gpu-serve/ (the compiled tree and only the run-time packages' files that
+# load, to fit the device tool's carry); `run` on that machine from the repository root, with .gpu, .gpu-nm and
+# .gpu-serve carried:
+#   bash scripts/h200-serve.sh prepare
+#   bash scripts/h200-serve.sh run [clients, default 1,8,32] [max tokens per request, default 128]
 set -uo pipefail
+if [ "${1:-}" = prepare ]; then
+  grep -qxF '.gpu-serve/' .git/info/exclude 2>/dev/null || echo '.gpu-serve/' >> .git/info/exclude
+  rm -rf .gpu-serve && mkdir -p .gpu-serve/node_modules
+  npx tsc -p tsconfig.build.json --outDir .gpu-serve/dist --sourceMap false || exit 1
+  # what src/ imports at run time (webgpu comes from .gpu-nm there): package.json and the .js/.cjs files only
+  for p in cli-progress string-width emoji-regex is-fullwidth-code-point strip-ansi ansi-regex @huggingface/jinja prom-client tdigest bintrees @opentelemetry/api; do
+    (cd node_modules && find "$p" \( -name package.json -o -name "*.js" -o -name "*.cjs" \) ! -path "*/test/*" ! -path "*/examples/*" -print0 | xargs -0 -I{} install -D {} "../.gpu-serve/node_modules/{}")
+  done
+  du -sh .gpu-serve
+  exit 0
+fi
+[ "${1:-}" = run ] || { echo "usage: bash scripts/h200-serve.sh prepare|run [clients] [max tokens]" >&2; exit 2; }
+shift
 source .gpu/env.sh
 export XDG_RUNTIME_DIR=/tmp
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" node_modules
-rm -rf dist && cp -r .gpu-test/dall/src dist
-cp -r .gpu-test/node_modules/* node_modules/ && cp -r .gpu-nm/webgpu node_modules/
+rm -rf dist && cp -r .gpu-serve/dist dist
+cp -r .gpu-serve/node_modules/* node_modules/ && cp -r .gpu-nm/webgpu node_modules/
 [ -f node_modules/webgpu/dist/linux-x64/dawn.node ] || xz -d node_modules/webgpu/dist/linux-x64/dawn.node.xz
-latent() { node dist/cli/main.js "$@"; }
+latent() { node --input-type=module -e 'const { main } = await import("./dist/cli/main.js"); await main(process.argv.slice(1));' -- "$@"; }
 model=/tmp/v2l.gguf
 [ -f $model ] || latent synth --preset v2-lite --type Q4_K_M -o $model > "$OUT/synth.log" 2>&1 || { tail -5 "$OUT/synth.log"; exit 1; }
 

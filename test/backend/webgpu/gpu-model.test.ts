@@ -46,7 +46,9 @@ const TOL = 1e-3;
 // every product of the attention and MoE FFN on the wide kernel (Q8_0; o 64 columns wide), two MoE layers: the fused
 // norms and the combine into the next layer's A0 and o all run
 const fusedCase: SynthCase = { label: "tiny-q8-2moe", base: "tiny", over: { n_layer: 3, n_dense: 1, n_head: 4, v_head: 16 }, type: "Q8_0" };
-const cases: SynthCase[] = [...CASES.filter((c) => c.base === "tiny"), fusedCase, { label: "tiny-v3-q4km", base: "tiny", over: {}, type: "Q4_K_M" }];
+// glm-dsa on the wide kernel: the FFN's norm fused (DSA keeps the attention's norm a dispatch of its own)
+const glmCase: SynthCase = { label: "tiny-glm-q8", base: "tiny-glm", over: {}, type: "Q8_0" };
+const cases: SynthCase[] = [...CASES.filter((c) => c.base === "tiny"), fusedCase, glmCase, { label: "tiny-v3-q4km", base: "tiny", over: {}, type: "Q4_K_M" }];
 
 const last = cases[cases.length - 1]!;
 for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as const, [last, wideAttn] as const, [last, routeFused] as const, [last, listed] as const, [fusedCase, unfused] as const, [fusedCase, allFused] as const]) {

@@ -101,7 +101,10 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
   const backend = backendOption(values.backend, "cpu");
   const threads = intOption("threads", values.threads, 1);
 
+  const t0 = performance.now();
   const runner = openRunner(modelPath, io, backend, threads, path, values, nPredict, chunk);
+  // opening the model: reading its file, and on the fused GPU pipeline starting the device and uploading the weights
+  const loadMs = performance.now() - t0;
   const { tokenizer, prompt, model } = runner;
 
   const bar = json ? undefined : positionsBar(io, "prompt");
@@ -145,6 +148,7 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
         ...(result.top !== undefined ? { top: result.top[i]!.map(([tid, lp]) => [tid, lp]) } : {}),
       })),
       timings: {
+        load_ms: loadMs,
         prompt_tokens: result.promptTokens,
         prefill_ms: t.prefillMs,
         prompt_tokens_per_second: t.promptTokensPerSecond,
@@ -159,7 +163,7 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
   }
   io.out(result.text.slice(streamed) + "\n");
   io.err(
-    `prompt: ${result.promptTokens} tokens in ${t.prefillMs.toFixed(1)} ms (${t.promptTokensPerSecond.toFixed(2)} tokens/s) | ` +
+    `loaded in ${loadMs.toFixed(1)} ms | prompt: ${result.promptTokens} tokens in ${t.prefillMs.toFixed(1)} ms (${t.promptTokensPerSecond.toFixed(2)} tokens/s) | ` +
       `generated: ${result.tokens.length} tokens, ${t.decodeSteps} decode steps in ${t.decodeMs.toFixed(1)} ms (${t.tokensPerSecond.toFixed(2)} tokens/s) | ` +
       `finish: ${result.finishReason} | path ${path} | backend ${runner.backend} | decode ${decode} | seed ${seed}\n`,
   );

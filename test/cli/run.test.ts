@@ -54,7 +54,7 @@ test("--json: one object with text, tokens, finish_reason, logprobs and timings"
     assert.equal(l.top?.length, 3);
     assert.equal(l.top![0]![1], l.logprob, "greedy picks the top alternative");
   }
-  for (const k of ["prompt_tokens", "prefill_ms", "prompt_tokens_per_second", "generated_tokens", "decode_steps", "decode_ms", "tokens_per_second"]) {
+  for (const k of ["load_ms", "prompt_tokens", "prefill_ms", "prompt_tokens_per_second", "generated_tokens", "decode_steps", "decode_ms", "tokens_per_second"]) {
     assert.equal(typeof j.timings[k], "number", k);
   }
   assert.equal(j.timings["generated_tokens"], 10);
@@ -85,7 +85,7 @@ test("streaming: stdout is the text plus a newline, timings with tokens/s on std
   const r = await cli([M, "-p", "hello world", "-n", "15", "--seed", "11"]);
   const j = await runJson([M, "-p", "hello world", "-n", "15", "--seed", "11"]);
   assert.equal(r.out, j.text + "\n");
-  assert.match(r.err, /^prompt: 8 tokens in [\d.]+ ms \([\d.]+ tokens\/s\) \| generated: \d+ tokens, \d+ decode steps in [\d.]+ ms \([\d.]+ tokens\/s\) \| finish: (stop|length) \| path prefill \| backend \S+ \| decode host-sampling \| seed 11\n$/);
+  assert.match(r.err, /^loaded in [\d.]+ ms \| prompt: 8 tokens in [\d.]+ ms \([\d.]+ tokens\/s\) \| generated: \d+ tokens, \d+ decode steps in [\d.]+ ms \([\d.]+ tokens\/s\) \| finish: (stop|length) \| path prefill \| backend \S+ \| decode host-sampling \| seed 11\n$/);
 });
 
 test("seeded sampling is reproducible; the default seed is random and reported", async () => {

@@ -31,15 +31,16 @@ latent() { node --input-type=module -e 'const { main } = await import("./dist/cl
 model=/tmp/v2l.gguf
 [ -f $model ] || latent synth --preset v2-lite --type Q4_K_M -o $model > "$OUT/synth.log" 2>&1 || { tail -5 "$OUT/synth.log"; exit 1; }
 
-echo "=== latent run --backend webgpu, greedy, 256 tokens"
-latent run $model -p "The quick brown fox" -n 256 --temp 0 --ignore-eos --backend webgpu --json > "$OUT/run.json" 2> "$OUT/run.err"
-echo "rc=$?"; tail -3 "$OUT/run.err"
+# each phase stamped and bounded, so that a call cut short by the device's time limit still shows how far it got
+echo "=== $(date +%T) latent run --backend webgpu, greedy, 256 tokens"
+timeout "${RUN_TIMEOUT:-240}" bash -c "$(declare -f latent); latent run $model -p 'The quick brown fox' -n 256 --temp 0 --ignore-eos --backend webgpu --json" > "$OUT/run.json" 2> "$OUT/run.err"
+echo "$(date +%T) rc=$?"; grep -v "^Warning" "$OUT/run.err" | tail -3
 node -e 'const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")); console.log(JSON.stringify({ backend: r.backend, decode: r.decode, finish_reason: r.finish_reason, generated: r.tokens.length, timings: r.timings }))' "$OUT/run.json"
 
-echo "=== latent serve --backend webgpu, concurrent greedy clients"
+echo "=== $(date +%T) latent serve --backend webgpu, concurrent greedy clients"
 latent serve $model --backend webgpu --port 8199 --max-batch 32 > "$OUT/serve.log" 2>&1 &
 server=$!
 node scripts/serve-probe.mjs --url http://127.0.0.1:8199 --clients "${1:-1,8,32}" --max-tokens "${2:-128}" --json "$OUT/serve.json"
-echo "probe rc=$?"
+echo "$(date +%T) probe rc=$?"
 curl -s http://127.0.0.1:8199/metrics 2>/dev/null | grep -E "^latent_(generation_tokens|prompt_tokens|steps|preemptions)_total"
 kill -TERM $server; wait $server; echo "server rc=$?"; tail -3 "$OUT/serve.log"

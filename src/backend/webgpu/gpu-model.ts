@@ -37,9 +37,13 @@ function upload(rt: GpuRuntime, m: QMatrix): GpuMatrix {
   return GpuMatrix.upload(rt, m.name, m.type, m.cols, m.rows, m.data);
 }
 
-function once<T>(make: () => T): () => T {
-  let v: { value: T } | undefined;
-  return () => (v ??= { value: make() }).value;
+/**
+ * foldNorm(m, g) made on first call. The closure holds only the router and the norm's weights: holding the layer
+ * would keep every expert's host copy alive after the upload.
+ */
+function foldLater(rt: GpuRuntime, m: QMatrix, g: Float32Array): () => GpuMatrix {
+  let folded: GpuMatrix | undefined;
+  return () => (folded ??= foldNorm(rt, m, g));
 }
 
 /** An F32 matrix with its columns scaled by g (a norm's weights folded in: W·(g ⊙ x) = (W·diag(g))·x). */
@@ -190,7 +194,7 @@ export class GpuModel {
         ffnNorm: f32(lw.ffnNorm, "ffn_norm"),
         dense: lw.dense && ffn(lw.dense),
         router: m && upload(rt, m.router),
-        routerNormed: m && m.router.type === GGMLType.F32 ? once(() => foldNorm(rt, m.router, lw.ffnNorm)) : undefined,
+        routerNormed: m && m.router.type === GGMLType.F32 ? foldLater(rt, m.router, lw.ffnNorm) : undefined,
         bias: m?.bias && f32(m.bias, "exp_probs_b"),
         experts: m && {
           gate: uploadStack(rt, m.experts.map((e) => e.gate), `blk.${il}.ffn_gate_exps`),

@@ -19,6 +19,7 @@
  * The shape (subgroup size, experts, groups) is compiled in, so the per-lane loops have constant bounds.
  */
 import { ROUTE_BINDINGS_WGSL } from "./wgsl-ops.js";
+import { wgslFloat } from "./wgsl-wide.js";
 
 /** Threads per workgroup: 64 / subgroup size tokens each (at least one). */
 const ROUTE_THREADS = 64;
@@ -237,7 +238,7 @@ export function routeWGSL(s: RouteShape, norm?: { readonly dim: number; readonly
       : `\n  // a constant trip count, so that every load is issued before the sums need them
   var ss = vec4f(0.0);
   for (var k = 0u; k < ${Math.ceil(norm.dim / 4 / s.sg)}u; k++) { let j = k * SG + lane; if (j < ${norm.dim / 4}u) { let v = H[tk * ${norm.dim / 4}u + j]; ss += v * v; } }
-  ninv = inverseSqrt(subgroupAdd((ss.x + ss.y) + (ss.z + ss.w)) / ${norm.dim}.0 + ${Math.fround(norm.eps).toExponential()});`;
+  ninv = inverseSqrt(subgroupAdd((ss.x + ss.y) + (ss.z + ss.w)) / ${norm.dim}.0 + ${wgslFloat(norm.eps)});`;
   return /* wgsl */ `enable subgroups;${bindings}
 ${norm !== undefined ? "var<private> ninv: f32;" : ""}
 fn logit(t: u32, e: u32) -> f32 { return Z[p.zOff + t * p.zStride + e]${norm !== undefined ? " * ninv" : ""}; }

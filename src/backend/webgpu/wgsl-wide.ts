@@ -80,10 +80,9 @@ export interface WideFusion {
   readonly addCombine?: { readonly K: number; readonly width: number };
 }
 
-/** A WGSL f32 literal of x (finite). */
-function wgslFloat(x: number): string {
-  const t = Math.fround(x).toExponential();
-  return t.includes(".") || t.includes("e") ? t : `${t}.0`;
+/** A WGSL float literal of x rounded to f32 (finite): exponent notation is a float literal in WGSL. */
+export function wgslFloat(x: number): string {
+  return Math.fround(x).toExponential();
 }
 
 /** The storage buffers a fusion binds after the kernel's own, in order. */
@@ -507,7 +506,7 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
     ? `\n  for (var g = li; g < ${N * G16}u; g += ${R * SG}u) { let v = XS[xsw(4u * g)] + XS[xsw(4u * g + 1u)] + XS[xsw(4u * g + 2u)] + XS[xsw(4u * g + 3u)]; XSS[g] = (v.x + v.y) + (v.z + v.w); }\n  workgroupBarrier();`
     : "";
   // with a norm: x' (x plus the K weighted expert rows of its token) times g staged, each token's Σx'² summed per
-  // subgroup into NS before the staging barrier, then 1/rms per token (NINV) from those sums
+  // subgroup into NS before the staging barrier, then 1/rms per token (ninv) from those sums
   const combineX = Array.from({ length: K }, (_, k) => `v += RW[t * ${K}u + ${k}u] * YE[(t * ${K}u + ${k}u) * ${C4}u + c];`).join(" ");
   const stage =
     norm === undefined

@@ -9,7 +9,7 @@ import { LatentError } from "../../util/errors.js";
 
 /** Shared memory of one caller ↔ worker pair; the worker gets it as part of its workerData. */
 export interface BlockingChannel {
-  /** Int32 status word: 0 while waiting, 1 done, 2 failed */
+  /** Int32 status word: 0 while waiting, 1 done, 2 failed, 3 the thread could not start (stays so) */
   readonly control: SharedArrayBuffer;
   /** u32 length + UTF-8 text (the answer, or the error) */
   readonly message: SharedArrayBuffer;
@@ -19,8 +19,11 @@ export function newChannel(): BlockingChannel {
   return { control: new SharedArrayBuffer(4), message: new SharedArrayBuffer(4096) };
 }
 
-/** Worker side: answer the blocked caller (status 1 = done, 2 = failed) with an optional text. */
-export function answer(ch: BlockingChannel, status: 1 | 2, text = ""): void {
+/** The status word of a worker that could not start: every call fails with its reason. */
+const DEAD = 3;
+
+/** Worker side: answer the blocked caller (status 1 = done, 2 = failed, 3 = could not start) with an optional text. */
+export function answer(ch: BlockingChannel, status: 1 | 2 | 3, text = ""): void {
   const bytes = new TextEncoder().encode(text.slice(0, 4000));
   const room = ch.message.byteLength - 4;
   new Uint8Array(ch.message).set(bytes.subarray(0, room), 4);
@@ -30,13 +33,29 @@ export function answer(ch: BlockingChannel, status: 1 | 2, text = ""): void {
   Atomics.notify(ctl, 0);
 }
 
-/** The worker `name` (a sibling module): compiled JS directly; from TypeScript sources (tests, tsx) through tsx's loader. */
-function spawn(name: string, workerData: unknown): Worker {
+/**
+ * The worker `name` (a sibling module: compiled JS, or TypeScript through tsx's loader in tests), started from a small
+ * string boot that imports it. The boot answers the blocked caller itself when the module cannot load — a missing
+ * package, or a flag the thread inherited that a module entry refuses (`node --input-type=module -e …` makes a
+ * file-entry worker exit before any of its code runs) — so that the first call fails at once with the reason instead of
+ * waiting out its timeout.
+ */
+function spawn(name: string, workerData: { readonly channel: BlockingChannel }): Worker {
   // a computed path, not a literal: bundlers (Vite) would try to resolve `new URL(literal, import.meta.url)` as an asset
   const here = import.meta.url;
-  if (!here.endsWith(".ts")) return new Worker(new URL("./" + name + ".js", here), { workerData });
-  const url = new URL("./" + name + ".ts", here).href;
-  const boot = `(async () => { const { register } = await import("tsx/esm/api"); register(); await import(${JSON.stringify(url)}); })();`;
+  const ts = here.endsWith(".ts");
+  const url = new URL("./" + name + (ts ? ".ts" : ".js"), here).href;
+  const self = new URL("./blocking-worker" + (ts ? ".ts" : ".js"), here).href;
+  const boot = `(async () => {
+  const { workerData } = await import("node:worker_threads");
+  try {
+    ${ts ? 'const { register } = await import("tsx/esm/api"); register();' : ""}
+    await import(${JSON.stringify(url)});
+  } catch (e) {
+    const { answer } = await import(${JSON.stringify(self)});
+    answer(workerData.channel, ${DEAD}, ${JSON.stringify(`the ${name} thread failed to start: `)} + (e instanceof Error ? e.name + ": " + e.message : String(e)));
+  }
+})();`;
   return new Worker(boot, { eval: true, workerData });
 }
 
@@ -61,7 +80,11 @@ export class BlockingWorker<Req extends { readonly op: string }> {
    * `onTick`, the wait is cut in 100 ms slices and onTick runs after each (progress of a long call).
    */
   call(req: Req, onTick?: () => void): string {
-    Atomics.store(this.ctl, 0, 0);
+    // (an exchange, not a store: a thread that failed to start between two calls must not be overwritten)
+    if (Atomics.exchange(this.ctl, 0, 0) === DEAD) {
+      Atomics.store(this.ctl, 0, DEAD);
+      throw new LatentError(`webgpu: ${this.text()}`);
+    }
     this.worker.postMessage(req);
     const deadline = Date.now() + this.timeoutMs;
     for (;;) {
@@ -71,11 +94,16 @@ export class BlockingWorker<Req extends { readonly op: string }> {
       onTick?.();
     }
     const status = Atomics.load(this.ctl, 0);
-    const len = new DataView(this.channel.message).getUint32(0, true);
-    const text = new TextDecoder().decode(new Uint8Array(this.channel.message, 4, len).slice());
+    const text = this.text();
+    if (status === DEAD) throw new LatentError(`webgpu: ${text}`);
     new DataView(this.channel.message).setUint32(0, 0, true);
     if (status === 2) throw new LatentError(`webgpu: ${text}`);
     return text;
+  }
+
+  private text(): string {
+    const len = new DataView(this.channel.message).getUint32(0, true);
+    return new TextDecoder().decode(new Uint8Array(this.channel.message, 4, len).slice());
   }
 
   /** Post a request that gets no answer (ordered before later calls). */

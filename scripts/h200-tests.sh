@@ -17,7 +17,7 @@ case "${1:-}" in
     rm -rf .gpu-test && mkdir -p .gpu-test/node_modules
     npx tsc -p tsconfig.json --outDir .gpu-test/dall --sourceMap false || exit 1
     rm -rf .gpu-test/dall/bench .gpu-test/dall/scripts
-    find .gpu-test/dall/test -name "*.js" ! -path "*/backend/webgpu/*" ! -path "*/test/helpers/*" -delete
+    find .gpu-test/dall/test -name "*.js" ! -path "*/backend/webgpu/*" ! -path "*/test/helpers/*" ! -path "*/test/fixtures/workers/*" -delete
     # what src/ and the WebGPU tests import at run time (webgpu itself comes from .gpu-nm on the device)
     for p in cli-progress string-width emoji-regex is-fullwidth-code-point strip-ansi ansi-regex @huggingface/jinja; do
       mkdir -p ".gpu-test/node_modules/$(dirname "$p")" && cp -r "node_modules/$p" ".gpu-test/node_modules/$p"

@@ -48,12 +48,21 @@ function spawn(name: string, workerData: { readonly channel: BlockingChannel }):
   const self = new URL("./blocking-worker" + (ts ? ".ts" : ".js"), here).href;
   const boot = `(async () => {
   const { workerData } = await import("node:worker_threads");
+  const reason = (e) => (e instanceof Error ? e.name + ": " + e.message : String(e));
   try {
     ${ts ? 'const { register } = await import("tsx/esm/api"); register();' : ""}
-    await import(${JSON.stringify(url)});
-  } catch (e) {
     const { answer } = await import(${JSON.stringify(self)});
-    answer(workerData.channel, ${DEAD}, ${JSON.stringify(`the ${name} thread failed to start: `)} + (e instanceof Error ? e.name + ": " + e.message : String(e)));
+    // an error nothing caught (a callback's, outside any request) ends the thread: say so to the caller
+    const died = (e) => { answer(workerData.channel, ${DEAD}, ${JSON.stringify(`the ${name} thread died: `)} + reason(e)); process.exit(1); };
+    process.on("uncaughtException", died);
+    process.on("unhandledRejection", died);
+    try {
+      await import(${JSON.stringify(url)});
+    } catch (e) {
+      answer(workerData.channel, ${DEAD}, ${JSON.stringify(`the ${name} thread failed to start: `)} + reason(e));
+    }
+  } catch (e) {
+    console.error(${JSON.stringify(`the ${name} thread failed to start: `)} + reason(e));
   }
 })();`;
   return new Worker(boot, { eval: true, workerData });

@@ -15,3 +15,13 @@ test("a worker whose module cannot load fails its calls at once, naming the reas
   assert.ok(Date.now() - t1 < 1_000);
   w.terminate();
 });
+
+test("a worker that dies of an uncaught error fails the waiting call at once, naming the error", () => {
+  // (a sibling path relative to src/backend/webgpu/)
+  const w = new BlockingWorker<{ op: string }>("../../../test/fixtures/workers/dies-later", newChannel(), {}, 60_000);
+  const t0 = Date.now();
+  assert.throws(() => w.call({ op: "step" }), /the \.\.\/\.\.\/\.\.\/test\/fixtures\/workers\/dies-later thread died: Error: boom outside any request/);
+  assert.ok(Date.now() - t0 < 30_000, `${Date.now() - t0} ms`);
+  assert.throws(() => w.call({ op: "step" }), /died/);
+  w.terminate();
+});

@@ -355,7 +355,7 @@ export class GpuModel {
     // (v2-lite) combining cut batch 1 from 351 to 298 dispatches (GPU 3.81 → 3.59 ms per step) but made the 512-token
     // prefill slower (GPU 409 → 444 ms) and gained nothing at batch 64 (64.8 → 65.8 ms)
     const small = n <= (rt.tune.fuseTokens ?? FUSE_MAX_TOKENS);
-    const together = (fn: () => void): void => (small ? rt.together(fn) : fn());
+    const together = (fn: () => void): void => (small && rt.tune.together !== 0 ? rt.together(fn) : fn());
     getRows(rt, this.embd, b.ids!, b.h!, n);
     const table = this.ropeTable.ensure(ctx);
     // a MoE layer's weighted expert outputs wait in YE until the next RMSNorm, which adds them to h first (one kernel)

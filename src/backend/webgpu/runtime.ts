@@ -163,6 +163,12 @@ export interface KernelTuning {
    * combine, 1 both, 0 neither (each a dispatch of its own)
    */
   readonly normFuse?: number;
+  /**
+   * 0: small steps dispatch the independent kernel pairs gpu-model.ts would combine (GpuRuntime.together) one by one
+   * (their dependent boundary back, each kernel compiled alone: for measuring what combining costs in occupancy;
+   * BENCHMARKS.md round 11); default 1
+   */
+  readonly together?: number;
   /** probe, not a tuning: this many trivial dependent dispatches after every layer (what a dispatch boundary costs inside a step); default 0 */
   readonly padDispatches?: number;
 }

@@ -26,6 +26,8 @@ const listed = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWri
 const unfused = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { normFuse: 0 } });
 // the attention's norm and the MoE combine fused too (A0 and o), not only the FFN's norm (the default)
 const allFused = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { normFuse: 1 } });
+// the independent kernel pairs of small steps dispatched one by one instead of combined (together = 0)
+const apart = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { together: 0 } });
 after(() => rt?.device.destroy());
 
 /** The kernels a runtime dispatches (the first word of their labels), collected from now on. */
@@ -51,9 +53,9 @@ const glmCase: SynthCase = { label: "tiny-glm-q8", base: "tiny-glm", over: {}, t
 const cases: SynthCase[] = [...CASES.filter((c) => c.base === "tiny"), fusedCase, glmCase, { label: "tiny-v3-q4km", base: "tiny", over: {}, type: "Q4_K_M" }];
 
 const last = cases[cases.length - 1]!;
-for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as const, [last, wideAttn] as const, [last, routeFused] as const, [last, listed] as const, [fusedCase, unfused] as const, [fusedCase, allFused] as const]) {
+for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as const, [last, wideAttn] as const, [last, routeFused] as const, [last, listed] as const, [fusedCase, unfused] as const, [fusedCase, allFused] as const, [fusedCase, apart] as const]) {
   const replay = r === plain;
-  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}${r === wideAttn ? ", wide decode attention" : ""}${r === routeFused ? ", routing fused (routerFuse = 1)" : ""}${r === listed ? ", expert lists (expertsFrom = 0.25)" : ""}${r === unfused ? ", norms unfused (normFuse = 0)" : ""}${r === allFused ? ", attention norm and combine fused too (normFuse = 1)" : ""}`, { skip }, async () => {
+  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}${r === wideAttn ? ", wide decode attention" : ""}${r === routeFused ? ", routing fused (routerFuse = 1)" : ""}${r === listed ? ", expert lists (expertsFrom = 0.25)" : ""}${r === unfused ? ", norms unfused (normFuse = 0)" : ""}${r === allFused ? ", attention norm and combine fused too (normFuse = 1)" : ""}${r === apart ? ", kernel pairs apart (together = 0)" : ""}`, { skip }, async () => {
     kernels.get(r!)?.clear();
     const before = r!.stats.dispatches;
     const m = synthModel(c, 9);
@@ -83,6 +85,7 @@ for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as co
       if (r === listed && config.nLayer > config.nLeadingDense) assert.ok(seen!.has("expertLists"), `kernels: ${[...seen!].join(", ")}`);
       // per small step: the FFN's norm a dispatch of its own in each MoE layer unfused; fused (normFuse = 1) also
       // the attention's norm in every layer
+      if (r === apart) assert.ok(r!.stats.dispatches - before > dispatches.get(c.label)!, "pairs apart: more dispatches");
       if (r === unfused || r === allFused) {
         const fusedCount = dispatches.get(c.label)!;
         const count = r!.stats.dispatches - before;

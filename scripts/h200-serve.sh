@@ -20,25 +20,29 @@ if [ "${1:-}" = prepare ]; then
 fi
 [ "${1:-}" = run ] || { echo "usage: bash scripts/h200-serve.sh prepare|run [clients] [max tokens]" >&2; exit 2; }
 shift
-source .gpu/env.sh
+# (GPU_ENV=/dev/null, MODEL and SYNTH try the script elsewhere, e.g. on lavapipe with a 2-layer model)
+source "${GPU_ENV:-.gpu/env.sh}"
 export XDG_RUNTIME_DIR=/tmp
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" node_modules
 rm -rf dist && cp -r .gpu-serve/dist dist
 cp -r .gpu-serve/node_modules/* node_modules/ && cp -r .gpu-nm/webgpu node_modules/
 [ -f node_modules/webgpu/dist/linux-x64/dawn.node ] || xz -d node_modules/webgpu/dist/linux-x64/dawn.node.xz
-latent() { node --input-type=module -e 'const { main } = await import("./dist/cli/main.js"); await main(process.argv.slice(1));' -- "$@"; }
-model=/tmp/v2l.gguf
-[ -f $model ] || latent synth --preset v2-lite --type Q4_K_M -o $model > "$OUT/synth.log" 2>&1 || { tail -5 "$OUT/synth.log"; exit 1; }
+# a file entry for the compiled CLI (bin/latent.mjs would look for tsx when src/ is newer than dist/)
+printf 'const { main } = await import("./cli/main.js");\nawait main(process.argv.slice(2));\n' > dist/latent-entry.mjs
+latent() { node dist/latent-entry.mjs "$@"; }
+model=${MODEL:-/tmp/v2l.gguf}
+# shellcheck disable=SC2086
+[ -f "$model" ] || latent synth ${SYNTH:---preset v2-lite --type Q4_K_M} -o "$model" > "$OUT/synth.log" 2>&1 || { tail -5 "$OUT/synth.log"; exit 1; }
 
 # each phase stamped and bounded, so that a call cut short by the device's time limit still shows how far it got
-echo "=== $(date +%T) latent run --backend webgpu, greedy, 256 tokens"
-timeout "${RUN_TIMEOUT:-240}" bash -c "$(declare -f latent); latent run $model -p 'The quick brown fox' -n 256 --temp 0 --ignore-eos --backend webgpu --json" > "$OUT/run.json" 2> "$OUT/run.err"
+echo "=== $(date +%T) latent run --backend webgpu, greedy, ${N_PREDICT:-256} tokens"
+timeout "${RUN_TIMEOUT:-240}" node dist/latent-entry.mjs run "$model" -p 'The quick brown fox' -n "${N_PREDICT:-256}" --temp 0 --ignore-eos --backend webgpu --json > "$OUT/run.json" 2> "$OUT/run.err"
 echo "$(date +%T) rc=$?"; grep -v "^Warning" "$OUT/run.err" | tail -3
 node -e 'const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")); console.log(JSON.stringify({ backend: r.backend, decode: r.decode, finish_reason: r.finish_reason, generated: r.tokens.length, timings: r.timings }))' "$OUT/run.json"
 
 echo "=== $(date +%T) latent serve --backend webgpu, concurrent greedy clients"
-latent serve $model --backend webgpu --port 8199 --max-batch 32 > "$OUT/serve.log" 2>&1 &
+node dist/latent-entry.mjs serve "$model" --backend webgpu --port 8199 --max-batch 32 > "$OUT/serve.log" 2>&1 &
 server=$!
 node scripts/serve-probe.mjs --url http://127.0.0.1:8199 --clients "${1:-1,8,32}" --max-tokens "${2:-128}" --json "$OUT/serve.json"
 echo "$(date +%T) probe rc=$?"

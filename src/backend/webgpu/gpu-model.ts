@@ -15,6 +15,7 @@ import type { SwiGLU } from "../../model/weights.js";
 import { LatentError } from "../../util/errors.js";
 import { expertListWords, expertLists, expertsFrom, fusable, getRows, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLUSteps, type CombineArgs, type FusionArgs } from "./matrix.js";
 import { addNorm, argmaxRows, argmaxScratchWords, attention, attentionScratch, copyU32, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, routeNormShape, scatterRows, touch, type RouteArgs } from "./ops.js";
+import { attentionFused, attnFusedShape } from "./attn-fused.js";
 import { moeRouter, routerFuseShape } from "./router.js";
 import type { GpuRuntime, Recording } from "./runtime.js";
 import { ATTN_CHUNK } from "./wgsl-ops.js";
@@ -395,7 +396,12 @@ export class GpuModel {
         kvCacheWrite(rt, b.a0!, l.kvANorm, table, R, b.pos!, b.rowIdx!, l.cacheC, l.cacheK, { n, L, kvOff: F0, stride: S0, ...(lora ? { qNorm: { g: l.qANorm!, dim: Lq } } : { qRope }) }, c.rmsEps);
       // absorbed queries [q_abs (L) | q_pe (R)] per head: q_abs = W_UKᵀ q_nope (q_pe roped straight into place)
       const absorb = (q: GPUBuffer, qStride: number): void => matmul(rt, l.kB, q, b.qAbs!, { n, xStride: qStride, yStride: H * (L + R), batch: { count: H, xBatch: D, yBatch: L + R } });
-      if (lora) {
+      // one token, no q-LoRA or DSA, keys in one chunk: the cache write, absorb, attention and W_UV as one dispatch
+      // (tune.attnFuse = 1; attn-fused.ts)
+      const fusedAttn = n === 1 && !lora && b.metaBase === undefined ? attnFusedShape(rt, l.kB, l.vB, { heads: H, P, R, L, V, maxKeys }) : undefined;
+      if (fusedAttn !== undefined) {
+        attentionFused(rt, fusedAttn, { a0: b.a0!, kB: l.kB, vB: l.vB, g: l.kvANorm, table, pos: b.pos!, rowIdx: b.rowIdx!, cacheC: l.cacheC, cacheK: l.cacheK, meta: b.meta!, sel: b.sel!, o: b.o! }, { scale: c.kqScale, eps: c.rmsEps, pageSize: this.opts.pages?.pageSize ?? 0, kvOff: F0 });
+      } else if (lora) {
         // the queries from the normed latent into Q
         cacheWrite();
         matmul(rt, l.qB!, b.a0!, b.q!, { n, xStride: S0, yStride: H * D });
@@ -411,7 +417,7 @@ export class GpuModel {
         });
         if (b.metaBase !== undefined) this.selectKeys(l, n, maxKeys);
       }
-      attention(rt, { q: b.qAbs!, k1: l.cacheC, k2: l.cacheK, v: l.cacheC, meta: b.meta!, sel: b.sel!, o: b.lo!, part: b.part }, {
+      if (fusedAttn === undefined) attention(rt, { q: b.qAbs!, k1: l.cacheC, k2: l.cacheK, v: l.cacheC, meta: b.meta!, sel: b.sel!, o: b.lo!, part: b.part }, {
         nq: n,
         heads: H,
         d1: L,
@@ -426,7 +432,7 @@ export class GpuModel {
         o: { off: 0, stride: H * L, head: L },
         pageSize: this.opts.pages?.pageSize ?? 0,
       });
-      matmul(rt, l.vB, b.lo!, b.o!, { n, xStride: H * L, yStride: H * V, batch: { count: H, xBatch: L, yBatch: V } });
+      if (fusedAttn === undefined) matmul(rt, l.vB, b.lo!, b.o!, { n, xStride: H * L, yStride: H * V, batch: { count: H, xBatch: L, yBatch: V } });
       matmul(rt, l.o, b.o!, b.h!, { n, xStride: H * V, yStride: Hd, acc: true, ...(oCombine ? { fuse: { addCombine: combineArgs } } : {}) });
       if (oCombine) combinePending = false;
 

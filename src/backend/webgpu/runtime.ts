@@ -163,6 +163,8 @@ export interface KernelTuning {
    * combine, 1 both, 0 neither (each a dispatch of its own)
    */
   readonly normFuse?: number;
+  /** 1: a one-token step's cache write, W_UK absorb, attention and W_UV as one dispatch (attn-fused.ts; ≤ 256 keys, no DSA or q-LoRA); default 0 (not yet measured on a GPU) */
+  readonly attnFuse?: number;
   /**
    * 0: small steps dispatch the independent kernel pairs gpu-model.ts would combine (GpuRuntime.together) one by one
    * (their dependent boundary back, each kernel compiled alone: for measuring what combining costs in occupancy;

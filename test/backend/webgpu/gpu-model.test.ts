@@ -26,6 +26,16 @@ const listed = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWri
 const unfused = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { normFuse: 0 } });
 // the attention's norm and the MoE combine fused too (A0 and o), not only the FFN's norm (the default)
 const allFused = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { normFuse: 1 } });
+// a one-token step's cache write, absorb, attention and W_UV as one dispatch (attnFuse = 1), counted
+const attnFused = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { attnFuse: 1 } });
+let attnFusedDispatches = 0;
+if (attnFused !== undefined) {
+  const dispatch = attnFused.dispatch.bind(attnFused);
+  attnFused.dispatch = (label, ...rest) => {
+    if (label === "attention fused") attnFusedDispatches++;
+    dispatch(label, ...rest);
+  };
+}
 // the independent kernel pairs of small steps dispatched one by one instead of combined (together = 0)
 const apart = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { together: 0 } });
 after(() => rt?.device.destroy());
@@ -50,12 +60,15 @@ const TOL = 1e-3;
 const fusedCase: SynthCase = { label: "tiny-q8-2moe", base: "tiny", over: { n_layer: 3, n_dense: 1, n_head: 4, v_head: 16 }, type: "Q8_0" };
 // glm-dsa on the wide kernel: the FFN's norm fused (DSA keeps the attention's norm a dispatch of its own)
 const glmCase: SynthCase = { label: "tiny-glm-q8", base: "tiny-glm", over: {}, type: "Q8_0" };
+// no q-LoRA (the fused attention's case), every attention matrix Q8_0
+const noLoraCase: SynthCase = { label: "tiny-q8-noqlora", base: "tiny", over: { n_layer: 3, n_dense: 1, n_head: 4, v_head: 16, q_lora: 0 }, type: "Q8_0" };
+const oddCase = CASES.find((c) => c.label === "no-qlora-odd")!;
 const cases: SynthCase[] = [...CASES.filter((c) => c.base === "tiny"), fusedCase, glmCase, { label: "tiny-v3-q4km", base: "tiny", over: {}, type: "Q4_K_M" }];
 
 const last = cases[cases.length - 1]!;
-for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as const, [last, wideAttn] as const, [last, routeFused] as const, [last, listed] as const, [fusedCase, unfused] as const, [fusedCase, allFused] as const, [fusedCase, apart] as const]) {
+for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as const, [last, wideAttn] as const, [last, routeFused] as const, [last, listed] as const, [fusedCase, unfused] as const, [fusedCase, allFused] as const, [fusedCase, apart] as const, [noLoraCase, attnFused] as const, [oddCase, attnFused] as const]) {
   const replay = r === plain;
-  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}${r === wideAttn ? ", wide decode attention" : ""}${r === routeFused ? ", routing fused (routerFuse = 1)" : ""}${r === listed ? ", expert lists (expertsFrom = 0.25)" : ""}${r === unfused ? ", norms unfused (normFuse = 0)" : ""}${r === allFused ? ", attention norm and combine fused too (normFuse = 1)" : ""}${r === apart ? ", kernel pairs apart (together = 0)" : ""}`, { skip }, async () => {
+  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}${r === wideAttn ? ", wide decode attention" : ""}${r === routeFused ? ", routing fused (routerFuse = 1)" : ""}${r === listed ? ", expert lists (expertsFrom = 0.25)" : ""}${r === unfused ? ", norms unfused (normFuse = 0)" : ""}${r === allFused ? ", attention norm and combine fused too (normFuse = 1)" : ""}${r === apart ? ", kernel pairs apart (together = 0)" : ""}${r === attnFused ? ", one-token attention fused (attnFuse = 1)" : ""}`, { skip }, async () => {
     kernels.get(r!)?.clear();
     const before = r!.stats.dispatches;
     const m = synthModel(c, 9);
@@ -85,6 +98,10 @@ for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as co
       if (r === listed && config.nLayer > config.nLeadingDense) assert.ok(seen!.has("expertLists"), `kernels: ${[...seen!].join(", ")}`);
       // per small step: the FFN's norm a dispatch of its own in each MoE layer unfused; fused (normFuse = 1) also
       // the attention's norm in every layer
+      if (r === attnFused) {
+        assert.ok(attnFusedDispatches > 0, "the fused attention ran");
+        attnFusedDispatches = 0;
+      }
       if (r === apart) assert.ok(r!.stats.dispatches - before > dispatches.get(c.label)!, "pairs apart: more dispatches");
       if (r === unfused || r === allFused) {
         const fusedCount = dispatches.get(c.label)!;

@@ -1,0 +1,71 @@
+/**
+ * The one-token absorbed MLA attention as one dispatch (wgsl-attn-fused.ts): cache write, q_pe rope, W_UK absorb,
+ * attention over the latent cache and W_UV, a workgroup per head. Off by default (`tune.attnFuse = 1`): built to
+ * replace three dependent dispatches of a batch-1 decode step, not yet measured on a GPU.
+ */
+import type { GpuMatrix } from "./matrix.js";
+import type { GpuRuntime } from "./runtime.js";
+import { f32bits } from "./runtime.js";
+import { ATTN_FUSED_PARAMS, attnFusedWGSL, type AttnFusedShape } from "./wgsl-attn-fused.js";
+import { ATTN_CHUNK } from "./wgsl-ops.js";
+
+export interface AttnFusedDims {
+  readonly heads: number;
+  readonly P: number;
+  readonly R: number;
+  readonly L: number;
+  readonly V: number;
+  /** keys of the step's query (at most) */
+  readonly maxKeys: number;
+}
+
+/** The kernel's shape where it takes this step (tune.attnFuse = 1, a fixed subgroup size, one piece each, ≤ ATTN_CHUNK keys), else undefined. */
+export function attnFusedShape(rt: GpuRuntime, kB: GpuMatrix, vB: GpuMatrix, d: AttnFusedDims): AttnFusedShape | undefined {
+  const sg = rt.info.subgroupSize;
+  if (rt.tune.attnFuse !== 1 || sg === undefined || sg < 4 || sg > 64 || 256 % sg !== 0) return undefined;
+  if (d.maxKeys > ATTN_CHUNK || d.R % 2 !== 0) return undefined;
+  if (kB.pieces.length !== 1 || vB.pieces.length !== 1 || kB.items < d.heads || vB.items < d.heads) return undefined;
+  if (kB.cols !== d.P || kB.rows !== d.L || vB.cols !== d.L || vB.rows !== d.V || d.P % kB.unit !== 0 || d.L % vB.unit !== 0) return undefined;
+  // workgroup memory: q_nope, q, the own key, scores and rows, 4 partial sums of the latent, the latent
+  const bytes = 4 * (d.P + 2 * (d.L + d.R) + 2 * ATTN_CHUNK + 4 * d.L + d.L + 256 / sg) + 16;
+  if (bytes > rt.info.limits.maxComputeWorkgroupStorageSize) return undefined;
+  return { heads: d.heads, P: d.P, R: d.R, L: d.L, V: d.V, typeK: kB.type, unitK: kB.unit, typeV: vB.type, unitV: vB.unit, sg };
+}
+
+export interface AttnFusedBuffers {
+  /** the step's A0 row: [q (heads × (P + R)) | c (L) | k_pe (R)] */
+  readonly a0: GPUBuffer;
+  readonly kB: GpuMatrix;
+  readonly vB: GpuMatrix;
+  /** the latent's RMSNorm weights */
+  readonly g: GPUBuffer;
+  /** the rope table (RopeTable) */
+  readonly table: GPUBuffer;
+  readonly pos: GPUBuffer;
+  /** the token's cache row */
+  readonly rowIdx: GPUBuffer;
+  readonly cacheC: GPUBuffer;
+  readonly cacheK: GPUBuffer;
+  /** the query's (row base, key count, selection offset, selections used) */
+  readonly meta: GPUBuffer;
+  /** page tables (paged caches) */
+  readonly sel: GPUBuffer;
+  /** the heads' outputs [heads × V] */
+  readonly o: GPUBuffer;
+}
+
+/** o = W_UV·attention(W_UK·q_nope | rope(q_pe); latent cache + the token's own key) per head, the key written to the cache. */
+export function attentionFused(rt: GpuRuntime, s: AttnFusedShape, b: AttnFusedBuffers, a: { readonly scale: number; readonly eps: number; readonly pageSize: number; readonly kvOff: number }): void {
+  const p: Record<(typeof ATTN_FUSED_PARAMS)[number], number> = {
+    scale: f32bits(a.scale),
+    eps: f32bits(a.eps),
+    pageSize: a.pageSize,
+    kvOff: a.kvOff,
+    rowBytesK: b.kB.rowBytes,
+    itemBytesK: b.kB.rowBytes * b.kB.rows,
+    rowBytesV: b.vB.rowBytes,
+    itemBytesV: b.vB.rowBytes * b.vB.rows,
+  };
+  const bufs = [b.a0, b.kB.pieces[0]!.buffer, b.vB.pieces[0]!.buffer, b.g, b.table, b.pos, b.rowIdx, b.cacheC, b.cacheK, b.meta, b.sel, b.o];
+  rt.dispatch("attention fused", attnFusedWGSL(s), bufs, Uint32Array.from(ATTN_FUSED_PARAMS.map((k) => p[k])), [s.heads], [{ buffer: b.o, offset: 0, size: s.heads * s.V * 4 }]);
+}

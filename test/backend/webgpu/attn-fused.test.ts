@@ -1,0 +1,125 @@
+// The one-token fused MLA attention (attn-fused.ts: cache write, q_pe rope, W_UK absorb, attention over the latent
+// cache with the token's own key, W_UV) against a float64 computation of the same definition, on fresh random inputs:
+// several widths (odd ones included), W_UK / W_UV types, 1 to 256 keys, contiguous and paged cache rows. The cache
+// row it writes is checked too.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { QMatrix } from "../../../src/backend/cpu/qmatrix.js";
+import { GGMLType, typeName } from "../../../src/gguf/types.js";
+import { quantize } from "../../../src/quant/index.js";
+import { GpuRuntime } from "../../../src/backend/webgpu/runtime.js";
+import { GpuMatrix } from "../../../src/backend/webgpu/matrix.js";
+import { attentionFused, attnFusedShape } from "../../../src/backend/webgpu/attn-fused.js";
+import { f32, gpuOrSkip, relErr, Rng, u32 } from "./helpers.js";
+
+const { rt, skip: noGpu } = await gpuOrSkip();
+const skip = noGpu !== false ? noGpu : rt!.info.subgroupSize === undefined ? "the adapter has no fixed subgroup size" : false;
+const EPS = 1e-6;
+
+interface Case {
+  readonly H: number;
+  readonly P: number;
+  readonly R: number;
+  readonly L: number;
+  readonly V: number;
+  readonly typeK: number;
+  readonly typeV: number;
+}
+
+const CASES: Case[] = [
+  { H: 3, P: 32, R: 6, L: 64, V: 32, typeK: GGMLType.Q8_0, typeV: GGMLType.Q8_0 },
+  { H: 2, P: 64, R: 8, L: 256, V: 40, typeK: GGMLType.Q5_0, typeV: GGMLType.Q4_K },
+  { H: 4, P: 12, R: 4, L: 24, V: 20, typeK: GGMLType.F32, typeV: GGMLType.F16 },
+];
+
+function quantized(rng: Rng, type: number, cols: number, rows: number): QMatrix {
+  return new QMatrix("w", type, cols, rows, quantize(type, rng.f32(cols * rows, 0.3), cols));
+}
+
+for (const c of CASES) {
+  for (const [nk, pageSize] of [[1, 0], [7, 0], [40, 4], [256, 0], [33, 16]] as const) {
+    test(`fused one-token attention: ${c.H} heads, P ${c.P}, R ${c.R}, L ${c.L}, V ${c.V}, W_UK ${typeName(c.typeK)}, W_UV ${typeName(c.typeV)}, ${nk} keys${pageSize > 0 ? `, pages of ${pageSize}` : ""}`, { skip }, async () => {
+      const r = new GpuRuntime(rt!.info, { checkWrites: true, tune: { attnFuse: 1 } });
+      const rng = new Rng(nk * 131 + c.L + pageSize);
+      const { H, P, R, L, V } = c;
+      const D = P + R;
+      const half = R / 2;
+      // stacked per-head matrices: W_UK [H × L rows × P cols], W_UV [H × V rows × L cols]
+      const wk = quantized(rng, c.typeK, P, H * L);
+      const wv = quantized(rng, c.typeV, L, H * V);
+      const kB = GpuMatrix.upload(r, "kB", c.typeK, P, L, wk.data, H);
+      const vB = GpuMatrix.upload(r, "vB", c.typeV, L, V, wv.data, H);
+      const shape = attnFusedShape(r, kB, vB, { heads: H, P, R, L, V, maxKeys: nk });
+      assert.ok(shape !== undefined, "the fused kernel takes this shape");
+      assert.equal(attnFusedShape(new GpuRuntime(rt!.info, {}), kB, vB, { heads: H, P, R, L, V, maxKeys: nk }), undefined, "off by default");
+      // A0 row: [q (H × D) | c (L) | k_pe (R)], with a few leading floats of padding before c
+      const kvOff = H * D + 4;
+      const a0 = rng.f64(kvOff + L + R);
+      const g = rng.f64(L);
+      const pos = 5 + nk;
+      const table = Float64Array.from({ length: (pos + 1) * half * 2 }, () => rng.normal());
+      // cache rows: contiguous from base 3, or through a page table in SEL (pages in a shuffled order)
+      const pages = pageSize > 0 ? Math.ceil(nk / pageSize) : 0;
+      const pageIds = Array.from({ length: pages }, (_, i) => (i * 5 + 2) % (pages + 3));
+      const selBase = 2;
+      const rowOf = (u: number): number => (pageSize > 0 ? pageIds[Math.floor(u / pageSize)]! * pageSize + (u % pageSize) : 3 + u);
+      const rows = Math.max(...Array.from({ length: nk }, (_, u) => rowOf(u))) + 2;
+      const cc = rng.f64(rows * L);
+      const ck = rng.f64(rows * R);
+      const sel = new Uint32Array(selBase + pages + 1);
+      pageIds.forEach((id, i) => (sel[selBase + i] = id));
+      const meta = new Uint32Array([pageSize > 0 ? selBase : 3, nk, 0, 0]);
+      const rowCur = rowOf(nk - 1);
+
+      // float64 reference
+      const ss = a0.subarray(kvOff, kvOff + L).reduce((s, v) => s + v * v, 0);
+      const inv = 1 / Math.sqrt(ss / L + EPS);
+      const rope = (x0: number, x1: number, i: number): [number, number] => {
+        const co = table[(pos * half + i) * 2]!;
+        const si = table[(pos * half + i) * 2 + 1]!;
+        return [x0 * co - x1 * si, x0 * si + x1 * co];
+      };
+      const cur = new Float64Array(L + R);
+      for (let i = 0; i < L; i++) cur[i] = a0[kvOff + i]! * inv * g[i]!;
+      for (let i = 0; i < half; i++) [cur[L + 2 * i], cur[L + 2 * i + 1]] = rope(a0[kvOff + L + 2 * i]!, a0[kvOff + L + 2 * i + 1]!, i);
+      const key = (u: number): Float64Array => {
+        if (u === nk - 1) return cur;
+        const row = rowOf(u);
+        const k = new Float64Array(L + R);
+        k.set(cc.subarray(row * L, (row + 1) * L));
+        k.set(ck.subarray(row * R, (row + 1) * R), L);
+        return k;
+      };
+      const scale = 1 / Math.sqrt(D);
+      const want = new Float64Array(H * V);
+      for (let h = 0; h < H; h++) {
+        const q = new Float64Array(L + R);
+        wk.slice(h * L, L).matmul(a0.subarray(h * D, h * D + P), 1, P, q, L);
+        for (let i = 0; i < half; i++) [q[L + 2 * i], q[L + 2 * i + 1]] = rope(a0[h * D + P + 2 * i]!, a0[h * D + P + 2 * i + 1]!, i);
+        const sc = Array.from({ length: nk }, (_, u) => key(u).reduce((s, v, d) => s + v * q[d]!, 0) * scale);
+        const mx = Math.max(...sc);
+        const e = sc.map((v) => Math.exp(v - mx));
+        const l = e.reduce((a, b) => a + b, 0);
+        const lat = new Float64Array(L);
+        for (let u = 0; u < nk; u++) for (let d = 0; d < L; d++) lat[d]! += (e[u]! / l) * key(u)[d]!;
+        wv.slice(h * V, V).matmul(lat, 1, L, want.subarray(h * V), V);
+      }
+
+      const ccBuf = f32(r, cc);
+      const ckBuf = f32(r, ck);
+      const o = r.buffer(H * V * 4);
+      attentionFused(r, shape, { a0: f32(r, a0), kB, vB, g: f32(r, g), table: f32(r, table), pos: u32(r, [pos]), rowIdx: u32(r, [rowCur]), cacheC: ccBuf, cacheK: ckBuf, meta: u32(r, meta), sel: u32(r, sel), o }, { scale, eps: EPS, pageSize, kvOff });
+      const got = await r.readF32(o);
+      assert.ok(relErr(got, want) < 2e-5, `output: err ${relErr(got, want)}`);
+      // the token's key written at its row, the other rows untouched
+      const ccGot = await r.readF32(ccBuf);
+      const ckGot = await r.readF32(ckBuf);
+      const ccWant = Float64Array.from(cc, (v, i) => (Math.floor(i / L) === rowCur ? cur[i % L]! : v));
+      const ckWant = Float64Array.from(ck, (v, i) => (Math.floor(i / R) === rowCur ? cur[L + (i % R)]! : v));
+      assert.ok(relErr(ccGot, ccWant) < 1e-6, `cache c: err ${relErr(ccGot, ccWant)}`);
+      assert.ok(relErr(ckGot, ckWant) < 1e-6, `cache k_pe: err ${relErr(ckGot, ckWant)}`);
+      kB.destroy();
+      vB.destroy();
+    });
+  }
+}

@@ -253,12 +253,16 @@ export async function parityCheck(dir: string, log: (s: string) => void = consol
 if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   const args = process.argv.slice(2);
   let path = args.find((a, i) => !a.startsWith("--") && !args[i - 1]?.startsWith("--"));
-  // --synth PRESET:TYPE:OUT — write the random-weight model first (on a machine the file cannot be carried to)
+  // --synth PRESET:TYPE:OUT[:LAYERS] — write the random-weight model first (on a machine the file cannot be carried to);
+  // LAYERS as `latent synth --layers` (e.g. glm5:Q4_K_M:/tmp/g.gguf:4, a glm-dsa model that fits one GPU)
   const synth = args.includes("--synth") ? args[args.indexOf("--synth") + 1]!.split(":") : undefined;
   if (synth !== undefined) {
     const t = performance.now();
-    path = synthesize(preset(synth[0]!), { out: synth[2]!, seed: 0, type: synth[1]! })[0]!;
-    console.log(`synthesized ${synth[0]} ${synth[1]} → ${path} in ${((performance.now() - t) / 1000).toFixed(1)} s`);
+    const layers = synth[3] !== undefined ? Number(synth[3]) : undefined;
+    if (layers !== undefined && !(Number.isInteger(layers) && layers >= 1)) throw new Error(`--synth: layers must be a positive integer, got ${synth[3]}`);
+    const base = preset(synth[0]!);
+    path = synthesize(layers !== undefined ? withOverrides(base, { n_layer: layers }) : base, { out: synth[2]!, seed: 0, type: synth[1]! })[0]!;
+    console.log(`synthesized ${synth[0]}${layers !== undefined ? ` (${layers} layers)` : ""} ${synth[1]} → ${path} in ${((performance.now() - t) / 1000).toFixed(1)} s`);
   }
   const json = args.includes("--json") ? args[args.indexOf("--json") + 1] : undefined;
   const batches = args.includes("--batches") ? args[args.indexOf("--batches") + 1]!.split(",").map(Number) : undefined;

@@ -8,7 +8,8 @@
  * large plain products of each wide-kernel type, for their steady throughput; --dawn "toggles" as bench.js). The decode attention cases (16, 48,
  * 200, 512 and 4096 keys) are one or two dispatches (split keys, then their combine), timed together: `--tokens 1,4 --tunes
  * "attn=0;attn=1"` compares them with the previous kernels. `--probe` (with `--tokens 1`): the batch-1 bound probe of
- * stream-probe.ts instead of the v2-lite cases. `--cold`: each dispatch after a copy that evicts L2 (the copy's own time
+ * stream-probe.ts instead of the v2-lite cases. At one token, the attention path as a step runs it (three dispatches)
+ * at 16/48/200 keys, and with `--tunes "attnFuse=1"` also as the fused dispatch (attn-fused.ts). `--cold`: each dispatch after a copy that evicts L2 (the copy's own time
  * subtracted), so that weights come from memory as in a step rather than from L2 as in back-to-back repeats.
  */
 import { pathToFileURL } from "node:url";
@@ -17,7 +18,8 @@ import { rowBytes } from "../../quant/index.js";
 import { requestGpuDevice, type GpuDeviceInfo } from "./device.js";
 import { expertListWords, expertLists, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLU } from "./matrix.js";
 import { COPY_WGSL } from "./bench.js";
-import { argmaxRows, argmaxScratchWords, attention, attentionScratch, moeRoute, type AttentionArgs } from "./ops.js";
+import { argmaxRows, argmaxScratchWords, attention, attentionScratch, kvCacheWrite, moeRoute, type AttentionArgs } from "./ops.js";
+import { attentionFused, attnFusedShape } from "./attn-fused.js";
 import { GpuRuntime, type KernelTuning } from "./runtime.js";
 import { aluProbeCases, checkStreamProbe, streamProbeCases } from "./stream-probe.js";
 
@@ -154,6 +156,45 @@ export function v2LiteCases(rt: GpuRuntime, n: number, big = false): KernelCase[
       o: { off: 0, stride: H * C, head: C },
     };
     cases.push({ name: `attention ${H} heads, ${keys} keys (${C}+${R})`, bytes: keys * (C + R) * 4, run: (r) => attention(r, { q: qAbs, k1: cache, k2: kpe, v: cache, meta, sel, o: lo, part: scratch }, args) });
+  }
+  // one token: the step's attention path as the decode step runs it (cache write ∥ W_UK absorb, attention, W_UV: three
+  // dependent dispatches), and — with the tuning attnFuse=1 — as the one fused dispatch (attn-fused.ts)
+  if (n === 1) {
+    const P = 128;
+    const V = 128;
+    const D = P + R;
+    const S0 = H * D + C + R;
+    const kB = mat("attn_k_b", GGMLType.Q5_0, P, C, H);
+    const vB = mat("attn_v_b", GGMLType.Q4_K, C, V, H);
+    const a0 = f32(S0);
+    const gC = f32(C);
+    const table = f32((maxCtx + 1) * R);
+    const heads = rt.buffer(H * V * 4, "attention heads out");
+    for (const keys of [16, 48, 200]) {
+      const pos = rt.upload(new Uint32Array([keys - 1]));
+      const meta = rt.upload(new Uint32Array([0, keys, 0, 0]));
+      const args: AttentionArgs = { nq: 1, heads: H, d1: C, d2: R, dv: C, scale: 0.07, maxKeys: keys, q: { off: 0, stride: H * (C + R), head: C + R, q2Off: C }, k1: { off: 0, stride: C, head: 0 }, k2: { off: 0, stride: R }, v: { off: 0, stride: C, head: 0 }, o: { off: 0, stride: H * C, head: C } };
+      const qRope = { y: qAbs, heads: H, qpOff: P, qHead: D, yOff: C, yTok: H * (C + R), yHead: C + R };
+      cases.push({
+        name: `attention path, 3 dispatches (cache write ∥ W_UK, attention, W_UV), ${keys} keys`,
+        bytes: kB.bytes + vB.bytes + keys * (C + R) * 4,
+        run: (r) => {
+          r.together(() => {
+            kvCacheWrite(r, a0, gC, table, R, pos, pos, cache, kpe, { n: 1, L: C, kvOff: H * D, stride: S0, qRope }, 1e-6);
+            matmul(r, kB, a0, qAbs, { n: 1, xStride: S0, yStride: H * (C + R), batch: { count: H, xBatch: D, yBatch: C + R } });
+          });
+          attention(r, { q: qAbs, k1: cache, k2: kpe, v: cache, meta, sel, o: lo, part: scratch }, args);
+          matmul(r, vB, lo, heads, { n: 1, xStride: H * C, yStride: H * V, batch: { count: H, xBatch: C, yBatch: V } });
+        },
+      });
+      const shape = attnFusedShape(rt, kB, vB, { heads: H, P, R, L: C, V, maxKeys: keys });
+      if (shape !== undefined)
+        cases.push({
+          name: `attention path fused (attnFuse), ${keys} keys`,
+          bytes: kB.bytes + vB.bytes + keys * (C + R) * 4,
+          run: (r) => attentionFused(r, shape, { a0, kB, vB, g: gC, table, pos, rowIdx: pos, cacheC: cache, cacheK: kpe, meta, sel, o: heads }, { scale: 0.07, eps: 1e-6, pageSize: 0, kvOff: H * D }),
+        });
+    }
   }
   const chosen = rt.buffer(4 * n, "argmax ids");
   const part = rt.buffer(4 * argmaxScratchWords(n, 102400), "argmax slices");

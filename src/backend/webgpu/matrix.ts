@@ -11,7 +11,7 @@ import type { GpuRuntime } from "./runtime.js";
 import { EXPERT_LISTS_WGSL, getRowsWGSL, MATVEC_TN, matvec2WGSL, matmulTiledWGSL, matvecCoalescedWGSL, matvecExpertsWGSL, matvecTWGSL, matvecWGSL, MV_WG, packMatParams, tiledSharedBytes, type MatParams, type MatvecShape, type TiledShape } from "./wgsl-mat.js";
 import { gpuSupports, unitSize } from "./wgsl-quant.js";
 import { matmulRowsWGSL, ROW_TILE_EXPERTS_FROM, rowTileShape, type RowTileShape } from "./wgsl-rowtile.js";
-import { matvecWideWGSL, wideRowsPerGroup, wideShape, type WideFusion, type WideShape } from "./wgsl-wide.js";
+import { fusionBuffers, matvecWideWGSL, wideRowsPerGroup, wideShape, type WideFusion, type WideShape } from "./wgsl-wide.js";
 
 export interface MatrixPiece {
   readonly buffer: GPUBuffer;
@@ -116,7 +116,9 @@ function wideFusion(f: FusionArgs | undefined, width: number): { fx: WideFusion 
     ...(f.norm !== undefined ? { norm: { eps: f.norm.eps, combine: f.norm.combine?.K ?? 0 } } : {}),
     ...(f.addCombine !== undefined ? { addCombine: { K: f.addCombine.K, width } } : {}),
   };
-  return { fx, buffers: [...(f.norm !== undefined ? [f.norm.g] : []), ...(c !== undefined ? [c.ye, c.rw] : [])] };
+  // in the order the kernel binds them (fusionBuffers)
+  const byName: Record<string, GPUBuffer | undefined> = { G: f.norm?.g, YE: c?.ye, RW: c?.rw };
+  return { fx, buffers: fusionBuffers(fx).map((name) => byName[name]!) };
 }
 
 /**
@@ -364,6 +366,7 @@ function gatherMode(rt: GpuRuntime, m: GpuMatrix, a: GatherArgs): { experts: boo
  */
 function dispatchGather(rt: GpuRuntime, label: string, code: string, rowsPerGroup: number, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer, ids: GPUBuffer, a: GatherArgs, mode: { experts: boolean; listed: boolean }, extra?: GpuMatrix): void {
   const outs = [{ buffer: y, offset: (a.yOff ?? 0) * 4, size: ((a.pairs - 1) * a.yBatch + m.rows) * 4 }];
+  const fxBufs = wideFusion(a.fuse, m.rows).buffers;
   m.pieces.forEach((piece, i) => {
     if (piece.rows !== m.rows) throw new LatentError(`${m.name}: gathered products need whole items per piece`);
     const p = base(m, { n: mode.experts ? a.pairs : 1, xStride: 0, yStride: 0, xOff: a.xOff, yOff: a.yOff, acc: a.acc, glu: a.glu });
@@ -375,7 +378,7 @@ function dispatchGather(rt: GpuRuntime, label: string, code: string, rowsPerGrou
     p.idsOff = mode.listed ? 2 * m.items : a.idsOff ?? 0;
     p.e0 = piece.firstItem;
     p.e1 = piece.firstItem + piece.items;
-    const bufs = [piece.buffer, x, y, mode.listed ? a.lists! : ids, ...(extra !== undefined ? [extra.pieces[i]!.buffer] : []), ...wideFusion(a.fuse, m.rows).buffers];
+    const bufs = [piece.buffer, x, y, mode.listed ? a.lists! : ids, ...(extra !== undefined ? [extra.pieces[i]!.buffer] : []), ...fxBufs];
     rt.dispatch(`${label} ${m.name}`, code, bufs, packMatParams(p), [gx, gy, mode.experts ? piece.items : a.pairs], a.acc !== true && a.glu !== true && m.pieces.length === 1 ? outs : []);
   });
 }

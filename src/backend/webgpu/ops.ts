@@ -364,8 +364,7 @@ export interface RouteArgs {
  * 256-thread workgroup per token.
  */
 export function routeKernel(rt: GpuRuntime, a: RouteArgs): { code: string; groups: [number, number] } {
-  const sg = rt.info.subgroupSize;
-  const shape = rt.tune.route === 0 || sg === undefined ? undefined : routeShape(sg, a.E, a.nGroup, a.nGroupUsed);
+  const shape = subgroupRouteShape(rt, a);
   if (shape !== undefined) return { code: routeWGSL(shape), groups: routeGrid(shape, a.n) };
   return { code: ROUTE_WGSL, groups: [Math.min(a.n, 65535), Math.ceil(a.n / 65535)] };
 }
@@ -379,9 +378,13 @@ export interface RouteNorm {
 
 /** The subgroup routing kernel's shape where moeRoute can take a RouteNorm (the routing kernel's own choice), else undefined. */
 export function routeNormShape(rt: GpuRuntime, a: RouteArgs, dim: number): RouteShape | undefined {
+  return dim % 4 === 0 && routeFits(a) ? subgroupRouteShape(rt, a) : undefined;
+}
+
+/** The subgroup routing kernel's shape where routeKernel picks it (a fixed subgroup size, not tuned off). */
+function subgroupRouteShape(rt: GpuRuntime, a: RouteArgs): RouteShape | undefined {
   const sg = rt.info.subgroupSize;
-  if (rt.tune.route === 0 || sg === undefined || dim % 4 !== 0 || !routeFits(a)) return undefined;
-  return routeShape(sg, a.E, a.nGroup, a.nGroupUsed);
+  return rt.tune.route === 0 || sg === undefined ? undefined : routeShape(sg, a.E, a.nGroup, a.nGroupUsed);
 }
 
 /** Whether the routing kernels take these arguments (≤ 256 experts, ≤ 16 used, ≤ 64 groups). */

@@ -39,10 +39,28 @@ function dequantAs(type: number, unit: number, suffix: string, buffer: string): 
     .replace(/\b(b8|b16|b32|h2f|sx8|smk4|deq|dv|KIQ4|U)\b/g, `$1${suffix}`);
 }
 
+/** Threads of the fused kernel's workgroup. */
+const WG = 256;
+
+/**
+ * a = row r of head h's matrix M (K: W_UK, V: W_UV; `rows` × `cols` in units of `unit`) · x (workgroup memory), for
+ * each row r of a thread in turn, then `store` (which sees r and a).
+ */
+function headRows(M: "K" | "V", rows: number, cols: number, unit: number, x: string, store: string): string {
+  return `for (var r = li; r < ${rows}u; r += ${WG}u) {
+    let rb = h * p.itemBytes${M} + r * p.rowBytes${M};
+    var a = 0.0;
+    for (var u = 0u; u < ${cols / unit}u; u++) {
+      deq${M}(rb, u);
+      for (var i = 0u; i < ${unit}u; i++) { a += dv${M}[i] * ${x}[u * ${unit}u + i]; }
+    }
+    ${store}
+  }`;
+}
+
 export function attnFusedWGSL(s: AttnFusedShape): string {
   const { P, R, L, V, sg: SG } = s;
   const D = P + R;
-  const WG = 256;
   const NSG = WG / SG;
   const HALF = R / 2;
   // the weighted sum: 4 key groups of 64 threads, each thread L/64 columns
@@ -122,15 +140,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     for (var i = li; i < ${R}u; i += ${WG}u) { CK[row * ${R}u + i] = cur[${L}u + i]; }
   }
   // the absorbed query: qs[d] = W_UK[h][d]·q_nope
-  for (var d = li; d < ${L}u; d += ${WG}u) {
-    let rb = h * p.itemBytesK + d * p.rowBytesK;
-    var a = 0.0;
-    for (var u = 0u; u < ${P / s.unitK}u; u++) {
-      deqK(rb, u);
-      for (var i = 0u; i < ${s.unitK}u; i++) { a += dvK[i] * qn[u * ${s.unitK}u + i]; }
-    }
-    qs[d] = a;
-  }
+  ${headRows("K", L, P, s.unitK, "qn", "qs[r] = a;")}
   workgroupBarrier();
   // scores, one key a subgroup at a time; the last key is the token's own (cur), the others come from the cache
   // (a loop every subgroup runs as often: its subgroupAdd stays in uniform control flow; a subgroup past the last key
@@ -184,14 +194,6 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   }
   workgroupBarrier();
   // the head's output: W_UV[h]·lat
-  for (var r = li; r < ${V}u; r += ${WG}u) {
-    let rb = h * p.itemBytesV + r * p.rowBytesV;
-    var a = 0.0;
-    for (var u = 0u; u < ${L / s.unitV}u; u++) {
-      deqV(rb, u);
-      for (var i = 0u; i < ${s.unitV}u; i++) { a += dvV[i] * lat[u * ${s.unitV}u + i]; }
-    }
-    O[h * ${V}u + r] = a;
-  }
+  ${headRows("V", V, L, s.unitV, "lat", `O[h * ${V}u + r] = a;`)}
 }`;
 }

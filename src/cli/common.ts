@@ -63,9 +63,9 @@ export const BACKEND_HELP = `  --backend B            matrix kernels: reference 
   --threads N            threads of the cpu backend, the caller's included (default: available parallelism)`;
 
 /** A progress bar over positions, on stderr when it is a terminal (else a no-op). */
-export function positionsBar(io: CliIO, label: string): { update(done: number, total: number): void; stop(): void } {
+export function positionsBar(io: CliIO, label: string, unit = "tokens"): { update(done: number, total: number): void; stop(): void } {
   if (!io.tty) return { update: () => {}, stop: () => {} };
-  const bar = new cliProgress.SingleBar({ stream: process.stderr, format: `${label} [{bar}] {value}/{total} tokens`, hideCursor: true, clearOnComplete: true }, cliProgress.Presets.shades_classic);
+  const bar = new cliProgress.SingleBar({ stream: process.stderr, format: `${label} [{bar}] {value}/{total} ${unit}`, hideCursor: true, clearOnComplete: true }, cliProgress.Presets.shades_classic);
   let started = false;
   return {
     update(done, total) {

@@ -10,7 +10,7 @@ import { isSoftwareAdapter, type BackendChoice } from "../model/load.js";
 import { FusedGpuModel, fusedUnsupported, type FusedOptions } from "../backend/webgpu/fused.js";
 import { NoGpuError } from "../backend/webgpu/device.js";
 import { UsageError } from "../util/errors.js";
-import { loadBar, type CliIO } from "./common.js";
+import { loadBar, positionsBar, type CliIO } from "./common.js";
 
 export type FusedOpen = { readonly fused: FusedGpuModel; readonly file: GGUFFile; readonly config: ModelConfig } | { readonly fused: undefined; readonly backend: BackendChoice };
 
@@ -38,8 +38,15 @@ export function openFusedForCli(path: string, backend: "webgpu" | "auto", io: Cl
   }
   if (io.tty) io.err(`loading ${path} for ${fused.adapter}…\n`);
   const bar = loadBar(io);
+  const compileBar = positionsBar(io, "compiling GPU kernels", "kernels");
+  let compiling = false;
   try {
-    fused.load(path, (done, total) => bar.update(done, total));
+    fused.load(path, (done, total, phase) => {
+      if (phase === "load") return bar.update(done, total);
+      if (!compiling) bar.stop();
+      compiling = true;
+      compileBar.update(done, total);
+    });
   } catch (e) {
     void fused.close();
     if (backend === "webgpu") throw e;
@@ -47,7 +54,8 @@ export function openFusedForCli(path: string, backend: "webgpu" | "auto", io: Cl
     io.err(`${(e as Error).message}; using the cpu backend\n`);
     return { fused: undefined, backend: "cpu" };
   } finally {
-    bar.stop();
+    if (!compiling) bar.stop();
+    compileBar.stop();
   }
   return { fused, file, config: fused.config };
 }

@@ -8,6 +8,7 @@ import { Tokenizer, type ChatMessage } from "../tokenizer/index.js";
 import { generate, type DecodeMode, type GenerateModel, type GeneratePath } from "../engine/generate.js";
 import type { BackendChoice } from "../model/load.js";
 import { openFusedForCli } from "./fused.js";
+import type { WarmStats } from "../backend/webgpu/fused.js";
 import { DEFAULT_PREFILL_CHUNK } from "../engine/evaluate.js";
 
 function numOption(name: string, v: string | undefined): number | undefined {
@@ -149,6 +150,7 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
       })),
       timings: {
         load_ms: loadMs,
+        ...(runner.warm !== undefined ? { gpu_kernels_compiled: runner.warm.kernels, compile_ms: runner.warm.compileMs } : {}),
         prompt_tokens: result.promptTokens,
         prefill_ms: t.prefillMs,
         prompt_tokens_per_second: t.promptTokensPerSecond,
@@ -163,7 +165,7 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
   }
   io.out(result.text.slice(streamed) + "\n");
   io.err(
-    `loaded in ${loadMs.toFixed(1)} ms | prompt: ${result.promptTokens} tokens in ${t.prefillMs.toFixed(1)} ms (${t.promptTokensPerSecond.toFixed(2)} tokens/s) | ` +
+    `loaded in ${loadMs.toFixed(1)} ms${runner.warm !== undefined ? ` (${runner.warm.kernels} GPU kernels compiled in ${runner.warm.compileMs.toFixed(1)} ms)` : ""} | prompt: ${result.promptTokens} tokens in ${t.prefillMs.toFixed(1)} ms (${t.promptTokensPerSecond.toFixed(2)} tokens/s) | ` +
       `generated: ${result.tokens.length} tokens, ${t.decodeSteps} decode steps in ${t.decodeMs.toFixed(1)} ms (${t.tokensPerSecond.toFixed(2)} tokens/s) | ` +
       `finish: ${result.finishReason} | path ${path} | backend ${runner.backend} | decode ${decode} | seed ${seed}\n`,
   );
@@ -184,6 +186,8 @@ interface Runner {
   readonly model: GenerateModel;
   /** what runs the model: "fused-webgpu (ADAPTER)", or the kernels' name */
   readonly backend: string;
+  /** the GPU kernels compiled while loading (fused pipeline) */
+  readonly warm?: WarmStats;
   close(): void;
 }
 
@@ -212,11 +216,14 @@ function openRunner(modelPath: string, io: CliIO, requested: BackendChoice, thre
       tokenizer = Tokenizer.fromMetadata(file.metadata);
       prompt = promptIds(tokenizer, values);
       const context = Math.min(config.contextLength, nPredict < 0 ? Math.max(FUSED_OPEN_CONTEXT, prompt.length + 1) : prompt.length + nPredict + 1);
-      return { context, maxTokens: chunk ?? DEFAULT_PREFILL_CHUNK };
+      const maxTokens = chunk ?? DEFAULT_PREFILL_CHUNK;
+      // the steps this run takes: its prompt's prefill chunks (or one token at a time), then one-token decode steps
+      const prefill = path === "decode" || prompt.length === 0 ? [] : [...new Set([Math.min(prompt.length, maxTokens), prompt.length % maxTokens || maxTokens])];
+      return { context, maxTokens, warm: { decode: 1, greedy: true, prefill } };
     });
     if (open.fused !== undefined) {
       const f = open.fused;
-      return { tokenizer: tokenizer!, prompt, model: f, backend: `fused-webgpu (${f.adapter})`, close: () => void f.close() };
+      return { tokenizer: tokenizer!, prompt, model: f, backend: `fused-webgpu (${f.adapter})`, warm: f.warmStats, close: () => void f.close() };
     }
     backend = open.backend;
   }

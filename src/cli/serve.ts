@@ -83,7 +83,8 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
   const fused = open?.fused !== undefined ? { file: open.file, config: open.config, model: open.fused, kvTokens: gpu!.kvTokens } : undefined;
   const loadWith = open !== undefined && open.fused === undefined ? open.backend : backend;
   const loaded = fused ?? loadModel(path, undefined, { backend: loadWith, ...(threads !== undefined ? { threads } : {}) });
-  const engine = fused !== undefined ? `fused WebGPU pipeline on ${fused.model.adapter}` : `kernels: ${(loaded as LoadedModel).model.kernels.name}`;
+  const warmed = fused?.model.warmStats;
+  const engine = fused !== undefined ? `fused WebGPU pipeline on ${fused.model.adapter}; ${warmed!.kernels} GPU kernels compiled in ${(warmed!.compileMs / 1000).toFixed(1)} s` : `kernels: ${(loaded as LoadedModel).model.kernels.name}`;
   io.err(`loaded ${path} in ${((performance.now() - t0) / 1000).toFixed(1)} s (${engine})\n`);
   const opt = <K extends string>(k: K, v: number | undefined): Partial<Record<K, number>> => (v === undefined ? {} : ({ [k]: v } as Record<K, number>));
   const server = await startServer({
@@ -144,7 +145,11 @@ function openFused(path: string, backend: "webgpu" | "auto", o: FusedServeOption
     const context = Math.min(config.contextLength, o.ctxSize ?? FUSED_DEFAULT_CTX);
     // the server's default pool size, computed alike
     kvTokens = o.kvTokens ?? Math.min(8192, o.slots * context);
-    return { slots: o.slots, context, maxTokens: Math.max(o.prefillChunk, o.slots), pages: { pageSize: o.pageSize, numPages: Math.ceil(kvTokens / o.pageSize) } };
+    const maxTokens = Math.max(o.prefillChunk, o.slots);
+    // every step the server can take: decode batches of 1..slots sequences (greedy ones chained on the GPU) and prompt
+    // chunks of 1..prefillChunk tokens, so that no request waits for the compiler (new batch sizes come and go)
+    const warm = { decode: o.slots, greedy: true, prefill: Array.from({ length: o.prefillChunk }, (_, i) => i + 1) };
+    return { slots: o.slots, context, maxTokens, warm, pages: { pageSize: o.pageSize, numPages: Math.ceil(kvTokens / o.pageSize) } };
   });
   return { open, kvTokens };
 }

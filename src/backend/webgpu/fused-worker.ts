@@ -8,7 +8,7 @@ import { parentPort, workerData } from "node:worker_threads";
 import { loadModel } from "../../model/load.js";
 import { answer } from "./blocking-worker.js";
 import { requestGpuDevice, type GpuDeviceInfo } from "./device.js";
-import type { FusedInit, FusedRequest } from "./fused.js";
+import type { FusedInit, FusedRequest, WarmStats } from "./fused.js";
 import { GpuModel } from "./gpu-model.js";
 import { GpuRuntime } from "./runtime.js";
 
@@ -32,7 +32,17 @@ async function handle(req: FusedRequest): Promise<void> {
         progress[1] = total;
       });
       gpu = new GpuModel(rt, model, { slots: req.slots, context: req.context, maxTokens: req.maxTokens, ...(req.pages !== undefined ? { pages: req.pages } : {}) });
-      answer(init.channel, 1);
+      const t0 = performance.now();
+      let kernels = 0;
+      if (req.warm !== undefined) {
+        progress[2] = 1;
+        kernels = await gpu.warm(req.warm, (done, total) => {
+          progress[0] = done;
+          progress[1] = total;
+        });
+      }
+      const stats: WarmStats = { kernels, compileMs: performance.now() - t0 };
+      answer(init.channel, 1, JSON.stringify(stats));
       return;
     }
     case "logits":

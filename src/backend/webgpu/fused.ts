@@ -16,14 +16,14 @@ import type { ModelConfig } from "../../model/config.js";
 import type { LatentStore } from "../../engine/latent-cache.js";
 import type { GreedyChainModel, GreedyChunk } from "../../engine/generate.js";
 import type { SequenceChunk } from "../../model/deepseek2.js";
-import type { StepToken } from "./gpu-model.js";
+import type { StepToken, WarmShapes } from "./gpu-model.js";
 import { LatentError } from "../../util/errors.js";
 import { BlockingWorker, newChannel, type BlockingChannel } from "./blocking-worker.js";
 import { NoGpuError } from "./device.js";
 
 export type FusedRequest =
   | { op: "device" }
-  | { op: "load"; path: string; slots: number; context: number; maxTokens: number; pages: FusedOptions["pages"] }
+  | { op: "load"; path: string; slots: number; context: number; maxTokens: number; pages: FusedOptions["pages"]; warm: WarmShapes | undefined }
   | { op: "logits"; buffer: SharedArrayBuffer }
   | { op: "step"; tokens: StepToken[] }
   /**
@@ -36,7 +36,7 @@ export type FusedRequest =
 export interface FusedInit {
   readonly channel: BlockingChannel;
   readonly logits: SharedArrayBuffer;
-  /** Float64 [bytes loaded, bytes in all] while the worker loads the weights */
+  /** Float64 [bytes loaded, bytes in all] while the worker loads the weights, then [kernels compiled, kernels to compile] */
   readonly progress: SharedArrayBuffer;
   readonly checkWrites: boolean;
 }
@@ -55,8 +55,19 @@ export interface FusedOptions {
    */
   readonly pages?: { readonly pageSize: number; readonly numPages: number };
   readonly checkWrites?: boolean;
+  /**
+   * Step shapes whose GPU kernels load() compiles (GpuModel.warm), so that no step waits for the compiler: those the
+   * command will run (a prompt's prefill chunks; decode batches up to the server's largest)
+   */
+  readonly warm?: WarmShapes;
   /** ms to wait for one answer (loading a large model counts as one; default 10 min) */
   readonly timeoutMs?: number;
+}
+
+/** What FusedGpuModel.load compiled ahead (GpuModel.warm). */
+export interface WarmStats {
+  readonly kernels: number;
+  readonly compileMs: number;
 }
 
 /** Why a model cannot take the fused pipeline (undefined: it can). */
@@ -75,7 +86,8 @@ export class FusedGpuModel implements GreedyChainModel {
   /** GPU cache slot of each running sequence, in order of last use (the least recent is reused first) */
   private readonly slots = new Map<LatentStore, number>();
   private loaded = false;
-  private readonly progress = new Float64Array(new SharedArrayBuffer(16));
+  /** [done, total, phase (0: bytes loaded, 1: kernels compiled)] */
+  private readonly progress = new Float64Array(new SharedArrayBuffer(24));
 
   /** Start the worker and its device (no weights yet: see load). NoGpuError when there is no adapter. */
   constructor(config: ModelConfig, private readonly opts: FusedOptions) {
@@ -94,13 +106,22 @@ export class FusedGpuModel implements GreedyChainModel {
     }
   }
 
-  /** Load the model's weights from `path` in the worker and upload them (blocks until they are on the GPU). */
-  load(path: string, onProgress?: (done: number, total: number) => void): void {
-    const tick = onProgress === undefined ? undefined : (): void => onProgress(this.progress[0]!, this.progress[1]!);
-    this.worker.call({ op: "load", path, slots: this.opts.slots ?? 1, context: this.config.contextLength, maxTokens: this.opts.maxTokens, pages: this.opts.pages }, tick);
+  /**
+   * Load the model's weights from `path` in the worker, upload them and compile the kernels of `warm`'s step shapes
+   * (blocks until done). `onProgress` gets the bytes loaded, then (phase "compile") the kernels compiled.
+   */
+  load(path: string, onProgress?: (done: number, total: number, phase: "load" | "compile") => void): WarmStats {
+    const phase = (): "load" | "compile" => (this.progress[2] === 1 ? "compile" : "load");
+    const tick = onProgress === undefined ? undefined : (): void => onProgress(this.progress[0]!, this.progress[1]!, phase());
+    const answer = this.worker.call({ op: "load", path, slots: this.opts.slots ?? 1, context: this.config.contextLength, maxTokens: this.opts.maxTokens, pages: this.opts.pages, warm: this.opts.warm }, tick);
     tick?.();
     this.loaded = true;
+    this.warmStats = JSON.parse(answer) as WarmStats;
+    return this.warmStats;
   }
+
+  /** what load() compiled ahead: kernels, and the ms that took (after the weights were on the GPU) */
+  warmStats: WarmStats = { kernels: 0, compileMs: 0 };
 
   /** The engine's forward pass for one sequence (generate). */
   forward(tokens: readonly number[], cache: LatentStore | undefined, opts: { readonly path: string; readonly logits: "all" | "last" }): Float32Array {

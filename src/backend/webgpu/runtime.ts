@@ -256,6 +256,8 @@ export class GpuRuntime {
   /** whether together() combines (RuntimeOptions.fuse, off in profile mode) */
   readonly fuse: boolean;
   private held: HeldDispatch[] | undefined;
+  /** while collectPipelines runs: the kernels its dispatches would use (nothing is encoded) */
+  private collecting: Set<string> | undefined;
 
   constructor(
     readonly info: GpuDeviceInfo,
@@ -287,6 +289,45 @@ export class GpuRuntime {
       this.pipelines.set(code, p);
     }
     return p;
+  }
+
+  /**
+   * The kernels not compiled yet that the dispatches `fn` makes would use — combined ones as together() would combine
+   * them — with nothing encoded, submitted or counted: a dry run of an encoding, for precompile(). Uploads `fn` makes
+   * (tables made on first use) do happen.
+   */
+  collectPipelines(fn: () => void): string[] {
+    if (this.collecting !== undefined) throw new LatentError("collectPipelines() does not nest");
+    const seen = (this.collecting = new Set<string>());
+    try {
+      fn();
+    } finally {
+      this.collecting = undefined;
+    }
+    return [...seen].filter((code) => !this.pipelines.has(code));
+  }
+
+  /**
+   * Compile pipelines before their first dispatch, all requested at once (createComputePipelineAsync: the
+   * implementation may compile them in parallel), so that a step never waits for the driver's compiler. `onDone`
+   * after each one. A kernel that fails to compile rejects with its error.
+   */
+  async precompile(codes: readonly string[], onDone?: (done: number, total: number) => void): Promise<void> {
+    const todo = [...new Set(codes)].filter((code) => !this.pipelines.has(code));
+    let done = 0;
+    await Promise.all(
+      todo.map(async (code) => {
+        const module = this.device.createShaderModule({ code });
+        const p = await this.device.createComputePipelineAsync({ layout: "auto", compute: { module, entryPoint: "main" } });
+        this.pipelines.set(code, p);
+        onDone?.(++done, todo.length);
+      }),
+    );
+  }
+
+  /** how many pipelines are compiled */
+  get pipelineCount(): number {
+    return this.pipelines.size;
   }
 
   /** A storage buffer of at least `bytes` (rounded up to 16: kernels may bind it as array<vec4f>). */
@@ -453,6 +494,10 @@ export class GpuRuntime {
       this.held.push({ label, code, buffers, params, groups: [gx, gy, gz], outputs });
       return;
     }
+    if (this.collecting !== undefined) {
+      this.collecting.add(code);
+      return;
+    }
     // room for this dispatch's uniform slots (and its check-writes fills and counts) before a profile pass opens
     if (this.uniformUsed + UNIFORM_SLOT * (1 + (this.checkWrites ? 2 * outputs.length + 1 : 0)) > UNIFORM_RING) {
       this.recordingBroken = true;
@@ -535,6 +580,10 @@ export class GpuRuntime {
       },
     );
     if (combined === undefined) return false;
+    if (this.collecting !== undefined) {
+      this.collecting.add(combined.code);
+      return true;
+    }
     const outputs = held.flatMap((d) => d.outputs.map((o) => ({ label: `${d.label} (together)`, o })));
     // every slot of this dispatch in one ring: a submission between them would overwrite the first ones
     if (this.uniformUsed + UNIFORM_SLOT * (held.length + 1 + (this.checkWrites ? 2 * outputs.length + 1 : 0)) > UNIFORM_RING) {
@@ -586,6 +635,7 @@ export class GpuRuntime {
 
   /** Copy `bytes` (a multiple of 4) between buffers after everything encoded so far, in queue order (ends the open pass). */
   copy(src: GPUBuffer, srcOffset: number, dst: GPUBuffer, dstOffset: number, bytes: number): void {
+    if (this.collecting !== undefined) return;
     if (this.recording !== undefined) this.recordingBroken = true;
     // copies in a row share the gap between passes (no empty pass between them)
     this.pass?.end();
@@ -596,6 +646,7 @@ export class GpuRuntime {
 
   /** Submit everything recorded so far. */
   submit(): void {
+    if (this.collecting !== undefined) return;
     if (this.encoder === undefined) return;
     if (this.recording !== undefined) this.recordingBroken = true;
     this.pass?.end();

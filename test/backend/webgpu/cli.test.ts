@@ -53,6 +53,7 @@ interface RunReport {
   finish_reason: string;
   backend: string;
   decode: string;
+  timings: { load_ms: number; compile_ms?: number; gpu_kernels_compiled?: number };
   logprobs: { id: number; logprob: number | null; top?: [number, number][] }[];
 }
 
@@ -63,6 +64,9 @@ test("run --backend webgpu --temp 0 chains the greedy steps on the GPU: same tex
   assert.equal(cpu.decode, "host-sampling");
   assert.equal(gpu.decode, "gpu-greedy-chained");
   assert.match(gpu.backend, /^fused-webgpu/);
+  // the run's kernels compiled while loading (counted in load_ms)
+  assert.ok(gpu.timings.gpu_kernels_compiled! > 0 && gpu.timings.compile_ms! > 0 && gpu.timings.compile_ms! < gpu.timings.load_ms, JSON.stringify(gpu.timings));
+  assert.equal(cpu.timings.compile_ms, undefined);
   assert.equal(gpu.tokens.length, 20);
   assert.deepEqual(gpu.tokens, cpu.tokens);
   assert.equal(gpu.text, cpu.text);

@@ -25,10 +25,19 @@ test("FusedGpuModel.forward: prefill chunks (all logits) + decode steps match th
     const { model, config } = loadModel(m.path);
     const tokens = randomTokens(10, 5, 0, config.nVocab);
     const ref = logprobRows(model, tokens, "reference");
-    const f = new FusedGpuModel(config, { context: 12, maxTokens: 3 });
-    let last = [0, 0];
-    f.load(m.path, (done, total) => (last = [done, total]));
-    assert.ok(last[1]! > 0 && last[0] === last[1], `load progress ends at the total: ${last.join("/")}`);
+    // the kernels of its steps compiled while loading: prefill chunks of 3 and 1 tokens (7 = 3 + 3 + 1), decode steps
+    const f = new FusedGpuModel(config, { context: 12, maxTokens: 3, warm: { decode: 1, prefill: [3, 1] } });
+    let last: [number, number, string] = [0, 0, ""];
+    const phases = new Set<string>();
+    const stats = f.load(m.path, (done, total, phase) => {
+      last = [done, total, phase];
+      phases.add(phase);
+    });
+    assert.ok(last[1] > 0 && last[0] === last[1], `progress ends at the total: ${last.join("/")}`);
+    // (a model this small may load between two ticks: no "load" tick before the kernels)
+    assert.equal(last[2], "compile");
+    assert.ok([...phases].every((p, i) => p === (i === phases.size - 1 ? "compile" : "load")), [...phases].join());
+    assert.ok(stats.kernels > 0 && stats.compileMs > 0 && f.warmStats === stats, JSON.stringify(stats));
     return { f, tokens, ref, V: config.nVocab };
   })();
   const { f, tokens, ref, V } = fused;

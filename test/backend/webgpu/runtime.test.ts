@@ -80,3 +80,38 @@ test("timeItems: every recorded dispatch timed alone, with its label; the record
   const got = await r.readF32(y);
   got.forEach((v, i) => assert.ok(Math.abs(v - 4 * Math.fround(x[i]!)) < 1e-5, `y[${i}] = ${v}, want ${4 * Math.fround(x[i]!)}`));
 });
+
+test("collectPipelines dry-runs an encoding (nothing encoded or counted) and names the kernels not compiled yet, combined ones as together() combines them; precompile compiles them all", { skip }, async () => {
+  const r = new GpuRuntime(rt!.info, {});
+  const rng = new Rng(12);
+  const x = rng.f64(64);
+  const xb = f32(r, x);
+  const y = r.buffer(64 * 4);
+  // y[0..32) = 2x, y[32..64) = x: a copy and an add apart, then two copies combined
+  const run = (): void => {
+    r.together(() => {
+      copyRows(r, xb, y, { n: 1, width: 32 });
+      copyRows(r, xb, y, { n: 1, width: 32, xOff: 32, yOff: 32 });
+    });
+    copyRows(r, xb, y, { n: 1, width: 32 }, true);
+  };
+  const codes = r.collectPipelines(run);
+  assert.equal(r.stats.dispatches, 0);
+  assert.equal(r.pipelineCount, 0);
+  assert.equal(codes.length, 2, "the combined copies and the add");
+  assert.ok(codes.every((c) => c.includes("@compute")));
+  assert.throws(() => r.collectPipelines(() => r.collectPipelines(run)), /does not nest/);
+  const done: number[] = [];
+  await r.precompile([...codes, codes[0]!], (d, total) => {
+    assert.equal(total, 2);
+    done.push(d);
+  });
+  assert.deepEqual(done.sort(), [1, 2]);
+  assert.equal(r.pipelineCount, 2);
+  assert.deepEqual(r.collectPipelines(run), [], "nothing left to compile");
+  run();
+  assert.equal(r.pipelineCount, 2, "the real run compiles nothing more");
+  assert.equal(r.stats.dispatches, 2);
+  const got = await r.readF32(y);
+  got.forEach((v, i) => assert.ok(Math.abs(v - Math.fround(x[i]!) * (i < 32 ? 2 : 1)) < 1e-6, `y[${i}] = ${v}`));
+});

@@ -42,9 +42,14 @@ echo "$(date +%T) rc=$?"; grep -v "^Warning" "$OUT/run.err" | tail -3
 node -e 'const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")); console.log(JSON.stringify({ backend: r.backend, decode: r.decode, finish_reason: r.finish_reason, generated: r.tokens.length, timings: r.timings }))' "$OUT/run.json"
 
 echo "=== $(date +%T) latent serve --backend webgpu, concurrent greedy clients"
-node dist/latent-entry.mjs serve "$model" --backend webgpu --port 8199 --max-batch 32 > "$OUT/serve.log" 2>&1 &
+# shellcheck disable=SC2086
+node dist/latent-entry.mjs serve "$model" --backend webgpu --port 8199 --max-batch 32 ${SERVE_ARGS:-} > "$OUT/serve.log" 2>&1 &
 server=$!
-node scripts/serve-probe.mjs --url http://127.0.0.1:8199 --clients "${1:-1,8,32}" --max-tokens "${2:-128}" --json "$OUT/serve.json"
-echo "$(date +%T) probe rc=$?"
-curl -s http://127.0.0.1:8199/metrics 2>/dev/null | grep -E "^latent_(generation_tokens|prompt_tokens|steps|preemptions)_total"
+# one probe per client count, each followed by the server's cumulative step metrics (forward passes: count and summed
+# wall time, tokens), so that time in steps can be told from time around them
+for clients in $(echo "${1:-1,8,32}" | tr , ' '); do
+  node scripts/serve-probe.mjs --url http://127.0.0.1:8199 --clients "$clients" --max-tokens "${2:-128}" --json "$OUT/serve-$clients.json" || echo "probe rc=$?"
+  curl -s http://127.0.0.1:8199/metrics 2>/dev/null | grep -E "^latent_(step_seconds|batch_tokens)_(sum|count)|^latent_(generation_tokens|prompt_tokens)_total" | tr '\n' ' '; echo
+done
+echo "$(date +%T) probes done"
 kill -TERM $server; wait $server; echo "server rc=$?"; tail -3 "$OUT/serve.log"

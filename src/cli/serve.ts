@@ -29,6 +29,7 @@ options:
                          pipeline; only while every running request is greedy without top logprobs and none
                          waits; default 8, 0 = off)
   --no-prefix-cache      do not share KV pages between equal prompt prefixes
+  --log-steps            log every forward pass (sequences, tokens, decoding, ms) and every chain of greedy steps
   --backend B            cpu (WebAssembly SIMD kernels on worker threads), reference (plain JS kernels),
                          webgpu or auto (default: webgpu on a hardware GPU adapter, else cpu). On a GPU a
                          deepseek2/glm-dsa model runs the fused pipeline (every layer of a step in one replayed pass,
@@ -49,6 +50,7 @@ const SERVE_OPTIONS = {
   "max-queue": { type: "string" },
   "chain-steps": { type: "string" },
   "no-prefix-cache": { type: "boolean" },
+  "log-steps": { type: "boolean" },
   backend: { type: "string" },
   threads: { type: "string" },
   help: { type: "boolean", short: "h" },
@@ -103,6 +105,7 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
     ...opt("maxQueue", intOption("max-queue", values["max-queue"], 0)),
     ...opt("chainSteps", intOption("chain-steps", values["chain-steps"], 0)),
     prefixCaching: values["no-prefix-cache"] !== true,
+    logSteps: values["log-steps"] === true,
     log: (line) => io.err(`${line}\n`),
   });
   await new Promise<void>((resolve) => {

@@ -58,6 +58,8 @@ export interface StepInfo {
   readonly ms: number;
   /** the length of the chain this step was part of (greedy steps chained on the device); absent for a host step */
   readonly chained?: number;
+  /** which step of its chain this is (0 first) */
+  readonly chainStep?: number;
 }
 
 /** Steps in the first chain after a host-sampled step; each following chain doubles, up to chainSteps. */
@@ -516,12 +518,18 @@ export class Scheduler {
     if (model.decodeGreedyBatch === undefined || this.chainSteps === 0 || this.running.length === 0) return false;
     if (this.waiting.length > 0 && this.running.length < this.maxBatch) return false;
     const batch = [...this.running];
-    let steps = this.chainNext;
+    // as long as the sequence furthest from its token limit wants (one nearer its limit rides along, its tokens past
+    // the limit dropped: otherwise sequences that end a token apart would each cost a host step), and never past any
+    // sequence's context
+    let room = this.chainNext;
+    let wanted = 0;
     for (const seq of batch) {
       const decoding = seq.state === "running" && seq.generated > 0 && seq.tokens.length - seq.cache!.length === 1;
       if (!decoding || seq.wantsAll || !seq.sampler.isGreedy() || seq.sampler.logprobs > 0) return false;
-      steps = Math.min(steps, seq.req.maxTokens - seq.generated, this.contextLength - seq.tokens.length);
+      room = Math.min(room, this.contextLength - seq.tokens.length);
+      wanted = Math.max(wanted, seq.req.maxTokens - seq.generated);
     }
+    const steps = Math.min(room, wanted);
     if (steps < 2) return false;
     let pages = 0;
     for (const seq of batch) pages += seq.cache!.pagesNeeded(steps);
@@ -559,7 +567,7 @@ export class Scheduler {
           this.finish(seq, "error", e instanceof Error ? e : new Error(String(e)));
         }
       });
-      this.opts.onStep?.({ sequences: batch.length, tokens: batch.length, decodes: batch.length, ms: ms / steps, chained: steps });
+      this.opts.onStep?.({ sequences: batch.length, tokens: batch.length, decodes: batch.length, ms: ms / steps, chained: steps, chainStep: k });
     }
     return true;
   }

@@ -55,6 +55,8 @@ export interface ServerOptions {
   readonly prefixCaching?: boolean;
   /** one line per event worth logging (startup, errors); default none */
   readonly log?: (line: string) => void;
+  /** also log every forward pass (sequences, tokens, decodes, ms; chained steps as one line per chain) */
+  readonly logSteps?: boolean;
 }
 
 export interface ServerStats {
@@ -111,6 +113,9 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     onStep: (s) => {
       metrics?.stepTokens.observe(s.tokens);
       metrics?.stepSeconds.observe(s.ms / 1000);
+      if (options.logSteps !== true) return;
+      if (s.chainStep !== undefined && s.chainStep > 0) return; // one line per chain
+      options.log?.(s.chained !== undefined ? `step: chain of ${s.chained} greedy steps × ${s.sequences} sequences, ${(s.ms * s.chained).toFixed(1)} ms` : `step: ${s.sequences} sequences, ${s.tokens} tokens (${s.decodes} decoding), ${s.ms.toFixed(1)} ms`);
     },
   });
   metrics = new ServerMetrics(scheduler, pool);

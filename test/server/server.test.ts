@@ -226,6 +226,18 @@ test("concurrent requests are batched and give the same greedy tokens and logpro
   assert.ok(steps < 40, `${steps} steps`);
 });
 
+test("logSteps: one log line per forward pass, with its sequences, tokens and time", async () => {
+  const lines: string[] = [];
+  const s = await extraServer({ loaded, modelId: "tiny", logSteps: true, log: (l) => lines.push(l) });
+  const c = clientFor(s);
+  const prompts = [randomTokens(7, 21, 3, V), randomTokens(4, 22, 3, V)];
+  await Promise.all(prompts.map((p) => c.completions.create({ model: "tiny", prompt: p, max_tokens: 3, temperature: 0, ignore_eos: true } as OpenAI.CompletionCreateParamsNonStreaming)));
+  const steps = lines.filter((l) => l.startsWith("step: "));
+  assert.equal(steps.length, s.scheduler.stats().steps, lines.join("\n"));
+  for (const l of steps) assert.match(l, /^step: \d+ sequences, \d+ tokens \(\d+ decoding\), \d+\.\d ms$/);
+  assert.ok(steps.some((l) => l.startsWith("step: 2 sequences")), lines.join("\n"));
+});
+
 test("prefix caching: a repeated system prompt is not recomputed (usage and /metrics show the hit)", async () => {
   const system = "You are a helpful assistant. ".repeat(8);
   const ask = (q: string): Promise<OpenAI.ChatCompletion> => client.chat.completions.create({ model: "tiny", messages: [{ role: "system", content: system }, { role: "user", content: q }], max_tokens: 2, temperature: 0 });

@@ -109,6 +109,58 @@ test("FusedGpuModel.forwardBatch: interleaved sequences in GPU slots (decode bat
   }
 });
 
+test("FusedGpuModel.forwardBatch packs decodes and prompt chunks of different sequences into shared GPU steps of ≤ maxTokens (a chunk split across two); every row matches the reference", { skip }, () => {
+  for (const c of [CASES.find((x) => x.label === "no-qlora-odd")!, CASES.find((x) => x.label === "glm-dsa-top16")!]) {
+    const m = synthModel(c, 6);
+    const { model, config } = loadModel(m.path);
+    const V = config.nVocab;
+    const seqs = [randomTokens(6, 41, 0, V), randomTokens(7, 42, 0, V), randomTokens(8, 43, 0, V)];
+    const refs = seqs.map((t) => logprobRows(model, t, "reference"));
+    const f = new FusedGpuModel(config, { slots: 3, context: 16, maxTokens: 8 });
+    try {
+      f.load(m.path);
+      const caches = seqs.map(() => new LatentCache(f.config));
+      const got: Float64Array[][] = [[], [], []];
+      const take = (i: number, rows: Float32Array): void => {
+        for (let r = 0; r * V < rows.length; r++) got[i]!.push(logSoftmaxRow(rows.subarray(r * V, (r + 1) * V)));
+      };
+      take(0, f.forwardBatch([{ tokens: seqs[0]!.slice(0, 3), cache: caches[0], path: "prefill", logits: "all" }])[0]!);
+      assert.equal(f.gpuSteps, 1);
+      // 1 decode + 5 + 4 prompt tokens = 10: steps of 8 (the decode, sequence 1's five, two of sequence 2's) and 2
+      let outs = f.forwardBatch([
+        { tokens: seqs[1]!.slice(0, 5), cache: caches[1], path: "prefill", logits: "all" },
+        { tokens: seqs[2]!.slice(0, 4), cache: caches[2], path: "prefill", logits: "none" },
+        { tokens: [seqs[0]![3]!], cache: caches[0], path: "decode", logits: "last" },
+      ]);
+      assert.equal(f.gpuSteps, 3);
+      assert.equal(outs[1]!.length, 0);
+      take(1, outs[0]!);
+      take(0, outs[2]!);
+      // two decodes and sequence 2's last 4 prompt tokens (the last one's logits): one step
+      outs = f.forwardBatch([
+        { tokens: seqs[2]!.slice(4), cache: caches[2], path: "prefill", logits: "last" },
+        { tokens: [seqs[0]![4]!], cache: caches[0], path: "decode", logits: "last" },
+        { tokens: [seqs[1]![5]!], cache: caches[1], path: "decode", logits: "last" },
+      ]);
+      assert.equal(f.gpuSteps, 4);
+      take(2, outs[0]!);
+      take(0, outs[1]!);
+      take(1, outs[2]!);
+      const want = [refs[0]!.slice(0, 5), refs[1]!.slice(0, 6), refs[2]!.slice(7, 8)];
+      for (let s = 0; s < 3; s++) {
+        assert.equal(got[s]!.length, want[s]!.length, `${c.label} sequence ${s}: rows`);
+        const err = maxAbsDiff(got[s]!, want[s]!);
+        assert.ok(err <= 1e-3, `${c.label} sequence ${s}: max |Δ logprob| ${err}`);
+      }
+      assert.deepEqual(caches.map((x) => x.length), [5, 6, 8]);
+      assert.throws(() => f.forwardBatch([0, 0].map(() => ({ tokens: [1], cache: caches[0], path: "decode" as const, logits: "last" as const }))), /two chunks of one sequence/);
+    } finally {
+      void f.close();
+      m.cleanup();
+    }
+  }
+});
+
 test("FusedGpuModel on glm-dsa (--check-writes): DSA key selection on the GPU (sparse past top_k = 16 keys) matches the reference", { skip }, () => {
   const c = CASES.find((x) => x.base === "tiny-glm")!;
   const m = synthModel(c, 2);

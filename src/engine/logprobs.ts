@@ -14,6 +14,33 @@ export function checkLogits(logits: Float32Array | Float64Array): void {
 }
 
 /**
+ * The greedy choice and its log-probability: argmax(logits) (ties to the lowest id) and log_softmax(logits) there —
+ * equal to logSoftmax(logits)[argmax], from two passes over the row and no float64 copy of it (a 102400-entry row took
+ * 6.2 ms through logSoftmax, a host-sampled step of a 32-sequence batch ~200 ms). Throws as logSoftmax does.
+ */
+export function greedyLogprob(logits: Float32Array | Float64Array): { token: number; logprob: number } {
+  const n = logits.length;
+  if (n === 0) throw new UsageError("logits vector is empty");
+  let best = 0;
+  let max = -Infinity;
+  for (let i = 0; i < n; i++) {
+    const x = logits[i]!;
+    if (x > max) {
+      max = x;
+      best = i;
+    } else if (!(x <= max)) {
+      // NaN (x > max and x <= max both false), or +Infinity after an earlier +Infinity
+      checkLogits(logits);
+    }
+  }
+  if (max === Infinity) checkLogits(logits);
+  if (max === -Infinity) throw new UsageError("all logits are -Infinity: no token has non-zero probability");
+  let sum = 0;
+  for (let i = 0; i < n; i++) sum += Math.exp(logits[i]! - max);
+  return { token: best, logprob: logits[best]! - (max + Math.log(sum)) };
+}
+
+/**
  * log(softmax(logits)) in float64, stably: shift by the max, sum exp in float64, subtract log of the sum.
  * -Infinity logits give -Infinity log-probabilities. Throws UsageError on NaN/+Infinity or when no logit is finite.
  */

@@ -1,5 +1,5 @@
 import { UsageError } from "../util/errors.js";
-import { logSoftmax, topIds, topLogprobs } from "./logprobs.js";
+import { greedyLogprob, logSoftmax, topIds, topLogprobs } from "./logprobs.js";
 
 export interface SamplerOptions {
   /** 0 → greedy (argmax, ties to the lowest id). Default 1. */
@@ -101,6 +101,7 @@ export class Sampler {
 
   /** Pick the next token. Throws UsageError naming the position of a NaN logit. */
   sample(logits: Float32Array | Float64Array): SampleResult {
+    if (this.isGreedy() && this.logprobs === 0) return greedyLogprob(logits); // validates as logSoftmax does
     const lp = logSoftmax(logits); // validates: NaN / +Infinity / all -Infinity
     const token = this.isGreedy() ? argmax(logits) : this.draw(lp, this.kept(lp));
     const result: SampleResult = { token, logprob: lp[token]! };

@@ -49,7 +49,17 @@ export interface SchedulerOptions {
   readonly chainSteps?: number;
   /** after every step (for metrics); a chain of K steps reports K steps, each with 1/K of the chain's time */
   readonly onStep?: (info: StepInfo) => void;
+  /**
+   * A count of the I/O events the caller has seen (a server: connections and requests). Before a step, the scheduler
+   * yields to the event loop again while it changes (up to IO_SETTLE_TURNS times): Node accepts one connection per
+   * loop iteration, and a step blocks the loop, so without this a burst of N requests is admitted one per step over
+   * N steps (measured on the H200 with 32 clients: 32 host-sampled steps of 70–400 ms before the first chain).
+   */
+  readonly ioActivity?: () => number;
 }
+
+/** Most extra event-loop turns before a step while I/O keeps arriving (each is short when nothing blocks the loop). */
+const IO_SETTLE_TURNS = 256;
 
 export interface StepInfo {
   readonly sequences: number;
@@ -309,25 +319,40 @@ export class Scheduler {
     return new Promise((resolve) => this.idleWaiters.push(resolve));
   }
 
+  /** I/O seen so far: the caller's events and the requests submitted */
+  private activity(): number {
+    return (this.opts.ioActivity?.() ?? 0) + this.arrivals;
+  }
+
   private kick(): void {
     if (this.scheduled) return;
     this.scheduled = true;
-    setImmediate(() => {
-      this.scheduled = false;
-      try {
-        this.step();
-      } catch (e) {
-        // a bug must not take the process down: fail what is running, keep serving
-        const err = e instanceof Error ? e : new Error(String(e));
-        for (const seq of [...this.running]) this.finish(seq, "error", err);
-      }
-      if (this.waiting.length > 0 || this.running.length > 0) this.kick();
-      else {
-        const w = this.idleWaiters;
-        this.idleWaiters = [];
-        for (const f of w) f();
-      }
-    });
+    let seen = this.activity();
+    const settle = (turns: number): void => {
+      const now = this.activity();
+      if (now === seen || turns === 0) return this.run();
+      seen = now;
+      setImmediate(() => settle(turns - 1));
+    };
+    setImmediate(() => settle(IO_SETTLE_TURNS));
+  }
+
+  /** One step (after the event loop has served the I/O that was waiting), then the next kick. */
+  private run(): void {
+    this.scheduled = false;
+    try {
+      this.step();
+    } catch (e) {
+      // a bug must not take the process down: fail what is running, keep serving
+      const err = e instanceof Error ? e : new Error(String(e));
+      for (const seq of [...this.running]) this.finish(seq, "error", err);
+    }
+    if (this.waiting.length > 0 || this.running.length > 0) this.kick();
+    else {
+      const w = this.idleWaiters;
+      this.idleWaiters = [];
+      for (const f of w) f();
+    }
   }
 
   private remove(list: Sequence[], seq: Sequence): boolean {

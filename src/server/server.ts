@@ -102,6 +102,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   if (!Number.isInteger(kvTokens) || kvTokens < pageSize) throw new UsageError(`the KV cache needs at least one page (${pageSize} positions), got ${kvTokens}`);
   const pool = new PagePool(config, { pageSize, numPages: Math.ceil(kvTokens / pageSize) });
   let metrics: ServerMetrics | undefined;
+  // connections and requests seen: the scheduler lets the event loop take in a burst of them before its next step
+  let ioEvents = 0;
   const scheduler = new Scheduler(model, tokenizer, pool, {
     maxBatch,
     ...(options.tokenBudget !== undefined ? { tokenBudget: options.tokenBudget } : {}),
@@ -110,6 +112,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     maxQueue: options.maxQueue ?? 64,
     contextLength: ctx,
     prefixCaching: options.prefixCaching ?? true,
+    ioActivity: () => ioEvents,
     onStep: (s) => {
       metrics?.stepTokens.observe(s.tokens);
       metrics?.stepSeconds.observe(s.ms / 1000);
@@ -177,6 +180,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   };
 
   const http = createServer((req, res) => {
+    ioEvents++;
     const p = handle(req, res).catch((e: unknown) => {
       log(`unhandled: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}`);
       try {
@@ -188,6 +192,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     active.add(p);
     void p.finally(() => active.delete(p));
   });
+  http.on("connection", () => ioEvents++);
   http.on("clientError", (_err, socket) => {
     if (socket.writable) socket.end("HTTP/1.1 400 Bad Request\r\nconnection: close\r\n\r\n");
     else socket.destroy();

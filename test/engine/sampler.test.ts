@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createSampler, Sampler, type SamplerOptions } from "../../src/engine/sampler.js";
-import { logSoftmax, topLogprobs } from "../../src/engine/logprobs.js";
+import { greedyLogprob, logSoftmax, topLogprobs } from "../../src/engine/logprobs.js";
 import { UsageError } from "../../src/util/errors.js";
 
 /** Deterministic test data (mulberry32), independent of the sampler's PRNG. */
@@ -71,6 +71,31 @@ test("greedy equals argmax (lowest id on ties) on random vectors of odd sizes", 
   }
   const ties = new Float32Array([1, 5, -Infinity, 5, 2]);
   assert.equal(createSampler({ temperature: 0 }).sample(ties).token, 1);
+});
+
+test("greedyLogprob (the greedy sampler's one pass) equals logSoftmax at argmax, bit for bit; rejects NaN / +Infinity / all -Infinity like it", () => {
+  for (const [i, n] of [1, 2, 7, 1001, 102_400].entries()) {
+    for (const f64 of [false, true]) {
+      const x32 = randomLogits(n, 300 + i);
+      const x = f64 ? Float64Array.from(x32, (v) => v * 1.000001) : x32;
+      if (n > 2) x[n - 1] = -Infinity;
+      const got = greedyLogprob(x);
+      assert.equal(got.token, naiveArgmax(x));
+      assert.equal(got.logprob, logSoftmax(x)[got.token]);
+      assert.deepEqual(createSampler({ temperature: 0 }).sample(x), got);
+    }
+  }
+  assert.deepEqual(greedyLogprob(new Float32Array([-Infinity, 3, 3, -1])).token, 1);
+  for (const bad of [[0, NaN, 1], [NaN], [1, Infinity, 2], [Infinity, Infinity], [2, Infinity, NaN], [-Infinity, -Infinity], []]) {
+    const x = new Float32Array(bad);
+    let want = "";
+    try {
+      logSoftmax(x);
+    } catch (e) {
+      want = (e as Error).message;
+    }
+    assert.throws(() => greedyLogprob(x), (e: unknown) => e instanceof UsageError && e.message === want, `${bad.join()}: ${want}`);
+  }
 });
 
 test("logSoftmax matches a naive float64 reference, incl. ±1e4 magnitudes and -Infinity", () => {

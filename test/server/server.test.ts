@@ -238,6 +238,27 @@ test("logSteps: one log line per forward pass, with its sequences, tokens and ti
   assert.ok(steps.some((l) => l.startsWith("step: 2 sequences")), lines.join("\n"));
 });
 
+test("a burst of requests is admitted together although each step blocks the event loop (Node accepts one connection per loop turn)", async () => {
+  // a model whose every forward pass blocks the loop for 30 ms, as a GPU step waited for does
+  const slow = Object.create(loaded.model) as typeof loaded.model;
+  slow.forwardBatch = (chunks) => {
+    const t = performance.now();
+    while (performance.now() - t < 30);
+    return loaded.model.forwardBatch(chunks);
+  };
+  const lines: string[] = [];
+  const s = await extraServer({ loaded: { ...loaded, model: slow }, modelId: "tiny", maxBatch: 16, logSteps: true, log: (l) => lines.push(l) });
+  const c = clientFor(s);
+  const prompts = Array.from({ length: 12 }, (_, i) => randomTokens(6, 60 + i, 3, V));
+  await Promise.all(prompts.map((p) => c.completions.create({ model: "tiny", prompt: p, max_tokens: 4, temperature: 0, ignore_eos: true } as OpenAI.CompletionCreateParamsNonStreaming)));
+  // steps that took in prompt tokens: one per request had each arrived during the previous step
+  const admitting = lines.filter((l) => /^step: /.test(l)).filter((l) => {
+    const m = /(\d+) tokens \((\d+) decoding\)/.exec(l)!;
+    return Number(m[1]) > Number(m[2]);
+  });
+  assert.ok(admitting.length <= 3, `${admitting.length} steps admitted prompts:\n${lines.join("\n")}`);
+});
+
 test("prefix caching: a repeated system prompt is not recomputed (usage and /metrics show the hit)", async () => {
   const system = "You are a helpful assistant. ".repeat(8);
   const ask = (q: string): Promise<OpenAI.ChatCompletion> => client.chat.completions.create({ model: "tiny", messages: [{ role: "system", content: system }, { role: "user", content: q }], max_tokens: 2, temperature: 0 });

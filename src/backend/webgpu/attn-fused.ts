@@ -6,8 +6,11 @@
 import type { GpuMatrix } from "./matrix.js";
 import type { GpuRuntime } from "./runtime.js";
 import { f32bits } from "./runtime.js";
-import { ATTN_FUSED_PARAMS, attnFusedWGSL, type AttnFusedShape } from "./wgsl-attn-fused.js";
+import { ATTN_FUSED_PARAMS, attnFusedWGSL as attnFusedSource, type AttnFusedShape } from "./wgsl-attn-fused.js";
 import { ATTN_CHUNK } from "./wgsl-ops.js";
+import { memoWGSL } from "./wgsl-memo.js";
+
+const attnFusedWGSL = memoWGSL(attnFusedSource);
 
 export interface AttnFusedDims {
   readonly heads: number;

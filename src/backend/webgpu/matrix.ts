@@ -8,10 +8,21 @@ import { typeName } from "../../gguf/types.js";
 import { rowBytes as quantRowBytes } from "../../quant/index.js";
 import { LatentError } from "../../util/errors.js";
 import type { GpuRuntime } from "./runtime.js";
-import { EXPERT_LISTS_WGSL, getRowsWGSL, MATVEC_TN, matvec2WGSL, matmulTiledWGSL, matvecCoalescedWGSL, matvecExpertsWGSL, matvecTWGSL, matvecWGSL, MV_WG, packMatParams, tiledSharedBytes, type MatParams, type MatvecShape, type TiledShape } from "./wgsl-mat.js";
+import { EXPERT_LISTS_WGSL, getRowsWGSL as getRowsSource, MATVEC_TN, matvec2WGSL as matvec2Source, matmulTiledWGSL as tiledSource, matvecCoalescedWGSL as coalescedSource, matvecExpertsWGSL as expertsSource, matvecTWGSL as matvecTSource, matvecWGSL as matvecSource, MV_WG, packMatParams, tiledSharedBytes, type MatParams, type MatvecShape, type TiledShape } from "./wgsl-mat.js";
 import { gpuSupports, unitSize } from "./wgsl-quant.js";
-import { matmulRowsWGSL, ROW_TILE_EXPERTS_FROM, rowTileShape, type RowTileShape } from "./wgsl-rowtile.js";
-import { fusionBuffers, matvecWideWGSL, wideRowsPerGroup, wideShape, type WideFusion, type WideShape } from "./wgsl-wide.js";
+import { matmulRowsWGSL as rowTileSource, ROW_TILE_EXPERTS_FROM, rowTileShape, type RowTileShape } from "./wgsl-rowtile.js";
+import { fusionBuffers, matvecWideWGSL as wideSource, wideRowsPerGroup, wideShape, type WideFusion, type WideShape } from "./wgsl-wide.js";
+import { memoWGSL } from "./wgsl-memo.js";
+
+const matvecWGSL = memoWGSL(matvecSource);
+const matvecWideWGSL = memoWGSL(wideSource);
+const matmulRowsWGSL = memoWGSL(rowTileSource);
+const matmulTiledWGSL = memoWGSL(tiledSource);
+const matvecCoalescedWGSL = memoWGSL(coalescedSource);
+const matvecExpertsWGSL = memoWGSL(expertsSource);
+const matvec2WGSL = memoWGSL(matvec2Source);
+const matvecTWGSL = memoWGSL(matvecTSource);
+const getRowsWGSL = memoWGSL(getRowsSource);
 
 export interface MatrixPiece {
   readonly buffer: GPUBuffer;

@@ -5,33 +5,54 @@ import { LatentError } from "../../util/errors.js";
 import { f32bits, type GpuRuntime, type OutRange } from "./runtime.js";
 import {
   RMS_NORM4_WGSL,
-  ADD_NORM_WGSL,
-  argmaxWGSL, ARGMAX_SLICE,
+  ADD_NORM_WGSL as addNormSource,
+  argmaxWGSL as argmaxSource, ARGMAX_SLICE,
   ATTN_CHUNK,
   ATTN_COMBINE_WGSL,
   ATTN_PARAMS,
   ATTN_QMAX,
-  ATTN_WGSL,
-  attnSubgroupWGSL,
+  ATTN_WGSL as attnSource,
+  attnSubgroupWGSL as attnSubgroupSource,
   COMBINE_WGSL,
-  COPY_WGSL,
+  COPY_WGSL as copySource,
   DSA_SCORES_WGSL,
-  NORM_WGSL,
-  withSubgroupTotal,
-  KV_CACHE_WGSL,
+  NORM_WGSL as normSource,
+  withSubgroupTotal as subgroupTotalSource,
+  KV_CACHE_WGSL as kvCacheSource,
   ROPE_TO_WGSL,
   ROPE_WGSL,
   ROUTE_PARAMS,
   ROUTE_WGSL,
-  SOFTMAX_WGSL,
+  SOFTMAX_WGSL as softmaxSource,
   SCATTER_WGSL,
   COPY_U32_WGSL,
   TOUCH_WGSL,
   SWIGLU_WGSL,
   TOPK_WGSL,
 } from "./wgsl-ops.js";
-import { routeGrid, routeShape, routeWGSL, type RouteShape } from "./wgsl-route.js";
-import { ATTN_WIDE_COMBINE_WGSL, ATTN_WIDE_PARAMS, attnWideBytes, attnWidePlan, attnWideScratch, attnWideWGSL } from "./wgsl-attn.js";
+import { routeGrid, routeShape, routeWGSL as routeSource, type RouteShape } from "./wgsl-route.js";
+import { ATTN_WIDE_COMBINE_WGSL, ATTN_WIDE_PARAMS, attnWideBytes, attnWidePlan, attnWideScratch, attnWideWGSL as attnWideSource } from "./wgsl-attn.js";
+import { memoWGSL } from "./wgsl-memo.js";
+
+const ADD_NORM_WGSL = memoWGSL(addNormSource);
+const argmaxWGSL = memoWGSL(argmaxSource);
+const ATTN_WGSL = memoWGSL(attnSource);
+const attnSubgroupWGSL = memoWGSL(attnSubgroupSource);
+const COPY_WGSL = memoWGSL(copySource);
+const NORM_WGSL = memoWGSL(normSource);
+const KV_CACHE_WGSL = memoWGSL(kvCacheSource);
+const SOFTMAX_WGSL = memoWGSL(softmaxSource);
+const routeWGSL = memoWGSL(routeSource);
+const attnWideWGSL = memoWGSL(attnWideSource);
+/** withSubgroupTotal by its source (the same string object each time, from the memoized generators) and size */
+const subgroupTotals = new Map<string, Map<number | undefined, string>>();
+function withSubgroupTotal(code: string, sg: number | undefined): string {
+  let bySize = subgroupTotals.get(code);
+  if (bySize === undefined) subgroupTotals.set(code, (bySize = new Map()));
+  let out = bySize.get(sg);
+  if (out === undefined) bySize.set(sg, (out = subgroupTotalSource(code, sg)));
+  return out;
+}
 
 /** The byte ranges of n rows of `width` floats at off + t·stride. */
 export function rows(buffer: GPUBuffer, off: number, n: number, stride: number, width: number): OutRange[] {

@@ -5,7 +5,10 @@ import { LatentError } from "../../util/errors.js";
 import type { GpuMatrix } from "./matrix.js";
 import { routeFits, routeParams, rows, type RouteArgs } from "./ops.js";
 import type { GpuRuntime } from "./runtime.js";
-import { routerShape, routerWGSL, type RouterShape } from "./wgsl-router.js";
+import { routerShape, routerWGSL as routerSource, type RouterShape } from "./wgsl-router.js";
+import { memoWGSL } from "./wgsl-memo.js";
+
+const routerWGSL = memoWGSL(routerSource);
 
 /**
  * The fused kernel's shape for routing n tokens through `router`, or undefined where the product and moeRoute run

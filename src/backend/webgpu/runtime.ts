@@ -7,7 +7,7 @@
  */
 import { LatentError } from "../../util/errors.js";
 import type { GpuDeviceInfo } from "./device.js";
-import { combinedGrid, combineKernels, parseKernel, type ParsedKernel } from "./wgsl-combine.js";
+import { combinedGrid, combineKernels, parseKernel, type CombinedKernel, type ParsedKernel } from "./wgsl-combine.js";
 
 /** A kernel left part of its declared output unwritten (--check-writes). */
 /** An adapter's name from its info ("unknown adapter" when it gives none). */
@@ -256,6 +256,9 @@ export class GpuRuntime {
   /** whether together() combines (RuntimeOptions.fuse, off in profile mode) */
   readonly fuse: boolean;
   private held: HeldDispatch[] | undefined;
+  /** combined kernels by held kernels and shared-buffer pattern (null: cannot be combined) */
+  private readonly combinations = new Map<string, CombinedKernel | null>();
+  private readonly codeIds = new Map<string, number>();
   /** while collectPipelines runs: the kernels its dispatches would use (nothing is encoded) */
   private collecting: Set<string> | undefined;
 
@@ -564,21 +567,45 @@ export class GpuRuntime {
     for (const d of held) this.dispatch(d.label, d.code, d.buffers, d.params, d.groups, d.outputs);
   }
 
+  /**
+   * The combined kernel of held dispatches (undefined: they cannot be combined), built once per kernels and pattern of
+   * shared buffers (all combineKernels looks at: its bindings name parts and buffer indices, not buffers).
+   */
+  private combination(held: readonly HeldDispatch[]): CombinedKernel | undefined {
+    const first = new Map<object, number>();
+    let at = 0;
+    const shared = held.map((d) => d.buffers.map((b) => (first.has(b) ? first.get(b)! : (first.set(b, at), at++))).join(",")).join(";");
+    const key = `${held.map((d) => this.codeId(d.code)).join(",")}|${shared}`;
+    if (this.combinations.has(key)) return this.combinations.get(key) ?? undefined;
+    const kernels = held.map((d) => parseKernel(d.code));
+    const limits = this.device.limits;
+    const combined = kernels.some((k) => k === undefined)
+      ? undefined
+      : combineKernels(
+          held.map((d, j) => ({ kernel: kernels[j] as ParsedKernel, buffers: d.buffers })),
+          {
+            maxStorageBuffersPerShaderStage: limits.maxStorageBuffersPerShaderStage,
+            maxUniformBuffersPerShaderStage: limits.maxUniformBuffersPerShaderStage,
+            maxBindingsPerBindGroup: limits.maxBindingsPerBindGroup,
+            maxComputeWorkgroupStorageSize: limits.maxComputeWorkgroupStorageSize,
+          },
+        );
+    if (this.combinations.size >= 4096) this.combinations.clear();
+    this.combinations.set(key, combined ?? null);
+    return combined;
+  }
+
+  /** A number for a kernel source (its pipeline's key), for short keys of combinations. */
+  private codeId(code: string): number {
+    let id = this.codeIds.get(code);
+    if (id === undefined) this.codeIds.set(code, (id = this.codeIds.size));
+    return id;
+  }
+
   /** Encode held dispatches as one; false (nothing encoded) when they cannot be combined. */
   private dispatchCombined(held: readonly HeldDispatch[]): boolean {
     const t0 = performance.now();
-    const kernels = held.map((d) => parseKernel(d.code));
-    if (kernels.some((k) => k === undefined)) return false;
-    const limits = this.device.limits;
-    const combined = combineKernels(
-      held.map((d, j) => ({ kernel: kernels[j] as ParsedKernel, buffers: d.buffers })),
-      {
-        maxStorageBuffersPerShaderStage: limits.maxStorageBuffersPerShaderStage,
-        maxUniformBuffersPerShaderStage: limits.maxUniformBuffersPerShaderStage,
-        maxBindingsPerBindGroup: limits.maxBindingsPerBindGroup,
-        maxComputeWorkgroupStorageSize: limits.maxComputeWorkgroupStorageSize,
-      },
-    );
+    const combined = this.combination(held);
     if (combined === undefined) return false;
     if (this.collecting !== undefined) {
       this.collecting.add(combined.code);

@@ -115,3 +115,29 @@ test("collectPipelines dry-runs an encoding (nothing encoded or counted) and nam
   const got = await r.readF32(y);
   got.forEach((v, i) => assert.ok(Math.abs(v - Math.fround(x[i]!) * (i < 32 ? 2 : 1)) < 1e-6, `y[${i}] = ${v}`));
 });
+
+test("together(): a combined kernel is reused only for the same kernels with the same buffers shared — one output buffer for both copies, then two, then one again", { skip }, async () => {
+  const r = new GpuRuntime(rt!.info, {});
+  r.device.pushErrorScope("validation");
+  const rng = new Rng(13);
+  const x = rng.f64(64);
+  const xb = f32(r, x);
+  const shared = r.buffer(64 * 4);
+  const apart = [r.buffer(32 * 4), r.buffer(32 * 4)];
+  const pair = (y0: GPUBuffer, y1: GPUBuffer, yOff1: number): void =>
+    r.together(() => {
+      copyRows(r, xb, y0, { n: 1, width: 32 });
+      copyRows(r, xb, y1, { n: 1, width: 32, xOff: 32, yOff: yOff1 });
+    });
+  for (let round = 0; round < 2; round++) {
+    for (const b of [shared, ...apart]) r.write(b, 0, new Float32Array(b.size / 4));
+    const d0 = r.stats.dispatches;
+    pair(shared, shared, 32);
+    pair(apart[0]!, apart[1]!, 0);
+    assert.equal(r.stats.dispatches - d0, 2, "each pair one combined dispatch");
+    const got = [...(await r.readF32(shared)), ...(await r.readF32(apart[0]!)), ...(await r.readF32(apart[1]!))];
+    const want = [...x, ...x].map((v) => Math.fround(v));
+    got.forEach((v, i) => assert.equal(v, want[i], `round ${round}, word ${i}`));
+  }
+  assert.equal((await r.device.popErrorScope())?.message, undefined);
+});

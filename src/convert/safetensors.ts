@@ -8,6 +8,7 @@ import { closeSync, existsSync, fstatSync, openSync, readFileSync, readSync } fr
 import { join } from "node:path";
 import { bf16ToF32, f16ToF32 } from "../quant/f16.js";
 import { LatentError } from "../util/errors.js";
+import { READ_CHUNK } from "../gguf/source-node.js";
 
 export class ConvertError extends LatentError {}
 
@@ -112,7 +113,7 @@ export function readTensorF32(t: SafetensorsTensor): Float32Array {
   try {
     let done = 0;
     while (done < t.nbytes) {
-      const n = readSync(fd, buf, done, t.nbytes - done, t.offset + done);
+      const n = readSync(fd, buf, done, Math.min(t.nbytes - done, READ_CHUNK), t.offset + done);
       if (n === 0) throw new ConvertError(`${t.file}: unexpected end of file in tensor "${t.name}"`);
       done += n;
     }

@@ -3,6 +3,19 @@ import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import { GGUFError } from "../util/errors.js";
 import { ShortReadError, type ByteSource } from "./source.js";
 
+/** Most bytes one read takes: Node refuses a length past 2^31 − 1 (a V3 or GLM-5 expert tensor is larger). */
+export const READ_CHUNK = 1 << 30;
+
+/** Fill `dst` from file position `offset` in reads of at most `chunk` bytes; ShortReadError when the file ends first. */
+export function readFully(fd: number, dst: Uint8Array, offset: number, name: string, chunk = READ_CHUNK): void {
+  let got = 0;
+  while (got < dst.length) {
+    const r = readSync(fd, dst, got, Math.min(dst.length - got, chunk), offset + got);
+    if (r === 0) throw new ShortReadError(name, offset + got);
+    got += r;
+  }
+}
+
 /** A regular file read with positional reads; the descriptor is opened at construction and reopened after close(). */
 export class FileSource implements ByteSource {
   private fd: number | undefined;
@@ -48,14 +61,7 @@ export class FileSource implements ByteSource {
   }
 
   readInto(offset: number, dst: Uint8Array): void {
-    const fd = this.handle();
-    const length = dst.length;
-    let got = 0;
-    while (got < length) {
-      const r = readSync(fd, dst, got, length - got, offset + got);
-      if (r === 0) throw new ShortReadError(this.name, offset + got);
-      got += r;
-    }
+    readFully(this.handle(), dst, offset, this.name);
   }
 
   close(): void {

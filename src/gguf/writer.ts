@@ -189,6 +189,15 @@ function alignmentOf(metadata: ReadonlyMap<string, GGUFMetadataEntry>): number {
   return a;
 }
 
+/** Most bytes one write takes: Node refuses a length past 2^31 − 1 (a GLM-5 expert tensor is 2.6 GB). */
+const WRITE_CHUNK = 1 << 30;
+
+/** Write all of `data` at file position `pos`, in writes of at most `chunk` bytes. */
+export function writeAll(fd: number, data: Uint8Array, pos: number, chunk = WRITE_CHUNK): void {
+  let written = 0;
+  while (written < data.length) written += writeSync(fd, data, written, Math.min(chunk, data.length - written), pos + written);
+}
+
 /** Write one .gguf file: header, tensor infos, then each tensor's bytes padded to the alignment. */
 export function writeGGUF(path: string, metadata: ReadonlyMap<string, GGUFMetadataEntry>, tensors: readonly TensorToWrite[], opts: WriteOptions = {}, progressBase = 0, progressTotal = tensors.length): void {
   const alignment = alignmentOf(metadata);
@@ -206,8 +215,7 @@ export function writeGGUF(path: string, metadata: ReadonlyMap<string, GGUFMetada
       }
       const at = bytes.length + offsets[i]!;
       while (pos < at) pos += writeSync(fd, zeros, 0, Math.min(at - pos, zeros.length), pos);
-      let written = 0;
-      while (written < data.length) written += writeSync(fd, data, written, data.length - written, pos + written);
+      writeAll(fd, data, pos);
       pos += data.length;
       opts.onTensor?.(progressBase + i + 1, progressTotal, data.length);
     });

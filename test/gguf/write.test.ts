@@ -1,12 +1,14 @@
 import { after, describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { readFileSync, writeFileSync } from "node:fs";
+import { closeSync, openSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { GGUFFile, parseSplitPath, splitPath } from "../../src/gguf/file.js";
 import { readShard } from "../../src/gguf/reader.js";
-import { writeGGUF, writeModel, type TensorToWrite } from "../../src/gguf/writer.js";
+import { writeAll, writeGGUF, writeModel, type TensorToWrite } from "../../src/gguf/writer.js";
 import { GGMLType, GGUFValueType, type GGUFMetadataEntry } from "../../src/gguf/types.js";
 import { GGUFError } from "../../src/util/errors.js";
+import { ShortReadError } from "../../src/gguf/source.js";
+import { readFully } from "../../src/gguf/source-node.js";
 import { fixture, MODEL_NAMES, plainMetadata, tempDir, tensorsToWrite } from "./helpers.js";
 
 const tmp = tempDir();
@@ -253,4 +255,34 @@ describe("alignment", () => {
     );
     assert.throws(() => writeGGUF(join(tmp.dir, "bad-block.gguf"), new Map(), [{ name: "x", ne: [33], type: GGMLType.Q8_0, data: new Uint8Array(0) }]), GGUFError);
   });
+});
+
+it("writeAll writes a buffer in pieces of at most `chunk` bytes at a file position (tensors past 2^31 − 1 bytes, which one write refuses)", () => {
+  {
+    const path = join(tmp.dir, "writeall.bin");
+    const data = Uint8Array.from({ length: 1000 }, (_, i) => (i * 37 + 11) & 255);
+    const fd = openSync(path, "w");
+    try {
+      writeAll(fd, new Uint8Array([1, 2, 3]), 0);
+      writeAll(fd, data, 3, 7);
+      writeAll(fd, data.subarray(0, 10), 1003, 1);
+    } finally {
+      closeSync(fd);
+    }
+    const got = readFileSync(path);
+    assert.equal(got.length, 1013);
+    // and read back in pieces, as readFully does past 1 GiB; a read past the end is a ShortReadError
+    const back = new Uint8Array(1000);
+    const rfd = openSync(path, "r");
+    try {
+      readFully(rfd, back, 3, "f.bin", 7);
+      assert.deepEqual([...back], [...data]);
+      assert.throws(() => readFully(rfd, new Uint8Array(20), 1000, "f.bin", 3), ShortReadError);
+    } finally {
+      closeSync(rfd);
+    }
+    assert.deepEqual([...got.subarray(0, 3)], [1, 2, 3]);
+    assert.deepEqual([...got.subarray(3, 1003)], [...data]);
+    assert.deepEqual([...got.subarray(1003)], [...data.subarray(0, 10)]);
+  }
 });

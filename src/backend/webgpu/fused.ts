@@ -86,6 +86,10 @@ export class FusedGpuModel implements GreedyChainModel {
   /** GPU cache slot of each running sequence, in order of last use (the least recent is reused first) */
   private readonly slots = new Map<LatentStore, number>();
   private loaded = false;
+  /** GPU steps run (forwardBatch's, and each chained greedy step) */
+  gpuSteps = 0;
+  /** what load() compiled ahead: kernels, and the ms that took (after the weights were on the GPU) */
+  warmStats: WarmStats = { kernels: 0, compileMs: 0 };
   /** [done, total, phase (0: bytes loaded, 1: kernels compiled)] */
   private readonly progress = new Float64Array(new SharedArrayBuffer(24));
 
@@ -119,12 +123,6 @@ export class FusedGpuModel implements GreedyChainModel {
     this.warmStats = JSON.parse(answer) as WarmStats;
     return this.warmStats;
   }
-
-  /** GPU steps run (forwardBatch's, and each chained greedy step) */
-  gpuSteps = 0;
-
-  /** what load() compiled ahead: kernels, and the ms that took (after the weights were on the GPU) */
-  warmStats: WarmStats = { kernels: 0, compileMs: 0 };
 
   /** The engine's forward pass for one sequence (generate). */
   forward(tokens: readonly number[], cache: LatentStore | undefined, opts: { readonly path: string; readonly logits: "all" | "last" }): Float32Array {

@@ -1,5 +1,5 @@
 import { UsageError } from "../util/errors.js";
-import { greedyLogprob, logSoftmax, topIds, topLogprobs } from "./logprobs.js";
+import { greedyLogprob, logSoftmaxInto, topIds, topLogprobs } from "./logprobs.js";
 
 export interface SamplerOptions {
   /** 0 → greedy (argmax, ties to the lowest id). Default 1. */
@@ -67,6 +67,9 @@ function rotl(x: number, k: number): number {
  * The returned `logprob` is that of the chosen token under the UNMODIFIED distribution log_softmax(raw logits),
  * not under the truncated/tempered one, matching the OpenAI API's `logprobs`.
  */
+/** log-probabilities of the row being sampled: one buffer for all samplers (sampling is synchronous) */
+let scratch = new Float64Array(0);
+
 export class Sampler {
   readonly temperature: number;
   readonly topK: number;
@@ -102,7 +105,9 @@ export class Sampler {
   /** Pick the next token. Throws UsageError naming the position of a NaN logit. */
   sample(logits: Float32Array | Float64Array): SampleResult {
     if (this.isGreedy() && this.logprobs === 0) return greedyLogprob(logits); // validates as logSoftmax does
-    const lp = logSoftmax(logits); // validates: NaN / +Infinity / all -Infinity
+    // validates (NaN / +Infinity / all -Infinity); into a row reused by every sampler (sample() keeps none of it)
+    if (scratch.length < logits.length) scratch = new Float64Array(logits.length);
+    const lp = logSoftmaxInto(logits, scratch);
     const token = this.isGreedy() ? argmax(logits) : this.draw(lp, this.kept(lp));
     const result: SampleResult = { token, logprob: lp[token]! };
     if (this.logprobs > 0) result.top = topLogprobs(lp, this.logprobs);

@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createSampler, Sampler, type SamplerOptions } from "../../src/engine/sampler.js";
-import { greedyLogprob, logSoftmax, topLogprobs } from "../../src/engine/logprobs.js";
+import { greedyLogprob, logSoftmax, logSoftmaxInto, topLogprobs } from "../../src/engine/logprobs.js";
 import { UsageError } from "../../src/util/errors.js";
 
 /** Deterministic test data (mulberry32), independent of the sampler's PRNG. */
@@ -95,6 +95,31 @@ test("greedyLogprob (the greedy sampler's one pass) equals logSoftmax at argmax,
       want = (e as Error).message;
     }
     assert.throws(() => greedyLogprob(x), (e: unknown) => e instanceof UsageError && e.message === want, `${bad.join()}: ${want}`);
+  }
+});
+
+test("logSoftmaxInto writes logSoftmax into a reused row (bit for bit); samplers sharing it give what fresh ones give", () => {
+  const long = randomLogits(5000, 401, 8);
+  const short = randomLogits(37, 402, 8);
+  const buf = new Float64Array(6000).fill(7);
+  const got = logSoftmaxInto(short, buf);
+  assert.equal(got.length, 37);
+  assert.equal(got.buffer, buf.buffer);
+  assert.deepEqual([...got], [...logSoftmax(short)]);
+  assert.equal(buf[37], 7, "nothing written past the row");
+  assert.throws(() => logSoftmaxInto(long, new Float64Array(10)), RangeError);
+  assert.throws(() => logSoftmaxInto(new Float32Array([1, NaN]), buf), (e: unknown) => e instanceof UsageError && /NaN.*1/.test(e.message));
+  // rows of different lengths through the samplers' shared row, interleaved, against a fresh sampler per row
+  const opts: SamplerOptions[] = [{ temperature: 0.9, topK: 20, seed: 3, logprobs: 2 }, { temperature: 0.7, topP: 0.8, minP: 0.02, seed: 4 }, { temperature: 0, logprobs: 3 }];
+  for (const o of opts) {
+    const a = new Sampler(o);
+    const seq = [long, short, long, short].map((x) => a.sample(x));
+    const fresh = [long, short, long, short].map((x, i) => {
+      const f = new Sampler(o);
+      for (let j = 0; j < i; j++) f.sample([long, short][j % 2]!); // the same draws before, for the same rng state
+      return f.sample(x);
+    });
+    assert.deepEqual(seq, fresh, JSON.stringify(o));
   }
 });
 

@@ -134,13 +134,17 @@ export class Sampler {
     } else if (topP < 1) {
       // Avoid sorting the whole vocabulary: gather (sorted) the ids above a falling threshold until they hold topP of
       // the mass, or the threshold reaches min-p's, whose set is then the shorter prefix.
+      // (the mass above each cut summed in place; only the final set sorted: a flat 102400-entry row had taken 20–54 ms
+      // sorting every candidate set)
       for (let step = 1; ; step++) {
         let cut = lpMax - 3 * step;
         if (cut <= minLp || step > 250) cut = minLp;
-        ids = above(lp, cut);
         let m = 0;
-        for (const id of ids) m += Math.exp(lp[id]!);
-        if (m >= topP || cut === minLp) break;
+        for (let i = 0; i < lp.length; i++) if (lp[i]! >= cut) m += Math.exp(lp[i]!);
+        if (m >= topP || cut === minLp) {
+          ids = above(lp, cut);
+          break;
+        }
       }
     } else if (minP > 0) {
       ids = [];

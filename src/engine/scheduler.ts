@@ -20,6 +20,18 @@ export interface BatchModel {
    * sampled greedily. Paged caches have their pages for all `steps` positions reserved by the caller.
    */
   decodeGreedyBatch?(seqs: readonly { readonly token: number; readonly cache: LatentStore }[], steps: number): GreedyChunk[];
+  /**
+   * forwardBatch, except that a chunk with `picks[i]` (logits "last") gets its last row's greedy choice computed on the
+   * model's device — argmax (ties to the lowest id, NaN never chosen) and its logprob (NaN where the row holds NaN or
+   * +Infinity or is all −Infinity) — instead of the row, so that greedy sequences need no logits read back or sampled.
+   */
+  forwardBatchPicks?(seqs: readonly SequenceChunk[], picks: readonly boolean[]): (Float32Array | GreedyPick)[];
+}
+
+/** A greedy choice made on the model's device: the token and its log-probability. */
+export interface GreedyPick {
+  readonly token: number;
+  readonly logprob: number;
 }
 
 /** What it needs of a tokenizer: end-of-generation ids and streaming detokenization. */
@@ -490,9 +502,11 @@ export class Scheduler {
     if (chunks.length === 0) return false;
 
     const t0 = performance.now();
-    let outs: Float32Array[];
+    // greedy sequences whose chunk ends their input: the choice made on the device when the model can
+    const picks = this.model.forwardBatchPicks !== undefined ? members.map((seq, i) => chunks[i]!.logits === "last" && seq.sampler.isGreedy() && seq.sampler.logprobs === 0) : undefined;
+    let outs: (Float32Array | GreedyPick)[];
     try {
-      outs = this.model.forwardBatch(chunks);
+      outs = picks !== undefined && picks.some((p) => p) ? this.model.forwardBatchPicks!(chunks, picks) : this.model.forwardBatch(chunks);
     } catch (e) {
       const err = e instanceof Error ? e : new Error(String(e));
       for (const seq of members) this.finish(seq, "error", err);
@@ -506,6 +520,10 @@ export class Scheduler {
       const chunk = chunks[i]!;
       const start = seq.cache!.length - chunk.tokens.length;
       try {
+        if (!(out instanceof Float32Array)) {
+          if (seq.cache!.length === seq.tokens.length) this.takePick(seq, out);
+          return;
+        }
         if (chunk.logits === "all" && seq.promptLp !== undefined) {
           for (let j = 0; j < chunk.tokens.length; j++) {
             const q = start + j; // row j predicts position q + 1
@@ -595,6 +613,13 @@ export class Scheduler {
       this.opts.onStep?.({ sequences: batch.length, tokens: batch.length, decodes: batch.length, ms: ms / steps, chained: steps, chainStep: k });
     }
     return true;
+  }
+
+  /** The sequence has run all its tokens and the device chose the next one greedily: take it as advance() would. */
+  private takePick(seq: Sequence, pick: GreedyPick): void {
+    if (seq.generated >= seq.req.maxTokens) return this.finish(seq, "length");
+    if (Number.isNaN(pick.logprob)) throw new UsageError(`the logits of decode step ${seq.tokens.length} contain NaN or +Infinity, or are all -Infinity (greedy choice on the model's device)`);
+    this.accept(seq, pick);
   }
 
   /** The sequence has run all its tokens: sample the next one from the last row. */

@@ -7,7 +7,7 @@ import { Tokenizer } from "../../src/tokenizer/index.js";
 import { PagePool } from "../../src/engine/paged-cache.js";
 import { argmax } from "../../src/engine/sampler.js";
 import { logSoftmax } from "../../src/engine/logprobs.js";
-import { Scheduler, type BatchModel, type SchedulerOptions, type SequenceRequest, type StepInfo } from "../../src/engine/scheduler.js";
+import { Scheduler, type BatchModel, type GreedyPick, type SchedulerOptions, type SequenceRequest, type StepInfo } from "../../src/engine/scheduler.js";
 import type { SequenceChunk } from "../../src/model/deepseek2.js";
 import type { LatentStore } from "../../src/engine/latent-cache.js";
 import type { GreedyChunk } from "../../src/engine/generate.js";
@@ -51,6 +51,27 @@ class FakeChainModel implements BatchModel {
       const out = new Float32Array(rows.length * V);
       rows.forEach((r, i) => out.set(r, i * V));
       return out;
+    });
+  }
+
+  /** greedy picks as the device would make them (NaN logprob for a row the host sampler refuses) */
+  pickCalls = 0;
+  pickedRows = 0;
+  forwardBatchPicks(seqs: readonly SequenceChunk[], picks: readonly boolean[]): (Float32Array | GreedyPick)[] {
+    this.pickCalls++;
+    const rows = this.forwardBatch(seqs);
+    return rows.map((r, i) => {
+      if (!picks[i]) return r;
+      this.pickedRows++;
+      const last = r.subarray(r.length - V);
+      const id = argmax(last);
+      let lp = NaN;
+      try {
+        lp = logSoftmax(last)[id]!;
+      } catch {
+        // refused by the host sampler: NaN
+      }
+      return { token: id, logprob: lp };
     });
   }
 
@@ -177,6 +198,32 @@ test("sequences ending a token apart ride along a chain to the last one's limit:
   const kinds = chained.steps.map((s) => s.chained ?? "host").join(" ");
   assert.equal(kinds, ["host", ...[4, 8, 8, 4].flatMap((n) => Array<number>(n).fill(n))].join(" "));
   assert.equal(chained.pagesInUse, 0);
+});
+
+test("greedy choices made on the device in host steps (forwardBatchPicks) give the same streams and events as host sampling; sampled and top-logprobs requests keep their rows", async () => {
+  const reqs: Req[] = [
+    greedy(randomTokens(3, 31, 3, V), 12),
+    greedy(randomTokens(9, 32, 3, V), 7, { ignoreEog: true }),
+    { prompt: randomTokens(4, 33, 3, V), maxTokens: 9, sampling: { temperature: 0.8, seed: 5 } },
+    greedy(randomTokens(5, 34, 3, V), 6, { sampling: { temperature: 0, logprobs: 2 } }),
+    greedy(randomTokens(2, 35, 3, V), 0),
+  ];
+  // a model without picks: every row sampled on the host
+  const plainModel = new FakeChainModel();
+  (plainModel as { forwardBatchPicks?: unknown }).forwardBatchPicks = undefined;
+  const host = await run(reqs, { chainSteps: 0 }, plainModel);
+  const picked = await run(reqs, { chainSteps: 0 });
+  assert.deepEqual(picked.events, host.events);
+  assert.deepEqual(picked.results, host.results);
+  assert.ok(picked.model.pickCalls > 0 && picked.model.pickedRows > 0, `${picked.model.pickCalls} calls, ${picked.model.pickedRows} rows picked`);
+  // a row the host sampler refuses ends its sequence with an error either way
+  const nanHost = new FakeChainModel(6);
+  (nanHost as { forwardBatchPicks?: unknown }).forwardBatchPicks = undefined;
+  const a = await run([greedy(randomTokens(3, 36, 3, V), 10, { ignoreEog: true })], { chainSteps: 0 }, nanHost);
+  const b = await run([greedy(randomTokens(3, 36, 3, V), 10, { ignoreEog: true })], { chainSteps: 0 }, new FakeChainModel(6));
+  assert.equal(a.results[0]!.finish, "error");
+  assert.equal(b.results[0]!.finish, "error");
+  assert.deepEqual(b.results[0]!.tokens, a.results[0]!.tokens);
 });
 
 test("no chaining while a sampled or top-logprobs request is in the batch; the same streams either way", async () => {

@@ -52,6 +52,15 @@ async function handle(req: FusedRequest): Promise<void> {
       logits.set(await gpu!.step(req.tokens), 0);
       answer(init.channel, 1);
       return;
+    case "picks": {
+      const r = await gpu!.stepPicks(req.tokens, req.logits);
+      const rows = r.ids.length;
+      new Uint32Array(logits.buffer, 0, rows).set(r.ids);
+      logits.set(r.logprobs, rows);
+      logits.set(r.logits, 2 * rows);
+      answer(init.channel, 1);
+      return;
+    }
     case "greedy": {
       const { tokens, logprobs } = await gpu!.decodeGreedy(req.tokens, req.steps);
       new Uint32Array(logits.buffer, 0, tokens.length).set(tokens);

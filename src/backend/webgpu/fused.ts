@@ -15,6 +15,7 @@
 import type { ModelConfig } from "../../model/config.js";
 import type { LatentStore } from "../../engine/latent-cache.js";
 import type { GreedyChainModel, GreedyChunk } from "../../engine/generate.js";
+import type { GreedyPick } from "../../engine/scheduler.js";
 import type { SequenceChunk } from "../../model/deepseek2.js";
 import type { StepToken, WarmShapes } from "./gpu-model.js";
 import { LatentError } from "../../util/errors.js";
@@ -26,6 +27,8 @@ export type FusedRequest =
   | { op: "load"; path: string; slots: number; context: number; maxTokens: number; pages: FusedOptions["pages"]; warm: WarmShapes | undefined }
   | { op: "logits"; buffer: SharedArrayBuffer }
   | { op: "step"; tokens: StepToken[] }
+  /** a step with each logits row's greedy choice (GpuModel.stepPicks): ids (u32) then logprobs per row, then the rows when `logits` */
+  | { op: "picks"; tokens: StepToken[]; logits: boolean }
   /**
    * chained greedy decode steps of a batch (GpuModel.decodeGreedy): the chosen ids [steps × batch] as u32 at the start
    * of the shared logits, then their logprobs [steps × batch] as f32
@@ -135,7 +138,23 @@ export class FusedGpuModel implements GreedyChainModel {
    * one, "none": none) and advances each store by its chunk. One chunk per sequence.
    */
   forwardBatch(seqs: readonly SequenceChunk[]): Float32Array[] {
+    return this.forwardBatchPicks(
+      seqs,
+      seqs.map(() => false),
+    ) as Float32Array[];
+  }
+
+  /**
+   * forwardBatch, except that a chunk with `picks[i]` (logits "last") gets its last row's greedy choice, computed on the
+   * GPU — argmax (ties to the lowest id, NaN never chosen) and its logprob (NaN for a row with NaN or +Infinity, or
+   * all −Infinity) — instead of the row: a step whose rows are all picks reads no logits back.
+   */
+  forwardBatchPicks(seqs: readonly SequenceChunk[], picks: readonly boolean[]): (Float32Array | GreedyPick)[] {
     if (!this.loaded) throw new LatentError("FusedGpuModel: load() the weights first");
+    if (picks.length !== seqs.length) throw new LatentError(`forwardBatchPicks: ${picks.length} picks for ${seqs.length} chunks`);
+    picks.forEach((p, i) => {
+      if (p && seqs[i]!.logits !== "last") throw new LatentError(`forwardBatchPicks: chunk ${i} asks for a greedy pick without logits "last"`);
+    });
     const V = this.config.nVocab;
     const plan = seqs.map((s) => {
       if (s.cache === undefined || s.path === "reference") throw new LatentError("the fused WebGPU pipeline runs the cached prefill/decode paths, not the reference path");
@@ -185,18 +204,28 @@ export class FusedGpuModel implements GreedyChainModel {
       }
     }
     const parts: Float32Array[][] = seqs.map(() => []);
+    const chosen: (GreedyPick | undefined)[] = seqs.map(() => undefined);
     for (const pieces of steps) {
       if (pieces.length === 0) continue;
       const tokens = pieces.map(({ i, from, to }) => stepOf(i, from, to));
-      const logits = this.step(tokens.flat());
+      const rowsOf = tokens.map((t) => t.filter((x) => x.logits).length);
+      const picking = pieces.some(({ i }, k) => picks[i] === true && rowsOf[k]! > 0);
+      const reading = pieces.some(({ i }, k) => picks[i] !== true && rowsOf[k]! > 0);
+      const r = picking ? this.stepPicks(tokens.flat(), reading) : { logits: this.step(tokens.flat()), ids: undefined, logprobs: undefined };
       let row = 0;
-      tokens.forEach((t, k) => {
-        const rows = t.filter((x) => x.logits).length;
-        parts[pieces[k]!.i]!.push(logits.subarray(row * V, (row + rows) * V));
+      pieces.forEach(({ i }, k) => {
+        const rows = rowsOf[k]!;
+        if (picks[i] === true) {
+          if (rows > 0) chosen[i] = { token: r.ids![row + rows - 1]!, logprob: r.logprobs![row + rows - 1]! };
+        } else parts[i]!.push(r.logits.subarray(row * V, (row + rows) * V));
         row += rows;
       });
     }
-    const out = parts.map((p) => {
+    const out = parts.map((p, i): Float32Array | GreedyPick => {
+      if (picks[i] === true) {
+        if (chosen[i] === undefined) throw new LatentError(`forwardBatchPicks: chunk ${i} produced no row to pick from`);
+        return chosen[i]!;
+      }
       if (p.length === 1) return p[0]!;
       const all = new Float32Array(p.reduce((x, q) => x + q.length, 0));
       let off = 0;
@@ -272,6 +301,20 @@ export class FusedGpuModel implements GreedyChainModel {
     const buffer = new SharedArrayBuffer(bytes);
     this.logits = new Float32Array(buffer);
     this.worker.post({ op: "logits", buffer });
+  }
+
+  /** One GPU step with each logits row's greedy choice; copies of the ids, logprobs and (when `readLogits`) the rows. */
+  private stepPicks(tokens: StepToken[], readLogits: boolean): { logits: Float32Array; ids: Uint32Array; logprobs: Float32Array } {
+    const rows = tokens.filter((t) => t.logits).length;
+    const V = this.config.nVocab;
+    this.ensureShared((2 * rows + (readLogits ? rows * V : 0)) * 4);
+    this.worker.call({ op: "picks", tokens, logits: readLogits });
+    this.gpuSteps++;
+    return {
+      ids: new Uint32Array(this.logits.buffer, 0, rows).slice(),
+      logprobs: this.logits.slice(rows, 2 * rows),
+      logits: readLogits ? this.logits.slice(2 * rows, 2 * rows + rows * V) : new Float32Array(0),
+    };
   }
 
   /** One GPU step; a copy of the logits rows of its tokens that asked for them. */

@@ -296,9 +296,10 @@ export class GpuModel {
    * Record one step (no submission). Returns the number of logit rows it will produce. With `greedy`, every token
    * must produce logits and the step ends with the argmax of each row written over the token ids (greedy sampling on
    * the GPU: the next step can run on them with `idsOnGpu` before the host has seen them), and its logprob
-   * (log_softmax of the row at it, as the host sampler's) into the `lp` buffer.
+   * (log_softmax of the row at it, as the host sampler's) into the `lp` buffer. With `picks`, the same argmax and
+   * logprob of each logits row, whichever tokens have them (stepPicks).
    */
-  encode(tokens: readonly StepToken[], opts: { readonly greedy?: boolean; readonly idsOnGpu?: boolean; readonly submitEvery?: number } = {}): number {
+  encode(tokens: readonly StepToken[], opts: { readonly greedy?: boolean; readonly picks?: boolean; readonly idsOnGpu?: boolean; readonly submitEvery?: number } = {}): number {
     const { rt, c, b } = this;
     const n = tokens.length;
     if (n === 0 || n > this.opts.maxTokens) throw new LatentError(`a step takes 1..${this.opts.maxTokens} tokens, got ${n}`);
@@ -345,7 +346,8 @@ export class GpuModel {
     const rows = tokens.map((t, i) => (t.logits ? i : -1)).filter((i) => i >= 0);
     const greedy = opts.greedy === true;
     if (greedy && rows.length !== n) throw new LatentError("a greedy step needs logits for every token");
-    const key = `${n}|${Math.ceil(maxKeys / ATTN_CHUNK)}|${rows.length === n ? "all" : rows.join(",")}${greedy ? "|greedy" : ""}`;
+    const picks = greedy || (opts.picks === true && rows.length > 0);
+    const key = `${n}|${Math.ceil(maxKeys / ATTN_CHUNK)}|${rows.length === n ? "all" : rows.join(",")}${picks ? "|picks" : ""}`;
     const rec = this.recordings.get(key);
     if (rec !== undefined) {
       this.lastRecording = rec;
@@ -355,7 +357,7 @@ export class GpuModel {
     }
     rt.beginRecording();
     this.encodeLayers(n, maxKeys, rows);
-    if (greedy) argmaxRows(rt, b.logits!, b.ids!, b.amax!, { n, width: c.nVocab, logprobs: b.lp! });
+    if (picks) argmaxRows(rt, b.logits!, b.ids!, b.amax!, { n: rows.length, width: c.nVocab, logprobs: b.lp! });
     const made = rt.endRecording();
     this.lastRecording = made;
     if (made !== undefined) {
@@ -647,6 +649,21 @@ export class GpuModel {
       out.push(l);
     });
     return out;
+  }
+
+  /**
+   * Run one step; for each of its logits rows the greedy choice — argmax (ties to the lowest id, NaN never chosen) and
+   * its logprob (NaN for a row with NaN or +Infinity, or all −Infinity) — computed on the GPU, and the rows themselves
+   * only when `readLogits` (else empty): a server's greedy requests need no logits read back or sampled on the host.
+   */
+  async stepPicks(tokens: readonly StepToken[], readLogits: boolean): Promise<{ logits: Float32Array; ids: Uint32Array; logprobs: Float32Array }> {
+    const rows = this.encode(tokens, { picks: true });
+    if (rows === 0) {
+      await this.rt.sync();
+      return { logits: new Float32Array(0), ids: new Uint32Array(0), logprobs: new Float32Array(0) };
+    }
+    const [ids, lps, logits] = await Promise.all([this.rt.read(this.b.ids!, 0, rows * 4), this.rt.read(this.b.lp!, 0, rows * 4), readLogits ? this.rt.readF32(this.b.logits!, 0, rows * this.c.nVocab) : Promise.resolve(new Float32Array(0))]);
+    return { logits, ids: new Uint32Array(ids), logprobs: new Float32Array(lps) };
   }
 
   /** Prefill `tokens` of one sequence from position pos0 in chunks of maxTokens; the last token's logits. */

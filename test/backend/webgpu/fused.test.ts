@@ -161,6 +161,58 @@ test("FusedGpuModel.forwardBatch packs decodes and prompt chunks of different se
   }
 });
 
+test("FusedGpuModel.forwardBatchPicks: the GPU's greedy choice of a chunk's last row equals the host's on forwardBatch's rows (mixed with rows read back, a chunk split across steps, all-pick steps)", { skip }, () => {
+  const c = CASES.find((x) => x.label === "no-qlora-odd")!;
+  const m = synthModel(c, 8);
+  const { config } = loadModel(m.path);
+  const V = config.nVocab;
+  const seqs = [randomTokens(6, 51, 0, V), randomTokens(9, 52, 0, V), randomTokens(4, 53, 0, V)];
+  const a = new FusedGpuModel(config, { slots: 3, context: 16, maxTokens: 8 });
+  const b = new FusedGpuModel(config, { slots: 3, context: 16, maxTokens: 8 });
+  try {
+    a.load(m.path);
+    b.load(m.path);
+    const ca = seqs.map(() => new LatentCache(a.config));
+    const cb = seqs.map(() => new LatentCache(b.config));
+    const chunks = (caches: LatentCache[], round: number): SequenceChunk[] =>
+      round === 0
+        ? [
+            { tokens: seqs[0]!.slice(0, 5), cache: caches[0], path: "prefill", logits: "last" },
+            { tokens: seqs[1]!.slice(0, 8), cache: caches[1], path: "prefill", logits: "last" },
+            { tokens: seqs[2]!.slice(0, 3), cache: caches[2], path: "prefill", logits: "all" },
+          ]
+        : [0, 1, 2].map((i) => ({ tokens: [seqs[i]![caches[i]!.length]!], cache: caches[i], path: "decode" as const, logits: "last" as const }));
+    const hostPick = (row: Float32Array): { token: number; logprob: number } => {
+      const lp = logSoftmaxRow(row);
+      let best = 0;
+      for (let t = 1; t < V; t++) if (row[t]! > row[best]!) best = t;
+      return { token: best, logprob: lp[best]! };
+    };
+    // round 0: two picks (one split across the 8-token steps) and an "all" chunk read back; round 1: all three picks
+    for (const [round, picks] of [[0, [true, true, false]], [1, [true, true, true]]] as const) {
+      const got = a.forwardBatchPicks(chunks(ca, round), picks);
+      const want = b.forwardBatch(chunks(cb, round));
+      picks.forEach((p, i) => {
+        if (!p) {
+          assert.ok(got[i] instanceof Float32Array);
+          assert.deepEqual(Array.from(got[i] as Float32Array), Array.from(want[i]!), `round ${round} chunk ${i}: rows`);
+          return;
+        }
+        const g = got[i] as { token: number; logprob: number };
+        const h = hostPick(want[i]!.subarray(want[i]!.length - V));
+        assert.equal(g.token, h.token, `round ${round} chunk ${i}: token`);
+        assert.ok(Math.abs(g.logprob - h.logprob) <= 1e-4, `round ${round} chunk ${i}: logprob ${g.logprob} vs ${h.logprob}`);
+      });
+    }
+    assert.deepEqual(ca.map((x) => x.length), [6, 9, 4]);
+    assert.throws(() => a.forwardBatchPicks([{ tokens: [1], cache: ca[0], path: "decode", logits: "all" }], [true]), /without logits "last"/);
+  } finally {
+    void a.close();
+    void b.close();
+    m.cleanup();
+  }
+});
+
 test("FusedGpuModel on glm-dsa (--check-writes): DSA key selection on the GPU (sparse past top_k = 16 keys) matches the reference", { skip }, () => {
   const c = CASES.find((x) => x.base === "tiny-glm")!;
   const m = synthModel(c, 2);

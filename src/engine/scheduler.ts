@@ -602,10 +602,7 @@ export class Scheduler {
         try {
           // the input of step k is now known: its page can be published for prefix caching, as a host step would
           if (k > 0) seq.cache!.record([chosen[i]!.tokens[k - 1]!]);
-          if (Number.isNaN(logprob)) {
-            throw new UsageError(`the logits of decode step ${seq.tokens.length} contain NaN or +Infinity, or are all -Infinity (chained greedy decoding on the model's device)`);
-          }
-          this.accept(seq, { token, logprob });
+          this.takePick(seq, { token, logprob });
         } catch (e) {
           this.finish(seq, "error", e instanceof Error ? e : new Error(String(e)));
         }
@@ -615,10 +612,13 @@ export class Scheduler {
     return true;
   }
 
-  /** The sequence has run all its tokens and the device chose the next one greedily: take it as advance() would. */
+  /**
+   * The sequence has run all its tokens and the device chose the next one greedily (a chained step, or a host step's
+   * pick): take it as advance() would, a NaN logprob standing for logits the host sampler refuses.
+   */
   private takePick(seq: Sequence, pick: GreedyPick): void {
     if (seq.generated >= seq.req.maxTokens) return this.finish(seq, "length");
-    if (Number.isNaN(pick.logprob)) throw new UsageError(`the logits of decode step ${seq.tokens.length} contain NaN or +Infinity, or are all -Infinity (greedy choice on the model's device)`);
+    if (Number.isNaN(pick.logprob)) throw new UsageError(`the logits of decode step ${seq.tokens.length} contain NaN or +Infinity, or are all -Infinity (greedy decoding on the model's device)`);
     this.accept(seq, pick);
   }
 

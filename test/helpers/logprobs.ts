@@ -7,6 +7,13 @@ export function logprobRows(model: DeepSeek2, tokens: readonly number[], path: A
   return evaluateAll(model, tokens, { path, chunk }).map((r) => logSoftmaxRow(r));
 }
 
+/** log-softmax of each row of a [rows × V] logits block (a forward pass's output). */
+export function rowLogprobs(rows: Float32Array, V: number): Float64Array[] {
+  const out: Float64Array[] = [];
+  for (let r = 0; r * V < rows.length; r++) out.push(logSoftmaxRow(rows.subarray(r * V, (r + 1) * V)));
+  return out;
+}
+
 /** max |a − b| over all rows and ids (null in b = underflowed probability: skipped when a is also < −80). */
 export function maxAbsDiff(a: readonly ArrayLike<number>[], b: readonly ArrayLike<number | null>[]): number {
   if (a.length !== b.length) throw new Error(`row counts differ: ${a.length} vs ${b.length}`);

@@ -11,7 +11,7 @@ import { loadModel } from "../../../src/model/load.js";
 import { FusedGpuModel } from "../../../src/backend/webgpu/fused.js";
 import { LatentError } from "../../../src/util/errors.js";
 import type { SequenceChunk } from "../../../src/model/deepseek2.js";
-import { logprobRows, maxAbsDiff } from "../../helpers/logprobs.js";
+import { argmax, logprobRows, maxAbsDiff, rowLogprobs } from "../../helpers/logprobs.js";
 import { CASES, randomTokens, synthModel } from "../../helpers/synth.js";
 import { gpuOrSkip } from "./helpers.js";
 
@@ -73,9 +73,7 @@ test("FusedGpuModel.forwardBatch: interleaved sequences in GPU slots (decode bat
     f.load(m.path);
     const caches = seqs.map(() => new LatentCache(f.config));
     const got: Float64Array[][] = [[], [], []];
-    const take = (i: number, rows: Float32Array): void => {
-      for (let r = 0; r * V < rows.length; r++) got[i]!.push(logSoftmaxRow(rows.subarray(r * V, (r + 1) * V)));
-    };
+    const take = (i: number, rows: Float32Array): number => got[i]!.push(...rowLogprobs(rows, V));
     // step 1: sequence 0 prefills 5 tokens (two GPU steps of ≤ 3), sequence 1 prefills 4 with "all" logits
     let outs = f.forwardBatch([
       { tokens: seqs[0]!.slice(0, 5), cache: caches[0], path: "prefill", logits: "all" },
@@ -121,9 +119,7 @@ test("FusedGpuModel.forwardBatch packs decodes and prompt chunks of different se
       f.load(m.path);
       const caches = seqs.map(() => new LatentCache(f.config));
       const got: Float64Array[][] = [[], [], []];
-      const take = (i: number, rows: Float32Array): void => {
-        for (let r = 0; r * V < rows.length; r++) got[i]!.push(logSoftmaxRow(rows.subarray(r * V, (r + 1) * V)));
-      };
+      const take = (i: number, rows: Float32Array): number => got[i]!.push(...rowLogprobs(rows, V));
       take(0, f.forwardBatch([{ tokens: seqs[0]!.slice(0, 3), cache: caches[0], path: "prefill", logits: "all" }])[0]!);
       assert.equal(f.gpuSteps, 1);
       // 1 decode + 5 + 4 prompt tokens = 10: steps of 8 (the decode, sequence 1's five, two of sequence 2's) and 2
@@ -183,10 +179,8 @@ test("FusedGpuModel.forwardBatchPicks: the GPU's greedy choice of a chunk's last
           ]
         : [0, 1, 2].map((i) => ({ tokens: [seqs[i]![caches[i]!.length]!], cache: caches[i], path: "decode" as const, logits: "last" as const }));
     const hostPick = (row: Float32Array): { token: number; logprob: number } => {
-      const lp = logSoftmaxRow(row);
-      let best = 0;
-      for (let t = 1; t < V; t++) if (row[t]! > row[best]!) best = t;
-      return { token: best, logprob: lp[best]! };
+      const best = argmax(row);
+      return { token: best, logprob: logSoftmaxRow(row)[best]! };
     };
     // round 0: two picks (one split across the 8-token steps) and an "all" chunk read back; round 1: all three picks
     for (const [round, picks] of [[0, [true, true, false]], [1, [true, true, true]]] as const) {

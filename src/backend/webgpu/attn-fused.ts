@@ -1,12 +1,12 @@
 /**
  * The one-token absorbed MLA attention as one dispatch (wgsl-attn-fused.ts): cache write, q_pe rope, W_UK absorb,
- * attention over the latent cache and W_UV, a workgroup per head. Off by default (`tune.attnFuse = 1`): built to
- * replace three dependent dispatches of a batch-1 decode step, not yet measured on a GPU.
+ * attention over the latent cache and W_UV, `split` workgroups per head. `tune.attnFuse = 1`: it replaces three
+ * dependent dispatches of a batch-1 decode step.
  */
 import type { GpuMatrix } from "./matrix.js";
 import type { GpuRuntime } from "./runtime.js";
 import { f32bits } from "./runtime.js";
-import { ATTN_FUSED_PARAMS, attnFusedWGSL as attnFusedSource, type AttnFusedShape } from "./wgsl-attn-fused.js";
+import { ATTN_FUSED_PARAMS, attnFusedBytes, attnFusedChunk, attnFusedWGSL as attnFusedSource, type AttnFusedShape } from "./wgsl-attn-fused.js";
 import { ATTN_CHUNK } from "./wgsl-ops.js";
 import { memoWGSL } from "./wgsl-memo.js";
 
@@ -26,13 +26,16 @@ export interface AttnFusedDims {
 export function attnFusedShape(rt: GpuRuntime, kB: GpuMatrix, vB: GpuMatrix, d: AttnFusedDims): AttnFusedShape | undefined {
   const sg = rt.info.subgroupSize;
   if (rt.tune.attnFuse !== 1 || sg === undefined || sg < 4 || sg > 64 || 256 % sg !== 0) return undefined;
-  if (d.maxKeys > ATTN_CHUNK || d.R % 2 !== 0) return undefined;
+  if (d.maxKeys > ATTN_CHUNK || d.R % 2 !== 0 || d.P % 4 !== 0 || d.L % 4 !== 0) return undefined;
   if (kB.pieces.length !== 1 || vB.pieces.length !== 1 || kB.items < d.heads || vB.items < d.heads) return undefined;
-  if (kB.cols !== d.P || kB.rows !== d.L || vB.cols !== d.L || vB.rows !== d.V || d.P % kB.unit !== 0 || d.L % vB.unit !== 0) return undefined;
-  // workgroup memory: q_nope, q, the own key, scores and rows, 4 partial sums of the latent, the latent
-  const bytes = 4 * (d.P + 2 * (d.L + d.R) + 2 * ATTN_CHUNK + 4 * d.L + d.L + 256 / sg) + 16;
-  if (bytes > rt.info.limits.maxComputeWorkgroupStorageSize) return undefined;
-  return { heads: d.heads, P: d.P, R: d.R, L: d.L, V: d.V, typeK: kB.type, unitK: kB.unit, typeV: vB.type, unitV: vB.unit, sg };
+  if (kB.cols !== d.P || kB.rows !== d.L || vB.cols !== d.L || vB.rows !== d.V) return undefined;
+  if (d.P % attnFusedChunk(kB.type, d.P) !== 0 || d.L % attnFusedChunk(vB.type, d.L) !== 0) return undefined;
+  const wide = sg >= 32;
+  const clamp = (v: number | undefined, lo: number, hi: number, def: number): number => Math.max(lo, Math.min(hi, Math.floor(v ?? def)));
+  const split = Math.min(d.V, clamp(rt.tune.attnFuseSplit, 1, 16, wide ? 8 : 2));
+  const keys = clamp(rt.tune.attnFuseKeys, 1, 4, wide ? 2 : 1);
+  const shape: AttnFusedShape = { heads: d.heads, P: d.P, R: d.R, L: d.L, V: d.V, typeK: kB.type, typeV: vB.type, sg, split, keys };
+  return attnFusedBytes(shape) <= rt.info.limits.maxComputeWorkgroupStorageSize ? shape : undefined;
 }
 
 export interface AttnFusedBuffers {
@@ -70,5 +73,5 @@ export function attentionFused(rt: GpuRuntime, s: AttnFusedShape, b: AttnFusedBu
     itemBytesV: b.vB.rowBytes * b.vB.rows,
   };
   const bufs = [b.a0, b.kB.pieces[0]!.buffer, b.vB.pieces[0]!.buffer, b.g, b.table, b.pos, b.rowIdx, b.cacheC, b.cacheK, b.meta, b.sel, b.o];
-  rt.dispatch("attention fused", attnFusedWGSL(s), bufs, Uint32Array.from(ATTN_FUSED_PARAMS.map((k) => p[k])), [s.heads], [{ buffer: b.o, offset: 0, size: s.heads * s.V * 4 }]);
+  rt.dispatch("attention fused", attnFusedWGSL(s), bufs, Uint32Array.from(ATTN_FUSED_PARAMS.map((k) => p[k])), [s.heads, s.split], [{ buffer: b.o, offset: 0, size: s.heads * s.V * 4 }]);
 }

@@ -163,8 +163,12 @@ export interface KernelTuning {
    * combine, 1 both, 0 neither (each a dispatch of its own)
    */
   readonly normFuse?: number;
-  /** 1: a one-token step's cache write, W_UK absorb, attention and W_UV as one dispatch (attn-fused.ts; ≤ 256 keys, no DSA or q-LoRA); default 0 (not yet measured on a GPU) */
+  /** 1: a one-token step's cache write, W_UK absorb, attention and W_UV as one dispatch (attn-fused.ts; ≤ 256 keys, no DSA or q-LoRA); default 0 */
   readonly attnFuse?: number;
+  /** fused one-token attention: workgroups per head, each taking its share of W_UV's rows (1..16; default 8 at subgroups ≥ 32, else 2) */
+  readonly attnFuseSplit?: number;
+  /** fused one-token attention: cache keys a subgroup scores per iteration, their loads issued together (1..4; default 2 at subgroups ≥ 32, else 1) */
+  readonly attnFuseKeys?: number;
   /**
    * 0: small steps dispatch the independent kernel pairs gpu-model.ts would combine (GpuRuntime.together) one by one
    * (their dependent boundary back, each kernel compiled alone: for measuring what combining costs in occupancy;

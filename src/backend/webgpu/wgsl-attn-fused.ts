@@ -1,15 +1,24 @@
 /**
- * One-token absorbed MLA attention as one kernel, a workgroup per head (`tune.attnFuse = 1`; gpu-model.ts): what the
- * decode step otherwise does in three dependent dispatches — the cache write (RMSNorm(c)·g and rope(k_pe)) with q_pe's
- * rope and the absorb q_abs = W_UK·q_nope, then the attention over the latent cache, then W_UV — for a step of one
- * token whose keys fit one chunk (ATTN_CHUNK), without DSA selections.
+ * One-token absorbed MLA attention as one kernel (`tune.attnFuse`; gpu-model.ts): what the decode step otherwise does
+ * in three dependent dispatches — the cache write (RMSNorm(c)·g and rope(k_pe)) with q_pe's rope and the absorb
+ * q_abs = W_UK·q_nope, then the attention over the latent cache, then W_UV — for a step of one token whose keys fit
+ * one chunk (ATTN_CHUNK), without DSA selections.
  *
- * Every workgroup normalizes and ropes the token's own key itself (576 values) and uses it for the last key, so that no
- * workgroup waits for another's cache write; the workgroup of head 0 writes it to the cache for later steps. W_UK and
- * W_UV are read in their GGUF blocks through each type's `deq` (wgsl-quant.ts), renamed per matrix.
+ * The grid is (head, split of W_UV's rows): each workgroup computes its head's absorbed query and attention itself
+ * (W_UK's 512 × 128 values and ≤ 256 keys, small next to the boundaries it saves) and then only its share of W_UV's
+ * rows, so that the kernel spreads over heads × splits SMs instead of one per head. Its critical path is meant to be
+ * about one memory latency: every thread issues the loads of all its W_UK and W_UV chunks before anything else (the
+ * wide kernel's chunk decoders, wgsl-wide.ts, with lanes of a row on neighbouring chunks and a shuffle-xor sum), the
+ * keys are scored two per subgroup and iteration with an online softmax per subgroup (each key row read once for its
+ * score and its share of the latent), and the subgroups' partial latents merge through workgroup memory.
+ *
+ * Every workgroup normalizes and ropes the token's own key itself (576 values) and uses it as the last key, so that no
+ * workgroup waits for another's cache write; workgroup (0, 0) writes it to the cache for later steps. Types without a
+ * chunk decoder go through wgsl-quant.ts's `deq`, renamed per matrix.
  */
-import { dequantWGSL } from "./wgsl-quant.js";
+import { dequantWGSL, unitSize } from "./wgsl-quant.js";
 import { ATTN_CHUNK, KEY_ROW_FN } from "./wgsl-ops.js";
+import { typeCode, WIDE_HELPERS, WIDE_TYPES } from "./wgsl-wide.js";
 
 export interface AttnFusedShape {
   readonly heads: number;
@@ -22,15 +31,41 @@ export interface AttnFusedShape {
   /** value head width (W_UV's rows) */
   readonly V: number;
   readonly typeK: number;
-  readonly unitK: number;
   readonly typeV: number;
-  readonly unitV: number;
   /** the device's fixed subgroup size */
   readonly sg: number;
+  /** workgroups per head, each taking ceil(V / split) of W_UV's rows */
+  readonly split: number;
+  /** cache keys each subgroup scores per iteration (their loads issued together) */
+  readonly keys: number;
 }
 
 /** Parameter block of the fused attention kernel (u32 words; scale and eps as f32 bits). */
 export const ATTN_FUSED_PARAMS = ["scale", "eps", "pageSize", "kvOff", "rowBytesK", "itemBytesK", "rowBytesV", "itemBytesV"] as const;
+
+/** Subgroups per workgroup: the partial latents they merge take subgroups × L floats of workgroup memory. */
+export const ATTN_FUSED_SUBGROUPS = 8;
+
+/** Threads of the kernel's workgroup at subgroup size sg. */
+export function attnFusedThreads(sg: number): number {
+  return Math.min(256, ATTN_FUSED_SUBGROUPS * sg);
+}
+
+/** Elements a lane takes per chunk of a row of `type` (a chunk decoder's chunk, or a `deq` unit). */
+export function attnFusedChunk(type: number, cols: number): number {
+  return WIDE_TYPES.includes(type) ? typeCode(type).elems : unitSize(type, cols);
+}
+
+/** Bytes of workgroup memory the kernel declares. */
+export function attnFusedBytes(s: Pick<AttnFusedShape, "P" | "R" | "L" | "sg">): number {
+  const nsg = attnFusedThreads(s.sg) / s.sg;
+  return 16 * (padded(s.P / 4) + padded(s.L / 4)) + 4 * (2 * (s.L + s.R) + nsg * s.L + 3 * nsg) + 16;
+}
+
+/** vec4s of a staged x of n vec4s with a pad after every 8 (xp below). */
+function padded(n: number): number {
+  return n + (n >> 3) + 1;
+}
 
 /** A type's dequantization helpers with every module-scope name suffixed, so that two types live in one module. */
 function dequantAs(type: number, unit: number, suffix: string, buffer: string): string {
@@ -39,41 +74,123 @@ function dequantAs(type: number, unit: number, suffix: string, buffer: string): 
     .replace(/\b(b8|b16|b32|h2f|sx8|smk4|deq|dv|KIQ4|U)\b/g, `$1${suffix}`);
 }
 
-/** Threads of the fused kernel's workgroup. */
-const WG = 256;
+interface Product {
+  /** statements issuing every load of the thread's chunks (before anything else in the kernel), or "" when `uses` loads in a loop */
+  readonly loads: string;
+  /** statements computing the rows' sums and calling `store` for each row the thread reports */
+  readonly uses: string;
+}
+
+/** Most chunk steps of a thread unrolled (and loaded at the kernel's start); more go in a loop of that many a turn. */
+const MAX_UNROLLED = 8;
 
 /**
- * a = row r of head h's matrix M (K: W_UK, V: W_UV; `rows` × `cols` in units of `unit`) · x (workgroup memory), for
- * each row r of a thread in turn, then `store` (which sees r and a).
+ * Rows [first, first + count) of head h's matrix M (`rows` × `cols`, GGUF blocks at p.itemBytesM·h + r·p.rowBytesM)
+ * times x, staged in workgroup memory as vec4s (X{M}[xp(v)]). Lanes of a row take neighbouring chunks (`lpr` lanes a
+ * row, a power of two ≤ the subgroup), so one pass covers WG / lpr rows; a row's sum is a shuffle-xor over its lanes.
  */
-function headRows(M: "K" | "V", rows: number, cols: number, unit: number, x: string, store: string): string {
-  return `for (var r = li; r < ${rows}u; r += ${WG}u) {
-    let rb = h * p.itemBytes${M} + r * p.rowBytes${M};
-    var a = 0.0;
-    for (var u = 0u; u < ${cols / unit}u; u++) {
-      deq${M}(rb, u);
-      for (var i = 0u; i < ${unit}u; i++) { a += dv${M}[i] * ${x}[u * ${unit}u + i]; }
+function headProduct(M: "K" | "V", type: number, cols: number, first: string, count: number, rowsAll: number, sg: number, wg: number, store: (r: string, v: string) => string): Product {
+  const wide = WIDE_TYPES.includes(type);
+  const elems = attnFusedChunk(type, cols);
+  const chunks = cols / elems;
+  let lpr = 1;
+  while (lpr * 2 <= Math.min(chunks, sg)) lpr *= 2;
+  const steps = Math.ceil(chunks / lpr);
+  const perPass = wg / lpr;
+  const passes = Math.ceil(count / perPass);
+  // passes a turn, all unrolled: every pass where they fit MAX_UNROLLED steps (the GPUs' shapes), else a loop
+  const per = Math.max(1, Math.min(passes, Math.floor(MAX_UNROLLED / steps)));
+  const turns = Math.ceil(passes / per);
+  const base = M === "K" ? 0 : 5000;
+  const tc = wide ? typeCode(type) : undefined;
+  const rename = (code: string, s: number): string =>
+    code
+      .replace(/\brb\b/g, `rb${s}`)
+      .replaceAll("W[", `W${M}[`)
+      .replaceAll("wd(", `wd${M}(`)
+      .replace(/XREAD\(0, ([^)]*)\)/g, (_, v: string) => `X${M}[xp(${v})]`);
+  const limit = `min(${first} + ${count}u, ${rowsAll}u)`;
+  const loads: string[] = [];
+  const uses: string[] = [];
+  for (let q = 0; q < per; q++) {
+    const row = `${first} + ${turns > 1 ? `tn${M} * ${per * perPass}u + ` : ""}${q * perPass}u + li / ${lpr}u`;
+    const body: string[] = [];
+    for (let k = 0; k < steps; k++) {
+      const s = base + q * steps + k;
+      const chunk = `li % ${lpr}u + ${k * lpr}u`;
+      loads.push(`let r${s} = min(${row}, ${rowsAll - 1}u); let rb${s} = h * p.itemBytes${M} + r${s} * p.rowBytes${M}; let c${s} = min(${chunk}, ${chunks - 1}u);`);
+      let use: string;
+      if (tc !== undefined) {
+        loads.push(rename(tc.load(s), s));
+        use = rename(tc.use(s, 1), s).replaceAll("acc +=", `acc${M} +=`);
+      } else {
+        use = `deq${M}(rb${s}, c${s});
+    for (var i = 0u; i < ${elems}u; i++) { let e = c${s} * ${elems}u + i; acc${M}.x += dv${M}[i] * X${M}[xp(e >> 2u)][e & 3u]; }`;
+      }
+      body.push((k + 1) * lpr > chunks ? `if (${chunk} < ${chunks}u) {\n    ${use}\n    }` : use);
     }
-    ${store}
-  }`;
+    const reduce = Array.from({ length: Math.log2(lpr) }, (_, i) => `v${M} += subgroupShuffleXor(v${M}, ${1 << i}u);`).join(" ");
+    uses.push(`acc${M} = vec4f(0.0);
+  {
+    ${body.join("\n    ")}
+  }
+  {
+    var v${M} = acc${M}.x; ${reduce}
+    let row = ${row};
+    if (li % ${lpr}u == 0u && row < ${limit}) { ${store("row", `v${M}`)} }
+  }`);
+  }
+  if (turns === 1) return { loads: loads.join("\n  "), uses: `var acc${M} = vec4f(0.0);\n  ${uses.join("\n  ")}` };
+  return { loads: "", uses: `var acc${M} = vec4f(0.0);\n  for (var tn${M} = 0u; tn${M} < ${turns}u; tn${M}++) {\n  ${loads.join("\n  ")}\n  ${uses.join("\n  ")}\n  }` };
 }
 
 export function attnFusedWGSL(s: AttnFusedShape): string {
   const { P, R, L, V, sg: SG } = s;
-  const D = P + R;
+  const WG = attnFusedThreads(SG);
   const NSG = WG / SG;
+  const D = P + R;
   const HALF = R / 2;
-  // the weighted sum: 4 key groups of 64 threads, each thread L/64 columns
-  const G = 4;
-  const TPG = WG / G;
-  const DPT = Math.ceil(L / TPG);
-  const dot = (n: number, q: string, k: string): string =>
-    `for (var i = 0u; i < ${Math.ceil(n / SG)}u; i++) { let d = lane + i * ${SG}u; if (d < ${n}u) { s += qs[${q} + d] * ${k}; } }`;
+  const CL = Math.ceil(L / SG);
+  const CR = Math.ceil(R / SG);
+  const VS = Math.ceil(V / s.split);
+  const KPS = s.keys;
+  const wideK = WIDE_TYPES.includes(s.typeK);
+  const wideV = WIDE_TYPES.includes(s.typeV);
+  const bind = (M: "K" | "V", type: number, wide: boolean): string => {
+    const vec4 = wide && typeCode(type).vec4;
+    return `var<storage, read> W${M}: array<${vec4 ? "vec4u" : "u32"}>;${wide && !vec4 ? `\nfn wd${M}(i: u32) -> u32 { return W${M}[i]; }` : ""}`;
+  };
+  const pk = headProduct("K", s.typeK, P, "0u", L, L, SG, WG, (r, v) => `qs[${r}] = ${v};`);
+  const pv = headProduct("V", s.typeV, L, `wid.y * ${VS}u`, VS, V, SG, WG, (r, v) => `O[h * ${V}u + ${r}] = ${v};`);
+  // lane ℓ's columns of a key: ℓ + SG·i of c (CL of them) and of k_pe (CR)
+  const cols = (n: number, count: number, f: (i: number, d: string) => string): string =>
+    Array.from({ length: count }, (_, i) => f(i, `min(lane + ${i * SG}u, ${n - 1}u)`)).join(" ");
+  const keyLoads = Array.from({ length: KPS }, (_, kk) => {
+    return `let j${kk} = jb + ${kk * NSG}u + sgi; let ok${kk} = j${kk} + 1u < nk; let kr${kk} = keyRow(m4.x, min(j${kk}, nk - 2u));
+    ${cols(L, CL, (i, d) => `let kc${kk}_${i} = CC[kr${kk} * ${L}u + ${d}];`)}
+    ${cols(R, CR, (i, d) => `let kp${kk}_${i} = CK[kr${kk} * ${R}u + ${d}];`)}`;
+  }).join("\n    ");
+  const keyUses = Array.from({ length: KPS }, (_, kk) => {
+    const dot = [...Array.from({ length: CL }, (_, i) => `qv[${i}] * kc${kk}_${i}`), ...Array.from({ length: CR }, (_, i) => `qr[${i}] * kp${kk}_${i}`)].join(" + ");
+    return `{
+      let sv = select(${NEG}, subgroupAdd(${dot}) * p.scale, ok${kk});
+      let mn = max(mrun, sv);
+      let corr = exp(mrun - mn);
+      let pj = select(0.0, exp(sv - mn), ok${kk});
+      lrun = lrun * corr + pj;
+      ${Array.from({ length: CL }, (_, i) => `acc[${i}] = acc[${i}] * corr + pj * kc${kk}_${i};`).join(" ")}
+      mrun = mn;
+    }`;
+  }).join("\n    ");
+  const ownDot = [
+    ...Array.from({ length: CL }, (_, i) => `qv[${i}] * cur[min(lane + ${i * SG}u, ${L - 1}u)]`),
+    ...Array.from({ length: CR }, (_, i) => `qr[${i}] * cur[${L}u + min(lane + ${i * SG}u, ${R - 1}u)]`),
+  ].join(" + ");
   return /* wgsl */ `enable subgroups;
 struct P { ${ATTN_FUSED_PARAMS.map((k) => `${k}: ${k === "scale" || k === "eps" ? "f32" : "u32"}`).join(", ")} }
 @group(0) @binding(0) var<storage, read> A0: array<f32>;
-@group(0) @binding(1) var<storage, read> WK: array<u32>;
-@group(0) @binding(2) var<storage, read> WV: array<u32>;
+@group(0) @binding(1) ${bind("K", s.typeK, wideK)}
+@group(0) @binding(2) ${bind("V", s.typeV, wideV)}
 @group(0) @binding(3) var<storage, read> G: array<f32>;
 @group(0) @binding(4) var<storage, read> CS: array<f32>;
 @group(0) @binding(5) var<storage, read> POS: array<u32>;
@@ -85,17 +202,20 @@ struct P { ${ATTN_FUSED_PARAMS.map((k) => `${k}: ${k === "scale" || k === "eps" 
 @group(0) @binding(11) var<storage, read_write> O: array<f32>;
 @group(0) @binding(12) var<uniform> p: P;
 ${KEY_ROW_FN}
-${dequantAs(s.typeK, s.unitK, "K", "WK")}
-${dequantAs(s.typeV, s.unitV, "V", "WV")}
-var<workgroup> qn: array<f32, ${P}>;
+${wideK || wideV ? WIDE_HELPERS : ""}
+${wideK ? "" : dequantAs(s.typeK, attnFusedChunk(s.typeK, P), "K", "WK")}
+${wideV ? "" : dequantAs(s.typeV, attnFusedChunk(s.typeV, L), "V", "WV")}
+// q_nope and the latent as vec4s with a pad after every 8 (lanes of a row read neighbouring chunks)
+var<workgroup> XK: array<vec4f, ${padded(P / 4)}>;
+var<workgroup> XV: array<vec4f, ${padded(L / 4)}>;
 var<workgroup> qs: array<f32, ${L + R}>;
 var<workgroup> cur: array<f32, ${L + R}>;
-var<workgroup> sc: array<f32, ${ATTN_CHUNK}>;
-var<workgroup> vr: array<u32, ${ATTN_CHUNK}>;
+var<workgroup> part: array<f32, ${NSG * L}>;
+var<workgroup> sm: array<f32, ${NSG}>;
+var<workgroup> sl: array<f32, ${NSG}>;
 var<workgroup> red: array<f32, ${NSG}>;
-var<workgroup> part: array<f32, ${G * L}>;
-var<workgroup> lat: array<f32, ${L}>;
 var<workgroup> mt: vec4u;
+fn xp(v: u32) -> u32 { return v + (v >> 3u); }
 fn total(li: u32, v: f32) -> f32 {
   let t = subgroupAdd(v);
   if (li % ${SG}u == 0u) { red[li / ${SG}u] = t; }
@@ -111,12 +231,15 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   let lane = li % ${SG}u;
   let sgi = li / ${SG}u;
   if (li == 0u) { mt = vec4u(META[0], META[1], META[2], META[3]); }
+  // every weight load of this thread first: W_UK's chunks for the absorb, W_UV's for this split's rows
+  ${pk.loads}
+  ${pv.loads}
   let m4 = workgroupUniformLoad(&mt);
   let nk = min(m4.y, ${ATTN_CHUNK}u);
   let pos = POS[0];
   let qo = h * ${D}u;
   // q_nope; q_pe roped into qs[L..L+R); the token's own key: RMSNorm(c)·g and rope(k_pe) into cur
-  for (var i = li; i < ${P}u; i += ${WG}u) { qn[i] = A0[qo + i]; }
+  for (var i = li; i < ${P / 4}u; i += ${WG}u) { XK[xp(i)] = vec4f(A0[qo + 4u * i], A0[qo + 4u * i + 1u], A0[qo + 4u * i + 2u], A0[qo + 4u * i + 3u]); }
   var ss = 0.0;
   for (var i = li; i < ${L}u; i += ${WG}u) { let v = A0[p.kvOff + i]; ss += v * v; }
   for (var i = li; i < ${HALF}u; i += ${WG}u) {
@@ -126,74 +249,58 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     let x1 = A0[qo + ${P}u + 2u * i + 1u];
     qs[${L}u + 2u * i] = x0 * c - x1 * sn;
     qs[${L}u + 2u * i + 1u] = x0 * sn + x1 * c;
-    let k0 = A0[p.kvOff + ${L}u + 2u * i];
-    let k1 = A0[p.kvOff + ${L}u + 2u * i + 1u];
-    cur[${L}u + 2u * i] = k0 * c - k1 * sn;
-    cur[${L}u + 2u * i + 1u] = k0 * sn + k1 * c;
+    let y0 = A0[p.kvOff + ${L}u + 2u * i];
+    let y1 = A0[p.kvOff + ${L}u + 2u * i + 1u];
+    cur[${L}u + 2u * i] = y0 * c - y1 * sn;
+    cur[${L}u + 2u * i + 1u] = y0 * sn + y1 * c;
   }
   let inv = 1.0 / sqrt(total(li, ss) / ${L}.0 + p.eps);
   for (var i = li; i < ${L}u; i += ${WG}u) { cur[i] = A0[p.kvOff + i] * inv * G[i]; }
   workgroupBarrier();
-  if (h == 0u) {
+  if (h == 0u && wid.y == 0u) {
     let row = ROW[0];
     for (var i = li; i < ${L}u; i += ${WG}u) { CC[row * ${L}u + i] = cur[i]; }
     for (var i = li; i < ${R}u; i += ${WG}u) { CK[row * ${R}u + i] = cur[${L}u + i]; }
   }
-  // the absorbed query: qs[d] = W_UK[h][d]·q_nope
-  ${headRows("K", L, P, s.unitK, "qn", "qs[r] = a;")}
+  // the absorbed query: qs[r] = W_UK[h][r]·q_nope
+  ${pk.uses}
   workgroupBarrier();
-  // scores, one key a subgroup at a time; the last key is the token's own (cur), the others come from the cache
-  // (a loop every subgroup runs as often: its subgroupAdd stays in uniform control flow; a subgroup past the last key
-  // scores that key again and keeps nothing)
-  var m = -3.0e38;
-  for (var jb = 0u; jb < nk; jb += ${NSG}u) {
-    let jk = jb + sgi;
-    let j = min(jk, nk - 1u);
-    let row = keyRow(m4.x, j);
-    var s = 0.0;
-    if (j + 1u == nk) {
-      ${dot(L, "0u", "cur[d]")}
-      ${dot(R, `${L}u`, `cur[${L}u + d]`)}
-    } else {
-      ${dot(L, "0u", `CC[row * ${L}u + d]`)}
-      ${dot(R, `${L}u`, `CK[row * ${R}u + d]`)}
-    }
-    s = subgroupAdd(s) * p.scale;
-    if (jk < nk) {
-      if (lane == 0u) { sc[j] = s; vr[j] = row; }
-      m = max(m, s);
-    }
+  // the query's columns of this lane in registers; each subgroup starts an online softmax (subgroup 0 with the
+  // token's own key, whose row is in cur), then takes the cache keys jb + kk·${NSG} + sgi, ${KPS} an iteration
+  var qv: array<f32, ${CL}>;
+  var qr: array<f32, ${CR}>;
+  ${Array.from({ length: CL }, (_, i) => `qv[${i}] = select(0.0, qs[min(lane + ${i * SG}u, ${L - 1}u)], lane + ${i * SG}u < ${L}u);`).join(" ")}
+  ${Array.from({ length: CR }, (_, i) => `qr[${i}] = select(0.0, qs[${L}u + min(lane + ${i * SG}u, ${R - 1}u)], lane + ${i * SG}u < ${R}u);`).join(" ")}
+  let own = subgroupAdd(${ownDot}) * p.scale;
+  let first = sgi == 0u;
+  var mrun = select(${NEG}, own, first);
+  var lrun = select(0.0, 1.0, first);
+  var acc: array<f32, ${CL}>;
+  ${Array.from({ length: CL }, (_, i) => `acc[${i}] = select(0.0, cur[min(lane + ${i * SG}u, ${L - 1}u)], first);`).join(" ")}
+  for (var jb = 0u; jb + 1u < nk; jb += ${NSG * KPS}u) {
+    ${keyLoads}
+    ${keyUses}
   }
-  if (lane == 0u) { red[sgi] = m; }
+  // merge the subgroups' (max, sum, Σ p·c) into the latent (XV)
+  if (lane == 0u) { sm[sgi] = mrun; sl[sgi] = lrun; }
+  ${Array.from({ length: CL }, (_, i) => `if (lane + ${i * SG}u < ${L}u) { part[sgi * ${L}u + lane + ${i * SG}u] = acc[${i}]; }`).join(" ")}
   workgroupBarrier();
-  m = red[0];
-  for (var k = 1u; k < ${NSG}u; k++) { m = max(m, red[k]); }
-  workgroupBarrier();
-  var l = 0.0;
-  for (var j = li; j < nk; j += ${WG}u) { let e = exp(sc[j] - m); sc[j] = e; l += e; }
-  l = total(li, l);
-  // Σ p_j·latent_j in ${G} key groups, then lat = that / l
-  let kg = li / ${TPG}u;
-  let lt = li % ${TPG}u;
-  var acc: array<f32, ${DPT}>;
-  for (var j = kg; j < nk; j += ${G}u) {
-    let pj = sc[j];
-    if (j + 1u == nk) {
-      for (var c = 0u; c < ${DPT}u; c++) { let d = lt + c * ${TPG}u; if (d < ${L}u) { acc[c] += pj * cur[d]; } }
-    } else {
-      let vb = vr[j] * ${L}u;
-      for (var c = 0u; c < ${DPT}u; c++) { let d = lt + c * ${TPG}u; if (d < ${L}u) { acc[c] += pj * CC[vb + d]; } }
+  var mt_ = sm[0];
+  for (var k = 1u; k < ${NSG}u; k++) { mt_ = max(mt_, sm[k]); }
+  var lt = 0.0;
+  for (var k = 0u; k < ${NSG}u; k++) { lt += sl[k] * exp(sm[k] - mt_); }
+  for (var c4 = li; c4 < ${L / 4}u; c4 += ${WG}u) {
+    var a = vec4f(0.0);
+    for (var k = 0u; k < ${NSG}u; k++) {
+      let o = k * ${L}u + 4u * c4;
+      a += exp(sm[k] - mt_) * vec4f(part[o], part[o + 1u], part[o + 2u], part[o + 3u]);
     }
-  }
-  for (var c = 0u; c < ${DPT}u; c++) { let d = lt + c * ${TPG}u; if (d < ${L}u) { part[kg * ${L}u + d] = acc[c]; } }
-  workgroupBarrier();
-  for (var d = li; d < ${L}u; d += ${WG}u) {
-    var a = 0.0;
-    for (var g = 0u; g < ${G}u; g++) { a += part[g * ${L}u + d]; }
-    lat[d] = a / l;
+    XV[xp(c4)] = a / lt;
   }
   workgroupBarrier();
-  // the head's output: W_UV[h]·lat
-  ${headRows("V", V, L, s.unitV, "lat", `O[h * ${V}u + r] = a;`)}
+  // this split's rows of the head's output: W_UV[h]·latent
+  ${pv.uses}
 }`;
 }
+
+const NEG = "-3.0e38";

@@ -22,10 +22,13 @@ export interface AttnFusedDims {
   readonly maxKeys: number;
 }
 
-/** The kernel's shape where it takes this step (tune.attnFuse = 1, a fixed subgroup size, one piece each, ≤ ATTN_CHUNK keys), else undefined. */
+/**
+ * The kernel's shape where it takes this step (tune.attnFuse = 1, by default on GPUs: subgroups ≥ 32; a fixed subgroup
+ * size, one piece each, ≤ ATTN_CHUNK keys), else undefined.
+ */
 export function attnFusedShape(rt: GpuRuntime, kB: GpuMatrix, vB: GpuMatrix, d: AttnFusedDims): AttnFusedShape | undefined {
   const sg = rt.info.subgroupSize;
-  if (rt.tune.attnFuse !== 1 || sg === undefined || sg < 4 || sg > 64 || 256 % sg !== 0) return undefined;
+  if (sg === undefined || sg < 4 || sg > 64 || 256 % sg !== 0 || (rt.tune.attnFuse ?? (sg >= 32 ? 1 : 0)) !== 1) return undefined;
   if (d.maxKeys > ATTN_CHUNK || d.R % 2 !== 0 || d.P % 4 !== 0 || d.L % 4 !== 0) return undefined;
   if (kB.pieces.length !== 1 || vB.pieces.length !== 1 || kB.items < d.heads || vB.items < d.heads) return undefined;
   if (kB.cols !== d.P || kB.rows !== d.L || vB.cols !== d.L || vB.rows !== d.V) return undefined;
@@ -34,7 +37,12 @@ export function attnFusedShape(rt: GpuRuntime, kB: GpuMatrix, vB: GpuMatrix, d: 
   const clamp = (v: number | undefined, lo: number, hi: number, def: number): number => Math.max(lo, Math.min(hi, Math.floor(v ?? def)));
   const split = Math.min(d.V, clamp(rt.tune.attnFuseSplit, 1, 16, wide ? 8 : 2));
   const keys = clamp(rt.tune.attnFuseKeys, 1, 4, wide ? 2 : 1);
-  const shape: AttnFusedShape = { heads: d.heads, P: d.P, R: d.R, L: d.L, V: d.V, typeK: kB.type, typeV: vB.type, sg, split, keys };
+  const prefetch = (rt.tune.attnFusePrefetch ?? 0) === 1;
+  // one chunk step a turn, in a pipelined loop: on the H200 (v2-lite batch 1, same call) the step took 3.07 ms on the
+  // GPU with 1 (then not pipelined), 3.12 with 2 and 3.48 with 8 unrolled (kernel code fetched again every layer:
+  // wgsl-wide.ts, UNROLL), against 3.18 without the fused kernel
+  const unroll = clamp(rt.tune.attnFuseUnroll, 1, 16, 1);
+  const shape: AttnFusedShape = { heads: d.heads, P: d.P, R: d.R, L: d.L, V: d.V, typeK: kB.type, typeV: vB.type, sg, split, keys, prefetch, unroll };
   return attnFusedBytes(shape) <= rt.info.limits.maxComputeWorkgroupStorageSize ? shape : undefined;
 }
 

@@ -112,8 +112,10 @@ export interface KernelTuning {
   readonly wide?: number;
   /** subgroups (rows) per workgroup of the wide kernel (default 256 threads / subgroup size) */
   readonly wideRows?: number;
-  /** most chunk steps a lane of the wide kernel issues together (default 8 at subgroup size 32, in proportion to it; more steps run in passes) */
+  /** most chunk steps a lane of the wide kernel issues together (default 1; more steps run in passes, pipelined with widePipe) */
   readonly wideUnroll?: number;
+  /** 1: the wide kernel's passes software-pipelined (the next pass's chunks loaded before this one's are used); default 1 at subgroups ≥ 32, else 0 */
+  readonly widePipe?: number;
   /** steps of at most this many tokens combine independent kernels into one dispatch (default FUSE_MAX_TOKENS = 4 in gpu-model.ts) */
   readonly fuseTokens?: number;
   /** rows each subgroup of the wide kernel takes, all their loads issued together (1..4; default 1, 2 from 65536 rows; plain and pair-major products) */
@@ -163,12 +165,16 @@ export interface KernelTuning {
    * combine, 1 both, 0 neither (each a dispatch of its own)
    */
   readonly normFuse?: number;
-  /** 1: a one-token step's cache write, W_UK absorb, attention and W_UV as one dispatch (attn-fused.ts; ≤ 256 keys, no DSA or q-LoRA); default 0 */
+  /** 1: a one-token step's cache write, W_UK absorb, attention and W_UV as one dispatch (attn-fused.ts; ≤ 256 keys, no DSA or q-LoRA); default 1 at subgroups ≥ 32, else 0 */
   readonly attnFuse?: number;
   /** fused one-token attention: workgroups per head, each taking its share of W_UV's rows (1..16; default 8 at subgroups ≥ 32, else 2) */
   readonly attnFuseSplit?: number;
   /** fused one-token attention: cache keys a subgroup scores per iteration, their loads issued together (1..4; default 2 at subgroups ≥ 32, else 1) */
   readonly attnFuseKeys?: number;
+  /** fused one-token attention: 1 reads the key rows' lines across the grid first, to have them in L2 for the score loop; default 0 */
+  readonly attnFusePrefetch?: number;
+  /** fused one-token attention: most chunk steps of a thread's W_UK or W_UV product unrolled, more in a pipelined loop (1..16; default 1) */
+  readonly attnFuseUnroll?: number;
   /**
    * 0: small steps dispatch the independent kernel pairs gpu-model.ts would combine (GpuRuntime.together) one by one
    * (their dependent boundary back, each kernel compiled alone: for measuring what combining costs in occupancy;

@@ -38,6 +38,13 @@ export interface AttnFusedShape {
   readonly split: number;
   /** cache keys each subgroup scores per iteration (their loads issued together) */
   readonly keys: number;
+  /**
+   * the key rows' 128-byte lines read once across the grid at the start (each workgroup its share, beside the weight
+   * loads), so that the score loop's loads, one round trip an iteration, find them in L2
+   */
+  readonly prefetch: boolean;
+  /** most chunk steps of a thread's product unrolled (and loaded at the kernel's start); more go in a loop of that many a turn */
+  readonly unroll: number;
 }
 
 /** Parameter block of the fused attention kernel (u32 words; scale and eps as f32 bits). */
@@ -81,15 +88,12 @@ interface Product {
   readonly uses: string;
 }
 
-/** Most chunk steps of a thread unrolled (and loaded at the kernel's start); more go in a loop of that many a turn. */
-const MAX_UNROLLED = 8;
-
 /**
  * Rows [first, first + count) of head h's matrix M (`rows` × `cols`, GGUF blocks at p.itemBytesM·h + r·p.rowBytesM)
  * times x, staged in workgroup memory as vec4s (X{M}[xp(v)]). Lanes of a row take neighbouring chunks (`lpr` lanes a
  * row, a power of two ≤ the subgroup), so one pass covers WG / lpr rows; a row's sum is a shuffle-xor over its lanes.
  */
-function headProduct(M: "K" | "V", type: number, cols: number, first: string, count: number, rowsAll: number, sg: number, wg: number, store: (r: string, v: string) => string): Product {
+function headProduct(M: "K" | "V", type: number, cols: number, first: string, count: number, rowsAll: number, sg: number, wg: number, unroll: number, store: (r: string, v: string) => string): Product {
   const wide = WIDE_TYPES.includes(type);
   const elems = attnFusedChunk(type, cols);
   const chunks = cols / elems;
@@ -98,8 +102,8 @@ function headProduct(M: "K" | "V", type: number, cols: number, first: string, co
   const steps = Math.ceil(chunks / lpr);
   const perPass = wg / lpr;
   const passes = Math.ceil(count / perPass);
-  // passes a turn, all unrolled: every pass where they fit MAX_UNROLLED steps (the GPUs' shapes), else a loop
-  const per = Math.max(1, Math.min(passes, Math.floor(MAX_UNROLLED / steps)));
+  // passes a turn, all unrolled: every pass where they fit `unroll` steps (the GPUs' shapes), else a loop
+  const per = Math.max(1, Math.min(passes, Math.floor(unroll / steps)));
   const turns = Math.ceil(passes / per);
   const base = M === "K" ? 0 : 5000;
   const tc = wide ? typeCode(type) : undefined;
@@ -140,8 +144,22 @@ function headProduct(M: "K" | "V", type: number, cols: number, first: string, co
     if (li % ${lpr}u == 0u && row < ${limit}) { ${store("row", `v${M}`)} }
   }`);
   }
-  if (turns === 1) return { loads: loads.join("\n  "), uses: `var acc${M} = vec4f(0.0);\n  ${uses.join("\n  ")}` };
-  return { loads: "", uses: `var acc${M} = vec4f(0.0);\n  for (var tn${M} = 0u; tn${M} < ${turns}u; tn${M}++) {\n  ${loads.join("\n  ")}\n  ${uses.join("\n  ")}\n  }` };
+  const first_ = loads.join("\n  ");
+  if (turns === 1) return { loads: first_, uses: `var acc${M} = vec4f(0.0);\n  ${uses.join("\n  ")}` };
+  // software-pipelined turns: the loads' names become variables, loaded for turn 0 at the kernel's start and then, in
+  // turn t, for turn t + 1 (the last reloads itself, in bounds and unused) after turn t's values are copied out
+  const names = [...first_.matchAll(/let (\w+) =/g)].map((m) => m[1]!);
+  const current = (code: string): string => code.replace(new RegExp(`\\b(${names.join("|")})\\b`, "g"), "$1_");
+  const turn = new RegExp(`\\btn${M}\\b`, "g");
+  return {
+    loads: first_.replace(turn, "0u").replace(/let (\w+) =/g, "var $1 ="),
+    uses: `var acc${M} = vec4f(0.0);
+  for (var tn${M} = 0u; tn${M} < ${turns}u; tn${M}++) {
+  ${names.map((n) => `let ${n}_ = ${n};`).join(" ")}
+  ${first_.replace(turn, `min(tn${M} + 1u, ${turns - 1}u)`).replace(/let (\w+) =/g, "$1 =")}
+  ${current(uses.join("\n  "))}
+  }`,
+  };
 }
 
 export function attnFusedWGSL(s: AttnFusedShape): string {
@@ -160,8 +178,8 @@ export function attnFusedWGSL(s: AttnFusedShape): string {
     const vec4 = wide && typeCode(type).vec4;
     return `var<storage, read> W${M}: array<${vec4 ? "vec4u" : "u32"}>;${wide && !vec4 ? `\nfn wd${M}(i: u32) -> u32 { return W${M}[i]; }` : ""}`;
   };
-  const pk = headProduct("K", s.typeK, P, "0u", L, L, SG, WG, (r, v) => `qs[${r}] = ${v};`);
-  const pv = headProduct("V", s.typeV, L, `wid.y * ${VS}u`, VS, V, SG, WG, (r, v) => `O[h * ${V}u + ${r}] = ${v};`);
+  const pk = headProduct("K", s.typeK, P, "0u", L, L, SG, WG, s.unroll, (r, v) => `qs[${r}] = ${v};`);
+  const pv = headProduct("V", s.typeV, L, `wid.y * ${VS}u`, VS, V, SG, WG, s.unroll, (r, v) => `O[h * ${V}u + ${r}] = ${v};`);
   // lane ℓ's columns of a key: ℓ + SG·i of c (CL of them) and of k_pe (CR)
   const cols = (n: number, count: number, f: (i: number, d: string) => string): string =>
     Array.from({ length: count }, (_, i) => f(i, `min(lane + ${i * SG}u, ${n - 1}u)`)).join(" ");
@@ -226,7 +244,7 @@ fn total(li: u32, v: f32) -> f32 {
   return a;
 }
 @compute @workgroup_size(${WG})
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) num_workgroups: vec3u, @builtin(local_invocation_index) li: u32) {
   let h = wid.x;
   let lane = li % ${SG}u;
   let sgi = li / ${SG}u;
@@ -237,6 +255,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   let m4 = workgroupUniformLoad(&mt);
   let nk = min(m4.y, ${ATTN_CHUNK}u);
   let pos = POS[0];
+  ${s.prefetch ? prefetchWGSL(L, R, WG) : ""}
   let qo = h * ${D}u;
   // q_nope; q_pe roped into qs[L..L+R); the token's own key: RMSNorm(c)·g and rope(k_pe) into cur
   for (var i = li; i < ${P / 4}u; i += ${WG}u) { XK[xp(i)] = vec4f(A0[qo + 4u * i], A0[qo + 4u * i + 1u], A0[qo + 4u * i + 2u], A0[qo + 4u * i + 3u]); }
@@ -282,6 +301,8 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     ${keyUses}
   }
   // merge the subgroups' (max, sum, Σ p·c) into the latent (XV)
+  ${s.prefetch ? "if (pf == 1.5e-45) { part[li] = pf; }" : ""}
+  workgroupBarrier();
   if (lane == 0u) { sm[sgi] = mrun; sl[sgi] = lrun; }
   ${Array.from({ length: CL }, (_, i) => `if (lane + ${i * SG}u < ${L}u) { part[sgi * ${L}u + lane + ${i * SG}u] = acc[${i}]; }`).join(" ")}
   workgroupBarrier();
@@ -304,3 +325,21 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
 }
 
 const NEG = "-3.0e38";
+
+/**
+ * One load of every 32 floats of the cache keys' rows over the whole grid, kept alive by a store that never happens in
+ * practice (the sum equal to the smallest subnormal; the store would land in workgroup memory rewritten before use).
+ */
+function prefetchWGSL(L: number, R: number, WG: number): string {
+  const lc = Math.ceil(L / 32);
+  const lk = Math.ceil(R / 32);
+  return `var pf = 0.0;
+  {
+    let nt = num_workgroups.x * num_workgroups.y * ${WG}u;
+    let items = (nk - 1u) * ${lc + lk}u;
+    for (var it = (wid.y * num_workgroups.x + wid.x) * ${WG}u + li; it < items; it += nt) {
+      let j = it / ${lc + lk}u; let at = it % ${lc + lk}u; let row = keyRow(m4.x, j);
+      pf += select(CK[row * ${R}u + min((at - ${lc}u) * 32u, ${R - 1}u)], CC[row * ${L}u + min(at * 32u, ${L - 1}u)], at < ${lc}u);
+    }
+  }`;
+}

@@ -63,6 +63,11 @@ export interface WideShape {
   readonly pack: number;
   /** Q4_K decoded with its offsets folded into sums of x (staged beside x): see typeCode's `sums`. Only with x staged. */
   readonly sums: boolean;
+  /**
+   * over several passes (unroll < steps): software-pipelined, pass i + 1's chunks loaded into registers before pass i is
+   * used, in a loop whose body holds one pass's code (plain and pair-major products)
+   */
+  readonly pipe?: boolean;
 }
 
 /**
@@ -108,10 +113,13 @@ function stagedVec4s(n: number, cols: number, pad: number): number {
  */
 const WIDE_WG = 256;
 /**
- * Chunk steps a lane issues together at subgroup size 32 (UNROLL·32 = 256 chunks of a row in flight); narrower
- * subgroups (CPU adapters) unroll proportionally less, which also keeps their shader compiles short.
+ * Chunk steps a lane issues together at subgroup size 32, unrolled in one pass; more go in a software-pipelined loop
+ * (WideShape.pipe). One: code size bounds these kernels inside a step. Between two uses of a kernel its layer streams
+ * ~60 MB of weights through the H200's L2, so each dispatch fetches its instructions from memory again, and a fully
+ * unrolled kernel pays that for every instruction it runs once. On the H200 (v2-lite batch 1, same call) 8 → 1 took
+ * the step from 3.07 to 2.85 ms on the GPU, although each product alone got slower (BENCHMARKS round 13).
  */
-const UNROLL = 8;
+const UNROLL = 1;
 
 /**
  * The wide kernel's shape for a product over m with n tokens, or undefined when it does not apply (tuning wide = 0,
@@ -146,7 +154,8 @@ export function wideShape(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boole
   const fill = (rowsRun: number): number => (rowsRun * chunks) / (sg * Math.ceil((rowsRun * chunks) / sg));
   const packable = gather !== "experts-list" && sgRows === 1;
   const pack = packable && (rt.tune.widePack === 1 || (rt.tune.widePack !== 0 && fill(2) >= 1.1 * fill(1) && Math.ceil((2 * chunks) / sg) <= unroll)) ? 2 : 1;
-  return { sg, rows, sgRows, unroll, n, cols: m.cols, stagePad: stage ? pad : 0, pack, sums };
+  const pipe = rt.tune.widePipe !== undefined ? rt.tune.widePipe === 1 : sg >= 32;
+  return { sg, rows, sgRows, unroll, n, cols: m.cols, stagePad: stage ? pad : 0, pack, sums, ...(pipe ? { pipe } : {}) };
 }
 
 /** How one type's chunk is loaded and used (shared with the row-tiled kernel, wgsl-rowtile.ts). */
@@ -535,6 +544,20 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
     return dual ? `let g${j} = subgroupAdd(acc${k})${sc}; let v${j} = g${j} / (1.0 + exp(-g${j})) * (subgroupAdd(acc${k + 1})${sc});` : `let v${j} = subgroupAdd(acc${k})${sc};`;
   }).join("\n  ");
   const loop = outer === 1 ? `{\n    let cb = lane;\n    ${steps1}\n  }` : `for (var it = 0u; it < ${outer}u; it++) {\n    let cb = it * ${G * SG}u + lane;\n    ${steps1}\n  }`;
+  // pipelined passes: the loads' names become variables, loaded for pass 0 before x is staged, then in pass i for pass
+  // i + 1 (the last reloads itself, in bounds and unused) after pass i's values are copied out for its uses
+  const piped = s.pipe === true && outer > 1 && mode !== "experts-list";
+  const firstLoads = loads.join("\n    ");
+  const names = [...firstLoads.matchAll(/let (\w+) =/g)].map((m) => m[1]!);
+  const current = (code: string): string => (names.length === 0 ? code : code.replace(new RegExp(`\\b(${names.join("|")})\\b`, "g"), "$1_"));
+  const pipeFirst = piped ? `let cb = lane;\n  ${firstLoads.replace(/let (\w+) =/g, "var $1 =")}` : "";
+  const pipeLoop = `for (var it = 0u; it < ${outer}u; it++) {
+    let cb = it * ${G * SG}u + lane;
+    let nb = min(it + 1u, ${outer - 1}u) * ${G * SG}u + lane;
+    ${names.map((n) => `let ${n}_ = ${n};`).join(" ")}
+    ${firstLoads.replace(/\bcb\b/g, "nb").replace(/let (\w+) =/g, "$1 =")}
+    ${current(xread(uses.join("\n    ")))}
+  }`;
   const xq = Array.from({ length: N }, (_, t) => `let xq${t} = xq + ${t}u * xs;`).join(" ");
   // addCombine: each row's combine term loaded at the start (beside the weights' loads), added as the row is written
   const ac = fx?.addCombine;
@@ -604,9 +627,10 @@ ${
   ${xq}
   ${norm !== undefined ? "var ninv = vec4f(1.0);" : ""}
   ${combineEarly}
+  ${pipeFirst}
   ${P > 0 && !early ? stage : ""}
   ${accs}
-  ${early ? `{\n    let cb = lane;\n    ${xread(loads.join("\n    "))}\n    ${stage}\n    ${xread(uses.join("\n    "))}\n  }` : `if (valid) {\n  ${loop}\n  }`}
+  ${early ? `{\n    let cb = lane;\n    ${xread(loads.join("\n    "))}\n    ${stage}\n    ${xread(uses.join("\n    "))}\n  }` : `if (valid) {\n  ${piped ? pipeLoop : loop}\n  }`}
   ${reduce}
   if (lane == 0u) { ${writes} }
 }`

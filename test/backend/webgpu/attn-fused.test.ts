@@ -25,7 +25,7 @@ interface Case {
   readonly typeK: number;
   readonly typeV: number;
   /** the kernel's knobs (workgroups per head, keys per subgroup and iteration) */
-  readonly tune?: { readonly attnFuseSplit?: number; readonly attnFuseKeys?: number };
+  readonly tune?: { readonly attnFuseSplit?: number; readonly attnFuseKeys?: number; readonly attnFusePrefetch?: number };
   /** key counts (and page sizes) to run; default KEYS */
   readonly keys?: readonly (readonly [number, number])[];
 }
@@ -34,10 +34,10 @@ const KEYS = [[1, 0], [7, 0], [40, 4], [256, 0], [33, 16]] as const;
 
 const CASES: Case[] = [
   { H: 3, P: 32, R: 6, L: 64, V: 32, typeK: GGMLType.Q8_0, typeV: GGMLType.Q8_0, tune: { attnFuseSplit: 3, attnFuseKeys: 3 } },
-  { H: 2, P: 64, R: 8, L: 256, V: 40, typeK: GGMLType.Q5_0, typeV: GGMLType.Q4_K },
+  { H: 2, P: 64, R: 8, L: 256, V: 40, typeK: GGMLType.Q5_0, typeV: GGMLType.Q4_K, tune: { attnFusePrefetch: 1 } },
   { H: 4, P: 12, R: 4, L: 24, V: 20, typeK: GGMLType.F32, typeV: GGMLType.F16, tune: { attnFuseSplit: 16, attnFuseKeys: 2 } },
   // DeepSeek-V2-Lite's head (Q4_K_M: W_UK Q5_0, W_UV Q4_K) as the GPU runs it: 8 splits, 2 keys an iteration
-  { H: 2, P: 128, R: 64, L: 512, V: 128, typeK: GGMLType.Q5_0, typeV: GGMLType.Q4_K, tune: { attnFuseSplit: 8, attnFuseKeys: 2 }, keys: [[1, 0], [48, 0], [97, 8]] },
+  { H: 2, P: 128, R: 64, L: 512, V: 128, typeK: GGMLType.Q5_0, typeV: GGMLType.Q4_K, tune: { attnFuseSplit: 8, attnFuseKeys: 2, attnFusePrefetch: 1 }, keys: [[1, 0], [48, 0], [97, 8]] },
   { H: 2, P: 256, R: 16, L: 64, V: 24, typeK: GGMLType.Q6_K, typeV: GGMLType.Q8_0, tune: { attnFuseKeys: 4 }, keys: [[5, 0], [70, 0]] },
 ];
 
@@ -62,7 +62,9 @@ for (const c of CASES) {
       assert.ok(shape !== undefined, "the fused kernel takes this shape");
       if (c.tune?.attnFuseSplit !== undefined) assert.equal(shape.split, Math.min(c.V, c.tune.attnFuseSplit));
       if (c.tune?.attnFuseKeys !== undefined) assert.equal(shape.keys, c.tune.attnFuseKeys);
-      assert.equal(attnFusedShape(new GpuRuntime(rt!.info, {}), kB, vB, { heads: H, P, R, L, V, maxKeys: nk }), undefined, "off by default");
+      const dims = { heads: H, P, R, L, V, maxKeys: nk };
+      assert.equal(attnFusedShape(new GpuRuntime(rt!.info, {}), kB, vB, dims) !== undefined, rt!.info.subgroupSize! >= 32, "on by default on GPUs (subgroups ≥ 32) only");
+      assert.equal(attnFusedShape(new GpuRuntime(rt!.info, { tune: { attnFuse: 0 } }), kB, vB, dims), undefined, "attnFuse = 0 turns it off");
       // A0 row: [q (H × D) | c (L) | k_pe (R)], with a few leading floats of padding before c
       const kvOff = H * D + 4;
       const a0 = rng.f64(kvOff + L + R);

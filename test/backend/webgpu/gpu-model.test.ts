@@ -36,6 +36,9 @@ if (attnFused !== undefined) {
     dispatch(label, ...rest);
   };
 }
+// the H200's small-step defaults on this adapter: the wide kernel's passes software-pipelined (widePipe) and the fused
+// one-token attention, on a model wide enough for several passes a row at this adapter's subgroup size
+const piped = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { widePipe: 1, attnFuse: 1 } });
 // the independent kernel pairs of small steps dispatched one by one instead of combined (together = 0)
 const apart = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { together: 0 } });
 after(() => rt?.device.destroy());
@@ -63,12 +66,14 @@ const glmCase: SynthCase = { label: "tiny-glm-q8", base: "tiny-glm", over: {}, t
 // no q-LoRA (the fused attention's case), every attention matrix Q8_0
 const noLoraCase: SynthCase = { label: "tiny-q8-noqlora", base: "tiny", over: { n_layer: 3, n_dense: 1, n_head: 4, v_head: 16, q_lora: 0 }, type: "Q8_0" };
 const oddCase = CASES.find((c) => c.label === "no-qlora-odd")!;
+// rows of 512 and 256 columns (Q4_K_M: Q4_K, Q6_K, Q5_0 and Q8_0 matrices), no q-LoRA
+const wideCase: SynthCase = { label: "wide-q4km-noqlora", base: "tiny", over: { n_layer: 3, n_dense: 1, n_embd: 512, n_ff: 512, n_ff_exp: 256, q_lora: 0 }, type: "Q4_K_M" };
 const cases: SynthCase[] = [...CASES.filter((c) => c.base === "tiny"), fusedCase, glmCase, { label: "tiny-v3-q4km", base: "tiny", over: {}, type: "Q4_K_M" }];
 
 const last = cases[cases.length - 1]!;
-for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as const, [last, wideAttn] as const, [last, routeFused] as const, [last, listed] as const, [fusedCase, unfused] as const, [fusedCase, allFused] as const, [fusedCase, apart] as const, [noLoraCase, attnFused] as const, [oddCase, attnFused] as const]) {
+for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as const, [last, wideAttn] as const, [last, routeFused] as const, [last, listed] as const, [fusedCase, unfused] as const, [fusedCase, allFused] as const, [fusedCase, apart] as const, [noLoraCase, attnFused] as const, [oddCase, attnFused] as const, [wideCase, rt] as const, [wideCase, piped] as const]) {
   const replay = r === plain;
-  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}${r === wideAttn ? ", wide decode attention" : ""}${r === routeFused ? ", routing fused (routerFuse = 1)" : ""}${r === listed ? ", expert lists (expertsFrom = 0.25)" : ""}${r === unfused ? ", norms unfused (normFuse = 0)" : ""}${r === allFused ? ", attention norm and combine fused too (normFuse = 1)" : ""}${r === apart ? ", kernel pairs apart (together = 0)" : ""}${r === attnFused ? ", one-token attention fused (attnFuse = 1)" : ""}`, { skip }, async () => {
+  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}${r === wideAttn ? ", wide decode attention" : ""}${r === routeFused ? ", routing fused (routerFuse = 1)" : ""}${r === listed ? ", expert lists (expertsFrom = 0.25)" : ""}${r === unfused ? ", norms unfused (normFuse = 0)" : ""}${r === allFused ? ", attention norm and combine fused too (normFuse = 1)" : ""}${r === apart ? ", kernel pairs apart (together = 0)" : ""}${r === attnFused ? ", one-token attention fused (attnFuse = 1)" : ""}${r === piped ? ", wide passes pipelined and attention fused (widePipe = 1, attnFuse = 1)" : ""}`, { skip }, async () => {
     kernels.get(r!)?.clear();
     const before = r!.stats.dispatches;
     const m = synthModel(c, 9);

@@ -114,7 +114,7 @@ export interface KernelTuning {
   readonly wideRows?: number;
   /** most chunk steps a lane of the wide kernel issues together (default 1; more steps run in passes, pipelined with widePipe) */
   readonly wideUnroll?: number;
-  /** 1: the wide kernel's passes software-pipelined (the next pass's chunks loaded before this one's are used); default 1 at subgroups ≥ 32, else 0 */
+  /** 1: the wide kernel's passes software-pipelined (the next pass's chunks loaded before this one's are used); default 0 */
   readonly widePipe?: number;
   /** steps of at most this many tokens combine independent kernels into one dispatch (default FUSE_MAX_TOKENS = 4 in gpu-model.ts) */
   readonly fuseTokens?: number;

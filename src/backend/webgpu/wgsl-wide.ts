@@ -154,7 +154,9 @@ export function wideShape(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boole
   const fill = (rowsRun: number): number => (rowsRun * chunks) / (sg * Math.ceil((rowsRun * chunks) / sg));
   const packable = gather !== "experts-list" && sgRows === 1;
   const pack = packable && (rt.tune.widePack === 1 || (rt.tune.widePack !== 0 && fill(2) >= 1.1 * fill(1) && Math.ceil((2 * chunks) / sg) <= unroll)) ? 2 : 1;
-  const pipe = rt.tune.widePipe !== undefined ? rt.tune.widePipe === 1 : sg >= 32;
+  // not by default: on the H200 (v2-lite batch 1, same call) pipelined passes took the step to 2.84 / 2.85 ms on the
+  // GPU, plain ones (each pass's loads then its uses) to 2.80
+  const pipe = rt.tune.widePipe === 1;
   return { sg, rows, sgRows, unroll, n, cols: m.cols, stagePad: stage ? pad : 0, pack, sums, ...(pipe ? { pipe } : {}) };
 }
 

@@ -53,7 +53,11 @@ test("the wide kernel is chosen for 1–4 tokens of its types with aligned x, an
 });
 
 test("two rows a run of chunks (pack) at subgroup size 32 where one row leaves many lanes idle: v2-lite's 1408- and 2816-column rows, not dual products", { skip }, () => {
-  const h200 = new GpuRuntime({ ...rt!.info, subgroupSize: 32, limits: { ...rt!.info.limits, maxComputeWorkgroupStorageSize: 32768 } }, {});
+  // (two rows a run only where the run fits one pass of the unrolled steps: wideUnroll 8, as measured in round 9; at
+  // the default of one step a pass no v2-lite row packs)
+  const h200info: GpuDeviceInfo = { ...rt!.info, subgroupSize: 32, limits: { ...rt!.info.limits, maxComputeWorkgroupStorageSize: 32768 } };
+  const h200 = new GpuRuntime(h200info, { tune: { wideUnroll: 8 } });
+  assert.equal(wideShape(new GpuRuntime(h200info, {}), { type: GGMLType.Q5_0, cols: 1408, rows: 2048, items: 1 } as unknown as GpuMatrix, 1, true, true)?.pack, 1);
   const mat = (type: number, cols: number, rows: number): GpuMatrix => ({ type, cols, rows, items: 1 }) as unknown as GpuMatrix;
   const packOf = (m: GpuMatrix, gather: boolean, rt2 = h200): number | undefined => wideShape(rt2, m, 1, gather, true)?.pack;
   assert.equal(packOf(mat(GGMLType.Q5_0, 1408, 2048), true), 2);
@@ -61,7 +65,7 @@ test("two rows a run of chunks (pack) at subgroup size 32 where one row leaves m
   assert.equal(packOf(mat(GGMLType.Q6_K, 2816, 2048), false), 2);
   assert.equal(packOf(mat(GGMLType.Q4_K, 2048, 3648), false), 1);
   assert.equal(packOf(mat(GGMLType.Q6_K, 2048, 102400), false), 1);
-  assert.equal(packOf(mat(GGMLType.Q5_0, 1408, 2048), true, new GpuRuntime(h200.info, { tune: { widePack: 0 } })), 1);
+  assert.equal(packOf(mat(GGMLType.Q5_0, 1408, 2048), true, new GpuRuntime(h200.info, { tune: { widePack: 0, wideUnroll: 8 } })), 1);
   // the dual gate·up never packs; the kernel's rows per workgroup count both rows of a subgroup
   const q = mat(GGMLType.Q4_K, 256, 64);
   assert.equal(packOf(q, false), 2);

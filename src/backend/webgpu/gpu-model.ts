@@ -387,12 +387,13 @@ export class GpuModel {
       else rmsNorm(rt, b.h!, g, y, { n, dim: Hd }, c.rmsEps);
       combinePending = false;
     };
-    // small steps on the wide kernel (tune.normFuse): the FFN's RMSNorm inside the products that read it (default: on the
-    // H200, v2-lite batch 1, GPU 3.17 → 3.13 ms per step); the attention's RMSNorm (and the last MoE layer's combine
-    // into the residual) inside A0's staging of x, with the combine added to h by o, only when asked (normFuse 1 or 3):
-    // two dispatches fewer a layer, yet slower in both calls measured (3.31 against 3.17 ms with neither, and 3.13 with
-    // the FFN's alone; alone each fused kernel took 0.2–1.5 µs more than unfused, less than the addNorm it replaces)
-    const fuseMode = small ? rt.tune.normFuse ?? 2 : 0;
+    // small steps on the wide kernel (tune.normFuse, default 1): the FFN's RMSNorm inside the products that read it, and
+    // the attention's RMSNorm (with the last MoE layer's combine into the residual) inside A0's staging of x, the combine
+    // added to h by o: two dispatches fewer a layer. On the H200 (v2-lite batch 1) the attention's side was slower while
+    // the kernels were fully unrolled (3.31 against 3.13 ms with the FFN's alone); with one chunk step a pass
+    // (wgsl-wide.ts, UNROLL) it is faster, in one call 2.75 / 2.75 / 2.76 against 2.83 / 2.83 / 2.84 ms with the FFN's
+    // alone (BENCHMARKS round 13)
+    const fuseMode = small ? rt.tune.normFuse ?? 1 : 0;
     const fuseAttn = fuseMode === 1 || fuseMode === 3;
     const fuseFFN = fuseMode === 1 || fuseMode === 2;
     const combineArgs: CombineArgs = { ye: b.ye!, rw: b.rw!, K };

@@ -161,8 +161,8 @@ export interface KernelTuning {
   readonly attnWgs?: number;
   /**
    * steps of up to fuseTokens tokens on the wide kernel: the RMSNorms (and the MoE combine into the residual) inside the
-   * products that read them (gpu-model.ts, WideFusion) — 2 (default) the FFN's norm, 3 the attention's norm and the
-   * combine, 1 both, 0 neither (each a dispatch of its own)
+   * products that read them (gpu-model.ts, WideFusion) — 1 (default) both, 2 the FFN's norm, 3 the attention's norm
+   * and the combine, 0 neither (each a dispatch of its own)
    */
   readonly normFuse?: number;
   /** 1: a one-token step's cache write, W_UK absorb, attention and W_UV as one dispatch (attn-fused.ts; ≤ 256 keys, no DSA or q-LoRA); default 1 at subgroups ≥ 32, else 0 */

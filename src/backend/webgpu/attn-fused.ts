@@ -1,7 +1,7 @@
 /**
  * The one-token absorbed MLA attention as one dispatch (wgsl-attn-fused.ts): cache write, q_pe rope, W_UK absorb,
- * attention over the latent cache and W_UV, `split` workgroups per head. `tune.attnFuse = 1`: it replaces three
- * dependent dispatches of a batch-1 decode step.
+ * attention over the latent cache and W_UV, `split` workgroups per head. It replaces three dependent dispatches of a
+ * batch-1 decode step (`tune.attnFuse`, on by default on GPUs: on the H200, v2-lite batch 1, GPU 3.15 → 3.06 ms a step).
  */
 import type { GpuMatrix } from "./matrix.js";
 import type { GpuRuntime } from "./runtime.js";

@@ -113,11 +113,12 @@ function stagedVec4s(n: number, cols: number, pad: number): number {
  */
 const WIDE_WG = 256;
 /**
- * Chunk steps a lane issues together at subgroup size 32, unrolled in one pass; more go in a software-pipelined loop
- * (WideShape.pipe). One: code size bounds these kernels inside a step. Between two uses of a kernel its layer streams
- * ~60 MB of weights through the H200's L2, so each dispatch fetches its instructions from memory again, and a fully
- * unrolled kernel pays that for every instruction it runs once. On the H200 (v2-lite batch 1, same call) 8 → 1 took
- * the step from 3.07 to 2.85 ms on the GPU, although each product alone got slower (BENCHMARKS round 13).
+ * Chunk steps a lane issues together (unrolled, in one pass); more go in passes of a loop (software-pipelined with
+ * `tune.widePipe`). One, because code size bounds these kernels inside a step: between two uses of a kernel its layer
+ * streams ~60 MB of weights through the H200's L2, so (the explanation the measurements fit) each dispatch fetches its
+ * instructions from memory again, and a fully unrolled kernel pays that for every instruction it runs once. On the
+ * H200 (v2-lite batch 1, same call) 8 → 1 took the step from 3.18 to 2.92 ms on the GPU, and from 3.07 to 2.85 with the
+ * fused attention, although each product alone got slower (BENCHMARKS round 13).
  */
 const UNROLL = 1;
 

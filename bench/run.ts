@@ -25,6 +25,7 @@ const MODULES: Record<string, () => Promise<BenchModule>> = {
   webgpu: () => import("./webgpu.js"),
   "webgpu-kernels": () => import("./webgpu-kernels.js"),
   cpu: () => import("./cpu.js"),
+  sampling: () => import("./sampling.js"),
 };
 
 async function main(): Promise<void> {

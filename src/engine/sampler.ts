@@ -69,6 +69,11 @@ function rotl(x: number, k: number): number {
  */
 /** log-probabilities of the row being sampled: one buffer for all samplers (sampling is synchronous) */
 let scratch = new Float64Array(0);
+/**
+ * the draw's weights, likewise: a fresh 800 KB array per row (a whole vocabulary, temperature only) cost ~3 ms of page
+ * faults, more than the rest of the draw
+ */
+let weights = new Float64Array(0);
 
 export class Sampler {
   readonly temperature: number;
@@ -122,6 +127,7 @@ export class Sampler {
   /** As `candidates`, but null for "the whole vocabulary". */
   private kept(lp: Float64Array): number[] | null {
     const { topK, topP, minP } = this;
+    if (!(topK > 0 && topK < lp.length) && topP >= 1 && minP <= 0) return null;
     const lpMax = lp[argmax(lp)]!;
     // min-p as a log-prob threshold: p_i >= minP * p_max.
     const minLp = minP > 0 ? lpMax + Math.log(minP) : -Infinity;
@@ -169,9 +175,13 @@ export class Sampler {
     let top = -Infinity;
     for (let i = 0; i < lp.length; i++) if (lp[i]! > top) top = lp[i]!;
     const n = ids ? ids.length : lp.length;
-    const w = new Float64Array(n);
+    if (weights.length < n) weights = new Float64Array(n);
+    const w = weights;
+    const T = this.temperature;
     let total = 0;
-    for (let i = 0; i < n; i++) total += w[i] = Math.exp((lp[ids ? ids[i]! : i]! - top) / this.temperature);
+    // (the whole vocabulary in a loop of its own: one without the id lookup runs ~1.5× faster)
+    if (ids) for (let i = 0; i < n; i++) total += w[i] = Math.exp((lp[ids[i]!]! - top) / T);
+    else for (let i = 0; i < n; i++) total += w[i] = Math.exp((lp[i]! - top) / T);
     let r = this.rng.next() * total;
     let last = 0;
     for (let i = 0; i < n; i++) {

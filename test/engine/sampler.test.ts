@@ -98,7 +98,7 @@ test("greedyLogprob (the greedy sampler's one pass) equals logSoftmax at argmax,
   }
 });
 
-test("logSoftmaxInto writes logSoftmax into a reused row (bit for bit); samplers sharing it give what fresh ones give", () => {
+test("logSoftmaxInto writes logSoftmax into a reused row (bit for bit); samplers sharing it (and the draw's weights) give what fresh ones give", () => {
   const long = randomLogits(5000, 401, 8);
   const short = randomLogits(37, 402, 8);
   const buf = new Float64Array(6000).fill(7);
@@ -110,7 +110,8 @@ test("logSoftmaxInto writes logSoftmax into a reused row (bit for bit); samplers
   assert.throws(() => logSoftmaxInto(long, new Float64Array(10)), RangeError);
   assert.throws(() => logSoftmaxInto(new Float32Array([1, NaN]), buf), (e: unknown) => e instanceof UsageError && /NaN.*1/.test(e.message));
   // rows of different lengths through the samplers' shared row, interleaved, against a fresh sampler per row
-  const opts: SamplerOptions[] = [{ temperature: 0.9, topK: 20, seed: 3, logprobs: 2 }, { temperature: 0.7, topP: 0.8, minP: 0.02, seed: 4 }, { temperature: 0, logprobs: 3 }];
+  // (temperature alone: the draw's weights over the whole row go through a reused row too)
+  const opts: SamplerOptions[] = [{ temperature: 0.9, topK: 20, seed: 3, logprobs: 2 }, { temperature: 0.7, topP: 0.8, minP: 0.02, seed: 4 }, { temperature: 0, logprobs: 3 }, { temperature: 1, seed: 5 }, { temperature: 0.6, seed: 6, logprobs: 1 }];
   for (const o of opts) {
     const a = new Sampler(o);
     const seq = [long, short, long, short].map((x) => a.sample(x));

@@ -198,16 +198,16 @@ export async function runWebGpuBench(path: string, opts: { dawnFlags?: string[];
       // every dispatch of the chained step alone (100 times back to back, pass timestamps), summed by kernel label;
       // Dawn's timestamps come in 65.5 µs steps on the H200, so 100 repetitions resolve 0.66 µs (20 gave 3.3)
       const items = await rt.timeItems(g.lastRecording, KERNEL_REPS);
-      const by = new Map<string, { us: number; count: number }>();
+      const by = new Map<string, { us: number; count: number; chars: number }>();
       for (const it of items) {
-        const e = by.get(it.label) ?? { us: 0, count: 0 };
+        const e = by.get(it.label) ?? { us: 0, count: 0, chars: it.codeChars };
         e.us += it.us;
         e.count++;
         by.set(it.label, e);
       }
       const total = items.reduce((a, it) => a + it.us, 0);
-      log(`  kernels of the chained batch-${B} step, each alone (µs per step; sum ${(total / 1000).toFixed(2)} ms vs ${greedyGpu.toFixed(2)} ms in the step):`);
-      for (const [label, e] of [...by].sort((a, b) => b[1].us - a[1].us)) log(`  ${e.us.toFixed(1).padStart(9)} µs  ×${e.count}  ${(e.us / e.count).toFixed(2)} µs each  ${label}`);
+      log(`  kernels of the chained batch-${B} step, each alone (µs per step; sum ${(total / 1000).toFixed(2)} ms vs ${greedyGpu.toFixed(2)} ms in the step; each kernel's WGSL in thousands of characters):`);
+      for (const [label, e] of [...by].sort((a, b) => b[1].us - a[1].us)) log(`  ${e.us.toFixed(1).padStart(9)} µs  ×${e.count}  ${(e.us / e.count).toFixed(2)} µs each  ${(e.chars / 1000).toFixed(1).padStart(5)} k  ${label}`);
     }
   }
   rt.device.destroy();

@@ -239,6 +239,8 @@ export class GpuRuntime {
   readonly matvec: "coalesced" | "subgroup" | "shared" | "legacy";
   readonly stats: RuntimeStats = { dispatches: 0, submits: 0, encodeMs: 0, submitMs: 0 };
   private readonly pipelines = new Map<string, GPUComputePipeline>();
+  /** each compiled pipeline's WGSL length (timeItems) */
+  private readonly codeChars = new WeakMap<GPUComputePipeline, number>();
   private readonly bindGroups = new Map<string, GPUBindGroup>();
   private readonly objectIds = new WeakMap<object, number>();
   private syncBuf: GPUBuffer | undefined;
@@ -300,6 +302,7 @@ export class GpuRuntime {
       const module = this.device.createShaderModule({ code });
       p = this.device.createComputePipeline({ layout: "auto", compute: { module, entryPoint: "main" } });
       this.pipelines.set(code, p);
+      this.codeChars.set(p, code.length);
     }
     return p;
   }
@@ -333,6 +336,7 @@ export class GpuRuntime {
         const module = this.device.createShaderModule({ code });
         const p = await this.device.createComputePipelineAsync({ layout: "auto", compute: { module, entryPoint: "main" } });
         this.pipelines.set(code, p);
+        this.codeChars.set(p, code.length);
         onDone?.(++done, todo.length);
       }),
     );
@@ -447,16 +451,17 @@ export class GpuRuntime {
    * GPU µs per dispatch of every item of a recorded step run alone: the item dispatched `reps` times back to back in
    * one timed pass (its uniforms as recorded), one pass and one wait per item. The items rewrite their outputs (and
    * accumulate into some), so the buffers' contents are garbage afterwards: for benchmarks, after the measured steps.
-   * Needs passTiming.
+   * Needs passTiming. Each item also gives its kernel's WGSL length in characters (code size counts inside a step:
+   * BENCHMARKS round 13).
    */
-  async timeItems(rec: Recording, reps: number): Promise<{ label: string; us: number }[]> {
+  async timeItems(rec: Recording, reps: number): Promise<{ label: string; us: number; codeChars: number }[]> {
     if (!this.passTiming) throw new LatentError("timeItems needs RuntimeOptions.passTiming");
     if (rec.uniforms.byteLength > UNIFORM_RING) throw new LatentError("the recording's parameters exceed the uniform ring");
     this.submit();
     await this.sync();
     // the recorded parameters into the ring once; nothing else takes a slot while the items run
     this.restoreUniforms(rec);
-    const out: { label: string; us: number }[] = [];
+    const out: { label: string; us: number; codeChars: number }[] = [];
     for (const it of rec.items) {
       this.profile(true);
       const pass = this.ensurePass();
@@ -468,7 +473,7 @@ export class GpuRuntime {
       this.submit();
       await this.sync();
       const ms = this.profile(true).find((e) => e.label === "(pass)")?.ms ?? Number.NaN;
-      out.push({ label: it.label, us: (ms * 1000) / reps });
+      out.push({ label: it.label, us: (ms * 1000) / reps, codeChars: this.codeChars.get(it.pipeline) ?? 0 });
     }
     this.lastPipeline = undefined;
     return out;

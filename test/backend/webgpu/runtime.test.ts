@@ -59,7 +59,7 @@ test("no recording under --check-writes (its fills and counts are not replayable
   assert.equal(r.endRecording(), undefined);
 });
 
-test("timeItems: every recorded dispatch timed alone, with its label; the recorded parameters are used", { skip: skip || !rt!.info.features.has("timestamp-query") }, async () => {
+test("timeItems: every recorded dispatch timed alone, with its label and code size; the recorded parameters are used", { skip: skip || !rt!.info.features.has("timestamp-query") }, async () => {
   const r = new GpuRuntime(rt!.info, { passTiming: true });
   const rng = new Rng(9);
   const x = rng.f64(64);
@@ -76,6 +76,8 @@ test("timeItems: every recorded dispatch timed alone, with its label; the record
   assert.equal(times.length, 2);
   // (≥ 0, not > 0: Dawn's timestamps come in steps, 65.5 µs on the H200, and this tiny copy timed 0 there)
   for (const t of times) assert.ok(Number.isFinite(t.us) && t.us >= 0, `${t.label}: ${t.us} µs`);
+  // and each kernel's WGSL length (a kernel of its own, compiled by the recording's dispatches)
+  for (const t of times) assert.ok(t.codeChars > 100, `${t.label}: ${t.codeChars} characters of WGSL`);
   // item 1 accumulated three times onto the copy of item 0: x + 3x (the recorded parameters, acc for the second)
   const got = await r.readF32(y);
   got.forEach((v, i) => assert.ok(Math.abs(v - 4 * Math.fround(x[i]!)) < 1e-5, `y[${i}] = ${v}, want ${4 * Math.fround(x[i]!)}`));

@@ -20,6 +20,8 @@ export interface AttnFusedDims {
   readonly V: number;
   /** keys of the step's query (at most) */
   readonly maxKeys: number;
+  /** q-LoRA: the queries come from their own product (Q) and the step's cache write has written the token's key */
+  readonly lora?: boolean;
 }
 
 /**
@@ -35,28 +37,30 @@ export function attnFusedShape(rt: GpuRuntime, kB: GpuMatrix, vB: GpuMatrix, d: 
   if (d.P % attnFusedChunk(kB.type, d.P) !== 0 || d.L % attnFusedChunk(vB.type, d.L) !== 0) return undefined;
   const wide = sg >= 32;
   const clamp = (v: number | undefined, lo: number, hi: number, def: number): number => Math.max(lo, Math.min(hi, Math.floor(v ?? def)));
-  const split = Math.min(d.V, clamp(rt.tune.attnFuseSplit, 1, 16, wide ? 8 : 2));
+  // about 128 workgroups (the H200's 132 SMs; V2-Lite's 16 heads: 8 each), each head's absorb redone by each of its
+  // own; on CPU adapters 2
+  const split = Math.min(d.V, clamp(rt.tune.attnFuseSplit, 1, 16, wide ? Math.round(128 / d.heads) : 2));
   const keys = clamp(rt.tune.attnFuseKeys, 1, 4, wide ? 2 : 1);
   const prefetch = (rt.tune.attnFusePrefetch ?? 0) === 1;
   // one chunk step a turn, in a pipelined loop: on the H200 (v2-lite batch 1, same call) the step took 3.07 ms on the
   // GPU with 1 (then not pipelined), 3.12 with 2 and 3.48 with 8 unrolled (kernel code fetched again every layer:
   // wgsl-wide.ts, UNROLL), against 3.18 without the fused kernel
   const unroll = clamp(rt.tune.attnFuseUnroll, 1, 16, 1);
-  const shape: AttnFusedShape = { heads: d.heads, P: d.P, R: d.R, L: d.L, V: d.V, typeK: kB.type, typeV: vB.type, sg, split, keys, prefetch, unroll };
+  const shape: AttnFusedShape = { heads: d.heads, P: d.P, R: d.R, L: d.L, V: d.V, typeK: kB.type, typeV: vB.type, sg, split, keys, prefetch, unroll, own: d.lora !== true };
   return attnFusedBytes(shape) <= rt.info.limits.maxComputeWorkgroupStorageSize ? shape : undefined;
 }
 
 export interface AttnFusedBuffers {
-  /** the step's A0 row: [q (heads × (P + R)) | c (L) | k_pe (R)] */
+  /** the step's A0 row: [q (heads × (P + R)) | c (L) | k_pe (R)]; with q-LoRA (shape.own false) the queries Q (heads × (P + R)) */
   readonly a0: GPUBuffer;
   readonly kB: GpuMatrix;
   readonly vB: GpuMatrix;
-  /** the latent's RMSNorm weights */
+  /** the latent's RMSNorm weights (unused with q-LoRA) */
   readonly g: GPUBuffer;
   /** the rope table (RopeTable) */
   readonly table: GPUBuffer;
   readonly pos: GPUBuffer;
-  /** the token's cache row */
+  /** the token's cache row (unused with q-LoRA) */
   readonly rowIdx: GPUBuffer;
   readonly cacheC: GPUBuffer;
   readonly cacheK: GPUBuffer;
@@ -80,6 +84,7 @@ export function attentionFused(rt: GpuRuntime, s: AttnFusedShape, b: AttnFusedBu
     rowBytesV: b.vB.rowBytes,
     itemBytesV: b.vB.rowBytes * b.vB.rows,
   };
-  const bufs = [b.a0, b.kB.pieces[0]!.buffer, b.vB.pieces[0]!.buffer, b.g, b.table, b.pos, b.rowIdx, b.cacheC, b.cacheK, b.meta, b.sel, b.o];
+  // (the latent's norm weights and the token's row only where the kernel makes and writes the token's key)
+  const bufs = [b.a0, b.kB.pieces[0]!.buffer, b.vB.pieces[0]!.buffer, ...(s.own ? [b.g] : []), b.table, b.pos, ...(s.own ? [b.rowIdx] : []), b.cacheC, b.cacheK, b.meta, b.sel, b.o];
   rt.dispatch("attention fused", attnFusedWGSL(s), bufs, Uint32Array.from(ATTN_FUSED_PARAMS.map((k) => p[k])), [s.heads, s.split], [{ buffer: b.o, offset: 0, size: s.heads * s.V * 4 }]);
 }

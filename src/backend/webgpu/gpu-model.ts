@@ -418,18 +418,23 @@ export class GpuModel {
         kvCacheWrite(rt, b.a0!, l.kvANorm, table, R, b.pos!, b.rowIdx!, l.cacheC, l.cacheK, { n, L, kvOff: F0, stride: S0, ...(lora ? { qNorm: { g: l.qANorm!, dim: Lq } } : { qRope }) }, c.rmsEps);
       // absorbed queries [q_abs (L) | q_pe (R)] per head: q_abs = W_UKᵀ q_nope (q_pe roped straight into place)
       const absorb = (q: GPUBuffer, qStride: number): void => matmul(rt, l.kB, q, b.qAbs!, { n, xStride: qStride, yStride: H * (L + R), batch: { count: H, xBatch: D, yBatch: L + R } });
-      // one token, no q-LoRA or DSA, keys in one chunk: the cache write, absorb, attention and W_UV as one dispatch
-      // (tune.attnFuse = 1; attn-fused.ts)
-      const fusedAttn = n === 1 && !lora && b.metaBase === undefined ? attnFusedShape(rt, l.kB, l.vB, { heads: H, P, R, L, V, maxKeys }) : undefined;
-      if (fusedAttn !== undefined) {
-        attentionFused(rt, fusedAttn, { a0: b.a0!, kB: l.kB, vB: l.vB, g: l.kvANorm, table, pos: b.pos!, rowIdx: b.rowIdx!, cacheC: l.cacheC, cacheK: l.cacheK, meta: b.meta!, sel: b.sel!, o: b.o! }, { scale: c.kqScale, eps: c.rmsEps, pageSize: this.opts.pages?.pageSize ?? 0, kvOff: F0 });
+      // one token, no DSA, keys in one chunk: absorb, attention and W_UV as one dispatch, with the cache write too
+      // without q-LoRA (tune.attnFuse, default on GPUs; attn-fused.ts)
+      const fusedAttn = n === 1 && b.metaBase === undefined ? attnFusedShape(rt, l.kB, l.vB, { heads: H, P, R, L, V, maxKeys, lora }) : undefined;
+      const fusedArgs = { scale: c.kqScale, eps: c.rmsEps, pageSize: this.opts.pages?.pageSize ?? 0, kvOff: F0 };
+      const fusedBufs = { kB: l.kB, vB: l.vB, g: l.kvANorm, table, pos: b.pos!, rowIdx: b.rowIdx!, cacheC: l.cacheC, cacheK: l.cacheK, meta: b.meta!, sel: b.sel!, o: b.o! };
+      if (fusedAttn !== undefined && !lora) {
+        attentionFused(rt, fusedAttn, { a0: b.a0!, ...fusedBufs }, fusedArgs);
       } else if (lora) {
         // the queries from the normed latent into Q
         cacheWrite();
         matmul(rt, l.qB!, b.a0!, b.q!, { n, xStride: S0, yStride: H * D });
         if (b.metaBase !== undefined) this.selectKeys(l, n, maxKeys);
-        absorb(b.q!, H * D);
-        ropeTo(rt, table, R, b.q!, b.pos!, b.qAbs!, { n, heads: H, xOff: P, tokStride: H * D, headStride: D, yOff: L, yTok: H * (L + R), yHead: L + R });
+        if (fusedAttn !== undefined) attentionFused(rt, fusedAttn, { a0: b.q!, ...fusedBufs }, fusedArgs);
+        else {
+          absorb(b.q!, H * D);
+          ropeTo(rt, table, R, b.q!, b.pos!, b.qAbs!, { n, heads: H, xOff: P, tokStride: H * D, headStride: D, yOff: L, yTok: H * (L + R), yHead: L + R });
+        }
       } else {
         // the queries already in A0: the cache write (and q_pe into columns [L, L+R) of QABS) and q_abs (columns [0, L))
         // read A0 and write apart

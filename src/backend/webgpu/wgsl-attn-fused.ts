@@ -47,6 +47,12 @@ export interface AttnFusedShape {
   readonly prefetch: boolean;
   /** most chunk steps of a thread's product unrolled (and loaded at the kernel's start); more go in a loop of that many a turn */
   readonly unroll: number;
+  /**
+   * true: the token's own key is made here from A0's c and k_pe (and written to the cache by workgroup (0, 0)), the
+   * queries read from A0; false (q-LoRA models, whose step writes the cache row before its q_b product): every key,
+   * the token's own too, is read from the cache, and binding 0 holds the queries Q (heads × (P + R) per token)
+   */
+  readonly own: boolean;
 }
 
 /** Parameter block of the fused attention kernel (u32 words; scale and eps as f32 bits). */
@@ -185,8 +191,10 @@ export function attnFusedWGSL(s: AttnFusedShape): string {
   // lane ℓ's columns of a key: ℓ + SG·i of c (CL of them) and of k_pe (CR)
   const cols = (n: number, count: number, f: (i: number, d: string) => string): string =>
     Array.from({ length: count }, (_, i) => f(i, `min(lane + ${i * SG}u, ${n - 1}u)`)).join(" ");
+  // keys read from the cache: all but the token's own (the last) when it is made here
+  const KC = s.own ? "(nk - 1u)" : "nk";
   const keyLoads = Array.from({ length: KPS }, (_, kk) => {
-    return `let j${kk} = jb + ${kk * NSG}u + sgi; let ok${kk} = j${kk} + 1u < nk; let kr${kk} = keyRow(m4.x, min(j${kk}, nk - 2u));
+    return `let j${kk} = jb + ${kk * NSG}u + sgi; let ok${kk} = j${kk} < ${KC}; let kr${kk} = keyRow(m4.x, min(j${kk}, ${KC} - 1u));
     ${cols(L, CL, (i, d) => `let kc${kk}_${i} = CC[kr${kk} * ${L}u + ${d}];`)}
     ${cols(R, CR, (i, d) => `let kp${kk}_${i} = CK[kr${kk} * ${R}u + ${d}];`)}`;
   }).join("\n    ");
@@ -202,25 +210,29 @@ export function attnFusedWGSL(s: AttnFusedShape): string {
       mrun = mn;
     }`;
   }).join("\n    ");
+  const cacheAccess = s.own ? "read_write" : "read";
+  const bindings = [
+    "var<storage, read> A0: array<f32>;",
+    bind("K", s.typeK, wideK),
+    bind("V", s.typeV, wideV),
+    ...(s.own ? ["var<storage, read> G: array<f32>;"] : []),
+    "var<storage, read> CS: array<f32>;",
+    "var<storage, read> POS: array<u32>;",
+    ...(s.own ? ["var<storage, read> ROW: array<u32>;"] : []),
+    `var<storage, ${cacheAccess}> CC: array<f32>;`,
+    `var<storage, ${cacheAccess}> CK: array<f32>;`,
+    "var<storage, read> META: array<u32>;",
+    "var<storage, read> SEL: array<u32>;",
+    "var<storage, read_write> O: array<f32>;",
+    "var<uniform> p: P;",
+  ];
   const ownDot = [
     ...Array.from({ length: CL }, (_, i) => `qv[${i}] * cur[min(lane + ${i * SG}u, ${L - 1}u)]`),
     ...Array.from({ length: CR }, (_, i) => `qr[${i}] * cur[${L}u + min(lane + ${i * SG}u, ${R - 1}u)]`),
   ].join(" + ");
   return /* wgsl */ `enable subgroups;
 struct P { ${ATTN_FUSED_PARAMS.map((k) => `${k}: ${k === "scale" || k === "eps" ? "f32" : "u32"}`).join(", ")} }
-@group(0) @binding(0) var<storage, read> A0: array<f32>;
-@group(0) @binding(1) ${bind("K", s.typeK, wideK)}
-@group(0) @binding(2) ${bind("V", s.typeV, wideV)}
-@group(0) @binding(3) var<storage, read> G: array<f32>;
-@group(0) @binding(4) var<storage, read> CS: array<f32>;
-@group(0) @binding(5) var<storage, read> POS: array<u32>;
-@group(0) @binding(6) var<storage, read> ROW: array<u32>;
-@group(0) @binding(7) var<storage, read_write> CC: array<f32>;
-@group(0) @binding(8) var<storage, read_write> CK: array<f32>;
-@group(0) @binding(9) var<storage, read> META: array<u32>;
-@group(0) @binding(10) var<storage, read> SEL: array<u32>;
-@group(0) @binding(11) var<storage, read_write> O: array<f32>;
-@group(0) @binding(12) var<uniform> p: P;
+${bindings.map((b, i) => `@group(0) @binding(${i}) ${b}`).join("\n")}
 ${KEY_ROW_FN}
 ${wideK || wideV ? WIDE_HELPERS : ""}
 ${wideK ? "" : dequantAs(s.typeK, attnFusedChunk(s.typeK, P), "K", "WK")}
@@ -257,48 +269,62 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) num_workgrou
   let m4 = workgroupUniformLoad(&mt);
   let nk = min(m4.y, ${ATTN_CHUNK}u);
   let pos = POS[0];
-  ${s.prefetch ? prefetchWGSL(L, R, WG) : ""}
+  ${s.prefetch ? prefetchWGSL(L, R, WG, KC) : ""}
   let qo = h * ${D}u;
-  // q_nope; q_pe roped into qs[L..L+R); the token's own key: RMSNorm(c)·g and rope(k_pe) into cur
+  // q_nope; q_pe roped into qs[L..L+R)${s.own ? "; the token's own key: RMSNorm(c)·g and rope(k_pe) into cur" : ""}
   for (var i = li; i < ${P / 4}u; i += ${WG}u) { XK[xp(i)] = vec4f(A0[qo + 4u * i], A0[qo + 4u * i + 1u], A0[qo + 4u * i + 2u], A0[qo + 4u * i + 3u]); }
-  var ss = 0.0;
-  for (var i = li; i < ${L}u; i += ${WG}u) { let v = A0[p.kvOff + i]; ss += v * v; }
+  ${s.own ? "var ss = 0.0;" : ""}
+  ${s.own ? `for (var i = li; i < ${L}u; i += ${WG}u) { let v = A0[p.kvOff + i]; ss += v * v; }` : ""}
   for (var i = li; i < ${HALF}u; i += ${WG}u) {
     let c = CS[(pos * ${HALF}u + i) * 2u];
     let sn = CS[(pos * ${HALF}u + i) * 2u + 1u];
     let x0 = A0[qo + ${P}u + 2u * i];
     let x1 = A0[qo + ${P}u + 2u * i + 1u];
     qs[${L}u + 2u * i] = x0 * c - x1 * sn;
-    qs[${L}u + 2u * i + 1u] = x0 * sn + x1 * c;
+    qs[${L}u + 2u * i + 1u] = x0 * sn + x1 * c;${
+      s.own
+        ? `
     let y0 = A0[p.kvOff + ${L}u + 2u * i];
     let y1 = A0[p.kvOff + ${L}u + 2u * i + 1u];
     cur[${L}u + 2u * i] = y0 * c - y1 * sn;
-    cur[${L}u + 2u * i + 1u] = y0 * sn + y1 * c;
+    cur[${L}u + 2u * i + 1u] = y0 * sn + y1 * c;`
+        : ""
+    }
   }
-  let inv = 1.0 / sqrt(total(li, ss) / ${L}.0 + p.eps);
+  ${
+    s.own
+      ? `let inv = 1.0 / sqrt(total(li, ss) / ${L}.0 + p.eps);
   for (var i = li; i < ${L}u; i += ${WG}u) { cur[i] = A0[p.kvOff + i] * inv * G[i]; }
   workgroupBarrier();
   if (h == 0u && wid.y == 0u) {
     let row = ROW[0];
     for (var i = li; i < ${L}u; i += ${WG}u) { CC[row * ${L}u + i] = cur[i]; }
     for (var i = li; i < ${R}u; i += ${WG}u) { CK[row * ${R}u + i] = cur[${L}u + i]; }
+  }`
+      : "workgroupBarrier();"
   }
   // the absorbed query: qs[r] = W_UK[h][r]·q_nope
   ${pk.uses}
   workgroupBarrier();
-  // the query's columns of this lane in registers; each subgroup starts an online softmax (subgroup 0 with the
-  // token's own key, whose row is in cur), then takes the cache keys jb + kk·${NSG} + sgi, ${KPS} an iteration
+  // the query's columns of this lane in registers; each subgroup starts an online softmax (subgroup 0 with the token's
+  // own key when it is in cur), then takes the cache keys jb + kk·${NSG} + sgi, ${KPS} an iteration
   var qv: array<f32, ${CL}>;
   var qr: array<f32, ${CR}>;
   ${Array.from({ length: CL }, (_, i) => `qv[${i}] = select(0.0, qs[min(lane + ${i * SG}u, ${L - 1}u)], lane + ${i * SG}u < ${L}u);`).join(" ")}
   ${Array.from({ length: CR }, (_, i) => `qr[${i}] = select(0.0, qs[${L}u + min(lane + ${i * SG}u, ${R - 1}u)], lane + ${i * SG}u < ${R}u);`).join(" ")}
-  let own = subgroupAdd(${ownDot}) * p.scale;
+  ${
+    s.own
+      ? `let own = subgroupAdd(${ownDot}) * p.scale;
   let first = sgi == 0u;
   var mrun = select(${NEG}, own, first);
   var lrun = select(0.0, 1.0, first);
   var acc: array<f32, ${CL}>;
-  ${Array.from({ length: CL }, (_, i) => `acc[${i}] = select(0.0, cur[min(lane + ${i * SG}u, ${L - 1}u)], first);`).join(" ")}
-  for (var jb = 0u; jb + 1u < nk; jb += ${NSG * KPS}u) {
+  ${Array.from({ length: CL }, (_, i) => `acc[${i}] = select(0.0, cur[min(lane + ${i * SG}u, ${L - 1}u)], first);`).join(" ")}`
+      : `var mrun = ${NEG};
+  var lrun = 0.0;
+  var acc: array<f32, ${CL}>;`
+  }
+  for (var jb = 0u; jb < ${KC}; jb += ${NSG * KPS}u) {
     ${keyLoads}
     ${keyUses}
   }
@@ -332,13 +358,13 @@ const NEG = "-3.0e38";
  * One load of every 32 floats of the cache keys' rows over the whole grid, kept alive by a store that never happens in
  * practice (the sum equal to the smallest subnormal; the store would land in workgroup memory rewritten before use).
  */
-function prefetchWGSL(L: number, R: number, WG: number): string {
+function prefetchWGSL(L: number, R: number, WG: number, keys: string): string {
   const lc = Math.ceil(L / 32);
   const lk = Math.ceil(R / 32);
   return `var pf = 0.0;
   {
     let nt = num_workgroups.x * num_workgroups.y * ${WG}u;
-    let items = (nk - 1u) * ${lc + lk}u;
+    let items = ${keys} * ${lc + lk}u;
     for (var it = (wid.y * num_workgroups.x + wid.x) * ${WG}u + li; it < items; it += nt) {
       let j = it / ${lc + lk}u; let at = it % ${lc + lk}u; let row = keyRow(m4.x, j);
       pf += select(CK[row * ${R}u + min((at - ${lc}u) * 32u, ${R - 1}u)], CC[row * ${L}u + min(at * 32u, ${L - 1}u)], at < ${lc}u);

@@ -28,6 +28,8 @@ interface Case {
   readonly tune?: { readonly attnFuseSplit?: number; readonly attnFuseKeys?: number; readonly attnFusePrefetch?: number };
   /** key counts (and page sizes) to run; default KEYS */
   readonly keys?: readonly (readonly [number, number])[];
+  /** q-LoRA's form: the queries in a buffer of their own, the token's key already in the cache (written by the step) */
+  readonly lora?: boolean;
 }
 
 const KEYS = [[1, 0], [7, 0], [40, 4], [256, 0], [33, 16]] as const;
@@ -39,6 +41,9 @@ const CASES: Case[] = [
   // DeepSeek-V2-Lite's head (Q4_K_M: W_UK Q5_0, W_UV Q4_K) as the GPU runs it: 8 splits, 2 keys an iteration
   { H: 2, P: 128, R: 64, L: 512, V: 128, typeK: GGMLType.Q5_0, typeV: GGMLType.Q4_K, tune: { attnFuseSplit: 8, attnFuseKeys: 2, attnFusePrefetch: 1 }, keys: [[1, 0], [48, 0], [97, 8]] },
   { H: 2, P: 256, R: 16, L: 64, V: 24, typeK: GGMLType.Q6_K, typeV: GGMLType.Q8_0, tune: { attnFuseKeys: 4 }, keys: [[5, 0], [70, 0]] },
+  // q-LoRA: GLM-4.7-Flash's head widths (P 192: six Q5_0 chunks a row, four lanes a row), the key from the cache
+  { H: 3, P: 192, R: 64, L: 512, V: 256, typeK: GGMLType.Q5_0, typeV: GGMLType.Q4_K, lora: true, keys: [[1, 0], [9, 0], [40, 4]] },
+  { H: 3, P: 32, R: 6, L: 64, V: 32, typeK: GGMLType.Q8_0, typeV: GGMLType.F16, lora: true, tune: { attnFuseKeys: 2, attnFusePrefetch: 1 }, keys: [[1, 0], [33, 16], [256, 0]] },
 ];
 
 function quantized(rng: Rng, type: number, cols: number, rows: number): QMatrix {
@@ -47,7 +52,7 @@ function quantized(rng: Rng, type: number, cols: number, rows: number): QMatrix 
 
 for (const c of CASES) {
   for (const [nk, pageSize] of c.keys ?? KEYS) {
-    test(`fused one-token attention: ${c.H} heads, P ${c.P}, R ${c.R}, L ${c.L}, V ${c.V}, W_UK ${typeName(c.typeK)}, W_UV ${typeName(c.typeV)}, ${nk} keys${pageSize > 0 ? `, pages of ${pageSize}` : ""}${c.tune !== undefined ? `, ${JSON.stringify(c.tune)}` : ""}`, { skip }, async () => {
+    test(`fused one-token attention${c.lora === true ? " (q-LoRA: queries apart, the key from the cache)" : ""}: ${c.H} heads, P ${c.P}, R ${c.R}, L ${c.L}, V ${c.V}, W_UK ${typeName(c.typeK)}, W_UV ${typeName(c.typeV)}, ${nk} keys${pageSize > 0 ? `, pages of ${pageSize}` : ""}${c.tune !== undefined ? `, ${JSON.stringify(c.tune)}` : ""}`, { skip }, async () => {
       const r = new GpuRuntime(rt!.info, { checkWrites: true, tune: { attnFuse: 1, ...c.tune } });
       const rng = new Rng(nk * 131 + c.L + pageSize);
       const { H, P, R, L, V } = c;
@@ -58,11 +63,12 @@ for (const c of CASES) {
       const wv = quantized(rng, c.typeV, L, H * V);
       const kB = GpuMatrix.upload(r, "kB", c.typeK, P, L, wk.data, H);
       const vB = GpuMatrix.upload(r, "vB", c.typeV, L, V, wv.data, H);
-      const shape = attnFusedShape(r, kB, vB, { heads: H, P, R, L, V, maxKeys: nk });
+      const shape = attnFusedShape(r, kB, vB, { heads: H, P, R, L, V, maxKeys: nk, lora: c.lora === true });
       assert.ok(shape !== undefined, "the fused kernel takes this shape");
+      assert.equal(shape.own, c.lora !== true);
       if (c.tune?.attnFuseSplit !== undefined) assert.equal(shape.split, Math.min(c.V, c.tune.attnFuseSplit));
       if (c.tune?.attnFuseKeys !== undefined) assert.equal(shape.keys, c.tune.attnFuseKeys);
-      const dims = { heads: H, P, R, L, V, maxKeys: nk };
+      const dims = { heads: H, P, R, L, V, maxKeys: nk, lora: c.lora === true };
       assert.equal(attnFusedShape(new GpuRuntime(rt!.info, {}), kB, vB, dims) !== undefined, rt!.info.subgroupSize! >= 32, "on by default on GPUs (subgroups ≥ 32) only");
       assert.equal(attnFusedShape(new GpuRuntime(rt!.info, { tune: { attnFuse: 0 } }), kB, vB, dims), undefined, "attnFuse = 0 turns it off");
       // A0 row: [q (H × D) | c (L) | k_pe (R)], with a few leading floats of padding before c
@@ -118,10 +124,15 @@ for (const c of CASES) {
         wv.slice(h * V, V).matmul(lat, 1, L, want.subarray(h * V), V);
       }
 
+      // q-LoRA: the step's cache write has put the token's key in its row already
+      if (c.lora === true) {
+        cc.set(cur.subarray(0, L), rowCur * L);
+        ck.set(cur.subarray(L), rowCur * R);
+      }
       const ccBuf = f32(r, cc);
       const ckBuf = f32(r, ck);
       const o = r.buffer(H * V * 4);
-      attentionFused(r, shape, { a0: f32(r, a0), kB, vB, g: f32(r, g), table: f32(r, table), pos: u32(r, [pos]), rowIdx: u32(r, [rowCur]), cacheC: ccBuf, cacheK: ckBuf, meta: u32(r, meta), sel: u32(r, sel), o }, { scale, eps: EPS, pageSize, kvOff });
+      attentionFused(r, shape, { a0: f32(r, c.lora === true ? a0.subarray(0, H * D) : a0), kB, vB, g: f32(r, g), table: f32(r, table), pos: u32(r, [pos]), rowIdx: u32(r, [rowCur]), cacheC: ccBuf, cacheK: ckBuf, meta: u32(r, meta), sel: u32(r, sel), o }, { scale, eps: EPS, pageSize, kvOff });
       const got = await r.readF32(o);
       assert.ok(relErr(got, want) < 2e-5, `output: err ${relErr(got, want)}`);
       // the token's key written at its row, the other rows untouched

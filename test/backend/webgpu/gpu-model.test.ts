@@ -27,7 +27,8 @@ const unfused = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWr
 // the FFN's norm fused only, the attention's norm and the MoE combine dispatches of their own (by default both are
 // fused, the attention's into A0 and o)
 const ffnOnly = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { normFuse: 2 } });
-// a one-token step's cache write, absorb, attention and W_UV as one dispatch (attnFuse = 1), counted
+// a one-token step's cache write, absorb, attention and W_UV as one dispatch (attnFuse = 1; with q-LoRA the absorb,
+// attention and W_UV after the cache write and q_b), counted
 const attnFused = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { attnFuse: 1 } });
 let attnFusedDispatches = 0;
 if (attnFused !== undefined) {
@@ -72,7 +73,7 @@ const wideCase: SynthCase = { label: "wide-q4km-noqlora", base: "tiny", over: { 
 const cases: SynthCase[] = [...CASES.filter((c) => c.base === "tiny"), fusedCase, glmCase, { label: "tiny-v3-q4km", base: "tiny", over: {}, type: "Q4_K_M" }];
 
 const last = cases[cases.length - 1]!;
-for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as const, [last, wideAttn] as const, [last, routeFused] as const, [last, listed] as const, [fusedCase, unfused] as const, [fusedCase, ffnOnly] as const, [fusedCase, apart] as const, [noLoraCase, attnFused] as const, [oddCase, attnFused] as const, [wideCase, rt] as const, [wideCase, piped] as const]) {
+for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as const, [last, wideAttn] as const, [last, routeFused] as const, [last, listed] as const, [fusedCase, unfused] as const, [fusedCase, ffnOnly] as const, [fusedCase, apart] as const, [noLoraCase, attnFused] as const, [oddCase, attnFused] as const, [last, attnFused] as const, [wideCase, rt] as const, [wideCase, piped] as const]) {
   const replay = r === plain;
   test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}${r === wideAttn ? ", wide decode attention" : ""}${r === routeFused ? ", routing fused (routerFuse = 1)" : ""}${r === listed ? ", expert lists (expertsFrom = 0.25)" : ""}${r === unfused ? ", norms unfused (normFuse = 0)" : ""}${r === ffnOnly ? ", only the FFN's norm fused (normFuse = 2)" : ""}${r === apart ? ", kernel pairs apart (together = 0)" : ""}${r === attnFused ? ", one-token attention fused (attnFuse = 1)" : ""}${r === piped ? ", wide passes pipelined and attention fused (widePipe = 1, attnFuse = 1)" : ""}`, { skip }, async () => {
     kernels.get(r!)?.clear();

@@ -165,9 +165,9 @@ export interface KernelTuning {
    * and the combine, 0 neither (each a dispatch of its own)
    */
   readonly normFuse?: number;
-  /** 1: a one-token step's cache write, W_UK absorb, attention and W_UV as one dispatch (attn-fused.ts; ≤ 256 keys, no DSA or q-LoRA); default 1 at subgroups ≥ 32, else 0 */
+  /** 1: a one-token step's W_UK absorb, attention and W_UV (and without q-LoRA its cache write) as one dispatch (attn-fused.ts; ≤ 256 keys, no DSA); default 1 at subgroups ≥ 32, else 0 */
   readonly attnFuse?: number;
-  /** fused one-token attention: workgroups per head, each taking its share of W_UV's rows (1..16; default 8 at subgroups ≥ 32, else 2) */
+  /** fused one-token attention: workgroups per head, each taking its share of W_UV's rows (1..16; default round(128 / heads) at subgroups ≥ 32, else 2) */
   readonly attnFuseSplit?: number;
   /** fused one-token attention: cache keys a subgroup scores per iteration, their loads issued together (1..4; default 2 at subgroups ≥ 32, else 1) */
   readonly attnFuseKeys?: number;

@@ -33,6 +33,7 @@ import {
 import { routeGrid, routeShape, routeWGSL as routeSource, type RouteShape } from "./wgsl-route.js";
 import { ATTN_WIDE_COMBINE_WGSL, ATTN_WIDE_PARAMS, attnWideBytes, attnWidePlan, attnWideScratch, attnWideWGSL as attnWideSource } from "./wgsl-attn.js";
 import { memoWGSL } from "./wgsl-memo.js";
+import { sampleWGSL as sampleSource } from "./wgsl-sample.js";
 
 const ADD_NORM_WGSL = memoWGSL(addNormSource);
 const argmaxWGSL = memoWGSL(argmaxSource);
@@ -44,6 +45,7 @@ const KV_CACHE_WGSL = memoWGSL(kvCacheSource);
 const SOFTMAX_WGSL = memoWGSL(softmaxSource);
 const routeWGSL = memoWGSL(routeSource);
 const attnWideWGSL = memoWGSL(attnWideSource);
+const sampleWGSL = memoWGSL(sampleSource);
 /** withSubgroupTotal by its source (the same string object each time, from the memoized generators) and size */
 const subgroupTotals = new Map<string, Map<number | undefined, string>>();
 function withSubgroupTotal(code: string, sg: number | undefined): string {
@@ -498,6 +500,27 @@ export function touch(rt: GpuRuntime, x: GPUBuffer): void {
 
 export function copyU32(rt: GpuRuntime, x: GPUBuffer, y: GPUBuffer, n: number): void {
   rt.dispatch("copyU32", COPY_U32_WGSL, [x, y], new Uint32Array([n, 0, 0, 0]), [Math.ceil(n / 64)], [{ buffer: y, offset: 0, size: n * 4 }]);
+}
+
+/** Words of the scratch sampleRows needs for n rows of `width`: two vec4u per slice of a row (wgsl-sample.ts). */
+export function sampleScratchWords(n: number, width: number): number {
+  return 8 * n * Math.ceil(width / ARGMAX_SLICE);
+}
+
+/**
+ * ids[t] = a token drawn from softmax(x_t / T_t) by the Gumbel-max trick (wgsl-sample.ts), or argmax(x_t) where 1/T_t
+ * is 0, for rows t of x [n × width]; `draws` holds per row (1/T as f32 bits, a 32-bit key), the key drawn from the
+ * request's seeded sampler. logprobs[t] = log_softmax(x_t) at ids[t] (NaN where the host sampler would refuse the
+ * row). Two dispatches, as argmaxRows.
+ */
+export function sampleRows(rt: GpuRuntime, x: GPUBuffer, draws: GPUBuffer, ids: GPUBuffer, logprobs: GPUBuffer, part: GPUBuffer, a: { n: number; width: number; xOff?: number; xStride?: number }): void {
+  const slices = Math.ceil(a.width / ARGMAX_SLICE);
+  const params = new Uint32Array([a.n, a.width, a.xOff ?? 0, a.xStride ?? a.width, slices, 0, 0, 0]);
+  rt.dispatch("sample slices", sampleWGSL("slices"), [x, draws, part], params, [slices, Math.min(a.n, 65535), Math.ceil(a.n / 65535)], [{ buffer: part, offset: 0, size: a.n * slices * 32 }]);
+  rt.dispatch("sample merge", sampleWGSL("merge"), [part, ids, logprobs], params, [Math.min(a.n, 65535), Math.ceil(a.n / 65535)], [
+    { buffer: ids, offset: 0, size: a.n * 4 },
+    { buffer: logprobs, offset: 0, size: a.n * 4 },
+  ]);
 }
 
 /** Words of the scratch argmaxRows needs for n rows of `width`: per slice of a row its best (value, index) and Σ exp. */

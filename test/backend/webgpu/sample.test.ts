@@ -1,0 +1,132 @@
+// Temperature sampling on the GPU (wgsl-sample.ts, the Gumbel-max trick): greedy rows (1/T = 0) choose as argmaxRows;
+// sampled rows report the chosen token's log-probability under the unmodified distribution (float64 reference); the
+// draws' frequencies fit softmax(x / T) (chi-square, many keys over one row); a key decides its token; rows the host
+// sampler refuses get a NaN log-probability.
+import { after, test } from "node:test";
+import assert from "node:assert/strict";
+import { argmaxRows, argmaxScratchWords, sampleRows, sampleScratchWords } from "../../../src/backend/webgpu/ops.js";
+import { f32bits } from "../../../src/backend/webgpu/runtime.js";
+import { gpuOrSkip, Rng } from "./helpers.js";
+
+const { rt, skip } = await gpuOrSkip({ checkWrites: true });
+after(() => rt?.device.destroy());
+
+/** log_softmax of `row` at `id` in float64. */
+function logprobAt(row: Float32Array, id: number): number {
+  let max = -Infinity;
+  for (const v of row) if (v > max) max = v;
+  let sum = 0;
+  for (const v of row) sum += Math.exp(v - max);
+  return row[id]! - max - Math.log(sum);
+}
+
+/** The rows' (1/T bits, key) words. */
+function draws(rows: readonly { invT: number; key: number }[]): Uint32Array {
+  return Uint32Array.from(rows.flatMap((d) => [f32bits(d.invT), d.key >>> 0]));
+}
+
+async function run(x: Float32Array, d: Uint32Array, n: number, width: number, stride: number): Promise<{ ids: Uint32Array; lps: Float32Array }> {
+  const r = rt!;
+  const xb = r.upload(x, "x");
+  const db = r.upload(d, "draws");
+  const ids = r.buffer(n * 4, "ids");
+  const lps = r.buffer(n * 4, "logprobs");
+  const part = r.buffer(4 * sampleScratchWords(n, width), "sample slices");
+  sampleRows(r, xb, db, ids, lps, part, { n, width, xStride: stride });
+  const out = { ids: new Uint32Array(await r.read(ids, 0, n * 4)), lps: await r.readF32(lps, 0, n) };
+  for (const b of [xb, db, ids, lps, part]) b.destroy();
+  return out;
+}
+
+test("sampled rows on the GPU: greedy rows as argmaxRows; sampled rows' tokens with their log_softmax (odd widths, strided rows, several slices)", { skip }, async () => {
+  const r = rt!;
+  const rng = new Rng(77);
+  for (const [n, width, stride] of [
+    [1, 1, 1],
+    [4, 257, 261],
+    [3, 4097, 4100],
+    [6, 9000, 9000],
+    [2, 102400, 102400],
+  ] as const) {
+    const x = rng.f32(n * stride);
+    for (let i = 0; i < x.length; i++) x[i] = x[i]! * 6;
+    const rows = Array.from({ length: n }, (_, t) => ({ invT: t % 2 === 0 ? 0 : 1 / (0.5 + t * 0.3), key: 1000 + 7919 * t }));
+    const { ids, lps } = await run(x, draws(rows), n, width, stride);
+    // the greedy rows against argmaxRows on the same rows
+    const gIds = r.buffer(n * 4, "ids");
+    const gLps = r.buffer(n * 4, "logprobs");
+    const gPart = r.buffer(4 * argmaxScratchWords(n, width), "argmax slices");
+    const xb = r.upload(x, "x");
+    argmaxRows(r, xb, gIds, gPart, { n, width, xStride: stride, logprobs: gLps });
+    const wantIds = new Uint32Array(await r.read(gIds, 0, n * 4));
+    const wantLps = await r.readF32(gLps, 0, n);
+    for (const b of [gIds, gLps, gPart, xb]) b.destroy();
+    for (let t = 0; t < n; t++) {
+      const row = x.subarray(t * stride, t * stride + width);
+      assert.ok(ids[t]! < width, `n ${n} width ${width} row ${t}: id ${ids[t]}`);
+      if (rows[t]!.invT === 0) {
+        assert.equal(ids[t], wantIds[t], `n ${n} width ${width} row ${t}: greedy`);
+        assert.ok(Math.abs(lps[t]! - wantLps[t]!) <= 1e-6, `n ${n} width ${width} row ${t}: logprob ${lps[t]} vs argmaxRows' ${wantLps[t]}`);
+      }
+      const want = logprobAt(row, ids[t]!);
+      assert.ok(Math.abs(lps[t]! - want) <= 1e-5 * Math.max(1, Math.abs(want)), `n ${n} width ${width} row ${t}: logprob ${lps[t]} vs ${want}`);
+    }
+  }
+});
+
+test("sampled rows on the GPU: the draws' frequencies fit softmax(x / T) (one row, 6000 keys, chi-square); a key decides its token", { skip }, async () => {
+  const width = 9000; // three slices
+  const rng = new Rng(5);
+  const row = rng.f32(width);
+  // a peaked row: most of the mass on ~20 ids, the rest spread over the others
+  for (let i = 0; i < width; i++) row[i] = row[i]! * 2 - (i % 450 === 17 ? -6 : 3);
+  for (const T of [1, 0.6, 2.5]) {
+    const n = 6000;
+    const keys = Array.from({ length: n }, (_, t) => Math.imul(t + 1, 0x2545f491) ^ (T * 1000));
+    // every row the same logits (stride 0)
+    const { ids } = await run(row, draws(keys.map((key) => ({ invT: 1 / T, key }))), n, width, 0);
+    // expected frequencies: each of the 20 likeliest ids, and the rest together
+    const w = Array.from(row, (v) => v / T);
+    const mx = Math.max(...w);
+    const p = w.map((v) => Math.exp(v - mx));
+    const total = p.reduce((a, b) => a + b, 0);
+    const top = [...p.keys()].sort((a, b) => p[b]! - p[a]!).slice(0, 20);
+    const counts = new Map<number, number>();
+    for (const id of ids) counts.set(id, (counts.get(id) ?? 0) + 1);
+    let chi2 = 0;
+    let restWant = n;
+    let restGot = n;
+    for (const id of top) {
+      const want = (n * p[id]!) / total;
+      const got = counts.get(id) ?? 0;
+      chi2 += (got - want) ** 2 / want;
+      restWant -= want;
+      restGot -= got;
+    }
+    if (restWant > 5) chi2 += (restGot - restWant) ** 2 / restWant;
+    const df = restWant > 5 ? 20 : 19;
+    // Wilson–Hilferty 0.9999 quantile of chi-square(df); fixed keys, so deterministic
+    const limit = df * (1 - 2 / (9 * df) + 3.72 * Math.sqrt(2 / (9 * df))) ** 3;
+    assert.ok(chi2 < limit, `T ${T}: chi2 ${chi2.toFixed(2)} >= ${limit.toFixed(2)} (df ${df})`);
+    assert.ok(counts.size > 10, `T ${T}: the draws vary (${counts.size} distinct ids)`);
+    // the same keys again: the same tokens
+    const again = await run(row, draws(keys.map((key) => ({ invT: 1 / T, key }))), n, width, 0);
+    assert.deepEqual(again.ids, ids, `T ${T}: a key decides its token`);
+  }
+});
+
+test("sampled rows on the GPU: rows the host sampler refuses (a NaN, +Infinity, all −Infinity) → logprob NaN; NaN never chosen", { skip }, async () => {
+  for (const width of [5, 4097]) {
+    const n = 4;
+    const x = new Float32Array(n * width).fill(-2);
+    x[1] = Number.NaN; // row 0: one NaN
+    x[width + 2] = Number.POSITIVE_INFINITY; // row 1: +Infinity
+    x.fill(Number.NEGATIVE_INFINITY, 2 * width, 3 * width); // row 2: all −Infinity
+    x[3 * width + 3] = 1; // row 3: fine
+    const { ids, lps } = await run(x, draws(Array.from({ length: n }, (_, t) => ({ invT: 1.25, key: 99 + t }))), n, width, width);
+    for (const t of [0, 1, 2]) assert.ok(Number.isNaN(lps[t]), `width ${width} row ${t}: logprob NaN, got ${lps[t]}`);
+    assert.notEqual(ids[0], 1, "NaN never chosen");
+    assert.ok(Number.isFinite(lps[3]), `width ${width} row 3: ${lps[3]}`);
+    assert.ok(Math.abs(lps[3]! - logprobAt(x.subarray(3 * width, 4 * width), ids[3]!)) <= 1e-5);
+  }
+});

@@ -151,7 +151,7 @@ function openFused(path: string, backend: "webgpu" | "auto", o: FusedServeOption
     const maxTokens = Math.max(o.prefillChunk, o.slots);
     // every step the server can take: decode batches of 1..slots sequences (greedy ones chained on the GPU) and prompt
     // chunks of 1..prefillChunk tokens, so that no request waits for the compiler (new batch sizes come and go)
-    const warm = { decode: o.slots, greedy: true, prefill: Array.from({ length: o.prefillChunk }, (_, i) => i + 1) };
+    const warm = { decode: o.slots, greedy: true, draws: true, prefill: Array.from({ length: o.prefillChunk }, (_, i) => i + 1) };
     return { slots: o.slots, context, maxTokens, warm, pages: { pageSize: o.pageSize, numPages: Math.ceil(kvTokens / o.pageSize) } };
   });
   return { open, kvTokens };

@@ -107,6 +107,19 @@ export class Sampler {
     return this.temperature === 0;
   }
 
+  /**
+   * Whether a model's device may draw this sampler's tokens (PickDraw): a temperature alone — no top-k, top-p or
+   * min-p, no top logprobs.
+   */
+  drawsOnDevice(): boolean {
+    return this.temperature > 0 && this.topK === 0 && this.topP >= 1 && this.minP <= 0 && this.logprobs === 0;
+  }
+
+  /** The 32-bit key of one draw made on a model's device, from this sampler's seeded generator. */
+  drawKey(): number {
+    return this.rng.nextU32();
+  }
+
   /** Pick the next token. Throws UsageError naming the position of a NaN logit. */
   sample(logits: Float32Array | Float64Array): SampleResult {
     if (this.isGreedy() && this.logprobs === 0) return greedyLogprob(logits); // validates as logSoftmax does

@@ -21,11 +21,24 @@ export interface BatchModel {
    */
   decodeGreedyBatch?(seqs: readonly { readonly token: number; readonly cache: LatentStore }[], steps: number): GreedyChunk[];
   /**
-   * forwardBatch, except that a chunk with `picks[i]` (logits "last") gets its last row's greedy choice computed on the
-   * model's device — argmax (ties to the lowest id, NaN never chosen) and its logprob (NaN where the row holds NaN or
-   * +Infinity or is all −Infinity) — instead of the row, so that greedy sequences need no logits read back or sampled.
+   * forwardBatch, except that a chunk with `picks[i]` (logits "last") gets its last row's choice computed on the
+   * model's device instead of the row — `true`: the greedy one, argmax (ties to the lowest id, NaN never chosen); a
+   * PickDraw (models with `picksDraw`): a token drawn from softmax(row / temperature) by the draw's key — with its
+   * logprob (NaN where the row holds NaN or +Infinity or is all −Infinity), so that such sequences need no logits read
+   * back or sampled.
    */
-  forwardBatchPicks?(seqs: readonly SequenceChunk[], picks: readonly boolean[]): (Float32Array | GreedyPick)[];
+  forwardBatchPicks?(seqs: readonly SequenceChunk[], picks: readonly (boolean | PickDraw)[]): (Float32Array | GreedyPick)[];
+  /** forwardBatchPicks takes PickDraws too */
+  readonly picksDraw?: boolean;
+}
+
+/**
+ * A token drawn on the model's device from softmax(row / temperature), by a 32-bit key the sequence's sampler drew
+ * (Sampler.drawKey): the same seed gives the same tokens on that device, not the host sampler's.
+ */
+export interface PickDraw {
+  readonly temperature: number;
+  readonly key: number;
 }
 
 /** A greedy choice made on the model's device: the token and its log-probability. */
@@ -502,11 +515,20 @@ export class Scheduler {
     if (chunks.length === 0) return false;
 
     const t0 = performance.now();
-    // greedy sequences whose chunk ends their input: the choice made on the device when the model can
-    const picks = this.model.forwardBatchPicks !== undefined ? members.map((seq, i) => chunks[i]!.logits === "last" && seq.sampler.isGreedy() && seq.sampler.logprobs === 0) : undefined;
+    // greedy sequences whose chunk ends their input: the choice made on the device when the model can; so are draws at
+    // a temperature alone (no top-k, top-p, min-p or top logprobs) on a model that takes them
+    const drawing = this.model.picksDraw === true;
+    const picks =
+      this.model.forwardBatchPicks !== undefined
+        ? members.map((seq, i): boolean | PickDraw => {
+            if (chunks[i]!.logits !== "last") return false;
+            if (seq.sampler.isGreedy()) return seq.sampler.logprobs === 0;
+            return drawing && seq.sampler.drawsOnDevice() ? { temperature: seq.sampler.temperature, key: seq.sampler.drawKey() } : false;
+          })
+        : undefined;
     let outs: (Float32Array | GreedyPick)[];
     try {
-      outs = picks !== undefined && picks.some((p) => p) ? this.model.forwardBatchPicks!(chunks, picks) : this.model.forwardBatch(chunks);
+      outs = picks !== undefined && picks.some((p) => p !== false) ? this.model.forwardBatchPicks!(chunks, picks) : this.model.forwardBatch(chunks);
     } catch (e) {
       const err = e instanceof Error ? e : new Error(String(e));
       for (const seq of members) this.finish(seq, "error", err);
@@ -618,7 +640,7 @@ export class Scheduler {
    */
   private takePick(seq: Sequence, pick: GreedyPick): void {
     if (seq.generated >= seq.req.maxTokens) return this.finish(seq, "length");
-    if (Number.isNaN(pick.logprob)) throw new UsageError(`the logits of decode step ${seq.tokens.length} contain NaN or +Infinity, or are all -Infinity (greedy decoding on the model's device)`);
+    if (Number.isNaN(pick.logprob)) throw new UsageError(`the logits of decode step ${seq.tokens.length} contain NaN or +Infinity, or are all -Infinity (the token chosen on the model's device)`);
     this.accept(seq, pick);
   }
 

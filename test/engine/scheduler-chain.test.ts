@@ -5,9 +5,9 @@ import assert from "node:assert/strict";
 import { loadModel } from "../../src/model/load.js";
 import { Tokenizer } from "../../src/tokenizer/index.js";
 import { PagePool } from "../../src/engine/paged-cache.js";
-import { argmax } from "../../src/engine/sampler.js";
+import { argmax, Sampler } from "../../src/engine/sampler.js";
 import { logSoftmax } from "../../src/engine/logprobs.js";
-import { Scheduler, type BatchModel, type GreedyPick, type SchedulerOptions, type SequenceRequest, type StepInfo } from "../../src/engine/scheduler.js";
+import { Scheduler, type BatchModel, type GreedyPick, type PickDraw, type SchedulerOptions, type SequenceRequest, type StepInfo } from "../../src/engine/scheduler.js";
 import type { SequenceChunk } from "../../src/model/deepseek2.js";
 import type { LatentStore } from "../../src/engine/latent-cache.js";
 import type { GreedyChunk } from "../../src/engine/generate.js";
@@ -57,11 +57,11 @@ class FakeChainModel implements BatchModel {
   /** greedy picks as the device would make them (NaN logprob for a row the host sampler refuses) */
   pickCalls = 0;
   pickedRows = 0;
-  forwardBatchPicks(seqs: readonly SequenceChunk[], picks: readonly boolean[]): (Float32Array | GreedyPick)[] {
+  forwardBatchPicks(seqs: readonly SequenceChunk[], picks: readonly (boolean | PickDraw)[]): (Float32Array | GreedyPick)[] {
     this.pickCalls++;
     const rows = this.forwardBatch(seqs);
     return rows.map((r, i) => {
-      if (!picks[i]) return r;
+      if (picks[i] === false) return r;
       this.pickedRows++;
       const last = r.subarray(r.length - V);
       const id = argmax(last);
@@ -224,6 +224,53 @@ test("greedy choices made on the device in host steps (forwardBatchPicks) give t
   assert.equal(a.results[0]!.finish, "error");
   assert.equal(b.results[0]!.finish, "error");
   assert.deepEqual(b.results[0]!.tokens, a.results[0]!.tokens);
+});
+
+/** A model whose picks also take draws at a temperature: the token is the key modulo the vocabulary (a stand-in for the device's draw). */
+class FakeDrawModel extends FakeChainModel {
+  readonly picksDraw = true;
+  /** the draws received, per step */
+  draws: PickDraw[] = [];
+  kinds = new Set<string>();
+  override forwardBatchPicks(seqs: readonly SequenceChunk[], picks: readonly (boolean | PickDraw)[]): (Float32Array | GreedyPick)[] {
+    const out = super.forwardBatchPicks(
+      seqs,
+      picks.map((p) => p === true),
+    );
+    return out.map((o, i) => {
+      const p = picks[i]!;
+      this.kinds.add(typeof p === "object" ? "draw" : String(p));
+      if (typeof p !== "object") return o;
+      this.draws.push(p);
+      const row = (o as Float32Array).subarray((o as Float32Array).length - V);
+      const token = p.key % V;
+      return { token, logprob: logSoftmax(row)[token]! };
+    });
+  }
+}
+
+test("draws at a temperature alone are made on a model that takes them (PickDraw, keys from the request's seeded sampler); filtered or top-logprobs requests keep their rows", async () => {
+  const draw = { prompt: randomTokens(4, 41, 3, V), maxTokens: 9, ignoreEog: true, sampling: { temperature: 0.8, seed: 5 } };
+  const reqs: Req[] = [
+    greedy(randomTokens(3, 42, 3, V), 6, { ignoreEog: true }),
+    draw,
+    { prompt: randomTokens(5, 43, 3, V), maxTokens: 5, ignoreEog: true, sampling: { temperature: 0.8, topP: 0.9, seed: 6 } },
+    { prompt: randomTokens(2, 44, 3, V), maxTokens: 5, ignoreEog: true, sampling: { temperature: 0.7, logprobs: 2, seed: 7 } },
+  ];
+  const m = new FakeDrawModel();
+  const r = await run(reqs, { chainSteps: 0 }, m);
+  assert.deepEqual([...m.kinds].sort(), ["draw", "false", "true"]);
+  // every draw is request 1's, at its temperature, with the keys its seed gives, one a token; its tokens follow them
+  const keys = new Sampler({ temperature: 0.8, seed: 5 });
+  assert.equal(m.draws.length, 9);
+  for (const d of m.draws) assert.deepEqual(d, { temperature: 0.8, key: keys.drawKey() });
+  assert.deepEqual(r.results[1]!.tokens, m.draws.map((d) => d.key % V));
+  // the same seed again: the same stream; the filtered and top-logprobs requests sampled on the host as before
+  const again = await run(reqs, { chainSteps: 0 }, new FakeDrawModel());
+  assert.deepEqual(again.results, r.results);
+  const host = await run(reqs, { chainSteps: 0 });
+  assert.deepEqual([r.results[2], r.results[3]], [host.results[2], host.results[3]]);
+  assert.deepEqual(r.results[0], host.results[0]);
 });
 
 test("no chaining while a sampled or top-logprobs request is in the batch; the same streams either way", async () => {

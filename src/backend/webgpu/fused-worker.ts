@@ -53,7 +53,7 @@ async function handle(req: FusedRequest): Promise<void> {
       answer(init.channel, 1);
       return;
     case "picks": {
-      const r = await gpu!.stepPicks(req.tokens, req.logits);
+      const r = await gpu!.stepPicks(req.tokens, req.logits, req.draws);
       const rows = r.ids.length;
       new Uint32Array(logits.buffer, 0, rows).set(r.ids);
       logits.set(r.logprobs, rows);

@@ -15,7 +15,7 @@
 import type { ModelConfig } from "../../model/config.js";
 import type { LatentStore } from "../../engine/latent-cache.js";
 import type { GreedyChainModel, GreedyChunk } from "../../engine/generate.js";
-import type { GreedyPick } from "../../engine/scheduler.js";
+import type { GreedyPick, PickDraw } from "../../engine/scheduler.js";
 import type { SequenceChunk } from "../../model/deepseek2.js";
 import type { StepToken, WarmShapes } from "./gpu-model.js";
 import { LatentError } from "../../util/errors.js";
@@ -27,8 +27,11 @@ export type FusedRequest =
   | { op: "load"; path: string; slots: number; context: number; maxTokens: number; pages: FusedOptions["pages"]; warm: WarmShapes | undefined }
   | { op: "logits"; buffer: SharedArrayBuffer }
   | { op: "step"; tokens: StepToken[] }
-  /** a step with each logits row's greedy choice (GpuModel.stepPicks): ids (u32) then logprobs per row, then the rows when `logits` */
-  | { op: "picks"; tokens: StepToken[]; logits: boolean }
+  /**
+   * a step with each logits row's greedy choice, or with `draws` each row's token drawn at its temperature
+   * (GpuModel.stepPicks): ids (u32) then logprobs per row, then the rows when `logits`
+   */
+  | { op: "picks"; tokens: StepToken[]; logits: boolean; draws?: PickDraw[] }
   /**
    * chained greedy decode steps of a batch (GpuModel.decodeGreedy): the chosen ids [steps × batch] as u32 at the start
    * of the shared logits, then their logprobs [steps × batch] as f32
@@ -84,6 +87,8 @@ export class FusedGpuModel implements GreedyChainModel {
   readonly config: ModelConfig;
   /** the adapter's name */
   readonly adapter: string;
+  /** forwardBatchPicks draws rows' tokens at a temperature on the GPU too (wgsl-sample.ts) */
+  readonly picksDraw = true;
   private readonly worker: BlockingWorker<FusedRequest>;
   private logits: Float32Array;
   /** GPU cache slot of each running sequence, in order of last use (the least recent is reused first) */
@@ -91,6 +96,8 @@ export class FusedGpuModel implements GreedyChainModel {
   private loaded = false;
   /** GPU steps run (forwardBatch's, and each chained greedy step) */
   gpuSteps = 0;
+  /** rows whose token forwardBatchPicks drew at a temperature on the GPU */
+  drawnRows = 0;
   /** what load() compiled ahead: kernels, and the ms that took (after the weights were on the GPU) */
   warmStats: WarmStats = { kernels: 0, compileMs: 0 };
   /** [done, total, phase (0: bytes loaded, 1: kernels compiled)] */
@@ -145,15 +152,20 @@ export class FusedGpuModel implements GreedyChainModel {
   }
 
   /**
-   * forwardBatch, except that a chunk with `picks[i]` (logits "last") gets its last row's greedy choice, computed on the
-   * GPU — argmax (ties to the lowest id, NaN never chosen) and its logprob (NaN for a row with NaN or +Infinity, or
-   * all −Infinity) — instead of the row: a step whose rows are all picks reads no logits back.
+   * forwardBatch, except that a chunk with `picks[i]` (logits "last") gets its last row's choice, computed on the GPU,
+   * instead of the row: `true` the greedy one — argmax (ties to the lowest id, NaN never chosen) — or a PickDraw a token
+   * drawn at its temperature from its key (wgsl-sample.ts), each with its logprob (NaN for a row with NaN or +Infinity,
+   * or all −Infinity). A step whose rows are all picks reads no logits back.
    */
-  forwardBatchPicks(seqs: readonly SequenceChunk[], picks: readonly boolean[]): (Float32Array | GreedyPick)[] {
+  forwardBatchPicks(seqs: readonly SequenceChunk[], picks: readonly (boolean | PickDraw)[]): (Float32Array | GreedyPick)[] {
     if (!this.loaded) throw new LatentError("FusedGpuModel: load() the weights first");
     if (picks.length !== seqs.length) throw new LatentError(`forwardBatchPicks: ${picks.length} picks for ${seqs.length} chunks`);
+    const picked = picks.map((p) => p !== false);
     picks.forEach((p, i) => {
-      if (p && seqs[i]!.logits !== "last") throw new LatentError(`forwardBatchPicks: chunk ${i} asks for a greedy pick without logits "last"`);
+      if (p !== false && seqs[i]!.logits !== "last") throw new LatentError(`forwardBatchPicks: chunk ${i} asks for a pick without logits "last"`);
+      if (typeof p === "object" && !(Number.isFinite(p.temperature) && p.temperature >= 0 && Number.isInteger(p.key) && p.key >= 0 && p.key < 2 ** 32)) {
+        throw new LatentError(`forwardBatchPicks: chunk ${i}'s draw needs a temperature ≥ 0 and a 32-bit key`);
+      }
     });
     const V = this.config.nVocab;
     const plan = seqs.map((s) => {
@@ -209,20 +221,24 @@ export class FusedGpuModel implements GreedyChainModel {
       if (pieces.length === 0) continue;
       const tokens = pieces.map(({ i, from, to }) => stepOf(i, from, to));
       const rowsOf = tokens.map((t) => t.filter((x) => x.logits).length);
-      const picking = pieces.some(({ i }, k) => picks[i] === true && rowsOf[k]! > 0);
-      const reading = pieces.some(({ i }, k) => picks[i] !== true && rowsOf[k]! > 0);
-      const r = picking ? this.stepPicks(tokens.flat(), reading) : { logits: this.step(tokens.flat()), ids: undefined, logprobs: undefined };
+      const picking = pieces.some(({ i }, k) => picked[i] && rowsOf[k]! > 0);
+      const reading = pieces.some(({ i }, k) => !picked[i] && rowsOf[k]! > 0);
+      // a draw for every logits row of the step where any of them is drawn at a temperature (the others greedy)
+      const drawing = pieces.some(({ i }, k) => typeof picks[i] === "object" && rowsOf[k]! > 0);
+      const draws = drawing ? pieces.flatMap(({ i }, k) => Array.from({ length: rowsOf[k]! }, (): PickDraw => (typeof picks[i] === "object" ? (picks[i] as PickDraw) : { temperature: 0, key: 0 }))) : undefined;
+      this.drawnRows += pieces.filter(({ i }, k) => typeof picks[i] === "object" && rowsOf[k]! > 0).length;
+      const r = picking ? this.stepPicks(tokens.flat(), reading, draws) : { logits: this.step(tokens.flat()), ids: undefined, logprobs: undefined };
       let row = 0;
       pieces.forEach(({ i }, k) => {
         const rows = rowsOf[k]!;
-        if (picks[i] === true) {
+        if (picked[i]) {
           if (rows > 0) chosen[i] = { token: r.ids![row + rows - 1]!, logprob: r.logprobs![row + rows - 1]! };
         } else parts[i]!.push(r.logits.subarray(row * V, (row + rows) * V));
         row += rows;
       });
     }
     const out = parts.map((p, i): Float32Array | GreedyPick => {
-      if (picks[i] === true) {
+      if (picked[i]) {
         if (chosen[i] === undefined) throw new LatentError(`forwardBatchPicks: chunk ${i} produced no row to pick from`);
         return chosen[i]!;
       }
@@ -303,12 +319,12 @@ export class FusedGpuModel implements GreedyChainModel {
     this.worker.post({ op: "logits", buffer });
   }
 
-  /** One GPU step with each logits row's greedy choice; copies of the ids, logprobs and (when `readLogits`) the rows. */
-  private stepPicks(tokens: StepToken[], readLogits: boolean): { logits: Float32Array; ids: Uint32Array; logprobs: Float32Array } {
+  /** One GPU step with each logits row's greedy choice (or draw); copies of the ids, logprobs and (when `readLogits`) the rows. */
+  private stepPicks(tokens: StepToken[], readLogits: boolean, draws?: PickDraw[]): { logits: Float32Array; ids: Uint32Array; logprobs: Float32Array } {
     const rows = tokens.filter((t) => t.logits).length;
     const V = this.config.nVocab;
     this.ensureShared((2 * rows + (readLogits ? rows * V : 0)) * 4);
-    this.worker.call({ op: "picks", tokens, logits: readLogits });
+    this.worker.call({ op: "picks", tokens, logits: readLogits, ...(draws !== undefined ? { draws } : {}) });
     this.gpuSteps++;
     return {
       ids: new Uint32Array(this.logits.buffer, 0, rows).slice(),

@@ -13,11 +13,12 @@ import type { QMatrix } from "../cpu/qmatrix.js";
 import { GGMLType } from "../../gguf/types.js";
 import type { SwiGLU } from "../../model/weights.js";
 import { LatentError } from "../../util/errors.js";
+import type { PickDraw } from "../../engine/scheduler.js";
 import { expertListWords, expertLists, expertsFrom, fusable, getRows, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLUSteps, type CombineArgs, type FusionArgs } from "./matrix.js";
-import { addNorm, argmaxRows, argmaxScratchWords, attention, attentionScratch, copyU32, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, routeNormShape, scatterRows, touch, type RouteArgs } from "./ops.js";
+import { addNorm, argmaxRows, argmaxScratchWords, sampleRows, sampleScratchWords, attention, attentionScratch, copyU32, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, routeNormShape, scatterRows, touch, type RouteArgs } from "./ops.js";
 import { attentionFused, attnFusedShape } from "./attn-fused.js";
 import { moeRouter, routerFuseShape } from "./router.js";
-import type { GpuRuntime, Recording } from "./runtime.js";
+import { f32bits, type GpuRuntime, type Recording } from "./runtime.js";
 import { ATTN_CHUNK } from "./wgsl-ops.js";
 
 /** Steps of at most this many tokens run independent kernels in one dispatch (GpuRuntime.together); tune.fuseTokens overrides. */
@@ -132,6 +133,8 @@ export interface WarmShapes {
   readonly decode?: number;
   /** with their greedy argmax (decodeGreedy) */
   readonly greedy?: boolean;
+  /** and the kernels that draw rows' tokens at a temperature (stepPicks with draws) */
+  readonly draws?: boolean;
   /** prefill steps of these token counts, logits for the last token */
   readonly prefill?: readonly number[];
 }
@@ -281,9 +284,11 @@ export class GpuModel {
     buf("rw", N * Math.max(1, K));
     buf("hn", N * Hd);
     buf("logits", N * c.nVocab);
-    buf("amax", argmaxScratchWords(N, c.nVocab));
+    buf("amax", Math.max(argmaxScratchWords(N, c.nVocab), sampleScratchWords(N, c.nVocab)));
     // a greedy step's chosen tokens' logprobs (next to the ids it writes)
     buf("lp", N);
+    // a sampling step's (1/T, key) per logits row (stepPicks with draws)
+    buf("draw", 2 * N);
   }
 
   /** Width of an A0 row: the first product's outputs (q or the q-LoRA latent) then kv_a's (c, k_pe). */
@@ -297,9 +302,10 @@ export class GpuModel {
    * must produce logits and the step ends with the argmax of each row written over the token ids (greedy sampling on
    * the GPU: the next step can run on them with `idsOnGpu` before the host has seen them), and its logprob
    * (log_softmax of the row at it, as the host sampler's) into the `lp` buffer. With `picks`, the same argmax and
-   * logprob of each logits row, whichever tokens have them (stepPicks).
+   * logprob of each logits row, whichever tokens have them (stepPicks); with `draws` too (one per logits row), each
+   * row's token is drawn at its temperature instead (0: greedy; ops.ts sampleRows).
    */
-  encode(tokens: readonly StepToken[], opts: { readonly greedy?: boolean; readonly picks?: boolean; readonly idsOnGpu?: boolean; readonly submitEvery?: number } = {}): number {
+  encode(tokens: readonly StepToken[], opts: { readonly greedy?: boolean; readonly picks?: boolean; readonly draws?: readonly PickDraw[]; readonly idsOnGpu?: boolean; readonly submitEvery?: number } = {}): number {
     const { rt, c, b } = this;
     const n = tokens.length;
     if (n === 0 || n > this.opts.maxTokens) throw new LatentError(`a step takes 1..${this.opts.maxTokens} tokens, got ${n}`);
@@ -347,7 +353,12 @@ export class GpuModel {
     const greedy = opts.greedy === true;
     if (greedy && rows.length !== n) throw new LatentError("a greedy step needs logits for every token");
     const picks = greedy || (opts.picks === true && rows.length > 0);
-    const key = `${n}|${Math.ceil(maxKeys / ATTN_CHUNK)}|${rows.length === n ? "all" : rows.join(",")}${picks ? "|picks" : ""}`;
+    const draws = picks && !greedy ? opts.draws : undefined;
+    if (draws !== undefined) {
+      if (draws.length !== rows.length) throw new LatentError(`a step's draws: ${draws.length} for ${rows.length} logits rows`);
+      rt.write(b.draw!, 0, Uint32Array.from(draws.flatMap((d) => [f32bits(d.temperature > 0 ? 1 / d.temperature : 0), d.key >>> 0])));
+    }
+    const key = `${n}|${Math.ceil(maxKeys / ATTN_CHUNK)}|${rows.length === n ? "all" : rows.join(",")}${picks ? (draws !== undefined ? "|draws" : "|picks") : ""}`;
     const rec = this.recordings.get(key);
     if (rec !== undefined) {
       this.lastRecording = rec;
@@ -357,7 +368,8 @@ export class GpuModel {
     }
     rt.beginRecording();
     this.encodeLayers(n, maxKeys, rows);
-    if (picks) argmaxRows(rt, b.logits!, b.ids!, b.amax!, { n: rows.length, width: c.nVocab, logprobs: b.lp! });
+    if (draws !== undefined) sampleRows(rt, b.logits!, b.draw!, b.ids!, b.lp!, b.amax!, { n: rows.length, width: c.nVocab });
+    else if (picks) argmaxRows(rt, b.logits!, b.ids!, b.amax!, { n: rows.length, width: c.nVocab, logprobs: b.lp! });
     const made = rt.endRecording();
     this.lastRecording = made;
     if (made !== undefined) {
@@ -628,6 +640,7 @@ export class GpuModel {
         const all = Array.from({ length: n }, (_, i) => i);
         for (const k of keys(1)) this.encodeLayers(n, k, all, layers);
         if (shapes.greedy === true) argmaxRows(this.rt, this.b.logits!, this.b.ids!, this.b.amax!, { n, width: this.c.nVocab, logprobs: this.b.lp! });
+        if (shapes.draws === true) sampleRows(this.rt, this.b.logits!, this.b.draw!, this.b.ids!, this.b.lp!, this.b.amax!, { n, width: this.c.nVocab });
       }
       for (const n of new Set(shapes.prefill ?? [])) {
         if (!Number.isInteger(n) || n < 1 || n > maxTokens) throw new LatentError(`warm: a prefill step of ${n} tokens (1..${maxTokens})`);
@@ -662,8 +675,8 @@ export class GpuModel {
    * its logprob (NaN for a row with NaN or +Infinity, or all −Infinity) — computed on the GPU, and the rows themselves
    * only when `readLogits` (else empty): a server's greedy requests need no logits read back or sampled on the host.
    */
-  async stepPicks(tokens: readonly StepToken[], readLogits: boolean): Promise<{ logits: Float32Array; ids: Uint32Array; logprobs: Float32Array }> {
-    const rows = this.encode(tokens, { picks: true });
+  async stepPicks(tokens: readonly StepToken[], readLogits: boolean, draws?: readonly PickDraw[]): Promise<{ logits: Float32Array; ids: Uint32Array; logprobs: Float32Array }> {
+    const rows = this.encode(tokens, { picks: true, ...(draws !== undefined ? { draws } : {}) });
     if (rows === 0) {
       await this.rt.sync();
       return { logits: new Float32Array(0), ids: new Uint32Array(0), logprobs: new Float32Array(0) };

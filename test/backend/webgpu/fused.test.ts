@@ -207,6 +207,61 @@ test("FusedGpuModel.forwardBatchPicks: the GPU's greedy choice of a chunk's last
   }
 });
 
+test("FusedGpuModel.forwardBatchPicks with draws: tokens drawn at a temperature on the GPU come with the host's log_softmax of their row; greedy picks and rows read back beside them as before", { skip }, () => {
+  const c = CASES.find((x) => x.label === "no-qlora-odd")!;
+  const m = synthModel(c, 8);
+  const { config } = loadModel(m.path);
+  const V = config.nVocab;
+  const seqs = [randomTokens(6, 61, 0, V), randomTokens(9, 62, 0, V), randomTokens(4, 63, 0, V)];
+  const a = new FusedGpuModel(config, { slots: 3, context: 16, maxTokens: 8 });
+  const b = new FusedGpuModel(config, { slots: 3, context: 16, maxTokens: 8 });
+  try {
+    a.load(m.path);
+    b.load(m.path);
+    assert.equal(a.picksDraw, true);
+    const ca = seqs.map(() => new LatentCache(a.config));
+    const cb = seqs.map(() => new LatentCache(b.config));
+    const chunks = (caches: LatentCache[], round: number): SequenceChunk[] =>
+      round === 0
+        ? [
+            { tokens: seqs[0]!.slice(0, 5), cache: caches[0], path: "prefill", logits: "last" },
+            { tokens: seqs[1]!.slice(0, 8), cache: caches[1], path: "prefill", logits: "last" },
+            { tokens: seqs[2]!.slice(0, 3), cache: caches[2], path: "prefill", logits: "all" },
+          ]
+        : [0, 1, 2].map((i) => ({ tokens: [seqs[i]![caches[i]!.length]!], cache: caches[i], path: "decode" as const, logits: "last" as const }));
+    // round 0: a draw (its chunk split across the 8-token steps), a greedy pick, an "all" chunk read back; round 1: two
+    // draws at other temperatures beside a greedy pick
+    const rounds: [number, (boolean | { temperature: number; key: number })[]][] = [
+      [0, [{ temperature: 0.8, key: 12345 }, true, false]],
+      [1, [{ temperature: 1.7, key: 0xfffffff0 }, true, { temperature: 0.3, key: 7 }]],
+    ];
+    for (const [round, picks] of rounds) {
+      const got = a.forwardBatchPicks(chunks(ca, round), picks);
+      const want = b.forwardBatch(chunks(cb, round));
+      picks.forEach((p, i) => {
+        if (p === false) {
+          assert.deepEqual(Array.from(got[i] as Float32Array), Array.from(want[i]!), `round ${round} chunk ${i}: rows`);
+          return;
+        }
+        const g = got[i] as { token: number; logprob: number };
+        const row = want[i]!.subarray(want[i]!.length - V);
+        const lp = logSoftmaxRow(row);
+        if (p === true) assert.equal(g.token, argmax(row), `round ${round} chunk ${i}: greedy token`);
+        else assert.ok(Number.isInteger(g.token) && g.token >= 0 && g.token < V, `round ${round} chunk ${i}: drawn token ${g.token}`);
+        assert.ok(Math.abs(g.logprob - lp[g.token]!) <= 1e-4, `round ${round} chunk ${i}: logprob ${g.logprob} vs ${lp[g.token]}`);
+      });
+    }
+    assert.deepEqual(ca.map((x) => x.length), [6, 9, 4]);
+    const one: SequenceChunk[] = [{ tokens: [1], cache: ca[0]!, path: "decode", logits: "last" }];
+    assert.throws(() => a.forwardBatchPicks(one, [{ temperature: -1, key: 1 }]), /temperature ≥ 0 and a 32-bit key/);
+    assert.throws(() => a.forwardBatchPicks(one, [{ temperature: 1, key: 2 ** 32 }]), /32-bit key/);
+  } finally {
+    void a.close();
+    void b.close();
+    m.cleanup();
+  }
+});
+
 test("FusedGpuModel on glm-dsa (--check-writes): DSA key selection on the GPU (sparse past top_k = 16 keys) matches the reference", { skip }, () => {
   const c = CASES.find((x) => x.base === "tiny-glm")!;
   const m = synthModel(c, 2);

@@ -1,7 +1,8 @@
 // latent serve on the fused WebGPU pipeline (FusedGpuModel behind the scheduler, GPU caches mirroring the page pool):
 // concurrent greedy requests — batched decode steps, prompt chunks, more requests than the batch over time, a prompt
 // prefix served from the prefix cache — give the tokens and log-probabilities each request gets alone on the CPU
-// reference kernels (logprobs ≤ 1e-3); the CLI takes that path.
+// reference kernels (logprobs ≤ 1e-3); requests at a temperature alone get their tokens drawn on the GPU, the same for
+// the same seed; the CLI takes that path.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import OpenAI from "openai";
@@ -17,7 +18,7 @@ import { spawnServe } from "../../helpers/serve-child.js";
 const { rt, skip } = await gpuOrSkip();
 rt?.device.destroy();
 
-test("serve on the fused pipeline (GPU caches mirroring the page pool): 5 concurrent greedy requests, then a shared prompt prefix from the cache, equal each one alone on the CPU", { skip }, async () => {
+test("serve on the fused pipeline (GPU caches mirroring the page pool): 5 concurrent greedy requests, then a shared prompt prefix from the cache, equal each one alone on the CPU; seeded requests at a temperature drawn on the GPU", { skip }, async () => {
   const synth = synthModel(CASES[0]!, 7);
   const loaded = loadModel(synth.path);
   const tok = Tokenizer.fromMetadata(loaded.file.metadata);
@@ -43,6 +44,17 @@ test("serve on the fused pipeline (GPU caches mirroring the page pool): 5 concur
     const again = await ask(longer);
     assert.ok((again.usage as { prompt_tokens_details?: { cached_tokens?: number } }).prompt_tokens_details!.cached_tokens! >= 12, JSON.stringify(again.usage));
     check(longer, again, "cached prefix");
+    // seeded requests at a temperature (no top-k/p, no top logprobs): drawn on the GPU, no rows read back; the same seed
+    // gives the same tokens and logprobs, each a log-probability
+    const sampled = (prompt: number[], seed: number) =>
+      client.completions.create({ model: "tiny", prompt, max_tokens: 6, temperature: 0.9, seed, logprobs: 0, ignore_eos: true } as OpenAI.CompletionCreateParamsNonStreaming);
+    const drawnBefore = fused.drawnRows;
+    const p = randomTokens(6, 77, 1, loaded.config.nVocab);
+    const [x, y] = await Promise.all([sampled(p, 11), sampled(p, 11)]);
+    assert.equal(fused.drawnRows - drawnBefore, 12, "every token of both drawn on the GPU");
+    assert.equal(x.choices[0]!.text, y.choices[0]!.text);
+    assert.deepEqual(x.choices[0]!.logprobs!.token_logprobs, y.choices[0]!.logprobs!.token_logprobs);
+    for (const lp of x.choices[0]!.logprobs!.token_logprobs!) assert.ok(lp! <= 0 && Number.isFinite(lp), `logprob ${lp}`);
   } finally {
     await server.close();
     await fused.close();

@@ -14,6 +14,15 @@ export function rowLogprobs(rows: Float32Array, V: number): Float64Array[] {
   return out;
 }
 
+/** log_softmax of `row` at `id` in float64, NaN entries left out (the GPU's argmax and draws never choose nor count them). */
+export function logprobAt(row: Float32Array, id: number): number {
+  let max = -Infinity;
+  for (const v of row) if (v > max) max = v;
+  let sum = 0;
+  for (const v of row) if (v === v) sum += Math.exp(v - max);
+  return row[id]! - max - Math.log(sum);
+}
+
 /** max |a − b| over all rows and ids (null in b = underflowed probability: skipped when a is also < −80). */
 export function maxAbsDiff(a: readonly ArrayLike<number>[], b: readonly ArrayLike<number | null>[]): number {
   if (a.length !== b.length) throw new Error(`row counts differ: ${a.length} vs ${b.length}`);

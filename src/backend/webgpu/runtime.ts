@@ -171,8 +171,6 @@ export interface KernelTuning {
   readonly attnFuseSplit?: number;
   /** fused one-token attention: cache keys a subgroup scores per iteration, their loads issued together (1..4; default 2 at subgroups ≥ 32, else 1) */
   readonly attnFuseKeys?: number;
-  /** fused one-token attention: 1 reads the key rows' lines across the grid first, to have them in L2 for the score loop; default 0 */
-  readonly attnFusePrefetch?: number;
   /** fused one-token attention: most chunk steps of a thread's W_UK or W_UV product unrolled, more in a pipelined loop (1..16; default 1) */
   readonly attnFuseUnroll?: number;
   /**

@@ -40,11 +40,6 @@ export interface AttnFusedShape {
   readonly split: number;
   /** cache keys each subgroup scores per iteration (their loads issued together) */
   readonly keys: number;
-  /**
-   * the key rows' 128-byte lines read once across the grid at the start (each workgroup its share, beside the weight
-   * loads), so that the score loop's loads, one round trip an iteration, find them in L2
-   */
-  readonly prefetch: boolean;
   /** most chunk steps of a thread's product unrolled (and loaded at the kernel's start); more go in a loop of that many a turn */
   readonly unroll: number;
   /**
@@ -258,7 +253,7 @@ fn total(li: u32, v: f32) -> f32 {
   return a;
 }
 @compute @workgroup_size(${WG})
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) num_workgroups: vec3u, @builtin(local_invocation_index) li: u32) {
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let h = wid.x;
   let lane = li % ${SG}u;
   let sgi = li / ${SG}u;
@@ -269,7 +264,6 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) num_workgrou
   let m4 = workgroupUniformLoad(&mt);
   let nk = min(m4.y, ${ATTN_CHUNK}u);
   let pos = POS[0];
-  ${s.prefetch ? prefetchWGSL(L, R, WG, KC) : ""}
   let qo = h * ${D}u;
   // q_nope; q_pe roped into qs[L..L+R)${s.own ? "; the token's own key: RMSNorm(c)·g and rope(k_pe) into cur" : ""}
   for (var i = li; i < ${P / 4}u; i += ${WG}u) { XK[xp(i)] = vec4f(A0[qo + 4u * i], A0[qo + 4u * i + 1u], A0[qo + 4u * i + 2u], A0[qo + 4u * i + 3u]); }
@@ -329,8 +323,6 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) num_workgrou
     ${keyUses}
   }
   // merge the subgroups' (max, sum, Σ p·c) into the latent (XV)
-  ${s.prefetch ? "if (pf == 1.5e-45) { part[li] = pf; }" : ""}
-  workgroupBarrier();
   if (lane == 0u) { sm[sgi] = mrun; sl[sgi] = lrun; }
   ${Array.from({ length: CL }, (_, i) => `if (lane + ${i * SG}u < ${L}u) { part[sgi * ${L}u + lane + ${i * SG}u] = acc[${i}]; }`).join(" ")}
   workgroupBarrier();
@@ -354,20 +346,3 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) num_workgrou
 
 const NEG = "-3.0e38";
 
-/**
- * One load of every 32 floats of the cache keys' rows over the whole grid, kept alive by a store that never happens in
- * practice (the sum equal to the smallest subnormal; the store would land in workgroup memory rewritten before use).
- */
-function prefetchWGSL(L: number, R: number, WG: number, keys: string): string {
-  const lc = Math.ceil(L / 32);
-  const lk = Math.ceil(R / 32);
-  return `var pf = 0.0;
-  {
-    let nt = num_workgroups.x * num_workgroups.y * ${WG}u;
-    let items = ${keys} * ${lc + lk}u;
-    for (var it = (wid.y * num_workgroups.x + wid.x) * ${WG}u + li; it < items; it += nt) {
-      let j = it / ${lc + lk}u; let at = it % ${lc + lk}u; let row = keyRow(m4.x, j);
-      pf += select(CK[row * ${R}u + min((at - ${lc}u) * 32u, ${R - 1}u)], CC[row * ${L}u + min(at * 32u, ${L - 1}u)], at < ${lc}u);
-    }
-  }`;
-}

@@ -784,6 +784,27 @@ ${extra === "qrope" ? `  if (t >= p.n && t < 2u * p.n) {
 export const ARGMAX_SLICE = 4096;
 
 /**
+ * The argmax kernels' comparisons (argmaxWGSL, and wgsl-sample.ts's draws): `better` ranks (value, index) pairs —
+ * larger first, ties to the lower index, NaN never ahead, an empty slot (NONE) always behind — and `term` is
+ * exp(x − m) as a log-sum-exp adds it.
+ */
+export const ARGMAX_FNS = /* wgsl */ `const NONE = 0xffffffffu;
+// NaN by its bits: a compiler may assume that float comparisons never see NaN
+fn isNan(v: f32) -> bool { return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u; }
+fn better(v: f32, i: u32, w: f32, j: u32) -> bool {
+  // is (v, i) ahead of (w, j)? NaN is never ahead; an empty slot (index NONE) always behind
+  if (i == NONE || isNan(v)) { return false; }
+  if (j == NONE) { return true; }
+  return v > w || (v == w && i < j);
+}
+fn term(x: f32, m: f32) -> f32 {
+  // exp(x − m) for x ≤ m: NaN adds nothing; x == m adds 1 (also when m is ±Infinity, where x − m is NaN)
+  if (isNan(x)) { return 0.0; }
+  if (x == m) { return 1.0; }
+  return exp(max(x - m, -104.0));
+}`;
+
+/**
  * Greedy sampling on the GPU: IDS[t] = argmax of row t (X[xOff + t·xStride ..][0..width)), lowest index on ties, NaN
  * never chosen (the CPU sampler's argmax), and — with `logprobs` (merge) — LP[t] = that token's log-probability,
  * log_softmax of the row at it = −log Σ_k exp(x_k − max). `slices`: workgroup (g, t) takes elements
@@ -859,21 +880,7 @@ var<workgroup> bv: array<f32, 256>;
 var<workgroup> bi: array<u32, 256>;
 ${withSum ? "var<workgroup> bs: array<f32, 256>;" : ""}
 var<workgroup> bad: atomic<u32>;
-const NONE = 0xffffffffu;
-// NaN by its bits: a compiler may assume that float comparisons never see NaN
-fn isNan(v: f32) -> bool { return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u; }
-fn better(v: f32, i: u32, w: f32, j: u32) -> bool {
-  // is (v, i) ahead of (w, j)? NaN is never ahead; an empty slot (index NONE) always behind
-  if (i == NONE || isNan(v)) { return false; }
-  if (j == NONE) { return true; }
-  return v > w || (v == w && i < j);
-}
-fn term(x: f32, m: f32) -> f32 {
-  // exp(x − m) for x ≤ m: NaN adds nothing; x == m adds 1 (also when m is ±Infinity, where x − m is NaN)
-  if (isNan(x)) { return 0.0; }
-  if (x == m) { return 1.0; }
-  return exp(max(x - m, -104.0));
-}
+${ARGMAX_FNS}
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let t = ${stage === "slices" ? "wid.y + wid.z * 65535u" : "wid.x + wid.y * 65535u"};

@@ -16,7 +16,7 @@
  * Non-finite logits: a NaN or +Infinity logit, or a row without a logit above −Infinity, gives a NaN log-probability
  * (an id is still written), so that the caller refuses the row as the host sampler would.
  */
-import { ARGMAX_SLICE } from "./wgsl-ops.js";
+import { ARGMAX_FNS, ARGMAX_SLICE } from "./wgsl-ops.js";
 
 export function sampleWGSL(stage: "slices" | "merge"): string {
   const CH = ARGMAX_SLICE / 256;
@@ -45,7 +45,7 @@ export function sampleWGSL(stage: "slices" | "merge"): string {
     let x = w[c];
     let y = select(x * invT + gumbel(dr.y, k), x, invT == 0.0);
     if (better(y, k, v, i)) { v = y; i = k; xv = x; }
-    if (!isNan(x) && (m == NONE_F || x > mx)) { mx = x; m = 0.0; }
+    if (!isNan(x) && (!hasMax || x > mx)) { mx = x; hasMax = true; }
     if (isNan(x) || bitcast<u32>(x) == 0x7f800000u) { atomicOr(&bad, 1u); }
   }`
       : `  for (var g = li; g < p.slices; g += 256u) {
@@ -53,7 +53,7 @@ export function sampleWGSL(stage: "slices" | "merge"): string {
     let r = PART[2u * (t * p.slices + g) + 1u];
     if (better(bitcast<f32>(c.x), c.y, v, i)) { v = bitcast<f32>(c.x); i = c.y; xv = bitcast<f32>(c.z); }
     if (c.w != 0u) { atomicOr(&bad, 1u); }
-    if (r.z != 0u && (m == NONE_F || bitcast<f32>(r.x) > mx)) { mx = bitcast<f32>(r.x); m = 0.0; }
+    if (r.z != 0u && (!hasMax || bitcast<f32>(r.x) > mx)) { mx = bitcast<f32>(r.x); hasMax = true; }
   }`;
   // Σ exp(x − the max) over this thread's share once the max is known (bm[0]; has[0] == 0: no non-NaN x)
   const sum =
@@ -90,20 +90,7 @@ var<workgroup> hm: array<u32, 256>;
 var<workgroup> bs: array<f32, 256>;
 var<workgroup> has: array<u32, 1>;
 var<workgroup> bad: atomic<u32>;
-const NONE = 0xffffffffu;
-// "no max yet" for a thread's running max (m holds it; mx the value)
-const NONE_F = -1.0;
-fn isNan(v: f32) -> bool { return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u; }
-fn better(v: f32, i: u32, w: f32, j: u32) -> bool {
-  if (i == NONE || isNan(v)) { return false; }
-  if (j == NONE) { return true; }
-  return v > w || (v == w && i < j);
-}
-fn term(x: f32, m: f32) -> f32 {
-  if (isNan(x)) { return 0.0; }
-  if (x == m) { return 1.0; }
-  return exp(max(x - m, -104.0));
-}
+${ARGMAX_FNS}
 // a 32-bit integer hash (lowbias32) of the row's key and the element's index
 fn hash(key: u32, k: u32) -> u32 {
   var h = key ^ (k * 0x9e3779b9u);
@@ -124,14 +111,15 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   var v = 0.0;
   var i = NONE;
   var xv = 0.0;
+  // this thread's max of x, where it saw a non-NaN one
   var mx = 0.0;
-  var m = NONE_F;
+  var hasMax = false;
 ${scan}
   bv[li] = v;
   bi[li] = i;
   bx[li] = xv;
   bm[li] = mx;
-  hm[li] = select(1u, 0u, m == NONE_F);
+  hm[li] = select(0u, 1u, hasMax);
   workgroupBarrier();
   for (var s = 128u; s > 0u; s >>= 1u) {
     if (li < s) {

@@ -25,7 +25,7 @@ interface Case {
   readonly typeK: number;
   readonly typeV: number;
   /** the kernel's knobs (workgroups per head, keys per subgroup and iteration) */
-  readonly tune?: { readonly attnFuseSplit?: number; readonly attnFuseKeys?: number; readonly attnFusePrefetch?: number };
+  readonly tune?: { readonly attnFuseSplit?: number; readonly attnFuseKeys?: number };
   /** key counts (and page sizes) to run; default KEYS */
   readonly keys?: readonly (readonly [number, number])[];
   /** q-LoRA's form: the queries in a buffer of their own, the token's key already in the cache (written by the step) */
@@ -36,14 +36,14 @@ const KEYS = [[1, 0], [7, 0], [40, 4], [256, 0], [33, 16]] as const;
 
 const CASES: Case[] = [
   { H: 3, P: 32, R: 6, L: 64, V: 32, typeK: GGMLType.Q8_0, typeV: GGMLType.Q8_0, tune: { attnFuseSplit: 3, attnFuseKeys: 3 } },
-  { H: 2, P: 64, R: 8, L: 256, V: 40, typeK: GGMLType.Q5_0, typeV: GGMLType.Q4_K, tune: { attnFusePrefetch: 1 } },
+  { H: 2, P: 64, R: 8, L: 256, V: 40, typeK: GGMLType.Q5_0, typeV: GGMLType.Q4_K },
   { H: 4, P: 12, R: 4, L: 24, V: 20, typeK: GGMLType.F32, typeV: GGMLType.F16, tune: { attnFuseSplit: 16, attnFuseKeys: 2 } },
   // DeepSeek-V2-Lite's head (Q4_K_M: W_UK Q5_0, W_UV Q4_K) as the GPU runs it: 8 splits, 2 keys an iteration
-  { H: 2, P: 128, R: 64, L: 512, V: 128, typeK: GGMLType.Q5_0, typeV: GGMLType.Q4_K, tune: { attnFuseSplit: 8, attnFuseKeys: 2, attnFusePrefetch: 1 }, keys: [[1, 0], [48, 0], [97, 8]] },
+  { H: 2, P: 128, R: 64, L: 512, V: 128, typeK: GGMLType.Q5_0, typeV: GGMLType.Q4_K, tune: { attnFuseSplit: 8, attnFuseKeys: 2 }, keys: [[1, 0], [48, 0], [97, 8]] },
   { H: 2, P: 256, R: 16, L: 64, V: 24, typeK: GGMLType.Q6_K, typeV: GGMLType.Q8_0, tune: { attnFuseKeys: 4 }, keys: [[5, 0], [70, 0]] },
   // q-LoRA: GLM-4.7-Flash's head widths (P 192: six Q5_0 chunks a row, four lanes a row), the key from the cache
   { H: 3, P: 192, R: 64, L: 512, V: 256, typeK: GGMLType.Q5_0, typeV: GGMLType.Q4_K, lora: true, keys: [[1, 0], [9, 0], [40, 4]] },
-  { H: 3, P: 32, R: 6, L: 64, V: 32, typeK: GGMLType.Q8_0, typeV: GGMLType.F16, lora: true, tune: { attnFuseKeys: 2, attnFusePrefetch: 1 }, keys: [[1, 0], [33, 16], [256, 0]] },
+  { H: 3, P: 32, R: 6, L: 64, V: 32, typeK: GGMLType.Q8_0, typeV: GGMLType.F16, lora: true, tune: { attnFuseKeys: 2 }, keys: [[1, 0], [33, 16], [256, 0]] },
 ];
 
 function quantized(rng: Rng, type: number, cols: number, rows: number): QMatrix {

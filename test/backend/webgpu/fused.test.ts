@@ -157,68 +157,25 @@ test("FusedGpuModel.forwardBatch packs decodes and prompt chunks of different se
   }
 });
 
-test("FusedGpuModel.forwardBatchPicks: the GPU's greedy choice of a chunk's last row equals the host's on forwardBatch's rows (mixed with rows read back, a chunk split across steps, all-pick steps)", { skip }, () => {
-  const c = CASES.find((x) => x.label === "no-qlora-odd")!;
-  const m = synthModel(c, 8);
-  const { config } = loadModel(m.path);
-  const V = config.nVocab;
-  const seqs = [randomTokens(6, 51, 0, V), randomTokens(9, 52, 0, V), randomTokens(4, 53, 0, V)];
-  const a = new FusedGpuModel(config, { slots: 3, context: 16, maxTokens: 8 });
-  const b = new FusedGpuModel(config, { slots: 3, context: 16, maxTokens: 8 });
-  try {
-    a.load(m.path);
-    b.load(m.path);
-    const ca = seqs.map(() => new LatentCache(a.config));
-    const cb = seqs.map(() => new LatentCache(b.config));
-    const chunks = (caches: LatentCache[], round: number): SequenceChunk[] =>
-      round === 0
-        ? [
-            { tokens: seqs[0]!.slice(0, 5), cache: caches[0], path: "prefill", logits: "last" },
-            { tokens: seqs[1]!.slice(0, 8), cache: caches[1], path: "prefill", logits: "last" },
-            { tokens: seqs[2]!.slice(0, 3), cache: caches[2], path: "prefill", logits: "all" },
-          ]
-        : [0, 1, 2].map((i) => ({ tokens: [seqs[i]![caches[i]!.length]!], cache: caches[i], path: "decode" as const, logits: "last" as const }));
-    const hostPick = (row: Float32Array): { token: number; logprob: number } => {
-      const best = argmax(row);
-      return { token: best, logprob: logSoftmaxRow(row)[best]! };
-    };
-    // round 0: two picks (one split across the 8-token steps) and an "all" chunk read back; round 1: all three picks
-    for (const [round, picks] of [[0, [true, true, false]], [1, [true, true, true]]] as const) {
-      const got = a.forwardBatchPicks(chunks(ca, round), picks);
-      const want = b.forwardBatch(chunks(cb, round));
-      picks.forEach((p, i) => {
-        if (!p) {
-          assert.ok(got[i] instanceof Float32Array);
-          assert.deepEqual(Array.from(got[i] as Float32Array), Array.from(want[i]!), `round ${round} chunk ${i}: rows`);
-          return;
-        }
-        const g = got[i] as { token: number; logprob: number };
-        const h = hostPick(want[i]!.subarray(want[i]!.length - V));
-        assert.equal(g.token, h.token, `round ${round} chunk ${i}: token`);
-        assert.ok(Math.abs(g.logprob - h.logprob) <= 1e-4, `round ${round} chunk ${i}: logprob ${g.logprob} vs ${h.logprob}`);
-      });
-    }
-    assert.deepEqual(ca.map((x) => x.length), [6, 9, 4]);
-    assert.throws(() => a.forwardBatchPicks([{ tokens: [1], cache: ca[0], path: "decode", logits: "all" }], [true]), /without logits "last"/);
-  } finally {
-    void a.close();
-    void b.close();
-    m.cleanup();
-  }
-});
+type Pick = boolean | { temperature: number; key: number };
 
-test("FusedGpuModel.forwardBatchPicks with draws: tokens drawn at a temperature on the GPU come with the host's log_softmax of their row; greedy picks and rows read back beside them as before", { skip }, () => {
+/**
+ * Two FusedGpuModels on one file, three sequences: `a` takes forwardBatchPicks with each round's picks, `b` forwardBatch
+ * on the same chunks. Round 0: prompt chunks of 5 and 8 tokens ("last": the 8 split across the 8-token steps) and an
+ * "all" chunk of 3; later rounds: one decode token each. A greedy pick must be the argmax of b's row, a draw a token
+ * of the vocabulary, each with b's log_softmax there; a chunk not picked gives b's rows. Then `after(a, caches)`.
+ */
+function picksAgainstHost(seed: number, rounds: readonly (readonly Pick[])[], after: (a: FusedGpuModel, ca: LatentCache[]) => void): void {
   const c = CASES.find((x) => x.label === "no-qlora-odd")!;
   const m = synthModel(c, 8);
   const { config } = loadModel(m.path);
   const V = config.nVocab;
-  const seqs = [randomTokens(6, 61, 0, V), randomTokens(9, 62, 0, V), randomTokens(4, 63, 0, V)];
+  const seqs = [randomTokens(6, seed, 0, V), randomTokens(9, seed + 1, 0, V), randomTokens(4, seed + 2, 0, V)];
   const a = new FusedGpuModel(config, { slots: 3, context: 16, maxTokens: 8 });
   const b = new FusedGpuModel(config, { slots: 3, context: 16, maxTokens: 8 });
   try {
     a.load(m.path);
     b.load(m.path);
-    assert.equal(a.picksDraw, true);
     const ca = seqs.map(() => new LatentCache(a.config));
     const cb = seqs.map(() => new LatentCache(b.config));
     const chunks = (caches: LatentCache[], round: number): SequenceChunk[] =>
@@ -229,17 +186,12 @@ test("FusedGpuModel.forwardBatchPicks with draws: tokens drawn at a temperature 
             { tokens: seqs[2]!.slice(0, 3), cache: caches[2], path: "prefill", logits: "all" },
           ]
         : [0, 1, 2].map((i) => ({ tokens: [seqs[i]![caches[i]!.length]!], cache: caches[i], path: "decode" as const, logits: "last" as const }));
-    // round 0: a draw (its chunk split across the 8-token steps), a greedy pick, an "all" chunk read back; round 1: two
-    // draws at other temperatures beside a greedy pick
-    const rounds: [number, (boolean | { temperature: number; key: number })[]][] = [
-      [0, [{ temperature: 0.8, key: 12345 }, true, false]],
-      [1, [{ temperature: 1.7, key: 0xfffffff0 }, true, { temperature: 0.3, key: 7 }]],
-    ];
-    for (const [round, picks] of rounds) {
+    rounds.forEach((picks, round) => {
       const got = a.forwardBatchPicks(chunks(ca, round), picks);
       const want = b.forwardBatch(chunks(cb, round));
       picks.forEach((p, i) => {
         if (p === false) {
+          assert.ok(got[i] instanceof Float32Array);
           assert.deepEqual(Array.from(got[i] as Float32Array), Array.from(want[i]!), `round ${round} chunk ${i}: rows`);
           return;
         }
@@ -250,16 +202,37 @@ test("FusedGpuModel.forwardBatchPicks with draws: tokens drawn at a temperature 
         else assert.ok(Number.isInteger(g.token) && g.token >= 0 && g.token < V, `round ${round} chunk ${i}: drawn token ${g.token}`);
         assert.ok(Math.abs(g.logprob - lp[g.token]!) <= 1e-4, `round ${round} chunk ${i}: logprob ${g.logprob} vs ${lp[g.token]}`);
       });
-    }
-    assert.deepEqual(ca.map((x) => x.length), [6, 9, 4]);
-    const one: SequenceChunk[] = [{ tokens: [1], cache: ca[0]!, path: "decode", logits: "last" }];
-    assert.throws(() => a.forwardBatchPicks(one, [{ temperature: -1, key: 1 }]), /temperature ≥ 0 and a 32-bit key/);
-    assert.throws(() => a.forwardBatchPicks(one, [{ temperature: 1, key: 2 ** 32 }]), /32-bit key/);
+    });
+    after(a, ca);
   } finally {
     void a.close();
     void b.close();
     m.cleanup();
   }
+}
+
+test("FusedGpuModel.forwardBatchPicks: the GPU's greedy choice of a chunk's last row equals the host's on forwardBatch's rows (mixed with rows read back, a chunk split across steps, all-pick steps)", { skip }, () => {
+  // round 0: two picks (one split across the 8-token steps) and an "all" chunk read back; round 1: all three picks
+  picksAgainstHost(51, [[true, true, false], [true, true, true]], (a, ca) => {
+    assert.deepEqual(ca.map((x) => x.length), [6, 9, 4]);
+    assert.throws(() => a.forwardBatchPicks([{ tokens: [1], cache: ca[0], path: "decode", logits: "all" }], [true]), /without logits "last"/);
+  });
+});
+
+test("FusedGpuModel.forwardBatchPicks with draws: tokens drawn at a temperature on the GPU come with the host's log_softmax of their row; greedy picks and rows read back beside them as before", { skip }, () => {
+  // round 0: a draw (its chunk split across the 8-token steps), a greedy pick, an "all" chunk read back; round 1: two
+  // draws at other temperatures beside a greedy pick
+  const rounds: Pick[][] = [
+    [{ temperature: 0.8, key: 12345 }, true, false],
+    [{ temperature: 1.7, key: 0xfffffff0 }, true, { temperature: 0.3, key: 7 }],
+  ];
+  picksAgainstHost(61, rounds, (a, ca) => {
+    assert.equal(a.picksDraw, true);
+    assert.deepEqual(ca.map((x) => x.length), [6, 9, 4]);
+    const one: SequenceChunk[] = [{ tokens: [1], cache: ca[0]!, path: "decode", logits: "last" }];
+    assert.throws(() => a.forwardBatchPicks(one, [{ temperature: -1, key: 1 }]), /temperature ≥ 0 and a 32-bit key/);
+    assert.throws(() => a.forwardBatchPicks(one, [{ temperature: 1, key: 2 ** 32 }]), /32-bit key/);
+  });
 });
 
 test("FusedGpuModel on glm-dsa (--check-writes): DSA key selection on the GPU (sparse past top_k = 16 keys) matches the reference", { skip }, () => {

@@ -11,19 +11,11 @@ import { argmaxRows, argmaxScratchWords } from "../../../src/backend/webgpu/ops.
 import { GpuRuntime } from "../../../src/backend/webgpu/runtime.js";
 import { CASES, randomTokens, synthModel } from "../../helpers/synth.js";
 import { assertLogprobsClose } from "../../helpers/greedy-chain.js";
+import { logprobAt } from "../../helpers/logprobs.js";
 import { gpuOrSkip, Rng } from "./helpers.js";
 
 const { rt, skip } = await gpuOrSkip({ checkWrites: true });
 after(() => rt?.device.destroy());
-
-/** log_softmax of `row` at `id` in float64, NaN entries left out (the GPU never chooses them nor counts them). */
-function logprobAt(row: Float32Array, id: number): number {
-  let max = -Infinity;
-  for (const v of row) if (v > max) max = v;
-  let sum = 0;
-  for (const v of row) if (v === v) sum += Math.exp(v - max);
-  return row[id]! - max - Math.log(sum);
-}
 
 test("argmax rows on the GPU = the CPU sampler's argmax, with its logprob (ties, NaN, negative rows, odd widths, strided rows)", { skip }, async () => {
   const r = rt!;

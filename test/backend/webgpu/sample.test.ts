@@ -7,18 +7,10 @@ import assert from "node:assert/strict";
 import { argmaxRows, argmaxScratchWords, sampleRows, sampleScratchWords } from "../../../src/backend/webgpu/ops.js";
 import { f32bits } from "../../../src/backend/webgpu/runtime.js";
 import { gpuOrSkip, Rng } from "./helpers.js";
+import { logprobAt } from "../../helpers/logprobs.js";
 
 const { rt, skip } = await gpuOrSkip({ checkWrites: true });
 after(() => rt?.device.destroy());
-
-/** log_softmax of `row` at `id` in float64. */
-function logprobAt(row: Float32Array, id: number): number {
-  let max = -Infinity;
-  for (const v of row) if (v > max) max = v;
-  let sum = 0;
-  for (const v of row) sum += Math.exp(v - max);
-  return row[id]! - max - Math.log(sum);
-}
 
 /** The rows' (1/T bits, key) words. */
 function draws(rows: readonly { invT: number; key: number }[]): Uint32Array {

@@ -173,11 +173,12 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
 
 /**
  * The run report's name for how tokens were chosen: "gpu-greedy-chained" (greedy steps chained on the GPU by the fused
- * pipeline, only the chosen ids and their logprobs read back) or "host-sampling" (every step's logits sampled on the
+ * pipeline, only the chosen ids and their logprobs read back), "gpu-draws-chained" (the same with each token drawn on
+ * the GPU at the sampler's temperature, top-k, top-p and min-p) or "host-sampling" (every step's logits sampled on the
  * host).
  */
-function decodeName(mode: DecodeMode): "gpu-greedy-chained" | "host-sampling" {
-  return mode === "greedy-chained" ? "gpu-greedy-chained" : "host-sampling";
+function decodeName(mode: DecodeMode): "gpu-greedy-chained" | "gpu-draws-chained" | "host-sampling" {
+  return mode === "greedy-chained" ? "gpu-greedy-chained" : mode === "draws-chained" ? "gpu-draws-chained" : "host-sampling";
 }
 
 interface Runner {

@@ -5,6 +5,7 @@ import { DEFAULT_PREFILL_CHUNK } from "./evaluate.js";
 import { LatentCache, type LatentStore } from "./latent-cache.js";
 import { createSampler, Sampler, type SampleResult, type SamplerOptions } from "./sampler.js";
 import { yieldToEventLoop } from "../util/yield.js";
+import type { PickDraw } from "./scheduler.js";
 
 /**
  * How the prompt and the generated tokens are run:
@@ -29,7 +30,13 @@ export interface GreedyChainModel {
    * as the sampler's SampleResult.logprob) and advances the cache by `steps`, as that many forward([token], cache)
    * calls would (the last id returned is not in the cache yet).
    */
-  decodeGreedy(token: number, cache: LatentStore, steps: number): GreedyChunk;
+  decodeGreedy(token: number, cache: LatentStore, steps: number, draws?: readonly PickDraw[]): GreedyChunk;
+  /**
+   * decodeGreedy takes `draws` (one a step): step s's token is then drawn by draws[s] (its temperature and the host
+   * Sampler's filters, by its key) instead of taken greedily; with `picksDrawTopK` also draws with top-k
+   */
+  readonly chainsDraws?: boolean;
+  readonly picksDrawTopK?: boolean;
 }
 
 /** What a chunk of chained greedy steps chose: `tokens[s]` and its log-probability `logprobs[s]` per step. */
@@ -40,10 +47,11 @@ export interface GreedyChunk {
 
 /**
  * How the tokens after the first were chosen: "greedy-chained" — greedy steps chained on the model's device in chunks
- * (GreedyChainModel; the host reads back only the chosen ids and their logprobs), "host-sampling" — the logits of
- * every step read back and sampled on the host.
+ * (GreedyChainModel; the host reads back only the chosen ids and their logprobs), "draws-chained" — the same with each
+ * step's token drawn on the device (the sampler's temperature and filters, a key a step from its seeded generator),
+ * "host-sampling" — the logits of every step read back and sampled on the host.
  */
-export type DecodeMode = "greedy-chained" | "host-sampling";
+export type DecodeMode = "greedy-chained" | "draws-chained" | "host-sampling";
 
 /** Steps in the first chained greedy chunk; each later chunk doubles, up to CHAIN_MAX_STEPS. */
 export const CHAIN_FIRST_STEPS = 4;
@@ -177,8 +185,12 @@ export function* generateTokens(model: GenerateModel, tokenizer: GenerateTokeniz
   const stops = (opts.stop ?? []).filter((s) => s.length > 0);
   const stopTokens = new Set(opts.stopTokens ?? []);
   const sampler: TokenSampler = opts.sampler ?? createSampler(opts);
-  const chain = opts.chainedGreedy !== false && path !== "reference" && sampler instanceof Sampler && sampler.isGreedy() && sampler.logprobs === 0 ? model.decodeGreedy?.bind(model) : undefined;
-  const decodeMode: DecodeMode = chain !== undefined ? "greedy-chained" : "host-sampling";
+  const chainable = opts.chainedGreedy !== false && path !== "reference" && sampler instanceof Sampler;
+  const greedyChain = chainable && sampler.isGreedy() && sampler.logprobs === 0;
+  // samplers the model's device can draw for (a temperature, and top-k ≤ 64 with top-p / min-p where it filters)
+  const drawChain = chainable && !greedyChain && model.chainsDraws === true && sampler.drawsOnDevice(model.picksDrawTopK === true);
+  const chain = greedyChain || drawChain ? model.decodeGreedy?.bind(model) : undefined;
+  const decodeMode: DecodeMode = chain === undefined ? "host-sampling" : drawChain ? "draws-chained" : "greedy-chained";
   const decoder = tokenizer.createDecoder({ skipSpecial: !(opts.special ?? false) });
 
   const tokens: number[] = [];
@@ -280,7 +292,8 @@ export function* generateTokens(model: GenerateModel, tokenizer: GenerateTokeniz
       if (aheadAt >= ahead.tokens.length) {
         const allowed = Math.min(maxTokens, cfg.contextLength - promptTokens.length) - tokens.length;
         const steps = Math.min(chainSteps, allowed);
-        ahead = chain(r.token, cache, steps);
+        // a draw's key a step, from the sampler's seeded generator: the same seed gives the same tokens
+        ahead = drawChain ? chain(r.token, cache, steps, Array.from({ length: steps }, () => (sampler as Sampler).deviceDraw())) : chain(r.token, cache, steps);
         aheadAt = 0;
         if (ahead.tokens.length !== steps || ahead.logprobs.length !== steps) {
           throw new LatentError(`decodeGreedy returned ${ahead.tokens.length} ids and ${ahead.logprobs.length} logprobs for ${steps} steps`);

@@ -67,6 +67,9 @@ function rotl(x: number, k: number): number {
  * The returned `logprob` is that of the chosen token under the UNMODIFIED distribution log_softmax(raw logits),
  * not under the truncated/tempered one, matching the OpenAI API's `logprobs`.
  */
+/** Most top-k a model's device filters by when it draws tokens (Sampler.drawsOnDevice): larger ones sample on the host. */
+export const DEVICE_DRAW_TOPK_MAX = 64;
+
 /** log-probabilities of the row being sampled: one buffer for all samplers (sampling is synchronous) */
 let scratch = new Float64Array(0);
 /**
@@ -109,10 +112,18 @@ export class Sampler {
 
   /**
    * Whether a model's device may draw this sampler's tokens (PickDraw): a temperature alone — no top-k, top-p or
-   * min-p, no top logprobs.
+   * min-p — or, where the device filters (`withTopK`), a top-k of 1..DEVICE_DRAW_TOPK_MAX with any top-p and min-p;
+   * no top logprobs either way.
    */
-  drawsOnDevice(): boolean {
-    return this.temperature > 0 && this.topK === 0 && this.topP >= 1 && this.minP <= 0 && this.logprobs === 0;
+  drawsOnDevice(withTopK = false): boolean {
+    if (!(this.temperature > 0) || this.logprobs !== 0) return false;
+    if (this.topK === 0) return this.topP >= 1 && this.minP <= 0;
+    return withTopK && this.topK <= DEVICE_DRAW_TOPK_MAX;
+  }
+
+  /** A draw on a model's device of this sampler's next token: its settings and a fresh key (drawKey). */
+  deviceDraw(): { temperature: number; topK: number; topP: number; minP: number; key: number } {
+    return { temperature: this.temperature, topK: this.topK, topP: this.topP, minP: this.minP, key: this.drawKey() };
   }
 
   /** The 32-bit key of one draw made on a model's device, from this sampler's seeded generator. */

@@ -30,6 +30,8 @@ export interface BatchModel {
   forwardBatchPicks?(seqs: readonly SequenceChunk[], picks: readonly (boolean | PickDraw)[]): (Float32Array | GreedyPick)[];
   /** forwardBatchPicks takes PickDraws too */
   readonly picksDraw?: boolean;
+  /** and PickDraws with top-k 1..DEVICE_DRAW_TOPK_MAX (with top-p, min-p) */
+  readonly picksDrawTopK?: boolean;
 }
 
 /**
@@ -39,6 +41,10 @@ export interface BatchModel {
 export interface PickDraw {
   readonly temperature: number;
   readonly key: number;
+  /** the host Sampler's filters, applied before the draw as it applies them (models with `picksDrawTopK`): top-k 0 = off */
+  readonly topK?: number;
+  readonly topP?: number;
+  readonly minP?: number;
 }
 
 /** A greedy choice made on the model's device: the token and its log-probability. */
@@ -523,7 +529,7 @@ export class Scheduler {
         ? members.map((seq, i): boolean | PickDraw => {
             if (chunks[i]!.logits !== "last") return false;
             if (seq.sampler.isGreedy()) return seq.sampler.logprobs === 0;
-            return drawing && seq.sampler.drawsOnDevice() ? { temperature: seq.sampler.temperature, key: seq.sampler.drawKey() } : false;
+            return drawing && seq.sampler.drawsOnDevice(this.model.picksDrawTopK === true) ? seq.sampler.deviceDraw() : false;
           })
         : undefined;
     let outs: (Float32Array | GreedyPick)[];

@@ -12,7 +12,7 @@ import { generate, generateSync } from "../../src/engine/generate.js";
 import { Sampler } from "../../src/engine/sampler.js";
 import { UsageError } from "../../src/util/errors.js";
 import { FIXTURE_DIR } from "../gguf/helpers.js";
-import { assertChainedEqualsHost, HostChainModel } from "../helpers/greedy-chain.js";
+import { assertChainedEqualsHost, HostChainModel, HostDrawModel } from "../helpers/greedy-chain.js";
 
 const { file, model } = loadModel(join(FIXTURE_DIR, "ds2-lite.gguf"));
 const tok = Tokenizer.fromMetadata(file.metadata);
@@ -130,4 +130,34 @@ test("a chained step whose logits the host sampler would refuse (logprob NaN fro
   }
   const m = new BrokenStep(model);
   assert.throws(() => generateSync(m, tok, prompt, { temperature: 0, maxTokens: 40, ignoreEog: true }), (e: unknown) => e instanceof UsageError && /decode step 6 contain NaN or \+Infinity/.test(e.message));
+});
+
+test("draws chain on a model that takes them (chainsDraws): top-k ≤ 64 with top-p / min-p, or a temperature alone; keys from the seeded sampler; others stay on the host", () => {
+  for (const sampling of [{ temperature: 0.8, topK: 40, topP: 0.95, minP: 0.02, seed: 3 }, { temperature: 1.2, seed: 4 }]) {
+    const m = new HostDrawModel(model);
+    const r = generateSync(m, tok, prompt, { ...sampling, maxTokens: 14, ignoreEog: true });
+    const what = JSON.stringify(sampling);
+    assert.equal(r.decode, "draws-chained", what);
+    assert.deepEqual(m.chunks, [4, 8, 1], `${what}: chunks of 4 doubling, cut at maxTokens`);
+    assert.equal(r.tokens.length, 14);
+    // every draw carries the sampler's settings and a key of its generator; the chain's tokens are the draws'
+    for (const d of m.draws) assert.deepEqual({ ...d, key: 0 }, { temperature: sampling.temperature, topK: sampling.topK ?? 0, topP: sampling.topP ?? 1, minP: sampling.minP ?? 0, key: 0 }, what);
+    assert.equal(new Set(m.draws.map((d) => d.key)).size, m.draws.length, `${what}: a fresh key a step`);
+    assert.ok(r.logprobs.every(Number.isFinite), `${what}: logprobs`);
+    // the same seed: the same keys and tokens
+    const again = new HostDrawModel(model);
+    assert.deepEqual(generateSync(again, tok, prompt, { ...sampling, maxTokens: 14, ignoreEog: true }).tokens, r.tokens, `${what}: same seed, same tokens`);
+    assert.deepEqual(again.draws, m.draws);
+  }
+  for (const [what, opts] of [
+    ["top-k past 64", { temperature: 0.8, topK: 65, seed: 3 }],
+    ["top-p without top-k", { temperature: 0.8, topP: 0.9, seed: 3 }],
+    ["top logprobs", { temperature: 0.8, topK: 40, logprobs: 1, seed: 3 }],
+    ["chainedGreedy false", { temperature: 0.8, topK: 40, seed: 3, chainedGreedy: false }],
+  ] as const) {
+    const m = new HostDrawModel(model);
+    const r = generateSync(m, tok, prompt, { ...opts, maxTokens: 5, ignoreEog: true });
+    assert.equal(r.decode, "host-sampling", what);
+    assert.deepEqual(m.draws, [], what);
+  }
 });

@@ -242,3 +242,22 @@ test("options and logits are validated with UsageError", () => {
   assert.throws(() => s.sample(new Float32Array(0)), UsageError);
   assert.equal(s.sample(new Float32Array([-Infinity, 0, -Infinity])).token, 1);
 });
+
+test("drawsOnDevice: a temperature alone; with a filtering device also top-k 1..64 with top-p and min-p; never greedy, top-p/min-p without top-k, or top logprobs", () => {
+  const on = (o: SamplerOptions, withTopK: boolean): boolean => new Sampler({ seed: 1, ...o }).drawsOnDevice(withTopK);
+  for (const withTopK of [false, true]) {
+    assert.equal(on({ temperature: 0.8 }, withTopK), true);
+    assert.equal(on({ temperature: 0 }, withTopK), false);
+    assert.equal(on({ temperature: 0.8, topP: 0.9 }, withTopK), false);
+    assert.equal(on({ temperature: 0.8, minP: 0.1 }, withTopK), false);
+    assert.equal(on({ temperature: 0.8, logprobs: 1 }, withTopK), false);
+    assert.equal(on({ temperature: 0.8, topK: 40, topP: 0.95, minP: 0.05 }, withTopK), withTopK);
+    assert.equal(on({ temperature: 0.8, topK: 64 }, withTopK), withTopK);
+    assert.equal(on({ temperature: 0.8, topK: 65 }, withTopK), false);
+    assert.equal(on({ temperature: 0.8, topK: 40, logprobs: 2 }, withTopK), false);
+  }
+  // a device draw carries the settings and the sampler's next key
+  const s = new Sampler({ temperature: 0.7, topK: 40, topP: 0.9, minP: 0.02, seed: 9 });
+  const keys = new Sampler({ temperature: 0.7, seed: 9 });
+  assert.deepEqual(s.deviceDraw(), { temperature: 0.7, topK: 40, topP: 0.9, minP: 0.02, key: keys.drawKey() });
+});

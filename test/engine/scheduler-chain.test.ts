@@ -263,7 +263,7 @@ test("draws at a temperature alone are made on a model that takes them (PickDraw
   // every draw is request 1's, at its temperature, with the keys its seed gives, one a token; its tokens follow them
   const keys = new Sampler({ temperature: 0.8, seed: 5 });
   assert.equal(m.draws.length, 9);
-  for (const d of m.draws) assert.deepEqual(d, { temperature: 0.8, key: keys.drawKey() });
+  for (const d of m.draws) assert.deepEqual(d, { temperature: 0.8, topK: 0, topP: 1, minP: 0, key: keys.drawKey() });
   assert.deepEqual(r.results[1]!.tokens, m.draws.map((d) => d.key % V));
   // the same seed again: the same stream; the filtered and top-logprobs requests sampled on the host as before
   const again = await run(reqs, { chainSteps: 0 }, new FakeDrawModel());
@@ -309,4 +309,29 @@ test("pages filled by a chain are published with the ids the chain fed: a follow
   assert.ok(chained.model.chains > 0);
   assert.deepEqual(chained.results, host.results);
   assert.equal(host.results[1]!.cached, 20);
+});
+
+test("a model that filters its draws (picksDrawTopK) also takes requests with top-k 1..64, top-p and min-p; top-p without top-k, top-k past 64 and top logprobs stay on the host", async () => {
+  class FakeTopKModel extends FakeDrawModel {
+    readonly picksDrawTopK = true;
+  }
+  const reqs: Req[] = [
+    { prompt: randomTokens(4, 51, 3, V), maxTokens: 6, ignoreEog: true, sampling: { temperature: 0.8, topK: 40, topP: 0.95, minP: 0.05, seed: 11 } },
+    { prompt: randomTokens(3, 52, 3, V), maxTokens: 5, ignoreEog: true, sampling: { temperature: 0.8, topP: 0.9, seed: 12 } },
+    { prompt: randomTokens(3, 53, 3, V), maxTokens: 5, ignoreEog: true, sampling: { temperature: 0.8, topK: 65, seed: 13 } },
+    { prompt: randomTokens(2, 54, 3, V), maxTokens: 5, ignoreEog: true, sampling: { temperature: 0.7, topK: 10, logprobs: 2, seed: 14 } },
+  ];
+  const m = new FakeTopKModel();
+  const r = await run(reqs, { chainSteps: 0 }, m);
+  const keys = new Sampler({ temperature: 0.8, seed: 11 });
+  assert.equal(m.draws.length, 6);
+  for (const d of m.draws) assert.deepEqual(d, { temperature: 0.8, topK: 40, topP: 0.95, minP: 0.05, key: keys.drawKey() });
+  assert.deepEqual(r.results[0]!.tokens, m.draws.map((d) => d.key % V));
+  const host = await run(reqs, { chainSteps: 0 });
+  assert.deepEqual([r.results[1], r.results[2], r.results[3]], [host.results[1], host.results[2], host.results[3]]);
+  // a model that draws only at a temperature keeps the top-k request on the host
+  const plain = new FakeDrawModel();
+  const p = await run(reqs, { chainSteps: 0 }, plain);
+  assert.equal(plain.draws.length, 0);
+  assert.deepEqual(p.results, host.results);
 });

@@ -6,7 +6,8 @@ import assert from "node:assert/strict";
 import { generateSync, type GenerateModel, type GenerateOptions, type GenerateResult, type GenerateTokenizer, type GreedyChainModel, type GreedyChunk, type TokenEvent } from "../../src/engine/generate.js";
 import type { LatentStore } from "../../src/engine/latent-cache.js";
 import { logSoftmax } from "../../src/engine/logprobs.js";
-import { argmax } from "../../src/engine/sampler.js";
+import { argmax, Sampler } from "../../src/engine/sampler.js";
+import type { PickDraw } from "../../src/engine/scheduler.js";
 
 /** Largest tolerated |Δ logprob| between a chained token and the same token sampled on the host. */
 export const CHAINED_LOGPROB_TOL = 1e-4;
@@ -73,6 +74,38 @@ export class HostChainModel implements GreedyChainModel {
       next = argmax(logits);
       tokens.push(next);
       logprobs.push(logSoftmax(logits)[next]!);
+    }
+    return { tokens, logprobs };
+  }
+}
+
+/**
+ * HostChainModel that also chains draws (chainsDraws, picksDrawTopK): a drawn step's token stands in for the device's
+ * draw as the host Sampler's kept ids (its filters at the draw's settings) indexed by the draw's key; the draws are
+ * recorded.
+ */
+export class HostDrawModel extends HostChainModel {
+  readonly chainsDraws = true;
+  readonly picksDrawTopK = true;
+  readonly draws: PickDraw[] = [];
+  constructor(private readonly base: GenerateModel) {
+    super(base);
+  }
+  override decodeGreedy(token: number, cache: LatentStore, steps: number, draws?: readonly PickDraw[]): GreedyChunk {
+    if (draws === undefined) return super.decodeGreedy(token, cache, steps);
+    this.chunks.push(steps);
+    assert.equal(draws.length, steps);
+    const tokens: number[] = [];
+    const logprobs: number[] = [];
+    let next = token;
+    for (const d of draws) {
+      this.draws.push(d);
+      const logits = this.base.forward([next], cache, { path: "decode", logits: "last" });
+      const lp = logSoftmax(logits);
+      const kept = new Sampler({ temperature: d.temperature, topK: d.topK ?? 0, topP: d.topP ?? 1, minP: d.minP ?? 0, seed: 1 }).candidates(Float64Array.from(lp));
+      next = kept[d.key % kept.length]!;
+      tokens.push(next);
+      logprobs.push(lp[next]!);
     }
     return { tokens, logprobs };
   }

@@ -62,7 +62,7 @@ async function handle(req: FusedRequest): Promise<void> {
       return;
     }
     case "greedy": {
-      const { tokens, logprobs } = await gpu!.decodeGreedy(req.tokens, req.steps);
+      const { tokens, logprobs } = await gpu!.decodeGreedy(req.tokens, req.steps, req.draws);
       new Uint32Array(logits.buffer, 0, tokens.length).set(tokens);
       logits.set(logprobs, tokens.length);
       answer(init.channel, 1);

@@ -21,6 +21,19 @@ import type { StepToken, WarmShapes } from "./gpu-model.js";
 import { LatentError } from "../../util/errors.js";
 import { BlockingWorker, newChannel, type BlockingChannel } from "./blocking-worker.js";
 import { NoGpuError } from "./device.js";
+import { DEVICE_DRAW_TOPK_MAX } from "../../engine/sampler.js";
+import { sampleTopKFits } from "./ops.js";
+
+/** Refuses a PickDraw the GPU cannot make as the host Sampler would (`topK`: whether the filters apply here). */
+function checkDraw(d: PickDraw, topK: boolean, what: string): void {
+  const k = d.topK ?? 0;
+  const p = d.topP ?? 1;
+  const m = d.minP ?? 0;
+  if (!(Number.isFinite(d.temperature) && d.temperature >= 0 && Number.isInteger(d.key) && d.key >= 0 && d.key < 2 ** 32)) throw new LatentError(`${what} needs a temperature ≥ 0 and a 32-bit key`);
+  if (!(Number.isInteger(k) && k >= 0 && k <= (topK ? DEVICE_DRAW_TOPK_MAX : 0) && p > 0 && p <= 1 && m >= 0 && m < 1 && (k > 0 || (p >= 1 && m <= 0)))) {
+    throw new LatentError(`${what}: top-k ${k}, top-p ${p}, min-p ${m} are not drawn on this GPU (top-k 1..${topK ? DEVICE_DRAW_TOPK_MAX : 0} for any top-p and min-p, else neither)`);
+  }
+}
 
 export type FusedRequest =
   | { op: "device" }
@@ -36,7 +49,7 @@ export type FusedRequest =
    * chained greedy decode steps of a batch (GpuModel.decodeGreedy): the chosen ids [steps × batch] as u32 at the start
    * of the shared logits, then their logprobs [steps × batch] as f32
    */
-  | { op: "greedy"; tokens: StepToken[]; steps: number }
+  | { op: "greedy"; tokens: StepToken[]; steps: number; draws?: PickDraw[] }
   | { op: "close" };
 
 export interface FusedInit {
@@ -89,6 +102,10 @@ export class FusedGpuModel implements GreedyChainModel {
   readonly adapter: string;
   /** forwardBatchPicks draws rows' tokens at a temperature on the GPU too (wgsl-sample.ts) */
   readonly picksDraw = true;
+  /** and with top-k (1..DEVICE_DRAW_TOPK_MAX), top-p and min-p, where a row fits the top-k kernels (sampleTopKFits) */
+  readonly picksDrawTopK: boolean;
+  /** decodeGreedy chains draws (PickDraws, a key a step) as well as greedy steps */
+  readonly chainsDraws = true;
   private readonly worker: BlockingWorker<FusedRequest>;
   private logits: Float32Array;
   /** GPU cache slot of each running sequence, in order of last use (the least recent is reused first) */
@@ -108,6 +125,7 @@ export class FusedGpuModel implements GreedyChainModel {
     const why = fusedUnsupported(config);
     if (why !== undefined) throw new LatentError(why);
     this.config = { ...config, contextLength: Math.min(config.contextLength, opts.context) };
+    this.picksDrawTopK = sampleTopKFits(config.nVocab);
     const logits = new SharedArrayBuffer(config.nVocab * 4);
     this.logits = new Float32Array(logits);
     const init: Omit<FusedInit, "channel"> = { logits, progress: this.progress.buffer as SharedArrayBuffer, checkWrites: opts.checkWrites === true };
@@ -163,9 +181,7 @@ export class FusedGpuModel implements GreedyChainModel {
     const picked = picks.map((p) => p !== false);
     picks.forEach((p, i) => {
       if (p !== false && seqs[i]!.logits !== "last") throw new LatentError(`forwardBatchPicks: chunk ${i} asks for a pick without logits "last"`);
-      if (typeof p === "object" && !(Number.isFinite(p.temperature) && p.temperature >= 0 && Number.isInteger(p.key) && p.key >= 0 && p.key < 2 ** 32)) {
-        throw new LatentError(`forwardBatchPicks: chunk ${i}'s draw needs a temperature ≥ 0 and a 32-bit key`);
-      }
+      if (typeof p === "object") checkDraw(p, this.picksDrawTopK, `forwardBatchPicks: chunk ${i}'s draw`);
     });
     const V = this.config.nVocab;
     const plan = seqs.map((s) => {
@@ -263,19 +279,22 @@ export class FusedGpuModel implements GreedyChainModel {
    * that many forward([token]) calls would: the store then holds every input fed, and the last id returned is the
    * next input, not yet in the cache.
    */
-  decodeGreedy(token: number, cache: LatentStore, steps: number): GreedyChunk {
-    return this.decodeGreedyBatch([{ token, cache }], steps)[0]!;
+  decodeGreedy(token: number, cache: LatentStore, steps: number, draws?: readonly PickDraw[]): GreedyChunk {
+    return this.decodeGreedyBatch([{ token, cache }], steps, draws)[0]!;
   }
 
   /**
    * `decodeGreedy` for a batch (the scheduler's chained decode): every sequence runs `steps` greedy steps from its
    * `token`, all of them in one decode step per position, exactly as `steps` forwardBatch calls of one-token decode
    * chunks, each sampled greedily, would; each store advances by `steps` (paged stores: their pages for all `steps`
-   * positions reserved beforehand).
+   * positions reserved beforehand). With `draws` (steps × sequences, step-major), each step's token is drawn as
+   * forwardBatchPicks draws it instead of taken greedily.
    */
-  decodeGreedyBatch(seqs: readonly { readonly token: number; readonly cache: LatentStore }[], steps: number): GreedyChunk[] {
+  decodeGreedyBatch(seqs: readonly { readonly token: number; readonly cache: LatentStore }[], steps: number, draws?: readonly PickDraw[]): GreedyChunk[] {
     if (!this.loaded) throw new LatentError("FusedGpuModel: load() the weights first");
     if (!Number.isInteger(steps) || steps < 1) throw new LatentError(`decodeGreedy takes steps ≥ 1, got ${steps}`);
+    if (draws !== undefined && draws.length !== steps * seqs.length) throw new LatentError(`decodeGreedy: ${draws.length} draws for ${steps} steps of ${seqs.length} sequence(s)`);
+    draws?.forEach((d, i) => checkDraw(d, this.picksDrawTopK, `decodeGreedy: draw ${i}`));
     const paged = this.opts.pages !== undefined;
     const starts = seqs.map(({ token, cache }): StepToken => {
       if (!Number.isInteger(token) || token < 0 || token >= this.config.nVocab) throw new LatentError(`token ${token} is outside the vocabulary (0..${this.config.nVocab - 1})`);
@@ -293,7 +312,8 @@ export class FusedGpuModel implements GreedyChainModel {
       const group = starts.slice(at, at + this.opts.maxTokens);
       const B = group.length;
       this.ensureShared(2 * steps * B * 4);
-      this.worker.call({ op: "greedy", tokens: group, steps });
+      const groupDraws = draws === undefined ? undefined : Array.from({ length: steps }, (_, s) => draws.slice(s * seqs.length + at, s * seqs.length + at + B)).flat();
+      this.worker.call({ op: "greedy", tokens: group, steps, ...(groupDraws !== undefined ? { draws: groupDraws } : {}) });
       this.gpuSteps += steps;
       const ids = new Uint32Array(this.logits.buffer, 0, steps * B);
       const lps = this.logits.subarray(steps * B, 2 * steps * B);

@@ -15,7 +15,7 @@ import type { SwiGLU } from "../../model/weights.js";
 import { LatentError } from "../../util/errors.js";
 import type { PickDraw } from "../../engine/scheduler.js";
 import { expertListWords, expertLists, expertsFrom, fusable, getRows, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLUSteps, type CombineArgs, type FusionArgs } from "./matrix.js";
-import { addNorm, argmaxRows, argmaxScratchWords, sampleRows, sampleScratchWords, attention, attentionScratch, copyU32, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, routeNormShape, scatterRows, touch, type RouteArgs } from "./ops.js";
+import { addNorm, argmaxRows, argmaxScratchWords, DRAW_WORDS, drawWords, sampleRows, sampleScratchWords, sampleTopKFits, sampleTopKWords, attention, attentionScratch, copyU32, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, routeNormShape, scatterRows, touch, type RouteArgs } from "./ops.js";
 import { attentionFused, attnFusedShape } from "./attn-fused.js";
 import { moeRouter, routerFuseShape } from "./router.js";
 import { f32bits, type GpuRuntime, type Recording } from "./runtime.js";
@@ -287,8 +287,10 @@ export class GpuModel {
     buf("amax", Math.max(argmaxScratchWords(N, c.nVocab), sampleScratchWords(N, c.nVocab)));
     // a greedy step's chosen tokens' logprobs (next to the ids it writes)
     buf("lp", N);
-    // a sampling step's (1/T, key) per logits row (stepPicks with draws)
-    buf("draw", 2 * N);
+    // a sampling step's draw per logits row (stepPicks with draws): DRAW_WORDS each
+    buf("draw", DRAW_WORDS * N);
+    // the top-k draws' candidates (sampleRows with cand), where a row fits those kernels
+    if (sampleTopKFits(c.nVocab)) buf("cand", sampleTopKWords(N, c.nVocab));
   }
 
   /** Width of an A0 row: the first product's outputs (q or the q-LoRA latent) then kv_a's (c, k_pe). */
@@ -356,9 +358,12 @@ export class GpuModel {
     const draws = picks && !greedy ? opts.draws : undefined;
     if (draws !== undefined) {
       if (draws.length !== rows.length) throw new LatentError(`a step's draws: ${draws.length} for ${rows.length} logits rows`);
-      rt.write(b.draw!, 0, Uint32Array.from(draws.flatMap((d) => [f32bits(d.temperature > 0 ? 1 / d.temperature : 0), d.key >>> 0])));
+      rt.write(b.draw!, 0, drawWords(draws));
     }
-    const key = `${n}|${Math.ceil(maxKeys / ATTN_CHUNK)}|${rows.length === n ? "all" : rows.join(",")}${picks ? (draws !== undefined ? "|draws" : "|picks") : ""}`;
+    // top-k draws take the filtering kernels too (rows without top-k pass through them unchanged)
+    const topK = draws?.some((d) => (d.topK ?? 0) > 0) === true;
+    if (topK && b.cand === undefined) throw new LatentError(`top-k draws on the GPU: a vocabulary of ${c.nVocab} ids is too large for its kernels (sampleTopKFits)`);
+    const key = `${n}|${Math.ceil(maxKeys / ATTN_CHUNK)}|${rows.length === n ? "all" : rows.join(",")}${picks ? (draws !== undefined ? (topK ? "|draws-topk" : "|draws") : "|picks") : ""}`;
     const rec = this.recordings.get(key);
     if (rec !== undefined) {
       this.lastRecording = rec;
@@ -368,7 +373,7 @@ export class GpuModel {
     }
     rt.beginRecording();
     this.encodeLayers(n, maxKeys, rows);
-    if (draws !== undefined) sampleRows(rt, b.logits!, b.draw!, b.ids!, b.lp!, b.amax!, { n: rows.length, width: c.nVocab });
+    if (draws !== undefined) sampleRows(rt, b.logits!, b.draw!, b.ids!, b.lp!, b.amax!, { n: rows.length, width: c.nVocab, ...(topK ? { cand: b.cand! } : {}) });
     else if (picks) argmaxRows(rt, b.logits!, b.ids!, b.amax!, { n: rows.length, width: c.nVocab, logprobs: b.lp! });
     const made = rt.endRecording();
     this.lastRecording = made;
@@ -601,10 +606,12 @@ export class GpuModel {
    * round trip to the host, so the host encodes step s+1 while the GPU runs step s. Sequence i starts from `token` at
    * `pos` (its cache holds the positions before). Returns the chosen tokens [steps × batch] and their logprobs
    * (log_softmax of the step's logits row at the token, computed on the GPU: the sampler's logprob) [steps × batch].
+   * With `draws` [steps × batch] (step-major), each step's tokens are drawn as stepPicks draws them instead.
    */
-  async decodeGreedy(seqs: readonly { readonly token: number; readonly slot: number; readonly pos: number; readonly pages?: readonly number[] }[], steps: number): Promise<{ tokens: Uint32Array; logprobs: Float32Array }> {
+  async decodeGreedy(seqs: readonly { readonly token: number; readonly slot: number; readonly pos: number; readonly pages?: readonly number[] }[], steps: number, draws?: readonly PickDraw[]): Promise<{ tokens: Uint32Array; logprobs: Float32Array }> {
     const B = seqs.length;
     if (steps < 1) return { tokens: new Uint32Array(0), logprobs: new Float32Array(0) };
+    if (draws !== undefined && draws.length !== steps * B) throw new LatentError(`decodeGreedy: ${draws.length} draws for ${steps} steps of ${B} sequence(s)`);
     const words = steps * B;
     if (this.history === undefined || this.history.size < 2 * words * 4) {
       this.history?.destroy();
@@ -614,7 +621,7 @@ export class GpuModel {
       const tokens = seqs.map((q) => ({ token: q.token, slot: q.slot, pos: q.pos + s, logits: true, ...(q.pages !== undefined ? { pages: q.pages } : {}) }));
       // one submission per step: the GPU already overlaps with the host, which encodes step s+1 while step s runs, and
       // every extra submission costs host time
-      this.encode(tokens, { greedy: true, idsOnGpu: s > 0, submitEvery: Infinity });
+      this.encode(tokens, { ...(draws !== undefined ? { picks: true, draws: draws.slice(s * B, (s + 1) * B) } : { greedy: true }), idsOnGpu: s > 0, submitEvery: Infinity });
       this.rt.copy(this.b.ids!, 0, this.history, s * B * 4, B * 4);
       this.rt.copy(this.b.lp!, 0, this.history, (words + s * B) * 4, B * 4);
     }
@@ -640,7 +647,10 @@ export class GpuModel {
         const all = Array.from({ length: n }, (_, i) => i);
         for (const k of keys(1)) this.encodeLayers(n, k, all, layers);
         if (shapes.greedy === true) argmaxRows(this.rt, this.b.logits!, this.b.ids!, this.b.amax!, { n, width: this.c.nVocab, logprobs: this.b.lp! });
-        if (shapes.draws === true) sampleRows(this.rt, this.b.logits!, this.b.draw!, this.b.ids!, this.b.lp!, this.b.amax!, { n, width: this.c.nVocab });
+        if (shapes.draws === true) {
+          sampleRows(this.rt, this.b.logits!, this.b.draw!, this.b.ids!, this.b.lp!, this.b.amax!, { n, width: this.c.nVocab });
+          if (this.b.cand !== undefined) sampleRows(this.rt, this.b.logits!, this.b.draw!, this.b.ids!, this.b.lp!, this.b.amax!, { n, width: this.c.nVocab, cand: this.b.cand });
+        }
       }
       for (const n of new Set(shapes.prefill ?? [])) {
         if (!Number.isInteger(n) || n < 1 || n > maxTokens) throw new LatentError(`warm: a prefill step of ${n} tokens (1..${maxTokens})`);

@@ -33,7 +33,10 @@ import {
 import { routeGrid, routeShape, routeWGSL as routeSource, type RouteShape } from "./wgsl-route.js";
 import { ATTN_WIDE_COMBINE_WGSL, ATTN_WIDE_PARAMS, attnWideBytes, attnWidePlan, attnWideScratch, attnWideWGSL as attnWideSource } from "./wgsl-attn.js";
 import { memoWGSL } from "./wgsl-memo.js";
-import { sampleWGSL as sampleSource } from "./wgsl-sample.js";
+import { DRAW_WORDS, SAMPLE_TOPK_CAP, SAMPLE_TOPK_MAX, sampleTopKWGSL as sampleTopKSource, sampleWGSL as sampleSource } from "./wgsl-sample.js";
+import type { PickDraw } from "../../engine/scheduler.js";
+
+export { DRAW_WORDS };
 
 const ADD_NORM_WGSL = memoWGSL(addNormSource);
 const argmaxWGSL = memoWGSL(argmaxSource);
@@ -46,6 +49,7 @@ const SOFTMAX_WGSL = memoWGSL(softmaxSource);
 const routeWGSL = memoWGSL(routeSource);
 const attnWideWGSL = memoWGSL(attnWideSource);
 const sampleWGSL = memoWGSL(sampleSource);
+const sampleTopKWGSL = memoWGSL(sampleTopKSource);
 /** withSubgroupTotal by its source (the same string object each time, from the memoized generators) and size */
 const subgroupTotals = new Map<string, Map<number | undefined, string>>();
 function withSubgroupTotal(code: string, sg: number | undefined): string {
@@ -507,20 +511,44 @@ export function sampleScratchWords(n: number, width: number): number {
   return 8 * n * Math.ceil(width / ARGMAX_SLICE);
 }
 
+/** The draws buffer's words for these rows' draws (DRAW_WORDS each: see sampleRows). */
+export function drawWords(draws: readonly PickDraw[]): Uint32Array {
+  return Uint32Array.from(draws.flatMap((d) => [f32bits(d.temperature > 0 ? 1 / d.temperature : 0), d.key >>> 0, d.topK ?? 0, f32bits(d.topP ?? 1), f32bits(d.minP ?? 0), 0, 0, 0]));
+}
+
+/** Words of the candidates buffer sampleRows needs for top-k rows: SAMPLE_TOPK_MAX (x, id) pairs per slice of a row. */
+export function sampleTopKWords(n: number, width: number): number {
+  return 2 * SAMPLE_TOPK_MAX * n * Math.ceil(width / ARGMAX_SLICE);
+}
+
+/** Whether sampleRows draws top-k rows of this width (its merge holds a row's candidates in workgroup memory). */
+export function sampleTopKFits(width: number): boolean {
+  return Math.ceil(width / ARGMAX_SLICE) * SAMPLE_TOPK_MAX <= SAMPLE_TOPK_CAP;
+}
+
 /**
  * ids[t] = a token drawn from softmax(x_t / T_t) by the Gumbel-max trick (wgsl-sample.ts), or argmax(x_t) where 1/T_t
- * is 0, for rows t of x [n × width]; `draws` holds per row (1/T as f32 bits, a 32-bit key), the key drawn from the
- * request's seeded sampler. logprobs[t] = log_softmax(x_t) at ids[t] (NaN where the host sampler would refuse the
- * row). Two dispatches, as argmaxRows.
+ * is 0, for rows t of x [n × width]; `draws` holds per row DRAW_WORDS words — (1/T as f32 bits, a 32-bit key, top-k,
+ * top-p as f32 bits), (min-p as f32 bits, 0, 0, 0) — the key drawn from the request's seeded sampler. With `cand`
+ * (sampleTopKWords), rows with top-k 1..SAMPLE_TOPK_MAX are drawn after top-k → top-p → min-p as the host Sampler
+ * filters (sampleTopKWGSL; two more dispatches); without it the filters are ignored. logprobs[t] = log_softmax(x_t) at
+ * ids[t] (NaN where the host sampler would refuse the row). Two dispatches, as argmaxRows, or four.
  */
-export function sampleRows(rt: GpuRuntime, x: GPUBuffer, draws: GPUBuffer, ids: GPUBuffer, logprobs: GPUBuffer, part: GPUBuffer, a: { n: number; width: number; xOff?: number; xStride?: number }): void {
+export function sampleRows(rt: GpuRuntime, x: GPUBuffer, draws: GPUBuffer, ids: GPUBuffer, logprobs: GPUBuffer, part: GPUBuffer, a: { n: number; width: number; xOff?: number; xStride?: number; cand?: GPUBuffer }): void {
   const slices = Math.ceil(a.width / ARGMAX_SLICE);
-  const params = new Uint32Array([a.n, a.width, a.xOff ?? 0, a.xStride ?? a.width, slices, 0, 0, 0]);
+  if (a.cand !== undefined && !sampleTopKFits(a.width)) throw new LatentError(`top-k draws on the GPU take rows of up to ${(SAMPLE_TOPK_CAP / SAMPLE_TOPK_MAX) * ARGMAX_SLICE} logits, not ${a.width}`);
+  // bits of the ids a row's slices span (the top-k selection's second key)
+  const idBits = Math.max(1, Math.ceil(Math.log2(slices * ARGMAX_SLICE)));
+  const params = new Uint32Array([a.n, a.width, a.xOff ?? 0, a.xStride ?? a.width, slices, idBits, 0, 0]);
   rt.dispatch("sample slices", sampleWGSL("slices"), [x, draws, part], params, [slices, Math.min(a.n, 65535), Math.ceil(a.n / 65535)], [{ buffer: part, offset: 0, size: a.n * slices * 32 }]);
   rt.dispatch("sample merge", sampleWGSL("merge"), [part, ids, logprobs], params, [Math.min(a.n, 65535), Math.ceil(a.n / 65535)], [
     { buffer: ids, offset: 0, size: a.n * 4 },
     { buffer: logprobs, offset: 0, size: a.n * 4 },
   ]);
+  if (a.cand === undefined) return;
+  // (rows without top-k write nothing here: no completeness check on these outputs)
+  rt.dispatch("sample topk slices", sampleTopKWGSL("slices"), [x, draws, a.cand], params, [slices, Math.min(a.n, 65535), Math.ceil(a.n / 65535)]);
+  rt.dispatch("sample topk merge", sampleTopKWGSL("merge"), [a.cand, part, draws, ids, logprobs], params, [Math.min(a.n, 65535), Math.ceil(a.n / 65535)]);
 }
 
 /** Words of the scratch argmaxRows needs for n rows of `width`: per slice of a row its best (value, index) and Σ exp. */

@@ -57,7 +57,7 @@ interface RunReport {
   logprobs: { id: number; logprob: number | null; top?: [number, number][] }[];
 }
 
-test("run --backend webgpu --temp 0 chains the greedy steps on the GPU: same text as --backend cpu; sampling and --logprobs stay on the host", { skip }, async () => {
+test("run --backend webgpu --temp 0 chains the greedy steps on the GPU: same text as --backend cpu; --logprobs stays on the host; sampling chains draws on the GPU", { skip }, async () => {
   const args = [MODEL, "-p", "hello world", "-n", "20", "--temp", "0", "--json", "--seed", "1", "--ignore-eos"];
   const cpu = JSON.parse(await capture(runMain, [...args, "--backend", "cpu"])) as RunReport;
   const gpu = JSON.parse(await capture(runMain, [...args, "--backend", "webgpu"])) as RunReport;
@@ -84,8 +84,16 @@ test("run --backend webgpu --temp 0 chains the greedy steps on the GPU: same tex
   assertLogprobsClose(gpu.logprobs.map(num), withLogprobs.logprobs.map(num), "run --json logprobs, chained vs host sampling");
   // and within the CPU kernels' agreement of the CPU backend's
   gpu.logprobs.forEach((e, i) => assert.ok(Math.abs(num(e) - num(cpu.logprobs[i]!)) <= 1e-3, `token ${i}: ${e.logprob} vs the CPU's ${cpu.logprobs[i]!.logprob}`));
-  const sampled = JSON.parse(await capture(runMain, [MODEL, "-p", "hello world", "-n", "5", "--temp", "0.8", "--json", "--seed", "1", "--backend", "webgpu"])) as RunReport;
-  assert.equal(sampled.decode, "host-sampling");
+  // sampling at the CLI's defaults (temperature 0.8, top-k 40, top-p 0.95) chains draws on the GPU: the same seed gives
+  // the same tokens; a top-k past 64 samples on the host
+  const sampledArgs = [MODEL, "-p", "hello world", "-n", "8", "--temp", "0.8", "--json", "--seed", "1", "--backend", "webgpu", "--ignore-eos"];
+  const sampled = JSON.parse(await capture(runMain, sampledArgs)) as RunReport;
+  assert.equal(sampled.decode, "gpu-draws-chained");
+  assert.equal(sampled.tokens.length, 8);
+  assert.ok(sampled.logprobs.every((e) => typeof e.logprob === "number" && e.logprob <= 0), JSON.stringify(sampled.logprobs));
+  assert.deepEqual((JSON.parse(await capture(runMain, sampledArgs)) as RunReport).tokens, sampled.tokens);
+  const wideTopK = JSON.parse(await capture(runMain, [...sampledArgs, "--top-k", "100"])) as RunReport;
+  assert.equal(wideTopK.decode, "host-sampling");
 });
 
 test("--backend values", () => {

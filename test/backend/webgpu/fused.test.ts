@@ -14,6 +14,8 @@ import type { SequenceChunk } from "../../../src/model/deepseek2.js";
 import { argmax, logprobRows, maxAbsDiff, rowLogprobs } from "../../helpers/logprobs.js";
 import { CASES, randomTokens, synthModel } from "../../helpers/synth.js";
 import { gpuOrSkip } from "./helpers.js";
+import { Sampler } from "../../../src/engine/sampler.js";
+import type { PickDraw } from "../../../src/engine/scheduler.js";
 
 const { rt, skip } = await gpuOrSkip();
 rt?.device.destroy();
@@ -157,7 +159,7 @@ test("FusedGpuModel.forwardBatch packs decodes and prompt chunks of different se
   }
 });
 
-type Pick = boolean | { temperature: number; key: number };
+type Pick = boolean | PickDraw;
 
 /**
  * Two FusedGpuModels on one file, three sequences: `a` takes forwardBatchPicks with each round's picks, `b` forwardBatch
@@ -199,7 +201,11 @@ function picksAgainstHost(seed: number, rounds: readonly (readonly Pick[])[], af
         const row = want[i]!.subarray(want[i]!.length - V);
         const lp = logSoftmaxRow(row);
         if (p === true) assert.equal(g.token, argmax(row), `round ${round} chunk ${i}: greedy token`);
-        else assert.ok(Number.isInteger(g.token) && g.token >= 0 && g.token < V, `round ${round} chunk ${i}: drawn token ${g.token}`);
+        else {
+          assert.ok(Number.isInteger(g.token) && g.token >= 0 && g.token < V, `round ${round} chunk ${i}: drawn token ${g.token}`);
+          // a filtered draw: one of the host Sampler's kept ids for b's row
+          if ((p.topK ?? 0) > 0) assert.ok(keptIds(lp, p).includes(g.token), `round ${round} chunk ${i}: drawn token ${g.token} outside the host's kept ids`);
+        }
         assert.ok(Math.abs(g.logprob - lp[g.token]!) <= 1e-4, `round ${round} chunk ${i}: logprob ${g.logprob} vs ${lp[g.token]}`);
       });
     });
@@ -233,6 +239,58 @@ test("FusedGpuModel.forwardBatchPicks with draws: tokens drawn at a temperature 
     assert.throws(() => a.forwardBatchPicks(one, [{ temperature: -1, key: 1 }]), /temperature ≥ 0 and a 32-bit key/);
     assert.throws(() => a.forwardBatchPicks(one, [{ temperature: 1, key: 2 ** 32 }]), /32-bit key/);
   });
+});
+
+/** The host Sampler's kept ids (top-k → top-p → min-p) for a row's log_softmax at a draw's settings. */
+function keptIds(lp: Float64Array | Float32Array, d: PickDraw): number[] {
+  return new Sampler({ temperature: 1, topK: d.topK ?? 0, topP: d.topP ?? 1, minP: d.minP ?? 0, seed: 1 }).candidates(Float64Array.from(lp));
+}
+
+test("FusedGpuModel.forwardBatchPicks with filtered draws (top-k, top-p, min-p): each token one of the host Sampler's kept ids for its row", { skip }, () => {
+  const rounds: Pick[][] = [
+    [{ temperature: 0.8, key: 99, topK: 40, topP: 0.95 }, { temperature: 1.1, key: 3, topK: 5 }, false],
+    [{ temperature: 0.6, key: 1234567, topK: 64, topP: 0.5, minP: 0.05 }, true, { temperature: 1.5, key: 42 }],
+  ];
+  picksAgainstHost(71, rounds, (a, ca) => {
+    assert.equal(a.picksDrawTopK, true);
+    const one: SequenceChunk[] = [{ tokens: [1], cache: ca[0]!, path: "decode", logits: "last" }];
+    assert.throws(() => a.forwardBatchPicks(one, [{ temperature: 1, key: 1, topK: 65 }]), /not drawn on this GPU/);
+    assert.throws(() => a.forwardBatchPicks(one, [{ temperature: 1, key: 1, topP: 0.9 }]), /not drawn on this GPU/);
+  });
+});
+
+test("FusedGpuModel.decodeGreedy with draws: the chained steps draw the tokens step-by-step picks draw with the same keys (filtered and not)", { skip }, () => {
+  const c = CASES.find((x) => x.label === "no-qlora-odd")!;
+  const m = synthModel(c, 8);
+  const { config } = loadModel(m.path);
+  const prompt = randomTokens(5, 81, 0, config.nVocab);
+  const a = new FusedGpuModel(config, { slots: 1, context: 24, maxTokens: 8 });
+  const b = new FusedGpuModel(config, { slots: 1, context: 24, maxTokens: 8 });
+  try {
+    a.load(m.path);
+    b.load(m.path);
+    for (const settings of [{ temperature: 0.9, topK: 40, topP: 0.9, minP: 0.01 }, { temperature: 1.3 }]) {
+      const draws: PickDraw[] = Array.from({ length: 6 }, (_, s) => ({ ...settings, key: 1000 + 7 * s }));
+      const ca = new LatentCache(a.config);
+      const cb = new LatentCache(b.config);
+      a.forwardBatch([{ tokens: prompt, cache: ca, path: "prefill", logits: "last" }]);
+      b.forwardBatch([{ tokens: prompt, cache: cb, path: "prefill", logits: "last" }]);
+      const chained = a.decodeGreedy(7, ca, draws.length, draws);
+      let next = 7;
+      draws.forEach((d, s) => {
+        const [pick] = b.forwardBatchPicks([{ tokens: [next], cache: cb, path: "decode", logits: "last" }], [d]) as { token: number; logprob: number }[];
+        assert.equal(chained.tokens[s], pick!.token, `${JSON.stringify(settings)} step ${s}: token`);
+        assert.ok(Math.abs(chained.logprobs[s]! - pick!.logprob) <= 1e-5, `${JSON.stringify(settings)} step ${s}: logprob`);
+        next = pick!.token;
+      });
+      assert.equal(ca.length, cb.length);
+    }
+    assert.throws(() => a.decodeGreedy(7, new LatentCache(a.config), 2, [{ temperature: 1, key: 1 }]), /1 draws for 2 steps/);
+  } finally {
+    void a.close();
+    void b.close();
+    m.cleanup();
+  }
 });
 
 test("FusedGpuModel on glm-dsa (--check-writes): DSA key selection on the GPU (sparse past top_k = 16 keys) matches the reference", { skip }, () => {

@@ -4,7 +4,8 @@
 // sampler refuses get a NaN log-probability.
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
-import { argmaxRows, argmaxScratchWords, sampleRows, sampleScratchWords } from "../../../src/backend/webgpu/ops.js";
+import { argmaxRows, argmaxScratchWords, sampleRows, sampleScratchWords, sampleTopKWords } from "../../../src/backend/webgpu/ops.js";
+import { Sampler } from "../../../src/engine/sampler.js";
 import { f32bits } from "../../../src/backend/webgpu/runtime.js";
 import { gpuOrSkip, Rng } from "./helpers.js";
 import { logprobAt } from "../../helpers/logprobs.js";
@@ -12,22 +13,61 @@ import { logprobAt } from "../../helpers/logprobs.js";
 const { rt, skip } = await gpuOrSkip({ checkWrites: true });
 after(() => rt?.device.destroy());
 
-/** The rows' (1/T bits, key) words. */
-function draws(rows: readonly { invT: number; key: number }[]): Uint32Array {
-  return Uint32Array.from(rows.flatMap((d) => [f32bits(d.invT), d.key >>> 0]));
+interface Draw {
+  readonly invT: number;
+  readonly key: number;
+  readonly topK?: number;
+  readonly topP?: number;
+  readonly minP?: number;
 }
 
-async function run(x: Float32Array, d: Uint32Array, n: number, width: number, stride: number): Promise<{ ids: Uint32Array; lps: Float32Array }> {
+/** The rows' DRAW_WORDS words: (1/T bits, key, top-k, top-p bits), (min-p bits, 0, 0, 0). */
+function draws(rows: readonly Draw[]): Uint32Array {
+  return Uint32Array.from(rows.flatMap((d) => [f32bits(d.invT), d.key >>> 0, d.topK ?? 0, f32bits(d.topP ?? 1), f32bits(d.minP ?? 0), 0, 0, 0]));
+}
+
+/** sampleRows over n rows of x; with `topK`, the top-k stages too (a candidates buffer). */
+async function run(x: Float32Array, d: Uint32Array, n: number, width: number, stride: number, topK = false): Promise<{ ids: Uint32Array; lps: Float32Array }> {
   const r = rt!;
   const xb = r.upload(x, "x");
   const db = r.upload(d, "draws");
   const ids = r.buffer(n * 4, "ids");
   const lps = r.buffer(n * 4, "logprobs");
   const part = r.buffer(4 * sampleScratchWords(n, width), "sample slices");
-  sampleRows(r, xb, db, ids, lps, part, { n, width, xStride: stride });
+  const cand = topK ? r.buffer(4 * sampleTopKWords(n, width), "top-k candidates") : undefined;
+  sampleRows(r, xb, db, ids, lps, part, { n, width, xStride: stride, ...(cand !== undefined ? { cand } : {}) });
   const out = { ids: new Uint32Array(await r.read(ids, 0, n * 4)), lps: await r.readF32(lps, 0, n) };
-  for (const b of [xb, db, ids, lps, part]) b.destroy();
+  for (const b of [xb, db, ids, lps, part, ...(cand !== undefined ? [cand] : [])]) b.destroy();
   return out;
+}
+
+/** chi-square of `ids`' counts against probabilities p over `support` (the 20 likeliest apart, the rest pooled) < the 0.9999 quantile */
+function fits(ids: Uint32Array, support: readonly number[], p: (id: number) => number, label: string): void {
+  const n = ids.length;
+  const total = support.reduce((a, id) => a + p(id), 0);
+  const top = [...support].sort((a, b) => p(b) - p(a)).slice(0, 20);
+  const counts = new Map<number, number>();
+  for (const id of ids) counts.set(id, (counts.get(id) ?? 0) + 1);
+  let chi2 = 0;
+  let restWant = n;
+  let restGot = n;
+  let df = -1;
+  for (const id of top) {
+    const want = (n * p(id)) / total;
+    const got = counts.get(id) ?? 0;
+    if (want < 1e-9) continue;
+    chi2 += (got - want) ** 2 / Math.max(want, 1e-9);
+    restWant -= want;
+    restGot -= got;
+    df++;
+  }
+  if (restWant > 5) {
+    chi2 += (restGot - restWant) ** 2 / restWant;
+    df++;
+  }
+  df = Math.max(df, 1);
+  const limit = df * (1 - 2 / (9 * df) + 3.72 * Math.sqrt(2 / (9 * df))) ** 3;
+  assert.ok(chi2 < limit, `${label}: chi2 ${chi2.toFixed(2)} >= ${limit.toFixed(2)} (df ${df})`);
 }
 
 test("sampled rows on the GPU: greedy rows as argmaxRows; sampled rows' tokens with their log_softmax (odd widths, strided rows, several slices)", { skip }, async () => {
@@ -121,4 +161,74 @@ test("sampled rows on the GPU: rows the host sampler refuses (a NaN, +Infinity, 
     assert.ok(Number.isFinite(lps[3]), `width ${width} row 3: ${lps[3]}`);
     assert.ok(Math.abs(lps[3]! - logprobAt(x.subarray(3 * width, 4 * width), ids[3]!)) <= 1e-5);
   }
+});
+
+/** The host Sampler's kept ids for a row (its top-k → top-p → min-p), from the row's log-softmax. */
+function keptByHost(row: Float32Array, topK: number, topP: number, minP: number): number[] {
+  let mx = -Infinity;
+  for (const v of row) mx = Math.max(mx, v);
+  let sum = 0;
+  for (const v of row) sum += Math.exp(v - mx);
+  const lse = mx + Math.log(sum);
+  const lp = Float64Array.from(row, (v) => v - lse);
+  return new Sampler({ temperature: 1, topK, topP, minP, seed: 1 }).candidates(lp);
+}
+
+test("top-k draws on the GPU: only the host Sampler's kept ids (top-k → top-p → min-p), at frequencies ∝ exp(x / T) (chi-square, 4000 keys a setting)", { skip }, async () => {
+  const rng = new Rng(19);
+  for (const [width, topK, topP, minP, T] of [
+    [9000, 40, 0.95, 0, 0.8],
+    [9000, 64, 1, 0, 1.3],
+    [9000, 8, 1, 0, 1],
+    [102400, 40, 0.9, 0.05, 0.7],
+    [4097, 1, 1, 0, 1],
+    [300, 20, 0.5, 0, 2],
+    [5, 40, 1, 0, 1],
+  ] as const) {
+    const row = rng.f32(width);
+    // peaked: a few ids well above the rest, so that top-p and min-p cut inside the top-k
+    for (let i = 0; i < width; i++) row[i] = row[i]! * 2 + (i % 97 === 3 ? 4 : 0);
+    const kept = keptByHost(row, topK, topP, minP);
+    const n = 4000;
+    const keys = Array.from({ length: n }, (_, t) => Math.imul(t + 7, 0x9e3779b1) ^ width);
+    const { ids, lps } = await run(row, draws(keys.map((key) => ({ invT: 1 / T, key, topK, topP, minP }))), n, width, 0, true);
+    const label = `width ${width} top-k ${topK} top-p ${topP} min-p ${minP} T ${T}`;
+    const keptSet = new Set(kept);
+    for (let i = 0; i < n; i++) assert.ok(keptSet.has(ids[i]!), `${label}: drew ${ids[i]} outside the host's ${kept.length} kept ids`);
+    fits(ids, kept, (id) => Math.exp(row[id]! / T - row[kept[0]!]! / T), label);
+    if (kept.length > 1) assert.ok(new Set(ids).size > 1, `${label}: the draws vary`);
+    for (const t of [0, 17, n - 1]) {
+      const want = logprobAt(row, ids[t]!);
+      assert.ok(Math.abs(lps[t]! - want) <= 1e-5 * Math.max(1, Math.abs(want)), `${label}: logprob ${lps[t]} vs ${want}`);
+    }
+  }
+});
+
+test("top-k draws on the GPU: ties keep the lower ids; rows without top-k beside them draw as before; refused rows get a NaN logprob", { skip }, async () => {
+  // 30 ids tied at the top across three slices, top-k 12: the 12 lowest of them
+  const width = 9000;
+  const row = new Float32Array(width).fill(-3);
+  const tied = Array.from({ length: 30 }, (_, i) => 11 + i * 293);
+  for (const id of tied) row[id] = 2;
+  const n = 600;
+  const { ids } = await run(row, draws(Array.from({ length: n }, (_, t) => ({ invT: 1, key: 5 + t * 31, topK: 12 }))), n, width, 0, true);
+  const want = new Set(tied.slice(0, 12));
+  for (const id of ids) assert.ok(want.has(id), `tie: drew ${id}, not one of the 12 lowest tied ids`);
+  assert.equal(new Set(ids).size, 12, "tie: all 12 drawn over 600 keys");
+  // mixed rows: greedy, temperature only and top-k, with and without the top-k stages
+  const rng = new Rng(3);
+  const w2 = 4100;
+  const x = rng.f32(4 * w2).map((v) => v * 5);
+  const rows: Draw[] = [{ invT: 0, key: 1 }, { invT: 1.5, key: 2 }, { invT: 1, key: 3, topK: 5 }, { invT: 0.7, key: 4 }];
+  const withTopK = await run(x, draws(rows), 4, w2, w2, true);
+  const without = await run(x, draws(rows), 4, w2, w2, false);
+  for (const t of [0, 1, 3]) assert.equal(withTopK.ids[t], without.ids[t], `row ${t} (no top-k): the same token`);
+  assert.ok(keptByHost(x.subarray(2 * w2, 3 * w2), 5, 1, 0).includes(withTopK.ids[2]!), "row 2: one of its top 5");
+  // refused rows (NaN, +Infinity) with top-k: logprob NaN
+  const bad = new Float32Array(2 * 300).fill(0.5);
+  bad[7] = Number.NaN;
+  bad[300 + 9] = Number.POSITIVE_INFINITY;
+  const refused = await run(bad, draws([{ invT: 1, key: 9, topK: 10 }, { invT: 1, key: 10, topK: 10 }]), 2, 300, 300, true);
+  for (const t of [0, 1]) assert.ok(Number.isNaN(refused.lps[t]), `refused row ${t}: logprob NaN, got ${refused.lps[t]}`);
+  assert.notEqual(refused.ids[0], 7, "NaN never chosen");
 });

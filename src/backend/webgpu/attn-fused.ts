@@ -6,11 +6,15 @@
 import type { GpuMatrix } from "./matrix.js";
 import type { GpuRuntime } from "./runtime.js";
 import { f32bits } from "./runtime.js";
-import { ATTN_FUSED_PARAMS, attnFusedBytes, attnFusedChunk, attnFusedWGSL as attnFusedSource, type AttnFusedShape } from "./wgsl-attn-fused.js";
+import { LatentError } from "../../util/errors.js";
+import { ATTN_FUSED_PARAMS, attnFusedBytes, attnFusedChunk, attnFusedFinishWGSL as attnFusedFinishSource, attnFusedPartWords, attnFusedWGSL as attnFusedSource, type AttnFusedShape } from "./wgsl-attn-fused.js";
 import { ATTN_CHUNK } from "./wgsl-ops.js";
 import { memoWGSL } from "./wgsl-memo.js";
 
 const attnFusedWGSL = memoWGSL(attnFusedSource);
+const attnFusedFinishWGSL = memoWGSL(attnFusedFinishSource);
+
+export { attnFusedPartWords };
 
 export interface AttnFusedDims {
   readonly heads: number;
@@ -31,7 +35,9 @@ export interface AttnFusedDims {
 export function attnFusedShape(rt: GpuRuntime, kB: GpuMatrix, vB: GpuMatrix, d: AttnFusedDims): AttnFusedShape | undefined {
   const sg = rt.info.subgroupSize;
   if (sg === undefined || sg < 4 || sg > 64 || 256 % sg !== 0 || (rt.tune.attnFuse ?? (sg >= 32 ? 1 : 0)) !== 1) return undefined;
-  if (d.maxKeys > ATTN_CHUNK || d.R % 2 !== 0 || d.P % 4 !== 0 || d.L % 4 !== 0) return undefined;
+  // past one chunk of keys: the key-split form (two dispatches), unless tune.attnFuseLong = 0
+  const keySplit = d.maxKeys > ATTN_CHUNK;
+  if ((keySplit && rt.tune.attnFuseLong === 0) || d.R % 2 !== 0 || d.P % 4 !== 0 || d.L % 4 !== 0) return undefined;
   if (kB.pieces.length !== 1 || vB.pieces.length !== 1 || kB.items < d.heads || vB.items < d.heads) return undefined;
   if (kB.cols !== d.P || kB.rows !== d.L || vB.cols !== d.L || vB.rows !== d.V) return undefined;
   if (d.P % attnFusedChunk(kB.type, d.P) !== 0 || d.L % attnFusedChunk(vB.type, d.L) !== 0) return undefined;
@@ -45,7 +51,7 @@ export function attnFusedShape(rt: GpuRuntime, kB: GpuMatrix, vB: GpuMatrix, d: 
   // GPU with 1 (then not pipelined), 3.12 with 2 and 3.48 with 8 unrolled (kernel code fetched again every layer:
   // wgsl-wide.ts, UNROLL), against 3.18 without the fused kernel
   const unroll = clamp(rt.tune.attnFuseUnroll, 1, 16, 1);
-  const shape: AttnFusedShape = { heads: d.heads, P: d.P, R: d.R, L: d.L, V: d.V, typeK: kB.type, typeV: vB.type, sg, split, keys, unroll, own: d.lora !== true };
+  const shape: AttnFusedShape = { heads: d.heads, P: d.P, R: d.R, L: d.L, V: d.V, typeK: kB.type, typeV: vB.type, sg, split, keys, unroll, own: d.lora !== true, ...(keySplit ? { keySplit } : {}) };
   return attnFusedBytes(shape) <= rt.info.limits.maxComputeWorkgroupStorageSize ? shape : undefined;
 }
 
@@ -69,6 +75,8 @@ export interface AttnFusedBuffers {
   readonly sel: GPUBuffer;
   /** the heads' outputs [heads × V] */
   readonly o: GPUBuffer;
+  /** a key-split shape's scratch (attnFusedPartWords floats) */
+  readonly part?: GPUBuffer;
 }
 
 /** o = W_UV·attention(W_UK·q_nope | rope(q_pe); latent cache + the token's own key) per head, the key written to the cache. */
@@ -84,6 +92,15 @@ export function attentionFused(rt: GpuRuntime, s: AttnFusedShape, b: AttnFusedBu
     itemBytesV: b.vB.rowBytes * b.vB.rows,
   };
   // (the latent's norm weights and the token's row only where the kernel makes and writes the token's key)
+  const params = Uint32Array.from(ATTN_FUSED_PARAMS.map((k) => p[k]));
+  if (s.keySplit === true) {
+    // the key ranges' latents into the scratch, then per head their merge and W_UV
+    if (b.part === undefined || b.part.size < attnFusedPartWords(s) * 4) throw new LatentError(`attentionFused: a key-split shape needs a scratch of ${attnFusedPartWords(s)} floats`);
+    const bufs = [b.a0, b.kB.pieces[0]!.buffer, ...(s.own ? [b.g] : []), b.table, b.pos, ...(s.own ? [b.rowIdx] : []), b.cacheC, b.cacheK, b.meta, b.sel, b.part];
+    rt.dispatch("attention fused keys", attnFusedWGSL(s), bufs, params, [s.heads, s.split], [{ buffer: b.part, offset: 0, size: attnFusedPartWords(s) * 4 }]);
+    rt.dispatch("attention fused finish", attnFusedFinishWGSL(s), [b.vB.pieces[0]!.buffer, b.part, b.o], params, [s.heads, s.split], [{ buffer: b.o, offset: 0, size: s.heads * s.V * 4 }]);
+    return;
+  }
   const bufs = [b.a0, b.kB.pieces[0]!.buffer, b.vB.pieces[0]!.buffer, ...(s.own ? [b.g] : []), b.table, b.pos, ...(s.own ? [b.rowIdx] : []), b.cacheC, b.cacheK, b.meta, b.sel, b.o];
-  rt.dispatch("attention fused", attnFusedWGSL(s), bufs, Uint32Array.from(ATTN_FUSED_PARAMS.map((k) => p[k])), [s.heads, s.split], [{ buffer: b.o, offset: 0, size: s.heads * s.V * 4 }]);
+  rt.dispatch("attention fused", attnFusedWGSL(s), bufs, params, [s.heads, s.split], [{ buffer: b.o, offset: 0, size: s.heads * s.V * 4 }]);
 }

@@ -16,7 +16,7 @@ import { LatentError } from "../../util/errors.js";
 import type { PickDraw } from "../../engine/scheduler.js";
 import { expertListWords, expertLists, expertsFrom, fusable, getRows, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLUSteps, type CombineArgs, type FusionArgs } from "./matrix.js";
 import { addNorm, argmaxRows, argmaxScratchWords, DRAW_WORDS, drawWords, sampleRows, sampleScratchWords, sampleTopKFits, sampleTopKWords, attention, attentionScratch, copyU32, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, routeNormShape, scatterRows, touch, type RouteArgs } from "./ops.js";
-import { attentionFused, attnFusedShape } from "./attn-fused.js";
+import { attentionFused, attnFusedPartWords, attnFusedShape } from "./attn-fused.js";
 import { moeRouter, routerFuseShape } from "./router.js";
 import { f32bits, type GpuRuntime, type Recording } from "./runtime.js";
 import { ATTN_CHUNK } from "./wgsl-ops.js";
@@ -274,6 +274,8 @@ export class GpuModel {
     buf("lo", N * H * L);
     buf("o", N * H * V);
     buf("part", attentionScratch(N, H, L, context));
+    // the one-token fused attention's key ranges past one chunk of keys (attnFusedPartWords at its most splits, 16)
+    buf("attnPart", attnFusedPartWords({ heads: H, split: 16, L }));
     buf("g", N * this.widthFF);
     // the shared experts' own intermediate: their products run in the same dispatches as the routed experts' (on G)
     buf("gs", N * Math.max(0, ...this.layers.map((l) => l.shared?.gate.rows ?? 0)));
@@ -435,11 +437,11 @@ export class GpuModel {
         kvCacheWrite(rt, b.a0!, l.kvANorm, table, R, b.pos!, b.rowIdx!, l.cacheC, l.cacheK, { n, L, kvOff: F0, stride: S0, ...(lora ? { qNorm: { g: l.qANorm!, dim: Lq } } : { qRope }) }, c.rmsEps);
       // absorbed queries [q_abs (L) | q_pe (R)] per head: q_abs = W_UKᵀ q_nope (q_pe roped straight into place)
       const absorb = (q: GPUBuffer, qStride: number): void => matmul(rt, l.kB, q, b.qAbs!, { n, xStride: qStride, yStride: H * (L + R), batch: { count: H, xBatch: D, yBatch: L + R } });
-      // one token, no DSA, keys in one chunk: absorb, attention and W_UV as one dispatch, with the cache write too
-      // without q-LoRA (tune.attnFuse, default on GPUs; attn-fused.ts)
+      // one token, no DSA: absorb, attention and W_UV as one dispatch, with the cache write too without q-LoRA; past one
+      // chunk of keys as two, the keys split over the workgroups (tune.attnFuse, default on GPUs; attn-fused.ts)
       const fusedAttn = n === 1 && b.metaBase === undefined ? attnFusedShape(rt, l.kB, l.vB, { heads: H, P, R, L, V, maxKeys, lora }) : undefined;
       const fusedArgs = { scale: c.kqScale, eps: c.rmsEps, pageSize: this.opts.pages?.pageSize ?? 0, kvOff: F0 };
-      const fusedBufs = { kB: l.kB, vB: l.vB, g: l.kvANorm, table, pos: b.pos!, rowIdx: b.rowIdx!, cacheC: l.cacheC, cacheK: l.cacheK, meta: b.meta!, sel: b.sel!, o: b.o! };
+      const fusedBufs = { kB: l.kB, vB: l.vB, g: l.kvANorm, table, pos: b.pos!, rowIdx: b.rowIdx!, cacheC: l.cacheC, cacheK: l.cacheK, meta: b.meta!, sel: b.sel!, o: b.o!, part: b.attnPart! };
       if (fusedAttn !== undefined && !lora) {
         attentionFused(rt, fusedAttn, { a0: b.a0!, ...fusedBufs }, fusedArgs);
       } else if (lora) {

@@ -173,6 +173,8 @@ export interface KernelTuning {
   readonly attnFuseKeys?: number;
   /** fused one-token attention: most chunk steps of a thread's W_UK or W_UV product unrolled, more in a pipelined loop (1..16; default 1) */
   readonly attnFuseUnroll?: number;
+  /** 0: steps past one chunk of keys take the unfused attention path instead of the key-split fused one (default 1) */
+  readonly attnFuseLong?: number;
   /**
    * 0: small steps dispatch the independent kernel pairs gpu-model.ts would combine (GpuRuntime.together) one by one
    * (their dependent boundary back, each kernel compiled alone: for measuring what combining costs in occupancy;

@@ -48,6 +48,18 @@ export interface AttnFusedShape {
    * the token's own too, is read from the cache, and binding 0 holds the queries Q (heads × (P + R) per token)
    */
   readonly own: boolean;
+  /**
+   * Contexts past one chunk of keys (ATTN_CHUNK): workgroup (h, s) takes the s-th of `split` equal ranges of the keys
+   * instead of a share of W_UV's rows, and writes its unnormalized latent with its (max, sum) to a scratch buffer
+   * (attnFusedPartWords); attnFusedFinishWGSL then merges each head's ranges and applies W_UV. Two dispatches where the
+   * unfused path takes four, and each key row read by `split` workgroups instead of heads × split.
+   */
+  readonly keySplit?: boolean;
+}
+
+/** Floats of the scratch a key-split kernel writes: per head and range the latent (L) then its max and sum. */
+export function attnFusedPartWords(s: Pick<AttnFusedShape, "heads" | "split" | "L">): number {
+  return s.heads * s.split * (s.L + 2);
 }
 
 /** Parameter block of the fused attention kernel (u32 words; scale and eps as f32 bits). */
@@ -182,6 +194,7 @@ export function attnFusedWGSL(s: AttnFusedShape): string {
     return `var<storage, read> W${M}: array<${vec4 ? "vec4u" : "u32"}>;${wide && !vec4 ? `\nfn wd${M}(i: u32) -> u32 { return W${M}[i]; }` : ""}`;
   };
   const pk = headProduct("K", s.typeK, P, "0u", L, L, SG, WG, s.unroll, (r, v) => `qs[${r}] = ${v};`);
+  const split = s.keySplit === true;
   const pv = headProduct("V", s.typeV, L, `wid.y * ${VS}u`, VS, V, SG, WG, s.unroll, (r, v) => `O[h * ${V}u + ${r}] = ${v};`);
   // lane ℓ's columns of a key: ℓ + SG·i of c (CL of them) and of k_pe (CR)
   const cols = (n: number, count: number, f: (i: number, d: string) => string): string =>
@@ -189,7 +202,7 @@ export function attnFusedWGSL(s: AttnFusedShape): string {
   // keys read from the cache: all but the token's own (the last) when it is made here
   const KC = s.own ? "(nk - 1u)" : "nk";
   const keyLoads = Array.from({ length: KPS }, (_, kk) => {
-    return `let j${kk} = jb + ${kk * NSG}u + sgi; let ok${kk} = j${kk} < ${KC}; let kr${kk} = keyRow(m4.x, min(j${kk}, ${KC} - 1u));
+    return `let j${kk} = jb + ${kk * NSG}u + sgi; let ok${kk} = j${kk} < kend; let kr${kk} = keyRow(m4.x, min(j${kk}, ${KC} - 1u));
     ${cols(L, CL, (i, d) => `let kc${kk}_${i} = CC[kr${kk} * ${L}u + ${d}];`)}
     ${cols(R, CR, (i, d) => `let kp${kk}_${i} = CK[kr${kk} * ${R}u + ${d}];`)}`;
   }).join("\n    ");
@@ -209,7 +222,7 @@ export function attnFusedWGSL(s: AttnFusedShape): string {
   const bindings = [
     "var<storage, read> A0: array<f32>;",
     bind("K", s.typeK, wideK),
-    bind("V", s.typeV, wideV),
+    ...(split ? [] : [bind("V", s.typeV, wideV)]),
     ...(s.own ? ["var<storage, read> G: array<f32>;"] : []),
     "var<storage, read> CS: array<f32>;",
     "var<storage, read> POS: array<u32>;",
@@ -231,7 +244,7 @@ ${bindings.map((b, i) => `@group(0) @binding(${i}) ${b}`).join("\n")}
 ${KEY_ROW_FN}
 ${wideK || wideV ? WIDE_HELPERS : ""}
 ${wideK ? "" : dequantAs(s.typeK, attnFusedChunk(s.typeK, P), "K", "WK")}
-${wideV ? "" : dequantAs(s.typeV, attnFusedChunk(s.typeV, L), "V", "WV")}
+${wideV || split ? "" : dequantAs(s.typeV, attnFusedChunk(s.typeV, L), "V", "WV")}
 // q_nope and the latent as vec4s with a pad after every 8 (lanes of a row read neighbouring chunks)
 var<workgroup> XK: array<vec4f, ${padded(P / 4)}>;
 var<workgroup> XV: array<vec4f, ${padded(L / 4)}>;
@@ -260,9 +273,9 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   if (li == 0u) { mt = vec4u(META[0], META[1], META[2], META[3]); }
   // every weight load of this thread first: W_UK's chunks for the absorb, W_UV's for this split's rows
   ${pk.loads}
-  ${pv.loads}
+  ${split ? "" : pv.loads}
   let m4 = workgroupUniformLoad(&mt);
-  let nk = min(m4.y, ${ATTN_CHUNK}u);
+  let nk = ${split ? "m4.y" : `min(m4.y, ${ATTN_CHUNK}u)`};
   let pos = POS[0];
   let qo = h * ${D}u;
   // q_nope; q_pe roped into qs[L..L+R)${s.own ? "; the token's own key: RMSNorm(c)·g and rope(k_pe) into cur" : ""}
@@ -309,7 +322,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   ${
     s.own
       ? `let own = subgroupAdd(${ownDot}) * p.scale;
-  let first = sgi == 0u;
+  let first = sgi == 0u${split ? " && wid.y == 0u" : ""};
   var mrun = select(${NEG}, own, first);
   var lrun = select(0.0, 1.0, first);
   var acc: array<f32, ${CL}>;
@@ -318,7 +331,12 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   var lrun = 0.0;
   var acc: array<f32, ${CL}>;`
   }
-  for (var jb = 0u; jb < ${KC}; jb += ${NSG * KPS}u) {
+  // the cache keys this workgroup scores: ${split ? `its range, the wid.y-th of ${s.split}` : "all of them"}
+  ${split ? `let kspan = (${KC} + ${s.split - 1}u) / ${s.split}u;
+  let kstart = min(wid.y * kspan, ${KC});
+  let kend = min(kstart + kspan, ${KC});` : `let kstart = 0u;
+  let kend = ${KC};`}
+  for (var jb = kstart; jb < kend; jb += ${NSG * KPS}u) {
     ${keyLoads}
     ${keyUses}
   }
@@ -336,13 +354,62 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
       let o = k * ${L}u + 4u * c4;
       a += exp(sm[k] - mt_) * vec4f(part[o], part[o + 1u], part[o + 2u], part[o + 3u]);
     }
-    XV[xp(c4)] = a / lt;
+    ${split ? `O[(h * ${s.split}u + wid.y) * ${L + 2}u + 4u * c4] = a.x; O[(h * ${s.split}u + wid.y) * ${L + 2}u + 4u * c4 + 1u] = a.y; O[(h * ${s.split}u + wid.y) * ${L + 2}u + 4u * c4 + 2u] = a.z; O[(h * ${s.split}u + wid.y) * ${L + 2}u + 4u * c4 + 3u] = a.w;` : "XV[xp(c4)] = a / lt;"}
   }
-  workgroupBarrier();
+  ${
+    split
+      ? `if (li == 0u) { O[(h * ${s.split}u + wid.y) * ${L + 2}u + ${L}u] = mt_; O[(h * ${s.split}u + wid.y) * ${L + 2}u + ${L + 1}u] = lt; }
+}`
+      : `workgroupBarrier();
   // this split's rows of the head's output: W_UV[h]·latent
   ${pv.uses}
-}`;
+}`
+  }`;
 }
 
 const NEG = "-3.0e38";
+
+/**
+ * The second dispatch of a key-split shape: workgroup (h, s) merges head h's `split` key ranges from the scratch
+ * (latents weighted by exp(max − the head's max), over the same-weighted sums) into the latent, then computes its share
+ * of W_UV's rows as attnFusedWGSL does. Bindings: WV, PART (attnFusedPartWords floats), O, then the parameter block.
+ */
+export function attnFusedFinishWGSL(s: AttnFusedShape): string {
+  const { L, V, sg: SG } = s;
+  const WG = attnFusedThreads(SG);
+  const VS = Math.ceil(V / s.split);
+  const wideV = WIDE_TYPES.includes(s.typeV);
+  const vec4 = wideV && typeCode(s.typeV).vec4;
+  const pv = headProduct("V", s.typeV, L, `wid.y * ${VS}u`, VS, V, SG, WG, s.unroll, (r, v) => `O[h * ${V}u + ${r}] = ${v};`);
+  const at = (k: string): string => `(h * ${s.split}u + ${k}) * ${L + 2}u`;
+  return /* wgsl */ `enable subgroups;
+struct P { ${ATTN_FUSED_PARAMS.map((k) => `${k}: ${k === "scale" || k === "eps" ? "f32" : "u32"}`).join(", ")} }
+@group(0) @binding(0) var<storage, read> WV: array<${vec4 ? "vec4u" : "u32"}>;${wideV && !vec4 ? "\nfn wdV(i: u32) -> u32 { return WV[i]; }" : ""}
+@group(0) @binding(1) var<storage, read> PART: array<f32>;
+@group(0) @binding(2) var<storage, read_write> O: array<f32>;
+@group(0) @binding(3) var<uniform> p: P;
+${wideV ? WIDE_HELPERS : dequantAs(s.typeV, attnFusedChunk(s.typeV, L), "V", "WV")}
+var<workgroup> XV: array<vec4f, ${padded(L / 4)}>;
+fn xp(v: u32) -> u32 { return v + (v >> 3u); }
+@compute @workgroup_size(${WG})
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+  let h = wid.x;
+  ${pv.loads}
+  // the head's max over its ranges (a range without keys has max ${NEG} and sum 0), then the merged sum
+  var mx = ${NEG};
+  for (var k = 0u; k < ${s.split}u; k++) { mx = max(mx, PART[${at("k")} + ${L}u]); }
+  var lt = 0.0;
+  for (var k = 0u; k < ${s.split}u; k++) { lt += PART[${at("k")} + ${L + 1}u] * exp(PART[${at("k")} + ${L}u] - mx); }
+  for (var c4 = li; c4 < ${L / 4}u; c4 += ${WG}u) {
+    var a = vec4f(0.0);
+    for (var k = 0u; k < ${s.split}u; k++) {
+      let o = ${at("k")} + 4u * c4;
+      a += exp(PART[${at("k")} + ${L}u] - mx) * vec4f(PART[o], PART[o + 1u], PART[o + 2u], PART[o + 3u]);
+    }
+    XV[xp(c4)] = a / lt;
+  }
+  workgroupBarrier();
+  ${pv.uses}
+}`;
+}
 

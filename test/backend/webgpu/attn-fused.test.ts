@@ -1,7 +1,7 @@
 // The one-token fused MLA attention (attn-fused.ts: cache write, q_pe rope, W_UK absorb, attention over the latent
 // cache with the token's own key, W_UV) against a float64 computation of the same definition, on fresh random inputs:
-// several widths (odd ones included), W_UK / W_UV types, 1 to 256 keys, contiguous and paged cache rows. The cache
-// row it writes is checked too.
+// several widths (odd ones included), W_UK / W_UV types, 1 to 256 keys (one dispatch) and past that (the key-split
+// form: two dispatches), contiguous and paged cache rows. The cache row it writes is checked too.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { QMatrix } from "../../../src/backend/cpu/qmatrix.js";
@@ -9,7 +9,7 @@ import { GGMLType, typeName } from "../../../src/gguf/types.js";
 import { quantize } from "../../../src/quant/index.js";
 import { GpuRuntime } from "../../../src/backend/webgpu/runtime.js";
 import { GpuMatrix } from "../../../src/backend/webgpu/matrix.js";
-import { attentionFused, attnFusedShape } from "../../../src/backend/webgpu/attn-fused.js";
+import { attentionFused, attnFusedPartWords, attnFusedShape } from "../../../src/backend/webgpu/attn-fused.js";
 import { f32, gpuOrSkip, relErr, Rng, u32 } from "./helpers.js";
 
 const { rt, skip: noGpu } = await gpuOrSkip();
@@ -32,17 +32,17 @@ interface Case {
   readonly lora?: boolean;
 }
 
-const KEYS = [[1, 0], [7, 0], [40, 4], [256, 0], [33, 16]] as const;
+const KEYS = [[1, 0], [7, 0], [40, 4], [256, 0], [33, 16], [257, 0], [1000, 8]] as const;
 
 const CASES: Case[] = [
   { H: 3, P: 32, R: 6, L: 64, V: 32, typeK: GGMLType.Q8_0, typeV: GGMLType.Q8_0, tune: { attnFuseSplit: 3, attnFuseKeys: 3 } },
   { H: 2, P: 64, R: 8, L: 256, V: 40, typeK: GGMLType.Q5_0, typeV: GGMLType.Q4_K },
   { H: 4, P: 12, R: 4, L: 24, V: 20, typeK: GGMLType.F32, typeV: GGMLType.F16, tune: { attnFuseSplit: 16, attnFuseKeys: 2 } },
   // DeepSeek-V2-Lite's head (Q4_K_M: W_UK Q5_0, W_UV Q4_K) as the GPU runs it: 8 splits, 2 keys an iteration
-  { H: 2, P: 128, R: 64, L: 512, V: 128, typeK: GGMLType.Q5_0, typeV: GGMLType.Q4_K, tune: { attnFuseSplit: 8, attnFuseKeys: 2 }, keys: [[1, 0], [48, 0], [97, 8]] },
+  { H: 2, P: 128, R: 64, L: 512, V: 128, typeK: GGMLType.Q5_0, typeV: GGMLType.Q4_K, tune: { attnFuseSplit: 8, attnFuseKeys: 2 }, keys: [[1, 0], [48, 0], [97, 8], [300, 0], [613, 16]] },
   { H: 2, P: 256, R: 16, L: 64, V: 24, typeK: GGMLType.Q6_K, typeV: GGMLType.Q8_0, tune: { attnFuseKeys: 4 }, keys: [[5, 0], [70, 0]] },
   // q-LoRA: GLM-4.7-Flash's head widths (P 192: six Q5_0 chunks a row, four lanes a row), the key from the cache
-  { H: 3, P: 192, R: 64, L: 512, V: 256, typeK: GGMLType.Q5_0, typeV: GGMLType.Q4_K, lora: true, keys: [[1, 0], [9, 0], [40, 4]] },
+  { H: 3, P: 192, R: 64, L: 512, V: 256, typeK: GGMLType.Q5_0, typeV: GGMLType.Q4_K, lora: true, keys: [[1, 0], [9, 0], [40, 4], [400, 8]] },
   { H: 3, P: 32, R: 6, L: 64, V: 32, typeK: GGMLType.Q8_0, typeV: GGMLType.F16, lora: true, tune: { attnFuseKeys: 2 }, keys: [[1, 0], [33, 16], [256, 0]] },
 ];
 
@@ -66,6 +66,8 @@ for (const c of CASES) {
       const shape = attnFusedShape(r, kB, vB, { heads: H, P, R, L, V, maxKeys: nk, lora: c.lora === true });
       assert.ok(shape !== undefined, "the fused kernel takes this shape");
       assert.equal(shape.own, c.lora !== true);
+      assert.equal(shape.keySplit === true, nk > 256, "the key-split form past one chunk of keys");
+      if (nk > 256) assert.equal(attnFusedShape(new GpuRuntime(rt!.info, { tune: { attnFuse: 1, attnFuseLong: 0 } }), kB, vB, { heads: H, P, R, L, V, maxKeys: nk, lora: c.lora === true }), undefined, "attnFuseLong = 0");
       if (c.tune?.attnFuseSplit !== undefined) assert.equal(shape.split, Math.min(c.V, c.tune.attnFuseSplit));
       if (c.tune?.attnFuseKeys !== undefined) assert.equal(shape.keys, c.tune.attnFuseKeys);
       const dims = { heads: H, P, R, L, V, maxKeys: nk, lora: c.lora === true };
@@ -132,7 +134,8 @@ for (const c of CASES) {
       const ccBuf = f32(r, cc);
       const ckBuf = f32(r, ck);
       const o = r.buffer(H * V * 4);
-      attentionFused(r, shape, { a0: f32(r, c.lora === true ? a0.subarray(0, H * D) : a0), kB, vB, g: f32(r, g), table: f32(r, table), pos: u32(r, [pos]), rowIdx: u32(r, [rowCur]), cacheC: ccBuf, cacheK: ckBuf, meta: u32(r, meta), sel: u32(r, sel), o }, { scale, eps: EPS, pageSize, kvOff });
+      const part = shape.keySplit === true ? r.buffer(attnFusedPartWords(shape) * 4) : undefined;
+      attentionFused(r, shape, { a0: f32(r, c.lora === true ? a0.subarray(0, H * D) : a0), kB, vB, g: f32(r, g), table: f32(r, table), pos: u32(r, [pos]), rowIdx: u32(r, [rowCur]), cacheC: ccBuf, cacheK: ckBuf, meta: u32(r, meta), sel: u32(r, sel), o, ...(part !== undefined ? { part } : {}) }, { scale, eps: EPS, pageSize, kvOff });
       const got = await r.readF32(o);
       assert.ok(relErr(got, want) < 2e-5, `output: err ${relErr(got, want)}`);
       // the token's key written at its row, the other rows untouched

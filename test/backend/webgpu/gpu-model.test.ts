@@ -126,3 +126,33 @@ for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as co
     }
   });
 }
+
+// past one chunk of keys (256) the one-token fused attention splits the keys over its workgroups and merges them in a
+// second dispatch (attnFusedShape's keySplit): decode steps from 258 to 262 keys, with and without q-LoRA, against the
+// CPU reference
+for (const c of [noLoraCase, fusedCase]) {
+  test(`${c.label}: decode steps past 256 keys with the key-split fused attention (attnFuse = 1) match the CPU reference (≤ ${TOL})`, { skip }, async () => {
+    const r = new GpuRuntime(rt!.info, { checkWrites: true, tune: { attnFuse: 1 } });
+    let split = 0;
+    const dispatch = r.dispatch.bind(r);
+    r.dispatch = (label, ...rest) => {
+      if (label === "attention fused keys") split++;
+      dispatch(label, ...rest);
+    };
+    const m = synthModel(c, 9);
+    try {
+      const { model, config } = loadModel(m.path);
+      const seq = randomTokens(262, 17, 0, config.nVocab);
+      const ref = logprobRows(model, seq, "reference");
+      const g = new GpuModel(r, model, { slots: 1, context: 300, maxTokens: 64 });
+      await g.prefill(0, seq.slice(0, 257));
+      const got: Float64Array[] = [];
+      for (let pos = 257; pos < 262; pos++) got.push(logSoftmaxRow(await g.step([{ token: seq[pos]!, slot: 0, pos, logits: true }])));
+      assert.ok(split > 0, "the key-split kernel ran");
+      const e = record(`fused model ${c.label}, 258–262 keys`, maxAbsDiff(got, ref.slice(257)));
+      assert.ok(e <= TOL, `max |Δ logprob| ${e}`);
+    } finally {
+      m.cleanup();
+    }
+  });
+}

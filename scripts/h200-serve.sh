@@ -6,6 +6,7 @@
 # .gpu-serve carried:
 #   bash scripts/h200-serve.sh prepare
 #   bash scripts/h200-serve.sh run [clients, default 1,8,32] [max tokens per request, default 128]
+# (PROBE_ARGS="--temperature 1": the clients sample at temperature 1, seeded, instead of greedily)
 set -uo pipefail
 if [ "${1:-}" = prepare ]; then
   grep -qxF '.gpu-serve/' .git/info/exclude 2>/dev/null || echo '.gpu-serve/' >> .git/info/exclude
@@ -48,7 +49,7 @@ server=$!
 # one probe per client count, each followed by the server's cumulative step metrics (forward passes: count and summed
 # wall time, tokens), so that time in steps can be told from time around them
 for clients in $(echo "${1:-1,8,32}" | tr , ' '); do
-  node scripts/serve-probe.mjs --url http://127.0.0.1:8199 --clients "$clients" --max-tokens "${2:-128}" --json "$OUT/serve-$clients.json" || echo "probe rc=$?"
+  node scripts/serve-probe.mjs --url http://127.0.0.1:8199 --clients "$clients" --max-tokens "${2:-128}" ${PROBE_ARGS:-} --json "$OUT/serve-$clients.json" || echo "probe rc=$?"
   curl -s http://127.0.0.1:8199/metrics 2>/dev/null | grep -E "^latent_(step_seconds|batch_tokens)_(sum|count)|^latent_(generation_tokens|prompt_tokens)_total" | tr '\n' ' '; echo
 done
 echo "$(date +%T) probes done"

@@ -19,7 +19,12 @@ export interface BatchModel {
    * −Infinity) and advances each cache by `steps`: the same as `steps` forwardBatch calls of one-token decode chunks
    * sampled greedily. Paged caches have their pages for all `steps` positions reserved by the caller.
    */
-  decodeGreedyBatch?(seqs: readonly { readonly token: number; readonly cache: LatentStore }[], steps: number): GreedyChunk[];
+  decodeGreedyBatch?(seqs: readonly { readonly token: number; readonly cache: LatentStore }[], steps: number, draws?: readonly PickDraw[]): GreedyChunk[];
+  /**
+   * decodeGreedyBatch takes `draws` [steps × sequences, step-major]: each step's token of a sequence drawn as
+   * forwardBatchPicks draws a PickDraw (temperature 0: greedy), so that sequences the device draws for chain too
+   */
+  readonly chainsDraws?: boolean;
   /**
    * forwardBatch, except that a chunk with `picks[i]` (logits "last") gets its last row's choice computed on the
    * model's device instead of the row — `true`: the greedy one, argmax (ties to the lowest id, NaN never chosen); a
@@ -74,8 +79,9 @@ export interface SchedulerOptions {
   readonly prefixCaching?: boolean;
   /**
    * Most greedy decode steps chained on the model's device in one go (BatchModel.decodeGreedyBatch) when every
-   * running sequence decodes greedily without top logprobs and nobody waits to be admitted; chains start at 4 steps
-   * and double while the batch stays chainable. 0: never chain. Default 8.
+   * running sequence decodes greedily without top logprobs — or, on a model that chains draws, samples as the device
+   * draws (Sampler.drawsOnDevice) — and nobody waits to be admitted; chains start at 4 steps and double while the
+   * batch stays chainable. 0: never chain. Default 8.
    */
   readonly chainSteps?: number;
   /** after every step (for metrics); a chain of K steps reports K steps, each with 1/K of the chain's time */
@@ -578,9 +584,10 @@ export class Scheduler {
   }
 
   /**
-   * When every running sequence decodes one token greedily (no top logprobs, no prompt logprobs pending) and nobody
-   * could be admitted, run a chain of greedy steps on the model's device and apply its tokens one step at a time, as
-   * host-sampled steps would: the device's argmax is the greedy sampler's (ties to the lowest id), a sequence stops
+   * When every running sequence decodes one token greedily (no top logprobs, no prompt logprobs pending) — or, on a
+   * model that chains draws, is drawn on the device (a PickDraw a token, keys from its seeded sampler in token order) —
+   * and nobody could be admitted, run a chain of steps on the model's device and apply its tokens one step at a time,
+   * as host-sampled steps would: the device's argmax is the greedy sampler's (ties to the lowest id), a sequence stops
    * where the host would (its later tokens are dropped; its cache, which ran past them, is freed with it), and a step
    * whose logits the sampler would refuse (NaN logprob) ends its sequence with an error. False: take a normal step.
    */
@@ -589,6 +596,7 @@ export class Scheduler {
     if (model.decodeGreedyBatch === undefined || this.chainSteps === 0 || this.running.length === 0) return false;
     if (this.waiting.length > 0 && this.running.length < this.maxBatch) return false;
     const batch = [...this.running];
+    const drawsChain = model.chainsDraws === true && model.picksDraw === true;
     // as long as the sequence furthest from its token limit wants (one nearer its limit rides along, its tokens past
     // the limit dropped: otherwise sequences that end a token apart would each cost a host step), and never past any
     // sequence's context
@@ -596,7 +604,8 @@ export class Scheduler {
     let wanted = 0;
     for (const seq of batch) {
       const decoding = seq.state === "running" && seq.generated > 0 && seq.tokens.length - seq.cache!.length === 1;
-      if (!decoding || seq.wantsAll || !seq.sampler.isGreedy() || seq.sampler.logprobs > 0) return false;
+      const greedy = seq.sampler.isGreedy() && seq.sampler.logprobs === 0;
+      if (!decoding || seq.wantsAll || !(greedy || (drawsChain && seq.sampler.drawsOnDevice(model.picksDrawTopK === true)))) return false;
       room = Math.min(room, this.contextLength - seq.tokens.length);
       wanted = Math.max(wanted, seq.req.maxTokens - seq.generated);
     }
@@ -610,7 +619,13 @@ export class Scheduler {
     const t0 = performance.now();
     let chosen: GreedyChunk[];
     try {
-      chosen = model.decodeGreedyBatch(batch.map((seq) => ({ token: seq.tokens[seq.tokens.length - 1]!, cache: seq.cache! })), steps);
+      // a draw for every sequence and step where any sequence is drawn (greedy ones at temperature 0), each sequence's
+      // keys in its token order
+      const draws = batch.some((seq) => !seq.sampler.isGreedy())
+        ? Array.from({ length: steps }, () => batch.map((seq): PickDraw => (seq.sampler.isGreedy() ? { temperature: 0, key: 0 } : seq.sampler.deviceDraw()))).flat()
+        : undefined;
+      const starts = batch.map((seq) => ({ token: seq.tokens[seq.tokens.length - 1]!, cache: seq.cache! }));
+      chosen = draws !== undefined ? model.decodeGreedyBatch(starts, steps, draws) : model.decodeGreedyBatch(starts, steps);
       if (chosen.length !== batch.length || chosen.some((c) => c.tokens.length !== steps || c.logprobs.length !== steps)) {
         throw new LatentError(`decodeGreedyBatch returned ${chosen.map((c) => c.tokens.length).join(", ")} ids for ${batch.length} sequences × ${steps} steps`);
       }

@@ -335,3 +335,53 @@ test("a model that filters its draws (picksDrawTopK) also takes requests with to
   assert.equal(plain.draws.length, 0);
   assert.deepEqual(p.results, host.results);
 });
+
+/** FakeDrawModel whose chains take draws too (chainsDraws): a drawn step's token is its key modulo the vocabulary, as in its picks. */
+class FakeChainDrawModel extends FakeDrawModel {
+  readonly chainsDraws = true;
+  readonly picksDrawTopK = true;
+  chainDraws: PickDraw[] = [];
+  override decodeGreedyBatch(seqs: readonly { readonly token: number; readonly cache: LatentStore }[], steps: number, draws?: readonly PickDraw[]): GreedyChunk[] {
+    if (draws === undefined) return super.decodeGreedyBatch(seqs, steps);
+    assert.equal(draws.length, steps * seqs.length);
+    this.chains++;
+    this.chainedSteps += steps;
+    this.chainDraws.push(...draws);
+    return seqs.map(({ token, cache }, b) => {
+      const tokens: number[] = [];
+      const logprobs: number[] = [];
+      let input = token;
+      for (let s = 0; s < steps; s++) {
+        const logits = this.logits(cache.length + s, input);
+        const d = draws[s * seqs.length + b]!;
+        const id = d.temperature > 0 ? d.key % V : argmax(logits);
+        tokens.push(id);
+        logprobs.push(logSoftmax(logits)[id]!);
+        input = id;
+      }
+      cache.advance(steps);
+      return { tokens, logprobs };
+    });
+  }
+}
+
+test("chains take draws on a model that chains them: drawn and greedy requests together give what step-by-step picks give (keys in each request's token order); a request sampled on the host keeps the batch unchained", async () => {
+  const reqs: Req[] = [
+    { prompt: randomTokens(4, 61, 3, V), maxTokens: 17, ignoreEog: true, sampling: { temperature: 0.8, seed: 21 } },
+    { prompt: randomTokens(3, 62, 3, V), maxTokens: 11, ignoreEog: true, sampling: { temperature: 1.1, topK: 40, topP: 0.9, seed: 22 } },
+    greedy(randomTokens(5, 63, 3, V), 14, { ignoreEog: true }),
+  ];
+  const stepwise = await run(reqs, { chainSteps: 0 }, new FakeChainDrawModel());
+  const m = new FakeChainDrawModel();
+  const chained = await run(reqs, { chainSteps: 8 }, m);
+  assert.ok(m.chains >= 2 && m.chainDraws.length > 0, `${m.chains} chains, ${m.chainDraws.length} draws`);
+  assert.deepEqual(chained.results, stepwise.results);
+  assert.deepEqual(chained.events, stepwise.events);
+  // greedy members of a drawn chain go at temperature 0; the drawn ones carry their settings
+  assert.ok(m.chainDraws.some((d) => d.temperature === 0) && m.chainDraws.some((d) => d.topK === 40 && d.topP === 0.9));
+  // a request with top-p alone is sampled on the host: no chain while it runs
+  const withHost = [...reqs, { prompt: randomTokens(2, 64, 3, V), maxTokens: 30, ignoreEog: true, sampling: { temperature: 0.8, topP: 0.9, seed: 23 } }];
+  const h = new FakeChainDrawModel();
+  await run(withHost, { chainSteps: 8 }, h);
+  assert.equal(h.chains, 0, "no chain while a host-sampled request runs");
+});

@@ -113,7 +113,7 @@ export class FusedGpuModel implements GreedyChainModel {
   private loaded = false;
   /** GPU steps run (forwardBatch's, and each chained greedy step) */
   gpuSteps = 0;
-  /** rows whose token forwardBatchPicks drew at a temperature on the GPU */
+  /** rows whose token forwardBatchPicks or decodeGreedyBatch drew at a temperature on the GPU */
   drawnRows = 0;
   /** what load() compiled ahead: kernels, and the ms that took (after the weights were on the GPU) */
   warmStats: WarmStats = { kernels: 0, compileMs: 0 };
@@ -314,6 +314,7 @@ export class FusedGpuModel implements GreedyChainModel {
       this.ensureShared(2 * steps * B * 4);
       const groupDraws = draws === undefined ? undefined : Array.from({ length: steps }, (_, s) => draws.slice(s * seqs.length + at, s * seqs.length + at + B)).flat();
       this.worker.call({ op: "greedy", tokens: group, steps, ...(groupDraws !== undefined ? { draws: groupDraws } : {}) });
+      this.drawnRows += groupDraws?.filter((d) => d.temperature > 0).length ?? 0;
       this.gpuSteps += steps;
       const ids = new Uint32Array(this.logits.buffer, 0, steps * B);
       const lps = this.logits.subarray(steps * B, 2 * steps * B);

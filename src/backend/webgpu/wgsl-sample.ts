@@ -188,7 +188,7 @@ fn ordKey(x: f32) -> u32 {
   return select(b | 0x80000000u, ~b, (b & 0x80000000u) != 0u);
 }`;
   // the k-th largest key of the workgroup's items, hi bits first then the low idBits of lo (lo = ~id: the rest are 1s)
-  const select = (items: string, n: string): string => /* wgsl */ `
+  const radixSelect = (items: string, n: string): string => /* wgsl */ `
   var th = 0u;
   for (var b = 0u; b < 32u; b++) {
     let c = th | (0x80000000u >> b);
@@ -233,7 +233,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   let k0 = wid.x * ${ARGMAX_SLICE}u + li;
   var xs: array<f32, ${CH}>;
   for (var c = 0u; c < ${CH}u; c++) { xs[c] = X[xo + min(k0 + 256u * c, p.width - 1u)]; }
-  ${select(`let id = k0 + 256u * j; let hi = select(0u, ordKey(xs[j]), id < p.width); let lo = ~id;`, `${CH}u`)}
+  ${radixSelect(`let id = k0 + 256u * j; let hi = select(0u, ordKey(xs[j]), id < p.width); let lo = ~id;`, `${CH}u`)}
   for (var j = 0u; j < ${CH}u; j++) {
     let id = k0 + 256u * j; let hi = select(0u, ordKey(xs[j]), id < p.width); let lo = ~id;
     if (hi > th || (hi == th && lo >= tl)) {
@@ -281,7 +281,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     CI[i] = c.y;
   }
   workgroupBarrier();
-  ${select(`let i = li + 256u * j; let ok = i < nc && CI[min(i, ${CAP - 1}u)] != NONE; let hi = select(0u, ordKey(bitcast<f32>(CX[min(i, ${CAP - 1}u)])), ok); let lo = select(0u, ~CI[min(i, ${CAP - 1}u)], ok);`, `${IT}u`)}
+  ${radixSelect(`let i = li + 256u * j; let ok = i < nc && CI[min(i, ${CAP - 1}u)] != NONE; let hi = select(0u, ordKey(bitcast<f32>(CX[min(i, ${CAP - 1}u)])), ok); let lo = select(0u, ~CI[min(i, ${CAP - 1}u)], ok);`, `${IT}u`)}
   // the k best, unsorted, then sorted by key (descending; empty slots lowest)
   if (li < ${KM}u) { SH[li] = 0u; SL[li] = 0u; }
   workgroupBarrier();

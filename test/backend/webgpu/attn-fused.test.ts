@@ -41,6 +41,8 @@ const CASES: Case[] = [
   // DeepSeek-V2-Lite's head (Q4_K_M: W_UK Q5_0, W_UV Q4_K) as the GPU runs it: 8 splits, 2 keys an iteration
   { H: 2, P: 128, R: 64, L: 512, V: 128, typeK: GGMLType.Q5_0, typeV: GGMLType.Q4_K, tune: { attnFuseSplit: 8, attnFuseKeys: 2 }, keys: [[1, 0], [48, 0], [97, 8], [300, 0], [613, 16]] },
   { H: 2, P: 256, R: 16, L: 64, V: 24, typeK: GGMLType.Q6_K, typeV: GGMLType.Q8_0, tune: { attnFuseKeys: 4 }, keys: [[5, 0], [70, 0]] },
+  // 16 workgroups a head splitting 700 and 2100 keys (pages of 16: 132 of them)
+  { H: 2, P: 64, R: 8, L: 256, V: 40, typeK: GGMLType.Q5_0, typeV: GGMLType.Q4_K, tune: { attnFuseSplit: 16, attnFuseKeys: 2 }, keys: [[700, 0], [2100, 16]] },
   // q-LoRA: GLM-4.7-Flash's head widths (P 192: six Q5_0 chunks a row, four lanes a row), the key from the cache
   { H: 3, P: 192, R: 64, L: 512, V: 256, typeK: GGMLType.Q5_0, typeV: GGMLType.Q4_K, lora: true, keys: [[1, 0], [9, 0], [40, 4], [400, 8]] },
   { H: 3, P: 32, R: 6, L: 64, V: 32, typeK: GGMLType.Q8_0, typeV: GGMLType.F16, lora: true, tune: { attnFuseKeys: 2 }, keys: [[1, 0], [33, 16], [256, 0]] },
@@ -81,7 +83,11 @@ for (const c of CASES) {
       const table = Float64Array.from({ length: (pos + 1) * half * 2 }, () => rng.normal());
       // cache rows: contiguous from base 3, or through a page table in SEL (pages in a shuffled order)
       const pages = pageSize > 0 ? Math.ceil(nk / pageSize) : 0;
-      const pageIds = Array.from({ length: pages }, (_, i) => (i * 5 + 2) % (pages + 3));
+      // (a multiplier prime to the modulus: every page its own row range)
+      let mul = 5;
+      const gcd = (a: number, b: number): number => (b === 0 ? a : gcd(b, a % b));
+      while (gcd(mul, pages + 3) !== 1) mul++;
+      const pageIds = Array.from({ length: pages }, (_, i) => (i * mul + 2) % (pages + 3));
       const selBase = 2;
       const rowOf = (u: number): number => (pageSize > 0 ? pageIds[Math.floor(u / pageSize)]! * pageSize + (u % pageSize) : 3 + u);
       const rows = Math.max(...Array.from({ length: nk }, (_, u) => rowOf(u))) + 2;

@@ -55,6 +55,17 @@ function rotl(x: number, k: number): number {
   return (x << k) | (x >>> (32 - k));
 }
 
+/** Most top-k a model's device filters by when it draws tokens (Sampler.drawsOnDevice): larger ones sample on the host. */
+export const DEVICE_DRAW_TOPK_MAX = 64;
+
+/** log-probabilities of the row being sampled: one buffer for all samplers (sampling is synchronous) */
+let scratch = new Float64Array(0);
+/**
+ * the draw's weights, likewise: a fresh 800 KB array per row (a whole vocabulary, temperature only) cost ~3 ms of page
+ * faults, more than the rest of the draw
+ */
+let weights = new Float64Array(0);
+
 /**
  * Samples one token from a full-vocabulary logits vector.
  *
@@ -67,17 +78,6 @@ function rotl(x: number, k: number): number {
  * The returned `logprob` is that of the chosen token under the UNMODIFIED distribution log_softmax(raw logits),
  * not under the truncated/tempered one, matching the OpenAI API's `logprobs`.
  */
-/** Most top-k a model's device filters by when it draws tokens (Sampler.drawsOnDevice): larger ones sample on the host. */
-export const DEVICE_DRAW_TOPK_MAX = 64;
-
-/** log-probabilities of the row being sampled: one buffer for all samplers (sampling is synchronous) */
-let scratch = new Float64Array(0);
-/**
- * the draw's weights, likewise: a fresh 800 KB array per row (a whole vocabulary, temperature only) cost ~3 ms of page
- * faults, more than the rest of the draw
- */
-let weights = new Float64Array(0);
-
 export class Sampler {
   readonly temperature: number;
   readonly topK: number;

@@ -8,7 +8,8 @@ import { Tokenizer, type ChatMessage } from "../tokenizer/index.js";
 import { generate, type DecodeMode, type GenerateModel, type GeneratePath } from "../engine/generate.js";
 import type { BackendChoice } from "../model/load.js";
 import { openFusedForCli } from "./fused.js";
-import type { WarmStats } from "../backend/webgpu/fused.js";
+import type { GpuHostStats, WarmStats } from "../backend/webgpu/fused.js";
+import { Sampler } from "../engine/sampler.js";
 import { DEFAULT_PREFILL_CHUNK } from "../engine/evaluate.js";
 
 function numOption(name: string, v: string | undefined): number | undefined {
@@ -43,8 +44,10 @@ ${BACKEND_HELP}
                          (default cpu; logits defaults to reference, which defines correctness)
   --logprobs N           with --json: top-N alternatives per token (default 0). Greedy (--temp 0) on the
                          fused GPU pipeline chains the decode steps on the GPU and reads back only the
-                         chosen ids and their logprobs (computed on the GPU); the top-N alternatives
-                         need every step's logits: --logprobs ≥ 1 samples on the host
+                         chosen ids and their logprobs (computed on the GPU); so does sampling with a
+                         --top-k of 1..64 (the defaults) or a temperature alone, each token drawn on the
+                         GPU; the top-N alternatives need every step's logits: --logprobs ≥ 1 samples on
+                         the host
   --json                 print one JSON object at the end instead of streaming`;
 
 export const runCommand: Command = {
@@ -103,12 +106,14 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
   const threads = intOption("threads", values.threads, 1);
 
   const t0 = performance.now();
-  const runner = openRunner(modelPath, io, backend, threads, path, values, nPredict, chunk);
+  // (the fused pipeline compiles the kernels of GPU draws ahead where this sampler may draw there)
+  const runner = openRunner(modelPath, io, backend, threads, path, values, nPredict, chunk, new Sampler({ ...sampling }).drawsOnDevice(true));
   // opening the model: reading its file, and on the fused GPU pipeline starting the device and uploading the weights
   const loadMs = performance.now() - t0;
   const { tokenizer, prompt, model } = runner;
 
   const bar = json ? undefined : positionsBar(io, "prompt");
+  let host: GpuHostStats | undefined;
   let streamed = 0;
   const result = await generate(model, tokenizer, prompt, {
     ...sampling,
@@ -124,7 +129,11 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
       io.out(ev.text);
       streamed += ev.text.length;
     },
-  }).finally(() => runner.close());
+  }).finally(() => {
+    // (the fused pipeline's counts before its worker closes)
+    host = runner.hostStats?.();
+    runner.close();
+  });
   bar?.stop();
   const t = result.timings;
   const decode = decodeName(result.decode);
@@ -151,6 +160,7 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
       timings: {
         load_ms: loadMs,
         ...(runner.warm !== undefined ? { gpu_kernels_compiled: runner.warm.kernels, compile_ms: runner.warm.compileMs } : {}),
+        ...(host !== undefined ? { gpu_steps: host.steps, gpu_dispatches: host.dispatches, gpu_host_encode_ms: host.encodeMs, gpu_host_submit_ms: host.submitMs } : {}),
         prompt_tokens: result.promptTokens,
         prefill_ms: t.prefillMs,
         prompt_tokens_per_second: t.promptTokensPerSecond,
@@ -189,6 +199,8 @@ interface Runner {
   readonly backend: string;
   /** the GPU kernels compiled while loading (fused pipeline) */
   readonly warm?: WarmStats;
+  /** the fused pipeline's steps and the host time spent encoding and submitting them, so far */
+  hostStats?(): GpuHostStats;
   close(): void;
 }
 
@@ -208,7 +220,7 @@ const FUSED_OPEN_CONTEXT = 32768;
  * pipeline (every layer of a step in one replayed pass: FusedGpuModel); otherwise — and for auto without a hardware
  * adapter — the model is loaded with the backend's matrix kernels.
  */
-function openRunner(modelPath: string, io: CliIO, requested: BackendChoice, threads: number | undefined, path: string, values: { prompt?: string; chat?: boolean; system?: string }, nPredict: number, chunk: number | undefined): Runner {
+function openRunner(modelPath: string, io: CliIO, requested: BackendChoice, threads: number | undefined, path: string, values: { prompt?: string; chat?: boolean; system?: string }, nPredict: number, chunk: number | undefined, draws: boolean): Runner {
   let backend = requested;
   if ((backend === "webgpu" || backend === "auto") && path !== "reference") {
     let prompt: number[] = [];
@@ -220,11 +232,11 @@ function openRunner(modelPath: string, io: CliIO, requested: BackendChoice, thre
       const maxTokens = chunk ?? DEFAULT_PREFILL_CHUNK;
       // the steps this run takes: its prompt's prefill chunks (or one token at a time), then one-token decode steps
       const prefill = path === "decode" || prompt.length === 0 ? [] : [...new Set([Math.min(prompt.length, maxTokens), prompt.length % maxTokens || maxTokens])];
-      return { context, maxTokens, warm: { decode: 1, greedy: true, prefill } };
+      return { context, maxTokens, warm: { decode: 1, greedy: true, ...(draws ? { draws } : {}), prefill } };
     });
     if (open.fused !== undefined) {
       const f = open.fused;
-      return { tokenizer: tokenizer!, prompt, model: f, backend: `fused-webgpu (${f.adapter})`, warm: f.warmStats, close: () => void f.close() };
+      return { tokenizer: tokenizer!, prompt, model: f, backend: `fused-webgpu (${f.adapter})`, warm: f.warmStats, hostStats: () => f.hostStats(), close: () => void f.close() };
     }
     backend = open.backend;
   }

@@ -68,6 +68,11 @@ async function handle(req: FusedRequest): Promise<void> {
       answer(init.channel, 1);
       return;
     }
+    case "stats": {
+      const st = rt!.stats;
+      answer(init.channel, 1, JSON.stringify({ dispatches: st.dispatches, encodeMs: st.encodeMs, submitMs: st.submitMs }));
+      return;
+    }
     case "close":
       info?.device.destroy();
       answer(init.channel, 1);

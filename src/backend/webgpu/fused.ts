@@ -50,6 +50,8 @@ export type FusedRequest =
    * of the shared logits, then their logprobs [steps × batch] as f32
    */
   | { op: "greedy"; tokens: StepToken[]; steps: number; draws?: PickDraw[] }
+  /** the runtime's counts (GpuHostStats) as JSON */
+  | { op: "stats" }
   | { op: "close" };
 
 export interface FusedInit {
@@ -58,6 +60,14 @@ export interface FusedInit {
   /** Float64 [bytes loaded, bytes in all] while the worker loads the weights, then [kernels compiled, kernels to compile] */
   readonly progress: SharedArrayBuffer;
   readonly checkWrites: boolean;
+}
+
+/** The fused pipeline's GPU steps so far, their dispatches, and the host time spent encoding and submitting them (ms). */
+export interface GpuHostStats {
+  readonly steps: number;
+  readonly dispatches: number;
+  readonly encodeMs: number;
+  readonly submitMs: number;
 }
 
 export interface FusedOptions {
@@ -330,6 +340,13 @@ export class FusedGpuModel implements GreedyChainModel {
     }
     for (const { cache } of seqs) cache.advance(steps);
     return out;
+  }
+
+  /** The GPU steps run so far and the host time the worker spent encoding and submitting them. */
+  hostStats(): GpuHostStats {
+    if (!this.loaded) throw new LatentError("FusedGpuModel: load() the weights first");
+    const s = JSON.parse(this.worker.call({ op: "stats" })) as Omit<GpuHostStats, "steps">;
+    return { steps: this.gpuSteps, dispatches: s.dispatches, encodeMs: s.encodeMs, submitMs: s.submitMs };
   }
 
   /** Grow the shared logits memory (and tell the worker) so that it holds at least `bytes`. */

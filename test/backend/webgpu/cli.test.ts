@@ -89,6 +89,10 @@ test("run --backend webgpu --temp 0 chains the greedy steps on the GPU: same tex
   const sampledArgs = [MODEL, "-p", "hello world", "-n", "8", "--temp", "0.8", "--json", "--seed", "1", "--backend", "webgpu", "--ignore-eos"];
   const sampled = JSON.parse(await capture(runMain, sampledArgs)) as RunReport;
   assert.equal(sampled.decode, "gpu-draws-chained");
+  // the fused pipeline's steps and its worker's host time, for telling a host-bound run from a GPU-bound one
+  const host = sampled.timings as { gpu_steps?: number; gpu_dispatches?: number; gpu_host_encode_ms?: number; gpu_host_submit_ms?: number };
+  assert.ok(host.gpu_steps! >= 8 && host.gpu_dispatches! > host.gpu_steps! && host.gpu_host_encode_ms! > 0 && host.gpu_host_submit_ms! >= 0, JSON.stringify(sampled.timings));
+  assert.equal((cpu.timings as { gpu_steps?: number }).gpu_steps, undefined);
   assert.equal(sampled.tokens.length, 8);
   assert.ok(sampled.logprobs.every((e) => typeof e.logprob === "number" && e.logprob <= 0), JSON.stringify(sampled.logprobs));
   assert.deepEqual((JSON.parse(await capture(runMain, sampledArgs)) as RunReport).tokens, sampled.tokens);

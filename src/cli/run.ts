@@ -107,7 +107,8 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
 
   const t0 = performance.now();
   // (the fused pipeline compiles the kernels of GPU draws ahead where this sampler may draw there)
-  const runner = openRunner(modelPath, io, backend, threads, path, values, nPredict, chunk, new Sampler({ ...sampling }).drawsOnDevice(true));
+  const sampler = new Sampler(sampling);
+  const runner = openRunner(modelPath, io, backend, threads, path, values, nPredict, chunk, sampler.drawsOnDevice(true));
   // opening the model: reading its file, and on the fused GPU pipeline starting the device and uploading the weights
   const loadMs = performance.now() - t0;
   const { tokenizer, prompt, model } = runner;
@@ -116,7 +117,7 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
   let host: GpuHostStats | undefined;
   let streamed = 0;
   const result = await generate(model, tokenizer, prompt, {
-    ...sampling,
+    sampler,
     maxTokens: nPredict < 0 ? Infinity : nPredict,
     path: path as GeneratePath,
     ...(chunk !== undefined ? { chunk } : {}),

@@ -788,6 +788,14 @@ export const ARGMAX_SLICE = 4096;
  * larger first, ties to the lower index, NaN never ahead, an empty slot (NONE) always behind — and `term` is
  * exp(x − m) as a log-sum-exp adds it.
  */
+/** A 256-thread workgroup's `sum` totalled into bs[0] (workgroup memory bs: array<f32, 256>), every thread taking part. */
+export const REDUCE_SUM_WGSL = /* wgsl */ `  bs[li] = sum;
+  workgroupBarrier();
+  for (var s = 128u; s > 0u; s >>= 1u) {
+    if (li < s) { bs[li] += bs[li + s]; }
+    workgroupBarrier();
+  }`;
+
 export const ARGMAX_FNS = /* wgsl */ `const NONE = 0xffffffffu;
 // NaN by its bits: a compiler may assume that float comparisons never see NaN
 fn isNan(v: f32) -> bool { return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u; }
@@ -857,12 +865,6 @@ export function argmaxWGSL(stage: "slices" | "merge", logprobs = false): string 
       if (c.y != NONE) { sum += bitcast<f32>(c.z) * term(bitcast<f32>(c.x), m); }
     }
   }`;
-  const reduceSum = `  bs[li] = sum;
-  workgroupBarrier();
-  for (var s = 128u; s > 0u; s >>= 1u) {
-    if (li < s) { bs[li] += bs[li + s]; }
-    workgroupBarrier();
-  }`;
   const write =
     stage === "slices"
       ? `PART[t * p.slices + wid.x] = vec4u(bitcast<u32>(bv[0]), bi[0], bitcast<u32>(bs[0]), atomicLoad(&bad));`
@@ -898,7 +900,7 @@ ${scan}
     workgroupBarrier();
   }
 ${withSum ? `${sum}
-${reduceSum}
+${REDUCE_SUM_WGSL}
 ` : ""}  // a row of NaN only: token 0, as the CPU argmax
   if (li == 0u) {
     ${write}

@@ -20,7 +20,21 @@
  * log-probabilities; the draws buffer holds DRAW_WORDS a row.
  */
 import { DEVICE_DRAW_TOPK_MAX } from "../../engine/sampler.js";
-import { ARGMAX_FNS, ARGMAX_SLICE } from "./wgsl-ops.js";
+import { ARGMAX_FNS, ARGMAX_SLICE, REDUCE_SUM_WGSL } from "./wgsl-ops.js";
+
+/** The draws' noise, the same in both kernels: a row's key and an element's id give the element's Gumbel draw. */
+const GUMBEL_FNS = /* wgsl */ `
+// a 32-bit integer hash (lowbias32) of the row's key and the element's index
+fn hash(key: u32, k: u32) -> u32 {
+  var h = key ^ (k * 0x9e3779b9u);
+  h ^= h >> 16u; h *= 0x7feb352du; h ^= h >> 15u; h *= 0x846ca68bu; h ^= h >> 16u;
+  return h;
+}
+// a standard Gumbel draw from u = (24 hashed bits + 0.5) / 2^24, in (0, 1)
+fn gumbel(key: u32, k: u32) -> f32 {
+  let u = (f32(hash(key, k) >> 8u) + 0.5) * 5.9604644775390625e-8;
+  return -log(-log(u));
+}`;
 
 /** Most top-k a row drawn on the GPU keeps: the host Sampler's DEVICE_DRAW_TOPK_MAX (larger ones sample on the host). */
 export const SAMPLE_TOPK_MAX = DEVICE_DRAW_TOPK_MAX;
@@ -103,17 +117,7 @@ var<workgroup> bs: array<f32, 256>;
 var<workgroup> has: array<u32, 1>;
 var<workgroup> bad: atomic<u32>;
 ${ARGMAX_FNS}
-// a 32-bit integer hash (lowbias32) of the row's key and the element's index
-fn hash(key: u32, k: u32) -> u32 {
-  var h = key ^ (k * 0x9e3779b9u);
-  h ^= h >> 16u; h *= 0x7feb352du; h ^= h >> 15u; h *= 0x846ca68bu; h ^= h >> 16u;
-  return h;
-}
-// a standard Gumbel draw from u = (24 hashed bits + 0.5) / 2^24, in (0, 1)
-fn gumbel(key: u32, k: u32) -> f32 {
-  let u = (f32(hash(key, k) >> 8u) + 0.5) * 5.9604644775390625e-8;
-  return -log(-log(u));
-}
+${GUMBEL_FNS}
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let t = ${stage === "slices" ? "wid.y + wid.z * 65535u" : "wid.x + wid.y * 65535u"};
@@ -143,12 +147,7 @@ ${scan}
   if (li == 0u) { has[0] = hm[0]; }
   workgroupBarrier();
 ${sum}
-  bs[li] = sum;
-  workgroupBarrier();
-  for (var s = 128u; s > 0u; s >>= 1u) {
-    if (li < s) { bs[li] += bs[li + s]; }
-    workgroupBarrier();
-  }
+${REDUCE_SUM_WGSL}
   if (li == 0u) {
     ${write}
   }
@@ -255,16 +254,7 @@ var<workgroup> CI: array<u32, ${CAP}>;
 var<workgroup> SH: array<u32, ${KM}>;
 var<workgroup> SL: array<u32, ${KM}>;
 var<workgroup> SX: array<f32, ${KM}>;
-// a hash and Gumbel draw as sampleWGSL's
-fn hash(key: u32, k: u32) -> u32 {
-  var h = key ^ (k * 0x9e3779b9u);
-  h ^= h >> 16u; h *= 0x7feb352du; h ^= h >> 15u; h *= 0x846ca68bu; h ^= h >> 16u;
-  return h;
-}
-fn gumbel(key: u32, k: u32) -> f32 {
-  let u = (f32(hash(key, k) >> 8u) + 0.5) * 5.9604644775390625e-8;
-  return -log(-log(u));
-}
+${GUMBEL_FNS}
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let t = wid.x + wid.y * 65535u;

@@ -33,10 +33,11 @@ export interface GreedyChainModel {
   decodeGreedy(token: number, cache: LatentStore, steps: number, draws?: readonly PickDraw[]): GreedyChunk;
   /**
    * decodeGreedy takes `draws` (one a step): step s's token is then drawn by draws[s] (its temperature and the host
-   * Sampler's filters, by its key) instead of taken greedily; with `picksDrawTopK` also draws with top-k
+   * Sampler's filters, by its key) instead of taken greedily; with `picksDrawFiltered` also draws with top-k,
+   * top-p and min-p (Sampler.drawsOnDevice)
    */
   readonly chainsDraws?: boolean;
-  readonly picksDrawTopK?: boolean;
+  readonly picksDrawFiltered?: boolean;
 }
 
 /** What a chunk of chained greedy steps chose: `tokens[s]` and its log-probability `logprobs[s]` per step. */
@@ -188,7 +189,7 @@ export function* generateTokens(model: GenerateModel, tokenizer: GenerateTokeniz
   const chainable = opts.chainedGreedy !== false && path !== "reference" && sampler instanceof Sampler;
   const greedyChain = chainable && sampler.isGreedy() && sampler.logprobs === 0;
   // samplers the model's device can draw for (a temperature, and top-k ≤ 64 with top-p / min-p where it filters)
-  const drawChain = chainable && !greedyChain && model.chainsDraws === true && sampler.drawsOnDevice(model.picksDrawTopK === true);
+  const drawChain = chainable && !greedyChain && model.chainsDraws === true && sampler.drawsOnDevice(model.picksDrawFiltered === true);
   const chain = greedyChain || drawChain ? model.decodeGreedy?.bind(model) : undefined;
   const decodeMode: DecodeMode = chain === undefined ? "host-sampling" : drawChain ? "draws-chained" : "greedy-chained";
   const decoder = tokenizer.createDecoder({ skipSpecial: !(opts.special ?? false) });

@@ -112,13 +112,13 @@ export class Sampler {
 
   /**
    * Whether a model's device may draw this sampler's tokens (PickDraw): a temperature alone — no top-k, top-p or
-   * min-p — or, where the device filters (`withTopK`), a top-k of 1..DEVICE_DRAW_TOPK_MAX with any top-p and min-p;
+   * min-p — or, where the device filters (`filtered`), also any top-p and min-p with top-k 0 or 1..DEVICE_DRAW_TOPK_MAX;
    * no top logprobs either way.
    */
-  drawsOnDevice(withTopK = false): boolean {
+  drawsOnDevice(filtered = false): boolean {
     if (!(this.temperature > 0) || this.logprobs !== 0) return false;
-    if (this.topK === 0) return this.topP >= 1 && this.minP <= 0;
-    return withTopK && this.topK <= DEVICE_DRAW_TOPK_MAX;
+    if (this.topK === 0) return filtered || (this.topP >= 1 && this.minP <= 0);
+    return filtered && this.topK <= DEVICE_DRAW_TOPK_MAX;
   }
 
   /** A draw on a model's device of this sampler's next token: its settings and a fresh key (drawKey). */

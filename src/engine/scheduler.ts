@@ -36,7 +36,7 @@ export interface BatchModel {
   /** forwardBatchPicks takes PickDraws too */
   readonly picksDraw?: boolean;
   /** and PickDraws with top-k 1..DEVICE_DRAW_TOPK_MAX (with top-p, min-p) */
-  readonly picksDrawTopK?: boolean;
+  readonly picksDrawFiltered?: boolean;
 }
 
 /**
@@ -46,7 +46,7 @@ export interface BatchModel {
 export interface PickDraw {
   readonly temperature: number;
   readonly key: number;
-  /** the host Sampler's filters, applied before the draw as it applies them (models with `picksDrawTopK`): top-k 0 = off */
+  /** the host Sampler's filters, applied before the draw as it applies them (models with `picksDrawFiltered`): top-k 0 = off */
   readonly topK?: number;
   readonly topP?: number;
   readonly minP?: number;
@@ -535,7 +535,7 @@ export class Scheduler {
         ? members.map((seq, i): boolean | PickDraw => {
             if (chunks[i]!.logits !== "last") return false;
             if (seq.sampler.isGreedy()) return seq.sampler.logprobs === 0;
-            return drawing && seq.sampler.drawsOnDevice(this.model.picksDrawTopK === true) ? seq.sampler.deviceDraw() : false;
+            return drawing && seq.sampler.drawsOnDevice(this.model.picksDrawFiltered === true) ? seq.sampler.deviceDraw() : false;
           })
         : undefined;
     let outs: (Float32Array | GreedyPick)[];
@@ -605,7 +605,7 @@ export class Scheduler {
     for (const seq of batch) {
       const decoding = seq.state === "running" && seq.generated > 0 && seq.tokens.length - seq.cache!.length === 1;
       const greedy = seq.sampler.isGreedy() && seq.sampler.logprobs === 0;
-      if (!decoding || seq.wantsAll || !(greedy || (drawsChain && seq.sampler.drawsOnDevice(model.picksDrawTopK === true)))) return false;
+      if (!decoding || seq.wantsAll || !(greedy || (drawsChain && seq.sampler.drawsOnDevice(model.picksDrawFiltered === true)))) return false;
       room = Math.min(room, this.contextLength - seq.tokens.length);
       wanted = Math.max(wanted, seq.req.maxTokens - seq.generated);
     }

@@ -243,18 +243,22 @@ test("options and logits are validated with UsageError", () => {
   assert.equal(s.sample(new Float32Array([-Infinity, 0, -Infinity])).token, 1);
 });
 
-test("drawsOnDevice: a temperature alone; with a filtering device also top-k 1..64 with top-p and min-p; never greedy, top-p/min-p without top-k, or top logprobs", () => {
-  const on = (o: SamplerOptions, withTopK: boolean): boolean => new Sampler({ seed: 1, ...o }).drawsOnDevice(withTopK);
-  for (const withTopK of [false, true]) {
-    assert.equal(on({ temperature: 0.8 }, withTopK), true);
-    assert.equal(on({ temperature: 0 }, withTopK), false);
-    assert.equal(on({ temperature: 0.8, topP: 0.9 }, withTopK), false);
-    assert.equal(on({ temperature: 0.8, minP: 0.1 }, withTopK), false);
-    assert.equal(on({ temperature: 0.8, logprobs: 1 }, withTopK), false);
-    assert.equal(on({ temperature: 0.8, topK: 40, topP: 0.95, minP: 0.05 }, withTopK), withTopK);
-    assert.equal(on({ temperature: 0.8, topK: 64 }, withTopK), withTopK);
-    assert.equal(on({ temperature: 0.8, topK: 65 }, withTopK), false);
-    assert.equal(on({ temperature: 0.8, topK: 40, logprobs: 2 }, withTopK), false);
+test("drawsOnDevice: a temperature alone; with a filtering device also top-p and min-p with top-k 0 or 1..64; never greedy, top-k past 64, or top logprobs", () => {
+  const on = (o: SamplerOptions, filtered: boolean): boolean => new Sampler({ seed: 1, ...o }).drawsOnDevice(filtered);
+  for (const filtered of [false, true]) {
+    assert.equal(on({ temperature: 0.8 }, filtered), true);
+    assert.equal(on({ temperature: 0 }, filtered), false);
+    assert.equal(on({ temperature: 0, topP: 0.9 }, filtered), false);
+    assert.equal(on({ temperature: 0.8, topP: 0.9 }, filtered), filtered);
+    assert.equal(on({ temperature: 0.8, minP: 0.1 }, filtered), filtered);
+    assert.equal(on({ temperature: 0.8, topP: 0.5, minP: 0.1 }, filtered), filtered);
+    assert.equal(on({ temperature: 0.8, logprobs: 1 }, filtered), false);
+    assert.equal(on({ temperature: 0.8, topP: 0.9, logprobs: 1 }, filtered), false);
+    assert.equal(on({ temperature: 0.8, topK: 40, topP: 0.95, minP: 0.05 }, filtered), filtered);
+    assert.equal(on({ temperature: 0.8, topK: 64 }, filtered), filtered);
+    assert.equal(on({ temperature: 0.8, topK: 65 }, filtered), false);
+    assert.equal(on({ temperature: 0.8, topK: 65, topP: 0.9 }, filtered), false);
+    assert.equal(on({ temperature: 0.8, topK: 40, logprobs: 2 }, filtered), false);
   }
   // a device draw carries the settings and the sampler's next key
   const s = new Sampler({ temperature: 0.7, topK: 40, topP: 0.9, minP: 0.02, seed: 9 });

@@ -311,9 +311,9 @@ test("pages filled by a chain are published with the ids the chain fed: a follow
   assert.equal(host.results[1]!.cached, 20);
 });
 
-test("a model that filters its draws (picksDrawTopK) also takes requests with top-k 1..64, top-p and min-p; top-p without top-k, top-k past 64 and top logprobs stay on the host", async () => {
+test("a model that filters its draws (picksDrawFiltered) also takes requests with top-p and min-p, with top-k 0 or 1..64; top-k past 64 and top logprobs stay on the host", async () => {
   class FakeTopKModel extends FakeDrawModel {
-    readonly picksDrawTopK = true;
+    readonly picksDrawFiltered = true;
   }
   const reqs: Req[] = [
     { prompt: randomTokens(4, 51, 3, V), maxTokens: 6, ignoreEog: true, sampling: { temperature: 0.8, topK: 40, topP: 0.95, minP: 0.05, seed: 11 } },
@@ -324,11 +324,18 @@ test("a model that filters its draws (picksDrawTopK) also takes requests with to
   const m = new FakeTopKModel();
   const r = await run(reqs, { chainSteps: 0 }, m);
   const keys = new Sampler({ temperature: 0.8, seed: 11 });
-  assert.equal(m.draws.length, 6);
-  for (const d of m.draws) assert.deepEqual(d, { temperature: 0.8, topK: 40, topP: 0.95, minP: 0.05, key: keys.drawKey() });
-  assert.deepEqual(r.results[0]!.tokens, m.draws.map((d) => d.key % V));
+  const keysP = new Sampler({ temperature: 0.8, seed: 12 });
+  const withK = m.draws.filter((d) => d.topK === 40);
+  const withP = m.draws.filter((d) => d.topK === 0);
+  assert.equal(withK.length, 6);
+  assert.equal(withP.length, 5);
+  assert.equal(m.draws.length, 11);
+  for (const d of withK) assert.deepEqual(d, { temperature: 0.8, topK: 40, topP: 0.95, minP: 0.05, key: keys.drawKey() });
+  for (const d of withP) assert.deepEqual(d, { temperature: 0.8, topK: 0, topP: 0.9, minP: 0, key: keysP.drawKey() });
+  assert.deepEqual(r.results[0]!.tokens, withK.map((d) => d.key % V));
+  assert.deepEqual(r.results[1]!.tokens, withP.map((d) => d.key % V));
   const host = await run(reqs, { chainSteps: 0 });
-  assert.deepEqual([r.results[1], r.results[2], r.results[3]], [host.results[1], host.results[2], host.results[3]]);
+  assert.deepEqual([r.results[2], r.results[3]], [host.results[2], host.results[3]]);
   // a model that draws only at a temperature keeps the top-k request on the host
   const plain = new FakeDrawModel();
   const p = await run(reqs, { chainSteps: 0 }, plain);
@@ -339,7 +346,7 @@ test("a model that filters its draws (picksDrawTopK) also takes requests with to
 /** FakeDrawModel whose chains take draws too (chainsDraws): a drawn step's token is its key modulo the vocabulary, as in its picks. */
 class FakeChainDrawModel extends FakeDrawModel {
   readonly chainsDraws = true;
-  readonly picksDrawTopK = true;
+  readonly picksDrawFiltered = true;
   chainDraws: PickDraw[] = [];
   override decodeGreedyBatch(seqs: readonly { readonly token: number; readonly cache: LatentStore }[], steps: number, draws?: readonly PickDraw[]): GreedyChunk[] {
     if (draws === undefined) return super.decodeGreedyBatch(seqs, steps);
@@ -379,8 +386,8 @@ test("chains take draws on a model that chains them: drawn and greedy requests t
   assert.deepEqual(chained.events, stepwise.events);
   // greedy members of a drawn chain go at temperature 0; the drawn ones carry their settings
   assert.ok(m.chainDraws.some((d) => d.temperature === 0) && m.chainDraws.some((d) => d.topK === 40 && d.topP === 0.9));
-  // a request with top-p alone is sampled on the host: no chain while it runs
-  const withHost = [...reqs, { prompt: randomTokens(2, 64, 3, V), maxTokens: 30, ignoreEog: true, sampling: { temperature: 0.8, topP: 0.9, seed: 23 } }];
+  // a request with top logprobs is sampled on the host: no chain while it runs
+  const withHost = [...reqs, { prompt: randomTokens(2, 64, 3, V), maxTokens: 30, ignoreEog: true, sampling: { temperature: 0.8, topP: 0.9, logprobs: 2, seed: 23 } }];
   const h = new FakeChainDrawModel();
   await run(withHost, { chainSteps: 8 }, h);
   assert.equal(h.chains, 0, "no chain while a host-sampled request runs");

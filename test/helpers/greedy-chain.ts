@@ -80,13 +80,13 @@ export class HostChainModel implements GreedyChainModel {
 }
 
 /**
- * HostChainModel that also chains draws (chainsDraws, picksDrawTopK): a drawn step's token stands in for the device's
+ * HostChainModel that also chains draws (chainsDraws, picksDrawFiltered): a drawn step's token stands in for the device's
  * draw as the host Sampler's kept ids (its filters at the draw's settings) indexed by the draw's key; the draws are
  * recorded.
  */
 export class HostDrawModel extends HostChainModel {
   readonly chainsDraws = true;
-  readonly picksDrawTopK = true;
+  readonly picksDrawFiltered = true;
   readonly draws: PickDraw[] = [];
   constructor(private readonly base: GenerateModel) {
     super(base);

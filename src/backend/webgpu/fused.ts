@@ -25,13 +25,13 @@ import { DEVICE_DRAW_TOPK_MAX } from "../../engine/sampler.js";
 import { sampleTopKFits } from "./ops.js";
 
 /** Refuses a PickDraw the GPU cannot make as the host Sampler would (`topK`: whether the filters apply here). */
-function checkDraw(d: PickDraw, topK: boolean, what: string): void {
+function checkDraw(d: PickDraw, filtered: boolean, what: string): void {
   const k = d.topK ?? 0;
   const p = d.topP ?? 1;
   const m = d.minP ?? 0;
   if (!(Number.isFinite(d.temperature) && d.temperature >= 0 && Number.isInteger(d.key) && d.key >= 0 && d.key < 2 ** 32)) throw new LatentError(`${what} needs a temperature ≥ 0 and a 32-bit key`);
-  if (!(Number.isInteger(k) && k >= 0 && k <= (topK ? DEVICE_DRAW_TOPK_MAX : 0) && p > 0 && p <= 1 && m >= 0 && m < 1 && (k > 0 || (p >= 1 && m <= 0)))) {
-    throw new LatentError(`${what}: top-k ${k}, top-p ${p}, min-p ${m} are not drawn on this GPU (top-k 1..${topK ? DEVICE_DRAW_TOPK_MAX : 0} for any top-p and min-p, else neither)`);
+  if (!(Number.isInteger(k) && k >= 0 && k <= (filtered ? DEVICE_DRAW_TOPK_MAX : 0) && p > 0 && p <= 1 && m >= 0 && m < 1 && (filtered || (p >= 1 && m <= 0)))) {
+    throw new LatentError(`${what}: top-k ${k}, top-p ${p}, min-p ${m} are not drawn on this GPU (${filtered ? `top-k 0..${DEVICE_DRAW_TOPK_MAX} with any top-p in (0, 1] and min-p in [0, 1)` : "a temperature alone"})`);
   }
 }
 
@@ -112,8 +112,11 @@ export class FusedGpuModel implements GreedyChainModel {
   readonly adapter: string;
   /** forwardBatchPicks draws rows' tokens at a temperature on the GPU too (wgsl-sample.ts) */
   readonly picksDraw = true;
-  /** and with top-k (1..DEVICE_DRAW_TOPK_MAX), top-p and min-p, where a row fits the top-k kernels (sampleTopKFits) */
-  readonly picksDrawTopK: boolean;
+  /**
+   * and with the host Sampler's filters (top-k 0..DEVICE_DRAW_TOPK_MAX with any top-p and min-p), where a row fits the
+   * top-k kernels (sampleTopKFits)
+   */
+  readonly picksDrawFiltered: boolean;
   /** decodeGreedy chains draws (PickDraws, a key a step) as well as greedy steps */
   readonly chainsDraws = true;
   private readonly worker: BlockingWorker<FusedRequest>;
@@ -135,7 +138,7 @@ export class FusedGpuModel implements GreedyChainModel {
     const why = fusedUnsupported(config);
     if (why !== undefined) throw new LatentError(why);
     this.config = { ...config, contextLength: Math.min(config.contextLength, opts.context) };
-    this.picksDrawTopK = sampleTopKFits(config.nVocab);
+    this.picksDrawFiltered = sampleTopKFits(config.nVocab);
     const logits = new SharedArrayBuffer(config.nVocab * 4);
     this.logits = new Float32Array(logits);
     const init: Omit<FusedInit, "channel"> = { logits, progress: this.progress.buffer as SharedArrayBuffer, checkWrites: opts.checkWrites === true };
@@ -191,7 +194,7 @@ export class FusedGpuModel implements GreedyChainModel {
     const picked = picks.map((p) => p !== false);
     picks.forEach((p, i) => {
       if (p !== false && seqs[i]!.logits !== "last") throw new LatentError(`forwardBatchPicks: chunk ${i} asks for a pick without logits "last"`);
-      if (typeof p === "object") checkDraw(p, this.picksDrawTopK, `forwardBatchPicks: chunk ${i}'s draw`);
+      if (typeof p === "object") checkDraw(p, this.picksDrawFiltered, `forwardBatchPicks: chunk ${i}'s draw`);
     });
     const V = this.config.nVocab;
     const plan = seqs.map((s) => {
@@ -304,7 +307,7 @@ export class FusedGpuModel implements GreedyChainModel {
     if (!this.loaded) throw new LatentError("FusedGpuModel: load() the weights first");
     if (!Number.isInteger(steps) || steps < 1) throw new LatentError(`decodeGreedy takes steps ≥ 1, got ${steps}`);
     if (draws !== undefined && draws.length !== steps * seqs.length) throw new LatentError(`decodeGreedy: ${draws.length} draws for ${steps} steps of ${seqs.length} sequence(s)`);
-    draws?.forEach((d, i) => checkDraw(d, this.picksDrawTopK, `decodeGreedy: draw ${i}`));
+    draws?.forEach((d, i) => checkDraw(d, this.picksDrawFiltered, `decodeGreedy: draw ${i}`));
     const paged = this.opts.pages !== undefined;
     const starts = seqs.map(({ token, cache }): StepToken => {
       if (!Number.isInteger(token) || token < 0 || token >= this.config.nVocab) throw new LatentError(`token ${token} is outside the vocabulary (0..${this.config.nVocab - 1})`);

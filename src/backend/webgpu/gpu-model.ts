@@ -15,7 +15,7 @@ import type { SwiGLU } from "../../model/weights.js";
 import { LatentError } from "../../util/errors.js";
 import type { PickDraw } from "../../engine/scheduler.js";
 import { expertListWords, expertLists, expertsFrom, fusable, getRows, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLUSteps, type CombineArgs, type FusionArgs } from "./matrix.js";
-import { addNorm, argmaxRows, argmaxScratchWords, DRAW_WORDS, drawWords, sampleRows, sampleScratchWords, sampleTopKFits, sampleTopKWords, attention, attentionScratch, copyU32, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, routeNormShape, scatterRows, touch, type RouteArgs } from "./ops.js";
+import { addNorm, argmaxRows, argmaxScratchWords, DRAW_WORDS, drawWords, sampleNucleusWords, sampleRows, sampleScratchWords, sampleTopKFits, sampleTopKWords, attention, attentionScratch, copyU32, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, routeNormShape, scatterRows, touch, type RouteArgs } from "./ops.js";
 import { attentionFused, attnFusedPartWords, attnFusedShape } from "./attn-fused.js";
 import { moeRouter, routerFuseShape } from "./router.js";
 import { f32bits, type GpuRuntime, type Recording } from "./runtime.js";
@@ -292,7 +292,11 @@ export class GpuModel {
     // a sampling step's draw per logits row (stepPicks with draws): DRAW_WORDS each
     buf("draw", DRAW_WORDS * N);
     // the top-k draws' candidates (sampleRows with cand), where a row fits those kernels
-    if (sampleTopKFits(c.nVocab)) buf("cand", sampleTopKWords(N, c.nVocab));
+    // and the top-p / min-p draws' scratch (sampleRows with nucleus: zeroed when made, zeroed again after each use)
+    if (sampleTopKFits(c.nVocab)) {
+      buf("cand", sampleTopKWords(N, c.nVocab));
+      buf("nuc", sampleNucleusWords(N));
+    }
   }
 
   /** Width of an A0 row: the first product's outputs (q or the q-LoRA latent) then kv_a's (c, k_pe). */
@@ -362,10 +366,13 @@ export class GpuModel {
       if (draws.length !== rows.length) throw new LatentError(`a step's draws: ${draws.length} for ${rows.length} logits rows`);
       rt.write(b.draw!, 0, drawWords(draws));
     }
-    // top-k draws take the filtering kernels too (rows without top-k pass through them unchanged)
+    // filtered draws take the filtering kernels too (other rows pass through them unchanged): top-k's, and top-p's and
+    // min-p's without top-k
     const topK = draws?.some((d) => (d.topK ?? 0) > 0) === true;
-    if (topK && b.cand === undefined) throw new LatentError(`top-k draws on the GPU: a vocabulary of ${c.nVocab} ids is too large for its kernels (sampleTopKFits)`);
-    const key = `${n}|${Math.ceil(maxKeys / ATTN_CHUNK)}|${rows.length === n ? "all" : rows.join(",")}${picks ? (draws !== undefined ? (topK ? "|draws-topk" : "|draws") : "|picks") : ""}`;
+    const nucleus = draws?.some((d) => d.temperature > 0 && (d.topK ?? 0) === 0 && ((d.topP ?? 1) < 1 || (d.minP ?? 0) > 0)) === true;
+    if ((topK || nucleus) && b.cand === undefined) throw new LatentError(`filtered draws on the GPU: a vocabulary of ${c.nVocab} ids is too large for their kernels (sampleTopKFits)`);
+    const filters = `${topK ? "-topk" : ""}${nucleus ? "-nucleus" : ""}`;
+    const key = `${n}|${Math.ceil(maxKeys / ATTN_CHUNK)}|${rows.length === n ? "all" : rows.join(",")}${picks ? (draws !== undefined ? `|draws${filters}` : "|picks") : ""}`;
     const rec = this.recordings.get(key);
     if (rec !== undefined) {
       this.lastRecording = rec;
@@ -375,7 +382,7 @@ export class GpuModel {
     }
     rt.beginRecording();
     this.encodeLayers(n, maxKeys, rows);
-    if (draws !== undefined) sampleRows(rt, b.logits!, b.draw!, b.ids!, b.lp!, b.amax!, { n: rows.length, width: c.nVocab, ...(topK ? { cand: b.cand! } : {}) });
+    if (draws !== undefined) sampleRows(rt, b.logits!, b.draw!, b.ids!, b.lp!, b.amax!, { n: rows.length, width: c.nVocab, ...(topK ? { cand: b.cand! } : {}), ...(nucleus ? { nucleus: b.nuc! } : {}) });
     else if (picks) argmaxRows(rt, b.logits!, b.ids!, b.amax!, { n: rows.length, width: c.nVocab, logprobs: b.lp! });
     const made = rt.endRecording();
     this.lastRecording = made;
@@ -651,7 +658,7 @@ export class GpuModel {
         if (shapes.greedy === true) argmaxRows(this.rt, this.b.logits!, this.b.ids!, this.b.amax!, { n, width: this.c.nVocab, logprobs: this.b.lp! });
         if (shapes.draws === true) {
           sampleRows(this.rt, this.b.logits!, this.b.draw!, this.b.ids!, this.b.lp!, this.b.amax!, { n, width: this.c.nVocab });
-          if (this.b.cand !== undefined) sampleRows(this.rt, this.b.logits!, this.b.draw!, this.b.ids!, this.b.lp!, this.b.amax!, { n, width: this.c.nVocab, cand: this.b.cand });
+          if (this.b.cand !== undefined) sampleRows(this.rt, this.b.logits!, this.b.draw!, this.b.ids!, this.b.lp!, this.b.amax!, { n, width: this.c.nVocab, cand: this.b.cand, nucleus: this.b.nuc! });
         }
       }
       for (const n of new Set(shapes.prefill ?? [])) {

@@ -33,6 +33,7 @@ import {
 import { routeGrid, routeShape, routeWGSL as routeSource, type RouteShape } from "./wgsl-route.js";
 import { ATTN_WIDE_COMBINE_WGSL, ATTN_WIDE_PARAMS, attnWideBytes, attnWidePlan, attnWideScratch, attnWideWGSL as attnWideSource } from "./wgsl-attn.js";
 import { memoWGSL } from "./wgsl-memo.js";
+import { NUCLEUS_ROUNDS, NUCLEUS_ROW_WORDS, nucleusWGSL as nucleusSource } from "./wgsl-nucleus.js";
 import { DRAW_WORDS, SAMPLE_TOPK_CAP, SAMPLE_TOPK_MAX, sampleTopKWGSL as sampleTopKSource, sampleWGSL as sampleSource } from "./wgsl-sample.js";
 import type { PickDraw } from "../../engine/scheduler.js";
 
@@ -50,6 +51,7 @@ const routeWGSL = memoWGSL(routeSource);
 const attnWideWGSL = memoWGSL(attnWideSource);
 const sampleWGSL = memoWGSL(sampleSource);
 const sampleTopKWGSL = memoWGSL(sampleTopKSource);
+const nucleusWGSL = memoWGSL(nucleusSource);
 /** withSubgroupTotal by its source (the same string object each time, from the memoized generators) and size */
 const subgroupTotals = new Map<string, Map<number | undefined, string>>();
 function withSubgroupTotal(code: string, sg: number | undefined): string {
@@ -521,6 +523,11 @@ export function sampleTopKWords(n: number, width: number): number {
   return 2 * SAMPLE_TOPK_MAX * n * Math.ceil(width / ARGMAX_SLICE);
 }
 
+/** Words of the scratch sampleRows needs for n rows' top-p and min-p without top-k (wgsl-nucleus.ts). */
+export function sampleNucleusWords(n: number): number {
+  return n * NUCLEUS_ROW_WORDS;
+}
+
 /** Whether sampleRows draws top-k rows of this width (its merge holds a row's candidates in workgroup memory). */
 export function sampleTopKFits(width: number): boolean {
   return Math.ceil(width / ARGMAX_SLICE) * SAMPLE_TOPK_MAX <= SAMPLE_TOPK_CAP;
@@ -531,20 +538,38 @@ export function sampleTopKFits(width: number): boolean {
  * is 0, for rows t of x [n × width]; `draws` holds per row DRAW_WORDS words — (1/T as f32 bits, a 32-bit key, top-k,
  * top-p as f32 bits), (min-p as f32 bits, 0, 0, 0) — the key drawn from the request's seeded sampler. With `cand`
  * (sampleTopKWords), rows with top-k 1..SAMPLE_TOPK_MAX are drawn after top-k → top-p → min-p as the host Sampler
- * filters (sampleTopKWGSL; two more dispatches); without it the filters are ignored. logprobs[t] = log_softmax(x_t) at
- * ids[t] (NaN where the host sampler would refuse the row). Two dispatches, as argmaxRows, or four.
+ * filters (sampleTopKWGSL; two more dispatches); with `nucleus` (sampleNucleusWords, zeroed when made), rows without
+ * top-k are drawn after top-p → min-p (wgsl-nucleus.ts; seven more dispatches); without them those filters are ignored.
+ * logprobs[t] = log_softmax(x_t) at ids[t] (NaN where the host sampler would refuse the row). Two dispatches, as
+ * argmaxRows, or more.
  */
-export function sampleRows(rt: GpuRuntime, x: GPUBuffer, draws: GPUBuffer, ids: GPUBuffer, logprobs: GPUBuffer, part: GPUBuffer, a: { n: number; width: number; xOff?: number; xStride?: number; cand?: GPUBuffer }): void {
+export function sampleRows(rt: GpuRuntime, x: GPUBuffer, draws: GPUBuffer, ids: GPUBuffer, logprobs: GPUBuffer, part: GPUBuffer, a: { n: number; width: number; xOff?: number; xStride?: number; cand?: GPUBuffer; nucleus?: GPUBuffer }): void {
   const slices = Math.ceil(a.width / ARGMAX_SLICE);
   if (a.cand !== undefined && !sampleTopKFits(a.width)) throw new LatentError(`top-k draws on the GPU take rows of up to ${(SAMPLE_TOPK_CAP / SAMPLE_TOPK_MAX) * ARGMAX_SLICE} logits, not ${a.width}`);
   // bits of the ids a row's slices span (the top-k selection's second key)
   const idBits = Math.max(1, Math.ceil(Math.log2(slices * ARGMAX_SLICE)));
   const params = new Uint32Array([a.n, a.width, a.xOff ?? 0, a.xStride ?? a.width, slices, idBits, 0, 0]);
   rt.dispatch("sample slices", sampleWGSL("slices"), [x, draws, part], params, [slices, Math.min(a.n, 65535), Math.ceil(a.n / 65535)], [{ buffer: part, offset: 0, size: a.n * slices * 32 }]);
-  rt.dispatch("sample merge", sampleWGSL("merge"), [part, ids, logprobs], params, [Math.min(a.n, 65535), Math.ceil(a.n / 65535)], [
-    { buffer: ids, offset: 0, size: a.n * 4 },
-    { buffer: logprobs, offset: 0, size: a.n * 4 },
-  ]);
+  const rowGrid = [Math.min(a.n, 65535), Math.ceil(a.n / 65535)] as const;
+  const sliceGrid = [slices, Math.min(a.n, 65535), Math.ceil(a.n / 65535)] as const;
+  const merge = (): void =>
+    rt.dispatch("sample merge", sampleWGSL("merge"), [part, ids, logprobs], params, rowGrid, [
+      { buffer: ids, offset: 0, size: a.n * 4 },
+      { buffer: logprobs, offset: 0, size: a.n * 4 },
+    ]);
+  merge();
+  if (a.nucleus !== undefined) {
+    // top-p's cut over four rounds and min-p's, each nucleus row's draw among what they keep into its slices'
+    // candidates, then the merge again (the other rows' candidates unchanged: the same ids and log-probabilities)
+    for (let r = 0; r < NUCLEUS_ROUNDS; r++) {
+      const round = params.slice();
+      round[6] = r;
+      rt.dispatch("sample nucleus round", nucleusWGSL("round"), [x, draws, part, a.nucleus], round, sliceGrid);
+    }
+    rt.dispatch("sample nucleus cut", nucleusWGSL("cut"), [x, draws, part, a.nucleus], params, rowGrid);
+    rt.dispatch("sample nucleus draw", nucleusWGSL("draw"), [x, draws, a.nucleus, part], params, sliceGrid);
+    merge();
+  }
   if (a.cand === undefined) return;
   // (rows without top-k write nothing here: no completeness check on these outputs)
   rt.dispatch("sample topk slices", sampleTopKWGSL("slices"), [x, draws, a.cand], params, [slices, Math.min(a.n, 65535), Math.ceil(a.n / 65535)]);

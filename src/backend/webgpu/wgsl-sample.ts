@@ -23,7 +23,7 @@ import { DEVICE_DRAW_TOPK_MAX } from "../../engine/sampler.js";
 import { ARGMAX_FNS, ARGMAX_SLICE, REDUCE_SUM_WGSL } from "./wgsl-ops.js";
 
 /** The draws' noise, the same in both kernels: a row's key and an element's id give the element's Gumbel draw. */
-const GUMBEL_FNS = /* wgsl */ `
+export const GUMBEL_FNS = /* wgsl */ `
 // a 32-bit integer hash (lowbias32) of the row's key and the element's index
 fn hash(key: u32, k: u32) -> u32 {
   var h = key ^ (k * 0x9e3779b9u);
@@ -35,6 +35,15 @@ fn gumbel(key: u32, k: u32) -> f32 {
   let u = (f32(hash(key, k) >> 8u) + 0.5) * 5.9604644775390625e-8;
   return -log(-log(u));
 }`;
+
+/** x's bits as an unsigned key of the same order (NaN lowest), and back (for keys of non-NaN x). */
+export const ORD_KEY_FN = /* wgsl */ `
+fn ordKey(x: f32) -> u32 {
+  let b = bitcast<u32>(x);
+  if (isNan(x)) { return 0u; }
+  return select(b | 0x80000000u, ~b, (b & 0x80000000u) != 0u);
+}
+fn ordValue(k: u32) -> f32 { return bitcast<f32>(select(~k, k & 0x7fffffffu, (k & 0x80000000u) != 0u)); }`;
 
 /** Most top-k a row drawn on the GPU keeps: the host Sampler's DEVICE_DRAW_TOPK_MAX (larger ones sample on the host). */
 export const SAMPLE_TOPK_MAX = DEVICE_DRAW_TOPK_MAX;
@@ -180,12 +189,7 @@ var<workgroup> cnt: atomic<u32>;
 var<workgroup> pos: atomic<u32>;
 var<workgroup> kw: u32;
 ${ARGMAX_FNS}
-// x's bits as an unsigned key of the same order (NaN lowest)
-fn ordKey(x: f32) -> u32 {
-  let b = bitcast<u32>(x);
-  if (isNan(x)) { return 0u; }
-  return select(b | 0x80000000u, ~b, (b & 0x80000000u) != 0u);
-}`;
+${ORD_KEY_FN}`;
   // the k-th largest key of the workgroup's items, hi bits first then the low idBits of lo (lo = ~id: the rest are 1s)
   const radixSelect = (items: string, n: string): string => /* wgsl */ `
   var th = 0u;

@@ -98,6 +98,10 @@ test("run --backend webgpu --temp 0 chains the greedy steps on the GPU: same tex
   assert.deepEqual((JSON.parse(await capture(runMain, sampledArgs)) as RunReport).tokens, sampled.tokens);
   const wideTopK = JSON.parse(await capture(runMain, [...sampledArgs, "--top-k", "100"])) as RunReport;
   assert.equal(wideTopK.decode, "host-sampling");
+  // top-p and min-p without top-k (OpenAI-style) are drawn on the GPU too
+  const nucleus = JSON.parse(await capture(runMain, [...sampledArgs, "--top-k", "0"])) as RunReport;
+  assert.equal(nucleus.decode, "gpu-draws-chained");
+  assert.equal(nucleus.tokens.length, 8);
 });
 
 test("--backend values", () => {

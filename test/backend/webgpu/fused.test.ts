@@ -172,7 +172,7 @@ function picksAgainstHost(seed: number, rounds: readonly (readonly Pick[])[], af
   const m = synthModel(c, 8);
   const { config } = loadModel(m.path);
   const V = config.nVocab;
-  const seqs = [randomTokens(6, seed, 0, V), randomTokens(9, seed + 1, 0, V), randomTokens(4, seed + 2, 0, V)];
+  const seqs = [randomTokens(8, seed, 0, V), randomTokens(11, seed + 1, 0, V), randomTokens(6, seed + 2, 0, V)];
   const a = new FusedGpuModel(config, { slots: 3, context: 16, maxTokens: 8 });
   const b = new FusedGpuModel(config, { slots: 3, context: 16, maxTokens: 8 });
   try {
@@ -246,16 +246,19 @@ function keptIds(lp: Float64Array | Float32Array, d: PickDraw): number[] {
   return new Sampler({ temperature: 1, topK: d.topK ?? 0, topP: d.topP ?? 1, minP: d.minP ?? 0, seed: 1 }).candidates(Float64Array.from(lp));
 }
 
-test("FusedGpuModel.forwardBatchPicks with filtered draws (top-k, top-p, min-p): each token one of the host Sampler's kept ids for its row", { skip }, () => {
+test("FusedGpuModel.forwardBatchPicks with filtered draws (top-k, top-p, min-p; top-p and min-p without top-k): each token one of the host Sampler's kept ids for its row", { skip }, () => {
   const rounds: Pick[][] = [
     [{ temperature: 0.8, key: 99, topK: 40, topP: 0.95 }, { temperature: 1.1, key: 3, topK: 5 }, false],
     [{ temperature: 0.6, key: 1234567, topK: 64, topP: 0.5, minP: 0.05 }, true, { temperature: 1.5, key: 42 }],
+    [{ temperature: 0.9, key: 5, topP: 0.6 }, { temperature: 1.2, key: 6, minP: 0.2 }, { temperature: 0.7, key: 7, topK: 3 }],
+    [{ temperature: 1, key: 8, topP: 0.3, minP: 0.1 }, true, false],
   ];
   picksAgainstHost(71, rounds, (a, ca) => {
-    assert.equal(a.picksDrawTopK, true);
+    assert.equal(a.picksDrawFiltered, true);
     const one: SequenceChunk[] = [{ tokens: [1], cache: ca[0]!, path: "decode", logits: "last" }];
     assert.throws(() => a.forwardBatchPicks(one, [{ temperature: 1, key: 1, topK: 65 }]), /not drawn on this GPU/);
-    assert.throws(() => a.forwardBatchPicks(one, [{ temperature: 1, key: 1, topP: 0.9 }]), /not drawn on this GPU/);
+    assert.throws(() => a.forwardBatchPicks(one, [{ temperature: 1, key: 1, topP: 0 }]), /not drawn on this GPU/);
+    assert.throws(() => a.forwardBatchPicks(one, [{ temperature: 1, key: 1, minP: 1 }]), /not drawn on this GPU/);
   });
 });
 
@@ -269,7 +272,7 @@ test("FusedGpuModel.decodeGreedy with draws: the chained steps draw the tokens s
   try {
     a.load(m.path);
     b.load(m.path);
-    for (const settings of [{ temperature: 0.9, topK: 40, topP: 0.9, minP: 0.01 }, { temperature: 1.3 }]) {
+    for (const settings of [{ temperature: 0.9, topK: 40, topP: 0.9, minP: 0.01 }, { temperature: 1.3 }, { temperature: 1.1, topP: 0.7, minP: 0.02 }]) {
       const draws: PickDraw[] = Array.from({ length: 6 }, (_, s) => ({ ...settings, key: 1000 + 7 * s }));
       const ca = new LatentCache(a.config);
       const cb = new LatentCache(b.config);

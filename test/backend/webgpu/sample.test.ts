@@ -4,7 +4,7 @@
 // sampler refuses get a NaN log-probability.
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
-import { argmaxRows, argmaxScratchWords, sampleRows, sampleScratchWords, sampleTopKWords } from "../../../src/backend/webgpu/ops.js";
+import { argmaxRows, argmaxScratchWords, sampleNucleusWords, sampleRows, sampleScratchWords, sampleTopKWords } from "../../../src/backend/webgpu/ops.js";
 import { Sampler } from "../../../src/engine/sampler.js";
 import { f32bits } from "../../../src/backend/webgpu/runtime.js";
 import { gpuOrSkip, Rng } from "./helpers.js";
@@ -26,8 +26,11 @@ function draws(rows: readonly Draw[]): Uint32Array {
   return Uint32Array.from(rows.flatMap((d) => [f32bits(d.invT), d.key >>> 0, d.topK ?? 0, f32bits(d.topP ?? 1), f32bits(d.minP ?? 0), 0, 0, 0]));
 }
 
-/** sampleRows over n rows of x; with `topK`, the top-k stages too (a candidates buffer). */
-async function run(x: Float32Array, d: Uint32Array, n: number, width: number, stride: number, topK = false): Promise<{ ids: Uint32Array; lps: Float32Array }> {
+/**
+ * sampleRows over n rows of x; with `topK`, the top-k stages too (a candidates buffer); with `nucleus`, the stages of
+ * top-p and min-p without top-k (its scratch, used `nucleus` times in a row: its histograms must be left zeroed).
+ */
+async function run(x: Float32Array, d: Uint32Array, n: number, width: number, stride: number, topK = false, nucleus = 0, scratch?: GPUBuffer): Promise<{ ids: Uint32Array; lps: Float32Array }> {
   const r = rt!;
   const xb = r.upload(x, "x");
   const db = r.upload(d, "draws");
@@ -35,10 +38,16 @@ async function run(x: Float32Array, d: Uint32Array, n: number, width: number, st
   const lps = r.buffer(n * 4, "logprobs");
   const part = r.buffer(4 * sampleScratchWords(n, width), "sample slices");
   const cand = topK ? r.buffer(4 * sampleTopKWords(n, width), "top-k candidates") : undefined;
-  sampleRows(r, xb, db, ids, lps, part, { n, width, xStride: stride, ...(cand !== undefined ? { cand } : {}) });
-  const out = { ids: new Uint32Array(await r.read(ids, 0, n * 4)), lps: await r.readF32(lps, 0, n) };
-  for (const b of [xb, db, ids, lps, part, ...(cand !== undefined ? [cand] : [])]) b.destroy();
-  return out;
+  const nuc = nucleus > 0 ? (scratch ?? r.buffer(4 * sampleNucleusWords(n), "nucleus scratch")) : undefined;
+  let out: { ids: Uint32Array; lps: Float32Array } | undefined;
+  for (let use = 0; use < Math.max(1, nucleus); use++) {
+    sampleRows(r, xb, db, ids, lps, part, { n, width, xStride: stride, ...(cand !== undefined ? { cand } : {}), ...(nuc !== undefined ? { nucleus: nuc } : {}) });
+    const got = { ids: new Uint32Array(await r.read(ids, 0, n * 4)), lps: await r.readF32(lps, 0, n) };
+    if (out !== undefined) assert.deepEqual(got.ids, out.ids, "the same draws on the scratch's next use");
+    out = got;
+  }
+  for (const b of [xb, db, ids, lps, part, ...(cand !== undefined ? [cand] : []), ...(nuc !== undefined && scratch === undefined ? [nuc] : [])]) b.destroy();
+  return out!;
 }
 
 /** chi-square of `ids`' counts against probabilities p over `support` (the 20 likeliest apart, the rest pooled) < the 0.9999 quantile */
@@ -231,4 +240,109 @@ test("top-k draws on the GPU: ties keep the lower ids; rows without top-k beside
   const refused = await run(bad, draws([{ invT: 1, key: 9, topK: 10 }, { invT: 1, key: 10, topK: 10 }]), 2, 300, 300, true);
   for (const t of [0, 1]) assert.ok(Number.isNaN(refused.lps[t]), `refused row ${t}: logprob NaN, got ${refused.lps[t]}`);
   assert.notEqual(refused.ids[0], 7, "NaN never chosen");
+});
+
+test("top-p and min-p without top-k on the GPU: only the host Sampler's kept ids (any size), at frequencies ∝ exp(x / T) (chi-square, 2000 keys a setting); the scratch left zeroed", { skip }, async () => {
+  const rng = new Rng(23);
+  for (const [width, topP, minP, T, shape] of [
+    [9000, 0.95, 0, 0.8, "peaked"],
+    [9000, 0.5, 0, 1.3, "flat"],
+    [9000, 0.9, 0.05, 1, "flat"],
+    [9000, 1, 0.2, 0.7, "flat"],
+    [9000, 1, 0.02, 1, "peaked"],
+    [102400, 0.9, 0, 0.9, "flat"],
+    [4097, 0.3, 0, 2, "peaked"],
+    [300, 0.999, 0, 1, "flat"],
+    [7, 0.6, 0.1, 1, "flat"],
+  ] as const) {
+    const row = rng.f32(width);
+    // peaked: a few ids well above the rest (the kept set small); flat: thousands of ids in the kept set
+    for (let i = 0; i < width; i++) row[i] = shape === "peaked" ? row[i]! * 2 + (i % 97 === 3 ? 4 : 0) : row[i]! * 0.8;
+    const kept = keptByHost(row, 0, topP, minP);
+    const n = width === 102400 ? 300 : 2000;
+    const keys = Array.from({ length: n }, (_, t) => Math.imul(t + 3, 0x85ebca6b) ^ width);
+    const { ids, lps } = await run(row, draws(keys.map((key) => ({ invT: 1 / T, key, topP, minP }))), n, width, 0, false, 2);
+    const label = `width ${width} top-p ${topP} min-p ${minP} T ${T} (${shape}, ${kept.length} kept)`;
+    const keptSet = new Set(kept);
+    for (let i = 0; i < n; i++) assert.ok(keptSet.has(ids[i]!), `${label}: drew ${ids[i]} outside the host's kept ids`);
+    if (width !== 102400) fits(ids, kept, (id) => Math.exp(row[id]! / T - row[kept[0]!]! / T), label);
+    if (kept.length > 1) assert.ok(new Set(ids).size > 1, `${label}: the draws vary`);
+    for (const t of [0, 17, n - 1]) {
+      const want = logprobAt(row, ids[t]!);
+      assert.ok(Math.abs(lps[t]! - want) <= 1e-5 * Math.max(1, Math.abs(want)), `${label}: logprob ${lps[t]} vs ${want}`);
+    }
+  }
+});
+
+test("top-p without top-k on the GPU: the cut is exact at the boundary (the least-likely kept id and the next one), ties straddling it keep the lower ids", { skip }, async () => {
+  // a row whose sorted masses make top-p's boundary known: for each cut, a topP just above and just below its mass
+  const width = 5000;
+  const rng = new Rng(41);
+  const row = rng.f32(width).map((v) => v * 3);
+  const lpSorted = [...row.keys()].sort((a, b) => row[b]! - row[a]! || a - b);
+  let mx = -Infinity;
+  for (const v of row) mx = Math.max(mx, v);
+  let z = 0;
+  for (const v of row) z += Math.exp(v - mx);
+  for (const at of [0, 1, 9, 200, 2500]) {
+    let cum = 0;
+    for (let i = 0; i <= at; i++) cum += Math.exp(row[lpSorted[i]!]! - mx) / z;
+    const gap = Math.exp(row[lpSorted[at]!]! - mx) / z;
+    for (const topP of [cum - gap * 0.25, cum + Math.exp(row[lpSorted[at + 1]!]! - mx) / z * 0.25]) {
+      const kept = keptByHost(row, 0, topP, 0);
+      // at T = 20 the draws reach the least likely kept ids
+      const { ids } = await run(row, draws(Array.from({ length: 400 }, (_, t) => ({ invT: 1 / 20, key: 11 + t * 7, topP }))), 400, width, 0, false, 1);
+      const keptSet = new Set(kept);
+      for (const id of ids) assert.ok(keptSet.has(id), `cut after ${at}: top-p ${topP}: drew ${id} outside the host's ${kept.length}`);
+      if (kept.length <= 10) assert.equal(new Set(ids).size, kept.length, `cut after ${at}: top-p ${topP}: every one of the ${kept.length} kept ids drawn`);
+    }
+  }
+  // 40 ids tied at the top across two slices and top-p 0.31: each holds 1/40 of the mass (the rest ~0), so 13 are kept,
+  // the 13 lowest
+  const w2 = 6000;
+  const tiedRow = new Float32Array(w2).fill(-40);
+  const tied = Array.from({ length: 40 }, (_, i) => 5 + i * 149);
+  for (const id of tied) tiedRow[id] = 1.5;
+  const n = 800;
+  const { ids } = await run(tiedRow, draws(Array.from({ length: n }, (_, t) => ({ invT: 1, key: 3 + t * 13, topP: 0.31 }))), n, w2, 0, false, 2);
+  const want = keptByHost(tiedRow, 0, 0.31, 0);
+  assert.deepEqual(want, tied.slice(0, 13), "the host keeps the 13 lowest tied ids");
+  for (const id of ids) assert.ok(want.includes(id), `tie: drew ${id}, not one of the 13 lowest tied ids`);
+  assert.equal(new Set(ids).size, 13, "tie: all 13 drawn");
+});
+
+test("top-p and min-p without top-k on the GPU beside other rows: greedy, temperature-only and top-k rows unchanged; refused rows get a NaN logprob", { skip }, async () => {
+  const rng = new Rng(8);
+  const w = 4100;
+  const x = rng.f32(6 * w).map((v) => v * 4);
+  const rows: Draw[] = [
+    { invT: 0, key: 1, topP: 0.5 },
+    { invT: 1.5, key: 2 },
+    { invT: 1, key: 3, topK: 5, topP: 0.9 },
+    { invT: 0.7, key: 4, topP: 0.8 },
+    { invT: 1.1, key: 5, minP: 0.3 },
+    { invT: 1, key: 6, topP: 0.2, minP: 0.5 },
+  ];
+  // (one scratch for another batch first: what it leaves must not move these draws)
+  const shared = rt!.buffer(4 * sampleNucleusWords(6), "nucleus scratch");
+  await run(rng.f32(6 * w), draws(rows.map((d) => ({ ...d, topK: 0, topP: 0.7 }))), 6, w, w, false, 1, shared);
+  const both = await run(x, draws(rows), 6, w, w, true, 1, shared);
+  shared.destroy();
+  assert.deepEqual(both, await run(x, draws(rows), 6, w, w, true, 1), "the same draws on a fresh scratch");
+  const plain = await run(x, draws(rows), 6, w, w, true, 0);
+  for (const t of [0, 1, 2]) assert.equal(both.ids[t], plain.ids[t], `row ${t}: the same token with the nucleus stages`);
+  for (const t of [3, 4, 5]) {
+    const { topP = 1, minP = 0 } = rows[t]!;
+    assert.ok(keptByHost(x.subarray(t * w, (t + 1) * w), 0, topP, minP).includes(both.ids[t]!), `row ${t}: among the host's kept ids`);
+    assert.ok(Math.abs(both.lps[t]! - logprobAt(x.subarray(t * w, (t + 1) * w), both.ids[t]!)) <= 1e-5 * Math.max(1, Math.abs(both.lps[t]!)));
+  }
+  // a min-p so small that it keeps every id: the same draw as the temperature alone (the same noise)
+  const all = await run(x, draws([{ invT: 0.9, key: 77, minP: 1e-30 }]), 1, w, w, false, 1);
+  const alone = await run(x, draws([{ invT: 0.9, key: 77 }]), 1, w, w, false, 0);
+  assert.equal(all.ids[0], alone.ids[0], "min-p keeping every id draws as the temperature alone");
+  const bad = new Float32Array(2 * 300).fill(0.5);
+  bad[7] = Number.NaN;
+  bad[300 + 9] = Number.POSITIVE_INFINITY;
+  const refused = await run(bad, draws([{ invT: 1, key: 9, topP: 0.5 }, { invT: 1, key: 10, minP: 0.1 }]), 2, 300, 300, false, 2);
+  for (const t of [0, 1]) assert.ok(Number.isNaN(refused.lps[t]), `refused row ${t}: logprob NaN, got ${refused.lps[t]}`);
 });

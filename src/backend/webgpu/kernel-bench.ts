@@ -18,7 +18,7 @@ import { rowBytes } from "../../quant/index.js";
 import { requestGpuDevice, type GpuDeviceInfo } from "./device.js";
 import { expertListWords, expertLists, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLU } from "./matrix.js";
 import { COPY_WGSL } from "./bench.js";
-import { argmaxRows, argmaxScratchWords, attention, attentionScratch, kvCacheWrite, moeRoute, type AttentionArgs } from "./ops.js";
+import { argmaxRows, argmaxScratchWords, attention, attentionScratch, drawWords, kvCacheWrite, moeRoute, sampleNucleusWords, sampleRows, sampleScratchWords, sampleTopKWords, type AttentionArgs } from "./ops.js";
 import { attentionFused, attnFusedShape } from "./attn-fused.js";
 import { GpuRuntime, type KernelTuning } from "./runtime.js";
 import { aluProbeCases, checkStreamProbe, streamProbeCases } from "./stream-probe.js";
@@ -199,6 +199,22 @@ export function v2LiteCases(rt: GpuRuntime, n: number, big = false): KernelCase[
   const chosen = rt.buffer(4 * n, "argmax ids");
   const part = rt.buffer(4 * argmaxScratchWords(n, 102400), "argmax slices");
   cases.push({ name: `argmax of ${n} row(s) of 102400`, bytes: n * 102400 * 4, run: (r) => argmaxRows(r, y, chosen, part, { n, width: 102400 }) });
+  // the draws of sampled rows (wgsl-sample.ts, wgsl-nucleus.ts) at latent run's defaults and an OpenAI-style top-p
+  const lps = rt.buffer(4 * n, "sample logprobs");
+  const sPart = rt.buffer(4 * sampleScratchWords(n, 102400), "sample slices");
+  const cand = rt.buffer(4 * sampleTopKWords(n, 102400), "top-k candidates");
+  const nuc = rt.buffer(4 * sampleNucleusWords(n), "nucleus scratch");
+  for (const [label, d] of [
+    ["temperature 0.8", { temperature: 0.8 }],
+    ["top-k 40, top-p 0.95, min-p 0.05", { temperature: 0.8, topK: 40, topP: 0.95, minP: 0.05 }],
+    ["top-p 0.95, min-p 0.05 (no top-k)", { temperature: 0.8, topP: 0.95, minP: 0.05 }],
+    ["top-p 0.9 (no top-k)", { temperature: 1, topP: 0.9 }],
+  ] as const) {
+    const dr = rt.upload(drawWords(Array.from({ length: n }, (_, t) => ({ ...d, key: 12345 + t }))), "draws");
+    const topK = "topK" in d;
+    const nucleus = !topK && "topP" in d;
+    cases.push({ name: `draw of ${n} row(s) of 102400, ${label}`, bytes: n * 102400 * 4, run: (r) => sampleRows(r, y, dr, chosen, lps, sPart, { n, width: 102400, ...(topK ? { cand } : {}), ...(nucleus ? { nucleus: nuc } : {}) }) });
+  }
   return cases;
 }
 

@@ -242,16 +242,15 @@ function q4kSums(): TypeCode {
       const dots = (f: string, at: number) => (t: number): string => [0, 1, 2, 3].map((w) => `dot(${f}${s}_${w}, XREAD(${t}, xe${s} + ${w + at}u))`).join(" + ");
       // f = 2^19·(16 + q): Σ f·x = 2^19·(16·Σx + Σ q·x), and the block adds d·sc·Σ q·x − dmin·m·Σx
       return `let dm${s} = unpack2x16float(hd${s}.x);
-    let sm${s} = q4ksm(hd${s}, (h${s} >> 1u) * 2u);
-    let sn${s} = q4ksm(hd${s}, (h${s} >> 1u) * 2u + 1u);
-    let dl${s} = dm${s}.x * sm${s}.x; let dh${s} = dm${s}.x * sn${s}.x;
+    let sp${s} = q4ksm2(hd${s}, (h${s} >> 1u) * 2u);
+    let dl${s} = dm${s}.x * sp${s}.x; let dh${s} = dm${s}.x * sp${s}.y;
     let xe${s} = k${s} * 64u + (h${s} >> 1u) * 16u + (h${s} & 1u) * 4u;
     let xg${s} = xe${s} >> 2u;
     ${lines.join("\n    ")}
     let sl${s} = ${overTokens(n, dots("fl", 0))};
     let sh${s} = ${overTokens(n, dots("fh", 8))};
-    acc += (dl${s} * 1.9073486328125e-6) * sl${s} - (16.0 * dl${s} + dm${s}.y * sm${s}.y) * ${overTokens(n, (t) => `XSUM(${t}, xg${s})`)}
-      + (dh${s} * 1.9073486328125e-6) * sh${s} - (16.0 * dh${s} + dm${s}.y * sn${s}.y) * ${overTokens(n, (t) => `XSUM(${t}, xg${s} + 2u)`)};`;
+    acc += (dl${s} * 1.9073486328125e-6) * sl${s} - (16.0 * dl${s} + dm${s}.y * sp${s}.z) * ${overTokens(n, (t) => `XSUM(${t}, xg${s})`)}
+      + (dh${s} * 1.9073486328125e-6) * sh${s} - (16.0 * dh${s} + dm${s}.y * sp${s}.w) * ${overTokens(n, (t) => `XSUM(${t}, xg${s} + 2u)`)};`;
     },
   };
 }
@@ -277,9 +276,8 @@ function q4k(): TypeCode {
       terms.push({ v: `fma(mag(vec4u(${u}, ${u}, ${u} >> 8u, ${u} >> 12u) & vec4u(0xf0u, 0xf000u, 0xf000u, 0xf0000u)), dhv${s}, vec4f(-mh${s}))`, idx: `xe${s} + ${w + 8}u` });
     }
     return `let dm${s} = unpack2x16float(${hd}.x);
-    let sm${s} = q4ksm(${hd}, (h${s} >> 1u) * 2u);
-    let sn${s} = q4ksm(${hd}, (h${s} >> 1u) * 2u + 1u);
-    let dl${s} = dm${s}.x * sm${s}.x; let ml${s} = dm${s}.y * sm${s}.y; let dh${s} = dm${s}.x * sn${s}.x; let mh${s} = dm${s}.y * sn${s}.y;
+    let sp${s} = q4ksm2(${hd}, (h${s} >> 1u) * 2u);
+    let dl${s} = dm${s}.x * sp${s}.x; let ml${s} = dm${s}.y * sp${s}.z; let dh${s} = dm${s}.x * sp${s}.y; let mh${s} = dm${s}.y * sp${s}.w;
     let dlv${s} = dl${s} * vec4f(1.0, 0.00390625, 1.52587890625e-5, 1.52587890625e-5);
     let dhv${s} = dh${s} * vec4f(0.0625, 0.000244140625, 0.000244140625, 1.52587890625e-5);
     let xe${s} = k${s} * 64u + (h${s} >> 1u) * 16u + (h${s} & 1u) * 4u;
@@ -421,6 +419,16 @@ fn sx8(v: u32) -> i32 { return bitcast<i32>(v << 24u) >> 24u; }
 fn mag(v: vec4u) -> vec4f { return bitcast<vec4f>(v | vec4u(0x4b000000u)) - vec4f(8388608.0); }
 // the four bytes of w each at bits 8..15 of its lane, masked (a value v·256 + 2^23 as float bits)
 fn bytesAt8(w: u32, mask: u32) -> vec4f { return bitcast<vec4f>((vec4u(w << 8u, w, w >> 8u, w >> 16u) & vec4u(mask)) | vec4u(0x4b000000u)); }
+// ggml's get_scale_min_k4 for the sub-blocks j and j + 1 (j even) as (scale j, scale j + 1, min j, min j + 1): their
+// bytes are neighbours in each scale word, so one shift of each word serves both, and the 6-bit values become floats
+// through the mantissa of 2^23 (no conversion instructions)
+fn q4ksm2(hd: vec4u, j: u32) -> vec4f {
+  let sh = 8u * (j & 3u);
+  let ab = vec4u(hd.y >> sh, hd.y >> (sh + 8u), hd.z >> sh, hd.z >> (sh + 8u));
+  let c = hd.w >> sh;
+  let hi = (vec4u(c, c >> 8u, c >> 4u, c >> 12u) & vec4u(15u)) | ((ab >> vec4u(2u)) & vec4u(48u));
+  return bitcast<vec4f>(select(hi, ab & vec4u(63u), j < 4u) | vec4u(0x4b000000u)) - vec4f(8388608.0);
+}
 // ggml's get_scale_min_k4 for sub-block j from the header's scale words (y: bytes 0-3, z: 4-7, w: 8-11)
 fn q4ksm(hd: vec4u, j: u32) -> vec2f {
   let sh = 8u * (j & 3u);

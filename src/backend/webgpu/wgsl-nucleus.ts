@@ -182,8 +182,10 @@ fn narrow(b: u32, li: u32, R: u32, topP: f32) -> Narrow {
 }`;
   if (stage === "round") {
     return /* wgsl */ `${picks}
-var<workgroup> LLO: array<atomic<u32>, 256>;
-var<workgroup> LHI: array<atomic<u32>, 256>;
+// the slice's buckets in four copies (thread li adds to copy li % 4: a quarter of the contention for a bucket's address
+// where most elements share a digit, as in round 0), summed as they are flushed; counts only in the last round
+var<workgroup> LLO: array<atomic<u32>, 1024>;
+var<workgroup> LHI: array<atomic<u32>, 1024>;
 var<workgroup> LN: array<atomic<u32>, 256>;
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
@@ -195,10 +197,14 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   let b = t * ROW;
   var prefix = 0u;
   if (p.round > 0u) { prefix = narrow(b, li, p.round, bitcast<f32>(info.z)).prefix; }
-  atomicStore(&LLO[li], 0u);
-  atomicStore(&LHI[li], 0u);
+  for (var q = 0u; q < 4u; q++) {
+    atomicStore(&LLO[256u * q + li], 0u);
+    atomicStore(&LHI[256u * q + li], 0u);
+  }
   atomicStore(&LN[li], 0u);
   workgroupBarrier();
+  let last = p.round == ${NUCLEUS_ROUNDS - 1}u;
+  let cp = 256u * (li & 3u);
   let sh = 24u - 8u * p.round;
   let xo = p.xOff + t * p.xStride;
   let k0 = wid.x * ${ARGMAX_SLICE}u + li;
@@ -209,23 +215,24 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     // under the prefix picked so far (its bits above this round's 8)
     if (k0 + 256u * c < p.width && (p.round == 0u || (key >> (sh + 8u)) == (prefix >> (sh + 8u)))) {
       let d = (key >> sh) & 255u;
-      atomicAdd(&LN[d], 1u);
+      if (last) { atomicAdd(&LN[d], 1u); }
       let m = mass(w[c], mx);
       if (m != 0u) {
-        let old = atomicAdd(&LLO[d], m);
-        if (old > 0xffffffffu - m) { atomicAdd(&LHI[d], 1u); }
+        let old = atomicAdd(&LLO[cp + d], m);
+        if (old > 0xffffffffu - m) { atomicAdd(&LHI[cp + d], 1u); }
       }
     }
   }
   workgroupBarrier();
+  var sm = vec2u(0u);
+  for (var q = 0u; q < 4u; q++) { sm = add64(sm, vec2u(atomicLoad(&LLO[256u * q + li]), atomicLoad(&LHI[256u * q + li]))); }
   let n = atomicLoad(&LN[li]);
-  if (n != 0u) {
-    let lo = atomicLoad(&LLO[li]);
-    let at = b + 1024u * p.round + 4u * li;
-    let old = atomicAdd(&NH[at], lo);
-    atomicAdd(&NH[at + 1u], atomicLoad(&LHI[li]) + select(0u, 1u, old > 0xffffffffu - lo));
-    atomicAdd(&NH[at + 2u], n);
+  let at = b + 1024u * p.round + 4u * li;
+  if (sm.x != 0u || sm.y != 0u) {
+    let old = atomicAdd(&NH[at], sm.x);
+    atomicAdd(&NH[at + 1u], sm.y + select(0u, 1u, old > 0xffffffffu - sm.x));
   }
+  if (n != 0u) { atomicAdd(&NH[at + 2u], n); }
 }`;
   }
   return /* wgsl */ `${picks}

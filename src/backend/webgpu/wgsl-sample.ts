@@ -185,35 +185,42 @@ export function sampleTopKWGSL(stage: "slices" | "merge"): string {
   // per thread: the keys (hi, lo) of its items; `count(th, tl)` the workgroup's items with key ≥ (th, tl)
   const common = /* wgsl */ `
 struct P { n: u32, width: u32, xOff: u32, xStride: u32, slices: u32, idBits: u32, _b: u32, _c: u32 }
-var<workgroup> cnt: atomic<u32>;
+// the round's count in 8 counters (a thread adds to counter li % 8, and only a count above 0): fewer threads contend
+// for one address than with a single counter, whose 256 adds a round serialized
+var<workgroup> cnt: array<atomic<u32>, 8>;
 var<workgroup> pos: atomic<u32>;
 var<workgroup> kw: u32;
 ${ARGMAX_FNS}
-${ORD_KEY_FN}`;
+${ORD_KEY_FN}
+fn counted() -> u32 {
+  var s = 0u;
+  for (var i = 0u; i < 8u; i++) { s += atomicLoad(&cnt[i]); }
+  return s;
+}`;
   // the k-th largest key of the workgroup's items, hi bits first then the low idBits of lo (lo = ~id: the rest are 1s)
   const radixSelect = (items: string, n: string): string => /* wgsl */ `
   var th = 0u;
   for (var b = 0u; b < 32u; b++) {
     let c = th | (0x80000000u >> b);
-    if (li == 0u) { atomicStore(&cnt, 0u); }
+    if (li < 8u) { atomicStore(&cnt[li], 0u); }
     workgroupBarrier();
     var m = 0u;
     for (var j = 0u; j < ${n}; j++) { ${items} if (hi >= c) { m++; } }
-    atomicAdd(&cnt, m);
+    if (m != 0u) { atomicAdd(&cnt[li & 7u], m); }
     workgroupBarrier();
-    if (atomicLoad(&cnt) >= k) { th = c; }
+    if (counted() >= k) { th = c; }
     workgroupBarrier();
   }
   var tl = ~((1u << p.idBits) - 1u);
   for (var b = 0u; b < p.idBits; b++) {
     let c = tl | (1u << (p.idBits - 1u - b));
-    if (li == 0u) { atomicStore(&cnt, 0u); }
+    if (li < 8u) { atomicStore(&cnt[li], 0u); }
     workgroupBarrier();
     var m = 0u;
     for (var j = 0u; j < ${n}; j++) { ${items} if (hi > th || (hi == th && lo >= c)) { m++; } }
-    atomicAdd(&cnt, m);
+    if (m != 0u) { atomicAdd(&cnt[li & 7u], m); }
     workgroupBarrier();
-    if (atomicLoad(&cnt) >= k) { tl = c; }
+    if (counted() >= k) { tl = c; }
     workgroupBarrier();
   }
   if (li == 0u) { atomicStore(&pos, 0u); }

@@ -51,7 +51,10 @@ export function attnFusedShape(rt: GpuRuntime, kB: GpuMatrix, vB: GpuMatrix, d: 
   // GPU with 1 (then not pipelined), 3.12 with 2 and 3.48 with 8 unrolled (kernel code fetched again every layer:
   // wgsl-wide.ts, UNROLL), against 3.18 without the fused kernel
   const unroll = clamp(rt.tune.attnFuseUnroll, 1, 16, 1);
-  const shape: AttnFusedShape = { heads: d.heads, P: d.P, R: d.R, L: d.L, V: d.V, typeK: kB.type, typeV: vB.type, sg, split, keys, unroll, own: d.lora !== true, ...(keySplit ? { keySplit } : {}) };
+  // subgroups a workgroup (tune.attnFuseSubgroups; default 8, at most 256 threads): more of them share each
+  // workgroup's absorb and keys
+  const subgroups = rt.tune.attnFuseSubgroups === undefined ? undefined : clamp(rt.tune.attnFuseSubgroups, 1, Math.floor(1024 / sg), 8);
+  const shape: AttnFusedShape = { heads: d.heads, P: d.P, R: d.R, L: d.L, V: d.V, typeK: kB.type, typeV: vB.type, sg, split, keys, unroll, own: d.lora !== true, ...(keySplit ? { keySplit } : {}), ...(subgroups !== undefined ? { threads: subgroups * sg } : {}) };
   return attnFusedBytes(shape) <= rt.info.limits.maxComputeWorkgroupStorageSize ? shape : undefined;
 }
 

@@ -128,6 +128,8 @@ export interface KernelTuning {
   readonly wideSums?: number;
   /** 0: the wide kernel computes staged x's padded index for every read instead of once a chunk (WideShape.hoist) */
   readonly wideHoist?: number;
+  /** subgroups a workgroup of the fused one-token attention (attn-fused.ts; default 8 = 256 threads at subgroup size 32) */
+  readonly attnFuseSubgroups?: number;
   /** 1: expert-list products on the wide kernel (4 pairs a tile) while experts average ≤ WIDE_LIST_PAIRS pairs; default 0 (slower on the H200, see wgsl-wide.ts) */
   readonly wideLists?: number;
   /** the row-tiled kernel (wgsl-rowtile.ts) for expert lists of its types and plain products of ≥ ROW_TILE_FROM = 32 tokens (default), 1 also from 5 tokens, 0 never */

@@ -55,6 +55,8 @@ export interface AttnFusedShape {
    * unfused path takes four, and each key row read by `split` workgroups instead of heads × split.
    */
   readonly keySplit?: boolean;
+  /** threads of a workgroup (a multiple of sg; default attnFusedThreads's 8 subgroups, at most 256) */
+  readonly threads?: number;
 }
 
 /** Floats of the scratch a key-split kernel writes: per head and range the latent (L) then its max and sum. */
@@ -68,9 +70,9 @@ export const ATTN_FUSED_PARAMS = ["scale", "eps", "pageSize", "kvOff", "rowBytes
 /** Subgroups per workgroup: the partial latents they merge take subgroups × L floats of workgroup memory. */
 export const ATTN_FUSED_SUBGROUPS = 8;
 
-/** Threads of the kernel's workgroup at subgroup size sg. */
-export function attnFusedThreads(sg: number): number {
-  return Math.min(256, ATTN_FUSED_SUBGROUPS * sg);
+/** Threads of the kernel's workgroup: the shape's, or 8 subgroups of size sg (at most 256). */
+export function attnFusedThreads(s: Pick<AttnFusedShape, "sg" | "threads">): number {
+  return s.threads ?? Math.min(256, ATTN_FUSED_SUBGROUPS * s.sg);
 }
 
 /** Elements a lane takes per chunk of a row of `type` (a chunk decoder's chunk, or a `deq` unit). */
@@ -79,8 +81,8 @@ export function attnFusedChunk(type: number, cols: number): number {
 }
 
 /** Bytes of workgroup memory the kernel declares. */
-export function attnFusedBytes(s: Pick<AttnFusedShape, "P" | "R" | "L" | "sg">): number {
-  const nsg = attnFusedThreads(s.sg) / s.sg;
+export function attnFusedBytes(s: Pick<AttnFusedShape, "P" | "R" | "L" | "sg" | "threads">): number {
+  const nsg = attnFusedThreads(s) / s.sg;
   return 16 * (padded(s.P / 4) + padded(s.L / 4)) + 4 * (2 * (s.L + s.R) + nsg * s.L + 3 * nsg) + 16;
 }
 
@@ -179,7 +181,7 @@ function headProduct(M: "K" | "V", type: number, cols: number, first: string, co
 
 export function attnFusedWGSL(s: AttnFusedShape): string {
   const { P, R, L, V, sg: SG } = s;
-  const WG = attnFusedThreads(SG);
+  const WG = attnFusedThreads(s);
   const NSG = WG / SG;
   const D = P + R;
   const HALF = R / 2;
@@ -376,7 +378,7 @@ const NEG = "-3.0e38";
  */
 export function attnFusedFinishWGSL(s: AttnFusedShape): string {
   const { L, V, sg: SG } = s;
-  const WG = attnFusedThreads(SG);
+  const WG = attnFusedThreads(s);
   const VS = Math.ceil(V / s.split);
   const wideV = WIDE_TYPES.includes(s.typeV);
   const vec4 = wideV && typeCode(s.typeV).vec4;

@@ -25,7 +25,7 @@ interface Case {
   readonly typeK: number;
   readonly typeV: number;
   /** the kernel's knobs (workgroups per head, keys per subgroup and iteration) */
-  readonly tune?: { readonly attnFuseSplit?: number; readonly attnFuseKeys?: number };
+  readonly tune?: { readonly attnFuseSplit?: number; readonly attnFuseKeys?: number; readonly attnFuseSubgroups?: number };
   /** key counts (and page sizes) to run; default KEYS */
   readonly keys?: readonly (readonly [number, number])[];
   /** q-LoRA's form: the queries in a buffer of their own, the token's key already in the cache (written by the step) */
@@ -41,6 +41,9 @@ const CASES: Case[] = [
   // DeepSeek-V2-Lite's head (Q4_K_M: W_UK Q5_0, W_UV Q4_K) as the GPU runs it: 8 splits, 2 keys an iteration
   { H: 2, P: 128, R: 64, L: 512, V: 128, typeK: GGMLType.Q5_0, typeV: GGMLType.Q4_K, tune: { attnFuseSplit: 8, attnFuseKeys: 2 }, keys: [[1, 0], [48, 0], [97, 8], [300, 0], [613, 16]] },
   { H: 2, P: 256, R: 16, L: 64, V: 24, typeK: GGMLType.Q6_K, typeV: GGMLType.Q8_0, tune: { attnFuseKeys: 4 }, keys: [[5, 0], [70, 0]] },
+  // more subgroups a workgroup (and fewer)
+  { H: 2, P: 64, R: 8, L: 256, V: 40, typeK: GGMLType.Q5_0, typeV: GGMLType.Q4_K, tune: { attnFuseSplit: 4, attnFuseKeys: 2, attnFuseSubgroups: 16 }, keys: [[1, 0], [45, 4], [300, 0]] },
+  { H: 2, P: 64, R: 8, L: 256, V: 40, typeK: GGMLType.Q8_0, typeV: GGMLType.Q4_K, tune: { attnFuseSubgroups: 3 }, keys: [[9, 0], [270, 8]] },
   // 16 workgroups a head splitting 700 and 2100 keys (pages of 16: 132 of them)
   { H: 2, P: 64, R: 8, L: 256, V: 40, typeK: GGMLType.Q5_0, typeV: GGMLType.Q4_K, tune: { attnFuseSplit: 16, attnFuseKeys: 2 }, keys: [[700, 0], [2100, 16]] },
   // q-LoRA: GLM-4.7-Flash's head widths (P 192: six Q5_0 chunks a row, four lanes a row), the key from the cache
@@ -72,6 +75,7 @@ for (const c of CASES) {
       if (nk > 256) assert.equal(attnFusedShape(new GpuRuntime(rt!.info, { tune: { attnFuse: 1, attnFuseLong: 0 } }), kB, vB, { heads: H, P, R, L, V, maxKeys: nk, lora: c.lora === true }), undefined, "attnFuseLong = 0");
       if (c.tune?.attnFuseSplit !== undefined) assert.equal(shape.split, Math.min(c.V, c.tune.attnFuseSplit));
       if (c.tune?.attnFuseKeys !== undefined) assert.equal(shape.keys, c.tune.attnFuseKeys);
+      if (c.tune?.attnFuseSubgroups !== undefined) assert.equal(shape.threads, c.tune.attnFuseSubgroups * shape.sg);
       const dims = { heads: H, P, R, L, V, maxKeys: nk, lora: c.lora === true };
       assert.equal(attnFusedShape(new GpuRuntime(rt!.info, {}), kB, vB, dims) !== undefined, rt!.info.subgroupSize! >= 32, "on by default on GPUs (subgroups ≥ 32) only");
       assert.equal(attnFusedShape(new GpuRuntime(rt!.info, { tune: { attnFuse: 0 } }), kB, vB, dims), undefined, "attnFuse = 0 turns it off");

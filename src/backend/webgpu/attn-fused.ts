@@ -51,11 +51,19 @@ export function attnFusedShape(rt: GpuRuntime, kB: GpuMatrix, vB: GpuMatrix, d: 
   // GPU with 1 (then not pipelined), 3.12 with 2 and 3.48 with 8 unrolled (kernel code fetched again every layer:
   // wgsl-wide.ts, UNROLL), against 3.18 without the fused kernel
   const unroll = clamp(rt.tune.attnFuseUnroll, 1, 16, 1);
-  // subgroups a workgroup (tune.attnFuseSubgroups; default 8, at most 256 threads): more of them share each
-  // workgroup's absorb and keys
-  const subgroups = rt.tune.attnFuseSubgroups === undefined ? undefined : clamp(rt.tune.attnFuseSubgroups, 1, Math.floor(1024 / sg), 8);
-  const shape: AttnFusedShape = { heads: d.heads, P: d.P, R: d.R, L: d.L, V: d.V, typeK: kB.type, typeV: vB.type, sg, split, keys, unroll, own: d.lora !== true, ...(keySplit ? { keySplit } : {}), ...(subgroups !== undefined ? { threads: subgroups * sg } : {}) };
-  return attnFusedBytes(shape) <= rt.info.limits.maxComputeWorkgroupStorageSize ? shape : undefined;
+  // subgroups a workgroup (tune.attnFuseSubgroups): on GPUs 16 where their partial latents fit in workgroup memory (on
+  // the H200, v2-lite batch 1, same call: GPU 2.58 / 2.58 ms a step against 2.67 / 2.67 with 8 and 3.04 with 4; with
+  // ~128 workgroups, one an SM, more threads hide more of each one's latency), else 8 (at most 256 threads)
+  const limit = rt.info.limits.maxComputeWorkgroupStorageSize;
+  const base: AttnFusedShape = { heads: d.heads, P: d.P, R: d.R, L: d.L, V: d.V, typeK: kB.type, typeV: vB.type, sg, split, keys, unroll, own: d.lora !== true, ...(keySplit ? { keySplit } : {}) };
+  const asked = rt.tune.attnFuseSubgroups;
+  const subgroups = asked !== undefined ? clamp(asked, 1, Math.floor(1024 / sg), 8) : wide ? 16 : undefined;
+  if (subgroups !== undefined) {
+    const wider: AttnFusedShape = { ...base, threads: subgroups * sg };
+    if (attnFusedBytes(wider) <= limit) return wider;
+    if (asked !== undefined) return undefined;
+  }
+  return attnFusedBytes(base) <= limit ? base : undefined;
 }
 
 export interface AttnFusedBuffers {

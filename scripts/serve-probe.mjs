@@ -1,8 +1,8 @@
 // A dependency-free client for timing a running `latent serve`: for each N given, N concurrent /v1/completions
 // requests of `--max-tokens` each (end-of-generation ignored; greedy, or with `--temperature T` sampled at T with a
-// seed per request), then the aggregate generated tok/s and per-request wall times. Plain Node (no tsx), so that it
-// runs where only the compiled tree is (scripts/h200-serve.sh).
-//   node scripts/serve-probe.mjs --url http://127.0.0.1:8199 --clients 1,8,32 --max-tokens 128 [--temperature 1] [--json FILE]
+// seed per request, and with `--top-p P` OpenAI's nucleus filter), then the aggregate generated tok/s and per-request
+// wall times. Plain Node (no tsx), so that it runs where only the compiled tree is (scripts/h200-serve.sh).
+//   node scripts/serve-probe.mjs --url http://127.0.0.1:8199 --clients 1,8,32 --max-tokens 128 [--temperature 1 [--top-p 0.9]] [--json FILE]
 import { writeFileSync } from "node:fs";
 
 const args = process.argv.slice(2);
@@ -11,6 +11,7 @@ const url = arg("--url", "http://127.0.0.1:8080");
 const clients = arg("--clients", "1,8").split(",").map(Number);
 const maxTokens = Number(arg("--max-tokens", "128"));
 const temperature = Number(arg("--temperature", "0"));
+const topP = Number(arg("--top-p", "1"));
 
 async function waitHealthy(deadlineMs) {
   const end = Date.now() + deadlineMs;
@@ -32,7 +33,7 @@ async function complete(i) {
   const r = await fetch(`${url}/v1/completions`, {
     method: "POST",
     headers: { "content-type": "application/json" },
-    body: JSON.stringify({ model, prompt: `Request ${i}: the quick brown fox jumps over the lazy dog`, max_tokens: maxTokens, temperature, ...(temperature > 0 ? { seed: i + 1 } : {}), ignore_eos: true }),
+    body: JSON.stringify({ model, prompt: `Request ${i}: the quick brown fox jumps over the lazy dog`, max_tokens: maxTokens, temperature, ...(temperature > 0 ? { seed: i + 1 } : {}), ...(topP < 1 ? { top_p: topP } : {}), ignore_eos: true }),
   });
   const body = await r.json();
   if (!r.ok) throw new Error(`HTTP ${r.status}: ${JSON.stringify(body)}`);

@@ -24,7 +24,7 @@ import { NoGpuError } from "./device.js";
 import { DEVICE_DRAW_TOPK_MAX } from "../../engine/sampler.js";
 import { sampleTopKFits } from "./ops.js";
 
-/** Refuses a PickDraw the GPU cannot make as the host Sampler would (`topK`: whether the filters apply here). */
+/** Refuses a PickDraw the GPU cannot make as the host Sampler would (`filtered`: whether its filters apply here). */
 function checkDraw(d: PickDraw, filtered: boolean, what: string): void {
   const k = d.topK ?? 0;
   const p = d.topP ?? 1;

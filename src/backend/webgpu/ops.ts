@@ -546,6 +546,7 @@ export function sampleTopKFits(width: number): boolean {
 export function sampleRows(rt: GpuRuntime, x: GPUBuffer, draws: GPUBuffer, ids: GPUBuffer, logprobs: GPUBuffer, part: GPUBuffer, a: { n: number; width: number; xOff?: number; xStride?: number; cand?: GPUBuffer; nucleus?: GPUBuffer }): void {
   const slices = Math.ceil(a.width / ARGMAX_SLICE);
   if (a.cand !== undefined && !sampleTopKFits(a.width)) throw new LatentError(`top-k draws on the GPU take rows of up to ${(SAMPLE_TOPK_CAP / SAMPLE_TOPK_MAX) * ARGMAX_SLICE} logits, not ${a.width}`);
+  if (a.nucleus !== undefined && a.nucleus.size < 4 * sampleNucleusWords(a.n)) throw new LatentError(`top-p draws of ${a.n} rows need a scratch of ${4 * sampleNucleusWords(a.n)} bytes, not ${a.nucleus.size}`);
   // bits of the ids a row's slices span (the top-k selection's second key)
   const idBits = Math.max(1, Math.ceil(Math.log2(slices * ARGMAX_SLICE)));
   const params = new Uint32Array([a.n, a.width, a.xOff ?? 0, a.xStride ?? a.width, slices, idBits, 0, 0]);

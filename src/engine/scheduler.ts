@@ -35,7 +35,7 @@ export interface BatchModel {
   forwardBatchPicks?(seqs: readonly SequenceChunk[], picks: readonly (boolean | PickDraw)[]): (Float32Array | GreedyPick)[];
   /** forwardBatchPicks takes PickDraws too */
   readonly picksDraw?: boolean;
-  /** and PickDraws with top-k 1..DEVICE_DRAW_TOPK_MAX (with top-p, min-p) */
+  /** and PickDraws with the host Sampler's filters: any top-p and min-p with top-k 0 or 1..DEVICE_DRAW_TOPK_MAX */
   readonly picksDrawFiltered?: boolean;
 }
 

@@ -45,9 +45,9 @@ ${BACKEND_HELP}
   --logprobs N           with --json: top-N alternatives per token (default 0). Greedy (--temp 0) on the
                          fused GPU pipeline chains the decode steps on the GPU and reads back only the
                          chosen ids and their logprobs (computed on the GPU); so does sampling with a
-                         --top-k of 1..64 (the defaults) or a temperature alone, each token drawn on the
-                         GPU; the top-N alternatives need every step's logits: --logprobs ≥ 1 samples on
-                         the host
+                         --top-k of 0 or 1..64 and any --top-p and --min-p (the defaults too), each token
+                         drawn on the GPU; the top-N alternatives need every step's logits: --logprobs ≥ 1
+                         samples on the host
   --json                 print one JSON object at the end instead of streaming`;
 
 export const runCommand: Command = {

@@ -57,10 +57,11 @@ export function attnFusedShape(rt: GpuRuntime, kB: GpuMatrix, vB: GpuMatrix, d: 
   const limit = rt.info.limits.maxComputeWorkgroupStorageSize;
   const base: AttnFusedShape = { heads: d.heads, P: d.P, R: d.R, L: d.L, V: d.V, typeK: kB.type, typeV: vB.type, sg, split, keys, unroll, own: d.lora !== true, ...(keySplit ? { keySplit } : {}) };
   const asked = rt.tune.attnFuseSubgroups;
+  const maxThreads = rt.info.limits.maxComputeInvocationsPerWorkgroup ?? 256;
   const subgroups = asked !== undefined ? clamp(asked, 1, Math.floor(1024 / sg), 8) : wide ? 16 : undefined;
   if (subgroups !== undefined) {
     const wider: AttnFusedShape = { ...base, threads: subgroups * sg };
-    if (attnFusedBytes(wider) <= limit) return wider;
+    if (attnFusedBytes(wider) <= limit && subgroups * sg <= maxThreads) return wider;
     if (asked !== undefined) return undefined;
   }
   return attnFusedBytes(base) <= limit ? base : undefined;

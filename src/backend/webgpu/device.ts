@@ -23,6 +23,8 @@ export interface GpuDeviceInfo {
     readonly maxComputeWorkgroupStorageSize: number;
     readonly maxComputeWorkgroupsPerDimension: number;
     readonly maxStorageBuffersPerShaderStage: number;
+    /** (absent in hand-made infos: 256, WebGPU's default) */
+    readonly maxComputeInvocationsPerWorkgroup?: number;
   };
 }
 
@@ -101,6 +103,7 @@ export async function requestGpuDevice(opts: GpuDeviceOptions = {}): Promise<Gpu
       maxComputeWorkgroupStorageSize: device.limits.maxComputeWorkgroupStorageSize,
       maxComputeWorkgroupsPerDimension: device.limits.maxComputeWorkgroupsPerDimension,
       maxStorageBuffersPerShaderStage: device.limits.maxStorageBuffersPerShaderStage,
+      maxComputeInvocationsPerWorkgroup: device.limits.maxComputeInvocationsPerWorkgroup,
     },
   };
 }

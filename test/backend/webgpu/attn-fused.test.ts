@@ -160,3 +160,27 @@ for (const c of CASES) {
     });
   }
 }
+
+test("fused one-token attention's workgroup: 16 subgroups on GPUs (subgroups of 32) where the device takes 512 threads and their partial latents fit, else 8", { skip }, () => {
+  const rng = new Rng(5);
+  const [H, P, R, L, V] = [16, 128, 64, 512, 128];
+  const shapeOn = (maxThreads: number | undefined, storage: number, tune: Record<string, number> = {}): number | undefined => {
+    const info = { ...rt!.info, subgroupSize: 32, limits: { ...rt!.info.limits, maxComputeWorkgroupStorageSize: storage, maxComputeInvocationsPerWorkgroup: maxThreads } };
+    const r = new GpuRuntime(info, { tune });
+    const kB = GpuMatrix.upload(r, "kB", GGMLType.Q5_0, P, L, quantized(rng, GGMLType.Q5_0, P, H * L).data, H);
+    const vB = GpuMatrix.upload(r, "vB", GGMLType.Q4_K, L, V, quantized(rng, GGMLType.Q4_K, L, H * V).data, H);
+    const s = attnFusedShape(r, kB, vB, { heads: H, P, R, L, V, maxKeys: 40 });
+    kB.destroy();
+    vB.destroy();
+    return s === undefined ? -1 : (s.threads ?? 256);
+  };
+  // V2-Lite's head on an H200-like device: 512 threads
+  assert.equal(shapeOn(1024, 49152), 512);
+  // a device of 256 threads a workgroup, or whose workgroup memory does not hold 16 partial latents: 8 subgroups
+  assert.equal(shapeOn(256, 49152), 256);
+  assert.equal(shapeOn(undefined, 49152), 256);
+  assert.equal(shapeOn(1024, 32768), 256);
+  // asked for explicitly and not possible: the kernel does not take the step
+  assert.equal(shapeOn(1024, 32768, { attnFuseSubgroups: 16 }), -1);
+  assert.equal(shapeOn(1024, 49152, { attnFuseSubgroups: 4 }), 128);
+});

@@ -128,8 +128,6 @@ export interface KernelTuning {
   readonly wideSums?: number;
   /** 0: the wide kernel computes staged x's padded index for every read instead of once a chunk (WideShape.hoist) */
   readonly wideHoist?: number;
-  /** 2: two subgroups a row in the wide kernel's plain and pair-major products of two or more chunk steps a row, 3: in plain ones only (WideShape.split); default off */
-  readonly wideSplit?: number;
   /** subgroups a workgroup of the fused one-token attention (attn-fused.ts; default 8 = 256 threads at subgroup size 32) */
   readonly attnFuseSubgroups?: number;
   /** 1: expert-list products on the wide kernel (4 pairs a tile) while experts average ≤ WIDE_LIST_PAIRS pairs; default 0 (slower on the H200, see wgsl-wide.ts) */

@@ -22,7 +22,7 @@ import { expertListWGSL, MAT_PARAMS, matOutWGSL } from "./wgsl-mat.js";
 
 /** Rows per workgroup of a wide shape (subgroups × rows each): what grids are sized by. */
 export function wideRowsPerGroup(s: WideShape): number {
-  return (s.rows * s.sgRows * s.pack) / (s.split ?? 1);
+  return s.rows * s.sgRows * s.pack;
 }
 
 /** Types the wide kernel decodes (those of a Q4_K_M model's large matrices); others keep the coalesced kernel. */
@@ -75,12 +75,6 @@ export interface WideShape {
    * of the ~4 that decoding Q4_K takes).
    */
   readonly hoist?: boolean;
-  /**
-   * 2: two subgroups take each row, each half of its chunks, their sums added in workgroup memory (plain and pair-major
-   * products of one row a subgroup and run, whose rows take two or more chunk steps): a row then takes half the steps,
-   * and one pass where it took two, so its loads are issued before x is staged. 1 (absent): one subgroup a row.
-   */
-  readonly split?: number;
 }
 
 /**
@@ -175,11 +169,7 @@ export function wideShape(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boole
   // not by default: on the H200 (v2-lite batch 1, same call) pipelined passes took the step to 2.84 / 2.85 ms on the
   // GPU, plain ones (each pass's loads then its uses) to 2.80
   const pipe = rt.tune.widePipe === 1;
-  // tune.wideSplit: 2 splits the rows of plain and pair-major products, 3 of plain ones only (WideShape.split)
-  const splitAsk = rt.tune.wideSplit ?? 1;
-  const splits = (splitAsk === 2 && gather !== "experts-list") || (splitAsk === 3 && gather === false);
-  const split = splits && pack === 1 && sgRows === 1 && rows % 2 === 0 && chunks % 2 === 0 && Math.ceil(chunks / sg) >= 2 ? 2 : 1;
-  return { sg, rows, sgRows, unroll, n, cols: m.cols, stagePad: stage ? pad : 0, pack, sums, ...(pipe ? { pipe } : {}), hoist: rt.tune.wideHoist !== 0, ...(split > 1 ? { split } : {}) };
+  return { sg, rows, sgRows, unroll, n, cols: m.cols, stagePad: stage ? pad : 0, pack, sums, ...(pipe ? { pipe } : {}), hoist: rt.tune.wideHoist !== 0 };
 }
 
 /** How one type's chunk is loaded and used (shared with the row-tiled kernel, wgsl-rowtile.ts). */
@@ -484,10 +474,7 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
   // (wideRowsPerGroup counts both rows, so a shape the kernel would not pack must not reach it: dualShape gives pack 1)
   if (s.pack === 2 && (dual || mode === "experts-list")) throw new Error("the wide kernel packs two rows a run only in single plain or pair-major products");
   const pack = s.pack === 2;
-  // split (WideShape.split): subgroup part q of a row takes its chunks [q·NT, (q + 1)·NT) (qo), NT = NC / split
-  const Q = s.split ?? 1;
-  if (Q > 1 && (pack || mode === "experts-list" || s.sgRows !== 1 || R % Q !== 0 || NC % Q !== 0)) throw new Error("the wide kernel splits rows only of plain or pair-major products, one row a subgroup and run");
-  const NT = pack ? 2 * NC : NC / Q;
+  const NT = pack ? 2 * NC : NC;
   const steps = Math.ceil(NT / SG);
   const outer = Math.ceil(steps / s.unroll);
   const G = Math.ceil(steps / outer);
@@ -527,15 +514,14 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
   for (const str of pack ? [] : streams) {
     for (let st = 0; st < G; st++) {
       const c0 = st + 1000 * str.k;
-      const local = past(st) ? `min(cb + ${st * SG}u, ${NT - 1}u)` : `cb + ${st * SG}u`;
-      const chunk = str.k === 0 ? (Q > 1 ? `qo + ${local}` : local) : `c${st}`;
+      const chunk = str.k === 0 ? (past(st) ? `min(cb + ${st * SG}u, ${NC - 1}u)` : `cb + ${st * SG}u`) : `c${st}`;
       loads.push(`let c${c0} = ${chunk};\n    ${retarget(tc.load(c0), str)}`);
     }
   }
   for (const str of pack ? [] : streams) {
     for (let st = 0; st < G; st++) {
       const use = retarget(tc.use(st + 1000 * str.k, N), str);
-      uses.push(past(st) ? `if (cb + ${st * SG}u < ${NT}u) {\n    ${use}\n    }` : use);
+      uses.push(past(st) ? `if (cb + ${st * SG}u < ${NC}u) {\n    ${use}\n    }` : use);
     }
   }
   const C4 = s.cols / 4;
@@ -580,23 +566,11 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
   const early = P > 0 && outer === 1;
   const accs = streams.map((st) => `var acc${st.k} = vec4f(0.0);`).join(" ");
   // row j's result v{j}: the product, or (dual) silu(gate)·up
-  // a stream's row sum: its subgroup's, or (split) its parts' from workgroup memory (QP: a vec4f per subgroup and stream)
-  const S2 = streams.length;
-  const total = (k: number): string => (Q > 1 ? `(${Array.from({ length: Q }, (_, q) => `QP[(li / ${SG}u - part + ${q}u) * ${S2}u + ${k}u]`).join(" + ")})` : `subgroupAdd(acc${k})`);
-  const parts =
-    Q > 1
-      ? `${streams.map((st) => `let ps${st.k} = subgroupAdd(acc${st.k});`).join(" ")}
-  if (lane == 0u) { ${streams.map((st) => `QP[(li / ${SG}u) * ${S2}u + ${st.k}u] = ps${st.k};`).join(" ")} }
-  workgroupBarrier();
-  `
-      : "";
-  const reduce =
-    parts +
-    Array.from({ length: S }, (_, j) => {
-      const k = dual ? 2 * j : j;
-      const sc = norm !== undefined ? " * ninv" : "";
-      return dual ? `let g${j} = ${total(k)}${sc}; let v${j} = g${j} / (1.0 + exp(-g${j})) * (${total(k + 1)}${sc});` : `let v${j} = ${total(k)}${sc};`;
-    }).join("\n  ");
+  const reduce = Array.from({ length: S }, (_, j) => {
+    const k = dual ? 2 * j : j;
+    const sc = norm !== undefined ? " * ninv" : "";
+    return dual ? `let g${j} = subgroupAdd(acc${k})${sc}; let v${j} = g${j} / (1.0 + exp(-g${j})) * (subgroupAdd(acc${k + 1})${sc});` : `let v${j} = subgroupAdd(acc${k})${sc};`;
+  }).join("\n  ");
   const loop = outer === 1 ? `{\n    let cb = lane;\n    ${steps1}\n  }` : `for (var it = 0u; it < ${outer}u; it++) {\n    let cb = it * ${G * SG}u + lane;\n    ${steps1}\n  }`;
   // pipelined passes: the loads' names become variables, loaded for pass 0 before x is staged, then in pass i for pass
   // i + 1 (the last reloads itself, in bounds and unused) after pass i's values are copied out for its uses
@@ -635,7 +609,6 @@ ${norm !== undefined ? `var<workgroup> NS: array<vec4f, ${R}>;` : ""}
 ${P > 0 ? `var<workgroup> XS: array<vec4f, ${stagedVec4s(N, s.cols, P)}>;
 fn xsw(v: u32) -> u32 { return v + (v >> ${P}u); }` : ""}
 ${s.sums ? `var<workgroup> XSS: array<f32, ${N * (s.cols / 16)}>;` : ""}
-${Q > 1 ? `var<workgroup> QP: array<vec4f, ${R * S2}>;` : ""}
 ${WIDE_HELPERS}
 ${matOutWGSL(true)}
 // wide matvec: ${NC} chunks per row, ${G} per lane and pass, ${outer} pass(es)
@@ -643,8 +616,7 @@ ${matOutWGSL(true)}
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let rg = wid.x + wid.y * p.gx;
   let lane = li % ${SG}u;
-  ${Q > 1 ? `let part = (li / ${SG}u) % ${Q}u; let qo = part * ${NT}u;
-  let r = (rg * ${R / Q}u + li / ${SG * Q}u) * ${S}u;` : `let r = (rg * ${R}u + li / ${SG}u) * ${S}u;`}
+  let r = (rg * ${R}u + li / ${SG}u) * ${S}u;
   var valid = r < p.rows;
   let b = wid.z;
   var wb = b * p.wBatch;
@@ -688,7 +660,7 @@ ${
   ${accs}
   ${early ? `{\n    let cb = lane;\n    ${xread(loads.join("\n    "))}\n    ${stage}\n    ${xread(uses.join("\n    "))}\n  }` : `if (valid) {\n  ${piped ? pipeLoop : loop}\n  }`}
   ${reduce}
-  if (lane == 0u${Q > 1 ? " && part == 0u" : ""}) { ${writes} }
+  if (lane == 0u) { ${writes} }
 }`
 }`;
 }

@@ -17,9 +17,8 @@ const skip = noGpu !== false ? noGpu : rt!.info.subgroupSize === undefined ? "th
 const TOL = 2e-5;
 const EPS = 1e-6;
 
-/** With `split`, rows of two or more chunk steps go to two subgroups each (tune wideSplit, WideShape.split). */
-function runtime(split = false): GpuRuntime {
-  return new GpuRuntime(rt!.info, { checkWrites: true, ...(split ? { tune: { wideSplit: 2 } } : {}) });
+function runtime(): GpuRuntime {
+  return new GpuRuntime(rt!.info, { checkWrites: true });
 }
 
 function upload(r: GpuRuntime, rng: Rng, type: number, cols: number, rows: number, items = 1): { w: QMatrix; g: GpuMatrix } {
@@ -60,9 +59,9 @@ test("fusable: the wide kernel with x staged, one piece; fused work elsewhere is
   q40.destroy();
 });
 
-for (const [type, cols, split] of [[GGMLType.Q8_0, 96, false], [GGMLType.Q4_K, 256, false], [GGMLType.Q5_0, 64, false], [GGMLType.Q6_K, 256, false], [GGMLType.Q4_K, 512, true]] as const) {
-  test(`${typeName(type)} ${cols} columns${split ? ", rows split over two subgroups" : ""}: the product of RMSNorm(x)·g and of RMSNorm(x + combine)·g; y += W·x + combine`, { skip }, async () => {
-    const r = runtime(split);
+for (const [type, cols] of [[GGMLType.Q8_0, 96], [GGMLType.Q4_K, 256], [GGMLType.Q5_0, 64], [GGMLType.Q6_K, 256]] as const) {
+  test(`${typeName(type)} ${cols} columns: the product of RMSNorm(x)·g and of RMSNorm(x + combine)·g; y += W·x + combine`, { skip }, async () => {
+    const r = runtime();
     const rng = new Rng(17 + cols + type);
     for (const n of [1, 3]) {
       const rows = n === 1 ? 67 : 45;
@@ -104,10 +103,10 @@ for (const [type, cols, split] of [[GGMLType.Q8_0, 96, false], [GGMLType.Q4_K, 2
   });
 }
 
-test("dual gate·up of RMSNorm(x)·g: plain (n = 1, 2) and pair-major gathered (3 tokens × 2 slots); rows split over two subgroups too", { skip }, async () => {
+test("dual gate·up of RMSNorm(x)·g: plain (n = 1, 2) and pair-major gathered (3 tokens × 2 slots)", { skip }, async () => {
+  const r = runtime();
   const rng = new Rng(41);
-  for (const [type, cols, split] of [[GGMLType.Q8_0, 64, false], [GGMLType.Q4_K, 256, false], [GGMLType.Q4_K, 512, true]] as const) {
-    const r = runtime(split);
+  for (const [type, cols] of [[GGMLType.Q8_0, 64], [GGMLType.Q4_K, 256]] as const) {
     const gw = rng.f64(cols);
     for (const n of [1, 2]) {
       const rows = 37;

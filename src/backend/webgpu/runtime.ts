@@ -126,8 +126,6 @@ export interface KernelTuning {
   readonly widePack?: number;
   /** 0: the wide kernel decodes Q4_K with the offset subtracted per value instead of through staged Σx (wgsl-wide.ts, typeCode's sums) */
   readonly wideSums?: number;
-  /** 0: the wide kernel computes staged x's padded index for every read instead of once a chunk (WideShape.hoist) */
-  readonly wideHoist?: number;
   /** subgroups a workgroup of the fused one-token attention (attn-fused.ts; default 8 = 256 threads at subgroup size 32) */
   readonly attnFuseSubgroups?: number;
   /** 1: expert-list products on the wide kernel (4 pairs a tile) while experts average ≤ WIDE_LIST_PAIRS pairs; default 0 (slower on the H200, see wgsl-wide.ts) */

@@ -158,7 +158,8 @@ struct Narrow { prefix: u32, above: vec2u, goal: vec2u, count: u32 }
 fn narrow(b: u32, li: u32, R: u32, topP: f32) -> Narrow {
   scan(b, 0u, li);
   let total = SC[255];
-  let tt = min(topP * (f32(total.y) * 4294967296.0 + f32(total.x)), f32(total.y) * 4294967296.0 + f32(total.x));
+  let tf = f32(total.y) * 4294967296.0 + f32(total.x);
+  let tt = min(topP * tf, tf);
   let th = u32(tt * 2.3283064365386963e-10);
   var goal = vec2u(u32(tt - f32(th) * 4294967296.0), th);
   if (lt64(total, goal)) { goal = total; }

@@ -68,13 +68,6 @@ export interface WideShape {
    * used, in a loop whose body holds one pass's code (plain and pair-major products)
    */
   readonly pipe?: boolean;
-  /**
-   * staged x's padded index (xsw) computed once a chunk, its reads at constant offsets from it (true by default): every
-   * type's chunk base sits in a pad block that also holds all of the chunk's reads (STAGE_PAD), so xsw(base + c) =
-   * xsw(base) + c. Otherwise each read computes its own (an add, a shift and an add: ~0.7 integer instructions a value
-   * of the ~4 that decoding Q4_K takes).
-   */
-  readonly hoist?: boolean;
 }
 
 /**
@@ -105,8 +98,8 @@ export function fusionBuffers(fx: WideFusion | undefined): string[] {
 
 /**
  * Vec4s between pads of staged x per type: its lanes' runs (in a quarter subgroup) then fall in distinct banks. A chunk's
- * reads also stay inside one such block (WideShape.hoist): Q4_K reads vec4s b..b+11 with b ≡ 0 or 4 (mod 16), Q6_K
- * b..b+27 with b ≡ 0 or 4 (mod 32), Q5_0 and Q8_0 b..b+7 with b ≡ 0 (mod 8).
+ * reads also stay inside one such block, so matvecWideWGSL computes the padded index once a chunk: Q4_K reads vec4s
+ * b..b+11 with b ≡ 0 or 4 (mod 16), Q6_K b..b+27 with b ≡ 0 or 4 (mod 32), Q5_0 and Q8_0 b..b+7 with b ≡ 0 (mod 8).
  */
 const STAGE_PAD: Readonly<Record<number, number>> = { [GGMLType.Q4_K]: 4, [GGMLType.Q6_K]: 5, [GGMLType.Q5_0]: 3, [GGMLType.Q8_0]: 3 };
 
@@ -169,7 +162,7 @@ export function wideShape(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boole
   // not by default: on the H200 (v2-lite batch 1, same call) pipelined passes took the step to 2.84 / 2.85 ms on the
   // GPU, plain ones (each pass's loads then its uses) to 2.80
   const pipe = rt.tune.widePipe === 1;
-  return { sg, rows, sgRows, unroll, n, cols: m.cols, stagePad: stage ? pad : 0, pack, sums, ...(pipe ? { pipe } : {}), hoist: rt.tune.wideHoist !== 0 };
+  return { sg, rows, sgRows, unroll, n, cols: m.cols, stagePad: stage ? pad : 0, pack, sums, ...(pipe ? { pipe } : {}) };
 }
 
 /** How one type's chunk is loaded and used (shared with the row-tiled kernel, wgsl-rowtile.ts). */
@@ -528,7 +521,8 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
   const P = s.stagePad;
   const G16 = s.cols / 16;
   const staged = (t: number, v: string): string => {
-    const at = s.hoist === true ? /^(.*) \+ (\d+)u$/.exec(v) : null;
+    // xsw(base + c) = xsw(base) + c within a pad block (STAGE_PAD): one index computation a chunk, not one a read
+    const at = /^(.*) \+ (\d+)u$/.exec(v);
     if (at === null) return `XS[xsw(${t * C4}u + ${v})]`;
     if (Number(at[2]) >= 1 << P) throw new Error(`the wide kernel's read at +${at[2]} leaves its pad block of ${1 << P} vec4s`);
     return `XS[xsw(${t * C4}u + ${at[1]}) + ${at[2]}u]`;

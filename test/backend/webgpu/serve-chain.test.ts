@@ -20,6 +20,27 @@ interface Outcome {
   finish: string;
 }
 
+/** Every request through the scheduler at once: each one's tokens, logprobs and finish; the page pool empty after. */
+async function serveAll(s: Scheduler, reqs: readonly SequenceRequest[]): Promise<Outcome[]> {
+  const out = await Promise.all(
+    reqs.map(
+      (req) =>
+        new Promise<Outcome>((resolve) => {
+          const o: Outcome = { ids: [], logprobs: [], finish: "" };
+          s.submit(req, {
+            onToken: (t) => {
+              o.ids.push(t.id);
+              o.logprobs.push(t.logprob);
+            },
+            onFinish: (r) => resolve({ ...o, finish: r.finishReason }),
+          });
+        }),
+    ),
+  );
+  assert.equal(s.pool.stats().pagesInUse, 0);
+  return out;
+}
+
 test("fused pipeline: 3 concurrent greedy requests through the scheduler give the same tokens with chained GPU steps as with host sampling", { skip }, async () => {
   const synth = synthModel(CASES[0]!, 11);
   const loaded = loadModel(synth.path);
@@ -47,23 +68,7 @@ test("fused pipeline: 3 concurrent greedy requests through the scheduler give th
     const run = async (chainSteps: number): Promise<{ out: Outcome[]; steps: StepInfo[] }> => {
       const steps: StepInfo[] = [];
       const s = new Scheduler(model, tok, new PagePool(fused.config, { pageSize, numPages }), { maxBatch: 3, prefillChunk: 5, tokenBudget: 12, chainSteps, onStep: (i) => steps.push(i) });
-      const out = await Promise.all(
-        reqs.map(
-          (req) =>
-            new Promise<Outcome>((resolve) => {
-              const o: Outcome = { ids: [], logprobs: [], finish: "" };
-              s.submit(req, {
-                onToken: (t) => {
-                  o.ids.push(t.id);
-                  o.logprobs.push(t.logprob);
-                },
-                onFinish: (r) => resolve({ ...o, finish: r.finishReason }),
-              });
-            }),
-        ),
-      );
-      assert.equal(s.pool.stats().pagesInUse, 0);
-      return { out, steps };
+      return { out: await serveAll(s, reqs), steps };
     };
     const host = await run(0);
     assert.equal(chains, 0);
@@ -117,23 +122,7 @@ test("fused pipeline: requests drawn on the GPU with the host Sampler's filters 
     ];
     const run = async (chainSteps: number): Promise<Outcome[]> => {
       const s = new Scheduler(model, tok, new PagePool(fused.config, { pageSize, numPages }), { maxBatch: 4, prefillChunk: 6, tokenBudget: 16, chainSteps });
-      const out = await Promise.all(
-        reqs.map(
-          (req) =>
-            new Promise<Outcome>((resolve) => {
-              const o: Outcome = { ids: [], logprobs: [], finish: "" };
-              s.submit(req, {
-                onToken: (t) => {
-                  o.ids.push(t.id);
-                  o.logprobs.push(t.logprob);
-                },
-                onFinish: (r) => resolve({ ...o, finish: r.finishReason }),
-              });
-            }),
-        ),
-      );
-      assert.equal(s.pool.stats().pagesInUse, 0);
-      return out;
+      return serveAll(s, reqs);
     };
     const stepwise = await run(0);
     assert.equal(chains, 0);

@@ -266,6 +266,11 @@ export class GpuModel {
       buf("scores", N * Math.ceil(context / ATTN_CHUNK) * ATTN_CHUNK);
     }
     buf("h", N * Hd);
+    // the residual's other buffer (tune.sharedEarly: a MoE layer's shared down product writes h + its product there)
+    buf("hAlt", N * Hd);
+    // one weight of 1 per token: a residual read through a product's combine (FusionArgs.addCombine with K = 1)
+    buf("ones", N);
+    rt.write(this.b.ones!, 0, new Float32Array(N).fill(1));
     buf("x", N * Hd);
     // A0: per token [q (no q-LoRA) or the q-LoRA latent | c (L) | k_pe (R)], what the first products of a layer write
     buf("a0", N * this.a0Stride());
@@ -395,6 +400,16 @@ export class GpuModel {
   }
 
   private encodeLayers(n: number, maxKeys: number, rows: readonly number[], layers: readonly GpuLayer[] = this.layers): void {
+    // every encoding starts from the same residual buffer (getRows writes it; tune.sharedEarly swaps them per MoE layer)
+    const residual = this.b.h;
+    try {
+      this.encodeResidual(n, maxKeys, rows, layers);
+    } finally {
+      if (this.b.h !== residual) [this.b.h, this.b.hAlt] = [this.b.hAlt, this.b.h];
+    }
+  }
+
+  private encodeResidual(n: number, maxKeys: number, rows: readonly number[], layers: readonly GpuLayer[]): void {
     const { rt, c, b } = this;
     const { nEmbd: Hd, nHead: H, qkNope: P, qkRope: R, vHead: V, kvLoraRank: L, qLoraRank: Lq, nExpertUsed: K, nFFExp: Fe } = c;
     const D = P + R;
@@ -530,7 +545,13 @@ export class GpuModel {
           sharedFirst?.();
         });
         for (const step of sharedRest) step();
-        if (fused === undefined) moeRoute(rt, b.z!, l.bias, b.rids!, b.rw!, routing, ffnFused ? { h: b.h!, dim: Hd, eps: c.rmsEps } : undefined);
+        // (tune.sharedEarly) the shared down product beside the routing, into the residual's other buffer: h' = h +
+        // W_down·g_s, so that the routing and the routed gate·up still read h; the routed down product then runs alone
+        const early = small && rt.tune.sharedEarly === 1 && shared !== undefined && fused === undefined && lists === undefined && sharedRest.length === 0 && fusable(rt, shared.down, n, false);
+        together(() => {
+          if (fused === undefined) moeRoute(rt, b.z!, l.bias, b.rids!, b.rw!, routing, ffnFused ? { h: b.h!, dim: Hd, eps: c.rmsEps } : undefined);
+          if (early) matmul(rt, shared!.down, b.gs!, b.hAlt!, { n, xStride: shared!.gate.rows, yStride: Hd, fuse: { addCombine: { ye: b.h!, rw: b.ones!, K: 1 } } });
+        });
         // expert-major products (pairs ≥ experts) read the pairs grouped by expert, built once for the three
         if (lists !== undefined) expertLists(rt, b.rids!, lists, { pairs: n * K, E });
         // g = silu(W_gate x)·(W_up x) per pair (one dual product at small batches, else gate then up with SwiGLU fused)
@@ -538,8 +559,9 @@ export class GpuModel {
         // the routed experts' down products into YE and the shared experts' into h: apart
         together(() => {
           matmulGather(rt, l.experts!.down, b.g!, b.ye!, b.rids!, { pairs: n * K, xDiv: 1, xBatch: Fe, yBatch: Hd, lists });
-          if (shared !== undefined) this.ffnDown(shared, n, b.gs!);
+          if (shared !== undefined && !early) this.ffnDown(shared, n, b.gs!);
         });
+        if (early) [b.h, b.hAlt] = [b.hAlt, b.h];
         combinePending = true;
       }
       for (let i = 0; i < (rt.tune.padDispatches ?? 0); i++) touch(rt, b.h!);

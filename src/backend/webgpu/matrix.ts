@@ -113,7 +113,8 @@ export interface CombineArgs {
 
 /**
  * Work a decode product does beside its own (WideFusion), each saving a step's dependent dispatch: `norm` multiplies by
- * RMSNorm(x')·g instead of x (x' = x, or x + the combine), `addCombine` adds the combine to y as well (with acc).
+ * RMSNorm(x')·g instead of x (x' = x, or x + the combine), `addCombine` adds the combine to y as well (with acc:
+ * y += W·x + combine; without: y = W·x + combine, e.g. a residual read from another buffer as a combine of one row).
  */
 export interface FusionArgs {
   readonly norm?: { readonly g: GPUBuffer; readonly eps: number; readonly combine?: CombineArgs };
@@ -293,7 +294,7 @@ const al4 = (...v: (number | undefined)[]): boolean => v.every((x) => (x ?? 0) %
 export function matmul(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer, a: MatmulArgs): void {
   const count = a.batch?.count ?? 1;
   if (count > m.items) throw new LatentError(`${m.name}: batch of ${count} over ${m.items} items`);
-  if (a.fuse !== undefined && (!fusable(rt, m, a.n, false) || a.batch !== undefined || (a.fuse.addCombine !== undefined && a.acc !== true))) throw new LatentError(`${m.name}: fused work needs one wide product (check fusable()), no batch, and acc with addCombine`);
+  if (a.fuse !== undefined && (!fusable(rt, m, a.n, false) || a.batch !== undefined)) throw new LatentError(`${m.name}: fused work needs one wide product (check fusable()) and no batch`);
   const { fx, buffers: fxBufs } = wideFusion(a.fuse, m.rows);
   const { code, tn, rowsPerGroup } = matvecKernel(rt, m, a.n, false, al4(a.xOff, a.n > 1 ? a.xStride : 0, a.batch?.xBatch), m.rows * count, fx);
   const tiles = Math.ceil(a.n / tn);

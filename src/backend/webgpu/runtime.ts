@@ -183,6 +183,12 @@ export interface KernelTuning {
    * BENCHMARKS.md round 11); default 1
    */
   readonly together?: number;
+  /**
+   * small MoE steps on the wide kernel: 1 the shared experts' down product in the routing's dispatch, writing the
+   * residual's other buffer (h' = h + W_down·g_s, read from h, so the routing and the routed gate·up still read h), and
+   * the routed experts' down product alone; 0 (default) the two down products in one dispatch, accumulating into h
+   */
+  readonly sharedEarly?: number;
   /** probe, not a tuning: this many trivial dependent dispatches after every layer (what a dispatch boundary costs inside a step); default 0 */
   readonly padDispatches?: number;
 }

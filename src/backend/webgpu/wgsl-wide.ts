@@ -81,7 +81,7 @@ export interface WideFusion {
    * and 1/rms(x') scales the row sums (binds G, then YE and RW with combine).
    */
   readonly norm?: { readonly eps: number; readonly combine: number };
-  /** Accumulating products only: y += W·x + Σ_k w_k·ye_k per token (the same combine into the residual; binds YE, RW); ye rows of `width`. */
+  /** y (+)= W·x + Σ_k w_k·ye_k per token (the same combine into the residual, or a residual from another buffer; binds YE, RW); ye rows of `width`. */
   readonly addCombine?: { readonly K: number; readonly width: number };
 }
 

@@ -43,6 +43,17 @@ if (attnFused !== undefined) {
 const piped = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { widePipe: 1, attnFuse: 1 } });
 // the independent kernel pairs of small steps dispatched one by one instead of combined (together = 0)
 const apart = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { together: 0 } });
+// the shared experts' down product beside the routing, into the residual's other buffer (sharedEarly = 1); the labels
+// of its dispatches, in order
+const early = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { sharedEarly: 1 } });
+const earlyLabels: string[] = [];
+if (early !== undefined) {
+  const dispatch = early.dispatch.bind(early);
+  early.dispatch = (label, ...rest) => {
+    earlyLabels.push(label);
+    dispatch(label, ...rest);
+  };
+}
 after(() => rt?.device.destroy());
 
 /** The kernels a runtime dispatches (the first word of their labels), collected from now on. */
@@ -73,9 +84,9 @@ const wideCase: SynthCase = { label: "wide-q4km-noqlora", base: "tiny", over: { 
 const cases: SynthCase[] = [...CASES.filter((c) => c.base === "tiny"), fusedCase, glmCase, { label: "tiny-v3-q4km", base: "tiny", over: {}, type: "Q4_K_M" }];
 
 const last = cases[cases.length - 1]!;
-for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as const, [last, wideAttn] as const, [last, routeFused] as const, [last, listed] as const, [fusedCase, unfused] as const, [fusedCase, ffnOnly] as const, [fusedCase, apart] as const, [noLoraCase, attnFused] as const, [oddCase, attnFused] as const, [last, attnFused] as const, [wideCase, rt] as const, [wideCase, piped] as const]) {
+for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as const, [last, wideAttn] as const, [last, routeFused] as const, [last, listed] as const, [fusedCase, unfused] as const, [fusedCase, ffnOnly] as const, [fusedCase, apart] as const, [noLoraCase, attnFused] as const, [oddCase, attnFused] as const, [last, attnFused] as const, [wideCase, rt] as const, [wideCase, piped] as const, [fusedCase, early] as const, [wideCase, early] as const, [last, early] as const]) {
   const replay = r === plain;
-  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}${r === wideAttn ? ", wide decode attention" : ""}${r === routeFused ? ", routing fused (routerFuse = 1)" : ""}${r === listed ? ", expert lists (expertsFrom = 0.25)" : ""}${r === unfused ? ", norms unfused (normFuse = 0)" : ""}${r === ffnOnly ? ", only the FFN's norm fused (normFuse = 2)" : ""}${r === apart ? ", kernel pairs apart (together = 0)" : ""}${r === attnFused ? ", one-token attention fused (attnFuse = 1)" : ""}${r === piped ? ", wide passes pipelined and attention fused (widePipe = 1, attnFuse = 1)" : ""}`, { skip }, async () => {
+  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}${r === wideAttn ? ", wide decode attention" : ""}${r === routeFused ? ", routing fused (routerFuse = 1)" : ""}${r === listed ? ", expert lists (expertsFrom = 0.25)" : ""}${r === unfused ? ", norms unfused (normFuse = 0)" : ""}${r === ffnOnly ? ", only the FFN's norm fused (normFuse = 2)" : ""}${r === apart ? ", kernel pairs apart (together = 0)" : ""}${r === attnFused ? ", one-token attention fused (attnFuse = 1)" : ""}${r === piped ? ", wide passes pipelined and attention fused (widePipe = 1, attnFuse = 1)" : ""}${r === early ? ", shared down beside the routing (sharedEarly = 1)" : ""}`, { skip }, async () => {
     kernels.get(r!)?.clear();
     const before = r!.stats.dispatches;
     const m = synthModel(c, 9);
@@ -108,6 +119,13 @@ for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as co
       if (r === attnFused) {
         assert.ok(attnFusedDispatches > 0, "the fused attention ran");
         attnFusedDispatches = 0;
+      }
+      if (r === early) {
+        // small steps: MoE layers' shared down products right after their routing (held for one dispatch with it)
+        const after = (i: number): string => earlyLabels[i - 1] ?? "";
+        const sharedDowns = earlyLabels.map((l, i) => [l, i] as const).filter(([l]) => /ffn_down_shexp/.test(l));
+        assert.ok(sharedDowns.some(([, i]) => after(i) === "moeRoute"), `labels: ${earlyLabels.join(", ")}`);
+        earlyLabels.length = 0;
       }
       if (r === apart) assert.ok(r!.stats.dispatches - before > dispatches.get(c.label)!, "pairs apart: more dispatches");
       if (r === unfused || r === ffnOnly) {

@@ -14,7 +14,7 @@ import { GGMLType } from "../../gguf/types.js";
 import type { SwiGLU } from "../../model/weights.js";
 import { LatentError } from "../../util/errors.js";
 import type { PickDraw } from "../../engine/scheduler.js";
-import { expertListWords, expertLists, expertsFrom, fusable, getRows, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLUSteps, type CombineArgs, type FusionArgs } from "./matrix.js";
+import { expertListWords, expertLists, expertsFrom, fusable, gatherRoute, getRows, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLUSteps, type CombineArgs, type FusionArgs } from "./matrix.js";
 import { addNorm, argmaxRows, argmaxScratchWords, DRAW_WORDS, drawWords, sampleNucleusWords, sampleRows, sampleScratchWords, sampleTopKFits, sampleTopKWords, attention, attentionScratch, copyU32, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, routeNormShape, scatterRows, touch, type RouteArgs } from "./ops.js";
 import { attentionFused, attnFusedPartWords, attnFusedShape } from "./attn-fused.js";
 import { moeRouter, routerFuseShape } from "./router.js";
@@ -545,17 +545,32 @@ export class GpuModel {
           sharedFirst?.();
         });
         for (const step of sharedRest) step();
-        // (tune.sharedEarly) the shared down product beside the routing, into the residual's other buffer: h' = h +
-        // W_down·g_s, so that the routing and the routed gate·up still read h; the routed down product then runs alone
+        const gatherArgs = { pairs: n * K, xDiv: K, xBatch: Hd, yBatch: Fe, lists, ...(ffnNorm !== undefined ? { fuse: ffnNorm } : {}) };
+        // (tune.gatherRoute) small steps: the routing inside the routed gate·up product, no dispatch of its own
+        const routeHere = small && fused === undefined && lists === undefined ? gatherRoute(rt, l.experts.gate, l.experts.up, gatherArgs, routing, l.bias !== undefined) : undefined;
+        // (tune.sharedEarly) the shared down product beside the routing (or the routed gate·up that routes), into the
+        // residual's other buffer: h' = h + W_down·g_s, so that the routing and the routed gate·up still read h; the
+        // routed down product then runs alone
         const early = small && rt.tune.sharedEarly === 1 && shared !== undefined && fused === undefined && lists === undefined && sharedRest.length === 0 && fusable(rt, shared.down, n, false);
-        together(() => {
-          if (fused === undefined) moeRoute(rt, b.z!, l.bias, b.rids!, b.rw!, routing, ffnFused ? { h: b.h!, dim: Hd, eps: c.rmsEps } : undefined);
-          if (early) matmul(rt, shared!.down, b.gs!, b.hAlt!, { n, xStride: shared!.gate.rows, yStride: Hd, fuse: { addCombine: { ye: b.h!, rw: b.ones!, K: 1 } } });
-        });
+        const sharedDown = (): void => matmul(rt, shared!.down, b.gs!, b.hAlt!, { n, xStride: shared!.gate.rows, yStride: Hd, fuse: { addCombine: { ye: b.h!, rw: b.ones!, K: 1 } } });
+        if (routeHere === undefined) {
+          together(() => {
+            if (fused === undefined) moeRoute(rt, b.z!, l.bias, b.rids!, b.rw!, routing, ffnFused ? { h: b.h!, dim: Hd, eps: c.rmsEps } : undefined);
+            if (early) sharedDown();
+          });
+        }
         // expert-major products (pairs ≥ experts) read the pairs grouped by expert, built once for the three
         if (lists !== undefined) expertLists(rt, b.rids!, lists, { pairs: n * K, E });
         // g = silu(W_gate x)·(W_up x) per pair (one dual product at small batches, else gate then up with SwiGLU fused)
-        matmulGatherSwiGLU(rt, l.experts.gate, l.experts.up, ffnIn, b.g!, b.rids!, { pairs: n * K, xDiv: K, xBatch: Hd, yBatch: Fe, lists, ...(ffnNorm !== undefined ? { fuse: ffnNorm } : {}) });
+        const route = routeHere === undefined ? undefined : { z: b.z!, wts: b.rw!, args: routing, ...(l.bias !== undefined ? { bias: l.bias } : {}) };
+        const gateUp = (): void => matmulGatherSwiGLU(rt, l.experts!.gate, l.experts!.up, ffnIn, b.g!, b.rids!, { ...gatherArgs, ...(route !== undefined ? { route } : {}) });
+        // (only the routing product, one dispatch, shares its dispatch: the fallback of two is a dependent pair)
+        if (early && route !== undefined)
+          together(() => {
+            gateUp();
+            sharedDown();
+          });
+        else gateUp();
         // the routed experts' down products into YE and the shared experts' into h: apart
         together(() => {
           matmulGather(rt, l.experts!.down, b.g!, b.ye!, b.rids!, { pairs: n * K, xDiv: 1, xBatch: Fe, yBatch: Hd, lists });

@@ -184,6 +184,11 @@ export interface KernelTuning {
    */
   readonly together?: number;
   /**
+   * small MoE steps on the wide kernel: 1 the routing inside the routed experts' gate·up product (its first subgroup
+   * routes the pair's token; matrix.ts gatherRoute), no dispatch of its own; default 0 (moeRoute apart)
+   */
+  readonly gatherRoute?: number;
+  /**
    * small MoE steps on the wide kernel: 1 the shared experts' down product in the routing's dispatch, writing the
    * residual's other buffer (h' = h + W_down·g_s, read from h, so the routing and the routed gate·up still read h), and
    * the routed experts' down product alone; 0 (default) the two down products in one dispatch, accumulating into h

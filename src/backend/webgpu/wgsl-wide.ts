@@ -19,6 +19,7 @@ import { GGMLType } from "../../gguf/types.js";
 import type { GpuMatrix } from "./matrix.js";
 import type { GpuRuntime } from "./runtime.js";
 import { expertListWGSL, MAT_PARAMS, matOutWGSL } from "./wgsl-mat.js";
+import { routedWGSL, type WideRoute } from "./wgsl-route.js";
 
 /** Rows per workgroup of a wide shape (subgroups × rows each): what grids are sized by. */
 export function wideRowsPerGroup(s: WideShape): number {
@@ -435,7 +436,7 @@ fn q4ksm(hd: vec4u, j: u32) -> vec2f {
  * wd/wd2 word readers where blocks are read as u32 words), X, Y, outside plain mode the id or expert-list buffer IDS
  * (with expert lists also the workgroup's list word `oc`), then p.
  */
-export function chunkBindingsWGSL(vec4: boolean, mode: "plain" | "gather" | "experts-list", dual: boolean, extra: readonly string[] = []): string {
+export function chunkBindingsWGSL(vec4: boolean, mode: "plain" | "gather" | "experts-list", dual: boolean, extra: readonly string[] = [], idsWritten = false): string {
   const w = vec4 ? "vec4u" : "u32";
   const ids = mode !== "plain";
   const first = (ids ? 4 : 3) + (dual ? 1 : 0);
@@ -444,7 +445,7 @@ export function chunkBindingsWGSL(vec4: boolean, mode: "plain" | "gather" | "exp
 ${vec4 ? "" : "fn wd(i: u32) -> u32 { return W[i]; }"}
 @group(0) @binding(1) var<storage, read> X: array<vec4f>;
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;
-${ids ? "@group(0) @binding(3) var<storage, read> IDS: array<u32>;" : ""}${mode === "experts-list" ? "\nvar<workgroup> oc: vec2u;" : ""}
+${ids ? `@group(0) @binding(3) var<storage, ${idsWritten ? "read_write" : "read"}> IDS: array<u32>;` : ""}${mode === "experts-list" ? "\nvar<workgroup> oc: vec2u;" : ""}
 ${dual ? `@group(0) @binding(${ids ? 4 : 3}) var<storage, read> W2: array<${w}>;${vec4 ? "" : "\nfn wd2(i: u32) -> u32 { return W2[i]; }"}` : ""}
 ${extra.map((decl, i) => `@group(0) @binding(${first + i}) ${decl}`).join("\n")}
 @group(0) @binding(${first + extra.length}) var<uniform> p: P;`;
@@ -455,8 +456,9 @@ ${extra.map((decl, i) => `@group(0) @binding(${first + i}) ${decl}`).join("\n")}
  * a second matrix of the same type and shape (W2: the up projection beside the gate one in W) is read in the same
  * lanes from the same x, and the kernel writes the SwiGLU silu(W·x)·(W2·x) directly (one dispatch for gate and up).
  */
-export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts-list", s: WideShape, dual = false, fx?: WideFusion): string {
+export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts-list", s: WideShape, dual = false, fx?: WideFusion, route?: WideRoute): string {
   const { sg: SG, rows: R, n: N } = s;
+  if (route !== undefined && (mode !== "gather" || N !== 1 || s.pipe === true)) throw new Error("the wide kernel routes pair-major products of one token a pair only, in plain passes");
   const norm = fx?.norm;
   const K = norm?.combine ?? fx?.addCombine?.K ?? 0;
   if (norm !== undefined && (s.stagePad === 0 || mode === "experts-list")) throw new Error("the wide kernel normalizes x only as it stages it (plain or pair-major products)");
@@ -557,7 +559,7 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
   ninv = inverseSqrt(nsum / ${s.cols}.0 + ${wgslFloat(norm.eps)});${sumStage}`;
   // in one pass, W's loads are issued before x is staged (a lane of a row past the end or of another piece loads a
   // clamped row and writes nothing), so that their latency overlaps the staging's instead of following its barrier
-  const early = P > 0 && outer === 1;
+  const early = P > 0 && outer === 1 && route === undefined;
   const accs = streams.map((st) => `var acc${st.k} = vec4f(0.0);`).join(" ");
   // row j's result v{j}: the product, or (dual) silu(gate)·up
   const reduce = Array.from({ length: S }, (_, j) => {
@@ -598,7 +600,17 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
       ? "let rb = p.wOff + wb + select(0u, r, valid) * p.rowBytes;"
       : Array.from({ length: S }, (_, j) => `let r${j} = r + ${j}u; let ok${j} = valid && r${j} < p.rows; let rb${j} = p.wOff + wb + select(0u, r${j}, ok${j}) * p.rowBytes;`).join("\n  ");
   return /* wgsl */ `enable subgroups;
-${chunkBindingsWGSL(tc.vec4, mode, dual, fusionBuffers(fx).map((b) => `var<storage, read> ${b}: array<${b === "G" || (b === "YE" && norm !== undefined) ? "vec4f" : "f32"}>;`))}
+${route !== undefined ? "diagnostic(off, subgroup_uniformity);\n" : ""}${chunkBindingsWGSL(
+    tc.vec4,
+    mode,
+    dual,
+    [
+      ...fusionBuffers(fx).map((b) => `var<storage, read> ${b}: array<${b === "G" || (b === "YE" && norm !== undefined) ? "vec4f" : "f32"}>;`),
+      ...(route === undefined ? [] : ["var<storage, read> Z: array<f32>;", ...(route.bias ? ["var<storage, read> BIAS: array<f32>;"] : []), "var<storage, read_write> WTS: array<f32>;"]),
+    ],
+    route !== undefined,
+  )}
+${route !== undefined ? routedWGSL(route) : ""}
 ${norm !== undefined ? `var<workgroup> NS: array<vec4f, ${R}>;` : ""}
 ${P > 0 ? `var<workgroup> XS: array<vec4f, ${stagedVec4s(N, s.cols, P)}>;
 fn xsw(v: u32) -> u32 { return v + (v >> ${P}u); }` : ""}
@@ -616,7 +628,23 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   var wb = b * p.wBatch;
   var xb = b * p.xBatch;
 ${
-  mode === "gather"
+  mode === "gather" && route !== undefined
+    ? `  // x staged first; then the pair's token routed by the first subgroup (the picks into RSEL), the ids and weights
+  // written by row group 0 of the token's first pair
+  xb = (b / p.xDiv) * p.xBatch;
+  let xq = (p.xOff + xb) >> 2u;
+  let xs = p.xStride >> 2u;
+  ${norm !== undefined ? "var ninv = vec4f(1.0);" : ""}
+  ${stage}
+  rScale = ${norm !== undefined ? "ninv.x" : "1.0"};
+  rWrite = wid.x == 0u && wid.y == 0u && b % p.xDiv == 0u;
+  if (li < ${SG}u) { routeToken(lane, b / p.xDiv, true); }
+  workgroupBarrier();
+  let e = RSEL[b % p.xDiv];
+  let inPiece = e >= p.e0 && e < p.e1;
+  valid = valid && inPiece;
+  wb = select(0u, e - p.e0, inPiece) * p.wBatch;`
+    : mode === "gather"
     ? `  // a pair whose expert another piece holds loads nothing and writes nothing
   let e = IDS[p.idsOff + b];
   let inPiece = e >= p.e0 && e < p.e1;
@@ -644,13 +672,13 @@ ${
   }
 }`
     : `  ${rowBases}
-  let xq = (p.xOff + xb) >> 2u;
-  let xs = p.xStride >> 2u;
+  ${route === undefined ? `let xq = (p.xOff + xb) >> 2u;
+  let xs = p.xStride >> 2u;` : ""}
   ${xq}
-  ${norm !== undefined ? "var ninv = vec4f(1.0);" : ""}
+  ${norm !== undefined && route === undefined ? "var ninv = vec4f(1.0);" : ""}
   ${combineEarly}
   ${pipeFirst}
-  ${P > 0 && !early ? stage : ""}
+  ${P > 0 && !early && route === undefined ? stage : ""}
   ${accs}
   ${early ? `{\n    let cb = lane;\n    ${xread(loads.join("\n    "))}\n    ${stage}\n    ${xread(uses.join("\n    "))}\n  }` : `if (valid) {\n  ${piped ? pipeLoop : loop}\n  }`}
   ${reduce}

@@ -46,11 +46,18 @@ const apart = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrit
 // the shared experts' down product beside the routing, into the residual's other buffer (sharedEarly = 1); the labels
 // of its dispatches, in order
 const early = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { sharedEarly: 1 } });
-const earlyLabels: string[] = [];
-if (early !== undefined) {
-  const dispatch = early.dispatch.bind(early);
-  early.dispatch = (label, ...rest) => {
-    earlyLabels.push(label);
+// the routing inside the routed gate·up product (gatherRoute = 1), alone and with sharedEarly (the shared down product
+// then beside that product)
+const routed = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { gatherRoute: 1 } });
+const routedEarly = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { gatherRoute: 1, sharedEarly: 1 } });
+const labels = new Map<GpuRuntime, string[]>();
+for (const r of [early, routed, routedEarly]) {
+  if (r === undefined) continue;
+  const seen: string[] = [];
+  labels.set(r, seen);
+  const dispatch = r.dispatch.bind(r);
+  r.dispatch = (label, ...rest) => {
+    seen.push(label);
     dispatch(label, ...rest);
   };
 }
@@ -81,12 +88,14 @@ const noLoraCase: SynthCase = { label: "tiny-q8-noqlora", base: "tiny", over: { 
 const oddCase = CASES.find((c) => c.label === "no-qlora-odd")!;
 // rows of 512 and 256 columns (Q4_K_M: Q4_K, Q6_K, Q5_0 and Q8_0 matrices), no q-LoRA
 const wideCase: SynthCase = { label: "wide-q4km-noqlora", base: "tiny", over: { n_layer: 3, n_dense: 1, n_embd: 512, n_ff: 512, n_ff_exp: 256, q_lora: 0 }, type: "Q4_K_M" };
+// V2's group-limited softmax routing (groups scored by their max) with every MoE product on the wide kernel
+const groupsCase: SynthCase = { ...CASES.find((c) => c.label === "v2-groups-softmax")!, label: "v2-groups-softmax-q8", type: "Q8_0" };
 const cases: SynthCase[] = [...CASES.filter((c) => c.base === "tiny"), fusedCase, glmCase, { label: "tiny-v3-q4km", base: "tiny", over: {}, type: "Q4_K_M" }];
 
 const last = cases[cases.length - 1]!;
-for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as const, [last, wideAttn] as const, [last, routeFused] as const, [last, listed] as const, [fusedCase, unfused] as const, [fusedCase, ffnOnly] as const, [fusedCase, apart] as const, [noLoraCase, attnFused] as const, [oddCase, attnFused] as const, [last, attnFused] as const, [wideCase, rt] as const, [wideCase, piped] as const, [fusedCase, early] as const, [wideCase, early] as const, [last, early] as const]) {
+for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as const, [last, wideAttn] as const, [last, routeFused] as const, [last, listed] as const, [fusedCase, unfused] as const, [fusedCase, ffnOnly] as const, [fusedCase, apart] as const, [noLoraCase, attnFused] as const, [oddCase, attnFused] as const, [last, attnFused] as const, [wideCase, rt] as const, [wideCase, piped] as const, [fusedCase, early] as const, [wideCase, early] as const, [last, early] as const, ...[routed, routedEarly].flatMap((r) => [[fusedCase, r] as const, [wideCase, r] as const, [last, r] as const, [groupsCase, r] as const])]) {
   const replay = r === plain;
-  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}${r === wideAttn ? ", wide decode attention" : ""}${r === routeFused ? ", routing fused (routerFuse = 1)" : ""}${r === listed ? ", expert lists (expertsFrom = 0.25)" : ""}${r === unfused ? ", norms unfused (normFuse = 0)" : ""}${r === ffnOnly ? ", only the FFN's norm fused (normFuse = 2)" : ""}${r === apart ? ", kernel pairs apart (together = 0)" : ""}${r === attnFused ? ", one-token attention fused (attnFuse = 1)" : ""}${r === piped ? ", wide passes pipelined and attention fused (widePipe = 1, attnFuse = 1)" : ""}${r === early ? ", shared down beside the routing (sharedEarly = 1)" : ""}`, { skip }, async () => {
+  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}${r === wideAttn ? ", wide decode attention" : ""}${r === routeFused ? ", routing fused (routerFuse = 1)" : ""}${r === listed ? ", expert lists (expertsFrom = 0.25)" : ""}${r === unfused ? ", norms unfused (normFuse = 0)" : ""}${r === ffnOnly ? ", only the FFN's norm fused (normFuse = 2)" : ""}${r === apart ? ", kernel pairs apart (together = 0)" : ""}${r === attnFused ? ", one-token attention fused (attnFuse = 1)" : ""}${r === piped ? ", wide passes pipelined and attention fused (widePipe = 1, attnFuse = 1)" : ""}${r === early ? ", shared down beside the routing (sharedEarly = 1)" : ""}${r === routed ? ", routing inside the routed gate·up (gatherRoute = 1)" : ""}${r === routedEarly ? ", routing inside the routed gate·up and the shared down beside it (gatherRoute = 1, sharedEarly = 1)" : ""}`, { skip }, async () => {
     kernels.get(r!)?.clear();
     const before = r!.stats.dispatches;
     const m = synthModel(c, 9);
@@ -120,12 +129,17 @@ for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as co
         assert.ok(attnFusedDispatches > 0, "the fused attention ran");
         attnFusedDispatches = 0;
       }
-      if (r === early) {
-        // small steps: MoE layers' shared down products right after their routing (held for one dispatch with it)
-        const after = (i: number): string => earlyLabels[i - 1] ?? "";
-        const sharedDowns = earlyLabels.map((l, i) => [l, i] as const).filter(([l]) => /ffn_down_shexp/.test(l));
-        assert.ok(sharedDowns.some(([, i]) => after(i) === "moeRoute"), `labels: ${earlyLabels.join(", ")}`);
-        earlyLabels.length = 0;
+      const seenLabels = labels.get(r!);
+      if (seenLabels !== undefined) {
+        const list = `labels: …${seenLabels.slice(-40).join(", ")}`;
+        // small steps: MoE layers' shared down products right after their routing, or the routed gate·up that routes
+        // (held for one dispatch with it)
+        const after = (i: number): string => seenLabels[i - 1] ?? "";
+        const sharedDowns = seenLabels.map((l, i) => [l, i] as const).filter(([l]) => /ffn_down_shexp/.test(l));
+        if (r !== routed) assert.ok(sharedDowns.some(([, i]) => (r === early ? after(i) === "moeRoute" : after(i).startsWith("routedGatherSwiGLU"))), list);
+        // the routing products ran, and moeRoute only in the steps they do not take (prefill chunks)
+        if (r !== early) assert.ok(seenLabels.some((l) => l.startsWith("routedGatherSwiGLU")), list);
+        seenLabels.length = 0;
       }
       if (r === apart) assert.ok(r!.stats.dispatches - before > dispatches.get(c.label)!, "pairs apart: more dispatches");
       if (r === unfused || r === ffnOnly) {

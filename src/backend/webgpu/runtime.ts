@@ -126,6 +126,8 @@ export interface KernelTuning {
   readonly widePack?: number;
   /** 0: the wide kernel decodes Q4_K with the offset subtracted per value instead of through staged Σx (wgsl-wide.ts, typeCode's sums) */
   readonly wideSums?: number;
+  /** 1: the wide kernel's Q4_K sums decoder takes two chunks a lane, one decode of the block's scales for both (WideShape.pair); default 0 */
+  readonly wideQ4KPair?: number;
   /** subgroups a workgroup of the fused one-token attention (attn-fused.ts; default 8 = 256 threads at subgroup size 32) */
   readonly attnFuseSubgroups?: number;
   /** 1: expert-list products on the wide kernel (4 pairs a tile) while experts average ≤ WIDE_LIST_PAIRS pairs; default 0 (slower on the H200, see wgsl-wide.ts) */

@@ -64,6 +64,8 @@ export interface WideShape {
   readonly pack: number;
   /** Q4_K decoded with its offsets folded into sums of x (staged beside x): see typeCode's `sums`. Only with x staged. */
   readonly sums: boolean;
+  /** with `sums`: two chunks a lane, sharing one decode of their block's scales (typeCode's `pair`) */
+  readonly pair?: boolean;
   /**
    * over several passes (unroll < steps): software-pipelined, pass i + 1's chunks loaded into registers before pass i is
    * used, in a loop whose body holds one pass's code (plain and pair-major products)
@@ -155,15 +157,16 @@ export function wideShape(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boole
   const sumBytes = rt.tune.wideSums !== 0 && SUM_TYPES.includes(m.type) ? n * (m.cols / 16) * 4 : 0;
   const stage = rt.tune.wideStage !== 0 && gather !== "experts-list" && stagedVec4s(n, m.cols, pad) * 16 + sumBytes <= rt.info.limits.maxComputeWorkgroupStorageSize / 2;
   const sums = stage && sumBytes > 0;
+  const pair = sums && rt.tune.wideQ4KPair === 1;
   // two rows a run where that fills the lanes' steps ≥ 10 % better, in one pass (dual products take one row a run)
-  const chunks = m.cols / typeCode(m.type).elems;
+  const chunks = m.cols / typeCode(m.type, sums, pair).elems;
   const fill = (rowsRun: number): number => (rowsRun * chunks) / (sg * Math.ceil((rowsRun * chunks) / sg));
   const packable = gather !== "experts-list" && sgRows === 1;
   const pack = packable && (rt.tune.widePack === 1 || (rt.tune.widePack !== 0 && fill(2) >= 1.1 * fill(1) && Math.ceil((2 * chunks) / sg) <= unroll)) ? 2 : 1;
   // not by default: on the H200 (v2-lite batch 1, same call) pipelined passes took the step to 2.84 / 2.85 ms on the
   // GPU, plain ones (each pass's loads then its uses) to 2.80
   const pipe = rt.tune.widePipe === 1;
-  return { sg, rows, sgRows, unroll, n, cols: m.cols, stagePad: stage ? pad : 0, pack, sums, ...(pipe ? { pipe } : {}) };
+  return { sg, rows, sgRows, unroll, n, cols: m.cols, stagePad: stage ? pad : 0, pack, sums, ...(pair ? { pair } : {}), ...(pipe ? { pipe } : {}) };
 }
 
 /** How one type's chunk is loaded and used (shared with the row-tiled kernel, wgsl-rowtile.ts). */
@@ -245,6 +248,50 @@ function q4kSums(): TypeCode {
     let sh${s} = ${overTokens(n, dots("fh", 8))};
     acc += (dl${s} * 1.9073486328125e-6) * sl${s} - (16.0 * dl${s} + dm${s}.y * sp${s}.z) * ${overTokens(n, (t) => `XSUM(${t}, xg${s})`)}
       + (dh${s} * 1.9073486328125e-6) * sh${s} - (16.0 * dh${s} + dm${s}.y * sp${s}.w) * ${overTokens(n, (t) => `XSUM(${t}, xg${s} + 2u)`)};`;
+    },
+  };
+}
+
+/**
+ * Q4_K through sums of x (as q4kSums), two chunks a lane: a lane takes a block's 32 qs bytes of sub-blocks j (low
+ * nibbles) and j + 1 (high nibbles), so that one decode of the header's scales and minima serves 64 values instead of
+ * 32 (the header's arithmetic was a third of a chunk's integer instructions).
+ */
+function q4kPairSums(): TypeCode {
+  const comps = ["x", "y", "z", "w"];
+  return {
+    elems: 64,
+    vec4: true,
+    // pair c: block c/4, qs bytes 32·(c%4)..+31 (two vec4s after the block's header vec4)
+    load: (s) => `let k${s} = c${s} >> 2u; let i${s} = c${s} & 3u;
+    let hd${s} = W[(rb >> 4u) + 9u * k${s}];
+    let qa${s} = W[(rb >> 4u) + 9u * k${s} + 1u + 2u * i${s}];
+    let qb${s} = W[(rb >> 4u) + 9u * k${s} + 2u + 2u * i${s}];`,
+    use: (s, n) => {
+      const lines: string[] = [];
+      // word w of qa: elements 4w..4w+3 of sub-blocks j (low nibbles) and j + 1 (high); of qb: elements 16 + 4w..
+      for (const q of ["qa", "qb"]) {
+        for (let w = 0; w < 4; w++) {
+          const u = `${q}${s}.${comps[w]}`;
+          lines.push(`let ${q}l${s}_${w} = bitcast<vec4f>((vec4u(${u} << 19u, ${u} << 11u, ${u} << 3u, ${u} >> 5u) & vec4u(0x780000u)) | vec4u(0x4b000000u));`);
+          lines.push(`let ${q}h${s}_${w} = bitcast<vec4f>((vec4u(${u} << 15u, ${u} << 7u, ${u} >> 1u, ${u} >> 9u) & vec4u(0x780000u)) | vec4u(0x4b000000u));`);
+        }
+      }
+      // x's vec4s: sub-block j at xe + 0..7, j + 1 at xe + 8..15 (qa's words first, then qb's)
+      const dots = (half: "l" | "h", at: number) => (t: number): string =>
+        [0, 1, 2, 3].flatMap((w) => [`dot(qa${half}${s}_${w}, XREAD(${t}, xe${s} + ${at + w}u))`, `dot(qb${half}${s}_${w}, XREAD(${t}, xe${s} + ${at + 4 + w}u))`]).join(" + ");
+      const sum2 = (g: number) => (t: number): string => `XSUM(${t}, xg${s} + ${g}u) + XSUM(${t}, xg${s} + ${g + 1}u)`;
+      // f = 2^19·(16 + q): Σ f·x = 2^19·(16·Σx + Σ q·x), and each sub-block adds d·sc·Σ q·x − dmin·m·Σx
+      return `let dm${s} = unpack2x16float(hd${s}.x);
+    let sp${s} = q4ksm2(hd${s}, 2u * i${s});
+    let dl${s} = dm${s}.x * sp${s}.x; let dh${s} = dm${s}.x * sp${s}.y;
+    let xe${s} = k${s} * 64u + i${s} * 16u;
+    let xg${s} = xe${s} >> 2u;
+    ${lines.join("\n    ")}
+    let sl${s} = ${overTokens(n, dots("l", 0))};
+    let sh${s} = ${overTokens(n, dots("h", 8))};
+    acc += (dl${s} * 1.9073486328125e-6) * sl${s} - (16.0 * dl${s} + dm${s}.y * sp${s}.z) * ${overTokens(n, sum2(0))}
+      + (dh${s} * 1.9073486328125e-6) * sh${s} - (16.0 * dh${s} + dm${s}.y * sp${s}.w) * ${overTokens(n, sum2(2))};`;
     },
   };
 }
@@ -381,9 +428,9 @@ function q8_0(): TypeCode {
   };
 }
 
-/** The decoder of `type`; with `sums`, the one that reads XSUM too (SUM_TYPES). */
-export function typeCode(type: number, sums = false): TypeCode {
-  if (sums && type === GGMLType.Q4_K) return q4kSums();
+/** The decoder of `type`; with `sums`, the one that reads XSUM too (SUM_TYPES), with `pair` two chunks a lane (Q4_K). */
+export function typeCode(type: number, sums = false, pair = false): TypeCode {
+  if (sums && type === GGMLType.Q4_K) return pair ? q4kPairSums() : q4kSums();
   switch (type) {
     case GGMLType.Q4_K:
       return q4k();
@@ -463,7 +510,7 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
   const K = norm?.combine ?? fx?.addCombine?.K ?? 0;
   if (norm !== undefined && (s.stagePad === 0 || mode === "experts-list")) throw new Error("the wide kernel normalizes x only as it stages it (plain or pair-major products)");
   if (K > 0 && (mode !== "plain" || (norm !== undefined && fx?.addCombine !== undefined))) throw new Error("the wide kernel combines expert outputs in plain products only, into x or into y");
-  const tc = typeCode(type, s.sums);
+  const tc = typeCode(type, s.sums, s.pair === true);
   const NC = s.cols / tc.elems;
   // packed (s.pack = 2): the subgroup's two rows as one run of NT = 2·NC chunks over its lanes (see WideShape.pack)
   // (wideRowsPerGroup counts both rows, so a shape the kernel would not pack must not reach it: dualShape gives pack 1)

@@ -114,6 +114,8 @@ export interface KernelTuning {
   readonly wideRows?: number;
   /** most chunk steps a lane of the wide kernel issues together (default 1; more steps run in passes, pipelined with widePipe) */
   readonly wideUnroll?: number;
+  /** wideUnroll for pair-major products only (the routed experts'; with 3, v2-lite's 1408-column down rows pack two a run in one pass) */
+  readonly wideGatherUnroll?: number;
   /** 1: the wide kernel's passes software-pipelined (the next pass's chunks loaded before this one's are used); default 0 */
   readonly widePipe?: number;
   /** steps of at most this many tokens combine independent kernels into one dispatch (default FUSE_MAX_TOKENS = 4 in gpu-model.ts) */

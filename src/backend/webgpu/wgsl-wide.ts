@@ -147,7 +147,7 @@ export function wideShape(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boole
   }
   if (!WIDE_TYPES.includes(m.type) || n < 1 || n > WIDE_MAX_N || gather === "experts" || !aligned) return undefined;
   const rows = Math.max(1, Math.min(Math.floor(256 / sg), Math.floor(rt.tune.wideRows ?? WIDE_WG / sg)));
-  const unroll = Math.max(1, Math.floor(rt.tune.wideUnroll ?? Math.round((UNROLL * sg) / 32)));
+  const unroll = Math.max(1, Math.floor((gather === true ? rt.tune.wideGatherUnroll : undefined) ?? rt.tune.wideUnroll ?? Math.round((UNROLL * sg) / 32)));
   // two rows per subgroup for the vocabulary-sized output head (on the H200 with x staged: 102 → 81 µs; no gain or a
   // loss below ~64k rows, e.g. 32768 rows of Q4_K 31.5 vs 32.1 µs, of Q6_K 59.6 vs 62.9)
   const sgRowsDefault = m.rows >= 65536 ? 2 : 1;

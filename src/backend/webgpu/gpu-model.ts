@@ -565,13 +565,17 @@ export class GpuModel {
         // g = silu(W_gate x)·(W_up x) per pair (one dual product at small batches, else gate then up with SwiGLU fused)
         const route = routeHere === undefined ? undefined : { z: b.z!, wts: b.rw!, args: routing, ...(l.bias !== undefined ? { bias: l.bias } : {}) };
         const gateUp = (): void => matmulGatherSwiGLU(rt, l.experts!.gate, l.experts!.up, ffnIn, b.g!, b.rids!, { ...gatherArgs, ...(route !== undefined ? { route } : {}) });
-        // (only the routing product, one dispatch, shares its dispatch: the fallback of two is a dependent pair)
-        if (early && route !== undefined)
+        // (only the routing product, one dispatch, shares its dispatch: the fallback of two is a dependent pair; with
+        // sharedEarly = 2 the shared down product follows it in a dispatch of its own)
+        if (early && route !== undefined && rt.tune.sharedEarly !== 2)
           together(() => {
             gateUp();
             sharedDown();
           });
-        else gateUp();
+        else {
+          gateUp();
+          if (early && route !== undefined) sharedDown();
+        }
         // the routed experts' down products into YE and the shared experts' into h: apart
         together(() => {
           matmulGather(rt, l.experts!.down, b.g!, b.ye!, b.rids!, { pairs: n * K, xDiv: 1, xBatch: Fe, yBatch: Hd, lists });

@@ -413,7 +413,7 @@ export function routeNormShape(rt: GpuRuntime, a: RouteArgs, dim: number): Route
 /** The subgroup routing kernel's shape where routeKernel picks it (a fixed subgroup size, not tuned off). */
 function subgroupRouteShape(rt: GpuRuntime, a: RouteArgs): RouteShape | undefined {
   const sg = rt.info.subgroupSize;
-  return rt.tune.route === 0 || sg === undefined ? undefined : routeShape(sg, a.E, a.nGroup, a.nGroupUsed);
+  return rt.tune.route === 0 || sg === undefined ? undefined : routeShape(sg, a.E, a.nGroup, a.nGroupUsed, rt.tune.routeThreads);
 }
 
 /** Whether the routing kernels take these arguments (≤ 256 experts, ≤ 16 used, ≤ 64 groups). */

@@ -144,6 +144,12 @@ export interface KernelTuning {
   readonly rowTilePipe?: number;
   /** 1: the row-tiled kernel loads a Q4_K block header once for a thread's chunks of one step (RowTileShape.shareHeader), 0 not; default 1 where subgroups are 32 wide or more (GPUs), else 0 */
   readonly rowTileHeader?: number;
+  /**
+   * threads a workgroup of the subgroup routing kernel (a multiple of the subgroup size ≤ 256; default 64): at 256 it
+   * can share a dispatch with a 256-thread kernel (GpuRuntime.together only combines kernels of unequal workgroup sizes
+   * where the smaller uses no subgroup or barrier operations)
+   */
+  readonly routeThreads?: number;
   /** MoE routing kernel: 1 (default) one subgroup per token where the subgroup size is fixed (wgsl-route.ts), 0 the 256-thread workgroup per token (ROUTE_WGSL) */
   readonly route?: number;
   /**
@@ -189,13 +195,18 @@ export interface KernelTuning {
   readonly together?: number;
   /**
    * small MoE steps on the wide kernel: 1 the routing inside the routed experts' gate·up product (its first subgroup
-   * routes the pair's token; matrix.ts gatherRoute), no dispatch of its own; default 0 (moeRoute apart)
+   * routes the pair's token; matrix.ts gatherRoute), no dispatch of its own; default 0 (moeRoute apart): on the H200
+   * (v2-lite batch 1, alternating in one call) GPU 2.526 / 2.529 ms a step against 2.505 / 2.508 with the default
+   * sharedEarly alone, and 2.534 / 2.540 with both (BENCHMARKS round 16)
    */
   readonly gatherRoute?: number;
   /**
-   * small MoE steps on the wide kernel: 1 the shared experts' down product in the routing's dispatch, writing the
-   * residual's other buffer (h' = h + W_down·g_s, read from h, so the routing and the routed gate·up still read h), and
-   * the routed experts' down product alone; 0 (default) the two down products in one dispatch, accumulating into h
+   * small MoE steps on the wide kernel: 1 (default) the shared experts' down product right after the routing (or in the
+   * dispatch of the routed gate·up that routes), writing the residual's other buffer (h' = h + W_down·g_s, read from h,
+   * so that the routing and the routed gate·up still read h), and the routed experts' down product alone; 2 as 1, but
+   * after a routing gate·up in a dispatch of its own; 0 the two down products in one dispatch, accumulating into h. On
+   * the H200 (v2-lite batch 1, alternating in one call): GPU 2.505 / 2.508 ms a step against 2.584 / 2.575 with 0
+   * (BENCHMARKS round 16)
    */
   readonly sharedEarly?: number;
   /** probe, not a tuning: this many trivial dependent dispatches after every layer (what a dispatch boundary costs inside a step); default 0 */

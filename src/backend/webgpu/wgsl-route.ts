@@ -21,7 +21,7 @@
 import { ROUTE_BINDINGS_WGSL } from "./wgsl-ops.js";
 import { wgslFloat } from "./wgsl-wide.js";
 
-/** Threads per workgroup: 64 / subgroup size tokens each (at least one). */
+/** Threads per workgroup by default: 64 / subgroup size tokens each (at least one). */
 const ROUTE_THREADS = 64;
 /** Most experts used per token (moeRoute's limit): lanes keep ⌈MAX_PICKS / sg⌉ picks each. */
 const MAX_PICKS = 16;
@@ -47,9 +47,9 @@ export interface RouteShape {
  * The kernel's shape for E experts in nGroup groups of which nGroupUsed are kept, or undefined where it does not
  * apply: a subgroup size outside 4..64, or groups that do not divide the experts.
  */
-export function routeShape(sg: number, E: number, nGroup: number, nGroupUsed: number): RouteShape | undefined {
+export function routeShape(sg: number, E: number, nGroup: number, nGroupUsed: number, threads = ROUTE_THREADS): RouteShape | undefined {
   if (sg < 4 || sg > 64 || E < 1) return undefined;
-  const tokens = Math.max(1, Math.floor(ROUTE_THREADS / sg));
+  const tokens = Math.max(1, Math.floor(threads / sg));
   const grouped = nGroup > 1 && nGroupUsed < nGroup;
   if (!grouped) return { sg, experts: E, perLane: Math.ceil(E / sg), groups: 1, lanesPerGroup: 1, groupsPerLane: 1, tokens };
   if (E % nGroup !== 0) return undefined;

@@ -51,10 +51,14 @@ const lateShared = rt === undefined ? undefined : new GpuRuntime(rt.info, { chec
 // then beside that product)
 const routed = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { gatherRoute: 1 } });
 const routedEarly = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { gatherRoute: 1, sharedEarly: 1 } });
+// the shared down product after the routing gate·up in a dispatch of its own (sharedEarly = 2)
+const routedApart = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { gatherRoute: 1, sharedEarly: 2 } });
 // the wide kernel's Q4_K decoder two chunks a lane (wideQ4KPair = 1): plain, dual and pair-major products
 const paired = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { wideQ4KPair: 1 } });
 // pair-major products with three chunk steps a pass (wideGatherUnroll = 3; rows pack two a run where that fills lanes)
 const gatherUnrolled = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { wideGatherUnroll: 3 } });
+// the routing kernel 256 threads wide (routeThreads = 256), so that it shares its dispatch with the shared down product
+const routeWide = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { routeThreads: 256 } });
 const labels = new Map<GpuRuntime, string[]>();
 for (const r of [early, routed, routedEarly]) {
   if (r === undefined) continue;
@@ -98,9 +102,9 @@ const groupsCase: SynthCase = { ...CASES.find((c) => c.label === "v2-groups-soft
 const cases: SynthCase[] = [...CASES.filter((c) => c.base === "tiny"), fusedCase, glmCase, { label: "tiny-v3-q4km", base: "tiny", over: {}, type: "Q4_K_M" }];
 
 const last = cases[cases.length - 1]!;
-for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as const, [last, wideAttn] as const, [last, routeFused] as const, [last, listed] as const, [fusedCase, unfused] as const, [fusedCase, ffnOnly] as const, [fusedCase, apart] as const, [noLoraCase, attnFused] as const, [oddCase, attnFused] as const, [last, attnFused] as const, [wideCase, rt] as const, [wideCase, piped] as const, [fusedCase, early] as const, [wideCase, early] as const, [last, early] as const, [fusedCase, lateShared] as const, [wideCase, lateShared] as const, [wideCase, paired] as const, [wideCase, gatherUnrolled] as const, [fusedCase, gatherUnrolled] as const, ...[routed, routedEarly].flatMap((r) => [[fusedCase, r] as const, [wideCase, r] as const, [last, r] as const, [groupsCase, r] as const])]) {
+for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as const, [last, wideAttn] as const, [last, routeFused] as const, [last, listed] as const, [fusedCase, unfused] as const, [fusedCase, ffnOnly] as const, [fusedCase, apart] as const, [noLoraCase, attnFused] as const, [oddCase, attnFused] as const, [last, attnFused] as const, [wideCase, rt] as const, [wideCase, piped] as const, [fusedCase, early] as const, [wideCase, early] as const, [last, early] as const, [fusedCase, lateShared] as const, [wideCase, lateShared] as const, [wideCase, paired] as const, [fusedCase, routeWide] as const, [last, routeWide] as const, [fusedCase, routedApart] as const, [wideCase, routedApart] as const, [wideCase, gatherUnrolled] as const, [fusedCase, gatherUnrolled] as const, ...[routed, routedEarly].flatMap((r) => [[fusedCase, r] as const, [wideCase, r] as const, [last, r] as const, [groupsCase, r] as const])]) {
   const replay = r === plain;
-  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}${r === wideAttn ? ", wide decode attention" : ""}${r === routeFused ? ", routing fused (routerFuse = 1)" : ""}${r === listed ? ", expert lists (expertsFrom = 0.25)" : ""}${r === unfused ? ", norms unfused (normFuse = 0)" : ""}${r === ffnOnly ? ", only the FFN's norm fused (normFuse = 2)" : ""}${r === apart ? ", kernel pairs apart (together = 0)" : ""}${r === attnFused ? ", one-token attention fused (attnFuse = 1)" : ""}${r === piped ? ", wide passes pipelined and attention fused (widePipe = 1, attnFuse = 1)" : ""}${r === early ? ", shared down beside the routing (sharedEarly = 1)" : ""}${r === lateShared ? ", shared down beside the routed one (sharedEarly = 0)" : ""}${r === paired ? ", Q4_K two chunks a lane (wideQ4KPair = 1)" : ""}${r === gatherUnrolled ? ", pair-major products unrolled (wideGatherUnroll = 3)" : ""}${r === routed ? ", routing inside the routed gate·up (gatherRoute = 1)" : ""}${r === routedEarly ? ", routing inside the routed gate·up and the shared down beside it (gatherRoute = 1, sharedEarly = 1)" : ""}`, { skip }, async () => {
+  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}${r === wideAttn ? ", wide decode attention" : ""}${r === routeFused ? ", routing fused (routerFuse = 1)" : ""}${r === listed ? ", expert lists (expertsFrom = 0.25)" : ""}${r === unfused ? ", norms unfused (normFuse = 0)" : ""}${r === ffnOnly ? ", only the FFN's norm fused (normFuse = 2)" : ""}${r === apart ? ", kernel pairs apart (together = 0)" : ""}${r === attnFused ? ", one-token attention fused (attnFuse = 1)" : ""}${r === piped ? ", wide passes pipelined and attention fused (widePipe = 1, attnFuse = 1)" : ""}${r === early ? ", shared down beside the routing (sharedEarly = 1)" : ""}${r === lateShared ? ", shared down beside the routed one (sharedEarly = 0)" : ""}${r === paired ? ", Q4_K two chunks a lane (wideQ4KPair = 1)" : ""}${r === routedApart ? ", routing inside the routed gate·up, the shared down after it (gatherRoute = 1, sharedEarly = 2)" : ""}${r === routeWide ? ", the routing 256 threads a workgroup, sharing a dispatch (routeThreads = 256)" : ""}${r === gatherUnrolled ? ", pair-major products unrolled (wideGatherUnroll = 3)" : ""}${r === routed ? ", routing inside the routed gate·up (gatherRoute = 1)" : ""}${r === routedEarly ? ", routing inside the routed gate·up and the shared down beside it (gatherRoute = 1, sharedEarly = 1)" : ""}`, { skip }, async () => {
     kernels.get(r!)?.clear();
     const before = r!.stats.dispatches;
     const m = synthModel(c, 9);
@@ -146,6 +150,7 @@ for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as co
         if (r !== early) assert.ok(seenLabels.some((l) => l.startsWith("routedGatherSwiGLU")), list);
         seenLabels.length = 0;
       }
+      if (r === routeWide) assert.ok(r!.stats.dispatches - before < dispatches.get(c.label)!, `routing and shared down combined: ${r!.stats.dispatches - before} dispatches, ${dispatches.get(c.label)} by default`);
       if (r === apart) assert.ok(r!.stats.dispatches - before > dispatches.get(c.label)!, "pairs apart: more dispatches");
       if (r === unfused || r === ffnOnly) {
         const fusedCount = dispatches.get(c.label)!;

@@ -145,9 +145,9 @@ export interface KernelTuning {
   /** 1: the row-tiled kernel loads a Q4_K block header once for a thread's chunks of one step (RowTileShape.shareHeader), 0 not; default 1 where subgroups are 32 wide or more (GPUs), else 0 */
   readonly rowTileHeader?: number;
   /**
-   * threads a workgroup of the subgroup routing kernel (a multiple of the subgroup size ≤ 256; default 64): at 256 it
-   * can share a dispatch with a 256-thread kernel (GpuRuntime.together only combines kernels of unequal workgroup sizes
-   * where the smaller uses no subgroup or barrier operations)
+   * threads a workgroup of the subgroup routing kernel (rounded down to a multiple of the subgroup size; default 256,
+   * wgsl-route.ts ROUTE_THREADS): at 256 it can share a dispatch with a 256-thread kernel (GpuRuntime.together only
+   * combines kernels of unequal workgroup sizes where the smaller uses no subgroup or barrier operations)
    */
   readonly routeThreads?: number;
   /** MoE routing kernel: 1 (default) one subgroup per token where the subgroup size is fixed (wgsl-route.ts), 0 the 256-thread workgroup per token (ROUTE_WGSL) */

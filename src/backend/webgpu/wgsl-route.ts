@@ -21,8 +21,14 @@
 import { ROUTE_BINDINGS_WGSL } from "./wgsl-ops.js";
 import { wgslFloat } from "./wgsl-wide.js";
 
-/** Threads per workgroup by default: 64 / subgroup size tokens each (at least one). */
-const ROUTE_THREADS = 64;
+/**
+ * Threads per workgroup by default (tokens: this / the subgroup size, at least one): 256, the size of the wide and
+ * coalesced products, so that small steps' routing shares the shared down product's dispatch (GpuRuntime.together
+ * combines kernels of unequal sizes only where the smaller uses no subgroup or barrier operations). On the H200
+ * (v2-lite batch 1, alternating in one call) GPU 2.48 / 2.49 ms a step with 64 threads (the routing a dispatch of its
+ * own), 2.36 / 2.37 with 256 (BENCHMARKS round 16).
+ */
+const ROUTE_THREADS = 256;
 /** Most experts used per token (moeRoute's limit): lanes keep ⌈MAX_PICKS / sg⌉ picks each. */
 const MAX_PICKS = 16;
 

@@ -143,23 +143,25 @@ test("the subgroup routing kernel is chosen by default where the subgroup size i
   assert.doesNotMatch(routeKernel(fixed(128), v3).code, SUBGROUP);
   // groups that do not divide the experts: the workgroup kernel's behaviour, whatever it is
   assert.doesNotMatch(routeKernel(fixed(32), { ...v3, E: 100 }).code, SUBGROUP);
-  // 512 tokens at subgroup size 32: 2 tokens a 64-thread workgroup
-  assert.deepEqual(routeKernel(fixed(32), { ...v3, n: 512 }).groups, [256, 1]);
-  assert.deepEqual(routeKernel(fixed(32), { ...v3, n: 65535 * 2 + 1 }).groups, [65535, 2]);
+  // 512 tokens at subgroup size 32: 8 tokens a 256-thread workgroup (2 a 64-thread one with tune.routeThreads = 64)
+  assert.deepEqual(routeKernel(fixed(32), { ...v3, n: 512 }).groups, [64, 1]);
+  assert.deepEqual(routeKernel(fixed(32), { ...v3, n: 65535 * 8 + 1 }).groups, [65535, 2]);
+  const narrow = new GpuRuntime({ ...rt!.info, subgroupSize: 32 } as GpuDeviceInfo, { tune: { routeThreads: 64 } });
+  assert.deepEqual(routeKernel(narrow, { ...v3, n: 512 }).groups, [256, 1]);
 });
 
 test("subgroup routing layouts: groups on power-of-two runs of lanes, whole groups in a lane", () => {
   // V3 at 32 lanes: 8 groups of 32 experts, 4 lanes each (8 experts a lane)
-  assert.deepEqual(routeShape(32, 256, 8, 4), { sg: 32, experts: 256, perLane: 8, groups: 8, lanesPerGroup: 4, groupsPerLane: 1, tokens: 2 });
+  assert.deepEqual(routeShape(32, 256, 8, 4), { sg: 32, experts: 256, perLane: 8, groups: 8, lanesPerGroup: 4, groupsPerLane: 1, tokens: 8 });
   // V2: 8 groups of 20 experts, 4 lanes of 5 each
-  assert.deepEqual(routeShape(32, 160, 8, 3), { sg: 32, experts: 160, perLane: 5, groups: 8, lanesPerGroup: 4, groupsPerLane: 1, tokens: 2 });
+  assert.deepEqual(routeShape(32, 160, 8, 3), { sg: 32, experts: 160, perLane: 5, groups: 8, lanesPerGroup: 4, groupsPerLane: 1, tokens: 8 });
   // groups of an odd size stay in one lane each
-  assert.deepEqual(routeShape(32, 56, 8, 3), { sg: 32, experts: 56, perLane: 7, groups: 8, lanesPerGroup: 1, groupsPerLane: 1, tokens: 2 });
+  assert.deepEqual(routeShape(32, 56, 8, 3), { sg: 32, experts: 56, perLane: 7, groups: 8, lanesPerGroup: 1, groupsPerLane: 1, tokens: 8 });
   // more groups than lanes: several whole groups a lane
-  assert.deepEqual(routeShape(8, 256, 64, 8), { sg: 8, experts: 256, perLane: 32, groups: 64, lanesPerGroup: 1, groupsPerLane: 8, tokens: 8 });
+  assert.deepEqual(routeShape(8, 256, 64, 8), { sg: 8, experts: 256, perLane: 32, groups: 64, lanesPerGroup: 1, groupsPerLane: 8, tokens: 32 });
   // no group-limited routing (one group, or all kept): ⌈E / sg⌉ experts a lane
-  assert.deepEqual(routeShape(32, 64, 1, 1), { sg: 32, experts: 64, perLane: 2, groups: 1, lanesPerGroup: 1, groupsPerLane: 1, tokens: 2 });
-  assert.deepEqual(routeShape(64, 160, 8, 8), { sg: 64, experts: 160, perLane: 3, groups: 1, lanesPerGroup: 1, groupsPerLane: 1, tokens: 1 });
+  assert.deepEqual(routeShape(32, 64, 1, 1), { sg: 32, experts: 64, perLane: 2, groups: 1, lanesPerGroup: 1, groupsPerLane: 1, tokens: 8 });
+  assert.deepEqual(routeShape(64, 160, 8, 8), { sg: 64, experts: 160, perLane: 3, groups: 1, lanesPerGroup: 1, groupsPerLane: 1, tokens: 4 });
   assert.equal(routeShape(32, 100, 8, 4), undefined);
   assert.equal(routeShape(2, 64, 1, 1), undefined);
 });

@@ -23,7 +23,7 @@ import { routedWGSL, type WideRoute } from "./wgsl-route.js";
 
 /** Rows per workgroup of a wide shape (subgroups × rows each): what grids are sized by. */
 export function wideRowsPerGroup(s: WideShape): number {
-  return s.rows * s.sgRows * s.pack;
+  return s.rows * s.sgRows * s.pack * (s.half === true ? 2 : 1);
 }
 
 /** Types the wide kernel decodes (those of a Q4_K_M model's large matrices); others keep the coalesced kernel. */
@@ -66,6 +66,12 @@ export interface WideShape {
   readonly sums: boolean;
   /** with `sums`: two chunks a lane, sharing one decode of their block's scales (typeCode's `pair`) */
   readonly pair?: boolean;
+  /**
+   * each half of a subgroup takes a row of its own (plain and pair-major products; never with pack): where a row's
+   * chunks leave many of a whole subgroup's lanes idle in its last step — v2-lite's 1408-column Q5_0/Q8_0 and
+   * 2816-column Q6_K rows have 44 chunks, 69 % of two steps of 32 lanes and 92 % of three of 16
+   */
+  readonly half?: boolean;
   /**
    * over several passes (unroll < steps): software-pipelined, pass i + 1's chunks loaded into registers before pass i is
    * used, in a loop whose body holds one pass's code (plain and pair-major products)
@@ -163,10 +169,13 @@ export function wideShape(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boole
   const fill = (rowsRun: number): number => (rowsRun * chunks) / (sg * Math.ceil((rowsRun * chunks) / sg));
   const packable = gather !== "experts-list" && sgRows === 1;
   const pack = packable && (rt.tune.widePack === 1 || (rt.tune.widePack !== 0 && fill(2) >= 1.1 * fill(1) && Math.ceil((2 * chunks) / sg) <= unroll)) ? 2 : 1;
+  // half a subgroup a row where that fills the lanes' steps ≥ 10 % better (not with pack, nor expert lists)
+  const lanesFill = (lanes: number): number => chunks / (lanes * Math.ceil(chunks / lanes));
+  const half = pack === 1 && gather !== "experts-list" && sg >= 8 && (rt.tune.wideHalf === 2 || (rt.tune.wideHalf === 1 && lanesFill(sg / 2) >= 1.1 * lanesFill(sg)));
   // not by default: on the H200 (v2-lite batch 1, same call) pipelined passes took the step to 2.84 / 2.85 ms on the
   // GPU, plain ones (each pass's loads then its uses) to 2.80
   const pipe = rt.tune.widePipe === 1;
-  return { sg, rows, sgRows, unroll, n, cols: m.cols, stagePad: stage ? pad : 0, pack, sums, ...(pair ? { pair } : {}), ...(pipe ? { pipe } : {}) };
+  return { sg, rows, sgRows, unroll, n, cols: m.cols, stagePad: stage ? pad : 0, pack, sums, ...(pair ? { pair } : {}), ...(half ? { half } : {}), ...(pipe ? { pipe } : {}) };
 }
 
 /** How one type's chunk is loaded and used (shared with the row-tiled kernel, wgsl-rowtile.ts). */
@@ -505,7 +514,10 @@ ${extra.map((decl, i) => `@group(0) @binding(${first + i}) ${decl}`).join("\n")}
  */
 export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts-list", s: WideShape, dual = false, fx?: WideFusion, route?: WideRoute): string {
   const { sg: SG, rows: R, n: N } = s;
-  if (route !== undefined && (mode !== "gather" || N !== 1 || s.pipe === true)) throw new Error("the wide kernel routes pair-major products of one token a pair only, in plain passes");
+  if (route !== undefined && (mode !== "gather" || N !== 1 || s.pipe === true || s.half === true)) throw new Error("the wide kernel routes pair-major products of one token a pair only, in plain passes, a subgroup a row");
+  if (s.half === true && (s.pack === 2 || mode === "experts-list")) throw new Error("the wide kernel takes half a subgroup a row only in plain and pair-major products without pack");
+  // lanes a row: the subgroup, or half of it (each half a row of its own)
+  const LR = s.half === true ? SG / 2 : SG;
   const norm = fx?.norm;
   const K = norm?.combine ?? fx?.addCombine?.K ?? 0;
   if (norm !== undefined && (s.stagePad === 0 || mode === "experts-list")) throw new Error("the wide kernel normalizes x only as it stages it (plain or pair-major products)");
@@ -517,11 +529,11 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
   if (s.pack === 2 && (dual || mode === "experts-list")) throw new Error("the wide kernel packs two rows a run only in single plain or pair-major products");
   const pack = s.pack === 2;
   const NT = pack ? 2 * NC : NC;
-  const steps = Math.ceil(NT / SG);
+  const steps = Math.ceil(NT / LR);
   const outer = Math.ceil(steps / s.unroll);
   const G = Math.ceil(steps / outer);
   // steps whose chunk can pass the row's end (in the last pass) load a clamped chunk and skip using it
-  const past = (st: number): boolean => (outer - 1) * G * SG + (st + 1) * SG > NT;
+  const past = (st: number): boolean => (outer - 1) * G * LR + (st + 1) * LR > NT;
   // streams: (matrix, row j of the subgroup's sgRows) pairs, each with its own accumulator; every stream's loads are
   // issued before any is used. Stream k's step names are shifted by 1000·k so that all names stay unique.
   const S = mode === "experts-list" ? 1 : pack ? 2 : s.sgRows;
@@ -541,8 +553,8 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
   // every step over several passes) has each lane pick its row's base and add into its row's sum through selects (no
   // divergent branch)
   for (let st = 0; pack && st < G; st++) {
-    const first = st * SG;
-    const last = Math.min(first + SG, NT) - 1;
+    const first = st * LR;
+    const last = Math.min(first + LR, NT) - 1;
     const row = outer > 1 ? -1 : last < NC ? 0 : first >= NC ? 1 : -1;
     const cc = past(st) ? `min(cb + ${first}u, ${NT - 1}u)` : `cb + ${first}u`;
     const base = row === -1 ? `let q${st} = ${cc} >= ${NC}u; let c${st} = select(${cc}, ${cc} - ${NC}u, q${st}); let rbq${st} = select(rb0, rb1, q${st});` : `let c${st} = ${cc}${row === 1 ? ` - ${NC}u` : ""};`;
@@ -556,14 +568,14 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
   for (const str of pack ? [] : streams) {
     for (let st = 0; st < G; st++) {
       const c0 = st + 1000 * str.k;
-      const chunk = str.k === 0 ? (past(st) ? `min(cb + ${st * SG}u, ${NC - 1}u)` : `cb + ${st * SG}u`) : `c${st}`;
+      const chunk = str.k === 0 ? (past(st) ? `min(cb + ${st * LR}u, ${NC - 1}u)` : `cb + ${st * LR}u`) : `c${st}`;
       loads.push(`let c${c0} = ${chunk};\n    ${retarget(tc.load(c0), str)}`);
     }
   }
   for (const str of pack ? [] : streams) {
     for (let st = 0; st < G; st++) {
       const use = retarget(tc.use(st + 1000 * str.k, N), str);
-      uses.push(past(st) ? `if (cb + ${st * SG}u < ${NC}u) {\n    ${use}\n    }` : use);
+      uses.push(past(st) ? `if (cb + ${st * LR}u < ${NC}u) {\n    ${use}\n    }` : use);
     }
   }
   const C4 = s.cols / 4;
@@ -599,7 +611,7 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
     XS[xsw(i)] = v * G[c];
   }
   let nsg = subgroupAdd(nss);
-  if (lane == 0u) { NS[li / ${SG}u] = nsg; }
+  if (li % ${SG}u == 0u) { NS[li / ${SG}u] = nsg; }
   workgroupBarrier();
   var nsum = vec4f(0.0);
   for (var j = 0u; j < ${R}u; j++) { nsum += NS[j]; }
@@ -612,9 +624,9 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
   const reduce = Array.from({ length: S }, (_, j) => {
     const k = dual ? 2 * j : j;
     const sc = norm !== undefined ? " * ninv" : "";
-    return dual ? `let g${j} = subgroupAdd(acc${k})${sc}; let v${j} = g${j} / (1.0 + exp(-g${j})) * (subgroupAdd(acc${k + 1})${sc});` : `let v${j} = subgroupAdd(acc${k})${sc};`;
+    return dual ? `let g${j} = rowAdd(acc${k}, rtop)${sc}; let v${j} = g${j} / (1.0 + exp(-g${j})) * (rowAdd(acc${k + 1}, rtop)${sc});` : `let v${j} = rowAdd(acc${k}, rtop)${sc};`;
   }).join("\n  ");
-  const loop = outer === 1 ? `{\n    let cb = lane;\n    ${steps1}\n  }` : `for (var it = 0u; it < ${outer}u; it++) {\n    let cb = it * ${G * SG}u + lane;\n    ${steps1}\n  }`;
+  const loop = outer === 1 ? `{\n    let cb = lane;\n    ${steps1}\n  }` : `for (var it = 0u; it < ${outer}u; it++) {\n    let cb = it * ${G * LR}u + lane;\n    ${steps1}\n  }`;
   // pipelined passes: the loads' names become variables, loaded for pass 0 before x is staged, then in pass i for pass
   // i + 1 (the last reloads itself, in bounds and unused) after pass i's values are copied out for its uses
   const piped = s.pipe === true && outer > 1 && mode !== "experts-list";
@@ -623,8 +635,8 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
   const current = (code: string): string => (names.length === 0 ? code : code.replace(new RegExp(`\\b(${names.join("|")})\\b`, "g"), "$1_"));
   const pipeFirst = piped ? `let cb = lane;\n  ${firstLoads.replace(/let (\w+) =/g, "var $1 =")}` : "";
   const pipeLoop = `for (var it = 0u; it < ${outer}u; it++) {
-    let cb = it * ${G * SG}u + lane;
-    let nb = min(it + 1u, ${outer - 1}u) * ${G * SG}u + lane;
+    let cb = it * ${G * LR}u + lane;
+    let nb = min(it + 1u, ${outer - 1}u) * ${G * LR}u + lane;
     ${names.map((n) => `let ${n}_ = ${n};`).join(" ")}
     ${firstLoads.replace(/\bcb\b/g, "nb").replace(/let (\w+) =/g, "$1 =")}
     ${current(xread(uses.join("\n    ")))}
@@ -664,12 +676,24 @@ fn xsw(v: u32) -> u32 { return v + (v >> ${P}u); }` : ""}
 ${s.sums ? `var<workgroup> XSS: array<f32, ${N * (s.cols / 16)}>;` : ""}
 ${WIDE_HELPERS}
 ${matOutWGSL(true)}
+// a row's sum over its lanes (the subgroup, or with half rows each half's own)
+fn rowAdd(v: vec4f, top: bool) -> vec4f {
+  ${
+    LR === SG
+      ? "return subgroupAdd(v);"
+      : `let lo = subgroupAdd(select(v, vec4f(0.0), top));
+  let hi = subgroupAdd(select(vec4f(0.0), v, top));
+  return select(lo, hi, top);`
+  }
+}
 // wide matvec: ${NC} chunks per row, ${G} per lane and pass, ${outer} pass(es)
 @compute @workgroup_size(${R * SG})
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let rg = wid.x + wid.y * p.gx;
-  let lane = li % ${SG}u;
-  let r = (rg * ${R}u + li / ${SG}u) * ${S}u;
+  let lane = li % ${LR}u;
+  // (subgroups are runs of ${SG} invocations of li; the upper half of one takes its own row with half rows)
+  let rtop = li % ${SG}u >= ${LR}u;
+  let r = (rg * ${(R * SG) / LR}u + li / ${LR}u) * ${S}u;
   var valid = r < p.rows;
   let b = wid.z;
   var wb = b * p.wBatch;

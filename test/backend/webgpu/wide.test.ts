@@ -89,7 +89,7 @@ const SHAPES: [number, number][] = [
   [GGMLType.Q8_0, 2048],
 ];
 
-for (const tune of [{}, { wideRows: 3, wideUnroll: 1 }, { wideRows: 2, wideSgRows: 3 }, { wideStage: 0 }, { widePack: 1 }, { widePipe: 1 }, { widePipe: 1, wideUnroll: 2, widePack: 1 }, { widePipe: 1, wideStage: 0, wideSgRows: 2 }, { wideQ4KPair: 1 }, { wideQ4KPair: 1, wideSgRows: 2, widePipe: 1 }]) {
+for (const tune of [{}, { wideRows: 3, wideUnroll: 1 }, { wideRows: 2, wideSgRows: 3 }, { wideStage: 0 }, { widePack: 1 }, { widePipe: 1 }, { widePipe: 1, wideUnroll: 2, widePack: 1 }, { widePipe: 1, wideStage: 0, wideSgRows: 2 }, { wideQ4KPair: 1 }, { wideQ4KPair: 1, wideSgRows: 2, widePipe: 1 }, { wideHalf: 2 }, { wideHalf: 2, wideSgRows: 2, wideUnroll: 2 }]) {
   test(`wide matmul matches the CPU reference (tune ${JSON.stringify(tune)}): n = 1..4, strides, overwrite, acc, SwiGLU`, { skip }, async () => {
     const r = runtime({ tune });
     const rng = new Rng(11 + Object.keys(tune).length);
@@ -99,10 +99,12 @@ for (const tune of [{}, { wideRows: 3, wideUnroll: 1 }, { wideRows: 2, wideSgRow
         // the other tunings run a subset: fewer pipelines to compile on a CPU adapter (the pipelined ones on rows of
         // several passes)
         // (and the paired Q4_K decoder on its Q4_K shapes)
-        if ("wideQ4KPair" in tune ? type !== GGMLType.Q4_K : "widePipe" in tune ? cols < 1408 || n % 2 === 0 : Object.keys(tune).length > 0 && (cols > 1408 || n % 2 === 0)) continue;
+        if ("wideHalf" in tune ? n === 2 || n === 4 : "wideQ4KPair" in tune ? type !== GGMLType.Q4_K : "widePipe" in tune ? cols < 1408 || n % 2 === 0 : Object.keys(tune).length > 0 && (cols > 1408 || n % 2 === 0)) continue;
         const rows = k++ % 2 === 0 ? 67 : 131;
         const { w, g } = upload(r, rng, type, cols, rows);
         assert.match(matvecKernel(r, g, n, false, true).code, WIDE);
+        // (half rows wherever rows are not packed two a run)
+        if ("wideHalf" in tune) assert.equal(/let lo = subgroupAdd/.test(matvecKernel(r, g, n, false, true).code), wideShape(r, g, n, false, true)!.pack === 1, `${typeName(type)} ${cols}: half rows`);
         // the paired decoder wherever x (and its sums) is staged
         if ("wideQ4KPair" in tune) {
           const code = matvecKernel(r, g, n, false, true).code;
@@ -243,7 +245,7 @@ test("wide pair-major gathered products: one piece and several, overwrite and Sw
 
 const silu = (v: number): number => v / (1 + Math.exp(-v));
 
-for (const tune of [{}, { wideSgRows: 3 }]) test(`dual wide products (gate and up in one dispatch, SwiGLU written directly): plain n = 1..5 and pair-major, in pieces, with fallbacks (tune ${JSON.stringify(tune)})`, { skip }, async () => {
+for (const tune of [{}, { wideSgRows: 3 }, { wideHalf: 2 }]) test(`dual wide products (gate and up in one dispatch, SwiGLU written directly): plain n = 1..5 and pair-major, in pieces, with fallbacks (tune ${JSON.stringify(tune)})`, { skip }, async () => {
   const rng = new Rng(57);
   for (const [type, cols, rows] of [[GGMLType.Q4_K, 2048, 67], [GGMLType.Q5_0, 1408, 131], [GGMLType.Q6_K, 256, 67], [GGMLType.Q8_0, 96, 13]] as const) {
     const E = 5;

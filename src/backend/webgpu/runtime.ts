@@ -114,7 +114,7 @@ export interface KernelTuning {
   readonly wideRows?: number;
   /** most chunk steps a lane of the wide kernel issues together (default 1; more steps run in passes, pipelined with widePipe) */
   readonly wideUnroll?: number;
-  /** 1: half a subgroup a row in the wide kernel where that fills the lanes' steps ≥ 10 % better (WideShape.half), 2 wherever it can; default 0 */
+  /** half a subgroup a row in the wide kernel: 1 (default) where that fills the lanes' steps ≥ 10 % better (WideShape.half), 2 wherever it can, 0 never */
   readonly wideHalf?: number;
   /** wideUnroll for pair-major products only (the routed experts'; with 3, v2-lite's 1408-column down rows pack two a run in one pass) */
   readonly wideGatherUnroll?: number;

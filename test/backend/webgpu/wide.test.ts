@@ -74,6 +74,22 @@ test("two rows a run of chunks (pack) at subgroup size 32 where one row leaves m
   assert.match(matvecWideWGSL(GGMLType.Q4_K, "plain", { ...s, pack: 1 }, true), /silu|exp/);
 });
 
+test("half a subgroup a row by default at subgroup size 32 where a row's chunks leave many lanes idle: v2-lite's 1408-column down rows and 2816-column Q6_K rows, not its 2048-column ones", { skip }, () => {
+  const h200info: GpuDeviceInfo = { ...rt!.info, subgroupSize: 32, limits: { ...rt!.info.limits, maxComputeWorkgroupStorageSize: 32768 } };
+  const mat = (type: number, cols: number, rows: number): GpuMatrix => ({ type, cols, rows, items: 1 }) as unknown as GpuMatrix;
+  const halfOf = (m: GpuMatrix, gather: boolean, tune = {}): boolean => wideShape(new GpuRuntime(h200info, { tune }), m, 1, gather, true)?.half === true;
+  assert.equal(halfOf(mat(GGMLType.Q5_0, 1408, 2048), true), true);
+  assert.equal(halfOf(mat(GGMLType.Q8_0, 1408, 2048), true), true);
+  assert.equal(halfOf(mat(GGMLType.Q6_K, 2816, 2048), false), true);
+  assert.equal(halfOf(mat(GGMLType.Q4_K, 2048, 1408), true), false);
+  assert.equal(halfOf(mat(GGMLType.Q6_K, 2048, 102400), false), false);
+  assert.equal(halfOf(mat(GGMLType.Q5_0, 1408, 2048), true, { wideHalf: 0 }), false);
+  assert.equal(halfOf(mat(GGMLType.Q4_K, 2048, 1408), true, { wideHalf: 2 }), true);
+  // rows per workgroup count both halves
+  const s = wideShape(new GpuRuntime(h200info, {}), mat(GGMLType.Q5_0, 1408, 2048), 1, true, true)!;
+  assert.equal(wideRowsPerGroup(s), 2 * s.rows);
+});
+
 // (type, cols): whole super-blocks for the K-quants (they cannot hold 1408 columns: 5.5 super-blocks), and for Q5_0 /
 // Q8_0 1408 (44 blocks) and 96 (3 blocks: every other row starts 2 bytes past a word)
 const SHAPES: [number, number][] = [

@@ -14,7 +14,7 @@ import { GGMLType } from "../../gguf/types.js";
 import type { SwiGLU } from "../../model/weights.js";
 import { LatentError } from "../../util/errors.js";
 import type { PickDraw } from "../../engine/scheduler.js";
-import { expertListWords, expertLists, expertsFrom, fusable, gatherRoute, getRows, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLUSteps, type CombineArgs, type FusionArgs } from "./matrix.js";
+import { expertListWords, expertLists, expertsFrom, fusable, getRows, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLUSteps, type CombineArgs, type FusionArgs } from "./matrix.js";
 import { addNorm, argmaxRows, argmaxScratchWords, DRAW_WORDS, drawWords, sampleNucleusWords, sampleRows, sampleScratchWords, sampleTopKFits, sampleTopKWords, attention, attentionScratch, copyU32, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, routeNormShape, scatterRows, touch, type RouteArgs } from "./ops.js";
 import { attentionFused, attnFusedPartWords, attnFusedShape } from "./attn-fused.js";
 import { moeRouter, routerFuseShape } from "./router.js";
@@ -545,38 +545,20 @@ export class GpuModel {
           sharedFirst?.();
         });
         for (const step of sharedRest) step();
-        const gatherArgs = { pairs: n * K, xDiv: K, xBatch: Hd, yBatch: Fe, lists, ...(ffnNorm !== undefined ? { fuse: ffnNorm } : {}) };
-        // (tune.gatherRoute) small steps: the routing inside the routed gate·up product, no dispatch of its own
-        const routeHere = small && fused === undefined && lists === undefined ? gatherRoute(rt, l.experts.gate, l.experts.up, gatherArgs, routing, l.bias !== undefined) : undefined;
-        // (tune.sharedEarly, default) the shared down product beside the routing (or the routed gate·up that routes),
-        // into the residual's other buffer: h' = h + W_down·g_s, so that the routing and the routed gate·up still read h;
-        // the routed down product then runs alone. Both down products in one dispatch made the two each other's tail:
-        // on the H200 (v2-lite batch 1) GPU 2.58 → 2.51 ms a step
+        // (tune.sharedEarly, default) the shared down product beside the routing, into the residual's other buffer: h' =
+        // h + W_down·g_s, so that the routing and the routed gate·up still read h; the routed down product then runs
+        // alone. Both down products in one dispatch made each the other's tail: on the H200 (v2-lite batch 1) GPU 2.58 →
+        // 2.51 ms a step, and 2.36 once the routing kernel took 256 threads and so shared that dispatch (wgsl-route.ts)
         const early = small && rt.tune.sharedEarly !== 0 && shared !== undefined && fused === undefined && lists === undefined && sharedRest.length === 0 && fusable(rt, shared.down, n, false);
-        const sharedDown = (): void => matmul(rt, shared!.down, b.gs!, b.hAlt!, { n, xStride: shared!.gate.rows, yStride: Hd, fuse: { addCombine: { ye: b.h!, rw: b.ones!, K: 1 } } });
-        if (routeHere === undefined) {
-          together(() => {
-            if (fused === undefined) moeRoute(rt, b.z!, l.bias, b.rids!, b.rw!, routing, ffnFused ? { h: b.h!, dim: Hd, eps: c.rmsEps } : undefined);
-            if (early) sharedDown();
-          });
-        }
+        together(() => {
+          if (fused === undefined) moeRoute(rt, b.z!, l.bias, b.rids!, b.rw!, routing, ffnFused ? { h: b.h!, dim: Hd, eps: c.rmsEps } : undefined);
+          if (early) matmul(rt, shared!.down, b.gs!, b.hAlt!, { n, xStride: shared!.gate.rows, yStride: Hd, fuse: { addCombine: { ye: b.h!, rw: b.ones!, K: 1 } } });
+        });
         // expert-major products (pairs ≥ experts) read the pairs grouped by expert, built once for the three
         if (lists !== undefined) expertLists(rt, b.rids!, lists, { pairs: n * K, E });
         // g = silu(W_gate x)·(W_up x) per pair (one dual product at small batches, else gate then up with SwiGLU fused)
-        const route = routeHere === undefined ? undefined : { z: b.z!, wts: b.rw!, args: routing, ...(l.bias !== undefined ? { bias: l.bias } : {}) };
-        const gateUp = (): void => matmulGatherSwiGLU(rt, l.experts!.gate, l.experts!.up, ffnIn, b.g!, b.rids!, { ...gatherArgs, ...(route !== undefined ? { route } : {}) });
-        // (only the routing product, one dispatch, shares its dispatch: the fallback of two is a dependent pair; with
-        // sharedEarly = 2 the shared down product follows it in a dispatch of its own)
-        if (early && route !== undefined && rt.tune.sharedEarly !== 2)
-          together(() => {
-            gateUp();
-            sharedDown();
-          });
-        else {
-          gateUp();
-          if (early && route !== undefined) sharedDown();
-        }
-        // the routed experts' down products into YE and the shared experts' into h: apart
+        matmulGatherSwiGLU(rt, l.experts.gate, l.experts.up, ffnIn, b.g!, b.rids!, { pairs: n * K, xDiv: K, xBatch: Hd, yBatch: Fe, lists, ...(ffnNorm !== undefined ? { fuse: ffnNorm } : {}) });
+        // the routed experts' down products into YE (and, sharedEarly = 0, the shared experts' into h beside them)
         together(() => {
           matmulGather(rt, l.experts!.down, b.g!, b.ye!, b.rids!, { pairs: n * K, xDiv: 1, xBatch: Fe, yBatch: Hd, lists });
           if (shared !== undefined && !early) this.ffnDown(shared, n, b.gs!);

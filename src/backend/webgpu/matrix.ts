@@ -13,8 +13,6 @@ import { gpuSupports, unitSize } from "./wgsl-quant.js";
 import { matmulRowsWGSL as rowTileSource, ROW_TILE_EXPERTS_FROM, rowTileShape, type RowTileShape } from "./wgsl-rowtile.js";
 import { fusionBuffers, matvecWideWGSL as wideSource, wideRowsPerGroup, wideShape, type WideFusion, type WideShape } from "./wgsl-wide.js";
 import { memoWGSL } from "./wgsl-memo.js";
-import { routeFits, type RouteArgs } from "./ops.js";
-import { routeShape, type WideRoute } from "./wgsl-route.js";
 
 const matvecWGSL = memoWGSL(matvecSource);
 const matvecWideWGSL = memoWGSL(wideSource);
@@ -365,36 +363,6 @@ export interface GatherArgs {
   readonly mode?: "pairs" | "experts";
   /** a norm of x beside a pair-major wide product (FusionArgs.norm without combine; check fusable()) */
   readonly fuse?: FusionArgs;
-  /**
-   * matmulGatherSwiGLU only: the pairs' routing inside the product (check gatherRoute): the ids are written, by the
-   * kernel, from the router's logits z (scaled by 1/rms of x where the product normalizes x)
-   */
-  readonly route?: GatherRoute;
-}
-
-/** The router's logits [tokens × E], its selection bias (if any), the routing's weights (written) and its arguments. */
-export interface GatherRoute {
-  readonly z: GPUBuffer;
-  readonly bias?: GPUBuffer;
-  readonly wts: GPUBuffer;
-  readonly args: RouteArgs;
-}
-
-/**
- * The in-kernel routing of matmulGatherSwiGLU (GatherArgs.route, wgsl-route.ts WideRoute), or undefined where it does
- * not apply: tune.gatherRoute ≠ 1, pairs not one by one on the dual wide kernel, a routing the subgroup kernel does
- * not take, z not in plain rows, the slots not the pairs' xDiv.
- */
-export function gatherRoute(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix, a: Omit<GatherArgs, "route" | "acc" | "glu">, r: RouteArgs, bias: boolean): WideRoute | undefined {
-  const sg = rt.info.subgroupSize;
-  if (rt.tune.gatherRoute !== 1 || sg === undefined || !routeFits(r) || r.K !== a.xDiv || a.pairs !== r.n * r.K || (r.zOff ?? 0) !== 0 || (r.zStride ?? r.E) !== r.E) return undefined;
-  const mode = gatherMode(rt, gate, a);
-  if (mode.experts || mode.listed) return undefined;
-  const wide = dualShape(rt, gate, up, 1, true, mode.aligned);
-  if (wide === undefined || wide.pipe === true) return undefined;
-  const shape = routeShape(sg, r.E, r.nGroup, r.nGroupUsed);
-  if (shape === undefined) return undefined;
-  return { shape, K: r.K, softmax: r.softmax, groupMax: r.groupMax, nGroupUsed: r.nGroupUsed, norm: r.norm, scale: r.scale, bias };
 }
 
 /** How a gathered product over m runs: expert-major or per pair, and (expert-major on the coalesced kernel) from expert lists. */
@@ -408,7 +376,7 @@ function gatherMode(rt: GpuRuntime, m: GpuMatrix, a: GatherArgs): { experts: boo
  * Dispatch a gathered product's kernel over every piece of m (whole items per piece): `extra` binds after the ids (the
  * dual kernel's up matrix, same pieces). The output is checked (--check-writes) when one piece overwrites it.
  */
-function dispatchGather(rt: GpuRuntime, label: string, code: string, rowsPerGroup: number, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer, ids: GPUBuffer, a: GatherArgs, mode: { experts: boolean; listed: boolean }, extra?: GpuMatrix, tail: readonly GPUBuffer[] = []): void {
+function dispatchGather(rt: GpuRuntime, label: string, code: string, rowsPerGroup: number, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer, ids: GPUBuffer, a: GatherArgs, mode: { experts: boolean; listed: boolean }, extra?: GpuMatrix): void {
   const outs = [{ buffer: y, offset: (a.yOff ?? 0) * 4, size: ((a.pairs - 1) * a.yBatch + m.rows) * 4 }];
   const fxBufs = wideFusion(a.fuse, m.rows).buffers;
   m.pieces.forEach((piece, i) => {
@@ -422,10 +390,8 @@ function dispatchGather(rt: GpuRuntime, label: string, code: string, rowsPerGrou
     p.idsOff = mode.listed ? 2 * m.items : a.idsOff ?? 0;
     p.e0 = piece.firstItem;
     p.e1 = piece.firstItem + piece.items;
-    const bufs = [piece.buffer, x, y, mode.listed ? a.lists! : ids, ...(extra !== undefined ? [extra.pieces[i]!.buffer] : []), ...fxBufs, ...tail];
-    // a routing product also writes the ids and weights (checked in full)
-    const routed = a.route === undefined ? [] : [{ buffer: ids, offset: (a.idsOff ?? 0) * 4, size: a.pairs * 4 }, { buffer: a.route.wts, offset: 0, size: a.pairs * 4 }];
-    rt.dispatch(`${label} ${m.name}`, code, bufs, packMatParams(p), [gx, gy, mode.experts ? piece.items : a.pairs], [...(a.acc !== true && a.glu !== true && m.pieces.length === 1 ? outs : []), ...routed]);
+    const bufs = [piece.buffer, x, y, mode.listed ? a.lists! : ids, ...(extra !== undefined ? [extra.pieces[i]!.buffer] : []), ...fxBufs];
+    rt.dispatch(`${label} ${m.name}`, code, bufs, packMatParams(p), [gx, gy, mode.experts ? piece.items : a.pairs], a.acc !== true && a.glu !== true && m.pieces.length === 1 ? outs : []);
   });
 }
 
@@ -547,13 +513,6 @@ export function matmulGatherSwiGLU(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatri
   if (wide === undefined) {
     matmulGather(rt, gate, x, y, ids, a);
     matmulGather(rt, up, x, y, ids, { ...a, glu: true });
-    return;
-  }
-  if (a.route !== undefined) {
-    const route = gatherRoute(rt, gate, up, a, a.route.args, a.route.bias !== undefined);
-    if (route === undefined) throw new LatentError(`${gate.name}: no in-kernel routing here (check gatherRoute())`);
-    const code = matvecWideWGSL(gate.type, "gather", wide, true, wideFusion(a.fuse, gate.rows).fx, route);
-    dispatchGather(rt, "routedGatherSwiGLU", code, wideRowsPerGroup(wide), gate, x, y, ids, a, mode, up, [a.route.z, ...(a.route.bias !== undefined ? [a.route.bias] : []), a.route.wts]);
     return;
   }
   const code = matvecWideWGSL(gate.type, mode.listed ? "experts-list" : "gather", wide, true, wideFusion(a.fuse, gate.rows).fx);

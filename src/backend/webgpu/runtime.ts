@@ -116,8 +116,6 @@ export interface KernelTuning {
   readonly wideUnroll?: number;
   /** half a subgroup a row in the wide kernel: 1 (default) where that fills the lanes' steps ≥ 10 % better (WideShape.half), 2 wherever it can, 0 never */
   readonly wideHalf?: number;
-  /** wideUnroll for pair-major products only (the routed experts'; with 3, v2-lite's 1408-column down rows pack two a run in one pass) */
-  readonly wideGatherUnroll?: number;
   /** 1: the wide kernel's passes software-pipelined (the next pass's chunks loaded before this one's are used); default 0 */
   readonly widePipe?: number;
   /** steps of at most this many tokens combine independent kernels into one dispatch (default FUSE_MAX_TOKENS = 4 in gpu-model.ts) */
@@ -130,8 +128,6 @@ export interface KernelTuning {
   readonly widePack?: number;
   /** 0: the wide kernel decodes Q4_K with the offset subtracted per value instead of through staged Σx (wgsl-wide.ts, typeCode's sums) */
   readonly wideSums?: number;
-  /** 1: the wide kernel's Q4_K sums decoder takes two chunks a lane, one decode of the block's scales for both (WideShape.pair); default 0 */
-  readonly wideQ4KPair?: number;
   /** subgroups a workgroup of the fused one-token attention (attn-fused.ts; default 8 = 256 threads at subgroup size 32) */
   readonly attnFuseSubgroups?: number;
   /** 1: expert-list products on the wide kernel (4 pairs a tile) while experts average ≤ WIDE_LIST_PAIRS pairs; default 0 (slower on the H200, see wgsl-wide.ts) */
@@ -196,19 +192,11 @@ export interface KernelTuning {
    */
   readonly together?: number;
   /**
-   * small MoE steps on the wide kernel: 1 the routing inside the routed experts' gate·up product (its first subgroup
-   * routes the pair's token; matrix.ts gatherRoute), no dispatch of its own; default 0 (moeRoute apart): on the H200
-   * (v2-lite batch 1, alternating in one call) GPU 2.526 / 2.529 ms a step against 2.505 / 2.508 with the default
-   * sharedEarly alone, and 2.534 / 2.540 with both (BENCHMARKS round 16)
-   */
-  readonly gatherRoute?: number;
-  /**
-   * small MoE steps on the wide kernel: 1 (default) the shared experts' down product right after the routing (or in the
-   * dispatch of the routed gate·up that routes), writing the residual's other buffer (h' = h + W_down·g_s, read from h,
-   * so that the routing and the routed gate·up still read h), and the routed experts' down product alone; 2 as 1, but
-   * after a routing gate·up in a dispatch of its own; 0 the two down products in one dispatch, accumulating into h. On
-   * the H200 (v2-lite batch 1, alternating in one call): GPU 2.505 / 2.508 ms a step against 2.584 / 2.575 with 0
-   * (BENCHMARKS round 16)
+   * small MoE steps on the wide kernel: 1 (default) the shared experts' down product beside the routing (one dispatch
+   * with a 256-thread routing kernel, routeThreads), writing the residual's other buffer (h' = h + W_down·g_s, read from
+   * h, so that the routing and the routed gate·up still read h), and the routed experts' down product alone; 0 the two
+   * down products in one dispatch, accumulating into h. On the H200 (v2-lite batch 1, alternating in one call): GPU
+   * 2.505 / 2.508 ms a step against 2.584 / 2.575 with 0, the routing still apart (BENCHMARKS round 16)
    */
   readonly sharedEarly?: number;
   /** probe, not a tuning: this many trivial dependent dispatches after every layer (what a dispatch boundary costs inside a step); default 0 */

@@ -138,10 +138,9 @@ const BEST_SLOT = `for (var j = 0u; j < J; j++) {
  * WGSL shared by the routing kernels: `fn routeToken(lane, t, live)` routes token t on one subgroup (lane: the
  * subgroup invocation id) into IDS / WTS [t·K …] (written only where live), reading the parameter block p (ROUTE_PARAMS).
  * The kernel declares `fn logit(t: u32, e: u32) -> f32` (the token's logit of expert e) and `fn bias(e: u32) -> f32`
- * (read only where p.hasBias != 0); with `out` = "routeOut", also `fn routeOut(t, k, id, w)`, which then takes each
- * pick instead of IDS and WTS. Call it in subgroup-uniform control flow: it is made of subgroup operations.
+ * (read only where p.hasBias != 0). Call it in uniform control flow: it is made of subgroup operations.
  */
-export function routeTokenWGSL(s: RouteShape, out: "IDS" | "routeOut" = "IDS"): string {
+export function routeTokenWGSL(s: RouteShape): string {
   const grouped = s.groups > 1;
   const picks = Math.ceil(MAX_PICKS / s.sg);
   // the ballot's lowest set bit: the lowest lane holding the best key
@@ -224,7 +223,8 @@ fn routeToken(lane: u32, t: u32, live: bool) {
       if (k < p.K) {
         var w = pickProb[r];
         if (p.norm != 0u) { w = w / (pickedSum + 1e-20); }
-        ${out === "IDS" ? "IDS[t * p.K + k] = pickId[r];\n        WTS[t * p.K + k] = w * p.scale;" : "routeOut(t, k, pickId[r], w * p.scale);"}
+        IDS[t * p.K + k] = pickId[r];
+        WTS[t * p.K + k] = w * p.scale;
       }
     }
   }
@@ -259,55 +259,3 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
 }`;
 }
 
-/**
- * The routing of a pair-major gathered product's tokens inside its kernel (the dual wide kernel of the routed experts'
- * gate·up with `route`, matrix.ts gatherRoute): the first subgroup of every workgroup routes its pair's token from the
- * router's logits with routeToken, its parameters compiled in, and keeps the picks in workgroup memory; every
- * workgroup then takes the expert of its pair's slot. The workgroup of row group 0 of each token's first pair also
- * writes the token's ids and weights, for the down product and the combine. Saves the routing's own dependent dispatch.
- */
-export interface WideRoute {
-  readonly shape: RouteShape;
-  /** experts used per token (= the product's xDiv) */
-  readonly K: number;
-  readonly softmax: boolean;
-  readonly groupMax: boolean;
-  readonly nGroupUsed: number;
-  readonly norm: boolean;
-  readonly scale: number;
-  readonly bias: boolean;
-}
-
-/**
- * routeToken with the parameters of `r` compiled in (p.X → RP_X), its logits Z[t·E + e]·rScale (rScale: 1/rms(h) of
- * a product that normalizes x as it stages it, else 1), its picks into RSEL (and, where rWrite, IDS and WTS at
- * [p.idsOff +] t·K + k). The kernel binds Z, BIAS (with r.bias), IDS and WTS (read_write).
- */
-export function routedWGSL(r: WideRoute): string {
-  const consts: Record<string, string> = {
-    K: `${r.K}u`,
-    softmax: r.softmax ? "1u" : "0u",
-    groupMax: r.groupMax ? "1u" : "0u",
-    nGroupUsed: `${r.nGroupUsed}u`,
-    norm: r.norm ? "1u" : "0u",
-    hasBias: r.bias ? "1u" : "0u",
-    scale: wgslFloat(r.scale),
-  };
-  const code = routeTokenWGSL(r.shape, "routeOut").replace(/\bp\.(\w+)\b/g, (_, k: string) => {
-    if (consts[k] === undefined) throw new Error(`routed wide kernel: no constant for p.${k}`);
-    return `RP_${k}`;
-  });
-  return `const NEG = -3.4028234e38;
-${Object.entries(consts)
-  .map(([k, v]) => `const RP_${k} = ${v};`)
-  .join("\n")}
-var<workgroup> RSEL: array<u32, ${r.K}>;
-var<private> rWrite: bool;
-var<private> rScale: f32;
-fn logit(t: u32, e: u32) -> f32 { return Z[t * ${r.shape.experts}u + e] * rScale; }
-fn bias(e: u32) -> f32 { return ${r.bias ? "BIAS[e]" : "0.0"}; }
-fn routeOut(t: u32, k: u32, id: u32, w: f32) {
-  RSEL[k] = id;
-  if (rWrite) { IDS[p.idsOff + t * RP_K + k] = id; WTS[t * RP_K + k] = w; }
-}${code}`;
-}

@@ -19,7 +19,6 @@ import { GGMLType } from "../../gguf/types.js";
 import type { GpuMatrix } from "./matrix.js";
 import type { GpuRuntime } from "./runtime.js";
 import { expertListWGSL, MAT_PARAMS, matOutWGSL } from "./wgsl-mat.js";
-import { routedWGSL, type WideRoute } from "./wgsl-route.js";
 
 /** Rows per workgroup of a wide shape (subgroups × rows each): what grids are sized by. */
 export function wideRowsPerGroup(s: WideShape): number {
@@ -64,8 +63,6 @@ export interface WideShape {
   readonly pack: number;
   /** Q4_K decoded with its offsets folded into sums of x (staged beside x): see typeCode's `sums`. Only with x staged. */
   readonly sums: boolean;
-  /** with `sums`: two chunks a lane, sharing one decode of their block's scales (typeCode's `pair`) */
-  readonly pair?: boolean;
   /**
    * each half of a subgroup takes a row of its own (plain and pair-major products; never with pack): where a row's
    * chunks leave many of a whole subgroup's lanes idle in its last step — v2-lite's 1408-column Q5_0/Q8_0 and
@@ -153,7 +150,7 @@ export function wideShape(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boole
   }
   if (!WIDE_TYPES.includes(m.type) || n < 1 || n > WIDE_MAX_N || gather === "experts" || !aligned) return undefined;
   const rows = Math.max(1, Math.min(Math.floor(256 / sg), Math.floor(rt.tune.wideRows ?? WIDE_WG / sg)));
-  const unroll = Math.max(1, Math.floor((gather === true ? rt.tune.wideGatherUnroll : undefined) ?? rt.tune.wideUnroll ?? Math.round((UNROLL * sg) / 32)));
+  const unroll = Math.max(1, Math.floor(rt.tune.wideUnroll ?? Math.round((UNROLL * sg) / 32)));
   // two rows per subgroup for the vocabulary-sized output head (on the H200 with x staged: 102 → 81 µs; no gain or a
   // loss below ~64k rows, e.g. 32768 rows of Q4_K 31.5 vs 32.1 µs, of Q6_K 59.6 vs 62.9)
   const sgRowsDefault = m.rows >= 65536 ? 2 : 1;
@@ -163,9 +160,8 @@ export function wideShape(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boole
   const sumBytes = rt.tune.wideSums !== 0 && SUM_TYPES.includes(m.type) ? n * (m.cols / 16) * 4 : 0;
   const stage = rt.tune.wideStage !== 0 && gather !== "experts-list" && stagedVec4s(n, m.cols, pad) * 16 + sumBytes <= rt.info.limits.maxComputeWorkgroupStorageSize / 2;
   const sums = stage && sumBytes > 0;
-  const pair = sums && rt.tune.wideQ4KPair === 1;
   // two rows a run where that fills the lanes' steps ≥ 10 % better, in one pass (dual products take one row a run)
-  const chunks = m.cols / typeCode(m.type, sums, pair).elems;
+  const chunks = m.cols / typeCode(m.type).elems;
   const fill = (rowsRun: number): number => (rowsRun * chunks) / (sg * Math.ceil((rowsRun * chunks) / sg));
   const packable = gather !== "experts-list" && sgRows === 1;
   const pack = packable && (rt.tune.widePack === 1 || (rt.tune.widePack !== 0 && fill(2) >= 1.1 * fill(1) && Math.ceil((2 * chunks) / sg) <= unroll)) ? 2 : 1;
@@ -177,7 +173,7 @@ export function wideShape(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boole
   // not by default: on the H200 (v2-lite batch 1, same call) pipelined passes took the step to 2.84 / 2.85 ms on the
   // GPU, plain ones (each pass's loads then its uses) to 2.80
   const pipe = rt.tune.widePipe === 1;
-  return { sg, rows, sgRows, unroll, n, cols: m.cols, stagePad: stage ? pad : 0, pack, sums, ...(pair ? { pair } : {}), ...(half ? { half } : {}), ...(pipe ? { pipe } : {}) };
+  return { sg, rows, sgRows, unroll, n, cols: m.cols, stagePad: stage ? pad : 0, pack, sums, ...(half ? { half } : {}), ...(pipe ? { pipe } : {}) };
 }
 
 /** How one type's chunk is loaded and used (shared with the row-tiled kernel, wgsl-rowtile.ts). */
@@ -259,50 +255,6 @@ function q4kSums(): TypeCode {
     let sh${s} = ${overTokens(n, dots("fh", 8))};
     acc += (dl${s} * 1.9073486328125e-6) * sl${s} - (16.0 * dl${s} + dm${s}.y * sp${s}.z) * ${overTokens(n, (t) => `XSUM(${t}, xg${s})`)}
       + (dh${s} * 1.9073486328125e-6) * sh${s} - (16.0 * dh${s} + dm${s}.y * sp${s}.w) * ${overTokens(n, (t) => `XSUM(${t}, xg${s} + 2u)`)};`;
-    },
-  };
-}
-
-/**
- * Q4_K through sums of x (as q4kSums), two chunks a lane: a lane takes a block's 32 qs bytes of sub-blocks j (low
- * nibbles) and j + 1 (high nibbles), so that one decode of the header's scales and minima serves 64 values instead of
- * 32 (the header's arithmetic was a third of a chunk's integer instructions).
- */
-function q4kPairSums(): TypeCode {
-  const comps = ["x", "y", "z", "w"];
-  return {
-    elems: 64,
-    vec4: true,
-    // pair c: block c/4, qs bytes 32·(c%4)..+31 (two vec4s after the block's header vec4)
-    load: (s) => `let k${s} = c${s} >> 2u; let i${s} = c${s} & 3u;
-    let hd${s} = W[(rb >> 4u) + 9u * k${s}];
-    let qa${s} = W[(rb >> 4u) + 9u * k${s} + 1u + 2u * i${s}];
-    let qb${s} = W[(rb >> 4u) + 9u * k${s} + 2u + 2u * i${s}];`,
-    use: (s, n) => {
-      const lines: string[] = [];
-      // word w of qa: elements 4w..4w+3 of sub-blocks j (low nibbles) and j + 1 (high); of qb: elements 16 + 4w..
-      for (const q of ["qa", "qb"]) {
-        for (let w = 0; w < 4; w++) {
-          const u = `${q}${s}.${comps[w]}`;
-          lines.push(`let ${q}l${s}_${w} = bitcast<vec4f>((vec4u(${u} << 19u, ${u} << 11u, ${u} << 3u, ${u} >> 5u) & vec4u(0x780000u)) | vec4u(0x4b000000u));`);
-          lines.push(`let ${q}h${s}_${w} = bitcast<vec4f>((vec4u(${u} << 15u, ${u} << 7u, ${u} >> 1u, ${u} >> 9u) & vec4u(0x780000u)) | vec4u(0x4b000000u));`);
-        }
-      }
-      // x's vec4s: sub-block j at xe + 0..7, j + 1 at xe + 8..15 (qa's words first, then qb's)
-      const dots = (half: "l" | "h", at: number) => (t: number): string =>
-        [0, 1, 2, 3].flatMap((w) => [`dot(qa${half}${s}_${w}, XREAD(${t}, xe${s} + ${at + w}u))`, `dot(qb${half}${s}_${w}, XREAD(${t}, xe${s} + ${at + 4 + w}u))`]).join(" + ");
-      const sum2 = (g: number) => (t: number): string => `XSUM(${t}, xg${s} + ${g}u) + XSUM(${t}, xg${s} + ${g + 1}u)`;
-      // f = 2^19·(16 + q): Σ f·x = 2^19·(16·Σx + Σ q·x), and each sub-block adds d·sc·Σ q·x − dmin·m·Σx
-      return `let dm${s} = unpack2x16float(hd${s}.x);
-    let sp${s} = q4ksm2(hd${s}, 2u * i${s});
-    let dl${s} = dm${s}.x * sp${s}.x; let dh${s} = dm${s}.x * sp${s}.y;
-    let xe${s} = k${s} * 64u + i${s} * 16u;
-    let xg${s} = xe${s} >> 2u;
-    ${lines.join("\n    ")}
-    let sl${s} = ${overTokens(n, dots("l", 0))};
-    let sh${s} = ${overTokens(n, dots("h", 8))};
-    acc += (dl${s} * 1.9073486328125e-6) * sl${s} - (16.0 * dl${s} + dm${s}.y * sp${s}.z) * ${overTokens(n, sum2(0))}
-      + (dh${s} * 1.9073486328125e-6) * sh${s} - (16.0 * dh${s} + dm${s}.y * sp${s}.w) * ${overTokens(n, sum2(2))};`;
     },
   };
 }
@@ -439,9 +391,9 @@ function q8_0(): TypeCode {
   };
 }
 
-/** The decoder of `type`; with `sums`, the one that reads XSUM too (SUM_TYPES), with `pair` two chunks a lane (Q4_K). */
-export function typeCode(type: number, sums = false, pair = false): TypeCode {
-  if (sums && type === GGMLType.Q4_K) return pair ? q4kPairSums() : q4kSums();
+/** The decoder of `type`; with `sums`, the one that reads XSUM too (SUM_TYPES). */
+export function typeCode(type: number, sums = false): TypeCode {
+  if (sums && type === GGMLType.Q4_K) return q4kSums();
   switch (type) {
     case GGMLType.Q4_K:
       return q4k();
@@ -494,7 +446,7 @@ fn q4ksm(hd: vec4u, j: u32) -> vec2f {
  * wd/wd2 word readers where blocks are read as u32 words), X, Y, outside plain mode the id or expert-list buffer IDS
  * (with expert lists also the workgroup's list word `oc`), then p.
  */
-export function chunkBindingsWGSL(vec4: boolean, mode: "plain" | "gather" | "experts-list", dual: boolean, extra: readonly string[] = [], idsWritten = false): string {
+export function chunkBindingsWGSL(vec4: boolean, mode: "plain" | "gather" | "experts-list", dual: boolean, extra: readonly string[] = []): string {
   const w = vec4 ? "vec4u" : "u32";
   const ids = mode !== "plain";
   const first = (ids ? 4 : 3) + (dual ? 1 : 0);
@@ -503,7 +455,7 @@ export function chunkBindingsWGSL(vec4: boolean, mode: "plain" | "gather" | "exp
 ${vec4 ? "" : "fn wd(i: u32) -> u32 { return W[i]; }"}
 @group(0) @binding(1) var<storage, read> X: array<vec4f>;
 @group(0) @binding(2) var<storage, read_write> Y: array<f32>;
-${ids ? `@group(0) @binding(3) var<storage, ${idsWritten ? "read_write" : "read"}> IDS: array<u32>;` : ""}${mode === "experts-list" ? "\nvar<workgroup> oc: vec2u;" : ""}
+${ids ? "@group(0) @binding(3) var<storage, read> IDS: array<u32>;" : ""}${mode === "experts-list" ? "\nvar<workgroup> oc: vec2u;" : ""}
 ${dual ? `@group(0) @binding(${ids ? 4 : 3}) var<storage, read> W2: array<${w}>;${vec4 ? "" : "\nfn wd2(i: u32) -> u32 { return W2[i]; }"}` : ""}
 ${extra.map((decl, i) => `@group(0) @binding(${first + i}) ${decl}`).join("\n")}
 @group(0) @binding(${first + extra.length}) var<uniform> p: P;`;
@@ -514,9 +466,8 @@ ${extra.map((decl, i) => `@group(0) @binding(${first + i}) ${decl}`).join("\n")}
  * a second matrix of the same type and shape (W2: the up projection beside the gate one in W) is read in the same
  * lanes from the same x, and the kernel writes the SwiGLU silu(W·x)·(W2·x) directly (one dispatch for gate and up).
  */
-export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts-list", s: WideShape, dual = false, fx?: WideFusion, route?: WideRoute): string {
+export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts-list", s: WideShape, dual = false, fx?: WideFusion): string {
   const { sg: SG, rows: R, n: N } = s;
-  if (route !== undefined && (mode !== "gather" || N !== 1 || s.pipe === true || s.half === true)) throw new Error("the wide kernel routes pair-major products of one token a pair only, in plain passes, a subgroup a row");
   if (s.half === true && (s.pack === 2 || mode === "experts-list")) throw new Error("the wide kernel takes half a subgroup a row only in plain and pair-major products without pack");
   // lanes a row: the subgroup, or half of it (each half a row of its own)
   const LR = s.half === true ? SG / 2 : SG;
@@ -524,7 +475,7 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
   const K = norm?.combine ?? fx?.addCombine?.K ?? 0;
   if (norm !== undefined && (s.stagePad === 0 || mode === "experts-list")) throw new Error("the wide kernel normalizes x only as it stages it (plain or pair-major products)");
   if (K > 0 && (mode !== "plain" || (norm !== undefined && fx?.addCombine !== undefined))) throw new Error("the wide kernel combines expert outputs in plain products only, into x or into y");
-  const tc = typeCode(type, s.sums, s.pair === true);
+  const tc = typeCode(type, s.sums);
   const NC = s.cols / tc.elems;
   // packed (s.pack = 2): the subgroup's two rows as one run of NT = 2·NC chunks over its lanes (see WideShape.pack)
   // (wideRowsPerGroup counts both rows, so a shape the kernel would not pack must not reach it: dualShape gives pack 1)
@@ -620,7 +571,7 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
   ninv = inverseSqrt(nsum / ${s.cols}.0 + ${wgslFloat(norm.eps)});${sumStage}`;
   // in one pass, W's loads are issued before x is staged (a lane of a row past the end or of another piece loads a
   // clamped row and writes nothing), so that their latency overlaps the staging's instead of following its barrier
-  const early = P > 0 && outer === 1 && route === undefined;
+  const early = P > 0 && outer === 1;
   const accs = streams.map((st) => `var acc${st.k} = vec4f(0.0);`).join(" ");
   // row j's result v{j}: the product, or (dual) silu(gate)·up
   const reduce = Array.from({ length: S }, (_, j) => {
@@ -661,17 +612,7 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
       ? "let rb = p.wOff + wb + select(0u, r, valid) * p.rowBytes;"
       : Array.from({ length: S }, (_, j) => `let r${j} = r + ${j}u; let ok${j} = valid && r${j} < p.rows; let rb${j} = p.wOff + wb + select(0u, r${j}, ok${j}) * p.rowBytes;`).join("\n  ");
   return /* wgsl */ `enable subgroups;
-${route !== undefined ? "diagnostic(off, subgroup_uniformity);\n" : ""}${chunkBindingsWGSL(
-    tc.vec4,
-    mode,
-    dual,
-    [
-      ...fusionBuffers(fx).map((b) => `var<storage, read> ${b}: array<${b === "G" || (b === "YE" && norm !== undefined) ? "vec4f" : "f32"}>;`),
-      ...(route === undefined ? [] : ["var<storage, read> Z: array<f32>;", ...(route.bias ? ["var<storage, read> BIAS: array<f32>;"] : []), "var<storage, read_write> WTS: array<f32>;"]),
-    ],
-    route !== undefined,
-  )}
-${route !== undefined ? routedWGSL(route) : ""}
+${chunkBindingsWGSL(tc.vec4, mode, dual, fusionBuffers(fx).map((b) => `var<storage, read> ${b}: array<${b === "G" || (b === "YE" && norm !== undefined) ? "vec4f" : "f32"}>;`))}
 ${norm !== undefined ? `var<workgroup> NS: array<vec4f, ${R}>;` : ""}
 ${P > 0 ? `var<workgroup> XS: array<vec4f, ${stagedVec4s(N, s.cols, P)}>;
 fn xsw(v: u32) -> u32 { return v + (v >> ${P}u); }` : ""}
@@ -701,23 +642,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   var wb = b * p.wBatch;
   var xb = b * p.xBatch;
 ${
-  mode === "gather" && route !== undefined
-    ? `  // x staged first; then the pair's token routed by the first subgroup (the picks into RSEL), the ids and weights
-  // written by row group 0 of the token's first pair
-  xb = (b / p.xDiv) * p.xBatch;
-  let xq = (p.xOff + xb) >> 2u;
-  let xs = p.xStride >> 2u;
-  ${norm !== undefined ? "var ninv = vec4f(1.0);" : ""}
-  ${stage}
-  rScale = ${norm !== undefined ? "ninv.x" : "1.0"};
-  rWrite = wid.x == 0u && wid.y == 0u && b % p.xDiv == 0u;
-  if (li < ${SG}u) { routeToken(lane, b / p.xDiv, true); }
-  workgroupBarrier();
-  let e = RSEL[b % p.xDiv];
-  let inPiece = e >= p.e0 && e < p.e1;
-  valid = valid && inPiece;
-  wb = select(0u, e - p.e0, inPiece) * p.wBatch;`
-    : mode === "gather"
+  mode === "gather"
     ? `  // a pair whose expert another piece holds loads nothing and writes nothing
   let e = IDS[p.idsOff + b];
   let inPiece = e >= p.e0 && e < p.e1;
@@ -745,13 +670,13 @@ ${
   }
 }`
     : `  ${rowBases}
-  ${route === undefined ? `let xq = (p.xOff + xb) >> 2u;
-  let xs = p.xStride >> 2u;` : ""}
+  let xq = (p.xOff + xb) >> 2u;
+  let xs = p.xStride >> 2u;
   ${xq}
-  ${norm !== undefined && route === undefined ? "var ninv = vec4f(1.0);" : ""}
+  ${norm !== undefined ? "var ninv = vec4f(1.0);" : ""}
   ${combineEarly}
   ${pipeFirst}
-  ${P > 0 && !early && route === undefined ? stage : ""}
+  ${P > 0 && !early ? stage : ""}
   ${accs}
   ${early ? `{\n    let cb = lane;\n    ${xread(loads.join("\n    "))}\n    ${stage}\n    ${xread(uses.join("\n    "))}\n  }` : `if (valid) {\n  ${piped ? pipeLoop : loop}\n  }`}
   ${reduce}

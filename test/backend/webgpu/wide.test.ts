@@ -105,7 +105,7 @@ const SHAPES: [number, number][] = [
   [GGMLType.Q8_0, 2048],
 ];
 
-for (const tune of [{}, { wideRows: 3, wideUnroll: 1 }, { wideRows: 2, wideSgRows: 3 }, { wideStage: 0 }, { widePack: 1 }, { widePipe: 1 }, { widePipe: 1, wideUnroll: 2, widePack: 1 }, { widePipe: 1, wideStage: 0, wideSgRows: 2 }, { wideQ4KPair: 1 }, { wideQ4KPair: 1, wideSgRows: 2, widePipe: 1 }, { wideHalf: 2 }, { wideHalf: 2, wideSgRows: 2, wideUnroll: 2 }]) {
+for (const tune of [{}, { wideRows: 3, wideUnroll: 1 }, { wideRows: 2, wideSgRows: 3 }, { wideStage: 0 }, { widePack: 1 }, { widePipe: 1 }, { widePipe: 1, wideUnroll: 2, widePack: 1 }, { widePipe: 1, wideStage: 0, wideSgRows: 2 }, { wideHalf: 2 }, { wideHalf: 2, wideSgRows: 2, wideUnroll: 2 }]) {
   test(`wide matmul matches the CPU reference (tune ${JSON.stringify(tune)}): n = 1..4, strides, overwrite, acc, SwiGLU`, { skip }, async () => {
     const r = runtime({ tune });
     const rng = new Rng(11 + Object.keys(tune).length);
@@ -114,18 +114,12 @@ for (const tune of [{}, { wideRows: 3, wideUnroll: 1 }, { wideRows: 2, wideSgRow
       for (let n = 1; n <= 4; n++) {
         // the other tunings run a subset: fewer pipelines to compile on a CPU adapter (the pipelined ones on rows of
         // several passes)
-        // (and the paired Q4_K decoder on its Q4_K shapes)
-        if ("wideHalf" in tune ? n === 2 || n === 4 : "wideQ4KPair" in tune ? type !== GGMLType.Q4_K : "widePipe" in tune ? cols < 1408 || n % 2 === 0 : Object.keys(tune).length > 0 && (cols > 1408 || n % 2 === 0)) continue;
+        if ("wideHalf" in tune ? n === 2 || n === 4 : "widePipe" in tune ? cols < 1408 || n % 2 === 0 : Object.keys(tune).length > 0 && (cols > 1408 || n % 2 === 0)) continue;
         const rows = k++ % 2 === 0 ? 67 : 131;
         const { w, g } = upload(r, rng, type, cols, rows);
         assert.match(matvecKernel(r, g, n, false, true).code, WIDE);
         // (half rows wherever rows are not packed two a run)
         if ("wideHalf" in tune) assert.equal(/let lo = subgroupAdd/.test(matvecKernel(r, g, n, false, true).code), wideShape(r, g, n, false, true)!.pack === 1, `${typeName(type)} ${cols}: half rows`);
-        // the paired decoder wherever x (and its sums) is staged
-        if ("wideQ4KPair" in tune) {
-          const code = matvecKernel(r, g, n, false, true).code;
-          assert.equal(/\bqb0\b/.test(code), /var<workgroup> XSS/.test(code), `${typeName(type)} ${cols} n=${n}`);
-        }
         const xOff = 4;
         const xStride = cols + 8;
         const yOff = 1;
@@ -161,15 +155,15 @@ for (const tune of [{}, { wideRows: 3, wideUnroll: 1 }, { wideRows: 2, wideSgRow
 // The sums decoder (Q4_K: offsets removed through staged Σx, typeCode's `sums`) carries 16 times a value's unit beside
 // it; x of one sign (Σx as large as it gets against Σ q·x) is its worst case. Both decoders, same inputs; Q8_0 has no
 // sums decoder (the tuning changes nothing there).
-test("wide sums decoding (Q4_K, one chunk or two a lane) matches the CPU reference like the per-value decoding, x of one sign included", { skip }, async () => {
+test("wide sums decoding (Q4_K) matches the CPU reference like the per-value decoding, x of one sign included", { skip }, async () => {
   const rng = new Rng(29);
   for (const [type, cols] of [[GGMLType.Q4_K, 2048], [GGMLType.Q4_K, 256], [GGMLType.Q8_0, 1408], [GGMLType.Q8_0, 96]] as const) {
     for (const n of [1, 3]) {
       for (const shift of [0, 4]) {
         const rows = 45;
         const errs: number[] = [];
-        for (const [wideSums, wideQ4KPair] of [[1, 0], [0, 0], [1, 1]] as const) {
-          const r = runtime({ tune: { wideSums, wideQ4KPair } });
+        for (const wideSums of [1, 0]) {
+          const r = runtime({ tune: { wideSums } });
           const { w, g } = upload(r, new Rng(7 + cols + n), type, cols, rows);
           // (sums only where x is staged: at 1408–2048 columns one token's x fits, not three)
           const code = matvecKernel(r, g, n, false, true).code;
@@ -186,7 +180,6 @@ test("wide sums decoding (Q4_K, one chunk or two a lane) matches the CPU referen
         const label = `${typeName(type)} ${cols} n=${n} x+${shift}`;
         assert.ok(errs[0]! < TOL, `${label}: sums err ${errs[0]} (per value ${errs[1]})`);
         assert.ok(errs[1]! < TOL, `${label}: per-value err ${errs[1]}`);
-        assert.ok(errs[2]! < TOL, `${label}: paired sums err ${errs[2]}`);
       }
     }
   }

@@ -6,7 +6,7 @@
  * slot holds N tokens before its decode steps, default 16), or through `npm run bench -- webgpu` with
  * LATENT_BENCH_MODEL set.
  */
-import { writeFileSync } from "node:fs";
+import { mkdirSync, writeFileSync } from "node:fs";
 import { pathToFileURL } from "node:url";
 import { loadModel } from "../../model/load.js";
 import { preset, withOverrides, type SynthConfig } from "../../model/presets.js";
@@ -224,6 +224,8 @@ export async function parityCheck(dir: string, log: (s: string) => void = consol
     ["tiny-v3-q4km", {}, "Q4_K_M"],
     ["v2-groups-softmax", { n_layer: 3, n_dense: 1, gating: "softmax", w_norm: false, w_scale: 16, groups: 4, groups_used: 2, n_expert: 8, n_used: 3, n_shared: 2, exp_bias: false }, "Q8_0"],
   ];
+  // (the models are written there: made if missing, as `latent synth -o` does not)
+  mkdirSync(dir, { recursive: true });
   const info = await requestGpuDevice();
   const rt = new GpuRuntime(info, { checkWrites: true });
   const kernels = new WebGPUKernels({ checkWrites: true });

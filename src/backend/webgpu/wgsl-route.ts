@@ -258,4 +258,3 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   routeToken(lane, tk, token < p.n);
 }`;
 }
-

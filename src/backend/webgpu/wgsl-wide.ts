@@ -162,14 +162,14 @@ export function wideShape(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boole
   const sums = stage && sumBytes > 0;
   // two rows a run where that fills the lanes' steps ≥ 10 % better, in one pass (dual products take one row a run)
   const chunks = m.cols / typeCode(m.type).elems;
-  const fill = (rowsRun: number): number => (rowsRun * chunks) / (sg * Math.ceil((rowsRun * chunks) / sg));
+  // the share of a run's lane steps that hold a chunk: rowsRun rows a run over `lanes` lanes
+  const fill = (rowsRun: number, lanes = sg): number => (rowsRun * chunks) / (lanes * Math.ceil((rowsRun * chunks) / lanes));
   const packable = gather !== "experts-list" && sgRows === 1;
   const pack = packable && (rt.tune.widePack === 1 || (rt.tune.widePack !== 0 && fill(2) >= 1.1 * fill(1) && Math.ceil((2 * chunks) / sg) <= unroll)) ? 2 : 1;
   // half a subgroup a row where that fills the lanes' steps ≥ 10 % better (not with pack, nor expert lists): on the
   // H200 (v2-lite batch 1, alternating in one call) GPU 2.37 / 2.37 / 2.36 ms a step → 2.32 / 2.32 / 2.32, the routed
   // down product alone 13.06 → 10.38 µs (BENCHMARKS round 16)
-  const lanesFill = (lanes: number): number => chunks / (lanes * Math.ceil(chunks / lanes));
-  const half = pack === 1 && gather !== "experts-list" && sg >= 8 && (rt.tune.wideHalf === 2 || (rt.tune.wideHalf !== 0 && lanesFill(sg / 2) >= 1.1 * lanesFill(sg)));
+  const half = pack === 1 && gather !== "experts-list" && sg >= 8 && (rt.tune.wideHalf === 2 || (rt.tune.wideHalf !== 0 && fill(1, sg / 2) >= 1.1 * fill(1)));
   // not by default: on the H200 (v2-lite batch 1, same call) pipelined passes took the step to 2.84 / 2.85 ms on the
   // GPU, plain ones (each pass's loads then its uses) to 2.80
   const pipe = rt.tune.widePipe === 1;

@@ -173,6 +173,22 @@ test("sampled rows on the GPU: rows the host sampler refuses (a NaN, +Infinity, 
 });
 
 /** The host Sampler's kept ids for a row (its top-k → top-p → min-p), from the row's log-softmax. */
+/**
+ * Draws of one row checked against the host Sampler's kept ids: every draw among them, at frequencies ∝ exp(x / T)
+ * over them (`fit`: chi-square), varying where more than one is kept, and three logprobs against float64.
+ */
+function checkDraws(row: Float32Array, kept: readonly number[], T: number, got: { ids: Uint32Array; lps: Float32Array }, label: string, fit = true): void {
+  const { ids, lps } = got;
+  const keptSet = new Set(kept);
+  for (let i = 0; i < ids.length; i++) assert.ok(keptSet.has(ids[i]!), `${label}: drew ${ids[i]} outside the host's ${kept.length} kept ids`);
+  if (fit) fits(ids, kept, (id) => Math.exp(row[id]! / T - row[kept[0]!]! / T), label);
+  if (kept.length > 1) assert.ok(new Set(ids).size > 1, `${label}: the draws vary`);
+  for (const t of [0, 17, ids.length - 1]) {
+    const want = logprobAt(row, ids[t]!);
+    assert.ok(Math.abs(lps[t]! - want) <= 1e-5 * Math.max(1, Math.abs(want)), `${label}: logprob ${lps[t]} vs ${want}`);
+  }
+}
+
 function keptByHost(row: Float32Array, topK: number, topP: number, minP: number): number[] {
   let mx = -Infinity;
   for (const v of row) mx = Math.max(mx, v);
@@ -200,16 +216,8 @@ test("top-k draws on the GPU: only the host Sampler's kept ids (top-k → top-p 
     const kept = keptByHost(row, topK, topP, minP);
     const n = 4000;
     const keys = Array.from({ length: n }, (_, t) => Math.imul(t + 7, 0x9e3779b1) ^ width);
-    const { ids, lps } = await run(row, draws(keys.map((key) => ({ invT: 1 / T, key, topK, topP, minP }))), n, width, 0, true);
-    const label = `width ${width} top-k ${topK} top-p ${topP} min-p ${minP} T ${T}`;
-    const keptSet = new Set(kept);
-    for (let i = 0; i < n; i++) assert.ok(keptSet.has(ids[i]!), `${label}: drew ${ids[i]} outside the host's ${kept.length} kept ids`);
-    fits(ids, kept, (id) => Math.exp(row[id]! / T - row[kept[0]!]! / T), label);
-    if (kept.length > 1) assert.ok(new Set(ids).size > 1, `${label}: the draws vary`);
-    for (const t of [0, 17, n - 1]) {
-      const want = logprobAt(row, ids[t]!);
-      assert.ok(Math.abs(lps[t]! - want) <= 1e-5 * Math.max(1, Math.abs(want)), `${label}: logprob ${lps[t]} vs ${want}`);
-    }
+    const got = await run(row, draws(keys.map((key) => ({ invT: 1 / T, key, topK, topP, minP }))), n, width, 0, true);
+    checkDraws(row, kept, T, got, `width ${width} top-k ${topK} top-p ${topP} min-p ${minP} T ${T}`);
   }
 });
 
@@ -261,16 +269,8 @@ test("top-p and min-p without top-k on the GPU: only the host Sampler's kept ids
     const kept = keptByHost(row, 0, topP, minP);
     const n = width === 102400 ? 300 : 2000;
     const keys = Array.from({ length: n }, (_, t) => Math.imul(t + 3, 0x85ebca6b) ^ width);
-    const { ids, lps } = await run(row, draws(keys.map((key) => ({ invT: 1 / T, key, topP, minP }))), n, width, 0, false, 2);
-    const label = `width ${width} top-p ${topP} min-p ${minP} T ${T} (${shape}, ${kept.length} kept)`;
-    const keptSet = new Set(kept);
-    for (let i = 0; i < n; i++) assert.ok(keptSet.has(ids[i]!), `${label}: drew ${ids[i]} outside the host's kept ids`);
-    if (width !== 102400) fits(ids, kept, (id) => Math.exp(row[id]! / T - row[kept[0]!]! / T), label);
-    if (kept.length > 1) assert.ok(new Set(ids).size > 1, `${label}: the draws vary`);
-    for (const t of [0, 17, n - 1]) {
-      const want = logprobAt(row, ids[t]!);
-      assert.ok(Math.abs(lps[t]! - want) <= 1e-5 * Math.max(1, Math.abs(want)), `${label}: logprob ${lps[t]} vs ${want}`);
-    }
+    const got = await run(row, draws(keys.map((key) => ({ invT: 1 / T, key, topP, minP }))), n, width, 0, false, 2);
+    checkDraws(row, kept, T, got, `width ${width} top-p ${topP} min-p ${minP} T ${T} (${shape}, ${kept.length} kept)`, width !== 102400);
   }
 });
 

@@ -15,7 +15,7 @@ import type { SwiGLU } from "../../model/weights.js";
 import { LatentError } from "../../util/errors.js";
 import type { PickDraw } from "../../engine/scheduler.js";
 import { expertListWords, expertLists, expertsFrom, fusable, getRows, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLUSteps, type CombineArgs, type FusionArgs } from "./matrix.js";
-import { addNorm, argmaxRows, argmaxScratchWords, DRAW_WORDS, drawWords, sampleNucleusWords, sampleRows, sampleScratchWords, sampleTopKFits, sampleTopKWords, attention, attentionScratch, copyU32, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, routeNormShape, scatterRows, touch, type RouteArgs } from "./ops.js";
+import { addNorm, argmaxRows, argmaxScratchWords, DRAW_WORDS, drawWords, sampleNucleusWords, sampleRows, sampleScratchWords, sampleTopKFits, sampleTopKWords, attention, attentionScratch, copyU32, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, routeNormShape, scatterRows, prefetchL2, touch, type RouteArgs } from "./ops.js";
 import { attentionFused, attnFusedPartWords, attnFusedShape } from "./attn-fused.js";
 import { moeRouter, routerFuseShape } from "./router.js";
 import { f32bits, type GpuRuntime, type Recording } from "./runtime.js";
@@ -23,6 +23,8 @@ import { ATTN_CHUNK } from "./wgsl-ops.js";
 
 /** Steps of at most this many tokens run independent kernels in one dispatch (GpuRuntime.together); tune.fuseTokens overrides. */
 export const FUSE_MAX_TOKENS = 4;
+/** Chained decode steps a submission after the first (decodeGreedy); tune.chainGroup overrides. */
+export const CHAIN_GROUP = 4;
 
 /** Bytes of `mats` (equal shapes) as one stacked tensor: a view when they are contiguous, else a copy. */
 function stacked(mats: readonly QMatrix[]): Uint8Array {
@@ -148,6 +150,13 @@ function shapeOf(v: unknown): string {
   return "b"; // a buffer
 }
 
+/** One input a step writes: `words` into `buffer` at byte `offset`. */
+interface StepInput {
+  readonly buffer: GPUBuffer;
+  readonly offset: number;
+  readonly words: Uint32Array;
+}
+
 export interface StepToken {
   readonly token: number;
   readonly slot: number;
@@ -179,6 +188,8 @@ export class GpuModel {
   lastRecording: Recording | undefined;
   /** what decodeGreedy chose: the tokens [steps × batch] (u32), then their logprobs [steps × batch] (f32) */
   private history: GPUBuffer | undefined;
+  /** staged steps' inputs (writeInputs): the arena, its bytes used since the submission counted as `submits` */
+  private stage: { buffer: GPUBuffer | undefined; used: number; submits: number } = { buffer: undefined, used: 0, submits: -1 };
 
   constructor(
     readonly rt: GpuRuntime,
@@ -291,6 +302,7 @@ export class GpuModel {
     buf("rw", N * Math.max(1, K));
     buf("hn", N * Hd);
     buf("logits", N * c.nVocab);
+    buf("sink", 4);
     buf("amax", Math.max(argmaxScratchWords(N, c.nVocab), sampleScratchWords(N, c.nVocab)));
     // a greedy step's chosen tokens' logprobs (next to the ids it writes)
     buf("lp", N);
@@ -316,9 +328,11 @@ export class GpuModel {
    * the GPU: the next step can run on them with `idsOnGpu` before the host has seen them), and its logprob
    * (log_softmax of the row at it, as the host sampler's) into the `lp` buffer. With `picks`, the same argmax and
    * logprob of each logits row, whichever tokens have them (stepPicks); with `draws` too (one per logits row), each
-   * row's token is drawn at its temperature instead (0: greedy; ops.ts sampleRows).
+   * row's token is drawn at its temperature instead (0: greedy; ops.ts sampleRows). With `staged`, the step's inputs
+   * are copied into place on the GPU from a staging arena (writeInputs), so that it can follow the step before it in
+   * one submission.
    */
-  encode(tokens: readonly StepToken[], opts: { readonly greedy?: boolean; readonly picks?: boolean; readonly draws?: readonly PickDraw[]; readonly idsOnGpu?: boolean; readonly submitEvery?: number } = {}): number {
+  encode(tokens: readonly StepToken[], opts: { readonly greedy?: boolean; readonly picks?: boolean; readonly draws?: readonly PickDraw[]; readonly idsOnGpu?: boolean; readonly submitEvery?: number; readonly staged?: boolean } = {}): number {
     const { rt, c, b } = this;
     const n = tokens.length;
     if (n === 0 || n > this.opts.maxTokens) throw new LatentError(`a step takes 1..${this.opts.maxTokens} tokens, got ${n}`);
@@ -353,24 +367,20 @@ export class GpuModel {
       meta[4 * i + 1] = t.pos + 1;
       maxKeys = Math.max(maxKeys, t.pos + 1);
     });
-    // work still open in the encoder (the tail of a previous step) must be queued before this step's inputs are written
-    rt.submit();
-    if (opts.idsOnGpu !== true) rt.write(b.ids!, 0, Uint32Array.from(tokens, (t) => t.token));
-    rt.write(b.pos!, 0, Uint32Array.from(tokens, (t) => t.pos));
-    rt.write(b.rowIdx!, 0, rowIdx);
-    rt.write(b.meta!, 0, meta);
-    if (tables.length > 0) rt.write(b.sel!, this.ptBase * 4, Uint32Array.from(tables));
-    if (b.metaBase !== undefined) rt.write(b.metaBase, 0, meta);
-    // everything below depends only on this key (buffers are fixed; parameters depend on n, the key chunks, the rows)
     const rows = tokens.map((t, i) => (t.logits ? i : -1)).filter((i) => i >= 0);
     const greedy = opts.greedy === true;
     if (greedy && rows.length !== n) throw new LatentError("a greedy step needs logits for every token");
     const picks = greedy || (opts.picks === true && rows.length > 0);
     const draws = picks && !greedy ? opts.draws : undefined;
-    if (draws !== undefined) {
-      if (draws.length !== rows.length) throw new LatentError(`a step's draws: ${draws.length} for ${rows.length} logits rows`);
-      rt.write(b.draw!, 0, drawWords(draws));
-    }
+    if (draws !== undefined && draws.length !== rows.length) throw new LatentError(`a step's draws: ${draws.length} for ${rows.length} logits rows`);
+    const inputs: StepInput[] = [];
+    if (opts.idsOnGpu !== true) inputs.push({ buffer: b.ids!, offset: 0, words: Uint32Array.from(tokens, (t) => t.token) });
+    inputs.push({ buffer: b.pos!, offset: 0, words: Uint32Array.from(tokens, (t) => t.pos) }, { buffer: b.rowIdx!, offset: 0, words: rowIdx }, { buffer: b.meta!, offset: 0, words: meta });
+    if (tables.length > 0) inputs.push({ buffer: b.sel!, offset: this.ptBase * 4, words: Uint32Array.from(tables) });
+    if (b.metaBase !== undefined) inputs.push({ buffer: b.metaBase, offset: 0, words: meta });
+    if (draws !== undefined) inputs.push({ buffer: b.draw!, offset: 0, words: drawWords(draws) });
+    this.writeInputs(inputs, opts.staged === true);
+    // everything below depends only on this key (buffers are fixed; parameters depend on n, the key chunks, the rows)
     // filtered draws take the filtering kernels too (other rows pass through them unchanged): top-k's, and top-p's and
     // min-p's without top-k
     const topK = draws?.some((d) => (d.topK ?? 0) > 0) === true;
@@ -392,11 +402,55 @@ export class GpuModel {
     const made = rt.endRecording();
     this.lastRecording = made;
     if (made !== undefined) {
-      if (this.recordings.size >= 64) this.recordings.clear();
+      if (this.recordings.size >= 64) {
+        for (const r of this.recordings.values()) rt.release(r);
+        this.recordings.clear();
+      }
       this.recordings.set(key, made);
       this.replayStats.recorded++;
     }
     return rows.length;
+  }
+
+  /**
+   * Put a step's inputs in place. Queue writes land before the next submission, so a step written that way must not
+   * share a submission with the step before it (which reads the same buffers): the open work is submitted first.
+   * Staged, the words go to a fresh region of the staging arena (a queue write) and are copied from there in the
+   * command stream, in order with the steps around them; the arena is reused from its start after any submission,
+   * when every copy that read it is queued before the writes that follow.
+   */
+  private writeInputs(inputs: readonly StepInput[], staged: boolean): void {
+    const rt = this.rt;
+    if (!staged) {
+      rt.submit();
+      for (const { buffer, offset, words } of inputs) rt.write(buffer, offset, words);
+      return;
+    }
+    const bytes = inputs.reduce((sum, i) => sum + i.words.byteLength, 0);
+    if (rt.stats.submits !== this.stage.submits) this.stage = { ...this.stage, used: 0, submits: rt.stats.submits };
+    let arena = this.stage.buffer;
+    if (arena === undefined || this.stage.used + bytes > arena.size) {
+      // the copies already encoded from the old arena are submitted before it is dropped
+      rt.submit();
+      const size = Math.max(2 * bytes, 2 * (arena?.size ?? 0), 4096);
+      arena?.destroy();
+      arena = rt.buffer(size, "step input staging");
+      this.stage = { buffer: arena, used: 0, submits: rt.stats.submits };
+    }
+    const all = new Uint32Array(bytes / 4);
+    let at = 0;
+    for (const { words } of inputs) {
+      all.set(words, at);
+      at += words.length;
+    }
+    const base = this.stage.used;
+    rt.write(arena, base, all);
+    at = base;
+    for (const { buffer, offset, words } of inputs) {
+      rt.copy(arena, at, buffer, offset, words.byteLength);
+      at += words.byteLength;
+    }
+    this.stage.used = at;
   }
 
   private encodeLayers(n: number, maxKeys: number, rows: readonly number[], layers: readonly GpuLayer[] = this.layers): void {
@@ -464,14 +518,16 @@ export class GpuModel {
       const fusedAttn = n === 1 && b.metaBase === undefined ? attnFusedShape(rt, l.kB, l.vB, { heads: H, P, R, L, V, maxKeys, lora }) : undefined;
       const fusedArgs = { scale: c.kqScale, eps: c.rmsEps, pageSize: this.opts.pages?.pageSize ?? 0, kvOff: F0 };
       const fusedBufs = { kB: l.kB, vB: l.vB, g: l.kvANorm, table, pos: b.pos!, rowIdx: b.rowIdx!, cacheC: l.cacheC, cacheK: l.cacheK, meta: b.meta!, sel: b.sel!, o: b.o!, part: b.attnPart! };
+      const ahead = fusedAttn !== undefined && small && rt.tune.together !== 0 ? this.prefetchBeside(l, layers[layers.indexOf(l) + 1]) : [];
+      const besideAttn = ahead.length > 0 ? (): void => prefetchL2(rt, ahead, b.sink!) : undefined;
       if (fusedAttn !== undefined && !lora) {
-        attentionFused(rt, fusedAttn, { a0: b.a0!, ...fusedBufs }, fusedArgs);
+        attentionFused(rt, fusedAttn, { a0: b.a0!, ...fusedBufs }, fusedArgs, besideAttn);
       } else if (lora) {
         // the queries from the normed latent into Q
         cacheWrite();
         matmul(rt, l.qB!, b.a0!, b.q!, { n, xStride: S0, yStride: H * D });
         if (b.metaBase !== undefined) this.selectKeys(l, n, maxKeys);
-        if (fusedAttn !== undefined) attentionFused(rt, fusedAttn, { a0: b.q!, ...fusedBufs }, fusedArgs);
+        if (fusedAttn !== undefined) attentionFused(rt, fusedAttn, { a0: b.q!, ...fusedBufs }, fusedArgs, besideAttn);
         else {
           absorb(b.q!, H * D);
           ropeTo(rt, table, R, b.q!, b.pos!, b.qAbs!, { n, heads: H, xOff: P, tokStride: H * D, headStride: D, yOff: L, yTok: H * (L + R), yHead: L + R });
@@ -578,6 +634,20 @@ export class GpuModel {
   }
 
   /**
+   * The weights to bring into L2 while the fused attention runs (tune.prefetch; 0, the default: none): 1, the products
+   * after it in this layer whose weights are known before the routing (o, the router, the shared experts); 2, also
+   * the next layer's A0 and W_UK/W_UV. The attention of a short context is bound by latency, so memory is idle then.
+   */
+  private prefetchBeside(l: GpuLayer, next: GpuLayer | undefined): GPUBuffer[] {
+    const mode = this.rt.tune.prefetch ?? 0;
+    if (mode === 0) return [];
+    const whole = (m: GpuMatrix | undefined): GPUBuffer[] => (m !== undefined && m.pieces.length === 1 ? [m.pieces[0]!.buffer] : []);
+    const out = [...whole(l.o), ...whole(l.router), ...(l.shared !== undefined ? [l.shared.gate, l.shared.up, l.shared.down].flatMap(whole) : [])];
+    if (mode >= 2 && next !== undefined) out.push(...whole(next.qkvA), ...whole(next.kB), ...whole(next.vB));
+    return [...new Set(out)].slice(0, 7);
+  }
+
+  /**
    * DSA: the step's indexer keys into the layer's key cache, then the top_k keys of every query (src/model/dsa.ts) into
    * SEL with META pointing the attention at them. The selection rewrites META, so each layer starts from a copy.
    */
@@ -650,13 +720,16 @@ export class GpuModel {
       this.history?.destroy();
       this.history = this.rt.buffer(2 * words * 4, "greedy history");
     }
+    // steps staged (their inputs copied into place on the GPU), `group` of them a submission: the GPU idles between
+    // submissions, not between the steps of one. The first step goes alone, so that the GPU starts at once; after it
+    // the host, which encodes a step in about half the GPU's time for it, stays ahead.
+    const group = Math.max(1, Math.floor(this.rt.tune.chainGroup ?? CHAIN_GROUP));
     for (let s = 0; s < steps; s++) {
       const tokens = seqs.map((q) => ({ token: q.token, slot: q.slot, pos: q.pos + s, logits: true, ...(q.pages !== undefined ? { pages: q.pages } : {}) }));
-      // one submission per step: the GPU already overlaps with the host, which encodes step s+1 while step s runs, and
-      // every extra submission costs host time
-      this.encode(tokens, { ...(draws !== undefined ? { picks: true, draws: draws.slice(s * B, (s + 1) * B) } : { greedy: true }), idsOnGpu: s > 0, submitEvery: Infinity });
+      this.encode(tokens, { ...(draws !== undefined ? { picks: true, draws: draws.slice(s * B, (s + 1) * B) } : { greedy: true }), idsOnGpu: s > 0, submitEvery: Infinity, staged: true });
       this.rt.copy(this.b.ids!, 0, this.history, s * B * 4, B * 4);
       this.rt.copy(this.b.lp!, 0, this.history, (words + s * B) * 4, B * 4);
+      if (s % group === 0) this.rt.submit();
     }
     const both = await this.rt.read(this.history, 0, 2 * words * 4);
     return { tokens: new Uint32Array(both, 0, words), logprobs: new Float32Array(both, words * 4, words) };

@@ -199,16 +199,32 @@ export interface KernelTuning {
    * 2.505 / 2.508 ms a step against 2.584 / 2.575 with 0, the routing still apart (BENCHMARKS round 16)
    */
   readonly sharedEarly?: number;
+  /** weights brought into L2 beside the fused attention (GpuModel.prefetchBeside): 0 none (default), 1 this layer's, 2 and the next layer's attention weights */
+  readonly prefetch?: number;
+  /** chained decode steps (GpuModel.decodeGreedy) a submission after the first (default CHAIN_GROUP in gpu-model.ts; 1: one a step) */
+  readonly chainGroup?: number;
   /** probe, not a tuning: this many trivial dependent dispatches after every layer (what a dispatch boundary costs inside a step); default 0 */
   readonly padDispatches?: number;
 }
 
-/** A recorded run of dispatches (see GpuRuntime.record) that replay() encodes again without rebuilding anything. */
+/**
+ * A recorded run of dispatches (see GpuRuntime.beginRecording) that replay() encodes again without rebuilding
+ * anything. Its parameter blocks live in a uniform buffer of its own (its bind groups point there, not into the ring),
+ * so a replay writes nothing and needs no submission before it: replays of steps follow each other in one command
+ * buffer. GpuRuntime.release frees that buffer.
+ */
 export interface Recording {
   /** label: the dispatch's kernel label (digits folded to "#"), for timeItems */
-  readonly items: readonly { readonly pipeline: GPUComputePipeline; readonly bindGroup: GPUBindGroup; readonly groups: readonly [number, number, number]; readonly label: string }[];
-  /** the uniform ring's bytes [0, used) as recorded */
-  readonly uniforms: Uint8Array;
+  readonly items: readonly RecordedDispatch[];
+  /** the recording's parameter blocks, as the ring held them while it was recorded */
+  readonly uniforms: GPUBuffer;
+}
+
+interface RecordedDispatch {
+  readonly pipeline: GPUComputePipeline;
+  readonly bindGroup: GPUBindGroup;
+  readonly groups: readonly [number, number, number];
+  readonly label: string;
 }
 
 /** A NaN with a payload arithmetic never produces. */
@@ -279,7 +295,8 @@ export class GpuRuntime {
   private readonly passTiming: boolean;
   readonly submitEvery: number;
   readonly tune: KernelTuning;
-  private recording: Recording["items"][number][] | undefined;
+  /** while recording: each dispatch with its resources (buffers, and uniform ring offsets) */
+  private recording: (RecordedDispatch & { readonly resources: readonly (GPUBuffer | number)[] })[] | undefined;
   private recordingBroken = false;
   private lastPipeline: GPUComputePipeline | undefined;
   private readonly stagingFree: GPUBuffer[] = [];
@@ -432,7 +449,27 @@ export class GpuRuntime {
     const items = this.recording;
     this.recording = undefined;
     if (items === undefined || this.recordingBroken) return undefined;
-    return { items, uniforms: new Uint8Array(this.uniformHost, 0, this.uniformUsed).slice() };
+    // the ring's slots as recorded, into the recording's own buffer (queue-ordered before any replay's submission);
+    // every bind group rebuilt against it, one per distinct (pipeline, resources)
+    const uniforms = this.device.createBuffer({ size: Math.max(UNIFORM_SLOT, this.uniformUsed), usage: UNIFORM | COPY_DST, label: "recorded parameters" });
+    if (this.uniformUsed > 0) this.device.queue.writeBuffer(uniforms, 0, this.uniformHost, 0, this.uniformUsed);
+    const groups = new Map<string, GPUBindGroup>();
+    const own = items.map(({ pipeline, resources, groups: grid, label }): RecordedDispatch => {
+      const key = `${this.id(pipeline)}|${resources.map((r) => (typeof r === "number" ? `u${r}` : this.id(r))).join(",")}`;
+      let bindGroup = groups.get(key);
+      if (bindGroup === undefined) {
+        const entries: GPUBindGroupEntry[] = resources.map((r, i) => ({ binding: i, resource: typeof r === "number" ? { buffer: uniforms, offset: r, size: UNIFORM_SLOT } : { buffer: r } }));
+        bindGroup = this.device.createBindGroup({ layout: pipeline.getBindGroupLayout(0), entries });
+        groups.set(key, bindGroup);
+      }
+      return { pipeline, bindGroup, groups: grid, label };
+    });
+    return { items: own, uniforms };
+  }
+
+  /** Free a recording's parameter buffer (after its last replay has been submitted; the queue keeps it while in use). */
+  release(rec: Recording): void {
+    rec.uniforms.destroy();
   }
 
   /**
@@ -441,13 +478,10 @@ export class GpuRuntime {
    */
   replay(rec: Recording, submitEvery: number = this.submitEvery): void {
     const t0 = performance.now();
-    if (this.uniformUsed > 0 || rec.uniforms.byteLength > UNIFORM_RING) this.submit();
     let pass = this.ensurePass();
-    // the first submission writes every slot of the run; later pieces find them in place (queue order)
-    this.restoreUniforms(rec);
     let last = this.lastPipeline;
-    // a short first piece: the GPU starts sooner
-    let inPiece = Math.max(0, submitEvery - Math.max(16, submitEvery >> 2));
+    // a short first piece: the GPU starts sooner (none with submitEvery Infinity, one submission)
+    let inPiece = Number.isFinite(submitEvery) ? Math.max(0, submitEvery - Math.max(16, Math.floor(submitEvery / 4))) : 0;
     for (const it of rec.items) {
       if (inPiece === submitEvery) {
         this.submit();
@@ -474,11 +508,8 @@ export class GpuRuntime {
    */
   async timeItems(rec: Recording, reps: number): Promise<{ label: string; us: number; codeChars: number }[]> {
     if (!this.passTiming) throw new LatentError("timeItems needs RuntimeOptions.passTiming");
-    if (rec.uniforms.byteLength > UNIFORM_RING) throw new LatentError("the recording's parameters exceed the uniform ring");
     this.submit();
     await this.sync();
-    // the recorded parameters into the ring once; nothing else takes a slot while the items run
-    this.restoreUniforms(rec);
     const out: { label: string; us: number; codeChars: number }[] = [];
     for (const it of rec.items) {
       this.profile(true);
@@ -495,12 +526,6 @@ export class GpuRuntime {
     }
     this.lastPipeline = undefined;
     return out;
-  }
-
-  /** The ring's slots as a recording left them, written with the next submission. */
-  private restoreUniforms(rec: Recording): void {
-    new Uint8Array(this.uniformHost, 0, rec.uniforms.byteLength).set(rec.uniforms);
-    this.uniformUsed = rec.uniforms.byteLength;
   }
 
   /** Reserve a uniform slot for `params` (u32 words; write floats with f32bits). */
@@ -579,7 +604,7 @@ export class GpuRuntime {
     this.lastPipeline = pipeline;
     pass.setBindGroup(0, bg);
     pass.dispatchWorkgroups(groups[0], groups[1], groups[2]);
-    this.recording?.push({ pipeline, bindGroup: bg, groups, label: label.replace(/\d+/g, "#") });
+    this.recording?.push({ pipeline, bindGroup: bg, groups, label: label.replace(/\d+/g, "#"), resources });
   }
 
   /**

@@ -6,9 +6,10 @@ import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { argmax, Sampler } from "../../../src/engine/sampler.js";
 import { loadModel } from "../../../src/model/load.js";
-import { GpuModel } from "../../../src/backend/webgpu/gpu-model.js";
+import { CHAIN_GROUP, GpuModel } from "../../../src/backend/webgpu/gpu-model.js";
 import { argmaxRows, argmaxScratchWords } from "../../../src/backend/webgpu/ops.js";
 import { GpuRuntime } from "../../../src/backend/webgpu/runtime.js";
+import { ATTN_CHUNK } from "../../../src/backend/webgpu/wgsl-ops.js";
 import { CASES, randomTokens, synthModel } from "../../helpers/synth.js";
 import { assertLogprobsClose } from "../../helpers/greedy-chain.js";
 import { logprobAt } from "../../helpers/logprobs.js";
@@ -101,26 +102,34 @@ test("argmax rows on the GPU: rows the host sampler refuses (only NaN, one NaN, 
   }
 });
 
-for (const replay of [false, true]) {
-  test(`chained greedy decode on the GPU = one step at a time with the host sampler: ids and logprobs (batch 2, 6 steps${replay ? ", recorded steps replayed" : ", --check-writes"})`, { skip }, async () => {
+// steps chained `chainGroup` a submission (their inputs staged and copied into place on the GPU); the long prompt
+// crosses a key chunk (ATTN_CHUNK) mid-chain, so a step of a new shape is recorded between replayed ones
+const CHAIN_CASES: { replay: boolean; chainGroup?: number; long?: boolean }[] = [{ replay: false }, { replay: true }, { replay: true, chainGroup: 1 }, { replay: true, chainGroup: 3 }, { replay: true, chainGroup: 100 }, { replay: true, chainGroup: 4, long: true }];
+for (const { replay, chainGroup, long } of CHAIN_CASES) {
+  const steps = long === true ? 10 : 6;
+  test(`chained greedy decode on the GPU = one step at a time with the host sampler: ids and logprobs (batch 2, ${steps} steps${replay ? ", recorded steps replayed" : ", --check-writes"}${chainGroup !== undefined ? `, ${chainGroup} a submission` : ""}${long === true ? `, across key chunk ${ATTN_CHUNK}` : ""})`, { skip }, async () => {
     const c = CASES.find((k) => k.base === "tiny")!;
     const m = synthModel(c, 5);
-    const r = replay ? new GpuRuntime(rt!.info, { submitEvery: 5 }) : rt!;
+    const r = replay ? new GpuRuntime(rt!.info, { submitEvery: 5, ...(chainGroup !== undefined ? { tune: { chainGroup } } : {}) }) : rt!;
     try {
       const { model, config } = loadModel(m.path);
-      const prompts = [randomTokens(5, 1, 0, config.nVocab), randomTokens(3, 2, 0, config.nVocab)];
+      const prompts = [randomTokens(long === true ? ATTN_CHUNK - 6 : 5, 1, 0, config.nVocab), randomTokens(3, 2, 0, config.nVocab)];
+      const context = long === true ? ATTN_CHUNK + 8 : 24;
+      let chainSubmits = 0;
       // per sequence: the chosen ids and their logprobs
       const run = async (chained: boolean): Promise<{ ids: number[][]; lps: number[][] }> => {
-        const g = new GpuModel(r, model, { slots: 2, context: 24, maxTokens: 4 });
+        const g = new GpuModel(r, model, { slots: 2, context, maxTokens: long === true ? 64 : 4 });
         const firsts: number[] = [];
         for (let s = 0; s < 2; s++) firsts.push(argmax((await g.prefill(s, prompts[s]!))[0]!));
         const ids: number[][] = [[], []];
         const lps: number[][] = [[], []];
         if (chained) {
-          const hist = await g.decodeGreedy(prompts.map((p, s) => ({ token: firsts[s]!, slot: s, pos: p.length })), 6);
-          assert.equal(hist.tokens.length, 12);
-          assert.equal(hist.logprobs.length, 12);
-          for (let i = 0; i < 6; i++) {
+          const s0 = r.stats.submits;
+          const hist = await g.decodeGreedy(prompts.map((p, s) => ({ token: firsts[s]!, slot: s, pos: p.length })), steps);
+          chainSubmits = r.stats.submits - s0;
+          assert.equal(hist.tokens.length, 2 * steps);
+          assert.equal(hist.logprobs.length, 2 * steps);
+          for (let i = 0; i < steps; i++) {
             for (let s = 0; s < 2; s++) {
               ids[s]!.push(hist.tokens[i * 2 + s]!);
               lps[s]!.push(hist.logprobs[i * 2 + s]!);
@@ -128,7 +137,7 @@ for (const replay of [false, true]) {
           }
         } else {
           const cur = [...firsts];
-          for (let i = 0; i < 6; i++) {
+          for (let i = 0; i < steps; i++) {
             const logits = await g.step(cur.map((token, s) => ({ token, slot: s, pos: prompts[s]!.length + i, logits: true })));
             for (let s = 0; s < 2; s++) {
               const res = new Sampler({ temperature: 0 }).sample(logits.subarray(s * config.nVocab, (s + 1) * config.nVocab));
@@ -149,6 +158,9 @@ for (const replay of [false, true]) {
       for (let s = 0; s < 2; s++) assertLogprobsClose(chained.lps[s]!, host.lps[s]!, `sequence ${s}`);
       // and not all alike (else a constant could pass)
       assert.ok(new Set(host.lps.flat().map((x) => x.toFixed(3))).size > 2, JSON.stringify(host.lps));
+      // one submission for the first step, one after each whole group after it, and the read's (a replay writes
+      // nothing and submits nothing)
+      if (replay && long !== true) assert.equal(chainSubmits, 1 + Math.floor((steps - 1) / (chainGroup ?? CHAIN_GROUP)) + 1, `${chainSubmits} submissions`);
     } finally {
       m.cleanup();
     }

@@ -92,9 +92,7 @@ export interface AttnFusedBuffers {
 }
 
 /** o = W_UV·attention(W_UK·q_nope | rope(q_pe); latent cache + the token's own key) per head, the key written to the cache. */
-export function attentionFused(rt: GpuRuntime, s: AttnFusedShape, b: AttnFusedBuffers, a: { readonly scale: number; readonly eps: number; readonly pageSize: number; readonly kvOff: number }, beside?: () => void): void {
-  // `beside`: independent dispatches combined with the first one (GpuRuntime.together)
-  const first = (fn: () => void): void => (beside !== undefined ? rt.together(() => (fn(), beside())) : fn());
+export function attentionFused(rt: GpuRuntime, s: AttnFusedShape, b: AttnFusedBuffers, a: { readonly scale: number; readonly eps: number; readonly pageSize: number; readonly kvOff: number }): void {
   const p: Record<(typeof ATTN_FUSED_PARAMS)[number], number> = {
     scale: f32bits(a.scale),
     eps: f32bits(a.eps),
@@ -111,11 +109,10 @@ export function attentionFused(rt: GpuRuntime, s: AttnFusedShape, b: AttnFusedBu
     // the key ranges' latents into the scratch, then per head their merge and W_UV
     if (b.part === undefined || b.part.size < attnFusedPartWords(s) * 4) throw new LatentError(`attentionFused: a key-split shape needs a scratch of ${attnFusedPartWords(s)} floats`);
     const bufs = [b.a0, b.kB.pieces[0]!.buffer, ...(s.own ? [b.g] : []), b.table, b.pos, ...(s.own ? [b.rowIdx] : []), b.cacheC, b.cacheK, b.meta, b.sel, b.part];
-    const part = b.part;
-    first(() => rt.dispatch("attention fused keys", attnFusedWGSL(s), bufs, params, [s.heads, s.split], [{ buffer: part, offset: 0, size: attnFusedPartWords(s) * 4 }]));
+    rt.dispatch("attention fused keys", attnFusedWGSL(s), bufs, params, [s.heads, s.split], [{ buffer: b.part, offset: 0, size: attnFusedPartWords(s) * 4 }]);
     rt.dispatch("attention fused finish", attnFusedFinishWGSL(s), [b.vB.pieces[0]!.buffer, b.part, b.o], params, [s.heads, s.split], [{ buffer: b.o, offset: 0, size: s.heads * s.V * 4 }]);
     return;
   }
   const bufs = [b.a0, b.kB.pieces[0]!.buffer, b.vB.pieces[0]!.buffer, ...(s.own ? [b.g] : []), b.table, b.pos, ...(s.own ? [b.rowIdx] : []), b.cacheC, b.cacheK, b.meta, b.sel, b.o];
-  first(() => rt.dispatch("attention fused", attnFusedWGSL(s), bufs, params, [s.heads, s.split], [{ buffer: b.o, offset: 0, size: s.heads * s.V * 4 }]));
+  rt.dispatch("attention fused", attnFusedWGSL(s), bufs, params, [s.heads, s.split], [{ buffer: b.o, offset: 0, size: s.heads * s.V * 4 }]);
 }

@@ -180,6 +180,7 @@ export async function runWebGpuBench(path: string, opts: { dawnFlags?: string[];
     await g.decodeGreedy(Array.from({ length: B }, (_, s) => ({ token: tok(s), slot: s, pos })), 2); // warm-up: records the greedy step
     pos += 2;
     gpuMs(1);
+    rt.passSpan();
     const encG = rt.stats.encodeMs;
     const subG = rt.stats.submitMs;
     const tg = performance.now();
@@ -189,11 +190,13 @@ export async function runWebGpuBench(path: string, opts: { dawnFlags?: string[];
     const greedySubmit = (rt.stats.submitMs - subG) / steps;
     pos += steps;
     const greedyGpu = gpuMs(steps);
+    // from the first step's start on the GPU to the last one's end: the GPU's idle time between the steps' passes
+    const greedySpan = rt.passSpan() / steps;
     // two rooflines: the step's (the weights a step of B tokens reads, each once: the expected distinct experts), and the
     // issue's per-token one (active weight bytes per token ÷ copy bandwidth, the same at every batch; equal at batch 1)
     const perTokenTps = bw / activePerToken;
-    results.push({ name: `decode batch ${B}, greedy on the GPU (chained)`, value: B / greedyS, unit: "tok/s", extra: { step_ms: greedyS * 1000, roofline_fraction: B / greedyS / roofTps, roofline_fraction_per_token: B / greedyS / perTokenTps, encode_ms_per_step: greedyEnc, submit_ms_per_step: greedySubmit, gpu_ms_per_step: greedyGpu } });
-    log(`decode batch ${B}, greedy on the GPU, chained: ${(B / greedyS).toFixed(1)} tok/s (step ${(greedyS * 1000).toFixed(2)} ms → ${((B / greedyS / roofTps) * 100).toFixed(1)}% of the roofline${B > 1 ? `, ${((B / greedyS / perTokenTps) * 100).toFixed(1)}% of the per-token roofline (${perTokenTps.toFixed(0)} tok/s)` : ""}; host encoding ${greedyEnc.toFixed(2)} ms/step + submission ${greedySubmit.toFixed(2)} ms/step; GPU ${greedyGpu.toFixed(2)} ms/step)`);
+    results.push({ name: `decode batch ${B}, greedy on the GPU (chained)`, value: B / greedyS, unit: "tok/s", extra: { step_ms: greedyS * 1000, roofline_fraction: B / greedyS / roofTps, roofline_fraction_per_token: B / greedyS / perTokenTps, encode_ms_per_step: greedyEnc, submit_ms_per_step: greedySubmit, gpu_ms_per_step: greedyGpu, gpu_span_ms_per_step: greedySpan } });
+    log(`decode batch ${B}, greedy on the GPU, chained: ${(B / greedyS).toFixed(1)} tok/s (step ${(greedyS * 1000).toFixed(2)} ms → ${((B / greedyS / roofTps) * 100).toFixed(1)}% of the roofline${B > 1 ? `, ${((B / greedyS / perTokenTps) * 100).toFixed(1)}% of the per-token roofline (${perTokenTps.toFixed(0)} tok/s)` : ""}; host encoding ${greedyEnc.toFixed(2)} ms/step + submission ${greedySubmit.toFixed(2)} ms/step; GPU ${greedyGpu.toFixed(2)} ms/step, ${greedySpan.toFixed(2)} from the first step's start to the last one's end)`);
     if (opts.kernels === true && g.lastRecording !== undefined) {
       // every dispatch of the chained step alone (100 times back to back, pass timestamps), summed by kernel label;
       // Dawn's timestamps come in 65.5 µs steps on the H200, so 100 repetitions resolve 0.66 µs (20 gave 3.3)

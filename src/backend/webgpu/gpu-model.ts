@@ -15,7 +15,7 @@ import type { SwiGLU } from "../../model/weights.js";
 import { LatentError } from "../../util/errors.js";
 import type { PickDraw } from "../../engine/scheduler.js";
 import { expertListWords, expertLists, expertsFrom, fusable, getRows, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLUSteps, type CombineArgs, type FusionArgs } from "./matrix.js";
-import { addNorm, argmaxRows, argmaxScratchWords, DRAW_WORDS, drawWords, sampleNucleusWords, sampleRows, sampleScratchWords, sampleTopKFits, sampleTopKWords, attention, attentionScratch, copyU32, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, routeNormShape, scatterRows, prefetchL2, touch, type RouteArgs } from "./ops.js";
+import { addNorm, argmaxRows, argmaxScratchWords, DRAW_WORDS, drawWords, sampleNucleusWords, sampleRows, sampleScratchWords, sampleTopKFits, sampleTopKWords, attention, attentionScratch, copyU32, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, routeNormShape, scatterRows, touch, type RouteArgs } from "./ops.js";
 import { attentionFused, attnFusedPartWords, attnFusedShape } from "./attn-fused.js";
 import { moeRouter, routerFuseShape } from "./router.js";
 import { f32bits, type GpuRuntime, type Recording } from "./runtime.js";
@@ -302,7 +302,6 @@ export class GpuModel {
     buf("rw", N * Math.max(1, K));
     buf("hn", N * Hd);
     buf("logits", N * c.nVocab);
-    buf("sink", 4);
     buf("amax", Math.max(argmaxScratchWords(N, c.nVocab), sampleScratchWords(N, c.nVocab)));
     // a greedy step's chosen tokens' logprobs (next to the ids it writes)
     buf("lp", N);
@@ -518,16 +517,14 @@ export class GpuModel {
       const fusedAttn = n === 1 && b.metaBase === undefined ? attnFusedShape(rt, l.kB, l.vB, { heads: H, P, R, L, V, maxKeys, lora }) : undefined;
       const fusedArgs = { scale: c.kqScale, eps: c.rmsEps, pageSize: this.opts.pages?.pageSize ?? 0, kvOff: F0 };
       const fusedBufs = { kB: l.kB, vB: l.vB, g: l.kvANorm, table, pos: b.pos!, rowIdx: b.rowIdx!, cacheC: l.cacheC, cacheK: l.cacheK, meta: b.meta!, sel: b.sel!, o: b.o!, part: b.attnPart! };
-      const ahead = fusedAttn !== undefined && small && rt.tune.together !== 0 ? this.prefetchBeside(l, layers[layers.indexOf(l) + 1]) : [];
-      const besideAttn = ahead.length > 0 ? (): void => prefetchL2(rt, ahead, b.sink!) : undefined;
       if (fusedAttn !== undefined && !lora) {
-        attentionFused(rt, fusedAttn, { a0: b.a0!, ...fusedBufs }, fusedArgs, besideAttn);
+        attentionFused(rt, fusedAttn, { a0: b.a0!, ...fusedBufs }, fusedArgs);
       } else if (lora) {
         // the queries from the normed latent into Q
         cacheWrite();
         matmul(rt, l.qB!, b.a0!, b.q!, { n, xStride: S0, yStride: H * D });
         if (b.metaBase !== undefined) this.selectKeys(l, n, maxKeys);
-        if (fusedAttn !== undefined) attentionFused(rt, fusedAttn, { a0: b.q!, ...fusedBufs }, fusedArgs, besideAttn);
+        if (fusedAttn !== undefined) attentionFused(rt, fusedAttn, { a0: b.q!, ...fusedBufs }, fusedArgs);
         else {
           absorb(b.q!, H * D);
           ropeTo(rt, table, R, b.q!, b.pos!, b.qAbs!, { n, heads: H, xOff: P, tokStride: H * D, headStride: D, yOff: L, yTok: H * (L + R), yHead: L + R });
@@ -631,20 +628,6 @@ export class GpuModel {
       rows.forEach((r, j) => rmsNorm(rt, b.h!, this.outputNorm, b.hn!, { n: 1, dim: Hd, xOff: r * Hd, yOff: j * Hd }, c.rmsEps));
     }
     if (rows.length > 0) matmul(rt, this.output, b.hn!, b.logits!, { n: rows.length, xStride: Hd, yStride: c.nVocab });
-  }
-
-  /**
-   * The weights to bring into L2 while the fused attention runs (tune.prefetch; 0, the default: none): 1, the products
-   * after it in this layer whose weights are known before the routing (o, the router, the shared experts); 2, also
-   * the next layer's A0 and W_UK/W_UV. The attention of a short context is bound by latency, so memory is idle then.
-   */
-  private prefetchBeside(l: GpuLayer, next: GpuLayer | undefined): GPUBuffer[] {
-    const mode = this.rt.tune.prefetch ?? 0;
-    if (mode === 0) return [];
-    const whole = (m: GpuMatrix | undefined): GPUBuffer[] => (m !== undefined && m.pieces.length === 1 ? [m.pieces[0]!.buffer] : []);
-    const out = [...whole(l.o), ...whole(l.router), ...(l.shared !== undefined ? [l.shared.gate, l.shared.up, l.shared.down].flatMap(whole) : [])];
-    if (mode >= 2 && next !== undefined) out.push(...whole(next.qkvA), ...whole(next.kB), ...whole(next.vB));
-    return [...new Set(out)].slice(0, 7);
   }
 
   /**

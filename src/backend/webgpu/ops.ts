@@ -27,9 +27,6 @@ import {
   SCATTER_WGSL,
   COPY_U32_WGSL,
   TOUCH_WGSL,
-  PREFETCH_SECTORS,
-  PREFETCH_THREADS,
-  PREFETCH_WGSL,
   SWIGLU_WGSL,
   TOPK_WGSL,
 } from "./wgsl-ops.js";
@@ -505,30 +502,6 @@ export function scatterRows(rt: GpuRuntime, x: GPUBuffer, idx: GPUBuffer, y: GPU
 export function touch(rt: GpuRuntime, x: GPUBuffer): void {
   const never = new Uint32Array(new Float32Array([-3.0e38]).buffer)[0]!;
   rt.dispatch("touch", TOUCH_WGSL, [x], new Uint32Array([never, 0, 0, 0]), [1]);
-}
-
-/** The OR of a prefetch workgroup's words that makes it store (a NaN pattern: an OR of weights would have to hit it exactly). */
-export const PREFETCH_NEVER = 0x7fbadbad;
-
-/**
- * Bring up to 7 whole buffers into the GPU's L2 (PREFETCH_WGSL), SINK a word of scratch. Meant beside a latency-bound
- * kernel (GpuRuntime.together), for the weights of the products that follow it.
- */
-export function prefetchL2(rt: GpuRuntime, buffers: readonly GPUBuffer[], sink: GPUBuffer, never = PREFETCH_NEVER): void {
-  if (buffers.length === 0) return;
-  if (buffers.length > 7) throw new LatentError(`prefetchL2 takes at most 7 buffers, got ${buffers.length}`);
-  const perGroup = PREFETCH_THREADS * PREFETCH_SECTORS;
-  const params = new Uint32Array(20);
-  let groups = 0;
-  buffers.forEach((b, i) => {
-    const sectors = Math.floor(b.size / 32);
-    params[i] = groups;
-    params[8 + i] = sectors;
-    groups += Math.ceil(sectors / perGroup);
-  });
-  for (let i = buffers.length; i < 8; i++) params[i] = groups;
-  params[16] = never;
-  rt.dispatch("prefetch", PREFETCH_WGSL(buffers.length), [...buffers, sink], params, [groups]);
 }
 
 export function copyU32(rt: GpuRuntime, x: GPUBuffer, y: GPUBuffer, n: number): void {

@@ -199,8 +199,6 @@ export interface KernelTuning {
    * 2.505 / 2.508 ms a step against 2.584 / 2.575 with 0, the routing still apart (BENCHMARKS round 16)
    */
   readonly sharedEarly?: number;
-  /** weights brought into L2 beside the fused attention (GpuModel.prefetchBeside): 0 none (default), 1 this layer's, 2 and the next layer's attention weights */
-  readonly prefetch?: number;
   /** chained decode steps (GpuModel.decodeGreedy) a submission after the first (default CHAIN_GROUP in gpu-model.ts; 1: one a step) */
   readonly chainGroup?: number;
   /** probe, not a tuning: this many trivial dependent dispatches after every layer (what a dispatch boundary costs inside a step); default 0 */
@@ -292,6 +290,8 @@ export class GpuRuntime {
   private queryLabels: string[] = [];
   private readonly maxQueries = 4096;
   private readonly profileMs = new Map<string, { ms: number; count: number }>();
+  /** the earliest start and latest end of the timed passes resolved since passSpan() (GPU timestamps, ns) */
+  private span: { first?: bigint; last?: bigint } = {};
   private readonly passTiming: boolean;
   readonly submitEvery: number;
   readonly tune: KernelTuning;
@@ -782,6 +782,10 @@ export class GpuRuntime {
       queryStaging.destroy();
       labels.forEach((l, i) => {
         const ns = ts[2 * i + 1]! > ts[2 * i]! ? Number(ts[2 * i + 1]! - ts[2 * i]!) : 0;
+        if (ts[2 * i]! > 0n) {
+          this.span.first = this.span.first === undefined || ts[2 * i]! < this.span.first ? ts[2 * i]! : this.span.first;
+          this.span.last = this.span.last === undefined || ts[2 * i + 1]! > this.span.last ? ts[2 * i + 1]! : this.span.last;
+        }
         const e = this.profileMs.get(l) ?? { ms: 0, count: 0 };
         e.ms += ns / 1e6;
         e.count++;
@@ -814,6 +818,16 @@ export class GpuRuntime {
   }
 
   /** GPU time per kernel label since the last reset (profile mode), largest first; `reset` clears it. */
+  /**
+   * GPU ms from the first timed pass's start to the last one's end since the last call (then reset), NaN without timed
+   * passes: beside the passes' summed time, it shows how long the GPU idled between them (submissions, copies).
+   */
+  passSpan(): number {
+    const { first, last } = this.span;
+    this.span = {};
+    return first !== undefined && last !== undefined && last > first ? Number(last - first) / 1e6 : Number.NaN;
+  }
+
   profile(reset = false): { label: string; ms: number; count: number }[] {
     const out = [...this.profileMs].map(([label, v]) => ({ label, ...v })).sort((a, b) => b.ms - a.ms);
     if (reset) this.profileMs.clear();

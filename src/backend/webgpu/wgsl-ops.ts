@@ -558,41 +558,6 @@ fn main(@builtin(local_invocation_index) i: u32) {
   if (i == 0u && X[0] == p.v) { X[0] = 0.0; }
 }`;
 
-/** Threads a workgroup of the L2 prefetch, and 32-byte sectors each thread reads. */
-export const PREFETCH_THREADS = 64;
-export const PREFETCH_SECTORS = 16;
-
-/**
- * Read one 16-byte word of every 32-byte sector (the unit the GPU's L2 fills from memory) of `k` buffers, so that the
- * products after it find their weights in L2. Workgroups [first[i], first[i + 1]) take buffer i, each
- * PREFETCH_THREADS · PREFETCH_SECTORS sectors. The words are OR-ed and stored to SINK only when they equal p.never:
- * the loads decide the store, so no compiler may drop them (an OR of weights that happens to equal it writes a word
- * nobody reads).
- */
-export const PREFETCH_WGSL = (k: number): string => /* wgsl */ `
-struct P { first: array<vec4u, 2>, sectors: array<vec4u, 2>, never: u32, _p0: u32, _p1: u32, _p2: u32 }
-${Array.from({ length: k }, (_, i) => `@group(0) @binding(${i}) var<storage, read> W${i}: array<vec4u>;`).join("\n")}
-@group(0) @binding(${k}) var<storage, read_write> SINK: array<u32>;
-@group(0) @binding(${k + 1}) var<uniform> p: P;
-${Array.from(
-  { length: k },
-  (_, i) => `fn touch${i}(base: u32, lid: u32) -> u32 {
-  var acc = 0u;
-  for (var j = 0u; j < ${PREFETCH_SECTORS}u; j++) {
-    let s = base + j * ${PREFETCH_THREADS}u + lid;
-    if (s < p.sectors[${i >> 2}][${i & 3}]) { acc |= W${i}[2u * s].x; }
-  }
-  return acc;
-}`,
-).join("\n")}
-@compute @workgroup_size(${PREFETCH_THREADS})
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) lid: u32) {
-  let g = wid.x;
-  var acc = 0u;
-  ${Array.from({ length: k }, (_, i) => `${i > 0 ? "else " : ""}if (g < p.first[${(i + 1) >> 2}][${(i + 1) & 3}]) { acc = touch${i}((g - p.first[${i >> 2}][${i & 3}]) * ${PREFETCH_THREADS * PREFETCH_SECTORS}u, lid); }`).join("\n  ")}
-  if (acc == p.never) { SINK[0] = acc; }
-}`;
-
 export const SCATTER_WGSL = /* wgsl */ `
 struct P { n: u32, width: u32, xOff: u32, xStride: u32, yOff: u32, yStride: u32, gx: u32, _p: u32 }
 @group(0) @binding(0) var<storage, read> X: array<f32>;

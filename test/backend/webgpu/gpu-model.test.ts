@@ -52,10 +52,6 @@ const lateShared = rt === undefined ? undefined : new GpuRuntime(rt.info, { chec
 const routeNarrow = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { routeThreads: 64 } });
 // half a subgroup a row wherever the wide kernel can (wideHalf = 2): plain, dual and pair-major products
 const halfRows = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { wideHalf: 2 } });
-// weights brought into L2 beside the fused attention (prefetch = 2: this layer's o, router and shared experts, and the
-// next layer's attention weights), in its dispatch; with and without q-LoRA
-const prefetched = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { prefetch: 2, attnFuse: 1 } });
-const prefetchKernels = prefetched === undefined ? undefined : kernelsOf(prefetched);
 const earlyLabels: string[] = [];
 if (early !== undefined) {
   const dispatch = early.dispatch.bind(early);
@@ -96,9 +92,9 @@ const groupsCase: SynthCase = { ...CASES.find((c) => c.label === "v2-groups-soft
 const cases: SynthCase[] = [...CASES.filter((c) => c.base === "tiny"), fusedCase, glmCase, { label: "tiny-v3-q4km", base: "tiny", over: {}, type: "Q4_K_M" }];
 
 const last = cases[cases.length - 1]!;
-for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as const, [last, wideAttn] as const, [last, routeFused] as const, [last, listed] as const, [fusedCase, unfused] as const, [fusedCase, ffnOnly] as const, [fusedCase, apart] as const, [noLoraCase, attnFused] as const, [oddCase, attnFused] as const, [last, attnFused] as const, [wideCase, rt] as const, [wideCase, piped] as const, [fusedCase, early] as const, [wideCase, early] as const, [last, early] as const, [fusedCase, lateShared] as const, [wideCase, lateShared] as const, [wideCase, halfRows] as const, [fusedCase, halfRows] as const, [fusedCase, routeNarrow] as const, [last, routeNarrow] as const, [groupsCase, rt] as const, [noLoraCase, prefetched] as const, [last, prefetched] as const]) {
+for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as const, [last, wideAttn] as const, [last, routeFused] as const, [last, listed] as const, [fusedCase, unfused] as const, [fusedCase, ffnOnly] as const, [fusedCase, apart] as const, [noLoraCase, attnFused] as const, [oddCase, attnFused] as const, [last, attnFused] as const, [wideCase, rt] as const, [wideCase, piped] as const, [fusedCase, early] as const, [wideCase, early] as const, [last, early] as const, [fusedCase, lateShared] as const, [wideCase, lateShared] as const, [wideCase, halfRows] as const, [fusedCase, halfRows] as const, [fusedCase, routeNarrow] as const, [last, routeNarrow] as const, [groupsCase, rt] as const]) {
   const replay = r === plain;
-  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}${r === wideAttn ? ", wide decode attention" : ""}${r === routeFused ? ", routing fused (routerFuse = 1)" : ""}${r === listed ? ", expert lists (expertsFrom = 0.25)" : ""}${r === unfused ? ", norms unfused (normFuse = 0)" : ""}${r === ffnOnly ? ", only the FFN's norm fused (normFuse = 2)" : ""}${r === apart ? ", kernel pairs apart (together = 0)" : ""}${r === attnFused ? ", one-token attention fused (attnFuse = 1)" : ""}${r === piped ? ", wide passes pipelined and attention fused (widePipe = 1, attnFuse = 1)" : ""}${r === early ? ", shared down beside the routing (sharedEarly = 1)" : ""}${r === lateShared ? ", shared down beside the routed one (sharedEarly = 0)" : ""}${r === halfRows ? ", half a subgroup a row (wideHalf = 2)" : ""}${r === routeNarrow ? ", the routing 64 threads a workgroup, a dispatch of its own (routeThreads = 64)" : ""}${r === prefetched ? ", weights prefetched into L2 beside the fused attention (prefetch = 2)" : ""}`, { skip }, async () => {
+  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}${r === wideAttn ? ", wide decode attention" : ""}${r === routeFused ? ", routing fused (routerFuse = 1)" : ""}${r === listed ? ", expert lists (expertsFrom = 0.25)" : ""}${r === unfused ? ", norms unfused (normFuse = 0)" : ""}${r === ffnOnly ? ", only the FFN's norm fused (normFuse = 2)" : ""}${r === apart ? ", kernel pairs apart (together = 0)" : ""}${r === attnFused ? ", one-token attention fused (attnFuse = 1)" : ""}${r === piped ? ", wide passes pipelined and attention fused (widePipe = 1, attnFuse = 1)" : ""}${r === early ? ", shared down beside the routing (sharedEarly = 1)" : ""}${r === lateShared ? ", shared down beside the routed one (sharedEarly = 0)" : ""}${r === halfRows ? ", half a subgroup a row (wideHalf = 2)" : ""}${r === routeNarrow ? ", the routing 64 threads a workgroup, a dispatch of its own (routeThreads = 64)" : ""}`, { skip }, async () => {
     kernels.get(r!)?.clear();
     const before = r!.stats.dispatches;
     const m = synthModel(c, 9);
@@ -131,10 +127,6 @@ for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as co
       if (r === attnFused) {
         assert.ok(attnFusedDispatches > 0, "the fused attention ran");
         attnFusedDispatches = 0;
-      }
-      if (r === prefetched) {
-        assert.ok(prefetchKernels!.has("prefetch") && prefetchKernels!.has("attention"), [...prefetchKernels!].join(", "));
-        prefetchKernels!.clear();
       }
       if (r === early) {
         // small steps: MoE layers' shared down products right after their routing (held for one dispatch with it)

@@ -23,8 +23,6 @@ import { ATTN_CHUNK } from "./wgsl-ops.js";
 
 /** Steps of at most this many tokens run independent kernels in one dispatch (GpuRuntime.together); tune.fuseTokens overrides. */
 export const FUSE_MAX_TOKENS = 4;
-/** Chained decode steps a submission after the first (decodeGreedy); tune.chainGroup overrides. */
-export const CHAIN_GROUP = 4;
 
 /** Bytes of `mats` (equal shapes) as one stacked tensor: a view when they are contiguous, else a copy. */
 function stacked(mats: readonly QMatrix[]): Uint8Array {
@@ -188,8 +186,6 @@ export class GpuModel {
   lastRecording: Recording | undefined;
   /** what decodeGreedy chose: the tokens [steps × batch] (u32), then their logprobs [steps × batch] (f32) */
   private history: GPUBuffer | undefined;
-  /** staged steps' inputs (writeInputs): the arena, its bytes used since the submission counted as `submits` */
-  private stage: { buffer: GPUBuffer | undefined; used: number; submits: number } = { buffer: undefined, used: 0, submits: -1 };
 
   constructor(
     readonly rt: GpuRuntime,
@@ -327,11 +323,9 @@ export class GpuModel {
    * the GPU: the next step can run on them with `idsOnGpu` before the host has seen them), and its logprob
    * (log_softmax of the row at it, as the host sampler's) into the `lp` buffer. With `picks`, the same argmax and
    * logprob of each logits row, whichever tokens have them (stepPicks); with `draws` too (one per logits row), each
-   * row's token is drawn at its temperature instead (0: greedy; ops.ts sampleRows). With `staged`, the step's inputs
-   * are copied into place on the GPU from a staging arena (writeInputs), so that it can follow the step before it in
-   * one submission.
+   * row's token is drawn at its temperature instead (0: greedy; ops.ts sampleRows).
    */
-  encode(tokens: readonly StepToken[], opts: { readonly greedy?: boolean; readonly picks?: boolean; readonly draws?: readonly PickDraw[]; readonly idsOnGpu?: boolean; readonly submitEvery?: number; readonly staged?: boolean } = {}): number {
+  encode(tokens: readonly StepToken[], opts: { readonly greedy?: boolean; readonly picks?: boolean; readonly draws?: readonly PickDraw[]; readonly idsOnGpu?: boolean; readonly submitEvery?: number } = {}): number {
     const { rt, c, b } = this;
     const n = tokens.length;
     if (n === 0 || n > this.opts.maxTokens) throw new LatentError(`a step takes 1..${this.opts.maxTokens} tokens, got ${n}`);
@@ -378,7 +372,7 @@ export class GpuModel {
     if (tables.length > 0) inputs.push({ buffer: b.sel!, offset: this.ptBase * 4, words: Uint32Array.from(tables) });
     if (b.metaBase !== undefined) inputs.push({ buffer: b.metaBase, offset: 0, words: meta });
     if (draws !== undefined) inputs.push({ buffer: b.draw!, offset: 0, words: drawWords(draws) });
-    this.writeInputs(inputs, opts.staged === true);
+    this.writeInputs(inputs);
     // everything below depends only on this key (buffers are fixed; parameters depend on n, the key chunks, the rows)
     // filtered draws take the filtering kernels too (other rows pass through them unchanged): top-k's, and top-p's and
     // min-p's without top-k
@@ -412,44 +406,12 @@ export class GpuModel {
   }
 
   /**
-   * Put a step's inputs in place. Queue writes land before the next submission, so a step written that way must not
-   * share a submission with the step before it (which reads the same buffers): the open work is submitted first.
-   * Staged, the words go to a fresh region of the staging arena (a queue write) and are copied from there in the
-   * command stream, in order with the steps around them; the arena is reused from its start after any submission,
-   * when every copy that read it is queued before the writes that follow.
+   * Put a step's inputs in place: queue writes, which land before the next submission, so the open work (the step
+   * before, which reads the same buffers) is submitted first.
    */
-  private writeInputs(inputs: readonly StepInput[], staged: boolean): void {
-    const rt = this.rt;
-    if (!staged) {
-      rt.submit();
-      for (const { buffer, offset, words } of inputs) rt.write(buffer, offset, words);
-      return;
-    }
-    const bytes = inputs.reduce((sum, i) => sum + i.words.byteLength, 0);
-    if (rt.stats.submits !== this.stage.submits) this.stage = { ...this.stage, used: 0, submits: rt.stats.submits };
-    let arena = this.stage.buffer;
-    if (arena === undefined || this.stage.used + bytes > arena.size) {
-      // the copies already encoded from the old arena are submitted before it is dropped
-      rt.submit();
-      const size = Math.max(2 * bytes, 2 * (arena?.size ?? 0), 4096);
-      arena?.destroy();
-      arena = rt.buffer(size, "step input staging");
-      this.stage = { buffer: arena, used: 0, submits: rt.stats.submits };
-    }
-    const all = new Uint32Array(bytes / 4);
-    let at = 0;
-    for (const { words } of inputs) {
-      all.set(words, at);
-      at += words.length;
-    }
-    const base = this.stage.used;
-    rt.write(arena, base, all);
-    at = base;
-    for (const { buffer, offset, words } of inputs) {
-      rt.copy(arena, at, buffer, offset, words.byteLength);
-      at += words.byteLength;
-    }
-    this.stage.used = at;
+  private writeInputs(inputs: readonly StepInput[]): void {
+    this.rt.submit();
+    for (const { buffer, offset, words } of inputs) this.rt.write(buffer, offset, words);
   }
 
   private encodeLayers(n: number, maxKeys: number, rows: readonly number[], layers: readonly GpuLayer[] = this.layers): void {
@@ -703,16 +665,14 @@ export class GpuModel {
       this.history?.destroy();
       this.history = this.rt.buffer(2 * words * 4, "greedy history");
     }
-    // steps staged (their inputs copied into place on the GPU), `group` of them a submission: the GPU idles between
-    // submissions, not between the steps of one. The first step goes alone, so that the GPU starts at once; after it
-    // the host, which encodes a step in about half the GPU's time for it, stays ahead.
-    const group = Math.max(1, Math.floor(this.rt.tune.chainGroup ?? CHAIN_GROUP));
     for (let s = 0; s < steps; s++) {
       const tokens = seqs.map((q) => ({ token: q.token, slot: q.slot, pos: q.pos + s, logits: true, ...(q.pages !== undefined ? { pages: q.pages } : {}) }));
-      this.encode(tokens, { ...(draws !== undefined ? { picks: true, draws: draws.slice(s * B, (s + 1) * B) } : { greedy: true }), idsOnGpu: s > 0, submitEvery: Infinity, staged: true });
+      // one submission per step: the GPU already overlaps with the host, which encodes step s+1 while step s runs (on
+      // the H200, steps grouped 4 a submission idled the GPU longer, at the start, and saved nothing after it:
+      // BENCHMARKS round 17)
+      this.encode(tokens, { ...(draws !== undefined ? { picks: true, draws: draws.slice(s * B, (s + 1) * B) } : { greedy: true }), idsOnGpu: s > 0, submitEvery: Infinity });
       this.rt.copy(this.b.ids!, 0, this.history, s * B * 4, B * 4);
       this.rt.copy(this.b.lp!, 0, this.history, (words + s * B) * 4, B * 4);
-      if (s % group === 0) this.rt.submit();
     }
     const both = await this.rt.read(this.history, 0, 2 * words * 4);
     return { tokens: new Uint32Array(both, 0, words), logprobs: new Float32Array(both, words * 4, words) };

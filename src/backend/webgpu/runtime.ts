@@ -183,6 +183,8 @@ export interface KernelTuning {
   readonly attnFuseKeys?: number;
   /** fused one-token attention: most chunk steps of a thread's W_UK or W_UV product unrolled, more in a pipelined loop (1..16; default 1) */
   readonly attnFuseUnroll?: number;
+  /** the fused attention's first key iteration loaded before its absorb: 0 (default) no, 1 yes, 2 and every next one pipelined (AttnFusedShape.keysEarly) */
+  readonly attnKeysEarly?: number;
   /** 0: steps past one chunk of keys take the unfused attention path instead of the key-split fused one (default 1) */
   readonly attnFuseLong?: number;
   /**
@@ -199,8 +201,6 @@ export interface KernelTuning {
    * 2.505 / 2.508 ms a step against 2.584 / 2.575 with 0, the routing still apart (BENCHMARKS round 16)
    */
   readonly sharedEarly?: number;
-  /** chained decode steps (GpuModel.decodeGreedy) a submission after the first (default CHAIN_GROUP in gpu-model.ts; 1: one a step) */
-  readonly chainGroup?: number;
   /** probe, not a tuning: this many trivial dependent dispatches after every layer (what a dispatch boundary costs inside a step); default 0 */
   readonly padDispatches?: number;
 }

@@ -55,9 +55,7 @@ export function attnFusedShape(rt: GpuRuntime, kB: GpuMatrix, vB: GpuMatrix, d: 
   // the H200, v2-lite batch 1, same call: GPU 2.58 / 2.58 ms a step against 2.67 / 2.67 with 8 and 3.04 with 4; with
   // ~128 workgroups, one an SM, more threads hide more of each one's latency), else 8 (at most 256 threads)
   const limit = rt.info.limits.maxComputeWorkgroupStorageSize;
-  // the first key iteration's rows loaded before the absorb (tune.attnKeysEarly; 2: every next iteration's too)
-  const keysEarly = clamp(rt.tune.attnKeysEarly, 0, 2, 0);
-  const base: AttnFusedShape = { heads: d.heads, P: d.P, R: d.R, L: d.L, V: d.V, typeK: kB.type, typeV: vB.type, sg, split, keys, unroll, own: d.lora !== true, ...(keySplit ? { keySplit } : {}), ...(keysEarly > 0 ? { keysEarly } : {}) };
+  const base: AttnFusedShape = { heads: d.heads, P: d.P, R: d.R, L: d.L, V: d.V, typeK: kB.type, typeV: vB.type, sg, split, keys, unroll, own: d.lora !== true, ...(keySplit ? { keySplit } : {}) };
   const asked = rt.tune.attnFuseSubgroups;
   const maxThreads = rt.info.limits.maxComputeInvocationsPerWorkgroup ?? 256;
   const subgroups = asked !== undefined ? clamp(asked, 1, Math.floor(1024 / sg), 8) : wide ? 16 : undefined;

@@ -183,8 +183,6 @@ export interface KernelTuning {
   readonly attnFuseKeys?: number;
   /** fused one-token attention: most chunk steps of a thread's W_UK or W_UV product unrolled, more in a pipelined loop (1..16; default 1) */
   readonly attnFuseUnroll?: number;
-  /** the fused attention's first key iteration loaded before its absorb: 0 (default) no, 1 yes, 2 and every next one pipelined (AttnFusedShape.keysEarly) */
-  readonly attnKeysEarly?: number;
   /** 0: steps past one chunk of keys take the unfused attention path instead of the key-split fused one (default 1) */
   readonly attnFuseLong?: number;
   /**

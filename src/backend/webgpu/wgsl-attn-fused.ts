@@ -57,12 +57,6 @@ export interface AttnFusedShape {
   readonly keySplit?: boolean;
   /** threads of a workgroup (a multiple of sg; default attnFusedThreads's 8 subgroups, at most 256) */
   readonly threads?: number;
-  /**
-   * When the cache keys' rows are loaded: 0 (or absent) at each iteration of the key loop; 1 the first iteration's
-   * before the absorb (their latency hidden under it), later ones in their iteration; 2 also each next iteration's
-   * before the current one is used (a software-pipelined loop, twice the key registers)
-   */
-  readonly keysEarly?: number;
 }
 
 /** Floats of the scratch a key-split kernel writes: per head and range the latent (L) then its max and sum. */
@@ -209,19 +203,11 @@ export function attnFusedWGSL(s: AttnFusedShape): string {
     Array.from({ length: count }, (_, i) => f(i, `min(lane + ${i * SG}u, ${n - 1}u)`)).join(" ");
   // keys read from the cache: all but the token's own (the last) when it is made here
   const KC = s.own ? "(nk - 1u)" : "nk";
-  // a key's values in registers: ok (in range) and this lane's columns of c (kc) and k_pe (kp)
-  const keyVals = (kk: number): string[] => [`ok${kk}`, ...Array.from({ length: CL }, (_, i) => `kc${kk}_${i}`), ...Array.from({ length: CR }, (_, i) => `kp${kk}_${i}`)];
-  // the loads of the keys from `jb` on; `bind` "let " declares them, "" assigns the vars keyDecls declares. Rows past
-  // the keys are clamped to the last (or, with none yet, the first) and unused
-  const keyLoadsAt = (jb: string, bind: string): string =>
-    Array.from({ length: KPS }, (_, kk) => {
-      return `let j${kk} = ${jb} + ${kk * NSG}u + sgi; ${bind}ok${kk} = j${kk} < kend; let kr${kk} = keyRow(m4.x, min(j${kk}, max(${KC}, 1u) - 1u));
-    ${cols(L, CL, (i, d) => `${bind}kc${kk}_${i} = CC[kr${kk} * ${L}u + ${d}];`)}
-    ${cols(R, CR, (i, d) => `${bind}kp${kk}_${i} = CK[kr${kk} * ${R}u + ${d}];`)}`;
-    }).join("\n    ");
-  const keyLoads = keyLoadsAt("jb", "let ");
-  const keyDecls = Array.from({ length: KPS }, (_, kk) => keyVals(kk).map((v, i) => `var ${v}: ${i === 0 ? "bool" : "f32"};`).join(" ")).join("\n  ");
-  const early = s.keysEarly ?? 0;
+  const keyLoads = Array.from({ length: KPS }, (_, kk) => {
+    return `let j${kk} = jb + ${kk * NSG}u + sgi; let ok${kk} = j${kk} < kend; let kr${kk} = keyRow(m4.x, min(j${kk}, ${KC} - 1u));
+    ${cols(L, CL, (i, d) => `let kc${kk}_${i} = CC[kr${kk} * ${L}u + ${d}];`)}
+    ${cols(R, CR, (i, d) => `let kp${kk}_${i} = CK[kr${kk} * ${R}u + ${d}];`)}`;
+  }).join("\n    ");
   const keyUses = Array.from({ length: KPS }, (_, kk) => {
     const dot = [...Array.from({ length: CL }, (_, i) => `qv[${i}] * kc${kk}_${i}`), ...Array.from({ length: CR }, (_, i) => `qr[${i}] * kp${kk}_${i}`)].join(" + ");
     return `{
@@ -326,12 +312,6 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   }`
       : "workgroupBarrier();"
   }
-  // the cache keys this workgroup scores: ${split ? `its range, the wid.y-th of ${s.split}` : "all of them"}
-  ${split ? `let kspan = (${KC} + ${s.split - 1}u) / ${s.split}u;
-  let kstart = min(wid.y * kspan, ${KC});
-  let kend = min(kstart + kspan, ${KC});` : `let kstart = 0u;
-  let kend = ${KC};`}
-  ${early > 0 ? `// the first iteration's key rows now, in flight during the absorb\n  ${keyDecls}\n  {\n    ${keyLoadsAt("kstart", "")}\n  }` : ""}
   // the absorbed query: qs[r] = W_UK[h][r]·q_nope
   ${pk.uses}
   workgroupBarrier();
@@ -353,14 +333,14 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   var lrun = 0.0;
   var acc: array<f32, ${CL}>;`
   }
+  // the cache keys this workgroup scores: ${split ? `its range, the wid.y-th of ${s.split}` : "all of them"}
+  ${split ? `let kspan = (${KC} + ${s.split - 1}u) / ${s.split}u;
+  let kstart = min(wid.y * kspan, ${KC});
+  let kend = min(kstart + kspan, ${KC});` : `let kstart = 0u;
+  let kend = ${KC};`}
   for (var jb = kstart; jb < kend; jb += ${NSG * KPS}u) {
-    ${
-      early === 0
-        ? `${keyLoads}\n    ${keyUses}`
-        : early === 1
-          ? `if (jb != kstart) {\n    ${keyLoadsAt("jb", "")}\n    }\n    ${keyUses}`
-          : `${Array.from({ length: KPS }, (_, kk) => keyVals(kk).map((v) => `let ${v}_ = ${v};`).join(" ")).join("\n    ")}\n    ${keyLoadsAt(`jb + ${NSG * KPS}u`, "")}\n    ${Array.from({ length: KPS }, (_, kk) => keyVals(kk)).flat().reduce((code, v) => code.replace(new RegExp(`\\b${v}\\b`, "g"), `${v}_`), keyUses)}`
-    }
+    ${keyLoads}
+    ${keyUses}
   }
   // merge the subgroups' (max, sum, Σ p·c) into the latent (XV)
   if (lane == 0u) { sm[sgi] = mrun; sl[sgi] = lrun; }

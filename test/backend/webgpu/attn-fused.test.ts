@@ -25,7 +25,7 @@ interface Case {
   readonly typeK: number;
   readonly typeV: number;
   /** the kernel's knobs (workgroups per head, keys per subgroup and iteration) */
-  readonly tune?: { readonly attnFuseSplit?: number; readonly attnFuseKeys?: number; readonly attnFuseSubgroups?: number; readonly attnKeysEarly?: number };
+  readonly tune?: { readonly attnFuseSplit?: number; readonly attnFuseKeys?: number; readonly attnFuseSubgroups?: number };
   /** key counts (and page sizes) to run; default KEYS */
   readonly keys?: readonly (readonly [number, number])[];
   /** q-LoRA's form: the queries in a buffer of their own, the token's key already in the cache (written by the step) */
@@ -41,13 +41,6 @@ const CASES: Case[] = [
   // DeepSeek-V2-Lite's head (Q4_K_M: W_UK Q5_0, W_UV Q4_K) as the GPU runs it: 8 splits, 2 keys an iteration
   { H: 2, P: 128, R: 64, L: 512, V: 128, typeK: GGMLType.Q5_0, typeV: GGMLType.Q4_K, tune: { attnFuseSplit: 8, attnFuseKeys: 2 }, keys: [[1, 0], [48, 0], [97, 8], [300, 0], [613, 16]] },
   { H: 2, P: 256, R: 16, L: 64, V: 24, typeK: GGMLType.Q6_K, typeV: GGMLType.Q8_0, tune: { attnFuseKeys: 4 }, keys: [[5, 0], [70, 0]] },
-  // the key rows loaded early: the first iteration's before the absorb (1), and every next one's before the current
-  // is used (2); no cached key yet, one iteration, several, a ragged last one, pages, the key split, q-LoRA
-  { H: 2, P: 128, R: 64, L: 512, V: 128, typeK: GGMLType.Q5_0, typeV: GGMLType.Q4_K, tune: { attnFuseSplit: 8, attnFuseKeys: 2, attnKeysEarly: 1 }, keys: [[1, 0], [2, 0], [48, 0], [97, 8], [300, 0]] },
-  { H: 3, P: 32, R: 6, L: 64, V: 32, typeK: GGMLType.Q8_0, typeV: GGMLType.Q8_0, tune: { attnFuseSplit: 3, attnFuseKeys: 3, attnKeysEarly: 2 } },
-  { H: 2, P: 64, R: 8, L: 256, V: 40, typeK: GGMLType.Q5_0, typeV: GGMLType.Q4_K, tune: { attnFuseKeys: 2, attnKeysEarly: 2 }, keys: [[1, 0], [17, 0], [45, 4], [300, 0]] },
-  { H: 3, P: 32, R: 6, L: 64, V: 32, typeK: GGMLType.Q8_0, typeV: GGMLType.F16, lora: true, tune: { attnFuseKeys: 2, attnKeysEarly: 1 }, keys: [[1, 0], [33, 16], [256, 0]] },
-  { H: 3, P: 32, R: 6, L: 64, V: 32, typeK: GGMLType.Q8_0, typeV: GGMLType.F16, lora: true, tune: { attnFuseKeys: 1, attnKeysEarly: 2 }, keys: [[1, 0], [40, 4], [400, 0]] },
   // more subgroups a workgroup (and fewer)
   { H: 2, P: 64, R: 8, L: 256, V: 40, typeK: GGMLType.Q5_0, typeV: GGMLType.Q4_K, tune: { attnFuseSplit: 4, attnFuseKeys: 2, attnFuseSubgroups: 16 }, keys: [[1, 0], [45, 4], [300, 0]] },
   { H: 2, P: 64, R: 8, L: 256, V: 40, typeK: GGMLType.Q8_0, typeV: GGMLType.Q4_K, tune: { attnFuseSubgroups: 3 }, keys: [[9, 0], [270, 8]] },
@@ -83,7 +76,6 @@ for (const c of CASES) {
       if (c.tune?.attnFuseSplit !== undefined) assert.equal(shape.split, Math.min(c.V, c.tune.attnFuseSplit));
       if (c.tune?.attnFuseKeys !== undefined) assert.equal(shape.keys, c.tune.attnFuseKeys);
       if (c.tune?.attnFuseSubgroups !== undefined) assert.equal(shape.threads, c.tune.attnFuseSubgroups * shape.sg);
-      assert.equal(shape.keysEarly ?? 0, c.tune?.attnKeysEarly ?? 0);
       const dims = { heads: H, P, R, L, V, maxKeys: nk, lora: c.lora === true };
       assert.equal(attnFusedShape(new GpuRuntime(rt!.info, {}), kB, vB, dims) !== undefined, rt!.info.subgroupSize! >= 32, "on by default on GPUs (subgroups ≥ 32) only");
       assert.equal(attnFusedShape(new GpuRuntime(rt!.info, { tune: { attnFuse: 0 } }), kB, vB, dims), undefined, "attnFuse = 0 turns it off");

@@ -112,8 +112,6 @@ export interface KernelTuning {
   readonly wide?: number;
   /** subgroups (rows) per workgroup of the wide kernel (default 256 threads / subgroup size) */
   readonly wideRows?: number;
-  /** wideRows for the pair-major (routed experts') products alone */
-  readonly wideRowsGather?: number;
   /** most chunk steps a lane of the wide kernel issues together (default 1; more steps run in passes, pipelined with widePipe) */
   readonly wideUnroll?: number;
   /** half a subgroup a row in the wide kernel: 1 (default) where that fills the lanes' steps ≥ 10 % better (WideShape.half), 2 wherever it can, 0 never */
@@ -124,8 +122,6 @@ export interface KernelTuning {
   readonly fuseTokens?: number;
   /** rows each subgroup of the wide kernel takes, all their loads issued together (1..4; default 1, 2 from 65536 rows; plain and pair-major products) */
   readonly wideSgRows?: number;
-  /** wideSgRows for the vocabulary-sized output head alone (default 2) */
-  readonly wideSgRowsHead?: number;
   /** 0: the wide kernel reads x from its buffer instead of staging it in workgroup memory; default 1 (where it fits) */
   readonly wideStage?: number;
   /** the wide kernel's two rows per run of chunks (WideShape.pack): 0 never, 1 wherever it can (also over several passes); default where it fills the lanes' steps ≥ 10 % better in one pass */

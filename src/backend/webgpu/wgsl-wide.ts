@@ -149,17 +149,11 @@ export function wideShape(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boole
     n = WIDE_MAX_N;
   }
   if (!WIDE_TYPES.includes(m.type) || n < 1 || n > WIDE_MAX_N || gather === "experts" || !aligned) return undefined;
-  // subgroups a workgroup: WIDE_WG's by default; tuned, up to the device's invocation limit (tune.wideRowsGather for
-  // the pair-major products of the routed experts alone; on the H200, v2-lite batch 1, same call: GPU 2.33 / 2.33 ms a
-  // step with 16 subgroups for those, 2.42 / 2.42 with 32, 2.45 with 4, 2.57 / 2.57 with 16 for every product, against
-  // 2.33 / 2.34 by default)
-  const asked = gather === true ? rt.tune.wideRowsGather ?? rt.tune.wideRows : rt.tune.wideRows;
-  const maxThreads = asked !== undefined ? rt.info.limits.maxComputeInvocationsPerWorkgroup ?? 256 : 256;
-  const rows = Math.max(1, Math.min(Math.floor(maxThreads / sg), Math.floor(asked ?? WIDE_WG / sg)));
+  const rows = Math.max(1, Math.min(Math.floor(256 / sg), Math.floor(rt.tune.wideRows ?? WIDE_WG / sg)));
   const unroll = Math.max(1, Math.floor(rt.tune.wideUnroll ?? Math.round((UNROLL * sg) / 32)));
   // two rows per subgroup for the vocabulary-sized output head (on the H200 with x staged: 102 → 81 µs; no gain or a
   // loss below ~64k rows, e.g. 32768 rows of Q4_K 31.5 vs 32.1 µs, of Q6_K 59.6 vs 62.9)
-  const sgRowsDefault = m.rows >= 65536 ? rt.tune.wideSgRowsHead ?? 2 : 1;
+  const sgRowsDefault = m.rows >= 65536 ? 2 : 1;
   const sgRows = gather === "experts-list" ? 1 : Math.max(1, Math.min(4, Math.floor(rt.tune.wideSgRows ?? sgRowsDefault)));
   // staged while n tokens of x fit in half the workgroup memory (the other half left for a kernel sharing the dispatch)
   const pad = STAGE_PAD[m.type]!;

@@ -148,13 +148,6 @@ function shapeOf(v: unknown): string {
   return "b"; // a buffer
 }
 
-/** One input a step writes: `words` into `buffer` at byte `offset`. */
-interface StepInput {
-  readonly buffer: GPUBuffer;
-  readonly offset: number;
-  readonly words: Uint32Array;
-}
-
 export interface StepToken {
   readonly token: number;
   readonly slot: number;
@@ -360,20 +353,24 @@ export class GpuModel {
       meta[4 * i + 1] = t.pos + 1;
       maxKeys = Math.max(maxKeys, t.pos + 1);
     });
+    // work still open in the encoder (the tail of a previous step) must be queued before this step's inputs are written
+    rt.submit();
+    if (opts.idsOnGpu !== true) rt.write(b.ids!, 0, Uint32Array.from(tokens, (t) => t.token));
+    rt.write(b.pos!, 0, Uint32Array.from(tokens, (t) => t.pos));
+    rt.write(b.rowIdx!, 0, rowIdx);
+    rt.write(b.meta!, 0, meta);
+    if (tables.length > 0) rt.write(b.sel!, this.ptBase * 4, Uint32Array.from(tables));
+    if (b.metaBase !== undefined) rt.write(b.metaBase, 0, meta);
+    // everything below depends only on this key (buffers are fixed; parameters depend on n, the key chunks, the rows)
     const rows = tokens.map((t, i) => (t.logits ? i : -1)).filter((i) => i >= 0);
     const greedy = opts.greedy === true;
     if (greedy && rows.length !== n) throw new LatentError("a greedy step needs logits for every token");
     const picks = greedy || (opts.picks === true && rows.length > 0);
     const draws = picks && !greedy ? opts.draws : undefined;
-    if (draws !== undefined && draws.length !== rows.length) throw new LatentError(`a step's draws: ${draws.length} for ${rows.length} logits rows`);
-    const inputs: StepInput[] = [];
-    if (opts.idsOnGpu !== true) inputs.push({ buffer: b.ids!, offset: 0, words: Uint32Array.from(tokens, (t) => t.token) });
-    inputs.push({ buffer: b.pos!, offset: 0, words: Uint32Array.from(tokens, (t) => t.pos) }, { buffer: b.rowIdx!, offset: 0, words: rowIdx }, { buffer: b.meta!, offset: 0, words: meta });
-    if (tables.length > 0) inputs.push({ buffer: b.sel!, offset: this.ptBase * 4, words: Uint32Array.from(tables) });
-    if (b.metaBase !== undefined) inputs.push({ buffer: b.metaBase, offset: 0, words: meta });
-    if (draws !== undefined) inputs.push({ buffer: b.draw!, offset: 0, words: drawWords(draws) });
-    this.writeInputs(inputs);
-    // everything below depends only on this key (buffers are fixed; parameters depend on n, the key chunks, the rows)
+    if (draws !== undefined) {
+      if (draws.length !== rows.length) throw new LatentError(`a step's draws: ${draws.length} for ${rows.length} logits rows`);
+      rt.write(b.draw!, 0, drawWords(draws));
+    }
     // filtered draws take the filtering kernels too (other rows pass through them unchanged): top-k's, and top-p's and
     // min-p's without top-k
     const topK = draws?.some((d) => (d.topK ?? 0) > 0) === true;
@@ -403,15 +400,6 @@ export class GpuModel {
       this.replayStats.recorded++;
     }
     return rows.length;
-  }
-
-  /**
-   * Put a step's inputs in place: queue writes, which land before the next submission, so the open work (the step
-   * before, which reads the same buffers) is submitted first.
-   */
-  private writeInputs(inputs: readonly StepInput[]): void {
-    this.rt.submit();
-    for (const { buffer, offset, words } of inputs) this.rt.write(buffer, offset, words);
   }
 
   private encodeLayers(n: number, maxKeys: number, rows: readonly number[], layers: readonly GpuLayer[] = this.layers): void {

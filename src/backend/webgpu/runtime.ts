@@ -453,13 +453,9 @@ export class GpuRuntime {
     if (this.uniformUsed > 0) this.device.queue.writeBuffer(uniforms, 0, this.uniformHost, 0, this.uniformUsed);
     const groups = new Map<string, GPUBindGroup>();
     const own = items.map(({ pipeline, resources, groups: grid, label }): RecordedDispatch => {
-      const key = `${this.id(pipeline)}|${resources.map((r) => (typeof r === "number" ? `u${r}` : this.id(r))).join(",")}`;
+      const key = this.bindKey(pipeline, resources);
       let bindGroup = groups.get(key);
-      if (bindGroup === undefined) {
-        const entries: GPUBindGroupEntry[] = resources.map((r, i) => ({ binding: i, resource: typeof r === "number" ? { buffer: uniforms, offset: r, size: UNIFORM_SLOT } : { buffer: r } }));
-        bindGroup = this.device.createBindGroup({ layout: pipeline.getBindGroupLayout(0), entries });
-        groups.set(key, bindGroup);
-      }
+      if (bindGroup === undefined) groups.set(key, (bindGroup = this.bindGroup(pipeline, resources, uniforms)));
       return { pipeline, bindGroup, groups: grid, label };
     });
     return { items: own, uniforms };
@@ -587,14 +583,23 @@ export class GpuRuntime {
     this.encodeBound(label, pipeline, [...buffers, at], groups);
   }
 
+  private bindKey(pipeline: GPUComputePipeline, resources: readonly (GPUBuffer | number)[]): string {
+    return `${this.id(pipeline)}|${resources.map((r) => (typeof r === "number" ? `u${r}` : this.id(r))).join(",")}`;
+  }
+
+  /** A bind group of `resources` at bindings 0..: buffers whole, numbers the offsets of parameter slots in `uniforms`. */
+  private bindGroup(pipeline: GPUComputePipeline, resources: readonly (GPUBuffer | number)[], uniforms: GPUBuffer): GPUBindGroup {
+    const entries: GPUBindGroupEntry[] = resources.map((r, i) => ({ binding: i, resource: typeof r === "number" ? { buffer: uniforms, offset: r, size: UNIFORM_SLOT } : { buffer: r } }));
+    return this.device.createBindGroup({ layout: pipeline.getBindGroupLayout(0), entries });
+  }
+
   /** One dispatch of `pipeline` with `resources` at bindings 0.. (a buffer, or the offset of a uniform ring slot). */
   private encodeBound(label: string, pipeline: GPUComputePipeline, resources: readonly (GPUBuffer | number)[], groups: readonly [number, number, number]): void {
     const pass = this.ensurePass();
-    const key = `${this.id(pipeline)}|${resources.map((r) => (typeof r === "number" ? `u${r}` : this.id(r))).join(",")}`;
+    const key = this.bindKey(pipeline, resources);
     let bg = this.bindGroups.get(key);
     if (bg === undefined) {
-      const entries: GPUBindGroupEntry[] = resources.map((r, i) => ({ binding: i, resource: typeof r === "number" ? { buffer: this.uniforms, offset: r, size: UNIFORM_SLOT } : { buffer: r } }));
-      bg = this.device.createBindGroup({ layout: pipeline.getBindGroupLayout(0), entries });
+      bg = this.bindGroup(pipeline, resources, this.uniforms);
       if (this.bindGroups.size > 50000) this.bindGroups.clear();
       this.bindGroups.set(key, bg);
     }
@@ -815,7 +820,6 @@ export class GpuRuntime {
     return this.device.createBuffer({ size, usage: MAP_READ | COPY_DST, label: "staging" });
   }
 
-  /** GPU time per kernel label since the last reset (profile mode), largest first; `reset` clears it. */
   /**
    * GPU ms from the first timed pass's start to the last one's end since the last call (then reset), NaN without timed
    * passes: beside the passes' summed time, it shows how long the GPU idled between them (submissions, copies).
@@ -826,6 +830,7 @@ export class GpuRuntime {
     return first !== undefined && last !== undefined && last > first ? Number(last - first) / 1e6 : Number.NaN;
   }
 
+  /** GPU time per kernel label since the last reset (profile mode), largest first; `reset` clears it. */
   profile(reset = false): { label: string; ms: number; count: number }[] {
     const out = [...this.profileMs].map(([label, v]) => ({ label, ...v })).sort((a, b) => b.ms - a.ms);
     if (reset) this.profileMs.clear();

@@ -392,10 +392,7 @@ export class GpuModel {
     const made = rt.endRecording();
     this.lastRecording = made;
     if (made !== undefined) {
-      if (this.recordings.size >= 64) {
-        for (const r of this.recordings.values()) rt.release(r);
-        this.recordings.clear();
-      }
+      if (this.recordings.size >= 64) this.recordings.clear();
       this.recordings.set(key, made);
       this.replayStats.recorded++;
     }

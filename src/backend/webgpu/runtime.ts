@@ -203,24 +203,12 @@ export interface KernelTuning {
   readonly padDispatches?: number;
 }
 
-/**
- * A recorded run of dispatches (see GpuRuntime.beginRecording) that replay() encodes again without rebuilding
- * anything. Its parameter blocks live in a uniform buffer of its own (its bind groups point there, not into the ring),
- * so a replay writes nothing and needs no submission before it: replays of steps follow each other in one command
- * buffer. GpuRuntime.release frees that buffer.
- */
+/** A recorded run of dispatches (see GpuRuntime.record) that replay() encodes again without rebuilding anything. */
 export interface Recording {
   /** label: the dispatch's kernel label (digits folded to "#"), for timeItems */
-  readonly items: readonly RecordedDispatch[];
-  /** the recording's parameter blocks, as the ring held them while it was recorded */
-  readonly uniforms: GPUBuffer;
-}
-
-interface RecordedDispatch {
-  readonly pipeline: GPUComputePipeline;
-  readonly bindGroup: GPUBindGroup;
-  readonly groups: readonly [number, number, number];
-  readonly label: string;
+  readonly items: readonly { readonly pipeline: GPUComputePipeline; readonly bindGroup: GPUBindGroup; readonly groups: readonly [number, number, number]; readonly label: string }[];
+  /** the uniform ring's bytes [0, used) as recorded */
+  readonly uniforms: Uint8Array;
 }
 
 /** A NaN with a payload arithmetic never produces. */
@@ -293,8 +281,7 @@ export class GpuRuntime {
   private readonly passTiming: boolean;
   readonly submitEvery: number;
   readonly tune: KernelTuning;
-  /** while recording: each dispatch with its resources (buffers, and uniform ring offsets) */
-  private recording: (RecordedDispatch & { readonly resources: readonly (GPUBuffer | number)[] })[] | undefined;
+  private recording: Recording["items"][number][] | undefined;
   private recordingBroken = false;
   private lastPipeline: GPUComputePipeline | undefined;
   private readonly stagingFree: GPUBuffer[] = [];
@@ -447,23 +434,7 @@ export class GpuRuntime {
     const items = this.recording;
     this.recording = undefined;
     if (items === undefined || this.recordingBroken) return undefined;
-    // the ring's slots as recorded, into the recording's own buffer (queue-ordered before any replay's submission);
-    // every bind group rebuilt against it, one per distinct (pipeline, resources)
-    const uniforms = this.device.createBuffer({ size: Math.max(UNIFORM_SLOT, this.uniformUsed), usage: UNIFORM | COPY_DST, label: "recorded parameters" });
-    if (this.uniformUsed > 0) this.device.queue.writeBuffer(uniforms, 0, this.uniformHost, 0, this.uniformUsed);
-    const groups = new Map<string, GPUBindGroup>();
-    const own = items.map(({ pipeline, resources, groups: grid, label }): RecordedDispatch => {
-      const key = this.bindKey(pipeline, resources);
-      let bindGroup = groups.get(key);
-      if (bindGroup === undefined) groups.set(key, (bindGroup = this.bindGroup(pipeline, resources, uniforms)));
-      return { pipeline, bindGroup, groups: grid, label };
-    });
-    return { items: own, uniforms };
-  }
-
-  /** Free a recording's parameter buffer (after its last replay has been submitted; the queue keeps it while in use). */
-  release(rec: Recording): void {
-    rec.uniforms.destroy();
+    return { items, uniforms: new Uint8Array(this.uniformHost, 0, this.uniformUsed).slice() };
   }
 
   /**
@@ -472,9 +443,13 @@ export class GpuRuntime {
    */
   replay(rec: Recording, submitEvery: number = this.submitEvery): void {
     const t0 = performance.now();
+    if (this.uniformUsed > 0 || rec.uniforms.byteLength > UNIFORM_RING) this.submit();
     let pass = this.ensurePass();
+    // the first submission writes every slot of the run; later pieces find them in place (queue order)
+    this.restoreUniforms(rec);
     let last = this.lastPipeline;
-    // a short first piece: the GPU starts sooner (none with submitEvery Infinity, one submission)
+    // a short first piece: the GPU starts sooner (none with submitEvery Infinity, one submission; `Infinity >> 2` is 0,
+    // which once made the first piece an empty submission)
     let inPiece = Number.isFinite(submitEvery) ? Math.max(0, submitEvery - Math.max(16, Math.floor(submitEvery / 4))) : 0;
     for (const it of rec.items) {
       if (inPiece === submitEvery) {
@@ -502,8 +477,11 @@ export class GpuRuntime {
    */
   async timeItems(rec: Recording, reps: number): Promise<{ label: string; us: number; codeChars: number }[]> {
     if (!this.passTiming) throw new LatentError("timeItems needs RuntimeOptions.passTiming");
+    if (rec.uniforms.byteLength > UNIFORM_RING) throw new LatentError("the recording's parameters exceed the uniform ring");
     this.submit();
     await this.sync();
+    // the recorded parameters into the ring once; nothing else takes a slot while the items run
+    this.restoreUniforms(rec);
     const out: { label: string; us: number; codeChars: number }[] = [];
     for (const it of rec.items) {
       this.profile(true);
@@ -520,6 +498,12 @@ export class GpuRuntime {
     }
     this.lastPipeline = undefined;
     return out;
+  }
+
+  /** The ring's slots as a recording left them, written with the next submission. */
+  private restoreUniforms(rec: Recording): void {
+    new Uint8Array(this.uniformHost, 0, rec.uniforms.byteLength).set(rec.uniforms);
+    this.uniformUsed = rec.uniforms.byteLength;
   }
 
   /** Reserve a uniform slot for `params` (u32 words; write floats with f32bits). */
@@ -583,23 +567,14 @@ export class GpuRuntime {
     this.encodeBound(label, pipeline, [...buffers, at], groups);
   }
 
-  private bindKey(pipeline: GPUComputePipeline, resources: readonly (GPUBuffer | number)[]): string {
-    return `${this.id(pipeline)}|${resources.map((r) => (typeof r === "number" ? `u${r}` : this.id(r))).join(",")}`;
-  }
-
-  /** A bind group of `resources` at bindings 0..: buffers whole, numbers the offsets of parameter slots in `uniforms`. */
-  private bindGroup(pipeline: GPUComputePipeline, resources: readonly (GPUBuffer | number)[], uniforms: GPUBuffer): GPUBindGroup {
-    const entries: GPUBindGroupEntry[] = resources.map((r, i) => ({ binding: i, resource: typeof r === "number" ? { buffer: uniforms, offset: r, size: UNIFORM_SLOT } : { buffer: r } }));
-    return this.device.createBindGroup({ layout: pipeline.getBindGroupLayout(0), entries });
-  }
-
   /** One dispatch of `pipeline` with `resources` at bindings 0.. (a buffer, or the offset of a uniform ring slot). */
   private encodeBound(label: string, pipeline: GPUComputePipeline, resources: readonly (GPUBuffer | number)[], groups: readonly [number, number, number]): void {
     const pass = this.ensurePass();
-    const key = this.bindKey(pipeline, resources);
+    const key = `${this.id(pipeline)}|${resources.map((r) => (typeof r === "number" ? `u${r}` : this.id(r))).join(",")}`;
     let bg = this.bindGroups.get(key);
     if (bg === undefined) {
-      bg = this.bindGroup(pipeline, resources, this.uniforms);
+      const entries: GPUBindGroupEntry[] = resources.map((r, i) => ({ binding: i, resource: typeof r === "number" ? { buffer: this.uniforms, offset: r, size: UNIFORM_SLOT } : { buffer: r } }));
+      bg = this.device.createBindGroup({ layout: pipeline.getBindGroupLayout(0), entries });
       if (this.bindGroups.size > 50000) this.bindGroups.clear();
       this.bindGroups.set(key, bg);
     }
@@ -607,7 +582,7 @@ export class GpuRuntime {
     this.lastPipeline = pipeline;
     pass.setBindGroup(0, bg);
     pass.dispatchWorkgroups(groups[0], groups[1], groups[2]);
-    this.recording?.push({ pipeline, bindGroup: bg, groups, label: label.replace(/\d+/g, "#"), resources });
+    this.recording?.push({ pipeline, bindGroup: bg, groups, label: label.replace(/\d+/g, "#") });
   }
 
   /**

@@ -157,7 +157,7 @@ for (const { replay, long } of CHAIN_CASES) {
       for (let s = 0; s < 2; s++) assertLogprobsClose(chained.lps[s]!, host.lps[s]!, `sequence ${s}`);
       // and not all alike (else a constant could pass)
       assert.ok(new Set(host.lps.flat().map((x) => x.toFixed(3))).size > 2, JSON.stringify(host.lps));
-      // one submission a step (the next step's, or the read's, submits it): a replay writes nothing and submits nothing
+      // one submission a step (the next step's, or the read's, submits it): a replay adds none of its own
       if (replay && long !== true) assert.equal(chainSubmits, steps, `${chainSubmits} submissions`);
     } finally {
       m.cleanup();

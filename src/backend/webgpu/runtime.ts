@@ -760,9 +760,10 @@ export class GpuRuntime {
       queryStaging.destroy();
       labels.forEach((l, i) => {
         const ns = ts[2 * i + 1]! > ts[2 * i]! ? Number(ts[2 * i + 1]! - ts[2 * i]!) : 0;
-        if (ts[2 * i]! > 0n) {
-          this.span.first = this.span.first === undefined || ts[2 * i]! < this.span.first ? ts[2 * i]! : this.span.first;
-          this.span.last = this.span.last === undefined || ts[2 * i + 1]! > this.span.last ? ts[2 * i + 1]! : this.span.last;
+        const [begin, end] = [ts[2 * i]!, ts[2 * i + 1]!];
+        if (begin > 0n) {
+          if (this.span.first === undefined || begin < this.span.first) this.span.first = begin;
+          if (this.span.last === undefined || end > this.span.last) this.span.last = end;
         }
         const e = this.profileMs.get(l) ?? { ms: 0, count: 0 };
         e.ms += ns / 1e6;

@@ -3,12 +3,10 @@
 // drawn on the GPU (top-k, top-p and min-p, with and without top-k) give the same tokens chained as step by step.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { loadModel } from "../../../src/model/load.js";
-import { Tokenizer } from "../../../src/tokenizer/index.js";
 import { PagePool } from "../../../src/engine/paged-cache.js";
 import { Scheduler, type BatchModel, type SequenceRequest, type StepInfo } from "../../../src/engine/scheduler.js";
-import { FusedGpuModel } from "../../../src/backend/webgpu/fused.js";
-import { CASES, randomTokens, synthModel } from "../../helpers/synth.js";
+import { randomTokens } from "../../helpers/synth.js";
+import { pagedFusedModel } from "../../helpers/fused-paged.js";
 import { gpuOrSkip } from "./helpers.js";
 
 const { rt, skip } = await gpuOrSkip();
@@ -42,14 +40,8 @@ async function serveAll(s: Scheduler, reqs: readonly SequenceRequest[]): Promise
 }
 
 test("fused pipeline: 3 concurrent greedy requests through the scheduler give the same tokens with chained GPU steps as with host sampling", { skip }, async () => {
-  const synth = synthModel(CASES[0]!, 11);
-  const loaded = loadModel(synth.path);
-  const tok = Tokenizer.fromMetadata(loaded.file.metadata);
-  const pageSize = 4;
-  const numPages = 40;
-  const fused = new FusedGpuModel(loaded.config, { slots: 3, context: 48, maxTokens: 8, pages: { pageSize, numPages } });
+  const { synth, loaded, tok, fused, pageSize, numPages } = pagedFusedModel(11, 3, 40);
   try {
-    fused.load(synth.path);
     let chains = 0;
     const model: BatchModel = {
       config: fused.config,
@@ -88,14 +80,8 @@ test("fused pipeline: 3 concurrent greedy requests through the scheduler give th
 });
 
 test("fused pipeline: requests drawn on the GPU with the host Sampler's filters (top-p / min-p without top-k, top-k with them, a temperature alone) give the same tokens chained as step by step", { skip }, async () => {
-  const synth = synthModel(CASES[0]!, 13);
-  const loaded = loadModel(synth.path);
-  const tok = Tokenizer.fromMetadata(loaded.file.metadata);
-  const pageSize = 4;
-  const numPages = 48;
-  const fused = new FusedGpuModel(loaded.config, { slots: 4, context: 48, maxTokens: 8, pages: { pageSize, numPages } });
+  const { synth, loaded, tok, fused, pageSize, numPages } = pagedFusedModel(13, 4, 48);
   try {
-    fused.load(synth.path);
     let chains = 0;
     let picked = 0;
     const model: BatchModel = {

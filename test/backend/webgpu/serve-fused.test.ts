@@ -10,8 +10,8 @@ import { loadModel } from "../../../src/model/load.js";
 import { Tokenizer } from "../../../src/tokenizer/index.js";
 import { generateSync } from "../../../src/engine/generate.js";
 import { startServer } from "../../../src/server/server.js";
-import { FusedGpuModel } from "../../../src/backend/webgpu/fused.js";
 import { CASES, randomTokens, synthModel } from "../../helpers/synth.js";
+import { pagedFusedModel } from "../../helpers/fused-paged.js";
 import { gpuOrSkip } from "./helpers.js";
 import { spawnServe } from "../../helpers/serve-child.js";
 
@@ -19,13 +19,8 @@ const { rt, skip } = await gpuOrSkip();
 rt?.device.destroy();
 
 test("serve on the fused pipeline (GPU caches mirroring the page pool): 5 concurrent greedy requests, then a shared prompt prefix from the cache, equal each one alone on the CPU; seeded requests at a temperature drawn on the GPU", { skip }, async () => {
-  const synth = synthModel(CASES[0]!, 7);
-  const loaded = loadModel(synth.path);
-  const tok = Tokenizer.fromMetadata(loaded.file.metadata);
-  const pageSize = 4;
-  const kvCacheTokens = 160;
-  const fused = new FusedGpuModel(loaded.config, { slots: 3, context: 48, maxTokens: 8, pages: { pageSize, numPages: kvCacheTokens / pageSize } });
-  fused.load(synth.path);
+  const { synth, loaded, tok, fused, pageSize, numPages } = pagedFusedModel(7, 3, 40);
+  const kvCacheTokens = numPages * pageSize;
   const server = await startServer({ loaded: { file: loaded.file, config: fused.config, model: fused }, port: 0, modelId: "tiny", maxBatch: 3, prefillChunk: 5, tokenBudget: 12, pageSize, kvCacheTokens });
   try {
     const client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: "none", maxRetries: 0, timeout: 60_000 });

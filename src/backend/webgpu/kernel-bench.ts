@@ -22,6 +22,7 @@ import { argmaxRows, argmaxScratchWords, attention, attentionScratch, drawWords,
 import { attentionFused, attnFusedShape } from "./attn-fused.js";
 import { GpuRuntime, type KernelTuning } from "./runtime.js";
 import { aluProbeCases, checkStreamProbe, streamProbeCases } from "./stream-probe.js";
+import { handoffSkeleton, v2LitePhaseBytes } from "./handoff-probe.js";
 
 const EMPTY_WGSL = /* wgsl */ `
 struct P { n: u32, _a: u32, _b: u32, _c: u32 }
@@ -239,7 +240,32 @@ async function timeCase(rt: GpuRuntime, c: KernelCase, reps: number, spin: () =>
   return best;
 }
 
-export async function runKernelBench(opts: { tokens: number[]; reps: number; tunes: string[]; big?: boolean; probe?: boolean; cold?: boolean; log?: (s: string) => void; info?: GpuDeviceInfo }): Promise<KernelTiming[]> {
+/**
+ * --handoff SCALE: the step skeletons of handoff-probe.ts (v2-lite's phase bytes × SCALE in the step's phases and in the
+ * fewest, and a vec4 a phase) with their phases 1, 2, a layer's or all to a dispatch: each grouping checked, then µs per
+ * step.
+ */
+async function handoffCases(rt: GpuRuntime, scale: number, reps: number, spin: () => Promise<void>, log: (s: string) => void, out: KernelTiming[]): Promise<void> {
+  for (const [label, bytes, groups] of [
+    ["v2-lite bytes", v2LitePhaseBytes().map((b) => b * scale), [1, 2, 7, 0]],
+    ["v2-lite bytes, the fewest phases", v2LitePhaseBytes(true).map((b) => b * scale), [1, 6, 0]],
+    ["no bytes", v2LitePhaseBytes().map(() => 16), [1, 7, 0]],
+  ] as const) {
+    const sk = handoffSkeleton(rt, bytes);
+    log(`\nstep skeleton, ${label}: ${sk.phases} phases, ${(sk.bytes / 1e6).toFixed(1)} MB`);
+    for (const group of groups.map((g) => (g === 0 ? sk.phases : g))) {
+      const checked = await sk.check(rt, group);
+      const name = `skeleton (${label}), ${group} phase(s) a dispatch`;
+      const timed = await timeCase(rt, { name, bytes: sk.bytes, run: (r) => sk.run(r, group) }, reps, spin);
+      const after = await sk.check(rt, group);
+      const gbPerS = sk.bytes / (timed.gpu * 1e-6) / 1e9;
+      out.push({ name, tune: "", usPerDispatch: timed.gpu, gbPerS });
+      log(`  ${timed.gpu.toFixed(1).padStart(9)} µs a step  ${gbPerS.toFixed(0).padStart(5)} GB/s  (wall ${timed.wall.toFixed(1)} µs)  ${name}; check: ${checked.mismatches} / ${after.mismatches} words differ, error ${checked.error} / ${after.error}`);
+    }
+  }
+}
+
+export async function runKernelBench(opts: { tokens: number[]; reps: number; tunes: string[]; big?: boolean; probe?: boolean; cold?: boolean; handoff?: number; log?: (s: string) => void; info?: GpuDeviceInfo }): Promise<KernelTiming[]> {
   const log = opts.log ?? ((s: string) => console.log(s));
   const info = opts.info ?? (await requestGpuDevice());
   const out: KernelTiming[] = [];
@@ -266,6 +292,10 @@ export async function runKernelBench(opts: { tokens: number[]; reps: number; tun
     const flush = (r: GpuRuntime): void => r.dispatch("flush", FLUSH_WGSL, [spinX, sink], new Uint32Array([flushBytes / 16, Math.min(flushGroups, 65535), 0, 0]), [Math.min(flushGroups, 65535), Math.ceil(flushGroups / 65535)]);
     const flushUs = opts.cold === true ? (await timeCase(rt, { name: "flush", bytes: 0, run: flush }, opts.reps, spin)).gpu : 0;
     if (opts.cold === true) log(`cold: a ${flushBytes >> 20} MB read before each dispatch, ${flushUs.toFixed(2)} µs alone, subtracted`);
+    if (opts.handoff !== undefined) {
+      await handoffCases(rt, opts.handoff, opts.reps, spin, log, out);
+      continue;
+    }
     const empty: KernelCase = { name: "empty kernel (dependent)", bytes: 0, run: (r) => r.dispatch("empty", EMPTY_WGSL, [sink], new Uint32Array([1, 0, 0, 0]), [1]) };
     for (const n of opts.tokens) {
       // the empty kernel again at the end: its time there shows whether the clocks were already up at the start
@@ -344,6 +374,6 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   }
   const dawn = arg("--dawn");
   const info = await requestGpuDevice(dawn !== undefined ? { dawnFlags: dawn.split(" ") } : {});
-  await runKernelBench({ tokens: (arg("--tokens") ?? "1,64").split(",").map(Number), reps: Number(arg("--reps") ?? 200), tunes: (arg("--tunes") ?? "").split(";"), big: args.includes("--big"), probe: args.includes("--probe"), cold: args.includes("--cold"), info });
+  await runKernelBench({ tokens: (arg("--tokens") ?? "1,64").split(",").map(Number), reps: Number(arg("--reps") ?? 200), tunes: (arg("--tunes") ?? "").split(";"), big: args.includes("--big"), probe: args.includes("--probe"), cold: args.includes("--cold"), ...(arg("--handoff") !== undefined ? { handoff: Number(arg("--handoff")) } : {}), info });
   process.exit(0);
 }

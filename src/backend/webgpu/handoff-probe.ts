@@ -16,7 +16,7 @@
  * relaxed). Progress relies on a GPU starting workgroups in grid order (a waiting workgroup's producers then have all
  * started); WebGPU does not promise that, so every poll is bounded and a timeout raises a flag the check reads.
  *
- * `checkHandoff` runs one step per grouping and compares the last phase's output with the same recurrence in
+ * The skeleton's `check` runs one step of a grouping and compares the last phase's output with the same recurrence in
  * JavaScript. Results: BENCHMARKS.md, WebGPU round 18.
  */
 import type { GpuRuntime } from "./runtime.js";
@@ -143,7 +143,6 @@ export function handoffSkeleton(rt: GpuRuntime, phaseBytes: readonly number[], l
   const P = phaseBytes.length;
   const vec4s = phaseBytes.map((b) => Math.max(1, Math.ceil(b / 16)));
   const groupsOf = vec4s.map((v) => Math.ceil(v / WG_VEC4));
-  if (groupsOf.some((g) => g > VEC * WG)) throw new Error("a phase has more workgroups than its output has words to share");
   const table = new Uint32Array(4 * P);
   let at = 0;
   for (let k = 0; k < P; k++) {
@@ -159,13 +158,14 @@ export function handoffSkeleton(rt: GpuRuntime, phaseBytes: readonly number[], l
   const input = Uint32Array.from({ length: VEC }, (_, i) => (Math.imul(i + 1, 2246822519) >>> 0) & 0x7fffffff);
   rt.write(v, 0, input);
   rt.write(c, 0, new Uint32Array(P + 1));
-  // the map for a grouping: dispatches of `group` phases, each workgroup's (phase, index | in-dispatch input)
-  const maps = new Map<number, { first: number; count: number; base: number }[]>();
-  const mapFor = (group: number): { first: number; count: number; base: number }[] => {
-    const known = maps.get(group);
+  // a grouping's dispatches of `group` phases, and its map: each workgroup's (phase, index | in-dispatch input)
+  type Dispatch = { first: number; count: number; base: number };
+  const groupings = new Map<number, { dispatches: Dispatch[]; words: Uint32Array }>();
+  const groupingOf = (group: number): { dispatches: Dispatch[]; words: Uint32Array } => {
+    const known = groupings.get(group);
     if (known !== undefined) return known;
     const words = new Uint32Array(2 * total);
-    const dispatches: { first: number; count: number; base: number }[] = [];
+    const dispatches: Dispatch[] = [];
     let base = 0;
     for (let first = 0; first < P; first += group) {
       const count = Math.min(group, P - first);
@@ -174,17 +174,16 @@ export function handoffSkeleton(rt: GpuRuntime, phaseBytes: readonly number[], l
         for (let j = 0; j < groupsOf[k]!; j++, base++) words.set([k, (j | (k > first ? 0x80000000 : 0)) >>> 0], 2 * base);
       }
     }
-    maps.set(group, dispatches);
-    mapCache.set(group, words);
-    return dispatches;
+    const made = { dispatches, words };
+    groupings.set(group, made);
+    return made;
   };
-  const mapCache = new Map<number, Uint32Array>();
   let mapped = -1;
   const maxG = rt.info.limits.maxComputeWorkgroupsPerDimension;
   const run = (r: GpuRuntime, group: number): void => {
-    const dispatches = mapFor(group);
+    const { dispatches, words } = groupingOf(group);
     if (mapped !== group) {
-      r.write(m, 0, mapCache.get(group)!);
+      r.write(m, 0, words);
       mapped = group;
     }
     r.dispatch("handoff clear", CLEAR_WGSL, [v, c], new Uint32Array([VEC, (P + 1) * VEC, P, 0]), [64]);

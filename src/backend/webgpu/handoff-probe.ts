@@ -49,10 +49,24 @@ export function v2LitePhaseBytes(fewest = false): number[] {
 
 /**
  * A phase's kernel. `chained`: the input may be made in the same dispatch (atomic loads, polled as the header says);
- * otherwise the input and output are plain loads and stores (the previous dispatch has finished).
+ * otherwise the input and output are plain loads and stores (the previous dispatch has finished). `arith`: the weights
+ * also go through the least arithmetic an exact product of 4-bit weights does per weight — each value shifted, masked
+ * into a float's mantissa and multiplied into a sum with x read from workgroup memory (the wide kernel's Q4_K `sums`
+ * decoding without its block scales), 24 values a 16 bytes — x being the input's words as floats, staged before the
+ * phase's one barrier. That is less arithmetic than the step's products do: a lower bound.
  */
-function phaseWGSL(chained: boolean): string {
+export function phaseWGSL(chained: boolean, arith: boolean): string {
   const load = (o: string): string => (chained ? `atomicLoad(&V[${o}])` : `V[${o}]`);
+  // weight vec4u i of this thread: components x, y, z (24 nibbles of its 32) each against two vec4s of x. 24 values a
+  // 16 bytes is fewer than a v2-lite Q4_K_M step holds (2.45 G weights in its 1.56 GB: 25 a 16 bytes; Q4_K alone 28)
+  const dots = Array.from({ length: 8 }, (_, i) =>
+    Array.from({ length: 3 }, (_, c) => {
+      // neighbouring lanes on neighbouring vec4s (no bank conflicts, as the wide kernel's padded staging)
+      const xv = (h: number): string => `XS[(li + ${37 * (8 * i + 2 * c + h)}u) % ${VEC / 4}u]`;
+      const nib = (n: number): string => `bitcast<f32>((${n === 0 ? `f${i}.${"xyzw"[c]}` : `(f${i}.${"xyzw"[c]} >> ${4 * n}u)`} & 0xfu) | 0x4b000000u)`;
+      return `{ let xa = ${xv(0)}; let xb = ${xv(1)}; acc += ${[0, 1, 2, 3].map((n) => `${nib(n)} * xa.${"xyzw"[n]}`).join(" + ")} + ${[4, 5, 6, 7].map((n) => `${nib(n)} * xb.${"xyzw"[n - 4]}`).join(" + ")}; }`;
+    }).join(" "),
+  ).join("\n  ");
   return /* wgsl */ `enable subgroups;
 struct P { base: u32, gx: u32, count: u32, limit: u32 }
 @group(0) @binding(0) var<storage, read> W: array<vec4u>;
@@ -64,6 +78,7 @@ struct P { base: u32, gx: u32, count: u32, limit: u32 }
 @group(0) @binding(4) var<storage, read_write> C: array<atomic<u32>>;
 @group(0) @binding(5) var<uniform> p: P;
 var<workgroup> red: array<u32, ${WG}>;
+${arith ? `var<workgroup> XS: array<vec4f, ${VEC / 4}>;` : ""}
 @compute @workgroup_size(${WG}) fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32,
     @builtin(subgroup_invocation_id) sl: u32, @builtin(subgroup_size) ss: u32) {
   let g = wid.x + wid.y * p.gx;
@@ -104,14 +119,17 @@ var<workgroup> red: array<u32, ${WG}>;
   if (${Array.from({ length: VEC / WG }, (_, i) => `v${i} == ${SENT}u`).join(" || ")}) { atomicStore(&C[err], 2u); }
   let sg = subgroupAdd(s);
   if (sl == 0u) { red[li / ss] = sg; }
+  ${arith ? `// x: this thread's words as floats, v4i..v4i+3 at XS[li + WG·i]
+  ${Array.from({ length: VEC / WG / 4 }, (_, i) => `XS[li + ${i * WG}u] = vec4f(f32(v${4 * i} & 0xffffu), f32(v${4 * i + 1} & 0xffffu), f32(v${4 * i + 2} & 0xffffu), f32(v${4 * i + 3} & 0xffffu)) * ${1 / 65536};`).join(" ")}` : ""}
   workgroupBarrier();
   var total = 0u;
   for (var i = 0u; i < ${WG}u / ss; i++) { total += red[i]; }
+  ${arith ? `var acc = 0.0;\n  ${dots}` : ""}
   // words j, j + w, j + 2w, … of the output, w the phase's workgroups
   for (var o = j + t.z * li; o < ${VEC}u; o += t.z * ${WG}u) {
     let x = ${load(`k * ${VEC}u + o`)};
     var y = ((total * 2654435761u) ^ (x + o * 40503u + k)) & 0x7fffffffu;
-    if ((f.x ^ f.y ^ f.z ^ f.w) == 0x9e3779b9u) { y ^= 1u; }
+    if ((f.x ^ f.y ^ f.z ^ f.w) == 0x9e3779b9u${arith ? " || acc == 1.25e30" : ""}) { y ^= 1u; }
     ${chained ? `atomicStore(&V[(k + 1u) * ${VEC}u + o], y);` : `V[(k + 1u) * ${VEC}u + o] = y;`}
   }
   ${chained ? "workgroupBarrier();\n  if (li == 0u) { atomicAdd(&C[k], 1u); }" : ""}
@@ -138,8 +156,13 @@ export interface HandoffSkeleton {
   check(rt: GpuRuntime, group: number): Promise<{ mismatches: number; error: number }>;
 }
 
-/** `bytes` per phase (each rounded up to whole vec4s, at least one); `limit` bounds every poll. */
-export function handoffSkeleton(rt: GpuRuntime, phaseBytes: readonly number[], limit = 1 << 22): HandoffSkeleton {
+/**
+ * `bytes` per phase (each rounded up to whole vec4s, at least one); `arith`: each phase also decodes its weights as
+ * 4-bit values into a dot product with x (phaseWGSL); `limit` bounds every poll.
+ */
+export function handoffSkeleton(rt: GpuRuntime, phaseBytes: readonly number[], opts: { arith?: boolean; limit?: number } = {}): HandoffSkeleton {
+  const limit = opts.limit ?? 1 << 22;
+  const arith = opts.arith === true;
   const P = phaseBytes.length;
   const vec4s = phaseBytes.map((b) => Math.max(1, Math.ceil(b / 16)));
   const groupsOf = vec4s.map((v) => Math.ceil(v / WG_VEC4));
@@ -191,7 +214,7 @@ export function handoffSkeleton(rt: GpuRuntime, phaseBytes: readonly number[], l
       let n = 0;
       for (let k = d.first; k < d.first + d.count; k++) n += groupsOf[k]!;
       const gx = Math.min(n, maxG);
-      r.dispatch("handoff", phaseWGSL(d.count > 1), [w, t, m, v, c], new Uint32Array([d.base, gx, n, limit]), [gx, Math.ceil(n / gx)]);
+      r.dispatch("handoff", phaseWGSL(d.count > 1, arith), [w, t, m, v, c], new Uint32Array([d.base, gx, n, limit]), [gx, Math.ceil(n / gx)]);
     }
   };
   const expected = (): Uint32Array => {

@@ -242,16 +242,18 @@ async function timeCase(rt: GpuRuntime, c: KernelCase, reps: number, spin: () =>
 
 /**
  * --handoff SCALE: the step skeletons of handoff-probe.ts (v2-lite's phase bytes × SCALE in the step's phases and in the
- * fewest, and a vec4 a phase) with their phases 1, 2, a layer's or all to a dispatch: each grouping checked, then µs per
- * step.
+ * fewest, streamed or also decoded as 4-bit values, and a vec4 a phase) with their phases 1, 2, a layer's or all to a
+ * dispatch: each grouping checked, then µs per step.
  */
 async function handoffCases(rt: GpuRuntime, scale: number, reps: number, spin: () => Promise<void>, log: (s: string) => void, out: KernelTiming[]): Promise<void> {
-  for (const [label, bytes, groups] of [
-    ["v2-lite bytes", v2LitePhaseBytes().map((b) => b * scale), [1, 2, 7, 0]],
-    ["v2-lite bytes, the fewest phases", v2LitePhaseBytes(true).map((b) => b * scale), [1, 6, 0]],
-    ["no bytes", v2LitePhaseBytes().map(() => 16), [1, 7, 0]],
+  for (const [label, bytes, groups, arith] of [
+    ["v2-lite bytes", v2LitePhaseBytes().map((b) => b * scale), [1, 2, 7, 0], false],
+    ["v2-lite bytes, the fewest phases", v2LitePhaseBytes(true).map((b) => b * scale), [1, 6, 0], false],
+    ["no bytes", v2LitePhaseBytes().map(() => 16), [1, 7, 0], false],
+    ["v2-lite bytes decoded as 4-bit values", v2LitePhaseBytes().map((b) => b * scale), [1, 0], true],
+    ["v2-lite bytes decoded as 4-bit values, the fewest phases", v2LitePhaseBytes(true).map((b) => b * scale), [1, 0], true],
   ] as const) {
-    const sk = handoffSkeleton(rt, bytes);
+    const sk = handoffSkeleton(rt, bytes, { arith });
     log(`\nstep skeleton, ${label}: ${sk.phases} phases, ${(sk.bytes / 1e6).toFixed(1)} MB`);
     for (const group of groups.map((g) => (g === 0 ? sk.phases : g))) {
       const checked = await sk.check(rt, group);

@@ -21,11 +21,14 @@ test("the phase bytes: 188 phases in the step's order, 162 at the fewest, the sa
 test("every grouping of the skeleton's phases computes the recurrence", { skip }, async () => {
   // phases of 1 to ~30 workgroups (the head's bytes scaled down most), so that hand-offs inside a dispatch meet
   // producers of several workgroups
-  for (const bytes of [v2LitePhaseBytes().map((b) => b * 0.004), v2LitePhaseBytes(true).map((b) => b * 0.002)]) {
-    const sk = handoffSkeleton(rt!, bytes);
+  for (const [bytes, arith] of [
+    [v2LitePhaseBytes().map((b) => b * 0.004), false],
+    [v2LitePhaseBytes(true).map((b) => b * 0.002), true],
+  ] as const) {
+    const sk = handoffSkeleton(rt!, bytes, { arith });
     for (const group of [1, 2, 7, sk.phases]) {
       const { mismatches, error } = await sk.check(rt!, group);
-      assert.deepEqual({ mismatches, error }, { mismatches: 0, error: 0 }, `${sk.phases} phases, ${group} a dispatch`);
+      assert.deepEqual({ mismatches, error }, { mismatches: 0, error: 0 }, `${sk.phases} phases, ${group} a dispatch${arith ? ", decoded" : ""}`);
     }
   }
 });

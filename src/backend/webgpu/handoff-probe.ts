@@ -7,7 +7,9 @@
  * layer A0, attention, o, router ∥ shared gate·up, routing ∥ shared down, routed gate·up, routed down; the dense
  * layer's five; the output head), each reading its weight bytes once with copy-like loads (8 vec4u a thread, all
  * issued before the input is awaited) and needing the whole 2048-word output of the phase before it, as a product
- * needs all of x. Each phase's workgroups write their share of its output.
+ * needs all of x. Each phase's workgroups write their share of its output. With `arith`, each phase also decodes its
+ * bytes as 4-bit values into a dot product with x (phaseWGSL): a lower bound of the step's arithmetic beside its
+ * structure.
  *
  * Phases are grouped into dispatches of `group` consecutive phases. Inside a dispatch, a phase's workgroups come after
  * its producer's in the grid; each waits for the producer's completion count (one invocation polls an atomic), then

@@ -13,7 +13,7 @@
  *
  * Phases are grouped into dispatches of `group` consecutive phases. Inside a dispatch, a phase's workgroups come after
  * its producer's in the grid; each waits for the producer's completion count (one invocation polls an atomic), then
- * reads the vector through atomic loads, polling any word still holding the sentinel the step's first dispatch wrote.
+ * reads the vector through atomic loads, polling any word still holding the sentinel the step's first fill wrote.
  * That makes the hand-off independent of ordering between the producer's stores and its count (WGSL's atomics are
  * relaxed). Progress relies on a GPU starting workgroups in grid order (a waiting workgroup's producers then have all
  * started); WebGPU does not promise that, so every poll is bounded and a timeout raises a flag the check reads.
@@ -138,21 +138,11 @@ ${arith ? `var<workgroup> XS: array<vec4f, ${VEC / 4}>;` : ""}
 }`;
 }
 
-const CLEAR_WGSL = /* wgsl */ `
-struct P { lo: u32, hi: u32, counters: u32, _a: u32 }
-@group(0) @binding(0) var<storage, read_write> V: array<u32>;
-@group(0) @binding(1) var<storage, read_write> C: array<u32>;
-@group(0) @binding(2) var<uniform> p: P;
-@compute @workgroup_size(${WG}) fn main(@builtin(global_invocation_id) g: vec3u, @builtin(num_workgroups) nw: vec3u) {
-  for (var i = p.lo + g.x; i < p.hi; i += nw.x * ${WG}u) { V[i] = ${SENT}u; }
-  if (g.x < p.counters) { C[g.x] = 0u; }
-}`;
-
 /** A step's skeleton on the GPU: its buffers, and how to run it with phases grouped `group` to a dispatch. */
 export interface HandoffSkeleton {
   readonly phases: number;
   readonly bytes: number;
-  /** one step: the clear, then the phases `group` to a dispatch (chained inside each) */
+  /** one step: the sentinel and count fills, then the phases `group` to a dispatch (chained inside each) */
   run(rt: GpuRuntime, group: number): void;
   /** the last phase's output and the error word after one step */
   check(rt: GpuRuntime, group: number): Promise<{ mismatches: number; error: number }>;
@@ -211,7 +201,9 @@ export function handoffSkeleton(rt: GpuRuntime, phaseBytes: readonly number[], o
       r.write(m, 0, words);
       mapped = group;
     }
-    r.dispatch("handoff clear", CLEAR_WGSL, [v, c], new Uint32Array([VEC, (P + 1) * VEC, P, 0]), [64]);
+    // every vector but the step's input back to the sentinel, every count to 0 (the error word kept)
+    r.fillWords({ buffer: v, offset: VEC * 4, size: P * VEC * 4 }, SENT);
+    r.fillWords({ buffer: c, offset: 0, size: P * 4 }, 0);
     for (const d of dispatches) {
       let n = 0;
       for (let k = d.first; k < d.first + d.count; k++) n += groupsOf[k]!;

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
-// Runs the compiled CLI (built by `npm install` through `prepare`) unless the TypeScript sources are newer than the
-// build — then the sources run through tsx, so a stale dist/ never hides an edit.
+// Runs the compiled CLI (dist/, shipped in the package; built in a clone by `npm install` through `prepare`). In a clone
+// whose TypeScript sources are newer than the build, the sources run through tsx instead, so a stale dist/ never hides
+// an edit. An installed package has no src/ and never needs tsx.
 import { existsSync, readdirSync, statSync } from "node:fs";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { dirname, join } from "node:path";
@@ -21,7 +22,13 @@ function newestMtime(dir) {
 const useCompiled = existsSync(compiled) && (!existsSync(sources) || statSync(compiled).mtimeMs >= newestMtime(sources));
 let entry = compiled;
 if (!useCompiled) {
-  const { register } = await import("tsx/esm/api");
+  let register;
+  try {
+    ({ register } = await import("tsx/esm/api"));
+  } catch {
+    console.error(`latent: ${existsSync(compiled) ? "dist/ is older than src/" : "dist/ is missing"} and tsx (a dev dependency) is not installed: run \`npm run build\` in ${root}`);
+    process.exit(2);
+  }
   register();
   entry = join(sources, "cli", "main.ts");
 }

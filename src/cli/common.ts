@@ -121,12 +121,13 @@ export function valuedOptions(options: Readonly<Record<string, { type: "string" 
 
 
 type OptionsConfig = Readonly<Record<string, { type: "string" | "boolean"; short?: string; multiple?: boolean }>>;
+type ParsedValues<T extends OptionsConfig> = ReturnType<typeof parseArgs<{ args: string[]; options: T; allowPositionals: true; strict: true }>>["values"];
 
 /**
  * The shared front of a model command: parse `argv` against `options` (values may start with "-"), print `help` and
  * return undefined for -h/--help, require exactly one positional (the model path). Bad arguments → UsageError.
  */
-export function parseModelCommand<T extends OptionsConfig>(argv: string[], options: T, help: string, io: CliIO) {
+export function parseModelCommand<T extends OptionsConfig>(argv: string[], options: T, help: string, io: CliIO): { values: ParsedValues<T>; model: string } | undefined {
   let parsed;
   try {
     parsed = parseArgs({ args: glueValues(argv, valuedOptions(options)), options, allowPositionals: true, strict: true });

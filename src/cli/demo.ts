@@ -34,20 +34,26 @@ function intOpt(name: string, v: string | undefined, dflt: number, min: number):
 }
 
 export async function runDemo(argv: string[], io: CliIO = processIO): Promise<void> {
-  const { values } = parseArgs({
-    args: argv,
-    options: {
-      prompt: { type: "string", short: "p" },
-      "n-predict": { type: "string", short: "n" },
-      temp: { type: "string" },
-      seed: { type: "string" },
-      "greedy-only": { type: "boolean" },
-      model: { type: "string" },
-      backend: { type: "string" },
-      help: { type: "boolean", short: "h" },
-    },
-    strict: true,
-  });
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args: argv,
+      options: {
+        prompt: { type: "string", short: "p" },
+        "n-predict": { type: "string", short: "n" },
+        temp: { type: "string" },
+        seed: { type: "string" },
+        "greedy-only": { type: "boolean" },
+        model: { type: "string" },
+        backend: { type: "string" },
+        help: { type: "boolean", short: "h" },
+      },
+      strict: true,
+    });
+  } catch (e) {
+    throw new UsageError(`${e instanceof Error ? e.message : String(e)}\n\n${HELP}`);
+  }
+  const { values } = parsed;
   if (values.help === true) {
     io.out(HELP + "\n");
     return;

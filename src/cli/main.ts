@@ -29,6 +29,12 @@ export async function main(argv: string[]): Promise<void> {
       process.exitCode = e.name === "UsageError" ? 2 : 1;
       return;
     }
+    // node:util parseArgs rejects unknown or malformed options with ERR_PARSE_ARGS_*: a usage error, not a crash
+    if (e instanceof TypeError && String((e as NodeJS.ErrnoException).code).startsWith("ERR_PARSE_ARGS_")) {
+      console.error(`latent ${name}: ${e.message}\nRun \`latent ${name} --help\` for its options.`);
+      process.exitCode = 2;
+      return;
+    }
     throw e;
   }
 }

@@ -2,8 +2,8 @@
  * What went wrong with a part that does not match its source: the likely conversion mistake, tried from the most
  * specific to the least (each a hypothesis tested on the data, within the same noise tolerance):
  * zeroed → scaled / sign flipped → holds another part's values (swapped tensors, experts, gate/up, k_b/v_b) →
- * same values in another order (transposed, reshaped instead of transposed, heads reordered) → per-block scale
- * errors (a quantized tensor's block scales misplaced, e.g. shifted by one block) → differs.
+ * per-block scale errors (a quantized tensor's block scales misplaced, e.g. shifted by one block) → same values in
+ * another order (transposed, reshaped instead of transposed, heads reordered) → differs.
  */
 import type { ModelConfig } from "../model/config.js";
 import { gain, relDiff, rms, type Expected, type PartResult } from "./source-compare.js";
@@ -107,7 +107,7 @@ function blockScales(g: Float32Array, e: Float32Array, block: number, tol: { rel
       const o = b + d;
       if (o < 0 || o >= n || amax[b] === 0) continue;
       tried++;
-      if (Math.abs(gains[b]! / (amax[o]! / amax[b]!) - 1) < 0.05) hits++;
+      if (Math.abs(gains[b]! / (amax[o]! / amax[b]!) - 1) < Math.max(0.05, 2 * tol.rel)) hits++;
     }
     if (tried > 0 && hits >= 0.8 * tried) {
       return {
@@ -151,6 +151,9 @@ export function diagnose(r: PartResult, ctx: DiagnoseContext): Diagnosis {
 
   const base2 = { ...base };
   const ne = r.expectedNe!;
+  // before the order tests: shuffled block scales keep the overall distribution of values
+  const blk = blockScales(g, e, p.typeName.endsWith("_K") && !p.typeName.startsWith("Q4") && !p.typeName.startsWith("Q5") ? 16 : 32, tol);
+  if (blk !== undefined) return { ...blk, evidence: { ...base2, ...blk.evidence } };
   if (relDiff(sorted(g), sorted(e)) <= tol.rel) {
     const [n0, n1] = [ne[0]!, ne[1] ?? 1];
     if (n1 > 1 && relDiff(g, transposeSlices(e, n0, n1)) <= tol.rel) {
@@ -159,7 +162,7 @@ export function diagnose(r: PartResult, ctx: DiagnoseContext): Diagnosis {
       if (sameShape) {
         return {
           kind: "reshaped-not-transposed",
-          what: `reshaped instead of transposed: the shape is right ([${ne.join(", ")}]) but the values are in transposed order${perHead} (the conversion reinterpreted a [${n1}×${n0}] block as [${n0}×${n1}] where it must transpose)`,
+          what: `reshaped instead of transposed: the shape is right (ne [${ne.join(", ")}]) but the values are in transposed order${perHead} (the conversion reshaped where it must transpose)`,
           evidence: base2,
         };
       }
@@ -181,8 +184,6 @@ export function diagnose(r: PartResult, ctx: DiagnoseContext): Diagnosis {
     }
     return { kind: "reordered", what: "the source's values in another order (a reshape or permutation the conversion got wrong)", evidence: base2 };
   }
-  const blk = blockScales(g, e, p.typeName.endsWith("_K") && !p.typeName.startsWith("Q4") && !p.typeName.startsWith("Q5") ? 16 : 32, tol);
-  if (blk !== undefined) return { ...blk, evidence: { ...base2, ...blk.evidence } };
   return {
     kind: "differs",
     what: `differs from the source beyond quantization noise (rel. error ${fmt(r.rel!)}, ${p.typeName} allows ${fmt(tol.rel)}): corrupt data, a wrong decoding, or another checkpoint`,

@@ -108,7 +108,8 @@ function summarizeMismatch(tensor: string, diags: readonly [PartResult, Diagnosi
   });
   const mistakes = new Set(phrases.map((x) => x.mistake));
   const mistake = mistakes.size === 1 ? phrases[0]!.mistake : "several";
-  return { tensor, mistake, message: `${tensor}: ${phrases.slice(0, LIST).map((x) => x.text).join("; ")}${phrases.length > LIST ? `; … (${phrases.length} parts)` : ""}`, parts };
+  const text = phrases.slice(0, LIST).map((x) => x.text).join("; ") + (phrases.length > LIST ? `; … (${phrases.length} parts)` : "");
+  return { tensor, mistake, message: stacked ? `${tensor}: ${text}` : text, parts };
 }
 
 export interface SourceCheckOptions {
@@ -183,7 +184,7 @@ export function checkSource(file: GGUFFile, config: ModelConfig, src: SourceMode
 
   const compared = tensors.filter((t) => t.status === "match" || t.status === "mismatch").length;
   const matched = tensors.filter((t) => t.status === "match").length;
-  findings.add("source", mismatches.length === 0 ? "info" : "error", "source-compared", `${compared} of ${file.tensors.size} GGUF tensors compared with ${src.kind === "hf-dir" ? "the checkpoint" : "the source GGUF"} ${src.path} (${results.length} parts): ${matched} within quantization noise, ${compared - matched} not`, { compared, matched, tensors: file.tensors.size });
+  findings.add("source", "info", "source-compared", `${compared} of ${file.tensors.size} GGUF tensors compared with ${src.kind === "hf-dir" ? "the checkpoint" : "the source GGUF"} ${src.path} (${results.length} parts): ${matched} within quantization noise, ${compared - matched} not`, { compared, matched, tensors: file.tensors.size });
 
   let logits: LogitsComparison | undefined;
   const structural = tensors.some((t) => t.status === "shape" || t.status === "no-source") || missingInGguf.length > 0;

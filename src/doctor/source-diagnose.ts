@@ -17,6 +17,8 @@ export type MistakeKind =
   | "reshaped-not-transposed"
   | "heads-reordered"
   | "reordered"
+  | "misshaped"
+  | "gate-up-halves-exchanged"
   | "block-scales"
   | "differs";
 
@@ -137,6 +139,9 @@ export function diagnose(r: PartResult, ctx: DiagnoseContext): Diagnosis {
   const g = p.read();
   const e = ctx.expected.values(p);
   const base = { rel: r.rel, tolerance: tol.rel, gain: r.gain };
+  if (r.rel! <= tol.rel && Math.abs(r.gain! - 1) <= tol.gain) {
+    return { kind: "misshaped", what: `the source's values in the source's order, but ne [${p.ne.join(", ")}] where the source gives [${r.expectedNe!.join(", ")}] (reshaped where a transpose belongs)`, evidence: base };
+  }
   if (r.rms === 0 || r.rms! <= 1e-7 * r.sourceRms!) return { kind: "zeroed", what: "all zeros where the source has values (never written, or zeroed)", evidence: base };
 
   const a = r.gain!;
@@ -150,6 +155,13 @@ export function diagnose(r: PartResult, ctx: DiagnoseContext): Diagnosis {
   if (other !== undefined) return other;
 
   const base2 = { ...base };
+  if (p.hf.length === 2) {
+    const half = g.length / 2;
+    const swapped = new Float32Array(g.length);
+    swapped.set(e.subarray(half));
+    swapped.set(e.subarray(0, half), half);
+    if (relDiff(g, swapped) <= tol.rel) return { kind: "gate-up-halves-exchanged", what: "its gate and up halves exchanged (the fused gate_up holds up rows first)", evidence: base2 };
+  }
   const ne = r.expectedNe!;
   // before the order tests: shuffled block scales keep the overall distribution of values
   const blk = blockScales(g, e, p.typeName.endsWith("_K") && !p.typeName.startsWith("Q4") && !p.typeName.startsWith("Q5") ? 16 : 32, tol);
@@ -196,8 +208,11 @@ function matchOther(r: PartResult, ctx: DiagnoseContext, g: Float32Array): Diagn
   const tol = r.tol!.rel;
   let best: PartResult | undefined;
   let bestRel = Infinity;
+  const suffix = (t: string): string => t.replace(/^blk\.\d+\./, "");
   for (const o of ctx.results) {
     if (o === r || o.fpExpected === undefined || o.part.count !== r.part.count) continue;
+    // same layer, or the same tensor of another layer: bounded work on models with thousands of experts
+    if (o.part.layer !== r.part.layer && suffix(o.part.tensor) !== suffix(r.part.tensor)) continue;
     const d = relDiff(r.fpGguf!, o.fpExpected);
     if (d < bestRel) [best, bestRel] = [o, d];
   }

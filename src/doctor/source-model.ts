@@ -7,7 +7,7 @@ import { existsSync, statSync } from "node:fs";
 import { GGUFFile } from "../gguf/file.js";
 import { parseConfig } from "../model/config.js";
 import { joinKvB } from "../model/names.js";
-import { readCheckpoint, readWeightF32, SCALE_SUFFIX, type SafetensorsTensor } from "../convert/safetensors.js";
+import { readCheckpoint, readTensorF32, readWeightF32, SCALE_SUFFIX, type SafetensorsTensor } from "../convert/safetensors.js";
 import { FP8_DTYPES } from "../convert/fp8.js";
 import { ggufParts, type GgufPart } from "./source-parts.js";
 import { ggufNoise, sourceDtypeNoise } from "./source-noise.js";
@@ -53,20 +53,28 @@ export function openSource(path: string): SourceModel {
   }
 }
 
+/** Entry `e` of the leading dimension of a checkpoint tensor (its bytes are contiguous). */
+function slice(t: SafetensorsTensor, e: number): SafetensorsTensor {
+  const per = t.nbytes / t.shape[0]!;
+  return { ...t, name: `${t.name}[${e}]`, shape: t.shape.slice(1), offset: t.offset + e * per, nbytes: per };
+}
+
 function openHfSource(dir: string): SourceModel {
   const ckpt = readCheckpoint(dir);
   const tensors = new Map<string, SourceTensor>();
   const readers = new Map<string, () => Float32Array>();
   const auxiliary: string[] = [];
-  // one fused experts tensor in hand at a time (its experts are read in order)
-  let fusedName: string | undefined;
-  let fusedData: Float32Array | undefined;
-  const fused = (t: SafetensorsTensor): Float32Array => {
-    if (fusedName !== t.name) {
-      fusedData = readWeightF32(ckpt, t);
-      fusedName = t.name;
+  // fused experts are read one expert at a time (its bytes are contiguous), the last one kept for gate then up
+  let sliceKey: string | undefined;
+  let sliceData: Float32Array | undefined;
+  const expertSlice = (t: SafetensorsTensor, e: number): Float32Array => {
+    const key = `${t.name}#${e}`;
+    if (sliceKey !== key) {
+      const scale = ckpt.get(t.name + SCALE_SUFFIX);
+      sliceData = FP8_DTYPES.has(t.dtype) && scale !== undefined ? readTensorF32(slice(t, e), readTensorF32(slice(scale, e))) : readTensorF32(slice(t, e));
+      sliceKey = key;
     }
-    return fusedData!;
+    return sliceData!;
   };
   for (const t of ckpt.values()) {
     if (t.name.endsWith(SCALE_SUFFIX) && FP8_DTYPES.has(ckpt.get(t.name.slice(0, -SCALE_SUFFIX.length))?.dtype ?? "")) {
@@ -91,9 +99,8 @@ function openHfSource(dir: string): SourceModel {
     for (let e = 0; e < E; e++) {
       names.forEach((p, k) => {
         const name = `${f[1]}.${e}.${p}.weight`;
-        const start = (e * rows + k * each) * cols;
         tensors.set(name, { name, shape: [each, cols], dtype: t.dtype, ...(noise ? { noise } : {}) });
-        readers.set(name, () => fused(t).slice(start, start + each * cols));
+        readers.set(name, () => expertSlice(t, e).slice(k * each * cols, (k + 1) * each * cols));
       });
     }
   }
@@ -109,7 +116,7 @@ function openHfSource(dir: string): SourceModel {
       return r();
     },
     close: () => {
-      fusedData = undefined;
+      sliceData = undefined;
     },
   };
 }

@@ -54,6 +54,8 @@ export interface SourceReport {
 
 const LAYER = /^model\.layers\.(\d+)\./;
 const LIST = 8;
+/** mismatching parts diagnosed in full; past this (a different model?) the rest are only listed */
+const MAX_DIAGNOSED = 512;
 
 function list(names: readonly string[]): string {
   return names.slice(0, LIST).join(", ") + (names.length > LIST ? `, … (${names.length} in all)` : "");
@@ -152,9 +154,17 @@ export function checkSource(file: GGUFFile, config: ModelConfig, src: SourceMode
 
   const mismatches: SourceMismatch[] = [];
   const ctx = { results, expected, config };
+  let diagnosed = 0;
+  let undiagnosed = 0;
   for (const [tensor, rs] of byTensor) {
     const bad = rs.filter((r) => r.status === "mismatch");
     if (bad.length === 0) continue;
+    if (diagnosed >= MAX_DIAGNOSED) {
+      undiagnosed++;
+      findings.add("source", "error", "source-differs", `${tensor} differs from the source (not diagnosed: ${MAX_DIAGNOSED} parts diagnosed already)`, { tensor });
+      continue;
+    }
+    diagnosed += bad.length;
     const m = summarizeMismatch(tensor, bad.map((r) => [r, diagnose(r, ctx)] as [PartResult, Diagnosis]), rs.length);
     mismatches.push(m);
     findings.add("source", "error", `source-${m.mistake}`, m.message, { tensor, mistake: m.mistake, parts: m.parts.slice(0, LIST) });
@@ -185,6 +195,8 @@ export function checkSource(file: GGUFFile, config: ModelConfig, src: SourceMode
   const compared = tensors.filter((t) => t.status === "match" || t.status === "mismatch").length;
   const matched = tensors.filter((t) => t.status === "match").length;
   findings.add("source", "info", "source-compared", `${compared} of ${file.tensors.size} GGUF tensors compared with ${src.kind === "hf-dir" ? "the checkpoint" : "the source GGUF"} ${src.path} (${results.length} parts): ${matched} within quantization noise, ${compared - matched} not`, { compared, matched, tensors: file.tensors.size });
+
+  if (compared >= 4 && matched === 0) findings.add("source", "error", "source-different-model", `no compared tensor matches the source: ${src.path} is probably another model or checkpoint${undiagnosed > 0 ? ` (${undiagnosed} tensors not diagnosed)` : ""}`, { compared });
 
   let logits: LogitsComparison | undefined;
   const structural = tensors.some((t) => t.status === "shape" || t.status === "no-source") || missingInGguf.length > 0;

@@ -3,7 +3,7 @@
  * type, rel = RMS(decoded − source) / RMS(source), and the gain α = <decoded, source> / <source, source>.
  *
  * Measured by tools/measure-source-noise.ts (latent's reference encoders = ggml's without an importance matrix,
- * on the demo model's 76 weight matrices and on random Gaussian / Laplace / Student-t(3) 256×512 matrices); the
+ * on the demo model's 76 tensors of ≥ 2 dimensions and on random Gaussian / Laplace / Student-t(3) 256×512 matrices); the
  * table keeps the worst tensor. docs/doctor.md ("Source comparison") has the full table.
  */
 import { GGMLType, typeTraits } from "../gguf/types.js";

@@ -1,7 +1,7 @@
 // Test helper: a GGUF written out as a Hugging Face checkpoint directory, in BF16 (test/convert/hf-export.ts) or
 // FP8 block-scaled as DeepSeek-V3/R1, Kimi-K2 and GLM-5 publish them (2-D linear weights in F8_E4M3 + F32
 // `weight_scale_inv` per 128×128 block; embeddings, lm_head, router, norms and biases in BF16).
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { GGUFFile } from "../../src/gguf/file.js";
 import { parseConfig } from "../../src/model/config.js";
@@ -27,7 +27,8 @@ export function writeHfCheckpoint(gguf: string, dir: string, opts: CheckpointOpt
       exportHf(file, config, dir, { dtype: opts.dtype, ...(opts.shardTensors !== undefined ? { shardTensors: opts.shardTensors } : {}) });
       return dir;
     }
-    mkdirSync(dir, { recursive: true });
+    // config.json and the tokenizer files as the BF16 export writes them; the weights are replaced below
+    exportHf(file, config, dir, { dtype: "BF16" });
     const c = parseConfig(file.metadata, file.tensors.get("token_embd.weight")?.ne[1]);
     const tensors: { name: string; dtype: string; shape: readonly number[]; data: Uint8Array }[] = [];
     for (const [name, t] of toHfStateDict(file, c)) {

@@ -144,9 +144,10 @@ export function compareLogits(opts: {
 /**
  * Tolerance of the logits comparison from the largest expected relative weight noise `noise` (both sides' types in
  * quadrature). Calibrated on the demo model requantized to Q8_0 … Q2_K against BF16 and FP8 checkpoints
- * (docs/doctor.md, "Source comparison"): the measured mean KL stayed below 1.1·noise (Q2_K: 0.50 nats at
- * noise 0.34; Q8_0 vs BF16: 6.6e-3 at 8.9e-3) and top-1 agreement above 1 − 2·noise.
+ * (docs/doctor.md, "Source comparison"): the measured mean KL stayed below 1.5·noise (Q2_K: 0.50 nats at noise
+ * 0.34), top-1 agreement above 1 − 2·noise. Random-weight models are touchier (a glm-dsa synth model: KL 6.3e-3 and
+ * top-1 96 % from BF16 rounding alone, noise 1.7e-3), hence the floor of 0.02 nats and the 0.9 start of top-1.
  */
 export function logitsTolerance(noise: number): { kl: number; top1: number } {
-  return { kl: Math.max(0.01, 2.5 * noise), top1: Math.max(0.3, 1 - 6 * noise - 0.05) };
+  return { kl: Math.max(0.02, 4 * noise), top1: Math.max(0.3, 0.9 - 6 * noise) };
 }

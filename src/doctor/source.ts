@@ -5,13 +5,15 @@
  * logits of both models on the same prompts (source-logits.ts). Faults every compute path shares (a swapped,
  * transposed or scaled tensor) are invisible to comparing the file's model with itself; the source sees them.
  */
+import { statfsSync } from "node:fs";
+import { freemem, tmpdir } from "node:os";
 import type { GGUFFile } from "../gguf/file.js";
 import type { ModelConfig } from "../model/config.js";
 import { Expected, comparePart, type PartResult } from "./source-compare.js";
 import { diagnose, type Diagnosis } from "./source-diagnose.js";
 import { compareLogits, type LogitsComparison, type LogitsPrompt } from "./source-logits.js";
 import { openSource, type SourceModel } from "./source-model.js";
-import { ggufParts } from "./source-parts.js";
+import { ggufParts, type GgufPart } from "./source-parts.js";
 import { ggufNoise } from "./source-noise.js";
 import type { Findings } from "./report.js";
 
@@ -114,6 +116,21 @@ function summarizeMismatch(tensor: string, diags: readonly [PartResult, Diagnosi
   return { tensor, mistake, message: stacked ? `${tensor}: ${text}` : text, parts };
 }
 
+/** Why the two models do not fit (memory, and for a checkpoint the temporary F32 GGUF on disk); undefined when they do. */
+function logitsRoom(file: GGUFFile, parts: readonly GgufPart[], src: SourceModel): string | undefined {
+  const ggufBytes = [...file.tensors.values()].reduce((a, t) => a + t.nbytes, 0);
+  const f32Bytes = parts.reduce((a, p) => a + 4 * p.count, 0);
+  const sourceBytes = src.gguf !== undefined ? [...src.gguf.tensors.values()].reduce((a, t) => a + t.nbytes, 0) : f32Bytes;
+  const gb = (b: number): string => `${(b / 1e9).toFixed(1)} GB`;
+  if (ggufBytes + sourceBytes > 0.7 * freemem()) return `both models need ${gb(ggufBytes + sourceBytes)} of memory, ${gb(freemem())} free`;
+  if (src.gguf === undefined) {
+    const disk = statfsSync(tmpdir());
+    const free = disk.bavail * disk.bsize;
+    if (f32Bytes > 0.9 * free) return `the source model as a temporary F32 GGUF needs ${gb(f32Bytes)} in ${tmpdir()}, ${gb(free)} free`;
+  }
+  return undefined;
+}
+
 export interface SourceCheckOptions {
   readonly prompts: readonly LogitsPrompt[];
   /** false: the GGUF cannot be loaded as a model (blocking file errors), skip the logits */
@@ -200,8 +217,9 @@ export function checkSource(file: GGUFFile, config: ModelConfig, src: SourceMode
 
   let logits: LogitsComparison | undefined;
   const structural = tensors.some((t) => t.status === "shape" || t.status === "no-source") || missingInGguf.length > 0;
-  if (!opts.loadable || structural) {
-    findings.add("source", "info", "source-logits-skipped", `logits not compared: ${!opts.loadable ? "the GGUF cannot be loaded as a model" : "tensors are missing or misshapen on one side"}`);
+  const room = logitsRoom(file, parts, src);
+  if (!opts.loadable || structural || room !== undefined) {
+    findings.add("source", "info", "source-logits-skipped", `logits not compared: ${!opts.loadable ? "the GGUF cannot be loaded as a model" : structural ? "tensors are missing or misshapen on one side" : room}`);
   } else {
     const noise = Math.max(...results.filter((r) => r.tol !== undefined).map((r) => Math.hypot(ggufNoise(r.part.type).rel, expected.noise(r.part).rel)), 0);
     logits = compareLogits({ file, config, parts, expected, ...(src.gguf !== undefined ? { sourceGguf: src.gguf } : {}), prompts: opts.prompts, noise });

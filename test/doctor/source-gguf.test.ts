@@ -45,6 +45,18 @@ test("faulted against a GGUF source: attn_k_b/attn_v_b swapped, one expert zeroe
   }
 });
 
+test("a legacy-generation GGUF (attn_kv_b) against the current-generation file: healthy both ways; kv_b heads reordered → named", async () => {
+  const legacy = F.writeLegacyGeneration(DEMO_MODEL, join(dir, "legacy.gguf"));
+  for (const [model, source] of [[legacy, DEMO_MODEL], [DEMO_MODEL, legacy]] as const) {
+    const r = await doctorWithSource(model, source);
+    assert.equal(r.code, 0, JSON.stringify(r.errors, null, 1));
+  }
+  const bad = faulted(legacy, join(dir, "legacy-heads.gguf"), F.permuteSlices("blk.2.attn_kv_b.weight", [3, 2, 1, 0]));
+  const r = await doctorWithSource(bad, DEMO_MODEL);
+  assert.equal(r.code, 1);
+  assert.ok(r.errors.some((e) => e.code === "source-heads-reordered" && e.message.includes("blk.2.attn_kv_b.weight") && /head 0 holds the source's head 3/.test(e.message)), JSON.stringify(r.errors));
+});
+
 test("a tensor missing from the GGUF, or one the source lacks → exit 1 naming it (logits skipped)", async () => {
   const dropped = faulted(DEMO_MODEL, join(dir, "dropped.gguf"), (l) => void l.splice(l.findIndex((t) => t.name === "blk.2.ffn_norm.weight"), 1));
   const r = await doctorWithSource(dropped, DEMO_MODEL);

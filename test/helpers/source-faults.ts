@@ -1,6 +1,10 @@
 // Conversion mistakes that every compute path shares, written into a copy of a GGUF (test-only; for
 // `latent doctor --source`). Each edits the tensor list of test/helpers/gguf-rewrite.ts.
+import { GGUFFile } from "../../src/gguf/file.js";
 import { GGMLType } from "../../src/gguf/types.js";
+import { writeGGUF } from "../../src/gguf/writer.js";
+import { parseConfig } from "../../src/model/config.js";
+import { fromHfStateDict, generationMetadata, toHfStateDict } from "../../src/model/names.js";
 import { find, setValues, values, type RewriteTensor } from "./gguf-rewrite.js";
 
 export type TensorEdit = (list: RewriteTensor[]) => void;
@@ -85,4 +89,16 @@ export function requantize(type: GGMLType, blockSize: number): TensorEdit {
   return (list) => {
     for (const t of list) if (t.ne.length >= 2 && t.ne[0]! % blockSize === 0) setValues(t, values(t), type);
   };
+}
+
+/** `src` rewritten in the legacy generation (one attn_kv_b per layer, its metadata keys), as older converters wrote it. */
+export function writeLegacyGeneration(src: string, dst: string): string {
+  const f = GGUFFile.open(src);
+  try {
+    const c = parseConfig(f.metadata, f.tensors.get("token_embd.weight")?.ne[1]);
+    writeGGUF(dst, generationMetadata(f.metadata.entries, c, "legacy"), fromHfStateDict(toHfStateDict(f, c), c, "legacy"));
+    return dst;
+  } finally {
+    f.close();
+  }
 }

@@ -68,6 +68,11 @@ export interface PartResult {
   readonly note?: string;
 }
 
+/** The source tensor a part's HF name stands for: checkpoints with tied embeddings have no lm_head.weight. */
+export function sourceName(src: SourceModel, hf: string): string {
+  return hf === "lm_head.weight" && !src.tensors.has(hf) && src.tensors.has("model.embed_tokens.weight") ? "model.embed_tokens.weight" : hf;
+}
+
 /** What a part should hold, from the source; one kv_b split kept per layer in hand. */
 export class Expected {
   private kvLayer: number | undefined;
@@ -79,7 +84,7 @@ export class Expected {
 
   /** The ggml shape of the part as the source defines it; a string says why there is none. */
   shape(p: GgufPart): readonly number[] | string {
-    const s = p.hf.map((n) => this.src.tensors.get(n));
+    const s = p.hf.map((n) => this.src.tensors.get(sourceName(this.src, n)));
     const missing = p.hf.filter((_, i) => s[i] === undefined);
     if (missing.length > 0) return `the source has no ${missing.join(", ")}`;
     const unreadable = s.find((t) => t!.noise === undefined);
@@ -100,7 +105,7 @@ export class Expected {
 
   /** The source storage of the part, e.g. "BF16" or "F8_E4M3+F8_E4M3" (fused gate_up). */
   dtype(p: GgufPart): string {
-    return p.hf.map((n) => this.src.tensors.get(n)?.dtype ?? "?").join("+");
+    return p.hf.map((n) => this.src.tensors.get(sourceName(this.src, n))?.dtype ?? "?").join("+");
   }
 
   /** Noise of the source storage of the part (the worst of its tensors). */
@@ -108,7 +113,7 @@ export class Expected {
     let rel = 0;
     let g = 0;
     for (const n of p.hf) {
-      const t = this.src.tensors.get(n);
+      const t = this.src.tensors.get(sourceName(this.src, n));
       rel = Math.max(rel, t?.noise?.rel ?? 0);
       g = Math.max(g, t?.noise?.gain ?? 0);
     }
@@ -132,7 +137,7 @@ export class Expected {
       out.set(b, a.length);
       return out;
     }
-    return this.src.read(p.hf[0]!);
+    return this.src.read(sourceName(this.src, p.hf[0]!));
   }
 }
 
@@ -143,8 +148,8 @@ function trimOnes(ne: readonly number[]): string {
 }
 
 /** Compare one part with what it should hold. */
-export function comparePart(p: GgufPart, exp: Expected): PartResult {
-  const sources = [...p.hf];
+export function comparePart(p: GgufPart, exp: Expected, src: SourceModel): PartResult {
+  const sources = p.hf.map((n) => sourceName(src, n));
   const shape = exp.shape(p);
   if (typeof shape === "string") {
     const status: PartStatus = shape.startsWith("the source has no") ? "no-source" : shape.includes("cannot read") ? "unreadable-source" : "shape";

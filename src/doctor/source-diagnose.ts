@@ -5,6 +5,7 @@
  * per-block scale errors (a quantized tensor's block scales misplaced, e.g. shifted by one block) → same values in
  * another order (transposed, reshaped instead of transposed, heads reordered) → differs.
  */
+import { typeTraits } from "../gguf/types.js";
 import type { ModelConfig } from "../model/config.js";
 import { gain, relDiff, rms, type Expected, type PartResult } from "./source-compare.js";
 
@@ -164,7 +165,8 @@ export function diagnose(r: PartResult, ctx: DiagnoseContext): Diagnosis {
   }
   const ne = r.expectedNe!;
   // before the order tests: shuffled block scales keep the overall distribution of values
-  const blk = blockScales(g, e, p.typeName.endsWith("_K") && !p.typeName.startsWith("Q4") && !p.typeName.startsWith("Q5") ? 16 : 32, tol);
+  const quantized = (typeTraits(p.type)?.blockSize ?? 1) > 1;
+  const blk = quantized ? blockScales(g, e, p.typeName.endsWith("_K") && !p.typeName.startsWith("Q4") && !p.typeName.startsWith("Q5") ? 16 : 32, tol) : undefined;
   if (blk !== undefined) return { ...blk, evidence: { ...base2, ...blk.evidence } };
   if (relDiff(sorted(g), sorted(e)) <= tol.rel) {
     const [n0, n1] = [ne[0]!, ne[1] ?? 1];

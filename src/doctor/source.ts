@@ -145,7 +145,7 @@ export function openSourceModel(path: string): SourceModel {
 export function checkSource(file: GGUFFile, config: ModelConfig, src: SourceModel, findings: Findings, opts: SourceCheckOptions): SourceReport {
   const { parts, unmapped } = ggufParts(file, config);
   const expected = new Expected(src, config);
-  const results = parts.map((p) => comparePart(p, expected));
+  const results = parts.map((p) => comparePart(p, expected, src));
   const used = new Set(results.flatMap((r) => (r.status === "no-source" ? [] : r.sources)));
 
   // per GGUF tensor

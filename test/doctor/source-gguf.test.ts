@@ -29,6 +29,11 @@ test("healthy: the F16 file against its Q8_0 requantization (and back) → exit 
     assert.ok(s.tensors.some((t) => t.type === "F16" && t.sourceDtype === "Q8_0") || s.tensors.some((t) => t.type === "Q8_0" && t.sourceDtype === "F16"));
     assert.equal(s.logits?.sourceModel, "the source GGUF");
   }
+  let out = "";
+  const code = await doctorMain([q8, "--source", DEMO_MODEL], { out: (t) => void (out += t), err: (t) => void (out += t), tty: false });
+  assert.equal(code, 0, out);
+  assert.match(out, /source: GGUF .*latent-demo-kjv\.gguf: (\d+)\/\1 compared tensors within quantization noise; logits mean KL/);
+  assert.match(out, /verdict: healthy \(exit 0\)/);
 });
 
 test("faulted against a GGUF source: attn_k_b/attn_v_b swapped, one expert zeroed, sign flipped → exit 1, named", async () => {

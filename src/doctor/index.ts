@@ -117,7 +117,7 @@ export async function runDoctor(opts: DoctorOptions): Promise<DoctorReport> {
         const src = source;
         parts.source = time("source", () => checkSource(file, config, src, findings, { prompts: sourcePrompts(config.nVocab, tokenizer), loadable: !blocking }));
       }
-      // the source comparison stands on its own; the compute-path checks add nothing it needs
+      // with a source the report is about the conversion; the compute-path checks (run without --source) are skipped to keep it fast
       return finish(opts, findings, parts, timings);
     }
     if (config === undefined || blocking) {

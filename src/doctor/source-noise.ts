@@ -2,7 +2,7 @@
  * How far a GGUF tensor may be from its source tensor and still be the same tensor: the quantization noise of its
  * type, rel = RMS(decoded − source) / RMS(source), and the gain α = <decoded, source> / <source, source>.
  *
- * Measured by tools/measure-source-noise.ts (latent's reference encoders = ggml's without an importance matrix,
+ * Measured by scripts/measure-source-noise.ts (latent's reference encoders = ggml's without an importance matrix,
  * on the demo model's 76 tensors of ≥ 2 dimensions and on random Gaussian / Laplace / Student-t(3) 256×512 matrices); the
  * table keeps the worst tensor. docs/doctor.md ("Source comparison") has the full table.
  */

@@ -2,7 +2,7 @@
 // every 2-D+ weight of the demo model and random Gaussian / Laplace / Student-t(3) matrices are encoded in the
 // type with latent's reference quantizers (ggml's, no importance matrix), decoded, and compared with the input:
 // rel = RMS(decoded − input) / RMS(input), and the least-squares gain α = <decoded, input> / <input, input>.
-// Usage: node --import tsx tools/measure-source-noise.ts [model.gguf]
+// Usage: node --import tsx scripts/measure-source-noise.ts [model.gguf]
 import { GGUFFile } from "../src/gguf/file.js";
 import { GGMLType, typeName, typeTraits } from "../src/gguf/types.js";
 import { dequantize, quantize } from "../src/quant/index.js";

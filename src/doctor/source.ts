@@ -145,7 +145,14 @@ export function openSourceModel(path: string): SourceModel {
 export function checkSource(file: GGUFFile, config: ModelConfig, src: SourceModel, findings: Findings, opts: SourceCheckOptions): SourceReport {
   const { parts, unmapped } = ggufParts(file, config);
   const expected = new Expected(src, config);
-  const results = parts.map((p) => comparePart(p, expected, src));
+  const results = parts.map((p): PartResult => {
+    try {
+      return comparePart(p, expected, src);
+    } catch (e) {
+      // one unreadable tensor (a missing FP8 scale, a type latent cannot decode) leaves the others comparable
+      return { part: p, status: "unreadable-source", sources: [...p.hf], note: `cannot be read: ${e instanceof Error ? e.message : String(e)}` };
+    }
+  });
   const used = new Set(results.flatMap((r) => (r.status === "no-source" ? [] : r.sources)));
 
   // per GGUF tensor
@@ -195,7 +202,8 @@ export function checkSource(file: GGUFFile, config: ModelConfig, src: SourceMode
     else if (r.status === "no-source") findings.add("source", "error", "source-extra-tensor", `${tensor} is in the GGUF but ${r.note}`, { tensor, sources: r.sources });
     else notCompared.push({ tensor, reason: r.note ?? "" });
   }
-  for (const t of notCompared) findings.add("source", "info", "source-not-compared", `${t.tensor} not compared: ${t.reason}`, { tensor: t.tensor });
+  // a tensor the source cannot give is evidence missing, worth a warning; one without a Hugging Face name is a note
+  for (const t of notCompared) findings.add("source", t.reason === "no Hugging Face name" ? "info" : "warning", "source-not-compared", `${t.tensor} not compared: ${t.reason}`, { tensor: t.tensor });
 
   const skippedInSource: { name: string; reason: string }[] = src.auxiliary.map((n) => ({ name: n, reason: n.endsWith("_scale_inv") ? "FP8 block scales (applied to their weight)" : "not a weight" }));
   const missingInGguf: string[] = [];
@@ -217,9 +225,11 @@ export function checkSource(file: GGUFFile, config: ModelConfig, src: SourceMode
 
   let logits: LogitsComparison | undefined;
   const structural = tensors.some((t) => t.status === "shape" || t.status === "no-source") || missingInGguf.length > 0;
+  const unreadable = tensors.some((t) => t.status === "unreadable-source");
   const room = logitsRoom(file, parts, src);
-  if (!opts.loadable || structural || room !== undefined) {
-    findings.add("source", "info", "source-logits-skipped", `logits not compared: ${!opts.loadable ? "the GGUF cannot be loaded as a model" : structural ? "tensors are missing or misshapen on one side" : room}`);
+  if (!opts.loadable || structural || unreadable || room !== undefined) {
+    const why = !opts.loadable ? "the GGUF cannot be loaded as a model" : structural ? "tensors are missing or misshapen on one side" : unreadable ? "some source tensors cannot be read" : room;
+    findings.add("source", "info", "source-logits-skipped", `logits not compared: ${why}`);
   } else {
     const noise = Math.max(...results.filter((r) => r.tol !== undefined).map((r) => Math.hypot(ggufNoise(r.part.type).rel, expected.noise(r.part).rel)), 0);
     logits = compareLogits({ file, config, parts, expected, ...(src.gguf !== undefined ? { sourceGguf: src.gguf } : {}), prompts: opts.prompts, noise });

@@ -2,7 +2,7 @@
 // the E4M3 decoding and the 128×128 block-scale convention, then healthy and faulted GGUFs against such a checkpoint.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DEMO_MODEL } from "../../src/cli/demo.js";
@@ -95,4 +95,18 @@ test("faults against FP8: two experts swapped, one expert zeroed, Q8_0 block sca
     assert.ok(r.errors.some((e) => e.code === c.code && e.message.includes(c.tensor) && c.words.test(e.message)), JSON.stringify(r.errors.map((e) => e.message)));
     assert.deepEqual(r.report.source!.mismatches.map((m) => m.tensor), [c.tensor]);
   }
+});
+
+test("an FP8 weight whose block scales are missing: that tensor is not compared (a warning naming it), the rest are", async () => {
+  const ck = readCheckpoint(hf);
+  const bytes = readFileSync(join(hf, "model.safetensors"));
+  const lacking = join(dir, "hf-lacking");
+  mkdirSync(lacking);
+  const kept = [...ck.values()].filter((t) => t.name !== "model.layers.1.self_attn.o_proj.weight_scale_inv");
+  writeFileSync(join(lacking, "model.safetensors"), safetensorsBytes(kept.map((t) => ({ name: t.name, dtype: t.dtype, shape: t.shape, data: new Uint8Array(bytes.subarray(t.offset, t.offset + t.nbytes)) }))));
+  const r = await doctorWithSource(DEMO_MODEL, lacking);
+  assert.equal(r.code, 0, JSON.stringify(r.errors));
+  const w = r.report.findings.find((f) => f.code === "source-not-compared" && f.severity === "warning");
+  assert.ok(w !== undefined && w.message.includes("blk.1.attn_output.weight") && /weight_scale_inv/.test(w.message), JSON.stringify(r.report.findings));
+  assert.equal(r.report.source!.compared, r.report.file!.tensorCount - 1);
 });

@@ -155,36 +155,36 @@ export function diagnose(r: PartResult, ctx: DiagnoseContext): Diagnosis {
   const other = matchOther(r, ctx, g);
   if (other !== undefined) return other;
 
-  const base2 = { ...base };
   if (p.hf.length === 2) {
     const half = g.length / 2;
     const swapped = new Float32Array(g.length);
     swapped.set(e.subarray(half));
     swapped.set(e.subarray(0, half), half);
-    if (relDiff(g, swapped) <= tol.rel) return { kind: "gate-up-halves-exchanged", what: "its gate and up halves exchanged (the fused gate_up holds up rows first)", evidence: base2 };
+    if (relDiff(g, swapped) <= tol.rel) return { kind: "gate-up-halves-exchanged", what: "its gate and up halves exchanged (the fused gate_up holds up rows first)", evidence: base };
   }
   const ne = r.expectedNe!;
   // before the order tests: shuffled block scales keep the overall distribution of values
   const quantized = (typeTraits(p.type)?.blockSize ?? 1) > 1;
   const blk = quantized ? blockScales(g, e, p.typeName.endsWith("_K") && !p.typeName.startsWith("Q4") && !p.typeName.startsWith("Q5") ? 16 : 32, tol) : undefined;
-  if (blk !== undefined) return { ...blk, evidence: { ...base2, ...blk.evidence } };
+  if (blk !== undefined) return { ...blk, evidence: { ...base, ...blk.evidence } };
   if (relDiff(sorted(g), sorted(e)) <= tol.rel) {
     const [n0, n1] = [ne[0]!, ne[1] ?? 1];
     if (n1 > 1 && relDiff(g, transposeSlices(e, n0, n1)) <= tol.rel) {
       const perHead = ne.length >= 3 ? ` per ${p.role === "k_b" || p.role === "v_b" ? "head" : "slice"}` : "";
+      // a square slice under its own shape is simply transposed; a non-square one under the right shape was reshaped
       const sameShape = p.ne.join(",") === ne.join(",");
-      if (sameShape) {
+      if (sameShape && n0 !== n1) {
         return {
           kind: "reshaped-not-transposed",
           what: `reshaped instead of transposed: the shape is right (ne [${ne.join(", ")}]) but the values are in transposed order${perHead} (the conversion reshaped where it must transpose)`,
-          evidence: base2,
+          evidence: base,
         };
       }
-      return { kind: "transposed", what: `transposed${perHead}: ne [${p.ne.join(", ")}] holds the transpose of the source's [${ne.join(", ")}]`, evidence: base2 };
+      return { kind: "transposed", what: `transposed${perHead}: ne [${p.ne.join(", ")}] holds the transpose of the source's [${ne.join(", ")}]`, evidence: base };
     }
     const candidates: [number, string][] = [];
     if (ne.length >= 3) candidates.push([ne[ne.length - 1]!, p.role === "k_b" || p.role === "v_b" ? "head" : "slice"]);
-    if (ne.length === 2 && ctx.config.nHead > 1 && ne[1]! % ctx.config.nHead === 0) candidates.push([ctx.config.nHead, "head"]);
+    if (ne.length === 2 && ctx.config.nHead > 1 && ne[1]! % ctx.config.nHead === 0) candidates.push([ctx.config.nHead, /attn_/.test(p.tensor) ? "head" : "row block"]);
     for (const [blocks, unit] of candidates) {
       const perm = blockPermutation(g, e, blocks, tol.rel);
       if (perm !== undefined) {
@@ -192,16 +192,16 @@ export function diagnose(r: PartResult, ctx: DiagnoseContext): Diagnosis {
         return {
           kind: "heads-reordered",
           what: `${unit}s reordered: ${moved.slice(0, 6).map(([i, j]) => `${unit} ${i} holds the source's ${unit} ${j}`).join(", ")}${moved.length > 6 ? ", …" : ""}`,
-          evidence: { ...base2, permutation: perm },
+          evidence: { ...base, permutation: perm },
         };
       }
     }
-    return { kind: "reordered", what: "the source's values in another order (a reshape or permutation the conversion got wrong)", evidence: base2 };
+    return { kind: "reordered", what: "the source's values in another order (a reshape or permutation the conversion got wrong)", evidence: base };
   }
   return {
     kind: "differs",
     what: `differs from the source beyond quantization noise (rel. error ${fmt(r.rel!)}, ${p.typeName} allows ${fmt(tol.rel)}): corrupt data, a wrong decoding, or another checkpoint`,
-    evidence: base2,
+    evidence: base,
   };
 }
 

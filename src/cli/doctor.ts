@@ -9,6 +9,7 @@ import { renderHtml } from "../doctor/html.js";
 import { noProgress, type Progress } from "../doctor/report.js";
 
 const HELP = `usage: latent doctor MODEL.gguf [--backend cpu] [--json] [--html report.html] [--low-memory]
+       latent doctor MODEL.gguf --source HF-DIR|other.gguf [--json]
        latent doctor --endpoint http://host:port/v1 --model MODEL.gguf [--api-key K] [--json]
 
 Diagnose garbage output: checks the GGUF file (tensors, shapes, types, NaN/Inf, statistics, metadata quirks,
@@ -21,6 +22,9 @@ options:
   --html FILE            also write a self-contained HTML report (with an activation-norm plot)
   --low-memory           reference logits streamed one layer at a time from disk (models larger than RAM);
                          reports peak RSS; skips the in-memory path and behaviour checks
+  --source PATH          compare every tensor (dequantized, through the name map) and the logits with the original
+                         checkpoint (safetensors directory: F32/F16/BF16/FP8 block-scaled) or another GGUF of the
+                         model; names swapped, transposed, reordered, scaled or zeroed tensors
   --endpoint URL         check a server (latent, vLLM, SGLang, llama-server) at URL (…/v1)
   --model FILE           the GGUF the endpoint serves (with --endpoint)
   --api-key KEY          bearer token for the endpoint
@@ -34,6 +38,7 @@ const OPTIONS = {
   "low-memory": { type: "boolean" },
   backend: { type: "string" },
   endpoint: { type: "string" },
+  source: { type: "string" },
   model: { type: "string" },
   "api-key": { type: "string" },
   chunk: { type: "string" },
@@ -83,6 +88,7 @@ export async function doctorMain(argv: string[], io: CliIO): Promise<number> {
   const model = values.model ?? positionals[0];
   if (model === undefined || positionals.length > 1 || (values.model !== undefined && positionals.length > 0)) throw new UsageError(`expected one model path\n\n${HELP}`);
   if (values["api-key"] !== undefined && values.endpoint === undefined) throw new UsageError("--api-key needs --endpoint");
+  if (values.source !== undefined && values.endpoint !== undefined) throw new UsageError("--source and --endpoint do not combine");
   const chunk = intOption("chunk", values.chunk, 1);
   const backend = values.backend ?? "reference";
   if (backend !== "reference" && backend !== "cpu") throw new UsageError(`--backend must be reference or cpu, got "${backend}"`);
@@ -92,6 +98,7 @@ export async function doctorMain(argv: string[], io: CliIO): Promise<number> {
       model,
       ...(values.endpoint !== undefined ? { endpoint: values.endpoint } : {}),
       ...(values["api-key"] !== undefined ? { apiKey: values["api-key"] } : {}),
+      ...(values.source !== undefined ? { source: values.source } : {}),
       lowMemory: values["low-memory"] === true,
       backend,
       ...(chunk !== undefined ? { chunk } : {}),
@@ -124,6 +131,7 @@ export function renderText(r: DoctorReport): string {
   }
   if (r.endpoint) lines.push(`endpoint: ${r.endpoint.mode}, ${r.endpoint.positions.length} positions, mean KL ${r.endpoint.meanKL.toExponential(2)}, top-1 ${(r.endpoint.top1Agreement * 100).toFixed(0)}% → ${r.endpoint.verdict}`);
   if (r.lowMemory) lines.push(`low-memory reference: ${r.lowMemory.tokens} tokens through ${r.lowMemory.layers} layers in ${r.lowMemory.ms} ms, peak RSS ${(r.lowMemory.peakRssBytes / 1e6).toFixed(0)} MB (model ${(r.lowMemory.modelBytes / 1e6).toFixed(0)} MB, largest layer ${(r.lowMemory.largestLayerBytes / 1e6).toFixed(1)} MB)`);
+  if (r.source) lines.push(`source: ${r.source.kind === "hf-dir" ? "checkpoint" : "GGUF"} ${r.source.path}: ${r.source.matched}/${r.source.compared} compared tensors within quantization noise${r.source.logits ? `; logits mean KL ${r.source.logits.meanKL.toExponential(2)}, top-1 ${(r.source.logits.top1Agreement * 100).toFixed(0)}%` : ""}`);
   for (const f of r.findings) lines.push(`${f.severity.toUpperCase().padEnd(7)} [${f.area}/${f.code}] ${f.message}`);
   lines.push(`verdict: ${r.verdict} (exit ${r.exitCode})`);
   return lines.join("\n") + "\n";

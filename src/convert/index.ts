@@ -20,7 +20,8 @@ import { chooseType, fileType, isQuantized, type TypeContext } from "../model/sy
 import { quantize } from "../quant/index.js";
 import { parseHfConfig, readHfConfig, type HfModelInfo } from "./hf-config.js";
 import { readHfVocab, vocabMetadata, type HfVocab } from "./hf-tokenizer.js";
-import { ConvertError, readCheckpoint, readTensorF32, type SafetensorsTensor } from "./safetensors.js";
+import { ConvertError, readCheckpoint, readTensorF32, readWeightF32, SCALE_SUFFIX, type SafetensorsTensor } from "./safetensors.js";
+import { FP8_DTYPES } from "./fp8.js";
 
 export { ConvertError } from "./safetensors.js";
 
@@ -49,27 +50,26 @@ interface Source {
 
 const LAYER = /^model\.layers\.(\d+)\./;
 const FUSED = /^(model\.layers\.\d+\.mlp\.experts)\.(gate_up_proj|down_proj)$/;
-const IGNORED = /(^|\.)rotary_emb\.inv_freq$|(^|\.)weight_scale_inv$/;
+const IGNORED = /(^|\.)rotary_emb\.inv_freq$/;
 
 /** Checkpoint tensors as per-expert HF tensors: transformers 5's fused `experts.gate_up_proj` [E, 2Fe, H] / `experts.down_proj` [E, H, Fe] are cut apart. */
 function sources(ckpt: ReadonlyMap<string, SafetensorsTensor>, nLayersKept: number): Source[] {
   const out: Source[] = [];
   for (const t of ckpt.values()) {
-    if (IGNORED.test(t.name)) {
-      if (t.name.endsWith("weight_scale_inv")) throw new ConvertError(`tensor "${t.name}": FP8 block-quantized checkpoints are not supported (dequantize to BF16 first)`);
-      continue;
-    }
+    if (IGNORED.test(t.name)) continue;
+    // FP8 block scales are applied to their weight when it is read (readWeightF32)
+    if (t.name.endsWith(SCALE_SUFFIX) && FP8_DTYPES.has(ckpt.get(t.name.slice(0, -SCALE_SUFFIX.length))?.dtype ?? "")) continue;
     const lm = LAYER.exec(t.name);
     if (lm !== null && Number(lm[1]) >= nLayersKept) continue; // MTP layers of deepseek2 files (llama.cpp skip_mtp)
     const f = FUSED.exec(t.name);
     if (f === null) {
-      out.push({ hfName: t.name, shape: t.shape, read: () => readTensorF32(t) });
+      out.push({ hfName: t.name, shape: t.shape, read: () => readWeightF32(ckpt, t) });
       continue;
     }
     if (t.shape.length !== 3) throw new ConvertError(`tensor "${t.name}": fused experts must be 3-D, got [${t.shape.join(", ")}]`);
     const [E, rows, cols] = t.shape as [number, number, number];
     let cache: Float32Array | undefined;
-    const all = (): Float32Array => (cache ??= readTensorF32(t));
+    const all = (): Float32Array => (cache ??= readWeightF32(ckpt, t));
     const parts = f[2] === "gate_up_proj" ? (["gate_proj", "up_proj"] as const) : (["down_proj"] as const);
     const each = rows / parts.length;
     for (let e = 0; e < E; e++) {
@@ -145,7 +145,8 @@ export function convertHf(dir: string, out: string, opts: ConvertOptions = {}): 
   const cfgJson = readHfConfig(dir);
   const ckpt = readCheckpoint(dir);
   for (const t of ckpt.values()) {
-    if (!["F32", "F16", "BF16"].includes(t.dtype)) readTensorF32(t); // throws the dtype error before any work
+    // dtypes latent cannot read, and FP8 weights without their scales, fail before any work
+    if (!["F32", "F16", "BF16"].includes(t.dtype) && !(FP8_DTYPES.has(t.dtype) && ckpt.has(t.name + SCALE_SUFFIX))) readTensorF32(t);
   }
   const hasExpBias = [...ckpt.keys()].some((k) => k.endsWith("mlp.gate.e_score_correction_bias"));
   const info = parseHfConfig(cfgJson, opts.name ?? basename(resolve(dir)), hasExpBias);

@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { bf16ToF32, f16ToF32 } from "../quant/f16.js";
 import { LatentError } from "../util/errors.js";
 import { READ_CHUNK } from "../gguf/source-node.js";
+import { dequantizeFp8, FP8_DTYPES, scaleGridShape } from "./fp8.js";
 
 export class ConvertError extends LatentError {}
 
@@ -102,12 +103,8 @@ export function readCheckpoint(dir: string): Map<string, SafetensorsTensor> {
   return out;
 }
 
-/** A tensor's values as float32 (F32, F16 and BF16 checkpoints). */
-export function readTensorF32(t: SafetensorsTensor): Float32Array {
-  if (!FLOAT_DTYPES.has(t.dtype)) {
-    const hint = t.dtype.startsWith("F8") ? " (FP8 checkpoints: dequantize to BF16 first, e.g. DeepSeek's fp8_cast_bf16.py)" : "";
-    throw new ConvertError(`tensor "${t.name}": dtype ${t.dtype} is not supported (F32, F16, BF16)${hint}`);
-  }
+/** The raw bytes of a tensor (positional reads in chunks). */
+function readBytes(t: SafetensorsTensor): Buffer {
   const buf = Buffer.alloc(t.nbytes);
   const fd = openSync(t.file, "r");
   try {
@@ -120,6 +117,25 @@ export function readTensorF32(t: SafetensorsTensor): Float32Array {
   } finally {
     closeSync(fd);
   }
+  return buf;
+}
+
+/**
+ * A tensor's values as float32: F32, F16 and BF16; FP8 (F8_E4M3, F8_E5M2) with its `scaleInv` (one value, or the
+ * 128×128 block grid of DeepSeek-style checkpoints; see fp8.ts). readWeightF32 finds the scale in a checkpoint.
+ */
+export function readTensorF32(t: SafetensorsTensor, scaleInv?: Float32Array): Float32Array {
+  if (FP8_DTYPES.has(t.dtype)) {
+    if (scaleInv === undefined) throw new ConvertError(`tensor "${t.name}": dtype ${t.dtype} is not supported without its block scales (FP8 checkpoints store them in "${t.name}${SCALE_SUFFIX}")`);
+    const bytes = readBytes(t);
+    try {
+      return dequantizeFp8(new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.length), t.dtype, t.shape, scaleInv);
+    } catch (e) {
+      throw new ConvertError(`tensor "${t.name}": ${(e as Error).message}`);
+    }
+  }
+  if (!FLOAT_DTYPES.has(t.dtype)) throw new ConvertError(`tensor "${t.name}": dtype ${t.dtype} is not supported (F32, F16, BF16, block-scaled F8_E4M3/F8_E5M2)`);
+  const buf = readBytes(t);
   const count = t.nbytes / (SIZES[t.dtype] ?? 1);
   const out = new Float32Array(count);
   if (t.dtype === "F32") {
@@ -130,4 +146,18 @@ export function readTensorF32(t: SafetensorsTensor): Float32Array {
     for (let i = 0; i < count; i++) out[i] = bf16ToF32(buf.readUInt16LE(i * 2));
   }
   return out;
+}
+
+/** Suffix of the FP8 scale tensors: `X.weight` → `X.weight_scale_inv`. */
+export const SCALE_SUFFIX = "_scale_inv";
+
+/** A checkpoint tensor as float32, FP8 weights multiplied by their `…_scale_inv` block scales. */
+export function readWeightF32(ckpt: ReadonlyMap<string, SafetensorsTensor>, t: SafetensorsTensor): Float32Array {
+  if (!FP8_DTYPES.has(t.dtype)) return readTensorF32(t);
+  const s = ckpt.get(t.name + SCALE_SUFFIX);
+  if (s === undefined) return readTensorF32(t); // throws the missing-scale error
+  const grid = scaleGridShape(t.shape);
+  const count = s.shape.reduce((a, d) => a * d, 1);
+  if (count !== 1 && s.shape.join(",") !== grid.join(",")) throw new ConvertError(`tensor "${s.name}": shape [${s.shape.join(", ")}], expected [${grid.join(", ")}] (128×128 blocks of [${t.shape.join(", ")}]) or one value`);
+  return readTensorF32(t, readTensorF32(s));
 }

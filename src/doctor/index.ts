@@ -14,6 +14,8 @@ import { checkPaths, defaultPrompts, type PathReport, type Prompt } from "./path
 import { DOCTOR_FORMAT, exitCodeOf, Findings, noProgress, verdictOf, type Finding, type Progress, type Verdict } from "./report.js";
 import { lowMemoryLogits, type LowMemoryReport } from "./low-memory.js";
 import { checkEndpoint, type EndpointReport } from "./endpoint.js";
+import { checkSource, openSourceModel, SourceUnreadableError, type SourceReport } from "./source.js";
+import type { SourceModel } from "./source-model.js";
 
 export interface DoctorOptions {
   readonly model: string;
@@ -38,6 +40,8 @@ export interface DoctorOptions {
   readonly probes?: readonly string[];
   readonly greedyTokens?: number;
   readonly fetch?: typeof fetch;
+  /** compare every tensor and the logits with the original checkpoint (HF directory) or another GGUF of the model */
+  readonly source?: string;
 }
 
 export interface DoctorReport {
@@ -51,6 +55,7 @@ export interface DoctorReport {
   readonly behaviour?: BehaviourReport;
   readonly endpoint?: EndpointReport;
   readonly lowMemory?: LowMemoryReport;
+  readonly source?: SourceReport;
   readonly timingsMs: Readonly<Record<string, number>>;
 }
 
@@ -90,11 +95,31 @@ export async function runDoctor(opts: DoctorOptions): Promise<DoctorReport> {
     return finish(opts, findings, {}, timings);
   }
   let backend: CpuBackend | undefined;
+  let source: SourceModel | undefined;
   try {
+    if (opts.source !== undefined) {
+      try {
+        source = openSourceModel(opts.source);
+      } catch (e) {
+        if (!(e instanceof SourceUnreadableError)) throw e;
+        findings.add("source", "error", "source-unreadable", e.message, { source: opts.source });
+        return finish(opts, findings, {}, timings, true);
+      }
+    }
     const fr = time("file", () => checkFile(file, findings, { skipData: opts.skipData === true || opts.endpoint !== undefined, progress: opts.progress ?? noProgress }));
     const { config, ...fileReport } = fr;
     const parts: { -readonly [K in keyof DoctorReport]?: DoctorReport[K] } = { file: fileReport };
     const blocking = findings.list.some((f) => f.severity === "error" && (f.area === "tensors" || f.area === "names" || f.code === "config") && f.code !== "non-finite-weights" && f.code !== "all-zero-tensor");
+    if (source !== undefined) {
+      if (config === undefined) findings.add("source", "info", "source-skipped", "source comparison skipped: the file's metadata gives no model config");
+      else {
+        const tokenizer = tryTokenizer(file);
+        const src = source;
+        parts.source = time("source", () => checkSource(file, config, src, findings, { prompts: sourcePrompts(config.nVocab, tokenizer), loadable: !blocking }));
+      }
+      // with a source the report is about the conversion; the compute-path checks (run without --source) are skipped to keep it fast
+      return finish(opts, findings, parts, timings);
+    }
     if (config === undefined || blocking) {
       findings.add("paths", "info", "skipped", "compute checks skipped: the file cannot be loaded as it is");
       return finish(opts, findings, parts, timings);
@@ -135,8 +160,25 @@ export async function runDoctor(opts: DoctorOptions): Promise<DoctorReport> {
     return finish(opts, findings, parts, timings);
   } finally {
     backend?.close();
+    source?.close();
     file.close();
   }
+}
+
+function tryTokenizer(file: GGUFFile): Tokenizer | undefined {
+  try {
+    return file.metadata.has("tokenizer.ggml.tokens") ? Tokenizer.fromMetadata(file.metadata) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Prompts of the source logits comparison: two short texts, or id runs without a tokenizer. */
+function sourcePrompts(nVocab: number, tokenizer?: Tokenizer): { label: string; tokens: number[] }[] {
+  return ["In the beginning God created the heaven and the earth.", DEFAULT_PROBES[0]!].map((text, i) => ({
+    label: text.length > 24 ? `${text.slice(0, 24)}…` : text,
+    tokens: probeTokens(text, i % 2, nVocab, tokenizer ? (t: string): number[] => tokenizer.encode(t) : undefined),
+  }));
 }
 
 function probeTokens(text: string, i: number, nVocab: number, encode?: (t: string) => number[]): number[] {

@@ -5,12 +5,17 @@
  *
  * Random-weight test models legitimately produce near-flat distributions and loops, so these are reported as notes;
  * only non-finite values and flat distributions on *every* probe of a large-vocabulary model are raised.
+ *
+ * Evidence that can fail on a trained model: calibration on a built-in text (perplexity.ts: NLL against entropy)
+ * and the SwiGLU structure seen through that text's activations (ffn-checks.ts).
  */
 import type { DeepSeek2 } from "../model/deepseek2.js";
 import { LatentCache } from "../engine/latent-cache.js";
 import { logSoftmaxRow } from "../engine/evaluate.js";
 import { tracedRun, type Prompt } from "./paths.js";
 import { FP16_MAX, type Findings } from "./report.js";
+import { calibration, judgeCalibration, type CalibrationResult } from "./perplexity.js";
+import { checkFfn, type FfnReport } from "./ffn-checks.js";
 
 export interface ProbeResult {
   readonly label: string;
@@ -46,6 +51,10 @@ export interface BehaviourReport {
   readonly probes: readonly ProbeResult[];
   readonly greedy: GreedyResult | undefined;
   readonly norms: readonly LayerNorms[];
+  /** NLL and entropy on the built-in calibration text (absent without a tokenizer) */
+  readonly calibration?: CalibrationResult;
+  /** gate/up pairing and pre-activation lean per layer (absent without a tokenizer) */
+  readonly ffn?: FfnReport;
 }
 
 function rms(a: Float64Array): number {
@@ -92,7 +101,14 @@ export function greedy(model: DeepSeek2, prompt: readonly number[], n: number): 
   return out;
 }
 
-export function checkBehaviour(model: DeepSeek2, probes: readonly Prompt[], findings: Findings, opts: { greedyTokens?: number; chunk?: number } = {}): BehaviourReport {
+export interface BehaviourOptions {
+  readonly greedyTokens?: number;
+  readonly chunk?: number;
+  /** the calibration text (perplexity.ts) as the model's tokens; without it calibration and FFN checks are skipped */
+  readonly calibrationTokens?: readonly number[];
+}
+
+export function checkBehaviour(model: DeepSeek2, probes: readonly Prompt[], findings: Findings, opts: BehaviourOptions = {}): BehaviourReport {
   const c = model.config;
   const logV = Math.log(c.nVocab);
   const results: ProbeResult[] = [];
@@ -145,7 +161,16 @@ export function checkBehaviour(model: DeepSeek2, probes: readonly Prompt[], find
       findings.add("behaviour", "info", "greedy-loop", `greedy output after the "${p.label}" probe ends in a cycle of ${loop.period} token(s) repeated ${loop.repeats}× (expected of random-weight models; in a trained model a sign of wrong gating, rope or attention)`, { period: loop.period, repeats: loop.repeats, generated });
     }
   }
-  return { probes: results, greedy: greedyResult, norms };
+  let cal: { calibration?: CalibrationResult; ffn?: FfnReport } = {};
+  const ct = opts.calibrationTokens;
+  if (ct !== undefined && ct.length >= 16) {
+    const { result, run } = calibration(model, ct, opts.chunk ?? 8);
+    judgeCalibration(result, findings);
+    cal = { calibration: result, ffn: checkFfn(model, run, findings) };
+  } else {
+    findings.add("behaviour", "info", "calibration-skipped", "no tokenizer that encodes the calibration text: calibration and the SwiGLU structure checks are skipped");
+  }
+  return { probes: results, greedy: greedyResult, norms, ...cal };
 }
 
 /** max |W_UK,hᵀ q_nope,h| over the traced queries of one layer (the absorbed decode query). */

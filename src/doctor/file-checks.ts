@@ -10,6 +10,7 @@ import { canDequantize, dequantizeRow, rowBytes } from "../quant/index.js";
 import { parseConfig, yarnMscale, type ModelConfig } from "../model/config.js";
 import { ggufToHf, hfToGguf } from "../model/names.js";
 import { checkAgainstKnownModels, checkContradictions } from "./metadata-checks.js";
+import { misaligned, misalignmentCut, Q8ScaleCollector, type ScaleAlignment } from "./q8-scales.js";
 import { Tokenizer } from "../tokenizer/index.js";
 import { LatentError } from "../util/errors.js";
 import { Findings, FP16_MAX, noProgress, type Progress } from "./report.js";
@@ -42,6 +43,8 @@ export interface TensorStats {
   readonly zeroRows: number;
   /** stacked expert tensors (`*_exps`, ne [cols, rows, E]): the experts whose whole slice is zero */
   readonly zeroExperts?: readonly number[];
+  /** Q8_0 tensors: how well each row's first/last block scale fits its own row vs the neighbours (q8-scales.ts) */
+  readonly scaleAlignment?: ScaleAlignment;
 }
 
 export interface FileReport {
@@ -170,9 +173,11 @@ export function tensorStats(file: GGUFFile, info: TensorInfo, kind: TensorKind |
   // Stacked experts: a slice of ne[1] rows per expert; count its all-zero rows.
   const perExpert = info.ne.length === 3 && /_exps\.weight$/.test(info.name) ? info.ne[1]! : 0;
   const expertZeroRows = perExpert > 0 ? new Int32Array(info.ne[2]!) : undefined;
+  const scales = Q8ScaleCollector.applies(info.type, cols, rows) ? new Q8ScaleCollector(cols / 32, rows) : undefined;
   for (let r0 = 0; r0 < rows; r0 += rowsPerRead) {
     const nr = Math.min(rowsPerRead, rows - r0);
     const bytes = file.readBytes(info, r0 * rb, nr * rb);
+    scales?.add(bytes, r0, nr);
     for (let r = 0; r < nr; r++) {
       dequantizeRow(info.type, bytes, r * rb, buf, 0, cols, info.name);
       let rowZero = true;
@@ -215,6 +220,7 @@ export function tensorStats(file: GGUFFile, info: TensorInfo, kind: TensorKind |
     absMax: finite > 0 ? Math.max(Math.abs(min), Math.abs(max)) : NaN,
     zeros: count > 0 ? zeros / count : 0,
     zeroRows,
+    ...(scales !== undefined ? { scaleAlignment: scales.result() } : {}),
     ...(expertZeroRows !== undefined ? { zeroExperts: [...expertZeroRows.keys()].filter((e) => expertZeroRows[e] === perExpert) } : {}),
   };
 }
@@ -233,6 +239,12 @@ function judgeStats(s: TensorStats, f: Findings): void {
   if (s.count > 0 && s.zeros === 1) {
     f.add("tensors", "error", "all-zero-tensor", `${where} is all zeros: it was never written (a conversion step dropped it)`, { tensor: s.name });
     return;
+  }
+  const side = s.scaleAlignment !== undefined ? misaligned(s.scaleAlignment) : undefined;
+  if (side !== undefined) {
+    const a = s.scaleAlignment!;
+    const [own, other] = side === "next" ? [a.lastOwn, a.lastNext] : [a.firstOwn, a.firstPrev];
+    f.add("tensors", "error", "q8-scales-misaligned", `${where}: the Q8_0 block scales sit one block off — each row's ${side === "next" ? "last" : "first"} block scale fits the ${side} row (correlation ${other.toFixed(3)}) better than its own (${own.toFixed(3)}; cut ${misalignmentCut(a.rows).toFixed(3)} over ${a.rows} rows): the quantizer or a repacker wrote the scale array shifted by one block`, { tensor: s.name, side, own, other, rows: a.rows });
   }
   const zeroExperts = s.zeroExperts ?? [];
   if (zeroExperts.length > 0) {

@@ -171,7 +171,7 @@ export const DEMO_VARIANTS: readonly DemoVariant[] = [
       },
     },
   },
-  { name: "q8_0-scales-shifted", healthy: false, edit: q8ScalesShifted("blk.2.attn_q_b.weight") },
+  { name: "q8_0-scales-shifted", healthy: false, edit: q8ScalesShifted("token_embd.weight") },
   {
     name: "exp_probs_b-dropped",
     healthy: false,

@@ -82,14 +82,17 @@ function swapExperts(tensor: string, a: number, b: number, layers: readonly numb
   };
 }
 
-function zeroExpert(tensor: string, e: number, il: number): Rewrite {
+/** Zero expert `e`'s slice of a stacked tensor in the given layers (a merge step that dropped it). */
+function zeroExpert(tensor: string, e: number, layers: readonly number[]): Rewrite {
   return {
     tensors: (list) => {
-      const t = find(list, `blk.${il}.${tensor}`);
-      const v = values(t);
-      const each = t.ne[0]! * t.ne[1]!;
-      v.fill(0, e * each, (e + 1) * each);
-      setValues(t, v);
+      for (const il of layers) {
+        const t = find(list, `blk.${il}.${tensor}`);
+        const v = values(t);
+        const each = t.ne[0]! * t.ne[1]!;
+        v.fill(0, e * each, (e + 1) * each);
+        setValues(t, v);
+      }
     },
   };
 }
@@ -158,7 +161,7 @@ export const DEMO_VARIANTS: readonly DemoVariant[] = [
     },
   },
   { name: "experts-swapped-in-gate", healthy: false, edit: swapExperts("ffn_gate_exps.weight", 0, 5, [2]) },
-  { name: "expert-zeroed", healthy: false, edit: zeroExpert("ffn_down_exps.weight", 3, 3) },
+  { name: "expert-zeroed", healthy: false, edit: zeroExpert("ffn_down_exps.weight", 3, MOE_LAYERS) },
   {
     name: "gate-up-names-exchanged",
     healthy: false,

@@ -7,7 +7,8 @@
  * only non-finite values and flat distributions on *every* probe of a large-vocabulary model are raised.
  *
  * Evidence that can fail on a trained model: calibration on a built-in text (perplexity.ts: NLL against entropy)
- * and the SwiGLU structure seen through that text's activations (ffn-checks.ts).
+ * and the SwiGLU structure seen through that text's activations (ffn-checks.ts); the balanced norms of MLA's paired
+ * projections (attn-pairing.ts).
  */
 import type { DeepSeek2 } from "../model/deepseek2.js";
 import { LatentCache } from "../engine/latent-cache.js";
@@ -15,7 +16,8 @@ import { logSoftmaxRow } from "../engine/evaluate.js";
 import { tracedRun, type Prompt } from "./paths.js";
 import { FP16_MAX, type Findings } from "./report.js";
 import { calibration, judgeCalibration, type CalibrationResult } from "./perplexity.js";
-import { checkFfn, type FfnReport } from "./ffn-checks.js";
+import { checkFfn, PAIRING_SIGNAL, type FfnReport } from "./ffn-checks.js";
+import { checkAttnPairing, type AttnPairingLayer } from "./attn-pairing.js";
 
 export interface ProbeResult {
   readonly label: string;
@@ -55,6 +57,8 @@ export interface BehaviourReport {
   readonly calibration?: CalibrationResult;
   /** gate/up pairing and pre-activation lean per layer (absent without a tokenizer) */
   readonly ffn?: FfnReport;
+  /** per layer: log-norm correlation of W_q nope rows with W_UK rows, and of W_UV rows with W_o columns */
+  readonly attentionPairing?: readonly AttnPairingLayer[];
 }
 
 function rms(a: Float64Array): number {
@@ -170,7 +174,9 @@ export function checkBehaviour(model: DeepSeek2, probes: readonly Prompt[], find
   } else {
     findings.add("behaviour", "info", "calibration-skipped", "no tokenizer that encodes the calibration text: calibration and the SwiGLU structure checks are skipped");
   }
-  return { probes: results, greedy: greedyResult, norms, ...cal };
+  const ffnTrained = cal.ffn?.pairing.some((l) => l.median > PAIRING_SIGNAL * l.baseline) === true;
+  const attentionPairing = checkAttnPairing(model, findings, cal.calibration?.trained === true || ffnTrained);
+  return { probes: results, greedy: greedyResult, norms, ...cal, attentionPairing };
 }
 
 /** max |W_UK,hᵀ q_nope,h| over the traced queries of one layer (the absorbed decode query). */

@@ -14,8 +14,9 @@ import { DEMO_MODEL, DEMO_VARIANTS, writeDemoVariant } from "../helpers/demo-fau
 
 /** The finding codes that name each fault's cause (any one suffices; the message is checked too). */
 const CAUSES: Record<string, { codes: readonly string[]; message: RegExp }> = {
-  "k_b-v_b-swapped": { codes: ["miscalibrated"], message: /confidently wrong.*NLL/s },
-  "legacy-kv-b-head-order": { codes: ["miscalibrated"], message: /confidently wrong.*NLL/s },
+  "k_b-v_b-swapped": { codes: ["miscalibrated", "attention-unpaired"], message: /confidently wrong.*NLL|attn_k_b\/attn_v_b are swapped/s },
+  "k_b-reshaped": { codes: ["k-b-unpaired"], message: /attn_k_b does not match.*reshaped instead of transposed/s },
+  "legacy-kv-b-head-order": { codes: ["miscalibrated", "attention-unpaired"], message: /confidently wrong.*NLL|attn_kv_b rows are in the wrong head order/s },
   "rope-base-1e6": { codes: ["published-config-mismatch"], message: /rope\.freq_base = 1000000.*publishes 10000/ },
   "yarn-wrong-factor": { codes: ["published-config-mismatch"], message: /rope\.scaling\.type = yarn.*publishes none/ },
   "experts-swapped-in-gate": { codes: ["expert-mispaired"], message: /layer 2, expert [05].*expert [05]'s up/ },
@@ -26,7 +27,7 @@ const CAUSES: Record<string, { codes: readonly string[]; message: RegExp }> = {
   "softmax-gating-with-bias": { codes: ["softmax-with-bias", "published-config-mismatch"], message: /softmax/ },
 };
 /** Faults the doctor does not catch yet (docs/doctor.md, "what it cannot see"); their tests only prove the effect. */
-const NOT_CAUGHT = new Set(["k_b-reshaped"]);
+const NOT_CAUGHT = new Set<string>([]);
 
 let dir = "";
 let clean: Float64Array[] = [];

@@ -15,6 +15,9 @@ import { Tokenizer } from "../tokenizer/index.js";
 import { LatentError } from "../util/errors.js";
 import { Findings, FP16_MAX, noProgress, type Progress } from "./report.js";
 
+/** Error codes of the weight scan that leave the file loadable: the compute checks still run after them. */
+export const DATA_ERRORS: ReadonlySet<string> = new Set(["non-finite-weights", "all-zero-tensor", "zero-expert", "q8-scales-misaligned"]);
+
 export type TensorKind = "embedding" | "output" | "norm" | "router" | "bias" | "matrix";
 
 export interface ExpectedTensor {

@@ -10,7 +10,7 @@ import { Tokenizer } from "../tokenizer/index.js";
 import { LatentError, UsageError } from "../util/errors.js";
 import { checkBehaviour, type BehaviourReport } from "./behaviour.js";
 import { CALIBRATION_TEXT } from "./perplexity.js";
-import { checkFile, type FileReport, type TensorStats } from "./file-checks.js";
+import { checkFile, DATA_ERRORS, type FileReport, type TensorStats } from "./file-checks.js";
 import { checkPaths, defaultPrompts, type PathReport, type Prompt } from "./paths.js";
 import { DOCTOR_FORMAT, exitCodeOf, Findings, noProgress, verdictOf, type Finding, type Progress, type Verdict } from "./report.js";
 import { lowMemoryLogits, type LowMemoryReport } from "./low-memory.js";
@@ -95,7 +95,7 @@ export async function runDoctor(opts: DoctorOptions): Promise<DoctorReport> {
     const fr = time("file", () => checkFile(file, findings, { skipData: opts.skipData === true || opts.endpoint !== undefined, progress: opts.progress ?? noProgress }));
     const { config, ...fileReport } = fr;
     const parts: { -readonly [K in keyof DoctorReport]?: DoctorReport[K] } = { file: fileReport };
-    const blocking = findings.list.some((f) => f.severity === "error" && (f.area === "tensors" || f.area === "names" || f.code === "config") && f.code !== "non-finite-weights" && f.code !== "all-zero-tensor" && f.code !== "zero-expert");
+    const blocking = findings.list.some((f) => f.severity === "error" && (f.area === "tensors" || f.area === "names" || f.code === "config") && !DATA_ERRORS.has(f.code));
     if (config === undefined || blocking) {
       findings.add("paths", "info", "skipped", "compute checks skipped: the file cannot be loaded as it is");
       return finish(opts, findings, parts, timings);

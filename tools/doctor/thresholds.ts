@@ -2,7 +2,8 @@
 //   node --import tsx tools/doctor/thresholds.ts
 // For every variant of test/helpers/demo-faults.ts (the trained demo model, healthy and faulted), the random-weight
 // kit models and a few `latent synth` models: calibration NLL / entropy / gap, the SwiGLU pairing and gate/up lean,
-// top-1 agreement and KL against the clean demo model on the calibration text, the doctor's errors and its time.
+// the attention pairing, top-1 agreement and KL against the clean demo model on the calibration text, the doctor's
+// errors and its time (2 shared cores: times vary with the machine's load).
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -48,19 +49,22 @@ async function row(label: string, path: string, clean?: Float64Array[]): Promise
   const cal = r.behaviour?.calibration;
   const ffn = r.behaviour?.ffn;
   const pairMin = ffn?.pairing.length ? Math.min(...ffn.pairing.map((p) => p.median / p.baseline)) : undefined;
-  const gate = ffn?.shifts.filter((s) => s.part === "experts").map((s) => s.gate);
-  const up = ffn?.shifts.filter((s) => s.part === "experts").map((s) => s.up);
+  const moe = ffn?.shifts.filter((s) => s.part === "experts") ?? [];
+  const gate = moe.length > 0 ? moe.map((s) => s.gate) : undefined;
+  const up = moe.length > 0 ? moe.map((s) => s.up) : undefined;
+  const attn = r.behaviour?.attentionPairing ?? [];
+  const qk = attn.length > 0 ? `${f3(Math.min(...attn.map((l) => l.qk)))} / ${f3(Math.min(...attn.map((l) => l.vo)))}` : "–";
   const agree = clean !== undefined ? agreement(clean, logprobs(path)) : undefined;
   const errors = [...new Set(r.findings.filter((f) => f.severity === "error").map((f) => f.code))].join(",") || "—";
   console.log(
-    `| ${label} | ${f3(cal?.nll)} | ${f3(cal?.entropy)} | ${f3(cal?.gap)} | ${f3(cal ? cal.nll / cal.logVocab : undefined)} | ${f3(pairMin)} | ${gate ? `${f3(Math.max(...gate))}…${f3(Math.min(...gate))}` : "–"} | ${up ? `${f3(Math.max(...up))}…${f3(Math.min(...up))}` : "–"} | ${agree ? `${f3(agree.top1)} / ${f3(agree.kl)}` : "–"} | ${r.exitCode} | ${errors} | ${(ms / 1000).toFixed(1)} |`,
+    `| ${label} | ${f3(cal?.nll)} | ${f3(cal?.entropy)} | ${f3(cal?.gap)} | ${f3(cal ? cal.nll / cal.logVocab : undefined)} | ${f3(pairMin)} | ${qk} | ${gate ? `${f3(Math.max(...gate))}…${f3(Math.min(...gate))}` : "–"} | ${up ? `${f3(Math.max(...up))}…${f3(Math.min(...up))}` : "–"} | ${agree ? `${f3(agree.top1)} / ${f3(agree.kl)}` : "–"} | ${r.exitCode} | ${errors} | ${(ms / 1000).toFixed(1)} |`,
   );
 }
 
 const dir = mkdtempSync(join(tmpdir(), "latent-thresholds-"));
 try {
-  console.log("| model | NLL | H | NLL−H | NLL/lnV | pairing median/baseline (min layer) | gate lean (MoE) | up lean (MoE) | top-1 / KL vs clean | exit | errors | s |");
-  console.log("|---|---|---|---|---|---|---|---|---|---|---|---|");
+  console.log("| model | NLL | H | NLL−H | NLL/lnV | gate·up pairing median/baseline (min layer) | q·k / v·o log-norm corr (min layer) | gate lean (MoE) | up lean (MoE) | top-1 / KL vs clean | exit | errors | s |");
+  console.log("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
   const clean = logprobs(DEMO_MODEL);
   for (const v of DEMO_VARIANTS) await row(`demo ${v.name}${v.healthy ? "" : " (fault)"}`, writeDemoVariant(v, join(dir, `${v.name}.gguf`)), clean);
   for (const n of ["ds2-qlora-softmax", "ds2-lite", "ds2-v3", "glm-dsa-topk8", "ds2-v3-mixed-q"]) await row(`kit ${n} (random)`, new URL(`../../test/fixtures/models/${n}.gguf`, import.meta.url).pathname);

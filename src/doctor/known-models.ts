@@ -108,11 +108,16 @@ export const KNOWN_MODELS: readonly KnownModel[] = [
   },
 ];
 
-export function identify(c: ModelConfig): KnownModel | undefined {
-  return KNOWN_MODELS.find(({ shape: s }) =>
+export function matchesShape(s: ModelShape, c: ModelConfig): boolean {
+  return (
     s.arch === c.arch && s.nLayer.includes(c.nLayer) && s.nEmbd === c.nEmbd && s.nHead === c.nHead && s.qLoraRank === c.qLoraRank && s.kvLoraRank === c.kvLoraRank &&
     s.qkNope === c.qkNope && s.qkRope === c.qkRope && s.vHead === c.vHead && s.nExpert === c.nExpert && s.nExpertShared === c.nExpertShared &&
-    s.nFFExp === c.nFFExp && s.nFF === c.nFF && s.nLeadingDense === c.nLeadingDense && s.nVocab === c.nVocab);
+    s.nFFExp === c.nFFExp && s.nFF === c.nFF && s.nLeadingDense === c.nLeadingDense && s.nVocab === c.nVocab
+  );
+}
+
+export function identify(c: ModelConfig): KnownModel | undefined {
+  return KNOWN_MODELS.find((m) => matchesShape(m.shape, c));
 }
 
 /** One metadata value that disagrees with the published config. */

@@ -168,9 +168,9 @@ export function checkBehaviour(model: DeepSeek2, probes: readonly Prompt[], find
   let cal: { calibration?: CalibrationResult; ffn?: FfnReport } = {};
   const ct = opts.calibrationTokens;
   if (ct !== undefined && ct.length >= 16) {
-    const { result, run } = calibration(model, ct, opts.chunk ?? 8);
+    const { result, ffnInputs } = calibration(model, ct);
     judgeCalibration(result, findings);
-    cal = { calibration: result, ffn: checkFfn(model, run, findings) };
+    cal = { calibration: result, ffn: checkFfn(model, ffnInputs, findings) };
   } else {
     findings.add("behaviour", "info", "calibration-skipped", "no tokenizer that encodes the calibration text: calibration and the SwiGLU structure checks are skipped");
   }

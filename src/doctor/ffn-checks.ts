@@ -13,7 +13,7 @@
  */
 import type { DeepSeek2 } from "../model/deepseek2.js";
 import type { SwiGLU } from "../model/weights.js";
-import type { RunTrace } from "./paths.js";
+import type { FfnInputs } from "./perplexity.js";
 import type { Findings } from "./report.js";
 
 /** Median pairing must exceed the unrelated-vector level by this factor before experts are judged. */
@@ -106,16 +106,17 @@ function pairing(layer: number, experts: readonly SwiGLU[]): PairingLayer | unde
   return { ...out, mispaired };
 }
 
-/** mean/sd of W·x over sampled rows of W and every traced token. */
+/** mean/sd of W·x over sampled rows of W and ≤ 64 evenly spaced traced tokens. */
 function shift(m: SwiGLU["gate"], x: Float64Array, rowsSampled: readonly number[]): number {
   const C = m.cols;
   const T = Math.floor(x.length / C);
+  const tokens = sampleRows(T, 64);
   let s = 0;
   let s2 = 0;
   let n = 0;
   for (const r of rowsSampled) {
     const w = m.row(r);
-    for (let t = 0; t < T; t++) {
+    for (const t of tokens) {
       let a = 0;
       for (let c = 0; c < C; c++) a += w[c]! * x[t * C + c]!;
       s += a;
@@ -136,13 +137,13 @@ function shiftOf(layer: number, part: ShiftLayer["part"], mats: readonly SwiGLU[
   return { layer, part, gate: avg((s) => s.gate), up: avg((s) => s.up) };
 }
 
-export function checkFfn(model: DeepSeek2, run: RunTrace, f: Findings): FfnReport {
+export function checkFfn(model: DeepSeek2, ffnInputs: FfnInputs, f: Findings): FfnReport {
   const c = model.config;
   const pairings: PairingLayer[] = [];
   const shifts: ShiftLayer[] = [];
   for (let il = 0; il < c.nLayer; il++) {
     const lw = model.weights.layers[il]!;
-    const x = run.stages.get(`${il}:ffn_norm`)?.rows;
+    const x = ffnInputs.get(il);
     if (lw.moe !== undefined) {
       const p = pairing(il, lw.moe.experts);
       if (p !== undefined) pairings.push(p);

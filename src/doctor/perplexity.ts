@@ -10,7 +10,6 @@
  */
 import type { DeepSeek2 } from "../model/deepseek2.js";
 import { logSoftmaxRow } from "../engine/evaluate.js";
-import { tracedRun, type RunTrace } from "./paths.js";
 import type { Findings } from "./report.js";
 
 export const CALIBRATION_TEXT =
@@ -39,14 +38,38 @@ export interface CalibrationResult {
   readonly trained: boolean;
 }
 
-/** Score `tokens` by teacher forcing on the reference path; returns the trace too (its activations feed other checks). */
-export function calibration(model: DeepSeek2, tokens: readonly number[], chunk: number): { result: CalibrationResult; run: RunTrace } {
-  const run = tracedRun(model, tokens, "reference", chunk);
+/** The FFN inputs (output of ffn_norm) per layer, rows of n_embd, as traced on the calibration text. */
+export type FfnInputs = ReadonlyMap<number, Float64Array>;
+
+/**
+ * Score `tokens` by teacher forcing on the reference path. Also returns each layer's FFN input (the only activations
+ * other checks need; tracing every stage would hold gigabytes on a large model).
+ */
+export function calibration(model: DeepSeek2, tokens: readonly number[]): { result: CalibrationResult; ffnInputs: FfnInputs } {
+  const parts = new Map<number, Float64Array[]>();
+  const trace = (layer: number, stage: string, rows: Float64Array): void => {
+    if (stage !== "ffn_norm") return;
+    const list = parts.get(layer) ?? [];
+    list.push(Float64Array.from(rows));
+    parts.set(layer, list);
+  };
+  const V = model.config.nVocab;
+  const logits = model.forward(tokens, undefined, { path: "reference", logits: "all", trace });
+  const ffnInputs = new Map<number, Float64Array>();
+  for (const [layer, list] of parts) {
+    const out = new Float64Array(list.reduce((a, r) => a + r.length, 0));
+    let at = 0;
+    for (const r of list) {
+      out.set(r, at);
+      at += r.length;
+    }
+    ffnInputs.set(layer, out);
+  }
   let nll = 0;
   let entropy = 0;
   const n = tokens.length - 1;
   for (let i = 0; i < n; i++) {
-    const lp = logSoftmaxRow(run.logits[i]!);
+    const lp = logSoftmaxRow(logits.subarray(i * V, (i + 1) * V));
     nll -= lp[tokens[i + 1]!]!;
     let h = 0;
     for (let j = 0; j < lp.length; j++) {
@@ -57,7 +80,7 @@ export function calibration(model: DeepSeek2, tokens: readonly number[], chunk: 
   }
   const logVocab = Math.log(model.config.nVocab);
   const result = { tokens: tokens.length, nll: nll / n, entropy: entropy / n, logVocab, gap: (nll - entropy) / n, trained: nll / n < TRAINED_NLL_RATIO * logVocab };
-  return { result, run };
+  return { result, ffnInputs };
 }
 
 export function judgeCalibration(r: CalibrationResult, f: Findings): void {

@@ -15,7 +15,7 @@ import { LatentCache } from "../engine/latent-cache.js";
 import { logSoftmaxRow } from "../engine/evaluate.js";
 import { tracedRun, type Prompt } from "./paths.js";
 import { FP16_MAX, type Findings } from "./report.js";
-import { calibration, judgeCalibration, type CalibrationResult } from "./perplexity.js";
+import { calibration, judgeCalibration, type CalibrationResult, type FfnInputs } from "./perplexity.js";
 import { checkFfn, PAIRING_SIGNAL, type FfnReport } from "./ffn-checks.js";
 import { checkAttnPairing, type AttnPairingLayer } from "./attn-pairing.js";
 
@@ -55,7 +55,7 @@ export interface BehaviourReport {
   readonly norms: readonly LayerNorms[];
   /** NLL and entropy on the built-in calibration text (absent without a tokenizer) */
   readonly calibration?: CalibrationResult;
-  /** gate/up pairing and pre-activation lean per layer (absent without a tokenizer) */
+  /** gate/up pairing per MoE layer; pre-activation lean per layer (empty without a tokenizer) */
   readonly ffn?: FfnReport;
   /** per layer: log-norm correlation of W_q nope rows with W_UK rows, and of W_UV rows with W_o columns */
   readonly attentionPairing?: readonly AttnPairingLayer[];
@@ -108,7 +108,7 @@ export function greedy(model: DeepSeek2, prompt: readonly number[], n: number): 
 export interface BehaviourOptions {
   readonly greedyTokens?: number;
   readonly chunk?: number;
-  /** the calibration text (perplexity.ts) as the model's tokens; without it calibration and FFN checks are skipped */
+  /** the calibration text (perplexity.ts) as the model's tokens; without it calibration and the gate/up lean are skipped */
   readonly calibrationTokens?: readonly number[];
 }
 
@@ -165,18 +165,21 @@ export function checkBehaviour(model: DeepSeek2, probes: readonly Prompt[], find
       findings.add("behaviour", "info", "greedy-loop", `greedy output after the "${p.label}" probe ends in a cycle of ${loop.period} token(s) repeated ${loop.repeats}× (expected of random-weight models; in a trained model a sign of wrong gating, rope or attention)`, { period: loop.period, repeats: loop.repeats, generated });
     }
   }
-  let cal: { calibration?: CalibrationResult; ffn?: FfnReport } = {};
+  let cal: CalibrationResult | undefined;
+  let ffnInputs: FfnInputs = new Map();
   const ct = opts.calibrationTokens;
   if (ct !== undefined && ct.length >= 16) {
-    const { result, ffnInputs } = calibration(model, ct);
-    judgeCalibration(result, findings);
-    cal = { calibration: result, ffn: checkFfn(model, ffnInputs, findings) };
+    const r = calibration(model, ct);
+    judgeCalibration(r.result, findings);
+    cal = r.result;
+    ffnInputs = r.ffnInputs;
   } else {
-    findings.add("behaviour", "info", "calibration-skipped", "no tokenizer that encodes the calibration text: calibration and the SwiGLU structure checks are skipped");
+    findings.add("behaviour", "info", "calibration-skipped", "no tokenizer that encodes the calibration text: calibration and the gate/up lean check are skipped");
   }
-  const ffnTrained = cal.ffn?.pairing.some((l) => l.median > PAIRING_SIGNAL * l.baseline) === true;
-  const attentionPairing = checkAttnPairing(model, findings, cal.calibration?.trained === true || ffnTrained);
-  return { probes: results, greedy: greedyResult, norms, ...cal, attentionPairing };
+  const ffn = checkFfn(model, ffnInputs, findings);
+  const ffnTrained = ffn.pairing.some((l) => l.median > PAIRING_SIGNAL * l.baseline);
+  const attentionPairing = checkAttnPairing(model, findings, cal?.trained === true || ffnTrained);
+  return { probes: results, greedy: greedyResult, norms, ...(cal !== undefined ? { calibration: cal } : {}), ffn, attentionPairing };
 }
 
 /** max |W_UK,hᵀ q_nope,h| over the traced queries of one layer (the absorbed decode query). */

@@ -1,6 +1,6 @@
 /**
  * Calibration on natural text: the mean negative log-likelihood (NLL) per token of a built-in public-domain sample
- * (Genesis 1:1–8, King James Version — text every English-trained model has seen, and the demo model's corpus)
+ * (Genesis 1:1–6, King James Version — text every English-trained model has seen, and the demo model's corpus)
  * against the model's mean predictive entropy H on the same positions.
  *
  * A healthy trained model is calibrated: NLL ≈ H. A trained model with a broken file is confidently wrong: its

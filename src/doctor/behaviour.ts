@@ -5,12 +5,19 @@
  *
  * Random-weight test models legitimately produce near-flat distributions and loops, so these are reported as notes;
  * only non-finite values and flat distributions on *every* probe of a large-vocabulary model are raised.
+ *
+ * Evidence that can fail on a trained model: calibration on a built-in text (perplexity.ts: NLL against entropy)
+ * and the SwiGLU structure seen through that text's activations (ffn-checks.ts); the balanced norms of MLA's paired
+ * projections (attn-pairing.ts).
  */
 import type { DeepSeek2 } from "../model/deepseek2.js";
 import { LatentCache } from "../engine/latent-cache.js";
 import { logSoftmaxRow } from "../engine/evaluate.js";
 import { tracedRun, type Prompt } from "./paths.js";
 import { FP16_MAX, type Findings } from "./report.js";
+import { calibration, judgeCalibration, type CalibrationResult, type FfnInputs } from "./perplexity.js";
+import { checkFfn, PAIRING_SIGNAL, type FfnReport } from "./ffn-checks.js";
+import { checkAttnPairing, type AttnPairingLayer } from "./attn-pairing.js";
 
 export interface ProbeResult {
   readonly label: string;
@@ -46,6 +53,12 @@ export interface BehaviourReport {
   readonly probes: readonly ProbeResult[];
   readonly greedy: GreedyResult | undefined;
   readonly norms: readonly LayerNorms[];
+  /** NLL and entropy on the built-in calibration text (absent without a tokenizer) */
+  readonly calibration?: CalibrationResult;
+  /** gate/up pairing per MoE layer; pre-activation lean per layer (empty without a tokenizer) */
+  readonly ffn?: FfnReport;
+  /** per layer: log-norm correlation of W_q nope rows with W_UK rows, and of W_UV rows with W_o columns */
+  readonly attentionPairing?: readonly AttnPairingLayer[];
 }
 
 function rms(a: Float64Array): number {
@@ -92,7 +105,14 @@ export function greedy(model: DeepSeek2, prompt: readonly number[], n: number): 
   return out;
 }
 
-export function checkBehaviour(model: DeepSeek2, probes: readonly Prompt[], findings: Findings, opts: { greedyTokens?: number; chunk?: number } = {}): BehaviourReport {
+export interface BehaviourOptions {
+  readonly greedyTokens?: number;
+  readonly chunk?: number;
+  /** the calibration text (perplexity.ts) as the model's tokens; without it calibration and the gate/up lean are skipped */
+  readonly calibrationTokens?: readonly number[];
+}
+
+export function checkBehaviour(model: DeepSeek2, probes: readonly Prompt[], findings: Findings, opts: BehaviourOptions = {}): BehaviourReport {
   const c = model.config;
   const logV = Math.log(c.nVocab);
   const results: ProbeResult[] = [];
@@ -145,7 +165,21 @@ export function checkBehaviour(model: DeepSeek2, probes: readonly Prompt[], find
       findings.add("behaviour", "info", "greedy-loop", `greedy output after the "${p.label}" probe ends in a cycle of ${loop.period} token(s) repeated ${loop.repeats}× (expected of random-weight models; in a trained model a sign of wrong gating, rope or attention)`, { period: loop.period, repeats: loop.repeats, generated });
     }
   }
-  return { probes: results, greedy: greedyResult, norms };
+  let cal: CalibrationResult | undefined;
+  let ffnInputs: FfnInputs = new Map();
+  const ct = opts.calibrationTokens;
+  if (ct !== undefined && ct.length >= 16) {
+    const r = calibration(model, ct);
+    judgeCalibration(r.result, findings);
+    cal = r.result;
+    ffnInputs = r.ffnInputs;
+  } else {
+    findings.add("behaviour", "info", "calibration-skipped", "no tokenizer that encodes the calibration text: calibration and the gate/up lean check are skipped");
+  }
+  const ffn = checkFfn(model, ffnInputs, findings);
+  const ffnTrained = ffn.pairing.some((l) => l.median > PAIRING_SIGNAL * l.baseline);
+  const attentionPairing = checkAttnPairing(model, findings, cal?.trained === true || ffnTrained);
+  return { probes: results, greedy: greedyResult, norms, ...(cal !== undefined ? { calibration: cal } : {}), ffn, attentionPairing };
 }
 
 /** max |W_UK,hᵀ q_nope,h| over the traced queries of one layer (the absorbed decode query). */

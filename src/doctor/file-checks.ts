@@ -8,10 +8,15 @@ import type { TensorInfo } from "../gguf/reader.js";
 import { typeName } from "../gguf/types.js";
 import { canDequantize, dequantizeRow, rowBytes } from "../quant/index.js";
 import { parseConfig, yarnMscale, type ModelConfig } from "../model/config.js";
-import { ggufToHf, hfToGguf, joinKvB, splitKvB } from "../model/names.js";
+import { ggufToHf, hfToGguf } from "../model/names.js";
+import { checkAgainstKnownModels, checkContradictions } from "./metadata-checks.js";
+import { misaligned, misalignmentCut, Q8ScaleCollector, type ScaleAlignment } from "./q8-scales.js";
 import { Tokenizer } from "../tokenizer/index.js";
 import { LatentError } from "../util/errors.js";
 import { Findings, FP16_MAX, noProgress, type Progress } from "./report.js";
+
+/** Error codes of the weight scan that leave the file loadable: the compute checks still run after them. */
+export const DATA_ERRORS: ReadonlySet<string> = new Set(["non-finite-weights", "all-zero-tensor", "zero-expert", "q8-scales-misaligned"]);
 
 export type TensorKind = "embedding" | "output" | "norm" | "router" | "bias" | "matrix";
 
@@ -39,6 +44,10 @@ export interface TensorStats {
   readonly zeros: number;
   /** rows (ne[0]-long) that are entirely zero */
   readonly zeroRows: number;
+  /** stacked expert tensors (`*_exps`, ne [cols, rows, E]): the experts whose whole slice is zero */
+  readonly zeroExperts?: readonly number[];
+  /** Q8_0 tensors: how well each row's first/last block scale fits its own row vs the neighbours (q8-scales.ts) */
+  readonly scaleAlignment?: ScaleAlignment;
 }
 
 export interface FileReport {
@@ -164,9 +173,14 @@ export function tensorStats(file: GGUFFile, info: TensorInfo, kind: TensorKind |
   let zeros = 0;
   let zeroRows = 0;
   let finite = 0;
+  // Stacked experts: a slice of ne[1] rows per expert; count its all-zero rows.
+  const perExpert = info.ne.length === 3 && /_exps\.weight$/.test(info.name) ? info.ne[1]! : 0;
+  const expertZeroRows = perExpert > 0 ? new Int32Array(info.ne[2]!) : undefined;
+  const scales = Q8ScaleCollector.applies(info.type, cols, rows) ? new Q8ScaleCollector(cols / 32, rows) : undefined;
   for (let r0 = 0; r0 < rows; r0 += rowsPerRead) {
     const nr = Math.min(rowsPerRead, rows - r0);
     const bytes = file.readBytes(info, r0 * rb, nr * rb);
+    scales?.add(bytes, r0, nr);
     for (let r = 0; r < nr; r++) {
       dequantizeRow(info.type, bytes, r * rb, buf, 0, cols, info.name);
       let rowZero = true;
@@ -184,7 +198,10 @@ export function tensorStats(file: GGUFFile, info: TensorInfo, kind: TensorKind |
           else rowZero = false;
         }
       }
-      if (rowZero) zeroRows++;
+      if (rowZero) {
+        zeroRows++;
+        if (expertZeroRows !== undefined) expertZeroRows[Math.floor((r0 + r) / perExpert)]!++;
+      }
     }
     onBytes?.(nr * rb);
   }
@@ -206,6 +223,8 @@ export function tensorStats(file: GGUFFile, info: TensorInfo, kind: TensorKind |
     absMax: finite > 0 ? Math.max(Math.abs(min), Math.abs(max)) : NaN,
     zeros: count > 0 ? zeros / count : 0,
     zeroRows,
+    ...(scales !== undefined ? { scaleAlignment: scales.result() } : {}),
+    ...(expertZeroRows !== undefined ? { zeroExperts: [...expertZeroRows.keys()].filter((e) => expertZeroRows[e] === perExpert) } : {}),
   };
 }
 
@@ -223,6 +242,17 @@ function judgeStats(s: TensorStats, f: Findings): void {
   if (s.count > 0 && s.zeros === 1) {
     f.add("tensors", "error", "all-zero-tensor", `${where} is all zeros: it was never written (a conversion step dropped it)`, { tensor: s.name });
     return;
+  }
+  const side = s.scaleAlignment !== undefined ? misaligned(s.scaleAlignment) : undefined;
+  if (side !== undefined) {
+    const a = s.scaleAlignment!;
+    const [own, other] = side === "next" ? [a.lastOwn, a.lastNext] : [a.firstOwn, a.firstPrev];
+    f.add("tensors", "error", "q8-scales-misaligned", `${where}: the Q8_0 block scales sit one block off — each row's ${side === "next" ? "last" : "first"} block scale fits the ${side} row (correlation ${other.toFixed(3)}) better than its own (${own.toFixed(3)}; cut ${misalignmentCut(a.rows).toFixed(3)} over ${a.rows} rows): the quantizer or a repacker wrote the scale array shifted by one block`, { tensor: s.name, side, own, other, rows: a.rows });
+  }
+  const zeroExperts = s.zeroExperts ?? [];
+  if (zeroExperts.length > 0) {
+    const layer = /^blk\.(\d+)\./.exec(s.name)?.[1];
+    f.add("tensors", "error", "zero-expert", `${where}: expert${zeroExperts.length > 1 ? "s" : ""} ${zeroExperts.join(", ")} of layer ${layer ?? "?"} ${zeroExperts.length > 1 ? "are" : "is"} all zeros while the other experts are not: the router still sends tokens there and they get a zero (or constant) output — a conversion or merge step dropped ${zeroExperts.length > 1 ? "them" : "it"}`, { tensor: s.name, layer: layer === undefined ? undefined : Number(layer), experts: zeroExperts });
   }
   if (s.kind === "norm") {
     if (s.mean <= 0) f.add("tensors", "error", "norm-nonpositive", `norm weight ${where} has mean ${fmt(s.mean)} ≤ 0: RMSNorm gains of a working model are positive (stored as w−1 or sign-flipped?)`, { tensor: s.name, mean: s.mean });
@@ -274,6 +304,8 @@ export function checkFile(file: GGUFFile, findings: Findings, opts: FileCheckOpt
   if (config === undefined) return { ...base, config, stats: [] };
 
   checkMetadata(file, config, generation, findings);
+  checkContradictions(file, config, findings);
+  checkAgainstKnownModels(file, config, findings);
 
   // Required tensors and shapes.
   const gen = generation === "legacy" ? "legacy" : "current";
@@ -336,8 +368,6 @@ function checkMetadata(file: GGUFFile, c: ModelConfig, generation: string, f: Fi
       f.add("metadata", "warning", "gating-missing", `${a}.expert_gating_func is missing: softmax assumed, right for DeepSeek-V2/V2-Lite only`, { gating: c.gating });
     } else if (c.gatingSource === "glm47-flash-heuristic") {
       f.add("metadata", "warning", "gating-missing-glm47", `${a}.expert_gating_func is missing; sigmoid inferred from the GLM-4.7-Flash shape (47/48 layers, 154880 vocab). Older llama.cpp builds run this file with softmax (looping output): re-convert`, { gating: c.gating });
-    } else if (c.gating === "softmax" && hasBias) {
-      f.add("metadata", "warning", "softmax-with-bias", `${a}.expert_gating_func = softmax, yet the file has exp_probs_b (a noaux_tc correction bias usually paired with sigmoid)`);
     }
   }
 
@@ -393,7 +423,7 @@ function checkMetadata(file: GGUFFile, c: ModelConfig, generation: string, f: Fi
   }
 }
 
-/** GGUF → HF → GGUF for every tensor name; layer 0's kv_b join/split on the data. */
+/** GGUF → HF → GGUF for every tensor name. */
 function checkNameMap(file: GGUFFile, c: ModelConfig, generation: "current" | "legacy", f: Findings): void {
   const broken: string[] = [];
   const unknown: string[] = [];
@@ -409,23 +439,4 @@ function checkNameMap(file: GGUFFile, c: ModelConfig, generation: "current" | "l
   }
   if (broken.length > 0) f.add("names", "error", "name-map-round-trip", `the GGUF↔HF name map does not round-trip for ${broken.length} tensor(s): ${broken.slice(0, 4).join(", ")}`, { broken });
   if (unknown.length > 0) f.add("names", "info", "no-hf-name", `${unknown.length} tensor(s) have no Hugging Face name: ${unknown.slice(0, 4).join(", ")}`, { unknown });
-  // Data round trip of the kv_b split on layer 0 (small: H·(P+V)·L values).
-  const kb = file.tensors.get("blk.0.attn_k_b.weight");
-  const vb = file.tensors.get("blk.0.attn_v_b.weight");
-  if (kb !== undefined && vb !== undefined && canDequantize(kb.type) && canDequantize(vb.type)) {
-    const { nHead: H, qkNope: P, vHead: V, kvLoraRank: L } = c;
-    const read = (i: TensorInfo): Float32Array => {
-      const n = i.ne.reduce((x, y) => x * y, 1);
-      const out = new Float32Array(n);
-      dequantizeRow(i.type, file.readBytes(i), 0, out, 0, n, i.name);
-      return out;
-    };
-    const kB = read(kb);
-    const vB = read(vb);
-    if (kB.length === H * L * P && vB.length === H * V * L) {
-      const back = splitKvB(joinKvB(kB, vB, H, P, V, L), H, P, V, L);
-      const same = back.kB.every((x, i) => Object.is(x, kB[i])) && back.vB.every((x, i) => Object.is(x, vB[i]));
-      if (!same) f.add("names", "error", "kv-b-round-trip", "attn_k_b/attn_v_b of layer 0 do not survive the kv_b_proj join/split round trip");
-    }
-  }
 }

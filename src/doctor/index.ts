@@ -9,7 +9,8 @@ import { CpuBackend } from "../backend/cpu/fast.js";
 import { Tokenizer } from "../tokenizer/index.js";
 import { LatentError, UsageError } from "../util/errors.js";
 import { checkBehaviour, type BehaviourReport } from "./behaviour.js";
-import { checkFile, type FileReport, type TensorStats } from "./file-checks.js";
+import { CALIBRATION_TEXT } from "./perplexity.js";
+import { checkFile, DATA_ERRORS, type FileReport, type TensorStats } from "./file-checks.js";
 import { checkPaths, defaultPrompts, type PathReport, type Prompt } from "./paths.js";
 import { DOCTOR_FORMAT, exitCodeOf, Findings, noProgress, verdictOf, type Finding, type Progress, type Verdict } from "./report.js";
 import { lowMemoryLogits, type LowMemoryReport } from "./low-memory.js";
@@ -109,7 +110,7 @@ export async function runDoctor(opts: DoctorOptions): Promise<DoctorReport> {
     const fr = time("file", () => checkFile(file, findings, { skipData: opts.skipData === true || opts.endpoint !== undefined, progress: opts.progress ?? noProgress }));
     const { config, ...fileReport } = fr;
     const parts: { -readonly [K in keyof DoctorReport]?: DoctorReport[K] } = { file: fileReport };
-    const blocking = findings.list.some((f) => f.severity === "error" && (f.area === "tensors" || f.area === "names" || f.code === "config") && f.code !== "non-finite-weights" && f.code !== "all-zero-tensor");
+    const blocking = findings.list.some((f) => f.severity === "error" && (f.area === "tensors" || f.area === "names" || f.code === "config") && !DATA_ERRORS.has(f.code));
     if (source !== undefined) {
       if (config === undefined) findings.add("source", "info", "source-skipped", "source comparison skipped: the file's metadata gives no model config");
       else {
@@ -156,7 +157,7 @@ export async function runDoctor(opts: DoctorOptions): Promise<DoctorReport> {
     const loose = backend !== undefined ? { tolerance: 3e-2, klTolerance: 1e-3 } : {};
     parts.paths = time("paths", () => checkPaths(test, findings, { prompts: defaultPrompts(config.nVocab, chunk, encode), chunk, clean, ...loose }));
     const probes: Prompt[] = (opts.probes ?? DEFAULT_PROBES).map((text, i) => ({ label: text.length > 24 ? `${text.slice(0, 24)}…` : text, tokens: probeTokens(text, i, config.nVocab, encode) }));
-    parts.behaviour = time("behaviour", () => checkBehaviour(clean, probes, findings, { greedyTokens: opts.greedyTokens ?? 24, chunk }));
+    parts.behaviour = time("behaviour", () => checkBehaviour(clean, probes, findings, { greedyTokens: opts.greedyTokens ?? 24, chunk, calibrationTokens: encode?.(CALIBRATION_TEXT).filter((t) => t < config.nVocab) }));
     return finish(opts, findings, parts, timings);
   } finally {
     backend?.close();

@@ -4,7 +4,7 @@
  * A fault set lives on a model's config (`ModelConfig.faults`); production code never sets it, and every hook in the
  * model files is an optional-property check, free when off. `withFaults(model, faults)` builds a second model over the
  * same weights that carries the faults — the "implementation under test" the doctor compares with the clean reference.
- * File faults (src/doctor/file-faults.ts) rewrite a GGUF with a known defect.
+ * File faults (test/helpers/file-faults.ts) rewrite a GGUF with a known defect.
  */
 import { f16ToF32, f32ToF16 } from "../quant/f16.js";
 import type { AttentionPath } from "./mla.js";

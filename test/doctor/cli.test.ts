@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { doctorMain } from "../../src/cli/doctor.js";
-import { writeFaultyFile } from "../../src/doctor/file-faults.js";
+import { writeFaultyFile } from "../helpers/file-faults.js";
 import type { CliIO } from "../../src/cli/run.js";
 import { UsageError } from "../../src/util/errors.js";
 import { synthModel } from "../helpers/synth.js";

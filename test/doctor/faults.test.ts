@@ -4,7 +4,7 @@ import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { runDoctor, type DoctorReport } from "../../src/doctor/index.js";
-import { writeFaultyFile } from "../../src/doctor/file-faults.js";
+import { writeFaultyFile } from "../helpers/file-faults.js";
 import { withFaults, type Faults } from "../../src/model/faults.js";
 import { synthModel } from "../helpers/synth.js";
 

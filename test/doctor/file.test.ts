@@ -3,7 +3,7 @@ import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import { runDoctor } from "../../src/doctor/index.js";
-import { writeFaultyFile } from "../../src/doctor/file-faults.js";
+import { writeFaultyFile } from "../helpers/file-faults.js";
 import { synthModel } from "../helpers/synth.js";
 
 const KIT = ["ds2-qlora-softmax", "ds2-lite", "ds2-v3", "glm-dsa-topk8", "ds2-v3-mixed-q"];

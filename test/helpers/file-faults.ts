@@ -1,8 +1,8 @@
 /** TEST-ONLY: GGUF files with a known defect, for the doctor's fault-injection tests (docs/doctor.md). */
-import { writeGGUF, type TensorToWrite } from "../gguf/writer.js";
-import { GGUFFile } from "../gguf/file.js";
-import { GGUFValueType, type GGUFMetadataEntry } from "../gguf/types.js";
-import { ggufToHf } from "../model/names.js";
+import { writeGGUF, type TensorToWrite } from "../../src/gguf/writer.js";
+import { GGUFFile } from "../../src/gguf/file.js";
+import { GGUFValueType, type GGUFMetadataEntry } from "../../src/gguf/types.js";
+import { ggufToHf } from "../../src/model/names.js";
 
 export interface FileFault {
   /** metadata keys to delete (`{arch}` is replaced by the architecture) */

@@ -9,7 +9,9 @@ import { Tokenizer, type ChatMessage } from "../tokenizer/index.js";
 import { PagePool, DEFAULT_PAGE_SIZE } from "../engine/paged-cache.js";
 import { QueueFullError, Scheduler, type BatchModel, type PromptLogprob, type Sequence, type SequenceRequest, type SequenceResult, type TokenOut } from "../engine/scheduler.js";
 import { LatentError, UsageError } from "../util/errors.js";
-import { ApiError, DEFAULT_BODY_LIMIT, SseWriter, badParam, parseJsonObject, readBody, sendError, sendJson } from "./http.js";
+import { ApiError, SseWriter, badParam, parseJsonObject, sendError, sendJson } from "./http.js";
+import { BodyBudget, ClientGoneError, DEFAULT_LIMITS, mustClose, readBody, retryHeaders, type ServerLimits } from "./limits.js";
+import { guardConnections } from "./connections.js";
 import { ServerMetrics } from "./metrics.js";
 import { MAX_LOGPROBS, messagesField, modelField, optBool, optInt, promptField, requireNoSuffix, samplingFields, type SamplingFields } from "./schema.js";
 
@@ -20,7 +22,8 @@ export interface ServedModel {
   readonly model: BatchModel;
 }
 
-export interface ServerOptions {
+/** Limits (src/server/limits.ts) may be given one by one; each defaults to DEFAULT_LIMITS. */
+export interface ServerOptions extends Partial<ServerLimits> {
   /** GGUF to load (or pass `loaded`) */
   readonly modelPath?: string;
   /** an already loaded model (tests share one between servers), or the fused GPU pipeline (FusedGpuModel) */
@@ -49,8 +52,6 @@ export interface ServerOptions {
   readonly maxQueue?: number;
   /** context length per sequence (default and at most the model's) */
   readonly contextLength?: number;
-  /** request body limit in bytes (default 4 MiB) */
-  readonly bodyLimit?: number;
   /** share KV pages of identical prompt prefixes (default true) */
   readonly prefixCaching?: boolean;
   /** one line per event worth logging (startup, errors); default none */
@@ -124,7 +125,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   metrics = new ServerMetrics(scheduler, pool);
   const m = metrics;
   const log = options.log ?? ((): void => {});
-  const bodyLimit = options.bodyLimit ?? DEFAULT_BODY_LIMIT;
+  const limits: ServerLimits = { ...DEFAULT_LIMITS, ...definedOnly(options) };
+  const bodyBudget = new BodyBudget(limits.maxBufferedBodyBytes);
   const keyHash = options.apiKey !== undefined ? createHash("sha256").update(options.apiKey).digest() : undefined;
   const created = Math.floor(Date.now() / 1000);
   let draining = false;
@@ -133,18 +135,24 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const api: Api = { tokenizer, scheduler, metrics: m, modelId, ctx, created, log, nVocab: config.nVocab };
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
-    const url = new URL(req.url ?? "/", "http://localhost");
-    const path = url.pathname.replace(/\/+$/, "") || "/";
+    const path = pathOf(req.url);
     const endpoint = ENDPOINTS.has(path) ? path : path.startsWith("/v1/models/") ? "/v1/models/{id}" : "other";
-    res.on("finish", () => m.requests.inc({ endpoint, status: String(res.statusCode) }));
+    const t0 = performance.now();
+    // a response that never finished: the client went away first (nginx's 499)
+    res.once("close", () => {
+      const status = res.writableFinished ? res.statusCode : CLIENT_CLOSED;
+      m.requests.inc({ endpoint, status: String(status) });
+      if (status === CLIENT_CLOSED) log(`${CLIENT_CLOSED} ${req.method ?? "?"} ${path}: the client closed the connection after ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+    });
+    const readOnly = req.method === "GET" || req.method === "HEAD";
     try {
       if (path === "/health") {
-        if (req.method !== "GET") throw methodNotAllowed(req.method);
-        sendJson(res, draining ? 503 : 200, { status: draining ? "draining" : "ok" });
+        if (!readOnly) throw methodNotAllowed(req.method);
+        sendJson(res, draining ? 503 : 200, { status: draining ? "draining" : "ok" }, draining ? retryHeaders(503, limits.retryAfterSeconds) : {});
         return;
       }
       if (path === "/metrics") {
-        if (req.method !== "GET") throw methodNotAllowed(req.method);
+        if (!readOnly) throw methodNotAllowed(req.method);
         const text = await m.registry.metrics();
         res.writeHead(200, { "content-type": m.registry.contentType });
         res.end(text);
@@ -153,34 +161,43 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       if (draining) throw new ApiError(503, "the server is shutting down", "server_error", null, "shutting_down");
       if (keyHash !== undefined && (path.startsWith("/v1/") || path === "/tokenize" || path === "/detokenize")) checkKey(req, keyHash);
       if (path === "/v1/models") {
-        if (req.method !== "GET") throw methodNotAllowed(req.method);
+        if (!readOnly) throw methodNotAllowed(req.method);
         sendJson(res, 200, { object: "list", data: [modelCard(api, config.contextLength)] });
         return;
       }
       if (endpoint === "/v1/models/{id}") {
-        if (req.method !== "GET") throw methodNotAllowed(req.method);
-        const id = decodeURIComponent(path.slice("/v1/models/".length));
+        if (!readOnly) throw methodNotAllowed(req.method);
+        const id = decodeOrRaw(path.slice("/v1/models/".length));
         if (id !== modelId) throw unknownModel(id);
         sendJson(res, 200, modelCard(api, config.contextLength));
         return;
       }
       if (!ENDPOINTS.has(path)) throw new ApiError(404, `no route ${req.method ?? "?"} ${path}`, "not_found_error", null, "unknown_url");
       if (req.method !== "POST") throw methodNotAllowed(req.method);
-      const body = parseJsonObject(await readBody(req, bodyLimit));
+      const body = parseJsonObject(await readBody(req, { limit: limits.maxBodyBytes, budget: bodyBudget, timeoutMs: limits.bodyTimeoutMs }));
       if (path === "/tokenize") return tokenize(api, body, res);
       if (path === "/detokenize") return detokenize(api, body, res);
       if (path === "/v1/completions") return await completions(api, body, req, res);
       if (path === "/v1/chat/completions") return await chat(api, body, req, res);
     } catch (e) {
+      if (e instanceof ClientGoneError) {
+        res.destroy();
+        return;
+      }
       const err = toApiError(e);
-      if (err.status >= 500) log(`error ${req.method ?? "?"} ${path}: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}`);
-      if (err.status === 413) res.setHeader("connection", "close");
-      sendError(res, err);
+      if (err.status >= 500 && !(e instanceof ApiError)) log(`error ${req.method ?? "?"} ${path}: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}`);
+      if (mustClose(err)) res.setHeader("connection", "close");
+      sendError(res, err, retryHeaders(err.status, limits.retryAfterSeconds));
     }
   };
 
-  const http = createServer((req, res) => {
+  // Node checks header deadlines on this interval; a short deadline needs a short interval
+  const http = createServer({ requestTimeout: 0, connectionsCheckingInterval: Math.max(100, Math.min(30_000, limits.headersTimeoutMs / 4)) }, (req, res) => {
     ioEvents++;
+    if (guard.isRefused(req.socket)) {
+      res.destroy();
+      return;
+    }
     const p = handle(req, res).catch((e: unknown) => {
       log(`unhandled: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}`);
       try {
@@ -193,15 +210,12 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     void p.finally(() => active.delete(p));
   });
   http.on("connection", () => ioEvents++);
-  http.on("clientError", (_err, socket) => {
-    if (socket.writable) socket.end("HTTP/1.1 400 Bad Request\r\nconnection: close\r\n\r\n");
-    else socket.destroy();
-  });
+  const guard = guardConnections(http, { maxConnections: limits.maxConnections, retryAfterSeconds: limits.retryAfterSeconds, counted: (status) => m.requests.inc({ endpoint: "other", status: String(status) }) });
   // A forward step blocks the event loop (seconds on a big model): an idle keep-alive socket whose timer fires during
   // a step is closed while the client's next request sits unread in it (ECONNRESET on the client). Keep idle
   // connections well beyond any step; drain closes them.
   http.keepAliveTimeout = 65_000;
-  http.headersTimeout = 66_000;
+  http.headersTimeout = limits.headersTimeoutMs;
   const host = options.host ?? "127.0.0.1";
   await new Promise<void>((resolve, reject) => {
     http.once("error", reject);
@@ -252,6 +266,38 @@ interface Api {
 
 function modelCard(api: Api, nCtxTrain: number): Record<string, unknown> {
   return { id: api.modelId, object: "model", created: api.created, owned_by: "latent", meta: { n_ctx: api.ctx, n_ctx_train: nCtxTrain, n_vocab: api.nVocab } };
+}
+
+/** Status counted and logged for a request whose client closed the connection before the answer was sent. */
+const CLIENT_CLOSED = 499;
+
+function pathOf(url: string | undefined): string {
+  let pathname: string;
+  try {
+    pathname = new URL(url ?? "/", "http://localhost").pathname;
+  } catch {
+    pathname = "/";
+  }
+  return pathname.replace(/\/+$/, "") || "/";
+}
+
+/** A percent-decoded path segment; a malformed escape is kept as sent (it then names nothing: 404). */
+function decodeOrRaw(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return segment;
+  }
+}
+
+/** The options' fields that are set (an explicit undefined must not override a default). */
+function definedOnly(o: Partial<ServerLimits>): Partial<ServerLimits> {
+  const out: Record<string, number> = {};
+  for (const k of Object.keys(DEFAULT_LIMITS) as (keyof ServerLimits)[]) {
+    const v = o[k];
+    if (v !== undefined) out[k] = v;
+  }
+  return out as Partial<ServerLimits>;
 }
 
 function methodNotAllowed(method: string | undefined): ApiError {

@@ -12,6 +12,7 @@ import { LatentError, UsageError } from "../util/errors.js";
 import { ApiError, SseWriter, badParam, parseJsonObject, sendError, sendJson } from "./http.js";
 import { BodyBudget, ClientGoneError, DEFAULT_LIMITS, mustClose, readBody, retryHeaders, type ServerLimits } from "./limits.js";
 import { guardConnections } from "./connections.js";
+import { PromptEncoder } from "./prompt.js";
 import { ServerMetrics } from "./metrics.js";
 import { MAX_LOGPROBS, messagesField, modelField, optBool, optInt, promptField, requireNoSuffix, samplingFields, type SamplingFields } from "./schema.js";
 
@@ -132,7 +133,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   let draining = false;
   const active = new Set<Promise<void>>();
 
-  const api: Api = { tokenizer, scheduler, metrics: m, modelId, ctx, created, log, nVocab: config.nVocab };
+  const api: Api = { tokenizer, prompts: new PromptEncoder(tokenizer, ctx), scheduler, metrics: m, modelId, ctx, created, log, nVocab: config.nVocab };
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const path = pathOf(req.url);
@@ -175,7 +176,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       if (!ENDPOINTS.has(path)) throw new ApiError(404, `no route ${req.method ?? "?"} ${path}`, "not_found_error", null, "unknown_url");
       if (req.method !== "POST") throw methodNotAllowed(req.method);
       const body = parseJsonObject(await readBody(req, { limit: limits.maxBodyBytes, budget: bodyBudget, timeoutMs: limits.bodyTimeoutMs }));
-      if (path === "/tokenize") return tokenize(api, body, res);
+      if (path === "/tokenize") return await tokenize(api, body, res);
       if (path === "/detokenize") return detokenize(api, body, res);
       if (path === "/v1/completions") return await completions(api, body, req, res);
       if (path === "/v1/chat/completions") return await chat(api, body, req, res);
@@ -255,6 +256,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
 
 interface Api {
   readonly tokenizer: Tokenizer;
+  readonly prompts: PromptEncoder;
   readonly scheduler: Scheduler;
   readonly metrics: ServerMetrics;
   readonly modelId: string;
@@ -325,13 +327,13 @@ function toApiError(e: unknown): ApiError {
   return new ApiError(500, `internal error: ${e instanceof Error ? e.message : String(e)}`);
 }
 
-function tokenize(api: Api, body: Record<string, unknown>, res: ServerResponse): void {
+async function tokenize(api: Api, body: Record<string, unknown>, res: ServerResponse): Promise<void> {
   const content = body["content"];
   if (typeof content !== "string") throw badParam("content", "'content' must be a string");
   const addSpecial = optBool(body, "add_special") ?? false;
   const parseSpecial = optBool(body, "parse_special") ?? true;
   const withPieces = optBool(body, "with_pieces") ?? false;
-  const ids = api.tokenizer.encode(content, { addSpecial, parseSpecial });
+  const ids = await api.prompts.encode(content, { addSpecial, parseSpecial });
   if (!withPieces) return sendJson(res, 200, { tokens: ids });
   const dec = new TextDecoder("utf-8", { fatal: true });
   sendJson(res, 200, {
@@ -549,7 +551,8 @@ async function completions(api: Api, body: Record<string, unknown>, req: Incomin
   const echo = optBool(body, "echo") ?? false;
   const promptLogprobs = optInt(body, "prompt_logprobs", 0, MAX_LOGPROBS);
   if (modelName !== api.modelId) throw unknownModel(modelName);
-  const prompts = inputs.map((p) => ("ids" in p ? p.ids : api.tokenizer.encodePrompt(p.text)));
+  const prompts: number[][] = [];
+  for (const p of inputs) prompts.push("ids" in p ? p.ids : await api.prompts.encodePrompt(p.text));
   const maxTokens = prompts.map((p) => budget(api, p.length, s.maxTokens, 16));
   const promptTexts = prompts.map((p, i) => { const inp = inputs[i]!; return "text" in inp ? inp.text : api.tokenizer.decode(p); });
   const needPrompt = promptLogprobs !== undefined || (echo && logprobs !== undefined) ? Math.max(promptLogprobs ?? 0, echo ? (logprobs ?? 0) : 0) : undefined;
@@ -640,8 +643,9 @@ async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessag
   if (tools !== undefined && tools !== null && !Array.isArray(tools)) throw badParam("tools", "'tools' must be an array");
   let prompt: number[];
   try {
-    prompt = api.tokenizer.encodeChat(messages, { addGenerationPrompt: true, ...(Array.isArray(tools) ? { tools } : {}) });
+    prompt = await api.prompts.encodeChat(messages, { addGenerationPrompt: true, ...(Array.isArray(tools) ? { tools } : {}) });
   } catch (e) {
+    if (e instanceof ApiError) throw e;
     throw new ApiError(400, `cannot render the chat template: ${e instanceof Error ? e.message : String(e)}`, "invalid_request_error", "messages");
   }
   const maxTokens = [budget(api, prompt.length, s.maxTokens, undefined)];

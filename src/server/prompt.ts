@@ -3,7 +3,7 @@ import { TokenType, type ChatMessage, type RenderChatOptions, type Tokenizer } f
 import { ApiError } from "./http.js";
 
 /** Texts shorter than this (UTF-16 units) are tokenized in one go; longer ones in slices of about this size. */
-const SLICE_CHARS = 32 * 1024;
+const SLICE_CHARS = 8 * 1024;
 
 /**
  * Places where a text can be cut without changing its tokenization: after a newline before a non-space, or between

@@ -5,10 +5,11 @@ import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { connect, type Socket } from "node:net";
 import { request } from "node:http";
+import { join } from "node:path";
 import { loadModel } from "../../src/model/load.js";
 import { Tokenizer } from "../../src/tokenizer/index.js";
 import { startServer, type RunningServer, type ServerOptions } from "../../src/server/server.js";
-import { CASES, synthModel } from "../helpers/synth.js";
+import { CASES, randomTokens, synthModel } from "../helpers/synth.js";
 
 const synth = synthModel(CASES[0]!, 3);
 const loaded = loadModel(synth.path);
@@ -212,4 +213,79 @@ test("special-token text typed in a message stays text: only the template's own 
   assert.equal(ids.filter((id) => id === user).length, 1);
   const literal = tok.encode(content, { addSpecial: false, parseSpecial: false });
   assert.ok(ids.join(" ").includes(literal.join(" ")), "the content's literal tokens are in the prompt");
+});
+
+let demoModel: ReturnType<typeof loadModel> | undefined;
+/** The bundled demo model: its 4096-token vocabulary makes tokenizing megabytes take seconds. */
+function demo(): ReturnType<typeof loadModel> {
+  return (demoModel ??= loadModel(join(import.meta.dirname, "..", "..", "models", "latent-demo-kjv.gguf")));
+}
+
+/** `words` pseudo-random five-letter words (few repeat: the tokenizer's word cache does not help), twelve a line. */
+function variedText(words: number): string {
+  const letters = "abcdefghijklmnopqrstuvwxyz";
+  return randomTokens(words, 7, 0, 26 ** 5)
+    .map((v, i) => Array.from({ length: 5 }, (_, k) => letters[Math.floor(v / 26 ** k) % 26]!).join("") + (i % 12 === 11 ? "\n" : " "))
+    .join("");
+}
+
+/**
+ * Poll /health every 10 ms while `work` runs; the slowest answer or the longest stall of the event loop, ms. The
+ * server runs in this process, so a stall also delays the poller: the loop's longest gap is what a /health request
+ * arriving from outside would wait.
+ */
+async function slowestHealth(s: RunningServer, work: Promise<unknown>): Promise<number> {
+  let done = false;
+  let worst = 0;
+  let last = performance.now();
+  const ticker = setInterval(() => {
+    const now = performance.now();
+    worst = Math.max(worst, now - last);
+    last = now;
+  }, 5);
+  void work.finally(() => (done = true)).catch(() => {});
+  try {
+    while (!done) {
+      const t0 = performance.now();
+      await fetch(`${s.url}/health`);
+      worst = Math.max(worst, performance.now() - t0);
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  } finally {
+    clearInterval(ticker);
+  }
+  await work;
+  return worst;
+}
+
+test("a prompt too long for the context is refused from its size, before tokenizing; /health stays quick", async () => {
+  const s = await serve({ loaded: demo(), modelId: "tiny", maxBodyBytes: 8 * 1024 * 1024 });
+  const text = "In the beginning God created the heaven and the earth.\n".repeat(70_000); // ~3.9 MB
+  const t0 = performance.now();
+  const work = fetch(`${s.url}/v1/completions`, { method: "POST", body: JSON.stringify({ model: "tiny", prompt: text, max_tokens: 1 }) });
+  const worst = await slowestHealth(s, work);
+  const r = await work;
+  assert.equal(r.status, 400);
+  const e = (await r.json() as { error: { code: string; message: string } }).error;
+  assert.equal(e.code, "context_length_exceeded");
+  assert.match(e.message, /bytes/);
+  assert.ok(performance.now() - t0 < 2000, `${performance.now() - t0} ms`);
+  assert.ok(worst < 250, `/health took ${worst.toFixed(0)} ms`);
+});
+
+test("a long text is tokenized in slices: same ids as in one go, and /health answers meanwhile", async () => {
+  const { PromptEncoder } = await import("../../src/server/prompt.js");
+  const kjv = demo();
+  const demoTok = Tokenizer.fromMetadata(kjv.file.metadata);
+  const enc = new PromptEncoder(demoTok, 1 << 20);
+  const verse = "And God said, Let there be light: and there was light.  1:3 \n\n  <｜User｜>x\tÀé 東京 123456 it's ok!!\n";
+  const text = Array.from({ length: 4000 }, (_, i) => `${i} ${verse}`).join("");
+  assert.deepEqual(await enc.encode(text, { addSpecial: true, parseSpecial: true }), demoTok.encode(text, { addSpecial: true, parseSpecial: true }));
+  assert.deepEqual(await enc.encode(text, { addSpecial: false, parseSpecial: false }), demoTok.encode(text, { addSpecial: false, parseSpecial: false }));
+  const s = await serve({ loaded: kjv, modelId: "tiny" });
+  const big = variedText(400_000); // 2.4 MB
+  const work = fetch(`${s.url}/tokenize`, { method: "POST", body: JSON.stringify({ content: big }) });
+  const worst = await slowestHealth(s, work);
+  assert.equal((await work).status, 200);
+  assert.ok(worst < 250, `/health took ${worst.toFixed(0)} ms`);
 });

@@ -51,10 +51,18 @@ export function sendError(res: ServerResponse, err: ApiError, headers: Record<st
   sendJson(res, err.status, err.body(), headers);
 }
 
-/** Server-Sent Events in OpenAI's framing: `data: JSON\n\n`, closed by `data: [DONE]`. */
+/**
+ * Server-Sent Events in OpenAI's framing: `data: JSON\n\n`, closed by `data: [DONE]`. A client that does not take
+ * what is sent lets bytes pile up in the response; past `maxBuffered` unsent bytes it is dropped (the connection is
+ * destroyed, which cancels its sequences and frees their KV pages).
+ */
 export class SseWriter {
   private started = false;
-  constructor(private readonly res: ServerResponse) {}
+  constructor(
+    private readonly res: ServerResponse,
+    private readonly maxBuffered: number = Number.POSITIVE_INFINITY,
+    private readonly onDropped: (unsent: number) => void = () => {},
+  ) {}
 
   get open(): boolean {
     return !this.res.writableEnded && !this.res.destroyed;
@@ -70,7 +78,13 @@ export class SseWriter {
 
   send(value: unknown): void {
     this.start();
-    if (this.open) this.res.write(`data: ${JSON.stringify(value)}\n\n`);
+    if (!this.open) return;
+    this.res.write(`data: ${JSON.stringify(value)}\n\n`);
+    const unsent = this.res.writableLength;
+    if (unsent > this.maxBuffered) {
+      this.onDropped(unsent);
+      this.res.destroy();
+    }
   }
 
   done(): void {

@@ -133,7 +133,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   let draining = false;
   const active = new Set<Promise<void>>();
 
-  const api: Api = { tokenizer, prompts: new PromptEncoder(tokenizer, ctx), scheduler, metrics: m, modelId, ctx, created, log, nVocab: config.nVocab };
+  const api: Api = { limits, tokenizer, prompts: new PromptEncoder(tokenizer, ctx), scheduler, metrics: m, modelId, ctx, created, log, nVocab: config.nVocab };
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const path = pathOf(req.url);
@@ -264,6 +264,11 @@ interface Api {
   readonly created: number;
   readonly nVocab: number;
   readonly log: (line: string) => void;
+  readonly limits: ServerLimits;
+}
+
+function sseWriter(api: Api, res: ServerResponse): SseWriter {
+  return new SseWriter(res, api.limits.maxStreamBufferBytes, (unsent) => api.log(`stream dropped: the client left ${unsent} bytes unread (limit ${api.limits.maxStreamBufferBytes})`));
 }
 
 function modelCard(api: Api, nCtxTrain: number): Record<string, unknown> {
@@ -558,7 +563,7 @@ async function completions(api: Api, body: Record<string, unknown>, req: Incomin
   const needPrompt = promptLogprobs !== undefined || (echo && logprobs !== undefined) ? Math.max(promptLogprobs ?? 0, echo ? (logprobs ?? 0) : 0) : undefined;
   const created = Math.floor(Date.now() / 1000);
   const base = (job: GenJob): Record<string, unknown> => ({ id: job.id, object: "text_completion", created, model: api.modelId });
-  const sse = s.stream ? new SseWriter(res) : undefined;
+  const sse = s.stream ? sseWriter(api, res) : undefined;
   const offsets = new Map<number, number>();
   let jobRef: GenJob | undefined;
   const echoChunk = (c: Choice): void => {
@@ -652,7 +657,7 @@ async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessag
   const k = topLogprobs ?? 0;
   const created = Math.floor(Date.now() / 1000);
   const base = (job: GenJob): Record<string, unknown> => ({ id: job.id, object: "chat.completion.chunk", created, model: api.modelId });
-  const sse = s.stream ? new SseWriter(res) : undefined;
+  const sse = s.stream ? sseWriter(api, res) : undefined;
   const { job, done } = launch(api, req, res, "chat", [prompt], s, { topLogprobs: logprobs ? Math.max(k, 0) : undefined, promptLogprobs, maxTokens }, sse === undefined ? {} : {
     onToken: (c, t) => {
       if (t.text === "" && !logprobs) return;

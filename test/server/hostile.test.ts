@@ -289,3 +289,22 @@ test("a long text is tokenized in slices: same ids as in one go, and /health ans
   assert.equal((await work).status, 200);
   assert.ok(worst < 250, `/health took ${worst.toFixed(0)} ms`);
 });
+
+test("a stream whose client never reads is dropped past --max-stream-buffer, its KV pages freed", async () => {
+  const s = await serve({ maxStreamBufferBytes: 64 * 1024, maxQueue: 256 });
+  const sock = connect(s.port, "127.0.0.1");
+  sock.on("error", () => {});
+  // 256 echoed prompts of 2000 control tokens each (~9 MB of chunks at once): more than the kernel's socket buffers hold
+  const prompt = "<｜▁pad▁｜>".repeat(2000);
+  const body = JSON.stringify({ model: "tiny", prompt: Array.from({ length: 16 }, () => prompt), n: 16, echo: true, max_tokens: 2000, stream: true, ignore_eos: true });
+  sock.write(`POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+  sock.pause(); // never read
+  // the socket is paused, so its close is not seen here: watch the server
+  const t0 = performance.now();
+  while (performance.now() - t0 < 15_000 && !logs.some((l) => l.startsWith("stream dropped"))) await new Promise((r) => setTimeout(r, 50));
+  sock.destroy();
+  assert.ok(logs.some((l) => /stream dropped: the client left \d+ bytes unread/.test(l)), "the server kept the stream of a client that never reads");
+  for (let i = 0; i < 100 && (s.stats().pagesInUse > 0 || s.stats().running > 0 || s.stats().waiting > 0); i++) await new Promise((r) => setTimeout(r, 20));
+  assert.deepEqual([s.stats().pagesInUse, s.stats().running, s.stats().waiting], [0, 0, 0]);
+  assert.equal(requestCount(await metricsText(s), "/v1/completions", 499), 1);
+});

@@ -49,7 +49,7 @@ export interface ServerOptions extends Partial<ServerLimits> {
   readonly tokenBudget?: number;
   /** most greedy decode steps chained on the model's device (fused WebGPU pipeline) in one go; 0: off (default 8) */
   readonly chainSteps?: number;
-  /** most sequences waiting; beyond, 429 (default 64) */
+  /** most sequences waiting; beyond, 429 with Retry-After (default 256) */
   readonly maxQueue?: number;
   /** context length per sequence (default and at most the model's) */
   readonly contextLength?: number;
@@ -88,6 +88,9 @@ export interface RunningServer {
   close(): Promise<void>;
 }
 
+/** Sequences that may wait for a batch slot: a burst of a few hundred requests is queued, not refused. */
+const DEFAULT_MAX_QUEUE = 256;
+
 const ENDPOINTS = new Set(["/v1/completions", "/v1/chat/completions", "/v1/models", "/tokenize", "/detokenize", "/health", "/metrics"]);
 
 /** Load the model (unless given), build the page pool and scheduler, and listen. */
@@ -111,7 +114,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     ...(options.tokenBudget !== undefined ? { tokenBudget: options.tokenBudget } : {}),
     ...(options.prefillChunk !== undefined ? { prefillChunk: options.prefillChunk } : {}),
     ...(options.chainSteps !== undefined ? { chainSteps: options.chainSteps } : {}),
-    maxQueue: options.maxQueue ?? 64,
+    maxQueue: options.maxQueue ?? DEFAULT_MAX_QUEUE,
     contextLength: ctx,
     prefixCaching: options.prefixCaching ?? true,
     ioActivity: () => ioEvents,
@@ -133,7 +136,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   let draining = false;
   const active = new Set<Promise<void>>();
 
-  const api: Api = { limits, tokenizer, prompts: new PromptEncoder(tokenizer, ctx), scheduler, metrics: m, modelId, ctx, created, log, nVocab: config.nVocab };
+  const api: Api = { limits, jobs: new Set(), tokenizer, prompts: new PromptEncoder(tokenizer, ctx), scheduler, metrics: m, modelId, ctx, created, log, nVocab: config.nVocab };
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const path = pathOf(req.url);
@@ -244,8 +247,18 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       (closing ??= (async () => {
         draining = true;
         const closed = new Promise<void>((resolve) => http.close(() => resolve()));
-        await scheduler.idle();
-        while (active.size > 0) await Promise.allSettled([...active]);
+        const finished = (async () => {
+          await scheduler.idle();
+          while (active.size > 0) await Promise.allSettled([...active]);
+        })();
+        let deadline: NodeJS.Timeout | undefined;
+        const late = await Promise.race([finished.then(() => false), new Promise<boolean>((r) => (deadline = setTimeout(() => r(true), limits.drainTimeoutMs)))]);
+        clearTimeout(deadline);
+        if (late) {
+          log(`drain: ${api.jobs.size} requests still running after ${limits.drainTimeoutMs / 1000} s; cancelling them`);
+          for (const job of api.jobs) cancelJob(api, job, new ApiError(503, `the server is shutting down (drain deadline of ${limits.drainTimeoutMs / 1000} s)`, "server_error", null, "shutting_down"));
+          await finished;
+        }
         http.closeIdleConnections();
         const force = setTimeout(() => http.closeAllConnections(), 2000);
         await closed;
@@ -265,6 +278,8 @@ interface Api {
   readonly nVocab: number;
   readonly log: (line: string) => void;
   readonly limits: ServerLimits;
+  /** generation requests under way (close() cancels them past the drain deadline) */
+  readonly jobs: Set<GenJob>;
 }
 
 function sseWriter(api: Api, res: ServerResponse): SseWriter {
@@ -392,6 +407,13 @@ interface GenJob {
   readonly id: string;
   readonly choices: Choice[];
   readonly prompts: readonly (readonly number[])[];
+  /** why the server ended it early (request deadline, drain deadline): the answer, or the stream's last event */
+  endedBy: ApiError | undefined;
+}
+
+function cancelJob(api: Api, job: GenJob, why?: ApiError): void {
+  job.endedBy ??= why;
+  for (const c of job.choices) api.scheduler.cancel(c.seq);
 }
 
 /** Submit n sequences per prompt; runs `events` hooks; resolves when all have finished. */
@@ -409,7 +431,7 @@ function launch(
   const total = prompts.length * s.n;
   const st = api.scheduler.stats();
   if (st.waiting + total > api.scheduler.maxQueue) throw new ApiError(429, `the queue is full (${st.waiting} waiting, limit ${api.scheduler.maxQueue}); retry later`, "rate_limit_error", null, "queue_full");
-  const job: GenJob = { kind, id: `${kind === "chat" ? "chatcmpl" : "cmpl"}-${randomUUID().replace(/-/g, "")}`, choices: [], prompts };
+  const job: GenJob = { kind, id: `${kind === "chat" ? "chatcmpl" : "cmpl"}-${randomUUID().replace(/-/g, "")}`, choices: [], prompts, endedBy: undefined };
   let remaining = total;
   let resolveDone!: () => void;
   const done = new Promise<void>((r) => (resolveDone = r));
@@ -459,17 +481,22 @@ function launch(
       }
     });
   } catch (e) {
-    for (const c of job.choices) api.scheduler.cancel(c.seq);
+    cancelJob(api, job);
     throw e;
   }
+  api.jobs.add(job);
+  const limitS = api.limits.requestTimeoutMs / 1000;
+  const deadline = api.limits.requestTimeoutMs > 0 ? setTimeout(() => cancelJob(api, job, new ApiError(504, `the request ran past the server's limit of ${limitS} s`, "server_error", null, "request_timeout")), api.limits.requestTimeoutMs) : undefined;
+  void done.then(() => {
+    clearTimeout(deadline);
+    api.jobs.delete(job);
+  });
   for (const p of prompts) api.metrics.promptTokens.inc(p.length);
   // a client that goes away cancels its sequences: their pages go back at once
   res.on("close", () => {
-    if (remaining > 0) for (const c of job.choices) api.scheduler.cancel(c.seq);
+    if (remaining > 0) cancelJob(api, job);
   });
-  req.on("error", () => {
-    for (const c of job.choices) api.scheduler.cancel(c.seq);
-  });
+  req.on("error", () => cancelJob(api, job));
   return { job, done };
 }
 
@@ -479,12 +506,15 @@ function launch(
  */
 async function finishJob(job: GenJob, done: Promise<unknown>, sse: SseWriter | undefined, usageChunk: Record<string, unknown> | undefined, res: ServerResponse): Promise<boolean> {
   await done;
+  const timeout = job.endedBy;
   if (sse !== undefined) {
+    if (timeout !== undefined) sse.send(timeout.body());
     if (usageChunk !== undefined) sse.send({ ...usageChunk, usage: usage(job) });
     sse.done();
     return false;
   }
   if (res.destroyed) return false;
+  if (timeout !== undefined) throw timeout;
   const failed = job.choices.find((c) => c.result?.finishReason === "error");
   if (failed !== undefined) throw new ApiError(500, `generation failed: ${failed.result?.error?.message ?? "unknown error"}`);
   return true;
@@ -653,7 +683,7 @@ async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessag
     if (e instanceof ApiError) throw e;
     throw new ApiError(400, `cannot render the chat template: ${e instanceof Error ? e.message : String(e)}`, "invalid_request_error", "messages");
   }
-  const maxTokens = [budget(api, prompt.length, s.maxTokens, undefined)];
+  const maxTokens = [budget(api, prompt.length, s.maxTokens, api.limits.defaultChatMaxTokens)];
   const k = topLogprobs ?? 0;
   const created = Math.floor(Date.now() / 1000);
   const base = (job: GenJob): Record<string, unknown> => ({ id: job.id, object: "chat.completion.chunk", created, model: api.modelId });

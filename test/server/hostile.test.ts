@@ -308,3 +308,45 @@ test("a stream whose client never reads is dropped past --max-stream-buffer, its
   assert.deepEqual([s.stats().pagesInUse, s.stats().running, s.stats().waiting], [0, 0, 0]);
   assert.equal(requestCount(await metricsText(s), "/v1/completions", 499), 1);
 });
+
+test("a burst of 200 requests is queued by default; past --max-queue, 429 says when to retry", async () => {
+  const s = await serve({ maxBatch: 16 });
+  const one = (): Promise<number> => fetch(`${s.url}/v1/completions`, { method: "POST", body: JSON.stringify({ model: "tiny", prompt: "hi", max_tokens: 1 }) }).then((r) => r.status);
+  const statuses = await Promise.all(Array.from({ length: 200 }, one));
+  assert.equal(statuses.filter((x) => x === 200).length, 200, `statuses: ${[...new Set(statuses)].join(", ")}`);
+  const small = await serve({ maxBatch: 1, maxQueue: 2, retryAfterSeconds: 3 });
+  const rs = await Promise.all(Array.from({ length: 12 }, () => fetch(`${small.url}/v1/completions`, { method: "POST", body: JSON.stringify({ model: "tiny", prompt: "hi", max_tokens: 40, ignore_eos: true }) })));
+  const refused = rs.filter((r) => r.status === 429);
+  assert.ok(refused.length > 0);
+  for (const r of refused) assert.equal(r.headers.get("retry-after"), "3");
+});
+
+test("--request-timeout ends a generation that runs too long (504; a stream gets an error event); chat max_tokens defaults to a cap", async () => {
+  const s = await serve({ requestTimeoutMs: 300, defaultChatMaxTokens: 5 });
+  const t0 = performance.now();
+  const r = await fetch(`${s.url}/v1/completions`, { method: "POST", body: JSON.stringify({ model: "tiny", prompt: "hi", max_tokens: 100_000, ignore_eos: true }) });
+  assert.equal(r.status, 504);
+  assert.equal((await r.json() as { error: { code: string } }).error.code, "request_timeout");
+  assert.ok(performance.now() - t0 < 3000);
+  const st = await fetch(`${s.url}/v1/completions`, { method: "POST", body: JSON.stringify({ model: "tiny", prompt: "hi", max_tokens: 100_000, ignore_eos: true, stream: true }) });
+  const text = await st.text();
+  assert.match(text, /"code":"request_timeout"/);
+  assert.match(text, /data: \[DONE\]\n\n$/);
+  for (let i = 0; i < 100 && s.stats().pagesInUse > 0; i++) await new Promise((r) => setTimeout(r, 20));
+  assert.equal(s.stats().pagesInUse, 0);
+  const chat = await fetch(`${s.url}/v1/chat/completions`, { method: "POST", body: JSON.stringify({ model: "tiny", messages: [{ role: "user", content: "hi" }], ignore_eos: true }) });
+  const c = await chat.json() as { usage: { completion_tokens: number }; choices: { finish_reason: string }[] };
+  assert.equal(c.usage.completion_tokens, 5);
+  assert.equal(c.choices[0]!.finish_reason, "length");
+});
+
+test("--drain-timeout: close() cancels what still runs once the deadline passes", async () => {
+  const s = await startServer({ loaded, port: 0, modelId: "tiny", drainTimeoutMs: 300, log: (l) => logs.push(l) });
+  const r = fetch(`${s.url}/v1/completions`, { method: "POST", body: JSON.stringify({ model: "tiny", prompt: "hi", max_tokens: 100_000, ignore_eos: true }) }).then((x) => x.status, () => 0);
+  await new Promise((res) => setTimeout(res, 100));
+  const t0 = performance.now();
+  await s.close();
+  assert.ok(performance.now() - t0 < 3000, `close took ${performance.now() - t0} ms`);
+  assert.equal(await r, 503);
+  assert.equal(s.stats().pagesInUse, 0);
+});

@@ -23,6 +23,12 @@ test("latent serve --help; bad options exit 2", () => {
   const chain = spawnSync(process.execPath, [BIN, "serve", synth.path, "--chain-steps", "-1"], { encoding: "utf8" });
   assert.equal(chain.status, 2);
   assert.match(chain.stderr, /--chain-steps must be an integer ≥ 0/);
+  for (const flag of ["--max-connections", "--max-body-bytes", "--max-inflight-body-bytes", "--body-timeout", "--request-timeout", "--drain-timeout", "--max-stream-buffer", "--default-max-tokens", "--retry-after"]) {
+    assert.match(help.stdout, new RegExp(flag));
+    const r = spawnSync(process.execPath, [BIN, "serve", synth.path, flag, "-1"], { encoding: "utf8" });
+    assert.equal(r.status, 2, `${flag} -1`);
+    assert.match(r.stderr, new RegExp(`${flag} must be an integer`));
+  }
   const backend = spawnSync(process.execPath, [BIN, "serve", synth.path, "--backend", "tpu"], { encoding: "utf8" });
   assert.equal(backend.status, 2);
 });
@@ -54,5 +60,19 @@ test("SIGTERM drains: the running stream completes, new requests are refused, ex
     assert.match(stderr(), /stopped/);
   } finally {
     if (child.exitCode === null) child.kill("SIGKILL");
+  }
+});
+
+test("the limit flags reach the server: --max-body-bytes, --max-queue with --retry-after", async () => {
+  const { child, url: listening } = spawnServe([synth.path, "--port", "0", "--alias", "tiny", "--max-body-bytes", "200", "--max-queue", "0", "--retry-after", "7"]);
+  try {
+    const url = await listening;
+    const big = await fetch(`${url}/v1/completions`, { method: "POST", body: JSON.stringify({ model: "tiny", prompt: "x".repeat(300) }) });
+    assert.equal(big.status, 413);
+    const queued = await fetch(`${url}/v1/completions`, { method: "POST", body: JSON.stringify({ model: "tiny", prompt: "hi", max_tokens: 1 }) });
+    assert.equal(queued.status, 429);
+    assert.equal(queued.headers.get("retry-after"), "7");
+  } finally {
+    child.kill("SIGKILL");
   }
 });

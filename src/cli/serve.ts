@@ -2,7 +2,7 @@ import type { Command } from "./command.js";
 import { UsageError } from "../util/errors.js";
 import { DEFAULT_PAGE_SIZE } from "../engine/paged-cache.js";
 import { startServer } from "../server/server.js";
-import { DEFAULT_LIMITS } from "../server/limits.js";
+import { DEFAULT_LIMITS, type ServerLimits } from "../server/limits.js";
 import { existsSync } from "node:fs";
 import { closeLoaded, loadModel, type LoadedModel } from "../model/load.js";
 import { openFusedForCli, type FusedOpen } from "./fused.js";
@@ -96,6 +96,7 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
   if (port > 65535) throw new UsageError(`--port must be at most 65535, got ${port}`);
   const apiKey = values["api-key"] ?? process.env["LATENT_API_KEY"];
   const path = modelPath;
+  const limits = limitOptions(values);
   if (!existsSync(path)) throw new UsageError(`model file not found: ${path}`);
   const t0 = performance.now();
   const maxBatch = intOption("max-batch", values["max-batch"], 1);
@@ -110,9 +111,8 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
   const loaded = fused ?? loadModel(path, undefined, { backend: loadWith, ...(threads !== undefined ? { threads } : {}) });
   const warmed = fused?.model.warmStats;
   const engine = fused !== undefined ? `fused WebGPU pipeline on ${fused.model.adapter}; ${warmed!.kernels} GPU kernels compiled in ${(warmed!.compileMs / 1000).toFixed(1)} s` : `kernels: ${(loaded as LoadedModel).model.kernels.name}`;
-  io.err(`loaded ${path} in ${((performance.now() - t0) / 1000).toFixed(1)} s (${engine})\n`);
-  const ms = (seconds: number | undefined): number | undefined => (seconds === undefined ? undefined : seconds * 1000);
   const opt = <K extends string>(k: K, v: number | undefined): Partial<Record<K, number>> => (v === undefined ? {} : ({ [k]: v } as Record<K, number>));
+  io.err(`loaded ${path} in ${((performance.now() - t0) / 1000).toFixed(1)} s (${engine})\n`);
   const server = await startServer({
     loaded,
     modelPath: path,
@@ -128,16 +128,7 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
     ...opt("tokenBudget", intOption("token-budget", values["token-budget"], 1)),
     ...opt("maxQueue", intOption("max-queue", values["max-queue"], 0)),
     ...opt("chainSteps", intOption("chain-steps", values["chain-steps"], 0)),
-    ...opt("maxConnections", intOption("max-connections", values["max-connections"], 1)),
-    ...opt("maxBodyBytes", intOption("max-body-bytes", values["max-body-bytes"], 1)),
-    ...opt("maxBufferedBodyBytes", intOption("max-inflight-body-bytes", values["max-inflight-body-bytes"], 1)),
-    ...opt("headersTimeoutMs", ms(intOption("headers-timeout", values["headers-timeout"], 1))),
-    ...opt("bodyTimeoutMs", ms(intOption("body-timeout", values["body-timeout"], 1))),
-    ...opt("requestTimeoutMs", ms(intOption("request-timeout", values["request-timeout"], 0))),
-    ...opt("drainTimeoutMs", ms(intOption("drain-timeout", values["drain-timeout"], 0))),
-    ...opt("maxStreamBufferBytes", intOption("max-stream-buffer", values["max-stream-buffer"], 1)),
-    ...opt("defaultChatMaxTokens", intOption("default-max-tokens", values["default-max-tokens"], 1)),
-    ...opt("retryAfterSeconds", intOption("retry-after", values["retry-after"], 0)),
+    ...limits,
     prefixCaching: values["no-prefix-cache"] !== true,
     logSteps: values["log-steps"] === true,
     log: (line) => io.err(`${line}\n`),
@@ -162,6 +153,28 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
     process.on("SIGTERM", () => stop("SIGTERM"));
     process.on("SIGINT", () => stop("SIGINT"));
   });
+}
+
+type LimitFlag = "max-connections" | "max-body-bytes" | "max-inflight-body-bytes" | "headers-timeout" | "body-timeout" | "request-timeout" | "drain-timeout" | "max-stream-buffer" | "default-max-tokens" | "retry-after";
+
+/** The limit flags as startServer options (checked before the model loads; times in seconds become ms). */
+function limitOptions(values: Partial<Record<LimitFlag, string>>): Partial<ServerLimits> {
+  const out: { -readonly [K in keyof ServerLimits]?: number } = {};
+  const set = (key: keyof ServerLimits, flag: LimitFlag, min: number, scale = 1): void => {
+    const v = intOption(flag, values[flag], min);
+    if (v !== undefined) out[key] = v * scale;
+  };
+  set("maxConnections", "max-connections", 1);
+  set("maxBodyBytes", "max-body-bytes", 1);
+  set("maxBufferedBodyBytes", "max-inflight-body-bytes", 1);
+  set("headersTimeoutMs", "headers-timeout", 1, 1000);
+  set("bodyTimeoutMs", "body-timeout", 1, 1000);
+  set("requestTimeoutMs", "request-timeout", 0, 1000);
+  set("drainTimeoutMs", "drain-timeout", 0, 1000);
+  set("maxStreamBufferBytes", "max-stream-buffer", 1);
+  set("defaultChatMaxTokens", "default-max-tokens", 1);
+  set("retryAfterSeconds", "retry-after", 0);
+  return out;
 }
 
 /** GPU cache positions per sequence of the fused pipeline without --ctx-size (the model's own may be 160k). */

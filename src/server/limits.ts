@@ -49,9 +49,13 @@ export class ClientGoneError extends Error {
   }
 }
 
-/** Bytes of request bodies held in memory, all requests together. */
+/**
+ * Bytes of request bodies held in memory, all requests together. A request that finds it full stops reading (its
+ * bytes wait in the kernel's socket buffers) until bytes are given back: first come, first served.
+ */
 export class BodyBudget {
   private used = 0;
+  private readonly waiting: (() => boolean)[] = [];
   constructor(readonly limit: number) {}
 
   get inUse(): number {
@@ -66,6 +70,13 @@ export class BodyBudget {
 
   give(n: number): void {
     this.used -= n;
+    // a waiter returns true once served (or gone)
+    while (this.waiting.length > 0 && this.waiting[0]!()) this.waiting.shift();
+  }
+
+  /** Call `retry` whenever bytes come back, until it returns true. */
+  wait(retry: () => boolean): void {
+    this.waiting.push(retry);
   }
 }
 
@@ -81,9 +92,11 @@ function tooLarge(limit: number, declared?: number): ApiError {
 
 /**
  * Read the whole body, at most `limit` bytes, holding its bytes against the shared budget while it arrives.
- * A body over the limit (413) or over the budget (503) is read to its end and dropped, so that the client, still
- * writing, receives the answer instead of a broken pipe; one declared or sent past DISCARD_FACTOR × the limit is cut
- * short (`closeAfter`). A body that does not arrive within `timeoutMs` gets 408; a client that goes away, ClientGoneError.
+ * While the budget is full the request is not read (backpressure: its bytes wait in the kernel, costing the server
+ * neither memory nor time). A body over the limit (413), or one that could never fit the budget (503), is read to its
+ * end and dropped, so that the client, still writing, receives the answer instead of a broken pipe; one declared or
+ * sent past DISCARD_FACTOR × the limit is cut short (`closeAfter`). A body that does not arrive within `timeoutMs`
+ * (waiting for the budget included) gets 408; a client that goes away, ClientGoneError.
  */
 export function readBody(req: IncomingMessage, o: BodyReadOptions): Promise<Buffer> {
   return new Promise((resolve, reject) => {
@@ -121,15 +134,28 @@ export function readBody(req: IncomingMessage, o: BodyReadOptions): Promise<Buff
     const onData = (chunk: Buffer): void => {
       seen += chunk.length;
       if (refusal === undefined && seen > o.limit) refuse(tooLarge(o.limit));
-      if (refusal === undefined && !o.budget.take(chunk.length)) {
-        refuse(new ApiError(503, `the server is busy: request bodies in flight hold ${o.budget.inUse} of ${o.budget.limit} bytes; retry later`, "server_error", null, "server_busy"));
+      if (refusal === undefined && held + chunk.length > o.budget.limit) {
+        refuse(new ApiError(503, `the server is busy: the request body does not fit the ${o.budget.limit} bytes of bodies it holds at once; retry later`, "server_error", null, "server_busy"));
       }
       if (refusal !== undefined) {
         if (seen > o.limit * DISCARD_FACTOR) settle(closeAfter(refusal));
         return;
       }
-      held += chunk.length;
-      parts.push(chunk);
+      if (o.budget.take(chunk.length)) {
+        held += chunk.length;
+        parts.push(chunk);
+        return;
+      }
+      // the budget is full: stop reading until other bodies give bytes back (or the body timeout ends this one)
+      req.pause();
+      o.budget.wait(() => {
+        if (settled) return true;
+        if (!o.budget.take(chunk.length)) return false;
+        held += chunk.length;
+        parts.push(chunk);
+        req.resume();
+        return true;
+      });
     };
     const onEnd = (): void => {
       if (refusal !== undefined) settle(refusal);

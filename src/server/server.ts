@@ -263,6 +263,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         const force = setTimeout(() => http.closeAllConnections(), 2000);
         await closed;
         clearTimeout(force);
+        m.loopDelay.disable();
       })()),
   };
 }

@@ -13,6 +13,7 @@ import { ApiError, SseWriter, badParam, parseJsonObject, sendError, sendJson } f
 import { BodyBudget, ClientGoneError, DEFAULT_LIMITS, mustClose, readBody, retryHeaders, type ServerLimits } from "./limits.js";
 import { guardConnections } from "./connections.js";
 import { PromptEncoder } from "./prompt.js";
+import { chatLogprob, genEntries, legacyLogprobs, promptEntries, vllmPromptLogprobs, type LegacyLogprobs } from "./logprobs.js";
 import { ServerMetrics } from "./metrics.js";
 import { MAX_LOGPROBS, messagesField, modelField, optBool, optInt, promptField, requireNoSuffix, samplingFields, type SamplingFields } from "./schema.js";
 
@@ -532,52 +533,6 @@ function finishReason(r: SequenceResult): "stop" | "length" {
   return r.finishReason === "length" ? "length" : "stop";
 }
 
-/** vLLM's prompt_logprobs: per prompt position null or {"<id>": {logprob, rank, decoded_token}} (the token and the top-k). */
-function vllmPromptLogprobs(api: Api, lp: readonly (PromptLogprob | null)[]): (Record<string, { logprob: number; rank: number; decoded_token: string }> | null)[] {
-  return lp.map((e) => {
-    if (e === null) return null;
-    const out: Record<string, { logprob: number; rank: number; decoded_token: string }> = {};
-    out[String(e.token)] = { logprob: e.logprob, rank: e.rank, decoded_token: api.tokenizer.decode([e.token]) };
-    e.top.forEach(([id, l], i) => {
-      if (!(String(id) in out)) out[String(id)] = { logprob: l, rank: i + 1, decoded_token: api.tokenizer.decode([id]) };
-    });
-    return out;
-  });
-}
-
-interface LegacyLogprobs {
-  tokens: string[];
-  token_logprobs: (number | null)[];
-  top_logprobs: (Record<string, number> | null)[];
-  text_offset: number[];
-}
-
-/** OpenAI legacy completion logprobs for a run of tokens starting at text offset `offset`. */
-function legacyLogprobs(api: Api, entries: readonly { id: number; logprob: number | null; top: readonly (readonly [number, number])[] | null }[], offset: number): LegacyLogprobs {
-  const out: LegacyLogprobs = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
-  let at = offset;
-  for (const e of entries) {
-    const s = api.tokenizer.decode([e.id]);
-    out.tokens.push(s);
-    out.token_logprobs.push(e.logprob);
-    out.top_logprobs.push(e.top === null ? null : Object.fromEntries(e.top.map(([id, l]) => [api.tokenizer.decode([id]), l])));
-    out.text_offset.push(at);
-    at += api.tokenizer.decode([e.id], { skipSpecial: true }).length; // control tokens are not in the text
-  }
-  return out;
-}
-
-function promptEntries(c: Choice, k: number): { id: number; logprob: number | null; top: [number, number][] | null }[] {
-  return c.prompt.map((id, i) => {
-    const e = c.promptLp?.[i];
-    return e === undefined || e === null ? { id, logprob: null, top: null } : { id, logprob: e.logprob, top: e.top.slice(0, k) };
-  });
-}
-
-function genEntries(tokens: readonly TokenOut[]): { id: number; logprob: number; top: [number, number][] }[] {
-  return tokens.map((t) => ({ id: t.id, logprob: t.logprob, top: t.top ?? [] }));
-}
-
 async function completions(api: Api, body: Record<string, unknown>, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const modelName = modelField(body);
   const inputs = promptField(body);
@@ -600,7 +555,7 @@ async function completions(api: Api, body: Record<string, unknown>, req: Incomin
   const echoChunk = (c: Choice): void => {
     const text = promptTexts[Math.floor(c.index / s.n)]!;
     offsets.set(c.index, text.length);
-    const lp = logprobs !== undefined ? legacyLogprobs(api, promptEntries(c, logprobs), 0) : null;
+    const lp = logprobs !== undefined ? legacyLogprobs(api.tokenizer, promptEntries(c, logprobs), 0) : null;
     sse!.send({ ...base(jobRef!), choices: [{ index: c.index, text, logprobs: lp, finish_reason: null }] });
   };
   const { job, done } = launch(api, req, res, "completion", prompts, s, { topLogprobs: logprobs, promptLogprobs: needPrompt, maxTokens }, sse === undefined ? {} : {
@@ -611,7 +566,7 @@ async function completions(api: Api, body: Record<string, unknown>, req: Incomin
       if (t.text === "" && logprobs === undefined) return;
       const at = offsets.get(c.index) ?? 0;
       offsets.set(c.index, at + t.text.length);
-      const lp = logprobs !== undefined ? legacyLogprobs(api, genEntries([t]), at) : null;
+      const lp = logprobs !== undefined ? legacyLogprobs(api.tokenizer, genEntries([t]), at) : null;
       sse.send({ ...base(job), choices: [{ index: c.index, text: t.text, logprobs: lp, finish_reason: null }] });
     },
     onFinish: (c) => {
@@ -622,7 +577,7 @@ async function completions(api: Api, body: Record<string, unknown>, req: Incomin
       }
       if (r.finishReason === "abort") return;
       const choice: Record<string, unknown> = { index: c.index, text: r.tail, logprobs: null, finish_reason: finishReason(r) };
-      if (promptLogprobs !== undefined && c.promptLp !== undefined) choice["prompt_logprobs"] = vllmPromptLogprobs(api, c.promptLp);
+      if (promptLogprobs !== undefined && c.promptLp !== undefined) choice["prompt_logprobs"] = vllmPromptLogprobs(api.tokenizer, c.promptLp);
       sse.send({ ...base(job), choices: [choice] });
     },
   });
@@ -640,30 +595,18 @@ async function completions(api: Api, body: Record<string, unknown>, req: Incomin
       let lp: LegacyLogprobs | null = null;
       if (logprobs !== undefined) {
         const entries = [...(echo ? promptEntries(c, logprobs) : []), ...genEntries(c.tokens)];
-        lp = legacyLogprobs(api, entries, 0);
+        lp = legacyLogprobs(api.tokenizer, entries, 0);
       }
       return {
         index: c.index,
         text: ptext + r.text,
         logprobs: lp,
         finish_reason: finishReason(r),
-        ...(promptLogprobs !== undefined && c.promptLp !== undefined ? { prompt_logprobs: vllmPromptLogprobs(api, c.promptLp) } : {}),
+        ...(promptLogprobs !== undefined && c.promptLp !== undefined ? { prompt_logprobs: vllmPromptLogprobs(api.tokenizer, c.promptLp) } : {}),
       };
     }),
     usage: usage(job),
   });
-}
-
-interface ChatLogprob {
-  token: string;
-  logprob: number;
-  bytes: number[];
-  top_logprobs: { token: string; logprob: number; bytes: number[] }[];
-}
-
-function chatLogprob(api: Api, t: TokenOut, k: number): ChatLogprob {
-  const one = (id: number): { token: string; bytes: number[] } => ({ token: api.tokenizer.decode([id]), bytes: [...api.tokenizer.tokenBytes(id)] });
-  return { ...one(t.id), logprob: t.logprob, top_logprobs: (t.top ?? []).slice(0, k).map(([id, l]) => ({ ...one(id), logprob: l })) };
 }
 
 async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -692,7 +635,7 @@ async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessag
   const { job, done } = launch(api, req, res, "chat", [prompt], s, { topLogprobs: logprobs ? Math.max(k, 0) : undefined, promptLogprobs, maxTokens }, sse === undefined ? {} : {
     onToken: (c, t) => {
       if (t.text === "" && !logprobs) return;
-      sse.send({ ...base(job), choices: [{ index: c.index, delta: { content: t.text }, logprobs: logprobs ? { content: [chatLogprob(api, t, k)] } : null, finish_reason: null }] });
+      sse.send({ ...base(job), choices: [{ index: c.index, delta: { content: t.text }, logprobs: logprobs ? { content: [chatLogprob(api.tokenizer, t, k)] } : null, finish_reason: null }] });
     },
     onFinish: (c) => {
       const r = c.result!;
@@ -717,9 +660,9 @@ async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessag
     choices: job.choices.map((c) => ({
       index: c.index,
       message: { role: "assistant", content: c.result!.text },
-      logprobs: logprobs ? { content: c.tokens.map((t) => chatLogprob(api, t, k)) } : null,
+      logprobs: logprobs ? { content: c.tokens.map((t) => chatLogprob(api.tokenizer, t, k)) } : null,
       finish_reason: finishReason(c.result!),
-      ...(promptLogprobs !== undefined && c.promptLp !== undefined ? { prompt_logprobs: vllmPromptLogprobs(api, c.promptLp) } : {}),
+      ...(promptLogprobs !== undefined && c.promptLp !== undefined ? { prompt_logprobs: vllmPromptLogprobs(api.tokenizer, c.promptLp) } : {}),
     })),
     usage: usage(job),
   });

@@ -190,7 +190,10 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         return;
       }
       const err = toApiError(e);
-      if (err.status >= 500 && !(e instanceof ApiError)) log(`error ${req.method ?? "?"} ${path}: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}`);
+      // an unexpected error with its stack; the server's own 5xx answers (generation failed, timeout) as one line; 503s
+      // (shutting down, busy) are routine
+      if (!(e instanceof ApiError) && err.status >= 500) log(`error ${req.method ?? "?"} ${path}: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}`);
+      else if (err.status >= 500 && err.status !== 503) log(`${err.status} ${req.method ?? "?"} ${path}: ${err.message}`);
       if (mustClose(err)) res.setHeader("connection", "close");
       sendError(res, err, retryHeaders(err.status, limits.retryAfterSeconds));
     }
@@ -508,15 +511,15 @@ function launch(
  */
 async function finishJob(job: GenJob, done: Promise<unknown>, sse: SseWriter | undefined, usageChunk: Record<string, unknown> | undefined, res: ServerResponse): Promise<boolean> {
   await done;
-  const timeout = job.endedBy;
+  const endedBy = job.endedBy;
   if (sse !== undefined) {
-    if (timeout !== undefined) sse.send(timeout.body());
+    if (endedBy !== undefined) sse.send(endedBy.body());
     if (usageChunk !== undefined) sse.send({ ...usageChunk, usage: usage(job) });
     sse.done();
     return false;
   }
   if (res.destroyed) return false;
-  if (timeout !== undefined) throw timeout;
+  if (endedBy !== undefined) throw endedBy;
   const failed = job.choices.find((c) => c.result?.finishReason === "error");
   if (failed !== undefined) throw new ApiError(500, `generation failed: ${failed.result?.error?.message ?? "unknown error"}`);
   return true;

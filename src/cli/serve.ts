@@ -2,6 +2,7 @@ import type { Command } from "./command.js";
 import { UsageError } from "../util/errors.js";
 import { DEFAULT_PAGE_SIZE } from "../engine/paged-cache.js";
 import { startServer } from "../server/server.js";
+import { DEFAULT_LIMITS, type ServerLimits } from "../server/limits.js";
 import { existsSync } from "node:fs";
 import { closeLoaded, loadModel, type LoadedModel } from "../model/load.js";
 import { openFusedForCli, type FusedOpen } from "./fused.js";
@@ -24,10 +25,22 @@ options:
   --ctx-size N           context length per sequence (default the model's)
   --prefill-chunk N      most prompt tokens one sequence prefills per step (default 128)
   --token-budget N       most tokens per forward pass (default 256)
-  --max-queue N          most waiting requests before 429 (default 64)
+  --max-queue N          most waiting sequences before 429 with Retry-After (default 256)
   --chain-steps N        most greedy decode steps chained on the GPU between host round trips (fused webgpu
                          pipeline; only while every running request is greedy without top logprobs and none
                          waits; default 8, 0 = off)
+  --max-connections N    open connections; past it a new one gets 503 and is closed (default ${DEFAULT_LIMITS.maxConnections})
+  --max-body-bytes N     one request body (413 beyond, answered once the body is read; default ${DEFAULT_LIMITS.maxBodyBytes})
+  --max-inflight-body-bytes N
+                         request bodies being received, all together (503 beyond; default ${DEFAULT_LIMITS.maxBufferedBodyBytes})
+  --headers-timeout S    seconds for a request's headers to arrive (default ${DEFAULT_LIMITS.headersTimeoutMs / 1000})
+  --body-timeout S       seconds for a request's body to arrive (408 beyond; default ${DEFAULT_LIMITS.bodyTimeoutMs / 1000})
+  --request-timeout S    seconds a generation request may take, queue included (504 beyond; default
+                         ${DEFAULT_LIMITS.requestTimeoutMs / 1000}, 0 = none)
+  --drain-timeout S      on SIGTERM, seconds to let running requests finish before cancelling them (default ${DEFAULT_LIMITS.drainTimeoutMs / 1000})
+  --max-stream-buffer N  bytes a streaming client may leave unread before it is dropped (default ${DEFAULT_LIMITS.maxStreamBufferBytes})
+  --default-max-tokens N chat max_tokens when the request sets none (default ${DEFAULT_LIMITS.defaultChatMaxTokens}; never past the context)
+  --retry-after S        Retry-After seconds sent with 429 and 503 (default ${DEFAULT_LIMITS.retryAfterSeconds})
   --no-prefix-cache      do not share KV pages between equal prompt prefixes
   --log-steps            log every forward pass (sequences, tokens, decoding, ms) and every chain of greedy steps
   --backend B            cpu (WebAssembly SIMD kernels on worker threads), reference (plain JS kernels),
@@ -49,6 +62,16 @@ const SERVE_OPTIONS = {
   "token-budget": { type: "string" },
   "max-queue": { type: "string" },
   "chain-steps": { type: "string" },
+  "max-connections": { type: "string" },
+  "max-body-bytes": { type: "string" },
+  "max-inflight-body-bytes": { type: "string" },
+  "headers-timeout": { type: "string" },
+  "body-timeout": { type: "string" },
+  "request-timeout": { type: "string" },
+  "drain-timeout": { type: "string" },
+  "max-stream-buffer": { type: "string" },
+  "default-max-tokens": { type: "string" },
+  "retry-after": { type: "string" },
   "no-prefix-cache": { type: "boolean" },
   "log-steps": { type: "boolean" },
   backend: { type: "string" },
@@ -73,6 +96,7 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
   if (port > 65535) throw new UsageError(`--port must be at most 65535, got ${port}`);
   const apiKey = values["api-key"] ?? process.env["LATENT_API_KEY"];
   const path = modelPath;
+  const limits = limitOptions(values);
   if (!existsSync(path)) throw new UsageError(`model file not found: ${path}`);
   const t0 = performance.now();
   const maxBatch = intOption("max-batch", values["max-batch"], 1);
@@ -87,8 +111,8 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
   const loaded = fused ?? loadModel(path, undefined, { backend: loadWith, ...(threads !== undefined ? { threads } : {}) });
   const warmed = fused?.model.warmStats;
   const engine = fused !== undefined ? `fused WebGPU pipeline on ${fused.model.adapter}; ${warmed!.kernels} GPU kernels compiled in ${(warmed!.compileMs / 1000).toFixed(1)} s` : `kernels: ${(loaded as LoadedModel).model.kernels.name}`;
-  io.err(`loaded ${path} in ${((performance.now() - t0) / 1000).toFixed(1)} s (${engine})\n`);
   const opt = <K extends string>(k: K, v: number | undefined): Partial<Record<K, number>> => (v === undefined ? {} : ({ [k]: v } as Record<K, number>));
+  io.err(`loaded ${path} in ${((performance.now() - t0) / 1000).toFixed(1)} s (${engine})\n`);
   const server = await startServer({
     loaded,
     modelPath: path,
@@ -104,6 +128,7 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
     ...opt("tokenBudget", intOption("token-budget", values["token-budget"], 1)),
     ...opt("maxQueue", intOption("max-queue", values["max-queue"], 0)),
     ...opt("chainSteps", intOption("chain-steps", values["chain-steps"], 0)),
+    ...limits,
     prefixCaching: values["no-prefix-cache"] !== true,
     logSteps: values["log-steps"] === true,
     log: (line) => io.err(`${line}\n`),
@@ -128,6 +153,28 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
     process.on("SIGTERM", () => stop("SIGTERM"));
     process.on("SIGINT", () => stop("SIGINT"));
   });
+}
+
+type LimitFlag = "max-connections" | "max-body-bytes" | "max-inflight-body-bytes" | "headers-timeout" | "body-timeout" | "request-timeout" | "drain-timeout" | "max-stream-buffer" | "default-max-tokens" | "retry-after";
+
+/** The limit flags as startServer options (checked before the model loads; times in seconds become ms). */
+function limitOptions(values: Partial<Record<LimitFlag, string>>): Partial<ServerLimits> {
+  const out: { -readonly [K in keyof ServerLimits]?: number } = {};
+  const set = (key: keyof ServerLimits, flag: LimitFlag, min: number, scale = 1): void => {
+    const v = intOption(flag, values[flag], min);
+    if (v !== undefined) out[key] = v * scale;
+  };
+  set("maxConnections", "max-connections", 1);
+  set("maxBodyBytes", "max-body-bytes", 1);
+  set("maxBufferedBodyBytes", "max-inflight-body-bytes", 1);
+  set("headersTimeoutMs", "headers-timeout", 1, 1000);
+  set("bodyTimeoutMs", "body-timeout", 1, 1000);
+  set("requestTimeoutMs", "request-timeout", 0, 1000);
+  set("drainTimeoutMs", "drain-timeout", 0, 1000);
+  set("maxStreamBufferBytes", "max-stream-buffer", 1);
+  set("defaultChatMaxTokens", "default-max-tokens", 1);
+  set("retryAfterSeconds", "retry-after", 0);
+  return out;
 }
 
 /** GPU cache positions per sequence of the fused pipeline without --ctx-size (the model's own may be 160k). */

@@ -1,4 +1,4 @@
-import type { IncomingMessage, ServerResponse } from "node:http";
+import type { ServerResponse } from "node:http";
 
 /** An error the API answers with an OpenAI-shaped body: {"error": {message, type, param, code}}. */
 export class ApiError extends Error {
@@ -21,41 +21,6 @@ export class ApiError extends Error {
 /** A 400 naming the request field at fault. */
 export function badParam(param: string, message: string, code: string | null = null): ApiError {
   return new ApiError(400, message, "invalid_request_error", param, code);
-}
-
-export const DEFAULT_BODY_LIMIT = 4 * 1024 * 1024;
-
-/** Read the whole body, at most `limit` bytes (413 beyond, without reading the rest). */
-export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
-  return new Promise((resolve, reject) => {
-    const declared = Number(req.headers["content-length"]);
-    if (Number.isFinite(declared) && declared > limit) {
-      reject(new ApiError(413, `the request body is ${declared} bytes, more than the limit of ${limit}`, "invalid_request_error", null, "request_too_large"));
-      return;
-    }
-    const parts: Buffer[] = [];
-    let size = 0;
-    let failed = false;
-    req.on("data", (chunk: Buffer) => {
-      if (failed) return;
-      size += chunk.length;
-      if (size > limit) {
-        failed = true;
-        reject(new ApiError(413, `the request body is more than the limit of ${limit} bytes`, "invalid_request_error", null, "request_too_large"));
-        return;
-      }
-      parts.push(chunk);
-    });
-    req.on("end", () => {
-      if (!failed) resolve(Buffer.concat(parts));
-    });
-    req.on("error", (e) => {
-      if (!failed) {
-        failed = true;
-        reject(e);
-      }
-    });
-  });
 }
 
 /** Parse a JSON object body (400 for anything else). */
@@ -86,10 +51,18 @@ export function sendError(res: ServerResponse, err: ApiError, headers: Record<st
   sendJson(res, err.status, err.body(), headers);
 }
 
-/** Server-Sent Events in OpenAI's framing: `data: JSON\n\n`, closed by `data: [DONE]`. */
+/**
+ * Server-Sent Events in OpenAI's framing: `data: JSON\n\n`, closed by `data: [DONE]`. A client that does not take
+ * what is sent lets bytes pile up in the response; past `maxBuffered` unsent bytes it is dropped (the connection is
+ * destroyed, which cancels its sequences and frees their KV pages).
+ */
 export class SseWriter {
   private started = false;
-  constructor(private readonly res: ServerResponse) {}
+  constructor(
+    private readonly res: ServerResponse,
+    private readonly maxBuffered: number = Number.POSITIVE_INFINITY,
+    private readonly onDropped: (unsent: number) => void = () => {},
+  ) {}
 
   get open(): boolean {
     return !this.res.writableEnded && !this.res.destroyed;
@@ -98,13 +71,20 @@ export class SseWriter {
   start(): void {
     if (this.started) return;
     this.started = true;
-    this.res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", connection: "keep-alive", "x-accel-buffering": "no" });
+    // no Connection header of our own: Node writes keep-alive or close as the request asked
+    this.res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", "x-accel-buffering": "no" });
     this.res.flushHeaders();
   }
 
   send(value: unknown): void {
     this.start();
-    if (this.open) this.res.write(`data: ${JSON.stringify(value)}\n\n`);
+    if (!this.open) return;
+    this.res.write(`data: ${JSON.stringify(value)}\n\n`);
+    const unsent = this.res.writableLength;
+    if (unsent > this.maxBuffered) {
+      this.onDropped(unsent);
+      this.res.destroy();
+    }
   }
 
   done(): void {

@@ -1,3 +1,4 @@
+import { monitorEventLoopDelay, type IntervalHistogram } from "node:perf_hooks";
 import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { PagePool } from "../engine/paged-cache.js";
 import type { Scheduler } from "../engine/scheduler.js";
@@ -12,6 +13,8 @@ export class ServerMetrics {
   readonly itl: Histogram;
   readonly stepTokens: Histogram;
   readonly stepSeconds: Histogram;
+  /** event-loop delays, sampled every 10 ms (a forward step, a flood of I/O: whatever keeps requests waiting) */
+  readonly loopDelay: IntervalHistogram = monitorEventLoopDelay({ resolution: 10 });
 
   constructor(scheduler: Scheduler, pool: PagePool) {
     const registers = [this.registry];
@@ -42,6 +45,17 @@ export class ServerMetrics {
     cumulative("latent_kv_evictions_total", "cached KV pages evicted", () => pool.stats().evictions);
     cumulative("latent_preemptions_total", "sequences preempted (pages given back, recomputed later)", () => scheduler.stats().preemptions);
     cumulative("latent_steps_total", "forward passes of the scheduler", () => scheduler.stats().steps);
+    this.loopDelay.enable();
+    const loop = this.loopDelay;
+    new Gauge({
+      name: "latent_event_loop_delay_max_seconds",
+      help: "longest event-loop delay since the previous scrape (how long a request could wait to be read)",
+      registers,
+      collect() {
+        this.set(loop.count > 0 ? loop.max / 1e9 : 0);
+        loop.reset();
+      },
+    });
     const latency = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
     this.ttft = new Histogram({ name: "latent_time_to_first_token_seconds", help: "time from request to first generated token", buckets: latency, registers });
     this.itl = new Histogram({ name: "latent_inter_token_latency_seconds", help: "time between consecutive generated tokens of a sequence", buckets: latency, registers });

@@ -140,6 +140,9 @@ export function promptField(body: Body): PromptInput[] {
   });
 }
 
+/** Roles a chat template can place; another would be dropped by most templates without a word. */
+export const CHAT_ROLES: ReadonlySet<string> = new Set(["system", "developer", "user", "assistant", "tool", "function"]);
+
 /** Chat messages, with content parts of type "text" joined into a string. */
 export function messagesField(body: Body): ChatMessage[] {
   const m = body["messages"];
@@ -151,6 +154,7 @@ export function messagesField(body: Body): ChatMessage[] {
     const o = msg as Body;
     const role = o["role"];
     if (typeof role !== "string" || role === "") throw badParam("messages", `'messages[${i}].role' must be a non-empty string`);
+    if (!CHAT_ROLES.has(role)) throw badParam("messages", `'messages[${i}].role' is ${JSON.stringify(role)}, not one of ${[...CHAT_ROLES].join(", ")}`, "invalid_role");
     const c = o["content"];
     let content: string | null;
     if (c === undefined || c === null) content = null;

@@ -9,7 +9,11 @@ import { Tokenizer, type ChatMessage } from "../tokenizer/index.js";
 import { PagePool, DEFAULT_PAGE_SIZE } from "../engine/paged-cache.js";
 import { QueueFullError, Scheduler, type BatchModel, type PromptLogprob, type Sequence, type SequenceRequest, type SequenceResult, type TokenOut } from "../engine/scheduler.js";
 import { LatentError, UsageError } from "../util/errors.js";
-import { ApiError, DEFAULT_BODY_LIMIT, SseWriter, badParam, parseJsonObject, readBody, sendError, sendJson } from "./http.js";
+import { ApiError, SseWriter, badParam, parseJsonObject, sendError, sendJson } from "./http.js";
+import { BodyBudget, ClientGoneError, DEFAULT_LIMITS, mustClose, readBody, retryHeaders, type ServerLimits } from "./limits.js";
+import { guardConnections } from "./connections.js";
+import { PromptEncoder } from "./prompt.js";
+import { chatLogprob, genEntries, legacyLogprobs, promptEntries, vllmPromptLogprobs, type LegacyLogprobs } from "./logprobs.js";
 import { ServerMetrics } from "./metrics.js";
 import { MAX_LOGPROBS, messagesField, modelField, optBool, optInt, promptField, requireNoSuffix, samplingFields, type SamplingFields } from "./schema.js";
 
@@ -20,7 +24,8 @@ export interface ServedModel {
   readonly model: BatchModel;
 }
 
-export interface ServerOptions {
+/** Limits (src/server/limits.ts) may be given one by one; each defaults to DEFAULT_LIMITS. */
+export interface ServerOptions extends Partial<ServerLimits> {
   /** GGUF to load (or pass `loaded`) */
   readonly modelPath?: string;
   /** an already loaded model (tests share one between servers), or the fused GPU pipeline (FusedGpuModel) */
@@ -45,12 +50,10 @@ export interface ServerOptions {
   readonly tokenBudget?: number;
   /** most greedy decode steps chained on the model's device (fused WebGPU pipeline) in one go; 0: off (default 8) */
   readonly chainSteps?: number;
-  /** most sequences waiting; beyond, 429 (default 64) */
+  /** most sequences waiting; beyond, 429 with Retry-After (default 256) */
   readonly maxQueue?: number;
   /** context length per sequence (default and at most the model's) */
   readonly contextLength?: number;
-  /** request body limit in bytes (default 4 MiB) */
-  readonly bodyLimit?: number;
   /** share KV pages of identical prompt prefixes (default true) */
   readonly prefixCaching?: boolean;
   /** one line per event worth logging (startup, errors); default none */
@@ -86,6 +89,9 @@ export interface RunningServer {
   close(): Promise<void>;
 }
 
+/** Sequences that may wait for a batch slot: a burst of a few hundred requests is queued, not refused. */
+const DEFAULT_MAX_QUEUE = 256;
+
 const ENDPOINTS = new Set(["/v1/completions", "/v1/chat/completions", "/v1/models", "/tokenize", "/detokenize", "/health", "/metrics"]);
 
 /** Load the model (unless given), build the page pool and scheduler, and listen. */
@@ -109,7 +115,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     ...(options.tokenBudget !== undefined ? { tokenBudget: options.tokenBudget } : {}),
     ...(options.prefillChunk !== undefined ? { prefillChunk: options.prefillChunk } : {}),
     ...(options.chainSteps !== undefined ? { chainSteps: options.chainSteps } : {}),
-    maxQueue: options.maxQueue ?? 64,
+    maxQueue: options.maxQueue ?? DEFAULT_MAX_QUEUE,
     contextLength: ctx,
     prefixCaching: options.prefixCaching ?? true,
     ioActivity: () => ioEvents,
@@ -124,27 +130,34 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   metrics = new ServerMetrics(scheduler, pool);
   const m = metrics;
   const log = options.log ?? ((): void => {});
-  const bodyLimit = options.bodyLimit ?? DEFAULT_BODY_LIMIT;
+  const limits: ServerLimits = { ...DEFAULT_LIMITS, ...definedOnly(options) };
+  const bodyBudget = new BodyBudget(limits.maxBufferedBodyBytes);
   const keyHash = options.apiKey !== undefined ? createHash("sha256").update(options.apiKey).digest() : undefined;
   const created = Math.floor(Date.now() / 1000);
   let draining = false;
   const active = new Set<Promise<void>>();
 
-  const api: Api = { tokenizer, scheduler, metrics: m, modelId, ctx, created, log, nVocab: config.nVocab };
+  const api: Api = { limits, jobs: new Set(), tokenizer, prompts: new PromptEncoder(tokenizer, ctx), scheduler, metrics: m, modelId, ctx, created, log, nVocab: config.nVocab };
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
-    const url = new URL(req.url ?? "/", "http://localhost");
-    const path = url.pathname.replace(/\/+$/, "") || "/";
+    const path = pathOf(req.url);
     const endpoint = ENDPOINTS.has(path) ? path : path.startsWith("/v1/models/") ? "/v1/models/{id}" : "other";
-    res.on("finish", () => m.requests.inc({ endpoint, status: String(res.statusCode) }));
+    const t0 = performance.now();
+    // a response that never finished: the client went away first (nginx's 499)
+    res.once("close", () => {
+      const status = res.writableFinished ? res.statusCode : CLIENT_CLOSED;
+      m.requests.inc({ endpoint, status: String(status) });
+      if (status === CLIENT_CLOSED) log(`${CLIENT_CLOSED} ${req.method ?? "?"} ${path}: the client closed the connection after ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+    });
+    const readOnly = req.method === "GET" || req.method === "HEAD";
     try {
       if (path === "/health") {
-        if (req.method !== "GET") throw methodNotAllowed(req.method);
-        sendJson(res, draining ? 503 : 200, { status: draining ? "draining" : "ok" });
+        if (!readOnly) throw methodNotAllowed(req.method);
+        sendJson(res, draining ? 503 : 200, { status: draining ? "draining" : "ok" }, draining ? retryHeaders(503, limits.retryAfterSeconds) : {});
         return;
       }
       if (path === "/metrics") {
-        if (req.method !== "GET") throw methodNotAllowed(req.method);
+        if (!readOnly) throw methodNotAllowed(req.method);
         const text = await m.registry.metrics();
         res.writeHead(200, { "content-type": m.registry.contentType });
         res.end(text);
@@ -153,34 +166,46 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       if (draining) throw new ApiError(503, "the server is shutting down", "server_error", null, "shutting_down");
       if (keyHash !== undefined && (path.startsWith("/v1/") || path === "/tokenize" || path === "/detokenize")) checkKey(req, keyHash);
       if (path === "/v1/models") {
-        if (req.method !== "GET") throw methodNotAllowed(req.method);
+        if (!readOnly) throw methodNotAllowed(req.method);
         sendJson(res, 200, { object: "list", data: [modelCard(api, config.contextLength)] });
         return;
       }
       if (endpoint === "/v1/models/{id}") {
-        if (req.method !== "GET") throw methodNotAllowed(req.method);
-        const id = decodeURIComponent(path.slice("/v1/models/".length));
+        if (!readOnly) throw methodNotAllowed(req.method);
+        const id = decodeOrRaw(path.slice("/v1/models/".length));
         if (id !== modelId) throw unknownModel(id);
         sendJson(res, 200, modelCard(api, config.contextLength));
         return;
       }
       if (!ENDPOINTS.has(path)) throw new ApiError(404, `no route ${req.method ?? "?"} ${path}`, "not_found_error", null, "unknown_url");
       if (req.method !== "POST") throw methodNotAllowed(req.method);
-      const body = parseJsonObject(await readBody(req, bodyLimit));
-      if (path === "/tokenize") return tokenize(api, body, res);
+      const body = parseJsonObject(await readBody(req, { limit: limits.maxBodyBytes, budget: bodyBudget, timeoutMs: limits.bodyTimeoutMs }));
+      if (path === "/tokenize") return await tokenize(api, body, res);
       if (path === "/detokenize") return detokenize(api, body, res);
       if (path === "/v1/completions") return await completions(api, body, req, res);
       if (path === "/v1/chat/completions") return await chat(api, body, req, res);
     } catch (e) {
+      if (e instanceof ClientGoneError) {
+        res.destroy();
+        return;
+      }
       const err = toApiError(e);
-      if (err.status >= 500) log(`error ${req.method ?? "?"} ${path}: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}`);
-      if (err.status === 413) res.setHeader("connection", "close");
-      sendError(res, err);
+      // an unexpected error with its stack; the server's own 5xx answers (generation failed, timeout) as one line; 503s
+      // (shutting down, busy) are routine
+      if (!(e instanceof ApiError) && err.status >= 500) log(`error ${req.method ?? "?"} ${path}: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}`);
+      else if (err.status >= 500 && err.status !== 503) log(`${err.status} ${req.method ?? "?"} ${path}: ${err.message}`);
+      if (mustClose(err)) res.setHeader("connection", "close");
+      sendError(res, err, retryHeaders(err.status, limits.retryAfterSeconds));
     }
   };
 
-  const http = createServer((req, res) => {
+  // Node checks header deadlines on this interval; a short deadline needs a short interval
+  const http = createServer({ requestTimeout: 0, connectionsCheckingInterval: Math.max(100, Math.min(30_000, limits.headersTimeoutMs / 4)) }, (req, res) => {
     ioEvents++;
+    if (guard.isRefused(req.socket)) {
+      res.destroy();
+      return;
+    }
     const p = handle(req, res).catch((e: unknown) => {
       log(`unhandled: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}`);
       try {
@@ -193,15 +218,12 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     void p.finally(() => active.delete(p));
   });
   http.on("connection", () => ioEvents++);
-  http.on("clientError", (_err, socket) => {
-    if (socket.writable) socket.end("HTTP/1.1 400 Bad Request\r\nconnection: close\r\n\r\n");
-    else socket.destroy();
-  });
+  const guard = guardConnections(http, { maxConnections: limits.maxConnections, retryAfterSeconds: limits.retryAfterSeconds, counted: (status) => m.requests.inc({ endpoint: "other", status: String(status) }) });
   // A forward step blocks the event loop (seconds on a big model): an idle keep-alive socket whose timer fires during
   // a step is closed while the client's next request sits unread in it (ECONNRESET on the client). Keep idle
   // connections well beyond any step; drain closes them.
   http.keepAliveTimeout = 65_000;
-  http.headersTimeout = 66_000;
+  http.headersTimeout = limits.headersTimeoutMs;
   const host = options.host ?? "127.0.0.1";
   await new Promise<void>((resolve, reject) => {
     http.once("error", reject);
@@ -229,18 +251,30 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       (closing ??= (async () => {
         draining = true;
         const closed = new Promise<void>((resolve) => http.close(() => resolve()));
-        await scheduler.idle();
-        while (active.size > 0) await Promise.allSettled([...active]);
+        const finished = (async () => {
+          await scheduler.idle();
+          while (active.size > 0) await Promise.allSettled([...active]);
+        })();
+        let deadline: NodeJS.Timeout | undefined;
+        const late = await Promise.race([finished.then(() => false), new Promise<boolean>((r) => (deadline = setTimeout(() => r(true), limits.drainTimeoutMs)))]);
+        clearTimeout(deadline);
+        if (late) {
+          log(`drain: ${api.jobs.size} requests still running after ${limits.drainTimeoutMs / 1000} s; cancelling them`);
+          for (const job of api.jobs) cancelJob(api, job, new ApiError(503, `the server is shutting down (drain deadline of ${limits.drainTimeoutMs / 1000} s)`, "server_error", null, "shutting_down"));
+          await finished;
+        }
         http.closeIdleConnections();
         const force = setTimeout(() => http.closeAllConnections(), 2000);
         await closed;
         clearTimeout(force);
+        m.loopDelay.disable();
       })()),
   };
 }
 
 interface Api {
   readonly tokenizer: Tokenizer;
+  readonly prompts: PromptEncoder;
   readonly scheduler: Scheduler;
   readonly metrics: ServerMetrics;
   readonly modelId: string;
@@ -248,10 +282,49 @@ interface Api {
   readonly created: number;
   readonly nVocab: number;
   readonly log: (line: string) => void;
+  readonly limits: ServerLimits;
+  /** generation requests under way (close() cancels them past the drain deadline) */
+  readonly jobs: Set<GenJob>;
+}
+
+function sseWriter(api: Api, res: ServerResponse): SseWriter {
+  return new SseWriter(res, api.limits.maxStreamBufferBytes, (unsent) => api.log(`stream dropped: the client left ${unsent} bytes unread (limit ${api.limits.maxStreamBufferBytes})`));
 }
 
 function modelCard(api: Api, nCtxTrain: number): Record<string, unknown> {
   return { id: api.modelId, object: "model", created: api.created, owned_by: "latent", meta: { n_ctx: api.ctx, n_ctx_train: nCtxTrain, n_vocab: api.nVocab } };
+}
+
+/** Status counted and logged for a request whose client closed the connection before the answer was sent. */
+const CLIENT_CLOSED = 499;
+
+function pathOf(url: string | undefined): string {
+  let pathname: string;
+  try {
+    pathname = new URL(url ?? "/", "http://localhost").pathname;
+  } catch {
+    pathname = "/";
+  }
+  return pathname.replace(/\/+$/, "") || "/";
+}
+
+/** A percent-decoded path segment; a malformed escape is kept as sent (it then names nothing: 404). */
+function decodeOrRaw(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return segment;
+  }
+}
+
+/** The options' fields that are set (an explicit undefined must not override a default). */
+function definedOnly(o: Partial<ServerLimits>): Partial<ServerLimits> {
+  const out: Record<string, number> = {};
+  for (const k of Object.keys(DEFAULT_LIMITS) as (keyof ServerLimits)[]) {
+    const v = o[k];
+    if (v !== undefined) out[k] = v;
+  }
+  return out as Partial<ServerLimits>;
 }
 
 function methodNotAllowed(method: string | undefined): ApiError {
@@ -279,13 +352,13 @@ function toApiError(e: unknown): ApiError {
   return new ApiError(500, `internal error: ${e instanceof Error ? e.message : String(e)}`);
 }
 
-function tokenize(api: Api, body: Record<string, unknown>, res: ServerResponse): void {
+async function tokenize(api: Api, body: Record<string, unknown>, res: ServerResponse): Promise<void> {
   const content = body["content"];
   if (typeof content !== "string") throw badParam("content", "'content' must be a string");
   const addSpecial = optBool(body, "add_special") ?? false;
   const parseSpecial = optBool(body, "parse_special") ?? true;
   const withPieces = optBool(body, "with_pieces") ?? false;
-  const ids = api.tokenizer.encode(content, { addSpecial, parseSpecial });
+  const ids = await api.prompts.encode(content, { addSpecial, parseSpecial });
   if (!withPieces) return sendJson(res, 200, { tokens: ids });
   const dec = new TextDecoder("utf-8", { fatal: true });
   sendJson(res, 200, {
@@ -339,6 +412,13 @@ interface GenJob {
   readonly id: string;
   readonly choices: Choice[];
   readonly prompts: readonly (readonly number[])[];
+  /** why the server ended it early (request deadline, drain deadline): the answer, or the stream's last event */
+  endedBy: ApiError | undefined;
+}
+
+function cancelJob(api: Api, job: GenJob, why?: ApiError): void {
+  job.endedBy ??= why;
+  for (const c of job.choices) api.scheduler.cancel(c.seq);
 }
 
 /** Submit n sequences per prompt; runs `events` hooks; resolves when all have finished. */
@@ -356,7 +436,7 @@ function launch(
   const total = prompts.length * s.n;
   const st = api.scheduler.stats();
   if (st.waiting + total > api.scheduler.maxQueue) throw new ApiError(429, `the queue is full (${st.waiting} waiting, limit ${api.scheduler.maxQueue}); retry later`, "rate_limit_error", null, "queue_full");
-  const job: GenJob = { kind, id: `${kind === "chat" ? "chatcmpl" : "cmpl"}-${randomUUID().replace(/-/g, "")}`, choices: [], prompts };
+  const job: GenJob = { kind, id: `${kind === "chat" ? "chatcmpl" : "cmpl"}-${randomUUID().replace(/-/g, "")}`, choices: [], prompts, endedBy: undefined };
   let remaining = total;
   let resolveDone!: () => void;
   const done = new Promise<void>((r) => (resolveDone = r));
@@ -406,17 +486,22 @@ function launch(
       }
     });
   } catch (e) {
-    for (const c of job.choices) api.scheduler.cancel(c.seq);
+    cancelJob(api, job);
     throw e;
   }
+  api.jobs.add(job);
+  const limitS = api.limits.requestTimeoutMs / 1000;
+  const deadline = api.limits.requestTimeoutMs > 0 ? setTimeout(() => cancelJob(api, job, new ApiError(504, `the request ran past the server's limit of ${limitS} s`, "server_error", null, "request_timeout")), api.limits.requestTimeoutMs) : undefined;
+  void done.then(() => {
+    clearTimeout(deadline);
+    api.jobs.delete(job);
+  });
   for (const p of prompts) api.metrics.promptTokens.inc(p.length);
   // a client that goes away cancels its sequences: their pages go back at once
   res.on("close", () => {
-    if (remaining > 0) for (const c of job.choices) api.scheduler.cancel(c.seq);
+    if (remaining > 0) cancelJob(api, job);
   });
-  req.on("error", () => {
-    for (const c of job.choices) api.scheduler.cancel(c.seq);
-  });
+  req.on("error", () => cancelJob(api, job));
   return { job, done };
 }
 
@@ -426,12 +511,15 @@ function launch(
  */
 async function finishJob(job: GenJob, done: Promise<unknown>, sse: SseWriter | undefined, usageChunk: Record<string, unknown> | undefined, res: ServerResponse): Promise<boolean> {
   await done;
+  const endedBy = job.endedBy;
   if (sse !== undefined) {
+    if (endedBy !== undefined) sse.send(endedBy.body());
     if (usageChunk !== undefined) sse.send({ ...usageChunk, usage: usage(job) });
     sse.done();
     return false;
   }
   if (res.destroyed) return false;
+  if (endedBy !== undefined) throw endedBy;
   const failed = job.choices.find((c) => c.result?.finishReason === "error");
   if (failed !== undefined) throw new ApiError(500, `generation failed: ${failed.result?.error?.message ?? "unknown error"}`);
   return true;
@@ -448,52 +536,6 @@ function finishReason(r: SequenceResult): "stop" | "length" {
   return r.finishReason === "length" ? "length" : "stop";
 }
 
-/** vLLM's prompt_logprobs: per prompt position null or {"<id>": {logprob, rank, decoded_token}} (the token and the top-k). */
-function vllmPromptLogprobs(api: Api, lp: readonly (PromptLogprob | null)[]): (Record<string, { logprob: number; rank: number; decoded_token: string }> | null)[] {
-  return lp.map((e) => {
-    if (e === null) return null;
-    const out: Record<string, { logprob: number; rank: number; decoded_token: string }> = {};
-    out[String(e.token)] = { logprob: e.logprob, rank: e.rank, decoded_token: api.tokenizer.decode([e.token]) };
-    e.top.forEach(([id, l], i) => {
-      if (!(String(id) in out)) out[String(id)] = { logprob: l, rank: i + 1, decoded_token: api.tokenizer.decode([id]) };
-    });
-    return out;
-  });
-}
-
-interface LegacyLogprobs {
-  tokens: string[];
-  token_logprobs: (number | null)[];
-  top_logprobs: (Record<string, number> | null)[];
-  text_offset: number[];
-}
-
-/** OpenAI legacy completion logprobs for a run of tokens starting at text offset `offset`. */
-function legacyLogprobs(api: Api, entries: readonly { id: number; logprob: number | null; top: readonly (readonly [number, number])[] | null }[], offset: number): LegacyLogprobs {
-  const out: LegacyLogprobs = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
-  let at = offset;
-  for (const e of entries) {
-    const s = api.tokenizer.decode([e.id]);
-    out.tokens.push(s);
-    out.token_logprobs.push(e.logprob);
-    out.top_logprobs.push(e.top === null ? null : Object.fromEntries(e.top.map(([id, l]) => [api.tokenizer.decode([id]), l])));
-    out.text_offset.push(at);
-    at += api.tokenizer.decode([e.id], { skipSpecial: true }).length; // control tokens are not in the text
-  }
-  return out;
-}
-
-function promptEntries(c: Choice, k: number): { id: number; logprob: number | null; top: [number, number][] | null }[] {
-  return c.prompt.map((id, i) => {
-    const e = c.promptLp?.[i];
-    return e === undefined || e === null ? { id, logprob: null, top: null } : { id, logprob: e.logprob, top: e.top.slice(0, k) };
-  });
-}
-
-function genEntries(tokens: readonly TokenOut[]): { id: number; logprob: number; top: [number, number][] }[] {
-  return tokens.map((t) => ({ id: t.id, logprob: t.logprob, top: t.top ?? [] }));
-}
-
 async function completions(api: Api, body: Record<string, unknown>, req: IncomingMessage, res: ServerResponse): Promise<void> {
   const modelName = modelField(body);
   const inputs = promptField(body);
@@ -503,19 +545,20 @@ async function completions(api: Api, body: Record<string, unknown>, req: Incomin
   const echo = optBool(body, "echo") ?? false;
   const promptLogprobs = optInt(body, "prompt_logprobs", 0, MAX_LOGPROBS);
   if (modelName !== api.modelId) throw unknownModel(modelName);
-  const prompts = inputs.map((p) => ("ids" in p ? p.ids : api.tokenizer.encodePrompt(p.text)));
+  const prompts: number[][] = [];
+  for (const p of inputs) prompts.push("ids" in p ? p.ids : await api.prompts.encodePrompt(p.text));
   const maxTokens = prompts.map((p) => budget(api, p.length, s.maxTokens, 16));
   const promptTexts = prompts.map((p, i) => { const inp = inputs[i]!; return "text" in inp ? inp.text : api.tokenizer.decode(p); });
   const needPrompt = promptLogprobs !== undefined || (echo && logprobs !== undefined) ? Math.max(promptLogprobs ?? 0, echo ? (logprobs ?? 0) : 0) : undefined;
   const created = Math.floor(Date.now() / 1000);
   const base = (job: GenJob): Record<string, unknown> => ({ id: job.id, object: "text_completion", created, model: api.modelId });
-  const sse = s.stream ? new SseWriter(res) : undefined;
+  const sse = s.stream ? sseWriter(api, res) : undefined;
   const offsets = new Map<number, number>();
   let jobRef: GenJob | undefined;
   const echoChunk = (c: Choice): void => {
     const text = promptTexts[Math.floor(c.index / s.n)]!;
     offsets.set(c.index, text.length);
-    const lp = logprobs !== undefined ? legacyLogprobs(api, promptEntries(c, logprobs), 0) : null;
+    const lp = logprobs !== undefined ? legacyLogprobs(api.tokenizer, promptEntries(c, logprobs), 0) : null;
     sse!.send({ ...base(jobRef!), choices: [{ index: c.index, text, logprobs: lp, finish_reason: null }] });
   };
   const { job, done } = launch(api, req, res, "completion", prompts, s, { topLogprobs: logprobs, promptLogprobs: needPrompt, maxTokens }, sse === undefined ? {} : {
@@ -526,7 +569,7 @@ async function completions(api: Api, body: Record<string, unknown>, req: Incomin
       if (t.text === "" && logprobs === undefined) return;
       const at = offsets.get(c.index) ?? 0;
       offsets.set(c.index, at + t.text.length);
-      const lp = logprobs !== undefined ? legacyLogprobs(api, genEntries([t]), at) : null;
+      const lp = logprobs !== undefined ? legacyLogprobs(api.tokenizer, genEntries([t]), at) : null;
       sse.send({ ...base(job), choices: [{ index: c.index, text: t.text, logprobs: lp, finish_reason: null }] });
     },
     onFinish: (c) => {
@@ -537,7 +580,7 @@ async function completions(api: Api, body: Record<string, unknown>, req: Incomin
       }
       if (r.finishReason === "abort") return;
       const choice: Record<string, unknown> = { index: c.index, text: r.tail, logprobs: null, finish_reason: finishReason(r) };
-      if (promptLogprobs !== undefined && c.promptLp !== undefined) choice["prompt_logprobs"] = vllmPromptLogprobs(api, c.promptLp);
+      if (promptLogprobs !== undefined && c.promptLp !== undefined) choice["prompt_logprobs"] = vllmPromptLogprobs(api.tokenizer, c.promptLp);
       sse.send({ ...base(job), choices: [choice] });
     },
   });
@@ -555,30 +598,18 @@ async function completions(api: Api, body: Record<string, unknown>, req: Incomin
       let lp: LegacyLogprobs | null = null;
       if (logprobs !== undefined) {
         const entries = [...(echo ? promptEntries(c, logprobs) : []), ...genEntries(c.tokens)];
-        lp = legacyLogprobs(api, entries, 0);
+        lp = legacyLogprobs(api.tokenizer, entries, 0);
       }
       return {
         index: c.index,
         text: ptext + r.text,
         logprobs: lp,
         finish_reason: finishReason(r),
-        ...(promptLogprobs !== undefined && c.promptLp !== undefined ? { prompt_logprobs: vllmPromptLogprobs(api, c.promptLp) } : {}),
+        ...(promptLogprobs !== undefined && c.promptLp !== undefined ? { prompt_logprobs: vllmPromptLogprobs(api.tokenizer, c.promptLp) } : {}),
       };
     }),
     usage: usage(job),
   });
-}
-
-interface ChatLogprob {
-  token: string;
-  logprob: number;
-  bytes: number[];
-  top_logprobs: { token: string; logprob: number; bytes: number[] }[];
-}
-
-function chatLogprob(api: Api, t: TokenOut, k: number): ChatLogprob {
-  const one = (id: number): { token: string; bytes: number[] } => ({ token: api.tokenizer.decode([id]), bytes: [...api.tokenizer.tokenBytes(id)] });
-  return { ...one(t.id), logprob: t.logprob, top_logprobs: (t.top ?? []).slice(0, k).map(([id, l]) => ({ ...one(id), logprob: l })) };
 }
 
 async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -594,19 +625,20 @@ async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessag
   if (tools !== undefined && tools !== null && !Array.isArray(tools)) throw badParam("tools", "'tools' must be an array");
   let prompt: number[];
   try {
-    prompt = api.tokenizer.encodeChat(messages, { addGenerationPrompt: true, ...(Array.isArray(tools) ? { tools } : {}) });
+    prompt = await api.prompts.encodeChat(messages, { addGenerationPrompt: true, ...(Array.isArray(tools) ? { tools } : {}) });
   } catch (e) {
+    if (e instanceof ApiError) throw e;
     throw new ApiError(400, `cannot render the chat template: ${e instanceof Error ? e.message : String(e)}`, "invalid_request_error", "messages");
   }
-  const maxTokens = [budget(api, prompt.length, s.maxTokens, undefined)];
+  const maxTokens = [budget(api, prompt.length, s.maxTokens, api.limits.defaultChatMaxTokens)];
   const k = topLogprobs ?? 0;
   const created = Math.floor(Date.now() / 1000);
   const base = (job: GenJob): Record<string, unknown> => ({ id: job.id, object: "chat.completion.chunk", created, model: api.modelId });
-  const sse = s.stream ? new SseWriter(res) : undefined;
+  const sse = s.stream ? sseWriter(api, res) : undefined;
   const { job, done } = launch(api, req, res, "chat", [prompt], s, { topLogprobs: logprobs ? Math.max(k, 0) : undefined, promptLogprobs, maxTokens }, sse === undefined ? {} : {
     onToken: (c, t) => {
       if (t.text === "" && !logprobs) return;
-      sse.send({ ...base(job), choices: [{ index: c.index, delta: { content: t.text }, logprobs: logprobs ? { content: [chatLogprob(api, t, k)] } : null, finish_reason: null }] });
+      sse.send({ ...base(job), choices: [{ index: c.index, delta: { content: t.text }, logprobs: logprobs ? { content: [chatLogprob(api.tokenizer, t, k)] } : null, finish_reason: null }] });
     },
     onFinish: (c) => {
       const r = c.result!;
@@ -631,9 +663,9 @@ async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessag
     choices: job.choices.map((c) => ({
       index: c.index,
       message: { role: "assistant", content: c.result!.text },
-      logprobs: logprobs ? { content: c.tokens.map((t) => chatLogprob(api, t, k)) } : null,
+      logprobs: logprobs ? { content: c.tokens.map((t) => chatLogprob(api.tokenizer, t, k)) } : null,
       finish_reason: finishReason(c.result!),
-      ...(promptLogprobs !== undefined && c.promptLp !== undefined ? { prompt_logprobs: vllmPromptLogprobs(api, c.promptLp) } : {}),
+      ...(promptLogprobs !== undefined && c.promptLp !== undefined ? { prompt_logprobs: vllmPromptLogprobs(api.tokenizer, c.promptLp) } : {}),
     })),
     usage: usage(job),
   });

@@ -6,6 +6,8 @@ import { join } from "node:path";
 import OpenAI from "openai";
 import { CASES, synthModel } from "../helpers/synth.js";
 import { spawnServe } from "../helpers/serve-child.js";
+import { serveMain } from "../../src/cli/serve.js";
+import { UsageError } from "../../src/util/errors.js";
 
 const ROOT = join(import.meta.dirname, "..", "..");
 const BIN = join(ROOT, "bin", "latent.mjs");
@@ -23,8 +25,21 @@ test("latent serve --help; bad options exit 2", () => {
   const chain = spawnSync(process.execPath, [BIN, "serve", synth.path, "--chain-steps", "-1"], { encoding: "utf8" });
   assert.equal(chain.status, 2);
   assert.match(chain.stderr, /--chain-steps must be an integer ≥ 0/);
+  for (const flag of LIMIT_FLAGS) assert.match(help.stdout, new RegExp(flag));
   const backend = spawnSync(process.execPath, [BIN, "serve", synth.path, "--backend", "tpu"], { encoding: "utf8" });
   assert.equal(backend.status, 2);
+});
+
+const LIMIT_FLAGS = ["--max-connections", "--max-body-bytes", "--max-inflight-body-bytes", "--headers-timeout", "--body-timeout", "--request-timeout", "--drain-timeout", "--max-stream-buffer", "--default-max-tokens", "--retry-after"];
+
+test("limit flags out of range are refused before the model loads", async () => {
+  let err = "";
+  const io = { out: (): void => {}, err: (t: string): void => void (err += t), tty: false };
+  for (const flag of LIMIT_FLAGS) {
+    await assert.rejects(serveMain([synth.path, "--backend", "cpu", flag, "-1"], io), (e: unknown) => e instanceof UsageError && e.message.includes(`${flag} must be an integer`), flag);
+    await assert.rejects(serveMain([synth.path, "--backend", "cpu", flag, "1.5"], io), (e: unknown) => e instanceof UsageError, flag);
+  }
+  assert.doesNotMatch(err, /loaded/);
 });
 
 test("SIGTERM drains: the running stream completes, new requests are refused, exit code 0", async () => {
@@ -54,5 +69,19 @@ test("SIGTERM drains: the running stream completes, new requests are refused, ex
     assert.match(stderr(), /stopped/);
   } finally {
     if (child.exitCode === null) child.kill("SIGKILL");
+  }
+});
+
+test("the limit flags reach the server: --max-body-bytes, --max-queue with --retry-after", async () => {
+  const { child, url: listening } = spawnServe([synth.path, "--port", "0", "--alias", "tiny", "--max-body-bytes", "200", "--max-queue", "0", "--retry-after", "7"]);
+  try {
+    const url = await listening;
+    const big = await fetch(`${url}/v1/completions`, { method: "POST", body: JSON.stringify({ model: "tiny", prompt: "x".repeat(300) }) });
+    assert.equal(big.status, 413);
+    const queued = await fetch(`${url}/v1/completions`, { method: "POST", body: JSON.stringify({ model: "tiny", prompt: "hi", max_tokens: 1 }) });
+    assert.equal(queued.status, 429);
+    assert.equal(queued.headers.get("retry-after"), "7");
+  } finally {
+    child.kill("SIGKILL");
   }
 });

@@ -21,6 +21,8 @@ export interface FromFileOptions extends ConfigOptions {
   readonly kernels?: MatKernels;
   /** read the weights through this view of the file instead (a backend's wrapper, see CpuBackend.adopt) */
   readonly weightsFrom?: GGUFFile;
+  /** told of each tensor holding NaN/±Inf, which is then loaded anyway; without it such a tensor is a GGUFError */
+  readonly onNonFinite?: (message: string) => void;
 }
 
 /** Parse the config of an open GGUF and load its weights (kept in their quant types). */
@@ -28,7 +30,7 @@ export function loadModelFrom(file: GGUFFile, onProgress?: LoadProgress, options
   const vocabFromTensor = file.tensors.get("token_embd.weight")?.ne[1];
   const config = parseConfig(file.metadata, vocabFromTensor, options);
   checkLayerTensors(file, config);
-  const weights = loadWeights(options.weightsFrom ?? file, config, onProgress);
+  const weights = loadWeights(options.weightsFrom ?? file, config, onProgress, options.onNonFinite ?? "refuse");
   const model = config.arch === "glm-dsa" ? new GlmDsa(config, weights) : new DeepSeek2(config, weights);
   if (options.kernels !== undefined) model.kernels = options.kernels;
   return { file, config, model };

@@ -1,0 +1,79 @@
+/**
+ * A load-time NaN/±Inf scan of tensor bytes in their stored type, cheap enough to run on every weight as it is read:
+ * float tensors are scanned by their exponent bits, block-quantized ones by their block scales only (the quantized
+ * values themselves are small integers and cannot be non-finite). A type without a known scale layout is dequantized.
+ */
+import { GGMLType, typeTraits } from "../gguf/types.js";
+import { dequantize } from "../quant/index.js";
+
+/** Byte offsets of the fp16 scales (d, dmin, …) inside one block of each block type; from the decoders in src/quant. */
+const F16_SCALES: ReadonlyMap<number, readonly number[]> = new Map([
+  [GGMLType.Q4_0, [0]],
+  [GGMLType.Q4_1, [0, 2]],
+  [GGMLType.Q5_0, [0]],
+  [GGMLType.Q5_1, [0, 2]],
+  [GGMLType.Q8_0, [0]],
+  [GGMLType.Q8_1, [0]], // s at 2 is a sum the decoder does not read
+  [GGMLType.Q2_K, [80, 82]],
+  [GGMLType.Q3_K, [108]],
+  [GGMLType.Q4_K, [0, 2]],
+  [GGMLType.Q5_K, [0, 2]],
+  [GGMLType.Q6_K, [208]],
+  [GGMLType.IQ2_XXS, [0]],
+  [GGMLType.IQ2_XS, [0]],
+  [GGMLType.IQ2_S, [0]],
+  [GGMLType.IQ3_XXS, [0]],
+  [GGMLType.IQ3_S, [0]],
+  [GGMLType.IQ1_S, [0]],
+  [GGMLType.IQ4_NL, [0]],
+  [GGMLType.IQ4_XS, [0]],
+  [GGMLType.TQ1_0, [52]],
+  [GGMLType.TQ2_0, [64]],
+]);
+
+/** Where the first non-finite value of a tensor is: an element index for float types, else a block index. */
+export interface NonFiniteAt {
+  readonly unit: "element" | "block";
+  readonly index: number;
+}
+
+/** fp16 at byte o is NaN or ±Inf: exponent bits (14..10) all set. */
+function f16Bad(b: Uint8Array, o: number): boolean {
+  return (b[o + 1]! & 0x7c) === 0x7c;
+}
+
+/** The first NaN/±Inf of `n` values stored as `type` in `bytes`, or undefined when every value is finite. */
+export function findNonFinite(type: number, bytes: Uint8Array, n: number): NonFiniteAt | undefined {
+  switch (type) {
+    case GGMLType.F32:
+      for (let i = 0, o = 3; i < n; i++, o += 4) if ((bytes[o]! & 0x7f) === 0x7f && (bytes[o - 1]! & 0x80) !== 0) return { unit: "element", index: i };
+      return undefined;
+    case GGMLType.F16:
+      for (let i = 0; i < n; i++) if (f16Bad(bytes, 2 * i)) return { unit: "element", index: i };
+      return undefined;
+    case GGMLType.BF16:
+      for (let i = 0, o = 1; i < n; i++, o += 2) if ((bytes[o]! & 0x7f) === 0x7f && (bytes[o - 1]! & 0x80) !== 0) return { unit: "element", index: i };
+      return undefined;
+    case GGMLType.Q8_K: {
+      // d is an f32 at the block start
+      const size = typeTraits(type)!.typeSize;
+      for (let b = 0, o = 0; o + 4 <= bytes.length; b++, o += size) if ((bytes[o + 3]! & 0x7f) === 0x7f && (bytes[o + 2]! & 0x80) !== 0) return { unit: "block", index: b };
+      return undefined;
+    }
+    case GGMLType.MXFP4: {
+      // the shared exponent is E8M0: 0xff is NaN, every other value a finite power of two
+      const size = typeTraits(type)!.typeSize;
+      for (let b = 0, o = 0; o < bytes.length; b++, o += size) if (bytes[o] === 0xff) return { unit: "block", index: b };
+      return undefined;
+    }
+  }
+  const scales = F16_SCALES.get(type);
+  if (scales !== undefined) {
+    const size = typeTraits(type)!.typeSize;
+    for (let b = 0, o = 0; o + size <= bytes.length; b++, o += size) for (const s of scales) if (f16Bad(bytes, o + s)) return { unit: "block", index: b };
+    return undefined;
+  }
+  const values = dequantize(type, bytes, n);
+  for (let i = 0; i < n; i++) if (!Number.isFinite(values[i]!)) return { unit: "element", index: i };
+  return undefined;
+}

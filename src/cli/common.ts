@@ -2,6 +2,7 @@ import { parseArgs } from "node:util";
 import { existsSync } from "node:fs";
 import cliProgress from "cli-progress";
 import { UsageError } from "../util/errors.js";
+import { printable } from "../util/printable.js";
 import { loadModel, type BackendChoice, type LoadedModel } from "../model/load.js";
 
 /** Where a command writes: stdout/stderr, or a capture in tests. */
@@ -57,7 +58,7 @@ export function loadForCli(path: string, io: CliIO, backend?: BackendChoice, thr
 
 /** `--allow-nonfinite`: each tensor holding NaN/±Inf is loaded anyway, with one warning line on stderr. */
 export function nonFiniteWarning(io: CliIO): (message: string) => void {
-  return (message) => io.err(`warning: ${message}\n`);
+  return (message) => io.err(`warning: ${printable(message)}\n`);
 }
 
 export const ALLOW_NONFINITE_HELP = `  --allow-nonfinite      load weights that hold NaN/±Inf (each such tensor is named on stderr) instead of

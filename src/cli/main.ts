@@ -1,4 +1,5 @@
-import { LatentError } from "../util/errors.js";
+import { LatentError, UsageError } from "../util/errors.js";
+import { printable, printableLines } from "../util/printable.js";
 import { commands } from "./commands.js";
 
 function usage(): string {
@@ -25,8 +26,10 @@ export async function main(argv: string[]): Promise<void> {
     await command.run(rest);
   } catch (e) {
     if (e instanceof LatentError) {
-      console.error(`latent ${name}: ${e.message}`);
-      process.exitCode = e.name === "UsageError" ? 2 : 1;
+      // Messages quote names and values from the file: escaped, so that one error stays one line.
+      const usage = e instanceof UsageError;
+      console.error(`latent ${name}: ${usage ? printableLines(e.message) : printable(e.message)}`);
+      process.exitCode = usage ? 2 : 1;
       return;
     }
     throw e;

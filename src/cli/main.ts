@@ -9,8 +9,21 @@ function usage(): string {
   return lines.join("\n");
 }
 
+/**
+ * `latent … | head`: once the reader has gone, nothing more we write can be read, so stop at once and quietly (exit 0,
+ * as when the output was wanted only up to there) instead of dying on an unhandled EPIPE.
+ */
+function exitQuietlyOnClosedPipe(stream: NodeJS.WriteStream): void {
+  stream.on("error", (e: NodeJS.ErrnoException) => {
+    if (e.code === "EPIPE") process.exit(0);
+    throw e;
+  });
+}
+
 /** Entry point of the `latent` CLI. Errors raised on purpose print one line and exit 1; usage errors exit 2. */
 export async function main(argv: string[]): Promise<void> {
+  exitQuietlyOnClosedPipe(process.stdout);
+  exitQuietlyOnClosedPipe(process.stderr);
   const [name, ...rest] = argv;
   if (name === undefined || name === "--help" || name === "-h" || name === "help") {
     console.log(usage());

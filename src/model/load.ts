@@ -5,6 +5,8 @@ import { GGUFFile } from "../gguf/file.js";
 import type { ConfigOptions, ModelConfig } from "./config.js";
 import type { DeepSeek2 } from "./deepseek2.js";
 import { loadModelFrom, type FromFileOptions } from "./from-file.js";
+// chat templates render in a worker thread with a time limit wherever a model is loaded in Node
+import "../tokenizer/chat-thread.js";
 import type { LoadProgress } from "./weights.js";
 
 export { loadModelFrom, type ModelFromFile, type FromFileOptions } from "./from-file.js";

@@ -1,0 +1,50 @@
+// A hostile chat template is rendered under a time, memory and output budget: a clear error, never a frozen or dead process.
+import { after, describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { join } from "node:path";
+import "../../src/tokenizer/chat-thread.js";
+import { renderChatTemplate } from "../../src/tokenizer/chat.js";
+import { LatentError } from "../../src/util/errors.js";
+import { rewriteGGUF, str } from "../helpers/gguf-rewrite.js";
+import { tempDir } from "../gguf/helpers.js";
+
+const DEMO = new URL("../../models/latent-demo-kjv.gguf", import.meta.url).pathname;
+const BIN = new URL("../../bin/latent.mjs", import.meta.url).pathname;
+const tmp = tempDir("latent-hostile-chat-");
+after(tmp.cleanup);
+
+const HI = [{ role: "user", content: "hi" }];
+const LOOP = "{% for x in range(999999999) %}{% endfor %}";
+const NESTED = "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}";
+const BIG_OUTPUT = "{% for a in range(3000) %}{% for b in range(3000) %}xxxxxxxxxx{% endfor %}{% endfor %}";
+
+function refused(template: string, re: RegExp, label: string): void {
+  const t0 = performance.now();
+  assert.throws(() => renderChatTemplate(template, HI, { limits: { timeMs: 1500 } }), (e: unknown) => e instanceof LatentError && re.test(e.message), label);
+  const ms = performance.now() - t0;
+  assert.ok(ms < 8000, `${label}: took ${ms.toFixed(0)} ms`);
+}
+
+describe("chat template budget", { timeout: 60_000 }, () => {
+  it("an ordinary template renders (control)", () => {
+    assert.equal(renderChatTemplate("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}", HI), "<user>hi");
+  });
+
+  it("range(999999999), nested loops and a huge output are refused with a clear error", () => {
+    refused(LOOP, /chat template .*(budget|memory)/, "range(999999999)");
+    refused(NESTED, /chat template .*budget/, "nested loops");
+    refused(BIG_OUTPUT, /chat template .*(output|budget|memory)/, "90 MB of output");
+    // and the renderer still works afterwards
+    assert.equal(renderChatTemplate("{{ messages[0].content }}!", HI), "hi!");
+  });
+
+  it("latent run --chat on a file with such a template: exit 1 with one line", () => {
+    const path = join(tmp.dir, "loop-template.gguf");
+    rewriteGGUF(DEMO, path, { meta: (m) => m.set("tokenizer.chat_template", str(LOOP)) });
+    const r = spawnSync(process.execPath, [BIN, "run", path, "-p", "hi", "--chat", "-n", "2", "--backend", "reference"], { encoding: "utf8", timeout: 50_000 });
+    assert.equal(r.status, 1, `exit ${r.status} ${r.signal}: ${r.stderr.slice(0, 2000)}`);
+    assert.match(r.stderr, /^latent run: chat template /);
+    assert.equal(r.stderr.trimEnd().split("\n").length, 1, r.stderr);
+  });
+});

@@ -6,6 +6,8 @@ import { join } from "node:path";
 import "../../src/tokenizer/chat-thread.js";
 import { renderChatTemplate } from "../../src/tokenizer/chat.js";
 import { LatentError } from "../../src/util/errors.js";
+import { loadModel } from "../../src/model/load.js";
+import { startServer } from "../../src/server/server.js";
 import { rewriteGGUF, str } from "../helpers/gguf-rewrite.js";
 import { tempDir } from "../gguf/helpers.js";
 
@@ -46,5 +48,28 @@ describe("chat template budget", { timeout: 60_000 }, () => {
     assert.equal(r.status, 1, `exit ${r.status} ${r.signal}: ${r.stderr.slice(0, 2000)}`);
     assert.match(r.stderr, /^latent run: chat template /);
     assert.equal(r.stderr.trimEnd().split("\n").length, 1, r.stderr);
+  });
+});
+
+describe("latent serve with a hostile chat template", { timeout: 60_000 }, () => {
+  it("the chat request gets a 4xx naming the budget; completions and later requests are served", async () => {
+    const path = join(tmp.dir, "serve-loop-template.gguf");
+    rewriteGGUF(DEMO, path, { meta: (m) => m.set("tokenizer.chat_template", str(LOOP)) });
+    const loaded = loadModel(path);
+    const server = await startServer({ loaded, port: 0, modelId: "m" });
+    try {
+      const post = (route: string, body: object): Promise<Response> =>
+        fetch(`${server.url}${route}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+      const chat = await post("/v1/chat/completions", { model: "m", messages: [{ role: "user", content: "hi" }], max_tokens: 2 });
+      assert.ok(chat.status >= 400 && chat.status < 600, `status ${chat.status}`);
+      assert.match(await chat.text(), /chat template is over its budget/);
+      for (let i = 0; i < 2; i++) {
+        const ok = await post("/v1/completions", { model: "m", prompt: "In the beginning", max_tokens: 3, temperature: 0 });
+        assert.equal(ok.status, 200, await ok.text());
+      }
+    } finally {
+      await server.close();
+      loaded.file.close();
+    }
   });
 });

@@ -108,7 +108,7 @@ class Loader {
     const info = this.file.tensors.get(name);
     if (info === undefined) throw new ModelConfigError(`missing tensor "${name}" (expected shape ${ne.join("x")})`);
     const same = info.ne.length >= ne.length && ne.every((n, i) => info.ne[i] === n) && info.ne.slice(ne.length).every((n) => n === 1);
-    if (!same) throw new ModelConfigError(`tensor "${name}" has shape ${info.ne.join("x")}, expected ${ne.join("x")} from the metadata`);
+    if (!same) throw new ModelConfigError(`tensor "${name}" has shape ${info.ne.join("x")}, expected ${ne.join("x")} from the metadata${this.shardHint(info)}`);
     if (!canDequantize(info.type)) throw new QuantTypeError(`tensor "${name}" has type ${typeName(info.type)} (id ${info.type}), which latent cannot decode`);
     return info;
   }
@@ -119,6 +119,14 @@ class Loader {
     this.bytes += data.length;
     this.onProgress?.(this.bytes, this.total);
     return data;
+  }
+
+  /** Where a tensor of a split model lives: a shape that disagrees there often means shards of two models mixed. */
+  private shardHint(info: TensorInfo): string {
+    const n = this.file.shards.length;
+    if (n <= 1) return "";
+    const where = info.shard === 0 ? "the first shard" : `shard ${info.shard + 1} of ${n}, ${this.file.shards[info.shard]!.path}`;
+    return ` (in ${where}; the metadata comes from the first shard — are the shards from a different model?)`;
   }
 
   private scan(info: TensorInfo, data: Uint8Array): void {

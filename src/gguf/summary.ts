@@ -60,7 +60,7 @@ function jsonValue(v: GGUFValue): JsonValue {
     if (v.values.length > MAX_LISTED_ARRAY || v.elementType === GGUFValueType.STRING) {
       return { array: GGUFValueType[v.elementType] ?? String(v.elementType), length: v.values.length };
     }
-    return v.values.map(jsonValue);
+    return Array.from(v.values as ArrayLike<GGUFValue>, jsonValue);
   }
   return v;
 }

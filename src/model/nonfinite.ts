@@ -1,7 +1,9 @@
 /**
  * A load-time NaN/±Inf scan of tensor bytes in their stored type, cheap enough to run on every weight as it is read:
  * float tensors are scanned by their exponent bits, block-quantized ones by their block scales only (the quantized
- * values themselves are small integers and cannot be non-finite). A type without a known scale layout is dequantized.
+ * values are small integers, and an fp16 scale times them cannot overflow f32). A
+ * type without such a layout (IQ1_M's packed scale, Q8_K's and MXFP4's scales, whose products can overflow) is
+ * dequantized and its values scanned.
  */
 import { GGMLType, typeTraits } from "../gguf/types.js";
 import { dequantize } from "../quant/index.js";
@@ -31,6 +33,11 @@ const F16_SCALES: ReadonlyMap<number, readonly number[]> = new Map([
   [GGMLType.TQ2_0, [64]],
 ]);
 
+/** The byte offsets of a block type's fp16 scales, or undefined when the type is scanned another way. */
+export function f16ScaleOffsets(type: number): readonly number[] | undefined {
+  return F16_SCALES.get(type);
+}
+
 /** Where the first non-finite value of a tensor is: an element index for float types, else a block index. */
 export interface NonFiniteAt {
   readonly unit: "element" | "block";
@@ -54,18 +61,6 @@ export function findNonFinite(type: number, bytes: Uint8Array, n: number): NonFi
     case GGMLType.BF16:
       for (let i = 0, o = 1; i < n; i++, o += 2) if ((bytes[o]! & 0x7f) === 0x7f && (bytes[o - 1]! & 0x80) !== 0) return { unit: "element", index: i };
       return undefined;
-    case GGMLType.Q8_K: {
-      // d is an f32 at the block start
-      const size = typeTraits(type)!.typeSize;
-      for (let b = 0, o = 0; o + 4 <= bytes.length; b++, o += size) if ((bytes[o + 3]! & 0x7f) === 0x7f && (bytes[o + 2]! & 0x80) !== 0) return { unit: "block", index: b };
-      return undefined;
-    }
-    case GGMLType.MXFP4: {
-      // the shared exponent is E8M0: 0xff is NaN, every other value a finite power of two
-      const size = typeTraits(type)!.typeSize;
-      for (let b = 0, o = 0; o < bytes.length; b++, o += size) if (bytes[o] === 0xff) return { unit: "block", index: b };
-      return undefined;
-    }
   }
   const scales = F16_SCALES.get(type);
   if (scales !== undefined) {
@@ -73,7 +68,13 @@ export function findNonFinite(type: number, bytes: Uint8Array, n: number): NonFi
     for (let b = 0, o = 0; o + size <= bytes.length; b++, o += size) for (const s of scales) if (f16Bad(bytes, o + s)) return { unit: "block", index: b };
     return undefined;
   }
-  const values = dequantize(type, bytes, n);
-  for (let i = 0; i < n; i++) if (!Number.isFinite(values[i]!)) return { unit: "element", index: i };
+  // dequantized a slice at a time: no float copy of a whole (possibly multi-GB) tensor
+  const { blockSize, typeSize } = typeTraits(type)!;
+  const blocksPerSlice = 4096;
+  for (let first = 0; first * blockSize < n; first += blocksPerSlice) {
+    const blocks = Math.min(blocksPerSlice, n / blockSize - first);
+    const values = dequantize(type, bytes.subarray(first * typeSize, (first + blocks) * typeSize), blocks * blockSize);
+    for (let i = 0; i < values.length; i++) if (!Number.isFinite(values[i]!)) return { unit: "element", index: first * blockSize + i };
+  }
   return undefined;
 }

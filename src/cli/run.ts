@@ -1,5 +1,5 @@
 import type { Command } from "./command.js";
-import { UsageError } from "../util/errors.js";
+import { ModelConfigError, UsageError } from "../util/errors.js";
 import { closeLoaded } from "../model/load.js";
 import { ALLOW_NONFINITE_HELP, BACKEND_HELP, backendOption, intOption, loadForCli, parseModelCommand, positionsBar, processIO, type CliIO } from "./common.js";
 
@@ -114,6 +114,12 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
   // opening the model: reading its file, and on the fused GPU pipeline starting the device and uploading the weights
   const loadMs = performance.now() - t0;
   const { tokenizer, prompt, model } = runner;
+  const outside = prompt.find((t) => t >= model.config.nVocab);
+  if (outside !== undefined) {
+    // the file's tokenizer and its output matrix disagree: a bad file, not a bad prompt
+    runner.close();
+    throw new ModelConfigError(`the tokenizer gave id ${outside}, outside the model's ${model.config.nVocab} logits (tokenizer.ggml.tokens is longer than the vocabulary)`);
+  }
 
   const bar = json ? undefined : positionsBar(io, "prompt");
   let host: GpuHostStats | undefined;

@@ -3,6 +3,7 @@ import { after, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { join } from "node:path";
+import { GGUFValueType } from "../../src/gguf/types.js";
 import { f32, find, rewriteGGUF, setValues, values } from "../helpers/gguf-rewrite.js";
 import { tempDir } from "../gguf/helpers.js";
 
@@ -48,6 +49,20 @@ describe("exit codes on bad files", { timeout: 120_000 }, () => {
 
   it("an infinite rms epsilon is a load error naming the key (it used to give a uniform distribution and exit 0)", () => {
     fileError(latent("logits", infEps, "--tokens", "1,2"), /deepseek2\.attention\.layer_norm_rms_epsilon = Infinity/, "logits");
+  });
+
+  it("a tokenizer with more tokens than the model has logits: a file error (exit 1) in run and logits", () => {
+    const path = join(tmp.dir, "long-vocab.gguf");
+    rewriteGGUF(DEMO, path, {
+      meta: (m) => {
+        const tokens = m.get("tokenizer.ggml.tokens")!.value as { elementType: number; values: string[] };
+        const types = m.get("tokenizer.ggml.token_type")!.value as { elementType: number; values: ArrayLike<number> };
+        m.set("tokenizer.ggml.tokens", { type: GGUFValueType.ARRAY, value: { elementType: tokens.elementType, values: [...tokens.values, "<｜extra｜>"] } });
+        m.set("tokenizer.ggml.token_type", { type: GGUFValueType.ARRAY, value: { elementType: types.elementType, values: [...Array.from(types.values), 3] } });
+      },
+    });
+    fileError(latent("run", path, "-p", "<｜extra｜>", "-n", "1", "--backend", "reference"), /latent run: the tokenizer gave id 4096, outside the model's 4096 logits/, "run");
+    fileError(latent("logits", path, "--prompt", "<｜extra｜>"), /latent logits: the tokenizer gave id 4096/, "logits");
   });
 
   it("usage errors still exit 2", () => {

@@ -165,6 +165,8 @@ describe("model fuzzing: config, weights, tokenizer, forward pass", () => {
       const dt = performance.now() - t0;
       assert.ok(dt < 2000, `iteration ${i} took ${dt.toFixed(0)} ms; mutations: ${what.join("; ")}`);
       slowest = Math.max(slowest, dt);
+      // exit 2 is for usage errors: a bad file must never be reported as one
+      assert.notEqual(outcome, "UsageError", `iteration ${i}: a bad file raised a UsageError; mutations: ${what.join("; ")}`);
       outcomes.set(outcome, (outcomes.get(outcome) ?? 0) + 1);
       if (LONG && (i - START + 1) % 1000 === 0) process.stderr.write(`fuzz-model: ${i - START + 1}/${ITERATIONS}, ${JSON.stringify(Object.fromEntries(outcomes))}\n`);
     }

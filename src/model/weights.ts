@@ -293,8 +293,11 @@ export function loadLayerWeights(file: GGUFFile, c: ModelConfig, i: number): Lay
   return loadLayer(new Loader(file, undefined, "ignore"), c, i);
 }
 
-/** Load every weight, scanning each for NaN/±Inf as it is read (see NonFinitePolicy; default "refuse"). */
-export function loadWeights(file: GGUFFile, c: ModelConfig, onProgress?: LoadProgress, nonFinite: NonFinitePolicy = "refuse"): ModelWeights {
+/**
+ * Load every weight. `nonFinite` says whether each is scanned for NaN/±Inf as it is read (NonFinitePolicy): the
+ * default "ignore" is for the doctor, which scans and reports on its own; loadModelFrom — every other path — refuses.
+ */
+export function loadWeights(file: GGUFFile, c: ModelConfig, onProgress?: LoadProgress, nonFinite: NonFinitePolicy = "ignore"): ModelWeights {
   const ld = new Loader(file, onProgress, nonFinite);
   const tokenEmbd = ld.matrix("token_embd.weight", c.nEmbd, c.nVocab);
   const outputNorm = ld.vector("output_norm.weight", c.nEmbd);

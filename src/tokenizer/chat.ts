@@ -136,15 +136,37 @@ export function renderInThread(template: string, vars: Record<string, unknown>, 
   return text;
 }
 
+/** As ChatTemplateRunner, without holding the caller's thread (a server's event loop) while the template renders. */
+export type AsyncChatTemplateRunner = (template: string, vars: Record<string, unknown>, limits: ChatTemplateLimits) => Promise<string>;
+
 let runner: ChatTemplateRunner = renderInThread;
+let asyncRunner: AsyncChatTemplateRunner = (template, vars, limits) => Promise.resolve().then(() => renderInThread(template, vars, limits));
 
 /** Install how templates are rendered (Node: a worker thread with a time limit, see chat-thread.ts). */
-export function setChatTemplateRunner(r: ChatTemplateRunner): void {
+export function setChatTemplateRunner(r: ChatTemplateRunner, a: AsyncChatTemplateRunner): void {
   runner = r;
+  asyncRunner = a;
 }
 
 export function renderChatTemplate(template: string, messages: readonly ChatMessage[], opts: RenderChatOptions = {}): string {
   compile(template); // a syntax error is reported here, without a trip to the runner's thread
+  return runner(template, templateVars(messages, opts), limitsOf(opts));
+}
+
+/**
+ * renderChatTemplate without blocking: in Node the caller's event loop runs on while the worker thread renders (for a
+ * server: one hostile template does not hold up the other requests).
+ */
+export async function renderChatTemplateAsync(template: string, messages: readonly ChatMessage[], opts: RenderChatOptions = {}): Promise<string> {
+  compile(template);
+  return asyncRunner(template, templateVars(messages, opts), limitsOf(opts));
+}
+
+function limitsOf(opts: RenderChatOptions): ChatTemplateLimits {
+  return { ...DEFAULT_CHAT_TEMPLATE_LIMITS, ...(opts.limits ?? {}) };
+}
+
+function templateVars(messages: readonly ChatMessage[], opts: RenderChatOptions): Record<string, unknown> {
   const vars: Record<string, unknown> = {
     ...(opts.variables ?? {}),
     messages: messages.map((m) => ({ ...m })),
@@ -153,5 +175,5 @@ export function renderChatTemplate(template: string, messages: readonly ChatMess
     eos_token: opts.eosToken ?? "",
   };
   if (opts.tools !== undefined) vars["tools"] = opts.tools;
-  return runner(template, vars, { ...DEFAULT_CHAT_TEMPLATE_LIMITS, ...(opts.limits ?? {}) });
+  return vars;
 }

@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { join } from "node:path";
 import "../../src/tokenizer/chat-thread.js";
-import { renderChatTemplate } from "../../src/tokenizer/chat.js";
+import { renderChatTemplate, renderChatTemplateAsync } from "../../src/tokenizer/chat.js";
 import { LatentError } from "../../src/util/errors.js";
 import { loadModel } from "../../src/model/load.js";
 import { startServer } from "../../src/server/server.js";
@@ -48,6 +48,30 @@ describe("chat template budget", { timeout: 60_000 }, () => {
     assert.equal(r.status, 1, `exit ${r.status} ${r.signal}: ${r.stderr.slice(0, 2000)}`);
     assert.match(r.stderr, /^latent run: chat template /);
     assert.equal(r.stderr.trimEnd().split("\n").length, 1, r.stderr);
+  });
+});
+
+describe("chat template budget, asynchronously", { timeout: 60_000 }, () => {
+  it("the event loop runs on while a hostile template is stopped; renders queue and later ones succeed", async () => {
+    assert.equal(await renderChatTemplateAsync("{{ messages[0].content }}?", HI), "hi?");
+    let ticks = 0;
+    const timer = setInterval(() => ticks++, 50);
+    try {
+      const t0 = performance.now();
+      const [hostile, after1, after2] = await Promise.allSettled([
+        renderChatTemplateAsync(NESTED, HI, { limits: { timeMs: 1000 } }),
+        renderChatTemplateAsync("a{{ messages[0].content }}", HI),
+        renderChatTemplateAsync(LOOP, HI),
+      ]);
+      const ms = performance.now() - t0;
+      assert.ok(hostile.status === "rejected" && hostile.reason instanceof LatentError && /no result within 1000 ms/.test(hostile.reason.message), String(hostile.status === "rejected" ? hostile.reason : "resolved"));
+      assert.deepEqual(after1, { status: "fulfilled", value: "ahi" });
+      assert.ok(after2.status === "rejected" && /range\(0, 999999999, 1\)/.test((after2.reason as Error).message));
+      // the loop ticked through the whole second the hostile render held its thread
+      assert.ok(ticks >= Math.floor(ms / 50) / 2 && ticks >= 8, `${ticks} ticks in ${ms.toFixed(0)} ms`);
+    } finally {
+      clearInterval(timer);
+    }
   });
 });
 

@@ -12,7 +12,6 @@ const BIN = new URL("../../bin/latent.mjs", import.meta.url).pathname;
 const tmp = tempDir("latent-hostile-printable-");
 after(tmp.cleanup);
 
-// eslint-disable-next-line no-control-regex
 const RAW_CONTROL = /[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]/;
 const TITLE = "\u001b]0;pwned\u0007";
 

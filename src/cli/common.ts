@@ -2,6 +2,7 @@ import { parseArgs } from "node:util";
 import { existsSync } from "node:fs";
 import cliProgress from "cli-progress";
 import { UsageError } from "../util/errors.js";
+import { printable } from "../util/printable.js";
 import { loadModel, type BackendChoice, type LoadedModel } from "../model/load.js";
 
 /** Where a command writes: stdout/stderr, or a capture in tests. */
@@ -41,15 +42,27 @@ export function loadBar(io: CliIO): { update(done: number, total: number): void;
 }
 
 /** Load a model for a command, with a progress bar on stderr when it is a terminal. */
-export function loadForCli(path: string, io: CliIO, backend?: BackendChoice, threads?: number): LoadedModel {
+export function loadForCli(path: string, io: CliIO, backend?: BackendChoice, threads?: number, allowNonFinite = false): LoadedModel {
   if (!existsSync(path)) throw new UsageError(`model file not found: ${path}`);
   const bar = loadBar(io);
   try {
-    return loadModel(path, (done, total) => bar.update(done, total), { ...(backend === undefined ? {} : { backend }), ...(threads === undefined ? {} : { threads }) });
+    return loadModel(path, (done, total) => bar.update(done, total), {
+      ...(backend === undefined ? {} : { backend }),
+      ...(threads === undefined ? {} : { threads }),
+      ...(allowNonFinite ? { onNonFinite: nonFiniteWarning(io) } : {}),
+    });
   } finally {
     bar.stop();
   }
 }
+
+/** `--allow-nonfinite`: each tensor holding NaN/±Inf is loaded anyway, with one warning line on stderr. */
+export function nonFiniteWarning(io: CliIO): (message: string) => void {
+  return (message) => io.err(`warning: ${printable(message)}\n`);
+}
+
+export const ALLOW_NONFINITE_HELP = `  --allow-nonfinite      load weights that hold NaN/±Inf (each such tensor is named on stderr) instead of
+                         refusing the file; its outputs will be garbage wherever those weights are used`;
 
 /** `--backend` value of run/logits. */
 export function backendOption(v: string | undefined, dflt: BackendChoice): BackendChoice {

@@ -10,6 +10,7 @@ import { isSoftwareAdapter, type BackendChoice } from "../model/load.js";
 import { FusedGpuModel, fusedUnsupported, type FusedOptions } from "../backend/webgpu/fused.js";
 import { NoGpuError } from "../backend/webgpu/device.js";
 import { UsageError } from "../util/errors.js";
+import { printable } from "../util/printable.js";
 import { loadBar, positionsBar, type CliIO } from "./common.js";
 
 export type FusedOpen = { readonly fused: FusedGpuModel; readonly file: GGUFFile; readonly config: ModelConfig } | { readonly fused: undefined; readonly backend: BackendChoice };
@@ -51,7 +52,7 @@ export function openFusedForCli(path: string, backend: "webgpu" | "auto", io: Cl
     void fused.close();
     if (backend === "webgpu") throw e;
     // auto: a model the GPU cannot take (e.g. a weight type without a WGSL kernel) runs on the CPU instead
-    io.err(`${(e as Error).message}; using the cpu backend\n`);
+    io.err(`${printable((e as Error).message)}; using the cpu backend\n`);
     return { fused: undefined, backend: "cpu" };
   } finally {
     if (!compiling) bar.stop();

@@ -1,11 +1,11 @@
 import type { Command } from "./command.js";
-import { UsageError } from "../util/errors.js";
+import { ModelConfigError, UsageError } from "../util/errors.js";
 import { Tokenizer } from "../tokenizer/index.js";
 import { DEFAULT_PREFILL_CHUNK, evaluateAll } from "../engine/evaluate.js";
 import { logSoftmax, topLogprobs } from "../engine/logprobs.js";
 import type { AttentionPath } from "../model/mla.js";
 import { closeLoaded } from "../model/load.js";
-import { BACKEND_HELP, backendOption, type CliIO, intOption, loadForCli, parseModelCommand, positionsBar, processIO } from "./common.js";
+import { ALLOW_NONFINITE_HELP, BACKEND_HELP, backendOption, type CliIO, intOption, loadForCli, parseModelCommand, positionsBar, processIO } from "./common.js";
 
 /** Stable output format of `latent logits --json`; see docs/logits-json.md. */
 export const LOGITS_FORMAT = "latent-logits/1";
@@ -26,6 +26,7 @@ ${BACKEND_HELP}
   --top K                the K most likely [id, logprob] per position (default ${DEFAULT_TOP})
   --full                 the log-softmax over the whole vocabulary per position
   --json                 JSON on stdout (format "${LOGITS_FORMAT}", docs/logits-json.md); else a table
+${ALLOW_NONFINITE_HELP}
 Speed (tokens/s) goes to stderr.`;
 
 export const logitsCommand: Command = {
@@ -62,6 +63,7 @@ const LOGITS_OPTIONS = {
   top: { type: "string" },
   full: { type: "boolean" },
   json: { type: "boolean" },
+  "allow-nonfinite": { type: "boolean" },
   help: { type: "boolean", short: "h" },
 } as const;
 
@@ -80,7 +82,7 @@ export async function logitsMain(argv: string[], io: CliIO): Promise<void> {
   const json = values.json === true;
   const backend = backendOption(values.backend, "reference");
 
-  const loaded = loadForCli(modelPath, io, backend, intOption("threads", values.threads, 1));
+  const loaded = loadForCli(modelPath, io, backend, intOption("threads", values.threads, 1), values["allow-nonfinite"] === true);
   const { file, config, model } = loaded;
   const nVocab = config.nVocab;
   let tokens: number[];
@@ -91,7 +93,7 @@ export async function logitsMain(argv: string[], io: CliIO): Promise<void> {
     tokens = tok().encodePrompt(values.prompt!);
     if (tokens.length === 0) throw new UsageError("--prompt encodes to no tokens");
     const bad = tokens.find((t) => t >= nVocab);
-    if (bad !== undefined) throw new UsageError(`the tokenizer gave id ${bad}, outside the model's ${nVocab} logits`);
+    if (bad !== undefined) throw new ModelConfigError(`the tokenizer gave id ${bad}, outside the model's ${nVocab} logits`);
   }
   if (tokens.length > config.contextLength) throw new UsageError(`${tokens.length} tokens exceed the model's context length ${config.contextLength}`);
 

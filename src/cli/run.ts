@@ -1,7 +1,7 @@
 import type { Command } from "./command.js";
-import { UsageError } from "../util/errors.js";
+import { ModelConfigError, UsageError } from "../util/errors.js";
 import { closeLoaded } from "../model/load.js";
-import { BACKEND_HELP, backendOption, intOption, loadForCli, parseModelCommand, positionsBar, processIO, type CliIO } from "./common.js";
+import { ALLOW_NONFINITE_HELP, BACKEND_HELP, backendOption, intOption, loadForCli, parseModelCommand, positionsBar, processIO, type CliIO } from "./common.js";
 
 export { backendOption, BACKEND_HELP, glueValues, intOption, loadForCli, positionsBar, processIO, valuedOptions, type CliIO } from "./common.js";
 import { Tokenizer, type ChatMessage } from "../tokenizer/index.js";
@@ -48,7 +48,8 @@ ${BACKEND_HELP}
                          --top-k of 0 or 1..64 and any --top-p and --min-p (the defaults too), each token
                          drawn on the GPU; the top-N alternatives need every step's logits: --logprobs ≥ 1
                          samples on the host
-  --json                 print one JSON object at the end instead of streaming`;
+  --json                 print one JSON object at the end instead of streaming
+${ALLOW_NONFINITE_HELP}`;
 
 export const runCommand: Command = {
   name: "run",
@@ -74,6 +75,7 @@ const RUN_OPTIONS = {
   threads: { type: "string" },
   logprobs: { type: "string" },
   json: { type: "boolean" },
+  "allow-nonfinite": { type: "boolean" },
   help: { type: "boolean", short: "h" },
 } as const;
 
@@ -112,6 +114,12 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
   // opening the model: reading its file, and on the fused GPU pipeline starting the device and uploading the weights
   const loadMs = performance.now() - t0;
   const { tokenizer, prompt, model } = runner;
+  const outside = prompt.find((t) => t >= model.config.nVocab);
+  if (outside !== undefined) {
+    // the file's tokenizer and its output matrix disagree: a bad file, not a bad prompt
+    runner.close();
+    throw new ModelConfigError(`the tokenizer gave id ${outside}, outside the model's ${model.config.nVocab} logits (tokenizer.ggml.tokens is longer than the vocabulary)`);
+  }
 
   const bar = json ? undefined : positionsBar(io, "prompt");
   let host: GpuHostStats | undefined;
@@ -221,7 +229,7 @@ const FUSED_OPEN_CONTEXT = 32768;
  * pipeline (every layer of a step in one replayed pass: FusedGpuModel); otherwise — and for auto without a hardware
  * adapter — the model is loaded with the backend's matrix kernels.
  */
-function openRunner(modelPath: string, io: CliIO, requested: BackendChoice, threads: number | undefined, path: string, values: { prompt?: string; chat?: boolean; system?: string }, nPredict: number, chunk: number | undefined, draws: boolean): Runner {
+function openRunner(modelPath: string, io: CliIO, requested: BackendChoice, threads: number | undefined, path: string, values: { prompt?: string; chat?: boolean; system?: string; "allow-nonfinite"?: boolean }, nPredict: number, chunk: number | undefined, draws: boolean): Runner {
   let backend = requested;
   if ((backend === "webgpu" || backend === "auto") && path !== "reference") {
     let prompt: number[] = [];
@@ -241,7 +249,7 @@ function openRunner(modelPath: string, io: CliIO, requested: BackendChoice, thre
     }
     backend = open.backend;
   }
-  const loaded = loadForCli(modelPath, io, backend, threads);
+  const loaded = loadForCli(modelPath, io, backend, threads, values["allow-nonfinite"] === true);
   const tokenizer = Tokenizer.fromMetadata(loaded.file.metadata);
   return { tokenizer, prompt: promptIds(tokenizer, values), model: loaded.model, backend: loaded.model.kernels.name, close: () => closeLoaded(loaded) };
 }

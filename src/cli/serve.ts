@@ -6,7 +6,7 @@ import { DEFAULT_LIMITS, type ServerLimits } from "../server/limits.js";
 import { existsSync } from "node:fs";
 import { closeLoaded, loadModel, type LoadedModel } from "../model/load.js";
 import { openFusedForCli, type FusedOpen } from "./fused.js";
-import { type CliIO, intOption, parseModelCommand, processIO } from "./common.js";
+import { ALLOW_NONFINITE_HELP, type CliIO, intOption, nonFiniteWarning, parseModelCommand, processIO } from "./common.js";
 
 const HELP = `usage: latent serve MODEL.gguf [options]
 
@@ -47,7 +47,8 @@ options:
                          webgpu or auto (default: webgpu on a hardware GPU adapter, else cpu). On a GPU a
                          deepseek2/glm-dsa model runs the fused pipeline (every layer of a step in one replayed pass,
                          the KV pages mirrored on the GPU, prefix caching included; --ctx-size default 4096)
-  --threads N            threads of the cpu backend (default: all cores)`;
+  --threads N            threads of the cpu backend (default: all cores)
+${ALLOW_NONFINITE_HELP}`;
 
 const SERVE_OPTIONS = {
   host: { type: "string" },
@@ -76,6 +77,7 @@ const SERVE_OPTIONS = {
   "log-steps": { type: "boolean" },
   backend: { type: "string" },
   threads: { type: "string" },
+  "allow-nonfinite": { type: "boolean" },
   help: { type: "boolean", short: "h" },
 } as const;
 
@@ -108,7 +110,11 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
   const open = gpu?.open;
   const fused = open?.fused !== undefined ? { file: open.file, config: open.config, model: open.fused, kvTokens: gpu!.kvTokens } : undefined;
   const loadWith = open !== undefined && open.fused === undefined ? open.backend : backend;
-  const loaded = fused ?? loadModel(path, undefined, { backend: loadWith, ...(threads !== undefined ? { threads } : {}) });
+  const loaded = fused ?? loadModel(path, undefined, {
+      backend: loadWith,
+      ...(threads !== undefined ? { threads } : {}),
+      ...(values["allow-nonfinite"] === true ? { onNonFinite: nonFiniteWarning(io) } : {}),
+    });
   const warmed = fused?.model.warmStats;
   const engine = fused !== undefined ? `fused WebGPU pipeline on ${fused.model.adapter}; ${warmed!.kernels} GPU kernels compiled in ${(warmed!.compileMs / 1000).toFixed(1)} s` : `kernels: ${(loaded as LoadedModel).model.kernels.name}`;
   const opt = <K extends string>(k: K, v: number | undefined): Partial<Record<K, number>> => (v === undefined ? {} : ({ [k]: v } as Record<K, number>));

@@ -1,6 +1,6 @@
 import type { DeepSeek2 } from "../model/deepseek2.js";
 import type { Tokenizer } from "../tokenizer/index.js";
-import { LatentError, UsageError } from "../util/errors.js";
+import { LatentError, NonFiniteError, UsageError } from "../util/errors.js";
 import { DEFAULT_PREFILL_CHUNK } from "./evaluate.js";
 import { LatentCache, type LatentStore } from "./latent-cache.js";
 import { createSampler, Sampler, type SampleResult, type SamplerOptions } from "./sampler.js";
@@ -249,7 +249,7 @@ export function* generateTokens(model: GenerateModel, tokenizer: GenerateTokeniz
     const chained = aheadAt < ahead.tokens.length;
     const r: SampleResult = chained ? { token: ahead.tokens[aheadAt]!, logprob: ahead.logprobs[aheadAt++]! } : sampler.sample(logits);
     // the device marks a step whose logits the host sampler would have refused (NaN, +Infinity, all -Infinity)
-    if (chained && Number.isNaN(r.logprob)) throw new UsageError(`the logits of decode step ${tokens.length} contain NaN or +Infinity, or are all -Infinity (chained greedy decoding on the model's device)`);
+    if (chained && Number.isNaN(r.logprob)) throw new NonFiniteError(`the logits of decode step ${tokens.length} contain NaN or +Infinity, or are all -Infinity (chained greedy decoding on the model's device)`);
     if (fromDecode) usedSteps++;
     if (!(opts.ignoreEog ?? false) && (tokenizer.isEndOfGeneration(r.token) || stopTokens.has(r.token))) {
       finishReason = "stop";

@@ -1,21 +1,21 @@
-import { UsageError } from "../util/errors.js";
+import { NonFiniteError, UsageError } from "../util/errors.js";
 
 /**
- * Throw a UsageError naming the first entry that is NaN or +Infinity (both make a distribution meaningless).
+ * Throw a NonFiniteError naming the first entry that is NaN or +Infinity (both make a distribution meaningless).
  * -Infinity is allowed: it means "probability zero" (a masked token).
  */
 export function checkLogits(logits: Float32Array | Float64Array): void {
   if (logits.length === 0) throw new UsageError("logits vector is empty");
   for (let i = 0; i < logits.length; i++) {
     const x = logits[i]!;
-    if (x !== x) throw new UsageError(`logits contain NaN at position ${i} (token id ${i})`);
-    if (x === Infinity) throw new UsageError(`logits contain +Infinity at position ${i} (token id ${i})`);
+    if (x !== x) throw new NonFiniteError(`logits contain NaN at position ${i} (token id ${i})`);
+    if (x === Infinity) throw new NonFiniteError(`logits contain +Infinity at position ${i} (token id ${i})`);
   }
 }
 
 /**
  * The row's argmax (ties to the lowest id), its max and the log-softmax shift max + log Σ exp(x − max): two passes, the
- * first also validating (UsageError naming the first NaN or +Infinity, or when no logit is finite — as checkLogits).
+ * first also validating (NonFiniteError naming the first NaN or +Infinity, or when no logit is finite — as checkLogits).
  */
 function softmaxShift(logits: Float32Array | Float64Array): { best: number; shift: number } {
   const n = logits.length;
@@ -33,7 +33,7 @@ function softmaxShift(logits: Float32Array | Float64Array): { best: number; shif
     }
   }
   if (max === Infinity) checkLogits(logits);
-  if (max === -Infinity) throw new UsageError("all logits are -Infinity: no token has non-zero probability");
+  if (max === -Infinity) throw new NonFiniteError("all logits are -Infinity: no token has non-zero probability");
   let sum = 0;
   for (let i = 0; i < n; i++) sum += Math.exp(logits[i]! - max);
   return { best, shift: max + Math.log(sum) };
@@ -51,7 +51,7 @@ export function greedyLogprob(logits: Float32Array | Float64Array): { token: num
 
 /**
  * log(softmax(logits)) in float64, stably: shift by the max, sum exp in float64, subtract log of the sum.
- * -Infinity logits give -Infinity log-probabilities. Throws UsageError on NaN/+Infinity or when no logit is finite.
+ * -Infinity logits give -Infinity log-probabilities. Throws NonFiniteError on NaN/+Infinity or when no logit is finite.
  */
 export function logSoftmax(logits: Float32Array | Float64Array): Float64Array {
   return logSoftmaxInto(logits, new Float64Array(logits.length));

@@ -1,7 +1,7 @@
 import type { ModelConfig } from "../model/config.js";
 import type { SequenceChunk } from "../model/deepseek2.js";
 import type { StreamingDecoder } from "../tokenizer/index.js";
-import { LatentError, UsageError } from "../util/errors.js";
+import { LatentError, NonFiniteError, UsageError } from "../util/errors.js";
 import type { GreedyChunk } from "./generate.js";
 import type { LatentStore } from "./latent-cache.js";
 import { logSoftmax, topLogprobs } from "./logprobs.js";
@@ -661,7 +661,7 @@ export class Scheduler {
    */
   private takePick(seq: Sequence, pick: GreedyPick): void {
     if (seq.generated >= seq.req.maxTokens) return this.finish(seq, "length");
-    if (Number.isNaN(pick.logprob)) throw new UsageError(`the logits of decode step ${seq.tokens.length} contain NaN or +Infinity, or are all -Infinity (the token chosen on the model's device)`);
+    if (Number.isNaN(pick.logprob)) throw new NonFiniteError(`the logits of decode step ${seq.tokens.length} contain NaN or +Infinity, or are all -Infinity (the token chosen on the model's device)`);
     this.accept(seq, pick);
   }
 

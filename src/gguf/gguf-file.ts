@@ -3,7 +3,8 @@
  * `file.ts` subclasses it with `GGUFFile.open(path)` for files on disk.
  */
 import { GGUFError } from "../util/errors.js";
-import { Metadata } from "./metadata.js";
+import { isGGUFArray, Metadata } from "./metadata.js";
+import type { GGUFValue } from "./types.js";
 import { parseShard, type GGUFShard, type ReadOptions, type TensorInfo } from "./shard.js";
 import { NotFetchedError, PrefetchedSource, ShortReadError, type AsyncByteSource, type ByteSource } from "./source.js";
 
@@ -15,6 +16,35 @@ export function splitKey(shard: GGUFShard, key: string): number | undefined {
     if (e instanceof GGUFError) throw new GGUFError(`${shard.path}: ${e.message}`);
     throw e;
   }
+}
+
+function sameValue(a: GGUFValue, b: GGUFValue): boolean {
+  if (isGGUFArray(a) || isGGUFArray(b)) {
+    if (!isGGUFArray(a) || !isGGUFArray(b) || a.elementType !== b.elementType || a.values.length !== b.values.length) return false;
+    return a.values.every((v, i) => sameValue(v, b.values[i]!));
+  }
+  return a === b || (Number.isNaN(a) && Number.isNaN(b));
+}
+
+/**
+ * Every key a later shard declares besides split.* (gguf-split writes none; other tools repeat the model's metadata in
+ * every shard) must equal the first shard's: else the shards come from different models.
+ */
+function checkSameModel(first: GGUFShard, later: GGUFShard): void {
+  for (const [key, entry] of later.metadata) {
+    if (key.startsWith("split.") || key === "general.alignment") continue;
+    const mine = first.metadata.get(key);
+    if (mine === undefined) continue;
+    if (!sameValue(mine.value, entry.value)) {
+      throw new GGUFError(`${later.path}: ${key} differs from ${first.path} (${describeValue(entry.value)} vs ${describeValue(mine.value)}): the shards come from different models`);
+    }
+  }
+}
+
+function describeValue(v: GGUFValue): string {
+  if (isGGUFArray(v)) return `an array of ${v.values.length}`;
+  const s = typeof v === "bigint" ? v.toString() : JSON.stringify(v);
+  return s.length > 60 ? `${s.slice(0, 57)}…` : s;
 }
 
 /** Progress of GGUFFile.load: bytes fetched so far, and the total it will fetch once the headers are known. */
@@ -91,6 +121,7 @@ export class GGUFFile {
         if (c !== count) throw new GGUFError(`${shard.path}: split.count = ${String(c)}, expected ${count}`);
         const t = splitKey(shard, "split.tensors.count");
         if (t !== total) throw new GGUFError(`${shard.path}: split.tensors.count = ${String(t)}, but the first shard says ${String(total)}`);
+        if (i > 0) checkSameModel(shards[0]!, shard);
       }
       for (const t of shard.tensors) {
         const prev = tensors.get(t.name);

@@ -99,7 +99,7 @@ export class Metadata {
   numberArray(key: string): number[] | undefined {
     const a = this.array(key);
     if (a === undefined) return undefined;
-    return a.values.map((v, i) => toNumber(`${key}[${i}]`, v));
+    return Array.from(a.values as ArrayLike<GGUFValue>, (v, i) => toNumber(`${key}[${i}]`, v));
   }
 
   /** A key that may be a scalar or a per-layer array (llama.cpp allows both for head counts and FFN widths). */

@@ -10,6 +10,7 @@ import {
   typeName,
   typeTraits,
   type GGUFArray,
+  type GGUFNumberArrayValues,
   type GGUFMetadataEntry,
   type GGUFScalar,
   type GGUFValue,
@@ -51,7 +52,25 @@ const MAX_KEY_BYTES = 65535;
 export const MAX_STRING_BYTES = 256 * 1024 * 1024;
 /** Most elements in one metadata array (the largest vocabularies are well under a million tokens). */
 export const MAX_ARRAY_ELEMENTS = 1 << 26;
+/**
+ * Most strings in the arrays of one header. A string costs some 40 bytes of memory however short it is in the file,
+ * so this bounds what a header of millions of tiny strings can cost (~170 MB); the largest real tokenizers hold
+ * about 260 000 tokens and 500 000 merges.
+ */
+export const MAX_HEADER_STRINGS = 1 << 22;
 const CHUNK = 1 << 20;
+/** element types read straight into a typed array (little-endian hosts, as the file is) */
+const TYPED_ARRAYS: ReadonlyMap<number, new (n: number) => GGUFNumberArrayValues> = new Map<number, new (n: number) => GGUFNumberArrayValues>([
+  [GGUFValueType.UINT8, Uint8Array],
+  [GGUFValueType.INT8, Int8Array],
+  [GGUFValueType.UINT16, Uint16Array],
+  [GGUFValueType.INT16, Int16Array],
+  [GGUFValueType.UINT32, Uint32Array],
+  [GGUFValueType.INT32, Int32Array],
+  [GGUFValueType.FLOAT32, Float32Array],
+  [GGUFValueType.FLOAT64, Float64Array],
+]);
+const LITTLE_ENDIAN_HOST = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 /** Array elements between two progress reports. */
 const PROGRESS_EVERY = 8192;
 
@@ -113,6 +132,8 @@ class Cursor {
   private view: DataView = new DataView(this.window.buffer);
   private windowStart = 0;
   pos = 0;
+  /** strings the header's arrays may still hold (MAX_HEADER_STRINGS) */
+  stringsLeft = MAX_HEADER_STRINGS;
 
   constructor(
     private readonly source: ByteSource,
@@ -152,6 +173,16 @@ class Cursor {
     this.windowStart = this.pos;
     this.pos += n;
     return 0;
+  }
+
+  /** dst.length bytes at pos copied into dst, a window at a time; advances pos. */
+  bytesInto(dst: Uint8Array, what: What): void {
+    for (let done = 0; done < dst.length; ) {
+      const step = Math.min(dst.length - done, CHUNK);
+      const i = this.take(step, what);
+      dst.set(this.window.subarray(i, i + step), done);
+      done += step;
+    }
   }
 
   u8(what: What): number {
@@ -303,6 +334,19 @@ function readValue(c: Cursor, type: number, what: What, depth: number, tick: () 
     }
     if (countV > BigInt(MAX_ARRAY_ELEMENTS)) throw c.fail(`${say(what)}: array count ${countV} exceeds the limit of ${MAX_ARRAY_ELEMENTS} elements`);
     const count = Number(countV);
+    const Typed = LITTLE_ENDIAN_HOST ? TYPED_ARRAYS.get(elementType) : undefined;
+    if (Typed !== undefined) {
+      const typed = new Typed(count);
+      c.bytesInto(new Uint8Array(typed.buffer), what);
+      tick();
+      return { elementType, values: typed };
+    }
+    if (elementType === GGUFValueType.STRING) {
+      if (count > c.stringsLeft) {
+        throw c.fail(`${say(what)}: ${count} strings take the header past ${MAX_HEADER_STRINGS} strings in arrays, far more than any tokenizer has: corrupt or hostile`);
+      }
+      c.stringsLeft -= count;
+    }
     const values: GGUFValue[] = new Array<GGUFValue>(count);
     const element = new ElementOf(what);
     if (elementType === GGUFValueType.ARRAY) {

@@ -5,6 +5,7 @@
  *
  * Never throws on odd metadata: a value of the wrong type becomes null plus an entry in `warnings`.
  */
+import { printable } from "../util/printable.js";
 import { GGUFError } from "../util/errors.js";
 import type { GGUFFile } from "./file.js";
 import { isGGUFArray } from "./metadata.js";
@@ -59,7 +60,7 @@ function jsonValue(v: GGUFValue): JsonValue {
     if (v.values.length > MAX_LISTED_ARRAY || v.elementType === GGUFValueType.STRING) {
       return { array: GGUFValueType[v.elementType] ?? String(v.elementType), length: v.values.length };
     }
-    return v.values.map(jsonValue);
+    return Array.from(v.values as ArrayLike<GGUFValue>, jsonValue);
   }
   return v;
 }
@@ -343,5 +344,6 @@ export function formatSummary(s: InspectSummary): string {
     out.push("", "warnings:");
     for (const w of s.warnings) out.push(`  ${w}`);
   }
-  return out.join("\n");
+  // Every line we composed is one line; names and values from the file are escaped so that they stay so.
+  return out.map(printable).join("\n");
 }

@@ -1,4 +1,4 @@
-import type { Metadata } from "../gguf/metadata.js";
+import { isGGUFArray, type Metadata } from "../gguf/metadata.js";
 import { ModelConfigError } from "../util/errors.js";
 import type { Faults } from "./faults.js";
 
@@ -94,6 +94,22 @@ export function yarnMscale(factor: number, m: number): number {
 
 const GLM47_FLASH_VOCAB = 154880;
 
+/**
+ * Ceilings on what a file may declare, checked before anything is sized from it. Each is far above every released
+ * model (DeepSeek-V3: 61 layers, 128 heads, 256 experts, width 7168, 163 840 context, 129 280 vocab) and far below
+ * what would exhaust memory when an array is allocated per layer, head or expert. The tensors then pin the exact
+ * values (loadWeights checks every shape; loadModelFrom checks block_count against the blk.N tensors).
+ */
+export const CONFIG_LIMITS = {
+  layers: 4096,
+  heads: 65536,
+  experts: 65536,
+  /** widths, ranks and head dims */
+  width: 1 << 20,
+  vocab: 1 << 24,
+  context: 1 << 26,
+} as const;
+
 export function parseConfig(meta: Metadata, nVocabFromTensors?: number, options: ConfigOptions = {}): ModelConfig {
   const arch = meta.requireString("general.architecture");
   if (arch !== "deepseek2" && arch !== "glm-dsa") {
@@ -102,22 +118,33 @@ export function parseConfig(meta: Metadata, nVocabFromTensors?: number, options:
   const k = (name: string): string => `${arch}.${name}`;
   const need = (name: string): number => meta.requireNumber(k(name));
   const opt = (name: string, dflt: number): number => meta.number(k(name)) ?? dflt;
-  const positive = (name: string, v: number): number => {
+  const positive = (name: string, v: number, max: number = CONFIG_LIMITS.width): number => {
     if (!Number.isInteger(v) || v <= 0) throw new ModelConfigError(`${k(name)} = ${v} must be a positive integer`);
+    return atMost(name, v, max);
+  };
+  const atMost = (name: string, v: number, max: number): number => {
+    if (v > max) throw new ModelConfigError(`${k(name)} = ${v} exceeds ${max}, more than any model latent can run (a corrupt or hostile file)`);
+    return v;
+  };
+  /** a real-valued hyper-parameter that must be finite and pass `ok` (`what` says the range) */
+  const real = (name: string, v: number, ok: (x: number) => boolean, what: string): number => {
+    if (!Number.isFinite(v) || !ok(v)) throw new ModelConfigError(`${k(name)} = ${v} must be ${what}`);
     return v;
   };
 
-  const blockCount = positive("block_count", need("block_count"));
+  const blockCount = positive("block_count", need("block_count"), CONFIG_LIMITS.layers);
   const nNextn = meta.integer(k("nextn_predict_layers")) ?? 0;
   if (nNextn >= blockCount) throw new ModelConfigError(`${k("nextn_predict_layers")} = ${nNextn} leaves no main layers of ${k("block_count")} = ${blockCount}`);
   const nLayer = blockCount - nNextn;
 
   const perLayerUniform = (name: string, required: boolean, dflt = 0): number => {
-    const arr = meta.perLayer(k(name), blockCount);
-    if (arr === undefined) {
+    if (!meta.has(k(name))) {
       if (required) throw new ModelConfigError(`missing metadata key "${k(name)}"`);
       return dflt;
     }
+    // A scalar needs no per-layer copy; an array is already in memory (its size bounded by the file's).
+    if (!isGGUFArray(meta.raw(k(name))!)) return meta.requireNumber(k(name));
+    const arr = meta.perLayer(k(name), blockCount)!;
     const first = arr[0]!;
     if (arr.slice(0, nLayer).some((v) => v !== first)) {
       throw new ModelConfigError(`${k(name)} varies per layer (${arr.join(",")}); latent needs one value for every layer`);
@@ -126,9 +153,9 @@ export function parseConfig(meta: Metadata, nVocabFromTensors?: number, options:
   };
 
   const nEmbd = positive("embedding_length", need("embedding_length"));
-  const nHead = positive("attention.head_count", perLayerUniform("attention.head_count", true));
+  const nHead = positive("attention.head_count", perLayerUniform("attention.head_count", true), CONFIG_LIMITS.heads);
   const kvLoraRank = positive("attention.kv_lora_rank", need("attention.kv_lora_rank"));
-  const qLoraRank = meta.integer(k("attention.q_lora_rank")) ?? 0;
+  const qLoraRank = atMost("attention.q_lora_rank", meta.integer(k("attention.q_lora_rank")) ?? 0, CONFIG_LIMITS.width);
   const qkRope = positive("rope.dimension_count", need("rope.dimension_count"));
   if (qkRope % 2 !== 0) throw new ModelConfigError(`${k("rope.dimension_count")} = ${qkRope} must be even`);
 
@@ -141,23 +168,23 @@ export function parseConfig(meta: Metadata, nVocabFromTensors?: number, options:
     if (keyMla === undefined || valueMla === undefined) {
       throw new ModelConfigError(`${k("attention.key_length_mla")} and ${k("attention.value_length_mla")} must both be present`);
     }
-    qkHead = keyMla;
-    vHead = valueMla;
+    qkHead = atMost("attention.key_length_mla", keyMla, CONFIG_LIMITS.width);
+    vHead = atMost("attention.value_length_mla", valueMla, CONFIG_LIMITS.width);
     const keyLen = meta.integer(k("attention.key_length"));
     if (keyLen !== undefined && keyLen !== kvLoraRank + qkRope) {
       throw new ModelConfigError(`${k("attention.key_length")} = ${keyLen}, expected kv_lora_rank + rope dims = ${kvLoraRank + qkRope} in an MLA file`);
     }
   } else {
-    qkHead = meta.integer(k("attention.key_length")) ?? 0;
-    vHead = meta.integer(k("attention.value_length")) ?? 0;
+    qkHead = atMost("attention.key_length", meta.integer(k("attention.key_length")) ?? 0, CONFIG_LIMITS.width);
+    vHead = atMost("attention.value_length", meta.integer(k("attention.value_length")) ?? 0, CONFIG_LIMITS.width);
     if (qkHead === 0 || vHead === 0) throw new ModelConfigError(`missing ${k("attention.key_length_mla")} / ${k("attention.key_length")}: cannot size the attention heads`);
   }
   const qkNope = qkHead - qkRope;
   if (qkNope < 1) throw new ModelConfigError(`key length ${qkHead} must exceed rope dims ${qkRope}`);
   positive("attention.value_length_mla", vHead);
 
-  const nExpert = meta.integer(k("expert_count")) ?? 0;
-  const nExpertUsed = meta.integer(k("expert_used_count")) ?? 0;
+  const nExpert = atMost("expert_count", meta.integer(k("expert_count")) ?? 0, CONFIG_LIMITS.experts);
+  const nExpertUsed = atMost("expert_used_count", meta.integer(k("expert_used_count")) ?? 0, CONFIG_LIMITS.experts);
   const nLeadingDense = meta.integer(k("leading_dense_block_count")) ?? 0;
   const hasMoe = nExpert > 0 && nLeadingDense < nLayer;
   if (hasMoe && (nExpertUsed < 1 || nExpertUsed > nExpert)) {
@@ -165,9 +192,9 @@ export function parseConfig(meta: Metadata, nVocabFromTensors?: number, options:
   }
   const nFF = nLeadingDense > 0 ? positive("feed_forward_length", perLayerUniform("feed_forward_length", true)) : perLayerUniform("feed_forward_length", false);
   const nFFExp = hasMoe ? positive("expert_feed_forward_length", perLayerUniform("expert_feed_forward_length", true)) : 0;
-  const nExpertShared = hasMoe ? meta.integer(k("expert_shared_count")) ?? 0 : 0;
-  const nGroup = Math.max(1, meta.integer(k("expert_group_count")) ?? 1);
-  const nGroupUsed = Math.max(1, meta.integer(k("expert_group_used_count")) ?? nGroup);
+  const nExpertShared = hasMoe ? atMost("expert_shared_count", meta.integer(k("expert_shared_count")) ?? 0, CONFIG_LIMITS.experts) : 0;
+  const nGroup = Math.max(1, atMost("expert_group_count", meta.integer(k("expert_group_count")) ?? 1, CONFIG_LIMITS.experts));
+  const nGroupUsed = Math.max(1, atMost("expert_group_used_count", meta.integer(k("expert_group_used_count")) ?? nGroup, CONFIG_LIMITS.experts));
   if (hasMoe && nGroup > 1) {
     if (nExpert % nGroup !== 0) throw new ModelConfigError(`${k("expert_count")} = ${nExpert} is not divisible by ${k("expert_group_count")} = ${nGroup}`);
     if (nGroupUsed > nGroup) throw new ModelConfigError(`${k("expert_group_used_count")} = ${nGroupUsed} exceeds ${k("expert_group_count")} = ${nGroup}`);
@@ -176,6 +203,8 @@ export function parseConfig(meta: Metadata, nVocabFromTensors?: number, options:
 
   const nVocab = meta.integer(k("vocab_size")) ?? nVocabFromTensors ?? meta.stringArray("tokenizer.ggml.tokens")?.length;
   if (nVocab === undefined) throw new ModelConfigError(`cannot tell the vocabulary size: no ${k("vocab_size")}, no tokenizer.ggml.tokens`);
+  atMost("vocab_size", nVocab, CONFIG_LIMITS.vocab);
+  const contextLength = positive("context_length", meta.integer(k("context_length")) ?? 4096, CONFIG_LIMITS.context);
 
   let gating: GatingFunc;
   let gatingSource: ModelConfig["gatingSource"];
@@ -196,25 +225,29 @@ export function parseConfig(meta: Metadata, nVocabFromTensors?: number, options:
     gatingSource = "default-softmax";
   }
 
-  const scale = meta.number(k("expert_weights_scale")) ?? 0;
+  const scale = real("expert_weights_scale", meta.number(k("expert_weights_scale")) ?? 0, (x) => x >= 0, "a finite number ≥ 0 (0 = absent = 1)");
   const weightsScale = scale === 0 ? 1 : scale;
-  const rmsEps = meta.number(k("attention.layer_norm_rms_epsilon")) ?? 1e-6;
-  const ropeBase = meta.number(k("rope.freq_base")) ?? 10000;
+  // ε ≥ 1 swamps the mean square of any real activation: the norm would return ~x/√ε, not a normalized vector.
+  const rmsEps = real("attention.layer_norm_rms_epsilon", meta.number(k("attention.layer_norm_rms_epsilon")) ?? 1e-6, (x) => x > 0 && x < 1, "a finite number in (0, 1)");
+  const ropeBase = real("rope.freq_base", meta.number(k("rope.freq_base")) ?? 10000, (x) => x > 1, "a finite number > 1");
 
   const scalingType = meta.string(k("rope.scaling.type")) ?? "none";
   let yarn: YarnConfig | undefined;
   if (scalingType === "yarn") {
-    const factor = meta.number(k("rope.scaling.factor")) ?? 1;
-    const logMul = meta.number(k("rope.scaling.yarn_log_multiplier"));
+    const factor = real("rope.scaling.factor", meta.number(k("rope.scaling.factor")) ?? 1, (x) => x >= 1, "a finite number ≥ 1 for YaRN");
+    const logMulRaw = meta.number(k("rope.scaling.yarn_log_multiplier"));
+    const logMul = logMulRaw === undefined ? undefined : real("rope.scaling.yarn_log_multiplier", logMulRaw, (x) => x >= 0, "a finite number ≥ 0");
+    const origRaw = meta.number(k("rope.scaling.original_context_length")) ?? 4096;
+    if (!Number.isInteger(origRaw)) throw new ModelConfigError(`${k("rope.scaling.original_context_length")} = ${origRaw} must be a positive integer`);
+    const positiveBeta = (name: string, dflt: number): number => real(name, meta.number(k(name)) ?? dflt, (x) => x > 0, "a finite number > 0");
     yarn = {
       factor,
-      originalContext: meta.integer(k("rope.scaling.original_context_length")) ?? 4096,
-      betaFast: meta.number(k("rope.scaling.yarn_beta_fast")) ?? 32,
-      betaSlow: meta.number(k("rope.scaling.yarn_beta_slow")) ?? 1,
+      originalContext: positive("rope.scaling.original_context_length", origRaw, CONFIG_LIMITS.context),
+      betaFast: positiveBeta("rope.scaling.yarn_beta_fast", 32),
+      betaSlow: positiveBeta("rope.scaling.yarn_beta_slow", 1),
       // The converter writes 0.1·mscale_all_dim. glm-dsa (llama.cpp) never reads the key; see ropeMscale below.
       mscaleAllDim: arch === "deepseek2" && logMul !== undefined ? logMul / 0.1 : undefined,
     };
-    if (!(factor >= 1)) throw new ModelConfigError(`${k("rope.scaling.factor")} = ${factor} must be ≥ 1 for YaRN`);
   } else if (scalingType !== "none" && scalingType !== "") {
     throw new ModelConfigError(`${k("rope.scaling.type")} = "${scalingType}": only "yarn" and "none" are supported`);
   }
@@ -253,7 +286,7 @@ export function parseConfig(meta: Metadata, nVocabFromTensors?: number, options:
     nEmbd,
     nLayer,
     nNextn,
-    contextLength: meta.integer(k("context_length")) ?? 4096,
+    contextLength,
     nHead,
     qLoraRank,
     kvLoraRank,

@@ -8,6 +8,7 @@ import { parseConfig, type ConfigOptions, type ModelConfig } from "./config.js";
 import { DeepSeek2 } from "./deepseek2.js";
 import { GlmDsa } from "./glm-dsa.js";
 import { loadWeights, type LoadProgress } from "./weights.js";
+import { ModelConfigError } from "../util/errors.js";
 
 export interface ModelFromFile {
   readonly file: GGUFFile;
@@ -20,14 +21,41 @@ export interface FromFileOptions extends ConfigOptions {
   readonly kernels?: MatKernels;
   /** read the weights through this view of the file instead (a backend's wrapper, see CpuBackend.adopt) */
   readonly weightsFrom?: GGUFFile;
+  /** told of each tensor holding NaN/±Inf, which is then loaded anyway; without it such a tensor is a GGUFError */
+  readonly onNonFinite?: (message: string) => void;
 }
 
 /** Parse the config of an open GGUF and load its weights (kept in their quant types). */
 export function loadModelFrom(file: GGUFFile, onProgress?: LoadProgress, options: FromFileOptions = {}): ModelFromFile {
   const vocabFromTensor = file.tensors.get("token_embd.weight")?.ne[1];
   const config = parseConfig(file.metadata, vocabFromTensor, options);
-  const weights = loadWeights(options.weightsFrom ?? file, config, onProgress);
+  checkLayerTensors(file, config);
+  const weights = loadWeights(options.weightsFrom ?? file, config, onProgress, options.onNonFinite ?? "refuse");
   const model = config.arch === "glm-dsa" ? new GlmDsa(config, weights) : new DeepSeek2(config, weights);
   if (options.kernels !== undefined) model.kernels = options.kernels;
   return { file, config, model };
+}
+
+const BLOCK = /^blk\.(\d+)\./;
+
+/**
+ * block_count against the blk.N tensors, before any layer is loaded: every main layer must have tensors and no tensor
+ * may lie past the declared layers (a smaller block_count would otherwise silently drop layers).
+ */
+export function checkLayerTensors(file: GGUFFile, config: ModelConfig): void {
+  const blockCount = config.nLayer + config.nNextn;
+  const present = new Set<number>();
+  for (const name of file.tensors.keys()) {
+    const m = BLOCK.exec(name);
+    if (m !== null) present.add(Number(m[1]));
+  }
+  let missing = -1;
+  for (let i = 0; i < config.nLayer && missing < 0; i++) if (!present.has(i)) missing = i;
+  const beyond = [...present].filter((i) => i >= blockCount);
+  if (missing >= 0 || beyond.length > 0) {
+    const key = `${config.arch}.block_count`;
+    const layers = present.size === 0 ? "no layer tensors" : `tensors for ${present.size} layers (blk.${Math.min(...present)} … blk.${Math.max(...present)})`;
+    const why = missing >= 0 ? `layer ${missing} has no tensors` : `blk.${Math.min(...beyond)} lies past the declared layers`;
+    throw new ModelConfigError(`${key} = ${blockCount}, but the file has ${layers}: ${why}`);
+  }
 }

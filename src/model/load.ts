@@ -4,7 +4,9 @@ import { NoGpuError } from "../backend/webgpu/device.js";
 import { GGUFFile } from "../gguf/file.js";
 import type { ConfigOptions, ModelConfig } from "./config.js";
 import type { DeepSeek2 } from "./deepseek2.js";
-import { loadModelFrom } from "./from-file.js";
+import { loadModelFrom, type FromFileOptions } from "./from-file.js";
+// chat templates render in a worker thread with a time limit wherever a model is loaded in Node
+import "../tokenizer/chat-thread.js";
 import type { LoadProgress } from "./weights.js";
 
 export { loadModelFrom, type ModelFromFile, type FromFileOptions } from "./from-file.js";
@@ -56,16 +58,29 @@ export interface BackendOptions {
 }
 
 /** Open a GGUF (any shard of a split model), parse the config, load the weights (kept in their quant types). */
-export function loadModel(path: string, onProgress?: LoadProgress, options: ConfigOptions & BackendOptions = {}): LoadedModel {
+export function loadModel(path: string, onProgress?: LoadProgress, options: ConfigOptions & BackendOptions & Pick<FromFileOptions, "onNonFinite"> = {}): LoadedModel {
   const file = GGUFFile.open(path);
   const gpu = options.backend === "webgpu" ? new WebGPUKernels() : options.backend === "auto" ? autoGpu() : undefined;
   if (gpu !== undefined) {
-    const { config, model } = loadModelFrom(file, onProgress, { ...options, kernels: gpu });
-    gpu.upload(model.weights);
-    return { file, config, model, gpu };
+    try {
+      const { config, model } = loadModelFrom(file, onProgress, { ...options, kernels: gpu });
+      gpu.upload(model.weights);
+      return { file, config, model, gpu };
+    } catch (e) {
+      void gpu.close();
+      file.close();
+      throw e;
+    }
   }
   // backend "cpu": matrices are read straight into the backend's shared wasm memory (issue 7)
   const backend = options.backend === "cpu" || options.backend === "auto" ? new CpuBackend({ threads: options.threads }) : undefined;
-  const { config, model } = loadModelFrom(file, onProgress, { ...options, kernels: backend, weightsFrom: backend?.adopt(file) });
-  return { file, config, model, backend };
+  try {
+    const { config, model } = loadModelFrom(file, onProgress, { ...options, kernels: backend, weightsFrom: backend?.adopt(file) });
+    return { file, config, model, backend };
+  } catch (e) {
+    // a file refused mid-load must not leave the backend's worker threads holding the process open
+    backend?.close();
+    file.close();
+    throw e;
+  }
 }

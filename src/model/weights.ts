@@ -3,8 +3,9 @@ import type { TensorInfo } from "../gguf/reader.js";
 import { GGMLType, typeName } from "../gguf/types.js";
 import { canDequantize, dequantize } from "../quant/index.js";
 import { QMatrix } from "../backend/cpu/qmatrix.js";
-import { ModelConfigError, QuantTypeError } from "../util/errors.js";
+import { GGUFError, ModelConfigError, QuantTypeError } from "../util/errors.js";
 import type { ModelConfig } from "./config.js";
+import { findNonFinite } from "./nonfinite.js";
 
 export interface IndexerWeights {
   /** {Lq, n_idx·D}: indexer queries from the normed q-LoRA latent; per head [rope | nope] */
@@ -74,6 +75,12 @@ export interface LoadProgress {
   (doneBytes: number, totalBytes: number): void;
 }
 
+/**
+ * What to do with a tensor that holds NaN or ±Inf: "refuse" (a GGUFError naming it), "ignore" (no scan: the doctor
+ * scans on its own), or a function that is told of each such tensor (one message each) while it is loaded anyway.
+ */
+export type NonFinitePolicy = "refuse" | "ignore" | ((message: string) => void);
+
 function f32Matrix(name: string, cols: number, rows: number, values: Float32Array): QMatrix {
   return new QMatrix(name, GGMLType.F32, cols, rows, new Uint8Array(values.buffer, values.byteOffset, values.byteLength));
 }
@@ -86,6 +93,7 @@ class Loader {
   constructor(
     private readonly file: GGUFFile,
     private readonly onProgress: LoadProgress | undefined,
+    private readonly nonFinite: NonFinitePolicy,
   ) {
     let t = 0;
     for (const info of file.tensors.values()) t += info.nbytes;
@@ -100,16 +108,33 @@ class Loader {
     const info = this.file.tensors.get(name);
     if (info === undefined) throw new ModelConfigError(`missing tensor "${name}" (expected shape ${ne.join("x")})`);
     const same = info.ne.length >= ne.length && ne.every((n, i) => info.ne[i] === n) && info.ne.slice(ne.length).every((n) => n === 1);
-    if (!same) throw new ModelConfigError(`tensor "${name}" has shape ${info.ne.join("x")}, expected ${ne.join("x")} from the metadata`);
+    if (!same) throw new ModelConfigError(`tensor "${name}" has shape ${info.ne.join("x")}, expected ${ne.join("x")} from the metadata${this.shardHint(info)}`);
     if (!canDequantize(info.type)) throw new QuantTypeError(`tensor "${name}" has type ${typeName(info.type)} (id ${info.type}), which latent cannot decode`);
     return info;
   }
 
   private read(info: TensorInfo): Uint8Array {
     const data = this.file.readBytes(info);
+    if (this.nonFinite !== "ignore") this.scan(info, data);
     this.bytes += data.length;
     this.onProgress?.(this.bytes, this.total);
     return data;
+  }
+
+  /** Where a tensor of a split model lives: a shape that disagrees there often means shards of two models mixed. */
+  private shardHint(info: TensorInfo): string {
+    const n = this.file.shards.length;
+    if (n <= 1) return "";
+    const where = info.shard === 0 ? "the first shard" : `shard ${info.shard + 1} of ${n}, ${this.file.shards[info.shard]!.path}`;
+    return ` (in ${where}; the metadata comes from the first shard — are the shards from a different model?)`;
+  }
+
+  private scan(info: TensorInfo, data: Uint8Array): void {
+    const at = findNonFinite(info.type, data, info.ne.reduce((a, b) => a * b, 1));
+    if (at === undefined) return;
+    const message = `tensor "${info.name}" (${typeName(info.type)}) holds NaN or ±Inf (first at ${at.unit} ${at.index}): every output that touches it is garbage (a corrupt download or a bad conversion)`;
+    if (this.nonFinite === "refuse") throw new GGUFError(`${message}; run \`latent doctor\` on the file, or pass --allow-nonfinite to load it anyway`);
+    if (this.nonFinite !== "ignore") this.nonFinite(message);
   }
 
   /** A 2-D or stacked 3-D tensor {cols, rows, stack} as one matrix of rows·stack rows. */
@@ -265,11 +290,15 @@ function loadLayer(ld: Loader, c: ModelConfig, i: number): LayerWeights {
 
 /** One layer's weights alone (`latent doctor --low-memory` streams layers from disk, one at a time). */
 export function loadLayerWeights(file: GGUFFile, c: ModelConfig, i: number): LayerWeights {
-  return loadLayer(new Loader(file, undefined), c, i);
+  return loadLayer(new Loader(file, undefined, "ignore"), c, i);
 }
 
-export function loadWeights(file: GGUFFile, c: ModelConfig, onProgress?: LoadProgress): ModelWeights {
-  const ld = new Loader(file, onProgress);
+/**
+ * Load every weight. `nonFinite` says whether each is scanned for NaN/±Inf as it is read (NonFinitePolicy): the
+ * default "ignore" is for the doctor, which scans and reports on its own; loadModelFrom — every other path — refuses.
+ */
+export function loadWeights(file: GGUFFile, c: ModelConfig, onProgress?: LoadProgress, nonFinite: NonFinitePolicy = "ignore"): ModelWeights {
+  const ld = new Loader(file, onProgress, nonFinite);
   const tokenEmbd = ld.matrix("token_embd.weight", c.nEmbd, c.nVocab);
   const outputNorm = ld.vector("output_norm.weight", c.nEmbd);
   const output = ld.has("output.weight") ? ld.matrix("output.weight", c.nEmbd, c.nVocab) : tokenEmbd;

@@ -7,7 +7,7 @@
 import type { Metadata } from "../gguf/metadata.js";
 import { LatentError } from "../util/errors.js";
 import { BpeModel } from "./bpe.js";
-import { renderChatTemplate, type ChatMessage, type RenderChatOptions } from "./chat.js";
+import { renderChatTemplate, renderChatTemplateAsync, type ChatMessage, type RenderChatOptions } from "./chat.js";
 import { PreTokenizer } from "./pretokenize.js";
 import { byteLevelOf, CHAR_TO_BYTE, codePoints } from "./unicode.js";
 
@@ -375,16 +375,29 @@ export class Tokenizer {
     };
   }
 
-  /** Render `tokenizer.chat_template` (Jinja) for the messages. */
+  /** Render `tokenizer.chat_template` (Jinja) for the messages, under its budget (src/tokenizer/chat.ts). */
   renderChat(messages: readonly ChatMessage[], opts: RenderChatOptions = {}): string {
+    return renderChatTemplate(this.template(), messages, this.chatOptions(opts));
+  }
+
+  /** renderChat without blocking the caller's event loop while the template renders (Node: in a worker thread). */
+  renderChatAsync(messages: readonly ChatMessage[], opts: RenderChatOptions = {}): Promise<string> {
+    return renderChatTemplateAsync(this.template(), messages, this.chatOptions(opts));
+  }
+
+  private template(): string {
     if (this.chatTemplate === undefined || this.chatTemplate === "") {
       throw new LatentError("tokenizer: the model has no tokenizer.chat_template; pass a template explicitly or send raw text");
     }
-    return renderChatTemplate(this.chatTemplate, messages, {
+    return this.chatTemplate;
+  }
+
+  private chatOptions(opts: RenderChatOptions): RenderChatOptions {
+    return {
       ...opts,
       bosToken: opts.bosToken ?? (this.bosId !== undefined ? this.tokens[this.bosId] : ""),
       eosToken: opts.eosToken ?? (this.eosId !== undefined ? this.tokens[this.eosId] : ""),
-    });
+    };
   }
 
   /**
@@ -400,6 +413,11 @@ export class Tokenizer {
   /** renderChat + encodePrompt. */
   encodeChat(messages: readonly ChatMessage[], opts: RenderChatOptions = {}): number[] {
     return this.encodePrompt(this.renderChat(messages, opts));
+  }
+
+  /** renderChatAsync + encodePrompt (for servers: the event loop runs on while the template renders). */
+  async encodeChatAsync(messages: readonly ChatMessage[], opts: RenderChatOptions = {}): Promise<number[]> {
+    return this.encodePrompt(await this.renderChatAsync(messages, opts));
   }
 }
 

@@ -17,3 +17,9 @@ export class ModelConfigError extends LatentError {}
 
 /** Bad user input at the CLI or API level. */
 export class UsageError extends LatentError {}
+
+/**
+ * A model computed NaN or ±Inf (logits, a sampled step): its weights or hyper-parameters are broken. Not a usage
+ * error: the CLI exits 1 for it, as for any other bad file.
+ */
+export class NonFiniteError extends LatentError {}

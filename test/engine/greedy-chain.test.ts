@@ -10,7 +10,7 @@ import { loadModel } from "../../src/model/load.js";
 import { Tokenizer } from "../../src/tokenizer/index.js";
 import { generate, generateSync } from "../../src/engine/generate.js";
 import { Sampler } from "../../src/engine/sampler.js";
-import { UsageError } from "../../src/util/errors.js";
+import { NonFiniteError } from "../../src/util/errors.js";
 import { FIXTURE_DIR } from "../gguf/helpers.js";
 import { assertChainedEqualsHost, HostChainModel, HostDrawModel } from "../helpers/greedy-chain.js";
 
@@ -121,7 +121,7 @@ test("non-greedy sampling, logprobs, the reference path, a custom sampler and ch
   assert.ok(!new Sampler({ temperature: 0.5, topK: 1 }).isGreedy());
 });
 
-test("a chained step whose logits the host sampler would refuse (logprob NaN from the device) stops generation with a UsageError", () => {
+test("a chained step whose logits the host sampler would refuse (logprob NaN from the device) stops generation with a NonFiniteError", () => {
   class BrokenStep extends HostChainModel {
     override decodeGreedy(token: number, cache: Parameters<HostChainModel["decodeGreedy"]>[1], steps: number): ReturnType<HostChainModel["decodeGreedy"]> {
       const chunk = super.decodeGreedy(token, cache, steps);
@@ -129,7 +129,7 @@ test("a chained step whose logits the host sampler would refuse (logprob NaN fro
     }
   }
   const m = new BrokenStep(model);
-  assert.throws(() => generateSync(m, tok, prompt, { temperature: 0, maxTokens: 40, ignoreEog: true }), (e: unknown) => e instanceof UsageError && /decode step 6 contain NaN or \+Infinity/.test(e.message));
+  assert.throws(() => generateSync(m, tok, prompt, { temperature: 0, maxTokens: 40, ignoreEog: true }), (e: unknown) => e instanceof NonFiniteError && /decode step 6 contain NaN or \+Infinity/.test(e.message));
 });
 
 test("draws chain on a model that takes them (chainsDraws): top-p / min-p with top-k 0 or ≤ 64, or a temperature alone; keys from the seeded sampler; others stay on the host", () => {

@@ -2,7 +2,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createSampler, Sampler, type SamplerOptions } from "../../src/engine/sampler.js";
 import { greedyLogprob, logSoftmax, logSoftmaxInto, topLogprobs } from "../../src/engine/logprobs.js";
-import { UsageError } from "../../src/util/errors.js";
+import { NonFiniteError, UsageError } from "../../src/util/errors.js";
 
 /** Deterministic test data (mulberry32), independent of the sampler's PRNG. */
 function rng(seed: number): () => number {
@@ -89,12 +89,15 @@ test("greedyLogprob (the greedy sampler's one pass) equals logSoftmax at argmax,
   for (const bad of [[0, NaN, 1], [NaN], [1, Infinity, 2], [Infinity, Infinity], [2, Infinity, NaN], [-Infinity, -Infinity], []]) {
     const x = new Float32Array(bad);
     let want = "";
+    let wantClass: unknown;
     try {
       logSoftmax(x);
     } catch (e) {
       want = (e as Error).message;
+      wantClass = (e as Error).constructor;
     }
-    assert.throws(() => greedyLogprob(x), (e: unknown) => e instanceof UsageError && e.message === want, `${bad.join()}: ${want}`);
+    assert.ok(wantClass === (bad.length === 0 ? UsageError : NonFiniteError), `${bad.join()}: ${String(wantClass)}`);
+    assert.throws(() => greedyLogprob(x), (e: unknown) => e instanceof Error && e.constructor === wantClass && e.message === want, `${bad.join()}: ${want}`);
   }
 });
 
@@ -108,7 +111,7 @@ test("logSoftmaxInto writes logSoftmax into a reused row (bit for bit); samplers
   assert.deepEqual([...got], [...logSoftmax(short)]);
   assert.equal(buf[37], 7, "nothing written past the row");
   assert.throws(() => logSoftmaxInto(long, new Float64Array(10)), RangeError);
-  assert.throws(() => logSoftmaxInto(new Float32Array([1, NaN]), buf), (e: unknown) => e instanceof UsageError && /NaN.*1/.test(e.message));
+  assert.throws(() => logSoftmaxInto(new Float32Array([1, NaN]), buf), (e: unknown) => e instanceof NonFiniteError && /NaN.*1/.test(e.message));
   // rows of different lengths through the samplers' shared row, interleaved, against a fresh sampler per row
   // (temperature alone: the draw's weights over the whole row go through a reused row too)
   const opts: SamplerOptions[] = [{ temperature: 0.9, topK: 20, seed: 3, logprobs: 2 }, { temperature: 0.7, topP: 0.8, minP: 0.02, seed: 4 }, { temperature: 0, logprobs: 3 }, { temperature: 1, seed: 5 }, { temperature: 0.6, seed: 6, logprobs: 1 }];
@@ -237,8 +240,8 @@ test("options and logits are validated with UsageError", () => {
   ];
   for (const o of bad) assert.throws(() => new Sampler(o), UsageError, JSON.stringify(o));
   const s = createSampler({ seed: 1 });
-  assert.throws(() => s.sample(new Float32Array([0, 1, NaN, 2])), (e: unknown) => e instanceof UsageError && /NaN.*2/.test(e.message));
-  assert.throws(() => s.sample(new Float32Array([-Infinity, -Infinity])), UsageError);
+  assert.throws(() => s.sample(new Float32Array([0, 1, NaN, 2])), (e: unknown) => e instanceof NonFiniteError && /NaN.*2/.test(e.message));
+  assert.throws(() => s.sample(new Float32Array([-Infinity, -Infinity])), NonFiniteError);
   assert.throws(() => s.sample(new Float32Array(0)), UsageError);
   assert.equal(s.sample(new Float32Array([-Infinity, 0, -Infinity])).token, 1);
 });

@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { GGUFValueType, type GGUFMetadataEntry } from "../../src/gguf/types.js";
+import { GGUFValueType, type GGUFMetadataEntry, type GGUFValue } from "../../src/gguf/types.js";
 import type { GGUFFile } from "../../src/gguf/file.js";
 import type { TensorToWrite } from "../../src/gguf/writer.js";
 
@@ -107,4 +107,12 @@ export class Raw {
     writeFileSync(path, this.build());
     return path;
   }
+}
+
+/** A metadata value with typed arrays (how numeric arrays are read) turned into plain arrays, for deepEqual. */
+export function plainValue(v: GGUFValue): unknown {
+  if (typeof v === "object" && v !== null && "elementType" in v) {
+    return { elementType: v.elementType, values: Array.from(v.values as ArrayLike<GGUFValue>, plainValue) };
+  }
+  return v;
 }

@@ -9,7 +9,7 @@ import { GGMLType, GGUFValueType, type GGUFMetadataEntry } from "../../src/gguf/
 import { GGUFError } from "../../src/util/errors.js";
 import { ShortReadError } from "../../src/gguf/source.js";
 import { readFully } from "../../src/gguf/source-node.js";
-import { fixture, MODEL_NAMES, plainMetadata, tempDir, tensorsToWrite } from "./helpers.js";
+import { fixture, MODEL_NAMES, plainMetadata, plainValue, tempDir, tensorsToWrite } from "./helpers.js";
 
 const tmp = tempDir();
 after(tmp.cleanup);
@@ -171,7 +171,7 @@ describe("metadata value types", () => {
       const got = f.metadata.entries.get(k)!;
       assert.equal(got.type, e.type, k);
       if (typeof e.value === "number" && Number.isNaN(e.value)) assert.ok(Number.isNaN(got.value as number), k);
-      else assert.deepEqual(got.value, e.value, k);
+      else assert.deepEqual(plainValue(got.value), plainValue(e.value), k);
     }
     assert.equal(typeof f.metadata.raw("t.u64"), "bigint");
     assert.equal(Object.is(f.metadata.array("t.arr.f64")!.values[1], -0), true);

@@ -24,6 +24,12 @@ export interface AttnPairingLayer {
   readonly qk: number;
   /** corr of log‖W_UV row (h,r)‖ and log‖W_o column (h,r)‖ */
   readonly vo: number;
+  /** the heads compared (every head, or an even sample of 16 on many-head models) */
+  readonly heads: readonly number[];
+  /** per-head q·k pairing: [i][j] = corr over p of W_q's nope rows of heads[i] and W_UK's rows of heads[j] */
+  readonly qkHeads: readonly (readonly number[])[];
+  /** per-head v·o pairing: [i][j] = corr over r of W_UV's rows of heads[i] and W_o's columns of heads[j] */
+  readonly voHeads: readonly (readonly number[])[];
 }
 
 function corr(a: readonly number[], b: readonly number[]): number {
@@ -77,23 +83,20 @@ export function attnPairing(model: DeepSeek2): AttnPairingLayer[] {
     const a = model.weights.layers[il]!.attn;
     const q = a.qB ?? a.q;
     if (q === undefined) continue;
-    const qn: number[] = [];
-    const kn: number[] = [];
-    const vn: number[] = [];
-    const on: number[] = [];
     const oCols = colNormsSq(a.o, 512);
-    for (const h of heads) {
-      const kCols = colNormsSq(a.kB[h]!);
-      for (let p = 0; p < P; p++) {
-        qn.push(log(rowNormSq(q, h * (P + R) + p)));
-        kn.push(log(kCols[p]!));
-      }
-      for (let r = 0; r < V; r++) {
-        vn.push(log(rowNormSq(a.vB[h]!, r)));
-        on.push(log(oCols[h * V + r]!));
-      }
-    }
-    out.push({ layer: il, qk: corr(qn, kn), vo: corr(vn, on) });
+    // per head: log-norms of W_q's nope rows, W_UK's rows (k_b's columns), W_UV's rows, W_o's columns
+    const qn = heads.map((h) => Array.from({ length: P }, (_, p) => log(rowNormSq(q, h * (P + R) + p))));
+    const kn = heads.map((h) => Array.from(colNormsSq(a.kB[h]!), log));
+    const vn = heads.map((h) => Array.from({ length: V }, (_, r) => log(rowNormSq(a.vB[h]!, r))));
+    const on = heads.map((h) => Array.from(oCols.subarray(h * V, (h + 1) * V), log));
+    out.push({
+      layer: il,
+      qk: corr(qn.flat(), kn.flat()),
+      vo: corr(vn.flat(), on.flat()),
+      heads,
+      qkHeads: qn.map((x) => kn.map((y) => corr(x, y))),
+      voHeads: vn.map((x) => on.map((y) => corr(x, y))),
+    });
   }
   return out;
 }
@@ -102,26 +105,70 @@ export function attnPairing(model: DeepSeek2): AttnPairingLayer[] {
  * `trained`: independent evidence that the weights are trained (calibration NLL or the SwiGLU pairing); with it, a
  * file where both pairs are broken in most layers (k_b and v_b swapped, kv_b heads reordered) is flagged too.
  */
+/** Off-diagonal pairing this much stronger than a head's own marks the head as paired with another head. */
+export const HEAD_MARGIN = 0.3;
+
+/** Heads i whose best partner j ≠ i pairs at ≥ SIGNAL and beats i's own pairing by ≥ HEAD_MARGIN: [i, j] by head id. */
+export function misassignedHeads(heads: readonly number[], m: readonly (readonly number[])[]): [number, number][] {
+  const out: [number, number][] = [];
+  m.forEach((row, i) => {
+    let best = i;
+    row.forEach((v, j) => {
+      if (v > row[best]!) best = j;
+    });
+    if (best !== i && row[best]! >= SIGNAL && row[best]! - row[i]! >= HEAD_MARGIN) out.push([heads[i]!, heads[best]!]);
+  });
+  return out;
+}
+
+/**
+ * `trained`: independent evidence that the weights are trained (calibration NLL or the SwiGLU pairing); with it, a
+ * file where both pairs are broken in most layers (k_b and v_b swapped, kv_b heads reordered) is flagged too.
+ *
+ * Three signatures: a pair broken in at least half the judged layers (a conversion that broke every layer); a pair
+ * broken in a few layers while most layers keep it (one layer's tensors swapped or misshaped); and, per layer, heads
+ * that pair with another head's rows (heads reordered — a permutation moves at least two heads).
+ */
 export function checkAttnPairing(model: DeepSeek2, f: Findings, trained = false): AttnPairingLayer[] {
   const layers = attnPairing(model);
+  const legacy = model.weights.generation === "legacy";
   const judged = layers.filter((l) => Math.max(l.qk, l.vo) >= SIGNAL);
+  // "most layers keep the pair": at least two thirds of the layers, and at least three
+  const mostPair = (side: "qk" | "vo"): boolean => layers.length >= 3 && layers.filter((l) => l[side] >= SIGNAL).length * 3 >= layers.length * 2;
   const kBroken = judged.filter((l) => l.vo >= SIGNAL && l.qk < BROKEN);
   const vBroken = judged.filter((l) => l.qk >= SIGNAL && l.vo < BROKEN);
-  const legacy = model.weights.generation === "legacy";
   const report = (broken: AttnPairingLayer[], what: "k" | "v"): void => {
-    if (judged.length === 0 || broken.length * 2 < judged.length) return;
+    const most = mostPair(what === "k" ? "qk" : "vo");
+    if (judged.length === 0 || broken.length === 0 || (broken.length * 2 < judged.length && !most)) return;
     const list = broken.map((l) => `${l.layer} (${(what === "k" ? l.qk : l.vo).toFixed(2)})`).join(", ");
     const tensor = legacy ? `attn_kv_b's ${what === "k" ? "key" : "value"} rows` : what === "k" ? "attn_k_b" : "attn_v_b";
     const pair = what === "k" ? "W_q's nope rows and W_UK's rows (k_b's columns)" : "W_UV's rows and attn_output's columns";
     const other = what === "k" ? "W_UV/attn_output" : "W_q/W_UK";
-    f.add("tensors", "error", what === "k" ? "k-b-unpaired" : "v-b-unpaired", `${tensor} does not match the rest of the attention: in ${broken.length} of ${judged.length} layers the log-norms of ${pair} no longer correlate (layer (corr): ${list}; cut ${BROKEN}) while ${other} pair at ≥ ${SIGNAL}, as trained weights do. ${what === "k" ? "k_b reshaped instead of transposed, or its heads/elements reordered" : "v_b reshaped or its heads/elements reordered"} at conversion`, { layers: broken.map((l) => l.layer), judged: judged.length, signal: SIGNAL, broken: BROKEN, pairing: layers });
+    f.add("tensors", "error", what === "k" ? "k-b-unpaired" : "v-b-unpaired", `${tensor} does not match the rest of the attention: in ${broken.length} of ${judged.length} layers the log-norms of ${pair} no longer correlate (layer (corr): ${list}; cut ${BROKEN}) while ${other} pair at ≥ ${SIGNAL}, as trained weights do${most && broken.length * 2 < judged.length ? " and as this pair does in the other layers" : ""}. ${what === "k" ? "k_b reshaped instead of transposed, or its heads/elements reordered" : "v_b reshaped or its heads/elements reordered"} at conversion`, { layers: broken.map((l) => l.layer), judged: judged.length, signal: SIGNAL, broken: BROKEN, pairing: layers.map(({ layer, qk, vo }) => ({ layer, qk, vo })) });
   };
   report(kBroken, "k");
   report(vBroken, "v");
   const both = layers.filter((l) => l.qk < BROKEN && l.vo < BROKEN);
-  if (trained && layers.length > 0 && both.length * 2 >= layers.length && judged.length * 2 < layers.length) {
+  const mostBoth = mostPair("qk") && mostPair("vo");
+  if (both.length > 0 && ((trained && both.length * 2 >= layers.length && judged.length * 2 < layers.length) || mostBoth)) {
     const tensor = legacy ? "attn_kv_b" : "attn_k_b/attn_v_b";
-    f.add("tensors", "error", "attention-unpaired", `the model's other weights are trained, but in ${both.length} of ${layers.length} layers neither W_q/W_UK nor W_UV/attn_output pair as trained weights do (layer (q·k, v·o): ${both.map((l) => `${l.layer} (${l.qk.toFixed(2)}, ${l.vo.toFixed(2)})`).join(", ")}; cut ${BROKEN}): ${tensor} ${legacy ? "rows are in the wrong head order" : "are swapped, or in the wrong head order"}`, { layers: both.map((l) => l.layer), broken: BROKEN, pairing: layers });
+    const where = mostBoth ? ` while the other layers pair at ≥ ${SIGNAL}` : "";
+    f.add("tensors", "error", "attention-unpaired", `${mostBoth ? "" : "the model's other weights are trained, but "}in ${both.length} of ${layers.length} layers neither W_q/W_UK nor W_UV/attn_output pair as trained weights do (layer (q·k, v·o): ${both.map((l) => `${l.layer} (${l.qk.toFixed(2)}, ${l.vo.toFixed(2)})`).join(", ")}; cut ${BROKEN})${where}: ${tensor} ${legacy ? "rows are in the wrong head order" : "are swapped, or in the wrong head order"} in ${both.length === 1 ? "that layer" : "those layers"}`, { layers: both.map((l) => l.layer), broken: BROKEN, pairing: layers.map(({ layer, qk, vo }) => ({ layer, qk, vo })) });
+  }
+  // Heads reordered: judged only where heads pair at all (the median head's best partner, itself or another, pairs at
+  // ≥ SIGNAL: trained weights; random ones stay near 0).
+  const best = layers.flatMap((l) => [...l.qkHeads, ...l.voHeads].map((r) => Math.max(...r))).sort((a, b) => a - b);
+  const medianBest = best.length > 0 ? best[Math.floor(best.length / 2)]! : 0;
+  if (medianBest >= SIGNAL) {
+    for (const l of layers) {
+      const k = misassignedHeads(l.heads, l.qkHeads);
+      const v = misassignedHeads(l.heads, l.voHeads);
+      if (k.length < 2 && v.length < 2) continue;
+      const map = (x: [number, number][]): string => x.map(([i, j]) => `${i}→${j}`).join(", ");
+      const sides = [k.length >= 2 ? `W_q's head → the W_UK head its rows pair with: ${map(k)}` : "", v.length >= 2 ? `W_UV's head → the attn_output head its columns pair with: ${map(v)}` : ""].filter((x) => x !== "");
+      const tensor = legacy ? "attn_kv_b" : k.length >= 2 && v.length >= 2 ? "attn_k_b and attn_v_b" : k.length >= 2 ? "attn_k_b" : "attn_v_b";
+      f.add("tensors", "error", "attention-heads-reordered", `layer ${l.layer}: ${tensor} heads are in the wrong order — ${sides.join("; ")} (heads of this file pair at ${medianBest.toFixed(2)} (median); another head's rows beat the head's own by ≥ ${HEAD_MARGIN}). A converter wrote the heads of ${legacy ? "kv_b_proj" : "kv_b_proj's split"} in another order`, { layer: l.layer, kHeads: k, vHeads: v, medianBestPairing: medianBest });
+    }
   }
   return layers;
 }

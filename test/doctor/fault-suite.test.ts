@@ -16,7 +16,7 @@ import { DEMO_MODEL, DEMO_VARIANTS, writeDemoVariant } from "../helpers/demo-fau
 const CAUSES: Record<string, { codes: readonly string[]; message: RegExp }> = {
   "k_b-v_b-swapped": { codes: ["miscalibrated", "attention-unpaired"], message: /confidently wrong.*NLL|attn_k_b\/attn_v_b are swapped/s },
   "k_b-reshaped": { codes: ["k-b-unpaired"], message: /attn_k_b does not match.*reshaped instead of transposed/s },
-  "legacy-kv-b-head-order": { codes: ["miscalibrated", "attention-unpaired"], message: /confidently wrong.*NLL|attn_kv_b rows are in the wrong head order/s },
+  "legacy-kv-b-head-order": { codes: ["miscalibrated", "attention-unpaired", "attention-heads-reordered"], message: /confidently wrong.*NLL|attn_kv_b rows are in the wrong head order|attn_kv_b heads are in the wrong order/s },
   "rope-base-1e6": { codes: ["published-config-mismatch"], message: /rope\.freq_base = 1000000.*publishes 10000/ },
   "yarn-wrong-factor": { codes: ["published-config-mismatch"], message: /rope\.scaling\.type = yarn.*publishes none/ },
   "experts-swapped-in-gate": { codes: ["expert-mispaired"], message: /layer 2, expert [05].*expert [05]'s up/ },
@@ -25,6 +25,12 @@ const CAUSES: Record<string, { codes: readonly string[]; message: RegExp }> = {
   "q8_0-scales-shifted": { codes: ["q8-scales-misaligned"], message: /token_embd\.weight.*one block off/ },
   "exp_probs_b-dropped": { codes: ["sigmoid-without-bias", "published-config-mismatch"], message: /exp_probs_b/ },
   "softmax-gating-with-bias": { codes: ["softmax-with-bias", "published-config-mismatch"], message: /softmax/ },
+  "k_b-v_b-swapped-in-one-layer": { codes: ["attention-unpaired"], message: /in 1 of 6 layers.*layer \(q·k, v·o\): 3 .*swapped/s },
+  "legacy-kv-b-heads-1-2-exchanged": { codes: ["attention-heads-reordered"], message: /attn_kv_b heads are in the wrong order.*1→2, 2→1/s },
+  "rope-rows-half-split": { codes: ["miscalibrated"], message: /confidently wrong/ },
+  "experts-swapped-in-up": { codes: ["expert-mispaired"], message: /layer 4, expert [16]/ },
+  "gate-up-exchanged-in-shared-expert": { codes: ["gate-up-exchanged"], message: /shexp|shared/ },
+  "q8_0-scales-shifted-everywhere": { codes: ["q8-scales-misaligned"], message: /one block off/ },
 };
 /** Faults the doctor does not catch yet (docs/doctor.md, "what it cannot see"); their tests only prove the effect. */
 const NOT_CAUGHT = new Set<string>([]);

@@ -97,15 +97,40 @@ function zeroExpert(tensor: string, e: number, layers: readonly number[]): Rewri
   };
 }
 
-/** Re-encode a tensor as Q8_0, then give every 32-value block the scale of the next block (a misaligned scale array). */
-function q8ScalesShifted(name: string): Rewrite {
+/** Re-encode tensors as Q8_0, then give every 32-value block the scale of the next block (a misaligned scale array). */
+function q8ScalesShifted(which: string | ((t: RewriteTensor) => boolean)): Rewrite {
   return {
     tensors: (list) => {
-      const t = find(list, name);
-      setValues(t, values(t), GGMLType.Q8_0);
-      const blocks = t.bytes.length / 34;
-      const scales = Array.from({ length: blocks }, (_, b) => t.bytes.slice(b * 34, b * 34 + 2));
-      for (let b = 0; b < blocks; b++) t.bytes.set(scales[(b + 1) % blocks]!, b * 34);
+      for (const t of list.filter(typeof which === "string" ? (x) => x.name === which : which)) shiftQ8Scales(t);
+    },
+  };
+}
+
+function shiftQ8Scales(t: RewriteTensor): void {
+  setValues(t, values(t), GGMLType.Q8_0);
+  const blocks = t.bytes.length / 34;
+  const scales = Array.from({ length: blocks }, (_, b) => t.bytes.slice(b * 34, b * 34 + 2));
+  for (let b = 0; b < blocks; b++) t.bytes.set(scales[(b + 1) % blocks]!, b * 34);
+}
+
+/** Rope dimensions of W_q and W_kv_a stored half-split (NeoX order) while the model rotates interleaved pairs. */
+function ropeRowsHalfSplit(): Rewrite {
+  const toHalfSplit = (t: RewriteTensor, starts: readonly number[]): void => {
+    const v = values(t);
+    const K = t.ne[0]!;
+    for (const base of starts) {
+      const rows = Array.from({ length: R }, (_, i) => v.slice((base + i) * K, (base + i + 1) * K));
+      for (let i = 0; i < R / 2; i++) {
+        v.set(rows[2 * i]!, (base + i) * K);
+        v.set(rows[2 * i + 1]!, (base + R / 2 + i) * K);
+      }
+    }
+    setValues(t, v);
+  };
+  return {
+    tensors: (list) => {
+      for (const t of layerTensors(list, ".attn_q_b.weight")) toHalfSplit(t, Array.from({ length: H }, (_, h) => h * (P + R) + P));
+      for (const t of layerTensors(list, ".attn_kv_a_mqa.weight")) toHalfSplit(t, [L]);
     },
   };
 }
@@ -185,6 +210,36 @@ export const DEMO_VARIANTS: readonly DemoVariant[] = [
     },
   },
   { name: "softmax-gating-with-bias", healthy: false, edit: set("expert_gating_func", { type: GGUFValueType.UINT32, value: 1 }) },
+  // Variations of the faults above, so that no check is fitted to one instance of its fault.
+  { name: "q4_0", healthy: true, edit: requantized(GGMLType.Q4_0) },
+  { name: "q2_k", healthy: true, edit: requantized(GGMLType.Q2_K) },
+  {
+    name: "k_b-v_b-swapped-in-one-layer",
+    healthy: false,
+    edit: {
+      tensors: (list) => {
+        const kb = find(list, "blk.3.attn_k_b.weight");
+        const vb = find(list, "blk.3.attn_v_b.weight");
+        [kb.bytes, vb.bytes] = [vb.bytes, kb.bytes];
+      },
+    },
+  },
+  { name: "legacy-kv-b-heads-1-2-exchanged", healthy: false, edit: legacyLayout([0, 2, 1, 3]) },
+  { name: "rope-rows-half-split", healthy: false, edit: ropeRowsHalfSplit() },
+  { name: "experts-swapped-in-up", healthy: false, edit: swapExperts("ffn_up_exps.weight", 1, 6, [4]) },
+  {
+    name: "gate-up-exchanged-in-shared-expert",
+    healthy: false,
+    edit: {
+      tensors: (list) => {
+        for (const g of layerTensors(list, ".ffn_gate_shexp.weight")) {
+          const u = find(list, g.name.replace("gate_shexp", "up_shexp"));
+          [g.name, u.name] = [u.name, g.name];
+        }
+      },
+    },
+  },
+  { name: "q8_0-scales-shifted-everywhere", healthy: false, edit: q8ScalesShifted((t) => t.ne.length >= 2 && t.ne[0]! % 32 === 0) },
 ];
 
 export function writeDemoVariant(v: DemoVariant, dst: string): string {

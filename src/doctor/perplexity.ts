@@ -24,6 +24,11 @@ export const CALIBRATION_TEXT =
 export const TRAINED_NLL_RATIO = 0.85;
 /** NLL − H above this (nats/token) in a trained model: confidently wrong (healthy ≤ 0.09, broken ≥ 0.85 measured). */
 export const MAX_CALIBRATION_GAP = 0.3;
+/**
+ * NLL − H below this in a trained model: far less sure than it is right — logits scaled down (demo: healthy −0.07 as
+ * F16, −0.22 as Q2_K; output.weight × 0.5: −2.73).
+ */
+export const MIN_CALIBRATION_GAP = -1.0;
 
 export interface CalibrationResult {
   readonly tokens: number;
@@ -90,6 +95,8 @@ export function judgeCalibration(r: CalibrationResult, f: Findings): void {
     f.add("behaviour", "error", "calibration-non-finite", `the log-probabilities of the calibration text are not finite (${nums})`, evidence);
   } else if (r.trained && r.gap > MAX_CALIBRATION_GAP) {
     f.add("behaviour", "error", "miscalibrated", `the model knows the language of its text (NLL < ${TRAINED_NLL_RATIO}·ln V) yet is confidently wrong: ${nums}, gap ${r.gap.toFixed(3)} > ${MAX_CALIBRATION_GAP}. A healthy trained model's NLL is close to its entropy; a file fault that scrambles attention or experts (k_b/v_b swapped, heads in the wrong order, experts mixed up) breaks that`, evidence);
+  } else if (r.trained && r.gap < MIN_CALIBRATION_GAP) {
+    f.add("behaviour", "error", "underconfident", `the model knows the language of its text (NLL < ${TRAINED_NLL_RATIO}·ln V) yet spreads its predictions far wider than its errors warrant: ${nums}, gap ${r.gap.toFixed(3)} < ${MIN_CALIBRATION_GAP}. Its logits are scaled down: the output head or the final norm scaled at conversion, or a wrong logit scale`, { ...evidence, minGap: MIN_CALIBRATION_GAP });
   } else if (!r.trained) {
     f.add("behaviour", "info", "calibration-untrained", `${nums}: no better than ${TRAINED_NLL_RATIO}·ln V, as for random weights; calibration is not judged`, evidence);
   } else {

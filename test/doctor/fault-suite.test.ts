@@ -30,6 +30,7 @@ const CAUSES: Record<string, { codes: readonly string[]; message: RegExp }> = {
   "rope-rows-half-split": { codes: ["miscalibrated"], message: /confidently wrong/ },
   "experts-swapped-in-up": { codes: ["expert-mispaired"], message: /layer 4, expert [16]/ },
   "gate-up-exchanged-in-shared-expert": { codes: ["gate-up-exchanged"], message: /shexp|shared/ },
+"output-head-scaled": { codes: ["underconfident"], message: /scaled down/ },
   "q8_0-scales-shifted-everywhere": { codes: ["q8-scales-misaligned"], message: /one block off/ },
 };
 /** Faults the doctor does not catch yet (docs/doctor.md, "what it cannot see"); their tests only prove the effect. */

@@ -239,6 +239,16 @@ export const DEMO_VARIANTS: readonly DemoVariant[] = [
       },
     },
   },
+  {
+    name: "output-head-scaled",
+    healthy: false,
+    edit: {
+      tensors: (list) => {
+        const t = find(list, "output.weight");
+        setValues(t, values(t).map((x) => x * 0.5));
+      },
+    },
+  },
   { name: "q8_0-scales-shifted-everywhere", healthy: false, edit: q8ScalesShifted((t) => t.ne.length >= 2 && t.ne[0]! % 32 === 0) },
 ];
 

@@ -87,7 +87,7 @@ const LONG = [
 /** latent's prefill chunk: the long probe must span more than one */
 const LONG_MIN_TOKENS = 280;
 
-function defaultPrompts(tok: Tokenizer | undefined, nVocab: number): number[][] {
+export function defaultEndpointPrompts(tok: Tokenizer | undefined, nVocab: number): number[][] {
   if (tok === undefined) {
     const ids = (n: number, a: number): number[] => Array.from({ length: n }, (_, i) => (i * a + 11) % nVocab);
     return [ids(1, 37), ids(20, 37), ids(LONG_MIN_TOKENS + 8, 53)];
@@ -164,7 +164,7 @@ export async function checkEndpoint(o: EndpointOptions): Promise<EndpointReport>
     return id === undefined || id < 0 ? undefined : id;
   };
   const ctx: DialectContext = { call, base, origin, servedModel, topK: K, maxTokens: o.maxTokens ?? 16, byText };
-  const prompts = (o.prompts ?? defaultPrompts(tok, c.nVocab)).map((p) => [...p]);
+  const prompts = (o.prompts ?? defaultEndpointPrompts(tok, c.nVocab)).map((p) => [...p]);
 
   // Find the dialect on the sentence probe; a dialect that answers without log-probs is not one.
   const attempts: { dialect: Dialect; error: string }[] = [];
@@ -210,7 +210,7 @@ export async function checkEndpoint(o: EndpointOptions): Promise<EndpointReport>
     if (sel.length === 0) return true;
     return withinTolerance(summarize(sel)) && prompts.every((_, i) => {
       const mine = sel.filter((p) => p.seq === i);
-      return mine.length < 4 || withinTolerance(summarize(mine));
+      return mine.length < 8 || withinTolerance(summarize(mine));
     });
   };
   const prefillOk = within(isPrefill);

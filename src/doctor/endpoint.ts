@@ -17,6 +17,7 @@ import { DIALECTS, probe, type Dialect, type DialectContext, type ProbeReply } f
 import { isRecord, makeCall, tryCall } from "./endpoint/http.js";
 import { matchDecodeFaults, matchFaults } from "./endpoint/matcher.js";
 import { checkTokenization, type TokenizationReport } from "./endpoint/tokenization.js";
+import { withF32Weights } from "./endpoint/variants.js";
 
 export type { EndpointPosition } from "./endpoint/compare.js";
 export type { Dialect } from "./endpoint/dialects.js";
@@ -197,7 +198,8 @@ export async function checkEndpoint(o: EndpointOptions): Promise<EndpointReport>
 
   const seqs = prompts.map((p, i) => [...p, ...(replies[i]?.generated ?? [])]);
   const scored = replies.flatMap((r, i) => (r !== undefined ? scoredOf(i, prompts[i]!, r) : []));
-  const logits = seqs.map((s, i) => (replies[i] !== undefined && s.length > 0 ? evaluateAll(o.model, s, { path: "reference" }) : []));
+  const reference = withF32Weights(o.model);
+  const logits = seqs.map((s, i) => (replies[i] !== undefined && s.length > 0 ? evaluateAll(reference, s, { path: "reference" }) : []));
   const rows = logits.map((l) => l.map((r) => logSoftmaxRow(r)));
   const positions = compareAll((s) => rows[s]!, scored);
   const all = summarize(positions);
@@ -219,8 +221,10 @@ export async function checkEndpoint(o: EndpointOptions): Promise<EndpointReport>
   const probes = prompts.map((p, i): EndpointProbe => ({ label: LABELS[i] ?? `probe ${i}`, promptTokens: p.length, generated: replies[i]?.generated ?? [] }));
 
   // Are these log-probabilities at all?
+  let notDistributions = false;
   if (positions.length > 0) {
     const overfull = positions.filter((p) => p.returnedMass > 1.02);
+    notDistributions = overfull.length > 0;
     if (overfull.length > 0) f.add("endpoint", "error", "logprobs-not-normalized", `at ${overfull.length} of ${positions.length} positions the returned probabilities sum above 1 (up to ${Math.max(...overfull.map((p) => p.returnedMass)).toFixed(2)}): they are not normalized log-probabilities (raw logits, or a wrong temperature)`, { positions: overfull.length });
     const want = Math.min(K, c.nVocab);
     const short = positions.filter((p) => p.k < want);
@@ -231,6 +235,7 @@ export async function checkEndpoint(o: EndpointOptions): Promise<EndpointReport>
     const flatAt = -Math.log(c.nVocab) + Math.log(4);
     const flat = positions.filter((p) => p.endpointTopLogprob <= flatAt);
     if (flat.length * 2 > positions.length) {
+      notDistributions = true;
       const refTop = flat.map((p) => Math.max(...rows[p.seq]![p.pos]!));
       f.add("endpoint", "error", "logprobs-flat", `at ${flat.length} of ${positions.length} positions the endpoint's most likely returned token has probability ≤ 4/${c.nVocab}: its distributions are nearly flat (entropy near log(vocab) = ${Math.log(c.nVocab).toFixed(2)} nats), where latent's reference puts ${Math.exp(refTop.reduce((a, b) => a + b, 0) / refTop.length).toFixed(3)} (geometric mean) on its top token`, { positions: flat.length });
     }
@@ -247,13 +252,14 @@ export async function checkEndpoint(o: EndpointOptions): Promise<EndpointReport>
     f.add("endpoint", "info", verdict === "match" ? "logprobs-match" : "logprobs-close", `the endpoint agrees with latent's reference ${verdict === "match" ? "to float32 precision" : "within the same-GGUF tolerance (bf16/f16-level kernel noise)"}: ${stats}`, evidence);
   } else {
     verdict = "mismatch";
-    const input = { clean: o.model, seqs, logits, rows, scored, ...(o.matcherBudgetMs !== undefined ? { budgetMs: o.matcherBudgetMs } : {}) };
+    const input = { clean: reference, seqs, logits, rows, scored, ...(o.matcherBudgetMs !== undefined ? { budgetMs: o.matcherBudgetMs } : {}) };
     if (prefillOk && prefill.n > 0) {
       const causes = matchDecodeFaults(input, (s) => prompts[s]!.length);
       f.add("endpoint", "error", "decode-path-broken", `the server's decode path is broken, its prefill path is not: the prompt positions and the first generated token agree with latent's reference, the tokens generated after it do not — ${stats}.${causes.length > 0 ? ` Likely cause: ${causes.join("; ")}` : " Check the decode attention kernel (absorbed MLA: W_UK/W_UV, the latent cache, its output buffer)"}`, { ...evidence, causes });
     } else {
       const focus = prefill.n > 0 ? scored.filter((s) => s.group === "prompt" || s.step === 0) : scored;
-      const m = matchFaults({ ...input, scored: focus });
+      // flat or unnormalized log-probs are no model's distribution: nothing for the matcher to reproduce
+      const m = notDistributions ? { causes: [], tried: 0, outOfBudget: false, fittedScale: undefined } : matchFaults({ ...input, scored: focus });
       const worst = positions.reduce((a, b) => (b.kl > a.kl ? b : a), positions[0]!);
       const noMatch = `No known fault reproduces it${m.outOfBudget ? ` (the matcher stopped after ${m.tried} candidates)` : ""}: check the deployment's model files, dtype (fp16 overflow?), MLA backend and name mapping`;
       f.add("endpoint", "error", "logprobs-mismatch", `the endpoint's log-probs disagree with latent's reference on the same GGUF beyond the same-weights tolerance (mean KL ≤ ${TOLERANCE.meanKL}, mean |Δ logprob| ≤ ${TOLERANCE.meanGap}): ${stats}; worst at position ${worst.pos} of the ${probes[worst.seq]?.label ?? ""} probe (KL ${worst.kl.toExponential(2)}). ${m.causes.length > 0 ? `Likely cause: ${m.causes.join("; ")}` : noMatch}`, { ...evidence, causes: m.causes, worst, fittedScale: m.fittedScale, matcherTried: m.tried });

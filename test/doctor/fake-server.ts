@@ -10,6 +10,7 @@ import type { Tokenizer } from "../../src/tokenizer/index.js";
 import { logSoftmaxRow } from "../../src/engine/evaluate.js";
 import { LatentCache } from "../../src/engine/latent-cache.js";
 import { topLogprobs } from "../../src/engine/logprobs.js";
+import { withF32Weights } from "../../src/doctor/endpoint/variants.js";
 
 export type FakeDialect = "vllm" | "sglang" | "sglang-openai" | "llama-server" | "echo" | "greedy";
 
@@ -41,6 +42,7 @@ interface Run {
 }
 
 const runs = new WeakMap<DeepSeek2, Map<string, Run>>();
+const f32Models = new WeakMap<DeepSeek2, DeepSeek2>();
 
 /** Prefill the prompt in chunks over a cache, then decode `n` greedy tokens one at a time (memoized per model). */
 function run(model: DeepSeek2, prompt: readonly number[], n: number, scale: number): Run {
@@ -50,10 +52,13 @@ function run(model: DeepSeek2, prompt: readonly number[], n: number, scale: numb
   const hit = memo.get(key);
   if (hit !== undefined) return hit;
   const V = model.config.nVocab;
+  // same numbers as the F16 model (F16 → F32 is exact), read without dequantizing every row
+  let fast = f32Models.get(model);
+  if (fast === undefined) f32Models.set(model, (fast = withF32Weights(model)));
   const rowsOf = (l: Float32Array): Float64Array[] => Array.from({ length: l.length / V }, (_, i) => logSoftmaxRow(l.subarray(i * V, (i + 1) * V).map((x) => x * scale)));
   const cache = new LatentCache(model.config);
   const rows: Float64Array[] = [];
-  for (let i = 0; i < prompt.length; i += 256) rows.push(...rowsOf(model.forward(prompt.slice(i, i + 256), cache, { path: "prefill", logits: "all" })));
+  for (let i = 0; i < prompt.length; i += 256) rows.push(...rowsOf(fast.forward(prompt.slice(i, i + 256), cache, { path: "prefill", logits: "all" })));
   const generated: number[] = [];
   const genRows: Float64Array[] = [];
   let row = rows[rows.length - 1]!;
@@ -61,7 +66,7 @@ function run(model: DeepSeek2, prompt: readonly number[], n: number, scale: numb
     const next = topLogprobs(row, 1)[0]![0];
     generated.push(next);
     genRows.push(row);
-    if (j + 1 < n) row = rowsOf(model.forward([next], cache, { path: "decode", logits: "all" }))[0]!;
+    if (j + 1 < n) row = rowsOf(fast.forward([next], cache, { path: "decode", logits: "all" }))[0]!;
   }
   const r = { prompt: rows, generated, genRows };
   memo.set(key, r);

@@ -8,8 +8,8 @@ import { evaluateAll, logSoftmaxRow } from "../../engine/evaluate.js";
 import { LatentCache } from "../../engine/latent-cache.js";
 import type { DeepSeek2 } from "../../model/deepseek2.js";
 import { withFaults, type Faults } from "../../model/faults.js";
-import { compareAll, formatSummary, summarize, withinTolerance, type Scored } from "./compare.js";
-import { moeLayers, withExpertZeroed, withKvBSwapped, withRopeBase } from "./variants.js";
+import { compareAll, comparePosition, formatSummary, summarize, withinTolerance, type Scored } from "./compare.js";
+import { moeLayers, withExpertZeroed, withF32Weights, withKvBSwapped, withRopeBase } from "./variants.js";
 
 export interface MatchInput {
   readonly clean: DeepSeek2;
@@ -36,26 +36,21 @@ export interface MatchResult {
 interface Candidate {
   readonly label: string;
   readonly build: () => DeepSeek2 | undefined;
-  /** stop after the first hit of this family (one expert zeroed: the first that fits) */
-  readonly family?: string;
 }
 
 /** Golden-section search of logits × t (log t in [−1.6, 1.6]) for the best mean KL. */
 function fitScale(input: MatchInput): number | undefined {
-  const scored = input.scored;
-  if (scored.length === 0) return undefined;
-  const cache = new Map<number, readonly Float64Array[]>();
-  const rowsAt = (t: number) => (seq: number): readonly Float64Array[] => {
-    let r = cache.get(seq);
-    if (r === undefined) {
-      r = input.logits[seq]!.map((l) => logSoftmaxRow(l.map((x) => x * t)));
-      cache.set(seq, r);
-    }
-    return r;
-  };
+  // an even sample of at most 96 positions keeps the 30 evaluations cheap
+  const every = Math.max(1, Math.ceil(input.scored.length / 96));
+  const pairs = input.scored.filter((_, i) => i % every === 0).flatMap((s) => {
+    const l = input.logits[s.seq]?.[s.pos];
+    return l !== undefined ? [{ s, l }] : [];
+  });
+  if (pairs.length === 0) return undefined;
   const loss = (lt: number): number => {
-    cache.clear();
-    return summarize(compareAll(rowsAt(Math.exp(lt)), scored)).meanKL;
+    const t = Math.exp(lt);
+    const p = pairs.flatMap(({ s, l }) => comparePosition(logSoftmaxRow(l.map((x) => x * t)), s) ?? []);
+    return summarize(p).meanKL;
   };
   let a = -1.6;
   let b = 1.6;
@@ -92,10 +87,10 @@ function candidates(clean: DeepSeek2): Candidate[] {
   if (c.qkNope === c.vHead) out.push({ label: "attn_k_b and attn_v_b swapped (W_UK used as W_UV and the reverse)", build: () => withKvBSwapped(clean) });
   const base = c.ropeBase;
   const bases = [...new Set([1e4, 5e4, 1e5, 5e5, 1e6, 1e7, base * 10, base / 10, base * 2, base / 2])].filter((b) => Math.abs(b / base - 1) > 0.01);
-  for (const b of bases) out.push({ label: `RoPE base ${b} instead of the file's ${base} (rope.freq_base)`, build: () => withRopeBase(clean, b), family: "rope" });
+  for (const b of bases) out.push({ label: `RoPE base ${b} instead of the file's ${base} (rope.freq_base)`, build: () => withRopeBase(clean, b) });
   if (hasMoe) {
-    for (let e = 0; e < c.nExpert; e++) out.push({ label: `expert ${e} zeroed in every MoE layer`, build: () => withExpertZeroed(clean, e), family: "expert" });
-    for (const il of moeLayers(clean)) for (let e = 0; e < c.nExpert; e++) out.push({ label: `expert ${e} of layer ${il} zeroed (missing or unloaded ffn_*_exps slice)`, build: () => withExpertZeroed(clean, e, il), family: "expert" });
+    for (let e = 0; e < c.nExpert; e++) out.push({ label: `expert ${e} zeroed in every MoE layer`, build: () => withExpertZeroed(clean, e) });
+    for (const il of moeLayers(clean)) for (let e = 0; e < c.nExpert; e++) out.push({ label: `expert ${e} of layer ${il} zeroed (missing or unloaded ffn_*_exps slice)`, build: () => withExpertZeroed(clean, e, il) });
   }
   return out;
 }
@@ -134,11 +129,9 @@ export function matchFaults(input: MatchInput): MatchResult {
   const budget = input.budgetMs ?? 20_000;
   let tried = 0;
   let outOfBudget = false;
-  const hitFamilies = new Set<string>();
   if (window !== undefined && causes.length === 0) {
     const tokens = input.seqs[window.seq]!.slice(0, window.len);
-    for (const cand of candidates(input.clean)) {
-      if (cand.family !== undefined && hitFamilies.has(cand.family)) continue;
+    for (const cand of candidates(withF32Weights(input.clean))) {
       if (performance.now() - t0 > budget) {
         outOfBudget = true;
         break;
@@ -155,7 +148,7 @@ export function matchFaults(input: MatchInput): MatchResult {
       const s = summarize(compareAll(() => sim, window.scored));
       if (withinTolerance(s)) {
         causes.push(`the log-probs match latent with a simulated fault — ${cand.label} (${formatSummary(s)})`);
-        if (cand.family !== undefined) hitFamilies.add(cand.family);
+        break;
       }
     }
   }

@@ -29,6 +29,8 @@ export interface EndpointProbe {
   readonly label: string;
   readonly promptTokens: number;
   readonly generated: readonly number[];
+  /** the dialect this probe was answered in (a probe can fall back from the endpoint's main one) */
+  readonly dialect?: Dialect;
 }
 
 export interface EndpointReport {
@@ -189,11 +191,22 @@ export async function checkEndpoint(o: EndpointOptions): Promise<EndpointReport>
     f.add("endpoint", "error", "no-logprobs", `${base} gave no usable log-probs in any dialect (${attempts.map((a) => `${a.dialect}: ${a.error}`).join("; ")}): the endpoint cannot be compared with the reference`, { attempts });
     return { ...empty, reachable: true, health, models, servedModel, tokenization, attempts };
   }
+  // The other probes in the same dialect; one that fails there (e.g. no prompt_logprobs for a 1-token prompt) falls
+  // back to the dialects after it.
+  const usedDialect: (Dialect | undefined)[] = prompts.map((_, i) => (i === first ? dialect : undefined));
   for (let i = 0; i < prompts.length; i++) {
     if (replies[i] !== undefined) continue;
-    const r = await probe(dialect, ctx, { ids: prompts[i]! });
-    if (typeof r === "string") f.add("endpoint", "warning", "probe-failed", `the ${LABELS[i] ?? `#${i}`} probe (${prompts[i]!.length} tokens) failed in the ${dialect} dialect: ${r}`);
-    else replies[i] = r;
+    const errors: string[] = [];
+    for (const d of DIALECTS.slice(DIALECTS.indexOf(dialect))) {
+      const r = await probe(d, ctx, { ids: prompts[i]! });
+      if (typeof r !== "string" && (r.prompt !== undefined || r.generated.length > 0)) {
+        replies[i] = r;
+        usedDialect[i] = d;
+        break;
+      }
+      errors.push(`${d}: ${typeof r === "string" ? r : "no log-probs in the reply"}`);
+    }
+    if (replies[i] === undefined) f.add("endpoint", "warning", "probe-failed", `the ${LABELS[i] ?? `#${i}`} probe (${prompts[i]!.length} tokens) failed in every dialect from ${dialect} on: ${errors.join("; ")}`);
   }
 
   const seqs = prompts.map((p, i) => [...p, ...(replies[i]?.generated ?? [])]);
@@ -218,7 +231,7 @@ export async function checkEndpoint(o: EndpointOptions): Promise<EndpointReport>
   const prefillOk = within(isPrefill);
   const decodeOk = within((p) => !isPrefill(p));
   const mode = modeOf(dialect);
-  const probes = prompts.map((p, i): EndpointProbe => ({ label: LABELS[i] ?? `probe ${i}`, promptTokens: p.length, generated: replies[i]?.generated ?? [] }));
+  const probes = prompts.map((p, i): EndpointProbe => ({ label: LABELS[i] ?? `probe ${i}`, promptTokens: p.length, generated: replies[i]?.generated ?? [], ...(usedDialect[i] !== undefined ? { dialect: usedDialect[i] } : {}) }));
 
   // Are these log-probabilities at all?
   let notDistributions = false;

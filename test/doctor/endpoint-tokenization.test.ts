@@ -1,0 +1,39 @@
+// Tokenization parity through the text path: servers without /tokenize whose text path drops the BOS (their
+// token-id prompts are fine, so the log-probs alone look healthy) are caught by sending text and reading back the
+// tokens the server used — echoed tokens (vLLM), SGLang's input_token_logprobs, or only usage.prompt_tokens.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { runDoctor } from "../../src/doctor/index.js";
+import { loadModel } from "../../src/model/load.js";
+import { Tokenizer } from "../../src/tokenizer/index.js";
+import { startFakeServer, type FakeDialect } from "./fake-server.js";
+
+const DEMO = "models/latent-demo-kjv.gguf";
+const { model, file } = loadModel(DEMO);
+const tokenizer = Tokenizer.fromMetadata(file.metadata);
+
+const cases: { mode: FakeDialect; via: string; message: RegExp }[] = [
+  { mode: "vllm", via: "text", message: /omits the BOS/ },
+  { mode: "sglang", via: "text", message: /omits the BOS/ },
+  { mode: "greedy", via: "count", message: /one fewer.*BOS/ },
+];
+
+for (const c of cases) {
+  test(`${c.mode} without /tokenize, text path drops BOS: tokenization error (${c.via}), exit 1`, async () => {
+    const s = await startFakeServer({ model, tokenizer, mode: c.mode, noTokenize: true, textDropsBos: true });
+    try {
+      const r = await runDoctor({ model: DEMO, endpoint: s.url });
+      assert.equal(r.exitCode, 1, JSON.stringify(r.findings));
+      const f = r.findings.find((x) => x.code === "tokenization");
+      assert.ok(f, JSON.stringify(r.findings));
+      assert.equal(f.severity, "error");
+      assert.match(f.message, c.message);
+      assert.equal(r.endpoint!.tokenization!.via, c.via);
+      assert.equal(r.endpoint!.tokenization!.mismatches, r.endpoint!.tokenization!.checked);
+      // the token-id path is healthy: only the tokenization is blamed
+      assert.equal(r.endpoint!.verdict, "match");
+    } finally {
+      await s.close();
+    }
+  });
+}

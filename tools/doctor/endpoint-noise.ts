@@ -45,7 +45,7 @@ function measure(label: string, rows: (seq: number) => readonly Float64Array[]):
     for (let pos = 0; pos + 1 < s.length; pos++) {
       const row = r[pos]!;
       const next = s[pos + 1]!;
-      scored.push({ pos, group: "prompt", step: undefined, seq, top: new Map(topLogprobs(row, K)), returned: K, next, nextLogprob: row[next] });
+      scored.push({ pos, group: "prompt", step: undefined, seq, top: new Map(topLogprobs(row, K)), returned: K, unmapped: 0, next, nextLogprob: row[next] });
     }
   });
   const positions = compareAll((seq) => ref[seq]!, scored);

@@ -18,6 +18,8 @@ export interface Scored {
   readonly top: ReadonlyMap<number, number>;
   /** how many alternatives the endpoint returned (mapped or not) */
   readonly returned: number;
+  /** returned alternatives that map to no single id (ambiguous token texts) */
+  readonly unmapped: number;
   readonly next: number | undefined;
   readonly nextLogprob: number | undefined;
 }
@@ -33,6 +35,8 @@ export interface EndpointPosition {
   readonly endpointLogprob: number | undefined;
   /** entries the endpoint returned */
   readonly k: number;
+  /** of them, entries whose token text maps to no single id */
+  readonly unmapped: number;
   readonly group: "prompt" | "generated";
   readonly step: number | undefined;
   readonly seq: number;
@@ -91,12 +95,13 @@ export function comparePosition(ref: Float64Array, s: Scored): EndpointPosition 
   let epTopLp = -Infinity;
   for (const [id, lq] of top) if (lq > epTopLp) [epTop, epTopLp] = [id, lq];
   // a near tie in the reference is not a disagreement
-  const top1Match = epTop === refTop || ref[refTop]! - ref[epTop]! < 1e-3;
+  // (a reference top-1 whose text could not be mapped is no evidence either way)
+  const top1Match = epTop === refTop || ref[refTop]! - ref[epTop]! < 1e-3 || (s.unmapped > 0 && !top.has(refTop));
   const refLogprob = s.next !== undefined ? ref[s.next] : undefined;
   const gap = refLogprob !== undefined && s.nextLogprob !== undefined ? Math.abs(refLogprob - s.nextLogprob) : undefined;
   return {
     pos: s.pos, next: s.next, kl: Number.isFinite(kl) ? Math.max(0, kl) : Infinity, top1Match, refLogprob, endpointLogprob: s.nextLogprob,
-    k: s.returned, group: s.group, step: s.step, seq: s.seq, actualGap: gap, returnedMass: qSum, endpointTopLogprob: epTopLp,
+    k: s.returned, unmapped: s.unmapped, group: s.group, step: s.step, seq: s.seq, actualGap: gap, returnedMass: qSum, endpointTopLogprob: epTopLp,
   };
 }
 

@@ -23,6 +23,8 @@ export interface Entry {
   readonly top: Map<number, number>;
   /** alternatives returned, mapped to ids or not */
   readonly returned: number;
+  /** alternatives whose token text could not be mapped to one id (entries keyed by an ambiguous text also collapse) */
+  readonly unmapped: number;
   readonly actual: number | undefined;
   readonly actualLogprob: number | undefined;
 }
@@ -33,6 +35,8 @@ export interface ProbeReply {
   /** generated ids (cut at the first one that cannot be mapped to an id) and the entry each was drawn from */
   readonly generated: readonly number[];
   readonly genEntries: readonly Entry[];
+  /** generated tokens left out from the first whose text maps to no single id */
+  readonly unmappedGenerated: number;
   /** the prompt tokens as the server reports it used them (echo, input logprobs), when it says */
   readonly promptTokens: readonly number[] | undefined;
   /** the prompt's token count as the server reports it (usage.prompt_tokens, meta_info.prompt_tokens, tokens_evaluated) */
@@ -60,7 +64,7 @@ function idOf(key: string, ctx: DialectContext, numericKeys: boolean): number | 
 }
 
 /** Alternatives in any of the shapes: {key: logprob | {logprob}}, [{id|token_id, token, logprob}], [[logprob, id, text]]. */
-function alternatives(x: unknown, ctx: DialectContext, numericKeys: boolean): { top: Map<number, number>; returned: number } {
+function alternatives(x: unknown, ctx: DialectContext, numericKeys: boolean): { top: Map<number, number>; returned: number; unmapped: number } {
   const top = new Map<number, number>();
   let returned = 0;
   if (isRecord(x)) {
@@ -84,7 +88,7 @@ function alternatives(x: unknown, ctx: DialectContext, numericKeys: boolean): { 
       }
     }
   }
-  return { top, returned };
+  return { top, returned, unmapped: returned - top.size };
 }
 
 function tokenId(t: unknown, ctx: DialectContext): number | undefined {
@@ -100,10 +104,10 @@ function completionLogprobs(lp: unknown, ctx: DialectContext, from = 0): { ids: 
   const entries: Entry[] = [];
   for (let i = from; i < lp.tokens.length; i++) {
     const id = tokenId(lp.tokens[i], ctx);
-    const { top, returned } = alternatives(lp.top_logprobs[i], ctx, false);
+    const alt = alternatives(lp.top_logprobs[i], ctx, false);
     const given = Array.isArray(lp.token_logprobs) ? num(lp.token_logprobs[i]) : undefined;
     ids.push(id);
-    entries.push({ top, returned, actual: id, actualLogprob: given });
+    entries.push({ ...alt, actual: id, actualLogprob: given });
   }
   return { ids, entries };
 }
@@ -113,19 +117,19 @@ function contentEntries(content: readonly unknown[], ctx: DialectContext): { ids
   const entries: Entry[] = [];
   for (const e of content) {
     const id = isRecord(e) ? num(e.id) ?? tokenId(e.token, ctx) : undefined;
-    const { top, returned } = alternatives(isRecord(e) ? e.top_logprobs : undefined, ctx, false);
+    const alt = alternatives(isRecord(e) ? e.top_logprobs : undefined, ctx, false);
     ids.push(id);
-    entries.push({ top, returned, actual: id, actualLogprob: isRecord(e) ? num(e.logprob) : undefined });
+    entries.push({ ...alt, actual: id, actualLogprob: isRecord(e) ? num(e.logprob) : undefined });
   }
   return { ids, entries };
 }
 
 /** Generated ids up to the first unmappable one, with their entries. */
-function generatedOf(g: { ids: (number | undefined)[]; entries: Entry[] } | undefined): { generated: number[]; genEntries: Entry[] } {
-  if (g === undefined) return { generated: [], genEntries: [] };
+function generatedOf(g: { ids: (number | undefined)[]; entries: Entry[] } | undefined): { generated: number[]; genEntries: Entry[]; unmappedGenerated: number } {
+  if (g === undefined) return { generated: [], genEntries: [], unmappedGenerated: 0 };
   const cut = g.ids.findIndex((x) => x === undefined);
   const n = cut === -1 ? g.ids.length : cut;
-  return { generated: g.ids.slice(0, n) as number[], genEntries: g.entries.slice(0, n) };
+  return { generated: g.ids.slice(0, n) as number[], genEntries: g.entries.slice(0, n), unmappedGenerated: g.ids.length - n };
 }
 
 function firstChoice(json: unknown): Record<string, unknown> | undefined {
@@ -152,11 +156,11 @@ export async function probe(d: Dialect, ctx: DialectContext, prompt: Prompt): Pr
     const ids = "ids" in prompt ? prompt.ids : undefined;
     const entries = c.prompt_logprobs.map((e, i): Entry | undefined => {
       if (i === 0 || e === null) return undefined;
-      const { top, returned } = alternatives(e, ctx, true);
+      const { top, returned, unmapped } = alternatives(e, ctx, true);
       const actual = ids?.[i];
       // vLLM adds the actual token to the top-k: one extra entry when it is not among them
       const extra = actual !== undefined && top.has(actual) && returned > K ? 1 : 0;
-      return { top, returned: returned - extra, actual, actualLogprob: actual !== undefined ? top.get(actual) : undefined };
+      return { top, returned: returned - extra, unmapped, actual, actualLogprob: actual !== undefined ? top.get(actual) : undefined };
     });
     if (n !== undefined && entries.length !== n) return `prompt_logprobs has ${entries.length} entries for ${n} prompt tokens`;
     return { prompt: entries, ...generatedOf(completionLogprobs(c.logprobs, ctx)), promptTokens: undefined, promptCount: usagePrompt(r.json) };
@@ -177,8 +181,7 @@ export async function probe(d: Dialect, ctx: DialectContext, prompt: Prompt): Pr
     if (promptTokens.some((t) => t === undefined)) return "input_token_logprobs without token ids";
     const entries = inTok.map((t, i): Entry | undefined => {
       if (i === 0 || !Array.isArray(t)) return undefined;
-      const { top, returned } = alternatives(inTop[i], ctx, false);
-      return { top, returned, actual: num(t[1]), actualLogprob: num(t[0]) };
+      return { ...alternatives(inTop[i], ctx, false), actual: num(t[1]), actualLogprob: num(t[0]) };
     });
     if (n !== undefined && entries.length !== n) return `input_token_logprobs has ${entries.length} entries for ${n} prompt tokens`;
     const outTok = Array.isArray(meta.output_token_logprobs) ? meta.output_token_logprobs : [];

@@ -35,8 +35,8 @@ test("log-probs of 0.9 × logits (SGLang native): error, temperature named", asy
   assert.ok(Math.abs(scale - 0.9) < 0.01, String(scale));
 });
 
-test("wrong RoPE base (vLLM): error, base named", async () => {
-  await mismatch({ mode: "vllm", model: withRopeBase(model, 50_000) }, /RoPE base 50000 instead of the file's 10000/);
+test("wrong RoPE base off the candidate grid (vLLM): error, fitted base named", async () => {
+  await mismatch({ mode: "vllm", model: withRopeBase(model, 40_000) }, /RoPE base ≈ 40000 \(fitted\) instead of the file.s 10000/);
 });
 
 test("one expert zeroed (vLLM): error, expert and layer named", async () => {

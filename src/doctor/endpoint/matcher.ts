@@ -8,7 +8,7 @@ import { evaluateAll, logSoftmaxRow } from "../../engine/evaluate.js";
 import { LatentCache } from "../../engine/latent-cache.js";
 import type { DeepSeek2 } from "../../model/deepseek2.js";
 import { withFaults, type Faults } from "../../model/faults.js";
-import { compareAll, comparePosition, formatSummary, summarize, withinTolerance, type Scored } from "./compare.js";
+import { compareAll, comparePosition, formatSummary, summarize, withinTolerance, type Scored, type Summary } from "./compare.js";
 import { moeLayers, withExpertZeroed, withF32Weights, withKvBSwapped, withRopeBase } from "./variants.js";
 
 export interface MatchInput {
@@ -36,6 +36,8 @@ export interface MatchResult {
 interface Candidate {
   readonly label: string;
   readonly build: () => DeepSeek2 | undefined;
+  /** the RoPE base a RoPE candidate runs with (the best one is refined off the grid) */
+  readonly ropeBase?: number;
 }
 
 /** Golden-section search of logits × t (log t in [−1.6, 1.6]) for the best mean KL. */
@@ -87,7 +89,7 @@ function candidates(clean: DeepSeek2): Candidate[] {
   if (c.qkNope === c.vHead) out.push({ label: "attn_k_b and attn_v_b swapped (W_UK used as W_UV and the reverse)", build: () => withKvBSwapped(clean) });
   const base = c.ropeBase;
   const bases = [...new Set([1e4, 5e4, 1e5, 5e5, 1e6, 1e7, base * 10, base / 10, base * 2, base / 2])].filter((b) => Math.abs(b / base - 1) > 0.01);
-  for (const b of bases) out.push({ label: `RoPE base ${b} instead of the file's ${base} (rope.freq_base)`, build: () => withRopeBase(clean, b) });
+  for (const b of bases) out.push({ label: `RoPE base ${b} instead of the file's ${base} (rope.freq_base)`, build: () => withRopeBase(clean, b), ropeBase: b });
   if (hasMoe) {
     for (let e = 0; e < c.nExpert; e++) out.push({ label: `expert ${e} zeroed in every MoE layer`, build: () => withExpertZeroed(clean, e) });
     for (const il of moeLayers(clean)) for (let e = 0; e < c.nExpert; e++) out.push({ label: `expert ${e} of layer ${il} zeroed (missing or unloaded ffn_*_exps slice)`, build: () => withExpertZeroed(clean, e, il) });
@@ -131,28 +133,70 @@ export function matchFaults(input: MatchInput): MatchResult {
   let outOfBudget = false;
   if (window !== undefined && causes.length === 0) {
     const tokens = input.seqs[window.seq]!.slice(0, window.len);
-    for (const cand of candidates(withF32Weights(input.clean))) {
+    const clean = withF32Weights(input.clean);
+    const simulate = (m: DeepSeek2): Summary => {
+      const sim = evaluateAll(m, tokens, { path: "reference" }).map((r) => logSoftmaxRow(r));
+      return summarize(compareAll(() => sim, window.scored));
+    };
+    let bestRope: { base: number; kl: number } | undefined;
+    for (const cand of candidates(clean)) {
       if (performance.now() - t0 > budget) {
         outOfBudget = true;
         break;
       }
-      let sim: Float64Array[];
+      let s: Summary;
       try {
         const m = cand.build();
         if (m === undefined) continue;
-        sim = evaluateAll(m, tokens, { path: "reference" }).map((r) => logSoftmaxRow(r));
+        s = simulate(m);
       } catch {
         continue;
       }
       tried++;
-      const s = summarize(compareAll(() => sim, window.scored));
+      if (cand.ropeBase !== undefined && (bestRope === undefined || s.meanKL < bestRope.kl)) bestRope = { base: cand.ropeBase, kl: s.meanKL };
       if (withinTolerance(s)) {
         causes.push(`the log-probs match latent with a simulated fault — ${cand.label} (${formatSummary(s)})`);
         break;
       }
     }
+    // A RoPE base off the grid: when the best grid base halves the clean disagreement, fit log(base) around it.
+    const cleanKL = summarize(compareAll(rows, window.scored)).meanKL;
+    if (causes.length === 0 && !outOfBudget && bestRope !== undefined && bestRope.kl < cleanKL / 2) {
+      const fit = fitRopeBase(bestRope.base, (b) => simulate(withRopeBase(clean, b)).meanKL);
+      tried += fit.evaluations;
+      const s = simulate(withRopeBase(clean, fit.base));
+      if (withinTolerance(s)) causes.push(`the log-probs match latent with a simulated fault — RoPE base ≈ ${Number(fit.base.toPrecision(2))} (fitted) instead of the file's ${input.clean.config.ropeBase} (rope.freq_base) (${formatSummary(s)})`);
+    }
   }
   return { causes, tried, outOfBudget, fittedScale: t };
+}
+
+/** Golden-section search of log(base) within a factor 2.5 of `start`. */
+function fitRopeBase(start: number, loss: (base: number) => number): { base: number; evaluations: number } {
+  let a = Math.log(start / 2.5);
+  let b = Math.log(start * 2.5);
+  const g = (Math.sqrt(5) - 1) / 2;
+  let c = b - g * (b - a);
+  let d = a + g * (b - a);
+  let fc = loss(Math.exp(c));
+  let fd = loss(Math.exp(d));
+  const steps = 14;
+  for (let i = 0; i < steps; i++) {
+    if (fc < fd) {
+      b = d;
+      d = c;
+      fd = fc;
+      c = b - g * (b - a);
+      fc = loss(Math.exp(c));
+    } else {
+      a = c;
+      c = d;
+      fc = fd;
+      d = a + g * (b - a);
+      fd = loss(Math.exp(d));
+    }
+  }
+  return { base: Math.exp((a + b) / 2), evaluations: steps + 2 };
 }
 
 /** Decode-path candidates: the prompt prefilled clean, the generated tokens decoded on a faulted decode path. */

@@ -1,10 +1,9 @@
 // Servers off by a little on the same GGUF (demo model): log-probs of 0.9 × logits, a wrong RoPE base, one expert
-// zeroed, k_b/v_b swapped, prompt_logprobs off by one. Each is an error beyond the same-weights tolerance, with the
-// cause named by the known-fault matcher; same-weights bf16-level noise stays healthy.
+// zeroed. Each is an error beyond the same-weights tolerance, with the cause named by the known-fault matcher.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { runDoctor } from "../../src/doctor/index.js";
-import { withExpertZeroed, withKvBSwapped, withRopeBase } from "../../src/doctor/endpoint/variants.js";
+import { withExpertZeroed, withRopeBase } from "../../src/doctor/endpoint/variants.js";
 import { loadModel } from "../../src/model/load.js";
 import { Tokenizer } from "../../src/tokenizer/index.js";
 import { startFakeServer, type FakeServerOptions } from "./fake-server.js";
@@ -41,12 +40,4 @@ test("wrong RoPE base off the candidate grid (vLLM): error, fitted base named", 
 
 test("one expert zeroed (vLLM): error, expert and layer named", async () => {
   await mismatch({ mode: "vllm", model: withExpertZeroed(model, 5, 3) }, /expert 5 of layer 3 zeroed/);
-});
-
-test("attn_k_b / attn_v_b swapped (echo): error, swap named", async () => {
-  await mismatch({ mode: "echo", model: withKvBSwapped(model)! }, /attn_k_b and attn_v_b swapped/);
-});
-
-test("prompt_logprobs off by one position (vLLM): error, off-by-one named", async () => {
-  await mismatch({ mode: "vllm", offByOne: true }, /off by one/);
 });

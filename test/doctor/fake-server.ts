@@ -5,7 +5,8 @@
 // with only the actual token, a /tokenize with BOS twice, a text path that drops BOS.
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
-import type { DeepSeek2 } from "../../src/model/deepseek2.js";
+import type { DeepSeek2, Trace } from "../../src/model/deepseek2.js";
+import { bf16ToF32, f32ToBF16 } from "../../src/quant/f16.js";
 import type { Tokenizer } from "../../src/tokenizer/index.js";
 import { logSoftmaxRow } from "../../src/engine/evaluate.js";
 import { LatentCache } from "../../src/engine/latent-cache.js";
@@ -31,6 +32,8 @@ export interface FakeServerOptions {
   readonly noTokenize?: boolean;
   /** text prompts are tokenized without the BOS (token-id prompts are unaffected) */
   readonly textDropsBos?: boolean;
+  /** a correct bf16 server: activations (matmul inputs, residual stream) and logits rounded through bf16 */
+  readonly bf16?: boolean;
 }
 
 interface Run {
@@ -45,20 +48,26 @@ const runs = new WeakMap<DeepSeek2, Map<string, Run>>();
 const f32Models = new WeakMap<DeepSeek2, DeepSeek2>();
 
 /** Prefill the prompt in chunks over a cache, then decode `n` greedy tokens one at a time (memoized per model). */
-function run(model: DeepSeek2, prompt: readonly number[], n: number, scale: number): Run {
+const bf16 = (x: number): number => bf16ToF32(f32ToBF16(x));
+const roundActivations: Trace = (_il, stage, rows) => {
+  if (stage === "attn_norm" || stage === "ffn_norm" || stage === "residual" || stage === "output_norm") for (let i = 0; i < rows.length; i++) rows[i] = bf16(rows[i]!);
+};
+
+function run(model: DeepSeek2, prompt: readonly number[], n: number, scale: number, lowPrecision: boolean): Run {
   let memo = runs.get(model);
   if (memo === undefined) runs.set(model, (memo = new Map()));
-  const key = `${scale}|${n}|${prompt.join(",")}`;
+  const key = `${scale}|${n}|${lowPrecision}|${prompt.join(",")}`;
   const hit = memo.get(key);
   if (hit !== undefined) return hit;
   const V = model.config.nVocab;
   // same numbers as the F16 model (F16 → F32 is exact), read without dequantizing every row
   let fast = f32Models.get(model);
   if (fast === undefined) f32Models.set(model, (fast = withF32Weights(model)));
-  const rowsOf = (l: Float32Array): Float64Array[] => Array.from({ length: l.length / V }, (_, i) => logSoftmaxRow(l.subarray(i * V, (i + 1) * V).map((x) => x * scale)));
+  const rowsOf = (l: Float32Array): Float64Array[] => Array.from({ length: l.length / V }, (_, i) => logSoftmaxRow(l.subarray(i * V, (i + 1) * V).map((x) => (lowPrecision ? bf16(x) : x) * scale)));
+  const trace = lowPrecision ? { trace: roundActivations } : {};
   const cache = new LatentCache(model.config);
   const rows: Float64Array[] = [];
-  for (let i = 0; i < prompt.length; i += 256) rows.push(...rowsOf(fast.forward(prompt.slice(i, i + 256), cache, { path: "prefill", logits: "all" })));
+  for (let i = 0; i < prompt.length; i += 256) rows.push(...rowsOf(fast.forward(prompt.slice(i, i + 256), cache, { path: "prefill", logits: "all", ...trace })));
   const generated: number[] = [];
   const genRows: Float64Array[] = [];
   let row = rows[rows.length - 1]!;
@@ -66,7 +75,7 @@ function run(model: DeepSeek2, prompt: readonly number[], n: number, scale: numb
     const next = topLogprobs(row, 1)[0]![0];
     generated.push(next);
     genRows.push(row);
-    if (j + 1 < n) row = rowsOf(fast.forward([next], cache, { path: "decode", logits: "all" }))[0]!;
+    if (j + 1 < n) row = rowsOf(fast.forward([next], cache, { path: "decode", logits: "all", ...trace }))[0]!;
   }
   const r = { prompt: rows, generated, genRows };
   memo.set(key, r);
@@ -116,7 +125,7 @@ export async function startFakeServer(o: FakeServerOptions): Promise<{ url: stri
     const p = promptOf(b.prompt);
     const n = Number(b.max_tokens ?? 16);
     const k = Number(b.logprobs ?? 0);
-    const r = run(o.model, p, n, scale);
+    const r = run(o.model, p, n, scale, o.bf16 === true);
     const rows = promptRows(r);
     const asIds = b.return_tokens_as_token_ids === true && o.mode === "vllm";
     const genPairs = r.generated.map((id, j) => ({ row: r.genRows[j]!, id }));
@@ -152,7 +161,7 @@ export async function startFakeServer(o: FakeServerOptions): Promise<{ url: stri
   const generate = (b: Record<string, unknown>, res: ServerResponse): void => {
     const p = Array.isArray(b.input_ids) ? (b.input_ids as number[]) : textIds(String(b.text ?? ""));
     const sp = (b.sampling_params ?? {}) as Record<string, unknown>;
-    const r = run(o.model, p, Number(sp.max_new_tokens ?? 128), scale);
+    const r = run(o.model, p, Number(sp.max_new_tokens ?? 128), scale, o.bf16 === true);
     const rows = promptRows(r);
     const k = Number(b.top_logprobs_num ?? 0);
     const withText = b.return_text_in_logprobs === true;
@@ -172,7 +181,7 @@ export async function startFakeServer(o: FakeServerOptions): Promise<{ url: stri
 
   const llamaCompletion = (b: Record<string, unknown>, res: ServerResponse): void => {
     const p = promptOf(b.prompt);
-    const r = run(o.model, p, Number(b.n_predict ?? 16), scale);
+    const r = run(o.model, p, Number(b.n_predict ?? 16), scale, o.bf16 === true);
     const k = Number(b.n_probs ?? 0);
     const body: Record<string, unknown> = { content: tok.decode(r.generated), tokens: [], stop: true, tokens_predicted: r.generated.length, tokens_evaluated: p.length };
     if (k > 0) body.completion_probabilities = r.generated.map((id, j) => llamaEntry(r.genRows[j]!, id, k));

@@ -219,7 +219,10 @@ export async function checkEndpoint(o: EndpointOptions): Promise<EndpointReport>
   const rows = logits.map((l) => l.map((r) => logSoftmaxRow(r)));
   const positions = compareAll((s) => rows[s]!, scored);
   const all = summarize(positions);
-  const isPrefill = (p: EndpointPosition): boolean => p.group === "prompt" || p.step === 0;
+  // Prefill: the prompt positions; where the dialect gives none (generated log-probs only), the first generated token
+  // of each probe, which comes from the last prefill row. Decode: the other generated tokens.
+  const hasPrompt = positions.some((p) => p.group === "prompt");
+  const isPrefill = (p: EndpointPosition): boolean => (hasPrompt ? p.group === "prompt" : p.step === 0);
   const prefill = summarize(positions.filter(isPrefill));
   const decode = summarize(positions.filter((p) => !isPrefill(p)));
   // every probe on its own too: a fault that shows only past a prefill chunk must not drown in the short probes
@@ -272,9 +275,9 @@ export async function checkEndpoint(o: EndpointOptions): Promise<EndpointReport>
     const input = { clean: reference, seqs, logits, rows, scored, ...(o.matcherBudgetMs !== undefined ? { budgetMs: o.matcherBudgetMs } : {}) };
     if (prefillOk && prefill.n > 0) {
       const causes = matchDecodeFaults(input, (s) => prompts[s]!.length);
-      f.add("endpoint", "error", "decode-path-broken", `the server's decode path is broken, its prefill path is not: the prompt positions and the first generated token agree with latent's reference, the tokens generated after it do not — ${stats}.${causes.length > 0 ? ` Likely cause: ${causes.join("; ")}` : " Check the decode attention kernel (absorbed MLA: W_UK/W_UV, the latent cache, its output buffer)"}`, { ...evidence, causes });
+      f.add("endpoint", "error", "decode-path-broken", `the server's decode path is broken, its prefill path is not: ${hasPrompt ? "the prompt positions agree with latent's reference, the generated tokens do not" : "the first generated token of each probe (from the prefill) agrees with latent's reference, the tokens generated after it do not"} — ${stats}.${causes.length > 0 ? ` Likely cause: ${causes.join("; ")}` : " Check the decode attention kernel (absorbed MLA: W_UK/W_UV, the latent cache, its output buffer)"}`, { ...evidence, causes });
     } else {
-      const focus = prefill.n > 0 ? scored.filter((s) => s.group === "prompt" || s.step === 0) : scored;
+      const focus = prefill.n > 0 ? scored.filter((s) => (hasPrompt ? s.group === "prompt" : s.step === 0)) : scored;
       // flat or unnormalized log-probs are no model's distribution: nothing for the matcher to reproduce
       const m = notDistributions ? { causes: [], tried: 0, outOfBudget: false, fittedScale: undefined } : matchFaults({ ...input, scored: focus });
       const worst = positions.reduce((a, b) => (b.kl > a.kl ? b : a), positions[0]!);

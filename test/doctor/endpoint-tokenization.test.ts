@@ -12,15 +12,16 @@ const DEMO = "models/latent-demo-kjv.gguf";
 const { model, file } = loadModel(DEMO);
 const tokenizer = Tokenizer.fromMetadata(file.metadata);
 
-const cases: { mode: FakeDialect; via: string; message: RegExp }[] = [
+const cases: { mode: FakeDialect; via: string; message: RegExp; noEcho?: boolean }[] = [
   { mode: "vllm", via: "text", message: /omits the BOS/ },
+  { mode: "vllm", via: "count", message: /one fewer.*BOS/, noEcho: true },
   { mode: "sglang", via: "text", message: /omits the BOS/ },
   { mode: "greedy", via: "count", message: /one fewer.*BOS/ },
 ];
 
 for (const c of cases) {
-  test(`${c.mode} without /tokenize, text path drops BOS: tokenization error (${c.via}), exit 1`, async () => {
-    const s = await startFakeServer({ model, tokenizer, mode: c.mode, noTokenize: true, textDropsBos: true });
+  test(`${c.mode}${c.noEcho === true ? " without echo" : ""} without /tokenize, text path drops BOS: tokenization error (${c.via}), exit 1`, async () => {
+    const s = await startFakeServer({ model, tokenizer, mode: c.mode, noTokenize: true, textDropsBos: true, ...(c.noEcho === true ? { noEcho: true } : {}) });
     try {
       const r = await runDoctor({ model: DEMO, endpoint: s.url });
       assert.equal(r.exitCode, 1, JSON.stringify(r.findings));

@@ -32,6 +32,8 @@ export interface FakeServerOptions {
   readonly noTokenize?: boolean;
   /** text prompts are tokenized without the BOS (token-id prompts are unaffected) */
   readonly textDropsBos?: boolean;
+  /** echo is rejected (HTTP 400), as by a server that only has prompt_logprobs */
+  readonly noEcho?: boolean;
   /** a correct bf16 server: activations (matmul inputs, residual stream) and logits rounded through bf16 */
   readonly bf16?: boolean;
 }
@@ -148,7 +150,7 @@ export async function startFakeServer(o: FakeServerOptions): Promise<{ url: stri
       return send(res, 400, { error: "unsupported parameter: prompt_logprobs" });
     }
     if (b.echo === true) {
-      if (o.mode === "greedy") return send(res, 400, { error: "unsupported parameter: echo" });
+      if (o.mode === "greedy" || o.noEcho === true) return send(res, 400, { error: "unsupported parameter: echo" });
       const pairs = [...p.map((id, i) => ({ row: i === 0 ? null : rows[i - 1]!, id })), ...genPairs];
       choice.text = tok.decode([...p, ...r.generated]);
       if (k > 0) choice.logprobs = legacy(pairs, k, asIds);

@@ -13,7 +13,7 @@
  *   openai       POST /v1/completions {logprobs}: generated tokens only, legacy shape or llama-server's
  *                logprobs.content [{id, token, logprob, bytes, top_logprobs}]
  */
-import { isRecord, num, describe, tryCall, type Call } from "./http.js";
+import { isRecord, num, describe, tryCall, type Call, type Reply } from "./http.js";
 
 export type Dialect = "vllm" | "sglang" | "echo" | "llama-server" | "openai";
 export const DIALECTS: readonly Dialect[] = ["vllm", "sglang", "echo", "llama-server", "openai"];
@@ -116,6 +116,14 @@ function contentEntries(content: readonly unknown[], ctx: DialectContext): { ids
   const ids: (number | undefined)[] = [];
   const entries: Entry[] = [];
   for (const e of content) {
+    if (isRecord(e) && Array.isArray(e.probs)) {
+      // llama-server before its OpenAI-style logprobs: {content, probs: [{tok_str, prob}]}
+      const alt = alternatives(Object.fromEntries(e.probs.flatMap((p) => (isRecord(p) && typeof p.tok_str === "string" && typeof p.prob === "number" ? [[p.tok_str, Math.log(p.prob)]] : []))), ctx, false);
+      const id = typeof e.content === "string" ? ctx.byText(e.content) : undefined;
+      ids.push(id);
+      entries.push({ ...alt, returned: e.probs.length, unmapped: e.probs.length - alt.top.size, actual: id, actualLogprob: id !== undefined ? alt.top.get(id) : undefined });
+      continue;
+    }
     const id = isRecord(e) ? num(e.id) ?? tokenId(e.token, ctx) : undefined;
     const alt = alternatives(isRecord(e) ? e.top_logprobs : undefined, ctx, false);
     ids.push(id);
@@ -142,6 +150,15 @@ function usagePrompt(json: unknown): number | undefined {
 
 export type Prompt = { readonly ids: readonly number[] } | { readonly text: string };
 
+/** POST an OpenAI-route body; a server that rejects vLLM's return_tokens_as_token_ids (400/422) gets it again without. */
+async function postCompletion(ctx: DialectContext, body: Record<string, unknown>): Promise<Reply> {
+  const r = await tryCall(ctx.call, `${ctx.base}/completions`, body);
+  if ((r.status !== 400 && r.status !== 422) || body.return_tokens_as_token_ids === undefined) return r;
+  const { return_tokens_as_token_ids: _, ...rest } = body;
+  const again = await tryCall(ctx.call, `${ctx.base}/completions`, rest);
+  return again.status === 200 ? again : r;
+}
+
 /** One probe in one dialect: the parsed reply, or why it is not usable. */
 export async function probe(d: Dialect, ctx: DialectContext, prompt: Prompt): Promise<ProbeReply | string> {
   const p = "ids" in prompt ? prompt.ids : prompt.text;
@@ -149,7 +166,7 @@ export async function probe(d: Dialect, ctx: DialectContext, prompt: Prompt): Pr
   const K = ctx.topK;
   const oa = { model: ctx.servedModel, prompt: p, temperature: 0, max_tokens: ctx.maxTokens };
   if (d === "vllm") {
-    const r = await tryCall(ctx.call, `${ctx.base}/completions`, { ...oa, prompt_logprobs: K, logprobs: K, return_tokens_as_token_ids: true });
+    const r = await postCompletion(ctx, { ...oa, prompt_logprobs: K, logprobs: K, return_tokens_as_token_ids: true });
     const c = firstChoice(r.json);
     if (r.status !== 200 || c === undefined) return describe(r);
     if (!Array.isArray(c.prompt_logprobs)) return "no choices[0].prompt_logprobs";
@@ -163,7 +180,7 @@ export async function probe(d: Dialect, ctx: DialectContext, prompt: Prompt): Pr
       return { top, returned: returned - extra, unmapped, actual, actualLogprob: actual !== undefined ? top.get(actual) : undefined };
     });
     if (n !== undefined && entries.length !== n) return `prompt_logprobs has ${entries.length} entries for ${n} prompt tokens`;
-    return { prompt: entries, ...generatedOf(completionLogprobs(c.logprobs, ctx)), promptTokens: undefined, promptCount: usagePrompt(r.json) };
+    return { prompt: entries, ...generatedOf(completionLogprobs(c.logprobs, ctx)), promptTokens: undefined, promptCount: usagePrompt(r.json) ?? entries.length };
   }
   if (d === "sglang") {
     const r = await tryCall(ctx.call, `${ctx.origin}/generate`, {
@@ -177,6 +194,11 @@ export async function probe(d: Dialect, ctx: DialectContext, prompt: Prompt): Pr
     const inTok = meta.input_token_logprobs;
     const inTop = meta.input_top_logprobs;
     if (!Array.isArray(inTok) || !Array.isArray(inTop)) return "no meta_info.input_token_logprobs / input_top_logprobs";
+    // some versions leave out the first prompt token (it has no log-prob): realign to the prompt
+    if (n !== undefined && inTok.length === n - 1 && inTop.length === n - 1) {
+      inTok.unshift([null, "ids" in prompt ? prompt.ids[0] : null, null]);
+      inTop.unshift(null);
+    }
     const promptTokens = inTok.map((t) => (Array.isArray(t) ? num(t[1]) : undefined));
     if (promptTokens.some((t) => t === undefined)) return "input_token_logprobs without token ids";
     const entries = inTok.map((t, i): Entry | undefined => {
@@ -191,7 +213,7 @@ export async function probe(d: Dialect, ctx: DialectContext, prompt: Prompt): Pr
     return { prompt: entries, ...generatedOf({ ids, entries: gen }), promptTokens: promptTokens as number[], promptCount: num(meta.prompt_tokens) };
   }
   if (d === "echo") {
-    const r = await tryCall(ctx.call, `${ctx.base}/completions`, { ...oa, echo: true, logprobs: K, return_tokens_as_token_ids: true });
+    const r = await postCompletion(ctx, { ...oa, echo: true, logprobs: K, return_tokens_as_token_ids: true });
     const c = firstChoice(r.json);
     if (r.status !== 200 || c === undefined) return describe(r);
     const lp = c.logprobs;

@@ -201,7 +201,7 @@ function fitRopeBase(start: number, loss: (base: number) => number): { base: num
 
 /** Decode-path candidates: the prompt prefilled clean, the generated tokens decoded on a faulted decode path. */
 export function matchDecodeFaults(input: MatchInput, promptLength: (seq: number) => number): string[] {
-  const gen = input.scored.filter((s) => s.group === "generated" && (s.step ?? 0) > 0);
+  const gen = input.scored.filter((s) => s.group === "generated");
   const seqs = [...new Set(gen.map((s) => s.seq))];
   const seq = seqs.sort((a, b) => input.seqs[a]!.length - input.seqs[b]!.length)[0];
   if (seq === undefined) return [];

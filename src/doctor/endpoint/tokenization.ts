@@ -47,12 +47,15 @@ export async function checkTokenization(ctx: DialectContext, dialect: Dialect | 
     let how: TokenizationReport["via"] = got !== undefined ? "tokenize" : undefined;
     let count: number | undefined;
     if (got === undefined && dialect !== undefined) {
-      // prompt_logprobs cannot say which entry is the prompt token: vLLM's text path is read through echo
-      const r = await probe(dialect === "vllm" ? "echo" : dialect, { ...ctx, maxTokens: 1, topK: 1 }, { text });
-      if (typeof r !== "string") {
+      // prompt_logprobs cannot say which entry is the prompt token: vLLM's text path is read through echo, else
+      // only the prompt's length is known
+      for (const d of dialect === "vllm" ? (["echo", "vllm"] as const) : [dialect]) {
+        const r = await probe(d, { ...ctx, maxTokens: 1, topK: 1 }, { text });
+        if (typeof r === "string") continue;
         got = r.promptTokens;
         how = got !== undefined ? "text" : r.promptCount !== undefined ? "count" : undefined;
         count = r.promptCount;
+        if (how !== undefined) break;
       }
     }
     if (how === undefined) break;

@@ -2,7 +2,8 @@
  * Known-fault matcher for endpoint mismatches: which simulated fault reproduces the endpoint's log-probs to within
  * the same-GGUF tolerance. Cheap explanations first (positions off by one, logits scaled by a fitted temperature),
  * then models over modified config/weights (NeoX RoPE, softmax gating, bias in the weights, k_b/v_b swapped, another
- * RoPE base, one expert zeroed), on one short probe prefix and within a time budget.
+ * RoPE base — on a grid, then fitted —, one expert zeroed), on one short probe prefix, within a bounded number of
+ * simulations and time.
  */
 import { evaluateAll, logSoftmaxRow } from "../../engine/evaluate.js";
 import { LatentCache } from "../../engine/latent-cache.js";
@@ -20,8 +21,9 @@ export interface MatchInput {
   /** reference log-softmax rows per probe sequence */
   readonly rows: readonly (readonly Float64Array[])[];
   readonly scored: readonly Scored[];
-  /** stop simulating candidates after this long (default 20 s) */
+  /** stop simulating candidates after this long (default 45 s) or this many simulations (default 96) */
   readonly budgetMs?: number;
+  readonly maxSimulations?: number;
 }
 
 export interface MatchResult {
@@ -38,6 +40,8 @@ interface Candidate {
   readonly build: () => DeepSeek2 | undefined;
   /** the RoPE base a RoPE candidate runs with (the best one is refined off the grid) */
   readonly ropeBase?: number;
+  /** a zeroed-expert candidate (the long tail of the list, after the RoPE refinement) */
+  readonly expert?: boolean;
 }
 
 /** Golden-section search of logits × t (log t in [−1.6, 1.6]) for the best mean KL. */
@@ -91,8 +95,8 @@ function candidates(clean: DeepSeek2): Candidate[] {
   const bases = [...new Set([1e4, 5e4, 1e5, 5e5, 1e6, 1e7, base * 10, base / 10, base * 2, base / 2])].filter((b) => Math.abs(b / base - 1) > 0.01);
   for (const b of bases) out.push({ label: `RoPE base ${b} instead of the file's ${base} (rope.freq_base)`, build: () => withRopeBase(clean, b), ropeBase: b });
   if (hasMoe) {
-    for (let e = 0; e < c.nExpert; e++) out.push({ label: `expert ${e} zeroed in every MoE layer`, build: () => withExpertZeroed(clean, e) });
-    for (const il of moeLayers(clean)) for (let e = 0; e < c.nExpert; e++) out.push({ label: `expert ${e} of layer ${il} zeroed (missing or unloaded ffn_*_exps slice)`, build: () => withExpertZeroed(clean, e, il) });
+    for (let e = 0; e < c.nExpert; e++) out.push({ label: `expert ${e} zeroed in every MoE layer`, build: () => withExpertZeroed(clean, e), expert: true });
+    for (const il of moeLayers(clean)) for (let e = 0; e < c.nExpert; e++) out.push({ label: `expert ${e} of layer ${il} zeroed (missing or unloaded ffn_*_exps slice)`, build: () => withExpertZeroed(clean, e, il), expert: true });
   }
   return out;
 }
@@ -128,19 +132,37 @@ export function matchFaults(input: MatchInput): MatchResult {
   }
   const window = pickWindow(input, input.scored);
   const t0 = performance.now();
-  const budget = input.budgetMs ?? 20_000;
+  const budget = input.budgetMs ?? 45_000;
+  const maxSimulations = input.maxSimulations ?? 96;
   let tried = 0;
   let outOfBudget = false;
   if (window !== undefined && causes.length === 0) {
     const tokens = input.seqs[window.seq]!.slice(0, window.len);
     const clean = withF32Weights(input.clean);
     const simulate = (m: DeepSeek2): Summary => {
+      tried++;
       const sim = evaluateAll(m, tokens, { path: "reference" }).map((r) => logSoftmaxRow(r));
       return summarize(compareAll(() => sim, window.scored));
     };
+    const affordable = (n: number): boolean => tried + n <= maxSimulations && performance.now() - t0 <= budget;
+    const cleanKL = summarize(compareAll(rows, window.scored)).meanKL;
     let bestRope: { base: number; kl: number } | undefined;
+    // a RoPE base off the grid: when the best grid base halves the clean disagreement, fit log(base) around it
+    const refineRope = (): boolean => {
+      if (bestRope === undefined || bestRope.kl >= cleanKL / 2 || !affordable(17)) return false;
+      const fit = fitRopeBase(bestRope.base, (b) => simulate(withRopeBase(clean, b)).meanKL);
+      const s = simulate(withRopeBase(clean, fit));
+      if (!withinTolerance(s)) return false;
+      causes.push(`the log-probs match latent with a simulated fault — RoPE base ≈ ${Number(fit.toPrecision(2))} (fitted) instead of the file's ${input.clean.config.ropeBase} (rope.freq_base) (${formatSummary(s)})`);
+      return true;
+    };
+    let refined = false;
     for (const cand of candidates(clean)) {
-      if (performance.now() - t0 > budget) {
+      if (cand.expert === true && !refined) {
+        refined = true;
+        if (refineRope()) break;
+      }
+      if (!affordable(1)) {
         outOfBudget = true;
         break;
       }
@@ -152,27 +174,19 @@ export function matchFaults(input: MatchInput): MatchResult {
       } catch {
         continue;
       }
-      tried++;
       if (cand.ropeBase !== undefined && (bestRope === undefined || s.meanKL < bestRope.kl)) bestRope = { base: cand.ropeBase, kl: s.meanKL };
       if (withinTolerance(s)) {
         causes.push(`the log-probs match latent with a simulated fault — ${cand.label} (${formatSummary(s)})`);
         break;
       }
     }
-    // A RoPE base off the grid: when the best grid base halves the clean disagreement, fit log(base) around it.
-    const cleanKL = summarize(compareAll(rows, window.scored)).meanKL;
-    if (causes.length === 0 && !outOfBudget && bestRope !== undefined && bestRope.kl < cleanKL / 2) {
-      const fit = fitRopeBase(bestRope.base, (b) => simulate(withRopeBase(clean, b)).meanKL);
-      tried += fit.evaluations;
-      const s = simulate(withRopeBase(clean, fit.base));
-      if (withinTolerance(s)) causes.push(`the log-probs match latent with a simulated fault — RoPE base ≈ ${Number(fit.base.toPrecision(2))} (fitted) instead of the file's ${input.clean.config.ropeBase} (rope.freq_base) (${formatSummary(s)})`);
-    }
+    if (!refined && causes.length === 0 && !outOfBudget) refineRope();
   }
   return { causes, tried, outOfBudget, fittedScale: t };
 }
 
-/** Golden-section search of log(base) within a factor 2.5 of `start`. */
-function fitRopeBase(start: number, loss: (base: number) => number): { base: number; evaluations: number } {
+/** Golden-section search of log(base) within a factor 2.5 of `start` (16 evaluations). */
+function fitRopeBase(start: number, loss: (base: number) => number): number {
   let a = Math.log(start / 2.5);
   let b = Math.log(start * 2.5);
   const g = (Math.sqrt(5) - 1) / 2;
@@ -196,7 +210,7 @@ function fitRopeBase(start: number, loss: (base: number) => number): { base: num
       fd = loss(Math.exp(d));
     }
   }
-  return { base: Math.exp((a + b) / 2), evaluations: steps + 2 };
+  return Math.exp((a + b) / 2);
 }
 
 /** Decode-path candidates: the prompt prefilled clean, the generated tokens decoded on a faulted decode path. */

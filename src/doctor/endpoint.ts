@@ -212,6 +212,19 @@ export async function checkEndpoint(o: EndpointOptions): Promise<EndpointReport>
     else if (replies[i] === undefined) f.add("endpoint", "warning", "probe-failed", `the ${LABELS[i] ?? `#${i}`} probe (${prompts[i]!.length} tokens) failed in every dialect from ${dialect} on: ${errors.join("; ")}`);
   }
 
+  // A reply with prompt log-probs but none for generated tokens: the generated ones from a plain greedy request.
+  for (let i = 0; i < prompts.length; i++) {
+    const r = replies[i];
+    if (r === undefined || r.genEntries.length > 0 || r.unmappedGenerated > 0) continue;
+    const g = await probe("openai", ctx, { ids: prompts[i]! });
+    if (typeof g !== "string" && g.generated.length > 0) replies[i] = { ...r, generated: g.generated, genEntries: g.genEntries };
+  }
+  if (!replies.some((r) => r !== undefined && r.genEntries.length > 1)) {
+    // generated tokens given only as texts that map to no single id are latent's limit, not the server's
+    const ambiguous = replies.some((r) => r !== undefined && r.unmappedGenerated > 0);
+    f.add("endpoint", ambiguous ? "info" : "warning", "decode-unchecked", `the endpoint returned no log-probs for generated tokens beyond the first${ambiguous ? " that map to token ids (ambiguous token texts, no ids)" : ""}: its decode path is not checked`);
+  }
+
   const seqs = prompts.map((p, i) => [...p, ...(replies[i]?.generated ?? [])]);
   const scored = replies.flatMap((r, i) => (r !== undefined ? scoredOf(i, prompts[i]!, r) : []));
   const reference = withF32Weights(o.model);

@@ -38,3 +38,16 @@ for (const c of cases) {
     }
   });
 }
+
+test("llama-server whose /tokenize ignores add_special (no BOS) while completions add it: healthy, exit 0", async () => {
+  const s = await startFakeServer({ model, tokenizer, mode: "llama-server", tokenizeNoBos: true });
+  try {
+    const r = await runDoctor({ model: DEMO, endpoint: s.url });
+    assert.equal(r.exitCode, 0, JSON.stringify(r.findings));
+    assert.ok(!r.findings.some((f) => f.severity !== "info"), JSON.stringify(r.findings));
+    assert.ok(r.findings.some((f) => f.code === "tokenize-route-no-bos"), JSON.stringify(r.findings));
+    assert.equal(r.endpoint!.tokenization!.mismatches, 0);
+  } finally {
+    await s.close();
+  }
+});

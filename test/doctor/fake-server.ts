@@ -32,6 +32,8 @@ export interface FakeServerOptions {
   readonly noTokenize?: boolean;
   /** text prompts are tokenized without the BOS (token-id prompts are unaffected) */
   readonly textDropsBos?: boolean;
+  /** llama-server's /tokenize ignores add_special (never a BOS); completions still add it */
+  readonly tokenizeNoBos?: boolean;
   /** echo is rejected (HTTP 400), as by a server that only has prompt_logprobs */
   readonly noEcho?: boolean;
   /** a correct bf16 server: activations (matmul inputs, residual stream) and logits rounded through bf16 */
@@ -194,7 +196,7 @@ export async function startFakeServer(o: FakeServerOptions): Promise<{ url: stri
     const withBos = (t: number[]): number[] => (o.doubleBos === true && tok.bosId !== undefined ? [tok.bosId, ...t] : t);
     if (o.mode === "llama-server") {
       // llama-server reads only `content`: the vLLM body tokenizes "" to no tokens
-      const t = typeof b.content === "string" ? tok.encode(b.content, { addSpecial: b.add_special === true }) : [];
+      const t = typeof b.content === "string" ? tok.encode(b.content, { addSpecial: b.add_special === true && o.tokenizeNoBos !== true }) : [];
       return send(res, 200, { tokens: withBos(t) });
     }
     if (typeof b.prompt !== "string") return send(res, 400, { object: "error", message: "prompt: field required", type: "BadRequestError", code: 400 });

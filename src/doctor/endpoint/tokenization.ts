@@ -37,6 +37,19 @@ function bosHint(got: readonly number[], want: readonly number[], bos: number | 
   return "";
 }
 
+/** The tokens (or only their count) a completion used for a text prompt. */
+async function viaText(ctx: DialectContext, dialect: Dialect, text: string): Promise<{ got: readonly number[] | undefined; how: "text" | "count"; count: number | undefined } | undefined> {
+  // prompt_logprobs cannot say which entry is the prompt token: vLLM's text path is read through echo, else only the
+  // prompt's length is known
+  for (const d of dialect === "vllm" ? (["echo", "vllm"] as const) : [dialect]) {
+    const r = await probe(d, { ...ctx, maxTokens: 1, topK: 1 }, { text });
+    if (typeof r === "string") continue;
+    if (r.promptTokens !== undefined) return { got: r.promptTokens, how: "text", count: r.promptCount };
+    if (r.promptCount !== undefined) return { got: undefined, how: "count", count: r.promptCount };
+  }
+  return undefined;
+}
+
 export async function checkTokenization(ctx: DialectContext, dialect: Dialect | undefined, tok: Tokenizer, f: Findings): Promise<TokenizationReport> {
   let checked = 0;
   let mismatches = 0;
@@ -47,15 +60,19 @@ export async function checkTokenization(ctx: DialectContext, dialect: Dialect | 
     let how: TokenizationReport["via"] = got !== undefined ? "tokenize" : undefined;
     let count: number | undefined;
     if (got === undefined && dialect !== undefined) {
-      // prompt_logprobs cannot say which entry is the prompt token: vLLM's text path is read through echo, else
-      // only the prompt's length is known
-      for (const d of dialect === "vllm" ? (["echo", "vllm"] as const) : [dialect]) {
-        const r = await probe(d, { ...ctx, maxTokens: 1, topK: 1 }, { text });
-        if (typeof r === "string") continue;
-        got = r.promptTokens;
-        how = got !== undefined ? "text" : r.promptCount !== undefined ? "count" : undefined;
-        count = r.promptCount;
-        if (how !== undefined) break;
+      const t = await viaText(ctx, dialect, text);
+      if (t !== undefined) ({ got, how, count } = t);
+    }
+    if (how === "tokenize" && got !== undefined && dialect !== undefined && want[0] === tok.bosId && got.length === want.length - 1 && got.every((x, k) => x === want[k + 1])) {
+      // /tokenize without the BOS only: its options (add_special) may differ from what completions do — the text
+      // path decides
+      const t = await viaText(ctx, dialect, text);
+      const textOk = t !== undefined && (t.got !== undefined ? t.got.length === want.length && t.got.every((x, k) => x === want[k]) : t.count === want.length);
+      if (textOk) {
+        f.add("endpoint", "info", "tokenize-route-no-bos", `/tokenize leaves out the BOS for ${JSON.stringify(text.slice(0, 30))}, but text prompts in completions get it (checked through the text path)`);
+        checked++;
+        via = "tokenize";
+        continue;
       }
     }
     if (how === undefined) break;

@@ -1,5 +1,5 @@
-// Decode-path and log-prob-shape faults behind plausible servers on the demo model: generated tokens garbage while
-// prompt log-probs are exact (a broken decode path), and flat log-probs with only the actual token per entry.
+// Decode-path faults behind plausible servers on the demo model: generated tokens garbage while prompt log-probs are
+// exact (a broken decode path), in the vLLM, llama-server and SGLang shapes.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { runDoctor } from "../../src/doctor/index.js";
@@ -35,10 +35,11 @@ for (const mode of ["vllm", "llama-server"] as const) {
   });
 }
 
-test("flat log-probs with only the actual token in each prompt_logprobs entry: not called healthy", async () => {
-  const r = await doctor({ mode: "vllm", logitScale: 0.05, onlyActual: true });
+test("SGLang native: exact input log-probs, every generated token garbage (the first too): decode path named", async () => {
+  const r = await doctor({ mode: "sglang", garbageGenerated: true });
   assert.equal(r.exitCode, 1, JSON.stringify(r.findings));
-  const codes = r.findings.filter((x) => x.severity === "error").map((x) => x.code);
-  for (const code of ["logprobs-flat", "logprobs-incomplete", "logprobs-mismatch"]) assert.ok(codes.includes(code), JSON.stringify(r.findings));
-  assert.ok(r.endpoint!.prefill!.meanGap > 1, JSON.stringify(r.endpoint!.prefill));
+  const f = r.findings.find((x) => x.code === "decode-path-broken");
+  assert.ok(f, JSON.stringify(r.findings));
+  assert.match(f.message, /the server's decode path is broken, its prefill path is not/);
+  assert.ok(!r.findings.some((x) => x.code === "logprobs-mismatch"), JSON.stringify(r.findings));
 });

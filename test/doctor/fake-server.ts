@@ -32,6 +32,8 @@ export interface FakeServerOptions {
   readonly noTokenize?: boolean;
   /** text prompts are tokenized without the BOS (token-id prompts are unaffected) */
   readonly textDropsBos?: boolean;
+  /** every generated token (the first too) drawn from a pseudo-random normalized distribution: garbage decode */
+  readonly garbageGenerated?: boolean;
   /** llama-server's /tokenize ignores add_special (never a BOS); completions still add it */
   readonly tokenizeNoBos?: boolean;
   /** echo is rejected (HTTP 400), as by a server that only has prompt_logprobs */
@@ -86,6 +88,14 @@ function run(model: DeepSeek2, prompt: readonly number[], n: number, scale: numb
   return r;
 }
 
+/** A run whose generated tokens come from pseudo-random (but normalized) distributions instead of the model. */
+function garbled(r: Run, V: number): Run {
+  let seed = 12345;
+  const rand = (): number => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+  const genRows = r.genRows.map(() => logSoftmaxRow(Array.from({ length: V }, () => rand() * 8)));
+  return { ...r, genRows, generated: genRows.map((row) => topLogprobs(row, 1)[0]![0]) };
+}
+
 function send(res: ServerResponse, status: number, body: unknown): void {
   res.writeHead(status, { "content-type": "application/json" });
   res.end(JSON.stringify(body));
@@ -106,6 +116,10 @@ export async function startFakeServer(o: FakeServerOptions): Promise<{ url: stri
   const textIds = (text: string): number[] => {
     const t = tok.encode(text);
     return o.textDropsBos === true && t[0] === tok.bosId ? t.slice(1) : t;
+  };
+  const runOf = (p: readonly number[], n: number): Run => {
+    const r = run(o.model, p, n, scale, o.bf16 === true);
+    return o.garbageGenerated === true ? garbled(r, o.model.config.nVocab) : r;
   };
   const promptOf = (p: unknown): number[] => (typeof p === "string" ? textIds(p) : (p as number[]));
   const promptRows = (r: Run): Float64Array[] => (o.offByOne === true ? [r.prompt[0]!, ...r.prompt.slice(0, -1)] : r.prompt);
@@ -129,7 +143,7 @@ export async function startFakeServer(o: FakeServerOptions): Promise<{ url: stri
     const p = promptOf(b.prompt);
     const n = Number(b.max_tokens ?? 16);
     const k = Number(b.logprobs ?? 0);
-    const r = run(o.model, p, n, scale, o.bf16 === true);
+    const r = runOf(p, n);
     const rows = promptRows(r);
     const asIds = b.return_tokens_as_token_ids === true && o.mode === "vllm";
     const genPairs = r.generated.map((id, j) => ({ row: r.genRows[j]!, id }));
@@ -165,7 +179,7 @@ export async function startFakeServer(o: FakeServerOptions): Promise<{ url: stri
   const generate = (b: Record<string, unknown>, res: ServerResponse): void => {
     const p = Array.isArray(b.input_ids) ? (b.input_ids as number[]) : textIds(String(b.text ?? ""));
     const sp = (b.sampling_params ?? {}) as Record<string, unknown>;
-    const r = run(o.model, p, Number(sp.max_new_tokens ?? 128), scale, o.bf16 === true);
+    const r = runOf(p, Number(sp.max_new_tokens ?? 128));
     const rows = promptRows(r);
     const k = Number(b.top_logprobs_num ?? 0);
     const withText = b.return_text_in_logprobs === true;
@@ -185,7 +199,7 @@ export async function startFakeServer(o: FakeServerOptions): Promise<{ url: stri
 
   const llamaCompletion = (b: Record<string, unknown>, res: ServerResponse): void => {
     const p = promptOf(b.prompt);
-    const r = run(o.model, p, Number(b.n_predict ?? 16), scale, o.bf16 === true);
+    const r = runOf(p, Number(b.n_predict ?? 16));
     const k = Number(b.n_probs ?? 0);
     const body: Record<string, unknown> = { content: tok.decode(r.generated), tokens: [], stop: true, tokens_predicted: r.generated.length, tokens_evaluated: p.length };
     if (k > 0) body.completion_probabilities = r.generated.map((id, j) => llamaEntry(r.genRows[j]!, id, k));

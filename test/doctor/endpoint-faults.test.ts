@@ -3,7 +3,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { runDoctor } from "../../src/doctor/index.js";
-import { withKvBSwapped } from "../../src/doctor/endpoint/variants.js";
+import { withFaults } from "../../src/model/faults.js";
 import { loadModel } from "../../src/model/load.js";
 import { Tokenizer } from "../../src/tokenizer/index.js";
 import { startFakeServer, type FakeServerOptions } from "./fake-server.js";
@@ -41,7 +41,9 @@ test("a correct bf16 server (activations and logits rounded through bf16, vLLM):
 });
 
 test("attn_k_b / attn_v_b swapped (echo): error, swap named", async () => {
-  await mismatch({ mode: "echo", model: withKvBSwapped(model)! }, /attn_k_b and attn_v_b swapped/);
+  // the server runs the model code's own swap hook on its prefill/decode paths; the matcher simulates the swap by
+  // exchanging the weight objects on the reference path
+  await mismatch({ mode: "echo", model: withFaults(model, { swapKvB: true }) }, /attn_k_b and attn_v_b swapped/);
 });
 
 test("prompt_logprobs off by one position (vLLM): error, off-by-one named", async () => {

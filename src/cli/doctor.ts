@@ -129,7 +129,7 @@ export function renderText(r: DoctorReport): string {
     lines.push("layer  residual-RMS  attn-RMS    ffn-RMS     max|x|      max|q_abs|");
     for (const x of r.behaviour.norms) lines.push(`${String(x.layer).padStart(5)}  ${[x.residual, x.attn, x.ffn, x.absMax, x.qAbsMax].map((v) => v.toExponential(3).padEnd(11)).join(" ")}`);
   }
-  if (r.endpoint) lines.push(`endpoint: ${r.endpoint.mode}, ${r.endpoint.positions.length} positions, mean KL ${r.endpoint.meanKL.toExponential(2)}, top-1 ${(r.endpoint.top1Agreement * 100).toFixed(0)}% → ${r.endpoint.verdict}`);
+  if (r.endpoint) lines.push(`endpoint: ${r.endpoint.dialect ?? "?"} dialect (${r.endpoint.mode}), ${r.endpoint.positions.length} positions (prefill ${r.endpoint.prefill?.n ?? 0}, decode ${r.endpoint.decode?.n ?? 0}), mean KL ${r.endpoint.meanKL.toExponential(2)}, mean |Δ logprob| ${r.endpoint.meanAbsLogprobDiff.toExponential(2)}, top-1 ${(r.endpoint.top1Agreement * 100).toFixed(0)}% → ${r.endpoint.verdict}`);
   if (r.lowMemory) lines.push(`low-memory reference: ${r.lowMemory.tokens} tokens through ${r.lowMemory.layers} layers in ${r.lowMemory.ms} ms, peak RSS ${(r.lowMemory.peakRssBytes / 1e6).toFixed(0)} MB (model ${(r.lowMemory.modelBytes / 1e6).toFixed(0)} MB, largest layer ${(r.lowMemory.largestLayerBytes / 1e6).toFixed(1)} MB)`);
   if (r.source) lines.push(`source: ${r.source.kind === "hf-dir" ? "checkpoint" : "GGUF"} ${r.source.path}: ${r.source.matched}/${r.source.compared} compared tensors within quantization noise${r.source.logits ? `; logits mean KL ${r.source.logits.meanKL.toExponential(2)}, top-1 ${(r.source.logits.top1Agreement * 100).toFixed(0)}%` : ""}`);
   for (const f of r.findings) lines.push(`${f.severity.toUpperCase().padEnd(7)} [${f.area}/${f.code}] ${f.message}`);

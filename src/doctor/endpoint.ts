@@ -1,28 +1,36 @@
 /**
- * Endpoint checks of `latent doctor --endpoint`: /health, /v1/models, tokenization parity via /tokenize, and a
- * teacher-forced comparison of the endpoint's log-probs with latent's reference on the same GGUF —
- * vLLM-style `prompt_logprobs`, else OpenAI completions `echo` + `logprobs`, else greedy generation + top logprobs.
- * Per position: KL on the endpoint's top-k (both distributions renormalized over that set), top-1 agreement and the
- * log-prob of the actual next token. A mismatch is tested against an off-by-one alignment and known faults.
+ * Endpoint checks of `latent doctor --endpoint` (docs/doctor.md "Endpoint"): /health, /v1/models, tokenization
+ * parity (/tokenize, else the text path), then probes of three lengths — one token, a sentence, and a prompt longer
+ * than a prefill chunk — each with greedy generation of 16 tokens and top log-probs, in the first dialect that
+ * works (vLLM prompt_logprobs, SGLang /generate, echo, llama-server /completion, plain logprobs). Prompt and
+ * generated positions are teacher-forced through latent's reference on the same GGUF and compared position by
+ * position on the actual token's log-prob and the full distribution (./endpoint/compare.ts). Prefill (prompt
+ * positions and the first generated token) and decode (the tokens after it) are judged apart, so a broken decode
+ * path is named as such; a mismatch goes to the known-fault matcher (./endpoint/matcher.ts).
  */
 import type { DeepSeek2 } from "../model/deepseek2.js";
 import { evaluateAll, logSoftmaxRow } from "../engine/evaluate.js";
-import { withFaults } from "../model/faults.js";
 import type { Tokenizer } from "../tokenizer/index.js";
-import { candidateFaults } from "./paths.js";
 import type { Findings } from "./report.js";
+import { compareAll, EXACT, formatSummary, summarize, TOLERANCE, withinTolerance, type EndpointPosition, type Scored, type Summary } from "./endpoint/compare.js";
+import { DIALECTS, probe, type Dialect, type DialectContext, type ProbeReply } from "./endpoint/dialects.js";
+import { isRecord, makeCall, tryCall } from "./endpoint/http.js";
+import { matchDecodeFaults, matchFaults } from "./endpoint/matcher.js";
+import { checkTokenization, type TokenizationReport } from "./endpoint/tokenization.js";
+import { withF32Weights } from "./endpoint/variants.js";
 
-export type LogprobMode = "prompt_logprobs" | "echo" | "greedy" | "none";
+export type { EndpointPosition } from "./endpoint/compare.js";
+export type { Dialect } from "./endpoint/dialects.js";
 
-/** One position the endpoint scored: the context is tokens[0..pos], `next` the token that follows. */
-export interface EndpointPosition {
-  readonly pos: number;
-  readonly next: number | undefined;
-  readonly kl: number;
-  readonly top1Match: boolean;
-  readonly refLogprob: number | undefined;
-  readonly endpointLogprob: number | undefined;
-  readonly k: number;
+/** prompt_logprobs (vLLM), echo (OpenAI legacy), input_logprobs (SGLang /generate), greedy (generated tokens only) */
+export type LogprobMode = "prompt_logprobs" | "echo" | "input_logprobs" | "greedy" | "none";
+
+export interface EndpointProbe {
+  readonly label: string;
+  readonly promptTokens: number;
+  readonly generated: readonly number[];
+  /** the dialect this probe was answered in (a probe can fall back from the endpoint's main one) */
+  readonly dialect?: Dialect;
 }
 
 export interface EndpointReport {
@@ -31,15 +39,25 @@ export interface EndpointReport {
   readonly health: { readonly url: string; readonly status: number } | undefined;
   readonly models: readonly string[] | undefined;
   readonly servedModel: string | undefined;
-  readonly tokenization: { readonly checked: number; readonly mismatches: number } | undefined;
+  readonly tokenization: TokenizationReport | undefined;
   readonly mode: LogprobMode;
+  /** the short probe: prompt + generated tokens */
   readonly tokens: readonly number[];
   readonly positions: readonly EndpointPosition[];
   readonly meanKL: number;
   readonly maxKL: number;
   readonly top1Agreement: number;
   readonly meanAbsLogprobDiff: number;
+  /** match: float32-exact; close: within the same-GGUF tolerance (low-precision kernels); mismatch: beyond it */
   readonly verdict: "match" | "close" | "mismatch" | "unknown";
+  /** the request shape that worked, and why the ones before it did not */
+  readonly dialect?: Dialect;
+  readonly attempts?: readonly { readonly dialect: Dialect; readonly error: string }[];
+  readonly probes?: readonly EndpointProbe[];
+  /** prompt positions and the first generated token (prefill) / the tokens generated after it (decode) */
+  readonly prefill?: Summary;
+  readonly decode?: Summary;
+  readonly tolerance?: { readonly meanKL: number; readonly meanGap: number };
 }
 
 export interface EndpointOptions {
@@ -49,56 +67,68 @@ export interface EndpointOptions {
   readonly tokenizer: Tokenizer | undefined;
   readonly findings: Findings;
   readonly fetch?: typeof fetch | undefined;
-  /** prompt token ids (default: a probe text, or fixed ids without a tokenizer) */
-  readonly tokens?: readonly number[];
+  /** probe prompts as token ids (default: one token, a sentence, and a prompt longer than a prefill chunk) */
+  readonly prompts?: readonly (readonly number[])[];
   /** top-k log-probs to ask for (default 5) */
   readonly topK?: number;
+  /** tokens generated per probe (default 16) */
+  readonly maxTokens?: number;
   readonly servedModel?: string;
+  /** time the known-fault matcher may take (default 45 s; it also stops after 96 simulations) */
+  readonly matcherBudgetMs?: number;
 }
 
-/** Endpoint log-probs at one position: id → logprob (its top-k, plus the actual token when given). */
-type Scored = { pos: number; top: Map<number, number>; next: number | undefined; nextLogprob: number | undefined };
+const SHORT = "The quick brown fox jumps over the lazy dog. One, two, three, four, five, six, seven.";
+const LONG = [
+  "And it came to pass in those days, that there went out a decree that all the world should be taxed.",
+  "The river ran past the old mill, where the miller kept his sacks of grain and counted them every evening by the light of a lamp.",
+  "In the morning the children walked to the school on the hill, and the teacher wrote the lesson on the board: seven times eight is fifty-six.",
+  "Then the king called his servants and said unto them, Go ye into the city, and bring me word of all that ye see and hear.",
+  "The merchant sold cloth and oil, wine and wheat, and he wrote every sale in a book with a brass clasp.",
+  "When the rain came the fields turned green, the wells were filled, and the people gave thanks for the harvest.",
+].join(" ");
+/** latent's prefill chunk: the long probe must span more than one */
+const LONG_MIN_TOKENS = 280;
 
-const PROBE = "The quick brown fox jumps over the lazy dog. One, two, three, four, five, six, seven.";
-
-function isRecord(x: unknown): x is Record<string, unknown> {
-  return typeof x === "object" && x !== null && !Array.isArray(x);
+export function defaultEndpointPrompts(tok: Tokenizer | undefined, nVocab: number): number[][] {
+  if (tok === undefined) {
+    const ids = (n: number, a: number): number[] => Array.from({ length: n }, (_, i) => (i * a + 11) % nVocab);
+    return [ids(1, 37), ids(20, 37), ids(LONG_MIN_TOKENS + 8, 53)];
+  }
+  const enc = (t: string): number[] => tok.encode(t).filter((x) => x < nVocab);
+  const one = tok.addBos && tok.bosId !== undefined ? [tok.bosId] : enc("The").slice(0, 1);
+  let long = enc(LONG);
+  for (let text = LONG; long.length < LONG_MIN_TOKENS; ) long = enc((text += ` ${LONG}`));
+  return [one, enc(SHORT), long];
 }
 
-function num(x: unknown): number | undefined {
-  return typeof x === "number" ? x : undefined;
+const LABELS = ["one token", "a sentence", "longer than a prefill chunk"];
+
+function modeOf(d: Dialect): LogprobMode {
+  return d === "vllm" ? "prompt_logprobs" : d === "sglang" ? "input_logprobs" : d === "echo" ? "echo" : "greedy";
 }
 
-/** "token_id:123" (vLLM return_tokens_as_token_ids), a plain id key (vLLM prompt_logprobs dicts), else a token text. */
-function tokenKey(key: string, byText: (t: string) => number | undefined, numericIds: boolean): number | undefined {
-  const m = /^token_id:(\d+)$/.exec(key);
-  if (m) return Number(m[1]);
-  if (numericIds && /^\d+$/.test(key)) return Number(key);
-  return byText(key);
+/** Scored positions of one probe: prompt entries, then the generated tokens' entries. */
+function scoredOf(seq: number, prompt: readonly number[], r: ProbeReply): Scored[] {
+  const out: Scored[] = [];
+  r.prompt?.forEach((e, i) => {
+    if (i === 0 || e === undefined) return;
+    out.push({ pos: i - 1, group: "prompt", step: undefined, seq, top: e.top, returned: e.returned, unmapped: e.unmapped, next: prompt[i], nextLogprob: e.actual === prompt[i] ? e.actualLogprob : e.top.get(prompt[i]!) });
+  });
+  r.genEntries.forEach((e, j) => {
+    out.push({ pos: prompt.length - 1 + j, group: "generated", step: j, seq, top: e.top, returned: e.returned, unmapped: e.unmapped, next: r.generated[j], nextLogprob: e.actualLogprob ?? e.top.get(r.generated[j]!) });
+  });
+  return out;
 }
 
 export async function checkEndpoint(o: EndpointOptions): Promise<EndpointReport> {
   const f = o.findings;
-  const doFetch = o.fetch ?? fetch;
+  const call = makeCall(o.fetch ?? fetch, o.apiKey);
   let base = o.base.replace(/\/+$/, "");
   if (!/\/v\d+$/.test(new URL(base).pathname)) base += "/v1";
   const origin = new URL(base).origin;
-  const headers: Record<string, string> = { "content-type": "application/json" };
-  if (o.apiKey !== undefined) headers.authorization = `Bearer ${o.apiKey}`;
-  const call = async (url: string, body?: unknown): Promise<{ status: number; json: unknown }> => {
-    const r = await doFetch(url, { method: body === undefined ? "GET" : "POST", headers, ...(body !== undefined ? { body: JSON.stringify(body) } : {}), signal: AbortSignal.timeout(120_000) });
-    const text = await r.text();
-    let json: unknown;
-    try {
-      json = text.length > 0 ? JSON.parse(text) : undefined;
-    } catch {
-      json = text;
-    }
-    return { status: r.status, json };
-  };
   const empty = { base, health: undefined, models: undefined, servedModel: undefined, tokenization: undefined, mode: "none" as const, tokens: [], positions: [], meanKL: NaN, maxKL: NaN, top1Agreement: NaN, meanAbsLogprobDiff: NaN, verdict: "unknown" as const };
 
-  // Health.
   let health: EndpointReport["health"];
   for (const url of [`${origin}/health`, `${base}/health`]) {
     try {
@@ -112,63 +142,23 @@ export async function checkEndpoint(o: EndpointOptions): Promise<EndpointReport>
   }
   if (health?.status !== 200) f.add("endpoint", "warning", "health", `no healthy /health (status ${health?.status}) at ${origin}`, { health });
 
-  // Models.
   let models: string[] | undefined;
-  try {
-    const r = await call(`${base}/models`);
-    const data = isRecord(r.json) && Array.isArray(r.json.data) ? r.json.data : undefined;
-    models = data?.map((d) => (isRecord(d) && typeof d.id === "string" ? d.id : "?"));
-    if (r.status !== 200 || models === undefined) f.add("endpoint", "warning", "models", `${base}/models answered ${r.status} without a model list`);
-  } catch (e) {
-    f.add("endpoint", "warning", "models", `${base}/models failed: ${(e as Error).message}`);
+  const mr = await tryCall(call, `${base}/models`);
+  const data = isRecord(mr.json) && Array.isArray(mr.json.data) ? mr.json.data : undefined;
+  models = data?.map((d) => (isRecord(d) && typeof d.id === "string" ? d.id : "?"));
+  if (mr.status !== 200 || models === undefined) {
+    f.add("endpoint", "warning", "models", `${base}/models answered ${mr.status} without a model list`);
+    models = undefined;
   }
   const servedModel = o.servedModel ?? models?.[0];
 
   const c = o.model.config;
   const tok = o.tokenizer;
-  // Tokenization parity.
-  let tokenization: EndpointReport["tokenization"];
-  if (tok !== undefined) {
-    const texts = [PROBE, "Hello, world! 123 + 456 = 579", "  leading spaces\nand a newline"];
-    let checked = 0;
-    let mismatches = 0;
-    for (const text of texts) {
-      let got: number[] | undefined;
-      for (const body of [{ model: servedModel, prompt: text }, { content: text, add_special: true }]) {
-        try {
-          const r = await call(`${origin}/tokenize`, body);
-          const t = isRecord(r.json) && Array.isArray(r.json.tokens) ? r.json.tokens : undefined;
-          if (r.status === 200 && t !== undefined) {
-            got = t.map((x) => (typeof x === "number" ? x : isRecord(x) && typeof x.id === "number" ? x.id : -1));
-            break;
-          }
-        } catch {
-          got = undefined;
-        }
-      }
-      if (got === undefined) break;
-      checked++;
-      const want = tok.encode(text);
-      const same = got.length === want.length && got.every((x, i) => x === want[i]);
-      if (!same) {
-        mismatches++;
-        const i = got.findIndex((x, j) => x !== want[j]);
-        const bos = tok.bosId;
-        const hint = got[0] === bos && want[0] !== bos ? " (the endpoint adds BOS, latent's tokenizer config does not)" : want[0] === bos && got[0] !== bos ? " (the endpoint omits the BOS that tokenizer.ggml.add_bos_token asks for)" : got[0] === bos && got[1] === bos ? " (BOS twice)" : "";
-        f.add("endpoint", "error", "tokenization", `the endpoint tokenizes ${JSON.stringify(text.slice(0, 30))} differently${hint}: first difference at index ${i === -1 ? Math.min(got.length, want.length) : i} (endpoint ${JSON.stringify(got.slice(0, 12))}, latent ${JSON.stringify(want.slice(0, 12))})`, { text, endpoint: got, latent: want });
-      }
-    }
-    tokenization = { checked, mismatches };
-    if (checked === 0) f.add("endpoint", "info", "tokenize-unavailable", "the endpoint has no /tokenize: tokenization parity not checked (prompts are sent as token ids)");
-  }
-
-  // Teacher-forced log-probs.
   const K = o.topK ?? 5;
-  const tokens = [...(o.tokens ?? (tok !== undefined ? tok.encode(PROBE).filter((x) => x < c.nVocab) : Array.from({ length: 16 }, (_, i) => (i * 37 + 11) % c.nVocab)))];
   const byTextMap = new Map<string, number>();
   const byText = (t: string): number | undefined => {
     if (tok === undefined) return undefined;
-    // Texts that several ids decode to (byte pieces, duplicates) are ambiguous: left out rather than guessed.
+    // texts that several ids decode to (byte pieces, duplicates) are ambiguous: left out rather than guessed
     if (byTextMap.size === 0) for (let id = 0; id < c.nVocab; id++) {
       const text = tok.decode([id]);
       byTextMap.set(text, byTextMap.has(text) ? -1 : id);
@@ -176,154 +166,141 @@ export async function checkEndpoint(o: EndpointOptions): Promise<EndpointReport>
     const id = byTextMap.get(t);
     return id === undefined || id < 0 ? undefined : id;
   };
-  const topMap = (x: unknown, numericIds = false): Map<number, number> => {
-    const m = new Map<number, number>();
-    if (isRecord(x)) {
-      for (const [key, v] of Object.entries(x)) {
-        const id = tokenKey(key, byText, numericIds);
-        const lp = isRecord(v) ? num(v.logprob) : num(v);
-        if (id !== undefined && lp !== undefined) m.set(id, lp);
-      }
-    } else if (Array.isArray(x)) {
-      for (const e of x) if (isRecord(e)) {
-        const id = typeof e.token_id === "number" ? e.token_id : typeof e.token === "string" ? tokenKey(e.token, byText, false) : undefined;
-        const lp = num(e.logprob);
-        if (id !== undefined && lp !== undefined) m.set(id, lp);
-      }
-    }
-    return m;
-  };
-  const completion = async (extra: Record<string, unknown>): Promise<Record<string, unknown> | undefined> => {
-    try {
-      const r = await call(`${base}/completions`, { model: servedModel, prompt: tokens, temperature: 0, ...extra });
-      if (r.status !== 200 || !isRecord(r.json) || !Array.isArray(r.json.choices) || !isRecord(r.json.choices[0])) return undefined;
-      return r.json.choices[0];
-    } catch {
-      return undefined;
-    }
-  };
+  const ctx: DialectContext = { call, base, origin, servedModel, topK: K, maxTokens: o.maxTokens ?? 16, byText };
+  const prompts = (o.prompts ?? defaultEndpointPrompts(tok, c.nVocab)).map((p) => [...p]);
 
-  let mode: LogprobMode = "none";
-  let scored: Scored[] = [];
-  let seq = tokens;
-  const vllm = await completion({ max_tokens: 1, prompt_logprobs: K, logprobs: K, return_tokens_as_token_ids: true });
-  if (vllm !== undefined && Array.isArray(vllm.prompt_logprobs)) {
-    mode = "prompt_logprobs";
-    // entry i scores token i given tokens[0..i-1]: our position i−1.
-    vllm.prompt_logprobs.forEach((e, i) => {
-      if (i === 0 || e === null) return;
-      const top = topMap(e, true);
-      const next = tokens[i];
-      scored.push({ pos: i - 1, top, next, nextLogprob: next !== undefined ? top.get(next) : undefined });
+  // Find the dialect on the sentence probe; a dialect that answers without log-probs is not one.
+  const attempts: { dialect: Dialect; error: string }[] = [];
+  const replies: (ProbeReply | undefined)[] = prompts.map(() => undefined);
+  const first = Math.min(1, prompts.length - 1);
+  let dialect: Dialect | undefined;
+  for (const d of DIALECTS) {
+    const r = await probe(d, ctx, { ids: prompts[first]! });
+    const usable = typeof r !== "string" && (r.prompt !== undefined || r.generated.length > 0);
+    if (!usable) {
+      attempts.push({ dialect: d, error: typeof r === "string" ? r : "no log-probs in the reply" });
+      continue;
+    }
+    dialect = d;
+    replies[first] = r;
+    break;
+  }
+
+  const tokenization = tok !== undefined ? await checkTokenization(ctx, dialect, tok, f) : undefined;
+  if (dialect === undefined) {
+    f.add("endpoint", "error", "no-logprobs", `${base} gave no usable log-probs in any dialect (${attempts.map((a) => `${a.dialect}: ${a.error}`).join("; ")}): the endpoint cannot be compared with the reference`, { attempts });
+    return { ...empty, reachable: true, health, models, servedModel, tokenization, attempts };
+  }
+  // The other probes in the same dialect; one that fails there (e.g. no prompt_logprobs for a 1-token prompt) falls
+  // back to the dialects after it.
+  const usedDialect: (Dialect | undefined)[] = prompts.map((_, i) => (i === first ? dialect : undefined));
+  for (let i = 0; i < prompts.length; i++) {
+    if (replies[i] !== undefined) continue;
+    const errors: string[] = [];
+    let unmappable = false;
+    for (const d of DIALECTS.slice(DIALECTS.indexOf(dialect))) {
+      const r = await probe(d, ctx, { ids: prompts[i]! });
+      if (typeof r !== "string" && (r.prompt !== undefined || r.generated.length > 0)) {
+        replies[i] = r;
+        usedDialect[i] = d;
+        break;
+      }
+      if (typeof r !== "string" && r.unmappedGenerated > 0) unmappable = true;
+      errors.push(`${d}: ${typeof r === "string" ? r : "no log-probs in the reply"}`);
+    }
+    if (replies[i] === undefined && unmappable) f.add("endpoint", "info", "probe-unmappable", `the ${LABELS[i] ?? `#${i}`} probe's generated tokens have token texts that map to no single id (and the server gives no ids): not compared`);
+    else if (replies[i] === undefined) f.add("endpoint", "warning", "probe-failed", `the ${LABELS[i] ?? `#${i}`} probe (${prompts[i]!.length} tokens) failed in every dialect from ${dialect} on: ${errors.join("; ")}`);
+  }
+
+  // A reply with prompt log-probs but none for generated tokens: the generated ones from a plain greedy request.
+  for (let i = 0; i < prompts.length; i++) {
+    const r = replies[i];
+    if (r === undefined || r.genEntries.length > 0 || r.unmappedGenerated > 0) continue;
+    const g = await probe("openai", ctx, { ids: prompts[i]! });
+    if (typeof g !== "string" && g.generated.length > 0) replies[i] = { ...r, generated: g.generated, genEntries: g.genEntries };
+  }
+  if (!replies.some((r) => r !== undefined && r.genEntries.length > 1)) {
+    // generated tokens given only as texts that map to no single id are latent's limit, not the server's
+    const ambiguous = replies.some((r) => r !== undefined && r.unmappedGenerated > 0);
+    f.add("endpoint", ambiguous ? "info" : "warning", "decode-unchecked", `the endpoint returned no log-probs for generated tokens beyond the first${ambiguous ? " that map to token ids (ambiguous token texts, no ids)" : ""}: its decode path is not checked`);
+  }
+
+  const seqs = prompts.map((p, i) => [...p, ...(replies[i]?.generated ?? [])]);
+  const scored = replies.flatMap((r, i) => (r !== undefined ? scoredOf(i, prompts[i]!, r) : []));
+  const reference = withF32Weights(o.model);
+  const logits = seqs.map((s, i) => (replies[i] !== undefined && s.length > 0 ? evaluateAll(reference, s, { path: "reference" }) : []));
+  const rows = logits.map((l) => l.map((r) => logSoftmaxRow(r)));
+  const positions = compareAll((s) => rows[s]!, scored);
+  const all = summarize(positions);
+  // Prefill: the prompt positions; where the dialect gives none (generated log-probs only), the first generated token
+  // of each probe, which comes from the last prefill row. Decode: the other generated tokens.
+  const hasPrompt = positions.some((p) => p.group === "prompt");
+  const isPrefill = (p: EndpointPosition): boolean => (hasPrompt ? p.group === "prompt" : p.step === 0);
+  const prefill = summarize(positions.filter(isPrefill));
+  const decode = summarize(positions.filter((p) => !isPrefill(p)));
+  // every probe on its own too: a fault that shows only past a prefill chunk must not drown in the short probes
+  const within = (keep: (p: EndpointPosition) => boolean): boolean => {
+    const sel = positions.filter(keep);
+    if (sel.length === 0) return true;
+    return withinTolerance(summarize(sel)) && prompts.every((_, i) => {
+      const mine = sel.filter((p) => p.seq === i);
+      return mine.length < 8 || withinTolerance(summarize(mine));
     });
+  };
+  const prefillOk = within(isPrefill);
+  const decodeOk = within((p) => !isPrefill(p));
+  const mode = modeOf(dialect);
+  const probes = prompts.map((p, i): EndpointProbe => ({ label: LABELS[i] ?? `probe ${i}`, promptTokens: p.length, generated: replies[i]?.generated ?? [], ...(usedDialect[i] !== undefined ? { dialect: usedDialect[i] } : {}) }));
+
+  // Are these log-probabilities at all?
+  let notDistributions = false;
+  if (positions.length > 0) {
+    const overfull = positions.filter((p) => p.returnedMass > 1.02);
+    notDistributions = overfull.length > 0;
+    if (overfull.length > 0) f.add("endpoint", "error", "logprobs-not-normalized", `at ${overfull.length} of ${positions.length} positions the returned probabilities sum above 1 (up to ${Math.max(...overfull.map((p) => p.returnedMass)).toFixed(2)}): they are not normalized log-probabilities (raw logits, or a wrong temperature)`, { positions: overfull.length });
+    const want = Math.min(K, c.nVocab);
+    // (entries keyed by an ambiguous token text collapse in JSON: no evidence of a short answer)
+    const short = positions.filter((p) => p.k < want && p.unmapped === 0);
+    if (short.length > 0) {
+      const most = short.length * 2 > positions.length;
+      f.add("endpoint", most ? "error" : "warning", "logprobs-incomplete", `at ${short.length} of ${positions.length} positions the endpoint returned fewer alternatives than the ${want} asked (as few as ${Math.min(...short.map((p) => p.k))})${most ? ": its distributions cannot be checked, only the actual tokens" : ""}`, { positions: short.length, asked: want });
+    }
+    const flatAt = -Math.log(c.nVocab) + Math.log(4);
+    const flat = positions.filter((p) => p.endpointTopLogprob <= flatAt);
+    if (flat.length * 2 > positions.length) {
+      notDistributions = true;
+      const refTop = flat.map((p) => Math.max(...rows[p.seq]![p.pos]!));
+      f.add("endpoint", "error", "logprobs-flat", `at ${flat.length} of ${positions.length} positions the endpoint's most likely returned token has probability ≤ 4/${c.nVocab}: its distributions are nearly flat (entropy near log(vocab) = ${Math.log(c.nVocab).toFixed(2)} nats), where latent's reference puts ${Math.exp(refTop.reduce((a, b) => a + b, 0) / refTop.length).toFixed(3)} (geometric mean) on its top token`, { positions: flat.length });
+    }
+  }
+
+  const evidence = { dialect, mode, positions: positions.length, meanKL: all.meanKL, maxKL: all.maxKL, top1Agreement: all.top1, meanAbsLogprobDiff: all.meanGap, prefill, decode, tolerance: TOLERANCE };
+  const stats = `prefill ${prefill.n > 0 ? formatSummary(prefill) : "not scored"}; decode ${decode.n > 0 ? formatSummary(decode) : "not scored"} (${dialect} dialect, ${mode})`;
+  let verdict: EndpointReport["verdict"];
+  if (positions.length === 0) {
+    verdict = "unknown";
+    f.add("endpoint", "error", "no-logprobs", `the ${dialect} replies held no log-probs that could be mapped to token ids: the endpoint cannot be compared with the reference`, { attempts });
+  } else if (prefillOk && decodeOk) {
+    verdict = withinTolerance(all, EXACT) ? "match" : "close";
+    f.add("endpoint", "info", verdict === "match" ? "logprobs-match" : "logprobs-close", `the endpoint agrees with latent's reference ${verdict === "match" ? "to float32 precision" : "within the same-GGUF tolerance (bf16/f16-level kernel noise)"}: ${stats}`, evidence);
   } else {
-    const echo = await completion({ max_tokens: 0, echo: true, logprobs: K, return_tokens_as_token_ids: true });
-    const lp = echo !== undefined && isRecord(echo.logprobs) ? echo.logprobs : undefined;
-    if (lp !== undefined && Array.isArray(lp.top_logprobs) && lp.top_logprobs.length >= tokens.length) {
-      mode = "echo";
-      lp.top_logprobs.slice(0, tokens.length).forEach((e, i) => {
-        if (i === 0 || e === null) return;
-        const top = topMap(e);
-        const next = tokens[i];
-        const given = Array.isArray(lp.token_logprobs) ? num(lp.token_logprobs[i]) : undefined;
-        if (next !== undefined && given !== undefined) top.set(next, given);
-        scored.push({ pos: i - 1, top, next, nextLogprob: given });
-      });
+    verdict = "mismatch";
+    const input = { clean: reference, seqs, logits, rows, scored, ...(o.matcherBudgetMs !== undefined ? { budgetMs: o.matcherBudgetMs } : {}) };
+    if (prefillOk && prefill.n > 0) {
+      const causes = matchDecodeFaults(input, (s) => prompts[s]!.length);
+      f.add("endpoint", "error", "decode-path-broken", `the server's decode path is broken, its prefill path is not: ${hasPrompt ? "the prompt positions agree with latent's reference, the generated tokens do not" : "the first generated token of each probe (from the prefill) agrees with latent's reference, the tokens generated after it do not"} — ${stats}.${causes.length > 0 ? ` Likely cause: ${causes.join("; ")}` : " Check the decode attention kernel (absorbed MLA: W_UK/W_UV, the latent cache, its output buffer)"}`, { ...evidence, causes });
     } else {
-      const n = 8;
-      const g = await completion({ max_tokens: n, logprobs: K, return_tokens_as_token_ids: true });
-      const glp = g !== undefined && isRecord(g.logprobs) ? g.logprobs : undefined;
-      if (glp !== undefined && Array.isArray(glp.top_logprobs) && Array.isArray(glp.tokens)) {
-        mode = "greedy";
-        const gen = glp.tokens.map((t) => (typeof t === "string" ? tokenKey(t, byText, false) : typeof t === "number" ? t : undefined));
-        const known = gen.findIndex((x) => x === undefined);
-        const ids = (known === -1 ? gen : gen.slice(0, known)) as number[];
-        seq = [...tokens, ...ids];
-        scored = glp.top_logprobs.slice(0, ids.length).map((e, j) => {
-          const top = topMap(e);
-          const given = Array.isArray(glp.token_logprobs) ? num(glp.token_logprobs[j]) : undefined;
-          if (given !== undefined) top.set(ids[j]!, given);
-          return { pos: tokens.length - 1 + j, top, next: ids[j], nextLogprob: given };
-        });
-      }
+      const focus = prefill.n > 0 ? scored.filter((s) => (hasPrompt ? s.group === "prompt" : s.step === 0)) : scored;
+      // flat or unnormalized log-probs are no model's distribution: nothing for the matcher to reproduce
+      const m = notDistributions ? { causes: [], tried: 0, outOfBudget: false, fittedScale: undefined } : matchFaults({ ...input, scored: focus });
+      const worst = positions.reduce((a, b) => (b.kl > a.kl ? b : a), positions[0]!);
+      const noMatch = `No known fault reproduces it${m.outOfBudget ? ` (the matcher stopped after ${m.tried} candidates)` : ""}: check the deployment's model files, dtype (fp16 overflow?), MLA backend and name mapping`;
+      f.add("endpoint", "error", "logprobs-mismatch", `the endpoint's log-probs disagree with latent's reference on the same GGUF beyond the same-weights tolerance (mean KL ≤ ${TOLERANCE.meanKL}, mean |Δ logprob| ≤ ${TOLERANCE.meanGap}): ${stats}; worst at position ${worst.pos} of the ${probes[worst.seq]?.label ?? ""} probe (KL ${worst.kl.toExponential(2)}). ${m.causes.length > 0 ? `Likely cause: ${m.causes.join("; ")}` : noMatch}`, { ...evidence, causes: m.causes, worst, fittedScale: m.fittedScale, matcherTried: m.tried });
     }
   }
-  if (mode === "none" || scored.length === 0) {
-    f.add("endpoint", "error", "no-logprobs", `${base}/completions gave no usable log-probs (tried prompt_logprobs, echo + logprobs, greedy + logprobs): the endpoint cannot be compared with the reference`);
-    return { ...empty, reachable: true, health, models, servedModel, tokenization, mode };
-  }
-
-  const ref = evaluateAll(o.model, seq, { path: "reference" }).map((r) => logSoftmaxRow(r));
-  const positions = compare(ref, scored);
-  const summary = summarize(positions);
-  const verdict: EndpointReport["verdict"] = summary.meanKL <= 1e-3 && summary.top1 >= 0.95 ? "match" : summary.meanKL <= 0.05 && summary.top1 >= 0.8 ? "close" : "mismatch";
-  const evidence = { mode, positions: positions.length, meanKL: summary.meanKL, maxKL: summary.maxKL, top1Agreement: summary.top1, meanAbsLogprobDiff: summary.dlp };
-  const stats = `mean KL ${summary.meanKL.toExponential(2)} (max ${summary.maxKL.toExponential(2)}) on the top-${K}, top-1 agreement ${(summary.top1 * 100).toFixed(0)}%, mean |Δ logprob| of the actual token ${summary.dlp.toExponential(2)} over ${positions.length} positions (${mode})`;
-  if (verdict === "match") f.add("endpoint", "info", "logprobs-match", `the endpoint agrees with latent's reference: ${stats}`, evidence);
-  else if (verdict === "close") f.add("endpoint", "warning", "logprobs-close", `the endpoint is close to latent's reference but not equal (quantized activations or kernels?): ${stats}`, evidence);
-  else {
-    const causes: string[] = [];
-    // Are these log-probabilities at all?
-    const overfull = scored.filter((s) => [...s.top.values()].reduce((a, v) => a + Math.exp(v), 0) > 1.01).length;
-    if (overfull > 0) causes.push(`at ${overfull} position(s) the returned top-${K} probabilities sum above 1: they are not normalized log-probabilities (raw logits, or a wrong temperature)`);
-    // Off by one position?
-    for (const shift of [-1, 1]) {
-      const moved = scored.map((s) => ({ ...s, pos: s.pos + shift })).filter((s) => s.pos >= 0 && s.pos < ref.length);
-      const m = summarize(compare(ref, moved));
-      if (moved.length > 0 && m.meanKL <= 1e-3 && m.top1 >= 0.95) causes.push(`the log-probs match latent's position ${shift > 0 ? "i+1" : "i−1"} (mean KL ${m.meanKL.toExponential(2)}): the endpoint's positions are off by one (prompt_logprobs alignment)`);
-    }
-    // Known faults simulated on the reference.
-    for (const cand of candidateFaults(o.model, "reference")) {
-      let sim: Float64Array[];
-      try {
-        sim = evaluateAll(withFaults(o.model, cand.faults), seq, { path: "reference" }).map((r) => logSoftmaxRow(r));
-      } catch {
-        continue;
-      }
-      const m = summarize(compare(sim, scored));
-      if (m.meanKL <= 1e-4 && m.top1 >= 0.95) causes.push(`the log-probs match latent with a simulated fault — ${cand.label} (mean KL ${m.meanKL.toExponential(2)})`);
-    }
-    const worst = positions.reduce((a, b) => (b.kl > a.kl ? b : a), positions[0]!);
-    f.add("endpoint", "error", "logprobs-mismatch", `the endpoint's log-probs disagree with latent's reference on the same GGUF: ${stats}; worst at position ${worst.pos} (KL ${worst.kl.toExponential(2)}). ${causes.length > 0 ? `Likely cause: ${causes.join("; ")}` : "No known fault reproduces it: check the deployment's model files, dtype (fp16 overflow?), MLA backend and name mapping"}`, { ...evidence, causes, worst });
-  }
-  return { base, reachable: true, health, models, servedModel, tokenization, mode, tokens: seq, positions, meanKL: summary.meanKL, maxKL: summary.maxKL, top1Agreement: summary.top1, meanAbsLogprobDiff: summary.dlp, verdict };
-}
-
-function compare(ref: readonly Float64Array[], scored: readonly Scored[]): EndpointPosition[] {
-  const out: EndpointPosition[] = [];
-  for (const s of scored) {
-    const lp = ref[s.pos];
-    if (lp === undefined || s.top.size === 0) continue;
-    const ids = [...s.top.keys()];
-    let zp = 0;
-    let zq = 0;
-    for (const id of ids) {
-      zp += Math.exp(lp[id]!);
-      zq += Math.exp(s.top.get(id)!);
-    }
-    let kl = 0;
-    for (const id of ids) {
-      const p = Math.exp(lp[id]!) / zp;
-      const q = Math.exp(s.top.get(id)!) / zq;
-      if (p > 0) kl += p * Math.log(p / Math.max(q, 1e-300));
-    }
-    // top-1 within the ids the endpoint returned (ambiguous token texts may have been left out)
-    let refTop = ids[0]!;
-    for (const id of ids) if (lp[id]! > lp[refTop]!) refTop = id;
-    let epTop = ids[0]!;
-    for (const id of ids) if (s.top.get(id)! > s.top.get(epTop)!) epTop = id;
-    out.push({ pos: s.pos, next: s.next, kl: Number.isFinite(kl) ? Math.max(0, kl) : Infinity, top1Match: refTop === epTop, refLogprob: s.next !== undefined ? lp[s.next] : undefined, endpointLogprob: s.nextLogprob, k: ids.length });
-  }
-  return out;
-}
-
-function summarize(p: readonly EndpointPosition[]): { meanKL: number; maxKL: number; top1: number; dlp: number } {
-  if (p.length === 0) return { meanKL: NaN, maxKL: NaN, top1: NaN, dlp: NaN };
-  const d = p.filter((x) => x.refLogprob !== undefined && x.endpointLogprob !== undefined).map((x) => Math.abs(x.refLogprob! - x.endpointLogprob!));
   return {
-    meanKL: p.reduce((a, x) => a + x.kl, 0) / p.length,
-    maxKL: Math.max(...p.map((x) => x.kl)),
-    top1: p.filter((x) => x.top1Match).length / p.length,
-    dlp: d.length > 0 ? d.reduce((a, b) => a + b, 0) / d.length : NaN,
+    base, reachable: true, health, models, servedModel, tokenization, mode, tokens: seqs[first] ?? [], positions,
+    meanKL: all.meanKL, maxKL: all.maxKL, top1Agreement: all.top1, meanAbsLogprobDiff: all.meanGap, verdict,
+    dialect, attempts, probes, prefill, decode, tolerance: TOLERANCE,
   };
 }

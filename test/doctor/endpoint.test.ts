@@ -32,7 +32,7 @@ for (const mode of ["vllm", "echo", "greedy"] as const) {
     assert.equal(r.endpoint!.verdict, "match");
     assert.ok(r.endpoint!.meanKL < 1e-6);
     assert.equal(r.endpoint!.top1Agreement, 1);
-    assert.deepEqual(r.endpoint!.tokenization, { checked: 3, mismatches: 0 });
+    assert.deepEqual(r.endpoint!.tokenization, { checked: 3, mismatches: 0, via: "tokenize" });
   });
 }
 

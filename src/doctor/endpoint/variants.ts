@@ -1,0 +1,114 @@
+/**
+ * Models over modified weights or config that reproduce deployment faults, built without hooks in the model code:
+ * attn_k_b/attn_v_b swapped (the weight objects exchanged, when qk_nope = v_head), another RoPE base, one expert's
+ * weights zeroed. The endpoint matcher simulates candidates with them; tests build faulty servers from them.
+ */
+import { QMatrix } from "../../backend/cpu/qmatrix.js";
+import { GGMLType } from "../../gguf/types.js";
+import type { ModelConfig } from "../../model/config.js";
+import type { DeepSeek2 } from "../../model/deepseek2.js";
+import { reassembleKvB, type LayerWeights, type ModelWeights, type SwiGLU } from "../../model/weights.js";
+
+function rebuild<M extends DeepSeek2>(model: M, config: ModelConfig, weights: ModelWeights): M {
+  const Ctor = model.constructor as new (c: ModelConfig, w: ModelWeights) => M;
+  const m = new Ctor(config, weights);
+  m.kernels = model.kernels;
+  return m;
+}
+
+function f32(name: string, cols: number, rows: number, values: Float32Array): QMatrix {
+  return new QMatrix(name, GGMLType.F32, cols, rows, new Uint8Array(values.buffer, values.byteOffset, values.byteLength));
+}
+
+function transposed(m: QMatrix, name: string): QMatrix {
+  const src = m.toF32();
+  const out = new Float32Array(m.rows * m.cols);
+  for (let r = 0; r < m.rows; r++) for (let c = 0; c < m.cols; c++) out[c * m.rows + r] = src[r * m.cols + c]!;
+  return f32(name, m.rows, m.cols, out);
+}
+
+function zeros(m: QMatrix): QMatrix {
+  return f32(`${m.name} (zeroed)`, m.cols, m.rows, new Float32Array(m.rows * m.cols));
+}
+
+function withLayers<M extends DeepSeek2>(model: M, edit: (lw: LayerWeights, il: number) => LayerWeights): M {
+  return rebuild(model, model.config, { ...model.weights, layers: model.weights.layers.map(edit) });
+}
+
+/** The model with a different RoPE base (rope.freq_base). */
+export function withRopeBase<M extends DeepSeek2>(model: M, base: number): M {
+  return rebuild(model, { ...model.config, ropeBase: base }, model.weights);
+}
+
+/** W_UV used where W_UK belongs and W_UK where W_UV belongs; undefined unless qk_nope = v_head. */
+export function withKvBSwapped<M extends DeepSeek2>(model: M): M | undefined {
+  const { qkNope: P, vHead: V, kvLoraRank: L } = model.config;
+  if (P !== V) return undefined;
+  return withLayers(model, (lw) => {
+    // kB[h] is L rows of P, vB[h] is V rows of L: each takes the other's transpose
+    const kB = lw.attn.vB.map((v) => transposed(v, `${v.name} as attn_k_b`));
+    const vB = lw.attn.kB.map((k) => transposed(k, `${k.name} as attn_v_b`));
+    let kvB: QMatrix | undefined;
+    return { ...lw, attn: { ...lw.attn, kB, vB, kvB: () => (kvB ??= reassembleKvB(kB, vB, "attn_kv_b (k_b/v_b swapped)", P, V, L)) } };
+  });
+}
+
+function zeroExpert(e: SwiGLU): SwiGLU {
+  return { gate: zeros(e.gate), up: zeros(e.up), down: zeros(e.down) };
+}
+
+/** Expert `expert` of MoE layer `layer` (every MoE layer when `layer` is undefined) with all-zero weights. */
+export function withExpertZeroed<M extends DeepSeek2>(model: M, expert: number, layer?: number): M {
+  return withLayers(model, (lw, il) => {
+    if (lw.moe === undefined || (layer !== undefined && il !== layer) || lw.moe.experts[expert] === undefined) return lw;
+    return { ...lw, moe: { ...lw.moe, experts: lw.moe.experts.map((x, i) => (i === expert ? zeroExpert(x) : x)) } };
+  });
+}
+
+/** MoE layers of the model (those with routed experts). */
+export function moeLayers(model: DeepSeek2): number[] {
+  return model.weights.layers.flatMap((lw, il) => (lw.moe !== undefined ? [il] : []));
+}
+
+function countParams(w: ModelWeights): number {
+  let n = w.tokenEmbd.rows * w.tokenEmbd.cols + w.output.rows * w.output.cols;
+  for (const lw of w.layers) {
+    const a = lw.attn;
+    for (const m of [a.q, a.qA, a.qB, a.kvA, a.o, ...a.kB, ...a.vB]) if (m !== undefined) n += m.rows * m.cols;
+    const ffn = [lw.dense, lw.moe?.shared, ...(lw.moe?.experts ?? [])];
+    for (const e of ffn) if (e !== undefined) n += e.gate.rows * e.gate.cols + e.up.rows * e.up.cols + e.down.rows * e.down.cols;
+  }
+  return n;
+}
+
+function asF32(m: QMatrix): QMatrix {
+  return m.type === GGMLType.F32 ? m : f32(m.name, m.cols, m.rows, m.toF32());
+}
+
+function swigluF32(s: SwiGLU): SwiGLU {
+  return { gate: asF32(s.gate), up: asF32(s.up), down: asF32(s.down) };
+}
+
+/**
+ * The same model with every weight matrix held as F32 (exact for F16/BF16 files, a dequantized copy otherwise):
+ * products then read the values in place instead of dequantizing each row on every call, which makes the many
+ * short simulations of the matcher several times faster.
+ */
+export function withF32Weights<M extends DeepSeek2>(model: M, maxBytes = 256 * 2 ** 20): M {
+  const w = model.weights;
+  // a copy of a large model's weights would not fit: then the model as it is
+  if (countParams(w) * 4 > maxBytes) return model;
+  const opt = (m: QMatrix | undefined): QMatrix | undefined => (m === undefined ? undefined : asF32(m));
+  const layers = w.layers.map((lw): LayerWeights => {
+    const kB = lw.attn.kB.map(asF32);
+    const vB = lw.attn.vB.map(asF32);
+    const kvB = asF32(lw.attn.kvB());
+    return {
+      ...lw,
+      attn: { ...lw.attn, q: opt(lw.attn.q), qA: opt(lw.attn.qA), qB: opt(lw.attn.qB), kvA: asF32(lw.attn.kvA), kB, vB, kvB: () => kvB, o: asF32(lw.attn.o) },
+      dense: lw.dense === undefined ? undefined : swigluF32(lw.dense),
+      moe: lw.moe === undefined ? undefined : { ...lw.moe, router: asF32(lw.moe.router), experts: lw.moe.experts.map(swigluF32), shared: lw.moe.shared === undefined ? undefined : swigluF32(lw.moe.shared) },
+    };
+  });
+  return rebuild(model, model.config, { ...w, tokenEmbd: asF32(w.tokenEmbd), output: asF32(w.output), layers });
+}

@@ -107,7 +107,7 @@ export async function runDoctor(opts: DoctorOptions): Promise<DoctorReport> {
         return finish(opts, findings, {}, timings, true);
       }
     }
-    const fr = time("file", () => checkFile(file, findings, { skipData: opts.skipData === true || opts.endpoint !== undefined, progress: opts.progress ?? noProgress }));
+    const fr = time("file", () => checkFile(file, findings, { skipData: opts.skipData === true, progress: opts.progress ?? noProgress }));
     const { config, ...fileReport } = fr;
     const parts: { -readonly [K in keyof DoctorReport]?: DoctorReport[K] } = { file: fileReport };
     const blocking = findings.list.some((f) => f.severity === "error" && (f.area === "tensors" || f.area === "names" || f.code === "config") && !DATA_ERRORS.has(f.code));
@@ -147,17 +147,21 @@ export async function runDoctor(opts: DoctorOptions): Promise<DoctorReport> {
       if (backend !== undefined) m.kernels = backend;
       return m;
     });
+    const calibrationTokens = encode?.(CALIBRATION_TEXT).filter((t) => t < config.nVocab);
+    const probes: Prompt[] = (opts.probes ?? DEFAULT_PROBES).map((text, i) => ({ label: text.length > 24 ? `${text.slice(0, 24)}…` : text, tokens: probeTokens(text, i, config.nVocab, encode) }));
     if (opts.endpoint !== undefined) {
       parts.endpoint = await checkEndpoint({ base: opts.endpoint, apiKey: opts.apiKey, model: clean, tokenizer, findings, fetch: opts.fetch });
-      return finish(opts, findings, parts, timings, parts.endpoint.reachable === false);
+      if (parts.endpoint.reachable === false) return finish(opts, findings, parts, timings, true);
+      // The GGUF the server runs may itself be broken in a way every path shares: the file's own behaviour checks.
+      parts.behaviour = time("behaviour", () => checkBehaviour(clean, probes, findings, { greedyTokens: 0, chunk: opts.chunk ?? 8, calibrationTokens }));
+      return finish(opts, findings, parts, timings);
     }
     const test = opts.implementation?.(clean) ?? clean;
     const chunk = opts.chunk ?? 8;
     // Fast kernels compute in float32 (and may quantize activations): looser per-stage tolerance.
     const loose = backend !== undefined ? { tolerance: 3e-2, klTolerance: 1e-3 } : {};
     parts.paths = time("paths", () => checkPaths(test, findings, { prompts: defaultPrompts(config.nVocab, chunk, encode), chunk, clean, ...loose }));
-    const probes: Prompt[] = (opts.probes ?? DEFAULT_PROBES).map((text, i) => ({ label: text.length > 24 ? `${text.slice(0, 24)}…` : text, tokens: probeTokens(text, i, config.nVocab, encode) }));
-    parts.behaviour = time("behaviour", () => checkBehaviour(clean, probes, findings, { greedyTokens: opts.greedyTokens ?? 24, chunk, calibrationTokens: encode?.(CALIBRATION_TEXT).filter((t) => t < config.nVocab) }));
+    parts.behaviour = time("behaviour", () => checkBehaviour(clean, probes, findings, { greedyTokens: opts.greedyTokens ?? 24, chunk, calibrationTokens }));
     return finish(opts, findings, parts, timings);
   } finally {
     backend?.close();

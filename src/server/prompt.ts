@@ -82,14 +82,14 @@ export class PromptEncoder {
     const tok = this.tokenizer;
     const literal = messages.map((m) => typeof m.content === "string" && this.controlTexts.some((t) => m.content!.includes(t)));
     if (!literal.includes(true)) {
-      const rendered = tok.renderChat(messages, opts);
+      const rendered = await tok.renderChatAsync(messages, opts);
       this.checkSize(rendered, "messages");
       return this.encode(rendered, { addSpecial: !this.startsWithBos(rendered), parseSpecial: true });
     }
     const nonce = randomUUID();
     const marker = (i: number): string => `\u{F0000}${nonce}:${i}\u{F0001}`;
     const withMarkers = messages.map((m, i) => (literal[i] ? { ...m, content: marker(i) } : m));
-    const rendered = tok.renderChat(withMarkers, opts);
+    const rendered = await tok.renderChatAsync(withMarkers, opts);
     this.checkSize(rendered, "messages");
     // cut the rendering at the markers: template text (specials parsed) and message contents (plain text)
     const parts: { text: string; literal: boolean }[] = [];

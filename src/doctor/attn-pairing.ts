@@ -108,8 +108,8 @@ export function attnPairing(model: DeepSeek2): AttnPairingLayer[] {
 /** Off-diagonal pairing this much stronger than a head's own marks the head as paired with another head. */
 export const HEAD_MARGIN = 0.3;
 
-/** Heads i whose best partner j ≠ i pairs at ≥ SIGNAL and beats i's own pairing by ≥ HEAD_MARGIN: [i, j] by head id. */
-export function misassignedHeads(heads: readonly number[], m: readonly (readonly number[])[]): [number, number][] {
+/** Items i (heads, experts) whose best partner j ≠ i pairs at ≥ SIGNAL and beats i's own pairing by ≥ HEAD_MARGIN: [id i, id j]. */
+export function misassigned(heads: readonly number[], m: readonly (readonly number[])[]): [number, number][] {
   const out: [number, number][] = [];
   m.forEach((row, i) => {
     let best = i;
@@ -161,8 +161,8 @@ export function checkAttnPairing(model: DeepSeek2, f: Findings, trained = false)
   const medianBest = best.length > 0 ? best[Math.floor(best.length / 2)]! : 0;
   if (medianBest >= SIGNAL) {
     for (const l of layers) {
-      const k = misassignedHeads(l.heads, l.qkHeads);
-      const v = misassignedHeads(l.heads, l.voHeads);
+      const k = misassigned(l.heads, l.qkHeads);
+      const v = misassigned(l.heads, l.voHeads);
       if (k.length < 2 && v.length < 2) continue;
       const map = (x: [number, number][]): string => x.map(([i, j]) => `${i}→${j}`).join(", ");
       const sides = [k.length >= 2 ? `W_q's head → the W_UK head its rows pair with: ${map(k)}` : "", v.length >= 2 ? `W_UV's head → the attn_output head its columns pair with: ${map(v)}` : ""].filter((x) => x !== "");

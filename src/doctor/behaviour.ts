@@ -18,6 +18,7 @@ import { FP16_MAX, type Findings } from "./report.js";
 import { calibration, judgeCalibration, type CalibrationResult, type FfnInputs } from "./perplexity.js";
 import { checkFfn, PAIRING_SIGNAL, type FfnReport } from "./ffn-checks.js";
 import { checkAttnPairing, type AttnPairingLayer } from "./attn-pairing.js";
+import { checkDownPairing, type DownPairingLayer } from "./down-pairing.js";
 
 export interface ProbeResult {
   readonly label: string;
@@ -59,6 +60,8 @@ export interface BehaviourReport {
   readonly ffn?: FfnReport;
   /** per layer: log-norm correlation of W_q nope rows with W_UK rows, and of W_UV rows with W_o columns */
   readonly attentionPairing?: readonly AttnPairingLayer[];
+  /** per MoE layer: up-row / down-column pairing between (sampled) experts */
+  readonly downPairing?: readonly DownPairingLayer[];
 }
 
 function rms(a: Float64Array): number {
@@ -179,7 +182,8 @@ export function checkBehaviour(model: DeepSeek2, probes: readonly Prompt[], find
   const ffn = checkFfn(model, ffnInputs, findings);
   const ffnTrained = ffn.pairing.some((l) => l.median > PAIRING_SIGNAL * l.baseline);
   const attentionPairing = checkAttnPairing(model, findings, cal?.trained === true || ffnTrained);
-  return { probes: results, greedy: greedyResult, norms, ...(cal !== undefined ? { calibration: cal } : {}), ffn, attentionPairing };
+  const downPairing = checkDownPairing(model, findings);
+  return { probes: results, greedy: greedyResult, norms, ...(cal !== undefined ? { calibration: cal } : {}), ffn, attentionPairing, downPairing };
 }
 
 /** max |W_UK,hᵀ q_nope,h| over the traced queries of one layer (the absorbed decode query). */

@@ -28,6 +28,7 @@ const CAUSES: Record<string, { codes: readonly string[]; message: RegExp }> = {
   "k_b-v_b-swapped-in-one-layer": { codes: ["attention-unpaired"], message: /in 1 of 6 layers.*layer \(q·k, v·o\): 3 .*swapped/s },
   "legacy-kv-b-heads-1-2-exchanged": { codes: ["attention-heads-reordered"], message: /attn_kv_b heads are in the wrong order.*1→2, 2→1/s },
   "rope-rows-half-split": { codes: ["miscalibrated"], message: /confidently wrong/ },
+  "experts-swapped-in-down": { codes: ["expert-down-mispaired"], message: /layer 1: expert [27]'s up rows pair with expert [27]'s down columns/ },
   "experts-swapped-in-up": { codes: ["expert-mispaired"], message: /layer 4, expert [16]/ },
   "gate-up-exchanged-in-shared-expert": { codes: ["gate-up-exchanged"], message: /shexp|shared/ },
 "output-head-scaled": { codes: ["underconfident"], message: /scaled down/ },

@@ -227,6 +227,7 @@ export const DEMO_VARIANTS: readonly DemoVariant[] = [
   { name: "legacy-kv-b-heads-1-2-exchanged", healthy: false, edit: legacyLayout([0, 2, 1, 3]) },
   { name: "rope-rows-half-split", healthy: false, edit: ropeRowsHalfSplit() },
   { name: "experts-swapped-in-up", healthy: false, edit: swapExperts("ffn_up_exps.weight", 1, 6, [4]) },
+  { name: "experts-swapped-in-down", healthy: false, edit: swapExperts("ffn_down_exps.weight", 2, 7, [1]) },
   {
     name: "gate-up-exchanged-in-shared-expert",
     healthy: false,

@@ -32,6 +32,7 @@ case "${1:-}" in
     cp -r .gpu-nm/webgpu .gpu-test/node_modules/
     [ -f .gpu-test/node_modules/webgpu/dist/linux-x64/dawn.node ] || xz -d .gpu-test/node_modules/webgpu/dist/linux-x64/dawn.node.xz
     export XDG_RUNTIME_DIR=/tmp
+    export LATENT_LONG_SWEEPS=1  # the knob sweeps on the wide model: seconds on a GPU, minutes on lavapipe
     OUT=${OUT:-/tmp/out}
     mkdir -p "$OUT"
     cd .gpu-test || exit 1

@@ -69,7 +69,15 @@ export interface SamplingFields {
 /** Fields completions and chat share. */
 export function samplingFields(body: Body, maxTokensKeys: readonly string[]): SamplingFields {
   let maxTokens: number | undefined;
-  for (const k of maxTokensKeys) maxTokens ??= optInt(body, k, 0);
+  let maxTokensKey = "";
+  for (const k of maxTokensKeys) {
+    const v = optInt(body, k, 0);
+    if (v === undefined) continue;
+    // max_completion_tokens is chat's new name of max_tokens: both may be sent, but must agree
+    if (maxTokens !== undefined && v !== maxTokens) throw badParam(k, `'${k}' (${v}) and '${maxTokensKey}' (${maxTokens}) differ; send one`);
+    maxTokens = v;
+    maxTokensKey = k;
+  }
   const stopV = body["stop"];
   let stop: string[] = [];
   if (typeof stopV === "string") stop = [stopV];
@@ -85,6 +93,11 @@ export function samplingFields(body: Body, maxTokensKeys: readonly string[]): Sa
   if (streamOptions !== undefined && streamOptions !== null) {
     if (typeof streamOptions !== "object" || Array.isArray(streamOptions)) throw badParam("stream_options", `'stream_options' must be an object, got ${typeName(streamOptions)}`);
     includeUsage = optBool(streamOptions as Body, "include_usage") ?? false;
+    for (const k of Object.keys(streamOptions)) {
+      // include_obfuscation pads OpenAI's chunks against length side channels; nothing here pads, so false is the truth
+      if (k !== "include_usage" && k !== "include_obfuscation") throw badParam("stream_options", `'stream_options.${k}' is not supported by this server`, "unsupported_parameter");
+    }
+    if (!(optBool(body, "stream") ?? false)) throw badParam("stream_options", "'stream_options' is only allowed when 'stream' is true");
   }
   for (const k of ["presence_penalty", "frequency_penalty"]) {
     const v = optNumber(body, k, (x) => x >= -2 && x <= 2, "between -2 and 2");

@@ -15,6 +15,7 @@ import { guardConnections } from "./connections.js";
 import { PromptEncoder } from "./prompt.js";
 import { chatLogprob, genEntries, legacyLogprobs, promptEntries, vllmPromptLogprobs, type LegacyLogprobs } from "./logprobs.js";
 import { ServerMetrics } from "./metrics.js";
+import { refuseUnsupportedFields } from "./fields.js";
 import { MAX_LOGPROBS, messagesField, modelField, optBool, optInt, promptField, requireNoSuffix, samplingFields, type SamplingFields } from "./schema.js";
 
 /** What the server runs: the file (metadata: tokenizer, name), the config and a batched forward pass. */
@@ -537,6 +538,7 @@ function finishReason(r: SequenceResult): "stop" | "length" {
 }
 
 async function completions(api: Api, body: Record<string, unknown>, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  refuseUnsupportedFields(body, "completion");
   const modelName = modelField(body);
   const inputs = promptField(body);
   const s = samplingFields(body, ["max_tokens"]);
@@ -613,6 +615,7 @@ async function completions(api: Api, body: Record<string, unknown>, req: Incomin
 }
 
 async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  refuseUnsupportedFields(body, "chat");
   const modelName = modelField(body);
   const messages: ChatMessage[] = messagesField(body);
   const s = samplingFields(body, ["max_completion_tokens", "max_tokens"]);
@@ -621,11 +624,9 @@ async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessag
   if (topLogprobs !== undefined && !logprobs) throw badParam("top_logprobs", "'top_logprobs' needs 'logprobs': true");
   const promptLogprobs = optInt(body, "prompt_logprobs", 0, MAX_LOGPROBS);
   if (modelName !== api.modelId) throw unknownModel(modelName);
-  const tools = body["tools"];
-  if (tools !== undefined && tools !== null && !Array.isArray(tools)) throw badParam("tools", "'tools' must be an array");
   let prompt: number[];
   try {
-    prompt = await api.prompts.encodeChat(messages, { addGenerationPrompt: true, ...(Array.isArray(tools) ? { tools } : {}) });
+    prompt = await api.prompts.encodeChat(messages, { addGenerationPrompt: true });
   } catch (e) {
     if (e instanceof ApiError) throw e;
     throw new ApiError(400, `cannot render the chat template: ${e instanceof Error ? e.message : String(e)}`, "invalid_request_error", "messages");

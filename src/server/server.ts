@@ -455,6 +455,11 @@ function launch(
             minP: s.minP,
             ...(s.seed !== undefined ? { seed: s.seed + index } : {}),
             logprobs: extra.topLogprobs ?? 0,
+            logitBias: s.logitBias,
+            presencePenalty: s.presencePenalty,
+            frequencyPenalty: s.frequencyPenalty,
+            repetitionPenalty: s.repetitionPenalty,
+            ...(s.repetitionPenalty !== 1 ? { promptTokens: prompt } : {}),
           },
           stop: s.stop,
           ignoreEog: s.ignoreEos,
@@ -541,7 +546,7 @@ async function completions(api: Api, body: Record<string, unknown>, req: Incomin
   refuseUnsupportedFields(body, "completion");
   const modelName = modelField(body);
   const inputs = promptField(body);
-  const s = samplingFields(body, ["max_tokens"]);
+  const s = samplingFields(body, ["max_tokens"], api.nVocab);
   requireNoSuffix(body);
   const logprobs = optInt(body, "logprobs", 0, MAX_LOGPROBS);
   const echo = optBool(body, "echo") ?? false;
@@ -618,7 +623,7 @@ async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessag
   refuseUnsupportedFields(body, "chat");
   const modelName = modelField(body);
   const messages: ChatMessage[] = messagesField(body);
-  const s = samplingFields(body, ["max_completion_tokens", "max_tokens"]);
+  const s = samplingFields(body, ["max_completion_tokens", "max_tokens"], api.nVocab);
   const logprobs = optBool(body, "logprobs") ?? false;
   const topLogprobs = optInt(body, "top_logprobs", 0, MAX_LOGPROBS);
   if (topLogprobs !== undefined && !logprobs) throw badParam("top_logprobs", "'top_logprobs' needs 'logprobs': true");

@@ -16,6 +16,7 @@ import { PromptEncoder } from "./prompt.js";
 import { chatLogprob, genEntries, legacyLogprobs, promptEntries, vllmPromptLogprobs, type LegacyLogprobs } from "./logprobs.js";
 import { ServerMetrics } from "./metrics.js";
 import { refuseUnsupportedFields } from "./fields.js";
+import { corsHeaders, parseCorsOrigins, preflightHeaders } from "./cors.js";
 import { MAX_LOGPROBS, messagesField, modelField, optBool, optInt, promptField, requireNoSuffix, samplingFields, type SamplingFields } from "./schema.js";
 
 /** What the server runs: the file (metadata: tokenizer, name), the config and a batched forward pass. */
@@ -37,6 +38,8 @@ export interface ServerOptions extends Partial<ServerLimits> {
   readonly host?: string;
   /** default 8080; 0 picks a free port */
   readonly port?: number;
+  /** browser origins allowed to call the server: `*` or a comma list of origins (CORS); default none (no CORS headers) */
+  readonly cors?: string;
   /** require `Authorization: Bearer KEY` on /v1/*, /tokenize and /detokenize */
   readonly apiKey?: string;
   /** most sequences in the running batch (default 16) */
@@ -133,6 +136,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const log = options.log ?? ((): void => {});
   const limits: ServerLimits = { ...DEFAULT_LIMITS, ...definedOnly(options) };
   const bodyBudget = new BodyBudget(limits.maxBufferedBodyBytes);
+  const cors = options.cors !== undefined ? parseCorsOrigins(options.cors) : undefined;
   const keyHash = options.apiKey !== undefined ? createHash("sha256").update(options.apiKey).digest() : undefined;
   const created = Math.floor(Date.now() / 1000);
   let draining = false;
@@ -151,6 +155,16 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       if (status === CLIENT_CLOSED) log(`${CLIENT_CLOSED} ${req.method ?? "?"} ${path}: the client closed the connection after ${((performance.now() - t0) / 1000).toFixed(1)} s`);
     });
     const readOnly = req.method === "GET" || req.method === "HEAD";
+    if (cors !== undefined) {
+      // a preflight carries no credentials: answered before the key check, for every path
+      if (req.method === "OPTIONS" && req.headers["access-control-request-method"] !== undefined) {
+        res.writeHead(204, preflightHeaders(cors, req));
+        res.end();
+        return;
+      }
+      // set before any writeHead: JSON answers, errors and event streams all carry them
+      for (const [k, v] of Object.entries(corsHeaders(cors, req))) res.setHeader(k, v);
+    }
     try {
       if (path === "/health") {
         if (!readOnly) throw methodNotAllowed(req.method);

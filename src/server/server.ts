@@ -572,7 +572,8 @@ async function completions(api: Api, body: Record<string, unknown>, req: Incomin
   const promptTexts = prompts.map((p, i) => { const inp = inputs[i]!; return "text" in inp ? inp.text : api.tokenizer.decode(p); });
   const needPrompt = promptLogprobs !== undefined || (echo && logprobs !== undefined) ? Math.max(promptLogprobs ?? 0, echo ? (logprobs ?? 0) : 0) : undefined;
   const created = Math.floor(Date.now() / 1000);
-  const base = (job: GenJob): Record<string, unknown> => ({ id: job.id, object: "text_completion", created, model: api.modelId });
+  // with include_usage every chunk but the last carries usage: null, as OpenAI sends them
+  const base = (job: GenJob): Record<string, unknown> => ({ id: job.id, object: "text_completion", created, model: api.modelId, ...(s.stream && s.includeUsage ? { usage: null } : {}) });
   const sse = s.stream ? sseWriter(api, res) : undefined;
   const offsets = new Map<number, number>();
   let jobRef: GenJob | undefined;
@@ -653,7 +654,7 @@ async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessag
   const maxTokens = [budget(api, prompt.length, s.maxTokens, api.limits.defaultChatMaxTokens)];
   const k = topLogprobs ?? 0;
   const created = Math.floor(Date.now() / 1000);
-  const base = (job: GenJob): Record<string, unknown> => ({ id: job.id, object: "chat.completion.chunk", created, model: api.modelId });
+  const base = (job: GenJob): Record<string, unknown> => ({ id: job.id, object: "chat.completion.chunk", created, model: api.modelId, ...(s.includeUsage ? { usage: null } : {}) });
   const sse = s.stream ? sseWriter(api, res) : undefined;
   const { job, done } = launch(api, req, res, "chat", [prompt], s, { topLogprobs: logprobs ? Math.max(k, 0) : undefined, promptLogprobs, maxTokens }, sse === undefined ? {} : {
     onToken: (c, t) => {

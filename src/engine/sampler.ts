@@ -73,7 +73,8 @@ let adjustedScratch = new Float64Array(0);
 /**
  * Samples one token from a full-vocabulary logits vector.
  *
- * Order (llama.cpp's common default chain): top-k → top-p → min-p → temperature → draw.
+ * Order (llama.cpp's common default chain): top-k → top-p → min-p → temperature → draw. A logit bias or a penalty
+ * (LogitAdjustOptions) first changes the row (LogitAdjuster); the filters and the draw then act on the changed row.
  * The filters act on the temperature-1 distribution softmax(logits), renormalized over what the previous filter kept
  * (top-p's mass is measured within the top-k set; min-p is relative to the max probability, so renormalizing does
  * not change it). Each filter keeps a most-likely prefix (ties broken toward the lower id) and always keeps the top

@@ -5,7 +5,7 @@ import type { ChatMessage } from "../tokenizer/index.js";
 export const MAX_LOGPROBS = 20;
 export const MAX_N = 16;
 export const MAX_STOPS = 16;
-/** Most entries of logit_bias (OpenAI allows 300; 1024 covers any client seen while bounding the per-row work). */
+/** Most entries of logit_bias: each is applied to every sampled row of the request, so the work per row stays bounded. */
 export const MAX_LOGIT_BIAS = 1024;
 
 type Body = Record<string, unknown>;

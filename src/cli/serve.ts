@@ -2,6 +2,7 @@ import type { Command } from "./command.js";
 import { UsageError } from "../util/errors.js";
 import { DEFAULT_PAGE_SIZE } from "../engine/paged-cache.js";
 import { startServer } from "../server/server.js";
+import { parseCorsOrigins } from "../server/cors.js";
 import { DEFAULT_LIMITS, type ServerLimits } from "../server/limits.js";
 import { existsSync } from "node:fs";
 import { closeLoaded, loadModel, type LoadedModel } from "../model/load.js";
@@ -18,6 +19,8 @@ options:
   --host HOST            address to listen on (default 127.0.0.1)
   --port N               port (default 8080; 0 = any free port, printed on stderr)
   --api-key KEY          require "Authorization: Bearer KEY" (also from LATENT_API_KEY)
+  --cors ORIGINS         let browser pages from these origins call the server: '*' or a comma list such as
+                         http://localhost:3000,https://app.example (default: off, no CORS headers)
   --alias NAME           model id clients send (default the file name without .gguf)
   --max-batch N          most sequences running at once (default 16)
   --kv-cache-tokens N    KV cache positions shared by all sequences (default 8192)
@@ -55,6 +58,7 @@ const SERVE_OPTIONS = {
   port: { type: "string" },
   "api-key": { type: "string" },
   alias: { type: "string" },
+  cors: { type: "string" },
   "max-batch": { type: "string" },
   "kv-cache-tokens": { type: "string" },
   "page-size": { type: "string" },
@@ -99,6 +103,7 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
   const apiKey = values["api-key"] ?? process.env["LATENT_API_KEY"];
   const path = modelPath;
   const limits = limitOptions(values);
+  if (values.cors !== undefined) parseCorsOrigins(values.cors); // a bad list fails before the model loads
   if (!existsSync(path)) throw new UsageError(`model file not found: ${path}`);
   const t0 = performance.now();
   const maxBatch = intOption("max-batch", values["max-batch"], 1);
@@ -126,6 +131,7 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
     host: values.host ?? "127.0.0.1",
     port,
     ...(apiKey !== undefined && apiKey !== "" ? { apiKey } : {}),
+    ...(values.cors !== undefined ? { cors: values.cors } : {}),
     ...opt("maxBatch", maxBatch),
     ...opt("kvCacheTokens", fused !== undefined ? fused.kvTokens : kvTokensArg),
     pageSize,

@@ -185,9 +185,10 @@ export function* generateTokens(model: GenerateModel, tokenizer: GenerateTokeniz
   });
   const stops = (opts.stop ?? []).filter((s) => s.length > 0);
   const stopTokens = new Set(opts.stopTokens ?? []);
-  const sampler: TokenSampler = opts.sampler ?? createSampler(opts);
+  // the repetition penalty counts the prompt's tokens as seen
+  const sampler: TokenSampler = opts.sampler ?? createSampler({ promptTokens, ...opts });
   const chainable = opts.chainedGreedy !== false && path !== "reference" && sampler instanceof Sampler;
-  const greedyChain = chainable && sampler.isGreedy() && sampler.logprobs === 0;
+  const greedyChain = chainable && sampler.picksGreedyOnDevice();
   // samplers the model's device can draw for (a temperature, and top-k ≤ 64 with top-p / min-p where it filters)
   const drawChain = chainable && !greedyChain && model.chainsDraws === true && sampler.drawsOnDevice(model.picksDrawFiltered === true);
   const chain = greedyChain || drawChain ? model.decodeGreedy?.bind(model) : undefined;

@@ -1,7 +1,9 @@
 import { UsageError } from "../util/errors.js";
 import { greedyLogprob, logSoftmaxInto, topIds, topLogprobs } from "./logprobs.js";
+import { LogitAdjuster, type LogitAdjustOptions } from "./logit-adjust.js";
 
-export interface SamplerOptions {
+/** Sampling settings; the LogitAdjustOptions (logit bias, penalties) change the row before filtering and drawing. */
+export interface SamplerOptions extends LogitAdjustOptions {
   /** 0 → greedy (argmax, ties to the lowest id). Default 1. */
   temperature?: number;
   /** Keep the k most likely tokens; 0 = off. Default 0. */
@@ -65,11 +67,14 @@ let scratch = new Float64Array(0);
  * faults, more than the rest of the draw
  */
 let weights = new Float64Array(0);
+/** log-probabilities of the adjusted row (logit bias, penalties) that tokens are chosen from */
+let adjustedScratch = new Float64Array(0);
 
 /**
  * Samples one token from a full-vocabulary logits vector.
  *
- * Order (llama.cpp's common default chain): top-k → top-p → min-p → temperature → draw.
+ * Order (llama.cpp's common default chain): top-k → top-p → min-p → temperature → draw. A logit bias or a penalty
+ * (LogitAdjustOptions) first changes the row (LogitAdjuster); the filters and the draw then act on the changed row.
  * The filters act on the temperature-1 distribution softmax(logits), renormalized over what the previous filter kept
  * (top-p's mass is measured within the top-k set; min-p is relative to the max probability, so renormalizing does
  * not change it). Each filter keeps a most-likely prefix (ties broken toward the lower id) and always keeps the top
@@ -86,6 +91,9 @@ export class Sampler {
   readonly seed: number;
   readonly logprobs: number;
   private rng: Xoshiro128;
+  private readonly adjuster: LogitAdjuster;
+  /** logit bias or a penalty is on: every row is adjusted on the host before the choice */
+  readonly adjustsLogits: boolean;
 
   constructor(options: SamplerOptions = {}) {
     const { temperature = 1, topK = 0, topP = 1, minP = 0, logprobs = 0 } = options;
@@ -103,11 +111,18 @@ export class Sampler {
     this.seed = seed;
     this.logprobs = logprobs;
     this.rng = new Xoshiro128(seed);
+    this.adjuster = new LogitAdjuster(options);
+    this.adjustsLogits = this.adjuster.active;
   }
 
   /** Whether this sampler picks the argmax (ties to the lowest id) of every logits row: temperature 0. */
   isGreedy(): boolean {
     return this.temperature === 0;
+  }
+
+  /** Whether a model's device may choose this sampler's tokens greedily (argmax of the unadjusted row). */
+  picksGreedyOnDevice(): boolean {
+    return this.isGreedy() && this.logprobs === 0 && !this.adjustsLogits;
   }
 
   /**
@@ -116,7 +131,7 @@ export class Sampler {
    * no top logprobs either way.
    */
   drawsOnDevice(filtered = false): boolean {
-    if (!(this.temperature > 0) || this.logprobs !== 0) return false;
+    if (!(this.temperature > 0) || this.logprobs !== 0 || this.adjustsLogits) return false;
     if (this.topK === 0) return filtered || (this.topP >= 1 && this.minP <= 0);
     return filtered && this.topK <= DEVICE_DRAW_TOPK_MAX;
   }
@@ -133,11 +148,29 @@ export class Sampler {
 
   /** Pick the next token. Throws UsageError naming the position of a NaN logit. */
   sample(logits: Float32Array | Float64Array): SampleResult {
+    if (this.adjustsLogits) return this.sampleAdjusted(logits);
     if (this.isGreedy() && this.logprobs === 0) return greedyLogprob(logits); // validates as logSoftmax does
     // validates (NaN / +Infinity / all -Infinity); into a row reused by every sampler (sample() keeps none of it)
     if (scratch.length < logits.length) scratch = new Float64Array(logits.length);
     const lp = logSoftmaxInto(logits, scratch);
     const token = this.isGreedy() ? argmax(logits) : this.draw(lp, this.kept(lp));
+    const result: SampleResult = { token, logprob: lp[token]! };
+    if (this.logprobs > 0) result.top = topLogprobs(lp, this.logprobs);
+    return result;
+  }
+
+  /**
+   * As sample, choosing from the adjusted row (bias, penalties) with the same filters and draw; the logprobs stay
+   * those of the unmodified row, as without adjustments.
+   */
+  private sampleAdjusted(logits: Float32Array | Float64Array): SampleResult {
+    if (scratch.length < logits.length) scratch = new Float64Array(logits.length);
+    if (adjustedScratch.length < logits.length) adjustedScratch = new Float64Array(logits.length);
+    const lp = logSoftmaxInto(logits, scratch);
+    // throws when every token is banned (all -Infinity)
+    const adjusted = logSoftmaxInto(this.adjuster.apply(logits), adjustedScratch);
+    const token = this.isGreedy() ? argmax(adjusted) : this.draw(adjusted, this.kept(adjusted));
+    this.adjuster.observe(token);
     const result: SampleResult = { token, logprob: lp[token]! };
     if (this.logprobs > 0) result.top = topLogprobs(lp, this.logprobs);
     return result;

@@ -534,7 +534,7 @@ export class Scheduler {
       this.model.forwardBatchPicks !== undefined
         ? members.map((seq, i): boolean | PickDraw => {
             if (chunks[i]!.logits !== "last") return false;
-            if (seq.sampler.isGreedy()) return seq.sampler.logprobs === 0;
+            if (seq.sampler.isGreedy()) return seq.sampler.picksGreedyOnDevice();
             return drawing && seq.sampler.drawsOnDevice(this.model.picksDrawFiltered === true) ? seq.sampler.deviceDraw() : false;
           })
         : undefined;
@@ -604,7 +604,7 @@ export class Scheduler {
     let wanted = 0;
     for (const seq of batch) {
       const decoding = seq.state === "running" && seq.generated > 0 && seq.tokens.length - seq.cache!.length === 1;
-      const greedy = seq.sampler.isGreedy() && seq.sampler.logprobs === 0;
+      const greedy = seq.sampler.picksGreedyOnDevice();
       if (!decoding || seq.wantsAll || !(greedy || (drawsChain && seq.sampler.drawsOnDevice(model.picksDrawFiltered === true)))) return false;
       room = Math.min(room, this.contextLength - seq.tokens.length);
       wanted = Math.max(wanted, seq.req.maxTokens - seq.generated);

@@ -5,6 +5,8 @@ import type { ChatMessage } from "../tokenizer/index.js";
 export const MAX_LOGPROBS = 20;
 export const MAX_N = 16;
 export const MAX_STOPS = 16;
+/** Most entries of logit_bias: each is applied to every sampled row of the request, so the work per row stays bounded. */
+export const MAX_LOGIT_BIAS = 1024;
 
 type Body = Record<string, unknown>;
 
@@ -64,12 +66,25 @@ export interface SamplingFields {
   readonly stream: boolean;
   readonly includeUsage: boolean;
   readonly ignoreEos: boolean;
+  /** token id → bias (-100 bans) */
+  readonly logitBias: ReadonlyMap<number, number>;
+  readonly presencePenalty: number;
+  readonly frequencyPenalty: number;
+  readonly repetitionPenalty: number;
 }
 
 /** Fields completions and chat share. */
-export function samplingFields(body: Body, maxTokensKeys: readonly string[]): SamplingFields {
+export function samplingFields(body: Body, maxTokensKeys: readonly string[], nVocab: number): SamplingFields {
   let maxTokens: number | undefined;
-  for (const k of maxTokensKeys) maxTokens ??= optInt(body, k, 0);
+  let maxTokensKey = "";
+  for (const k of maxTokensKeys) {
+    const v = optInt(body, k, 0);
+    if (v === undefined) continue;
+    // max_completion_tokens is chat's new name of max_tokens: both may be sent, but must agree
+    if (maxTokens !== undefined && v !== maxTokens) throw badParam(k, `'${k}' (${v}) and '${maxTokensKey}' (${maxTokens}) differ; send one`);
+    maxTokens = v;
+    maxTokensKey = k;
+  }
   const stopV = body["stop"];
   let stop: string[] = [];
   if (typeof stopV === "string") stop = [stopV];
@@ -85,18 +100,16 @@ export function samplingFields(body: Body, maxTokensKeys: readonly string[]): Sa
   if (streamOptions !== undefined && streamOptions !== null) {
     if (typeof streamOptions !== "object" || Array.isArray(streamOptions)) throw badParam("stream_options", `'stream_options' must be an object, got ${typeName(streamOptions)}`);
     includeUsage = optBool(streamOptions as Body, "include_usage") ?? false;
+    for (const k of Object.keys(streamOptions)) {
+      // include_obfuscation pads OpenAI's chunks against length side channels; nothing here pads, so false is the truth
+      if (k !== "include_usage" && k !== "include_obfuscation") throw badParam("stream_options", `'stream_options.${k}' is not supported by this server`, "unsupported_parameter");
+    }
+    if (!(optBool(body, "stream") ?? false)) throw badParam("stream_options", "'stream_options' is only allowed when 'stream' is true");
   }
-  for (const k of ["presence_penalty", "frequency_penalty"]) {
-    const v = optNumber(body, k, (x) => x >= -2 && x <= 2, "between -2 and 2");
-    if (v !== undefined && v !== 0) throw badParam(k, `'${k}' is not supported by this server (only 0)`);
-  }
-  const rp = optNumber(body, "repetition_penalty", (x) => x > 0, "> 0");
-  if (rp !== undefined && rp !== 1) throw badParam("repetition_penalty", "'repetition_penalty' is not supported by this server (only 1)");
-  const bias = body["logit_bias"];
-  if (bias !== undefined && bias !== null) {
-    if (typeof bias !== "object" || Array.isArray(bias)) throw badParam("logit_bias", `'logit_bias' must be an object, got ${typeName(bias)}`);
-    if (Object.keys(bias).length > 0) throw badParam("logit_bias", "'logit_bias' is not supported by this server");
-  }
+  const presencePenalty = optNumber(body, "presence_penalty", (x) => x >= -2 && x <= 2, "between -2 and 2") ?? 0;
+  const frequencyPenalty = optNumber(body, "frequency_penalty", (x) => x >= -2 && x <= 2, "between -2 and 2") ?? 0;
+  const repetitionPenalty = optNumber(body, "repetition_penalty", (x) => x > 0, "> 0") ?? 1;
+  const logitBias = logitBiasField(body, nVocab);
   const topK = optInt(body, "top_k", -1) ?? 0;
   return {
     maxTokens,
@@ -110,7 +123,28 @@ export function samplingFields(body: Body, maxTokensKeys: readonly string[]): Sa
     stream: optBool(body, "stream") ?? false,
     includeUsage,
     ignoreEos: optBool(body, "ignore_eos") ?? false,
+    logitBias,
+    presencePenalty,
+    frequencyPenalty,
+    repetitionPenalty,
   };
+}
+
+/** `logit_bias`: {"<token id>": bias in [-100, 100]}, at most MAX_LOGIT_BIAS entries, ids in the vocabulary. */
+function logitBiasField(body: Body, nVocab: number): Map<number, number> {
+  const bias = new Map<number, number>();
+  const v = body["logit_bias"];
+  if (v === undefined || v === null) return bias;
+  if (typeof v !== "object" || Array.isArray(v)) throw badParam("logit_bias", `'logit_bias' must be an object mapping token ids to biases, got ${typeName(v)}`);
+  const entries = Object.entries(v as Body);
+  if (entries.length > MAX_LOGIT_BIAS) throw badParam("logit_bias", `'logit_bias' may hold at most ${MAX_LOGIT_BIAS} tokens, got ${entries.length}`);
+  for (const [key, b] of entries) {
+    const id = /^(0|[1-9][0-9]*)$/.test(key) ? Number(key) : NaN;
+    if (!(Number.isSafeInteger(id) && id < nVocab)) throw badParam("logit_bias", `'logit_bias' key ${JSON.stringify(key)} is not a token id (0..${nVocab - 1})`);
+    if (typeof b !== "number" || !Number.isFinite(b) || b < -100 || b > 100) throw badParam("logit_bias", `'logit_bias[${key}]' must be a number between -100 and 100, got ${JSON.stringify(b)}`);
+    bias.set(id, b);
+  }
+  return bias;
 }
 
 /** A completion prompt: one or more texts or token-id lists. */

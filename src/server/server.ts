@@ -15,6 +15,8 @@ import { guardConnections } from "./connections.js";
 import { PromptEncoder } from "./prompt.js";
 import { chatLogprob, genEntries, legacyLogprobs, promptEntries, vllmPromptLogprobs, type LegacyLogprobs } from "./logprobs.js";
 import { ServerMetrics } from "./metrics.js";
+import { refuseUnsupportedFields } from "./fields.js";
+import { corsHeaders, parseCorsOrigins, preflightHeaders } from "./cors.js";
 import { MAX_LOGPROBS, messagesField, modelField, optBool, optInt, promptField, requireNoSuffix, samplingFields, type SamplingFields } from "./schema.js";
 
 /** What the server runs: the file (metadata: tokenizer, name), the config and a batched forward pass. */
@@ -36,6 +38,8 @@ export interface ServerOptions extends Partial<ServerLimits> {
   readonly host?: string;
   /** default 8080; 0 picks a free port */
   readonly port?: number;
+  /** browser origins allowed to call the server: `*` or a comma list of origins (CORS); default none (no CORS headers) */
+  readonly cors?: string;
   /** require `Authorization: Bearer KEY` on /v1/*, /tokenize and /detokenize */
   readonly apiKey?: string;
   /** most sequences in the running batch (default 16) */
@@ -132,6 +136,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const log = options.log ?? ((): void => {});
   const limits: ServerLimits = { ...DEFAULT_LIMITS, ...definedOnly(options) };
   const bodyBudget = new BodyBudget(limits.maxBufferedBodyBytes);
+  const cors = options.cors !== undefined ? parseCorsOrigins(options.cors) : undefined;
   const keyHash = options.apiKey !== undefined ? createHash("sha256").update(options.apiKey).digest() : undefined;
   const created = Math.floor(Date.now() / 1000);
   let draining = false;
@@ -150,6 +155,16 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       if (status === CLIENT_CLOSED) log(`${CLIENT_CLOSED} ${req.method ?? "?"} ${path}: the client closed the connection after ${((performance.now() - t0) / 1000).toFixed(1)} s`);
     });
     const readOnly = req.method === "GET" || req.method === "HEAD";
+    if (cors !== undefined) {
+      // a preflight carries no credentials: answered before the key check, for every path
+      if (req.method === "OPTIONS" && req.headers["access-control-request-method"] !== undefined) {
+        res.writeHead(204, preflightHeaders(cors, req));
+        res.end();
+        return;
+      }
+      // set before any writeHead: JSON answers, errors and event streams all carry them
+      for (const [k, v] of Object.entries(corsHeaders(cors, req))) res.setHeader(k, v);
+    }
     try {
       if (path === "/health") {
         if (!readOnly) throw methodNotAllowed(req.method);
@@ -454,6 +469,11 @@ function launch(
             minP: s.minP,
             ...(s.seed !== undefined ? { seed: s.seed + index } : {}),
             logprobs: extra.topLogprobs ?? 0,
+            logitBias: s.logitBias,
+            presencePenalty: s.presencePenalty,
+            frequencyPenalty: s.frequencyPenalty,
+            repetitionPenalty: s.repetitionPenalty,
+            ...(s.repetitionPenalty !== 1 ? { promptTokens: prompt } : {}),
           },
           stop: s.stop,
           ignoreEog: s.ignoreEos,
@@ -537,9 +557,10 @@ function finishReason(r: SequenceResult): "stop" | "length" {
 }
 
 async function completions(api: Api, body: Record<string, unknown>, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  refuseUnsupportedFields(body, "completion");
   const modelName = modelField(body);
   const inputs = promptField(body);
-  const s = samplingFields(body, ["max_tokens"]);
+  const s = samplingFields(body, ["max_tokens"], api.nVocab);
   requireNoSuffix(body);
   const logprobs = optInt(body, "logprobs", 0, MAX_LOGPROBS);
   const echo = optBool(body, "echo") ?? false;
@@ -551,7 +572,8 @@ async function completions(api: Api, body: Record<string, unknown>, req: Incomin
   const promptTexts = prompts.map((p, i) => { const inp = inputs[i]!; return "text" in inp ? inp.text : api.tokenizer.decode(p); });
   const needPrompt = promptLogprobs !== undefined || (echo && logprobs !== undefined) ? Math.max(promptLogprobs ?? 0, echo ? (logprobs ?? 0) : 0) : undefined;
   const created = Math.floor(Date.now() / 1000);
-  const base = (job: GenJob): Record<string, unknown> => ({ id: job.id, object: "text_completion", created, model: api.modelId });
+  // with include_usage every chunk but the last carries usage: null, as OpenAI sends them
+  const base = (job: GenJob): Record<string, unknown> => ({ id: job.id, object: "text_completion", created, model: api.modelId, ...(s.stream && s.includeUsage ? { usage: null } : {}) });
   const sse = s.stream ? sseWriter(api, res) : undefined;
   const offsets = new Map<number, number>();
   let jobRef: GenJob | undefined;
@@ -613,19 +635,18 @@ async function completions(api: Api, body: Record<string, unknown>, req: Incomin
 }
 
 async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  refuseUnsupportedFields(body, "chat");
   const modelName = modelField(body);
   const messages: ChatMessage[] = messagesField(body);
-  const s = samplingFields(body, ["max_completion_tokens", "max_tokens"]);
+  const s = samplingFields(body, ["max_completion_tokens", "max_tokens"], api.nVocab);
   const logprobs = optBool(body, "logprobs") ?? false;
   const topLogprobs = optInt(body, "top_logprobs", 0, MAX_LOGPROBS);
   if (topLogprobs !== undefined && !logprobs) throw badParam("top_logprobs", "'top_logprobs' needs 'logprobs': true");
   const promptLogprobs = optInt(body, "prompt_logprobs", 0, MAX_LOGPROBS);
   if (modelName !== api.modelId) throw unknownModel(modelName);
-  const tools = body["tools"];
-  if (tools !== undefined && tools !== null && !Array.isArray(tools)) throw badParam("tools", "'tools' must be an array");
   let prompt: number[];
   try {
-    prompt = await api.prompts.encodeChat(messages, { addGenerationPrompt: true, ...(Array.isArray(tools) ? { tools } : {}) });
+    prompt = await api.prompts.encodeChat(messages, { addGenerationPrompt: true });
   } catch (e) {
     if (e instanceof ApiError) throw e;
     throw new ApiError(400, `cannot render the chat template: ${e instanceof Error ? e.message : String(e)}`, "invalid_request_error", "messages");
@@ -633,7 +654,7 @@ async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessag
   const maxTokens = [budget(api, prompt.length, s.maxTokens, api.limits.defaultChatMaxTokens)];
   const k = topLogprobs ?? 0;
   const created = Math.floor(Date.now() / 1000);
-  const base = (job: GenJob): Record<string, unknown> => ({ id: job.id, object: "chat.completion.chunk", created, model: api.modelId });
+  const base = (job: GenJob): Record<string, unknown> => ({ id: job.id, object: "chat.completion.chunk", created, model: api.modelId, ...(s.includeUsage ? { usage: null } : {}) });
   const sse = s.stream ? sseWriter(api, res) : undefined;
   const { job, done } = launch(api, req, res, "chat", [prompt], s, { topLogprobs: logprobs ? Math.max(k, 0) : undefined, promptLogprobs, maxTokens }, sse === undefined ? {} : {
     onToken: (c, t) => {

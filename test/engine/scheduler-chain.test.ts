@@ -392,3 +392,25 @@ test("chains take draws on a model that chains them: drawn and greedy requests t
   await run(withHost, { chainSteps: 8 }, h);
   assert.equal(h.chains, 0, "no chain while a host-sampled request runs");
 });
+
+test("greedy requests with a logit bias or a penalty are neither chained nor picked on the device: their tokens are the adjusted argmax", async () => {
+  const prompt = randomTokens(4, 21, 3, V);
+  const plain = await run([greedy(prompt, 12, { ignoreEog: true })], { chainSteps: 8 });
+  assert.ok(plain.model.chains > 0 && plain.model.pickedRows > 0, "the plain request does use the device");
+  const first = plain.results[0]!.tokens[0]!;
+  for (const sampling of [{ temperature: 0, logitBias: new Map([[first, -100]]) }, { temperature: 0, frequencyPenalty: 2 }, { temperature: 0, repetitionPenalty: 1.5, promptTokens: prompt }]) {
+    const adjusted = await run([greedy(prompt, 12, { ignoreEog: true, sampling })], { chainSteps: 8 });
+    assert.equal(adjusted.model.chains, 0, JSON.stringify(sampling));
+    assert.equal(adjusted.model.pickedRows, 0, JSON.stringify(sampling));
+    // the same choices made on the host from the fake model's rows, one token at a time
+    const sampler = new Sampler(sampling);
+    const want: number[] = [];
+    let input = prompt[prompt.length - 1]!;
+    for (let pos = prompt.length - 1; want.length < 12; pos++) {
+      input = sampler.sample(adjusted.model.logits(pos, input)).token;
+      want.push(input);
+    }
+    assert.deepEqual(adjusted.results[0]!.tokens, want, JSON.stringify(sampling));
+  }
+  assert.notEqual((await run([greedy(prompt, 12, { ignoreEog: true, sampling: { temperature: 0, logitBias: new Map([[first, -100]]) } })], { chainSteps: 8 })).results[0]!.tokens[0], first);
+});

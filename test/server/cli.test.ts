@@ -22,6 +22,7 @@ test("latent serve --help; bad options exit 2", () => {
   assert.equal(bad.status, 2);
   assert.match(bad.stderr, /--max-batch must be an integer ≥ 1/);
   assert.match(help.stdout, /--chain-steps N/);
+  assert.match(help.stdout, /--cors ORIGINS/);
   const chain = spawnSync(process.execPath, [BIN, "serve", synth.path, "--chain-steps", "-1"], { encoding: "utf8" });
   assert.equal(chain.status, 2);
   assert.match(chain.stderr, /--chain-steps must be an integer ≥ 0/);
@@ -39,6 +40,7 @@ test("limit flags out of range are refused before the model loads", async () => 
     await assert.rejects(serveMain([synth.path, "--backend", "cpu", flag, "-1"], io), (e: unknown) => e instanceof UsageError && e.message.includes(`${flag} must be an integer`), flag);
     await assert.rejects(serveMain([synth.path, "--backend", "cpu", flag, "1.5"], io), (e: unknown) => e instanceof UsageError, flag);
   }
+  await assert.rejects(serveMain([synth.path, "--backend", "cpu", "--cors", "http://app.example/page"], io), (e: unknown) => e instanceof UsageError && e.message.includes("not an origin"));
   assert.doesNotMatch(err, /loaded/);
 });
 

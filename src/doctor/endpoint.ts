@@ -74,7 +74,7 @@ export interface EndpointOptions {
   /** tokens generated per probe (default 16) */
   readonly maxTokens?: number;
   readonly servedModel?: string;
-  /** time the known-fault matcher may take (default 45 s; it also stops after 96 simulations) */
+  /** time the known-fault matcher may take (default 30 s; it also stops after 96 simulations) */
   readonly matcherBudgetMs?: number;
 }
 

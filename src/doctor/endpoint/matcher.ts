@@ -21,7 +21,7 @@ export interface MatchInput {
   /** reference log-softmax rows per probe sequence */
   readonly rows: readonly (readonly Float64Array[])[];
   readonly scored: readonly Scored[];
-  /** stop simulating candidates after this long (default 45 s) or this many simulations (default 96) */
+  /** stop simulating candidates after this long (default 30 s) or this many simulations (default 96) */
   readonly budgetMs?: number;
   readonly maxSimulations?: number;
 }
@@ -132,7 +132,7 @@ export function matchFaults(input: MatchInput): MatchResult {
   }
   const window = pickWindow(input, input.scored);
   const t0 = performance.now();
-  const budget = input.budgetMs ?? 45_000;
+  const budget = input.budgetMs ?? 30_000;
   const maxSimulations = input.maxSimulations ?? 96;
   let tried = 0;
   let outOfBudget = false;

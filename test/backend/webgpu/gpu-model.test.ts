@@ -9,7 +9,7 @@ import { GpuModel } from "../../../src/backend/webgpu/gpu-model.js";
 import { GpuRuntime } from "../../../src/backend/webgpu/runtime.js";
 import { logprobRows, maxAbsDiff } from "../../helpers/logprobs.js";
 import { CASES, randomTokens, synthModel, type SynthCase } from "../../helpers/synth.js";
-import { gpuOrSkip, record } from "./helpers.js";
+import { gpuOrSkip, record, sweepSkip } from "./helpers.js";
 
 const { rt, skip } = await gpuOrSkip({ checkWrites: true });
 // without --check-writes steps are recorded once per shape and replayed (here in submissions of 7 dispatches)
@@ -92,13 +92,11 @@ const groupsCase: SynthCase = { ...CASES.find((c) => c.label === "v2-groups-soft
 const cases: SynthCase[] = [...CASES.filter((c) => c.base === "tiny"), fusedCase, glmCase, { label: "tiny-v3-q4km", base: "tiny", over: {}, type: "Q4_K_M" }];
 
 const last = cases[cases.length - 1]!;
-// The wide model under each tuning knob takes minutes a case on a software adapter (lavapipe, in CI): those sweeps run
-// with LATENT_LONG_SWEEPS=1 (scripts/h200-tests.sh sets it); the wide model's default run and the knobs on the small
-// models always run.
-const longSweeps = process.env.LATENT_LONG_SWEEPS === "1";
+// The wide model under each tuning knob takes minutes a case on lavapipe: those sweeps run with LATENT_LONG_SWEEPS=1;
+// the wide model's default run and the knobs on the small models always run.
 for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as const, [last, wideAttn] as const, [last, routeFused] as const, [last, listed] as const, [fusedCase, unfused] as const, [fusedCase, ffnOnly] as const, [fusedCase, apart] as const, [noLoraCase, attnFused] as const, [oddCase, attnFused] as const, [last, attnFused] as const, [wideCase, rt] as const, [wideCase, piped] as const, [fusedCase, early] as const, [wideCase, early] as const, [last, early] as const, [fusedCase, lateShared] as const, [wideCase, lateShared] as const, [wideCase, halfRows] as const, [fusedCase, halfRows] as const, [fusedCase, routeNarrow] as const, [last, routeNarrow] as const, [groupsCase, rt] as const]) {
   const replay = r === plain;
-  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}${r === wideAttn ? ", wide decode attention" : ""}${r === routeFused ? ", routing fused (routerFuse = 1)" : ""}${r === listed ? ", expert lists (expertsFrom = 0.25)" : ""}${r === unfused ? ", norms unfused (normFuse = 0)" : ""}${r === ffnOnly ? ", only the FFN's norm fused (normFuse = 2)" : ""}${r === apart ? ", kernel pairs apart (together = 0)" : ""}${r === attnFused ? ", one-token attention fused (attnFuse = 1)" : ""}${r === piped ? ", wide passes pipelined and attention fused (widePipe = 1, attnFuse = 1)" : ""}${r === early ? ", shared down beside the routing (sharedEarly = 1)" : ""}${r === lateShared ? ", shared down beside the routed one (sharedEarly = 0)" : ""}${r === halfRows ? ", half a subgroup a row (wideHalf = 2)" : ""}${r === routeNarrow ? ", the routing 64 threads a workgroup, a dispatch of its own (routeThreads = 64)" : ""}`, { skip: skip || (c === wideCase && r !== rt && !longSweeps ? "a knob sweep on the wide model: LATENT_LONG_SWEEPS=1" : false) }, async () => {
+  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}${r === wideAttn ? ", wide decode attention" : ""}${r === routeFused ? ", routing fused (routerFuse = 1)" : ""}${r === listed ? ", expert lists (expertsFrom = 0.25)" : ""}${r === unfused ? ", norms unfused (normFuse = 0)" : ""}${r === ffnOnly ? ", only the FFN's norm fused (normFuse = 2)" : ""}${r === apart ? ", kernel pairs apart (together = 0)" : ""}${r === attnFused ? ", one-token attention fused (attnFuse = 1)" : ""}${r === piped ? ", wide passes pipelined and attention fused (widePipe = 1, attnFuse = 1)" : ""}${r === early ? ", shared down beside the routing (sharedEarly = 1)" : ""}${r === lateShared ? ", shared down beside the routed one (sharedEarly = 0)" : ""}${r === halfRows ? ", half a subgroup a row (wideHalf = 2)" : ""}${r === routeNarrow ? ", the routing 64 threads a workgroup, a dispatch of its own (routeThreads = 64)" : ""}`, { skip: sweepSkip(skip, c !== wideCase || r === rt) }, async () => {
     kernels.get(r!)?.clear();
     const before = r!.stats.dispatches;
     const m = synthModel(c, 9);

@@ -91,3 +91,12 @@ process.on("exit", () => {
     for (const [k, v] of worst) console.log(`# parity ${k}: max rel err ${v.toExponential(2)}`);
   }
 });
+
+/**
+ * Tuning-knob sweeps take minutes a case on a software adapter (lavapipe, in CI): beyond the default tuning they run
+ * with LATENT_LONG_SWEEPS=1 (scripts/h200-tests.sh sets it). The `skip` option of a sweep case that is not the default.
+ */
+export const LONG_SWEEPS = process.env.LATENT_LONG_SWEEPS === "1";
+export function sweepSkip(skip: string | false | undefined, isDefault: boolean): string | false | undefined {
+  return skip || (isDefault || LONG_SWEEPS ? false : "a tuning sweep beyond the default: LATENT_LONG_SWEEPS=1");
+}

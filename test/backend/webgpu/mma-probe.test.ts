@@ -12,7 +12,7 @@ import { requestGpuDevice } from "../../../src/backend/webgpu/device.js";
 import { isSoftwareAdapter } from "../../../src/model/load.js";
 import { check, Gpu } from "../../../src/backend/webgpu/mma-probe.js";
 import { checkScaled, period, scaledInputs, scaledReference, scaledWGSL, splitTwo, TWO_MAX, TWO_MIN, type ScaledKernel } from "../../../src/backend/webgpu/mma-scaled.js";
-import { Rng } from "./helpers.js";
+import { LONG_SWEEPS, Rng } from "./helpers.js";
 
 test("int8 pack 4 per word, little-endian, and back", () => {
   assert.deepEqual([...packI8(Int8Array.from([1, -1, 2, -128, 127, 0, -2, 5]))], [0x8002ff01, 0x05fe007f]);
@@ -158,8 +158,7 @@ test("the scaled reference equals a direct float64 sum over the rebuilt weights 
 
 // A research probe's kernels (the engine does not use them): emulated per invocation on lavapipe they take minutes, so
 // this case runs with LATENT_LONG_SWEEPS=1, as the knob sweeps do.
-const longSweeps = process.env.LATENT_LONG_SWEEPS === "1";
-test("the scaled kernels' tiling and rescaling, with the subgroup-matrix builtins emulated (lavapipe)", { timeout: 600_000, skip: longSweeps ? false : "minutes on lavapipe: LATENT_LONG_SWEEPS=1" }, async (t) => {
+test("the scaled kernels' tiling and rescaling, with the subgroup-matrix builtins emulated (lavapipe)", { timeout: 600_000, skip: LONG_SWEEPS ? false : "minutes on lavapipe: LATENT_LONG_SWEEPS=1" }, async (t) => {
   const info = await requestGpuDevice().catch((e: Error) => void t.skip(`no WebGPU device: ${e.message}`));
   if (info === undefined) return;
   // The emulation stands in for adapters without tensor cores. NVIDIA's driver (H200, 580) failed to compile the

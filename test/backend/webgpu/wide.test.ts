@@ -11,7 +11,7 @@ import { GpuRuntime, type RuntimeOptions } from "../../../src/backend/webgpu/run
 import type { GpuDeviceInfo } from "../../../src/backend/webgpu/device.js";
 import { expertListWords, expertLists, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLU, matvecKernel } from "../../../src/backend/webgpu/matrix.js";
 import { matvecWideWGSL, wideRowsPerGroup, wideShape } from "../../../src/backend/webgpu/wgsl-wide.js";
-import { f32, gpuOrSkip, relErr, Rng, u32 } from "./helpers.js";
+import { f32, gpuOrSkip, relErr, Rng, sweepSkip, u32 } from "./helpers.js";
 
 const { rt, skip: noGpu } = await gpuOrSkip();
 const skip = noGpu !== false ? noGpu : rt!.info.subgroupSize === undefined ? "the adapter has no fixed subgroup size (the wide kernel needs one)" : false;
@@ -106,7 +106,7 @@ const SHAPES: [number, number][] = [
 ];
 
 for (const tune of [{}, { wideRows: 3, wideUnroll: 1 }, { wideRows: 2, wideSgRows: 3 }, { wideStage: 0 }, { widePack: 1 }, { widePipe: 1 }, { widePipe: 1, wideUnroll: 2, widePack: 1 }, { widePipe: 1, wideStage: 0, wideSgRows: 2 }, { wideHalf: 2 }, { wideHalf: 2, wideSgRows: 2, wideUnroll: 2 }]) {
-  test(`wide matmul matches the CPU reference (tune ${JSON.stringify(tune)}): n = 1..4, strides, overwrite, acc, SwiGLU`, { skip }, async () => {
+  test(`wide matmul matches the CPU reference (tune ${JSON.stringify(tune)}): n = 1..4, strides, overwrite, acc, SwiGLU`, { skip: sweepSkip(skip, Object.keys(tune).length === 0) }, async () => {
     const r = runtime({ tune });
     const rng = new Rng(11 + Object.keys(tune).length);
     let k = 0;
@@ -254,7 +254,7 @@ test("wide pair-major gathered products: one piece and several, overwrite and Sw
 
 const silu = (v: number): number => v / (1 + Math.exp(-v));
 
-for (const tune of [{}, { wideSgRows: 3 }, { wideHalf: 2 }]) test(`dual wide products (gate and up in one dispatch, SwiGLU written directly): plain n = 1..5 and pair-major, in pieces, with fallbacks (tune ${JSON.stringify(tune)})`, { skip }, async () => {
+for (const tune of [{}, { wideSgRows: 3 }, { wideHalf: 2 }]) test(`dual wide products (gate and up in one dispatch, SwiGLU written directly): plain n = 1..5 and pair-major, in pieces, with fallbacks (tune ${JSON.stringify(tune)})`, { skip: sweepSkip(skip, Object.keys(tune).length === 0) }, async () => {
   const rng = new Rng(57);
   for (const [type, cols, rows] of [[GGMLType.Q4_K, 2048, 67], [GGMLType.Q5_0, 1408, 131], [GGMLType.Q6_K, 256, 67], [GGMLType.Q8_0, 96, 13]] as const) {
     const E = 5;

@@ -14,6 +14,7 @@
 import type { DeepSeek2 } from "../model/deepseek2.js";
 import type { QMatrix } from "../backend/cpu/qmatrix.js";
 import type { Findings } from "./report.js";
+import { corr } from "./correlation.js";
 
 export const SIGNAL = 0.5;
 export const BROKEN = 0.35;
@@ -30,27 +31,6 @@ export interface AttnPairingLayer {
   readonly qkHeads: readonly (readonly number[])[];
   /** per-head v·o pairing: [i][j] = corr over r of W_UV's rows of heads[i] and W_o's columns of heads[j] */
   readonly voHeads: readonly (readonly number[])[];
-}
-
-function corr(a: readonly number[], b: readonly number[]): number {
-  const n = a.length;
-  let ma = 0;
-  let mb = 0;
-  for (let i = 0; i < n; i++) {
-    ma += a[i]!;
-    mb += b[i]!;
-  }
-  ma /= n;
-  mb /= n;
-  let s = 0;
-  let sa = 0;
-  let sb = 0;
-  for (let i = 0; i < n; i++) {
-    s += (a[i]! - ma) * (b[i]! - mb);
-    sa += (a[i]! - ma) ** 2;
-    sb += (b[i]! - mb) ** 2;
-  }
-  return sa > 0 && sb > 0 ? s / Math.sqrt(sa * sb) : 0;
 }
 
 function rowNormSq(m: QMatrix, r: number): number {

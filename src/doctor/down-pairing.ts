@@ -13,6 +13,7 @@ import type { DeepSeek2 } from "../model/deepseek2.js";
 import type { QMatrix } from "../backend/cpu/qmatrix.js";
 import { BROKEN, HEAD_MARGIN, SIGNAL, misassigned } from "./attn-pairing.js";
 import type { Findings } from "./report.js";
+import { corr } from "./correlation.js";
 
 export interface DownPairingLayer {
   readonly layer: number;
@@ -20,27 +21,6 @@ export interface DownPairingLayer {
   readonly experts: readonly number[];
   /** [i][j] = corr over hidden units of log‖up row‖ of experts[i] and log‖down column‖ of experts[j] */
   readonly pairing: readonly (readonly number[])[];
-}
-
-function corr(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  const n = a.length;
-  let ma = 0;
-  let mb = 0;
-  for (let i = 0; i < n; i++) {
-    ma += a[i]!;
-    mb += b[i]!;
-  }
-  ma /= n;
-  mb /= n;
-  let s = 0;
-  let sa = 0;
-  let sb = 0;
-  for (let i = 0; i < n; i++) {
-    s += (a[i]! - ma) * (b[i]! - mb);
-    sa += (a[i]! - ma) ** 2;
-    sb += (b[i]! - mb) ** 2;
-  }
-  return sa > 0 && sb > 0 ? s / Math.sqrt(sa * sb) : 0;
 }
 
 const spaced = (n: number, k: number): number[] => Array.from({ length: Math.min(n, k) }, (_, i) => Math.floor((i * n) / Math.min(n, k)));

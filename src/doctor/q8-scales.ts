@@ -7,6 +7,7 @@
  * (both correlations near 0) and are not judged; the cut scales with 1/√rows so that noise cannot trip it.
  */
 import { f16ToF32 } from "../quant/f16.js";
+import { corr } from "./correlation.js";
 
 const BLOCK_BYTES = 34;
 
@@ -64,27 +65,6 @@ export class Q8ScaleCollector {
       firstPrev: corr(this.first.subarray(1, n - 1), this.interior.subarray(0, n - 2)),
     };
   }
-}
-
-function corr(a: Float64Array, b: Float64Array): number {
-  const n = a.length;
-  let ma = 0;
-  let mb = 0;
-  for (let i = 0; i < n; i++) {
-    ma += a[i]!;
-    mb += b[i]!;
-  }
-  ma /= n;
-  mb /= n;
-  let s = 0;
-  let sa = 0;
-  let sb = 0;
-  for (let i = 0; i < n; i++) {
-    s += (a[i]! - ma) * (b[i]! - mb);
-    sa += (a[i]! - ma) ** 2;
-    sb += (b[i]! - mb) ** 2;
-  }
-  return sa > 0 && sb > 0 ? s / Math.sqrt(sa * sb) : 0;
 }
 
 /** The margin a neighbour's correlation must beat the own row's by: ≥ 0.2 and 5 noise units (1/√rows). */

@@ -11,6 +11,7 @@ import { request } from "node:http";
 import { spawn } from "node:child_process";
 import { CASES, synthModel } from "../helpers/synth.js";
 import { spawnServe } from "../helpers/serve-child.js";
+import { rawExchange, statusOf } from "../helpers/raw-http.js";
 
 const synth = synthModel(CASES[0]!, 5);
 after(() => synth.cleanup());
@@ -57,26 +58,6 @@ function rssMiB(pid: number): number | undefined {
   }
 }
 
-/** Send the raw text; resolve with what came back when the server closes (or after `ms`). */
-function rawExchange(port: number, text: string, ms = 5000): Promise<string> {
-  return new Promise((resolve) => {
-    const sock = connect(port, "127.0.0.1");
-    let got = "";
-    const timer = setTimeout(() => {
-      sock.destroy();
-      resolve(got);
-    }, ms);
-    sock.on("data", (d: Buffer) => (got += d.toString("latin1")));
-    sock.on("error", () => {});
-    sock.on("close", () => {
-      clearTimeout(timer);
-      resolve(got);
-    });
-    sock.write(text);
-  });
-}
-
-const statusOf = (response: string): number => Number(/^HTTP\/1\.1 (\d{3})/.exec(response)?.[1] ?? 0);
 
 /** An upload of `total` bytes in 64 KiB chunks (one buffer reused: the client's memory does not grow). */
 function upload(port: number, total: number): Promise<number | string> {

@@ -10,6 +10,7 @@ import { loadModel } from "../../src/model/load.js";
 import { Tokenizer } from "../../src/tokenizer/index.js";
 import { startServer, type RunningServer, type ServerOptions } from "../../src/server/server.js";
 import { CASES, randomTokens, synthModel } from "../helpers/synth.js";
+import { rawExchange, statusOf } from "../helpers/raw-http.js";
 
 const synth = synthModel(CASES[0]!, 3);
 const loaded = loadModel(synth.path);
@@ -33,25 +34,7 @@ after(async () => {
 });
 
 /** Write raw bytes, collect everything the server sends until it closes (or `ms` pass). */
-function raw(s: RunningServer, text: string | Buffer, ms = 3000): Promise<string> {
-  return new Promise((resolve) => {
-    const sock = connect(s.port, "127.0.0.1");
-    let got = "";
-    const timer = setTimeout(() => {
-      sock.destroy();
-      resolve(got);
-    }, ms);
-    sock.on("data", (d: Buffer) => (got += d.toString("latin1")));
-    sock.on("error", () => {});
-    sock.on("close", () => {
-      clearTimeout(timer);
-      resolve(got);
-    });
-    sock.write(text);
-  });
-}
-
-const statusOf = (response: string): number => Number(/^HTTP\/1\.1 (\d{3})/.exec(response)?.[1] ?? 0);
+const raw = (s: RunningServer, text: string | Buffer, ms = 3000): Promise<string> => rawExchange(s.port, text, ms);
 const bodyOf = (response: string): string => response.slice(response.indexOf("\r\n\r\n") + 4);
 
 async function metricsText(s: RunningServer): Promise<string> {

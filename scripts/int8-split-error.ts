@@ -5,10 +5,10 @@
  * CPU only (the reference kernels with float64 accumulation): `node --import tsx scripts/int8-split-error.ts DIR`.
  */
 import { evaluateAll, logSoftmaxRow } from "../src/engine/evaluate.js";
-import { loadModel } from "../src/model/load.js";
-import { preset, withOverrides, type SynthConfig } from "../src/model/presets.js";
-import { synthesize } from "../src/model/synth.js";
-import { plainKernels, type MatKernels } from "../src/backend/cpu/kernels.js";
+import { loadModel } from "../src/runtime/load.js";
+import { preset, withOverrides, type SynthConfig } from "../src/synth/presets.js";
+import { synthesize } from "../src/synth/synthesize.js";
+import { plainKernels, type MatKernels } from "../src/model/kernels.js";
 import { GGMLType } from "../src/gguf/types.js";
 
 function roundedBlocks(x: ArrayLike<number>, n: number, xStride: number, cols: number, bits: number): Float64Array {

@@ -12,7 +12,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import OpenAI from "openai";
-import { Rng } from "../src/model/random-blocks.js";
+import { Rng } from "../src/synth/random-blocks.js";
 
 const HELP = `usage: node --import tsx scripts/loadtest.ts (--model FILE.gguf | --url http://127.0.0.1:PORT) [options] [-- latent serve options]
 

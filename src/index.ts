@@ -10,7 +10,7 @@
  * for await (const ev of m.stream("And it came to pass", { maxTokens: 32, temperature: 0 })) out.append(ev.text);
  * ```
  */
-import type { MatKernels } from "./backend/cpu/kernels.js";
+import type { MatKernels } from "./model/kernels.js";
 import { DEFAULT_PREFILL_CHUNK, evaluateAll, logSoftmaxRow } from "./engine/evaluate.js";
 import { generateTokens, type GenerateOptions, type GenerateResult, type TokenEvent } from "./engine/generate.js";
 import { GGUFFile, type FetchProgress, type LoadOptions as FetchOptions } from "./gguf/gguf-file.js";
@@ -32,8 +32,8 @@ export { Tokenizer, type ChatMessage } from "./tokenizer/index.js";
 export type { GenerateOptions, GenerateResult, TokenEvent, FinishReason, GenerateTimings, GeneratePath, DecodeMode, GreedyChainModel } from "./engine/generate.js";
 export type { ModelConfig } from "./model/config.js";
 export type { AttentionPath } from "./model/mla.js";
-export type { MatKernels } from "./backend/cpu/kernels.js";
-export { plainKernels } from "./backend/cpu/kernels.js";
+export type { MatKernels } from "./model/kernels.js";
+export { plainKernels } from "./model/kernels.js";
 export { loadModelFrom } from "./model/from-file.js";
 export { LatentError, GGUFError, UsageError, ModelConfigError, QuantTypeError } from "./util/errors.js";
 

@@ -3,7 +3,7 @@ import { existsSync } from "node:fs";
 import cliProgress from "cli-progress";
 import { UsageError } from "../util/errors.js";
 import { printable } from "../util/printable.js";
-import { loadModel, type BackendChoice, type LoadedModel } from "../model/load.js";
+import { loadModel, type BackendChoice, type LoadedModel } from "../runtime/load.js";
 
 /** Where a command writes: stdout/stderr, or a capture in tests. */
 export interface CliIO {

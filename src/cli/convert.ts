@@ -4,7 +4,7 @@ import cliProgress from "cli-progress";
 import type { Command } from "./command.js";
 import { UsageError } from "../util/errors.js";
 import { convertHf, typeSummary } from "../convert/index.js";
-import { FILE_TYPE_NAMES } from "../model/synth-types.js";
+import { FILE_TYPE_NAMES } from "../synth/types.js";
 
 const HELP = `usage: latent convert HF_DIR -o FILE.gguf [--type T]
 

@@ -3,7 +3,7 @@ import { existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import type { Command } from "./command.js";
 import { UsageError } from "../util/errors.js";
-import { loadModel, type LoadedModel } from "../model/load.js";
+import { loadModel, type LoadedModel } from "../runtime/load.js";
 import { Tokenizer } from "../tokenizer/index.js";
 import { generate } from "../engine/generate.js";
 import { processIO, type CliIO } from "./common.js";

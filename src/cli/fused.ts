@@ -6,7 +6,7 @@
 import { existsSync } from "node:fs";
 import { GGUFFile } from "../gguf/file.js";
 import { parseConfig, type ModelConfig } from "../model/config.js";
-import { isSoftwareAdapter, type BackendChoice } from "../model/load.js";
+import { isSoftwareAdapter, type BackendChoice } from "../runtime/load.js";
 import { FusedGpuModel, fusedUnsupported, type FusedOptions } from "../backend/webgpu/fused.js";
 import { NoGpuError } from "../backend/webgpu/device.js";
 import { UsageError } from "../util/errors.js";

@@ -2,7 +2,7 @@ import { existsSync, statSync } from "node:fs";
 import { parseArgs } from "node:util";
 import cliProgress from "cli-progress";
 import type { Command } from "./command.js";
-import { ggufToHf } from "../model/names.js";
+import { ggufToHf } from "../convert/names.js";
 import { UsageError } from "../util/errors.js";
 import { GGUFFile } from "../gguf/file.js";
 import type { HeaderProgress } from "../gguf/reader.js";

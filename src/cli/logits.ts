@@ -4,7 +4,7 @@ import { Tokenizer } from "../tokenizer/index.js";
 import { DEFAULT_PREFILL_CHUNK, evaluateAll } from "../engine/evaluate.js";
 import { logSoftmax, topLogprobs } from "../engine/logprobs.js";
 import type { AttentionPath } from "../model/mla.js";
-import { closeLoaded } from "../model/load.js";
+import { closeLoaded } from "../runtime/load.js";
 import { ALLOW_NONFINITE_HELP, BACKEND_HELP, backendOption, type CliIO, intOption, loadForCli, parseModelCommand, positionsBar, processIO } from "./common.js";
 
 /** Stable output format of `latent logits --json`; see docs/logits-json.md. */

@@ -1,12 +1,12 @@
 import type { Command } from "./command.js";
 import { ModelConfigError, UsageError } from "../util/errors.js";
-import { closeLoaded } from "../model/load.js";
+import { closeLoaded } from "../runtime/load.js";
 import { ALLOW_NONFINITE_HELP, BACKEND_HELP, backendOption, intOption, loadForCli, parseModelCommand, positionsBar, processIO, type CliIO } from "./common.js";
 
 export { backendOption, BACKEND_HELP, glueValues, intOption, loadForCli, positionsBar, processIO, valuedOptions, type CliIO } from "./common.js";
 import { Tokenizer, type ChatMessage } from "../tokenizer/index.js";
 import { generate, type DecodeMode, type GenerateModel, type GeneratePath } from "../engine/generate.js";
-import type { BackendChoice } from "../model/load.js";
+import type { BackendChoice } from "../runtime/load.js";
 import { openFusedForCli } from "./fused.js";
 import type { GpuHostStats, WarmStats } from "../backend/webgpu/fused.js";
 import { Sampler } from "../engine/sampler.js";

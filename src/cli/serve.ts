@@ -5,7 +5,7 @@ import { startServer } from "../server/server.js";
 import { parseCorsOrigins } from "../server/cors.js";
 import { DEFAULT_LIMITS, type ServerLimits } from "../server/limits.js";
 import { existsSync } from "node:fs";
-import { closeLoaded, loadModel, type LoadedModel } from "../model/load.js";
+import { closeLoaded, loadModel, type LoadedModel } from "../runtime/load.js";
 import { openFusedForCli, type FusedOpen } from "./fused.js";
 import { ALLOW_NONFINITE_HELP, type CliIO, intOption, nonFiniteWarning, parseModelCommand, processIO } from "./common.js";
 

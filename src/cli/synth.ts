@@ -3,9 +3,9 @@ import { statSync } from "node:fs";
 import cliProgress from "cli-progress";
 import type { Command } from "./command.js";
 import { UsageError } from "../util/errors.js";
-import { preset, PRESET_NAMES, withOverrides, type SynthArch, type SynthConfig } from "../model/presets.js";
-import { synthesize } from "../model/synth.js";
-import { FILE_TYPE_NAMES } from "../model/synth-types.js";
+import { preset, PRESET_NAMES, withOverrides, type SynthArch, type SynthConfig } from "../synth/presets.js";
+import { synthesize } from "../synth/synthesize.js";
+import { FILE_TYPE_NAMES } from "../synth/types.js";
 
 const HELP = `usage: latent synth --preset ${PRESET_NAMES.join("|")} [options] -o FILE.gguf
 

@@ -4,7 +4,7 @@
  */
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import type { SynthConfig, TokenizerPre } from "../model/presets.js";
+import type { SynthConfig, TokenizerPre } from "../synth/presets.js";
 import { ConvertError } from "./safetensors.js";
 
 type Json = Record<string, unknown>;

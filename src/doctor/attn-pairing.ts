@@ -12,7 +12,7 @@
  * model cannot raise an error.
  */
 import type { DeepSeek2 } from "../model/deepseek2.js";
-import type { QMatrix } from "../backend/cpu/qmatrix.js";
+import type { QMatrix } from "../tensor/qmatrix.js";
 import type { Findings } from "./report.js";
 import { corr } from "./correlation.js";
 

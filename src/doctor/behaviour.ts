@@ -11,7 +11,7 @@
  * projections (attn-pairing.ts).
  */
 import type { DeepSeek2 } from "../model/deepseek2.js";
-import { LatentCache } from "../engine/latent-cache.js";
+import { LatentCache } from "../model/cache.js";
 import { logSoftmaxRow } from "../engine/evaluate.js";
 import { tracedRun, type Prompt } from "./paths.js";
 import { FP16_MAX, type Findings } from "./report.js";

@@ -10,7 +10,7 @@
  * column norms estimated from ≤ 512 of its rows.
  */
 import type { DeepSeek2 } from "../model/deepseek2.js";
-import type { QMatrix } from "../backend/cpu/qmatrix.js";
+import type { QMatrix } from "../tensor/qmatrix.js";
 import { BROKEN, HEAD_MARGIN, SIGNAL, misassigned } from "./attn-pairing.js";
 import type { Findings } from "./report.js";
 import { corr } from "./correlation.js";

@@ -8,7 +8,7 @@ import type { TensorInfo } from "../gguf/reader.js";
 import { typeName } from "../gguf/types.js";
 import { canDequantize, dequantizeRow, rowBytes } from "../quant/index.js";
 import { parseConfig, yarnMscale, type ModelConfig } from "../model/config.js";
-import { ggufToHf, hfToGguf } from "../model/names.js";
+import { ggufToHf, hfToGguf } from "../convert/names.js";
 import { checkAgainstKnownModels, checkContradictions } from "./metadata-checks.js";
 import { misaligned, misalignmentCut, Q8ScaleCollector, type ScaleAlignment } from "./q8-scales.js";
 import { Tokenizer } from "../tokenizer/index.js";

@@ -5,9 +5,9 @@
  * reference path, so the logits are identical to the normal path's.
  */
 import type { GGUFFile } from "../gguf/file.js";
-import { plainKernels } from "../backend/cpu/kernels.js";
-import { rmsNorm } from "../backend/cpu/ops.js";
-import { QMatrix } from "../backend/cpu/qmatrix.js";
+import { plainKernels } from "../model/kernels.js";
+import { rmsNorm } from "../tensor/ops.js";
+import { QMatrix } from "../tensor/qmatrix.js";
 import { dequantizeRow, rowBytes, dequantize } from "../quant/index.js";
 import type { ModelConfig } from "../model/config.js";
 import { attendReference, project } from "../model/mla.js";

@@ -8,7 +8,7 @@
  */
 import type { DeepSeek2, TraceStage } from "../model/deepseek2.js";
 import type { AttentionPath } from "../model/mla.js";
-import { LatentCache } from "../engine/latent-cache.js";
+import { LatentCache } from "../model/cache.js";
 import { logSoftmaxRow } from "../engine/evaluate.js";
 import { withFaults, type Faults } from "../model/faults.js";
 import type { Findings } from "./report.js";

@@ -4,7 +4,7 @@
  * how far it is, relative to the quantization noise of both sides.
  */
 import type { ModelConfig } from "../model/config.js";
-import { splitKvB } from "../model/names.js";
+import { splitKvB } from "../convert/names.js";
 import type { GgufPart } from "./source-parts.js";
 import type { SourceModel } from "./source-model.js";
 import { ggufNoise, tolerance, type Tolerance } from "./source-noise.js";

@@ -6,7 +6,7 @@
 import { existsSync, statSync } from "node:fs";
 import { GGUFFile } from "../gguf/file.js";
 import { parseConfig } from "../model/config.js";
-import { joinKvB } from "../model/names.js";
+import { joinKvB } from "../convert/names.js";
 import { readCheckpoint, readTensorF32, readWeightF32, SCALE_SUFFIX, type SafetensorsTensor } from "../convert/safetensors.js";
 import { FP8_DTYPES } from "../convert/fp8.js";
 import { ggufParts, type GgufPart } from "./source-parts.js";

@@ -7,7 +7,7 @@ import type { GGUFFile } from "../gguf/file.js";
 import type { TensorInfo } from "../gguf/shard.js";
 import { typeName } from "../gguf/types.js";
 import type { ModelConfig } from "../model/config.js";
-import { ggufToHf } from "../model/names.js";
+import { ggufToHf } from "../convert/names.js";
 import { dequantize, rowBytes } from "../quant/index.js";
 
 export type PartRole = "plain" | "expert" | "k_b" | "v_b";

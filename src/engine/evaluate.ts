@@ -1,6 +1,6 @@
 import type { DeepSeek2 } from "../model/deepseek2.js";
 import type { AttentionPath } from "../model/mla.js";
-import { LatentCache } from "./latent-cache.js";
+import { LatentCache } from "../model/cache.js";
 
 export const DEFAULT_PREFILL_CHUNK = 256;
 

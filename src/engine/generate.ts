@@ -2,7 +2,7 @@ import type { DeepSeek2 } from "../model/deepseek2.js";
 import type { Tokenizer } from "../tokenizer/index.js";
 import { LatentError, NonFiniteError, UsageError } from "../util/errors.js";
 import { DEFAULT_PREFILL_CHUNK } from "./evaluate.js";
-import { LatentCache, type LatentStore } from "./latent-cache.js";
+import { LatentCache, type LatentStore } from "../model/cache.js";
 import { createSampler, Sampler, type SampleResult, type SamplerOptions } from "./sampler.js";
 import { yieldToEventLoop } from "../util/yield.js";
 import type { PickDraw } from "./scheduler.js";

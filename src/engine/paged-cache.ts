@@ -3,7 +3,7 @@ import { LatentError } from "../util/errors.js";
 import type { ModelConfig } from "../model/config.js";
 import type { LatentRows } from "../model/mla.js";
 import type { IndexerKeys } from "../model/dsa.js";
-import type { LatentStore } from "./latent-cache.js";
+import type { LatentStore } from "../model/cache.js";
 
 export const DEFAULT_PAGE_SIZE = 16;
 

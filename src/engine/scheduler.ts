@@ -3,7 +3,7 @@ import type { SequenceChunk } from "../model/deepseek2.js";
 import type { StreamingDecoder } from "../tokenizer/index.js";
 import { LatentError, NonFiniteError, UsageError } from "../util/errors.js";
 import type { GreedyChunk } from "./generate.js";
-import type { LatentStore } from "./latent-cache.js";
+import type { LatentStore } from "../model/cache.js";
 import { logSoftmax, topLogprobs } from "./logprobs.js";
 import { PagedSequence, type PagePool } from "./paged-cache.js";
 import { createSampler, type SampleResult, type Sampler, type SamplerOptions } from "./sampler.js";

@@ -1,6 +1,6 @@
-import { plainKernels, type MatKernels } from "../backend/cpu/kernels.js";
-import { rmsNorm } from "../backend/cpu/ops.js";
-import type { LatentStore } from "../engine/latent-cache.js";
+import { plainKernels, type MatKernels } from "./kernels.js";
+import { rmsNorm } from "../tensor/ops.js";
+import type { LatentStore } from "./cache.js";
 import { LatentError } from "../util/errors.js";
 import type { ModelConfig } from "./config.js";
 import { ATTENTION, project, sliceProjections, type AttentionPath, type KeySelection, type LatentRows, type Projections } from "./mla.js";

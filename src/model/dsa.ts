@@ -1,5 +1,5 @@
-import type { MatKernels } from "../backend/cpu/kernels.js";
-import { layerNorm, topK, type Vec } from "../backend/cpu/ops.js";
+import type { MatKernels } from "./kernels.js";
+import { layerNorm, topK, type Vec } from "../tensor/ops.js";
 import type { IndexerConfig, ModelConfig } from "./config.js";
 import type { KeySelection } from "./mla.js";
 import type { Rope } from "./rope.js";

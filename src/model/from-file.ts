@@ -2,7 +2,7 @@
  * A model from an open GGUFFile, whatever its bytes come from (browser-safe: no Node-only imports, no worker-thread
  * backend; `load.ts` adds `loadModel(path, …)` and the fast CPU backend for Node).
  */
-import type { MatKernels } from "../backend/cpu/kernels.js";
+import type { MatKernels } from "./kernels.js";
 import type { GGUFFile } from "../gguf/gguf-file.js";
 import { parseConfig, type ConfigOptions, type ModelConfig } from "./config.js";
 import { DeepSeek2 } from "./deepseek2.js";

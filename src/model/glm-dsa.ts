@@ -1,5 +1,5 @@
-import type { MatKernels } from "../backend/cpu/kernels.js";
-import type { LatentStore } from "../engine/latent-cache.js";
+import type { MatKernels } from "./kernels.js";
+import type { LatentStore } from "./cache.js";
 import type { ModelConfig } from "./config.js";
 import { DeepSeek2 } from "./deepseek2.js";
 import { Indexer } from "./dsa.js";

@@ -1,5 +1,5 @@
-import type { MatKernels } from "../backend/cpu/kernels.js";
-import { sigmoid, silu, topK, type Vec } from "../backend/cpu/ops.js";
+import type { MatKernels } from "./kernels.js";
+import { sigmoid, silu, topK, type Vec } from "../tensor/ops.js";
 import type { ModelConfig } from "./config.js";
 import type { MoEWeights, SwiGLU } from "./weights.js";
 

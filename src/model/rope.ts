@@ -1,5 +1,5 @@
 import type { ModelConfig } from "./config.js";
-import type { Vec } from "../backend/cpu/ops.js";
+import type { Vec } from "../tensor/ops.js";
 import { neoxRotate } from "./faults.js";
 
 /**

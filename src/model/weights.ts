@@ -2,7 +2,7 @@ import type { GGUFFile } from "../gguf/file.js";
 import type { TensorInfo } from "../gguf/reader.js";
 import { GGMLType, typeName } from "../gguf/types.js";
 import { canDequantize, dequantize } from "../quant/index.js";
-import { QMatrix } from "../backend/cpu/qmatrix.js";
+import { QMatrix } from "../tensor/qmatrix.js";
 import { GGUFError, ModelConfigError, QuantTypeError } from "../util/errors.js";
 import type { ModelConfig } from "./config.js";
 import { findNonFinite } from "./nonfinite.js";

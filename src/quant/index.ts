@@ -2,7 +2,7 @@
  * Quantization formats of GGUF tensors: row sizes, decoding to float32 (bit-identical to ggml's to_float), and
  * ggml's reference encoders (no importance matrix) for the types that llama-quantize writes without one.
  */
-import { typeName, typeTraits } from "../gguf/types.js";
+import { typeName, typeTraits } from "./types.js";
 import { QuantTypeError } from "../util/errors.js";
 import type { BlockDecoder, BlockEncoder } from "./common.js";
 import { decodeBF16, decodeF16, decodeF32, encodeBF16, encodeF16, encodeF32 } from "./float.js";

@@ -2,7 +2,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from "node:net";
 import { basename } from "node:path";
 import { createHash, randomUUID, timingSafeEqual } from "node:crypto";
-import { loadModel } from "../model/load.js";
+import { loadModel } from "../runtime/load.js";
 import type { GGUFFile } from "../gguf/file.js";
 import type { ModelConfig } from "../model/config.js";
 import { Tokenizer, type ChatMessage } from "../tokenizer/index.js";

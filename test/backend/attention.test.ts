@@ -7,7 +7,7 @@
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { CpuBackend } from "../../src/backend/cpu/fast.js";
-import { Rng } from "../../src/model/random-blocks.js";
+import { Rng } from "../../src/synth/random-blocks.js";
 
 const backends = [new CpuBackend({ threads: 1 }), new CpuBackend({ threads: 2 }), new CpuBackend({ threads: 3 })];
 after(() => backends.forEach((b) => b.close()));

@@ -3,11 +3,11 @@
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { CpuBackend } from "../../src/backend/cpu/fast.js";
-import { QMatrix } from "../../src/backend/cpu/qmatrix.js";
-import { LatentCache } from "../../src/engine/latent-cache.js";
+import { QMatrix } from "../../src/tensor/qmatrix.js";
+import { LatentCache } from "../../src/model/cache.js";
 import { GGMLType, typeName } from "../../src/gguf/types.js";
-import { loadModel } from "../../src/model/load.js";
-import { fillRandom, Rng } from "../../src/model/random-blocks.js";
+import { loadModel } from "../../src/runtime/load.js";
+import { fillRandom, Rng } from "../../src/synth/random-blocks.js";
 import { rowBytes } from "../../src/quant/index.js";
 
 const backend = new CpuBackend({ threads: 2 });

@@ -10,10 +10,10 @@
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { CpuBackend } from "../../src/backend/cpu/fast.js";
-import { plainKernels } from "../../src/backend/cpu/kernels.js";
-import { QMatrix } from "../../src/backend/cpu/qmatrix.js";
+import { plainKernels } from "../../src/model/kernels.js";
+import { QMatrix } from "../../src/tensor/qmatrix.js";
 import { GGMLType, typeName } from "../../src/gguf/types.js";
-import { fillRandom, Rng } from "../../src/model/random-blocks.js";
+import { fillRandom, Rng } from "../../src/synth/random-blocks.js";
 import { rowBytes } from "../../src/quant/index.js";
 
 const TYPES = [GGMLType.F32, GGMLType.F16, GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.IQ4_NL, GGMLType.IQ4_XS];

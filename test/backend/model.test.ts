@@ -5,7 +5,7 @@
 // amplifies small perturbations (8-bit activations as in ggml gave 0.1–1.7 nats here). Measured maxima are printed.
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
-import { loadModel } from "../../src/model/load.js";
+import { loadModel } from "../../src/runtime/load.js";
 import { logprobRows, maxAbsDiff } from "../helpers/logprobs.js";
 import { CASES, randomTokens, synthModel, type SynthCase } from "../helpers/synth.js";
 

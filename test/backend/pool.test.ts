@@ -4,9 +4,9 @@
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { CpuBackend } from "../../src/backend/cpu/fast.js";
-import { QMatrix } from "../../src/backend/cpu/qmatrix.js";
+import { QMatrix } from "../../src/tensor/qmatrix.js";
 import { GGMLType } from "../../src/gguf/types.js";
-import { fillRandom, Rng } from "../../src/model/random-blocks.js";
+import { fillRandom, Rng } from "../../src/synth/random-blocks.js";
 import { rowBytes } from "../../src/quant/index.js";
 
 const one = new CpuBackend({ threads: 1 });

@@ -3,7 +3,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { inspectMain, type InspectIO } from "../../src/cli/inspect.js";
 import type { InspectSummary } from "../../src/gguf/summary.js";
-import { hfToGguf } from "../../src/model/names.js";
+import { hfToGguf } from "../../src/convert/names.js";
 
 const DIR = new URL("../fixtures/models/", import.meta.url).pathname;
 

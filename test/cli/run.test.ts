@@ -7,7 +7,7 @@ import { runMain } from "../../src/cli/run.js";
 import { GGUFFile } from "../../src/gguf/file.js";
 import { writeGGUF } from "../../src/gguf/writer.js";
 import { GGUFValueType } from "../../src/gguf/types.js";
-import { loadModel } from "../../src/model/load.js";
+import { loadModel } from "../../src/runtime/load.js";
 import { Tokenizer } from "../../src/tokenizer/index.js";
 import { generateSync } from "../../src/engine/generate.js";
 import { LatentError, UsageError } from "../../src/util/errors.js";

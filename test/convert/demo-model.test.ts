@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { GGUFFile } from "../../src/gguf/file.js";
 import { GGMLType } from "../../src/gguf/types.js";
-import { loadModel } from "../../src/model/load.js";
+import { loadModel } from "../../src/runtime/load.js";
 import { convertHf } from "../../src/convert/index.js";
 import { evaluateAll, logSoftmaxRow } from "../../src/engine/evaluate.js";
 import { generateSync } from "../../src/engine/generate.js";

@@ -4,8 +4,8 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { GGUFFile } from "../../src/gguf/file.js";
 import { parseConfig } from "../../src/model/config.js";
-import { toHfStateDict, type HFTensor } from "../../src/model/names.js";
-import type { SynthConfig } from "../../src/model/presets.js";
+import { toHfStateDict, type HFTensor } from "../../src/convert/names.js";
+import type { SynthConfig } from "../../src/synth/presets.js";
 import { f32ToBF16, f32ToF16 } from "../../src/quant/f16.js";
 import { PRE_TOKENIZER_REGEXES } from "../../src/tokenizer/index.js";
 

@@ -4,7 +4,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { runDoctor } from "../../src/doctor/index.js";
-import { loadModel } from "../../src/model/load.js";
+import { loadModel } from "../../src/runtime/load.js";
 import { Tokenizer } from "../../src/tokenizer/index.js";
 import { startFakeServer } from "./fake-server.js";
 

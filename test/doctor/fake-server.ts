@@ -9,7 +9,7 @@ import type { DeepSeek2, Trace } from "../../src/model/deepseek2.js";
 import { bf16ToF32, f32ToBF16 } from "../../src/quant/f16.js";
 import type { Tokenizer } from "../../src/tokenizer/index.js";
 import { logSoftmaxRow } from "../../src/engine/evaluate.js";
-import { LatentCache } from "../../src/engine/latent-cache.js";
+import { LatentCache } from "../../src/model/cache.js";
 import { topLogprobs } from "../../src/engine/logprobs.js";
 import { withF32Weights } from "../../src/doctor/endpoint/variants.js";
 

@@ -4,7 +4,7 @@ import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { GGUFFile } from "../../src/gguf/file.js";
-import { loadModel } from "../../src/model/load.js";
+import { loadModel } from "../../src/runtime/load.js";
 import { lowMemoryLogits } from "../../src/doctor/low-memory.js";
 import { runDoctor } from "../../src/doctor/index.js";
 import { CASES, randomTokens, synthModel } from "../helpers/synth.js";
@@ -41,7 +41,7 @@ test("low-memory: doctor --low-memory reports peak RSS well below a full load's 
   const script = (low: boolean): string => `
     import { GGUFFile } from "${new URL("../../src/gguf/file.ts", import.meta.url).pathname}";
     import { parseConfig } from "${new URL("../../src/model/config.ts", import.meta.url).pathname}";
-    import { loadModel } from "${new URL("../../src/model/load.ts", import.meta.url).pathname}";
+    import { loadModel } from "${new URL("../../src/runtime/load.ts", import.meta.url).pathname}";
     import { lowMemoryLogits } from "${new URL("../../src/doctor/low-memory.ts", import.meta.url).pathname}";
     const path = ${JSON.stringify(big.path)};
     const tokens = [1, 2, 3, 4, 5];

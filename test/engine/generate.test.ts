@@ -2,7 +2,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { loadModel } from "../../src/model/load.js";
+import { loadModel } from "../../src/runtime/load.js";
 import type { DeepSeek2 } from "../../src/model/deepseek2.js";
 import { Tokenizer } from "../../src/tokenizer/index.js";
 import { evaluateAll } from "../../src/engine/evaluate.js";

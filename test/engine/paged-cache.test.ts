@@ -1,8 +1,8 @@
 // Paged latent cache: same logits as the contiguous cache, prefix sharing by chained hash, refcounts, LRU eviction.
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
-import { loadModel } from "../../src/model/load.js";
-import { LatentCache } from "../../src/engine/latent-cache.js";
+import { loadModel } from "../../src/runtime/load.js";
+import { LatentCache } from "../../src/model/cache.js";
 import { PagePool, PagedSequence, pageHashes } from "../../src/engine/paged-cache.js";
 import { CASES, randomTokens, synthModel } from "../helpers/synth.js";
 

@@ -2,14 +2,14 @@
 // finish reasons, logprobs and event order equal those of host-sampled steps (chainSteps 0), and chains really run.
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
-import { loadModel } from "../../src/model/load.js";
+import { loadModel } from "../../src/runtime/load.js";
 import { Tokenizer } from "../../src/tokenizer/index.js";
 import { PagePool } from "../../src/engine/paged-cache.js";
 import { argmax, Sampler } from "../../src/engine/sampler.js";
 import { logSoftmax } from "../../src/engine/logprobs.js";
 import { Scheduler, type BatchModel, type GreedyPick, type PickDraw, type SchedulerOptions, type SequenceRequest, type StepInfo } from "../../src/engine/scheduler.js";
 import type { SequenceChunk } from "../../src/model/deepseek2.js";
-import type { LatentStore } from "../../src/engine/latent-cache.js";
+import type { LatentStore } from "../../src/model/cache.js";
 import type { GreedyChunk } from "../../src/engine/generate.js";
 import { CASES, randomTokens, synthModel } from "../helpers/synth.js";
 

@@ -2,7 +2,7 @@
 // by recompute, cancellation frees pages, prompt log-probabilities, queue bound.
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
-import { loadModel } from "../../src/model/load.js";
+import { loadModel } from "../../src/runtime/load.js";
 import { Tokenizer } from "../../src/tokenizer/index.js";
 import { PagePool } from "../../src/engine/paged-cache.js";
 import { QueueFullError, Scheduler, type SchedulerOptions, type SequenceRequest, type SequenceResult, type TokenOut } from "../../src/engine/scheduler.js";

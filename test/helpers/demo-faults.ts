@@ -1,8 +1,8 @@
 // File faults built from the trained demo model (test-only): each is a GGUF rewrite (gguf-rewrite.ts) of
 // models/latent-demo-kjv.gguf with one defect a converter or quantizer can introduce, plus healthy variants.
 import { GGMLType, GGUFValueType, type GGUFMetadataEntry } from "../../src/gguf/types.js";
-import { fallbackType, keepsF32 } from "../../src/model/synth-types.js";
-import { joinKvB } from "../../src/model/names.js";
+import { fallbackType, keepsF32 } from "../../src/synth/types.js";
+import { joinKvB } from "../../src/convert/names.js";
 import { f32, find, rewriteGGUF, setValues, str, u32, values, type Rewrite, type RewriteTensor } from "./gguf-rewrite.js";
 
 export const DEMO_MODEL = new URL("../../models/latent-demo-kjv.gguf", import.meta.url).pathname;

@@ -2,7 +2,7 @@
 import { writeGGUF, type TensorToWrite } from "../../src/gguf/writer.js";
 import { GGUFFile } from "../../src/gguf/file.js";
 import { GGUFValueType, type GGUFMetadataEntry } from "../../src/gguf/types.js";
-import { ggufToHf } from "../../src/model/names.js";
+import { ggufToHf } from "../../src/convert/names.js";
 
 export interface FileFault {
   /** metadata keys to delete (`{arch}` is replaced by the architecture) */

@@ -1,7 +1,7 @@
 // A synthesized tiny model on the fused WebGPU pipeline over GPU caches that mirror a page pool: what the scheduler's
 // and the server's fused-pipeline tests start from.
-import type { LoadedModel } from "../../src/model/load.js";
-import { loadModel } from "../../src/model/load.js";
+import type { LoadedModel } from "../../src/runtime/load.js";
+import { loadModel } from "../../src/runtime/load.js";
 import { Tokenizer } from "../../src/tokenizer/index.js";
 import { FusedGpuModel } from "../../src/backend/webgpu/fused.js";
 import { CASES, synthModel } from "./synth.js";

@@ -4,7 +4,7 @@
 // a host-side decodeGreedy) and the fused WebGPU tests (FusedGpuModel).
 import assert from "node:assert/strict";
 import { generateSync, type GenerateModel, type GenerateOptions, type GenerateResult, type GenerateTokenizer, type GreedyChainModel, type GreedyChunk, type TokenEvent } from "../../src/engine/generate.js";
-import type { LatentStore } from "../../src/engine/latent-cache.js";
+import type { LatentStore } from "../../src/model/cache.js";
 import { logSoftmax } from "../../src/engine/logprobs.js";
 import { argmax, Sampler } from "../../src/engine/sampler.js";
 import type { PickDraw } from "../../src/engine/scheduler.js";

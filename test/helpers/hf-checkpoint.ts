@@ -5,7 +5,7 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { GGUFFile } from "../../src/gguf/file.js";
 import { parseConfig } from "../../src/model/config.js";
-import { toHfStateDict } from "../../src/model/names.js";
+import { toHfStateDict } from "../../src/convert/names.js";
 import { quantizeFp8Blocks } from "../../src/convert/fp8.js";
 import { encodeValues, exportHf, safetensorsBytes } from "../convert/hf-export.js";
 

@@ -4,7 +4,7 @@ import { GGUFFile } from "../../src/gguf/file.js";
 import { GGMLType } from "../../src/gguf/types.js";
 import { writeGGUF } from "../../src/gguf/writer.js";
 import { parseConfig } from "../../src/model/config.js";
-import { fromHfStateDict, generationMetadata, toHfStateDict } from "../../src/model/names.js";
+import { fromHfStateDict, generationMetadata, toHfStateDict } from "../../src/convert/names.js";
 import { find, setValues, values, type RewriteTensor } from "./gguf-rewrite.js";
 
 export type TensorEdit = (list: RewriteTensor[]) => void;

@@ -2,8 +2,8 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { preset, withOverrides, type SynthConfig } from "../../src/model/presets.js";
-import { synthesize, type SynthOptions } from "../../src/model/synth.js";
+import { preset, withOverrides, type SynthConfig } from "../../src/synth/presets.js";
+import { synthesize, type SynthOptions } from "../../src/synth/synthesize.js";
 
 export interface SynthCase {
   readonly label: string;

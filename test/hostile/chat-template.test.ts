@@ -6,7 +6,7 @@ import { join } from "node:path";
 import "../../src/tokenizer/chat-thread.js";
 import { renderChatTemplate, renderChatTemplateAsync } from "../../src/tokenizer/chat.js";
 import { LatentError } from "../../src/util/errors.js";
-import { loadModel } from "../../src/model/load.js";
+import { loadModel } from "../../src/runtime/load.js";
 import { startServer } from "../../src/server/server.js";
 import { rewriteGGUF, str } from "../helpers/gguf-rewrite.js";
 import { tempDir } from "../gguf/helpers.js";

@@ -7,7 +7,7 @@ import { GGUFFile } from "../../src/gguf/file.js";
 import { Metadata } from "../../src/gguf/metadata.js";
 import { GGUFValueType, type GGUFMetadataEntry } from "../../src/gguf/types.js";
 import { parseConfig } from "../../src/model/config.js";
-import { loadModel } from "../../src/model/load.js";
+import { loadModel } from "../../src/runtime/load.js";
 import { LatentError } from "../../src/util/errors.js";
 import { rewriteGGUF, str, u32 } from "../helpers/gguf-rewrite.js";
 import { tempDir } from "../gguf/helpers.js";

@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { allTypes, GGMLType, typeName, typeTraits } from "../../src/gguf/types.js";
 import { canDequantize, canQuantize, dequantize, quantize } from "../../src/quant/index.js";
 import { f16ScaleOffsets, findNonFinite } from "../../src/model/nonfinite.js";
-import { loadModel } from "../../src/model/load.js";
+import { loadModel } from "../../src/runtime/load.js";
 import { GGUFError } from "../../src/util/errors.js";
 import { find, rewriteGGUF, setValues, values } from "../helpers/gguf-rewrite.js";
 import { tempDir } from "../gguf/helpers.js";

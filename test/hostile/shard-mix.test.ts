@@ -5,7 +5,7 @@ import { copyFileSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { GGUFFile } from "../../src/gguf/file.js";
 import { splitPath } from "../../src/gguf/file.js";
-import { loadModel } from "../../src/model/load.js";
+import { loadModel } from "../../src/runtime/load.js";
 import { GGUFError, LatentError } from "../../src/util/errors.js";
 import { writeGGUF } from "../../src/gguf/writer.js";
 import { str, u32 } from "../helpers/gguf-rewrite.js";

@@ -2,8 +2,8 @@
 // sequence computes alone.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { LatentCache } from "../../src/engine/latent-cache.js";
-import { loadModel } from "../../src/model/load.js";
+import { LatentCache } from "../../src/model/cache.js";
+import { loadModel } from "../../src/runtime/load.js";
 import { maxAbsDiff } from "../helpers/logprobs.js";
 import { CASES, randomTokens, synthModel } from "../helpers/synth.js";
 

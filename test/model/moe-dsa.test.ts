@@ -3,7 +3,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { ModelConfig } from "../../src/model/config.js";
 import { DeepSeek2 } from "../../src/model/deepseek2.js";
-import { loadModel } from "../../src/model/load.js";
+import { loadModel } from "../../src/runtime/load.js";
 import { route } from "../../src/model/moe.js";
 import { logprobRows, maxAbsDiff } from "../helpers/logprobs.js";
 import { randomTokens, synthModel } from "../helpers/synth.js";

@@ -7,8 +7,8 @@ import { join } from "node:path";
 import { GGUFFile } from "../../src/gguf/file.js";
 import { writeModel } from "../../src/gguf/writer.js";
 import { parseConfig } from "../../src/model/config.js";
-import { loadModel } from "../../src/model/load.js";
-import { fromHfStateDict, generationMetadata, ggufToHf, hfToGguf, toHfStateDict } from "../../src/model/names.js";
+import { loadModel } from "../../src/runtime/load.js";
+import { fromHfStateDict, generationMetadata, ggufToHf, hfToGguf, toHfStateDict } from "../../src/convert/names.js";
 import { dequantize } from "../../src/quant/index.js";
 import { logprobRows, maxAbsDiff } from "../helpers/logprobs.js";
 

@@ -6,13 +6,13 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { GGUFFile } from "../../src/gguf/file.js";
 import { rewriteAsF32 } from "../../src/gguf/convert.js";
-import { loadModel } from "../../src/model/load.js";
+import { loadModel } from "../../src/runtime/load.js";
 import { logprobRows, maxAbsDiff } from "../helpers/logprobs.js";
 import { oracleLogprobs } from "../helpers/oracle.js";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { preset, withOverrides } from "../../src/model/presets.js";
-import { synthesize } from "../../src/model/synth.js";
+import { preset, withOverrides } from "../../src/synth/presets.js";
+import { synthesize } from "../../src/synth/synthesize.js";
 import { CASES, randomTokens, synthModel, type SynthCase } from "../helpers/synth.js";
 
 const TOL = 1e-4;

@@ -2,7 +2,7 @@
 // shapes, for 1- and 2-token prompts, prompts longer than the prefill chunk, and a 300-token DSA input (top_k 16).
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
-import { loadModel } from "../../src/model/load.js";
+import { loadModel } from "../../src/runtime/load.js";
 import { logprobRows, maxAbsDiff } from "../helpers/logprobs.js";
 import { CASES, randomTokens, synthModel } from "../helpers/synth.js";
 

@@ -8,11 +8,11 @@ import { GGUFFile } from "../../src/gguf/file.js";
 import { tensorBytes } from "../../src/gguf/writer.js";
 import { GGMLType, typeName } from "../../src/gguf/types.js";
 import { dequantize } from "../../src/quant/index.js";
-import { preset, PRESET_NAMES, validateConfig, withOverrides, type SynthConfig } from "../../src/model/presets.js";
-import { planTensors, synthesize, tensorSpecs } from "../../src/model/synth.js";
-import { fillRandom, RANDOM_TYPES, Rng } from "../../src/model/random-blocks.js";
-import { synthTokenizer } from "../../src/model/synth-tokenizer.js";
-import { fallbackType } from "../../src/model/synth-types.js";
+import { preset, PRESET_NAMES, validateConfig, withOverrides, type SynthConfig } from "../../src/synth/presets.js";
+import { planTensors, synthesize, tensorSpecs } from "../../src/synth/synthesize.js";
+import { fillRandom, RANDOM_TYPES, Rng } from "../../src/synth/random-blocks.js";
+import { synthTokenizer } from "../../src/synth/tokenizer.js";
+import { fallbackType } from "../../src/synth/types.js";
 import { synthCommand } from "../../src/cli/synth.js";
 
 const ORACLE = new URL("../helpers/oracle-logprobs.mjs", import.meta.url).pathname;

@@ -5,7 +5,7 @@ import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { join } from "node:path";
 import OpenAI from "openai";
-import { loadModel } from "../../src/model/load.js";
+import { loadModel } from "../../src/runtime/load.js";
 import { Tokenizer } from "../../src/tokenizer/index.js";
 import { generateSync } from "../../src/engine/generate.js";
 import { startServer, type RunningServer } from "../../src/server/server.js";

@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { connect, type Socket } from "node:net";
 import { request } from "node:http";
 import { join } from "node:path";
-import { loadModel } from "../../src/model/load.js";
+import { loadModel } from "../../src/runtime/load.js";
 import { Tokenizer } from "../../src/tokenizer/index.js";
 import { startServer, type RunningServer, type ServerOptions } from "../../src/server/server.js";
 import { CASES, randomTokens, synthModel } from "../helpers/synth.js";

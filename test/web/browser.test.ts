@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "vite";
 import { chromium, type Browser, type Page } from "playwright-core";
-import { loadModel, type LoadedModel } from "../../src/model/load.js";
+import { loadModel, type LoadedModel } from "../../src/runtime/load.js";
 import { evaluateAll } from "../../src/engine/evaluate.js";
 import { generateSync } from "../../src/engine/generate.js";
 import { Tokenizer } from "../../src/tokenizer/index.js";

@@ -5,7 +5,7 @@ import { test, after } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { load, GGUFFile, MemorySource, PrefetchedSource, NotFetchedError, ShortReadError, httpSource, memoryAsyncSource, type AsyncByteSource } from "../../src/index.js";
-import { loadModel } from "../../src/model/load.js";
+import { loadModel } from "../../src/runtime/load.js";
 import { evaluateAll } from "../../src/engine/evaluate.js";
 import { generateSync } from "../../src/engine/generate.js";
 import { Tokenizer } from "../../src/tokenizer/index.js";

@@ -12,7 +12,7 @@ import { evaluateAll, logSoftmaxRow } from "../../src/engine/evaluate.js";
 import { topLogprobs } from "../../src/engine/logprobs.js";
 import { DeepSeek2, type TraceStage } from "../../src/model/deepseek2.js";
 import { withFaults } from "../../src/model/faults.js";
-import { loadModel } from "../../src/model/load.js";
+import { loadModel } from "../../src/runtime/load.js";
 import { loadWeights } from "../../src/model/weights.js";
 import { bf16ToF32, f16ToF32, f32ToBF16, f32ToF16 } from "../../src/quant/f16.js";
 import { Tokenizer } from "../../src/tokenizer/index.js";

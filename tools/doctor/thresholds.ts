@@ -7,7 +7,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { loadModel } from "../../src/model/load.js";
+import { loadModel } from "../../src/runtime/load.js";
 import { Tokenizer } from "../../src/tokenizer/index.js";
 import { logSoftmaxRow } from "../../src/engine/evaluate.js";
 import { runDoctor } from "../../src/doctor/index.js";

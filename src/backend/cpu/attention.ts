@@ -6,7 +6,7 @@ import type { ModelConfig } from "../../model/config.js";
 import type { LatentRows, Projections } from "../../model/mla.js";
 import type { AttentionWeights } from "../../model/weights.js";
 import type { CpuBackend } from "./fast.js";
-import type { Product } from "./kernels.js";
+import type { Product } from "../../model/kernels.js";
 import { attendAbsorbed } from "../../model/mla.js";
 
 /** Decompressed causal MHA (see mla.ts mha): per head scores = K_h·q, causal softmax, o_h = V_hᵀ·p, in one wasm kernel. Returns o [n × H·V]. */

@@ -17,9 +17,9 @@ import type { ModelConfig } from "../../model/config.js";
 import type { LatentRows, Projections } from "../../model/mla.js";
 import type { AttentionWeights } from "../../model/weights.js";
 import { fastAbsorbed, fastMha } from "./attention.js";
-import { plainKernels, type MatKernels, type Product } from "./kernels.js";
-import type { Vec } from "./ops.js";
-import type { QMatrix } from "./qmatrix.js";
+import { plainKernels, type MatKernels, type Product } from "../../model/kernels.js";
+import type { Vec } from "../../tensor/ops.js";
+import type { QMatrix } from "../../tensor/qmatrix.js";
 import { KERNELS_WASM_BASE64 } from "./wasm/kernels.wasm.js";
 
 interface KernelExports {

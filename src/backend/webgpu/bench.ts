@@ -8,11 +8,11 @@
  */
 import { mkdirSync, writeFileSync } from "node:fs";
 import { pathToFileURL } from "node:url";
-import { loadModel } from "../../model/load.js";
-import { preset, withOverrides, type SynthConfig } from "../../model/presets.js";
+import { loadModel } from "../../runtime/load.js";
+import { preset, withOverrides, type SynthConfig } from "../../synth/presets.js";
 import { evaluateAll, logSoftmaxRow } from "../../engine/evaluate.js";
 import { WebGPUKernels } from "./kernels.js";
-import { synthesize } from "../../model/synth.js";
+import { synthesize } from "../../synth/synthesize.js";
 import { requestGpuDevice } from "./device.js";
 import { GpuModel, type StepToken } from "./gpu-model.js";
 import { GpuRuntime, type KernelTuning, type RuntimeOptions } from "./runtime.js";

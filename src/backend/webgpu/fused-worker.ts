@@ -5,7 +5,7 @@
  * steps and their logprobs — in shared memory.
  */
 import { parentPort, workerData } from "node:worker_threads";
-import { loadModel } from "../../model/load.js";
+import { loadModel } from "../../runtime/load.js";
 import { answer } from "./blocking-worker.js";
 import { requestGpuDevice, type GpuDeviceInfo } from "./device.js";
 import type { FusedInit, FusedRequest, WarmStats } from "./fused.js";

@@ -13,7 +13,7 @@
  * fed to the next without a round trip, and only the chosen ids and their logprobs (computed on the GPU) read back.
  */
 import type { ModelConfig } from "../../model/config.js";
-import type { LatentStore } from "../../engine/latent-cache.js";
+import type { LatentStore } from "../../model/cache.js";
 import type { GreedyChainModel, GreedyChunk } from "../../engine/generate.js";
 import type { GreedyPick, PickDraw } from "../../engine/scheduler.js";
 import type { SequenceChunk } from "../../model/deepseek2.js";

@@ -9,7 +9,7 @@
  */
 import type { ModelConfig } from "../../model/config.js";
 import type { DeepSeek2 } from "../../model/deepseek2.js";
-import type { QMatrix } from "../cpu/qmatrix.js";
+import type { QMatrix } from "../../tensor/qmatrix.js";
 import { GGMLType } from "../../gguf/types.js";
 import type { SwiGLU } from "../../model/weights.js";
 import { LatentError } from "../../util/errors.js";

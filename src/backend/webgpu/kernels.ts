@@ -5,9 +5,9 @@
  * the result in shared memory — the simplest whole-model GPU path (every matrix product of prefill and decode on the
  * GPU; attention, norms and routing stay on the CPU). The fused, asynchronous per-step pipeline is gpu-model.ts.
  */
-import type { MatKernels } from "../cpu/kernels.js";
-import type { Vec } from "../cpu/ops.js";
-import type { QMatrix } from "../cpu/qmatrix.js";
+import type { MatKernels } from "../../model/kernels.js";
+import type { Vec } from "../../tensor/ops.js";
+import type { QMatrix } from "../../tensor/qmatrix.js";
 import type { ModelWeights } from "../../model/weights.js";
 import { LatentError } from "../../util/errors.js";
 import { NoGpuError } from "./device.js";

@@ -6,7 +6,7 @@
  * simulations and time.
  */
 import { evaluateAll, logSoftmaxRow } from "../../engine/evaluate.js";
-import { LatentCache } from "../../engine/latent-cache.js";
+import { LatentCache } from "../../model/cache.js";
 import type { DeepSeek2 } from "../../model/deepseek2.js";
 import { withFaults, type Faults } from "../../model/faults.js";
 import { compareAll, comparePosition, formatSummary, summarize, withinTolerance, type Scored, type Summary } from "./compare.js";

@@ -3,7 +3,7 @@
  * attn_k_b/attn_v_b swapped (the weight objects exchanged, when qk_nope = v_head), another RoPE base, one expert's
  * weights zeroed. The endpoint matcher simulates candidates with them; tests build faulty servers from them.
  */
-import { QMatrix } from "../../backend/cpu/qmatrix.js";
+import { QMatrix } from "../../tensor/qmatrix.js";
 import { GGMLType } from "../../gguf/types.js";
 import type { ModelConfig } from "../../model/config.js";
 import type { DeepSeek2 } from "../../model/deepseek2.js";

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { logitsMain } from "../../../src/cli/logits.js";
 import { runMain, backendOption, type CliIO } from "../../../src/cli/run.js";
-import { isSoftwareAdapter } from "../../../src/model/load.js";
+import { isSoftwareAdapter } from "../../../src/runtime/load.js";
 import { UsageError } from "../../../src/util/errors.js";
 import { assertLogprobsClose } from "../../helpers/greedy-chain.js";
 import { gpuOrSkip } from "./helpers.js";

@@ -11,7 +11,7 @@ const { rt, skip } = await gpuOrSkip();
 rt?.device.destroy();
 
 const CHILD = `
-const { loadModel } = await import(${JSON.stringify(new URL("../../../src/model/load.ts", import.meta.url).href)});
+const { loadModel } = await import(${JSON.stringify(new URL("../../../src/runtime/load.ts", import.meta.url).href)});
 const { WebGPUKernels } = await import(${JSON.stringify(new URL("../../../src/backend/webgpu/kernels.ts", import.meta.url).href)});
 const { model } = loadModel(process.argv[1]);
 for (let i = 0; i < 3; i++) {

@@ -3,14 +3,14 @@
 // record / replay like any other dispatch.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { QMatrix } from "../../../src/backend/cpu/qmatrix.js";
+import { QMatrix } from "../../../src/tensor/qmatrix.js";
 import { GGMLType } from "../../../src/gguf/types.js";
 import { quantize } from "../../../src/quant/index.js";
 import { GpuRuntime, UnwrittenOutputError, type KernelTuning, type RuntimeOptions } from "../../../src/backend/webgpu/runtime.js";
 import { GpuMatrix, matmul, matmulGather, matmulT } from "../../../src/backend/webgpu/matrix.js";
 import { copyRows, kvCacheWrite, rmsNorm, ropeTo } from "../../../src/backend/webgpu/ops.js";
 import { GpuModel } from "../../../src/backend/webgpu/gpu-model.js";
-import { loadModel } from "../../../src/model/load.js";
+import { loadModel } from "../../../src/runtime/load.js";
 import { CASES, synthModel } from "../../helpers/synth.js";
 import { f32, gpuOrSkip, Rng, u32 } from "./helpers.js";
 

@@ -4,10 +4,10 @@
 // close() drains the worker; glm-dsa's DSA selection runs on the GPU.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { LatentCache } from "../../../src/engine/latent-cache.js";
+import { LatentCache } from "../../../src/model/cache.js";
 import { PagedSequence, PagePool } from "../../../src/engine/paged-cache.js";
 import { logSoftmaxRow } from "../../../src/engine/evaluate.js";
-import { loadModel } from "../../../src/model/load.js";
+import { loadModel } from "../../../src/runtime/load.js";
 import { FusedGpuModel } from "../../../src/backend/webgpu/fused.js";
 import { LatentError } from "../../../src/util/errors.js";
 import type { SequenceChunk } from "../../../src/model/deepseek2.js";

@@ -4,7 +4,7 @@
 // routing of logits scaled by 1/rms(h) (moeRoute with a RouteNorm); n = 1..3, odd row counts, several types.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { QMatrix } from "../../../src/backend/cpu/qmatrix.js";
+import { QMatrix } from "../../../src/tensor/qmatrix.js";
 import { GGMLType, typeName } from "../../../src/gguf/types.js";
 import { quantize } from "../../../src/quant/index.js";
 import { GpuRuntime } from "../../../src/backend/webgpu/runtime.js";

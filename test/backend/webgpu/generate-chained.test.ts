@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { FusedGpuModel } from "../../../src/backend/webgpu/fused.js";
 import { generateSync } from "../../../src/engine/generate.js";
-import { LatentCache } from "../../../src/engine/latent-cache.js";
+import { LatentCache } from "../../../src/model/cache.js";
 import { logSoftmax } from "../../../src/engine/logprobs.js";
 import { argmax } from "../../../src/engine/sampler.js";
 import { GGUFFile } from "../../../src/gguf/file.js";

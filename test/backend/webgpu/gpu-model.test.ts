@@ -4,7 +4,7 @@
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { logSoftmaxRow } from "../../../src/engine/evaluate.js";
-import { loadModel } from "../../../src/model/load.js";
+import { loadModel } from "../../../src/runtime/load.js";
 import { GpuModel } from "../../../src/backend/webgpu/gpu-model.js";
 import { GpuRuntime } from "../../../src/backend/webgpu/runtime.js";
 import { logprobRows, maxAbsDiff } from "../../helpers/logprobs.js";

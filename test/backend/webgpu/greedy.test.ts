@@ -5,7 +5,7 @@
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { argmax, Sampler } from "../../../src/engine/sampler.js";
-import { loadModel } from "../../../src/model/load.js";
+import { loadModel } from "../../../src/runtime/load.js";
 import { GpuModel } from "../../../src/backend/webgpu/gpu-model.js";
 import { argmaxRows, argmaxScratchWords } from "../../../src/backend/webgpu/ops.js";
 import { GpuRuntime } from "../../../src/backend/webgpu/runtime.js";

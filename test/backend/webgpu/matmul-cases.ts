@@ -2,7 +2,7 @@
 // strides, offsets, acc and SwiGLU; the per-head batch form and row pieces; expert lists with uneven pair counts. Each
 // checks the GPU result against the CPU reference (QMatrix.matmul, float64) on fresh random inputs.
 import assert from "node:assert/strict";
-import { QMatrix } from "../../../src/backend/cpu/qmatrix.js";
+import { QMatrix } from "../../../src/tensor/qmatrix.js";
 import { GGMLType, typeName } from "../../../src/gguf/types.js";
 import { quantize } from "../../../src/quant/index.js";
 import type { GpuRuntime, RuntimeOptions } from "../../../src/backend/webgpu/runtime.js";

@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { QMatrix } from "../../../src/backend/cpu/qmatrix.js";
+import { QMatrix } from "../../../src/tensor/qmatrix.js";
 import { GGMLType, typeName } from "../../../src/gguf/types.js";
 import { quantize } from "../../../src/quant/index.js";
 import { GpuRuntime } from "../../../src/backend/webgpu/runtime.js";

@@ -3,7 +3,7 @@
 // n > 1 (partial token tiles of 2, 8 and 16), strided x/y, accumulation, and gathered expert products.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { QMatrix } from "../../../src/backend/cpu/qmatrix.js";
+import { QMatrix } from "../../../src/tensor/qmatrix.js";
 import { GGMLType, typeName } from "../../../src/gguf/types.js";
 import { quantize } from "../../../src/quant/index.js";
 import { GpuRuntime, type RuntimeOptions } from "../../../src/backend/webgpu/runtime.js";

@@ -9,7 +9,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { combineThree, gemmI8, mmaWGSL, packI8, quantizeThree, splitThree, THREE_MAX, unpackI8, type MmaKernel } from "../../../src/backend/webgpu/mma-kernels.js";
 import { requestGpuDevice } from "../../../src/backend/webgpu/device.js";
-import { isSoftwareAdapter } from "../../../src/model/load.js";
+import { isSoftwareAdapter } from "../../../src/runtime/load.js";
 import { check, Gpu } from "../../../src/backend/webgpu/mma-probe.js";
 import { checkScaled, period, scaledInputs, scaledReference, scaledWGSL, splitTwo, TWO_MAX, TWO_MIN, type ScaledKernel } from "../../../src/backend/webgpu/mma-scaled.js";
 import { LONG_SWEEPS, Rng } from "./helpers.js";

@@ -2,7 +2,7 @@
 // GPU (lavapipe in CI); logits must match the CPU reference path within 1e-3 on the synthetic presets.
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
-import { loadModel } from "../../../src/model/load.js";
+import { loadModel } from "../../../src/runtime/load.js";
 import { WebGPUKernels } from "../../../src/backend/webgpu/kernels.js";
 import { logprobRows, maxAbsDiff } from "../../helpers/logprobs.js";
 import { CASES, randomTokens, synthModel, type SynthCase } from "../../helpers/synth.js";

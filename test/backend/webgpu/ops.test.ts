@@ -2,9 +2,9 @@
 // on fresh random inputs of several shapes, with --check-writes on.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { QMatrix } from "../../../src/backend/cpu/qmatrix.js";
-import { layerNorm as cpuLayerNorm, rmsNorm as cpuRmsNorm, silu, softmaxInPlace } from "../../../src/backend/cpu/ops.js";
-import { plainKernels } from "../../../src/backend/cpu/kernels.js";
+import { QMatrix } from "../../../src/tensor/qmatrix.js";
+import { layerNorm as cpuLayerNorm, rmsNorm as cpuRmsNorm, silu, softmaxInPlace } from "../../../src/tensor/ops.js";
+import { plainKernels } from "../../../src/model/kernels.js";
 import { GGMLType } from "../../../src/gguf/types.js";
 import { quantize } from "../../../src/quant/index.js";
 import type { ModelConfig } from "../../../src/model/config.js";

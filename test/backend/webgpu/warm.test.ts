@@ -4,7 +4,7 @@
 // not warmed. Models with layers of several kinds (Q4_K_M's mixed types, dense and MoE layers, DSA).
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
-import { loadModel } from "../../../src/model/load.js";
+import { loadModel } from "../../../src/runtime/load.js";
 import { GpuModel, type StepToken } from "../../../src/backend/webgpu/gpu-model.js";
 import { GpuRuntime } from "../../../src/backend/webgpu/runtime.js";
 import { LatentError } from "../../../src/util/errors.js";

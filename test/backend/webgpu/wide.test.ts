@@ -4,7 +4,7 @@
 // pieces; and when it is chosen.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { QMatrix } from "../../../src/backend/cpu/qmatrix.js";
+import { QMatrix } from "../../../src/tensor/qmatrix.js";
 import { GGMLType, typeName } from "../../../src/gguf/types.js";
 import { quantize, rowBytes } from "../../../src/quant/index.js";
 import { GpuRuntime, type RuntimeOptions } from "../../../src/backend/webgpu/runtime.js";

@@ -1,8 +1,8 @@
-import type { ModelConfig } from "../../model/config.js";
-import type { LatentRows, Projections } from "../../model/mla.js";
-import type { AttentionWeights } from "../../model/weights.js";
-import type { QMatrix } from "./qmatrix.js";
-import type { Vec } from "./ops.js";
+import type { ModelConfig } from "./config.js";
+import type { LatentRows, Projections } from "./mla.js";
+import type { AttentionWeights } from "./weights.js";
+import type { QMatrix } from "../tensor/qmatrix.js";
+import type { Vec } from "../tensor/ops.js";
 
 /** one product of `MatKernels.matmulMany`: y[t·yStride + r] = Σ_c W[r][c]·x[t·xStride + c] for t < n */
 export interface Product {

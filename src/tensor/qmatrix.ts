@@ -1,5 +1,5 @@
-import { GGMLType, typeName } from "../../gguf/types.js";
-import { dequantizeRow, rowBytes } from "../../quant/index.js";
+import { GGMLType, typeName } from "../gguf/types.js";
+import { dequantizeRow, rowBytes } from "../quant/index.js";
 import type { Vec } from "./ops.js";
 
 /**

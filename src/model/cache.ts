@@ -1,7 +1,7 @@
 import { LatentError } from "../util/errors.js";
-import type { ModelConfig } from "../model/config.js";
-import type { LatentRows } from "../model/mla.js";
-import type { IndexerKeys } from "../model/dsa.js";
+import type { ModelConfig } from "./config.js";
+import type { LatentRows } from "./mla.js";
+import type { IndexerKeys } from "./dsa.js";
 
 /** Growable float32 rows of fixed width. */
 class Rows {

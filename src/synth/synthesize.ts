@@ -10,8 +10,8 @@ import { GGMLType, GGUFValueType, typeName, type GGUFMetadataEntry, type GGUFVal
 import { UsageError } from "../util/errors.js";
 import { validateConfig, type SynthConfig } from "./presets.js";
 import { fillFloat, fillRandom, Rng } from "./random-blocks.js";
-import { chooseType, fileType, isQuantized, type TypeContext, type TypeCounters } from "./synth-types.js";
-import { synthTokenizer, controlTokenCount } from "./synth-tokenizer.js";
+import { chooseType, fileType, isQuantized, type TypeContext, type TypeCounters } from "./types.js";
+import { synthTokenizer, controlTokenCount } from "./tokenizer.js";
 
 export type TensorKind = "w" | "embd" | "out" | "router" | "norm" | "bias";
 

@@ -3,7 +3,7 @@ import { GGMLType, GGUFValueType, type GGUFMetadataEntry } from "../gguf/types.j
 import type { TensorToWrite } from "../gguf/writer.js";
 import { dequantize } from "../quant/index.js";
 import { ModelConfigError } from "../util/errors.js";
-import type { ModelConfig } from "./config.js";
+import type { ModelConfig } from "../model/config.js";
 
 /**
  * GGUF ↔ Hugging Face tensor names for deepseek2 / glm-dsa (reference §3). Three GGUF tensors have no 1:1 HF

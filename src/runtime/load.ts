@@ -2,14 +2,14 @@ import { CpuBackend } from "../backend/cpu/fast.js";
 import { WebGPUKernels } from "../backend/webgpu/kernels.js";
 import { NoGpuError } from "../backend/webgpu/device.js";
 import { GGUFFile } from "../gguf/file.js";
-import type { ConfigOptions, ModelConfig } from "./config.js";
-import type { DeepSeek2 } from "./deepseek2.js";
-import { loadModelFrom, type FromFileOptions } from "./from-file.js";
+import type { ConfigOptions, ModelConfig } from "../model/config.js";
+import type { DeepSeek2 } from "../model/deepseek2.js";
+import { loadModelFrom, type FromFileOptions } from "../model/from-file.js";
 // chat templates render in a worker thread with a time limit wherever a model is loaded in Node
 import "../tokenizer/chat-thread.js";
-import type { LoadProgress } from "./weights.js";
+import type { LoadProgress } from "../model/weights.js";
 
-export { loadModelFrom, type ModelFromFile, type FromFileOptions } from "./from-file.js";
+export { loadModelFrom, type ModelFromFile, type FromFileOptions } from "../model/from-file.js";
 
 export interface LoadedModel {
   readonly file: GGUFFile;

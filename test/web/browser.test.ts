@@ -232,13 +232,17 @@ test("browser: a software WebGPU adapter is named as such and the CPU worker sta
   // navigator.gpu replaced before the page's script runs: the probe sees the adapter info a browser would report
   const withAdapter = async (info: Record<string, unknown>): Promise<{ backend: string; status: string; option: string }> => {
     const p = await browser.newPage();
+    const errors: string[] = [];
+    p.on("pageerror", (e) => errors.push(String(e)));
     try {
-      await p.addInitScript((i) => {
-        Object.defineProperty(navigator, "gpu", { configurable: true, value: { requestAdapter: async () => ({ info: i }) } });
-      }, info);
+      // as source text: tsx would wrap a function's inner functions in its `__name` helper, which the page lacks
+      await p.addInitScript({
+        content: `Object.defineProperty(navigator, "gpu", { configurable: true, value: { requestAdapter: () => Promise.resolve({ info: ${JSON.stringify(info)} }) } });`,
+      });
       await p.goto(`${server.url}/index.html`);
       await p.waitForFunction(() => "__latent" in window);
       const backend = await p.evaluate(() => window.__latent.backend());
+      assert.deepEqual(errors, []);
       return { backend, status: await p.locator("#backend-status").innerText(), option: await p.locator('#backend option[value="webgpu"]').innerText() };
     } finally {
       await p.close();

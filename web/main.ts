@@ -208,6 +208,7 @@ function finish(d: DoneInfo): void {
   lastDone = d;
   current = undefined;
   ($("send") as HTMLButtonElement).disabled = false;
+  ($("new-chat") as HTMLButtonElement).disabled = false;
   ($("stop") as HTMLButtonElement).disabled = true;
 }
 let lastDone: DoneInfo | undefined;
@@ -226,7 +227,7 @@ function chatMessages(userText: string): ChatTurn[] {
 }
 
 function newChat(): void {
-  if (current !== undefined) return; // the turn in flight would land in an emptied transcript
+  if (current !== undefined) return; // the turn in flight would land in an emptied transcript (the button is disabled then)
   conversation = [];
   $("transcript").replaceChildren();
   $("speed").textContent = "";
@@ -241,6 +242,7 @@ function generate(req: GenerateRequest): Promise<DoneInfo> {
   current = { id, body: m.body, stats: m.stats, tokens: [], t0: performance.now(), promptTokens: 0 };
   lastTokens = current.tokens;
   ($("send") as HTMLButtonElement).disabled = true;
+  ($("new-chat") as HTMLButtonElement).disabled = true;
   ($("stop") as HTMLButtonElement).disabled = false;
   return request({ type: "generate", id, req: full }).then((r) => {
     if (r.type !== "done") throw new Error("unexpected answer");
@@ -392,6 +394,7 @@ worker.onmessage = (e: MessageEvent<FromWorker>): void => {
         current.stats.textContent = `error: ${m.message}`;
         current = undefined;
         ($("send") as HTMLButtonElement).disabled = false;
+        ($("new-chat") as HTMLButtonElement).disabled = false;
         ($("stop") as HTMLButtonElement).disabled = true;
       }
       break;

@@ -38,15 +38,24 @@ export interface BackendSeams {
 
 export const WEBGPU_INSTALL_HINT = 'the webgpu backend needs the optional "webgpu" package: npm install webgpu';
 
+/**
+ * How this process finds the package and probes the adapter. Tests replace its members (and restore them) to run the
+ * CLI as on a machine without the package; decideBackend's `seams` argument overrides them per call.
+ */
+export const webgpuProbe: { resolveWebgpu: () => string | undefined; probeAdapter: (entry: string) => AdapterProbe } = {
+  resolveWebgpu: resolveWebgpuPackage,
+  probeAdapter: probeAdapterInChild,
+};
+
 export function decideBackend(choice: BackendChoice, seams: BackendSeams = {}): BackendDecision {
   if (choice === "cpu" || choice === "reference") return { backend: choice, reason: `${choice}: chosen with --backend` };
-  const entry = (seams.resolveWebgpu ?? resolveWebgpuPackage)();
+  const entry = (seams.resolveWebgpu ?? webgpuProbe.resolveWebgpu)();
   if (entry === undefined) {
     if (choice === "webgpu") throw new WebgpuMissingError(WEBGPU_INSTALL_HINT);
     return { backend: "cpu", reason: 'cpu: the optional "webgpu" package is not installed (npm install webgpu to use a GPU)' };
   }
   if (choice === "webgpu") return { backend: "webgpu", reason: "webgpu: chosen with --backend" };
-  const found = (seams.probeAdapter ?? probeAdapterInChild)(entry);
+  const found = (seams.probeAdapter ?? webgpuProbe.probeAdapter)(entry);
   if ("none" in found) return { backend: "cpu", reason: `cpu: ${found.none}` };
   if (isSoftwareAdapter(`${found.adapter} ${found.details ?? ""}`)) return { backend: "cpu", reason: `cpu: the only WebGPU adapter is a software one (${found.adapter})` };
   return { backend: "webgpu", reason: `webgpu: ${found.adapter}` };

@@ -52,13 +52,14 @@ test("a busy port: one line and exit 1, before the model loads", async () => {
   }
 });
 
-test("a file that fails to load: the error, exit 1, the port given back", () => {
+test("a file that fails to load: the error as one line, exit 1", () => {
   const bad = join(dir, "bad.gguf");
   writeFileSync(bad, Buffer.from("GGUF this is not a model"));
   const r = spawnSync(process.execPath, [BIN, "serve", bad, "--port", "0", "--backend", "cpu"], { encoding: "utf8" });
   assert.equal(r.status, 1, r.stderr);
   const lines = r.stderr.trimEnd().split("\n");
   assert.match(lines[0]!, /answers 503 until the model is ready/);
+  assert.match(lines.at(-1)!, /^latent serve: .*bad\.gguf: unsupported GGUF version/);
   assert.doesNotMatch(r.stderr, /^\s+at /m, "no stack trace");
   assert.ok(lines.length <= 3, r.stderr);
 });

@@ -122,7 +122,7 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
   const apiKey = values["api-key"] ?? process.env["LATENT_API_KEY"];
   const path = modelPath;
   const limits = limitOptions(values);
-  if (values.cors !== undefined) parseCorsOrigins(values.cors); // a bad list fails before the model loads
+  const cors = values.cors !== undefined ? parseCorsOrigins(values.cors) : undefined; // a bad list fails before the model loads
   const aliases = aliasOption(values.alias);
   const logger = loggerOption(values, io);
   if (!existsSync(path)) throw new UsageError(`model file not found: ${path}`);
@@ -136,7 +136,7 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
   const chainSteps = intOption("chain-steps", values["chain-steps"], 0);
   const host = values.host ?? "127.0.0.1";
   // the port first: a busy one fails now, not after the load; meanwhile /health says "loading"
-  const gate = await openLoadingGate({ host, port, retryAfterSeconds: limits.retryAfterSeconds ?? DEFAULT_LIMITS.retryAfterSeconds });
+  const gate = await openLoadingGate({ host, port, retryAfterSeconds: limits.retryAfterSeconds ?? DEFAULT_LIMITS.retryAfterSeconds, ...(cors !== undefined ? { cors } : {}) });
   logger.event("info", `latent serve: loading ${path}; port ${gate.port} answers 503 until the model is ready`);
   let served: ServedLoad;
   try {

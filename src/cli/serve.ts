@@ -125,6 +125,8 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
   const cors = values.cors !== undefined ? parseCorsOrigins(values.cors) : undefined; // a bad list fails before the model loads
   const aliases = aliasOption(values.alias);
   const logger = loggerOption(values, io);
+  // with JSON lines, what the loaders print (fallback notes, non-finite weights) becomes log lines too, and no bars
+  const loadIO: CliIO = values["log-format"] === "json" ? { out: io.out, err: (text) => text.split("\n").filter((l) => l.trim() !== "").forEach((l) => logger.event("warn", l)), tty: false } : io;
   if (!existsSync(path)) throw new UsageError(`model file not found: ${path}`);
   const maxBatch = intOption("max-batch", values["max-batch"], 1);
   const ctxSize = intOption("ctx-size", values["ctx-size"], 1);
@@ -140,7 +142,7 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
   logger.event("info", `latent serve: loading ${path}; port ${gate.port} answers 503 until the model is ready`);
   let served: ServedLoad;
   try {
-    served = loadForServe(path, backend, { maxBatch, ctxSize, prefillChunk, kvTokensArg, pageSize, threads, allowNonFinite: values["allow-nonfinite"] === true }, gate, logger, io);
+    served = loadForServe(path, backend, { maxBatch, ctxSize, prefillChunk, kvTokensArg, pageSize, threads, allowNonFinite: values["allow-nonfinite"] === true }, gate, logger, loadIO);
   } catch (e) {
     await gate.close();
     throw e;

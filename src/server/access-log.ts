@@ -2,11 +2,13 @@
  * The server's log: events (startup, errors, drain) and one access line per request, as human-readable lines for a
  * terminal or as JSON lines (one object per line, pino's field names: level, time, msg) for a log collector.
  *
- * A small logger of our own rather than pino: the server writes a few lines per request to stderr, synchronously, so
- * pino's worker-thread transports and its dependency tree buy nothing here.
+ * pino writes both: levels, serialization and the JSON line are its; for a terminal the destination reduces each line
+ * to its message (pino-pretty would be a second dependency for one field). Written synchronously: a few lines per
+ * request, and nothing is lost when the process exits right after a fatal error.
  */
 import { randomUUID } from "node:crypto";
 import type { IncomingMessage } from "node:http";
+import { pino } from "pino";
 
 export const LOG_LEVELS = ["debug", "info", "warn", "error", "silent"] as const;
 export type LogLevel = (typeof LOG_LEVELS)[number];
@@ -43,23 +45,26 @@ export interface LoggerOptions {
   readonly now?: () => number;
 }
 
-const RANK: Record<LogLevel, number> = { debug: 20, info: 30, warn: 40, error: 50, silent: Infinity };
-
 export function parseLogLevel(value: string): LogLevel | undefined {
   return (LOG_LEVELS as readonly string[]).includes(value) ? (value as LogLevel) : undefined;
 }
 
 export function createLogger(o: LoggerOptions): ServerLogger {
-  const min = RANK[o.level ?? "info"];
   const now = o.now ?? Date.now;
   const json = o.format === "json";
-  const emit = (level: Exclude<LogLevel, "silent">, msg: string, fields: Record<string, unknown>): void => {
-    if (RANK[level] < min) return;
-    o.write(json ? `${JSON.stringify({ level, time: now(), msg, ...fields })}\n` : `${msg}\n`);
-  };
+  const destination = { write: (line: string): void => o.write(json ? line : `${(JSON.parse(line) as { msg: string }).msg}\n`) };
+  const logger = pino(
+    {
+      level: o.level ?? "info",
+      base: undefined,
+      timestamp: () => `,"time":${now()}`,
+      formatters: { level: (label) => ({ level: label }) },
+    },
+    destination,
+  );
   return {
-    event: (level, message) => emit(level, message, {}),
-    request: (e) => emit(accessLevel(e), json ? "request" : accessLine(e), json ? accessFields(e) : {}),
+    event: (level, message) => logger[level](message),
+    request: (e) => logger[accessLevel(e)](json ? accessFields(e) : {}, json ? "request" : accessLine(e)),
   };
 }
 

@@ -29,7 +29,8 @@ export { MemorySource, PrefetchedSource, ShortReadError, NotFetchedError, blobSo
 export type { ByteSource, AsyncByteSource, HttpSourceOptions } from "./gguf/source.js";
 export { summarizeModel, formatSummary, type InspectSummary } from "./gguf/summary.js";
 export { Tokenizer, type ChatMessage } from "./tokenizer/index.js";
-export type { GenerateOptions, GenerateResult, TokenEvent, FinishReason, GenerateTimings, GeneratePath, DecodeMode, GreedyChainModel } from "./engine/generate.js";
+export type { GenerateOptions, GenerateResult, TokenEvent, FinishReason, GenerateTimings, GeneratePath, DecodeMode } from "./engine/generate.js";
+export type { GreedyChainModel, GreedyChunk, PickDraw } from "./engine/device-picks.js";
 export type { ModelConfig } from "./model/config.js";
 export type { AttentionPath } from "./model/mla.js";
 export type { MatKernels } from "./model/kernels.js";

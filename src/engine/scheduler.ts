@@ -2,61 +2,23 @@ import type { ModelConfig } from "../model/config.js";
 import type { SequenceChunk } from "../model/deepseek2.js";
 import type { StreamingDecoder } from "../tokenizer/index.js";
 import { LatentError, NonFiniteError, UsageError } from "../util/errors.js";
-import type { GreedyChunk } from "./generate.js";
-import type { LatentStore } from "../model/cache.js";
+import { deviceChoice, type BatchDevicePicks, type GreedyChunk, type GreedyPick, type PickDraw } from "./device-picks.js";
 import { logSoftmax, topLogprobs } from "./logprobs.js";
 import { PagedSequence, type PagePool } from "./paged-cache.js";
 import { createSampler, type SampleResult, type Sampler, type SamplerOptions } from "./sampler.js";
-
-/** What the scheduler needs of a model: its config and a batched forward pass (and, optionally, chained greedy decoding). */
-export interface BatchModel {
-  readonly config: ModelConfig;
-  forwardBatch(seqs: readonly SequenceChunk[]): Float32Array[];
-  /**
-   * `steps` greedy decode steps of every sequence chained on the model's device: sequence i feeds `token` at position
-   * cache.length, then each step's argmax (ties to the lowest id, NaN never chosen) at the next position. Returns per
-   * sequence the `steps` chosen ids and their logprobs (NaN where the step's logits hold NaN or +Infinity or are all
-   * −Infinity) and advances each cache by `steps`: the same as `steps` forwardBatch calls of one-token decode chunks
-   * sampled greedily. Paged caches have their pages for all `steps` positions reserved by the caller.
-   */
-  decodeGreedyBatch?(seqs: readonly { readonly token: number; readonly cache: LatentStore }[], steps: number, draws?: readonly PickDraw[]): GreedyChunk[];
-  /**
-   * decodeGreedyBatch takes `draws` [steps × sequences, step-major]: each step's token of a sequence drawn as
-   * forwardBatchPicks draws a PickDraw (temperature 0: greedy), so that sequences the device draws for chain too
-   */
-  readonly chainsDraws?: boolean;
-  /**
-   * forwardBatch, except that a chunk with `picks[i]` (logits "last") gets its last row's choice computed on the
-   * model's device instead of the row — `true`: the greedy one, argmax (ties to the lowest id, NaN never chosen); a
-   * PickDraw (models with `picksDraw`): a token drawn from softmax(row / temperature) by the draw's key — with its
-   * logprob (NaN where the row holds NaN or +Infinity or is all −Infinity), so that such sequences need no logits read
-   * back or sampled.
-   */
-  forwardBatchPicks?(seqs: readonly SequenceChunk[], picks: readonly (boolean | PickDraw)[]): (Float32Array | GreedyPick)[];
-  /** forwardBatchPicks takes PickDraws too */
-  readonly picksDraw?: boolean;
-  /** and PickDraws with the host Sampler's filters: any top-p and min-p with top-k 0 or 1..DEVICE_DRAW_TOPK_MAX */
-  readonly picksDrawFiltered?: boolean;
-}
+import { TextStream } from "./text-stream.js";
 
 /**
- * A token drawn on the model's device from softmax(row / temperature), by a 32-bit key the sequence's sampler drew
- * (Sampler.drawKey): the same seed gives the same tokens on that device, not the host sampler's.
+ * What the scheduler needs of a model: its config and a batched forward pass, and optionally the device's own choice of
+ * tokens (BatchDevicePicks: picks in host steps, chained greedy or drawn steps).
  */
-export interface PickDraw {
-  readonly temperature: number;
-  readonly key: number;
-  /** the host Sampler's filters, applied before the draw as it applies them (models with `picksDrawFiltered`): top-k 0 = off */
-  readonly topK?: number;
-  readonly topP?: number;
-  readonly minP?: number;
+export interface BatchModel extends BatchDevicePicks {
+  readonly config: ModelConfig;
+  forwardBatch(seqs: readonly SequenceChunk[]): Float32Array[];
 }
 
-/** A greedy choice made on the model's device: the token and its log-probability. */
-export interface GreedyPick {
-  readonly token: number;
-  readonly logprob: number;
-}
+/** Sequences that may wait for a batch slot: a burst of a few hundred requests is queued, not refused. */
+export const DEFAULT_MAX_QUEUE = 256;
 
 /** What it needs of a tokenizer: end-of-generation ids and streaming detokenization. */
 export interface SchedulerTokenizer {
@@ -71,7 +33,7 @@ export interface SchedulerOptions {
   readonly tokenBudget?: number;
   /** most prompt tokens one sequence prefills per step; default 128 */
   readonly prefillChunk?: number;
-  /** most sequences waiting for a slot; submit throws QueueFullError beyond; default 256 */
+  /** most sequences waiting for a slot; submit throws QueueFullError beyond; default DEFAULT_MAX_QUEUE */
   readonly maxQueue?: number;
   /** positions a sequence may reach (≤ the model's context length); default the model's */
   readonly contextLength?: number;
@@ -170,62 +132,6 @@ export interface SequenceEvents {
 
 export class QueueFullError extends LatentError {}
 
-/** Releases generated text, holding back an incomplete UTF-8 tail and anything that may start a stop string. */
-class TextStream {
-  text = "";
-  emitted = 0;
-  constructor(
-    private readonly decoder: StreamingDecoder,
-    private readonly stops: readonly string[],
-  ) {}
-
-  push(id: number): { piece: string; hit?: string } {
-    const before = this.text.length;
-    this.text += this.decoder.push(id);
-    let release = this.text.length;
-    let hit: string | undefined;
-    if (this.stops.length > 0) {
-      let at = -1;
-      for (const stop of this.stops) {
-        const i = this.text.indexOf(stop, Math.max(0, before - stop.length + 1));
-        if (i >= 0 && (at < 0 || i < at)) {
-          at = i;
-          hit = stop;
-        }
-      }
-      if (hit !== undefined) {
-        this.text = this.text.slice(0, at);
-        release = at;
-      } else release = this.text.length - this.heldBack();
-    }
-    const piece = this.text.slice(this.emitted, Math.max(this.emitted, release));
-    this.emitted = Math.max(this.emitted, release);
-    return hit !== undefined ? { piece, hit } : { piece };
-  }
-
-  private heldBack(): number {
-    let hold = 0;
-    const s = this.text;
-    for (const stop of this.stops) {
-      for (let k = Math.min(stop.length - 1, s.length); k > hold; k--) {
-        if (s.endsWith(stop.slice(0, k))) {
-          hold = k;
-          break;
-        }
-      }
-    }
-    return hold;
-  }
-
-  /** End: the held-back tail (none after a stop string). */
-  end(stopped: boolean): string {
-    if (!stopped) this.text += this.decoder.flush();
-    const tail = this.text.slice(this.emitted);
-    this.emitted = this.text.length;
-    return tail;
-  }
-}
-
 let nextId = 1;
 
 /** A submitted sequence; `cancel` it through the scheduler. */
@@ -252,7 +158,7 @@ export class Sequence {
     this.tokens = [...req.prompt];
     this.promptLen = req.prompt.length;
     this.sampler = createSampler(req.sampling ?? {});
-    this.text = new TextStream(decoder, (req.stop ?? []).filter((s) => s.length > 0));
+    this.text = new TextStream(decoder, req.stop ?? []);
     this.stopTokens = new Set(req.stopTokens ?? []);
     if (req.promptLogprobs !== undefined) this.promptLp = [null];
   }
@@ -308,7 +214,7 @@ export class Scheduler {
     this.maxBatch = int("maxBatch", opts.maxBatch ?? 16, 1);
     this.tokenBudget = int("tokenBudget", opts.tokenBudget ?? 256, 1);
     this.prefillChunk = int("prefillChunk", opts.prefillChunk ?? 128, 1);
-    this.maxQueue = int("maxQueue", opts.maxQueue ?? 256, 0);
+    this.maxQueue = int("maxQueue", opts.maxQueue ?? DEFAULT_MAX_QUEUE, 0);
     this.contextLength = Math.min(int("contextLength", opts.contextLength ?? model.config.contextLength, 1), model.config.contextLength);
     this.prefixCaching = opts.prefixCaching ?? true;
     this.chainSteps = int("chainSteps", opts.chainSteps ?? 8, 0);
@@ -527,15 +433,14 @@ export class Scheduler {
     if (chunks.length === 0) return false;
 
     const t0 = performance.now();
-    // greedy sequences whose chunk ends their input: the choice made on the device when the model can; so are draws at
-    // a temperature alone (no top-k, top-p, min-p or top logprobs) on a model that takes them
-    const drawing = this.model.picksDraw === true;
+    // sequences whose chunk ends their input: the choice made on the device when the model can make it (greedy, or a
+    // draw the model takes)
     const picks =
       this.model.forwardBatchPicks !== undefined
         ? members.map((seq, i): boolean | PickDraw => {
             if (chunks[i]!.logits !== "last") return false;
-            if (seq.sampler.isGreedy()) return seq.sampler.picksGreedyOnDevice();
-            return drawing && seq.sampler.drawsOnDevice(this.model.picksDrawFiltered === true) ? seq.sampler.deviceDraw() : false;
+            const choice = deviceChoice(seq.sampler, this.model, "pick");
+            return choice === "draw" ? seq.sampler.deviceDraw() : choice === "greedy";
           })
         : undefined;
     let outs: (Float32Array | GreedyPick)[];
@@ -596,7 +501,9 @@ export class Scheduler {
     if (model.decodeGreedyBatch === undefined || this.chainSteps === 0 || this.running.length === 0) return false;
     if (this.waiting.length > 0 && this.running.length < this.maxBatch) return false;
     const batch = [...this.running];
-    const drawsChain = model.chainsDraws === true && model.picksDraw === true;
+    // a sequence drawn in chains must be drawn on the device in host steps too (picksDraw): the device's draws are not
+    // the host sampler's, and its tokens must not depend on when chains run
+    const drawsChain = model.picksDraw === true;
     // as long as the sequence furthest from its token limit wants (one nearer its limit rides along, its tokens past
     // the limit dropped: otherwise sequences that end a token apart would each cost a host step), and never past any
     // sequence's context
@@ -604,8 +511,8 @@ export class Scheduler {
     let wanted = 0;
     for (const seq of batch) {
       const decoding = seq.state === "running" && seq.generated > 0 && seq.tokens.length - seq.cache!.length === 1;
-      const greedy = seq.sampler.picksGreedyOnDevice();
-      if (!decoding || seq.wantsAll || !(greedy || (drawsChain && seq.sampler.drawsOnDevice(model.picksDrawFiltered === true)))) return false;
+      const choice = deviceChoice(seq.sampler, model, "chain");
+      if (!decoding || seq.wantsAll || choice === undefined || (choice === "draw" && !drawsChain)) return false;
       room = Math.min(room, this.contextLength - seq.tokens.length);
       wanted = Math.max(wanted, seq.req.maxTokens - seq.generated);
     }

@@ -52,7 +52,7 @@ export interface SchedulerOptions {
    * A count of the I/O events the caller has seen (a server: connections and requests). Before a step, the scheduler
    * yields to the event loop again while it changes (up to IO_SETTLE_TURNS times): Node accepts one connection per
    * loop iteration, and a step blocks the loop, so without this a burst of N requests is admitted one per step over
-   * N steps (measured on the H200 with 32 clients: 32 host-sampled steps of 70–400 ms before the first chain).
+   * N steps — each a slow host-sampled step, with no chain until the whole burst is in.
    */
   readonly ioActivity?: () => number;
 }

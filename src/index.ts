@@ -8,6 +8,8 @@
  * import { load } from "latent";
  * const m = await load("https://example.org/model.gguf");
  * for await (const ev of m.stream("And it came to pass", { maxTokens: 32, temperature: 0 })) out.append(ev.text);
+ * const gpu = await m.webgpu({ context: 1024 });   // the same, on WebGPU (navigator.gpu, or Dawn in Node)
+ * for await (const ev of gpu.stream("And it came to pass", { maxTokens: 32 })) out.append(ev.text);
  * ```
  */
 import type { MatKernels } from "./model/kernels.js";

@@ -80,6 +80,12 @@ export interface BatchDevicePicks extends DevicePicks {
   forwardBatchPicks?(seqs: readonly SequenceChunk[], picks: readonly (boolean | PickDraw)[]): (Float32Array | GreedyPick)[];
 }
 
+/**
+ * Steps in the first chain after a host-sampled step (generate's, the scheduler's); each following chain doubles up to
+ * the caller's cap: short first, so that a stop soon after the prompt wastes few device steps.
+ */
+export const CHAIN_FIRST_STEPS = 4;
+
 /** How a sampler's next token may be chosen on a device: its argmax, a draw (PickDraw), or not at all (on the host). */
 export type DeviceChoice = "greedy" | "draw" | undefined;
 

@@ -7,7 +7,7 @@ import { DEFAULT_PREFILL_CHUNK } from "./evaluate.js";
 import { LatentCache } from "../model/cache.js";
 import { createSampler, Sampler, type SampleResult, type SamplerOptions } from "./sampler.js";
 import { yieldToEventLoop } from "../util/yield.js";
-import { deviceChoice, type DevicePicks, type GreedyChainModel, type GreedyChunk, type PickDraw } from "./device-picks.js";
+import { CHAIN_FIRST_STEPS, deviceChoice, type DevicePicks, type GreedyChainModel, type GreedyChunk, type PickDraw } from "./device-picks.js";
 import { TextStream } from "./text-stream.js";
 
 /**
@@ -47,8 +47,7 @@ export interface AsyncGenerateModel extends DevicePicks {
  */
 export type DecodeMode = "greedy-chained" | "draws-chained" | "host-sampling";
 
-/** Steps in the first chained greedy chunk; each later chunk doubles, up to CHAIN_MAX_STEPS. */
-export const CHAIN_FIRST_STEPS = 4;
+/** Most steps in one chained chunk of generate's (chunks start at CHAIN_FIRST_STEPS and double). */
 export const CHAIN_MAX_STEPS = 32;
 
 /** What generation needs of a tokenizer: end-of-generation ids and streaming detokenization. */

@@ -2,7 +2,7 @@ import type { ModelConfig } from "../model/config.js";
 import type { SequenceChunk } from "../model/deepseek2.js";
 import type { StreamingDecoder } from "../tokenizer/index.js";
 import { LatentError, NonFiniteError, UsageError } from "../util/errors.js";
-import { deviceChoice, type BatchDevicePicks, type GreedyChunk, type GreedyPick, type PickDraw } from "./device-picks.js";
+import { CHAIN_FIRST_STEPS, deviceChoice, type BatchDevicePicks, type GreedyChunk, type GreedyPick, type PickDraw } from "./device-picks.js";
 import { logSoftmax, topLogprobs } from "./logprobs.js";
 import { PagedSequence, type PagePool } from "./paged-cache.js";
 import { createSampler, type SampleResult, type Sampler, type SamplerOptions } from "./sampler.js";
@@ -71,8 +71,6 @@ export interface StepInfo {
   readonly chainStep?: number;
 }
 
-/** Steps in the first chain after a host-sampled step; each following chain doubles, up to chainSteps. */
-const CHAIN_FIRST_STEPS = 4;
 
 export interface SequenceRequest {
   /** prompt token ids (used as given) */

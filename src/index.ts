@@ -298,6 +298,9 @@ const WEBGPU_STEP_TOKENS = 64;
  * ones read each step's logits back and sample on the host, so that a seed gives the same text as on the CPU.
  */
 export class WebGpuSession {
+  /** a stream is running: the session has one sequence's cache, so a second would overwrite it */
+  private streaming = false;
+
   private constructor(
     /** the adapter's name */
     readonly adapter: string,
@@ -319,8 +322,9 @@ export class WebGpuSession {
     return new WebGpuSession(info.adapterInfo, context, info.subgroupSize, info.device, gpu, m);
   }
 
-  /** LatentModel.stream on the GPU (the reference path, which keeps no cache, is not offered). */
+  /** LatentModel.stream on the GPU, one at a time (the reference path, which keeps no cache, is not offered). */
   async *stream(prompt: string | readonly number[] | readonly ChatMessage[], opts: StreamOptions = {}): AsyncGenerator<TokenEvent, GenerateResult, void> {
+    if (this.streaming) throw new UsageError("this WebGPU session is generating already: it holds one sequence at a time");
     const gpu = this.gpu;
     const model: AsyncGenerateModel = {
       config: { ...this.m.config, contextLength: this.context },
@@ -330,7 +334,12 @@ export class WebGpuSession {
         return { tokens: [...chosen.tokens], logprobs: [...chosen.logprobs] };
       },
     };
-    return yield* generateTokensAsync(model, this.m.tokenizer, this.m.promptIds(prompt, opts.addSpecial), opts);
+    this.streaming = true;
+    try {
+      return yield* generateTokensAsync(model, this.m.tokenizer, this.m.promptIds(prompt, opts.addSpecial), opts);
+    } finally {
+      this.streaming = false;
+    }
   }
 
   /** Generate to the end; `onToken` sees every token as it comes. */

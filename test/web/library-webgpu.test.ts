@@ -57,6 +57,14 @@ test("greedy generation chains on the GPU and gives the CPU's tokens and text; s
   const again = await session!.generate(prompt, { temperature: 0, maxTokens: 12, ignoreEog: true });
   assert.deepEqual(again.tokens, cpu.tokens);
 
+  // one stream at a time: a second while the first runs is refused; the first goes on
+  const first = session!.stream(prompt, { temperature: 0, maxTokens: 3, ignoreEog: true });
+  assert.equal((await first.next()).done, false);
+  await assert.rejects(session!.generate(prompt, { maxTokens: 1 }), /one sequence at a time/);
+  let rest = await first.next();
+  while (rest.done !== true) rest = await first.next();
+  assert.deepEqual(rest.value.tokens, cpu.tokens.slice(0, 3));
+
   const sampled = await session!.generate(prompt, { temperature: 0.8, seed: 5, maxTokens: 6, ignoreEog: true });
   assert.equal(sampled.decode, "host-sampling");
   assert.equal(sampled.tokens.length, 6);

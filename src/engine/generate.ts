@@ -8,7 +8,7 @@ import { LatentCache } from "../model/cache.js";
 import { createSampler, Sampler, type SampleResult, type SamplerOptions } from "./sampler.js";
 import { yieldToEventLoop } from "../util/yield.js";
 import { CHAIN_FIRST_STEPS, deviceChoice, type DevicePicks, type GreedyChainModel, type GreedyChunk, type PickDraw } from "./device-picks.js";
-import { TextStream } from "./text-stream.js";
+import { GeneratedText, type StopOptions } from "./text-stream.js";
 
 /**
  * How the prompt and the generated tokens are run:
@@ -58,20 +58,12 @@ export interface TokenSampler {
   sample(logits: Float32Array): SampleResult;
 }
 
-export interface GenerateOptions extends SamplerOptions {
+export interface GenerateOptions extends SamplerOptions, StopOptions {
   /** most tokens to generate (default: until the context is full or a stop condition) */
   readonly maxTokens?: number;
   readonly path?: GeneratePath;
   /** prefill chunk length (default DEFAULT_PREFILL_CHUNK) */
   readonly chunk?: number;
-  /** stop when the generated text contains one of these; the text is cut before it */
-  readonly stop?: readonly string[];
-  /** further token ids that end generation, besides the tokenizer's end-of-generation set */
-  readonly stopTokens?: readonly number[];
-  /** keep going past end-of-generation tokens (they are then ordinary tokens) */
-  readonly ignoreEog?: boolean;
-  /** write the text of control tokens (BOS, …) that get generated; default false (dropped from the text) */
-  readonly special?: boolean;
   /** use this sampler instead of one built from the sampler options */
   readonly sampler?: TokenSampler;
   /** called once per generated token (not for the end-of-generation token that stops it) */
@@ -182,14 +174,13 @@ function* generationLoop(cfg: ModelConfig, device: LoopDevice, tokenizer: Genera
   promptTokens.forEach((t, i) => {
     if (!Number.isInteger(t) || t < 0 || t >= cfg.nVocab) throw new UsageError(`prompt token ${t} at index ${i} is outside the vocabulary (0..${cfg.nVocab - 1})`);
   });
-  const stopTokens = new Set(opts.stopTokens ?? []);
   // the repetition penalty counts the prompt's tokens as seen
   const sampler: TokenSampler = opts.sampler ?? createSampler({ promptTokens, ...opts });
   const chainable = opts.chainedGreedy !== false && path !== "reference" && sampler instanceof Sampler && device.chains;
   // greedy samplers, and those the model's device can draw for (a temperature, and top-k ≤ 64 with top-p / min-p where it filters)
   const choice = chainable ? deviceChoice(sampler, device.picks, "chain") : undefined;
   const decodeMode: DecodeMode = choice === undefined ? "host-sampling" : choice === "draw" ? "draws-chained" : "greedy-chained";
-  const text = new TextStream(tokenizer.createDecoder({ skipSpecial: !(opts.special ?? false) }), opts.stop ?? []);
+  const text = new GeneratedText(tokenizer, opts);
 
   const tokens: number[] = [];
   const logprobs: number[] = [];
@@ -231,7 +222,7 @@ function* generationLoop(cfg: ModelConfig, device: LoopDevice, tokenizer: Genera
     // the device marks a step whose logits the host sampler would have refused (NaN, +Infinity, all -Infinity)
     if (chained && Number.isNaN(r.logprob)) throw new NonFiniteError(`the logits of decode step ${tokens.length} contain NaN or +Infinity, or are all -Infinity (chained greedy decoding on the model's device)`);
     if (fromDecode) usedSteps++;
-    if (!(opts.ignoreEog ?? false) && (tokenizer.isEndOfGeneration(r.token) || stopTokens.has(r.token))) {
+    if (text.endsBefore(r.token)) {
       finishReason = "stop";
       stoppedBy = { token: r.token };
       break;

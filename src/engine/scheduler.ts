@@ -1,12 +1,11 @@
 import type { ModelConfig } from "../model/config.js";
 import type { SequenceChunk } from "../model/deepseek2.js";
-import type { StreamingDecoder } from "../tokenizer/index.js";
 import { LatentError, NonFiniteError, UsageError } from "../util/errors.js";
 import { CHAIN_FIRST_STEPS, deviceChoice, type BatchDevicePicks, type GreedyChunk, type GreedyPick, type PickDraw } from "./device-picks.js";
 import { logSoftmax, topLogprobs } from "./logprobs.js";
 import { PagedSequence, type PagePool } from "./paged-cache.js";
 import { createSampler, type SampleResult, type Sampler, type SamplerOptions } from "./sampler.js";
-import { TextStream } from "./text-stream.js";
+import { GeneratedText, type StopOptions, type TextTokenizer } from "./text-stream.js";
 
 /**
  * What the scheduler needs of a model: its config and a batched forward pass, and optionally the device's own choice of
@@ -21,10 +20,7 @@ export interface BatchModel extends BatchDevicePicks {
 export const DEFAULT_MAX_QUEUE = 256;
 
 /** What it needs of a tokenizer: end-of-generation ids and streaming detokenization. */
-export interface SchedulerTokenizer {
-  isEndOfGeneration(id: number): boolean;
-  createDecoder(opts?: { skipSpecial?: boolean }): StreamingDecoder;
-}
+export type SchedulerTokenizer = TextTokenizer;
 
 export interface SchedulerOptions {
   /** most sequences running at once (decoding or prefilling); default 16 */
@@ -71,23 +67,14 @@ export interface StepInfo {
   readonly chainStep?: number;
 }
 
-
-export interface SequenceRequest {
+export interface SequenceRequest extends StopOptions {
   /** prompt token ids (used as given) */
   readonly prompt: readonly number[];
   /** most tokens to generate; 0: only run the prompt (echo, prompt logprobs) */
   readonly maxTokens: number;
   readonly sampling?: SamplerOptions;
-  /** stop when the generated text contains one of these (cut before it) */
-  readonly stop?: readonly string[];
-  /** generate past end-of-generation tokens */
-  readonly ignoreEog?: boolean;
-  /** further ids that end generation */
-  readonly stopTokens?: readonly number[];
   /** log-probabilities of the prompt tokens with this many top alternatives each (0: only the token's own) */
   readonly promptLogprobs?: number;
-  /** write control tokens' text (default false) */
-  readonly special?: boolean;
 }
 
 export interface PromptLogprob {
@@ -144,20 +131,18 @@ export class Sequence {
   /** ended on a stop string: the held-back text is dropped, not flushed */
   stoppedByString = false;
   readonly sampler: Sampler;
-  readonly text: TextStream;
-  readonly stopTokens: ReadonlySet<number>;
+  readonly text: GeneratedText;
   promptLp: (PromptLogprob | null)[] | undefined;
   constructor(
     readonly arrival: number,
     readonly req: SequenceRequest,
     readonly events: SequenceEvents,
-    decoder: StreamingDecoder,
+    tokenizer: TextTokenizer,
   ) {
     this.tokens = [...req.prompt];
     this.promptLen = req.prompt.length;
     this.sampler = createSampler(req.sampling ?? {});
-    this.text = new TextStream(decoder, req.stop ?? []);
-    this.stopTokens = new Set(req.stopTokens ?? []);
+    this.text = new GeneratedText(tokenizer, req);
     if (req.promptLogprobs !== undefined) this.promptLp = [null];
   }
   /** prompt log-probabilities still to collect: every prompt row's logits are needed */
@@ -242,7 +227,7 @@ export class Scheduler {
     if (req.prompt.length > this.kvCapacity) throw new UsageError(`the prompt has ${req.prompt.length} tokens, more than the KV cache holds (${this.kvCapacity})`);
     if (!Number.isInteger(req.maxTokens) || req.maxTokens < 0) throw new UsageError(`maxTokens must be an integer ≥ 0, got ${req.maxTokens}`);
     if (this.waiting.length >= this.maxQueue) throw new QueueFullError(`the queue is full (${this.maxQueue} requests waiting)`);
-    const seq = new Sequence(this.arrivals++, req, events, this.tokenizer.createDecoder({ skipSpecial: !(req.special ?? false) }));
+    const seq = new Sequence(this.arrivals++, req, events, this.tokenizer);
     this.waiting.push(seq);
     this.kick();
     return seq;
@@ -578,7 +563,7 @@ export class Scheduler {
 
   /** Take a sampled token: stop on end-of-generation or a stop token, else emit it and stop on a string or a limit. */
   private accept(seq: Sequence, r: SampleResult): void {
-    if (!(seq.req.ignoreEog ?? false) && (this.tokenizer.isEndOfGeneration(r.token) || seq.stopTokens.has(r.token))) return this.finish(seq, "stop");
+    if (seq.text.endsBefore(r.token)) return this.finish(seq, "stop");
     seq.tokens.push(r.token);
     seq.generated++;
     const { piece, hit } = seq.text.push(r.token);

@@ -75,3 +75,41 @@ export class TextStream {
     return tail;
   }
 }
+
+/** What a request's text and stop conditions need of a tokenizer. */
+export interface TextTokenizer {
+  isEndOfGeneration(id: number): boolean;
+  createDecoder(opts?: { skipSpecial?: boolean }): StreamingDecoder;
+}
+
+/** A request's conditions for ending besides its limits, and how its text is written. */
+export interface StopOptions {
+  /** stop when the generated text contains one of these (cut before it) */
+  readonly stop?: readonly string[];
+  /** further token ids that end generation, besides the tokenizer's end-of-generation set */
+  readonly stopTokens?: readonly number[];
+  /** generate past end-of-generation tokens and stop ids (they are then ordinary tokens) */
+  readonly ignoreEog?: boolean;
+  /** write the text of control tokens; default false (dropped from the text) */
+  readonly special?: boolean;
+}
+
+/** One request's generated text (a TextStream over the tokenizer's decoder) and the token ids that end it. */
+export class GeneratedText extends TextStream {
+  private readonly stopTokens: ReadonlySet<number>;
+  private readonly ignoreEog: boolean;
+
+  constructor(
+    private readonly tokenizer: TextTokenizer,
+    opts: StopOptions,
+  ) {
+    super(tokenizer.createDecoder({ skipSpecial: !(opts.special ?? false) }), opts.stop ?? []);
+    this.stopTokens = new Set(opts.stopTokens ?? []);
+    this.ignoreEog = opts.ignoreEog ?? false;
+  }
+
+  /** Whether `id` ends generation instead of being emitted: an end-of-generation token or a stop id, unless ignoreEog. */
+  endsBefore(id: number): boolean {
+    return !this.ignoreEog && (this.tokenizer.isEndOfGeneration(id) || this.stopTokens.has(id));
+  }
+}

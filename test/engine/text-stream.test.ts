@@ -3,7 +3,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { StreamingDecoder } from "../../src/tokenizer/index.js";
-import { TextStream } from "../../src/engine/text-stream.js";
+import { GeneratedText, TextStream } from "../../src/engine/text-stream.js";
 
 /**
  * A byte-level streaming decoder as the tokenizer's (TextDecoder in stream mode: an incomplete UTF-8 sequence waits
@@ -105,4 +105,21 @@ test("the end releases what was held back: a partial stop-string match, and an i
   assert.equal(both.stream.end(false), "</\uFFFD");
   // the events plus the tail are the whole text
   assert.equal(both.out.join("") + "</\uFFFD", both.stream.text);
+});
+
+test("a request's generated text: end-of-generation ids and its stop ids end it unless ignoreEog; control tokens' text only with special", () => {
+  const asked: (boolean | undefined)[] = [];
+  const tokenizer = {
+    isEndOfGeneration: (id: number) => id === 2,
+    createDecoder: (o?: { skipSpecial?: boolean }) => (asked.push(o?.skipSpecial), decoder(["a", "b", "<eos>", "d"])),
+  };
+  const plain = new GeneratedText(tokenizer, { stopTokens: [3] });
+  assert.deepEqual([0, 1, 2, 3].map((id) => plain.endsBefore(id)), [false, false, true, true]);
+  const ignoring = new GeneratedText(tokenizer, { stopTokens: [3], ignoreEog: true });
+  assert.deepEqual([0, 1, 2, 3].map((id) => ignoring.endsBefore(id)), [false, false, false, false]);
+  new GeneratedText(tokenizer, { special: true });
+  assert.deepEqual(asked, [true, true, false]);
+  // and it is the text stream, stop strings included
+  const withStop = new GeneratedText(tokenizer, { stop: ["b"] });
+  assert.deepEqual([withStop.push(0), withStop.push(1)], [{ piece: "a" }, { piece: "", hit: "b" }]);
 });

@@ -8,11 +8,16 @@
  * import { load } from "latent";
  * const m = await load("https://example.org/model.gguf");
  * for await (const ev of m.stream("And it came to pass", { maxTokens: 32, temperature: 0 })) out.append(ev.text);
+ * const gpu = await m.webgpu({ context: 1024 });   // the same, on WebGPU (navigator.gpu, or Dawn in Node)
+ * for await (const ev of gpu.stream("And it came to pass", { maxTokens: 32 })) out.append(ev.text);
  * ```
  */
 import type { MatKernels } from "./model/kernels.js";
 import { DEFAULT_PREFILL_CHUNK, evaluateAll, logSoftmaxRow } from "./engine/evaluate.js";
-import { generateTokens, type GenerateOptions, type GenerateResult, type TokenEvent } from "./engine/generate.js";
+import { generateTokens, generateTokensAsync, type AsyncGenerateModel, type GenerateOptions, type GenerateResult, type TokenEvent } from "./engine/generate.js";
+import { requestGpuDevice } from "./backend/webgpu/device.js";
+import { GpuModel } from "./backend/webgpu/gpu-model.js";
+import { GpuRuntime } from "./backend/webgpu/runtime.js";
 import { GGUFFile, type FetchProgress, type LoadOptions as FetchOptions } from "./gguf/gguf-file.js";
 import { summarizeModel, formatSummary, type InspectSummary } from "./gguf/summary.js";
 import { MemorySource, blobSource, httpSource, type AsyncByteSource, type ByteSource, type HttpSourceOptions } from "./gguf/source.js";
@@ -29,7 +34,8 @@ export { MemorySource, PrefetchedSource, ShortReadError, NotFetchedError, blobSo
 export type { ByteSource, AsyncByteSource, HttpSourceOptions } from "./gguf/source.js";
 export { summarizeModel, formatSummary, type InspectSummary } from "./gguf/summary.js";
 export { Tokenizer, type ChatMessage } from "./tokenizer/index.js";
-export type { GenerateOptions, GenerateResult, TokenEvent, FinishReason, GenerateTimings, GeneratePath, DecodeMode, GreedyChainModel } from "./engine/generate.js";
+export type { GenerateOptions, GenerateResult, TokenEvent, FinishReason, GenerateTimings, GeneratePath, DecodeMode } from "./engine/generate.js";
+export type { GreedyChainModel, GreedyChunk, PickDraw } from "./engine/device-picks.js";
 export type { ModelConfig } from "./model/config.js";
 export type { AttentionPath } from "./model/mla.js";
 export type { MatKernels } from "./model/kernels.js";
@@ -180,7 +186,8 @@ export class LatentModel {
     return this.tokenizer.encodeChat(messages);
   }
 
-  private promptIds(prompt: string | readonly number[] | readonly ChatMessage[], addSpecial?: boolean): number[] {
+  /** A prompt as token ids: text tokenized, chat messages through the chat template, ids as given. */
+  promptIds(prompt: string | readonly number[] | readonly ChatMessage[], addSpecial?: boolean): number[] {
     if (typeof prompt === "string") return this.tokenize(prompt, { addSpecial });
     if (prompt.length > 0 && typeof prompt[0] === "object") {
       const ids = this.chatTokens(prompt as readonly ChatMessage[]);
@@ -266,7 +273,93 @@ export class LatentModel {
     return { tokens: tokens.length, referenceMs, rows, ok: rows.every((r) => r.maxAbsDiff <= tol && r.top1Agree === tokens.length), tolerance: tol };
   }
 
+  /** The model on WebGPU (navigator.gpu in a browser, Dawn in Node): see WebGpuSession. */
+  webgpu(opts: WebGpuOptions = {}): Promise<WebGpuSession> {
+    return WebGpuSession.create(this, opts);
+  }
+
   close(): void {
     this.file.close();
+  }
+}
+
+export interface WebGpuOptions {
+  /** positions the session's sequence may reach (default: the model's context length, at most 4096) */
+  readonly context?: number;
+}
+
+/** Most tokens in one GPU step: a longer prefill chunk runs as several steps. */
+const WEBGPU_STEP_TOKENS = 64;
+
+/**
+ * A loaded model on a WebGPU device of its own: the fused forward pass (weights resident in their GGUF blocks, one
+ * sequence's latent cache on the GPU, one submission a step), generating through the engine's loop (the same sampler,
+ * stop conditions and streaming text as LatentModel.stream). Greedy requests chain their steps on the GPU; sampled
+ * ones read each step's logits back and sample on the host, so that a seed gives the same text as on the CPU.
+ */
+export class WebGpuSession {
+  /** a stream is running: the session has one sequence's cache, so a second would overwrite it */
+  private streaming = false;
+
+  private constructor(
+    /** the adapter's name */
+    readonly adapter: string,
+    /** positions the session holds */
+    readonly context: number,
+    /** the device's fixed subgroup size, which the subgroup kernels need (undefined: they are not used) */
+    readonly subgroupSize: number | undefined,
+    private readonly device: GPUDevice,
+    private readonly gpu: GpuModel,
+    private readonly m: LatentModel,
+  ) {}
+
+  static async create(m: LatentModel, opts: WebGpuOptions = {}): Promise<WebGpuSession> {
+    const context = Math.min(opts.context ?? 4096, m.config.contextLength);
+    if (!Number.isInteger(context) || context < 1) throw new UsageError(`context must be an integer ≥ 1, got ${opts.context}`);
+    // the library's device: the adapter's limits, its optional features and, where it has one, its fixed subgroup size (the subgroup kernels need it)
+    const info = await requestGpuDevice();
+    const gpu = new GpuModel(new GpuRuntime(info), m.model, { slots: 1, context, maxTokens: WEBGPU_STEP_TOKENS });
+    return new WebGpuSession(info.adapterInfo, context, info.subgroupSize, info.device, gpu, m);
+  }
+
+  /** LatentModel.stream on the GPU, one at a time (the reference path, which keeps no cache, is not offered). */
+  async *stream(prompt: string | readonly number[] | readonly ChatMessage[], opts: StreamOptions = {}): AsyncGenerator<TokenEvent, GenerateResult, void> {
+    if (this.streaming) throw new UsageError("this WebGPU session is generating already: it holds one sequence at a time");
+    const gpu = this.gpu;
+    const model: AsyncGenerateModel = {
+      config: { ...this.m.config, contextLength: this.context },
+      forward: async (tokens, pos) => (await gpu.prefill(0, tokens, pos, false)).at(-1)!,
+      decodeGreedy: async (token, pos, steps) => {
+        const chosen = await gpu.decodeGreedy([{ token, slot: 0, pos }], steps);
+        return { tokens: [...chosen.tokens], logprobs: [...chosen.logprobs] };
+      },
+    };
+    this.streaming = true;
+    try {
+      return yield* generateTokensAsync(model, this.m.tokenizer, this.m.promptIds(prompt, opts.addSpecial), opts);
+    } finally {
+      this.streaming = false;
+    }
+  }
+
+  /** Generate to the end; `onToken` sees every token as it comes. */
+  async generate(prompt: string | readonly number[] | readonly ChatMessage[], opts: StreamOptions = {}): Promise<GenerateResult> {
+    const it = this.stream(prompt, opts);
+    for (;;) {
+      const r = await it.next();
+      if (r.done === true) return r.value;
+      opts.onToken?.(r.value);
+    }
+  }
+
+  /** Next-token logits after every position of `tokens` (prefill steps on the GPU). */
+  async logitsAll(tokens: readonly number[]): Promise<Float32Array[]> {
+    if (tokens.length > this.context) throw new UsageError(`${tokens.length} tokens, more than the session's context ${this.context}`);
+    return (await this.gpu.prefill(0, tokens, 0, true)).map((r) => Float32Array.from(r));
+  }
+
+  /** Give the device back (the session is unusable after). */
+  close(): void {
+    this.device.destroy();
   }
 }

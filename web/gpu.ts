@@ -1,12 +1,6 @@
-/// <reference types="@webgpu/types" />
-// The page's WebGPU backend: the engine's fused WebGPU forward pass (src/backend/webgpu/gpu-model.ts: weights resident
-// in their GGUF blocks, the latent cache on the GPU, one submission per step) on the browser's navigator.gpu, driven
-// from the worker with the engine's sampler and streaming detokenizer.
-import type { GpuDeviceInfo } from "../src/backend/webgpu/device.js";
-import { adapterName, deviceDescriptor, GpuRuntime } from "../src/backend/webgpu/runtime.js";
-import { GpuModel } from "../src/backend/webgpu/gpu-model.js";
-import { createSampler } from "../src/engine/sampler.js";
-import type { LatentModel } from "../src/index.js";
+// The page's WebGPU backend: the library's WebGPU session (src/index.ts: the library's device on navigator.gpu, the
+// fused forward pass, generation through the engine's loop), in the shapes the worker posts to the page.
+import type { LatentModel, WebGpuSession } from "../src/index.js";
 
 export interface GpuToken {
   readonly id: number;
@@ -31,87 +25,42 @@ export interface GpuResult {
   readonly finishReason: "stop" | "length" | "abort";
   readonly prefillMs: number;
   readonly decodeMs: number;
+  /** decode steps whose token was used (the tokens per second are these over decodeMs) */
   readonly decodeSteps: number;
 }
 
-/** A device from this browser's navigator.gpu (with the adapter's full storage limits), as the engine's runtime wants it. */
-async function browserDevice(): Promise<GpuDeviceInfo> {
-  const gpu = (navigator as Navigator & { gpu?: GPU }).gpu;
-  if (gpu === undefined) throw new Error("this browser exposes no WebGPU (navigator.gpu)");
-  const adapter = await gpu.requestAdapter({ powerPreference: "high-performance" });
-  if (adapter === null) throw new Error("no WebGPU adapter");
-  const device = await adapter.requestDevice(deviceDescriptor(adapter));
-  return {
-    device,
-    gpu,
-    adapterInfo: adapterName(adapter.info),
-    features: new Set([...device.features]),
-    limits: {
-      maxStorageBufferBindingSize: device.limits.maxStorageBufferBindingSize,
-      maxBufferSize: device.limits.maxBufferSize,
-      maxComputeWorkgroupStorageSize: device.limits.maxComputeWorkgroupStorageSize,
-      maxComputeWorkgroupsPerDimension: device.limits.maxComputeWorkgroupsPerDimension,
-      maxStorageBuffersPerShaderStage: device.limits.maxStorageBuffersPerShaderStage,
-    },
-  };
-}
-
-const CHUNK = 64;
+/** Positions a page's session holds: a browser's GPU memory is shared with the page, and demo prompts are short. */
+const PAGE_CONTEXT = 256;
 
 export class GpuSession {
-  private constructor(
-    readonly adapter: string,
-    private readonly gm: GpuModel,
-    private readonly m: LatentModel,
-    readonly context: number,
-  ) {}
+  private constructor(private readonly session: WebGpuSession) {}
 
-  static async create(m: LatentModel, context = Math.min(m.config.contextLength, 256)): Promise<GpuSession> {
-    const info = await browserDevice();
-    const rt = new GpuRuntime(info);
-    const gm = new GpuModel(rt, m.model, { slots: 1, context, maxTokens: CHUNK });
-    return new GpuSession(info.adapterInfo, gm, m, context);
+  get adapter(): string {
+    return this.session.adapter;
+  }
+  get context(): number {
+    return this.session.context;
+  }
+
+  static async create(m: LatentModel, context = PAGE_CONTEXT): Promise<GpuSession> {
+    return new GpuSession(await m.webgpu({ context }));
   }
 
   /** Next-token logits after every position of `tokens` (prefill chunks on the GPU). */
-  async logitsAll(tokens: readonly number[]): Promise<Float32Array[]> {
-    return (await this.gm.prefill(0, tokens, 0, true)).map((r) => Float32Array.from(r));
+  logitsAll(tokens: readonly number[]): Promise<Float32Array[]> {
+    return this.session.logitsAll(tokens);
   }
 
   async *generate(prompt: readonly number[], o: GpuGenerateOptions): AsyncGenerator<GpuToken, GpuResult, void> {
-    if (prompt.length >= this.context) throw new Error(`the prompt has ${prompt.length} tokens; the WebGPU session holds ${this.context}`);
-    const tok = this.m.tokenizer;
-    const sampler = createSampler({ temperature: o.temperature, topK: o.topK, topP: o.topP, seed: o.seed, logprobs: o.logprobs });
-    const dec = tok.createDecoder();
-    let t0 = performance.now();
-    let logits = (await this.gm.prefill(0, prompt, 0, false)).at(-1)!;
-    const prefillMs = performance.now() - t0;
-    t0 = performance.now();
-    let text = "";
-    let n = 0;
-    let steps = 0;
-    let pos = prompt.length;
-    let finish: GpuResult["finishReason"] = "length";
-    while (n < o.maxTokens && pos < this.context) {
-      if (o.signal.aborted) {
-        finish = "abort";
-        break;
+    const it = this.session.stream(prompt, { maxTokens: o.maxTokens, temperature: o.temperature, topK: o.topK, topP: o.topP, seed: o.seed, logprobs: o.logprobs, signal: o.signal });
+    for (;;) {
+      const r = await it.next();
+      if (r.done === true) {
+        const res = r.value;
+        return { tokens: res.tokens.length, text: res.text, finishReason: res.finishReason, prefillMs: res.timings.prefillMs, decodeMs: res.timings.decodeMs, decodeSteps: res.timings.usedSteps };
       }
-      const s = sampler.sample(logits);
-      if (tok.isEndOfGeneration(s.token)) {
-        finish = "stop";
-        break;
-      }
-      const piece = dec.push(s.token);
-      text += piece;
-      n++;
-      yield { id: s.token, text: piece, logprob: s.logprob, top: s.top ?? [] };
-      if (n >= o.maxTokens) break;
-      logits = await this.gm.step([{ token: s.token, slot: 0, pos, logits: true }]);
-      steps++;
-      pos++;
+      const ev = r.value;
+      yield { id: ev.id, text: ev.text, logprob: ev.logprob, top: ev.top ?? [] };
     }
-    text += dec.flush();
-    return { tokens: n, text, finishReason: finish, prefillMs, decodeMs: performance.now() - t0, decodeSteps: steps };
   }
 }

@@ -1,11 +1,14 @@
+import type { ModelConfig } from "../model/config.js";
 import type { DeepSeek2 } from "../model/deepseek2.js";
+import type { AttentionPath } from "../model/mla.js";
 import type { Tokenizer } from "../tokenizer/index.js";
 import { LatentError, NonFiniteError, UsageError } from "../util/errors.js";
 import { DEFAULT_PREFILL_CHUNK } from "./evaluate.js";
-import { LatentCache, type LatentStore } from "../model/cache.js";
+import { LatentCache } from "../model/cache.js";
 import { createSampler, Sampler, type SampleResult, type SamplerOptions } from "./sampler.js";
 import { yieldToEventLoop } from "../util/yield.js";
-import type { PickDraw } from "./scheduler.js";
+import { CHAIN_FIRST_STEPS, deviceChoice, type DevicePicks, type GreedyChainModel, type GreedyChunk, type PickDraw } from "./device-picks.js";
+import { GeneratedText, type StopOptions } from "./text-stream.js";
 
 /**
  * How the prompt and the generated tokens are run:
@@ -21,29 +24,19 @@ export type GeneratePath = "prefill" | "decode" | "reference";
  */
 export type GenerateModel = Pick<DeepSeek2, "config" | "forward"> & Partial<GreedyChainModel>;
 
-/** A model that can take greedy decode steps itself, each step's argmax fed to the next without the host. */
-export interface GreedyChainModel {
+/**
+ * A model whose forward pass is asynchronous and keeps the one sequence's latent cache itself (a GPU session in a
+ * browser, where nothing may block): the same loop drives it through generateTokensAsync.
+ */
+export interface AsyncGenerateModel extends DevicePicks {
+  readonly config: ModelConfig;
   /**
-   * `steps` greedy decode steps over `cache`: step s feeds the id chosen by step s − 1 (step 0: `token`) at position
-   * cache.length + s and chooses the next id by argmax of its logits (ties to the lowest id, NaN never chosen: the
-   * sampler's greedy). Returns the `steps` chosen ids with their logprobs (log_softmax of the step's logits at the id,
-   * as the sampler's SampleResult.logprob) and advances the cache by `steps`, as that many forward([token], cache)
-   * calls would (the last id returned is not in the cache yet).
+   * Run `tokens` at positions pos, pos + 1, … (the cache holds the positions before pos; any after are overwritten)
+   * and return the logits of the last one.
    */
-  decodeGreedy(token: number, cache: LatentStore, steps: number, draws?: readonly PickDraw[]): GreedyChunk;
-  /**
-   * decodeGreedy takes `draws` (one a step): step s's token is then drawn by draws[s] (its temperature and the host
-   * Sampler's filters, by its key) instead of taken greedily; with `picksDrawFiltered` also draws with top-k,
-   * top-p and min-p (Sampler.drawsOnDevice)
-   */
-  readonly chainsDraws?: boolean;
-  readonly picksDrawFiltered?: boolean;
-}
-
-/** What a chunk of chained greedy steps chose: `tokens[s]` and its log-probability `logprobs[s]` per step. */
-export interface GreedyChunk {
-  readonly tokens: readonly number[];
-  readonly logprobs: readonly number[];
+  forward(tokens: readonly number[], pos: number): Promise<Float32Array>;
+  /** GreedyChainModel.decodeGreedy over the model's own cache: step 0 feeds `token` at `pos` */
+  decodeGreedy?(token: number, pos: number, steps: number, draws?: readonly PickDraw[]): Promise<GreedyChunk>;
 }
 
 /**
@@ -54,8 +47,7 @@ export interface GreedyChunk {
  */
 export type DecodeMode = "greedy-chained" | "draws-chained" | "host-sampling";
 
-/** Steps in the first chained greedy chunk; each later chunk doubles, up to CHAIN_MAX_STEPS. */
-export const CHAIN_FIRST_STEPS = 4;
+/** Most steps in one chained chunk of generate's (chunks start at CHAIN_FIRST_STEPS and double). */
 export const CHAIN_MAX_STEPS = 32;
 
 /** What generation needs of a tokenizer: end-of-generation ids and streaming detokenization. */
@@ -66,20 +58,12 @@ export interface TokenSampler {
   sample(logits: Float32Array): SampleResult;
 }
 
-export interface GenerateOptions extends SamplerOptions {
+export interface GenerateOptions extends SamplerOptions, StopOptions {
   /** most tokens to generate (default: until the context is full or a stop condition) */
   readonly maxTokens?: number;
   readonly path?: GeneratePath;
   /** prefill chunk length (default DEFAULT_PREFILL_CHUNK) */
   readonly chunk?: number;
-  /** stop when the generated text contains one of these; the text is cut before it */
-  readonly stop?: readonly string[];
-  /** further token ids that end generation, besides the tokenizer's end-of-generation set */
-  readonly stopTokens?: readonly number[];
-  /** keep going past end-of-generation tokens (they are then ordinary tokens) */
-  readonly ignoreEog?: boolean;
-  /** write the text of control tokens (BOS, …) that get generated; default false (dropped from the text) */
-  readonly special?: boolean;
   /** use this sampler instead of one built from the sampler options */
   readonly sampler?: TokenSampler;
   /** called once per generated token (not for the end-of-generation token that stops it) */
@@ -156,6 +140,153 @@ export interface GenerateResult {
   readonly timings: GenerateTimings;
 }
 
+/** What the generation loop asks of the driver that runs it on a model, between tokens. */
+type LoopStep =
+  | { readonly kind: "token"; readonly event: TokenEvent }
+  /** the last position's logits after `tokens` at positions pos, pos + 1, … (path "reference": the whole sequence, no cache) */
+  | { readonly kind: "forward"; readonly tokens: readonly number[]; readonly pos: number; readonly path: AttentionPath }
+  /** decodeGreedy: `steps` steps chained on the model's device, step 0 feeding `token` at `pos` */
+  | { readonly kind: "chain"; readonly token: number; readonly pos: number; readonly steps: number; readonly draws?: readonly PickDraw[] };
+
+/** The driver's answer: logits for "forward", the chain's choices for "chain", nothing for "token". */
+type LoopInput = Float32Array | GreedyChunk | undefined;
+
+/** What the loop needs to know of the model's device: the draws it takes, and whether it chains steps at all. */
+interface LoopDevice {
+  readonly picks: DevicePicks;
+  readonly chains: boolean;
+}
+
+/**
+ * The generation loop, the same for every model: it asks its driver for forward passes and chains (LoopStep) and
+ * hands it the token events to pass on, so that a synchronous model (generateTokens) and an asynchronous one
+ * (generateTokensAsync) run the same checks, choices, stop conditions and timings.
+ */
+function* generationLoop(cfg: ModelConfig, device: LoopDevice, tokenizer: GenerateTokenizer, promptTokens: readonly number[], opts: GenerateOptions): Generator<LoopStep, GenerateResult, LoopInput> {
+  const path = opts.path ?? "prefill";
+  if (path !== "prefill" && path !== "decode" && path !== "reference") throw new UsageError(`path must be prefill, decode or reference, got "${String(path)}"`);
+  const maxTokens = opts.maxTokens ?? Infinity;
+  if (!(maxTokens >= 0) || (maxTokens !== Infinity && !Number.isInteger(maxTokens))) throw new UsageError(`maxTokens must be an integer ≥ 0, got ${maxTokens}`);
+  const chunk = opts.chunk ?? DEFAULT_PREFILL_CHUNK;
+  if (!Number.isInteger(chunk) || chunk < 1) throw new UsageError(`chunk must be an integer ≥ 1, got ${chunk}`);
+  if (promptTokens.length === 0) throw new UsageError("the prompt has no tokens");
+  if (promptTokens.length > cfg.contextLength) throw new UsageError(`the prompt has ${promptTokens.length} tokens, more than the model's context length ${cfg.contextLength}`);
+  promptTokens.forEach((t, i) => {
+    if (!Number.isInteger(t) || t < 0 || t >= cfg.nVocab) throw new UsageError(`prompt token ${t} at index ${i} is outside the vocabulary (0..${cfg.nVocab - 1})`);
+  });
+  // the repetition penalty counts the prompt's tokens as seen
+  const sampler: TokenSampler = opts.sampler ?? createSampler({ promptTokens, ...opts });
+  const chainable = opts.chainedGreedy !== false && path !== "reference" && sampler instanceof Sampler && device.chains;
+  // greedy samplers, and those the model's device can draw for (a temperature, and top-k ≤ 64 with top-p / min-p where it filters)
+  const choice = chainable ? deviceChoice(sampler, device.picks, "chain") : undefined;
+  const decodeMode: DecodeMode = choice === undefined ? "host-sampling" : choice === "draw" ? "draws-chained" : "greedy-chained";
+  const text = new GeneratedText(tokenizer, opts);
+
+  const tokens: number[] = [];
+  const logprobs: number[] = [];
+  const tops: (readonly [number, number][])[] = [];
+  let finishReason: FinishReason = "length";
+  let stoppedBy: GenerateResult["stoppedBy"];
+
+  const t0 = performance.now();
+  const all = [...promptTokens];
+  let logits: Float32Array;
+  if (path === "reference") {
+    logits = (yield { kind: "forward", tokens: all, pos: 0, path }) as Float32Array;
+    opts.onPrefill?.(all.length, all.length);
+  } else {
+    const step = path === "decode" ? 1 : chunk;
+    logits = new Float32Array(0);
+    for (let i = 0; i < all.length; i += step) {
+      logits = (yield { kind: "forward", tokens: all.slice(i, i + step), pos: i, path }) as Float32Array;
+      opts.onPrefill?.(Math.min(i + step, all.length), all.length);
+    }
+  }
+  const t1 = performance.now();
+  let decodeSteps = 0;
+  /** decode steps whose token was used (emitted or stopped on): the chained steps computed past a stop are not */
+  let usedSteps = 0;
+  /** ids (and their logprobs) chosen ahead by the last chained chunk, not yet emitted (ahead.tokens[aheadAt] is the next) */
+  let ahead: GreedyChunk = { tokens: [], logprobs: [] };
+  let aheadAt = 0;
+  let chainSteps = CHAIN_FIRST_STEPS;
+
+  while (tokens.length < maxTokens) {
+    if (opts.signal?.aborted === true) {
+      finishReason = "abort";
+      break;
+    }
+    const fromDecode = tokens.length > 0;
+    const chained = aheadAt < ahead.tokens.length;
+    const r: SampleResult = chained ? { token: ahead.tokens[aheadAt]!, logprob: ahead.logprobs[aheadAt++]! } : sampler.sample(logits);
+    // the device marks a step whose logits the host sampler would have refused (NaN, +Infinity, all -Infinity)
+    if (chained && Number.isNaN(r.logprob)) throw new NonFiniteError(`the logits of decode step ${tokens.length} contain NaN or +Infinity, or are all -Infinity (chained greedy decoding on the model's device)`);
+    if (fromDecode) usedSteps++;
+    if (text.endsBefore(r.token)) {
+      finishReason = "stop";
+      stoppedBy = { token: r.token };
+      break;
+    }
+    tokens.push(r.token);
+    logprobs.push(r.logprob);
+    if (r.top !== undefined) tops.push(r.top);
+    const { piece, hit } = text.push(r.token);
+    yield { kind: "token", event: { id: r.token, text: piece, logprob: r.logprob, ...(r.top !== undefined ? { top: r.top } : {}), index: tokens.length - 1 } };
+    if (hit !== undefined) {
+      finishReason = "stop";
+      stoppedBy = { string: hit };
+      break;
+    }
+    // prompt + generated tokens may fill the context, no more
+    if (tokens.length >= maxTokens || promptTokens.length + tokens.length >= cfg.contextLength) break;
+    all.push(r.token);
+    const pos = all.length - 1;
+    if (choice !== undefined) {
+      // r.token is in the cache already when the last chunk chose ids past it; otherwise the next chunk feeds it
+      if (aheadAt >= ahead.tokens.length) {
+        const allowed = Math.min(maxTokens, cfg.contextLength - promptTokens.length) - tokens.length;
+        const steps = Math.min(chainSteps, allowed);
+        // a draw's key a step, from the sampler's seeded generator: the same seed gives the same tokens
+        const draws = choice === "draw" ? Array.from({ length: steps }, () => (sampler as Sampler).deviceDraw()) : undefined;
+        ahead = (yield { kind: "chain", token: r.token, pos, steps, ...(draws !== undefined ? { draws } : {}) }) as GreedyChunk;
+        aheadAt = 0;
+        if (ahead.tokens.length !== steps || ahead.logprobs.length !== steps) {
+          throw new LatentError(`decodeGreedy returned ${ahead.tokens.length} ids and ${ahead.logprobs.length} logprobs for ${steps} steps`);
+        }
+        decodeSteps += steps;
+        chainSteps = Math.min(CHAIN_MAX_STEPS, chainSteps * 2);
+      }
+      continue;
+    }
+    logits = (yield path === "reference" ? { kind: "forward", tokens: all, pos: 0, path } : { kind: "forward", tokens: [r.token], pos, path: "decode" }) as Float32Array;
+    decodeSteps++;
+  }
+  // Unless a stop string cut the text, what was held back is part of it: an incomplete UTF-8 tail (as U+FFFD) and
+  // a partial stop-string match. It comes in no event: streamers print result.text.slice(<length streamed>).
+  text.end(stoppedBy !== undefined && "string" in stoppedBy);
+  const t2 = performance.now();
+  const prefillMs = t1 - t0;
+  const decodeMs = t2 - t1;
+  return {
+    tokens,
+    logprobs,
+    ...(tops.length > 0 ? { top: tops } : {}),
+    text: text.text,
+    finishReason,
+    ...(stoppedBy !== undefined ? { stoppedBy } : {}),
+    promptTokens: promptTokens.length,
+    decode: decodeMode,
+    timings: {
+      prefillMs,
+      decodeMs,
+      decodeSteps,
+      usedSteps,
+      promptTokensPerSecond: prefillMs > 0 ? (promptTokens.length * 1000) / prefillMs : 0,
+      tokensPerSecond: usedSteps > 0 && decodeMs > 0 ? (usedSteps * 1000) / decodeMs : 0,
+    },
+  };
+}
+
 /**
  * Streaming generation: yields one TokenEvent per generated token and returns the GenerateResult. The caller drives
  * it (a server can yield to the event loop between tokens); `generate` is the plain callback form. `onToken` in the
@@ -171,169 +302,40 @@ export interface GenerateResult {
  * checks, events and stop conditions as a sampled one; ids computed past a stop are dropped.
  */
 export function* generateTokens(model: GenerateModel, tokenizer: GenerateTokenizer, promptTokens: readonly number[], opts: GenerateOptions = {}): Generator<TokenEvent, GenerateResult, void> {
-  const cfg = model.config;
-  const path = opts.path ?? "prefill";
-  if (path !== "prefill" && path !== "decode" && path !== "reference") throw new UsageError(`path must be prefill, decode or reference, got "${String(path)}"`);
-  const maxTokens = opts.maxTokens ?? Infinity;
-  if (!(maxTokens >= 0) || (maxTokens !== Infinity && !Number.isInteger(maxTokens))) throw new UsageError(`maxTokens must be an integer ≥ 0, got ${maxTokens}`);
-  const chunk = opts.chunk ?? DEFAULT_PREFILL_CHUNK;
-  if (!Number.isInteger(chunk) || chunk < 1) throw new UsageError(`chunk must be an integer ≥ 1, got ${chunk}`);
-  if (promptTokens.length === 0) throw new UsageError("the prompt has no tokens");
-  if (promptTokens.length > cfg.contextLength) throw new UsageError(`the prompt has ${promptTokens.length} tokens, more than the model's context length ${cfg.contextLength}`);
-  promptTokens.forEach((t, i) => {
-    if (!Number.isInteger(t) || t < 0 || t >= cfg.nVocab) throw new UsageError(`prompt token ${t} at index ${i} is outside the vocabulary (0..${cfg.nVocab - 1})`);
-  });
-  const stops = (opts.stop ?? []).filter((s) => s.length > 0);
-  const stopTokens = new Set(opts.stopTokens ?? []);
-  // the repetition penalty counts the prompt's tokens as seen
-  const sampler: TokenSampler = opts.sampler ?? createSampler({ promptTokens, ...opts });
-  const chainable = opts.chainedGreedy !== false && path !== "reference" && sampler instanceof Sampler;
-  const greedyChain = chainable && sampler.picksGreedyOnDevice();
-  // samplers the model's device can draw for (a temperature, and top-k ≤ 64 with top-p / min-p where it filters)
-  const drawChain = chainable && !greedyChain && model.chainsDraws === true && sampler.drawsOnDevice(model.picksDrawFiltered === true);
-  const chain = greedyChain || drawChain ? model.decodeGreedy?.bind(model) : undefined;
-  const decodeMode: DecodeMode = chain === undefined ? "host-sampling" : drawChain ? "draws-chained" : "greedy-chained";
-  const decoder = tokenizer.createDecoder({ skipSpecial: !(opts.special ?? false) });
-
-  const tokens: number[] = [];
-  const logprobs: number[] = [];
-  const tops: (readonly [number, number][])[] = [];
-  let text = ""; // everything decoded so far (complete characters)
-  let emitted = 0; // text[0, emitted) has been released in events
-  let finishReason: FinishReason = "length";
-  let stoppedBy: GenerateResult["stoppedBy"];
-
-  const t0 = performance.now();
-  const cache = path === "reference" ? undefined : new LatentCache(cfg);
-  const all = [...promptTokens];
-  let logits: Float32Array;
-  if (cache === undefined) {
-    logits = model.forward(all, undefined, { path: "reference", logits: "last" });
-    opts.onPrefill?.(all.length, all.length);
-  } else {
-    const step = path === "decode" ? 1 : chunk;
-    logits = new Float32Array(0);
-    for (let i = 0; i < all.length; i += step) {
-      logits = model.forward(all.slice(i, i + step), cache, { path: path === "decode" ? "decode" : "prefill", logits: "last" });
-      opts.onPrefill?.(Math.min(i + step, all.length), all.length);
-    }
+  const loop = generationLoop(model.config, { picks: model, chains: model.decodeGreedy !== undefined }, tokenizer, promptTokens, opts);
+  let cache: LatentCache | undefined;
+  let input: LoopInput;
+  for (;;) {
+    const r = loop.next(input);
+    if (r.done === true) return r.value;
+    const step = r.value;
+    input = undefined;
+    if (step.kind === "token") yield step.event;
+    else if (step.kind === "forward") {
+      input = step.path === "reference"
+        ? model.forward(step.tokens, undefined, { path: "reference", logits: "last" })
+        : model.forward(step.tokens, (cache ??= new LatentCache(model.config)), { path: step.path, logits: "last" });
+    } else input = step.draws !== undefined ? model.decodeGreedy!(step.token, cache!, step.steps, step.draws) : model.decodeGreedy!(step.token, cache!, step.steps);
   }
-  const t1 = performance.now();
-  let decodeSteps = 0;
-  /** decode steps whose token was used (emitted or stopped on): the chained steps computed past a stop are not */
-  let usedSteps = 0;
-  /** ids (and their logprobs) chosen ahead by the last chained greedy chunk, not yet emitted (ahead.tokens[aheadAt] is the next) */
-  let ahead: GreedyChunk = { tokens: [], logprobs: [] };
-  let aheadAt = 0;
-  let chainSteps = CHAIN_FIRST_STEPS;
+}
 
-  /** Length of the longest suffix of `s` that is a proper prefix of a stop string: that much must wait. */
-  const heldBack = (s: string): number => {
-    let hold = 0;
-    for (const stop of stops) {
-      for (let k = Math.min(stop.length - 1, s.length); k > hold; k--) {
-        if (s.endsWith(stop.slice(0, k))) {
-          hold = k;
-          break;
-        }
-      }
-    }
-    return hold;
-  };
-
-  while (tokens.length < maxTokens) {
-    if (opts.signal?.aborted === true) {
-      finishReason = "abort";
-      break;
-    }
-    const fromDecode = tokens.length > 0;
-    const chained = aheadAt < ahead.tokens.length;
-    const r: SampleResult = chained ? { token: ahead.tokens[aheadAt]!, logprob: ahead.logprobs[aheadAt++]! } : sampler.sample(logits);
-    // the device marks a step whose logits the host sampler would have refused (NaN, +Infinity, all -Infinity)
-    if (chained && Number.isNaN(r.logprob)) throw new NonFiniteError(`the logits of decode step ${tokens.length} contain NaN or +Infinity, or are all -Infinity (chained greedy decoding on the model's device)`);
-    if (fromDecode) usedSteps++;
-    if (!(opts.ignoreEog ?? false) && (tokenizer.isEndOfGeneration(r.token) || stopTokens.has(r.token))) {
-      finishReason = "stop";
-      stoppedBy = { token: r.token };
-      break;
-    }
-    tokens.push(r.token);
-    logprobs.push(r.logprob);
-    if (r.top !== undefined) tops.push(r.top);
-    const before = text.length;
-    text += decoder.push(r.token);
-    let release: number;
-    let hit: string | undefined;
-    if (stops.length > 0) {
-      let at = -1;
-      for (const stop of stops) {
-        const i = text.indexOf(stop, Math.max(0, before - stop.length + 1));
-        if (i >= 0 && (at < 0 || i < at)) {
-          at = i;
-          hit = stop;
-        }
-      }
-      if (hit !== undefined) {
-        text = text.slice(0, at);
-        release = at;
-      } else release = text.length - heldBack(text);
-    } else release = text.length;
-    const piece = text.slice(emitted, Math.max(emitted, release));
-    emitted = Math.max(emitted, release);
-    yield { id: r.token, text: piece, logprob: r.logprob, ...(r.top !== undefined ? { top: r.top } : {}), index: tokens.length - 1 };
-    if (hit !== undefined) {
-      finishReason = "stop";
-      stoppedBy = { string: hit };
-      break;
-    }
-    // prompt + generated tokens may fill the context, no more
-    if (tokens.length >= maxTokens || promptTokens.length + tokens.length >= cfg.contextLength) break;
-    all.push(r.token);
-    if (chain !== undefined && cache !== undefined) {
-      // r.token is in the cache already when the last chunk chose ids past it; otherwise the next chunk feeds it
-      if (aheadAt >= ahead.tokens.length) {
-        const allowed = Math.min(maxTokens, cfg.contextLength - promptTokens.length) - tokens.length;
-        const steps = Math.min(chainSteps, allowed);
-        // a draw's key a step, from the sampler's seeded generator: the same seed gives the same tokens
-        ahead = drawChain ? chain(r.token, cache, steps, Array.from({ length: steps }, () => (sampler as Sampler).deviceDraw())) : chain(r.token, cache, steps);
-        aheadAt = 0;
-        if (ahead.tokens.length !== steps || ahead.logprobs.length !== steps) {
-          throw new LatentError(`decodeGreedy returned ${ahead.tokens.length} ids and ${ahead.logprobs.length} logprobs for ${steps} steps`);
-        }
-        decodeSteps += steps;
-        chainSteps = Math.min(CHAIN_MAX_STEPS, chainSteps * 2);
-      }
-      continue;
-    }
-    logits = cache === undefined
-      ? model.forward(all, undefined, { path: "reference", logits: "last" })
-      : model.forward([r.token], cache, { path: "decode", logits: "last" });
-    decodeSteps++;
+/**
+ * generateTokens on an asynchronous model (its own cache, so no "reference" path): the same loop, awaiting each
+ * forward pass and chain.
+ */
+export async function* generateTokensAsync(model: AsyncGenerateModel, tokenizer: GenerateTokenizer, promptTokens: readonly number[], opts: GenerateOptions = {}): AsyncGenerator<TokenEvent, GenerateResult, void> {
+  if (opts.path === "reference") throw new UsageError("the reference path recomputes without a cache: a model that keeps its own cache runs prefill or decode");
+  const loop = generationLoop(model.config, { picks: model, chains: model.decodeGreedy !== undefined }, tokenizer, promptTokens, opts);
+  let input: LoopInput;
+  for (;;) {
+    const r = loop.next(input);
+    if (r.done === true) return r.value;
+    const step = r.value;
+    input = undefined;
+    if (step.kind === "token") yield step.event;
+    else if (step.kind === "forward") input = await model.forward(step.tokens, step.pos);
+    else input = await model.decodeGreedy!(step.token, step.pos, step.steps, step.draws);
   }
-  // Unless a stop string cut the text, what was held back is part of it: an incomplete UTF-8 tail (as U+FFFD) and
-  // a partial stop-string match. It comes in no event: streamers print result.text.slice(<length streamed>).
-  if (stoppedBy === undefined || !("string" in stoppedBy)) text += decoder.flush();
-  const t2 = performance.now();
-  const prefillMs = t1 - t0;
-  const decodeMs = t2 - t1;
-  return {
-    tokens,
-    logprobs,
-    ...(tops.length > 0 ? { top: tops } : {}),
-    text,
-    finishReason,
-    ...(stoppedBy !== undefined ? { stoppedBy } : {}),
-    promptTokens: promptTokens.length,
-    decode: decodeMode,
-    timings: {
-      prefillMs,
-      decodeMs,
-      decodeSteps,
-      usedSteps,
-      promptTokensPerSecond: prefillMs > 0 ? (promptTokens.length * 1000) / prefillMs : 0,
-      tokensPerSecond: usedSteps > 0 && decodeMs > 0 ? (usedSteps * 1000) / decodeMs : 0,
-    },
-  };
 }
 
 /**

@@ -1,68 +1,26 @@
 import type { ModelConfig } from "../model/config.js";
 import type { SequenceChunk } from "../model/deepseek2.js";
-import type { StreamingDecoder } from "../tokenizer/index.js";
 import { LatentError, NonFiniteError, UsageError } from "../util/errors.js";
-import type { GreedyChunk } from "./generate.js";
-import type { LatentStore } from "../model/cache.js";
+import { CHAIN_FIRST_STEPS, deviceChoice, type BatchDevicePicks, type GreedyChunk, type GreedyPick, type PickDraw } from "./device-picks.js";
 import { logSoftmax, topLogprobs } from "./logprobs.js";
 import { PagedSequence, type PagePool } from "./paged-cache.js";
 import { createSampler, type SampleResult, type Sampler, type SamplerOptions } from "./sampler.js";
-
-/** What the scheduler needs of a model: its config and a batched forward pass (and, optionally, chained greedy decoding). */
-export interface BatchModel {
-  readonly config: ModelConfig;
-  forwardBatch(seqs: readonly SequenceChunk[]): Float32Array[];
-  /**
-   * `steps` greedy decode steps of every sequence chained on the model's device: sequence i feeds `token` at position
-   * cache.length, then each step's argmax (ties to the lowest id, NaN never chosen) at the next position. Returns per
-   * sequence the `steps` chosen ids and their logprobs (NaN where the step's logits hold NaN or +Infinity or are all
-   * −Infinity) and advances each cache by `steps`: the same as `steps` forwardBatch calls of one-token decode chunks
-   * sampled greedily. Paged caches have their pages for all `steps` positions reserved by the caller.
-   */
-  decodeGreedyBatch?(seqs: readonly { readonly token: number; readonly cache: LatentStore }[], steps: number, draws?: readonly PickDraw[]): GreedyChunk[];
-  /**
-   * decodeGreedyBatch takes `draws` [steps × sequences, step-major]: each step's token of a sequence drawn as
-   * forwardBatchPicks draws a PickDraw (temperature 0: greedy), so that sequences the device draws for chain too
-   */
-  readonly chainsDraws?: boolean;
-  /**
-   * forwardBatch, except that a chunk with `picks[i]` (logits "last") gets its last row's choice computed on the
-   * model's device instead of the row — `true`: the greedy one, argmax (ties to the lowest id, NaN never chosen); a
-   * PickDraw (models with `picksDraw`): a token drawn from softmax(row / temperature) by the draw's key — with its
-   * logprob (NaN where the row holds NaN or +Infinity or is all −Infinity), so that such sequences need no logits read
-   * back or sampled.
-   */
-  forwardBatchPicks?(seqs: readonly SequenceChunk[], picks: readonly (boolean | PickDraw)[]): (Float32Array | GreedyPick)[];
-  /** forwardBatchPicks takes PickDraws too */
-  readonly picksDraw?: boolean;
-  /** and PickDraws with the host Sampler's filters: any top-p and min-p with top-k 0 or 1..DEVICE_DRAW_TOPK_MAX */
-  readonly picksDrawFiltered?: boolean;
-}
+import { GeneratedText, type StopOptions, type TextTokenizer } from "./text-stream.js";
 
 /**
- * A token drawn on the model's device from softmax(row / temperature), by a 32-bit key the sequence's sampler drew
- * (Sampler.drawKey): the same seed gives the same tokens on that device, not the host sampler's.
+ * What the scheduler needs of a model: its config and a batched forward pass, and optionally the device's own choice of
+ * tokens (BatchDevicePicks: picks in host steps, chained greedy or drawn steps).
  */
-export interface PickDraw {
-  readonly temperature: number;
-  readonly key: number;
-  /** the host Sampler's filters, applied before the draw as it applies them (models with `picksDrawFiltered`): top-k 0 = off */
-  readonly topK?: number;
-  readonly topP?: number;
-  readonly minP?: number;
+export interface BatchModel extends BatchDevicePicks {
+  readonly config: ModelConfig;
+  forwardBatch(seqs: readonly SequenceChunk[]): Float32Array[];
 }
 
-/** A greedy choice made on the model's device: the token and its log-probability. */
-export interface GreedyPick {
-  readonly token: number;
-  readonly logprob: number;
-}
+/** Sequences that may wait for a batch slot: a burst of a few hundred requests is queued, not refused. */
+export const DEFAULT_MAX_QUEUE = 256;
 
 /** What it needs of a tokenizer: end-of-generation ids and streaming detokenization. */
-export interface SchedulerTokenizer {
-  isEndOfGeneration(id: number): boolean;
-  createDecoder(opts?: { skipSpecial?: boolean }): StreamingDecoder;
-}
+export type SchedulerTokenizer = TextTokenizer;
 
 export interface SchedulerOptions {
   /** most sequences running at once (decoding or prefilling); default 16 */
@@ -71,7 +29,7 @@ export interface SchedulerOptions {
   readonly tokenBudget?: number;
   /** most prompt tokens one sequence prefills per step; default 128 */
   readonly prefillChunk?: number;
-  /** most sequences waiting for a slot; submit throws QueueFullError beyond; default 256 */
+  /** most sequences waiting for a slot; submit throws QueueFullError beyond; default DEFAULT_MAX_QUEUE */
   readonly maxQueue?: number;
   /** positions a sequence may reach (≤ the model's context length); default the model's */
   readonly contextLength?: number;
@@ -90,7 +48,7 @@ export interface SchedulerOptions {
    * A count of the I/O events the caller has seen (a server: connections and requests). Before a step, the scheduler
    * yields to the event loop again while it changes (up to IO_SETTLE_TURNS times): Node accepts one connection per
    * loop iteration, and a step blocks the loop, so without this a burst of N requests is admitted one per step over
-   * N steps (measured on the H200 with 32 clients: 32 host-sampled steps of 70–400 ms before the first chain).
+   * N steps — each a slow host-sampled step, with no chain until the whole burst is in.
    */
   readonly ioActivity?: () => number;
 }
@@ -109,25 +67,14 @@ export interface StepInfo {
   readonly chainStep?: number;
 }
 
-/** Steps in the first chain after a host-sampled step; each following chain doubles, up to chainSteps. */
-const CHAIN_FIRST_STEPS = 4;
-
-export interface SequenceRequest {
+export interface SequenceRequest extends StopOptions {
   /** prompt token ids (used as given) */
   readonly prompt: readonly number[];
   /** most tokens to generate; 0: only run the prompt (echo, prompt logprobs) */
   readonly maxTokens: number;
   readonly sampling?: SamplerOptions;
-  /** stop when the generated text contains one of these (cut before it) */
-  readonly stop?: readonly string[];
-  /** generate past end-of-generation tokens */
-  readonly ignoreEog?: boolean;
-  /** further ids that end generation */
-  readonly stopTokens?: readonly number[];
   /** log-probabilities of the prompt tokens with this many top alternatives each (0: only the token's own) */
   readonly promptLogprobs?: number;
-  /** write control tokens' text (default false) */
-  readonly special?: boolean;
 }
 
 export interface PromptLogprob {
@@ -170,62 +117,6 @@ export interface SequenceEvents {
 
 export class QueueFullError extends LatentError {}
 
-/** Releases generated text, holding back an incomplete UTF-8 tail and anything that may start a stop string. */
-class TextStream {
-  text = "";
-  emitted = 0;
-  constructor(
-    private readonly decoder: StreamingDecoder,
-    private readonly stops: readonly string[],
-  ) {}
-
-  push(id: number): { piece: string; hit?: string } {
-    const before = this.text.length;
-    this.text += this.decoder.push(id);
-    let release = this.text.length;
-    let hit: string | undefined;
-    if (this.stops.length > 0) {
-      let at = -1;
-      for (const stop of this.stops) {
-        const i = this.text.indexOf(stop, Math.max(0, before - stop.length + 1));
-        if (i >= 0 && (at < 0 || i < at)) {
-          at = i;
-          hit = stop;
-        }
-      }
-      if (hit !== undefined) {
-        this.text = this.text.slice(0, at);
-        release = at;
-      } else release = this.text.length - this.heldBack();
-    }
-    const piece = this.text.slice(this.emitted, Math.max(this.emitted, release));
-    this.emitted = Math.max(this.emitted, release);
-    return hit !== undefined ? { piece, hit } : { piece };
-  }
-
-  private heldBack(): number {
-    let hold = 0;
-    const s = this.text;
-    for (const stop of this.stops) {
-      for (let k = Math.min(stop.length - 1, s.length); k > hold; k--) {
-        if (s.endsWith(stop.slice(0, k))) {
-          hold = k;
-          break;
-        }
-      }
-    }
-    return hold;
-  }
-
-  /** End: the held-back tail (none after a stop string). */
-  end(stopped: boolean): string {
-    if (!stopped) this.text += this.decoder.flush();
-    const tail = this.text.slice(this.emitted);
-    this.emitted = this.text.length;
-    return tail;
-  }
-}
-
 let nextId = 1;
 
 /** A submitted sequence; `cancel` it through the scheduler. */
@@ -240,20 +131,18 @@ export class Sequence {
   /** ended on a stop string: the held-back text is dropped, not flushed */
   stoppedByString = false;
   readonly sampler: Sampler;
-  readonly text: TextStream;
-  readonly stopTokens: ReadonlySet<number>;
+  readonly text: GeneratedText;
   promptLp: (PromptLogprob | null)[] | undefined;
   constructor(
     readonly arrival: number,
     readonly req: SequenceRequest,
     readonly events: SequenceEvents,
-    decoder: StreamingDecoder,
+    tokenizer: TextTokenizer,
   ) {
     this.tokens = [...req.prompt];
     this.promptLen = req.prompt.length;
     this.sampler = createSampler(req.sampling ?? {});
-    this.text = new TextStream(decoder, (req.stop ?? []).filter((s) => s.length > 0));
-    this.stopTokens = new Set(req.stopTokens ?? []);
+    this.text = new GeneratedText(tokenizer, req);
     if (req.promptLogprobs !== undefined) this.promptLp = [null];
   }
   /** prompt log-probabilities still to collect: every prompt row's logits are needed */
@@ -308,7 +197,7 @@ export class Scheduler {
     this.maxBatch = int("maxBatch", opts.maxBatch ?? 16, 1);
     this.tokenBudget = int("tokenBudget", opts.tokenBudget ?? 256, 1);
     this.prefillChunk = int("prefillChunk", opts.prefillChunk ?? 128, 1);
-    this.maxQueue = int("maxQueue", opts.maxQueue ?? 256, 0);
+    this.maxQueue = int("maxQueue", opts.maxQueue ?? DEFAULT_MAX_QUEUE, 0);
     this.contextLength = Math.min(int("contextLength", opts.contextLength ?? model.config.contextLength, 1), model.config.contextLength);
     this.prefixCaching = opts.prefixCaching ?? true;
     this.chainSteps = int("chainSteps", opts.chainSteps ?? 8, 0);
@@ -338,7 +227,7 @@ export class Scheduler {
     if (req.prompt.length > this.kvCapacity) throw new UsageError(`the prompt has ${req.prompt.length} tokens, more than the KV cache holds (${this.kvCapacity})`);
     if (!Number.isInteger(req.maxTokens) || req.maxTokens < 0) throw new UsageError(`maxTokens must be an integer ≥ 0, got ${req.maxTokens}`);
     if (this.waiting.length >= this.maxQueue) throw new QueueFullError(`the queue is full (${this.maxQueue} requests waiting)`);
-    const seq = new Sequence(this.arrivals++, req, events, this.tokenizer.createDecoder({ skipSpecial: !(req.special ?? false) }));
+    const seq = new Sequence(this.arrivals++, req, events, this.tokenizer);
     this.waiting.push(seq);
     this.kick();
     return seq;
@@ -527,15 +416,14 @@ export class Scheduler {
     if (chunks.length === 0) return false;
 
     const t0 = performance.now();
-    // greedy sequences whose chunk ends their input: the choice made on the device when the model can; so are draws at
-    // a temperature alone (no top-k, top-p, min-p or top logprobs) on a model that takes them
-    const drawing = this.model.picksDraw === true;
+    // sequences whose chunk ends their input: the choice made on the device when the model can make it (greedy, or a
+    // draw the model takes)
     const picks =
       this.model.forwardBatchPicks !== undefined
         ? members.map((seq, i): boolean | PickDraw => {
             if (chunks[i]!.logits !== "last") return false;
-            if (seq.sampler.isGreedy()) return seq.sampler.picksGreedyOnDevice();
-            return drawing && seq.sampler.drawsOnDevice(this.model.picksDrawFiltered === true) ? seq.sampler.deviceDraw() : false;
+            const choice = deviceChoice(seq.sampler, this.model, "pick");
+            return choice === "draw" ? seq.sampler.deviceDraw() : choice === "greedy";
           })
         : undefined;
     let outs: (Float32Array | GreedyPick)[];
@@ -596,7 +484,9 @@ export class Scheduler {
     if (model.decodeGreedyBatch === undefined || this.chainSteps === 0 || this.running.length === 0) return false;
     if (this.waiting.length > 0 && this.running.length < this.maxBatch) return false;
     const batch = [...this.running];
-    const drawsChain = model.chainsDraws === true && model.picksDraw === true;
+    // a sequence drawn in chains must be drawn on the device in host steps too (picksDraw): the device's draws are not
+    // the host sampler's, and its tokens must not depend on when chains run
+    const drawsChain = model.picksDraw === true;
     // as long as the sequence furthest from its token limit wants (one nearer its limit rides along, its tokens past
     // the limit dropped: otherwise sequences that end a token apart would each cost a host step), and never past any
     // sequence's context
@@ -604,8 +494,8 @@ export class Scheduler {
     let wanted = 0;
     for (const seq of batch) {
       const decoding = seq.state === "running" && seq.generated > 0 && seq.tokens.length - seq.cache!.length === 1;
-      const greedy = seq.sampler.picksGreedyOnDevice();
-      if (!decoding || seq.wantsAll || !(greedy || (drawsChain && seq.sampler.drawsOnDevice(model.picksDrawFiltered === true)))) return false;
+      const choice = deviceChoice(seq.sampler, model, "chain");
+      if (!decoding || seq.wantsAll || choice === undefined || (choice === "draw" && !drawsChain)) return false;
       room = Math.min(room, this.contextLength - seq.tokens.length);
       wanted = Math.max(wanted, seq.req.maxTokens - seq.generated);
     }
@@ -673,7 +563,7 @@ export class Scheduler {
 
   /** Take a sampled token: stop on end-of-generation or a stop token, else emit it and stop on a string or a limit. */
   private accept(seq: Sequence, r: SampleResult): void {
-    if (!(seq.req.ignoreEog ?? false) && (this.tokenizer.isEndOfGeneration(r.token) || seq.stopTokens.has(r.token))) return this.finish(seq, "stop");
+    if (seq.text.endsBefore(r.token)) return this.finish(seq, "stop");
     seq.tokens.push(r.token);
     seq.generated++;
     const { piece, hit } = seq.text.push(r.token);

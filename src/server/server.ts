@@ -8,7 +8,7 @@ import type { GGUFFile } from "../gguf/file.js";
 import type { ModelConfig } from "../model/config.js";
 import { Tokenizer, type ChatMessage } from "../tokenizer/index.js";
 import { PagePool, DEFAULT_PAGE_SIZE } from "../engine/paged-cache.js";
-import { QueueFullError, Scheduler, type BatchModel, type PromptLogprob, type Sequence, type SequenceRequest, type SequenceResult, type TokenOut } from "../engine/scheduler.js";
+import { DEFAULT_MAX_QUEUE, QueueFullError, Scheduler, type BatchModel, type PromptLogprob, type Sequence, type SequenceRequest, type SequenceResult, type TokenOut } from "../engine/scheduler.js";
 import { LatentError, UsageError } from "../util/errors.js";
 import { ApiError, SseWriter, badParam, parseJsonObject, sendError, shownValue, sendJson } from "./http.js";
 import { BodyBudget, ClientGoneError, DEFAULT_LIMITS, mustClose, readBody, retryHeaders, type ServerLimits } from "./limits.js";
@@ -101,9 +101,6 @@ export interface RunningServer {
   /** Stop taking requests (503), finish the running ones, then close every connection. */
   close(): Promise<void>;
 }
-
-/** Sequences that may wait for a batch slot: a burst of a few hundred requests is queued, not refused. */
-const DEFAULT_MAX_QUEUE = 256;
 
 const ENDPOINTS = new Set(["/v1/completions", "/v1/chat/completions", "/v1/models", "/tokenize", "/detokenize", "/health", "/metrics"]);
 

@@ -5,18 +5,7 @@ import assert from "node:assert/strict";
 import { LogitAdjuster } from "../../src/engine/logit-adjust.js";
 import { Sampler } from "../../src/engine/sampler.js";
 import { logSoftmax } from "../../src/engine/logprobs.js";
-
-/** Deterministic pseudo-random numbers (mulberry32), so a failure repeats. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { uniforms } from "../helpers/rng.js";
 
 /** The definitions written out plainly, one token at a time. */
 function reference(logits: Float32Array, o: { bias: Map<number, number>; presence: number; frequency: number; repetition: number; prompt: number[]; output: number[] }): number[] {
@@ -31,7 +20,7 @@ function reference(logits: Float32Array, o: { bias: Map<number, number>; presenc
 }
 
 test("the adjuster equals the reference definitions on random logits, histories and settings", () => {
-  const r = rng(7);
+  const r = uniforms(7);
   const V = 97;
   for (let trial = 0; trial < 200; trial++) {
     const logits = Float32Array.from({ length: V }, () => (r() - 0.5) * 20);

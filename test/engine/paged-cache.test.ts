@@ -5,6 +5,7 @@ import { loadModel } from "../../src/runtime/load.js";
 import { LatentCache } from "../../src/model/cache.js";
 import { PagePool, PagedSequence, pageHashes } from "../../src/engine/paged-cache.js";
 import { CASES, randomTokens, synthModel } from "../helpers/synth.js";
+import { maxAbsDiffFlat } from "../helpers/measure.js";
 
 const v3 = synthModel(CASES[0]!, 3);
 const glm = synthModel(CASES.find((c) => c.base === "tiny-glm")!, 3);
@@ -14,12 +15,6 @@ after(() => {
 });
 const models = [loadModel(v3.path), loadModel(glm.path)];
 
-function maxDiff(a: Float32Array, b: Float32Array): number {
-  assert.equal(a.length, b.length);
-  let m = 0;
-  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i]! - b[i]!));
-  return m;
-}
 
 /** Run `tokens` in the given chunks, then decode `extra`, on a store; returns every logits row block. */
 function run(model: (typeof models)[number]["model"], store: LatentCache | PagedSequence, tokens: number[], chunks: number[], extra: number[]): Float32Array[] {
@@ -48,7 +43,7 @@ for (const { model, config } of models) {
     const pool = new PagePool(config, { pageSize: 4, numPages: 20 });
     const seq = new PagedSequence(pool);
     const got = run(model, seq, tokens, chunks, extra);
-    ref.forEach((r, i) => assert.ok(maxDiff(r, got[i]!) === 0, `block ${i}`));
+    ref.forEach((r, i) => assert.ok(maxAbsDiffFlat(r, got[i]!) === 0, `block ${i}`));
     assert.equal(seq.length, 51);
     assert.equal(seq.table.length, 13);
     assert.equal(pool.stats().pagesInUse, 13);
@@ -76,7 +71,7 @@ test("prefix caching: a repeated prefix adopts the full pages and gives the same
   const got = run(model, b, bTokens.slice(16), [bTokens.length - 16], []);
   const ref = run(model, new LatentCache(config), bTokens, [bTokens.length], []);
   const tail = ref[0]!.subarray(16 * V);
-  assert.ok(maxDiff(tail, got[0]!) < 1e-5);
+  assert.ok(maxAbsDiffFlat(tail, got[0]!) < 1e-5);
   assert.deepEqual(b.prefixLookup, { queried: 2, hit: 2 });
   a.free();
   assert.equal(pool.refCount(b.table[0]!), 1);

@@ -3,19 +3,10 @@ import assert from "node:assert/strict";
 import { createSampler, Sampler, type SamplerOptions } from "../../src/engine/sampler.js";
 import { greedyLogprob, logSoftmax, logSoftmaxInto, topLogprobs } from "../../src/engine/logprobs.js";
 import { NonFiniteError, UsageError } from "../../src/util/errors.js";
+import { uniforms } from "../helpers/rng.js";
 
-/** Deterministic test data (mulberry32), independent of the sampler's PRNG. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) | 0;
-    let t = Math.imul(a ^ (a >>> 15), 1 | a);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 function randomLogits(n: number, seed: number, scale = 3): Float32Array {
-  const r = rng(seed);
+  const r = uniforms(seed);
   return Float32Array.from({ length: n }, () => (r() * 2 - 1) * scale);
 }
 function naiveArgmax(x: ArrayLike<number>): number {
@@ -129,7 +120,7 @@ test("logSoftmaxInto writes logSoftmax into a reused row (bit for bit); samplers
 
 test("logSoftmax matches a naive float64 reference, incl. ±1e4 magnitudes and -Infinity", () => {
   for (let trial = 0; trial < 20; trial++) {
-    const r = rng(trial);
+    const r = uniforms(trial);
     const n = 1 + Math.floor(r() * 500);
     const big = trial % 2 === 1;
     const x = new Float64Array(n).map(() => (r() * 2 - 1) * (big ? 1e4 : 20));
@@ -151,7 +142,7 @@ test("logSoftmax matches a naive float64 reference, incl. ±1e4 magnitudes and -
 });
 
 test("topLogprobs equals the head of a full sort (ties to lower id)", () => {
-  const r = rng(7);
+  const r = uniforms(7);
   for (const n of [1, 2, 10, 999, 20000]) {
     const lp = new Float64Array(n).map(() => Math.round(r() * 50) / 10); // many ties
     const full = [...lp.keys()].sort((a, b) => lp[b]! - lp[a]! || a - b);

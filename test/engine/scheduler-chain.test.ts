@@ -7,10 +7,10 @@ import { Tokenizer } from "../../src/tokenizer/index.js";
 import { PagePool } from "../../src/engine/paged-cache.js";
 import { argmax, Sampler } from "../../src/engine/sampler.js";
 import { logSoftmax } from "../../src/engine/logprobs.js";
-import { Scheduler, type BatchModel, type GreedyPick, type PickDraw, type SchedulerOptions, type SequenceRequest, type StepInfo } from "../../src/engine/scheduler.js";
+import { Scheduler, type BatchModel, type SchedulerOptions, type SequenceRequest, type StepInfo } from "../../src/engine/scheduler.js";
 import type { SequenceChunk } from "../../src/model/deepseek2.js";
 import type { LatentStore } from "../../src/model/cache.js";
-import type { GreedyChunk } from "../../src/engine/generate.js";
+import type { GreedyChunk, GreedyPick, PickDraw } from "../../src/engine/device-picks.js";
 import { CASES, randomTokens, synthModel } from "../helpers/synth.js";
 
 const synth = synthModel(CASES[0]!, 5);

@@ -3,11 +3,11 @@
 // computes the chained tokens' in float32). Shared by the engine tests (a CPU model with
 // a host-side decodeGreedy) and the fused WebGPU tests (FusedGpuModel).
 import assert from "node:assert/strict";
-import { generateSync, type GenerateModel, type GenerateOptions, type GenerateResult, type GenerateTokenizer, type GreedyChainModel, type GreedyChunk, type TokenEvent } from "../../src/engine/generate.js";
+import { generateSync, type GenerateModel, type GenerateOptions, type GenerateResult, type GenerateTokenizer, type TokenEvent } from "../../src/engine/generate.js";
+import type { GreedyChainModel, GreedyChunk, PickDraw } from "../../src/engine/device-picks.js";
 import type { LatentStore } from "../../src/model/cache.js";
 import { logSoftmax } from "../../src/engine/logprobs.js";
 import { argmax, Sampler } from "../../src/engine/sampler.js";
-import type { PickDraw } from "../../src/engine/scheduler.js";
 
 /** Largest tolerated |Δ logprob| between a chained token and the same token sampled on the host. */
 export const CHAINED_LOGPROB_TOL = 1e-4;

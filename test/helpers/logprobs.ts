@@ -23,25 +23,7 @@ export function logprobAt(row: Float32Array, id: number): number {
   return row[id]! - max - Math.log(sum);
 }
 
-/** max |a − b| over all rows and ids (null in b = underflowed probability: skipped when a is also < −80). */
-export function maxAbsDiff(a: readonly ArrayLike<number>[], b: readonly ArrayLike<number | null>[]): number {
-  if (a.length !== b.length) throw new Error(`row counts differ: ${a.length} vs ${b.length}`);
-  let m = 0;
-  a.forEach((row, i) => {
-    const other = b[i]!;
-    if (row.length !== other.length) throw new Error(`row ${i}: lengths differ: ${row.length} vs ${other.length}`);
-    for (let v = 0; v < row.length; v++) {
-      const y = other[v];
-      if (y === null || y === undefined) {
-        if (row[v]! > -80) m = Math.max(m, Infinity);
-        continue;
-      }
-      const d = Math.abs(row[v]! - y);
-      if (!(d <= m)) m = Number.isNaN(d) ? Infinity : d;
-    }
-  });
-  return m;
-}
+export { maxAbsDiff } from "./measure.js";
 
 export function argmax(row: ArrayLike<number | null>): number {
   let best = 0;

@@ -11,6 +11,7 @@ import { GGUFFile } from "../../src/gguf/file.js";
 import { GGMLType, GGUFValueType, type GGUFMetadataEntry } from "../../src/gguf/types.js";
 import { writeGGUF, type TensorToWrite } from "../../src/gguf/writer.js";
 import { BYTE_TO_CHAR } from "../../src/tokenizer/unicode.js";
+import { uniforms } from "./rng.js";
 
 export const FIXTURE_DIR = new URL("../fixtures/models/", import.meta.url).pathname;
 export const REPO_ROOT = new URL("../../", import.meta.url).pathname;
@@ -279,17 +280,8 @@ export function llamaTokenizeJobs(jobs: readonly { model: string; texts: readonl
   return JSON.parse(out.toString("utf8")) as LlamaIds[];
 }
 
-/** Deterministic PRNG (mulberry32). */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** Deterministic uniform draws (mulberry32). */
+export { uniforms as rng };
 
 const POOLS: readonly string[] = [
   "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ",
@@ -319,7 +311,7 @@ const POOLS: readonly string[] = [
 
 /** Random texts mixing scripts, digits, punctuation and whitespace; some are plain corpus slices. */
 export function randomTexts(count: number, seed: number): string[] {
-  const r = rng(seed);
+  const r = uniforms(seed);
   const corpusWords = CORPUS.split(/(\s+)/u).filter((w) => w.length > 0);
   const texts: string[] = [];
   for (let t = 0; t < count; t++) {

@@ -17,6 +17,7 @@ import { generateSync } from "../../src/engine/generate.js";
 import { Tokenizer } from "../../src/tokenizer/index.js";
 import { synthModel } from "../helpers/synth.js";
 import { serveStatic, type StaticServer } from "./serve.js";
+import { maxAbsDiffFlat as maxAbs } from "../helpers/measure.js";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const DEMO = join(ROOT, "models/latent-demo-kjv.gguf");
@@ -80,12 +81,6 @@ after(async () => {
   tiny.cleanup();
 });
 
-function maxAbs(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  assert.equal(a.length, b.length);
-  let m = 0;
-  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i]! - b[i]!));
-  return m;
-}
 
 test("browser: a synthetic model loaded by URL gives the Node CPU reference's logits (≤ 1e-3)", { skip }, async (t) => {
   // the CPU worker by name: on a machine with a hardware GPU the page would default to WebGPU

@@ -11,17 +11,12 @@ import { generateSync } from "../../src/engine/generate.js";
 import { Tokenizer } from "../../src/tokenizer/index.js";
 import { synthModel } from "../helpers/synth.js";
 import { serveStatic } from "./serve.js";
+import { maxAbsDiffFlat as maxAbs } from "../helpers/measure.js";
 
 const DEMO = new URL("../../models/latent-demo-kjv.gguf", import.meta.url).pathname;
 const tiny = synthModel({ label: "lib-tiny", base: "tiny", over: {} }, 3);
 after(() => tiny.cleanup());
 
-function maxAbs(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  assert.equal(a.length, b.length);
-  let m = 0;
-  for (let i = 0; i < a.length; i++) m = Math.max(m, Math.abs(a[i]! - b[i]!));
-  return m;
-}
 
 /** An AsyncByteSource over bytes that counts reads and their bytes. */
 function countingSource(bytes: Uint8Array, name: string): AsyncByteSource & { reads: [number, number][] } {

@@ -46,7 +46,9 @@ async function gpuEntry(opts: GpuDeviceOptions): Promise<GPU> {
   }
   let mod: { create(flags: string[]): GPU; globals: object };
   try {
-    mod = (await import("webgpu")) as unknown as { create(flags: string[]): GPU; globals: object };
+    // a computed specifier: bundlers leave Dawn (Node-only) out of a browser build, where navigator.gpu answers first
+    const dawn = "webgpu";
+    mod = (await import(/* @vite-ignore */ dawn)) as unknown as { create(flags: string[]): GPU; globals: object };
   } catch (e) {
     throw new NoGpuError(`cannot load the "webgpu" package (Dawn for Node): ${(e as Error).message}`);
   }

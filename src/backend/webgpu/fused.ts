@@ -14,8 +14,7 @@
  */
 import type { ModelConfig } from "../../model/config.js";
 import type { LatentStore } from "../../model/cache.js";
-import type { GreedyChainModel, GreedyChunk } from "../../engine/generate.js";
-import type { GreedyPick, PickDraw } from "../../engine/scheduler.js";
+import type { GreedyChainModel, GreedyChunk, GreedyPick, PickDraw } from "../../engine/device-picks.js";
 import type { SequenceChunk } from "../../model/deepseek2.js";
 import type { StepToken, WarmShapes } from "./gpu-model.js";
 import { LatentError } from "../../util/errors.js";

@@ -35,7 +35,7 @@ import { ATTN_WIDE_COMBINE_WGSL, ATTN_WIDE_PARAMS, attnWideBytes, attnWidePlan, 
 import { memoWGSL } from "./wgsl-memo.js";
 import { NUCLEUS_ROUNDS, NUCLEUS_ROW_WORDS, nucleusWGSL as nucleusSource } from "./wgsl-nucleus.js";
 import { DRAW_WORDS, SAMPLE_TOPK_CAP, SAMPLE_TOPK_MAX, sampleTopKWGSL as sampleTopKSource, sampleWGSL as sampleSource } from "./wgsl-sample.js";
-import type { PickDraw } from "../../engine/scheduler.js";
+import type { PickDraw } from "../../engine/device-picks.js";
 
 export { DRAW_WORDS };
 

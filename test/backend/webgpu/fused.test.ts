@@ -15,7 +15,7 @@ import { argmax, logprobRows, maxAbsDiff, rowLogprobs } from "../../helpers/logp
 import { CASES, randomTokens, synthModel } from "../../helpers/synth.js";
 import { gpuOrSkip } from "./helpers.js";
 import { Sampler } from "../../../src/engine/sampler.js";
-import type { PickDraw } from "../../../src/engine/scheduler.js";
+import type { PickDraw } from "../../../src/engine/device-picks.js";
 
 const { rt, skip } = await gpuOrSkip();
 rt?.device.destroy();

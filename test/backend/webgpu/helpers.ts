@@ -22,44 +22,10 @@ export async function gpuOrSkip(opts: RuntimeOptions = { checkWrites: true }): P
   }
 }
 
-/** Deterministic PRNG (mulberry32) with uniform and normal draws. */
-export class Rng {
-  private s: number;
-  constructor(seed: number) {
-    this.s = seed >>> 0;
-  }
-  next(): number {
-    let t = (this.s = (this.s + 0x6d2b79f5) >>> 0);
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  }
-  normal(): number {
-    const u = Math.max(1e-12, this.next());
-    return Math.sqrt(-2 * Math.log(u)) * Math.cos(2 * Math.PI * this.next());
-  }
-  f64(n: number, scale = 1): Float64Array {
-    return Float64Array.from({ length: n }, () => this.normal() * scale);
-  }
-  f32(n: number, scale = 1): Float32Array {
-    return Float32Array.from({ length: n }, () => this.normal() * scale);
-  }
-  int(lo: number, hi: number): number {
-    return lo + Math.floor(this.next() * (hi - lo));
-  }
-}
+/** Deterministic uniform and normal draws (mulberry32). */
+export { Mulberry32 as Rng } from "../../helpers/rng.js";
 
-/** max |a − b| / max(1, max |b|) over the first n values */
-export function relErr(a: ArrayLike<number>, b: ArrayLike<number>, n = b.length): number {
-  let d = 0;
-  let m = 1;
-  for (let i = 0; i < n; i++) {
-    d = Math.max(d, Math.abs(a[i]! - b[i]!));
-    if (Number.isNaN(a[i]!)) d = Infinity;
-    m = Math.max(m, Math.abs(b[i]!));
-  }
-  return d / m;
-}
+export { relErr } from "../../helpers/measure.js";
 
 export function f32(rt: GpuRuntime, x: ArrayLike<number>, label?: string): GPUBuffer {
   return rt.upload(Float32Array.from(x), label);

@@ -49,14 +49,4 @@ export function referenceRoute(c: RouteSpec, logits: ArrayLike<number>, bias: Fl
   return { route: r, nanPicks: r.experts.some((e) => nan[e] === 1) };
 }
 
-/** largest |a − b| / |b| (0 where equal, NaN where both are; Infinity where only one is NaN) */
-export function maxRel(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  let worst = 0;
-  for (let i = 0; i < b.length; i++) {
-    const [x, y] = [a[i]!, b[i]!];
-    if (Number.isNaN(x) || Number.isNaN(y)) {
-      if (Number.isNaN(x) !== Number.isNaN(y)) worst = Infinity;
-    } else if (x !== y) worst = Math.max(worst, Math.abs(x - y) / Math.abs(y));
-  }
-  return worst;
-}
+export { maxRel } from "../../helpers/measure.js";

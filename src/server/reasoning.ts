@@ -46,7 +46,7 @@ export function promptOpensReasoning(prompt: string): boolean {
 type Phase = "start" | "reasoning" | "afterReasoning" | "content";
 
 /** Length of the longest suffix of `text` that is a proper prefix of `tag` (the part that may be a tag still arriving). */
-function partialTagAtEnd(text: string, tag: string): number {
+export function partialTagAtEnd(text: string, tag: string): number {
   for (let n = Math.min(tag.length - 1, text.length); n > 0; n--) if (text.endsWith(tag.slice(0, n))) return n;
   return 0;
 }

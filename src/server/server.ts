@@ -172,7 +172,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       const status = res.writableFinished ? res.statusCode : CLIENT_CLOSED;
       m.requests.inc({ endpoint, status: String(status) });
       const totalMs = performance.now() - t0;
-      if (status === CLIENT_CLOSED) log(`${CLIENT_CLOSED} ${req.method ?? "?"} ${path}: the client closed the connection after ${(totalMs / 1000).toFixed(1)} s`);
+      // the access line says it too (status 499); this one stays for embedders that take lines only
+      if (status === CLIENT_CLOSED) logger.event("debug", `${CLIENT_CLOSED} ${req.method ?? "?"} ${path}: the client closed the connection after ${(totalMs / 1000).toFixed(1)} s`);
       logger.request({ requestId, method: req.method ?? "?", path, status, promptTokens: tokens.promptTokens, completionTokens: tokens.promptTokens !== undefined ? tokens.completionTokens : undefined, ttftMs: tokens.ttftMs, totalMs });
     });
     const readOnly = req.method === "GET" || req.method === "HEAD";

@@ -4,6 +4,7 @@
  * request has tools. One plan per request; chatChoice() answers the whole text, ChatDeltaStream the streamed pieces,
  * and the two agree: the deltas of any cut of a text add up to chatChoice's message.
  */
+import type { ChatMessage } from "../tokenizer/index.js";
 import { badParam } from "./http.js";
 import { promptOpensReasoning, ReasoningStream, splitReasoning, THINK_CLOSE, type ReasoningDelta, type ReasoningOptions } from "./reasoning.js";
 import { parseToolCalls, toolCallFormatOf, ToolCallStream, type ToolCall, type ToolCallFormat } from "./tool-calls.js";
@@ -50,6 +51,35 @@ export function planChatOutput(r: ChatOutputRequest): ChatOutputPlan {
     if (toolFormat === undefined) throw badParam("tools", "'tools' is not supported for this model: its chat template writes tool calls in none of the formats this server parses (DeepSeek-V3/R1/V3.1, GLM-4.5+, Kimi-K2); send tool_choice: \"none\" to have the tools ignored", "unsupported_parameter");
   }
   return { reasoning, toolFormat, tools: toolFormat !== undefined ? r.tools : undefined, parallelToolCalls: r.parallelToolCalls ?? true, controlTokenText: thinks || toolFormat !== undefined };
+}
+
+/**
+ * The messages as the template reads them. Clients send a past call's `function.arguments` as a JSON string (OpenAI's
+ * shape); GLM's templates iterate it (`tc.arguments.items()`), so for them it becomes the object (llama-server and vLLM
+ * convert it as well). DeepSeek's and Kimi's templates write the string as it is.
+ */
+export function messagesForTemplate(messages: readonly ChatMessage[], template: string | undefined): readonly ChatMessage[] {
+  if (toolCallFormatOf(template ?? "") !== "glm") return messages;
+  return messages.map((m, i) => {
+    const calls = m["tool_calls"];
+    if (!Array.isArray(calls)) return m;
+    return {
+      ...m,
+      tool_calls: calls.map((c: unknown, j) => {
+        const fn = typeof c === "object" && c !== null ? (c as Record<string, unknown>)["function"] : undefined;
+        const args = typeof fn === "object" && fn !== null ? (fn as Record<string, unknown>)["arguments"] : undefined;
+        if (typeof args !== "string") return c;
+        let parsed: unknown;
+        try {
+          parsed = JSON.parse(args);
+        } catch {
+          parsed = undefined;
+        }
+        if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw badParam("messages", `'messages[${i}].tool_calls[${j}].function.arguments' must be a JSON object (as a string), got ${JSON.stringify(args.slice(0, 40))}`);
+        return { ...(c as Record<string, unknown>), function: { ...(fn as Record<string, unknown>), arguments: parsed } };
+      }),
+    };
+  });
 }
 
 export interface ChatAnswerMessage {

@@ -16,7 +16,7 @@ import { PromptEncoder } from "./prompt.js";
 import { chatLogprob, genEntries, legacyLogprobs, promptEntries, vllmPromptLogprobs, type LegacyLogprobs } from "./logprobs.js";
 import { ServerMetrics } from "./metrics.js";
 import { refuseUnsupportedFields } from "./fields.js";
-import { chatChoice, ChatDeltaStream, planChatOutput, type ChatOutputPlan, type ReasoningFormat } from "./chat-output.js";
+import { chatChoice, ChatDeltaStream, messagesForTemplate, planChatOutput, type ChatOutputPlan, type ReasoningFormat } from "./chat-output.js";
 import { chatTemplateKwargsField } from "./template-kwargs.js";
 import { corsHeaders, parseCorsOrigins, preflightHeaders } from "./cors.js";
 import { lineLogger, requestIdOf, type RequestTokens, type ServerLogger } from "./access-log.js";
@@ -680,11 +680,12 @@ async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessag
   const promptLogprobs = optInt(body, "prompt_logprobs", 0, MAX_LOGPROBS);
   const variables = chatTemplateKwargsField(body);
   // tool_choice "none": the tools are neither shown to the model nor looked for in its answer
-  const tools = body["tool_choice"] === "none" ? undefined : (body["tools"] as unknown[] | null | undefined) ?? undefined;
+  const requestTools = Array.isArray(body["tools"]) ? (body["tools"] as unknown[]) : undefined; // fields.ts checked it
+  const tools = body["tool_choice"] === "none" ? undefined : requestTools;
   if (!api.modelIds.includes(modelName)) throw unknownModel(modelName, api.modelIds);
   let prompt: number[];
   try {
-    prompt = await api.prompts.encodeChat(messages, { addGenerationPrompt: true, ...(tools !== undefined && tools.length > 0 ? { tools } : {}), ...(variables !== undefined ? { variables } : {}) });
+    prompt = await api.prompts.encodeChat(messagesForTemplate(messages, api.tokenizer.chatTemplate), { addGenerationPrompt: true, ...(tools !== undefined && tools.length > 0 ? { tools } : {}), ...(variables !== undefined ? { variables } : {}) });
   } catch (e) {
     if (e instanceof ApiError) throw e;
     throw new ApiError(400, `cannot render the chat template: ${e instanceof Error ? e.message : String(e)}`, "invalid_request_error", "messages");

@@ -4,7 +4,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { ApiError } from "../../src/server/http.js";
-import { chatChoice, ChatDeltaStream, planChatOutput, type ChatOutputPlan } from "../../src/server/chat-output.js";
+import { chatChoice, ChatDeltaStream, messagesForTemplate, planChatOutput, type ChatOutputPlan } from "../../src/server/chat-output.js";
 import { chatTemplateKwargsField, MAX_TEMPLATE_KWARGS_CHARS } from "../../src/server/template-kwargs.js";
 import { renderChatTemplate } from "../../src/tokenizer/chat.js";
 
@@ -119,4 +119,16 @@ test("the variables reach the template beside the server's own", () => {
   const variables = chatTemplateKwargsField({ chat_template_kwargs: { enable_thinking: true, style: { tone: "dry" } } });
   assert.equal(renderChatTemplate(template, messages, { variables: variables! }), "hi|<think>|dry");
   assert.equal(renderChatTemplate(template, messages, { variables: { enable_thinking: false } }), "hi|</think>|");
+});
+
+test("past tool calls: GLM's template gets the arguments as an object, others the string; a non-object is a 400", () => {
+  const glm = "{% for m in messages %}{% for tc in m.tool_calls or [] %}{% set tc = tc.function %}<tool_call>{{ tc.name }}{% for k, v in tc.arguments.items() %}<arg_key>{{ k }}</arg_key><arg_value>{{ v }}</arg_value>{% endfor %}</tool_call>{% endfor %}{% endfor %}";
+  const history = [
+    { role: "user", content: "weather?" },
+    { role: "assistant", content: null, tool_calls: [{ id: "call_0", type: "function", function: { name: "get_weather", arguments: '{"city": "Paris"}' } }] },
+  ];
+  assert.equal(renderChatTemplate(glm, messagesForTemplate(history, glm)), "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value></tool_call>");
+  assert.equal(messagesForTemplate(history, DS_TEMPLATE), history, "DeepSeek's template writes the string");
+  const bad = [{ role: "assistant", content: null, tool_calls: [{ type: "function", function: { name: "f", arguments: "[1]" } }] }];
+  assert.throws(() => messagesForTemplate(bad, glm), (e: unknown) => e instanceof ApiError && e.param === "messages" && /tool_calls\[0\]/.test(e.message));
 });

@@ -15,8 +15,11 @@ import { loadBar, positionsBar, type CliIO } from "./common.js";
 
 export type FusedOpen = { readonly fused: FusedGpuModel; readonly file: GGUFFile; readonly config: ModelConfig } | { readonly fused: undefined; readonly backend: BackendChoice };
 
-/** `options` sizes the pipeline for this command once the model's config (and metadata) are known. */
-export function openFusedForCli(path: string, backend: "webgpu" | "auto", io: CliIO, options: (config: ModelConfig, file: GGUFFile) => FusedOptions): FusedOpen {
+/**
+ * `options` sizes the pipeline for this command once the model's config (and metadata) are known; `onLoaded` is told
+ * the fraction of the weights on the GPU (`serve`'s /health reports it while loading).
+ */
+export function openFusedForCli(path: string, backend: "webgpu" | "auto", io: CliIO, options: (config: ModelConfig, file: GGUFFile) => FusedOptions, onLoaded?: (fraction: number) => void): FusedOpen {
   if (!existsSync(path)) throw new UsageError(`model file not found: ${path}`);
   const file = GGUFFile.open(path);
   file.close(); // the worker reads the weights; metadata and tensor infos stay in memory
@@ -43,7 +46,10 @@ export function openFusedForCli(path: string, backend: "webgpu" | "auto", io: Cl
   let compiling = false;
   try {
     fused.load(path, (done, total, phase) => {
-      if (phase === "load") return bar.update(done, total);
+      if (phase === "load") {
+        onLoaded?.(total > 0 ? done / total : 0);
+        return bar.update(done, total);
+      }
       if (!compiling) bar.stop();
       compiling = true;
       compileBar.update(done, total);

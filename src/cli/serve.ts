@@ -249,7 +249,7 @@ function loadForServe(path: string, backend: BackendChoice, o: LoadSizes, gate: 
   const t0 = performance.now();
   const decision = decideBackend(backend);
   logger.event("info", `backend ${decision.reason}`);
-  const gpu = decision.backend === "webgpu" ? openFused(path, backend === "auto" ? "auto" : "webgpu", { slots: o.maxBatch ?? 16, ctxSize: o.ctxSize, prefillChunk: o.prefillChunk ?? 128, kvTokens: o.kvTokensArg, pageSize: o.pageSize }, io) : undefined;
+  const gpu = decision.backend === "webgpu" ? openFused(path, backend === "auto" ? "auto" : "webgpu", { slots: o.maxBatch ?? 16, ctxSize: o.ctxSize, prefillChunk: o.prefillChunk ?? 128, kvTokens: o.kvTokensArg, pageSize: o.pageSize }, io, (f) => gate.setProgress(f)) : undefined;
   const open = gpu?.open;
   const fused = open?.fused !== undefined ? { file: open.file, config: open.config, model: open.fused, kvTokens: gpu!.kvTokens } : undefined;
   const loadWith = open !== undefined && open.fused === undefined ? open.backend : decision.backend;
@@ -301,7 +301,7 @@ interface FusedServeOptions {
   readonly pageSize: number;
 }
 
-function openFused(path: string, backend: "webgpu" | "auto", o: FusedServeOptions, io: CliIO): { open: FusedOpen; kvTokens: number } {
+function openFused(path: string, backend: "webgpu" | "auto", o: FusedServeOptions, io: CliIO, onLoaded: (fraction: number) => void): { open: FusedOpen; kvTokens: number } {
   let kvTokens = 0;
   const open = openFusedForCli(path, backend, io, (config) => {
     const context = Math.min(config.contextLength, o.ctxSize ?? FUSED_DEFAULT_CTX);
@@ -312,6 +312,6 @@ function openFused(path: string, backend: "webgpu" | "auto", o: FusedServeOption
     // chunks of 1..prefillChunk tokens, so that no request waits for the compiler (new batch sizes come and go)
     const warm = { decode: o.slots, greedy: true, draws: true, prefill: Array.from({ length: o.prefillChunk }, (_, i) => i + 1) };
     return { slots: o.slots, context, maxTokens, warm, pages: { pageSize: o.pageSize, numPages: Math.ceil(kvTokens / o.pageSize) } };
-  });
+  }, onLoaded);
   return { open, kvTokens };
 }

@@ -263,9 +263,10 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   http.headersTimeout = limits.headersTimeoutMs;
   const host = options.host ?? "127.0.0.1";
   await new Promise<void>((resolve, reject) => {
-    http.once("error", (e) => reject(listenError(e, host, options.port ?? 8080)));
+    const refused = (e: Error): void => reject(listenError(e, host, options.port ?? 8080));
+    http.once("error", refused);
     http.listen(options.port ?? 8080, host, () => {
-      http.off("error", reject);
+      http.off("error", refused);
       resolve();
     });
   });

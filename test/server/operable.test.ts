@@ -3,6 +3,7 @@
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { createServer as createNetServer } from "node:net";
+import { spawn } from "node:child_process";
 import OpenAI from "openai";
 import { loadModel } from "../../src/runtime/load.js";
 import { startServer, type RunningServer } from "../../src/server/server.js";
@@ -148,6 +149,28 @@ test("the loading gate: /health 503 loading with progress, the API 503 OpenAI-sh
   const server = await startServer({ loaded, port: gate.port, modelId: "tiny" });
   servers.push(server);
   assert.deepEqual(await (await fetch(`${base}/health`)).json(), { status: "ok" });
+});
+
+test("the loading gate answers while the main thread is blocked (as it is by a synchronous load)", async () => {
+  const gate = await openLoadingGate({ host: "127.0.0.1", port: 0, retryAfterSeconds: 1 });
+  try {
+    gate.setProgress(0.5);
+    const script = `setTimeout(async () => { const r = await fetch("http://127.0.0.1:${gate.port}/health"); console.log(JSON.stringify({ at: Date.now(), status: r.status, body: await r.json() })); }, 300);`;
+    const child = spawn(process.execPath, ["-e", script], { stdio: ["ignore", "pipe", "inherit"] });
+    let out = "";
+    child.stdout.on("data", (d: Buffer) => (out += d.toString()));
+    const exited = new Promise((r) => child.on("exit", r));
+    // block this thread the way loadModel does; the child's request must be answered meanwhile
+    const blockedUntil = Date.now() + 4000;
+    Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 4000);
+    await exited;
+    const answer = JSON.parse(out) as { at: number; status: number; body: unknown };
+    assert.equal(answer.status, 503);
+    assert.deepEqual(answer.body, { status: "loading", progress: 0.5 });
+    assert.ok(answer.at < blockedUntil, `answered ${answer.at - blockedUntil} ms after the main thread was free again`);
+  } finally {
+    await gate.close();
+  }
 });
 
 test("startServer on a busy port: one line naming the port and --port", async () => {

@@ -39,6 +39,12 @@ test("auto says which backend it chose and why, before the load; Dawn's own warn
   }
 });
 
+test("--help names the logging flags and the optional webgpu package", () => {
+  const help = spawnSync(process.execPath, [BIN, "serve", "--help"], { encoding: "utf8" });
+  assert.equal(help.status, 0);
+  for (const flag of ["--log-format F", "--log-level L", "--quiet", "npm install webgpu", "repeat it"]) assert.ok(help.stdout.includes(flag), flag);
+});
+
 test("a busy port: one line and exit 1, before the model loads", async () => {
   const holder = createNetServer();
   await new Promise<void>((r) => holder.listen(0, "127.0.0.1", () => r()));

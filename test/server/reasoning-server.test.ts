@@ -14,6 +14,8 @@ import { startServer, type RunningServer, type ServedModel } from "../../src/ser
 import { Tokenizer } from "../../src/tokenizer/index.js";
 import type { BatchModel } from "../../src/engine/scheduler.js";
 import type { SequenceChunk } from "../../src/model/deepseek2.js";
+import { serveMain } from "../../src/cli/serve.js";
+import { UsageError } from "../../src/util/errors.js";
 
 const loaded = loadModel(join(import.meta.dirname, "..", "..", "models", "latent-demo-kjv.gguf"));
 const MODEL = "demo";
@@ -184,4 +186,15 @@ test("a scripted answer with a tool call: reasoning_content, tool_calls, finish_
   assert.equal(none.choices[0]!.finish_reason, "stop");
   assert.equal(none.choices[0]!.message.tool_calls, undefined);
   assert.match(none.choices[0]!.message.content!, /^<｜tool▁calls▁begin｜>/);
+});
+
+test("latent serve --reasoning-format: listed in --help; a value other than deepseek or none is refused before the model loads", async () => {
+  let out = "";
+  let err = "";
+  const io = { out: (t: string): void => void (out += t), err: (t: string): void => void (err += t), tty: false };
+  await serveMain(["--help"], io);
+  assert.match(out, /--reasoning-format F/);
+  const demo = join(import.meta.dirname, "..", "..", "models", "latent-demo-kjv.gguf");
+  await assert.rejects(serveMain([demo, "--backend", "cpu", "--reasoning-format", "raw"], io), (e: unknown) => e instanceof UsageError && /--reasoning-format must be deepseek or none, got "raw"/.test(e.message));
+  assert.doesNotMatch(err, /loaded/);
 });

@@ -713,8 +713,10 @@ async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessag
   const { job, done } = launch(api, req, res, "chat", [prompt], s, { topLogprobs: logprobs ? Math.max(k, 0) : undefined, promptLogprobs, maxTokens, special: plan.controlTokenText }, sse === undefined ? {} : {
     onToken: (c, t) => {
       const delta = streamOf(c).push(t.text);
-      if (Object.keys(delta).length === 0 && !logprobs) return;
-      sse.send({ ...base(job), choices: [{ index: c.index, delta, logprobs: logprobs ? { content: [chatLogprob(api.tokenizer, t, k)] } : null, finish_reason: null }] });
+      const empty = Object.keys(delta).length === 0;
+      if (empty && !logprobs) return;
+      // a token whose text is held back (a possible tag) still has its logprob chunk, with the content it adds: none
+      sse.send({ ...base(job), choices: [{ index: c.index, delta: empty ? { content: "" } : delta, logprobs: logprobs ? { content: [chatLogprob(api.tokenizer, t, k)] } : null, finish_reason: null }] });
     },
     onFinish: (c) => {
       const r = c.result!;

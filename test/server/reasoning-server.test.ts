@@ -134,6 +134,16 @@ test("streamed: deltas carry reasoning_content adding up to the non-streamed ans
   assert.equal(reasoning, whole.reasoning_content);
   assert.equal(content, "");
   assert.equal(finish, "length");
+  // with logprobs every token has its chunk, whatever the split holds back
+  const withLp = await thinking.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "Who made the heaven?" }], max_tokens: 6, temperature: 0, ignore_eos: true, stream: true, logprobs: true, chat_template_kwargs: { thinking: true } } as OpenAI.ChatCompletionCreateParamsStreaming);
+  let lpTokens = 0;
+  let lpReasoning = "";
+  for await (const chunk of withLp) {
+    lpTokens += chunk.choices[0]?.logprobs?.content?.length ?? 0;
+    lpReasoning += (chunk.choices[0]?.delta as { reasoning_content?: string } | undefined)?.reasoning_content ?? "";
+  }
+  assert.equal(lpTokens, 6);
+  assert.equal(lpReasoning, whole.reasoning_content);
 });
 
 test("tools with tool_choice auto reach the template and are looked for; an answer without calls keeps its finish reason", async () => {

@@ -126,11 +126,13 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
   const apiKey = values["api-key"] ?? process.env["LATENT_API_KEY"];
   const path = modelPath;
   const limits = limitOptions(values);
-  if (values.cors !== undefined) parseCorsOrigins(values.cors); // a bad list fails before the model loads
+  const cors = values.cors !== undefined ? parseCorsOrigins(values.cors) : undefined; // a bad list fails before the model loads
   const reasoningFormat = values["reasoning-format"] ?? "deepseek";
   if (!(REASONING_FORMATS as readonly string[]).includes(reasoningFormat)) throw new UsageError(`--reasoning-format must be ${REASONING_FORMATS.join(" or ")}, got "${reasoningFormat}"`);
   const aliases = aliasOption(values.alias);
   const logger = loggerOption(values, io);
+  // with JSON lines, what the loaders print (fallback notes, non-finite weights) becomes log lines too, and no bars
+  const loadIO: CliIO = values["log-format"] === "json" ? { out: io.out, err: (text) => text.split("\n").filter((l) => l.trim() !== "").forEach((l) => logger.event("warn", l)), tty: false } : io;
   if (!existsSync(path)) throw new UsageError(`model file not found: ${path}`);
   const maxBatch = intOption("max-batch", values["max-batch"], 1);
   const ctxSize = intOption("ctx-size", values["ctx-size"], 1);
@@ -142,11 +144,11 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
   const chainSteps = intOption("chain-steps", values["chain-steps"], 0);
   const host = values.host ?? "127.0.0.1";
   // the port first: a busy one fails now, not after the load; meanwhile /health says "loading"
-  const gate = await openLoadingGate({ host, port, retryAfterSeconds: limits.retryAfterSeconds ?? DEFAULT_LIMITS.retryAfterSeconds });
+  const gate = await openLoadingGate({ host, port, retryAfterSeconds: limits.retryAfterSeconds ?? DEFAULT_LIMITS.retryAfterSeconds, ...(cors !== undefined ? { cors } : {}) });
   logger.event("info", `latent serve: loading ${path}; port ${gate.port} answers 503 until the model is ready`);
   let served: ServedLoad;
   try {
-    served = loadForServe(path, backend, { maxBatch, ctxSize, prefillChunk, kvTokensArg, pageSize, threads, allowNonFinite: values["allow-nonfinite"] === true }, gate, logger, io);
+    served = loadForServe(path, backend, { maxBatch, ctxSize, prefillChunk, kvTokensArg, pageSize, threads, allowNonFinite: values["allow-nonfinite"] === true }, gate, logger, loadIO);
   } catch (e) {
     await gate.close();
     throw e;

@@ -10,6 +10,7 @@
  */
 import { Worker } from "node:worker_threads";
 import { listenError } from "./listen.js";
+import type { CorsPolicy } from "./cors.js";
 
 export interface LoadingGate {
   /** the port held (the one picked when 0 was asked) */
@@ -25,6 +26,8 @@ export interface LoadingGateOptions {
   readonly port: number;
   /** the Retry-After of the 503 answers */
   readonly retryAfterSeconds: number;
+  /** `--cors`: a browser page of an allowed origin may read the 503s (a page polling /health until the model is up) */
+  readonly cors?: CorsPolicy;
 }
 
 /** Plain JavaScript: the thread needs no TypeScript loader, in tests or from dist/. */
@@ -33,6 +36,13 @@ const { workerData, parentPort } = require("node:worker_threads");
 const { createServer } = require("node:http");
 const progress = new Float64Array(workerData.progress);
 const headers = { "content-type": "application/json; charset=utf-8", "retry-after": String(workerData.retryAfterSeconds), connection: "close" };
+const cors = workerData.cors;
+function corsHeaders(origin) {
+  if (cors === undefined) return {};
+  const allow = origin === undefined ? undefined : cors.anyOrigin ? "*" : cors.origins.includes(origin) ? origin : undefined;
+  if (allow === undefined) return cors.anyOrigin ? {} : { vary: "Origin" };
+  return { "access-control-allow-origin": allow, vary: "Origin", "access-control-expose-headers": "Retry-After" };
+}
 const server = createServer((req, res) => {
   req.resume();
   let path = "/";
@@ -40,7 +50,7 @@ const server = createServer((req, res) => {
   const body = path === "/health"
     ? { status: "loading", progress: Math.round(progress[0] * 1000) / 1000 }
     : { error: { message: "Loading model", type: "unavailable_error", param: null, code: "model_loading" } };
-  res.writeHead(503, headers);
+  res.writeHead(503, { ...headers, ...corsHeaders(req.headers.origin) });
   res.end(JSON.stringify(body));
 });
 server.on("error", (e) => parentPort.postMessage({ type: "error", code: e.code, message: e.message }));
@@ -58,7 +68,7 @@ type GateMessage = { type: "listening"; port: number } | { type: "error"; code?:
 export async function openLoadingGate(o: LoadingGateOptions): Promise<LoadingGate> {
   const progress = new SharedArrayBuffer(8);
   const fraction = new Float64Array(progress);
-  const worker = new Worker(GATE_SOURCE, { eval: true, workerData: { host: o.host, port: o.port, retryAfterSeconds: o.retryAfterSeconds, progress } });
+  const worker = new Worker(GATE_SOURCE, { eval: true, workerData: { host: o.host, port: o.port, retryAfterSeconds: o.retryAfterSeconds, progress, cors: o.cors === undefined ? undefined : { anyOrigin: o.cors.anyOrigin, origins: [...o.cors.origins] } } });
   const next = (): Promise<GateMessage> =>
     new Promise((resolve, reject) => {
       const onExit = (): void => reject(new Error("the loading gate's thread ended"));

@@ -10,6 +10,7 @@ import { startServer, type RunningServer } from "../../src/server/server.js";
 import { accessLine, createLogger, type AccessEntry } from "../../src/server/access-log.js";
 import { openLoadingGate } from "../../src/server/loading-gate.js";
 import { ListenError } from "../../src/server/listen.js";
+import { parseCorsOrigins } from "../../src/server/cors.js";
 import { CASES, synthModel } from "../helpers/synth.js";
 
 const synth = synthModel(CASES[0]!, 2);
@@ -168,6 +169,21 @@ test("the loading gate answers while the main thread is blocked (as it is by a s
     assert.equal(answer.status, 503);
     assert.deepEqual(answer.body, { status: "loading", progress: 0.5 });
     assert.ok(answer.at < blockedUntil, `answered ${answer.at - blockedUntil} ms after the main thread was free again`);
+  } finally {
+    await gate.close();
+  }
+});
+
+test("the loading gate with --cors: an allowed page may read /health's 503, another origin gets no grant", async () => {
+  const gate = await openLoadingGate({ host: "127.0.0.1", port: 0, retryAfterSeconds: 1, cors: parseCorsOrigins("http://app.example") });
+  try {
+    const allowed = await fetch(`http://127.0.0.1:${gate.port}/health`, { headers: { origin: "http://app.example" } });
+    assert.equal(allowed.status, 503);
+    assert.equal(allowed.headers.get("access-control-allow-origin"), "http://app.example");
+    assert.equal(allowed.headers.get("access-control-expose-headers"), "Retry-After");
+    const other = await fetch(`http://127.0.0.1:${gate.port}/health`, { headers: { origin: "http://evil.example" } });
+    assert.equal(other.headers.get("access-control-allow-origin"), null);
+    assert.equal(other.headers.get("vary"), "Origin");
   } finally {
     await gate.close();
   }

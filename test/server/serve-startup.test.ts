@@ -8,6 +8,7 @@ import { writeFileSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { CASES, synthModel } from "../helpers/synth.js";
+import { find, rewriteGGUF, setValues, values } from "../helpers/gguf-rewrite.js";
 import { spawnServe } from "../helpers/serve-child.js";
 import { serveMain } from "../../src/cli/serve.js";
 import { decideBackend, webgpuProbe, WebgpuMissingError } from "../../src/runtime/backend-choice.js";
@@ -70,8 +71,18 @@ test("a file that fails to load: the error as one line, exit 1", () => {
   assert.ok(lines.length <= 3, r.stderr);
 });
 
-test("--log-format json: every line a JSON object; bad logging flags are usage errors", async () => {
-  const { child, url, stderr } = spawnServe([synth.path, "--port", "0", "--backend", "cpu", "--log-format", "json"]);
+test("--log-format json: every line a JSON object, the loader's warnings too; bad logging flags are usage errors", async () => {
+  // a NaN weight loaded with --allow-nonfinite: the loader's warning must come out as a JSON line as well
+  const nanNorm = join(dir, "nan-norm.gguf");
+  rewriteGGUF(synth.path, nanNorm, {
+    tensors: (list) => {
+      const t = find(list, "output_norm.weight");
+      const v = values(t);
+      v[0] = NaN;
+      setValues(t, v);
+    },
+  });
+  const { child, url, stderr } = spawnServe([nanNorm, "--port", "0", "--backend", "cpu", "--log-format", "json", "--allow-nonfinite"]);
   try {
     // the ready line is JSON too: its msg holds the URL the helper waits for
     const base = await url.catch(() => undefined);
@@ -79,6 +90,7 @@ test("--log-format json: every line a JSON object; bad logging flags are usage e
     const lines = text.trimEnd().split("\n").map((l) => JSON.parse(l) as Record<string, unknown>);
     assert.ok(lines.every((l) => typeof l["msg"] === "string" && typeof l["level"] === "string" && typeof l["time"] === "number"), text);
     assert.ok(lines.some((l) => /^backend cpu: chosen with --backend$/.test(l["msg"] as string)), text);
+    assert.ok(lines.some((l) => l["level"] === "warn" && /output_norm\.weight/.test(l["msg"] as string)), text);
     assert.ok(base !== undefined);
   } finally {
     child.kill("SIGKILL");

@@ -1,7 +1,8 @@
 // The page: load a GGUF (picker, drag and drop, URL), show its model card, chat with streamed tokens coloured by
 // probability, run the doctor's path check. The engine runs in worker.ts.
 import type { PathCheck } from "../src/index.js";
-import type { DoneInfo, FromWorker, GenerateRequest, GpuCheckRow, LogitsPath, ModelInfo, ModelSource, ToWorker, TokenInfo } from "./protocol.js";
+import type { ChatTurn, DoneInfo, FromWorker, GenerateRequest, GpuCheckRow, LogitsPath, ModelInfo, ModelSource, ToWorker, TokenInfo } from "./protocol.js";
+import { judgeAdapter, SOFTWARE_SLOWDOWN, type AdapterFacts } from "./adapter.js";
 
 const $ = <T extends HTMLElement>(id: string): T => {
   const el = document.getElementById(id);
@@ -31,10 +32,12 @@ const humanCount = (n: number): string => (n >= 1e9 ? `${(n / 1e9).toFixed(2)} B
 const fmtBytes = (n: number): string => (n >= 1 << 30 ? `${(n / (1 << 30)).toFixed(2)} GiB` : n >= 1 << 20 ? `${(n / (1 << 20)).toFixed(1)} MiB` : `${(n / 1024).toFixed(1)} KiB`);
 
 function startLoad(source: ModelSource): Promise<ModelInfo> {
+  // the worker runs from assets/ and would resolve a relative URL against its own script: resolve it against the page
+  if (source.kind === "url") source = { kind: "url", url: new URL(source.url, document.baseURI).href };
   $("load-error").hidden = true;
   $("card").hidden = true;
   $("check-result").replaceChildren();
-  setReady(false);
+  setReady(false, "Loading the model…");
   const prog = $("progress");
   prog.hidden = false;
   setProgress(0, "opening…");
@@ -50,8 +53,11 @@ function setProgress(frac: number, label: string): void {
   (prog.querySelector(".label") as HTMLElement).textContent = label;
 }
 
-function setReady(ready: boolean): void {
-  ($("prompt") as HTMLTextAreaElement).disabled = !ready;
+/** Enable the chat and the path check once a model is loaded; the prompt's placeholder says what to do next. */
+function setReady(ready: boolean, notReadyHint = "Load a model, then write here"): void {
+  const prompt = $("prompt") as HTMLTextAreaElement;
+  prompt.disabled = !ready;
+  prompt.placeholder = ready ? promptPlaceholder() : notReadyHint;
   ($("send") as HTMLButtonElement).disabled = !ready;
   ($("check") as HTMLButtonElement).disabled = !ready;
 }
@@ -202,24 +208,63 @@ function finish(d: DoneInfo): void {
   lastDone = d;
   current = undefined;
   ($("send") as HTMLButtonElement).disabled = false;
+  ($("new-chat") as HTMLButtonElement).disabled = false;
   ($("stop") as HTMLButtonElement).disabled = true;
 }
 let lastDone: DoneInfo | undefined;
 let lastTokens: TokenInfo[] = [];
 
+/**
+ * The chat-template conversation so far: user and model turns, oldest first. Every chat turn sends all of it (after
+ * the system prompt) so the model sees the history; "New chat" and loading a model empty it. "continue text" turns
+ * are not part of it.
+ */
+let conversation: ChatTurn[] = [];
+
+function chatMessages(userText: string): ChatTurn[] {
+  const system = ($("system") as HTMLTextAreaElement).value.trim();
+  return [...(system !== "" ? [{ role: "system" as const, content: system }] : []), ...conversation, { role: "user", content: userText }];
+}
+
+function newChat(): void {
+  if (current !== undefined) return; // the turn in flight would land in an emptied transcript (the button is disabled then)
+  conversation = [];
+  $("transcript").replaceChildren();
+  $("speed").textContent = "";
+}
+
 function generate(req: GenerateRequest): Promise<DoneInfo> {
+  const chat = req.mode === "chat";
+  const full: GenerateRequest = chat && req.messages === undefined ? { ...req, messages: chatMessages(req.prompt) } : req;
   message("user", req.prompt);
   const m = message("model", "");
   const id = nextId++;
   current = { id, body: m.body, stats: m.stats, tokens: [], t0: performance.now(), promptTokens: 0 };
   lastTokens = current.tokens;
   ($("send") as HTMLButtonElement).disabled = true;
+  ($("new-chat") as HTMLButtonElement).disabled = true;
   ($("stop") as HTMLButtonElement).disabled = false;
-  return request({ type: "generate", id, req }).then((r) => {
+  return request({ type: "generate", id, req: full }).then((r) => {
     if (r.type !== "done") throw new Error("unexpected answer");
+    // a stopped reply stays in the history as far as it got: that is what the transcript shows
+    if (chat) conversation.push({ role: "user", content: req.prompt }, { role: "assistant", content: r.done.text });
     return r.done;
   });
 }
+
+function promptPlaceholder(): string {
+  return ($("mode") as HTMLSelectElement).value === "chat" ? "Message the model (Enter sends, Shift+Enter starts a new line)" : "Text for the model to continue (Enter generates)";
+}
+
+/** The system prompt only means something to a chat template. */
+function showModeControls(): void {
+  const chat = ($("mode") as HTMLSelectElement).value === "chat";
+  $("system-row").hidden = !chat;
+  const prompt = $("prompt") as HTMLTextAreaElement;
+  if (!prompt.disabled) prompt.placeholder = promptPlaceholder();
+}
+$("mode").addEventListener("change", showModeControls);
+$("new-chat").addEventListener("click", newChat);
 
 function readRequest(prompt: string): GenerateRequest {
   const num = (id: string, d: number): number => {
@@ -316,8 +361,14 @@ worker.onmessage = (e: MessageEvent<FromWorker>): void => {
       info = m.info;
       $("progress").hidden = true;
       showCard(m.info);
-      ($("mode") as HTMLSelectElement).value = m.info.hasChat ? "chat" : "text";
+      {
+        const mode = $("mode") as HTMLSelectElement;
+        (mode.querySelector('option[value="chat"]') as HTMLOptionElement).disabled = !m.info.hasChat;
+        mode.value = m.info.hasChat ? "chat" : "text";
+      }
+      newChat();
       setReady(true);
+      showModeControls();
       loadWaiter?.resolve(m.info);
       loadWaiter = undefined;
       return;
@@ -333,6 +384,7 @@ worker.onmessage = (e: MessageEvent<FromWorker>): void => {
     case "error":
       if (m.id === undefined && loadWaiter !== undefined) {
         $("progress").hidden = true;
+        setReady(false);
         showError(m.message);
         loadWaiter.reject(new Error(m.message));
         loadWaiter = undefined;
@@ -342,6 +394,7 @@ worker.onmessage = (e: MessageEvent<FromWorker>): void => {
         current.stats.textContent = `error: ${m.message}`;
         current = undefined;
         ($("send") as HTMLButtonElement).disabled = false;
+        ($("new-chat") as HTMLButtonElement).disabled = false;
         ($("stop") as HTMLButtonElement).disabled = true;
       }
       break;
@@ -356,21 +409,48 @@ worker.onmessage = (e: MessageEvent<FromWorker>): void => {
   }
 };
 
-// WebGPU status of this browser (shown in the header; the engine runs the CPU kernels unless WebGPU is chosen)
-async function probeGpu(): Promise<string> {
-  const gpu = (navigator as Navigator & { gpu?: { requestAdapter(): Promise<{ info?: { vendor?: string; architecture?: string; description?: string } } | null> } }).gpu;
-  if (gpu === undefined) return "WebGPU: not exposed by this browser";
-  const a = await gpu.requestAdapter();
-  if (a === null) return "WebGPU: no adapter";
-  const i = a.info;
-  return `WebGPU adapter: ${[i?.vendor, i?.architecture, i?.description].filter((x) => x !== undefined && x !== "").join(" ") || "available"}`;
+// WebGPU status of this browser, shown in the header. The backend select starts on the CPU worker; a hardware adapter
+// moves it to WebGPU, a software one (SwiftShader, lavapipe) leaves it on the CPU, which is far faster there.
+interface GpuProbe {
+  readonly status: string;
+  readonly defaultBackend: "cpu" | "webgpu";
+  readonly usable: boolean;
+  readonly software: boolean;
 }
-const gpuStatus = probeGpu().catch((e: unknown) => `WebGPU: ${e instanceof Error ? e.message : String(e)}`);
-void gpuStatus.then((s) => {
-  $("backend-status").textContent = s;
-  const opt = ($("backend") as HTMLSelectElement).querySelector('option[value="webgpu"]') as HTMLOptionElement;
-  opt.disabled = !s.startsWith("WebGPU adapter");
-  opt.textContent = opt.disabled ? `WebGPU (${s.replace(/^WebGPU: /, "")})` : "WebGPU — fused forward pass on the GPU (deepseek2)";
+async function probeGpu(): Promise<GpuProbe> {
+  // only the fields read here, typed loosely: a browser may lack any of them (isFallbackAdapter moved from the adapter to its info)
+  const gpu = (navigator as unknown as { gpu?: { requestAdapter(): Promise<{ info?: AdapterFacts; isFallbackAdapter?: boolean } | null> } }).gpu;
+  if (gpu === undefined) return { status: "WebGPU: not exposed by this browser", defaultBackend: "cpu", usable: false, software: false };
+  const a = await gpu.requestAdapter();
+  if (a === null) return { status: "WebGPU: no adapter", defaultBackend: "cpu", usable: false, software: false };
+  // GPUAdapterInfo's fields are prototype getters, which a spread would not copy
+  const i = a.info;
+  const v = judgeAdapter({ vendor: i?.vendor, architecture: i?.architecture, device: i?.device, description: i?.description, isFallbackAdapter: i?.isFallbackAdapter ?? a.isFallbackAdapter });
+  return {
+    status: `WebGPU adapter: ${v.name}${v.software ? ` (a software GPU: ${SOFTWARE_SLOWDOWN})` : ""}`,
+    defaultBackend: v.defaultBackend,
+    usable: true,
+    software: v.software,
+  };
+}
+const gpuProbe = probeGpu().catch((e: unknown): GpuProbe => ({ status: `WebGPU: ${e instanceof Error ? e.message : String(e)}`, defaultBackend: "cpu", usable: false, software: false }));
+const gpuStatus = gpuProbe.then((p) => p.status);
+// a backend the user picked before the probe answered is kept
+let backendPicked = false;
+$("backend").addEventListener("change", () => {
+  backendPicked = true;
+});
+void gpuProbe.then((p) => {
+  $("backend-status").textContent = p.status;
+  const select = $("backend") as HTMLSelectElement;
+  const opt = select.querySelector('option[value="webgpu"]') as HTMLOptionElement;
+  opt.disabled = !p.usable;
+  opt.textContent = !p.usable
+    ? `WebGPU (${p.status.replace(/^WebGPU: /, "")})`
+    : p.software
+      ? `WebGPU — software GPU, ${SOFTWARE_SLOWDOWN}`
+      : "WebGPU — fused forward pass on the GPU (deepseek2)";
+  if (!backendPicked) select.value = p.defaultBackend;
 });
 
 // ---- a small hook for tests and the console ------------------------------------------------------------------------
@@ -383,11 +463,17 @@ interface LatentPageHook {
   generate(prompt: string, opts?: Partial<GenerateRequest>): Promise<{ done: DoneInfo; tokens: TokenInfo[] }>;
   pathCheck(text: string): Promise<PathCheck>;
   gpu(): Promise<string>;
+  /** the backend select once the WebGPU probe has answered */
+  backend(): Promise<"cpu" | "webgpu">;
+  newChat(): void;
 }
 
 const hook: LatentPageHook = {
   load: (url, backend) => {
-    if (backend !== undefined) ($("backend") as HTMLSelectElement).value = backend;
+    if (backend !== undefined) {
+      ($("backend") as HTMLSelectElement).value = backend;
+      backendPicked = true;
+    }
     return startLoad({ kind: "url", url });
   },
   info: () => info,
@@ -407,6 +493,8 @@ const hook: LatentPageHook = {
   },
   pathCheck: (text) => runCheck(text),
   gpu: () => gpuStatus,
+  backend: () => gpuProbe.then(() => (($("backend") as HTMLSelectElement).value === "webgpu" ? "webgpu" : "cpu")),
+  newChat,
 };
 (window as unknown as { __latent: LatentPageHook }).__latent = hook;
 void lastDone;

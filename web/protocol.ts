@@ -6,10 +6,23 @@ export type LogitsPath = "prefill" | "decode" | "reference" | "webgpu";
 
 export type ModelSource = { readonly kind: "files"; readonly files: readonly File[] } | { readonly kind: "url"; readonly url: string };
 
+/** One turn of the page's conversation, as the model's chat template reads it. */
+// a type alias, not an interface: the engine's ChatMessage has an index signature, which only aliases satisfy
+export type ChatTurn = {
+  readonly role: "system" | "user" | "assistant";
+  readonly content: string;
+};
+
 export interface GenerateRequest {
+  /** the text to continue ("text"), or the user's newest message ("chat") */
   readonly prompt: string;
-  /** "chat": the prompt is one user message through the model's chat template; "text": raw continuation */
+  /** "chat": `messages` through the model's chat template; "text": `prompt` continued as raw text */
   readonly mode: "chat" | "text";
+  /**
+   * "chat" only: the whole conversation — system prompt, earlier turns, and the newest user message last. Without
+   * it the prompt is sent as a single user message.
+   */
+  readonly messages?: readonly ChatTurn[];
   readonly maxTokens: number;
   readonly temperature: number;
   readonly topK: number;

@@ -62,8 +62,9 @@ async function doLoad(msg: Extract<ToWorker, { type: "load" }>): Promise<void> {
 async function doGenerate(id: number, req: GenerateRequest): Promise<void> {
   const m = need();
   abort = new AbortController();
-  const prompt = req.mode === "chat" && m.file.metadata.raw("tokenizer.chat_template") !== undefined ? [{ role: "user", content: req.prompt }] : req.prompt;
-  const ids = typeof prompt === "string" ? m.tokenize(prompt) : m.chatTokens(prompt)!;
+  // a model without a chat template continues the prompt as text even in "chat" mode
+  const chatIds = req.mode === "chat" ? m.chatTokens(req.messages ?? [{ role: "user", content: req.prompt }]) : undefined;
+  const ids = chatIds ?? m.tokenize(req.prompt);
   post({ type: "prompt", id, tokens: ids.length });
   if (gpu !== undefined) return gpuGenerate(gpu, m, id, ids, req, abort.signal);
   const it = m.stream(ids, {

@@ -5,7 +5,7 @@
  * and the two agree: the deltas of any cut of a text add up to chatChoice's message.
  */
 import type { ChatMessage } from "../tokenizer/index.js";
-import { badParam } from "./http.js";
+import { badParam, shownValue } from "./http.js";
 import { promptOpensReasoning, ReasoningStream, splitReasoning, THINK_CLOSE, type ReasoningDelta, type ReasoningOptions } from "./reasoning.js";
 import { parseToolCalls, toolCallFormatOf, ToolCallStream, type ToolCall, type ToolCallFormat } from "./tool-calls.js";
 
@@ -75,7 +75,7 @@ export function messagesForTemplate(messages: readonly ChatMessage[], template: 
         } catch {
           parsed = undefined;
         }
-        if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw badParam("messages", `'messages[${i}].tool_calls[${j}].function.arguments' must be a JSON object (as a string), got ${JSON.stringify(args.slice(0, 40))}`);
+        if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw badParam("messages", `'messages[${i}].tool_calls[${j}].function.arguments' must be a JSON object (as a string), got ${shownValue(args, 40)}`);
         return { ...(c as Record<string, unknown>), function: { ...(fn as Record<string, unknown>), arguments: parsed } };
       }),
     };

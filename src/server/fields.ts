@@ -1,4 +1,5 @@
-import { badParam, type ApiError } from "./http.js";
+import { badParam, shownValue, type ApiError } from "./http.js";
+import { shownName } from "../util/printable.js";
 
 /**
  * Which request fields the server acts on, which it ignores on purpose, and the rest: a field outside these lists, or
@@ -44,7 +45,7 @@ export function refuseUnsupportedFields(body: Body, kind: "completion" | "chat")
     if (why !== undefined) throw unsupported(key, `'${key}' is not supported by this server: ${why}`);
     if (!known.has(key)) {
       const other = kind === "chat" ? COMPLETION : CHAT;
-      throw unsupported(key, other.has(key) ? `'${key}' is not a field of ${kind === "chat" ? "/v1/chat/completions" : "/v1/completions"}` : `unknown field '${key}': this server does not implement it`);
+      throw unsupported(shownName(key), other.has(key) ? `'${key}' is not a field of ${kind === "chat" ? "/v1/chat/completions" : "/v1/completions"}` : `unknown field '${shownName(key)}': this server does not implement it`);
     }
   }
   if (kind === "chat") refuseChatValues(body);
@@ -54,12 +55,12 @@ function refuseChatValues(body: Body): void {
   const rf = body["response_format"];
   if (rf !== undefined && rf !== null) {
     const type = typeof rf === "object" && !Array.isArray(rf) ? (rf as Body)["type"] : undefined;
-    if (type !== "text") throw unsupported("response_format", `'response_format' of type ${JSON.stringify(type ?? typeName(rf))} is not supported by this server (only {"type": "text"}): no constrained decoding`);
+    if (type !== "text") throw unsupported("response_format", `'response_format' of type ${shownValue(type ?? typeName(rf))} is not supported by this server (only {"type": "text"}): no constrained decoding`);
   }
   // tool calls are parsed out of the text the model writes (src/server/tool-calls.ts); nothing constrains it to call
   // one, so "required" and a named function cannot be kept
   const choice = body["tool_choice"];
-  if (choice !== undefined && choice !== null && choice !== "none" && choice !== "auto") throw unsupported("tool_choice", `'tool_choice' ${JSON.stringify(choice)} is not supported by this server (only "auto" and "none"): no constrained decoding forces a call`);
+  if (choice !== undefined && choice !== null && choice !== "none" && choice !== "auto") throw unsupported("tool_choice", `'tool_choice' ${shownValue(choice)} is not supported by this server (only "auto" and "none"): no constrained decoding forces a call`);
   const tools = body["tools"];
   if (tools !== undefined && tools !== null) {
     if (!Array.isArray(tools)) throw badParam("tools", `'tools' must be an array, got ${typeName(tools)}`);
@@ -72,10 +73,10 @@ function refuseChatValues(body: Body): void {
   const fns = body["functions"];
   if (Array.isArray(fns) ? fns.length > 0 : fns !== undefined && fns !== null) throw unsupported("functions", "'functions' is not supported by this server: it does not parse function calls");
   const fnCall = body["function_call"];
-  if (fnCall !== undefined && fnCall !== null && fnCall !== "none") throw unsupported("function_call", `'function_call' ${JSON.stringify(fnCall)} is not supported by this server (only "none")`);
+  if (fnCall !== undefined && fnCall !== null && fnCall !== "none") throw unsupported("function_call", `'function_call' ${shownValue(fnCall)} is not supported by this server (only "none")`);
   const modalities = body["modalities"];
   if (modalities !== undefined && modalities !== null && !(Array.isArray(modalities) && modalities.every((m) => m === "text"))) {
-    throw unsupported("modalities", `'modalities' ${JSON.stringify(modalities)} is not supported by this server (only ["text"])`);
+    throw unsupported("modalities", `'modalities' ${shownValue(modalities)} is not supported by this server (only ["text"])`);
   }
   const store = body["store"];
   if (store !== undefined && store !== null && store !== false) throw unsupported("store", "'store': true is not supported by this server: completions are not stored");

@@ -1,3 +1,4 @@
+import { shownName } from "../util/printable.js";
 import type { ServerResponse } from "node:http";
 
 /** An error the API answers with an OpenAI-shaped body: {"error": {message, type, param, code}}. */
@@ -19,6 +20,11 @@ export class ApiError extends Error {
 }
 
 /** A 400 naming the request field at fault. */
+/** A request value quoted in an error message: JSON, cut to `max` characters, control characters escaped. */
+export function shownValue(v: unknown, max = 64): string {
+  return shownName(JSON.stringify(v) ?? String(v), max);
+}
+
 export function badParam(param: string, message: string, code: string | null = null): ApiError {
   return new ApiError(400, message, "invalid_request_error", param, code);
 }

@@ -1,4 +1,4 @@
-import { ApiError, badParam } from "./http.js";
+import { ApiError, badParam, shownValue } from "./http.js";
 import type { ChatMessage } from "../tokenizer/index.js";
 
 /** Most alternatives per position for logprobs / top_logprobs / prompt_logprobs. */
@@ -140,8 +140,8 @@ function logitBiasField(body: Body, nVocab: number): Map<number, number> {
   if (entries.length > MAX_LOGIT_BIAS) throw badParam("logit_bias", `'logit_bias' may hold at most ${MAX_LOGIT_BIAS} tokens, got ${entries.length}`);
   for (const [key, b] of entries) {
     const id = /^(0|[1-9][0-9]*)$/.test(key) ? Number(key) : NaN;
-    if (!(Number.isSafeInteger(id) && id < nVocab)) throw badParam("logit_bias", `'logit_bias' key ${JSON.stringify(key)} is not a token id (0..${nVocab - 1})`);
-    if (typeof b !== "number" || !Number.isFinite(b) || b < -100 || b > 100) throw badParam("logit_bias", `'logit_bias[${key}]' must be a number between -100 and 100, got ${JSON.stringify(b)}`);
+    if (!(Number.isSafeInteger(id) && id < nVocab)) throw badParam("logit_bias", `'logit_bias' key ${shownValue(key)} is not a token id (0..${nVocab - 1})`);
+    if (typeof b !== "number" || !Number.isFinite(b) || b < -100 || b > 100) throw badParam("logit_bias", `'logit_bias[${key}]' must be a number between -100 and 100, got ${shownValue(b)}`);
     bias.set(id, b);
   }
   return bias;
@@ -155,7 +155,7 @@ export function promptField(body: Body): PromptInput[] {
   const isIds = (a: unknown[]): boolean => a.length > 0 && a.every((x) => typeof x === "number");
   const ids = (a: unknown[], where: string): number[] =>
     a.map((x, i) => {
-      if (typeof x !== "number" || !Number.isSafeInteger(x) || x < 0) throw badParam("prompt", `'${where}[${i}]' must be a token id (an integer ≥ 0), got ${JSON.stringify(x)}`);
+      if (typeof x !== "number" || !Number.isSafeInteger(x) || x < 0) throw badParam("prompt", `'${where}[${i}]' must be a token id (an integer ≥ 0), got ${shownValue(x)}`);
       return x;
     });
   if (p === undefined || p === null) throw badParam("prompt", "'prompt' is required");
@@ -188,7 +188,7 @@ export function messagesField(body: Body): ChatMessage[] {
     const o = msg as Body;
     const role = o["role"];
     if (typeof role !== "string" || role === "") throw badParam("messages", `'messages[${i}].role' must be a non-empty string`);
-    if (!CHAT_ROLES.has(role)) throw badParam("messages", `'messages[${i}].role' is ${JSON.stringify(role)}, not one of ${[...CHAT_ROLES].join(", ")}`, "invalid_role");
+    if (!CHAT_ROLES.has(role)) throw badParam("messages", `'messages[${i}].role' is ${shownValue(role)}, not one of ${[...CHAT_ROLES].join(", ")}`, "invalid_role");
     const c = o["content"];
     let content: string | null;
     if (c === undefined || c === null) content = null;

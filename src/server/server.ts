@@ -1,4 +1,5 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { shownName } from "../util/printable.js";
 import type { AddressInfo } from "node:net";
 import { basename } from "node:path";
 import { createHash, randomUUID, timingSafeEqual } from "node:crypto";
@@ -9,7 +10,7 @@ import { Tokenizer, type ChatMessage } from "../tokenizer/index.js";
 import { PagePool, DEFAULT_PAGE_SIZE } from "../engine/paged-cache.js";
 import { QueueFullError, Scheduler, type BatchModel, type PromptLogprob, type Sequence, type SequenceRequest, type SequenceResult, type TokenOut } from "../engine/scheduler.js";
 import { LatentError, UsageError } from "../util/errors.js";
-import { ApiError, SseWriter, badParam, parseJsonObject, sendError, sendJson } from "./http.js";
+import { ApiError, SseWriter, badParam, parseJsonObject, sendError, shownValue, sendJson } from "./http.js";
 import { BodyBudget, ClientGoneError, DEFAULT_LIMITS, mustClose, readBody, retryHeaders, type ServerLimits } from "./limits.js";
 import { guardConnections } from "./connections.js";
 import { PromptEncoder } from "./prompt.js";
@@ -373,7 +374,7 @@ function methodNotAllowed(method: string | undefined): ApiError {
 }
 
 function unknownModel(id: string, known: readonly string[]): ApiError {
-  return new ApiError(404, `The model '${id}' does not exist; this server has ${known.map((k) => `'${k}'`).join(", ")}`, "invalid_request_error", "model", "model_not_found");
+  return new ApiError(404, `The model '${shownName(id)}' does not exist; this server has ${known.map((k) => `'${k}'`).join(", ")}`, "invalid_request_error", "model", "model_not_found");
 }
 
 /** A request's token counts for its access line: set by the generation endpoints, read when the response closes. */
@@ -425,7 +426,7 @@ function detokenize(api: Api, body: Record<string, unknown>, res: ServerResponse
 function tokenIds(api: Api, v: unknown, param: string): number[] {
   if (!Array.isArray(v)) throw badParam(param, `'${param}' must be an array of token ids`);
   return v.map((x, i) => {
-    if (typeof x !== "number" || !Number.isInteger(x) || x < 0 || x >= api.nVocab) throw badParam(param, `'${param}[${i}]' = ${JSON.stringify(x)} is not a token id (0..${api.nVocab - 1})`);
+    if (typeof x !== "number" || !Number.isInteger(x) || x < 0 || x >= api.nVocab) throw badParam(param, `'${param}[${i}]' = ${shownValue(x)} is not a token id (0..${api.nVocab - 1})`);
     return x;
   });
 }

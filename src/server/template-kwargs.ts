@@ -5,7 +5,8 @@
  * thread, and a template may iterate it), bounded in size and depth, under names a template can read that do not
  * replace what the server itself sets.
  */
-import { badParam } from "./http.js";
+import { badParam, shownValue } from "./http.js";
+import { shownName } from "../util/printable.js";
 
 /** Variables the server sets for every render, and the renderer's own globals: a request may not replace them. */
 export const RESERVED_TEMPLATE_VARIABLES: ReadonlySet<string> = new Set([
@@ -43,9 +44,9 @@ export function chatTemplateKwargsField(body: Record<string, unknown>): Record<s
   if (typeof v !== "object" || Array.isArray(v)) throw badParam(PARAM, `'${PARAM}' must be an object of template variables, got ${typeName(v)}`);
   const out: Record<string, unknown> = {};
   for (const [name, value] of Object.entries(v as Record<string, unknown>)) {
-    if (!IDENTIFIER.test(name)) throw badParam(PARAM, `'${PARAM}' key ${JSON.stringify(name)} is not a template variable name (letters, digits and _, not starting with a digit)`);
+    if (!IDENTIFIER.test(name)) throw badParam(PARAM, `'${PARAM}' key ${shownValue(name)} is not a template variable name (letters, digits and _, not starting with a digit)`);
     // "__proto__" and kin: not template variables, and a hazard in every object they are copied into
-    if (name.startsWith("__")) throw badParam(PARAM, `'${PARAM}' key ${JSON.stringify(name)}: names starting with __ are reserved`);
+    if (name.startsWith("__")) throw badParam(PARAM, `'${PARAM}' key ${shownValue(name)}: names starting with __ are reserved`);
     if (RESERVED_TEMPLATE_VARIABLES.has(name)) throw badParam(PARAM, `'${PARAM}.${name}' is set by the server and cannot be given`);
     checkJson(value, `${PARAM}.${name}`, 1);
     Object.defineProperty(out, name, { value, enumerable: true, writable: true, configurable: true });
@@ -59,11 +60,11 @@ export function chatTemplateKwargsField(body: Record<string, unknown>): Record<s
 function checkJson(value: unknown, where: string, depth: number): void {
   if (value === null || typeof value === "string" || typeof value === "boolean") return;
   if (typeof value === "number") {
-    if (!Number.isFinite(value)) throw badParam(PARAM, `'${where}' must be a finite number`);
+    if (!Number.isFinite(value)) throw badParam(PARAM, `'${shownName(where)}' must be a finite number`);
     return;
   }
-  if (typeof value !== "object") throw badParam(PARAM, `'${where}' must be a JSON value, got ${typeName(value)}`);
-  if (depth > MAX_TEMPLATE_KWARGS_DEPTH) throw badParam(PARAM, `'${where}' is nested more than ${MAX_TEMPLATE_KWARGS_DEPTH} levels deep`);
+  if (typeof value !== "object") throw badParam(PARAM, `'${shownName(where)}' must be a JSON value, got ${typeName(value)}`);
+  if (depth > MAX_TEMPLATE_KWARGS_DEPTH) throw badParam(PARAM, `'${shownName(where)}' is nested more than ${MAX_TEMPLATE_KWARGS_DEPTH} levels deep`);
   if (Array.isArray(value)) value.forEach((x, i) => checkJson(x, `${where}[${i}]`, depth + 1));
   else for (const [k, x] of Object.entries(value as Record<string, unknown>)) checkJson(x, `${where}.${k}`, depth + 1);
 }

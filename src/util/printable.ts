@@ -30,3 +30,8 @@ export function printable(s: string): string {
 export function printableLines(s: string): string {
   return s.replace(UNSAFE_BUT_NEWLINE, escape);
 }
+
+/** A name a client or file chose, for an error message: `printable`, and cut to `max` characters. */
+export function shownName(s: string, max = 64): string {
+  return printable(s.length > max ? `${s.slice(0, max)}…` : s);
+}

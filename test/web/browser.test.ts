@@ -35,10 +35,13 @@ export const CHROMIUM_ARGS = [
 ];
 
 interface Hook {
-  load(url: string): Promise<{ name: string; backend: string }>;
+  load(url: string, backend?: "cpu" | "webgpu"): Promise<{ name: string; backend: string }>;
   logits(o: { text?: string; tokens?: number[]; path?: string }): Promise<{ tokens: number[]; logits: number[] }>;
   tokenize(text: string): Promise<number[]>;
   gpu(): Promise<string>;
+  backend(): Promise<"cpu" | "webgpu">;
+  generate(prompt: string, opts?: { maxTokens?: number; temperature?: number }): Promise<{ done: { text: string; promptTokens: number } }>;
+  newChat(): void;
 }
 declare const window: { __latent: Hook };
 
@@ -85,8 +88,11 @@ function maxAbs(a: ArrayLike<number>, b: ArrayLike<number>): number {
 }
 
 test("browser: a synthetic model loaded by URL gives the Node CPU reference's logits (≤ 1e-3)", { skip }, async (t) => {
-  const info = await page.evaluate(() => window.__latent.load("/models/tiny.gguf"));
+  // the CPU worker by name: on a machine with a hardware GPU the page would default to WebGPU
+  const info = await page.evaluate(() => window.__latent.load("/models/tiny.gguf", "cpu"));
   assert.equal(info.backend, "plain");
+  // once a model is in, the prompt says what to type, not "Load a model"
+  assert.doesNotMatch((await page.locator("#prompt").getAttribute("placeholder")) ?? "", /load a model/i);
   await page.locator("#card table").waitFor();
   assert.match(await page.locator("#card").innerText(), /deepseek2/);
   // every read of the model was a range request
@@ -145,6 +151,112 @@ test("browser: the doctor's path check panel passes on the loaded model", { skip
   assert.equal(await page.locator("#check-result tbody tr").count(), 3);
   await page.mouse.move(0, 0);
   await page.screenshot({ path: join(ARTIFACTS, "tiny-model.png"), fullPage: true });
+});
+
+test("browser: chat template mode is a conversation: every turn carries the system prompt and the history; New chat forgets it", { skip }, async () => {
+  const tok = Tokenizer.fromMetadata(ref.file.metadata);
+  const greedy = (ids: number[]): string => generateSync(ref.model, tok, ids, { temperature: 0, maxTokens: 6 }).text;
+  const system = "Answer in one short line.";
+  const promptTokensShown = async (): Promise<number> => {
+    const stats = page.locator(".msg.model .stats").last();
+    await stats.filter({ hasText: /tokens\/s/ }).waitFor({ timeout: 60_000 });
+    return Number(/prompt (\d+) tokens/.exec(await stats.innerText())?.[1]);
+  };
+  await page.evaluate(() => window.__latent.newChat());
+  await page.selectOption("#mode", "chat");
+  await page.locator("#system").waitFor({ state: "visible" });
+  assert.match((await page.locator("#prompt").getAttribute("placeholder")) ?? "", /message/i);
+  await page.fill("#system", system);
+  await page.fill("#max-tokens", "6");
+  await page.fill("#temperature", "0");
+
+  const first = [{ role: "system", content: system }, { role: "user", content: "the quick brown fox" }];
+  const firstIds = tok.encodeChat(first);
+  await page.fill("#prompt", "the quick brown fox");
+  await page.press("#prompt", "Enter");
+  assert.equal(await promptTokensShown(), firstIds.length);
+
+  // the second turn's prompt is the whole conversation, the model's first reply included
+  const second = [...first, { role: "assistant", content: greedy(firstIds) }, { role: "user", content: "jumps over" }];
+  await page.fill("#prompt", "jumps over");
+  await page.press("#prompt", "Enter");
+  assert.equal(await promptTokensShown(), tok.encodeChat(second).length);
+  assert.equal(await page.locator(".msg.user").count(), 2);
+
+  await page.click("#new-chat");
+  assert.equal(await page.locator("#transcript .msg").count(), 0);
+  await page.fill("#prompt", "jumps over");
+  await page.press("#prompt", "Enter");
+  assert.equal(await promptTokensShown(), tok.encodeChat([{ role: "system", content: system }, { role: "user", content: "jumps over" }]).length);
+  await page.fill("#system", "");
+  await page.selectOption("#mode", "text");
+  assert.equal(await page.locator("#system").isVisible(), false);
+});
+
+test("browser: a 420 px wide page opened with a relative ?model= loads it from the page's folder and fits the screen", { skip }, async () => {
+  const narrow = await browser.newPage({ viewport: { width: 420, height: 860 } });
+  const errors: string[] = [];
+  narrow.on("pageerror", (e) => errors.push(String(e)));
+  try {
+    const before = server.requests.length;
+    // relative to /index.html: /models/tiny.gguf (the worker, in /assets/, would have asked for /assets/models/…)
+    await narrow.goto(`${server.url}/index.html?model=models/tiny.gguf`);
+    await narrow.locator("#card table").waitFor({ timeout: 60_000 });
+    const asked = server.requests.slice(before).map((r) => r.path);
+    assert.ok(asked.includes("/models/tiny.gguf"), JSON.stringify(asked));
+    assert.ok(!asked.some((p) => p.startsWith("/assets/models/")), JSON.stringify(asked));
+
+    await narrow.selectOption("#mode", "text");
+    await narrow.fill("#max-tokens", "12");
+    await narrow.fill("#prompt", "the quick brown fox");
+    await narrow.press("#prompt", "Enter");
+    await narrow.locator(".msg.model .stats").filter({ hasText: /tokens\/s/ }).waitFor({ timeout: 60_000 });
+    await narrow.click("#check");
+    await narrow.locator("#check-verdict").waitFor({ timeout: 60_000 });
+    await narrow.mouse.move(0, 0);
+    await narrow.screenshot({ path: join(ARTIFACTS, "latent-page-420px.png"), fullPage: true });
+    // nothing sticks out sideways: the document is no wider than the window, and neither is any panel
+    const widths = await narrow.evaluate(() => {
+      const doc = (globalThis as unknown as { document: { documentElement: { scrollWidth: number }; querySelectorAll(s: string): ArrayLike<{ id: string; getBoundingClientRect(): { right: number } }> } }).document;
+      return { scroll: doc.documentElement.scrollWidth, panels: Array.from(doc.querySelectorAll(".panel, header"), (el) => [el.id, Math.round(el.getBoundingClientRect().right)] as const) };
+    });
+    assert.ok(widths.scroll <= 420, JSON.stringify(widths));
+    for (const [id, right] of widths.panels) assert.ok(right <= 420, `${id || "header"} ends at ${right} px`);
+    assert.deepEqual(errors, []);
+  } finally {
+    await narrow.close();
+  }
+});
+
+test("browser: a software WebGPU adapter is named as such and the CPU worker stays the default; a hardware one gets WebGPU", { skip }, async () => {
+  // navigator.gpu replaced before the page's script runs: the probe sees the adapter info a browser would report
+  const withAdapter = async (info: Record<string, unknown>): Promise<{ backend: string; status: string; option: string }> => {
+    const p = await browser.newPage();
+    const errors: string[] = [];
+    p.on("pageerror", (e) => errors.push(String(e)));
+    try {
+      // as source text: tsx would wrap a function's inner functions in its `__name` helper, which the page lacks
+      await p.addInitScript({
+        content: `Object.defineProperty(navigator, "gpu", { configurable: true, value: { requestAdapter: () => Promise.resolve({ info: ${JSON.stringify(info)} }) } });`,
+      });
+      await p.goto(`${server.url}/index.html`);
+      await p.waitForFunction(() => "__latent" in window);
+      const backend = await p.evaluate(() => window.__latent.backend());
+      assert.deepEqual(errors, []);
+      return { backend, status: await p.locator("#backend-status").innerText(), option: await p.locator('#backend option[value="webgpu"]').innerText() };
+    } finally {
+      await p.close();
+    }
+  };
+  const swiftshader = await withAdapter({ vendor: "google", architecture: "swiftshader", device: "", description: "", isFallbackAdapter: true });
+  assert.equal(swiftshader.backend, "cpu");
+  assert.match(swiftshader.status, /software GPU.*75× slower than the CPU worker/);
+  assert.match(swiftshader.option, /75×/);
+  const lavapipe = await withAdapter({ vendor: "mesa", architecture: "", device: "", description: "llvmpipe (LLVM 19.1.7, 256 bits)" });
+  assert.equal(lavapipe.backend, "cpu");
+  const hardware = await withAdapter({ vendor: "nvidia", architecture: "ada", device: "", description: "NVIDIA GeForce RTX 4090", isFallbackAdapter: false });
+  assert.equal(hardware.backend, "webgpu");
+  assert.doesNotMatch(hardware.status, /software/);
 });
 
 test("browser: the bundled KJV demo model through the file picker writes King James English", { skip }, async (t) => {

@@ -1,6 +1,6 @@
 // The library entry (src/index.ts) and the page's worker bundle for the browser with Vite and fail if a Node-only
 // module (node:*, a Node builtin such as fs or worker_threads, the Node-only engine files) is in the module graph.
-// A control bundle of src/model/load.ts (which pulls the worker-thread CPU backend) must be caught.
+// A control bundle of src/runtime/load.ts (which pulls the worker-thread CPU backend) must be caught.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { builtinModules } from "node:module";
@@ -11,7 +11,7 @@ import { fileURLToPath } from "node:url";
 import { build, type Plugin } from "vite";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
-const NODE_ONLY_FILES = ["src/gguf/file.ts", "src/gguf/reader.ts", "src/gguf/source-node.ts", "src/model/load.ts", "src/backend/cpu/fast.ts"];
+const NODE_ONLY_FILES = ["src/gguf/file.ts", "src/gguf/reader.ts", "src/gguf/source-node.ts", "src/runtime/load.ts", "src/backend/cpu/fast.ts"];
 const BUILTINS = new Set(builtinModules.flatMap((m) => [m, `node:${m}`]));
 
 /** Bundle `entry` for the browser; the ids of every module in the graph, and what Vite warned. */
@@ -75,8 +75,8 @@ test("the page's worker bundles without a Node-only module", async () => {
   assert.deepEqual(nodeOnly(modules), []);
 });
 
-test("control: a Node-only import is caught (src/model/load.ts pulls worker_threads)", async () => {
-  const { modules, error } = await browserGraph("src/model/load.ts");
+test("control: a Node-only import is caught (src/runtime/load.ts pulls worker_threads)", async () => {
+  const { modules, error } = await browserGraph("src/runtime/load.ts");
   const bad = nodeOnly(modules);
   assert.ok(bad.some((m) => /worker_threads/.test(m)) && bad.includes("src/backend/cpu/fast.ts"), bad.join(", "));
   assert.match(error ?? "", /worker_threads|__vite-browser-external/); // and Vite cannot even build it

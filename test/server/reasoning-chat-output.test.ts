@@ -111,6 +111,9 @@ test("chat_template_kwargs: JSON variables accepted, reserved names, bad names a
   refusedKwargs({ deep }, /nested more than/);
   refusedKwargs({ f: () => 1 }, /JSON value/);
   refusedKwargs({ n: Infinity }, /finite/);
+  // a client's names come back escaped and cut: one short printable line
+  refusedKwargs({ ["\u001b]0;x\u0007" + "k".repeat(500)]: 1 }, /^[^\u0000-\u001f]{0,200}$/);
+  refusedKwargs({ ok: { ["\u202e" + "k".repeat(500)]: Infinity } }, /^'chat_template_kwargs\.ok\.\\u202ek+…' must be a finite number$/);
 });
 
 test("the variables reach the template beside the server's own", () => {

@@ -6,6 +6,7 @@ import { createLogger, parseLogLevel, type LogLevel, type ServerLogger } from ".
 import { openLoadingGate, type LoadingGate } from "../server/loading-gate.js";
 import { decideBackend } from "../runtime/backend-choice.js";
 import { parseCorsOrigins } from "../server/cors.js";
+import { REASONING_FORMATS, type ReasoningFormat } from "../server/chat-output.js";
 import { DEFAULT_LIMITS, type ServerLimits } from "../server/limits.js";
 import { existsSync } from "node:fs";
 import { closeLoaded, loadModel, type BackendChoice, type LoadedModel } from "../runtime/load.js";
@@ -54,6 +55,8 @@ options:
   --default-max-tokens N chat max_tokens when the request sets none (default ${DEFAULT_LIMITS.defaultChatMaxTokens}; never past the context)
   --retry-after S        Retry-After seconds sent with 429 and 503 (default ${DEFAULT_LIMITS.retryAfterSeconds})
   --no-prefix-cache      do not share KV pages between equal prompt prefixes
+  --reasoning-format F   chat answers of thinking models: deepseek (default: <think> reasoning in reasoning_content,
+                         the answer in content) or none (the raw text, tags included, in content)
   --log-format F         text (default: one line per event and per request) or json (JSON lines: level, time, msg
                          and the request's fields)
   --log-level L          debug, info (default), warn, error or silent; each request is logged at info (5xx at
@@ -94,6 +97,7 @@ const SERVE_OPTIONS = {
   "retry-after": { type: "string" },
   "no-prefix-cache": { type: "boolean" },
   "log-steps": { type: "boolean" },
+  "reasoning-format": { type: "string" },
   // logging (access log and events)
   "log-format": { type: "string" },
   "log-level": { type: "string" },
@@ -123,6 +127,8 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
   const path = modelPath;
   const limits = limitOptions(values);
   const cors = values.cors !== undefined ? parseCorsOrigins(values.cors) : undefined; // a bad list fails before the model loads
+  const reasoningFormat = values["reasoning-format"] ?? "deepseek";
+  if (!(REASONING_FORMATS as readonly string[]).includes(reasoningFormat)) throw new UsageError(`--reasoning-format must be ${REASONING_FORMATS.join(" or ")}, got "${reasoningFormat}"`);
   const aliases = aliasOption(values.alias);
   const logger = loggerOption(values, io);
   // with JSON lines, what the loaders print (fallback notes, non-finite weights) becomes log lines too, and no bars
@@ -169,6 +175,7 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
     ...limits,
     prefixCaching: values["no-prefix-cache"] !== true,
     logSteps: values["log-steps"] === true,
+    reasoningFormat: reasoningFormat as ReasoningFormat,
     logger,
   });
   await new Promise<void>((resolve) => {

@@ -13,7 +13,7 @@ type Body = Record<string, unknown>;
 const SHARED = ["model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "n", "stream", "stream_options", "logprobs", "prompt_logprobs", "ignore_eos", "logit_bias", "presence_penalty", "frequency_penalty", "repetition_penalty"];
 
 const COMPLETION = new Set([...SHARED, "prompt", "echo", "best_of", "suffix"]);
-const CHAT = new Set([...SHARED, "messages", "max_completion_tokens", "top_logprobs", "response_format", "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call", "modalities", "store"]);
+const CHAT = new Set([...SHARED, "messages", "max_completion_tokens", "top_logprobs", "response_format", "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call", "modalities", "store", "chat_template_kwargs"]);
 
 /** Fields accepted and not acted on, with why that loses the client nothing. */
 export const IGNORED_BY_DESIGN: ReadonlyMap<string, string> = new Map([
@@ -57,12 +57,18 @@ function refuseChatValues(body: Body): void {
     const type = typeof rf === "object" && !Array.isArray(rf) ? (rf as Body)["type"] : undefined;
     if (type !== "text") throw unsupported("response_format", `'response_format' of type ${shownValue(type ?? typeName(rf))} is not supported by this server (only {"type": "text"}): no constrained decoding`);
   }
+  // tool calls are parsed out of the text the model writes (src/server/tool-calls.ts); nothing constrains it to call
+  // one, so "required" and a named function cannot be kept
   const choice = body["tool_choice"];
-  if (choice !== undefined && choice !== null && choice !== "none") throw unsupported("tool_choice", `'tool_choice' ${shownValue(choice)} is not supported by this server (only "none"): it does not parse tool calls`);
+  if (choice !== undefined && choice !== null && choice !== "none" && choice !== "auto") throw unsupported("tool_choice", `'tool_choice' ${shownValue(choice)} is not supported by this server (only "auto" and "none"): no constrained decoding forces a call`);
   const tools = body["tools"];
   if (tools !== undefined && tools !== null) {
     if (!Array.isArray(tools)) throw badParam("tools", `'tools' must be an array, got ${typeName(tools)}`);
-    if (tools.length > 0 && choice !== "none") throw unsupported("tools", "'tools' is not supported by this server: it does not parse tool calls (send tool_choice: \"none\" to have the tools ignored)");
+    tools.forEach((t, i) => {
+      const fn = typeof t === "object" && t !== null && !Array.isArray(t) ? (t as Body)["function"] : undefined;
+      const name = typeof fn === "object" && fn !== null && !Array.isArray(fn) ? (fn as Body)["name"] : undefined;
+      if ((t as Body | null)?.["type"] !== "function" || typeof name !== "string" || name === "") throw badParam("tools", `'tools[${i}]' must be {"type": "function", "function": {"name": …}}`);
+    });
   }
   const fns = body["functions"];
   if (Array.isArray(fns) ? fns.length > 0 : fns !== undefined && fns !== null) throw unsupported("functions", "'functions' is not supported by this server: it does not parse function calls");

@@ -17,6 +17,8 @@ import { PromptEncoder } from "./prompt.js";
 import { chatLogprob, genEntries, legacyLogprobs, promptEntries, vllmPromptLogprobs, type LegacyLogprobs } from "./logprobs.js";
 import { ServerMetrics } from "./metrics.js";
 import { refuseUnsupportedFields } from "./fields.js";
+import { chatChoice, ChatDeltaStream, messagesForTemplate, planChatOutput, type ChatOutputPlan, type ReasoningFormat } from "./chat-output.js";
+import { chatTemplateKwargsField } from "./template-kwargs.js";
 import { corsHeaders, parseCorsOrigins, preflightHeaders } from "./cors.js";
 import { lineLogger, requestIdOf, type RequestTokens, type ServerLogger } from "./access-log.js";
 import { listenError } from "./listen.js";
@@ -71,6 +73,8 @@ export interface ServerOptions extends Partial<ServerLimits> {
   readonly logger?: ServerLogger;
   /** also log every forward pass (sequences, tokens, decodes, ms; chained steps as one line per chain) */
   readonly logSteps?: boolean;
+  /** chat answers: `deepseek` (default) splits `<think>` reasoning into reasoning_content; `none` leaves it in content */
+  readonly reasoningFormat?: ReasoningFormat;
 }
 
 export interface ServerStats {
@@ -151,7 +155,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   let draining = false;
   const active = new Set<Promise<void>>();
 
-  const api: Api = { limits, jobs: new Set(), tokenizer, prompts: new PromptEncoder(tokenizer, ctx), scheduler, metrics: m, modelId, modelIds, ctx, created, log, nVocab: config.nVocab };
+  const api: Api = { limits, jobs: new Set(), tokenizer, prompts: new PromptEncoder(tokenizer, ctx), scheduler, metrics: m, modelId, modelIds, ctx, created, log, nVocab: config.nVocab, reasoningFormat: options.reasoningFormat ?? "deepseek" };
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const path = pathOf(req.url);
@@ -317,6 +321,7 @@ interface Api {
   readonly nVocab: number;
   readonly log: (line: string) => void;
   readonly limits: ServerLimits;
+  readonly reasoningFormat: ReasoningFormat;
   /** generation requests under way (close() cancels them past the drain deadline) */
   readonly jobs: Set<GenJob>;
 }
@@ -467,7 +472,7 @@ function launch(
   kind: GenJob["kind"],
   prompts: readonly (readonly number[])[],
   s: SamplingFields,
-  extra: { readonly topLogprobs: number | undefined; readonly promptLogprobs: number | undefined; readonly maxTokens: number[] },
+  extra: { readonly topLogprobs: number | undefined; readonly promptLogprobs: number | undefined; readonly maxTokens: number[]; readonly special?: boolean },
   hooks: { onToken?(c: Choice, t: TokenOut): void; onPrompt?(c: Choice): void; onFinish?(c: Choice): void },
 ): { job: GenJob; done: Promise<void> } {
   const t0 = performance.now();
@@ -502,6 +507,7 @@ function launch(
           stop: s.stop,
           ignoreEog: s.ignoreEos,
           ...(extra.promptLogprobs !== undefined ? { promptLogprobs: extra.promptLogprobs } : {}),
+          ...(extra.special === true ? { special: true } : {}),
         };
         let last = 0;
         let choice: Choice;
@@ -672,23 +678,44 @@ async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessag
   const topLogprobs = optInt(body, "top_logprobs", 0, MAX_LOGPROBS);
   if (topLogprobs !== undefined && !logprobs) throw badParam("top_logprobs", "'top_logprobs' needs 'logprobs': true");
   const promptLogprobs = optInt(body, "prompt_logprobs", 0, MAX_LOGPROBS);
+  const variables = chatTemplateKwargsField(body);
+  // tool_choice "none": the tools are neither shown to the model nor looked for in its answer
+  const requestTools = Array.isArray(body["tools"]) ? (body["tools"] as unknown[]) : undefined; // fields.ts checked it
+  const tools = body["tool_choice"] === "none" ? undefined : requestTools;
   if (!api.modelIds.includes(modelName)) throw unknownModel(modelName, api.modelIds);
   let prompt: number[];
   try {
-    prompt = await api.prompts.encodeChat(messages, { addGenerationPrompt: true });
+    prompt = await api.prompts.encodeChat(messagesForTemplate(messages, api.tokenizer.chatTemplate), { addGenerationPrompt: true, ...(tools !== undefined && tools.length > 0 ? { tools } : {}), ...(variables !== undefined ? { variables } : {}) });
   } catch (e) {
     if (e instanceof ApiError) throw e;
     throw new ApiError(400, `cannot render the chat template: ${e instanceof Error ? e.message : String(e)}`, "invalid_request_error", "messages");
   }
+  const plan: ChatOutputPlan = planChatOutput({
+    reasoningFormat: api.reasoningFormat,
+    template: api.tokenizer.chatTemplate,
+    // enough of the prompt's end to see an open <think> (it is the generation prompt's last text)
+    promptTail: api.tokenizer.decode(prompt.slice(-8)),
+    tools,
+    parallelToolCalls: optBool(body, "parallel_tool_calls") ?? true,
+  });
   const maxTokens = [budget(api, prompt.length, s.maxTokens, api.limits.defaultChatMaxTokens)];
   const k = topLogprobs ?? 0;
   const created = Math.floor(Date.now() / 1000);
   const base = (job: GenJob): Record<string, unknown> => ({ id: job.id, object: "chat.completion.chunk", created, model: modelName, ...(s.includeUsage ? { usage: null } : {}) });
   const sse = s.stream ? sseWriter(api, res) : undefined;
-  const { job, done } = launch(api, req, res, "chat", [prompt], s, { topLogprobs: logprobs ? Math.max(k, 0) : undefined, promptLogprobs, maxTokens }, sse === undefined ? {} : {
+  const streams = new Map<number, ChatDeltaStream>();
+  const streamOf = (c: Choice): ChatDeltaStream => {
+    let d = streams.get(c.index);
+    if (d === undefined) streams.set(c.index, (d = new ChatDeltaStream(plan)));
+    return d;
+  };
+  const { job, done } = launch(api, req, res, "chat", [prompt], s, { topLogprobs: logprobs ? Math.max(k, 0) : undefined, promptLogprobs, maxTokens, special: plan.controlTokenText }, sse === undefined ? {} : {
     onToken: (c, t) => {
-      if (t.text === "" && !logprobs) return;
-      sse.send({ ...base(job), choices: [{ index: c.index, delta: { content: t.text }, logprobs: logprobs ? { content: [chatLogprob(api.tokenizer, t, k)] } : null, finish_reason: null }] });
+      const delta = streamOf(c).push(t.text);
+      const empty = Object.keys(delta).length === 0;
+      if (empty && !logprobs) return;
+      // a token whose text is held back (a possible tag) still has its logprob chunk, with the content it adds: none
+      sse.send({ ...base(job), choices: [{ index: c.index, delta: empty ? { content: "" } : delta, logprobs: logprobs ? { content: [chatLogprob(api.tokenizer, t, k)] } : null, finish_reason: null }] });
     },
     onFinish: (c) => {
       const r = c.result!;
@@ -697,8 +724,12 @@ async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessag
         return;
       }
       if (r.finishReason === "abort") return;
-      if (r.tail !== "") sse.send({ ...base(job), choices: [{ index: c.index, delta: { content: r.tail }, logprobs: null, finish_reason: null }] });
-      sse.send({ ...base(job), choices: [{ index: c.index, delta: {}, logprobs: null, finish_reason: finishReason(r) }] });
+      const stream = streamOf(c);
+      const tail = stream.push(r.tail);
+      if (Object.keys(tail).length > 0) sse.send({ ...base(job), choices: [{ index: c.index, delta: tail, logprobs: null, finish_reason: null }] });
+      const rest = stream.finish();
+      if (Object.keys(rest).length > 0) sse.send({ ...base(job), choices: [{ index: c.index, delta: rest, logprobs: null, finish_reason: null }] });
+      sse.send({ ...base(job), choices: [{ index: c.index, delta: {}, logprobs: null, finish_reason: stream.finishReason(finishReason(r)) }] });
     },
   });
   if (sse !== undefined) {
@@ -712,9 +743,8 @@ async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessag
     model: modelName,
     choices: job.choices.map((c) => ({
       index: c.index,
-      message: { role: "assistant", content: c.result!.text },
+      ...chatChoice(c.result!.text, plan, finishReason(c.result!)),
       logprobs: logprobs ? { content: c.tokens.map((t) => chatLogprob(api.tokenizer, t, k)) } : null,
-      finish_reason: finishReason(c.result!),
       ...(promptLogprobs !== undefined && c.promptLp !== undefined ? { prompt_logprobs: vllmPromptLogprobs(api.tokenizer, c.promptLp) } : {}),
     })),
     usage: usage(job),

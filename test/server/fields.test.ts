@@ -46,8 +46,9 @@ test("fields the server does not implement get a 400 naming them; their no-op va
   await refused(chat({ response_format: { type: "json_object" } }), "response_format", /json_object/);
   await refused(chat({ response_format: { type: "json_schema", json_schema: { name: "x", schema: {} } } }), "response_format");
   const tool = { type: "function", function: { name: "lookup", parameters: { type: "object", properties: {} } } };
-  await refused(chat({ tools: [tool] }), "tools");
-  await refused(chat({ tools: [tool], tool_choice: "auto" }), "tool_choice");
+  // the demo model's template writes tool calls in no format the server parses (test/server/reasoning-*.test.ts: one that does)
+  await refused(chat({ tools: [tool] }), "tools", /none of the formats/);
+  await refused(chat({ tools: [tool], tool_choice: "auto" }), "tools");
   await refused(chat({ tool_choice: "required" }), "tool_choice");
   await refused(chat({ functions: [{ name: "f" }] }), "functions");
   await refused(chat({ reasoning_effort: "low" }), "reasoning_effort");

@@ -13,7 +13,7 @@ import { checkAgainstKnownModels, checkContradictions } from "./metadata-checks.
 import { misaligned, misalignmentCut, Q8ScaleCollector, type ScaleAlignment } from "./q8-scales.js";
 import { Tokenizer } from "../tokenizer/index.js";
 import { LatentError } from "../util/errors.js";
-import { Findings, FP16_MAX, noProgress, type Progress } from "./report.js";
+import { type Findings, FP16_MAX, noProgress, type Progress } from "./report.js";
 
 /** Error codes of the weight scan that leave the file loadable: the compute checks still run after them. */
 export const DATA_ERRORS: ReadonlySet<string> = new Set(["non-finite-weights", "all-zero-tensor", "zero-expert", "q8-scales-misaligned"]);
@@ -186,7 +186,7 @@ export function tensorStats(file: GGUFFile, info: TensorInfo, kind: TensorKind |
       let rowZero = true;
       for (let i = 0; i < cols; i++) {
         const v = buf[i]!;
-        if (v !== v) nan++;
+        if (Number.isNaN(v)) nan++;
         else if (v === Infinity || v === -Infinity) inf++;
         else {
           finite++;

@@ -67,7 +67,7 @@ export function lowMemoryLogits(file: GGUFFile, c: ModelConfig, tokens: readonly
     let lw: ReturnType<typeof loadLayerWeights> | undefined = loadLayerWeights(file, c, il);
     for (let t = 0; t < n; t++) rmsNorm(h, t * Hd, lw.attn.norm, c.rmsEps, x, t * Hd);
     const pr = project(lw.attn, c, rope, x, n, positions, k);
-    let sel;
+    let sel: ReturnType<Indexer["select"]> | undefined;
     if (c.indexer !== undefined && lw.attn.indexer !== undefined && pr.qr !== undefined) {
       const idx = new Indexer(lw.attn.indexer, c.indexer, c, rope);
       sel = idx.select(x, pr.qr, n, 0, { k: idx.keys(x, n, 0, k), length: n }, k);

@@ -8,7 +8,7 @@ export function checkLogits(logits: Float32Array | Float64Array): void {
   if (logits.length === 0) throw new UsageError("logits vector is empty");
   for (let i = 0; i < logits.length; i++) {
     const x = logits[i]!;
-    if (x !== x) throw new NonFiniteError(`logits contain NaN at position ${i} (token id ${i})`);
+    if (Number.isNaN(x)) throw new NonFiniteError(`logits contain NaN at position ${i} (token id ${i})`);
     if (x === Infinity) throw new NonFiniteError(`logits contain +Infinity at position ${i} (token id ${i})`);
   }
 }

@@ -428,7 +428,7 @@ export class Scheduler {
         : undefined;
     let outs: (Float32Array | GreedyPick)[];
     try {
-      outs = picks !== undefined && picks.some((p) => p !== false) ? this.model.forwardBatchPicks!(chunks, picks) : this.model.forwardBatch(chunks);
+      outs = picks?.some((p) => p !== false) ? this.model.forwardBatchPicks!(chunks, picks) : this.model.forwardBatch(chunks);
     } catch (e) {
       const err = e instanceof Error ? e : new Error(String(e));
       for (const seq of members) this.finish(seq, "error", err);

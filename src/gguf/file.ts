@@ -5,7 +5,7 @@ import { GGUFFile as SourcedGGUFFile, splitKey } from "./gguf-file.js";
 import { FileSource } from "./source-node.js";
 import { parseShard, type GGUFShard, type ReadOptions } from "./shard.js";
 
-export { type FetchProgress, type LoadOptions } from "./gguf-file.js";
+export type { FetchProgress, LoadOptions } from "./gguf-file.js";
 
 const SPLIT_RE = /^(.*)-(\d{5})-of-(\d{5})\.gguf$/;
 

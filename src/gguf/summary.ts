@@ -145,7 +145,7 @@ export function summarizeModel(file: GGUFFile, opts: SummaryOptions = {}): Inspe
   const warnings: string[] = [];
   const meta = file.metadata;
   // Lenient accessors: the wrong type is a warning, not an error.
-  const lenient = <T>(key: string, get: () => T | undefined): T | null => {
+  const lenient = <T>(_key: string, get: () => T | undefined): T | null => {
     try {
       return get() ?? null;
     } catch (e) {

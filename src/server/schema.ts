@@ -115,7 +115,7 @@ export function samplingFields(body: Body, maxTokensKeys: readonly string[], nVo
     maxTokens,
     temperature: optNumber(body, "temperature", (x) => x >= 0 && x <= 2, "between 0 and 2") ?? 1,
     topP: optNumber(body, "top_p", (x) => x > 0 && x <= 1, "in (0, 1]") ?? 1,
-    topK: topK < 0 ? 0 : topK,
+    topK: Math.max(topK , 0),
     minP: optNumber(body, "min_p", (x) => x >= 0 && x < 1, "in [0, 1)") ?? 0,
     seed: optInt(body, "seed", Number.MIN_SAFE_INTEGER),
     stop,

@@ -6,7 +6,7 @@
  */
 import { constants as bufferConstants } from "node:buffer";
 import { writeModel, tensorBytes, type TensorToWrite } from "../gguf/writer.js";
-import { GGMLType, GGUFValueType, typeName, type GGUFMetadataEntry, type GGUFValue } from "../gguf/types.js";
+import { type GGMLType, GGUFValueType, typeName, type GGUFMetadataEntry, type GGUFValue } from "../gguf/types.js";
 import { UsageError } from "../util/errors.js";
 import { validateConfig, type SynthConfig } from "./presets.js";
 import { fillFloat, fillRandom, Rng } from "./random-blocks.js";

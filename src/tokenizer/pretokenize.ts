@@ -70,11 +70,11 @@ type Step =
 
 const CATEGORY_CODE: Readonly<Record<string, number>> = { N: 0xd1, L: 0xd2, Lu: 0xd2, Ll: 0xd2, Lt: 0xd2, Lm: 0xd2, Lo: 0xd2, P: 0xd3, M: 0xd4, S: 0xd5 };
 const CATEGORY_ASCII: Readonly<Record<number, string>> = {
-  0xd1: "0-9",
-  0xd2: "A-Za-z",
-  0xd3: String.raw`!-#%-*,-\/:-;?-@\[-\]_\{\}`,
-  0xd4: "",
-  0xd5: String.raw`\$\+<->\^` + "\\`" + String.raw`\|~`,
+  209: "0-9",
+  210: "A-Za-z",
+  211: String.raw`!-#%-*,-\/:-;?-@\[-\]_\{\}`,
+  212: "",
+  213: String.raw`\$\+<->\^` + "\\`" + String.raw`\|~`,
 };
 const WS_CLASS_BODY = String.raw`\t\n\v\f\r `;
 const CATEGORY_TEST = /\\p\{(?:N|L|P|M|S|Lu|Ll|Lt|Lm|Lo)\}/;

@@ -8,7 +8,7 @@
 const UNSAFE = /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
 const UNSAFE_BUT_NEWLINE = /[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
 
-function escape(ch: string): string {
+function escapeChar(ch: string): string {
   const code = ch.charCodeAt(0);
   switch (ch) {
     case "\n":
@@ -23,12 +23,12 @@ function escape(ch: string): string {
 
 /** `s` with every control character escaped (`\n`, `\x1b`, `\u202e`): safe to print as (part of) one line. */
 export function printable(s: string): string {
-  return s.replace(UNSAFE, escape);
+  return s.replace(UNSAFE, escapeChar);
 }
 
 /** As `printable`, but line breaks are kept: for text whose lines we composed (a usage message with its help). */
 export function printableLines(s: string): string {
-  return s.replace(UNSAFE_BUT_NEWLINE, escape);
+  return s.replace(UNSAFE_BUT_NEWLINE, escapeChar);
 }
 
 /** A name a client or file chose, for an error message: `printable`, and cut to `max` characters. */

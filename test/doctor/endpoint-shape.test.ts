@@ -14,7 +14,7 @@ const tokenizer = Tokenizer.fromMetadata(file.metadata);
 
 test("flat log-probs with only the actual token in each prompt_logprobs entry: not called healthy", async () => {
   const s = await startFakeServer({ model, tokenizer, mode: "vllm", logitScale: 0.05, onlyActual: true });
-  let r;
+  let r: Awaited<ReturnType<typeof runDoctor>>;
   try {
     r = await runDoctor({ model: DEMO, endpoint: s.url });
   } finally {

@@ -107,6 +107,6 @@ test("an FP8 weight whose block scales are missing: that tensor is not compared 
   const r = await doctorWithSource(DEMO_MODEL, lacking);
   assert.equal(r.code, 0, JSON.stringify(r.errors));
   const w = r.report.findings.find((f) => f.code === "source-not-compared" && f.severity === "warning");
-  assert.ok(w !== undefined && w.message.includes("blk.1.attn_output.weight") && /weight_scale_inv/.test(w.message), JSON.stringify(r.report.findings));
+  assert.ok(w?.message.includes("blk.1.attn_output.weight") && /weight_scale_inv/.test(w.message), JSON.stringify(r.report.findings));
   assert.equal(r.report.source!.compared, r.report.file!.tensorCount - 1);
 });

@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { GGUFFile } from "../../src/gguf/file.js";
-import { writeGGUF, writeModel, type TensorToWrite } from "../../src/gguf/writer.js";
+import { writeModel, type TensorToWrite } from "../../src/gguf/writer.js";
 import { GGUFValueType, typeName } from "../../src/gguf/types.js";
 import { summarizeModel, formatSummary } from "../../src/gguf/summary.js";
 import { canDequantize, dequantize } from "../../src/quant/index.js";

@@ -131,7 +131,7 @@ describe("latent inspect on split files", () => {
     }
     const text = (await inspect([paths[1]!])).out;
     assert.match(text, /GGUF v3, 3 shards/);
-    assert.match(text, /shards \(3\):\n  1  .*mixed-00001-of-00003\.gguf  20 tensors/);
+    assert.match(text, /shards \(3\):\n {2}1 {2}.*mixed-00001-of-00003\.gguf {2}20 tensors/);
   });
 });
 
@@ -144,17 +144,17 @@ describe("latent inspect text output", () => {
       /^name +tiny-ds2-v3-random$/m,
       /^file type +ALL_F32 \(0\)$/m,
       /^tensors +65, /m,
-      /^  F32 +65 tensors/m,
-      /^  expert_gating_func +2 \(sigmoid\)$/m,
-      /^  attention\.layer_norm_rms_epsilon +0\.000001$/m,
-      /^  rope\.scaling\.yarn_log_multiplier +0\.1$/m,
-      /^  expert_group_count +4$/m,
-      /^  model \/ pre +gpt2 \/ deepseek-v3$/m,
-      /^  chat template +no$/m,
+      /^ {2}F32 +65 tensors/m,
+      /^ {2}expert_gating_func +2 \(sigmoid\)$/m,
+      /^ {2}attention\.layer_norm_rms_epsilon +0\.000001$/m,
+      /^ {2}rope\.scaling\.yarn_log_multiplier +0\.1$/m,
+      /^ {2}expert_group_count +4$/m,
+      /^ {2}model \/ pre +gpt2 \/ deepseek-v3$/m,
+      /^ {2}chat template +no$/m,
     ]) assert.match(out, re);
     assert.doesNotMatch(out, /tensors:\n/);
     const withTensors = (await inspect([fixture("ds2-v3"), "--tensors"])).out;
-    assert.match(withTensors, /^  blk\.3\.ffn_down_exps\.weight +F32 +\[40, 64, 16\] +163840 +1$/m);
+    assert.match(withTensors, /^ {2}blk\.3\.ffn_down_exps\.weight +F32 +\[40, 64, 16\] +163840 +1$/m);
   });
 
   it("--help", async () => {

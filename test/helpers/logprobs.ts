@@ -19,7 +19,7 @@ export function logprobAt(row: Float32Array, id: number): number {
   let max = -Infinity;
   for (const v of row) if (v > max) max = v;
   let sum = 0;
-  for (const v of row) if (v === v) sum += Math.exp(v - max);
+  for (const v of row) if (!Number.isNaN(v)) sum += Math.exp(v - max);
   return row[id]! - max - Math.log(sum);
 }
 

@@ -2,7 +2,7 @@
 import { after, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { allTypes, GGMLType, typeName, typeTraits } from "../../src/gguf/types.js";
+import { allTypes, typeName, typeTraits } from "../../src/gguf/types.js";
 import { canDequantize, canQuantize, dequantize, quantize } from "../../src/quant/index.js";
 import { f16ScaleOffsets, findNonFinite } from "../../src/model/nonfinite.js";
 import { loadModel } from "../../src/runtime/load.js";

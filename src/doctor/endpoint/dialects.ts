@@ -135,7 +135,7 @@ function contentEntries(content: readonly unknown[], ctx: DialectContext): { ids
 /** Generated ids up to the first unmappable one, with their entries. */
 function generatedOf(g: { ids: (number | undefined)[]; entries: Entry[] } | undefined): { generated: number[]; genEntries: Entry[]; unmappedGenerated: number } {
   if (g === undefined) return { generated: [], genEntries: [], unmappedGenerated: 0 };
-  const cut = g.ids.findIndex((x) => x === undefined);
+  const cut = g.ids.indexOf(undefined);
   const n = cut === -1 ? g.ids.length : cut;
   return { generated: g.ids.slice(0, n) as number[], genEntries: g.entries.slice(0, n), unmappedGenerated: g.ids.length - n };
 }

@@ -240,7 +240,6 @@ export function matchDecodeFaults(input: MatchInput, promptLength: (seq: number)
       const s = summarize(compareAll(() => out, gen.filter((g) => g.seq === seq)));
       if (withinTolerance(s)) causes.push(`${cand.label} (simulated: ${formatSummary(s)})`);
     } catch {
-      continue;
     }
   }
   return causes;

@@ -1,8 +1,9 @@
-import { parseArgs } from "node:util";
 import { existsSync } from "node:fs";
 import cliProgress from "cli-progress";
 import { UsageError } from "../util/errors.js";
 import { printable } from "../util/printable.js";
+import { parseArgs } from "node:util";
+import { parseCommand, type Parser } from "./options.js";
 import { loadModel, type BackendChoice, type LoadedModel } from "../runtime/load.js";
 
 /** Where a command writes: stdout/stderr, or a capture in tests. */
@@ -61,8 +62,6 @@ export function nonFiniteWarning(io: CliIO): (message: string) => void {
   return (message) => io.err(`warning: ${printable(message)}\n`);
 }
 
-export const ALLOW_NONFINITE_HELP = `  --allow-nonfinite      load weights that hold NaN/±Inf (each such tensor is named on stderr) instead of
-                         refusing the file; its outputs will be garbage wherever those weights are used`;
 
 /** `--backend` value of run/logits. */
 export function backendOption(v: string | undefined, dflt: BackendChoice): BackendChoice {
@@ -71,9 +70,6 @@ export function backendOption(v: string | undefined, dflt: BackendChoice): Backe
   return b;
 }
 
-export const BACKEND_HELP = `  --backend B            matrix kernels: reference (plain JS), cpu (WebAssembly SIMD on worker threads),
-                         webgpu (GPU through WebGPU), auto (webgpu on a hardware GPU adapter, else cpu)
-  --threads N            threads of the cpu backend, the caller's included (default: available parallelism)`;
 
 /** A progress bar over positions, on stderr when it is a terminal (else a no-op). */
 export function positionsBar(io: CliIO, label: string, unit = "tokens"): { update(done: number, total: number): void; stop(): void } {
@@ -98,6 +94,45 @@ export function intOption(name: string, v: string | undefined, min: number): num
   if (v.trim() === "" || !Number.isInteger(n) || n < min) throw new UsageError(`--${name} must be an integer ≥ ${min}, got "${v}"`);
   return n;
 }
+
+/** The options of a command that loads a model with a choice of kernels (run, logits, chat). */
+export interface BackendFlags {
+  backend?: string;
+  threads?: string;
+  allowNonfinite?: boolean;
+}
+
+/** --backend, --threads and --allow-nonfinite, with the default named in --backend's help. */
+export function backendOptions(parser: Parser, backendDefault: string): Parser {
+  return parser
+    .option(
+      "--backend <B>",
+      `matrix kernels: reference (plain JS), cpu (WebAssembly SIMD on worker threads), webgpu (GPU through WebGPU), auto (webgpu on a hardware GPU adapter, else cpu); default ${backendDefault}`,
+    )
+    .option("--threads <N>", "threads of the cpu backend, the caller's included (default: available parallelism)")
+    .option(...ALLOW_NONFINITE_OPTION);
+}
+
+export const ALLOW_NONFINITE_OPTION = [
+  "--allow-nonfinite",
+  "load weights that hold NaN/±Inf (each such tensor is named on stderr) instead of refusing the file; its outputs will be garbage wherever those weights are used",
+] as const;
+
+/**
+ * The shared front of a model command: parse `argv` with `parser`, print its help and return undefined for -h/--help,
+ * require exactly one positional (the model path). Bad arguments → UsageError.
+ */
+export function parseModelArgs<T>(argv: readonly string[], parser: Parser, io: CliIO): { values: T; model: string } | undefined {
+  const parsed = parseCommand<T>(parser, argv, io);
+  if (parsed === undefined) return undefined;
+  if (parsed.args.length !== 1) throw new UsageError(`expected one model path, got ${parsed.args.length}\nRun \`${parser.name()} --help\` for its options.`);
+  return { values: parsed.opts, model: parsed.args[0]! };
+}
+
+// ---- node:util parseArgs front, kept only for serve.ts until it moves to commander (it changes on another branch)
+
+export const ALLOW_NONFINITE_HELP = `  --allow-nonfinite      load weights that hold NaN/±Inf (each such tensor is named on stderr) instead of
+                         refusing the file; its outputs will be garbage wherever those weights are used`;
 
 /**
  * parseArgs refuses option values that start with "-" (`-n -1`, `-p "-x"`): for options that take a value, glue the

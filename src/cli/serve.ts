@@ -2,10 +2,16 @@ import type { Command } from "./command.js";
 import { UsageError } from "../util/errors.js";
 import { DEFAULT_PAGE_SIZE } from "../engine/paged-cache.js";
 import { startServer } from "../server/server.js";
+import { createLogger, parseLogLevel, type LogLevel, type ServerLogger } from "../server/access-log.js";
+import { openLoadingGate, type LoadingGate } from "../server/loading-gate.js";
+import { decideBackend } from "../runtime/backend-choice.js";
 import { parseCorsOrigins } from "../server/cors.js";
 import { DEFAULT_LIMITS, type ServerLimits } from "../server/limits.js";
 import { existsSync } from "node:fs";
-import { closeLoaded, loadModel, type LoadedModel } from "../runtime/load.js";
+import { closeLoaded, loadModel, type BackendChoice, type LoadedModel } from "../runtime/load.js";
+import type { GGUFFile } from "../gguf/file.js";
+import type { ModelConfig } from "../model/config.js";
+import type { FusedGpuModel } from "../backend/webgpu/fused.js";
 import { openFusedForCli, type FusedOpen } from "./fused.js";
 import { ALLOW_NONFINITE_HELP, type CliIO, intOption, nonFiniteWarning, parseModelCommand, processIO } from "./common.js";
 
@@ -13,7 +19,9 @@ const HELP = `usage: latent serve MODEL.gguf [options]
 
 An OpenAI-compatible HTTP server (docs/server.md): POST /v1/completions, /v1/chat/completions, /tokenize,
 /detokenize; GET /v1/models, /health, /metrics. Continuous batching over a paged latent KV cache with prefix
-caching. SIGTERM/SIGINT: stop taking requests, finish the running ones, exit.
+caching. SIGTERM/SIGINT: stop taking requests, finish the running ones, exit. The port is taken before the model loads
+(a busy one fails at once); until the model is ready /health answers 503 {"status":"loading","progress":…} and the
+API 503.
 
 options:
   --host HOST            address to listen on (default 127.0.0.1)
@@ -21,7 +29,8 @@ options:
   --api-key KEY          require "Authorization: Bearer KEY" (also from LATENT_API_KEY)
   --cors ORIGINS         let browser pages from these origins call the server: '*' or a comma list such as
                          http://localhost:3000,https://app.example (default: off, no CORS headers)
-  --alias NAME           model id clients send (default the file name without .gguf)
+  --alias NAME           model id clients send (default the file name without .gguf); repeat it, or give a comma
+                         list, for several ids: /v1/models lists them all, any of them is accepted
   --max-batch N          most sequences running at once (default 16)
   --kv-cache-tokens N    KV cache positions shared by all sequences (default 8192)
   --page-size N          positions per KV page (default ${DEFAULT_PAGE_SIZE})
@@ -45,9 +54,15 @@ options:
   --default-max-tokens N chat max_tokens when the request sets none (default ${DEFAULT_LIMITS.defaultChatMaxTokens}; never past the context)
   --retry-after S        Retry-After seconds sent with 429 and 503 (default ${DEFAULT_LIMITS.retryAfterSeconds})
   --no-prefix-cache      do not share KV pages between equal prompt prefixes
+  --log-format F         text (default: one line per event and per request) or json (JSON lines: level, time, msg
+                         and the request's fields)
+  --log-level L          debug, info (default), warn, error or silent; each request is logged at info (5xx at
+                         error; /health and /metrics polls at debug)
+  --quiet                only warnings and errors (--log-level warn)
   --log-steps            log every forward pass (sequences, tokens, decoding, ms) and every chain of greedy steps
   --backend B            cpu (WebAssembly SIMD kernels on worker threads), reference (plain JS kernels),
-                         webgpu or auto (default: webgpu on a hardware GPU adapter, else cpu). On a GPU a
+                         webgpu (needs the optional package: npm install webgpu) or auto (default: webgpu on a
+                         hardware GPU adapter, else cpu; startup says which and why). On a GPU a
                          deepseek2/glm-dsa model runs the fused pipeline (every layer of a step in one replayed pass,
                          the KV pages mirrored on the GPU, prefix caching included; --ctx-size default 4096)
   --threads N            threads of the cpu backend (default: all cores)
@@ -57,7 +72,7 @@ const SERVE_OPTIONS = {
   host: { type: "string" },
   port: { type: "string" },
   "api-key": { type: "string" },
-  alias: { type: "string" },
+  alias: { type: "string", multiple: true },
   cors: { type: "string" },
   "max-batch": { type: "string" },
   "kv-cache-tokens": { type: "string" },
@@ -79,6 +94,10 @@ const SERVE_OPTIONS = {
   "retry-after": { type: "string" },
   "no-prefix-cache": { type: "boolean" },
   "log-steps": { type: "boolean" },
+  // logging (access log and events)
+  "log-format": { type: "string" },
+  "log-level": { type: "string" },
+  quiet: { type: "boolean" },
   backend: { type: "string" },
   threads: { type: "string" },
   "allow-nonfinite": { type: "boolean" },
@@ -104,32 +123,37 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
   const path = modelPath;
   const limits = limitOptions(values);
   if (values.cors !== undefined) parseCorsOrigins(values.cors); // a bad list fails before the model loads
+  const aliases = aliasOption(values.alias);
+  const logger = loggerOption(values, io);
   if (!existsSync(path)) throw new UsageError(`model file not found: ${path}`);
-  const t0 = performance.now();
   const maxBatch = intOption("max-batch", values["max-batch"], 1);
   const ctxSize = intOption("ctx-size", values["ctx-size"], 1);
   const prefillChunk = intOption("prefill-chunk", values["prefill-chunk"], 1);
   const kvTokensArg = intOption("kv-cache-tokens", values["kv-cache-tokens"], 1);
   const pageSize = intOption("page-size", values["page-size"], 1) ?? DEFAULT_PAGE_SIZE;
-  const gpu = backend === "webgpu" || backend === "auto" ? openFused(path, backend, { slots: maxBatch ?? 16, ctxSize, prefillChunk: prefillChunk ?? 128, kvTokens: kvTokensArg, pageSize }, io) : undefined;
-  const open = gpu?.open;
-  const fused = open?.fused !== undefined ? { file: open.file, config: open.config, model: open.fused, kvTokens: gpu!.kvTokens } : undefined;
-  const loadWith = open !== undefined && open.fused === undefined ? open.backend : backend;
-  const loaded = fused ?? loadModel(path, undefined, {
-      backend: loadWith,
-      ...(threads !== undefined ? { threads } : {}),
-      ...(values["allow-nonfinite"] === true ? { onNonFinite: nonFiniteWarning(io) } : {}),
-    });
-  const warmed = fused?.model.warmStats;
-  const engine = fused !== undefined ? `fused WebGPU pipeline on ${fused.model.adapter}; ${warmed!.kernels} GPU kernels compiled in ${(warmed!.compileMs / 1000).toFixed(1)} s` : `kernels: ${(loaded as LoadedModel).model.kernels.name}`;
+  const tokenBudget = intOption("token-budget", values["token-budget"], 1);
+  const maxQueue = intOption("max-queue", values["max-queue"], 0);
+  const chainSteps = intOption("chain-steps", values["chain-steps"], 0);
+  const host = values.host ?? "127.0.0.1";
+  // the port first: a busy one fails now, not after the load; meanwhile /health says "loading"
+  const gate = await openLoadingGate({ host, port, retryAfterSeconds: limits.retryAfterSeconds ?? DEFAULT_LIMITS.retryAfterSeconds });
+  logger.event("info", `latent serve: loading ${path}; port ${gate.port} answers 503 until the model is ready`);
+  let served: ServedLoad;
+  try {
+    served = loadForServe(path, backend, { maxBatch, ctxSize, prefillChunk, kvTokensArg, pageSize, threads, allowNonFinite: values["allow-nonfinite"] === true }, gate, logger, io);
+  } catch (e) {
+    await gate.close();
+    throw e;
+  }
+  const { loaded, fused } = served;
+  await gate.close();
   const opt = <K extends string>(k: K, v: number | undefined): Partial<Record<K, number>> => (v === undefined ? {} : ({ [k]: v } as Record<K, number>));
-  io.err(`loaded ${path} in ${((performance.now() - t0) / 1000).toFixed(1)} s (${engine})\n`);
   const server = await startServer({
     loaded,
     modelPath: path,
-    ...(values.alias !== undefined ? { modelId: values.alias } : {}),
-    host: values.host ?? "127.0.0.1",
-    port,
+    ...(aliases.length > 0 ? { modelId: aliases[0]!, aliases: aliases.slice(1) } : {}),
+    host,
+    port: gate.port,
     ...(apiKey !== undefined && apiKey !== "" ? { apiKey } : {}),
     ...(values.cors !== undefined ? { cors: values.cors } : {}),
     ...opt("maxBatch", maxBatch),
@@ -137,34 +161,103 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
     pageSize,
     ...opt("contextLength", fused !== undefined ? fused.config.contextLength : ctxSize),
     ...opt("prefillChunk", prefillChunk),
-    ...opt("tokenBudget", intOption("token-budget", values["token-budget"], 1)),
-    ...opt("maxQueue", intOption("max-queue", values["max-queue"], 0)),
-    ...opt("chainSteps", intOption("chain-steps", values["chain-steps"], 0)),
+    ...opt("tokenBudget", tokenBudget),
+    ...opt("maxQueue", maxQueue),
+    ...opt("chainSteps", chainSteps),
     ...limits,
     prefixCaching: values["no-prefix-cache"] !== true,
     logSteps: values["log-steps"] === true,
-    log: (line) => io.err(`${line}\n`),
+    logger,
   });
   await new Promise<void>((resolve) => {
     let stopping = false;
     const stop = (signal: string): void => {
       if (stopping) {
-        io.err(`${signal} again: exiting now\n`);
+        logger.event("warn", `${signal} again: exiting now`);
         process.exit(1);
       }
       stopping = true;
       const s = server.stats();
-      io.err(`${signal}: draining (${s.running} running, ${s.waiting} waiting)\n`);
+      logger.event("info", `${signal}: draining (${s.running} running, ${s.waiting} waiting)`);
       void server.close().then(() => {
         if (fused !== undefined) void fused.model.close();
         else closeLoaded(loaded as LoadedModel);
-        io.err("latent serve: stopped\n");
+        logger.event("info", "latent serve: stopped");
         resolve();
       });
     };
     process.on("SIGTERM", () => stop("SIGTERM"));
     process.on("SIGINT", () => stop("SIGINT"));
   });
+}
+
+// ---- logging and model-id options (--log-format, --log-level, --quiet, --alias) ----
+
+function loggerOption(values: { readonly "log-format"?: string; readonly "log-level"?: string; readonly quiet?: boolean }, io: CliIO): ServerLogger {
+  const format = values["log-format"] ?? "text";
+  if (format !== "text" && format !== "json") throw new UsageError(`--log-format must be text or json, got "${format}"`);
+  let level: LogLevel = "info";
+  if (values["log-level"] !== undefined) {
+    const parsedLevel = parseLogLevel(values["log-level"]);
+    if (parsedLevel === undefined) throw new UsageError(`--log-level must be debug, info, warn, error or silent, got "${values["log-level"]}"`);
+    if (values.quiet === true) throw new UsageError("--quiet and --log-level cannot be given together");
+    level = parsedLevel;
+  } else if (values.quiet === true) level = "warn";
+  return createLogger({ format, level, write: io.err });
+}
+
+/** --alias, repeated or as comma lists: the ids in order, without blanks or repeats. */
+function aliasOption(values: readonly string[] | undefined): string[] {
+  const ids = (values ?? []).flatMap((v) => v.split(",")).map((v) => v.trim());
+  if (ids.some((id) => id === "")) throw new UsageError("--alias needs a model id (an empty one was given)");
+  return [...new Set(ids)];
+}
+
+// ---- loading the model for the server ----
+
+interface FusedLoad {
+  readonly file: GGUFFile;
+  readonly config: ModelConfig;
+  readonly model: FusedGpuModel;
+  readonly kvTokens: number;
+}
+
+interface ServedLoad {
+  readonly loaded: LoadedModel | FusedLoad;
+  readonly fused: FusedLoad | undefined;
+}
+
+interface LoadSizes {
+  readonly maxBatch: number | undefined;
+  readonly ctxSize: number | undefined;
+  readonly prefillChunk: number | undefined;
+  readonly kvTokensArg: number | undefined;
+  readonly pageSize: number;
+  readonly threads: number | undefined;
+  readonly allowNonFinite: boolean;
+}
+
+/** Decide the backend (said in the log), load the model with the gate's /health progress, log how long it took. */
+function loadForServe(path: string, backend: BackendChoice, o: LoadSizes, gate: LoadingGate, logger: ServerLogger, io: CliIO): ServedLoad {
+  const t0 = performance.now();
+  const decision = decideBackend(backend);
+  logger.event("info", `backend ${decision.reason}`);
+  const gpu = decision.backend === "webgpu" ? openFused(path, backend === "auto" ? "auto" : "webgpu", { slots: o.maxBatch ?? 16, ctxSize: o.ctxSize, prefillChunk: o.prefillChunk ?? 128, kvTokens: o.kvTokensArg, pageSize: o.pageSize }, io) : undefined;
+  const open = gpu?.open;
+  const fused = open?.fused !== undefined ? { file: open.file, config: open.config, model: open.fused, kvTokens: gpu!.kvTokens } : undefined;
+  const loadWith = open !== undefined && open.fused === undefined ? open.backend : decision.backend;
+  const loaded =
+    fused ??
+    loadModel(path, (done, total) => gate.setProgress(total > 0 ? done / total : 0), {
+      backend: loadWith,
+      ...(o.threads !== undefined ? { threads: o.threads } : {}),
+      ...(o.allowNonFinite ? { onNonFinite: nonFiniteWarning(io) } : {}),
+    });
+  gate.setProgress(1);
+  const warmed = fused?.model.warmStats;
+  const engine = fused !== undefined ? `fused WebGPU pipeline on ${fused.model.adapter}; ${warmed!.kernels} GPU kernels compiled in ${(warmed!.compileMs / 1000).toFixed(1)} s` : `kernels: ${(loaded as LoadedModel).model.kernels.name}`;
+  logger.event("info", `loaded ${path} in ${((performance.now() - t0) / 1000).toFixed(1)} s (${engine})`);
+  return { loaded, fused };
 }
 
 type LimitFlag = "max-connections" | "max-body-bytes" | "max-inflight-body-bytes" | "headers-timeout" | "body-timeout" | "request-timeout" | "drain-timeout" | "max-stream-buffer" | "default-max-tokens" | "retry-after";

@@ -17,6 +17,8 @@ import { chatLogprob, genEntries, legacyLogprobs, promptEntries, vllmPromptLogpr
 import { ServerMetrics } from "./metrics.js";
 import { refuseUnsupportedFields } from "./fields.js";
 import { corsHeaders, parseCorsOrigins, preflightHeaders } from "./cors.js";
+import { lineLogger, requestIdOf, type RequestTokens, type ServerLogger } from "./access-log.js";
+import { listenError } from "./listen.js";
 import { MAX_LOGPROBS, messagesField, modelField, optBool, optInt, promptField, requireNoSuffix, samplingFields, type SamplingFields } from "./schema.js";
 
 /** What the server runs: the file (metadata: tokenizer, name), the config and a batched forward pass. */
@@ -34,6 +36,8 @@ export interface ServerOptions extends Partial<ServerLimits> {
   readonly loaded?: ServedModel;
   /** the model id clients name; default the file name without .gguf */
   readonly modelId?: string;
+  /** more ids the model answers to (after modelId, which /v1/models lists first) */
+  readonly aliases?: readonly string[];
   /** default 127.0.0.1 */
   readonly host?: string;
   /** default 8080; 0 picks a free port */
@@ -62,6 +66,8 @@ export interface ServerOptions extends Partial<ServerLimits> {
   readonly prefixCaching?: boolean;
   /** one line per event worth logging (startup, errors); default none */
   readonly log?: (line: string) => void;
+  /** events and one access line per request (replaces `log`) */
+  readonly logger?: ServerLogger;
   /** also log every forward pass (sequences, tokens, decodes, ms; chained steps as one line per chain) */
   readonly logSteps?: boolean;
 }
@@ -84,6 +90,8 @@ export interface RunningServer {
   readonly url: string;
   readonly port: number;
   readonly modelId: string;
+  /** every id the model answers to, modelId first */
+  readonly modelIds: readonly string[];
   readonly http: Server;
   readonly scheduler: Scheduler;
   readonly pool: PagePool;
@@ -105,6 +113,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const { config, model } = loaded;
   const tokenizer = Tokenizer.fromMetadata(loaded.file.metadata);
   const modelId = options.modelId ?? (options.modelPath !== undefined ? basename(options.modelPath).replace(/\.gguf$/i, "") : loaded.file.metadata.string("general.name") ?? "latent");
+  const modelIds = [...new Set([modelId, ...(options.aliases ?? [])])];
   const ctx = Math.min(options.contextLength ?? config.contextLength, config.contextLength);
   const maxBatch = options.maxBatch ?? 16;
   const pageSize = options.pageSize ?? DEFAULT_PAGE_SIZE;
@@ -112,6 +121,9 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   if (!Number.isInteger(kvTokens) || kvTokens < pageSize) throw new UsageError(`the KV cache needs at least one page (${pageSize} positions), got ${kvTokens}`);
   const pool = new PagePool(config, { pageSize, numPages: Math.ceil(kvTokens / pageSize) });
   let metrics: ServerMetrics | undefined;
+  const logger = options.logger ?? lineLogger(options.log);
+  const log = (line: string): void => logger.event("info", line);
+  const logError = (line: string): void => logger.event("error", line);
   // connections and requests seen: the scheduler lets the event loop take in a burst of them before its next step
   let ioEvents = 0;
   const scheduler = new Scheduler(model, tokenizer, pool, {
@@ -128,12 +140,11 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       metrics?.stepSeconds.observe(s.ms / 1000);
       if (options.logSteps !== true) return;
       if (s.chainStep !== undefined && s.chainStep > 0) return; // one line per chain
-      options.log?.(s.chained !== undefined ? `step: chain of ${s.chained} greedy steps × ${s.sequences} sequences, ${(s.ms * s.chained).toFixed(1)} ms` : `step: ${s.sequences} sequences, ${s.tokens} tokens (${s.decodes} decoding), ${s.ms.toFixed(1)} ms`);
+      logger.event("info", s.chained !== undefined ? `step: chain of ${s.chained} greedy steps × ${s.sequences} sequences, ${(s.ms * s.chained).toFixed(1)} ms` : `step: ${s.sequences} sequences, ${s.tokens} tokens (${s.decodes} decoding), ${s.ms.toFixed(1)} ms`);
     },
   });
   metrics = new ServerMetrics(scheduler, pool);
   const m = metrics;
-  const log = options.log ?? ((): void => {});
   const limits: ServerLimits = { ...DEFAULT_LIMITS, ...definedOnly(options) };
   const bodyBudget = new BodyBudget(limits.maxBufferedBodyBytes);
   const cors = options.cors !== undefined ? parseCorsOrigins(options.cors) : undefined;
@@ -142,17 +153,24 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   let draining = false;
   const active = new Set<Promise<void>>();
 
-  const api: Api = { limits, jobs: new Set(), tokenizer, prompts: new PromptEncoder(tokenizer, ctx), scheduler, metrics: m, modelId, ctx, created, log, nVocab: config.nVocab };
+  const api: Api = { limits, jobs: new Set(), tokenizer, prompts: new PromptEncoder(tokenizer, ctx), scheduler, metrics: m, modelId, modelIds, ctx, created, log, nVocab: config.nVocab };
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const path = pathOf(req.url);
     const endpoint = ENDPOINTS.has(path) ? path : path.startsWith("/v1/models/") ? "/v1/models/{id}" : "other";
     const t0 = performance.now();
-    // a response that never finished: the client went away first (nginx's 499)
+    const requestId = requestIdOf(req);
+    res.setHeader("x-request-id", requestId);
+    const tokens: RequestTokens = { promptTokens: undefined, completionTokens: 0, ttftMs: undefined };
+    requestTokens.set(req, { tokens, t0 });
+    // a response that never finished: the client went away first (nginx's 499); a stream logs here, at its end
     res.once("close", () => {
       const status = res.writableFinished ? res.statusCode : CLIENT_CLOSED;
       m.requests.inc({ endpoint, status: String(status) });
-      if (status === CLIENT_CLOSED) log(`${CLIENT_CLOSED} ${req.method ?? "?"} ${path}: the client closed the connection after ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+      const totalMs = performance.now() - t0;
+      // the access line says it too (status 499); this one stays for embedders that take lines only
+      if (status === CLIENT_CLOSED) logger.event("debug", `${CLIENT_CLOSED} ${req.method ?? "?"} ${path}: the client closed the connection after ${(totalMs / 1000).toFixed(1)} s`);
+      logger.request({ requestId, method: req.method ?? "?", path, status, promptTokens: tokens.promptTokens, completionTokens: tokens.promptTokens !== undefined ? tokens.completionTokens : undefined, ttftMs: tokens.ttftMs, totalMs });
     });
     const readOnly = req.method === "GET" || req.method === "HEAD";
     if (cors !== undefined) {
@@ -182,14 +200,14 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       if (keyHash !== undefined && (path.startsWith("/v1/") || path === "/tokenize" || path === "/detokenize")) checkKey(req, keyHash);
       if (path === "/v1/models") {
         if (!readOnly) throw methodNotAllowed(req.method);
-        sendJson(res, 200, { object: "list", data: [modelCard(api, config.contextLength)] });
+        sendJson(res, 200, { object: "list", data: modelIds.map((id) => modelCard(api, id, config.contextLength)) });
         return;
       }
       if (endpoint === "/v1/models/{id}") {
         if (!readOnly) throw methodNotAllowed(req.method);
         const id = decodeOrRaw(path.slice("/v1/models/".length));
-        if (id !== modelId) throw unknownModel(id);
-        sendJson(res, 200, modelCard(api, config.contextLength));
+        if (!modelIds.includes(id)) throw unknownModel(id, modelIds);
+        sendJson(res, 200, modelCard(api, id, config.contextLength));
         return;
       }
       if (!ENDPOINTS.has(path)) throw new ApiError(404, `no route ${req.method ?? "?"} ${path}`, "not_found_error", null, "unknown_url");
@@ -207,8 +225,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       const err = toApiError(e);
       // an unexpected error with its stack; the server's own 5xx answers (generation failed, timeout) as one line; 503s
       // (shutting down, busy) are routine
-      if (!(e instanceof ApiError) && err.status >= 500) log(`error ${req.method ?? "?"} ${path}: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}`);
-      else if (err.status >= 500 && err.status !== 503) log(`${err.status} ${req.method ?? "?"} ${path}: ${err.message}`);
+      if (!(e instanceof ApiError) && err.status >= 500) logError(`error ${req.method ?? "?"} ${path}: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}`);
+      else if (err.status >= 500 && err.status !== 503) logError(`${err.status} ${req.method ?? "?"} ${path}: ${err.message}`);
       if (mustClose(err)) res.setHeader("connection", "close");
       sendError(res, err, retryHeaders(err.status, limits.retryAfterSeconds));
     }
@@ -222,7 +240,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       return;
     }
     const p = handle(req, res).catch((e: unknown) => {
-      log(`unhandled: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}`);
+      logError(`unhandled: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}`);
       try {
         sendError(res, new ApiError(500, "internal error"));
       } catch {
@@ -241,22 +259,24 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   http.headersTimeout = limits.headersTimeoutMs;
   const host = options.host ?? "127.0.0.1";
   await new Promise<void>((resolve, reject) => {
-    http.once("error", reject);
+    const refused = (e: Error): void => reject(listenError(e, host, options.port ?? 8080));
+    http.once("error", refused);
     http.listen(options.port ?? 8080, host, () => {
-      http.off("error", reject);
+      http.off("error", refused);
       resolve();
     });
   });
   http.on("error", (e) => log(`http server error: ${e.message}`));
   const port = (http.address() as AddressInfo).port;
   const url = `http://${host.includes(":") ? `[${host}]` : host}:${port}`;
-  log(`latent serve: model "${modelId}" (${config.arch}, ${config.nLayer} layers, context ${ctx}), KV ${pool.numPages} pages × ${pageSize} positions (${(pool.bytes() / 2 ** 20).toFixed(1)} MiB), max batch ${maxBatch}, listening on ${url}`);
+  log(`latent serve: model "${modelIds.join('", "')}" (${config.arch}, ${config.nLayer} layers, context ${ctx}), KV ${pool.numPages} pages × ${pageSize} positions (${(pool.bytes() / 2 ** 20).toFixed(1)} MiB), max batch ${maxBatch}, listening on ${url}`);
 
   let closing: Promise<void> | undefined;
   return {
     url,
     port,
     modelId,
+    modelIds,
     http,
     scheduler,
     pool,
@@ -293,6 +313,7 @@ interface Api {
   readonly scheduler: Scheduler;
   readonly metrics: ServerMetrics;
   readonly modelId: string;
+  readonly modelIds: readonly string[];
   readonly ctx: number;
   readonly created: number;
   readonly nVocab: number;
@@ -306,8 +327,8 @@ function sseWriter(api: Api, res: ServerResponse): SseWriter {
   return new SseWriter(res, api.limits.maxStreamBufferBytes, (unsent) => api.log(`stream dropped: the client left ${unsent} bytes unread (limit ${api.limits.maxStreamBufferBytes})`));
 }
 
-function modelCard(api: Api, nCtxTrain: number): Record<string, unknown> {
-  return { id: api.modelId, object: "model", created: api.created, owned_by: "latent", meta: { n_ctx: api.ctx, n_ctx_train: nCtxTrain, n_vocab: api.nVocab } };
+function modelCard(api: Api, id: string, nCtxTrain: number): Record<string, unknown> {
+  return { id, object: "model", created: api.created, owned_by: "latent", meta: { n_ctx: api.ctx, n_ctx_train: nCtxTrain, n_vocab: api.nVocab } };
 }
 
 /** Status counted and logged for a request whose client closed the connection before the answer was sent. */
@@ -346,9 +367,12 @@ function methodNotAllowed(method: string | undefined): ApiError {
   return new ApiError(405, `method ${method ?? "?"} is not allowed here`, "invalid_request_error", null, "method_not_allowed");
 }
 
-function unknownModel(id: string): ApiError {
-  return new ApiError(404, `The model '${id}' does not exist`, "invalid_request_error", "model", "model_not_found");
+function unknownModel(id: string, known: readonly string[]): ApiError {
+  return new ApiError(404, `The model '${id}' does not exist; this server has ${known.map((k) => `'${k}'`).join(", ")}`, "invalid_request_error", "model", "model_not_found");
 }
+
+/** A request's token counts for its access line: set by the generation endpoints, read when the response closes. */
+const requestTokens = new WeakMap<IncomingMessage, { readonly tokens: RequestTokens; readonly t0: number }>();
 
 function checkKey(req: IncomingMessage, keyHash: Buffer): void {
   const auth = req.headers["authorization"];
@@ -448,6 +472,7 @@ function launch(
   hooks: { onToken?(c: Choice, t: TokenOut): void; onPrompt?(c: Choice): void; onFinish?(c: Choice): void },
 ): { job: GenJob; done: Promise<void> } {
   const t0 = performance.now();
+  const record = requestTokens.get(req);
   const total = prompts.length * s.n;
   const st = api.scheduler.stats();
   if (st.waiting + total > api.scheduler.maxQueue) throw new ApiError(429, `the queue is full (${st.waiting} waiting, limit ${api.scheduler.maxQueue}); retry later`, "rate_limit_error", null, "queue_full");
@@ -489,6 +514,10 @@ function launch(
           onToken: (t) => {
             const now = performance.now();
             if (t.index === 0) api.metrics.ttft.observe((now - t0) / 1000);
+            if (record !== undefined) {
+              record.tokens.ttftMs ??= now - record.t0;
+              record.tokens.completionTokens++;
+            }
             else api.metrics.itl.observe((now - last) / 1000);
             last = now;
             api.metrics.generationTokens.inc();
@@ -517,6 +546,7 @@ function launch(
     api.jobs.delete(job);
   });
   for (const p of prompts) api.metrics.promptTokens.inc(p.length);
+  if (record !== undefined) record.tokens.promptTokens = prompts.reduce((a, p) => a + p.length, 0);
   // a client that goes away cancels its sequences: their pages go back at once
   res.on("close", () => {
     if (remaining > 0) cancelJob(api, job);
@@ -565,7 +595,7 @@ async function completions(api: Api, body: Record<string, unknown>, req: Incomin
   const logprobs = optInt(body, "logprobs", 0, MAX_LOGPROBS);
   const echo = optBool(body, "echo") ?? false;
   const promptLogprobs = optInt(body, "prompt_logprobs", 0, MAX_LOGPROBS);
-  if (modelName !== api.modelId) throw unknownModel(modelName);
+  if (!api.modelIds.includes(modelName)) throw unknownModel(modelName, api.modelIds);
   const prompts: number[][] = [];
   for (const p of inputs) prompts.push("ids" in p ? p.ids : await api.prompts.encodePrompt(p.text));
   const maxTokens = prompts.map((p) => budget(api, p.length, s.maxTokens, 16));
@@ -573,7 +603,7 @@ async function completions(api: Api, body: Record<string, unknown>, req: Incomin
   const needPrompt = promptLogprobs !== undefined || (echo && logprobs !== undefined) ? Math.max(promptLogprobs ?? 0, echo ? (logprobs ?? 0) : 0) : undefined;
   const created = Math.floor(Date.now() / 1000);
   // with include_usage every chunk but the last carries usage: null, as OpenAI sends them
-  const base = (job: GenJob): Record<string, unknown> => ({ id: job.id, object: "text_completion", created, model: api.modelId, ...(s.stream && s.includeUsage ? { usage: null } : {}) });
+  const base = (job: GenJob): Record<string, unknown> => ({ id: job.id, object: "text_completion", created, model: modelName, ...(s.stream && s.includeUsage ? { usage: null } : {}) });
   const sse = s.stream ? sseWriter(api, res) : undefined;
   const offsets = new Map<number, number>();
   let jobRef: GenJob | undefined;
@@ -643,7 +673,7 @@ async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessag
   const topLogprobs = optInt(body, "top_logprobs", 0, MAX_LOGPROBS);
   if (topLogprobs !== undefined && !logprobs) throw badParam("top_logprobs", "'top_logprobs' needs 'logprobs': true");
   const promptLogprobs = optInt(body, "prompt_logprobs", 0, MAX_LOGPROBS);
-  if (modelName !== api.modelId) throw unknownModel(modelName);
+  if (!api.modelIds.includes(modelName)) throw unknownModel(modelName, api.modelIds);
   let prompt: number[];
   try {
     prompt = await api.prompts.encodeChat(messages, { addGenerationPrompt: true });
@@ -654,7 +684,7 @@ async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessag
   const maxTokens = [budget(api, prompt.length, s.maxTokens, api.limits.defaultChatMaxTokens)];
   const k = topLogprobs ?? 0;
   const created = Math.floor(Date.now() / 1000);
-  const base = (job: GenJob): Record<string, unknown> => ({ id: job.id, object: "chat.completion.chunk", created, model: api.modelId, ...(s.includeUsage ? { usage: null } : {}) });
+  const base = (job: GenJob): Record<string, unknown> => ({ id: job.id, object: "chat.completion.chunk", created, model: modelName, ...(s.includeUsage ? { usage: null } : {}) });
   const sse = s.stream ? sseWriter(api, res) : undefined;
   const { job, done } = launch(api, req, res, "chat", [prompt], s, { topLogprobs: logprobs ? Math.max(k, 0) : undefined, promptLogprobs, maxTokens }, sse === undefined ? {} : {
     onToken: (c, t) => {
@@ -680,7 +710,7 @@ async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessag
     id: job.id,
     object: "chat.completion",
     created,
-    model: api.modelId,
+    model: modelName,
     choices: job.choices.map((c) => ({
       index: c.index,
       message: { role: "assistant", content: c.result!.text },

@@ -2,7 +2,6 @@ import { existsSync } from "node:fs";
 import cliProgress from "cli-progress";
 import { UsageError } from "../util/errors.js";
 import { printable } from "../util/printable.js";
-import { parseArgs } from "node:util";
 import { parseCommand, type Parser } from "./options.js";
 import { loadModel, type BackendChoice, type LoadedModel } from "../runtime/load.js";
 
@@ -127,65 +126,4 @@ export function parseModelArgs<T>(argv: readonly string[], parser: Parser, io: C
   if (parsed === undefined) return undefined;
   if (parsed.args.length !== 1) throw new UsageError(`expected one model path, got ${parsed.args.length}\nRun \`${parser.name()} --help\` for its options.`);
   return { values: parsed.opts, model: parsed.args[0]! };
-}
-
-// ---- node:util parseArgs front, kept only for serve.ts until it moves to commander (it changes on another branch)
-
-export const ALLOW_NONFINITE_HELP = `  --allow-nonfinite      load weights that hold NaN/±Inf (each such tensor is named on stderr) instead of
-                         refusing the file; its outputs will be garbage wherever those weights are used`;
-
-/**
- * parseArgs refuses option values that start with "-" (`-n -1`, `-p "-x"`): for options that take a value, glue the
- * next argument to them (`--name=VALUE`) so it is always read as the value, as getopt does; range checks judge it.
- */
-export function glueValues(argv: readonly string[], valued: Readonly<Record<string, string>>): string[] {
-  const out: string[] = [];
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i]!;
-    if (a === "--") {
-      out.push(...argv.slice(i));
-      break;
-    }
-    const long = valued[a];
-    const next = argv[i + 1];
-    if (long !== undefined && next !== undefined) {
-      out.push(`--${long}=${next}`);
-      i++;
-    } else out.push(a);
-  }
-  return out;
-}
-
-/** "-x"/"--name" → "name" for every option whose type is "string". */
-export function valuedOptions(options: Readonly<Record<string, { type: "string" | "boolean"; short?: string }>>): Record<string, string> {
-  const m: Record<string, string> = {};
-  for (const [name, o] of Object.entries(options)) {
-    if (o.type !== "string") continue;
-    m[`--${name}`] = name;
-    if (o.short !== undefined) m[`-${o.short}`] = name;
-  }
-  return m;
-}
-
-
-type OptionsConfig = Readonly<Record<string, { type: "string" | "boolean"; short?: string; multiple?: boolean }>>;
-type ParsedValues<T extends OptionsConfig> = ReturnType<typeof parseArgs<{ args: string[]; options: T; allowPositionals: true; strict: true }>>["values"];
-
-/**
- * The shared front of a model command: parse `argv` against `options` (values may start with "-"), print `help` and
- * return undefined for -h/--help, require exactly one positional (the model path). Bad arguments → UsageError.
- */
-export function parseModelCommand<T extends OptionsConfig>(argv: string[], options: T, help: string, io: CliIO): { values: ParsedValues<T>; model: string } | undefined {
-  let parsed;
-  try {
-    parsed = parseArgs({ args: glueValues(argv, valuedOptions(options)), options, allowPositionals: true, strict: true });
-  } catch (e) {
-    throw new UsageError(`${e instanceof Error ? e.message : String(e)}\n\n${help}`);
-  }
-  if ((parsed.values as Record<string, unknown>)["help"] === true) {
-    io.out(help + "\n");
-    return undefined;
-  }
-  if (parsed.positionals.length !== 1) throw new UsageError(`expected one model path, got ${parsed.positionals.length}\n\n${help}`);
-  return { values: parsed.values, model: parsed.positionals[0]! };
 }

@@ -70,3 +70,19 @@ export function packageVersion(): string {
   const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version?: unknown };
   return typeof pkg.version === "string" ? pkg.version : "unknown";
 }
+
+/**
+ * The parsed values keyed by the flags as typed ("max-batch", "no-prefix-cache": true when given), for commands whose
+ * code reads them by flag name rather than commander's camelCase attribute names.
+ */
+export function valuesByFlag(parser: Parser): Record<string, unknown> {
+  const values: Record<string, unknown> = {};
+  for (const option of parser.options) {
+    if (option.long === undefined || option.long === "--help") continue;
+    const value: unknown = parser.getOptionValue(option.attributeName());
+    if (option.negate) {
+      if (value === false) values[option.long.slice(2)] = true;
+    } else if (value !== undefined) values[option.long.slice(2)] = value;
+  }
+  return values;
+}

@@ -50,7 +50,7 @@ interface TurnSource {
   close(): void;
 }
 
-function turnSource(file: string | undefined, io: CliIO): TurnSource {
+function turnSource(file: string | undefined): TurnSource {
   if (file !== undefined && file !== "-") {
     if (!existsSync(file)) throw new UsageError(`prompt file not found: ${file}`);
     const rl = createInterface({ input: createReadStream(file, "utf8"), crlfDelay: Infinity });
@@ -58,7 +58,6 @@ function turnSource(file: string | undefined, io: CliIO): TurnSource {
   }
   const interactive = file === undefined && process.stdin.isTTY === true;
   const rl = createInterface({ input: process.stdin, ...(interactive ? { output: process.stdout, prompt: "> " } : {}), crlfDelay: Infinity, terminal: interactive });
-  if (interactive) io.err("type a message; /reset, /stats, /exit\n");
   return { lines: rl, interactive, prompt: () => rl.prompt(), close: () => rl.close() };
 }
 
@@ -73,7 +72,7 @@ export async function chatMain(argv: string[], io: CliIO): Promise<void> {
   const backend = backendOption(values.backend, "cpu");
   if (backend !== "cpu" && backend !== "reference") throw new UsageError(`--backend must be cpu or reference for chat, got "${backend}"`);
   const threads = intOption("threads", values.threads, 1);
-  const source = turnSource(values.file, io);
+  const source = turnSource(values.file);
 
   const loaded = loadForCli(modelPath, io, backend, threads, values.allowNonfinite === true);
   try {
@@ -85,6 +84,7 @@ export async function chatMain(argv: string[], io: CliIO): Promise<void> {
       sampler,
       maxTokens: nPredict < 0 ? Infinity : nPredict,
     });
+    if (source.interactive) io.err("type a message; /reset, /stats, /exit\n");
     source.prompt();
     for await (const raw of source.lines) {
       const line = raw.trim();

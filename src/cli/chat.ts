@@ -2,7 +2,7 @@ import { createReadStream, existsSync } from "node:fs";
 import { createInterface } from "node:readline";
 import type { Command } from "./command.js";
 import { UsageError } from "../util/errors.js";
-import { closeLoaded } from "../runtime/load.js";
+import { closeLoaded, type LoadedModel } from "../runtime/load.js";
 import { Tokenizer } from "../tokenizer/index.js";
 import { Sampler } from "../engine/sampler.js";
 import { backendOption, backendOptions, intOption, loadForCli, parseModelArgs, processIO, type BackendFlags, type CliIO } from "./common.js";
@@ -74,8 +74,10 @@ export async function chatMain(argv: string[], io: CliIO): Promise<void> {
   const threads = intOption("threads", values.threads, 1);
   const source = turnSource(values.file);
 
-  const loaded = loadForCli(modelPath, io, backend, threads, values.allowNonfinite === true);
+  let loaded: LoadedModel | undefined;
   try {
+    // (inside the try: a model that fails to load must still close the reader, or stdin keeps the process alive)
+    loaded = loadForCli(modelPath, io, backend, threads, values.allowNonfinite === true);
     const tokenizer = Tokenizer.fromMetadata(loaded.file.metadata);
     // a model without a chat template fails here, before the first message is typed
     tokenizer.renderChat([{ role: "user", content: "" }]);
@@ -102,7 +104,7 @@ export async function chatMain(argv: string[], io: CliIO): Promise<void> {
     }
   } finally {
     source.close();
-    closeLoaded(loaded);
+    if (loaded !== undefined) closeLoaded(loaded);
   }
 }
 

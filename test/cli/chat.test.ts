@@ -81,6 +81,9 @@ test("a model without a chat template, and bad options, are clear errors", () =>
   assert.equal(r.status, 1, r.stderr);
   assert.match(r.stderr, /^latent chat: .*chat_template/);
   assert.doesNotMatch(r.stderr, /\n\s+at /);
+  const noModel = spawnSync(process.execPath, [BIN, "chat", join(tmp.dir, "nope.gguf")], { input: "hi\n", encoding: "utf8" });
+  assert.equal(noModel.status, 2);
+  assert.match(noModel.stderr, /^latent chat: model file not found/);
   const missing = chat(["-f", join(tmp.dir, "nope.txt")], "");
   assert.equal(missing.status, 2);
   assert.match(missing.stderr, /prompt file not found/);

@@ -41,13 +41,17 @@ test("piped stdin: each line a turn; the second turn prefills only the new messa
   assert.match(r.stderr, /turns: 2, cache: \d+ positions/);
 });
 
-test("-f FILE: /reset forgets the conversation and empties the cache; unknown commands are reported", () => {
+test("-f FILE and -f -: /reset forgets the conversation and empties the cache; unknown commands are reported", () => {
   const file = join(tmp.dir, "turns.txt");
   writeFileSync(file, "In the beginning\n/reset\n/stats\n/frobnicate\nIn the beginning\n/stats\n");
   const r = chat(["-f", file], "");
   assert.equal(r.status, 0, r.stderr);
   assert.match(r.stderr, /\(conversation reset\)\nturns: 0, cache: 0 positions\n/);
   assert.match(r.stderr, /unknown command \/frobnicate/);
+  const dash = chat(["-f", "-"], "In the beginning\n/stats\n");
+  assert.equal(dash.status, 0, dash.stderr);
+  assert.equal(dash.stdout, r.stdout.slice(0, r.stdout.length / 2), "-f - reads the turns from stdin");
+  assert.match(dash.stderr, /turns: 1, /);
   const [after] = statsOf(r.stderr);
   assert.equal(after?.reused, 0, "after /reset nothing is reused");
   // each reply is followed by a newline (a reply may hold newlines of its own)

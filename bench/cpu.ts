@@ -21,20 +21,43 @@ import type { QMatrix } from "../src/tensor/qmatrix.js";
 import { LatentCache } from "../src/model/cache.js";
 import { loadModel } from "../src/runtime/load.js";
 import { preset, withOverrides } from "../src/synth/presets.js";
-import { synthesize } from "../src/synth/synthesize.js";
+import { planTensors, synthesize } from "../src/synth/synthesize.js";
+import { GGUFFile } from "../src/gguf/file.js";
 import type { ModelWeights } from "../src/model/weights.js";
 import type { BenchResult } from "./run.js";
-import { arg } from "./args.js";
+import { arg, flag } from "./args.js";
 
 function benchModel(): string {
   const given = arg("model");
   if (given !== undefined) return given;
   const path = join(tmpdir(), "latent-bench-v2-lite-8L-Q4_K_M.gguf");
-  if (!existsSync(path)) {
-    console.error(`synthesizing ${path} (v2-lite, 8 layers, Q4_K_M)…`);
-    synthesize(withOverrides(preset("v2-lite", "deepseek2"), { n_layer: 8 }), { out: path, seed: 1, type: "Q4_K_M" });
+  const config = withOverrides(preset("v2-lite", "deepseek2"), { n_layer: 8 });
+  const problem = existsSync(path) ? reusableModelProblem(path, planTensors(config, { type: "Q4_K_M" }).length) : "not there";
+  if (problem !== undefined) {
+    console.error(`synthesizing ${path} (v2-lite, 8 layers, Q4_K_M; ${problem})…`);
+    // (written under a temporary name and renamed when complete: an interrupted run leaves no half file here)
+    synthesize(config, { out: path, seed: 1, type: "Q4_K_M" });
   }
   return path;
+}
+
+/**
+ * Why a model file left by an earlier run cannot be reused (undefined when it can): it must parse as GGUF and hold the
+ * tensors the synthesis writes. A truncated file or one from another preset is re-synthesized, not trusted.
+ */
+export function reusableModelProblem(path: string, expectedTensors: number): string | undefined {
+  let file: GGUFFile;
+  try {
+    file = GGUFFile.open(path);
+  } catch (e) {
+    return `the existing file does not parse as GGUF: ${(e as Error).message}`;
+  }
+  try {
+    const n = file.tensors.size;
+    return n === expectedTensors ? undefined : `the existing file holds ${n} tensors, not ${expectedTensors}`;
+  } finally {
+    file.close();
+  }
 }
 
 /** GB/s of a copy loop (bytes read + written) over 256 MiB buffers, on `threads` threads. */
@@ -147,7 +170,7 @@ export function run(): BenchResult[] {
   // --repeat N: N rounds of (latent run, llama.cpp run), interleaved so that both sides see the same machine load;
   // each round's ratios are printed and the headline figures are the medians
   const repeat = Math.max(1, Number(arg("repeat") ?? 1));
-  const withLlama = !process.argv.includes("--no-llama");
+  const withLlama = !flag("no-llama");
   const load0 = loadavg()[0]!;
   const lr = latentRunner(path, threads, backend, nPrompt, nDecode);
   const rounds: { lPre: number; lDec: number; cPre?: number; cDec?: number; load: number; backendName?: string }[] = [];

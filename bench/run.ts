@@ -4,7 +4,9 @@
  * the cpu one. To add a benchmark, write bench/NAME.ts exporting `run(): Promise<BenchResult[]> | BenchResult[]` and
  * add one line to MODULES below.
  */
-import { writeFileSync } from "node:fs";
+import { renameSync, writeFileSync } from "node:fs";
+import { Command } from "commander";
+import { setBenchOptions } from "./args.js";
 
 export interface BenchResult {
   /** what was measured, e.g. "dequant Q4_K 4096×1024" */
@@ -28,20 +30,51 @@ const MODULES: Record<string, () => Promise<BenchModule>> = {
   sampling: () => import("./sampling.js"),
 };
 
+/** The command line: every option any module reads is declared here, so --help lists them and typos are caught. */
+function benchParser(): Command {
+  return new Command("npm run bench --")
+    .usage("[options] [module ...]")
+    .description(`Run benchmark modules (${Object.keys(MODULES).join(", ")}) and print their results as a table. Without module names: all of them, or with --backend webgpu the webgpu module and with --backend cpu|reference the cpu one.`)
+    .argument("[module...]", `benchmarks to run: ${Object.keys(MODULES).join(", ")}`)
+    .option("--json [FILE]", "also write the results as JSON (default file bench-results.json)")
+    .option("--backend <B>", "cpu, reference or webgpu: picks the module without names, and the cpu module's kernels")
+    .option("--threads <N>", "cpu: threads (default 2)")
+    .option("--model <FILE>", "cpu, webgpu: the GGUF to run (cpu default: a synthesized v2-lite, 8 layers, Q4_K_M in the temp dir, reused while it checks out)")
+    .option("--prompt <N>", "cpu: prompt tokens prefilled in one batch (default 512)")
+    .option("--decode <N>", "cpu: single-token decode steps (default 128)")
+    .option("--repeat <N>", "cpu: rounds of latent and llama.cpp runs, interleaved; medians reported (default 1)")
+    .option("--no-llama", "cpu: skip the llama.cpp side")
+    .option("--batches <LIST>", "webgpu: batch sizes, comma-separated")
+    .helpOption("-h, --help", "this help")
+    .showSuggestionAfterError(true)
+    // usage errors exit 2, as latent's own commands do (commander's default is 1)
+    .exitOverride((e) => process.exit(e.exitCode === 0 ? 0 : 2))
+    .configureHelp({ styleTitle: (title) => title.toLowerCase(), optionTerm: (o) => o.flags.replace(/<([^>]+)>/g, "$1") });
+}
+
+interface BenchFlags {
+  json?: string | boolean;
+  backend?: string;
+  threads?: string;
+  model?: string;
+  prompt?: string;
+  decode?: string;
+  repeat?: string;
+  llama: boolean;
+  batches?: string;
+}
+
 async function main(): Promise<void> {
-  const args = process.argv.slice(2);
-  let jsonPath: string | undefined;
-  let backend: string | undefined;
-  const only: string[] = [];
-  for (let i = 0; i < args.length; i++) {
-    if (args[i] === "--json") jsonPath = args[++i] ?? "bench-results.json";
-    else if (args[i]!.startsWith("--")) {
-      // module options (--backend cpu --threads 2 ...): modules read process.argv
-      if (args[i] === "--backend") backend = args[i + 1];
-      i += args[i + 1]?.startsWith("--") === false ? 1 : 0;
-    } else only.push(args[i]!);
-  }
-  if (only.length === 0 && backend !== undefined) only.push(backend === "webgpu" ? "webgpu" : "cpu");
+  const parser = benchParser();
+  parser.parse(process.argv.slice(2), { from: "user" });
+  const opts = parser.opts<BenchFlags>();
+  const only = parser.args;
+  const unknown = only.filter((m) => !(m in MODULES));
+  if (unknown.length > 0) parser.error(`error: unknown benchmark ${unknown.join(", ")} (the modules: ${Object.keys(MODULES).join(", ")})`, { exitCode: 2 });
+  const { json, llama, ...valued } = opts;
+  setBenchOptions({ ...valued, "no-llama": !llama });
+  const jsonPath = json === true ? "bench-results.json" : json === false ? undefined : json;
+  const backend = opts.backend;
   const all: Record<string, BenchResult[]> = {};
   for (const [name, load] of Object.entries(MODULES)) {
     if (only.length > 0 && !only.includes(name)) continue;
@@ -55,7 +88,10 @@ async function main(): Promise<void> {
     }
   }
   if (jsonPath !== undefined) {
-    writeFileSync(jsonPath, JSON.stringify({ date: new Date().toISOString(), node: process.version, results: all }, null, 2) + "\n");
+    // a temporary name renamed when complete: a reader of jsonPath never sees half a file
+    const partial = `${jsonPath}.partial-${process.pid}`;
+    writeFileSync(partial, JSON.stringify({ date: new Date().toISOString(), node: process.version, results: all }, null, 2) + "\n");
+    renameSync(partial, jsonPath);
     console.log(`\nwrote ${jsonPath}`);
   }
 }

@@ -1,4 +1,5 @@
 import type { Command } from "./command.js";
+import { chatCommand } from "./chat.js";
 import { convertCommand } from "./convert.js";
 import { demoCommand } from "./demo.js";
 import { doctorCommand } from "./doctor.js";
@@ -10,6 +11,7 @@ import { synthCommand } from "./synth.js";
 
 // One line per subcommand; keep alphabetical to avoid merge conflicts.
 export const commands: Command[] = [
+  chatCommand,
   convertCommand,
   demoCommand,
   doctorCommand,

@@ -1,8 +1,8 @@
-import { parseArgs } from "node:util";
 import { existsSync } from "node:fs";
 import cliProgress from "cli-progress";
 import { UsageError } from "../util/errors.js";
 import { printable } from "../util/printable.js";
+import { parseCommand, type Parser } from "./options.js";
 import { loadModel, type BackendChoice, type LoadedModel } from "../runtime/load.js";
 
 /** Where a command writes: stdout/stderr, or a capture in tests. */
@@ -61,8 +61,6 @@ export function nonFiniteWarning(io: CliIO): (message: string) => void {
   return (message) => io.err(`warning: ${printable(message)}\n`);
 }
 
-export const ALLOW_NONFINITE_HELP = `  --allow-nonfinite      load weights that hold NaN/±Inf (each such tensor is named on stderr) instead of
-                         refusing the file; its outputs will be garbage wherever those weights are used`;
 
 /** `--backend` value of run/logits. */
 export function backendOption(v: string | undefined, dflt: BackendChoice): BackendChoice {
@@ -71,9 +69,6 @@ export function backendOption(v: string | undefined, dflt: BackendChoice): Backe
   return b;
 }
 
-export const BACKEND_HELP = `  --backend B            matrix kernels: reference (plain JS), cpu (WebAssembly SIMD on worker threads),
-                         webgpu (GPU through WebGPU), auto (webgpu on a hardware GPU adapter, else cpu)
-  --threads N            threads of the cpu backend, the caller's included (default: available parallelism)`;
 
 /** A progress bar over positions, on stderr when it is a terminal (else a no-op). */
 export function positionsBar(io: CliIO, label: string, unit = "tokens"): { update(done: number, total: number): void; stop(): void } {
@@ -99,58 +94,36 @@ export function intOption(name: string, v: string | undefined, min: number): num
   return n;
 }
 
-/**
- * parseArgs refuses option values that start with "-" (`-n -1`, `-p "-x"`): for options that take a value, glue the
- * next argument to them (`--name=VALUE`) so it is always read as the value, as getopt does; range checks judge it.
- */
-export function glueValues(argv: readonly string[], valued: Readonly<Record<string, string>>): string[] {
-  const out: string[] = [];
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i]!;
-    if (a === "--") {
-      out.push(...argv.slice(i));
-      break;
-    }
-    const long = valued[a];
-    const next = argv[i + 1];
-    if (long !== undefined && next !== undefined) {
-      out.push(`--${long}=${next}`);
-      i++;
-    } else out.push(a);
-  }
-  return out;
+/** The options of a command that loads a model with a choice of kernels (run, logits, chat). */
+export interface BackendFlags {
+  backend?: string;
+  threads?: string;
+  allowNonfinite?: boolean;
 }
 
-/** "-x"/"--name" → "name" for every option whose type is "string". */
-export function valuedOptions(options: Readonly<Record<string, { type: "string" | "boolean"; short?: string }>>): Record<string, string> {
-  const m: Record<string, string> = {};
-  for (const [name, o] of Object.entries(options)) {
-    if (o.type !== "string") continue;
-    m[`--${name}`] = name;
-    if (o.short !== undefined) m[`-${o.short}`] = name;
-  }
-  return m;
+/** --backend, --threads and --allow-nonfinite, with the default named in --backend's help. */
+export function backendOptions(parser: Parser, backendDefault: string): Parser {
+  return parser
+    .option(
+      "--backend <B>",
+      `matrix kernels: reference (plain JS), cpu (WebAssembly SIMD on worker threads), webgpu (GPU through WebGPU), auto (webgpu on a hardware GPU adapter, else cpu); default ${backendDefault}`,
+    )
+    .option("--threads <N>", "threads of the cpu backend, the caller's included (default: available parallelism)")
+    .option(...ALLOW_NONFINITE_OPTION);
 }
 
-
-type OptionsConfig = Readonly<Record<string, { type: "string" | "boolean"; short?: string; multiple?: boolean }>>;
-type ParsedValues<T extends OptionsConfig> = ReturnType<typeof parseArgs<{ args: string[]; options: T; allowPositionals: true; strict: true }>>["values"];
+export const ALLOW_NONFINITE_OPTION = [
+  "--allow-nonfinite",
+  "load weights that hold NaN/±Inf (each such tensor is named on stderr) instead of refusing the file; its outputs will be garbage wherever those weights are used",
+] as const;
 
 /**
- * The shared front of a model command: parse `argv` against `options` (values may start with "-"), print `help` and
- * return undefined for -h/--help, require exactly one positional (the model path). Bad arguments → UsageError.
+ * The shared front of a model command: parse `argv` with `parser`, print its help and return undefined for -h/--help,
+ * require exactly one positional (the model path). Bad arguments → UsageError.
  */
-export function parseModelCommand<T extends OptionsConfig>(argv: string[], options: T, help: string, io: CliIO): { values: ParsedValues<T>; model: string } | undefined {
-  let parsed;
-  try {
-    parsed = parseArgs({ args: glueValues(argv, valuedOptions(options)), options, allowPositionals: true, strict: true });
-  } catch (e) {
-    throw new UsageError(`${e instanceof Error ? e.message : String(e)}\n\n${help}`);
-  }
-  if ((parsed.values as Record<string, unknown>)["help"] === true) {
-    io.out(help + "\n");
-    return undefined;
-  }
-  if (parsed.positionals.length !== 1) throw new UsageError(`expected one model path, got ${parsed.positionals.length}\n\n${help}`);
-  return { values: parsed.values, model: parsed.positionals[0]! };
+export function parseModelArgs<T>(argv: readonly string[], parser: Parser, io: CliIO): { values: T; model: string } | undefined {
+  const parsed = parseCommand<T>(parser, argv, io);
+  if (parsed === undefined) return undefined;
+  if (parsed.args.length !== 1) throw new UsageError(`expected one model path, got ${parsed.args.length}\nRun \`${parser.name()} --help\` for its options.`);
+  return { values: parsed.opts, model: parsed.args[0]! };
 }

@@ -1,7 +1,7 @@
-import { parseArgs } from "node:util";
 import { existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import type { Command } from "./command.js";
+import { commandParser, parseCommand, type Parser } from "./options.js";
 import { UsageError } from "../util/errors.js";
 import { loadModel, type LoadedModel } from "../runtime/load.js";
 import { Tokenizer } from "../tokenizer/index.js";
@@ -12,19 +12,30 @@ import { processIO, type CliIO } from "./common.js";
 export const DEMO_MODEL: string = fileURLToPath(new URL("../../models/latent-demo-kjv.gguf", import.meta.url));
 export const DEMO_PROMPT = "And it came to pass, when the king";
 
-const HELP = `usage: latent demo [options]       (what \`npm start\` runs)
+function demoParser(): Parser {
+  return commandParser(
+    "demo",
+    "[options]       (what `npm start` runs)",
+    "Load the bundled model (models/latent-demo-kjv.gguf: a tiny DeepSeek-V3-style MLA MoE trained on the King James Bible, no download), stream a greedy continuation of an English prompt, then a sampled one, and print tokens/s.",
+  )
+    .option("-p, --prompt <TEXT>", `prompt (default "${DEMO_PROMPT}")`)
+    .option("-n, --n-predict <N>", "tokens per continuation (default 64)")
+    .option("--temp <T>", "temperature of the sampled continuation (default 0.8; the first is always greedy)")
+    .option("--seed <S>", "sampling seed (default 7)")
+    .option("--greedy-only", "skip the sampled continuation")
+    .option("--model <FILE>", "another GGUF instead of the bundled one")
+    .option("--backend <B>", "cpu (WebAssembly SIMD + threads, default) or reference");
+}
 
-Load the bundled model (${"models/latent-demo-kjv.gguf"}: a tiny DeepSeek-V3-style MLA MoE trained on the King James
-Bible, no download), stream a greedy continuation of an English prompt, then a sampled one, and print tokens/s.
-
-options:
-  -p, --prompt TEXT     prompt (default "${DEMO_PROMPT}")
-  -n, --n-predict N     tokens per continuation (default 64)
-  --temp T              temperature of the sampled continuation (default 0.8; the first is always greedy)
-  --seed S              sampling seed (default 7)
-  --greedy-only         skip the sampled continuation
-  --model FILE          another GGUF instead of the bundled one
-  --backend B           cpu (WebAssembly SIMD + threads, default) or reference`;
+interface DemoFlags {
+  prompt?: string;
+  nPredict?: string;
+  temp?: string;
+  seed?: string;
+  greedyOnly?: boolean;
+  model?: string;
+  backend?: string;
+}
 
 function intOpt(name: string, v: string | undefined, dflt: number, min: number): number {
   if (v === undefined) return dflt;
@@ -34,33 +45,13 @@ function intOpt(name: string, v: string | undefined, dflt: number, min: number):
 }
 
 export async function runDemo(argv: string[], io: CliIO = processIO): Promise<void> {
-  let parsed;
-  try {
-    parsed = parseArgs({
-      args: argv,
-      options: {
-        prompt: { type: "string", short: "p" },
-        "n-predict": { type: "string", short: "n" },
-        temp: { type: "string" },
-        seed: { type: "string" },
-        "greedy-only": { type: "boolean" },
-        model: { type: "string" },
-        backend: { type: "string" },
-        help: { type: "boolean", short: "h" },
-      },
-      strict: true,
-    });
-  } catch (e) {
-    throw new UsageError(`${e instanceof Error ? e.message : String(e)}\n\n${HELP}`);
-  }
-  const { values } = parsed;
-  if (values.help === true) {
-    io.out(HELP + "\n");
-    return;
-  }
+  const parsed = parseCommand<DemoFlags>(demoParser(), argv, io);
+  if (parsed === undefined) return;
+  const values = parsed.opts;
+  if (parsed.args.length > 0) throw new UsageError(`unexpected argument "${parsed.args[0]}" (another model is --model FILE)`);
   const path = values.model ?? DEMO_MODEL;
   if (!existsSync(path)) throw new UsageError(`model file not found: ${path}${values.model === undefined ? " (the bundled demo model is missing from this install)" : ""}`);
-  const n = intOpt("n-predict", values["n-predict"], 64, 1);
+  const n = intOpt("n-predict", values.nPredict, 64, 1);
   const seed = intOpt("seed", values.seed, 7, 0);
   const temp = values.temp === undefined ? 0.8 : Number(values.temp);
   if (!Number.isFinite(temp) || temp < 0) throw new UsageError(`--temp must be a number ≥ 0, got "${values.temp}"`);
@@ -81,7 +72,7 @@ export async function runDemo(argv: string[], io: CliIO = processIO): Promise<vo
     );
     const ids = tokenizer.encodePrompt(prompt);
     const runs: { label: string; temperature: number }[] = [{ label: "greedy", temperature: 0 }];
-    if (values["greedy-only"] !== true) runs.push({ label: `sampled, temperature ${temp}, seed ${seed}`, temperature: temp });
+    if (values.greedyOnly !== true) runs.push({ label: `sampled, temperature ${temp}, seed ${seed}`, temperature: temp });
     for (const r of runs) {
       io.out(`\n--- ${r.label} ---\n${prompt}`);
       let streamed = 0;

@@ -1,50 +1,49 @@
-import { parseArgs } from "node:util";
 import { writeFileSync } from "node:fs";
 import cliProgress from "cli-progress";
 import type { Command } from "./command.js";
 import { UsageError } from "../util/errors.js";
-import { glueValues, intOption, processIO, valuedOptions, type CliIO } from "./common.js";
+import { intOption, processIO, type CliIO } from "./common.js";
+import { commandParser, parseCommand, type Parser } from "./options.js";
 import { runDoctor, type DoctorReport } from "../doctor/index.js";
 import { renderHtml } from "../doctor/html.js";
 import { noProgress, type Progress } from "../doctor/report.js";
 
-const HELP = `usage: latent doctor MODEL.gguf [--backend cpu] [--json] [--html report.html] [--low-memory]
-       latent doctor MODEL.gguf --source HF-DIR|other.gguf [--json]
-       latent doctor --endpoint http://host:port/v1 --model MODEL.gguf [--api-key K] [--json]
+interface DoctorFlags {
+  json?: boolean;
+  html?: string;
+  lowMemory?: boolean;
+  backend?: string;
+  endpoint?: string;
+  source?: string;
+  model?: string;
+  apiKey?: string;
+  chunk?: string;
+  /** false with --no-data */
+  data: boolean;
+  progress?: boolean;
+}
 
-Diagnose garbage output: checks the GGUF file (tensors, shapes, types, NaN/Inf, statistics, metadata quirks,
-name map), the attention paths (reference vs prefill vs decode, per layer and sub-step), behaviour (entropy,
-loops, activation norms), or a live OpenAI-compatible endpoint against latent's reference on the same GGUF.
-Exit status: 0 healthy, 1 problems found, 2 could not run.
-
-options:
-  --json                 the report as JSON on stdout (format "latent-doctor/1", docs/doctor.md)
-  --html FILE            also write a self-contained HTML report (with an activation-norm plot)
-  --low-memory           reference logits streamed one layer at a time from disk (models larger than RAM);
-                         reports peak RSS; skips the in-memory path and behaviour checks
-  --source PATH          compare every tensor (dequantized, through the name map) and the logits with the original
-                         checkpoint (safetensors directory: F32/F16/BF16/FP8 block-scaled) or another GGUF of the
-                         model; names swapped, transposed, reordered, scaled or zeroed tensors
-  --endpoint URL         check a server (latent, vLLM, SGLang, llama-server) at URL (…/v1)
-  --model FILE           the GGUF the endpoint serves (with --endpoint)
-  --api-key KEY          bearer token for the endpoint
-  --backend B            kernels of the prefill/decode paths under test: reference (default) or cpu (fast)
-  --chunk N              prefill chunk of the path checks (default 8)
-  --no-data              skip the NaN/Inf and statistics scan of every weight`;
-
-const OPTIONS = {
-  json: { type: "boolean" },
-  html: { type: "string" },
-  "low-memory": { type: "boolean" },
-  backend: { type: "string" },
-  endpoint: { type: "string" },
-  source: { type: "string" },
-  model: { type: "string" },
-  "api-key": { type: "string" },
-  chunk: { type: "string" },
-  "no-data": { type: "boolean" },
-  help: { type: "boolean", short: "h" },
-} as const;
+function doctorParser(): Parser {
+  return commandParser(
+    "doctor",
+    "MODEL.gguf [--backend cpu] [--json] [--html report.html] [--low-memory]\n       latent doctor MODEL.gguf --source HF-DIR|other.gguf [--json]\n       latent doctor --endpoint http://host:port/v1 --model MODEL.gguf [--api-key K] [--json]",
+    "Diagnose garbage output: checks the GGUF file (tensors, shapes, types, NaN/Inf, statistics, metadata quirks, name map), the attention paths (reference vs prefill vs decode, per layer and sub-step), behaviour (entropy, loops, activation norms), or a live OpenAI-compatible endpoint against latent's reference on the same GGUF.\nExit status: 0 healthy, 1 problems found, 2 could not run.",
+  )
+    .option("--json", 'the report as JSON on stdout (format "latent-doctor/1", docs/doctor.md)')
+    .option("--html <FILE>", "also write a self-contained HTML report (with an activation-norm plot)")
+    .option("--low-memory", "reference logits streamed one layer at a time from disk (models larger than RAM); reports peak RSS; skips the in-memory path and behaviour checks")
+    .option(
+      "--source <PATH>",
+      "compare every tensor (dequantized, through the name map) and the logits with the original checkpoint (safetensors directory: F32/F16/BF16/FP8 block-scaled) or another GGUF of the model; names swapped, transposed, reordered, scaled or zeroed tensors",
+    )
+    .option("--endpoint <URL>", "check a server (latent, vLLM, SGLang, llama-server) at URL (…/v1)")
+    .option("--model <FILE>", "the GGUF the endpoint serves (with --endpoint)")
+    .option("--api-key <KEY>", "bearer token for the endpoint")
+    .option("--backend <B>", "kernels of the prefill/decode paths under test: reference (default) or cpu (fast)")
+    .option("--chunk <N>", "prefill chunk of the path checks (default 8)")
+    .option("--no-data", "skip the NaN/Inf and statistics scan of every weight")
+    .option("--progress", "progress of the checks on stderr even when it is not a terminal (default: only on a terminal)");
+}
 
 export const doctorCommand: Command = {
   name: "doctor",
@@ -74,20 +73,12 @@ function barProgress(io: CliIO): Progress {
 
 /** Run the doctor; returns the exit code (usage problems throw a UsageError, which main turns into 2). */
 export async function doctorMain(argv: string[], io: CliIO): Promise<number> {
-  let parsed;
-  try {
-    parsed = parseArgs({ args: glueValues(argv, valuedOptions(OPTIONS)), options: OPTIONS, allowPositionals: true, strict: true });
-  } catch (e) {
-    throw new UsageError(`${e instanceof Error ? e.message : String(e)}\n\n${HELP}`);
-  }
-  const { values, positionals } = parsed;
-  if (values.help === true) {
-    io.out(HELP + "\n");
-    return 0;
-  }
+  const parsed = parseCommand<DoctorFlags>(doctorParser(), argv, io);
+  if (parsed === undefined) return 0;
+  const { opts: values, args: positionals } = parsed;
   const model = values.model ?? positionals[0];
-  if (model === undefined || positionals.length > 1 || (values.model !== undefined && positionals.length > 0)) throw new UsageError(`expected one model path\n\n${HELP}`);
-  if (values["api-key"] !== undefined && values.endpoint === undefined) throw new UsageError("--api-key needs --endpoint");
+  if (model === undefined || positionals.length > 1 || (values.model !== undefined && positionals.length > 0)) throw new UsageError("expected one model path\nRun `latent doctor --help` for its options.");
+  if (values.apiKey !== undefined && values.endpoint === undefined) throw new UsageError("--api-key needs --endpoint");
   if (values.source !== undefined && values.endpoint !== undefined) throw new UsageError("--source and --endpoint do not combine");
   const chunk = intOption("chunk", values.chunk, 1);
   const backend = values.backend ?? "reference";
@@ -97,13 +88,14 @@ export async function doctorMain(argv: string[], io: CliIO): Promise<number> {
     report = await runDoctor({
       model,
       ...(values.endpoint !== undefined ? { endpoint: values.endpoint } : {}),
-      ...(values["api-key"] !== undefined ? { apiKey: values["api-key"] } : {}),
+      ...(values.apiKey !== undefined ? { apiKey: values.apiKey } : {}),
       ...(values.source !== undefined ? { source: values.source } : {}),
-      lowMemory: values["low-memory"] === true,
+      lowMemory: values.lowMemory === true,
       backend,
       ...(chunk !== undefined ? { chunk } : {}),
-      skipData: values["no-data"] === true,
+      skipData: !values.data,
       progress: barProgress(io),
+      ...(io.tty || values.progress === true ? { onStep: (step: string) => io.err(`latent doctor: ${step}\n`) } : {}),
     });
   } catch (e) {
     if (e instanceof UsageError) throw e;

@@ -1,25 +1,23 @@
 import { existsSync, statSync } from "node:fs";
-import { parseArgs } from "node:util";
 import cliProgress from "cli-progress";
 import type { Command } from "./command.js";
+import { commandParser, parseCommand, type Parser } from "./options.js";
 import { ggufToHf } from "../convert/names.js";
 import { UsageError } from "../util/errors.js";
 import { GGUFFile } from "../gguf/file.js";
 import type { HeaderProgress } from "../gguf/reader.js";
 import { formatSummary, INSPECT_FORMAT, summarizeModel, type SummaryOptions } from "../gguf/summary.js";
 
-const HELP = `usage: latent inspect MODEL.gguf [--json] [--tensors] [--hf-names]
-
-Show what a GGUF model is without loading its weights: architecture, name, parameter count, file type,
-tensor counts and bytes per quantization type, the architecture's hyper-parameters, the tokenizer,
-the chat template's presence and the shards. Any shard of a split model opens the whole model.
-
-options:
-  --tensors   list every tensor: name, type, shape (ggml ne order), bytes, shard
-  --hf-names  with each tensor, the Hugging Face tensor(s) it holds (attn_k_b + attn_v_b → kv_b_proj;
-              stacked experts → one HF tensor per expert); implies --tensors
-  --json      JSON on stdout (format "${INSPECT_FORMAT}", see docs/inspect-json.md)
-  -h, --help  this help`;
+function inspectParser(): Parser {
+  return commandParser(
+    "inspect",
+    "MODEL.gguf [--json] [--tensors] [--hf-names]",
+    "Show what a GGUF model is without loading its weights: architecture, name, parameter count, file type, tensor counts and bytes per quantization type, the architecture's hyper-parameters, the tokenizer, the chat template's presence and the shards. Any shard of a split model opens the whole model.",
+  )
+    .option("--tensors", "list every tensor: name, type, shape (ggml ne order), bytes, shard")
+    .option("--hf-names", "with each tensor, the Hugging Face tensor(s) it holds (attn_k_b + attn_v_b → kv_b_proj; stacked experts → one HF tensor per expert); implies --tensors")
+    .option("--json", `JSON on stdout (format "${INSPECT_FORMAT}", see docs/inspect-json.md)`);
+}
 
 /** Where inspect writes; tests pass their own to capture the output. */
 export interface InspectIO {
@@ -73,29 +71,11 @@ function headerProgress(io: InspectIO, delayMs = 300): { update(p: HeaderProgres
 }
 
 export async function inspectMain(argv: string[], io: InspectIO = stdIO): Promise<void> {
-  let parsed;
-  try {
-    parsed = parseArgs({
-      args: argv,
-      allowPositionals: true,
-      strict: true,
-      options: {
-        json: { type: "boolean" },
-        tensors: { type: "boolean" },
-        help: { type: "boolean", short: "h" },
-        "hf-names": { type: "boolean" },
-      },
-    });
-  } catch (e) {
-    throw new UsageError(`${(e as Error).message}\n\n${HELP}`);
-  }
-  const { values, positionals } = parsed;
-  if (values.help === true) {
-    io.out(`${HELP}\n`);
-    return;
-  }
+  const parsed = parseCommand<{ json?: boolean; tensors?: boolean; hfNames?: boolean }>(inspectParser(), argv, io);
+  if (parsed === undefined) return;
+  const { opts: values, args: positionals } = parsed;
   if (positionals.length !== 1) {
-    throw new UsageError(`${positionals.length === 0 ? "missing the model file" : `expected one model file, got ${positionals.length}: ${positionals.join(" ")}`}\n\n${HELP}`);
+    throw new UsageError(`${positionals.length === 0 ? "missing the model file" : `expected one model file, got ${positionals.length}: ${positionals.join(" ")}`}\nRun \`latent inspect --help\` for its options.`);
   }
   const path = positionals[0]!;
   if (!existsSync(path)) throw new UsageError(`model file not found: ${path}`);
@@ -109,7 +89,7 @@ export async function inspectMain(argv: string[], io: InspectIO = stdIO): Promis
     progress.stop();
   }
   try {
-    const hfNames = values["hf-names"] === true;
+    const hfNames = values.hfNames === true;
     const nExpert = hfNames ? expertCount(file) : 0;
     const opts: SummaryOptions = {
       tensors: values.tensors === true || hfNames,

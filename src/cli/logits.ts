@@ -5,29 +5,35 @@ import { DEFAULT_PREFILL_CHUNK, evaluateAll } from "../engine/evaluate.js";
 import { logSoftmax, topLogprobs } from "../engine/logprobs.js";
 import type { AttentionPath } from "../model/mla.js";
 import { closeLoaded } from "../runtime/load.js";
-import { ALLOW_NONFINITE_HELP, BACKEND_HELP, backendOption, type CliIO, intOption, loadForCli, parseModelCommand, positionsBar, processIO } from "./common.js";
+import { backendOption, backendOptions, type BackendFlags, type CliIO, intOption, loadForCli, parseModelArgs, positionsBar, processIO } from "./common.js";
+import { commandParser, type Parser } from "./options.js";
 
 /** Stable output format of `latent logits --json`; see docs/logits-json.md. */
 export const LOGITS_FORMAT = "latent-logits/1";
 const DEFAULT_TOP = 5;
 
-const HELP = `usage: latent logits MODEL.gguf (--tokens 1,2,3 | --prompt "text") [options]
+interface LogitsFlags extends BackendFlags {
+  tokens?: string;
+  prompt?: string;
+  path?: string;
+  chunk?: string;
+  top?: string;
+  full?: boolean;
+  json?: boolean;
+}
 
-Log-probabilities of the next token after every position of the input (teacher forcing).
-
-options:
-  --tokens LIST          token ids, comma- or space-separated
-  --prompt TEXT          text, encoded with the model's tokenizer (BOS per add_bos_token, never twice)
-  --path reference|prefill|decode
-                         attention path (default reference: whole sequence, no cache)
-  --chunk N              prefill chunk length (default ${DEFAULT_PREFILL_CHUNK})
-${BACKEND_HELP}
-                         (--backend default: reference, which defines correctness)
-  --top K                the K most likely [id, logprob] per position (default ${DEFAULT_TOP})
-  --full                 the log-softmax over the whole vocabulary per position
-  --json                 JSON on stdout (format "${LOGITS_FORMAT}", docs/logits-json.md); else a table
-${ALLOW_NONFINITE_HELP}
-Speed (tokens/s) goes to stderr.`;
+function logitsParser(): Parser {
+  const parser = commandParser("logits", 'MODEL.gguf (--tokens 1,2,3 | --prompt "text") [options]', "Log-probabilities of the next token after every position of the input (teacher forcing).")
+    .option("--tokens <LIST>", "token ids, comma- or space-separated")
+    .option("--prompt <TEXT>", "text, encoded with the model's tokenizer (BOS per add_bos_token, never twice)")
+    .option("--path <reference|prefill|decode>", "attention path (default reference: whole sequence, no cache)")
+    .option("--chunk <N>", `prefill chunk length (default ${DEFAULT_PREFILL_CHUNK})`);
+  return backendOptions(parser, "reference, which defines correctness")
+    .option("--top <K>", `the K most likely [id, logprob] per position (default ${DEFAULT_TOP})`)
+    .option("--full", "the log-softmax over the whole vocabulary per position")
+    .option("--json", `JSON on stdout (format "${LOGITS_FORMAT}", docs/logits-json.md); else a table`)
+    .addHelpText("after", "\nSpeed (tokens/s) goes to stderr.");
+}
 
 export const logitsCommand: Command = {
   name: "logits",
@@ -53,22 +59,8 @@ function show(text: string): string {
   return JSON.stringify(text).slice(1, -1);
 }
 
-const LOGITS_OPTIONS = {
-  tokens: { type: "string" },
-  prompt: { type: "string" },
-  path: { type: "string" },
-  chunk: { type: "string" },
-  backend: { type: "string" },
-  threads: { type: "string" },
-  top: { type: "string" },
-  full: { type: "boolean" },
-  json: { type: "boolean" },
-  "allow-nonfinite": { type: "boolean" },
-  help: { type: "boolean", short: "h" },
-} as const;
-
 export async function logitsMain(argv: string[], io: CliIO): Promise<void> {
-  const parsed = parseModelCommand(argv, LOGITS_OPTIONS, HELP, io);
+  const parsed = parseModelArgs<LogitsFlags>(argv, logitsParser(), io);
   if (parsed === undefined) return;
   const { values, model: modelPath } = parsed;
   if ((values.tokens === undefined) === (values.prompt === undefined)) throw new UsageError("give exactly one of --tokens and --prompt");
@@ -82,7 +74,7 @@ export async function logitsMain(argv: string[], io: CliIO): Promise<void> {
   const json = values.json === true;
   const backend = backendOption(values.backend, "reference");
 
-  const loaded = loadForCli(modelPath, io, backend, intOption("threads", values.threads, 1), values["allow-nonfinite"] === true);
+  const loaded = loadForCli(modelPath, io, backend, intOption("threads", values.threads, 1), values.allowNonfinite === true);
   const { file, config, model } = loaded;
   const nVocab = config.nVocab;
   let tokens: number[];

@@ -1,12 +1,38 @@
 import { LatentError, UsageError } from "../util/errors.js";
 import { printable, printableLines } from "../util/printable.js";
 import { commands } from "./commands.js";
+import { commanderMessage, HELP_STYLE, packageVersion, Parser } from "./options.js";
+import { CommanderError } from "commander";
 
-function usage(): string {
-  const lines = ["usage: latent <command> [options]", "", "commands:"];
-  for (const c of commands) lines.push(`  ${c.name.padEnd(10)} ${c.summary}`);
-  lines.push("", "Run `latent <command> --help` for a command's options.");
-  return lines.join("\n");
+/**
+ * The top level (no known command name): help, --version, and unknown commands or options answered with a
+ * suggestion ("did you mean run?"). Each command parses its own arguments (options.ts).
+ */
+function topLevel(argv: string[]): void {
+  const program = new Parser("latent")
+    .usage("<command> [options]")
+    .description("Inference engine and OpenAI-compatible server for MLA MoE models read from GGUF.")
+    .version(packageVersion(), "-V, --version", "print the version")
+    .helpOption("-h, --help", "this help")
+    .helpCommand(false)
+    .showSuggestionAfterError(true)
+    .configureHelp(HELP_STYLE)
+    .addHelpText("after", "\nRun `latent <command> --help` for a command's options.")
+    .exitOverride()
+    .configureOutput({ writeOut: (s) => void process.stdout.write(s), writeErr: () => {}, outputError: () => {} });
+  for (const c of commands) program.command(c.name).description(c.summary);
+  if (argv.length === 0 || (argv.length === 1 && argv[0] === "help")) {
+    program.outputHelp();
+    return;
+  }
+  try {
+    program.parse(argv, { from: "user" });
+  } catch (e) {
+    if (!(e instanceof CommanderError)) throw e;
+    if (e.exitCode === 0) return; // --help, --version
+    console.error(`latent: ${commanderMessage(e)}\nRun \`latent --help\` for the commands.`);
+    process.exitCode = 2;
+  }
 }
 
 /**
@@ -24,15 +50,11 @@ function exitQuietlyOnClosedPipe(stream: NodeJS.WriteStream): void {
 export async function main(argv: string[]): Promise<void> {
   exitQuietlyOnClosedPipe(process.stdout);
   exitQuietlyOnClosedPipe(process.stderr);
-  const [name, ...rest] = argv;
-  if (name === undefined || name === "--help" || name === "-h" || name === "help") {
-    console.log(usage());
-    return;
-  }
+  // `latent help run` is `latent run --help`
+  const [name, ...rest] = argv[0] === "help" && argv.length > 1 ? [argv[1]!, "--help"] : argv;
   const command = commands.find((c) => c.name === name);
   if (command === undefined) {
-    console.error(`latent: unknown command "${name}"\n\n${usage()}`);
-    process.exitCode = 2;
+    topLevel(argv[0] === "help" && argv.length > 1 ? argv.slice(1) : argv);
     return;
   }
   try {
@@ -43,12 +65,6 @@ export async function main(argv: string[]): Promise<void> {
       const usage = e instanceof UsageError;
       console.error(`latent ${name}: ${usage ? printableLines(e.message) : printable(e.message)}`);
       process.exitCode = usage ? 2 : 1;
-      return;
-    }
-    // node:util parseArgs rejects unknown or malformed options with ERR_PARSE_ARGS_*: a usage error, not a crash
-    if (e instanceof TypeError && String((e as NodeJS.ErrnoException).code).startsWith("ERR_PARSE_ARGS_")) {
-      console.error(`latent ${name}: ${e.message}\nRun \`latent ${name} --help\` for its options.`);
-      process.exitCode = 2;
       return;
     }
     throw e;

@@ -1,9 +1,10 @@
 import type { Command } from "./command.js";
 import { ModelConfigError, UsageError } from "../util/errors.js";
 import { closeLoaded } from "../runtime/load.js";
-import { ALLOW_NONFINITE_HELP, BACKEND_HELP, backendOption, intOption, loadForCli, parseModelCommand, positionsBar, processIO, type CliIO } from "./common.js";
+import { backendOption, backendOptions, intOption, loadForCli, parseModelArgs, positionsBar, processIO, type BackendFlags, type CliIO } from "./common.js";
+import { commandParser, repeatable, type Parser } from "./options.js";
 
-export { backendOption, BACKEND_HELP, glueValues, intOption, loadForCli, positionsBar, processIO, valuedOptions, type CliIO } from "./common.js";
+export { backendOption, intOption, loadForCli, positionsBar, processIO, type CliIO } from "./common.js";
 import { Tokenizer, type ChatMessage } from "../tokenizer/index.js";
 import { generate, type DecodeMode, type GenerateModel, type GeneratePath } from "../engine/generate.js";
 import type { BackendChoice } from "../runtime/load.js";
@@ -19,37 +20,74 @@ function numOption(name: string, v: string | undefined): number | undefined {
   return n;
 }
 
-const HELP = `usage: latent run MODEL.gguf -p "text" [options]
+/** The options of `latent run`, as commander names them. */
+interface RunFlags extends BackendFlags {
+  prompt?: string;
+  nPredict?: string;
+  temp?: string;
+  topK?: string;
+  topP?: string;
+  minP?: string;
+  seed?: string;
+  chat?: boolean;
+  system?: string;
+  stop?: string[];
+  ignoreEos?: boolean;
+  path?: string;
+  chunk?: string;
+  logprobs?: string;
+  json?: boolean;
+  echo: boolean;
+}
 
-Generate text; it streams to stdout as tokens arrive, timings go to stderr.
+/** Sampling options shared by `run` and `chat`. */
+export function samplingOptions(parser: Parser): Parser {
+  return parser
+    .option("--temp <T>", "temperature, 0 = greedy (default 0.8)")
+    .option("--top-k <K>", "0 = off (default 40)")
+    .option("--top-p <P>", "1 = off (default 0.95)")
+    .option("--min-p <M>", "0 = off (default 0.05)")
+    .option("--seed <S>", "sampling seed (default random; printed with --json)");
+}
 
-options:
-  -p, --prompt TEXT      the prompt (special-token texts in it are recognised; BOS added per the model,
-                         never twice)
-  -n, --n-predict N      most tokens to generate (default 128; -1 = until the context is full)
-  --temp T               temperature, 0 = greedy (default 0.8)
-  --top-k K              0 = off (default 40)
-  --top-p P              1 = off (default 0.95)
-  --min-p M              0 = off (default 0.05)
-  --seed S               sampling seed (default random; printed with --json)
-  --chat                 render the model's chat template around the prompt as a user message
-  --system TEXT          system message (with --chat)
-  --stop TEXT            stop when the text contains TEXT (repeatable)
-  --ignore-eos           do not stop at end-of-generation tokens
-  --path prefill|decode|reference
-                         prefill (default): prompt in chunks, then cached decode steps; reference
-                         recomputes the whole sequence for every token (slow, for checking)
-  --chunk N              prefill chunk length (default ${DEFAULT_PREFILL_CHUNK})
-${BACKEND_HELP}
-                         (default cpu; logits defaults to reference, which defines correctness)
-  --logprobs N           with --json: top-N alternatives per token (default 0). Greedy (--temp 0) on the
-                         fused GPU pipeline chains the decode steps on the GPU and reads back only the
-                         chosen ids and their logprobs (computed on the GPU); so does sampling with a
-                         --top-k of 0 or 1..64 and any --top-p and --min-p (the defaults too), each token
-                         drawn on the GPU; the top-N alternatives need every step's logits: --logprobs ≥ 1
-                         samples on the host
-  --json                 print one JSON object at the end instead of streaming
-${ALLOW_NONFINITE_HELP}`;
+function runParser(): Parser {
+  const parser = commandParser("run", 'MODEL.gguf -p "text" [options]', "Generate text; it streams to stdout (after the prompt, unless --no-echo) as tokens arrive, timings go to stderr.")
+    .option("-p, --prompt <TEXT>", "the prompt (special-token texts in it are recognised; BOS added per the model, never twice)")
+    .option("-n, --n-predict <N>", "most tokens to generate (default 128; -1 = until the context is full)");
+  samplingOptions(parser)
+    .option("--chat", "render the model's chat template around the prompt as a user message")
+    .option("--system <TEXT>", "system message (with --chat)")
+    .option("--stop <TEXT>", "stop when the text contains TEXT (repeatable)", repeatable)
+    .option("--ignore-eos", "do not stop at end-of-generation tokens")
+    .option("--no-echo", "do not print the prompt before the generated text")
+    .option(
+      "--path <prefill|decode|reference>",
+      "prefill (default): prompt in chunks, then cached decode steps; reference recomputes the whole sequence for every token (slow, for checking)",
+    )
+    .option("--chunk <N>", `prefill chunk length (default ${DEFAULT_PREFILL_CHUNK})`);
+  backendOptions(parser, "cpu")
+    .option(
+      "--logprobs <N>",
+      "with --json: top-N alternatives per token (default 0). Greedy (--temp 0) on the fused GPU pipeline chains the decode steps on the GPU and reads back only the chosen ids and their logprobs (computed on the GPU); so does sampling with a --top-k of 0 or 1..64 and any --top-p and --min-p (the defaults too), each token drawn on the GPU; the top-N alternatives need every step's logits: --logprobs ≥ 1 samples on the host",
+    )
+    .option("--json", "print one JSON object at the end instead of streaming");
+  return parser;
+}
+
+/** The sampler settings of --temp, --top-k, --top-p, --min-p and --seed (a random seed when none is given). */
+export function samplingFromFlags(values: { temp?: string; topK?: string; topP?: string; minP?: string; seed?: string }): { temperature: number; topK: number; topP: number; minP: number; seed: number } {
+  const seedArg = values.seed;
+  if (seedArg !== undefined && !/^\d+$/.test(seedArg)) throw new UsageError(`--seed must be an integer ≥ 0, got "${seedArg}"`);
+  const seed = seedArg !== undefined ? Number(seedArg) : Math.floor(Math.random() * 2 ** 32);
+  if (!Number.isSafeInteger(seed)) throw new UsageError(`--seed must be a safe integer, got "${seedArg}"`);
+  return {
+    temperature: numOption("temp", values.temp) ?? 0.8,
+    topK: intOption("top-k", values.topK, 0) ?? 40,
+    topP: numOption("top-p", values.topP) ?? 0.95,
+    minP: numOption("min-p", values.minP) ?? 0.05,
+    seed,
+  };
+}
 
 export const runCommand: Command = {
   name: "run",
@@ -57,52 +95,20 @@ export const runCommand: Command = {
   run: (argv) => runMain(argv, processIO),
 };
 
-const RUN_OPTIONS = {
-  prompt: { type: "string", short: "p" },
-  "n-predict": { type: "string", short: "n" },
-  temp: { type: "string" },
-  "top-k": { type: "string" },
-  "top-p": { type: "string" },
-  "min-p": { type: "string" },
-  seed: { type: "string" },
-  chat: { type: "boolean" },
-  system: { type: "string" },
-  stop: { type: "string", multiple: true },
-  "ignore-eos": { type: "boolean" },
-  path: { type: "string" },
-  chunk: { type: "string" },
-  backend: { type: "string" },
-  threads: { type: "string" },
-  logprobs: { type: "string" },
-  json: { type: "boolean" },
-  "allow-nonfinite": { type: "boolean" },
-  help: { type: "boolean", short: "h" },
-} as const;
-
 export async function runMain(argv: string[], io: CliIO): Promise<void> {
-  const parsed = parseModelCommand(argv, RUN_OPTIONS, HELP, io);
+  const parsed = parseModelArgs<RunFlags>(argv, runParser(), io);
   if (parsed === undefined) return;
   const { values, model: modelPath } = parsed;
   if (values.prompt === undefined) throw new UsageError("-p/--prompt is required");
   const path = values.path ?? "prefill";
   if (path !== "prefill" && path !== "decode" && path !== "reference") throw new UsageError(`--path must be prefill, decode or reference, got "${path}"`);
   if (values.system !== undefined && values.chat !== true) throw new UsageError("--system needs --chat");
-  const nArg = values["n-predict"];
+  const nArg = values.nPredict;
   if (nArg !== undefined && nArg !== "-1" && !/^\d+$/.test(nArg.trim())) throw new UsageError(`--n-predict must be an integer ≥ 0 (or -1), got "${nArg}"`);
   const nPredict = nArg === undefined ? 128 : Number(nArg);
   const chunk = intOption("chunk", values.chunk, 1);
-  const seedArg = values.seed;
-  if (seedArg !== undefined && !/^\d+$/.test(seedArg)) throw new UsageError(`--seed must be an integer ≥ 0, got "${seedArg}"`);
-  const seed = seedArg !== undefined ? Number(seedArg) : Math.floor(Math.random() * 2 ** 32);
-  if (!Number.isSafeInteger(seed)) throw new UsageError(`--seed must be a safe integer, got "${seedArg}"`);
-  const sampling = {
-    temperature: numOption("temp", values.temp) ?? 0.8,
-    topK: intOption("top-k", values["top-k"], 0) ?? 40,
-    topP: numOption("top-p", values["top-p"]) ?? 0.95,
-    minP: numOption("min-p", values["min-p"]) ?? 0.05,
-    seed,
-    logprobs: intOption("logprobs", values.logprobs, 0) ?? 0,
-  };
+  const sampling = { ...samplingFromFlags(values), logprobs: intOption("logprobs", values.logprobs, 0) ?? 0 };
+  const seed = sampling.seed;
   const json = values.json === true;
   const backend = backendOption(values.backend, "cpu");
   const threads = intOption("threads", values.threads, 1);
@@ -124,16 +130,26 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
   const bar = json ? undefined : positionsBar(io, "prompt");
   let host: GpuHostStats | undefined;
   let streamed = 0;
+  // the prompt as given, printed once: when the first token arrives (the prefill bar on stderr is gone by then), or at
+  // the end when nothing was generated
+  let echoed = json || !values.echo;
+  const echo = (): void => {
+    if (!echoed) io.out(values.prompt!);
+    echoed = true;
+  };
   const result = await generate(model, tokenizer, prompt, {
     sampler,
     maxTokens: nPredict < 0 ? Infinity : nPredict,
     path: path as GeneratePath,
     ...(chunk !== undefined ? { chunk } : {}),
     stop: values.stop ?? [],
-    ignoreEog: values["ignore-eos"] === true,
+    ignoreEog: values.ignoreEos === true,
     onPrefill: (done, total) => bar?.update(done, total),
     onToken: (ev) => {
-      if (ev.index === 0) bar?.stop();
+      if (ev.index === 0) {
+        bar?.stop();
+        echo();
+      }
       if (json || ev.text === "") return;
       io.out(ev.text);
       streamed += ev.text.length;
@@ -182,6 +198,7 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
     io.out(JSON.stringify(obj) + "\n");
     return;
   }
+  echo();
   io.out(result.text.slice(streamed) + "\n");
   io.err(
     `loaded in ${loadMs.toFixed(1)} ms${runner.warm !== undefined ? ` (${runner.warm.kernels} GPU kernels compiled in ${runner.warm.compileMs.toFixed(1)} ms)` : ""} | prompt: ${result.promptTokens} tokens in ${t.prefillMs.toFixed(1)} ms (${t.promptTokensPerSecond.toFixed(2)} tokens/s) | ` +
@@ -229,7 +246,7 @@ const FUSED_OPEN_CONTEXT = 32768;
  * pipeline (every layer of a step in one replayed pass: FusedGpuModel); otherwise — and for auto without a hardware
  * adapter — the model is loaded with the backend's matrix kernels.
  */
-function openRunner(modelPath: string, io: CliIO, requested: BackendChoice, threads: number | undefined, path: string, values: { prompt?: string; chat?: boolean; system?: string; "allow-nonfinite"?: boolean }, nPredict: number, chunk: number | undefined, draws: boolean): Runner {
+function openRunner(modelPath: string, io: CliIO, requested: BackendChoice, threads: number | undefined, path: string, values: { prompt?: string; chat?: boolean; system?: string; allowNonfinite?: boolean }, nPredict: number, chunk: number | undefined, draws: boolean): Runner {
   let backend = requested;
   if ((backend === "webgpu" || backend === "auto") && path !== "reference") {
     let prompt: number[] = [];
@@ -249,7 +266,7 @@ function openRunner(modelPath: string, io: CliIO, requested: BackendChoice, thre
     }
     backend = open.backend;
   }
-  const loaded = loadForCli(modelPath, io, backend, threads, values["allow-nonfinite"] === true);
+  const loaded = loadForCli(modelPath, io, backend, threads, values.allowNonfinite === true);
   const tokenizer = Tokenizer.fromMetadata(loaded.file.metadata);
   return { tokenizer, prompt: promptIds(tokenizer, values), model: loaded.model, backend: loaded.model.kernels.name, close: () => closeLoaded(loaded) };
 }

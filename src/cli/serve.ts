@@ -14,99 +14,61 @@ import type { GGUFFile } from "../gguf/file.js";
 import type { ModelConfig } from "../model/config.js";
 import type { FusedGpuModel } from "../backend/webgpu/fused.js";
 import { openFusedForCli, type FusedOpen } from "./fused.js";
-import { ALLOW_NONFINITE_HELP, type CliIO, intOption, nonFiniteWarning, parseModelCommand, processIO } from "./common.js";
+import { ALLOW_NONFINITE_OPTION, type CliIO, intOption, nonFiniteWarning, parseModelArgs, processIO } from "./common.js";
+import { commandParser, repeatable, valuesByFlag, type Parser } from "./options.js";
 
-const HELP = `usage: latent serve MODEL.gguf [options]
+function serveParser(): Parser {
+  return commandParser(
+    "serve",
+    "MODEL.gguf [options]",
+    'An OpenAI-compatible HTTP server (docs/server.md): POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize; GET /v1/models, /health, /metrics. Continuous batching over a paged latent KV cache with prefix caching. SIGTERM/SIGINT: stop taking requests, finish the running ones, exit. The port is taken before the model loads (a busy one fails at once); until the model is ready /health answers 503 {"status":"loading","progress":…} and the API 503.',
+  )
+    .option("--host <HOST>", "address to listen on (default 127.0.0.1)")
+    .option("--port <N>", "port (default 8080; 0 = any free port, printed on stderr)")
+    .option("--api-key <KEY>", 'require "Authorization: Bearer KEY" (also from LATENT_API_KEY)')
+    .option("--cors <ORIGINS>", "let browser pages from these origins call the server: '*' or a comma list such as http://localhost:3000,https://app.example (default: off, no CORS headers)")
+    .option("--alias <NAME>", "model id clients send (default the file name without .gguf); repeat it, or give a comma list, for several ids: /v1/models lists them all, any of them is accepted", repeatable)
+    .option("--max-batch <N>", "most sequences running at once (default 16)")
+    .option("--kv-cache-tokens <N>", "KV cache positions shared by all sequences (default 8192)")
+    .option("--page-size <N>", `positions per KV page (default ${DEFAULT_PAGE_SIZE})`)
+    .option("--ctx-size <N>", "context length per sequence (default the model's)")
+    .option("--prefill-chunk <N>", "most prompt tokens one sequence prefills per step (default 128)")
+    .option("--token-budget <N>", "most tokens per forward pass (default 256)")
+    .option("--max-queue <N>", "most waiting sequences before 429 with Retry-After (default 256)")
+    .option("--chain-steps <N>", "most greedy decode steps chained on the GPU between host round trips (fused webgpu pipeline; only while every running request is greedy without top logprobs and none waits; default 8, 0 = off)")
+    .option("--max-connections <N>", `open connections; past it a new one gets 503 and is closed (default ${DEFAULT_LIMITS.maxConnections})`)
+    .option("--max-body-bytes <N>", `one request body (413 beyond, answered once the body is read; default ${DEFAULT_LIMITS.maxBodyBytes})`)
+    .option("--max-inflight-body-bytes <N>", `request bodies being received, all together (503 beyond; default ${DEFAULT_LIMITS.maxBufferedBodyBytes})`)
+    .option("--headers-timeout <S>", `seconds for a request's headers to arrive (default ${DEFAULT_LIMITS.headersTimeoutMs / 1000})`)
+    .option("--body-timeout <S>", `seconds for a request's body to arrive (408 beyond; default ${DEFAULT_LIMITS.bodyTimeoutMs / 1000})`)
+    .option("--request-timeout <S>", `seconds a generation request may take, queue included (504 beyond; default ${DEFAULT_LIMITS.requestTimeoutMs / 1000}, 0 = none)`)
+    .option("--drain-timeout <S>", `on SIGTERM, seconds to let running requests finish before cancelling them (default ${DEFAULT_LIMITS.drainTimeoutMs / 1000})`)
+    .option("--max-stream-buffer <N>", `bytes a streaming client may leave unread before it is dropped (default ${DEFAULT_LIMITS.maxStreamBufferBytes})`)
+    .option("--default-max-tokens <N>", `chat max_tokens when the request sets none (default ${DEFAULT_LIMITS.defaultChatMaxTokens}; never past the context)`)
+    .option("--retry-after <S>", `Retry-After seconds sent with 429 and 503 (default ${DEFAULT_LIMITS.retryAfterSeconds})`)
+    .option("--no-prefix-cache", "do not share KV pages between equal prompt prefixes")
+    .option("--reasoning-format <F>", "chat answers of thinking models: deepseek (default: <think> reasoning in reasoning_content, the answer in content) or none (the raw text, tags included, in content)")
+    .option("--log-format <F>", "text (default: one line per event and per request) or json (JSON lines: level, time, msg and the request's fields)")
+    .option("--log-level <L>", "debug, info (default), warn, error or silent; each request is logged at info (5xx at error; /health and /metrics polls at debug)")
+    .option("--quiet", "only warnings and errors (--log-level warn)")
+    .option("--log-steps", "log every forward pass (sequences, tokens, decoding, ms) and every chain of greedy steps")
+    .option(
+      "--backend <B>",
+      "cpu (WebAssembly SIMD kernels on worker threads), reference (plain JS kernels), webgpu (needs the optional package: npm install webgpu) or auto (default: webgpu on a hardware GPU adapter, else cpu; startup says which and why). On a GPU a deepseek2/glm-dsa model runs the fused pipeline (every layer of a step in one replayed pass, the KV pages mirrored on the GPU, prefix caching included; --ctx-size default 4096)",
+    )
+    .option("--threads <N>", "threads of the cpu backend (default: all cores)")
+    .option(...ALLOW_NONFINITE_OPTION);
+}
 
-An OpenAI-compatible HTTP server (docs/server.md): POST /v1/completions, /v1/chat/completions, /tokenize,
-/detokenize; GET /v1/models, /health, /metrics. Continuous batching over a paged latent KV cache with prefix
-caching. SIGTERM/SIGINT: stop taking requests, finish the running ones, exit. The port is taken before the model loads
-(a busy one fails at once); until the model is ready /health answers 503 {"status":"loading","progress":…} and the
-API 503.
-
-options:
-  --host HOST            address to listen on (default 127.0.0.1)
-  --port N               port (default 8080; 0 = any free port, printed on stderr)
-  --api-key KEY          require "Authorization: Bearer KEY" (also from LATENT_API_KEY)
-  --cors ORIGINS         let browser pages from these origins call the server: '*' or a comma list such as
-                         http://localhost:3000,https://app.example (default: off, no CORS headers)
-  --alias NAME           model id clients send (default the file name without .gguf); repeat it, or give a comma
-                         list, for several ids: /v1/models lists them all, any of them is accepted
-  --max-batch N          most sequences running at once (default 16)
-  --kv-cache-tokens N    KV cache positions shared by all sequences (default 8192)
-  --page-size N          positions per KV page (default ${DEFAULT_PAGE_SIZE})
-  --ctx-size N           context length per sequence (default the model's)
-  --prefill-chunk N      most prompt tokens one sequence prefills per step (default 128)
-  --token-budget N       most tokens per forward pass (default 256)
-  --max-queue N          most waiting sequences before 429 with Retry-After (default 256)
-  --chain-steps N        most greedy decode steps chained on the GPU between host round trips (fused webgpu
-                         pipeline; only while every running request is greedy without top logprobs and none
-                         waits; default 8, 0 = off)
-  --max-connections N    open connections; past it a new one gets 503 and is closed (default ${DEFAULT_LIMITS.maxConnections})
-  --max-body-bytes N     one request body (413 beyond, answered once the body is read; default ${DEFAULT_LIMITS.maxBodyBytes})
-  --max-inflight-body-bytes N
-                         request bodies being received, all together (503 beyond; default ${DEFAULT_LIMITS.maxBufferedBodyBytes})
-  --headers-timeout S    seconds for a request's headers to arrive (default ${DEFAULT_LIMITS.headersTimeoutMs / 1000})
-  --body-timeout S       seconds for a request's body to arrive (408 beyond; default ${DEFAULT_LIMITS.bodyTimeoutMs / 1000})
-  --request-timeout S    seconds a generation request may take, queue included (504 beyond; default
-                         ${DEFAULT_LIMITS.requestTimeoutMs / 1000}, 0 = none)
-  --drain-timeout S      on SIGTERM, seconds to let running requests finish before cancelling them (default ${DEFAULT_LIMITS.drainTimeoutMs / 1000})
-  --max-stream-buffer N  bytes a streaming client may leave unread before it is dropped (default ${DEFAULT_LIMITS.maxStreamBufferBytes})
-  --default-max-tokens N chat max_tokens when the request sets none (default ${DEFAULT_LIMITS.defaultChatMaxTokens}; never past the context)
-  --retry-after S        Retry-After seconds sent with 429 and 503 (default ${DEFAULT_LIMITS.retryAfterSeconds})
-  --no-prefix-cache      do not share KV pages between equal prompt prefixes
-  --reasoning-format F   chat answers of thinking models: deepseek (default: <think> reasoning in reasoning_content,
-                         the answer in content) or none (the raw text, tags included, in content)
-  --log-format F         text (default: one line per event and per request) or json (JSON lines: level, time, msg
-                         and the request's fields)
-  --log-level L          debug, info (default), warn, error or silent; each request is logged at info (5xx at
-                         error; /health and /metrics polls at debug)
-  --quiet                only warnings and errors (--log-level warn)
-  --log-steps            log every forward pass (sequences, tokens, decoding, ms) and every chain of greedy steps
-  --backend B            cpu (WebAssembly SIMD kernels on worker threads), reference (plain JS kernels),
-                         webgpu (needs the optional package: npm install webgpu) or auto (default: webgpu on a
-                         hardware GPU adapter, else cpu; startup says which and why). On a GPU a
-                         deepseek2/glm-dsa model runs the fused pipeline (every layer of a step in one replayed pass,
-                         the KV pages mirrored on the GPU, prefix caching included; --ctx-size default 4096)
-  --threads N            threads of the cpu backend (default: all cores)
-${ALLOW_NONFINITE_HELP}`;
-
-const SERVE_OPTIONS = {
-  host: { type: "string" },
-  port: { type: "string" },
-  "api-key": { type: "string" },
-  alias: { type: "string", multiple: true },
-  cors: { type: "string" },
-  "max-batch": { type: "string" },
-  "kv-cache-tokens": { type: "string" },
-  "page-size": { type: "string" },
-  "ctx-size": { type: "string" },
-  "prefill-chunk": { type: "string" },
-  "token-budget": { type: "string" },
-  "max-queue": { type: "string" },
-  "chain-steps": { type: "string" },
-  "max-connections": { type: "string" },
-  "max-body-bytes": { type: "string" },
-  "max-inflight-body-bytes": { type: "string" },
-  "headers-timeout": { type: "string" },
-  "body-timeout": { type: "string" },
-  "request-timeout": { type: "string" },
-  "drain-timeout": { type: "string" },
-  "max-stream-buffer": { type: "string" },
-  "default-max-tokens": { type: "string" },
-  "retry-after": { type: "string" },
-  "no-prefix-cache": { type: "boolean" },
-  "log-steps": { type: "boolean" },
-  "reasoning-format": { type: "string" },
-  // logging (access log and events)
-  "log-format": { type: "string" },
-  "log-level": { type: "string" },
-  quiet: { type: "boolean" },
-  backend: { type: "string" },
-  threads: { type: "string" },
-  "allow-nonfinite": { type: "boolean" },
-  help: { type: "boolean", short: "h" },
-} as const;
+type ValuedFlag = "host" | "port" | "api-key" | "cors" | "max-batch" | "kv-cache-tokens" | "page-size" | "ctx-size" | "prefill-chunk" | "token-budget" | "max-queue" | "chain-steps" | LimitFlag | "reasoning-format" | "log-format" | "log-level" | "backend" | "threads";
+/** The values of serve's options, by flag name as typed (the names the checks below and their messages use). */
+type ServeFlags = Partial<Record<ValuedFlag, string>> & {
+  alias?: string[];
+  "no-prefix-cache"?: boolean;
+  quiet?: boolean;
+  "log-steps"?: boolean;
+  "allow-nonfinite"?: boolean;
+};
 
 export const serveCommand: Command = {
   name: "serve",
@@ -115,9 +77,11 @@ export const serveCommand: Command = {
 };
 
 export async function serveMain(argv: string[], io: CliIO): Promise<void> {
-  const parsed = parseModelCommand(argv, SERVE_OPTIONS, HELP, io);
+  const parser = serveParser();
+  const parsed = parseModelArgs<unknown>(argv, parser, io);
   if (parsed === undefined) return;
-  const { values, model: modelPath } = parsed;
+  const modelPath = parsed.model;
+  const values = valuesByFlag(parser) as ServeFlags;
   const backend = values.backend ?? "auto";
   if (backend !== "cpu" && backend !== "auto" && backend !== "reference" && backend !== "webgpu") throw new UsageError(`--backend must be cpu, reference, webgpu or auto, got "${backend}"`);
   const threads = intOption("threads", values.threads, 1);

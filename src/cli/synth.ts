@@ -1,27 +1,39 @@
-import { parseArgs } from "node:util";
 import { statSync } from "node:fs";
 import cliProgress from "cli-progress";
 import type { Command } from "./command.js";
+import { processIO } from "./common.js";
+import { commandParser, parseCommand, repeatable, type Parser } from "./options.js";
 import { UsageError } from "../util/errors.js";
 import { preset, PRESET_NAMES, withOverrides, type SynthArch, type SynthConfig } from "../synth/presets.js";
 import { synthesize } from "../synth/synthesize.js";
 import { FILE_TYPE_NAMES } from "../synth/types.js";
 
-const HELP = `usage: latent synth --preset ${PRESET_NAMES.join("|")} [options] -o FILE.gguf
+function synthParser(): Parser {
+  return commandParser("synth", `--preset ${PRESET_NAMES.join("|")} [options] -o FILE.gguf`, "Write a random-weight model with the true shapes of a real one (or fewer layers).")
+    .option("--arch <deepseek2|glm-dsa>", "architecture (picks the tiny flavour; checked against the other presets)")
+    .option("--preset <NAME>", PRESET_NAMES.join(", "))
+    .option("--layers <N>", "main decoder layers (dense lead cut to N−1 so an MoE layer stays)")
+    .option("--type <T>", `${FILE_TYPE_NAMES.join(", ")} (default F32)`)
+    .option("--pure", "every quantizable matrix in the base type (llama-quantize --pure)")
+    .option("--seed <S>", "weight seed (default 0); same seed → byte-identical file")
+    .option("--legacy-kv-b", "old GGUF generation: attn_kv_b, head_count_kv = H, no *_mla keys")
+    .option("--split <N>", "write N shards <prefix>-0000i-of-0000N.gguf")
+    .option("--set <key=JSON>", "override any config field, e.g. --set n_vocab=1000 --set yarn=null (repeatable)", repeatable)
+    .option("-o, --out <FILE>", "output path (written under a temporary name, renamed when complete)");
+}
 
-Write a random-weight model with the true shapes of a real one (or fewer layers).
-
-options:
-  --arch deepseek2|glm-dsa   architecture (picks the tiny flavour; checked against the other presets)
-  --preset NAME              ${PRESET_NAMES.join(", ")}
-  --layers N                 main decoder layers (dense lead cut to N−1 so an MoE layer stays)
-  --type T                   ${FILE_TYPE_NAMES.join(", ")} (default F32)
-  --pure                     every quantizable matrix in the base type (llama-quantize --pure)
-  --seed S                   weight seed (default 0); same seed → byte-identical file
-  --legacy-kv-b              old GGUF generation: attn_kv_b, head_count_kv = H, no *_mla keys
-  --split N                  write N shards <prefix>-0000i-of-0000N.gguf
-  --set key=JSON             override any config field, e.g. --set n_vocab=1000 --set yarn=null
-  -o, --out FILE             output path`;
+interface SynthFlags {
+  arch?: string;
+  preset?: string;
+  layers?: string;
+  type?: string;
+  pure?: boolean;
+  seed?: string;
+  legacyKvB?: boolean;
+  split?: string;
+  set?: string[];
+  out?: string;
+}
 
 function intArg(name: string, v: string | undefined, min: number): number | undefined {
   if (v === undefined) return undefined;
@@ -34,28 +46,11 @@ export const synthCommand: Command = {
   name: "synth",
   summary: "write a random-weight MLA MoE model (real shapes) for tests and benchmarks",
   async run(argv: string[]): Promise<void> {
-    const { values } = parseArgs({
-      args: argv,
-      options: {
-        arch: { type: "string" },
-        preset: { type: "string" },
-        layers: { type: "string" },
-        type: { type: "string" },
-        pure: { type: "boolean" },
-        seed: { type: "string" },
-        "legacy-kv-b": { type: "boolean" },
-        split: { type: "string" },
-        set: { type: "string", multiple: true },
-        out: { type: "string", short: "o" },
-        help: { type: "boolean", short: "h" },
-      },
-      strict: true,
-    });
-    if (values.help === true) {
-      console.log(HELP);
-      return;
-    }
-    if (values.preset === undefined) throw new UsageError(`--preset is required\n\n${HELP}`);
+    const parsed = parseCommand<SynthFlags>(synthParser(), argv, processIO);
+    if (parsed === undefined) return;
+    const values = parsed.opts;
+    if (parsed.args.length > 0) throw new UsageError(`unexpected argument "${parsed.args[0]}" (the output file is -o FILE)`);
+    if (values.preset === undefined) throw new UsageError("--preset is required\nRun `latent synth --help` for its options.");
     if (values.out === undefined) throw new UsageError("-o FILE is required");
     const arch = values.arch;
     if (arch !== undefined && arch !== "deepseek2" && arch !== "glm-dsa") throw new UsageError(`--arch must be deepseek2 or glm-dsa, got "${arch}"`);
@@ -85,7 +80,7 @@ export const synthCommand: Command = {
         type: values.type ?? "F32",
         pure: values.pure ?? false,
         seed,
-        legacyKvB: values["legacy-kv-b"] ?? false,
+        legacyKvB: values.legacyKvB ?? false,
         split,
         out: values.out,
         onProgress: (done, total, tensor) => {

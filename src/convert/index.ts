@@ -8,6 +8,7 @@
  * Tensors are converted one HF layer at a time, while the writer streams them, so memory stays at about one
  * layer in float32.
  */
+import { writeThroughTemporary } from "../synth/atomic-output.js";
 import { basename, resolve } from "node:path";
 import { writeModel, tensorBytes, type TensorToWrite } from "../gguf/writer.js";
 import { GGMLType, GGUFValueType, typeName, type GGUFMetadataEntry } from "../gguf/types.js";
@@ -215,12 +216,14 @@ export function convertHf(dir: string, out: string, opts: ConvertOptions = {}): 
       return outBytes;
     },
   }));
-  const paths = writeModel(out, metadata, tensors, {
-    onTensor: (done, _total, bytes) => {
-      doneBytes += bytes;
-      opts.onProgress?.(doneBytes, totalBytes, plan[done - 1]!.name);
-    },
-  });
+  const paths = writeThroughTemporary(out, (temporaryOut) =>
+    writeModel(temporaryOut, metadata, tensors, {
+      onTensor: (done, _total, bytes) => {
+        doneBytes += bytes;
+        opts.onProgress?.(doneBytes, totalBytes, plan[done - 1]!.name);
+      },
+    }),
+  );
   return { paths, info, vocab, tensors: plan.map(({ name, ne, type }) => ({ name, ne, type })), bytes: totalBytes };
 }
 

@@ -32,6 +32,8 @@ export interface DoctorOptions {
   /** skip the NaN/Inf + statistics scan */
   readonly skipData?: boolean;
   readonly progress?: Progress;
+  /** one line per stage and per path-check run (they are silent for minutes on a large model) */
+  readonly onStep?: (message: string) => void;
   /**
    * The implementation under test, built from the clean model (default: the clean model itself). Tests pass
    * `(m) => withFaults(m, …)`; a fast backend would swap kernels here.
@@ -79,6 +81,7 @@ export async function runDoctor(opts: DoctorOptions): Promise<DoctorReport> {
   const findings = new Findings();
   const timings: Record<string, number> = {};
   const time = <T>(name: string, f: () => T): T => {
+    opts.onStep?.(`${name}…`);
     const t0 = performance.now();
     try {
       return f();
@@ -160,7 +163,7 @@ export async function runDoctor(opts: DoctorOptions): Promise<DoctorReport> {
     const chunk = opts.chunk ?? 8;
     // Fast kernels compute in float32 (and may quantize activations): looser per-stage tolerance.
     const loose = backend !== undefined ? { tolerance: 3e-2, klTolerance: 1e-3 } : {};
-    parts.paths = time("paths", () => checkPaths(test, findings, { prompts: defaultPrompts(config.nVocab, chunk, encode), chunk, clean, ...loose }));
+    parts.paths = time("paths", () => checkPaths(test, findings, { prompts: defaultPrompts(config.nVocab, chunk, encode), chunk, clean, ...loose, ...(opts.onStep !== undefined ? { onRun: opts.onStep } : {}) }));
     parts.behaviour = time("behaviour", () => checkBehaviour(clean, probes, findings, { greedyTokens: opts.greedyTokens ?? 24, chunk, calibrationTokens }));
     return finish(opts, findings, parts, timings);
   } finally {

@@ -279,6 +279,8 @@ export interface PathCheckOptions {
   readonly clean?: DeepSeek2;
   /** match divergences against known faults (default true) */
   readonly explain?: boolean;
+  /** told before each comparison run ("paths 2/9: prefill on the long prompt (12 tokens)") */
+  readonly onRun?: (message: string) => void;
 }
 
 export interface PathReport {
@@ -298,9 +300,11 @@ export function checkPaths(test: DeepSeek2, findings: Findings, opts: PathCheckO
   if (clean !== test) candidates.push({ label: "reference (under test)", model: test, path: "reference" });
   candidates.push({ label: "prefill", model: test, path: "prefill" }, { label: "decode", model: test, path: "decode" });
 
+  const runs = opts.prompts.length * candidates.length;
   for (const p of opts.prompts) {
     const base = tracedRun(clean, p.tokens, "reference", chunk);
     for (const cand of candidates) {
+      opts.onRun?.(`paths ${comparisons.length + 1}/${runs}: ${cand.label} on the ${p.label} prompt (${p.tokens.length} tokens)`);
       const run = tracedRun(cand.model, p.tokens, cand.path, chunk);
       const kls = base.logits.map((r, i) => klLogits(r, run.logits[i]!));
       const agree = base.logits.filter((r, i) => argmax(r) === argmax(run.logits[i]!)).length;

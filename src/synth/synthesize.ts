@@ -4,6 +4,7 @@
  * Init (as the kit's tinymodel.py): matrices N(0, 1/fan_in) with fan_in = ne[0], token_embd N(0,1),
  * output and router std 2/√n_embd, norms 1 + 0.1·N(0,1), biases 0.1·N(0,1).
  */
+import { writeThroughTemporary } from "./atomic-output.js";
 import { constants as bufferConstants } from "node:buffer";
 import { writeModel, tensorBytes, type TensorToWrite } from "../gguf/writer.js";
 import { type GGMLType, GGUFValueType, typeName, type GGUFMetadataEntry, type GGUFValue } from "../gguf/types.js";
@@ -265,11 +266,13 @@ export function synthesize(config: SynthConfig, opts: SynthOptions): string[] {
     },
   }));
   const perShard = split > 1 ? Math.ceil(tensors.length / split) : undefined;
-  return writeModel(opts.out, metadata, tensors, {
-    ...(perShard !== undefined ? { maxTensorsPerShard: perShard } : {}),
-    onTensor: (done, _total, bytes) => {
-      doneBytes += bytes;
-      opts.onProgress?.(doneBytes, totalBytes, plan[done - 1]!.name);
-    },
-  });
+  return writeThroughTemporary(opts.out, (temporaryOut) =>
+    writeModel(temporaryOut, metadata, tensors, {
+      ...(perShard !== undefined ? { maxTensorsPerShard: perShard } : {}),
+      onTensor: (done, _total, bytes) => {
+        doneBytes += bytes;
+        opts.onProgress?.(doneBytes, totalBytes, plan[done - 1]!.name);
+      },
+    }),
+  );
 }

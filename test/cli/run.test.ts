@@ -81,10 +81,10 @@ test("greedy run equals generate() and the argmax continuation; --path reference
   }
 });
 
-test("streaming: stdout is the text plus a newline, timings with tokens/s on stderr", async () => {
+test("streaming: stdout is the prompt, the text and a newline, timings with tokens/s on stderr", async () => {
   const r = await cli([M, "-p", "hello world", "-n", "15", "--seed", "11"]);
   const j = await runJson([M, "-p", "hello world", "-n", "15", "--seed", "11"]);
-  assert.equal(r.out, j.text + "\n");
+  assert.equal(r.out, "hello world" + j.text + "\n");
   assert.match(r.err, /^loaded in [\d.]+ ms \| prompt: 8 tokens in [\d.]+ ms \([\d.]+ tokens\/s\) \| generated: \d+ tokens, \d+ decode steps in [\d.]+ ms \([\d.]+ tokens\/s\) \| finish: (stop|length) \| path prefill \| backend \S+ \| decode host-sampling \| seed 11\n$/);
 });
 
@@ -169,8 +169,11 @@ test("through the binary: streams text to stdout; usage errors exit 2", () => {
   const ok = spawnSync(process.execPath, [bin, "run", M, "-p", "hello", "-n", "5", "--temp", "0", "--ignore-eos"], { encoding: "utf8" });
   assert.equal(ok.status, 0, ok.stderr);
   const want = generateSync(loaded.model, tok, tok.encode("hello"), { temperature: 0, maxTokens: 5, ignoreEog: true });
-  assert.equal(ok.stdout, want.text + "\n");
+  assert.equal(ok.stdout, "hello" + want.text + "\n", "the prompt is echoed before the generated text");
   assert.match(ok.stderr, /tokens\/s/);
+  const quiet = spawnSync(process.execPath, [bin, "run", M, "-p", "hello", "-n", "5", "--temp", "0", "--ignore-eos", "--no-echo"], { encoding: "utf8" });
+  assert.equal(quiet.status, 0, quiet.stderr);
+  assert.equal(quiet.stdout, want.text + "\n", "--no-echo: only the generated text");
   const bad = spawnSync(process.execPath, [bin, "run", M], { encoding: "utf8" });
   assert.equal(bad.status, 2);
   assert.match(bad.stderr, /^latent run: -p\/--prompt is required\n$/);

@@ -1,6 +1,5 @@
 import { isGGUFArray, type Metadata } from "../gguf/metadata.js";
 import { ModelConfigError } from "../util/errors.js";
-import type { Faults } from "./faults.js";
 
 export type Arch = "deepseek2" | "glm-dsa";
 export type GatingFunc = "softmax" | "sigmoid";
@@ -78,8 +77,6 @@ export interface ModelConfig {
    * does — a deviation for V2-style files, selectable only to compare against llama.cpp.
    */
   readonly groupScoring: "definition" | "llama.cpp";
-  /** TEST-ONLY fault injection (src/model/faults.ts); never set in production */
-  readonly faults?: Faults;
 }
 
 export interface ConfigOptions {

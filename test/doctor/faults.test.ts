@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { runDoctor, type DoctorReport } from "../../src/doctor/index.js";
 import { writeFaultyFile } from "../helpers/file-faults.js";
-import { withFaults, type Faults } from "../../src/model/faults.js";
+import { withFaults, type Faults } from "../../src/doctor/faults/faults.js";
 import { synthModel } from "../helpers/synth.js";
 
 // P = V so that k_b and v_b can be swapped without a shape error (as in a converter that split kv_b the wrong way).

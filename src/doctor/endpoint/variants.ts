@@ -7,11 +7,13 @@ import { QMatrix } from "../../tensor/qmatrix.js";
 import { GGMLType } from "../../gguf/types.js";
 import type { ModelConfig } from "../../model/config.js";
 import type { DeepSeek2 } from "../../model/deepseek2.js";
+import type { Rope } from "../../model/rope.js";
 import { reassembleKvB, type LayerWeights, type ModelWeights, type SwiGLU } from "../../model/weights.js";
 
-function rebuild<M extends DeepSeek2>(model: M, config: ModelConfig, weights: ModelWeights): M {
-  const Ctor = model.constructor as new (c: ModelConfig, w: ModelWeights) => M;
-  const m = new Ctor(config, weights);
+/** The model's class over other weights or config; the model's own rope (a fault's NeoX rope too) unless `rope` is "from config". */
+function rebuild<M extends DeepSeek2>(model: M, config: ModelConfig, weights: ModelWeights, rope: Rope | "from config" = model.rope): M {
+  const Ctor = model.constructor as new (c: ModelConfig, w: ModelWeights, r?: Rope) => M;
+  const m = new Ctor(config, weights, rope === "from config" ? undefined : rope);
   m.kernels = model.kernels;
   return m;
 }
@@ -37,7 +39,7 @@ function withLayers<M extends DeepSeek2>(model: M, edit: (lw: LayerWeights, il: 
 
 /** The model with a different RoPE base (rope.freq_base). */
 export function withRopeBase<M extends DeepSeek2>(model: M, base: number): M {
-  return rebuild(model, { ...model.config, ropeBase: base }, model.weights);
+  return rebuild(model, { ...model.config, ropeBase: base }, model.weights, "from config");
 }
 
 /** W_UV used where W_UK belongs and W_UK where W_UV belongs; undefined unless qk_nope = v_head. */

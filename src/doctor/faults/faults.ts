@@ -13,7 +13,8 @@ import type { Route } from "../../model/moe.js";
 import type { Rope } from "../../model/rope.js";
 import type { LayerWeights, ModelWeights } from "../../model/weights.js";
 import { NeoxRope } from "./neox-rope.js";
-import { attendAbsorbedF16Query, routeBiasInWeights, withSplitKvBSwapped } from "./stages.js";
+import { attendAbsorbedF16Query, routeBiasInWeights } from "./stages.js";
+import { splitKvBSwapped } from "../endpoint/variants.js";
 
 export interface Faults {
   /** prefill/decode use W_UV where W_UK belongs and W_UK where W_UV belongs (k_b/v_b swapped; needs P = V) */
@@ -53,7 +54,7 @@ function faultyClass(Base: ModelClass, faults: Faults): ModelClass {
 /** A model over the same weights (and kernels) that carries `faults`; `{}` gives a clean second implementation. */
 export function withFaults<M extends DeepSeek2>(model: M, faults: Faults): M {
   const config: ModelConfig = faults.softmaxGating === true ? { ...model.config, gating: "softmax" } : model.config;
-  const weights = faults.swapKvB === true ? withSplitKvBSwapped(model.weights, config) : model.weights;
+  const weights = faults.swapKvB === true ? splitKvBSwapped(model.weights, config) : model.weights;
   const rope = faults.neoxRope === true ? NeoxRope.forConfig(config) : undefined;
   const Faulty = faultyClass(model.constructor as ModelClass, faults);
   const m = new Faulty(config, weights, rope) as M;

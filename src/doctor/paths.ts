@@ -4,13 +4,13 @@
  * against a clean reference when the implementation under test is another one. Per-layer, per-stage hidden-state
  * divergence (from the forward pass's trace taps) names the first layer and sub-step where paths part; final KL and
  * top-1 agreement measure what it does to the output. A divergence is then matched against known faults
- * (src/model/faults.ts) simulated on the clean reference, to name the cause.
+ * (src/doctor/faults/) simulated on the clean reference, to name the cause.
  */
 import type { DeepSeek2, TraceStage } from "../model/deepseek2.js";
 import type { AttentionPath } from "../model/mla.js";
 import { LatentCache } from "../model/cache.js";
 import { logSoftmaxRow } from "../engine/evaluate.js";
-import { withFaults, type Faults } from "../model/faults.js";
+import { withFaults, type Faults } from "./faults/faults.js";
 import type { Findings } from "./report.js";
 
 export interface Prompt {

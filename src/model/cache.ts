@@ -1,6 +1,6 @@
 import { LatentError } from "../util/errors.js";
 import type { ModelConfig } from "./config.js";
-import type { LatentRows } from "./mla.js";
+import type { LatentRows } from "./mla-types.js";
 import type { IndexerKeys } from "./dsa.js";
 
 /** Growable float32 rows of fixed width. */

@@ -1,7 +1,7 @@
-import type { MatKernels } from "./kernels.js";
+import type { MatProducts } from "../tensor/products.js";
 import { layerNorm, topK, type Vec } from "../tensor/ops.js";
 import type { IndexerConfig, ModelConfig } from "./config.js";
-import type { KeySelection } from "./mla.js";
+import type { KeySelection } from "./mla-types.js";
 import type { Rope } from "./rope.js";
 import type { IndexerWeights } from "./weights.js";
 
@@ -25,7 +25,7 @@ export class Indexer {
   ) {}
 
   /** k^I for n tokens x [n × Hd] at positions pos0.. → [n × D_idx] */
-  keys(x: Float64Array, n: number, pos0: number, kern: MatKernels): Float64Array {
+  keys(x: Float64Array, n: number, pos0: number, kern: MatProducts): Float64Array {
     const D = this.cfg.headDim;
     const k = new Float64Array(n * D);
     kern.matmul(this.w.k, x, n, this.model.nEmbd, k, D);
@@ -38,7 +38,7 @@ export class Indexer {
   }
 
   /** Key selection for n queries (normed q-LoRA latents qr [n × Lq], inputs x [n × Hd]) against `keys`. */
-  select(x: Float64Array, qr: Float64Array, n: number, pos0: number, keys: IndexerKeys, kern: MatKernels): KeySelection {
+  select(x: Float64Array, qr: Float64Array, n: number, pos0: number, keys: IndexerKeys, kern: MatProducts): KeySelection {
     const { nHead: Hi, headDim: D, topK: K } = this.cfg;
     const Lq = this.model.qLoraRank;
     const q = new Float64Array(n * Hi * D);

@@ -3,7 +3,8 @@ import type { LatentStore } from "./cache.js";
 import type { ModelConfig } from "./config.js";
 import { DeepSeek2 } from "./deepseek2.js";
 import { Indexer } from "./dsa.js";
-import type { KeySelection, Projections } from "./mla.js";
+import type { Rope } from "./rope.js";
+import type { KeySelection, Projections } from "./mla-types.js";
 import type { LayerWeights, ModelWeights } from "./weights.js";
 
 /**
@@ -13,8 +14,8 @@ import type { LayerWeights, ModelWeights } from "./weights.js";
 export class GlmDsa extends DeepSeek2 {
   private readonly indexers: (Indexer | undefined)[];
 
-  constructor(config: ModelConfig, weights: ModelWeights) {
-    super(config, weights);
+  constructor(config: ModelConfig, weights: ModelWeights, rope?: Rope) {
+    super(config, weights, rope);
     this.indexers = weights.layers.map((lw) => (lw.attn.indexer && config.indexer ? new Indexer(lw.attn.indexer, config.indexer, config, this.rope) : undefined));
   }
 

@@ -1,40 +1,23 @@
 import type { MatKernels } from "./kernels.js";
+import type { MatProducts } from "../tensor/products.js";
 import { rmsNorm, softmaxInPlace, type Vec } from "../tensor/ops.js";
 import type { ModelConfig } from "./config.js";
 import type { Rope } from "./rope.js";
 import type { AttentionWeights } from "./weights.js";
-import { roundToF16 } from "./faults.js";
+import type { AttentionPath, KeySelection, LatentRows, Projections } from "./mla-types.js";
+
+export type { AttentionPath, KeySelection, LatentRows, Projections } from "./mla-types.js";
 
 /**
  * Multi-head Latent Attention (DeepSeek-V2 §2.1). Symbols: H heads, P = qk_nope, R = qk_rope, V = v_head,
  * L = kv_lora_rank, Lq = q_lora_rank. Per token the cache keeps only the latent [c (L) | k_pe (R)].
  *
- * Three ways to compute the same attention:
+ * Three ways to compute the same attention (AttentionPath):
  * - reference: the definition — K/V decompressed with the HF kv_b_proj for the whole sequence, plain causal MHA, float64.
  * - prefill:   batched MHA over a chunk; K/V of every cached position decompressed with W_UK (attn_k_b) and W_UV (attn_v_b).
  * - decode:    absorbed MQA — q_abs,h = W_UK,hᵀ q_nope,h scores directly against the latent c; the weighted sum of c
  *              is projected by W_UV,h afterwards. Scale stays mscale²/√(P+R).
  */
-export type AttentionPath = "reference" | "prefill" | "decode";
-
-/** Latent rows for positions [0, length): c [length × L], kPe [length × R] (k_pe already roped). */
-export interface LatentRows {
-  readonly c: Vec | Float32Array;
-  readonly kPe: Vec | Float32Array;
-  readonly length: number;
-}
-
-/** Per-token projections of a chunk of n tokens. */
-export interface Projections {
-  /** [n × H × (P+R)], per head [q_nope | q_pe] with q_pe roped */
-  readonly q: Float64Array;
-  /** [n × L] normalized latent */
-  readonly c: Float64Array;
-  /** [n × R] roped shared rope key */
-  readonly kPe: Float64Array;
-  /** [n × Lq] normalized q-LoRA latent (the DSA indexer reads it), undefined without q-LoRA */
-  readonly qr: Float64Array | undefined;
-}
 
 /** q, c, k_pe for n tokens at positions `pos[t]` from the attention-normed inputs x [n × Hd]. */
 export function project(w: AttentionWeights, cfg: ModelConfig, rope: Rope, x: Float64Array, n: number, pos: ArrayLike<number>, k: MatKernels): Projections {
@@ -75,9 +58,6 @@ export function sliceProjections(pr: Projections, cfg: ModelConfig, start: numbe
   };
 }
 
-/** Keys a query may attend to: undefined = every causal key (0..pos), else an explicit sorted list (DSA top-k). */
-export type KeySelection = (queryIndex: number, pos: number) => readonly number[] | undefined;
-
 function keysOf(sel: KeySelection | undefined, i: number, pos: number): readonly number[] | number {
   return sel?.(i, pos) ?? pos + 1;
 }
@@ -87,7 +67,7 @@ function keysOf(sel: KeySelection | undefined, i: number, pos: number): readonly
  * v [T × H × V] for T = pos0 + n positions, and the latent rows' k_pe. Returns o [n × H·V].
  */
 function mha(cfg: ModelConfig, pr: Projections, n: number, pos0: number, kNope: Float64Array, v: Float64Array, lat: LatentRows, sel: KeySelection | undefined, k?: MatKernels): Float64Array {
-  if (k?.mha !== undefined && sel === undefined) return k.mha(cfg, pr, n, pos0, kNope, v, lat); // fast backend (issue 7)
+  if (k?.mha !== undefined && sel === undefined) return k.mha(cfg, pr, n, pos0, kNope, v, lat); // fast backend
   const { nHead: H, qkNope: P, qkRope: R, vHead: V } = cfg;
   const D = P + R;
   const o = new Float64Array(n * H * V);
@@ -147,9 +127,8 @@ export function attendPrefill(w: AttentionWeights, cfg: ModelConfig, pr: Project
   const vh = new Float64Array(T * V);
   const c = lat.c instanceof Float64Array ? lat.c : Float64Array.from(lat.c.subarray(0, T * L));
   for (let h = 0; h < H; h++) {
-    const swap = cfg.faults?.swapKvB === true; // TEST-ONLY fault hook: k_b/v_b swapped
-    if (swap) k.matmul(w.vB[h]!, c, T, L, kh, P); else k.matmulT(w.kB[h]!, c, T, L, kh, P);
-    if (swap) k.matmulT(w.kB[h]!, c, T, L, vh, V); else k.matmul(w.vB[h]!, c, T, L, vh, V);
+    k.matmulT(w.kB[h]!, c, T, L, kh, P);
+    k.matmul(w.vB[h]!, c, T, L, vh, V);
     for (let u = 0; u < T; u++) {
       kNope.set(kh.subarray(u * P, (u + 1) * P), (u * H + h) * P);
       v.set(vh.subarray(u * V, (u + 1) * V), (u * H + h) * V);
@@ -160,12 +139,34 @@ export function attendPrefill(w: AttentionWeights, cfg: ModelConfig, pr: Project
 
 /** Absorbed decode: MQA of q_abs = W_UKᵀ q_nope against the latent, value = c, then W_UV per head. */
 export function attendAbsorbed(w: AttentionWeights, cfg: ModelConfig, pr: Projections, n: number, pos0: number, lat: LatentRows, sel: KeySelection | undefined, k: MatKernels): Float64Array {
-  if (k.absorbed !== undefined && sel === undefined) return k.absorbed(w, cfg, pr, n, pos0, lat); // fast backend (issue 7)
-  const { nHead: H, qkNope: P, qkRope: R, vHead: V, kvLoraRank: L } = cfg;
+  if (k.absorbed !== undefined && sel === undefined) return k.absorbed(w, cfg, pr, n, pos0, lat); // fast backend
+  const qAbs = absorbQueries(w, cfg, pr, n, k);
+  return projectValues(w, cfg, latentAttention(cfg, pr, qAbs, n, pos0, lat, sel), n, k);
+}
+
+/** q_abs,h = W_UK,hᵀ q_nope,h for n queries and H heads: [n × H × L]. */
+export function absorbQueries(w: AttentionWeights, cfg: ModelConfig, pr: Projections, n: number, k: MatProducts): Float64Array {
+  const { nHead: H, qkNope: P, qkRope: R, kvLoraRank: L } = cfg;
   const D = P + R;
-  const o = new Float64Array(n * H * V);
-  const qAbs = new Float64Array(L);
-  const latOut = new Float64Array(L);
+  const qAbs = new Float64Array(n * H * L);
+  for (let i = 0; i < n; i++) {
+    for (let h = 0; h < H; h++) {
+      const qo = (i * H + h) * D;
+      const at = (i * H + h) * L;
+      k.matmul(w.kB[h]!, pr.q.subarray(qo, qo + P), 1, P, qAbs.subarray(at, at + L), L);
+    }
+  }
+  return qAbs;
+}
+
+/**
+ * MQA of the absorbed queries qAbs [n × H × L] (with each head's q_pe) over the latent rows: scores against c and
+ * k_pe, softmax, then the weighted sum of c per query and head: [n × H × L].
+ */
+export function latentAttention(cfg: ModelConfig, pr: Projections, qAbs: Float64Array, n: number, pos0: number, lat: LatentRows, sel: KeySelection | undefined): Float64Array {
+  const { nHead: H, qkNope: P, qkRope: R, kvLoraRank: L } = cfg;
+  const D = P + R;
+  const out = new Float64Array(n * H * L);
   const scores = new Float64Array(pos0 + n);
   for (let i = 0; i < n; i++) {
     const pos = pos0 + i;
@@ -173,25 +174,33 @@ export function attendAbsorbed(w: AttentionWeights, cfg: ModelConfig, pr: Projec
     const nk = typeof keys === "number" ? keys : keys.length;
     for (let h = 0; h < H; h++) {
       const qo = (i * H + h) * D;
-      if (cfg.faults?.swapKvB === true) k.matmulT(w.vB[h]!, pr.q.subarray(qo, qo + P), 1, P, qAbs, L); // TEST-ONLY fault hook
-      else k.matmul(w.kB[h]!, pr.q.subarray(qo, qo + P), 1, P, qAbs, L); // q_abs,h = W_UK,hᵀ q_nope,h  (L)
-      if (cfg.faults?.fp16AbsorbedQuery === true) roundToF16(qAbs); // TEST-ONLY fault hook
+      const ao = (i * H + h) * L;
       for (let j = 0; j < nk; j++) {
         const u = typeof keys === "number" ? j : keys[j]!;
         let s = 0;
-        for (let l = 0; l < L; l++) s += qAbs[l]! * lat.c[u * L + l]!;
+        for (let l = 0; l < L; l++) s += qAbs[ao + l]! * lat.c[u * L + l]!;
         for (let r = 0; r < R; r++) s += pr.q[qo + P + r]! * lat.kPe[u * R + r]!;
         scores[j] = s * cfg.kqScale;
       }
       softmaxInPlace(scores, 0, nk);
-      latOut.fill(0);
       for (let j = 0; j < nk; j++) {
         const u = typeof keys === "number" ? j : keys[j]!;
         const pj = scores[j]!;
-        for (let l = 0; l < L; l++) latOut[l] += pj * lat.c[u * L + l]!;
+        for (let l = 0; l < L; l++) out[ao + l] += pj * lat.c[u * L + l]!;
       }
-      if (cfg.faults?.swapKvB === true) k.matmulT(w.kB[h]!, latOut, 1, L, o.subarray((i * H + h) * V, (i * H + h + 1) * V), V); // TEST-ONLY fault hook
-      else k.matmul(w.vB[h]!, latOut, 1, L, o.subarray((i * H + h) * V, (i * H + h + 1) * V), V); // o_h = W_UV,h · Σ p c  (V)
+    }
+  }
+  return out;
+}
+
+/** o_h = W_UV,h · (Σ p c)_h for n queries and H heads: latOut [n × H × L] → o [n × H·V]. */
+export function projectValues(w: AttentionWeights, cfg: ModelConfig, latOut: Float64Array, n: number, k: MatProducts): Float64Array {
+  const { nHead: H, vHead: V, kvLoraRank: L } = cfg;
+  const o = new Float64Array(n * H * V);
+  for (let i = 0; i < n; i++) {
+    for (let h = 0; h < H; h++) {
+      const at = (i * H + h) * L;
+      k.matmul(w.vB[h]!, latOut.subarray(at, at + L), 1, L, o.subarray((i * H + h) * V, (i * H + h + 1) * V), V);
     }
   }
   return o;

@@ -1,4 +1,4 @@
-import type { MatKernels } from "./kernels.js";
+import type { MatProducts } from "../tensor/products.js";
 import { sigmoid, silu, topK, type Vec } from "../tensor/ops.js";
 import type { ModelConfig } from "./config.js";
 import type { MoEWeights, SwiGLU } from "./weights.js";
@@ -19,6 +19,13 @@ export interface Route {
  * (+1e-20) when norm is on, then multiplied by routed_scaling_factor.
  */
 export function route(z: ArrayLike<number>, c: ModelConfig, bias: Float32Array | undefined): Route {
+  const p = gateProbabilities(z, c);
+  const experts = selectExperts(p, c, bias);
+  return { experts, weights: expertWeights(experts.map((e) => p[e]!), c) };
+}
+
+/** p over the E experts from router logits z: softmax or sigmoid, as the config's gating says. */
+export function gateProbabilities(z: ArrayLike<number>, c: ModelConfig): Float64Array {
   const E = c.nExpert;
   const p = new Float64Array(E);
   if (c.gating === "softmax") {
@@ -30,6 +37,12 @@ export function route(z: ArrayLike<number>, c: ModelConfig, bias: Float32Array |
   } else {
     for (let e = 0; e < E; e++) p[e] = sigmoid(z[e]!);
   }
+  return p;
+}
+
+/** The nExpertUsed experts of p + bias, best first, within the best-scoring groups. */
+export function selectExperts(p: Float64Array, c: ModelConfig, bias: Float32Array | undefined): number[] {
+  const E = c.nExpert;
   const sel = new Float64Array(E);
   for (let e = 0; e < E; e++) sel[e] = p[e]! + (bias?.[e] ?? 0);
 
@@ -48,19 +61,21 @@ export function route(z: ArrayLike<number>, c: ModelConfig, bias: Float32Array |
     const keep = new Set(topK(groupScore, c.nGroupUsed));
     for (let g = 0; g < c.nGroup; g++) if (!keep.has(g)) sel.fill(-Infinity, g * per, (g + 1) * per);
   }
+  return topK(sel, c.nExpertUsed);
+}
 
-  const experts = topK(sel, c.nExpertUsed);
-  let weights = experts.map((e) => p[e]! + (c.faults?.biasInWeights === true ? bias?.[e] ?? 0 : 0)); // TEST-ONLY fault hook: bias in weights
+/** The chosen experts' weights from their probabilities: normalized (when configured), then routed-scaled. */
+export function expertWeights(probs: readonly number[], c: ModelConfig): number[] {
+  let weights = [...probs];
   if (c.weightsNorm) {
     const sum = weights.reduce((a, b) => a + b, 0) + 1e-20;
     weights = weights.map((w) => w / sum);
   }
-  weights = weights.map((w) => w * c.weightsScale);
-  return { experts, weights };
+  return weights.map((w) => w * c.weightsScale);
 }
 
 /** out[t] (+)= down(silu(gate·x_t) ⊙ up·x_t) for n inputs of width `dim` (batched: each weight row read once). */
-export function swiglu(ffn: SwiGLU, x: Vec, n: number, dim: number, out: Vec, accumulate: boolean, scale: ArrayLike<number> | undefined, k: MatKernels): void {
+export function swiglu(ffn: SwiGLU, x: Vec, n: number, dim: number, out: Vec, accumulate: boolean, scale: ArrayLike<number> | undefined, k: MatProducts): void {
   const F = ffn.gate.rows;
   const g = new Float64Array(n * F);
   const u = new Float64Array(n * F);
@@ -78,30 +93,50 @@ export function swiglu(ffn: SwiGLU, x: Vec, n: number, dim: number, out: Vec, ac
   }
 }
 
-/** MoE FFN over n tokens x [n × Hd] → out [n × Hd]: tokens are grouped by expert so each expert's rows are read once. */
-export function moe(w: MoEWeights, c: ModelConfig, x: Vec, n: number, out: Vec, k: MatKernels, routerLogits?: (z: Float64Array) => void): Route[] {
-  const Hd = c.nEmbd;
-  const E = c.nExpert;
-  const z = new Float64Array(n * E);
-  k.matmul(w.router, x, n, Hd, z, E);
+/** MoE FFN over n tokens x [n × Hd] → out [n × Hd]: router logits, a route per token, then the experts' mixture. */
+export function moe(w: MoEWeights, c: ModelConfig, x: Vec, n: number, out: Vec, k: MatProducts, routerLogits?: (z: Float64Array) => void): Route[] {
+  const z = routerLogitsOf(w, c, x, n, k);
   routerLogits?.(z);
+  const routes = routeTokens(z, n, c, w.bias);
+  mixExperts(w, c, routes, x, n, out, k);
+  return routes;
+}
+
+/** Router logits z [n × E] of n tokens x [n × Hd]. */
+export function routerLogitsOf(w: MoEWeights, c: ModelConfig, x: Vec, n: number, k: MatProducts): Float64Array {
+  const z = new Float64Array(n * c.nExpert);
+  k.matmul(w.router, x, n, c.nEmbd, z, c.nExpert);
+  return z;
+}
+
+/** One route per token from router logits z [n × E]. */
+export function routeTokens(z: Float64Array, n: number, c: ModelConfig, bias: Float32Array | undefined): Route[] {
+  const E = c.nExpert;
   const routes: Route[] = [];
+  for (let t = 0; t < n; t++) routes.push(route(z.subarray(t * E, (t + 1) * E), c, bias));
+  return routes;
+}
+
+/**
+ * out [n × Hd] = Σ over each token's routed experts of weight · expert(x_t), plus the shared experts: tokens are
+ * grouped by expert so each expert's rows are read once.
+ */
+export function mixExperts(w: MoEWeights, c: ModelConfig, routes: readonly Route[], x: Vec, n: number, out: Vec, k: MatProducts): void {
+  const Hd = c.nEmbd;
   const byExpert = new Map<number, { tokens: number[]; weights: number[] }>();
-  for (let t = 0; t < n; t++) {
-    const r = route(z.subarray(t * E, (t + 1) * E), c, w.bias);
-    routes.push(r);
-    r.experts.forEach((e, k) => {
+  routes.forEach((r, t) => {
+    r.experts.forEach((e, i) => {
       let b = byExpert.get(e);
       if (b === undefined) byExpert.set(e, (b = { tokens: [], weights: [] }));
       b.tokens.push(t);
-      b.weights.push(r.weights[k]!);
+      b.weights.push(r.weights[i]!);
     });
-  }
+  });
   out.fill(0, 0, n * Hd);
   if (k.matmulMany !== undefined) {
-    // fast backend (issue 7): every expert's gate/up products in one call, then every down product in one call
+    // a threaded backend: every expert's gate/up products in one call, then every down product in one call
     manyExperts(w, [...byExpert].sort((a, b2) => a[0] - b2[0]), x, n, Hd, out, k);
-    return routes;
+    return;
   }
   for (const [e, b] of [...byExpert].sort((a, b2) => a[0] - b2[0])) {
     const m = b.tokens.length;
@@ -114,14 +149,13 @@ export function moe(w: MoEWeights, c: ModelConfig, x: Vec, n: number, out: Vec, 
     });
   }
   if (w.shared !== undefined) swiglu(w.shared, x, n, Hd, out, true, undefined, k);
-  return routes;
 }
 
 /**
- * The expert loop of `moe` (then the shared experts) as two `matmulMany` calls; the same products and the same
+ * The expert loop of `mixExperts` (then the shared experts) as two `matmulMany` calls; the same products and the same
  * order of additions into `out` as the loop, so the result is that of one swiglu call per expert.
  */
-function manyExperts(w: MoEWeights, groups: readonly [number, { tokens: number[]; weights: number[] }][], x: Vec, n: number, Hd: number, out: Vec, k: MatKernels): void {
+function manyExperts(w: MoEWeights, groups: readonly [number, { tokens: number[]; weights: number[] }][], x: Vec, n: number, Hd: number, out: Vec, k: MatProducts): void {
   const jobs = groups.map(([e, b]) => {
     const m = b.tokens.length;
     let xe: Vec = x;

@@ -1,6 +1,5 @@
 import type { ModelConfig } from "./config.js";
 import type { Vec } from "../tensor/ops.js";
-import { neoxRotate } from "./faults.js";
 
 /**
  * Interleaved (GPT-J / ggml NORM) rotary embedding over R dims with DeepSeek YaRN:
@@ -8,15 +7,14 @@ import { neoxRotate } from "./faults.js";
  * (extrapolation) by the ramp between the correction dims; cos/sin are scaled by `mscale`.
  */
 export class Rope {
-  private readonly theta: Float64Array;
+  /** θ'_i of pair i (dims/2 values) */
+  protected readonly theta: Float64Array;
 
   constructor(
     readonly dims: number,
     base: number,
     yarn: ModelConfig["yarn"],
     readonly mscale: number,
-    /** TEST-ONLY fault: NeoX pairing (src/model/faults.ts) */
-    private readonly neoxFault = false,
   ) {
     const half = dims / 2;
     this.theta = new Float64Array(half);
@@ -40,12 +38,11 @@ export class Rope {
   }
 
   static forConfig(c: ModelConfig): Rope {
-    return new Rope(c.qkRope, c.ropeBase, c.yarn, c.ropeMscale, c.faults?.neoxRope === true);
+    return new Rope(c.qkRope, c.ropeBase, c.yarn, c.ropeMscale);
   }
 
   /** Rotate x[off .. off+dims) in place for position pos. */
   apply(x: Vec, off: number, pos: number): void {
-    if (this.neoxFault) return neoxRotate(x, off, pos, this.theta, this.mscale); // TEST-ONLY fault hook
     const half = this.dims / 2;
     for (let i = 0; i < half; i++) {
       const a = pos * this.theta[i]!;

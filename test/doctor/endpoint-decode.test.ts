@@ -4,7 +4,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { runDoctor } from "../../src/doctor/index.js";
 import { loadModel } from "../../src/runtime/load.js";
-import { withFaults } from "../../src/model/faults.js";
+import { withFaults } from "../../src/doctor/faults/faults.js";
 import { Tokenizer } from "../../src/tokenizer/index.js";
 import { startFakeServer, type FakeServerOptions } from "./fake-server.js";
 

@@ -5,8 +5,13 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { runDoctor, type DoctorReport } from "../../src/doctor/index.js";
 import { writeFaultyFile } from "../helpers/file-faults.js";
-import { withFaults, type Faults } from "../../src/model/faults.js";
-import { synthModel } from "../helpers/synth.js";
+import { withFaults, type Faults } from "../../src/doctor/faults/faults.js";
+import { NeoxRope } from "../../src/doctor/faults/neox-rope.js";
+import { LatentCache } from "../../src/model/cache.js";
+import type { DeepSeek2 } from "../../src/model/deepseek2.js";
+import { Rope } from "../../src/model/rope.js";
+import { loadModel } from "../../src/runtime/load.js";
+import { randomTokens, synthModel } from "../helpers/synth.js";
 
 // P = V so that k_b and v_b can be swapped without a shape error (as in a converter that split kv_b the wrong way).
 const m = synthModel({ label: "doc-faults", base: "tiny", over: { v_head: 24 } }, 9);
@@ -21,6 +26,57 @@ function divergence(r: DoctorReport): { message: string; matching: string[] } {
   assert.ok(f, `no path divergence reported: ${JSON.stringify(r.findings)}`);
   return { message: f.message, matching: (f.evidence?.matchingFaults as string[] | undefined) ?? [] };
 }
+
+/** Logits of the reference, prefill (12 tokens) and decode (the rest) paths over the same 16 tokens. */
+function pathLogits(model: DeepSeek2, tokens: readonly number[]): Record<"reference" | "prefill" | "decode", Float32Array[]> {
+  const cache = new LatentCache(model.config);
+  return {
+    reference: [model.forward(tokens, undefined, { path: "reference", logits: "all" })],
+    prefill: [model.forward(tokens.slice(0, 12), cache, { path: "prefill", logits: "all" })],
+    decode: tokens.slice(12).map((t) => model.forward([t], cache, { path: "decode", logits: "all" })),
+  };
+}
+
+test("fault models: no fault is the clean model bit for bit; each fault changes only the paths it breaks", () => {
+  const { model } = loadModel(m.path);
+  const tokens = randomTokens(16, 5, 1, model.config.nVocab);
+  const clean = pathLogits(model, tokens);
+  const same = (a: Float32Array[], b: Float32Array[]): boolean => a.length === b.length && a.every((x, i) => Buffer.from(x.buffer).equals(Buffer.from(b[i]!.buffer)));
+  const cases: [Faults, ("reference" | "prefill" | "decode")[]][] = [
+    [{}, []],
+    [{ attnOutUnwritten: "decode" }, ["decode"]],
+    [{ attnOutUnwritten: "prefill" }, ["prefill", "decode"]],
+    [{ swapKvB: true }, ["prefill", "decode"]],
+    [{ fp16AbsorbedQuery: true }, ["decode"]],
+    [{ neoxRope: true }, ["reference", "prefill", "decode"]],
+    [{ softmaxGating: true }, ["reference", "prefill", "decode"]],
+    [{ biasInWeights: true }, ["reference", "prefill", "decode"]],
+  ];
+  for (const [faults, broken] of cases) {
+    const got = pathLogits(withFaults(model, faults), tokens);
+    for (const path of ["reference", "prefill", "decode"] as const) {
+      const changed = !same(got[path], clean[path]);
+      assert.equal(changed, broken.includes(path), `${JSON.stringify(faults)} on the ${path} path: ${changed ? "changed" : "unchanged"}`);
+    }
+  }
+});
+
+test("NeoX rope: the interleaved rotation of the same values laid out half-split", () => {
+  const yarn = { factor: 4, originalContext: 64, betaFast: 32, betaSlow: 1, mscaleAllDim: undefined };
+  const R = 8;
+  const rope = new Rope(R, 10000, yarn, 1.25);
+  const neox = new NeoxRope(R, 10000, yarn, 1.25);
+  const x = Float64Array.from({ length: R }, (_, i) => Math.sin(i + 1));
+  // half-split pair i is (x[i], x[i + R/2]); interleaved pair i is (y[2i], y[2i+1])
+  const y = new Float64Array(R);
+  for (let i = 0; i < R / 2; i++) [y[2 * i], y[2 * i + 1]] = [x[i]!, x[i + R / 2]!];
+  neox.apply(x, 0, 7);
+  rope.apply(y, 0, 7);
+  for (let i = 0; i < R / 2; i++) {
+    assert.equal(x[i], y[2 * i]);
+    assert.equal(x[i + R / 2], y[2 * i + 1]);
+  }
+});
 
 test("healthy: a second, clean implementation raises no alarm", async () => {
   const r = await withFault({});

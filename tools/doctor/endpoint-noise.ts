@@ -11,7 +11,7 @@ import { defaultEndpointPrompts } from "../../src/doctor/endpoint.js";
 import { evaluateAll, logSoftmaxRow } from "../../src/engine/evaluate.js";
 import { topLogprobs } from "../../src/engine/logprobs.js";
 import { DeepSeek2, type TraceStage } from "../../src/model/deepseek2.js";
-import { withFaults } from "../../src/model/faults.js";
+import { withFaults } from "../../src/doctor/faults/faults.js";
 import { loadModel } from "../../src/runtime/load.js";
 import { loadWeights } from "../../src/model/weights.js";
 import { bf16ToF32, f16ToF32, f32ToBF16, f32ToF16 } from "../../src/quant/f16.js";

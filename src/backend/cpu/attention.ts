@@ -3,14 +3,22 @@
  * plain loops): wasm kernels over f32 rows in shared memory (CpuBackend.prefillAttention / absorbedAttention).
  */
 import type { ModelConfig } from "../../model/config.js";
-import type { LatentRows, Projections } from "../../model/mla.js";
+import type { LatentRows, Projections } from "../../model/mla-types.js";
 import type { AttentionWeights } from "../../model/weights.js";
-import type { CpuBackend } from "./fast.js";
-import type { Product } from "../../model/kernels.js";
-import { attendAbsorbed } from "../../model/mla.js";
+import type { Product } from "../../tensor/products.js";
+import type { Vec } from "../../tensor/ops.js";
+
+/** What the attention entry points need of the backend (CpuBackend implements it). */
+export interface AttentionBackend {
+  /** causal MHA of n queries at positions pos0.. over decompressed keys and values: o [n × H·V] */
+  prefillAttention(q: Float64Array, kNope: Float64Array, kPe: Vec | Float32Array, v: Float64Array, n: number, pos0: number, H: number, P: number, R: number, V: number, scale: number): Float64Array;
+  /** softmax(C·q_c + K_pe·q_pe)ᵀ·C per head over T latent rows: [H × L] */
+  absorbedAttention(c: Vec | Float32Array, kPe: Vec | Float32Array, T: number, L: number, R: number, qc: Float64Array, qp: Float64Array, H: number, scale: number): Float64Array;
+  matmulMany(ps: readonly Product[]): void;
+}
 
 /** Decompressed causal MHA (see mla.ts mha): per head scores = K_h·q, causal softmax, o_h = V_hᵀ·p, in one wasm kernel. Returns o [n × H·V]. */
-export function fastMha(be: CpuBackend, cfg: ModelConfig, pr: Projections, n: number, pos0: number, kNope: Float64Array, v: Float64Array, lat: LatentRows): Float64Array {
+export function fastMha(be: AttentionBackend, cfg: ModelConfig, pr: Projections, n: number, pos0: number, kNope: Float64Array, v: Float64Array, lat: LatentRows): Float64Array {
   const { nHead: H, qkNope: P, qkRope: R, vHead: V } = cfg;
   return be.prefillAttention(pr.q, kNope, lat.kPe, v, n, pos0, H, P, R, V, cfg.kqScale);
 }
@@ -20,10 +28,8 @@ export function fastMha(be: CpuBackend, cfg: ModelConfig, pr: Projections, n: nu
  * head (MQA), queries [W_UK,hᵀ q_nope,h | q_pe,h]; scores = C·q_c + K_pe·q_pe, softmax and the weighted latent sum
  * Cᵀ·p run in one wasm kernel per head group (CpuBackend.absorbedAttention). The per-head W_UK and W_UV products go
  * out as one `matmulMany` each.
- * Models carrying TEST-ONLY faults that touch this path (mla.ts hooks) take the plain loops over the fast products.
  */
-export function fastAbsorbed(be: CpuBackend, w: AttentionWeights, cfg: ModelConfig, pr: Projections, n: number, pos0: number, lat: LatentRows): Float64Array {
-  if (cfg.faults?.swapKvB === true || cfg.faults?.fp16AbsorbedQuery === true) return attendAbsorbed(w, cfg, pr, n, pos0, lat, undefined, be.productsOnly);
+export function fastAbsorbed(be: AttentionBackend, w: AttentionWeights, cfg: ModelConfig, pr: Projections, n: number, pos0: number, lat: LatentRows): Float64Array {
   const { nHead: H, qkNope: P, qkRope: R, vHead: V, kvLoraRank: L } = cfg;
   const D = P + R;
   const o = new Float64Array(n * H * V);

@@ -14,10 +14,11 @@ import { availableParallelism } from "node:os";
 import type { GGUFFile } from "../../gguf/file.js";
 import type { TensorInfo } from "../../gguf/reader.js";
 import type { ModelConfig } from "../../model/config.js";
-import type { LatentRows, Projections } from "../../model/mla.js";
+import type { LatentRows, Projections } from "../../model/mla-types.js";
 import type { AttentionWeights } from "../../model/weights.js";
 import { fastAbsorbed, fastMha } from "./attention.js";
-import { plainKernels, type MatKernels, type Product } from "../../model/kernels.js";
+import type { MatKernels } from "../../model/kernels.js";
+import { plainProducts, type Product } from "../../tensor/products.js";
 import type { Vec } from "../../tensor/ops.js";
 import type { QMatrix } from "../../tensor/qmatrix.js";
 import { KERNELS_WASM_BASE64 } from "./wasm/kernels.wasm.js";
@@ -449,7 +450,7 @@ export class CpuBackend implements MatKernels {
 
   matmul(w: QMatrix, x: Vec, n: number, xStride: number, y: Vec, yStride: number): void {
     if (n <= 0 || w.rows === 0) return;
-    if (!this.usable(w)) return plainKernels.matmul(w, x, n, xStride, y, yStride);
+    if (!this.usable(w)) return plainProducts.matmul(w, x, n, xStride, y, yStride);
     const [arena, wp, type, rowBytes] = this.resolve(w, n);
     if (this.pool.attached < this.arenas.length) this.pool.attach(this.arenas.map((a) => a.memory));
     const k = arena.k;
@@ -501,7 +502,7 @@ export class CpuBackend implements MatKernels {
 
   matmulT(w: QMatrix, x: Vec, n: number, xStride: number, y: Vec, yStride: number): void {
     if (n <= 0) return;
-    if (!this.usable(w)) return plainKernels.matmulT(w, x, n, xStride, y, yStride);
+    if (!this.usable(w)) return plainProducts.matmulT(w, x, n, xStride, y, yStride);
     const [arena, wp] = this.locate(w);
     if (this.pool.attached < this.arenas.length) this.pool.attach(this.arenas.map((a) => a.memory));
     const k = arena.k;
@@ -551,7 +552,7 @@ export class CpuBackend implements MatKernels {
     for (const p of ps) {
       if (p.n <= 0 || p.w.rows === 0) continue;
       if (!this.usable(p.w)) {
-        plainKernels.matmul(p.w, p.x, p.n, p.xStride, p.y, p.yStride);
+        plainProducts.matmul(p.w, p.x, p.n, p.xStride, p.y, p.yStride);
         continue;
       }
       const [a, wp, type, rowBytes] = this.resolve(p.w, p.n);
@@ -742,16 +743,6 @@ export class CpuBackend implements MatKernels {
       this.pool.run(H, this.inst);
     }
     return Float64Array.from(arena.f32.subarray(op >>> 2, (op >>> 2) + n * H * V));
-  }
-
-  /** these kernels without the attention entry points (for the plain attention loops over fast products) */
-  get productsOnly(): MatKernels {
-    return {
-      name: this.name,
-      matmul: (w, x, n, xs, y, ys) => this.matmul(w, x, n, xs, y, ys),
-      matmulT: (w, x, n, xs, y, ys) => this.matmulT(w, x, n, xs, y, ys),
-      matmulMany: (ps) => this.matmulMany(ps),
-    };
   }
 
   private readonly shared = new Map<number, Float32Array>();

@@ -101,7 +101,6 @@ export interface WarmStats {
 /** Why a model cannot take the fused pipeline (undefined: it can). */
 export function fusedUnsupported(config: ModelConfig): string | undefined {
   if (config.arch !== "deepseek2" && config.arch !== "glm-dsa") return `${config.arch} models are not wired into the fused pipeline`;
-  if (config.faults !== undefined) return "the fused pipeline does not implement the test-only fault hooks";
   return undefined;
 }
 

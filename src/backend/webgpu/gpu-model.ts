@@ -186,7 +186,6 @@ export class GpuModel {
     readonly opts: GpuModelOptions,
   ) {
     const c = (this.c = model.config);
-    if (c.faults !== undefined) throw new LatentError("the fused WebGPU pipeline does not implement the test-only fault hooks");
     const w = model.weights;
     const f32 = (v: Float32Array, label: string): GPUBuffer => rt.upload(v, label);
     const ffn = (s: SwiGLU): GpuFFN => ({ gate: upload(rt, s.gate), up: upload(rt, s.up), down: upload(rt, s.down) });

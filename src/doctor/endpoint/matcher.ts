@@ -8,7 +8,7 @@
 import { evaluateAll, logSoftmaxRow } from "../../engine/evaluate.js";
 import { LatentCache } from "../../model/cache.js";
 import type { DeepSeek2 } from "../../model/deepseek2.js";
-import { withFaults, type Faults } from "../../model/faults.js";
+import { withFaults, type Faults } from "../faults/faults.js";
 import { compareAll, comparePosition, formatSummary, summarize, withinTolerance, type Scored, type Summary } from "./compare.js";
 import { moeLayers, withExpertZeroed, withF32Weights, withKvBSwapped, withRopeBase } from "./variants.js";
 

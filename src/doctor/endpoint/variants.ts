@@ -1,17 +1,19 @@
 /**
  * Models over modified weights or config that reproduce deployment faults, built without hooks in the model code:
  * attn_k_b/attn_v_b swapped (the weight objects exchanged, when qk_nope = v_head), another RoPE base, one expert's
- * weights zeroed. The endpoint matcher simulates candidates with them; tests build faulty servers from them.
+ * weights zeroed (src/doctor/faults/ builds its fault models on these too). The endpoint matcher simulates candidates with them; tests build faulty servers from them.
  */
 import { QMatrix } from "../../tensor/qmatrix.js";
 import { GGMLType } from "../../gguf/types.js";
 import type { ModelConfig } from "../../model/config.js";
 import type { DeepSeek2 } from "../../model/deepseek2.js";
+import type { Rope } from "../../model/rope.js";
 import { reassembleKvB, type LayerWeights, type ModelWeights, type SwiGLU } from "../../model/weights.js";
 
-function rebuild<M extends DeepSeek2>(model: M, config: ModelConfig, weights: ModelWeights): M {
-  const Ctor = model.constructor as new (c: ModelConfig, w: ModelWeights) => M;
-  const m = new Ctor(config, weights);
+/** The model's class over other weights or config; the model's own rope (a fault's NeoX rope too) unless `rope` is "from config". */
+function rebuild<M extends DeepSeek2>(model: M, config: ModelConfig, weights: ModelWeights, rope: Rope | "from config" = model.rope): M {
+  const Ctor = model.constructor as new (c: ModelConfig, w: ModelWeights, r?: Rope) => M;
+  const m = new Ctor(config, weights, rope === "from config" ? undefined : rope);
   m.kernels = model.kernels;
   return m;
 }
@@ -37,20 +39,34 @@ function withLayers<M extends DeepSeek2>(model: M, edit: (lw: LayerWeights, il: 
 
 /** The model with a different RoPE base (rope.freq_base). */
 export function withRopeBase<M extends DeepSeek2>(model: M, base: number): M {
-  return rebuild(model, { ...model.config, ropeBase: base }, model.weights);
+  return rebuild(model, { ...model.config, ropeBase: base }, model.weights, "from config");
 }
 
-/** W_UV used where W_UK belongs and W_UK where W_UV belongs; undefined unless qk_nope = v_head. */
+/** W_UV used where W_UK belongs and W_UK where W_UV belongs, on every path; undefined unless qk_nope = v_head. */
 export function withKvBSwapped<M extends DeepSeek2>(model: M): M | undefined {
   const { qkNope: P, vHead: V, kvLoraRank: L } = model.config;
   if (P !== V) return undefined;
-  return withLayers(model, (lw) => {
-    // kB[h] is L rows of P, vB[h] is V rows of L: each takes the other's transpose
+  const split = splitKvBSwapped(model.weights, model.config);
+  const layers = split.layers.map((lw) => {
+    let kvB: QMatrix | undefined;
+    return { ...lw, attn: { ...lw.attn, kvB: () => (kvB ??= reassembleKvB(lw.attn.kB, lw.attn.vB, "attn_kv_b (k_b/v_b swapped)", P, V, L)) } };
+  });
+  return rebuild(model, model.config, { ...split, layers });
+}
+
+/**
+ * The split attn_k_b / attn_v_b swapped while the joined attn_kv_b stays right: the prefill and decode paths (which
+ * read the split pair) go wrong, the reference path (which decompresses with the joined one) does not.
+ * Each takes the other's transpose: kB[h] is L rows of P, vB[h] is V rows of L; needs P = V.
+ */
+export function splitKvBSwapped(weights: ModelWeights, config: ModelConfig): ModelWeights {
+  if (config.qkNope !== config.vHead) throw new Error(`k_b and v_b cannot be swapped: qk_nope ${config.qkNope} ≠ v_head ${config.vHead}`);
+  const layers = weights.layers.map((lw) => {
     const kB = lw.attn.vB.map((v) => transposed(v, `${v.name} as attn_k_b`));
     const vB = lw.attn.kB.map((k) => transposed(k, `${k.name} as attn_v_b`));
-    let kvB: QMatrix | undefined;
-    return { ...lw, attn: { ...lw.attn, kB, vB, kvB: () => (kvB ??= reassembleKvB(kB, vB, "attn_kv_b (k_b/v_b swapped)", P, V, L)) } };
+    return { ...lw, attn: { ...lw.attn, kB, vB } };
   });
+  return { ...weights, layers };
 }
 
 function zeroExpert(e: SwiGLU): SwiGLU {

@@ -319,17 +319,6 @@ test("FusedGpuModel on glm-dsa (--check-writes): DSA key selection on the GPU (s
   }
 });
 
-test("FusedGpuModel refuses the test-only fault hooks", { skip }, () => {
-  const c = CASES[0]!;
-  const m = synthModel(c, 2);
-  try {
-    const { config } = loadModel(m.path);
-    assert.throws(() => new FusedGpuModel({ ...config, faults: { swapKvB: true } }, { context: 8, maxTokens: 4 }), /fault hooks/);
-  } finally {
-    m.cleanup();
-  }
-});
-
 test("FusedGpuModel with GPU caches mirroring a page pool: scrambled pages, an adopted prompt prefix, batched decode match the reference", { skip }, () => {
   const c = CASES.find((x) => x.base === "tiny-glm")!; // DSA too: its key cache and scores go through the pages
   const m = synthModel(c, 5);

@@ -1,7 +1,7 @@
 /// <reference types="@webgpu/types" />
 /**
  * Probe of the tensor cores through Dawn's experimental subgroup matrices: int8 GEMMs checked exactly against the CPU,
- * then timed at the decode shapes. `node dist/backend/webgpu/mma-probe.js [--json out.json] [--quick] [--dawn "toggles"]`
+ * then timed at the decode shapes. `node --import tsx research/mma/mma-probe.ts [--json out.json] [--quick] [--dawn "toggles"]`
  * (--dawn replaces the default "enable-dawn-features=allow_unsafe_apis", e.g. to add ",disable_robustness"); exits 0 with
  * a "not offered" line where the adapter lacks the feature (lavapipe, most machines).
  *

@@ -4,25 +4,22 @@
  * blocks), its routing (and V3's), decode attention and the argmax dispatched `reps` times back to back in one pass,
  * timed by the pass's GPU timestamps. Per dispatch this is the kernel plus the barrier between dependent dispatches,
  * as in a real step; an empty kernel gives that fixed cost.
- * `node dist/backend/webgpu/kernel-bench.js [--tokens 1,64] [--reps 200] [--tunes "a=1;wide=0"] [--big]` (--big: also
- * large plain products of each wide-kernel type, for their steady throughput; --dawn "toggles" as bench.js). The decode attention cases (16, 48,
+ * `node --import tsx bench/webgpu-kernel-bench.ts [--tokens 1,64] [--reps 200] [--tunes "a=1;wide=0"] [--big]` (--big: also
+ * large plain products of each wide-kernel type, for their steady throughput; --dawn "toggles" as webgpu-model.ts). The decode attention cases (16, 48,
  * 200, 512 and 4096 keys) are one or two dispatches (split keys, then their combine), timed together: `--tokens 1,4 --tunes
- * "attn=0;attn=1"` compares them with the previous kernels. `--probe` (with `--tokens 1`): the batch-1 bound probe of
- * stream-probe.ts instead of the v2-lite cases. At one token, the attention path as a step runs it (three dispatches)
+ * "attn=0;attn=1"` compares them with the previous kernels. At one token, the attention path as a step runs it (three dispatches)
  * at 16/48/200 keys, and with `--tunes "attnFuse=1"` also as the fused dispatch (attn-fused.ts). `--cold`: each dispatch after a copy that evicts L2 (the copy's own time
  * subtracted), so that weights come from memory as in a step rather than from L2 as in back-to-back repeats.
  */
 import { pathToFileURL } from "node:url";
-import { GGMLType, typeName } from "../../gguf/types.js";
-import { rowBytes } from "../../quant/index.js";
-import { requestGpuDevice, type GpuDeviceInfo } from "./device.js";
-import { expertListWords, expertLists, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLU } from "./matrix.js";
-import { COPY_WGSL } from "./bench.js";
-import { argmaxRows, argmaxScratchWords, attention, attentionScratch, drawWords, kvCacheWrite, moeRoute, sampleNucleusWords, sampleRows, sampleScratchWords, sampleTopKWords, type AttentionArgs } from "./ops.js";
-import { attentionFused, attnFusedShape } from "./attn-fused.js";
-import { GpuRuntime, type KernelTuning } from "./runtime.js";
-import { aluProbeCases, checkStreamProbe, streamProbeCases } from "./stream-probe.js";
-import { handoffSkeleton, v2LitePhaseBytes } from "./handoff-probe.js";
+import { GGMLType, typeName } from "../src/gguf/types.js";
+import { rowBytes } from "../src/quant/index.js";
+import { requestGpuDevice, type GpuDeviceInfo } from "../src/backend/webgpu/device.js";
+import { expertListWords, expertLists, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLU } from "../src/backend/webgpu/matrix.js";
+import { COPY_WGSL } from "./webgpu-model.js";
+import { argmaxRows, argmaxScratchWords, attention, attentionScratch, drawWords, kvCacheWrite, moeRoute, sampleNucleusWords, sampleRows, sampleScratchWords, sampleTopKWords, type AttentionArgs } from "../src/backend/webgpu/ops.js";
+import { attentionFused, attnFusedShape } from "../src/backend/webgpu/attn-fused.js";
+import { GpuRuntime, type KernelTuning } from "../src/backend/webgpu/runtime.js";
 
 const EMPTY_WGSL = /* wgsl */ `
 struct P { n: u32, _a: u32, _b: u32, _c: u32 }
@@ -240,34 +237,7 @@ async function timeCase(rt: GpuRuntime, c: KernelCase, reps: number, spin: () =>
   return best;
 }
 
-/**
- * --handoff SCALE: the step skeletons of handoff-probe.ts (v2-lite's phase bytes × SCALE in the step's phases and in the
- * fewest, streamed or also decoded as 4-bit values, and a vec4 a phase) with their phases 1, 2, a layer's or all to a
- * dispatch: each grouping checked, then µs per step.
- */
-async function handoffCases(rt: GpuRuntime, scale: number, reps: number, spin: () => Promise<void>, log: (s: string) => void, out: KernelTiming[]): Promise<void> {
-  for (const [label, bytes, groups, arith] of [
-    ["v2-lite bytes", v2LitePhaseBytes().map((b) => b * scale), [1, 2, 7, 0], false],
-    ["v2-lite bytes, the fewest phases", v2LitePhaseBytes(true).map((b) => b * scale), [1, 6, 0], false],
-    ["no bytes", v2LitePhaseBytes().map(() => 16), [1, 7, 0], false],
-    ["v2-lite bytes decoded as 4-bit values", v2LitePhaseBytes().map((b) => b * scale), [1, 0], true],
-    ["v2-lite bytes decoded as 4-bit values, the fewest phases", v2LitePhaseBytes(true).map((b) => b * scale), [1, 0], true],
-  ] as const) {
-    const sk = handoffSkeleton(rt, bytes, { arith });
-    log(`\nstep skeleton, ${label}: ${sk.phases} phases, ${(sk.bytes / 1e6).toFixed(1)} MB`);
-    for (const group of groups.map((g) => (g === 0 ? sk.phases : g))) {
-      const checked = await sk.check(rt, group);
-      const name = `skeleton (${label}), ${group} phase(s) a dispatch`;
-      const timed = await timeCase(rt, { name, bytes: sk.bytes, run: (r) => sk.run(r, group) }, reps, spin);
-      const after = await sk.check(rt, group);
-      const gbPerS = sk.bytes / (timed.gpu * 1e-6) / 1e9;
-      out.push({ name, tune: "", usPerDispatch: timed.gpu, gbPerS });
-      log(`  ${timed.gpu.toFixed(1).padStart(9)} µs a step  ${gbPerS.toFixed(0).padStart(5)} GB/s  (wall ${timed.wall.toFixed(1)} µs)  ${name}; check: ${checked.mismatches} / ${after.mismatches} words differ, error ${checked.error} / ${after.error}`);
-    }
-  }
-}
-
-export async function runKernelBench(opts: { tokens: number[]; reps: number; tunes: string[]; big?: boolean; probe?: boolean; cold?: boolean; handoff?: number; log?: (s: string) => void; info?: GpuDeviceInfo }): Promise<KernelTiming[]> {
+export async function runKernelBench(opts: { tokens: number[]; reps: number; tunes: string[]; big?: boolean; cold?: boolean; log?: (s: string) => void; info?: GpuDeviceInfo }): Promise<KernelTiming[]> {
   const log = opts.log ?? ((s: string) => console.log(s));
   const info = opts.info ?? (await requestGpuDevice());
   const out: KernelTiming[] = [];
@@ -294,15 +264,10 @@ export async function runKernelBench(opts: { tokens: number[]; reps: number; tun
     const flush = (r: GpuRuntime): void => r.dispatch("flush", FLUSH_WGSL, [spinX, sink], new Uint32Array([flushBytes / 16, Math.min(flushGroups, 65535), 0, 0]), [Math.min(flushGroups, 65535), Math.ceil(flushGroups / 65535)]);
     const flushUs = opts.cold === true ? (await timeCase(rt, { name: "flush", bytes: 0, run: flush }, opts.reps, spin)).gpu : 0;
     if (opts.cold === true) log(`cold: a ${flushBytes >> 20} MB read before each dispatch, ${flushUs.toFixed(2)} µs alone, subtracted`);
-    if (opts.handoff !== undefined) {
-      await handoffCases(rt, opts.handoff, opts.reps, spin, log, out);
-      continue;
-    }
     const empty: KernelCase = { name: "empty kernel (dependent)", bytes: 0, run: (r) => r.dispatch("empty", EMPTY_WGSL, [sink], new Uint32Array([1, 0, 0, 0]), [1]) };
     for (const n of opts.tokens) {
       // the empty kernel again at the end: its time there shows whether the clocks were already up at the start
-      if (opts.probe === true && rt.info.subgroupSize === 32) log(`stream probe check (worst |Δ| of the largest |y| against the wide kernel): ${JSON.stringify(await checkStreamProbe(rt))}`);
-      const measured = opts.probe === true ? [...aluProbeCases(rt), ...streamProbeCases(rt, [8448, 65536])] : v2LiteCases(rt, n, opts.big === true);
+      const measured = v2LiteCases(rt, n, opts.big === true);
       const cases = [empty, ...measured, { ...empty, name: "empty kernel (dependent), again" }];
       log(`\n${n} token(s) per step; tuning ${tuneText === "" ? "default" : tuneText}`);
       for (const c of cases) {
@@ -376,6 +341,6 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   }
   const dawn = arg("--dawn");
   const info = await requestGpuDevice(dawn !== undefined ? { dawnFlags: dawn.split(" ") } : {});
-  await runKernelBench({ tokens: (arg("--tokens") ?? "1,64").split(",").map(Number), reps: Number(arg("--reps") ?? 200), tunes: (arg("--tunes") ?? "").split(";"), big: args.includes("--big"), probe: args.includes("--probe"), cold: args.includes("--cold"), ...(arg("--handoff") !== undefined ? { handoff: Number(arg("--handoff")) } : {}), info });
+  await runKernelBench({ tokens: (arg("--tokens") ?? "1,64").split(",").map(Number), reps: Number(arg("--reps") ?? 200), tunes: (arg("--tunes") ?? "").split(";"), big: args.includes("--big"), cold: args.includes("--cold"), info });
   process.exit(0);
 }

@@ -7,12 +7,12 @@ import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { combineThree, gemmI8, mmaWGSL, packI8, quantizeThree, splitThree, THREE_MAX, unpackI8, type MmaKernel } from "../../../src/backend/webgpu/mma-kernels.js";
-import { requestGpuDevice } from "../../../src/backend/webgpu/device.js";
-import { isSoftwareAdapter } from "../../../src/runtime/load.js";
-import { check, Gpu } from "../../../src/backend/webgpu/mma-probe.js";
-import { checkScaled, period, scaledInputs, scaledReference, scaledWGSL, splitTwo, TWO_MAX, TWO_MIN, type ScaledKernel } from "../../../src/backend/webgpu/mma-scaled.js";
-import { LONG_SWEEPS, Rng } from "./helpers.js";
+import { combineThree, gemmI8, mmaWGSL, packI8, quantizeThree, splitThree, THREE_MAX, unpackI8, type MmaKernel } from "./mma-kernels.js";
+import { requestGpuDevice } from "../../src/backend/webgpu/device.js";
+import { isSoftwareAdapter } from "../../src/runtime/load.js";
+import { check, Gpu } from "./mma-probe.js";
+import { checkScaled, period, scaledInputs, scaledReference, scaledWGSL, splitTwo, TWO_MAX, TWO_MIN, type ScaledKernel } from "./mma-scaled.js";
+import { LONG_SWEEPS, Rng } from "../../test/backend/webgpu/helpers.js";
 
 test("int8 pack 4 per word, little-endian, and back", () => {
   assert.deepEqual([...packI8(Int8Array.from([1, -1, 2, -128, 127, 0, -2, 5]))], [0x8002ff01, 0x05fe007f]);
@@ -75,7 +75,7 @@ test("the probe exits cleanly where subgroup matrices are not offered", { timeou
   const json = join(mkdtempSync(join(tmpdir(), "mma-")), "probe.json");
   // compiled (scripts/h200-tests.sh runs the tests as .js, without tsx): the compiled probe beside them
   const here = fileURLToPath(import.meta.url);
-  const probe = here.endsWith(".js") ? [join(dirname(here), "../../../src/backend/webgpu/mma-probe.js")] : ["--import", "tsx", "src/backend/webgpu/mma-probe.ts"];
+  const probe = here.endsWith(".js") ? [join(dirname(here), "./mma-probe.js")] : ["--import", "tsx", "research/mma/mma-probe.ts"];
   const r = spawnSync(process.execPath, [...probe, "--quick", "--json", json], { encoding: "utf8", env: { ...process.env, XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR ?? "/tmp" }, timeout: 110_000 });
   assert.equal(r.status, 0, r.stderr);
   const rep = JSON.parse(readFileSync(json, "utf8")) as { offered: boolean };

@@ -2,20 +2,21 @@
 /**
  * WebGPU benchmark of the fused pipeline on a GGUF model: copy bandwidth (the roofline), prefill tok/s for a
  * 512-token prompt, decode tok/s at batch 1 / 8 / 64, fraction of the bandwidth roofline, dispatches and host
- * encoding time per step. `node dist/backend/webgpu/bench.js MODEL.gguf [--json OUT.json] [--decode-context N]` (each
+ * encoding time per step. `node --import tsx bench/webgpu-model.ts MODEL.gguf [--json OUT.json] [--decode-context N]`
+ * (compiled with the whole tree, `npx tsc -p tsconfig.json --outDir dist-all`: dist-all/bench/webgpu-model.js) (each
  * slot holds N tokens before its decode steps, default 16), or through `npm run bench -- webgpu` with
  * LATENT_BENCH_MODEL set.
  */
 import { mkdirSync, writeFileSync } from "node:fs";
 import { pathToFileURL } from "node:url";
-import { loadModel } from "../../runtime/load.js";
-import { preset, withOverrides, type SynthConfig } from "../../synth/presets.js";
-import { evaluateAll, logSoftmaxRow } from "../../engine/evaluate.js";
-import { WebGPUKernels } from "./kernels.js";
-import { synthesize } from "../../synth/synthesize.js";
-import { requestGpuDevice } from "./device.js";
-import { GpuModel, type StepToken } from "./gpu-model.js";
-import { GpuRuntime, type KernelTuning, type RuntimeOptions } from "./runtime.js";
+import { loadModel } from "../src/runtime/load.js";
+import { preset, withOverrides, type SynthConfig } from "../src/synth/presets.js";
+import { evaluateAll, logSoftmaxRow } from "../src/engine/evaluate.js";
+import { WebGPUKernels } from "../src/backend/webgpu/kernels.js";
+import { synthesize } from "../src/synth/synthesize.js";
+import { requestGpuDevice } from "../src/backend/webgpu/device.js";
+import { GpuModel, type StepToken } from "../src/backend/webgpu/gpu-model.js";
+import { GpuRuntime, type KernelTuning, type RuntimeOptions } from "../src/backend/webgpu/runtime.js";
 
 export interface WebGpuBenchResult {
   readonly name: string;
@@ -37,7 +38,7 @@ struct P { n: u32, gx: u32, _a: u32, _b: u32 }
 
 /**
  * Device copy bandwidth (read + write bytes per second): the best of `rounds` timed rounds of 20 copies, after ~150 ms
- * of copies that bring an idle GPU's clocks up (kernel-bench.ts found small kernels 2–5× slower on an idle H200), and
+ * of copies that bring an idle GPU's clocks up (the kernel bench found small kernels 2–5× slower on an idle GPU), and
  * the first round alone (what rounds ≤ 17 reported, after three warm-up copies). The roofline takes the best: the
  * hardware's limit, not a round that caught the clocks low.
  */

@@ -253,7 +253,7 @@ export async function parityCheck(dir: string, log: (s: string) => void = consol
     const tokens = Array.from({ length: 36 }, (_, i) => (i * 37 + 5) % config.nVocab);
     const ref = evaluateAll(model, tokens, { path: "reference" }).map((r) => logSoftmaxRow(r));
     const maxErr = (rows: Float64Array[] | Float32Array[]): number => Math.max(...ref.map((row, i) => Math.max(...row.map((v, j) => Math.abs(rows[i]![j]! - v)))));
-    // chunks of 8 then 4 tokens (the tiled kernel from 8 tokens, the wide one up to 4), then the whole prompt as one
+    // chunks of 8 then 4 tokens (the coalesced kernel at 8 tokens, the wide one up to 4), then the whole prompt as one
     // step (the row-tiled kernel: products of ≥ 32 tokens)
     const g = new GpuModel(rt, model, { slots: 1, context: tokens.length, maxTokens: 8 });
     const e1 = maxErr((await g.prefill(0, tokens, 0, true)).map((r) => logSoftmaxRow(r)));
@@ -291,7 +291,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
     if (path === undefined) process.exit(worst <= 1e-3 ? 0 : 1);
   }
   const num = (k: string): number | undefined => (args.includes(k) ? Number(args[args.indexOf(k) + 1]) : undefined);
-  // --tune expertTn=8,expertTpr=32,expertsFrom=0.5,tiled=0,tiledRows=32,tiledTokens=16,tiledK=64,tiledThreads=128,tiledFill=0
+  // --tune expertTn=8,expertTpr=32,expertsFrom=0.5,rowTile=0,rowTileTokens=8
   const tune = args.includes("--tune") ? (Object.fromEntries(args[args.indexOf("--tune") + 1]!.split(",").map((kv) => [kv.split("=")[0]!, Number(kv.split("=")[1])])) as KernelTuning) : undefined;
   if (tune !== undefined) console.log(`tuning: ${JSON.stringify(tune)}`);
   const results = await runWebGpuBench(path!, { ...(args.includes("--dawn") ? { dawnFlags: args[args.indexOf("--dawn") + 1]!.split(" ") } : {}), ...(tune !== undefined ? { tune } : {}), batches, promptLen: num("--prompt"), decodeSteps: num("--steps"), decodeContext: num("--decode-context"), profile: args.includes("--profile"), kernels: args.includes("--kernels"), ...(args.includes("--matvec") ? { matvec: args[args.indexOf("--matvec") + 1] as RuntimeOptions["matvec"] } : {}) });

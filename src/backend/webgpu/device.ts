@@ -62,17 +62,6 @@ async function gpuEntry(opts: GpuDeviceOptions): Promise<GPU> {
 /** Dawn instances created by this process: never collected (see GpuDeviceInfo.gpu). */
 const keepAlive: GPU[] = [];
 
-let cached: Promise<GpuDeviceInfo> | undefined;
-
-/** The process's shared device (created once). */
-export function sharedGpuDevice(opts: GpuDeviceOptions = {}): Promise<GpuDeviceInfo> {
-  cached ??= requestGpuDevice(opts).catch((e: unknown) => {
-    cached = undefined;
-    throw e;
-  });
-  return cached;
-}
-
 /** A new device with the adapter's full storage limits and the optional features the kernels can use. */
 export async function requestGpuDevice(opts: GpuDeviceOptions = {}): Promise<GpuDeviceInfo> {
   const gpu = await gpuEntry(opts);

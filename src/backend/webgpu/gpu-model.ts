@@ -15,9 +15,8 @@ import type { SwiGLU } from "../../model/weights.js";
 import { LatentError } from "../../util/errors.js";
 import type { PickDraw } from "../../engine/scheduler.js";
 import { expertListWords, expertLists, expertsFrom, fusable, getRows, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLUSteps, type CombineArgs, type FusionArgs } from "./matrix.js";
-import { addNorm, argmaxRows, argmaxScratchWords, DRAW_WORDS, drawWords, sampleNucleusWords, sampleRows, sampleScratchWords, sampleTopKFits, sampleTopKWords, attention, attentionScratch, copyU32, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, routeNormShape, scatterRows, touch, type RouteArgs } from "./ops.js";
+import { addNorm, argmaxRows, argmaxScratchWords, DRAW_WORDS, drawWords, sampleNucleusWords, sampleRows, sampleScratchWords, sampleTopKFits, sampleTopKWords, attention, attentionScratch, copyU32, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, routeNormShape, scatterRows, type RouteArgs } from "./ops.js";
 import { attentionFused, attnFusedPartWords, attnFusedShape } from "./attn-fused.js";
-import { moeRouter, routerFuseShape } from "./router.js";
 import { f32bits, type GpuRuntime, type Recording } from "./runtime.js";
 import { ATTN_CHUNK } from "./wgsl-ops.js";
 
@@ -516,8 +515,6 @@ export class GpuModel {
         norm: c.weightsNorm,
         scale: c.weightsScale,
       };
-      // small steps: the routing inside the router product's kernel, saving its own dependent dispatch
-      const fused = small && l.experts !== undefined ? routerFuseShape(rt, l.router!, routing, l.bias !== undefined) : undefined;
       const lists = l.experts !== undefined && n * K >= expertsFrom(rt, l.experts.gate) * E ? b.elist! : undefined;
       // small MoE steps on the wide kernel: the FFN's RMSNorm inside its readers instead of a dispatch of its own — the
       // shared and routed gate·up products normalize x as they stage it, the router reads h with ffn_norm folded into
@@ -526,7 +523,6 @@ export class GpuModel {
         fuseFFN &&
         l.experts !== undefined &&
         l.routerNormed !== undefined &&
-        fused === undefined &&
         lists === undefined &&
         routeNormShape(rt, routing, Hd) !== undefined &&
         fusable(rt, l.experts.gate, 1, true, l.experts.up) &&
@@ -540,8 +536,7 @@ export class GpuModel {
         // the router and the shared experts' gate·up (its first dispatch: the second reads it) both only read x
         const [sharedFirst, ...sharedRest] = shared !== undefined ? this.ffnGateUp(shared, n, b.gs!, ffnIn, ffnNorm) : [];
         together(() => {
-          if (fused !== undefined) moeRouter(rt, fused, l.router!, b.x!, b.z!, l.bias, b.rids!, b.rw!, routing);
-          else matmul(rt, ffnFused ? l.routerNormed!() : l.router!, ffnIn, b.z!, { n, xStride: Hd, yStride: E });
+          matmul(rt, ffnFused ? l.routerNormed!() : l.router!, ffnIn, b.z!, { n, xStride: Hd, yStride: E });
           sharedFirst?.();
         });
         for (const step of sharedRest) step();
@@ -549,9 +544,9 @@ export class GpuModel {
         // h + W_down·g_s, so that the routing and the routed gate·up still read h; the routed down product then runs
         // alone. Both down products in one dispatch made each the other's tail: on the H200 (v2-lite batch 1) GPU 2.58 →
         // 2.51 ms a step, and 2.36 once the routing kernel took 256 threads and so shared that dispatch (wgsl-route.ts)
-        const early = small && rt.tune.sharedEarly !== 0 && shared !== undefined && fused === undefined && lists === undefined && sharedRest.length === 0 && fusable(rt, shared.down, n, false);
+        const early = small && rt.tune.sharedEarly !== 0 && shared !== undefined && lists === undefined && sharedRest.length === 0 && fusable(rt, shared.down, n, false);
         together(() => {
-          if (fused === undefined) moeRoute(rt, b.z!, l.bias, b.rids!, b.rw!, routing, ffnFused ? { h: b.h!, dim: Hd, eps: c.rmsEps } : undefined);
+          moeRoute(rt, b.z!, l.bias, b.rids!, b.rw!, routing, ffnFused ? { h: b.h!, dim: Hd, eps: c.rmsEps } : undefined);
           if (early) matmul(rt, shared!.down, b.gs!, b.hAlt!, { n, xStride: shared!.gate.rows, yStride: Hd, fuse: { addCombine: { ye: b.h!, rw: b.ones!, K: 1 } } });
         });
         // expert-major products (pairs ≥ experts) read the pairs grouped by expert, built once for the three
@@ -566,7 +561,6 @@ export class GpuModel {
         if (early) [b.h, b.hAlt] = [b.hAlt, b.h];
         combinePending = true;
       }
-      for (let i = 0; i < (rt.tune.padDispatches ?? 0); i++) touch(rt, b.h!);
     }
     // output rows
     if (rows.length === n) normH(this.outputNorm, b.hn!);

@@ -8,16 +8,14 @@ import { typeName } from "../../gguf/types.js";
 import { rowBytes as quantRowBytes } from "../../quant/index.js";
 import { LatentError } from "../../util/errors.js";
 import type { GpuRuntime } from "./runtime.js";
-import { EXPERT_LISTS_WGSL, getRowsWGSL as getRowsSource, MATVEC_TN, matvec2WGSL as matvec2Source, matmulTiledWGSL as tiledSource, matvecCoalescedWGSL as coalescedSource, matvecExpertsWGSL as expertsSource, matvecTWGSL as matvecTSource, matvecWGSL as matvecSource, MV_WG, packMatParams, tiledSharedBytes, type MatParams, type MatvecShape, type TiledShape } from "./wgsl-mat.js";
+import { EXPERT_LISTS_WGSL, getRowsWGSL as getRowsSource, matvec2WGSL as matvec2Source, matvecCoalescedWGSL as coalescedSource, matvecExpertsWGSL as expertsSource, matvecTWGSL as matvecTSource, MV_WG, packMatParams, type MatParams, type MatvecShape } from "./wgsl-mat.js";
 import { gpuSupports, unitSize } from "./wgsl-quant.js";
 import { matmulRowsWGSL as rowTileSource, ROW_TILE_EXPERTS_FROM, rowTileShape, type RowTileShape } from "./wgsl-rowtile.js";
 import { fusionBuffers, matvecWideWGSL as wideSource, wideRowsPerGroup, wideShape, type WideFusion, type WideShape } from "./wgsl-wide.js";
 import { memoWGSL } from "./wgsl-memo.js";
 
-const matvecWGSL = memoWGSL(matvecSource);
 const matvecWideWGSL = memoWGSL(wideSource);
 const matmulRowsWGSL = memoWGSL(rowTileSource);
-const matmulTiledWGSL = memoWGSL(tiledSource);
 const matvecCoalescedWGSL = memoWGSL(coalescedSource);
 const matvecExpertsWGSL = memoWGSL(expertsSource);
 const matvec2WGSL = memoWGSL(matvec2Source);
@@ -200,53 +198,7 @@ export function coalesced(rt: GpuRuntime, m: GpuMatrix, aligned: boolean): boole
   return rt.matvec === "coalesced" && aligned && m.cols % 4 === 0;
 }
 
-/**
- * Plain products of at least this many tokens run on the tiled kernel when RuntimeOptions.tune.tiled = 1. Off by
- * default: measured on the H200 (v2-lite Q4_K_M, 2026-11-29) it was slower than the coalesced kernel for decode
- * batches (batch 8: 356 → 75 tok/s, batch 64: 773 → 328) and for the 512-token prefill with its default tiles (1393 →
- * 985 tok/s; 1458 with tiledTokens=64, tiledK=128, within the run-to-run spread).
- */
-export const TILED_FROM = 8;
-
-const pow2 = (v: number): boolean => Number.isInteger(v) && v >= 1 && (v & (v - 1)) === 0;
-
-/** Workgroups a plain tiled product should reach before its row tiles stop shrinking (two per SM of the H200); tune.tiledFill overrides. */
-export const TILED_FILL = 264;
-
-/**
- * Tile shape of the tiled kernel for n tokens (plain; rowsTotal rows over all batch items) or n pairs over m.items
- * experts (expert lists), or undefined when that product stays on the coalesced kernel.
- */
-export function tiledShape(rt: GpuRuntime, m: GpuMatrix, n: number, mode: "plain" | "experts-list", rowsTotal = m.rows): TiledShape | undefined {
-  if (rt.tune.tiled !== 1 || (mode === "plain" && n < TILED_FROM)) return undefined;
-  const per = mode === "plain" ? n : n / m.items;
-  let tokens = 8;
-  while (tokens < Math.min(32, per)) tokens *= 2;
-  tokens = rt.tune.tiledTokens ?? tokens;
-  let rows = rt.tune.tiledRows ?? 64;
-  if (rt.tune.tiledRows === undefined && mode === "plain") {
-    // a few tokens over a few thousand rows make too few 64-row tiles to keep every SM busy
-    const fill = rt.tune.tiledFill ?? TILED_FILL;
-    while (rows > 16 && Math.ceil(rowsTotal / rows) * Math.ceil(n / tokens) < fill) rows /= 2;
-  }
-  let k = rt.tune.tiledK ?? 64;
-  // about 16 outputs (4 rows × 4 tokens) per thread, at least 64 threads so that small tiles still keep loads in flight
-  const threads = rt.tune.tiledThreads ?? Math.min(256, Math.max(64, (rows * tokens) / 16));
-  for (const [name, v, lo] of [["tiledTokens", tokens, 1], ["tiledRows", rows, 1], ["tiledK", k, 4], ["tiledThreads", threads, 1]] as const) {
-    if (!pow2(v) || v < lo || v > 256) throw new LatentError(`tune.${name} must be a power of two in ${lo}..256, got ${v}`);
-  }
-  const limit = rt.info.limits.maxComputeWorkgroupStorageSize;
-  while (tiledSharedBytes({ rows, tokens, k, threads }) > limit) {
-    if (k > 16) k /= 2;
-    else if (rows >= tokens && rows > 1) rows /= 2;
-    else if (tokens > 1) tokens /= 2;
-    else break;
-  }
-  return { rows, tokens, k, threads };
-}
-
 export function matvecKernel(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boolean | "experts" | "experts-list", aligned = false, rowsTotal = m.rows, fx?: WideFusion): { code: string; tn: number; rowsPerGroup: number } {
-  if (rt.matvec === "legacy") return { code: matvecWGSL(m.type, m.unit, gather !== false), tn: MATVEC_TN, rowsPerGroup: 1 };
   const sg = rt.info.subgroupSize;
   const sgOk = sg !== undefined && sg >= 4 && sg <= 64;
   let tn = 1;
@@ -260,8 +212,6 @@ export function matvecKernel(rt: GpuRuntime, m: GpuMatrix, n: number, gather: bo
   const rowTile = rowMode !== undefined ? rowTileShape(rt, m, n, rowMode, aligned, rowsTotal) : undefined;
   if (rowTile !== undefined) return { code: matmulRowsWGSL(m.type, rowMode!, rowTile), tn: rowTile.tokens, rowsPerGroup: rowTile.rows };
   if (coalesced(rt, m, aligned)) {
-    const tiled = gather === false || gather === "experts-list" ? tiledShape(rt, m, n, gather === false ? "plain" : gather, rowsTotal) : undefined;
-    if (tiled !== undefined) return { code: matmulTiledWGSL(m.type, m.unit, gather === false ? "plain" : "experts-list", tiled), tn: tiled.tokens, rowsPerGroup: tiled.rows };
     const minT = sgOk ? sg : 4;
     let tpr = coalescedTpr(m.cols, n, minT, rowsTotal, rt.tune.fillThreads ?? FILL_THREADS);
     if (expertMajor) {
@@ -367,7 +317,7 @@ export interface GatherArgs {
 
 /** How a gathered product over m runs: expert-major or per pair, and (expert-major on the coalesced kernel) from expert lists. */
 function gatherMode(rt: GpuRuntime, m: GpuMatrix, a: GatherArgs): { experts: boolean; aligned: boolean; listed: boolean } {
-  const experts = rt.matvec !== "legacy" && (a.mode ?? (a.pairs >= expertsFrom(rt, m) * m.items ? "experts" : "pairs")) === "experts";
+  const experts = (a.mode ?? (a.pairs >= expertsFrom(rt, m) * m.items ? "experts" : "pairs")) === "experts";
   const aligned = al4(a.xOff, a.xBatch);
   return { experts, aligned, listed: experts && a.lists !== undefined && coalesced(rt, m, aligned) };
 }

@@ -26,7 +26,6 @@ import {
   SOFTMAX_WGSL as softmaxSource,
   SCATTER_WGSL,
   COPY_U32_WGSL,
-  TOUCH_WGSL,
   SWIGLU_WGSL,
   TOPK_WGSL,
 } from "./wgsl-ops.js";
@@ -498,12 +497,6 @@ export function scatterRows(rt: GpuRuntime, x: GPUBuffer, idx: GPUBuffer, y: GPU
 }
 
 /** y[0..n) = x[0..n) as u32 words (restores a META copy before each DSA layer: the selection rewrites META). */
-/** A dispatch that reads and (never in practice) writes x[0]: for measuring a dependent dispatch's cost (padDispatches). */
-export function touch(rt: GpuRuntime, x: GPUBuffer): void {
-  const never = new Uint32Array(new Float32Array([-3.0e38]).buffer)[0]!;
-  rt.dispatch("touch", TOUCH_WGSL, [x], new Uint32Array([never, 0, 0, 0]), [1]);
-}
-
 export function copyU32(rt: GpuRuntime, x: GPUBuffer, y: GPUBuffer, n: number): void {
   rt.dispatch("copyU32", COPY_U32_WGSL, [x, y], new Uint32Array([n, 0, 0, 0]), [Math.ceil(n / 64)], [{ buffer: y, offset: 0, size: n * 4 }]);
 }

@@ -48,12 +48,11 @@ export interface RuntimeOptions {
   readonly maxBindingBytes?: number;
   /**
    * matrix-vector kernel: "subgroup" (rows reduced with subgroupAdd; needs a fixed subgroup size), "shared"
-   * (several rows per workgroup, one workgroup-memory reduction), "legacy" (the first round's one-row-per-workgroup
-   * kernel), "coalesced" (round 3: each thread reads four consecutive elements, a subgroup one contiguous stretch of
-   * the row, x as vec4; rows reduced with subgroupAdd where the subgroup size is fixed, else in workgroup memory; falls
+   * (several rows per workgroup, one workgroup-memory reduction), "coalesced" (each thread reads four
+   * consecutive elements, a subgroup one contiguous stretch of the row, x as vec4; rows reduced with subgroupAdd where the subgroup size is fixed, else in workgroup memory; falls
    * back to subgroup/shared for unaligned x); default: coalesced
    */
-  readonly matvec?: "coalesced" | "subgroup" | "shared" | "legacy";
+  readonly matvec?: "coalesced" | "subgroup" | "shared";
   /**
    * time every dispatch on the GPU (timestamp queries; each dispatch in its own compute pass, so the step is slower
    * than without): `profile()` returns GPU ms per kernel label, digits folded to "#"
@@ -96,18 +95,6 @@ export interface KernelTuning {
   readonly fillThreads?: number;
   /** expert-major mode when pairs ≥ expertsFrom × experts (default 8 where the wide kernel reads the experts, 1/4 with the coalesced kernel, else 1) */
   readonly expertsFrom?: number;
-  /** 1: the tiled matrix-matrix kernel for products of ≥ TILED_FROM tokens and expert lists; default 0 (measured slower on the H200, see matrix.ts) */
-  readonly tiled?: number;
-  /** rows per tile of the tiled kernel (power of two ≤ 256; default 64, down to 16 while a plain product's grid has fewer than tiledFill workgroups) */
-  readonly tiledRows?: number;
-  /** tokens per tile of the tiled kernel (power of two ≤ 256; default: the tokens, or pairs per expert, rounded up to a power of two, within 8..32) */
-  readonly tiledTokens?: number;
-  /** columns per shared-memory step of the tiled kernel (power of two ≥ 4; default 64, less when the tile would not fit the workgroup memory) */
-  readonly tiledK?: number;
-  /** workgroup size of the tiled kernel (power of two ≤ 256; default: 16 outputs per thread, within 64..256) */
-  readonly tiledThreads?: number;
-  /** workgroups a plain tiled product should reach before its default row tiles stop shrinking (default TILED_FILL = 264; 0: always 64 rows) */
-  readonly tiledFill?: number;
   /** the wide-load kernel for products of 1–4 tokens (Q4_K, Q6_K, Q5_0, Q8_0; plain and pair-major): 1 (default) on, 0 off */
   readonly wide?: number;
   /** subgroups (rows) per workgroup of the wide kernel (default 256 threads / subgroup size) */
@@ -150,11 +137,6 @@ export interface KernelTuning {
   readonly routeThreads?: number;
   /** MoE routing kernel: 1 (default) one subgroup per token where the subgroup size is fixed (wgsl-route.ts), 0 the 256-thread workgroup per token (ROUTE_WGSL) */
   readonly route?: number;
-  /**
-   * steps of up to fuseTokens tokens: 1 the router product and its routing as one kernel (wgsl-router.ts) where it
-   * applies, sharing its dispatch with the shared experts' gate·up; otherwise (default) the product, then moeRoute
-   */
-  readonly routerFuse?: number;
   /**
    * absorbed-MLA attention of 1–4 queries (K1 = V = the latent, head strides 0) on the wide kernel (wgsl-attn.ts: a
    * workgroup per head group reading each key once for its heads, keys split over workgroups only in long contexts):
@@ -199,8 +181,6 @@ export interface KernelTuning {
    * 2.505 / 2.508 ms a step against 2.584 / 2.575 with 0, the routing still apart (BENCHMARKS round 16)
    */
   readonly sharedEarly?: number;
-  /** probe, not a tuning: this many trivial dependent dispatches after every layer (what a dispatch boundary costs inside a step); default 0 */
-  readonly padDispatches?: number;
 }
 
 /** A recorded run of dispatches (see GpuRuntime.record) that replay() encodes again without rebuilding anything. */
@@ -254,7 +234,7 @@ export class GpuRuntime {
   readonly maxBindingBytes: number;
   readonly checkWrites: boolean;
   /** the matrix-vector kernel in use (RuntimeOptions.matvec, resolved) */
-  readonly matvec: "coalesced" | "subgroup" | "shared" | "legacy";
+  readonly matvec: "coalesced" | "subgroup" | "shared";
   readonly stats: RuntimeStats = { dispatches: 0, submits: 0, encodeMs: 0, submitMs: 0 };
   private readonly pipelines = new Map<string, GPUComputePipeline>();
   /** each compiled pipeline's WGSL length (timeItems) */

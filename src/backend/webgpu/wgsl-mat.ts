@@ -1,15 +1,12 @@
 /**
  * WGSL of the matrix kernels over GGUF-block weights (see wgsl-quant.ts for the block decoding):
- * - matvec:  y[b][t][rowBase+r] (+)= Σ_c W_b[r][c]·x[b][t][c]  — one workgroup per row, 64 threads over 32-element
- *            units, up to 8 tokens per workgroup; the batch index b selects a head (weight stride) or, in the gather
- *            variant, an expert read from an id buffer (only the selected experts' rows are read).
+ * - matvec2 / matvecExperts / matvecCoalesced: y[b][t][rowBase+r] (+)= Σ_c W_b[r][c]·x[b][t][c]; the batch index b
+ *            selects a head (weight stride) or, in the gather variants, an expert read from an id buffer (only the
+ *            selected experts' rows are read).
  * - matvecT: y[b][t][c] (+)= Σ_r W_b[r][c]·x[b][t][rowBase+r]  — one thread per (unit, token).
  * - getRows: dequantized rows by id (embedding lookup).
  */
 import { deq4WGSL, dequantWGSL } from "./wgsl-quant.js";
-
-export const MATVEC_WG = 64;
-export const MATVEC_TN = 8;
 
 /**
  * WGSL statements reading expert `ex`'s list (IDS: offset and count per expert, then the pairs grouped by expert from
@@ -62,62 +59,6 @@ export function matOutWGSL(perToken: boolean): string {
   return `fn out(b: u32, ${perToken ? "t: u32, " : ""}r: u32, v: f32) {
   let yo = p.yOff + b * p.yBatch + ${perToken ? "t * p.yStride + " : ""}p.rowBase + r;
   if (p.acc == 1u) { Y[yo] += v; } else if (p.acc == 2u) { let g = Y[yo]; Y[yo] = g / (1.0 + exp(-g)) * v; } else { Y[yo] = v; }
-}`;
-}
-
-export function matvecWGSL(type: number, U: number, gather: boolean): string {
-  const TN = MATVEC_TN;
-  const WG = MATVEC_WG;
-  return /* wgsl */ `
-${STRUCT}
-@group(0) @binding(0) var<storage, read> W: array<u32>;
-@group(0) @binding(1) var<storage, read> X: array<f32>;
-@group(0) @binding(2) var<storage, read_write> Y: array<f32>;
-${gather ? "@group(0) @binding(3) var<storage, read> IDS: array<u32>;\n@group(0) @binding(4) var<uniform> p: P;" : "@group(0) @binding(3) var<uniform> p: P;"}
-${dequantWGSL(type, U)}
-var<workgroup> red: array<f32, ${TN * WG}>;
-var<workgroup> wgE: u32;
-@compute @workgroup_size(${WG})
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
-  let tt = wid.y % p.tiles;
-  let r = wid.x + (wid.y / p.tiles) * p.gx;
-  let b = wid.z;
-  if (r >= p.rows) { return; }
-  var wb = b * p.wBatch;
-  var xb = b * p.xBatch;
-${
-  gather
-    ? `  if (li == 0u) { wgE = IDS[p.idsOff + b]; }
-  let e = workgroupUniformLoad(&wgE);
-  if (e < p.e0 || e >= p.e1) { return; }
-  wb = (e - p.e0) * p.wBatch;
-  xb = (b / p.xDiv) * p.xBatch;`
-    : ""
-}
-  let rb = p.wOff + wb + r * p.rowBytes;
-  let t0 = tt * ${TN}u;
-  let nt = min(${TN}u, p.n - t0);
-  var acc: array<f32, ${TN}>;
-  for (var u = li; u < p.nu; u += ${WG}u) {
-    deq(rb, u);
-    for (var t = 0u; t < nt; t++) {
-      let xo = p.xOff + xb + (t0 + t) * p.xStride + u * U;
-      var s = 0.0;
-      for (var i = 0u; i < U; i++) { s += dv[i] * X[xo + i]; }
-      acc[t] += s;
-    }
-  }
-  for (var t = 0u; t < ${TN}u; t++) { red[t * ${WG}u + li] = acc[t]; }
-  workgroupBarrier();
-  for (var s = ${WG / 2}u; s > 0u; s >>= 1u) {
-    if (li < s) { for (var t = 0u; t < ${TN}u; t++) { red[t * ${WG}u + li] += red[t * ${WG}u + li + s]; } }
-    workgroupBarrier();
-  }
-  if (li < nt) {
-    let yo = p.yOff + b * p.yBatch + (t0 + li) * p.yStride + p.rowBase + r;
-    let v = red[li * ${WG}u];
-    if (p.acc == 1u) { Y[yo] += v; } else if (p.acc == 2u) { let g = Y[yo]; Y[yo] = g / (1.0 + exp(-g)) * v; } else { Y[yo] = v; }
-  }
 }`;
 }
 
@@ -554,150 +495,3 @@ fn main(@builtin(local_invocation_index) li: u32) {
     if (e < p.E) { L[2u * p.E + off[e] + atomicAdd(&cnt[e], 1u)] = b; }
   }
 }`;
-
-export interface TiledShape {
-  /** rows per workgroup tile (power of two) */
-  readonly rows: number;
-  /** tokens (or an expert's pairs) per workgroup tile (power of two) */
-  readonly tokens: number;
-  /** columns per step through shared memory (power of two, ≥ 4) */
-  readonly k: number;
-  /** workgroup size (power of two; clamped to what the tile can use: tokens/4 … rows·tokens/4 threads) */
-  readonly threads: number;
-}
-
-/** Thread layout of a tile: wg threads, nr along rows × nt along tokens, each holding rb rows × tb tokens of the tile. */
-export interface TiledLayout {
-  readonly wg: number;
-  readonly nr: number;
-  readonly nt: number;
-  readonly rb: number;
-  readonly tb: number;
-}
-
-export function tiledLayout(s: TiledShape): TiledLayout {
-  const tb = Math.min(4, s.tokens);
-  const nt = s.tokens / tb;
-  const wg = Math.max(nt, Math.min(s.threads, s.rows * nt));
-  const nr = wg / nt;
-  return { wg, nr, nt, rb: s.rows / nr, tb };
-}
-
-/** Bytes of workgroup memory the tiled kernel of shape s declares. */
-export function tiledSharedBytes(s: TiledShape): number {
-  return (s.rows + s.tokens) * (s.k / 4 + 1) * 16 + s.tokens * 4 + 16;
-}
-
-/**
- * Tiled matrix-matrix kernel for n ≥ 8 tokens: each workgroup computes a tile of s.rows rows × s.tokens tokens and walks
- * the columns s.k at a time. Per step the workgroup dequantizes the tile's s.rows × s.k weights once (deq4) and loads
- * the tile's tokens' x into workgroup memory (rows padded by one vec4 against bank conflicts), then every thread
- * accumulates its rb × tb block from there; in the global loads neighbouring threads take neighbouring vec4s of a row.
- * Rows vary fastest across threads, so a subgroup reads one x vec4 (broadcast) and distinct weight rows, and writes
- * neighbouring outputs. mode "plain": grid and parameters of matvecCoalescedWGSL's plain mode (tiles of s.tokens tokens,
- * row groups of s.rows); "experts-list": those of its experts-list mode, each workgroup taking its expert's pairs
- * s.tokens at a time. x offsets and strides must be multiples of 4 (X is bound as array<vec4f>).
- */
-export function matmulTiledWGSL(type: number, U: number, mode: "plain" | "experts-list", s: TiledShape): string {
-  const { rows: RT, tokens: TT, k: KC } = s;
-  const { wg: WG, nr: NR, nt: NT, rb: RB, tb: TB } = tiledLayout(s);
-  const KC4 = KC / 4;
-  const KP = KC4 + 1;
-  const listed = mode === "experts-list";
-  const idx = (n: number): number[] => Array.from({ length: n }, (_, i) => i);
-  const accs = idx(RB)
-    .flatMap((i) => idx(TB).map((j) => `var a${i}_${j} = 0.0;`))
-    .join(" ");
-  const step = [
-    ...idx(RB).map((i) => `let w${i} = ws[(tr + ${i * NR}u) * ${KP}u + kk];`),
-    ...idx(TB).map((j) => `let x${j} = xs[(tq + ${j * NT}u) * ${KP}u + kk];`),
-    ...idx(RB).flatMap((i) => idx(TB).map((j) => `a${i}_${j} += dot(w${i}, x${j});`)),
-  ].join("\n        ");
-  const write = (pair: (t: string) => string): string =>
-    idx(RB)
-      .flatMap((i) =>
-        idx(TB).map((j) => {
-          const t = `tq + ${j * NT}u`;
-          return `if (r0 + tr + ${i * NR}u < p.rows && ${t} < nt) { ${pair(t)}, r0 + tr + ${i * NR}u, a${i}_${j}); }`;
-        }),
-      )
-      .join("\n    ");
-  // the tile's products over all columns; xRow(t): vec4 index of token t's x (t < nt)
-  const body = (xRow: string): string => `    ${accs}
-    for (var k0 = 0u; k0 < cols; k0 += ${KC}u) {
-      for (var i = li; i < ${RT * KC4}u; i += ${WG}u) {
-        let q = i / ${KC4}u;
-        let e = k0 + (i % ${KC4}u) * 4u;
-        var w = vec4f(0.0);
-        if (r0 + q < p.rows && e < cols) { w = deq4(wb + (r0 + q) * p.rowBytes, e); }
-        ws[q * ${KP}u + i % ${KC4}u] = w;
-      }
-      for (var i = li; i < ${TT * KC4}u; i += ${WG}u) {
-        let t = i / ${KC4}u;
-        let e = k0 + (i % ${KC4}u) * 4u;
-        var v = vec4f(0.0);
-        if (t < nt && e < cols) { v = X[${xRow} + (e >> 2u)]; }
-        xs[t * ${KP}u + i % ${KC4}u] = v;
-      }
-      workgroupBarrier();
-      for (var kk = 0u; kk < ${KC4}u; kk++) {
-        ${step}
-      }
-      workgroupBarrier();
-    }`;
-  const head = `${STRUCT}
-@group(0) @binding(0) var<storage, read> W: array<u32>;
-@group(0) @binding(1) var<storage, read> X: array<vec4f>;
-@group(0) @binding(2) var<storage, read_write> Y: array<f32>;
-${listed ? "@group(0) @binding(3) var<storage, read> IDS: array<u32>;\n@group(0) @binding(4) var<uniform> p: P;" : "@group(0) @binding(3) var<uniform> p: P;"}
-${dequantWGSL(type, U)}
-${deq4WGSL(type)}
-var<workgroup> ws: array<vec4f, ${RT * KP}>;
-var<workgroup> xs: array<vec4f, ${TT * KP}>;
-fn store(yo: u32, v: f32) {
-  if (p.acc == 1u) { Y[yo] += v; } else if (p.acc == 2u) { let g = Y[yo]; Y[yo] = g / (1.0 + exp(-g)) * v; } else { Y[yo] = v; }
-}`;
-  if (!listed) {
-    return /* wgsl */ `${head}
-fn out(b: u32, t: u32, r: u32, v: f32) { store(p.yOff + b * p.yBatch + t * p.yStride + p.rowBase + r, v); }
-@compute @workgroup_size(${WG})
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
-  let tt = wid.y % p.tiles;
-  let r0 = (wid.x + (wid.y / p.tiles) * p.gx) * ${RT}u;
-  if (r0 >= p.rows) { return; }
-  let b = wid.z;
-  let tr = li % ${NR}u;
-  let tq = li / ${NR}u;
-  let cols = p.nu * U;
-  let wb = p.wOff + b * p.wBatch;
-  let t0 = tt * ${TT}u;
-  let nt = min(${TT}u, p.n - t0);
-  let xq = (p.xOff + b * p.xBatch + t0 * p.xStride) >> 2u;
-  let xs4 = p.xStride >> 2u;
-${body("xq + t * xs4")}
-    ${write((t) => `out(b, t0 + ${t}`)}
-}`;
-  }
-  return /* wgsl */ `${head}
-var<workgroup> pairs: array<u32, ${TT}>;
-var<workgroup> oc: vec2u;
-fn out(b: u32, r: u32, v: f32) { store(p.yOff + b * p.yBatch + p.rowBase + r, v); }
-@compute @workgroup_size(${WG})
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
-  let r0 = (wid.x + wid.y * p.gx) * ${RT}u;
-  let ex = p.e0 + wid.z;
-  let tr = li % ${NR}u;
-  let tq = li / ${NR}u;
-  let cols = p.nu * U;
-  let wb = p.wOff + wid.z * p.wBatch;
-  ${expertListWGSL("ex", "r0 < p.rows")}
-  for (var t0 = 0u; t0 < m; t0 += ${TT}u) {
-    let nt = min(${TT}u, m - t0);
-    for (var i = li; i < ${TT}u; i += ${WG}u) { pairs[i] = IDS[lb + min(t0 + i, m - 1u)]; }
-    workgroupBarrier();
-${body(`((p.xOff + (pairs[t] / p.xDiv) * p.xBatch) >> 2u)`)}
-    ${write((t) => `out(pairs[${t}]`)}
-    workgroupBarrier();
-  }
-}`;
-}

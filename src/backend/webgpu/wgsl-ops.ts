@@ -548,16 +548,6 @@ fn main(@builtin(global_invocation_id) g: vec3u) {
   if (g.x < p.n) { Y[g.x] = X[g.x]; }
 }`;
 
-/** Reads X[0] and writes it only if it holds a value no model produces: a dependent dispatch that does nothing (padDispatches). */
-export const TOUCH_WGSL = /* wgsl */ `
-struct P { v: f32, _p0: u32, _p1: u32, _p2: u32 }
-@group(0) @binding(0) var<storage, read_write> X: array<f32>;
-@group(0) @binding(1) var<uniform> p: P;
-@compute @workgroup_size(64)
-fn main(@builtin(local_invocation_index) i: u32) {
-  if (i == 0u && X[0] == p.v) { X[0] = 0.0; }
-}`;
-
 export const SCATTER_WGSL = /* wgsl */ `
 struct P { n: u32, width: u32, xOff: u32, xStride: u32, yOff: u32, yStride: u32, gx: u32, _p: u32 }
 @group(0) @binding(0) var<storage, read> X: array<f32>;

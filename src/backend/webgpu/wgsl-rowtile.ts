@@ -5,14 +5,14 @@
  * registers and multiplied with a whole tile of tokens whose x sits in workgroup memory.
  *
  * Why this shape: per pair on the wide kernel, batch 64 read every routed expert once per pair (384 pairs over 64
- * experts: 938 µs per layer for gate+up on the H200, 1.3 TB/s from memory); the coalesced and tiled kernels decode
+ * experts: 938 µs per layer for gate+up, 1.3 TB/s from memory); the coalesced kernel and an earlier tiled one decode
  * weights into workgroup memory and pay a workgroup-memory load per multiply-add. Here a warp's lanes are 32 rows at
  * the same column, so each x read is one broadcast vec4 that serves four multiply-adds in every lane, and a weight
  * element costs its decode (shared with the wide kernel: typeCode) once per tile of tokens.
  *
  * Per step of `ks` columns: the chunks' weight loads are issued first, then x of the tile's tokens is staged
  * ([token][column], zeros past the tile's tokens), then the chunks are used. With ksplit > 1 the slices' partial
- * sums meet in workgroup memory at the end. Modes, grids and parameters: those of matmulTiledWGSL ("plain": [gx,
+ * sums meet in workgroup memory at the end. Modes, grids and parameters ("plain": [gx,
  * gy·tiles, items]; "experts-list": [gx, gy, experts of the piece], each workgroup taking its expert's pairs a tile at
  * a time). With `dual`, a second matrix (W2: up beside gate) is read by the same threads from the same x and the
  * kernel writes silu(W·x)·(W2·x). x offsets and strides must be multiples of 4 (X is bound as array<vec4f>).
@@ -86,13 +86,12 @@ export const ROW_TILE_FILL = 131072;
 /**
  * The row-tiled kernel's shape for n tokens (plain; rowsTotal rows over all batch items) or n pairs over m.items
  * experts (expert lists), or undefined where it does not apply (tune.rowTile = 0, a matvec variant other than the
- * default coalesced one, an explicit tune.tiled = 1, another type, plain products of
+ * default coalesced one, another type, plain products of
  * fewer than ROW_TILE_FROM tokens, or with tune.rowTile = 1 of at most WIDE_MAX_N (the wide kernel's), x not aligned to
  * 4 floats).
  */
 export function rowTileShape(rt: GpuRuntime, m: GpuMatrix, n: number, mode: "plain" | "experts-list", aligned: boolean, rowsTotal = m.rows, dual = false): RowTileShape | undefined {
-  // (an explicit tune.tiled = 1 asks for the tiled kernel)
-  if (rt.tune.rowTile === 0 || rt.matvec !== "coalesced" || (rt.tune.tiled === 1 && rt.tune.rowTile !== 1) || !WIDE_TYPES.includes(m.type) || !aligned || (mode === "plain" && n < (rt.tune.rowTile === 1 ? WIDE_MAX_N + 1 : ROW_TILE_FROM))) return undefined;
+  if (rt.tune.rowTile === 0 || rt.matvec !== "coalesced" || !WIDE_TYPES.includes(m.type) || !aligned || (mode === "plain" && n < (rt.tune.rowTile === 1 ? WIDE_MAX_N + 1 : ROW_TILE_FROM))) return undefined;
   const sg = rt.info.subgroupSize ?? 32;
   const per = mode === "plain" ? n : n / m.items;
   // tiles of up to 16 tokens (H200, 512-token prefill: 10–40 % faster than 8); up to 8 at subgroups narrower than 32

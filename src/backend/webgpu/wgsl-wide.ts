@@ -144,8 +144,7 @@ export function wideShape(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boole
   // few pairs. Off by default: on the H200 (v2-lite, 2026-11-29) it was slower than the coalesced expert-list kernel
   // (batch 64 GPU 64.8 → 93.5 ms per step, batch 8 19.8 → 26.5 ms)
   if (gather === "experts-list") {
-    // (an explicit tune.tiled = 1 asks for the tiled kernel there)
-    if (rt.tune.wideLists !== 1 || rt.tune.tiled === 1 || !WIDE_TYPES.includes(m.type) || !aligned || n > WIDE_LIST_PAIRS * m.items) return undefined;
+    if (rt.tune.wideLists !== 1 || !WIDE_TYPES.includes(m.type) || !aligned || n > WIDE_LIST_PAIRS * m.items) return undefined;
     n = WIDE_MAX_N;
   }
   if (!WIDE_TYPES.includes(m.type) || n < 1 || n > WIDE_MAX_N || gather === "experts" || !aligned) return undefined;

@@ -1,4 +1,4 @@
-// Shared cases of the matrix-matrix kernels' parity tests (tiled.test.ts, rowtile.test.ts): plain products with
+// Shared cases of the matrix-matrix kernels' parity tests (rowtile.test.ts): plain products with
 // strides, offsets, acc and SwiGLU; the per-head batch form and row pieces; expert lists with uneven pair counts. Each
 // checks the GPU result against the CPU reference (QMatrix.matmul, float64) on fresh random inputs.
 import assert from "node:assert/strict";

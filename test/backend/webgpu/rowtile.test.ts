@@ -46,8 +46,6 @@ test("selection: expert lists and plain products of ≥ 32 tokens of its types t
   assert.doesNotMatch(matvecKernel(off, e, 24, "experts-list", true).code, ROWS);
   // another matvec variant asked for keeps its kernels
   assert.doesNotMatch(matvecKernel(new GpuRuntime(rt!.info, { matvec: "subgroup" }), g, 64, false, true).code, ROWS);
-  // an explicit tune.tiled = 1 keeps the tiled kernel
-  assert.doesNotMatch(matvecKernel(new GpuRuntime(rt!.info, { tune: { tiled: 1 } }), g, 64, false, true).code, ROWS);
   // expert-major from two pairs per expert on average where it reads the experts
   assert.equal(expertsFrom(r, e), 2);
   // steps: 256 columns where they divide the row, else 128 (1408 = 11 × 128); tiles by tokens or pairs per expert

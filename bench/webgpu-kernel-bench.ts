@@ -14,12 +14,12 @@
 import { pathToFileURL } from "node:url";
 import { GGMLType, typeName } from "../src/gguf/types.js";
 import { rowBytes } from "../src/quant/index.js";
-import { requestGpuDevice, type GpuDeviceInfo } from "../src/backend/webgpu/device.js";
-import { expertListWords, expertLists, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLU } from "../src/backend/webgpu/matrix.js";
+import { requestGpuDevice, type GpuDeviceInfo } from "../src/backend/webgpu/core/device.js";
+import { expertListWords, expertLists, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLU } from "../src/backend/webgpu/kernels/matmul/matrix.js";
 import { COPY_WGSL } from "./webgpu-model.js";
 import { argmaxRows, argmaxScratchWords, attention, attentionScratch, drawWords, kvCacheWrite, moeRoute, sampleNucleusWords, sampleRows, sampleScratchWords, sampleTopKWords, type AttentionArgs } from "../src/backend/webgpu/ops.js";
-import { attentionFused, attnFusedShape } from "../src/backend/webgpu/attn-fused.js";
-import { GpuRuntime, type KernelTuning } from "../src/backend/webgpu/runtime.js";
+import { attentionFused, attnFusedShape } from "../src/backend/webgpu/kernels/attention/fused.js";
+import { GpuRuntime, type KernelTuning } from "../src/backend/webgpu/core/runtime.js";
 
 const EMPTY_WGSL = /* wgsl */ `
 struct P { n: u32, _a: u32, _b: u32, _c: u32 }

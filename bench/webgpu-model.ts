@@ -12,11 +12,11 @@ import { pathToFileURL } from "node:url";
 import { loadModel } from "../src/runtime/load.js";
 import { preset, withOverrides, type SynthConfig } from "../src/synth/presets.js";
 import { evaluateAll, logSoftmaxRow } from "../src/engine/evaluate.js";
-import { WebGPUKernels } from "../src/backend/webgpu/kernels.js";
+import { WebGPUKernels } from "../src/backend/webgpu/engine/kernels.js";
 import { synthesize } from "../src/synth/synthesize.js";
-import { requestGpuDevice } from "../src/backend/webgpu/device.js";
-import { GpuModel, type StepToken } from "../src/backend/webgpu/gpu-model.js";
-import { GpuRuntime, type KernelTuning, type RuntimeOptions } from "../src/backend/webgpu/runtime.js";
+import { requestGpuDevice } from "../src/backend/webgpu/core/device.js";
+import { GpuModel, type StepToken } from "../src/backend/webgpu/graph/gpu-model.js";
+import { GpuRuntime, type KernelTuning, type RuntimeOptions } from "../src/backend/webgpu/core/runtime.js";
 
 export interface WebGpuBenchResult {
   readonly name: string;

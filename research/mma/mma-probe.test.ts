@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { combineThree, gemmI8, mmaWGSL, packI8, quantizeThree, splitThree, THREE_MAX, unpackI8, type MmaKernel } from "./mma-kernels.js";
-import { requestGpuDevice } from "../../src/backend/webgpu/device.js";
+import { requestGpuDevice } from "../../src/backend/webgpu/core/device.js";
 import { isSoftwareAdapter } from "../../src/runtime/load.js";
 import { check, Gpu } from "./mma-probe.js";
 import { checkScaled, period, scaledInputs, scaledReference, scaledWGSL, splitTwo, TWO_MAX, TWO_MIN, type ScaledKernel } from "./mma-scaled.js";

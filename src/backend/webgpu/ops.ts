@@ -2,7 +2,7 @@
 /** Launchers of the non-matrix kernels (wgsl-ops.ts) with their output ranges declared for --check-writes. */
 import type { Rope } from "../../model/rope.js";
 import { LatentError } from "../../util/errors.js";
-import { f32bits, type GpuRuntime, type OutRange } from "./runtime.js";
+import { f32bits, type GpuRuntime, type OutRange } from "./core/runtime.js";
 import {
   RMS_NORM4_WGSL,
   ADD_NORM_WGSL as addNormSource,
@@ -29,11 +29,11 @@ import {
   SWIGLU_WGSL,
   TOPK_WGSL,
 } from "./wgsl-ops.js";
-import { routeGrid, routeShape, routeWGSL as routeSource, type RouteShape } from "./wgsl-route.js";
-import { ATTN_WIDE_COMBINE_WGSL, ATTN_WIDE_PARAMS, attnWideBytes, attnWidePlan, attnWideScratch, attnWideWGSL as attnWideSource } from "./wgsl-attn.js";
-import { memoWGSL } from "./wgsl-memo.js";
-import { NUCLEUS_ROUNDS, NUCLEUS_ROW_WORDS, nucleusWGSL as nucleusSource } from "./wgsl-nucleus.js";
-import { DRAW_WORDS, SAMPLE_TOPK_CAP, SAMPLE_TOPK_MAX, sampleTopKWGSL as sampleTopKSource, sampleWGSL as sampleSource } from "./wgsl-sample.js";
+import { routeGrid, routeShape, routeWGSL as routeSource, type RouteShape } from "./kernels/moe/route.wgsl.js";
+import { ATTN_WIDE_COMBINE_WGSL, ATTN_WIDE_PARAMS, attnWideBytes, attnWidePlan, attnWideScratch, attnWideWGSL as attnWideSource } from "./kernels/attention/wide.wgsl.js";
+import { memoWGSL } from "./core/wgsl-memo.js";
+import { NUCLEUS_ROUNDS, NUCLEUS_ROW_WORDS, nucleusWGSL as nucleusSource } from "./kernels/sample/nucleus.wgsl.js";
+import { DRAW_WORDS, SAMPLE_TOPK_CAP, SAMPLE_TOPK_MAX, sampleTopKWGSL as sampleTopKSource, sampleWGSL as sampleSource } from "./kernels/sample/sample.wgsl.js";
 import type { PickDraw } from "../../engine/scheduler.js";
 
 export { DRAW_WORDS };

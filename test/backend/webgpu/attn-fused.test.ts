@@ -7,9 +7,9 @@ import assert from "node:assert/strict";
 import { QMatrix } from "../../../src/tensor/qmatrix.js";
 import { GGMLType, typeName } from "../../../src/gguf/types.js";
 import { quantize } from "../../../src/quant/index.js";
-import { GpuRuntime } from "../../../src/backend/webgpu/runtime.js";
-import { GpuMatrix } from "../../../src/backend/webgpu/matrix.js";
-import { attentionFused, attnFusedPartWords, attnFusedShape } from "../../../src/backend/webgpu/attn-fused.js";
+import { GpuRuntime } from "../../../src/backend/webgpu/core/runtime.js";
+import { GpuMatrix } from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
+import { attentionFused, attnFusedPartWords, attnFusedShape } from "../../../src/backend/webgpu/kernels/attention/fused.js";
 import { f32, gpuOrSkip, relErr, Rng, u32 } from "./helpers.js";
 
 const { rt, skip: noGpu } = await gpuOrSkip();

@@ -5,8 +5,8 @@ import assert from "node:assert/strict";
 import { QMatrix } from "../../../src/tensor/qmatrix.js";
 import { GGMLType, typeName } from "../../../src/gguf/types.js";
 import { quantize } from "../../../src/quant/index.js";
-import type { GpuRuntime, RuntimeOptions } from "../../../src/backend/webgpu/runtime.js";
-import { expertListWords, expertLists, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLU, matvecKernel } from "../../../src/backend/webgpu/matrix.js";
+import type { GpuRuntime, RuntimeOptions } from "../../../src/backend/webgpu/core/runtime.js";
+import { expertListWords, expertLists, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLU, matvecKernel } from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
 import { f32, relErr, type Rng, u32 } from "./helpers.js";
 
 export const MATMUL_TOL = 2e-5;

@@ -5,9 +5,9 @@ import assert from "node:assert/strict";
 import { QMatrix } from "../../../src/tensor/qmatrix.js";
 import { GGMLType, typeName } from "../../../src/gguf/types.js";
 import { quantize } from "../../../src/quant/index.js";
-import { GpuRuntime, type RuntimeOptions } from "../../../src/backend/webgpu/runtime.js";
-import type { GpuDeviceInfo } from "../../../src/backend/webgpu/device.js";
-import { expertListWords, expertLists, GpuMatrix, matmul, matmulGather, matvecKernel } from "../../../src/backend/webgpu/matrix.js";
+import { GpuRuntime, type RuntimeOptions } from "../../../src/backend/webgpu/core/runtime.js";
+import type { GpuDeviceInfo } from "../../../src/backend/webgpu/core/device.js";
+import { expertListWords, expertLists, GpuMatrix, matmul, matmulGather, matvecKernel } from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
 import { f32, gpuOrSkip, relErr, Rng, u32 } from "./helpers.js";
 
 const { rt, skip } = await gpuOrSkip();

@@ -9,9 +9,9 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { GGMLType } from "../../../src/gguf/types.js";
 import { quantize } from "../../../src/quant/index.js";
-import { GpuRuntime, type KernelTuning, type RuntimeOptions } from "../../../src/backend/webgpu/runtime.js";
-import { expertsFrom, GpuMatrix, matvecKernel } from "../../../src/backend/webgpu/matrix.js";
-import { rowTileShape } from "../../../src/backend/webgpu/wgsl-rowtile.js";
+import { GpuRuntime, type KernelTuning, type RuntimeOptions } from "../../../src/backend/webgpu/core/runtime.js";
+import { expertsFrom, GpuMatrix, matvecKernel } from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
+import { rowTileShape } from "../../../src/backend/webgpu/kernels/matmul/rowtile.wgsl.js";
 import { gpuOrSkip, Rng, sweepSkip } from "./helpers.js";
 import { checkExpertLists, checkHeadsAndPieces, checkPlainProducts } from "./matmul-cases.js";
 

@@ -2,7 +2,7 @@
 // replayed in pieces, against values computed here.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { GpuRuntime } from "../../../src/backend/webgpu/runtime.js";
+import { GpuRuntime } from "../../../src/backend/webgpu/core/runtime.js";
 import { copyRows } from "../../../src/backend/webgpu/ops.js";
 import { f32, gpuOrSkip, Rng } from "./helpers.js";
 

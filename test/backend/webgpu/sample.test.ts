@@ -6,7 +6,7 @@ import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { argmaxRows, argmaxScratchWords, sampleNucleusWords, sampleRows, sampleScratchWords, sampleTopKWords } from "../../../src/backend/webgpu/ops.js";
 import { Sampler } from "../../../src/engine/sampler.js";
-import { f32bits } from "../../../src/backend/webgpu/runtime.js";
+import { f32bits } from "../../../src/backend/webgpu/core/runtime.js";
 import { gpuOrSkip, Rng } from "./helpers.js";
 import { logprobAt } from "../../helpers/logprobs.js";
 

@@ -12,17 +12,17 @@
  * Greedy decoding can also stay on the GPU (`decodeGreedy`): a run of steps chained on the device, each step's argmax
  * fed to the next without a round trip, and only the chosen ids and their logprobs (computed on the GPU) read back.
  */
-import type { ModelConfig } from "../../model/config.js";
-import type { LatentStore } from "../../model/cache.js";
-import type { GreedyChainModel, GreedyChunk } from "../../engine/generate.js";
-import type { GreedyPick, PickDraw } from "../../engine/scheduler.js";
-import type { SequenceChunk } from "../../model/deepseek2.js";
-import type { StepToken, WarmShapes } from "./gpu-model.js";
-import { LatentError } from "../../util/errors.js";
-import { BlockingWorker, newChannel, type BlockingChannel } from "./blocking-worker.js";
-import { NoGpuError } from "./device.js";
-import { DEVICE_DRAW_TOPK_MAX } from "../../engine/sampler.js";
-import { sampleTopKFits } from "./ops.js";
+import type { ModelConfig } from "../../../model/config.js";
+import type { LatentStore } from "../../../model/cache.js";
+import type { GreedyChainModel, GreedyChunk } from "../../../engine/generate.js";
+import type { GreedyPick, PickDraw } from "../../../engine/scheduler.js";
+import type { SequenceChunk } from "../../../model/deepseek2.js";
+import type { StepToken, WarmShapes } from "../graph/gpu-model.js";
+import { LatentError } from "../../../util/errors.js";
+import { BlockingWorker, newChannel, type BlockingChannel } from "../core/blocking-worker.js";
+import { NoGpuError } from "../core/device.js";
+import { DEVICE_DRAW_TOPK_MAX } from "../../../engine/sampler.js";
+import { sampleTopKFits } from "../ops.js";
 
 /** Refuses a PickDraw the GPU cannot make as the host Sampler would (`filtered`: whether its filters apply here). */
 function checkDraw(d: PickDraw, filtered: boolean, what: string): void {
@@ -142,7 +142,7 @@ export class FusedGpuModel implements GreedyChainModel {
     const logits = new SharedArrayBuffer(config.nVocab * 4);
     this.logits = new Float32Array(logits);
     const init: Omit<FusedInit, "channel"> = { logits, progress: this.progress.buffer as SharedArrayBuffer, checkWrites: opts.checkWrites === true };
-    this.worker = new BlockingWorker<FusedRequest>("fused-worker", newChannel(), init, opts.timeoutMs ?? 600_000);
+    this.worker = new BlockingWorker<FusedRequest>("fused-worker", newChannel(), init, opts.timeoutMs ?? 600_000, import.meta.url);
     try {
       this.adapter = this.worker.call({ op: "device" });
     } catch (e) {

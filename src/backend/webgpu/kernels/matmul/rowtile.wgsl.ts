@@ -17,11 +17,11 @@
  * a time). With `dual`, a second matrix (W2: up beside gate) is read by the same threads from the same x and the
  * kernel writes silu(W·x)·(W2·x). x offsets and strides must be multiples of 4 (X is bound as array<vec4f>).
  */
-import { LatentError } from "../../util/errors.js";
+import { LatentError } from "../../../../util/errors.js";
 import type { GpuMatrix } from "./matrix.js";
-import type { GpuRuntime } from "./runtime.js";
-import { chunkBindingsWGSL, typeCode, WIDE_HELPERS, WIDE_MAX_N, WIDE_TYPES } from "./wgsl-wide.js";
-import { expertListWGSL, matOutWGSL } from "./wgsl-mat.js";
+import type { GpuRuntime } from "../../core/runtime.js";
+import { chunkBindingsWGSL, typeCode, WIDE_HELPERS, WIDE_MAX_N, WIDE_TYPES } from "./wide.wgsl.js";
+import { expertListWGSL, matOutWGSL } from "./mat.wgsl.js";
 
 const range = (n: number): number[] => Array.from({ length: n }, (_, i) => i);
 

@@ -5,7 +5,7 @@
  * call) and FusedGpuModel (one whole step per call).
  */
 import { Worker } from "node:worker_threads";
-import { LatentError } from "../../util/errors.js";
+import { LatentError } from "../../../util/errors.js";
 
 /** Shared memory of one caller ↔ worker pair; the worker gets it as part of its workerData. */
 export interface BlockingChannel {
@@ -34,17 +34,18 @@ export function answer(ch: BlockingChannel, status: 1 | 2 | 3, text = ""): void 
 }
 
 /**
- * The worker `name` (a sibling module: compiled JS, or TypeScript through tsx's loader in tests), started from a small
+ * The worker `name` (a module beside `from`, the caller's import.meta.url; by default beside this one: compiled JS, or
+ * TypeScript through tsx's loader in tests), started from a small
  * string boot that imports it. The boot answers the blocked caller itself when the module cannot load — a missing
  * package, or a flag the thread inherited that a module entry refuses (`node --input-type=module -e …` makes a
  * file-entry worker exit before any of its code runs) — so that the first call fails at once with the reason instead of
  * waiting out its timeout.
  */
-function spawn(name: string, workerData: { readonly channel: BlockingChannel }): Worker {
+function spawn(name: string, workerData: { readonly channel: BlockingChannel }, from?: string): Worker {
   // a computed path, not a literal: bundlers (Vite) would try to resolve `new URL(literal, import.meta.url)` as an asset
   const here = import.meta.url;
   const ts = here.endsWith(".ts");
-  const url = new URL("./" + name + (ts ? ".ts" : ".js"), here).href;
+  const url = new URL("./" + name + (ts ? ".ts" : ".js"), from ?? here).href;
   const self = new URL("./blocking-worker" + (ts ? ".ts" : ".js"), here).href;
   const boot = `(async () => {
   const { workerData } = await import("node:worker_threads");
@@ -78,9 +79,11 @@ export class BlockingWorker<Req extends { readonly op: string }> {
     private readonly channel: BlockingChannel,
     workerData: object,
     private readonly timeoutMs: number,
+    /** the import.meta.url that `name` is relative to (default: this module's) */
+    from?: string,
   ) {
     this.ctl = new Int32Array(channel.control);
-    this.worker = spawn(name, { ...workerData, channel });
+    this.worker = spawn(name, { ...workerData, channel }, from);
     this.worker.unref();
   }
 

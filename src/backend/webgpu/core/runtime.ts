@@ -5,7 +5,7 @@
  * `--check-writes` debug mode (every declared output range is filled with a NaN sentinel before its kernel runs and
  * counted after it: any sentinel left is an output the kernel was supposed to write and did not).
  */
-import { LatentError } from "../../util/errors.js";
+import { LatentError } from "../../../util/errors.js";
 import type { GpuDeviceInfo } from "./device.js";
 import { combinedGrid, combineKernels, parseKernel, type CombinedKernel, type ParsedKernel } from "./wgsl-combine.js";
 

@@ -4,11 +4,11 @@
  * memory (the caller blocks on Atomics.wait, so the model's synchronous MatKernels contract holds).
  */
 import { parentPort, workerData } from "node:worker_threads";
-import { requestGpuDevice } from "./device.js";
-import { GpuMatrix, matmul, matmulT } from "./matrix.js";
-import { GpuRuntime } from "./runtime.js";
+import { requestGpuDevice } from "../core/device.js";
+import { GpuMatrix, matmul, matmulT } from "../kernels/matmul/matrix.js";
+import { GpuRuntime } from "../core/runtime.js";
 import type { KernelRequest, WorkerInit } from "./kernels.js";
-import { answer } from "./blocking-worker.js";
+import { answer } from "../core/blocking-worker.js";
 
 const init = workerData as WorkerInit;
 let data = new Float32Array(init.data);

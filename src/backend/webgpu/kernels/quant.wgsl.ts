@@ -4,8 +4,8 @@
  * including where ggml rounds to float (dl = d·sc first, then dl·q − ml). F16 is read as packed u32 through
  * unpack2x16float (no shader-f16 needed).
  */
-import { GGMLType, typeName } from "../../gguf/types.js";
-import { LatentError } from "../../util/errors.js";
+import { GGMLType, typeName } from "../../../gguf/types.js";
+import { LatentError } from "../../../util/errors.js";
 
 /** Types the GPU matrix kernels read. */
 export const GPU_TYPES: readonly GGMLType[] = [

@@ -5,12 +5,13 @@
  * steps and their logprobs — in shared memory.
  */
 import { parentPort, workerData } from "node:worker_threads";
-import { loadModel } from "../../runtime/load.js";
-import { answer } from "./blocking-worker.js";
-import { requestGpuDevice, type GpuDeviceInfo } from "./device.js";
+import { GGUFFile } from "../../../gguf/file.js";
+import { loadModelFrom } from "../../../model/from-file.js";
+import { answer } from "../core/blocking-worker.js";
+import { requestGpuDevice, type GpuDeviceInfo } from "../core/device.js";
 import type { FusedInit, FusedRequest, WarmStats } from "./fused.js";
-import { GpuModel } from "./gpu-model.js";
-import { GpuRuntime } from "./runtime.js";
+import { GpuModel } from "../graph/gpu-model.js";
+import { GpuRuntime } from "../core/runtime.js";
 
 const init = workerData as FusedInit;
 let logits = new Float32Array(init.logits);
@@ -27,7 +28,8 @@ async function handle(req: FusedRequest): Promise<void> {
     case "load": {
       rt = new GpuRuntime(info!, { checkWrites: init.checkWrites });
       const progress = new Float64Array(init.progress);
-      const { model } = loadModel(req.path, (done, total) => {
+      // plain kernels: the weights are only read to travel to the GPU
+      const { model } = loadModelFrom(GGUFFile.open(req.path), (done, total) => {
         progress[0] = done;
         progress[1] = total;
       });

@@ -3,7 +3,7 @@
  * WebGPU device acquisition behind one small interface: in Node the `webgpu` npm package (Google's Dawn), in a
  * browser `navigator.gpu`. Nothing is downloaded at run time; a machine without an adapter gets a clear error.
  */
-import { LatentError } from "../../util/errors.js";
+import { LatentError } from "../../../util/errors.js";
 import { adapterName, deviceDescriptor } from "./runtime.js";
 
 /** No WebGPU adapter (or device) could be created. */

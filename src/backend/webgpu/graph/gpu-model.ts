@@ -7,18 +7,18 @@
  * a decode batch (one token per sequence) or a prefill chunk of one sequence. Attention is the absorbed MLA form for
  * both (queries score against the latent cache directly), split over key chunks for long contexts.
  */
-import type { ModelConfig } from "../../model/config.js";
-import type { DeepSeek2 } from "../../model/deepseek2.js";
-import type { QMatrix } from "../../tensor/qmatrix.js";
-import { GGMLType } from "../../gguf/types.js";
-import type { SwiGLU } from "../../model/weights.js";
-import { LatentError } from "../../util/errors.js";
-import type { PickDraw } from "../../engine/scheduler.js";
-import { expertListWords, expertLists, expertsFrom, fusable, getRows, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLUSteps, type CombineArgs, type FusionArgs } from "./matrix.js";
-import { addNorm, argmaxRows, argmaxScratchWords, DRAW_WORDS, drawWords, sampleNucleusWords, sampleRows, sampleScratchWords, sampleTopKFits, sampleTopKWords, attention, attentionScratch, copyU32, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, routeNormShape, scatterRows, type RouteArgs } from "./ops.js";
-import { attentionFused, attnFusedPartWords, attnFusedShape } from "./attn-fused.js";
-import { f32bits, type GpuRuntime, type Recording } from "./runtime.js";
-import { ATTN_CHUNK } from "./wgsl-ops.js";
+import type { ModelConfig } from "../../../model/config.js";
+import type { DeepSeek2 } from "../../../model/deepseek2.js";
+import type { QMatrix } from "../../../tensor/qmatrix.js";
+import { GGMLType } from "../../../gguf/types.js";
+import type { SwiGLU } from "../../../model/weights.js";
+import { LatentError } from "../../../util/errors.js";
+import type { PickDraw } from "../../../engine/scheduler.js";
+import { expertListWords, expertLists, expertsFrom, fusable, getRows, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLUSteps, type CombineArgs, type FusionArgs } from "../kernels/matmul/matrix.js";
+import { addNorm, argmaxRows, argmaxScratchWords, DRAW_WORDS, drawWords, sampleNucleusWords, sampleRows, sampleScratchWords, sampleTopKFits, sampleTopKWords, attention, attentionScratch, copyU32, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, routeNormShape, scatterRows, type RouteArgs } from "../ops.js";
+import { attentionFused, attnFusedPartWords, attnFusedShape } from "../kernels/attention/fused.js";
+import { f32bits, type GpuRuntime, type Recording } from "../core/runtime.js";
+import { ATTN_CHUNK } from "../wgsl-ops.js";
 
 /** Steps of at most this many tokens run independent kernels in one dispatch (GpuRuntime.together); tune.fuseTokens overrides. */
 export const FUSE_MAX_TOKENS = 4;

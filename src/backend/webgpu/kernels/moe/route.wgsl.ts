@@ -18,8 +18,8 @@
  *
  * The shape (subgroup size, experts, groups) is compiled in, so the per-lane loops have constant bounds.
  */
-import { ROUTE_BINDINGS_WGSL } from "./wgsl-ops.js";
-import { wgslFloat } from "./wgsl-wide.js";
+import { ROUTE_BINDINGS_WGSL } from "../../wgsl-ops.js";
+import { wgslFloat } from "../matmul/wide.wgsl.js";
 
 /**
  * Threads per workgroup by default (tokens: this / the subgroup size, at least one): 256, the size of the wide and

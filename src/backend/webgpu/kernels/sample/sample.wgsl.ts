@@ -19,8 +19,8 @@
  * Rows with top-k (1..SAMPLE_TOPK_MAX, any top-p and min-p) go on to sampleTopKWGSL, which rewrites their ids and
  * log-probabilities; the draws buffer holds DRAW_WORDS a row.
  */
-import { DEVICE_DRAW_TOPK_MAX } from "../../engine/sampler.js";
-import { ARGMAX_FNS, ARGMAX_SLICE, REDUCE_SUM_WGSL } from "./wgsl-ops.js";
+import { DEVICE_DRAW_TOPK_MAX } from "../../../../engine/sampler.js";
+import { ARGMAX_FNS, ARGMAX_SLICE, REDUCE_SUM_WGSL } from "../../wgsl-ops.js";
 
 /** The draws' noise, the same in both kernels: a row's key and an element's id give the element's Gumbel draw. */
 export const GUMBEL_FNS = /* wgsl */ `

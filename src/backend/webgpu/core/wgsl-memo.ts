@@ -4,7 +4,7 @@
  * kernel's source for every dispatch — about 3 ms a layer of v2-lite on this project's CPU machines — and hashed
  * each new copy when looking up its pipeline (V8 keeps a string's hash on the string, so a reused one hashes once).
  */
-import { LatentError } from "../../util/errors.js";
+import { LatentError } from "../../../util/errors.js";
 
 /** `gen` with its results cached by its arguments (numbers, strings, booleans, undefined, arrays and plain objects). */
 export function memoWGSL<A extends readonly unknown[]>(gen: (...args: A) => string): (...args: A) => string {

@@ -15,10 +15,10 @@
  * Same parameter block (MAT_PARAMS) and grids as the coalesced kernel: plain [gx, gy, batch items], pair-major gather
  * [gx, gy, pairs]; x offsets and strides multiples of 4 (X is read as vec4f).
  */
-import { GGMLType } from "../../gguf/types.js";
+import { GGMLType } from "../../../../gguf/types.js";
 import type { GpuMatrix } from "./matrix.js";
-import type { GpuRuntime } from "./runtime.js";
-import { expertListWGSL, MAT_PARAMS, matOutWGSL } from "./wgsl-mat.js";
+import type { GpuRuntime } from "../../core/runtime.js";
+import { expertListWGSL, MAT_PARAMS, matOutWGSL } from "./mat.wgsl.js";
 
 /** Rows per workgroup of a wide shape (subgroups × rows each): what grids are sized by. */
 export function wideRowsPerGroup(s: WideShape): number {

@@ -4,15 +4,15 @@
  * device's maxStorageBufferBindingSize (row ranges; whole items for stacked expert/head tensors), and the launchers
  * of the matrix kernels over them.
  */
-import { typeName } from "../../gguf/types.js";
-import { rowBytes as quantRowBytes } from "../../quant/index.js";
-import { LatentError } from "../../util/errors.js";
-import type { GpuRuntime } from "./runtime.js";
-import { EXPERT_LISTS_WGSL, getRowsWGSL as getRowsSource, matvec2WGSL as matvec2Source, matvecCoalescedWGSL as coalescedSource, matvecExpertsWGSL as expertsSource, matvecTWGSL as matvecTSource, MV_WG, packMatParams, type MatParams, type MatvecShape } from "./wgsl-mat.js";
-import { gpuSupports, unitSize } from "./wgsl-quant.js";
-import { matmulRowsWGSL as rowTileSource, ROW_TILE_EXPERTS_FROM, rowTileShape, type RowTileShape } from "./wgsl-rowtile.js";
-import { fusionBuffers, matvecWideWGSL as wideSource, wideRowsPerGroup, wideShape, type WideFusion, type WideShape } from "./wgsl-wide.js";
-import { memoWGSL } from "./wgsl-memo.js";
+import { typeName } from "../../../../gguf/types.js";
+import { rowBytes as quantRowBytes } from "../../../../quant/index.js";
+import { LatentError } from "../../../../util/errors.js";
+import type { GpuRuntime } from "../../core/runtime.js";
+import { EXPERT_LISTS_WGSL, getRowsWGSL as getRowsSource, matvec2WGSL as matvec2Source, matvecCoalescedWGSL as coalescedSource, matvecExpertsWGSL as expertsSource, matvecTWGSL as matvecTSource, MV_WG, packMatParams, type MatParams, type MatvecShape } from "./mat.wgsl.js";
+import { gpuSupports, unitSize } from "../quant.wgsl.js";
+import { matmulRowsWGSL as rowTileSource, ROW_TILE_EXPERTS_FROM, rowTileShape, type RowTileShape } from "./rowtile.wgsl.js";
+import { fusionBuffers, matvecWideWGSL as wideSource, wideRowsPerGroup, wideShape, type WideFusion, type WideShape } from "./wide.wgsl.js";
+import { memoWGSL } from "../../core/wgsl-memo.js";
 
 const matvecWideWGSL = memoWGSL(wideSource);
 const matmulRowsWGSL = memoWGSL(rowTileSource);

@@ -5,14 +5,14 @@
  * the result in shared memory — the simplest whole-model GPU path (every matrix product of prefill and decode on the
  * GPU; attention, norms and routing stay on the CPU). The fused, asynchronous per-step pipeline is gpu-model.ts.
  */
-import type { MatKernels } from "../../model/kernels.js";
-import type { Vec } from "../../tensor/ops.js";
-import type { QMatrix } from "../../tensor/qmatrix.js";
-import type { ModelWeights } from "../../model/weights.js";
-import { LatentError } from "../../util/errors.js";
-import { NoGpuError } from "./device.js";
-import { gpuSupports } from "./wgsl-quant.js";
-import { BlockingWorker, newChannel, type BlockingChannel } from "./blocking-worker.js";
+import type { MatKernels } from "../../../model/kernels.js";
+import type { Vec } from "../../../tensor/ops.js";
+import type { QMatrix } from "../../../tensor/qmatrix.js";
+import type { ModelWeights } from "../../../model/weights.js";
+import { LatentError } from "../../../util/errors.js";
+import { NoGpuError } from "../core/device.js";
+import { gpuSupports } from "../kernels/quant.wgsl.js";
+import { BlockingWorker, newChannel, type BlockingChannel } from "../core/blocking-worker.js";
 
 export type KernelRequest =
   | { op: "init" }
@@ -49,7 +49,7 @@ export class WebGPUKernels implements MatKernels {
     const data = new SharedArrayBuffer(1 << 20);
     this.data = new Float32Array(data);
     const channel = newChannel();
-    this.worker = new BlockingWorker<KernelRequest>("kernel-worker", channel, { data, checkWrites: opts.checkWrites === true, maxBindingBytes: opts.maxBindingBytes }, opts.timeoutMs ?? 60_000);
+    this.worker = new BlockingWorker<KernelRequest>("kernel-worker", channel, { data, checkWrites: opts.checkWrites === true, maxBindingBytes: opts.maxBindingBytes }, opts.timeoutMs ?? 60_000, import.meta.url);
     try {
       this.adapter = this.worker.call({ op: "init" });
     } catch (e) {

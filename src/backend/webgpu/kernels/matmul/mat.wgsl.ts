@@ -6,7 +6,7 @@
  * - matvecT: y[b][t][c] (+)= Σ_r W_b[r][c]·x[b][t][rowBase+r]  — one thread per (unit, token).
  * - getRows: dequantized rows by id (embedding lookup).
  */
-import { deq4WGSL, dequantWGSL } from "./wgsl-quant.js";
+import { deq4WGSL, dequantWGSL } from "../quant.wgsl.js";
 
 /**
  * WGSL statements reading expert `ex`'s list (IDS: offset and count per expert, then the pairs grouped by expert from

@@ -18,9 +18,9 @@
  * workgroup waits for another's cache write; workgroup (0, 0) writes it to the cache for later steps. Types without a
  * chunk decoder go through wgsl-quant.ts's `deq`, renamed per matrix.
  */
-import { dequantWGSL, unitSize } from "./wgsl-quant.js";
-import { ATTN_CHUNK, KEY_ROW_FN } from "./wgsl-ops.js";
-import { typeCode, WIDE_HELPERS, WIDE_TYPES } from "./wgsl-wide.js";
+import { dequantWGSL, unitSize } from "../quant.wgsl.js";
+import { ATTN_CHUNK, KEY_ROW_FN } from "../../wgsl-ops.js";
+import { typeCode, WIDE_HELPERS, WIDE_TYPES } from "../matmul/wide.wgsl.js";
 
 export interface AttnFusedShape {
   readonly heads: number;

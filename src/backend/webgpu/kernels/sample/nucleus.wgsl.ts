@@ -20,8 +20,8 @@
  * Masses are exp in f32, as everywhere on the GPU: a cut can differ from the host's (float64) only where the mass from
  * the top comes within ~1e-6 of topP at an element's boundary.
  */
-import { ARGMAX_FNS, ARGMAX_SLICE } from "./wgsl-ops.js";
-import { GUMBEL_FNS, ORD_KEY_FN } from "./wgsl-sample.js";
+import { ARGMAX_FNS, ARGMAX_SLICE } from "../../wgsl-ops.js";
+import { GUMBEL_FNS, ORD_KEY_FN } from "./sample.wgsl.js";
 
 /** Radix rounds of top-p's cut: 8 bits of the 32-bit key each. */
 export const NUCLEUS_ROUNDS = 4;

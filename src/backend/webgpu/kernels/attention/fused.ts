@@ -3,13 +3,13 @@
  * attention over the latent cache and W_UV, `split` workgroups per head. It replaces three dependent dispatches of a
  * batch-1 decode step (`tune.attnFuse`, on by default on GPUs: on the H200, v2-lite batch 1, GPU 3.15 → 3.06 ms a step).
  */
-import type { GpuMatrix } from "./matrix.js";
-import type { GpuRuntime } from "./runtime.js";
-import { f32bits } from "./runtime.js";
-import { LatentError } from "../../util/errors.js";
-import { ATTN_FUSED_PARAMS, attnFusedBytes, attnFusedChunk, attnFusedFinishWGSL as attnFusedFinishSource, attnFusedPartWords, attnFusedWGSL as attnFusedSource, type AttnFusedShape } from "./wgsl-attn-fused.js";
-import { ATTN_CHUNK } from "./wgsl-ops.js";
-import { memoWGSL } from "./wgsl-memo.js";
+import type { GpuMatrix } from "../matmul/matrix.js";
+import type { GpuRuntime } from "../../core/runtime.js";
+import { f32bits } from "../../core/runtime.js";
+import { LatentError } from "../../../../util/errors.js";
+import { ATTN_FUSED_PARAMS, attnFusedBytes, attnFusedChunk, attnFusedFinishWGSL as attnFusedFinishSource, attnFusedPartWords, attnFusedWGSL as attnFusedSource, type AttnFusedShape } from "./fused.wgsl.js";
+import { ATTN_CHUNK } from "../../wgsl-ops.js";
+import { memoWGSL } from "../../core/wgsl-memo.js";
 
 const attnFusedWGSL = memoWGSL(attnFusedSource);
 const attnFusedFinishWGSL = memoWGSL(attnFusedFinishSource);

@@ -19,7 +19,8 @@ import { expertListWords, expertLists, GpuMatrix, matmul, matmulGather, matmulGa
 import { COPY_WGSL } from "./webgpu-model.js";
 import { argmaxRows, argmaxScratchWords, attention, attentionScratch, drawWords, kvCacheWrite, moeRoute, sampleNucleusWords, sampleRows, sampleScratchWords, sampleTopKWords, type AttentionArgs } from "../src/backend/webgpu/ops.js";
 import { attentionFused, attnFusedShape } from "../src/backend/webgpu/kernels/attention/fused.js";
-import { GpuRuntime, type KernelTuning } from "../src/backend/webgpu/core/runtime.js";
+import { GpuRuntime } from "../src/backend/webgpu/core/runtime.js";
+import { parseTuning } from "../src/backend/webgpu/core/tuning.js";
 
 const EMPTY_WGSL = /* wgsl */ `
 struct P { n: u32, _a: u32, _b: u32, _c: u32 }
@@ -242,7 +243,7 @@ export async function runKernelBench(opts: { tokens: number[]; reps: number; tun
   const info = opts.info ?? (await requestGpuDevice());
   const out: KernelTiming[] = [];
   for (const tuneText of opts.tunes) {
-    const tune = Object.fromEntries(tuneText.split(",").filter((kv) => kv.includes("=")).map((kv) => [kv.split("=")[0]!, Number(kv.split("=")[1])])) as KernelTuning;
+    const tune = parseTuning(tuneText);
     const rt = new GpuRuntime(info, { passTiming: true, tune });
     const sink = rt.buffer(16, "sink");
     // ~150 ms of copying before each timing, so that the GPU runs at the clocks of a busy decode loop

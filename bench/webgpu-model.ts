@@ -16,7 +16,8 @@ import { WebGPUKernels } from "../src/backend/webgpu/engine/kernels.js";
 import { synthesize } from "../src/synth/synthesize.js";
 import { requestGpuDevice } from "../src/backend/webgpu/core/device.js";
 import { GpuModel, type StepToken } from "../src/backend/webgpu/graph/gpu-model.js";
-import { GpuRuntime, type KernelTuning, type RuntimeOptions } from "../src/backend/webgpu/core/runtime.js";
+import { GpuRuntime, type RuntimeOptions } from "../src/backend/webgpu/core/runtime.js";
+import { parseTuning, type KernelTuning } from "../src/backend/webgpu/core/tuning.js";
 
 export interface WebGpuBenchResult {
   readonly name: string;
@@ -292,7 +293,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   }
   const num = (k: string): number | undefined => (args.includes(k) ? Number(args[args.indexOf(k) + 1]) : undefined);
   // --tune expertTn=8,expertTpr=32,expertsFrom=0.5,rowTile=0,rowTileTokens=8
-  const tune = args.includes("--tune") ? (Object.fromEntries(args[args.indexOf("--tune") + 1]!.split(",").map((kv) => [kv.split("=")[0]!, Number(kv.split("=")[1])])) as KernelTuning) : undefined;
+  const tune = args.includes("--tune") ? parseTuning(args[args.indexOf("--tune") + 1]!) : undefined;
   if (tune !== undefined) console.log(`tuning: ${JSON.stringify(tune)}`);
   const results = await runWebGpuBench(path!, { ...(args.includes("--dawn") ? { dawnFlags: args[args.indexOf("--dawn") + 1]!.split(" ") } : {}), ...(tune !== undefined ? { tune } : {}), batches, promptLen: num("--prompt"), decodeSteps: num("--steps"), decodeContext: num("--decode-context"), profile: args.includes("--profile"), kernels: args.includes("--kernels"), ...(args.includes("--matvec") ? { matvec: args[args.indexOf("--matvec") + 1] as RuntimeOptions["matvec"] } : {}) });
   console.log("\nresult | value | unit");

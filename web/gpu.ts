@@ -2,8 +2,8 @@
 // The page's WebGPU backend: the engine's fused WebGPU forward pass (src/backend/webgpu/gpu-model.ts: weights resident
 // in their GGUF blocks, the latent cache on the GPU, one submission per step) on the browser's navigator.gpu, driven
 // from the worker with the engine's sampler and streaming detokenizer.
-import type { GpuDeviceInfo } from "../src/backend/webgpu/core/device.js";
-import { adapterName, deviceDescriptor, GpuRuntime } from "../src/backend/webgpu/core/runtime.js";
+import { adapterName, deviceDescriptor, type GpuDeviceInfo } from "../src/backend/webgpu/core/device.js";
+import { GpuRuntime } from "../src/backend/webgpu/core/runtime.js";
 import { GpuModel } from "../src/backend/webgpu/graph/gpu-model.js";
 import { createSampler } from "../src/engine/sampler.js";
 import type { LatentModel } from "../src/index.js";

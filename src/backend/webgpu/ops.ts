@@ -3,32 +3,11 @@
 import type { Rope } from "../../model/rope.js";
 import { LatentError } from "../../util/errors.js";
 import { f32bits, type GpuRuntime, type OutRange } from "./core/runtime.js";
-import {
-  RMS_NORM4_WGSL,
-  ADD_NORM_WGSL as addNormSource,
-  argmaxWGSL as argmaxSource, ARGMAX_SLICE,
-  ATTN_CHUNK,
-  ATTN_COMBINE_WGSL,
-  ATTN_PARAMS,
-  ATTN_QMAX,
-  ATTN_WGSL as attnSource,
-  attnSubgroupWGSL as attnSubgroupSource,
-  COMBINE_WGSL,
-  COPY_WGSL as copySource,
-  DSA_SCORES_WGSL,
-  NORM_WGSL as normSource,
-  withSubgroupTotal as subgroupTotalSource,
-  KV_CACHE_WGSL as kvCacheSource,
-  ROPE_TO_WGSL,
-  ROPE_WGSL,
-  ROUTE_PARAMS,
-  ROUTE_WGSL,
-  SOFTMAX_WGSL as softmaxSource,
-  SCATTER_WGSL,
-  COPY_U32_WGSL,
-  SWIGLU_WGSL,
-  TOPK_WGSL,
-} from "./wgsl-ops.js";
+import { RMS_NORM4_WGSL, ADD_NORM_WGSL as addNormSource, COPY_WGSL as copySource, NORM_WGSL as normSource, withSubgroupTotal as subgroupTotalSource, ROPE_TO_WGSL, ROPE_WGSL, SOFTMAX_WGSL as softmaxSource, SCATTER_WGSL, COPY_U32_WGSL, SWIGLU_WGSL } from "./kernels/rows/rows.wgsl.js";
+import { argmaxWGSL as argmaxSource, ARGMAX_SLICE } from "./kernels/sample/argmax.wgsl.js";
+import { ATTN_CHUNK, ATTN_COMBINE_WGSL, ATTN_PARAMS, ATTN_QMAX, ATTN_WGSL as attnSource, attnSubgroupWGSL as attnSubgroupSource, KV_CACHE_WGSL as kvCacheSource } from "./kernels/attention/attention.wgsl.js";
+import { COMBINE_WGSL, ROUTE_PARAMS, ROUTE_WGSL } from "./kernels/moe/moe.wgsl.js";
+import { DSA_SCORES_WGSL, TOPK_WGSL } from "./kernels/dsa/dsa.wgsl.js";
 import { routeGrid, routeShape, routeWGSL as routeSource, type RouteShape } from "./kernels/moe/route.wgsl.js";
 import { ATTN_WIDE_COMBINE_WGSL, ATTN_WIDE_PARAMS, attnWideBytes, attnWidePlan, attnWideScratch, attnWideWGSL as attnWideSource } from "./kernels/attention/wide.wgsl.js";
 import { memoWGSL } from "./core/wgsl-memo.js";

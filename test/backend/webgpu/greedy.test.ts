@@ -9,7 +9,7 @@ import { loadModel } from "../../../src/runtime/load.js";
 import { GpuModel } from "../../../src/backend/webgpu/graph/gpu-model.js";
 import { argmaxRows, argmaxScratchWords } from "../../../src/backend/webgpu/ops.js";
 import { GpuRuntime } from "../../../src/backend/webgpu/core/runtime.js";
-import { ATTN_CHUNK } from "../../../src/backend/webgpu/wgsl-ops.js";
+import { ATTN_CHUNK } from "../../../src/backend/webgpu/kernels/attention/attention.wgsl.js";
 import { CASES, randomTokens, synthModel } from "../../helpers/synth.js";
 import { assertLogprobsClose } from "../../helpers/greedy-chain.js";
 import { logprobAt } from "../../helpers/logprobs.js";

@@ -8,7 +8,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { moeRoute, routeKernel, type RouteArgs } from "../../../src/backend/webgpu/ops.js";
-import { GpuRuntime, type KernelTuning } from "../../../src/backend/webgpu/core/runtime.js";
+import { GpuRuntime } from "../../../src/backend/webgpu/core/runtime.js";
+import type { KernelTuning } from "../../../src/backend/webgpu/core/tuning.js";
 import type { GpuDeviceInfo } from "../../../src/backend/webgpu/core/device.js";
 import { routeShape, routeWGSL } from "../../../src/backend/webgpu/kernels/moe/route.wgsl.js";
 import { f32, gpuOrSkip, record, Rng, wgslProblems } from "./helpers.js";

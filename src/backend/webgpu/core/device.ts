@@ -4,7 +4,28 @@
  * browser `navigator.gpu`. Nothing is downloaded at run time; a machine without an adapter gets a clear error.
  */
 import { LatentError } from "../../../util/errors.js";
-import { adapterName, deviceDescriptor } from "./runtime.js";
+
+/** An adapter's name from its info ("unknown adapter" when it gives none). */
+export function adapterName(info: GPUAdapterInfo): string {
+  const name = [info.vendor, info.architecture, info.device, info.description].filter((s) => s !== undefined && s !== "").join(" ");
+  return name === "" ? "unknown adapter" : name;
+}
+
+/** What the kernels ask of a device: the adapter's full storage/workgroup limits and the optional features they use. */
+export function deviceDescriptor(adapter: GPUAdapter): GPUDeviceDescriptor {
+  const l = adapter.limits;
+  return {
+    requiredFeatures: ["subgroups", "timestamp-query"].filter((f) => adapter.features.has(f)) as GPUFeatureName[],
+    requiredLimits: {
+      maxStorageBufferBindingSize: l.maxStorageBufferBindingSize,
+      maxBufferSize: l.maxBufferSize,
+      maxComputeWorkgroupStorageSize: l.maxComputeWorkgroupStorageSize,
+      maxComputeInvocationsPerWorkgroup: l.maxComputeInvocationsPerWorkgroup,
+      maxComputeWorkgroupSizeX: l.maxComputeWorkgroupSizeX,
+      maxStorageBuffersPerShaderStage: l.maxStorageBuffersPerShaderStage,
+    },
+  };
+}
 
 /** No WebGPU adapter (or device) could be created. */
 export class NoGpuError extends LatentError {}

@@ -7,31 +7,10 @@
  */
 import { LatentError } from "../../../util/errors.js";
 import type { GpuDeviceInfo } from "./device.js";
+import type { KernelTuning } from "./tuning.js";
 import { combinedGrid, combineKernels, parseKernel, type CombinedKernel, type ParsedKernel } from "./wgsl-combine.js";
 
 /** A kernel left part of its declared output unwritten (--check-writes). */
-/** An adapter's name from its info ("unknown adapter" when it gives none). */
-export function adapterName(info: GPUAdapterInfo): string {
-  const name = [info.vendor, info.architecture, info.device, info.description].filter((s) => s !== undefined && s !== "").join(" ");
-  return name === "" ? "unknown adapter" : name;
-}
-
-/** What the kernels ask of a device: the adapter's full storage/workgroup limits and the optional features they use. */
-export function deviceDescriptor(adapter: GPUAdapter): GPUDeviceDescriptor {
-  const l = adapter.limits;
-  return {
-    requiredFeatures: ["subgroups", "timestamp-query"].filter((f) => adapter.features.has(f)) as GPUFeatureName[],
-    requiredLimits: {
-      maxStorageBufferBindingSize: l.maxStorageBufferBindingSize,
-      maxBufferSize: l.maxBufferSize,
-      maxComputeWorkgroupStorageSize: l.maxComputeWorkgroupStorageSize,
-      maxComputeInvocationsPerWorkgroup: l.maxComputeInvocationsPerWorkgroup,
-      maxComputeWorkgroupSizeX: l.maxComputeWorkgroupSizeX,
-      maxStorageBuffersPerShaderStage: l.maxStorageBuffersPerShaderStage,
-    },
-  };
-}
-
 export class UnwrittenOutputError extends LatentError {}
 
 /** Byte range of a buffer a kernel promises to write completely. */
@@ -83,104 +62,6 @@ interface HeldDispatch {
   readonly params: Uint32Array;
   readonly groups: readonly [number, number, number];
   readonly outputs: readonly OutRange[];
-}
-
-/** Shape choices of the gathered expert products (defaults in matrix.ts). */
-export interface KernelTuning {
-  /** tokens per tile of the expert-major kernel (power of two ≤ 16; default: pairs per expert, at least 4) */
-  readonly expertTn?: number;
-  /** threads per row of the expert-major kernel (power of two, ≥ the subgroup size, ≤ 256; default: the subgroup size) */
-  readonly expertTpr?: number;
-  /** one-token products use no more threads than this over all their rows (default FILL_THREADS; 0: no cap) */
-  readonly fillThreads?: number;
-  /** expert-major mode when pairs ≥ expertsFrom × experts (default 8 where the wide kernel reads the experts, 1/4 with the coalesced kernel, else 1) */
-  readonly expertsFrom?: number;
-  /** the wide-load kernel for products of 1–4 tokens (Q4_K, Q6_K, Q5_0, Q8_0; plain and pair-major): 1 (default) on, 0 off */
-  readonly wide?: number;
-  /** subgroups (rows) per workgroup of the wide kernel (default 256 threads / subgroup size) */
-  readonly wideRows?: number;
-  /** most chunk steps a lane of the wide kernel issues together (default 1; more steps run in passes, pipelined with widePipe) */
-  readonly wideUnroll?: number;
-  /** half a subgroup a row in the wide kernel: 1 (default) where that fills the lanes' steps ≥ 10 % better (WideShape.half), 2 wherever it can, 0 never */
-  readonly wideHalf?: number;
-  /** 1: the wide kernel's passes software-pipelined (the next pass's chunks loaded before this one's are used); default 0 */
-  readonly widePipe?: number;
-  /** steps of at most this many tokens combine independent kernels into one dispatch (default FUSE_MAX_TOKENS = 4 in gpu-model.ts) */
-  readonly fuseTokens?: number;
-  /** rows each subgroup of the wide kernel takes, all their loads issued together (1..4; default 1, 2 from 65536 rows; plain and pair-major products) */
-  readonly wideSgRows?: number;
-  /** 0: the wide kernel reads x from its buffer instead of staging it in workgroup memory; default 1 (where it fits) */
-  readonly wideStage?: number;
-  /** the wide kernel's two rows per run of chunks (WideShape.pack): 0 never, 1 wherever it can (also over several passes); default where it fills the lanes' steps ≥ 10 % better in one pass */
-  readonly widePack?: number;
-  /** 0: the wide kernel decodes Q4_K with the offset subtracted per value instead of through staged Σx (wgsl-wide.ts, typeCode's sums) */
-  readonly wideSums?: number;
-  /** subgroups a workgroup of the fused one-token attention (attn-fused.ts; default 8 = 256 threads at subgroup size 32) */
-  readonly attnFuseSubgroups?: number;
-  /** 1: expert-list products on the wide kernel (4 pairs a tile) while experts average ≤ WIDE_LIST_PAIRS pairs; default 0 (slower on the H200, see wgsl-wide.ts) */
-  readonly wideLists?: number;
-  /** the row-tiled kernel (wgsl-rowtile.ts) for expert lists of its types and plain products of ≥ ROW_TILE_FROM = 32 tokens (default), 1 also from 5 tokens, 0 never */
-  readonly rowTile?: number;
-  /** tokens (an expert's pairs) per tile of the row-tiled kernel (multiple of 4, ≤ 32; default 4/8/16 by the tokens or pairs per expert) */
-  readonly rowTileTokens?: number;
-  /** threads per row of the row-tiled kernel (divides a step's chunks; default: more while the product has fewer than ROW_TILE_FILL threads) */
-  readonly rowTileSplit?: number;
-  /** 1: the row-tiled kernel loads step s + 1's weight chunks and x before it computes step s (RowTileShape.pipe), 0 not; default 1 where subgroups are 32 wide or more (GPUs), else 0 */
-  readonly rowTilePipe?: number;
-  /** 1: the row-tiled kernel loads a Q4_K block header once for a thread's chunks of one step (RowTileShape.shareHeader), 0 not; default 1 where subgroups are 32 wide or more (GPUs), else 0 */
-  readonly rowTileHeader?: number;
-  /**
-   * threads a workgroup of the subgroup routing kernel (rounded down to a multiple of the subgroup size; default 256,
-   * wgsl-route.ts ROUTE_THREADS): at 256 it can share a dispatch with a 256-thread kernel (GpuRuntime.together only
-   * combines kernels of unequal workgroup sizes where the smaller uses no subgroup or barrier operations)
-   */
-  readonly routeThreads?: number;
-  /** MoE routing kernel: 1 (default) one subgroup per token where the subgroup size is fixed (wgsl-route.ts), 0 the 256-thread workgroup per token (ROUTE_WGSL) */
-  readonly route?: number;
-  /**
-   * absorbed-MLA attention of 1–4 queries (K1 = V = the latent, head strides 0) on the wide kernel (wgsl-attn.ts: a
-   * workgroup per head group reading each key once for its heads, keys split over workgroups only in long contexts):
-   * 1 at every key count; 0 the previous kernels everywhere; default: past one chunk of 256 keys (measured in ops.ts)
-   */
-  readonly attn?: number;
-  /** heads per workgroup of the wide attention kernel (1..8; default 4) */
-  readonly attnHeads?: number;
-  /** keys per tile of the wide attention kernel (rounded to a multiple of the subgroups per workgroup, 1..8 keys per subgroup; default 32) */
-  readonly attnTile?: number;
-  /** wide attention: steps whose keys (counted in whole ATTN_CHUNKs of 256) exceed this are split over workgroups, a second dispatch combining the splits (default 256) */
-  readonly attnSplitFrom?: number;
-  /** wide attention: workgroups a split grid aims for (default 128, about the H200's 132 SMs) */
-  readonly attnWgs?: number;
-  /**
-   * steps of up to fuseTokens tokens on the wide kernel: the RMSNorms (and the MoE combine into the residual) inside the
-   * products that read them (gpu-model.ts, WideFusion) — 1 (default) both, 2 the FFN's norm, 3 the attention's norm
-   * and the combine, 0 neither (each a dispatch of its own)
-   */
-  readonly normFuse?: number;
-  /** 1: a one-token step's W_UK absorb, attention and W_UV (and without q-LoRA its cache write) as one dispatch (attn-fused.ts; ≤ 256 keys, no DSA); default 1 at subgroups ≥ 32, else 0 */
-  readonly attnFuse?: number;
-  /** fused one-token attention: workgroups per head, each taking its share of W_UV's rows (1..16; default round(128 / heads) at subgroups ≥ 32, else 2) */
-  readonly attnFuseSplit?: number;
-  /** fused one-token attention: cache keys a subgroup scores per iteration, their loads issued together (1..4; default 2 at subgroups ≥ 32, else 1) */
-  readonly attnFuseKeys?: number;
-  /** fused one-token attention: most chunk steps of a thread's W_UK or W_UV product unrolled, more in a pipelined loop (1..16; default 1) */
-  readonly attnFuseUnroll?: number;
-  /** 0: steps past one chunk of keys take the unfused attention path instead of the key-split fused one (default 1) */
-  readonly attnFuseLong?: number;
-  /**
-   * 0: small steps dispatch the independent kernel pairs gpu-model.ts would combine (GpuRuntime.together) one by one
-   * (their dependent boundary back, each kernel compiled alone: for measuring what combining costs in occupancy;
-   * BENCHMARKS.md round 11); default 1
-   */
-  readonly together?: number;
-  /**
-   * small MoE steps on the wide kernel: 1 (default) the shared experts' down product beside the routing (one dispatch
-   * with a 256-thread routing kernel, routeThreads), writing the residual's other buffer (h' = h + W_down·g_s, read from
-   * h, so that the routing and the routed gate·up still read h), and the routed experts' down product alone; 0 the two
-   * down products in one dispatch, accumulating into h. On the H200 (v2-lite batch 1, alternating in one call): GPU
-   * 2.505 / 2.508 ms a step against 2.584 / 2.575 with 0, the routing still apart (BENCHMARKS round 16)
-   */
-  readonly sharedEarly?: number;
 }
 
 /** A recorded run of dispatches (see GpuRuntime.record) that replay() encodes again without rebuilding anything. */

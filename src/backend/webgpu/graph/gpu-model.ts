@@ -18,7 +18,7 @@ import { expertListWords, expertLists, expertsFrom, fusable, getRows, GpuMatrix,
 import { addNorm, argmaxRows, argmaxScratchWords, DRAW_WORDS, drawWords, sampleNucleusWords, sampleRows, sampleScratchWords, sampleTopKFits, sampleTopKWords, attention, attentionScratch, copyU32, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, routeNormShape, scatterRows, type RouteArgs } from "../ops.js";
 import { attentionFused, attnFusedPartWords, attnFusedShape } from "../kernels/attention/fused.js";
 import { f32bits, type GpuRuntime, type Recording } from "../core/runtime.js";
-import { ATTN_CHUNK } from "../wgsl-ops.js";
+import { ATTN_CHUNK } from "../kernels/attention/attention.wgsl.js";
 
 /** Steps of at most this many tokens run independent kernels in one dispatch (GpuRuntime.together); tune.fuseTokens overrides. */
 export const FUSE_MAX_TOKENS = 4;

@@ -8,7 +8,7 @@ import type { GpuRuntime } from "../../core/runtime.js";
 import { f32bits } from "../../core/runtime.js";
 import { LatentError } from "../../../../util/errors.js";
 import { ATTN_FUSED_PARAMS, attnFusedBytes, attnFusedChunk, attnFusedFinishWGSL as attnFusedFinishSource, attnFusedPartWords, attnFusedWGSL as attnFusedSource, type AttnFusedShape } from "./fused.wgsl.js";
-import { ATTN_CHUNK } from "../../wgsl-ops.js";
+import { ATTN_CHUNK } from "./attention.wgsl.js";
 import { memoWGSL } from "../../core/wgsl-memo.js";
 
 const attnFusedWGSL = memoWGSL(attnFusedSource);

@@ -19,7 +19,7 @@
  * chunk decoder go through wgsl-quant.ts's `deq`, renamed per matrix.
  */
 import { dequantWGSL, unitSize } from "../quant.wgsl.js";
-import { ATTN_CHUNK, KEY_ROW_FN } from "../../wgsl-ops.js";
+import { ATTN_CHUNK, KEY_ROW_FN } from "./attention.wgsl.js";
 import { typeCode, WIDE_HELPERS, WIDE_TYPES } from "../matmul/wide.wgsl.js";
 
 export interface AttnFusedShape {

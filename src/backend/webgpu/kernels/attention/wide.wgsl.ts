@@ -27,8 +27,8 @@
  * Everything but the grid is decided by the step's key chunks (ceil(maxKeys / ATTN_CHUNK)), as the recorded steps of
  * gpu-model.ts expect: the kernel reads each query's real key count from META.
  */
-import { ATTN_CHUNK, KEY_ROW_FN } from "../../wgsl-ops.js";
-import type { KernelTuning } from "../../core/runtime.js";
+import { ATTN_CHUNK, KEY_ROW_FN } from "./attention.wgsl.js";
+import type { KernelTuning } from "../../core/tuning.js";
 
 /** The wide kernel serves steps of at most this many queries. */
 export const ATTN_WIDE_MAX_Q = 4;

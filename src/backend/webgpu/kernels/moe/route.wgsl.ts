@@ -18,7 +18,7 @@
  *
  * The shape (subgroup size, experts, groups) is compiled in, so the per-lane loops have constant bounds.
  */
-import { ROUTE_BINDINGS_WGSL } from "../../wgsl-ops.js";
+import { ROUTE_BINDINGS_WGSL } from "./moe.wgsl.js";
 import { wgslFloat } from "../matmul/wide.wgsl.js";
 
 /**

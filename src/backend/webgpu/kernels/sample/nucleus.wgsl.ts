@@ -20,7 +20,7 @@
  * Masses are exp in f32, as everywhere on the GPU: a cut can differ from the host's (float64) only where the mass from
  * the top comes within ~1e-6 of topP at an element's boundary.
  */
-import { ARGMAX_FNS, ARGMAX_SLICE } from "../../wgsl-ops.js";
+import { ARGMAX_FNS, ARGMAX_SLICE } from "./argmax.wgsl.js";
 import { GUMBEL_FNS, ORD_KEY_FN } from "./sample.wgsl.js";
 
 /** Radix rounds of top-p's cut: 8 bits of the 32-bit key each. */

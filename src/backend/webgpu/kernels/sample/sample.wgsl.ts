@@ -20,7 +20,7 @@
  * log-probabilities; the draws buffer holds DRAW_WORDS a row.
  */
 import { DEVICE_DRAW_TOPK_MAX } from "../../../../engine/sampler.js";
-import { ARGMAX_FNS, ARGMAX_SLICE, REDUCE_SUM_WGSL } from "../../wgsl-ops.js";
+import { ARGMAX_FNS, ARGMAX_SLICE, REDUCE_SUM_WGSL } from "./argmax.wgsl.js";
 
 /** The draws' noise, the same in both kernels: a row's key and an element's id give the element's Gumbel draw. */
 export const GUMBEL_FNS = /* wgsl */ `

@@ -4,7 +4,7 @@
 // that the kernel is chosen where it applies and nowhere else.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { attention, attentionScratch, type AttentionArgs } from "../../../src/backend/webgpu/ops.js";
+import { attention, attentionScratch, type AttentionArgs } from "../../../src/backend/webgpu/kernels/attention/attention.js";
 import { GpuRuntime, type OutRange, type RuntimeOptions } from "../../../src/backend/webgpu/core/runtime.js";
 import type { KernelTuning } from "../../../src/backend/webgpu/core/tuning.js";
 import { attnWidePlan } from "../../../src/backend/webgpu/kernels/attention/wide.wgsl.js";

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { argmax, Sampler } from "../../../src/engine/sampler.js";
 import { loadModel } from "../../../src/runtime/load.js";
 import { GpuModel } from "../../../src/backend/webgpu/graph/gpu-model.js";
-import { argmaxRows, argmaxScratchWords } from "../../../src/backend/webgpu/ops.js";
+import { argmaxRows, argmaxScratchWords } from "../../../src/backend/webgpu/kernels/sample/sample.js";
 import { GpuRuntime } from "../../../src/backend/webgpu/core/runtime.js";
 import { ATTN_CHUNK } from "../../../src/backend/webgpu/kernels/attention/attention.wgsl.js";
 import { CASES, randomTokens, synthModel } from "../../helpers/synth.js";

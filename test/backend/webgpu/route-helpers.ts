@@ -2,7 +2,7 @@
 // reference with the kernels' NaN definition, and the error measure of weights.
 import type { ModelConfig } from "../../../src/model/config.js";
 import { route, type Route } from "../../../src/model/moe.js";
-import type { RouteArgs } from "../../../src/backend/webgpu/ops.js";
+import type { RouteArgs } from "../../../src/backend/webgpu/kernels/moe/moe.js";
 
 /** weights: float32 probabilities against the float64 reference, and the kernels' summation orders */
 export const REL = 2e-6;

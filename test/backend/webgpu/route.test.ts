@@ -7,7 +7,7 @@
 // 16-lane subgroups, so the kernel cannot be run at 32 there: only validated, below).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { moeRoute, routeKernel, type RouteArgs } from "../../../src/backend/webgpu/ops.js";
+import { moeRoute, routeKernel, type RouteArgs } from "../../../src/backend/webgpu/kernels/moe/moe.js";
 import { GpuRuntime } from "../../../src/backend/webgpu/core/runtime.js";
 import type { KernelTuning } from "../../../src/backend/webgpu/core/tuning.js";
 import type { GpuDeviceInfo } from "../../../src/backend/webgpu/core/device.js";

@@ -4,7 +4,7 @@
 // sampler refuses get a NaN log-probability.
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
-import { argmaxRows, argmaxScratchWords, sampleNucleusWords, sampleRows, sampleScratchWords, sampleTopKWords } from "../../../src/backend/webgpu/ops.js";
+import { argmaxRows, argmaxScratchWords, sampleNucleusWords, sampleRows, sampleScratchWords, sampleTopKWords } from "../../../src/backend/webgpu/kernels/sample/sample.js";
 import { Sampler } from "../../../src/engine/sampler.js";
 import { f32bits } from "../../../src/backend/webgpu/core/runtime.js";
 import { gpuOrSkip, Rng } from "./helpers.js";

@@ -22,7 +22,7 @@ import { LatentError } from "../../../util/errors.js";
 import { BlockingWorker, newChannel, type BlockingChannel } from "../core/blocking-worker.js";
 import { NoGpuError } from "../core/device.js";
 import { DEVICE_DRAW_TOPK_MAX } from "../../../engine/sampler.js";
-import { sampleTopKFits } from "../ops.js";
+import { sampleTopKFits } from "../kernels/sample/sample.js";
 
 /** Refuses a PickDraw the GPU cannot make as the host Sampler would (`filtered`: whether its filters apply here). */
 function checkDraw(d: PickDraw, filtered: boolean, what: string): void {

@@ -12,7 +12,7 @@ import { quantize } from "../../../src/quant/index.js";
 import { GpuRuntime, type RuntimeOptions } from "../../../src/backend/webgpu/core/runtime.js";
 import type { KernelTuning } from "../../../src/backend/webgpu/core/tuning.js";
 import { expertsFrom, GpuMatrix, matvecKernel } from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
-import { rowTileShape } from "../../../src/backend/webgpu/kernels/matmul/rowtile.wgsl.js";
+import { rowTileShape } from "../../../src/backend/webgpu/kernels/matmul/shapes.js";
 import { gpuOrSkip, Rng, sweepSkip } from "./helpers.js";
 import { checkExpertLists, checkHeadsAndPieces, checkPlainProducts } from "./matmul-cases.js";
 

@@ -10,8 +10,9 @@ import { LatentError } from "../../../../util/errors.js";
 import type { GpuRuntime } from "../../core/runtime.js";
 import { EXPERT_LISTS_WGSL, getRowsWGSL as getRowsSource, matvec2WGSL as matvec2Source, matvecCoalescedWGSL as coalescedSource, matvecExpertsWGSL as expertsSource, matvecTWGSL as matvecTSource, MV_WG, packMatParams, type MatParams, type MatvecShape } from "./mat.wgsl.js";
 import { gpuSupports, unitSize } from "../quant.wgsl.js";
-import { matmulRowsWGSL as rowTileSource, ROW_TILE_EXPERTS_FROM, rowTileShape, type RowTileShape } from "./rowtile.wgsl.js";
-import { fusionBuffers, matvecWideWGSL as wideSource, wideRowsPerGroup, wideShape, type WideFusion, type WideShape } from "./wide.wgsl.js";
+import { matmulRowsWGSL as rowTileSource, type RowTileShape } from "./rowtile.wgsl.js";
+import { ROW_TILE_EXPERTS_FROM, rowTileShape, wideShape } from "./shapes.js";
+import { fusionBuffers, matvecWideWGSL as wideSource, wideRowsPerGroup, type WideFusion, type WideShape } from "./wide.wgsl.js";
 import { memoWGSL } from "../../core/wgsl-memo.js";
 
 const matvecWideWGSL = memoWGSL(wideSource);

@@ -17,10 +17,7 @@
  * a time). With `dual`, a second matrix (W2: up beside gate) is read by the same threads from the same x and the
  * kernel writes silu(W·x)·(W2·x). x offsets and strides must be multiples of 4 (X is bound as array<vec4f>).
  */
-import { LatentError } from "../../../../util/errors.js";
-import type { GpuMatrix } from "./matrix.js";
-import type { GpuRuntime } from "../../core/runtime.js";
-import { chunkBindingsWGSL, typeCode, WIDE_HELPERS, WIDE_MAX_N, WIDE_TYPES } from "./wide.wgsl.js";
+import { chunkBindingsWGSL, typeCode, WIDE_HELPERS } from "./wide.wgsl.js";
 import { expertListWGSL, matOutWGSL } from "./mat.wgsl.js";
 
 const range = (n: number): number[] => Array.from({ length: n }, (_, i) => i);
@@ -48,86 +45,6 @@ export interface RowTileShape {
 /** Vec4s of workgroup memory the kernel declares: the staged x tile, reused for the partial sums of slices 1.. */
 export function rowTileSharedVec4s(s: RowTileShape, dual: boolean): number {
   return Math.max(s.tokens * (s.ks / 4), (s.ksplit - 1) * s.rows * (dual ? 2 : 1) * (s.tokens / 4));
-}
-
-/**
- * Plain products of at least this many tokens take the row-tiled kernel by default (tune.rowTile = 1: from 5). Measured
- * on the H200 (v2-lite Q4_K_M, 2026-11-29, chained decode): with its 8-token products on it batch 8 was slower (GPU
- * 10.87 → 11.75 ms per step, same call), with its 16-token ones batch 16 too (GPU 20.18 ms vs 18.49 in another call);
- * batch 32 gained (29.33 vs 33.28 ms), batch 64 went 1006.7 → 1493.0 tok/s (GPU 63.25 → 42.52 ms, same call) and the
- * 512-token prefill 1383 → 2179 tok/s.
- */
-export const ROW_TILE_FROM = 32;
-
-/**
- * Expert-major products from expert lists on the row-tiled kernel from pairs ≥ this × experts (matrix.ts expertsFrom).
- * Measured on the H200 (v2-lite, 64 experts, 6 a token; chained decode, same call): batch 16 (96 pairs) was slower
- * than per pair on the wide kernel (GPU 22.05 vs 18.49 ms per step); batch 32 (192 pairs, its 32-token products also
- * on this kernel) faster (29.61 vs 33.28 ms).
- */
-export const ROW_TILE_EXPERTS_FROM = 2;
-
-/**
- * Chunk streams (chunks × matrices) a thread loads per step: by default at most PER_MATRIX per matrix and at most
- * STREAM_TOKENS / tile tokens, never more than MAX_STREAMS. Measured on the H200 (v2-lite Q4_K_M, 2026-11-29):
- * - the dual routed gate·up at batch 64 (8-token tiles): 4 chunks × 2 matrices a thread spilled (2587 µs alone vs 544
- *   at 2 × 2 and 613 at 1 × 2), and 8 × 2 failed to compile; 2 × 2 instead of 1 × 2 in the whole step (same call):
- *   batch 32 1033.3 → 1113.6 tok/s, batch 64 1467.6 → 1543.8 tok/s;
- * - with the 16-token tiles of a 512-token prefill, 2 × 2 was slower than 1 × 2 (2008 → 1900 tok/s, same call);
- * - on lavapipe 8 chunks a thread took minutes to compile.
- */
-const PER_MATRIX = 2;
-const STREAM_TOKENS = 32;
-const MAX_STREAMS = 4;
-
-/** Threads a row-tiled product aims for before its rows stop splitting over more slices (the H200: 132 SMs × ~1000). */
-export const ROW_TILE_FILL = 131072;
-
-/**
- * The row-tiled kernel's shape for n tokens (plain; rowsTotal rows over all batch items) or n pairs over m.items
- * experts (expert lists), or undefined where it does not apply (tune.rowTile = 0, a matvec variant other than the
- * default coalesced one, another type, plain products of
- * fewer than ROW_TILE_FROM tokens, or with tune.rowTile = 1 of at most WIDE_MAX_N (the wide kernel's), x not aligned to
- * 4 floats).
- */
-export function rowTileShape(rt: GpuRuntime, m: GpuMatrix, n: number, mode: "plain" | "experts-list", aligned: boolean, rowsTotal = m.rows, dual = false): RowTileShape | undefined {
-  if (rt.tune.rowTile === 0 || rt.matvec !== "coalesced" || !WIDE_TYPES.includes(m.type) || !aligned || (mode === "plain" && n < (rt.tune.rowTile === 1 ? WIDE_MAX_N + 1 : ROW_TILE_FROM))) return undefined;
-  const sg = rt.info.subgroupSize ?? 32;
-  const per = mode === "plain" ? n : n / m.items;
-  // tiles of up to 16 tokens (H200, 512-token prefill: 10–40 % faster than 8); up to 8 at subgroups narrower than 32
-  // (CPU adapters: lavapipe's LLVM took 31 s to compile a 16-token Q4_K tile, 4 s an 8-token one)
-  let tokens = rt.tune.rowTileTokens ?? (per <= 4 ? 4 : per <= 8 || sg < 32 ? 8 : 16);
-  if (!Number.isInteger(tokens) || tokens < 4 || tokens > 32 || tokens % 4 !== 0) throw new LatentError(`tune.rowTileTokens must be a multiple of 4 in 4..32, got ${tokens}`);
-  const elems = typeCode(m.type).elems;
-  const limit = rt.info.limits.maxComputeWorkgroupStorageSize;
-  // the widest step (≤ 256 columns) of whole chunks that divides the row and whose x tile fits
-  let ks = 256;
-  while (ks > elems && (m.cols % ks !== 0 || tokens * ks * 4 > limit)) ks /= 2;
-  while (tokens > 4 && tokens * ks * 4 > limit) tokens -= 4;
-  if (m.cols % ks !== 0 || ks % elems !== 0 || tokens * ks * 4 > limit) return undefined;
-  const chunks = ks / elems;
-  const tiles = mode === "plain" ? Math.ceil(n / tokens) : 1;
-  const units = mode === "plain" ? rowsTotal * tiles : m.rows * Math.min(m.items, n);
-  const S = dual ? 2 : 1;
-  const fits = (k: number): boolean => k * sg <= 256 && rowTileSharedVec4s({ rows: Math.max(sg, 256 / k), ksplit: k, tokens, ks, cols: m.cols }, dual) * 16 + 16 <= limit;
-  const streams = (k: number): number => (chunks / k) * S;
-  const want = rt.tune.rowTileSplit;
-  if (want !== undefined && (!Number.isInteger(want) || want < 1 || (want & (want - 1)) !== 0)) throw new LatentError(`tune.rowTileSplit must be a power of two, got ${want}`);
-  // threads per row (a tuned split is a least): enough that each thread loads at most `most` chunk streams per step,
-  // then more while the product has few threads
-  let ksplit = Math.min(want ?? 1, chunks);
-  const most = want === undefined ? Math.min(PER_MATRIX * S, Math.max(1, STREAM_TOKENS / tokens)) : MAX_STREAMS;
-  while (ksplit < chunks && streams(ksplit) > most) ksplit *= 2;
-  if (want === undefined) while (ksplit < chunks && units * ksplit < ROW_TILE_FILL && fits(ksplit * 2)) ksplit *= 2;
-  // pipelined steps on GPUs (H200, batch 64, same call: GPU 41.1 → 36.9 ms per step); not on CPU adapters, where there
-  // is no memory latency to hide and lavapipe took twice as long to compile the pipelined kernel
-  const pipe = rt.tune.rowTilePipe !== undefined ? rt.tune.rowTilePipe === 1 : sg >= 32;
-  // a Q4_K block's header loaded once for a thread's chunks of a step, on GPUs (H200, same call, alternating: batch 32
-  // GPU 25.70 → 24.42–24.43 ms per step, batch 64 36.61 → 35.82–35.84); not on CPU adapters (not measured there, and
-  // another variant for lavapipe to compile)
-  const header = rt.tune.rowTileHeader !== undefined ? rt.tune.rowTileHeader === 1 : sg >= 32;
-  const shape = { rows: Math.max(sg, 256 / ksplit), ksplit, tokens, ks, cols: m.cols, ...(pipe ? { pipe: true } : {}), ...(header ? { shareHeader: true } : {}) };
-  return streams(ksplit) <= MAX_STREAMS && fits(ksplit) ? shape : undefined;
 }
 
 export function matmulRowsWGSL(type: number, mode: "plain" | "experts-list", s: RowTileShape, dual = false): string {

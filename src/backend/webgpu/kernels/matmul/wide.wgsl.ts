@@ -16,8 +16,6 @@
  * [gx, gy, pairs]; x offsets and strides multiples of 4 (X is read as vec4f).
  */
 import { GGMLType } from "../../../../gguf/types.js";
-import type { GpuMatrix } from "./matrix.js";
-import type { GpuRuntime } from "../../core/runtime.js";
 import { expertListWGSL, MAT_PARAMS, matOutWGSL } from "./mat.wgsl.js";
 
 /** Rows per workgroup of a wide shape (subgroups × rows each): what grids are sized by. */
@@ -107,72 +105,12 @@ export function fusionBuffers(fx: WideFusion | undefined): string[] {
  * reads also stay inside one such block, so matvecWideWGSL computes the padded index once a chunk: Q4_K reads vec4s
  * b..b+11 with b ≡ 0 or 4 (mod 16), Q6_K b..b+27 with b ≡ 0 or 4 (mod 32), Q5_0 and Q8_0 b..b+7 with b ≡ 0 (mod 8).
  */
-const STAGE_PAD: Readonly<Record<number, number>> = { [GGMLType.Q4_K]: 4, [GGMLType.Q6_K]: 5, [GGMLType.Q5_0]: 3, [GGMLType.Q8_0]: 3 };
+export const STAGE_PAD: Readonly<Record<number, number>> = { [GGMLType.Q4_K]: 4, [GGMLType.Q6_K]: 5, [GGMLType.Q5_0]: 3, [GGMLType.Q8_0]: 3 };
 
 /** Vec4s of staged x for n tokens of `cols` with pads every 2^pad. */
-function stagedVec4s(n: number, cols: number, pad: number): number {
+export function stagedVec4s(n: number, cols: number, pad: number): number {
   const c4 = n * (cols / 4);
   return c4 + (c4 >> pad);
-}
-
-/**
- * Threads per workgroup by default (rows = this / subgroup size): 256, as the coalesced and latent-cache kernels, so
- * that GpuRuntime.together can put a wide product and one of those in one dispatch (on the H200, v2-lite batch 1:
- * 351 → 298 dispatches per step, GPU 3.97 → 3.73 ms, chained greedy 225.9 → 235.3 tok/s; the kernels alone time the
- * same at 128 and 256 threads).
- */
-const WIDE_WG = 256;
-/**
- * Chunk steps a lane issues together (unrolled, in one pass); more go in passes of a loop (software-pipelined with
- * `tune.widePipe`). One, because code size bounds these kernels inside a step: between two uses of a kernel its layer
- * streams ~60 MB of weights through the H200's L2, so (the explanation the measurements fit) each dispatch fetches its
- * instructions from memory again, and a fully unrolled kernel pays that for every instruction it runs once. On the
- * H200 (v2-lite batch 1, same call) 8 → 1 took the step from 3.18 to 2.92 ms on the GPU, and from 3.07 to 2.85 with the
- * fused attention, although each product alone got slower (BENCHMARKS round 13).
- */
-const UNROLL = 1;
-
-/**
- * The wide kernel's shape for a product over m with n tokens, or undefined when it does not apply (tuning wide = 0,
- * another matvec variant, no fixed subgroup size, another type, more than WIDE_MAX_N tokens, expert-major gathers,
- * x not aligned to 4 floats).
- */
-export function wideShape(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boolean | "experts" | "experts-list", aligned: boolean): WideShape | undefined {
-  const sg = rt.info.subgroupSize;
-  if (rt.tune.wide === 0 || rt.matvec !== "coalesced" || sg === undefined || sg < 4 || sg > 64) return undefined;
-  // expert lists (n = all pairs), with tune.wideLists = 1: each expert's pairs in tiles of WIDE_MAX_N while experts get
-  // few pairs. Off by default: on the H200 (v2-lite, 2026-11-29) it was slower than the coalesced expert-list kernel
-  // (batch 64 GPU 64.8 → 93.5 ms per step, batch 8 19.8 → 26.5 ms)
-  if (gather === "experts-list") {
-    if (rt.tune.wideLists !== 1 || !WIDE_TYPES.includes(m.type) || !aligned || n > WIDE_LIST_PAIRS * m.items) return undefined;
-    n = WIDE_MAX_N;
-  }
-  if (!WIDE_TYPES.includes(m.type) || n < 1 || n > WIDE_MAX_N || gather === "experts" || !aligned) return undefined;
-  const rows = Math.max(1, Math.min(Math.floor(256 / sg), Math.floor(rt.tune.wideRows ?? WIDE_WG / sg)));
-  const unroll = Math.max(1, Math.floor(rt.tune.wideUnroll ?? Math.round((UNROLL * sg) / 32)));
-  // two rows per subgroup for the vocabulary-sized output head (on the H200 with x staged: 102 → 81 µs; no gain or a
-  // loss below ~64k rows, e.g. 32768 rows of Q4_K 31.5 vs 32.1 µs, of Q6_K 59.6 vs 62.9)
-  const sgRowsDefault = m.rows >= 65536 ? 2 : 1;
-  const sgRows = gather === "experts-list" ? 1 : Math.max(1, Math.min(4, Math.floor(rt.tune.wideSgRows ?? sgRowsDefault)));
-  // staged while n tokens of x fit in half the workgroup memory (the other half left for a kernel sharing the dispatch)
-  const pad = STAGE_PAD[m.type]!;
-  const sumBytes = rt.tune.wideSums !== 0 && SUM_TYPES.includes(m.type) ? n * (m.cols / 16) * 4 : 0;
-  const stage = rt.tune.wideStage !== 0 && gather !== "experts-list" && stagedVec4s(n, m.cols, pad) * 16 + sumBytes <= rt.info.limits.maxComputeWorkgroupStorageSize / 2;
-  const sums = stage && sumBytes > 0;
-  // two rows a run where that fills the lanes' steps ≥ 10 % better, in one pass (dual products take one row a run)
-  const chunks = m.cols / typeCode(m.type).elems;
-  // the share of a run's lane steps that hold a chunk: rowsRun rows a run over `lanes` lanes
-  const fill = (rowsRun: number, lanes = sg): number => (rowsRun * chunks) / (lanes * Math.ceil((rowsRun * chunks) / lanes));
-  const packable = gather !== "experts-list" && sgRows === 1;
-  const pack = packable && (rt.tune.widePack === 1 || (rt.tune.widePack !== 0 && fill(2) >= 1.1 * fill(1) && Math.ceil((2 * chunks) / sg) <= unroll)) ? 2 : 1;
-  // half a subgroup a row where that fills the lanes' steps ≥ 10 % better (not with pack, nor expert lists): on the
-  // H200 (v2-lite batch 1, alternating in one call) GPU 2.37 / 2.37 / 2.36 ms a step → 2.32 / 2.32 / 2.32, the routed
-  // down product alone 13.06 → 10.38 µs (BENCHMARKS round 16)
-  const half = pack === 1 && gather !== "experts-list" && sg >= 8 && (rt.tune.wideHalf === 2 || (rt.tune.wideHalf !== 0 && fill(1, sg / 2) >= 1.1 * fill(1)));
-  // not by default: on the H200 (v2-lite batch 1, same call) pipelined passes took the step to 2.84 / 2.85 ms on the
-  // GPU, plain ones (each pass's loads then its uses) to 2.80
-  const pipe = rt.tune.widePipe === 1;
-  return { sg, rows, sgRows, unroll, n, cols: m.cols, stagePad: stage ? pad : 0, pack, sums, ...(half ? { half } : {}), ...(pipe ? { pipe } : {}) };
 }
 
 /** How one type's chunk is loaded and used (shared with the row-tiled kernel, wgsl-rowtile.ts). */

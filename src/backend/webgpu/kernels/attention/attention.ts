@@ -7,7 +7,8 @@
 import { LatentError } from "../../../../util/errors.js";
 import { f32bits, type GpuRuntime, type OutRange } from "../../core/runtime.js";
 import { ATTN_CHUNK, ATTN_COMBINE_WGSL, ATTN_PARAMS, ATTN_QMAX, ATTN_WGSL as attnSource, attnSubgroupWGSL as attnSubgroupSource, KV_CACHE_WGSL as kvCacheSource } from "./attention.wgsl.js";
-import { ATTN_WIDE_COMBINE_WGSL, ATTN_WIDE_PARAMS, attnWideBytes, attnWidePlan, attnWideScratch, attnWideWGSL as attnWideSource } from "./wide.wgsl.js";
+import { ATTN_WIDE_COMBINE_WGSL, ATTN_WIDE_MAX_Q, ATTN_WIDE_MAX_SPLITS, ATTN_WIDE_MIN_SPLIT_KEYS, ATTN_WIDE_PARAMS, ATTN_WIDE_ROWS, ATTN_WIDE_THREADS, attnWideBytes, attnWideScratch, attnWideWGSL as attnWideSource, type AttnWidePlan } from "./wide.wgsl.js";
+import type { KernelTuning } from "../../core/tuning.js";
 import { memoWGSL } from "../../core/wgsl-memo.js";
 import { rows } from "../launch.js";
 import { withSubgroupTotal } from "../rows/rows.js";
@@ -139,6 +140,37 @@ export function attention(rt: GpuRuntime, bufs: AttentionBuffers, a: AttentionAr
   if (part === undefined || part.size < need * 4) throw new LatentError(`attention over ${a.maxKeys} keys needs ${need} floats of scratch`);
   rt.dispatch("attention split", kernel(true), [bufs.q, bufs.k1, bufs.k2, bufs.v, bufs.meta, bufs.sel, part], params, [chunks, a.heads, a.nq], [{ buffer: part, offset: 0, size: need * 4 }]);
   rt.dispatch("attention combine", ATTN_COMBINE_WGSL, [part, bufs.o], params, [1, a.heads, a.nq], outs);
+}
+
+// the wide kernel's defaults (tune.attnHeads, attnTile, attnSplitFrom, attnWgs): 4 heads a workgroup, tiles of 32 keys,
+// keys split over workgroups past 256 (one chunk), aiming for about one workgroup per SM of a large GPU
+const DEFAULT_HEADS = 4;
+const DEFAULT_TILE = 32;
+const DEFAULT_SPLIT_FROM = 256;
+const DEFAULT_WGS = 128;
+
+/**
+ * The wide kernel's shape for a step (undefined: it does not apply). `sg` is the device's fixed subgroup size; the
+ * result depends on maxKeys only through its ATTN_CHUNK count.
+ */
+export function attnWidePlan(tune: KernelTuning, sg: number, nq: number, heads: number, maxKeys: number): AttnWidePlan | undefined {
+  if (nq < 1 || nq > ATTN_WIDE_MAX_Q || heads < 1 || sg < 4 || sg > 64 || ATTN_WIDE_THREADS % sg !== 0) return undefined;
+  const group = Math.min(heads, Math.max(1, Math.min(8, Math.floor(tune.attnHeads ?? DEFAULT_HEADS))));
+  const subgroups = ATTN_WIDE_THREADS / sg;
+  const perSubgroup = Math.max(1, Math.min(8, Math.round((tune.attnTile ?? DEFAULT_TILE) / subgroups)));
+  const tile = perSubgroup * subgroups;
+  const keys = Math.max(1, Math.ceil(maxKeys / ATTN_CHUNK)) * ATTN_CHUNK;
+  const workgroups = nq * Math.ceil(heads / group);
+  let splits = 1;
+  if (keys > (tune.attnSplitFrom ?? DEFAULT_SPLIT_FROM)) {
+    const fill = Math.ceil((tune.attnWgs ?? DEFAULT_WGS) / workgroups);
+    splits = Math.max(1, Math.min(ATTN_WIDE_MAX_SPLITS, keys / ATTN_WIDE_MIN_SPLIT_KEYS, fill));
+  }
+  splits = Math.max(splits, Math.ceil(keys / ATTN_WIDE_ROWS));
+  if (splits > ATTN_WIDE_MAX_SPLITS) return undefined;
+  const splitKeys = Math.ceil(Math.ceil(keys / splits) / tile) * tile;
+  if (splitKeys > ATTN_WIDE_ROWS) return undefined;
+  return { group, tile, splits: Math.ceil(keys / splitKeys), splitKeys };
 }
 
 /** The wide decode kernel where it applies (false: nothing dispatched). */

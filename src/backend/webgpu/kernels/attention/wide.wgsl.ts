@@ -28,7 +28,6 @@
  * gpu-model.ts expect: the kernel reads each query's real key count from META.
  */
 import { ATTN_CHUNK, KEY_ROW_FN } from "./attention.wgsl.js";
-import type { KernelTuning } from "../../core/tuning.js";
 
 /** The wide kernel serves steps of at most this many queries. */
 export const ATTN_WIDE_MAX_Q = 4;
@@ -38,9 +37,9 @@ export const ATTN_WIDE_ROWS = 1024;
 export const ATTN_WIDE_MAX_SPLITS = 64;
 /** Splits never get fewer keys than this (bounds the scratch: at most 8 splits per ATTN_CHUNK). */
 export const ATTN_WIDE_MIN_SPLIT_KEYS = 32;
-const THREADS = 256;
-const DEFAULT_HEADS = 4;
-const DEFAULT_TILE = 32;
+/** Threads a workgroup of the wide kernel. */
+export const ATTN_WIDE_THREADS = 256;
+const THREADS = ATTN_WIDE_THREADS;
 /**
  * Lane-columns per iteration of the score loop (a subgroup of 32 reads a whole 576-wide row in one; subgroups of less
  * than 16 lanes take 4 a step: lavapipe's LLVM needs minutes for the unrolled form), keys per iteration of the
@@ -48,8 +47,6 @@ const DEFAULT_TILE = 32;
  */
 const colsStep = (sg: number): number => (sg >= 16 ? 18 : 4);
 const pvStep = (sg: number): number => (sg >= 16 ? 16 : 8);
-const DEFAULT_SPLIT_FROM = 256;
-const DEFAULT_WGS = 128;
 const NEG = "-3.0e38";
 
 /** Parameter block of the wide kernel and its combine (u32 words; scale as f32 bits). */
@@ -64,30 +61,6 @@ export interface AttnWidePlan {
   readonly splits: number;
   /** keys per split (a multiple of the tile) */
   readonly splitKeys: number;
-}
-
-/**
- * The wide kernel's shape for a step (undefined: it does not apply). `sg` is the device's fixed subgroup size; the
- * result depends on maxKeys only through its ATTN_CHUNK count.
- */
-export function attnWidePlan(tune: KernelTuning, sg: number, nq: number, heads: number, maxKeys: number): AttnWidePlan | undefined {
-  if (nq < 1 || nq > ATTN_WIDE_MAX_Q || heads < 1 || sg < 4 || sg > 64 || THREADS % sg !== 0) return undefined;
-  const group = Math.min(heads, Math.max(1, Math.min(8, Math.floor(tune.attnHeads ?? DEFAULT_HEADS))));
-  const subgroups = THREADS / sg;
-  const perSubgroup = Math.max(1, Math.min(8, Math.round((tune.attnTile ?? DEFAULT_TILE) / subgroups)));
-  const tile = perSubgroup * subgroups;
-  const keys = Math.max(1, Math.ceil(maxKeys / ATTN_CHUNK)) * ATTN_CHUNK;
-  const workgroups = nq * Math.ceil(heads / group);
-  let splits = 1;
-  if (keys > (tune.attnSplitFrom ?? DEFAULT_SPLIT_FROM)) {
-    const fill = Math.ceil((tune.attnWgs ?? DEFAULT_WGS) / workgroups);
-    splits = Math.max(1, Math.min(ATTN_WIDE_MAX_SPLITS, keys / ATTN_WIDE_MIN_SPLIT_KEYS, fill));
-  }
-  splits = Math.max(splits, Math.ceil(keys / ATTN_WIDE_ROWS));
-  if (splits > ATTN_WIDE_MAX_SPLITS) return undefined;
-  const splitKeys = Math.ceil(Math.ceil(keys / splits) / tile) * tile;
-  if (splitKeys > ATTN_WIDE_ROWS) return undefined;
-  return { group, tile, splits: Math.ceil(keys / splitKeys), splitKeys };
 }
 
 /**

@@ -1,0 +1,36 @@
+// The tuning knobs' one table (core/tuning.ts): parseTuning takes only its names and numbers, every knob a launcher
+// reads is in it, and docs/webgpu.md holds the table as the generator writes it.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { readdirSync, readFileSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { KNOBS, parseTuning, tuningTable } from "../../../src/backend/webgpu/core/tuning.js";
+import { BEGIN, DOC_PATH, END, withTuningTable } from "../../../scripts/gen-tuning-doc.js";
+
+test("parseTuning reads name=value pairs and refuses unknown names and non-numbers", () => {
+  assert.deepEqual(parseTuning(""), {});
+  assert.deepEqual(parseTuning("rowTile=0, wideHalf=2,attnWgs=64"), { rowTile: 0, wideHalf: 2, attnWgs: 64 });
+  assert.deepEqual(parseTuning("expertsFrom=0.25"), { expertsFrom: 0.25 });
+  assert.throws(() => parseTuning("tiled=1"), /no knob "tiled"/);
+  assert.throws(() => parseTuning("routerFuse=1"), /no knob "routerFuse"/);
+  assert.throws(() => parseTuning("rowTile"), /rowTile needs a number/);
+  assert.throws(() => parseTuning("rowTile=on"), /rowTile needs a number/);
+  assert.throws(() => parseTuning("rowTile="), /rowTile needs a number/);
+});
+
+test("every tune.<knob> the WebGPU sources read is in the table, and every knob in the table is read", () => {
+  const files = (dir: string): string[] => readdirSync(dir).flatMap((e) => (statSync(join(dir, e)).isDirectory() ? files(join(dir, e)) : e.endsWith(".ts") ? [join(dir, e)] : []));
+  const read = new Set<string>();
+  for (const f of files("src/backend/webgpu")) for (const m of readFileSync(f, "utf8").matchAll(/\btune\.([a-zA-Z]+)/g)) read.add(m[1]!);
+  const known = new Set(Object.keys(KNOBS));
+  assert.deepEqual([...read].filter((k) => !known.has(k)), [], "read but not in core/tuning.ts");
+  assert.deepEqual([...known].filter((k) => !read.has(k)), [], "in core/tuning.ts but never read");
+});
+
+test("docs/webgpu.md holds the generated tuning table (node --import tsx scripts/gen-tuning-doc.ts)", () => {
+  const page = readFileSync(DOC_PATH, "utf8");
+  assert.equal(withTuningTable(page), page);
+  for (const name of Object.keys(KNOBS)) assert.ok(tuningTable().includes(`| \`${name}\` |`), name);
+  assert.throws(() => withTuningTable(page.replace(END, "")), /expected one/);
+  assert.throws(() => withTuningTable(`${page}\n${BEGIN}\n`), /expected one/);
+});

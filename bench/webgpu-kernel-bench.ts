@@ -8,7 +8,7 @@
  * large plain products of each wide-kernel type, for their steady throughput; --dawn "toggles" as webgpu-model.ts). The decode attention cases (16, 48,
  * 200, 512 and 4096 keys) are one or two dispatches (split keys, then their combine), timed together: `--tokens 1,4 --tunes
  * "attn=0;attn=1"` compares them with the previous kernels. At one token, the attention path as a step runs it (three dispatches)
- * at 16/48/200 keys, and with `--tunes "attnFuse=1"` also as the fused dispatch (attn-fused.ts). `--cold`: each dispatch after a copy that evicts L2 (the copy's own time
+ * at 16/48/200 keys, and with `--tunes "attnFuse=1"` also as the fused dispatch (attention/fused.ts). `--cold`: each dispatch after a copy that evicts L2 (the copy's own time
  * subtracted), so that weights come from memory as in a step rather than from L2 as in back-to-back repeats.
  */
 import { pathToFileURL } from "node:url";
@@ -159,7 +159,7 @@ export function v2LiteCases(rt: GpuRuntime, n: number, big = false): KernelCase[
     cases.push({ name: `attention ${H} heads, ${keys} keys (${C}+${R})`, bytes: keys * (C + R) * 4, run: (r) => attention(r, { q: qAbs, k1: cache, k2: kpe, v: cache, meta, sel, o: lo, part: scratch }, args) });
   }
   // one token: the step's attention path as the decode step runs it (cache write ∥ W_UK absorb, attention, W_UV: three
-  // dependent dispatches), and — with the tuning attnFuse=1 — as the one fused dispatch (attn-fused.ts)
+  // dependent dispatches), and — with the tuning attnFuse=1 — as the one fused dispatch (attention/fused.ts)
   if (n === 1) {
     const P = 128;
     const V = 128;
@@ -200,7 +200,7 @@ export function v2LiteCases(rt: GpuRuntime, n: number, big = false): KernelCase[
   const chosen = rt.buffer(4 * n, "argmax ids");
   const part = rt.buffer(4 * argmaxScratchWords(n, 102400), "argmax slices");
   cases.push({ name: `argmax of ${n} row(s) of 102400`, bytes: n * 102400 * 4, run: (r) => argmaxRows(r, y, chosen, part, { n, width: 102400 }) });
-  // the draws of sampled rows (wgsl-sample.ts, wgsl-nucleus.ts) at latent run's defaults and an OpenAI-style top-p
+  // the draws of sampled rows (sample.wgsl.ts, nucleus.wgsl.ts) at latent run's defaults and an OpenAI-style top-p
   const lps = rt.buffer(4 * n, "sample logprobs");
   const sPart = rt.buffer(4 * sampleScratchWords(n, 102400), "sample slices");
   const cand = rt.buffer(4 * sampleTopKWords(n, 102400), "top-k candidates");
@@ -260,7 +260,7 @@ export async function runKernelBench(opts: { tokens: number[]; reps: number; tun
         await rt.sync();
       } while (performance.now() - t0 < 150);
     };
-    // --cold: before every dispatch of a case, a read of 2.5× the H200's 50 MB L2 evicts the weights the last one read,
+    // --cold: before every dispatch of a case, a read of 2.5× a large GPU's 50 MB L2 evicts the weights the last one read,
     // as in a step, where each product reads its weights once; the case is then timed as (read + case) − read
     const flushBytes = Math.min(128 << 20, spinBytes);
     const flushGroups = Math.ceil(flushBytes / 16 / 16 / 256);

@@ -214,7 +214,7 @@ export async function runWebGpuBench(path: string, opts: { dawnFlags?: string[];
     log(`decode batch ${B}, greedy on the GPU, chained: ${(B / greedyS).toFixed(1)} tok/s (step ${(greedyS * 1000).toFixed(2)} ms → ${((B / greedyS / roofTps) * 100).toFixed(1)}% of the roofline${B > 1 ? `, ${((B / greedyS / perTokenTps) * 100).toFixed(1)}% of the per-token roofline (${perTokenTps.toFixed(0)} tok/s)` : ""}; host encoding ${greedyEnc.toFixed(2)} ms/step + submission ${greedySubmit.toFixed(2)} ms/step; GPU ${greedyGpu.toFixed(2)} ms/step, ${greedySpan.toFixed(2)} from the first step's start to the last one's end)`);
     if (opts.kernels === true && g.lastRecording !== undefined) {
       // every dispatch of the chained step alone (100 times back to back, pass timestamps), summed by kernel label;
-      // Dawn's timestamps come in 65.5 µs steps on the H200, so 100 repetitions resolve 0.66 µs (20 gave 3.3)
+      // Dawn's timestamps come in 65.5 µs steps on a large GPU, so 100 repetitions resolve 0.66 µs (20 gave 3.3)
       const items = await rt.timeItems(g.lastRecording, KERNEL_REPS);
       const by = new Map<string, { us: number; count: number; chars: number }>();
       for (const it of items) {

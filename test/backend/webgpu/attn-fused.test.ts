@@ -1,4 +1,4 @@
-// The one-token fused MLA attention (attn-fused.ts: cache write, q_pe rope, W_UK absorb, attention over the latent
+// The one-token fused MLA attention (attention/fused.ts: cache write, q_pe rope, W_UK absorb, attention over the latent
 // cache with the token's own key, W_UV) against a float64 computation of the same definition, on fresh random inputs:
 // several widths (odd ones included), W_UK / W_UV types, 1 to 256 keys (one dispatch) and past that (the key-split
 // form: two dispatches), contiguous and paged cache rows. The cache row it writes is checked too.

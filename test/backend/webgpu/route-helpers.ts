@@ -1,4 +1,4 @@
-// Shared by the routing tests (route.test.ts, router.test.ts): routing cases as RouteArgs and ModelConfig, the CPU
+// Shared by the routing tests (route.test.ts): routing cases as RouteArgs and ModelConfig, the CPU
 // reference with the kernels' NaN definition, and the error measure of weights.
 import type { ModelConfig } from "../../../src/model/config.js";
 import { route, type Route } from "../../../src/model/moe.js";

@@ -1,4 +1,4 @@
-// MoE routing on the GPU: the subgroup kernel (wgsl-route.ts, the default where the subgroup size is fixed) against
+// MoE routing on the GPU: the subgroup kernel (route.wgsl.ts, the default where the subgroup size is fixed) against
 // the CPU reference route() and against the 256-thread workgroup kernel (tune route = 0) on the same fresh random
 // inputs: 4..256 experts, 1..16 used, 1..70 tokens, softmax and sigmoid, with and without bias, group-limited routing
 // (groups spanning lanes, one group a lane, several a lane; top-2 sum and max scoring), norm, scale, strided logits,

@@ -1,4 +1,4 @@
-// The row-tiled matrix-matrix kernel (wgsl-rowtile.ts: expert lists, plain products of ≥ 32 tokens) against the CPU
+// The row-tiled matrix-matrix kernel (rowtile.wgsl.ts: expert lists, plain products of ≥ 32 tokens) against the CPU
 // reference on fresh random inputs: Q4_K, Q6_K, Q5_0, Q8_0; partial row and token tiles, steps of 128 and 256 columns,
 // strided and offset x/y, accumulation and SwiGLU, the dual gate·up form, the per-head batch form, weights in pieces,
 // and expert lists with uneven pair counts (experts with none, one with more pairs than a tile). Each case runs under

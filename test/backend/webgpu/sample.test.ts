@@ -1,4 +1,4 @@
-// Temperature sampling on the GPU (wgsl-sample.ts, the Gumbel-max trick): greedy rows (1/T = 0) choose as argmaxRows;
+// Temperature sampling on the GPU (sample.wgsl.ts, the Gumbel-max trick): greedy rows (1/T = 0) choose as argmaxRows;
 // sampled rows report the chosen token's log-probability under the unmodified distribution (float64 reference); the
 // draws' frequencies fit softmax(x / T) (chi-square, many keys over one row); a key decides its token; rows the host
 // sampler refuses get a NaN log-probability.

@@ -334,7 +334,7 @@ export class GpuRuntime {
    * one timed pass (its uniforms as recorded), one pass and one wait per item. The items rewrite their outputs (and
    * accumulate into some), so the buffers' contents are garbage afterwards: for benchmarks, after the measured steps.
    * Needs passTiming. Each item also gives its kernel's WGSL length in characters (code size counts inside a step:
-   * BENCHMARKS round 13).
+   * BENCHMARKS.md, WebGPU).
    */
   async timeItems(rec: Recording, reps: number): Promise<{ label: string; us: number; codeChars: number }[]> {
     if (!this.passTiming) throw new LatentError("timeItems needs RuntimeOptions.passTiming");

@@ -110,7 +110,7 @@ export class FusedGpuModel implements GreedyChainModel {
   readonly config: ModelConfig;
   /** the adapter's name */
   readonly adapter: string;
-  /** forwardBatchPicks draws rows' tokens at a temperature on the GPU too (wgsl-sample.ts) */
+  /** forwardBatchPicks draws rows' tokens at a temperature on the GPU too (sample.wgsl.ts) */
   readonly picksDraw = true;
   /**
    * and with the host Sampler's filters (top-k 0..DEVICE_DRAW_TOPK_MAX with any top-p and min-p), where a row fits the
@@ -185,7 +185,7 @@ export class FusedGpuModel implements GreedyChainModel {
   /**
    * forwardBatch, except that a chunk with `picks[i]` (logits "last") gets its last row's choice, computed on the GPU,
    * instead of the row: `true` the greedy one — argmax (ties to the lowest id, NaN never chosen) — or a PickDraw a token
-   * drawn at its temperature from its key (wgsl-sample.ts), each with its logprob (NaN for a row with NaN or +Infinity,
+   * drawn at its temperature from its key (sample.wgsl.ts), each with its logprob (NaN for a row with NaN or +Infinity,
    * or all −Infinity). A step whose rows are all picks reads no logits back.
    */
   forwardBatchPicks(seqs: readonly SequenceChunk[], picks: readonly (boolean | PickDraw)[]): (Float32Array | GreedyPick)[] {
@@ -226,8 +226,8 @@ export class FusedGpuModel implements GreedyChainModel {
     };
     // every chunk's tokens in GPU steps of at most maxTokens tokens: the one-token chunks (decodes) first, then the
     // longer ones (prompt chunks), a chunk that does not fit split over the next steps in order. Prompt chunks of
-    // different sequences share a step with the decodes: a step reads the weights once for all its tokens, so on the
-    // H200 a server's 32 prompt chunks of ~35 tokens had cost 32 steps of much the same time as one.
+    // different sequences share a step with the decodes: a step reads the weights once for all its tokens, so a
+    // server's 32 prompt chunks of ~35 tokens had cost 32 steps of much the same time as one.
     const order = [...plan.keys()].sort((x, y) => Number(seqs[x]!.tokens.length > 1) - Number(seqs[y]!.tokens.length > 1));
     const steps: { i: number; from: number; to: number }[][] = [[]];
     let room = this.opts.maxTokens;

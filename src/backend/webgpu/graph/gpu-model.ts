@@ -319,7 +319,7 @@ export class GpuModel {
    * the GPU: the next step can run on them with `idsOnGpu` before the host has seen them), and its logprob
    * (log_softmax of the row at it, as the host sampler's) into the `lp` buffer. With `picks`, the same argmax and
    * logprob of each logits row, whichever tokens have them (stepPicks); with `draws` too (one per logits row), each
-   * row's token is drawn at its temperature instead (0: greedy; ops.ts sampleRows).
+   * row's token is drawn at its temperature instead (0: greedy; sample.ts sampleRows).
    */
   encode(tokens: readonly StepToken[], opts: { readonly greedy?: boolean; readonly picks?: boolean; readonly draws?: readonly PickDraw[]; readonly idsOnGpu?: boolean; readonly submitEvery?: number } = {}): number {
     const { rt, c, b } = this;
@@ -417,7 +417,7 @@ export class GpuModel {
     const { nEmbd: Hd, nHead: H, qkNope: P, qkRope: R, vHead: V, kvLoraRank: L, qLoraRank: Lq, nExpertUsed: K, nFFExp: Fe } = c;
     const D = P + R;
     const ctx = this.opts.context;
-    // independent kernels share one dispatch only in small steps, where per-dispatch costs dominate: on the H200
+    // independent kernels share one dispatch only in small steps, where per-dispatch costs dominate: on a large GPU
     // (v2-lite) combining cut batch 1 from 351 to 298 dispatches (GPU 3.81 → 3.59 ms per step) but made the 512-token
     // prefill slower (GPU 409 → 444 ms) and gained nothing at batch 64 (64.8 → 65.8 ms)
     const small = n <= (rt.tune.fuseTokens ?? FUSE_MAX_TOKENS);
@@ -433,10 +433,10 @@ export class GpuModel {
     };
     // small steps on the wide kernel (tune.normFuse, default 1): the FFN's RMSNorm inside the products that read it, and
     // the attention's RMSNorm (with the last MoE layer's combine into the residual) inside A0's staging of x, the combine
-    // added to h by o: two dispatches fewer a layer. On the H200 (v2-lite batch 1) the attention's side was slower while
+    // added to h by o: two dispatches fewer a layer. On a large GPU (v2-lite batch 1) the attention's side was slower while
     // the kernels were fully unrolled (3.31 against 3.13 ms with the FFN's alone); with one chunk step a pass
-    // (wgsl-wide.ts, UNROLL) it is faster, in one call 2.75 / 2.75 / 2.76 against 2.83 / 2.83 / 2.84 ms with the FFN's
-    // alone (BENCHMARKS round 13)
+    // (shapes.ts, UNROLL) it is faster, in one call 2.75 / 2.75 / 2.76 against 2.83 / 2.83 / 2.84 ms with the FFN's
+    // alone
     const fuseMode = small ? rt.tune.normFuse ?? 1 : 0;
     const fuseAttn = fuseMode === 1 || fuseMode === 3;
     const fuseFFN = fuseMode === 1 || fuseMode === 2;
@@ -463,7 +463,7 @@ export class GpuModel {
       // absorbed queries [q_abs (L) | q_pe (R)] per head: q_abs = W_UKᵀ q_nope (q_pe roped straight into place)
       const absorb = (q: GPUBuffer, qStride: number): void => matmul(rt, l.kB, q, b.qAbs!, { n, xStride: qStride, yStride: H * (L + R), batch: { count: H, xBatch: D, yBatch: L + R } });
       // one token, no DSA: absorb, attention and W_UV as one dispatch, with the cache write too without q-LoRA; past one
-      // chunk of keys as two, the keys split over the workgroups (tune.attnFuse, default on GPUs; attn-fused.ts)
+      // chunk of keys as two, the keys split over the workgroups (tune.attnFuse, default on GPUs; attention/fused.ts)
       const fusedAttn = n === 1 && b.metaBase === undefined ? attnFusedShape(rt, l.kB, l.vB, { heads: H, P, R, L, V, maxKeys, lora }) : undefined;
       const fusedArgs = { scale: c.kqScale, eps: c.rmsEps, pageSize: this.opts.pages?.pageSize ?? 0, kvOff: F0 };
       const fusedBufs = { kB: l.kB, vB: l.vB, g: l.kvANorm, table, pos: b.pos!, rowIdx: b.rowIdx!, cacheC: l.cacheC, cacheK: l.cacheK, meta: b.meta!, sel: b.sel!, o: b.o!, part: b.attnPart! };
@@ -546,8 +546,8 @@ export class GpuModel {
         for (const step of sharedRest) step();
         // (tune.sharedEarly, default) the shared down product beside the routing, into the residual's other buffer: h' =
         // h + W_down·g_s, so that the routing and the routed gate·up still read h; the routed down product then runs
-        // alone. Both down products in one dispatch made each the other's tail: on the H200 (v2-lite batch 1) GPU 2.58 →
-        // 2.51 ms a step, and 2.36 once the routing kernel took 256 threads and so shared that dispatch (wgsl-route.ts)
+        // alone. Both down products in one dispatch made each the other's tail: on a large GPU (v2-lite batch 1) GPU 2.58 →
+        // 2.51 ms a step, and 2.36 once the routing kernel took 256 threads and so shared that dispatch (route.wgsl.ts)
         const early = small && rt.tune.sharedEarly !== 0 && shared !== undefined && lists === undefined && sharedRest.length === 0 && fusable(rt, shared.down, n, false);
         together(() => {
           moeRoute(rt, b.z!, l.bias, b.rids!, b.rw!, routing, ffnFused ? { h: b.h!, dim: Hd, eps: c.rmsEps } : undefined);
@@ -650,9 +650,8 @@ export class GpuModel {
     }
     for (let s = 0; s < steps; s++) {
       const tokens = seqs.map((q) => ({ token: q.token, slot: q.slot, pos: q.pos + s, logits: true, ...(q.pages !== undefined ? { pages: q.pages } : {}) }));
-      // one submission per step: the GPU already overlaps with the host, which encodes step s+1 while step s runs (on
-      // the H200, steps grouped 4 a submission idled the GPU longer, at the start, and saved nothing after it:
-      // BENCHMARKS round 17)
+      // one submission per step: the GPU already overlaps with the host, which encodes step s+1 while step s runs (steps
+      // grouped 4 a submission idled the GPU longer, at the start, and saved nothing after it: BENCHMARKS.md, WebGPU)
       this.encode(tokens, { ...(draws !== undefined ? { picks: true, draws: draws.slice(s * B, (s + 1) * B) } : { greedy: true }), idsOnGpu: s > 0, submitEvery: Infinity });
       this.rt.copy(this.b.ids!, 0, this.history, s * B * 4, B * 4);
       this.rt.copy(this.b.lp!, 0, this.history, (words + s * B) * 4, B * 4);
@@ -663,7 +662,7 @@ export class GpuModel {
 
   /**
    * Compile, before the first step, the kernels of the step shapes `shapes` names. A step otherwise waits for the
-   * driver's compiler for every kernel of a shape it is the first of: on the H200, `latent run`'s first prefill took
+   * driver's compiler for every kernel of a shape it is the first of: on a large GPU, `latent run`'s first prefill took
    * 1.6 s and its 255 decode steps 3.9 s, where warmed steps take 0.8 s. Nothing runs on the GPU: the shapes are
    * dry-encoded (GpuRuntime.collectPipelines), over one layer of each kind, and their kernels compiled at once
    * (GpuRuntime.precompile). Kernels depend on the key count only through one chunk, more, and the split past the

@@ -116,7 +116,7 @@ type AttentionBuffers = { q: GPUBuffer; k1: GPUBuffer; k2: GPUBuffer; v: GPUBuff
 /**
  * Flash-style attention: absorbed MLA decode (q1 = q_abs, K1 = V = latent c, K2 = k_pe, head strides 0) or prefill MHA
  * (K1 = k_nope, V = v per head). Decode of 1–4 queries over more than one chunk of 256 keys takes the wide kernel
- * (wgsl-attn.ts; tune.attn = 1 at every key count, 0 never); otherwise one workgroup per (key chunk of 256, head, query)
+ * (attention/wide.wgsl.ts; tune.attn = 1 at every key count, 0 never); otherwise one workgroup per (key chunk of 256, head, query)
  * with a combine pass over the chunks
  * (FlashMLA's split-KV). `part` is scratch of at least attentionScratch() floats when the keys span more than one chunk.
  * A query without keys gets zeros from the wide kernel (NaN from the others).
@@ -178,7 +178,7 @@ function attentionWide(rt: GpuRuntime, bufs: AttentionBuffers, a: AttentionArgs)
   const sg = rt.info.subgroupSize;
   // the latent is both K1 and V: one read of a key row serves the scores and the weighted sum of every head
   const latent = a.k1.head === 0 && a.v.head === 0 && bufs.k1 === bufs.v && a.k1.off === a.v.off && a.k1.stride === a.v.stride && a.dv === a.d1 && a.d2 >= 1;
-  // by default only past one chunk of keys, where the chunked kernel splits too. Measured on the H200 (v2-lite batch 1,
+  // by default only past one chunk of keys, where the chunked kernel splits too. Measured on a large GPU (v2-lite batch 1,
   // whole step): decoding from 512 keys, GPU 5.20 → 3.65 ms per step with this kernel, from 4096 keys 6.04 → 4.18 ms;
   // at 17–50 keys it cost time instead (3.43 vs 3.23 ms: 4 workgroups for 16 heads where the chunked kernel has 16)
   const wide = rt.tune.attn ?? (a.maxKeys > ATTN_CHUNK ? 1 : 0);

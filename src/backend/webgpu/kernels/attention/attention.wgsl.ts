@@ -157,7 +157,7 @@ const ATTN_SG_KEYS = 2;
 
 /**
  * Key groups of the subgroup attention kernel's weighted sum: as many as fit 16 KB of partial sums (at most 8).
- * Measured on the H200 (v2-lite, 16 heads): when every thread walked all of a chunk's keys for its output columns,
+ * Measured on a large GPU (v2-lite, 16 heads): when every thread walked all of a chunk's keys for its output columns,
  * four loads at a time, the sum was a chain of dependent L2 round trips — 5.9 µs at 16 keys, 18.2 µs per layer in a
  * step at 17–50 keys.
  */

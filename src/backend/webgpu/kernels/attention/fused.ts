@@ -1,7 +1,7 @@
 /**
- * The one-token absorbed MLA attention as one dispatch (wgsl-attn-fused.ts): cache write, q_pe rope, W_UK absorb,
+ * The one-token absorbed MLA attention as one dispatch (attention/fused.wgsl.ts): cache write, q_pe rope, W_UK absorb,
  * attention over the latent cache and W_UV, `split` workgroups per head. It replaces three dependent dispatches of a
- * batch-1 decode step (`tune.attnFuse`, on by default on GPUs: on the H200, v2-lite batch 1, GPU 3.15 → 3.06 ms a step).
+ * batch-1 decode step (`tune.attnFuse`, on by default on GPUs: on a large GPU, v2-lite batch 1, GPU 3.15 → 3.06 ms a step).
  */
 import type { GpuMatrix } from "../matmul/matrix.js";
 import type { GpuRuntime } from "../../core/runtime.js";
@@ -43,16 +43,16 @@ export function attnFusedShape(rt: GpuRuntime, kB: GpuMatrix, vB: GpuMatrix, d: 
   if (d.P % attnFusedChunk(kB.type, d.P) !== 0 || d.L % attnFusedChunk(vB.type, d.L) !== 0) return undefined;
   const wide = sg >= 32;
   const clamp = (v: number | undefined, lo: number, hi: number, def: number): number => Math.max(lo, Math.min(hi, Math.floor(v ?? def)));
-  // about 128 workgroups (the H200's 132 SMs; V2-Lite's 16 heads: 8 each), each head's absorb redone by each of its
+  // about 128 workgroups (about one per SM of a large GPU; V2-Lite's 16 heads: 8 each), each head's absorb redone by each of its
   // own; on CPU adapters 2
   const split = Math.min(d.V, clamp(rt.tune.attnFuseSplit, 1, 16, wide ? Math.round(128 / d.heads) : 2));
   const keys = clamp(rt.tune.attnFuseKeys, 1, 4, wide ? 2 : 1);
-  // one chunk step a turn, in a pipelined loop: on the H200 (v2-lite batch 1, same call) the step took 3.07 ms on the
+  // one chunk step a turn, in a pipelined loop: on a large GPU (v2-lite batch 1, same call) the step took 3.07 ms on the
   // GPU with 1 (then not pipelined), 3.12 with 2 and 3.48 with 8 unrolled (kernel code fetched again every layer:
-  // wgsl-wide.ts, UNROLL), against 3.18 without the fused kernel
+  // shapes.ts, UNROLL), against 3.18 without the fused kernel
   const unroll = clamp(rt.tune.attnFuseUnroll, 1, 16, 1);
-  // subgroups a workgroup (tune.attnFuseSubgroups): on GPUs 16 where their partial latents fit in workgroup memory (on
-  // the H200, v2-lite batch 1, same call: GPU 2.58 / 2.58 ms a step against 2.67 / 2.67 with 8 and 3.04 with 4; with
+  // subgroups a workgroup (tune.attnFuseSubgroups): on GPUs 16 where their partial latents fit in workgroup memory (v2-lite
+  // batch 1, same call: GPU 2.58 / 2.58 ms a step against 2.67 / 2.67 with 8 and 3.04 with 4; with
   // ~128 workgroups, one an SM, more threads hide more of each one's latency), else 8 (at most 256 threads)
   const limit = rt.info.limits.maxComputeWorkgroupStorageSize;
   const base: AttnFusedShape = { heads: d.heads, P: d.P, R: d.R, L: d.L, V: d.V, typeK: kB.type, typeV: vB.type, sg, split, keys, unroll, own: d.lora !== true, ...(keySplit ? { keySplit } : {}) };

@@ -7,16 +7,16 @@
  * The grid is (head, split of W_UV's rows): each workgroup computes its head's absorbed query and attention itself
  * (W_UK's 512 × 128 values and ≤ 256 keys, small next to the boundaries it saves) and then only its share of W_UV's
  * rows, so that the kernel spreads over heads × splits SMs instead of one per head. W_UK and W_UV go through the wide
- * kernel's chunk decoders (wgsl-wide.ts), lanes of a row on neighbouring chunks and a shuffle-xor sum: each thread's
+ * kernel's chunk decoders (wide.wgsl.ts), lanes of a row on neighbouring chunks and a shuffle-xor sum: each thread's
  * first chunks are loaded before anything else, the rest in a software-pipelined loop of `unroll` chunk steps a turn.
- * The loop is for code size: on the H200 the fully unrolled kernel was faster alone and slower in the step (see
- * wgsl-wide.ts, UNROLL). The keys are scored `keys` per subgroup and iteration with an online softmax per subgroup
+ * The loop is for code size: on a large GPU the fully unrolled kernel was faster alone and slower in the step (see
+ * shapes.ts, UNROLL). The keys are scored `keys` per subgroup and iteration with an online softmax per subgroup
  * (each key row read once for its score and its share of the latent), and the subgroups' partial latents merge
  * through workgroup memory.
  *
  * Every workgroup normalizes and ropes the token's own key itself (576 values) and uses it as the last key, so that no
  * workgroup waits for another's cache write; workgroup (0, 0) writes it to the cache for later steps. Types without a
- * chunk decoder go through wgsl-quant.ts's `deq`, renamed per matrix.
+ * chunk decoder go through quant.wgsl.ts's `deq`, renamed per matrix.
  */
 import { dequantWGSL, unitSize } from "../quant.wgsl.js";
 import { ATTN_CHUNK, KEY_ROW_FN } from "./attention.wgsl.js";

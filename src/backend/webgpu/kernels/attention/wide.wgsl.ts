@@ -1,7 +1,7 @@
 /**
  * Wide absorbed-MLA decode attention (1–4 queries): all heads of a query attend over the same latent rows (K1 = V = c,
  * K2 = k_pe, head strides 0), so a workgroup takes a group of G heads (default 4) and reads every key once for all of
- * them. Why this shape, from the H200's side (132 SMs, 128 FP32 FMA/clk each, about 64 B/clk from L2 into one SM and
+ * them. Why this shape, from a large GPU's side (132 SMs, 128 FP32 FMA/clk each, about 64 B/clk from L2 into one SM and
  * 128 B/clk of L1/shared bandwidth, ~0.5 µs to DRAM, ≥ 2 µs for each dependent dispatch):
  *
  * - The previous kernel's time was latency: a subgroup scored one key per loop iteration, the V loop walked the keys

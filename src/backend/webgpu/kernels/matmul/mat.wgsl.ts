@@ -1,5 +1,5 @@
 /**
- * WGSL of the matrix kernels over GGUF-block weights (see wgsl-quant.ts for the block decoding):
+ * WGSL of the matrix kernels over GGUF-block weights (see quant.wgsl.ts for the block decoding):
  * - matvec2 / matvecExperts / matvecCoalesced: y[b][t][rowBase+r] (+)= Σ_c W_b[r][c]·x[b][t][c]; the batch index b
  *            selects a head (weight stride) or, in the gather variants, an expert read from an id buffer (only the
  *            selected experts' rows are read).
@@ -125,7 +125,7 @@ export interface MatvecShape {
 }
 
 /**
- * The round-2 matrix-vector kernel: MV_WG/tpr rows per workgroup, tpr threads per row walking the row's 32-element
+ * The subgroup / shared matrix-vector kernel: MV_WG/tpr rows per workgroup, tpr threads per row walking the row's 32-element
  * units (u = lane, lane + tpr, …: neighbouring threads read neighbouring bytes), each unit dequantized once and
  * multiplied with up to tn tokens held in registers. A row's partial sums are reduced with one subgroupAdd (no
  * barrier, no workgroup memory) or, without subgroups, through workgroup memory with a single barrier. Same
@@ -295,7 +295,7 @@ export interface CoalescedShape {
 }
 
 /**
- * The round-3 ("coalesced") matrix kernel: MV_WG/tpr rows per workgroup, tpr threads per row, each thread taking four
+ * The coalesced matrix kernel: MV_WG/tpr rows per workgroup, tpr threads per row, each thread taking four
  * consecutive elements of the row per step (`deq4`) and stepping by 4·tpr, so that a subgroup reads one contiguous
  * stretch of the row's blocks and x as vec4 (one 512-byte line per subgroup and token instead of 32 scattered ones);
  * each dequantized vec4 is used for up to tn tokens. mode "plain" / "gather" (pairs) / "experts" (expert-major): same

@@ -191,7 +191,7 @@ function coalescedTpr(cols: number, n: number, minT: number, rows: number, fill:
   return tpr;
 }
 
-/** Threads that fill the GPU about once (the H200: 132 SMs × 2048); RuntimeOptions.tune.fillThreads overrides, 0 turns it off. */
+/** Threads that fill the GPU about once (132 SMs × 2048 threads on a large GPU); RuntimeOptions.tune.fillThreads overrides, 0 turns it off. */
 export const FILL_THREADS = 262144;
 
 /** Whether the coalesced kernel runs a product over m (x aligned to 4 floats). */
@@ -216,7 +216,7 @@ export function matvecKernel(rt: GpuRuntime, m: GpuMatrix, n: number, gather: bo
     const minT = sgOk ? sg : 4;
     let tpr = coalescedTpr(m.cols, n, minT, rowsTotal, rt.tune.fillThreads ?? FILL_THREADS);
     if (expertMajor) {
-      // measured on the H200 (v2-lite, bench --tune): one subgroup per row, and tiles sized to the pairs an expert
+      // measured on a large GPU (v2-lite, bench --tune): one subgroup per row, and tiles sized to the pairs an expert
       // gets on average (n / items; at least 4): 8 at batch 64, 16 for a 512-token prefill
       tpr = rt.tune.expertTpr !== undefined ? Math.max(minT, rt.tune.expertTpr) : minT;
       tn = 4;
@@ -356,11 +356,11 @@ export function matmulGather(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUB
 
 /**
  * Expert-major gathered products over m from pairs ≥ this × experts (RuntimeOptions.tune.expertsFrom). Where the wide
- * kernel takes m's pairs one by one: 8 — measured on the H200 (v2-lite Q4_K_M, 2026-11-29, chained decode), per pair on
+ * kernel takes m's pairs one by one: 8 — measured on a large GPU (v2-lite Q4_K_M, chained decode), per pair on
  * the wide kernel instead of expert-major from lists: batch 8 (48 pairs over 64 experts) 349.6 → 718.6 tok/s (GPU
  * 19.66 → 10.76 ms per step), batch 16 521.5 → 781.0, batch 32 732.8 → 938.7, batch 64 (384 pairs) GPU 64.8 → 63.2 ms.
  * Where the row-tiled kernel takes m's expert lists (by default, for the same types): ROW_TILE_EXPERTS_FROM = 2
- * (wgsl-rowtile.ts), so the 8 above holds only with tune.rowTile = 0. Elsewhere 1/4 (measured before the wide kernel
+ * (rowtile.wgsl.ts), so the 8 above holds only with tune.rowTile = 0. Elsewhere 1/4 (measured before the wide kernel
  * existed: batch 8 ran 287 → 337 tok/s expert-major with tiles of 4 instead of per pair on the coalesced kernel).
  */
 export function expertsFrom(rt: GpuRuntime, m: GpuMatrix): number {

@@ -46,7 +46,7 @@ export interface WideShape {
   /** columns of W (baked in: every step unrolled) */
   readonly cols: number;
   /**
-   * x staged in workgroup memory (log2 of the vec4s between pads), or 0 to read it from X. Measured on the H200: each
+   * x staged in workgroup memory (log2 of the vec4s between pads), or 0 to read it from X. Measured on a large GPU: each
    * lane reads x for its own run of the row, so every vec4 load of X from a subgroup touched ~32 cache lines, and that
    * bounded the kernel — with x read in a coalesced (wrong) order instead, large products ran 1.5–2× faster. The pads
    * make the same per-lane pattern free of bank conflicts in workgroup memory.
@@ -76,7 +76,7 @@ export interface WideShape {
 
 /**
  * Work a decode step's wide product does beside its own (each saves the step a dependent dispatch and its barrier,
- * ~2.5 µs on the H200). Plain or pair-major products with x staged only.
+ * ~2.5 µs on a large GPU). Plain or pair-major products with x staged only.
  */
 export interface WideFusion {
   /**
@@ -113,7 +113,7 @@ export function stagedVec4s(n: number, cols: number, pad: number): number {
   return c4 + (c4 >> pad);
 }
 
-/** How one type's chunk is loaded and used (shared with the row-tiled kernel, wgsl-rowtile.ts). */
+/** How one type's chunk is loaded and used (shared with the row-tiled kernel, rowtile.wgsl.ts). */
 export interface TypeCode {
   /** W read as vec4u (blocks 16-byte aligned) rather than as u32 words */
   readonly vec4: boolean;
@@ -135,9 +135,9 @@ export interface TypeCode {
 }
 
 /**
- * Types with a `sums` decoder: Q4_K. (A Q8_0 one — bytes shifted to bits 15..22 — was slower on the H200: routed down
+ * Types with a `sums` decoder: Q4_K. (A Q8_0 one — bytes shifted to bits 15..22 — was slower on a large GPU: routed down
  * 12.78 → 13.43 µs, a large product 27.85 → 28.84 µs. Its shifts replaced floating-point subtractions with integer
- * instructions, which issue at half the rate; see BENCHMARKS round 9.)
+ * instructions, which issue at half the rate.)
  */
 export const SUM_TYPES: readonly number[] = [GGMLType.Q4_K];
 
@@ -163,7 +163,7 @@ function addDots(n: number, tag: string, terms: { v: string; idx: string }[], sc
  * with x then carries 16·x beside q·x, and a group's offsets are removed once, through its Σx, after its dot products.
  * Per value: a shift, a masked OR and the dot's FMA, instead of a masked OR, a subtraction, a scale FMA and the dot's
  * FMA. Products round ~16 times coarser than with exact conversion (~1e-6 of |y| instead of ~1e-7, measured in
- * wide.test.ts). On the H200 the routed gate+up ran 17.37 → 16.38 µs, the shared one 8.52 → 7.86 µs (BENCHMARKS round 9).
+ * wide.test.ts). On a large GPU the routed gate+up ran 17.37 → 16.38 µs, the shared one 8.52 → 7.86 µs.
  */
 function q4kSums(): TypeCode {
   const base = q4k();
@@ -355,7 +355,7 @@ fn sx8(v: u32) -> i32 { return bitcast<i32>(v << 24u) >> 24u; }
 // Integers to floats without conversion instructions (a quarter of the FP32 rate on NVIDIA GPUs): an integer v < 2^23
 // OR-ed into the mantissa of 2^23 is the float 2^23 + v, so subtracting 2^23 leaves v exactly. Callers mask each
 // quantized value in place (at its bit position k, giving v = q·2^k) and fold 2^-k into their scale, so most values
-// cost one AND/OR and one subtraction instead of shift, mask and convert. (On the H200 this alone changed no kernel's
+// cost one AND/OR and one subtraction instead of shift, mask and convert. (On a large GPU this alone changed no kernel's
 // time: the loads of x were the bound, see WideShape.stagePad; it is fewer instructions for when they no longer are.)
 fn mag(v: vec4u) -> vec4f { return bitcast<vec4f>(v | vec4u(0x4b000000u)) - vec4f(8388608.0); }
 // the four bytes of w each at bits 8..15 of its lane, masked (a value v·256 + 2^23 as float bits)

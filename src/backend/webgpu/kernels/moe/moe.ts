@@ -25,7 +25,7 @@ export interface RouteArgs {
 }
 
 /**
- * The routing kernel for these arguments and its grid: one subgroup per token (wgsl-route.ts) on devices with a fixed
+ * The routing kernel for these arguments and its grid: one subgroup per token (route.wgsl.ts) on devices with a fixed
  * subgroup size in 4..64, else (or with tune.route = 0, or groups that do not divide the experts) ROUTE_WGSL, one
  * 256-thread workgroup per token.
  */

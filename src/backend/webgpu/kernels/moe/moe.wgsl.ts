@@ -5,12 +5,12 @@
 
 export const ROUTE_PARAMS = ["n", "E", "K", "nGroup", "nGroupUsed", "softmax", "groupMax", "norm", "hasBias", "scale", "zOff", "zStride"] as const;
 
-/** The routing kernels' parameter block (ROUTE_PARAMS) and NEG (ROUTE_WGSL, wgsl-route.ts and wgsl-router.ts). */
+/** The routing kernels' parameter block (ROUTE_PARAMS) and NEG (ROUTE_WGSL and route.wgsl.ts). */
 export const ROUTE_STRUCT_WGSL = /* wgsl */ `
 struct P { ${ROUTE_PARAMS.map((k) => `${k}: ${k === "scale" ? "f32" : "u32"}`).join(", ")} }
 const NEG = -3.4028234e38;`;
 
-/** The routing kernels' parameters and bindings (ROUTE_WGSL and wgsl-route.ts): logits, bias → ids, weights. */
+/** The routing kernels' parameters and bindings (ROUTE_WGSL and route.wgsl.ts): logits, bias → ids, weights. */
 export const ROUTE_BINDINGS_WGSL = /* wgsl */ `${ROUTE_STRUCT_WGSL}
 @group(0) @binding(0) var<storage, read> Z: array<f32>;
 @group(0) @binding(1) var<storage, read> BIAS: array<f32>;

@@ -24,9 +24,9 @@ import { wgslFloat } from "../matmul/wide.wgsl.js";
 /**
  * Threads per workgroup by default (tokens: this / the subgroup size, at least one): 256, the size of the wide and
  * coalesced products, so that small steps' routing shares the shared down product's dispatch (GpuRuntime.together
- * combines kernels of unequal sizes only where the smaller uses no subgroup or barrier operations). On the H200
+ * combines kernels of unequal sizes only where the smaller uses no subgroup or barrier operations). On a large GPU
  * (v2-lite batch 1, alternating in one call) GPU 2.48 / 2.49 ms a step with 64 threads (the routing a dispatch of its
- * own), 2.36 / 2.37 with 256 (BENCHMARKS round 16).
+ * own), 2.36 / 2.37 with 256.
  */
 const ROUTE_THREADS = 256;
 /** Most experts used per token (moeRoute's limit): lanes keep ⌈MAX_PICKS / sg⌉ picks each. */

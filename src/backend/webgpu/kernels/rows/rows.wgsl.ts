@@ -19,7 +19,7 @@ fn total(li: u32, v: f32) -> f32 {
 /**
  * A 256-thread kernel using WG_TOTAL with its workgroup sum taken by subgroups where the device's subgroup size is
  * fixed (4..64): one subgroupAdd and two barriers instead of a nine-barrier tree — the one-workgroup-per-token norms
- * are latency-bound at small batches (on the H200, v2-lite batch 1: RMSNorm 3.8 µs, the MoE combine + RMSNorm 7.1 µs).
+ * are latency-bound at small batches (on a large GPU, v2-lite batch 1: RMSNorm 3.8 µs, the MoE combine + RMSNorm 7.1 µs).
  */
 export function withSubgroupTotal(code: string, sg: number | undefined): string {
   if (sg === undefined || sg < 4 || sg > 64 || !code.includes(WG_TOTAL)) return code;

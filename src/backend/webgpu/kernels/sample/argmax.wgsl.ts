@@ -12,7 +12,7 @@ export const REDUCE_SUM_WGSL = /* wgsl */ `  bs[li] = sum;
   }`;
 
 /**
- * The argmax kernels' comparisons (argmaxWGSL, and wgsl-sample.ts's draws): `better` ranks (value, index) pairs —
+ * The argmax kernels' comparisons (argmaxWGSL, and sample.wgsl.ts's draws): `better` ranks (value, index) pairs —
  * larger first, ties to the lower index, NaN never ahead, an empty slot (NONE) always behind — and `term` is
  * exp(x − m) as a log-sum-exp adds it.
  */
@@ -39,7 +39,7 @@ fn term(x: f32, m: f32) -> f32 {
  * [g·SLICE, (g+1)·SLICE) of row t, each thread 16 loads issued together, and writes its best (value bits, index) and
  * the slice's Σ exp(x − slice max) to PART[t·G + g] (G = p.slices); `merge`: one workgroup per row picks the best of
  * the row's G candidates and rescales their sums to the row's max (log-sum-exp). A 102400-wide row is then 25
- * workgroups of a few round trips to memory each, not one workgroup of 400 dependent ones (145 µs on the H200).
+ * workgroups of a few round trips to memory each, not one workgroup of 400 dependent ones (145 µs on a large GPU).
  *
  * Non-finite logits: the host sampler rejects NaN, +Infinity and rows of only −Infinity with a UsageError; here the
  * argmax still picks an id (NaN never chosen; a row of only NaN gives token 0) and LP[t] is NaN, so that the caller can

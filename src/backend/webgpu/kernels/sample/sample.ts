@@ -15,7 +15,7 @@ const sampleWGSL = memoWGSL(sampleSource);
 const sampleTopKWGSL = memoWGSL(sampleTopKSource);
 const nucleusWGSL = memoWGSL(nucleusSource);
 
-/** Words of the scratch sampleRows needs for n rows of `width`: two vec4u per slice of a row (wgsl-sample.ts). */
+/** Words of the scratch sampleRows needs for n rows of `width`: two vec4u per slice of a row (sample.wgsl.ts). */
 export function sampleScratchWords(n: number, width: number): number {
   return 8 * n * Math.ceil(width / ARGMAX_SLICE);
 }
@@ -30,7 +30,7 @@ export function sampleTopKWords(n: number, width: number): number {
   return 2 * SAMPLE_TOPK_MAX * n * Math.ceil(width / ARGMAX_SLICE);
 }
 
-/** Words of the scratch sampleRows needs for n rows' top-p and min-p without top-k (wgsl-nucleus.ts). */
+/** Words of the scratch sampleRows needs for n rows' top-p and min-p without top-k (nucleus.wgsl.ts). */
 export function sampleNucleusWords(n: number): number {
   return n * NUCLEUS_ROW_WORDS;
 }
@@ -41,12 +41,12 @@ export function sampleTopKFits(width: number): boolean {
 }
 
 /**
- * ids[t] = a token drawn from softmax(x_t / T_t) by the Gumbel-max trick (wgsl-sample.ts), or argmax(x_t) where 1/T_t
+ * ids[t] = a token drawn from softmax(x_t / T_t) by the Gumbel-max trick (sample.wgsl.ts), or argmax(x_t) where 1/T_t
  * is 0, for rows t of x [n × width]; `draws` holds per row DRAW_WORDS words — (1/T as f32 bits, a 32-bit key, top-k,
  * top-p as f32 bits), (min-p as f32 bits, 0, 0, 0) — the key drawn from the request's seeded sampler. With `cand`
  * (sampleTopKWords), rows with top-k 1..SAMPLE_TOPK_MAX are drawn after top-k → top-p → min-p as the host Sampler
  * filters (sampleTopKWGSL; two more dispatches); with `nucleus` (sampleNucleusWords, zeroed when made), rows without
- * top-k are drawn after top-p → min-p (wgsl-nucleus.ts; seven more dispatches); without them those filters are ignored.
+ * top-k are drawn after top-p → min-p (nucleus.wgsl.ts; seven more dispatches); without them those filters are ignored.
  * logprobs[t] = log_softmax(x_t) at ids[t] (NaN where the host sampler would refuse the row). Two dispatches, as
  * argmaxRows, or more.
  */

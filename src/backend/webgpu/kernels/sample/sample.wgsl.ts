@@ -209,7 +209,7 @@ fn pickDigit(li: u32, rem: u32) {
 }`;
   // the k-th largest key (th, tl) of the workgroup's items, 8 bits a round: hi's four digits, then those of lo's low
   // idBits (lo = ~id: the bits above are 1s), each round a histogram of the items under the digits picked so far. (Bit
-  // by bit, 32 + idBits rounds of a count, it took 39 µs a slice stage and 71 µs a merge on the H200; now 22 and 47.)
+  // by bit, 32 + idBits rounds of a count, it took 39 µs a slice stage and 71 µs a merge on a large GPU; now 22 and 47.)
   const radixSelect = (items: string, n: string): string => /* wgsl */ `
   var th = 0u;
   var rem = k;

@@ -1,10 +1,10 @@
 /**
  * `LATENT_BENCH_KERNEL_TOKENS=1,64 npm run bench -- webgpu-kernels`: each matrix product of a v2-lite decode step alone
- * on the GPU, µs per dispatch and GB/s of weights (src/backend/webgpu/kernel-bench.ts; on the lent H200 run the
- * compiled `node dist/backend/webgpu/kernel-bench.js` — see BENCHMARKS.md "## WebGPU", round 5).
+ * on the GPU, µs per dispatch and GB/s of weights (bench/webgpu-kernel-bench.ts, which also runs alone:
+ * `node --import tsx bench/webgpu-kernel-bench.ts` — see BENCHMARKS.md "## WebGPU").
  */
 import type { BenchResult } from "./run.js";
-import { runKernelBench } from "../src/backend/webgpu/kernel-bench.js";
+import { runKernelBench } from "./webgpu-kernel-bench.js";
 
 export async function run(): Promise<BenchResult[]> {
   const tokens = process.env.LATENT_BENCH_KERNEL_TOKENS;

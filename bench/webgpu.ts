@@ -1,12 +1,12 @@
 /**
  * `npm run bench -- --backend webgpu --model FILE.gguf [--batches 1,8,64]` (or `npm run bench -- webgpu` with
  * LATENT_BENCH_MODEL=FILE.gguf, LATENT_BENCH_BATCHES=1,8,64): the fused WebGPU pipeline's prefill / decode speed and
- * roofline fraction (src/backend/webgpu/bench.ts; on the lent H200 run the compiled
- * `node dist/backend/webgpu/bench.js FILE.gguf`, or scripts/h200-bench.sh — see BENCHMARKS.md "## WebGPU").
+ * roofline fraction (bench/webgpu-model.ts, which also runs alone:
+ * `node --import tsx bench/webgpu-model.ts FILE.gguf`, or compiled through scripts/h200-bench.sh — see BENCHMARKS.md "## WebGPU").
  */
 import type { BenchResult } from "./run.js";
 import { arg } from "./args.js";
-import { runWebGpuBench } from "../src/backend/webgpu/bench.js";
+import { runWebGpuBench } from "./webgpu-model.js";
 
 export async function run(): Promise<BenchResult[]> {
   const path = arg("model") ?? process.env.LATENT_BENCH_MODEL;

@@ -10,7 +10,7 @@
 # which writes $OUT/tests.tap and prints the summary and the failures.
 #
 # Left out: cli.test and close.test (they spawn `node --import tsx`), serve-fused.test (the `openai` client is 20 MB)
-# and generate-chained.test (it reads a fixture model); mma-probe.test's "exits cleanly" case spawns tsx and fails there.
+# and generate-chained.test (it reads a fixture model).
 set -uo pipefail
 case "${1:-}" in
   prepare)

@@ -15,9 +15,9 @@
 import type { MatKernels } from "./model/kernels.js";
 import { DEFAULT_PREFILL_CHUNK, evaluateAll, logSoftmaxRow } from "./engine/evaluate.js";
 import { generateTokens, generateTokensAsync, type AsyncGenerateModel, type GenerateOptions, type GenerateResult, type TokenEvent } from "./engine/generate.js";
-import { requestGpuDevice } from "./backend/webgpu/device.js";
-import { GpuModel } from "./backend/webgpu/gpu-model.js";
-import { GpuRuntime } from "./backend/webgpu/runtime.js";
+import { requestGpuDevice } from "./backend/webgpu/core/device.js";
+import { GpuModel } from "./backend/webgpu/graph/gpu-model.js";
+import { GpuRuntime } from "./backend/webgpu/core/runtime.js";
 import { GGUFFile, type FetchProgress, type LoadOptions as FetchOptions } from "./gguf/gguf-file.js";
 import { summarizeModel, formatSummary, type InspectSummary } from "./gguf/summary.js";
 import { MemorySource, blobSource, httpSource, type AsyncByteSource, type ByteSource, type HttpSourceOptions } from "./gguf/source.js";

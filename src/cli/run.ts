@@ -9,7 +9,7 @@ import { Tokenizer, type ChatMessage } from "../tokenizer/index.js";
 import { generate, type DecodeMode, type GenerateModel, type GeneratePath } from "../engine/generate.js";
 import type { BackendChoice } from "../runtime/load.js";
 import { openFusedForCli } from "./fused.js";
-import type { GpuHostStats, WarmStats } from "../backend/webgpu/fused.js";
+import type { GpuHostStats, WarmStats } from "../backend/webgpu/index.js";
 import { Sampler } from "../engine/sampler.js";
 import { DEFAULT_PREFILL_CHUNK } from "../engine/evaluate.js";
 

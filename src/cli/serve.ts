@@ -12,7 +12,7 @@ import { existsSync } from "node:fs";
 import { closeLoaded, loadModel, type BackendChoice, type LoadedModel } from "../runtime/load.js";
 import type { GGUFFile } from "../gguf/file.js";
 import type { ModelConfig } from "../model/config.js";
-import type { FusedGpuModel } from "../backend/webgpu/fused.js";
+import type { FusedGpuModel } from "../backend/webgpu/index.js";
 import { openFusedForCli, type FusedOpen } from "./fused.js";
 import { ALLOW_NONFINITE_OPTION, type CliIO, intOption, nonFiniteWarning, parseModelArgs, processIO } from "./common.js";
 import { commandParser, repeatable, valuesByFlag, type Parser } from "./options.js";

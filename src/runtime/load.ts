@@ -1,6 +1,5 @@
 import { CpuBackend } from "../backend/cpu/fast.js";
-import { WebGPUKernels } from "../backend/webgpu/kernels.js";
-import { NoGpuError } from "../backend/webgpu/device.js";
+import { NoGpuError, WebGPUKernels } from "../backend/webgpu/index.js";
 import { GGUFFile } from "../gguf/file.js";
 import type { ConfigOptions, ModelConfig } from "../model/config.js";
 import type { DeepSeek2 } from "../model/deepseek2.js";

@@ -3,7 +3,7 @@
 import type { LoadedModel } from "../../src/runtime/load.js";
 import { loadModel } from "../../src/runtime/load.js";
 import { Tokenizer } from "../../src/tokenizer/index.js";
-import { FusedGpuModel } from "../../src/backend/webgpu/fused.js";
+import { FusedGpuModel } from "../../src/backend/webgpu/index.js";
 import { CASES, synthModel } from "./synth.js";
 
 export interface PagedFused {

@@ -4,7 +4,7 @@
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { load, type LatentModel, type WebGpuSession } from "../../src/index.js";
-import { requestGpuDevice } from "../../src/backend/webgpu/device.js";
+import { requestGpuDevice } from "../../src/backend/webgpu/index.js";
 import { synthModel } from "../helpers/synth.js";
 
 process.env.XDG_RUNTIME_DIR ??= "/tmp";

@@ -1,4 +1,4 @@
-// The one-token fused MLA attention (attn-fused.ts: cache write, q_pe rope, W_UK absorb, attention over the latent
+// The one-token fused MLA attention (attention/fused.ts: cache write, q_pe rope, W_UK absorb, attention over the latent
 // cache with the token's own key, W_UV) against a float64 computation of the same definition, on fresh random inputs:
 // several widths (odd ones included), W_UK / W_UV types, 1 to 256 keys (one dispatch) and past that (the key-split
 // form: two dispatches), contiguous and paged cache rows. The cache row it writes is checked too.
@@ -7,9 +7,9 @@ import assert from "node:assert/strict";
 import { QMatrix } from "../../../src/tensor/qmatrix.js";
 import { GGMLType, typeName } from "../../../src/gguf/types.js";
 import { quantize } from "../../../src/quant/index.js";
-import { GpuRuntime } from "../../../src/backend/webgpu/runtime.js";
-import { GpuMatrix } from "../../../src/backend/webgpu/matrix.js";
-import { attentionFused, attnFusedPartWords, attnFusedShape } from "../../../src/backend/webgpu/attn-fused.js";
+import { GpuRuntime } from "../../../src/backend/webgpu/core/runtime.js";
+import { GpuMatrix } from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
+import { attentionFused, attnFusedPartWords, attnFusedShape } from "../../../src/backend/webgpu/kernels/attention/fused.js";
 import { f32, gpuOrSkip, relErr, Rng, u32 } from "./helpers.js";
 
 const { rt, skip: noGpu } = await gpuOrSkip();

@@ -1,12 +1,13 @@
-// The wide absorbed-MLA decode attention (wgsl-attn.ts) against a float64 reference and against the previous kernels
+// The wide absorbed-MLA decode attention (attention/wide.wgsl.ts) against a float64 reference and against the previous kernels
 // (tune.attn = 0; tune.attn = 1 takes the wide kernel at every key count) on fresh random inputs: key counts 0..2100 (one dispatch and split), 1–128 heads, 1, 2 and 4 queries
 // with their own key counts, contiguous and paged caches, DSA key selection, odd latent widths, the tuning knobs; and
 // that the kernel is chosen where it applies and nowhere else.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { attention, attentionScratch, type AttentionArgs } from "../../../src/backend/webgpu/ops.js";
-import { GpuRuntime, type KernelTuning, type OutRange, type RuntimeOptions } from "../../../src/backend/webgpu/runtime.js";
-import { attnWidePlan } from "../../../src/backend/webgpu/wgsl-attn.js";
+import { attention, attentionScratch, type AttentionArgs } from "../../../src/backend/webgpu/kernels/attention/attention.js";
+import { GpuRuntime, type OutRange, type RuntimeOptions } from "../../../src/backend/webgpu/core/runtime.js";
+import type { KernelTuning } from "../../../src/backend/webgpu/core/tuning.js";
+import { attnWidePlan } from "../../../src/backend/webgpu/kernels/attention/attention.js";
 import { f32, gpuOrSkip, record, relErr, Rng, u32 } from "./helpers.js";
 
 const { rt, skip: noGpu } = await gpuOrSkip();
@@ -22,7 +23,7 @@ class Spy extends GpuRuntime {
   }
 }
 
-/** The wide kernel is on by default only past 256 keys (see ops.ts); these tests turn it on at every key count unless a case says otherwise. */
+/** The wide kernel is on by default only past 256 keys (see kernels/attention/attention.ts); these tests turn it on at every key count unless a case says otherwise. */
 function runtime(tune: KernelTuning = {}, opts: RuntimeOptions = {}): Spy {
   return new Spy(rt!.info, { checkWrites: true, tune: { attn: 1, ...tune }, ...opts });
 }

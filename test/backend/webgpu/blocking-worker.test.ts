@@ -2,7 +2,7 @@
 // every later call the same way, instead of blocking until the call's timeout. No GPU needed.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { BlockingWorker, newChannel } from "../../../src/backend/webgpu/blocking-worker.js";
+import { BlockingWorker, newChannel } from "../../../src/backend/webgpu/core/blocking-worker.js";
 
 test("a worker whose module cannot load fails its calls at once, naming the reason", () => {
   const w = new BlockingWorker<{ op: string }>("no-such-worker", newChannel(), {}, 60_000);
@@ -17,10 +17,10 @@ test("a worker whose module cannot load fails its calls at once, naming the reas
 });
 
 test("a worker that dies of an uncaught error fails the waiting call at once, naming the error", () => {
-  // (a sibling path relative to src/backend/webgpu/)
-  const w = new BlockingWorker<{ op: string }>("../../../test/fixtures/workers/dies-later", newChannel(), {}, 60_000);
+  // (a path relative to this test: the from argument)
+  const w = new BlockingWorker<{ op: string }>("../../fixtures/workers/dies-later", newChannel(), {}, 60_000, import.meta.url);
   const t0 = Date.now();
-  assert.throws(() => w.call({ op: "step" }), /the \.\.\/\.\.\/\.\.\/test\/fixtures\/workers\/dies-later thread died: Error: boom outside any request/);
+  assert.throws(() => w.call({ op: "step" }), /the \.\.\/\.\.\/fixtures\/workers\/dies-later thread died: Error: boom outside any request/);
   assert.ok(Date.now() - t0 < 30_000, `${Date.now() - t0} ms`);
   assert.throws(() => w.call({ op: "step" }), /died/);
   w.terminate();

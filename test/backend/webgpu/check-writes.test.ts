@@ -1,7 +1,7 @@
 // --check-writes: a kernel that leaves part of its declared output unwritten is reported by name.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { UnwrittenOutputError } from "../../../src/backend/webgpu/runtime.js";
+import { UnwrittenOutputError } from "../../../src/backend/webgpu/core/runtime.js";
 import { gpuOrSkip } from "./helpers.js";
 
 const { rt, skip } = await gpuOrSkip({ checkWrites: true });

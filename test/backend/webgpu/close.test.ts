@@ -12,7 +12,7 @@ rt?.device.destroy();
 
 const CHILD = `
 const { loadModel } = await import(${JSON.stringify(new URL("../../../src/runtime/load.ts", import.meta.url).href)});
-const { WebGPUKernels } = await import(${JSON.stringify(new URL("../../../src/backend/webgpu/kernels.ts", import.meta.url).href)});
+const { WebGPUKernels } = await import(${JSON.stringify(new URL("../../../src/backend/webgpu/engine/kernels.ts", import.meta.url).href)});
 const { model } = loadModel(process.argv[1]);
 for (let i = 0; i < 3; i++) {
   const k = new WebGPUKernels();

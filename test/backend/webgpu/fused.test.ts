@@ -8,7 +8,7 @@ import { LatentCache } from "../../../src/model/cache.js";
 import { PagedSequence, PagePool } from "../../../src/engine/paged-cache.js";
 import { logSoftmaxRow } from "../../../src/engine/evaluate.js";
 import { loadModel } from "../../../src/runtime/load.js";
-import { FusedGpuModel } from "../../../src/backend/webgpu/fused.js";
+import { FusedGpuModel } from "../../../src/backend/webgpu/engine/fused.js";
 import { LatentError } from "../../../src/util/errors.js";
 import type { SequenceChunk } from "../../../src/model/deepseek2.js";
 import { argmax, logprobRows, maxAbsDiff, rowLogprobs } from "../../helpers/logprobs.js";

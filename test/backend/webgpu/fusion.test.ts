@@ -7,9 +7,9 @@ import assert from "node:assert/strict";
 import { QMatrix } from "../../../src/tensor/qmatrix.js";
 import { GGMLType, typeName } from "../../../src/gguf/types.js";
 import { quantize } from "../../../src/quant/index.js";
-import { GpuRuntime } from "../../../src/backend/webgpu/runtime.js";
-import { fusable, GpuMatrix, matmul, matmulGatherSwiGLU, matmulSwiGLU, matvecKernel } from "../../../src/backend/webgpu/matrix.js";
-import { moeRoute, routeNormShape, type RouteArgs } from "../../../src/backend/webgpu/ops.js";
+import { GpuRuntime } from "../../../src/backend/webgpu/core/runtime.js";
+import { fusable, GpuMatrix, matmul, matmulGatherSwiGLU, matmulSwiGLU, matvecKernel } from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
+import { moeRoute, routeNormShape, type RouteArgs } from "../../../src/backend/webgpu/kernels/moe/moe.js";
 import { f32, gpuOrSkip, relErr, Rng } from "./helpers.js";
 
 const { rt, skip: noGpu } = await gpuOrSkip();

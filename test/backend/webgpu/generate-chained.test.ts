@@ -5,7 +5,7 @@
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { FusedGpuModel } from "../../../src/backend/webgpu/fused.js";
+import { FusedGpuModel } from "../../../src/backend/webgpu/engine/fused.js";
 import { generateSync } from "../../../src/engine/generate.js";
 import { LatentCache } from "../../../src/model/cache.js";
 import { logSoftmax } from "../../../src/engine/logprobs.js";

@@ -1,8 +1,8 @@
 /// <reference types="@webgpu/types" />
 // Shared by the WebGPU parity tests: one runtime per test file (or a skip reason when no adapter exists), seeded
 // random inputs, and error measures against the CPU reference.
-import { requestGpuDevice } from "../../../src/backend/webgpu/device.js";
-import { GpuRuntime, type RuntimeOptions } from "../../../src/backend/webgpu/runtime.js";
+import { requestGpuDevice } from "../../../src/backend/webgpu/core/device.js";
+import { GpuRuntime, type RuntimeOptions } from "../../../src/backend/webgpu/core/runtime.js";
 
 process.env.XDG_RUNTIME_DIR ??= "/tmp";
 

@@ -1,12 +1,12 @@
-// Shared cases of the matrix-matrix kernels' parity tests (tiled.test.ts, rowtile.test.ts): plain products with
+// Shared cases of the matrix-matrix kernels' parity tests (rowtile.test.ts): plain products with
 // strides, offsets, acc and SwiGLU; the per-head batch form and row pieces; expert lists with uneven pair counts. Each
 // checks the GPU result against the CPU reference (QMatrix.matmul, float64) on fresh random inputs.
 import assert from "node:assert/strict";
 import { QMatrix } from "../../../src/tensor/qmatrix.js";
 import { GGMLType, typeName } from "../../../src/gguf/types.js";
 import { quantize } from "../../../src/quant/index.js";
-import type { GpuRuntime, RuntimeOptions } from "../../../src/backend/webgpu/runtime.js";
-import { expertListWords, expertLists, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLU, matvecKernel } from "../../../src/backend/webgpu/matrix.js";
+import type { GpuRuntime, RuntimeOptions } from "../../../src/backend/webgpu/core/runtime.js";
+import { expertListWords, expertLists, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLU, matvecKernel } from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
 import { f32, relErr, type Rng, u32 } from "./helpers.js";
 
 export const MATMUL_TOL = 2e-5;

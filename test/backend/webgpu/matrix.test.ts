@@ -3,9 +3,9 @@ import assert from "node:assert/strict";
 import { QMatrix } from "../../../src/tensor/qmatrix.js";
 import { GGMLType, typeName } from "../../../src/gguf/types.js";
 import { quantize } from "../../../src/quant/index.js";
-import { GpuRuntime } from "../../../src/backend/webgpu/runtime.js";
-import { getRows, GpuMatrix, matmul, matmulGather, matmulT } from "../../../src/backend/webgpu/matrix.js";
-import { GPU_TYPES } from "../../../src/backend/webgpu/wgsl-quant.js";
+import { GpuRuntime } from "../../../src/backend/webgpu/core/runtime.js";
+import { getRows, GpuMatrix, matmul, matmulGather, matmulT } from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
+import { GPU_TYPES } from "../../../src/backend/webgpu/kernels/quant.wgsl.js";
 import { f32, gpuOrSkip, record, relErr, Rng, u32 } from "./helpers.js";
 
 const { rt, skip } = await gpuOrSkip();

@@ -1,21 +1,20 @@
-// The round-2 matrix-vector kernel in each variant (subgroup reduction, workgroup-memory reduction, and the first
-// round's kernel) against the CPU reference on fresh random inputs: odd row counts (partial row groups), n = 1 and
+// The matrix-vector kernels in each variant (coalesced, subgroup reduction, workgroup-memory reduction) against the CPU reference on fresh random inputs: odd row counts (partial row groups), n = 1 and
 // n > 1 (partial token tiles of 2, 8 and 16), strided x/y, accumulation, and gathered expert products.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { QMatrix } from "../../../src/tensor/qmatrix.js";
 import { GGMLType, typeName } from "../../../src/gguf/types.js";
 import { quantize } from "../../../src/quant/index.js";
-import { GpuRuntime, type RuntimeOptions } from "../../../src/backend/webgpu/runtime.js";
-import type { GpuDeviceInfo } from "../../../src/backend/webgpu/device.js";
-import { expertListWords, expertLists, GpuMatrix, matmul, matmulGather, matvecKernel } from "../../../src/backend/webgpu/matrix.js";
+import { GpuRuntime, type RuntimeOptions } from "../../../src/backend/webgpu/core/runtime.js";
+import type { GpuDeviceInfo } from "../../../src/backend/webgpu/core/device.js";
+import { expertListWords, expertLists, GpuMatrix, matmul, matmulGather, matvecKernel } from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
 import { f32, gpuOrSkip, relErr, Rng, u32 } from "./helpers.js";
 
 const { rt, skip } = await gpuOrSkip();
 const TOL = 2e-5;
 const sgOk = rt?.info.subgroupSize !== undefined;
-type Variant = "coalesced" | "coalesced-nosg" | "coalesced-tuned" | "shared" | "legacy" | "subgroup";
-const variants: Variant[] = ["coalesced", "coalesced-nosg", "coalesced-tuned", "shared", "legacy", ...(sgOk ? (["subgroup"] as const) : [])];
+type Variant = "coalesced" | "coalesced-nosg" | "coalesced-tuned" | "shared" | "subgroup";
+const variants: Variant[] = ["coalesced", "coalesced-nosg", "coalesced-tuned", "shared", ...(sgOk ? (["subgroup"] as const) : [])];
 
 /** A runtime for a variant; coalesced-nosg is the coalesced kernel as a device without a fixed subgroup size gets it. */
 function runtime(variant: Variant, opts: Omit<RuntimeOptions, "matvec">): GpuRuntime {

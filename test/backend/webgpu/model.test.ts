@@ -3,7 +3,7 @@
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { loadModel } from "../../../src/runtime/load.js";
-import { WebGPUKernels } from "../../../src/backend/webgpu/kernels.js";
+import { WebGPUKernels } from "../../../src/backend/webgpu/engine/kernels.js";
 import { logprobRows, maxAbsDiff } from "../../helpers/logprobs.js";
 import { CASES, randomTokens, synthModel, type SynthCase } from "../../helpers/synth.js";
 import { gpuOrSkip, record } from "./helpers.js";

@@ -13,9 +13,12 @@ import { attendAbsorbed, attendPrefill, type KeySelection, type LatentRows, type
 import { moe, route } from "../../../src/model/moe.js";
 import { Indexer } from "../../../src/model/dsa.js";
 import type { AttentionWeights, MoEWeights } from "../../../src/model/weights.js";
-import { GpuMatrix, matmul, matmulGather, matmulT } from "../../../src/backend/webgpu/matrix.js";
-import { addNorm, attention, attentionScratch, copyRows, dsaSelect, kvCacheWrite, layerNorm, moeCombine, moeRoute, rmsNorm, rope, RopeTable, ropeTo, softmax, swiglu } from "../../../src/backend/webgpu/ops.js";
-import { GpuRuntime } from "../../../src/backend/webgpu/runtime.js";
+import { GpuMatrix, matmul, matmulGather, matmulT } from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
+import { addNorm, copyRows, layerNorm, rmsNorm, rope, RopeTable, ropeTo, softmax, swiglu } from "../../../src/backend/webgpu/kernels/rows/rows.js";
+import { attention, attentionScratch, kvCacheWrite } from "../../../src/backend/webgpu/kernels/attention/attention.js";
+import { dsaSelect } from "../../../src/backend/webgpu/kernels/dsa/dsa.js";
+import { moeCombine, moeRoute } from "../../../src/backend/webgpu/kernels/moe/moe.js";
+import { GpuRuntime } from "../../../src/backend/webgpu/core/runtime.js";
 import { f32, gpuOrSkip, record, relErr, Rng, u32 } from "./helpers.js";
 
 const { rt, skip } = await gpuOrSkip();

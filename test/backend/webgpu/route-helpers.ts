@@ -1,8 +1,8 @@
-// Shared by the routing tests (route.test.ts, router.test.ts): routing cases as RouteArgs and ModelConfig, the CPU
+// Shared by the routing tests (route.test.ts): routing cases as RouteArgs and ModelConfig, the CPU
 // reference with the kernels' NaN definition, and the error measure of weights.
 import type { ModelConfig } from "../../../src/model/config.js";
 import { route, type Route } from "../../../src/model/moe.js";
-import type { RouteArgs } from "../../../src/backend/webgpu/ops.js";
+import type { RouteArgs } from "../../../src/backend/webgpu/kernels/moe/moe.js";
 
 /** weights: float32 probabilities against the float64 reference, and the kernels' summation orders */
 export const REL = 2e-6;

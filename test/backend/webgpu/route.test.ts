@@ -1,4 +1,4 @@
-// MoE routing on the GPU: the subgroup kernel (wgsl-route.ts, the default where the subgroup size is fixed) against
+// MoE routing on the GPU: the subgroup kernel (route.wgsl.ts, the default where the subgroup size is fixed) against
 // the CPU reference route() and against the 256-thread workgroup kernel (tune route = 0) on the same fresh random
 // inputs: 4..256 experts, 1..16 used, 1..70 tokens, softmax and sigmoid, with and without bias, group-limited routing
 // (groups spanning lanes, one group a lane, several a lane; top-2 sum and max scoring), norm, scale, strided logits,
@@ -7,10 +7,11 @@
 // 16-lane subgroups, so the kernel cannot be run at 32 there: only validated, below).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { moeRoute, routeKernel, type RouteArgs } from "../../../src/backend/webgpu/ops.js";
-import { GpuRuntime, type KernelTuning } from "../../../src/backend/webgpu/runtime.js";
-import type { GpuDeviceInfo } from "../../../src/backend/webgpu/device.js";
-import { routeShape, routeWGSL } from "../../../src/backend/webgpu/wgsl-route.js";
+import { moeRoute, routeKernel, type RouteArgs } from "../../../src/backend/webgpu/kernels/moe/moe.js";
+import { GpuRuntime } from "../../../src/backend/webgpu/core/runtime.js";
+import type { KernelTuning } from "../../../src/backend/webgpu/core/tuning.js";
+import type { GpuDeviceInfo } from "../../../src/backend/webgpu/core/device.js";
+import { routeShape, routeWGSL } from "../../../src/backend/webgpu/kernels/moe/route.wgsl.js";
 import { f32, gpuOrSkip, record, Rng, wgslProblems } from "./helpers.js";
 import { maxRel, REL, referenceRoute, routeArgs as args, type RouteSpec } from "./route-helpers.js";
 

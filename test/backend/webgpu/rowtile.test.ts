@@ -1,4 +1,4 @@
-// The row-tiled matrix-matrix kernel (wgsl-rowtile.ts: expert lists, plain products of ≥ 32 tokens) against the CPU
+// The row-tiled matrix-matrix kernel (rowtile.wgsl.ts: expert lists, plain products of ≥ 32 tokens) against the CPU
 // reference on fresh random inputs: Q4_K, Q6_K, Q5_0, Q8_0; partial row and token tiles, steps of 128 and 256 columns,
 // strided and offset x/y, accumulation and SwiGLU, the dual gate·up form, the per-head batch form, weights in pieces,
 // and expert lists with uneven pair counts (experts with none, one with more pairs than a tile). Each case runs under
@@ -9,9 +9,10 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { GGMLType } from "../../../src/gguf/types.js";
 import { quantize } from "../../../src/quant/index.js";
-import { GpuRuntime, type KernelTuning, type RuntimeOptions } from "../../../src/backend/webgpu/runtime.js";
-import { expertsFrom, GpuMatrix, matvecKernel } from "../../../src/backend/webgpu/matrix.js";
-import { rowTileShape } from "../../../src/backend/webgpu/wgsl-rowtile.js";
+import { GpuRuntime, type RuntimeOptions } from "../../../src/backend/webgpu/core/runtime.js";
+import type { KernelTuning } from "../../../src/backend/webgpu/core/tuning.js";
+import { expertsFrom, GpuMatrix, matvecKernel } from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
+import { rowTileShape } from "../../../src/backend/webgpu/kernels/matmul/shapes.js";
 import { gpuOrSkip, Rng, sweepSkip } from "./helpers.js";
 import { checkExpertLists, checkHeadsAndPieces, checkPlainProducts } from "./matmul-cases.js";
 
@@ -46,8 +47,6 @@ test("selection: expert lists and plain products of ≥ 32 tokens of its types t
   assert.doesNotMatch(matvecKernel(off, e, 24, "experts-list", true).code, ROWS);
   // another matvec variant asked for keeps its kernels
   assert.doesNotMatch(matvecKernel(new GpuRuntime(rt!.info, { matvec: "subgroup" }), g, 64, false, true).code, ROWS);
-  // an explicit tune.tiled = 1 keeps the tiled kernel
-  assert.doesNotMatch(matvecKernel(new GpuRuntime(rt!.info, { tune: { tiled: 1 } }), g, 64, false, true).code, ROWS);
   // expert-major from two pairs per expert on average where it reads the experts
   assert.equal(expertsFrom(r, e), 2);
   // steps: 256 columns where they divide the row, else 128 (1408 = 11 × 128); tiles by tokens or pairs per expert

@@ -2,8 +2,8 @@
 // replayed in pieces, against values computed here.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { GpuRuntime } from "../../../src/backend/webgpu/runtime.js";
-import { copyRows } from "../../../src/backend/webgpu/ops.js";
+import { GpuRuntime } from "../../../src/backend/webgpu/core/runtime.js";
+import { copyRows } from "../../../src/backend/webgpu/kernels/rows/rows.js";
 import { f32, gpuOrSkip, Rng } from "./helpers.js";
 
 const { rt, skip } = await gpuOrSkip({});

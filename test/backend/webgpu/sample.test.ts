@@ -1,12 +1,12 @@
-// Temperature sampling on the GPU (wgsl-sample.ts, the Gumbel-max trick): greedy rows (1/T = 0) choose as argmaxRows;
+// Temperature sampling on the GPU (sample.wgsl.ts, the Gumbel-max trick): greedy rows (1/T = 0) choose as argmaxRows;
 // sampled rows report the chosen token's log-probability under the unmodified distribution (float64 reference); the
 // draws' frequencies fit softmax(x / T) (chi-square, many keys over one row); a key decides its token; rows the host
 // sampler refuses get a NaN log-probability.
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
-import { argmaxRows, argmaxScratchWords, sampleNucleusWords, sampleRows, sampleScratchWords, sampleTopKWords } from "../../../src/backend/webgpu/ops.js";
+import { argmaxRows, argmaxScratchWords, sampleNucleusWords, sampleRows, sampleScratchWords, sampleTopKWords } from "../../../src/backend/webgpu/kernels/sample/sample.js";
 import { Sampler } from "../../../src/engine/sampler.js";
-import { f32bits } from "../../../src/backend/webgpu/runtime.js";
+import { f32bits } from "../../../src/backend/webgpu/core/runtime.js";
 import { gpuOrSkip, Rng } from "./helpers.js";
 import { logprobAt } from "../../helpers/logprobs.js";
 

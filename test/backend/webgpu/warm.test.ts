@@ -5,8 +5,8 @@
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { loadModel } from "../../../src/runtime/load.js";
-import { GpuModel, type StepToken } from "../../../src/backend/webgpu/gpu-model.js";
-import { GpuRuntime } from "../../../src/backend/webgpu/runtime.js";
+import { GpuModel, type StepToken } from "../../../src/backend/webgpu/graph/gpu-model.js";
+import { GpuRuntime } from "../../../src/backend/webgpu/core/runtime.js";
 import { LatentError } from "../../../src/util/errors.js";
 import { CASES, randomTokens, synthModel, type SynthCase } from "../../helpers/synth.js";
 import { gpuOrSkip } from "./helpers.js";

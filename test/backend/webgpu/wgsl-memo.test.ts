@@ -2,7 +2,7 @@
 // differ (also undefined against null or a missing key) are kept apart; non-data arguments are refused.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { memoWGSL } from "../../../src/backend/webgpu/wgsl-memo.js";
+import { memoWGSL } from "../../../src/backend/webgpu/core/wgsl-memo.js";
 import { LatentError } from "../../../src/util/errors.js";
 
 test("memoWGSL builds each source once per distinct arguments", () => {

@@ -7,10 +7,11 @@ import assert from "node:assert/strict";
 import { QMatrix } from "../../../src/tensor/qmatrix.js";
 import { GGMLType, typeName } from "../../../src/gguf/types.js";
 import { quantize, rowBytes } from "../../../src/quant/index.js";
-import { GpuRuntime, type RuntimeOptions } from "../../../src/backend/webgpu/runtime.js";
-import type { GpuDeviceInfo } from "../../../src/backend/webgpu/device.js";
-import { expertListWords, expertLists, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLU, matvecKernel } from "../../../src/backend/webgpu/matrix.js";
-import { matvecWideWGSL, wideRowsPerGroup, wideShape } from "../../../src/backend/webgpu/wgsl-wide.js";
+import { GpuRuntime, type RuntimeOptions } from "../../../src/backend/webgpu/core/runtime.js";
+import type { GpuDeviceInfo } from "../../../src/backend/webgpu/core/device.js";
+import { expertListWords, expertLists, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLU, matvecKernel } from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
+import { matvecWideWGSL, wideRowsPerGroup } from "../../../src/backend/webgpu/kernels/matmul/wide.wgsl.js";
+import { wideShape } from "../../../src/backend/webgpu/kernels/matmul/shapes.js";
 import { f32, gpuOrSkip, relErr, Rng, sweepSkip, u32 } from "./helpers.js";
 
 const { rt, skip: noGpu } = await gpuOrSkip();

@@ -1,0 +1,30 @@
+/// <reference types="@webgpu/types" />
+/** Launcher of the DSA indexer's scores and top-k selection. */
+import { f32bits, type GpuRuntime } from "../../core/runtime.js";
+import { DSA_SCORES_WGSL, TOPK_WGSL } from "./dsa.wgsl.js";
+
+
+export interface DsaArgs {
+  readonly n: number;
+  /** width of the score rows (≥ every query's key count) */
+  readonly T: number;
+  readonly Hi: number;
+  readonly D: number;
+  readonly topK: number;
+  readonly kOff?: number;
+  /** keys through page tables in SEL (META base = the table's offset); 0 = contiguous rows */
+  readonly pageSize?: number;
+}
+
+/**
+ * The DSA indexer's selection on the GPU: scores [n × T] from roped indexer queries q [n × Hi × D], head weights
+ * w [n × Hi] and keys; then per query the top-k positions (ascending) into sel [n × topK], and META updated so that
+ * the attention kernel reads only those keys (queries with ≤ topK keys stay dense).
+ */
+export function dsaSelect(rt: GpuRuntime, bufs: { q: GPUBuffer; w: GPUBuffer; keys: GPUBuffer; meta: GPUBuffer; scores: GPUBuffer; sel: GPUBuffer }, a: DsaArgs): void {
+  const wScale = 1 / Math.sqrt(a.Hi * a.D);
+  rt.dispatch("dsaScores", DSA_SCORES_WGSL, [bufs.q, bufs.w, bufs.keys, bufs.meta, bufs.scores, bufs.sel], new Uint32Array([a.n, a.T, a.Hi, a.D, f32bits(wScale), a.kOff ?? 0, a.pageSize ?? 0, 0]), [Math.ceil(a.T / 64), a.n], [
+    { buffer: bufs.scores, offset: 0, size: a.n * a.T * 4 },
+  ]);
+  rt.dispatch("dsaTopK", TOPK_WGSL, [bufs.scores, bufs.meta, bufs.sel], new Uint32Array([a.n, a.T, a.topK, 0]), [a.n]);
+}

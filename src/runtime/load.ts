@@ -71,7 +71,7 @@ export function loadModel(path: string, onProgress?: LoadProgress, options: Conf
       throw e;
     }
   }
-  // backend "cpu": matrices are read straight into the backend's shared wasm memory (issue 7)
+  // backend "cpu": matrices are read straight into the backend's shared wasm memory, never held twice
   const backend = options.backend === "cpu" || options.backend === "auto" ? new CpuBackend({ threads: options.threads }) : undefined;
   try {
     const { config, model } = loadModelFrom(file, onProgress, { ...options, kernels: backend, weightsFrom: backend?.adopt(file) });

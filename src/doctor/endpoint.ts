@@ -129,27 +129,9 @@ export async function checkEndpoint(o: EndpointOptions): Promise<EndpointReport>
   const origin = new URL(base).origin;
   const empty = { base, health: undefined, models: undefined, servedModel: undefined, tokenization: undefined, mode: "none" as const, tokens: [], positions: [], meanKL: NaN, maxKL: NaN, top1Agreement: NaN, meanAbsLogprobDiff: NaN, verdict: "unknown" as const };
 
-  let health: EndpointReport["health"];
-  for (const url of [`${origin}/health`, `${base}/health`]) {
-    try {
-      const r = await call(url);
-      health = { url, status: r.status };
-      if (r.status === 200) break;
-    } catch (e) {
-      f.add("endpoint", "error", "unreachable", `cannot reach ${url}: ${(e as Error).message}`);
-      return { ...empty, reachable: false };
-    }
-  }
-  if (health?.status !== 200) f.add("endpoint", "warning", "health", `no healthy /health (status ${health?.status}) at ${origin}`, { health });
-
-  let models: string[] | undefined;
-  const mr = await tryCall(call, `${base}/models`);
-  const data = isRecord(mr.json) && Array.isArray(mr.json.data) ? mr.json.data : undefined;
-  models = data?.map((d) => (isRecord(d) && typeof d.id === "string" ? d.id : "?"));
-  if (mr.status !== 200 || models === undefined) {
-    f.add("endpoint", "warning", "models", `${base}/models answered ${mr.status} without a model list`);
-    models = undefined;
-  }
+  const reach = await reachEndpoint(call, base, origin, f);
+  if (reach === undefined) return { ...empty, reachable: false };
+  const { health, models } = reach;
   const servedModel = o.servedModel ?? models?.[0];
 
   const c = o.model.config;
@@ -252,30 +234,96 @@ export async function checkEndpoint(o: EndpointOptions): Promise<EndpointReport>
   const mode = modeOf(dialect);
   const probes = prompts.map((p, i): EndpointProbe => ({ label: LABELS[i] ?? `probe ${i}`, promptTokens: p.length, generated: replies[i]?.generated ?? [], ...(usedDialect[i] !== undefined ? { dialect: usedDialect[i] } : {}) }));
 
-  // Are these log-probabilities at all?
+  const notDistributions = checkDistributions(positions, rows, Math.min(K, c.nVocab), c.nVocab, f);
+
+  const evidence = { dialect, mode, positions: positions.length, meanKL: all.meanKL, maxKL: all.maxKL, top1Agreement: all.top1, meanAbsLogprobDiff: all.meanGap, prefill, decode, tolerance: TOLERANCE };
+  const stats = `prefill ${prefill.n > 0 ? formatSummary(prefill) : "not scored"}; decode ${decode.n > 0 ? formatSummary(decode) : "not scored"} (${dialect} dialect, ${mode})`;
+  const verdict = judge({ o, f, positions, all, prefill, prefillOk, decodeOk, hasPrompt, notDistributions, stats, evidence, attempts, dialect, probes, prompts, scored, reference, seqs, logits, rows });
+  return {
+    base, reachable: true, health, models, servedModel, tokenization, mode, tokens: seqs[first] ?? [], positions,
+    meanKL: all.meanKL, maxKL: all.maxKL, top1Agreement: all.top1, meanAbsLogprobDiff: all.meanGap, verdict,
+    dialect, attempts, probes, prefill, decode, tolerance: TOLERANCE,
+  };
+}
+
+/** /health (at the origin, then under the API base) and /v1/models; undefined when the server cannot be reached. */
+async function reachEndpoint(call: ReturnType<typeof makeCall>, base: string, origin: string, f: EndpointOptions["findings"]): Promise<{ health: EndpointReport["health"]; models: string[] | undefined } | undefined> {
+  let health: EndpointReport["health"];
+  for (const url of [`${origin}/health`, `${base}/health`]) {
+    try {
+      const r = await call(url);
+      health = { url, status: r.status };
+      if (r.status === 200) break;
+    } catch (e) {
+      f.add("endpoint", "error", "unreachable", `cannot reach ${url}: ${(e as Error).message}`);
+      return undefined;
+    }
+  }
+  if (health?.status !== 200) f.add("endpoint", "warning", "health", `no healthy /health (status ${health?.status}) at ${origin}`, { health });
+
+  let models: string[] | undefined;
+  const mr = await tryCall(call, `${base}/models`);
+  const data = isRecord(mr.json) && Array.isArray(mr.json.data) ? mr.json.data : undefined;
+  models = data?.map((d) => (isRecord(d) && typeof d.id === "string" ? d.id : "?"));
+  if (mr.status !== 200 || models === undefined) {
+    f.add("endpoint", "warning", "models", `${base}/models answered ${mr.status} without a model list`);
+    models = undefined;
+  }
+  return { health, models };
+}
+
+/** Are these log-probabilities at all? Findings for unnormalized, short and flat distributions; true when they are not
+ * a model's distributions (nothing for the fault matcher to reproduce). */
+function checkDistributions(positions: EndpointPosition[], rows: readonly (readonly Float64Array[])[], want: number, nVocab: number, f: EndpointOptions["findings"]): boolean {
   let notDistributions = false;
   if (positions.length > 0) {
     const overfull = positions.filter((p) => p.returnedMass > 1.02);
     notDistributions = overfull.length > 0;
     if (overfull.length > 0) f.add("endpoint", "error", "logprobs-not-normalized", `at ${overfull.length} of ${positions.length} positions the returned probabilities sum above 1 (up to ${Math.max(...overfull.map((p) => p.returnedMass)).toFixed(2)}): they are not normalized log-probabilities (raw logits, or a wrong temperature)`, { positions: overfull.length });
-    const want = Math.min(K, c.nVocab);
-    // (entries keyed by an ambiguous token text collapse in JSON: no evidence of a short answer)
+        // (entries keyed by an ambiguous token text collapse in JSON: no evidence of a short answer)
     const short = positions.filter((p) => p.k < want && p.unmapped === 0);
     if (short.length > 0) {
       const most = short.length * 2 > positions.length;
       f.add("endpoint", most ? "error" : "warning", "logprobs-incomplete", `at ${short.length} of ${positions.length} positions the endpoint returned fewer alternatives than the ${want} asked (as few as ${Math.min(...short.map((p) => p.k))})${most ? ": its distributions cannot be checked, only the actual tokens" : ""}`, { positions: short.length, asked: want });
     }
-    const flatAt = -Math.log(c.nVocab) + Math.log(4);
+    const flatAt = -Math.log(nVocab) + Math.log(4);
     const flat = positions.filter((p) => p.endpointTopLogprob <= flatAt);
     if (flat.length * 2 > positions.length) {
       notDistributions = true;
       const refTop = flat.map((p) => Math.max(...rows[p.seq]![p.pos]!));
-      f.add("endpoint", "error", "logprobs-flat", `at ${flat.length} of ${positions.length} positions the endpoint's most likely returned token has probability ≤ 4/${c.nVocab}: its distributions are nearly flat (entropy near log(vocab) = ${Math.log(c.nVocab).toFixed(2)} nats), where latent's reference puts ${Math.exp(refTop.reduce((a, b) => a + b, 0) / refTop.length).toFixed(3)} (geometric mean) on its top token`, { positions: flat.length });
+      f.add("endpoint", "error", "logprobs-flat", `at ${flat.length} of ${positions.length} positions the endpoint's most likely returned token has probability ≤ 4/${nVocab}: its distributions are nearly flat (entropy near log(vocab) = ${Math.log(nVocab).toFixed(2)} nats), where latent's reference puts ${Math.exp(refTop.reduce((a, b) => a + b, 0) / refTop.length).toFixed(3)} (geometric mean) on its top token`, { positions: flat.length });
     }
   }
 
-  const evidence = { dialect, mode, positions: positions.length, meanKL: all.meanKL, maxKL: all.maxKL, top1Agreement: all.top1, meanAbsLogprobDiff: all.meanGap, prefill, decode, tolerance: TOLERANCE };
-  const stats = `prefill ${prefill.n > 0 ? formatSummary(prefill) : "not scored"}; decode ${decode.n > 0 ? formatSummary(decode) : "not scored"} (${dialect} dialect, ${mode})`;
+  return notDistributions;
+}
+
+interface Judged {
+  o: EndpointOptions;
+  f: EndpointOptions["findings"];
+  positions: EndpointPosition[];
+  all: Summary;
+  prefill: Summary;
+  prefillOk: boolean;
+  decodeOk: boolean;
+  hasPrompt: boolean;
+  notDistributions: boolean;
+  stats: string;
+  evidence: Record<string, unknown>;
+  attempts: { dialect: Dialect; error: string }[];
+  dialect: Dialect;
+  probes: EndpointProbe[];
+  prompts: number[][];
+  scored: Scored[];
+  reference: ReturnType<typeof withF32Weights>;
+  seqs: number[][];
+  logits: Float32Array[][];
+  rows: Float64Array[][];
+}
+
+/** The verdict, with its finding: a match, a broken decode path (and its likely cause), or a mismatch (and its cause). */
+function judge(j: Judged): EndpointReport["verdict"] {
+  const { o, f, positions, all, prefill, prefillOk, decodeOk, hasPrompt, notDistributions, stats, evidence, attempts, dialect, probes, prompts, scored, reference, seqs, logits, rows } = j;
   let verdict: EndpointReport["verdict"];
   if (positions.length === 0) {
     verdict = "unknown";
@@ -298,9 +346,5 @@ export async function checkEndpoint(o: EndpointOptions): Promise<EndpointReport>
       f.add("endpoint", "error", "logprobs-mismatch", `the endpoint's log-probs disagree with latent's reference on the same GGUF beyond the same-weights tolerance (mean KL ≤ ${TOLERANCE.meanKL}, mean |Δ logprob| ≤ ${TOLERANCE.meanGap}): ${stats}; worst at position ${worst.pos} of the ${probes[worst.seq]?.label ?? ""} probe (KL ${worst.kl.toExponential(2)}). ${m.causes.length > 0 ? `Likely cause: ${m.causes.join("; ")}` : noMatch}`, { ...evidence, causes: m.causes, worst, fittedScale: m.fittedScale, matcherTried: m.tried });
     }
   }
-  return {
-    base, reachable: true, health, models, servedModel, tokenization, mode, tokens: seqs[first] ?? [], positions,
-    meanKL: all.meanKL, maxKL: all.maxKL, top1Agreement: all.top1, meanAbsLogprobDiff: all.meanGap, verdict,
-    dialect, attempts, probes, prefill, decode, tolerance: TOLERANCE,
-  };
+  return verdict;
 }

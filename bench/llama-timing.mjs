@@ -20,7 +20,7 @@ const nDecode = opt("decode", 128);
 let cpuBackend = "?";
 const llama = await getLlama({
   gpu: false, build: "never", logLevel: LlamaLogLevel.debug, maxThreads: 0,
-  logger(level, message) {
+  logger(_level, message) {
     const m = /loaded CPU backend from (\S+)/.exec(message);
     if (m) cpuBackend = path.basename(m[1]);
   },

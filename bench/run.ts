@@ -74,7 +74,6 @@ async function main(): Promise<void> {
   const { json, llama, ...valued } = opts;
   setBenchOptions({ ...valued, "no-llama": !llama });
   const jsonPath = json === true ? "bench-results.json" : json === false ? undefined : json;
-  const backend = opts.backend;
   const all: Record<string, BenchResult[]> = {};
   for (const [name, load] of Object.entries(MODULES)) {
     if (only.length > 0 && !only.includes(name)) continue;

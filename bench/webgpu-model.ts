@@ -130,7 +130,7 @@ export async function runWebGpuBench(path: string, opts: { dawnFlags?: string[];
   const embd = model.weights.output === model.weights.tokenEmbd ? 0 : model.weights.tokenEmbd.data.byteLength;
   dense -= expertAll + embd;
   const activePerToken = dense + c.nExpertUsed * expertOne;
-  const bytesPerStep = (B: number): number => dense + expertOne * c.nExpert * (1 - Math.pow(1 - c.nExpertUsed / c.nExpert, B));
+  const bytesPerStep = (B: number): number => dense + expertOne * c.nExpert * (1 - (1 - c.nExpertUsed / c.nExpert) ** B);
   log(`active weight bytes per token: ${(activePerToken / 1e9).toFixed(3)} GB (non-expert ${(dense / 1e9).toFixed(3)} GB + ${c.nExpertUsed} experts × ${(expertOne / 1e6).toFixed(1)} MB)`);
 
   const results: WebGpuBenchResult[] = [{ name: "copy bandwidth", value: bw / 1e9, unit: "GB/s", extra: { first_round_gb_s: copy.first / 1e9 } }];

@@ -26,7 +26,7 @@ export class Rope {
       high = Math.min(dims - 1, Math.ceil(corrDim(yarn.betaSlow)));
     }
     for (let i = 0; i < half; i++) {
-      const extrap = Math.pow(base, (-2 * i) / dims);
+      const extrap = base ** ((-2 * i) / dims);
       if (yarn === undefined) {
         this.theta[i] = extrap;
         continue;

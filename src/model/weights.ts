@@ -71,9 +71,7 @@ export interface ModelWeights {
   readonly bytes: number;
 }
 
-export interface LoadProgress {
-  (doneBytes: number, totalBytes: number): void;
-}
+export type LoadProgress = (doneBytes: number, totalBytes: number) => void
 
 /**
  * What to do with a tensor that holds NaN or ±Inf: "refuse" (a GGUFError naming it), "ignore" (no scan: the doctor

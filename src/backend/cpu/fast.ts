@@ -379,11 +379,10 @@ export class CpuBackend implements MatKernels {
    */
   adopt(file: GGUFFile): GGUFFile {
     const wrapped = Object.create(file) as GGUFFile;
-    const self = this;
-    wrapped.readBytes = function (info: TensorInfo, start?: number, length?: number): Uint8Array {
+    wrapped.readBytes = (info: TensorInfo, start?: number, length?: number): Uint8Array => {
       const rows = info.ne.slice(1).reduce((p, x) => p * x, 1);
       if (start !== undefined || length !== undefined || rows < 2 || !CpuBackend.supports(info.type)) return file.readBytes(info, start, length);
-      const view = self.allocWeight(info.nbytes);
+      const view = this.allocWeight(info.nbytes);
       file.readBytesInto(info, view); // straight into shared memory: one copy, no 3 GB of intermediate buffers
       return view;
     };

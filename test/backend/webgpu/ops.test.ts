@@ -303,7 +303,7 @@ for (const [label, shape, n, pos0, type] of [
     });
     const selFn: KeySelection = (i) => lists[i];
     const wantSparse = attendAbsorbed(w, cfg, pr, n, pos0, lat, selFn, plainKernels);
-    const metaS = u32(r, lists.map((_, i) => [0, K, i * K, 1]).flat());
+    const metaS = u32(r, lists.flatMap((_, i) => [0, K, i * K, 1]));
     const selB = u32(r, lists.flat());
     attention(r, { q: qAbs, k1: cb, k2: kpe, v: cb, meta: metaS, sel: selB, o: lo, part }, {
       nq: n, heads: H, d1: L, d2: R, dv: L, scale: cfg.kqScale, maxKeys: K,

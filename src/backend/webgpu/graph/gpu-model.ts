@@ -18,7 +18,7 @@ import { attention, attentionScratch, kvCacheWrite } from "../kernels/attention/
 import { dsaSelect } from "../kernels/dsa/dsa.js";
 import { moeCombine, moeRoute, routeNormShape, type RouteArgs } from "../kernels/moe/moe.js";
 import { attentionFused, attnFusedPartWords, attnFusedShape } from "../kernels/attention/fused.js";
-import { type GpuRuntime, type Recording } from "../core/runtime.js";
+import type { GpuRuntime, Recording } from "../core/runtime.js";
 import { ATTN_CHUNK } from "../kernels/attention/attention.wgsl.js";
 import { layerWeightBytes, upload, uploadLayer, type GpuFFN, type GpuLayer } from "./weights.js";
 
@@ -197,8 +197,6 @@ export class GpuModel {
     const { rt, c, b } = this;
     const n = tokens.length;
     if (n === 0 || n > this.opts.maxTokens) throw new LatentError(`a step takes 1..${this.opts.maxTokens} tokens, got ${n}`);
-    const { nEmbd: Hd, nHead: H, qkNope: P, qkRope: R, vHead: V, kvLoraRank: L, qLoraRank: Lq, nExpertUsed: K, nFFExp: Fe } = c;
-    const D = P + R;
     const ctx = this.opts.context;
     let maxKeys = 0;
     const meta = new Uint32Array(4 * n);

@@ -8,8 +8,11 @@ import { ANY, ANY_OBJECT, type SchemaNode } from "./schema.js";
  * state allocates only the frames it changes and never disturbs the state.
  */
 
-/** Most whitespace bytes in one gap between tokens: a model must not loop on spaces forever. */
-export const MAX_WHITESPACE = 16;
+/**
+ * Most whitespace bytes in one gap between tokens: a model must not spend its tokens on spaces (a small model left
+ * 16 a gap wrote little else); compact JSON with ", " or a newline between tokens still fits.
+ */
+export const MAX_WHITESPACE = 2;
 /** Longest number, in bytes. */
 export const MAX_NUMBER_BYTES = 32;
 /** Deepest nesting of objects and arrays in the generated value. */

@@ -24,6 +24,8 @@ export const ANY_OBJECT: SchemaNode = { k: "object", props: null, required: new 
 export const MAX_SCHEMA_NODES = 5000;
 /** Deepest nesting of schema objects and arrays. */
 export const MAX_SCHEMA_DEPTH = 64;
+/** Longest schema, as JSON text: a few nodes can still hold megabytes of keys, enum strings or descriptions. */
+export const MAX_SCHEMA_CHARS = 256 * 1024;
 /** Most enum values (each is a literal the recognizer tracks per byte). */
 export const MAX_ENUM = 512;
 
@@ -53,6 +55,9 @@ function checkSize(schema: unknown): void {
 /** Compiles `schema`; UsageError (→ 400) naming the keyword or rule that cannot be honoured. Declared properties always restrict the keys, strict or not. */
 export function compileSchema(schema: unknown): SchemaNode {
   checkSize(schema);
+  // (after checkSize: the depth is bounded, so stringify cannot overflow the stack)
+  const chars = JSON.stringify(schema)?.length ?? 0;
+  if (chars > MAX_SCHEMA_CHARS) throw new UsageError(`the JSON schema is too large: ${chars} characters of JSON (at most ${MAX_SCHEMA_CHARS})`);
   if (!isObj(schema)) throw new UsageError(`the JSON schema must be an object, got ${schema === null ? "null" : Array.isArray(schema) ? "array" : typeof schema}`);
   const defs = new Map<string, unknown>();
   for (const key of ["$defs", "definitions"]) {

@@ -200,7 +200,9 @@ export class Sampler {
    * every token is checked at once.
    */
   private chooseAllowed(row: Float64Array, constraint: TokenConstraint): number {
-    for (let tries = 0; tries < CONSTRAINT_TRIES; tries++) {
+    let left = 0; // tokens not banned: once all are rejected nothing is left to draw
+    for (let t = 0; t < row.length; t++) if (row[t] !== -Infinity) left++;
+    for (let tries = 0; tries < Math.min(CONSTRAINT_TRIES, left); tries++) {
       const token = this.isGreedy() ? argmax(row) : this.choose(logSoftmaxInto(row, adjustedScratch));
       if (row[token] === -Infinity) break;
       if (constraint.allows(token)) return token;

@@ -1,4 +1,4 @@
-import { ANY, ANY_OBJECT, type SchemaNode } from "./schema.js";
+import { ANY, ANY_OBJECT, MAX_VALUE_DEPTH, type SchemaNode } from "./schema.js";
 
 /**
  * A byte-level pushdown recognizer of JSON text that matches a compiled schema (schema.ts). It reads UTF-8 bytes, not
@@ -15,8 +15,8 @@ import { ANY, ANY_OBJECT, type SchemaNode } from "./schema.js";
 export const MAX_WHITESPACE = 2;
 /** Longest number, in bytes. */
 export const MAX_NUMBER_BYTES = 32;
-/** Deepest nesting of objects and arrays in the generated value. */
-export const MAX_DEPTH = 32;
+/** Deepest nesting of objects and arrays in the generated value (the schema compiler refuses schemas that need more). */
+export const MAX_DEPTH = MAX_VALUE_DEPTH;
 /** Most parses kept side by side; extra ones are dropped (what remains still only accepts valid text). */
 export const MAX_PARSES = 64;
 

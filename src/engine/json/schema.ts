@@ -151,7 +151,52 @@ export function compileSchema(schema: unknown): SchemaNode {
   };
   const root = compile(schema, "schema");
   for (const ref of refs.values()) checkRefConsumes(ref);
+  const depth = minimalDepth(root);
+  if (depth === Infinity) throw new UsageError("the JSON schema has no finite instance: its required properties or items recurse forever");
+  if (depth > MAX_VALUE_DEPTH) throw new UsageError(`the JSON schema needs values nested ${depth} deep (at most ${MAX_VALUE_DEPTH})`);
   return root;
+}
+
+/** Deepest nesting of objects and arrays in a generated value (the recognizer's bound). */
+export const MAX_VALUE_DEPTH = 64;
+
+/**
+ * The least nesting of objects and arrays in any instance of `root` (Infinity: none is finite, e.g. a required
+ * property that refers back to its object). A fixpoint over the node graph, since $ref makes it cyclic: each round
+ * can only lower a node's depth, and a chain of refs needs at most one round per node.
+ */
+function minimalDepth(root: SchemaNode): number {
+  const nodes: SchemaNode[] = [];
+  const seen = new Set<SchemaNode>();
+  const stack = [root];
+  while (stack.length > 0) {
+    const n = stack.pop()!;
+    if (seen.has(n)) continue;
+    seen.add(n);
+    nodes.push(n);
+    if (n.k === "union") stack.push(...n.of);
+    else if (n.k === "ref") stack.push(n.target!);
+    else if (n.k === "array") stack.push(n.items);
+    else if (n.k === "object") for (const p of n.props?.values() ?? []) stack.push(p);
+  }
+  const depth = new Map<SchemaNode, number>(nodes.map((n) => [n, Infinity]));
+  const of = (n: SchemaNode): number => depth.get(n)!;
+  for (let round = 0, changed = true; changed && round <= nodes.length; round++) {
+    changed = false;
+    for (const n of nodes) {
+      let d: number;
+      if (n.k === "union") d = Math.min(...n.of.map(of));
+      else if (n.k === "ref") d = of(n.target!);
+      else if (n.k === "array") d = n.minItems === 0 ? 1 : 1 + of(n.items);
+      else if (n.k === "object") d = 1 + Math.max(0, ...[...n.required].map((r) => of(n.props?.get(r) ?? ANY)));
+      else d = 0;
+      if (d < of(n)) {
+        depth.set(n, d);
+        changed = true;
+      }
+    }
+  }
+  return of(root);
 }
 
 function literal(values: readonly unknown[], where: string): SchemaNode {

@@ -91,3 +91,11 @@ test("end-of-generation only when the value is complete; nothing after a closed 
   assert.equal(c.allows(2), false, "no trailing whitespace");
   assert.equal(c.complete, true);
 });
+
+test("a constraint that allows no token is an error naming it, not a hang or an invalid token", () => {
+  const nothing = { allows: () => false, accept: () => assert.fail("accepted a token") };
+  for (const temperature of [0, 1]) {
+    const sampler = new Sampler({ temperature, seed: 1, constraint: nothing });
+    assert.throws(() => sampler.sample(new Float32Array([1, 2, 3])), /no token can continue the constrained output/);
+  }
+});

@@ -83,6 +83,11 @@ test("hostile schemas: deep nesting, recursive $ref, 1 MB — a clear refusal, f
   refused(deep, /nested too deeply/);
   refused({ $defs: { a: { $ref: "#/$defs/b" }, b: { anyOf: [{ $ref: "#/$defs/a" }] } }, $ref: "#/$defs/a" }, /refers to itself/);
   refused({ $ref: "#" }, /refers to itself/);
+  refused({ type: "object", properties: { next: { $ref: "#" } }, required: ["next"] }, /no finite instance/);
+  refused({ type: "array", minItems: 1, items: { $ref: "#" } }, /no finite instance/);
+  const chain: Record<string, unknown> = {};
+  for (let i = 0; i < 100; i++) chain[`d${i}`] = i === 99 ? { type: "null" } : { type: "array", minItems: 1, items: { $ref: `#/$defs/d${i + 1}` } };
+  refused({ $defs: chain, $ref: "#/$defs/d0" }, /nested 99 deep/);
   const props: Record<string, unknown> = {};
   for (let i = 0; i < 20_000; i++) props[`property_number_${i}_${"x".repeat(20)}`] = { type: "string" };
   assert.ok(JSON.stringify(props).length > 1_000_000);

@@ -699,7 +699,7 @@ async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessag
     if (e instanceof ApiError) throw e;
     throw new ApiError(400, `cannot render the chat template: ${e instanceof Error ? e.message : String(e)}`, "invalid_request_error", "messages");
   }
-  const plan: ChatOutputPlan = planChatOutput({
+  const planned: ChatOutputPlan = planChatOutput({
     reasoningFormat: api.reasoningFormat,
     template: api.tokenizer.chatTemplate,
     // enough of the prompt's end to see an open <think> (it is the generation prompt's last text)
@@ -707,6 +707,9 @@ async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessag
     tools,
     parallelToolCalls: optBool(body, "parallel_tool_calls") ?? true,
   });
+  // JSON output is all content: the constraint lets the model write no <think> and no tool-call markers, and a prompt
+  // that opened <think> would otherwise file the JSON under reasoning_content
+  const plan: ChatOutputPlan = json !== undefined ? { ...planned, reasoning: undefined, toolFormat: undefined, controlTokenText: false } : planned;
   const maxTokens = [budget(api, prompt.length, s.maxTokens, api.limits.defaultChatMaxTokens)];
   const k = topLogprobs ?? 0;
   const created = Math.floor(Date.now() / 1000);

@@ -6,7 +6,8 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import OpenAI from "openai";
 import { loadModel } from "../../src/runtime/load.js";
-import { startServer, type RunningServer } from "../../src/server/server.js";
+import { Metadata } from "../../src/gguf/metadata.js";
+import { startServer, type RunningServer, type ServedModel } from "../../src/server/server.js";
 
 const loaded = loadModel(join(import.meta.dirname, "..", "..", "models", "latent-demo-kjv.gguf"));
 const MODEL = "demo";
@@ -109,4 +110,28 @@ test("schemas the server cannot honour, and hostile ones, get a 400 naming the p
   await refused(format({ type: "object", properties: { a: { type: "string", description: "x".repeat(1_000_000) } } }), "response_format", /too large/);
   await refused({ response_format: { type: "yaml" } }, "response_format", /"yaml"/);
   await refused({ response_format: { type: "json_object" }, ignore_eos: true }, "ignore_eos", /response_format/);
+});
+
+test("a prompt that opens <think>: the JSON is the content, not reasoning", async () => {
+  // DeepSeek-V3.1's switch: with `thinking` the generation prompt ends in an open <think>
+  const template =
+    "{{ bos_token }}{% for message in messages %}<｜User｜>{{ message['content'] }}{% endfor %}" +
+    "{% if add_generation_prompt %}<｜Assistant｜>{% if thinking %}<think>\n{% else %}</think>{% endif %}{% endif %}";
+  const entries = new Map(loaded.file.metadata.entries);
+  entries.set("tokenizer.chat_template", { ...entries.get("tokenizer.chat_template")!, value: template });
+  const served: ServedModel = { file: { metadata: new Metadata(entries) }, config: loaded.config, model: loaded.model };
+  const thinking = await startServer({ loaded: served, port: 0, modelId: MODEL, maxBatch: 2 });
+  try {
+    const c = new OpenAI({ baseURL: `${thinking.url}/v1`, apiKey: "none", maxRetries: 0, timeout: 60_000 });
+    const r = await c.chat.completions.create({
+      model: MODEL, messages: MESSAGES, max_tokens: 64, temperature: 0, chat_template_kwargs: { thinking: true },
+      response_format: { type: "json_schema", json_schema: { name: "verdict", schema: VERDICT } },
+    } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+    const message = r.choices[0]!.message as { content: string | null; reasoning_content?: string };
+    assert.equal(r.choices[0]!.finish_reason, "stop");
+    checkVerdict(message.content!);
+    assert.ok(!message.reasoning_content, `reasoning: ${message.reasoning_content}`);
+  } finally {
+    await thinking.close();
+  }
 });

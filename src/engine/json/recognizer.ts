@@ -93,6 +93,19 @@ function startKey(s: Stack, f: Frame & { t: "obj" }, out: Stack[]): void {
   }
 }
 
+const ANY_ARRAY: SchemaNode = { k: "array", items: ANY, minItems: 0, maxItems: Infinity };
+const ANY_STRING: SchemaNode = { k: "string", minLength: 0, maxLength: Infinity };
+const ANY_NUMBER: SchemaNode = { k: "number", integer: false };
+const ANY_LITERAL: SchemaNode = { k: "literal", texts: ["true", "false", "null"] };
+
+/** A literal node's texts as UTF-8, encoded once per node (values start at every token tried from a value position). */
+const literalCache = new WeakMap<SchemaNode, Uint8Array[]>();
+function literalBytes(node: SchemaNode & { k: "literal" }): Uint8Array[] {
+  let bytes = literalCache.get(node);
+  if (bytes === undefined) literalCache.set(node, (bytes = node.texts.map((t) => utf8.encode(t))));
+  return bytes;
+}
+
 /** Starts `node`'s value at byte `b` (not whitespace) on top of `below`, pushing the resulting stacks. */
 function startValue(below: Stack | null, node: SchemaNode, b: number, out: Stack[]): void {
   switch (node.k) {
@@ -103,10 +116,10 @@ function startValue(below: Stack | null, node: SchemaNode, b: number, out: Stack
       return;
     case "any":
       if (b === 0x7b) return startValue(below, ANY_OBJECT, b, out);
-      if (b === 0x5b) return startValue(below, { k: "array", items: ANY, minItems: 0, maxItems: Infinity }, b, out);
-      if (b === QUOTE) return startValue(below, { k: "string", minLength: 0, maxLength: Infinity }, b, out);
-      if (b === 0x2d || isDigit(b)) return startValue(below, { k: "number", integer: false }, b, out);
-      return startValue(below, { k: "literal", texts: ["true", "false", "null"] }, b, out);
+      if (b === 0x5b) return startValue(below, ANY_ARRAY, b, out);
+      if (b === QUOTE) return startValue(below, ANY_STRING, b, out);
+      if (b === 0x2d || isDigit(b)) return startValue(below, ANY_NUMBER, b, out);
+      return startValue(below, ANY_LITERAL, b, out);
     case "object":
       if (b === 0x7b && (below?.depth ?? 0) < MAX_DEPTH) out.push(push(below, { t: "obj", node, st: 0, seen: [], key: "", ws: 0 }));
       return;
@@ -121,7 +134,7 @@ function startValue(below: Stack | null, node: SchemaNode, b: number, out: Stack
       else if (isDigit(b)) out.push(push(below, { t: "num", integer: node.integer, st: b === 0x30 ? 2 : 3, n: 1 }));
       return;
     case "literal": {
-      const texts = node.texts.map((t) => utf8.encode(t)).filter((t) => t[0] === b);
+      const texts = literalBytes(node).filter((t) => t[0] === b);
       if (texts.length === 0) return;
       const lit = { t: "lit", texts, names: texts.map(() => ""), pos: 1 } as const;
       const s = push(below, lit);

@@ -1,6 +1,7 @@
 import { UsageError } from "../util/errors.js";
 import { greedyLogprob, logSoftmaxInto, topIds, topLogprobs } from "./logprobs.js";
 import { LogitAdjuster, type LogitAdjustOptions } from "./logit-adjust.js";
+import type { TokenConstraint } from "./json/constraint.js";
 
 /** Sampling settings; the LogitAdjustOptions (logit bias, penalties) change the row before filtering and drawing. */
 export interface SamplerOptions extends LogitAdjustOptions {
@@ -16,7 +17,15 @@ export interface SamplerOptions extends LogitAdjustOptions {
   seed?: number;
   /** Return this many top alternatives (under the unmodified distribution) with each sample. Default none. */
   logprobs?: number;
+  /** Only tokens it allows are chosen (constrained decoding, e.g. JSON output); stateful, so one per sequence. */
+  constraint?: TokenConstraint;
 }
+
+/**
+ * Candidates a constrained sampler rejects before it computes the whole mask: the likeliest tokens are almost always
+ * allowed, and asking the constraint about every token of the vocabulary costs far more than a few redraws.
+ */
+export const CONSTRAINT_TRIES = 16;
 
 export interface SampleResult {
   token: number;
@@ -92,7 +101,8 @@ export class Sampler {
   readonly logprobs: number;
   private rng: Xoshiro128;
   private readonly adjuster: LogitAdjuster;
-  /** logit bias or a penalty is on: every row is adjusted on the host before the choice */
+  private readonly constraint: TokenConstraint | undefined;
+  /** logit bias, a penalty or a constraint is on: every row is adjusted on the host before the choice */
   readonly adjustsLogits: boolean;
 
   constructor(options: SamplerOptions = {}) {
@@ -112,7 +122,8 @@ export class Sampler {
     this.logprobs = logprobs;
     this.rng = new Xoshiro128(seed);
     this.adjuster = new LogitAdjuster(options);
-    this.adjustsLogits = this.adjuster.active;
+    this.constraint = options.constraint;
+    this.adjustsLogits = this.adjuster.active || this.constraint !== undefined;
   }
 
   /** Whether this sampler picks the argmax (ties to the lowest id) of every logits row: temperature 0. */
@@ -167,13 +178,44 @@ export class Sampler {
     if (scratch.length < logits.length) scratch = new Float64Array(logits.length);
     if (adjustedScratch.length < logits.length) adjustedScratch = new Float64Array(logits.length);
     const lp = logSoftmaxInto(logits, scratch);
+    const row = this.adjuster.apply(logits);
     // throws when every token is banned (all -Infinity)
-    const adjusted = logSoftmaxInto(this.adjuster.apply(logits), adjustedScratch);
-    const token = this.isGreedy() ? argmax(adjusted) : this.draw(adjusted, this.kept(adjusted));
+    const token = this.constraint !== undefined ? this.chooseAllowed(row, this.constraint) : this.choose(logSoftmaxInto(row, adjustedScratch));
     this.adjuster.observe(token);
+    this.constraint?.accept(token);
     const result: SampleResult = { token, logprob: lp[token]! };
     if (this.logprobs > 0) result.top = topLogprobs(lp, this.logprobs);
     return result;
+  }
+
+  /** The greedy choice or a draw from a log-softmax row, with this sampler's filters. */
+  private choose(adjusted: Float64Array): number {
+    return this.isGreedy() ? argmax(adjusted) : this.draw(adjusted, this.kept(adjusted));
+  }
+
+  /**
+   * The choice from `row` (adjusted logits, overwritten) restricted to the tokens `constraint` allows: a rejected
+   * token's logit becomes -Infinity and the choice is made again — for greedy the next best, for a draw a redraw from
+   * the renormalized rest, which is exactly a draw from the restricted distribution. After CONSTRAINT_TRIES rejections
+   * every token is checked at once.
+   */
+  private chooseAllowed(row: Float64Array, constraint: TokenConstraint): number {
+    let left = 0; // tokens not banned: once all are rejected nothing is left to draw
+    for (let t = 0; t < row.length; t++) if (row[t] !== -Infinity) left++;
+    for (let tries = 0; tries < Math.min(CONSTRAINT_TRIES, left); tries++) {
+      const token = this.isGreedy() ? argmax(row) : this.choose(logSoftmaxInto(row, adjustedScratch));
+      if (row[token] === -Infinity) break;
+      if (constraint.allows(token)) return token;
+      row[token] = -Infinity;
+    }
+    let any = false;
+    for (let t = 0; t < row.length; t++) {
+      if (row[t] === -Infinity) continue;
+      if (constraint.allows(t)) any = true;
+      else row[t] = -Infinity;
+    }
+    if (!any) throw new UsageError("no token can continue the constrained output (the JSON schema cannot be completed within the nesting bound, or every allowed token is banned)");
+    return this.choose(logSoftmaxInto(row, adjustedScratch));
   }
 
   /** Ids kept by top-k → top-p → min-p, for a log-softmax vector. Sorted most likely first when top-k or top-p is on. */

@@ -52,11 +52,7 @@ export function refuseUnsupportedFields(body: Body, kind: "completion" | "chat")
 }
 
 function refuseChatValues(body: Body): void {
-  const rf = body["response_format"];
-  if (rf !== undefined && rf !== null) {
-    const type = typeof rf === "object" && !Array.isArray(rf) ? (rf as Body)["type"] : undefined;
-    if (type !== "text") throw unsupported("response_format", `'response_format' of type ${shownValue(type ?? typeName(rf))} is not supported by this server (only {"type": "text"}): no constrained decoding`);
-  }
+  // response_format's values: response-format.ts, where the JSON schema is compiled
   // tool calls are parsed out of the text the model writes (src/server/tool-calls.ts); nothing constrains it to call
   // one, so "required" and a named function cannot be kept
   const choice = body["tool_choice"];

@@ -22,6 +22,9 @@ import { chatTemplateKwargsField } from "./template-kwargs.js";
 import { corsHeaders, parseCorsOrigins, preflightHeaders } from "./cors.js";
 import { lineLogger, requestIdOf, type RequestTokens, type ServerLogger } from "./access-log.js";
 import { listenError } from "./listen.js";
+import { responseFormatField } from "./response-format.js";
+import { JsonConstraint } from "../engine/json/constraint.js";
+import type { SchemaNode } from "../engine/json/schema.js";
 import { MAX_LOGPROBS, messagesField, modelField, optBool, optInt, promptField, requireNoSuffix, samplingFields, type SamplingFields } from "./schema.js";
 
 /** What the server runs: the file (metadata: tokenizer, name), the config and a batched forward pass. */
@@ -472,7 +475,7 @@ function launch(
   kind: GenJob["kind"],
   prompts: readonly (readonly number[])[],
   s: SamplingFields,
-  extra: { readonly topLogprobs: number | undefined; readonly promptLogprobs: number | undefined; readonly maxTokens: number[]; readonly special?: boolean },
+  extra: { readonly topLogprobs: number | undefined; readonly promptLogprobs: number | undefined; readonly maxTokens: number[]; readonly special?: boolean; readonly json?: SchemaNode },
   hooks: { onToken?(c: Choice, t: TokenOut): void; onPrompt?(c: Choice): void; onFinish?(c: Choice): void },
 ): { job: GenJob; done: Promise<void> } {
   const t0 = performance.now();
@@ -503,6 +506,8 @@ function launch(
             frequencyPenalty: s.frequencyPenalty,
             repetitionPenalty: s.repetitionPenalty,
             ...(s.repetitionPenalty !== 1 ? { promptTokens: prompt } : {}),
+            // a constraint holds its sequence's parse state: one per sequence
+            ...(extra.json !== undefined ? { constraint: new JsonConstraint(api.tokenizer, extra.json) } : {}),
           },
           stop: s.stop,
           ignoreEog: s.ignoreEos,
@@ -679,6 +684,10 @@ async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessag
   if (topLogprobs !== undefined && !logprobs) throw badParam("top_logprobs", "'top_logprobs' needs 'logprobs': true");
   const promptLogprobs = optInt(body, "prompt_logprobs", 0, MAX_LOGPROBS);
   const variables = chatTemplateKwargsField(body);
+  const json = responseFormatField(body);
+  // the constraint ends the output with the end-of-generation token once the value is whole; ignoring it would let
+  // the sequence run on with nothing allowed
+  if (json !== undefined && s.ignoreEos) throw badParam("ignore_eos", "'ignore_eos' cannot be combined with a JSON 'response_format': the end-of-generation token ends the JSON value", "unsupported_parameter");
   // tool_choice "none": the tools are neither shown to the model nor looked for in its answer
   const requestTools = Array.isArray(body["tools"]) ? (body["tools"] as unknown[]) : undefined; // fields.ts checked it
   const tools = body["tool_choice"] === "none" ? undefined : requestTools;
@@ -690,7 +699,7 @@ async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessag
     if (e instanceof ApiError) throw e;
     throw new ApiError(400, `cannot render the chat template: ${e instanceof Error ? e.message : String(e)}`, "invalid_request_error", "messages");
   }
-  const plan: ChatOutputPlan = planChatOutput({
+  const planned: ChatOutputPlan = planChatOutput({
     reasoningFormat: api.reasoningFormat,
     template: api.tokenizer.chatTemplate,
     // enough of the prompt's end to see an open <think> (it is the generation prompt's last text)
@@ -698,6 +707,9 @@ async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessag
     tools,
     parallelToolCalls: optBool(body, "parallel_tool_calls") ?? true,
   });
+  // JSON output is all content: the constraint lets the model write no <think> and no tool-call markers, and a prompt
+  // that opened <think> would otherwise file the JSON under reasoning_content
+  const plan: ChatOutputPlan = json !== undefined ? { ...planned, reasoning: undefined, toolFormat: undefined, controlTokenText: false } : planned;
   const maxTokens = [budget(api, prompt.length, s.maxTokens, api.limits.defaultChatMaxTokens)];
   const k = topLogprobs ?? 0;
   const created = Math.floor(Date.now() / 1000);
@@ -709,7 +721,7 @@ async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessag
     if (d === undefined) streams.set(c.index, (d = new ChatDeltaStream(plan)));
     return d;
   };
-  const { job, done } = launch(api, req, res, "chat", [prompt], s, { topLogprobs: logprobs ? Math.max(k, 0) : undefined, promptLogprobs, maxTokens, special: plan.controlTokenText }, sse === undefined ? {} : {
+  const { job, done } = launch(api, req, res, "chat", [prompt], s, { topLogprobs: logprobs ? Math.max(k, 0) : undefined, promptLogprobs, maxTokens, special: plan.controlTokenText, ...(json !== undefined ? { json } : {}) }, sse === undefined ? {} : {
     onToken: (c, t) => {
       const delta = streamOf(c).push(t.text);
       const empty = Object.keys(delta).length === 0;

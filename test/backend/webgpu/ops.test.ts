@@ -16,7 +16,7 @@ import type { AttentionWeights, MoEWeights } from "../../../src/model/weights.js
 import { GpuMatrix, matmul, matmulGather, matmulT } from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
 import { addNorm, copyRows, layerNorm, rmsNorm, rope, RopeTable, ropeTo, softmax, swiglu } from "../../../src/backend/webgpu/kernels/rows/rows.js";
 import { attention, attentionScratch, kvCacheWrite } from "../../../src/backend/webgpu/kernels/attention/attention.js";
-import { dsaSelect } from "../../../src/backend/webgpu/kernels/dsa/dsa.js";
+import { dsaSelect, dsaTopK } from "../../../src/backend/webgpu/kernels/dsa/dsa.js";
 import { moeCombine, moeRoute } from "../../../src/backend/webgpu/kernels/moe/moe.js";
 import { GpuRuntime } from "../../../src/backend/webgpu/core/runtime.js";
 import { f32, gpuOrSkip, record, relErr, Rng, u32 } from "./helpers.js";
@@ -456,6 +456,56 @@ for (const [n, pos0, topK] of [[1, 30, 8], [3, 10, 4], [2, 2, 16]] as const) {
         assert.equal(m[4 * i + 3], 1);
         assert.deepEqual(Array.from(s.subarray(m[4 * i + 2]!, m[4 * i + 2]! + topK)), [...w], `query ${i} keys`);
       }
+    }
+  });
+}
+
+/** The DSA selection's reference on f32 scores: the K largest unmasked of row[0, nk), ties to the lowest position, ascending. */
+function topKPositions(row: Float32Array, nk: number, K: number): number[] {
+  const open = Array.from({ length: nk }, (_, s) => s).filter((s) => row[s] !== MASKED_SCORE);
+  return open.sort((a, b) => row[b]! - row[a]! || a - b).slice(0, K).sort((a, b) => a - b);
+}
+const MASKED_SCORE = Math.fround(-3.4028234e38);
+
+// Radix-select top-k on its own, on scores drawn from a small set of values (many exact ties, −0 beside +0) or
+// continuous ones: nk = K + 1, nk ≫ K, K not a power of two, queries of different nk in one dispatch, some dense.
+for (const [label, K, nks, values] of [
+  ["nk = K + 1, ties", 5, [6], [-1, 0, -0, 0.5, 2]],
+  ["K = 7, nk ≫ K, ties", 7, [300], [0, 1, 2, 3]],
+  ["mixed nk, continuous", 16, [16, 17, 40, 1000, 3], undefined],
+  ["K = 37, three values", 37, [38, 600, 2500], [-0.25, 0.125, 7]],
+  ["K = 100, every score equal", 100, [101, 777], [1.5]],
+  ["decode shape: K = 2048, nk = 4096", 2048, [4096], undefined],
+  ["K = 2048, nk = 4099, ties", 2048, [4099, 2049], [-3, -2, -1, 0, 1, 2, 3, 4]],
+] as const) {
+  test(`DSA top-k radix select (${label})`, { skip }, async () => {
+    const rng = new Rng(700 + K + nks.length);
+    const n = nks.length;
+    const T = Math.max(...nks) + 5;
+    const scores = new Float32Array(n * T);
+    for (let i = 0; i < n; i++) {
+      for (let s = 0; s < T; s++) scores[i * T + s] = values === undefined ? rng.normal() : values[rng.int(0, values.length)]!;
+      // masked scores inside the row are never taken; past nk the kernel must not look (large values there)
+      for (let s = 0; s < nks[i]!; s += 1 + rng.int(0, 40)) scores[i * T + s] = MASKED_SCORE;
+      for (let s = nks[i]!; s < T; s++) scores[i * T + s] = 1e30;
+    }
+    const metaIn = nks.flatMap((nk, i) => [3 * i, nk, 0, 0]);
+    const meta = u32(rt!, metaIn);
+    const SENTINEL = 0xdeadbeef;
+    const sel = u32(rt!, new Array<number>(n * K).fill(SENTINEL));
+    dsaTopK(rt!, { scores: f32(rt!, scores), meta, sel }, { n, T, topK: K });
+    const m = new Uint32Array(await rt!.read(meta));
+    const got = new Uint32Array(await rt!.read(sel));
+    for (let i = 0; i < n; i++) {
+      const nk = nks[i]!;
+      if (nk <= K) {
+        assert.deepEqual(Array.from(m.subarray(4 * i, 4 * i + 4)), metaIn.slice(4 * i, 4 * i + 4), `query ${i} stays dense`);
+        assert.ok(got.subarray(i * K, (i + 1) * K).every((x) => x === SENTINEL), `query ${i} writes no selection`);
+        continue;
+      }
+      assert.deepEqual(Array.from(m.subarray(4 * i, 4 * i + 4)), [3 * i, K, i * K, 1], `query ${i} meta`);
+      const want = topKPositions(scores.subarray(i * T), nk, K);
+      assert.deepEqual(Array.from(got.subarray(i * K, i * K + want.length)), want, `query ${i} keys`);
     }
   });
 }

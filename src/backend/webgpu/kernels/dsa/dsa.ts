@@ -3,7 +3,6 @@
 import { f32bits, type GpuRuntime } from "../../core/runtime.js";
 import { DSA_SCORES_WGSL, TOPK_WGSL } from "./dsa.wgsl.js";
 
-
 export interface DsaArgs {
   readonly n: number;
   /** width of the score rows (≥ every query's key count) */
@@ -26,5 +25,13 @@ export function dsaSelect(rt: GpuRuntime, bufs: { q: GPUBuffer; w: GPUBuffer; ke
   rt.dispatch("dsaScores", DSA_SCORES_WGSL, [bufs.q, bufs.w, bufs.keys, bufs.meta, bufs.scores, bufs.sel], new Uint32Array([a.n, a.T, a.Hi, a.D, f32bits(wScale), a.kOff ?? 0, a.pageSize ?? 0, 0]), [Math.ceil(a.T / 64), a.n], [
     { buffer: bufs.scores, offset: 0, size: a.n * a.T * 4 },
   ]);
+  dsaTopK(rt, bufs, a);
+}
+
+/**
+ * Per query i with META[i].y = nk > topK keys: the topK largest of scores[i·T .. i·T + nk) (ties to the lowest
+ * position, masked scores never), ascending, into sel[i·topK ..], and META[i] pointing at them.
+ */
+export function dsaTopK(rt: GpuRuntime, bufs: { meta: GPUBuffer; scores: GPUBuffer; sel: GPUBuffer }, a: { readonly n: number; readonly T: number; readonly topK: number }): void {
   rt.dispatch("dsaTopK", TOPK_WGSL, [bufs.scores, bufs.meta, bufs.sel], new Uint32Array([a.n, a.T, a.topK, 0]), [a.n]);
 }

@@ -33,54 +33,121 @@ fn main(@builtin(global_invocation_id) g: vec3u) {
   S[i * p.T + s] = total;
 }`;
 
+/** Threads of the top-k workgroup (one workgroup per query; at decode it is the only one running). */
+export const TOPK_THREADS = 256;
+
 /**
- * Top-k per query (one workgroup each): K rounds of (max value, lowest index) over S[i][0..nk), then the chosen
- * positions in ascending order into SEL[i·K ..]; META[i] becomes (base, K, i·K, 1). Queries with nk ≤ K keep dense
- * attention (META unchanged).
+ * In-place inclusive scan of `arr` (TOPK_THREADS u32 in workgroup memory, one per thread) over the lower indices
+ * (prefix sums) or the higher ones (suffix sums), Hillis–Steele: log2(threads) steps of two barriers.
+ */
+function scanWgsl(arr: string, fromHigh: boolean): string {
+  const other = fromHigh ? `li + st < ${TOPK_THREADS}u` : "li >= st";
+  const at = fromHigh ? "li + st" : "li - st";
+  return /* wgsl */ `
+  for (var st = 1u; st < ${TOPK_THREADS}u; st <<= 1u) {
+    var v = ${arr}[li];
+    if (${other}) { v += ${arr}[${at}]; }
+    workgroupBarrier();
+    ${arr}[li] = v;
+    workgroupBarrier();
+  }`;
+}
+
+/**
+ * Top-k per query by radix select (one workgroup each): scores map to order-preserving u32 keys; four passes of a
+ * 256-bin histogram over the key's bytes (high to low), each restricted to the keys matching the bytes fixed so far,
+ * find the K-th largest key `thr` and how many keys equal to it are taken (`eqTake`). Then every thread compacts a
+ * contiguous chunk of positions: those with key > thr, and those with key == thr while the ones at lower positions
+ * (a workgroup prefix sum) have not used up eqTake — so ties go to the lowest position and SEL[i·K ..] comes out in
+ * ascending position order. Masked scores (−3.4028234e38) are never selected. META[i] becomes (base, K, i·K, 1);
+ * queries with nk ≤ K keep dense attention (META unchanged).
  */
 export const TOPK_WGSL = /* wgsl */ `
 struct P { n: u32, T: u32, K: u32, _p: u32 }
-@group(0) @binding(0) var<storage, read_write> S: array<f32>;
+@group(0) @binding(0) var<storage, read> S: array<f32>;
 @group(0) @binding(1) var<storage, read_write> META: array<u32>;
 @group(0) @binding(2) var<storage, read_write> SEL: array<u32>;
 @group(0) @binding(3) var<uniform> p: P;
-var<workgroup> bv: array<f32, 256>;
-var<workgroup> bi: array<u32, 256>;
+const WG = ${TOPK_THREADS}u;
+const MASKED = 0xff7fffffu;
+var<workgroup> hist: array<atomic<u32>, 256>;
+var<workgroup> sa: array<u32, ${TOPK_THREADS}>;
+var<workgroup> sb: array<u32, ${TOPK_THREADS}>;
+// (key bytes fixed so far, how many keys still to take among those matching them)
+var<workgroup> pick: vec2u;
 var<workgroup> nkw: u32;
-const TAKEN = -3.4028234e38;
-@compute @workgroup_size(256)
+// larger float → larger key; −0 and +0 are the same score (as the reference's comparison has them)
+fn sortKey(bits: u32) -> u32 {
+  let b = select(bits, 0u, bits == 0x80000000u);
+  return select(b | 0x80000000u, ~b, (b & 0x80000000u) != 0u);
+}
+@compute @workgroup_size(${TOPK_THREADS})
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let i = wid.x;
-  if (li == 0u) { nkw = META[4u * i + 1u]; }
+  if (li == 0u) { nkw = META[4u * i + 1u]; pick = vec2u(0u, p.K); }
   let nk = workgroupUniformLoad(&nkw);
   if (nk <= p.K) { return; }
   let so = i * p.T;
-  for (var r = 0u; r < p.K; r++) {
-    var v = TAKEN;
-    var x = 0xffffffffu;
-    for (var s = li; s < nk; s += 256u) {
-      let sv = S[so + s];
-      if (bitcast<u32>(sv) != 0xff7fffffu && (x == 0xffffffffu || sv > v)) { v = sv; x = s; }
+  for (var digit = 0u; digit < 4u; digit++) {
+    let shift = 24u - 8u * digit;
+    let fixedMask = select(0xffffffffu << ((shift + 8u) % 32u), 0u, digit == 0u);
+    if (li < 256u) { atomicStore(&hist[li], 0u); }
+    let pk = workgroupUniformLoad(&pick);
+    for (var s = li; s < nk; s += WG) {
+      let b = bitcast<u32>(S[so + s]);
+      if (b == MASKED) { continue; }
+      let key = sortKey(b);
+      if ((key & fixedMask) == pk.x) { atomicAdd(&hist[(key >> shift) & 255u], 1u); }
     }
-    bv[li] = v;
-    bi[li] = x;
     workgroupBarrier();
-    for (var st = 128u; st > 0u; st >>= 1u) {
-      if (li < st) {
-        let ov = bv[li + st];
-        let oi = bi[li + st];
-        if (oi != 0xffffffffu && (bi[li] == 0xffffffffu || ov > bv[li] || (ov == bv[li] && oi < bi[li]))) { bv[li] = ov; bi[li] = oi; }
-      }
-      workgroupBarrier();
+    sa[li] = select(0u, atomicLoad(&hist[li]), li < 256u);
+    workgroupBarrier();
+    ${scanWgsl("sa", true)}
+    // sa[b] = how many candidates fall in bins ≥ b: bin b holds the pk.y-th largest when sa[b] ≥ pk.y > sa[b + 1]
+    if (li < 256u) {
+      var above = 0u;
+      if (li < 255u) { above = sa[li + 1u]; }
+      if (sa[li] >= pk.y && above < pk.y) { pick = vec2u(pk.x | (li << shift), pk.y - above); }
     }
-    if (li == 0u) { S[so + bi[0]] = bitcast<f32>(0xff7fffffu); }
-    workgroupBarrier();
+    // fewer unmasked scores than K: take them all (threshold 0, every tie)
+    if (digit == 0u && li == 0u && sa[0] < pk.y) { pick = vec2u(0u, 0xffffffffu); }
+  }
+  let fin = workgroupUniformLoad(&pick);
+  let thr = fin.x;
+  let eqTake = fin.y;
+  let chunk = (nk + WG - 1u) / WG;
+  let s0 = min(li * chunk, nk);
+  let s1 = min(s0 + chunk, nk);
+  var gt = 0u;
+  var eq = 0u;
+  for (var s = s0; s < s1; s++) {
+    let b = bitcast<u32>(S[so + s]);
+    if (b == MASKED) { continue; }
+    let key = sortKey(b);
+    if (key > thr) { gt++; } else if (key == thr) { eq++; }
+  }
+  sa[li] = eq;
+  workgroupBarrier();
+  ${scanWgsl("sa", false)}
+  let eqBefore = sa[li] - eq;
+  let eqMine = min(eq, eqTake - min(eqTake, eqBefore));
+  let count = gt + eqMine;
+  sb[li] = count;
+  workgroupBarrier();
+  ${scanWgsl("sb", false)}
+  var o = i * p.K + sb[li] - count;
+  var eqLeft = eqMine;
+  for (var s = s0; s < s1; s++) {
+    let b = bitcast<u32>(S[so + s]);
+    if (b == MASKED) { continue; }
+    let key = sortKey(b);
+    if (key > thr || (key == thr && eqLeft > 0u)) {
+      if (key == thr) { eqLeft--; }
+      SEL[o] = s;
+      o++;
+    }
   }
   if (li == 0u) {
-    var k = 0u;
-    for (var s = 0u; s < nk; s++) {
-      if (bitcast<u32>(S[so + s]) == 0xff7fffffu) { SEL[i * p.K + k] = s; k++; }
-    }
     META[4u * i + 1u] = p.K;
     META[4u * i + 2u] = i * p.K;
     META[4u * i + 3u] = 1u;

@@ -16,7 +16,7 @@ import type { AttentionWeights, MoEWeights } from "../../../src/model/weights.js
 import { GpuMatrix, matmul, matmulGather, matmulT } from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
 import { addNorm, copyRows, layerNorm, rmsNorm, rope, RopeTable, ropeTo, softmax, swiglu } from "../../../src/backend/webgpu/kernels/rows/rows.js";
 import { attention, attentionScratch, kvCacheWrite } from "../../../src/backend/webgpu/kernels/attention/attention.js";
-import { dsaSelect, dsaTopK } from "../../../src/backend/webgpu/kernels/dsa/dsa.js";
+import { dsaScores, dsaSelect, dsaTopK } from "../../../src/backend/webgpu/kernels/dsa/dsa.js";
 import { moeCombine, moeRoute } from "../../../src/backend/webgpu/kernels/moe/moe.js";
 import { GpuRuntime } from "../../../src/backend/webgpu/core/runtime.js";
 import { f32, gpuOrSkip, record, relErr, Rng, u32 } from "./helpers.js";
@@ -507,5 +507,55 @@ for (const [label, K, nks, values] of [
       const want = topKPositions(scores.subarray(i * T), nk, K);
       assert.deepEqual(Array.from(got.subarray(i * K, i * K + want.length)), want, `query ${i} keys`);
     }
+  });
+}
+
+// The indexer scores on their own against f64 sums: heads not a multiple of the kernel's head groups, depth not a
+// multiple of its chunk, key counts not multiples of its key block, queries of different nk, keys through page tables.
+for (const [label, Hi, D, nks, pageSize] of [
+  ["Hi = 4, D = 32, one query", 4, 32, [37], 0],
+  ["GLM-5 widths (Hi = 32, D = 128), three queries", 32, 128, [300, 1, 65], 0],
+  ["Hi = 5, D = 100", 5, 100, [70, 45], 0],
+  ["Hi = 12, D = 40, paged keys", 12, 40, [50, 93], 16],
+] as const) {
+  test(`DSA indexer scores (${label})`, { skip }, async () => {
+    const rng = new Rng(800 + Hi + D);
+    const n = nks.length;
+    const T = Math.max(...nks) + 7;
+    const q = rng.f32(n * Hi * D);
+    const w = rng.f32(n * Hi);
+    // keys: rows of the cache; paged, query i's position u lives in row table_i[u / pageSize]·pageSize + u % pageSize
+    const pagesPerQuery = pageSize > 0 ? Math.ceil(T / pageSize) : 0;
+    const rows = pageSize > 0 ? n * pagesPerQuery * pageSize : T + 3 * n;
+    const keys = rng.f32(rows * D);
+    const pageOrder = Array.from({ length: n * pagesPerQuery }, (_, x) => x).sort(() => rng.next() - 0.5);
+    const tables = pageSize > 0 ? pageOrder : [0];
+    const base = (i: number): number => (pageSize > 0 ? i * pagesPerQuery : 3 * i);
+    const row = (i: number, u: number): number => (pageSize > 0 ? tables[base(i) + Math.floor(u / pageSize)]! * pageSize + (u % pageSize) : base(i) + u);
+    const wScale = 1 / Math.sqrt(Hi * D);
+    const want = new Float64Array(n * T);
+    for (let i = 0; i < n; i++) {
+      for (let s = 0; s < T; s++) {
+        if (s >= nks[i]!) {
+          want[i * T + s] = MASKED_SCORE;
+          continue;
+        }
+        let total = 0;
+        for (let j = 0; j < Hi; j++) {
+          let d = 0;
+          for (let e = 0; e < D; e++) d += q[(i * Hi + j) * D + e]! * keys[row(i, s) * D + e]!;
+          if (d > 0) total += d * w[i * Hi + j]! * wScale;
+        }
+        want[i * T + s] = total;
+      }
+    }
+    const meta = u32(rt!, nks.flatMap((nk, i) => [base(i), nk, 0, 0]));
+    const scores = rt!.buffer(n * T * 4);
+    dsaScores(rt!, { q: f32(rt!, q), w: f32(rt!, w), keys: f32(rt!, keys), meta, scores, sel: u32(rt!, tables) }, { n, T, Hi, D, topK: 1, pageSize });
+    const got = await rt!.readF32(scores);
+    const open = Array.from({ length: n * T }, (_, x) => x).filter((x) => want[x] !== MASKED_SCORE);
+    for (let x = 0; x < n * T; x++) if (want[x] === MASKED_SCORE) assert.equal(got[x], MASKED_SCORE, `masked score at ${x}`);
+    // the error relative to the largest unmasked score (the masked ones would hide any error)
+    assert.ok(record("dsa scores", relErr(open.map((x) => got[x]!), open.map((x) => want[x]!))) < TOL, label);
   });
 }

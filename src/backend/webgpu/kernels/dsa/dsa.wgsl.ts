@@ -1,11 +1,19 @@
 /** WGSL of the DSA indexer (GLM-DSA's sparse attention): its scores and the top-k selection. Pure generators. */
 import { KEY_ROW_FN } from "../attention/attention.wgsl.js";
 
+/** Keys per workgroup of the DSA scores kernel, and head groups: its 256 threads are (key, head group) pairs. */
+export const SCORES_KEYS = 32;
+export const SCORES_HEAD_GROUPS = 8;
+
 /**
- * DSA indexer scores: S[i][s] = Σ_j ReLU(q_ij·k_s)·w_ij·wScale for s ≤ pos_i (else −∞), one thread per (s, i).
- * Q [n × Hi × D] (roped), W [n × Hi], KEYS rows of D from row base META[i].x.
+ * DSA indexer scores: S[i][s] = Σ_j ReLU(q_ij·k_s)·w_ij·wScale for s < nk_i (else −∞). Q [n × Hi × D] (roped),
+ * W [n × Hi], KEYS rows of D from row base META[i].x. One workgroup per (block of SCORES_KEYS keys, query): the
+ * block's key rows and the query's heads go through workgroup memory in depth chunks of 32 (each key row read from
+ * memory once, coalesced, instead of once per head by one thread), every thread keeps the dot products of one key
+ * with `headsPerThread` heads, and one thread per key sums the heads in order — the same f32 sums in the same order
+ * as one thread per (s, i) looping over heads and depth.
  */
-export const DSA_SCORES_WGSL = /* wgsl */ `
+export const DSA_SCORES_WGSL = (headsPerThread: number): string => /* wgsl */ `
 struct P { n: u32, T: u32, Hi: u32, D: u32, wScale: f32, kOff: u32, pageSize: u32, _p1: u32 }
 @group(0) @binding(0) var<storage, read> Q: array<f32>;
 @group(0) @binding(1) var<storage, read> WI: array<f32>;
@@ -15,22 +23,71 @@ struct P { n: u32, T: u32, Hi: u32, D: u32, wScale: f32, kOff: u32, pageSize: u3
 @group(0) @binding(5) var<storage, read> SEL: array<u32>;
 @group(0) @binding(6) var<uniform> p: P;
 ${KEY_ROW_FN}
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) g: vec3u) {
-  let s = g.x;
-  let i = g.y;
-  if (s >= p.T || i >= p.n) { return; }
-  let nk = META[4u * i + 1u];
-  if (s >= nk) { S[i * p.T + s] = -3.4028234e38; return; }
-  let ko = p.kOff + keyRow(META[4u * i], s) * p.D;
-  var total = 0.0;
-  for (var j = 0u; j < p.Hi; j++) {
-    let qo = (i * p.Hi + j) * p.D;
-    var d = 0.0;
-    for (var e = 0u; e < p.D; e++) { d += Q[qo + e] * KEYS[ko + e]; }
-    if (d > 0.0) { total += d * WI[i * p.Hi + j] * p.wScale; }
+const KB = ${SCORES_KEYS}u;
+const HG = ${SCORES_HEAD_GROUPS}u;
+const HPT = ${headsPerThread}u;
+const EC = 32u;
+const MASKED = -3.4028234e38;
+// the depth chunk of every head [head][e]; after the last chunk, the dot products [key][head] (rows padded by one
+// against bank conflicts)
+var<workgroup> qs: array<f32, ${Math.max(SCORES_HEAD_GROUPS * headsPerThread * 32, SCORES_KEYS * (SCORES_HEAD_GROUPS * headsPerThread + 1))}>;
+// the depth chunk of the block's keys [key][e], rows padded by one
+var<workgroup> ks: array<f32, ${SCORES_KEYS * 33}>;
+var<workgroup> mt: vec2u;
+@compute @workgroup_size(${SCORES_KEYS * SCORES_HEAD_GROUPS})
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+  let i = wid.y;
+  let s0 = wid.x * KB;
+  if (li == 0u) { mt = vec2u(META[4u * i], META[4u * i + 1u]); }
+  let m = workgroupUniformLoad(&mt);
+  let nk = m.y;
+  let kl = li % KB;
+  let g = li / KB;
+  let s = s0 + kl;
+  if (s0 >= nk) {
+    if (g == 0u && s < p.T) { S[i * p.T + s] = MASKED; }
+    return;
   }
-  S[i * p.T + s] = total;
+  var acc: array<f32, HPT>;
+  for (var e0 = 0u; e0 < p.D; e0 += EC) {
+    for (var x = li; x < p.Hi * EC; x += KB * HG) {
+      let e = e0 + x % EC;
+      var v = 0.0;
+      if (e < p.D) { v = Q[(i * p.Hi + x / EC) * p.D + e]; }
+      qs[x] = v;
+    }
+    for (var x = li; x < KB * EC; x += KB * HG) {
+      let r = x / EC;
+      let e = e0 + x % EC;
+      var v = 0.0;
+      if (s0 + r < nk && e < p.D) { v = KEYS[p.kOff + keyRow(m.x, s0 + r) * p.D + e]; }
+      ks[r * (EC + 1u) + x % EC] = v;
+    }
+    workgroupBarrier();
+    let ne = min(EC, p.D - e0);
+    for (var e = 0u; e < ne; e++) {
+      let kv = ks[kl * (EC + 1u) + e];
+      for (var h = 0u; h < HPT; h++) { acc[h] += qs[(g * HPT + h) * EC + e] * kv; }
+    }
+    workgroupBarrier();
+  }
+  for (var h = 0u; h < HPT; h++) {
+    let j = g * HPT + h;
+    if (j < p.Hi) { qs[kl * (HG * HPT + 1u) + j] = acc[h]; }
+  }
+  workgroupBarrier();
+  if (g == 0u && s < p.T) {
+    if (s >= nk) {
+      S[i * p.T + s] = MASKED;
+    } else {
+      var total = 0.0;
+      for (var j = 0u; j < p.Hi; j++) {
+        let d = qs[kl * (HG * HPT + 1u) + j];
+        if (d > 0.0) { total += d * WI[i * p.Hi + j] * p.wScale; }
+      }
+      S[i * p.T + s] = total;
+    }
+  }
 }`;
 
 /** Threads of the top-k workgroup (one workgroup per query; at decode it is the only one running). */

@@ -474,6 +474,7 @@ for (const [label, K, nks, values] of [
   ["K = 7, nk ≫ K, ties", 7, [300], [0, 1, 2, 3]],
   ["mixed nk, continuous", 16, [16, 17, 40, 1000, 3], undefined],
   ["K = 37, three values", 37, [38, 600, 2500], [-0.25, 0.125, 7]],
+  ["K = 37, a grid of 41 values (the K-th among ties below larger ones)", 37, [600, 41, 1500], Array.from({ length: 41 }, (_, v) => (v - 20) / 10)],
   ["K = 100, every score equal", 100, [101, 777], [1.5]],
   ["decode shape: K = 2048, nk = 4096", 2048, [4096], undefined],
   ["K = 2048, nk = 4099, ties", 2048, [4099, 2049], [-3, -2, -1, 0, 1, 2, 3, 4]],
@@ -492,7 +493,8 @@ for (const [label, K, nks, values] of [
     const metaIn = nks.flatMap((nk, i) => [3 * i, nk, 0, 0]);
     const meta = u32(rt!, metaIn);
     const SENTINEL = 0xdeadbeef;
-    const sel = u32(rt!, new Array<number>(n * K).fill(SENTINEL));
+    // one row of sentinels past the last query's: nothing is written beyond a query's K entries
+    const sel = u32(rt!, new Array<number>((n + 1) * K).fill(SENTINEL));
     dsaTopK(rt!, { scores: f32(rt!, scores), meta, sel }, { n, T, topK: K });
     const m = new Uint32Array(await rt!.read(meta));
     const got = new Uint32Array(await rt!.read(sel));
@@ -507,6 +509,7 @@ for (const [label, K, nks, values] of [
       const want = topKPositions(scores.subarray(i * T), nk, K);
       assert.deepEqual(Array.from(got.subarray(i * K, i * K + want.length)), want, `query ${i} keys`);
     }
+    assert.ok(got.subarray(n * K, (n + 1) * K).every((x) => x === SENTINEL), "no write past the last query's keys");
   });
 }
 

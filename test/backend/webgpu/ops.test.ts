@@ -521,7 +521,8 @@ for (const [label, Hi, D, nks, pageSize] of [
   ["Hi = 5, D = 100", 5, 100, [70, 45], 0],
   ["Hi = 12, D = 40, paged keys", 12, 40, [50, 93], 16],
 ] as const) {
-  test(`DSA indexer scores (${label})`, { skip }, async () => {
+  for (const dsaScoresKnob of [1, 0]) test(`DSA indexer scores (${label}; dsaScores = ${dsaScoresKnob})`, { skip }, async () => {
+    const r = new GpuRuntime(rt!.info, { checkWrites: true, tune: { dsaScores: dsaScoresKnob } });
     const rng = new Rng(800 + Hi + D);
     const n = nks.length;
     const T = Math.max(...nks) + 7;
@@ -552,10 +553,10 @@ for (const [label, Hi, D, nks, pageSize] of [
         want[i * T + s] = total;
       }
     }
-    const meta = u32(rt!, nks.flatMap((nk, i) => [base(i), nk, 0, 0]));
-    const scores = rt!.buffer(n * T * 4);
-    dsaScores(rt!, { q: f32(rt!, q), w: f32(rt!, w), keys: f32(rt!, keys), meta, scores, sel: u32(rt!, tables) }, { n, T, Hi, D, topK: 1, pageSize });
-    const got = await rt!.readF32(scores);
+    const meta = u32(r, nks.flatMap((nk, i) => [base(i), nk, 0, 0]));
+    const scores = r.buffer(n * T * 4);
+    dsaScores(r, { q: f32(r, q), w: f32(r, w), keys: f32(r, keys), meta, scores, sel: u32(r, tables) }, { n, T, Hi, D, topK: 1, pageSize });
+    const got = await r.readF32(scores);
     const open = Array.from({ length: n * T }, (_, x) => x).filter((x) => want[x] !== MASKED_SCORE);
     for (let x = 0; x < n * T; x++) if (want[x] === MASKED_SCORE) assert.equal(got[x], MASKED_SCORE, `masked score at ${x}`);
     // the error relative to the largest unmasked score (the masked ones would hide any error)

@@ -2,7 +2,7 @@
 /** Launcher of the DSA indexer's scores and top-k selection. */
 import { f32bits, type GpuRuntime } from "../../core/runtime.js";
 import { memoWGSL } from "../../core/wgsl-memo.js";
-import { DSA_SCORES_WGSL as scoresSource, SCORES_HEAD_GROUPS, SCORES_KEYS, TOPK_WGSL } from "./dsa.wgsl.js";
+import { DSA_SCORES_THREAD_WGSL, DSA_SCORES_WGSL as scoresSource, SCORES_HEAD_GROUPS, SCORES_KEYS, TOPK_WGSL } from "./dsa.wgsl.js";
 
 const DSA_SCORES_WGSL = memoWGSL(scoresSource);
 
@@ -28,11 +28,16 @@ export function dsaSelect(rt: GpuRuntime, bufs: { q: GPUBuffer; w: GPUBuffer; ke
   dsaTopK(rt, bufs, a);
 }
 
-/** The indexer scores [n × T] of `dsaSelect` (−3.4028234e38 past each query's key count). */
+/**
+ * The indexer scores [n × T] of `dsaSelect` (−3.4028234e38 past each query's key count): by key blocks through
+ * workgroup memory, or with tune.dsaScores = 0 one thread per (key, query).
+ */
 export function dsaScores(rt: GpuRuntime, bufs: { q: GPUBuffer; w: GPUBuffer; keys: GPUBuffer; meta: GPUBuffer; scores: GPUBuffer; sel: GPUBuffer }, a: DsaArgs): void {
   const wScale = 1 / Math.sqrt(a.Hi * a.D);
-  const code = DSA_SCORES_WGSL(Math.ceil(a.Hi / SCORES_HEAD_GROUPS));
-  rt.dispatch("dsaScores", code, [bufs.q, bufs.w, bufs.keys, bufs.meta, bufs.scores, bufs.sel], new Uint32Array([a.n, a.T, a.Hi, a.D, f32bits(wScale), a.kOff ?? 0, a.pageSize ?? 0, 0]), [Math.ceil(a.T / SCORES_KEYS), a.n], [
+  const blocks = (rt.tune.dsaScores ?? 1) !== 0;
+  const code = blocks ? DSA_SCORES_WGSL(Math.ceil(a.Hi / SCORES_HEAD_GROUPS)) : DSA_SCORES_THREAD_WGSL;
+  const groups: [number, number] = blocks ? [Math.ceil(a.T / SCORES_KEYS), a.n] : [Math.ceil(a.T / 64), a.n];
+  rt.dispatch("dsaScores", code, [bufs.q, bufs.w, bufs.keys, bufs.meta, bufs.scores, bufs.sel], new Uint32Array([a.n, a.T, a.Hi, a.D, f32bits(wScale), a.kOff ?? 0, a.pageSize ?? 0, 0]), groups, [
     { buffer: bufs.scores, offset: 0, size: a.n * a.T * 4 },
   ]);
 }

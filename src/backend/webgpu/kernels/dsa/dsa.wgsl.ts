@@ -1,6 +1,38 @@
 /** WGSL of the DSA indexer (GLM-DSA's sparse attention): its scores and the top-k selection. Pure generators. */
 import { KEY_ROW_FN } from "../attention/attention.wgsl.js";
 
+/**
+ * DSA indexer scores as DSA_SCORES_WGSL computes them, one thread per (s, i) looping over heads and depth (each
+ * thread reads its key row once per head): the alternative of tune.dsaScores = 0.
+ */
+export const DSA_SCORES_THREAD_WGSL = /* wgsl */ `
+struct P { n: u32, T: u32, Hi: u32, D: u32, wScale: f32, kOff: u32, pageSize: u32, _p1: u32 }
+@group(0) @binding(0) var<storage, read> Q: array<f32>;
+@group(0) @binding(1) var<storage, read> WI: array<f32>;
+@group(0) @binding(2) var<storage, read> KEYS: array<f32>;
+@group(0) @binding(3) var<storage, read> META: array<u32>;
+@group(0) @binding(4) var<storage, read_write> S: array<f32>;
+@group(0) @binding(5) var<storage, read> SEL: array<u32>;
+@group(0) @binding(6) var<uniform> p: P;
+${KEY_ROW_FN}
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) g: vec3u) {
+  let s = g.x;
+  let i = g.y;
+  if (s >= p.T || i >= p.n) { return; }
+  let nk = META[4u * i + 1u];
+  if (s >= nk) { S[i * p.T + s] = -3.4028234e38; return; }
+  let ko = p.kOff + keyRow(META[4u * i], s) * p.D;
+  var total = 0.0;
+  for (var j = 0u; j < p.Hi; j++) {
+    let qo = (i * p.Hi + j) * p.D;
+    var d = 0.0;
+    for (var e = 0u; e < p.D; e++) { d += Q[qo + e] * KEYS[ko + e]; }
+    if (d > 0.0) { total += d * WI[i * p.Hi + j] * p.wScale; }
+  }
+  S[i * p.T + s] = total;
+}`;
+
 /** Keys per workgroup of the DSA scores kernel, and head groups: its 256 threads are (key, head group) pairs. */
 export const SCORES_KEYS = 32;
 export const SCORES_HEAD_GROUPS = 8;

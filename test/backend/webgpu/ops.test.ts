@@ -16,7 +16,7 @@ import type { AttentionWeights, MoEWeights } from "../../../src/model/weights.js
 import { GpuMatrix, matmul, matmulGather, matmulT } from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
 import { addNorm, copyRows, layerNorm, rmsNorm, rope, RopeTable, ropeTo, softmax, swiglu } from "../../../src/backend/webgpu/kernels/rows/rows.js";
 import { attention, attentionScratch, kvCacheWrite } from "../../../src/backend/webgpu/kernels/attention/attention.js";
-import { dsaSelect } from "../../../src/backend/webgpu/kernels/dsa/dsa.js";
+import { dsaScores, dsaSelect, dsaTopK } from "../../../src/backend/webgpu/kernels/dsa/dsa.js";
 import { moeCombine, moeRoute } from "../../../src/backend/webgpu/kernels/moe/moe.js";
 import { GpuRuntime } from "../../../src/backend/webgpu/core/runtime.js";
 import { f32, gpuOrSkip, record, relErr, Rng, u32 } from "./helpers.js";
@@ -457,5 +457,109 @@ for (const [n, pos0, topK] of [[1, 30, 8], [3, 10, 4], [2, 2, 16]] as const) {
         assert.deepEqual(Array.from(s.subarray(m[4 * i + 2]!, m[4 * i + 2]! + topK)), [...w], `query ${i} keys`);
       }
     }
+  });
+}
+
+/** The DSA selection's reference on f32 scores: the K largest unmasked of row[0, nk), ties to the lowest position, ascending. */
+function topKPositions(row: Float32Array, nk: number, K: number): number[] {
+  const open = Array.from({ length: nk }, (_, s) => s).filter((s) => row[s] !== MASKED_SCORE);
+  return open.sort((a, b) => row[b]! - row[a]! || a - b).slice(0, K).sort((a, b) => a - b);
+}
+const MASKED_SCORE = Math.fround(-3.4028234e38);
+
+// Radix-select top-k on its own, on scores drawn from a small set of values (many exact ties, −0 beside +0) or
+// continuous ones: nk = K + 1, nk ≫ K, K not a power of two, queries of different nk in one dispatch, some dense.
+for (const [label, K, nks, values] of [
+  ["nk = K + 1, ties", 5, [6], [-1, 0, -0, 0.5, 2]],
+  ["K = 7, nk ≫ K, ties", 7, [300], [0, 1, 2, 3]],
+  ["mixed nk, continuous", 16, [16, 17, 40, 1000, 3], undefined],
+  ["K = 37, three values", 37, [38, 600, 2500], [-0.25, 0.125, 7]],
+  ["K = 37, a grid of 41 values (the K-th among ties below larger ones)", 37, [600, 41, 1500], Array.from({ length: 41 }, (_, v) => (v - 20) / 10)],
+  ["K = 100, every score equal", 100, [101, 777], [1.5]],
+  ["decode shape: K = 2048, nk = 4096", 2048, [4096], undefined],
+  ["K = 2048, nk = 4099, ties", 2048, [4099, 2049], [-3, -2, -1, 0, 1, 2, 3, 4]],
+] as const) {
+  test(`DSA top-k radix select (${label})`, { skip }, async () => {
+    const rng = new Rng(700 + K + nks.length);
+    const n = nks.length;
+    const T = Math.max(...nks) + 5;
+    const scores = new Float32Array(n * T);
+    for (let i = 0; i < n; i++) {
+      for (let s = 0; s < T; s++) scores[i * T + s] = values === undefined ? rng.normal() : values[rng.int(0, values.length)]!;
+      // masked scores inside the row are never taken; past nk the kernel must not look (large values there)
+      for (let s = 0; s < nks[i]!; s += 1 + rng.int(0, 40)) scores[i * T + s] = MASKED_SCORE;
+      for (let s = nks[i]!; s < T; s++) scores[i * T + s] = 1e30;
+    }
+    const metaIn = nks.flatMap((nk, i) => [3 * i, nk, 0, 0]);
+    const meta = u32(rt!, metaIn);
+    const SENTINEL = 0xdeadbeef;
+    // one row of sentinels past the last query's: nothing is written beyond a query's K entries
+    const sel = u32(rt!, new Array<number>((n + 1) * K).fill(SENTINEL));
+    dsaTopK(rt!, { scores: f32(rt!, scores), meta, sel }, { n, T, topK: K });
+    const m = new Uint32Array(await rt!.read(meta));
+    const got = new Uint32Array(await rt!.read(sel));
+    for (let i = 0; i < n; i++) {
+      const nk = nks[i]!;
+      if (nk <= K) {
+        assert.deepEqual(Array.from(m.subarray(4 * i, 4 * i + 4)), metaIn.slice(4 * i, 4 * i + 4), `query ${i} stays dense`);
+        assert.ok(got.subarray(i * K, (i + 1) * K).every((x) => x === SENTINEL), `query ${i} writes no selection`);
+        continue;
+      }
+      assert.deepEqual(Array.from(m.subarray(4 * i, 4 * i + 4)), [3 * i, K, i * K, 1], `query ${i} meta`);
+      const want = topKPositions(scores.subarray(i * T), nk, K);
+      assert.deepEqual(Array.from(got.subarray(i * K, i * K + want.length)), want, `query ${i} keys`);
+    }
+    assert.ok(got.subarray(n * K, (n + 1) * K).every((x) => x === SENTINEL), "no write past the last query's keys");
+  });
+}
+
+// The indexer scores on their own against f64 sums: heads not a multiple of the kernel's head groups, depth not a
+// multiple of its chunk, key counts not multiples of its key block, queries of different nk, keys through page tables.
+for (const [label, Hi, D, nks, pageSize] of [
+  ["Hi = 4, D = 32, one query", 4, 32, [37], 0],
+  ["GLM-5 widths (Hi = 32, D = 128), three queries", 32, 128, [300, 1, 65], 0],
+  ["Hi = 5, D = 100", 5, 100, [70, 45], 0],
+  ["Hi = 12, D = 40, paged keys", 12, 40, [50, 93], 16],
+] as const) {
+  for (const dsaScoresKnob of [1, 0]) test(`DSA indexer scores (${label}; dsaScores = ${dsaScoresKnob})`, { skip }, async () => {
+    const r = new GpuRuntime(rt!.info, { checkWrites: true, tune: { dsaScores: dsaScoresKnob } });
+    const rng = new Rng(800 + Hi + D);
+    const n = nks.length;
+    const T = Math.max(...nks) + 7;
+    const q = rng.f32(n * Hi * D);
+    const w = rng.f32(n * Hi);
+    // keys: rows of the cache; paged, query i's position u lives in row table_i[u / pageSize]·pageSize + u % pageSize
+    const pagesPerQuery = pageSize > 0 ? Math.ceil(T / pageSize) : 0;
+    const rows = pageSize > 0 ? n * pagesPerQuery * pageSize : T + 3 * n;
+    const keys = rng.f32(rows * D);
+    const pageOrder = Array.from({ length: n * pagesPerQuery }, (_, x) => x).sort(() => rng.next() - 0.5);
+    const tables = pageSize > 0 ? pageOrder : [0];
+    const base = (i: number): number => (pageSize > 0 ? i * pagesPerQuery : 3 * i);
+    const row = (i: number, u: number): number => (pageSize > 0 ? tables[base(i) + Math.floor(u / pageSize)]! * pageSize + (u % pageSize) : base(i) + u);
+    const wScale = 1 / Math.sqrt(Hi * D);
+    const want = new Float64Array(n * T);
+    for (let i = 0; i < n; i++) {
+      for (let s = 0; s < T; s++) {
+        if (s >= nks[i]!) {
+          want[i * T + s] = MASKED_SCORE;
+          continue;
+        }
+        let total = 0;
+        for (let j = 0; j < Hi; j++) {
+          let d = 0;
+          for (let e = 0; e < D; e++) d += q[(i * Hi + j) * D + e]! * keys[row(i, s) * D + e]!;
+          if (d > 0) total += d * w[i * Hi + j]! * wScale;
+        }
+        want[i * T + s] = total;
+      }
+    }
+    const meta = u32(r, nks.flatMap((nk, i) => [base(i), nk, 0, 0]));
+    const scores = r.buffer(n * T * 4);
+    dsaScores(r, { q: f32(r, q), w: f32(r, w), keys: f32(r, keys), meta, scores, sel: u32(r, tables) }, { n, T, Hi, D, topK: 1, pageSize });
+    const got = await r.readF32(scores);
+    const open = Array.from({ length: n * T }, (_, x) => x).filter((x) => want[x] !== MASKED_SCORE);
+    for (let x = 0; x < n * T; x++) if (want[x] === MASKED_SCORE) assert.equal(got[x], MASKED_SCORE, `masked score at ${x}`);
+    // the error relative to the largest unmasked score (the masked ones would hide any error)
+    assert.ok(record("dsa scores", relErr(open.map((x) => got[x]!), open.map((x) => want[x]!))) < TOL, label);
   });
 }

@@ -8,7 +8,7 @@
 import { LatentError } from "../../../util/errors.js";
 
 /** The launcher (kernels/<family>/) or graph that reads a knob. */
-export type KnobFamily = "matmul" | "attention" | "moe" | "graph";
+export type KnobFamily = "matmul" | "attention" | "moe" | "dsa" | "graph";
 
 export interface Knob {
   readonly family: KnobFamily;
@@ -54,6 +54,8 @@ export const KNOBS = {
   // MoE routing (kernels/moe/)
   route: { family: "moe", doc: "MoE routing kernel: 1 one subgroup per token where the subgroup size is fixed, 0 the 256-thread workgroup per token", default: "1" },
   routeThreads: { family: "moe", doc: "threads a workgroup of the subgroup routing kernel (rounded down to a multiple of the subgroup size); at 256 it can share a dispatch with a 256-thread kernel (GpuRuntime.together combines kernels of unequal workgroup sizes only where the smaller uses no subgroup or barrier operations)", default: "256" },
+  // DSA key selection (kernels/dsa/)
+  dsaScores: { family: "dsa", doc: "DSA indexer scores: 1 a workgroup per block of 32 keys (key rows and the query's heads through workgroup memory, each key row read once), 0 one thread per (key, query) looping over heads and depth", default: "1" },
   // the fused model graph (graph/)
   fuseTokens: { family: "graph", doc: "steps of at most this many tokens combine independent kernels into one dispatch", default: "FUSE_MAX_TOKENS = 4" },
   normFuse: { family: "graph", doc: "steps of up to fuseTokens tokens on the wide kernel: the RMSNorms (and the MoE combine into the residual) inside the products that read them — 1 both, 2 the FFN's norm, 3 the attention's norm and the combine, 0 neither (each a dispatch of its own)", default: "1" },

@@ -352,6 +352,21 @@ export class Scheduler {
     this.waiting.splice(i, 0, seq);
   }
 
+  /**
+   * A held sequence keeps its slot and pages only while nobody queued needs them: then the latest-arrived one gives
+   * them back (preempted: its tokens are kept and recomputed when it is readmitted after its release). False: none.
+   */
+  private preemptHeld(): boolean {
+    for (let i = this.running.length - 1; i >= 0; i--) {
+      const r = this.running[i]!;
+      if (r.held) {
+        this.preempt(r);
+        return true;
+      }
+    }
+    return false;
+  }
+
   /** Reserve pages for `tokens`, preempting later arrivals outside the batch while short. */
   private reserve(seq: Sequence, tokens: readonly number[], inBatch: ReadonlySet<Sequence>): boolean {
     for (;;) {
@@ -418,7 +433,12 @@ export class Scheduler {
     // (a held sequence, preempted while held, waits in the queue without blocking those behind it)
     for (;;) {
       const next = this.waiting.findIndex((s) => !s.held);
-      if (!(budget > 0 && next >= 0 && this.running.length < this.maxBatch)) break;
+      if (!(budget > 0 && next >= 0)) break;
+      if (this.running.length >= this.maxBatch) {
+        // the preempted one goes back into the queue by arrival: look for the next one again
+        if (this.preemptHeld()) continue;
+        break;
+      }
       const seq = this.waiting[next]!;
       const cache = new PagedSequence(this.pool);
       const canShare = this.prefixCaching && seq.promptLp === undefined;
@@ -428,6 +448,7 @@ export class Scheduler {
       const toks = seq.tokens.slice(adopted, adopted + n);
       if (!cache.reserve(toks)) {
         cache.free();
+        if (this.preemptHeld()) continue;
         if (inBatch.size === 0 && this.running.length === 0) {
           this.waiting.splice(next, 1);
           seq.state = "running";

@@ -1,6 +1,7 @@
 // Holding a sequence (its sink cannot take more): it gets no new tokens but keeps its pages and slot while the others
 // run on; released, it continues to the same greedy tokens as alone; the loop sleeps (no steps) while only held
-// sequences are left; cancelling a held sequence frees its pages.
+// sequences are left; a queued sequence may take a held one's slot (preempted, its output kept); cancelling a held
+// sequence frees its pages.
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { loadModel } from "../../src/runtime/load.js";
@@ -60,12 +61,38 @@ test("a held sequence gets no tokens while another completes, keeps its pages, a
   assert.equal(s.pool.stats().pagesInUse, 0);
 });
 
-test("a held sequence does not keep a queued one out of free pages and slots; cancelled while held, its pages go back", async () => {
+test("a queued sequence takes a held one's slot (the held one is preempted, then resumes to the same tokens)", async () => {
+  const s = new Scheduler(loaded.model, tok, new PagePool(loaded.config, { pageSize: 4, numPages: 64 }), { maxBatch: 1 });
+  const pa = randomTokens(5, 21, 3, V);
+  const alone = generateSync(loaded.model, tok, pa, { temperature: 0, maxTokens: 12, ignoreEog: true });
+  let a!: Sequence;
+  const aIds: number[] = [];
+  const doneA = new Promise<SequenceResult>((resolve) => {
+    a = s.submit(greedy(pa, 12), {
+      onToken: (t) => {
+        aIds.push(t.id);
+        if (aIds.length === 2) s.hold(a);
+      },
+      onFinish: resolve,
+    });
+  });
+  while (aIds.length < 2) await turns(1);
+  const c = await new Promise<SequenceResult>((resolve) => s.submit(greedy(randomTokens(6, 22, 3, V), 10), { onFinish: resolve }));
+  assert.equal(c.finishReason, "length");
+  assert.equal(aIds.length, 2);
+  assert.equal(s.stats().preemptions, 1);
+  assert.deepEqual([s.stats().waiting, s.stats().held, s.pool.stats().pagesInUse], [1, 1, 0]);
+  s.release(a);
+  assert.equal((await doneA).finishReason, "length");
+  assert.deepEqual(aIds, alone.tokens);
+});
+
+test("cancelled while held, a sequence gives its pages back", async () => {
   const s = new Scheduler(loaded.model, tok, new PagePool(loaded.config, { pageSize: 4, numPages: 64 }), { maxBatch: 2 });
   let a!: Sequence;
   let aTokens = 0;
   const doneA = new Promise<SequenceResult>((resolve) => {
-    a = s.submit(greedy(randomTokens(5, 21, 3, V), 50), {
+    a = s.submit(greedy(randomTokens(5, 23, 3, V), 50), {
       onToken: () => {
         if (++aTokens === 2) s.hold(a);
       },
@@ -74,11 +101,9 @@ test("a held sequence does not keep a queued one out of free pages and slots; ca
   });
   while (aTokens < 2) await turns(1);
   await turns(20);
-  const c = await new Promise<SequenceResult>((resolve) => s.submit(greedy(randomTokens(6, 22, 3, V), 10), { onFinish: resolve }));
-  assert.equal(c.finishReason, "length");
   assert.equal(aTokens, 2);
+  assert.ok(s.pool.stats().pagesInUse > 0);
   s.cancel(a);
   assert.equal((await doneA).finishReason, "abort");
-  assert.equal(s.pool.stats().pagesInUse, 0);
-  assert.equal(s.stats().held, 0);
+  assert.deepEqual([s.pool.stats().pagesInUse, s.stats().held, s.stats().running], [0, 0, 0]);
 });

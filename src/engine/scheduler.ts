@@ -170,8 +170,9 @@ export interface SchedulerStats {
  * sequence that is generating, then prompt chunks (≤ prefillChunk each, ≤ tokenBudget in all) of the sequences still
  * prefilling, then newly admitted ones (first come, first served, while fewer than maxBatch run and pages last). When
  * pages run out the latest-arrived running sequence is preempted: its pages go back (full ones stay in the prefix
- * cache) and it is recomputed from its prompt + generated tokens when readmitted. The forward pass is synchronous;
- * `start` runs steps with setImmediate between them so I/O is served between steps.
+ * cache) and it is recomputed from its prompt + generated tokens when readmitted. A held sequence (`hold`: its sink
+ * cannot take more) sits out every step until `release`, keeping its pages and slot unless a queued one needs them.
+ * The forward pass is synchronous; `start` runs steps with setImmediate between them so I/O is served between steps.
  */
 export class Scheduler {
   readonly maxBatch: number;

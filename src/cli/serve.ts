@@ -44,6 +44,7 @@ function serveParser(): Parser {
     .option("--request-timeout <S>", `seconds a generation request may take, queue included (504 beyond; default ${DEFAULT_LIMITS.requestTimeoutMs / 1000}, 0 = none)`)
     .option("--drain-timeout <S>", `on SIGTERM, seconds to let running requests finish before cancelling them (default ${DEFAULT_LIMITS.drainTimeoutMs / 1000})`)
     .option("--max-stream-buffer <N>", `bytes a streaming client may leave unread before it is dropped (default ${DEFAULT_LIMITS.maxStreamBufferBytes})`)
+    .option("--stream-stall-timeout <S>", `seconds a streaming client may read nothing while the server holds its output (its sequences paused, keeping their KV pages) before it is dropped (default ${DEFAULT_LIMITS.streamStallTimeoutMs / 1000}, 0 = never)`)
     .option("--default-max-tokens <N>", `chat max_tokens when the request sets none (default ${DEFAULT_LIMITS.defaultChatMaxTokens}; never past the context)`)
     .option("--retry-after <S>", `Retry-After seconds sent with 429 and 503 (default ${DEFAULT_LIMITS.retryAfterSeconds})`)
     .option("--no-prefix-cache", "do not share KV pages between equal prompt prefixes")
@@ -233,7 +234,7 @@ function loadForServe(path: string, backend: BackendChoice, o: LoadSizes, gate: 
   return { loaded, fused };
 }
 
-type LimitFlag = "max-connections" | "max-body-bytes" | "max-inflight-body-bytes" | "headers-timeout" | "body-timeout" | "request-timeout" | "drain-timeout" | "max-stream-buffer" | "default-max-tokens" | "retry-after";
+type LimitFlag = "max-connections" | "max-body-bytes" | "max-inflight-body-bytes" | "headers-timeout" | "body-timeout" | "request-timeout" | "drain-timeout" | "max-stream-buffer" | "stream-stall-timeout" | "default-max-tokens" | "retry-after";
 
 /** The limit flags as startServer options (checked before the model loads; times in seconds become ms). */
 function limitOptions(values: Partial<Record<LimitFlag, string>>): Partial<ServerLimits> {
@@ -250,6 +251,7 @@ function limitOptions(values: Partial<Record<LimitFlag, string>>): Partial<Serve
   set("requestTimeoutMs", "request-timeout", 0, 1000);
   set("drainTimeoutMs", "drain-timeout", 0, 1000);
   set("maxStreamBufferBytes", "max-stream-buffer", 1);
+  set("streamStallTimeoutMs", "stream-stall-timeout", 0, 1000);
   set("defaultChatMaxTokens", "default-max-tokens", 1);
   set("retryAfterSeconds", "retry-after", 0);
   return out;

@@ -127,6 +127,11 @@ export class Sequence {
   generated = 0;
   cache: PagedSequence | undefined;
   state: "waiting" | "running" | "done" = "waiting";
+  /**
+   * Held by its sink (a stream whose client stopped reading): it is given no new work — no decode, no prefill, no
+   * admission — but keeps its pages, its batch slot and its place in arrival order until `Scheduler.release`.
+   */
+  held = false;
   cachedTokens = -1;
   /** ended on a stop string: the held-back text is dropped, not flushed */
   stoppedByString = false;
@@ -154,6 +159,8 @@ export class Sequence {
 export interface SchedulerStats {
   readonly waiting: number;
   readonly running: number;
+  /** sequences held by their sinks (counted in waiting or running as well) */
+  readonly held: number;
   readonly steps: number;
   readonly preemptions: number;
 }
@@ -163,8 +170,9 @@ export interface SchedulerStats {
  * sequence that is generating, then prompt chunks (≤ prefillChunk each, ≤ tokenBudget in all) of the sequences still
  * prefilling, then newly admitted ones (first come, first served, while fewer than maxBatch run and pages last). When
  * pages run out the latest-arrived running sequence is preempted: its pages go back (full ones stay in the prefix
- * cache) and it is recomputed from its prompt + generated tokens when readmitted. The forward pass is synchronous;
- * `start` runs steps with setImmediate between them so I/O is served between steps.
+ * cache) and it is recomputed from its prompt + generated tokens when readmitted. A held sequence (`hold`: its sink
+ * cannot take more) sits out every step until `release`, keeping its pages and slot unless a queued one needs them.
+ * The forward pass is synchronous; `start` runs steps with setImmediate between them so I/O is served between steps.
  */
 export class Scheduler {
   readonly maxBatch: number;
@@ -205,7 +213,8 @@ export class Scheduler {
   }
 
   stats(): SchedulerStats {
-    return { waiting: this.waiting.length, running: this.running.length, steps: this.steps, preemptions: this.preemptions };
+    const held = this.running.filter((s) => s.held).length + this.waiting.filter((s) => s.held).length;
+    return { waiting: this.waiting.length, running: this.running.length, held, steps: this.steps, preemptions: this.preemptions };
   }
 
   /** Positions the pool holds in all. */
@@ -237,6 +246,24 @@ export class Scheduler {
   cancel(seq: Sequence): void {
     if (seq.state === "done") return;
     this.finish(seq, "abort");
+    // the loop may be asleep with only held sequences left; the pages just freed may let a waiting one in
+    this.kick();
+  }
+
+  /**
+   * Stop giving a sequence new work while its sink cannot take more (a stream's socket reports backpressure). Tokens
+   * already computed (the rest of a chain) are still delivered; it keeps its pages and slot. Idempotent.
+   */
+  hold(seq: Sequence): void {
+    if (seq.state === "done") return;
+    seq.held = true;
+  }
+
+  /** Its sink takes tokens again: schedule it from the next step on. */
+  release(seq: Sequence): void {
+    if (seq.state === "done" || !seq.held) return;
+    seq.held = false;
+    this.kick();
   }
 
   /** Resolves when nothing is waiting or running. */
@@ -266,13 +293,16 @@ export class Scheduler {
   /** One step (after the event loop has served the I/O that was waiting), then the next kick. */
   private run(): void {
     this.scheduled = false;
+    let worked = true;
     try {
-      this.step();
+      worked = this.step();
     } catch (e) {
       // a bug must not take the process down: fail what is running, keep serving
       const err = e instanceof Error ? e : new Error(String(e));
       for (const seq of [...this.running]) this.finish(seq, "error", err);
     }
+    // Nothing could run while sequences are held: sleep instead of spinning; release, cancel and submit kick again.
+    if (!worked && (this.running.some((s) => s.held) || this.waiting.some((s) => s.held))) return;
     if (this.waiting.length > 0 || this.running.length > 0) this.kick();
     else {
       const w = this.idleWaiters;
@@ -323,6 +353,21 @@ export class Scheduler {
     this.waiting.splice(i, 0, seq);
   }
 
+  /**
+   * A held sequence keeps its slot and pages only while nobody queued needs them: then the latest-arrived one gives
+   * them back (preempted: its tokens are kept and recomputed when it is readmitted after its release). False: none.
+   */
+  private preemptHeld(): boolean {
+    for (let i = this.running.length - 1; i >= 0; i--) {
+      const r = this.running[i]!;
+      if (r.held) {
+        this.preempt(r);
+        return true;
+      }
+    }
+    return false;
+  }
+
   /** Reserve pages for `tokens`, preempting later arrivals outside the batch while short. */
   private reserve(seq: Sequence, tokens: readonly number[], inBatch: ReadonlySet<Sequence>): boolean {
     for (;;) {
@@ -365,7 +410,7 @@ export class Scheduler {
 
     // 1. decodes of running sequences, oldest first
     for (const seq of [...this.running]) {
-      if (seq.state !== "running" || inBatch.has(seq)) continue;
+      if (seq.state !== "running" || seq.held || inBatch.has(seq)) continue;
       const remaining = seq.tokens.length - seq.cache!.length;
       if (!(seq.generated > 0 && remaining === 1)) continue;
       const toks = [seq.tokens[seq.tokens.length - 1]!];
@@ -377,7 +422,7 @@ export class Scheduler {
     // 2. prompt chunks of running sequences
     for (const seq of [...this.running]) {
       if (budget <= 0) break;
-      if (seq.state !== "running" || inBatch.has(seq)) continue;
+      if (seq.state !== "running" || seq.held || inBatch.has(seq)) continue;
       const at = seq.cache!.length;
       const n = Math.min(seq.tokens.length - at, this.prefillChunk, budget);
       if (n <= 0) continue;
@@ -386,8 +431,16 @@ export class Scheduler {
       else stuck(seq);
     }
     // 3. admissions
-    while (budget > 0 && this.waiting.length > 0 && this.running.length < this.maxBatch) {
-      const seq = this.waiting[0]!;
+    // (a held sequence, preempted while held, waits in the queue without blocking those behind it)
+    for (;;) {
+      const next = this.waiting.findIndex((s) => !s.held);
+      if (!(budget > 0 && next >= 0)) break;
+      if (this.running.length >= this.maxBatch) {
+        // the preempted one goes back into the queue by arrival: look for the next one again
+        if (this.preemptHeld()) continue;
+        break;
+      }
+      const seq = this.waiting[next]!;
       const cache = new PagedSequence(this.pool);
       const canShare = this.prefixCaching && seq.promptLp === undefined;
       const adopted = canShare ? cache.adoptPrefix(seq.tokens, 1) : 0;
@@ -396,15 +449,16 @@ export class Scheduler {
       const toks = seq.tokens.slice(adopted, adopted + n);
       if (!cache.reserve(toks)) {
         cache.free();
+        if (this.preemptHeld()) continue;
         if (inBatch.size === 0 && this.running.length === 0) {
-          this.waiting.shift();
+          this.waiting.splice(next, 1);
           seq.state = "running";
           this.finish(seq, "error", new LatentError("the KV cache cannot hold this sequence"));
           continue;
         }
         break;
       }
-      this.waiting.shift();
+      this.waiting.splice(next, 1);
       this.pool.countPrefix(cache.prefixLookup.queried, cache.prefixLookup.hit);
       seq.cache = cache;
       seq.state = "running";
@@ -481,9 +535,10 @@ export class Scheduler {
    */
   private chain(): boolean {
     const model = this.model;
-    if (model.decodeGreedyBatch === undefined || this.chainSteps === 0 || this.running.length === 0) return false;
-    if (this.waiting.length > 0 && this.running.length < this.maxBatch) return false;
-    const batch = [...this.running];
+    // held sequences sit the chain out, as they sit out host steps
+    const batch = this.running.filter((s) => !s.held);
+    if (model.decodeGreedyBatch === undefined || this.chainSteps === 0 || batch.length === 0) return false;
+    if (this.waiting.some((s) => !s.held) && this.running.length < this.maxBatch) return false;
     // a sequence drawn in chains must be drawn on the device in host steps too (picksDraw): the device's draws are not
     // the host sampler's, and its tokens must not depend on when chains run
     const drawsChain = model.picksDraw === true;

@@ -57,21 +57,54 @@ export function sendError(res: ServerResponse, err: ApiError, headers: Record<st
   sendJson(res, err.status, err.body(), headers);
 }
 
+/** Why a stream's client was dropped: it left more than the buffer limit unread, or read nothing for too long. */
+export type StreamDropReason = "buffer" | "stall";
+
+/** What a stream may cost before its client is dropped (ServerLimits: maxStreamBufferBytes, streamStallTimeoutMs). */
+export interface SseLimits {
+  readonly maxBuffered: number;
+  readonly stallTimeoutMs: number;
+}
+
 /**
- * Server-Sent Events in OpenAI's framing: `data: JSON\n\n`, closed by `data: [DONE]`. A client that does not take
- * what is sent lets bytes pile up in the response; past `maxBuffered` unsent bytes it is dropped (the connection is
- * destroyed, which cancels its sequences and frees their KV pages).
+ * Server-Sent Events in OpenAI's framing: `data: JSON\n\n`, closed by `data: [DONE]`. When the socket reports
+ * backpressure (a write returns false: the kernel's buffers are full and Node holds the rest) the writer is `blocked`
+ * and tells its pressure listener, which stops producing (the server holds the stream's sequences); on `drain` it
+ * tells it again. A client is dropped (the connection destroyed, which cancels its sequences and frees their KV pages)
+ * past `maxBuffered` unsent bytes, or when it stays blocked for `stallTimeoutMs`.
  */
 export class SseWriter {
   private started = false;
+  private isBlocked = false;
+  private stallTimer: NodeJS.Timeout | undefined;
+  private pressure: (blocked: boolean) => void = () => {};
   constructor(
     private readonly res: ServerResponse,
-    private readonly maxBuffered: number = Number.POSITIVE_INFINITY,
-    private readonly onDropped: (unsent: number) => void = () => {},
-  ) {}
+    private readonly limits: SseLimits = { maxBuffered: Number.POSITIVE_INFINITY, stallTimeoutMs: 0 },
+    private readonly onDropped: (reason: StreamDropReason, unsent: number) => void = () => {},
+  ) {
+    res.on("drain", () => {
+      clearTimeout(this.stallTimer);
+      if (!this.isBlocked) return;
+      this.isBlocked = false;
+      if (this.open) this.pressure(false);
+    });
+    res.once("close", () => clearTimeout(this.stallTimer));
+  }
 
   get open(): boolean {
     return !this.res.writableEnded && !this.res.destroyed;
+  }
+
+  /** The client is not taking what is sent: produce nothing more until the pressure listener hears false. */
+  get blocked(): boolean {
+    return this.isBlocked;
+  }
+
+  /** Called with true when the client stops taking bytes, false when it takes them again (told at once if blocked). */
+  onPressure(listener: (blocked: boolean) => void): void {
+    this.pressure = listener;
+    if (this.blocked) listener(true);
   }
 
   start(): void {
@@ -85,16 +118,25 @@ export class SseWriter {
   send(value: unknown): void {
     this.start();
     if (!this.open) return;
-    this.res.write(`data: ${JSON.stringify(value)}\n\n`);
+    const taken = this.res.write(`data: ${JSON.stringify(value)}\n\n`);
     const unsent = this.res.writableLength;
-    if (unsent > this.maxBuffered) {
-      this.onDropped(unsent);
-      this.res.destroy();
+    if (unsent > this.limits.maxBuffered) return this.drop("buffer", unsent);
+    if (!taken && !this.isBlocked) {
+      this.isBlocked = true;
+      if (this.limits.stallTimeoutMs > 0) this.stallTimer = setTimeout(() => this.drop("stall", this.res.writableLength), this.limits.stallTimeoutMs);
+      this.pressure(true);
     }
   }
 
   done(): void {
     this.start();
     if (this.open) this.res.end("data: [DONE]\n\n");
+  }
+
+  private drop(reason: StreamDropReason, unsent: number): void {
+    clearTimeout(this.stallTimer);
+    if (this.res.destroyed) return;
+    this.onDropped(reason, unsent);
+    this.res.destroy();
   }
 }

@@ -19,6 +19,11 @@ export interface ServerLimits {
   readonly drainTimeoutMs: number;
   /** a stream's bytes written but not yet taken by the client; past it the client is dropped */
   readonly maxStreamBufferBytes: number;
+  /**
+   * how long a stream's client may take nothing while its socket reports backpressure (its sequences are held, keeping
+   * their KV pages and batch slots); past it the client is dropped (0: never)
+   */
+  readonly streamStallTimeoutMs: number;
   /** chat max_tokens when the request names none (also capped by the rest of the context) */
   readonly defaultChatMaxTokens: number;
   /** seconds clients are told to wait (Retry-After) on 429 and 503 */
@@ -34,6 +39,7 @@ export const DEFAULT_LIMITS: ServerLimits = {
   requestTimeoutMs: 600_000,
   drainTimeoutMs: 30_000,
   maxStreamBufferBytes: 1024 * 1024,
+  streamStallTimeoutMs: 60_000,
   defaultChatMaxTokens: 4096,
   retryAfterSeconds: 1,
 };

@@ -7,6 +7,8 @@ import type { Scheduler } from "../engine/scheduler.js";
 export class ServerMetrics {
   readonly registry = new Registry();
   readonly requests: Counter<"endpoint" | "status">;
+  /** streams whose clients were dropped: `buffer` (too many bytes unread), `stall` (read nothing for too long) */
+  readonly streamsDropped: Counter<"reason">;
   readonly promptTokens: Counter;
   readonly generationTokens: Counter;
   readonly ttft: Histogram;
@@ -19,10 +21,12 @@ export class ServerMetrics {
   constructor(scheduler: Scheduler, pool: PagePool) {
     const registers = [this.registry];
     this.requests = new Counter({ name: "latent_requests_total", help: "HTTP requests answered, by endpoint and status", labelNames: ["endpoint", "status"], registers });
+    this.streamsDropped = new Counter({ name: "latent_streams_dropped_total", help: "streams whose client was dropped: it left too many bytes unread (buffer) or read nothing for too long (stall)", labelNames: ["reason"], registers });
     this.promptTokens = new Counter({ name: "latent_prompt_tokens_total", help: "prompt tokens of accepted generation requests", registers });
     this.generationTokens = new Counter({ name: "latent_generation_tokens_total", help: "tokens generated", registers });
     new Gauge({ name: "latent_queue_depth", help: "sequences waiting for a batch slot", registers, collect() { this.set(scheduler.stats().waiting); } });
     new Gauge({ name: "latent_running_sequences", help: "sequences in the running batch", registers, collect() { this.set(scheduler.stats().running); } });
+    new Gauge({ name: "latent_held_sequences", help: "sequences held (paused, pages kept) because their stream's client is not reading", registers, collect() { this.set(scheduler.stats().held); } });
     new Gauge({ name: "latent_kv_pages_in_use", help: "KV cache pages held by sequences", registers, collect() { this.set(pool.stats().pagesInUse); } });
     new Gauge({ name: "latent_kv_pages_cached", help: "unreferenced KV pages kept for prefix caching (evictable)", registers, collect() { this.set(pool.stats().pagesCached); } });
     new Gauge({ name: "latent_kv_pages_total", help: "KV cache pages in the pool", registers, collect() { this.set(pool.stats().totalPages); } });

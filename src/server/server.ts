@@ -83,6 +83,8 @@ export interface ServerOptions extends Partial<ServerLimits> {
 export interface ServerStats {
   readonly waiting: number;
   readonly running: number;
+  /** sequences held because their stream's client is not reading */
+  readonly held: number;
   readonly steps: number;
   readonly preemptions: number;
   readonly pagesInUse: number;
@@ -330,7 +332,24 @@ interface Api {
 }
 
 function sseWriter(api: Api, res: ServerResponse): SseWriter {
-  return new SseWriter(res, api.limits.maxStreamBufferBytes, (unsent) => api.log(`stream dropped: the client left ${unsent} bytes unread (limit ${api.limits.maxStreamBufferBytes})`));
+  const { maxStreamBufferBytes: maxBuffered, streamStallTimeoutMs: stallTimeoutMs } = api.limits;
+  return new SseWriter(res, { maxBuffered, stallTimeoutMs }, (reason, unsent) => {
+    api.metrics.streamsDropped.inc({ reason });
+    api.log(reason === "buffer" ? `stream dropped: the client left ${unsent} bytes unread (limit ${maxBuffered})` : `stream dropped: the client read nothing for ${stallTimeoutMs / 1000} s (${unsent} bytes unread)`);
+  });
+}
+
+/**
+ * While the stream's client takes nothing, its sequences are held: they keep their pages and slots but get no new
+ * tokens, so the server neither computes nor buffers output nobody reads; they resume when the socket drains.
+ */
+function holdWhileBlocked(api: Api, sse: SseWriter, job: GenJob): void {
+  sse.onPressure((blocked) => {
+    for (const c of job.choices) {
+      if (blocked) api.scheduler.hold(c.seq);
+      else api.scheduler.release(c.seq);
+    }
+  });
 }
 
 function modelCard(api: Api, id: string, nCtxTrain: number): Record<string, unknown> {
@@ -648,6 +667,7 @@ async function completions(api: Api, body: Record<string, unknown>, req: Incomin
   });
   jobRef = job;
   if (sse !== undefined) {
+    holdWhileBlocked(api, sse, job);
     sse.start();
     if (echo && logprobs === undefined) for (const c of job.choices) echoChunk(c);
   }
@@ -745,6 +765,7 @@ async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessag
     },
   });
   if (sse !== undefined) {
+    holdWhileBlocked(api, sse, job);
     for (const c of job.choices) sse.send({ ...base(job), choices: [{ index: c.index, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }] });
   }
   if (!(await finishJob(job, done, sse, s.includeUsage ? { ...base(job), choices: [] } : undefined, res))) return;

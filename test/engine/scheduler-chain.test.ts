@@ -7,7 +7,7 @@ import { Tokenizer } from "../../src/tokenizer/index.js";
 import { PagePool } from "../../src/engine/paged-cache.js";
 import { argmax, Sampler } from "../../src/engine/sampler.js";
 import { logSoftmax } from "../../src/engine/logprobs.js";
-import { Scheduler, type BatchModel, type SchedulerOptions, type SequenceRequest, type StepInfo } from "../../src/engine/scheduler.js";
+import { Scheduler, type BatchModel, type Sequence, type SchedulerOptions, type SequenceRequest, type StepInfo } from "../../src/engine/scheduler.js";
 import type { SequenceChunk } from "../../src/model/deepseek2.js";
 import type { LatentStore } from "../../src/model/cache.js";
 import type { GreedyChunk, GreedyPick, PickDraw } from "../../src/engine/device-picks.js";
@@ -413,4 +413,33 @@ test("greedy requests with a logit bias or a penalty are neither chained nor pic
     assert.deepEqual(adjusted.results[0]!.tokens, want, JSON.stringify(sampling));
   }
   assert.notEqual((await run([greedy(prompt, 12, { ignoreEog: true, sampling: { temperature: 0, logitBias: new Map([[first, -100]]) } })], { chainSteps: 8 })).results[0]!.tokens[0], first);
+});
+
+test("a held sequence sits out the chains (the other chains on without it) and resumes to the same tokens", async () => {
+  const prompts = [randomTokens(5, 31, 3, V), randomTokens(6, 32, 3, V)];
+  const req = (prompt: number[]): SequenceRequest => ({ prompt, maxTokens: 40, sampling: { temperature: 0 }, ignoreEog: true });
+  const want = await run(prompts.map(req), { chainSteps: 0 });
+  const model = new FakeChainModel();
+  const s = new Scheduler(model, tokenizer, new PagePool(loaded.config, { pageSize: 4, numPages: 256 }), { maxBatch: 8, chainSteps: 8 });
+  const ids: number[][] = [[], []];
+  let a!: Sequence;
+  const doneA = new Promise<void>((resolve) => {
+    a = s.submit(req(prompts[0]!), {
+      onToken: (t) => {
+        ids[0]!.push(t.id);
+        if (ids[0]!.length === 2) s.hold(a);
+      },
+      onFinish: () => resolve(),
+    });
+  });
+  await new Promise<void>((resolve) => s.submit(req(prompts[1]!), { onToken: (t) => ids[1]!.push(t.id), onFinish: () => resolve() }));
+  const heldAt = ids[0]!.length;
+  // held mid-chain, it still gets the rest of that chain (already computed): at most chainSteps - 1 more
+  assert.ok(heldAt >= 2 && heldAt <= 9, `${heldAt} tokens while held`);
+  assert.ok(model.chains > 0, "no chain ran");
+  await new Promise((r) => setTimeout(r, 30));
+  assert.equal(ids[0]!.length, heldAt);
+  s.release(a);
+  await doneA;
+  assert.deepEqual(ids, want.results.map((r) => [...r.tokens]));
 });

@@ -2,6 +2,7 @@
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
+import { Socket } from "node:net";
 import { join } from "node:path";
 import OpenAI from "openai";
 import { CASES, synthModel } from "../helpers/synth.js";
@@ -31,7 +32,7 @@ test("latent serve --help; bad options exit 2", () => {
   assert.equal(backend.status, 2);
 });
 
-const LIMIT_FLAGS = ["--max-connections", "--max-body-bytes", "--max-inflight-body-bytes", "--headers-timeout", "--body-timeout", "--request-timeout", "--drain-timeout", "--max-stream-buffer", "--default-max-tokens", "--retry-after"];
+const LIMIT_FLAGS = ["--max-connections", "--max-body-bytes", "--max-inflight-body-bytes", "--headers-timeout", "--body-timeout", "--request-timeout", "--drain-timeout", "--max-stream-buffer", "--stream-stall-timeout", "--default-max-tokens", "--retry-after"];
 
 test("limit flags out of range are refused before the model loads", async () => {
   let err = "";
@@ -84,6 +85,28 @@ test("the limit flags reach the server: --max-body-bytes, --max-queue with --ret
     assert.equal(queued.status, 429);
     assert.equal(queued.headers.get("retry-after"), "7");
   } finally {
+    child.kill("SIGKILL");
+  }
+});
+
+test("--stream-stall-timeout reaches the server: a client that reads nothing is dropped after it", { timeout: 120_000 }, async () => {
+  const { child, url: listening, stderr } = spawnServe([synth.path, "--port", "0", "--alias", "tiny", "--backend", "cpu", "--threads", "1", "--max-batch", "16", "--stream-stall-timeout", "1"]);
+  const sock = new Socket();
+  try {
+    const url = await listening;
+    // 16 greedy choices with top-20 logprobs: megabytes of events, more than the kernel's socket buffers hold
+    const body = JSON.stringify({ model: "tiny", messages: [{ role: "user", content: "hi" }], n: 16, temperature: 0, logprobs: true, top_logprobs: 20, max_tokens: 2000, stream: true, ignore_eos: true });
+    sock.on("error", () => {});
+    sock.connect(Number(new URL(url).port), "127.0.0.1");
+    sock.write(`POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+    sock.pause(); // never read
+    const t0 = performance.now();
+    while (performance.now() - t0 < 60_000 && !/stream dropped: the client read nothing for 1 s/.test(stderr())) await new Promise((r) => setTimeout(r, 50));
+    assert.match(stderr(), /stream dropped: the client read nothing for 1 s/);
+    const metrics = await (await fetch(`${url}/metrics`)).text();
+    assert.match(metrics, /latent_streams_dropped_total\{reason="stall"\} 1\n/);
+  } finally {
+    sock.destroy();
     child.kill("SIGKILL");
   }
 });

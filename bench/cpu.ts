@@ -103,7 +103,7 @@ function decodeBytes(w: ModelWeights, nUsed: number): number {
     if (l.moe) {
       s += b(l.moe.router);
       if (l.moe.shared) s += b(l.moe.shared.gate) + b(l.moe.shared.up) + b(l.moe.shared.down);
-      const e = l.moe.experts[0]!;
+      const e = l.moe.experts[0];
       s += nUsed * (b(e.gate) + b(e.up) + b(e.down));
     }
   }
@@ -123,7 +123,7 @@ function latentRunner(path: string, threads: number, backend: "cpu" | "reference
     s = (s * 1103515245 + 12345) >>> 0;
     return 10 + (s % (config.nVocab - 10));
   });
-  const argmax = (v: Float32Array): number => v.reduce((bi, x, i, a) => (x > a[bi]! ? i : bi), 0);
+  const argmax = (v: Float32Array): number => v.reduce((bi, x, i, a) => (x > a[bi] ? i : bi), 0);
   const run = (prompt: number[], steps: number): Timing => {
     const cache = new LatentCache(config, prompt.length + steps);
     const t0 = performance.now();
@@ -140,7 +140,7 @@ function latentRunner(path: string, threads: number, backend: "cpu" | "reference
 function median(xs: readonly number[]): number {
   const v = [...xs].sort((a, b) => a - b);
   const m = v.length >> 1;
-  return v.length % 2 === 1 ? v[m]! : (v[m - 1]! + v[m]!) / 2;
+  return v.length % 2 === 1 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
 function llamaTiming(path: string, threads: number, nPrompt: number, nDecode: number): (Timing & { cpu_backend: string }) | string {
@@ -171,12 +171,12 @@ export function run(): BenchResult[] {
   // each round's ratios are printed and the headline figures are the medians
   const repeat = Math.max(1, Number(arg("repeat") ?? 1));
   const withLlama = !flag("no-llama");
-  const load0 = loadavg()[0]!;
+  const load0 = loadavg()[0];
   const lr = latentRunner(path, threads, backend, nPrompt, nDecode);
   const rounds: { lPre: number; lDec: number; cPre?: number; cDec?: number; load: number; backendName?: string }[] = [];
   for (let r = 0; r < repeat; r++) {
     const lt = lr.time();
-    const round: (typeof rounds)[number] = { lPre: nPrompt / lt.prefill_s, lDec: nDecode / lt.decode_s, load: loadavg()[0]! };
+    const round: (typeof rounds)[number] = { lPre: nPrompt / lt.prefill_s, lDec: nDecode / lt.decode_s, load: loadavg()[0] };
     if (withLlama) {
       const ll = llamaTiming(path, threads, nPrompt, nDecode);
       if (typeof ll === "string") console.error(ll);
@@ -190,7 +190,7 @@ export function run(): BenchResult[] {
   }
   lr.close();
   const med = repeat > 1 ? " (median)" : "";
-  out.push({ name: "load average (1 min) before latent / after the runs", value: load0, unit: "", extra: { after: loadavg()[0]! } });
+  out.push({ name: "load average (1 min) before latent / after the runs", value: load0, unit: "", extra: { after: loadavg()[0] } });
   const lPre = median(rounds.map((x) => x.lPre));
   const lDec = median(rounds.map((x) => x.lDec));
   out.push({ name: `latent ${backend}×${threads} prefill ${nPrompt}${med}`, value: lPre, unit: "tok/s" });
@@ -200,8 +200,8 @@ export function run(): BenchResult[] {
   if (paired.length === 0) return out;
   const cPre = median(paired.map((x) => x.cPre!));
   const cDec = median(paired.map((x) => x.cDec!));
-  out.push({ name: `llama.cpp (${paired[0]!.backendName})×${threads} prefill ${nPrompt}${med}`, value: cPre, unit: "tok/s" });
-  out.push({ name: `llama.cpp (${paired[0]!.backendName})×${threads} decode ${nDecode}${med}`, value: cDec, unit: "tok/s" });
+  out.push({ name: `llama.cpp (${paired[0].backendName})×${threads} prefill ${nPrompt}${med}`, value: cPre, unit: "tok/s" });
+  out.push({ name: `llama.cpp (${paired[0].backendName})×${threads} decode ${nDecode}${med}`, value: cDec, unit: "tok/s" });
   out.push({ name: `llama.cpp decode weight traffic / copy bandwidth`, value: ((lr.bytes * cDec) / 1e9 / bw) * 100, unit: "%" });
   out.push({ name: `ratio latent/llama.cpp prefill (bar ≥ 0.3)${repeat > 1 ? ", median of rounds" : ""}`, value: median(paired.map((x) => x.lPre / x.cPre!)), unit: "×" });
   out.push({ name: `ratio latent/llama.cpp decode (bar ≥ 0.5)${repeat > 1 ? ", median of rounds" : ""}`, value: median(paired.map((x) => x.lDec / x.cDec!)), unit: "×" });

@@ -38,9 +38,9 @@ export function run(): BenchResult[] {
     const rows = Array.from({ length: 8 }, (_, i) => row(i + 1, spread));
     for (const [name, opts] of cases) {
       const sampler = createSampler({ ...opts, seed: 7 });
-      for (let i = 0; i < 10; i++) sampler.sample(rows[i % rows.length]!);
+      for (let i = 0; i < 10; i++) sampler.sample(rows[i % rows.length]);
       const t0 = performance.now();
-      for (let i = 0; i < ROWS; i++) sampler.sample(rows[i % rows.length]!);
+      for (let i = 0; i < ROWS; i++) sampler.sample(rows[i % rows.length]);
       const ms = (performance.now() - t0) / ROWS;
       results.push({ name: `sample a ${VOCAB}-entry ${kind} row: ${name}`, value: ms, unit: "ms/row" });
     }

@@ -69,7 +69,7 @@ function randomBytes(n: number, seed: number): Uint8Array {
     out[i] = s & 0xff;
   }
   // f16 fields holding NaN/Inf would not change the timing, but keep every value finite: clear each 16-bit word's top exponent bit
-  for (let i = 1; i < n; i += 2) out[i] = out[i]! & 0xbf;
+  for (let i = 1; i < n; i += 2) out[i] = out[i] & 0xbf;
   return out;
 }
 
@@ -303,7 +303,7 @@ ${Array.from({ length: bindings - 1 }, (_, i) => `@group(0) @binding(${i + 1}) v
 }`;
       const pipes = Array.from({ length: pipelines }, (_, i) => device.createComputePipeline({ layout: "auto", compute: { module: device.createShaderModule({ code: code(1000 + i) }), entryPoint: "main" } }));
       const bufs = Array.from({ length: 16 }, () => device.createBuffer({ size: 1 << 16, usage: GPUBufferUsage.STORAGE }));
-      const groups = pipes.map((pl, k) => Array.from({ length: 8 }, (_, j) => device.createBindGroup({ layout: pl.getBindGroupLayout(0), entries: Array.from({ length: bindings }, (_, i) => ({ binding: i, resource: { buffer: bufs[(i * 3 + j + k) % 16]! } })) })));
+      const groups = pipes.map((pl, k) => Array.from({ length: 8 }, (_, j) => device.createBindGroup({ layout: pl.getBindGroupLayout(0), entries: Array.from({ length: bindings }, (_, i) => ({ binding: i, resource: { buffer: bufs[(i * 3 + j + k) % 16] } })) })));
       const count = 400;
       const run = (): { js: number; finish: number; submit: number } => {
         const t0 = performance.now();
@@ -312,8 +312,8 @@ ${Array.from({ length: bindings - 1 }, (_, i) => `@group(0) @binding(${i + 1}) v
         let last: GPUComputePipeline | undefined;
         for (let i = 0; i < count; i++) {
           const k = i % pipelines;
-          if (pipes[k] !== last) pass.setPipeline((last = pipes[k]!));
-          pass.setBindGroup(0, groups[k]![i % 8]!);
+          if (pipes[k] !== last) pass.setPipeline((last = pipes[k]));
+          pass.setBindGroup(0, groups[k][i % 8]);
           pass.dispatchWorkgroups(1);
         }
         pass.end();
@@ -328,7 +328,7 @@ ${Array.from({ length: bindings - 1 }, (_, i) => `@group(0) @binding(${i + 1}) v
       await device.queue.onSubmittedWorkDone();
       const runs = Array.from({ length: 20 }, run);
       await device.queue.onSubmittedWorkDone();
-      const med = (k: "js" | "finish" | "submit"): number => (runs.map((r) => r[k]).sort((a, b) => a - b)[10]! * 1000) / count;
+      const med = (k: "js" | "finish" | "submit"): number => (runs.map((r) => r[k]).sort((a, b) => a - b)[10] * 1000) / count;
       log(`host: ${bindings} bindings, ${pipelines} pipeline(s) alternating: encode ${med("js").toFixed(2)} + finish ${med("finish").toFixed(2)} + submit ${med("submit").toFixed(2)} µs per dispatch`);
     }
   }

@@ -73,7 +73,7 @@ async function copyBandwidth(rt: GpuRuntime, bytes: number, rounds = 5): Promise
 
 function median(xs: number[]): number {
   const s = [...xs].sort((a, b) => a - b);
-  return s[Math.floor(s.length / 2)]!;
+  return s[Math.floor(s.length / 2)];
 }
 
 /** Repetitions of each dispatch in `--kernels` (GpuRuntime.timeItems). */
@@ -249,11 +249,11 @@ export async function parityCheck(dir: string, log: (s: string) => void = consol
   const kernels = new WebGPUKernels({ checkWrites: true });
   let worst = 0;
   for (const [label, over, type] of cases) {
-    const out = synthesize(withOverrides(preset("tiny", "deepseek2"), { ...over, name: label }), { out: `${dir}/${label}.gguf`, seed: 3, type })[0]!;
+    const out = synthesize(withOverrides(preset("tiny", "deepseek2"), { ...over, name: label }), { out: `${dir}/${label}.gguf`, seed: 3, type })[0];
     const { model, config } = loadModel(out);
     const tokens = Array.from({ length: 36 }, (_, i) => (i * 37 + 5) % config.nVocab);
     const ref = evaluateAll(model, tokens, { path: "reference" }).map((r) => logSoftmaxRow(r));
-    const maxErr = (rows: Float64Array[] | Float32Array[]): number => Math.max(...ref.map((row, i) => Math.max(...row.map((v, j) => Math.abs(rows[i]![j]! - v)))));
+    const maxErr = (rows: Float64Array[] | Float32Array[]): number => Math.max(...ref.map((row, i) => Math.max(...row.map((v, j) => Math.abs(rows[i][j] - v)))));
     // chunks of 8 then 4 tokens (the coalesced kernel at 8 tokens, the wide one up to 4), then the whole prompt as one
     // step (the row-tiled kernel: products of ≥ 32 tokens)
     const g = new GpuModel(rt, model, { slots: 1, context: tokens.length, maxTokens: 8 });
@@ -275,27 +275,27 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   let path = args.find((a, i) => !a.startsWith("--") && !args[i - 1]?.startsWith("--"));
   // --synth PRESET:TYPE:OUT[:LAYERS] — write the random-weight model first (on a machine the file cannot be carried to);
   // LAYERS as `latent synth --layers` (e.g. glm5:Q4_K_M:/tmp/g.gguf:4, a glm-dsa model that fits one GPU)
-  const synth = args.includes("--synth") ? args[args.indexOf("--synth") + 1]!.split(":") : undefined;
+  const synth = args.includes("--synth") ? args[args.indexOf("--synth") + 1].split(":") : undefined;
   if (synth !== undefined) {
     const t = performance.now();
     const layers = synth[3] !== undefined ? Number(synth[3]) : undefined;
     if (layers !== undefined && !(Number.isInteger(layers) && layers >= 1)) throw new Error(`--synth: layers must be a positive integer, got ${synth[3]}`);
-    const base = preset(synth[0]!);
-    path = synthesize(layers !== undefined ? withOverrides(base, { n_layer: layers }) : base, { out: synth[2]!, seed: 0, type: synth[1]! })[0]!;
+    const base = preset(synth[0]);
+    path = synthesize(layers !== undefined ? withOverrides(base, { n_layer: layers }) : base, { out: synth[2], seed: 0, type: synth[1] })[0];
     console.log(`synthesized ${synth[0]}${layers !== undefined ? ` (${layers} layers)` : ""} ${synth[1]} → ${path} in ${((performance.now() - t) / 1000).toFixed(1)} s`);
   }
   const json = args.includes("--json") ? args[args.indexOf("--json") + 1] : undefined;
-  const batches = args.includes("--batches") ? args[args.indexOf("--batches") + 1]!.split(",").map(Number) : undefined;
+  const batches = args.includes("--batches") ? args[args.indexOf("--batches") + 1].split(",").map(Number) : undefined;
   if (args.includes("--parity")) {
-    const worst = await parityCheck(args[args.indexOf("--parity") + 1]!);
+    const worst = await parityCheck(args[args.indexOf("--parity") + 1]);
     console.log(`parity: worst ${worst.toExponential(2)} ${worst <= 1e-3 ? "PASS" : "FAIL"} (≤ 1e-3)`);
     if (path === undefined) process.exit(worst <= 1e-3 ? 0 : 1);
   }
   const num = (k: string): number | undefined => (args.includes(k) ? Number(args[args.indexOf(k) + 1]) : undefined);
   // --tune expertTn=8,expertTpr=32,expertsFrom=0.5,rowTile=0,rowTileTokens=8
-  const tune = args.includes("--tune") ? parseTuning(args[args.indexOf("--tune") + 1]!) : undefined;
+  const tune = args.includes("--tune") ? parseTuning(args[args.indexOf("--tune") + 1]) : undefined;
   if (tune !== undefined) console.log(`tuning: ${JSON.stringify(tune)}`);
-  const results = await runWebGpuBench(path!, { ...(args.includes("--dawn") ? { dawnFlags: args[args.indexOf("--dawn") + 1]!.split(" ") } : {}), ...(tune !== undefined ? { tune } : {}), batches, promptLen: num("--prompt"), decodeSteps: num("--steps"), decodeContext: num("--decode-context"), profile: args.includes("--profile"), kernels: args.includes("--kernels"), ...(args.includes("--matvec") ? { matvec: args[args.indexOf("--matvec") + 1] as RuntimeOptions["matvec"] } : {}) });
+  const results = await runWebGpuBench(path!, { ...(args.includes("--dawn") ? { dawnFlags: args[args.indexOf("--dawn") + 1].split(" ") } : {}), ...(tune !== undefined ? { tune } : {}), batches, promptLen: num("--prompt"), decodeSteps: num("--steps"), decodeContext: num("--decode-context"), profile: args.includes("--profile"), kernels: args.includes("--kernels"), ...(args.includes("--matvec") ? { matvec: args[args.indexOf("--matvec") + 1] as RuntimeOptions["matvec"] } : {}) });
   console.log("\nresult | value | unit");
   for (const r of results) console.log(`${r.name} | ${r.value.toFixed(1)} | ${r.unit}${r.extra ? " | " + Object.entries(r.extra).map(([k, v]) => `${k}=${typeof v === "number" ? v.toPrecision(4) : v}`).join(" ") : ""}`);
   if (json !== undefined) writeFileSync(json, JSON.stringify({ date: new Date().toISOString(), model: path, results }, null, 2) + "\n");

@@ -19,9 +19,9 @@ function roundedBlocks(x: ArrayLike<number>, n: number, xStride: number, cols: n
       const o = t * xStride + c0;
       const end = Math.min(32, cols - c0);
       let amax = 0;
-      for (let i = 0; i < end; i++) amax = Math.max(amax, Math.abs(out[o + i]!));
+      for (let i = 0; i < end; i++) amax = Math.max(amax, Math.abs(out[o + i]));
       const s = amax / qmax;
-      for (let i = 0; i < end; i++) out[o + i] = s === 0 ? 0 : Math.round(out[o + i]! / s) * s;
+      for (let i = 0; i < end; i++) out[o + i] = s === 0 ? 0 : Math.round(out[o + i] / s) * s;
     }
   }
   return out;
@@ -46,7 +46,7 @@ const cases: [string, Partial<SynthConfig>, string][] = [
 ];
 for (const [label, over, type] of cases) {
   const base = label.startsWith("v2-lite") ? preset("v2-lite") : preset("tiny", "deepseek2");
-  const file = synthesize(withOverrides(base, { ...over, name: label }), { out: `${dir}/${label}.gguf`, seed: 5, type })[0]!;
+  const file = synthesize(withOverrides(base, { ...over, name: label }), { out: `${dir}/${label}.gguf`, seed: 5, type })[0];
   const { model, config } = loadModel(file);
   const tokens = Array.from({ length: 12 }, (_, i) => (i * 37 + 5) % config.nVocab);
   model.kernels = plainKernels;
@@ -55,7 +55,7 @@ for (const [label, over, type] of cases) {
     model.kernels = rounding(bits);
     const got = evaluateAll(model, tokens, { path: "prefill", chunk: 12 }).map((r) => logSoftmaxRow(r));
     let worst = 0;
-    ref.forEach((row, i) => row.forEach((v, j) => (worst = Math.max(worst, Math.abs(got[i]![j]! - v)))));
+    ref.forEach((row, i) => row.forEach((v, j) => (worst = Math.max(worst, Math.abs(got[i][j] - v)))));
     console.log(`${label} (${type}): activations as ${bits}-bit integers per 32-block → max |Δ logprob| ${worst.toExponential(2)}`);
   }
 }

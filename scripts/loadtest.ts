@@ -59,9 +59,9 @@ interface Percentiles {
 
 function percentiles(xs: number[]): Percentiles {
   const s = [...xs].sort((a, b) => a - b);
-  const at = (p: number): number => (s.length === 0 ? NaN : s[Math.min(s.length - 1, Math.max(0, Math.ceil(p * s.length) - 1))]!);
+  const at = (p: number): number => (s.length === 0 ? NaN : s[Math.min(s.length - 1, Math.max(0, Math.ceil(p * s.length) - 1))]);
   const r = (x: number): number => Math.round(x * 10) / 10;
-  return { n: s.length, p50: r(at(0.5)), p90: r(at(0.9)), p99: r(at(0.99)), max: r(s.length ? s[s.length - 1]! : NaN) };
+  return { n: s.length, p50: r(at(0.5)), p90: r(at(0.9)), p99: r(at(0.99)), max: r(s.length ? s[s.length - 1] : NaN) };
 }
 
 function int(name: string, v: string | undefined, dflt: number, min: number): number {
@@ -96,7 +96,7 @@ async function startServe(model: string, extra: string[]): Promise<{ url: string
     child.stderr!.on("data", (d: Buffer) => {
       err += d.toString();
       const m = /listening on (http:\/\/\S+)/.exec(err);
-      if (m !== null) resolve(m[1]!);
+      if (m !== null) resolve(m[1]);
     });
     child.on("exit", (code) => reject(new Error(`latent serve exited (${code}):\n${err}`)));
   });
@@ -157,7 +157,7 @@ async function main(): Promise<void> {
 
   try {
     const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: values["api-key"] ?? "none", maxRetries: 0, timeout: (duration + 120) * 1000 });
-    const model = (await client.models.list()).data[0]!.id;
+    const model = (await client.models.list()).data[0].id;
     const meta = (await (await fetch(`${url}/v1/models`)).json()) as { data: { meta?: { n_vocab?: number } }[] };
     const nVocab = meta.data[0]?.meta?.n_vocab ?? 1000;
     const prefix = ids(shared, 12345, Math.min(100, nVocab - 1), Math.min(nVocab, 5000));

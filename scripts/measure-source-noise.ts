@@ -28,9 +28,9 @@ function gaussian(r: () => number): number {
 function measure(src: Float32Array, dec: Float32Array): { rel: number; alpha: number } {
   let d2 = 0, s2 = 0, gs = 0;
   for (let i = 0; i < src.length; i++) {
-    d2 += (dec[i]! - src[i]!) ** 2;
-    s2 += src[i]! ** 2;
-    gs += dec[i]! * src[i]!;
+    d2 += (dec[i] - src[i]) ** 2;
+    s2 += src[i] ** 2;
+    gs += dec[i] * src[i];
   }
   return { rel: Math.sqrt(d2 / s2), alpha: gs / s2 };
 }
@@ -39,7 +39,7 @@ const samples: { label: string; ne0: number; data: Float32Array }[] = [];
 const file = GGUFFile.open(process.argv[2] ?? DEMO_MODEL);
 for (const t of file.tensors.values()) {
   if (t.ne.length < 2) continue;
-  samples.push({ label: t.name, ne0: t.ne[0]!, data: dequantize(t.type, file.readBytes(t), t.ne.reduce((a, b) => a * b, 1)) });
+  samples.push({ label: t.name, ne0: t.ne[0], data: dequantize(t.type, file.readBytes(t), t.ne.reduce((a, b) => a * b, 1)) });
 }
 const r = rng(7);
 for (const [kind, draw] of [
@@ -55,7 +55,7 @@ console.log("|---|---|---|---|---|");
 const report = (name: string, rows: { rel: number; alpha: number }[]): void => {
   const rels = rows.map((x) => x.rel).sort((a, b) => a - b);
   const alpha = Math.max(...rows.map((x) => Math.abs(x.alpha - 1)));
-  console.log(`| ${name} | ${rows.length} | ${rels[rels.length >> 1]!.toExponential(2)} | ${rels[rels.length - 1]!.toExponential(2)} | ${alpha.toExponential(2)} |`);
+  console.log(`| ${name} | ${rows.length} | ${rels[rels.length >> 1].toExponential(2)} | ${rels[rels.length - 1].toExponential(2)} | ${alpha.toExponential(2)} |`);
 };
 for (const type of TYPES) {
   const block = typeTraits(type)!.blockSize;

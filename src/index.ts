@@ -230,7 +230,7 @@ export class LatentModel {
   /** Next-token logits after the last token. */
   logits(tokens: readonly number[], path: AttentionPath = "prefill"): Float32Array {
     const rows = this.logitsAll(tokens, path);
-    return rows[rows.length - 1]!;
+    return rows[rows.length - 1];
   }
 
   /**
@@ -252,20 +252,20 @@ export class LatentModel {
       let maxKl = 0;
       let agree = 0;
       for (let i = 0; i < ref.length; i++) {
-        const a = ref[i]!;
-        const b = got[i]!;
+        const a = ref[i];
+        const b = got[i];
         let ia = 0;
         let ib = 0;
         for (let j = 0; j < a.length; j++) {
-          maxAbs = Math.max(maxAbs, Math.abs(a[j]! - b[j]!));
-          if (a[j]! > a[ia]!) ia = j;
-          if (b[j]! > b[ib]!) ib = j;
+          maxAbs = Math.max(maxAbs, Math.abs(a[j] - b[j]));
+          if (a[j] > a[ia]) ia = j;
+          if (b[j] > b[ib]) ib = j;
         }
         if (ia === ib) agree++;
         const la = logSoftmaxRow(a);
         const lb = logSoftmaxRow(b);
         let kl = 0;
-        for (let j = 0; j < la.length; j++) kl += Math.exp(la[j]!) * (la[j]! - lb[j]!);
+        for (let j = 0; j < la.length; j++) kl += Math.exp(la[j]) * (la[j] - lb[j]);
         maxKl = Math.max(maxKl, kl);
       }
       rows.push({ path, ms, maxAbsDiff: maxAbs, maxKl: Math.max(0, maxKl), top1Agree: agree });

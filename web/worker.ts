@@ -32,7 +32,7 @@ async function doLoad(msg: Extract<ToWorker, { type: "load" }>): Promise<void> {
     post({ type: "progress", phase: p.phase, done: p.done, total: p.total });
   };
   const src = msg.source;
-  const m = await load(src.kind === "url" ? new URL(src.url, self.location.href).href : src.files.length === 1 ? src.files[0]! : src.files, { onProgress });
+  const m = await load(src.kind === "url" ? new URL(src.url, self.location.href).href : src.files.length === 1 ? src.files[0] : src.files, { onProgress });
   model = m;
   let gpuError: string | undefined;
   if (msg.backend === "webgpu") {
@@ -47,7 +47,7 @@ async function doLoad(msg: Extract<ToWorker, { type: "load" }>): Promise<void> {
   post({
     type: "loaded",
     info: {
-      name: typeof name === "string" ? name : src.kind === "url" ? src.url : src.files[0]!.name,
+      name: typeof name === "string" ? name : src.kind === "url" ? src.url : src.files[0].name,
       summary,
       summaryText: m.summaryText(),
       hasChat: m.file.metadata.raw("tokenizer.chat_template") !== undefined,
@@ -144,13 +144,13 @@ async function gpuCheck(g: GpuSession, m: LatentModel, tokens: number[], tol: nu
   let maxAbs = 0;
   let agree = 0;
   ref.forEach((a, i) => {
-    const b = got[i]!;
+    const b = got[i];
     let ia = 0;
     let ib = 0;
     for (let j = 0; j < a.length; j++) {
-      maxAbs = Math.max(maxAbs, Math.abs(a[j]! - b[j]!));
-      if (a[j]! > a[ia]!) ia = j;
-      if (b[j]! > b[ib]!) ib = j;
+      maxAbs = Math.max(maxAbs, Math.abs(a[j] - b[j]));
+      if (a[j] > a[ia]) ia = j;
+      if (b[j] > b[ib]) ib = j;
     }
     if (ia === ib) agree++;
   });

@@ -132,7 +132,7 @@ export function mmaWGSL(k: MmaKernel): string {
   ${P.map(
     (pc) => `${pc > 0 ? "workgroupBarrier();\n  " : ""}${I.flatMap((i) => J.map((j) => store(k, "&sh", `${j * k.tn * WM}u + s * ${16 * k.sm}u + ${16 * i}u`, acc(pc, i, j), `${WM}u`))).join("\n  ")}
   workgroupBarrier();
-  for (var r = 0u; r < ${(WM * WN) / WGS}u; r++) { yv[r] += f32(sh[lid + r * ${WGS}u]) * ${2 ** PIECE_SHIFT[pc]!}.0; }`,
+  for (var r = 0u; r < ${(WM * WN) / WGS}u; r++) { yv[r] += f32(sh[lid + r * ${WGS}u]) * ${2 ** PIECE_SHIFT[pc]}.0; }`,
   ).join("\n  ")}
   for (var r = 0u; r < ${(WM * WN) / WGS}u; r++) {
     let e = lid + r * ${WGS}u;
@@ -198,12 +198,12 @@ export function rngI8(n: number, seed: number): Int8Array {
 export function packI8(v: Int8Array): Uint32Array {
   if (v.length % 4 !== 0) throw new Error("packI8: length must be a multiple of 4");
   const out = new Uint32Array(v.length / 4);
-  for (let w = 0; w < out.length; w++) out[w] = ((v[4 * w]! & 0xff) | ((v[4 * w + 1]! & 0xff) << 8) | ((v[4 * w + 2]! & 0xff) << 16) | ((v[4 * w + 3]! & 0xff) << 24)) >>> 0;
+  for (let w = 0; w < out.length; w++) out[w] = ((v[4 * w] & 0xff) | ((v[4 * w + 1] & 0xff) << 8) | ((v[4 * w + 2] & 0xff) << 16) | ((v[4 * w + 3] & 0xff) << 24)) >>> 0;
   return out;
 }
 export function unpackI8(w: Uint32Array): Int8Array {
   const out = new Int8Array(w.length * 4);
-  for (let i = 0; i < out.length; i++) out[i] = ((w[i >> 2]! >>> (8 * (i & 3))) << 24) >> 24;
+  for (let i = 0; i < out.length; i++) out[i] = ((w[i >> 2] >>> (8 * (i & 3))) << 24) >> 24;
   return out;
 }
 
@@ -213,7 +213,7 @@ export function gemmI8(A: Int8Array, B: Int8Array, M: number, N: number, K: numb
   for (let n = 0; n < N; n++)
     for (let m = 0; m < M; m++) {
       let s = 0;
-      for (let k = 0; k < K; k++) s += A[m * K + k]! * B[n * K + k]!;
+      for (let k = 0; k < K; k++) s += A[m * K + k] * B[n * K + k];
       C[n * M + m] = s;
     }
   return C;
@@ -228,7 +228,7 @@ export function splitThree(v: Int32Array): [Int8Array, Int8Array, Int8Array] {
   const p1 = new Int8Array(v.length);
   const p2 = new Int8Array(v.length);
   for (let i = 0; i < v.length; i++) {
-    const x = v[i]!;
+    const x = v[i];
     if (x < -THREE_MAX - 1 || x > THREE_MAX) throw new Error(`splitThree: ${x} out of range`);
     p2[i] = x & 127;
     p1[i] = (x >> 7) & 127;

@@ -36,16 +36,16 @@ test("three pieces rebuild each integer exactly, pieces within int8", () => {
   const v = Int32Array.from([0, 1, -1, 127, 128, -129, THREE_MAX, -THREE_MAX - 1, ...Array.from({ length: 1000 }, () => rng.int(-THREE_MAX - 1, THREE_MAX + 1))]);
   const [p0, p1, p2] = splitThree(v);
   for (let i = 0; i < v.length; i++) {
-    assert.equal(combineThree(p0[i]!, p1[i]!, p2[i]!), v[i]);
-    assert.ok(p1[i]! >= 0 && p2[i]! >= 0);
+    assert.equal(combineThree(p0[i], p1[i], p2[i]), v[i]);
+    assert.ok(p1[i] >= 0 && p2[i] >= 0);
   }
   assert.throws(() => splitThree(Int32Array.from([THREE_MAX + 1])));
   // products through the pieces equal the product of the integers
   const A = Int8Array.from({ length: 64 }, () => rng.int(-128, 128));
-  const c = [p0, p1, p2].map((p) => gemmI8(A, p.subarray(0, 64), 1, 1, 64)[0]!);
+  const c = [p0, p1, p2].map((p) => gemmI8(A, p.subarray(0, 64), 1, 1, 64)[0]);
   let exact = 0;
-  for (let k = 0; k < 64; k++) exact += A[k]! * v[k]!;
-  assert.equal(combineThree(c[0]!, c[1]!, c[2]!), exact);
+  for (let k = 0; k < 64; k++) exact += A[k] * v[k];
+  assert.equal(combineThree(c[0], c[1], c[2]), exact);
 });
 
 test("x through three pieces: within half a step (max|x| / (2^22 − 2))", () => {
@@ -54,8 +54,8 @@ test("x through three pieces: within half a step (max|x| / (2^22 − 2))", () =>
   let mx = 0;
   for (const a of x) mx = Math.max(mx, Math.abs(a));
   for (let i = 0; i < x.length; i++) {
-    assert.ok(Math.abs(v[i]!) <= THREE_MAX);
-    assert.ok(Math.abs(x[i]! - scale * v[i]!) <= scale / 2 + 1e-12 * mx);
+    assert.ok(Math.abs(v[i]) <= THREE_MAX);
+    assert.ok(Math.abs(x[i] - scale * v[i]) <= scale / 2 + 1e-12 * mx);
   }
   assert.ok(scale / 2 / mx < 2.5e-7);
   splitThree(v);
@@ -130,8 +130,8 @@ test("two weight pieces rebuild every w in [−8192, 8191] exactly: 64·hi + lo,
   const w = Int32Array.from({ length: TWO_MAX - TWO_MIN + 1 }, (_, i) => TWO_MIN + i);
   const [hi, lo] = splitTwo(w);
   for (let i = 0; i < w.length; i++) {
-    assert.equal(64 * hi[i]! + lo[i]!, w[i]);
-    assert.ok(lo[i]! >= 0 && lo[i]! <= 63);
+    assert.equal(64 * hi[i] + lo[i], w[i]);
+    assert.ok(lo[i] >= 0 && lo[i] <= 63);
   }
   assert.throws(() => splitTwo(Int32Array.from([TWO_MAX + 1])));
   assert.throws(() => splitTwo(Int32Array.from([TWO_MIN - 1])));
@@ -147,11 +147,11 @@ test("the scaled reference equals a direct float64 sum over the rebuilt weights 
       for (let m = 0; m < M; m++) {
         let y = 0;
         for (let k = 0; k < K; k++) {
-          const w = Ap.length === 1 ? Ap[0]![m * K + k]! : 64 * Ap[0]![m * K + k]! + Ap[1]![m * K + k]!;
-          y += S[m * nb + Math.floor(k / period({ scheme }))]! * w * combineThree(Bp[0]![n * K + k]!, Bp[1]![n * K + k]!, Bp[2]![n * K + k]!);
+          const w = Ap.length === 1 ? Ap[0][m * K + k] : 64 * Ap[0][m * K + k] + Ap[1][m * K + k];
+          y += S[m * nb + Math.floor(k / period({ scheme }))] * w * combineThree(Bp[0][n * K + k], Bp[1][n * K + k], Bp[2][n * K + k]);
         }
-        y *= S[M * nb + n]!;
-        assert.ok(Math.abs(y - want[n * M + m]!) <= 1e-12 * Math.abs(tol[n * M + m]! * 2 ** 24), `${scheme} m=${m} n=${n}: ${y} vs ${want[n * M + m]}`);
+        y *= S[M * nb + n];
+        assert.ok(Math.abs(y - want[n * M + m]) <= 1e-12 * Math.abs(tol[n * M + m] * 2 ** 24), `${scheme} m=${m} n=${n}: ${y} vs ${want[n * M + m]}`);
       }
   }
 });

@@ -134,7 +134,7 @@ export class Gpu {
       enc.resolveQuerySet(qs, 0, 2, res, 0);
       this.dev.queue.submit([enc.finish()]);
       const t = new BigUint64Array(await this.read(res, 16));
-      return Number(t[1]! - t[0]!) / 1000 / reps;
+      return Number(t[1] - t[0]) / 1000 / reps;
     };
     this.warmSrc ??= this.buffer(256 << 20);
     this.warmDst ??= this.buffer(256 << 20);
@@ -194,14 +194,14 @@ export async function check(g: Gpu, pipe: GPUComputePipeline, k: MmaKernel, M: n
       let want: number;
       let have: number;
       if (k.pieces === 1) {
-        want = refs[0]![i]!;
-        have = new Int32Array(got)[i]!;
+        want = refs[0][i];
+        have = new Int32Array(got)[i];
         ok = want === have;
       } else {
-        const sc = S[m]! * S[M + n]!;
-        want = combineThree(refs[0]![i]!, refs[1]![i]!, refs[2]![i]!) * sc;
-        have = new Float32Array(got)[i]!;
-        ok = Math.abs(have - want) <= 1e-6 * (Math.abs(refs[0]![i]!) * 2 ** PIECE_SHIFT[0] + Math.abs(refs[1]![i]!) * 2 ** PIECE_SHIFT[1] + Math.abs(refs[2]![i]!)) * sc + 1e-6;
+        const sc = S[m] * S[M + n];
+        want = combineThree(refs[0][i], refs[1][i], refs[2][i]) * sc;
+        have = new Float32Array(got)[i];
+        ok = Math.abs(have - want) <= 1e-6 * (Math.abs(refs[0][i]) * 2 ** PIECE_SHIFT[0] + Math.abs(refs[1][i]) * 2 ** PIECE_SHIFT[1] + Math.abs(refs[2][i])) * sc + 1e-6;
       }
       if (!ok && bad++ === 0) first = `first mismatch at m=${m} n=${n}: got ${have}, want ${want}`;
     }
@@ -264,11 +264,11 @@ export async function runMmaProbe(opts: { json?: string; quick?: boolean; dawnFl
     return c.pipeline;
   };
   // 1. which load/store form compiles; 2. whether subgroup_id exists; 3. the offset/stride units (exact results)
-  let base: MmaKernel = { syntax: "template", offUnit: 1, strideUnit: 1, sgid: "index", tn: tns[0]!, sg: 1, sm: 2, sn: 4, staged: false, pieces: 1 };
+  let base: MmaKernel = { syntax: "template", offUnit: 1, strideUnit: 1, sgid: "index", tn: tns[0], sg: 1, sm: 2, sn: 4, staged: false, pieces: 1 };
   const forms: MajorSyntax[] = [];
   for (const syntax of ["template", "bool"] as const) if ((await compile({ ...base, syntax }, `load/store form "${syntax}"`)) !== undefined) forms.push(syntax);
   if (forms.length === 0) return done();
-  base = { ...base, syntax: forms[0]! };
+  base = { ...base, syntax: forms[0] };
   const sgid: MmaKernel["sgid"] = (await compile({ ...base, sg: 4, sm: 1, sgid: "builtin" }, "@builtin(subgroup_id)")) !== undefined ? "builtin" : "index";
   let found = false;
   for (const [offUnit, strideUnit] of [[1, 1], [4, 4], [1, 4], [4, 1]] as const) {
@@ -292,11 +292,11 @@ export async function runMmaProbe(opts: { json?: string; quick?: boolean; dawnFl
   log(`chosen: form "${base.syntax}", offset unit ${base.offUnit}, stride unit ${base.strideUnit} (int8 per unit), subgroup index from ${sgid}`);
   // 4. the kernel variants, each checked at a plain and a partial-tile shape, one and three pieces
   const variants: MmaKernel[] = [
-    { ...base, sgid, sg: 1, sm: 2, sn: 4, tn: tns[0]! },
-    { ...base, sgid, sg: 4, sm: 1, sn: 4, tn: tns[0]! },
-    { ...base, sgid, sg: 4, sm: 2, sn: 4, tn: tns[0]! },
-    { ...base, sgid, sg: 4, sm: 1, sn: 4, tn: tns[0]!, staged: true },
-    { ...base, sgid, sg: 4, sm: 2, sn: 4, tn: tns[0]!, staged: true },
+    { ...base, sgid, sg: 1, sm: 2, sn: 4, tn: tns[0] },
+    { ...base, sgid, sg: 4, sm: 1, sn: 4, tn: tns[0] },
+    { ...base, sgid, sg: 4, sm: 2, sn: 4, tn: tns[0] },
+    { ...base, sgid, sg: 4, sm: 1, sn: 4, tn: tns[0], staged: true },
+    { ...base, sgid, sg: 4, sm: 2, sn: 4, tn: tns[0], staged: true },
     ...(tns.includes(8) ? [{ ...base, sgid, sg: 4, sm: 1, sn: 8, tn: 8 as const }] : []),
   ];
   const good: { k: MmaKernel; pipe: GPUComputePipeline }[] = [];
@@ -322,7 +322,7 @@ export async function runMmaProbe(opts: { json?: string; quick?: boolean; dawnFl
     for (const sn of [4, 1]) {
       const fits = ([128, 64, 32] as const)
         .filter((stageK) => period({ scheme }) % stageK === 0)
-        .flatMap((stageK) => [sn, 2, 1].filter((jr) => sn % jr === 0).map((jr): ScaledKernel => ({ syntax: base.syntax, offUnit: base.offUnit, strideUnit: base.strideUnit, sgid, tn: tns[0]!, sg: 4, sm: 1, sn, scheme, stageK, jr })))
+        .flatMap((stageK) => [sn, 2, 1].filter((jr) => sn % jr === 0).map((jr): ScaledKernel => ({ syntax: base.syntax, offUnit: base.offUnit, strideUnit: base.strideUnit, sgid, tn: tns[0], sg: 4, sm: 1, sn, scheme, stageK, jr })))
         .find((k) => scaledShared(k) <= dev.limits.maxComputeWorkgroupStorageSize);
       if (fits === undefined) continue;
       const c = await g.compile(scaledWGSL(fits), scaledName(fits));
@@ -363,7 +363,7 @@ export async function runMmaProbe(opts: { json?: string; quick?: boolean; dawnFl
         rep.timings.push({ kernel: kernelName(k), pieces: k.pieces, M, N, K, us, tops });
         log(`  ${M}×${N}×${K} ${kernelName(k)} ×${k.pieces}: ${us.toFixed(2)} µs, ${tops.toFixed(1)} TOPS`);
         const slot = k.pieces === 1 ? 0 : 1;
-        if (us < best[slot]!) [best[slot], names[slot]] = [us, kernelName(k)];
+        if (us < best[slot]) [best[slot], names[slot]] = [us, kernelName(k)];
       }
       const A2 = await g.fill(2 * M * K, 0, 6);
       const S2 = await g.fill((M * (K / 32) + N) * 4, 1, 7);
@@ -379,7 +379,7 @@ export async function runMmaProbe(opts: { json?: string; quick?: boolean; dawnFl
           log(`  ${M}×${N}×${K} ${scaledName(k)}: ${us.toFixed(2)} µs, ${tops.toFixed(1)} TOPS`);
           if (us < sb) [sb, sname] = [us, scaledName(k)];
         }
-        cols.push(Number.isFinite(sb) ? `${sb.toFixed(1)} (×${(sb / best[1]!).toFixed(2)}) ${sname}` : sname);
+        cols.push(Number.isFinite(sb) ? `${sb.toFixed(1)} (×${(sb / best[1]).toFixed(2)}) ${sname}` : sname);
       }
       [A2, S2].forEach((b) => b.destroy());
       let f32us = NaN;
@@ -392,7 +392,7 @@ export async function runMmaProbe(opts: { json?: string; quick?: boolean; dawnFl
         Bf.destroy();
       }
       const fl = 2 * M * N * K;
-      table.push(`| ${M}×${N}×${K} | ${best[0]!.toFixed(1)} (${(fl / best[0]! / 1e6).toFixed(0)}) ${names[0]} | ${best[1]!.toFixed(1)} (×${(best[1]! / best[0]!).toFixed(2)}) ${names[1]} | ${cols.join(" | ")} | ${f32us.toFixed(1)} (${(fl / f32us / 1e6).toFixed(1)}) |`);
+      table.push(`| ${M}×${N}×${K} | ${best[0].toFixed(1)} (${(fl / best[0] / 1e6).toFixed(0)}) ${names[0]} | ${best[1].toFixed(1)} (×${(best[1] / best[0]).toFixed(2)}) ${names[1]} | ${cols.join(" | ")} | ${f32us.toFixed(1)} (${(fl / f32us / 1e6).toFixed(1)}) |`);
       [A, B, C, S].forEach((b) => b.destroy());
     }
   log(`\n| M×N×K | int8 µs (TOPS) best kernel | three pieces µs (× one) | rescale per 32 µs (× three pieces) | rescale per 256 µs (× three pieces) | plain f32 µs (TFLOP/s) |\n| --- | --- | --- | --- | --- | --- |\n${table.join("\n")}`);

@@ -79,7 +79,7 @@ export function scaledWGSL(k: ScaledKernel): string {
       workgroupBarrier();
       for (var r = 0u; r < ${PER}u; r++) {
         let e = rs * ${Q * RW}u + lane + r * ${SUBGROUP}u;
-        yv[${t * PER}u + r] += w * (${range(3).map((p) => `${piece(p)} * ${2 ** PIECE_SHIFT[p]!}.0`).join(" + ")});
+        yv[${t * PER}u + r] += w * (${range(3).map((p) => `${piece(p)} * ${2 ** PIECE_SHIFT[p]}.0`).join(" + ")});
       }
       workgroupBarrier();`;
   });
@@ -136,7 +136,7 @@ export function splitTwo(w: Int32Array): [Int8Array, Int8Array] {
   const hi = new Int8Array(w.length);
   const lo = new Int8Array(w.length);
   for (let i = 0; i < w.length; i++) {
-    const v = w[i]!;
+    const v = w[i];
     if (v < TWO_MIN || v > TWO_MAX) throw new Error(`splitTwo: ${v} out of range`);
     lo[i] = v & 63;
     hi[i] = v >> 6;
@@ -163,24 +163,24 @@ export function scaledReference(scheme: Scheme, Ap: Int8Array[], Bp: Int8Array[]
     const c = Bp.map((x) => {
       const xs = sub(x, N, b);
       const parts = As.map((a) => gemmI8(a, xs, M, N, P));
-      return parts.length === 1 ? parts[0]! : Float64Array.from(parts[0]!, (v, i) => 64 * v + parts[1]![i]!);
+      return parts.length === 1 ? parts[0] : Float64Array.from(parts[0], (v, i) => 64 * v + parts[1][i]);
     });
     for (let n = 0; n < N; n++)
       for (let m = 0; m < M; m++) {
         const i = n * M + m;
-        const sw = S[m * nb + b]!;
+        const sw = S[m * nb + b];
         let v = 0;
         let t = 0;
-        c.forEach((cp, p) => ((v += cp[i]! * 2 ** PIECE_SHIFT[p]!), (t += Math.abs(cp[i]!) * 2 ** PIECE_SHIFT[p]!)));
-        want[i]! += sw * v;
-        tol[i]! += Math.abs(sw) * t;
+        c.forEach((cp, p) => ((v += cp[i] * 2 ** PIECE_SHIFT[p]), (t += Math.abs(cp[i]) * 2 ** PIECE_SHIFT[p])));
+        want[i] += sw * v;
+        tol[i] += Math.abs(sw) * t;
       }
   }
   for (let n = 0; n < N; n++)
     for (let m = 0; m < M; m++) {
-      const sx = S[M * nb + n]!;
-      want[n * M + m]! *= sx;
-      tol[n * M + m] = (nb + 8) * 2 ** -24 * tol[n * M + m]! * Math.abs(sx) + 1e-30;
+      const sx = S[M * nb + n];
+      want[n * M + m] *= sx;
+      tol[n * M + m] = (nb + 8) * 2 ** -24 * tol[n * M + m] * Math.abs(sx) + 1e-30;
     }
   return { want, tol };
 }
@@ -213,9 +213,9 @@ export async function checkScaled(g: Gpu, pipe: GPUComputePipeline, k: ScaledKer
   let first = "";
   let worst = 0;
   for (let i = 0; i < M * N; i++) {
-    const err = Math.abs(got[i]! - want[i]!);
-    worst = Math.max(worst, err / tol[i]!);
-    if (!(err <= tol[i]!) && bad++ === 0) first = `first mismatch at m=${i % M} n=${Math.floor(i / M)}: got ${got[i]}, want ${want[i]}`;
+    const err = Math.abs(got[i] - want[i]);
+    worst = Math.max(worst, err / tol[i]);
+    if (!(err <= tol[i]) && bad++ === 0) first = `first mismatch at m=${i % M} n=${Math.floor(i / M)}: got ${got[i]}, want ${want[i]}`;
   }
   return { ok: bad === 0, detail: bad === 0 ? `within tolerance (worst ${(100 * worst).toFixed(1)}% of it)` : `${bad} of ${M * N} wrong; ${first}` };
 }

@@ -125,5 +125,5 @@ export function parseModelArgs<T>(argv: readonly string[], parser: Parser, io: C
   const parsed = parseCommand<T>(parser, argv, io);
   if (parsed === undefined) return undefined;
   if (parsed.args.length !== 1) throw new UsageError(`expected one model path, got ${parsed.args.length}\nRun \`${parser.name()} --help\` for its options.`);
-  return { values: parsed.opts, model: parsed.args[0]! };
+  return { values: parsed.opts, model: parsed.args[0] };
 }

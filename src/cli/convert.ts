@@ -34,7 +34,7 @@ export const convertCommand: Command = {
     let result: ReturnType<typeof convertHf>;
     try {
       let last = 0;
-      result = convertHf(positionals[0]!, values.out, {
+      result = convertHf(positionals[0], values.out, {
         type: values.type ?? "F16",
         ...(values.name !== undefined ? { name: values.name } : {}),
         onProgress: (done, total, tensor) => {

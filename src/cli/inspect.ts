@@ -77,7 +77,7 @@ export async function inspectMain(argv: string[], io: InspectIO = stdIO): Promis
   if (positionals.length !== 1) {
     throw new UsageError(`${positionals.length === 0 ? "missing the model file" : `expected one model file, got ${positionals.length}: ${positionals.join(" ")}`}\nRun \`latent inspect --help\` for its options.`);
   }
-  const path = positionals[0]!;
+  const path = positionals[0];
   if (!existsSync(path)) throw new UsageError(`model file not found: ${path}`);
   if (statSync(path).isDirectory()) throw new UsageError(`${path} is a directory, not a .gguf file`);
 

@@ -125,9 +125,9 @@ export async function logitsMain(argv: string[], io: CliIO): Promise<void> {
     io.out(`pos  token   text                 next-token logprob  | top ${k}: id "text" logprob\n`);
     let nll = 0;
     lps.forEach((lp, i) => {
-      const id = tokens[i]!;
+      const id = tokens[i];
       const next = tokens[i + 1];
-      const nextLp = next !== undefined ? lp[next]! : undefined;
+      const nextLp = next !== undefined ? lp[next] : undefined;
       if (nextLp !== undefined) nll -= nextLp;
       const top = topLogprobs(lp, k)
         .map(([tid, x]) => `${tid} "${show(t.decode([tid]))}" ${x.toFixed(4)}`)

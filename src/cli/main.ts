@@ -51,7 +51,7 @@ export async function main(argv: string[]): Promise<void> {
   exitQuietlyOnClosedPipe(process.stdout);
   exitQuietlyOnClosedPipe(process.stderr);
   // `latent help run` is `latent run --help`
-  const [name, ...rest] = argv[0] === "help" && argv.length > 1 ? [argv[1]!, "--help"] : argv;
+  const [name, ...rest] = argv[0] === "help" && argv.length > 1 ? [argv[1], "--help"] : argv;
   const command = commands.find((c) => c.name === name);
   if (command === undefined) {
     topLevel(argv[0] === "help" && argv.length > 1 ? argv.slice(1) : argv);

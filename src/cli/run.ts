@@ -179,8 +179,8 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
         id,
         token: tokenizer.decode([id]),
         // null: not a number (JSON has none; generation refuses a step whose logits hold NaN, so this is a safeguard)
-        logprob: Number.isNaN(result.logprobs[i]!) ? null : result.logprobs[i]!,
-        ...(result.top !== undefined ? { top: result.top[i]!.map(([tid, lp]) => [tid, lp]) } : {}),
+        logprob: Number.isNaN(result.logprobs[i]) ? null : result.logprobs[i],
+        ...(result.top !== undefined ? { top: result.top[i].map(([tid, lp]) => [tid, lp]) } : {}),
       })),
       timings: {
         load_ms: loadMs,

@@ -124,7 +124,7 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
   const server = await startServer({
     loaded,
     modelPath: path,
-    ...(aliases.length > 0 ? { modelId: aliases[0]!, aliases: aliases.slice(1) } : {}),
+    ...(aliases.length > 0 ? { modelId: aliases[0], aliases: aliases.slice(1) } : {}),
     host,
     port: gate.port,
     ...(apiKey !== undefined && apiKey !== "" ? { apiKey } : {}),

@@ -40,7 +40,7 @@ export function fp8Table(dtype: string): Float32Array | undefined {
 export function scaleGridShape(shape: readonly number[], block = FP8_BLOCK): number[] {
   if (shape.length < 2) return [1];
   const lead = shape.slice(0, -2);
-  return [...lead, Math.ceil(shape[shape.length - 2]! / block), Math.ceil(shape[shape.length - 1]! / block)];
+  return [...lead, Math.ceil(shape[shape.length - 2] / block), Math.ceil(shape[shape.length - 1] / block)];
 }
 
 /**
@@ -52,11 +52,11 @@ export function dequantizeFp8(bytes: Uint8Array, dtype: string, shape: readonly 
   if (table === undefined) throw new RangeError(`not an FP8 dtype: ${dtype}`);
   const out = new Float32Array(bytes.length);
   if (scale.length === 1) {
-    const s = scale[0]!;
-    for (let i = 0; i < bytes.length; i++) out[i] = table[bytes[i]!]! * s;
+    const s = scale[0];
+    for (let i = 0; i < bytes.length; i++) out[i] = table[bytes[i]] * s;
     return out;
   }
-  const rows = shape.length >= 2 ? shape[shape.length - 2]! : 1;
+  const rows = shape.length >= 2 ? shape[shape.length - 2] : 1;
   const cols = shape[shape.length - 1] ?? 1;
   const gr = Math.ceil(rows / block);
   const gc = Math.ceil(cols / block);
@@ -66,7 +66,7 @@ export function dequantizeFp8(bytes: Uint8Array, dtype: string, shape: readonly 
     for (let r = 0; r < rows; r++) {
       const srow = (s * gr + Math.floor(r / block)) * gc;
       const base = (s * rows + r) * cols;
-      for (let c = 0; c < cols; c++) out[base + c] = table[bytes[base + c]!]! * scale[srow + Math.floor(c / block)]!;
+      for (let c = 0; c < cols; c++) out[base + c] = table[bytes[base + c]] * scale[srow + Math.floor(c / block)];
     }
   }
   return out;
@@ -82,13 +82,13 @@ export function f32ToE4M3(x: number): number {
   let hi = 0x7e;
   while (lo < hi) {
     const mid = (lo + hi + 1) >> 1;
-    if (E4M3_TABLE[mid]! <= a) lo = mid;
+    if (E4M3_TABLE[mid] <= a) lo = mid;
     else hi = mid - 1;
   }
   let best = lo;
   if (lo < 0x7e) {
-    const dl = a - E4M3_TABLE[lo]!;
-    const dh = E4M3_TABLE[lo + 1]! - a;
+    const dl = a - E4M3_TABLE[lo];
+    const dh = E4M3_TABLE[lo + 1] - a;
     if (dh < dl || (dh === dl && (lo & 1) === 1)) best = lo + 1;
   }
   return sign | best;
@@ -96,7 +96,7 @@ export function f32ToE4M3(x: number): number {
 
 /** Block-scaled E4M3 encoding of row-major `shape` values (scale = block amax / 448, as DeepSeek's weight_quant). */
 export function quantizeFp8Blocks(values: Float32Array, shape: readonly number[], block = FP8_BLOCK): { bytes: Uint8Array; scale: Float32Array; scaleShape: number[] } {
-  const rows = shape.length >= 2 ? shape[shape.length - 2]! : 1;
+  const rows = shape.length >= 2 ? shape[shape.length - 2] : 1;
   const cols = shape[shape.length - 1] ?? 1;
   const scaleShape = scaleGridShape(shape.length >= 2 ? shape : [1, cols], block);
   const gr = Math.ceil(rows / block);
@@ -110,12 +110,12 @@ export function quantizeFp8Blocks(values: Float32Array, shape: readonly number[]
         const r1 = Math.min(rows, (br + 1) * block);
         const c1 = Math.min(cols, (bc + 1) * block);
         let amax = 0;
-        for (let r = br * block; r < r1; r++) for (let c = bc * block; c < c1; c++) amax = Math.max(amax, Math.abs(values[(s * rows + r) * cols + c]!));
+        for (let r = br * block; r < r1; r++) for (let c = bc * block; c < c1; c++) amax = Math.max(amax, Math.abs(values[(s * rows + r) * cols + c]));
         const d = Math.fround(amax === 0 ? 1 : amax / E4M3_MAX);
         scale[(s * gr + br) * gc + bc] = d;
         for (let r = br * block; r < r1; r++) for (let c = bc * block; c < c1; c++) {
           const i = (s * rows + r) * cols + c;
-          bytes[i] = f32ToE4M3(values[i]! / d);
+          bytes[i] = f32ToE4M3(values[i] / d);
         }
       }
     }

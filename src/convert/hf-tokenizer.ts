@@ -72,7 +72,7 @@ const norm = (s: string): string => s.replace(/\\(["'\-/])/g, "$1");
 export function detectPre(preTokenizer: unknown, modelType: string): ConvertPre {
   const res = splitRegexes(preTokenizer).map(norm);
   for (const name of ["deepseek-v3", "deepseek-llm", "glm4"] as const) {
-    const want = PRE_TOKENIZER_REGEXES[name]!.map(norm);
+    const want = PRE_TOKENIZER_REGEXES[name].map(norm);
     if (res.length === want.length && res.every((r, i) => r === want[i])) return name;
   }
   const all = res.join("\n");

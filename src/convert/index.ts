@@ -115,13 +115,13 @@ function planShapes(srcs: readonly Source[], c: ModelConfig): Map<string, { ne: 
     const lm = LAYER.exec(s.hfName);
     const group = lm === null ? -1 : Number(lm[1]);
     const ne = [...s.shape].reverse();
-    if (g.expert !== undefined) out.set(g.gguf[0]!, { ne: [...ne, c.nExpert], group });
+    if (g.expert !== undefined) out.set(g.gguf[0], { ne: [...ne, c.nExpert], group });
     else if (g.gguf.length === 2) {
       const { nHead: H, qkNope: P, vHead: V, kvLoraRank: L } = c;
       if (s.shape[0] !== H * (P + V) || s.shape[1] !== L) throw new ConvertError(`${s.hfName}: shape [${s.shape.join(", ")}], expected [${H * (P + V)}, ${L}]`);
-      out.set(g.gguf[0]!, { ne: [P, L, H], group });
-      out.set(g.gguf[1]!, { ne: [L, V, H], group });
-    } else out.set(g.gguf[0]!, { ne, group });
+      out.set(g.gguf[0], { ne: [P, L, H], group });
+      out.set(g.gguf[1], { ne: [L, V, H], group });
+    } else out.set(g.gguf[0], { ne, group });
   }
   return out;
 }
@@ -205,9 +205,9 @@ export function convertHf(dir: string, out: string, opts: ConvertOptions = {}): 
       const bytes = f.data;
       const f32 = new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 4);
       for (let k = 0; k < f32.length; k++) {
-        if (!Number.isFinite(f32[k]!)) throw new ConvertError(`${t.name}: value ${f32[k]} at index ${k} (a corrupt checkpoint?)`);
+        if (!Number.isFinite(f32[k])) throw new ConvertError(`${t.name}: value ${f32[k]} at index ${k} (a corrupt checkpoint?)`);
       }
-      const outBytes = t.type === GGMLType.F32 ? bytes : quantize(t.type, f32, t.ne[0]!, t.name);
+      const outBytes = t.type === GGMLType.F32 ? bytes : quantize(t.type, f32, t.ne[0], t.name);
       const next = plan[i + 1];
       if (next === undefined || next.group !== t.group) {
         converted = new Map();
@@ -220,7 +220,7 @@ export function convertHf(dir: string, out: string, opts: ConvertOptions = {}): 
     writeModel(temporaryOut, metadata, tensors, {
       onTensor: (done, _total, bytes) => {
         doneBytes += bytes;
-        opts.onProgress?.(doneBytes, totalBytes, plan[done - 1]!.name);
+        opts.onProgress?.(doneBytes, totalBytes, plan[done - 1].name);
       },
     }),
   );

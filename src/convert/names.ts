@@ -82,7 +82,7 @@ export function hfToGguf(name: string, generation: "current" | "legacy"): { gguf
   const [, il, rest] = m as unknown as [string, string, string];
   if (rest === "self_attn.kv_b_proj.weight" && generation === "current") return { gguf: [`blk.${il}.attn_k_b.weight`, `blk.${il}.attn_v_b.weight`] };
   const e = HF_EXPERT.exec(rest);
-  if (e) return { gguf: [`blk.${il}.ffn_${e[2]!.replace("_proj", "")}_exps.weight`], expert: Number(e[1]) };
+  if (e) return { gguf: [`blk.${il}.ffn_${e[2].replace("_proj", "")}_exps.weight`], expert: Number(e[1]) };
   const l = LAYER_MAP.find(([, b]) => b === rest);
   return l ? { gguf: [`blk.${il}.${l[0]}`] } : undefined;
 }
@@ -98,7 +98,7 @@ export function joinKvB(kB: Float32Array, vB: Float32Array, H: number, P: number
   const out = new Float32Array(H * (P + V) * L);
   for (let h = 0; h < H; h++) {
     const base = h * (P + V) * L;
-    for (let c = 0; c < L; c++) for (let p = 0; p < P; p++) out[base + p * L + c] = kB[(h * L + c) * P + p]!;
+    for (let c = 0; c < L; c++) for (let p = 0; p < P; p++) out[base + p * L + c] = kB[(h * L + c) * P + p];
     out.set(vB.subarray(h * V * L, (h + 1) * V * L), base + P * L);
   }
   return out;
@@ -110,7 +110,7 @@ export function splitKvB(kvB: Float32Array, H: number, P: number, V: number, L: 
   const vB = new Float32Array(H * V * L);
   for (let h = 0; h < H; h++) {
     const base = h * (P + V) * L;
-    for (let c = 0; c < L; c++) for (let p = 0; p < P; p++) kB[(h * L + c) * P + p] = kvB[base + p * L + c]!;
+    for (let c = 0; c < L; c++) for (let p = 0; p < P; p++) kB[(h * L + c) * P + p] = kvB[base + p * L + c];
     vB.set(kvB.subarray(base + P * L, base + (P + V) * L), h * V * L);
   }
   return { kB, vB };
@@ -131,28 +131,28 @@ export function toHfStateDict(file: GGUFFile, c: ModelConfig): Map<string, HFTen
     const hf = ggufToHf(info.name, c.nExpert);
     if (hf === undefined) throw new ModelConfigError(`no Hugging Face name for tensor "${info.name}"`);
     if (rest === "attn_k_b.weight") {
-      const il = m![1]!;
+      const il = m![1];
       const kB = values(file, info.name);
       const vB = values(file, `blk.${il}.attn_v_b.weight`);
       const { nHead: H, qkNope: P, vHead: V, kvLoraRank: L } = c;
-      out.set(hf[0]!, { shape: [H * (P + V), L], data: joinKvB(kB, vB, H, P, V, L) });
+      out.set(hf[0], { shape: [H * (P + V), L], data: joinKvB(kB, vB, H, P, V, L) });
       continue;
     }
     const data = values(file, info.name);
     const shape = [...info.ne].reverse();
     if (EXPERT_PARTS[rest]) {
       const [E, rows, cols] = shape as [number, number, number];
-      const parts = EXPERT_PARTS[rest]!;
+      const parts = EXPERT_PARTS[rest];
       const rowsEach = rows / parts.length;
       for (let e = 0; e < E; e++) {
         parts.forEach((_, k) => {
           const start = (e * rows + k * rowsEach) * cols;
-          out.set(hf[e * parts.length + k]!, { shape: [rowsEach, cols], data: data.slice(start, start + rowsEach * cols) });
+          out.set(hf[e * parts.length + k], { shape: [rowsEach, cols], data: data.slice(start, start + rowsEach * cols) });
         });
       }
       continue;
     }
-    out.set(hf[0]!, { shape, data });
+    out.set(hf[0], { shape, data });
   }
   return out;
 }
@@ -170,7 +170,7 @@ export function fromHfStateDict(sd: ReadonlyMap<string, HFTensor>, c: ModelConfi
     const g = hfToGguf(name, generation);
     if (g === undefined) throw new ModelConfigError(`no GGUF name for Hugging Face tensor "${name}"`);
     if (g.expert !== undefined) {
-      const key = g.gguf[0]!;
+      const key = g.gguf[0];
       if (!stacks.has(key)) {
         stacks.set(key, new Array<Float32Array>(c.nExpert));
         stackShape.set(key, [c.nExpert, ...t.shape]);
@@ -182,17 +182,17 @@ export function fromHfStateDict(sd: ReadonlyMap<string, HFTensor>, c: ModelConfi
     if (g.gguf.length === 2) {
       const { nHead: H, qkNope: P, vHead: V, kvLoraRank: L } = c;
       const { kB, vB } = splitKvB(t.data, H, P, V, L);
-      out.push(f32Tensor(g.gguf[0]!, [H, L, P], kB), f32Tensor(g.gguf[1]!, [H, V, L], vB));
+      out.push(f32Tensor(g.gguf[0], [H, L, P], kB), f32Tensor(g.gguf[1], [H, V, L], vB));
       continue;
     }
-    out.push(f32Tensor(g.gguf[0]!, t.shape, t.data));
+    out.push(f32Tensor(g.gguf[0], t.shape, t.data));
   }
   return out.map((t) => {
     const parts = stacks.get(t.name);
     if (parts === undefined) return t;
     const shape = stackShape.get(t.name)!;
-    const each = shape[1]! * shape[2]!;
-    const data = new Float32Array(shape[0]! * each);
+    const each = shape[1] * shape[2];
+    const data = new Float32Array(shape[0] * each);
     parts.forEach((p, e) => {
       if (p === undefined) throw new ModelConfigError(`expert ${e} of ${t.name} missing`);
       data.set(p, e * each);

@@ -63,7 +63,7 @@ export function readSafetensorsHeader(path: string): SafetensorsTensor[] {
       if (!Array.isArray(offs) || offs.length !== 2 || !offs.every((d) => Number.isSafeInteger(d) && (d as number) >= 0)) throw new ConvertError(`${path}: tensor "${name}" has bad data_offsets`);
       const [b, e] = offs as [number, number];
       const count = (shape as number[]).reduce((a, d) => a * d, 1);
-      if (e - b !== count * SIZES[dtype]!) throw new ConvertError(`${path}: tensor "${name}" (${dtype} [${shape.join(", ")}]) spans ${e - b} bytes, expected ${count * SIZES[dtype]!}`);
+      if (e - b !== count * SIZES[dtype]) throw new ConvertError(`${path}: tensor "${name}" (${dtype} [${shape.join(", ")}]) spans ${e - b} bytes, expected ${count * SIZES[dtype]}`);
       if (base + e > size) throw new ConvertError(`${path}: tensor "${name}" ends past the end of the file (truncated download?)`);
       out.push({ name, dtype, shape: shape as number[], file: path, offset: base + b, nbytes: e - b });
     }

@@ -36,7 +36,7 @@ export interface AttnPairingLayer {
 function rowNormSq(m: QMatrix, r: number): number {
   const row = m.row(r);
   let s = 0;
-  for (let i = 0; i < row.length; i++) s += row[i]! * row[i]!;
+  for (let i = 0; i < row.length; i++) s += row[i] * row[i];
   return s;
 }
 
@@ -46,7 +46,7 @@ function colNormsSq(m: QMatrix, maxRows = Infinity): Float64Array {
   const step = Math.max(1, Math.ceil(m.rows / maxRows));
   for (let r = 0; r < m.rows; r += step) {
     const row = m.row(r);
-    for (let c = 0; c < m.cols; c++) out[c]! += row[c]! * row[c]!;
+    for (let c = 0; c < m.cols; c++) out[c] += row[c] * row[c];
   }
   return out;
 }
@@ -60,14 +60,14 @@ export function attnPairing(model: DeepSeek2): AttnPairingLayer[] {
   const heads = Array.from({ length: H }, (_, h) => h).filter((h) => h % Math.max(1, Math.ceil(H / 16)) === 0);
   const out: AttnPairingLayer[] = [];
   for (let il = 0; il < c.nLayer; il++) {
-    const a = model.weights.layers[il]!.attn;
+    const a = model.weights.layers[il].attn;
     const q = a.qB ?? a.q;
     if (q === undefined) continue;
     const oCols = colNormsSq(a.o, 512);
     // per head: log-norms of W_q's nope rows, W_UK's rows (k_b's columns), W_UV's rows, W_o's columns
     const qn = heads.map((h) => Array.from({ length: P }, (_, p) => log(rowNormSq(q, h * (P + R) + p))));
-    const kn = heads.map((h) => Array.from(colNormsSq(a.kB[h]!), log));
-    const vn = heads.map((h) => Array.from({ length: V }, (_, r) => log(rowNormSq(a.vB[h]!, r))));
+    const kn = heads.map((h) => Array.from(colNormsSq(a.kB[h]), log));
+    const vn = heads.map((h) => Array.from({ length: V }, (_, r) => log(rowNormSq(a.vB[h], r))));
     const on = heads.map((h) => Array.from(oCols.subarray(h * V, (h + 1) * V), log));
     out.push({
       layer: il,
@@ -94,9 +94,9 @@ export function misassigned(heads: readonly number[], m: readonly (readonly numb
   m.forEach((row, i) => {
     let best = i;
     row.forEach((v, j) => {
-      if (v > row[best]!) best = j;
+      if (v > row[best]) best = j;
     });
-    if (best !== i && row[best]! >= SIGNAL && row[best]! - row[i]! >= HEAD_MARGIN) out.push([heads[i]!, heads[best]!]);
+    if (best !== i && row[best] >= SIGNAL && row[best] - row[i] >= HEAD_MARGIN) out.push([heads[i], heads[best]]);
   });
   return out;
 }
@@ -138,7 +138,7 @@ export function checkAttnPairing(model: DeepSeek2, f: Findings, trained = false)
   // Heads reordered: judged only where heads pair at all (the median head's best partner, itself or another, pairs at
   // ≥ SIGNAL: trained weights; random ones stay near 0).
   const best = layers.flatMap((l) => [...l.qkHeads, ...l.voHeads].map((r) => Math.max(...r))).sort((a, b) => a - b);
-  const medianBest = best.length > 0 ? best[Math.floor(best.length / 2)]! : 0;
+  const medianBest = best.length > 0 ? best[Math.floor(best.length / 2)] : 0;
   if (medianBest >= SIGNAL) {
     for (const l of layers) {
       const k = misassigned(l.heads, l.qkHeads);

@@ -66,14 +66,14 @@ export interface BehaviourReport {
 
 function rms(a: Float64Array): number {
   let s = 0;
-  for (let i = 0; i < a.length; i++) s += a[i]! * a[i]!;
+  for (let i = 0; i < a.length; i++) s += a[i] * a[i];
   return Math.sqrt(s / Math.max(1, a.length));
 }
 
 function absMax(a: Float64Array): number {
   let m = 0;
   for (let i = 0; i < a.length; i++) {
-    const v = Math.abs(a[i]!);
+    const v = Math.abs(a[i]);
     if (!(v <= m)) m = v;
   }
   return m;
@@ -101,7 +101,7 @@ export function greedy(model: DeepSeek2, prompt: readonly number[], n: number): 
   const out: number[] = [];
   for (let i = 0; i < n && cache.length < model.config.contextLength; i++) {
     let best = 0;
-    for (let j = 1; j < logits.length; j++) if (logits[j]! > logits[best]!) best = j;
+    for (let j = 1; j < logits.length; j++) if (logits[j] > logits[best]) best = j;
     out.push(best);
     logits = model.forward([best], cache, { path: "decode", logits: "last" });
   }
@@ -122,16 +122,16 @@ export function checkBehaviour(model: DeepSeek2, probes: readonly Prompt[], find
   let norms: LayerNorms[] = [];
   probes.forEach((p, pi) => {
     const run = tracedRun(model, p.tokens, "reference", opts.chunk ?? 8);
-    const last = run.logits[run.logits.length - 1]!;
+    const last = run.logits[run.logits.length - 1];
     const lp = logSoftmaxRow(last);
     let h = 0;
     let top1 = 0;
     for (let i = 0; i < lp.length; i++) {
-      const pr = Math.exp(lp[i]!);
-      if (pr > 0) h -= pr * lp[i]!;
-      if (lp[i]! > lp[top1]!) top1 = i;
+      const pr = Math.exp(lp[i]);
+      if (pr > 0) h -= pr * lp[i];
+      if (lp[i] > lp[top1]) top1 = i;
     }
-    results.push({ label: p.label, tokens: p.tokens.length, entropy: h, entropyRatio: h / logV, top1, top1Prob: Math.exp(lp[top1]!) });
+    results.push({ label: p.label, tokens: p.tokens.length, entropy: h, entropyRatio: h / logV, top1, top1Prob: Math.exp(lp[top1]) });
     if (!Number.isFinite(h)) findings.add("behaviour", "error", "non-finite-logits", `the reference logits on the "${p.label}" probe are not finite`);
     if (pi === 0) {
       norms = [];
@@ -160,7 +160,7 @@ export function checkBehaviour(model: DeepSeek2, probes: readonly Prompt[], find
   let greedyResult: GreedyResult | undefined;
   const n = opts.greedyTokens ?? 24;
   if (n > 0 && probes.length > 0) {
-    const p = probes[probes.length - 1]!;
+    const p = probes[probes.length - 1];
     const generated = greedy(model, p.tokens, n);
     const loop = detectLoop(generated);
     greedyResult = { prompt: p.label, generated, loop };
@@ -191,13 +191,13 @@ function qAbsMax(model: DeepSeek2, il: number, q: Float64Array): number {
   const c = model.config;
   const D = c.qkNope + c.qkRope;
   const n = q.length / (c.nHead * D);
-  const kB = model.weights.layers[il]!.attn.kB;
+  const kB = model.weights.layers[il].attn.kB;
   const out = new Float64Array(c.kvLoraRank);
   let m = 0;
   for (let t = 0; t < n; t++) {
     for (let h = 0; h < c.nHead; h++) {
       const qo = (t * c.nHead + h) * D;
-      kB[h]!.matvec(q, qo, out, 0);
+      kB[h].matvec(q, qo, out, 0);
       m = Math.max(m, absMax(out));
     }
   }

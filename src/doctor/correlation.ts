@@ -4,8 +4,8 @@ export function corr(a: ArrayLike<number>, b: ArrayLike<number>): number {
   let ma = 0;
   let mb = 0;
   for (let i = 0; i < n; i++) {
-    ma += a[i]!;
-    mb += b[i]!;
+    ma += a[i];
+    mb += b[i];
   }
   ma /= n;
   mb /= n;
@@ -13,9 +13,9 @@ export function corr(a: ArrayLike<number>, b: ArrayLike<number>): number {
   let sa = 0;
   let sb = 0;
   for (let i = 0; i < n; i++) {
-    s += (a[i]! - ma) * (b[i]! - mb);
-    sa += (a[i]! - ma) ** 2;
-    sb += (b[i]! - mb) ** 2;
+    s += (a[i] - ma) * (b[i] - mb);
+    sa += (a[i] - ma) ** 2;
+    sb += (b[i] - mb) ** 2;
   }
   return sa > 0 && sb > 0 ? s / Math.sqrt(sa * sb) : 0;
 }

@@ -30,7 +30,7 @@ function rowLogNorms(m: QMatrix, rows: readonly number[]): Float64Array {
   return Float64Array.from(rows, (r) => {
     const row = m.row(r);
     let s = 0;
-    for (let i = 0; i < row.length; i++) s += row[i]! * row[i]!;
+    for (let i = 0; i < row.length; i++) s += row[i] * row[i];
     return Math.log(s + 1e-30);
   });
 }
@@ -40,7 +40,7 @@ function colLogNorms(m: QMatrix, cols: readonly number[]): Float64Array {
   const out = new Float64Array(cols.length);
   for (const r of spaced(m.rows, 512)) {
     const row = m.row(r);
-    cols.forEach((c, i) => (out[i]! += row[c]! * row[c]!));
+    cols.forEach((c, i) => (out[i] += row[c] * row[c]));
   }
   return out.map((x) => Math.log(x + 1e-30));
 }
@@ -51,9 +51,9 @@ export function downPairing(model: DeepSeek2): DownPairingLayer[] {
     const ex = l.moe?.experts;
     if (ex === undefined || ex.length < 2) return;
     const experts = spaced(ex.length, 16);
-    const units = spaced(ex[0]!.up.rows, 128);
-    const up = experts.map((e) => rowLogNorms(ex[e]!.up, units));
-    const down = experts.map((e) => colLogNorms(ex[e]!.down, units));
+    const units = spaced(ex[0].up.rows, 128);
+    const up = experts.map((e) => rowLogNorms(ex[e].up, units));
+    const down = experts.map((e) => colLogNorms(ex[e].down, units));
     out.push({ layer, experts, pairing: up.map((u) => down.map((d) => corr(u, d))) });
   });
   return out;
@@ -63,14 +63,14 @@ export function downPairing(model: DeepSeek2): DownPairingLayer[] {
 export function checkDownPairing(model: DeepSeek2, f: Findings): DownPairingLayer[] {
   const layers = downPairing(model);
   const best = layers.flatMap((l) => l.pairing.map((r) => Math.max(...r))).sort((a, b) => a - b);
-  const medianBest = best.length > 0 ? best[Math.floor(best.length / 2)]! : 0;
+  const medianBest = best.length > 0 ? best[Math.floor(best.length / 2)] : 0;
   if (medianBest < SIGNAL) return layers;
   for (const l of layers) {
     const wrong = misassigned(l.experts, l.pairing);
     // an expert whose down pairs with no compared expert (its partner was not sampled, or came from elsewhere)
-    const lone = l.experts.filter((e, i) => l.pairing[i]![i]! < BROKEN && !wrong.some(([x]) => x === e));
+    const lone = l.experts.filter((e, i) => l.pairing[i][i] < BROKEN && !wrong.some(([x]) => x === e));
     if (wrong.length === 0 && lone.length === 0) continue;
-    const list = [...wrong.map(([e, g]) => `expert ${e}'s up rows pair with expert ${g}'s down columns`), ...lone.map((e) => `expert ${e}'s up rows pair with no compared expert's down columns (own ${l.pairing[l.experts.indexOf(e)]![l.experts.indexOf(e)]!.toFixed(2)} < ${BROKEN})`)].join("; ");
+    const list = [...wrong.map(([e, g]) => `expert ${e}'s up rows pair with expert ${g}'s down columns`), ...lone.map((e) => `expert ${e}'s up rows pair with no compared expert's down columns (own ${l.pairing[l.experts.indexOf(e)][l.experts.indexOf(e)].toFixed(2)} < ${BROKEN})`)].join("; ");
     f.add("tensors", "error", "expert-down-mispaired", `layer ${l.layer}: ${list} (experts of this file pair at ${medianBest.toFixed(2)} (median); the other expert's down beats the expert's own by ≥ ${HEAD_MARGIN}). Expert slices were swapped or misordered inside blk.${l.layer}.ffn_down_exps`, { layer: l.layer, pairs: wrong, unpaired: lone, medianBestPairing: medianBest });
   }
   return layers;

@@ -113,10 +113,10 @@ function scoredOf(seq: number, prompt: readonly number[], r: ProbeReply): Scored
   const out: Scored[] = [];
   r.prompt?.forEach((e, i) => {
     if (i === 0 || e === undefined) return;
-    out.push({ pos: i - 1, group: "prompt", step: undefined, seq, top: e.top, returned: e.returned, unmapped: e.unmapped, next: prompt[i], nextLogprob: e.actual === prompt[i] ? e.actualLogprob : e.top.get(prompt[i]!) });
+    out.push({ pos: i - 1, group: "prompt", step: undefined, seq, top: e.top, returned: e.returned, unmapped: e.unmapped, next: prompt[i], nextLogprob: e.actual === prompt[i] ? e.actualLogprob : e.top.get(prompt[i]) });
   });
   r.genEntries.forEach((e, j) => {
-    out.push({ pos: prompt.length - 1 + j, group: "generated", step: j, seq, top: e.top, returned: e.returned, unmapped: e.unmapped, next: r.generated[j], nextLogprob: e.actualLogprob ?? e.top.get(r.generated[j]!) });
+    out.push({ pos: prompt.length - 1 + j, group: "generated", step: j, seq, top: e.top, returned: e.returned, unmapped: e.unmapped, next: r.generated[j], nextLogprob: e.actualLogprob ?? e.top.get(r.generated[j]) });
   });
   return out;
 }
@@ -157,7 +157,7 @@ export async function checkEndpoint(o: EndpointOptions): Promise<EndpointReport>
   const first = Math.min(1, prompts.length - 1);
   let dialect: Dialect | undefined;
   for (const d of DIALECTS) {
-    const r = await probe(d, ctx, { ids: prompts[first]! });
+    const r = await probe(d, ctx, { ids: prompts[first] });
     const usable = typeof r !== "string" && (r.prompt !== undefined || r.generated.length > 0);
     if (!usable) {
       attempts.push({ dialect: d, error: typeof r === "string" ? r : "no log-probs in the reply" });
@@ -181,7 +181,7 @@ export async function checkEndpoint(o: EndpointOptions): Promise<EndpointReport>
     const errors: string[] = [];
     let unmappable = false;
     for (const d of DIALECTS.slice(DIALECTS.indexOf(dialect))) {
-      const r = await probe(d, ctx, { ids: prompts[i]! });
+      const r = await probe(d, ctx, { ids: prompts[i] });
       if (typeof r !== "string" && (r.prompt !== undefined || r.generated.length > 0)) {
         replies[i] = r;
         usedDialect[i] = d;
@@ -191,14 +191,14 @@ export async function checkEndpoint(o: EndpointOptions): Promise<EndpointReport>
       errors.push(`${d}: ${typeof r === "string" ? r : "no log-probs in the reply"}`);
     }
     if (replies[i] === undefined && unmappable) f.add("endpoint", "info", "probe-unmappable", `the ${LABELS[i] ?? `#${i}`} probe's generated tokens have token texts that map to no single id (and the server gives no ids): not compared`);
-    else if (replies[i] === undefined) f.add("endpoint", "warning", "probe-failed", `the ${LABELS[i] ?? `#${i}`} probe (${prompts[i]!.length} tokens) failed in every dialect from ${dialect} on: ${errors.join("; ")}`);
+    else if (replies[i] === undefined) f.add("endpoint", "warning", "probe-failed", `the ${LABELS[i] ?? `#${i}`} probe (${prompts[i].length} tokens) failed in every dialect from ${dialect} on: ${errors.join("; ")}`);
   }
 
   // A reply with prompt log-probs but none for generated tokens: the generated ones from a plain greedy request.
   for (let i = 0; i < prompts.length; i++) {
     const r = replies[i];
     if (r === undefined || r.genEntries.length > 0 || r.unmappedGenerated > 0) continue;
-    const g = await probe("openai", ctx, { ids: prompts[i]! });
+    const g = await probe("openai", ctx, { ids: prompts[i] });
     if (typeof g !== "string" && g.generated.length > 0) replies[i] = { ...r, generated: g.generated, genEntries: g.genEntries };
   }
   if (!replies.some((r) => r !== undefined && r.genEntries.length > 1)) {
@@ -208,11 +208,11 @@ export async function checkEndpoint(o: EndpointOptions): Promise<EndpointReport>
   }
 
   const seqs = prompts.map((p, i) => [...p, ...(replies[i]?.generated ?? [])]);
-  const scored = replies.flatMap((r, i) => (r !== undefined ? scoredOf(i, prompts[i]!, r) : []));
+  const scored = replies.flatMap((r, i) => (r !== undefined ? scoredOf(i, prompts[i], r) : []));
   const reference = withF32Weights(o.model);
   const logits = seqs.map((s, i) => (replies[i] !== undefined && s.length > 0 ? evaluateAll(reference, s, { path: "reference" }) : []));
   const rows = logits.map((l) => l.map((r) => logSoftmaxRow(r)));
-  const positions = compareAll((s) => rows[s]!, scored);
+  const positions = compareAll((s) => rows[s], scored);
   const all = summarize(positions);
   // Prefill: the prompt positions; where the dialect gives none (generated log-probs only), the first generated token
   // of each probe, which comes from the last prefill row. Decode: the other generated tokens.
@@ -290,7 +290,7 @@ function checkDistributions(positions: EndpointPosition[], rows: readonly (reado
     const flat = positions.filter((p) => p.endpointTopLogprob <= flatAt);
     if (flat.length * 2 > positions.length) {
       notDistributions = true;
-      const refTop = flat.map((p) => Math.max(...rows[p.seq]![p.pos]!));
+      const refTop = flat.map((p) => Math.max(...rows[p.seq][p.pos]));
       f.add("endpoint", "error", "logprobs-flat", `at ${flat.length} of ${positions.length} positions the endpoint's most likely returned token has probability ≤ 4/${nVocab}: its distributions are nearly flat (entropy near log(vocab) = ${Math.log(nVocab).toFixed(2)} nats), where latent's reference puts ${Math.exp(refTop.reduce((a, b) => a + b, 0) / refTop.length).toFixed(3)} (geometric mean) on its top token`, { positions: flat.length });
     }
   }
@@ -335,13 +335,13 @@ function judge(j: Judged): EndpointReport["verdict"] {
     verdict = "mismatch";
     const input = { clean: reference, seqs, logits, rows, scored, ...(o.matcherBudgetMs !== undefined ? { budgetMs: o.matcherBudgetMs } : {}) };
     if (prefillOk && prefill.n > 0) {
-      const causes = matchDecodeFaults(input, (s) => prompts[s]!.length);
+      const causes = matchDecodeFaults(input, (s) => prompts[s].length);
       f.add("endpoint", "error", "decode-path-broken", `the server's decode path is broken, its prefill path is not: ${hasPrompt ? "the prompt positions agree with latent's reference, the generated tokens do not" : "the first generated token of each probe (from the prefill) agrees with latent's reference, the tokens generated after it do not"} — ${stats}.${causes.length > 0 ? ` Likely cause: ${causes.join("; ")}` : " Check the decode attention kernel (absorbed MLA: W_UK/W_UV, the latent cache, its output buffer)"}`, { ...evidence, causes });
     } else {
       const focus = prefill.n > 0 ? scored.filter((s) => (hasPrompt ? s.group === "prompt" : s.step === 0)) : scored;
       // flat or unnormalized log-probs are no model's distribution: nothing for the matcher to reproduce
       const m = notDistributions ? { causes: [], tried: 0, outOfBudget: false, fittedScale: undefined } : matchFaults({ ...input, scored: focus });
-      const worst = positions.reduce((a, b) => (b.kl > a.kl ? b : a), positions[0]!);
+      const worst = positions.reduce((a, b) => (b.kl > a.kl ? b : a), positions[0]);
       const noMatch = `No known fault reproduces it${m.outOfBudget ? ` (the matcher stopped after ${m.tried} candidates)` : ""}: check the deployment's model files, dtype (fp16 overflow?), MLA backend and name mapping`;
       f.add("endpoint", "error", "logprobs-mismatch", `the endpoint's log-probs disagree with latent's reference on the same GGUF beyond the same-weights tolerance (mean KL ≤ ${TOLERANCE.meanKL}, mean |Δ logprob| ≤ ${TOLERANCE.meanGap}): ${stats}; worst at position ${worst.pos} of the ${probes[worst.seq]?.label ?? ""} probe (KL ${worst.kl.toExponential(2)}). ${m.causes.length > 0 ? `Likely cause: ${m.causes.join("; ")}` : noMatch}`, { ...evidence, causes: m.causes, worst, fittedScale: m.fittedScale, matcherTried: m.tried });
     }

@@ -58,15 +58,15 @@ function rowsOf(m: SwiGLU["gate"], idx: readonly number[]): Float32Array[] {
 function meanAbsCos(a: readonly Float32Array[], b: readonly Float32Array[]): number {
   let s = 0;
   for (let j = 0; j < a.length; j++) {
-    const x = a[j]!;
-    const y = b[j]!;
+    const x = a[j];
+    const y = b[j];
     let d = 0;
     let nx = 0;
     let ny = 0;
     for (let i = 0; i < x.length; i++) {
-      d += x[i]! * y[i]!;
-      nx += x[i]! * x[i]!;
-      ny += y[i]! * y[i]!;
+      d += x[i] * y[i];
+      nx += x[i] * x[i];
+      ny += y[i] * y[i];
     }
     s += nx > 0 && ny > 0 ? Math.abs(d) / Math.sqrt(nx * ny) : 0;
   }
@@ -75,17 +75,17 @@ function meanAbsCos(a: readonly Float32Array[], b: readonly Float32Array[]): num
 
 function median(v: readonly number[]): number {
   const s = [...v].sort((a, b) => a - b);
-  return s.length === 0 ? NaN : s.length % 2 === 1 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+  return s.length === 0 ? NaN : s.length % 2 === 1 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
 }
 
 function pairing(layer: number, experts: readonly SwiGLU[]): PairingLayer | undefined {
   if (experts.length < 2) return undefined;
-  const C = experts[0]!.gate.cols;
+  const C = experts[0].gate.cols;
   // ≤ ~4M values read per layer: 64 hidden units per expert on small models, fewer (≥ 8) on 384 × 7168 ones.
-  const idx = sampleRows(experts[0]!.gate.rows, Math.max(8, Math.min(64, Math.floor(4e6 / (experts.length * C)))));
+  const idx = sampleRows(experts[0].gate.rows, Math.max(8, Math.min(64, Math.floor(4e6 / (experts.length * C)))));
   const gates = experts.map((e) => rowsOf(e.gate, idx));
   const ups = experts.map((e) => rowsOf(e.up, idx));
-  const diag = experts.map((_, e) => meanAbsCos(gates[e]!, ups[e]!));
+  const diag = experts.map((_, e) => meanAbsCos(gates[e], ups[e]));
   const baseline = Math.sqrt(2 / (Math.PI * C));
   const med = median(diag);
   const out: PairingLayer = { layer, median: med, baseline, mispaired: [] };
@@ -98,7 +98,7 @@ function pairing(layer: number, experts: readonly SwiGLU[]): PairingLayer | unde
     let bestScore = 0;
     ups.forEach((u, e2) => {
       if (e2 === e) return;
-      const s = meanAbsCos(gates[e]!, u);
+      const s = meanAbsCos(gates[e], u);
       if (s > bestScore) [best, bestScore] = [e2, s];
     });
     mispaired.push(bestScore >= cut ? [e, best, bestScore] : [e, -1, d]);
@@ -118,7 +118,7 @@ function shift(m: SwiGLU["gate"], x: Float64Array, rowsSampled: readonly number[
     const w = m.row(r);
     for (const t of tokens) {
       let a = 0;
-      for (let c = 0; c < C; c++) a += w[c]! * x[t * C + c]!;
+      for (let c = 0; c < C; c++) a += w[c] * x[t * C + c];
       s += a;
       s2 += a * a;
       n++;
@@ -132,7 +132,7 @@ function shift(m: SwiGLU["gate"], x: Float64Array, rowsSampled: readonly number[
 function shiftOf(layer: number, part: ShiftLayer["part"], mats: readonly SwiGLU[], x: Float64Array): ShiftLayer {
   // At most 8 experts × 32 hidden units: the sign of the lean shows long before that.
   const chosen = mats.filter((_, i) => i % Math.max(1, Math.ceil(mats.length / 8)) === 0);
-  const idx = sampleRows(mats[0]!.gate.rows, 32);
+  const idx = sampleRows(mats[0].gate.rows, 32);
   const avg = (get: (s: SwiGLU) => SwiGLU["gate"]): number => chosen.reduce((a, s) => a + shift(get(s), x, idx), 0) / chosen.length;
   return { layer, part, gate: avg((s) => s.gate), up: avg((s) => s.up) };
 }
@@ -142,7 +142,7 @@ export function checkFfn(model: DeepSeek2, ffnInputs: FfnInputs, f: Findings): F
   const pairings: PairingLayer[] = [];
   const shifts: ShiftLayer[] = [];
   for (let il = 0; il < c.nLayer; il++) {
-    const lw = model.weights.layers[il]!;
+    const lw = model.weights.layers[il];
     const x = ffnInputs.get(il);
     if (lw.moe !== undefined) {
       const p = pairing(il, lw.moe.experts);

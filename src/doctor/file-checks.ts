@@ -174,8 +174,8 @@ export function tensorStats(file: GGUFFile, info: TensorInfo, kind: TensorKind |
   let zeroRows = 0;
   let finite = 0;
   // Stacked experts: a slice of ne[1] rows per expert; count its all-zero rows.
-  const perExpert = info.ne.length === 3 && /_exps\.weight$/.test(info.name) ? info.ne[1]! : 0;
-  const expertZeroRows = perExpert > 0 ? new Int32Array(info.ne[2]!) : undefined;
+  const perExpert = info.ne.length === 3 && /_exps\.weight$/.test(info.name) ? info.ne[1] : 0;
+  const expertZeroRows = perExpert > 0 ? new Int32Array(info.ne[2]) : undefined;
   const scales = Q8ScaleCollector.applies(info.type, cols, rows) ? new Q8ScaleCollector(cols / 32, rows) : undefined;
   for (let r0 = 0; r0 < rows; r0 += rowsPerRead) {
     const nr = Math.min(rowsPerRead, rows - r0);
@@ -185,7 +185,7 @@ export function tensorStats(file: GGUFFile, info: TensorInfo, kind: TensorKind |
       dequantizeRow(info.type, bytes, r * rb, buf, 0, cols, info.name);
       let rowZero = true;
       for (let i = 0; i < cols; i++) {
-        const v = buf[i]!;
+        const v = buf[i];
         if (Number.isNaN(v)) nan++;
         else if (v === Infinity || v === -Infinity) inf++;
         else {
@@ -200,7 +200,7 @@ export function tensorStats(file: GGUFFile, info: TensorInfo, kind: TensorKind |
       }
       if (rowZero) {
         zeroRows++;
-        if (expertZeroRows !== undefined) expertZeroRows[Math.floor((r0 + r) / perExpert)]!++;
+        if (expertZeroRows !== undefined) expertZeroRows[Math.floor((r0 + r) / perExpert)]++;
       }
     }
     onBytes?.(nr * rb);
@@ -289,7 +289,7 @@ export function checkFile(file: GGUFFile, findings: Findings, opts: FileCheckOpt
   // Names: Hugging Face names in a GGUF mean the map ran the wrong way.
   const hfNamed = [...names].filter((n) => HF_NAME.test(n));
   if (hfNamed.length > 0) {
-    const back = hfToGguf(hfNamed[0]!, "current");
+    const back = hfToGguf(hfNamed[0], "current");
     findings.add("names", "error", "hf-names-in-gguf", `${hfNamed.length} of ${names.size} tensors carry Hugging Face names (e.g. "${hfNamed[0]}"${back ? ` — the GGUF name is "${back.gguf[0]}"` : ""}): the GGUF↔HF name map was applied in the wrong direction when the file was written`, { count: hfNamed.length, examples: hfNamed.slice(0, 5) });
   }
 

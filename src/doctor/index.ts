@@ -137,7 +137,7 @@ export async function runDoctor(opts: DoctorOptions): Promise<DoctorReport> {
     const encode = tokenizer ? (t: string): number[] => tokenizer.encode(t) : undefined;
 
     if (opts.lowMemory === true) {
-      const prompt = defaultPrompts(config.nVocab, opts.chunk ?? 8, encode)[1]!;
+      const prompt = defaultPrompts(config.nVocab, opts.chunk ?? 8, encode)[1];
       parts.lowMemory = time("lowMemory", () => lowMemoryLogits(file, config, prompt.tokens).report);
       if (opts.endpoint === undefined) return finish(opts, findings, parts, timings);
     }
@@ -183,7 +183,7 @@ function tryTokenizer(file: GGUFFile): Tokenizer | undefined {
 
 /** Prompts of the source logits comparison: two short texts, or id runs without a tokenizer. */
 function sourcePrompts(nVocab: number, tokenizer?: Tokenizer): { label: string; tokens: number[] }[] {
-  return ["In the beginning God created the heaven and the earth.", DEFAULT_PROBES[0]!].map((text, i) => ({
+  return ["In the beginning God created the heaven and the earth.", DEFAULT_PROBES[0]].map((text, i) => ({
     label: text.length > 24 ? `${text.slice(0, 24)}…` : text,
     tokens: probeTokens(text, i % 2, nVocab, tokenizer ? (t: string): number[] => tokenizer.encode(t) : undefined),
   }));
@@ -193,7 +193,7 @@ function probeTokens(text: string, i: number, nVocab: number, encode?: (t: strin
   const t = encode?.(text).filter((x) => x < nVocab);
   if (t !== undefined && t.length > 1) return t;
   // No tokenizer: counting = an arithmetic run of ids, repetition = a repeated triple.
-  return i === 0 ? Array.from({ length: 16 }, (_, k) => (10 + k) % nVocab) : Array.from({ length: 15 }, (_, k) => [5, 9, 13][k % 3]! % nVocab);
+  return i === 0 ? Array.from({ length: 16 }, (_, k) => (10 + k) % nVocab) : Array.from({ length: 15 }, (_, k) => [5, 9, 13][k % 3] % nVocab);
 }
 
 export { parseConfig };

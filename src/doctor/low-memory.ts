@@ -75,11 +75,11 @@ export function lowMemoryLogits(file: GGUFFile, c: ModelConfig, tokens: readonly
     const o = attendReference(lw.attn, c, pr, n, 0, { c: pr.c, kPe: pr.kPe, length: n }, sel, k);
     const attnOut = new Float64Array(n * Hd);
     k.matmul(lw.attn.o, o, n, c.nHead * c.vHead, attnOut, Hd);
-    for (let i = 0; i < n * Hd; i++) h[i] += attnOut[i]!;
+    for (let i = 0; i < n * Hd; i++) h[i] += attnOut[i];
     for (let t = 0; t < n; t++) rmsNorm(h, t * Hd, lw.ffnNorm, c.rmsEps, x, t * Hd);
     if (lw.dense !== undefined) swiglu(lw.dense, x, n, Hd, ffnOut, false, undefined, k);
     else moe(lw.moe!, c, x, n, ffnOut, k);
-    for (let i = 0; i < n * Hd; i++) h[i] += ffnOut[i]!;
+    for (let i = 0; i < n * Hd; i++) h[i] += ffnOut[i];
     lw = undefined; // the layer's weights become garbage here
     onLayer?.(il);
   }
@@ -97,11 +97,11 @@ export function lowMemoryLogits(file: GGUFFile, c: ModelConfig, tokens: readonly
     const nr = Math.min(block, c.nVocab - r0);
     const m = new QMatrix(`${head.name}[${r0}..]`, head.type, Hd, nr, file.readBytes(head, r0 * hrb, nr * hrb));
     k.matmul(m, hn, n, Hd, part, nr);
-    for (let t = 0; t < n; t++) for (let r = 0; r < nr; r++) logits[t * c.nVocab + r0 + r] = part[t * nr + r]!;
+    for (let t = 0; t < n; t++) for (let r = 0; r < nr; r++) logits[t * c.nVocab + r0 + r] = part[t * nr + r];
   }
 
   const last = logits.subarray((n - 1) * c.nVocab);
-  const ids = Array.from(last.keys()).sort((a, b) => last[b]! - last[a]! || a - b).slice(0, 5);
+  const ids = Array.from(last.keys()).sort((a, b) => last[b] - last[a] || a - b).slice(0, 5);
   let modelBytes = 0;
   for (const t of file.tensors.values()) modelBytes += t.nbytes;
   return {
@@ -113,7 +113,7 @@ export function lowMemoryLogits(file: GGUFFile, c: ModelConfig, tokens: readonly
       modelBytes,
       largestLayerBytes: largest,
       ms: Math.round(performance.now() - t0),
-      lastTop5: ids.map((id) => [id, last[id]!] as const),
+      lastTop5: ids.map((id) => [id, last[id]] as const),
     },
   };
 }

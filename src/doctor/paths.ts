@@ -66,8 +66,8 @@ export function relDiff(a: Float64Array | Float32Array, b: Float64Array | Float3
   let ss = 0;
   let m = 0;
   for (let i = 0; i < a.length; i++) {
-    const x = a[i]!;
-    const y = b[i]!;
+    const x = a[i];
+    const y = b[i];
     if (!Number.isFinite(y) && Number.isFinite(x)) return Infinity;
     ss += x * x;
     const d = Math.abs(x - y);
@@ -83,26 +83,26 @@ function allZero(a: Float64Array): boolean {
 }
 
 function hasNonFinite(a: Float64Array | Float32Array): boolean {
-  for (let i = 0; i < a.length; i++) if (!Number.isFinite(a[i]!)) return true;
+  for (let i = 0; i < a.length; i++) if (!Number.isFinite(a[i])) return true;
   return false;
 }
 
 /** KL(p‖q) of two logits rows, nats; Infinity when q is not finite. */
 export function klLogits(p: ArrayLike<number>, q: ArrayLike<number>): number {
-  for (let i = 0; i < q.length; i++) if (!Number.isFinite(q[i]!)) return Infinity;
+  for (let i = 0; i < q.length; i++) if (!Number.isFinite(q[i])) return Infinity;
   const lp = logSoftmaxRow(p);
   const lq = logSoftmaxRow(q);
   let kl = 0;
   for (let i = 0; i < lp.length; i++) {
-    const pi = Math.exp(lp[i]!);
-    if (pi > 0) kl += pi * (lp[i]! - lq[i]!);
+    const pi = Math.exp(lp[i]);
+    if (pi > 0) kl += pi * (lp[i] - lq[i]);
   }
   return Math.max(0, kl);
 }
 
 function argmax(a: ArrayLike<number>): number {
   let b = 0;
-  for (let i = 1; i < a.length; i++) if (a[i]! > a[b]!) b = i;
+  for (let i = 1; i < a.length; i++) if (a[i] > a[b]) b = i;
   return b;
 }
 
@@ -160,7 +160,7 @@ export function compareRuns(base: RunTrace, test: RunTrace, model: DeepSeek2, to
   }
   const first = diffs.find((d) => !(d.rel <= tol));
   if (first === undefined) {
-    const lrel = Math.max(...base.logits.map((r, i) => relDiff(r, test.logits[i]!)));
+    const lrel = Math.max(...base.logits.map((r, i) => relDiff(r, test.logits[i])));
     return lrel <= tol ? undefined : { layer: c.nLayer, stage: "logits", relDiff: lrel, symptom: "differs", agreeing: [], differing: ["logits"] };
   }
   const same = diffs.filter((d) => d.layer === first.layer);
@@ -252,14 +252,14 @@ export function matchFaults(clean: DeepSeek2, tokens: readonly number[], path: A
 export function sameLogits(a: readonly ArrayLike<number>[], b: readonly ArrayLike<number>[]): boolean {
   if (a.length !== b.length) return false;
   for (let r = 0; r < a.length; r++) {
-    const x = a[r]!;
-    const y = b[r]!;
+    const x = a[r];
+    const y = b[r];
     if (x.length !== y.length) return false;
     let scale = 1;
-    for (let i = 0; i < x.length; i++) if (Number.isFinite(x[i]!)) scale = Math.max(scale, Math.abs(x[i]!));
+    for (let i = 0; i < x.length; i++) if (Number.isFinite(x[i])) scale = Math.max(scale, Math.abs(x[i]));
     for (let i = 0; i < x.length; i++) {
-      const u = x[i]!;
-      const v = y[i]!;
+      const u = x[i];
+      const v = y[i];
       if (Number.isFinite(u) !== Number.isFinite(v)) return false;
       if (Number.isFinite(u) && Math.abs(u - v) > 1e-5 * scale) return false;
     }
@@ -306,8 +306,8 @@ export function checkPaths(test: DeepSeek2, findings: Findings, opts: PathCheckO
     for (const cand of candidates) {
       opts.onRun?.(`paths ${comparisons.length + 1}/${runs}: ${cand.label} on the ${p.label} prompt (${p.tokens.length} tokens)`);
       const run = tracedRun(cand.model, p.tokens, cand.path, chunk);
-      const kls = base.logits.map((r, i) => klLogits(r, run.logits[i]!));
-      const agree = base.logits.filter((r, i) => argmax(r) === argmax(run.logits[i]!)).length;
+      const kls = base.logits.map((r, i) => klLogits(r, run.logits[i]));
+      const agree = base.logits.filter((r, i) => argmax(r) === argmax(run.logits[i])).length;
       const div = compareRuns(base, run, clean, tol);
       const maxKL = Math.max(...kls);
       const cmp: PathComparison = {

@@ -75,11 +75,11 @@ export function calibration(model: DeepSeek2, tokens: readonly number[]): { resu
   const n = tokens.length - 1;
   for (let i = 0; i < n; i++) {
     const lp = logSoftmaxRow(logits.subarray(i * V, (i + 1) * V));
-    nll -= lp[tokens[i + 1]!]!;
+    nll -= lp[tokens[i + 1]];
     let h = 0;
     for (let j = 0; j < lp.length; j++) {
-      const p = Math.exp(lp[j]!);
-      if (p > 0) h -= p * lp[j]!;
+      const p = Math.exp(lp[j]);
+      if (p > 0) h -= p * lp[j];
     }
     entropy += h;
   }

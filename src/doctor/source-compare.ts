@@ -15,13 +15,13 @@ export const FINGERPRINT = 512;
 export function fingerprint(v: Float32Array): Float32Array {
   const n = Math.min(FINGERPRINT, v.length);
   const out = new Float32Array(n);
-  for (let k = 0; k < n; k++) out[k] = v[Math.floor((k * v.length) / n)]!;
+  for (let k = 0; k < n; k++) out[k] = v[Math.floor((k * v.length) / n)];
   return out;
 }
 
 export function rms(v: ArrayLike<number>): number {
   let s = 0;
-  for (let i = 0; i < v.length; i++) s += v[i]! * v[i]!;
+  for (let i = 0; i < v.length; i++) s += v[i] * v[i];
   return v.length === 0 ? 0 : Math.sqrt(s / v.length);
 }
 
@@ -30,8 +30,8 @@ export function relDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
   let d = 0;
   let s = 0;
   for (let i = 0; i < b.length; i++) {
-    d += (a[i]! - b[i]!) ** 2;
-    s += b[i]! ** 2;
+    d += (a[i] - b[i]) ** 2;
+    s += b[i] ** 2;
   }
   return s === 0 ? (d === 0 ? 0 : Infinity) : Math.sqrt(d / s);
 }
@@ -41,8 +41,8 @@ export function gain(a: ArrayLike<number>, b: ArrayLike<number>): number {
   let ab = 0;
   let bb = 0;
   for (let i = 0; i < b.length; i++) {
-    ab += a[i]! * b[i]!;
-    bb += b[i]! * b[i]!;
+    ab += a[i] * b[i];
+    bb += b[i] * b[i];
   }
   return bb === 0 ? 0 : ab / bb;
 }
@@ -98,7 +98,7 @@ export class Expected {
     if (s.length === 2) {
       const [a, b] = [s[0]!.shape, s[1]!.shape];
       if (a.join(",") !== b.join(",")) return `${s[0]!.name} and ${s[1]!.name} differ in shape`;
-      return [a[1]!, 2 * a[0]!];
+      return [a[1], 2 * a[0]];
     }
     return [...s[0]!.shape].reverse();
   }
@@ -124,20 +124,20 @@ export class Expected {
     if (p.role === "k_b" || p.role === "v_b") {
       if (this.kvLayer !== p.layer || this.kv === undefined) {
         const { nHead: H, qkNope: P, vHead: V, kvLoraRank: L } = this.c;
-        this.kv = splitKvB(this.src.read(p.hf[0]!), H, P, V, L);
+        this.kv = splitKvB(this.src.read(p.hf[0]), H, P, V, L);
         this.kvLayer = p.layer;
       }
       return p.role === "k_b" ? this.kv.kB : this.kv.vB;
     }
     if (p.hf.length === 2) {
-      const a = this.src.read(p.hf[0]!);
-      const b = this.src.read(p.hf[1]!);
+      const a = this.src.read(p.hf[0]);
+      const b = this.src.read(p.hf[1]);
       const out = new Float32Array(a.length + b.length);
       out.set(a);
       out.set(b, a.length);
       return out;
     }
-    return this.src.read(sourceName(this.src, p.hf[0]!));
+    return this.src.read(sourceName(this.src, p.hf[0]));
   }
 }
 

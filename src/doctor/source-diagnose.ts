@@ -46,7 +46,7 @@ function transposeSlices(v: Float32Array, n0: number, n1: number): Float32Array 
   const size = n0 * n1;
   for (let s = 0; s < v.length / size; s++) {
     const b = s * size;
-    for (let i1 = 0; i1 < n1; i1++) for (let i0 = 0; i0 < n0; i0++) out[b + i0 * n1 + i1] = v[b + i1 * n0 + i0]!;
+    for (let i1 = 0; i1 < n1; i1++) for (let i0 = 0; i0 < n0; i0++) out[b + i0 * n1 + i1] = v[b + i1 * n0 + i0];
   }
   return out;
 }
@@ -65,8 +65,8 @@ function blockPermutation(g: Float32Array, e: Float32Array, blocks: number, tol:
       let d = 0;
       let s = 0;
       for (let k = 0; k < samples; k++) {
-        const x = g[i * size + at(k)]!;
-        const y = e[j * size + at(k)]!;
+        const x = g[i * size + at(k)];
+        const y = e[j * size + at(k)];
         d += (x - y) ** 2;
         s += y * y;
       }
@@ -110,7 +110,7 @@ function blockScales(g: Float32Array, e: Float32Array, block: number, tol: { rel
       const o = b + d;
       if (o < 0 || o >= n || amax[b] === 0) continue;
       tried++;
-      if (Math.abs(gains[b]! / (amax[o]! / amax[b]!) - 1) < Math.max(0.05, 2 * tol.rel)) hits++;
+      if (Math.abs(gains[b] / (amax[o] / amax[b]) - 1) < Math.max(0.05, 2 * tol.rel)) hits++;
     }
     if (tried > 0 && hits >= 0.8 * tried) {
       return {
@@ -168,7 +168,7 @@ export function diagnose(r: PartResult, ctx: DiagnoseContext): Diagnosis {
   const blk = quantized ? blockScales(g, e, p.typeName.endsWith("_K") && !p.typeName.startsWith("Q4") && !p.typeName.startsWith("Q5") ? 16 : 32, tol) : undefined;
   if (blk !== undefined) return { ...blk, evidence: { ...base, ...blk.evidence } };
   if (relDiff(sorted(g), sorted(e)) <= tol.rel) {
-    const [n0, n1] = [ne[0]!, ne[1] ?? 1];
+    const [n0, n1] = [ne[0], ne[1] ?? 1];
     if (n1 > 1 && relDiff(g, transposeSlices(e, n0, n1)) <= tol.rel) {
       const perHead = ne.length >= 3 ? ` per ${p.role === "k_b" || p.role === "v_b" ? "head" : "slice"}` : "";
       // a square slice under its own shape is simply transposed; a non-square one under the right shape was reshaped
@@ -183,8 +183,8 @@ export function diagnose(r: PartResult, ctx: DiagnoseContext): Diagnosis {
       return { kind: "transposed", what: `transposed${perHead}: ne [${p.ne.join(", ")}] holds the transpose of the source's [${ne.join(", ")}]`, evidence: base };
     }
     const candidates: [number, string][] = [];
-    if (ne.length >= 3) candidates.push([ne[ne.length - 1]!, p.role === "k_b" || p.role === "v_b" ? "head" : "slice"]);
-    if (ne.length === 2 && ctx.config.nHead > 1 && ne[1]! % ctx.config.nHead === 0) candidates.push([ctx.config.nHead, /attn_/.test(p.tensor) ? "head" : "row block"]);
+    if (ne.length >= 3) candidates.push([ne[ne.length - 1], p.role === "k_b" || p.role === "v_b" ? "head" : "slice"]);
+    if (ne.length === 2 && ctx.config.nHead > 1 && ne[1] % ctx.config.nHead === 0) candidates.push([ctx.config.nHead, /attn_/.test(p.tensor) ? "head" : "row block"]);
     for (const [blocks, unit] of candidates) {
       const perm = blockPermutation(g, e, blocks, tol.rel);
       if (perm !== undefined) {

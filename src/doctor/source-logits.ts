@@ -47,9 +47,9 @@ function klRow(p: Float32Array, q: Float32Array): { kl: number; top1: boolean } 
   let ap = 0;
   let aq = 0;
   for (let i = 0; i < lp.length; i++) {
-    kl += Math.exp(lp[i]!) * (lp[i]! - lq[i]!);
-    if (lp[i]! > lp[ap]!) ap = i;
-    if (lq[i]! > lq[aq]!) aq = i;
+    kl += Math.exp(lp[i]) * (lp[i] - lq[i]);
+    if (lp[i] > lp[ap]) ap = i;
+    if (lq[i] > lq[aq]) aq = i;
   }
   return { kl: Math.max(0, kl), top1: ap === aq };
 }
@@ -117,7 +117,7 @@ export function compareLogits(opts: {
       const a = evaluateAll(sourceModel, p.tokens, { path: "prefill", chunk: 64 });
       const b = evaluateAll(model, p.tokens, { path: "prefill", chunk: 64 });
       a.forEach((row, i) => {
-        const { kl, top1 } = klRow(row, b[i]!);
+        const { kl, top1 } = klRow(row, b[i]);
         sum += kl;
         max = Math.max(max, kl);
         if (top1) agree++;

@@ -55,7 +55,7 @@ export function openSource(path: string): SourceModel {
 
 /** Entry `e` of the leading dimension of a checkpoint tensor (its bytes are contiguous). */
 function slice(t: SafetensorsTensor, e: number): SafetensorsTensor {
-  const per = t.nbytes / t.shape[0]!;
+  const per = t.nbytes / t.shape[0];
   return { ...t, name: `${t.name}[${e}]`, shape: t.shape.slice(1), offset: t.offset + e * per, nbytes: per };
 }
 
@@ -137,12 +137,12 @@ function openGgufSource(path: string): SourceModel {
         // fused gate_up experts: gate rows then up rows
         const half = p.count / 2;
         p.hf.forEach((name, k) => {
-          tensors.set(name, { name, shape: [p.ne[1]! / 2, p.ne[0]!], dtype: p.typeName, noise: ggufNoise(p.type) });
+          tensors.set(name, { name, shape: [p.ne[1] / 2, p.ne[0]], dtype: p.typeName, noise: ggufNoise(p.type) });
           readers.set(name, () => p.read().slice(k * half, (k + 1) * half));
         });
       } else {
-        tensors.set(p.hf[0]!, { name: p.hf[0]!, shape: [...p.ne].reverse(), dtype: p.typeName, noise: ggufNoise(p.type) });
-        readers.set(p.hf[0]!, () => p.read());
+        tensors.set(p.hf[0], { name: p.hf[0], shape: [...p.ne].reverse(), dtype: p.typeName, noise: ggufNoise(p.type) });
+        readers.set(p.hf[0], () => p.read());
       }
     }
     for (const [layer, k] of kb) {
@@ -152,9 +152,9 @@ function openGgufSource(path: string): SourceModel {
         continue;
       }
       const [P, L, H] = k.ne as [number, number, number];
-      const V = v.ne[1]!;
+      const V = v.ne[1];
       const worse = ggufNoise(k.type).rel >= ggufNoise(v.type).rel ? k : v;
-      const name = k.hf[0]!;
+      const name = k.hf[0];
       tensors.set(name, { name, shape: [H * (P + V), L], dtype: worse.typeName, noise: ggufNoise(worse.type) });
       readers.set(name, () => joinKvB(k.read(), v.read(), H, P, V, L));
     }

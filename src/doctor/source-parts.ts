@@ -37,8 +37,8 @@ function count(ne: readonly number[]): number {
 
 /** Values of a byte range of a tensor (whole rows). */
 function readRange(file: GGUFFile, info: TensorInfo, start: number, n: number): Float32Array {
-  const rb = rowBytes(info.type, info.ne[0]!, info.name);
-  return dequantize(info.type, file.readBytes(info, (start / info.ne[0]!) * rb, (n / info.ne[0]!) * rb), n, info.name);
+  const rb = rowBytes(info.type, info.ne[0], info.name);
+  return dequantize(info.type, file.readBytes(info, (start / info.ne[0]) * rb, (n / info.ne[0]) * rb), n, info.name);
 }
 
 /**
@@ -54,13 +54,13 @@ export function ggufParts(file: GGUFFile, c: ModelConfig): { parts: GgufPart[]; 
     const rest = m?.[2] ?? info.name;
     const base = { tensor: info.name, type: info.type, typeName: typeName(info.type), ...(layer !== undefined ? { layer } : {}) };
     const stacked = /_exps\.weight$/.test(rest) && info.ne.length === 3;
-    const hf = ggufToHf(info.name, stacked ? info.ne[2]! : c.nExpert);
+    const hf = ggufToHf(info.name, stacked ? info.ne[2] : c.nExpert);
     if (hf === undefined) {
       unmapped.push(info.name);
       continue;
     }
     if (stacked) {
-      const E = info.ne[2]!;
+      const E = info.ne[2];
       const per = hf.length / E;
       const ne = info.ne.slice(0, 2);
       const n = count(ne);

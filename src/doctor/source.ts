@@ -86,17 +86,17 @@ const SWAP_WORDS: Record<string, string> = {
 function summarizeMismatch(tensor: string, diags: readonly [PartResult, Diagnosis][], partsInTensor: number): SourceMismatch {
   const parts = diags.map(([r, d]) => ({ label: r.part.label, kind: d.kind, what: d.what, ...(r.rel !== undefined ? { rel: r.rel } : {}), ...(r.tol !== undefined ? { tolerance: r.tol.rel } : {}) }));
   const whole = diags.length === partsInTensor;
-  const stacked = diags[0]![0].part.expert !== undefined;
+  const stacked = diags[0][0].part.expert !== undefined;
   // every expert holds the same-numbered expert of one other tensor: the whole tensor holds that tensor
-  if (whole && stacked && diags.every(([r, d]) => d.kind === "holds-other" && d.other!.part.tensor === diags[0]![1].other!.part.tensor && d.other!.part.expert === r.part.expert)) {
-    const [r, d] = diags[0]!;
+  if (whole && stacked && diags.every(([r, d]) => d.kind === "holds-other" && d.other!.part.tensor === diags[0][1].other!.part.tensor && d.other!.part.expert === r.part.expert)) {
+    const [r, d] = diags[0];
     const named = swapName(r, d.other!);
     const mistake = named ?? (d.reciprocal ? "swapped" : "copy");
     const how = named !== undefined ? SWAP_WORDS[named] : d.reciprocal ? "the two tensors are swapped" : "a copy of that tensor, or a wrong name map";
     return { tensor, mistake, message: `${tensor} holds the values of ${d.other!.part.tensor}: ${how}`, parts };
   }
-  if (whole && diags.every(([, d]) => d.kind === diags[0]![1].kind && d.kind !== "holds-other")) {
-    const d = diags[0]![1];
+  if (whole && diags.every(([, d]) => d.kind === diags[0][1].kind && d.kind !== "holds-other")) {
+    const d = diags[0][1];
     return { tensor, mistake: d.kind, message: `${tensor}${stacked ? " (every expert)" : ""}: ${d.what}`, parts };
   }
   const phrases = diags.map(([r, d]) => {
@@ -111,7 +111,7 @@ function summarizeMismatch(tensor: string, diags: readonly [PartResult, Diagnosi
     return { who, mistake: d.kind, text: `${who}: ${d.what}` };
   });
   const mistakes = new Set(phrases.map((x) => x.mistake));
-  const mistake = mistakes.size === 1 ? phrases[0]!.mistake : "several";
+  const mistake = mistakes.size === 1 ? phrases[0].mistake : "several";
   const text = phrases.slice(0, LIST).map((x) => x.text).join("; ") + (phrases.length > LIST ? `; … (${phrases.length} parts)` : "");
   return { tensor, mistake, message: stacked ? `${tensor}: ${text}` : text, parts };
 }
@@ -168,8 +168,8 @@ export function checkSource(file: GGUFFile, config: ModelConfig, src: SourceMode
     const worst = rels.reduce<PartResult | undefined>((w, r) => (w === undefined || r.rel! / r.tol!.rel > w.rel! / w.tol!.rel ? r : w), undefined);
     return {
       tensor,
-      type: rs[0]!.part.typeName,
-      ...(rs[0]!.sourceDtype !== undefined ? { sourceDtype: rs[0]!.sourceDtype } : {}),
+      type: rs[0].part.typeName,
+      ...(rs[0].sourceDtype !== undefined ? { sourceDtype: rs[0].sourceDtype } : {}),
       parts: rs.length,
       status,
       ...(worst !== undefined ? { rel: worst.rel!, tolerance: worst.tol!.rel } : {}),

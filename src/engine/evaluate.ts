@@ -37,11 +37,11 @@ export function evaluateAll(model: DeepSeek2, tokens: readonly number[], opts: E
 /** log-softmax of one logits row, in float64. */
 export function logSoftmaxRow(logits: ArrayLike<number>): Float64Array {
   let max = -Infinity;
-  for (let i = 0; i < logits.length; i++) max = Math.max(max, logits[i]!);
+  for (let i = 0; i < logits.length; i++) max = Math.max(max, logits[i]);
   let sum = 0;
-  for (let i = 0; i < logits.length; i++) sum += Math.exp(logits[i]! - max);
+  for (let i = 0; i < logits.length; i++) sum += Math.exp(logits[i] - max);
   const lse = max + Math.log(sum);
   const out = new Float64Array(logits.length);
-  for (let i = 0; i < logits.length; i++) out[i] = logits[i]! - lse;
+  for (let i = 0; i < logits.length; i++) out[i] = logits[i] - lse;
   return out;
 }

@@ -218,7 +218,7 @@ function* generationLoop(cfg: ModelConfig, device: LoopDevice, tokenizer: Genera
     }
     const fromDecode = tokens.length > 0;
     const chained = aheadAt < ahead.tokens.length;
-    const r: SampleResult = chained ? { token: ahead.tokens[aheadAt]!, logprob: ahead.logprobs[aheadAt++]! } : sampler.sample(logits);
+    const r: SampleResult = chained ? { token: ahead.tokens[aheadAt], logprob: ahead.logprobs[aheadAt++] } : sampler.sample(logits);
     // the device marks a step whose logits the host sampler would have refused (NaN, +Infinity, all -Infinity)
     if (chained && Number.isNaN(r.logprob)) throw new NonFiniteError(`the logits of decode step ${tokens.length} contain NaN or +Infinity, or are all -Infinity (chained greedy decoding on the model's device)`);
     if (fromDecode) usedSteps++;

@@ -60,18 +60,18 @@ export class LogitAdjuster {
     row.set(logits);
     for (const [id, b] of this.bias) {
       if (id >= row.length) throw new UsageError(`logitBias: token id ${id} is outside the vocabulary (${row.length})`);
-      row[id] = b <= BAN_BIAS ? -Infinity : row[id]! + b;
+      row[id] = b <= BAN_BIAS ? -Infinity : row[id] + b;
     }
     const p = this.repetition;
     if (p !== 1) {
       for (const t of this.seen) {
         if (t >= row.length) continue;
-        const x = row[t]!;
+        const x = row[t];
         row[t] = x > 0 ? x / p : x * p;
       }
     }
     if (this.presence !== 0 || this.frequency !== 0) {
-      for (const [t, n] of this.counts) if (t < row.length) row[t] = row[t]! - this.frequency * n - this.presence;
+      for (const [t, n] of this.counts) if (t < row.length) row[t] = row[t] - this.frequency * n - this.presence;
     }
     return row;
   }

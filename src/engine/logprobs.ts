@@ -7,7 +7,7 @@ import { NonFiniteError, UsageError } from "../util/errors.js";
 export function checkLogits(logits: Float32Array | Float64Array): void {
   if (logits.length === 0) throw new UsageError("logits vector is empty");
   for (let i = 0; i < logits.length; i++) {
-    const x = logits[i]!;
+    const x = logits[i];
     if (Number.isNaN(x)) throw new NonFiniteError(`logits contain NaN at position ${i} (token id ${i})`);
     if (x === Infinity) throw new NonFiniteError(`logits contain +Infinity at position ${i} (token id ${i})`);
   }
@@ -23,7 +23,7 @@ function softmaxShift(logits: Float32Array | Float64Array): { best: number; shif
   let best = 0;
   let max = -Infinity;
   for (let i = 0; i < n; i++) {
-    const x = logits[i]!;
+    const x = logits[i];
     if (x > max) {
       max = x;
       best = i;
@@ -35,7 +35,7 @@ function softmaxShift(logits: Float32Array | Float64Array): { best: number; shif
   if (max === Infinity) checkLogits(logits);
   if (max === -Infinity) throw new NonFiniteError("all logits are -Infinity: no token has non-zero probability");
   let sum = 0;
-  for (let i = 0; i < n; i++) sum += Math.exp(logits[i]! - max);
+  for (let i = 0; i < n; i++) sum += Math.exp(logits[i] - max);
   return { best, shift: max + Math.log(sum) };
 }
 
@@ -46,7 +46,7 @@ function softmaxShift(logits: Float32Array | Float64Array): { best: number; shif
  */
 export function greedyLogprob(logits: Float32Array | Float64Array): { token: number; logprob: number } {
   const { best, shift } = softmaxShift(logits);
-  return { token: best, logprob: logits[best]! - shift };
+  return { token: best, logprob: logits[best] - shift };
 }
 
 /**
@@ -66,7 +66,7 @@ export function logSoftmaxInto(logits: Float32Array | Float64Array, out: Float64
   if (out.length < n) throw new RangeError(`logSoftmaxInto: ${out.length} entries for a row of ${n}`);
   const { shift } = softmaxShift(logits);
   const row = out.length === n ? out : out.subarray(0, n);
-  for (let i = 0; i < n; i++) row[i] = logits[i]! - shift;
+  for (let i = 0; i < n; i++) row[i] = logits[i] - shift;
   return row;
 }
 
@@ -84,15 +84,15 @@ export function topIds(values: ArrayLike<number>, k: number): number[] {
   k = Math.min(Math.max(0, Math.floor(k)), n);
   if (k === 0) return [];
   const heap: number[] = [];
-  const worse = (a: number, b: number): boolean => before(values[b]!, b, values[a]!, a); // a ranks after b
+  const worse = (a: number, b: number): boolean => before(values[b], b, values[a], a); // a ranks after b
   const siftDown = (i: number): void => {
     for (;;) {
       const l = 2 * i + 1, r = l + 1;
       let w = i;
-      if (l < heap.length && worse(heap[l]!, heap[w]!)) w = l;
-      if (r < heap.length && worse(heap[r]!, heap[w]!)) w = r;
+      if (l < heap.length && worse(heap[l], heap[w])) w = l;
+      if (r < heap.length && worse(heap[r], heap[w])) w = r;
       if (w === i) return;
-      [heap[i], heap[w]] = [heap[w]!, heap[i]!];
+      [heap[i], heap[w]] = [heap[w], heap[i]];
       i = w;
     }
   };
@@ -101,19 +101,19 @@ export function topIds(values: ArrayLike<number>, k: number): number[] {
       heap.push(id);
       for (let i = heap.length - 1; i > 0; ) {
         const p = (i - 1) >> 1;
-        if (!worse(heap[i]!, heap[p]!)) break;
-        [heap[i], heap[p]] = [heap[p]!, heap[i]!];
+        if (!worse(heap[i], heap[p])) break;
+        [heap[i], heap[p]] = [heap[p], heap[i]];
         i = p;
       }
-    } else if (before(values[id]!, id, values[heap[0]!]!, heap[0]!)) {
+    } else if (before(values[id], id, values[heap[0]], heap[0])) {
       heap[0] = id;
       siftDown(0);
     }
   }
-  return heap.sort((a, b) => (before(values[a]!, a, values[b]!, b) ? -1 : 1));
+  return heap.sort((a, b) => (before(values[a], a, values[b], b) ? -1 : 1));
 }
 
 /** The k most likely tokens as [id, logprob] pairs, sorted by descending logprob, ties broken by lower id. */
 export function topLogprobs(logprobs: Float64Array | Float32Array, k: number): [number, number][] {
-  return topIds(logprobs, k).map((id) => [id, logprobs[id]!]);
+  return topIds(logprobs, k).map((id) => [id, logprobs[id]]);
 }

@@ -162,11 +162,11 @@ export class PagePool {
       this.lru.delete(p);
       this.inUse++;
     }
-    this.refs[p]!++;
+    this.refs[p]++;
   }
 
   release(p: number): void {
-    const r = this.refs[p]!;
+    const r = this.refs[p];
     if (r <= 0) throw new LatentError(`page ${p} released more often than taken`);
     this.refs[p] = r - 1;
     if (r > 1) return;
@@ -183,29 +183,29 @@ export class PagePool {
   }
 
   refCount(p: number): number {
-    return this.refs[p]!;
+    return this.refs[p];
   }
 
   /** Write rows [from, from + n) of a chunk for one layer at in-page slots of the given pages. */
   write(layer: number, page: number, slot: number, c: Float64Array, kPe: Float64Array, ik: Float64Array | undefined, row: number, n: number): void {
     const at = page * this.pageSize + slot;
-    this.c[layer]!.set(c.subarray(row * this.L, (row + n) * this.L), at * this.L);
-    this.kPe[layer]!.set(kPe.subarray(row * this.R, (row + n) * this.R), at * this.R);
-    if (ik !== undefined && this.D > 0) this.ik[layer]!.set(ik.subarray(row * this.D, (row + n) * this.D), at * this.D);
+    this.c[layer].set(c.subarray(row * this.L, (row + n) * this.L), at * this.L);
+    this.kPe[layer].set(kPe.subarray(row * this.R, (row + n) * this.R), at * this.R);
+    if (ik !== undefined && this.D > 0) this.ik[layer].set(ik.subarray(row * this.D, (row + n) * this.D), at * this.D);
   }
 
   /** Gather the rows of positions [0, length) through a block table into the shared scratch buffers. */
   gather(layer: number, table: readonly number[], length: number): LatentRows {
     if (this.scratchC.length < length * this.L) this.scratchC = new Float32Array(grow(length) * this.L);
     if (this.scratchKPe.length < length * this.R) this.scratchKPe = new Float32Array(grow(length) * this.R);
-    copyRows(this.c[layer]!, this.scratchC, table, length, this.pageSize, this.L);
-    copyRows(this.kPe[layer]!, this.scratchKPe, table, length, this.pageSize, this.R);
+    copyRows(this.c[layer], this.scratchC, table, length, this.pageSize, this.L);
+    copyRows(this.kPe[layer], this.scratchKPe, table, length, this.pageSize, this.R);
     return { c: this.scratchC, kPe: this.scratchKPe, length };
   }
 
   gatherIndexerKeys(layer: number, table: readonly number[], length: number): IndexerKeys {
     if (this.scratchIk.length < length * this.D) this.scratchIk = new Float32Array(grow(length) * this.D);
-    copyRows(this.ik[layer]!, this.scratchIk, table, length, this.pageSize, this.D);
+    copyRows(this.ik[layer], this.scratchIk, table, length, this.pageSize, this.D);
     return { k: this.scratchIk, length };
   }
 }
@@ -218,7 +218,7 @@ function copyRows(src: Float32Array, dst: Float32Array, table: readonly number[]
   if (W === 0) return;
   for (let i = 0, pos = 0; pos < length; i++, pos += P) {
     const n = Math.min(P, length - pos);
-    const from = table[i]! * P * W;
+    const from = table[i] * P * W;
     dst.set(src.subarray(from, from + n * W), pos * W);
   }
 }
@@ -268,7 +268,7 @@ export class PagedSequence implements LatentStore {
     }
     this.prefixLookup = { queried: maxPages, hit };
     this.length = hit * P;
-    for (let i = 0; i < this.length; i++) this.tokens.push(tokens[i]!);
+    for (let i = 0; i < this.length; i++) this.tokens.push(tokens[i]);
     return this.length;
   }
 
@@ -318,7 +318,7 @@ export class PagedSequence implements LatentStore {
       const pos = this.length + row;
       const slot = pos % P;
       const take = Math.min(P - slot, n - row);
-      const page = this.table[Math.floor(pos / P)]!;
+      const page = this.table[Math.floor(pos / P)];
       if (this.pool.refCount(page) !== 1) throw new LatentError(`paged cache: writing into shared page ${page}`);
       this.pool.write(layer, page, slot, c, kPe, indexerKeys, row, take);
       row += take;
@@ -351,7 +351,7 @@ export class PagedSequence implements LatentStore {
     for (let i = this.hashes.length; i < full; i++) {
       const h = pageHash(this.hashes[i - 1] ?? "", this.tokens.slice(i * P, (i + 1) * P));
       this.hashes.push(h);
-      this.pool.publish(this.table[i]!, h);
+      this.pool.publish(this.table[i], h);
     }
   }
 

@@ -50,11 +50,11 @@ class Xoshiro128 {
   }
   nextU32(): number {
     const s = this.s;
-    const r = Math.imul(rotl(Math.imul(s[1]!, 5), 7), 9) >>> 0;
-    const t = s[1]! << 9;
-    s[2]! ^= s[0]!; s[3]! ^= s[1]!; s[1]! ^= s[2]!; s[0]! ^= s[3]!;
-    s[2]! ^= t;
-    s[3] = rotl(s[3]!, 11);
+    const r = Math.imul(rotl(Math.imul(s[1], 5), 7), 9) >>> 0;
+    const t = s[1] << 9;
+    s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 11);
     return r;
   }
   /** Uniform double in [0, 1) with 53 random bits. */
@@ -112,7 +112,7 @@ export class Sampler {
     if (!(topP > 0 && topP <= 1)) throw new UsageError(`topP must be in (0, 1] (1 = off), got ${topP}`);
     if (!(minP >= 0 && minP < 1)) throw new UsageError(`minP must be in [0, 1) (0 = off), got ${minP}`);
     if (!Number.isInteger(logprobs) || logprobs < 0) throw new UsageError(`logprobs must be an integer >= 0, got ${logprobs}`);
-    const seed = options.seed ?? globalThis.crypto.getRandomValues(new Uint32Array(1))[0]!;
+    const seed = options.seed ?? globalThis.crypto.getRandomValues(new Uint32Array(1))[0];
     if (!Number.isSafeInteger(seed)) throw new UsageError(`seed must be a safe integer, got ${seed}`);
     this.temperature = temperature;
     this.topK = topK;
@@ -165,7 +165,7 @@ export class Sampler {
     if (scratch.length < logits.length) scratch = new Float64Array(logits.length);
     const lp = logSoftmaxInto(logits, scratch);
     const token = this.isGreedy() ? argmax(logits) : this.draw(lp, this.kept(lp));
-    const result: SampleResult = { token, logprob: lp[token]! };
+    const result: SampleResult = { token, logprob: lp[token] };
     if (this.logprobs > 0) result.top = topLogprobs(lp, this.logprobs);
     return result;
   }
@@ -183,7 +183,7 @@ export class Sampler {
     const token = this.constraint !== undefined ? this.chooseAllowed(row, this.constraint) : this.choose(logSoftmaxInto(row, adjustedScratch));
     this.adjuster.observe(token);
     this.constraint?.accept(token);
-    const result: SampleResult = { token, logprob: lp[token]! };
+    const result: SampleResult = { token, logprob: lp[token] };
     if (this.logprobs > 0) result.top = topLogprobs(lp, this.logprobs);
     return result;
   }
@@ -227,7 +227,7 @@ export class Sampler {
   private kept(lp: Float64Array): number[] | null {
     const { topK, topP, minP } = this;
     if (!(topK > 0 && topK < lp.length) && topP >= 1 && minP <= 0) return null;
-    const lpMax = lp[argmax(lp)]!;
+    const lpMax = lp[argmax(lp)];
     // min-p as a log-prob threshold: p_i >= minP * p_max.
     const minLp = minP > 0 ? lpMax + Math.log(minP) : -Infinity;
     let ids: number[];
@@ -235,7 +235,7 @@ export class Sampler {
     if (topK > 0 && topK < lp.length) {
       ids = topIds(lp, topK);
       mass = 0;
-      for (const id of ids) mass += Math.exp(lp[id]!);
+      for (const id of ids) mass += Math.exp(lp[id]);
     } else if (topP < 1) {
       // Avoid sorting the whole vocabulary: gather (sorted) the ids above a falling threshold until they hold topP of
       // the mass, or the threshold reaches min-p's, whose set is then the shorter prefix.
@@ -245,7 +245,7 @@ export class Sampler {
         let cut = lpMax - 3 * step;
         if (cut <= minLp || step > 250) cut = minLp;
         let m = 0;
-        for (let i = 0; i < lp.length; i++) if (lp[i]! >= cut) m += Math.exp(lp[i]!);
+        for (let i = 0; i < lp.length; i++) if (lp[i] >= cut) m += Math.exp(lp[i]);
         if (m >= topP || cut === minLp) {
           ids = above(lp, cut);
           break;
@@ -253,18 +253,18 @@ export class Sampler {
       }
     } else if (minP > 0) {
       ids = [];
-      for (let i = 0; i < lp.length; i++) if (lp[i]! >= minLp) ids.push(i);
+      for (let i = 0; i < lp.length; i++) if (lp[i] >= minLp) ids.push(i);
       return ids;
     } else return null;
     let keep = ids.length;
     if (topP < 1) {
       let cum = 0;
       for (let i = 0; i < ids.length; i++) {
-        cum += Math.exp(lp[ids[i]!]!);
+        cum += Math.exp(lp[ids[i]]);
         if (cum >= topP * mass) { keep = i + 1; break; }
       }
     }
-    for (let i = 1; i < keep; i++) if (lp[ids[i]!]! < minLp) { keep = i; break; }
+    for (let i = 1; i < keep; i++) if (lp[ids[i]] < minLp) { keep = i; break; }
     return ids.slice(0, keep);
   }
 
@@ -272,23 +272,23 @@ export class Sampler {
   private draw(lp: Float64Array, ids: number[] | null): number {
     // exp((lp_i - lp_max) / T) ∝ exp(logit_i / T), since lp = logits - const; the max token is always kept.
     let top = -Infinity;
-    for (let i = 0; i < lp.length; i++) if (lp[i]! > top) top = lp[i]!;
+    for (let i = 0; i < lp.length; i++) if (lp[i] > top) top = lp[i];
     const n = ids ? ids.length : lp.length;
     if (weights.length < n) weights = new Float64Array(n);
     const w = weights;
     const T = this.temperature;
     let total = 0;
     // (the whole vocabulary in a loop of its own: one without the id lookup runs ~1.5× faster)
-    if (ids) for (let i = 0; i < n; i++) total += w[i] = Math.exp((lp[ids[i]!]! - top) / T);
-    else for (let i = 0; i < n; i++) total += w[i] = Math.exp((lp[i]! - top) / T);
+    if (ids) for (let i = 0; i < n; i++) total += w[i] = Math.exp((lp[ids[i]] - top) / T);
+    else for (let i = 0; i < n; i++) total += w[i] = Math.exp((lp[i] - top) / T);
     let r = this.rng.next() * total;
     let last = 0;
     for (let i = 0; i < n; i++) {
-      if (w[i]! > 0) last = i;
-      r -= w[i]!;
-      if (r < 0) return ids ? ids[i]! : i;
+      if (w[i] > 0) last = i;
+      r -= w[i];
+      if (r < 0) return ids ? ids[i] : i;
     }
-    return ids ? ids[last]! : last; // rounding fallback: last id with non-zero weight
+    return ids ? ids[last] : last; // rounding fallback: last id with non-zero weight
   }
 }
 
@@ -299,13 +299,13 @@ export function createSampler(options: SamplerOptions = {}): Sampler {
 /** Index of the largest entry, lowest index on ties. */
 export function argmax(values: ArrayLike<number>): number {
   let best = 0;
-  for (let i = 1; i < values.length; i++) if (values[i]! > values[best]!) best = i;
+  for (let i = 1; i < values.length; i++) if (values[i] > values[best]) best = i;
   return best;
 }
 
 /** Ids with lp >= cut, sorted by descending lp then ascending id. */
 function above(lp: Float64Array, cut: number): number[] {
   const ids: number[] = [];
-  for (let i = 0; i < lp.length; i++) if (lp[i]! >= cut) ids.push(i);
-  return ids.sort((a, b) => (lp[a]! > lp[b]! || (lp[a] === lp[b] && a < b) ? -1 : 1));
+  for (let i = 0; i < lp.length; i++) if (lp[i] >= cut) ids.push(i);
+  return ids.sort((a, b) => (lp[a] > lp[b] || (lp[a] === lp[b] && a < b) ? -1 : 1));
 }

@@ -349,7 +349,7 @@ export class Scheduler {
     seq.state = "waiting";
     this.preemptions++;
     let i = 0;
-    while (i < this.waiting.length && this.waiting[i]!.arrival < seq.arrival) i++;
+    while (i < this.waiting.length && this.waiting[i].arrival < seq.arrival) i++;
     this.waiting.splice(i, 0, seq);
   }
 
@@ -359,7 +359,7 @@ export class Scheduler {
    */
   private preemptHeld(): boolean {
     for (let i = this.running.length - 1; i >= 0; i--) {
-      const r = this.running[i]!;
+      const r = this.running[i];
       if (r.held) {
         this.preempt(r);
         return true;
@@ -374,7 +374,7 @@ export class Scheduler {
       if (seq.cache!.reserve(tokens)) return true;
       let victim: Sequence | undefined;
       for (let i = this.running.length - 1; i >= 0; i--) {
-        const r = this.running[i]!;
+        const r = this.running[i];
         if (r !== seq && !inBatch.has(r) && r.arrival > seq.arrival) {
           victim = r;
           break;
@@ -413,7 +413,7 @@ export class Scheduler {
       if (seq.state !== "running" || seq.held || inBatch.has(seq)) continue;
       const remaining = seq.tokens.length - seq.cache!.length;
       if (!(seq.generated > 0 && remaining === 1)) continue;
-      const toks = [seq.tokens[seq.tokens.length - 1]!];
+      const toks = [seq.tokens[seq.tokens.length - 1]];
       if (this.reserve(seq, toks, inBatch)) {
         add(seq, toks, "decode");
         decodes++;
@@ -440,7 +440,7 @@ export class Scheduler {
         if (this.preemptHeld()) continue;
         break;
       }
-      const seq = this.waiting[next]!;
+      const seq = this.waiting[next];
       const cache = new PagedSequence(this.pool);
       const canShare = this.prefixCaching && seq.promptLp === undefined;
       const adopted = canShare ? cache.adoptPrefix(seq.tokens, 1) : 0;
@@ -463,7 +463,7 @@ export class Scheduler {
       seq.cache = cache;
       seq.state = "running";
       let i = this.running.length;
-      while (i > 0 && this.running[i - 1]!.arrival > seq.arrival) i--;
+      while (i > 0 && this.running[i - 1].arrival > seq.arrival) i--;
       this.running.splice(i, 0, seq);
       add(seq, toks, seq.generated > 0 && toks.length === 1 && cache.length > 0 ? "decode" : "prefill");
     }
@@ -475,7 +475,7 @@ export class Scheduler {
     const picks =
       this.model.forwardBatchPicks !== undefined
         ? members.map((seq, i): boolean | PickDraw => {
-            if (chunks[i]!.logits !== "last") return false;
+            if (chunks[i].logits !== "last") return false;
             const choice = deviceChoice(seq.sampler, this.model, "pick");
             return choice === "draw" ? seq.sampler.deviceDraw() : choice === "greedy";
           })
@@ -492,8 +492,8 @@ export class Scheduler {
     const V = this.model.config.nVocab;
     members.forEach((seq, i) => {
       if (seq.state !== "running") return;
-      const out = outs[i]!;
-      const chunk = chunks[i]!;
+      const out = outs[i];
+      const chunk = chunks[i];
       const start = seq.cache!.length - chunk.tokens.length;
       try {
         if (!(out instanceof Float32Array)) {
@@ -505,10 +505,10 @@ export class Scheduler {
             const q = start + j; // row j predicts position q + 1
             if (q + 1 >= seq.promptLen || seq.promptLp.length !== q + 1) continue;
             const lp = logSoftmax(out.subarray(j * V, (j + 1) * V));
-            const tok = seq.tokens[q + 1]!;
-            const x = lp[tok]!;
+            const tok = seq.tokens[q + 1];
+            const x = lp[tok];
             let rank = 1;
-            for (let t = 0; t < V; t++) if (lp[t]! > x) rank++;
+            for (let t = 0; t < V; t++) if (lp[t] > x) rank++;
             seq.promptLp.push({ token: tok, logprob: x, rank, top: topLogprobs(lp, seq.req.promptLogprobs ?? 0) });
           }
           if (seq.promptLp.length === seq.promptLen) seq.events.onPromptLogprobs?.(seq.promptLp);
@@ -559,7 +559,7 @@ export class Scheduler {
     let pages = 0;
     for (const seq of batch) pages += seq.cache!.pagesNeeded(steps);
     if (pages > this.pool.available) return false;
-    for (const seq of batch) seq.cache!.reserveChain(seq.tokens[seq.tokens.length - 1]!, steps);
+    for (const seq of batch) seq.cache!.reserveChain(seq.tokens[seq.tokens.length - 1], steps);
 
     const t0 = performance.now();
     let chosen: GreedyChunk[];
@@ -569,7 +569,7 @@ export class Scheduler {
       const draws = batch.some((seq) => !seq.sampler.isGreedy())
         ? Array.from({ length: steps }, () => batch.map((seq): PickDraw => (seq.sampler.isGreedy() ? { temperature: 0, key: 0 } : seq.sampler.deviceDraw()))).flat()
         : undefined;
-      const starts = batch.map((seq) => ({ token: seq.tokens[seq.tokens.length - 1]!, cache: seq.cache! }));
+      const starts = batch.map((seq) => ({ token: seq.tokens[seq.tokens.length - 1], cache: seq.cache! }));
       chosen = draws !== undefined ? model.decodeGreedyBatch(starts, steps, draws) : model.decodeGreedyBatch(starts, steps);
       if (chosen.length !== batch.length || chosen.some((c) => c.tokens.length !== steps || c.logprobs.length !== steps)) {
         throw new LatentError(`decodeGreedyBatch returned ${chosen.map((c) => c.tokens.length).join(", ")} ids for ${batch.length} sequences × ${steps} steps`);
@@ -585,11 +585,11 @@ export class Scheduler {
     for (let k = 0; k < steps; k++) {
       batch.forEach((seq, i) => {
         if (seq.state !== "running") return;
-        const token = chosen[i]!.tokens[k]!;
-        const logprob = chosen[i]!.logprobs[k]!;
+        const token = chosen[i].tokens[k];
+        const logprob = chosen[i].logprobs[k];
         try {
           // the input of step k is now known: its page can be published for prefix caching, as a host step would
-          if (k > 0) seq.cache!.record([chosen[i]!.tokens[k - 1]!]);
+          if (k > 0) seq.cache!.record([chosen[i].tokens[k - 1]]);
           this.takePick(seq, { token, logprob });
         } catch (e) {
           this.finish(seq, "error", e instanceof Error ? e : new Error(String(e)));

@@ -9,7 +9,7 @@ import { writeModel, type TensorToWrite } from "./writer.js";
  */
 export function rewriteAsF32(file: GGUFFile, out: string, onTensor?: (done: number, total: number) => void): string[] {
   const meta = new Map<string, GGUFMetadataEntry>();
-  for (const [k, v] of file.shards[0]!.metadata) if (!k.startsWith("split.")) meta.set(k, v);
+  for (const [k, v] of file.shards[0].metadata) if (!k.startsWith("split.")) meta.set(k, v);
   meta.set("general.file_type", { type: GGUFValueType.UINT32, value: 0 });
   const tensors: TensorToWrite[] = [...file.tensors.values()]
     .sort((a, b) => a.shard - b.shard || a.offset - b.offset)

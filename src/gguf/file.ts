@@ -13,7 +13,7 @@ const SPLIT_RE = /^(.*)-(\d{5})-of-(\d{5})\.gguf$/;
 export function parseSplitPath(path: string): { prefix: string; index: number; count: number } | undefined {
   const m = SPLIT_RE.exec(path);
   if (m === null) return undefined;
-  return { prefix: m[1]!, index: Number(m[2]), count: Number(m[3]) };
+  return { prefix: m[1], index: Number(m[2]), count: Number(m[3]) };
 }
 
 export function splitPath(prefix: string, index: number, count: number): string {

@@ -21,7 +21,7 @@ export function splitKey(shard: GGUFShard, key: string): number | undefined {
 function sameValue(a: GGUFValue, b: GGUFValue): boolean {
   if (isGGUFArray(a) || isGGUFArray(b)) {
     if (!isGGUFArray(a) || !isGGUFArray(b) || a.elementType !== b.elementType || a.values.length !== b.values.length) return false;
-    return a.values.every((v, i) => sameValue(v, b.values[i]!));
+    return a.values.every((v, i) => sameValue(v, b.values[i]));
   }
   return a === b || (Number.isNaN(a) && Number.isNaN(b));
 }
@@ -93,18 +93,18 @@ export class GGUFFile {
 
   /** Parsed shards and their sources (same order) → a model; split shards are sorted by `split.no` and checked. */
   protected static fromParsed(shards: readonly GGUFShard[], sources: readonly ByteSource[]): GGUFFile {
-    const count = splitKey(shards[0]!, "split.count");
+    const count = splitKey(shards[0], "split.count");
     if (count === undefined || count <= 1) {
-      if (shards.length > 1) throw new GGUFError(`${shards[0]!.path}: ${shards.length} files given, but it is not a split model (no split.count > 1)`);
+      if (shards.length > 1) throw new GGUFError(`${shards[0].path}: ${shards.length} files given, but it is not a split model (no split.count > 1)`);
       return GGUFFile.assemble(shards, sources);
     }
     if (shards.length !== count) {
-      throw new GGUFError(`${shards[0]!.path}: split.count = ${count}, but ${shards.length} shard${shards.length === 1 ? " was" : "s were"} given`);
+      throw new GGUFError(`${shards[0].path}: split.count = ${count}, but ${shards.length} shard${shards.length === 1 ? " was" : "s were"} given`);
     }
     const order = shards.map((s, i) => ({ no: splitKey(s, "split.no") ?? -1, i })).sort((a, b) => a.no - b.no);
     return GGUFFile.assemble(
-      order.map((o) => shards[o.i]!),
-      order.map((o) => sources[o.i]!),
+      order.map((o) => shards[o.i]),
+      order.map((o) => sources[o.i]),
     );
   }
 
@@ -112,7 +112,7 @@ export class GGUFFile {
   protected static assemble(shards: readonly GGUFShard[], sources: readonly ByteSource[]): GGUFFile {
     const count = shards.length;
     const tensors = new Map<string, TensorInfo>();
-    const total = count > 1 ? splitKey(shards[0]!, "split.tensors.count") : undefined;
+    const total = count > 1 ? splitKey(shards[0], "split.tensors.count") : undefined;
     shards.forEach((shard, i) => {
       if (count > 1) {
         const no = splitKey(shard, "split.no");
@@ -121,20 +121,20 @@ export class GGUFFile {
         if (c !== count) throw new GGUFError(`${shard.path}: split.count = ${String(c)}, expected ${count}`);
         const t = splitKey(shard, "split.tensors.count");
         if (t !== total) throw new GGUFError(`${shard.path}: split.tensors.count = ${String(t)}, but the first shard says ${String(total)}`);
-        if (i > 0) checkSameModel(shards[0]!, shard);
+        if (i > 0) checkSameModel(shards[0], shard);
       }
       for (const t of shard.tensors) {
         const prev = tensors.get(t.name);
         if (prev !== undefined) {
-          throw new GGUFError(`tensor "${t.name}" appears in both ${shards[prev.shard]!.path} and ${shard.path}`);
+          throw new GGUFError(`tensor "${t.name}" appears in both ${shards[prev.shard].path} and ${shard.path}`);
         }
         tensors.set(t.name, { ...t, shard: i });
       }
     });
     if (total !== undefined && total !== tensors.size) {
-      throw new GGUFError(`${shards[0]!.path}: split.tensors.count = ${total}, but the ${count} shards hold ${tensors.size} tensors`);
+      throw new GGUFError(`${shards[0].path}: split.tensors.count = ${total}, but the ${count} shards hold ${tensors.size} tensors`);
     }
-    return new this(shards, new Metadata(shards[0]!.metadata), tensors, sources);
+    return new this(shards, new Metadata(shards[0].metadata), tensors, sources);
   }
 
   /**
@@ -150,8 +150,8 @@ export class GGUFFile {
     const pre = sources.map((s) => new PrefetchedSource(s.name, s.size));
     const shards: GGUFShard[] = [];
     for (let k = 0; k < sources.length; k++) {
-      const src = sources[k]!;
-      const p = pre[k]!;
+      const src = sources[k];
+      const p = pre[k];
       let have = Math.min(src.size, Math.max(64, opts.headerBytes ?? 1 << 20));
       p.add(0, await src.read(0, have));
       fetched += have;
@@ -180,7 +180,7 @@ export class GGUFFile {
     const requests: { k: number; start: number; end: number }[] = [];
     shards.forEach((shard, k) => {
       const ranges = shard.tensors
-        .filter((t) => t.nbytes > 0 && !pre[k]!.has(t.offset, t.nbytes))
+        .filter((t) => t.nbytes > 0 && !pre[k].has(t.offset, t.nbytes))
         .map((t) => ({ start: t.offset, end: t.offset + t.nbytes }))
         .sort((a, b) => a.start - b.start);
       let cur: { k: number; start: number; end: number } | undefined;
@@ -194,8 +194,8 @@ export class GGUFFile {
     let next = 0;
     const worker = async (): Promise<void> => {
       while (next < requests.length) {
-        const r = requests[next++]!;
-        pre[r.k]!.add(r.start, await sources[r.k]!.read(r.start, r.end - r.start));
+        const r = requests[next++];
+        pre[r.k].add(r.start, await sources[r.k].read(r.start, r.end - r.start));
         fetched += r.end - r.start;
         report("tensors");
       }
@@ -206,7 +206,7 @@ export class GGUFFile {
 
   tensor(name: string): TensorInfo {
     const t = this.tensors.get(name);
-    if (t === undefined) throw new GGUFError(`tensor "${name}" not found in ${this.shards[0]!.path}`);
+    if (t === undefined) throw new GGUFError(`tensor "${name}" not found in ${this.shards[0].path}`);
     return t;
   }
 
@@ -215,18 +215,18 @@ export class GGUFFile {
     if (!Number.isInteger(start) || !Number.isInteger(length) || start < 0 || length < 0 || start + length > info.nbytes) {
       throw new GGUFError(`read of bytes [${start}, ${start + length}) outside tensor "${info.name}" (${info.nbytes} bytes)`);
     }
-    return this.guarded(info, () => this.sources[info.shard]!.read(info.offset + start, length));
+    return this.guarded(info, () => this.sources[info.shard].read(info.offset + start, length));
   }
 
   /** The whole tensor's bytes written into `dst` (exactly info.nbytes long): no intermediate copy when the source can. */
   readBytesInto(info: TensorInfo, dst: Uint8Array): void {
     if (dst.length !== info.nbytes) throw new GGUFError(`tensor "${info.name}": destination of ${dst.length} bytes for ${info.nbytes}`);
-    const src = this.sources[info.shard]!;
+    const src = this.sources[info.shard];
     this.guarded(info, () => (src.readInto !== undefined ? src.readInto(info.offset, dst) : dst.set(src.read(info.offset, info.nbytes))));
   }
 
   private guarded<T>(info: TensorInfo, read: () => T): T {
-    const path = this.shards[info.shard]!.path;
+    const path = this.shards[info.shard].path;
     try {
       return read();
     } catch (e) {

@@ -187,7 +187,7 @@ class Cursor {
 
   u8(what: What): number {
     const i = this.take(1, what); // (take first: it may replace this.window)
-    return this.window[i]!;
+    return this.window[i];
   }
   i8(what: What): number {
     const i = this.take(1, what);
@@ -257,7 +257,7 @@ class Cursor {
     const w = this.window;
     let ascii = true;
     for (let j = i; j < i + len; j++) {
-      if (w[j]! >= 0x80) {
+      if (w[j] >= 0x80) {
         ascii = false;
         break;
       }
@@ -445,7 +445,7 @@ export function parseShard(source: ByteSource, opts: ReadOptions = {}): GGUFShar
     const type = c.u32(() => `type of tensor "${name}"`);
     const traits = typeTraits(type);
     if (traits === undefined) throw c.fail(`tensor "${name}" has unknown ggml type id ${type} (at offset ${typeAt})`);
-    if (ne[0]! % traits.blockSize !== 0) {
+    if (ne[0] % traits.blockSize !== 0) {
       throw c.fail(`tensor "${name}" of type ${traits.name} has ne[0] = ${ne[0]}, not a multiple of the block size ${traits.blockSize}`);
     }
     const nbytes = (elements / traits.blockSize) * traits.typeSize;
@@ -475,8 +475,8 @@ export function parseShard(source: ByteSource, opts: ReadOptions = {}): GGUFShar
   // Zero-sized tensors occupy nothing and may share an offset with anything.
   const byOffset = infos.filter((t) => t.nbytes > 0).sort((a, b) => a.relativeOffset - b.relativeOffset);
   for (let i = 1; i < byOffset.length; i++) {
-    const prev = byOffset[i - 1]!;
-    const cur = byOffset[i]!;
+    const prev = byOffset[i - 1];
+    const cur = byOffset[i];
     if (prev.relativeOffset + prev.nbytes > cur.relativeOffset) {
       throw c.fail(
         `tensors "${prev.name}" ([${prev.relativeOffset}, ${prev.relativeOffset + prev.nbytes})) and "${cur.name}" ([${cur.relativeOffset}, ${cur.relativeOffset + cur.nbytes})) overlap in the data section`,

@@ -100,8 +100,8 @@ export class PrefetchedSource implements ByteSource {
     const keepC: Uint8Array[] = [];
     const merged: { s: number; c: Uint8Array }[] = [];
     for (let i = 0; i < this.starts.length; i++) {
-      const s = this.starts[i]!;
-      const c = this.chunks[i]!;
+      const s = this.starts[i];
+      const c = this.chunks[i];
       if (s + c.length <= offset || s >= offset + bytes.length) {
         keepS.push(s);
         keepC.push(c);
@@ -136,21 +136,21 @@ export class PrefetchedSource implements ByteSource {
     let i = -1;
     while (lo <= hi) {
       const mid = (lo + hi) >> 1;
-      if (this.starts[mid]! <= offset) {
+      if (this.starts[mid] <= offset) {
         i = mid;
         lo = mid + 1;
       } else hi = mid - 1;
     }
     if (i < 0) return -1;
-    return offset + length <= this.starts[i]! + this.chunks[i]!.length ? i : -1;
+    return offset + length <= this.starts[i] + this.chunks[i].length ? i : -1;
   }
 
   read(offset: number, length: number): Uint8Array {
     checkRange(this.name, this.size, offset, length);
     const i = this.find(offset, length);
     if (i < 0) throw new NotFetchedError(this.name, offset, length);
-    const rel = offset - this.starts[i]!;
-    return this.chunks[i]!.subarray(rel, rel + length);
+    const rel = offset - this.starts[i];
+    return this.chunks[i].subarray(rel, rel + length);
   }
 }
 

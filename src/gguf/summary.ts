@@ -225,8 +225,8 @@ export function summarizeModel(file: GGUFFile, opts: SummaryOptions = {}): Inspe
 
   const summary: InspectSummary = {
     format: INSPECT_FORMAT,
-    path: opts.path ?? file.shards[0]!.path,
-    gguf_version: file.shards[0]!.version,
+    path: opts.path ?? file.shards[0].path,
+    gguf_version: file.shards[0].version,
     architecture,
     name: str("general.name"),
     file_type: fileTypeId === null ? null : { id: fileTypeId, name: fileTypeName(fileTypeId) },
@@ -282,13 +282,13 @@ function textValue(key: string, v: JsonValue): string {
 
 function hfText(names: string[] | null | undefined): string {
   if (names === null || names === undefined || names.length === 0) return "-";
-  return names.length === 1 ? names[0]! : `${names[0]} … (${names.length})`;
+  return names.length === 1 ? names[0] : `${names[0]} … (${names.length})`;
 }
 
 function table(rows: string[][], indent = "  "): string[] {
   const widths: number[] = [];
   for (const r of rows) r.forEach((c, i) => (widths[i] = Math.max(widths[i] ?? 0, c.length)));
-  return rows.map((r) => indent + r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join("  ").trimEnd());
+  return rows.map((r) => indent + r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]))).join("  ").trimEnd());
 }
 
 /** Human-readable rendering of a summary (what `latent inspect` prints without --json). */

@@ -21,7 +21,7 @@ export interface WriteOptions {
 export function tensorBytes(ne: readonly number[], type: number): number {
   const t = typeTraits(type);
   if (t === undefined) throw new GGUFError(`unknown ggml type id ${type}`);
-  if (ne[0]! % t.blockSize !== 0) throw new GGUFError(`ne[0] = ${ne[0]} is not a multiple of the ${t.name} block size ${t.blockSize}`);
+  if (ne[0] % t.blockSize !== 0) throw new GGUFError(`ne[0] = ${ne[0]} is not a multiple of the ${t.name} block size ${t.blockSize}`);
   return (ne.reduce((a, b) => a * b, 1) / t.blockSize) * t.typeSize;
 }
 
@@ -213,7 +213,7 @@ export function writeGGUF(path: string, metadata: ReadonlyMap<string, GGUFMetada
       if (data.length !== expected) {
         throw new GGUFError(`tensor "${t.name}" (${typeName(t.type)} ${t.ne.join("x")}) needs ${expected} bytes, got ${data.length}`);
       }
-      const at = bytes.length + offsets[i]!;
+      const at = bytes.length + offsets[i];
       while (pos < at) pos += writeSync(fd, zeros, 0, Math.min(at - pos, zeros.length), pos);
       writeAll(fd, data, pos);
       pos += data.length;

@@ -66,17 +66,17 @@ export class LatentCache implements LatentStore {
     if (at + c.length / this.config.kvLoraRank > this.config.contextLength) {
       throw new LatentError(`context full: ${at + c.length / this.config.kvLoraRank} positions exceed the model's context length ${this.config.contextLength}`);
     }
-    this.c[layer]!.write(at, c);
-    this.kPe[layer]!.write(at, kPe);
-    if (indexerKeys !== undefined) this.ik[layer]!.write(at, indexerKeys);
+    this.c[layer].write(at, c);
+    this.kPe[layer].write(at, kPe);
+    if (indexerKeys !== undefined) this.ik[layer].write(at, indexerKeys);
   }
 
   latent(layer: number, length: number): LatentRows {
-    return { c: this.c[layer]!.data, kPe: this.kPe[layer]!.data, length };
+    return { c: this.c[layer].data, kPe: this.kPe[layer].data, length };
   }
 
   indexerKeys(layer: number, length: number): IndexerKeys {
-    return { k: this.ik[layer]!.data, length };
+    return { k: this.ik[layer].data, length };
   }
 
   advance(n: number): void {

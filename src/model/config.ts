@@ -212,7 +212,7 @@ class ArchKeys {
     // A scalar needs no per-layer copy; an array is already in memory (its size bounded by the file's).
     if (!isGGUFArray(this.meta.raw(key)!)) return this.meta.requireNumber(key);
     const arr = this.meta.perLayer(key, layers.blockCount)!;
-    const first = arr[0]!;
+    const first = arr[0];
     if (arr.slice(0, layers.nLayer).some((v) => v !== first)) {
       throw new ModelConfigError(`${key} varies per layer (${arr.join(",")}); latent needs one value for every layer`);
     }

@@ -55,7 +55,7 @@ export class DeepSeek2 {
 
   /** One sequence: `tokens` at positions cache.length.. (or, cache undefined, the whole sequence on the reference path). */
   forward(tokens: readonly number[], cache: LatentStore | undefined, opts: ForwardOptions): Float32Array {
-    return this.forwardBatch([{ tokens, cache, path: opts.path, logits: opts.logits }], opts.trace)[0]!;
+    return this.forwardBatch([{ tokens, cache, path: opts.path, logits: opts.logits }], opts.trace)[0];
   }
 
   /** Logits [m × n_vocab] per sequence (m = chunk length, 1, or 0 as each asked). */
@@ -126,7 +126,7 @@ export class DeepSeek2 {
     const counts = batch.seqs.map((s, i) => {
       const len = s.tokens.length;
       const first = s.logits === "all" ? 0 : s.logits === "last" ? len - 1 : len;
-      for (let t = first; t < len; t++) rows.push(batch.starts[i]! + t);
+      for (let t = first; t < len; t++) rows.push(batch.starts[i] + t);
       return len - first;
     });
     const m = rows.length;
@@ -156,9 +156,9 @@ export class DeepSeek2 {
     trace?.(il, "k_pe", all.kPe, c.qkRope);
     const o = new Float64Array(n * HV);
     seqs.forEach((s, si) => {
-      const start = starts[si]!;
+      const start = starts[si];
       const len = s.tokens.length;
-      const pos0 = positions[start]!;
+      const pos0 = positions[start];
       const pr = sliceProjections(all, c, start, len);
       const xs = x.subarray(start * c.nEmbd, (start + len) * c.nEmbd);
       let lat: LatentRows;
@@ -216,5 +216,5 @@ export class DeepSeek2 {
 }
 
 function addInPlace(h: Float64Array, delta: Float64Array): void {
-  for (let i = 0; i < h.length; i++) h[i] += delta[i]!;
+  for (let i = 0; i < h.length; i++) h[i] += delta[i];
 }

@@ -60,8 +60,8 @@ export class Indexer {
         for (let j = 0; j < Hi; j++) {
           let d = 0;
           const qo = (i * Hi + j) * D;
-          for (let e = 0; e < D; e++) d += q[qo + e]! * keys.k[s * D + e]!;
-          if (d > 0) total += d * wts[i * Hi + j]! * wScale;
+          for (let e = 0; e < D; e++) d += q[qo + e] * keys.k[s * D + e];
+          if (d > 0) total += d * wts[i * Hi + j] * wScale;
         }
         scores[s] = total;
       }

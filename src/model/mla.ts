@@ -40,8 +40,8 @@ export function project(w: AttentionWeights, cfg: ModelConfig, rope: Rope, x: Fl
   for (let t = 0; t < n; t++) {
     rmsNorm(kv, t * (L + R), w.kvANorm, cfg.rmsEps, c, t * L);
     kPe.set(kv.subarray(t * (L + R) + L, (t + 1) * (L + R)), t * R);
-    rope.apply(kPe, t * R, pos[t]!);
-    for (let h = 0; h < H; h++) rope.apply(q, (t * H + h) * D + P, pos[t]!);
+    rope.apply(kPe, t * R, pos[t]);
+    for (let h = 0; h < H; h++) rope.apply(q, (t * H + h) * D + P, pos[t]);
   }
   return { q, c, kPe, qr };
 }
@@ -79,20 +79,20 @@ function mha(cfg: ModelConfig, pr: Projections, n: number, pos0: number, kNope: 
     for (let h = 0; h < H; h++) {
       const qo = (i * H + h) * D;
       for (let j = 0; j < nk; j++) {
-        const u = typeof keys === "number" ? j : keys[j]!;
+        const u = typeof keys === "number" ? j : keys[j];
         let s = 0;
         const ko = (u * H + h) * P;
-        for (let p = 0; p < P; p++) s += pr.q[qo + p]! * kNope[ko + p]!;
-        for (let r = 0; r < R; r++) s += pr.q[qo + P + r]! * lat.kPe[u * R + r]!;
+        for (let p = 0; p < P; p++) s += pr.q[qo + p] * kNope[ko + p];
+        for (let r = 0; r < R; r++) s += pr.q[qo + P + r] * lat.kPe[u * R + r];
         scores[j] = s * cfg.kqScale;
       }
       softmaxInPlace(scores, 0, nk);
       const oo = (i * H + h) * V;
       for (let j = 0; j < nk; j++) {
-        const u = typeof keys === "number" ? j : keys[j]!;
-        const pj = scores[j]!;
+        const u = typeof keys === "number" ? j : keys[j];
+        const pj = scores[j];
         const vo = (u * H + h) * V;
-        for (let d = 0; d < V; d++) o[oo + d] += pj * v[vo + d]!;
+        for (let d = 0; d < V; d++) o[oo + d] += pj * v[vo + d];
       }
     }
   }
@@ -127,8 +127,8 @@ export function attendPrefill(w: AttentionWeights, cfg: ModelConfig, pr: Project
   const vh = new Float64Array(T * V);
   const c = lat.c instanceof Float64Array ? lat.c : Float64Array.from(lat.c.subarray(0, T * L));
   for (let h = 0; h < H; h++) {
-    k.matmulT(w.kB[h]!, c, T, L, kh, P);
-    k.matmul(w.vB[h]!, c, T, L, vh, V);
+    k.matmulT(w.kB[h], c, T, L, kh, P);
+    k.matmul(w.vB[h], c, T, L, vh, V);
     for (let u = 0; u < T; u++) {
       kNope.set(kh.subarray(u * P, (u + 1) * P), (u * H + h) * P);
       v.set(vh.subarray(u * V, (u + 1) * V), (u * H + h) * V);
@@ -153,7 +153,7 @@ export function absorbQueries(w: AttentionWeights, cfg: ModelConfig, pr: Project
     for (let h = 0; h < H; h++) {
       const qo = (i * H + h) * D;
       const at = (i * H + h) * L;
-      k.matmul(w.kB[h]!, pr.q.subarray(qo, qo + P), 1, P, qAbs.subarray(at, at + L), L);
+      k.matmul(w.kB[h], pr.q.subarray(qo, qo + P), 1, P, qAbs.subarray(at, at + L), L);
     }
   }
   return qAbs;
@@ -176,17 +176,17 @@ export function latentAttention(cfg: ModelConfig, pr: Projections, qAbs: Float64
       const qo = (i * H + h) * D;
       const ao = (i * H + h) * L;
       for (let j = 0; j < nk; j++) {
-        const u = typeof keys === "number" ? j : keys[j]!;
+        const u = typeof keys === "number" ? j : keys[j];
         let s = 0;
-        for (let l = 0; l < L; l++) s += qAbs[ao + l]! * lat.c[u * L + l]!;
-        for (let r = 0; r < R; r++) s += pr.q[qo + P + r]! * lat.kPe[u * R + r]!;
+        for (let l = 0; l < L; l++) s += qAbs[ao + l] * lat.c[u * L + l];
+        for (let r = 0; r < R; r++) s += pr.q[qo + P + r] * lat.kPe[u * R + r];
         scores[j] = s * cfg.kqScale;
       }
       softmaxInPlace(scores, 0, nk);
       for (let j = 0; j < nk; j++) {
-        const u = typeof keys === "number" ? j : keys[j]!;
-        const pj = scores[j]!;
-        for (let l = 0; l < L; l++) out[ao + l] += pj * lat.c[u * L + l]!;
+        const u = typeof keys === "number" ? j : keys[j];
+        const pj = scores[j];
+        for (let l = 0; l < L; l++) out[ao + l] += pj * lat.c[u * L + l];
       }
     }
   }
@@ -200,7 +200,7 @@ export function projectValues(w: AttentionWeights, cfg: ModelConfig, latOut: Flo
   for (let i = 0; i < n; i++) {
     for (let h = 0; h < H; h++) {
       const at = (i * H + h) * L;
-      k.matmul(w.vB[h]!, latOut.subarray(at, at + L), 1, L, o.subarray((i * H + h) * V, (i * H + h + 1) * V), V);
+      k.matmul(w.vB[h], latOut.subarray(at, at + L), 1, L, o.subarray((i * H + h) * V, (i * H + h + 1) * V), V);
     }
   }
   return o;

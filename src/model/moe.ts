@@ -21,7 +21,7 @@ export interface Route {
 export function route(z: ArrayLike<number>, c: ModelConfig, bias: Float32Array | undefined): Route {
   const p = gateProbabilities(z, c);
   const experts = selectExperts(p, c, bias);
-  return { experts, weights: expertWeights(experts.map((e) => p[e]!), c) };
+  return { experts, weights: expertWeights(experts.map((e) => p[e]), c) };
 }
 
 /** p over the E experts from router logits z: softmax or sigmoid, as the config's gating says. */
@@ -30,12 +30,12 @@ export function gateProbabilities(z: ArrayLike<number>, c: ModelConfig): Float64
   const p = new Float64Array(E);
   if (c.gating === "softmax") {
     let max = -Infinity;
-    for (let e = 0; e < E; e++) max = Math.max(max, z[e]!);
+    for (let e = 0; e < E; e++) max = Math.max(max, z[e]);
     let sum = 0;
-    for (let e = 0; e < E; e++) sum += p[e] = Math.exp(z[e]! - max);
-    for (let e = 0; e < E; e++) p[e]! /= sum;
+    for (let e = 0; e < E; e++) sum += p[e] = Math.exp(z[e] - max);
+    for (let e = 0; e < E; e++) p[e] /= sum;
   } else {
-    for (let e = 0; e < E; e++) p[e] = sigmoid(z[e]!);
+    for (let e = 0; e < E; e++) p[e] = sigmoid(z[e]);
   }
   return p;
 }
@@ -44,7 +44,7 @@ export function gateProbabilities(z: ArrayLike<number>, c: ModelConfig): Float64
 export function selectExperts(p: Float64Array, c: ModelConfig, bias: Float32Array | undefined): number[] {
   const E = c.nExpert;
   const sel = new Float64Array(E);
-  for (let e = 0; e < E; e++) sel[e] = p[e]! + (bias?.[e] ?? 0);
+  for (let e = 0; e < E; e++) sel[e] = p[e] + (bias?.[e] ?? 0);
 
   if (c.nGroup > 1 && c.nGroupUsed < c.nGroup) {
     const per = E / c.nGroup;
@@ -55,7 +55,7 @@ export function selectExperts(p: Float64Array, c: ModelConfig, bias: Float32Arra
         groupScore[g] = Math.max(...members);
       } else {
         members.sort((a, b) => b - a);
-        groupScore[g] = members[0]! + (members[1] ?? 0);
+        groupScore[g] = members[0] + (members[1] ?? 0);
       }
     }
     const keep = new Set(topK(groupScore, c.nGroupUsed));
@@ -81,14 +81,14 @@ export function swiglu(ffn: SwiGLU, x: Vec, n: number, dim: number, out: Vec, ac
   const u = new Float64Array(n * F);
   k.matmul(ffn.gate, x, n, dim, g, F);
   k.matmul(ffn.up, x, n, dim, u, F);
-  for (let i = 0; i < n * F; i++) g[i] = silu(g[i]!) * u[i]!;
+  for (let i = 0; i < n * F; i++) g[i] = silu(g[i]) * u[i];
   const d = new Float64Array(n * dim);
   k.matmul(ffn.down, g, n, F, d, dim);
   for (let t = 0; t < n; t++) {
-    const s = scale === undefined ? 1 : scale[t]!;
+    const s = scale === undefined ? 1 : scale[t];
     for (let j = 0; j < dim; j++) {
-      const v = d[t * dim + j]! * s;
-      out[t * dim + j] = accumulate ? out[t * dim + j]! + v : v;
+      const v = d[t * dim + j] * s;
+      out[t * dim + j] = accumulate ? out[t * dim + j] + v : v;
     }
   }
 }
@@ -129,7 +129,7 @@ export function mixExperts(w: MoEWeights, c: ModelConfig, routes: readonly Route
       let b = byExpert.get(e);
       if (b === undefined) byExpert.set(e, (b = { tokens: [], weights: [] }));
       b.tokens.push(t);
-      b.weights.push(r.weights[i]!);
+      b.weights.push(r.weights[i]);
     });
   });
   out.fill(0, 0, n * Hd);
@@ -143,9 +143,9 @@ export function mixExperts(w: MoEWeights, c: ModelConfig, routes: readonly Route
     const xe = new Float64Array(m * Hd);
     b.tokens.forEach((t, i) => xe.set(x.subarray(t * Hd, (t + 1) * Hd), i * Hd));
     const ye = new Float64Array(m * Hd);
-    swiglu(w.experts[e]!, xe, m, Hd, ye, false, b.weights, k);
+    swiglu(w.experts[e], xe, m, Hd, ye, false, b.weights, k);
     b.tokens.forEach((t, i) => {
-      for (let j = 0; j < Hd; j++) out[t * Hd + j] += ye[i * Hd + j]!;
+      for (let j = 0; j < Hd; j++) out[t * Hd + j] += ye[i * Hd + j];
     });
   }
   if (w.shared !== undefined) swiglu(w.shared, x, n, Hd, out, true, undefined, k);
@@ -164,22 +164,22 @@ function manyExperts(w: MoEWeights, groups: readonly [number, { tokens: number[]
       b.tokens.forEach((t, i) => g.set(x.subarray(t * Hd, (t + 1) * Hd), i * Hd));
       xe = g;
     }
-    return { ffn: w.experts[e]!, x: xe, m, tokens: b.tokens as readonly number[] | undefined, scale: b.weights as readonly number[] | undefined };
+    return { ffn: w.experts[e], x: xe, m, tokens: b.tokens as readonly number[] | undefined, scale: b.weights as readonly number[] | undefined };
   });
   if (w.shared !== undefined) jobs.push({ ffn: w.shared, x, m: n, tokens: undefined, scale: undefined });
   const mid = jobs.map((j) => ({ g: new Float64Array(j.m * j.ffn.gate.rows), u: new Float64Array(j.m * j.ffn.gate.rows), d: new Float64Array(j.m * Hd) }));
   k.matmulMany!(jobs.flatMap((j, i) => [
-    { w: j.ffn.gate, x: j.x, n: j.m, xStride: Hd, y: mid[i]!.g, yStride: j.ffn.gate.rows },
-    { w: j.ffn.up, x: j.x, n: j.m, xStride: Hd, y: mid[i]!.u, yStride: j.ffn.gate.rows },
+    { w: j.ffn.gate, x: j.x, n: j.m, xStride: Hd, y: mid[i].g, yStride: j.ffn.gate.rows },
+    { w: j.ffn.up, x: j.x, n: j.m, xStride: Hd, y: mid[i].u, yStride: j.ffn.gate.rows },
   ]));
-  for (const { g, u } of mid) for (let i = 0; i < g.length; i++) g[i] = silu(g[i]!) * u[i]!;
-  k.matmulMany!(jobs.map((j, i) => ({ w: j.ffn.down, x: mid[i]!.g, n: j.m, xStride: j.ffn.gate.rows, y: mid[i]!.d, yStride: Hd })));
+  for (const { g, u } of mid) for (let i = 0; i < g.length; i++) g[i] = silu(g[i]) * u[i];
+  k.matmulMany!(jobs.map((j, i) => ({ w: j.ffn.down, x: mid[i].g, n: j.m, xStride: j.ffn.gate.rows, y: mid[i].d, yStride: Hd })));
   jobs.forEach((j, i) => {
-    const d = mid[i]!.d;
+    const d = mid[i].d;
     for (let r = 0; r < j.m; r++) {
-      const t = j.tokens === undefined ? r : j.tokens[r]!;
-      const s = j.scale === undefined ? 1 : j.scale[r]!;
-      for (let c = 0; c < Hd; c++) out[t * Hd + c] += d[r * Hd + c]! * s;
+      const t = j.tokens === undefined ? r : j.tokens[r];
+      const s = j.scale === undefined ? 1 : j.scale[r];
+      for (let c = 0; c < Hd; c++) out[t * Hd + c] += d[r * Hd + c] * s;
     }
   });
 }

@@ -46,12 +46,12 @@ export interface NonFiniteAt {
 
 /** fp16 at byte o is NaN or ±Inf: exponent bits (14..10) all set. */
 function f16Bad(b: Uint8Array, o: number): boolean {
-  return (b[o + 1]! & 0x7c) === 0x7c;
+  return (b[o + 1] & 0x7c) === 0x7c;
 }
 
 /** f32 (or the high half of one, bf16) at byte o is NaN or ±Inf: exponent bits all set. */
 function f32HighBad(b: Uint8Array, o: number): boolean {
-  return (b[o + 1]! & 0x7f) === 0x7f && (b[o]! & 0x80) !== 0;
+  return (b[o + 1] & 0x7f) === 0x7f && (b[o] & 0x80) !== 0;
 }
 
 /**
@@ -67,7 +67,7 @@ function firstBadElement(bytes: Uint8Array, n: number, size: 2 | 4, mask: number
     const hi = mask & 0xffff0000;
     let w = 0;
     for (; w < words.length; w++) {
-      const x = words[w]!;
+      const x = words[w];
       if ((lo !== 0 && (x & lo) === lo) || (hi !== 0 && (x & hi) >>> 0 === hi >>> 0)) break;
     }
     from = (w * 4) / size;
@@ -107,7 +107,7 @@ export function findNonFinite(type: number, bytes: Uint8Array, n: number): NonFi
   for (let first = 0; first * blockSize < n; first += blocksPerSlice) {
     const blocks = Math.min(blocksPerSlice, n / blockSize - first);
     const values = dequantize(type, bytes.subarray(first * typeSize, (first + blocks) * typeSize), blocks * blockSize);
-    for (let i = 0; i < values.length; i++) if (!Number.isFinite(values[i]!)) return { unit: "element", index: first * blockSize + i };
+    for (let i = 0; i < values.length; i++) if (!Number.isFinite(values[i])) return { unit: "element", index: first * blockSize + i };
   }
   return undefined;
 }

@@ -45,11 +45,11 @@ export class Rope {
   apply(x: Vec, off: number, pos: number): void {
     const half = this.dims / 2;
     for (let i = 0; i < half; i++) {
-      const a = pos * this.theta[i]!;
+      const a = pos * this.theta[i];
       const cos = Math.cos(a) * this.mscale;
       const sin = Math.sin(a) * this.mscale;
-      const x0 = x[off + 2 * i]!;
-      const x1 = x[off + 2 * i + 1]!;
+      const x0 = x[off + 2 * i];
+      const x1 = x[off + 2 * i + 1];
       x[off + 2 * i] = x0 * cos - x1 * sin;
       x[off + 2 * i + 1] = x0 * sin + x1 * cos;
     }

@@ -123,7 +123,7 @@ class Loader {
   private shardHint(info: TensorInfo): string {
     const n = this.file.shards.length;
     if (n <= 1) return "";
-    const where = info.shard === 0 ? "the first shard" : `shard ${info.shard + 1} of ${n}, ${this.file.shards[info.shard]!.path}`;
+    const where = info.shard === 0 ? "the first shard" : `shard ${info.shard + 1} of ${n}, ${this.file.shards[info.shard].path}`;
     return ` (in ${where}; the metadata comes from the first shard — are the shards from a different model?)`;
   }
 
@@ -181,7 +181,7 @@ function loadAttention(ld: Loader, c: ModelConfig, i: number): AttentionWeights 
       const t = new Float32Array(L * P);
       for (let pp = 0; pp < P; pp++) {
         const row = kvB.row(h * (P + V) + pp);
-        for (let cc = 0; cc < L; cc++) t[cc * P + pp] = row[cc]!;
+        for (let cc = 0; cc < L; cc++) t[cc * P + pp] = row[cc];
       }
       return f32Matrix(`${kvB.name}[k head ${h}]ᵀ`, P, L, t);
     });
@@ -233,10 +233,10 @@ export function reassembleKvB(kB: readonly QMatrix[], vB: readonly QMatrix[], na
   for (let h = 0; h < H; h++) {
     const base = h * (P + V) * L;
     for (let c = 0; c < L; c++) {
-      const row = kB[h]!.row(c);
-      for (let p = 0; p < P; p++) out[base + p * L + c] = row[p]!;
+      const row = kB[h].row(c);
+      for (let p = 0; p < P; p++) out[base + p * L + c] = row[p];
     }
-    for (let d = 0; d < V; d++) out.set(vB[h]!.row(d), base + (P + d) * L);
+    for (let d = 0; d < V; d++) out.set(vB[h].row(d), base + (P + d) * L);
   }
   return f32Matrix(name, L, H * (P + V), out);
 }
@@ -264,7 +264,7 @@ function loadMoE(ld: Loader, c: ModelConfig, i: number): MoEWeights {
     ups = perRows(ld.matrix(`${p}ffn_up_exps.weight`, Hd, Fe, E), E, Fe, "expert ");
   }
   const downs = perRows(ld.matrix(`${p}ffn_down_exps.weight`, Fe, Hd, E), E, Hd, "expert ");
-  const experts = gates.map((gate, e) => ({ gate, up: ups[e]!, down: downs[e]! }));
+  const experts = gates.map((gate, e) => ({ gate, up: ups[e], down: downs[e] }));
   const shared = c.nExpertShared > 0 ? loadSwiGLU(ld, p, "_shexp", Hd, Fe * c.nExpertShared) : undefined;
   return {
     router: ld.matrix(`${p}ffn_gate_inp.weight`, Hd, E),

@@ -23,7 +23,7 @@ export const F16_TABLE: Float32Array = (() => {
 /** Round a float to the nearest f16 (ties to even), returning the 16 bits; as ggml's GGML_FP32_TO_FP16 on x86 (F16C). */
 export function f32ToF16(value: number): number {
   f32[0] = value;
-  const x = u32[0]!;
+  const x = u32[0];
   const sign = (x >>> 16) & 0x8000;
   const exp = (x >>> 23) & 0xff;
   const mant = x & 0x7fffff;
@@ -50,13 +50,13 @@ export function f32ToF16(value: number): number {
 
 export function bf16ToF32(b: number): number {
   u32[0] = (b & 0xffff) << 16;
-  return f32[0]!;
+  return f32[0];
 }
 
 /** Round to nearest even bf16 bits (as ggml's GGML_FP32_TO_BF16; NaN kept quiet). */
 export function f32ToBF16(value: number): number {
   f32[0] = value;
-  const x = u32[0]!;
+  const x = u32[0];
   if ((x & 0x7fffffff) > 0x7f800000) return ((x >>> 16) | 64) & 0xffff;
   return ((x + (0x7fff + ((x >>> 16) & 1))) >>> 16) & 0xffff;
 }

@@ -77,7 +77,7 @@ export class BodyBudget {
   give(n: number): void {
     this.used -= n;
     // a waiter returns true once served (or gone)
-    while (this.waiting.length > 0 && this.waiting[0]!()) this.waiting.shift();
+    while (this.waiting.length > 0 && this.waiting[0]()) this.waiting.shift();
   }
 
   /** Call `retry` whenever bytes come back, until it returns true. */
@@ -165,7 +165,7 @@ export function readBody(req: IncomingMessage, o: BodyReadOptions): Promise<Buff
     };
     const onEnd = (): void => {
       if (refusal !== undefined) settle(refusal);
-      else settle(undefined, parts.length === 1 ? parts[0]! : Buffer.concat(parts));
+      else settle(undefined, parts.length === 1 ? parts[0] : Buffer.concat(parts));
     };
     const onClose = (): void => {
       if (!req.complete) settle(new ClientGoneError(`the client closed the connection after ${seen} bytes of the body`));

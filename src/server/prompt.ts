@@ -100,7 +100,7 @@ export class PromptEncoder {
       const i = Number(m[1]);
       if (found.has(i)) throw contentAltered(i);
       found.add(i);
-      parts.push({ text: rest.slice(0, m.index), literal: false }, { text: messages[i]!.content!, literal: true });
+      parts.push({ text: rest.slice(0, m.index), literal: false }, { text: messages[i].content!, literal: true });
       rest = rest.slice(m.index + m[0].length);
     }
     parts.push({ text: rest, literal: false });

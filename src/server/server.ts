@@ -403,7 +403,7 @@ const requestTokens = new WeakMap<IncomingMessage, { readonly tokens: RequestTok
 function checkKey(req: IncomingMessage, keyHash: Buffer): void {
   const auth = req.headers["authorization"];
   const m = typeof auth === "string" ? /^Bearer\s+(.+)$/i.exec(auth.trim()) : null;
-  const given = m !== null ? createHash("sha256").update(m[1]!).digest() : undefined;
+  const given = m !== null ? createHash("sha256").update(m[1]).digest() : undefined;
   if (given === undefined || !timingSafeEqual(given, keyHash)) {
     throw new ApiError(401, given === undefined ? "missing API key: send Authorization: Bearer <key>" : "incorrect API key provided", "invalid_request_error", null, "invalid_api_key");
   }
@@ -512,7 +512,7 @@ function launch(
         const index = pi * s.n + i;
         const request: SequenceRequest = {
           prompt,
-          maxTokens: extra.maxTokens[pi]!,
+          maxTokens: extra.maxTokens[pi],
           sampling: {
             temperature: s.temperature,
             topK: s.topK,
@@ -628,7 +628,7 @@ async function completions(api: Api, body: Record<string, unknown>, req: Incomin
   const prompts: number[][] = [];
   for (const p of inputs) prompts.push("ids" in p ? p.ids : await api.prompts.encodePrompt(p.text));
   const maxTokens = prompts.map((p) => budget(api, p.length, s.maxTokens, 16));
-  const promptTexts = prompts.map((p, i) => { const inp = inputs[i]!; return "text" in inp ? inp.text : api.tokenizer.decode(p); });
+  const promptTexts = prompts.map((p, i) => { const inp = inputs[i]; return "text" in inp ? inp.text : api.tokenizer.decode(p); });
   const needPrompt = promptLogprobs !== undefined || (echo && logprobs !== undefined) ? Math.max(promptLogprobs ?? 0, echo ? (logprobs ?? 0) : 0) : undefined;
   const created = Math.floor(Date.now() / 1000);
   // with include_usage every chunk but the last carries usage: null, as OpenAI sends them
@@ -637,7 +637,7 @@ async function completions(api: Api, body: Record<string, unknown>, req: Incomin
   const offsets = new Map<number, number>();
   let jobRef: GenJob | undefined;
   const echoChunk = (c: Choice): void => {
-    const text = promptTexts[Math.floor(c.index / s.n)]!;
+    const text = promptTexts[Math.floor(c.index / s.n)];
     offsets.set(c.index, text.length);
     const lp = logprobs !== undefined ? legacyLogprobs(api.tokenizer, promptEntries(c, logprobs), 0) : null;
     sse!.send({ ...base(jobRef!), choices: [{ index: c.index, text, logprobs: lp, finish_reason: null }] });
@@ -676,7 +676,7 @@ async function completions(api: Api, body: Record<string, unknown>, req: Incomin
     ...base(job),
     choices: job.choices.map((c) => {
       const r = c.result!;
-      const ptext = echo ? promptTexts[Math.floor(c.index / s.n)]! : "";
+      const ptext = echo ? promptTexts[Math.floor(c.index / s.n)] : "";
       let lp: LegacyLogprobs | null = null;
       if (logprobs !== undefined) {
         const entries = [...(echo ? promptEntries(c, logprobs) : []), ...genEntries(c.tokens)];

@@ -129,7 +129,7 @@ function deepseekCall(body: string, sep: string, newId: () => string): ToolCall 
   const head = body.slice(0, at).trim();
   const tail = body.slice(at + sep.length);
   const fenced = /^([^\n]+)\n```(?:json)?[ \t]*\n([\s\S]*?)\n?```\s*$/.exec(tail);
-  if (fenced !== null && (head === "function" || head === "")) return call(newId(), fenced[1]!.trim(), fenced[2]!);
+  if (fenced !== null && (head === "function" || head === "")) return call(newId(), fenced[1].trim(), fenced[2]);
   return call(newId(), head, tail);
 }
 
@@ -140,7 +140,7 @@ function kimiCall(body: string, sep: string): ToolCall | undefined {
   const id = body.slice(0, at).trim();
   const m = /^(?:functions\.)?([^\s:]+):\d+$/.exec(id);
   if (m === null) return undefined;
-  return call(id, m[1]!, body.slice(at + sep.length));
+  return call(id, m[1], body.slice(at + sep.length));
 }
 
 /** `<tool_call>NAME<arg_key>k</arg_key><arg_value>v</arg_value>…</tool_call>` calls, whitespace between them. */
@@ -162,8 +162,8 @@ function glmCall(body: string, tools: readonly unknown[] | undefined, newId: () 
     pair.lastIndex = at;
     const m = pair.exec(body);
     if (m === null) return undefined;
-    const key = m[1]!.trim();
-    args[key] = glmValue(m[2]!, parameterType(tools, name, key));
+    const key = m[1].trim();
+    args[key] = glmValue(m[2], parameterType(tools, name, key));
     at = pair.lastIndex;
   }
   return call(newId(), name, JSON.stringify(args));

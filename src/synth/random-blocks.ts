@@ -137,9 +137,9 @@ function put16(u8: Uint8Array, o: number, h: number): void {
 /** Pack 8 (scale, min) 6-bit pairs as Q4_K/Q5_K's 12 scale bytes at offset o. */
 function packK4(u8: Uint8Array, o: number, sc: Uint8Array, m: Uint8Array): void {
   for (let j = 0; j < 4; j++) {
-    u8[o + j] = sc[j]! | ((sc[j + 4]! >> 4) << 6);
-    u8[o + j + 4] = m[j]! | ((m[j + 4]! >> 4) << 6);
-    u8[o + j + 8] = (sc[j + 4]! & 15) | ((m[j + 4]! & 15) << 4);
+    u8[o + j] = sc[j] | ((sc[j + 4] >> 4) << 6);
+    u8[o + j + 4] = m[j] | ((m[j + 4] >> 4) << 6);
+    u8[o + j + 8] = (sc[j + 4] & 15) | ((m[j + 4] & 15) << 4);
   }
 }
 
@@ -212,49 +212,49 @@ function patchBlocks(type: GGMLType, u8: Uint8Array, from: number, to: number, t
     case GGMLType.IQ4_NL: {
       const bs = type === GGMLType.Q8_0 ? 34 : 18;
       // the random byte after d picks the jitter step and sign; it stays random as a quant byte
-      for (let o = from; o < to; o += bs) put16(u8, o, dt[u8[o + 2]! & 15]! | ((u8[o + 2]! & 16) << 11));
+      for (let o = from; o < to; o += bs) put16(u8, o, dt[u8[o + 2] & 15] | ((u8[o + 2] & 16) << 11));
       return;
     }
     case GGMLType.Q5_0:
-      for (let o = from; o < to; o += 22) put16(u8, o, dt[u8[o + 2]! & 15]! | ((u8[o + 2]! & 16) << 11));
+      for (let o = from; o < to; o += 22) put16(u8, o, dt[u8[o + 2] & 15] | ((u8[o + 2] & 16) << 11));
       return;
     case GGMLType.Q4_1:
     case GGMLType.Q5_1: {
       const bs = type === GGMLType.Q4_1 ? 20 : 24;
       for (let o = from; o < to; o += bs) {
-        const k = u8[o + 4]! & 15;
-        put16(u8, o, dt[k]!);
-        put16(u8, o + 2, mt[k]!);
+        const k = u8[o + 4] & 15;
+        put16(u8, o, dt[k]);
+        put16(u8, o + 2, mt[k]);
       }
       return;
     }
     case GGMLType.IQ4_XS:
       // d, scales_h (u16), scales_l[4], qs[128]; ls − 32 = ±(16..31)
       for (let o = from; o < to; o += 136) {
-        put16(u8, o, dt[u8[o + 8]! & 15]!);
+        put16(u8, o, dt[u8[o + 8] & 15]);
         let h = 0;
         for (let ib = 0; ib < 8; ib++) {
-          const r = u8[o + 8 + ib * 16 + 1]!;
+          const r = u8[o + 8 + ib * 16 + 1];
           const ls = r & 16 ? 32 + 16 + (r & 15) : 32 - 16 - (r & 15);
           sc[ib] = ls;
           h |= ((ls >> 4) & 3) << (2 * ib);
         }
         put16(u8, o + 2, h);
-        for (let j = 0; j < 4; j++) u8[o + 4 + j] = (sc[2 * j]! & 15) | ((sc[2 * j + 1]! & 15) << 4);
+        for (let j = 0; j < 4; j++) u8[o + 4 + j] = (sc[2 * j] & 15) | ((sc[2 * j + 1] & 15) << 4);
       }
       return;
     case GGMLType.Q2_K: {
       // scales[16] (low nibble scale, high nibble min), qs[64], d, dmin; min = scale and dmin = 1.5·d centre the levels
       for (let o = from; o < to; o += 84) {
-        const r = u8[o + 16]!;
+        const r = u8[o + 16];
         const k = r & 15;
         const neg = (r & 16) << 11;
         for (let j = 0; j < 16; j++) {
-          const s = 8 + (u8[o + j]! & 7);
+          const s = 8 + (u8[o + j] & 7);
           u8[o + j] = s | (s << 4);
         }
-        put16(u8, o + 80, dt[k]! | neg);
-        put16(u8, o + 82, mt[k]! | neg);
+        put16(u8, o + 80, dt[k] | neg);
+        put16(u8, o + 82, mt[k] | neg);
       }
       return;
     }
@@ -262,15 +262,15 @@ function patchBlocks(type: GGMLType, u8: Uint8Array, from: number, to: number, t
       // hmask[32], qs[64], scales[12], d; 6-bit scales u = 32 ± (16..31)
       for (let o = from; o < to; o += 110) {
         for (let j = 0; j < 16; j++) {
-          const r = u8[o + 32 + j]!;
+          const r = u8[o + 32 + j];
           sc[j] = r & 16 ? 48 + (r & 15) : 16 - (r & 15);
         }
         const s = o + 96;
-        for (let j = 0; j < 8; j++) u8[s + j] = (sc[j]! & 15) | ((sc[j + 8]! & 15) << 4);
+        for (let j = 0; j < 8; j++) u8[s + j] = (sc[j] & 15) | ((sc[j + 8] & 15) << 4);
         for (let i = 0; i < 4; i++) {
-          u8[s + 8 + i] = ((sc[i]! >> 4) & 3) | (((sc[i + 4]! >> 4) & 3) << 2) | (((sc[i + 8]! >> 4) & 3) << 4) | (((sc[i + 12]! >> 4) & 3) << 6);
+          u8[s + 8 + i] = ((sc[i] >> 4) & 3) | (((sc[i + 4] >> 4) & 3) << 2) | (((sc[i + 8] >> 4) & 3) << 4) | (((sc[i + 12] >> 4) & 3) << 6);
         }
-        put16(u8, o + 108, dt[u8[o + 33]! & 15]!);
+        put16(u8, o + 108, dt[u8[o + 33] & 15]);
       }
       return;
     case GGMLType.Q4_K:
@@ -281,17 +281,17 @@ function patchBlocks(type: GGMLType, u8: Uint8Array, from: number, to: number, t
       const centre = q5 ? 15.5 : 7.5;
       const c = q5 ? 16 : 8;
       for (let o = from; o < to; o += bs) {
-        const r = u8[o + 16]!;
+        const r = u8[o + 16];
         const k = r & 15;
         const neg = (r & 16) << 11;
         for (let j = 0; j < 8; j++) {
-          const s = 32 + (u8[o + 4 + j]! & 31);
+          const s = 32 + (u8[o + 4 + j] & 31);
           sc[j] = s;
           mn[j] = Math.round((centre * s) / c);
         }
         packK4(u8, o + 4, sc, mn);
-        put16(u8, o, dt[k]! | neg);
-        put16(u8, o + 2, mt[k]! | neg);
+        put16(u8, o, dt[k] | neg);
+        put16(u8, o + 2, mt[k] | neg);
       }
       return;
     }
@@ -299,10 +299,10 @@ function patchBlocks(type: GGMLType, u8: Uint8Array, from: number, to: number, t
       // ql[128], qh[64], scales[16] int8, d; scales ±(64..127)
       for (let o = from; o < to; o += 210) {
         for (let j = 0; j < 16; j++) {
-          const r = u8[o + 192 + j]!;
+          const r = u8[o + 192 + j];
           u8[o + 192 + j] = r & 64 ? 64 + (r & 63) : (256 - 64 - (r & 63)) & 0xff;
         }
-        put16(u8, o + 208, dt[u8[o + 1]! & 15]!);
+        put16(u8, o + 208, dt[u8[o + 1] & 15]);
       }
       return;
     default:
@@ -324,7 +324,7 @@ export function fillFloat(type: GGMLType, out: Uint8Array, nElements: number, st
     const n = Math.min(chunk.length, nElements - done);
     const view = chunk.subarray(0, n);
     rng.normals(view, std, mean);
-    for (let i = 0; i < n; i++) put16(out, 2 * (done + i), conv(view[i]!));
+    for (let i = 0; i < n; i++) put16(out, 2 * (done + i), conv(view[i]));
     done += n;
   }
 }

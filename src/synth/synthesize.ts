@@ -190,7 +190,7 @@ export function synthMetadata(cfg: SynthConfig, ftype: number, quantized: boolea
 function initOf(spec: SynthTensorSpec, cfg: SynthConfig): { std: number; mean: number } {
   switch (spec.kind) {
     case "w":
-      return { std: 1 / Math.sqrt(spec.ne[0]!), mean: 0 };
+      return { std: 1 / Math.sqrt(spec.ne[0]), mean: 0 };
     case "embd":
       return { std: 1, mean: 0 };
     case "out":
@@ -271,7 +271,7 @@ export function synthesize(config: SynthConfig, opts: SynthOptions): string[] {
       ...(perShard !== undefined ? { maxTensorsPerShard: perShard } : {}),
       onTensor: (done, _total, bytes) => {
         doneBytes += bytes;
-        opts.onProgress?.(doneBytes, totalBytes, plan[done - 1]!.name);
+        opts.onProgress?.(doneBytes, totalBytes, plan[done - 1].name);
       },
     }),
   );

@@ -41,7 +41,7 @@ function learnMerges(b2u: readonly string[], max: number): [string, string][] {
   const counts = new Map<string, number>();
   const bytes = new TextEncoder();
   for (const m of TEXT.replace(/\s+/g, " ").match(/ ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]+/g) ?? []) {
-    const w = [...bytes.encode(m)].map((b) => b2u[b]!).join("\u0000");
+    const w = [...bytes.encode(m)].map((b) => b2u[b]).join("\u0000");
     counts.set(w, (counts.get(w) ?? 0) + 1);
   }
   let words = [...counts].map(([w, c]) => ({ syms: w.split("\u0000"), c }));
@@ -66,7 +66,7 @@ function learnMerges(b2u: readonly string[], max: number): [string, string][] {
         if (i + 1 < syms.length && syms[i] === a && syms[i + 1] === b) {
           out.push(a + b);
           i++;
-        } else out.push(syms[i]!);
+        } else out.push(syms[i]);
       }
       return { syms: out, c };
     });
@@ -144,11 +144,11 @@ export function synthTokenizer(nVocab: number, pre: TokenizerPre): SynthTokenize
   const firstMerged = head.length + 256;
   const short: string[] = [];
   for (let c = 0x61; c <= 0x7a; c++) short.push(String.fromCharCode(c));
-  short.push(b2u[0x20]!, "e", "t", "a", "o", "n");
-  for (let i = firstMerged; i < tokens.length && short.length < 300; i++) if (tokens[i]!.length <= 3) short.push(tokens[i]!);
+  short.push(b2u[0x20], "e", "t", "a", "o", "n");
+  for (let i = firstMerged; i < tokens.length && short.length < 300; i++) if (tokens[i].length <= 3) short.push(tokens[i]);
   while (merges.length < nMerges) {
-    const a = tokens[head.length + Math.floor(rand() * (tokens.length - head.length))]!;
-    const b = short[Math.floor(rand() * short.length)]!;
+    const a = tokens[head.length + Math.floor(rand() * (tokens.length - head.length))];
+    const b = short[Math.floor(rand() * short.length)];
     if (!known.has(a + b)) add(a, b);
   }
   for (const t of tail) {

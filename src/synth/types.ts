@@ -130,14 +130,14 @@ export function chooseType(name: string, ne: readonly number[], ctx: TypeContext
   if (!isQuantized(base)) return base;
   let t: GGMLType = base;
   if (!ctx.pure) t = mixRule(name, ne, ctx, counters, base);
-  return fallbackType(t, ne[0]!);
+  return fallbackType(t, ne[0]);
 }
 
 function mixRule(name: string, ne: readonly number[], ctx: TypeContext, counters: TypeCounters, base: GGMLType): GGMLType {
   const f = ctx.spec.name;
   const e8 = ctx.nExpert === 8;
   if (name === "output.weight") {
-    if (ne[0]! % blockOf(base) !== 0) return GGMLType.Q8_0;
+    if (ne[0] % blockOf(base) !== 0) return GGMLType.Q8_0;
     return base === GGMLType.Q8_0 ? base : GGMLType.Q6_K;
   }
   if (name === "token_embd.weight") return base;

@@ -52,7 +52,7 @@ export class QMatrix {
     for (let r = 0; r < this.rows; r++) {
       const w = this.row(r);
       let s = 0;
-      for (let c = 0; c < n; c++) s += w[c]! * x[xOff + c]!;
+      for (let c = 0; c < n; c++) s += w[c] * x[xOff + c];
       y[yOff + r] = s;
     }
   }
@@ -63,8 +63,8 @@ export class QMatrix {
     y.fill(0, yOff, yOff + n);
     for (let r = 0; r < this.rows; r++) {
       const w = this.row(r);
-      const a = x[xOff + r]!;
-      for (let c = 0; c < n; c++) y[yOff + c] += w[c]! * a;
+      const a = x[xOff + r];
+      for (let c = 0; c < n; c++) y[yOff + c] += w[c] * a;
     }
   }
 
@@ -79,7 +79,7 @@ export class QMatrix {
       for (let t = 0; t < n; t++) {
         const xo = t * xStride;
         let s = 0;
-        for (let c = 0; c < cols; c++) s += w[c]! * x[xo + c]!;
+        for (let c = 0; c < cols; c++) s += w[c] * x[xo + c];
         y[t * yStride + r] = s;
       }
     }
@@ -92,9 +92,9 @@ export class QMatrix {
     for (let r = 0; r < this.rows; r++) {
       const w = this.row(r);
       for (let t = 0; t < n; t++) {
-        const a = x[t * xStride + r]!;
+        const a = x[t * xStride + r];
         const yo = t * yStride;
-        for (let c = 0; c < cols; c++) y[yo + c] += w[c]! * a;
+        for (let c = 0; c < cols; c++) y[yo + c] += w[c] * a;
       }
     }
   }

@@ -33,8 +33,8 @@ class BigramHeap {
     items.push(b);
     while (i > 0) {
       const p = (i - 1) >> 1;
-      if (!less(b, items[p]!)) break;
-      items[i] = items[p]!;
+      if (!less(b, items[p])) break;
+      items[i] = items[p];
       i = p;
     }
     items[i] = b;
@@ -42,7 +42,7 @@ class BigramHeap {
 
   pop(): Bigram {
     const items = this.items;
-    const top = items[0]!;
+    const top = items[0];
     const last = items.pop()!;
     const n = items.length;
     if (n > 0) {
@@ -51,9 +51,9 @@ class BigramHeap {
         const l = 2 * i + 1;
         if (l >= n) break;
         const r = l + 1;
-        const c = r < n && less(items[r]!, items[l]!) ? r : l;
-        if (!less(items[c]!, last)) break;
-        items[i] = items[c]!;
+        const c = r < n && less(items[r], items[l]) ? r : l;
+        if (!less(items[c], last)) break;
+        items[i] = items[c];
         i = c;
       }
       items[i] = last;
@@ -85,7 +85,7 @@ class PairTable {
   /** set if absent (returns false when the key was already there) */
   add(a: number, b: number, v: number): boolean {
     for (let i = this.slot(a, b); ; i = (i + 1) & this.mask) {
-      const k = this.ka[i]!;
+      const k = this.ka[i];
       if (k === -1) {
         this.ka[i] = a;
         this.kb[i] = b;
@@ -99,9 +99,9 @@ class PairTable {
   /** -1 when absent */
   get(a: number, b: number): number {
     for (let i = this.slot(a, b); ; i = (i + 1) & this.mask) {
-      const k = this.ka[i]!;
+      const k = this.ka[i];
       if (k === -1) return -1;
-      if (k === a && this.kb[i] === b) return this.vals[i]!;
+      if (k === a && this.kb[i] === b) return this.vals[i];
     }
   }
 }
@@ -134,11 +134,11 @@ export class BpeModel {
       return id;
     };
     this.charIds = new Int32Array(0x144).fill(-1);
-    for (let b = 0; b < 256; b++) this.charIds[BYTE_TO_CHAR[b]!.charCodeAt(0)] = idOf(BYTE_TO_CHAR[b]!);
+    for (let b = 0; b < 256; b++) this.charIds[BYTE_TO_CHAR[b].charCodeAt(0)] = idOf(BYTE_TO_CHAR[b]);
     this.ranks = new PairTable(merges.length);
     this.results = new Int32Array(merges.length);
     for (let rank = 0; rank < merges.length; rank++) {
-      const m = merges[rank]!;
+      const m = merges[rank];
       const pos = m.indexOf(" ", 1);
       if (pos < 0) continue;
       const a = m.slice(0, pos);
@@ -150,7 +150,7 @@ export class BpeModel {
   }
 
   private textOf(id: number): string {
-    return id >= this.nVocab ? this.extraText[id - this.nVocab]! : "";
+    return id >= this.nVocab ? this.extraText[id - this.nVocab] : "";
   }
   /** Token ids of one pre-tokenized piece, given as GPT-2 byte-level characters (one char per byte). */
   encodeWord(word: string, out: number[]): void {
@@ -158,7 +158,7 @@ export class BpeModel {
     if (n === 0) return;
     const ids = new Int32Array(n);
     const charIds = this.charIds;
-    for (let i = 0; i < n; i++) ids[i] = charIds[word.charCodeAt(i)]!;
+    for (let i = 0; i < n; i++) ids[i] = charIds[word.charCodeAt(i)];
     if (n > 1) this.merge(ids, n);
     this.emit(ids, out);
   }
@@ -174,8 +174,8 @@ export class BpeModel {
     const ranks = this.ranks;
     const tryAdd = (left: number, right: number): void => {
       if (left < 0 || right < 0) return;
-      const lid = ids[left]!;
-      const rid = ids[right]!;
+      const lid = ids[left];
+      const rid = ids[right];
       if (lid < 0 || rid < 0) return;
       const rank = ranks.get(lid, rid);
       if (rank < 0) return;
@@ -186,19 +186,19 @@ export class BpeModel {
       const b = heap.pop();
       // outdated: one side was merged away or changed since the bigram was queued
       if (ids[b.left] !== b.leftId || ids[b.right] !== b.rightId || next[b.left] !== b.right) continue;
-      ids[b.left] = this.results[b.rank]!;
+      ids[b.left] = this.results[b.rank];
       ids[b.right] = -2; // removed
-      const rn = next[b.right]!;
+      const rn = next[b.right];
       next[b.left] = rn;
       if (rn >= 0) prev[rn] = b.left;
-      tryAdd(prev[b.left]!, b.left);
+      tryAdd(prev[b.left], b.left);
       tryAdd(b.left, rn);
     }
   }
 
   private emit(ids: Int32Array, out: number[]): void {
     for (let i = 0; i < ids.length; i++) {
-      const id = ids[i]!;
+      const id = ids[i];
       if (id === -2) continue;
       if (id >= 0 && id < this.nVocab) {
         out.push(id);
@@ -209,7 +209,7 @@ export class BpeModel {
       for (let k = 0; k < text.length; k++) {
         const c = text.charCodeAt(k);
         if (c >= 0x80) continue;
-        const t = this.textToToken.get(text[k]!);
+        const t = this.textToToken.get(text[k]);
         if (t !== undefined) out.push(t);
       }
     }

@@ -58,7 +58,7 @@ export const PRE_TOKENIZER_ALIASES: Readonly<Record<string, string>> = {
   "kimi-k2": "kimi-k2",
 };
 
-const LLAMA3_REGEX = PRE_TOKENIZER_REGEXES["glm4"]![0]!;
+const LLAMA3_REGEX = PRE_TOKENIZER_REGEXES["glm4"][0];
 const KIMI_K2_TRIGGER = String.raw`\p{Han}+`;
 
 type Step =
@@ -85,7 +85,7 @@ export function translateRegex(source: string): { re: RegExp; collapsed: boolean
   let out = "";
   let inside = false;
   for (let i = 0; i < source.length; i++) {
-    const c = source[i]!;
+    const c = source[i];
     if (c === "\\") {
       const n = source[i + 1];
       if (n === "p" && source[i + 2] === "{") {
@@ -93,7 +93,7 @@ export function translateRegex(source: string): { re: RegExp; collapsed: boolean
         const name = close < 0 ? "" : source.slice(i + 3, close);
         const code = CATEGORY_CODE[name];
         if (code === undefined) throw new LatentError(`pre-tokenizer regex uses \\p{${name}}, which llama.cpp does not support: ${source}`);
-        const body = String.fromCharCode(code) + CATEGORY_ASCII[code]!;
+        const body = String.fromCharCode(code) + CATEGORY_ASCII[code];
         out += inside ? body : `[${body}]`;
         i = close;
         continue;
@@ -136,7 +136,7 @@ interface SplitContext {
 function collapsedText(ctx: SplitContext): string {
   if (ctx.collapsed === undefined) {
     const codes = new Uint16Array(ctx.cps.length);
-    for (let i = 0; i < ctx.cps.length; i++) codes[i] = collapsedCode(ctx.cps[i]!);
+    for (let i = 0; i < ctx.cps.length; i++) codes[i] = collapsedCode(ctx.cps[i]);
     let s = "";
     for (let i = 0; i < codes.length; i += 8192) s += String.fromCharCode(...codes.subarray(i, i + 8192));
     ctx.collapsed = s;
@@ -150,7 +150,7 @@ function wideText(ctx: SplitContext): NonNullable<SplitContext["wide"]> {
     let astral = false;
     const parts: string[] = [];
     for (let i = 0; i < cps.length; i++) {
-      let cp = cps[i]!;
+      let cp = cps[i];
       if (cp > 0x7f && cpFlags(cp) & FLAG_WHITESPACE) cp = 0x0b;
       if (cp > 0xffff) astral = true;
       parts.push(String.fromCodePoint(cp));
@@ -165,8 +165,8 @@ function wideText(ctx: SplitContext): NonNullable<SplitContext["wide"]> {
       for (let i = 0; i < cps.length; i++) {
         cpToUnit[i] = u;
         unitToCp[u] = i;
-        u += cps[i]! > 0xffff ? 2 : 1;
-        if (cps[i]! > 0xffff) unitToCp[u - 1] = i;
+        u += cps[i] > 0xffff ? 2 : 1;
+        if (cps[i] > 0xffff) unitToCp[u - 1] = i;
       }
       cpToUnit[cps.length] = u;
       unitToCp[u] = cps.length;
@@ -202,10 +202,10 @@ function splitRegex(step: Extract<Step, { kind: "regex" }>, ctx: SplitContext, o
   }
   const wide = wideText(ctx);
   for (const len of offsets) {
-    const u0 = wide.cpToUnit ? wide.cpToUnit[start]! : start;
-    const u1 = wide.cpToUnit ? wide.cpToUnit[start + len]! : start + len;
+    const u0 = wide.cpToUnit ? wide.cpToUnit[start] : start;
+    const u1 = wide.cpToUnit ? wide.cpToUnit[start + len] : start + len;
     const seg = wide.text.slice(u0, u1);
-    const toCp = (unit: number): number => (wide.unitToCp ? wide.unitToCp[u0 + unit]! - start : unit);
+    const toCp = (unit: number): number => (wide.unitToCp ? wide.unitToCp[u0 + unit] - start : unit);
     re.lastIndex = 0;
     let prev = 0;
     for (let m = re.exec(seg); m !== null; m = re.exec(seg)) {
@@ -235,8 +235,8 @@ function splitLlama3(cps: Uint32Array, offsets: readonly number[]): number[] {
     const ini = start;
     const end = start + offset;
     start = end;
-    const cpt = (pos: number): number => (pos >= ini && pos < end ? cps[pos]! : OUT_OF_RANGE);
-    const flags = (pos: number): number => (pos >= ini && pos < end ? cpFlags(cps[pos]!) : 0);
+    const cpt = (pos: number): number => (pos >= ini && pos < end ? cps[pos] : OUT_OF_RANGE);
+    const flags = (pos: number): number => (pos >= ini && pos < end ? cpFlags(cps[pos]) : 0);
     let prevEnd = ini;
     const add = (e: number): number => {
       const len = e - prevEnd;
@@ -332,8 +332,8 @@ function splitKimiK2(cps: Uint32Array, offsets: readonly number[]): number[] {
     const ini = start;
     const end = start + offset;
     start = end;
-    const cpt = (pos: number): number => (pos >= ini && pos < end ? cps[pos]! : OUT_OF_RANGE);
-    const flags = (pos: number): number => (pos >= ini && pos < end ? cpFlags(cps[pos]!) : 0);
+    const cpt = (pos: number): number => (pos >= ini && pos < end ? cps[pos] : OUT_OF_RANGE);
+    const flags = (pos: number): number => (pos >= ini && pos < end ? cpFlags(cps[pos]) : 0);
     const letterNotHan = (pos: number): boolean => (flags(pos) & FLAG_LETTER) !== 0 && !isHan(cpt(pos));
     let prevEnd = ini;
     const add = (e: number): number => {
@@ -463,7 +463,7 @@ export class PreTokenizer {
           .join(", ")} (the MLA model families); other values would silently tokenize differently from llama.cpp`,
       );
     }
-    return new PreTokenizer(pre, PRE_TOKENIZER_REGEXES[key]!);
+    return new PreTokenizer(pre, PRE_TOKENIZER_REGEXES[key]);
   }
 
   /** Piece lengths in code points; they sum to cps.length. */

@@ -171,15 +171,15 @@ export class Tokenizer {
 
     this.attrs = new Uint8Array(n);
     for (let i = 0; i < n; i++) {
-      this.attrs[i] = attrOfType(this.tokenTypes[i]!);
-      this.textToToken.set(this.tokens[i]!, i);
+      this.attrs[i] = attrOfType(this.tokenTypes[i]);
+      this.textToToken.set(this.tokens[i], i);
     }
     for (const id of [this.eosId, this.eotId, this.eomId]) if (id !== undefined) this.eog.add(id);
     for (const name of LLAMA_EOG_NAMES) {
       const id = this.textToToken.get(name);
       if (id === undefined) continue;
       this.eog.add(id);
-      this.attrs[id]! |= ATTR_CONTROL;
+      this.attrs[id] |= ATTR_CONTROL;
     }
     for (const name of EXTRA_EOG_NAMES) {
       const id = this.textToToken.get(name);
@@ -188,7 +188,7 @@ export class Tokenizer {
 
     const specials: { id: number; bytes: number }[] = [];
     for (let i = 0; i < n; i++) {
-      if (this.attrs[i]! & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN)) specials.push({ id: i, bytes: UTF8_ENCODER.encode(this.tokens[i]!).length });
+      if (this.attrs[i] & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN)) specials.push({ id: i, bytes: UTF8_ENCODER.encode(this.tokens[i]).length });
     }
     specials.sort((a, b) => b.bytes - a.bytes || a.id - b.id);
     this.specials = specials.map((s) => s.id);
@@ -281,12 +281,12 @@ export class Tokenizer {
   private partition(text: string, parseSpecial: boolean): (string | number)[] {
     let frags: (string | number)[] = [text];
     for (const id of this.specials) {
-      const attr = this.attrs[id]!;
+      const attr = this.attrs[id];
       if (!parseSpecial && attr & (ATTR_CONTROL | ATTR_UNKNOWN)) continue;
-      const st = this.tokens[id]!;
+      const st = this.tokens[id];
       let next: (string | number)[] | undefined;
       for (let f = 0; f < frags.length; f++) {
-        const frag = frags[f]!;
+        const frag = frags[f];
         if (typeof frag === "number" || frag.indexOf(st) < 0) {
           next?.push(frag);
           continue;
@@ -334,7 +334,7 @@ export class Tokenizer {
     if (skipSpecial && attr & (ATTR_CONTROL | ATTR_UNKNOWN)) return new Uint8Array(0);
     let piece = this.pieceCache[id];
     if (piece === undefined) {
-      const text = this.tokens[id]!;
+      const text = this.tokens[id];
       if (attr & (ATTR_CONTROL | ATTR_UNKNOWN | ATTR_USER_DEFINED)) piece = this.utf8.encode(text);
       else if (attr & (ATTR_NORMAL | ATTR_BYTE)) piece = byteLevelDecode(text, this.utf8);
       else piece = new Uint8Array(0); // unused / undefined types: suppressed, as llama.cpp does
@@ -405,7 +405,7 @@ export class Tokenizer {
    * rendered text does not already start with the BOS text (templates usually emit it themselves: no double BOS).
    */
   encodePrompt(rendered: string): number[] {
-    const bosText = this.bosId !== undefined ? this.tokens[this.bosId]! : undefined;
+    const bosText = this.bosId !== undefined ? this.tokens[this.bosId] : undefined;
     const addSpecial = !(bosText !== undefined && rendered.startsWith(bosText));
     return this.encode(rendered, { addSpecial, parseSpecial: true });
   }
@@ -426,7 +426,7 @@ function byteLevelDecode(text: string, utf8: TextEncoder): Uint8Array {
   const out: number[] = [];
   for (const ch of text) {
     const c = ch.codePointAt(0)!;
-    const b = c < CHAR_TO_BYTE.length ? CHAR_TO_BYTE[c]! : -1;
+    const b = c < CHAR_TO_BYTE.length ? CHAR_TO_BYTE[c] : -1;
     if (b >= 0) out.push(b);
     else for (const x of utf8.encode(ch)) out.push(x);
   }

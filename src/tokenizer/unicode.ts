@@ -33,7 +33,7 @@ let flagCache: Uint16Array | undefined;
 export function cpFlags(cp: number): number {
   if (cp < 0 || cp >= MAX_CODEPOINT) return FLAG_UNDEFINED;
   const cache = (flagCache ??= new Uint16Array(MAX_CODEPOINT));
-  const cached = cache[cp]!;
+  const cached = cache[cp];
   if (cached !== 0) return cached & ~COMPUTED;
   let flags: number;
   if (cp >= 0xd800 && cp <= 0xdfff) {
@@ -161,19 +161,19 @@ export const CHAR_TO_BYTE: Int16Array = (() => {
 export function byteLevelOf(cps: Uint32Array, start: number, end: number): string {
   let s = "";
   for (let i = start; i < end; i++) {
-    const cp = cps[i]!;
+    const cp = cps[i];
     if (cp < 0x80) {
-      s += BYTE_TO_CHAR[cp]!;
+      s += BYTE_TO_CHAR[cp];
     } else if (cp < 0x800) {
-      s += BYTE_TO_CHAR[0xc0 | (cp >> 6)]! + BYTE_TO_CHAR[0x80 | (cp & 0x3f)]!;
+      s += BYTE_TO_CHAR[0xc0 | (cp >> 6)] + BYTE_TO_CHAR[0x80 | (cp & 0x3f)];
     } else if (cp < 0x10000) {
-      s += BYTE_TO_CHAR[0xe0 | (cp >> 12)]! + BYTE_TO_CHAR[0x80 | ((cp >> 6) & 0x3f)]! + BYTE_TO_CHAR[0x80 | (cp & 0x3f)]!;
+      s += BYTE_TO_CHAR[0xe0 | (cp >> 12)] + BYTE_TO_CHAR[0x80 | ((cp >> 6) & 0x3f)] + BYTE_TO_CHAR[0x80 | (cp & 0x3f)];
     } else {
       s +=
-        BYTE_TO_CHAR[0xf0 | (cp >> 18)]! +
-        BYTE_TO_CHAR[0x80 | ((cp >> 12) & 0x3f)]! +
-        BYTE_TO_CHAR[0x80 | ((cp >> 6) & 0x3f)]! +
-        BYTE_TO_CHAR[0x80 | (cp & 0x3f)]!;
+        BYTE_TO_CHAR[0xf0 | (cp >> 18)] +
+        BYTE_TO_CHAR[0x80 | ((cp >> 12) & 0x3f)] +
+        BYTE_TO_CHAR[0x80 | ((cp >> 6) & 0x3f)] +
+        BYTE_TO_CHAR[0x80 | (cp & 0x3f)];
     }
   }
   return s;

@@ -19,14 +19,14 @@ function plainAttention(C: ArrayLike<number>, K: ArrayLike<number>, T: number, L
     let mx = -Infinity;
     for (let t = 0; t < T; t++) {
       let v = 0;
-      for (let c = 0; c < L; c++) v += C[t * L + c]! * qc[h * L + c]!;
-      for (let r = 0; r < R; r++) v += K[t * R + r]! * qp[h * R + r]!;
+      for (let c = 0; c < L; c++) v += C[t * L + c] * qc[h * L + c];
+      for (let r = 0; r < R; r++) v += K[t * R + r] * qp[h * R + r];
       s[t] = v * scale;
-      mx = Math.max(mx, s[t]!);
+      mx = Math.max(mx, s[t]);
     }
     let sum = 0;
-    for (let t = 0; t < T; t++) sum += s[t] = Math.exp(s[t]! - mx);
-    for (let t = 0; t < T; t++) for (let c = 0; c < L; c++) out[h * L + c] += (s[t]! / sum) * C[t * L + c]!;
+    for (let t = 0; t < T; t++) sum += s[t] = Math.exp(s[t] - mx);
+    for (let t = 0; t < T; t++) for (let c = 0; c < L; c++) out[h * L + c] += (s[t] / sum) * C[t * L + c];
   }
   return out;
 }
@@ -56,7 +56,7 @@ for (const [H, T, L, R] of SHAPES) {
       for (const [label, C, K] of [["heap f32", C32, K32], ["heap f64", Float64Array.from(C32), Float64Array.from(K32)], ["in place", inArena, K32]] as const) {
         const got = be.absorbedAttention(C, K, T, L, R, qc, qp, H, scale);
         let worst = 0;
-        for (let i = 0; i < H * L; i++) worst = Math.max(worst, Math.abs(got[i]! - want[i]!));
+        for (let i = 0; i < H * L; i++) worst = Math.max(worst, Math.abs(got[i] - want[i]));
         assert.ok(worst <= 2e-5, `${be.name} ${label}: max |Δ| ${worst}`);
       }
     }
@@ -73,14 +73,14 @@ function plainPrefill(q: Float64Array, kNope: Float64Array, kPe: Float64Array, v
       let mx = -Infinity;
       for (let u = 0; u < nk; u++) {
         let x = 0;
-        for (let p = 0; p < P; p++) x += q[(i * H + h) * D + p]! * kNope[(u * H + h) * P + p]!;
-        for (let r = 0; r < R; r++) x += q[(i * H + h) * D + P + r]! * kPe[u * R + r]!;
+        for (let p = 0; p < P; p++) x += q[(i * H + h) * D + p] * kNope[(u * H + h) * P + p];
+        for (let r = 0; r < R; r++) x += q[(i * H + h) * D + P + r] * kPe[u * R + r];
         s[u] = x * scale;
-        mx = Math.max(mx, s[u]!);
+        mx = Math.max(mx, s[u]);
       }
       let sum = 0;
-      for (let u = 0; u < nk; u++) sum += s[u] = Math.exp(s[u]! - mx);
-      for (let u = 0; u < nk; u++) for (let d = 0; d < V; d++) o[(i * H + h) * V + d] += (s[u]! / sum) * v[(u * H + h) * V + d]!;
+      for (let u = 0; u < nk; u++) sum += s[u] = Math.exp(s[u] - mx);
+      for (let u = 0; u < nk; u++) for (let d = 0; d < V; d++) o[(i * H + h) * V + d] += (s[u] / sum) * v[(u * H + h) * V + d];
     }
   }
   return o;
@@ -108,7 +108,7 @@ for (const [n, pos0, H, P, R, V] of PREFILL) {
     for (const be of backends) {
       const got = be.prefillAttention(q, kNope, Float32Array.from(kPe), v, n, pos0, H, P, R, V, 0.8);
       let worst = 0;
-      for (let i = 0; i < want.length; i++) worst = Math.max(worst, Math.abs(got[i]! - want[i]!));
+      for (let i = 0; i < want.length; i++) worst = Math.max(worst, Math.abs(got[i] - want[i]));
       assert.ok(worst <= 2e-5, `${be.name}: max |Δ| ${worst}`);
     }
   });

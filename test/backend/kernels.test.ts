@@ -75,14 +75,14 @@ for (const type of TYPES) {
             let mag = 0;
             for (let b = 0; b < cols; b += bv) {
               let amax = 0;
-              for (let c = b; c < b + bv; c++) amax = Math.max(amax, Math.abs(x[t * xStride + c]!));
+              for (let c = b; c < b + bv; c++) amax = Math.max(amax, Math.abs(x[t * xStride + c]));
               for (let c = b; c < b + bv; c++) {
-                bound += Math.abs(wf[r * cols + c]!) * amax / (2 * Q);
-                mag += Math.abs(wf[r * cols + c]! * x[t * xStride + c]!);
+                bound += Math.abs(wf[r * cols + c]) * amax / (2 * Q);
+                mag += Math.abs(wf[r * cols + c] * x[t * xStride + c]);
               }
             }
             const tol = (quantAct ? bound * 1.0001 : 0) + 1e-5 * mag + 1e-6;
-            const err = Math.abs(y[t * yStride + r]! - ref[t * yStride + r]!);
+            const err = Math.abs(y[t * yStride + r] - ref[t * yStride + r]);
             assert.ok(err <= tol, `${be.name} ${rows}x${cols} n=${n} t=${t} r=${r}: |Δ| = ${err} > ${tol}`);
             worst = Math.max(worst, err / Math.max(mag, 1e-9));
           }
@@ -100,8 +100,8 @@ for (const type of TYPES) {
         for (let t = 0; t < n; t++) {
           for (let c = 0; c < cols; c++) {
             let mag = 0;
-            for (let r = 0; r < rows; r++) mag += Math.abs(wf[r * cols + c]! * xt[t * (rows + 1) + r]!);
-            const err = Math.abs(yT[t * (cols + 1) + c]! - refT[t * (cols + 1) + c]!);
+            for (let r = 0; r < rows; r++) mag += Math.abs(wf[r * cols + c] * xt[t * (rows + 1) + r]);
+            const err = Math.abs(yT[t * (cols + 1) + c] - refT[t * (cols + 1) + c]);
             assert.ok(err <= 1e-5 * mag + 1e-6, `${be.name} ᵀ ${rows}x${cols} n=${n}: |Δ| = ${err}`);
             worstT = Math.max(worstT, err / Math.max(mag, 1e-9));
           }
@@ -116,7 +116,7 @@ for (const type of TYPES) {
 
 test("types without a fast kernel fall back to the plain kernels; F32 takes any width", () => {
   const rng = new Rng(5, "fallback");
-  const be = backends[1]!;
+  const be = backends[1];
   for (const [type, cols] of [[GGMLType.Q2_K, 256], [GGMLType.BF16, 64], [GGMLType.F32, 13]] as const) {
     const w = randomMatrix(type, 5, cols, rng);
     const x = randomVec(2 * cols, rng);
@@ -125,7 +125,7 @@ test("types without a fast kernel fall back to the plain kernels; F32 takes any 
     plainKernels.matmul(w, x, 2, cols, a, 5);
     be.matmul(w, x, 2, cols, b, 5);
     if (type === GGMLType.Q2_K || type === GGMLType.BF16) assert.deepEqual(b, a);
-    else for (let i = 0; i < 10; i++) assert.ok(Math.abs(a[i]! - b[i]!) <= 1e-5 * (1 + Math.abs(a[i]!)));
+    else for (let i = 0; i < 10; i++) assert.ok(Math.abs(a[i] - b[i]) <= 1e-5 * (1 + Math.abs(a[i])));
   }
   assert.ok([...be.fallbacks.keys()].some((k) => k.startsWith("type")));
 });
@@ -176,11 +176,11 @@ test("matmulMany: one dispatch for many products equals one matmul per product (
   for (const be of backends) {
     const want = specs.map(([, rows, cols, n], i) => {
       const y = new Float64Array(n * (rows + 2)).fill(7);
-      be.matmul(mats[i]!, xOf(i), n, cols + 1, y, rows + 2);
+      be.matmul(mats[i], xOf(i), n, cols + 1, y, rows + 2);
       return y;
     });
     const got = specs.map(([, rows, , n]) => new Float64Array(n * (rows + 2)).fill(7));
-    be.matmulMany(specs.map(([, rows, cols, n], i) => ({ w: mats[i]!, x: xOf(i), n, xStride: cols + 1, y: got[i]!, yStride: rows + 2 })));
+    be.matmulMany(specs.map(([, rows, cols, n], i) => ({ w: mats[i], x: xOf(i), n, xStride: cols + 1, y: got[i], yStride: rows + 2 })));
     specs.forEach(([type], i) => assert.deepEqual(got[i], want[i], `${be.name} product ${i} (${typeName(type)})`));
   }
 });
@@ -202,10 +202,10 @@ test("Q6_K single-token products use a repacked copy; a slice starting where a w
     for (let t = 0; t < 3; t++) x3.set(x, t * 512);
     be.matmul(w, x3, 3, 512, three, 96); // n = 3: the unpacking kernel on the original blocks
     let mag = 0;
-    for (let i = 0; i < 96; i++) mag = Math.max(mag, Math.abs(ref[i]!));
+    for (let i = 0; i < 96; i++) mag = Math.max(mag, Math.abs(ref[i]));
     for (let r = 0; r < 96; r++) {
-      assert.ok(Math.abs(all[r]! - ref[r]!) <= 1e-3 * mag, `row ${r}: ${all[r]} vs ${ref[r]}`);
-      assert.ok(Math.abs(three[r]! - all[r]!) <= 1e-5 * mag, `row ${r}: repacked ${all[r]} vs unpacked ${three[r]}`);
+      assert.ok(Math.abs(all[r] - ref[r]) <= 1e-3 * mag, `row ${r}: ${all[r]} vs ${ref[r]}`);
+      assert.ok(Math.abs(three[r] - all[r]) <= 1e-5 * mag, `row ${r}: repacked ${all[r]} vs unpacked ${three[r]}`);
       if (r < 10) assert.equal(head[r], all[r]);
     }
   } finally {

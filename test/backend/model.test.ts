@@ -10,8 +10,8 @@ import { logprobRows, maxAbsDiff } from "../helpers/logprobs.js";
 import { CASES, randomTokens, synthModel, type SynthCase } from "../helpers/synth.js";
 
 const QUANT_CASES: readonly [SynthCase, number][] = [
-  [{ ...CASES[0]!, label: "tiny-v3-q8_0", type: "Q8_0" }, 2e-3],
-  [{ ...CASES[0]!, label: "tiny-v3-q4_0", type: "Q4_0" }, 2e-3],
+  [{ ...CASES[0], label: "tiny-v3-q8_0", type: "Q8_0" }, 2e-3],
+  [{ ...CASES[0], label: "tiny-v3-q4_0", type: "Q4_0" }, 2e-3],
   [{ label: "k256-q4_k_m", base: "tiny", type: "Q4_K_M", over: { n_embd: 256, q_lora: 256, kv_lora: 256, n_ff: 512, n_ff_exp: 256 } }, 2e-2],
   [{ label: "k256-q5_k_s", base: "tiny", type: "Q5_K_S", over: { n_embd: 256, q_lora: 256, kv_lora: 256, n_ff: 512, n_ff_exp: 256 } }, 2e-2],
   [{ label: "k256-iq4_xs", base: "tiny", type: "IQ4_XS", over: { n_embd: 256, q_lora: 256, kv_lora: 256, n_ff: 512, n_ff_exp: 256 } }, 2e-2],

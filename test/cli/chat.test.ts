@@ -74,7 +74,7 @@ test("a reply over the cached conversation equals generating from the whole conv
       assert.equal(streamed, want.text);
       messages.push({ role: "assistant", content: want.text });
     }
-    assert.ok(session.turns[2]!.reusedTokens > 0);
+    assert.ok(session.turns[2].reusedTokens > 0);
   } finally {
     closeLoaded(loaded);
   }

@@ -33,7 +33,7 @@ const TOL = 1e-4;
 
 for (const name of MODEL_NAMES) {
   const expected = JSON.parse(readFileSync(join(FIXTURE_DIR, `${name}.expected.json`), "utf8")) as { cases: KitCase[] };
-  const kc = expected.cases[0]!;
+  const kc = expected.cases[0];
   const want = kc.logprobs_f32_weights ?? kc.logprobs;
   const tokens = kc.tokens.slice(0, 24);
   for (const [path, extra] of [["reference", []], ["prefill", ["--chunk", "5"]], ["decode", []]] as const) {
@@ -60,7 +60,7 @@ test("--top K is the K best of --full, sorted, ties to the lower id; default K i
   const dflt = (await json([m, "--tokens", "0,17,42,99,250"])).logprobs as [number, number][][];
   assert.equal(top.length, 5);
   top.forEach((pairs, i) => {
-    const row = full[i]!;
+    const row = full[i];
     const order = row.map((x, id) => [id, x] as [number, number]).sort((a, b) => b[1] - a[1] || a[0] - b[0]);
     assert.deepEqual(pairs, order.slice(0, 7));
     assert.deepEqual(dflt[i], order.slice(0, 5));
@@ -88,8 +88,8 @@ test("stderr reports tokens/s; the table form has one line per position and a pe
   assert.match(r.err, /^logits: 4 tokens in [\d.]+ ms \([\d.]+ tokens\/s, path prefill, chunk 256\)\n$/);
   const lines = r.out.trim().split("\n");
   assert.equal(lines.length, 1 + 4 + 1);
-  assert.match(lines[1]!, /^\s+0\s+0\s/);
-  assert.match(lines[5]!, /perplexity/);
+  assert.match(lines[1], /^\s+0\s+0\s/);
+  assert.match(lines[5], /perplexity/);
 });
 
 test("parseTokenList accepts commas, spaces and brackets and rejects the rest", () => {

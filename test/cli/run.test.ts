@@ -52,7 +52,7 @@ test("--json: one object with text, tokens, finish_reason, logprobs and timings"
     assert.equal(l.token, tok.decode([l.id]));
     assert.ok(l.logprob <= 0);
     assert.equal(l.top?.length, 3);
-    assert.equal(l.top![0]![1], l.logprob, "greedy picks the top alternative");
+    assert.equal(l.top![0][1], l.logprob, "greedy picks the top alternative");
   }
   for (const k of ["load_ms", "prompt_tokens", "prefill_ms", "prompt_tokens_per_second", "generated_tokens", "decode_steps", "decode_ms", "tokens_per_second"]) {
     assert.equal(typeof j.timings[k], "number", k);

@@ -9,7 +9,7 @@ import { spawnServe } from "../helpers/serve-child.js";
 import { ROOT } from "../gguf/helpers.js";
 
 const BIN = join(ROOT, "bin", "latent.mjs");
-const synth = synthModel(CASES[0]!, 2);
+const synth = synthModel(CASES[0], 2);
 after(() => synth.cleanup());
 
 test("--alias repeated and as a comma list: every id is listed; the access log is on", async () => {

@@ -35,8 +35,8 @@ test("convert: FP8 block-scaled checkpoint → F32 GGUF within E4M3 noise of the
         let d2 = 0;
         let s2 = 0;
         for (let i = 0; i < a.length; i++) {
-          d2 += (b[i]! - a[i]!) ** 2;
-          s2 += a[i]! ** 2;
+          d2 += (b[i] - a[i]) ** 2;
+          s2 += a[i] ** 2;
         }
         const rel = Math.sqrt(d2 / s2);
         // E4M3 with 128×128 block scales: ~2.7e-2 worst measured; a wrong scale convention is far beyond

@@ -35,7 +35,7 @@ const HF_CONFIG = fixture("demo-config.json") as Record<string, unknown>;
 /** max |latent − transformers| over the fixture's logits. */
 function maxDiff(rows: Float32Array[], p: Probe): number {
   let d = 0;
-  p.rows.forEach((r, i) => r.ids.forEach((id, k) => (d = Math.max(d, Math.abs(rows[i]![id]! - r.logits[k]!)))));
+  p.rows.forEach((r, i) => r.ids.forEach((id, k) => (d = Math.max(d, Math.abs(rows[i][id] - r.logits[k])))));
   return d;
 }
 
@@ -88,7 +88,7 @@ test("bundled model → HF checkpoint (bf16) → latent convert --type F32: logi
       assert.ok(d <= 1e-3, `F32 "${p.text.slice(0, 20)}…": max |Δlogit| vs transformers ${d}`);
       let dl = 0;
       rows.forEach((r, i) => logSoftmaxRow(r).forEach((v, j) => {
-        const o = lc[k]![i]![j];
+        const o = lc[k][i][j];
         if (o !== null && o !== undefined) dl = Math.max(dl, Math.abs(v - o));
       }));
       assert.ok(dl <= 1e-4, `F32 "${p.text.slice(0, 20)}…": max |Δlogprob| latent vs llama.cpp ${dl}`);
@@ -103,7 +103,7 @@ test("latent demo: streams the prompt and a greedy continuation, reports tokens/
   let err = "";
   await runDemo(["-n", "12", "--greedy-only", "--backend", "reference"], { out: (t) => void (out += t), err: (t) => void (err += t), tty: false });
   assert.match(out, /--- greedy ---/);
-  const g = GREEDY[0]!;
+  const g = GREEDY[0];
   assert.equal(g.prompt, DEMO_PROMPT);
   const tok = Tokenizer.fromMetadata(GGUFFile.open(DEMO_MODEL).metadata);
   assert.ok(out.includes(DEMO_PROMPT + tok.decode(g.ids.slice(0, 12))), out);

@@ -39,7 +39,7 @@ export function safetensorsBytes(tensors: readonly { name: string; dtype: string
 export function encodeValues(data: Float32Array, dtype: StDType): Uint8Array {
   if (dtype === "F32") return new Uint8Array(data.buffer.slice(data.byteOffset, data.byteOffset + data.byteLength));
   const out = Buffer.alloc(data.length * 2);
-  for (let i = 0; i < data.length; i++) out.writeUInt16LE(dtype === "F16" ? f32ToF16(data[i]!) : f32ToBF16(data[i]!), i * 2);
+  for (let i = 0; i < data.length; i++) out.writeUInt16LE(dtype === "F16" ? f32ToF16(data[i]) : f32ToBF16(data[i]), i * 2);
   return new Uint8Array(out.buffer, out.byteOffset, out.length);
 }
 
@@ -107,10 +107,10 @@ export function exportHf(file: GGUFFile, config: Record<string, unknown>, dir: s
         fused.push(e);
         continue;
       }
-      if (!groups.has(m[1]!)) groups.set(m[1]!, new Map());
-      const g = groups.get(m[1]!)!;
+      if (!groups.has(m[1])) groups.set(m[1], new Map());
+      const g = groups.get(m[1])!;
       if (!g.has(Number(m[2]))) g.set(Number(m[2]), new Map());
-      g.get(Number(m[2]))!.set(m[3]!, { shape: e.shape, data: e.values });
+      g.get(Number(m[2]))!.set(m[3], { shape: e.shape, data: e.values });
     }
     for (const [prefix, byExpert] of groups) {
       const E = byExpert.size;
@@ -172,7 +172,7 @@ function writeTokenizer(file: GGUFFile, dir: string, pairMerges: boolean): void 
     pre_tokenizer: {
       type: "Sequence",
       pretokenizers: [
-        ...PRE_TOKENIZER_REGEXES[key]!.map((r) => ({ type: "Split", pattern: { Regex: r }, behavior: "Isolated", invert: false })),
+        ...PRE_TOKENIZER_REGEXES[key].map((r) => ({ type: "Split", pattern: { Regex: r }, behavior: "Isolated", invert: false })),
         { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: false },
       ],
     },

@@ -23,9 +23,9 @@ const probes = probe.probes.map((p) => {
   const rows = [];
   for (let i = 0; i < n; i++) {
     const row = all.subarray(i * V, (i + 1) * V);
-    const top = [...row.keys()].sort((a, b) => row[b]! - row[a]!).slice(0, 32);
+    const top = [...row.keys()].sort((a, b) => row[b] - row[a]).slice(0, 32);
     const ids = [...new Set([...top, ...Array.from({ length: V / 32 }, (_, k) => k * 32)])].sort((a, b) => a - b);
-    rows.push({ ids, logits: ids.map((id) => Number(row[id]!.toPrecision(8))) });
+    rows.push({ ids, logits: ids.map((id) => Number(row[id].toPrecision(8))) });
   }
   return { text: p.text, tokens: p.tokens, vocab: V, rows };
 });

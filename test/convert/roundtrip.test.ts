@@ -84,7 +84,7 @@ for (const c of CASES) {
 }
 
 test("round trip: BF16 and F16 sources, fused transformers-5 experts, shards and [a, b] merges give the same file", () => {
-  const c = CASES[0]!;
+  const c = CASES[0];
   const m = synthModel(c, 4);
   const t = tmp();
   try {
@@ -101,7 +101,7 @@ test("round trip: BF16 and F16 sources, fused transformers-5 experts, shards and
     const name = "blk.1.ffn_gate_exps.weight";
     const o = new Float32Array(tensorBytes(orig, name).slice().buffer);
     const v = new Float32Array(tensorBytes(conv, name).slice().buffer);
-    for (let i = 0; i < o.length; i++) assert.equal(v[i], bf16ToF32(f32ToBF16(o[i]!)));
+    for (let i = 0; i < o.length; i++) assert.equal(v[i], bf16ToF32(f32ToBF16(o[i])));
 
     exportHf(orig, hfConfigOf(synthConfig(c)), join(t.dir, "f16"), { dtype: "F16" });
     convertHf(join(t.dir, "f16"), join(t.dir, "f16.gguf"), { type: "F16" });
@@ -132,7 +132,7 @@ for (const type of ["Q8_0", "Q4_K_M"]) {
       const b = evaluateAll(loadModel(join(t.dir, "q.gguf")).model, toks, { path: "prefill" });
       let maxd = 0;
       let scale = 0;
-      a.forEach((row, i) => row.forEach((x, j) => ((maxd = Math.max(maxd, Math.abs(x - b[i]![j]!))), (scale = Math.max(scale, Math.abs(x))))));
+      a.forEach((row, i) => row.forEach((x, j) => ((maxd = Math.max(maxd, Math.abs(x - b[i][j]))), (scale = Math.max(scale, Math.abs(x))))));
       assert.ok(maxd < 0.25 * scale, `${type}: max |Δlogit| ${maxd} vs max |logit| ${scale}`);
     } finally {
       t.done();
@@ -142,7 +142,7 @@ for (const type of ["Q8_0", "Q4_K_M"]) {
 }
 
 test("convert errors: unsupported architecture, dtype, missing files, truncated safetensors", () => {
-  const c = CASES[0]!;
+  const c = CASES[0];
   const m = synthModel(c, 6);
   const t = tmp();
   const hf = join(t.dir, "hf");

@@ -30,10 +30,10 @@ test("--json: documented shape, healthy exit 0; --html: self-contained with an S
   const file = r.file as Record<string, unknown>;
   for (const k of ["paths", "arch", "generation", "tensorCount", "bytes", "types", "stats"]) assert.ok(k in file, `file.${k}`);
   const paths = r.paths as { comparisons: Record<string, unknown>[] };
-  for (const k of ["prompt", "tokens", "path", "maxKL", "meanKL", "top1Agreement"]) assert.ok(k in paths.comparisons[0]!, `paths.comparisons[].${k}`);
+  for (const k of ["prompt", "tokens", "path", "maxKL", "meanKL", "top1Agreement"]) assert.ok(k in paths.comparisons[0], `paths.comparisons[].${k}`);
   const beh = r.behaviour as { probes: unknown[]; norms: Record<string, unknown>[] };
   assert.equal(beh.norms.length, 2);
-  for (const k of ["layer", "residual", "attn", "ffn", "absMax", "qAbsMax"]) assert.ok(k in beh.norms[0]!, `behaviour.norms[].${k}`);
+  for (const k of ["layer", "residual", "attn", "ffn", "absMax", "qAbsMax"]) assert.ok(k in beh.norms[0], `behaviour.norms[].${k}`);
   const page = readFileSync(html, "utf8");
   assert.match(page, /<svg[^>]*>.*<polyline/s);
   assert.doesNotMatch(page, /<script|<link|src="http/);

@@ -31,8 +31,8 @@ for (const c of cases) {
       assert.equal(e.verdict, "match");
       // three probes (1 token, a sentence, longer than a prefill chunk), 16 generated tokens each, compared
       assert.deepEqual(e.probes!.map((p) => p.generated.length), [16, 16, 16]);
-      assert.equal(e.probes![0]!.promptTokens, 1);
-      assert.ok(e.probes![2]!.promptTokens > 256);
+      assert.equal(e.probes![0].promptTokens, 1);
+      assert.ok(e.probes![2].promptTokens > 256);
       assert.equal(e.decode!.n, c.mode === "llama-server" ? 45 : 48); // the first generated token is prefill where no prompt log-probs exist
       assert.ok(e.decode!.meanKL < 1e-8 && e.prefill!.meanGap < 1e-4, JSON.stringify({ prefill: e.prefill, decode: e.decode }));
       assert.ok(e.tokenization!.checked > 0 && e.tokenization!.mismatches === 0, JSON.stringify(e.tokenization));

@@ -8,26 +8,26 @@ import { probe, type DialectContext } from "../../src/doctor/endpoint/dialects.j
 import type { Call } from "../../src/doctor/endpoint/http.js";
 
 const ref = logSoftmaxRow(Array.from({ length: 64 }, (_, i) => Math.sin(i * 1.7) * 3));
-const order = [...ref.keys()].sort((a, b) => ref[b]! - ref[a]!);
+const order = [...ref.keys()].sort((a, b) => ref[b] - ref[a]);
 const scored = (top: [number, number][], next: number, nextLogprob: number | undefined): Scored => ({ pos: 0, group: "prompt", step: undefined, seq: 0, top: new Map(top), returned: top.length, unmapped: 0, next, nextLogprob });
 
 test("exact top-5 and actual token: KL 0, gap 0, within tolerance", () => {
-  const next = order[7]!;
-  const p = comparePosition(ref, scored(order.slice(0, 5).map((id) => [id, ref[id]!]), next, ref[next]))!;
+  const next = order[7];
+  const p = comparePosition(ref, scored(order.slice(0, 5).map((id) => [id, ref[id]]), next, ref[next]))!;
   assert.ok(p.kl < 1e-12 && p.actualGap! < 1e-12);
   assert.ok(withinTolerance(summarize([p])));
 });
 
 test("a top-5 renormalized to sum 1 is not a match (the rest of the mass is one bucket)", () => {
   const ids = order.slice(0, 5);
-  const z = Math.log(ids.reduce((a, id) => a + Math.exp(ref[id]!), 0));
-  const p = comparePosition(ref, scored(ids.map((id) => [id, ref[id]! - z]), ids[0]!, ref[ids[0]!]! - z))!;
+  const z = Math.log(ids.reduce((a, id) => a + Math.exp(ref[id]), 0));
+  const p = comparePosition(ref, scored(ids.map((id) => [id, ref[id] - z]), ids[0], ref[ids[0]] - z))!;
   assert.ok(p.kl > 0.1, String(p.kl));
   assert.ok(!withinTolerance(summarize([p])));
 });
 
 test("only the actual token, flat: the gap decides (no renormalized KL 0)", () => {
-  const next = order[0]!;
+  const next = order[0];
   const p = comparePosition(ref, scored([[next, -Math.log(64)]], next, -Math.log(64)))!;
   assert.ok(p.actualGap! > 1, String(p.actualGap));
   assert.ok(!withinTolerance(summarize([p])));
@@ -35,10 +35,10 @@ test("only the actual token, flat: the gap decides (no renormalized KL 0)", () =
 });
 
 test("tolerance: bf16-sized noise passes, a 0.1-nat shift of the actual token does not", () => {
-  const next = order[2]!;
-  const top = order.slice(0, 5).map((id): [number, number] => [id, ref[id]! + 0.01 * Math.sin(id)]);
-  assert.ok(withinTolerance(summarize([comparePosition(ref, scored(top, next, ref[next]! + 0.01))!])));
-  assert.ok(!withinTolerance(summarize([comparePosition(ref, scored(top, next, ref[next]! + 0.1))!])));
+  const next = order[2];
+  const top = order.slice(0, 5).map((id): [number, number] => [id, ref[id] + 0.01 * Math.sin(id)]);
+  assert.ok(withinTolerance(summarize([comparePosition(ref, scored(top, next, ref[next] + 0.01))!])));
+  assert.ok(!withinTolerance(summarize([comparePosition(ref, scored(top, next, ref[next] + 0.1))!])));
   assert.ok(TOLERANCE.meanGap < 0.066 && TOLERANCE.meanKL < 7e-3);
 });
 
@@ -68,7 +68,7 @@ test("llama-server's older completion_probabilities {content, probs: [{tok_str, 
   ] }), { ids: [0, 2, 3] });
   assert.ok(typeof r !== "string", String(r));
   assert.deepEqual(r.generated, [1, 2]);
-  assert.equal(r.genEntries[1]!.actualLogprob, Math.log(0.75));
+  assert.equal(r.genEntries[1].actualLogprob, Math.log(0.75));
   assert.equal(r.promptCount, 3);
 });
 

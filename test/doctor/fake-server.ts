@@ -56,7 +56,7 @@ const f32Models = new WeakMap<DeepSeek2, DeepSeek2>();
 /** Prefill the prompt in chunks over a cache, then decode `n` greedy tokens one at a time (memoized per model). */
 const bf16 = (x: number): number => bf16ToF32(f32ToBF16(x));
 const roundActivations: Trace = (_il, stage, rows) => {
-  if (stage === "attn_norm" || stage === "ffn_norm" || stage === "residual" || stage === "output_norm") for (let i = 0; i < rows.length; i++) rows[i] = bf16(rows[i]!);
+  if (stage === "attn_norm" || stage === "ffn_norm" || stage === "residual" || stage === "output_norm") for (let i = 0; i < rows.length; i++) rows[i] = bf16(rows[i]);
 };
 
 function run(model: DeepSeek2, prompt: readonly number[], n: number, scale: number, lowPrecision: boolean): Run {
@@ -76,12 +76,12 @@ function run(model: DeepSeek2, prompt: readonly number[], n: number, scale: numb
   for (let i = 0; i < prompt.length; i += 256) rows.push(...rowsOf(fast.forward(prompt.slice(i, i + 256), cache, { path: "prefill", logits: "all", ...trace })));
   const generated: number[] = [];
   const genRows: Float64Array[] = [];
-  let row = rows[rows.length - 1]!;
+  let row = rows[rows.length - 1];
   for (let j = 0; j < n; j++) {
-    const next = topLogprobs(row, 1)[0]![0];
+    const next = topLogprobs(row, 1)[0][0];
     generated.push(next);
     genRows.push(row);
-    if (j + 1 < n) row = rowsOf(fast.forward([next], cache, { path: "decode", logits: "all", ...trace }))[0]!;
+    if (j + 1 < n) row = rowsOf(fast.forward([next], cache, { path: "decode", logits: "all", ...trace }))[0];
   }
   const r = { prompt: rows, generated, genRows };
   memo.set(key, r);
@@ -93,7 +93,7 @@ function garbled(r: Run, V: number): Run {
   let seed = 12345;
   const rand = (): number => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
   const genRows = r.genRows.map(() => logSoftmaxRow(Array.from({ length: V }, () => rand() * 8)));
-  return { ...r, genRows, generated: genRows.map((row) => topLogprobs(row, 1)[0]![0]) };
+  return { ...r, genRows, generated: genRows.map((row) => topLogprobs(row, 1)[0][0]) };
 }
 
 function send(res: ServerResponse, status: number, body: unknown): void {
@@ -122,20 +122,20 @@ export async function startFakeServer(o: FakeServerOptions): Promise<{ url: stri
     return o.garbageGenerated === true ? garbled(r, o.model.config.nVocab) : r;
   };
   const promptOf = (p: unknown): number[] => (typeof p === "string" ? textIds(p) : (p as number[]));
-  const promptRows = (r: Run): Float64Array[] => (o.offByOne === true ? [r.prompt[0]!, ...r.prompt.slice(0, -1)] : r.prompt);
+  const promptRows = (r: Run): Float64Array[] => (o.offByOne === true ? [r.prompt[0], ...r.prompt.slice(0, -1)] : r.prompt);
   const usage = (p: number[], r: Run) => ({ prompt_tokens: p.length, completion_tokens: r.generated.length, total_tokens: p.length + r.generated.length });
   // OpenAI legacy logprobs over (row, token) pairs; a null row for the first prompt token
   const legacy = (pairs: { row: Float64Array | null; id: number }[], k: number, asIds: boolean) => {
     const name = (id: number): string => (asIds ? `token_id:${id}` : decode(id));
     return {
       tokens: pairs.map((p) => name(p.id)),
-      token_logprobs: pairs.map((p) => (p.row === null ? null : p.row[p.id]!)),
+      token_logprobs: pairs.map((p) => (p.row === null ? null : p.row[p.id])),
       top_logprobs: pairs.map((p) => (p.row === null ? null : Object.fromEntries(topLogprobs(p.row, k).map(([id, v]) => [name(id), v])))),
       text_offset: pairs.map(() => 0),
     };
   };
   const llamaEntry = (row: Float64Array, id: number, k: number) => ({
-    id, token: decode(id), bytes: [...Buffer.from(decode(id))], logprob: row[id]!,
+    id, token: decode(id), bytes: [...Buffer.from(decode(id))], logprob: row[id],
     top_logprobs: topLogprobs(row, k).map(([t, v]) => ({ id: t, token: decode(t), bytes: [...Buffer.from(decode(t))], logprob: v })),
   });
 
@@ -146,7 +146,7 @@ export async function startFakeServer(o: FakeServerOptions): Promise<{ url: stri
     const r = runOf(p, n);
     const rows = promptRows(r);
     const asIds = b.return_tokens_as_token_ids === true && o.mode === "vllm";
-    const genPairs = r.generated.map((id, j) => ({ row: r.genRows[j]!, id }));
+    const genPairs = r.generated.map((id, j) => ({ row: r.genRows[j], id }));
     if (o.mode === "llama-server") {
       if (b.echo === true) return send(res, 500, { error: { code: 500, message: "echo is not supported", type: "server_error" } });
       return send(res, 200, { choices: [{ text: tok.decode(r.generated), index: 0, finish_reason: "length", logprobs: k > 0 ? { content: genPairs.map((g) => llamaEntry(g.row, g.id, k)) } : null }], usage: usage(p, r) });
@@ -157,9 +157,9 @@ export async function startFakeServer(o: FakeServerOptions): Promise<{ url: stri
       choice.prompt_logprobs = p.map((id, i) => {
         if (i === 0) return null;
         const e: Record<string, { logprob: number; rank: number; decoded_token: string }> = {};
-        const row = rows[i - 1]!;
+        const row = rows[i - 1];
         if (o.onlyActual !== true) topLogprobs(row, pk).forEach(([t, v], rank) => (e[String(t)] = { logprob: v, rank: rank + 1, decoded_token: decode(t) }));
-        if (!(String(id) in e)) e[String(id)] = { logprob: row[id]!, rank: 1 + [...row].filter((x) => x > row[id]!).length, decoded_token: decode(id) };
+        if (!(String(id) in e)) e[String(id)] = { logprob: row[id], rank: 1 + [...row].filter((x) => x > row[id]).length, decoded_token: decode(id) };
         return e;
       });
     } else if (b.prompt_logprobs !== undefined && (o.mode === "echo" || o.mode === "greedy")) {
@@ -167,7 +167,7 @@ export async function startFakeServer(o: FakeServerOptions): Promise<{ url: stri
     }
     if (b.echo === true) {
       if (o.mode === "greedy" || o.noEcho === true) return send(res, 400, { error: "unsupported parameter: echo" });
-      const pairs = [...p.map((id, i) => ({ row: i === 0 ? null : rows[i - 1]!, id })), ...genPairs];
+      const pairs = [...p.map((id, i) => ({ row: i === 0 ? null : rows[i - 1], id })), ...genPairs];
       choice.text = tok.decode([...p, ...r.generated]);
       if (k > 0) choice.logprobs = legacy(pairs, k, asIds);
     } else if (k > 0) {
@@ -189,9 +189,9 @@ export async function startFakeServer(o: FakeServerOptions): Promise<{ url: stri
     if (b.return_logprob === true) {
       const start = Number(b.logprob_start_len ?? -1);
       const from = start < 0 ? p.length : start;
-      meta.input_token_logprobs = p.slice(from).map((id, j) => tuple(from + j === 0 ? null : rows[from + j - 1]![id]!, id));
-      meta.input_top_logprobs = p.slice(from).map((_, j) => (from + j === 0 ? null : tops(rows[from + j - 1]!)));
-      meta.output_token_logprobs = r.generated.map((id, j) => tuple(r.genRows[j]![id]!, id));
+      meta.input_token_logprobs = p.slice(from).map((id, j) => tuple(from + j === 0 ? null : rows[from + j - 1][id], id));
+      meta.input_top_logprobs = p.slice(from).map((_, j) => (from + j === 0 ? null : tops(rows[from + j - 1])));
+      meta.output_token_logprobs = r.generated.map((id, j) => tuple(r.genRows[j][id], id));
       meta.output_top_logprobs = r.genRows.map((row) => tops(row));
     }
     return send(res, 200, { text: tok.decode(r.generated), output_ids: r.generated, meta_info: meta });
@@ -202,7 +202,7 @@ export async function startFakeServer(o: FakeServerOptions): Promise<{ url: stri
     const r = runOf(p, Number(b.n_predict ?? 16));
     const k = Number(b.n_probs ?? 0);
     const body: Record<string, unknown> = { content: tok.decode(r.generated), tokens: [], stop: true, tokens_predicted: r.generated.length, tokens_evaluated: p.length };
-    if (k > 0) body.completion_probabilities = r.generated.map((id, j) => llamaEntry(r.genRows[j]!, id, k));
+    if (k > 0) body.completion_probabilities = r.generated.map((id, j) => llamaEntry(r.genRows[j], id, k));
     return send(res, 200, body);
   };
 

@@ -63,15 +63,15 @@ function effect(path: string): { top1: number; kl: number } {
   let top1 = 0;
   let kl = 0;
   clean.forEach((c, i) => {
-    const q = lp[i]!;
+    const q = lp[i];
     let a = 0;
     let b = 0;
     for (let j = 1; j < c.length; j++) {
-      if (c[j]! > c[a]!) a = j;
-      if (q[j]! > q[b]!) b = j;
+      if (c[j] > c[a]) a = j;
+      if (q[j] > q[b]) b = j;
     }
     if (a === b) top1++;
-    for (let j = 0; j < c.length; j++) kl += Math.exp(c[j]!) * (c[j]! - q[j]!);
+    for (let j = 0; j < c.length; j++) kl += Math.exp(c[j]) * (c[j] - q[j]);
   });
   return { top1: top1 / clean.length, kl: kl / clean.length };
 }
@@ -97,7 +97,7 @@ for (const v of DEMO_VARIANTS) {
     }
     assert.equal(r.exitCode, 1, JSON.stringify(r.findings.map((f) => f.code)));
     assert.equal(r.verdict, "problems");
-    const cause = CAUSES[v.name]!;
+    const cause = CAUSES[v.name];
     const named = errors.filter((f) => cause.codes.includes(f.code));
     assert.ok(named.length > 0, `expected ${cause.codes.join(" or ")}, got ${errors.map((f) => f.code).join(", ")}`);
     assert.ok(named.some((f) => cause.message.test(f.message)), named.map((f) => f.message).join("\n"));

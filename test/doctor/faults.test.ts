@@ -41,7 +41,7 @@ test("fault models: no fault is the clean model bit for bit; each fault changes 
   const { model } = loadModel(m.path);
   const tokens = randomTokens(16, 5, 1, model.config.nVocab);
   const clean = pathLogits(model, tokens);
-  const same = (a: Float32Array[], b: Float32Array[]): boolean => a.length === b.length && a.every((x, i) => Buffer.from(x.buffer).equals(Buffer.from(b[i]!.buffer)));
+  const same = (a: Float32Array[], b: Float32Array[]): boolean => a.length === b.length && a.every((x, i) => Buffer.from(x.buffer).equals(Buffer.from(b[i].buffer)));
   const cases: [Faults, ("reference" | "prefill" | "decode")[]][] = [
     [{}, []],
     [{ attnOutUnwritten: "decode" }, ["decode"]],
@@ -69,7 +69,7 @@ test("NeoX rope: the interleaved rotation of the same values laid out half-split
   const x = Float64Array.from({ length: R }, (_, i) => Math.sin(i + 1));
   // half-split pair i is (x[i], x[i + R/2]); interleaved pair i is (y[2i], y[2i+1])
   const y = new Float64Array(R);
-  for (let i = 0; i < R / 2; i++) [y[2 * i], y[2 * i + 1]] = [x[i]!, x[i + R / 2]!];
+  for (let i = 0; i < R / 2; i++) [y[2 * i], y[2 * i + 1]] = [x[i], x[i + R / 2]];
   neox.apply(x, 0, 7);
   rope.apply(y, 0, 7);
   for (let i = 0; i < R / 2; i++) {

@@ -68,8 +68,8 @@ test("demo: YaRN on a model published without it, softmax gating beside its bias
 test("every table entry identifies itself and no other", () => {
   for (const k of KNOWN_MODELS) {
     const s = k.shape;
-    const r = k.releases[0]!;
-    const c = { ...s, nLayer: s.nLayer[0]!, gating: r.gating } as unknown as Parameters<typeof identify>[0];
+    const r = k.releases[0];
+    const c = { ...s, nLayer: s.nLayer[0], gating: r.gating } as unknown as Parameters<typeof identify>[0];
     assert.equal(identify(c)?.name, k.name);
     assert.deepEqual(KNOWN_MODELS.filter((o) => matchesShape(o.shape, c)).map((o) => o.name), [k.name]);
   }

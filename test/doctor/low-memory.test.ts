@@ -9,7 +9,7 @@ import { lowMemoryLogits } from "../../src/doctor/low-memory.js";
 import { runDoctor } from "../../src/doctor/index.js";
 import { CASES, randomTokens, synthModel } from "../helpers/synth.js";
 
-for (const [c, split] of [[CASES[0]!, 1], [CASES[1]!, 3], [CASES[4]!, 1]] as const) {
+for (const [c, split] of [[CASES[0], 1], [CASES[1], 3], [CASES[4], 1]] as const) {
   test(`${c.label}${split > 1 ? ` split in ${split}` : ""}: low-memory logits equal the loaded reference`, () => {
     const m = synthModel(c, 4, split > 1 ? { split } : {});
     try {
@@ -22,7 +22,7 @@ for (const [c, split] of [[CASES[0]!, 1], [CASES[1]!, 3], [CASES[4]!, 1]] as con
         const { logits, report } = lowMemoryLogits(file, config, tokens);
         assert.equal(logits.length, want.length);
         let d = 0;
-        for (let i = 0; i < want.length; i++) d = Math.max(d, Math.abs(logits[i]! - want[i]!));
+        for (let i = 0; i < want.length; i++) d = Math.max(d, Math.abs(logits[i] - want[i]));
         assert.equal(d, 0, `max |Δ| ${d}`);
         assert.ok(report.peakRssBytes > 0 && report.largestLayerBytes > 0);
       } finally {

@@ -42,7 +42,7 @@ test("transposed (shape and values) vs misshaped (shape only) → each named", a
     const [a, b] = t.ne as [number, number];
     const v = values(t);
     const o = new Float32Array(v.length);
-    for (let i = 0; i < b; i++) for (let j = 0; j < a; j++) o[j * b + i] = v[i * a + j]!;
+    for (let i = 0; i < b; i++) for (let j = 0; j < a; j++) o[j * b + i] = v[i * a + j];
     t.ne = [b, a];
     setValues(t, o);
   });
@@ -51,7 +51,7 @@ test("transposed (shape and values) vs misshaped (shape only) → each named", a
   assert.ok(r.errors.some((e) => e.code === "source-transposed" && e.message.includes(name)), JSON.stringify(r.errors));
   const misshaped = faulted(DEMO_MODEL, join(dir, "misshaped.gguf"), (l) => {
     const t = find(l, name);
-    t.ne = [t.ne[1]!, t.ne[0]!];
+    t.ne = [t.ne[1], t.ne[0]];
   });
   const m = await doctorWithSource(misshaped, hf);
   assert.equal(m.code, 1);

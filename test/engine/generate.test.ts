@@ -26,11 +26,11 @@ for (const [name, { model, tok }] of [["ds2-lite", lite], ["glm-dsa-topk8", glm]
       assert.equal(r.tokens.length, 12);
       assert.equal(r.finishReason, "length");
       const rows = evaluateAll(model, [...prompt, ...r.tokens], { path: "reference" });
-      r.tokens.forEach((t, k) => assert.equal(t, argmax(rows[prompt.length - 1 + k]!), `token ${k}`));
+      r.tokens.forEach((t, k) => assert.equal(t, argmax(rows[prompt.length - 1 + k]), `token ${k}`));
       // the reported logprob is log_softmax of the raw logits
-      const row = rows[prompt.length - 1]!;
+      const row = rows[prompt.length - 1];
       const lse = Math.log(Array.from(row).reduce((s, x) => s + Math.exp(x), 0));
-      assert.ok(Math.abs(r.logprobs[0]! - (row[r.tokens[0]!]! - lse)) < 1e-4);
+      assert.ok(Math.abs(r.logprobs[0] - (row[r.tokens[0]] - lse)) < 1e-4);
       assert.equal(r.text, tok.decode(r.tokens, { skipSpecial: true }));
       assert.equal(r.promptTokens, prompt.length);
       assert.equal(r.timings.decodeSteps, 11);
@@ -58,7 +58,7 @@ test("seeded sampling is reproducible, and the seed matters", () => {
 test("an end-of-generation token stops generation and is not part of the output", () => {
   const free = generateSync(model, tok, prompt, { temperature: 0, maxTokens: 40, ignoreEog: true });
   // make the 6th greedy token an end-of-generation token through a tokenizer wrapper
-  const eog = free.tokens[5]!;
+  const eog = free.tokens[5];
   const first = free.tokens.indexOf(eog);
   const wrapped = { createDecoder: tok.createDecoder.bind(tok), isEndOfGeneration: (id: number) => id === eog };
   const r = generateSync(model, wrapped, prompt, { temperature: 0, maxTokens: 40 });
@@ -95,7 +95,7 @@ test("stop strings cut the text before them; streamed pieces are a prefix of the
   // a two-character stop string from the middle of the text, avoiding U+FFFD (which decoding can shift)
   let k = 4;
   while (k < chars.length - 2 && (chars[k] === "\uFFFD" || chars[k + 1] === "\uFFFD")) k++;
-  const stop = chars[k]! + chars[k + 1]!;
+  const stop = chars[k] + chars[k + 1];
   const want = free.text.slice(0, free.text.indexOf(stop));
   const events: TokenEvent[] = [];
   const r = generateSync(model, tok, prompt, { temperature: 0, maxTokens: 30, ignoreEog: true, stop: ["\u0000never", stop], onToken: (e) => events.push(e) });

@@ -44,7 +44,7 @@ test("an end-of-generation token inside a chunk stops there; the ids computed pa
   // the first id from index 7 on that did not occur before: the 2nd chunk (tokens 5…12) reaches it at its 3rd step
   const at = free.tokens.findIndex((t, i) => i >= 7 && !free.tokens.slice(0, i).includes(t));
   assert.ok(at >= 7 && at < 12, `an id first seen inside the second chunk: ${JSON.stringify(free.tokens)}`);
-  const eog = free.tokens[at]!;
+  const eog = free.tokens[at];
   const wrapped = { createDecoder: tok.createDecoder.bind(tok), isEndOfGeneration: (id: number) => id === eog };
   const m = new HostChainModel(model);
   const { chained } = assertChainedEqualsHost(m, wrapped, prompt, { temperature: 0, maxTokens: 40 }, "end of generation");
@@ -67,7 +67,7 @@ test("a stop string inside a chunk cuts the text as on the host", () => {
   // a two-character stop string from past the first chunk's text, avoiding U+FFFD
   let k = Math.floor(chars.length / 2);
   while (k < chars.length - 2 && (chars[k] === "\uFFFD" || chars[k + 1] === "\uFFFD")) k++;
-  const stop = chars[k]! + chars[k + 1]!;
+  const stop = chars[k] + chars[k + 1];
   const m = new HostChainModel(model);
   const { chained } = assertChainedEqualsHost(m, tok, prompt, { temperature: 0, maxTokens: 40, ignoreEog: true, stop: ["\u0000never", stop] }, "stop string");
   assert.equal(chained.finishReason, "stop");

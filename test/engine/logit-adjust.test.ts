@@ -10,11 +10,11 @@ import { uniforms } from "../helpers/rng.js";
 /** The definitions written out plainly, one token at a time. */
 function reference(logits: Float32Array, o: { bias: Map<number, number>; presence: number; frequency: number; repetition: number; prompt: number[]; output: number[] }): number[] {
   const out = Array.from(logits);
-  for (const [id, b] of o.bias) out[id] = b === -100 ? -Infinity : out[id]! + b;
+  for (const [id, b] of o.bias) out[id] = b === -100 ? -Infinity : out[id] + b;
   for (let t = 0; t < out.length; t++) {
-    if (o.repetition !== 1 && (o.prompt.includes(t) || o.output.includes(t))) out[t] = out[t]! > 0 ? out[t]! / o.repetition : out[t]! * o.repetition;
+    if (o.repetition !== 1 && (o.prompt.includes(t) || o.output.includes(t))) out[t] = out[t] > 0 ? out[t] / o.repetition : out[t] * o.repetition;
     const count = o.output.filter((x) => x === t).length;
-    out[t] = out[t]! - o.frequency * count - o.presence * (count > 0 ? 1 : 0);
+    out[t] = out[t] - o.frequency * count - o.presence * (count > 0 ? 1 : 0);
   }
   return out;
 }
@@ -37,7 +37,7 @@ test("the adjuster equals the reference definitions on random logits, histories 
     const want = reference(logits, { bias, presence, frequency, repetition, prompt, output });
     for (let t = 0; t < V; t++) {
       if (want[t] === -Infinity) assert.equal(got[t], -Infinity, `trial ${trial}, token ${t}`);
-      else assert.ok(Math.abs(got[t]! - want[t]!) <= 1e-9 * Math.max(1, Math.abs(want[t]!)), `trial ${trial}, token ${t}: ${got[t]} vs ${want[t]}`);
+      else assert.ok(Math.abs(got[t] - want[t]) <= 1e-9 * Math.max(1, Math.abs(want[t])), `trial ${trial}, token ${t}: ${got[t]} vs ${want[t]}`);
     }
   }
 });
@@ -60,7 +60,7 @@ test("greedy sampling with a bias takes the adjusted argmax, reports the unmodif
   assert.equal(s.drawsOnDevice(true), false);
   const r = s.sample(logits);
   assert.equal(r.token, 2); // 1 + 3.5 beats 4 once token 0 is banned
-  assert.ok(Math.abs(r.logprob - logSoftmax(logits)[2]!) < 1e-12);
+  assert.ok(Math.abs(r.logprob - logSoftmax(logits)[2]) < 1e-12);
   assert.equal(new Sampler({ temperature: 0 }).picksGreedyOnDevice(), true);
 });
 
@@ -79,11 +79,11 @@ test("a banned token is never drawn at a temperature, and the draw follows the a
   const s = new Sampler({ temperature: 1, seed: 11, logitBias: new Map([[0, -100], [3, 3]]) });
   const counts = [0, 0, 0, 0];
   const N = 4000;
-  for (let i = 0; i < N; i++) counts[s.sample(logits).token]!++;
+  for (let i = 0; i < N; i++) counts[s.sample(logits).token]++;
   assert.equal(counts[0], 0);
   // adjusted logits [-inf, 3, 0, 3]: tokens 1 and 3 each ~ e^3 / (2 e^3 + 1) ≈ 0.488
   const p = Math.exp(3) / (2 * Math.exp(3) + 1);
-  for (const t of [1, 3]) assert.ok(Math.abs(counts[t]! / N - p) < 0.04, `token ${t}: ${counts[t]! / N} vs ${p}`);
+  for (const t of [1, 3]) assert.ok(Math.abs(counts[t] / N - p) < 0.04, `token ${t}: ${counts[t] / N} vs ${p}`);
 });
 
 test("banning every token is an error, not a silent pick", () => {

@@ -7,7 +7,7 @@ import { PagePool, PagedSequence, pageHashes } from "../../src/engine/paged-cach
 import { CASES, randomTokens, synthModel } from "../helpers/synth.js";
 import { maxAbsDiffFlat } from "../helpers/measure.js";
 
-const v3 = synthModel(CASES[0]!, 3);
+const v3 = synthModel(CASES[0], 3);
 const glm = synthModel(CASES.find((c) => c.base === "tiny-glm")!, 3);
 after(() => {
   v3.cleanup();
@@ -43,7 +43,7 @@ for (const { model, config } of models) {
     const pool = new PagePool(config, { pageSize: 4, numPages: 20 });
     const seq = new PagedSequence(pool);
     const got = run(model, seq, tokens, chunks, extra);
-    ref.forEach((r, i) => assert.ok(maxAbsDiffFlat(r, got[i]!) === 0, `block ${i}`));
+    ref.forEach((r, i) => assert.ok(maxAbsDiffFlat(r, got[i]) === 0, `block ${i}`));
     assert.equal(seq.length, 51);
     assert.equal(seq.table.length, 13);
     assert.equal(pool.stats().pagesInUse, 13);
@@ -56,7 +56,7 @@ for (const { model, config } of models) {
 }
 
 test("prefix caching: a repeated prefix adopts the full pages and gives the same logits", () => {
-  const { model, config } = models[0]!;
+  const { model, config } = models[0];
   const V = config.nVocab;
   const pool = new PagePool(config, { pageSize: 8, numPages: 16 });
   const system = randomTokens(20, 11, 3, V); // 2 full pages + 4
@@ -67,21 +67,21 @@ test("prefix caching: a repeated prefix adopts the full pages and gives the same
   const bTokens = [...system, 9, 10];
   assert.equal(b.adoptPrefix(bTokens), 16);
   assert.deepEqual(b.table, a.table.slice(0, 2));
-  assert.equal(pool.refCount(a.table[0]!), 2);
+  assert.equal(pool.refCount(a.table[0]), 2);
   const got = run(model, b, bTokens.slice(16), [bTokens.length - 16], []);
   const ref = run(model, new LatentCache(config), bTokens, [bTokens.length], []);
-  const tail = ref[0]!.subarray(16 * V);
-  assert.ok(maxAbsDiffFlat(tail, got[0]!) < 1e-5);
+  const tail = ref[0].subarray(16 * V);
+  assert.ok(maxAbsDiffFlat(tail, got[0]) < 1e-5);
   assert.deepEqual(b.prefixLookup, { queried: 2, hit: 2 });
   a.free();
-  assert.equal(pool.refCount(b.table[0]!), 1);
+  assert.equal(pool.refCount(b.table[0]), 1);
   b.free();
   assert.equal(pool.stats().pagesInUse, 0);
 
   // a prompt whose second page matches but whose first does not shares nothing (chained hashes)
   const c = new PagedSequence(pool);
   const cTokens = [...system];
-  cTokens[0] = (cTokens[0]! + 1) % V;
+  cTokens[0] = (cTokens[0] + 1) % V;
   assert.equal(c.adoptPrefix(cTokens), 0);
   // a prompt that is exactly two pages keeps its last page to compute (logits for the last token)
   const d = new PagedSequence(pool);
@@ -100,7 +100,7 @@ test("pageHashes chain every previous token", () => {
 });
 
 test("LRU eviction of unreferenced cached pages; reserve is all or nothing", () => {
-  const { model, config } = models[0]!;
+  const { model, config } = models[0];
   const V = config.nVocab;
   const pool = new PagePool(config, { pageSize: 4, numPages: 6 });
   const first = randomTokens(8, 21, 3, V);
@@ -132,7 +132,7 @@ test("LRU eviction of unreferenced cached pages; reserve is all or nothing", () 
 });
 
 test("writing past the reserved pages is refused", () => {
-  const { model, config } = models[0]!;
+  const { model, config } = models[0];
   const pool = new PagePool(config, { pageSize: 4, numPages: 4 });
   const s = new PagedSequence(pool);
   assert.ok(s.reserve([3, 4]));
@@ -140,7 +140,7 @@ test("writing past the reserved pages is refused", () => {
 });
 
 test("reserveChain takes pages for a chain's positions, all or nothing; pages publish only once record names their ids", () => {
-  const { config } = models[0]!;
+  const { config } = models[0];
   const pool = new PagePool(config, { pageSize: 4, numPages: 4 });
   const a = new PagedSequence(pool);
   assert.ok(a.reserve([1, 2, 3]));

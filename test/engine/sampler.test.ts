@@ -11,22 +11,22 @@ function randomLogits(n: number, seed: number, scale = 3): Float32Array {
 }
 function naiveArgmax(x: ArrayLike<number>): number {
   let best = 0;
-  for (let i = 0; i < x.length; i++) if (x[i]! > x[best]!) best = i;
+  for (let i = 0; i < x.length; i++) if (x[i] > x[best]) best = i;
   return best;
 }
 
 /** Reference filter chain with a full sort: top-k → top-p (renormalized within top-k) → min-p. */
 function referenceKept(logits: Float32Array, o: { topK?: number; topP?: number; minP?: number }): number[] {
   const p = Array.from(logSoftmax(logits), Math.exp);
-  let ids = [...p.keys()].sort((a, b) => p[b]! - p[a]! || a - b);
+  let ids = [...p.keys()].sort((a, b) => p[b] - p[a] || a - b);
   if (o.topK) ids = ids.slice(0, o.topK);
   if (o.topP !== undefined && o.topP < 1) {
-    const mass = ids.reduce((s, i) => s + p[i]!, 0);
+    const mass = ids.reduce((s, i) => s + p[i], 0);
     let cum = 0;
-    const n = ids.findIndex((i) => (cum += p[i]! / mass) >= o.topP!);
+    const n = ids.findIndex((i) => (cum += p[i] / mass) >= o.topP!);
     ids = ids.slice(0, n < 0 ? ids.length : n + 1);
   }
-  if (o.minP) ids = ids.filter((i) => p[i]! >= o.minP! * p[ids[0]!]!);
+  if (o.minP) ids = ids.filter((i) => p[i] >= o.minP! * p[ids[0]]);
   return ids;
 }
 
@@ -40,11 +40,11 @@ function checkEmpirical(logits: Float32Array, opts: SamplerOptions, allowed: num
   }
   for (const id of counts.keys()) assert.ok(allowed.includes(id), `token ${id} is outside the allowed set ${allowed}`);
   const t = opts.temperature ?? 1;
-  const w = allowed.map((i) => Math.exp((logits[i]! - logits[allowed[0]!]!) / t));
+  const w = allowed.map((i) => Math.exp((logits[i] - logits[allowed[0]]) / t));
   const total = w.reduce((a, b) => a + b, 0);
   let chi2 = 0;
   allowed.forEach((id, j) => {
-    const expected = (n * w[j]!) / total;
+    const expected = (n * w[j]) / total;
     chi2 += ((counts.get(id) ?? 0) - expected) ** 2 / expected;
   });
   const df = allowed.length - 1;
@@ -111,7 +111,7 @@ test("logSoftmaxInto writes logSoftmax into a reused row (bit for bit); samplers
     const seq = [long, short, long, short].map((x) => a.sample(x));
     const fresh = [long, short, long, short].map((x, i) => {
       const f = new Sampler(o);
-      for (let j = 0; j < i; j++) f.sample([long, short][j % 2]!); // the same draws before, for the same rng state
+      for (let j = 0; j < i; j++) f.sample([long, short][j % 2]); // the same draws before, for the same rng state
       return f.sample(x);
     });
     assert.deepEqual(seq, fresh, JSON.stringify(o));
@@ -133,9 +133,9 @@ test("logSoftmax matches a naive float64 reference, incl. ±1e4 magnitudes and -
     const z = e.reduceRight((a, b) => a + b, 0);
     for (let i = 0; i < n; i++) {
       if (x[i] === -Infinity) { assert.equal(lp[i], -Infinity); continue; }
-      const ref = Math.log(e[i]! / z);
-      if (Number.isFinite(ref)) assert.ok(Math.abs(lp[i]! - ref) <= 1e-9 * Math.max(1, Math.abs(ref)), `trial ${trial} id ${i}: ${lp[i]} vs ${ref}`);
-      else assert.ok(lp[i]! < -700, `id ${i}: ${lp[i]}`); // reference underflowed; ours must still be a (very negative) finite number
+      const ref = Math.log(e[i] / z);
+      if (Number.isFinite(ref)) assert.ok(Math.abs(lp[i] - ref) <= 1e-9 * Math.max(1, Math.abs(ref)), `trial ${trial} id ${i}: ${lp[i]} vs ${ref}`);
+      else assert.ok(lp[i] < -700, `id ${i}: ${lp[i]}`); // reference underflowed; ours must still be a (very negative) finite number
     }
     assert.ok(Math.abs(lp.reduce((a, v) => a + Math.exp(v), 0) - 1) < 1e-12);
   }
@@ -145,7 +145,7 @@ test("topLogprobs equals the head of a full sort (ties to lower id)", () => {
   const r = uniforms(7);
   for (const n of [1, 2, 10, 999, 20000]) {
     const lp = new Float64Array(n).map(() => Math.round(r() * 50) / 10); // many ties
-    const full = [...lp.keys()].sort((a, b) => lp[b]! - lp[a]! || a - b);
+    const full = [...lp.keys()].sort((a, b) => lp[b] - lp[a] || a - b);
     for (const k of [0, 1, 5, 20, n, n + 3]) {
       assert.deepEqual(topLogprobs(lp, k), full.slice(0, k).map((id) => [id, lp[id]]), `n ${n} k ${k}`);
     }

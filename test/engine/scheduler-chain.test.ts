@@ -13,7 +13,7 @@ import type { LatentStore } from "../../src/model/cache.js";
 import type { GreedyChunk, GreedyPick, PickDraw } from "../../src/engine/device-picks.js";
 import { CASES, randomTokens, synthModel } from "../helpers/synth.js";
 
-const synth = synthModel(CASES[0]!, 5);
+const synth = synthModel(CASES[0], 5);
 after(() => synth.cleanup());
 const loaded = loadModel(synth.path);
 const tokenizer = Tokenizer.fromMetadata(loaded.file.metadata);
@@ -67,7 +67,7 @@ class FakeChainModel implements BatchModel {
       const id = argmax(last);
       let lp = NaN;
       try {
-        lp = logSoftmax(last)[id]!;
+        lp = logSoftmax(last)[id];
       } catch {
         // refused by the host sampler: NaN
       }
@@ -87,7 +87,7 @@ class FakeChainModel implements BatchModel {
         let lp = NaN;
         let id = argmax(logits);
         try {
-          lp = logSoftmax(logits)[id]!;
+          lp = logSoftmax(logits)[id];
         } catch {
           // refused by the host sampler: the device reports a NaN logprob (and some id)
           id = 0;
@@ -150,19 +150,19 @@ test("chained greedy steps give the same streams, logprobs, finishes and events 
   const base = [greedy(randomTokens(3, 1, 3, V), 30), greedy(randomTokens(9, 2, 3, V), 17), greedy(randomTokens(6, 3, 3, V), 40, { ignoreEog: true }), greedy(randomTokens(2, 4, 3, V), 25, { ignoreEog: true })];
   const plain = await run(base, { chainSteps: 0 });
   // a stop token from request 0's stream, a stop string across two of request 2's tokens, a cancel in request 3
-  const r0 = plain.results[0]!;
-  const r2 = plain.results[2]!;
+  const r0 = plain.results[0];
+  const r2 = plain.results[2];
   assert.ok(r0.tokens.length > 8 && r2.tokens.length > 12, "streams long enough for the stops below");
-  const stopTok = r0.tokens[7]!;
-  const pieces = plain.pieces[2]!;
+  const stopTok = r0.tokens[7];
+  const pieces = plain.pieces[2];
   const k = pieces.findIndex((p, i) => i >= 9 && p.length > 0 && (pieces[i + 1] ?? "").length > 0);
   assert.ok(k > 0, "two non-empty pieces in a row");
-  const stopStr = pieces[k]!.slice(-1) + pieces[k + 1]!.slice(0, 1);
+  const stopStr = pieces[k].slice(-1) + pieces[k + 1].slice(0, 1);
   const reqs: Req[] = [
-    { ...base[0]!, stopTokens: [stopTok] },
-    base[1]!,
-    { ...base[2]!, stop: [stopStr] },
-    { ...base[3]!, cancelAt: 13 },
+    { ...base[0], stopTokens: [stopTok] },
+    base[1],
+    { ...base[2], stop: [stopStr] },
+    { ...base[3], cancelAt: 13 },
     greedy(randomTokens(4, 5, 3, V), 3),
     greedy(randomTokens(5, 6, 3, V), 1),
   ];
@@ -177,12 +177,12 @@ test("chained greedy steps give the same streams, logprobs, finishes and events 
     assert.equal(chained.pagesInUse, 0);
   }
   assert.equal(host.model.chains, 0);
-  assert.equal(host.results[0]!.finish, "stop");
-  assert.ok(host.results[0]!.tokens.length <= 7);
-  assert.equal(host.results[2]!.finish, "stop");
-  assert.ok(!host.results[2]!.text.includes(stopStr));
-  assert.equal(host.results[3]!.finish, "abort");
-  assert.equal(host.results[3]!.tokens.length, 14);
+  assert.equal(host.results[0].finish, "stop");
+  assert.ok(host.results[0].tokens.length <= 7);
+  assert.equal(host.results[2].finish, "stop");
+  assert.ok(!host.results[2].text.includes(stopStr));
+  assert.equal(host.results[3].finish, "abort");
+  assert.equal(host.results[3].tokens.length, 14);
 });
 
 test("sequences ending a token apart ride along a chain to the last one's limit: no host step each as they end; the same streams", async () => {
@@ -221,9 +221,9 @@ test("greedy choices made on the device in host steps (forwardBatchPicks) give t
   (nanHost as { forwardBatchPicks?: unknown }).forwardBatchPicks = undefined;
   const a = await run([greedy(randomTokens(3, 36, 3, V), 10, { ignoreEog: true })], { chainSteps: 0 }, nanHost);
   const b = await run([greedy(randomTokens(3, 36, 3, V), 10, { ignoreEog: true })], { chainSteps: 0 }, new FakeChainModel(6));
-  assert.equal(a.results[0]!.finish, "error");
-  assert.equal(b.results[0]!.finish, "error");
-  assert.deepEqual(b.results[0]!.tokens, a.results[0]!.tokens);
+  assert.equal(a.results[0].finish, "error");
+  assert.equal(b.results[0].finish, "error");
+  assert.deepEqual(b.results[0].tokens, a.results[0].tokens);
 });
 
 /** A model whose picks also take draws at a temperature: the token is the key modulo the vocabulary (a stand-in for the device's draw). */
@@ -238,13 +238,13 @@ class FakeDrawModel extends FakeChainModel {
       picks.map((p) => p === true),
     );
     return out.map((o, i) => {
-      const p = picks[i]!;
+      const p = picks[i];
       this.kinds.add(typeof p === "object" ? "draw" : String(p));
       if (typeof p !== "object") return o;
       this.draws.push(p);
       const row = (o as Float32Array).subarray((o as Float32Array).length - V);
       const token = p.key % V;
-      return { token, logprob: logSoftmax(row)[token]! };
+      return { token, logprob: logSoftmax(row)[token] };
     });
   }
 }
@@ -264,7 +264,7 @@ test("draws at a temperature alone are made on a model that takes them (PickDraw
   const keys = new Sampler({ temperature: 0.8, seed: 5 });
   assert.equal(m.draws.length, 9);
   for (const d of m.draws) assert.deepEqual(d, { temperature: 0.8, topK: 0, topP: 1, minP: 0, key: keys.drawKey() });
-  assert.deepEqual(r.results[1]!.tokens, m.draws.map((d) => d.key % V));
+  assert.deepEqual(r.results[1].tokens, m.draws.map((d) => d.key % V));
   // the same seed again: the same stream; the filtered and top-logprobs requests sampled on the host as before
   const again = await run(reqs, { chainSteps: 0 }, new FakeDrawModel());
   assert.deepEqual(again.results, r.results);
@@ -303,12 +303,12 @@ test("a chained step whose logits the sampler refuses ends the sequence with an 
 
 test("pages filled by a chain are published with the ids the chain fed: a follow-up prompt finds them", async () => {
   const reqs = [greedy(randomTokens(3, 31, 3, V), 21, { ignoreEog: true })];
-  const follow = (r: Run): SequenceRequest => greedy([...reqs[0]!.prompt, ...r.results[0]!.tokens], 2, { ignoreEog: true });
+  const follow = (r: Run): SequenceRequest => greedy([...reqs[0].prompt, ...r.results[0].tokens], 2, { ignoreEog: true });
   const host = await run(reqs, { chainSteps: 0 }, new FakeChainModel(), follow);
   const chained = await run(reqs, { chainSteps: 8 }, new FakeChainModel(), follow);
   assert.ok(chained.model.chains > 0);
   assert.deepEqual(chained.results, host.results);
-  assert.equal(host.results[1]!.cached, 20);
+  assert.equal(host.results[1].cached, 20);
 });
 
 test("a model that filters its draws (picksDrawFiltered) also takes requests with top-p and min-p, with top-k 0 or 1..64; top-k past 64 and top logprobs stay on the host", async () => {
@@ -332,8 +332,8 @@ test("a model that filters its draws (picksDrawFiltered) also takes requests wit
   assert.equal(m.draws.length, 11);
   for (const d of withK) assert.deepEqual(d, { temperature: 0.8, topK: 40, topP: 0.95, minP: 0.05, key: keys.drawKey() });
   for (const d of withP) assert.deepEqual(d, { temperature: 0.8, topK: 0, topP: 0.9, minP: 0, key: keysP.drawKey() });
-  assert.deepEqual(r.results[0]!.tokens, withK.map((d) => d.key % V));
-  assert.deepEqual(r.results[1]!.tokens, withP.map((d) => d.key % V));
+  assert.deepEqual(r.results[0].tokens, withK.map((d) => d.key % V));
+  assert.deepEqual(r.results[1].tokens, withP.map((d) => d.key % V));
   const host = await run(reqs, { chainSteps: 0 });
   assert.deepEqual([r.results[2], r.results[3]], [host.results[2], host.results[3]]);
   // a model that draws only at a temperature keeps the top-k request on the host
@@ -360,10 +360,10 @@ class FakeChainDrawModel extends FakeDrawModel {
       let input = token;
       for (let s = 0; s < steps; s++) {
         const logits = this.logits(cache.length + s, input);
-        const d = draws[s * seqs.length + b]!;
+        const d = draws[s * seqs.length + b];
         const id = d.temperature > 0 ? d.key % V : argmax(logits);
         tokens.push(id);
-        logprobs.push(logSoftmax(logits)[id]!);
+        logprobs.push(logSoftmax(logits)[id]);
         input = id;
       }
       cache.advance(steps);
@@ -397,7 +397,7 @@ test("greedy requests with a logit bias or a penalty are neither chained nor pic
   const prompt = randomTokens(4, 21, 3, V);
   const plain = await run([greedy(prompt, 12, { ignoreEog: true })], { chainSteps: 8 });
   assert.ok(plain.model.chains > 0 && plain.model.pickedRows > 0, "the plain request does use the device");
-  const first = plain.results[0]!.tokens[0]!;
+  const first = plain.results[0].tokens[0];
   for (const sampling of [{ temperature: 0, logitBias: new Map([[first, -100]]) }, { temperature: 0, frequencyPenalty: 2 }, { temperature: 0, repetitionPenalty: 1.5, promptTokens: prompt }]) {
     const adjusted = await run([greedy(prompt, 12, { ignoreEog: true, sampling })], { chainSteps: 8 });
     assert.equal(adjusted.model.chains, 0, JSON.stringify(sampling));
@@ -405,14 +405,14 @@ test("greedy requests with a logit bias or a penalty are neither chained nor pic
     // the same choices made on the host from the fake model's rows, one token at a time
     const sampler = new Sampler(sampling);
     const want: number[] = [];
-    let input = prompt[prompt.length - 1]!;
+    let input = prompt[prompt.length - 1];
     for (let pos = prompt.length - 1; want.length < 12; pos++) {
       input = sampler.sample(adjusted.model.logits(pos, input)).token;
       want.push(input);
     }
-    assert.deepEqual(adjusted.results[0]!.tokens, want, JSON.stringify(sampling));
+    assert.deepEqual(adjusted.results[0].tokens, want, JSON.stringify(sampling));
   }
-  assert.notEqual((await run([greedy(prompt, 12, { ignoreEog: true, sampling: { temperature: 0, logitBias: new Map([[first, -100]]) } })], { chainSteps: 8 })).results[0]!.tokens[0], first);
+  assert.notEqual((await run([greedy(prompt, 12, { ignoreEog: true, sampling: { temperature: 0, logitBias: new Map([[first, -100]]) } })], { chainSteps: 8 })).results[0].tokens[0], first);
 });
 
 test("a held sequence sits out the chains (the other chains on without it) and resumes to the same tokens", async () => {
@@ -424,21 +424,21 @@ test("a held sequence sits out the chains (the other chains on without it) and r
   const ids: number[][] = [[], []];
   let a!: Sequence;
   const doneA = new Promise<void>((resolve) => {
-    a = s.submit(req(prompts[0]!), {
+    a = s.submit(req(prompts[0]), {
       onToken: (t) => {
-        ids[0]!.push(t.id);
-        if (ids[0]!.length === 2) s.hold(a);
+        ids[0].push(t.id);
+        if (ids[0].length === 2) s.hold(a);
       },
       onFinish: () => resolve(),
     });
   });
-  await new Promise<void>((resolve) => s.submit(req(prompts[1]!), { onToken: (t) => ids[1]!.push(t.id), onFinish: () => resolve() }));
-  const heldAt = ids[0]!.length;
+  await new Promise<void>((resolve) => s.submit(req(prompts[1]), { onToken: (t) => ids[1].push(t.id), onFinish: () => resolve() }));
+  const heldAt = ids[0].length;
   // held mid-chain, it still gets the rest of that chain (already computed): at most chainSteps - 1 more
   assert.ok(heldAt >= 2 && heldAt <= 9, `${heldAt} tokens while held`);
   assert.ok(model.chains > 0, "no chain ran");
   await new Promise((r) => setTimeout(r, 30));
-  assert.equal(ids[0]!.length, heldAt);
+  assert.equal(ids[0].length, heldAt);
   s.release(a);
   await doneA;
   assert.deepEqual(ids, want.results.map((r) => [...r.tokens]));

@@ -11,7 +11,7 @@ import { Scheduler, type Sequence, type SequenceRequest, type SequenceResult } f
 import { generateSync } from "../../src/engine/generate.js";
 import { CASES, randomTokens, synthModel } from "../helpers/synth.js";
 
-const synth = synthModel(CASES[0]!, 5);
+const synth = synthModel(CASES[0], 5);
 after(() => synth.cleanup());
 const loaded = loadModel(synth.path);
 const tok = Tokenizer.fromMetadata(loaded.file.metadata);

@@ -13,7 +13,7 @@ function decoder(pieces: readonly (string | readonly number[])[]): StreamingDeco
   let dec = new TextDecoder("utf-8");
   const bytes = pieces.map((p) => (typeof p === "string" ? new TextEncoder().encode(p) : Uint8Array.from(p)));
   return {
-    push: (id) => dec.decode(bytes[id]!, { stream: true }),
+    push: (id) => dec.decode(bytes[id], { stream: true }),
     flush: () => {
       const rest = dec.decode();
       dec = new TextDecoder("utf-8");

@@ -64,13 +64,13 @@ function headerFields(buf: Buffer): { fields: Field[]; headerEnd: number } {
       for (let i = 0; i < n; i++) {
         if (i < 4 || et === GGUFValueType.ARRAY) value(et);
         else if (et === GGUFValueType.STRING) p += 8 + Number(buf.readBigUInt64LE(p));
-        else p += scalar[et]!;
+        else p += scalar[et];
       }
     } else if (type === GGUFValueType.UINT32 || type === GGUFValueType.UINT64 || type === GGUFValueType.INT32) {
       // integer values (alignment, split.*, token ids) are interesting too
       if (type === GGUFValueType.UINT64) u64();
       else u32();
-    } else p += scalar[type]!;
+    } else p += scalar[type];
   };
   for (let i = 0; i < nkv; i++) {
     str();
@@ -108,7 +108,7 @@ function mutate(rng: Rng, input: Buffer, meta: { fields: Field[]; headerEnd: num
       case 0: {
         const p = pos();
         const bit = rng.int(8);
-        buf[p]! ^= 1 << bit;
+        buf[p] ^= 1 << bit;
         what.push(`flip bit ${bit} at ${p}`);
         break;
       }
@@ -260,19 +260,19 @@ describe("GGUF mutation fuzzing", () => {
       const rng = new Rng(SEED, i);
       const base = rng.pick(bases);
       const target = rng.int(base.shards.length);
-      const { out, what } = mutate(rng, base.shards[target]!, base.fields[target]!);
+      const { out, what } = mutate(rng, base.shards[target], base.fields[target]);
       const dir = join(tmp.dir, `it${i % 2}`);
       mkdirSync(dir, { recursive: true });
       const count = base.shards.length;
       const names = count === 1 ? ["m.gguf"] : base.shards.map((_, s) => `m-${String(s + 1).padStart(5, "0")}-of-${String(count).padStart(5, "0")}.gguf`);
-      base.shards.forEach((b, s) => writeFileSync(join(dir, names[s]!), s === target ? out : b));
+      base.shards.forEach((b, s) => writeFileSync(join(dir, names[s]), s === target ? out : b));
       const t0 = performance.now();
       let outcome: string;
       try {
-        outcome = exercise(join(dir, names[rng.int(count)]!));
+        outcome = exercise(join(dir, names[rng.int(count)]));
       } catch (e) {
         const keep = join(tmp.dir, "..", `latent-fuzz-failure-seed${SEED}-it${i}.gguf`);
-        copyFileSync(join(dir, names[target]!), keep);
+        copyFileSync(join(dir, names[target]), keep);
         throw new Error(
           `iteration ${i} (seed ${SEED}, base ${base.label}, shard ${target}): ${e instanceof Error ? `${e.name}: ${e.message}` : String(e)}\n` +
             `mutations: ${what.join("; ")}\ninput kept at ${keep}\n` +

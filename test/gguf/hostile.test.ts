@@ -242,7 +242,7 @@ describe("hostile split files", () => {
   }
   /** Rewrite shard `i` (0-based) of `paths` with changed split keys and/or tensors. */
   function rewriteShard(paths: string[], i: number, keys: Record<string, GGUFMetadataEntry | null>, extraTensor?: string): void {
-    const f = readShard(paths[i]!);
+    const f = readShard(paths[i]);
     const meta = new Map(f.metadata);
     for (const [key, v] of Object.entries(keys)) {
       if (v === null) meta.delete(key);
@@ -250,7 +250,7 @@ describe("hostile split files", () => {
     }
     const ts = f.tensors.map((t) => ({ name: t.name, ne: t.ne, type: t.type, data: src.readBytes(src.tensor(t.name)) }));
     if (extraTensor !== undefined) ts.push({ name: extraTensor, ne: src.tensor(extraTensor).ne, type: src.tensor(extraTensor).type, data: src.readBytes(src.tensor(extraTensor)) });
-    writeGGUF(paths[i]!, meta, ts);
+    writeGGUF(paths[i], meta, ts);
   }
   const u16 = (v: number): GGUFMetadataEntry => ({ type: GGUFValueType.UINT16, value: v });
   const i32 = (v: number): GGUFMetadataEntry => ({ type: GGUFValueType.INT32, value: v });
@@ -263,54 +263,54 @@ describe("hostile split files", () => {
 
   it("missing shard", () => {
     const paths = split();
-    rmSync(paths[2]!);
-    for (const p of [paths[0]!, paths[3]!]) rejectsPath(p, /missing shard 3 of 4: .*m-00003-of-00004\.gguf does not exist/);
+    rmSync(paths[2]);
+    for (const p of [paths[0], paths[3]]) rejectsPath(p, /missing shard 3 of 4: .*m-00003-of-00004\.gguf does not exist/);
   });
 
   it("shard with the wrong split.no", () => {
     const paths = split();
     rewriteShard(paths, 2, { "split.no": u16(1) });
-    rejectsPath(paths[0]!, /m-00003-of-00004\.gguf: split\.no = 1, expected 2 \(shard 3 of 4\)/);
+    rejectsPath(paths[0], /m-00003-of-00004\.gguf: split\.no = 1, expected 2 \(shard 3 of 4\)/);
     rewriteShard(paths, 2, { "split.no": null });
-    rejectsPath(paths[0]!, /split\.no = undefined, expected 2/);
+    rejectsPath(paths[0], /split\.no = undefined, expected 2/);
     rewriteShard(paths, 2, { "split.no": { type: GGUFValueType.STRING, value: "2" } });
-    rejectsPath(paths[1]!, /m-00003-of-00004\.gguf: metadata "split\.no" should be a number/);
+    rejectsPath(paths[1], /m-00003-of-00004\.gguf: metadata "split\.no" should be a number/);
   });
 
   it("shards swapped on disk", () => {
     const paths = split();
-    const t = `${paths[1]!}.tmp`;
-    renameSync(paths[1]!, t);
-    renameSync(paths[2]!, paths[1]!);
-    renameSync(t, paths[2]!);
-    rejectsPath(paths[0]!, /split\.no = 2, expected 1/);
+    const t = `${paths[1]}.tmp`;
+    renameSync(paths[1], t);
+    renameSync(paths[2], paths[1]);
+    renameSync(t, paths[2]);
+    rejectsPath(paths[0], /split\.no = 2, expected 1/);
   });
 
   it("split.count disagreeing with the name or between shards", () => {
     const paths = split();
     rewriteShard(paths, 1, { "split.count": u16(5) });
-    rejectsPath(paths[1]!, /the name says 4 shards, split\.count says 5/);
-    rejectsPath(paths[0]!, /m-00002-of-00004\.gguf: split\.count = 5, expected 4/);
+    rejectsPath(paths[1], /the name says 4 shards, split\.count says 5/);
+    rejectsPath(paths[0], /m-00002-of-00004\.gguf: split\.count = 5, expected 4/);
   });
 
   it("split.tensors.count mismatch", () => {
     const paths = split();
     rewriteShard(paths, 0, { "split.tensors.count": i32(n + 1) });
-    rejectsPath(paths[3]!, /m-00002-of-00004\.gguf: split\.tensors\.count = 44, but the first shard says 45/);
+    rejectsPath(paths[3], /m-00002-of-00004\.gguf: split\.tensors\.count = 44, but the first shard says 45/);
     for (let i = 1; i < 4; i++) rewriteShard(paths, i, { "split.tensors.count": i32(n + 1) });
-    rejectsPath(paths[3]!, /split\.tensors\.count = 45, but the 4 shards hold 44 tensors/);
+    rejectsPath(paths[3], /split\.tensors\.count = 45, but the 4 shards hold 44 tensors/);
   });
 
   it("duplicate tensor across shards", () => {
     const paths = split();
     rewriteShard(paths, 3, {}, "token_embd.weight");
-    rejectsPath(paths[0]!, /tensor "token_embd\.weight" appears in both .*m-00001-of-00004\.gguf and .*m-00004-of-00004\.gguf/);
+    rejectsPath(paths[0], /tensor "token_embd\.weight" appears in both .*m-00001-of-00004\.gguf and .*m-00004-of-00004\.gguf/);
   });
 
   it("a split file whose name lost the -NNNNN-of-NNNNN suffix", () => {
     const paths = split();
     const renamed = join(tmp.dir, "renamed.gguf");
-    renameSync(paths[0]!, renamed);
+    renameSync(paths[0], renamed);
     rejectsPath(renamed, /split\.count = 4, but the name does not follow <prefix>-NNNNN-of-NNNNN\.gguf/);
   });
 

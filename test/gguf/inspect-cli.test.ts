@@ -129,7 +129,7 @@ describe("latent inspect on split files", () => {
       assert.deepEqual(s.tensors!.map((t) => [t.name, t.type, t.shape, t.bytes]), single.tensors!.map((t) => [t.name, t.type, t.shape, t.bytes]));
       assert.deepEqual(s.tensors!.map((t) => t.shard), single.tensors!.map((_, i) => Math.floor(i / 20)));
     }
-    const text = (await inspect([paths[1]!])).out;
+    const text = (await inspect([paths[1]])).out;
     assert.match(text, /GGUF v3, 3 shards/);
     assert.match(text, /shards \(3\):\n {2}1 {2}.*mixed-00001-of-00003\.gguf {2}20 tensors/);
   });
@@ -235,7 +235,7 @@ describe("summarizeModel", () => {
     assert.equal(s.hyperparameters.f, "NaN");
     assert.equal(s.warnings.length, 4);
     assert.match(s.warnings.join("\n"), /"general\.name" should be a string/);
-    assert.deepEqual(s.tensors![0]!.hf_names, ["model.w", "model.w2"]);
+    assert.deepEqual(s.tensors![0].hf_names, ["model.w", "model.w2"]);
     const text = formatSummary(s);
     assert.match(text, /^warnings:$/m);
     assert.match(text, /hf name/);
@@ -262,6 +262,6 @@ describe("summarizeModel", () => {
     const last = seen.at(-1)!;
     assert.equal(last.keysDone, last.keyCount);
     assert.equal(last.tensorsDone, last.tensorCount);
-    for (let i = 1; i < seen.length; i++) assert.ok(seen[i]!.bytes >= seen[i - 1]!.bytes);
+    for (let i = 1; i < seen.length; i++) assert.ok(seen[i].bytes >= seen[i - 1].bytes);
   });
 });

@@ -91,7 +91,7 @@ describe("reading the fixture models", () => {
     describe(model, () => {
       const exp = EXPECT[model];
       const file = GGUFFile.open(fixture(model));
-      const shard = file.shards[0]!;
+      const shard = file.shards[0];
 
       it("has the expected header and general metadata", () => {
         assert.equal(file.shards.length, 1);
@@ -209,7 +209,7 @@ describe("agreement with node-llama-cpp's GGUF parser", () => {
       const ti = theirs.tensorInfo!;
       assert.equal(ti.length, ours.tensors.length);
       ti.forEach((t, i) => {
-        const o = ours.tensors[i]!;
+        const o = ours.tensors[i];
         assert.equal(o.name, t.name);
         assert.deepEqual(o.ne, t.dimensions.map(Number));
         assert.equal(o.type, t.ggmlType);

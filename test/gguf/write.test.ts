@@ -59,10 +59,10 @@ describe("split files", () => {
         assert.equal(paths.length, count);
         assert.deepEqual(progress, Array.from({ length: n }, (_, i) => i + 1));
         paths.forEach((p, i) => assert.equal(p, splitPath(prefix, i + 1, count)));
-        assert.deepEqual(parseSplitPath(paths[0]!), { prefix, index: 1, count });
+        assert.deepEqual(parseSplitPath(paths[0]), { prefix, index: 1, count });
 
         // Opening the first, a middle and the last shard yields the same model.
-        const opened = [...new Set([0, Math.floor(count / 2), count - 1])].map((i) => GGUFFile.open(paths[i]!));
+        const opened = [...new Set([0, Math.floor(count / 2), count - 1])].map((i) => GGUFFile.open(paths[i]));
         for (const f of opened) {
           assert.deepEqual(f.paths, paths);
           sameIndex(f, source);
@@ -78,20 +78,20 @@ describe("split files", () => {
           }
         }
         // Non-first shards carry only the split keys.
-        if (count > 1) assert.deepEqual([...readShard(paths[1]!).metadata.keys()].sort(), ["split.count", "split.no", "split.tensors.count"]);
+        if (count > 1) assert.deepEqual([...readShard(paths[1]).metadata.keys()].sort(), ["split.count", "split.no", "split.tensors.count"]);
 
         // Joining the shards back gives the original file, byte for byte.
         const joined = join(tmp.dir, `${model}-per${per}-joined.gguf`);
-        writeGGUF(joined, plainMetadata(opened[0]!), tensorsToWrite(opened[0]!));
+        writeGGUF(joined, plainMetadata(opened[0]), tensorsToWrite(opened[0]));
         assert.ok(readFileSync(joined).equals(readFileSync(fixture(model))));
 
         // A third-party parser agrees on the split layout.
         const { readGgufFileInfo } = await import("node-llama-cpp");
-        const theirs = await readGgufFileInfo(paths[0]!, { logWarnings: false });
+        const theirs = await readGgufFileInfo(paths[0], { logWarnings: false });
         assert.equal(theirs.splicedParts, count);
         assert.deepEqual(
           theirs.fullTensorInfo!.map((t) => [t.name, t.filePart - 1, Number(t.fileOffset)]),
-          [...opened[0]!.tensors.values()].map((t) => [t.name, t.shard, t.offset]),
+          [...opened[0].tensors.values()].map((t) => [t.name, t.shard, t.offset]),
         );
         for (const f of opened) f.close();
       });
@@ -222,7 +222,7 @@ describe("alignment", () => {
       const p = join(tmp.dir, `align${alignment}.gguf`);
       writeGGUF(p, meta, tensorsToWrite(src));
       const f = GGUFFile.open(p);
-      const shard = f.shards[0]!;
+      const shard = f.shards[0];
       assert.equal(shard.alignment, alignment);
       assert.equal(shard.dataOffset % alignment, 0);
       for (const t of f.tensors.values()) {
@@ -234,7 +234,7 @@ describe("alignment", () => {
       assert.ok(readFileSync(p2).equals(readFileSync(p)));
       // split shards keep the alignment
       const paths = writeModel(join(tmp.dir, `align${alignment}-split.gguf`), meta, tensorsToWrite(src), { maxTensorsPerShard: 20 });
-      const s = GGUFFile.open(paths[2]!);
+      const s = GGUFFile.open(paths[2]);
       for (const sh of s.shards) assert.equal(sh.alignment, alignment);
       sameIndex(s, src);
       f.close();

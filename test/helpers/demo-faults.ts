@@ -33,7 +33,7 @@ export function requantized(type: GGMLType): Rewrite {
   return {
     meta: (m) => m.set("general.file_type", u32(type === GGMLType.Q8_0 ? 7 : type === GGMLType.Q4_K ? 15 : type === GGMLType.Q6_K ? 18 : 1)),
     tensors: (list) => {
-      for (const t of list) if (!keepsF32(t.name, t.ne)) setValues(t, values(t), fallbackType(type, t.ne[0]!));
+      for (const t of list) if (!keepsF32(t.name, t.ne)) setValues(t, values(t), fallbackType(type, t.ne[0]));
     },
   };
 }
@@ -50,7 +50,7 @@ export function legacyLayout(headOrder: readonly number[] = Array.from({ length:
     },
     tensors: (list) => {
       for (const kb of layerTensors(list, ".attn_k_b.weight")) {
-        const il = kb.name.split(".")[1]!;
+        const il = kb.name.split(".")[1];
         const vb = find(list, `blk.${il}.attn_v_b.weight`);
         const joined = joinKvB(values(kb), values(vb), H, P, V, L);
         const rows = P + V;
@@ -72,7 +72,7 @@ function swapExperts(tensor: string, a: number, b: number, layers: readonly numb
       for (const il of layers) {
         const t = find(list, `blk.${il}.${tensor}`);
         const v = values(t);
-        const each = t.ne[0]! * t.ne[1]!;
+        const each = t.ne[0] * t.ne[1];
         const ea = v.slice(a * each, (a + 1) * each);
         v.copyWithin(a * each, b * each, (b + 1) * each);
         v.set(ea, b * each);
@@ -89,7 +89,7 @@ function zeroExpert(tensor: string, e: number, layers: readonly number[]): Rewri
       for (const il of layers) {
         const t = find(list, `blk.${il}.${tensor}`);
         const v = values(t);
-        const each = t.ne[0]! * t.ne[1]!;
+        const each = t.ne[0] * t.ne[1];
         v.fill(0, e * each, (e + 1) * each);
         setValues(t, v);
       }
@@ -110,19 +110,19 @@ function shiftQ8Scales(t: RewriteTensor): void {
   setValues(t, values(t), GGMLType.Q8_0);
   const blocks = t.bytes.length / 34;
   const scales = Array.from({ length: blocks }, (_, b) => t.bytes.slice(b * 34, b * 34 + 2));
-  for (let b = 0; b < blocks; b++) t.bytes.set(scales[(b + 1) % blocks]!, b * 34);
+  for (let b = 0; b < blocks; b++) t.bytes.set(scales[(b + 1) % blocks], b * 34);
 }
 
 /** Rope dimensions of W_q and W_kv_a stored half-split (NeoX order) while the model rotates interleaved pairs. */
 function ropeRowsHalfSplit(): Rewrite {
   const toHalfSplit = (t: RewriteTensor, starts: readonly number[]): void => {
     const v = values(t);
-    const K = t.ne[0]!;
+    const K = t.ne[0];
     for (const base of starts) {
       const rows = Array.from({ length: R }, (_, i) => v.slice((base + i) * K, (base + i + 1) * K));
       for (let i = 0; i < R / 2; i++) {
-        v.set(rows[2 * i]!, (base + i) * K);
-        v.set(rows[2 * i + 1]!, (base + R / 2 + i) * K);
+        v.set(rows[2 * i], (base + i) * K);
+        v.set(rows[2 * i + 1], (base + R / 2 + i) * K);
       }
     }
     setValues(t, v);
@@ -165,7 +165,7 @@ export const DEMO_VARIANTS: readonly DemoVariant[] = [
         for (const kb of layerTensors(list, ".attn_k_b.weight")) {
           const v = values(kb);
           const out = new Float32Array(v.length);
-          for (let h = 0; h < H; h++) for (let c = 0; c < L; c++) for (let p = 0; p < P; p++) out[h * L * P + p * L + c] = v[h * L * P + c * P + p]!;
+          for (let h = 0; h < H; h++) for (let c = 0; c < L; c++) for (let p = 0; p < P; p++) out[h * L * P + p * L + c] = v[h * L * P + c * P + p];
           setValues(kb, out);
         }
       },
@@ -250,7 +250,7 @@ export const DEMO_VARIANTS: readonly DemoVariant[] = [
       },
     },
   },
-  { name: "q8_0-scales-shifted-everywhere", healthy: false, edit: q8ScalesShifted((t) => t.ne.length >= 2 && t.ne[0]! % 32 === 0) },
+  { name: "q8_0-scales-shifted-everywhere", healthy: false, edit: q8ScalesShifted((t) => t.ne.length >= 2 && t.ne[0] % 32 === 0) },
 ];
 
 export function writeDemoVariant(v: DemoVariant, dst: string): string {

@@ -31,7 +31,7 @@ export function writeFaultyFile(src: string, dst: string, fault: FileFault): str
       if (factor !== undefined || nan) {
         if (info.type !== 0) throw new Error(`writeFaultyFile: ${info.name} is not F32`);
         const f = new Float32Array(data.buffer.slice(data.byteOffset, data.byteOffset + data.byteLength));
-        if (factor !== undefined) for (let i = 0; i < f.length; i++) f[i]! *= factor;
+        if (factor !== undefined) for (let i = 0; i < f.length; i++) f[i] *= factor;
         if (nan) f[0] = NaN;
         data = new Uint8Array(f.buffer);
       }

@@ -17,7 +17,7 @@ export interface PagedFused {
 
 /** CASES[0] synthesized with `seed`, loaded (CPU reference too) and on the fused pipeline: `slots` × 48 positions, steps of ≤ 8 tokens, `numPages` pages of 4. */
 export function pagedFusedModel(seed: number, slots: number, numPages: number): PagedFused {
-  const synth = synthModel(CASES[0]!, seed);
+  const synth = synthModel(CASES[0], seed);
   const loaded = loadModel(synth.path);
   const tok = Tokenizer.fromMetadata(loaded.file.metadata);
   const pageSize = 4;

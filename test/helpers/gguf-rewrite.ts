@@ -29,7 +29,7 @@ export function values(t: RewriteTensor): Float32Array {
 /** Set a tensor's values, re-encoded in `type` (default: its own type). */
 export function setValues(t: RewriteTensor, v: Float32Array, type = t.type): void {
   t.type = type;
-  t.bytes = quantize(type, v, t.ne[0]!, t.name);
+  t.bytes = quantize(type, v, t.ne[0], t.name);
 }
 
 export function find(list: readonly RewriteTensor[], name: string): RewriteTensor {

@@ -16,8 +16,8 @@ export const CHAINED_LOGPROB_TOL = 1e-4;
 export function assertLogprobsClose(got: readonly number[], want: readonly number[], what: string, tol = CHAINED_LOGPROB_TOL): void {
   assert.equal(got.length, want.length, `${what}: logprob count`);
   got.forEach((g, i) => {
-    assert.ok(Number.isFinite(g) && Number.isFinite(want[i]!), `${what}: token ${i} logprob ${g} vs ${want[i]} (finite)`);
-    assert.ok(Math.abs(g - want[i]!) <= tol, `${what}: token ${i} logprob ${g} vs the host's ${want[i]}`);
+    assert.ok(Number.isFinite(g) && Number.isFinite(want[i]), `${what}: token ${i} logprob ${g} vs ${want[i]} (finite)`);
+    assert.ok(Math.abs(g - want[i]) <= tol, `${what}: token ${i} logprob ${g} vs the host's ${want[i]}`);
   });
 }
 
@@ -73,7 +73,7 @@ export class HostChainModel implements GreedyChainModel {
       const logits = this.inner.forward([next], cache, { path: "decode", logits: "last" });
       next = argmax(logits);
       tokens.push(next);
-      logprobs.push(logSoftmax(logits)[next]!);
+      logprobs.push(logSoftmax(logits)[next]);
     }
     return { tokens, logprobs };
   }
@@ -103,9 +103,9 @@ export class HostDrawModel extends HostChainModel {
       const logits = this.base.forward([next], cache, { path: "decode", logits: "last" });
       const lp = logSoftmax(logits);
       const kept = new Sampler({ temperature: d.temperature, topK: d.topK ?? 0, topP: d.topP ?? 1, minP: d.minP ?? 0, seed: 1 }).candidates(Float64Array.from(lp));
-      next = kept[d.key % kept.length]!;
+      next = kept[d.key % kept.length];
       tokens.push(next);
-      logprobs.push(lp[next]!);
+      logprobs.push(lp[next]);
     }
     return { tokens, logprobs };
   }

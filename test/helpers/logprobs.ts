@@ -20,7 +20,7 @@ export function logprobAt(row: Float32Array, id: number): number {
   for (const v of row) if (v > max) max = v;
   let sum = 0;
   for (const v of row) if (!Number.isNaN(v)) sum += Math.exp(v - max);
-  return row[id]! - max - Math.log(sum);
+  return row[id] - max - Math.log(sum);
 }
 
 export { maxAbsDiff } from "./measure.js";

@@ -5,7 +5,7 @@ export function maxAbsDiffFlat(a: ArrayLike<number>, b: ArrayLike<number>): numb
   if (a.length !== b.length) throw new Error(`lengths differ: ${a.length} vs ${b.length}`);
   let m = 0;
   for (let i = 0; i < a.length; i++) {
-    const d = Math.abs(a[i]! - b[i]!);
+    const d = Math.abs(a[i] - b[i]);
     if (!(d <= m)) m = Number.isNaN(d) ? Infinity : d;
   }
   return m;
@@ -16,15 +16,15 @@ export function maxAbsDiff(a: readonly ArrayLike<number>[], b: readonly ArrayLik
   if (a.length !== b.length) throw new Error(`row counts differ: ${a.length} vs ${b.length}`);
   let m = 0;
   a.forEach((row, i) => {
-    const other = b[i]!;
+    const other = b[i];
     if (row.length !== other.length) throw new Error(`row ${i}: lengths differ: ${row.length} vs ${other.length}`);
     for (let v = 0; v < row.length; v++) {
       const y = other[v];
       if (y === null || y === undefined) {
-        if (row[v]! > -80) m = Math.max(m, Infinity);
+        if (row[v] > -80) m = Math.max(m, Infinity);
         continue;
       }
-      const d = Math.abs(row[v]! - y);
+      const d = Math.abs(row[v] - y);
       if (!(d <= m)) m = Number.isNaN(d) ? Infinity : d;
     }
   });
@@ -36,9 +36,9 @@ export function relErr(a: ArrayLike<number>, b: ArrayLike<number>, n = b.length)
   let d = 0;
   let m = 1;
   for (let i = 0; i < n; i++) {
-    d = Math.max(d, Math.abs(a[i]! - b[i]!));
-    if (Number.isNaN(a[i]!)) d = Infinity;
-    m = Math.max(m, Math.abs(b[i]!));
+    d = Math.max(d, Math.abs(a[i] - b[i]));
+    if (Number.isNaN(a[i])) d = Infinity;
+    m = Math.max(m, Math.abs(b[i]));
   }
   return d / m;
 }
@@ -47,7 +47,7 @@ export function relErr(a: ArrayLike<number>, b: ArrayLike<number>, n = b.length)
 export function maxRel(a: ArrayLike<number>, b: ArrayLike<number>): number {
   let worst = 0;
   for (let i = 0; i < b.length; i++) {
-    const [x, y] = [a[i]!, b[i]!];
+    const [x, y] = [a[i], b[i]];
     if (Number.isNaN(x) || Number.isNaN(y)) {
       if (Number.isNaN(x) !== Number.isNaN(y)) worst = Infinity;
     } else if (x !== y) worst = Math.max(worst, Math.abs(x - y) / Math.abs(y));

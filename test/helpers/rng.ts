@@ -36,7 +36,7 @@ export class Rng {
     return n <= 0 ? 0 : Math.floor((this.next() / 2 ** 32) * n);
   }
   pick<T>(xs: readonly T[]): T {
-    return xs[this.int(xs.length)]!;
+    return xs[this.int(xs.length)];
   }
   chance(p: number): boolean {
     return this.next() / 2 ** 32 < p;

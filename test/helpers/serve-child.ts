@@ -22,7 +22,7 @@ export function spawnServe(args: readonly string[], env: NodeJS.ProcessEnv = pro
     child.stderr!.on("data", (d: Buffer) => {
       stderr += d.toString();
       const m = /listening on (http:\/\/\S+)/.exec(stderr);
-      if (m !== null) resolve(m[1]!);
+      if (m !== null) resolve(m[1]);
     });
     child.on("exit", () => reject(new Error(`server exited early:\n${stderr}`)));
   });

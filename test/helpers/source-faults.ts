@@ -35,7 +35,7 @@ export function reshapeNotTranspose(name: string): TensorEdit {
     const [P, L, H] = t.ne as [number, number, number];
     const v = values(t);
     const out = new Float32Array(v.length);
-    for (let h = 0; h < H; h++) for (let c = 0; c < L; c++) for (let p = 0; p < P; p++) out[h * L * P + p * L + c] = v[(h * L + c) * P + p]!;
+    for (let h = 0; h < H; h++) for (let c = 0; c < L; c++) for (let p = 0; p < P; p++) out[h * L * P + p * L + c] = v[(h * L + c) * P + p];
     setValues(t, out);
   };
 }
@@ -57,7 +57,7 @@ export function zeroSlice(name: string, e: number): TensorEdit {
   return (list) => {
     const t = find(list, name);
     const v = values(t);
-    const size = v.length / t.ne[t.ne.length - 1]!;
+    const size = v.length / t.ne[t.ne.length - 1];
     v.fill(0, e * size, (e + 1) * size);
     setValues(t, v);
   };
@@ -78,8 +78,8 @@ export function q8ScalesShifted(name: string): TensorEdit {
     const b = t.bytes;
     const blocks = b.length / 34;
     for (let i = 0; i < blocks - 1; i++) {
-      b[i * 34] = b[(i + 1) * 34]!;
-      b[i * 34 + 1] = b[(i + 1) * 34 + 1]!;
+      b[i * 34] = b[(i + 1) * 34];
+      b[i * 34 + 1] = b[(i + 1) * 34 + 1];
     }
   };
 }
@@ -87,7 +87,7 @@ export function q8ScalesShifted(name: string): TensorEdit {
 /** Every tensor of ≥ 2 dimensions whose rows fit the type's blocks re-encoded in `type` (a requantized file). */
 export function requantize(type: GGMLType, blockSize: number): TensorEdit {
   return (list) => {
-    for (const t of list) if (t.ne.length >= 2 && t.ne[0]! % blockSize === 0) setValues(t, values(t), type);
+    for (const t of list) if (t.ne.length >= 2 && t.ne[0] % blockSize === 0) setValues(t, values(t), type);
   };
 }
 

@@ -21,7 +21,7 @@ export function synthModel(c: SynthCase, seed = 1, extra: Partial<SynthOptions> 
   const dir = mkdtempSync(join(tmpdir(), "latent-synth-"));
   const path = join(dir, `${c.label}.gguf`);
   const paths = synthesize(synthConfig(c), { out: path, seed, type: c.type ?? "F32", ...extra });
-  return { path: paths[0]!, dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
+  return { path: paths[0], dir, cleanup: () => rmSync(dir, { recursive: true, force: true }) };
 }
 
 /** Deterministic token ids in [lo, hi). */

@@ -82,7 +82,7 @@ export const TEST_SPECIALS: readonly (readonly [string, number])[] = [
 
 function byteLevel(s: string): string {
   let out = "";
-  for (const b of Buffer.from(s, "utf8")) out += BYTE_TO_CHAR[b]!;
+  for (const b of Buffer.from(s, "utf8")) out += BYTE_TO_CHAR[b];
   return out;
 }
 
@@ -108,14 +108,14 @@ export function learnMerges(corpus: string, nMerges: number): string[] {
     heap.push(e);
     while (i > 0) {
       const p = (i - 1) >> 1;
-      if (!better(e, heap[p]!)) break;
-      heap[i] = heap[p]!;
+      if (!better(e, heap[p])) break;
+      heap[i] = heap[p];
       i = p;
     }
     heap[i] = e;
   };
   const pop = (): [number, string] => {
-    const top = heap[0]!;
+    const top = heap[0];
     const last = heap.pop()!;
     if (heap.length > 0) {
       let i = 0;
@@ -123,9 +123,9 @@ export function learnMerges(corpus: string, nMerges: number): string[] {
         const l = 2 * i + 1;
         if (l >= heap.length) break;
         const r = l + 1;
-        const c = r < heap.length && better(heap[r]!, heap[l]!) ? r : l;
-        if (!better(heap[c]!, last)) break;
-        heap[i] = heap[c]!;
+        const c = r < heap.length && better(heap[r], heap[l]) ? r : l;
+        if (!better(heap[c], last)) break;
+        heap[i] = heap[c];
         i = c;
       }
       heap[i] = last;
@@ -134,7 +134,7 @@ export function learnMerges(corpus: string, nMerges: number): string[] {
   };
   const touched = new Set<string>();
   const account = (wi: number, sign: number): void => {
-    const { syms, n } = words[wi]!;
+    const { syms, n } = words[wi];
     for (let i = 0; i + 1 < syms.length; i++) {
       const k = syms[i] + " " + syms[i + 1];
       pairCount.set(k, (pairCount.get(k) ?? 0) + sign * n);
@@ -162,7 +162,7 @@ export function learnMerges(corpus: string, nMerges: number): string[] {
     const a = best.slice(0, sp);
     const b = best.slice(sp + 1);
     for (const wi of [...pairWords.get(best)!]) {
-      const w = words[wi]!;
+      const w = words[wi];
       account(wi, -1);
       const s = w.syms;
       const out: string[] = [];
@@ -170,7 +170,7 @@ export function learnMerges(corpus: string, nMerges: number): string[] {
         if (i + 1 < s.length && s[i] === a && s[i + 1] === b) {
           out.push(a + b);
           i++;
-        } else out.push(s[i]!);
+        } else out.push(s[i]);
       }
       w.syms = out;
       account(wi, 1);
@@ -196,7 +196,7 @@ export function buildVocab(nMerges: number): TestVocab {
     types.push(ty);
   }
   for (let b = 0; b < 256; b++) {
-    tokens.push(BYTE_TO_CHAR[b]!);
+    tokens.push(BYTE_TO_CHAR[b]);
     types.push(1);
   }
   const merges = learnMerges(TRAINING_TEXT(), nMerges);
@@ -238,7 +238,7 @@ export function writeTokenizerGGUF(path: string, pre: string, vocab: TestVocab, 
     const tensors: TensorToWrite[] = [];
     for (const info of base.tensors.values()) {
       if (info.name === "token_embd.weight" || info.name === "output.weight") {
-        const ne0 = info.ne[0]!;
+        const ne0 = info.ne[0];
         const data = new Float32Array(ne0 * n);
         for (let i = 0; i < data.length; i++) data[i] = Math.sin(i * 0.37) * 0.1;
         tensors.push({ name: info.name, ne: [ne0, n], type: GGMLType.F32, data: new Uint8Array(data.buffer) });
@@ -319,12 +319,12 @@ export function randomTexts(count: number, seed: number): string[] {
     const nParts = 1 + Math.floor(r() * 12);
     for (let p = 0; p < nParts; p++) {
       if (r() < 0.35) {
-        parts.push(corpusWords[Math.floor(r() * corpusWords.length)]!);
+        parts.push(corpusWords[Math.floor(r() * corpusWords.length)]);
         continue;
       }
-      const pool = [...POOLS[Math.floor(r() * POOLS.length)]!];
+      const pool = [...POOLS[Math.floor(r() * POOLS.length)]];
       const len = 1 + Math.floor(r() * 6);
-      for (let i = 0; i < len; i++) parts.push(pool[Math.floor(r() * pool.length)]!);
+      for (let i = 0; i < len; i++) parts.push(pool[Math.floor(r() * pool.length)]);
     }
     texts.push(parts.join(""));
   }

@@ -19,7 +19,7 @@ after(tmp.cleanup);
 
 function meta(name: string, edit: (m: Map<string, GGUFMetadataEntry>) => void): Metadata {
   const f = GGUFFile.open(join(FIXTURES, `${name}.gguf`));
-  const m = new Map(f.shards[0]!.metadata);
+  const m = new Map(f.shards[0].metadata);
   f.close();
   edit(m);
   return new Metadata(m);

@@ -44,8 +44,8 @@ describe("findNonFinite", () => {
       for (let at = typeSize; at < 2 * typeSize; at++) {
         for (const pair of [[0x00, 0x7e], [0x00, 0x7c], [0xff, 0xff], [0x80, 0x7f]]) {
           const bad = clean.slice();
-          bad[at] = pair[0]!;
-          if (at + 1 < bad.length) bad[at + 1] = pair[1]!;
+          bad[at] = pair[0];
+          if (at + 1 < bad.length) bad[at + 1] = pair[1];
           const decoded = dequantize(type, bad, n);
           const nonFinite = decoded.some((x) => !Number.isFinite(x));
           const found = findNonFinite(type, bad, n);
@@ -90,7 +90,7 @@ describe("load-time scan", { timeout: 30_000 }, () => {
     const m = loadModel(nanPath, undefined, { onNonFinite: (msg) => seen.push(msg) });
     assert.equal(m.config.nLayer, 6);
     assert.equal(seen.length, 1);
-    assert.match(seen[0]!, /blk\.3\.ffn_up_exps\.weight/);
+    assert.match(seen[0], /blk\.3\.ffn_up_exps\.weight/);
     m.file.close();
   });
 });

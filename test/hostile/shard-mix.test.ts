@@ -43,10 +43,10 @@ describe("mixed shards", { timeout: 60_000 }, () => {
     copyFileSync(shard(a, 1), splitPath(prefix, 1, 2));
     // some tools write the model's metadata into every shard: here shard 2 says it is a different model
     const fb = GGUFFile.open(b.path);
-    const meta = new Map(fb.shards[1]!.metadata);
+    const meta = new Map(fb.shards[1].metadata);
     meta.set("general.architecture", str("deepseek2"));
     meta.set("deepseek2.embedding_length", u32(48));
-    writeGGUF(splitPath(prefix, 2, 2), meta, fb.shards[1]!.tensors.map((t) => ({ name: t.name, ne: t.ne, type: t.type, data: fb.readBytes(fb.tensor(t.name)) })));
+    writeGGUF(splitPath(prefix, 2, 2), meta, fb.shards[1].tensors.map((t) => ({ name: t.name, ne: t.ne, type: t.type, data: fb.readBytes(fb.tensor(t.name)) })));
     fb.close();
     assert.throws(
       () => GGUFFile.open(splitPath(prefix, 1, 2)),

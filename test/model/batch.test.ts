@@ -7,7 +7,7 @@ import { loadModel } from "../../src/runtime/load.js";
 import { maxAbsDiff } from "../helpers/logprobs.js";
 import { CASES, randomTokens, synthModel } from "../helpers/synth.js";
 
-for (const c of [CASES[0]!, CASES.find((x) => x.base === "tiny-glm")!]) {
+for (const c of [CASES[0], CASES.find((x) => x.base === "tiny-glm")!]) {
   test(`${c.label}: batched steps equal single-sequence steps`, () => {
     const m = synthModel(c, 17);
     try {
@@ -30,23 +30,23 @@ for (const c of [CASES[0]!, CASES.find((x) => x.base === "tiny-glm")!]) {
         const items: { si: number; tokens: number[]; path: "prefill" | "decode" }[] = [];
         pending.forEach((p, si) => {
           if (p.length > 0) items.push({ si, tokens: p.splice(0, 8), path: "prefill" });
-          else if (decodes[si]!.length > 0) items.push({ si, tokens: [decodes[si]!.shift()!], path: "decode" });
+          else if (decodes[si].length > 0) items.push({ si, tokens: [decodes[si].shift()!], path: "decode" });
         });
         const outs = model.forwardBatch(items.map((it) => ({ tokens: it.tokens, cache: caches[it.si], path: it.path, logits: "all" as const })));
         items.forEach((it, i) => {
           if (it.path === "prefill") {
-            const prev = chunk[it.si]!;
-            const joined = new Float32Array(prev.length + outs[i]!.length);
+            const prev = chunk[it.si];
+            const joined = new Float32Array(prev.length + outs[i].length);
             joined.set(prev);
-            joined.set(outs[i]!, prev.length);
+            joined.set(outs[i], prev.length);
             chunk[it.si] = joined;
-            if (pending[it.si]!.length === 0) got[it.si]!.push(joined);
-          } else got[it.si]!.push(outs[i]!);
+            if (pending[it.si].length === 0) got[it.si].push(joined);
+          } else got[it.si].push(outs[i]);
         });
       }
       prompts.forEach((_, si) => {
-        assert.equal(got[si]!.length, alone[si]!.length);
-        assert.ok(maxAbsDiff(got[si]!, alone[si]!) <= 1e-9, `sequence ${si}`);
+        assert.equal(got[si].length, alone[si].length);
+        assert.ok(maxAbsDiff(got[si], alone[si]) <= 1e-9, `sequence ${si}`);
       });
     } finally {
       m.cleanup();

@@ -12,7 +12,7 @@ const DIR = new URL("../fixtures/models/", import.meta.url).pathname;
 
 function meta(name: string, edit: (m: Map<string, GGUFMetadataEntry>) => void = () => {}): Metadata {
   const f = GGUFFile.open(join(DIR, `${name}.gguf`));
-  const m = new Map(f.shards[0]!.metadata);
+  const m = new Map(f.shards[0].metadata);
   f.close();
   edit(m);
   return new Metadata(m);

@@ -90,7 +90,7 @@ function mutate(rng: Rng, base: Base, meta: Map<string, GGUFMetadataEntry>, tens
       const t = tensors.get(name)!;
       const ne = [...t.ne];
       if (rng.chance(0.5) && ne.length > 1) ne.reverse();
-      else ne[rng.int(ne.length)] = rng.pick([0, 1, 2, ne[0]! * 2]);
+      else ne[rng.int(ne.length)] = rng.pick([0, 1, 2, ne[0] * 2]);
       tensors.set(name, { ...t, ne });
       what.push(`${name} ne ${t.ne.join("x")} → ${ne.join("x")}`);
     } else {
@@ -132,7 +132,7 @@ describe("model fuzzing: config, weights, tokenizer, forward pass", () => {
   before(() => {
     for (const name of BASES) {
       const bytes = new Uint8Array(readFileSync(fixture(name)));
-      bases.push({ name, bytes, shard: GGUFFile.fromSources([new MemorySource(bytes, name)]).shards[0]! });
+      bases.push({ name, bytes, shard: GGUFFile.fromSources([new MemorySource(bytes, name)]).shards[0] });
     }
   });
 

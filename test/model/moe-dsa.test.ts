@@ -21,7 +21,7 @@ test("V3 routing: bias selects, unbiased sigmoid weights, group top-2 sums, norm
   const r = route(p.map(logit), cfg({ nGroup: 4, nGroupUsed: 2, weightsScale: 2.5 }), bias);
   assert.deepEqual(r.experts, [0, 6]); // 4 (0.6) is in a dropped group
   const w = [0.9, 0.2].map((x) => (x / 1.1) * 2.5);
-  r.weights.forEach((x, i) => assert.ok(Math.abs(x - w[i]!) < 1e-9));
+  r.weights.forEach((x, i) => assert.ok(Math.abs(x - w[i]) < 1e-9));
 });
 
 test("V2 group-limited greedy: a group's score is its max; weights are softmax probs × scale, not normalized", () => {
@@ -31,7 +31,7 @@ test("V2 group-limited greedy: a group's score is its max; weights are softmax p
   const r = route(z, c, undefined);
   assert.deepEqual(r.experts, [0, 1]);
   const sum = z.reduce((a, b) => a + Math.exp(b), 0);
-  assert.ok(Math.abs(r.weights[0]! - (16 * Math.exp(2)) / sum) < 1e-9);
+  assert.ok(Math.abs(r.weights[0] - (16 * Math.exp(2)) / sum) < 1e-9);
   const llama = route(z, { ...c, groupScoring: "llama.cpp" }, undefined);
   assert.deepEqual(llama.experts, [2, 3]);
 });
@@ -46,7 +46,7 @@ test("DSA is exactly dense while a query sees ≤ top_k keys, and sparse after",
       const sparse = logprobRows(model, tokens, path, 7);
       const full = logprobRows(dense, tokens, path, 7);
       assert.equal(maxAbsDiff(sparse.slice(0, 16), full.slice(0, 16)), 0, `${path}: rows 0..15 identical`);
-      for (let i = 17; i < 30; i++) assert.ok(maxAbsDiff([sparse[i]!], [full[i]!]) > 1e-6, `${path}: row ${i} sparse`);
+      for (let i = 17; i < 30; i++) assert.ok(maxAbsDiff([sparse[i]], [full[i]]) > 1e-6, `${path}: row ${i} sparse`);
     }
   } finally {
     m.cleanup();

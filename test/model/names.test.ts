@@ -17,7 +17,7 @@ const MODELS = ["ds2-qlora-softmax", "ds2-lite", "ds2-v3", "glm-dsa-topk8", "ds2
 
 function expected(name: string): { tokens: number[]; want: (number | null)[][] } {
   const e = JSON.parse(readFileSync(join(DIR, `${name}.expected.json`), "utf8")) as { cases: { tokens: number[]; logprobs: (number | null)[][]; logprobs_f32_weights?: (number | null)[][] }[] };
-  const kc = e.cases[0]!;
+  const kc = e.cases[0];
   return { tokens: kc.tokens.slice(0, 24), want: (kc.logprobs_f32_weights ?? kc.logprobs).slice(0, 24) };
 }
 
@@ -64,16 +64,16 @@ for (const name of MODELS) {
       assert.ok(legacyTensors.some((t) => t.name === "blk.0.attn_kv_b.weight"));
       assert.ok(!legacyTensors.some((t) => t.name === "blk.0.attn_k_b.weight"));
       const legacyPath = join(tmp, "legacy.gguf");
-      writeModel(legacyPath, generationMetadata(file.shards[0]!.metadata, c, "legacy"), legacyTensors);
+      writeModel(legacyPath, generationMetadata(file.shards[0].metadata, c, "legacy"), legacyTensors);
       // The PR #11446-era generation: split attn_k_b/attn_v_b tensors with legacy metadata (no *_mla keys).
       const midPath = join(tmp, "split-tensors-legacy-keys.gguf");
-      writeModel(midPath, generationMetadata(file.shards[0]!.metadata, c, "legacy"), [...file.tensors.values()].map((t) => ({ name: t.name, ne: t.ne, type: t.type, data: file.readBytes(t) })));
-      const splitPaths = writeModel(join(tmp, "split.gguf"), file.shards[0]!.metadata, [...file.tensors.values()].map((t) => ({ name: t.name, ne: t.ne, type: t.type, data: file.readBytes(t) })), { maxTensorsPerShard: 9 });
+      writeModel(midPath, generationMetadata(file.shards[0].metadata, c, "legacy"), [...file.tensors.values()].map((t) => ({ name: t.name, ne: t.ne, type: t.type, data: file.readBytes(t) })));
+      const splitPaths = writeModel(join(tmp, "split.gguf"), file.shards[0].metadata, [...file.tensors.values()].map((t) => ({ name: t.name, ne: t.ne, type: t.type, data: file.readBytes(t) })), { maxTensorsPerShard: 9 });
       assert.ok(splitPaths.length > 2);
       const { tokens, want } = expected(name);
       const legacy = loadModel(legacyPath);
       assert.equal(legacy.model.weights.generation, "legacy");
-      const split = loadModel(splitPaths[1]!);
+      const split = loadModel(splitPaths[1]);
       const mid = loadModel(midPath);
       for (const path of ["reference", "prefill", "decode"] as const) {
         assert.ok(maxAbsDiff(logprobRows(mid.model, tokens, path, 5), want) <= 1e-4, `split tensors + legacy keys ${path}`);

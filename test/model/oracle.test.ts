@@ -24,7 +24,7 @@ function check(label: string, enginePath: string, oraclePath: string, seqLens: r
     const want = oracleLogprobs(oraclePath, seqs);
     seqs.forEach((tokens, i) => {
       for (const path of ["reference", "prefill", "decode"] as const) {
-        const d = maxAbsDiff(logprobRows(model, tokens, path, 8), want[i]!);
+        const d = maxAbsDiff(logprobRows(model, tokens, path, 8), want[i]);
         assert.ok(d <= TOL, `${path}, ${tokens.length} tokens: max |Δ logprob| = ${d}`);
       }
     });
@@ -61,7 +61,7 @@ for (const name of ["v2-lite", "glm47-flash"]) {
   const dir = mkdtempSync(join(tmpdir(), "latent-geom-"));
   after(() => rmSync(dir, { recursive: true, force: true }));
   const cfg = withOverrides(preset(name), { n_layer: 1, n_vocab: 512, n_expert: 4, n_used: 2, n_ff_exp: 256, groups: 0, groups_used: 0 });
-  const path = synthesize(cfg, { out: join(dir, `${name}.gguf`), seed: 3, type: "F32" })[0]!;
+  const path = synthesize(cfg, { out: join(dir, `${name}.gguf`), seed: 3, type: "F32" })[0];
   check(`${name} geometry, 1 layer (F32)`, path, path, [12]);
 }
 
@@ -70,7 +70,7 @@ test("V2 group-limited routing follows DeepSeek's definition (max per group), no
   const m = synthModel(c, 21);
   try {
     const tokens = [0, ...randomTokens(22, 97 + 1, 2, 400)];
-    const want = oracleLogprobs(m.path, [tokens])[0]!;
+    const want = oracleLogprobs(m.path, [tokens])[0];
     const asLlama = loadModel(m.path, undefined, { llamaCppGroupScoring: true }).model;
     const definition = loadModel(m.path).model;
     assert.ok(maxAbsDiff(logprobRows(asLlama, tokens, "reference"), want) <= TOL);

@@ -27,7 +27,7 @@ for (const c of CASES) {
 }
 
 test("the paths are not trivially equal: a wrong softmax scale in one path is caught", () => {
-  const m = synthModel(CASES[0]!, 3);
+  const m = synthModel(CASES[0], 3);
   try {
     const { model } = loadModel(m.path);
     const tokens = randomTokens(9, 5, 0, model.config.nVocab);

@@ -84,7 +84,7 @@ const REQUIRED_KEYS = [
 ];
 
 function checkFile(paths: string[], cfg: SynthConfig, legacy: boolean): GGUFFile {
-  const f = GGUFFile.open(paths[0]!);
+  const f = GGUFFile.open(paths[0]);
   const want = expectedShapes(cfg, legacy);
   assert.deepEqual([...f.tensors.keys()].sort(), [...want.keys()].sort());
   for (const [name, ne] of want) assert.deepEqual([...f.tensor(name).ne], ne, name);
@@ -118,7 +118,7 @@ function checkFile(paths: string[], cfg: SynthConfig, legacy: boolean): GGUFFile
 /** llama.cpp evaluates the tokens; returns its log-prob rows. */
 function llamaLogprobs(path: string, tokens: number[]): (number | null)[][] {
   const out = execFileSync(process.execPath, [ORACLE, path, "--tokens", tokens.join(","), "--quiet", "--digits", "6"], { encoding: "utf8", timeout: 120_000, maxBuffer: 1 << 28 });
-  return (JSON.parse(out) as { cases: { logprobs: (number | null)[][] }[] }).cases[0]!.logprobs;
+  return (JSON.parse(out) as { cases: { logprobs: (number | null)[][] }[] }).cases[0].logprobs;
 }
 
 function assertFiniteRows(rows: (number | null)[][], nVocab: number, label: string): void {
@@ -310,7 +310,7 @@ test("matrices of a synthesized file have std ≈ 1/√fan_in after dequantizati
           : info.name.endsWith(".bias") ? 0.1
           : info.name === "token_embd.weight" ? 1
           : info.name === "output.weight" || info.name.includes("ffn_gate_inp") ? 2 / Math.sqrt(256)
-          : 1 / Math.sqrt(info.ne[0]!);
+          : 1 / Math.sqrt(info.ne[0]);
         assert.ok(rms > want / 1.5 && rms < want * 1.5, `${type} ${info.name} (${typeName(info.type)}): rms ${rms} vs ${want}`);
       }
       f.close();
@@ -327,12 +327,12 @@ test("same seed → byte-identical file, different seed → different weights; s
     const a = synthesize(cfg, { out: join(t.dir, "a.gguf"), seed: 5, type: "Q4_K_M" });
     const b = synthesize(cfg, { out: join(t.dir, "b.gguf"), seed: 5, type: "Q4_K_M" });
     const c = synthesize(cfg, { out: join(t.dir, "c.gguf"), seed: 6, type: "Q4_K_M" });
-    assert.ok(readFileSync(a[0]!).equals(readFileSync(b[0]!)));
-    assert.ok(!readFileSync(a[0]!).equals(readFileSync(c[0]!)));
+    assert.ok(readFileSync(a[0]).equals(readFileSync(b[0])));
+    assert.ok(!readFileSync(a[0]).equals(readFileSync(c[0])));
     const shards = synthesize(cfg, { out: join(t.dir, "s.gguf"), seed: 5, type: "Q4_K_M", split: 3 });
     assert.equal(shards.length, 3);
     assert.deepEqual(readdirSync(t.dir).filter((n) => n.startsWith("s-")).sort(), ["s-00001-of-00003.gguf", "s-00002-of-00003.gguf", "s-00003-of-00003.gguf"]);
-    const whole = GGUFFile.open(a[0]!);
+    const whole = GGUFFile.open(a[0]);
     const split = checkFile(shards, cfg, false);
     assert.equal(split.shards.length, 3);
     for (const [name, info] of whole.tensors) {

@@ -46,7 +46,7 @@ for (const name of names) {
     }
     assert.equal(mismatches, 0, `${name}: ${mismatches} of ${n} elements differ, first at ${first}`);
     // row by row at offsets, into a larger buffer
-    const cols = q.ne[0]!;
+    const cols = q.ne[0];
     const rows = n / cols;
     const rb = rowBytes(type, cols);
     const out = new Float32Array(cols + 3);

@@ -18,8 +18,8 @@ for (const name of TYPES) {
     const type = typeByName(name)!;
     assert.equal(refInfo.type, type);
     assert.ok(canQuantize(type));
-    const cols = srcInfo.ne[0]!;
-    const rows = srcInfo.ne[1]!;
+    const cols = srcInfo.ne[0];
+    const rows = srcInfo.ne[1];
     const src = new Float32Array(file.readBytes(srcInfo).slice().buffer);
     const expected = file.readBytes(refInfo);
     const got = quantize(type, src, cols, `${name}.src`);
@@ -73,11 +73,11 @@ for (const name of TYPES) {
       let num = 0;
       let den = 0;
       for (let i = r * cols; i < (r + 1) * cols; i++) {
-        num += (y[i]! - src[i]!) ** 2;
-        den += src[i]! ** 2;
+        num += (y[i] - src[i]) ** 2;
+        den += src[i] ** 2;
       }
       const rel = Math.sqrt(num / den);
-      assert.ok(rel <= RMS_BOUND[name]! * 1.25, `${name} row ${r}: relative RMS ${rel.toFixed(4)} > ${RMS_BOUND[name]! * 1.25}`);
+      assert.ok(rel <= RMS_BOUND[name] * 1.25, `${name} row ${r}: relative RMS ${rel.toFixed(4)} > ${RMS_BOUND[name] * 1.25}`);
     }
   });
 }

@@ -13,7 +13,7 @@ import { CASES, synthModel } from "../helpers/synth.js";
 import { spawnServe } from "../helpers/serve-child.js";
 import { rawExchange, statusOf } from "../helpers/raw-http.js";
 
-const synth = synthModel(CASES[0]!, 5);
+const synth = synthModel(CASES[0], 5);
 after(() => synth.cleanup());
 
 /**

@@ -12,7 +12,7 @@ import { UsageError } from "../../src/util/errors.js";
 
 const ROOT = join(import.meta.dirname, "..", "..");
 const BIN = join(ROOT, "bin", "latent.mjs");
-const synth = synthModel(CASES[0]!, 4);
+const synth = synthModel(CASES[0], 4);
 after(() => synth.cleanup());
 
 test("latent serve --help; bad options exit 2", () => {

@@ -60,14 +60,14 @@ test("fields the server does not implement get a 400 naming them; their no-op va
   await refused(complete({ response_format: { type: "text" } }), "response_format");
   const ok = await chat({ response_format: { type: "text" }, tools: [tool], tool_choice: "none", user: "u-1", metadata: { a: "b" }, store: false, modalities: ["text"], parallel_tool_calls: false, service_tier: "auto" });
   assert.equal(ok.choices.length, 1);
-  assert.equal(ok.choices[0]!.message.tool_calls, undefined);
+  assert.equal(ok.choices[0].message.tool_calls, undefined);
   assert.equal((await complete({ user: "u-1" })).choices.length, 1);
 });
 
 test("max_completion_tokens limits a chat like max_tokens; both must agree", async () => {
   const r = await client.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "Who?" }], max_completion_tokens: 3, temperature: 0, ignore_eos: true } as OpenAI.ChatCompletionCreateParamsNonStreaming);
   assert.equal(r.usage?.completion_tokens, 3);
-  assert.equal(r.choices[0]!.finish_reason, "length");
+  assert.equal(r.choices[0].finish_reason, "length");
   const both = await chat({ max_tokens: 5, max_completion_tokens: 5, ignore_eos: true });
   assert.equal(both.usage?.completion_tokens, 5);
   await refused(chat({ max_tokens: 5, max_completion_tokens: 6 }), "max_tokens", /differ/);
@@ -96,13 +96,13 @@ test("stream_options.include_usage: every chunk carries usage null, the last has
 
 const greedy = async (extra: Record<string, unknown>, n = 12) => {
   const r = await client.completions.create({ model: MODEL, prompt: PROMPT, max_tokens: n, temperature: 0, ignore_eos: true, logprobs: 0, ...extra } as OpenAI.CompletionCreateParamsNonStreaming);
-  const ids = tok.encode(r.choices[0]!.text, { addSpecial: false });
-  return { text: r.choices[0]!.text, ids, logprobs: r.choices[0]!.logprobs!.token_logprobs! };
+  const ids = tok.encode(r.choices[0].text, { addSpecial: false });
+  return { text: r.choices[0].text, ids, logprobs: r.choices[0].logprobs!.token_logprobs! };
 };
 
 test("logit_bias: -100 bans a token, +100 forces one; logprobs stay the model's; ids, values and size are validated", async () => {
   const plain = await greedy({});
-  const first = tok.encode(plain.text, { addSpecial: false })[0]!;
+  const first = tok.encode(plain.text, { addSpecial: false })[0];
   const banned = await greedy({ logit_bias: { [String(first)]: -100 } });
   assert.notEqual(banned.ids[0], first);
   // ban every token the plain answer used: none comes back

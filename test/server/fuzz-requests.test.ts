@@ -13,7 +13,7 @@ import { envInt, Rng } from "../helpers/rng.js";
 const SEED = envInt("LATENT_FUZZ_SEED", 20261201);
 const REQUESTS = envInt("LATENT_FUZZ_REQUESTS", 400);
 
-const synth = synthModel(CASES[0]!, 5);
+const synth = synthModel(CASES[0], 5);
 const loaded = loadModel(synth.path);
 let server: RunningServer;
 
@@ -75,11 +75,11 @@ function randomValue(rng: Rng, depth: number): Json {
   const kind = rng.int(8);
   if (kind === 0) return null;
   if (kind === 1) return rng.int(2) === 0;
-  if (kind === 2) return STRANGE_NUMBERS[rng.int(STRANGE_NUMBERS.length)]!;
-  if (kind === 3) return STRANGE_STRINGS[rng.int(STRANGE_STRINGS.length)]!;
+  if (kind === 2) return STRANGE_NUMBERS[rng.int(STRANGE_NUMBERS.length)];
+  if (kind === 3) return STRANGE_STRINGS[rng.int(STRANGE_STRINGS.length)];
   if (kind === 4 || depth > 3) return rng.int(100);
   if (kind === 5) return Array.from({ length: rng.int(4) }, () => randomValue(rng, depth + 1));
-  if (kind === 6) return { [STRANGE_STRINGS[rng.int(STRANGE_STRINGS.length)]!]: randomValue(rng, depth + 1) };
+  if (kind === 6) return { [STRANGE_STRINGS[rng.int(STRANGE_STRINGS.length)]]: randomValue(rng, depth + 1) };
   return "text";
 }
 
@@ -95,14 +95,14 @@ function mutate(rng: Rng, body: { [k: string]: Json }): string {
   const keys = Object.keys(copy);
   const edits = 1 + rng.int(3);
   for (let e = 0; e < edits; e++) {
-    const key = keys[rng.int(keys.length)]!;
+    const key = keys[rng.int(keys.length)];
     const op = rng.int(9);
     if (op === 0) delete copy[key];
     else if (op === 1) copy[key] = randomValue(rng, 0);
-    else if (op === 2) copy[key] = STRANGE_NUMBERS[rng.int(STRANGE_NUMBERS.length)]!;
-    else if (op === 3) copy[key] = STRANGE_STRINGS[rng.int(STRANGE_STRINGS.length)]!;
+    else if (op === 2) copy[key] = STRANGE_NUMBERS[rng.int(STRANGE_NUMBERS.length)];
+    else if (op === 3) copy[key] = STRANGE_STRINGS[rng.int(STRANGE_STRINGS.length)];
     else if (op === 4) copy[key] = deeplyNested(50 + rng.int(2000));
-    else if (op === 5) copy[rng.int(2) === 0 ? `unknown_${rng.int(5)}` : STRANGE_STRINGS[rng.int(STRANGE_STRINGS.length)]!] = randomValue(rng, 0);
+    else if (op === 5) copy[rng.int(2) === 0 ? `unknown_${rng.int(5)}` : STRANGE_STRINGS[rng.int(STRANGE_STRINGS.length)]] = randomValue(rng, 0);
     else if (op === 6 && Array.isArray(copy[key])) (copy[key] as Json[]).push(randomValue(rng, 0));
     else if (op === 7) copy[key] = Array.from({ length: 3 }, () => randomValue(rng, 1));
     else copy[key] = { nested: randomValue(rng, 1) };
@@ -172,7 +172,7 @@ function checkOutcome(o: Outcome): void {
 async function greedyText(): Promise<string> {
   const o = await send("/v1/completions", JSON.stringify({ model: "tiny", prompt: "the cat sat", max_tokens: 8, temperature: 0 }));
   assert.equal(o.status, 200, o.text);
-  return (JSON.parse(o.text) as { choices: { text: string }[] }).choices[0]!.text;
+  return (JSON.parse(o.text) as { choices: { text: string }[] }).choices[0].text;
 }
 
 test(`${REQUESTS} mutated requests: no 5xx, OpenAI-shaped 4xx, a healthy server with nothing held afterwards`, async () => {
@@ -182,7 +182,7 @@ test(`${REQUESTS} mutated requests: no 5xx, OpenAI-shaped 4xx, a healthy server 
     const batch: Promise<Outcome>[] = [];
     for (let i = start; i < Math.min(REQUESTS, start + 8); i++) {
       const rng = new Rng(SEED, i);
-      const template = TEMPLATES[rng.int(TEMPLATES.length)]!;
+      const template = TEMPLATES[rng.int(TEMPLATES.length)];
       batch.push(send(template.path, mutate(rng, template.body)));
     }
     for (const o of await Promise.all(batch)) {

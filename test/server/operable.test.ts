@@ -13,7 +13,7 @@ import { ListenError } from "../../src/server/listen.js";
 import { parseCorsOrigins } from "../../src/server/cors.js";
 import { CASES, synthModel } from "../helpers/synth.js";
 
-const synth = synthModel(CASES[0]!, 2);
+const synth = synthModel(CASES[0], 2);
 const loaded = loadModel(synth.path);
 const servers: RunningServer[] = [];
 after(async () => {

@@ -40,8 +40,8 @@ test("message: reasoning_content, tool_calls and finish_reason tool_calls; conte
   assert.equal(message.content, null);
   assert.equal(message.reasoning_content, "I need the weather.");
   assert.equal(message.tool_calls?.length, 1);
-  assert.deepEqual(message.tool_calls![0]!.function, { name: "get_weather", arguments: '{"city": "Paris"}' });
-  assert.match(message.tool_calls![0]!.id, /^call_[0-9a-f]{24}$/);
+  assert.deepEqual(message.tool_calls![0].function, { name: "get_weather", arguments: '{"city": "Paris"}' });
+  assert.match(message.tool_calls![0].id, /^call_[0-9a-f]{24}$/);
   // a call inside the reasoning is thinking about a call, not one
   const inReasoning = chatChoice(DS_CALL + "</think>Sunny.", R1, "length");
   assert.deepEqual(inReasoning, { message: { role: "assistant", content: "Sunny.", reasoning_content: DS_CALL }, finish_reason: "length" });

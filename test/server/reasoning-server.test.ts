@@ -53,7 +53,7 @@ function scriptedModel(ids: readonly number[], eos: number): BatchModel {
         if (q.cache === undefined || q.logits === "none") return;
         const n = q.tokens.length > 1 ? 0 : (written.get(q.cache) ?? 0) + 1;
         written.set(q.cache, n);
-        const out = outs[i]!;
+        const out = outs[i];
         out[out.length - V + (ids[n] ?? eos)] = 1e4;
       });
       return outs;
@@ -91,12 +91,12 @@ const ask = (client: OpenAI, extra: Record<string, unknown>) =>
 
 test("the demo model's own template: chat_template_kwargs accepted, plain content, no reasoning_content; tools refused (no tool format)", async () => {
   const r = await ask(plain, { chat_template_kwargs: { enable_thinking: false } });
-  const m = r.choices[0]!.message as Message;
+  const m = r.choices[0].message as Message;
   assert.equal(typeof m.content, "string");
   assert.ok(m.content!.length > 0);
   assert.equal("reasoning_content" in m, false);
   assert.equal(m.tool_calls, undefined);
-  assert.equal(r.choices[0]!.finish_reason, "length");
+  assert.equal(r.choices[0].finish_reason, "length");
   const tool = { type: "function", function: { name: "lookup", parameters: { type: "object", properties: {} } } };
   await assert.rejects(ask(plain, { tools: [tool] }), (e: unknown) => e instanceof OpenAI.BadRequestError && e.param === "tools");
   await assert.rejects(ask(plain, { chat_template_kwargs: { messages: [] } }), (e: unknown) => e instanceof OpenAI.BadRequestError && e.param === "chat_template_kwargs");
@@ -108,9 +108,9 @@ test("thinking: true opens <think> in the prompt, so the answer is reasoning_con
   const off = await ask(thinking, { chat_template_kwargs: { thinking: false } });
   const raw = await ask(thinkingRaw, { chat_template_kwargs: { thinking: true } });
   // the prompt ends in "<think>\n" only when `thinking` reached the template: the split shows it did
-  const mOn = on.choices[0]!.message as Message;
-  const mOff = off.choices[0]!.message as Message;
-  const mRaw = raw.choices[0]!.message as Message;
+  const mOn = on.choices[0].message as Message;
+  const mOff = off.choices[0].message as Message;
+  const mRaw = raw.choices[0].message as Message;
   assert.ok(mOn.reasoning_content !== undefined && mOn.reasoning_content.length > 0, JSON.stringify(mOn));
   assert.equal(mOn.content, "");
   assert.equal("reasoning_content" in mOff, false);
@@ -120,7 +120,7 @@ test("thinking: true opens <think> in the prompt, so the answer is reasoning_con
 });
 
 test("streamed: deltas carry reasoning_content adding up to the non-streamed answer", async () => {
-  const whole = (await ask(thinking, { chat_template_kwargs: { thinking: true } })).choices[0]!.message as Message;
+  const whole = (await ask(thinking, { chat_template_kwargs: { thinking: true } })).choices[0].message as Message;
   const stream = await thinking.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "Who made the heaven?" }], max_tokens: 6, temperature: 0, ignore_eos: true, stream: true, chat_template_kwargs: { thinking: true } } as OpenAI.ChatCompletionCreateParamsStreaming);
   let reasoning = "";
   let content = "";
@@ -150,9 +150,9 @@ test("tools with tool_choice auto reach the template and are looked for; an answ
   const tool = { type: "function", function: { name: "lookup_verse", parameters: { type: "object", properties: { book: { type: "string" } } } } };
   const withTools = await ask(thinking, { tools: [tool], tool_choice: "auto", chat_template_kwargs: { thinking: false } });
   const without = await ask(thinking, { chat_template_kwargs: { thinking: false } });
-  const m = withTools.choices[0]!.message;
+  const m = withTools.choices[0].message;
   assert.equal(m.tool_calls, undefined);
-  assert.equal(withTools.choices[0]!.finish_reason, "length");
+  assert.equal(withTools.choices[0].finish_reason, "length");
   assert.ok(withTools.usage!.prompt_tokens > without.usage!.prompt_tokens, "the tool's name is in the prompt");
   const none = await ask(thinking, { tools: [tool], tool_choice: "none", chat_template_kwargs: { thinking: false } });
   assert.equal(none.usage!.prompt_tokens, without.usage!.prompt_tokens, "tool_choice none: the tools are not shown");
@@ -164,12 +164,12 @@ test("a scripted answer with a tool call: reasoning_content, tool_calls, finish_
   const tool = { type: "function", function: { name: "lookup_verse", parameters: { type: "object", properties: { book: { type: "string" }, verse: { type: "integer" } } } } };
   const request = { model: MODEL, messages: [{ role: "user", content: "Which verse?" }], max_tokens: 200, temperature: 0, tools: [tool], chat_template_kwargs: { thinking: true } };
   const r = await scripted.chat.completions.create(request as OpenAI.ChatCompletionCreateParamsNonStreaming);
-  const m = r.choices[0]!.message as Message;
-  assert.equal(r.choices[0]!.finish_reason, "tool_calls");
+  const m = r.choices[0].message as Message;
+  assert.equal(r.choices[0].finish_reason, "tool_calls");
   assert.equal(m.reasoning_content, "Hmm, John.");
   assert.equal(m.content, null);
   assert.equal(m.tool_calls?.length, 1);
-  const call = m.tool_calls![0]! as OpenAI.ChatCompletionMessageFunctionToolCall;
+  const call = m.tool_calls![0] as OpenAI.ChatCompletionMessageFunctionToolCall;
   assert.equal(call.type, "function");
   assert.match(call.id, /^call_/);
   assert.deepEqual([call.function.name, JSON.parse(call.function.arguments)], ["lookup_verse", { book: "John", verse: 3 }]);
@@ -189,13 +189,13 @@ test("a scripted answer with a tool call: reasoning_content, tool_calls, finish_
   assert.equal(reasoning, "Hmm, John.");
   assert.equal(content, "", "no tool-call markup streamed as content");
   assert.equal(calls.length, 1);
-  assert.deepEqual([calls[0]!.index, calls[0]!.function?.name, calls[0]!.function?.arguments], [0, "lookup_verse", call.function.arguments]);
+  assert.deepEqual([calls[0].index, calls[0].function?.name, calls[0].function?.arguments], [0, "lookup_verse", call.function.arguments]);
   assert.equal(finish, "tool_calls");
   // the same answer with tool_choice "none": no calls looked for, the markup is content
   const none = await scripted.chat.completions.create({ ...request, tool_choice: "none" } as OpenAI.ChatCompletionCreateParamsNonStreaming);
-  assert.equal(none.choices[0]!.finish_reason, "stop");
-  assert.equal(none.choices[0]!.message.tool_calls, undefined);
-  assert.match(none.choices[0]!.message.content!, /^<｜tool▁calls▁begin｜>/);
+  assert.equal(none.choices[0].finish_reason, "stop");
+  assert.equal(none.choices[0].message.tool_calls, undefined);
+  assert.match(none.choices[0].message.content!, /^<｜tool▁calls▁begin｜>/);
 });
 
 test("latent serve --reasoning-format: listed in --help; a value other than deepseek or none is refused before the model loads", async () => {

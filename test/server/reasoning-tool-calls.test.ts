@@ -43,7 +43,7 @@ test("GLM-4.5: arg_key/arg_value pairs typed by the tool schema, JSON when it pa
     toolCalls: [fn("call_0", "get_weather", '{"city":"Beijing","days":"3"}'), fn("call_1", "get_time", "{}")],
   });
   // without a schema "3" is the number 3
-  assert.equal(parseToolCalls(GLM_45, "glm").toolCalls[0]!.function.arguments, '{"city":"Beijing","days":3}');
+  assert.equal(parseToolCalls(GLM_45, "glm").toolCalls[0].function.arguments, '{"city":"Beijing","days":3}');
 });
 
 test("GLM-4.7/5: no newlines between the parts, JSON values", () => {

@@ -69,7 +69,7 @@ test("json_schema streamed: the pieces join into a valid value", async () => {
 test("json_object: an object, or finish_reason length when max_tokens cuts it", async () => {
   for (const temperature of [0, 1]) {
     const r = await client.chat.completions.create({ model: MODEL, messages: MESSAGES, max_tokens: 48, temperature, seed: 11, response_format: { type: "json_object" } });
-    const choice = r.choices[0]!;
+    const choice = r.choices[0];
     const content = choice.message.content ?? "";
     assert.ok(content.trimStart().startsWith("{"), content);
     if (choice.finish_reason === "stop") {
@@ -78,8 +78,8 @@ test("json_object: an object, or finish_reason length when max_tokens cuts it", 
     } else assert.equal(choice.finish_reason, "length");
   }
   const cut = await client.chat.completions.create({ model: MODEL, messages: MESSAGES, max_tokens: 2, temperature: 0, response_format: { type: "json_schema", json_schema: { name: "verdict", schema: VERDICT } } });
-  assert.equal(cut.choices[0]!.finish_reason, "length");
-  assert.throws(() => JSON.parse(cut.choices[0]!.message.content!));
+  assert.equal(cut.choices[0].finish_reason, "length");
+  assert.throws(() => JSON.parse(cut.choices[0].message.content!));
 });
 
 /** The request must fail with 400, naming `param`. */
@@ -127,8 +127,8 @@ test("a prompt that opens <think>: the JSON is the content, not reasoning", asyn
       model: MODEL, messages: MESSAGES, max_tokens: 64, temperature: 0, chat_template_kwargs: { thinking: true },
       response_format: { type: "json_schema", json_schema: { name: "verdict", schema: VERDICT } },
     } as OpenAI.ChatCompletionCreateParamsNonStreaming);
-    const message = r.choices[0]!.message as { content: string | null; reasoning_content?: string };
-    assert.equal(r.choices[0]!.finish_reason, "stop");
+    const message = r.choices[0].message as { content: string | null; reasoning_content?: string };
+    assert.equal(r.choices[0].finish_reason, "stop");
     checkVerdict(message.content!);
     assert.ok(!message.reasoning_content, `reasoning: ${message.reasoning_content}`);
   } finally {

@@ -15,7 +15,7 @@ import { decideBackend, webgpuProbe, WebgpuMissingError } from "../../src/runtim
 import { UsageError } from "../../src/util/errors.js";
 
 const BIN = join(import.meta.dirname, "..", "..", "bin", "latent.mjs");
-const synth = synthModel(CASES[0]!, 2);
+const synth = synthModel(CASES[0], 2);
 const dir = mkdtempSync(join(tmpdir(), "latent-serve-startup-"));
 after(() => {
   synth.cleanup();
@@ -65,7 +65,7 @@ test("a file that fails to load: the error as one line, exit 1", () => {
   const r = spawnSync(process.execPath, [BIN, "serve", bad, "--port", "0", "--backend", "cpu"], { encoding: "utf8" });
   assert.equal(r.status, 1, r.stderr);
   const lines = r.stderr.trimEnd().split("\n");
-  assert.match(lines[0]!, /answers 503 until the model is ready/);
+  assert.match(lines[0], /answers 503 until the model is ready/);
   assert.match(lines.at(-1)!, /^latent serve: .*bad\.gguf: unsupported GGUF version/);
   assert.doesNotMatch(r.stderr, /^\s+at /m, "no stack trace");
   assert.ok(lines.length <= 3, r.stderr);

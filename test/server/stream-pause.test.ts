@@ -12,7 +12,7 @@ import { loadModel } from "../../src/runtime/load.js";
 import { startServer, type RunningServer, type ServerOptions } from "../../src/server/server.js";
 import { CASES, synthModel } from "../helpers/synth.js";
 
-const synth = synthModel(CASES[0]!, 3);
+const synth = synthModel(CASES[0], 3);
 const loaded = loadModel(synth.path);
 const servers: RunningServer[] = [];
 const logs: string[] = [];

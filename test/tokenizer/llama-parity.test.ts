@@ -119,9 +119,9 @@ describe("llama.cpp parity: learned vocabulary, every pre-tokenizer", () => {
     ]);
     const res = llamaTokenizeJobs(jobs, dir);
     PRES.forEach((pre, i) => {
-      refs.set(pre, res[2 * i]!.ids);
-      refs.set(`${pre}/special`, res[2 * i + 1]!.idsSpecial);
-      refs.set(`${pre}/nospecial`, res[2 * i + 1]!.ids);
+      refs.set(pre, res[2 * i].ids);
+      refs.set(`${pre}/special`, res[2 * i + 1].idsSpecial);
+      refs.set(`${pre}/nospecial`, res[2 * i + 1].ids);
     });
   });
 
@@ -194,8 +194,8 @@ describe("llama.cpp parity: the five kit models", () => {
       const tok = Tokenizer.fromMetadata(file.metadata);
       file.close();
       texts.forEach((text, i) => {
-        assert.deepEqual(tok.encode(text, { addSpecial: false }), refs[k]!.ids[i], JSON.stringify(text));
-        assert.deepEqual(tok.encode(text, { addSpecial: false, parseSpecial: true }), refs[k]!.idsSpecial[i], JSON.stringify(text));
+        assert.deepEqual(tok.encode(text, { addSpecial: false }), refs[k].ids[i], JSON.stringify(text));
+        assert.deepEqual(tok.encode(text, { addSpecial: false, parseSpecial: true }), refs[k].idsSpecial[i], JSON.stringify(text));
       });
     });
   });
@@ -203,7 +203,7 @@ describe("llama.cpp parity: the five kit models", () => {
 
 describe("pre-tokenizer internals", () => {
   test("the ported llama3 splitter (glm4) equals the glm4 regex run through the generic regex path", () => {
-    const regexes = PRE_TOKENIZER_REGEXES["glm4"]!;
+    const regexes = PRE_TOKENIZER_REGEXES["glm4"];
     const custom = new PreTokenizer("glm4", regexes);
     const generic = new PreTokenizer("glm4", regexes, { generic: true });
     for (const text of [...HAND_TEXTS, ...randomTexts(300, 3)]) {

@@ -39,7 +39,7 @@ test("logits after every position are the CPU's (≤ 1e-3)", { skip }, async () 
   const want = m.logitsAll(tokens, "reference");
   assert.equal(got.length, tokens.length);
   let d = 0;
-  got.forEach((row, i) => row.forEach((v, j) => (d = Math.max(d, Math.abs(v - want[i]![j]!)))));
+  got.forEach((row, i) => row.forEach((v, j) => (d = Math.max(d, Math.abs(v - want[i][j])))));
   assert.ok(d <= 1e-3, `max |Δ logit| ${d}`);
 });
 
@@ -52,7 +52,7 @@ test("greedy generation chains on the GPU and gives the CPU's tokens and text; s
   assert.deepEqual(gpu.tokens, cpu.tokens);
   assert.deepEqual(events, cpu.tokens);
   assert.equal(gpu.text, cpu.text);
-  gpu.logprobs.forEach((lp, i) => assert.ok(Math.abs(lp - cpu.logprobs[i]!) <= 1e-3, `logprob ${i}: ${lp} vs ${cpu.logprobs[i]}`));
+  gpu.logprobs.forEach((lp, i) => assert.ok(Math.abs(lp - cpu.logprobs[i]) <= 1e-3, `logprob ${i}: ${lp} vs ${cpu.logprobs[i]}`));
   // the cache is the session's: a second run from position 0 gives the same again
   const again = await session!.generate(prompt, { temperature: 0, maxTokens: 12, ignoreEog: true });
   assert.deepEqual(again.tokens, cpu.tokens);

@@ -45,7 +45,7 @@ test("MemorySource and GGUFFile.fromSources read what GGUFFile.open reads", () =
   const b = loadModel(tiny.path).file;
   assert.deepEqual([...a.tensors.keys()], [...b.tensors.keys()]);
   for (const info of a.tensors.values()) assert.deepEqual(a.readBytes(info), b.readBytes(b.tensor(info.name)));
-  assert.equal(a.shards[0]!.path, "mem.gguf");
+  assert.equal(a.shards[0].path, "mem.gguf");
 });
 
 test("GGUFFile.load: the header prefix grows until it parses, tensors come by range, nothing is read twice", async () => {
@@ -56,7 +56,7 @@ test("GGUFFile.load: the header prefix grows until it parses, tensors come by ra
   // 64 bytes, doubled while the parser asks for more: several header reads, then tensor requests of ≤ 1 MiB (or one tensor)
   assert.ok(src.reads.length > 4, `reads: ${src.reads.length}`);
   const largest = Math.max(...[...f.tensors.values()].map((t) => t.nbytes));
-  for (const [, n] of src.reads) assert.ok(n <= Math.max(1 << 20, largest, 2 * f.shards[0]!.dataOffset), `read of ${n} bytes`);
+  for (const [, n] of src.reads) assert.ok(n <= Math.max(1 << 20, largest, 2 * f.shards[0].dataOffset), `read of ${n} bytes`);
   const total = src.reads.reduce((s, [, n]) => s + n, 0);
   assert.ok(total <= bytes.length * 1.6, `fetched ${total} of ${bytes.length}`);
   assert.equal(progress.at(-1), total);
@@ -113,7 +113,7 @@ test("LatentModel: stream with logprobs, summary, path check", async () => {
   assert.equal(events.length, 5);
   for (const ev of events) {
     assert.equal(ev.top?.length, 3);
-    assert.equal(ev.top![0]![0], ev.id); // greedy: the top alternative is the chosen token
+    assert.equal(ev.top![0][0], ev.id); // greedy: the top alternative is the chosen token
   }
   assert.equal(m.summary().architecture, "deepseek2");
   const check = m.pathCheck([1, 5, 9, 13, 17, 21, 25, 29]);

@@ -31,7 +31,7 @@ const seqs = defaultEndpointPrompts(tok, model.config.nVocab).map((p) => {
   const s = [...p];
   for (let j = 0; j < GEN; j++) {
     const l = model.forward(s, undefined, { path: "reference", logits: "last" });
-    s.push(topLogprobs(logSoftmaxRow(l), 1)[0]![0]);
+    s.push(topLogprobs(logSoftmaxRow(l), 1)[0][0]);
   }
   return s;
 });
@@ -43,12 +43,12 @@ function measure(label: string, rows: (seq: number) => readonly Float64Array[]):
   seqs.forEach((s, seq) => {
     const r = rows(seq);
     for (let pos = 0; pos + 1 < s.length; pos++) {
-      const row = r[pos]!;
-      const next = s[pos + 1]!;
+      const row = r[pos];
+      const next = s[pos + 1];
       scored.push({ pos, group: "prompt", step: undefined, seq, top: new Map(topLogprobs(row, K)), returned: K, unmapped: 0, next, nextLogprob: row[next] });
     }
   });
-  const positions = compareAll((seq) => ref[seq]!, scored);
+  const positions = compareAll((seq) => ref[seq], scored);
   const m = summarize(positions);
   // the doctor also judges every probe on its own: the probe means matter as much as the overall one
   const per = seqs.map((_, seq) => summarize(positions.filter((p) => p.seq === seq)));
@@ -57,7 +57,7 @@ function measure(label: string, rows: (seq: number) => readonly Float64Array[]):
 }
 
 const rowsOf = (m: DeepSeek2, path: "reference" | "prefill", map?: (x: number) => number, trace?: (il: number, stage: TraceStage, rows: Float64Array) => void) => (seq: number): Float64Array[] => {
-  const s = seqs[seq]!;
+  const s = seqs[seq];
   if (path === "prefill") return evaluateAll(m, s, { path, chunk: 256 }).map((r) => logSoftmaxRow(map ? r.map(map) : r));
   const l = m.forward(s, undefined, { path, logits: "all", ...(trace ? { trace } : {}) });
   const V = m.config.nVocab;
@@ -66,7 +66,7 @@ const rowsOf = (m: DeepSeek2, path: "reference" | "prefill", map?: (x: number) =
 
 /** Activations rounded in place where the forward pass hands them on: matmul inputs and the residual stream. */
 const rounded = (round: (x: number) => number) => (_il: number, stage: TraceStage, rows: Float64Array): void => {
-  if (stage === "attn_norm" || stage === "ffn_norm" || stage === "residual" || stage === "output_norm") for (let i = 0; i < rows.length; i++) rows[i] = round(rows[i]!);
+  if (stage === "attn_norm" || stage === "ffn_norm" || stage === "residual" || stage === "output_norm") for (let i = 0; i < rows.length; i++) rows[i] = round(rows[i]);
 };
 
 console.log(`${path}: ${seqs.map((s) => s.length).join(" + ")} tokens (prompts + ${GEN} generated), top-${K}`);
@@ -89,7 +89,7 @@ measure("log-probs of 0.9 × logits", rowsOf(model, "reference", (x) => 0.9 * x)
 measure("log-probs of 0.95 × logits", rowsOf(model, "reference", (x) => 0.95 * x));
 for (const b of [model.config.ropeBase * 2, model.config.ropeBase * 10, 1e6]) measure(`RoPE base ${b} (file: ${model.config.ropeBase})`, rowsOf(withRopeBase(model, b), "reference"));
 const moe = model.weights.layers.flatMap((l, i) => (l.moe ? [i] : []));
-for (const [il, e] of [[moe[0]!, 0], [moe[moe.length - 1]!, 3], [moe[Math.floor(moe.length / 2)]!, 5]] as const) measure(`expert ${e} of layer ${il} zeroed`, rowsOf(withExpertZeroed(model, e, il), "reference"));
+for (const [il, e] of [[moe[0], 0], [moe[moe.length - 1], 3], [moe[Math.floor(moe.length / 2)], 5]] as const) measure(`expert ${e} of layer ${il} zeroed`, rowsOf(withExpertZeroed(model, e, il), "reference"));
 const swapped = withKvBSwapped(model);
 if (swapped) measure("attn_k_b / attn_v_b swapped", rowsOf(swapped, "reference"));
 measure("NeoX RoPE", rowsOf(withFaults(model, { neoxRope: true }), "reference"));

@@ -27,15 +27,15 @@ function logprobs(path: string): Float64Array[] {
   }
 }
 
-const argmax = (a: Float64Array): number => a.reduce((b, x, i) => (x > a[b]! ? i : b), 0);
+const argmax = (a: Float64Array): number => a.reduce((b, x, i) => (x > a[b] ? i : b), 0);
 
 function agreement(clean: Float64Array[], lp: Float64Array[]): { top1: number; kl: number } {
   let top1 = 0;
   let kl = 0;
   clean.forEach((c, i) => {
-    const q = lp[i]!;
+    const q = lp[i];
     if (argmax(c) === argmax(q)) top1++;
-    for (let j = 0; j < c.length; j++) kl += Math.exp(c[j]!) * (c[j]! - q[j]!);
+    for (let j = 0; j < c.length; j++) kl += Math.exp(c[j]) * (c[j] - q[j]);
   });
   return { top1: top1 / clean.length, kl: kl / clean.length };
 }

@@ -40,13 +40,13 @@ export function fastAbsorbed(be: AttentionBackend, w: AttentionWeights, cfg: Mod
     const heads: Product[] = [];
     for (let h = 0; h < H; h++) {
       const qo = (i * H + h) * D;
-      heads.push({ w: w.kB[h]!, x: pr.q.subarray(qo, qo + P), n: 1, xStride: P, y: qc.subarray(h * L, (h + 1) * L), yStride: L });
+      heads.push({ w: w.kB[h], x: pr.q.subarray(qo, qo + P), n: 1, xStride: P, y: qc.subarray(h * L, (h + 1) * L), yStride: L });
       qp.set(pr.q.subarray(qo + P, qo + D), h * R);
     }
     be.matmulMany(heads);
     const lo = be.absorbedAttention(lat.c, lat.kPe, T, L, R, qc, qp, H, cfg.kqScale);
     const outs: Product[] = [];
-    for (let h = 0; h < H; h++) outs.push({ w: w.vB[h]!, x: lo.subarray(h * L, (h + 1) * L), n: 1, xStride: L, y: o.subarray((i * H + h) * V, (i * H + h + 1) * V), yStride: V });
+    for (let h = 0; h < H; h++) outs.push({ w: w.vB[h], x: lo.subarray(h * L, (h + 1) * L), n: 1, xStride: L, y: o.subarray((i * H + h) * V, (i * H + h + 1) * V), yStride: V });
     be.matmulMany(outs);
   }
   return o;

@@ -624,7 +624,7 @@ export class CpuBackend implements MatKernels {
           const r0 = i === 0 ? 0 : Math.min(p.w.rows, Math.max(0, 2 * Math.round((lo - c0) / u / 2)));
           const r1 = i === K - 1 ? p.w.rows : Math.min(p.w.rows, Math.max(0, 2 * Math.round((hi - c0) / u / 2)));
           if (r1 > r0) {
-            const q = place[j]!;
+            const q = place[j];
             J.set([arena.index, type, wp, rowBytes, r0, r1, p.w.cols, p.n, q.xp, p.w.cols, q.aqp, q.adp, q.asp, q.yp, p.w.rows, base, sBytes, TOKEN_TILE], SEG0 + g * SEG);
             g++;
           }
@@ -637,14 +637,14 @@ export class CpuBackend implements MatKernels {
     if (K === 1) {
       for (let s = 0; s < g; s++) {
         const o = SEG0 + s * SEG;
-        k.matmul(J[o + 1]!, J[o + 2]!, J[o + 3]!, J[o + 4]!, J[o + 5]!, J[o + 6]!, J[o + 7]!, J[o + 8]!, J[o + 9]!, J[o + 10]!, J[o + 11]!, J[o + 12]!, J[o + 13]!, J[o + 14]!, J[o + 15]!, J[o + 17]!);
+        k.matmul(J[o + 1], J[o + 2], J[o + 3], J[o + 4], J[o + 5], J[o + 6], J[o + 7], J[o + 8], J[o + 9], J[o + 10], J[o + 11], J[o + 12], J[o + 13], J[o + 14], J[o + 15], J[o + 17]);
       }
     } else {
       this.pool.run(g, this.inst);
     }
     const h = arena.f32;
     list.forEach(([p], j) => {
-      const yo = place[j]!.yp >>> 2;
+      const yo = place[j].yp >>> 2;
       copyRows(h, yo, p.w.rows, p.y, 0, p.yStride, p.n, p.w.rows);
     });
   }
@@ -658,7 +658,7 @@ export class CpuBackend implements MatKernels {
   absorbedAttention(C: Vec | Float32Array, K: Vec | Float32Array, T: number, L: number, R: number, qc: Vec, qp: Vec, H: number, scale: number): Float64Array {
     if (this.arenas.length === 0) this.newArena();
     const home = C instanceof Float32Array ? this.byBuffer.get(C.buffer) : undefined;
-    const arena = home ?? this.arenas[0]!;
+    const arena = home ?? this.arenas[0];
     if (this.pool.attached < this.arenas.length) this.pool.attach(this.arenas.map((a) => a.memory));
     const kIn = K instanceof Float32Array && this.byBuffer.get(K.buffer) === arena;
     const thr = T * H * L < PARALLEL_MIN ? 1 : Math.min(this.threads, H);
@@ -710,7 +710,7 @@ export class CpuBackend implements MatKernels {
    */
   prefillAttention(q: Vec, kNope: Vec, kPe: Vec | Float32Array, v: Vec, n: number, pos0: number, H: number, P: number, R: number, V: number, scale: number): Float64Array {
     if (this.arenas.length === 0) this.newArena();
-    const arena = this.arenas[0]!;
+    const arena = this.arenas[0];
     if (this.pool.attached < this.arenas.length) this.pool.attach(this.arenas.map((a) => a.memory));
     const T = pos0 + n;
     const D = P + R;

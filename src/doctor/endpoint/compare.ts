@@ -78,25 +78,25 @@ export function comparePosition(ref: Float64Array, s: Scored): EndpointPosition 
   let pSum = 0;
   let qSum = 0;
   for (const [id, lq] of top) {
-    pSum += Math.exp(ref[id]!);
+    pSum += Math.exp(ref[id]);
     qSum += Math.exp(lq);
   }
   let kl = 0;
   for (const [id, lq] of top) {
-    const lp = ref[id]!;
+    const lp = ref[id];
     kl += Math.exp(lp) * (lp - Math.max(lq, Math.log(FLOOR)));
   }
   const pRest = Math.max(0, 1 - pSum);
   const qRest = Math.max(FLOOR, 1 - qSum);
   if (pRest > FLOOR) kl += pRest * Math.log(pRest / qRest);
   let refTop = 0;
-  for (let i = 1; i < ref.length; i++) if (ref[i]! > ref[refTop]!) refTop = i;
+  for (let i = 1; i < ref.length; i++) if (ref[i] > ref[refTop]) refTop = i;
   let epTop = -1;
   let epTopLp = -Infinity;
   for (const [id, lq] of top) if (lq > epTopLp) [epTop, epTopLp] = [id, lq];
   // a near tie in the reference is not a disagreement
   // (a reference top-1 whose text could not be mapped is no evidence either way)
-  const top1Match = epTop === refTop || ref[refTop]! - ref[epTop]! < 1e-3 || (s.unmapped > 0 && !top.has(refTop));
+  const top1Match = epTop === refTop || ref[refTop] - ref[epTop] < 1e-3 || (s.unmapped > 0 && !top.has(refTop));
   const refLogprob = s.next !== undefined ? ref[s.next] : undefined;
   const gap = refLogprob !== undefined && s.nextLogprob !== undefined ? Math.abs(refLogprob - s.nextLogprob) : undefined;
   return {

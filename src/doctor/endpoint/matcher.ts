@@ -108,8 +108,8 @@ function pickWindow(input: MatchInput, scored: readonly Scored[]): { seq: number
     const mine = scored.filter((s) => s.seq === seq).sort((a, b) => a.pos - b.pos);
     if (mine.length === 0) continue;
     const take = mine.slice(0, Math.min(mine.length, 12));
-    const len = Math.min(input.seqs[seq]!.length, take[take.length - 1]!.pos + 1);
-    if (withinTolerance(summarize(compareAll((s) => input.rows[s]!, take)))) continue;
+    const len = Math.min(input.seqs[seq].length, take[take.length - 1].pos + 1);
+    if (withinTolerance(summarize(compareAll((s) => input.rows[s], take)))) continue;
     if (best === undefined || len < best.len) best = { seq, len, scored: take };
   }
   return best;
@@ -118,7 +118,7 @@ function pickWindow(input: MatchInput, scored: readonly Scored[]): { seq: number
 /** Causes that reproduce a mismatch of the endpoint's prompt (or all) positions. */
 export function matchFaults(input: MatchInput): MatchResult {
   const causes: string[] = [];
-  const rows = (s: number): readonly Float64Array[] => input.rows[s]!;
+  const rows = (s: number): readonly Float64Array[] => input.rows[s];
   const prompt = input.scored.filter((s) => s.group === "prompt");
   for (const shift of [-1, 1]) {
     const m = summarize(compareAll(rows, prompt, shift));
@@ -127,7 +127,7 @@ export function matchFaults(input: MatchInput): MatchResult {
   const t = fitScale(input);
   if (t !== undefined && Math.abs(t - 1) > 0.01) {
     const scaled = input.logits.map((seq) => seq.map((l) => logSoftmaxRow(l.map((x) => x * t))));
-    const m = summarize(compareAll((s) => scaled[s]!, input.scored));
+    const m = summarize(compareAll((s) => scaled[s], input.scored));
     if (withinTolerance(m)) causes.push(`the log-probs match latent's with the logits multiplied by ${t.toFixed(3)} (${formatSummary(m)}): a temperature or logit scale applied to the returned log-probs, or a scaled output norm / lm_head`);
   }
   const window = pickWindow(input, input.scored);
@@ -137,7 +137,7 @@ export function matchFaults(input: MatchInput): MatchResult {
   let tried = 0;
   let outOfBudget = false;
   if (window !== undefined && causes.length === 0) {
-    const tokens = input.seqs[window.seq]!.slice(0, window.len);
+    const tokens = input.seqs[window.seq].slice(0, window.len);
     const clean = withF32Weights(input.clean);
     const simulate = (m: DeepSeek2): Summary => {
       tried++;
@@ -217,9 +217,9 @@ function fitRopeBase(start: number, loss: (base: number) => number): number {
 export function matchDecodeFaults(input: MatchInput, promptLength: (seq: number) => number): string[] {
   const gen = input.scored.filter((s) => s.group === "generated");
   const seqs = [...new Set(gen.map((s) => s.seq))];
-  const seq = seqs.sort((a, b) => input.seqs[a]!.length - input.seqs[b]!.length)[0];
+  const seq = seqs.sort((a, b) => input.seqs[a].length - input.seqs[b].length)[0];
   if (seq === undefined) return [];
-  const tokens = input.seqs[seq]!;
+  const tokens = input.seqs[seq];
   const n = promptLength(seq);
   const cands: { label: string; faults: Faults }[] = [
     { label: "the decode path's attention output is never written (zeros)", faults: { attnOutUnwritten: "decode" } },
@@ -236,7 +236,7 @@ export function matchDecodeFaults(input: MatchInput, promptLength: (seq: number)
         for (let i = 0; i < l.length / V; i++) out.push(logSoftmaxRow(l.subarray(i * V, (i + 1) * V)));
       };
       take(m.forward(tokens.slice(0, n), cache, { path: "prefill", logits: "all" }));
-      for (let i = n; i < tokens.length - 1; i++) take(m.forward([tokens[i]!], cache, { path: "decode", logits: "all" }));
+      for (let i = n; i < tokens.length - 1; i++) take(m.forward([tokens[i]], cache, { path: "decode", logits: "all" }));
       const s = summarize(compareAll(() => out, gen.filter((g) => g.seq === seq)));
       if (withinTolerance(s)) causes.push(`${cand.label} (simulated: ${formatSummary(s)})`);
     } catch {

@@ -25,7 +25,7 @@ function f32(name: string, cols: number, rows: number, values: Float32Array): QM
 function transposed(m: QMatrix, name: string): QMatrix {
   const src = m.toF32();
   const out = new Float32Array(m.rows * m.cols);
-  for (let r = 0; r < m.rows; r++) for (let c = 0; c < m.cols; c++) out[c * m.rows + r] = src[r * m.cols + c]!;
+  for (let r = 0; r < m.rows; r++) for (let c = 0; c < m.cols; c++) out[c * m.rows + r] = src[r * m.cols + c];
   return f32(name, m.rows, m.cols, out);
 }
 

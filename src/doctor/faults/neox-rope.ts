@@ -14,11 +14,11 @@ export class NeoxRope extends Rope {
   override apply(x: Vec, off: number, pos: number): void {
     const half = this.theta.length;
     for (let i = 0; i < half; i++) {
-      const a = pos * this.theta[i]!;
+      const a = pos * this.theta[i];
       const cos = Math.cos(a) * this.mscale;
       const sin = Math.sin(a) * this.mscale;
-      const x0 = x[off + i]!;
-      const x1 = x[off + half + i]!;
+      const x0 = x[off + i];
+      const x1 = x[off + half + i];
       x[off + i] = x0 * cos - x1 * sin;
       x[off + half + i] = x0 * sin + x1 * cos;
     }

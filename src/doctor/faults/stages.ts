@@ -11,7 +11,7 @@ import type { MatProducts } from "../../tensor/products.js";
 
 /** Round every value through fp16 in place (overflow → ±Infinity, as a half-precision buffer would). */
 export function roundToF16(x: Float64Array): void {
-  for (let i = 0; i < x.length; i++) x[i] = f16ToF32(f32ToF16(x[i]!));
+  for (let i = 0; i < x.length; i++) x[i] = f16ToF32(f32ToF16(x[i]));
 }
 
 /** Absorbed decode attention (mla.ts attendAbsorbed, plain loops) with q_abs = W_UKᵀ q_nope held in fp16. */
@@ -28,7 +28,7 @@ export function routeBiasInWeights(z: Float64Array, n: number, c: ModelConfig, b
   for (let t = 0; t < n; t++) {
     const p = gateProbabilities(z.subarray(t * E, (t + 1) * E), c);
     const experts = selectExperts(p, c, bias);
-    routes.push({ experts, weights: expertWeights(experts.map((e) => p[e]! + (bias?.[e] ?? 0)), c) });
+    routes.push({ experts, weights: expertWeights(experts.map((e) => p[e] + (bias?.[e] ?? 0)), c) });
   }
   return routes;
 }

@@ -90,7 +90,7 @@ export class JsonConstraint implements TokenConstraint {
     if (first === undefined || !this.mayStartWith(first)) return null;
     let next = this.tried.get(token);
     if (next === undefined) {
-      next = this.state.feed(this.vocab.pieces[token]!);
+      next = this.state.feed(this.vocab.pieces[token]);
       this.tried.set(token, next);
     }
     return next;

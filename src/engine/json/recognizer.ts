@@ -171,7 +171,7 @@ function step(s: Stack, b: number, out: Stack[]): void {
       f.texts.forEach((t, i) => {
         if (t.length > f.pos && t[f.pos] === b) {
           keep.push(t);
-          names.push(f.names[i]!);
+          names.push(f.names[i]);
         }
       });
       if (keep.length === 0) return;
@@ -179,7 +179,7 @@ function step(s: Stack, b: number, out: Stack[]): void {
       const next = replace(s, { t: "lit", texts: keep, names, pos });
       // finished and nothing longer matches: hand the result up now
       if (keep.every((t) => t.length === pos)) {
-        const done = pop(next, names[0]!);
+        const done = pop(next, names[0]);
         if (done !== null) out.push(done);
       } else out.push(next);
       return;

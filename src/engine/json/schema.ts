@@ -102,7 +102,7 @@ export function compileSchema(schema: unknown): SchemaNode {
     const types = Array.isArray(type) ? type : [type];
     if (types.length === 0) throw new UsageError(`${where}: 'type' must not be empty`);
     const nodes = types.map((t) => typed(s, t, where));
-    return nodes.length === 1 ? nodes[0]! : { k: "union", of: nodes };
+    return nodes.length === 1 ? nodes[0] : { k: "union", of: nodes };
   };
   const count = (s: Json, key: string, where: string, fallback: number): number => {
     const v = s[key];

@@ -93,7 +93,7 @@ for (const c of CASES) {
       while (gcd(mul, pages + 3) !== 1) mul++;
       const pageIds = Array.from({ length: pages }, (_, i) => (i * mul + 2) % (pages + 3));
       const selBase = 2;
-      const rowOf = (u: number): number => (pageSize > 0 ? pageIds[Math.floor(u / pageSize)]! * pageSize + (u % pageSize) : 3 + u);
+      const rowOf = (u: number): number => (pageSize > 0 ? pageIds[Math.floor(u / pageSize)] * pageSize + (u % pageSize) : 3 + u);
       const rows = Math.max(...Array.from({ length: nk }, (_, u) => rowOf(u))) + 2;
       const cc = rng.f64(rows * L);
       const ck = rng.f64(rows * R);
@@ -106,13 +106,13 @@ for (const c of CASES) {
       const ss = a0.subarray(kvOff, kvOff + L).reduce((s, v) => s + v * v, 0);
       const inv = 1 / Math.sqrt(ss / L + EPS);
       const rope = (x0: number, x1: number, i: number): [number, number] => {
-        const co = table[(pos * half + i) * 2]!;
-        const si = table[(pos * half + i) * 2 + 1]!;
+        const co = table[(pos * half + i) * 2];
+        const si = table[(pos * half + i) * 2 + 1];
         return [x0 * co - x1 * si, x0 * si + x1 * co];
       };
       const cur = new Float64Array(L + R);
-      for (let i = 0; i < L; i++) cur[i] = a0[kvOff + i]! * inv * g[i]!;
-      for (let i = 0; i < half; i++) [cur[L + 2 * i], cur[L + 2 * i + 1]] = rope(a0[kvOff + L + 2 * i]!, a0[kvOff + L + 2 * i + 1]!, i);
+      for (let i = 0; i < L; i++) cur[i] = a0[kvOff + i] * inv * g[i];
+      for (let i = 0; i < half; i++) [cur[L + 2 * i], cur[L + 2 * i + 1]] = rope(a0[kvOff + L + 2 * i], a0[kvOff + L + 2 * i + 1], i);
       const key = (u: number): Float64Array => {
         if (u === nk - 1) return cur;
         const row = rowOf(u);
@@ -126,13 +126,13 @@ for (const c of CASES) {
       for (let h = 0; h < H; h++) {
         const q = new Float64Array(L + R);
         wk.slice(h * L, L).matmul(a0.subarray(h * D, h * D + P), 1, P, q, L);
-        for (let i = 0; i < half; i++) [q[L + 2 * i], q[L + 2 * i + 1]] = rope(a0[h * D + P + 2 * i]!, a0[h * D + P + 2 * i + 1]!, i);
-        const sc = Array.from({ length: nk }, (_, u) => key(u).reduce((s, v, d) => s + v * q[d]!, 0) * scale);
+        for (let i = 0; i < half; i++) [q[L + 2 * i], q[L + 2 * i + 1]] = rope(a0[h * D + P + 2 * i], a0[h * D + P + 2 * i + 1], i);
+        const sc = Array.from({ length: nk }, (_, u) => key(u).reduce((s, v, d) => s + v * q[d], 0) * scale);
         const mx = Math.max(...sc);
         const e = sc.map((v) => Math.exp(v - mx));
         const l = e.reduce((a, b) => a + b, 0);
         const lat = new Float64Array(L);
-        for (let u = 0; u < nk; u++) for (let d = 0; d < L; d++) lat[d]! += (e[u]! / l) * key(u)[d]!;
+        for (let u = 0; u < nk; u++) for (let d = 0; d < L; d++) lat[d] += (e[u] / l) * key(u)[d];
         wv.slice(h * V, V).matmul(lat, 1, L, want.subarray(h * V), V);
       }
 
@@ -151,8 +151,8 @@ for (const c of CASES) {
       // the token's key written at its row, the other rows untouched
       const ccGot = await r.readF32(ccBuf);
       const ckGot = await r.readF32(ckBuf);
-      const ccWant = Float64Array.from(cc, (v, i) => (Math.floor(i / L) === rowCur ? cur[i % L]! : v));
-      const ckWant = Float64Array.from(ck, (v, i) => (Math.floor(i / R) === rowCur ? cur[L + (i % R)]! : v));
+      const ccWant = Float64Array.from(cc, (v, i) => (Math.floor(i / L) === rowCur ? cur[i % L] : v));
+      const ckWant = Float64Array.from(ck, (v, i) => (Math.floor(i / R) === rowCur ? cur[L + (i % R)] : v));
       assert.ok(relErr(ccGot, ccWant) < 1e-6, `cache c: err ${relErr(ccGot, ccWant)}`);
       assert.ok(relErr(ckGot, ckWant) < 1e-6, `cache k_pe: err ${relErr(ckGot, ckWant)}`);
       kB.destroy();

@@ -75,11 +75,11 @@ function build(rng: Rng, k: Case): Inputs {
     cacheRows = pool * P;
     for (let i = 0; i < nq; i++) {
       // a random table over the shared pool (queries of one sequence share theirs)
-      const table = k.shared === true && i > 0 ? selWords.slice(meta[0]!, meta[0]! + pagesPer) : shuffle(rng, Array.from({ length: pool }, (_, p) => p)).slice(0, pagesPer);
+      const table = k.shared === true && i > 0 ? selWords.slice(meta[0], meta[0] + pagesPer) : shuffle(rng, Array.from({ length: pool }, (_, p) => p)).slice(0, pagesPer);
       const at = selWords.length;
       selWords.push(...table);
       meta.push(at, 0, 0, 0);
-      rowOf.push((u) => table[Math.floor(u / P)]! * P + (u % P));
+      rowOf.push((u) => table[Math.floor(u / P)] * P + (u % P));
     }
   } else {
     const slot = maxT + 3;
@@ -91,9 +91,9 @@ function build(rng: Rng, k: Case): Inputs {
     }
   }
   for (let i = 0; i < nq; i++) {
-    let positions = Array.from({ length: keys[i]! }, (_, u) => u);
-    if (k.sel !== undefined && keys[i]! > 0) {
-      positions = shuffle(rng, positions).slice(0, Math.min(k.sel, keys[i]!));
+    let positions = Array.from({ length: keys[i] }, (_, u) => u);
+    if (k.sel !== undefined && keys[i] > 0) {
+      positions = shuffle(rng, positions).slice(0, Math.min(k.sel, keys[i]));
       // DSA lists are ascending; one query in reverse order, which the kernel must not care about
       positions.sort((a, b) => (i === 1 ? b - a : a - b));
       meta[4 * i + 2] = selWords.length;
@@ -101,7 +101,7 @@ function build(rng: Rng, k: Case): Inputs {
       selWords.push(...positions);
     }
     meta[4 * i + 1] = positions.length;
-    rows.push(positions.map(rowOf[i]!));
+    rows.push(positions.map(rowOf[i]));
   }
   const qStride = H * (d1 + d2) + 3;
   const args: AttentionArgs = {
@@ -133,7 +133,7 @@ function build(rng: Rng, k: Case): Inputs {
 function shuffle(rng: Rng, a: number[]): number[] {
   for (let i = a.length - 1; i > 0; i--) {
     const j = rng.int(0, i + 1);
-    [a[i], a[j]] = [a[j]!, a[i]!];
+    [a[i], a[j]] = [a[j], a[i]];
   }
   return a;
 }
@@ -143,13 +143,13 @@ function reference(x: Inputs): Float64Array {
   const { nq, heads: H, d1, d2, scale } = x.args;
   const out = new Float64Array(nq * H * d1);
   for (let i = 0; i < nq; i++) {
-    const rows = x.rows[i]!;
+    const rows = x.rows[i];
     for (let h = 0; h < H; h++) {
       const qo = Q_OFF + i * x.args.q.stride + h * (d1 + d2);
       const s = rows.map((r) => {
         let d = 0;
-        for (let e = 0; e < d1; e++) d += x.q[qo + e]! * x.c[r * d1 + e]!;
-        for (let e = 0; e < d2; e++) d += x.q[qo + d1 + e]! * x.kpe[r * d2 + e]!;
+        for (let e = 0; e < d1; e++) d += x.q[qo + e] * x.c[r * d1 + e];
+        for (let e = 0; e < d2; e++) d += x.q[qo + d1 + e] * x.kpe[r * d2 + e];
         return d * scale;
       });
       const m = Math.max(...s);
@@ -157,7 +157,7 @@ function reference(x: Inputs): Float64Array {
       const l = p.reduce((a, b) => a + b, 0);
       const o = (i * H + h) * d1;
       rows.forEach((r, j) => {
-        for (let e = 0; e < d1; e++) out[o + e]! += (p[j]! / l) * x.c[r * d1 + e]!;
+        for (let e = 0; e < d1; e++) out[o + e] += (p[j] / l) * x.c[r * d1 + e];
       });
     }
   }
@@ -182,7 +182,7 @@ async function run(r: GpuRuntime, x: Inputs): Promise<Float32Array> {
 /** Only the queries that have keys (the previous kernels give NaN for an empty list). */
 function withKeys(x: Inputs, v: ArrayLike<number>): number[] {
   const { heads: H, d1 } = x.args;
-  return x.rows.flatMap((rows, i) => (rows.length === 0 ? [] : Array.from({ length: H * d1 }, (_, e) => v[i * H * d1 + e]!)));
+  return x.rows.flatMap((rows, i) => (rows.length === 0 ? [] : Array.from({ length: H * d1 }, (_, e) => v[i * H * d1 + e])));
 }
 
 /** The new kernel (with `tune`), checked against the reference and the previous kernels; returns its dispatch labels. */

@@ -83,7 +83,7 @@ test("run --backend webgpu --temp 0 chains the greedy steps on the GPU: same tex
   };
   assertLogprobsClose(gpu.logprobs.map(num), withLogprobs.logprobs.map(num), "run --json logprobs, chained vs host sampling");
   // and within the CPU kernels' agreement of the CPU backend's
-  gpu.logprobs.forEach((e, i) => assert.ok(Math.abs(num(e) - num(cpu.logprobs[i]!)) <= 1e-3, `token ${i}: ${e.logprob} vs the CPU's ${cpu.logprobs[i]!.logprob}`));
+  gpu.logprobs.forEach((e, i) => assert.ok(Math.abs(num(e) - num(cpu.logprobs[i])) <= 1e-3, `token ${i}: ${e.logprob} vs the CPU's ${cpu.logprobs[i].logprob}`));
   // sampling at the CLI's defaults (temperature 0.8, top-k 40, top-p 0.95) chains draws on the GPU: the same seed gives
   // the same tokens; a top-k past 64 samples on the host
   const sampledArgs = [MODEL, "-p", "hello world", "-n", "8", "--temp", "0.8", "--json", "--seed", "1", "--backend", "webgpu", "--ignore-eos"];

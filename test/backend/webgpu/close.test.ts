@@ -23,7 +23,7 @@ console.log("closed");
 `;
 
 test("close() right after queuing every upload: no abort, the process ends normally", { skip }, () => {
-  const m = synthModel(CASES[0]!, 3);
+  const m = synthModel(CASES[0], 3);
   try {
     const r = spawnSync(process.execPath, ["--import", "tsx", "--input-type=module", "-e", CHILD, m.path], {
       encoding: "utf8",

@@ -316,7 +316,7 @@ for (const s of SCENARIOS) {
     test(`together: ${s.name}${checkWrites ? " (--check-writes)" : ""}`, { skip }, async () => {
       const { dispatched, bytes } = await runBoth(s, { checkWrites }, 7);
       assert.deepEqual(dispatched, [s.dispatches, s.combines ? 1 : s.dispatches]);
-      bytes[0]!.forEach((want, i) => assert.deepEqual(bytes[1]![i], want, `output ${i} differs combined vs one by one`));
+      bytes[0].forEach((want, i) => assert.deepEqual(bytes[1][i], want, `output ${i} differs combined vs one by one`));
     });
   }
 }
@@ -335,7 +335,7 @@ test("together: the rebuilt builtins are the ones of a dispatch of its own", { s
     const wid = [0, w % 3, Math.floor(w / 3)];
     for (let li = 0; li < 16; li++) {
       const l = [li % 4, Math.floor(li / 4) % 2, Math.floor(li / 8)];
-      const want = [...wid, 1, 3, 2, ...wid.map((v, d) => v * [4, 2, 2][d]! + l[d]!), ...l, li];
+      const want = [...wid, 1, 3, 2, ...wid.map((v, d) => v * [4, 2, 2][d] + l[d]), ...l, li];
       assert.deepEqual(Array.from(got.subarray((w * 16 + li) * 13, (w * 16 + li + 1) * 13)), want, `workgroup ${w} thread ${li}`);
     }
   }
@@ -356,7 +356,7 @@ test("together: --check-writes still reports an output left unwritten inside a c
 });
 
 test("together: a recorded step with combined dispatches replays to the same results", { skip }, async () => {
-  const s = SCENARIOS[1]!;
+  const s = SCENARIOS[1];
   const rt = new GpuRuntime(base!.info, { submitEvery: 2 });
   rt.device.pushErrorScope("validation");
   const { block, outputs } = s.build(rt, new Rng(11));
@@ -378,7 +378,7 @@ test("together: a recorded step with combined dispatches replays to the same res
   assert.equal(rec.items.length, 2);
   for (const [i, b] of outputs.entries()) assert.deepEqual(new Uint8Array(await rt.read(b)), want[i], `recorded run, output ${i}`);
   // back to the inputs' initial values, then the replay
-  outputs.forEach((b, i) => rt.write(b, 0, new Uint8Array(initial[i]!)));
+  outputs.forEach((b, i) => rt.write(b, 0, new Uint8Array(initial[i])));
   rt.replay(rec);
   for (const [i, b] of outputs.entries()) assert.deepEqual(new Uint8Array(await rt.read(b)), want[i], `replay, output ${i}`);
   assert.equal((await rt.device.popErrorScope())?.message, undefined);
@@ -428,7 +428,7 @@ for (const c of [CASES.find((k) => k.label === "no-qlora-odd")!, { label: "tiny-
         assert.ok(g.replayStats.replayed >= 2, JSON.stringify(g.replayStats));
         logits.push(got);
       }
-      logits[0]!.forEach((want, i) => assert.deepEqual(logits[1]![i], want, `logits ${i} differ with combining on`));
+      logits[0].forEach((want, i) => assert.deepEqual(logits[1][i], want, `logits ${i} differ with combining on`));
       const moeLayers = model.weights.layers.filter((l) => l.moe?.shared !== undefined).length;
       const saved = 2 * moeLayers + (config.qLoraRank === 0 ? config.nLayer : 0);
       assert.ok(moeLayers > 0);

@@ -49,7 +49,7 @@ test("FusedGpuModel.forward: prefill chunks (all logits) + decode steps match th
       const got: Float64Array[] = [];
       const all = f.forward(tokens.slice(0, 7), cache, { path: "prefill", logits: "all" });
       for (let i = 0; i < 7; i++) got.push(logSoftmaxRow(all.subarray(i * V, (i + 1) * V)));
-      for (let i = 7; i < 10; i++) got.push(logSoftmaxRow(f.forward([tokens[i]!], cache, { path: "decode", logits: "last" })));
+      for (let i = 7; i < 10; i++) got.push(logSoftmaxRow(f.forward([tokens[i]], cache, { path: "decode", logits: "last" })));
       const err = maxAbsDiff(got, ref);
       assert.ok(err <= 1e-3, `round ${round}: max |Δ logprob| ${err}`);
     }
@@ -75,30 +75,30 @@ test("FusedGpuModel.forwardBatch: interleaved sequences in GPU slots (decode bat
     f.load(m.path);
     const caches = seqs.map(() => new LatentCache(f.config));
     const got: Float64Array[][] = [[], [], []];
-    const take = (i: number, rows: Float32Array): number => got[i]!.push(...rowLogprobs(rows, V));
+    const take = (i: number, rows: Float32Array): number => got[i].push(...rowLogprobs(rows, V));
     // step 1: sequence 0 prefills 5 tokens (two GPU steps of ≤ 3), sequence 1 prefills 4 with "all" logits
     let outs = f.forwardBatch([
-      { tokens: seqs[0]!.slice(0, 5), cache: caches[0], path: "prefill", logits: "all" },
-      { tokens: seqs[1]!.slice(0, 4), cache: caches[1], path: "prefill", logits: "all" },
+      { tokens: seqs[0].slice(0, 5), cache: caches[0], path: "prefill", logits: "all" },
+      { tokens: seqs[1].slice(0, 4), cache: caches[1], path: "prefill", logits: "all" },
     ]);
-    take(0, outs[0]!);
-    take(1, outs[1]!);
+    take(0, outs[0]);
+    take(1, outs[1]);
     // decode both together until sequence 1 ends, then sequence 0 alone
     for (let pos = 5; pos < 9; pos++) {
-      const chunks = [0, 1].filter((i) => pos - (i === 1 ? 1 : 0) < seqs[i]!.length);
-      const step = chunks.map((i) => ({ tokens: [seqs[i]![i === 1 ? pos - 1 : pos]!], cache: caches[i], path: "decode" as const, logits: "last" as const }));
+      const chunks = [0, 1].filter((i) => pos - (i === 1 ? 1 : 0) < seqs[i].length);
+      const step = chunks.map((i) => ({ tokens: [seqs[i][i === 1 ? pos - 1 : pos]], cache: caches[i], path: "decode" as const, logits: "last" as const }));
       outs = f.forwardBatch(step);
-      chunks.forEach((i, k) => take(i, outs[k]!));
+      chunks.forEach((i, k) => take(i, outs[k]));
     }
     // both are done: sequence 2 takes the least recently used slot (sequence 0's: 1 was used after it in the last step)
-    outs = f.forwardBatch([{ tokens: seqs[2]!, cache: caches[2], path: "prefill", logits: "all" }]);
-    take(2, outs[0]!);
+    outs = f.forwardBatch([{ tokens: seqs[2], cache: caches[2], path: "prefill", logits: "all" }]);
+    take(2, outs[0]);
     for (let s = 0; s < 3; s++) {
-      const err = maxAbsDiff(got[s]!, refs[s]!.slice(0, got[s]!.length));
-      assert.equal(got[s]!.length, seqs[s]!.length, `sequence ${s}: rows`);
+      const err = maxAbsDiff(got[s], refs[s].slice(0, got[s].length));
+      assert.equal(got[s].length, seqs[s].length, `sequence ${s}: rows`);
       assert.ok(err <= 1e-3, `sequence ${s}: max |Δ logprob| ${err}`);
     }
-    assert.equal(caches[0]!.length, 9);
+    assert.equal(caches[0].length, 9);
     // sequence 0 lost its slot: continuing it is an error, not a silently wrong answer; nor do 3 new sequences fit 2 slots
     assert.throws(() => f.forwardBatch([{ tokens: [1], cache: caches[0], path: "decode", logits: "last" }]), /no latents for a sequence that starts at position 9/);
     const fresh = (): SequenceChunk => ({ tokens: [1], cache: new LatentCache(f.config), path: "decode", logits: "last" });
@@ -121,33 +121,33 @@ test("FusedGpuModel.forwardBatch packs decodes and prompt chunks of different se
       f.load(m.path);
       const caches = seqs.map(() => new LatentCache(f.config));
       const got: Float64Array[][] = [[], [], []];
-      const take = (i: number, rows: Float32Array): number => got[i]!.push(...rowLogprobs(rows, V));
-      take(0, f.forwardBatch([{ tokens: seqs[0]!.slice(0, 3), cache: caches[0], path: "prefill", logits: "all" }])[0]!);
+      const take = (i: number, rows: Float32Array): number => got[i].push(...rowLogprobs(rows, V));
+      take(0, f.forwardBatch([{ tokens: seqs[0].slice(0, 3), cache: caches[0], path: "prefill", logits: "all" }])[0]);
       assert.equal(f.gpuSteps, 1);
       // 1 decode + 5 + 4 prompt tokens = 10: steps of 8 (the decode, sequence 1's five, two of sequence 2's) and 2
       let outs = f.forwardBatch([
-        { tokens: seqs[1]!.slice(0, 5), cache: caches[1], path: "prefill", logits: "all" },
-        { tokens: seqs[2]!.slice(0, 4), cache: caches[2], path: "prefill", logits: "none" },
-        { tokens: [seqs[0]![3]!], cache: caches[0], path: "decode", logits: "last" },
+        { tokens: seqs[1].slice(0, 5), cache: caches[1], path: "prefill", logits: "all" },
+        { tokens: seqs[2].slice(0, 4), cache: caches[2], path: "prefill", logits: "none" },
+        { tokens: [seqs[0][3]], cache: caches[0], path: "decode", logits: "last" },
       ]);
       assert.equal(f.gpuSteps, 3);
-      assert.equal(outs[1]!.length, 0);
-      take(1, outs[0]!);
-      take(0, outs[2]!);
+      assert.equal(outs[1].length, 0);
+      take(1, outs[0]);
+      take(0, outs[2]);
       // two decodes and sequence 2's last 4 prompt tokens (the last one's logits): one step
       outs = f.forwardBatch([
-        { tokens: seqs[2]!.slice(4), cache: caches[2], path: "prefill", logits: "last" },
-        { tokens: [seqs[0]![4]!], cache: caches[0], path: "decode", logits: "last" },
-        { tokens: [seqs[1]![5]!], cache: caches[1], path: "decode", logits: "last" },
+        { tokens: seqs[2].slice(4), cache: caches[2], path: "prefill", logits: "last" },
+        { tokens: [seqs[0][4]], cache: caches[0], path: "decode", logits: "last" },
+        { tokens: [seqs[1][5]], cache: caches[1], path: "decode", logits: "last" },
       ]);
       assert.equal(f.gpuSteps, 4);
-      take(2, outs[0]!);
-      take(0, outs[1]!);
-      take(1, outs[2]!);
-      const want = [refs[0]!.slice(0, 5), refs[1]!.slice(0, 6), refs[2]!.slice(7, 8)];
+      take(2, outs[0]);
+      take(0, outs[1]);
+      take(1, outs[2]);
+      const want = [refs[0].slice(0, 5), refs[1].slice(0, 6), refs[2].slice(7, 8)];
       for (let s = 0; s < 3; s++) {
-        assert.equal(got[s]!.length, want[s]!.length, `${c.label} sequence ${s}: rows`);
-        const err = maxAbsDiff(got[s]!, want[s]!);
+        assert.equal(got[s].length, want[s].length, `${c.label} sequence ${s}: rows`);
+        const err = maxAbsDiff(got[s], want[s]);
         assert.ok(err <= 1e-3, `${c.label} sequence ${s}: max |Δ logprob| ${err}`);
       }
       assert.deepEqual(caches.map((x) => x.length), [5, 6, 8]);
@@ -183,22 +183,22 @@ function picksAgainstHost(seed: number, rounds: readonly (readonly Pick[])[], af
     const chunks = (caches: LatentCache[], round: number): SequenceChunk[] =>
       round === 0
         ? [
-            { tokens: seqs[0]!.slice(0, 5), cache: caches[0], path: "prefill", logits: "last" },
-            { tokens: seqs[1]!.slice(0, 8), cache: caches[1], path: "prefill", logits: "last" },
-            { tokens: seqs[2]!.slice(0, 3), cache: caches[2], path: "prefill", logits: "all" },
+            { tokens: seqs[0].slice(0, 5), cache: caches[0], path: "prefill", logits: "last" },
+            { tokens: seqs[1].slice(0, 8), cache: caches[1], path: "prefill", logits: "last" },
+            { tokens: seqs[2].slice(0, 3), cache: caches[2], path: "prefill", logits: "all" },
           ]
-        : [0, 1, 2].map((i) => ({ tokens: [seqs[i]![caches[i]!.length]!], cache: caches[i], path: "decode" as const, logits: "last" as const }));
+        : [0, 1, 2].map((i) => ({ tokens: [seqs[i][caches[i].length]], cache: caches[i], path: "decode" as const, logits: "last" as const }));
     rounds.forEach((picks, round) => {
       const got = a.forwardBatchPicks(chunks(ca, round), picks);
       const want = b.forwardBatch(chunks(cb, round));
       picks.forEach((p, i) => {
         if (p === false) {
           assert.ok(got[i] instanceof Float32Array);
-          assert.deepEqual(Array.from(got[i] as Float32Array), Array.from(want[i]!), `round ${round} chunk ${i}: rows`);
+          assert.deepEqual(Array.from(got[i] as Float32Array), Array.from(want[i]), `round ${round} chunk ${i}: rows`);
           return;
         }
         const g = got[i] as { token: number; logprob: number };
-        const row = want[i]!.subarray(want[i]!.length - V);
+        const row = want[i].subarray(want[i].length - V);
         const lp = logSoftmaxRow(row);
         if (p === true) assert.equal(g.token, argmax(row), `round ${round} chunk ${i}: greedy token`);
         else {
@@ -206,7 +206,7 @@ function picksAgainstHost(seed: number, rounds: readonly (readonly Pick[])[], af
           // a filtered draw: one of the host Sampler's kept ids for b's row
           if ((p.topK ?? 0) > 0) assert.ok(keptIds(lp, p).includes(g.token), `round ${round} chunk ${i}: drawn token ${g.token} outside the host's kept ids`);
         }
-        assert.ok(Math.abs(g.logprob - lp[g.token]!) <= 1e-4, `round ${round} chunk ${i}: logprob ${g.logprob} vs ${lp[g.token]}`);
+        assert.ok(Math.abs(g.logprob - lp[g.token]) <= 1e-4, `round ${round} chunk ${i}: logprob ${g.logprob} vs ${lp[g.token]}`);
       });
     });
     after(a, ca);
@@ -235,7 +235,7 @@ test("FusedGpuModel.forwardBatchPicks with draws: tokens drawn at a temperature 
   picksAgainstHost(61, rounds, (a, ca) => {
     assert.equal(a.picksDraw, true);
     assert.deepEqual(ca.map((x) => x.length), [6, 9, 4]);
-    const one: SequenceChunk[] = [{ tokens: [1], cache: ca[0]!, path: "decode", logits: "last" }];
+    const one: SequenceChunk[] = [{ tokens: [1], cache: ca[0], path: "decode", logits: "last" }];
     assert.throws(() => a.forwardBatchPicks(one, [{ temperature: -1, key: 1 }]), /temperature ≥ 0 and a 32-bit key/);
     assert.throws(() => a.forwardBatchPicks(one, [{ temperature: 1, key: 2 ** 32 }]), /32-bit key/);
   });
@@ -255,7 +255,7 @@ test("FusedGpuModel.forwardBatchPicks with filtered draws (top-k, top-p, min-p; 
   ];
   picksAgainstHost(71, rounds, (a, ca) => {
     assert.equal(a.picksDrawFiltered, true);
-    const one: SequenceChunk[] = [{ tokens: [1], cache: ca[0]!, path: "decode", logits: "last" }];
+    const one: SequenceChunk[] = [{ tokens: [1], cache: ca[0], path: "decode", logits: "last" }];
     assert.throws(() => a.forwardBatchPicks(one, [{ temperature: 1, key: 1, topK: 65 }]), /not drawn on this GPU/);
     assert.throws(() => a.forwardBatchPicks(one, [{ temperature: 1, key: 1, topP: 0 }]), /not drawn on this GPU/);
     assert.throws(() => a.forwardBatchPicks(one, [{ temperature: 1, key: 1, minP: 1 }]), /not drawn on this GPU/);
@@ -283,7 +283,7 @@ test("FusedGpuModel.decodeGreedy with draws: the chained steps draw the tokens s
       draws.forEach((d, s) => {
         const [pick] = b.forwardBatchPicks([{ tokens: [next], cache: cb, path: "decode", logits: "last" }], [d]) as { token: number; logprob: number }[];
         assert.equal(chained.tokens[s], pick!.token, `${JSON.stringify(settings)} step ${s}: token`);
-        assert.ok(Math.abs(chained.logprobs[s]! - pick!.logprob) <= 1e-5, `${JSON.stringify(settings)} step ${s}: logprob`);
+        assert.ok(Math.abs(chained.logprobs[s] - pick!.logprob) <= 1e-5, `${JSON.stringify(settings)} step ${s}: logprob`);
         next = pick!.token;
       });
       assert.equal(ca.length, cb.length);
@@ -310,7 +310,7 @@ test("FusedGpuModel on glm-dsa (--check-writes): DSA key selection on the GPU (s
     const got: Float64Array[] = [];
     const all = f.forward(tokens.slice(0, 19), cache, { path: "prefill", logits: "all" });
     for (let i = 0; i < 19; i++) got.push(logSoftmaxRow(all.subarray(i * V, (i + 1) * V)));
-    for (let i = 19; i < tokens.length; i++) got.push(logSoftmaxRow(f.forward([tokens[i]!], cache, { path: "decode", logits: "last" })));
+    for (let i = 19; i < tokens.length; i++) got.push(logSoftmaxRow(f.forward([tokens[i]], cache, { path: "decode", logits: "last" })));
     const err = maxAbsDiff(got, ref);
     assert.ok(err <= 1e-3, `max |Δ logprob| ${err}`);
   } finally {
@@ -335,27 +335,27 @@ test("FusedGpuModel with GPU caches mirroring a page pool: scrambled pages, an a
   try {
     f.load(m.path);
     const a = new PagedSequence(pool);
-    assert.ok(a.reserve(seqs[0]!));
+    assert.ok(a.reserve(seqs[0]));
     scramble.free();
     const gotA: Float64Array[] = [];
-    const rowsA = f.forwardBatch([{ tokens: seqs[0]!.slice(0, 22), cache: a, path: "prefill", logits: "all" }])[0]!;
+    const rowsA = f.forwardBatch([{ tokens: seqs[0].slice(0, 22), cache: a, path: "prefill", logits: "all" }])[0];
     for (let i = 0; i < 22; i++) gotA.push(logSoftmaxRow(rowsA.subarray(i * V, (i + 1) * V)));
     // sequence b adopts a's first 20 positions (5 full pages) and computes only the rest
     const b = new PagedSequence(pool);
-    const adopted = b.adoptPrefix(seqs[1]!, 1);
+    const adopted = b.adoptPrefix(seqs[1], 1);
     assert.equal(adopted, 20);
-    assert.ok(b.reserve(seqs[1]!.slice(20)));
+    assert.ok(b.reserve(seqs[1].slice(20)));
     const gotB: Float64Array[] = [];
-    const rowsB = f.forwardBatch([{ tokens: seqs[1]!.slice(20, 22), cache: b, path: "prefill", logits: "all" }])[0]!;
+    const rowsB = f.forwardBatch([{ tokens: seqs[1].slice(20, 22), cache: b, path: "prefill", logits: "all" }])[0];
     for (let i = 0; i < 2; i++) gotB.push(logSoftmaxRow(rowsB.subarray(i * V, (i + 1) * V)));
     // both decode together
     for (let pos = 22; pos < 24; pos++) {
-      const chunks = [a, b].map((cache, k) => ({ k, cache })).filter(({ k }) => pos < seqs[k]!.length);
-      const outs = f.forwardBatch(chunks.map(({ k, cache }) => ({ tokens: [seqs[k]![pos]!], cache, path: "decode" as const, logits: "last" as const })));
-      chunks.forEach(({ k }, j) => (k === 0 ? gotA : gotB).push(logSoftmaxRow(outs[j]!)));
+      const chunks = [a, b].map((cache, k) => ({ k, cache })).filter(({ k }) => pos < seqs[k].length);
+      const outs = f.forwardBatch(chunks.map(({ k, cache }) => ({ tokens: [seqs[k][pos]], cache, path: "decode" as const, logits: "last" as const })));
+      chunks.forEach(({ k }, j) => (k === 0 ? gotA : gotB).push(logSoftmaxRow(outs[j])));
     }
-    const errA = maxAbsDiff(gotA, refs[0]!.slice(0, gotA.length));
-    const errB = maxAbsDiff(gotB, refs[1]!.slice(20, 20 + gotB.length));
+    const errA = maxAbsDiff(gotA, refs[0].slice(0, gotA.length));
+    const errB = maxAbsDiff(gotB, refs[1].slice(20, 20 + gotB.length));
     assert.equal(gotA.length, 24);
     assert.equal(gotB.length, 3);
     assert.ok(errA <= 1e-3 && errB <= 1e-3, `max |Δ logprob| a ${errA}, b ${errB}`);

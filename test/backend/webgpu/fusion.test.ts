@@ -31,9 +31,9 @@ function normed(x: Float64Array, n: number, cols: number, g: Float64Array, combi
   const out = new Float64Array(n * cols);
   for (let t = 0; t < n; t++) {
     const v = Float64Array.from(x.subarray(t * cols, (t + 1) * cols));
-    if (combine !== undefined) for (let k = 0; k < combine.K; k++) for (let j = 0; j < cols; j++) v[j]! += combine.rw[t * combine.K + k]! * combine.ye[(t * combine.K + k) * cols + j]!;
+    if (combine !== undefined) for (let k = 0; k < combine.K; k++) for (let j = 0; j < cols; j++) v[j] += combine.rw[t * combine.K + k] * combine.ye[(t * combine.K + k) * cols + j];
     const inv = 1 / Math.sqrt(v.reduce((s, a) => s + a * a, 0) / cols + EPS);
-    for (let j = 0; j < cols; j++) out[t * cols + j] = v[j]! * inv * g[j]!;
+    for (let j = 0; j < cols; j++) out[t * cols + j] = v[j] * inv * g[j];
   }
   return out;
 }
@@ -89,8 +89,8 @@ for (const [type, cols] of [[GGMLType.Q8_0, 96], [GGMLType.Q4_K, 256], [GGMLType
       w.matmul(x, n, cols, prod, rows);
       const wantA = Float64Array.from(y0, (v, i) => {
         const t = Math.floor(i / rows);
-        let s = v + prod[i]!;
-        for (let k = 0; k < K; k++) s += rw[t * K + k]! * yeY[(t * K + k) * rows + (i % rows)]!;
+        let s = v + prod[i];
+        for (let k = 0; k < K; k++) s += rw[t * K + k] * yeY[(t * K + k) * rows + (i % rows)];
         return s;
       });
       const ybA = f32(r, y0);
@@ -101,7 +101,7 @@ for (const [type, cols] of [[GGMLType.Q8_0, 96], [GGMLType.Q4_K, 256], [GGMLType
       const ybO = f32(r, y0);
       matmul(r, g, f32(r, x), ybO, { n, xStride: cols, yStride: rows, fuse: { addCombine: { ye: f32(r, yeY), rw: f32(r, rw), K } } });
       const gotO = await r.readF32(ybO);
-      const wantO = Float64Array.from(wantA, (v, i) => v - y0[i]!);
+      const wantO = Float64Array.from(wantA, (v, i) => v - y0[i]);
       assert.ok(relErr(gotO, wantO) < TOL, `${label} addCombine without acc: err ${relErr(gotO, wantO)}`);
       g.destroy();
     }
@@ -124,7 +124,7 @@ test("dual gate·up of RMSNorm(x)·g: plain (n = 1, 2) and pair-major gathered (
       const b = new Float64Array(n * rows);
       wg.matmul(xn, n, cols, a, rows);
       wu.matmul(xn, n, cols, b, rows);
-      const want = Float64Array.from(a, (v, i) => silu(v) * b[i]!);
+      const want = Float64Array.from(a, (v, i) => silu(v) * b[i]);
       const yb = r.buffer(n * rows * 4);
       matmulSwiGLU(r, gg, gu, f32(r, x), yb, { n, xStride: cols, yStride: rows, fuse: { norm: { g: f32(r, gw), eps: EPS } } });
       const got = await r.readF32(yb);
@@ -145,12 +145,12 @@ test("dual gate·up of RMSNorm(x)·g: plain (n = 1, 2) and pair-major gathered (
     const xn = normed(x, nTok, cols, gw);
     const want = new Float64Array(nTok * K * rows);
     for (let p = 0; p < nTok * K; p++) {
-      const e = ids[p]!;
+      const e = ids[p];
       const a = new Float64Array(rows);
       const b = new Float64Array(rows);
       wg.slice(e * rows, rows).matmul(xn.subarray(Math.floor(p / K) * cols), 1, cols, a, rows);
       wu.slice(e * rows, rows).matmul(xn.subarray(Math.floor(p / K) * cols), 1, cols, b, rows);
-      for (let i = 0; i < rows; i++) want[p * rows + i] = silu(a[i]!) * b[i]!;
+      for (let i = 0; i < rows; i++) want[p * rows + i] = silu(a[i]) * b[i];
     }
     const yb = r.buffer(nTok * K * rows * 4);
     const idsBuf = r.upload(new Uint32Array(ids));

@@ -38,7 +38,7 @@ test("FusedGpuModel.decodeGreedy: chunks and forward steps continue each other o
     const lps: number[] = [];
     const take = (logits: Float32Array): void => {
       ids.push(argmax(logits));
-      lps.push(logSoftmax(logits)[ids.at(-1)!]!);
+      lps.push(logSoftmax(logits)[ids.at(-1)!]);
     };
     take(f.forward(prompt, cache, { path: "prefill", logits: "last" }));
     for (let i = 0; i < 10; i++) take(f.forward([ids.at(-1)!], cache, { path: "decode", logits: "last" }));
@@ -50,7 +50,7 @@ test("FusedGpuModel.decodeGreedy: chunks and forward steps continue each other o
   const cache = new LatentCache(f.config);
   const got = [argmax(f.forward(prompt, cache, { path: "prefill", logits: "last" }))];
   const gotLp: number[] = [];
-  const a = f.decodeGreedy(got[0]!, cache, 3);
+  const a = f.decodeGreedy(got[0], cache, 3);
   assert.equal(a.tokens.length, 3);
   got.push(...a.tokens);
   gotLp.push(...a.logprobs);
@@ -82,7 +82,7 @@ test("generate on the fused pipeline: chained greedy = host sampling (maxTokens,
   // an id first seen at index 7…11: inside the second chunk (tokens 5…12)
   const at = free.tokens.findIndex((t, i) => i >= 7 && !free.tokens.slice(0, i).includes(t));
   assert.ok(at >= 7 && at < 12, JSON.stringify(free.tokens));
-  const eog = free.tokens[at]!;
+  const eog = free.tokens[at];
   const wrapped = { createDecoder: tok.createDecoder.bind(tok), isEndOfGeneration: (id: number) => id === eog };
   const e = assertChainedEqualsHost(f, wrapped, prompt, { temperature: 0, maxTokens: 30 }, "end of generation");
   assert.deepEqual(e.chained.tokens, free.tokens.slice(0, at));
@@ -91,7 +91,7 @@ test("generate on the fused pipeline: chained greedy = host sampling (maxTokens,
   const chars = [...free.text];
   let k = Math.floor(chars.length / 2);
   while (k < chars.length - 2 && (chars[k] === "\uFFFD" || chars[k + 1] === "\uFFFD")) k++;
-  const stop = chars[k]! + chars[k + 1]!;
+  const stop = chars[k] + chars[k + 1];
   const s = assertChainedEqualsHost(f, tok, prompt, { temperature: 0, maxTokens: 30, ignoreEog: true, stop: [stop] }, "stop string");
   assert.deepEqual(s.chained.stoppedBy, { string: stop });
   assert.equal(s.chained.text, free.text.slice(0, free.text.indexOf(stop)));
@@ -107,7 +107,7 @@ test("consecutive generations on one fused model: a chunk that ran past a stop l
   // the long run stopped by a stop token inside its third chunk (tokens 13…28): its cache holds rows past the stop
   const stopAt = longFree.tokens.findIndex((t, i) => i >= 14 && !longFree.tokens.slice(0, i).includes(t));
   assert.ok(stopAt >= 14, JSON.stringify(longFree.tokens));
-  const longStopped = generateSync(f, tok, long, { temperature: 0, maxTokens: 40, stopTokens: [longFree.tokens[stopAt]!] });
+  const longStopped = generateSync(f, tok, long, { temperature: 0, maxTokens: 40, stopTokens: [longFree.tokens[stopAt]] });
   assert.equal(longStopped.decode, "greedy-chained");
   assert.deepEqual(longStopped.tokens, longFree.tokens.slice(0, stopAt));
   assert.ok(longStopped.timings.decodeSteps > stopAt, "computed past the stop");

@@ -65,7 +65,7 @@ function kernelsOf(r: GpuRuntime): Set<string> {
   const seen = new Set<string>();
   const dispatch = r.dispatch.bind(r);
   r.dispatch = (label, ...rest) => {
-    seen.add(label.split(" ")[0]!);
+    seen.add(label.split(" ")[0]);
     dispatch(label, ...rest);
   };
   return seen;
@@ -89,7 +89,7 @@ const wideCase: SynthCase = { label: "wide-q4km-noqlora", base: "tiny", over: { 
 const groupsCase: SynthCase = { ...CASES.find((c) => c.label === "v2-groups-softmax")!, label: "v2-groups-softmax-q8", type: "Q8_0" };
 const cases: SynthCase[] = [...CASES.filter((c) => c.base === "tiny"), fusedCase, glmCase, { label: "tiny-v3-q4km", base: "tiny", over: {}, type: "Q4_K_M" }];
 
-const last = cases[cases.length - 1]!;
+const last = cases[cases.length - 1];
 // The wide model under each tuning knob takes minutes a case on lavapipe: those sweeps run with LATENT_LONG_SWEEPS=1;
 // the wide model's default run and the knobs on the small models always run.
 for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as const, [last, wideAttn] as const, [last, listed] as const, [fusedCase, unfused] as const, [fusedCase, ffnOnly] as const, [fusedCase, apart] as const, [noLoraCase, attnFused] as const, [oddCase, attnFused] as const, [last, attnFused] as const, [wideCase, rt] as const, [wideCase, piped] as const, [fusedCase, early] as const, [wideCase, early] as const, [last, early] as const, [fusedCase, lateShared] as const, [wideCase, lateShared] as const, [wideCase, halfRows] as const, [fusedCase, halfRows] as const, [fusedCase, routeNarrow] as const, [last, routeNarrow] as const, [groupsCase, rt] as const]) {
@@ -106,14 +106,14 @@ for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as co
       const prompt = [6, 3];
       const got: Float64Array[][] = [[], []];
       for (let s = 0; s < 2; s++) {
-        for (const row of await g.prefill(s, seqs[s]!.slice(0, prompt[s]), 0, true)) got[s]!.push(logSoftmaxRow(row));
+        for (const row of await g.prefill(s, seqs[s].slice(0, prompt[s]), 0, true)) got[s].push(logSoftmaxRow(row));
       }
       // decode both sequences in one step while both have tokens left, then the longer one alone
       for (let pos = 3; pos < 11; pos++) {
-        const step = [0, 1].filter((s) => pos >= prompt[s]! && pos < seqs[s]!.length).map((s) => ({ token: seqs[s]![pos]!, slot: s, pos, logits: true }));
+        const step = [0, 1].filter((s) => pos >= prompt[s] && pos < seqs[s].length).map((s) => ({ token: seqs[s][pos], slot: s, pos, logits: true }));
         if (step.length === 0) continue;
         const logits = await g.step(step);
-        step.forEach((t, i) => got[t.slot]!.push(logSoftmaxRow(logits.subarray(i * config.nVocab, (i + 1) * config.nVocab))));
+        step.forEach((t, i) => got[t.slot].push(logSoftmaxRow(logits.subarray(i * config.nVocab, (i + 1) * config.nVocab))));
       }
       if (replay) assert.ok(g.replayStats.replayed >= 3 && g.replayStats.recorded >= 2, JSON.stringify(g.replayStats));
       else assert.equal(g.replayStats.replayed, 0);
@@ -143,7 +143,7 @@ for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as co
         assert.ok(count > fusedCount, `dispatches: ${count} with normFuse = ${r!.tune.normFuse}, ${fusedCount} by default`);
       }
       for (let s = 0; s < 2; s++) {
-        const e = record(`fused model ${c.label}`, maxAbsDiff(got[s]!, refs[s]!));
+        const e = record(`fused model ${c.label}`, maxAbsDiff(got[s], refs[s]));
         assert.ok(e <= TOL, `sequence ${s}: max |Δ logprob| ${e}`);
       }
     } finally {
@@ -172,7 +172,7 @@ for (const c of [noLoraCase, fusedCase]) {
       const g = new GpuModel(r, model, { slots: 1, context: 300, maxTokens: 64 });
       await g.prefill(0, seq.slice(0, 257));
       const got: Float64Array[] = [];
-      for (let pos = 257; pos < 262; pos++) got.push(logSoftmaxRow(await g.step([{ token: seq[pos]!, slot: 0, pos, logits: true }])));
+      for (let pos = 257; pos < 262; pos++) got.push(logSoftmaxRow(await g.step([{ token: seq[pos], slot: 0, pos, logits: true }])));
       assert.ok(split > 0, "the key-split kernel ran");
       const e = record(`fused model ${c.label}, 258–262 keys`, maxAbsDiff(got, ref.slice(257)));
       assert.ok(e <= TOL, `max |Δ logprob| ${e}`);

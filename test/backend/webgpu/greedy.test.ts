@@ -31,7 +31,7 @@ test("argmax rows on the GPU = the CPU sampler's argmax, with its logprob (ties,
   ] as const) {
     const x = rng.f32(n * stride);
     // spread the values so that the logprobs are far from 0 and from each other (rng.f32 alone: a nearly flat row)
-    for (let i = 0; i < x.length; i++) x[i] = x[i]! * 8;
+    for (let i = 0; i < x.length; i++) x[i] = x[i] * 8;
     if (width > 4) {
       // row 0: a tie between two ids (the lower must win); row 1: NaNs around the maximum; last row: all negative
       x[7] = x[width - 2] = 50;
@@ -40,7 +40,7 @@ test("argmax rows on the GPU = the CPU sampler's argmax, with its logprob (ties,
         x[stride + 9] = 60;
         x[stride + width - 1] = Number.NaN;
       }
-      for (let i = 0; i < width; i++) x[(n - 1) * stride + i] = -Math.abs(x[(n - 1) * stride + i]!) - 1;
+      for (let i = 0; i < width; i++) x[(n - 1) * stride + i] = -Math.abs(x[(n - 1) * stride + i]) - 1;
     }
     if (n > 3 && width > 4096) {
       // row 2: the maximum in the last slice, the whole first slice NaN, a clear winner (logprob near 0). The host
@@ -63,13 +63,13 @@ test("argmax rows on the GPU = the CPU sampler's argmax, with its logprob (ties,
       if (row.some(Number.isNaN)) assert.ok(Number.isNaN(gotLp[t]), `n ${n} width ${width} row ${t}: a row with NaN has logprob NaN, got ${gotLp[t]}`);
       else {
         const want = logprobAt(row, id);
-        assert.ok(Math.abs(gotLp[t]! - want) <= 1e-5, `n ${n} width ${width} row ${t}: logprob ${gotLp[t]} vs ${want}`);
+        assert.ok(Math.abs(gotLp[t] - want) <= 1e-5, `n ${n} width ${width} row ${t}: logprob ${gotLp[t]} vs ${want}`);
       }
       // where the row is all finite, the host sampler's own logprob
       if (row.every(Number.isFinite)) {
         const s = new Sampler({ temperature: 0 }).sample(row);
         assert.equal(s.token, id);
-        assert.ok(Math.abs(gotLp[t]! - s.logprob) <= 1e-5, `n ${n} width ${width} row ${t}: logprob ${gotLp[t]} vs the sampler's ${s.logprob}`);
+        assert.ok(Math.abs(gotLp[t] - s.logprob) <= 1e-5, `n ${n} width ${width} row ${t}: logprob ${gotLp[t]} vs the sampler's ${s.logprob}`);
       }
     }
     // without the logprobs buffer: the same ids
@@ -97,7 +97,7 @@ test("argmax rows on the GPU: rows the host sampler refuses (only NaN, one NaN, 
     assert.deepEqual([...new Uint32Array(await r.read(ids, 0, 4 * n))], [0, 0, 2, 0, 0], `width ${width}: ids`);
     const lp = await r.readF32(lps, 0, n);
     for (let t = 0; t < 4; t++) assert.ok(Number.isNaN(lp[t]), `width ${width} row ${t}: a row the host refuses has logprob NaN, got ${lp[t]}`);
-    assert.ok(Math.abs(lp[4]! + Math.log(width)) <= 1e-5, `width ${width}: a flat row has logprob −log(width), got ${lp[4]}`);
+    assert.ok(Math.abs(lp[4] + Math.log(width)) <= 1e-5, `width ${width}: a flat row has logprob −log(width), got ${lp[4]}`);
     for (const b of [xb, ids, lps, part]) b.destroy();
   }
 });
@@ -119,30 +119,30 @@ for (const { replay, long } of CHAIN_CASES) {
       const run = async (chained: boolean): Promise<{ ids: number[][]; lps: number[][] }> => {
         const g = new GpuModel(r, model, { slots: 2, context, maxTokens: long === true ? 64 : 4 });
         const firsts: number[] = [];
-        for (let s = 0; s < 2; s++) firsts.push(argmax((await g.prefill(s, prompts[s]!))[0]!));
+        for (let s = 0; s < 2; s++) firsts.push(argmax((await g.prefill(s, prompts[s]))[0]));
         const ids: number[][] = [[], []];
         const lps: number[][] = [[], []];
         if (chained) {
           const s0 = r.stats.submits;
-          const hist = await g.decodeGreedy(prompts.map((p, s) => ({ token: firsts[s]!, slot: s, pos: p.length })), steps);
+          const hist = await g.decodeGreedy(prompts.map((p, s) => ({ token: firsts[s], slot: s, pos: p.length })), steps);
           chainSubmits = r.stats.submits - s0;
           assert.equal(hist.tokens.length, 2 * steps);
           assert.equal(hist.logprobs.length, 2 * steps);
           for (let i = 0; i < steps; i++) {
             for (let s = 0; s < 2; s++) {
-              ids[s]!.push(hist.tokens[i * 2 + s]!);
-              lps[s]!.push(hist.logprobs[i * 2 + s]!);
+              ids[s].push(hist.tokens[i * 2 + s]);
+              lps[s].push(hist.logprobs[i * 2 + s]);
             }
           }
         } else {
           const cur = [...firsts];
           for (let i = 0; i < steps; i++) {
-            const logits = await g.step(cur.map((token, s) => ({ token, slot: s, pos: prompts[s]!.length + i, logits: true })));
+            const logits = await g.step(cur.map((token, s) => ({ token, slot: s, pos: prompts[s].length + i, logits: true })));
             for (let s = 0; s < 2; s++) {
               const res = new Sampler({ temperature: 0 }).sample(logits.subarray(s * config.nVocab, (s + 1) * config.nVocab));
               cur[s] = res.token;
-              ids[s]!.push(res.token);
-              lps[s]!.push(res.logprob);
+              ids[s].push(res.token);
+              lps[s].push(res.logprob);
             }
           }
         }
@@ -154,7 +154,7 @@ for (const { replay, long } of CHAIN_CASES) {
       // a random model's greedy run should not be one repeated token (else the test could not tell steps apart)
       assert.ok(new Set(host.ids.flat()).size > 2, JSON.stringify(host.ids));
       // the logprobs computed on the GPU = the host sampler's for the same logits
-      for (let s = 0; s < 2; s++) assertLogprobsClose(chained.lps[s]!, host.lps[s]!, `sequence ${s}`);
+      for (let s = 0; s < 2; s++) assertLogprobsClose(chained.lps[s], host.lps[s], `sequence ${s}`);
       // and not all alike (else a constant could pass)
       assert.ok(new Set(host.lps.flat().map((x) => x.toFixed(3))).size > 2, JSON.stringify(host.lps));
       // one submission a step (the next step's, or the read's, submits it): a replay adds none of its own

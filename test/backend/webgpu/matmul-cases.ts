@@ -48,11 +48,11 @@ export async function checkPlainProducts(r: GpuRuntime, rng: Rng, cases: readonl
     }
     const yAcc = f32(r, y0);
     matmul(r, g, f32(r, x), yAcc, { n, xStride, yStride, xOff, yOff, acc: true });
-    const wantAcc = Float64Array.from(y0, (v, i) => (inRow(i) ? v + prod[i - yOff]! : v));
+    const wantAcc = Float64Array.from(y0, (v, i) => (inRow(i) ? v + prod[i - yOff] : v));
     assert.ok(relErr(await r.readF32(yAcc), wantAcc) < TOL, `${label} acc`);
     const yGlu = f32(r, y0);
     matmul(r, g, f32(r, x), yGlu, { n, xStride, yStride, xOff, yOff, glu: true });
-    const wantGlu = Float64Array.from(y0, (v, i) => (inRow(i) ? silu(v) * prod[i - yOff]! : v));
+    const wantGlu = Float64Array.from(y0, (v, i) => (inRow(i) ? silu(v) * prod[i - yOff] : v));
     assert.ok(relErr(await r.readF32(yGlu), wantGlu) < TOL, `${label} glu: err ${relErr(await r.readF32(yGlu), wantGlu)}`);
     if (w2 !== undefined) {
       // one dual dispatch: silu(W·x)·(W2·x)
@@ -63,7 +63,7 @@ export async function checkPlainProducts(r: GpuRuntime, rng: Rng, cases: readonl
       const yDual = f32(r, y0);
       matmulSwiGLU(r, g, g2, f32(r, x), yDual, { n, xStride, yStride, xOff, yOff });
       assert.equal(r.stats.dispatches - before, 1, `${label} dual: one dispatch`);
-      const wantDual = Float64Array.from(y0, (v, i) => (inRow(i) ? silu(prod[i - yOff]!) * prod2[i - yOff]! : v));
+      const wantDual = Float64Array.from(y0, (v, i) => (inRow(i) ? silu(prod[i - yOff]) * prod2[i - yOff] : v));
       assert.ok(relErr(await r.readF32(yDual), wantDual) < TOL, `${label} dual: err ${relErr(await r.readF32(yDual), wantDual)}`);
       g2.destroy();
     }
@@ -89,9 +89,9 @@ export async function checkHeadsAndPieces(runtime: (opts: RuntimeOptions) => Gpu
     const want = new Float64Array(n * yStride);
     const tmp = new Float64Array(n * rows);
     for (let h = 0; h < H; h++) {
-      const xh = Float64Array.from({ length: n * cols }, (_, i) => x[Math.floor(i / cols) * xStride + h * cols + (i % cols)]!);
+      const xh = Float64Array.from({ length: n * cols }, (_, i) => x[Math.floor(i / cols) * xStride + h * cols + (i % cols)]);
       all.slice(h * rows, rows).matmul(xh, n, cols, tmp, rows);
-      for (let t = 0; t < n; t++) for (let i = 0; i < rows; i++) want[t * yStride + h * rows + i] = tmp[t * rows + i]!;
+      for (let t = 0; t < n; t++) for (let i = 0; i < rows; i++) want[t * yStride + h * rows + i] = tmp[t * rows + i];
     }
     const yb = r.buffer(want.length * 4);
     matmul(r, g, f32(r, x), yb, { n, xStride, yStride, batch: { count: H, xBatch: cols, yBatch: rows } });
@@ -129,7 +129,7 @@ export async function checkExpertLists(runtime: (opts: RuntimeOptions) => GpuRun
   const ids = counts.flatMap((c, e) => Array.from({ length: c }, () => e));
   for (let i = ids.length - 1; i > 0; i--) {
     const j = rng.int(0, i + 1);
-    [ids[i], ids[j]] = [ids[j]!, ids[i]!];
+    [ids[i], ids[j]] = [ids[j], ids[i]];
   }
   for (const [type, cols, rows, rb] of types) {
     for (const maxBindingBytes of [undefined, 2 * rows * rb + 255]) {
@@ -145,7 +145,7 @@ export async function checkExpertLists(runtime: (opts: RuntimeOptions) => GpuRun
       const x = rng.f64(xOff + nTok * xBatch);
       const product = (m: QMatrix): Float64Array => {
         const out = new Float64Array(pairs * rows);
-        for (let b = 0; b < pairs; b++) m.slice(ids[b]! * rows, rows).matmul(x.subarray(xOff + Math.floor(b / K) * xBatch), 1, cols, out.subarray(b * rows), rows);
+        for (let b = 0; b < pairs; b++) m.slice(ids[b] * rows, rows).matmul(x.subarray(xOff + Math.floor(b / K) * xBatch), 1, cols, out.subarray(b * rows), rows);
         return out;
       };
       const prod = product(all);
@@ -156,7 +156,7 @@ export async function checkExpertLists(runtime: (opts: RuntimeOptions) => GpuRun
       if (check.kernel !== undefined) assert.match(matvecKernel(r, g, pairs, "experts-list", true).code, check.kernel);
       const y0 = rng.f64(yOff + pairs * yBatch);
       const inRow = (i: number): boolean => i >= yOff && (i - yOff) % yBatch < rows && i < yOff + pairs * yBatch;
-      const at = (p: Float64Array, i: number): number => p[Math.floor((i - yOff) / yBatch) * rows + ((i - yOff) % yBatch)]!;
+      const at = (p: Float64Array, i: number): number => p[Math.floor((i - yOff) / yBatch) * rows + ((i - yOff) % yBatch)];
       const label = `${typeName(type)} ${rows}x${cols}${maxBindingBytes !== undefined ? " pieces" : ""}`;
       const yb = r.buffer(y0.length * 4);
       matmulGather(r, g, f32(r, x), yb, idsB, args);

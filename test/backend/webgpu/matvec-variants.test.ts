@@ -84,7 +84,7 @@ for (const variant of variants) {
       const want = Float64Array.from(y0);
       const tmp = new Float64Array(n * yStride);
       w.matmul(x, n, xStride, tmp, yStride);
-      for (let t = 0; t < n; t++) for (let i = 0; i < rows; i++) want[t * yStride + i]! += tmp[t * yStride + i]!;
+      for (let t = 0; t < n; t++) for (let i = 0; i < rows; i++) want[t * yStride + i] += tmp[t * yStride + i];
       const yb = f32(r, y0);
       matmul(r, g, f32(r, x), yb, { n, xStride, yStride, acc: true });
       const got = await r.readF32(yb);
@@ -102,7 +102,7 @@ for (const variant of variants) {
       const yb3 = f32(r, y0);
       matmul(r, g, f32(r, x), yb3, { n, xStride, yStride, glu: true });
       const got3 = await r.readF32(yb3);
-      const want3 = Float64Array.from(y0, (v, i) => (i % yStride < rows ? (v / (1 + Math.exp(-v))) * tmp[i]! : v));
+      const want3 = Float64Array.from(y0, (v, i) => (i % yStride < rows ? (v / (1 + Math.exp(-v))) * tmp[i] : v));
       assert.ok(relErr(got3, want3) < TOL, `${variant} ${typeName(type)} glu: err ${relErr(got3, want3)}`);
       g.destroy();
     }
@@ -127,7 +127,7 @@ for (const variant of variants) {
     const got = await r.readF32(yb);
     for (let b = 0; b < nTok * K; b++) {
       const want = new Float64Array(rows);
-      all.slice(ids[b]! * rows, rows).matmul(x.subarray(Math.floor(b / K) * cols), 1, cols, want, rows);
+      all.slice(ids[b] * rows, rows).matmul(x.subarray(Math.floor(b / K) * cols), 1, cols, want, rows);
       assert.ok(relErr(got.subarray(b * rows, (b + 1) * rows), want) < TOL, `${variant} pair ${b}: err ${relErr(got.subarray(b * rows, (b + 1) * rows), want)} ids ${ids[b]} got ${got[b * rows]} want ${want[0]}`);
     }
     // expert lists built on the GPU (expert-major mode reads them instead of scanning), and the fused SwiGLU form
@@ -138,7 +138,7 @@ for (const variant of variants) {
     for (let e = 0; e < E; e++) {
       const mine = ids.map((v, b) => (v === e ? b : -1)).filter((b) => b >= 0);
       assert.equal(L[2 * e + 1], mine.length, `expert ${e} count`);
-      assert.deepEqual(Array.from(L.subarray(2 * E + L[2 * e]!, 2 * E + L[2 * e]! + mine.length)).sort((a, b) => a - b), mine, `expert ${e} list`);
+      assert.deepEqual(Array.from(L.subarray(2 * E + L[2 * e], 2 * E + L[2 * e] + mine.length)).sort((a, b) => a - b), mine, `expert ${e} list`);
     }
     const g0 = rng.f64(nTok * K * rows);
     const yb2 = r.buffer(nTok * K * rows * 4);
@@ -148,7 +148,7 @@ for (const variant of variants) {
     const got2 = await r.readF32(yb2);
     const got3 = await r.readF32(yb3);
     assert.ok(relErr(got2, got) < TOL, `${variant} with lists: err ${relErr(got2, got)}`);
-    const want3 = Float64Array.from(g0, (v, i) => (v / (1 + Math.exp(-v))) * got[i]!);
+    const want3 = Float64Array.from(g0, (v, i) => (v / (1 + Math.exp(-v))) * got[i]);
     assert.ok(relErr(got3, want3) < TOL, `${variant} glu: err ${relErr(got3, want3)}`);
     g.destroy();
   });

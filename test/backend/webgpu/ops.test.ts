@@ -75,7 +75,7 @@ test("interleaved YaRN rope matches Rope.apply", { skip }, async () => {
     const x = rng.f64(n * stride);
     const pos = [0, 17, 300, 4095];
     const want = Float64Array.from(x);
-    for (let t = 0; t < n; t++) for (let h = 0; h < heads; h++) r.apply(want, t * stride + h * (r.dims + 5) + 5, pos[t]!);
+    for (let t = 0; t < n; t++) for (let h = 0; h < heads; h++) r.apply(want, t * stride + h * (r.dims + 5) + 5, pos[t]);
     const table = new RopeTable(rt!, r).ensure(4096);
     const xb = f32(rt!, x);
     rope(rt!, table, r.dims, xb, u32(rt!, pos), { n, heads, xOff: 5, tokStride: stride, headStride: r.dims + 5 });
@@ -97,7 +97,7 @@ test("rope into another buffer (ropeTo) and the fused latent cache write (kvCach
     for (let t = 0; t < n; t++) {
       for (let h = 0; h < heads; h++) {
         const v = Float64Array.from(x.subarray((t * heads + h) * D + 7, (t * heads + h + 1) * D));
-        r.apply(v, 0, pos[t]!);
+        r.apply(v, 0, pos[t]);
         want.set(v, (t * heads + h) * (L + dims) + L);
       }
     }
@@ -116,10 +116,10 @@ test("rope into another buffer (ropeTo) and the fused latent cache write (kvCach
     const cb = rt!.buffer(cap * L * 4);
     const kb = rt!.buffer(cap * dims * 4);
     for (let t = 0; t < n; t++) {
-      cpuRmsNorm(kv.subarray(t * (L + dims), t * (L + dims) + L), 0, g, 1e-6, wantC, rowsAt[t]! * L);
+      cpuRmsNorm(kv.subarray(t * (L + dims), t * (L + dims) + L), 0, g, 1e-6, wantC, rowsAt[t] * L);
       const v = Float64Array.from(kv.subarray(t * (L + dims) + L, (t + 1) * (L + dims)));
-      r.apply(v, 0, pos[t]!);
-      wantK.set(v, rowsAt[t]! * dims);
+      r.apply(v, 0, pos[t]);
+      wantK.set(v, rowsAt[t] * dims);
     }
     kvCacheWrite(rt!, f32(rt!, kv), f32(rt!, g), table, dims, u32(rt!, pos), u32(rt!, rowsAt), cb, kb, { n, L }, 1e-6);
     const gotC = await rt!.readF32(cb);
@@ -128,7 +128,7 @@ test("rope into another buffer (ropeTo) and the fused latent cache write (kvCach
     assert.ok(record("kvCacheWrite k_pe", relErr(gotK, wantK)) < TOL, `k_pe err ${relErr(gotK, wantK)}`);
     // the same write from rows [q-LoRA latent (qDim) | c | k_pe] with the latent's norm in the same dispatch: cache rows
     // unchanged, the latent normalized in place, c and k_pe untouched
-    const qDim = [24, 7, 520][dims % 3]!;
+    const qDim = [24, 7, 520][dims % 3];
     const S = qDim + L + dims;
     const rows3 = rng.f64(n * S);
     for (let t = 0; t < n; t++) rows3.set(kv.subarray(t * (L + dims), (t + 1) * (L + dims)), t * S + qDim);
@@ -171,7 +171,7 @@ test("addNorm: the weighted expert outputs added to the residual, then RMSNorm (
     const h = rng.f64(n * dim);
     const g = rng.f32(dim);
     const wantH = Float64Array.from(h);
-    for (let t = 0; t < n; t++) for (let k = 0; k < K; k++) for (let i = 0; i < dim; i++) wantH[t * dim + i]! += wts[t * K + k]! * ye[(t * K + k) * dim + i]!;
+    for (let t = 0; t < n; t++) for (let k = 0; k < K; k++) for (let i = 0; i < dim; i++) wantH[t * dim + i] += wts[t * K + k] * ye[(t * K + k) * dim + i];
     const wantY = new Float64Array(n * dim);
     for (let t = 0; t < n; t++) cpuRmsNorm(wantH.subarray(t * dim, (t + 1) * dim), 0, g, 1e-6, wantY, t * dim);
     const hb = f32(rt!, h);
@@ -189,16 +189,16 @@ test("swiglu, residual add, softmax and log-softmax", { skip }, async () => {
     const u = rng.f64(n * w);
     const gb = f32(rt!, g);
     swiglu(rt!, gb, f32(rt!, u), { n, width: w });
-    assert.ok(record("swiglu", relErr(await rt!.readF32(gb), g.map((v, i) => silu(v) * u[i]!))) < TOL);
+    assert.ok(record("swiglu", relErr(await rt!.readF32(gb), g.map((v, i) => silu(v) * u[i]))) < TOL);
     const y = rng.f64(n * w);
     const yb = f32(rt!, y);
     copyRows(rt!, f32(rt!, u), yb, { n, width: w }, true);
-    assert.ok(relErr(await rt!.readF32(yb), y.map((v, i) => v + u[i]!)) < TOL);
+    assert.ok(relErr(await rt!.readF32(yb), y.map((v, i) => v + u[i])) < TOL);
     const sm = Float64Array.from(g);
     const lsm = new Float64Array(n * w);
     for (let t = 0; t < n; t++) {
       softmaxInPlace(sm, t * w, w);
-      for (let i = 0; i < w; i++) lsm[t * w + i] = Math.log(sm[t * w + i]!);
+      for (let i = 0; i < w; i++) lsm[t * w + i] = Math.log(sm[t * w + i]);
     }
     const sb = f32(rt!, g);
     softmax(rt!, sb, n, w);
@@ -296,7 +296,7 @@ for (const [label, shape, n, pos0, type] of [
       const all = Array.from({ length: pos0 + i + 1 }, (_, j) => j);
       const pick: number[] = [];
       while (pick.length < K) {
-        const j = all.splice(rng.int(0, all.length), 1)[0]!;
+        const j = all.splice(rng.int(0, all.length), 1)[0];
         pick.push(j);
       }
       return pick.sort((a, b) => a - b);
@@ -454,7 +454,7 @@ for (const [n, pos0, topK] of [[1, 30, 8], [3, 10, 4], [2, 2, 16]] as const) {
         assert.equal(m[4 * i + 1], pos0 + i + 1);
       } else {
         assert.equal(m[4 * i + 3], 1);
-        assert.deepEqual(Array.from(s.subarray(m[4 * i + 2]!, m[4 * i + 2]! + topK)), [...w], `query ${i} keys`);
+        assert.deepEqual(Array.from(s.subarray(m[4 * i + 2], m[4 * i + 2] + topK)), [...w], `query ${i} keys`);
       }
     }
   });
@@ -463,7 +463,7 @@ for (const [n, pos0, topK] of [[1, 30, 8], [3, 10, 4], [2, 2, 16]] as const) {
 /** The DSA selection's reference on f32 scores: the K largest unmasked of row[0, nk), ties to the lowest position, ascending. */
 function topKPositions(row: Float32Array, nk: number, K: number): number[] {
   const open = Array.from({ length: nk }, (_, s) => s).filter((s) => row[s] !== MASKED_SCORE);
-  return open.sort((a, b) => row[b]! - row[a]! || a - b).slice(0, K).sort((a, b) => a - b);
+  return open.sort((a, b) => row[b] - row[a] || a - b).slice(0, K).sort((a, b) => a - b);
 }
 const MASKED_SCORE = Math.fround(-3.4028234e38);
 
@@ -485,10 +485,10 @@ for (const [label, K, nks, values] of [
     const T = Math.max(...nks) + 5;
     const scores = new Float32Array(n * T);
     for (let i = 0; i < n; i++) {
-      for (let s = 0; s < T; s++) scores[i * T + s] = values === undefined ? rng.normal() : values[rng.int(0, values.length)]!;
+      for (let s = 0; s < T; s++) scores[i * T + s] = values === undefined ? rng.normal() : values[rng.int(0, values.length)];
       // masked scores inside the row are never taken; past nk the kernel must not look (large values there)
-      for (let s = 0; s < nks[i]!; s += 1 + rng.int(0, 40)) scores[i * T + s] = MASKED_SCORE;
-      for (let s = nks[i]!; s < T; s++) scores[i * T + s] = 1e30;
+      for (let s = 0; s < nks[i]; s += 1 + rng.int(0, 40)) scores[i * T + s] = MASKED_SCORE;
+      for (let s = nks[i]; s < T; s++) scores[i * T + s] = 1e30;
     }
     const metaIn = nks.flatMap((nk, i) => [3 * i, nk, 0, 0]);
     const meta = u32(rt!, metaIn);
@@ -499,7 +499,7 @@ for (const [label, K, nks, values] of [
     const m = new Uint32Array(await rt!.read(meta));
     const got = new Uint32Array(await rt!.read(sel));
     for (let i = 0; i < n; i++) {
-      const nk = nks[i]!;
+      const nk = nks[i];
       if (nk <= K) {
         assert.deepEqual(Array.from(m.subarray(4 * i, 4 * i + 4)), metaIn.slice(4 * i, 4 * i + 4), `query ${i} stays dense`);
         assert.ok(got.subarray(i * K, (i + 1) * K).every((x) => x === SENTINEL), `query ${i} writes no selection`);
@@ -535,20 +535,20 @@ for (const [label, Hi, D, nks, pageSize] of [
     const pageOrder = Array.from({ length: n * pagesPerQuery }, (_, x) => x).sort(() => rng.next() - 0.5);
     const tables = pageSize > 0 ? pageOrder : [0];
     const base = (i: number): number => (pageSize > 0 ? i * pagesPerQuery : 3 * i);
-    const row = (i: number, u: number): number => (pageSize > 0 ? tables[base(i) + Math.floor(u / pageSize)]! * pageSize + (u % pageSize) : base(i) + u);
+    const row = (i: number, u: number): number => (pageSize > 0 ? tables[base(i) + Math.floor(u / pageSize)] * pageSize + (u % pageSize) : base(i) + u);
     const wScale = 1 / Math.sqrt(Hi * D);
     const want = new Float64Array(n * T);
     for (let i = 0; i < n; i++) {
       for (let s = 0; s < T; s++) {
-        if (s >= nks[i]!) {
+        if (s >= nks[i]) {
           want[i * T + s] = MASKED_SCORE;
           continue;
         }
         let total = 0;
         for (let j = 0; j < Hi; j++) {
           let d = 0;
-          for (let e = 0; e < D; e++) d += q[(i * Hi + j) * D + e]! * keys[row(i, s) * D + e]!;
-          if (d > 0) total += d * w[i * Hi + j]! * wScale;
+          for (let e = 0; e < D; e++) d += q[(i * Hi + j) * D + e] * keys[row(i, s) * D + e];
+          if (d > 0) total += d * w[i * Hi + j] * wScale;
         }
         want[i * T + s] = total;
       }
@@ -560,6 +560,6 @@ for (const [label, Hi, D, nks, pageSize] of [
     const open = Array.from({ length: n * T }, (_, x) => x).filter((x) => want[x] !== MASKED_SCORE);
     for (let x = 0; x < n * T; x++) if (want[x] === MASKED_SCORE) assert.equal(got[x], MASKED_SCORE, `masked score at ${x}`);
     // the error relative to the largest unmasked score (the masked ones would hide any error)
-    assert.ok(record("dsa scores", relErr(open.map((x) => got[x]!), open.map((x) => want[x]!))) < TOL, label);
+    assert.ok(record("dsa scores", relErr(open.map((x) => got[x]), open.map((x) => want[x]))) < TOL, label);
   });
 }

@@ -41,14 +41,14 @@ test("a recorded run replays with the same results, in one submission or in piec
     assert.ok(rec !== undefined && rec.items.length === 6);
     const want = Array.from(Float32Array.from(x), (v) => Math.fround(v) * 6);
     const first = await r.readF32(y);
-    first.forEach((v, i) => assert.ok(Math.abs(v - want[i]!) < 1e-5, `recorded run ${i}`));
+    first.forEach((v, i) => assert.ok(Math.abs(v - want[i]) < 1e-5, `recorded run ${i}`));
     await r.readF32(r.upload(new Float32Array(64)), 0, 1); // something else in between
     r.write(y, 0, new Float32Array(64));
     const d0 = r.stats.dispatches;
     r.replay(rec!);
     assert.equal(r.stats.dispatches - d0, 6);
     const again = await r.readF32(y);
-    again.forEach((v, i) => assert.ok(Math.abs(v - want[i]!) < 1e-5, `replay (pieces of ${submitEvery}) ${i}: ${v} vs ${want[i]}`));
+    again.forEach((v, i) => assert.ok(Math.abs(v - want[i]) < 1e-5, `replay (pieces of ${submitEvery}) ${i}: ${v} vs ${want[i]}`));
   }
 });
 
@@ -80,7 +80,7 @@ test("timeItems: every recorded dispatch timed alone, with its label and code si
   for (const t of times) assert.ok(t.codeChars > 100, `${t.label}: ${t.codeChars} characters of WGSL`);
   // item 1 accumulated three times onto the copy of item 0: x + 3x (the recorded parameters, acc for the second)
   const got = await r.readF32(y);
-  got.forEach((v, i) => assert.ok(Math.abs(v - 4 * Math.fround(x[i]!)) < 1e-5, `y[${i}] = ${v}, want ${4 * Math.fround(x[i]!)}`));
+  got.forEach((v, i) => assert.ok(Math.abs(v - 4 * Math.fround(x[i])) < 1e-5, `y[${i}] = ${v}, want ${4 * Math.fround(x[i])}`));
 });
 
 test("collectPipelines dry-runs an encoding (nothing encoded or counted) and names the kernels not compiled yet, combined ones as together() combines them; precompile compiles them all", { skip }, async () => {
@@ -104,7 +104,7 @@ test("collectPipelines dry-runs an encoding (nothing encoded or counted) and nam
   assert.ok(codes.every((c) => c.includes("@compute")));
   assert.throws(() => r.collectPipelines(() => r.collectPipelines(run)), /does not nest/);
   const done: number[] = [];
-  await r.precompile([...codes, codes[0]!], (d, total) => {
+  await r.precompile([...codes, codes[0]], (d, total) => {
     assert.equal(total, 2);
     done.push(d);
   });
@@ -115,7 +115,7 @@ test("collectPipelines dry-runs an encoding (nothing encoded or counted) and nam
   assert.equal(r.pipelineCount, 2, "the real run compiles nothing more");
   assert.equal(r.stats.dispatches, 2);
   const got = await r.readF32(y);
-  got.forEach((v, i) => assert.ok(Math.abs(v - Math.fround(x[i]!) * (i < 32 ? 2 : 1)) < 1e-6, `y[${i}] = ${v}`));
+  got.forEach((v, i) => assert.ok(Math.abs(v - Math.fround(x[i]) * (i < 32 ? 2 : 1)) < 1e-6, `y[${i}] = ${v}`));
 });
 
 test("together(): a combined kernel is reused only for the same kernels with the same buffers shared — one output buffer for both copies, then two, then one again", { skip }, async () => {
@@ -135,9 +135,9 @@ test("together(): a combined kernel is reused only for the same kernels with the
     for (const b of [shared, ...apart]) r.write(b, 0, new Float32Array(b.size / 4));
     const d0 = r.stats.dispatches;
     pair(shared, shared, 32);
-    pair(apart[0]!, apart[1]!, 0);
+    pair(apart[0], apart[1], 0);
     assert.equal(r.stats.dispatches - d0, 2, "each pair one combined dispatch");
-    const got = [...(await r.readF32(shared)), ...(await r.readF32(apart[0]!)), ...(await r.readF32(apart[1]!))];
+    const got = [...(await r.readF32(shared)), ...(await r.readF32(apart[0])), ...(await r.readF32(apart[1]))];
     const want = [...x, ...x].map((v) => Math.fround(v));
     got.forEach((v, i) => assert.equal(v, want[i], `round ${round}, word ${i}`));
   }

@@ -90,7 +90,7 @@ test("sampled rows on the GPU: greedy rows as argmaxRows; sampled rows' tokens w
     [2, 102400, 102400],
   ] as const) {
     const x = rng.f32(n * stride);
-    for (let i = 0; i < x.length; i++) x[i] = x[i]! * 6;
+    for (let i = 0; i < x.length; i++) x[i] = x[i] * 6;
     const rows = Array.from({ length: n }, (_, t) => ({ invT: t % 2 === 0 ? 0 : 1 / (0.5 + t * 0.3), key: 1000 + 7919 * t }));
     const { ids, lps } = await run(x, draws(rows), n, width, stride);
     // the greedy rows against argmaxRows on the same rows
@@ -104,13 +104,13 @@ test("sampled rows on the GPU: greedy rows as argmaxRows; sampled rows' tokens w
     for (const b of [gIds, gLps, gPart, xb]) b.destroy();
     for (let t = 0; t < n; t++) {
       const row = x.subarray(t * stride, t * stride + width);
-      assert.ok(ids[t]! < width, `n ${n} width ${width} row ${t}: id ${ids[t]}`);
-      if (rows[t]!.invT === 0) {
+      assert.ok(ids[t] < width, `n ${n} width ${width} row ${t}: id ${ids[t]}`);
+      if (rows[t].invT === 0) {
         assert.equal(ids[t], wantIds[t], `n ${n} width ${width} row ${t}: greedy`);
-        assert.ok(Math.abs(lps[t]! - wantLps[t]!) <= 1e-6, `n ${n} width ${width} row ${t}: logprob ${lps[t]} vs argmaxRows' ${wantLps[t]}`);
+        assert.ok(Math.abs(lps[t] - wantLps[t]) <= 1e-6, `n ${n} width ${width} row ${t}: logprob ${lps[t]} vs argmaxRows' ${wantLps[t]}`);
       }
-      const want = logprobAt(row, ids[t]!);
-      assert.ok(Math.abs(lps[t]! - want) <= 1e-5 * Math.max(1, Math.abs(want)), `n ${n} width ${width} row ${t}: logprob ${lps[t]} vs ${want}`);
+      const want = logprobAt(row, ids[t]);
+      assert.ok(Math.abs(lps[t] - want) <= 1e-5 * Math.max(1, Math.abs(want)), `n ${n} width ${width} row ${t}: logprob ${lps[t]} vs ${want}`);
     }
   }
 });
@@ -120,7 +120,7 @@ test("sampled rows on the GPU: the draws' frequencies fit softmax(x / T) (one ro
   const rng = new Rng(5);
   const row = rng.f32(width);
   // a peaked row: most of the mass on ~20 ids, the rest spread over the others
-  for (let i = 0; i < width; i++) row[i] = row[i]! * 2 - (i % 450 === 17 ? -6 : 3);
+  for (let i = 0; i < width; i++) row[i] = row[i] * 2 - (i % 450 === 17 ? -6 : 3);
   for (const T of [1, 0.6, 2.5]) {
     const n = 6000;
     const keys = Array.from({ length: n }, (_, t) => Math.imul(t + 1, 0x2545f491) ^ (T * 1000));
@@ -131,14 +131,14 @@ test("sampled rows on the GPU: the draws' frequencies fit softmax(x / T) (one ro
     const mx = Math.max(...w);
     const p = w.map((v) => Math.exp(v - mx));
     const total = p.reduce((a, b) => a + b, 0);
-    const top = [...p.keys()].sort((a, b) => p[b]! - p[a]!).slice(0, 20);
+    const top = [...p.keys()].sort((a, b) => p[b] - p[a]).slice(0, 20);
     const counts = new Map<number, number>();
     for (const id of ids) counts.set(id, (counts.get(id) ?? 0) + 1);
     let chi2 = 0;
     let restWant = n;
     let restGot = n;
     for (const id of top) {
-      const want = (n * p[id]!) / total;
+      const want = (n * p[id]) / total;
       const got = counts.get(id) ?? 0;
       chi2 += (got - want) ** 2 / want;
       restWant -= want;
@@ -168,7 +168,7 @@ test("sampled rows on the GPU: rows the host sampler refuses (a NaN, +Infinity, 
     for (const t of [0, 1, 2]) assert.ok(Number.isNaN(lps[t]), `width ${width} row ${t}: logprob NaN, got ${lps[t]}`);
     assert.notEqual(ids[0], 1, "NaN never chosen");
     assert.ok(Number.isFinite(lps[3]), `width ${width} row 3: ${lps[3]}`);
-    assert.ok(Math.abs(lps[3]! - logprobAt(x.subarray(3 * width, 4 * width), ids[3]!)) <= 1e-5);
+    assert.ok(Math.abs(lps[3] - logprobAt(x.subarray(3 * width, 4 * width), ids[3])) <= 1e-5);
   }
 });
 
@@ -180,12 +180,12 @@ test("sampled rows on the GPU: rows the host sampler refuses (a NaN, +Infinity, 
 function checkDraws(row: Float32Array, kept: readonly number[], T: number, got: { ids: Uint32Array; lps: Float32Array }, label: string, fit = true): void {
   const { ids, lps } = got;
   const keptSet = new Set(kept);
-  for (let i = 0; i < ids.length; i++) assert.ok(keptSet.has(ids[i]!), `${label}: drew ${ids[i]} outside the host's ${kept.length} kept ids`);
-  if (fit) fits(ids, kept, (id) => Math.exp(row[id]! / T - row[kept[0]!]! / T), label);
+  for (let i = 0; i < ids.length; i++) assert.ok(keptSet.has(ids[i]), `${label}: drew ${ids[i]} outside the host's ${kept.length} kept ids`);
+  if (fit) fits(ids, kept, (id) => Math.exp(row[id] / T - row[kept[0]] / T), label);
   if (kept.length > 1) assert.ok(new Set(ids).size > 1, `${label}: the draws vary`);
   for (const t of [0, 17, ids.length - 1]) {
-    const want = logprobAt(row, ids[t]!);
-    assert.ok(Math.abs(lps[t]! - want) <= 1e-5 * Math.max(1, Math.abs(want)), `${label}: logprob ${lps[t]} vs ${want}`);
+    const want = logprobAt(row, ids[t]);
+    assert.ok(Math.abs(lps[t] - want) <= 1e-5 * Math.max(1, Math.abs(want)), `${label}: logprob ${lps[t]} vs ${want}`);
   }
 }
 
@@ -212,7 +212,7 @@ test("top-k draws on the GPU: only the host Sampler's kept ids (top-k → top-p 
   ] as const) {
     const row = rng.f32(width);
     // peaked: a few ids well above the rest, so that top-p and min-p cut inside the top-k
-    for (let i = 0; i < width; i++) row[i] = row[i]! * 2 + (i % 97 === 3 ? 4 : 0);
+    for (let i = 0; i < width; i++) row[i] = row[i] * 2 + (i % 97 === 3 ? 4 : 0);
     const kept = keptByHost(row, topK, topP, minP);
     const n = 4000;
     const keys = Array.from({ length: n }, (_, t) => Math.imul(t + 7, 0x9e3779b1) ^ width);
@@ -240,7 +240,7 @@ test("top-k draws on the GPU: ties keep the lower ids; rows without top-k beside
   const withTopK = await run(x, draws(rows), 4, w2, w2, true);
   const without = await run(x, draws(rows), 4, w2, w2, false);
   for (const t of [0, 1, 3]) assert.equal(withTopK.ids[t], without.ids[t], `row ${t} (no top-k): the same token`);
-  assert.ok(keptByHost(x.subarray(2 * w2, 3 * w2), 5, 1, 0).includes(withTopK.ids[2]!), "row 2: one of its top 5");
+  assert.ok(keptByHost(x.subarray(2 * w2, 3 * w2), 5, 1, 0).includes(withTopK.ids[2]), "row 2: one of its top 5");
   // refused rows (NaN, +Infinity) with top-k: logprob NaN
   const bad = new Float32Array(2 * 300).fill(0.5);
   bad[7] = Number.NaN;
@@ -265,7 +265,7 @@ test("top-p and min-p without top-k on the GPU: only the host Sampler's kept ids
   ] as const) {
     const row = rng.f32(width);
     // peaked: a few ids well above the rest (the kept set small); flat: thousands of ids in the kept set
-    for (let i = 0; i < width; i++) row[i] = shape === "peaked" ? row[i]! * 2 + (i % 97 === 3 ? 4 : 0) : row[i]! * 0.8;
+    for (let i = 0; i < width; i++) row[i] = shape === "peaked" ? row[i] * 2 + (i % 97 === 3 ? 4 : 0) : row[i] * 0.8;
     const kept = keptByHost(row, 0, topP, minP);
     const n = width === 102400 ? 300 : 2000;
     const keys = Array.from({ length: n }, (_, t) => Math.imul(t + 3, 0x85ebca6b) ^ width);
@@ -279,16 +279,16 @@ test("top-p without top-k on the GPU: the cut is exact at the boundary (the leas
   const width = 5000;
   const rng = new Rng(41);
   const row = rng.f32(width).map((v) => v * 3);
-  const lpSorted = [...row.keys()].sort((a, b) => row[b]! - row[a]! || a - b);
+  const lpSorted = [...row.keys()].sort((a, b) => row[b] - row[a] || a - b);
   let mx = -Infinity;
   for (const v of row) mx = Math.max(mx, v);
   let z = 0;
   for (const v of row) z += Math.exp(v - mx);
   for (const at of [0, 1, 9, 200, 2500]) {
     let cum = 0;
-    for (let i = 0; i <= at; i++) cum += Math.exp(row[lpSorted[i]!]! - mx) / z;
-    const gap = Math.exp(row[lpSorted[at]!]! - mx) / z;
-    for (const topP of [cum - gap * 0.25, cum + Math.exp(row[lpSorted[at + 1]!]! - mx) / z * 0.25]) {
+    for (let i = 0; i <= at; i++) cum += Math.exp(row[lpSorted[i]] - mx) / z;
+    const gap = Math.exp(row[lpSorted[at]] - mx) / z;
+    for (const topP of [cum - gap * 0.25, cum + Math.exp(row[lpSorted[at + 1]] - mx) / z * 0.25]) {
       const kept = keptByHost(row, 0, topP, 0);
       // at T = 20 the draws reach the least likely kept ids
       const { ids } = await run(row, draws(Array.from({ length: 400 }, (_, t) => ({ invT: 1 / 20, key: 11 + t * 7, topP }))), 400, width, 0, false, 1);
@@ -332,9 +332,9 @@ test("top-p and min-p without top-k on the GPU beside other rows: greedy, temper
   const plain = await run(x, draws(rows), 6, w, w, true, 0);
   for (const t of [0, 1, 2]) assert.equal(both.ids[t], plain.ids[t], `row ${t}: the same token with the nucleus stages`);
   for (const t of [3, 4, 5]) {
-    const { topP = 1, minP = 0 } = rows[t]!;
-    assert.ok(keptByHost(x.subarray(t * w, (t + 1) * w), 0, topP, minP).includes(both.ids[t]!), `row ${t}: among the host's kept ids`);
-    assert.ok(Math.abs(both.lps[t]! - logprobAt(x.subarray(t * w, (t + 1) * w), both.ids[t]!)) <= 1e-5 * Math.max(1, Math.abs(both.lps[t]!)));
+    const { topP = 1, minP = 0 } = rows[t];
+    assert.ok(keptByHost(x.subarray(t * w, (t + 1) * w), 0, topP, minP).includes(both.ids[t]), `row ${t}: among the host's kept ids`);
+    assert.ok(Math.abs(both.lps[t] - logprobAt(x.subarray(t * w, (t + 1) * w), both.ids[t])) <= 1e-5 * Math.max(1, Math.abs(both.lps[t])));
   }
   // a min-p so small that it keeps every id: the same draw as the temperature alone (the same noise)
   const all = await run(x, draws([{ invT: 0.9, key: 77, minP: 1e-30 }]), 1, w, w, false, 1);

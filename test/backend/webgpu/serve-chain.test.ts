@@ -68,10 +68,10 @@ test("fused pipeline: 3 concurrent greedy requests through the scheduler give th
     assert.ok(chains >= 2, `${chains} chains`);
     assert.ok(chained.steps.some((st) => st.chained !== undefined && st.sequences === 3), "a chain ran with all three sequences");
     chained.out.forEach((o, i) => {
-      assert.deepEqual(o.ids, host.out[i]!.ids, `request ${i}: ids`);
-      assert.equal(o.finish, host.out[i]!.finish);
-      assert.equal(o.ids.length, reqs[i]!.maxTokens);
-      o.logprobs.forEach((lp, j) => assert.ok(Math.abs(lp - host.out[i]!.logprobs[j]!) <= 1e-4, `request ${i} token ${j}: ${lp} vs ${host.out[i]!.logprobs[j]}`));
+      assert.deepEqual(o.ids, host.out[i].ids, `request ${i}: ids`);
+      assert.equal(o.finish, host.out[i].finish);
+      assert.equal(o.ids.length, reqs[i].maxTokens);
+      o.logprobs.forEach((lp, j) => assert.ok(Math.abs(lp - host.out[i].logprobs[j]) <= 1e-4, `request ${i} token ${j}: ${lp} vs ${host.out[i].logprobs[j]}`));
     });
   } finally {
     await fused.close();
@@ -116,9 +116,9 @@ test("fused pipeline: requests drawn on the GPU with the host Sampler's filters 
     const chained = await run(8);
     assert.ok(chains >= 2, `${chains} chains`);
     chained.forEach((o, i) => {
-      assert.deepEqual(o.ids, stepwise[i]!.ids, `request ${i}: ids`);
-      assert.equal(o.ids.length, reqs[i]!.maxTokens);
-      o.logprobs.forEach((lp, j) => assert.ok(Math.abs(lp - stepwise[i]!.logprobs[j]!) <= 1e-4, `request ${i} token ${j}: ${lp} vs ${stepwise[i]!.logprobs[j]}`));
+      assert.deepEqual(o.ids, stepwise[i].ids, `request ${i}: ids`);
+      assert.equal(o.ids.length, reqs[i].maxTokens);
+      o.logprobs.forEach((lp, j) => assert.ok(Math.abs(lp - stepwise[i].logprobs[j]) <= 1e-4, `request ${i} token ${j}: ${lp} vs ${stepwise[i].logprobs[j]}`));
     });
     // the draws vary with the seed: not one fixed token
     assert.ok(new Set(stepwise.flatMap((o) => o.ids)).size > 4);

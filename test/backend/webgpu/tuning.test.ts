@@ -24,7 +24,7 @@ test("parseTuning reads name=value pairs and refuses unknown names and non-numbe
 test("every tune.<knob> the WebGPU sources read is in the table, and every knob in the table is read", { skip: !existsSync(SOURCES) && "no sources here" }, () => {
   const files = (dir: string): string[] => readdirSync(dir).flatMap((e) => (statSync(join(dir, e)).isDirectory() ? files(join(dir, e)) : e.endsWith(".ts") ? [join(dir, e)] : []));
   const read = new Set<string>();
-  for (const f of files(SOURCES)) for (const m of readFileSync(f, "utf8").matchAll(/\btune\.([a-zA-Z]+)/g)) read.add(m[1]!);
+  for (const f of files(SOURCES)) for (const m of readFileSync(f, "utf8").matchAll(/\btune\.([a-zA-Z]+)/g)) read.add(m[1]);
   const known = new Set(Object.keys(KNOBS));
   assert.deepEqual([...read].filter((k) => !known.has(k)), [], "read but not in core/tuning.ts");
   assert.deepEqual([...known].filter((k) => !read.has(k)), [], "in core/tuning.ts but never read");

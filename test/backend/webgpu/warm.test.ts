@@ -24,7 +24,7 @@ const CONTEXT = 300; // past one key chunk (256)
 async function drive(g: GpuModel, V: number): Promise<Float32Array[]> {
   const out: Float32Array[] = [];
   const prompt = randomTokens(7, 3, 0, V);
-  const tok = (i: number, slot: number, pos: number, logits: boolean): StepToken => ({ token: prompt[i % 7]!, slot, pos, logits });
+  const tok = (i: number, slot: number, pos: number, logits: boolean): StepToken => ({ token: prompt[i % 7], slot, pos, logits });
   out.push(await g.step(Array.from({ length: 5 }, (_, i) => tok(i, 0, i, i === 4))));
   out.push(await g.step(Array.from({ length: 2 }, (_, i) => tok(i, 1, i, i === 1))));
   for (const [n, pos] of [[1, 5], [2, 6], [3, 7], [3, 280], [1, 299]] as const) out.push(await g.step(Array.from({ length: n }, (_, s) => tok(s, s, pos, true))));
@@ -53,7 +53,7 @@ for (const c of cases) {
       const want = await drive(new GpuModel(coldRt, model, { slots: 3, context: CONTEXT, maxTokens: 5 }), config.nVocab);
       // warm's shapes are a superset of these steps' (prefill n = 1, decode at exactly 257 keys), not many more
       assert.ok(coldRt.pipelineCount <= kernels && coldRt.pipelineCount >= kernels - 4, `${coldRt.pipelineCount} kernels used, ${kernels} compiled`);
-      got.forEach((g, i) => assert.deepEqual(Array.from(g), Array.from(want[i]!), `step ${i}`));
+      got.forEach((g, i) => assert.deepEqual(Array.from(g), Array.from(want[i]), `step ${i}`));
       await assert.rejects(warm.warm({ prefill: [6] }), LatentError);
     } finally {
       m.cleanup();

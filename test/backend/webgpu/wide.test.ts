@@ -135,17 +135,17 @@ for (const tune of [{}, { wideRows: 3, wideUnroll: 1 }, { wideRows: 2, wideSgRow
         const yb = f32(r, y0);
         matmul(r, g, f32(r, x), yb, { n, xStride, yStride, xOff, yOff });
         const got = await r.readF32(yb);
-        const want = Float64Array.from(y0, (v, i) => (inY(i) ? prod[i - yOff]! : v));
+        const want = Float64Array.from(y0, (v, i) => (inY(i) ? prod[i - yOff] : v));
         assert.ok(relErr(got, want) < TOL, `${label}: err ${relErr(got, want)}`);
         const ybA = f32(r, y0);
         matmul(r, g, f32(r, x), ybA, { n, xStride, yStride, xOff, yOff, acc: true });
         const gotA = await r.readF32(ybA);
-        const wantA = Float64Array.from(y0, (v, i) => (inY(i) ? v + prod[i - yOff]! : v));
+        const wantA = Float64Array.from(y0, (v, i) => (inY(i) ? v + prod[i - yOff] : v));
         assert.ok(relErr(gotA, wantA) < TOL, `${label} acc: err ${relErr(gotA, wantA)}`);
         const ybG = f32(r, y0);
         matmul(r, g, f32(r, x), ybG, { n, xStride, yStride, xOff, yOff, glu: true });
         const gotG = await r.readF32(ybG);
-        const wantG = Float64Array.from(y0, (v, i) => (inY(i) ? (v / (1 + Math.exp(-v))) * prod[i - yOff]! : v));
+        const wantG = Float64Array.from(y0, (v, i) => (inY(i) ? (v / (1 + Math.exp(-v))) * prod[i - yOff] : v));
         assert.ok(relErr(gotG, wantG) < TOL, `${label} glu: err ${relErr(gotG, wantG)}`);
         g.destroy();
       }
@@ -179,8 +179,8 @@ test("wide sums decoding (Q4_K) matches the CPU reference like the per-value dec
           g.destroy();
         }
         const label = `${typeName(type)} ${cols} n=${n} x+${shift}`;
-        assert.ok(errs[0]! < TOL, `${label}: sums err ${errs[0]} (per value ${errs[1]})`);
-        assert.ok(errs[1]! < TOL, `${label}: per-value err ${errs[1]}`);
+        assert.ok(errs[0] < TOL, `${label}: sums err ${errs[0]} (per value ${errs[1]})`);
+        assert.ok(errs[1] < TOL, `${label}: per-value err ${errs[1]}`);
       }
     }
   }
@@ -239,14 +239,14 @@ test("wide pair-major gathered products: one piece and several, overwrite and Sw
       matmulGather(r, g, f32(r, x), yb, idsB, { pairs, xDiv: K, xBatch: cols, yBatch: rows, mode: "pairs" });
       const got = await r.readF32(yb);
       const want = new Float64Array(pairs * rows);
-      for (let b = 0; b < pairs; b++) w.slice(ids[b]! * rows, rows).matmul(x.subarray(Math.floor(b / K) * cols), 1, cols, want.subarray(b * rows), rows);
+      for (let b = 0; b < pairs; b++) w.slice(ids[b] * rows, rows).matmul(x.subarray(Math.floor(b / K) * cols), 1, cols, want.subarray(b * rows), rows);
       const label = `${typeName(type)} ${rows}x${cols} in ${g.pieces.length} piece(s), tune ${JSON.stringify(tune)}`;
       assert.ok(relErr(got, want) < TOL, `${label}: err ${relErr(got, want)}`);
       const g0 = rng.f64(pairs * rows);
       const ybG = f32(r, g0);
       matmulGather(r, g, f32(r, x), ybG, idsB, { pairs, xDiv: K, xBatch: cols, yBatch: rows, mode: "pairs", glu: true });
       const gotG = await r.readF32(ybG);
-      const wantG = Float64Array.from(g0, (v, i) => (v / (1 + Math.exp(-v))) * want[i]!);
+      const wantG = Float64Array.from(g0, (v, i) => (v / (1 + Math.exp(-v))) * want[i]);
       assert.ok(relErr(gotG, wantG) < TOL, `${label} glu: err ${relErr(gotG, wantG)}`);
       g.destroy();
     }
@@ -275,7 +275,7 @@ for (const tune of [{}, { wideSgRows: 3 }, { wideHalf: 2 }]) test(`dual wide pro
         const wu = new Float64Array(n * rows);
         gate.w.matmul(x, n, cols, wg, rows);
         up.w.matmul(x, n, cols, wu, rows);
-        const want = wg.map((g, i) => silu(g) * wu[i]!);
+        const want = wg.map((g, i) => silu(g) * wu[i]);
         const got = await r.readF32(yb);
         assert.ok(relErr(got, want) < TOL, `${label} n=${n}: err ${relErr(got, want)}`);
         // one dispatch per piece when dual (1–4 tokens), two per piece otherwise
@@ -298,9 +298,9 @@ for (const tune of [{}, { wideSgRows: 3 }, { wideHalf: 2 }]) test(`dual wide pro
       const wu = new Float64Array(rows);
       for (let b = 0; b < pairs; b++) {
         const xb = x.subarray(Math.floor(b / K) * cols);
-        eg.w.slice(ids[b]! * rows, rows).matmul(xb, 1, cols, wg, rows);
-        eu.w.slice(ids[b]! * rows, rows).matmul(xb, 1, cols, wu, rows);
-        for (let i = 0; i < rows; i++) want[b * rows + i] = silu(wg[i]!) * wu[i]!;
+        eg.w.slice(ids[b] * rows, rows).matmul(xb, 1, cols, wg, rows);
+        eu.w.slice(ids[b] * rows, rows).matmul(xb, 1, cols, wu, rows);
+        for (let i = 0; i < rows; i++) want[b * rows + i] = silu(wg[i]) * wu[i];
       }
       const got = await r.readF32(yb);
       assert.ok(relErr(got, want) < TOL, `${label} gathered: err ${relErr(got, want)}`);
@@ -327,7 +327,7 @@ test("wide expert-list products with tune.wideLists = 1 (4 pairs a tile; uneven 
       // 11 tokens × 2 slots over 6 experts: expert 2 gets none, expert 0 gets 9 (three tiles, the last partial)
       const nTok = 11;
       const ids: number[] = [];
-      for (let t = 0; t < nTok; t++) ids.push(t < 9 ? 0 : 1, [1, 3, 4, 5][t % 4]!);
+      for (let t = 0; t < nTok; t++) ids.push(t < 9 ? 0 : 1, [1, 3, 4, 5][t % 4]);
       const pairs = nTok * K;
       assert.match(matvecKernel(r, eg.g, pairs, "experts-list", true).code, WIDE);
       assert.doesNotMatch(matvecKernel(runtime(), eg.g, pairs, "experts-list", true).code, WIDE); // off by default
@@ -340,8 +340,8 @@ test("wide expert-list products with tune.wideLists = 1 (4 pairs a tile; uneven 
       const wantU = new Float64Array(pairs * rows);
       for (let b = 0; b < pairs; b++) {
         const xb = x.subarray(Math.floor(b / K) * cols);
-        eg.w.slice(ids[b]! * rows, rows).matmul(xb, 1, cols, want.subarray(b * rows), rows);
-        eu.w.slice(ids[b]! * rows, rows).matmul(xb, 1, cols, wantU.subarray(b * rows), rows);
+        eg.w.slice(ids[b] * rows, rows).matmul(xb, 1, cols, want.subarray(b * rows), rows);
+        eu.w.slice(ids[b] * rows, rows).matmul(xb, 1, cols, wantU.subarray(b * rows), rows);
       }
       const xb = f32(r, x);
       const yb = r.buffer(pairs * rows * 4);
@@ -351,7 +351,7 @@ test("wide expert-list products with tune.wideLists = 1 (4 pairs a tile; uneven 
       const d0 = r.stats.dispatches;
       matmulGatherSwiGLU(r, eg.g, eu.g, xb, yd, idsB, { pairs, xDiv: K, xBatch: cols, yBatch: rows, mode: "experts", lists });
       assert.equal(r.stats.dispatches - d0, eg.g.pieces.length, `${label}: one dual dispatch per piece`);
-      const wantD = want.map((g, i) => silu(g) * wantU[i]!);
+      const wantD = want.map((g, i) => silu(g) * wantU[i]);
       assert.ok(relErr(await r.readF32(yd), wantD) < TOL, `${label} dual: err ${relErr(await r.readF32(yd), wantD)}`);
       eg.g.destroy();
       eu.g.destroy();

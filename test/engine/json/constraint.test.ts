@@ -12,7 +12,7 @@ const EOS = 0;
 const enc = new TextEncoder();
 const vocab: TokenPieces = {
   vocabSize: PIECES.length,
-  tokenBytes: (id: number, skipSpecial = false) => (id === EOS && skipSpecial ? new Uint8Array(0) : enc.encode(PIECES[id]!)),
+  tokenBytes: (id: number, skipSpecial = false) => (id === EOS && skipSpecial ? new Uint8Array(0) : enc.encode(PIECES[id])),
   isEndOfGeneration: (id: number) => id === EOS,
 };
 

@@ -522,7 +522,7 @@ export class GpuRuntime {
       this.info.limits.maxComputeWorkgroupsPerDimension,
     );
     const gridSlot = this.uniformSlot(grid.words);
-    const resources = combined.bindings.map((b) => ("grids" in b ? gridSlot : "params" in b ? slots[b.part]! : held[b.part]!.buffers[b.index]!));
+    const resources = combined.bindings.map((b) => ("grids" in b ? gridSlot : "params" in b ? slots[b.part] : held[b.part].buffers[b.index]));
     this.encodeBound(held.map((d) => d.label).join(" ∥ "), pipeline, resources, grid.groups);
     if (this.checkWrites) for (const { label, o } of outputs) this.countSentinels(label, o);
     this.stats.dispatches++;
@@ -620,8 +620,8 @@ export class GpuRuntime {
       queryStaging.unmap();
       queryStaging.destroy();
       labels.forEach((l, i) => {
-        const ns = ts[2 * i + 1]! > ts[2 * i]! ? Number(ts[2 * i + 1]! - ts[2 * i]!) : 0;
-        const [begin, end] = [ts[2 * i]!, ts[2 * i + 1]!];
+        const ns = ts[2 * i + 1] > ts[2 * i] ? Number(ts[2 * i + 1] - ts[2 * i]) : 0;
+        const [begin, end] = [ts[2 * i], ts[2 * i + 1]];
         if (begin > 0n) {
           if (this.span.first === undefined || begin < this.span.first) this.span.first = begin;
           if (this.span.last === undefined || end > this.span.last) this.span.last = end;
@@ -637,7 +637,7 @@ export class GpuRuntime {
       const counts = new Uint32Array(counterStaging.getMappedRange().slice(0));
       counterStaging.unmap();
       counterStaging.destroy();
-      const bad = checks.map((c, i) => ({ ...c, left: counts[i]! })).filter((c) => c.left > 0);
+      const bad = checks.map((c, i) => ({ ...c, left: counts[i] })).filter((c) => c.left > 0);
       if (bad.length > 0) {
         throw new UnwrittenOutputError(`--check-writes: ${bad.map((b) => `${b.label} left ${b.left} of ${b.words} output values unwritten`).join("; ")}`);
       }
@@ -652,7 +652,7 @@ export class GpuRuntime {
   private staging(bytes: number): GPUBuffer {
     const size = Math.max(256, 2 ** Math.ceil(Math.log2(bytes)));
     const i = this.stagingFree.findIndex((b) => b.size === size);
-    if (i >= 0) return this.stagingFree.splice(i, 1)[0]!;
+    if (i >= 0) return this.stagingFree.splice(i, 1)[0];
     if (this.stagingFree.length > 8) this.stagingFree.shift()!.destroy();
     return this.device.createBuffer({ size, usage: MAP_READ | COPY_DST, label: "staging" });
   }
@@ -690,5 +690,5 @@ const u32 = new Uint32Array(f32.buffer);
 /** Bits of a float32, for parameter blocks. */
 export function f32bits(x: number): number {
   f32[0] = x;
-  return u32[0]!;
+  return u32[0];
 }

@@ -155,7 +155,7 @@ export class FusedGpuModel implements GreedyChainModel {
    */
   load(path: string, onProgress?: (done: number, total: number, phase: "load" | "compile") => void): WarmStats {
     const phase = (): "load" | "compile" => (this.progress[2] === 1 ? "compile" : "load");
-    const tick = onProgress === undefined ? undefined : (): void => onProgress(this.progress[0]!, this.progress[1]!, phase());
+    const tick = onProgress === undefined ? undefined : (): void => onProgress(this.progress[0], this.progress[1], phase());
     const answer = this.worker.call({ op: "load", path, slots: this.opts.slots ?? 1, context: this.config.contextLength, maxTokens: this.opts.maxTokens, pages: this.opts.pages, warm: this.opts.warm }, tick);
     tick?.();
     this.loaded = true;
@@ -165,7 +165,7 @@ export class FusedGpuModel implements GreedyChainModel {
 
   /** The engine's forward pass for one sequence (generate). */
   forward(tokens: readonly number[], cache: LatentStore | undefined, opts: { readonly path: string; readonly logits: "all" | "last" }): Float32Array {
-    return this.forwardBatch([{ tokens, cache, path: opts.path as SequenceChunk["path"], logits: opts.logits }])[0]!;
+    return this.forwardBatch([{ tokens, cache, path: opts.path as SequenceChunk["path"], logits: opts.logits }])[0];
   }
 
   /**
@@ -191,7 +191,7 @@ export class FusedGpuModel implements GreedyChainModel {
     if (picks.length !== seqs.length) throw new LatentError(`forwardBatchPicks: ${picks.length} picks for ${seqs.length} chunks`);
     const picked = picks.map((p) => p !== false);
     picks.forEach((p, i) => {
-      if (p !== false && seqs[i]!.logits !== "last") throw new LatentError(`forwardBatchPicks: chunk ${i} asks for a pick without logits "last"`);
+      if (p !== false && seqs[i].logits !== "last") throw new LatentError(`forwardBatchPicks: chunk ${i} asks for a pick without logits "last"`);
       if (typeof p === "object") checkDraw(p, this.picksDrawFiltered, `forwardBatchPicks: chunk ${i}'s draw`);
     });
     const V = this.config.nVocab;
@@ -213,12 +213,12 @@ export class FusedGpuModel implements GreedyChainModel {
     });
     const slotOf = plan.map(({ s, pos0 }) => (paged ? 0 : this.slotFor(s.cache!, pos0, seqs)));
     const stepOf = (i: number, from: number, to: number): StepToken[] => {
-      const { s, pos0 } = plan[i]!;
+      const { s, pos0 } = plan[i];
       const out: StepToken[] = [];
       const pages = pagesOf[i];
       for (let j = from; j < to; j++) {
         const want = s.logits === "all" || (s.logits === "last" && j === s.tokens.length - 1);
-        out.push({ token: s.tokens[j]!, slot: slotOf[i]!, pos: pos0 + j, logits: want, ...(pages !== undefined ? { pages } : {}) });
+        out.push({ token: s.tokens[j], slot: slotOf[i], pos: pos0 + j, logits: want, ...(pages !== undefined ? { pages } : {}) });
       }
       return out;
     };
@@ -226,18 +226,18 @@ export class FusedGpuModel implements GreedyChainModel {
     // longer ones (prompt chunks), a chunk that does not fit split over the next steps in order. Prompt chunks of
     // different sequences share a step with the decodes: a step reads the weights once for all its tokens, so a
     // server's 32 prompt chunks of ~35 tokens had cost 32 steps of much the same time as one.
-    const order = [...plan.keys()].sort((x, y) => Number(seqs[x]!.tokens.length > 1) - Number(seqs[y]!.tokens.length > 1));
+    const order = [...plan.keys()].sort((x, y) => Number(seqs[x].tokens.length > 1) - Number(seqs[y].tokens.length > 1));
     const steps: { i: number; from: number; to: number }[][] = [[]];
     let room = this.opts.maxTokens;
     for (const i of order) {
-      const n = seqs[i]!.tokens.length;
+      const n = seqs[i].tokens.length;
       for (let from = 0; from < n; ) {
         if (room === 0) {
           steps.push([]);
           room = this.opts.maxTokens;
         }
         const to = Math.min(n, from + room);
-        steps[steps.length - 1]!.push({ i, from, to });
+        steps[steps.length - 1].push({ i, from, to });
         room -= to - from;
         from = to;
       }
@@ -248,28 +248,28 @@ export class FusedGpuModel implements GreedyChainModel {
       if (pieces.length === 0) continue;
       const tokens = pieces.map(({ i, from, to }) => stepOf(i, from, to));
       const rowsOf = tokens.map((t) => t.filter((x) => x.logits).length);
-      const picking = pieces.some(({ i }, k) => picked[i] && rowsOf[k]! > 0);
-      const reading = pieces.some(({ i }, k) => !picked[i] && rowsOf[k]! > 0);
+      const picking = pieces.some(({ i }, k) => picked[i] && rowsOf[k] > 0);
+      const reading = pieces.some(({ i }, k) => !picked[i] && rowsOf[k] > 0);
       // a draw for every logits row of the step where any of them is drawn at a temperature (the others greedy)
-      const drawing = pieces.some(({ i }, k) => typeof picks[i] === "object" && rowsOf[k]! > 0);
-      const draws = drawing ? pieces.flatMap(({ i }, k) => Array.from({ length: rowsOf[k]! }, (): PickDraw => (typeof picks[i] === "object" ? (picks[i] as PickDraw) : { temperature: 0, key: 0 }))) : undefined;
-      this.drawnRows += pieces.filter(({ i }, k) => typeof picks[i] === "object" && rowsOf[k]! > 0).length;
+      const drawing = pieces.some(({ i }, k) => typeof picks[i] === "object" && rowsOf[k] > 0);
+      const draws = drawing ? pieces.flatMap(({ i }, k) => Array.from({ length: rowsOf[k] }, (): PickDraw => (typeof picks[i] === "object" ? (picks[i] as PickDraw) : { temperature: 0, key: 0 }))) : undefined;
+      this.drawnRows += pieces.filter(({ i }, k) => typeof picks[i] === "object" && rowsOf[k] > 0).length;
       const r = picking ? this.stepPicks(tokens.flat(), reading, draws) : { logits: this.step(tokens.flat()), ids: undefined, logprobs: undefined };
       let row = 0;
       pieces.forEach(({ i }, k) => {
-        const rows = rowsOf[k]!;
+        const rows = rowsOf[k];
         if (picked[i]) {
-          if (rows > 0) chosen[i] = { token: r.ids![row + rows - 1]!, logprob: r.logprobs![row + rows - 1]! };
-        } else parts[i]!.push(r.logits.subarray(row * V, (row + rows) * V));
+          if (rows > 0) chosen[i] = { token: r.ids![row + rows - 1], logprob: r.logprobs![row + rows - 1] };
+        } else parts[i].push(r.logits.subarray(row * V, (row + rows) * V));
         row += rows;
       });
     }
     const out = parts.map((p, i): Float32Array | GreedyPick => {
       if (picked[i]) {
         if (chosen[i] === undefined) throw new LatentError(`forwardBatchPicks: chunk ${i} produced no row to pick from`);
-        return chosen[i]!;
+        return chosen[i];
       }
-      if (p.length === 1) return p[0]!;
+      if (p.length === 1) return p[0];
       const all = new Float32Array(p.reduce((x, q) => x + q.length, 0));
       let off = 0;
       for (const q of p) {
@@ -291,7 +291,7 @@ export class FusedGpuModel implements GreedyChainModel {
    * next input, not yet in the cache.
    */
   decodeGreedy(token: number, cache: LatentStore, steps: number, draws?: readonly PickDraw[]): GreedyChunk {
-    return this.decodeGreedyBatch([{ token, cache }], steps, draws)[0]!;
+    return this.decodeGreedyBatch([{ token, cache }], steps, draws)[0];
   }
 
   /**
@@ -333,8 +333,8 @@ export class FusedGpuModel implements GreedyChainModel {
         const tokens: number[] = [];
         const logprobs: number[] = [];
         for (let s = 0; s < steps; s++) {
-          tokens.push(ids[s * B + b]!);
-          logprobs.push(lps[s * B + b]!);
+          tokens.push(ids[s * B + b]);
+          logprobs.push(lps[s * B + b]);
         }
         out.push({ tokens, logprobs });
       }

@@ -96,9 +96,9 @@ export class WebGPUKernels implements MatKernels {
     const id = this.idOf(w);
     this.ensureData(Math.max(n * inW, n * outW));
     const d = this.data;
-    for (let t = 0; t < n; t++) for (let c = 0; c < inW; c++) d[t * inW + c] = x[t * xStride + c]!;
+    for (let t = 0; t < n; t++) for (let c = 0; c < inW; c++) d[t * inW + c] = x[t * xStride + c];
     this.worker.call({ op, id, n });
-    for (let t = 0; t < n; t++) for (let r = 0; r < outW; r++) y[t * yStride + r] = d[t * outW + r]!;
+    for (let t = 0; t < n; t++) for (let r = 0; r < outW; r++) y[t * yStride + r] = d[t * outW + r];
     this.calls++;
   }
 

@@ -12,7 +12,7 @@ import { GpuMatrix } from "../kernels/matmul/matrix.js";
 
 /** Bytes of `mats` (equal shapes) as one stacked tensor: a view when they are contiguous, else a copy. */
 function stacked(mats: readonly QMatrix[]): Uint8Array {
-  const first = mats[0]!.data;
+  const first = mats[0].data;
   const each = first.byteLength;
   const contiguous = mats.every((m, i) => m.data.buffer === first.buffer && m.data.byteOffset === first.byteOffset + i * each && m.data.byteLength === each);
   if (contiguous) return new Uint8Array(first.buffer, first.byteOffset, each * mats.length);
@@ -37,7 +37,7 @@ function foldLater(rt: GpuRuntime, m: QMatrix, g: Float32Array): () => GpuMatrix
 /** An F32 matrix with its columns scaled by g (a norm's weights folded in: W·(g ⊙ x) = (W·diag(g))·x). */
 function foldNorm(rt: GpuRuntime, m: QMatrix, g: Float32Array): GpuMatrix {
   const w = new Float32Array(m.data.slice().buffer, 0, m.rows * m.cols);
-  for (let r = 0; r < m.rows; r++) for (let j = 0; j < m.cols; j++) w[r * m.cols + j]! *= g[j]!;
+  for (let r = 0; r < m.rows; r++) for (let j = 0; j < m.cols; j++) w[r * m.cols + j] *= g[j];
   return GpuMatrix.upload(rt, `${m.name} (ffn_norm folded)`, GGMLType.F32, m.cols, m.rows, new Uint8Array(w.buffer));
 }
 
@@ -54,11 +54,11 @@ function uploadRows(rt: GpuRuntime, mats: readonly QMatrix[], name: string): Gpu
     bytes.set(m.data, at);
     at += m.data.byteLength;
   }
-  return GpuMatrix.upload(rt, name, mats[0]!.type, mats[0]!.cols, mats.reduce((s, m) => s + m.rows, 0), bytes);
+  return GpuMatrix.upload(rt, name, mats[0].type, mats[0].cols, mats.reduce((s, m) => s + m.rows, 0), bytes);
 }
 
 function uploadStack(rt: GpuRuntime, mats: readonly QMatrix[], name: string): GpuMatrix {
-  const m = mats[0]!;
+  const m = mats[0];
   return GpuMatrix.upload(rt, name, m.type, m.cols, m.rows, stacked(mats), mats.length);
 }
 

@@ -108,11 +108,11 @@ export function attentionFused(rt: GpuRuntime, s: AttnFusedShape, b: AttnFusedBu
   if (s.keySplit === true) {
     // the key ranges' latents into the scratch, then per head their merge and W_UV
     if (b.part === undefined || b.part.size < attnFusedPartWords(s) * 4) throw new LatentError(`attentionFused: a key-split shape needs a scratch of ${attnFusedPartWords(s)} floats`);
-    const bufs = [b.a0, b.kB.pieces[0]!.buffer, ...(s.own ? [b.g] : []), b.table, b.pos, ...(s.own ? [b.rowIdx] : []), b.cacheC, b.cacheK, b.meta, b.sel, b.part];
+    const bufs = [b.a0, b.kB.pieces[0].buffer, ...(s.own ? [b.g] : []), b.table, b.pos, ...(s.own ? [b.rowIdx] : []), b.cacheC, b.cacheK, b.meta, b.sel, b.part];
     rt.dispatch("attention fused keys", attnFusedWGSL(s), bufs, params, [s.heads, s.split], [{ buffer: b.part, offset: 0, size: attnFusedPartWords(s) * 4 }]);
-    rt.dispatch("attention fused finish", attnFusedFinishWGSL(s), [b.vB.pieces[0]!.buffer, b.part, b.o], params, [s.heads, s.split], [{ buffer: b.o, offset: 0, size: s.heads * s.V * 4 }]);
+    rt.dispatch("attention fused finish", attnFusedFinishWGSL(s), [b.vB.pieces[0].buffer, b.part, b.o], params, [s.heads, s.split], [{ buffer: b.o, offset: 0, size: s.heads * s.V * 4 }]);
     return;
   }
-  const bufs = [b.a0, b.kB.pieces[0]!.buffer, b.vB.pieces[0]!.buffer, ...(s.own ? [b.g] : []), b.table, b.pos, ...(s.own ? [b.rowIdx] : []), b.cacheC, b.cacheK, b.meta, b.sel, b.o];
+  const bufs = [b.a0, b.kB.pieces[0].buffer, b.vB.pieces[0].buffer, ...(s.own ? [b.g] : []), b.table, b.pos, ...(s.own ? [b.rowIdx] : []), b.cacheC, b.cacheK, b.meta, b.sel, b.o];
   rt.dispatch("attention fused", attnFusedWGSL(s), bufs, params, [s.heads, s.split], [{ buffer: b.o, offset: 0, size: s.heads * s.V * 4 }]);
 }

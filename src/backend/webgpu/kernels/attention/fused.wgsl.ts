@@ -165,7 +165,7 @@ function headProduct(M: "K" | "V", type: number, cols: number, first: string, co
   if (turns === 1) return { loads: first_, uses: `var acc${M} = vec4f(0.0);\n  ${uses.join("\n  ")}` };
   // software-pipelined turns: the loads' names become variables, loaded for turn 0 at the kernel's start and then, in
   // turn t, for turn t + 1 (the last reloads itself, in bounds and unused) after turn t's values are copied out
-  const names = [...first_.matchAll(/let (\w+) =/g)].map((m) => m[1]!);
+  const names = [...first_.matchAll(/let (\w+) =/g)].map((m) => m[1]);
   const current = (code: string): string => code.replace(new RegExp(`\\b(${names.join("|")})\\b`, "g"), "$1_");
   const turn = new RegExp(`\\btn${M}\\b`, "g");
   return {

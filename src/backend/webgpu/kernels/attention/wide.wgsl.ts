@@ -153,7 +153,7 @@ export function attnWideWGSL(d1: number, d2: number, sg: number, plan: Pick<Attn
   ];
   // per head of the group: write its results (h: the head's index within the group, e: its vec4 component)
   const perHead = (body: (h: number, hv: number, e: string) => string[]): string[] =>
-    range(G).map((h) => L(`if (h0 + ${h}u < p.heads) {`, ...body(h, Math.floor(h / 4), ["x", "y", "z", "w"][h % 4]!).map((s) => `  ${s}`), `}`));
+    range(G).map((h) => L(`if (h0 + ${h}u < p.heads) {`, ...body(h, Math.floor(h / 4), ["x", "y", "z", "w"][h % 4]).map((s) => `  ${s}`), `}`));
   const columns = (body: (c: number, d: string) => string[]): string[] =>
     range(NC).map((c) => {
       const d = `li + ${c * THREADS}u`;

@@ -341,7 +341,7 @@ function dispatchGather(rt: GpuRuntime, label: string, code: string, rowsPerGrou
     p.idsOff = mode.listed ? 2 * m.items : a.idsOff ?? 0;
     p.e0 = piece.firstItem;
     p.e1 = piece.firstItem + piece.items;
-    const bufs = [piece.buffer, x, y, mode.listed ? a.lists! : ids, ...(extra !== undefined ? [extra.pieces[i]!.buffer] : []), ...fxBufs];
+    const bufs = [piece.buffer, x, y, mode.listed ? a.lists! : ids, ...(extra !== undefined ? [extra.pieces[i].buffer] : []), ...fxBufs];
     rt.dispatch(`${label} ${m.name}`, code, bufs, packMatParams(p), [gx, gy, mode.experts ? piece.items : a.pairs], a.acc !== true && a.glu !== true && m.pieces.length === 1 ? outs : []);
   });
 }
@@ -396,7 +396,7 @@ export function getRows(rt: GpuRuntime, m: GpuMatrix, ids: GPUBuffer, y: GPUBuff
 /** Whether gate and up have the same type, shape and pieces (so that one dual kernel can read both). */
 function alike(gate: GpuMatrix, up: GpuMatrix): boolean {
   if (gate.type !== up.type || gate.cols !== up.cols || gate.rows !== up.rows || gate.items !== up.items || gate.pieces.length !== up.pieces.length) return false;
-  return gate.pieces.every((p, i) => p.firstRow === up.pieces[i]!.firstRow && p.rows === up.pieces[i]!.rows && p.firstItem === up.pieces[i]!.firstItem && p.items === up.pieces[i]!.items);
+  return gate.pieces.every((p, i) => p.firstRow === up.pieces[i].firstRow && p.rows === up.pieces[i].rows && p.firstItem === up.pieces[i].firstItem && p.items === up.pieces[i].items);
 }
 
 /** Whether gate and up can run as one dual wide product (alike, the wide kernel applies). */
@@ -443,7 +443,7 @@ export function matmulSwiGLUSteps(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix
         p.gx = gx;
         p.tiles = tiles;
         const outs = f32Range(y, p.yOff, a.n, a.yStride, piece.rows, piece.firstRow);
-        rt.dispatch(`matmulSwiGLU ${gate.name}`, code, [piece.buffer, x, y, up.pieces[i]!.buffer, ...fxBufs], packMatParams(p), [gx, gy * tiles, 1], outs);
+        rt.dispatch(`matmulSwiGLU ${gate.name}`, code, [piece.buffer, x, y, up.pieces[i].buffer, ...fxBufs], packMatParams(p), [gx, gy * tiles, 1], outs);
       }),
   ];
 }

@@ -108,7 +108,7 @@ export function matmulRowsWGSL(type: number, mode: "plain" | "experts-list", s: 
     const xLoad = (j: number, step: string): string =>
       `{ let i = li + ${j * WG}u; let t = i / ${KS4}u; xr${j} = vec4f(0.0); if (i < ${T * KS4}u && t < nt) { xr${j} = X[(${xRow}) + (${step}) * ${KS4}u + i % ${KS4}u]; } }`;
     const first = loadsAt("0u").join("\n    ");
-    const names = [...first.matchAll(/let (\w+) =/g)].map((m) => m[1]!);
+    const names = [...first.matchAll(/let (\w+) =/g)].map((m) => m[1]);
     const current = (code: string): string => code.replace(new RegExp(`\\b(${names.join("|")})\\b`, "g"), "$1_");
     return `${first.replace(/let (\w+) =/g, "var $1 =")}
     ${range(XPER).map((j) => `var xr${j} = vec4f(0.0); ${xLoad(j, "0u")}`).join("\n    ")}

@@ -54,7 +54,7 @@ export function wideShape(rt: GpuRuntime, m: MatrixShape, n: number, gather: boo
   const sgRowsDefault = m.rows >= 65536 ? 2 : 1;
   const sgRows = gather === "experts-list" ? 1 : Math.max(1, Math.min(4, Math.floor(rt.tune.wideSgRows ?? sgRowsDefault)));
   // staged while n tokens of x fit in half the workgroup memory (the other half left for a kernel sharing the dispatch)
-  const pad = STAGE_PAD[m.type]!;
+  const pad = STAGE_PAD[m.type];
   const sumBytes = rt.tune.wideSums !== 0 && SUM_TYPES.includes(m.type) ? n * (m.cols / 16) * 4 : 0;
   const stage = rt.tune.wideStage !== 0 && gather !== "experts-list" && stagedVec4s(n, m.cols, pad) * 16 + sumBytes <= rt.info.limits.maxComputeWorkgroupStorageSize / 2;
   const sums = stage && sumBytes > 0;

@@ -266,10 +266,10 @@ function q6k(): TypeCode {
           `((b${w}_${s} >> 4u) & 0x0f0f0f0fu) | (((h${w}_${s} >> 6u) & 0x03030303u) << 4u)`,
         ];
         // (q − 32)·256: each 6-bit byte moved to bits 8..13 of its own lane, masked into a float's mantissa
-        for (let g = 0; g < 4; g++) groups[g]!.push({ v: `(bytesAt8(${q[g]!}, 0x3f00u) - 8396800.0)`, idx: `xe${s} + ${w + 8 * g}u` });
+        for (let g = 0; g < 4; g++) groups[g].push({ v: `(bytesAt8(${q[g]}, 0x3f00u) - 8396800.0)`, idx: `xe${s} + ${w + 8 * g}u` });
       }
       lines.push(`let xe${s} = k${s} * 64u + n${s} * 32u + i${s} * 4u;`);
-      for (let g = 0; g < 4; g++) lines.push(addDots(n, `g${g}_${s}`, groups[g]!, `(d${s} * 0.00390625 * f32(sx8(${sc[g]})))`));
+      for (let g = 0; g < 4; g++) lines.push(addDots(n, `g${g}_${s}`, groups[g], `(d${s} * 0.00390625 * f32(sx8(${sc[g]})))`));
       return lines.join("\n    ");
     },
   };
@@ -521,7 +521,7 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
   // i + 1 (the last reloads itself, in bounds and unused) after pass i's values are copied out for its uses
   const piped = s.pipe === true && outer > 1 && mode !== "experts-list";
   const firstLoads = loads.join("\n    ");
-  const names = [...firstLoads.matchAll(/let (\w+) =/g)].map((m) => m[1]!);
+  const names = [...firstLoads.matchAll(/let (\w+) =/g)].map((m) => m[1]);
   const current = (code: string): string => (names.length === 0 ? code : code.replace(new RegExp(`\\b(${names.join("|")})\\b`, "g"), "$1_"));
   const pipeFirst = piped ? `let cb = lane;\n  ${firstLoads.replace(/let (\w+) =/g, "var $1 =")}` : "";
   const pipeLoop = `for (var it = 0u; it < ${outer}u; it++) {

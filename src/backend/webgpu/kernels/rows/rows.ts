@@ -75,7 +75,7 @@ export class RopeTable {
         x[2 * i + 1] = 0;
       }
       this.rope.apply(x, 0, pos);
-      for (let i = 0; i < 2 * half; i++) t[pos * 2 * half + i] = x[i]!;
+      for (let i = 0; i < 2 * half; i++) t[pos * 2 * half + i] = x[i];
     }
     this.buffer?.destroy();
     this.buffer = this.rt.upload(t, "rope table");

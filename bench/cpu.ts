@@ -32,7 +32,9 @@ function benchModel(): string {
   if (given !== undefined) return given;
   const path = join(tmpdir(), "latent-bench-v2-lite-8L-Q4_K_M.gguf");
   const config = withOverrides(preset("v2-lite", "deepseek2"), { n_layer: 8 });
-  const problem = existsSync(path) ? reusableModelProblem(path, planTensors(config, { type: "Q4_K_M" }).length) : "not there";
+  const problem = existsSync(path)
+    ? reusableModelProblem(path, planTensors(config, { type: "Q4_K_M" }).length)
+    : "not there";
   if (problem !== undefined) {
     console.error(`synthesizing ${path} (v2-lite, 8 layers, Q4_K_M; ${problem})…`);
     // (written under a temporary name and renamed when complete: an interrupted run leaves no half file here)
@@ -81,7 +83,21 @@ function copyBandwidth(threads: number): number {
     Atomics.add(c, 2, 1); Atomics.notify(c, 2);`;
   const ctl = new Int32Array(new SharedArrayBuffer(16));
   const n = src.length;
-  const workers = Array.from({ length: threads }, (_, i) => new Worker(code, { eval: true, workerData: { src: src.buffer, dst: dst.buffer, lo: Math.floor((n * i) / threads), hi: Math.floor((n * (i + 1)) / threads), reps, ctl: ctl.buffer } }));
+  const workers = Array.from(
+    { length: threads },
+    (_, i) =>
+      new Worker(code, {
+        eval: true,
+        workerData: {
+          src: src.buffer,
+          dst: dst.buffer,
+          lo: Math.floor((n * i) / threads),
+          hi: Math.floor((n * (i + 1)) / threads),
+          reps,
+          ctl: ctl.buffer,
+        },
+      }),
+  );
   while (Atomics.load(ctl, 0) < threads) Atomics.wait(ctl, 0, Atomics.load(ctl, 0), 10);
   const t0 = performance.now();
   Atomics.store(ctl, 1, 1);
@@ -98,7 +114,14 @@ function decodeBytes(w: ModelWeights, nUsed: number): number {
   let s = b(w.output);
   for (const l of w.layers) {
     const a = l.attn;
-    s += b(a.q) + b(a.qA) + b(a.qB) + b(a.kvA) + b(a.o) + a.kB.reduce((x, m) => x + b(m), 0) + a.vB.reduce((x, m) => x + b(m), 0);
+    s +=
+      b(a.q) +
+      b(a.qA) +
+      b(a.qB) +
+      b(a.kvA) +
+      b(a.o) +
+      a.kB.reduce((x, m) => x + b(m), 0) +
+      a.vB.reduce((x, m) => x + b(m), 0);
     if (l.dense) s += b(l.dense.gate) + b(l.dense.up) + b(l.dense.down);
     if (l.moe) {
       s += b(l.moe.router);
@@ -116,7 +139,13 @@ interface Timing {
 }
 
 /** latent's model loaded once; each call of `time()` is one timed prefill + decode run on a fresh cache. */
-function latentRunner(path: string, threads: number, backend: "cpu" | "reference", nPrompt: number, nDecode: number): { time: () => Timing; bytes: number; close: () => void } {
+function latentRunner(
+  path: string,
+  threads: number,
+  backend: "cpu" | "reference",
+  nPrompt: number,
+  nDecode: number,
+): { time: () => Timing; bytes: number; close: () => void } {
   const { model, config, backend: be } = loadModel(path, undefined, { backend, threads });
   let s = 12345;
   const tokens = Array.from({ length: nPrompt }, () => {
@@ -134,7 +163,11 @@ function latentRunner(path: string, threads: number, backend: "cpu" | "reference
     return { prefill_s: (t1 - t0) / 1000, decode_s: (t2 - t1) / 1000 };
   };
   run(tokens.slice(0, 16), 4); // warm-up (JIT)
-  return { time: () => run(tokens, nDecode), bytes: decodeBytes(model.weights, config.nExpertUsed), close: () => be?.close() };
+  return {
+    time: () => run(tokens, nDecode),
+    bytes: decodeBytes(model.weights, config.nExpertUsed),
+    close: () => be?.close(),
+  };
 }
 
 function median(xs: readonly number[]): number {
@@ -143,10 +176,19 @@ function median(xs: readonly number[]): number {
   return v.length % 2 === 1 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
-function llamaTiming(path: string, threads: number, nPrompt: number, nDecode: number): (Timing & { cpu_backend: string }) | string {
+function llamaTiming(
+  path: string,
+  threads: number,
+  nPrompt: number,
+  nDecode: number,
+): (Timing & { cpu_backend: string }) | string {
   const script = fileURLToPath(new URL("./llama-timing.mjs", import.meta.url));
   try {
-    const out = execFileSync(process.execPath, [script, path, "--threads", String(threads), "--prompt", String(nPrompt), "--decode", String(nDecode)], { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"], maxBuffer: 1 << 24 });
+    const out = execFileSync(
+      process.execPath,
+      [script, path, "--threads", String(threads), "--prompt", String(nPrompt), "--decode", String(nDecode)],
+      { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"], maxBuffer: 1 << 24 },
+    );
     const line = out.trim().split("\n").pop()!;
     return JSON.parse(line) as Timing & { cpu_backend: string };
   } catch (e) {
@@ -176,34 +218,86 @@ export function run(): BenchResult[] {
   const rounds: { lPre: number; lDec: number; cPre?: number; cDec?: number; load: number; backendName?: string }[] = [];
   for (let r = 0; r < repeat; r++) {
     const lt = lr.time();
-    const round: (typeof rounds)[number] = { lPre: nPrompt / lt.prefill_s, lDec: nDecode / lt.decode_s, load: loadavg()[0] };
+    const round: (typeof rounds)[number] = {
+      lPre: nPrompt / lt.prefill_s,
+      lDec: nDecode / lt.decode_s,
+      load: loadavg()[0],
+    };
     if (withLlama) {
       const ll = llamaTiming(path, threads, nPrompt, nDecode);
       if (typeof ll === "string") console.error(ll);
-      else Object.assign(round, { cPre: nPrompt / ll.prefill_s, cDec: nDecode / ll.decode_s, backendName: ll.cpu_backend });
+      else
+        Object.assign(round, {
+          cPre: nPrompt / ll.prefill_s,
+          cDec: nDecode / ll.decode_s,
+          backendName: ll.cpu_backend,
+        });
     }
     rounds.push(round);
     if (repeat > 1) {
-      const ratio = round.cPre === undefined ? "" : `, ratios prefill ${(round.lPre / round.cPre).toFixed(3)}× decode ${(round.lDec / round.cDec!).toFixed(3)}×`;
-      console.error(`round ${r + 1}/${repeat} (load ${round.load.toFixed(2)}): latent prefill ${round.lPre.toFixed(1)} decode ${round.lDec.toFixed(2)} tok/s` + (round.cPre === undefined ? "" : `; llama.cpp prefill ${round.cPre.toFixed(1)} decode ${round.cDec!.toFixed(2)} tok/s${ratio}`));
+      const ratio =
+        round.cPre === undefined
+          ? ""
+          : `, ratios prefill ${(round.lPre / round.cPre).toFixed(3)}× decode ${(round.lDec / round.cDec!).toFixed(3)}×`;
+      console.error(
+        `round ${r + 1}/${repeat} (load ${round.load.toFixed(2)}): latent prefill ${round.lPre.toFixed(1)} decode ${round.lDec.toFixed(2)} tok/s` +
+          (round.cPre === undefined
+            ? ""
+            : `; llama.cpp prefill ${round.cPre.toFixed(1)} decode ${round.cDec!.toFixed(2)} tok/s${ratio}`),
+      );
     }
   }
   lr.close();
   const med = repeat > 1 ? " (median)" : "";
-  out.push({ name: "load average (1 min) before latent / after the runs", value: load0, unit: "", extra: { after: loadavg()[0] } });
+  out.push({
+    name: "load average (1 min) before latent / after the runs",
+    value: load0,
+    unit: "",
+    extra: { after: loadavg()[0] },
+  });
   const lPre = median(rounds.map((x) => x.lPre));
   const lDec = median(rounds.map((x) => x.lDec));
   out.push({ name: `latent ${backend}×${threads} prefill ${nPrompt}${med}`, value: lPre, unit: "tok/s" });
-  out.push({ name: `latent ${backend}×${threads} decode ${nDecode}${med}`, value: lDec, unit: "tok/s", extra: { weight_bytes_per_token: lr.bytes } });
-  out.push({ name: `latent decode weight traffic / copy bandwidth`, value: ((lr.bytes * lDec) / 1e9 / bw) * 100, unit: "%", extra: { gb_per_s: (lr.bytes * lDec) / 1e9 } });
+  out.push({
+    name: `latent ${backend}×${threads} decode ${nDecode}${med}`,
+    value: lDec,
+    unit: "tok/s",
+    extra: { weight_bytes_per_token: lr.bytes },
+  });
+  out.push({
+    name: `latent decode weight traffic / copy bandwidth`,
+    value: ((lr.bytes * lDec) / 1e9 / bw) * 100,
+    unit: "%",
+    extra: { gb_per_s: (lr.bytes * lDec) / 1e9 },
+  });
   const paired = rounds.filter((x) => x.cPre !== undefined);
   if (paired.length === 0) return out;
   const cPre = median(paired.map((x) => x.cPre!));
   const cDec = median(paired.map((x) => x.cDec!));
-  out.push({ name: `llama.cpp (${paired[0].backendName})×${threads} prefill ${nPrompt}${med}`, value: cPre, unit: "tok/s" });
-  out.push({ name: `llama.cpp (${paired[0].backendName})×${threads} decode ${nDecode}${med}`, value: cDec, unit: "tok/s" });
-  out.push({ name: `llama.cpp decode weight traffic / copy bandwidth`, value: ((lr.bytes * cDec) / 1e9 / bw) * 100, unit: "%" });
-  out.push({ name: `ratio latent/llama.cpp prefill (bar ≥ 0.3)${repeat > 1 ? ", median of rounds" : ""}`, value: median(paired.map((x) => x.lPre / x.cPre!)), unit: "×" });
-  out.push({ name: `ratio latent/llama.cpp decode (bar ≥ 0.5)${repeat > 1 ? ", median of rounds" : ""}`, value: median(paired.map((x) => x.lDec / x.cDec!)), unit: "×" });
+  out.push({
+    name: `llama.cpp (${paired[0].backendName})×${threads} prefill ${nPrompt}${med}`,
+    value: cPre,
+    unit: "tok/s",
+  });
+  out.push({
+    name: `llama.cpp (${paired[0].backendName})×${threads} decode ${nDecode}${med}`,
+    value: cDec,
+    unit: "tok/s",
+  });
+  out.push({
+    name: `llama.cpp decode weight traffic / copy bandwidth`,
+    value: ((lr.bytes * cDec) / 1e9 / bw) * 100,
+    unit: "%",
+  });
+  out.push({
+    name: `ratio latent/llama.cpp prefill (bar ≥ 0.3)${repeat > 1 ? ", median of rounds" : ""}`,
+    value: median(paired.map((x) => x.lPre / x.cPre!)),
+    unit: "×",
+  });
+  out.push({
+    name: `ratio latent/llama.cpp decode (bar ≥ 0.5)${repeat > 1 ? ", median of rounds" : ""}`,
+    value: median(paired.map((x) => x.lDec / x.cDec!)),
+    unit: "×",
+  });
   return out;
 }

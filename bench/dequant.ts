@@ -29,7 +29,7 @@ function makeData(type: number): Uint8Array {
   // tile 64 distinct rows up to ROWS
   const rb = rowBytes(type, COLS);
   const all = new Uint8Array(rb * ROWS);
-  for (let r = 0; r < ROWS; r++) all.set(rows.subarray((r % 64) * rb, (r % 64 + 1) * rb), r * rb);
+  for (let r = 0; r < ROWS; r++) all.set(rows.subarray((r % 64) * rb, ((r % 64) + 1) * rb), r * rb);
   return all;
 }
 
@@ -39,7 +39,23 @@ function median(xs: number[]): number {
 }
 
 export function run(): BenchResult[] {
-  const names = ["Q4_K", "Q6_K", "Q8_0", "IQ4_XS", "Q4_0", "Q5_K", "Q2_K", "Q3_K", "IQ4_NL", "F16", "BF16", "MXFP4", "IQ2_XXS", "IQ3_S", "IQ1_M"];
+  const names = [
+    "Q4_K",
+    "Q6_K",
+    "Q8_0",
+    "IQ4_XS",
+    "Q4_0",
+    "Q5_K",
+    "Q2_K",
+    "Q3_K",
+    "IQ4_NL",
+    "F16",
+    "BF16",
+    "MXFP4",
+    "IQ2_XXS",
+    "IQ3_S",
+    "IQ1_M",
+  ];
   const out = new Float32Array(COLS);
   const results: BenchResult[] = [];
   for (const name of names) {

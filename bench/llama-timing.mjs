@@ -19,7 +19,10 @@ const nDecode = opt("decode", 128);
 
 let cpuBackend = "?";
 const llama = await getLlama({
-  gpu: false, build: "never", logLevel: LlamaLogLevel.debug, maxThreads: 0,
+  gpu: false,
+  build: "never",
+  logLevel: LlamaLogLevel.debug,
+  maxThreads: 0,
   logger(_level, message) {
     const m = /loaded CPU backend from (\S+)/.exec(message);
     if (m) cpuBackend = path.basename(m[1]);
@@ -34,7 +37,12 @@ const tokens = Array.from({ length: nPrompt }, () => {
 });
 
 async function run(prompt, steps) {
-  const context = await model.createContext({ contextSize: prompt.length + steps + 8, batchSize: Math.max(prompt.length, 1), threads, sequences: 1 });
+  const context = await model.createContext({
+    contextSize: prompt.length + steps + 8,
+    batchSize: Math.max(prompt.length, 1),
+    threads,
+    sequences: 1,
+  });
   try {
     const seq = context.getSequence();
     const t0 = performance.now();

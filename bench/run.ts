@@ -32,24 +32,34 @@ const MODULES: Record<string, () => Promise<BenchModule>> = {
 
 /** The command line: every option any module reads is declared here, so --help lists them and typos are caught. */
 function benchParser(): Command {
-  return new Command("npm run bench --")
-    .usage("[options] [module ...]")
-    .description(`Run benchmark modules (${Object.keys(MODULES).join(", ")}) and print their results as a table. Without module names: all of them, or with --backend webgpu the webgpu module and with --backend cpu|reference the cpu one.`)
-    .argument("[module...]", `benchmarks to run: ${Object.keys(MODULES).join(", ")}`)
-    .option("--json [FILE]", "also write the results as JSON (default file bench-results.json)")
-    .option("--backend <B>", "cpu, reference or webgpu: picks the module without names, and the cpu module's kernels")
-    .option("--threads <N>", "cpu: threads (default 2)")
-    .option("--model <FILE>", "cpu, webgpu: the GGUF to run (cpu default: a synthesized v2-lite, 8 layers, Q4_K_M in the temp dir, reused while it checks out)")
-    .option("--prompt <N>", "cpu: prompt tokens prefilled in one batch (default 512)")
-    .option("--decode <N>", "cpu: single-token decode steps (default 128)")
-    .option("--repeat <N>", "cpu: rounds of latent and llama.cpp runs, interleaved; medians reported (default 1)")
-    .option("--no-llama", "cpu: skip the llama.cpp side")
-    .option("--batches <LIST>", "webgpu: batch sizes, comma-separated")
-    .helpOption("-h, --help", "this help")
-    .showSuggestionAfterError(true)
-    // usage errors exit 2, as latent's own commands do (commander's default is 1)
-    .exitOverride((e) => process.exit(e.exitCode === 0 ? 0 : 2))
-    .configureHelp({ styleTitle: (title) => title.toLowerCase(), optionTerm: (o) => o.flags.replace(/<([^>]+)>/g, "$1") });
+  return (
+    new Command("npm run bench --")
+      .usage("[options] [module ...]")
+      .description(
+        `Run benchmark modules (${Object.keys(MODULES).join(", ")}) and print their results as a table. Without module names: all of them, or with --backend webgpu the webgpu module and with --backend cpu|reference the cpu one.`,
+      )
+      .argument("[module...]", `benchmarks to run: ${Object.keys(MODULES).join(", ")}`)
+      .option("--json [FILE]", "also write the results as JSON (default file bench-results.json)")
+      .option("--backend <B>", "cpu, reference or webgpu: picks the module without names, and the cpu module's kernels")
+      .option("--threads <N>", "cpu: threads (default 2)")
+      .option(
+        "--model <FILE>",
+        "cpu, webgpu: the GGUF to run (cpu default: a synthesized v2-lite, 8 layers, Q4_K_M in the temp dir, reused while it checks out)",
+      )
+      .option("--prompt <N>", "cpu: prompt tokens prefilled in one batch (default 512)")
+      .option("--decode <N>", "cpu: single-token decode steps (default 128)")
+      .option("--repeat <N>", "cpu: rounds of latent and llama.cpp runs, interleaved; medians reported (default 1)")
+      .option("--no-llama", "cpu: skip the llama.cpp side")
+      .option("--batches <LIST>", "webgpu: batch sizes, comma-separated")
+      .helpOption("-h, --help", "this help")
+      .showSuggestionAfterError(true)
+      // usage errors exit 2, as latent's own commands do (commander's default is 1)
+      .exitOverride((e) => process.exit(e.exitCode === 0 ? 0 : 2))
+      .configureHelp({
+        styleTitle: (title) => title.toLowerCase(),
+        optionTerm: (o) => o.flags.replace(/<([^>]+)>/g, "$1"),
+      })
+  );
 }
 
 interface BenchFlags {
@@ -70,7 +80,10 @@ async function main(): Promise<void> {
   const opts = parser.opts<BenchFlags>();
   const only = parser.args;
   const unknown = only.filter((m) => !(m in MODULES));
-  if (unknown.length > 0) parser.error(`error: unknown benchmark ${unknown.join(", ")} (the modules: ${Object.keys(MODULES).join(", ")})`, { exitCode: 2 });
+  if (unknown.length > 0)
+    parser.error(`error: unknown benchmark ${unknown.join(", ")} (the modules: ${Object.keys(MODULES).join(", ")})`, {
+      exitCode: 2,
+    });
   const { json, llama, ...valued } = opts;
   setBenchOptions({ ...valued, "no-llama": !llama });
   const jsonPath = json === true ? "bench-results.json" : json === false ? undefined : json;
@@ -89,7 +102,10 @@ async function main(): Promise<void> {
   if (jsonPath !== undefined) {
     // a temporary name renamed when complete: a reader of jsonPath never sees half a file
     const partial = `${jsonPath}.partial-${process.pid}`;
-    writeFileSync(partial, JSON.stringify({ date: new Date().toISOString(), node: process.version, results: all }, null, 2) + "\n");
+    writeFileSync(
+      partial,
+      JSON.stringify({ date: new Date().toISOString(), node: process.version, results: all }, null, 2) + "\n",
+    );
     renameSync(partial, jsonPath);
     console.log(`\nwrote ${jsonPath}`);
   }

@@ -34,7 +34,10 @@ export function run(): BenchResult[] {
     ["temperature 1, min-p 0.05", { temperature: 1, minP: 0.05 }],
   ];
   const results: BenchResult[] = [];
-  for (const [spread, kind] of [[3, "peaked"], [1, "flat"]] as const) {
+  for (const [spread, kind] of [
+    [3, "peaked"],
+    [1, "flat"],
+  ] as const) {
     const rows = Array.from({ length: 8 }, (_, i) => row(i + 1, spread));
     for (const [name, opts] of cases) {
       const sampler = createSampler({ ...opts, seed: 7 });

@@ -9,9 +9,20 @@ import { runKernelBench } from "./webgpu-kernel-bench.js";
 export async function run(): Promise<BenchResult[]> {
   const tokens = process.env.LATENT_BENCH_KERNEL_TOKENS;
   if (tokens === undefined) {
-    console.log("webgpu-kernels: set LATENT_BENCH_KERNEL_TOKENS (e.g. 1,64) to time the decode products alone on the GPU");
+    console.log(
+      "webgpu-kernels: set LATENT_BENCH_KERNEL_TOKENS (e.g. 1,64) to time the decode products alone on the GPU",
+    );
     return [];
   }
-  const timings = await runKernelBench({ tokens: tokens.split(",").map(Number), reps: 100, tunes: [process.env.LATENT_BENCH_TUNE ?? ""] });
-  return timings.map((t) => ({ name: t.name, value: t.usPerDispatch, unit: "µs", extra: { gb_per_s: t.gbPerS, tune: t.tune } }));
+  const timings = await runKernelBench({
+    tokens: tokens.split(",").map(Number),
+    reps: 100,
+    tunes: [process.env.LATENT_BENCH_TUNE ?? ""],
+  });
+  return timings.map((t) => ({
+    name: t.name,
+    value: t.usPerDispatch,
+    unit: "µs",
+    extra: { gb_per_s: t.gbPerS, tune: t.tune },
+  }));
 }

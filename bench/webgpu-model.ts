@@ -50,7 +50,8 @@ async function copyBandwidth(rt: GpuRuntime, bytes: number, rounds = 5): Promise
   const groups = Math.ceil(n / 256);
   const gx = Math.min(groups, 65535);
   const run = (reps: number): void => {
-    for (let i = 0; i < reps; i++) rt.dispatch("copy", COPY_WGSL, [x, y], new Uint32Array([n, gx, 0, 0]), [gx, Math.ceil(groups / gx)]);
+    for (let i = 0; i < reps; i++)
+      rt.dispatch("copy", COPY_WGSL, [x, y], new Uint32Array([n, gx, 0, 0]), [gx, Math.ceil(groups / gx)]);
   };
   const timed = async (reps: number): Promise<number> => {
     const t0 = performance.now();
@@ -65,7 +66,8 @@ async function copyBandwidth(rt: GpuRuntime, bytes: number, rounds = 5): Promise
   while (performance.now() - warm < 150) await timed(4);
   let best = first;
   // (a software adapter takes seconds a round: as many as fit in 2 s there)
-  for (let r = 0; r < rounds && (r === 0 || performance.now() - warm < 2000); r++) best = Math.max(best, await timed(20));
+  for (let r = 0; r < rounds && (r === 0 || performance.now() - warm < 2000); r++)
+    best = Math.max(best, await timed(20));
   x.destroy();
   y.destroy();
   return { best, first };
@@ -79,7 +81,21 @@ function median(xs: number[]): number {
 /** Repetitions of each dispatch in `--kernels` (GpuRuntime.timeItems). */
 const KERNEL_REPS = 100;
 
-export async function runWebGpuBench(path: string, opts: { dawnFlags?: string[]; batches?: number[]; promptLen?: number; decodeSteps?: number; decodeContext?: number; log?: (s: string) => void; matvec?: RuntimeOptions["matvec"]; profile?: boolean; tune?: KernelTuning; kernels?: boolean } = {}): Promise<WebGpuBenchResult[]> {
+export async function runWebGpuBench(
+  path: string,
+  opts: {
+    dawnFlags?: string[];
+    batches?: number[];
+    promptLen?: number;
+    decodeSteps?: number;
+    decodeContext?: number;
+    log?: (s: string) => void;
+    matvec?: RuntimeOptions["matvec"];
+    profile?: boolean;
+    tune?: KernelTuning;
+    kernels?: boolean;
+  } = {},
+): Promise<WebGpuBenchResult[]> {
   const log = opts.log ?? ((s: string) => console.log(s));
   const batches = opts.batches ?? [1, 8, 64];
   const promptLen = opts.promptLen ?? 512;
@@ -88,7 +104,12 @@ export async function runWebGpuBench(path: string, opts: { dawnFlags?: string[];
   const ctx0 = opts.decodeContext ?? 16;
   const info = await requestGpuDevice(opts.dawnFlags !== undefined ? { dawnFlags: opts.dawnFlags } : {});
   const timing = opts.profile !== true && info.features.has("timestamp-query");
-  const rt = new GpuRuntime(info, { ...(opts.matvec !== undefined ? { matvec: opts.matvec } : {}), profile: opts.profile === true, passTiming: timing, ...(opts.tune !== undefined ? { tune: opts.tune } : {}) });
+  const rt = new GpuRuntime(info, {
+    ...(opts.matvec !== undefined ? { matvec: opts.matvec } : {}),
+    profile: opts.profile === true,
+    passTiming: timing,
+    ...(opts.tune !== undefined ? { tune: opts.tune } : {}),
+  });
   /** GPU ms per step from the pass timestamps since the last reset (NaN without timestamp queries) */
   const gpuMs = (steps: number): number => {
     const p = rt.profile(true).find((e) => e.label === "(pass)");
@@ -99,12 +120,19 @@ export async function runWebGpuBench(path: string, opts: { dawnFlags?: string[];
     const prof = rt.profile(true);
     const total = prof.reduce((a, p) => a + p.ms, 0);
     log(`GPU time per ${what} (profile mode, one pass per dispatch): ${(total / steps).toFixed(2)} ms`);
-    for (const p of prof) log(`  ${((100 * p.ms) / total).toFixed(1).padStart(5)}%  ${(p.ms / steps).toFixed(3).padStart(8)} ms  ×${p.count / steps}  ${p.label}`);
+    for (const p of prof)
+      log(
+        `  ${((100 * p.ms) / total).toFixed(1).padStart(5)}%  ${(p.ms / steps).toFixed(3).padStart(8)} ms  ×${p.count / steps}  ${p.label}`,
+      );
   };
-  log(`adapter: ${info.adapterInfo}; binding limit ${info.limits.maxStorageBufferBindingSize}; subgroup size ${info.subgroupSize ?? "-"}; matvec kernel ${rt.matvec}`);
+  log(
+    `adapter: ${info.adapterInfo}; binding limit ${info.limits.maxStorageBufferBindingSize}; subgroup size ${info.subgroupSize ?? "-"}; matvec kernel ${rt.matvec}`,
+  );
   const copy = await copyBandwidth(rt, Math.min(1 << 30, info.limits.maxStorageBufferBindingSize & ~0xffff));
   const bw = copy.best;
-  log(`copy bandwidth: ${(bw / 1e9).toFixed(0)} GB/s (the best of 5 rounds after warming up; the first round ${(copy.first / 1e9).toFixed(0)})`);
+  log(
+    `copy bandwidth: ${(bw / 1e9).toFixed(0)} GB/s (the best of 5 rounds after warming up; the first round ${(copy.first / 1e9).toFixed(0)})`,
+  );
 
   let t0 = performance.now();
   const { model, config: c } = loadModel(path);
@@ -114,7 +142,9 @@ export async function runWebGpuBench(path: string, opts: { dawnFlags?: string[];
   t0 = performance.now();
   const g = new GpuModel(rt, model, { slots: Math.max(maxB, 1), context, maxTokens: Math.max(promptLen, maxB) });
   await rt.sync();
-  log(`uploaded ${(g.weightBytes / 1e9).toFixed(2)} GB of weights in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+  log(
+    `uploaded ${(g.weightBytes / 1e9).toFixed(2)} GB of weights in ${((performance.now() - t0) / 1000).toFixed(1)} s`,
+  );
 
   // active weight bytes per token: everything but the embedding table, with only nExpertUsed routed experts per MoE layer
   let dense = g.weightBytes;
@@ -130,10 +160,15 @@ export async function runWebGpuBench(path: string, opts: { dawnFlags?: string[];
   const embd = model.weights.output === model.weights.tokenEmbd ? 0 : model.weights.tokenEmbd.data.byteLength;
   dense -= expertAll + embd;
   const activePerToken = dense + c.nExpertUsed * expertOne;
-  const bytesPerStep = (B: number): number => dense + expertOne * c.nExpert * (1 - (1 - c.nExpertUsed / c.nExpert) ** B);
-  log(`active weight bytes per token: ${(activePerToken / 1e9).toFixed(3)} GB (non-expert ${(dense / 1e9).toFixed(3)} GB + ${c.nExpertUsed} experts × ${(expertOne / 1e6).toFixed(1)} MB)`);
+  const bytesPerStep = (B: number): number =>
+    dense + expertOne * c.nExpert * (1 - (1 - c.nExpertUsed / c.nExpert) ** B);
+  log(
+    `active weight bytes per token: ${(activePerToken / 1e9).toFixed(3)} GB (non-expert ${(dense / 1e9).toFixed(3)} GB + ${c.nExpertUsed} experts × ${(expertOne / 1e6).toFixed(1)} MB)`,
+  );
 
-  const results: WebGpuBenchResult[] = [{ name: "copy bandwidth", value: bw / 1e9, unit: "GB/s", extra: { first_round_gb_s: copy.first / 1e9 } }];
+  const results: WebGpuBenchResult[] = [
+    { name: "copy bandwidth", value: bw / 1e9, unit: "GB/s", extra: { first_round_gb_s: copy.first / 1e9 } },
+  ];
   const tok = (i: number): number => (i * 7919 + 13) % c.nVocab;
 
   // prefill: one step of promptLen tokens, after a warm-up run of the same prompt (with an 8-token warm-up the first
@@ -150,14 +185,26 @@ export async function runWebGpuBench(path: string, opts: { dawnFlags?: string[];
   showProfile(`prefill of ${promptLen}`, 3);
   const preGpu = gpuMs(3);
   const preS = median(pre);
-  results.push({ name: `prefill ${promptLen} tokens`, value: promptLen / preS, unit: "tok/s", extra: { seconds: preS, gpu_ms: preGpu } });
-  log(`prefill ${promptLen}: ${(promptLen / preS).toFixed(0)} tok/s (${(preS * 1000).toFixed(1)} ms; GPU ${preGpu.toFixed(1)} ms)`);
+  results.push({
+    name: `prefill ${promptLen} tokens`,
+    value: promptLen / preS,
+    unit: "tok/s",
+    extra: { seconds: preS, gpu_ms: preGpu },
+  });
+  log(
+    `prefill ${promptLen}: ${(promptLen / preS).toFixed(0)} tok/s (${(preS * 1000).toFixed(1)} ms; GPU ${preGpu.toFixed(1)} ms)`,
+  );
 
   for (const B of batches) {
     // every slot holds a short prompt; then `steps` decode steps of B tokens
-    for (let s = 0; s < B; s++) await g.prefill(s, Array.from({ length: ctx0 }, (_, i) => tok(s + i)));
+    for (let s = 0; s < B; s++)
+      await g.prefill(
+        s,
+        Array.from({ length: ctx0 }, (_, i) => tok(s + i)),
+      );
     let pos = ctx0;
-    const stepTokens = (): StepToken[] => Array.from({ length: B }, (_, s) => ({ token: tok(pos * 31 + s), slot: s, pos, logits: true }));
+    const stepTokens = (): StepToken[] =>
+      Array.from({ length: B }, (_, s) => ({ token: tok(pos * 31 + s), slot: s, pos, logits: true }));
     await g.step(stepTokens()); // warm-up
     pos++;
     rt.profile(true);
@@ -181,25 +228,41 @@ export async function runWebGpuBench(path: string, opts: { dawnFlags?: string[];
     const gpuStep = gpuMs(steps);
     const s = median(times);
     const tps = B / s;
-    const roofTps = bw / bytesPerStep(B) * B;
+    const roofTps = (bw / bytesPerStep(B)) * B;
     const frac = tps / roofTps;
     results.push({
       name: `decode batch ${B}`,
       value: tps,
       unit: "tok/s",
-      extra: { step_ms: s * 1000, roofline_tok_s: roofTps, roofline_fraction: frac, dispatches_per_step: dispatches, encode_ms_per_step: median(enc), gpu_ms_per_step: gpuStep, weight_bytes_per_step: bytesPerStep(B) },
+      extra: {
+        step_ms: s * 1000,
+        roofline_tok_s: roofTps,
+        roofline_fraction: frac,
+        dispatches_per_step: dispatches,
+        encode_ms_per_step: median(enc),
+        gpu_ms_per_step: gpuStep,
+        weight_bytes_per_step: bytesPerStep(B),
+      },
     });
-    log(`decode batch ${B}${ctx0 !== 16 ? ` from ${ctx0} keys` : ""}: ${tps.toFixed(1)} tok/s (step ${(s * 1000).toFixed(2)} ms; roofline ${roofTps.toFixed(0)} tok/s → ${(frac * 100).toFixed(1)}%; ${dispatches} dispatches/step; host encoding ${median(enc).toFixed(2)} ms/step; GPU ${gpuStep.toFixed(2)} ms/step; replayed steps ${g.replayStats.replayed})`);
+    log(
+      `decode batch ${B}${ctx0 !== 16 ? ` from ${ctx0} keys` : ""}: ${tps.toFixed(1)} tok/s (step ${(s * 1000).toFixed(2)} ms; roofline ${roofTps.toFixed(0)} tok/s → ${(frac * 100).toFixed(1)}%; ${dispatches} dispatches/step; host encoding ${median(enc).toFixed(2)} ms/step; GPU ${gpuStep.toFixed(2)} ms/step; replayed steps ${g.replayStats.replayed})`,
+    );
     // the same decode with greedy sampling on the GPU: steps chained there (argmax → next ids), the host encoding step
     // s+1 while the GPU runs step s, and the chosen tokens read back once at the end
-    await g.decodeGreedy(Array.from({ length: B }, (_, s) => ({ token: tok(s), slot: s, pos })), 2); // warm-up: records the greedy step
+    await g.decodeGreedy(
+      Array.from({ length: B }, (_, s) => ({ token: tok(s), slot: s, pos })),
+      2,
+    ); // warm-up: records the greedy step
     pos += 2;
     gpuMs(1);
     rt.passSpan();
     const encG = rt.stats.encodeMs;
     const subG = rt.stats.submitMs;
     const tg = performance.now();
-    await g.decodeGreedy(Array.from({ length: B }, (_, s) => ({ token: tok(pos * 31 + s), slot: s, pos })), steps);
+    await g.decodeGreedy(
+      Array.from({ length: B }, (_, s) => ({ token: tok(pos * 31 + s), slot: s, pos })),
+      steps,
+    );
     const greedyS = (performance.now() - tg) / 1000 / steps;
     const greedyEnc = (rt.stats.encodeMs - encG) / steps;
     const greedySubmit = (rt.stats.submitMs - subG) / steps;
@@ -210,8 +273,23 @@ export async function runWebGpuBench(path: string, opts: { dawnFlags?: string[];
     // two rooflines: the step's (the weights a step of B tokens reads, each once: the expected distinct experts), and the
     // issue's per-token one (active weight bytes per token ÷ copy bandwidth, the same at every batch; equal at batch 1)
     const perTokenTps = bw / activePerToken;
-    results.push({ name: `decode batch ${B}, greedy on the GPU (chained)`, value: B / greedyS, unit: "tok/s", extra: { step_ms: greedyS * 1000, roofline_fraction: B / greedyS / roofTps, roofline_fraction_per_token: B / greedyS / perTokenTps, encode_ms_per_step: greedyEnc, submit_ms_per_step: greedySubmit, gpu_ms_per_step: greedyGpu, gpu_span_ms_per_step: greedySpan } });
-    log(`decode batch ${B}, greedy on the GPU, chained: ${(B / greedyS).toFixed(1)} tok/s (step ${(greedyS * 1000).toFixed(2)} ms → ${((B / greedyS / roofTps) * 100).toFixed(1)}% of the roofline${B > 1 ? `, ${((B / greedyS / perTokenTps) * 100).toFixed(1)}% of the per-token roofline (${perTokenTps.toFixed(0)} tok/s)` : ""}; host encoding ${greedyEnc.toFixed(2)} ms/step + submission ${greedySubmit.toFixed(2)} ms/step; GPU ${greedyGpu.toFixed(2)} ms/step, ${greedySpan.toFixed(2)} from the first step's start to the last one's end)`);
+    results.push({
+      name: `decode batch ${B}, greedy on the GPU (chained)`,
+      value: B / greedyS,
+      unit: "tok/s",
+      extra: {
+        step_ms: greedyS * 1000,
+        roofline_fraction: B / greedyS / roofTps,
+        roofline_fraction_per_token: B / greedyS / perTokenTps,
+        encode_ms_per_step: greedyEnc,
+        submit_ms_per_step: greedySubmit,
+        gpu_ms_per_step: greedyGpu,
+        gpu_span_ms_per_step: greedySpan,
+      },
+    });
+    log(
+      `decode batch ${B}, greedy on the GPU, chained: ${(B / greedyS).toFixed(1)} tok/s (step ${(greedyS * 1000).toFixed(2)} ms → ${((B / greedyS / roofTps) * 100).toFixed(1)}% of the roofline${B > 1 ? `, ${((B / greedyS / perTokenTps) * 100).toFixed(1)}% of the per-token roofline (${perTokenTps.toFixed(0)} tok/s)` : ""}; host encoding ${greedyEnc.toFixed(2)} ms/step + submission ${greedySubmit.toFixed(2)} ms/step; GPU ${greedyGpu.toFixed(2)} ms/step, ${greedySpan.toFixed(2)} from the first step's start to the last one's end)`,
+    );
     if (opts.kernels === true && g.lastRecording !== undefined) {
       // every dispatch of the chained step alone (100 times back to back, pass timestamps), summed by kernel label;
       // Dawn's timestamps come in 65.5 µs steps on a large GPU, so 100 repetitions resolve 0.66 µs (20 gave 3.3)
@@ -224,8 +302,13 @@ export async function runWebGpuBench(path: string, opts: { dawnFlags?: string[];
         by.set(it.label, e);
       }
       const total = items.reduce((a, it) => a + it.us, 0);
-      log(`  kernels of the chained batch-${B} step, each alone (µs per step; sum ${(total / 1000).toFixed(2)} ms vs ${greedyGpu.toFixed(2)} ms in the step; each kernel's WGSL in thousands of characters):`);
-      for (const [label, e] of [...by].sort((a, b) => b[1].us - a[1].us)) log(`  ${e.us.toFixed(1).padStart(9)} µs  ×${e.count}  ${(e.us / e.count).toFixed(2)} µs each  ${(e.chars / 1000).toFixed(1).padStart(5)} k  ${label}`);
+      log(
+        `  kernels of the chained batch-${B} step, each alone (µs per step; sum ${(total / 1000).toFixed(2)} ms vs ${greedyGpu.toFixed(2)} ms in the step; each kernel's WGSL in thousands of characters):`,
+      );
+      for (const [label, e] of [...by].sort((a, b) => b[1].us - a[1].us))
+        log(
+          `  ${e.us.toFixed(1).padStart(9)} µs  ×${e.count}  ${(e.us / e.count).toFixed(2)} µs each  ${(e.chars / 1000).toFixed(1).padStart(5)} k  ${label}`,
+        );
     }
   }
   rt.device.destroy();
@@ -240,7 +323,23 @@ export async function parityCheck(dir: string, log: (s: string) => void = consol
   const cases: [string, Partial<SynthConfig>, string][] = [
     ["tiny-v3", {}, "F32"],
     ["tiny-v3-q4km", {}, "Q4_K_M"],
-    ["v2-groups-softmax", { n_layer: 3, n_dense: 1, gating: "softmax", w_norm: false, w_scale: 16, groups: 4, groups_used: 2, n_expert: 8, n_used: 3, n_shared: 2, exp_bias: false }, "Q8_0"],
+    [
+      "v2-groups-softmax",
+      {
+        n_layer: 3,
+        n_dense: 1,
+        gating: "softmax",
+        w_norm: false,
+        w_scale: 16,
+        groups: 4,
+        groups_used: 2,
+        n_expert: 8,
+        n_used: 3,
+        n_shared: 2,
+        exp_bias: false,
+      },
+      "Q8_0",
+    ],
   ];
   // (the models are written there: made if missing, as `latent synth -o` does not)
   mkdirSync(dir, { recursive: true });
@@ -249,11 +348,16 @@ export async function parityCheck(dir: string, log: (s: string) => void = consol
   const kernels = new WebGPUKernels({ checkWrites: true });
   let worst = 0;
   for (const [label, over, type] of cases) {
-    const out = synthesize(withOverrides(preset("tiny", "deepseek2"), { ...over, name: label }), { out: `${dir}/${label}.gguf`, seed: 3, type })[0];
+    const out = synthesize(withOverrides(preset("tiny", "deepseek2"), { ...over, name: label }), {
+      out: `${dir}/${label}.gguf`,
+      seed: 3,
+      type,
+    })[0];
     const { model, config } = loadModel(out);
     const tokens = Array.from({ length: 36 }, (_, i) => (i * 37 + 5) % config.nVocab);
     const ref = evaluateAll(model, tokens, { path: "reference" }).map((r) => logSoftmaxRow(r));
-    const maxErr = (rows: Float64Array[] | Float32Array[]): number => Math.max(...ref.map((row, i) => Math.max(...row.map((v, j) => Math.abs(rows[i][j] - v)))));
+    const maxErr = (rows: Float64Array[] | Float32Array[]): number =>
+      Math.max(...ref.map((row, i) => Math.max(...row.map((v, j) => Math.abs(rows[i][j] - v)))));
     // chunks of 8 then 4 tokens (the coalesced kernel at 8 tokens, the wide one up to 4), then the whole prompt as one
     // step (the row-tiled kernel: products of ≥ 32 tokens)
     const g = new GpuModel(rt, model, { slots: 1, context: tokens.length, maxTokens: 8 });
@@ -262,7 +366,9 @@ export async function parityCheck(dir: string, log: (s: string) => void = consol
     const e3 = maxErr((await gWhole.prefill(0, tokens, 0, true)).map((r) => logSoftmaxRow(r)));
     model.kernels = kernels;
     const e2 = maxErr(evaluateAll(model, tokens, { path: "prefill", chunk: 5 }).map((r) => logSoftmaxRow(r)));
-    log(`parity ${label} (${type}): fused pipeline max |Δ logprob| ${e1.toExponential(2)} (8-token steps), ${e3.toExponential(2)} (one ${tokens.length}-token step); WebGPUKernels ${e2.toExponential(2)}`);
+    log(
+      `parity ${label} (${type}): fused pipeline max |Δ logprob| ${e1.toExponential(2)} (8-token steps), ${e3.toExponential(2)} (one ${tokens.length}-token step); WebGPUKernels ${e2.toExponential(2)}`,
+    );
     worst = Math.max(worst, e1, e2, e3);
   }
   await kernels.close();
@@ -279,10 +385,17 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   if (synth !== undefined) {
     const t = performance.now();
     const layers = synth[3] !== undefined ? Number(synth[3]) : undefined;
-    if (layers !== undefined && !(Number.isInteger(layers) && layers >= 1)) throw new Error(`--synth: layers must be a positive integer, got ${synth[3]}`);
+    if (layers !== undefined && !(Number.isInteger(layers) && layers >= 1))
+      throw new Error(`--synth: layers must be a positive integer, got ${synth[3]}`);
     const base = preset(synth[0]);
-    path = synthesize(layers !== undefined ? withOverrides(base, { n_layer: layers }) : base, { out: synth[2], seed: 0, type: synth[1] })[0];
-    console.log(`synthesized ${synth[0]}${layers !== undefined ? ` (${layers} layers)` : ""} ${synth[1]} → ${path} in ${((performance.now() - t) / 1000).toFixed(1)} s`);
+    path = synthesize(layers !== undefined ? withOverrides(base, { n_layer: layers }) : base, {
+      out: synth[2],
+      seed: 0,
+      type: synth[1],
+    })[0];
+    console.log(
+      `synthesized ${synth[0]}${layers !== undefined ? ` (${layers} layers)` : ""} ${synth[1]} → ${path} in ${((performance.now() - t) / 1000).toFixed(1)} s`,
+    );
   }
   const json = args.includes("--json") ? args[args.indexOf("--json") + 1] : undefined;
   const batches = args.includes("--batches") ? args[args.indexOf("--batches") + 1].split(",").map(Number) : undefined;
@@ -295,9 +408,30 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   // --tune expertTn=8,expertTpr=32,expertsFrom=0.5,rowTile=0,rowTileTokens=8
   const tune = args.includes("--tune") ? parseTuning(args[args.indexOf("--tune") + 1]) : undefined;
   if (tune !== undefined) console.log(`tuning: ${JSON.stringify(tune)}`);
-  const results = await runWebGpuBench(path!, { ...(args.includes("--dawn") ? { dawnFlags: args[args.indexOf("--dawn") + 1].split(" ") } : {}), ...(tune !== undefined ? { tune } : {}), batches, promptLen: num("--prompt"), decodeSteps: num("--steps"), decodeContext: num("--decode-context"), profile: args.includes("--profile"), kernels: args.includes("--kernels"), ...(args.includes("--matvec") ? { matvec: args[args.indexOf("--matvec") + 1] as RuntimeOptions["matvec"] } : {}) });
+  const results = await runWebGpuBench(path!, {
+    ...(args.includes("--dawn") ? { dawnFlags: args[args.indexOf("--dawn") + 1].split(" ") } : {}),
+    ...(tune !== undefined ? { tune } : {}),
+    batches,
+    promptLen: num("--prompt"),
+    decodeSteps: num("--steps"),
+    decodeContext: num("--decode-context"),
+    profile: args.includes("--profile"),
+    kernels: args.includes("--kernels"),
+    ...(args.includes("--matvec") ? { matvec: args[args.indexOf("--matvec") + 1] as RuntimeOptions["matvec"] } : {}),
+  });
   console.log("\nresult | value | unit");
-  for (const r of results) console.log(`${r.name} | ${r.value.toFixed(1)} | ${r.unit}${r.extra ? " | " + Object.entries(r.extra).map(([k, v]) => `${k}=${typeof v === "number" ? v.toPrecision(4) : v}`).join(" ") : ""}`);
-  if (json !== undefined) writeFileSync(json, JSON.stringify({ date: new Date().toISOString(), model: path, results }, null, 2) + "\n");
+  for (const r of results)
+    console.log(
+      `${r.name} | ${r.value.toFixed(1)} | ${r.unit}${
+        r.extra
+          ? " | " +
+            Object.entries(r.extra)
+              .map(([k, v]) => `${k}=${typeof v === "number" ? v.toPrecision(4) : v}`)
+              .join(" ")
+          : ""
+      }`,
+    );
+  if (json !== undefined)
+    writeFileSync(json, JSON.stringify({ date: new Date().toISOString(), model: path, results }, null, 2) + "\n");
   process.exit(0);
 }

@@ -11,7 +11,9 @@ import { runWebGpuBench } from "./webgpu-model.js";
 export async function run(): Promise<BenchResult[]> {
   const path = arg("model") ?? process.env.LATENT_BENCH_MODEL;
   if (path === undefined) {
-    console.log("webgpu: give a GGUF with --model FILE.gguf (or LATENT_BENCH_MODEL); the issue's model: latent synth --preset v2-lite --type Q4_K_M -o v2-lite.gguf");
+    console.log(
+      "webgpu: give a GGUF with --model FILE.gguf (or LATENT_BENCH_MODEL); the issue's model: latent synth --preset v2-lite --type Q4_K_M -o v2-lite.gguf",
+    );
     return [];
   }
   const batches = (arg("batches") ?? process.env.LATENT_BENCH_BATCHES)?.split(",").map(Number);

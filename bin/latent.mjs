@@ -19,14 +19,17 @@ function newestMtime(dir) {
   return newest;
 }
 
-const useCompiled = existsSync(compiled) && (!existsSync(sources) || statSync(compiled).mtimeMs >= newestMtime(sources));
+const useCompiled =
+  existsSync(compiled) && (!existsSync(sources) || statSync(compiled).mtimeMs >= newestMtime(sources));
 let entry = compiled;
 if (!useCompiled) {
   let register;
   try {
     ({ register } = await import("tsx/esm/api"));
   } catch {
-    console.error(`latent: ${existsSync(compiled) ? "dist/ is older than src/" : "dist/ is missing"} and tsx (a dev dependency) is not installed: run \`npm run build\` in ${root}`);
+    console.error(
+      `latent: ${existsSync(compiled) ? "dist/ is older than src/" : "dist/ is missing"} and tsx (a dev dependency) is not installed: run \`npm run build\` in ${root}`,
+    );
     process.exit(2);
   }
   register();

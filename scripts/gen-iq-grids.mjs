@@ -21,8 +21,13 @@ function table(name, expectType, expectCount) {
   if (!m) throw new Error(`table ${name} not found in ${header}`);
   if (m[1] !== expectType) throw new Error(`table ${name}: type ${m[1]}, expected ${expectType}`);
   const body = m[3].replace(/\/\/.*$/gm, "").replace(/\/\*[\s\S]*?\*\//g, "");
-  const values = body.split(",").map((s) => s.trim()).filter((s) => s.length > 0).map((s) => BigInt(s));
-  if (values.length !== expectCount) throw new Error(`table ${name}: ${values.length} entries, expected ${expectCount}`);
+  const values = body
+    .split(",")
+    .map((s) => s.trim())
+    .filter((s) => s.length > 0)
+    .map((s) => BigInt(s));
+  if (values.length !== expectCount)
+    throw new Error(`table ${name}: ${values.length} entries, expected ${expectCount}`);
   return values;
 }
 
@@ -78,7 +83,9 @@ const lines = [
 for (const [exportName, name, type, count, width] of grids) {
   const bytes = bytesLE(table(name, type, count), width);
   const signed = name === "iq1s_grid";
-  lines.push(`/** ${name}: ${count} entries × ${width} bytes${signed ? " (int8 values -1, 0, 1)" : " (uint8 magnitudes)"}. */`);
+  lines.push(
+    `/** ${name}: ${count} entries × ${width} bytes${signed ? " (int8 values -1, 0, 1)" : " (uint8 magnitudes)"}. */`,
+  );
   const ctor = signed ? "new Int8Array(b64(" : "b64(";
   const close = signed ? ").buffer)" : ")";
   lines.push(`export const ${exportName}: ${signed ? "Int8Array" : "Uint8Array"} = ${ctor}`);

@@ -11,7 +11,11 @@ const path = fileURLToPath(new URL("../docs/webgpu.md", import.meta.url));
 const page = readFileSync(path, "utf8");
 const current = withTuningTable(page);
 if (process.argv.includes("--check")) {
-  console.log(current === page ? "docs/webgpu.md: the tuning table is current" : "docs/webgpu.md: the tuning table is stale (run node --import tsx scripts/gen-tuning-doc.ts)");
+  console.log(
+    current === page
+      ? "docs/webgpu.md: the tuning table is current"
+      : "docs/webgpu.md: the tuning table is stale (run node --import tsx scripts/gen-tuning-doc.ts)",
+  );
   process.exit(current === page ? 0 : 1);
 }
 writeFileSync(path, current);

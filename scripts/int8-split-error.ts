@@ -41,12 +41,32 @@ function rounding(bits: number): MatKernels {
 const dir = process.argv[2] ?? "/tmp";
 const cases: [string, Partial<SynthConfig>, string][] = [
   ["tiny-v3-q4km", {}, "Q4_K_M"],
-  ["v2-groups-softmax-q8", { n_layer: 3, n_dense: 1, gating: "softmax", w_norm: false, w_scale: 16, groups: 4, groups_used: 2, n_expert: 8, n_used: 3, n_shared: 2, exp_bias: false }, "Q8_0"],
+  [
+    "v2-groups-softmax-q8",
+    {
+      n_layer: 3,
+      n_dense: 1,
+      gating: "softmax",
+      w_norm: false,
+      w_scale: 16,
+      groups: 4,
+      groups_used: 2,
+      n_expert: 8,
+      n_used: 3,
+      n_shared: 2,
+      exp_bias: false,
+    },
+    "Q8_0",
+  ],
   ["v2-lite-2-layers-q4km", { n_layer: 2 }, "Q4_K_M"],
 ];
 for (const [label, over, type] of cases) {
   const base = label.startsWith("v2-lite") ? preset("v2-lite") : preset("tiny", "deepseek2");
-  const file = synthesize(withOverrides(base, { ...over, name: label }), { out: `${dir}/${label}.gguf`, seed: 5, type })[0];
+  const file = synthesize(withOverrides(base, { ...over, name: label }), {
+    out: `${dir}/${label}.gguf`,
+    seed: 5,
+    type,
+  })[0];
   const { model, config } = loadModel(file);
   const tokens = Array.from({ length: 12 }, (_, i) => (i * 37 + 5) % config.nVocab);
   model.kernels = plainKernels;
@@ -56,6 +76,8 @@ for (const [label, over, type] of cases) {
     const got = evaluateAll(model, tokens, { path: "prefill", chunk: 12 }).map((r) => logSoftmaxRow(r));
     let worst = 0;
     ref.forEach((row, i) => row.forEach((v, j) => (worst = Math.max(worst, Math.abs(got[i][j] - v)))));
-    console.log(`${label} (${type}): activations as ${bits}-bit integers per 32-block → max |Δ logprob| ${worst.toExponential(2)}`);
+    console.log(
+      `${label} (${type}): activations as ${bits}-bit integers per 32-block → max |Δ logprob| ${worst.toExponential(2)}`,
+    );
   }
 }

@@ -59,7 +59,8 @@ interface Percentiles {
 
 function percentiles(xs: number[]): Percentiles {
   const s = [...xs].sort((a, b) => a - b);
-  const at = (p: number): number => (s.length === 0 ? NaN : s[Math.min(s.length - 1, Math.max(0, Math.ceil(p * s.length) - 1))]);
+  const at = (p: number): number =>
+    s.length === 0 ? NaN : s[Math.min(s.length - 1, Math.max(0, Math.ceil(p * s.length) - 1))];
   const r = (x: number): number => Math.round(x * 10) / 10;
   return { n: s.length, p50: r(at(0.5)), p90: r(at(0.9)), p99: r(at(0.99)), max: r(s.length ? s[s.length - 1] : NaN) };
 }
@@ -90,7 +91,11 @@ async function metric(url: string, name: string): Promise<number> {
 
 async function startServe(model: string, extra: string[]): Promise<{ url: string; child: ChildProcess }> {
   const bin = join(import.meta.dirname, "..", "bin", "latent.mjs");
-  const child = spawn(process.execPath, [bin, "serve", model, "--host", "127.0.0.1", "--port", "0", "--alias", "loadtest", ...extra], { stdio: ["ignore", "ignore", "pipe"] });
+  const child = spawn(
+    process.execPath,
+    [bin, "serve", model, "--host", "127.0.0.1", "--port", "0", "--alias", "loadtest", ...extra],
+    { stdio: ["ignore", "ignore", "pipe"] },
+  );
   let err = "";
   const url = await new Promise<string>((resolve, reject) => {
     child.stderr!.on("data", (d: Buffer) => {
@@ -102,7 +107,10 @@ async function startServe(model: string, extra: string[]): Promise<{ url: string
   });
   process.stderr.write(err.trim().split("\n").pop()! + "\n");
   child.on("exit", (code, signal) => {
-    if (code !== 0) process.stderr.write(`loadtest: latent serve exited (code ${code}, signal ${signal}); its stderr:\n${err.slice(-4000)}\n`);
+    if (code !== 0)
+      process.stderr.write(
+        `loadtest: latent serve exited (code ${code}, signal ${signal}); its stderr:\n${err.slice(-4000)}\n`,
+      );
   });
   return { url, child };
 }
@@ -145,18 +153,27 @@ async function main(): Promise<void> {
   let url: string;
   if (values.url !== undefined) {
     const u = new URL(values.url);
-    if (!LOOPBACK.has(u.hostname)) throw new Error(`--url must be a loopback address (127.0.0.1, localhost, ::1), got ${u.hostname}`);
+    if (!LOOPBACK.has(u.hostname))
+      throw new Error(`--url must be a loopback address (127.0.0.1, localhost, ::1), got ${u.hostname}`);
     url = u.origin;
   } else ({ url, child } = await startServe(values.model!, serveArgs));
-  const hardStop = setTimeout(() => {
-    process.stderr.write("loadtest: hard time limit reached, exiting\n");
-    child?.kill("SIGKILL");
-    process.exit(3);
-  }, (duration + 300) * 1000);
+  const hardStop = setTimeout(
+    () => {
+      process.stderr.write("loadtest: hard time limit reached, exiting\n");
+      child?.kill("SIGKILL");
+      process.exit(3);
+    },
+    (duration + 300) * 1000,
+  );
   hardStop.unref();
 
   try {
-    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: values["api-key"] ?? "none", maxRetries: 0, timeout: (duration + 120) * 1000 });
+    const client = new OpenAI({
+      baseURL: `${url}/v1`,
+      apiKey: values["api-key"] ?? "none",
+      maxRetries: 0,
+      timeout: (duration + 120) * 1000,
+    });
     const model = (await client.models.list()).data[0].id;
     const meta = (await (await fetch(`${url}/v1/models`)).json()) as { data: { meta?: { n_vocab?: number } }[] };
     const nVocab = meta.data[0]?.meta?.n_vocab ?? 1000;
@@ -184,7 +201,10 @@ async function main(): Promise<void> {
     const worker = async (w: number): Promise<void> => {
       while (!over && performance.now() < deadline && started < maxRequests) {
         const seq = started++;
-        const prompt = [...prefix, ...ids(promptTokens - shared, 1000 + seq, Math.min(100, nVocab - 1), Math.min(nVocab, 5000))];
+        const prompt = [
+          ...prefix,
+          ...ids(promptTokens - shared, 1000 + seq, Math.min(100, nVocab - 1), Math.min(nVocab, 5000)),
+        ];
         const ac = new AbortController();
         open.add(ac);
         const sent = performance.now();
@@ -192,7 +212,17 @@ async function main(): Promise<void> {
         let tokens = 0;
         try {
           const stream = await client.completions.create(
-            { model, prompt, max_tokens: maxTokens, temperature: 0.8, seed: seq, logprobs: 0, stream: true, stream_options: { include_usage: true }, ignore_eos: true } as OpenAI.CompletionCreateParamsStreaming,
+            {
+              model,
+              prompt,
+              max_tokens: maxTokens,
+              temperature: 0.8,
+              seed: seq,
+              logprobs: 0,
+              stream: true,
+              stream_options: { include_usage: true },
+              ignore_eos: true,
+            } as OpenAI.CompletionCreateParamsStreaming,
             { signal: ac.signal },
           );
           for await (const ch of stream) {
@@ -214,9 +244,17 @@ async function main(): Promise<void> {
         } catch (e) {
           if (ac.signal.aborted) aborted++;
           else {
-            const cause = e instanceof Error && e.cause !== undefined ? ` (${e.cause instanceof Error ? `${e.cause.message}${e.cause.cause !== undefined ? `: ${String(e.cause.cause)}` : ""}` : String(e.cause)})` : "";
+            const cause =
+              e instanceof Error && e.cause !== undefined
+                ? ` (${e.cause instanceof Error ? `${e.cause.message}${e.cause.cause !== undefined ? `: ${String(e.cause.cause)}` : ""}` : String(e.cause)})`
+                : "";
             const at = ((performance.now() - t0) / 1000).toFixed(1);
-            if (errors.push(`client ${w} at ${at} s after ${tokens} tokens: ${e instanceof Error ? e.message : String(e)}${cause}`) > 1000) errors.length = 1000;
+            if (
+              errors.push(
+                `client ${w} at ${at} s after ${tokens} tokens: ${e instanceof Error ? e.message : String(e)}${cause}`,
+              ) > 1000
+            )
+              errors.length = 1000;
           }
         } finally {
           generated += tokens;
@@ -257,12 +295,17 @@ async function main(): Promise<void> {
     };
     if (values.json === true) console.log(JSON.stringify(report, null, 2));
     else {
-      const p = (x: Percentiles): string => `p50 ${x.p50} ms, p90 ${x.p90} ms, p99 ${x.p99} ms, max ${x.max} ms (n=${x.n})`;
-      console.log(`clients ${clients}, ${report.elapsed_s} s: ${started} requests (${completed} completed, ${aborted} aborted at the deadline, ${errors.length} errors)`);
+      const p = (x: Percentiles): string =>
+        `p50 ${x.p50} ms, p90 ${x.p90} ms, p99 ${x.p99} ms, max ${x.max} ms (n=${x.n})`;
+      console.log(
+        `clients ${clients}, ${report.elapsed_s} s: ${started} requests (${completed} completed, ${aborted} aborted at the deadline, ${errors.length} errors)`,
+      );
       console.log(`throughput ${report.throughput_tokens_per_s} generated tokens/s (${generated} tokens)`);
       console.log(`TTFT ${p(report.ttft_ms)}`);
       console.log(`ITL  ${p(report.itl_ms)}`);
-      console.log(`KV pages leaked ${report.kv_pages_leaked} of ${report.kv_pages_total}; prefix-cache page hits ${report.prefix_cache_hits}; preemptions ${report.preemptions}`);
+      console.log(
+        `KV pages leaked ${report.kv_pages_leaked} of ${report.kv_pages_total}; prefix-cache page hits ${report.prefix_cache_hits}; preemptions ${report.preemptions}`,
+      );
       for (const e of report.error_samples) console.log(`error: ${e}`);
     }
     if (report.kv_pages_leaked !== 0 || errors.length > 0) process.exitCode = 1;

@@ -9,7 +9,22 @@ import { dequantize, quantize } from "../src/quant/index.js";
 import { quantizeFp8Blocks, dequantizeFp8 } from "../src/convert/fp8.js";
 import { DEMO_MODEL } from "../src/cli/demo.js";
 
-const TYPES = [GGMLType.F16, GGMLType.BF16, GGMLType.Q8_0, GGMLType.Q6_K, GGMLType.Q5_K, GGMLType.Q5_1, GGMLType.Q5_0, GGMLType.Q4_K, GGMLType.Q4_1, GGMLType.Q4_0, GGMLType.IQ4_NL, GGMLType.IQ4_XS, GGMLType.Q3_K, GGMLType.Q2_K];
+const TYPES = [
+  GGMLType.F16,
+  GGMLType.BF16,
+  GGMLType.Q8_0,
+  GGMLType.Q6_K,
+  GGMLType.Q5_K,
+  GGMLType.Q5_1,
+  GGMLType.Q5_0,
+  GGMLType.Q4_K,
+  GGMLType.Q4_1,
+  GGMLType.Q4_0,
+  GGMLType.IQ4_NL,
+  GGMLType.IQ4_XS,
+  GGMLType.Q3_K,
+  GGMLType.Q2_K,
+];
 
 function rng(seed: number): () => number {
   let s = seed >>> 0;
@@ -26,7 +41,9 @@ function gaussian(r: () => number): number {
 }
 
 function measure(src: Float32Array, dec: Float32Array): { rel: number; alpha: number } {
-  let d2 = 0, s2 = 0, gs = 0;
+  let d2 = 0,
+    s2 = 0,
+    gs = 0;
   for (let i = 0; i < src.length; i++) {
     d2 += (dec[i] - src[i]) ** 2;
     s2 += src[i] ** 2;
@@ -39,7 +56,15 @@ const samples: { label: string; ne0: number; data: Float32Array }[] = [];
 const file = GGUFFile.open(process.argv[2] ?? DEMO_MODEL);
 for (const t of file.tensors.values()) {
   if (t.ne.length < 2) continue;
-  samples.push({ label: t.name, ne0: t.ne[0], data: dequantize(t.type, file.readBytes(t), t.ne.reduce((a, b) => a * b, 1)) });
+  samples.push({
+    label: t.name,
+    ne0: t.ne[0],
+    data: dequantize(
+      t.type,
+      file.readBytes(t),
+      t.ne.reduce((a, b) => a * b, 1),
+    ),
+  });
 }
 const r = rng(7);
 for (const [kind, draw] of [
@@ -55,16 +80,23 @@ console.log("|---|---|---|---|---|");
 const report = (name: string, rows: { rel: number; alpha: number }[]): void => {
   const rels = rows.map((x) => x.rel).sort((a, b) => a - b);
   const alpha = Math.max(...rows.map((x) => Math.abs(x.alpha - 1)));
-  console.log(`| ${name} | ${rows.length} | ${rels[rels.length >> 1].toExponential(2)} | ${rels[rels.length - 1].toExponential(2)} | ${alpha.toExponential(2)} |`);
+  console.log(
+    `| ${name} | ${rows.length} | ${rels[rels.length >> 1].toExponential(2)} | ${rels[rels.length - 1].toExponential(2)} | ${alpha.toExponential(2)} |`,
+  );
 };
 for (const type of TYPES) {
   const block = typeTraits(type)!.blockSize;
-  const rows = samples.filter((s) => s.ne0 % block === 0).map((s) => measure(s.data, dequantize(type, quantize(type, s.data, s.ne0), s.data.length)));
+  const rows = samples
+    .filter((s) => s.ne0 % block === 0)
+    .map((s) => measure(s.data, dequantize(type, quantize(type, s.data, s.ne0), s.data.length)));
   report(typeName(type), rows);
 }
-report("F8_E4M3 (128×128 blocks)", samples.map((s) => {
-  const shape = [s.data.length / s.ne0, s.ne0];
-  const q = quantizeFp8Blocks(s.data, shape);
-  return measure(s.data, dequantizeFp8(q.bytes, "F8_E4M3", shape, q.scale));
-}));
+report(
+  "F8_E4M3 (128×128 blocks)",
+  samples.map((s) => {
+    const shape = [s.data.length / s.ne0, s.ne0];
+    const q = quantizeFp8Blocks(s.data, shape);
+    return measure(s.data, dequantizeFp8(q.bytes, "F8_E4M3", shape, q.scale));
+  }),
+);
 file.close();

@@ -33,7 +33,15 @@ async function complete(i) {
   const r = await fetch(`${url}/v1/completions`, {
     method: "POST",
     headers: { "content-type": "application/json" },
-    body: JSON.stringify({ model, prompt: `Request ${i}: the quick brown fox jumps over the lazy dog`, max_tokens: maxTokens, temperature, ...(temperature > 0 ? { seed: i + 1 } : {}), ...(topP < 1 ? { top_p: topP } : {}), ignore_eos: true }),
+    body: JSON.stringify({
+      model,
+      prompt: `Request ${i}: the quick brown fox jumps over the lazy dog`,
+      max_tokens: maxTokens,
+      temperature,
+      ...(temperature > 0 ? { seed: i + 1 } : {}),
+      ...(topP < 1 ? { top_p: topP } : {}),
+      ignore_eos: true,
+    }),
   });
   const body = await r.json();
   if (!r.ok) throw new Error(`HTTP ${r.status}: ${JSON.stringify(body)}`);
@@ -49,7 +57,14 @@ for (const n of [1, ...clients]) {
   const wall = (performance.now() - t0) / 1000;
   const tokens = done.reduce((s, d) => s + d.tokens, 0);
   const per = done.map((d) => d.seconds).sort((a, b) => a - b);
-  const row = { clients: n, tokens, wall_s: wall, tok_s: tokens / wall, request_s_p50: per[Math.floor(per.length / 2)], request_s_max: per[per.length - 1] };
+  const row = {
+    clients: n,
+    tokens,
+    wall_s: wall,
+    tok_s: tokens / wall,
+    request_s_p50: per[Math.floor(per.length / 2)],
+    request_s_max: per[per.length - 1],
+  };
   // the first single request warms the server up (pipelines compiled, steps recorded): reported, not kept
   if (results.length === 0 && n === 1 && clients[0] !== undefined) console.log(`warm-up: ${JSON.stringify(row)}`);
   else console.log(JSON.stringify(row));

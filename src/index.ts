@@ -14,13 +14,27 @@
  */
 import type { MatKernels } from "./model/kernels.js";
 import { DEFAULT_PREFILL_CHUNK, evaluateAll, logSoftmaxRow } from "./engine/evaluate.js";
-import { generateTokens, generateTokensAsync, type AsyncGenerateModel, type GenerateOptions, type GenerateResult, type TokenEvent } from "./engine/generate.js";
+import {
+  generateTokens,
+  generateTokensAsync,
+  type AsyncGenerateModel,
+  type GenerateOptions,
+  type GenerateResult,
+  type TokenEvent,
+} from "./engine/generate.js";
 import { requestGpuDevice } from "./backend/webgpu/core/device.js";
 import { GpuModel } from "./backend/webgpu/graph/gpu-model.js";
 import { GpuRuntime } from "./backend/webgpu/core/runtime.js";
 import { GGUFFile, type FetchProgress, type LoadOptions as FetchOptions } from "./gguf/gguf-file.js";
 import { summarizeModel, formatSummary, type InspectSummary } from "./gguf/summary.js";
-import { MemorySource, blobSource, httpSource, type AsyncByteSource, type ByteSource, type HttpSourceOptions } from "./gguf/source.js";
+import {
+  MemorySource,
+  blobSource,
+  httpSource,
+  type AsyncByteSource,
+  type ByteSource,
+  type HttpSourceOptions,
+} from "./gguf/source.js";
 import type { ConfigOptions, ModelConfig } from "./model/config.js";
 import type { DeepSeek2 } from "./model/deepseek2.js";
 import { loadModelFrom } from "./model/from-file.js";
@@ -30,11 +44,27 @@ import { UsageError } from "./util/errors.js";
 import { yieldToEventLoop } from "./util/yield.js";
 
 export { GGUFFile, type FetchProgress } from "./gguf/gguf-file.js";
-export { MemorySource, PrefetchedSource, ShortReadError, NotFetchedError, blobSource, httpSource, memoryAsyncSource } from "./gguf/source.js";
+export {
+  MemorySource,
+  PrefetchedSource,
+  ShortReadError,
+  NotFetchedError,
+  blobSource,
+  httpSource,
+  memoryAsyncSource,
+} from "./gguf/source.js";
 export type { ByteSource, AsyncByteSource, HttpSourceOptions } from "./gguf/source.js";
 export { summarizeModel, formatSummary, type InspectSummary } from "./gguf/summary.js";
 export { Tokenizer, type ChatMessage } from "./tokenizer/index.js";
-export type { GenerateOptions, GenerateResult, TokenEvent, FinishReason, GenerateTimings, GeneratePath, DecodeMode } from "./engine/generate.js";
+export type {
+  GenerateOptions,
+  GenerateResult,
+  TokenEvent,
+  FinishReason,
+  GenerateTimings,
+  GeneratePath,
+  DecodeMode,
+} from "./engine/generate.js";
 export type { GreedyChainModel, GreedyChunk, PickDraw } from "./engine/device-picks.js";
 export type { ModelConfig } from "./model/config.js";
 export type { AttentionPath } from "./model/mla.js";
@@ -44,7 +74,16 @@ export { loadModelFrom } from "./model/from-file.js";
 export { LatentError, GGUFError, UsageError, ModelConfigError, QuantTypeError } from "./util/errors.js";
 
 /** A path (Node), an http(s) URL, a `File`/`Blob` (or several: the shards of a split model), bytes, or sources. */
-export type ModelInput = string | URL | Blob | readonly Blob[] | Uint8Array | ArrayBuffer | ByteSource | AsyncByteSource | readonly AsyncByteSource[];
+export type ModelInput =
+  | string
+  | URL
+  | Blob
+  | readonly Blob[]
+  | Uint8Array
+  | ArrayBuffer
+  | ByteSource
+  | AsyncByteSource
+  | readonly AsyncByteSource[];
 
 export interface LoadProgress {
   /** "fetch": bytes of the GGUF being read (header, then tensor ranges); "weights": tensors being decoded */
@@ -64,10 +103,13 @@ export interface LoadOptions extends ConfigOptions {
 }
 
 function isAsyncSource(x: unknown): x is AsyncByteSource {
-  return typeof x === "object" && x !== null && "read" in x && "size" in x && !("byteLength" in x) && !(x instanceof Blob);
+  return (
+    typeof x === "object" && x !== null && "read" in x && "size" in x && !("byteLength" in x) && !(x instanceof Blob)
+  );
 }
 
-const isNode = (): boolean => typeof (globalThis as { process?: { versions?: { node?: unknown } } }).process?.versions?.node === "string";
+const isNode = (): boolean =>
+  typeof (globalThis as { process?: { versions?: { node?: unknown } } }).process?.versions?.node === "string";
 
 /** The Node-only module that opens paths (file.ts), as far as this module needs it. */
 interface NodeFileModule {
@@ -82,9 +124,13 @@ function asUrl(s: string): string | undefined {
 }
 
 /** Open `input` as a GGUFFile: lazily (a Node path, bytes) or fetched by range ahead of time (URL, Blob). */
-export async function openGGUF(input: ModelInput, opts: Pick<LoadOptions, "onProgress" | "http" | "fetch"> = {}): Promise<GGUFFile> {
+export async function openGGUF(
+  input: ModelInput,
+  opts: Pick<LoadOptions, "onProgress" | "http" | "fetch"> = {},
+): Promise<GGUFFile> {
   const onFetch = (p: FetchProgress): void => opts.onProgress?.({ phase: "fetch", done: p.bytes, total: p.total });
-  const fetchAll = (sources: readonly AsyncByteSource[]): Promise<GGUFFile> => GGUFFile.load(sources, { ...(opts.fetch ?? {}), onFetch });
+  const fetchAll = (sources: readonly AsyncByteSource[]): Promise<GGUFFile> =>
+    GGUFFile.load(sources, { ...(opts.fetch ?? {}), onFetch });
   if (typeof input === "string" || input instanceof URL) {
     const s = input instanceof URL ? input.href : input;
     const url = asUrl(s);
@@ -156,7 +202,11 @@ export class LatentModel {
   /** A model from an already open GGUFFile. */
   static fromFile(file: GGUFFile, opts: LoadOptions = {}): LatentModel {
     const tokenizer = Tokenizer.fromMetadata(file.metadata);
-    const { config, model } = loadModelFrom(file, (done, total) => opts.onProgress?.({ phase: "weights", done, total }), { ...opts });
+    const { config, model } = loadModelFrom(
+      file,
+      (done, total) => opts.onProgress?.({ phase: "weights", done, total }),
+      { ...opts },
+    );
     return new LatentModel(file, config, model, tokenizer);
   }
 
@@ -202,7 +252,10 @@ export class LatentModel {
    * alternatives); returns the GenerateResult. Yields to the event loop between tokens, so a page stays responsive
    * and an AbortSignal (`signal`) can stop it.
    */
-  async *stream(prompt: string | readonly number[] | readonly ChatMessage[], opts: StreamOptions = {}): AsyncGenerator<TokenEvent, GenerateResult, void> {
+  async *stream(
+    prompt: string | readonly number[] | readonly ChatMessage[],
+    opts: StreamOptions = {},
+  ): AsyncGenerator<TokenEvent, GenerateResult, void> {
     const ids = this.promptIds(prompt, opts.addSpecial);
     const gen = generateTokens(this.model, this.tokenizer, ids, opts);
     for (;;) {
@@ -214,7 +267,10 @@ export class LatentModel {
   }
 
   /** Generate to the end; `onToken` sees every token as it comes. */
-  async generate(prompt: string | readonly number[] | readonly ChatMessage[], opts: StreamOptions = {}): Promise<GenerateResult> {
+  async generate(
+    prompt: string | readonly number[] | readonly ChatMessage[],
+    opts: StreamOptions = {},
+  ): Promise<GenerateResult> {
     const it = this.stream(prompt, opts);
     for (;;) {
       const r = await it.next();
@@ -270,7 +326,13 @@ export class LatentModel {
       }
       rows.push({ path, ms, maxAbsDiff: maxAbs, maxKl: Math.max(0, maxKl), top1Agree: agree });
     }
-    return { tokens: tokens.length, referenceMs, rows, ok: rows.every((r) => r.maxAbsDiff <= tol && r.top1Agree === tokens.length), tolerance: tol };
+    return {
+      tokens: tokens.length,
+      referenceMs,
+      rows,
+      ok: rows.every((r) => r.maxAbsDiff <= tol && r.top1Agree === tokens.length),
+      tolerance: tol,
+    };
   }
 
   /** The model on WebGPU (navigator.gpu in a browser, Dawn in Node): see WebGpuSession. */
@@ -315,7 +377,8 @@ export class WebGpuSession {
 
   static async create(m: LatentModel, opts: WebGpuOptions = {}): Promise<WebGpuSession> {
     const context = Math.min(opts.context ?? 4096, m.config.contextLength);
-    if (!Number.isInteger(context) || context < 1) throw new UsageError(`context must be an integer ≥ 1, got ${opts.context}`);
+    if (!Number.isInteger(context) || context < 1)
+      throw new UsageError(`context must be an integer ≥ 1, got ${opts.context}`);
     // the library's device: the adapter's limits, its optional features and, where it has one, its fixed subgroup size (the subgroup kernels need it)
     const info = await requestGpuDevice();
     const gpu = new GpuModel(new GpuRuntime(info), m.model, { slots: 1, context, maxTokens: WEBGPU_STEP_TOKENS });
@@ -323,8 +386,12 @@ export class WebGpuSession {
   }
 
   /** LatentModel.stream on the GPU, one at a time (the reference path, which keeps no cache, is not offered). */
-  async *stream(prompt: string | readonly number[] | readonly ChatMessage[], opts: StreamOptions = {}): AsyncGenerator<TokenEvent, GenerateResult, void> {
-    if (this.streaming) throw new UsageError("this WebGPU session is generating already: it holds one sequence at a time");
+  async *stream(
+    prompt: string | readonly number[] | readonly ChatMessage[],
+    opts: StreamOptions = {},
+  ): AsyncGenerator<TokenEvent, GenerateResult, void> {
+    if (this.streaming)
+      throw new UsageError("this WebGPU session is generating already: it holds one sequence at a time");
     const gpu = this.gpu;
     const model: AsyncGenerateModel = {
       config: { ...this.m.config, contextLength: this.context },
@@ -343,7 +410,10 @@ export class WebGpuSession {
   }
 
   /** Generate to the end; `onToken` sees every token as it comes. */
-  async generate(prompt: string | readonly number[] | readonly ChatMessage[], opts: StreamOptions = {}): Promise<GenerateResult> {
+  async generate(
+    prompt: string | readonly number[] | readonly ChatMessage[],
+    opts: StreamOptions = {},
+  ): Promise<GenerateResult> {
     const it = this.stream(prompt, opts);
     for (;;) {
       const r = await it.next();
@@ -354,7 +424,8 @@ export class WebGpuSession {
 
   /** Next-token logits after every position of `tokens` (prefill steps on the GPU). */
   async logitsAll(tokens: readonly number[]): Promise<Float32Array[]> {
-    if (tokens.length > this.context) throw new UsageError(`${tokens.length} tokens, more than the session's context ${this.context}`);
+    if (tokens.length > this.context)
+      throw new UsageError(`${tokens.length} tokens, more than the session's context ${this.context}`);
     return (await this.gpu.prefill(0, tokens, 0, true)).map((r) => Float32Array.from(r));
   }
 

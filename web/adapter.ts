@@ -32,7 +32,9 @@ const SOFTWARE = /swiftshader|lavapipe|llvmpipe|softpipe|software/i;
 export const SOFTWARE_SLOWDOWN = "~75× slower than the CPU worker";
 
 export function judgeAdapter(facts: AdapterFacts | undefined): AdapterVerdict {
-  const parts = [facts?.vendor, facts?.architecture, facts?.device, facts?.description].filter((x): x is string => x !== undefined && x !== "");
+  const parts = [facts?.vendor, facts?.architecture, facts?.device, facts?.description].filter(
+    (x): x is string => x !== undefined && x !== "",
+  );
   const software = facts?.isFallbackAdapter === true || parts.some((p) => SOFTWARE.test(p));
   return { name: [...new Set(parts)].join(" ") || "available", software, defaultBackend: software ? "cpu" : "webgpu" };
 }

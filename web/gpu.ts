@@ -52,12 +52,27 @@ export class GpuSession {
   }
 
   async *generate(prompt: readonly number[], o: GpuGenerateOptions): AsyncGenerator<GpuToken, GpuResult, void> {
-    const it = this.session.stream(prompt, { maxTokens: o.maxTokens, temperature: o.temperature, topK: o.topK, topP: o.topP, seed: o.seed, logprobs: o.logprobs, signal: o.signal });
+    const it = this.session.stream(prompt, {
+      maxTokens: o.maxTokens,
+      temperature: o.temperature,
+      topK: o.topK,
+      topP: o.topP,
+      seed: o.seed,
+      logprobs: o.logprobs,
+      signal: o.signal,
+    });
     for (;;) {
       const r = await it.next();
       if (r.done === true) {
         const res = r.value;
-        return { tokens: res.tokens.length, text: res.text, finishReason: res.finishReason, prefillMs: res.timings.prefillMs, decodeMs: res.timings.decodeMs, decodeSteps: res.timings.usedSteps };
+        return {
+          tokens: res.tokens.length,
+          text: res.text,
+          finishReason: res.finishReason,
+          prefillMs: res.timings.prefillMs,
+          decodeMs: res.timings.decodeMs,
+          decodeSteps: res.timings.usedSteps,
+        };
       }
       const ev = r.value;
       yield { id: ev.id, text: ev.text, logprob: ev.logprob, top: ev.top ?? [] };

@@ -1,7 +1,18 @@
 // The page: load a GGUF (picker, drag and drop, URL), show its model card, chat with streamed tokens coloured by
 // probability, run the doctor's path check. The engine runs in worker.ts.
 import type { PathCheck } from "../src/index.js";
-import type { ChatTurn, DoneInfo, FromWorker, GenerateRequest, GpuCheckRow, LogitsPath, ModelInfo, ModelSource, ToWorker, TokenInfo } from "./protocol.js";
+import type {
+  ChatTurn,
+  DoneInfo,
+  FromWorker,
+  GenerateRequest,
+  GpuCheckRow,
+  LogitsPath,
+  ModelInfo,
+  ModelSource,
+  ToWorker,
+  TokenInfo,
+} from "./protocol.js";
 import { judgeAdapter, SOFTWARE_SLOWDOWN, type AdapterFacts } from "./adapter.js";
 
 const $ = <T extends HTMLElement>(id: string): T => {
@@ -17,7 +28,9 @@ let nextId = 1;
 const waiting = new Map<number, { resolve: (m: FromWorker) => void; reject: (e: Error) => void }>();
 let loadWaiter: { resolve: (i: ModelInfo) => void; reject: (e: Error) => void } | undefined;
 let info: ModelInfo | undefined;
-let current: { id: number; body: HTMLElement; stats: HTMLElement; tokens: TokenInfo[]; t0: number; promptTokens: number } | undefined;
+let current:
+  | { id: number; body: HTMLElement; stats: HTMLElement; tokens: TokenInfo[]; t0: number; promptTokens: number }
+  | undefined;
 
 function request(m: ToWorker & { id: number }): Promise<FromWorker> {
   return new Promise((resolve, reject) => {
@@ -28,8 +41,20 @@ function request(m: ToWorker & { id: number }): Promise<FromWorker> {
 
 // ---- loading ----------------------------------------------------------------------------------------------------
 
-const humanCount = (n: number): string => (n >= 1e9 ? `${(n / 1e9).toFixed(2)} B` : n >= 1e6 ? `${(n / 1e6).toFixed(2)} M` : n >= 1e3 ? `${(n / 1e3).toFixed(1)} K` : String(n));
-const fmtBytes = (n: number): string => (n >= 1 << 30 ? `${(n / (1 << 30)).toFixed(2)} GiB` : n >= 1 << 20 ? `${(n / (1 << 20)).toFixed(1)} MiB` : `${(n / 1024).toFixed(1)} KiB`);
+const humanCount = (n: number): string =>
+  n >= 1e9
+    ? `${(n / 1e9).toFixed(2)} B`
+    : n >= 1e6
+      ? `${(n / 1e6).toFixed(2)} M`
+      : n >= 1e3
+        ? `${(n / 1e3).toFixed(1)} K`
+        : String(n);
+const fmtBytes = (n: number): string =>
+  n >= 1 << 30
+    ? `${(n / (1 << 30)).toFixed(2)} GiB`
+    : n >= 1 << 20
+      ? `${(n / (1 << 20)).toFixed(1)} MiB`
+      : `${(n / 1024).toFixed(1)} KiB`;
 
 function startLoad(source: ModelSource): Promise<ModelInfo> {
   // the worker runs from assets/ and would resolve a relative URL against its own script: resolve it against the page
@@ -89,21 +114,34 @@ function showCard(i: ModelInfo): void {
   const s = i.summary;
   const hp = (k: string): string => {
     const v = s.hyperparameters[k];
-    return v === undefined || v === null ? "?" : typeof v === "object" && !Array.isArray(v) ? `${v.array}[${v.length}]` : String(v);
+    return v === undefined || v === null
+      ? "?"
+      : typeof v === "object" && !Array.isArray(v)
+        ? `${v.array}[${v.length}]`
+        : String(v);
   };
   const rows: [string, string][] = [
     ["name", i.name],
     ["architecture", s.architecture ?? "?"],
     ["file type", s.file_type?.name ?? "?"],
     ["parameters", humanCount(s.parameters)],
-    ["size", `${fmtBytes(s.size_bytes)} in ${s.shards.length} file${s.shards.length === 1 ? "" : "s"}, ${s.tensor_count} tensors`],
+    [
+      "size",
+      `${fmtBytes(s.size_bytes)} in ${s.shards.length} file${s.shards.length === 1 ? "" : "s"}, ${s.tensor_count} tensors`,
+    ],
     ["tensor types", s.types.map((t) => `${t.type} ×${t.tensors}`).join(", ")],
     ["context", hp("context_length")],
     ["layers", `${hp("block_count")} (${hp("leading_dense_block_count")} dense)`],
     ["embedding", hp("embedding_length")],
     ["heads", hp("attention.head_count")],
-    ["MLA", `kv_lora_rank ${hp("attention.kv_lora_rank")}, q_lora_rank ${hp("attention.q_lora_rank")}, rope dims ${hp("rope.dimension_count")}`],
-    ["experts", `${hp("expert_count")} (${hp("expert_used_count")} used + ${hp("expert_shared_count")} shared, ${{ "1": "softmax", "2": "sigmoid" }[hp("expert_gating_func")] ?? "gating " + hp("expert_gating_func")})`],
+    [
+      "MLA",
+      `kv_lora_rank ${hp("attention.kv_lora_rank")}, q_lora_rank ${hp("attention.q_lora_rank")}, rope dims ${hp("rope.dimension_count")}`,
+    ],
+    [
+      "experts",
+      `${hp("expert_count")} (${hp("expert_used_count")} used + ${hp("expert_shared_count")} shared, ${{ "1": "softmax", "2": "sigmoid" }[hp("expert_gating_func")] ?? "gating " + hp("expert_gating_func")})`,
+    ],
     ["tokenizer", `${s.tokenizer.model ?? "?"} / ${s.tokenizer.pre ?? "?"}, ${s.tokenizer.vocab_size ?? "?"} tokens`],
     ["chat template", s.tokenizer.has_chat_template ? "yes" : "no"],
     ["loaded", `${(i.loadMs / 1000).toFixed(2)} s, ${fmtBytes(i.bytesFetched)} read by range`],
@@ -223,7 +261,11 @@ let conversation: ChatTurn[] = [];
 
 function chatMessages(userText: string): ChatTurn[] {
   const system = ($("system") as HTMLTextAreaElement).value.trim();
-  return [...(system !== "" ? [{ role: "system" as const, content: system }] : []), ...conversation, { role: "user", content: userText }];
+  return [
+    ...(system !== "" ? [{ role: "system" as const, content: system }] : []),
+    ...conversation,
+    { role: "user", content: userText },
+  ];
 }
 
 function newChat(): void {
@@ -235,7 +277,8 @@ function newChat(): void {
 
 function generate(req: GenerateRequest): Promise<DoneInfo> {
   const chat = req.mode === "chat";
-  const full: GenerateRequest = chat && req.messages === undefined ? { ...req, messages: chatMessages(req.prompt) } : req;
+  const full: GenerateRequest =
+    chat && req.messages === undefined ? { ...req, messages: chatMessages(req.prompt) } : req;
   message("user", req.prompt);
   const m = message("model", "");
   const id = nextId++;
@@ -253,7 +296,9 @@ function generate(req: GenerateRequest): Promise<DoneInfo> {
 }
 
 function promptPlaceholder(): string {
-  return ($("mode") as HTMLSelectElement).value === "chat" ? "Message the model (Enter sends, Shift+Enter starts a new line)" : "Text for the model to continue (Enter generates)";
+  return ($("mode") as HTMLSelectElement).value === "chat"
+    ? "Message the model (Enter sends, Shift+Enter starts a new line)"
+    : "Text for the model to continue (Enter generates)";
 }
 
 /** The system prompt only means something to a chat template. */
@@ -315,17 +360,27 @@ function showCheck(c: PathCheck, gpu: GpuCheckRow | undefined): void {
   for (const v of ["reference", c.referenceMs.toFixed(0), "—", "—", "—"]) ref.insertCell().textContent = v;
   for (const r of c.rows) {
     const tr = body.insertRow();
-    for (const v of [r.path, r.ms.toFixed(0), r.maxAbsDiff.toExponential(2), r.maxKl.toExponential(2), `${r.top1Agree}/${c.tokens}`]) tr.insertCell().textContent = v;
+    for (const v of [
+      r.path,
+      r.ms.toFixed(0),
+      r.maxAbsDiff.toExponential(2),
+      r.maxKl.toExponential(2),
+      `${r.top1Agree}/${c.tokens}`,
+    ])
+      tr.insertCell().textContent = v;
   }
   if (gpu !== undefined) {
     const tr = body.insertRow();
-    for (const v of ["webgpu", gpu.ms.toFixed(0), gpu.maxAbsDiff.toExponential(2), "—", `${gpu.top1Agree}/${c.tokens}`]) tr.insertCell().textContent = v;
+    for (const v of ["webgpu", gpu.ms.toFixed(0), gpu.maxAbsDiff.toExponential(2), "—", `${gpu.top1Agree}/${c.tokens}`])
+      tr.insertCell().textContent = v;
   }
   const ok = c.ok && (gpu?.ok ?? true);
   const verdict = document.createElement("p");
   verdict.className = ok ? "ok" : "bad";
   verdict.id = "check-verdict";
-  verdict.textContent = ok ? `paths agree (${c.tokens} tokens, max |Δ| ≤ ${c.tolerance})` : `paths disagree (tolerance ${c.tolerance})`;
+  verdict.textContent = ok
+    ? `paths agree (${c.tokens} tokens, max |Δ| ≤ ${c.tolerance})`
+    : `paths disagree (tolerance ${c.tolerance})`;
   out.replaceChildren(table, verdict);
 }
 
@@ -341,7 +396,10 @@ async function runCheck(text: string): Promise<PathCheck> {
     ($("check") as HTMLButtonElement).disabled = false;
   }
 }
-$("check").addEventListener("click", () => void runCheck(($("check-text") as HTMLInputElement).value).catch((e: unknown) => showError(e)));
+$("check").addEventListener(
+  "click",
+  () => void runCheck(($("check-text") as HTMLInputElement).value).catch((e: unknown) => showError(e)),
+);
 
 // ---- worker messages -----------------------------------------------------------------------------------------------
 
@@ -355,7 +413,10 @@ worker.onmessage = (e: MessageEvent<FromWorker>): void => {
   const m = e.data;
   switch (m.type) {
     case "progress":
-      setProgress(m.total > 0 ? m.done / m.total : 0, `${m.phase === "fetch" ? "reading" : "decoding weights"} ${fmtBytes(m.done)} / ${fmtBytes(m.total)}`);
+      setProgress(
+        m.total > 0 ? m.done / m.total : 0,
+        `${m.phase === "fetch" ? "reading" : "decoding weights"} ${fmtBytes(m.done)} / ${fmtBytes(m.total)}`,
+      );
       return;
     case "loaded":
       info = m.info;
@@ -419,13 +480,24 @@ interface GpuProbe {
 }
 async function probeGpu(): Promise<GpuProbe> {
   // only the fields read here, typed loosely: a browser may lack any of them (isFallbackAdapter moved from the adapter to its info)
-  const gpu = (navigator as unknown as { gpu?: { requestAdapter(): Promise<{ info?: AdapterFacts; isFallbackAdapter?: boolean } | null> } }).gpu;
-  if (gpu === undefined) return { status: "WebGPU: not exposed by this browser", defaultBackend: "cpu", usable: false, software: false };
+  const gpu = (
+    navigator as unknown as {
+      gpu?: { requestAdapter(): Promise<{ info?: AdapterFacts; isFallbackAdapter?: boolean } | null> };
+    }
+  ).gpu;
+  if (gpu === undefined)
+    return { status: "WebGPU: not exposed by this browser", defaultBackend: "cpu", usable: false, software: false };
   const a = await gpu.requestAdapter();
   if (a === null) return { status: "WebGPU: no adapter", defaultBackend: "cpu", usable: false, software: false };
   // GPUAdapterInfo's fields are prototype getters, which a spread would not copy
   const i = a.info;
-  const v = judgeAdapter({ vendor: i?.vendor, architecture: i?.architecture, device: i?.device, description: i?.description, isFallbackAdapter: i?.isFallbackAdapter ?? a.isFallbackAdapter });
+  const v = judgeAdapter({
+    vendor: i?.vendor,
+    architecture: i?.architecture,
+    device: i?.device,
+    description: i?.description,
+    isFallbackAdapter: i?.isFallbackAdapter ?? a.isFallbackAdapter,
+  });
   return {
     status: `WebGPU adapter: ${v.name}${v.software ? ` (a software GPU: ${SOFTWARE_SLOWDOWN})` : ""}`,
     defaultBackend: v.defaultBackend,
@@ -433,7 +505,14 @@ async function probeGpu(): Promise<GpuProbe> {
     software: v.software,
   };
 }
-const gpuProbe = probeGpu().catch((e: unknown): GpuProbe => ({ status: `WebGPU: ${e instanceof Error ? e.message : String(e)}`, defaultBackend: "cpu", usable: false, software: false }));
+const gpuProbe = probeGpu().catch(
+  (e: unknown): GpuProbe => ({
+    status: `WebGPU: ${e instanceof Error ? e.message : String(e)}`,
+    defaultBackend: "cpu",
+    usable: false,
+    software: false,
+  }),
+);
 const gpuStatus = gpuProbe.then((p) => p.status);
 // a backend the user picked before the probe answered is kept
 let backendPicked = false;
@@ -459,7 +538,11 @@ interface LatentPageHook {
   load(url: string, backend?: "cpu" | "webgpu"): Promise<ModelInfo>;
   info(): ModelInfo | undefined;
   tokenize(text: string): Promise<number[]>;
-  logits(opts: { text?: string; tokens?: number[]; path?: LogitsPath }): Promise<{ tokens: number[]; logits: number[] }>;
+  logits(opts: {
+    text?: string;
+    tokens?: number[];
+    path?: LogitsPath;
+  }): Promise<{ tokens: number[]; logits: number[] }>;
   generate(prompt: string, opts?: Partial<GenerateRequest>): Promise<{ done: DoneInfo; tokens: TokenInfo[] }>;
   pathCheck(text: string): Promise<PathCheck>;
   gpu(): Promise<string>;

@@ -4,7 +4,9 @@ import type { InspectSummary, PathCheck } from "../src/index.js";
 /** the CPU attention paths, or the WebGPU forward pass */
 export type LogitsPath = "prefill" | "decode" | "reference" | "webgpu";
 
-export type ModelSource = { readonly kind: "files"; readonly files: readonly File[] } | { readonly kind: "url"; readonly url: string };
+export type ModelSource =
+  | { readonly kind: "files"; readonly files: readonly File[] }
+  | { readonly kind: "url"; readonly url: string };
 
 /** One turn of the page's conversation, as the model's chat template reads it. */
 // a type alias, not an interface: the engine's ChatMessage has an index signature, which only aliases satisfy
@@ -36,7 +38,13 @@ export type ToWorker =
   | { readonly type: "load"; readonly source: ModelSource; readonly backend: "cpu" | "webgpu" }
   | { readonly type: "generate"; readonly id: number; readonly req: GenerateRequest }
   | { readonly type: "stop" }
-  | { readonly type: "logits"; readonly id: number; readonly tokens?: readonly number[]; readonly text?: string; readonly path?: LogitsPath }
+  | {
+      readonly type: "logits";
+      readonly id: number;
+      readonly tokens?: readonly number[];
+      readonly text?: string;
+      readonly path?: LogitsPath;
+    }
   | { readonly type: "tokenize"; readonly id: number; readonly text: string }
   | { readonly type: "pathcheck"; readonly id: number; readonly text: string };
 

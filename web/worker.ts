@@ -32,7 +32,10 @@ async function doLoad(msg: Extract<ToWorker, { type: "load" }>): Promise<void> {
     post({ type: "progress", phase: p.phase, done: p.done, total: p.total });
   };
   const src = msg.source;
-  const m = await load(src.kind === "url" ? new URL(src.url, self.location.href).href : src.files.length === 1 ? src.files[0] : src.files, { onProgress });
+  const m = await load(
+    src.kind === "url" ? new URL(src.url, self.location.href).href : src.files.length === 1 ? src.files[0] : src.files,
+    { onProgress },
+  );
   model = m;
   let gpuError: string | undefined;
   if (msg.backend === "webgpu") {
@@ -63,7 +66,8 @@ async function doGenerate(id: number, req: GenerateRequest): Promise<void> {
   const m = need();
   abort = new AbortController();
   // a model without a chat template continues the prompt as text even in "chat" mode
-  const chatIds = req.mode === "chat" ? m.chatTokens(req.messages ?? [{ role: "user", content: req.prompt }]) : undefined;
+  const chatIds =
+    req.mode === "chat" ? m.chatTokens(req.messages ?? [{ role: "user", content: req.prompt }]) : undefined;
   const ids = chatIds ?? m.tokenize(req.prompt);
   post({ type: "prompt", id, tokens: ids.length });
   if (gpu !== undefined) return gpuGenerate(gpu, m, id, ids, req, abort.signal);
@@ -105,7 +109,14 @@ async function doGenerate(id: number, req: GenerateRequest): Promise<void> {
   }
 }
 
-async function gpuGenerate(g: GpuSession, m: LatentModel, id: number, ids: number[], req: GenerateRequest, signal: AbortSignal): Promise<void> {
+async function gpuGenerate(
+  g: GpuSession,
+  m: LatentModel,
+  id: number,
+  ids: number[],
+  req: GenerateRequest,
+  signal: AbortSignal,
+): Promise<void> {
   const it = g.generate(ids, { ...req, signal });
   for (;;) {
     const r = await it.next();
@@ -131,7 +142,13 @@ async function gpuGenerate(g: GpuSession, m: LatentModel, id: number, ids: numbe
     post({
       type: "token",
       id,
-      token: { id: ev.id, text: ev.text, piece: m.tokenText(ev.id), logprob: ev.logprob, top: ev.top.map(([tid, lp]) => ({ id: tid, piece: m.tokenText(tid), logprob: lp })) },
+      token: {
+        id: ev.id,
+        text: ev.text,
+        piece: m.tokenText(ev.id),
+        logprob: ev.logprob,
+        top: ev.top.map(([tid, lp]) => ({ id: tid, piece: m.tokenText(tid), logprob: lp })),
+      },
     });
   }
 }
@@ -182,7 +199,12 @@ async function handle(msg: ToWorker): Promise<void> {
       const m = need();
       const tokens = m.tokenize(msg.text).slice(0, 48);
       const check = m.pathCheck(tokens);
-      post({ type: "pathcheck", id: msg.id, check, gpu: gpu !== undefined ? await gpuCheck(gpu, m, tokens, check.tolerance) : undefined });
+      post({
+        type: "pathcheck",
+        id: msg.id,
+        check,
+        gpu: gpu !== undefined ? await gpuCheck(gpu, m, tokens, check.tolerance) : undefined,
+      });
       return;
     }
     case "stop":
@@ -200,7 +222,11 @@ scope.onmessage = (e: MessageEvent<ToWorker>): void => {
     try {
       await handle(msg);
     } catch (err) {
-      post({ type: "error", id: "id" in msg ? msg.id : undefined, message: err instanceof Error ? err.message : String(err) });
+      post({
+        type: "error",
+        id: "id" in msg ? msg.id : undefined,
+        message: err instanceof Error ? err.message : String(err),
+      });
     }
   });
 };

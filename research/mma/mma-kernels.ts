@@ -45,14 +45,25 @@ export function shapeFits(k: MmaKernel, M: number, N: number, K: number): boolea
   return M % (16 * k.sm) === 0 && N % colsPerGroup(k) === 0 && K % (k.staged ? STAGE_K : 32) === 0;
 }
 
-export function load(k: Pick<MmaKernel, "syntax" | "offUnit" | "strideUnit">, type: string, major: "row" | "col", ptr: string, wordOff: string, wordStride: string): string {
+export function load(
+  k: Pick<MmaKernel, "syntax" | "offUnit" | "strideUnit">,
+  type: string,
+  major: "row" | "col",
+  ptr: string,
+  wordOff: string,
+  wordStride: string,
+): string {
   const off = k.offUnit === 1 ? wordOff : `(${wordOff}) * 4u`;
   const stride = k.strideUnit === 1 ? wordStride : `(${wordStride}) * 4u`;
-  return k.syntax === "template" ? `subgroupMatrixLoad<${type}, ${major}_major>(${ptr}, ${off}, ${stride})` : `subgroupMatrixLoad<${type}>(${ptr}, ${off}, ${major === "col"}, ${stride})`;
+  return k.syntax === "template"
+    ? `subgroupMatrixLoad<${type}, ${major}_major>(${ptr}, ${off}, ${stride})`
+    : `subgroupMatrixLoad<${type}>(${ptr}, ${off}, ${major === "col"}, ${stride})`;
 }
 /** i32 results: offset and stride count i32 elements under every reading */
 export function store(k: Pick<MmaKernel, "syntax">, ptr: string, off: string, value: string, stride: string): string {
-  return k.syntax === "template" ? `subgroupMatrixStore<col_major>(${ptr}, ${off}, ${value}, ${stride});` : `subgroupMatrixStore(${ptr}, ${off}, ${value}, true, ${stride});`;
+  return k.syntax === "template"
+    ? `subgroupMatrixStore<col_major>(${ptr}, ${off}, ${value}, ${stride});`
+    : `subgroupMatrixStore(${ptr}, ${off}, ${value}, true, ${stride});`;
 }
 
 export const range = (n: number): number[] => Array.from({ length: n }, (_, i) => i);
@@ -62,7 +73,14 @@ export const range = (n: number): number[] => Array.from({ length: n }, (_, i) =
  * A probe kernel's module up to the subgroup index `s` of main: the extensions, the tile aliases, bindings A, B, C
  * (i32 or f32), the parameters and (with scales) S, `sh` in workgroup memory (shWords > 0), and main's signature.
  */
-export function mmaPrologue(k: Pick<MmaKernel, "tn" | "sg" | "sgid">, vec: string, cType: "i32" | "f32", scales: boolean, shWords: number, threads: number): string {
+export function mmaPrologue(
+  k: Pick<MmaKernel, "tn" | "sg" | "sgid">,
+  vec: string,
+  cType: "i32" | "f32",
+  scales: boolean,
+  shWords: number,
+  threads: number,
+): string {
   return `diagnostic(off, chromium.subgroup_matrix_uniformity);
 enable subgroups;
 enable chromium_experimental_subgroup_matrix;
@@ -92,10 +110,22 @@ export function mmaWGSL(k: MmaKernel): string {
   const P = range(k.pieces);
   const I = range(k.sm);
   const J = range(k.sn);
-  const mma = (aPtr: string, aOff: (i: number) => string, aStride: string, bPtr: string, bOff: (p: number, j: number) => string, bStride: string): string =>
+  const mma = (
+    aPtr: string,
+    aOff: (i: number) => string,
+    aStride: string,
+    bPtr: string,
+    bOff: (p: number, j: number) => string,
+    bStride: string,
+  ): string =>
     [
       ...I.map((i) => `let a${i} = ${load(k, "L", "row", aPtr, aOff(i), aStride)};`),
-      ...P.flatMap((p) => J.flatMap((j) => [`let b${p}_${j} = ${load(k, "R", "col", bPtr, bOff(p, j), bStride)};`, ...I.map((i) => `${acc(p, i, j)} = subgroupMatrixMultiplyAccumulate(a${i}, b${p}_${j}, ${acc(p, i, j)});`)])),
+      ...P.flatMap((p) =>
+        J.flatMap((j) => [
+          `let b${p}_${j} = ${load(k, "R", "col", bPtr, bOff(p, j), bStride)};`,
+          ...I.map((i) => `${acc(p, i, j)} = subgroupMatrixMultiplyAccumulate(a${i}, b${p}_${j}, ${acc(p, i, j)});`),
+        ]),
+      ),
     ].join("\n      ");
   const body = k.staged
     ? `for (var k = 0u; k < kw; k += ${STAGE_K / 4}u) {
@@ -116,12 +146,26 @@ export function mmaWGSL(k: MmaKernel): string {
     }
     workgroupBarrier();
     for (var kk = 0u; kk < ${STAGE_K / 4}u; kk += 8u) {
-      ${mma("&sh", (i) => `(s * ${16 * k.sm}u + ${16 * i}u) * ${SA}u + kk`, `${SA}u`, "&sh", (pc, j) => `${WM * SA}u + (${pc * WN}u + ${j * k.tn}u) * ${SA}u + kk`, `${SA}u`)}
+      ${mma(
+        "&sh",
+        (i) => `(s * ${16 * k.sm}u + ${16 * i}u) * ${SA}u + kk`,
+        `${SA}u`,
+        "&sh",
+        (pc, j) => `${WM * SA}u + (${pc * WN}u + ${j * k.tn}u) * ${SA}u + kk`,
+        `${SA}u`,
+      )}
     }
     workgroupBarrier();
   }`
     : `for (var k = 0u; k < kw; k += 8u) {
-      ${mma("&A", (i) => `(row0 + ${16 * i}u) * kw + k`, "kw", "&B", (pc, j) => `(${pc}u * p.N + n0 + ${j * k.tn}u) * kw + k`, "kw")}
+      ${mma(
+        "&A",
+        (i) => `(row0 + ${16 * i}u) * kw + k`,
+        "kw",
+        "&B",
+        (pc, j) => `(${pc}u * p.N + n0 + ${j * k.tn}u) * kw + k`,
+        "kw",
+      )}
   }`;
   const epilogue =
     k.pieces === 1
@@ -130,7 +174,9 @@ export function mmaWGSL(k: MmaKernel): string {
   }`
       : `var yv: array<f32, ${(WM * WN) / WGS}>;
   ${P.map(
-    (pc) => `${pc > 0 ? "workgroupBarrier();\n  " : ""}${I.flatMap((i) => J.map((j) => store(k, "&sh", `${j * k.tn * WM}u + s * ${16 * k.sm}u + ${16 * i}u`, acc(pc, i, j), `${WM}u`))).join("\n  ")}
+    (
+      pc,
+    ) => `${pc > 0 ? "workgroupBarrier();\n  " : ""}${I.flatMap((i) => J.map((j) => store(k, "&sh", `${j * k.tn * WM}u + s * ${16 * k.sm}u + ${16 * i}u`, acc(pc, i, j), `${WM}u`))).join("\n  ")}
   workgroupBarrier();
   for (var r = 0u; r < ${(WM * WN) / WGS}u; r++) { yv[r] += f32(sh[lid + r * ${WGS}u]) * ${2 ** PIECE_SHIFT[pc]}.0; }`,
   ).join("\n  ")}
@@ -198,7 +244,13 @@ export function rngI8(n: number, seed: number): Int8Array {
 export function packI8(v: Int8Array): Uint32Array {
   if (v.length % 4 !== 0) throw new Error("packI8: length must be a multiple of 4");
   const out = new Uint32Array(v.length / 4);
-  for (let w = 0; w < out.length; w++) out[w] = ((v[4 * w] & 0xff) | ((v[4 * w + 1] & 0xff) << 8) | ((v[4 * w + 2] & 0xff) << 16) | ((v[4 * w + 3] & 0xff) << 24)) >>> 0;
+  for (let w = 0; w < out.length; w++)
+    out[w] =
+      ((v[4 * w] & 0xff) |
+        ((v[4 * w + 1] & 0xff) << 8) |
+        ((v[4 * w + 2] & 0xff) << 16) |
+        ((v[4 * w + 3] & 0xff) << 24)) >>>
+      0;
   return out;
 }
 export function unpackI8(w: Uint32Array): Int8Array {

@@ -7,11 +7,31 @@ import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { combineThree, gemmI8, mmaWGSL, packI8, quantizeThree, splitThree, THREE_MAX, unpackI8, type MmaKernel } from "./mma-kernels.js";
+import {
+  combineThree,
+  gemmI8,
+  mmaWGSL,
+  packI8,
+  quantizeThree,
+  splitThree,
+  THREE_MAX,
+  unpackI8,
+  type MmaKernel,
+} from "./mma-kernels.js";
 import { requestGpuDevice } from "../../src/backend/webgpu/core/device.js";
 import { isSoftwareAdapter } from "../../src/runtime/load.js";
 import { check, Gpu } from "./mma-probe.js";
-import { checkScaled, period, scaledInputs, scaledReference, scaledWGSL, splitTwo, TWO_MAX, TWO_MIN, type ScaledKernel } from "./mma-scaled.js";
+import {
+  checkScaled,
+  period,
+  scaledInputs,
+  scaledReference,
+  scaledWGSL,
+  splitTwo,
+  TWO_MAX,
+  TWO_MIN,
+  type ScaledKernel,
+} from "./mma-scaled.js";
 import { LONG_SWEEPS, Rng } from "../../test/backend/webgpu/helpers.js";
 
 test("int8 pack 4 per word, little-endian, and back", () => {
@@ -33,7 +53,17 @@ test("CPU int8 GEMM: C[n·M + m] = Σ A[m, k]·B[n, k]", () => {
 
 test("three pieces rebuild each integer exactly, pieces within int8", () => {
   const rng = new Rng(5);
-  const v = Int32Array.from([0, 1, -1, 127, 128, -129, THREE_MAX, -THREE_MAX - 1, ...Array.from({ length: 1000 }, () => rng.int(-THREE_MAX - 1, THREE_MAX + 1))]);
+  const v = Int32Array.from([
+    0,
+    1,
+    -1,
+    127,
+    128,
+    -129,
+    THREE_MAX,
+    -THREE_MAX - 1,
+    ...Array.from({ length: 1000 }, () => rng.int(-THREE_MAX - 1, THREE_MAX + 1)),
+  ]);
   const [p0, p1, p2] = splitThree(v);
   for (let i = 0; i < v.length; i++) {
     assert.equal(combineThree(p0[i], p1[i], p2[i]), v[i]);
@@ -62,7 +92,18 @@ test("x through three pieces: within half a step (max|x| / (2^22 − 2))", () =>
 });
 
 test("both load/store forms in the generated WGSL", () => {
-  const k: MmaKernel = { syntax: "template", offUnit: 1, strideUnit: 1, sgid: "builtin", tn: 16, sg: 4, sm: 1, sn: 4, staged: false, pieces: 1 };
+  const k: MmaKernel = {
+    syntax: "template",
+    offUnit: 1,
+    strideUnit: 1,
+    sgid: "builtin",
+    tn: 16,
+    sg: 4,
+    sm: 1,
+    sn: 4,
+    staged: false,
+    pieces: 1,
+  };
   const t = mmaWGSL(k);
   assert.match(t, /subgroupMatrixLoad<L, row_major>\(&A, \(row0 \+ 0u\) \* kw \+ k, kw\)/);
   assert.match(t, /subgroupMatrixStore<col_major>\(&C, /);
@@ -75,8 +116,14 @@ test("the probe exits cleanly where subgroup matrices are not offered", { timeou
   const json = join(mkdtempSync(join(tmpdir(), "mma-")), "probe.json");
   // compiled (scripts/h200-tests.sh runs the tests as .js, without tsx): the compiled probe beside them
   const here = fileURLToPath(import.meta.url);
-  const probe = here.endsWith(".js") ? [join(dirname(here), "./mma-probe.js")] : ["--import", "tsx", "research/mma/mma-probe.ts"];
-  const r = spawnSync(process.execPath, [...probe, "--quick", "--json", json], { encoding: "utf8", env: { ...process.env, XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR ?? "/tmp" }, timeout: 110_000 });
+  const probe = here.endsWith(".js")
+    ? [join(dirname(here), "./mma-probe.js")]
+    : ["--import", "tsx", "research/mma/mma-probe.ts"];
+  const r = spawnSync(process.execPath, [...probe, "--quick", "--json", json], {
+    encoding: "utf8",
+    env: { ...process.env, XDG_RUNTIME_DIR: process.env.XDG_RUNTIME_DIR ?? "/tmp" },
+    timeout: 110_000,
+  });
   assert.equal(r.status, 0, r.stderr);
   const rep = JSON.parse(readFileSync(json, "utf8")) as { offered: boolean };
   if (rep.offered) return; // a machine with the feature runs the whole probe instead
@@ -86,12 +133,19 @@ test("the probe exits cleanly where subgroup matrices are not offered", { timeou
 /** The kernel's WGSL with each subgroup-matrix builtin emulated per invocation (whole tiles, the layout mma-kernels.ts
  * assumes: offsets and strides in u32 words, 4 int8 per word): checks the tiling, staging and epilogues on any adapter. */
 function emulated(code: string, tn: number, vec: boolean): string {
-  const src = (name: string, v: boolean): string => `fn byte_${name}(b: u32) -> i32 { return extractBits(${v ? `${name}[b / 16u][(b / 4u) % 4u]` : `${name}[b / 4u]`}, 8u * (b % 4u), 8u); }
+  const src = (
+    name: string,
+    v: boolean,
+  ): string => `fn byte_${name}(b: u32) -> i32 { return extractBits(${v ? `${name}[b / 16u][(b / 4u) % 4u]` : `${name}[b / 4u]`}, 8u * (b % 4u), 8u); }
 fn loadL_${name}(o: u32, s: u32) -> L { var t: L; for (var r = 0u; r < 16u; r++) { for (var q = 0u; q < 32u; q++) { t[r * 32u + q] = byte_${name}((o + r * s) * 4u + q); } } return t; }
 fn loadR_${name}(o: u32, s: u32) -> R { var t: R; for (var n = 0u; n < ${tn}u; n++) { for (var q = 0u; q < 32u; q++) { t[q * ${tn}u + n] = byte_${name}((o + n * s) * 4u + q); } } return t; }\n`;
-  const store = (name: string): string => `fn store_${name}(o: u32, v: Acc, s: u32) { for (var m = 0u; m < 16u; m++) { for (var n = 0u; n < ${tn}u; n++) { ${name}[o + n * s + m] = v[m * ${tn}u + n]; } } }\n`;
+  const store = (name: string): string =>
+    `fn store_${name}(o: u32, v: Acc, s: u32) { for (var m = 0u; m < 16u; m++) { for (var n = 0u; n < ${tn}u; n++) { ${name}[o + n * s + m] = v[m * ${tn}u + n]; } } }\n`;
   const c = code
-    .replace(/^(enable chromium_experimental_subgroup_matrix|diagnostic\(off, chromium\.subgroup_matrix_uniformity\));\n/gm, "")
+    .replace(
+      /^(enable chromium_experimental_subgroup_matrix|diagnostic\(off, chromium\.subgroup_matrix_uniformity\));\n/gm,
+      "",
+    )
     .replace(/alias L = .*;/, "alias L = array<i32, 512>;")
     .replace(/alias R = .*;/, `alias R = array<i32, ${32 * tn}>;`)
     .replace(/alias Acc = .*;/, `alias Acc = array<i32, ${16 * tn}>;`)
@@ -118,11 +172,18 @@ test("the kernels' tiling, with the subgroup-matrix builtins emulated (lavapipe)
   const g = await probeGpu(t);
   if (g === undefined) return;
   // one subgroup tile per subgroup keeps lavapipe's compile short; M = 224 leaves a partial workgroup tile
-  for (const k of [{ sg: 4, sm: 1, sn: 1, staged: false, pieces: 1 }, { sg: 2, sm: 2, sn: 1, staged: true, pieces: 1 }] as const) {
+  for (const k of [
+    { sg: 4, sm: 1, sn: 1, staged: false, pieces: 1 },
+    { sg: 2, sm: 2, sn: 1, staged: true, pieces: 1 },
+  ] as const) {
     const kernel: MmaKernel = { syntax: "template", offUnit: 1, strideUnit: 1, sgid: "index", tn: 16, ...k };
     const c = await g.compile(emulated(mmaWGSL(kernel), 16, kernel.staged), "emulated");
     assert.ok(c.pipeline !== undefined, c.messages.join("\n"));
-    for (const [M, N, K] of [[64, 32, 256], [224, 64, 384]] as const) assert.equal((await check(g, c.pipeline, kernel, M, N, K, 11)).detail, "exact");
+    for (const [M, N, K] of [
+      [64, 32, 256],
+      [224, 64, 384],
+    ] as const)
+      assert.equal((await check(g, c.pipeline, kernel, M, N, K, 11)).detail, "exact");
   }
 });
 
@@ -148,17 +209,26 @@ test("the scaled reference equals a direct float64 sum over the rebuilt weights 
         let y = 0;
         for (let k = 0; k < K; k++) {
           const w = Ap.length === 1 ? Ap[0][m * K + k] : 64 * Ap[0][m * K + k] + Ap[1][m * K + k];
-          y += S[m * nb + Math.floor(k / period({ scheme }))] * w * combineThree(Bp[0][n * K + k], Bp[1][n * K + k], Bp[2][n * K + k]);
+          y +=
+            S[m * nb + Math.floor(k / period({ scheme }))] *
+            w *
+            combineThree(Bp[0][n * K + k], Bp[1][n * K + k], Bp[2][n * K + k]);
         }
         y *= S[M * nb + n];
-        assert.ok(Math.abs(y - want[n * M + m]) <= 1e-12 * Math.abs(tol[n * M + m] * 2 ** 24), `${scheme} m=${m} n=${n}: ${y} vs ${want[n * M + m]}`);
+        assert.ok(
+          Math.abs(y - want[n * M + m]) <= 1e-12 * Math.abs(tol[n * M + m] * 2 ** 24),
+          `${scheme} m=${m} n=${n}: ${y} vs ${want[n * M + m]}`,
+        );
       }
   }
 });
 
 // A research probe's kernels (the engine does not use them): emulated per invocation on lavapipe they take minutes, so
 // this case runs with LATENT_LONG_SWEEPS=1, as the knob sweeps do.
-test("the scaled kernels' tiling and rescaling, with the subgroup-matrix builtins emulated (lavapipe)", { timeout: 600_000, skip: LONG_SWEEPS ? false : "minutes on lavapipe: LATENT_LONG_SWEEPS=1" }, async (t) => {
+test("the scaled kernels' tiling and rescaling, with the subgroup-matrix builtins emulated (lavapipe)", {
+  timeout: 600_000,
+  skip: LONG_SWEEPS ? false : "minutes on lavapipe: LATENT_LONG_SWEEPS=1",
+}, async (t) => {
   const info = await requestGpuDevice().catch((e: Error) => void t.skip(`no WebGPU device: ${e.message}`));
   if (info === undefined) return;
   // The emulation stands in for adapters without tensor cores. NVIDIA's driver (H200, 580) failed to compile the

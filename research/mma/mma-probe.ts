@@ -34,12 +34,47 @@
  */
 import { writeFileSync } from "node:fs";
 import { pathToFileURL } from "node:url";
-import { checkScaled, period, scaledCols, scaledFits, scaledName, scaledRows, scaledShared, scaledWGSL, type ScaledKernel, type Scheme } from "./mma-scaled.js";
-import { colsPerGroup, combineThree, F32_GEMM_WGSL, gemmI8, kernelName, mmaWGSL, packI8, PIECE_SHIFT, rngI8, rowsPerGroup, shapeFits, splitThree, type MajorSyntax, type MmaKernel } from "./mma-kernels.js";
+import {
+  checkScaled,
+  period,
+  scaledCols,
+  scaledFits,
+  scaledName,
+  scaledRows,
+  scaledShared,
+  scaledWGSL,
+  type ScaledKernel,
+  type Scheme,
+} from "./mma-scaled.js";
+import {
+  colsPerGroup,
+  combineThree,
+  F32_GEMM_WGSL,
+  gemmI8,
+  kernelName,
+  mmaWGSL,
+  packI8,
+  PIECE_SHIFT,
+  rngI8,
+  rowsPerGroup,
+  shapeFits,
+  splitThree,
+  type MajorSyntax,
+  type MmaKernel,
+} from "./mma-kernels.js";
 
 const FEATURE = "chromium-experimental-subgroup-matrix";
-interface SgConfig { componentType: string; resultComponentType: string; M: number; N: number; K: number }
-interface Compiled { pipeline?: GPUComputePipeline; messages: string[] }
+interface SgConfig {
+  componentType: string;
+  resultComponentType: string;
+  M: number;
+  N: number;
+  K: number;
+}
+interface Compiled {
+  pipeline?: GPUComputePipeline;
+  messages: string[];
+}
 export interface ProbeReport {
   adapter: string;
   offered: boolean;
@@ -56,7 +91,8 @@ export interface ProbeReport {
 const keep: GPU[] = [];
 async function gpuEntry(flags: string[]): Promise<GPU> {
   const mod = (await import("webgpu")) as unknown as { create(flags: string[]): GPU; globals: object };
-  for (const [k, v] of Object.entries(mod.globals)) if (!(k in globalThis)) (globalThis as Record<string, unknown>)[k] = v;
+  for (const [k, v] of Object.entries(mod.globals))
+    if (!(k in globalThis)) (globalThis as Record<string, unknown>)[k] = v;
   const gpu = mod.create(flags);
   keep.push(gpu);
   return gpu;
@@ -65,7 +101,11 @@ async function gpuEntry(flags: string[]): Promise<GPU> {
 export class Gpu {
   constructor(readonly dev: GPUDevice) {}
   buffer(bytes: number, data?: ArrayBufferView, uniform = false): GPUBuffer {
-    const b = this.dev.createBuffer({ size: Math.max(16, Math.ceil(bytes / 16) * 16), usage: (uniform ? GPUBufferUsage.UNIFORM : GPUBufferUsage.STORAGE) | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST });
+    const b = this.dev.createBuffer({
+      size: Math.max(16, Math.ceil(bytes / 16) * 16),
+      usage:
+        (uniform ? GPUBufferUsage.UNIFORM : GPUBufferUsage.STORAGE) | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST,
+    });
     if (data !== undefined) this.dev.queue.writeBuffer(b, 0, data.buffer, data.byteOffset, data.byteLength);
     return b;
   }
@@ -75,10 +115,16 @@ export class Gpu {
   async compile(code: string, label: string): Promise<Compiled> {
     this.dev.pushErrorScope("validation");
     const module = this.dev.createShaderModule({ code, label });
-    const messages = (await module.getCompilationInfo()).messages.filter((m) => m.type !== "info").map((m) => `${m.type} at ${m.lineNum}:${m.linePos}: ${m.message}`);
+    const messages = (await module.getCompilationInfo()).messages
+      .filter((m) => m.type !== "info")
+      .map((m) => `${m.type} at ${m.lineNum}:${m.linePos}: ${m.message}`);
     let pipeline: GPUComputePipeline | undefined;
     try {
-      pipeline = await this.dev.createComputePipelineAsync({ label, layout: "auto", compute: { module, entryPoint: "main" } });
+      pipeline = await this.dev.createComputePipelineAsync({
+        label,
+        layout: "auto",
+        compute: { module, entryPoint: "main" },
+      });
     } catch (e) {
       messages.push(`pipeline: ${(e as Error).message}`);
     }
@@ -87,9 +133,18 @@ export class Gpu {
     return err === null && pipeline !== undefined ? { pipeline, messages } : { messages };
   }
   bind(pipe: GPUComputePipeline, bufs: GPUBuffer[]): GPUBindGroup {
-    return this.dev.createBindGroup({ layout: pipe.getBindGroupLayout(0), entries: bufs.map((buffer, binding) => ({ binding, resource: { buffer } })) });
+    return this.dev.createBindGroup({
+      layout: pipe.getBindGroupLayout(0),
+      entries: bufs.map((buffer, binding) => ({ binding, resource: { buffer } })),
+    });
   }
-  encodeDispatches(pass: GPUComputePassEncoder, pipe: GPUComputePipeline, bg: GPUBindGroup, grid: [number, number], reps: number): void {
+  encodeDispatches(
+    pass: GPUComputePassEncoder,
+    pipe: GPUComputePipeline,
+    bg: GPUBindGroup,
+    grid: [number, number],
+    reps: number,
+  ): void {
     pass.setPipeline(pipe);
     pass.setBindGroup(0, bg);
     for (let i = 0; i < reps; i++) pass.dispatchWorkgroups(grid[0], grid[1]);
@@ -118,7 +173,11 @@ export class Gpu {
     this.fillPipe ??= (await this.compile(FILL_WGSL, "fill")).pipeline!;
     const b = this.buffer(bytes);
     const groups = Math.ceil(bytes / 4 / 256);
-    await this.run(this.fillPipe, [b, this.params(bytes / 4, seed, mode)], [Math.min(groups, 65535), Math.ceil(groups / 65535)]);
+    await this.run(
+      this.fillPipe,
+      [b, this.params(bytes / 4, seed, mode)],
+      [Math.min(groups, 65535), Math.ceil(groups / 65535)],
+    );
     return b;
   }
   /** µs per dispatch: `reps` dispatches in one pass between two timestamps, best of three, after ~120 ms of copies */
@@ -128,7 +187,9 @@ export class Gpu {
     const res = this.dev.createBuffer({ size: 16, usage: GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC });
     const pass1 = async (reps: number): Promise<number> => {
       const enc = this.dev.createCommandEncoder();
-      const pass = enc.beginComputePass({ timestampWrites: { querySet: qs, beginningOfPassWriteIndex: 0, endOfPassWriteIndex: 1 } });
+      const pass = enc.beginComputePass({
+        timestampWrites: { querySet: qs, beginningOfPassWriteIndex: 0, endOfPassWriteIndex: 1 },
+      });
       this.encodeDispatches(pass, pipe, bg, grid, reps);
       pass.end();
       enc.resolveQuerySet(qs, 0, 2, res, 0);
@@ -169,7 +230,15 @@ struct Params { n: u32, seed: u32, mode: u32, _pad: u32 }
 }`;
 
 /** Runs kernel `k` once at M×N×K on random data and compares with the CPU: exact for i32, f32-rounding bound for pieces = 3. */
-export async function check(g: Gpu, pipe: GPUComputePipeline, k: MmaKernel, M: number, N: number, K: number, seed: number): Promise<{ ok: boolean; detail: string }> {
+export async function check(
+  g: Gpu,
+  pipe: GPUComputePipeline,
+  k: MmaKernel,
+  M: number,
+  N: number,
+  K: number,
+  seed: number,
+): Promise<{ ok: boolean; detail: string }> {
   const A = rngI8(M * K, seed);
   const Bp: Int8Array[] = [];
   if (k.pieces === 1) Bp.push(rngI8(N * K, seed + 1));
@@ -181,7 +250,13 @@ export async function check(g: Gpu, pipe: GPUComputePipeline, k: MmaKernel, M: n
   Bp.forEach((b, i) => Bcat.set(b, i * N * K));
   const S = Float32Array.from({ length: M + N }, (_, i) => 0.5 + ((i * 37) % 101) / 101);
   const out = g.buffer(M * N * 4);
-  const bufs = [g.buffer(M * K, packI8(A)), g.buffer(Bcat.length, packI8(Bcat)), out, g.params(M, N, K), ...(k.pieces === 3 ? [g.buffer(S.byteLength, S)] : [])];
+  const bufs = [
+    g.buffer(M * K, packI8(A)),
+    g.buffer(Bcat.length, packI8(Bcat)),
+    out,
+    g.params(M, N, K),
+    ...(k.pieces === 3 ? [g.buffer(S.byteLength, S)] : []),
+  ];
   await g.run(pipe, bufs, [Math.ceil(M / rowsPerGroup(k)), N / colsPerGroup(k)]);
   const got = await g.read(out, M * N * 4);
   const refs = Bp.map((b) => gemmI8(A, b, M, N, K));
@@ -201,7 +276,14 @@ export async function check(g: Gpu, pipe: GPUComputePipeline, k: MmaKernel, M: n
         const sc = S[m] * S[M + n];
         want = combineThree(refs[0][i], refs[1][i], refs[2][i]) * sc;
         have = new Float32Array(got)[i];
-        ok = Math.abs(have - want) <= 1e-6 * (Math.abs(refs[0][i]) * 2 ** PIECE_SHIFT[0] + Math.abs(refs[1][i]) * 2 ** PIECE_SHIFT[1] + Math.abs(refs[2][i])) * sc + 1e-6;
+        ok =
+          Math.abs(have - want) <=
+          1e-6 *
+            (Math.abs(refs[0][i]) * 2 ** PIECE_SHIFT[0] +
+              Math.abs(refs[1][i]) * 2 ** PIECE_SHIFT[1] +
+              Math.abs(refs[2][i])) *
+            sc +
+            1e-6;
       }
       if (!ok && bad++ === 0) first = `first mismatch at m=${m} n=${n}: got ${have}, want ${want}`;
     }
@@ -209,9 +291,20 @@ export async function check(g: Gpu, pipe: GPUComputePipeline, k: MmaKernel, M: n
   return { ok: bad === 0, detail: bad === 0 ? "exact" : `${bad} of ${M * N} wrong; ${first}` };
 }
 
-export async function runMmaProbe(opts: { json?: string; quick?: boolean; dawnFlags?: string[]; log?: (s: string) => void } = {}): Promise<ProbeReport> {
+export async function runMmaProbe(
+  opts: { json?: string; quick?: boolean; dawnFlags?: string[]; log?: (s: string) => void } = {},
+): Promise<ProbeReport> {
   const log = opts.log ?? ((s: string) => console.log(s));
-  const rep: ProbeReport = { adapter: "none", offered: false, features: [], configs: [], compile: [], checks: [], timings: [], errors: [] };
+  const rep: ProbeReport = {
+    adapter: "none",
+    offered: false,
+    features: [],
+    configs: [],
+    compile: [],
+    checks: [],
+    timings: [],
+    errors: [],
+  };
   const done = (): ProbeReport => {
     if (opts.json !== undefined) writeFileSync(opts.json, JSON.stringify(rep, null, 1));
     return rep;
@@ -220,15 +313,24 @@ export async function runMmaProbe(opts: { json?: string; quick?: boolean; dawnFl
   const adapter = await gpu.requestAdapter({ powerPreference: "high-performance" });
   if (adapter === null) {
     rep.errors.push("no WebGPU adapter");
-    log("no WebGPU adapter (on a machine without a GPU: lavapipe, and XDG_RUNTIME_DIR=/tmp); subgroup matrix: not offered");
+    log(
+      "no WebGPU adapter (on a machine without a GPU: lavapipe, and XDG_RUNTIME_DIR=/tmp); subgroup matrix: not offered",
+    );
     return done();
   }
-  const ai = adapter.info as GPUAdapterInfo & { subgroupMinSize?: number; subgroupMaxSize?: number; subgroupMatrixConfigs?: readonly SgConfig[] };
+  const ai = adapter.info as GPUAdapterInfo & {
+    subgroupMinSize?: number;
+    subgroupMaxSize?: number;
+    subgroupMatrixConfigs?: readonly SgConfig[];
+  };
   rep.adapter = [ai.vendor, ai.architecture, ai.device, ai.description].filter((s) => s !== "").join(" ");
   rep.features = [...adapter.features].sort();
-  if (ai.subgroupMinSize !== undefined && ai.subgroupMaxSize !== undefined) rep.subgroupSizes = [ai.subgroupMinSize, ai.subgroupMaxSize];
+  if (ai.subgroupMinSize !== undefined && ai.subgroupMaxSize !== undefined)
+    rep.subgroupSizes = [ai.subgroupMinSize, ai.subgroupMaxSize];
   rep.offered = adapter.features.has(FEATURE);
-  log(`adapter: ${rep.adapter}; subgroup sizes ${rep.subgroupSizes?.join("–") ?? "?"}\nfeatures: ${rep.features.join(" ")}`);
+  log(
+    `adapter: ${rep.adapter}; subgroup sizes ${rep.subgroupSizes?.join("–") ?? "?"}\nfeatures: ${rep.features.join(" ")}`,
+  );
   if (!rep.offered) {
     log(`subgroup matrix: not offered (the adapter lacks "${FEATURE}"); nothing to probe`);
     return done();
@@ -236,7 +338,14 @@ export async function runMmaProbe(opts: { json?: string; quick?: boolean; dawnFl
   const readConfigs = (info: GPUAdapterInfo, where: string): void => {
     try {
       const cs = (info as GPUAdapterInfo & { subgroupMatrixConfigs?: readonly SgConfig[] }).subgroupMatrixConfigs ?? [];
-      if (rep.configs.length === 0) rep.configs = cs.map((c) => ({ componentType: c.componentType, resultComponentType: c.resultComponentType, M: c.M, N: c.N, K: c.K }));
+      if (rep.configs.length === 0)
+        rep.configs = cs.map((c) => ({
+          componentType: c.componentType,
+          resultComponentType: c.resultComponentType,
+          M: c.M,
+          N: c.N,
+          K: c.K,
+        }));
     } catch (e) {
       rep.errors.push(`${where}.subgroupMatrixConfigs: ${(e as Error).message}`);
     }
@@ -244,34 +353,78 @@ export async function runMmaProbe(opts: { json?: string; quick?: boolean; dawnFl
   readConfigs(ai, "adapter.info");
   const l = adapter.limits;
   const dev = await adapter.requestDevice({
-    requiredFeatures: [FEATURE, "subgroups", "timestamp-query"].filter((f) => adapter.features.has(f)) as GPUFeatureName[],
-    requiredLimits: { maxStorageBufferBindingSize: l.maxStorageBufferBindingSize, maxBufferSize: l.maxBufferSize, maxComputeWorkgroupStorageSize: l.maxComputeWorkgroupStorageSize, maxComputeInvocationsPerWorkgroup: l.maxComputeInvocationsPerWorkgroup },
+    requiredFeatures: [FEATURE, "subgroups", "timestamp-query"].filter((f) =>
+      adapter.features.has(f),
+    ) as GPUFeatureName[],
+    requiredLimits: {
+      maxStorageBufferBindingSize: l.maxStorageBufferBindingSize,
+      maxBufferSize: l.maxBufferSize,
+      maxComputeWorkgroupStorageSize: l.maxComputeWorkgroupStorageSize,
+      maxComputeInvocationsPerWorkgroup: l.maxComputeInvocationsPerWorkgroup,
+    },
   });
-  dev.addEventListener("uncapturederror", (ev) => rep.errors.push(`uncaptured: ${(ev as GPUUncapturedErrorEvent).error.message}`));
+  dev.addEventListener("uncapturederror", (ev) =>
+    rep.errors.push(`uncaptured: ${(ev as GPUUncapturedErrorEvent).error.message}`),
+  );
   void dev.lost.then((i) => i.reason !== "destroyed" && rep.errors.push(`device lost: ${i.message}`));
   readConfigs(dev.adapterInfo, "device.adapterInfo");
-  log(`subgroup matrix configs: ${rep.configs.map((c) => `${c.componentType}→${c.resultComponentType} ${c.M}×${c.N}×${c.K}`).join(", ") || "(none readable)"}`);
+  log(
+    `subgroup matrix configs: ${rep.configs.map((c) => `${c.componentType}→${c.resultComponentType} ${c.M}×${c.N}×${c.K}`).join(", ") || "(none readable)"}`,
+  );
   const g = new Gpu(dev);
-  const tns = [16, 8].filter((n) => rep.configs.length === 0 || rep.configs.some((c) => c.componentType === "i8" && c.resultComponentType === "i32" && c.M === 16 && c.K === 32 && c.N === n)) as (16 | 8)[];
+  const tns = [16, 8].filter(
+    (n) =>
+      rep.configs.length === 0 ||
+      rep.configs.some(
+        (c) => c.componentType === "i8" && c.resultComponentType === "i32" && c.M === 16 && c.K === 32 && c.N === n,
+      ),
+  ) as (16 | 8)[];
   if (tns.length === 0) {
     log("no i8→i32 16×N×32 config: nothing to probe");
     return done();
   }
   const compile = async (k: MmaKernel, what: string): Promise<GPUComputePipeline | undefined> => {
     const c = await g.compile(mmaWGSL(k), what);
-    rep.compile.push({ what, ok: c.pipeline !== undefined, messages: c.messages, ...(c.pipeline === undefined ? { code: mmaWGSL(k) } : {}) });
-    log(`compile ${what}: ${c.pipeline !== undefined ? "ok" : "FAILED"}${c.messages.length > 0 ? `\n    ${c.messages.join("\n    ")}` : ""}`);
+    rep.compile.push({
+      what,
+      ok: c.pipeline !== undefined,
+      messages: c.messages,
+      ...(c.pipeline === undefined ? { code: mmaWGSL(k) } : {}),
+    });
+    log(
+      `compile ${what}: ${c.pipeline !== undefined ? "ok" : "FAILED"}${c.messages.length > 0 ? `\n    ${c.messages.join("\n    ")}` : ""}`,
+    );
     return c.pipeline;
   };
   // 1. which load/store form compiles; 2. whether subgroup_id exists; 3. the offset/stride units (exact results)
-  let base: MmaKernel = { syntax: "template", offUnit: 1, strideUnit: 1, sgid: "index", tn: tns[0], sg: 1, sm: 2, sn: 4, staged: false, pieces: 1 };
+  let base: MmaKernel = {
+    syntax: "template",
+    offUnit: 1,
+    strideUnit: 1,
+    sgid: "index",
+    tn: tns[0],
+    sg: 1,
+    sm: 2,
+    sn: 4,
+    staged: false,
+    pieces: 1,
+  };
   const forms: MajorSyntax[] = [];
-  for (const syntax of ["template", "bool"] as const) if ((await compile({ ...base, syntax }, `load/store form "${syntax}"`)) !== undefined) forms.push(syntax);
+  for (const syntax of ["template", "bool"] as const)
+    if ((await compile({ ...base, syntax }, `load/store form "${syntax}"`)) !== undefined) forms.push(syntax);
   if (forms.length === 0) return done();
   base = { ...base, syntax: forms[0] };
-  const sgid: MmaKernel["sgid"] = (await compile({ ...base, sg: 4, sm: 1, sgid: "builtin" }, "@builtin(subgroup_id)")) !== undefined ? "builtin" : "index";
+  const sgid: MmaKernel["sgid"] =
+    (await compile({ ...base, sg: 4, sm: 1, sgid: "builtin" }, "@builtin(subgroup_id)")) !== undefined
+      ? "builtin"
+      : "index";
   let found = false;
-  for (const [offUnit, strideUnit] of [[1, 1], [4, 4], [1, 4], [4, 1]] as const) {
+  for (const [offUnit, strideUnit] of [
+    [1, 1],
+    [4, 4],
+    [1, 4],
+    [4, 1],
+  ] as const) {
     const k = { ...base, offUnit, strideUnit };
     const pipe = await compile(k, `units offset×${offUnit} stride×${strideUnit}`);
     if (pipe === undefined) continue;
@@ -289,7 +442,9 @@ export async function runMmaProbe(opts: { json?: string; quick?: boolean; dawnFl
     return done();
   }
   rep.chosen = { syntax: base.syntax, offUnit: base.offUnit, strideUnit: base.strideUnit, sgid };
-  log(`chosen: form "${base.syntax}", offset unit ${base.offUnit}, stride unit ${base.strideUnit} (int8 per unit), subgroup index from ${sgid}`);
+  log(
+    `chosen: form "${base.syntax}", offset unit ${base.offUnit}, stride unit ${base.strideUnit} (int8 per unit), subgroup index from ${sgid}`,
+  );
   // 4. the kernel variants, each checked at a plain and a partial-tile shape, one and three pieces
   const variants: MmaKernel[] = [
     { ...base, sgid, sg: 1, sm: 2, sn: 4, tn: tns[0] },
@@ -306,7 +461,10 @@ export async function runMmaProbe(opts: { json?: string; quick?: boolean; dawnFl
       const pipe = await compile(k, `${kernelName(k)} ×${pieces}`);
       if (pipe === undefined) continue;
       let ok = true;
-      for (const [M, N, K] of [[64, 64, 256], [224, 128, 384]] as const) {
+      for (const [M, N, K] of [
+        [64, 64, 256],
+        [224, 128, 384],
+      ] as const) {
         if (!shapeFits(k, M, N, K)) continue;
         const r = await check(g, pipe, k, M, N, K, M + K);
         rep.checks.push({ kernel: kernelName(k), pieces, shape: `${M}×${N}×${K}`, ...r });
@@ -322,15 +480,43 @@ export async function runMmaProbe(opts: { json?: string; quick?: boolean; dawnFl
     for (const sn of [4, 1]) {
       const fits = ([128, 64, 32] as const)
         .filter((stageK) => period({ scheme }) % stageK === 0)
-        .flatMap((stageK) => [sn, 2, 1].filter((jr) => sn % jr === 0).map((jr): ScaledKernel => ({ syntax: base.syntax, offUnit: base.offUnit, strideUnit: base.strideUnit, sgid, tn: tns[0], sg: 4, sm: 1, sn, scheme, stageK, jr })))
+        .flatMap((stageK) =>
+          [sn, 2, 1]
+            .filter((jr) => sn % jr === 0)
+            .map(
+              (jr): ScaledKernel => ({
+                syntax: base.syntax,
+                offUnit: base.offUnit,
+                strideUnit: base.strideUnit,
+                sgid,
+                tn: tns[0],
+                sg: 4,
+                sm: 1,
+                sn,
+                scheme,
+                stageK,
+                jr,
+              }),
+            ),
+        )
         .find((k) => scaledShared(k) <= dev.limits.maxComputeWorkgroupStorageSize);
       if (fits === undefined) continue;
       const c = await g.compile(scaledWGSL(fits), scaledName(fits));
-      rep.compile.push({ what: scaledName(fits), ok: c.pipeline !== undefined, messages: c.messages, ...(c.pipeline === undefined ? { code: scaledWGSL(fits) } : {}) });
-      log(`compile ${scaledName(fits)}: ${c.pipeline !== undefined ? "ok" : "FAILED"}${c.messages.length > 0 ? `\n    ${c.messages.join("\n    ")}` : ""}`);
+      rep.compile.push({
+        what: scaledName(fits),
+        ok: c.pipeline !== undefined,
+        messages: c.messages,
+        ...(c.pipeline === undefined ? { code: scaledWGSL(fits) } : {}),
+      });
+      log(
+        `compile ${scaledName(fits)}: ${c.pipeline !== undefined ? "ok" : "FAILED"}${c.messages.length > 0 ? `\n    ${c.messages.join("\n    ")}` : ""}`,
+      );
       if (c.pipeline === undefined) continue;
       let ok = true;
-      for (const [M, N, K] of [[64, 64, 512], [224, 128, 768]] as const) {
+      for (const [M, N, K] of [
+        [64, 64, 512],
+        [224, 128, 768],
+      ] as const) {
         if (!scaledFits(fits, M, N, K)) continue;
         const r = await checkScaled(g, c.pipeline, fits, M, N, K, M + K);
         rep.checks.push({ kernel: scaledName(fits), pieces: 3, shape: `${M}×${N}×${K}`, ...r });
@@ -358,7 +544,11 @@ export async function runMmaProbe(opts: { json?: string; quick?: boolean; dawnFl
       const names = ["", ""];
       for (const { k, pipe } of good) {
         if (!shapeFits(k, M, N, K)) continue;
-        const us = await g.time(pipe, [A, B, C, g.params(M, N, K), ...(k.pieces === 3 ? [S] : [])], [Math.ceil(M / rowsPerGroup(k)), N / colsPerGroup(k)]);
+        const us = await g.time(
+          pipe,
+          [A, B, C, g.params(M, N, K), ...(k.pieces === 3 ? [S] : [])],
+          [Math.ceil(M / rowsPerGroup(k)), N / colsPerGroup(k)],
+        );
         const tops = (2 * M * N * K * k.pieces) / us / 1e6;
         rep.timings.push({ kernel: kernelName(k), pieces: k.pieces, M, N, K, us, tops });
         log(`  ${M}×${N}×${K} ${kernelName(k)} ×${k.pieces}: ${us.toFixed(2)} µs, ${tops.toFixed(1)} TOPS`);
@@ -373,7 +563,11 @@ export async function runMmaProbe(opts: { json?: string; quick?: boolean; dawnFl
         let sname = K % period({ scheme }) === 0 ? "no kernel" : `skipped: K % ${period({ scheme })} ≠ 0`;
         for (const { k, pipe } of scaled) {
           if (k.scheme !== scheme || !scaledFits(k, M, N, K)) continue;
-          const us = await g.time(pipe, [A2, B, C, g.params(M, N, K), S2], [Math.ceil(M / scaledRows(k)), N / scaledCols(k)]);
+          const us = await g.time(
+            pipe,
+            [A2, B, C, g.params(M, N, K), S2],
+            [Math.ceil(M / scaledRows(k)), N / scaledCols(k)],
+          );
           const tops = (2 * M * N * K * (scheme === "per32" ? 3 : 6)) / us / 1e6;
           rep.timings.push({ kernel: scaledName(k), pieces: 3, M, N, K, us, tops });
           log(`  ${M}×${N}×${K} ${scaledName(k)}: ${us.toFixed(2)} µs, ${tops.toFixed(1)} TOPS`);
@@ -392,10 +586,14 @@ export async function runMmaProbe(opts: { json?: string; quick?: boolean; dawnFl
         Bf.destroy();
       }
       const fl = 2 * M * N * K;
-      table.push(`| ${M}×${N}×${K} | ${best[0].toFixed(1)} (${(fl / best[0] / 1e6).toFixed(0)}) ${names[0]} | ${best[1].toFixed(1)} (×${(best[1] / best[0]).toFixed(2)}) ${names[1]} | ${cols.join(" | ")} | ${f32us.toFixed(1)} (${(fl / f32us / 1e6).toFixed(1)}) |`);
+      table.push(
+        `| ${M}×${N}×${K} | ${best[0].toFixed(1)} (${(fl / best[0] / 1e6).toFixed(0)}) ${names[0]} | ${best[1].toFixed(1)} (×${(best[1] / best[0]).toFixed(2)}) ${names[1]} | ${cols.join(" | ")} | ${f32us.toFixed(1)} (${(fl / f32us / 1e6).toFixed(1)}) |`,
+      );
       [A, B, C, S].forEach((b) => b.destroy());
     }
-  log(`\n| M×N×K | int8 µs (TOPS) best kernel | three pieces µs (× one) | rescale per 32 µs (× three pieces) | rescale per 256 µs (× three pieces) | plain f32 µs (TFLOP/s) |\n| --- | --- | --- | --- | --- | --- |\n${table.join("\n")}`);
+  log(
+    `\n| M×N×K | int8 µs (TOPS) best kernel | three pieces µs (× one) | rescale per 32 µs (× three pieces) | rescale per 256 µs (× three pieces) | plain f32 µs (TFLOP/s) |\n| --- | --- | --- | --- | --- | --- |\n${table.join("\n")}`,
+  );
   if (rep.errors.length > 0) log(`errors:\n  ${rep.errors.join("\n  ")}`);
   dev.destroy();
   return done();
@@ -405,6 +603,10 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   const args = process.argv.slice(2);
   const json = args.includes("--json") ? args[args.indexOf("--json") + 1] : undefined;
   const dawn = args.includes("--dawn") ? args[args.indexOf("--dawn") + 1] : undefined;
-  await runMmaProbe({ ...(json !== undefined ? { json } : {}), ...(dawn !== undefined ? { dawnFlags: dawn.split(" ") } : {}), quick: args.includes("--quick") });
+  await runMmaProbe({
+    ...(json !== undefined ? { json } : {}),
+    ...(dawn !== undefined ? { dawnFlags: dawn.split(" ") } : {}),
+    quick: args.includes("--quick"),
+  });
   process.exit(0);
 }

@@ -15,10 +15,23 @@
  * between stages, so the rescale period must be a multiple of stageK; jr tiles (of sn) are stored per barrier pair.
  */
 import type { Gpu } from "./mma-probe.js";
-import { gemmI8, load, mmaPrologue, packI8, PIECE_SHIFT, range, rngI8, splitThree, store, SUBGROUP, type MmaKernel } from "./mma-kernels.js";
+import {
+  gemmI8,
+  load,
+  mmaPrologue,
+  packI8,
+  PIECE_SHIFT,
+  range,
+  rngI8,
+  splitThree,
+  store,
+  SUBGROUP,
+  type MmaKernel,
+} from "./mma-kernels.js";
 
 export type Scheme = "per32" | "per256";
-export interface ScaledKernel extends Pick<MmaKernel, "syntax" | "offUnit" | "strideUnit" | "sgid" | "tn" | "sg" | "sn"> {
+export interface ScaledKernel
+  extends Pick<MmaKernel, "syntax" | "offUnit" | "strideUnit" | "sgid" | "tn" | "sg" | "sn"> {
   readonly scheme: Scheme;
   /** 16-row tiles per subgroup: 1 or 2, so that each lane's row in the stored tile is fixed (16·sm divides 32) */
   readonly sm: 1 | 2;
@@ -33,8 +46,10 @@ const aPieces = (k: ScaledKernel): number => (k.scheme === "per32" ? 1 : 2);
 const results = (k: ScaledKernel): number => 3 * aPieces(k);
 export const scaledRows = (k: ScaledKernel): number => k.sg * k.sm * 16;
 export const scaledCols = (k: ScaledKernel): number => k.tn * k.sn;
-export const scaledName = (k: ScaledKernel): string => `${k.scheme} staged ${k.sg}sg ${16 * k.sm}x${k.tn * k.sn}/sg tn${k.tn} stage${k.stageK} jr${k.jr}`;
-export const scaledFits = (k: ScaledKernel, M: number, N: number, K: number): boolean => M > 0 && N % scaledCols(k) === 0 && K % period(k) === 0;
+export const scaledName = (k: ScaledKernel): string =>
+  `${k.scheme} staged ${k.sg}sg ${16 * k.sm}x${k.tn * k.sn}/sg tn${k.tn} stage${k.stageK} jr${k.jr}`;
+export const scaledFits = (k: ScaledKernel, M: number, N: number, K: number): boolean =>
+  M > 0 && N % scaledCols(k) === 0 && K % period(k) === 0;
 
 /** workgroup memory in bytes: the staging array, or one round of stored results if larger */
 export function scaledShared(k: ScaledKernel): number {
@@ -43,7 +58,8 @@ export function scaledShared(k: ScaledKernel): number {
 }
 
 export function scaledWGSL(k: ScaledKernel): string {
-  if (period(k) % k.stageK !== 0 || k.sn % k.jr !== 0) throw new Error(`scaledWGSL: ${scaledName(k)}: stageK must divide the period and jr divide sn`);
+  if (period(k) % k.stageK !== 0 || k.sn % k.jr !== 0)
+    throw new Error(`scaledWGSL: ${scaledName(k)}: stageK must divide the period and jr divide sn`);
   const WM = scaledRows(k);
   const WN = scaledCols(k);
   const R16 = 16 * k.sm;
@@ -61,25 +77,46 @@ export function scaledWGSL(k: ScaledKernel): string {
   const qOf = (p: number, a: number): number => p * AP + a;
   const acc = (q: number, i: number, j: number): string => `c${q}_${i}_${j}`;
   const mma = [
-    ...A.flatMap((a) => I.map((i) => `let a${a}_${i} = ${load(k, "L", "row", "&sh", `(${a * WM}u + s * ${R16}u + ${16 * i}u) * ${SA}u + kk`, `${SA}u`)};`)),
+    ...A.flatMap((a) =>
+      I.map(
+        (i) =>
+          `let a${a}_${i} = ${load(k, "L", "row", "&sh", `(${a * WM}u + s * ${R16}u + ${16 * i}u) * ${SA}u + kk`, `${SA}u`)};`,
+      ),
+    ),
     ...range(3).flatMap((p) =>
       J.flatMap((j) => [
         `let b${p}_${j} = ${load(k, "R", "col", "&sh", `(${AP * WM + p * WN + j * k.tn}u) * ${SA}u + kk`, `${SA}u`)};`,
-        ...A.flatMap((a) => I.map((i) => `${acc(qOf(p, a), i, j)} = subgroupMatrixMultiplyAccumulate(a${a}_${i}, b${p}_${j}, ${acc(qOf(p, a), i, j)});`)),
+        ...A.flatMap((a) =>
+          I.map(
+            (i) =>
+              `${acc(qOf(p, a), i, j)} = subgroupMatrixMultiplyAccumulate(a${a}_${i}, b${p}_${j}, ${acc(qOf(p, a), i, j)});`,
+          ),
+        ),
       ]),
     ),
   ].join("\n      ");
-  const piece = (p: number): string => (k.scheme === "per32" ? `f32(sh[e + ${p * RW}u])` : `f32(sh[e + ${2 * p * RW}u] * 64 + sh[e + ${(2 * p + 1) * RW}u])`);
+  const piece = (p: number): string =>
+    k.scheme === "per32"
+      ? `f32(sh[e + ${p * RW}u])`
+      : `f32(sh[e + ${2 * p * RW}u] * 64 + sh[e + ${(2 * p + 1) * RW}u])`;
   const rounds = range(k.sn / k.jr).map((t) => {
     const js = range(k.jr).map((jj) => t * k.jr + jj);
-    const stores = range(Q).flatMap((q) => I.flatMap((i) => js.map((j, jj) => store(k, "&sh", `s * ${Q * RW}u + ${q * RW + jj * k.tn * R16 + 16 * i}u`, acc(q, i, j), `${R16}u`))));
+    const stores = range(Q).flatMap((q) =>
+      I.flatMap((i) =>
+        js.map((j, jj) =>
+          store(k, "&sh", `s * ${Q * RW}u + ${q * RW + jj * k.tn * R16 + 16 * i}u`, acc(q, i, j), `${R16}u`),
+        ),
+      ),
+    );
     const zero = range(Q).flatMap((q) => I.flatMap((i) => js.map((j) => `${acc(q, i, j)} = Acc();`)));
     return `${stores.join("\n      ")}
       ${zero.join(" ")}
       workgroupBarrier();
       for (var r = 0u; r < ${PER}u; r++) {
         let e = rs * ${Q * RW}u + lane + r * ${SUBGROUP}u;
-        yv[${t * PER}u + r] += w * (${range(3).map((p) => `${piece(p)} * ${2 ** PIECE_SHIFT[p]}.0`).join(" + ")});
+        yv[${t * PER}u + r] += w * (${range(3)
+          .map((p) => `${piece(p)} * ${2 ** PIECE_SHIFT[p]}.0`)
+          .join(" + ")});
       }
       workgroupBarrier();`;
   });
@@ -94,7 +131,9 @@ export function scaledWGSL(k: ScaledKernel): string {
   let n0 = wg.y * ${WN}u;
   let wrow = min(m0 + rs * ${R16}u + lane % ${R16}u, p.M - 1u) * nb;
   var yv: array<f32, ${(WM * WN) / WGS}>;
-  ${range(Q).flatMap((q) => I.flatMap((i) => J.map((j) => `var ${acc(q, i, j)} = Acc();`))).join(" ")}
+  ${range(Q)
+    .flatMap((q) => I.flatMap((i) => J.map((j) => `var ${acc(q, i, j)} = Acc();`)))
+    .join(" ")}
   for (var k = 0u; k < kw; k += ${SKW}u) {
     for (var i = lid; i < ${(AP * WM * k.stageK) / 16}u; i += ${WGS}u) {
       let r = i / ${k.stageK / 16}u;
@@ -148,7 +187,15 @@ export function splitTwo(w: Int32Array): [Int8Array, Int8Array] {
  * tolerance: each f32 block term passes ≤ 7 roundings (i32 → f32, two products and two sums of the pieces, ×w, the sum
  * into yv) and the running sum of nb terms ≤ nb more, each bounded by 2^-24 of T = Σ_b |sw|·Σ_p 2^shift_p·|c_p|·|sx|:
  * |err| ≤ (nb + 8)·2^-24·T to first order. */
-export function scaledReference(scheme: Scheme, Ap: Int8Array[], Bp: Int8Array[], S: Float32Array, M: number, N: number, K: number): { want: Float64Array; tol: Float64Array } {
+export function scaledReference(
+  scheme: Scheme,
+  Ap: Int8Array[],
+  Bp: Int8Array[],
+  S: Float32Array,
+  M: number,
+  N: number,
+  K: number,
+): { want: Float64Array; tol: Float64Array } {
   const P = period({ scheme });
   const nb = K / P;
   const want = new Float64Array(M * N);
@@ -186,12 +233,24 @@ export function scaledReference(scheme: Scheme, Ap: Int8Array[], Bp: Int8Array[]
 }
 
 /** Random weights (full int8, or w over the whole two-piece range), x over the whole three-piece range, signed scales. */
-export function scaledInputs(scheme: Scheme, M: number, N: number, K: number, seed: number): { Ap: Int8Array[]; Bp: Int8Array[]; S: Float32Array } {
+export function scaledInputs(
+  scheme: Scheme,
+  M: number,
+  N: number,
+  K: number,
+  seed: number,
+): { Ap: Int8Array[]; Bp: Int8Array[]; S: Float32Array } {
   const words = (n: number, s: number): Uint32Array => new Uint32Array(rngI8(4 * n, s).buffer);
-  const Ap = scheme === "per32" ? [rngI8(M * K, seed)] : splitTwo(Int32Array.from(words(M * K, seed), (w) => (w & 0x3fff) + TWO_MIN));
+  const Ap =
+    scheme === "per32"
+      ? [rngI8(M * K, seed)]
+      : splitTwo(Int32Array.from(words(M * K, seed), (w) => (w & 0x3fff) + TWO_MIN));
   const Bp = splitThree(Int32Array.from(words(N * K, seed + 1), (w) => (w & 0x3fffff) - 2 ** 21));
   const nb = K / period({ scheme });
-  const S = Float32Array.from({ length: M * nb + N }, (_, i) => (i % 7 === 3 ? -1 : 1) * (0.25 + ((i * 37) % 101) / 64));
+  const S = Float32Array.from(
+    { length: M * nb + N },
+    (_, i) => (i % 7 === 3 ? -1 : 1) * (0.25 + ((i * 37) % 101) / 64),
+  );
   return { Ap, Bp, S };
 }
 
@@ -201,10 +260,24 @@ export const concatI8 = (xs: Int8Array[]): Int8Array => {
   return out;
 };
 
-export async function checkScaled(g: Gpu, pipe: GPUComputePipeline, k: ScaledKernel, M: number, N: number, K: number, seed: number): Promise<{ ok: boolean; detail: string }> {
+export async function checkScaled(
+  g: Gpu,
+  pipe: GPUComputePipeline,
+  k: ScaledKernel,
+  M: number,
+  N: number,
+  K: number,
+  seed: number,
+): Promise<{ ok: boolean; detail: string }> {
   const { Ap, Bp, S } = scaledInputs(k.scheme, M, N, K, seed);
   const out = g.buffer(M * N * 4);
-  const bufs = [g.buffer(M * K * Ap.length, packI8(concatI8(Ap))), g.buffer(3 * N * K, packI8(concatI8(Bp))), out, g.params(M, N, K), g.buffer(S.byteLength, S)];
+  const bufs = [
+    g.buffer(M * K * Ap.length, packI8(concatI8(Ap))),
+    g.buffer(3 * N * K, packI8(concatI8(Bp))),
+    out,
+    g.params(M, N, K),
+    g.buffer(S.byteLength, S),
+  ];
   await g.run(pipe, bufs, [Math.ceil(M / scaledRows(k)), N / scaledCols(k)]);
   const got = new Float32Array(await g.read(out, M * N * 4));
   bufs.forEach((b) => b.destroy());
@@ -215,7 +288,12 @@ export async function checkScaled(g: Gpu, pipe: GPUComputePipeline, k: ScaledKer
   for (let i = 0; i < M * N; i++) {
     const err = Math.abs(got[i] - want[i]);
     worst = Math.max(worst, err / tol[i]);
-    if (!(err <= tol[i]) && bad++ === 0) first = `first mismatch at m=${i % M} n=${Math.floor(i / M)}: got ${got[i]}, want ${want[i]}`;
+    if (!(err <= tol[i]) && bad++ === 0)
+      first = `first mismatch at m=${i % M} n=${Math.floor(i / M)}: got ${got[i]}, want ${want[i]}`;
   }
-  return { ok: bad === 0, detail: bad === 0 ? `within tolerance (worst ${(100 * worst).toFixed(1)}% of it)` : `${bad} of ${M * N} wrong; ${first}` };
+  return {
+    ok: bad === 0,
+    detail:
+      bad === 0 ? `within tolerance (worst ${(100 * worst).toFixed(1)}% of it)` : `${bad} of ${M * N} wrong; ${first}`,
+  };
 }

@@ -64,7 +64,10 @@ export class ChatSession {
     const messages: ChatMessage[] = [...this.messages, { role: "user", content: userText }];
     const ids = this.tokenizer.encodeChat(messages);
     const context = this.model.config.contextLength;
-    if (ids.length >= context) throw new UsageError(`the conversation is ${ids.length} tokens, the model's context is ${context}: /reset to start again`);
+    if (ids.length >= context)
+      throw new UsageError(
+        `the conversation is ${ids.length} tokens, the model's context is ${context}: /reset to start again`,
+      );
     // at least the last token is fed again: its logits choose the reply's first token
     const reused = Math.min(commonPrefix(this.cached, ids), ids.length - 1);
     this.cache.truncate(reused);
@@ -74,7 +77,10 @@ export class ChatSession {
     const inner = this.model;
     // generate() opens a cache of its own for the prompt it is given; routing its forward passes into the session's
     // cache makes that prompt a continuation of the conversation held there
-    const continued: GenerateModel = { config: inner.config, forward: (tokens, _own, o) => inner.forward(tokens, cache, o) };
+    const continued: GenerateModel = {
+      config: inner.config,
+      forward: (tokens, _own, o) => inner.forward(tokens, cache, o),
+    };
     let streamed = 0;
     const result = await generate(continued, this.tokenizer, fresh, {
       sampler: this.opts.sampler,
@@ -88,7 +94,12 @@ export class ChatSession {
     // the last chosen token is not in the cache unless a forward pass fed it: cache.length says how far it got
     this.cached = [...ids, ...result.tokens].slice(0, cache.length);
     this.messages = [...messages, { role: "assistant", content: result.text }];
-    const report: TurnReport = { conversationTokens: ids.length, reusedTokens: reused, prefilledTokens: fresh.length, result };
+    const report: TurnReport = {
+      conversationTokens: ids.length,
+      reusedTokens: reused,
+      prefilledTokens: fresh.length,
+      result,
+    };
     this.turns.push(report);
     return report;
   }

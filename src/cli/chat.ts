@@ -5,7 +5,16 @@ import { UsageError } from "../util/errors.js";
 import { closeLoaded, type LoadedModel } from "../runtime/load.js";
 import { Tokenizer } from "../tokenizer/index.js";
 import { Sampler } from "../engine/sampler.js";
-import { backendOption, backendOptions, intOption, loadForCli, parseModelArgs, processIO, type BackendFlags, type CliIO } from "./common.js";
+import {
+  backendOption,
+  backendOptions,
+  intOption,
+  loadForCli,
+  parseModelArgs,
+  processIO,
+  type BackendFlags,
+  type CliIO,
+} from "./common.js";
 import { commandParser, type Parser } from "./options.js";
 import { samplingFromFlags, samplingOptions } from "./run.js";
 import { ChatSession, type TurnReport } from "./chat-session.js";
@@ -57,7 +66,12 @@ function turnSource(file: string | undefined): TurnSource {
     return { lines: rl, interactive: false, prompt: () => {}, close: () => rl.close() };
   }
   const interactive = file === undefined && process.stdin.isTTY === true;
-  const rl = createInterface({ input: process.stdin, ...(interactive ? { output: process.stdout, prompt: "> " } : {}), crlfDelay: Infinity, terminal: interactive });
+  const rl = createInterface({
+    input: process.stdin,
+    ...(interactive ? { output: process.stdout, prompt: "> " } : {}),
+    crlfDelay: Infinity,
+    terminal: interactive,
+  });
   return { lines: rl, interactive, prompt: () => rl.prompt(), close: () => rl.close() };
 }
 
@@ -66,11 +80,13 @@ export async function chatMain(argv: string[], io: CliIO): Promise<void> {
   if (parsed === undefined) return;
   const { values, model: modelPath } = parsed;
   const nArg = values.nPredict;
-  if (nArg !== undefined && nArg !== "-1" && !/^\d+$/.test(nArg.trim())) throw new UsageError(`--n-predict must be an integer ≥ 0 (or -1), got "${nArg}"`);
+  if (nArg !== undefined && nArg !== "-1" && !/^\d+$/.test(nArg.trim()))
+    throw new UsageError(`--n-predict must be an integer ≥ 0 (or -1), got "${nArg}"`);
   const nPredict = nArg === undefined ? 512 : Number(nArg);
   const sampler = new Sampler(samplingFromFlags(values));
   const backend = backendOption(values.backend, "cpu");
-  if (backend !== "cpu" && backend !== "reference") throw new UsageError(`--backend must be cpu or reference for chat, got "${backend}"`);
+  if (backend !== "cpu" && backend !== "reference")
+    throw new UsageError(`--backend must be cpu or reference for chat, got "${backend}"`);
   const threads = intOption("threads", values.threads, 1);
   const source = turnSource(values.file);
 

@@ -24,7 +24,10 @@ export const processIO: CliIO = {
 /** A "loading … MB" progress bar on stderr when it is a terminal (else a no-op): feed it (bytes done, bytes total). */
 export function loadBar(io: CliIO): { update(done: number, total: number): void; stop(): void } {
   const bar = io.tty
-    ? new cliProgress.SingleBar({ stream: process.stderr, format: "loading [{bar}] {percentage}% | {value}/{total} MB", hideCursor: true }, cliProgress.Presets.shades_classic)
+    ? new cliProgress.SingleBar(
+        { stream: process.stderr, format: "loading [{bar}] {percentage}% | {value}/{total} MB", hideCursor: true },
+        cliProgress.Presets.shades_classic,
+      )
     : undefined;
   let last = 0;
   return {
@@ -42,7 +45,13 @@ export function loadBar(io: CliIO): { update(done: number, total: number): void;
 }
 
 /** Load a model for a command, with a progress bar on stderr when it is a terminal. */
-export function loadForCli(path: string, io: CliIO, backend?: BackendChoice, threads?: number, allowNonFinite = false): LoadedModel {
+export function loadForCli(
+  path: string,
+  io: CliIO,
+  backend?: BackendChoice,
+  threads?: number,
+  allowNonFinite = false,
+): LoadedModel {
   if (!existsSync(path)) throw new UsageError(`model file not found: ${path}`);
   const bar = loadBar(io);
   try {
@@ -61,19 +70,30 @@ export function nonFiniteWarning(io: CliIO): (message: string) => void {
   return (message) => io.err(`warning: ${printable(message)}\n`);
 }
 
-
 /** `--backend` value of run/logits. */
 export function backendOption(v: string | undefined, dflt: BackendChoice): BackendChoice {
   const b = v ?? dflt;
-  if (b !== "cpu" && b !== "reference" && b !== "webgpu" && b !== "auto") throw new UsageError(`--backend must be cpu, reference, webgpu or auto, got "${b}"`);
+  if (b !== "cpu" && b !== "reference" && b !== "webgpu" && b !== "auto")
+    throw new UsageError(`--backend must be cpu, reference, webgpu or auto, got "${b}"`);
   return b;
 }
 
-
 /** A progress bar over positions, on stderr when it is a terminal (else a no-op). */
-export function positionsBar(io: CliIO, label: string, unit = "tokens"): { update(done: number, total: number): void; stop(): void } {
+export function positionsBar(
+  io: CliIO,
+  label: string,
+  unit = "tokens",
+): { update(done: number, total: number): void; stop(): void } {
   if (!io.tty) return { update: () => {}, stop: () => {} };
-  const bar = new cliProgress.SingleBar({ stream: process.stderr, format: `${label} [{bar}] {value}/{total} ${unit}`, hideCursor: true, clearOnComplete: true }, cliProgress.Presets.shades_classic);
+  const bar = new cliProgress.SingleBar(
+    {
+      stream: process.stderr,
+      format: `${label} [{bar}] {value}/{total} ${unit}`,
+      hideCursor: true,
+      clearOnComplete: true,
+    },
+    cliProgress.Presets.shades_classic,
+  );
   let started = false;
   return {
     update(done, total) {
@@ -90,7 +110,8 @@ export function positionsBar(io: CliIO, label: string, unit = "tokens"): { updat
 export function intOption(name: string, v: string | undefined, min: number): number | undefined {
   if (v === undefined) return undefined;
   const n = Number(v);
-  if (v.trim() === "" || !Number.isInteger(n) || n < min) throw new UsageError(`--${name} must be an integer ≥ ${min}, got "${v}"`);
+  if (v.trim() === "" || !Number.isInteger(n) || n < min)
+    throw new UsageError(`--${name} must be an integer ≥ ${min}, got "${v}"`);
   return n;
 }
 
@@ -121,9 +142,16 @@ export const ALLOW_NONFINITE_OPTION = [
  * The shared front of a model command: parse `argv` with `parser`, print its help and return undefined for -h/--help,
  * require exactly one positional (the model path). Bad arguments → UsageError.
  */
-export function parseModelArgs<T>(argv: readonly string[], parser: Parser, io: CliIO): { values: T; model: string } | undefined {
+export function parseModelArgs<T>(
+  argv: readonly string[],
+  parser: Parser,
+  io: CliIO,
+): { values: T; model: string } | undefined {
   const parsed = parseCommand<T>(parser, argv, io);
   if (parsed === undefined) return undefined;
-  if (parsed.args.length !== 1) throw new UsageError(`expected one model path, got ${parsed.args.length}\nRun \`${parser.name()} --help\` for its options.`);
+  if (parsed.args.length !== 1)
+    throw new UsageError(
+      `expected one model path, got ${parsed.args.length}\nRun \`${parser.name()} --help\` for its options.`,
+    );
   return { values: parsed.opts, model: parsed.args[0] };
 }

@@ -13,7 +13,10 @@ function convertParser(): Parser {
     "HF_DIR -o FILE.gguf [--type T]",
     "Convert a Hugging Face checkpoint (config.json, model.safetensors or sharded *.safetensors + index, tokenizer.json, tokenizer_config.json) of DeepseekV2/V3ForCausalLM, Glm4MoeLiteForCausalLM (deepseek2) or GlmMoeDsaForCausalLM (glm-dsa) into a GGUF that llama.cpp and latent load: current generation (attn_k_b/attn_v_b), llama.cpp's tensor names, metadata keys and tokenizer encoding.",
   )
-    .option("--type <T>", `${FILE_TYPE_NAMES.join(", ")} (default F16); norms, biases and the router stay F32, rows that don't fit a type's block fall back as llama-quantize does`)
+    .option(
+      "--type <T>",
+      `${FILE_TYPE_NAMES.join(", ")} (default F16); norms, biases and the router stay F32, rows that don't fit a type's block fall back as llama-quantize does`,
+    )
     .option("--name <NAME>", "general.name (default: the directory name)")
     .option("-o, --out <FILE>", "output path (written under a temporary name, renamed when complete)");
 }
@@ -25,10 +28,20 @@ export const convertCommand: Command = {
     const parsed = parseCommand<{ type?: string; name?: string; out?: string }>(convertParser(), argv, processIO);
     if (parsed === undefined) return;
     const { opts: values, args: positionals } = parsed;
-    if (positionals.length !== 1) throw new UsageError(`expected one Hugging Face directory, got ${positionals.length}\nRun \`latent convert --help\` for its options.`);
+    if (positionals.length !== 1)
+      throw new UsageError(
+        `expected one Hugging Face directory, got ${positionals.length}\nRun \`latent convert --help\` for its options.`,
+      );
     if (values.out === undefined) throw new UsageError("-o FILE is required");
     const bar = process.stderr.isTTY
-      ? new cliProgress.SingleBar({ stream: process.stderr, format: "convert [{bar}] {percentage}% | {value}/{total} MB | {tensor}", hideCursor: true }, cliProgress.Presets.shades_classic)
+      ? new cliProgress.SingleBar(
+          {
+            stream: process.stderr,
+            format: "convert [{bar}] {percentage}% | {value}/{total} MB | {tensor}",
+            hideCursor: true,
+          },
+          cliProgress.Presets.shades_classic,
+        )
       : undefined;
     const started = Date.now();
     let result: ReturnType<typeof convertHf>;

@@ -48,15 +48,20 @@ export async function runDemo(argv: string[], io: CliIO = processIO): Promise<vo
   const parsed = parseCommand<DemoFlags>(demoParser(), argv, io);
   if (parsed === undefined) return;
   const values = parsed.opts;
-  if (parsed.args.length > 0) throw new UsageError(`unexpected argument "${parsed.args[0]}" (another model is --model FILE)`);
+  if (parsed.args.length > 0)
+    throw new UsageError(`unexpected argument "${parsed.args[0]}" (another model is --model FILE)`);
   const path = values.model ?? DEMO_MODEL;
-  if (!existsSync(path)) throw new UsageError(`model file not found: ${path}${values.model === undefined ? " (the bundled demo model is missing from this install)" : ""}`);
+  if (!existsSync(path))
+    throw new UsageError(
+      `model file not found: ${path}${values.model === undefined ? " (the bundled demo model is missing from this install)" : ""}`,
+    );
   const n = intOpt("n-predict", values.nPredict, 64, 1);
   const seed = intOpt("seed", values.seed, 7, 0);
   const temp = values.temp === undefined ? 0.8 : Number(values.temp);
   if (!Number.isFinite(temp) || temp < 0) throw new UsageError(`--temp must be a number ≥ 0, got "${values.temp}"`);
   const backend = values.backend ?? "cpu";
-  if (backend !== "cpu" && backend !== "reference") throw new UsageError(`--backend must be cpu or reference, got "${backend}"`);
+  if (backend !== "cpu" && backend !== "reference")
+    throw new UsageError(`--backend must be cpu or reference, got "${backend}"`);
   const prompt = values.prompt ?? DEMO_PROMPT;
 
   const t0 = performance.now();
@@ -72,7 +77,8 @@ export async function runDemo(argv: string[], io: CliIO = processIO): Promise<vo
     );
     const ids = tokenizer.encodePrompt(prompt);
     const runs: { label: string; temperature: number }[] = [{ label: "greedy", temperature: 0 }];
-    if (values.greedyOnly !== true) runs.push({ label: `sampled, temperature ${temp}, seed ${seed}`, temperature: temp });
+    if (values.greedyOnly !== true)
+      runs.push({ label: `sampled, temperature ${temp}, seed ${seed}`, temperature: temp });
     for (const r of runs) {
       io.out(`\n--- ${r.label} ---\n${prompt}`);
       let streamed = 0;
@@ -90,7 +96,9 @@ export async function runDemo(argv: string[], io: CliIO = processIO): Promise<vo
       });
       io.out(res.text.slice(streamed) + "\n");
       const t = res.timings;
-      io.err(`[${res.tokens.length} tokens; prompt ${res.promptTokens} tokens at ${t.promptTokensPerSecond.toFixed(1)} tokens/s; generation ${t.tokensPerSecond.toFixed(1)} tokens/s]\n`);
+      io.err(
+        `[${res.tokens.length} tokens; prompt ${res.promptTokens} tokens at ${t.promptTokensPerSecond.toFixed(1)} tokens/s; generation ${t.tokensPerSecond.toFixed(1)} tokens/s]\n`,
+      );
     }
   } finally {
     loaded.backend?.close();

@@ -31,7 +31,10 @@ function doctorParser(): Parser {
   )
     .option("--json", 'the report as JSON on stdout (format "latent-doctor/1", docs/doctor.md)')
     .option("--html <FILE>", "also write a self-contained HTML report (with an activation-norm plot)")
-    .option("--low-memory", "reference logits streamed one layer at a time from disk (models larger than RAM); reports peak RSS; skips the in-memory path and behaviour checks")
+    .option(
+      "--low-memory",
+      "reference logits streamed one layer at a time from disk (models larger than RAM); reports peak RSS; skips the in-memory path and behaviour checks",
+    )
     .option(
       "--source <PATH>",
       "compare every tensor (dequantized, through the name map) and the logits with the original checkpoint (safetensors directory: F32/F16/BF16/FP8 block-scaled) or another GGUF of the model; names swapped, transposed, reordered, scaled or zeroed tensors",
@@ -42,7 +45,10 @@ function doctorParser(): Parser {
     .option("--backend <B>", "kernels of the prefill/decode paths under test: reference (default) or cpu (fast)")
     .option("--chunk <N>", "prefill chunk of the path checks (default 8)")
     .option("--no-data", "skip the NaN/Inf and statistics scan of every weight")
-    .option("--progress", "progress of the checks on stderr even when it is not a terminal (default: only on a terminal)");
+    .option(
+      "--progress",
+      "progress of the checks on stderr even when it is not a terminal (default: only on a terminal)",
+    );
 }
 
 export const doctorCommand: Command = {
@@ -58,7 +64,15 @@ function barProgress(io: CliIO): Progress {
   let bar: cliProgress.SingleBar | undefined;
   return {
     start(label, total) {
-      bar = new cliProgress.SingleBar({ stream: process.stderr, format: `${label} [{bar}] {percentage}% | {value}/{total} MB`, hideCursor: true, clearOnComplete: true }, cliProgress.Presets.shades_classic);
+      bar = new cliProgress.SingleBar(
+        {
+          stream: process.stderr,
+          format: `${label} [{bar}] {percentage}% | {value}/{total} MB`,
+          hideCursor: true,
+          clearOnComplete: true,
+        },
+        cliProgress.Presets.shades_classic,
+      );
       bar.start(Math.max(1, Math.ceil(total / 1e6)), 0);
     },
     update(done) {
@@ -77,12 +91,15 @@ export async function doctorMain(argv: string[], io: CliIO): Promise<number> {
   if (parsed === undefined) return 0;
   const { opts: values, args: positionals } = parsed;
   const model = values.model ?? positionals[0];
-  if (model === undefined || positionals.length > 1 || (values.model !== undefined && positionals.length > 0)) throw new UsageError("expected one model path\nRun `latent doctor --help` for its options.");
+  if (model === undefined || positionals.length > 1 || (values.model !== undefined && positionals.length > 0))
+    throw new UsageError("expected one model path\nRun `latent doctor --help` for its options.");
   if (values.apiKey !== undefined && values.endpoint === undefined) throw new UsageError("--api-key needs --endpoint");
-  if (values.source !== undefined && values.endpoint !== undefined) throw new UsageError("--source and --endpoint do not combine");
+  if (values.source !== undefined && values.endpoint !== undefined)
+    throw new UsageError("--source and --endpoint do not combine");
   const chunk = intOption("chunk", values.chunk, 1);
   const backend = values.backend ?? "reference";
-  if (backend !== "reference" && backend !== "cpu") throw new UsageError(`--backend must be reference or cpu, got "${backend}"`);
+  if (backend !== "reference" && backend !== "cpu")
+    throw new UsageError(`--backend must be reference or cpu, got "${backend}"`);
   let report: DoctorReport;
   try {
     report = await runDoctor({
@@ -103,7 +120,11 @@ export async function doctorMain(argv: string[], io: CliIO): Promise<number> {
     return 2;
   }
   if (values.html !== undefined) writeFileSync(values.html, renderHtml(report));
-  if (values.json === true) io.out(JSON.stringify(report, (_k, v: unknown) => (typeof v === "number" && !Number.isFinite(v) ? String(v) : v), 2) + "\n");
+  if (values.json === true)
+    io.out(
+      JSON.stringify(report, (_k, v: unknown) => (typeof v === "number" && !Number.isFinite(v) ? String(v) : v), 2) +
+        "\n",
+    );
   else io.out(renderText(report));
   return report.exitCode;
 }
@@ -111,19 +132,43 @@ export async function doctorMain(argv: string[], io: CliIO): Promise<number> {
 export function renderText(r: DoctorReport): string {
   const lines: string[] = [];
   lines.push(`latent doctor: ${r.target.model}${r.target.endpoint ? ` ↔ ${r.target.endpoint}` : ""}`);
-  if (r.file) lines.push(`file: ${r.file.arch ?? "?"}, ${r.file.generation} generation, ${r.file.tensorCount} tensors, ${(r.file.bytes / 1e6).toFixed(1)} MB, ${Object.entries(r.file.types).map(([t, c]) => `${c}×${t}`).join(" ")}`);
+  if (r.file)
+    lines.push(
+      `file: ${r.file.arch ?? "?"}, ${r.file.generation} generation, ${r.file.tensorCount} tensors, ${(r.file.bytes / 1e6).toFixed(1)} MB, ${Object.entries(
+        r.file.types,
+      )
+        .map(([t, c]) => `${c}×${t}`)
+        .join(" ")}`,
+    );
   if (r.paths) {
     const worst = Math.max(...r.paths.comparisons.map((c) => c.maxKL));
-    lines.push(`paths: ${r.paths.comparisons.length} comparisons over ${r.paths.prompts.map((p) => `${p.label}(${p.tokens})`).join(", ")}, chunk ${r.paths.chunk}; worst KL ${worst.toExponential(2)}`);
+    lines.push(
+      `paths: ${r.paths.comparisons.length} comparisons over ${r.paths.prompts.map((p) => `${p.label}(${p.tokens})`).join(", ")}, chunk ${r.paths.chunk}; worst KL ${worst.toExponential(2)}`,
+    );
   }
   if (r.behaviour) {
-    for (const p of r.behaviour.probes) lines.push(`probe "${p.label}": entropy ${p.entropy.toFixed(3)} nats (${(p.entropyRatio * 100).toFixed(1)}% of ln V), top-1 ${p.top1} p=${p.top1Prob.toFixed(3)}`);
+    for (const p of r.behaviour.probes)
+      lines.push(
+        `probe "${p.label}": entropy ${p.entropy.toFixed(3)} nats (${(p.entropyRatio * 100).toFixed(1)}% of ln V), top-1 ${p.top1} p=${p.top1Prob.toFixed(3)}`,
+      );
     lines.push("layer  residual-RMS  attn-RMS    ffn-RMS     max|x|      max|q_abs|");
-    for (const x of r.behaviour.norms) lines.push(`${String(x.layer).padStart(5)}  ${[x.residual, x.attn, x.ffn, x.absMax, x.qAbsMax].map((v) => v.toExponential(3).padEnd(11)).join(" ")}`);
+    for (const x of r.behaviour.norms)
+      lines.push(
+        `${String(x.layer).padStart(5)}  ${[x.residual, x.attn, x.ffn, x.absMax, x.qAbsMax].map((v) => v.toExponential(3).padEnd(11)).join(" ")}`,
+      );
   }
-  if (r.endpoint) lines.push(`endpoint: ${r.endpoint.dialect ?? "?"} dialect (${r.endpoint.mode}), ${r.endpoint.positions.length} positions (prefill ${r.endpoint.prefill?.n ?? 0}, decode ${r.endpoint.decode?.n ?? 0}), mean KL ${r.endpoint.meanKL.toExponential(2)}, mean |Δ logprob| ${r.endpoint.meanAbsLogprobDiff.toExponential(2)}, top-1 ${(r.endpoint.top1Agreement * 100).toFixed(0)}% → ${r.endpoint.verdict}`);
-  if (r.lowMemory) lines.push(`low-memory reference: ${r.lowMemory.tokens} tokens through ${r.lowMemory.layers} layers in ${r.lowMemory.ms} ms, peak RSS ${(r.lowMemory.peakRssBytes / 1e6).toFixed(0)} MB (model ${(r.lowMemory.modelBytes / 1e6).toFixed(0)} MB, largest layer ${(r.lowMemory.largestLayerBytes / 1e6).toFixed(1)} MB)`);
-  if (r.source) lines.push(`source: ${r.source.kind === "hf-dir" ? "checkpoint" : "GGUF"} ${r.source.path}: ${r.source.matched}/${r.source.compared} compared tensors within quantization noise${r.source.logits ? `; logits mean KL ${r.source.logits.meanKL.toExponential(2)}, top-1 ${(r.source.logits.top1Agreement * 100).toFixed(0)}%` : ""}`);
+  if (r.endpoint)
+    lines.push(
+      `endpoint: ${r.endpoint.dialect ?? "?"} dialect (${r.endpoint.mode}), ${r.endpoint.positions.length} positions (prefill ${r.endpoint.prefill?.n ?? 0}, decode ${r.endpoint.decode?.n ?? 0}), mean KL ${r.endpoint.meanKL.toExponential(2)}, mean |Δ logprob| ${r.endpoint.meanAbsLogprobDiff.toExponential(2)}, top-1 ${(r.endpoint.top1Agreement * 100).toFixed(0)}% → ${r.endpoint.verdict}`,
+    );
+  if (r.lowMemory)
+    lines.push(
+      `low-memory reference: ${r.lowMemory.tokens} tokens through ${r.lowMemory.layers} layers in ${r.lowMemory.ms} ms, peak RSS ${(r.lowMemory.peakRssBytes / 1e6).toFixed(0)} MB (model ${(r.lowMemory.modelBytes / 1e6).toFixed(0)} MB, largest layer ${(r.lowMemory.largestLayerBytes / 1e6).toFixed(1)} MB)`,
+    );
+  if (r.source)
+    lines.push(
+      `source: ${r.source.kind === "hf-dir" ? "checkpoint" : "GGUF"} ${r.source.path}: ${r.source.matched}/${r.source.compared} compared tensors within quantization noise${r.source.logits ? `; logits mean KL ${r.source.logits.meanKL.toExponential(2)}, top-1 ${(r.source.logits.top1Agreement * 100).toFixed(0)}%` : ""}`,
+    );
   for (const f of r.findings) lines.push(`${f.severity.toUpperCase().padEnd(7)} [${f.area}/${f.code}] ${f.message}`);
   lines.push(`verdict: ${r.verdict} (exit ${r.exitCode})`);
   return lines.join("\n") + "\n";

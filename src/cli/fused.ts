@@ -12,13 +12,21 @@ import { UsageError } from "../util/errors.js";
 import { printable } from "../util/printable.js";
 import { loadBar, positionsBar, type CliIO } from "./common.js";
 
-export type FusedOpen = { readonly fused: FusedGpuModel; readonly file: GGUFFile; readonly config: ModelConfig } | { readonly fused: undefined; readonly backend: BackendChoice };
+export type FusedOpen =
+  | { readonly fused: FusedGpuModel; readonly file: GGUFFile; readonly config: ModelConfig }
+  | { readonly fused: undefined; readonly backend: BackendChoice };
 
 /**
  * `options` sizes the pipeline for this command once the model's config (and metadata) are known; `onLoaded` is told
  * the fraction of the weights on the GPU (`serve`'s /health reports it while loading).
  */
-export function openFusedForCli(path: string, backend: "webgpu" | "auto", io: CliIO, options: (config: ModelConfig, file: GGUFFile) => FusedOptions, onLoaded?: (fraction: number) => void): FusedOpen {
+export function openFusedForCli(
+  path: string,
+  backend: "webgpu" | "auto",
+  io: CliIO,
+  options: (config: ModelConfig, file: GGUFFile) => FusedOptions,
+  onLoaded?: (fraction: number) => void,
+): FusedOpen {
   if (!existsSync(path)) throw new UsageError(`model file not found: ${path}`);
   const file = GGUFFile.open(path);
   file.close(); // the worker reads the weights; metadata and tensor infos stay in memory

@@ -15,7 +15,10 @@ function inspectParser(): Parser {
     "Show what a GGUF model is without loading its weights: architecture, name, parameter count, file type, tensor counts and bytes per quantization type, the architecture's hyper-parameters, the tokenizer, the chat template's presence and the shards. Any shard of a split model opens the whole model.",
   )
     .option("--tensors", "list every tensor: name, type, shape (ggml ne order), bytes, shard")
-    .option("--hf-names", "with each tensor, the Hugging Face tensor(s) it holds (attn_k_b + attn_v_b → kv_b_proj; stacked experts → one HF tensor per expert); implies --tensors")
+    .option(
+      "--hf-names",
+      "with each tensor, the Hugging Face tensor(s) it holds (attn_k_b + attn_v_b → kv_b_proj; stacked experts → one HF tensor per expert); implies --tensors",
+    )
     .option("--json", `JSON on stdout (format "${INSPECT_FORMAT}", see docs/inspect-json.md)`);
 }
 
@@ -52,7 +55,12 @@ function headerProgress(io: InspectIO, delayMs = 300): { update(p: HeaderProgres
       if (bar === undefined) {
         if (Date.now() - started < delayMs) return;
         bar = new cliProgress.SingleBar(
-          { stream: process.stderr, format: "reading header [{bar}] {value}/{total} keys+tensors | {mb} MiB | {file}", hideCursor: true, clearOnComplete: true },
+          {
+            stream: process.stderr,
+            format: "reading header [{bar}] {value}/{total} keys+tensors | {mb} MiB | {file}",
+            hideCursor: true,
+            clearOnComplete: true,
+          },
           cliProgress.Presets.shades_classic,
         );
         bar.start(Math.max(1, p.keyCount + p.tensorCount), 0, { mb: "0.0", file: "" });
@@ -75,7 +83,9 @@ export async function inspectMain(argv: string[], io: InspectIO = stdIO): Promis
   if (parsed === undefined) return;
   const { opts: values, args: positionals } = parsed;
   if (positionals.length !== 1) {
-    throw new UsageError(`${positionals.length === 0 ? "missing the model file" : `expected one model file, got ${positionals.length}: ${positionals.join(" ")}`}\nRun \`latent inspect --help\` for its options.`);
+    throw new UsageError(
+      `${positionals.length === 0 ? "missing the model file" : `expected one model file, got ${positionals.length}: ${positionals.join(" ")}`}\nRun \`latent inspect --help\` for its options.`,
+    );
   }
   const path = positionals[0];
   if (!existsSync(path)) throw new UsageError(`model file not found: ${path}`);

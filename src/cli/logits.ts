@@ -5,7 +5,17 @@ import { DEFAULT_PREFILL_CHUNK, evaluateAll } from "../engine/evaluate.js";
 import { logSoftmax, topLogprobs } from "../engine/logprobs.js";
 import type { AttentionPath } from "../model/mla.js";
 import { closeLoaded } from "../runtime/load.js";
-import { backendOption, backendOptions, type BackendFlags, type CliIO, intOption, loadForCli, parseModelArgs, positionsBar, processIO } from "./common.js";
+import {
+  backendOption,
+  backendOptions,
+  type BackendFlags,
+  type CliIO,
+  intOption,
+  loadForCli,
+  parseModelArgs,
+  positionsBar,
+  processIO,
+} from "./common.js";
 import { commandParser, type Parser } from "./options.js";
 
 /** Stable output format of `latent logits --json`; see docs/logits-json.md. */
@@ -23,7 +33,11 @@ interface LogitsFlags extends BackendFlags {
 }
 
 function logitsParser(): Parser {
-  const parser = commandParser("logits", 'MODEL.gguf (--tokens 1,2,3 | --prompt "text") [options]', "Log-probabilities of the next token after every position of the input (teacher forcing).")
+  const parser = commandParser(
+    "logits",
+    'MODEL.gguf (--tokens 1,2,3 | --prompt "text") [options]',
+    "Log-probabilities of the next token after every position of the input (teacher forcing).",
+  )
     .option("--tokens <LIST>", "token ids, comma- or space-separated")
     .option("--prompt <TEXT>", "text, encoded with the model's tokenizer (BOS per add_bos_token, never twice)")
     .option("--path <reference|prefill|decode>", "attention path (default reference: whole sequence, no cache)")
@@ -43,13 +57,20 @@ export const logitsCommand: Command = {
 
 /** Parse "1,2,3", "1 2 3" or "[1, 2, 3]" into ids < nVocab; a UsageError names the bad entry. */
 export function parseTokenList(s: string, nVocab: number): number[] {
-  const body = s.trim().replace(/^\[(.*)\]$/s, "$1").trim();
+  const body = s
+    .trim()
+    .replace(/^\[(.*)\]$/s, "$1")
+    .trim();
   if (body === "") throw new UsageError("--tokens is empty");
   const parts = body.split(/\s*,\s*|\s+/);
   return parts.map((p, i) => {
-    if (!/^\d+$/.test(p)) throw new UsageError(`--tokens: entry ${i} "${p}" is not a token id (expected a comma-separated list of integers)`);
+    if (!/^\d+$/.test(p))
+      throw new UsageError(
+        `--tokens: entry ${i} "${p}" is not a token id (expected a comma-separated list of integers)`,
+      );
     const id = Number(p);
-    if (id >= nVocab) throw new UsageError(`--tokens: token id ${id} (entry ${i}) is outside the vocabulary (0..${nVocab - 1})`);
+    if (id >= nVocab)
+      throw new UsageError(`--tokens: token id ${id} (entry ${i}) is outside the vocabulary (0..${nVocab - 1})`);
     return id;
   });
 }
@@ -63,9 +84,11 @@ export async function logitsMain(argv: string[], io: CliIO): Promise<void> {
   const parsed = parseModelArgs<LogitsFlags>(argv, logitsParser(), io);
   if (parsed === undefined) return;
   const { values, model: modelPath } = parsed;
-  if ((values.tokens === undefined) === (values.prompt === undefined)) throw new UsageError("give exactly one of --tokens and --prompt");
+  if ((values.tokens === undefined) === (values.prompt === undefined))
+    throw new UsageError("give exactly one of --tokens and --prompt");
   const path = values.path ?? "reference";
-  if (path !== "reference" && path !== "prefill" && path !== "decode") throw new UsageError(`--path must be reference, prefill or decode, got "${path}"`);
+  if (path !== "reference" && path !== "prefill" && path !== "decode")
+    throw new UsageError(`--path must be reference, prefill or decode, got "${path}"`);
   const chunk = intOption("chunk", values.chunk, 1);
   if (chunk !== undefined && path !== "prefill") throw new UsageError("--chunk applies to --path prefill only");
   const full = values.full === true;
@@ -74,7 +97,13 @@ export async function logitsMain(argv: string[], io: CliIO): Promise<void> {
   const json = values.json === true;
   const backend = backendOption(values.backend, "reference");
 
-  const loaded = loadForCli(modelPath, io, backend, intOption("threads", values.threads, 1), values.allowNonfinite === true);
+  const loaded = loadForCli(
+    modelPath,
+    io,
+    backend,
+    intOption("threads", values.threads, 1),
+    values.allowNonfinite === true,
+  );
   const { file, config, model } = loaded;
   const nVocab = config.nVocab;
   let tokens: number[];
@@ -85,15 +114,21 @@ export async function logitsMain(argv: string[], io: CliIO): Promise<void> {
     tokens = tok().encodePrompt(values.prompt!);
     if (tokens.length === 0) throw new UsageError("--prompt encodes to no tokens");
     const bad = tokens.find((t) => t >= nVocab);
-    if (bad !== undefined) throw new ModelConfigError(`the tokenizer gave id ${bad}, outside the model's ${nVocab} logits`);
+    if (bad !== undefined)
+      throw new ModelConfigError(`the tokenizer gave id ${bad}, outside the model's ${nVocab} logits`);
   }
-  if (tokens.length > config.contextLength) throw new UsageError(`${tokens.length} tokens exceed the model's context length ${config.contextLength}`);
+  if (tokens.length > config.contextLength)
+    throw new UsageError(`${tokens.length} tokens exceed the model's context length ${config.contextLength}`);
 
   const bar = positionsBar(io, path);
   const t0 = performance.now();
   let rows: Float32Array[];
   try {
-    rows = evaluateAll(model, tokens, { path: path as AttentionPath, ...(chunk !== undefined ? { chunk } : {}), onProgress: (d, t) => bar.update(d, t) });
+    rows = evaluateAll(model, tokens, {
+      path: path as AttentionPath,
+      ...(chunk !== undefined ? { chunk } : {}),
+      onProgress: (d, t) => bar.update(d, t),
+    });
   } finally {
     bar.stop();
     closeLoaded(loaded);
@@ -115,7 +150,9 @@ export async function logitsMain(argv: string[], io: CliIO): Promise<void> {
     // Streamed row by row: full rows of a real vocabulary are large.
     io.out(JSON.stringify(head).slice(0, -1) + ',"logprobs":[');
     lps.forEach((lp, i) => {
-      const row = full ? Array.from(lp, (x) => (Number.isFinite(x) ? x : null)) : topLogprobs(lp, topK).map(([id, x]) => [id, Number.isFinite(x) ? x : null]);
+      const row = full
+        ? Array.from(lp, (x) => (Number.isFinite(x) ? x : null))
+        : topLogprobs(lp, topK).map(([id, x]) => [id, Number.isFinite(x) ? x : null]);
       io.out((i > 0 ? ",\n" : "\n") + JSON.stringify(row));
     });
     io.out("\n]}\n");
@@ -133,13 +170,19 @@ export async function logitsMain(argv: string[], io: CliIO): Promise<void> {
         .map(([tid, x]) => `${tid} "${show(t.decode([tid]))}" ${x.toFixed(4)}`)
         .join("  ");
       io.out(
-        `${String(i).padStart(3)}  ${String(id).padStart(6)}  ${show(t.decode([id])).slice(0, 20).padEnd(20)} ${(nextLp !== undefined ? nextLp.toFixed(4) : "-").padStart(19)}  | ${top}\n`,
+        `${String(i).padStart(3)}  ${String(id).padStart(6)}  ${show(t.decode([id]))
+          .slice(0, 20)
+          .padEnd(20)} ${(nextLp !== undefined ? nextLp.toFixed(4) : "-").padStart(19)}  | ${top}\n`,
       );
     });
     if (tokens.length > 1) {
       const mean = nll / (tokens.length - 1);
-      io.out(`mean NLL of the given continuation: ${mean.toFixed(4)} nats (perplexity ${Math.exp(mean).toFixed(3)}) over ${tokens.length - 1} predictions\n`);
+      io.out(
+        `mean NLL of the given continuation: ${mean.toFixed(4)} nats (perplexity ${Math.exp(mean).toFixed(3)}) over ${tokens.length - 1} predictions\n`,
+      );
     }
   }
-  io.err(`logits: ${tokens.length} tokens in ${ms.toFixed(1)} ms (${((tokens.length * 1000) / ms).toFixed(2)} tokens/s, path ${path}${path === "prefill" ? `, chunk ${chunk ?? DEFAULT_PREFILL_CHUNK}` : ""})\n`);
+  io.err(
+    `logits: ${tokens.length} tokens in ${ms.toFixed(1)} ms (${((tokens.length * 1000) / ms).toFixed(2)} tokens/s, path ${path}${path === "prefill" ? `, chunk ${chunk ?? DEFAULT_PREFILL_CHUNK}` : ""})\n`,
+  );
 }

@@ -45,13 +45,18 @@ export function repeatable(value: string, previous: string[] | undefined): strin
  * Parse `argv` (the arguments after the command name). Returns the option values (camelCase keys, as commander names
  * them) and the positionals, or undefined when --help was printed. A malformed command line is a UsageError (exit 2).
  */
-export function parseCommand<T>(parser: Parser, argv: readonly string[], sink: HelpSink): { opts: T; args: string[] } | undefined {
+export function parseCommand<T>(
+  parser: Parser,
+  argv: readonly string[],
+  sink: HelpSink,
+): { opts: T; args: string[] } | undefined {
   parser.exitOverride().configureOutput({ writeOut: (s) => sink.out(s), writeErr: () => {}, outputError: () => {} });
   try {
     parser.parse([...argv], { from: "user" });
   } catch (e) {
     if (e instanceof CommanderError) {
-      if (e.code === "commander.helpDisplayed" || e.code === "commander.help" || e.code === "commander.version") return undefined;
+      if (e.code === "commander.helpDisplayed" || e.code === "commander.help" || e.code === "commander.version")
+        return undefined;
       throw new UsageError(`${commanderMessage(e)}\nRun \`${parser.name()} --help\` for its options.`);
     }
     throw e;

@@ -1,7 +1,17 @@
 import type { Command } from "./command.js";
 import { ModelConfigError, UsageError } from "../util/errors.js";
 import { closeLoaded } from "../runtime/load.js";
-import { backendOption, backendOptions, intOption, loadForCli, parseModelArgs, positionsBar, processIO, type BackendFlags, type CliIO } from "./common.js";
+import {
+  backendOption,
+  backendOptions,
+  intOption,
+  loadForCli,
+  parseModelArgs,
+  positionsBar,
+  processIO,
+  type BackendFlags,
+  type CliIO,
+} from "./common.js";
 import { commandParser, repeatable, type Parser } from "./options.js";
 
 export { backendOption, intOption, loadForCli, positionsBar, processIO, type CliIO } from "./common.js";
@@ -51,8 +61,15 @@ export function samplingOptions(parser: Parser): Parser {
 }
 
 function runParser(): Parser {
-  const parser = commandParser("run", 'MODEL.gguf -p "text" [options]', "Generate text; it streams to stdout (after the prompt, unless --no-echo) as tokens arrive, timings go to stderr.")
-    .option("-p, --prompt <TEXT>", "the prompt (special-token texts in it are recognised; BOS added per the model, never twice)")
+  const parser = commandParser(
+    "run",
+    'MODEL.gguf -p "text" [options]',
+    "Generate text; it streams to stdout (after the prompt, unless --no-echo) as tokens arrive, timings go to stderr.",
+  )
+    .option(
+      "-p, --prompt <TEXT>",
+      "the prompt (special-token texts in it are recognised; BOS added per the model, never twice)",
+    )
     .option("-n, --n-predict <N>", "most tokens to generate (default 128; -1 = until the context is full)");
   samplingOptions(parser)
     .option("--chat", "render the model's chat template around the prompt as a user message")
@@ -75,9 +92,16 @@ function runParser(): Parser {
 }
 
 /** The sampler settings of --temp, --top-k, --top-p, --min-p and --seed (a random seed when none is given). */
-export function samplingFromFlags(values: { temp?: string; topK?: string; topP?: string; minP?: string; seed?: string }): { temperature: number; topK: number; topP: number; minP: number; seed: number } {
+export function samplingFromFlags(values: {
+  temp?: string;
+  topK?: string;
+  topP?: string;
+  minP?: string;
+  seed?: string;
+}): { temperature: number; topK: number; topP: number; minP: number; seed: number } {
   const seedArg = values.seed;
-  if (seedArg !== undefined && !/^\d+$/.test(seedArg)) throw new UsageError(`--seed must be an integer ≥ 0, got "${seedArg}"`);
+  if (seedArg !== undefined && !/^\d+$/.test(seedArg))
+    throw new UsageError(`--seed must be an integer ≥ 0, got "${seedArg}"`);
   const seed = seedArg !== undefined ? Number(seedArg) : Math.floor(Math.random() * 2 ** 32);
   if (!Number.isSafeInteger(seed)) throw new UsageError(`--seed must be a safe integer, got "${seedArg}"`);
   return {
@@ -101,10 +125,12 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
   const { values, model: modelPath } = parsed;
   if (values.prompt === undefined) throw new UsageError("-p/--prompt is required");
   const path = values.path ?? "prefill";
-  if (path !== "prefill" && path !== "decode" && path !== "reference") throw new UsageError(`--path must be prefill, decode or reference, got "${path}"`);
+  if (path !== "prefill" && path !== "decode" && path !== "reference")
+    throw new UsageError(`--path must be prefill, decode or reference, got "${path}"`);
   if (values.system !== undefined && values.chat !== true) throw new UsageError("--system needs --chat");
   const nArg = values.nPredict;
-  if (nArg !== undefined && nArg !== "-1" && !/^\d+$/.test(nArg.trim())) throw new UsageError(`--n-predict must be an integer ≥ 0 (or -1), got "${nArg}"`);
+  if (nArg !== undefined && nArg !== "-1" && !/^\d+$/.test(nArg.trim()))
+    throw new UsageError(`--n-predict must be an integer ≥ 0 (or -1), got "${nArg}"`);
   const nPredict = nArg === undefined ? 128 : Number(nArg);
   const chunk = intOption("chunk", values.chunk, 1);
   const sampling = { ...samplingFromFlags(values), logprobs: intOption("logprobs", values.logprobs, 0) ?? 0 };
@@ -116,7 +142,17 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
   const t0 = performance.now();
   // (the fused pipeline compiles the kernels of GPU draws ahead where this sampler may draw there)
   const sampler = new Sampler(sampling);
-  const runner = openRunner(modelPath, io, backend, threads, path, values, nPredict, chunk, sampler.drawsOnDevice(true));
+  const runner = openRunner(
+    modelPath,
+    io,
+    backend,
+    threads,
+    path,
+    values,
+    nPredict,
+    chunk,
+    sampler.drawsOnDevice(true),
+  );
   // opening the model: reading its file, and on the fused GPU pipeline starting the device and uploading the weights
   const loadMs = performance.now() - t0;
   const { tokenizer, prompt, model } = runner;
@@ -124,7 +160,9 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
   if (outside !== undefined) {
     // the file's tokenizer and its output matrix disagree: a bad file, not a bad prompt
     runner.close();
-    throw new ModelConfigError(`the tokenizer gave id ${outside}, outside the model's ${model.config.nVocab} logits (tokenizer.ggml.tokens is longer than the vocabulary)`);
+    throw new ModelConfigError(
+      `the tokenizer gave id ${outside}, outside the model's ${model.config.nVocab} logits (tokenizer.ggml.tokens is longer than the vocabulary)`,
+    );
   }
 
   const bar = json ? undefined : positionsBar(io, "prompt");
@@ -184,8 +222,17 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
       })),
       timings: {
         load_ms: loadMs,
-        ...(runner.warm !== undefined ? { gpu_kernels_compiled: runner.warm.kernels, compile_ms: runner.warm.compileMs } : {}),
-        ...(host !== undefined ? { gpu_steps: host.steps, gpu_dispatches: host.dispatches, gpu_host_encode_ms: host.encodeMs, gpu_host_submit_ms: host.submitMs } : {}),
+        ...(runner.warm !== undefined
+          ? { gpu_kernels_compiled: runner.warm.kernels, compile_ms: runner.warm.compileMs }
+          : {}),
+        ...(host !== undefined
+          ? {
+              gpu_steps: host.steps,
+              gpu_dispatches: host.dispatches,
+              gpu_host_encode_ms: host.encodeMs,
+              gpu_host_submit_ms: host.submitMs,
+            }
+          : {}),
         prompt_tokens: result.promptTokens,
         prefill_ms: t.prefillMs,
         prompt_tokens_per_second: t.promptTokensPerSecond,
@@ -214,7 +261,11 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
  * host).
  */
 function decodeName(mode: DecodeMode): "gpu-greedy-chained" | "gpu-draws-chained" | "host-sampling" {
-  return mode === "greedy-chained" ? "gpu-greedy-chained" : mode === "draws-chained" ? "gpu-draws-chained" : "host-sampling";
+  return mode === "greedy-chained"
+    ? "gpu-greedy-chained"
+    : mode === "draws-chained"
+      ? "gpu-draws-chained"
+      : "host-sampling";
 }
 
 interface Runner {
@@ -246,7 +297,17 @@ const FUSED_OPEN_CONTEXT = 32768;
  * pipeline (every layer of a step in one replayed pass: FusedGpuModel); otherwise — and for auto without a hardware
  * adapter — the model is loaded with the backend's matrix kernels.
  */
-function openRunner(modelPath: string, io: CliIO, requested: BackendChoice, threads: number | undefined, path: string, values: { prompt?: string; chat?: boolean; system?: string; allowNonfinite?: boolean }, nPredict: number, chunk: number | undefined, draws: boolean): Runner {
+function openRunner(
+  modelPath: string,
+  io: CliIO,
+  requested: BackendChoice,
+  threads: number | undefined,
+  path: string,
+  values: { prompt?: string; chat?: boolean; system?: string; allowNonfinite?: boolean },
+  nPredict: number,
+  chunk: number | undefined,
+  draws: boolean,
+): Runner {
   let backend = requested;
   if ((backend === "webgpu" || backend === "auto") && path !== "reference") {
     let prompt: number[] = [];
@@ -254,19 +315,39 @@ function openRunner(modelPath: string, io: CliIO, requested: BackendChoice, thre
     const open = openFusedForCli(modelPath, backend, io, (config, file) => {
       tokenizer = Tokenizer.fromMetadata(file.metadata);
       prompt = promptIds(tokenizer, values);
-      const context = Math.min(config.contextLength, nPredict < 0 ? Math.max(FUSED_OPEN_CONTEXT, prompt.length + 1) : prompt.length + nPredict + 1);
+      const context = Math.min(
+        config.contextLength,
+        nPredict < 0 ? Math.max(FUSED_OPEN_CONTEXT, prompt.length + 1) : prompt.length + nPredict + 1,
+      );
       const maxTokens = chunk ?? DEFAULT_PREFILL_CHUNK;
       // the steps this run takes: its prompt's prefill chunks (or one token at a time), then one-token decode steps
-      const prefill = path === "decode" || prompt.length === 0 ? [] : [...new Set([Math.min(prompt.length, maxTokens), prompt.length % maxTokens || maxTokens])];
+      const prefill =
+        path === "decode" || prompt.length === 0
+          ? []
+          : [...new Set([Math.min(prompt.length, maxTokens), prompt.length % maxTokens || maxTokens])];
       return { context, maxTokens, warm: { decode: 1, greedy: true, ...(draws ? { draws } : {}), prefill } };
     });
     if (open.fused !== undefined) {
       const f = open.fused;
-      return { tokenizer: tokenizer!, prompt, model: f, backend: `fused-webgpu (${f.adapter})`, warm: f.warmStats, hostStats: () => f.hostStats(), close: () => void f.close() };
+      return {
+        tokenizer: tokenizer!,
+        prompt,
+        model: f,
+        backend: `fused-webgpu (${f.adapter})`,
+        warm: f.warmStats,
+        hostStats: () => f.hostStats(),
+        close: () => void f.close(),
+      };
     }
     backend = open.backend;
   }
   const loaded = loadForCli(modelPath, io, backend, threads, values.allowNonfinite === true);
   const tokenizer = Tokenizer.fromMetadata(loaded.file.metadata);
-  return { tokenizer, prompt: promptIds(tokenizer, values), model: loaded.model, backend: loaded.model.kernels.name, close: () => closeLoaded(loaded) };
+  return {
+    tokenizer,
+    prompt: promptIds(tokenizer, values),
+    model: loaded.model,
+    backend: loaded.model.kernels.name,
+    close: () => closeLoaded(loaded),
+  };
 }

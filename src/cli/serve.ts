@@ -14,7 +14,14 @@ import type { GGUFFile } from "../gguf/file.js";
 import type { ModelConfig } from "../model/config.js";
 import type { FusedGpuModel } from "../backend/webgpu/index.js";
 import { openFusedForCli, type FusedOpen } from "./fused.js";
-import { ALLOW_NONFINITE_OPTION, type CliIO, intOption, nonFiniteWarning, parseModelArgs, processIO } from "./common.js";
+import {
+  ALLOW_NONFINITE_OPTION,
+  type CliIO,
+  intOption,
+  nonFiniteWarning,
+  parseModelArgs,
+  processIO,
+} from "./common.js";
 import { commandParser, repeatable, valuesByFlag, type Parser } from "./options.js";
 
 function serveParser(): Parser {
@@ -26,8 +33,15 @@ function serveParser(): Parser {
     .option("--host <HOST>", "address to listen on (default 127.0.0.1)")
     .option("--port <N>", "port (default 8080; 0 = any free port, printed on stderr)")
     .option("--api-key <KEY>", 'require "Authorization: Bearer KEY" (also from LATENT_API_KEY)')
-    .option("--cors <ORIGINS>", "let browser pages from these origins call the server: '*' or a comma list such as http://localhost:3000,https://app.example (default: off, no CORS headers)")
-    .option("--alias <NAME>", "model id clients send (default the file name without .gguf); repeat it, or give a comma list, for several ids: /v1/models lists them all, any of them is accepted", repeatable)
+    .option(
+      "--cors <ORIGINS>",
+      "let browser pages from these origins call the server: '*' or a comma list such as http://localhost:3000,https://app.example (default: off, no CORS headers)",
+    )
+    .option(
+      "--alias <NAME>",
+      "model id clients send (default the file name without .gguf); repeat it, or give a comma list, for several ids: /v1/models lists them all, any of them is accepted",
+      repeatable,
+    )
     .option("--max-batch <N>", "most sequences running at once (default 16)")
     .option("--kv-cache-tokens <N>", "KV cache positions shared by all sequences (default 8192)")
     .option("--page-size <N>", `positions per KV page (default ${DEFAULT_PAGE_SIZE})`)
@@ -35,22 +49,67 @@ function serveParser(): Parser {
     .option("--prefill-chunk <N>", "most prompt tokens one sequence prefills per step (default 128)")
     .option("--token-budget <N>", "most tokens per forward pass (default 256)")
     .option("--max-queue <N>", "most waiting sequences before 429 with Retry-After (default 256)")
-    .option("--chain-steps <N>", "most greedy decode steps chained on the GPU between host round trips (fused webgpu pipeline; only while every running request is greedy without top logprobs and none waits; default 8, 0 = off)")
-    .option("--max-connections <N>", `open connections; past it a new one gets 503 and is closed (default ${DEFAULT_LIMITS.maxConnections})`)
-    .option("--max-body-bytes <N>", `one request body (413 beyond, answered once the body is read; default ${DEFAULT_LIMITS.maxBodyBytes})`)
-    .option("--max-inflight-body-bytes <N>", `request bodies being received, all together (503 beyond; default ${DEFAULT_LIMITS.maxBufferedBodyBytes})`)
-    .option("--headers-timeout <S>", `seconds for a request's headers to arrive (default ${DEFAULT_LIMITS.headersTimeoutMs / 1000})`)
-    .option("--body-timeout <S>", `seconds for a request's body to arrive (408 beyond; default ${DEFAULT_LIMITS.bodyTimeoutMs / 1000})`)
-    .option("--request-timeout <S>", `seconds a generation request may take, queue included (504 beyond; default ${DEFAULT_LIMITS.requestTimeoutMs / 1000}, 0 = none)`)
-    .option("--drain-timeout <S>", `on SIGTERM, seconds to let running requests finish before cancelling them (default ${DEFAULT_LIMITS.drainTimeoutMs / 1000})`)
-    .option("--max-stream-buffer <N>", `bytes a streaming client may leave unread before it is dropped (default ${DEFAULT_LIMITS.maxStreamBufferBytes})`)
-    .option("--stream-stall-timeout <S>", `seconds a streaming client may read nothing while the server holds its output (its sequences paused, keeping their KV pages) before it is dropped (default ${DEFAULT_LIMITS.streamStallTimeoutMs / 1000}, 0 = never)`)
-    .option("--default-max-tokens <N>", `chat max_tokens when the request sets none (default ${DEFAULT_LIMITS.defaultChatMaxTokens}; never past the context)`)
-    .option("--retry-after <S>", `Retry-After seconds sent with 429 and 503 (default ${DEFAULT_LIMITS.retryAfterSeconds})`)
+    .option(
+      "--chain-steps <N>",
+      "most greedy decode steps chained on the GPU between host round trips (fused webgpu pipeline; only while every running request is greedy without top logprobs and none waits; default 8, 0 = off)",
+    )
+    .option(
+      "--max-connections <N>",
+      `open connections; past it a new one gets 503 and is closed (default ${DEFAULT_LIMITS.maxConnections})`,
+    )
+    .option(
+      "--max-body-bytes <N>",
+      `one request body (413 beyond, answered once the body is read; default ${DEFAULT_LIMITS.maxBodyBytes})`,
+    )
+    .option(
+      "--max-inflight-body-bytes <N>",
+      `request bodies being received, all together (503 beyond; default ${DEFAULT_LIMITS.maxBufferedBodyBytes})`,
+    )
+    .option(
+      "--headers-timeout <S>",
+      `seconds for a request's headers to arrive (default ${DEFAULT_LIMITS.headersTimeoutMs / 1000})`,
+    )
+    .option(
+      "--body-timeout <S>",
+      `seconds for a request's body to arrive (408 beyond; default ${DEFAULT_LIMITS.bodyTimeoutMs / 1000})`,
+    )
+    .option(
+      "--request-timeout <S>",
+      `seconds a generation request may take, queue included (504 beyond; default ${DEFAULT_LIMITS.requestTimeoutMs / 1000}, 0 = none)`,
+    )
+    .option(
+      "--drain-timeout <S>",
+      `on SIGTERM, seconds to let running requests finish before cancelling them (default ${DEFAULT_LIMITS.drainTimeoutMs / 1000})`,
+    )
+    .option(
+      "--max-stream-buffer <N>",
+      `bytes a streaming client may leave unread before it is dropped (default ${DEFAULT_LIMITS.maxStreamBufferBytes})`,
+    )
+    .option(
+      "--stream-stall-timeout <S>",
+      `seconds a streaming client may read nothing while the server holds its output (its sequences paused, keeping their KV pages) before it is dropped (default ${DEFAULT_LIMITS.streamStallTimeoutMs / 1000}, 0 = never)`,
+    )
+    .option(
+      "--default-max-tokens <N>",
+      `chat max_tokens when the request sets none (default ${DEFAULT_LIMITS.defaultChatMaxTokens}; never past the context)`,
+    )
+    .option(
+      "--retry-after <S>",
+      `Retry-After seconds sent with 429 and 503 (default ${DEFAULT_LIMITS.retryAfterSeconds})`,
+    )
     .option("--no-prefix-cache", "do not share KV pages between equal prompt prefixes")
-    .option("--reasoning-format <F>", "chat answers of thinking models: deepseek (default: <think> reasoning in reasoning_content, the answer in content) or none (the raw text, tags included, in content)")
-    .option("--log-format <F>", "text (default: one line per event and per request) or json (JSON lines: level, time, msg and the request's fields)")
-    .option("--log-level <L>", "debug, info (default), warn, error or silent; each request is logged at info (5xx at error; /health and /metrics polls at debug)")
+    .option(
+      "--reasoning-format <F>",
+      "chat answers of thinking models: deepseek (default: <think> reasoning in reasoning_content, the answer in content) or none (the raw text, tags included, in content)",
+    )
+    .option(
+      "--log-format <F>",
+      "text (default: one line per event and per request) or json (JSON lines: level, time, msg and the request's fields)",
+    )
+    .option(
+      "--log-level <L>",
+      "debug, info (default), warn, error or silent; each request is logged at info (5xx at error; /health and /metrics polls at debug)",
+    )
     .option("--quiet", "only warnings and errors (--log-level warn)")
     .option("--log-steps", "log every forward pass (sequences, tokens, decoding, ms) and every chain of greedy steps")
     .option(
@@ -61,7 +120,25 @@ function serveParser(): Parser {
     .option(...ALLOW_NONFINITE_OPTION);
 }
 
-type ValuedFlag = "host" | "port" | "api-key" | "cors" | "max-batch" | "kv-cache-tokens" | "page-size" | "ctx-size" | "prefill-chunk" | "token-budget" | "max-queue" | "chain-steps" | LimitFlag | "reasoning-format" | "log-format" | "log-level" | "backend" | "threads";
+type ValuedFlag =
+  | "host"
+  | "port"
+  | "api-key"
+  | "cors"
+  | "max-batch"
+  | "kv-cache-tokens"
+  | "page-size"
+  | "ctx-size"
+  | "prefill-chunk"
+  | "token-budget"
+  | "max-queue"
+  | "chain-steps"
+  | LimitFlag
+  | "reasoning-format"
+  | "log-format"
+  | "log-level"
+  | "backend"
+  | "threads";
 /** The values of serve's options, by flag name as typed (the names the checks below and their messages use). */
 type ServeFlags = Partial<Record<ValuedFlag, string>> & {
   alias?: string[];
@@ -84,7 +161,8 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
   const modelPath = parsed.model;
   const values = valuesByFlag(parser) as ServeFlags;
   const backend = values.backend ?? "auto";
-  if (backend !== "cpu" && backend !== "auto" && backend !== "reference" && backend !== "webgpu") throw new UsageError(`--backend must be cpu, reference, webgpu or auto, got "${backend}"`);
+  if (backend !== "cpu" && backend !== "auto" && backend !== "reference" && backend !== "webgpu")
+    throw new UsageError(`--backend must be cpu, reference, webgpu or auto, got "${backend}"`);
   const threads = intOption("threads", values.threads, 1);
   const port = intOption("port", values.port, 0) ?? 8080;
   if (port > 65535) throw new UsageError(`--port must be at most 65535, got ${port}`);
@@ -93,11 +171,23 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
   const limits = limitOptions(values);
   const cors = values.cors !== undefined ? parseCorsOrigins(values.cors) : undefined; // a bad list fails before the model loads
   const reasoningFormat = values["reasoning-format"] ?? "deepseek";
-  if (!(REASONING_FORMATS as readonly string[]).includes(reasoningFormat)) throw new UsageError(`--reasoning-format must be ${REASONING_FORMATS.join(" or ")}, got "${reasoningFormat}"`);
+  if (!(REASONING_FORMATS as readonly string[]).includes(reasoningFormat))
+    throw new UsageError(`--reasoning-format must be ${REASONING_FORMATS.join(" or ")}, got "${reasoningFormat}"`);
   const aliases = aliasOption(values.alias);
   const logger = loggerOption(values, io);
   // with JSON lines, what the loaders print (fallback notes, non-finite weights) becomes log lines too, and no bars
-  const loadIO: CliIO = values["log-format"] === "json" ? { out: io.out, err: (text) => text.split("\n").filter((l) => l.trim() !== "").forEach((l) => logger.event("warn", l)), tty: false } : io;
+  const loadIO: CliIO =
+    values["log-format"] === "json"
+      ? {
+          out: io.out,
+          err: (text) =>
+            text
+              .split("\n")
+              .filter((l) => l.trim() !== "")
+              .forEach((l) => logger.event("warn", l)),
+          tty: false,
+        }
+      : io;
   if (!existsSync(path)) throw new UsageError(`model file not found: ${path}`);
   const maxBatch = intOption("max-batch", values["max-batch"], 1);
   const ctxSize = intOption("ctx-size", values["ctx-size"], 1);
@@ -109,18 +199,39 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
   const chainSteps = intOption("chain-steps", values["chain-steps"], 0);
   const host = values.host ?? "127.0.0.1";
   // the port first: a busy one fails now, not after the load; meanwhile /health says "loading"
-  const gate = await openLoadingGate({ host, port, retryAfterSeconds: limits.retryAfterSeconds ?? DEFAULT_LIMITS.retryAfterSeconds, ...(cors !== undefined ? { cors } : {}) });
+  const gate = await openLoadingGate({
+    host,
+    port,
+    retryAfterSeconds: limits.retryAfterSeconds ?? DEFAULT_LIMITS.retryAfterSeconds,
+    ...(cors !== undefined ? { cors } : {}),
+  });
   logger.event("info", `latent serve: loading ${path}; port ${gate.port} answers 503 until the model is ready`);
   let served: ServedLoad;
   try {
-    served = loadForServe(path, backend, { maxBatch, ctxSize, prefillChunk, kvTokensArg, pageSize, threads, allowNonFinite: values["allow-nonfinite"] === true }, gate, logger, loadIO);
+    served = loadForServe(
+      path,
+      backend,
+      {
+        maxBatch,
+        ctxSize,
+        prefillChunk,
+        kvTokensArg,
+        pageSize,
+        threads,
+        allowNonFinite: values["allow-nonfinite"] === true,
+      },
+      gate,
+      logger,
+      loadIO,
+    );
   } catch (e) {
     await gate.close();
     throw e;
   }
   const { loaded, fused } = served;
   await gate.close();
-  const opt = <K extends string>(k: K, v: number | undefined): Partial<Record<K, number>> => (v === undefined ? {} : ({ [k]: v } as Record<K, number>));
+  const opt = <K extends string>(k: K, v: number | undefined): Partial<Record<K, number>> =>
+    v === undefined ? {} : ({ [k]: v } as Record<K, number>);
   const server = await startServer({
     loaded,
     modelPath: path,
@@ -167,13 +278,18 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
 
 // ---- logging and model-id options (--log-format, --log-level, --quiet, --alias) ----
 
-function loggerOption(values: { readonly "log-format"?: string; readonly "log-level"?: string; readonly quiet?: boolean }, io: CliIO): ServerLogger {
+function loggerOption(
+  values: { readonly "log-format"?: string; readonly "log-level"?: string; readonly quiet?: boolean },
+  io: CliIO,
+): ServerLogger {
   const format = values["log-format"] ?? "text";
-  if (format !== "text" && format !== "json") throw new UsageError(`--log-format must be text or json, got "${format}"`);
+  if (format !== "text" && format !== "json")
+    throw new UsageError(`--log-format must be text or json, got "${format}"`);
   let level: LogLevel = "info";
   if (values["log-level"] !== undefined) {
     const parsedLevel = parseLogLevel(values["log-level"]);
-    if (parsedLevel === undefined) throw new UsageError(`--log-level must be debug, info, warn, error or silent, got "${values["log-level"]}"`);
+    if (parsedLevel === undefined)
+      throw new UsageError(`--log-level must be debug, info, warn, error or silent, got "${values["log-level"]}"`);
     if (values.quiet === true) throw new UsageError("--quiet and --log-level cannot be given together");
     level = parsedLevel;
   } else if (values.quiet === true) level = "warn";
@@ -212,13 +328,38 @@ interface LoadSizes {
 }
 
 /** Decide the backend (said in the log), load the model with the gate's /health progress, log how long it took. */
-function loadForServe(path: string, backend: BackendChoice, o: LoadSizes, gate: LoadingGate, logger: ServerLogger, io: CliIO): ServedLoad {
+function loadForServe(
+  path: string,
+  backend: BackendChoice,
+  o: LoadSizes,
+  gate: LoadingGate,
+  logger: ServerLogger,
+  io: CliIO,
+): ServedLoad {
   const t0 = performance.now();
   const decision = decideBackend(backend);
   logger.event("info", `backend ${decision.reason}`);
-  const gpu = decision.backend === "webgpu" ? openFused(path, backend === "auto" ? "auto" : "webgpu", { slots: o.maxBatch ?? 16, ctxSize: o.ctxSize, prefillChunk: o.prefillChunk ?? 128, kvTokens: o.kvTokensArg, pageSize: o.pageSize }, io, (f) => gate.setProgress(f)) : undefined;
+  const gpu =
+    decision.backend === "webgpu"
+      ? openFused(
+          path,
+          backend === "auto" ? "auto" : "webgpu",
+          {
+            slots: o.maxBatch ?? 16,
+            ctxSize: o.ctxSize,
+            prefillChunk: o.prefillChunk ?? 128,
+            kvTokens: o.kvTokensArg,
+            pageSize: o.pageSize,
+          },
+          io,
+          (f) => gate.setProgress(f),
+        )
+      : undefined;
   const open = gpu?.open;
-  const fused = open?.fused !== undefined ? { file: open.file, config: open.config, model: open.fused, kvTokens: gpu!.kvTokens } : undefined;
+  const fused =
+    open?.fused !== undefined
+      ? { file: open.file, config: open.config, model: open.fused, kvTokens: gpu!.kvTokens }
+      : undefined;
   const loadWith = open !== undefined && open.fused === undefined ? open.backend : decision.backend;
   const loaded =
     fused ??
@@ -229,12 +370,26 @@ function loadForServe(path: string, backend: BackendChoice, o: LoadSizes, gate: 
     });
   gate.setProgress(1);
   const warmed = fused?.model.warmStats;
-  const engine = fused !== undefined ? `fused WebGPU pipeline on ${fused.model.adapter}; ${warmed!.kernels} GPU kernels compiled in ${(warmed!.compileMs / 1000).toFixed(1)} s` : `kernels: ${(loaded as LoadedModel).model.kernels.name}`;
+  const engine =
+    fused !== undefined
+      ? `fused WebGPU pipeline on ${fused.model.adapter}; ${warmed!.kernels} GPU kernels compiled in ${(warmed!.compileMs / 1000).toFixed(1)} s`
+      : `kernels: ${(loaded as LoadedModel).model.kernels.name}`;
   logger.event("info", `loaded ${path} in ${((performance.now() - t0) / 1000).toFixed(1)} s (${engine})`);
   return { loaded, fused };
 }
 
-type LimitFlag = "max-connections" | "max-body-bytes" | "max-inflight-body-bytes" | "headers-timeout" | "body-timeout" | "request-timeout" | "drain-timeout" | "max-stream-buffer" | "stream-stall-timeout" | "default-max-tokens" | "retry-after";
+type LimitFlag =
+  | "max-connections"
+  | "max-body-bytes"
+  | "max-inflight-body-bytes"
+  | "headers-timeout"
+  | "body-timeout"
+  | "request-timeout"
+  | "drain-timeout"
+  | "max-stream-buffer"
+  | "stream-stall-timeout"
+  | "default-max-tokens"
+  | "retry-after";
 
 /** The limit flags as startServer options (checked before the model loads; times in seconds become ms). */
 function limitOptions(values: Partial<Record<LimitFlag, string>>): Partial<ServerLimits> {
@@ -269,17 +424,40 @@ interface FusedServeOptions {
   readonly pageSize: number;
 }
 
-function openFused(path: string, backend: "webgpu" | "auto", o: FusedServeOptions, io: CliIO, onLoaded: (fraction: number) => void): { open: FusedOpen; kvTokens: number } {
+function openFused(
+  path: string,
+  backend: "webgpu" | "auto",
+  o: FusedServeOptions,
+  io: CliIO,
+  onLoaded: (fraction: number) => void,
+): { open: FusedOpen; kvTokens: number } {
   let kvTokens = 0;
-  const open = openFusedForCli(path, backend, io, (config) => {
-    const context = Math.min(config.contextLength, o.ctxSize ?? FUSED_DEFAULT_CTX);
-    // the server's default pool size, computed alike
-    kvTokens = o.kvTokens ?? Math.min(8192, o.slots * context);
-    const maxTokens = Math.max(o.prefillChunk, o.slots);
-    // every step the server can take: decode batches of 1..slots sequences (greedy ones chained on the GPU) and prompt
-    // chunks of 1..prefillChunk tokens, so that no request waits for the compiler (new batch sizes come and go)
-    const warm = { decode: o.slots, greedy: true, draws: true, prefill: Array.from({ length: o.prefillChunk }, (_, i) => i + 1) };
-    return { slots: o.slots, context, maxTokens, warm, pages: { pageSize: o.pageSize, numPages: Math.ceil(kvTokens / o.pageSize) } };
-  }, onLoaded);
+  const open = openFusedForCli(
+    path,
+    backend,
+    io,
+    (config) => {
+      const context = Math.min(config.contextLength, o.ctxSize ?? FUSED_DEFAULT_CTX);
+      // the server's default pool size, computed alike
+      kvTokens = o.kvTokens ?? Math.min(8192, o.slots * context);
+      const maxTokens = Math.max(o.prefillChunk, o.slots);
+      // every step the server can take: decode batches of 1..slots sequences (greedy ones chained on the GPU) and prompt
+      // chunks of 1..prefillChunk tokens, so that no request waits for the compiler (new batch sizes come and go)
+      const warm = {
+        decode: o.slots,
+        greedy: true,
+        draws: true,
+        prefill: Array.from({ length: o.prefillChunk }, (_, i) => i + 1),
+      };
+      return {
+        slots: o.slots,
+        context,
+        maxTokens,
+        warm,
+        pages: { pageSize: o.pageSize, numPages: Math.ceil(kvTokens / o.pageSize) },
+      };
+    },
+    onLoaded,
+  );
   return { open, kvTokens };
 }

@@ -9,7 +9,11 @@ import { synthesize } from "../synth/synthesize.js";
 import { FILE_TYPE_NAMES } from "../synth/types.js";
 
 function synthParser(): Parser {
-  return commandParser("synth", `--preset ${PRESET_NAMES.join("|")} [options] -o FILE.gguf`, "Write a random-weight model with the true shapes of a real one (or fewer layers).")
+  return commandParser(
+    "synth",
+    `--preset ${PRESET_NAMES.join("|")} [options] -o FILE.gguf`,
+    "Write a random-weight model with the true shapes of a real one (or fewer layers).",
+  )
     .option("--arch <deepseek2|glm-dsa>", "architecture (picks the tiny flavour; checked against the other presets)")
     .option("--preset <NAME>", PRESET_NAMES.join(", "))
     .option("--layers <N>", "main decoder layers (dense lead cut to N−1 so an MoE layer stays)")
@@ -18,7 +22,11 @@ function synthParser(): Parser {
     .option("--seed <S>", "weight seed (default 0); same seed → byte-identical file")
     .option("--legacy-kv-b", "old GGUF generation: attn_kv_b, head_count_kv = H, no *_mla keys")
     .option("--split <N>", "write N shards <prefix>-0000i-of-0000N.gguf")
-    .option("--set <key=JSON>", "override any config field, e.g. --set n_vocab=1000 --set yarn=null (repeatable)", repeatable)
+    .option(
+      "--set <key=JSON>",
+      "override any config field, e.g. --set n_vocab=1000 --set yarn=null (repeatable)",
+      repeatable,
+    )
     .option("-o, --out <FILE>", "output path (written under a temporary name, renamed when complete)");
 }
 
@@ -49,11 +57,14 @@ export const synthCommand: Command = {
     const parsed = parseCommand<SynthFlags>(synthParser(), argv, processIO);
     if (parsed === undefined) return;
     const values = parsed.opts;
-    if (parsed.args.length > 0) throw new UsageError(`unexpected argument "${parsed.args[0]}" (the output file is -o FILE)`);
-    if (values.preset === undefined) throw new UsageError("--preset is required\nRun `latent synth --help` for its options.");
+    if (parsed.args.length > 0)
+      throw new UsageError(`unexpected argument "${parsed.args[0]}" (the output file is -o FILE)`);
+    if (values.preset === undefined)
+      throw new UsageError("--preset is required\nRun `latent synth --help` for its options.");
     if (values.out === undefined) throw new UsageError("-o FILE is required");
     const arch = values.arch;
-    if (arch !== undefined && arch !== "deepseek2" && arch !== "glm-dsa") throw new UsageError(`--arch must be deepseek2 or glm-dsa, got "${arch}"`);
+    if (arch !== undefined && arch !== "deepseek2" && arch !== "glm-dsa")
+      throw new UsageError(`--arch must be deepseek2 or glm-dsa, got "${arch}"`);
     const over: Record<string, unknown> = {};
     const layers = intArg("layers", values.layers, 1);
     if (layers !== undefined) over["n_layer"] = layers;
@@ -70,7 +81,14 @@ export const synthCommand: Command = {
     const seed = intArg("seed", values.seed, 0) ?? 0;
     const split = intArg("split", values.split, 1) ?? 1;
     const bar = process.stderr.isTTY
-      ? new cliProgress.SingleBar({ stream: process.stderr, format: "synth [{bar}] {percentage}% | {value}/{total} MB | {tensor}", hideCursor: true }, cliProgress.Presets.shades_classic)
+      ? new cliProgress.SingleBar(
+          {
+            stream: process.stderr,
+            format: "synth [{bar}] {percentage}% | {value}/{total} MB | {tensor}",
+            hideCursor: true,
+          },
+          cliProgress.Presets.shades_classic,
+        )
       : undefined;
     const started = Date.now();
     let paths: string[];

@@ -47,7 +47,13 @@ export function scaleGridShape(shape: readonly number[], block = FP8_BLOCK): num
  * fp8 bytes (row-major `shape`) times the block scales. `scale` is either one value (per-tensor scale) or the grid
  * of scaleGridShape(shape, block).
  */
-export function dequantizeFp8(bytes: Uint8Array, dtype: string, shape: readonly number[], scale: Float32Array, block = FP8_BLOCK): Float32Array {
+export function dequantizeFp8(
+  bytes: Uint8Array,
+  dtype: string,
+  shape: readonly number[],
+  scale: Float32Array,
+  block = FP8_BLOCK,
+): Float32Array {
   const table = fp8Table(dtype);
   if (table === undefined) throw new RangeError(`not an FP8 dtype: ${dtype}`);
   const out = new Float32Array(bytes.length);
@@ -61,7 +67,10 @@ export function dequantizeFp8(bytes: Uint8Array, dtype: string, shape: readonly 
   const gr = Math.ceil(rows / block);
   const gc = Math.ceil(cols / block);
   const slices = bytes.length / (rows * cols);
-  if (scale.length !== slices * gr * gc) throw new RangeError(`scale has ${scale.length} values, a [${shape.join(", ")}] weight in ${block}×${block} blocks needs ${slices * gr * gc}`);
+  if (scale.length !== slices * gr * gc)
+    throw new RangeError(
+      `scale has ${scale.length} values, a [${shape.join(", ")}] weight in ${block}×${block} blocks needs ${slices * gr * gc}`,
+    );
   for (let s = 0; s < slices; s++) {
     for (let r = 0; r < rows; r++) {
       const srow = (s * gr + Math.floor(r / block)) * gc;
@@ -95,7 +104,11 @@ export function f32ToE4M3(x: number): number {
 }
 
 /** Block-scaled E4M3 encoding of row-major `shape` values (scale = block amax / 448, as DeepSeek's weight_quant). */
-export function quantizeFp8Blocks(values: Float32Array, shape: readonly number[], block = FP8_BLOCK): { bytes: Uint8Array; scale: Float32Array; scaleShape: number[] } {
+export function quantizeFp8Blocks(
+  values: Float32Array,
+  shape: readonly number[],
+  block = FP8_BLOCK,
+): { bytes: Uint8Array; scale: Float32Array; scaleShape: number[] } {
   const rows = shape.length >= 2 ? shape[shape.length - 2] : 1;
   const cols = shape[shape.length - 1] ?? 1;
   const scaleShape = scaleGridShape(shape.length >= 2 ? shape : [1, cols], block);
@@ -110,13 +123,15 @@ export function quantizeFp8Blocks(values: Float32Array, shape: readonly number[]
         const r1 = Math.min(rows, (br + 1) * block);
         const c1 = Math.min(cols, (bc + 1) * block);
         let amax = 0;
-        for (let r = br * block; r < r1; r++) for (let c = bc * block; c < c1; c++) amax = Math.max(amax, Math.abs(values[(s * rows + r) * cols + c]));
+        for (let r = br * block; r < r1; r++)
+          for (let c = bc * block; c < c1; c++) amax = Math.max(amax, Math.abs(values[(s * rows + r) * cols + c]));
         const d = Math.fround(amax === 0 ? 1 : amax / E4M3_MAX);
         scale[(s * gr + br) * gc + bc] = d;
-        for (let r = br * block; r < r1; r++) for (let c = bc * block; c < c1; c++) {
-          const i = (s * rows + r) * cols + c;
-          bytes[i] = f32ToE4M3(values[i] / d);
-        }
+        for (let r = br * block; r < r1; r++)
+          for (let c = bc * block; c < c1; c++) {
+            const i = (s * rows + r) * cols + c;
+            bytes[i] = f32ToE4M3(values[i] / d);
+          }
       }
     }
   }

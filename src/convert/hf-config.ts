@@ -20,7 +20,10 @@ export interface HfModelInfo {
   readonly name: string;
 }
 
-const FAMILIES: Record<string, { arch: "deepseek2" | "glm-dsa"; gating: "softmax" | "sigmoid" | "config"; pre: TokenizerPre }> = {
+const FAMILIES: Record<
+  string,
+  { arch: "deepseek2" | "glm-dsa"; gating: "softmax" | "sigmoid" | "config"; pre: TokenizerPre }
+> = {
   deepseek_v2: { arch: "deepseek2", gating: "config", pre: "deepseek-llm" },
   deepseek_v3: { arch: "deepseek2", gating: "sigmoid", pre: "deepseek-v3" },
   glm4_moe_lite: { arch: "deepseek2", gating: "sigmoid", pre: "glm4" },
@@ -35,7 +38,8 @@ const ARCH_TO_TYPE: Record<string, string> = {
 
 export function readHfConfig(dir: string): Json {
   const path = join(dir, "config.json");
-  if (!existsSync(path)) throw new ConvertError(`${dir}: no config.json (is this a Hugging Face checkpoint directory?)`);
+  if (!existsSync(path))
+    throw new ConvertError(`${dir}: no config.json (is this a Hugging Face checkpoint directory?)`);
   let v: unknown;
   try {
     v = JSON.parse(readFileSync(path, "utf8"));
@@ -53,7 +57,9 @@ export function parseHfConfig(cfg: Json, name: string, hasExpBias: boolean): HfM
   const fam = FAMILIES[modelType];
   if (fam === undefined) {
     throw new ConvertError(
-      `unsupported architecture ${architecture || "(none)"} / model_type "${modelType}": latent convert handles ${Object.entries(ARCH_TO_TYPE)
+      `unsupported architecture ${architecture || "(none)"} / model_type "${modelType}": latent convert handles ${Object.entries(
+        ARCH_TO_TYPE,
+      )
         .map(([a, t]) => `${a} (${t})`)
         .join(", ")}`,
     );
@@ -62,7 +68,9 @@ export function parseHfConfig(cfg: Json, name: string, hasExpBias: boolean): HfM
     const v = cfg[key];
     if (typeof v === "number" && Number.isFinite(v)) return v;
     if ((v === undefined || v === null) && dflt !== undefined) return dflt;
-    throw new ConvertError(`config.json: "${key}" ${v === undefined ? "is missing" : `must be a number, got ${JSON.stringify(v)}`}`);
+    throw new ConvertError(
+      `config.json: "${key}" ${v === undefined ? "is missing" : `must be a number, got ${JSON.stringify(v)}`}`,
+    );
   };
   const rp = (cfg.rope_parameters ?? null) as Json | null;
   const rs = (cfg.rope_scaling ?? null) as Json | null;
@@ -74,14 +82,19 @@ export function parseHfConfig(cfg: Json, name: string, hasExpBias: boolean): HfM
     const sc = scaling!;
     const factor = Number(sc.factor);
     const orig = Number(sc.original_max_position_embeddings ?? 4096);
-    if (!Number.isFinite(factor) || !Number.isInteger(orig)) throw new ConvertError("config.json: yarn rope scaling needs factor and original_max_position_embeddings");
+    if (!Number.isFinite(factor) || !Number.isInteger(orig))
+      throw new ConvertError("config.json: yarn rope scaling needs factor and original_max_position_embeddings");
     yarn = { factor, orig_ctx: orig, mscale_all_dim: Number(sc.mscale_all_dim ?? 0) };
-    if (sc.beta_fast !== undefined || sc.beta_slow !== undefined) yarnBeta = { fast: Number(sc.beta_fast ?? 32), slow: Number(sc.beta_slow ?? 1) };
-  } else if (ropeType !== "default") throw new ConvertError(`config.json: rope type "${ropeType}" is not supported (default or yarn)`);
-  const ropeTheta = typeof cfg.rope_theta === "number" ? cfg.rope_theta : typeof rp?.rope_theta === "number" ? rp.rope_theta : 10000;
+    if (sc.beta_fast !== undefined || sc.beta_slow !== undefined)
+      yarnBeta = { fast: Number(sc.beta_fast ?? 32), slow: Number(sc.beta_slow ?? 1) };
+  } else if (ropeType !== "default")
+    throw new ConvertError(`config.json: rope type "${ropeType}" is not supported (default or yarn)`);
+  const ropeTheta =
+    typeof cfg.rope_theta === "number" ? cfg.rope_theta : typeof rp?.rope_theta === "number" ? rp.rope_theta : 10000;
   let gating: "softmax" | "sigmoid" = fam.gating === "config" ? "softmax" : fam.gating;
   if (typeof cfg.scoring_func === "string") {
-    if (cfg.scoring_func !== "softmax" && cfg.scoring_func !== "sigmoid") throw new ConvertError(`config.json: scoring_func "${cfg.scoring_func}" is not supported`);
+    if (cfg.scoring_func !== "softmax" && cfg.scoring_func !== "sigmoid")
+      throw new ConvertError(`config.json: scoring_func "${cfg.scoring_func}" is not supported`);
     gating = cfg.scoring_func;
   }
   const nLayer = num("num_hidden_layers");
@@ -116,13 +129,17 @@ export function parseHfConfig(cfg: Json, name: string, hasExpBias: boolean): HfM
     rms_eps: num("rms_norm_eps", 1e-6),
     rope_base: ropeTheta,
     yarn,
-    indexer: fam.arch === "glm-dsa" ? { heads: num("index_n_heads"), dim: num("index_head_dim"), top_k: num("index_topk") } : null,
+    indexer:
+      fam.arch === "glm-dsa"
+        ? { heads: num("index_n_heads"), dim: num("index_head_dim"), top_k: num("index_topk") }
+        : null,
     nextn,
     context_length: num("max_position_embeddings"),
     pre: fam.pre,
     router_std: 1,
     output_std: 1,
   };
-  if (cfg.tie_word_embeddings === true) throw new ConvertError("config.json: tie_word_embeddings = true is not supported (no MLA MoE release ties them)");
+  if (cfg.tie_word_embeddings === true)
+    throw new ConvertError("config.json: tie_word_embeddings = true is not supported (no MLA MoE release ties them)");
   return { modelType, architecture, config, nLayersKept: nLayer + nextn, yarnBeta, name };
 }

@@ -79,7 +79,10 @@ export function detectPre(preTokenizer: unknown, modelType: string): ConvertPre 
   if (all.includes("\\p{N}{1,3}") && all.includes("぀-ゟ")) return "deepseek-v3";
   if (all.includes("µÀ-ÖØ-öø")) return "deepseek-llm";
   if (/\(\?i:'s\|'t\|'re\|'ve\|'m\|'ll\|'d\)/.test(all) || all.includes("'[sS]")) return "glm4";
-  if (res.length > 0) throw new ConvertError(`tokenizer.json: unrecognised pre-tokenizer regexes ${JSON.stringify(res)} (latent knows deepseek-llm, deepseek-v3 and glm4)`);
+  if (res.length > 0)
+    throw new ConvertError(
+      `tokenizer.json: unrecognised pre-tokenizer regexes ${JSON.stringify(res)} (latent knows deepseek-llm, deepseek-v3 and glm4)`,
+    );
   if (modelType === "deepseek_v2") return "deepseek-llm";
   if (modelType === "deepseek_v3") return "deepseek-v3";
   if (modelType.startsWith("glm")) return "glm4";
@@ -88,7 +91,8 @@ export function detectPre(preTokenizer: unknown, modelType: string): ConvertPre 
 
 function tokenString(v: unknown): string | undefined {
   if (typeof v === "string") return v;
-  if (v !== null && typeof v === "object" && typeof (v as Json).content === "string") return (v as Json).content as string;
+  if (v !== null && typeof v === "object" && typeof (v as Json).content === "string")
+    return (v as Json).content as string;
   return undefined;
 }
 
@@ -97,14 +101,19 @@ export function readHfVocab(dir: string, modelType: string, vocabSize: number): 
   const path = join(dir, "tokenizer.json");
   if (!existsSync(path)) {
     const slow = ["tokenizer.model", "tiktoken.model", "vocab.json"].find((f) => existsSync(join(dir, f)));
-    throw new ConvertError(`${dir}: no tokenizer.json${slow !== undefined ? ` (found ${slow}: only fast byte-level BPE tokenizer.json files are supported)` : ""}`);
+    throw new ConvertError(
+      `${dir}: no tokenizer.json${slow !== undefined ? ` (found ${slow}: only fast byte-level BPE tokenizer.json files are supported)` : ""}`,
+    );
   }
   const tj = readJson(path);
   const model = tj.model as Json | undefined;
-  if (model === undefined || model.type !== "BPE") throw new ConvertError(`${path}: model.type must be "BPE" (byte-level), got ${JSON.stringify(model?.type)}`);
+  if (model === undefined || model.type !== "BPE")
+    throw new ConvertError(`${path}: model.type must be "BPE" (byte-level), got ${JSON.stringify(model?.type)}`);
   const vocab = model.vocab as Record<string, number> | undefined;
   if (vocab === undefined || typeof vocab !== "object") throw new ConvertError(`${path}: model.vocab missing`);
-  const added = ((tj.added_tokens as AddedToken[] | undefined) ?? []).filter((t) => Number.isInteger(t.id) && typeof t.content === "string");
+  const added = ((tj.added_tokens as AddedToken[] | undefined) ?? []).filter(
+    (t) => Number.isInteger(t.id) && typeof t.content === "string",
+  );
   const byId = new Map<number, string>();
   for (const [tok, id] of Object.entries(vocab)) byId.set(id, tok);
   for (const t of added) byId.set(t.id, t.content);
@@ -127,7 +136,8 @@ export function readHfVocab(dir: string, modelType: string, vocabSize: number): 
   const rawMerges = (model.merges as unknown[] | undefined) ?? [];
   const merges = rawMerges.map((m, i) => {
     if (typeof m === "string") return m;
-    if (Array.isArray(m) && m.length === 2 && typeof m[0] === "string" && typeof m[1] === "string") return `${m[0]} ${m[1]}`;
+    if (Array.isArray(m) && m.length === 2 && typeof m[0] === "string" && typeof m[1] === "string")
+      return `${m[0]} ${m[1]}`;
     throw new ConvertError(`${path}: merge ${i} is neither "a b" nor ["a", "b"]`);
   });
   const pre = detectPre(tj.pre_tokenizer, modelType);
@@ -184,9 +194,18 @@ export function vocabMetadata(v: HfVocab): Map<string, GGUFMetadataEntry> {
   const u32 = (value: number): GGUFMetadataEntry => ({ type: GGUFValueType.UINT32, value });
   m.set("tokenizer.ggml.model", { type: GGUFValueType.STRING, value: "gpt2" });
   m.set("tokenizer.ggml.pre", { type: GGUFValueType.STRING, value: v.pre });
-  m.set("tokenizer.ggml.tokens", { type: GGUFValueType.ARRAY, value: { elementType: GGUFValueType.STRING, values: v.tokens } });
-  m.set("tokenizer.ggml.token_type", { type: GGUFValueType.ARRAY, value: { elementType: GGUFValueType.INT32, values: v.types } });
-  m.set("tokenizer.ggml.merges", { type: GGUFValueType.ARRAY, value: { elementType: GGUFValueType.STRING, values: v.merges } });
+  m.set("tokenizer.ggml.tokens", {
+    type: GGUFValueType.ARRAY,
+    value: { elementType: GGUFValueType.STRING, values: v.tokens },
+  });
+  m.set("tokenizer.ggml.token_type", {
+    type: GGUFValueType.ARRAY,
+    value: { elementType: GGUFValueType.INT32, values: v.types },
+  });
+  m.set("tokenizer.ggml.merges", {
+    type: GGUFValueType.ARRAY,
+    value: { elementType: GGUFValueType.STRING, values: v.merges },
+  });
   if (v.bos !== undefined) m.set("tokenizer.ggml.bos_token_id", u32(v.bos));
   if (v.eos !== undefined) m.set("tokenizer.ggml.eos_token_id", u32(v.eos));
   if (v.eot !== undefined) m.set("tokenizer.ggml.eot_token_id", u32(v.eot));
@@ -195,6 +214,7 @@ export function vocabMetadata(v: HfVocab): Map<string, GGUFMetadataEntry> {
   if (v.pad !== undefined) m.set("tokenizer.ggml.padding_token_id", u32(v.pad));
   m.set("tokenizer.ggml.add_bos_token", { type: GGUFValueType.BOOL, value: v.addBos });
   m.set("tokenizer.ggml.add_eos_token", { type: GGUFValueType.BOOL, value: v.addEos });
-  if (v.chatTemplate !== undefined) m.set("tokenizer.chat_template", { type: GGUFValueType.STRING, value: v.chatTemplate });
+  if (v.chatTemplate !== undefined)
+    m.set("tokenizer.chat_template", { type: GGUFValueType.STRING, value: v.chatTemplate });
   return m;
 }

@@ -21,7 +21,14 @@ import { chooseType, fileType, isQuantized, type TypeContext } from "../synth/ty
 import { quantize } from "../quant/index.js";
 import { parseHfConfig, readHfConfig, type HfModelInfo } from "./hf-config.js";
 import { readHfVocab, vocabMetadata, type HfVocab } from "./hf-tokenizer.js";
-import { ConvertError, readCheckpoint, readTensorF32, readWeightF32, SCALE_SUFFIX, type SafetensorsTensor } from "./safetensors.js";
+import {
+  ConvertError,
+  readCheckpoint,
+  readTensorF32,
+  readWeightF32,
+  SCALE_SUFFIX,
+  type SafetensorsTensor,
+} from "./safetensors.js";
 import { FP8_DTYPES } from "./fp8.js";
 
 export { ConvertError } from "./safetensors.js";
@@ -59,7 +66,8 @@ function sources(ckpt: ReadonlyMap<string, SafetensorsTensor>, nLayersKept: numb
   for (const t of ckpt.values()) {
     if (IGNORED.test(t.name)) continue;
     // FP8 block scales are applied to their weight when it is read (readWeightF32)
-    if (t.name.endsWith(SCALE_SUFFIX) && FP8_DTYPES.has(ckpt.get(t.name.slice(0, -SCALE_SUFFIX.length))?.dtype ?? "")) continue;
+    if (t.name.endsWith(SCALE_SUFFIX) && FP8_DTYPES.has(ckpt.get(t.name.slice(0, -SCALE_SUFFIX.length))?.dtype ?? ""))
+      continue;
     const lm = LAYER.exec(t.name);
     if (lm !== null && Number(lm[1]) >= nLayersKept) continue; // MTP layers of deepseek2 files (llama.cpp skip_mtp)
     const f = FUSED.exec(t.name);
@@ -67,7 +75,8 @@ function sources(ckpt: ReadonlyMap<string, SafetensorsTensor>, nLayersKept: numb
       out.push({ hfName: t.name, shape: t.shape, read: () => readWeightF32(ckpt, t) });
       continue;
     }
-    if (t.shape.length !== 3) throw new ConvertError(`tensor "${t.name}": fused experts must be 3-D, got [${t.shape.join(", ")}]`);
+    if (t.shape.length !== 3)
+      throw new ConvertError(`tensor "${t.name}": fused experts must be 3-D, got [${t.shape.join(", ")}]`);
     const [E, rows, cols] = t.shape as [number, number, number];
     let cache: Float32Array | undefined;
     const all = (): Float32Array => (cache ??= readWeightF32(ckpt, t));
@@ -76,7 +85,11 @@ function sources(ckpt: ReadonlyMap<string, SafetensorsTensor>, nLayersKept: numb
     for (let e = 0; e < E; e++) {
       parts.forEach((p, k) => {
         const start = (e * rows + k * each) * cols;
-        out.push({ hfName: `${f[1]}.${e}.${p}.weight`, shape: [each, cols], read: () => all().slice(start, start + each * cols) });
+        out.push({
+          hfName: `${f[1]}.${e}.${p}.weight`,
+          shape: [each, cols],
+          read: () => all().slice(start, start + each * cols),
+        });
       });
     }
   }
@@ -85,13 +98,43 @@ function sources(ckpt: ReadonlyMap<string, SafetensorsTensor>, nLayersKept: numb
 
 /** Canonical tensor order inside a layer (synth's order), so that the file does not depend on the checkpoint's tensor order. */
 const ORDER = [
-  "token_embd.weight", "output_norm.weight", "output.weight",
-  "attn_norm.weight", "attn_q.weight", "attn_q_a.weight", "attn_q_a_norm.weight", "attn_q_b.weight", "attn_kv_a_mqa.weight", "attn_kv_a_norm.weight",
-  "attn_kv_b.weight", "attn_k_b.weight", "attn_v_b.weight", "attn_output.weight", "ffn_norm.weight",
-  "indexer.k_norm.weight", "indexer.k_norm.bias", "indexer.proj.weight", "indexer.attn_k.weight", "indexer.attn_q_b.weight",
-  "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight", "ffn_gate_inp.weight", "exp_probs_b.bias",
-  "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight", "ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight",
-  "nextn.eh_proj.weight", "nextn.enorm.weight", "nextn.hnorm.weight", "nextn.embed_tokens.weight", "nextn.shared_head_head.weight", "nextn.shared_head_norm.weight",
+  "token_embd.weight",
+  "output_norm.weight",
+  "output.weight",
+  "attn_norm.weight",
+  "attn_q.weight",
+  "attn_q_a.weight",
+  "attn_q_a_norm.weight",
+  "attn_q_b.weight",
+  "attn_kv_a_mqa.weight",
+  "attn_kv_a_norm.weight",
+  "attn_kv_b.weight",
+  "attn_k_b.weight",
+  "attn_v_b.weight",
+  "attn_output.weight",
+  "ffn_norm.weight",
+  "indexer.k_norm.weight",
+  "indexer.k_norm.bias",
+  "indexer.proj.weight",
+  "indexer.attn_k.weight",
+  "indexer.attn_q_b.weight",
+  "ffn_gate.weight",
+  "ffn_up.weight",
+  "ffn_down.weight",
+  "ffn_gate_inp.weight",
+  "exp_probs_b.bias",
+  "ffn_gate_exps.weight",
+  "ffn_up_exps.weight",
+  "ffn_down_exps.weight",
+  "ffn_gate_shexp.weight",
+  "ffn_up_shexp.weight",
+  "ffn_down_shexp.weight",
+  "nextn.eh_proj.weight",
+  "nextn.enorm.weight",
+  "nextn.hnorm.weight",
+  "nextn.embed_tokens.weight",
+  "nextn.shared_head_head.weight",
+  "nextn.shared_head_norm.weight",
 ];
 function tensorRank(name: string): number {
   const i = ORDER.indexOf(name.replace(/^blk\.\d+\./, ""));
@@ -118,7 +161,8 @@ function planShapes(srcs: readonly Source[], c: ModelConfig): Map<string, { ne: 
     if (g.expert !== undefined) out.set(g.gguf[0], { ne: [...ne, c.nExpert], group });
     else if (g.gguf.length === 2) {
       const { nHead: H, qkNope: P, vHead: V, kvLoraRank: L } = c;
-      if (s.shape[0] !== H * (P + V) || s.shape[1] !== L) throw new ConvertError(`${s.hfName}: shape [${s.shape.join(", ")}], expected [${H * (P + V)}, ${L}]`);
+      if (s.shape[0] !== H * (P + V) || s.shape[1] !== L)
+        throw new ConvertError(`${s.hfName}: shape [${s.shape.join(", ")}], expected [${H * (P + V)}, ${L}]`);
       out.set(g.gguf[0], { ne: [P, L, H], group });
       out.set(g.gguf[1], { ne: [L, V, H], group });
     } else out.set(g.gguf[0], { ne, group });
@@ -127,7 +171,12 @@ function planShapes(srcs: readonly Source[], c: ModelConfig): Map<string, { ne: 
 }
 
 /** The GGUF metadata of a converted checkpoint: synth's hyper-parameter keys + the checkpoint's vocabulary. */
-export function convertMetadata(info: HfModelInfo, vocab: HfVocab, ftype: number, quantized: boolean): Map<string, GGUFMetadataEntry> {
+export function convertMetadata(
+  info: HfModelInfo,
+  vocab: HfVocab,
+  ftype: number,
+  quantized: boolean,
+): Map<string, GGUFMetadataEntry> {
   const base = synthMetadata(info.config, ftype, quantized, false);
   const m = new Map<string, GGUFMetadataEntry>();
   for (const [k, v] of base) if (!k.startsWith("tokenizer.")) m.set(k, v);
@@ -147,7 +196,8 @@ export function convertHf(dir: string, out: string, opts: ConvertOptions = {}): 
   const ckpt = readCheckpoint(dir);
   for (const t of ckpt.values()) {
     // dtypes latent cannot read, and FP8 weights without their scales, fail before any work
-    if (!["F32", "F16", "BF16"].includes(t.dtype) && !(FP8_DTYPES.has(t.dtype) && ckpt.has(t.name + SCALE_SUFFIX))) readTensorF32(t);
+    if (!["F32", "F16", "BF16"].includes(t.dtype) && !(FP8_DTYPES.has(t.dtype) && ckpt.has(t.name + SCALE_SUFFIX)))
+      readTensorF32(t);
   }
   const hasExpBias = [...ckpt.keys()].some((k) => k.endsWith("mlp.gate.e_score_correction_bias"));
   const info = parseHfConfig(cfgJson, opts.name ?? basename(resolve(dir)), hasExpBias);
@@ -162,13 +212,35 @@ export function convertHf(dir: string, out: string, opts: ConvertOptions = {}): 
 
   const srcs = sources(ckpt, info.nLayersKept);
   const shapes = planShapes(srcs, c);
-  for (const need of ["token_embd.weight", "output_norm.weight", "output.weight"]) if (!shapes.has(need)) throw new ConvertError(`checkpoint lacks the tensor for ${need}`);
-  for (let il = 0; il < info.nLayersKept; il++) if (!shapes.has(`blk.${il}.attn_norm.weight`)) throw new ConvertError(`checkpoint lacks layer ${il} (model.layers.${il}.input_layernorm.weight)`);
-  const ctx: TypeContext = { spec, pure: false, nExpert: c.nExpert, nGqa: c.nHead, nLayerAll: info.nLayersKept, nAttnV: 0 };
+  for (const need of ["token_embd.weight", "output_norm.weight", "output.weight"])
+    if (!shapes.has(need)) throw new ConvertError(`checkpoint lacks the tensor for ${need}`);
+  for (let il = 0; il < info.nLayersKept; il++)
+    if (!shapes.has(`blk.${il}.attn_norm.weight`))
+      throw new ConvertError(`checkpoint lacks layer ${il} (model.layers.${il}.input_layernorm.weight)`);
+  const ctx: TypeContext = {
+    spec,
+    pure: false,
+    nExpert: c.nExpert,
+    nGqa: c.nHead,
+    nLayerAll: info.nLayersKept,
+    nAttnV: 0,
+  };
   const counters = { iAttnV: 0 };
-  const order = [...shapes.entries()].sort(([an, a], [bn, b]) => a.group - b.group || tensorRank(an) - tensorRank(bn) || (an < bn ? -1 : an > bn ? 1 : 0));
-  const plan: Planned[] = order.map(([name, s]) => ({ name, ne: s.ne, type: chooseType(name, s.ne, ctx, counters), group: s.group }));
-  const metadata = convertMetadata(info, vocab, spec.ftype, plan.some((t) => isQuantized(t.type)));
+  const order = [...shapes.entries()].sort(
+    ([an, a], [bn, b]) => a.group - b.group || tensorRank(an) - tensorRank(bn) || (an < bn ? -1 : an > bn ? 1 : 0),
+  );
+  const plan: Planned[] = order.map(([name, s]) => ({
+    name,
+    ne: s.ne,
+    type: chooseType(name, s.ne, ctx, counters),
+    group: s.group,
+  }));
+  const metadata = convertMetadata(
+    info,
+    vocab,
+    spec.ftype,
+    plan.some((t) => isQuantized(t.type)),
+  );
 
   // converted float32 tensors of the group in hand
   let groupInHand: number | undefined;
@@ -199,13 +271,18 @@ export function convertHf(dir: string, out: string, opts: ConvertOptions = {}): 
     data: () => {
       load(t.group);
       const f = converted.get(t.name);
-      if (f === undefined || typeof f.data === "function") throw new ConvertError(`internal: ${t.name} was not produced`);
-      if (f.ne.join(",") !== t.ne.join(",")) throw new ConvertError(`${t.name}: converted shape ${f.ne.join("x")} differs from the planned ${t.ne.join("x")}`);
+      if (f === undefined || typeof f.data === "function")
+        throw new ConvertError(`internal: ${t.name} was not produced`);
+      if (f.ne.join(",") !== t.ne.join(","))
+        throw new ConvertError(
+          `${t.name}: converted shape ${f.ne.join("x")} differs from the planned ${t.ne.join("x")}`,
+        );
       converted.delete(t.name);
       const bytes = f.data;
       const f32 = new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 4);
       for (let k = 0; k < f32.length; k++) {
-        if (!Number.isFinite(f32[k])) throw new ConvertError(`${t.name}: value ${f32[k]} at index ${k} (a corrupt checkpoint?)`);
+        if (!Number.isFinite(f32[k]))
+          throw new ConvertError(`${t.name}: value ${f32[k]} at index ${k} (a corrupt checkpoint?)`);
       }
       const outBytes = t.type === GGMLType.F32 ? bytes : quantize(t.type, f32, t.ne[0], t.name);
       const next = plan[i + 1];

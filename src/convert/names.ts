@@ -68,19 +68,24 @@ export function ggufToHf(name: string, nExpert: number): string[] | undefined {
   const prefix = `model.layers.${il}.`;
   if (KV_B_PARTS.has(rest)) return [`${prefix}self_attn.kv_b_proj.weight`];
   const parts = EXPERT_PARTS[rest];
-  if (parts) return Array.from({ length: nExpert }, (_, e) => parts.map((p) => `${prefix}mlp.experts.${e}.${p}.weight`)).flat();
+  if (parts)
+    return Array.from({ length: nExpert }, (_, e) => parts.map((p) => `${prefix}mlp.experts.${e}.${p}.weight`)).flat();
   const l = LAYER_MAP.find(([a]) => a === rest);
   return l ? [prefix + l[1]] : undefined;
 }
 
 /** The GGUF tensor(s) holding an HF tensor: kv_b_proj → attn_k_b + attn_v_b (current) or attn_kv_b (legacy). */
-export function hfToGguf(name: string, generation: "current" | "legacy"): { gguf: string[]; expert?: number } | undefined {
+export function hfToGguf(
+  name: string,
+  generation: "current" | "legacy",
+): { gguf: string[]; expert?: number } | undefined {
   const g = GLOBAL_MAP.find(([, b]) => b === name);
   if (g) return { gguf: [g[0]] };
   const m = HF_LAYER.exec(name);
   if (m === null) return undefined;
   const [, il, rest] = m as unknown as [string, string, string];
-  if (rest === "self_attn.kv_b_proj.weight" && generation === "current") return { gguf: [`blk.${il}.attn_k_b.weight`, `blk.${il}.attn_v_b.weight`] };
+  if (rest === "self_attn.kv_b_proj.weight" && generation === "current")
+    return { gguf: [`blk.${il}.attn_k_b.weight`, `blk.${il}.attn_v_b.weight`] };
   const e = HF_EXPERT.exec(rest);
   if (e) return { gguf: [`blk.${il}.ffn_${e[2].replace("_proj", "")}_exps.weight`], expert: Number(e[1]) };
   const l = LAYER_MAP.find(([, b]) => b === rest);
@@ -105,7 +110,13 @@ export function joinKvB(kB: Float32Array, vB: Float32Array, H: number, P: number
 }
 
 /** The reverse of joinKvB (the converter's split, llama.cpp PR #12801). */
-export function splitKvB(kvB: Float32Array, H: number, P: number, V: number, L: number): { kB: Float32Array; vB: Float32Array } {
+export function splitKvB(
+  kvB: Float32Array,
+  H: number,
+  P: number,
+  V: number,
+  L: number,
+): { kB: Float32Array; vB: Float32Array } {
   const kB = new Float32Array(H * L * P);
   const vB = new Float32Array(H * V * L);
   for (let h = 0; h < H; h++) {
@@ -118,7 +129,11 @@ export function splitKvB(kvB: Float32Array, H: number, P: number, V: number, L: 
 
 function values(file: GGUFFile, name: string): Float32Array {
   const info = file.tensor(name);
-  return dequantize(info.type, file.readBytes(info), info.ne.reduce((a, b) => a * b, 1));
+  return dequantize(
+    info.type,
+    file.readBytes(info),
+    info.ne.reduce((a, b) => a * b, 1),
+  );
 }
 
 /** Every tensor of a GGUF as HF tensors (float32): kv_b_proj reassembled, experts unstacked. */
@@ -147,7 +162,10 @@ export function toHfStateDict(file: GGUFFile, c: ModelConfig): Map<string, HFTen
       for (let e = 0; e < E; e++) {
         parts.forEach((_, k) => {
           const start = (e * rows + k * rowsEach) * cols;
-          out.set(hf[e * parts.length + k], { shape: [rowsEach, cols], data: data.slice(start, start + rowsEach * cols) });
+          out.set(hf[e * parts.length + k], {
+            shape: [rowsEach, cols],
+            data: data.slice(start, start + rowsEach * cols),
+          });
         });
       }
       continue;
@@ -158,11 +176,20 @@ export function toHfStateDict(file: GGUFFile, c: ModelConfig): Map<string, HFTen
 }
 
 function f32Tensor(name: string, shape: readonly number[], data: Float32Array): TensorToWrite {
-  return { name, ne: [...shape].reverse(), type: GGMLType.F32, data: new Uint8Array(data.buffer, data.byteOffset, data.byteLength) };
+  return {
+    name,
+    ne: [...shape].reverse(),
+    type: GGMLType.F32,
+    data: new Uint8Array(data.buffer, data.byteOffset, data.byteLength),
+  };
 }
 
 /** HF tensors back to GGUF tensors (float32), as the current (k_b/v_b) or legacy (kv_b) generation, in GGUF order. */
-export function fromHfStateDict(sd: ReadonlyMap<string, HFTensor>, c: ModelConfig, generation: "current" | "legacy"): TensorToWrite[] {
+export function fromHfStateDict(
+  sd: ReadonlyMap<string, HFTensor>,
+  c: ModelConfig,
+  generation: "current" | "legacy",
+): TensorToWrite[] {
   const out: TensorToWrite[] = [];
   const stacks = new Map<string, Float32Array[]>();
   const stackShape = new Map<string, number[]>();
@@ -202,7 +229,11 @@ export function fromHfStateDict(sd: ReadonlyMap<string, HFTensor>, c: ModelConfi
 }
 
 /** Metadata of a file rewritten in the other kv_b generation (head_count_kv, key/value lengths, *_mla keys). */
-export function generationMetadata(meta: ReadonlyMap<string, GGUFMetadataEntry>, c: ModelConfig, generation: "current" | "legacy"): Map<string, GGUFMetadataEntry> {
+export function generationMetadata(
+  meta: ReadonlyMap<string, GGUFMetadataEntry>,
+  c: ModelConfig,
+  generation: "current" | "legacy",
+): Map<string, GGUFMetadataEntry> {
   const a = c.arch;
   const u32 = (value: number): GGUFMetadataEntry => ({ type: GGUFValueType.UINT32, value });
   const out = new Map(meta);

@@ -14,7 +14,20 @@ import { dequantizeFp8, FP8_DTYPES, scaleGridShape } from "./fp8.js";
 export class ConvertError extends LatentError {}
 
 export type SafetensorsDType = "F32" | "F16" | "BF16";
-const SIZES: Record<string, number> = { F64: 8, F32: 4, F16: 2, BF16: 2, I64: 8, I32: 4, I16: 2, I8: 1, U8: 1, BOOL: 1, F8_E4M3: 1, F8_E5M2: 1 };
+const SIZES: Record<string, number> = {
+  F64: 8,
+  F32: 4,
+  F16: 2,
+  BF16: 2,
+  I64: 8,
+  I32: 4,
+  I16: 2,
+  I8: 1,
+  U8: 1,
+  BOOL: 1,
+  F8_E4M3: 1,
+  F8_E5M2: 1,
+};
 const FLOAT_DTYPES: ReadonlySet<string> = new Set(["F32", "F16", "BF16"]);
 
 export interface SafetensorsTensor {
@@ -43,7 +56,8 @@ export function readSafetensorsHeader(path: string): SafetensorsTensor[] {
     const lenBuf = Buffer.alloc(8);
     readSync(fd, lenBuf, 0, 8, 0);
     const n = lenBuf.readBigUInt64LE(0);
-    if (n > BigInt(Math.min(size - 8, 100 * 1024 * 1024))) throw new ConvertError(`${path}: header length ${n} exceeds the file (${size} bytes)`);
+    if (n > BigInt(Math.min(size - 8, 100 * 1024 * 1024)))
+      throw new ConvertError(`${path}: header length ${n} exceeds the file (${size} bytes)`);
     const hdr = Buffer.alloc(Number(n));
     readSync(fd, hdr, 0, hdr.length, 8);
     let json: unknown;
@@ -52,19 +66,31 @@ export function readSafetensorsHeader(path: string): SafetensorsTensor[] {
     } catch (e) {
       throw new ConvertError(`${path}: header is not JSON (${(e as Error).message})`);
     }
-    if (json === null || typeof json !== "object" || Array.isArray(json)) throw new ConvertError(`${path}: header is not a JSON object`);
+    if (json === null || typeof json !== "object" || Array.isArray(json))
+      throw new ConvertError(`${path}: header is not a JSON object`);
     const base = 8 + hdr.length;
     const out: SafetensorsTensor[] = [];
     for (const [name, v] of Object.entries(json as Record<string, HeaderEntry>)) {
       if (name === "__metadata__") continue;
       const { dtype, shape, data_offsets: offs } = v;
-      if (typeof dtype !== "string" || SIZES[dtype] === undefined) throw new ConvertError(`${path}: tensor "${name}" has unknown dtype ${JSON.stringify(dtype)}`);
-      if (!Array.isArray(shape) || !shape.every((d) => Number.isSafeInteger(d) && (d as number) >= 0)) throw new ConvertError(`${path}: tensor "${name}" has a bad shape`);
-      if (!Array.isArray(offs) || offs.length !== 2 || !offs.every((d) => Number.isSafeInteger(d) && (d as number) >= 0)) throw new ConvertError(`${path}: tensor "${name}" has bad data_offsets`);
+      if (typeof dtype !== "string" || SIZES[dtype] === undefined)
+        throw new ConvertError(`${path}: tensor "${name}" has unknown dtype ${JSON.stringify(dtype)}`);
+      if (!Array.isArray(shape) || !shape.every((d) => Number.isSafeInteger(d) && (d as number) >= 0))
+        throw new ConvertError(`${path}: tensor "${name}" has a bad shape`);
+      if (
+        !Array.isArray(offs) ||
+        offs.length !== 2 ||
+        !offs.every((d) => Number.isSafeInteger(d) && (d as number) >= 0)
+      )
+        throw new ConvertError(`${path}: tensor "${name}" has bad data_offsets`);
       const [b, e] = offs as [number, number];
       const count = (shape as number[]).reduce((a, d) => a * d, 1);
-      if (e - b !== count * SIZES[dtype]) throw new ConvertError(`${path}: tensor "${name}" (${dtype} [${shape.join(", ")}]) spans ${e - b} bytes, expected ${count * SIZES[dtype]}`);
-      if (base + e > size) throw new ConvertError(`${path}: tensor "${name}" ends past the end of the file (truncated download?)`);
+      if (e - b !== count * SIZES[dtype])
+        throw new ConvertError(
+          `${path}: tensor "${name}" (${dtype} [${shape.join(", ")}]) spans ${e - b} bytes, expected ${count * SIZES[dtype]}`,
+        );
+      if (base + e > size)
+        throw new ConvertError(`${path}: tensor "${name}" ends past the end of the file (truncated download?)`);
       out.push({ name, dtype, shape: shape as number[], file: path, offset: base + b, nbytes: e - b });
     }
     return out;
@@ -87,11 +113,15 @@ export function readCheckpoint(dir: string): Map<string, SafetensorsTensor> {
     }
     if (map === null || typeof map !== "object") throw new ConvertError(`${index}: no weight_map`);
     files = [...new Set(Object.values(map as Record<string, string>))].sort();
-    for (const f of files) if (!existsSync(join(dir, f))) throw new ConvertError(`${dir}: shard ${f} listed in model.safetensors.index.json is missing`);
+    for (const f of files)
+      if (!existsSync(join(dir, f)))
+        throw new ConvertError(`${dir}: shard ${f} listed in model.safetensors.index.json is missing`);
   } else if (existsSync(single)) files = ["model.safetensors"];
   else {
     const bin = existsSync(join(dir, "pytorch_model.bin")) || existsSync(join(dir, "pytorch_model.bin.index.json"));
-    throw new ConvertError(`${dir}: no model.safetensors or model.safetensors.index.json${bin ? " (PyTorch .bin checkpoints are not supported: re-save with safe_serialization=True)" : ""}`);
+    throw new ConvertError(
+      `${dir}: no model.safetensors or model.safetensors.index.json${bin ? " (PyTorch .bin checkpoints are not supported: re-save with safe_serialization=True)" : ""}`,
+    );
   }
   const out = new Map<string, SafetensorsTensor>();
   for (const f of files) {
@@ -126,7 +156,10 @@ function readBytes(t: SafetensorsTensor): Buffer {
  */
 export function readTensorF32(t: SafetensorsTensor, scaleInv?: Float32Array): Float32Array {
   if (FP8_DTYPES.has(t.dtype)) {
-    if (scaleInv === undefined) throw new ConvertError(`tensor "${t.name}": dtype ${t.dtype} is not supported without its block scales (FP8 checkpoints store them in "${t.name}${SCALE_SUFFIX}")`);
+    if (scaleInv === undefined)
+      throw new ConvertError(
+        `tensor "${t.name}": dtype ${t.dtype} is not supported without its block scales (FP8 checkpoints store them in "${t.name}${SCALE_SUFFIX}")`,
+      );
     const bytes = readBytes(t);
     try {
       return dequantizeFp8(new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.length), t.dtype, t.shape, scaleInv);
@@ -134,7 +167,10 @@ export function readTensorF32(t: SafetensorsTensor, scaleInv?: Float32Array): Fl
       throw new ConvertError(`tensor "${t.name}": ${(e as Error).message}`);
     }
   }
-  if (!FLOAT_DTYPES.has(t.dtype)) throw new ConvertError(`tensor "${t.name}": dtype ${t.dtype} is not supported (F32, F16, BF16, block-scaled F8_E4M3/F8_E5M2)`);
+  if (!FLOAT_DTYPES.has(t.dtype))
+    throw new ConvertError(
+      `tensor "${t.name}": dtype ${t.dtype} is not supported (F32, F16, BF16, block-scaled F8_E4M3/F8_E5M2)`,
+    );
   const buf = readBytes(t);
   const count = t.nbytes / (SIZES[t.dtype] ?? 1);
   const out = new Float32Array(count);
@@ -158,6 +194,9 @@ export function readWeightF32(ckpt: ReadonlyMap<string, SafetensorsTensor>, t: S
   if (s === undefined) return readTensorF32(t); // throws the missing-scale error
   const grid = scaleGridShape(t.shape);
   const count = s.shape.reduce((a, d) => a * d, 1);
-  if (count !== 1 && s.shape.join(",") !== grid.join(",")) throw new ConvertError(`tensor "${s.name}": shape [${s.shape.join(", ")}], expected [${grid.join(", ")}] (128×128 blocks of [${t.shape.join(", ")}]) or one value`);
+  if (count !== 1 && s.shape.join(",") !== grid.join(","))
+    throw new ConvertError(
+      `tensor "${s.name}": shape [${s.shape.join(", ")}], expected [${grid.join(", ")}] (128×128 blocks of [${t.shape.join(", ")}]) or one value`,
+    );
   return readTensorF32(t, readTensorF32(s));
 }

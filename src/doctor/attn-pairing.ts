@@ -114,26 +114,57 @@ export function checkAttnPairing(model: DeepSeek2, f: Findings, trained = false)
   const legacy = model.weights.generation === "legacy";
   const judged = layers.filter((l) => Math.max(l.qk, l.vo) >= SIGNAL);
   // "most layers keep the pair": at least two thirds of the layers, and at least three
-  const mostPair = (side: "qk" | "vo"): boolean => layers.length >= 3 && layers.filter((l) => l[side] >= SIGNAL).length * 3 >= layers.length * 2;
+  const mostPair = (side: "qk" | "vo"): boolean =>
+    layers.length >= 3 && layers.filter((l) => l[side] >= SIGNAL).length * 3 >= layers.length * 2;
   const kBroken = judged.filter((l) => l.vo >= SIGNAL && l.qk < BROKEN);
   const vBroken = judged.filter((l) => l.qk >= SIGNAL && l.vo < BROKEN);
   const report = (broken: AttnPairingLayer[], what: "k" | "v"): void => {
     const most = mostPair(what === "k" ? "qk" : "vo");
     if (judged.length === 0 || broken.length === 0 || (broken.length * 2 < judged.length && !most)) return;
     const list = broken.map((l) => `${l.layer} (${(what === "k" ? l.qk : l.vo).toFixed(2)})`).join(", ");
-    const tensor = legacy ? `attn_kv_b's ${what === "k" ? "key" : "value"} rows` : what === "k" ? "attn_k_b" : "attn_v_b";
-    const pair = what === "k" ? "W_q's nope rows and W_UK's rows (k_b's columns)" : "W_UV's rows and attn_output's columns";
+    const tensor = legacy
+      ? `attn_kv_b's ${what === "k" ? "key" : "value"} rows`
+      : what === "k"
+        ? "attn_k_b"
+        : "attn_v_b";
+    const pair =
+      what === "k" ? "W_q's nope rows and W_UK's rows (k_b's columns)" : "W_UV's rows and attn_output's columns";
     const other = what === "k" ? "W_UV/attn_output" : "W_q/W_UK";
-    f.add("tensors", "error", what === "k" ? "k-b-unpaired" : "v-b-unpaired", `${tensor} does not match the rest of the attention: in ${broken.length} of ${judged.length} layers the log-norms of ${pair} no longer correlate (layer (corr): ${list}; cut ${BROKEN}) while ${other} pair at ≥ ${SIGNAL}, as trained weights do${most && broken.length * 2 < judged.length ? " and as this pair does in the other layers" : ""}. ${what === "k" ? "k_b reshaped instead of transposed, or its heads/elements reordered" : "v_b reshaped or its heads/elements reordered"} at conversion`, { layers: broken.map((l) => l.layer), judged: judged.length, signal: SIGNAL, broken: BROKEN, pairing: layers.map(({ layer, qk, vo }) => ({ layer, qk, vo })) });
+    f.add(
+      "tensors",
+      "error",
+      what === "k" ? "k-b-unpaired" : "v-b-unpaired",
+      `${tensor} does not match the rest of the attention: in ${broken.length} of ${judged.length} layers the log-norms of ${pair} no longer correlate (layer (corr): ${list}; cut ${BROKEN}) while ${other} pair at ≥ ${SIGNAL}, as trained weights do${most && broken.length * 2 < judged.length ? " and as this pair does in the other layers" : ""}. ${what === "k" ? "k_b reshaped instead of transposed, or its heads/elements reordered" : "v_b reshaped or its heads/elements reordered"} at conversion`,
+      {
+        layers: broken.map((l) => l.layer),
+        judged: judged.length,
+        signal: SIGNAL,
+        broken: BROKEN,
+        pairing: layers.map(({ layer, qk, vo }) => ({ layer, qk, vo })),
+      },
+    );
   };
   report(kBroken, "k");
   report(vBroken, "v");
   const both = layers.filter((l) => l.qk < BROKEN && l.vo < BROKEN);
   const mostBoth = mostPair("qk") && mostPair("vo");
-  if (both.length > 0 && ((trained && both.length * 2 >= layers.length && judged.length * 2 < layers.length) || mostBoth)) {
+  if (
+    both.length > 0 &&
+    ((trained && both.length * 2 >= layers.length && judged.length * 2 < layers.length) || mostBoth)
+  ) {
     const tensor = legacy ? "attn_kv_b" : "attn_k_b/attn_v_b";
     const where = mostBoth ? ` while the other layers pair at ≥ ${SIGNAL}` : "";
-    f.add("tensors", "error", "attention-unpaired", `${mostBoth ? "" : "the model's other weights are trained, but "}in ${both.length} of ${layers.length} layers neither W_q/W_UK nor W_UV/attn_output pair as trained weights do (layer (q·k, v·o): ${both.map((l) => `${l.layer} (${l.qk.toFixed(2)}, ${l.vo.toFixed(2)})`).join(", ")}; cut ${BROKEN})${where}: ${tensor} ${legacy ? "rows are in the wrong head order" : "are swapped, or in the wrong head order"} in ${both.length === 1 ? "that layer" : "those layers"}`, { layers: both.map((l) => l.layer), broken: BROKEN, pairing: layers.map(({ layer, qk, vo }) => ({ layer, qk, vo })) });
+    f.add(
+      "tensors",
+      "error",
+      "attention-unpaired",
+      `${mostBoth ? "" : "the model's other weights are trained, but "}in ${both.length} of ${layers.length} layers neither W_q/W_UK nor W_UV/attn_output pair as trained weights do (layer (q·k, v·o): ${both.map((l) => `${l.layer} (${l.qk.toFixed(2)}, ${l.vo.toFixed(2)})`).join(", ")}; cut ${BROKEN})${where}: ${tensor} ${legacy ? "rows are in the wrong head order" : "are swapped, or in the wrong head order"} in ${both.length === 1 ? "that layer" : "those layers"}`,
+      {
+        layers: both.map((l) => l.layer),
+        broken: BROKEN,
+        pairing: layers.map(({ layer, qk, vo }) => ({ layer, qk, vo })),
+      },
+    );
   }
   // Heads reordered: judged only where heads pair at all (the median head's best partner, itself or another, pairs at
   // ≥ SIGNAL: trained weights; random ones stay near 0).
@@ -145,9 +176,24 @@ export function checkAttnPairing(model: DeepSeek2, f: Findings, trained = false)
       const v = misassigned(l.heads, l.voHeads);
       if (k.length < 2 && v.length < 2) continue;
       const map = (x: [number, number][]): string => x.map(([i, j]) => `${i}→${j}`).join(", ");
-      const sides = [k.length >= 2 ? `W_q's head → the W_UK head its rows pair with: ${map(k)}` : "", v.length >= 2 ? `W_UV's head → the attn_output head its columns pair with: ${map(v)}` : ""].filter((x) => x !== "");
-      const tensor = legacy ? "attn_kv_b" : k.length >= 2 && v.length >= 2 ? "attn_k_b and attn_v_b" : k.length >= 2 ? "attn_k_b" : "attn_v_b";
-      f.add("tensors", "error", "attention-heads-reordered", `layer ${l.layer}: ${tensor} heads are in the wrong order — ${sides.join("; ")} (heads of this file pair at ${medianBest.toFixed(2)} (median); another head's rows beat the head's own by ≥ ${HEAD_MARGIN}). A converter wrote the heads of ${legacy ? "kv_b_proj" : "kv_b_proj's split"} in another order`, { layer: l.layer, kHeads: k, vHeads: v, medianBestPairing: medianBest });
+      const sides = [
+        k.length >= 2 ? `W_q's head → the W_UK head its rows pair with: ${map(k)}` : "",
+        v.length >= 2 ? `W_UV's head → the attn_output head its columns pair with: ${map(v)}` : "",
+      ].filter((x) => x !== "");
+      const tensor = legacy
+        ? "attn_kv_b"
+        : k.length >= 2 && v.length >= 2
+          ? "attn_k_b and attn_v_b"
+          : k.length >= 2
+            ? "attn_k_b"
+            : "attn_v_b";
+      f.add(
+        "tensors",
+        "error",
+        "attention-heads-reordered",
+        `layer ${l.layer}: ${tensor} heads are in the wrong order — ${sides.join("; ")} (heads of this file pair at ${medianBest.toFixed(2)} (median); another head's rows beat the head's own by ≥ ${HEAD_MARGIN}). A converter wrote the heads of ${legacy ? "kv_b_proj" : "kv_b_proj's split"} in another order`,
+        { layer: l.layer, kHeads: k, vHeads: v, medianBestPairing: medianBest },
+      );
     }
   }
   return layers;

@@ -115,7 +115,12 @@ export interface BehaviourOptions {
   readonly calibrationTokens?: readonly number[];
 }
 
-export function checkBehaviour(model: DeepSeek2, probes: readonly Prompt[], findings: Findings, opts: BehaviourOptions = {}): BehaviourReport {
+export function checkBehaviour(
+  model: DeepSeek2,
+  probes: readonly Prompt[],
+  findings: Findings,
+  opts: BehaviourOptions = {},
+): BehaviourReport {
   const c = model.config;
   const logV = Math.log(c.nVocab);
   const results: ProbeResult[] = [];
@@ -131,15 +136,35 @@ export function checkBehaviour(model: DeepSeek2, probes: readonly Prompt[], find
       if (pr > 0) h -= pr * lp[i];
       if (lp[i] > lp[top1]) top1 = i;
     }
-    results.push({ label: p.label, tokens: p.tokens.length, entropy: h, entropyRatio: h / logV, top1, top1Prob: Math.exp(lp[top1]) });
-    if (!Number.isFinite(h)) findings.add("behaviour", "error", "non-finite-logits", `the reference logits on the "${p.label}" probe are not finite`);
+    results.push({
+      label: p.label,
+      tokens: p.tokens.length,
+      entropy: h,
+      entropyRatio: h / logV,
+      top1,
+      top1Prob: Math.exp(lp[top1]),
+    });
+    if (!Number.isFinite(h))
+      findings.add(
+        "behaviour",
+        "error",
+        "non-finite-logits",
+        `the reference logits on the "${p.label}" probe are not finite`,
+      );
     if (pi === 0) {
       norms = [];
       for (let il = 0; il < c.nLayer; il++) {
         const get = (s: string): Float64Array => run.stages.get(`${il}:${s}`)?.rows ?? new Float64Array();
         let am = 0;
         for (const st of run.stages.values()) if (st.layer === il) am = Math.max(am, absMax(st.rows));
-        norms.push({ layer: il, residual: rms(get("residual")), attn: rms(get("o_proj")), ffn: rms(get("ffn_out")), absMax: am, qAbsMax: qAbsMax(model, il, get("q")) });
+        norms.push({
+          layer: il,
+          residual: rms(get("residual")),
+          attn: rms(get("o_proj")),
+          ffn: rms(get("ffn_out")),
+          absMax: am,
+          qAbsMax: qAbsMax(model, il, get("q")),
+        });
       }
     }
   });
@@ -147,15 +172,42 @@ export function checkBehaviour(model: DeepSeek2, probes: readonly Prompt[], find
   const flat = results.filter((r) => r.entropyRatio > 0.98);
   if (results.length > 0 && flat.length === results.length) {
     // A trained model is never this unsure on every probe; tiny test vocabularies (< 1000) are exempt.
-    findings.add("behaviour", c.nVocab >= 1000 ? "warning" : "info", "flat-logprobs", `next-token entropy is within 2% of ln(n_vocab) = ${logV.toFixed(2)} on every probe (${flat.map((r) => r.entropy.toFixed(2)).join(", ")} nats): the output distribution is flat — random or scrambled weights, or logits that do not depend on the input`, { entropies: results.map((r) => r.entropy) });
+    findings.add(
+      "behaviour",
+      c.nVocab >= 1000 ? "warning" : "info",
+      "flat-logprobs",
+      `next-token entropy is within 2% of ln(n_vocab) = ${logV.toFixed(2)} on every probe (${flat.map((r) => r.entropy.toFixed(2)).join(", ")} nats): the output distribution is flat — random or scrambled weights, or logits that do not depend on the input`,
+      { entropies: results.map((r) => r.entropy) },
+    );
   }
 
   const bad = norms.find((n) => !Number.isFinite(n.residual) || !Number.isFinite(n.absMax));
-  if (bad !== undefined) findings.add("behaviour", "error", "non-finite-activations", `activations turn non-finite at layer ${bad.layer} on the reference path`, { layer: bad.layer });
+  if (bad !== undefined)
+    findings.add(
+      "behaviour",
+      "error",
+      "non-finite-activations",
+      `activations turn non-finite at layer ${bad.layer} on the reference path`,
+      { layer: bad.layer },
+    );
   const over = norms.find((n) => n.absMax > FP16_MAX);
-  if (over !== undefined) findings.add("behaviour", "warning", "fp16-activation-overflow", `activations reach ${over.absMax.toExponential(2)} at layer ${over.layer}, beyond fp16 (±65504): run this model with bf16/f32 activations, never fp16`, { layer: over.layer, absMax: over.absMax });
+  if (over !== undefined)
+    findings.add(
+      "behaviour",
+      "warning",
+      "fp16-activation-overflow",
+      `activations reach ${over.absMax.toExponential(2)} at layer ${over.layer}, beyond fp16 (±65504): run this model with bf16/f32 activations, never fp16`,
+      { layer: over.layer, absMax: over.absMax },
+    );
   const qOver = norms.find((n) => n.qAbsMax > FP16_MAX);
-  if (qOver !== undefined) findings.add("behaviour", "warning", "fp16-absorbed-query-overflow", `the absorbed query q_abs = W_UKᵀ·q_nope reaches ${qOver.qAbsMax.toExponential(2)} at layer ${qOver.layer}: an MLA decode kernel that holds it in fp16 overflows (Inf/NaN output — the vLLM fp16 GGUF gibberish)`, { layer: qOver.layer, qAbsMax: qOver.qAbsMax });
+  if (qOver !== undefined)
+    findings.add(
+      "behaviour",
+      "warning",
+      "fp16-absorbed-query-overflow",
+      `the absorbed query q_abs = W_UKᵀ·q_nope reaches ${qOver.qAbsMax.toExponential(2)} at layer ${qOver.layer}: an MLA decode kernel that holds it in fp16 overflows (Inf/NaN output — the vLLM fp16 GGUF gibberish)`,
+      { layer: qOver.layer, qAbsMax: qOver.qAbsMax },
+    );
 
   let greedyResult: GreedyResult | undefined;
   const n = opts.greedyTokens ?? 24;
@@ -165,7 +217,13 @@ export function checkBehaviour(model: DeepSeek2, probes: readonly Prompt[], find
     const loop = detectLoop(generated);
     greedyResult = { prompt: p.label, generated, loop };
     if (loop !== undefined) {
-      findings.add("behaviour", "info", "greedy-loop", `greedy output after the "${p.label}" probe ends in a cycle of ${loop.period} token(s) repeated ${loop.repeats}× (expected of random-weight models; in a trained model a sign of wrong gating, rope or attention)`, { period: loop.period, repeats: loop.repeats, generated });
+      findings.add(
+        "behaviour",
+        "info",
+        "greedy-loop",
+        `greedy output after the "${p.label}" probe ends in a cycle of ${loop.period} token(s) repeated ${loop.repeats}× (expected of random-weight models; in a trained model a sign of wrong gating, rope or attention)`,
+        { period: loop.period, repeats: loop.repeats, generated },
+      );
     }
   }
   let cal: CalibrationResult | undefined;
@@ -177,13 +235,26 @@ export function checkBehaviour(model: DeepSeek2, probes: readonly Prompt[], find
     cal = r.result;
     ffnInputs = r.ffnInputs;
   } else {
-    findings.add("behaviour", "info", "calibration-skipped", "no tokenizer that encodes the calibration text: calibration and the gate/up lean check are skipped");
+    findings.add(
+      "behaviour",
+      "info",
+      "calibration-skipped",
+      "no tokenizer that encodes the calibration text: calibration and the gate/up lean check are skipped",
+    );
   }
   const ffn = checkFfn(model, ffnInputs, findings);
   const ffnTrained = ffn.pairing.some((l) => l.median > PAIRING_SIGNAL * l.baseline);
   const attentionPairing = checkAttnPairing(model, findings, cal?.trained === true || ffnTrained);
   const downPairing = checkDownPairing(model, findings);
-  return { probes: results, greedy: greedyResult, norms, ...(cal !== undefined ? { calibration: cal } : {}), ffn, attentionPairing, downPairing };
+  return {
+    probes: results,
+    greedy: greedyResult,
+    norms,
+    ...(cal !== undefined ? { calibration: cal } : {}),
+    ffn,
+    attentionPairing,
+    downPairing,
+  };
 }
 
 /** max |W_UK,hᵀ q_nope,h| over the traced queries of one layer (the absorbed decode query). */

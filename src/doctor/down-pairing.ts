@@ -23,7 +23,8 @@ export interface DownPairingLayer {
   readonly pairing: readonly (readonly number[])[];
 }
 
-const spaced = (n: number, k: number): number[] => Array.from({ length: Math.min(n, k) }, (_, i) => Math.floor((i * n) / Math.min(n, k)));
+const spaced = (n: number, k: number): number[] =>
+  Array.from({ length: Math.min(n, k) }, (_, i) => Math.floor((i * n) / Math.min(n, k)));
 
 /** log‖row j‖² of `m` for the sampled rows. */
 function rowLogNorms(m: QMatrix, rows: readonly number[]): Float64Array {
@@ -70,8 +71,20 @@ export function checkDownPairing(model: DeepSeek2, f: Findings): DownPairingLaye
     // an expert whose down pairs with no compared expert (its partner was not sampled, or came from elsewhere)
     const lone = l.experts.filter((e, i) => l.pairing[i][i] < BROKEN && !wrong.some(([x]) => x === e));
     if (wrong.length === 0 && lone.length === 0) continue;
-    const list = [...wrong.map(([e, g]) => `expert ${e}'s up rows pair with expert ${g}'s down columns`), ...lone.map((e) => `expert ${e}'s up rows pair with no compared expert's down columns (own ${l.pairing[l.experts.indexOf(e)][l.experts.indexOf(e)].toFixed(2)} < ${BROKEN})`)].join("; ");
-    f.add("tensors", "error", "expert-down-mispaired", `layer ${l.layer}: ${list} (experts of this file pair at ${medianBest.toFixed(2)} (median); the other expert's down beats the expert's own by ≥ ${HEAD_MARGIN}). Expert slices were swapped or misordered inside blk.${l.layer}.ffn_down_exps`, { layer: l.layer, pairs: wrong, unpaired: lone, medianBestPairing: medianBest });
+    const list = [
+      ...wrong.map(([e, g]) => `expert ${e}'s up rows pair with expert ${g}'s down columns`),
+      ...lone.map(
+        (e) =>
+          `expert ${e}'s up rows pair with no compared expert's down columns (own ${l.pairing[l.experts.indexOf(e)][l.experts.indexOf(e)].toFixed(2)} < ${BROKEN})`,
+      ),
+    ].join("; ");
+    f.add(
+      "tensors",
+      "error",
+      "expert-down-mispaired",
+      `layer ${l.layer}: ${list} (experts of this file pair at ${medianBest.toFixed(2)} (median); the other expert's down beats the expert's own by ≥ ${HEAD_MARGIN}). Expert slices were swapped or misordered inside blk.${l.layer}.ffn_down_exps`,
+      { layer: l.layer, pairs: wrong, unpaired: lone, medianBestPairing: medianBest },
+    );
   }
   return layers;
 }

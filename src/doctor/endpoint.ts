@@ -12,7 +12,17 @@ import type { DeepSeek2 } from "../model/deepseek2.js";
 import { evaluateAll, logSoftmaxRow } from "../engine/evaluate.js";
 import type { Tokenizer } from "../tokenizer/index.js";
 import type { Findings } from "./report.js";
-import { compareAll, EXACT, formatSummary, summarize, TOLERANCE, withinTolerance, type EndpointPosition, type Scored, type Summary } from "./endpoint/compare.js";
+import {
+  compareAll,
+  EXACT,
+  formatSummary,
+  summarize,
+  TOLERANCE,
+  withinTolerance,
+  type EndpointPosition,
+  type Scored,
+  type Summary,
+} from "./endpoint/compare.js";
 import { DIALECTS, probe, type Dialect, type DialectContext, type ProbeReply } from "./endpoint/dialects.js";
 import { isRecord, makeCall, tryCall } from "./endpoint/http.js";
 import { matchDecodeFaults, matchFaults } from "./endpoint/matcher.js";
@@ -113,10 +123,30 @@ function scoredOf(seq: number, prompt: readonly number[], r: ProbeReply): Scored
   const out: Scored[] = [];
   r.prompt?.forEach((e, i) => {
     if (i === 0 || e === undefined) return;
-    out.push({ pos: i - 1, group: "prompt", step: undefined, seq, top: e.top, returned: e.returned, unmapped: e.unmapped, next: prompt[i], nextLogprob: e.actual === prompt[i] ? e.actualLogprob : e.top.get(prompt[i]) });
+    out.push({
+      pos: i - 1,
+      group: "prompt",
+      step: undefined,
+      seq,
+      top: e.top,
+      returned: e.returned,
+      unmapped: e.unmapped,
+      next: prompt[i],
+      nextLogprob: e.actual === prompt[i] ? e.actualLogprob : e.top.get(prompt[i]),
+    });
   });
   r.genEntries.forEach((e, j) => {
-    out.push({ pos: prompt.length - 1 + j, group: "generated", step: j, seq, top: e.top, returned: e.returned, unmapped: e.unmapped, next: r.generated[j], nextLogprob: e.actualLogprob ?? e.top.get(r.generated[j]) });
+    out.push({
+      pos: prompt.length - 1 + j,
+      group: "generated",
+      step: j,
+      seq,
+      top: e.top,
+      returned: e.returned,
+      unmapped: e.unmapped,
+      next: r.generated[j],
+      nextLogprob: e.actualLogprob ?? e.top.get(r.generated[j]),
+    });
   });
   return out;
 }
@@ -127,7 +157,21 @@ export async function checkEndpoint(o: EndpointOptions): Promise<EndpointReport>
   let base = o.base.replace(/\/+$/, "");
   if (!/\/v\d+$/.test(new URL(base).pathname)) base += "/v1";
   const origin = new URL(base).origin;
-  const empty = { base, health: undefined, models: undefined, servedModel: undefined, tokenization: undefined, mode: "none" as const, tokens: [], positions: [], meanKL: NaN, maxKL: NaN, top1Agreement: NaN, meanAbsLogprobDiff: NaN, verdict: "unknown" as const };
+  const empty = {
+    base,
+    health: undefined,
+    models: undefined,
+    servedModel: undefined,
+    tokenization: undefined,
+    mode: "none" as const,
+    tokens: [],
+    positions: [],
+    meanKL: NaN,
+    maxKL: NaN,
+    top1Agreement: NaN,
+    meanAbsLogprobDiff: NaN,
+    verdict: "unknown" as const,
+  };
 
   const reach = await reachEndpoint(call, base, origin, f);
   if (reach === undefined) return { ...empty, reachable: false };
@@ -141,10 +185,11 @@ export async function checkEndpoint(o: EndpointOptions): Promise<EndpointReport>
   const byText = (t: string): number | undefined => {
     if (tok === undefined) return undefined;
     // texts that several ids decode to (byte pieces, duplicates) are ambiguous: left out rather than guessed
-    if (byTextMap.size === 0) for (let id = 0; id < c.nVocab; id++) {
-      const text = tok.decode([id]);
-      byTextMap.set(text, byTextMap.has(text) ? -1 : id);
-    }
+    if (byTextMap.size === 0)
+      for (let id = 0; id < c.nVocab; id++) {
+        const text = tok.decode([id]);
+        byTextMap.set(text, byTextMap.has(text) ? -1 : id);
+      }
     const id = byTextMap.get(t);
     return id === undefined || id < 0 ? undefined : id;
   };
@@ -170,7 +215,13 @@ export async function checkEndpoint(o: EndpointOptions): Promise<EndpointReport>
 
   const tokenization = tok !== undefined ? await checkTokenization(ctx, dialect, tok, f) : undefined;
   if (dialect === undefined) {
-    f.add("endpoint", "error", "no-logprobs", `${base} gave no usable log-probs in any dialect (${attempts.map((a) => `${a.dialect}: ${a.error}`).join("; ")}): the endpoint cannot be compared with the reference`, { attempts });
+    f.add(
+      "endpoint",
+      "error",
+      "no-logprobs",
+      `${base} gave no usable log-probs in any dialect (${attempts.map((a) => `${a.dialect}: ${a.error}`).join("; ")}): the endpoint cannot be compared with the reference`,
+      { attempts },
+    );
     return { ...empty, reachable: true, health, models, servedModel, tokenization, attempts };
   }
   // The other probes in the same dialect; one that fails there (e.g. no prompt_logprobs for a 1-token prompt) falls
@@ -190,8 +241,20 @@ export async function checkEndpoint(o: EndpointOptions): Promise<EndpointReport>
       if (typeof r !== "string" && r.unmappedGenerated > 0) unmappable = true;
       errors.push(`${d}: ${typeof r === "string" ? r : "no log-probs in the reply"}`);
     }
-    if (replies[i] === undefined && unmappable) f.add("endpoint", "info", "probe-unmappable", `the ${LABELS[i] ?? `#${i}`} probe's generated tokens have token texts that map to no single id (and the server gives no ids): not compared`);
-    else if (replies[i] === undefined) f.add("endpoint", "warning", "probe-failed", `the ${LABELS[i] ?? `#${i}`} probe (${prompts[i].length} tokens) failed in every dialect from ${dialect} on: ${errors.join("; ")}`);
+    if (replies[i] === undefined && unmappable)
+      f.add(
+        "endpoint",
+        "info",
+        "probe-unmappable",
+        `the ${LABELS[i] ?? `#${i}`} probe's generated tokens have token texts that map to no single id (and the server gives no ids): not compared`,
+      );
+    else if (replies[i] === undefined)
+      f.add(
+        "endpoint",
+        "warning",
+        "probe-failed",
+        `the ${LABELS[i] ?? `#${i}`} probe (${prompts[i].length} tokens) failed in every dialect from ${dialect} on: ${errors.join("; ")}`,
+      );
   }
 
   // A reply with prompt log-probs but none for generated tokens: the generated ones from a plain greedy request.
@@ -199,18 +262,26 @@ export async function checkEndpoint(o: EndpointOptions): Promise<EndpointReport>
     const r = replies[i];
     if (r === undefined || r.genEntries.length > 0 || r.unmappedGenerated > 0) continue;
     const g = await probe("openai", ctx, { ids: prompts[i] });
-    if (typeof g !== "string" && g.generated.length > 0) replies[i] = { ...r, generated: g.generated, genEntries: g.genEntries };
+    if (typeof g !== "string" && g.generated.length > 0)
+      replies[i] = { ...r, generated: g.generated, genEntries: g.genEntries };
   }
   if (!replies.some((r) => r !== undefined && r.genEntries.length > 1)) {
     // generated tokens given only as texts that map to no single id are latent's limit, not the server's
     const ambiguous = replies.some((r) => r !== undefined && r.unmappedGenerated > 0);
-    f.add("endpoint", ambiguous ? "info" : "warning", "decode-unchecked", `the endpoint returned no log-probs for generated tokens beyond the first${ambiguous ? " that map to token ids (ambiguous token texts, no ids)" : ""}: its decode path is not checked`);
+    f.add(
+      "endpoint",
+      ambiguous ? "info" : "warning",
+      "decode-unchecked",
+      `the endpoint returned no log-probs for generated tokens beyond the first${ambiguous ? " that map to token ids (ambiguous token texts, no ids)" : ""}: its decode path is not checked`,
+    );
   }
 
   const seqs = prompts.map((p, i) => [...p, ...(replies[i]?.generated ?? [])]);
   const scored = replies.flatMap((r, i) => (r !== undefined ? scoredOf(i, prompts[i], r) : []));
   const reference = withF32Weights(o.model);
-  const logits = seqs.map((s, i) => (replies[i] !== undefined && s.length > 0 ? evaluateAll(reference, s, { path: "reference" }) : []));
+  const logits = seqs.map((s, i) =>
+    replies[i] !== undefined && s.length > 0 ? evaluateAll(reference, s, { path: "reference" }) : [],
+  );
   const rows = logits.map((l) => l.map((r) => logSoftmaxRow(r)));
   const positions = compareAll((s) => rows[s], scored);
   const all = summarize(positions);
@@ -224,30 +295,94 @@ export async function checkEndpoint(o: EndpointOptions): Promise<EndpointReport>
   const within = (keep: (p: EndpointPosition) => boolean): boolean => {
     const sel = positions.filter(keep);
     if (sel.length === 0) return true;
-    return withinTolerance(summarize(sel)) && prompts.every((_, i) => {
-      const mine = sel.filter((p) => p.seq === i);
-      return mine.length < 8 || withinTolerance(summarize(mine));
-    });
+    return (
+      withinTolerance(summarize(sel)) &&
+      prompts.every((_, i) => {
+        const mine = sel.filter((p) => p.seq === i);
+        return mine.length < 8 || withinTolerance(summarize(mine));
+      })
+    );
   };
   const prefillOk = within(isPrefill);
   const decodeOk = within((p) => !isPrefill(p));
   const mode = modeOf(dialect);
-  const probes = prompts.map((p, i): EndpointProbe => ({ label: LABELS[i] ?? `probe ${i}`, promptTokens: p.length, generated: replies[i]?.generated ?? [], ...(usedDialect[i] !== undefined ? { dialect: usedDialect[i] } : {}) }));
+  const probes = prompts.map(
+    (p, i): EndpointProbe => ({
+      label: LABELS[i] ?? `probe ${i}`,
+      promptTokens: p.length,
+      generated: replies[i]?.generated ?? [],
+      ...(usedDialect[i] !== undefined ? { dialect: usedDialect[i] } : {}),
+    }),
+  );
 
   const notDistributions = checkDistributions(positions, rows, Math.min(K, c.nVocab), c.nVocab, f);
 
-  const evidence = { dialect, mode, positions: positions.length, meanKL: all.meanKL, maxKL: all.maxKL, top1Agreement: all.top1, meanAbsLogprobDiff: all.meanGap, prefill, decode, tolerance: TOLERANCE };
+  const evidence = {
+    dialect,
+    mode,
+    positions: positions.length,
+    meanKL: all.meanKL,
+    maxKL: all.maxKL,
+    top1Agreement: all.top1,
+    meanAbsLogprobDiff: all.meanGap,
+    prefill,
+    decode,
+    tolerance: TOLERANCE,
+  };
   const stats = `prefill ${prefill.n > 0 ? formatSummary(prefill) : "not scored"}; decode ${decode.n > 0 ? formatSummary(decode) : "not scored"} (${dialect} dialect, ${mode})`;
-  const verdict = judge({ o, f, positions, all, prefill, prefillOk, decodeOk, hasPrompt, notDistributions, stats, evidence, attempts, dialect, probes, prompts, scored, reference, seqs, logits, rows });
+  const verdict = judge({
+    o,
+    f,
+    positions,
+    all,
+    prefill,
+    prefillOk,
+    decodeOk,
+    hasPrompt,
+    notDistributions,
+    stats,
+    evidence,
+    attempts,
+    dialect,
+    probes,
+    prompts,
+    scored,
+    reference,
+    seqs,
+    logits,
+    rows,
+  });
   return {
-    base, reachable: true, health, models, servedModel, tokenization, mode, tokens: seqs[first] ?? [], positions,
-    meanKL: all.meanKL, maxKL: all.maxKL, top1Agreement: all.top1, meanAbsLogprobDiff: all.meanGap, verdict,
-    dialect, attempts, probes, prefill, decode, tolerance: TOLERANCE,
+    base,
+    reachable: true,
+    health,
+    models,
+    servedModel,
+    tokenization,
+    mode,
+    tokens: seqs[first] ?? [],
+    positions,
+    meanKL: all.meanKL,
+    maxKL: all.maxKL,
+    top1Agreement: all.top1,
+    meanAbsLogprobDiff: all.meanGap,
+    verdict,
+    dialect,
+    attempts,
+    probes,
+    prefill,
+    decode,
+    tolerance: TOLERANCE,
   };
 }
 
 /** /health (at the origin, then under the API base) and /v1/models; undefined when the server cannot be reached. */
-async function reachEndpoint(call: ReturnType<typeof makeCall>, base: string, origin: string, f: EndpointOptions["findings"]): Promise<{ health: EndpointReport["health"]; models: string[] | undefined } | undefined> {
+async function reachEndpoint(
+  call: ReturnType<typeof makeCall>,
+  base: string,
+  origin: string,
+  f: EndpointOptions["findings"],
+): Promise<{ health: EndpointReport["health"]; models: string[] | undefined } | undefined> {
   let health: EndpointReport["health"];
   for (const url of [`${origin}/health`, `${base}/health`]) {
     try {
@@ -259,7 +394,8 @@ async function reachEndpoint(call: ReturnType<typeof makeCall>, base: string, or
       return undefined;
     }
   }
-  if (health?.status !== 200) f.add("endpoint", "warning", "health", `no healthy /health (status ${health?.status}) at ${origin}`, { health });
+  if (health?.status !== 200)
+    f.add("endpoint", "warning", "health", `no healthy /health (status ${health?.status}) at ${origin}`, { health });
 
   let models: string[] | undefined;
   const mr = await tryCall(call, `${base}/models`);
@@ -274,24 +410,49 @@ async function reachEndpoint(call: ReturnType<typeof makeCall>, base: string, or
 
 /** Are these log-probabilities at all? Findings for unnormalized, short and flat distributions; true when they are not
  * a model's distributions (nothing for the fault matcher to reproduce). */
-function checkDistributions(positions: EndpointPosition[], rows: readonly (readonly Float64Array[])[], want: number, nVocab: number, f: EndpointOptions["findings"]): boolean {
+function checkDistributions(
+  positions: EndpointPosition[],
+  rows: readonly (readonly Float64Array[])[],
+  want: number,
+  nVocab: number,
+  f: EndpointOptions["findings"],
+): boolean {
   let notDistributions = false;
   if (positions.length > 0) {
     const overfull = positions.filter((p) => p.returnedMass > 1.02);
     notDistributions = overfull.length > 0;
-    if (overfull.length > 0) f.add("endpoint", "error", "logprobs-not-normalized", `at ${overfull.length} of ${positions.length} positions the returned probabilities sum above 1 (up to ${Math.max(...overfull.map((p) => p.returnedMass)).toFixed(2)}): they are not normalized log-probabilities (raw logits, or a wrong temperature)`, { positions: overfull.length });
-        // (entries keyed by an ambiguous token text collapse in JSON: no evidence of a short answer)
+    if (overfull.length > 0)
+      f.add(
+        "endpoint",
+        "error",
+        "logprobs-not-normalized",
+        `at ${overfull.length} of ${positions.length} positions the returned probabilities sum above 1 (up to ${Math.max(...overfull.map((p) => p.returnedMass)).toFixed(2)}): they are not normalized log-probabilities (raw logits, or a wrong temperature)`,
+        { positions: overfull.length },
+      );
+    // (entries keyed by an ambiguous token text collapse in JSON: no evidence of a short answer)
     const short = positions.filter((p) => p.k < want && p.unmapped === 0);
     if (short.length > 0) {
       const most = short.length * 2 > positions.length;
-      f.add("endpoint", most ? "error" : "warning", "logprobs-incomplete", `at ${short.length} of ${positions.length} positions the endpoint returned fewer alternatives than the ${want} asked (as few as ${Math.min(...short.map((p) => p.k))})${most ? ": its distributions cannot be checked, only the actual tokens" : ""}`, { positions: short.length, asked: want });
+      f.add(
+        "endpoint",
+        most ? "error" : "warning",
+        "logprobs-incomplete",
+        `at ${short.length} of ${positions.length} positions the endpoint returned fewer alternatives than the ${want} asked (as few as ${Math.min(...short.map((p) => p.k))})${most ? ": its distributions cannot be checked, only the actual tokens" : ""}`,
+        { positions: short.length, asked: want },
+      );
     }
     const flatAt = -Math.log(nVocab) + Math.log(4);
     const flat = positions.filter((p) => p.endpointTopLogprob <= flatAt);
     if (flat.length * 2 > positions.length) {
       notDistributions = true;
       const refTop = flat.map((p) => Math.max(...rows[p.seq][p.pos]));
-      f.add("endpoint", "error", "logprobs-flat", `at ${flat.length} of ${positions.length} positions the endpoint's most likely returned token has probability ≤ 4/${nVocab}: its distributions are nearly flat (entropy near log(vocab) = ${Math.log(nVocab).toFixed(2)} nats), where latent's reference puts ${Math.exp(refTop.reduce((a, b) => a + b, 0) / refTop.length).toFixed(3)} (geometric mean) on its top token`, { positions: flat.length });
+      f.add(
+        "endpoint",
+        "error",
+        "logprobs-flat",
+        `at ${flat.length} of ${positions.length} positions the endpoint's most likely returned token has probability ≤ 4/${nVocab}: its distributions are nearly flat (entropy near log(vocab) = ${Math.log(nVocab).toFixed(2)} nats), where latent's reference puts ${Math.exp(refTop.reduce((a, b) => a + b, 0) / refTop.length).toFixed(3)} (geometric mean) on its top token`,
+        { positions: flat.length },
+      );
     }
   }
 
@@ -323,27 +484,81 @@ interface Judged {
 
 /** The verdict, with its finding: a match, a broken decode path (and its likely cause), or a mismatch (and its cause). */
 function judge(j: Judged): EndpointReport["verdict"] {
-  const { o, f, positions, all, prefill, prefillOk, decodeOk, hasPrompt, notDistributions, stats, evidence, attempts, dialect, probes, prompts, scored, reference, seqs, logits, rows } = j;
+  const {
+    o,
+    f,
+    positions,
+    all,
+    prefill,
+    prefillOk,
+    decodeOk,
+    hasPrompt,
+    notDistributions,
+    stats,
+    evidence,
+    attempts,
+    dialect,
+    probes,
+    prompts,
+    scored,
+    reference,
+    seqs,
+    logits,
+    rows,
+  } = j;
   let verdict: EndpointReport["verdict"];
   if (positions.length === 0) {
     verdict = "unknown";
-    f.add("endpoint", "error", "no-logprobs", `the ${dialect} replies held no log-probs that could be mapped to token ids: the endpoint cannot be compared with the reference`, { attempts });
+    f.add(
+      "endpoint",
+      "error",
+      "no-logprobs",
+      `the ${dialect} replies held no log-probs that could be mapped to token ids: the endpoint cannot be compared with the reference`,
+      { attempts },
+    );
   } else if (prefillOk && decodeOk) {
     verdict = withinTolerance(all, EXACT) ? "match" : "close";
-    f.add("endpoint", "info", verdict === "match" ? "logprobs-match" : "logprobs-close", `the endpoint agrees with latent's reference ${verdict === "match" ? "to float32 precision" : "within the same-GGUF tolerance (bf16/f16-level kernel noise)"}: ${stats}`, evidence);
+    f.add(
+      "endpoint",
+      "info",
+      verdict === "match" ? "logprobs-match" : "logprobs-close",
+      `the endpoint agrees with latent's reference ${verdict === "match" ? "to float32 precision" : "within the same-GGUF tolerance (bf16/f16-level kernel noise)"}: ${stats}`,
+      evidence,
+    );
   } else {
     verdict = "mismatch";
-    const input = { clean: reference, seqs, logits, rows, scored, ...(o.matcherBudgetMs !== undefined ? { budgetMs: o.matcherBudgetMs } : {}) };
+    const input = {
+      clean: reference,
+      seqs,
+      logits,
+      rows,
+      scored,
+      ...(o.matcherBudgetMs !== undefined ? { budgetMs: o.matcherBudgetMs } : {}),
+    };
     if (prefillOk && prefill.n > 0) {
       const causes = matchDecodeFaults(input, (s) => prompts[s].length);
-      f.add("endpoint", "error", "decode-path-broken", `the server's decode path is broken, its prefill path is not: ${hasPrompt ? "the prompt positions agree with latent's reference, the generated tokens do not" : "the first generated token of each probe (from the prefill) agrees with latent's reference, the tokens generated after it do not"} — ${stats}.${causes.length > 0 ? ` Likely cause: ${causes.join("; ")}` : " Check the decode attention kernel (absorbed MLA: W_UK/W_UV, the latent cache, its output buffer)"}`, { ...evidence, causes });
+      f.add(
+        "endpoint",
+        "error",
+        "decode-path-broken",
+        `the server's decode path is broken, its prefill path is not: ${hasPrompt ? "the prompt positions agree with latent's reference, the generated tokens do not" : "the first generated token of each probe (from the prefill) agrees with latent's reference, the tokens generated after it do not"} — ${stats}.${causes.length > 0 ? ` Likely cause: ${causes.join("; ")}` : " Check the decode attention kernel (absorbed MLA: W_UK/W_UV, the latent cache, its output buffer)"}`,
+        { ...evidence, causes },
+      );
     } else {
       const focus = prefill.n > 0 ? scored.filter((s) => (hasPrompt ? s.group === "prompt" : s.step === 0)) : scored;
       // flat or unnormalized log-probs are no model's distribution: nothing for the matcher to reproduce
-      const m = notDistributions ? { causes: [], tried: 0, outOfBudget: false, fittedScale: undefined } : matchFaults({ ...input, scored: focus });
+      const m = notDistributions
+        ? { causes: [], tried: 0, outOfBudget: false, fittedScale: undefined }
+        : matchFaults({ ...input, scored: focus });
       const worst = positions.reduce((a, b) => (b.kl > a.kl ? b : a), positions[0]);
       const noMatch = `No known fault reproduces it${m.outOfBudget ? ` (the matcher stopped after ${m.tried} candidates)` : ""}: check the deployment's model files, dtype (fp16 overflow?), MLA backend and name mapping`;
-      f.add("endpoint", "error", "logprobs-mismatch", `the endpoint's log-probs disagree with latent's reference on the same GGUF beyond the same-weights tolerance (mean KL ≤ ${TOLERANCE.meanKL}, mean |Δ logprob| ≤ ${TOLERANCE.meanGap}): ${stats}; worst at position ${worst.pos} of the ${probes[worst.seq]?.label ?? ""} probe (KL ${worst.kl.toExponential(2)}). ${m.causes.length > 0 ? `Likely cause: ${m.causes.join("; ")}` : noMatch}`, { ...evidence, causes: m.causes, worst, fittedScale: m.fittedScale, matcherTried: m.tried });
+      f.add(
+        "endpoint",
+        "error",
+        "logprobs-mismatch",
+        `the endpoint's log-probs disagree with latent's reference on the same GGUF beyond the same-weights tolerance (mean KL ≤ ${TOLERANCE.meanKL}, mean |Δ logprob| ≤ ${TOLERANCE.meanGap}): ${stats}; worst at position ${worst.pos} of the ${probes[worst.seq]?.label ?? ""} probe (KL ${worst.kl.toExponential(2)}). ${m.causes.length > 0 ? `Likely cause: ${m.causes.join("; ")}` : noMatch}`,
+        { ...evidence, causes: m.causes, worst, fittedScale: m.fittedScale, matcherTried: m.tried },
+      );
     }
   }
   return verdict;

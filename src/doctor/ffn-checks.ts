@@ -75,7 +75,11 @@ function meanAbsCos(a: readonly Float32Array[], b: readonly Float32Array[]): num
 
 function median(v: readonly number[]): number {
   const s = [...v].sort((a, b) => a - b);
-  return s.length === 0 ? NaN : s.length % 2 === 1 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+  return s.length === 0
+    ? NaN
+    : s.length % 2 === 1
+      ? s[(s.length - 1) / 2]
+      : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
 }
 
 function pairing(layer: number, experts: readonly SwiGLU[]): PairingLayer | undefined {
@@ -133,7 +137,8 @@ function shiftOf(layer: number, part: ShiftLayer["part"], mats: readonly SwiGLU[
   // At most 8 experts × 32 hidden units: the sign of the lean shows long before that.
   const chosen = mats.filter((_, i) => i % Math.max(1, Math.ceil(mats.length / 8)) === 0);
   const idx = sampleRows(mats[0].gate.rows, 32);
-  const avg = (get: (s: SwiGLU) => SwiGLU["gate"]): number => chosen.reduce((a, s) => a + shift(get(s), x, idx), 0) / chosen.length;
+  const avg = (get: (s: SwiGLU) => SwiGLU["gate"]): number =>
+    chosen.reduce((a, s) => a + shift(get(s), x, idx), 0) / chosen.length;
   return { layer, part, gate: avg((s) => s.gate), up: avg((s) => s.up) };
 }
 
@@ -159,17 +164,40 @@ export function checkFfn(model: DeepSeek2, ffnInputs: FfnInputs, f: Findings): F
       const level = `while this layer's experts pair at a median ${p.median.toFixed(3)} (unrelated vectors: ${p.baseline.toFixed(3)})`;
       const evidence = { layer: p.layer, expert: e, partner, score, median: p.median, baseline: p.baseline };
       if (partner >= 0) {
-        f.add("tensors", "error", "expert-mispaired", `${where}: the gate and up projections do not belong together — its gate rows pair with expert ${partner}'s up rows (mean |cos| ${score.toFixed(3)}) ${level}. Expert slices were swapped or misordered inside blk.${p.layer}.ffn_gate_exps / ffn_up_exps`, evidence);
+        f.add(
+          "tensors",
+          "error",
+          "expert-mispaired",
+          `${where}: the gate and up projections do not belong together — its gate rows pair with expert ${partner}'s up rows (mean |cos| ${score.toFixed(3)}) ${level}. Expert slices were swapped or misordered inside blk.${p.layer}.ffn_gate_exps / ffn_up_exps`,
+          evidence,
+        );
       } else {
         // No partner: a scrambled slice, or an expert training barely touched (rarely routed) — not proof of a fault.
-        f.add("tensors", "warning", "expert-unpaired", `${where}: its gate rows pair with no expert's up rows (mean |cos| ${score.toFixed(3)}) ${level}: a scrambled slice, or an expert that training rarely reached`, evidence);
+        f.add(
+          "tensors",
+          "warning",
+          "expert-unpaired",
+          `${where}: its gate rows pair with no expert's up rows (mean |cos| ${score.toFixed(3)}) ${level}: a scrambled slice, or an expert that training rarely reached`,
+          evidence,
+        );
       }
     }
   }
   for (const s of shifts) {
     if (s.up < UP_SHIFT && s.gate > s.up + SHIFT_MARGIN) {
-      const names = s.part === "experts" ? "ffn_gate_exps / ffn_up_exps" : s.part === "shared" ? "ffn_gate_shexp / ffn_up_shexp" : "ffn_gate / ffn_up";
-      f.add("tensors", "error", "gate-up-exchanged", `layer ${s.layer} (${s.part}): the up projection's pre-activations lean negative (mean/sd ${s.up.toFixed(3)}) and the gate's do not (${s.gate.toFixed(3)}) on the calibration text — trained SwiGLU gates lean negative, ups do not: blk.${s.layer}.${names} look exchanged (silu applied to the up projection)`, { layer: s.layer, part: s.part, gate: s.gate, up: s.up, upShift: UP_SHIFT, margin: SHIFT_MARGIN });
+      const names =
+        s.part === "experts"
+          ? "ffn_gate_exps / ffn_up_exps"
+          : s.part === "shared"
+            ? "ffn_gate_shexp / ffn_up_shexp"
+            : "ffn_gate / ffn_up";
+      f.add(
+        "tensors",
+        "error",
+        "gate-up-exchanged",
+        `layer ${s.layer} (${s.part}): the up projection's pre-activations lean negative (mean/sd ${s.up.toFixed(3)}) and the gate's do not (${s.gate.toFixed(3)}) on the calibration text — trained SwiGLU gates lean negative, ups do not: blk.${s.layer}.${names} look exchanged (silu applied to the up projection)`,
+        { layer: s.layer, part: s.part, gate: s.gate, up: s.up, upShift: UP_SHIFT, margin: SHIFT_MARGIN },
+      );
     }
   }
   return { pairing: pairings, shifts };

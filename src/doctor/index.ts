@@ -12,7 +12,16 @@ import { checkBehaviour, type BehaviourReport } from "./behaviour.js";
 import { CALIBRATION_TEXT } from "./perplexity.js";
 import { checkFile, DATA_ERRORS, type FileReport, type TensorStats } from "./file-checks.js";
 import { checkPaths, defaultPrompts, type PathReport, type Prompt } from "./paths.js";
-import { DOCTOR_FORMAT, exitCodeOf, Findings, noProgress, verdictOf, type Finding, type Progress, type Verdict } from "./report.js";
+import {
+  DOCTOR_FORMAT,
+  exitCodeOf,
+  Findings,
+  noProgress,
+  verdictOf,
+  type Finding,
+  type Progress,
+  type Verdict,
+} from "./report.js";
 import { lowMemoryLogits, type LowMemoryReport } from "./low-memory.js";
 import { checkEndpoint, type EndpointReport } from "./endpoint.js";
 import { checkSource, openSourceModel, SourceUnreadableError, type SourceReport } from "./source.js";
@@ -62,9 +71,18 @@ export interface DoctorReport {
   readonly timingsMs: Readonly<Record<string, number>>;
 }
 
-export const DEFAULT_PROBES = ["1, 2, 3, 4, 5, 6, 7, 8, 9,", "the cat sat on the mat. the cat sat on the mat. the cat sat on the"];
+export const DEFAULT_PROBES = [
+  "1, 2, 3, 4, 5, 6, 7, 8, 9,",
+  "the cat sat on the mat. the cat sat on the mat. the cat sat on the",
+];
 
-function finish(opts: DoctorOptions, findings: Findings, parts: Partial<DoctorReport>, timings: Record<string, number>, couldNotRun = false): DoctorReport {
+function finish(
+  opts: DoctorOptions,
+  findings: Findings,
+  parts: Partial<DoctorReport>,
+  timings: Record<string, number>,
+  couldNotRun = false,
+): DoctorReport {
   const verdict: Verdict = couldNotRun ? "could-not-run" : verdictOf(findings.list);
   return {
     format: DOCTOR_FORMAT,
@@ -110,16 +128,34 @@ export async function runDoctor(opts: DoctorOptions): Promise<DoctorReport> {
         return finish(opts, findings, {}, timings, true);
       }
     }
-    const fr = time("file", () => checkFile(file, findings, { skipData: opts.skipData === true, progress: opts.progress ?? noProgress }));
+    const fr = time("file", () =>
+      checkFile(file, findings, { skipData: opts.skipData === true, progress: opts.progress ?? noProgress }),
+    );
     const { config, ...fileReport } = fr;
     const parts: { -readonly [K in keyof DoctorReport]?: DoctorReport[K] } = { file: fileReport };
-    const blocking = findings.list.some((f) => f.severity === "error" && (f.area === "tensors" || f.area === "names" || f.code === "config") && !DATA_ERRORS.has(f.code));
+    const blocking = findings.list.some(
+      (f) =>
+        f.severity === "error" &&
+        (f.area === "tensors" || f.area === "names" || f.code === "config") &&
+        !DATA_ERRORS.has(f.code),
+    );
     if (source !== undefined) {
-      if (config === undefined) findings.add("source", "info", "source-skipped", "source comparison skipped: the file's metadata gives no model config");
+      if (config === undefined)
+        findings.add(
+          "source",
+          "info",
+          "source-skipped",
+          "source comparison skipped: the file's metadata gives no model config",
+        );
       else {
         const tokenizer = tryTokenizer(file);
         const src = source;
-        parts.source = time("source", () => checkSource(file, config, src, findings, { prompts: sourcePrompts(config.nVocab, tokenizer), loadable: !blocking }));
+        parts.source = time("source", () =>
+          checkSource(file, config, src, findings, {
+            prompts: sourcePrompts(config.nVocab, tokenizer),
+            loadable: !blocking,
+          }),
+        );
       }
       // with a source the report is about the conversion; the compute-path checks (run without --source) are skipped to keep it fast
       return finish(opts, findings, parts, timings);
@@ -151,20 +187,42 @@ export async function runDoctor(opts: DoctorOptions): Promise<DoctorReport> {
       return m;
     });
     const calibrationTokens = encode?.(CALIBRATION_TEXT).filter((t) => t < config.nVocab);
-    const probes: Prompt[] = (opts.probes ?? DEFAULT_PROBES).map((text, i) => ({ label: text.length > 24 ? `${text.slice(0, 24)}…` : text, tokens: probeTokens(text, i, config.nVocab, encode) }));
+    const probes: Prompt[] = (opts.probes ?? DEFAULT_PROBES).map((text, i) => ({
+      label: text.length > 24 ? `${text.slice(0, 24)}…` : text,
+      tokens: probeTokens(text, i, config.nVocab, encode),
+    }));
     if (opts.endpoint !== undefined) {
-      parts.endpoint = await checkEndpoint({ base: opts.endpoint, apiKey: opts.apiKey, model: clean, tokenizer, findings, fetch: opts.fetch });
+      parts.endpoint = await checkEndpoint({
+        base: opts.endpoint,
+        apiKey: opts.apiKey,
+        model: clean,
+        tokenizer,
+        findings,
+        fetch: opts.fetch,
+      });
       if (parts.endpoint.reachable === false) return finish(opts, findings, parts, timings, true);
       // The GGUF the server runs may itself be broken in a way every path shares: the file's own behaviour checks.
-      parts.behaviour = time("behaviour", () => checkBehaviour(clean, probes, findings, { greedyTokens: 0, chunk: opts.chunk ?? 8, calibrationTokens }));
+      parts.behaviour = time("behaviour", () =>
+        checkBehaviour(clean, probes, findings, { greedyTokens: 0, chunk: opts.chunk ?? 8, calibrationTokens }),
+      );
       return finish(opts, findings, parts, timings);
     }
     const test = opts.implementation?.(clean) ?? clean;
     const chunk = opts.chunk ?? 8;
     // Fast kernels compute in float32 (and may quantize activations): looser per-stage tolerance.
     const loose = backend !== undefined ? { tolerance: 3e-2, klTolerance: 1e-3 } : {};
-    parts.paths = time("paths", () => checkPaths(test, findings, { prompts: defaultPrompts(config.nVocab, chunk, encode), chunk, clean, ...loose, ...(opts.onStep !== undefined ? { onRun: opts.onStep } : {}) }));
-    parts.behaviour = time("behaviour", () => checkBehaviour(clean, probes, findings, { greedyTokens: opts.greedyTokens ?? 24, chunk, calibrationTokens }));
+    parts.paths = time("paths", () =>
+      checkPaths(test, findings, {
+        prompts: defaultPrompts(config.nVocab, chunk, encode),
+        chunk,
+        clean,
+        ...loose,
+        ...(opts.onStep !== undefined ? { onRun: opts.onStep } : {}),
+      }),
+    );
+    parts.behaviour = time("behaviour", () =>
+      checkBehaviour(clean, probes, findings, { greedyTokens: opts.greedyTokens ?? 24, chunk, calibrationTokens }),
+    );
     return finish(opts, findings, parts, timings);
   } finally {
     backend?.close();
@@ -193,7 +251,9 @@ function probeTokens(text: string, i: number, nVocab: number, encode?: (t: strin
   const t = encode?.(text).filter((x) => x < nVocab);
   if (t !== undefined && t.length > 1) return t;
   // No tokenizer: counting = an arithmetic run of ids, repetition = a repeated triple.
-  return i === 0 ? Array.from({ length: 16 }, (_, k) => (10 + k) % nVocab) : Array.from({ length: 15 }, (_, k) => [5, 9, 13][k % 3] % nVocab);
+  return i === 0
+    ? Array.from({ length: 16 }, (_, k) => (10 + k) % nVocab)
+    : Array.from({ length: 15 }, (_, k) => [5, 9, 13][k % 3] % nVocab);
 }
 
 export { parseConfig };

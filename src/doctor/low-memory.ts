@@ -39,7 +39,12 @@ function layerBytes(file: GGUFFile, il: number): number {
 }
 
 /** Reference logits [n × n_vocab] of `tokens`, streaming layers from disk. */
-export function lowMemoryLogits(file: GGUFFile, c: ModelConfig, tokens: readonly number[], onLayer?: (il: number) => void): { logits: Float32Array; report: LowMemoryReport } {
+export function lowMemoryLogits(
+  file: GGUFFile,
+  c: ModelConfig,
+  tokens: readonly number[],
+  onLayer?: (il: number) => void,
+): { logits: Float32Array; report: LowMemoryReport } {
   const t0 = performance.now();
   const k = plainKernels;
   const Hd = c.nEmbd;
@@ -54,7 +59,8 @@ export function lowMemoryLogits(file: GGUFFile, c: ModelConfig, tokens: readonly
   const h = new Float64Array(n * Hd);
   const row = new Float32Array(Hd);
   tokens.forEach((tok, t) => {
-    if (!Number.isInteger(tok) || tok < 0 || tok >= c.nVocab) throw new LatentError(`token id ${tok} is outside the vocabulary (0..${c.nVocab - 1})`);
+    if (!Number.isInteger(tok) || tok < 0 || tok >= c.nVocab)
+      throw new LatentError(`token id ${tok} is outside the vocabulary (0..${c.nVocab - 1})`);
     dequantizeRow(embd.type, file.readBytes(embd, tok * erb, erb), 0, row, 0, Hd, embd.name);
     h.set(row, t * Hd);
   });
@@ -101,7 +107,9 @@ export function lowMemoryLogits(file: GGUFFile, c: ModelConfig, tokens: readonly
   }
 
   const last = logits.subarray((n - 1) * c.nVocab);
-  const ids = Array.from(last.keys()).sort((a, b) => last[b] - last[a] || a - b).slice(0, 5);
+  const ids = Array.from(last.keys())
+    .sort((a, b) => last[b] - last[a] || a - b)
+    .slice(0, 5);
   let modelBytes = 0;
   for (const t of file.tensors.values()) modelBytes += t.nbytes;
   return {

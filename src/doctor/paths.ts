@@ -44,7 +44,8 @@ export function tracedRun(model: DeepSeek2, tokens: readonly number[], path: Att
   else {
     const cache = new LatentCache(model.config);
     const step = path === "decode" ? 1 : chunk;
-    for (let i = 0; i < tokens.length; i += step) take(model.forward(tokens.slice(i, i + step), cache, { path, logits: "all", trace }));
+    for (let i = 0; i < tokens.length; i += step)
+      take(model.forward(tokens.slice(i, i + step), cache, { path, logits: "all", trace }));
   }
   const stages: RunTrace["stages"] = new Map();
   for (const [k, p] of parts) {
@@ -155,13 +156,20 @@ export function compareRuns(base: RunTrace, test: RunTrace, model: DeepSeek2, to
       continue;
     }
     const rel = relDiff(a.rows, b.rows);
-    const symptom = hasNonFinite(b.rows) && !hasNonFinite(a.rows) ? "non-finite" : allZero(b.rows) && !allZero(a.rows) ? "all-zero" : "differs";
+    const symptom =
+      hasNonFinite(b.rows) && !hasNonFinite(a.rows)
+        ? "non-finite"
+        : allZero(b.rows) && !allZero(a.rows)
+          ? "all-zero"
+          : "differs";
     diffs.push({ layer: a.layer, stage: a.stage, rel, symptom });
   }
   const first = diffs.find((d) => !(d.rel <= tol));
   if (first === undefined) {
     const lrel = Math.max(...base.logits.map((r, i) => relDiff(r, test.logits[i])));
-    return lrel <= tol ? undefined : { layer: c.nLayer, stage: "logits", relDiff: lrel, symptom: "differs", agreeing: [], differing: ["logits"] };
+    return lrel <= tol
+      ? undefined
+      : { layer: c.nLayer, stage: "logits", relDiff: lrel, symptom: "differs", agreeing: [], differing: ["logits"] };
   }
   const same = diffs.filter((d) => d.layer === first.layer);
   return {
@@ -179,7 +187,8 @@ export function explainDivergence(d: Divergence, path: string, model: DeepSeek2)
   const c = model.config;
   const isMoe = d.layer >= c.nLeadingDense && c.nExpert > 0 && d.layer < c.nLayer;
   const differing = new Set(d.differing);
-  if (d.symptom === "all-zero") return `the ${d.stage} values are all zero on the ${path} path: that output buffer is never written (or never read back)`;
+  if (d.symptom === "all-zero")
+    return `the ${d.stage} values are all zero on the ${path} path: that output buffer is never written (or never read back)`;
   if (d.symptom === "non-finite") {
     return d.stage === "attn_out"
       ? `the attention output turns Inf/NaN on the ${path} path while the reference stays finite: an overflow inside attention (an fp16 absorbed query q_abs = W_UKᵀ·q_nope or fp16 scores overflow first)`
@@ -222,18 +231,31 @@ export function explainDivergence(d: Divergence, path: string, model: DeepSeek2)
 /** Known faults that could explain a divergence on a model of this shape. */
 export function candidateFaults(model: DeepSeek2, path: AttentionPath): { label: string; faults: Faults }[] {
   const c = model.config;
-  const out: { label: string; faults: Faults }[] = [{ label: "NeoX (half-split) RoPE instead of interleaved", faults: { neoxRope: true } }];
+  const out: { label: string; faults: Faults }[] = [
+    { label: "NeoX (half-split) RoPE instead of interleaved", faults: { neoxRope: true } },
+  ];
   const hasMoe = c.nExpert > 0 && c.nLeadingDense < c.nLayer;
-  if (hasMoe && c.gating === "sigmoid") out.push({ label: "softmax router gating instead of sigmoid", faults: { softmaxGating: true } });
-  if (hasMoe && model.weights.layers.some((l) => l.moe?.bias !== undefined)) out.push({ label: "correction bias (exp_probs_b) added to the expert weights", faults: { biasInWeights: true } });
-  if (path !== "reference" && c.qkNope === c.vHead) out.push({ label: "attn_k_b and attn_v_b swapped", faults: { swapKvB: true } });
+  if (hasMoe && c.gating === "sigmoid")
+    out.push({ label: "softmax router gating instead of sigmoid", faults: { softmaxGating: true } });
+  if (hasMoe && model.weights.layers.some((l) => l.moe?.bias !== undefined))
+    out.push({ label: "correction bias (exp_probs_b) added to the expert weights", faults: { biasInWeights: true } });
+  if (path !== "reference" && c.qkNope === c.vHead)
+    out.push({ label: "attn_k_b and attn_v_b swapped", faults: { swapKvB: true } });
   out.push({ label: `attention output of the ${path} path never written`, faults: { attnOutUnwritten: path } });
-  if (path === "decode") out.push({ label: "absorbed query held in fp16 (overflow)", faults: { fp16AbsorbedQuery: true } });
+  if (path === "decode")
+    out.push({ label: "absorbed query held in fp16 (overflow)", faults: { fp16AbsorbedQuery: true } });
   return out;
 }
 
 /** Logits of a path on the clean model with each candidate fault; the candidates that reproduce `observed`. */
-export function matchFaults(clean: DeepSeek2, tokens: readonly number[], path: AttentionPath, chunk: number, observed: readonly ArrayLike<number>[], compare: (a: readonly ArrayLike<number>[], b: readonly ArrayLike<number>[]) => boolean): string[] {
+export function matchFaults(
+  clean: DeepSeek2,
+  tokens: readonly number[],
+  path: AttentionPath,
+  chunk: number,
+  observed: readonly ArrayLike<number>[],
+  compare: (a: readonly ArrayLike<number>[], b: readonly ArrayLike<number>[]) => boolean,
+): string[] {
   const hits: string[] = [];
   for (const cand of candidateFaults(clean, path)) {
     const m = withFaults(clean, cand.faults);
@@ -304,7 +326,9 @@ export function checkPaths(test: DeepSeek2, findings: Findings, opts: PathCheckO
   for (const p of opts.prompts) {
     const base = tracedRun(clean, p.tokens, "reference", chunk);
     for (const cand of candidates) {
-      opts.onRun?.(`paths ${comparisons.length + 1}/${runs}: ${cand.label} on the ${p.label} prompt (${p.tokens.length} tokens)`);
+      opts.onRun?.(
+        `paths ${comparisons.length + 1}/${runs}: ${cand.label} on the ${p.label} prompt (${p.tokens.length} tokens)`,
+      );
       const run = tracedRun(cand.model, p.tokens, cand.path, chunk);
       const kls = base.logits.map((r, i) => klLogits(r, run.logits[i]));
       const agree = base.logits.filter((r, i) => argmax(r) === argmax(run.logits[i])).length;
@@ -323,7 +347,12 @@ export function checkPaths(test: DeepSeek2, findings: Findings, opts: PathCheckO
       const bad = div !== undefined || !(maxKL <= klTol);
       if (!bad || reported.has(cand.label)) continue;
       reported.add(cand.label);
-      const where = div === undefined ? "in the final logits only" : div.stage === "logits" ? "at the logits" : `first at layer ${div.layer}, ${div.stage} (relative difference ${div.relDiff.toExponential(2)})`;
+      const where =
+        div === undefined
+          ? "in the final logits only"
+          : div.stage === "logits"
+            ? "at the logits"
+            : `first at layer ${div.layer}, ${div.stage} (relative difference ${div.relDiff.toExponential(2)})`;
       let message = `the ${cand.label} path departs from the reference on the ${p.label} prompt (${p.tokens.length} tokens) ${where}; final KL max ${fmtKL(maxKL)}, top-1 agreement ${(cmp.top1Agreement * 100).toFixed(0)}%`;
       if (div !== undefined) message += `. Likely cause: ${explainDivergence(div, cand.path, clean)}`;
       let matches: string[] = [];
@@ -331,7 +360,14 @@ export function checkPaths(test: DeepSeek2, findings: Findings, opts: PathCheckO
         matches = matchFaults(clean, p.tokens, cand.path, chunk, run.logits, sameLogits);
         if (matches.length > 0) message += `. Reproduced exactly by simulating: ${matches.join("; ")}`;
       }
-      findings.add("paths", "error", "path-divergence", message, { path: cand.label, prompt: p.label, divergence: div, maxKL, top1Agreement: cmp.top1Agreement, matchingFaults: matches });
+      findings.add("paths", "error", "path-divergence", message, {
+        path: cand.label,
+        prompt: p.label,
+        divergence: div,
+        maxKL,
+        top1Agreement: cmp.top1Agreement,
+        matchingFaults: matches,
+      });
     }
   }
   return { chunk, prompts: opts.prompts.map((p) => ({ label: p.label, tokens: p.tokens.length })), comparisons };
@@ -358,7 +394,18 @@ export function defaultPrompts(nVocab: number, chunk: number, encode?: (text: st
   return [
     { label: "1-token", tokens: fromText("The", 1, 7).slice(0, 1) },
     { label: "short", tokens: fromText("The capital of France is", 6, 11).slice(0, 8) },
-    { label: `long (> chunk ${chunk})`, tokens: ensureLength(fromText("In the beginning there were numbers: one, two, three, four, five, six, seven, eight, nine, ten, eleven, twelve.", long, 13), long, ids(long, 17)) },
+    {
+      label: `long (> chunk ${chunk})`,
+      tokens: ensureLength(
+        fromText(
+          "In the beginning there were numbers: one, two, three, four, five, six, seven, eight, nine, ten, eleven, twelve.",
+          long,
+          13,
+        ),
+        long,
+        ids(long, 17),
+      ),
+    },
   ];
 }
 

@@ -50,7 +50,10 @@ export type FfnInputs = ReadonlyMap<number, Float64Array>;
  * Score `tokens` by teacher forcing on the reference path. Also returns each layer's FFN input (the only activations
  * other checks need; tracing every stage would hold gigabytes on a large model).
  */
-export function calibration(model: DeepSeek2, tokens: readonly number[]): { result: CalibrationResult; ffnInputs: FfnInputs } {
+export function calibration(
+  model: DeepSeek2,
+  tokens: readonly number[],
+): { result: CalibrationResult; ffnInputs: FfnInputs } {
   const parts = new Map<number, Float64Array[]>();
   const trace = (layer: number, stage: string, rows: Float64Array): void => {
     if (stage !== "ffn_norm") return;
@@ -84,22 +87,66 @@ export function calibration(model: DeepSeek2, tokens: readonly number[]): { resu
     entropy += h;
   }
   const logVocab = Math.log(model.config.nVocab);
-  const result = { tokens: tokens.length, nll: nll / n, entropy: entropy / n, logVocab, gap: (nll - entropy) / n, trained: nll / n < TRAINED_NLL_RATIO * logVocab };
+  const result = {
+    tokens: tokens.length,
+    nll: nll / n,
+    entropy: entropy / n,
+    logVocab,
+    gap: (nll - entropy) / n,
+    trained: nll / n < TRAINED_NLL_RATIO * logVocab,
+  };
   return { result, ffnInputs };
 }
 
 export function judgeCalibration(r: CalibrationResult, f: Findings): void {
   const nums = `NLL ${r.nll.toFixed(3)} vs entropy ${r.entropy.toFixed(3)} nats/token over ${r.tokens - 1} tokens of Genesis 1 (KJV); ln V = ${r.logVocab.toFixed(2)}`;
-  const evidence = { nll: r.nll, entropy: r.entropy, gap: r.gap, logVocab: r.logVocab, maxGap: MAX_CALIBRATION_GAP, trainedNllRatio: TRAINED_NLL_RATIO };
+  const evidence = {
+    nll: r.nll,
+    entropy: r.entropy,
+    gap: r.gap,
+    logVocab: r.logVocab,
+    maxGap: MAX_CALIBRATION_GAP,
+    trainedNllRatio: TRAINED_NLL_RATIO,
+  };
   if (!Number.isFinite(r.nll) || !Number.isFinite(r.entropy)) {
-    f.add("behaviour", "error", "calibration-non-finite", `the log-probabilities of the calibration text are not finite (${nums})`, evidence);
+    f.add(
+      "behaviour",
+      "error",
+      "calibration-non-finite",
+      `the log-probabilities of the calibration text are not finite (${nums})`,
+      evidence,
+    );
   } else if (r.trained && r.gap > MAX_CALIBRATION_GAP) {
-    f.add("behaviour", "error", "miscalibrated", `the model knows the language of its text (NLL < ${TRAINED_NLL_RATIO}·ln V) yet is confidently wrong: ${nums}, gap ${r.gap.toFixed(3)} > ${MAX_CALIBRATION_GAP}. A healthy trained model's NLL is close to its entropy; a file fault that scrambles attention or experts (k_b/v_b swapped, heads in the wrong order, experts mixed up) breaks that`, evidence);
+    f.add(
+      "behaviour",
+      "error",
+      "miscalibrated",
+      `the model knows the language of its text (NLL < ${TRAINED_NLL_RATIO}·ln V) yet is confidently wrong: ${nums}, gap ${r.gap.toFixed(3)} > ${MAX_CALIBRATION_GAP}. A healthy trained model's NLL is close to its entropy; a file fault that scrambles attention or experts (k_b/v_b swapped, heads in the wrong order, experts mixed up) breaks that`,
+      evidence,
+    );
   } else if (r.trained && r.gap < MIN_CALIBRATION_GAP) {
-    f.add("behaviour", "error", "underconfident", `the model knows the language of its text (NLL < ${TRAINED_NLL_RATIO}·ln V) yet spreads its predictions far wider than its errors warrant: ${nums}, gap ${r.gap.toFixed(3)} < ${MIN_CALIBRATION_GAP}. Its logits are scaled down: the output head or the final norm scaled at conversion, or a wrong logit scale`, { ...evidence, minGap: MIN_CALIBRATION_GAP });
+    f.add(
+      "behaviour",
+      "error",
+      "underconfident",
+      `the model knows the language of its text (NLL < ${TRAINED_NLL_RATIO}·ln V) yet spreads its predictions far wider than its errors warrant: ${nums}, gap ${r.gap.toFixed(3)} < ${MIN_CALIBRATION_GAP}. Its logits are scaled down: the output head or the final norm scaled at conversion, or a wrong logit scale`,
+      { ...evidence, minGap: MIN_CALIBRATION_GAP },
+    );
   } else if (!r.trained) {
-    f.add("behaviour", "info", "calibration-untrained", `${nums}: no better than ${TRAINED_NLL_RATIO}·ln V, as for random weights; calibration is not judged`, evidence);
+    f.add(
+      "behaviour",
+      "info",
+      "calibration-untrained",
+      `${nums}: no better than ${TRAINED_NLL_RATIO}·ln V, as for random weights; calibration is not judged`,
+      evidence,
+    );
   } else {
-    f.add("behaviour", "info", "calibration", `${nums}, gap ${r.gap.toFixed(3)} ≤ ${MAX_CALIBRATION_GAP}: calibrated`, evidence);
+    f.add(
+      "behaviour",
+      "info",
+      "calibration",
+      `${nums}, gap ${r.gap.toFixed(3)} ≤ ${MAX_CALIBRATION_GAP}: calibrated`,
+      evidence,
+    );
   }
 }

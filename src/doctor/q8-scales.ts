@@ -44,7 +44,8 @@ export class Q8ScaleCollector {
   add(bytes: Uint8Array, row0: number, n: number): void {
     const nb = this.blocksPerRow;
     const dv = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-    const ls = (r: number, b: number): number => Math.log(Math.abs(f16ToF32(dv.getUint16((r * nb + b) * BLOCK_BYTES, true))) + 1e-12);
+    const ls = (r: number, b: number): number =>
+      Math.log(Math.abs(f16ToF32(dv.getUint16((r * nb + b) * BLOCK_BYTES, true))) + 1e-12);
     for (let r = 0; r < n; r++) {
       let s = 0;
       for (let b = 1; b < nb - 1; b++) s += ls(r, b);

@@ -5,7 +5,16 @@ export const DOCTOR_FORMAT = "latent-doctor/1";
 /** error: a defect that makes output wrong (exit 1); warning: a quirk worth knowing, output may still be right; info: a note. */
 export type Severity = "error" | "warning" | "info";
 
-export type CheckArea = "file" | "metadata" | "tensors" | "names" | "paths" | "behaviour" | "endpoint" | "low-memory" | "source";
+export type CheckArea =
+  | "file"
+  | "metadata"
+  | "tensors"
+  | "names"
+  | "paths"
+  | "behaviour"
+  | "endpoint"
+  | "low-memory"
+  | "source";
 
 export interface Finding {
   readonly area: CheckArea;

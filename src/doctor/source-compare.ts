@@ -70,7 +70,9 @@ export interface PartResult {
 
 /** The source tensor a part's HF name stands for: checkpoints with tied embeddings have no lm_head.weight. */
 export function sourceName(src: SourceModel, hf: string): string {
-  return hf === "lm_head.weight" && !src.tensors.has(hf) && src.tensors.has("model.embed_tokens.weight") ? "model.embed_tokens.weight" : hf;
+  return hf === "lm_head.weight" && !src.tensors.has(hf) && src.tensors.has("model.embed_tokens.weight")
+    ? "model.embed_tokens.weight"
+    : hf;
 }
 
 /** What a part should hold, from the source; one kv_b split kept per layer in hand. */
@@ -88,11 +90,13 @@ export class Expected {
     const missing = p.hf.filter((_, i) => s[i] === undefined);
     if (missing.length > 0) return `the source has no ${missing.join(", ")}`;
     const unreadable = s.find((t) => t!.noise === undefined);
-    if (unreadable !== undefined) return `the source stores ${unreadable.name} as ${unreadable.dtype}, which latent cannot read`;
+    if (unreadable !== undefined)
+      return `the source stores ${unreadable.name} as ${unreadable.dtype}, which latent cannot read`;
     const { nHead: H, qkNope: P, vHead: V, kvLoraRank: L } = this.c;
     if (p.role === "k_b" || p.role === "v_b") {
       const shape = s[0]!.shape;
-      if (shape.join(",") !== `${H * (P + V)},${L}`) return `${s[0]!.name} has shape [${shape.join(", ")}], the metadata needs [${H * (P + V)}, ${L}]`;
+      if (shape.join(",") !== `${H * (P + V)},${L}`)
+        return `${s[0]!.name} has shape [${shape.join(", ")}], the metadata needs [${H * (P + V)}, ${L}]`;
       return p.role === "k_b" ? [P, L, H] : [L, V, H];
     }
     if (s.length === 2) {
@@ -152,12 +156,24 @@ export function comparePart(p: GgufPart, exp: Expected, src: SourceModel): PartR
   const sources = p.hf.map((n) => sourceName(src, n));
   const shape = exp.shape(p);
   if (typeof shape === "string") {
-    const status: PartStatus = shape.startsWith("the source has no") ? "no-source" : shape.includes("cannot read") ? "unreadable-source" : "shape";
+    const status: PartStatus = shape.startsWith("the source has no")
+      ? "no-source"
+      : shape.includes("cannot read")
+        ? "unreadable-source"
+        : "shape";
     return { part: p, status, sources, note: shape };
   }
   const srcDtype = exp.dtype(p);
   const expectedCount = shape.reduce((a, b) => a * b, 1);
-  if (expectedCount !== p.count) return { part: p, status: "shape", sources, sourceDtype: srcDtype, expectedNe: shape, note: `ne [${p.ne.join(", ")}] (${p.count} values), the source gives [${shape.join(", ")}] (${expectedCount})` };
+  if (expectedCount !== p.count)
+    return {
+      part: p,
+      status: "shape",
+      sources,
+      sourceDtype: srcDtype,
+      expectedNe: shape,
+      note: `ne [${p.ne.join(", ")}] (${p.count} values), the source gives [${shape.join(", ")}] (${expectedCount})`,
+    };
   const tol = tolerance(ggufNoise(p.type), exp.noise(p));
   const g = p.read();
   const e = exp.values(p);

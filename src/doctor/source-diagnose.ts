@@ -82,7 +82,12 @@ function blockPermutation(g: Float32Array, e: Float32Array, blocks: number, tol:
 }
 
 /** Each (sub-)block a scaled copy of the source block with gains that vary: misplaced or corrupt block scales. */
-function blockScales(g: Float32Array, e: Float32Array, block: number, tol: { rel: number; gain: number }): Diagnosis | undefined {
+function blockScales(
+  g: Float32Array,
+  e: Float32Array,
+  block: number,
+  tol: { rel: number; gain: number },
+): Diagnosis | undefined {
   const n = Math.floor(e.length / block);
   if (n < 4) return undefined;
   const gains: number[] = [];
@@ -141,15 +146,32 @@ export function diagnose(r: PartResult, ctx: DiagnoseContext): Diagnosis {
   const e = ctx.expected.values(p);
   const base = { rel: r.rel, tolerance: tol.rel, gain: r.gain };
   if (r.rel! <= tol.rel && Math.abs(r.gain! - 1) <= tol.gain) {
-    return { kind: "misshaped", what: `the source's values in the source's order, but ne [${p.ne.join(", ")}] where the source gives [${r.expectedNe!.join(", ")}] (reshaped where a transpose belongs)`, evidence: base };
+    return {
+      kind: "misshaped",
+      what: `the source's values in the source's order, but ne [${p.ne.join(", ")}] where the source gives [${r.expectedNe!.join(", ")}] (reshaped where a transpose belongs)`,
+      evidence: base,
+    };
   }
-  if (r.rms === 0 || r.rms! <= 1e-7 * r.sourceRms!) return { kind: "zeroed", what: "all zeros where the source has values (never written, or zeroed)", evidence: base };
+  if (r.rms === 0 || r.rms! <= 1e-7 * r.sourceRms!)
+    return { kind: "zeroed", what: "all zeros where the source has values (never written, or zeroed)", evidence: base };
 
   const a = r.gain!;
-  const resid = relDiff(g, e.map((x) => x * a));
+  const resid = relDiff(
+    g,
+    e.map((x) => x * a),
+  );
   if (resid <= tol.rel && Math.abs(a) > tol.gain) {
-    if (Math.abs(a + 1) <= tol.gain) return { kind: "sign-flipped", what: "the source's values with the sign flipped (×−1)", evidence: { ...base, residual: resid } };
-    return { kind: "scaled", what: `the source's values scaled by a constant ${fmt(a)} (a stray factor in the conversion)`, evidence: { ...base, factor: a, residual: resid } };
+    if (Math.abs(a + 1) <= tol.gain)
+      return {
+        kind: "sign-flipped",
+        what: "the source's values with the sign flipped (×−1)",
+        evidence: { ...base, residual: resid },
+      };
+    return {
+      kind: "scaled",
+      what: `the source's values scaled by a constant ${fmt(a)} (a stray factor in the conversion)`,
+      evidence: { ...base, factor: a, residual: resid },
+    };
   }
 
   const other = matchOther(r, ctx, g);
@@ -160,12 +182,24 @@ export function diagnose(r: PartResult, ctx: DiagnoseContext): Diagnosis {
     const swapped = new Float32Array(g.length);
     swapped.set(e.subarray(half));
     swapped.set(e.subarray(0, half), half);
-    if (relDiff(g, swapped) <= tol.rel) return { kind: "gate-up-halves-exchanged", what: "its gate and up halves exchanged (the fused gate_up holds up rows first)", evidence: base };
+    if (relDiff(g, swapped) <= tol.rel)
+      return {
+        kind: "gate-up-halves-exchanged",
+        what: "its gate and up halves exchanged (the fused gate_up holds up rows first)",
+        evidence: base,
+      };
   }
   const ne = r.expectedNe!;
   // before the order tests: shuffled block scales keep the overall distribution of values
   const quantized = (typeTraits(p.type)?.blockSize ?? 1) > 1;
-  const blk = quantized ? blockScales(g, e, p.typeName.endsWith("_K") && !p.typeName.startsWith("Q4") && !p.typeName.startsWith("Q5") ? 16 : 32, tol) : undefined;
+  const blk = quantized
+    ? blockScales(
+        g,
+        e,
+        p.typeName.endsWith("_K") && !p.typeName.startsWith("Q4") && !p.typeName.startsWith("Q5") ? 16 : 32,
+        tol,
+      )
+    : undefined;
   if (blk !== undefined) return { ...blk, evidence: { ...base, ...blk.evidence } };
   if (relDiff(sorted(g), sorted(e)) <= tol.rel) {
     const [n0, n1] = [ne[0], ne[1] ?? 1];
@@ -180,23 +214,35 @@ export function diagnose(r: PartResult, ctx: DiagnoseContext): Diagnosis {
           evidence: base,
         };
       }
-      return { kind: "transposed", what: `transposed${perHead}: ne [${p.ne.join(", ")}] holds the transpose of the source's [${ne.join(", ")}]`, evidence: base };
+      return {
+        kind: "transposed",
+        what: `transposed${perHead}: ne [${p.ne.join(", ")}] holds the transpose of the source's [${ne.join(", ")}]`,
+        evidence: base,
+      };
     }
     const candidates: [number, string][] = [];
     if (ne.length >= 3) candidates.push([ne[ne.length - 1], p.role === "k_b" || p.role === "v_b" ? "head" : "slice"]);
-    if (ne.length === 2 && ctx.config.nHead > 1 && ne[1] % ctx.config.nHead === 0) candidates.push([ctx.config.nHead, /attn_/.test(p.tensor) ? "head" : "row block"]);
+    if (ne.length === 2 && ctx.config.nHead > 1 && ne[1] % ctx.config.nHead === 0)
+      candidates.push([ctx.config.nHead, /attn_/.test(p.tensor) ? "head" : "row block"]);
     for (const [blocks, unit] of candidates) {
       const perm = blockPermutation(g, e, blocks, tol.rel);
       if (perm !== undefined) {
         const moved = perm.map((j, i) => [i, j] as const).filter(([i, j]) => i !== j);
         return {
           kind: "heads-reordered",
-          what: `${unit}s reordered: ${moved.slice(0, 6).map(([i, j]) => `${unit} ${i} holds the source's ${unit} ${j}`).join(", ")}${moved.length > 6 ? ", …" : ""}`,
+          what: `${unit}s reordered: ${moved
+            .slice(0, 6)
+            .map(([i, j]) => `${unit} ${i} holds the source's ${unit} ${j}`)
+            .join(", ")}${moved.length > 6 ? ", …" : ""}`,
           evidence: { ...base, permutation: perm },
         };
       }
     }
-    return { kind: "reordered", what: "the source's values in another order (a reshape or permutation the conversion got wrong)", evidence: base };
+    return {
+      kind: "reordered",
+      what: "the source's values in another order (a reshape or permutation the conversion got wrong)",
+      evidence: base,
+    };
   }
   return {
     kind: "differs",

@@ -7,7 +7,13 @@ import { existsSync, statSync } from "node:fs";
 import { GGUFFile } from "../gguf/file.js";
 import { parseConfig } from "../model/config.js";
 import { joinKvB } from "../convert/names.js";
-import { readCheckpoint, readTensorF32, readWeightF32, SCALE_SUFFIX, type SafetensorsTensor } from "../convert/safetensors.js";
+import {
+  readCheckpoint,
+  readTensorF32,
+  readWeightF32,
+  SCALE_SUFFIX,
+  type SafetensorsTensor,
+} from "../convert/safetensors.js";
 import { FP8_DTYPES } from "../convert/fp8.js";
 import { ggufParts, type GgufPart } from "./source-parts.js";
 import { ggufNoise, sourceDtypeNoise } from "./source-noise.js";
@@ -71,7 +77,10 @@ function openHfSource(dir: string): SourceModel {
     const key = `${t.name}#${e}`;
     if (sliceKey !== key) {
       const scale = ckpt.get(t.name + SCALE_SUFFIX);
-      sliceData = FP8_DTYPES.has(t.dtype) && scale !== undefined ? readTensorF32(slice(t, e), readTensorF32(slice(scale, e))) : readTensorF32(slice(t, e));
+      sliceData =
+        FP8_DTYPES.has(t.dtype) && scale !== undefined
+          ? readTensorF32(slice(t, e), readTensorF32(slice(scale, e)))
+          : readTensorF32(slice(t, e));
       sliceKey = key;
     }
     return sliceData!;
@@ -141,7 +150,12 @@ function openGgufSource(path: string): SourceModel {
           readers.set(name, () => p.read().slice(k * half, (k + 1) * half));
         });
       } else {
-        tensors.set(p.hf[0], { name: p.hf[0], shape: [...p.ne].reverse(), dtype: p.typeName, noise: ggufNoise(p.type) });
+        tensors.set(p.hf[0], {
+          name: p.hf[0],
+          shape: [...p.ne].reverse(),
+          dtype: p.typeName,
+          noise: ggufNoise(p.type),
+        });
         readers.set(p.hf[0], () => p.read());
       }
     }

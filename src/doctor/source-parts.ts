@@ -52,7 +52,12 @@ export function ggufParts(file: GGUFFile, c: ModelConfig): { parts: GgufPart[]; 
     const m = BLK.exec(info.name);
     const layer = m === null ? undefined : Number(m[1]);
     const rest = m?.[2] ?? info.name;
-    const base = { tensor: info.name, type: info.type, typeName: typeName(info.type), ...(layer !== undefined ? { layer } : {}) };
+    const base = {
+      tensor: info.name,
+      type: info.type,
+      typeName: typeName(info.type),
+      ...(layer !== undefined ? { layer } : {}),
+    };
     const stacked = /_exps\.weight$/.test(rest) && info.ne.length === 3;
     const hf = ggufToHf(info.name, stacked ? info.ne[2] : c.nExpert);
     if (hf === undefined) {
@@ -65,12 +70,29 @@ export function ggufParts(file: GGUFFile, c: ModelConfig): { parts: GgufPart[]; 
       const ne = info.ne.slice(0, 2);
       const n = count(ne);
       for (let e = 0; e < E; e++) {
-        parts.push({ ...base, label: `${info.name}[expert ${e}]`, role: "expert", expert: e, hf: hf.slice(e * per, (e + 1) * per), ne, count: n, read: () => readRange(file, info, e * n, n) });
+        parts.push({
+          ...base,
+          label: `${info.name}[expert ${e}]`,
+          role: "expert",
+          expert: e,
+          hf: hf.slice(e * per, (e + 1) * per),
+          ne,
+          count: n,
+          read: () => readRange(file, info, e * n, n),
+        });
       }
       continue;
     }
     const role: PartRole = rest === "attn_k_b.weight" ? "k_b" : rest === "attn_v_b.weight" ? "v_b" : "plain";
-    parts.push({ ...base, label: info.name, role, hf, ne: [...info.ne], count: count(info.ne), read: () => dequantize(info.type, file.readBytes(info), count(info.ne), info.name) });
+    parts.push({
+      ...base,
+      label: info.name,
+      role,
+      hf,
+      ne: [...info.ne],
+      count: count(info.ne),
+      read: () => dequantize(info.type, file.readBytes(info), count(info.ne), info.name),
+    });
   }
   return { parts, unmapped };
 }

@@ -69,7 +69,11 @@ export interface BatchDevicePicks extends DevicePicks {
    * [steps × sequences, step-major] (models with `chainsDraws`) each step's token of a sequence is drawn as
    * forwardBatchPicks draws a PickDraw (temperature 0: greedy).
    */
-  decodeGreedyBatch?(seqs: readonly { readonly token: number; readonly cache: LatentStore }[], steps: number, draws?: readonly PickDraw[]): GreedyChunk[];
+  decodeGreedyBatch?(
+    seqs: readonly { readonly token: number; readonly cache: LatentStore }[],
+    steps: number,
+    draws?: readonly PickDraw[],
+  ): GreedyChunk[];
   /**
    * forwardBatch, except that a chunk with `picks[i]` (logits "last") gets its last row's choice computed on the
    * model's device instead of the row — `true`: the greedy one, argmax (ties to the lowest id, NaN never chosen); a
@@ -77,7 +81,10 @@ export interface BatchDevicePicks extends DevicePicks {
    * logprob (NaN where the row holds NaN or +Infinity or is all −Infinity), so that such sequences need no logits read
    * back or sampled.
    */
-  forwardBatchPicks?(seqs: readonly SequenceChunk[], picks: readonly (boolean | PickDraw)[]): (Float32Array | GreedyPick)[];
+  forwardBatchPicks?(
+    seqs: readonly SequenceChunk[],
+    picks: readonly (boolean | PickDraw)[],
+  ): (Float32Array | GreedyPick)[];
 }
 
 /**

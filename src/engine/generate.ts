@@ -7,7 +7,14 @@ import { DEFAULT_PREFILL_CHUNK } from "./evaluate.js";
 import { LatentCache } from "../model/cache.js";
 import { createSampler, Sampler, type SampleResult, type SamplerOptions } from "./sampler.js";
 import { yieldToEventLoop } from "../util/yield.js";
-import { CHAIN_FIRST_STEPS, deviceChoice, type DevicePicks, type GreedyChainModel, type GreedyChunk, type PickDraw } from "./device-picks.js";
+import {
+  CHAIN_FIRST_STEPS,
+  deviceChoice,
+  type DevicePicks,
+  type GreedyChainModel,
+  type GreedyChunk,
+  type PickDraw,
+} from "./device-picks.js";
 import { GeneratedText, type StopOptions } from "./text-stream.js";
 
 /**
@@ -146,7 +153,13 @@ type LoopStep =
   /** the last position's logits after `tokens` at positions pos, pos + 1, … (path "reference": the whole sequence, no cache) */
   | { readonly kind: "forward"; readonly tokens: readonly number[]; readonly pos: number; readonly path: AttentionPath }
   /** decodeGreedy: `steps` steps chained on the model's device, step 0 feeding `token` at `pos` */
-  | { readonly kind: "chain"; readonly token: number; readonly pos: number; readonly steps: number; readonly draws?: readonly PickDraw[] };
+  | {
+      readonly kind: "chain";
+      readonly token: number;
+      readonly pos: number;
+      readonly steps: number;
+      readonly draws?: readonly PickDraw[];
+    };
 
 /** The driver's answer: logits for "forward", the chain's choices for "chain", nothing for "token". */
 type LoopInput = Float32Array | GreedyChunk | undefined;
@@ -162,24 +175,37 @@ interface LoopDevice {
  * hands it the token events to pass on, so that a synchronous model (generateTokens) and an asynchronous one
  * (generateTokensAsync) run the same checks, choices, stop conditions and timings.
  */
-function* generationLoop(cfg: ModelConfig, device: LoopDevice, tokenizer: GenerateTokenizer, promptTokens: readonly number[], opts: GenerateOptions): Generator<LoopStep, GenerateResult, LoopInput> {
+function* generationLoop(
+  cfg: ModelConfig,
+  device: LoopDevice,
+  tokenizer: GenerateTokenizer,
+  promptTokens: readonly number[],
+  opts: GenerateOptions,
+): Generator<LoopStep, GenerateResult, LoopInput> {
   const path = opts.path ?? "prefill";
-  if (path !== "prefill" && path !== "decode" && path !== "reference") throw new UsageError(`path must be prefill, decode or reference, got "${String(path)}"`);
+  if (path !== "prefill" && path !== "decode" && path !== "reference")
+    throw new UsageError(`path must be prefill, decode or reference, got "${String(path)}"`);
   const maxTokens = opts.maxTokens ?? Infinity;
-  if (!(maxTokens >= 0) || (maxTokens !== Infinity && !Number.isInteger(maxTokens))) throw new UsageError(`maxTokens must be an integer ≥ 0, got ${maxTokens}`);
+  if (!(maxTokens >= 0) || (maxTokens !== Infinity && !Number.isInteger(maxTokens)))
+    throw new UsageError(`maxTokens must be an integer ≥ 0, got ${maxTokens}`);
   const chunk = opts.chunk ?? DEFAULT_PREFILL_CHUNK;
   if (!Number.isInteger(chunk) || chunk < 1) throw new UsageError(`chunk must be an integer ≥ 1, got ${chunk}`);
   if (promptTokens.length === 0) throw new UsageError("the prompt has no tokens");
-  if (promptTokens.length > cfg.contextLength) throw new UsageError(`the prompt has ${promptTokens.length} tokens, more than the model's context length ${cfg.contextLength}`);
+  if (promptTokens.length > cfg.contextLength)
+    throw new UsageError(
+      `the prompt has ${promptTokens.length} tokens, more than the model's context length ${cfg.contextLength}`,
+    );
   promptTokens.forEach((t, i) => {
-    if (!Number.isInteger(t) || t < 0 || t >= cfg.nVocab) throw new UsageError(`prompt token ${t} at index ${i} is outside the vocabulary (0..${cfg.nVocab - 1})`);
+    if (!Number.isInteger(t) || t < 0 || t >= cfg.nVocab)
+      throw new UsageError(`prompt token ${t} at index ${i} is outside the vocabulary (0..${cfg.nVocab - 1})`);
   });
   // the repetition penalty counts the prompt's tokens as seen
   const sampler: TokenSampler = opts.sampler ?? createSampler({ promptTokens, ...opts });
   const chainable = opts.chainedGreedy !== false && path !== "reference" && sampler instanceof Sampler && device.chains;
   // greedy samplers, and those the model's device can draw for (a temperature, and top-k ≤ 64 with top-p / min-p where it filters)
   const choice = chainable ? deviceChoice(sampler, device.picks, "chain") : undefined;
-  const decodeMode: DecodeMode = choice === undefined ? "host-sampling" : choice === "draw" ? "draws-chained" : "greedy-chained";
+  const decodeMode: DecodeMode =
+    choice === undefined ? "host-sampling" : choice === "draw" ? "draws-chained" : "greedy-chained";
   const text = new GeneratedText(tokenizer, opts);
 
   const tokens: number[] = [];
@@ -218,9 +244,14 @@ function* generationLoop(cfg: ModelConfig, device: LoopDevice, tokenizer: Genera
     }
     const fromDecode = tokens.length > 0;
     const chained = aheadAt < ahead.tokens.length;
-    const r: SampleResult = chained ? { token: ahead.tokens[aheadAt], logprob: ahead.logprobs[aheadAt++] } : sampler.sample(logits);
+    const r: SampleResult = chained
+      ? { token: ahead.tokens[aheadAt], logprob: ahead.logprobs[aheadAt++] }
+      : sampler.sample(logits);
     // the device marks a step whose logits the host sampler would have refused (NaN, +Infinity, all -Infinity)
-    if (chained && Number.isNaN(r.logprob)) throw new NonFiniteError(`the logits of decode step ${tokens.length} contain NaN or +Infinity, or are all -Infinity (chained greedy decoding on the model's device)`);
+    if (chained && Number.isNaN(r.logprob))
+      throw new NonFiniteError(
+        `the logits of decode step ${tokens.length} contain NaN or +Infinity, or are all -Infinity (chained greedy decoding on the model's device)`,
+      );
     if (fromDecode) usedSteps++;
     if (text.endsBefore(r.token)) {
       finishReason = "stop";
@@ -231,7 +262,16 @@ function* generationLoop(cfg: ModelConfig, device: LoopDevice, tokenizer: Genera
     logprobs.push(r.logprob);
     if (r.top !== undefined) tops.push(r.top);
     const { piece, hit } = text.push(r.token);
-    yield { kind: "token", event: { id: r.token, text: piece, logprob: r.logprob, ...(r.top !== undefined ? { top: r.top } : {}), index: tokens.length - 1 } };
+    yield {
+      kind: "token",
+      event: {
+        id: r.token,
+        text: piece,
+        logprob: r.logprob,
+        ...(r.top !== undefined ? { top: r.top } : {}),
+        index: tokens.length - 1,
+      },
+    };
     if (hit !== undefined) {
       finishReason = "stop";
       stoppedBy = { string: hit };
@@ -247,18 +287,29 @@ function* generationLoop(cfg: ModelConfig, device: LoopDevice, tokenizer: Genera
         const allowed = Math.min(maxTokens, cfg.contextLength - promptTokens.length) - tokens.length;
         const steps = Math.min(chainSteps, allowed);
         // a draw's key a step, from the sampler's seeded generator: the same seed gives the same tokens
-        const draws = choice === "draw" ? Array.from({ length: steps }, () => (sampler as Sampler).deviceDraw()) : undefined;
-        ahead = (yield { kind: "chain", token: r.token, pos, steps, ...(draws !== undefined ? { draws } : {}) }) as GreedyChunk;
+        const draws =
+          choice === "draw" ? Array.from({ length: steps }, () => (sampler as Sampler).deviceDraw()) : undefined;
+        ahead = (yield {
+          kind: "chain",
+          token: r.token,
+          pos,
+          steps,
+          ...(draws !== undefined ? { draws } : {}),
+        }) as GreedyChunk;
         aheadAt = 0;
         if (ahead.tokens.length !== steps || ahead.logprobs.length !== steps) {
-          throw new LatentError(`decodeGreedy returned ${ahead.tokens.length} ids and ${ahead.logprobs.length} logprobs for ${steps} steps`);
+          throw new LatentError(
+            `decodeGreedy returned ${ahead.tokens.length} ids and ${ahead.logprobs.length} logprobs for ${steps} steps`,
+          );
         }
         decodeSteps += steps;
         chainSteps = Math.min(CHAIN_MAX_STEPS, chainSteps * 2);
       }
       continue;
     }
-    logits = (yield path === "reference" ? { kind: "forward", tokens: all, pos: 0, path } : { kind: "forward", tokens: [r.token], pos, path: "decode" }) as Float32Array;
+    logits = (yield path === "reference"
+      ? { kind: "forward", tokens: all, pos: 0, path }
+      : { kind: "forward", tokens: [r.token], pos, path: "decode" }) as Float32Array;
     decodeSteps++;
   }
   // Unless a stop string cut the text, what was held back is part of it: an incomplete UTF-8 tail (as U+FFFD) and
@@ -301,8 +352,19 @@ function* generationLoop(cfg: ModelConfig, device: LoopDevice, tokenizer: Genera
  * CHAIN_MAX_STEPS, never more than maxTokens and the context still allow. Each chosen id then goes through the same
  * checks, events and stop conditions as a sampled one; ids computed past a stop are dropped.
  */
-export function* generateTokens(model: GenerateModel, tokenizer: GenerateTokenizer, promptTokens: readonly number[], opts: GenerateOptions = {}): Generator<TokenEvent, GenerateResult, void> {
-  const loop = generationLoop(model.config, { picks: model, chains: model.decodeGreedy !== undefined }, tokenizer, promptTokens, opts);
+export function* generateTokens(
+  model: GenerateModel,
+  tokenizer: GenerateTokenizer,
+  promptTokens: readonly number[],
+  opts: GenerateOptions = {},
+): Generator<TokenEvent, GenerateResult, void> {
+  const loop = generationLoop(
+    model.config,
+    { picks: model, chains: model.decodeGreedy !== undefined },
+    tokenizer,
+    promptTokens,
+    opts,
+  );
   let cache: LatentCache | undefined;
   let input: LoopInput;
   for (;;) {
@@ -312,10 +374,15 @@ export function* generateTokens(model: GenerateModel, tokenizer: GenerateTokeniz
     input = undefined;
     if (step.kind === "token") yield step.event;
     else if (step.kind === "forward") {
-      input = step.path === "reference"
-        ? model.forward(step.tokens, undefined, { path: "reference", logits: "last" })
-        : model.forward(step.tokens, (cache ??= new LatentCache(model.config)), { path: step.path, logits: "last" });
-    } else input = step.draws !== undefined ? model.decodeGreedy!(step.token, cache!, step.steps, step.draws) : model.decodeGreedy!(step.token, cache!, step.steps);
+      input =
+        step.path === "reference"
+          ? model.forward(step.tokens, undefined, { path: "reference", logits: "last" })
+          : model.forward(step.tokens, (cache ??= new LatentCache(model.config)), { path: step.path, logits: "last" });
+    } else
+      input =
+        step.draws !== undefined
+          ? model.decodeGreedy!(step.token, cache!, step.steps, step.draws)
+          : model.decodeGreedy!(step.token, cache!, step.steps);
   }
 }
 
@@ -323,9 +390,23 @@ export function* generateTokens(model: GenerateModel, tokenizer: GenerateTokeniz
  * generateTokens on an asynchronous model (its own cache, so no "reference" path): the same loop, awaiting each
  * forward pass and chain.
  */
-export async function* generateTokensAsync(model: AsyncGenerateModel, tokenizer: GenerateTokenizer, promptTokens: readonly number[], opts: GenerateOptions = {}): AsyncGenerator<TokenEvent, GenerateResult, void> {
-  if (opts.path === "reference") throw new UsageError("the reference path recomputes without a cache: a model that keeps its own cache runs prefill or decode");
-  const loop = generationLoop(model.config, { picks: model, chains: model.decodeGreedy !== undefined }, tokenizer, promptTokens, opts);
+export async function* generateTokensAsync(
+  model: AsyncGenerateModel,
+  tokenizer: GenerateTokenizer,
+  promptTokens: readonly number[],
+  opts: GenerateOptions = {},
+): AsyncGenerator<TokenEvent, GenerateResult, void> {
+  if (opts.path === "reference")
+    throw new UsageError(
+      "the reference path recomputes without a cache: a model that keeps its own cache runs prefill or decode",
+    );
+  const loop = generationLoop(
+    model.config,
+    { picks: model, chains: model.decodeGreedy !== undefined },
+    tokenizer,
+    promptTokens,
+    opts,
+  );
   let input: LoopInput;
   for (;;) {
     const r = loop.next(input);
@@ -342,7 +423,12 @@ export async function* generateTokensAsync(model: AsyncGenerateModel, tokenizer:
  * Generate from `promptTokens`, calling `opts.onToken` as tokens arrive; resolves to the whole result. Yields to the
  * event loop between tokens so output streams and `opts.signal` can abort.
  */
-export async function generate(model: GenerateModel, tokenizer: GenerateTokenizer, promptTokens: readonly number[], opts: GenerateOptions = {}): Promise<GenerateResult> {
+export async function generate(
+  model: GenerateModel,
+  tokenizer: GenerateTokenizer,
+  promptTokens: readonly number[],
+  opts: GenerateOptions = {},
+): Promise<GenerateResult> {
   const it = generateTokens(model, tokenizer, promptTokens, opts);
   for (;;) {
     const r = it.next();
@@ -353,7 +439,12 @@ export async function generate(model: GenerateModel, tokenizer: GenerateTokenize
 }
 
 /** Synchronous form of `generate` (no yielding to the event loop). */
-export function generateSync(model: GenerateModel, tokenizer: GenerateTokenizer, promptTokens: readonly number[], opts: GenerateOptions = {}): GenerateResult {
+export function generateSync(
+  model: GenerateModel,
+  tokenizer: GenerateTokenizer,
+  promptTokens: readonly number[],
+  opts: GenerateOptions = {},
+): GenerateResult {
   const it = generateTokens(model, tokenizer, promptTokens, opts);
   for (;;) {
     const r = it.next();

@@ -38,8 +38,10 @@ export class LogitAdjuster {
     this.frequency = o.frequencyPenalty ?? 0;
     this.repetition = o.repetitionPenalty ?? 1;
     if (!Number.isFinite(this.presence)) throw new UsageError(`presencePenalty must be finite, got ${this.presence}`);
-    if (!Number.isFinite(this.frequency)) throw new UsageError(`frequencyPenalty must be finite, got ${this.frequency}`);
-    if (!(Number.isFinite(this.repetition) && this.repetition > 0)) throw new UsageError(`repetitionPenalty must be a finite number > 0, got ${this.repetition}`);
+    if (!Number.isFinite(this.frequency))
+      throw new UsageError(`frequencyPenalty must be finite, got ${this.frequency}`);
+    if (!(Number.isFinite(this.repetition) && this.repetition > 0))
+      throw new UsageError(`repetitionPenalty must be a finite number > 0, got ${this.repetition}`);
     this.bias = [...(o.logitBias ?? new Map<number, number>())];
     for (const [id, b] of this.bias) {
       if (!Number.isSafeInteger(id) || id < 0) throw new UsageError(`logitBias: ${id} is not a token id`);

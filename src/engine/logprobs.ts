@@ -87,7 +87,8 @@ export function topIds(values: ArrayLike<number>, k: number): number[] {
   const worse = (a: number, b: number): boolean => before(values[b], b, values[a], a); // a ranks after b
   const siftDown = (i: number): void => {
     for (;;) {
-      const l = 2 * i + 1, r = l + 1;
+      const l = 2 * i + 1,
+        r = l + 1;
       let w = i;
       if (l < heap.length && worse(heap[l], heap[w])) w = l;
       if (r < heap.length && worse(heap[r], heap[w])) w = r;

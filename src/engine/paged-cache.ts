@@ -40,7 +40,11 @@ export function pageHash(prev: string, tokens: readonly number[]): string {
 }
 
 /** Chained hashes of the full pages of `tokens` (page i covers tokens [i·P, (i+1)·P)). */
-export function pageHashes(tokens: readonly number[], pageSize: number, pages = Math.floor(tokens.length / pageSize)): string[] {
+export function pageHashes(
+  tokens: readonly number[],
+  pageSize: number,
+  pages = Math.floor(tokens.length / pageSize),
+): string[] {
   const out: string[] = [];
   let prev = "";
   for (let i = 0; i < pages; i++) {
@@ -83,10 +87,14 @@ export class PagePool {
   private scratchKPe = new Float32Array(0);
   private scratchIk = new Float32Array(0);
 
-  constructor(readonly config: ModelConfig, opts: PagePoolOptions) {
+  constructor(
+    readonly config: ModelConfig,
+    opts: PagePoolOptions,
+  ) {
     const P = opts.pageSize ?? DEFAULT_PAGE_SIZE;
     if (!Number.isInteger(P) || P < 1) throw new LatentError(`page size must be an integer ≥ 1, got ${P}`);
-    if (!Number.isInteger(opts.numPages) || opts.numPages < 1) throw new LatentError(`the page pool needs at least one page, got ${opts.numPages}`);
+    if (!Number.isInteger(opts.numPages) || opts.numPages < 1)
+      throw new LatentError(`the page pool needs at least one page, got ${opts.numPages}`);
     this.pageSize = P;
     this.numPages = opts.numPages;
     this.L = config.kvLoraRank;
@@ -187,7 +195,16 @@ export class PagePool {
   }
 
   /** Write rows [from, from + n) of a chunk for one layer at in-page slots of the given pages. */
-  write(layer: number, page: number, slot: number, c: Float64Array, kPe: Float64Array, ik: Float64Array | undefined, row: number, n: number): void {
+  write(
+    layer: number,
+    page: number,
+    slot: number,
+    c: Float64Array,
+    kPe: Float64Array,
+    ik: Float64Array | undefined,
+    row: number,
+    n: number,
+  ): void {
     const at = page * this.pageSize + slot;
     this.c[layer].set(c.subarray(row * this.L, (row + n) * this.L), at * this.L);
     this.kPe[layer].set(kPe.subarray(row * this.R, (row + n) * this.R), at * this.R);
@@ -214,7 +231,14 @@ function grow(n: number): number {
   return Math.max(64, 2 ** Math.ceil(Math.log2(n)));
 }
 
-function copyRows(src: Float32Array, dst: Float32Array, table: readonly number[], length: number, P: number, W: number): void {
+function copyRows(
+  src: Float32Array,
+  dst: Float32Array,
+  table: readonly number[],
+  length: number,
+  P: number,
+  W: number,
+): void {
   if (W === 0) return;
   for (let i = 0, pos = 0; pos < length; i++, pos += P) {
     const n = Math.min(P, length - pos);
@@ -305,14 +329,18 @@ export class PagedSequence implements LatentStore {
 
   /** The ids fed at the positions after those already known (a chain's inputs): publish the pages they complete. */
   record(tokens: readonly number[]): void {
-    if (this.tokens.length + tokens.length > this.length) throw new LatentError(`paged cache: ${tokens.length} ids recorded past position ${this.length}`);
+    if (this.tokens.length + tokens.length > this.length)
+      throw new LatentError(`paged cache: ${tokens.length} ids recorded past position ${this.length}`);
     for (const t of tokens) this.tokens.push(t);
     this.publishFull();
   }
 
   append(layer: number, c: Float64Array, kPe: Float64Array, indexerKeys: Float64Array | undefined): void {
     const n = c.length / this.pool.L;
-    if (this.length + n > this.capacity) throw new LatentError(`paged cache: ${n} positions appended at ${this.length} but only ${this.capacity} reserved`);
+    if (this.length + n > this.capacity)
+      throw new LatentError(
+        `paged cache: ${n} positions appended at ${this.length} but only ${this.capacity} reserved`,
+      );
     const P = this.pool.pageSize;
     for (let row = 0; row < n; ) {
       const pos = this.length + row;

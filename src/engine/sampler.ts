@@ -52,7 +52,10 @@ class Xoshiro128 {
     const s = this.s;
     const r = Math.imul(rotl(Math.imul(s[1], 5), 7), 9) >>> 0;
     const t = s[1] << 9;
-    s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3];
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
     s[2] ^= t;
     s[3] = rotl(s[3], 11);
     return r;
@@ -107,11 +110,14 @@ export class Sampler {
 
   constructor(options: SamplerOptions = {}) {
     const { temperature = 1, topK = 0, topP = 1, minP = 0, logprobs = 0 } = options;
-    if (!Number.isFinite(temperature) || temperature < 0) throw new UsageError(`temperature must be a finite number >= 0, got ${temperature}`);
-    if (!Number.isInteger(topK) || topK < 0) throw new UsageError(`topK must be an integer >= 0 (0 = off), got ${topK}`);
+    if (!Number.isFinite(temperature) || temperature < 0)
+      throw new UsageError(`temperature must be a finite number >= 0, got ${temperature}`);
+    if (!Number.isInteger(topK) || topK < 0)
+      throw new UsageError(`topK must be an integer >= 0 (0 = off), got ${topK}`);
     if (!(topP > 0 && topP <= 1)) throw new UsageError(`topP must be in (0, 1] (1 = off), got ${topP}`);
     if (!(minP >= 0 && minP < 1)) throw new UsageError(`minP must be in [0, 1) (0 = off), got ${minP}`);
-    if (!Number.isInteger(logprobs) || logprobs < 0) throw new UsageError(`logprobs must be an integer >= 0, got ${logprobs}`);
+    if (!Number.isInteger(logprobs) || logprobs < 0)
+      throw new UsageError(`logprobs must be an integer >= 0, got ${logprobs}`);
     const seed = options.seed ?? globalThis.crypto.getRandomValues(new Uint32Array(1))[0];
     if (!Number.isSafeInteger(seed)) throw new UsageError(`seed must be a safe integer, got ${seed}`);
     this.temperature = temperature;
@@ -180,7 +186,10 @@ export class Sampler {
     const lp = logSoftmaxInto(logits, scratch);
     const row = this.adjuster.apply(logits);
     // throws when every token is banned (all -Infinity)
-    const token = this.constraint !== undefined ? this.chooseAllowed(row, this.constraint) : this.choose(logSoftmaxInto(row, adjustedScratch));
+    const token =
+      this.constraint !== undefined
+        ? this.chooseAllowed(row, this.constraint)
+        : this.choose(logSoftmaxInto(row, adjustedScratch));
     this.adjuster.observe(token);
     this.constraint?.accept(token);
     const result: SampleResult = { token, logprob: lp[token] };
@@ -214,7 +223,10 @@ export class Sampler {
       if (constraint.allows(t)) any = true;
       else row[t] = -Infinity;
     }
-    if (!any) throw new UsageError("no token can continue the constrained output (the JSON schema cannot be completed within the nesting bound, or every allowed token is banned)");
+    if (!any)
+      throw new UsageError(
+        "no token can continue the constrained output (the JSON schema cannot be completed within the nesting bound, or every allowed token is banned)",
+      );
     return this.choose(logSoftmaxInto(row, adjustedScratch));
   }
 
@@ -261,10 +273,17 @@ export class Sampler {
       let cum = 0;
       for (let i = 0; i < ids.length; i++) {
         cum += Math.exp(lp[ids[i]]);
-        if (cum >= topP * mass) { keep = i + 1; break; }
+        if (cum >= topP * mass) {
+          keep = i + 1;
+          break;
+        }
       }
     }
-    for (let i = 1; i < keep; i++) if (lp[ids[i]] < minLp) { keep = i; break; }
+    for (let i = 1; i < keep; i++)
+      if (lp[ids[i]] < minLp) {
+        keep = i;
+        break;
+      }
     return ids.slice(0, keep);
   }
 

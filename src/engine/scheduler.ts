@@ -1,7 +1,14 @@
 import type { ModelConfig } from "../model/config.js";
 import type { SequenceChunk } from "../model/deepseek2.js";
 import { LatentError, NonFiniteError, UsageError } from "../util/errors.js";
-import { CHAIN_FIRST_STEPS, deviceChoice, type BatchDevicePicks, type GreedyChunk, type GreedyPick, type PickDraw } from "./device-picks.js";
+import {
+  CHAIN_FIRST_STEPS,
+  deviceChoice,
+  type BatchDevicePicks,
+  type GreedyChunk,
+  type GreedyPick,
+  type PickDraw,
+} from "./device-picks.js";
 import { logSoftmax, topLogprobs } from "./logprobs.js";
 import { PagedSequence, type PagePool } from "./paged-cache.js";
 import { createSampler, type SampleResult, type Sampler, type SamplerOptions } from "./sampler.js";
@@ -206,7 +213,10 @@ export class Scheduler {
     this.tokenBudget = int("tokenBudget", opts.tokenBudget ?? 256, 1);
     this.prefillChunk = int("prefillChunk", opts.prefillChunk ?? 128, 1);
     this.maxQueue = int("maxQueue", opts.maxQueue ?? DEFAULT_MAX_QUEUE, 0);
-    this.contextLength = Math.min(int("contextLength", opts.contextLength ?? model.config.contextLength, 1), model.config.contextLength);
+    this.contextLength = Math.min(
+      int("contextLength", opts.contextLength ?? model.config.contextLength, 1),
+      model.config.contextLength,
+    );
     this.prefixCaching = opts.prefixCaching ?? true;
     this.chainSteps = int("chainSteps", opts.chainSteps ?? 8, 0);
     this.chainNext = Math.min(CHAIN_FIRST_STEPS, this.chainSteps);
@@ -214,7 +224,13 @@ export class Scheduler {
 
   stats(): SchedulerStats {
     const held = this.running.filter((s) => s.held).length + this.waiting.filter((s) => s.held).length;
-    return { waiting: this.waiting.length, running: this.running.length, held, steps: this.steps, preemptions: this.preemptions };
+    return {
+      waiting: this.waiting.length,
+      running: this.running.length,
+      held,
+      steps: this.steps,
+      preemptions: this.preemptions,
+    };
   }
 
   /** Positions the pool holds in all. */
@@ -230,12 +246,21 @@ export class Scheduler {
     const V = this.model.config.nVocab;
     if (req.prompt.length === 0) throw new UsageError("the prompt has no tokens");
     req.prompt.forEach((t, i) => {
-      if (!Number.isInteger(t) || t < 0 || t >= V) throw new UsageError(`prompt token ${t} at index ${i} is outside the vocabulary (0..${V - 1})`);
+      if (!Number.isInteger(t) || t < 0 || t >= V)
+        throw new UsageError(`prompt token ${t} at index ${i} is outside the vocabulary (0..${V - 1})`);
     });
-    if (req.prompt.length > this.contextLength) throw new UsageError(`the prompt has ${req.prompt.length} tokens, more than the context length ${this.contextLength}`);
-    if (req.prompt.length > this.kvCapacity) throw new UsageError(`the prompt has ${req.prompt.length} tokens, more than the KV cache holds (${this.kvCapacity})`);
-    if (!Number.isInteger(req.maxTokens) || req.maxTokens < 0) throw new UsageError(`maxTokens must be an integer ≥ 0, got ${req.maxTokens}`);
-    if (this.waiting.length >= this.maxQueue) throw new QueueFullError(`the queue is full (${this.maxQueue} requests waiting)`);
+    if (req.prompt.length > this.contextLength)
+      throw new UsageError(
+        `the prompt has ${req.prompt.length} tokens, more than the context length ${this.contextLength}`,
+      );
+    if (req.prompt.length > this.kvCapacity)
+      throw new UsageError(
+        `the prompt has ${req.prompt.length} tokens, more than the KV cache holds (${this.kvCapacity})`,
+      );
+    if (!Number.isInteger(req.maxTokens) || req.maxTokens < 0)
+      throw new UsageError(`maxTokens must be an integer ≥ 0, got ${req.maxTokens}`);
+    if (this.waiting.length >= this.maxQueue)
+      throw new QueueFullError(`the queue is full (${this.maxQueue} requests waiting)`);
     const seq = new Sequence(this.arrivals++, req, events, this.tokenizer);
     this.waiting.push(seq);
     this.kick();
@@ -404,7 +429,11 @@ export class Scheduler {
     const stuck = (seq: Sequence): void => {
       // it cannot get pages even with every later arrival preempted
       if (inBatch.size === 0 && this.running.length === 1) {
-        this.finish(seq, seq.generated > 0 ? "length" : "error", seq.generated > 0 ? undefined : new LatentError("the KV cache cannot hold this sequence"));
+        this.finish(
+          seq,
+          seq.generated > 0 ? "length" : "error",
+          seq.generated > 0 ? undefined : new LatentError("the KV cache cannot hold this sequence"),
+        );
       } else this.preempt(seq);
     };
 
@@ -482,7 +511,9 @@ export class Scheduler {
         : undefined;
     let outs: (Float32Array | GreedyPick)[];
     try {
-      outs = picks?.some((p) => p !== false) ? this.model.forwardBatchPicks!(chunks, picks) : this.model.forwardBatch(chunks);
+      outs = picks?.some((p) => p !== false)
+        ? this.model.forwardBatchPicks!(chunks, picks)
+        : this.model.forwardBatch(chunks);
     } catch (e) {
       const err = e instanceof Error ? e : new Error(String(e));
       for (const seq of members) this.finish(seq, "error", err);
@@ -521,7 +552,12 @@ export class Scheduler {
         this.finish(seq, "error", e instanceof Error ? e : new Error(String(e)));
       }
     });
-    this.opts.onStep?.({ sequences: chunks.length, tokens: chunks.reduce((a, c) => a + c.tokens.length, 0), decodes, ms: performance.now() - t0 });
+    this.opts.onStep?.({
+      sequences: chunks.length,
+      tokens: chunks.reduce((a, c) => a + c.tokens.length, 0),
+      decodes,
+      ms: performance.now() - t0,
+    });
     return true;
   }
 
@@ -567,12 +603,22 @@ export class Scheduler {
       // a draw for every sequence and step where any sequence is drawn (greedy ones at temperature 0), each sequence's
       // keys in its token order
       const draws = batch.some((seq) => !seq.sampler.isGreedy())
-        ? Array.from({ length: steps }, () => batch.map((seq): PickDraw => (seq.sampler.isGreedy() ? { temperature: 0, key: 0 } : seq.sampler.deviceDraw()))).flat()
+        ? Array.from({ length: steps }, () =>
+            batch.map(
+              (seq): PickDraw => (seq.sampler.isGreedy() ? { temperature: 0, key: 0 } : seq.sampler.deviceDraw()),
+            ),
+          ).flat()
         : undefined;
       const starts = batch.map((seq) => ({ token: seq.tokens[seq.tokens.length - 1], cache: seq.cache! }));
-      chosen = draws !== undefined ? model.decodeGreedyBatch(starts, steps, draws) : model.decodeGreedyBatch(starts, steps);
-      if (chosen.length !== batch.length || chosen.some((c) => c.tokens.length !== steps || c.logprobs.length !== steps)) {
-        throw new LatentError(`decodeGreedyBatch returned ${chosen.map((c) => c.tokens.length).join(", ")} ids for ${batch.length} sequences × ${steps} steps`);
+      chosen =
+        draws !== undefined ? model.decodeGreedyBatch(starts, steps, draws) : model.decodeGreedyBatch(starts, steps);
+      if (
+        chosen.length !== batch.length ||
+        chosen.some((c) => c.tokens.length !== steps || c.logprobs.length !== steps)
+      ) {
+        throw new LatentError(
+          `decodeGreedyBatch returned ${chosen.map((c) => c.tokens.length).join(", ")} ids for ${batch.length} sequences × ${steps} steps`,
+        );
       }
     } catch (e) {
       const err = e instanceof Error ? e : new Error(String(e));
@@ -595,7 +641,14 @@ export class Scheduler {
           this.finish(seq, "error", e instanceof Error ? e : new Error(String(e)));
         }
       });
-      this.opts.onStep?.({ sequences: batch.length, tokens: batch.length, decodes: batch.length, ms: ms / steps, chained: steps, chainStep: k });
+      this.opts.onStep?.({
+        sequences: batch.length,
+        tokens: batch.length,
+        decodes: batch.length,
+        ms: ms / steps,
+        chained: steps,
+        chainStep: k,
+      });
     }
     return true;
   }
@@ -606,7 +659,10 @@ export class Scheduler {
    */
   private takePick(seq: Sequence, pick: GreedyPick): void {
     if (seq.generated >= seq.req.maxTokens) return this.finish(seq, "length");
-    if (Number.isNaN(pick.logprob)) throw new NonFiniteError(`the logits of decode step ${seq.tokens.length} contain NaN or +Infinity, or are all -Infinity (the token chosen on the model's device)`);
+    if (Number.isNaN(pick.logprob))
+      throw new NonFiniteError(
+        `the logits of decode step ${seq.tokens.length} contain NaN or +Infinity, or are all -Infinity (the token chosen on the model's device)`,
+      );
     this.accept(seq, pick);
   }
 
@@ -622,12 +678,19 @@ export class Scheduler {
     seq.tokens.push(r.token);
     seq.generated++;
     const { piece, hit } = seq.text.push(r.token);
-    seq.events.onToken?.({ id: r.token, text: piece, logprob: r.logprob, ...(r.top !== undefined ? { top: r.top } : {}), index: seq.generated - 1 });
+    seq.events.onToken?.({
+      id: r.token,
+      text: piece,
+      logprob: r.logprob,
+      ...(r.top !== undefined ? { top: r.top } : {}),
+      index: seq.generated - 1,
+    });
     if (seq.state !== "running") return; // cancelled from the listener
     if (hit !== undefined) {
       seq.stoppedByString = true;
       return this.finish(seq, "stop");
     }
-    if (seq.generated >= seq.req.maxTokens || seq.tokens.length >= this.contextLength) return this.finish(seq, "length");
+    if (seq.generated >= seq.req.maxTokens || seq.tokens.length >= this.contextLength)
+      return this.finish(seq, "length");
   }
 }

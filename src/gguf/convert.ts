@@ -18,7 +18,11 @@ export function rewriteAsF32(file: GGUFFile, out: string, onTensor?: (done: numb
       ne: info.ne,
       type: GGMLType.F32,
       data: () => {
-        const f = dequantize(info.type, file.readBytes(info), info.ne.reduce((a, b) => a * b, 1));
+        const f = dequantize(
+          info.type,
+          file.readBytes(info),
+          info.ne.reduce((a, b) => a * b, 1),
+        );
         return new Uint8Array(f.buffer, f.byteOffset, f.byteLength);
       },
     }));

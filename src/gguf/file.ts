@@ -46,7 +46,9 @@ export class GGUFFile extends SourcedGGUFFile {
     if (count === undefined || count <= 1) return GGUFFile.assemble([first.shard], [first.source]);
     const fromName = parseSplitPath(path);
     if (fromName === undefined) {
-      throw new GGUFError(`${path}: split.count = ${count}, but the name does not follow <prefix>-NNNNN-of-NNNNN.gguf, so its sibling shards cannot be found`);
+      throw new GGUFError(
+        `${path}: split.count = ${count}, but the name does not follow <prefix>-NNNNN-of-NNNNN.gguf, so its sibling shards cannot be found`,
+      );
     }
     if (fromName.count !== count) {
       throw new GGUFError(`${path}: the name says ${fromName.count} shards, split.count says ${count}`);
@@ -60,7 +62,8 @@ export class GGUFFile extends SourcedGGUFFile {
         sources.push(first.source);
         continue;
       }
-      if (!existsSync(p)) throw new GGUFError(`missing shard ${i} of ${count}: ${p} does not exist (opened ${basename(path)})`);
+      if (!existsSync(p))
+        throw new GGUFError(`missing shard ${i} of ${count}: ${p} does not exist (opened ${basename(path)})`);
       const s = openShard(p, opts);
       shards.push(s.shard);
       sources.push(s.source);

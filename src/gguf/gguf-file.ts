@@ -20,7 +20,8 @@ export function splitKey(shard: GGUFShard, key: string): number | undefined {
 
 function sameValue(a: GGUFValue, b: GGUFValue): boolean {
   if (isGGUFArray(a) || isGGUFArray(b)) {
-    if (!isGGUFArray(a) || !isGGUFArray(b) || a.elementType !== b.elementType || a.values.length !== b.values.length) return false;
+    if (!isGGUFArray(a) || !isGGUFArray(b) || a.elementType !== b.elementType || a.values.length !== b.values.length)
+      return false;
     return a.values.every((v, i) => sameValue(v, b.values[i]));
   }
   return a === b || (Number.isNaN(a) && Number.isNaN(b));
@@ -36,7 +37,9 @@ function checkSameModel(first: GGUFShard, later: GGUFShard): void {
     const mine = first.metadata.get(key);
     if (mine === undefined) continue;
     if (!sameValue(mine.value, entry.value)) {
-      throw new GGUFError(`${later.path}: ${key} differs from ${first.path} (${describeValue(entry.value)} vs ${describeValue(mine.value)}): the shards come from different models`);
+      throw new GGUFError(
+        `${later.path}: ${key} differs from ${first.path} (${describeValue(entry.value)} vs ${describeValue(mine.value)}): the shards come from different models`,
+      );
     }
   }
 }
@@ -95,11 +98,16 @@ export class GGUFFile {
   protected static fromParsed(shards: readonly GGUFShard[], sources: readonly ByteSource[]): GGUFFile {
     const count = splitKey(shards[0], "split.count");
     if (count === undefined || count <= 1) {
-      if (shards.length > 1) throw new GGUFError(`${shards[0].path}: ${shards.length} files given, but it is not a split model (no split.count > 1)`);
+      if (shards.length > 1)
+        throw new GGUFError(
+          `${shards[0].path}: ${shards.length} files given, but it is not a split model (no split.count > 1)`,
+        );
       return GGUFFile.assemble(shards, sources);
     }
     if (shards.length !== count) {
-      throw new GGUFError(`${shards[0].path}: split.count = ${count}, but ${shards.length} shard${shards.length === 1 ? " was" : "s were"} given`);
+      throw new GGUFError(
+        `${shards[0].path}: split.count = ${count}, but ${shards.length} shard${shards.length === 1 ? " was" : "s were"} given`,
+      );
     }
     const order = shards.map((s, i) => ({ no: splitKey(s, "split.no") ?? -1, i })).sort((a, b) => a.no - b.no);
     return GGUFFile.assemble(
@@ -116,11 +124,15 @@ export class GGUFFile {
     shards.forEach((shard, i) => {
       if (count > 1) {
         const no = splitKey(shard, "split.no");
-        if (no !== i) throw new GGUFError(`${shard.path}: split.no = ${String(no)}, expected ${i} (shard ${i + 1} of ${count})`);
+        if (no !== i)
+          throw new GGUFError(`${shard.path}: split.no = ${String(no)}, expected ${i} (shard ${i + 1} of ${count})`);
         const c = splitKey(shard, "split.count");
         if (c !== count) throw new GGUFError(`${shard.path}: split.count = ${String(c)}, expected ${count}`);
         const t = splitKey(shard, "split.tensors.count");
-        if (t !== total) throw new GGUFError(`${shard.path}: split.tensors.count = ${String(t)}, but the first shard says ${String(total)}`);
+        if (t !== total)
+          throw new GGUFError(
+            `${shard.path}: split.tensors.count = ${String(t)}, but the first shard says ${String(total)}`,
+          );
         if (i > 0) checkSameModel(shards[0], shard);
       }
       for (const t of shard.tensors) {
@@ -132,7 +144,9 @@ export class GGUFFile {
       }
     });
     if (total !== undefined && total !== tensors.size) {
-      throw new GGUFError(`${shards[0].path}: split.tensors.count = ${total}, but the ${count} shards hold ${tensors.size} tensors`);
+      throw new GGUFError(
+        `${shards[0].path}: split.tensors.count = ${total}, but the ${count} shards hold ${tensors.size} tensors`,
+      );
     }
     return new this(shards, new Metadata(shards[0].metadata), tensors, sources);
   }
@@ -185,7 +199,8 @@ export class GGUFFile {
         .sort((a, b) => a.start - b.start);
       let cur: { k: number; start: number; end: number } | undefined;
       for (const r of ranges) {
-        if (cur !== undefined && r.start - cur.end <= 4096 && r.end - cur.start <= maxReq) cur.end = Math.max(cur.end, r.end);
+        if (cur !== undefined && r.start - cur.end <= 4096 && r.end - cur.start <= maxReq)
+          cur.end = Math.max(cur.end, r.end);
         else requests.push((cur = { k, start: r.start, end: r.end }));
       }
     });
@@ -212,17 +227,28 @@ export class GGUFFile {
 
   /** Read `length` bytes of a tensor starting at byte `start` of its data (may be a view: do not write to it). */
   readBytes(info: TensorInfo, start = 0, length = info.nbytes - start): Uint8Array {
-    if (!Number.isInteger(start) || !Number.isInteger(length) || start < 0 || length < 0 || start + length > info.nbytes) {
-      throw new GGUFError(`read of bytes [${start}, ${start + length}) outside tensor "${info.name}" (${info.nbytes} bytes)`);
+    if (
+      !Number.isInteger(start) ||
+      !Number.isInteger(length) ||
+      start < 0 ||
+      length < 0 ||
+      start + length > info.nbytes
+    ) {
+      throw new GGUFError(
+        `read of bytes [${start}, ${start + length}) outside tensor "${info.name}" (${info.nbytes} bytes)`,
+      );
     }
     return this.guarded(info, () => this.sources[info.shard].read(info.offset + start, length));
   }
 
   /** The whole tensor's bytes written into `dst` (exactly info.nbytes long): no intermediate copy when the source can. */
   readBytesInto(info: TensorInfo, dst: Uint8Array): void {
-    if (dst.length !== info.nbytes) throw new GGUFError(`tensor "${info.name}": destination of ${dst.length} bytes for ${info.nbytes}`);
+    if (dst.length !== info.nbytes)
+      throw new GGUFError(`tensor "${info.name}": destination of ${dst.length} bytes for ${info.nbytes}`);
     const src = this.sources[info.shard];
-    this.guarded(info, () => (src.readInto !== undefined ? src.readInto(info.offset, dst) : dst.set(src.read(info.offset, info.nbytes))));
+    this.guarded(info, () =>
+      src.readInto !== undefined ? src.readInto(info.offset, dst) : dst.set(src.read(info.offset, info.nbytes)),
+    );
   }
 
   private guarded<T>(info: TensorInfo, read: () => T): T {
@@ -230,7 +256,8 @@ export class GGUFFile {
     try {
       return read();
     } catch (e) {
-      if (e instanceof ShortReadError) throw new GGUFError(`${path}: unexpected end of file reading tensor "${info.name}"`);
+      if (e instanceof ShortReadError)
+        throw new GGUFError(`${path}: unexpected end of file reading tensor "${info.name}"`);
       if (e instanceof NotFetchedError) throw new GGUFError(`${path}: tensor "${info.name}" was not fetched`);
       if (e instanceof GGUFError) throw e;
       throw new GGUFError(`${path}: read error in tensor "${info.name}": ${(e as Error).message}`);

@@ -51,7 +51,8 @@ export class Metadata {
   /** A non-negative integer key (counts, lengths). */
   integer(key: string): number | undefined {
     const v = this.number(key);
-    if (v !== undefined && (!Number.isInteger(v) || v < 0)) throw new GGUFError(`metadata "${key}" = ${v} should be a non-negative integer`);
+    if (v !== undefined && (!Number.isInteger(v) || v < 0))
+      throw new GGUFError(`metadata "${key}" = ${v} should be a non-negative integer`);
     return v;
   }
 
@@ -92,7 +93,8 @@ export class Metadata {
   stringArray(key: string): string[] | undefined {
     const a = this.array(key);
     if (a === undefined) return undefined;
-    if (a.elementType !== GGUFValueType.STRING) throw new GGUFError(`metadata "${key}" should be an array of strings, found ${describe(a)}`);
+    if (a.elementType !== GGUFValueType.STRING)
+      throw new GGUFError(`metadata "${key}" should be an array of strings, found ${describe(a)}`);
     return a.values as string[];
   }
 
@@ -108,7 +110,8 @@ export class Metadata {
     if (v === undefined) return undefined;
     if (isArray(v)) {
       const arr = this.numberArray(key)!;
-      if (arr.length !== nLayer) throw new GGUFError(`metadata "${key}" has ${arr.length} entries, expected one per layer (${nLayer})`);
+      if (arr.length !== nLayer)
+        throw new GGUFError(`metadata "${key}" has ${arr.length} entries, expected one per layer (${nLayer})`);
       return arr;
     }
     const n = toNumber(key, v);

@@ -60,7 +60,12 @@ export const MAX_ARRAY_ELEMENTS = 1 << 26;
 export const MAX_HEADER_STRINGS = 1 << 22;
 const CHUNK = 1 << 20;
 /** element types read straight into a typed array (little-endian hosts, as the file is) */
-const TYPED_ARRAYS: ReadonlyMap<number, new (n: number) => GGUFNumberArrayValues> = new Map<number, new (n: number) => GGUFNumberArrayValues>([
+const TYPED_ARRAYS: ReadonlyMap<number, new (n: number) => GGUFNumberArrayValues> = new Map<
+  number,
+  new (
+    n: number,
+  ) => GGUFNumberArrayValues
+>([
   [GGUFValueType.UINT8, Uint8Array],
   [GGUFValueType.INT8, Int8Array],
   [GGUFValueType.UINT16, Uint16Array],
@@ -115,7 +120,6 @@ function isValueType(t: number): t is GGUFValueType {
   return Number.isInteger(t) && t >= GGUFValueType.UINT8 && t <= GGUFValueType.FLOAT64;
 }
 
-
 /** The element of an array being read; one mutable object per array, so the hot path (tokenizer arrays) allocates nothing. */
 class ElementOf {
   index = 0;
@@ -124,7 +128,8 @@ class ElementOf {
 
 /** What is being read, for error messages, built only when an error is raised. */
 type What = string | (() => string) | ElementOf;
-const say = (w: What): string => (typeof w === "string" ? w : w instanceof ElementOf ? `${say(w.array)}[${w.index}]` : w());
+const say = (w: What): string =>
+  typeof w === "string" ? w : w instanceof ElementOf ? `${say(w.array)}[${w.index}]` : w();
 
 /** Sequential reader over a ByteSource with a sliding window; every read is bounds-checked against the source size. */
 class Cursor {
@@ -157,7 +162,9 @@ class Cursor {
       return rel;
     }
     if (n > this.remaining) {
-      throw this.fail(`truncated file: ${say(what)} needs ${n} bytes at offset ${this.pos}, but the file ends at ${this.fileSize}`);
+      throw this.fail(
+        `truncated file: ${say(what)} needs ${n} bytes at offset ${this.pos}, but the file ends at ${this.fileSize}`,
+      );
     }
     const size = Math.min(Math.max(n, CHUNK), this.remaining);
     let buf: Uint8Array;
@@ -165,7 +172,8 @@ class Cursor {
       buf = this.source.read(this.pos, size);
     } catch (e) {
       if (e instanceof NotFetchedError) throw e; // a prefetching caller fetches more and parses again
-      if (e instanceof ShortReadError) throw this.fail(`unexpected end of file at offset ${e.at} (the file shrank while being read?)`);
+      if (e instanceof ShortReadError)
+        throw this.fail(`unexpected end of file at offset ${e.at} (the file shrank while being read?)`);
       throw this.fail(`read error at offset ${this.pos}: ${(e as Error).message}`);
     }
     this.window = buf;
@@ -239,7 +247,9 @@ class Cursor {
     const at = this.pos;
     const v = this.u64Small(what);
     if (v < 0 || v > Math.max(0, maxValue)) {
-      throw this.fail(`${say(what)} = ${this.view.getBigUint64(at - this.windowStart, true)} at offset ${at} is impossible: ${why}`);
+      throw this.fail(
+        `${say(what)} = ${this.view.getBigUint64(at - this.windowStart, true)} at offset ${at} is impossible: ${why}`,
+      );
     }
     return v;
   }
@@ -248,10 +258,14 @@ class Cursor {
     const at = this.pos;
     const len = this.u64Small(what); // (no closure: this runs once per token)
     if (len < 0 || len > maxBytes) {
-      throw this.fail(`${say(what)} at offset ${at} has length ${this.view.getBigUint64(at - this.windowStart, true)}, more than the ${maxBytes} bytes allowed`);
+      throw this.fail(
+        `${say(what)} at offset ${at} has length ${this.view.getBigUint64(at - this.windowStart, true)}, more than the ${maxBytes} bytes allowed`,
+      );
     }
     if (len > this.remaining) {
-      throw this.fail(`${say(what)} at offset ${at} has length ${len}, past the end of the file (${this.remaining} bytes left): truncated or corrupt`);
+      throw this.fail(
+        `${say(what)} at offset ${at} has length ${len}, past the end of the file (${this.remaining} bytes left): truncated or corrupt`,
+      );
     }
     const i = this.take(len, what);
     const w = this.window;
@@ -279,7 +293,8 @@ const ASCII_CHUNK = 4096;
 function asciiString(w: Uint8Array, start: number, end: number): string {
   if (end - start <= ASCII_CHUNK) return String.fromCharCode.apply(null, w.subarray(start, end) as unknown as number[]);
   let s = "";
-  for (let p = start; p < end; p += ASCII_CHUNK) s += String.fromCharCode.apply(null, w.subarray(p, Math.min(end, p + ASCII_CHUNK)) as unknown as number[]);
+  for (let p = start; p < end; p += ASCII_CHUNK)
+    s += String.fromCharCode.apply(null, w.subarray(p, Math.min(end, p + ASCII_CHUNK)) as unknown as number[]);
   return s;
 }
 
@@ -323,7 +338,8 @@ function readValue(c: Cursor, type: number, what: What, depth: number, tick: () 
     if (depth >= MAX_ARRAY_DEPTH) throw c.fail(`${say(what)}: arrays nested deeper than ${MAX_ARRAY_DEPTH} levels`);
     const typeAt = c.pos;
     const elementType = c.u32(() => `element type of ${say(what)}`);
-    if (!isValueType(elementType)) throw c.fail(`${say(what)}: unknown array element type ${elementType} at offset ${typeAt}`);
+    if (!isValueType(elementType))
+      throw c.fail(`${say(what)}: unknown array element type ${elementType} at offset ${typeAt}`);
     const countAt = c.pos;
     const countV = c.u64(() => `element count of ${say(what)}`);
     const minSize = minEncodedSize(elementType);
@@ -332,7 +348,8 @@ function readValue(c: Cursor, type: number, what: What, depth: number, tick: () 
         `${say(what)}: array count ${countV} at offset ${countAt} needs at least ${countV * BigInt(minSize)} bytes, but only ${c.remaining} are left: truncated or corrupt`,
       );
     }
-    if (countV > BigInt(MAX_ARRAY_ELEMENTS)) throw c.fail(`${say(what)}: array count ${countV} exceeds the limit of ${MAX_ARRAY_ELEMENTS} elements`);
+    if (countV > BigInt(MAX_ARRAY_ELEMENTS))
+      throw c.fail(`${say(what)}: array count ${countV} exceeds the limit of ${MAX_ARRAY_ELEMENTS} elements`);
     const count = Number(countV);
     const Typed = LITTLE_ENDIAN_HOST ? TYPED_ARRAYS.get(elementType) : undefined;
     if (Typed !== undefined) {
@@ -343,7 +360,9 @@ function readValue(c: Cursor, type: number, what: What, depth: number, tick: () 
     }
     if (elementType === GGUFValueType.STRING) {
       if (count > c.stringsLeft) {
-        throw c.fail(`${say(what)}: ${count} strings take the header past ${MAX_HEADER_STRINGS} strings in arrays, far more than any tokenizer has: corrupt or hostile`);
+        throw c.fail(
+          `${say(what)}: ${count} strings take the header past ${MAX_HEADER_STRINGS} strings in arrays, far more than any tokenizer has: corrupt or hostile`,
+        );
       }
       c.stringsLeft -= count;
     }
@@ -383,13 +402,23 @@ export function parseShard(source: ByteSource, opts: ReadOptions = {}): GGUFShar
   }
   const version = c.u32("version");
   if (version !== 2 && version !== 3) {
-    const swapped = ((version & 0xff) << 24) | ((version & 0xff00) << 8) | ((version >>> 8) & 0xff00) | (version >>> 24);
-    if (swapped === 2 || swapped === 3) throw new GGUFError(`${path}: big-endian GGUF (version ${swapped}) is not supported`);
+    const swapped =
+      ((version & 0xff) << 24) | ((version & 0xff00) << 8) | ((version >>> 8) & 0xff00) | (version >>> 24);
+    if (swapped === 2 || swapped === 3)
+      throw new GGUFError(`${path}: big-endian GGUF (version ${swapped}) is not supported`);
     throw new GGUFError(`${path}: unsupported GGUF version ${version} (supported: 2, 3)`);
   }
   // A tensor info is at least 8 (name length) + 4 (n_dims) + 8 (ne[0]) + 4 (type) + 8 (offset) bytes; a KV at least 8 + 4 + 1.
-  const tensorCount = c.size("tensor count", Math.floor((fileSize - 24) / 32), `the file (${fileSize} bytes) cannot hold that many tensor infos`);
-  const kvCount = c.size("metadata count", Math.floor((fileSize - 24) / 13), `the file (${fileSize} bytes) cannot hold that many metadata entries`);
+  const tensorCount = c.size(
+    "tensor count",
+    Math.floor((fileSize - 24) / 32),
+    `the file (${fileSize} bytes) cannot hold that many tensor infos`,
+  );
+  const kvCount = c.size(
+    "metadata count",
+    Math.floor((fileSize - 24) / 13),
+    `the file (${fileSize} bytes) cannot hold that many metadata entries`,
+  );
 
   const onProgress = opts.onProgress;
   let keysDone = 0;
@@ -418,7 +447,9 @@ export function parseShard(source: ByteSource, opts: ReadOptions = {}): GGUFShar
   if (alignEntry !== undefined) {
     const a = alignEntry.value;
     if (typeof a !== "number" || !Number.isInteger(a) || a <= 0 || (a & (a - 1)) !== 0) {
-      throw new GGUFError(`${path}: general.alignment = ${typeof a === "object" ? "an array" : String(a)} is not a power of two`);
+      throw new GGUFError(
+        `${path}: general.alignment = ${typeof a === "object" ? "an array" : String(a)} is not a power of two`,
+      );
     }
     alignment = a;
   }
@@ -432,27 +463,37 @@ export function parseShard(source: ByteSource, opts: ReadOptions = {}): GGUFShar
     if (seen.has(name)) throw c.fail(`duplicate tensor name "${name}" at offset ${nameAt}`);
     seen.add(name);
     const nDims = c.u32(() => `n_dims of tensor "${name}"`);
-    if (nDims < 1 || nDims > MAX_DIMS) throw c.fail(`tensor "${name}" has ${nDims} dimensions (1..${MAX_DIMS} allowed)`);
+    if (nDims < 1 || nDims > MAX_DIMS)
+      throw c.fail(`tensor "${name}" has ${nDims} dimensions (1..${MAX_DIMS} allowed)`);
     const ne: number[] = [];
     let elements = 1;
     for (let d = 0; d < nDims; d++) {
       const n = c.size(() => `ne[${d}] of tensor "${name}"`, Number.MAX_SAFE_INTEGER, "larger than 2^53");
       elements *= n;
       ne.push(n);
-      if (elements > Number.MAX_SAFE_INTEGER) throw c.fail(`tensor "${name}" element count overflows (ne = [${ne.join(", ")}])`);
+      if (elements > Number.MAX_SAFE_INTEGER)
+        throw c.fail(`tensor "${name}" element count overflows (ne = [${ne.join(", ")}])`);
     }
     const typeAt = c.pos;
     const type = c.u32(() => `type of tensor "${name}"`);
     const traits = typeTraits(type);
     if (traits === undefined) throw c.fail(`tensor "${name}" has unknown ggml type id ${type} (at offset ${typeAt})`);
     if (ne[0] % traits.blockSize !== 0) {
-      throw c.fail(`tensor "${name}" of type ${traits.name} has ne[0] = ${ne[0]}, not a multiple of the block size ${traits.blockSize}`);
+      throw c.fail(
+        `tensor "${name}" of type ${traits.name} has ne[0] = ${ne[0]}, not a multiple of the block size ${traits.blockSize}`,
+      );
     }
     const nbytes = (elements / traits.blockSize) * traits.typeSize;
     if (nbytes > fileSize) {
-      throw c.fail(`tensor "${name}" (${traits.name}, ne = [${ne.join(", ")}]) would take ${nbytes} bytes, more than the whole file (${fileSize} bytes): truncated or corrupt`);
+      throw c.fail(
+        `tensor "${name}" (${traits.name}, ne = [${ne.join(", ")}]) would take ${nbytes} bytes, more than the whole file (${fileSize} bytes): truncated or corrupt`,
+      );
     }
-    const relativeOffset = c.size(() => `offset of tensor "${name}"`, fileSize, `past the end of the file (${fileSize} bytes)`);
+    const relativeOffset = c.size(
+      () => `offset of tensor "${name}"`,
+      fileSize,
+      `past the end of the file (${fileSize} bytes)`,
+    );
     if (relativeOffset % alignment !== 0) {
       throw c.fail(`tensor "${name}" offset ${relativeOffset} is not a multiple of the alignment ${alignment}`);
     }
@@ -463,7 +504,8 @@ export function parseShard(source: ByteSource, opts: ReadOptions = {}): GGUFShar
   tick();
 
   const dataOffset = c.pos + ((alignment - (c.pos % alignment)) % alignment);
-  if (tensorCount > 0 && dataOffset > fileSize) throw c.fail(`truncated file: data section would start at ${dataOffset}, file has ${fileSize} bytes`);
+  if (tensorCount > 0 && dataOffset > fileSize)
+    throw c.fail(`truncated file: data section would start at ${dataOffset}, file has ${fileSize} bytes`);
   const blobSize = fileSize - dataOffset;
   for (const t of infos) {
     if (t.relativeOffset + t.nbytes > blobSize) {
@@ -486,4 +528,3 @@ export function parseShard(source: ByteSource, opts: ReadOptions = {}): GGUFShar
   const tensors: TensorInfo[] = infos.map((t) => ({ ...t, shard: 0, offset: dataOffset + t.relativeOffset }));
   return { path, version, fileSize, metadata, tensors, alignment, dataOffset };
 }
-

@@ -200,13 +200,18 @@ export async function httpSource(url: string, opts: HttpSourceOptions = {}): Pro
   const get = async (offset: number, length: number): Promise<Response> => {
     let res: Response;
     try {
-      res = await f(url, { headers: { ...(opts.headers ?? {}), Range: `bytes=${offset}-${offset + length - 1}` }, signal: opts.signal });
+      res = await f(url, {
+        headers: { ...(opts.headers ?? {}), Range: `bytes=${offset}-${offset + length - 1}` },
+        signal: opts.signal,
+      });
     } catch (e) {
       throw new GGUFError(`${url}: request failed: ${e instanceof Error ? e.message : String(e)}`);
     }
     if (res.status === 200) {
       void res.body?.cancel();
-      throw new GGUFError(`${url}: the server ignored the Range request (200 instead of 206); it must support byte ranges`);
+      throw new GGUFError(
+        `${url}: the server ignored the Range request (200 instead of 206); it must support byte ranges`,
+      );
     }
     if (res.status !== 206) {
       void res.body?.cancel();
@@ -229,7 +234,8 @@ export async function httpSource(url: string, opts: HttpSourceOptions = {}): Pro
       if (length === 0) return new Uint8Array(0);
       const res = await get(offset, length);
       const buf = new Uint8Array(await res.arrayBuffer());
-      if (buf.length !== length) throw new GGUFError(`${url}: asked for ${length} bytes at offset ${offset}, got ${buf.length}`);
+      if (buf.length !== length)
+        throw new GGUFError(`${url}: asked for ${length} bytes at offset ${offset}, got ${buf.length}`);
       return buf;
     },
   };

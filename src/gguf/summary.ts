@@ -15,12 +15,45 @@ export const INSPECT_FORMAT = "latent-inspect/1";
 
 /** llama.cpp's `llama_ftype` (gguf-py LlamaFileType), the value of general.file_type. */
 const FILE_TYPES: readonly (string | undefined)[] = [
-  "ALL_F32", "MOSTLY_F16", "MOSTLY_Q4_0", "MOSTLY_Q4_1", "MOSTLY_Q4_1_SOME_F16", "MOSTLY_Q4_2", "MOSTLY_Q4_3", "MOSTLY_Q8_0",
-  "MOSTLY_Q5_0", "MOSTLY_Q5_1", "MOSTLY_Q2_K", "MOSTLY_Q3_K_S", "MOSTLY_Q3_K_M", "MOSTLY_Q3_K_L", "MOSTLY_Q4_K_S",
-  "MOSTLY_Q4_K_M", "MOSTLY_Q5_K_S", "MOSTLY_Q5_K_M", "MOSTLY_Q6_K", "MOSTLY_IQ2_XXS", "MOSTLY_IQ2_XS", "MOSTLY_Q2_K_S",
-  "MOSTLY_IQ3_XS", "MOSTLY_IQ3_XXS", "MOSTLY_IQ1_S", "MOSTLY_IQ4_NL", "MOSTLY_IQ3_S", "MOSTLY_IQ3_M", "MOSTLY_IQ2_S",
-  "MOSTLY_IQ2_M", "MOSTLY_IQ4_XS", "MOSTLY_IQ1_M", "MOSTLY_BF16", "MOSTLY_Q4_0_4_4", "MOSTLY_Q4_0_4_8", "MOSTLY_Q4_0_8_8",
-  "MOSTLY_TQ1_0", "MOSTLY_TQ2_0", "MOSTLY_MXFP4_MOE",
+  "ALL_F32",
+  "MOSTLY_F16",
+  "MOSTLY_Q4_0",
+  "MOSTLY_Q4_1",
+  "MOSTLY_Q4_1_SOME_F16",
+  "MOSTLY_Q4_2",
+  "MOSTLY_Q4_3",
+  "MOSTLY_Q8_0",
+  "MOSTLY_Q5_0",
+  "MOSTLY_Q5_1",
+  "MOSTLY_Q2_K",
+  "MOSTLY_Q3_K_S",
+  "MOSTLY_Q3_K_M",
+  "MOSTLY_Q3_K_L",
+  "MOSTLY_Q4_K_S",
+  "MOSTLY_Q4_K_M",
+  "MOSTLY_Q5_K_S",
+  "MOSTLY_Q5_K_M",
+  "MOSTLY_Q6_K",
+  "MOSTLY_IQ2_XXS",
+  "MOSTLY_IQ2_XS",
+  "MOSTLY_Q2_K_S",
+  "MOSTLY_IQ3_XS",
+  "MOSTLY_IQ3_XXS",
+  "MOSTLY_IQ1_S",
+  "MOSTLY_IQ4_NL",
+  "MOSTLY_IQ3_S",
+  "MOSTLY_IQ3_M",
+  "MOSTLY_IQ2_S",
+  "MOSTLY_IQ2_M",
+  "MOSTLY_IQ4_XS",
+  "MOSTLY_IQ1_M",
+  "MOSTLY_BF16",
+  "MOSTLY_Q4_0_4_4",
+  "MOSTLY_Q4_0_4_8",
+  "MOSTLY_Q4_0_8_8",
+  "MOSTLY_TQ1_0",
+  "MOSTLY_TQ2_0",
+  "MOSTLY_MXFP4_MOE",
 ];
 
 export function fileTypeName(id: number): string {
@@ -33,16 +66,43 @@ export function fileTypeName(id: number): string {
  * `<arch>.` follow in file order.
  */
 export const HYPERPARAMETER_ORDER: readonly string[] = [
-  "context_length", "embedding_length", "block_count", "leading_dense_block_count", "nextn_predict_layers",
-  "feed_forward_length", "expert_feed_forward_length", "vocab_size",
-  "attention.head_count", "attention.head_count_kv", "attention.q_lora_rank", "attention.kv_lora_rank",
-  "attention.key_length", "attention.value_length", "attention.key_length_mla", "attention.value_length_mla",
+  "context_length",
+  "embedding_length",
+  "block_count",
+  "leading_dense_block_count",
+  "nextn_predict_layers",
+  "feed_forward_length",
+  "expert_feed_forward_length",
+  "vocab_size",
+  "attention.head_count",
+  "attention.head_count_kv",
+  "attention.q_lora_rank",
+  "attention.kv_lora_rank",
+  "attention.key_length",
+  "attention.value_length",
+  "attention.key_length_mla",
+  "attention.value_length_mla",
   "attention.layer_norm_rms_epsilon",
-  "rope.dimension_count", "rope.freq_base", "rope.scaling.type", "rope.scaling.factor", "rope.scaling.original_context_length",
-  "rope.scaling.yarn_log_multiplier", "rope.scaling.yarn_beta_fast", "rope.scaling.yarn_beta_slow",
-  "expert_count", "expert_used_count", "expert_shared_count", "expert_group_count", "expert_group_used_count",
-  "expert_gating_func", "expert_weights_norm", "expert_weights_scale",
-  "attention.indexer.head_count", "attention.indexer.key_length", "attention.indexer.top_k", "attention.indexer.types",
+  "rope.dimension_count",
+  "rope.freq_base",
+  "rope.scaling.type",
+  "rope.scaling.factor",
+  "rope.scaling.original_context_length",
+  "rope.scaling.yarn_log_multiplier",
+  "rope.scaling.yarn_beta_fast",
+  "rope.scaling.yarn_beta_slow",
+  "expert_count",
+  "expert_used_count",
+  "expert_shared_count",
+  "expert_group_count",
+  "expert_group_used_count",
+  "expert_gating_func",
+  "expert_weights_norm",
+  "expert_weights_scale",
+  "attention.indexer.head_count",
+  "attention.indexer.key_length",
+  "attention.indexer.top_k",
+  "attention.indexer.types",
 ];
 
 const GATING: Record<number, string> = { 0: "none", 1: "softmax", 2: "sigmoid" };
@@ -54,7 +114,8 @@ export type JsonValue = number | string | boolean | null | JsonValue[] | { array
 const MAX_LISTED_ARRAY = 64;
 
 function jsonValue(v: GGUFValue): JsonValue {
-  if (typeof v === "bigint") return v >= BigInt(Number.MIN_SAFE_INTEGER) && v <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(v) : v.toString();
+  if (typeof v === "bigint")
+    return v >= BigInt(Number.MIN_SAFE_INTEGER) && v <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(v) : v.toString();
   if (typeof v === "number") return Number.isFinite(v) ? v : String(v);
   if (isGGUFArray(v)) {
     if (v.values.length > MAX_LISTED_ARRAY || v.elementType === GGUFValueType.STRING) {
@@ -178,7 +239,15 @@ export function summarizeModel(file: GGUFFile, opts: SummaryOptions = {}): Inspe
     s.bytes += t.nbytes;
     byType.set(t.type, s);
     if (opts.tensors === true) {
-      const entry: TensorSummary = { name: t.name, type: typeName(t.type), shape: [...t.ne], parameters: n, bytes: t.nbytes, shard: t.shard, offset: t.offset };
+      const entry: TensorSummary = {
+        name: t.name,
+        type: typeName(t.type),
+        shape: [...t.ne],
+        parameters: n,
+        bytes: t.nbytes,
+        shard: t.shard,
+        offset: t.offset,
+      };
       if (opts.hfNames === undefined) tensors.push(entry);
       else {
         const hf = opts.hfNames(t.name);
@@ -193,15 +262,22 @@ export function summarizeModel(file: GGUFFile, opts: SummaryOptions = {}): Inspe
   const hyperparameters: Record<string, JsonValue> = {};
   if (architecture !== null) {
     const prefix = `${architecture}.`;
-    const archKeys = meta.keys().filter((k) => k.startsWith(prefix)).map((k) => k.slice(prefix.length));
+    const archKeys = meta
+      .keys()
+      .filter((k) => k.startsWith(prefix))
+      .map((k) => k.slice(prefix.length));
     const present = new Set(archKeys);
-    for (const k of [...HYPERPARAMETER_ORDER.filter((k) => present.has(k)), ...archKeys.filter((k) => !HYPERPARAMETER_ORDER.includes(k))]) {
+    for (const k of [
+      ...HYPERPARAMETER_ORDER.filter((k) => present.has(k)),
+      ...archKeys.filter((k) => !HYPERPARAMETER_ORDER.includes(k)),
+    ]) {
       hyperparameters[k] = jsonValue(meta.raw(prefix + k)!);
     }
   }
 
   const general: Record<string, JsonValue> = {};
-  for (const k of meta.keys()) if (k.startsWith("general.")) general[k.slice("general.".length)] = jsonValue(meta.raw(k)!);
+  for (const k of meta.keys())
+    if (k.startsWith("general.")) general[k.slice("general.".length)] = jsonValue(meta.raw(k)!);
 
   const tokenizer: TokenizerSummary = {
     model: str("tokenizer.ggml.model"),
@@ -220,7 +296,14 @@ export function summarizeModel(file: GGUFFile, opts: SummaryOptions = {}): Inspe
   const shards: ShardSummary[] = file.shards.map((s, i) => {
     let bytes = 0;
     for (const t of s.tensors) bytes += t.nbytes;
-    return { index: i, path: s.path, size_bytes: s.fileSize, tensor_count: s.tensors.length, tensor_bytes: bytes, metadata_count: s.metadata.size };
+    return {
+      index: i,
+      path: s.path,
+      size_bytes: s.fileSize,
+      tensor_count: s.tensors.length,
+      tensor_bytes: bytes,
+      metadata_count: s.metadata.size,
+    };
   });
 
   const summary: InspectSummary = {
@@ -251,7 +334,13 @@ export function summarizeModel(file: GGUFFile, opts: SummaryOptions = {}): Inspe
 /** 1234567 → "1.23 M"; small counts stay exact. */
 export function humanCount(n: number): string {
   if (n < 1e4) return String(n);
-  for (const [v, s] of [[1e12, "T"], [1e9, "B"], [1e6, "M"], [1e3, "K"]] as const) if (n >= v) return `${(n / v).toFixed(2)} ${s}`;
+  for (const [v, s] of [
+    [1e12, "T"],
+    [1e9, "B"],
+    [1e6, "M"],
+    [1e3, "K"],
+  ] as const)
+    if (n >= v) return `${(n / v).toFixed(2)} ${s}`;
   return String(n);
 }
 
@@ -288,7 +377,14 @@ function hfText(names: string[] | null | undefined): string {
 function table(rows: string[][], indent = "  "): string[] {
   const widths: number[] = [];
   for (const r of rows) r.forEach((c, i) => (widths[i] = Math.max(widths[i] ?? 0, c.length)));
-  return rows.map((r) => indent + r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]))).join("  ").trimEnd());
+  return rows.map(
+    (r) =>
+      indent +
+      r
+        .map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i])))
+        .join("  ")
+        .trimEnd(),
+  );
 }
 
 /** Human-readable rendering of a summary (what `latent inspect` prints without --json). */
@@ -298,7 +394,10 @@ export function formatSummary(s: InspectSummary): string {
   out.push(
     ...table(
       [
-        ["file", `${s.path} (${humanBytes(s.size_bytes)}, GGUF v${s.gguf_version}${s.shards.length > 1 ? `, ${s.shards.length} shards` : ""})`],
+        [
+          "file",
+          `${s.path} (${humanBytes(s.size_bytes)}, GGUF v${s.gguf_version}${s.shards.length > 1 ? `, ${s.shards.length} shards` : ""})`,
+        ],
         ["architecture", nul(s.architecture)],
         ["name", nul(s.name)],
         ["file type", s.file_type === null ? "-" : `${s.file_type.name} (${s.file_type.id})`],
@@ -310,7 +409,17 @@ export function formatSummary(s: InspectSummary): string {
   );
   if (s.types.length > 0) {
     out.push("", "by type:");
-    out.push(...table(s.types.map((t) => [t.type, `${t.tensors} tensors`, `${humanCount(t.parameters)} params`, humanBytes(t.bytes), `${((100 * t.bytes) / Math.max(1, s.tensor_bytes)).toFixed(1)}%`])));
+    out.push(
+      ...table(
+        s.types.map((t) => [
+          t.type,
+          `${t.tensors} tensors`,
+          `${humanCount(t.parameters)} params`,
+          humanBytes(t.bytes),
+          `${((100 * t.bytes) / Math.max(1, s.tensor_bytes)).toFixed(1)}%`,
+        ]),
+      ),
+    );
   }
   const hp = Object.entries(s.hyperparameters);
   if (hp.length > 0) {
@@ -323,20 +432,34 @@ export function formatSummary(s: InspectSummary): string {
     ...table([
       ["model / pre", `${nul(tk.model)} / ${nul(tk.pre)}`],
       ["vocab / merges", `${nul(tk.vocab_size)} / ${nul(tk.merges)}`],
-      ["bos / eos", `${nul(tk.bos_token_id)} / ${nul(tk.eos_token_id)}${tk.eot_token_id !== null ? `, eot ${tk.eot_token_id}` : ""}${tk.padding_token_id !== null ? `, pad ${tk.padding_token_id}` : ""}`],
+      [
+        "bos / eos",
+        `${nul(tk.bos_token_id)} / ${nul(tk.eos_token_id)}${tk.eot_token_id !== null ? `, eot ${tk.eot_token_id}` : ""}${tk.padding_token_id !== null ? `, pad ${tk.padding_token_id}` : ""}`,
+      ],
       ["add bos / eos", `${nul(tk.add_bos_token)} / ${nul(tk.add_eos_token)}`],
       ["chat template", tk.has_chat_template ? "yes" : "no"],
     ]),
   );
   out.push("", s.shards.length > 1 ? `shards (${s.shards.length}):` : "file:");
-  out.push(...table(s.shards.map((sh) => [String(sh.index + 1), sh.path, `${sh.tensor_count} tensors`, humanBytes(sh.size_bytes)])));
+  out.push(
+    ...table(
+      s.shards.map((sh) => [String(sh.index + 1), sh.path, `${sh.tensor_count} tensors`, humanBytes(sh.size_bytes)]),
+    ),
+  );
   if (s.tensors !== undefined) {
     out.push("", "tensors:");
     const hf = s.tensors.some((t) => t.hf_names !== undefined);
     out.push(
       ...table([
         ["name", "type", "shape", "bytes", "shard", ...(hf ? ["hf name"] : [])],
-        ...s.tensors.map((t) => [t.name, t.type, `[${t.shape.join(", ")}]`, String(t.bytes), String(t.shard + 1), ...(hf ? [hfText(t.hf_names)] : [])]),
+        ...s.tensors.map((t) => [
+          t.name,
+          t.type,
+          `[${t.shape.join(", ")}]`,
+          String(t.bytes),
+          String(t.shard + 1),
+          ...(hf ? [hfText(t.hf_names)] : []),
+        ]),
       ]),
     );
   }

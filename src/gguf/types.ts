@@ -24,7 +24,15 @@ export type GGUFScalar = number | bigint | boolean | string;
  * Values of a numeric array as read from a file: a typed array, as compact as in the file (a JS array would cost
  * 8–20 bytes per element: a hostile 64 MB array of bytes used to cost over 1 GB).
  */
-export type GGUFNumberArrayValues = Uint8Array | Int8Array | Uint16Array | Int16Array | Uint32Array | Int32Array | Float32Array | Float64Array;
+export type GGUFNumberArrayValues =
+  | Uint8Array
+  | Int8Array
+  | Uint16Array
+  | Int16Array
+  | Uint32Array
+  | Int32Array
+  | Float32Array
+  | Float64Array;
 
 /**
  * An array value keeps its element type so that a write reproduces the file byte for byte. Read from a file, arrays of

@@ -1,6 +1,15 @@
 import { closeSync, openSync, writeSync } from "node:fs";
 import { GGUFError } from "../util/errors.js";
-import { GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUFValueType, typeName, typeTraits, type GGUFArray, type GGUFMetadataEntry, type GGUFValue } from "./types.js";
+import {
+  GGUF_DEFAULT_ALIGNMENT,
+  GGUF_MAGIC,
+  GGUFValueType,
+  typeName,
+  typeTraits,
+  type GGUFArray,
+  type GGUFMetadataEntry,
+  type GGUFValue,
+} from "./types.js";
 import { splitPath } from "./file.js";
 
 /** A tensor to write: its bytes come from `data` (already in the tensor's ggml type) or from a producer called at write time. */
@@ -21,7 +30,8 @@ export interface WriteOptions {
 export function tensorBytes(ne: readonly number[], type: number): number {
   const t = typeTraits(type);
   if (t === undefined) throw new GGUFError(`unknown ggml type id ${type}`);
-  if (ne[0] % t.blockSize !== 0) throw new GGUFError(`ne[0] = ${ne[0]} is not a multiple of the ${t.name} block size ${t.blockSize}`);
+  if (ne[0] % t.blockSize !== 0)
+    throw new GGUFError(`ne[0] = ${ne[0]} is not a multiple of the ${t.name} block size ${t.blockSize}`);
   return (ne.reduce((a, b) => a * b, 1) / t.blockSize) * t.typeSize;
 }
 
@@ -142,7 +152,8 @@ function writeValue(sink: ByteSink, type: GGUFValueType, v: GGUFValue, key: stri
       return sink.string(v);
     case GGUFValueType.ARRAY: {
       const arr = v as GGUFArray;
-      if (typeof arr !== "object" || !("elementType" in arr)) throw new GGUFError(`metadata "${key}": expected an array`);
+      if (typeof arr !== "object" || !("elementType" in arr))
+        throw new GGUFError(`metadata "${key}": expected an array`);
       sink.u32(arr.elementType);
       sink.u64(arr.values.length);
       for (const item of arr.values) writeValue(sink, arr.elementType, item, key);
@@ -153,7 +164,11 @@ function writeValue(sink: ByteSink, type: GGUFValueType, v: GGUFValue, key: stri
   }
 }
 
-function header(metadata: ReadonlyMap<string, GGUFMetadataEntry>, tensors: readonly TensorToWrite[], alignment: number): { bytes: Buffer; offsets: number[] } {
+function header(
+  metadata: ReadonlyMap<string, GGUFMetadataEntry>,
+  tensors: readonly TensorToWrite[],
+  alignment: number,
+): { bytes: Buffer; offsets: number[] } {
   const sink = new ByteSink();
   sink.u32(GGUF_MAGIC);
   sink.u32(3);
@@ -195,11 +210,19 @@ const WRITE_CHUNK = 1 << 30;
 /** Write all of `data` at file position `pos`, in writes of at most `chunk` bytes. */
 export function writeAll(fd: number, data: Uint8Array, pos: number, chunk = WRITE_CHUNK): void {
   let written = 0;
-  while (written < data.length) written += writeSync(fd, data, written, Math.min(chunk, data.length - written), pos + written);
+  while (written < data.length)
+    written += writeSync(fd, data, written, Math.min(chunk, data.length - written), pos + written);
 }
 
 /** Write one .gguf file: header, tensor infos, then each tensor's bytes padded to the alignment. */
-export function writeGGUF(path: string, metadata: ReadonlyMap<string, GGUFMetadataEntry>, tensors: readonly TensorToWrite[], opts: WriteOptions = {}, progressBase = 0, progressTotal = tensors.length): void {
+export function writeGGUF(
+  path: string,
+  metadata: ReadonlyMap<string, GGUFMetadataEntry>,
+  tensors: readonly TensorToWrite[],
+  opts: WriteOptions = {},
+  progressBase = 0,
+  progressTotal = tensors.length,
+): void {
   const alignment = alignmentOf(metadata);
   const { bytes, offsets } = header(metadata, tensors, alignment);
   const fd = openSync(path, "w");
@@ -211,7 +234,9 @@ export function writeGGUF(path: string, metadata: ReadonlyMap<string, GGUFMetada
       const data = typeof t.data === "function" ? t.data() : t.data;
       const expected = tensorBytes(t.ne, t.type);
       if (data.length !== expected) {
-        throw new GGUFError(`tensor "${t.name}" (${typeName(t.type)} ${t.ne.join("x")}) needs ${expected} bytes, got ${data.length}`);
+        throw new GGUFError(
+          `tensor "${t.name}" (${typeName(t.type)} ${t.ne.join("x")}) needs ${expected} bytes, got ${data.length}`,
+        );
       }
       const at = bytes.length + offsets[i];
       while (pos < at) pos += writeSync(fd, zeros, 0, Math.min(at - pos, zeros.length), pos);
@@ -231,7 +256,12 @@ export function writeGGUF(path: string, metadata: ReadonlyMap<string, GGUFMetada
  * As llama.cpp's gguf-split does, shard 0 carries all metadata and the others only the `split.*` keys.
  * Returns the paths written.
  */
-export function writeModel(pathOrPrefix: string, metadata: ReadonlyMap<string, GGUFMetadataEntry>, tensors: readonly TensorToWrite[], opts: WriteOptions = {}): string[] {
+export function writeModel(
+  pathOrPrefix: string,
+  metadata: ReadonlyMap<string, GGUFMetadataEntry>,
+  tensors: readonly TensorToWrite[],
+  opts: WriteOptions = {},
+): string[] {
   const per = opts.maxTensorsPerShard;
   if (per === undefined || per >= tensors.length) {
     writeGGUF(pathOrPrefix, metadata, tensors, opts);

@@ -53,18 +53,26 @@ export class LatentCache implements LatentStore {
   /** positions whose latents every layer holds */
   length = 0;
 
-  constructor(readonly config: ModelConfig, initialCapacity = 64) {
+  constructor(
+    readonly config: ModelConfig,
+    initialCapacity = 64,
+  ) {
     const n = config.nLayer;
     this.c = Array.from({ length: n }, () => new Rows(config.kvLoraRank, initialCapacity));
     this.kPe = Array.from({ length: n }, () => new Rows(config.qkRope, initialCapacity));
-    this.ik = Array.from({ length: n }, () => new Rows(config.indexer?.headDim ?? 0, config.indexer ? initialCapacity : 0));
+    this.ik = Array.from(
+      { length: n },
+      () => new Rows(config.indexer?.headDim ?? 0, config.indexer ? initialCapacity : 0),
+    );
   }
 
   /** Append a chunk's latents for one layer at positions [length, length + n). */
   append(layer: number, c: Float64Array, kPe: Float64Array, indexerKeys: Float64Array | undefined): void {
     const at = this.length;
     if (at + c.length / this.config.kvLoraRank > this.config.contextLength) {
-      throw new LatentError(`context full: ${at + c.length / this.config.kvLoraRank} positions exceed the model's context length ${this.config.contextLength}`);
+      throw new LatentError(
+        `context full: ${at + c.length / this.config.kvLoraRank} positions exceed the model's context length ${this.config.contextLength}`,
+      );
     }
     this.c[layer].write(at, c);
     this.kPe[layer].write(at, kPe);

@@ -116,14 +116,28 @@ export function parseConfig(meta: Metadata, nVocabFromTensors?: number, options:
   const layers = readLayerCounts(keys);
   const dims = readAttentionDims(keys, layers);
   const experts = readExperts(keys, layers);
-  const nVocab = meta.integer(keys.key("vocab_size")) ?? nVocabFromTensors ?? meta.stringArray("tokenizer.ggml.tokens")?.length;
-  if (nVocab === undefined) throw new ModelConfigError(`cannot tell the vocabulary size: no ${keys.key("vocab_size")}, no tokenizer.ggml.tokens`);
+  const nVocab =
+    meta.integer(keys.key("vocab_size")) ?? nVocabFromTensors ?? meta.stringArray("tokenizer.ggml.tokens")?.length;
+  if (nVocab === undefined)
+    throw new ModelConfigError(
+      `cannot tell the vocabulary size: no ${keys.key("vocab_size")}, no tokenizer.ggml.tokens`,
+    );
   keys.atMost("vocab_size", nVocab, CONFIG_LIMITS.vocab);
   const contextLength = keys.positive("context_length", keys.integer("context_length") ?? 4096, CONFIG_LIMITS.context);
   const gating = readGating(keys, layers.blockCount, nVocab);
-  const scale = keys.real("expert_weights_scale", keys.number("expert_weights_scale") ?? 0, (x) => x >= 0, "a finite number ≥ 0 (0 = absent = 1)");
+  const scale = keys.real(
+    "expert_weights_scale",
+    keys.number("expert_weights_scale") ?? 0,
+    (x) => x >= 0,
+    "a finite number ≥ 0 (0 = absent = 1)",
+  );
   // ε ≥ 1 swamps the mean square of any real activation: the norm would return ~x/√ε, not a normalized vector.
-  const rmsEps = keys.real("attention.layer_norm_rms_epsilon", keys.number("attention.layer_norm_rms_epsilon") ?? 1e-6, (x) => x > 0 && x < 1, "a finite number in (0, 1)");
+  const rmsEps = keys.real(
+    "attention.layer_norm_rms_epsilon",
+    keys.number("attention.layer_norm_rms_epsilon") ?? 1e-6,
+    (x) => x > 0 && x < 1,
+    "a finite number in (0, 1)",
+  );
   const rope = readRope(keys);
   const scales = attentionScales(arch, rope.yarn, dims.qkNope + dims.qkRope);
   const indexer = readIndexer(keys, dims.qkRope);
@@ -187,12 +201,16 @@ class ArchKeys {
   }
 
   positive(name: string, v: number, max: number = CONFIG_LIMITS.width): number {
-    if (!Number.isInteger(v) || v <= 0) throw new ModelConfigError(`${this.key(name)} = ${v} must be a positive integer`);
+    if (!Number.isInteger(v) || v <= 0)
+      throw new ModelConfigError(`${this.key(name)} = ${v} must be a positive integer`);
     return this.atMost(name, v, max);
   }
 
   atMost(name: string, v: number, max: number): number {
-    if (v > max) throw new ModelConfigError(`${this.key(name)} = ${v} exceeds ${max}, more than any model latent can run (a corrupt or hostile file)`);
+    if (v > max)
+      throw new ModelConfigError(
+        `${this.key(name)} = ${v} exceeds ${max}, more than any model latent can run (a corrupt or hostile file)`,
+      );
     return v;
   }
 
@@ -229,7 +247,10 @@ interface LayerCounts {
 function readLayerCounts(keys: ArchKeys): LayerCounts {
   const blockCount = keys.positive("block_count", keys.need("block_count"), CONFIG_LIMITS.layers);
   const nNextn = keys.integer("nextn_predict_layers") ?? 0;
-  if (nNextn >= blockCount) throw new ModelConfigError(`${keys.key("nextn_predict_layers")} = ${nNextn} leaves no main layers of ${keys.key("block_count")} = ${blockCount}`);
+  if (nNextn >= blockCount)
+    throw new ModelConfigError(
+      `${keys.key("nextn_predict_layers")} = ${nNextn} leaves no main layers of ${keys.key("block_count")} = ${blockCount}`,
+    );
   return { blockCount, nNextn, nLayer: blockCount - nNextn };
 }
 
@@ -238,9 +259,17 @@ type AttentionDims = Pick<ModelConfig, "nEmbd" | "nHead" | "kvLoraRank" | "qLora
 /** Width, heads, LoRA ranks and per-head dims of MLA. */
 function readAttentionDims(keys: ArchKeys, layers: LayerCounts): AttentionDims {
   const nEmbd = keys.positive("embedding_length", keys.need("embedding_length"));
-  const nHead = keys.positive("attention.head_count", keys.perLayerUniform("attention.head_count", layers, true), CONFIG_LIMITS.heads);
+  const nHead = keys.positive(
+    "attention.head_count",
+    keys.perLayerUniform("attention.head_count", layers, true),
+    CONFIG_LIMITS.heads,
+  );
   const kvLoraRank = keys.positive("attention.kv_lora_rank", keys.need("attention.kv_lora_rank"));
-  const qLoraRank = keys.atMost("attention.q_lora_rank", keys.integer("attention.q_lora_rank") ?? 0, CONFIG_LIMITS.width);
+  const qLoraRank = keys.atMost(
+    "attention.q_lora_rank",
+    keys.integer("attention.q_lora_rank") ?? 0,
+    CONFIG_LIMITS.width,
+  );
   const qkRope = keys.positive("rope.dimension_count", keys.need("rope.dimension_count"));
   if (qkRope % 2 !== 0) throw new ModelConfigError(`${keys.key("rope.dimension_count")} = ${qkRope} must be even`);
   const { qkHead, vHead } = readHeadDims(keys, kvLoraRank + qkRope);
@@ -256,23 +285,33 @@ function readHeadDims(keys: ArchKeys, latentWidth: number): { qkHead: number; vH
   const valueMla = keys.integer("attention.value_length_mla");
   if (keyMla !== undefined || valueMla !== undefined) {
     if (keyMla === undefined || valueMla === undefined) {
-      throw new ModelConfigError(`${keys.key("attention.key_length_mla")} and ${keys.key("attention.value_length_mla")} must both be present`);
+      throw new ModelConfigError(
+        `${keys.key("attention.key_length_mla")} and ${keys.key("attention.value_length_mla")} must both be present`,
+      );
     }
     const qkHead = keys.atMost("attention.key_length_mla", keyMla, CONFIG_LIMITS.width);
     const vHead = keys.atMost("attention.value_length_mla", valueMla, CONFIG_LIMITS.width);
     const keyLen = keys.integer("attention.key_length");
     if (keyLen !== undefined && keyLen !== latentWidth) {
-      throw new ModelConfigError(`${keys.key("attention.key_length")} = ${keyLen}, expected kv_lora_rank + rope dims = ${latentWidth} in an MLA file`);
+      throw new ModelConfigError(
+        `${keys.key("attention.key_length")} = ${keyLen}, expected kv_lora_rank + rope dims = ${latentWidth} in an MLA file`,
+      );
     }
     return { qkHead, vHead };
   }
   const qkHead = keys.atMost("attention.key_length", keys.integer("attention.key_length") ?? 0, CONFIG_LIMITS.width);
   const vHead = keys.atMost("attention.value_length", keys.integer("attention.value_length") ?? 0, CONFIG_LIMITS.width);
-  if (qkHead === 0 || vHead === 0) throw new ModelConfigError(`missing ${keys.key("attention.key_length_mla")} / ${keys.key("attention.key_length")}: cannot size the attention heads`);
+  if (qkHead === 0 || vHead === 0)
+    throw new ModelConfigError(
+      `missing ${keys.key("attention.key_length_mla")} / ${keys.key("attention.key_length")}: cannot size the attention heads`,
+    );
   return { qkHead, vHead };
 }
 
-type ExpertCounts = Pick<ModelConfig, "nExpert" | "nExpertUsed" | "nLeadingDense" | "nFF" | "nFFExp" | "nExpertShared" | "nGroup" | "nGroupUsed">;
+type ExpertCounts = Pick<
+  ModelConfig,
+  "nExpert" | "nExpertUsed" | "nLeadingDense" | "nFF" | "nFFExp" | "nExpertShared" | "nGroup" | "nGroupUsed"
+>;
 
 /** FFN widths, expert counts and expert groups (checked only when the model has MoE layers). */
 function readExperts(keys: ArchKeys, layers: LayerCounts): ExpertCounts {
@@ -281,17 +320,41 @@ function readExperts(keys: ArchKeys, layers: LayerCounts): ExpertCounts {
   const nLeadingDense = keys.integer("leading_dense_block_count") ?? 0;
   const hasMoe = nExpert > 0 && nLeadingDense < layers.nLayer;
   if (hasMoe && (nExpertUsed < 1 || nExpertUsed > nExpert)) {
-    throw new ModelConfigError(`${keys.key("expert_used_count")} = ${nExpertUsed} must be in 1..${keys.key("expert_count")} (${nExpert})`);
+    throw new ModelConfigError(
+      `${keys.key("expert_used_count")} = ${nExpertUsed} must be in 1..${keys.key("expert_count")} (${nExpert})`,
+    );
   }
-  const nFF = nLeadingDense > 0 ? keys.positive("feed_forward_length", keys.perLayerUniform("feed_forward_length", layers, true)) : keys.perLayerUniform("feed_forward_length", layers, false);
-  const nFFExp = hasMoe ? keys.positive("expert_feed_forward_length", keys.perLayerUniform("expert_feed_forward_length", layers, true)) : 0;
-  const nExpertShared = hasMoe ? keys.atMost("expert_shared_count", keys.integer("expert_shared_count") ?? 0, CONFIG_LIMITS.experts) : 0;
-  const nGroup = Math.max(1, keys.atMost("expert_group_count", keys.integer("expert_group_count") ?? 1, CONFIG_LIMITS.experts));
-  const nGroupUsed = Math.max(1, keys.atMost("expert_group_used_count", keys.integer("expert_group_used_count") ?? nGroup, CONFIG_LIMITS.experts));
+  const nFF =
+    nLeadingDense > 0
+      ? keys.positive("feed_forward_length", keys.perLayerUniform("feed_forward_length", layers, true))
+      : keys.perLayerUniform("feed_forward_length", layers, false);
+  const nFFExp = hasMoe
+    ? keys.positive("expert_feed_forward_length", keys.perLayerUniform("expert_feed_forward_length", layers, true))
+    : 0;
+  const nExpertShared = hasMoe
+    ? keys.atMost("expert_shared_count", keys.integer("expert_shared_count") ?? 0, CONFIG_LIMITS.experts)
+    : 0;
+  const nGroup = Math.max(
+    1,
+    keys.atMost("expert_group_count", keys.integer("expert_group_count") ?? 1, CONFIG_LIMITS.experts),
+  );
+  const nGroupUsed = Math.max(
+    1,
+    keys.atMost("expert_group_used_count", keys.integer("expert_group_used_count") ?? nGroup, CONFIG_LIMITS.experts),
+  );
   if (hasMoe && nGroup > 1) {
-    if (nExpert % nGroup !== 0) throw new ModelConfigError(`${keys.key("expert_count")} = ${nExpert} is not divisible by ${keys.key("expert_group_count")} = ${nGroup}`);
-    if (nGroupUsed > nGroup) throw new ModelConfigError(`${keys.key("expert_group_used_count")} = ${nGroupUsed} exceeds ${keys.key("expert_group_count")} = ${nGroup}`);
-    if (nGroupUsed * (nExpert / nGroup) < nExpertUsed) throw new ModelConfigError(`${nGroupUsed} groups of ${nExpert / nGroup} experts cannot supply ${nExpertUsed} experts`);
+    if (nExpert % nGroup !== 0)
+      throw new ModelConfigError(
+        `${keys.key("expert_count")} = ${nExpert} is not divisible by ${keys.key("expert_group_count")} = ${nGroup}`,
+      );
+    if (nGroupUsed > nGroup)
+      throw new ModelConfigError(
+        `${keys.key("expert_group_used_count")} = ${nGroupUsed} exceeds ${keys.key("expert_group_count")} = ${nGroup}`,
+      );
+    if (nGroupUsed * (nExpert / nGroup) < nExpertUsed)
+      throw new ModelConfigError(
+        `${nGroupUsed} groups of ${nExpert / nGroup} experts cannot supply ${nExpertUsed} experts`,
+      );
   }
   return { nExpert, nExpertUsed, nLeadingDense, nFF, nFFExp, nExpertShared, nGroup, nGroupUsed };
 }
@@ -300,33 +363,54 @@ function readExperts(keys: ArchKeys, layers: LayerCounts): ExpertCounts {
 function readGating(keys: ArchKeys, blockCount: number, nVocab: number): Pick<ModelConfig, "gating" | "gatingSource"> {
   const gf = keys.integer("expert_gating_func");
   if (gf !== undefined && gf !== 0) {
-    if (gf !== 1 && gf !== 2) throw new ModelConfigError(`${keys.key("expert_gating_func")} = ${gf}: expected 1 (softmax) or 2 (sigmoid)`);
+    if (gf !== 1 && gf !== 2)
+      throw new ModelConfigError(`${keys.key("expert_gating_func")} = ${gf}: expected 1 (softmax) or 2 (sigmoid)`);
     return { gating: gf === 1 ? "softmax" : "sigmoid", gatingSource: "metadata" };
   }
   if (keys.arch === "glm-dsa") return { gating: "sigmoid", gatingSource: "glm-dsa-default" };
   // GLM-4.7-Flash files made before llama.cpp PR #18980 lack the key; the model is sigmoid-gated.
-  if ((blockCount === 47 || blockCount === 48) && nVocab === GLM47_FLASH_VOCAB) return { gating: "sigmoid", gatingSource: "glm47-flash-heuristic" };
+  if ((blockCount === 47 || blockCount === 48) && nVocab === GLM47_FLASH_VOCAB)
+    return { gating: "sigmoid", gatingSource: "glm47-flash-heuristic" };
   return { gating: "softmax", gatingSource: "default-softmax" };
 }
 
 /** The rope base and, for rope.scaling.type = yarn, the YaRN parameters. */
 function readRope(keys: ArchKeys): { ropeBase: number; yarn: YarnConfig | undefined } {
-  const ropeBase = keys.real("rope.freq_base", keys.number("rope.freq_base") ?? 10000, (x) => x > 1, "a finite number > 1");
+  const ropeBase = keys.real(
+    "rope.freq_base",
+    keys.number("rope.freq_base") ?? 10000,
+    (x) => x > 1,
+    "a finite number > 1",
+  );
   const scalingType = keys.meta.string(keys.key("rope.scaling.type")) ?? "none";
   if (scalingType === "yarn") return { ropeBase, yarn: readYarn(keys) };
   if (scalingType !== "none" && scalingType !== "") {
-    throw new ModelConfigError(`${keys.key("rope.scaling.type")} = "${scalingType}": only "yarn" and "none" are supported`);
+    throw new ModelConfigError(
+      `${keys.key("rope.scaling.type")} = "${scalingType}": only "yarn" and "none" are supported`,
+    );
   }
   return { ropeBase, yarn: undefined };
 }
 
 function readYarn(keys: ArchKeys): YarnConfig {
-  const factor = keys.real("rope.scaling.factor", keys.number("rope.scaling.factor") ?? 1, (x) => x >= 1, "a finite number ≥ 1 for YaRN");
+  const factor = keys.real(
+    "rope.scaling.factor",
+    keys.number("rope.scaling.factor") ?? 1,
+    (x) => x >= 1,
+    "a finite number ≥ 1 for YaRN",
+  );
   const logMulRaw = keys.number("rope.scaling.yarn_log_multiplier");
-  const logMul = logMulRaw === undefined ? undefined : keys.real("rope.scaling.yarn_log_multiplier", logMulRaw, (x) => x >= 0, "a finite number ≥ 0");
+  const logMul =
+    logMulRaw === undefined
+      ? undefined
+      : keys.real("rope.scaling.yarn_log_multiplier", logMulRaw, (x) => x >= 0, "a finite number ≥ 0");
   const origRaw = keys.number("rope.scaling.original_context_length") ?? 4096;
-  if (!Number.isInteger(origRaw)) throw new ModelConfigError(`${keys.key("rope.scaling.original_context_length")} = ${origRaw} must be a positive integer`);
-  const positiveBeta = (name: string, dflt: number): number => keys.real(name, keys.number(name) ?? dflt, (x) => x > 0, "a finite number > 0");
+  if (!Number.isInteger(origRaw))
+    throw new ModelConfigError(
+      `${keys.key("rope.scaling.original_context_length")} = ${origRaw} must be a positive integer`,
+    );
+  const positiveBeta = (name: string, dflt: number): number =>
+    keys.real(name, keys.number(name) ?? dflt, (x) => x > 0, "a finite number > 0");
   return {
     factor,
     originalContext: keys.positive("rope.scaling.original_context_length", origRaw, CONFIG_LIMITS.context),
@@ -343,7 +427,11 @@ function readYarn(keys: ArchKeys): YarnConfig {
  * glm-dsa: the file's log multiplier is not read by llama.cpp; both the rope magnitude and √scale are
  * get_mscale(f, 1) — the same as HF when rope_scaling has no mscale/mscale_all_dim pair.
  */
-function attentionScales(arch: Arch, yarn: YarnConfig | undefined, qkHead: number): { kqScale: number; ropeMscale: number } {
+function attentionScales(
+  arch: Arch,
+  yarn: YarnConfig | undefined,
+  qkHead: number,
+): { kqScale: number; ropeMscale: number } {
   let mscale = 1;
   let ropeMscale = 1;
   if (yarn !== undefined) {
@@ -364,7 +452,13 @@ function readIndexer(keys: ArchKeys, qkRope: number): IndexerConfig | undefined 
   const id = keys.integer("attention.indexer.key_length");
   const it = keys.integer("attention.indexer.top_k");
   if (ih === undefined && id === undefined && it === undefined) return undefined;
-  if (!ih || !id || !it) throw new ModelConfigError(`${keys.key("attention.indexer.head_count")}, .key_length and .top_k must all be set and non-zero`);
-  if (id < qkRope) throw new ModelConfigError(`${keys.key("attention.indexer.key_length")} = ${id} is smaller than the rope dims ${qkRope}`);
+  if (!ih || !id || !it)
+    throw new ModelConfigError(
+      `${keys.key("attention.indexer.head_count")}, .key_length and .top_k must all be set and non-zero`,
+    );
+  if (id < qkRope)
+    throw new ModelConfigError(
+      `${keys.key("attention.indexer.key_length")} = ${id} is smaller than the rope dims ${qkRope}`,
+    );
   return { nHead: ih, headDim: id, topK: it };
 }

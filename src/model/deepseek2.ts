@@ -3,7 +3,15 @@ import { rmsNorm } from "../tensor/ops.js";
 import type { LatentStore } from "./cache.js";
 import { LatentError } from "../util/errors.js";
 import type { ModelConfig } from "./config.js";
-import { ATTENTION, project, sliceProjections, type AttentionPath, type KeySelection, type LatentRows, type Projections } from "./mla.js";
+import {
+  ATTENTION,
+  project,
+  sliceProjections,
+  type AttentionPath,
+  type KeySelection,
+  type LatentRows,
+  type Projections,
+} from "./mla.js";
 import { mixExperts, routeTokens, routerLogitsOf, swiglu, type Route } from "./moe.js";
 import { Rope } from "./rope.js";
 import type { LayerWeights, ModelWeights } from "./weights.js";
@@ -24,7 +32,19 @@ export interface SequenceChunk {
 }
 
 /** Intermediate values, for diagnosis: rows of `width` values, one per token of the batch. */
-export type TraceStage = "embed" | "attn_norm" | "q" | "latent" | "k_pe" | "attn_out" | "o_proj" | "ffn_norm" | "router" | "ffn_out" | "residual" | "output_norm";
+export type TraceStage =
+  | "embed"
+  | "attn_norm"
+  | "q"
+  | "latent"
+  | "k_pe"
+  | "attn_out"
+  | "o_proj"
+  | "ffn_norm"
+  | "router"
+  | "ffn_out"
+  | "residual"
+  | "output_norm";
 export type Trace = (layer: number, stage: TraceStage, rows: Float64Array, width: number) => void;
 
 /** Where each sequence of a batch lies: rows [starts[i], starts[i] + length) of the batch, and every row's position. */
@@ -61,7 +81,11 @@ export class DeepSeek2 {
   /** Logits [m × n_vocab] per sequence (m = chunk length, 1, or 0 as each asked). */
   forwardBatch(seqs: readonly SequenceChunk[], trace?: Trace): Float32Array[] {
     if (seqs.length === 0) return [];
-    const k = seqs.every((s) => s.path === "reference") ? plainKernels : seqs.some((s) => s.path === "reference") ? undefined : this.kernels;
+    const k = seqs.every((s) => s.path === "reference")
+      ? plainKernels
+      : seqs.some((s) => s.path === "reference")
+        ? undefined
+        : this.kernels;
     if (k === undefined) throw new LatentError("the reference path cannot share a batch with other paths");
     const batch = this.layout(seqs);
     const n = batch.positions.length;
@@ -84,10 +108,15 @@ export class DeepSeek2 {
     let n = 0;
     for (const s of seqs) {
       if (s.tokens.length === 0) throw new LatentError("forward needs at least one token per sequence");
-      if (s.path === "decode" && s.tokens.length !== 1) throw new LatentError(`the decode path takes one token at a time, got ${s.tokens.length}`);
-      if (s.cache === undefined && s.path !== "reference") throw new LatentError(`the ${s.path} path needs a latent cache`);
+      if (s.path === "decode" && s.tokens.length !== 1)
+        throw new LatentError(`the decode path takes one token at a time, got ${s.tokens.length}`);
+      if (s.cache === undefined && s.path !== "reference")
+        throw new LatentError(`the ${s.path} path needs a latent cache`);
       const pos0 = s.cache?.length ?? 0;
-      if (pos0 + s.tokens.length > c.contextLength) throw new LatentError(`context full: ${pos0 + s.tokens.length} positions exceed the context length ${c.contextLength}`);
+      if (pos0 + s.tokens.length > c.contextLength)
+        throw new LatentError(
+          `context full: ${pos0 + s.tokens.length} positions exceed the context length ${c.contextLength}`,
+        );
       starts.push(n);
       s.tokens.forEach((_, t) => positions.push(pos0 + t));
       n += s.tokens.length;
@@ -102,7 +131,8 @@ export class DeepSeek2 {
     let row = 0;
     for (const s of seqs) {
       for (const tok of s.tokens) {
-        if (!Number.isInteger(tok) || tok < 0 || tok >= c.nVocab) throw new LatentError(`token id ${tok} is outside the vocabulary (0..${c.nVocab - 1})`);
+        if (!Number.isInteger(tok) || tok < 0 || tok >= c.nVocab)
+          throw new LatentError(`token id ${tok} is outside the vocabulary (0..${c.nVocab - 1})`);
         h.set(this.weights.tokenEmbd.row(tok), row++ * c.nEmbd);
       }
     }
@@ -110,7 +140,14 @@ export class DeepSeek2 {
   }
 
   /** RMSNorm of each of the n rows of h by `weight`, traced as `stage`. */
-  private norm(h: Float64Array, n: number, weight: Float32Array, il: number, stage: TraceStage, trace: Trace | undefined): Float64Array {
+  private norm(
+    h: Float64Array,
+    n: number,
+    weight: Float32Array,
+    il: number,
+    stage: TraceStage,
+    trace: Trace | undefined,
+  ): Float64Array {
     const Hd = this.config.nEmbd;
     const x = new Float64Array(n * Hd);
     for (let t = 0; t < n; t++) rmsNorm(h, t * Hd, weight, this.config.rmsEps, x, t * Hd);
@@ -145,7 +182,14 @@ export class DeepSeek2 {
   }
 
   /** One layer's attention for the batch (x = attn_norm output) → W_o · o, [n × Hd]. */
-  private attention(il: number, lw: LayerWeights, x: Float64Array, batch: BatchLayout, k: MatKernels, trace: Trace | undefined): Float64Array {
+  private attention(
+    il: number,
+    lw: LayerWeights,
+    x: Float64Array,
+    batch: BatchLayout,
+    k: MatKernels,
+    trace: Trace | undefined,
+  ): Float64Array {
     const c = this.config;
     const { seqs, starts, positions } = batch;
     const n = positions.length;
@@ -179,12 +223,28 @@ export class DeepSeek2 {
   }
 
   /** One sequence's attention output o [n × H·V] on its path, from its projections and latent rows. */
-  protected attend(path: AttentionPath, lw: LayerWeights, pr: Projections, n: number, pos0: number, lat: LatentRows, sel: KeySelection | undefined, k: MatKernels): Float64Array {
+  protected attend(
+    path: AttentionPath,
+    lw: LayerWeights,
+    pr: Projections,
+    n: number,
+    pos0: number,
+    lat: LatentRows,
+    sel: KeySelection | undefined,
+    k: MatKernels,
+  ): Float64Array {
     return ATTENTION[path](lw.attn, this.config, pr, n, pos0, lat, sel, k);
   }
 
   /** One layer's FFN for the batch (x = ffn_norm output), [n × Hd]: dense SwiGLU for the leading layers, else MoE. */
-  private ffn(il: number, lw: LayerWeights, x: Float64Array, n: number, k: MatKernels, trace: Trace | undefined): Float64Array {
+  private ffn(
+    il: number,
+    lw: LayerWeights,
+    x: Float64Array,
+    n: number,
+    k: MatKernels,
+    trace: Trace | undefined,
+  ): Float64Array {
     const c = this.config;
     const out = new Float64Array(n * c.nEmbd);
     if (lw.dense !== undefined) {
@@ -205,12 +265,28 @@ export class DeepSeek2 {
   }
 
   /** Hook for sparse attention: keys that each query may see (dense MLA: all causal keys). */
-  protected selectKeys(_il: number, _lw: LayerWeights, _x: Float64Array, _pr: Projections, _n: number, _pos0: number, _cache: LatentStore | undefined, _k: MatKernels): KeySelection | undefined {
+  protected selectKeys(
+    _il: number,
+    _lw: LayerWeights,
+    _x: Float64Array,
+    _pr: Projections,
+    _n: number,
+    _pos0: number,
+    _cache: LatentStore | undefined,
+    _k: MatKernels,
+  ): KeySelection | undefined {
     return undefined;
   }
 
   /** Hook: per-token keys an architecture caches beside the latent (DSA indexer keys). */
-  protected indexerKeys(_il: number, _lw: LayerWeights, _x: Float64Array, _n: number, _pos0: number, _k: MatKernels): Float64Array | undefined {
+  protected indexerKeys(
+    _il: number,
+    _lw: LayerWeights,
+    _x: Float64Array,
+    _n: number,
+    _pos0: number,
+    _k: MatKernels,
+  ): Float64Array | undefined {
     return undefined;
   }
 }

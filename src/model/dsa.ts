@@ -38,7 +38,14 @@ export class Indexer {
   }
 
   /** Key selection for n queries (normed q-LoRA latents qr [n × Lq], inputs x [n × Hd]) against `keys`. */
-  select(x: Float64Array, qr: Float64Array, n: number, pos0: number, keys: IndexerKeys, kern: MatProducts): KeySelection {
+  select(
+    x: Float64Array,
+    qr: Float64Array,
+    n: number,
+    pos0: number,
+    keys: IndexerKeys,
+    kern: MatProducts,
+  ): KeySelection {
     const { nHead: Hi, headDim: D, topK: K } = this.cfg;
     const Lq = this.model.qLoraRank;
     const q = new Float64Array(n * Hi * D);

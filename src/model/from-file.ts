@@ -54,8 +54,12 @@ export function checkLayerTensors(file: GGUFFile, config: ModelConfig): void {
   const beyond = [...present].filter((i) => i >= blockCount);
   if (missing >= 0 || beyond.length > 0) {
     const key = `${config.arch}.block_count`;
-    const layers = present.size === 0 ? "no layer tensors" : `tensors for ${present.size} layers (blk.${Math.min(...present)} … blk.${Math.max(...present)})`;
-    const why = missing >= 0 ? `layer ${missing} has no tensors` : `blk.${Math.min(...beyond)} lies past the declared layers`;
+    const layers =
+      present.size === 0
+        ? "no layer tensors"
+        : `tensors for ${present.size} layers (blk.${Math.min(...present)} … blk.${Math.max(...present)})`;
+    const why =
+      missing >= 0 ? `layer ${missing} has no tensors` : `blk.${Math.min(...beyond)} lies past the declared layers`;
     throw new ModelConfigError(`${key} = ${blockCount}, but the file has ${layers}: ${why}`);
   }
 }

@@ -16,14 +16,32 @@ export class GlmDsa extends DeepSeek2 {
 
   constructor(config: ModelConfig, weights: ModelWeights, rope?: Rope) {
     super(config, weights, rope);
-    this.indexers = weights.layers.map((lw) => (lw.attn.indexer && config.indexer ? new Indexer(lw.attn.indexer, config.indexer, config, this.rope) : undefined));
+    this.indexers = weights.layers.map((lw) =>
+      lw.attn.indexer && config.indexer ? new Indexer(lw.attn.indexer, config.indexer, config, this.rope) : undefined,
+    );
   }
 
-  protected override indexerKeys(il: number, _lw: LayerWeights, x: Float64Array, n: number, pos0: number, k: MatKernels): Float64Array | undefined {
+  protected override indexerKeys(
+    il: number,
+    _lw: LayerWeights,
+    x: Float64Array,
+    n: number,
+    pos0: number,
+    k: MatKernels,
+  ): Float64Array | undefined {
     return this.indexers[il]?.keys(x, n, pos0, k);
   }
 
-  protected override selectKeys(il: number, _lw: LayerWeights, x: Float64Array, pr: Projections, n: number, pos0: number, cache: LatentStore | undefined, k: MatKernels): KeySelection | undefined {
+  protected override selectKeys(
+    il: number,
+    _lw: LayerWeights,
+    x: Float64Array,
+    pr: Projections,
+    n: number,
+    pos0: number,
+    cache: LatentStore | undefined,
+    k: MatKernels,
+  ): KeySelection | undefined {
     const indexer = this.indexers[il];
     if (indexer === undefined || pr.qr === undefined) return undefined;
     const keys = cache === undefined ? { k: indexer.keys(x, n, pos0, k), length: n } : cache.indexerKeys(il, pos0 + n);

@@ -10,9 +10,24 @@ import { plainProducts, type MatProducts } from "../tensor/products.js";
  */
 export interface MatKernels extends MatProducts {
   /** optional fast attention, dense causal keys only (mla.ts `mha`): o [n × H·V]; absent → the plain loops */
-  mha?(cfg: ModelConfig, pr: Projections, n: number, pos0: number, kNope: Float64Array, v: Float64Array, lat: LatentRows): Float64Array;
+  mha?(
+    cfg: ModelConfig,
+    pr: Projections,
+    n: number,
+    pos0: number,
+    kNope: Float64Array,
+    v: Float64Array,
+    lat: LatentRows,
+  ): Float64Array;
   /** optional fast absorbed decode attention, dense causal keys only (mla.ts `attendAbsorbed`); absent → the plain loops */
-  absorbed?(w: AttentionWeights, cfg: ModelConfig, pr: Projections, n: number, pos0: number, lat: LatentRows): Float64Array;
+  absorbed?(
+    w: AttentionWeights,
+    cfg: ModelConfig,
+    pr: Projections,
+    n: number,
+    pos0: number,
+    lat: LatentRows,
+  ): Float64Array;
 }
 
 export const plainKernels: MatKernels = plainProducts;

@@ -20,7 +20,15 @@ export type { AttentionPath, KeySelection, LatentRows, Projections } from "./mla
  */
 
 /** q, c, k_pe for n tokens at positions `pos[t]` from the attention-normed inputs x [n × Hd]. */
-export function project(w: AttentionWeights, cfg: ModelConfig, rope: Rope, x: Float64Array, n: number, pos: ArrayLike<number>, k: MatKernels): Projections {
+export function project(
+  w: AttentionWeights,
+  cfg: ModelConfig,
+  rope: Rope,
+  x: Float64Array,
+  n: number,
+  pos: ArrayLike<number>,
+  k: MatKernels,
+): Projections {
   const { nEmbd: Hd, nHead: H, qkNope: P, qkRope: R, kvLoraRank: L, qLoraRank: Lq } = cfg;
   const D = P + R;
   const q = new Float64Array(n * H * D);
@@ -66,7 +74,17 @@ function keysOf(sel: KeySelection | undefined, i: number, pos: number): readonly
  * Decompressed MHA for n queries at positions pos0.., given per-position per-head k_nope [T × H × P] and
  * v [T × H × V] for T = pos0 + n positions, and the latent rows' k_pe. Returns o [n × H·V].
  */
-function mha(cfg: ModelConfig, pr: Projections, n: number, pos0: number, kNope: Float64Array, v: Float64Array, lat: LatentRows, sel: KeySelection | undefined, k?: MatKernels): Float64Array {
+function mha(
+  cfg: ModelConfig,
+  pr: Projections,
+  n: number,
+  pos0: number,
+  kNope: Float64Array,
+  v: Float64Array,
+  lat: LatentRows,
+  sel: KeySelection | undefined,
+  k?: MatKernels,
+): Float64Array {
   if (k?.mha !== undefined && sel === undefined) return k.mha(cfg, pr, n, pos0, kNope, v, lat); // fast backend
   const { nHead: H, qkNope: P, qkRope: R, vHead: V } = cfg;
   const D = P + R;
@@ -100,7 +118,16 @@ function mha(cfg: ModelConfig, pr: Projections, n: number, pos0: number, kNope: 
 }
 
 /** The definition: K/V from the HF kv_b_proj over all T positions of `lat`, then plain causal MHA. */
-export function attendReference(w: AttentionWeights, cfg: ModelConfig, pr: Projections, n: number, pos0: number, lat: LatentRows, sel: KeySelection | undefined, k: MatKernels): Float64Array {
+export function attendReference(
+  w: AttentionWeights,
+  cfg: ModelConfig,
+  pr: Projections,
+  n: number,
+  pos0: number,
+  lat: LatentRows,
+  sel: KeySelection | undefined,
+  k: MatKernels,
+): Float64Array {
   const { nHead: H, qkNope: P, vHead: V, kvLoraRank: L } = cfg;
   const T = lat.length;
   const kv = new Float64Array(T * H * (P + V));
@@ -118,7 +145,16 @@ export function attendReference(w: AttentionWeights, cfg: ModelConfig, pr: Proje
 }
 
 /** Prefill: decompress every cached position with W_UK (attn_k_b, transposed product) and W_UV (attn_v_b), then MHA. */
-export function attendPrefill(w: AttentionWeights, cfg: ModelConfig, pr: Projections, n: number, pos0: number, lat: LatentRows, sel: KeySelection | undefined, k: MatKernels): Float64Array {
+export function attendPrefill(
+  w: AttentionWeights,
+  cfg: ModelConfig,
+  pr: Projections,
+  n: number,
+  pos0: number,
+  lat: LatentRows,
+  sel: KeySelection | undefined,
+  k: MatKernels,
+): Float64Array {
   const { nHead: H, qkNope: P, vHead: V, kvLoraRank: L } = cfg;
   const T = lat.length;
   const kNope = new Float64Array(T * H * P);
@@ -138,14 +174,29 @@ export function attendPrefill(w: AttentionWeights, cfg: ModelConfig, pr: Project
 }
 
 /** Absorbed decode: MQA of q_abs = W_UKᵀ q_nope against the latent, value = c, then W_UV per head. */
-export function attendAbsorbed(w: AttentionWeights, cfg: ModelConfig, pr: Projections, n: number, pos0: number, lat: LatentRows, sel: KeySelection | undefined, k: MatKernels): Float64Array {
+export function attendAbsorbed(
+  w: AttentionWeights,
+  cfg: ModelConfig,
+  pr: Projections,
+  n: number,
+  pos0: number,
+  lat: LatentRows,
+  sel: KeySelection | undefined,
+  k: MatKernels,
+): Float64Array {
   if (k.absorbed !== undefined && sel === undefined) return k.absorbed(w, cfg, pr, n, pos0, lat); // fast backend
   const qAbs = absorbQueries(w, cfg, pr, n, k);
   return projectValues(w, cfg, latentAttention(cfg, pr, qAbs, n, pos0, lat, sel), n, k);
 }
 
 /** q_abs,h = W_UK,hᵀ q_nope,h for n queries and H heads: [n × H × L]. */
-export function absorbQueries(w: AttentionWeights, cfg: ModelConfig, pr: Projections, n: number, k: MatProducts): Float64Array {
+export function absorbQueries(
+  w: AttentionWeights,
+  cfg: ModelConfig,
+  pr: Projections,
+  n: number,
+  k: MatProducts,
+): Float64Array {
   const { nHead: H, qkNope: P, qkRope: R, kvLoraRank: L } = cfg;
   const D = P + R;
   const qAbs = new Float64Array(n * H * L);
@@ -163,7 +214,15 @@ export function absorbQueries(w: AttentionWeights, cfg: ModelConfig, pr: Project
  * MQA of the absorbed queries qAbs [n × H × L] (with each head's q_pe) over the latent rows: scores against c and
  * k_pe, softmax, then the weighted sum of c per query and head: [n × H × L].
  */
-export function latentAttention(cfg: ModelConfig, pr: Projections, qAbs: Float64Array, n: number, pos0: number, lat: LatentRows, sel: KeySelection | undefined): Float64Array {
+export function latentAttention(
+  cfg: ModelConfig,
+  pr: Projections,
+  qAbs: Float64Array,
+  n: number,
+  pos0: number,
+  lat: LatentRows,
+  sel: KeySelection | undefined,
+): Float64Array {
   const { nHead: H, qkNope: P, qkRope: R, kvLoraRank: L } = cfg;
   const D = P + R;
   const out = new Float64Array(n * H * L);
@@ -194,7 +253,13 @@ export function latentAttention(cfg: ModelConfig, pr: Projections, qAbs: Float64
 }
 
 /** o_h = W_UV,h · (Σ p c)_h for n queries and H heads: latOut [n × H × L] → o [n × H·V]. */
-export function projectValues(w: AttentionWeights, cfg: ModelConfig, latOut: Float64Array, n: number, k: MatProducts): Float64Array {
+export function projectValues(
+  w: AttentionWeights,
+  cfg: ModelConfig,
+  latOut: Float64Array,
+  n: number,
+  k: MatProducts,
+): Float64Array {
   const { nHead: H, vHead: V, kvLoraRank: L } = cfg;
   const o = new Float64Array(n * H * V);
   for (let i = 0; i < n; i++) {

@@ -21,7 +21,13 @@ export interface Route {
 export function route(z: ArrayLike<number>, c: ModelConfig, bias: Float32Array | undefined): Route {
   const p = gateProbabilities(z, c);
   const experts = selectExperts(p, c, bias);
-  return { experts, weights: expertWeights(experts.map((e) => p[e]), c) };
+  return {
+    experts,
+    weights: expertWeights(
+      experts.map((e) => p[e]),
+      c,
+    ),
+  };
 }
 
 /** p over the E experts from router logits z: softmax or sigmoid, as the config's gating says. */
@@ -75,7 +81,16 @@ export function expertWeights(probs: readonly number[], c: ModelConfig): number[
 }
 
 /** out[t] (+)= down(silu(gate·x_t) ⊙ up·x_t) for n inputs of width `dim` (batched: each weight row read once). */
-export function swiglu(ffn: SwiGLU, x: Vec, n: number, dim: number, out: Vec, accumulate: boolean, scale: ArrayLike<number> | undefined, k: MatProducts): void {
+export function swiglu(
+  ffn: SwiGLU,
+  x: Vec,
+  n: number,
+  dim: number,
+  out: Vec,
+  accumulate: boolean,
+  scale: ArrayLike<number> | undefined,
+  k: MatProducts,
+): void {
   const F = ffn.gate.rows;
   const g = new Float64Array(n * F);
   const u = new Float64Array(n * F);
@@ -94,7 +109,15 @@ export function swiglu(ffn: SwiGLU, x: Vec, n: number, dim: number, out: Vec, ac
 }
 
 /** MoE FFN over n tokens x [n × Hd] → out [n × Hd]: router logits, a route per token, then the experts' mixture. */
-export function moe(w: MoEWeights, c: ModelConfig, x: Vec, n: number, out: Vec, k: MatProducts, routerLogits?: (z: Float64Array) => void): Route[] {
+export function moe(
+  w: MoEWeights,
+  c: ModelConfig,
+  x: Vec,
+  n: number,
+  out: Vec,
+  k: MatProducts,
+  routerLogits?: (z: Float64Array) => void,
+): Route[] {
   const z = routerLogitsOf(w, c, x, n, k);
   routerLogits?.(z);
   const routes = routeTokens(z, n, c, w.bias);
@@ -121,7 +144,15 @@ export function routeTokens(z: Float64Array, n: number, c: ModelConfig, bias: Fl
  * out [n × Hd] = Σ over each token's routed experts of weight · expert(x_t), plus the shared experts: tokens are
  * grouped by expert so each expert's rows are read once.
  */
-export function mixExperts(w: MoEWeights, c: ModelConfig, routes: readonly Route[], x: Vec, n: number, out: Vec, k: MatProducts): void {
+export function mixExperts(
+  w: MoEWeights,
+  c: ModelConfig,
+  routes: readonly Route[],
+  x: Vec,
+  n: number,
+  out: Vec,
+  k: MatProducts,
+): void {
   const Hd = c.nEmbd;
   const byExpert = new Map<number, { tokens: number[]; weights: number[] }>();
   routes.forEach((r, t) => {
@@ -135,7 +166,15 @@ export function mixExperts(w: MoEWeights, c: ModelConfig, routes: readonly Route
   out.fill(0, 0, n * Hd);
   if (k.matmulMany !== undefined) {
     // a threaded backend: every expert's gate/up products in one call, then every down product in one call
-    manyExperts(w, [...byExpert].sort((a, b2) => a[0] - b2[0]), x, n, Hd, out, k);
+    manyExperts(
+      w,
+      [...byExpert].sort((a, b2) => a[0] - b2[0]),
+      x,
+      n,
+      Hd,
+      out,
+      k,
+    );
     return;
   }
   for (const [e, b] of [...byExpert].sort((a, b2) => a[0] - b2[0])) {
@@ -155,7 +194,15 @@ export function mixExperts(w: MoEWeights, c: ModelConfig, routes: readonly Route
  * The expert loop of `mixExperts` (then the shared experts) as two `matmulMany` calls; the same products and the same
  * order of additions into `out` as the loop, so the result is that of one swiglu call per expert.
  */
-function manyExperts(w: MoEWeights, groups: readonly [number, { tokens: number[]; weights: number[] }][], x: Vec, n: number, Hd: number, out: Vec, k: MatProducts): void {
+function manyExperts(
+  w: MoEWeights,
+  groups: readonly [number, { tokens: number[]; weights: number[] }][],
+  x: Vec,
+  n: number,
+  Hd: number,
+  out: Vec,
+  k: MatProducts,
+): void {
   const jobs = groups.map(([e, b]) => {
     const m = b.tokens.length;
     let xe: Vec = x;
@@ -164,16 +211,30 @@ function manyExperts(w: MoEWeights, groups: readonly [number, { tokens: number[]
       b.tokens.forEach((t, i) => g.set(x.subarray(t * Hd, (t + 1) * Hd), i * Hd));
       xe = g;
     }
-    return { ffn: w.experts[e], x: xe, m, tokens: b.tokens as readonly number[] | undefined, scale: b.weights as readonly number[] | undefined };
+    return {
+      ffn: w.experts[e],
+      x: xe,
+      m,
+      tokens: b.tokens as readonly number[] | undefined,
+      scale: b.weights as readonly number[] | undefined,
+    };
   });
   if (w.shared !== undefined) jobs.push({ ffn: w.shared, x, m: n, tokens: undefined, scale: undefined });
-  const mid = jobs.map((j) => ({ g: new Float64Array(j.m * j.ffn.gate.rows), u: new Float64Array(j.m * j.ffn.gate.rows), d: new Float64Array(j.m * Hd) }));
-  k.matmulMany!(jobs.flatMap((j, i) => [
-    { w: j.ffn.gate, x: j.x, n: j.m, xStride: Hd, y: mid[i].g, yStride: j.ffn.gate.rows },
-    { w: j.ffn.up, x: j.x, n: j.m, xStride: Hd, y: mid[i].u, yStride: j.ffn.gate.rows },
-  ]));
+  const mid = jobs.map((j) => ({
+    g: new Float64Array(j.m * j.ffn.gate.rows),
+    u: new Float64Array(j.m * j.ffn.gate.rows),
+    d: new Float64Array(j.m * Hd),
+  }));
+  k.matmulMany!(
+    jobs.flatMap((j, i) => [
+      { w: j.ffn.gate, x: j.x, n: j.m, xStride: Hd, y: mid[i].g, yStride: j.ffn.gate.rows },
+      { w: j.ffn.up, x: j.x, n: j.m, xStride: Hd, y: mid[i].u, yStride: j.ffn.gate.rows },
+    ]),
+  );
   for (const { g, u } of mid) for (let i = 0; i < g.length; i++) g[i] = silu(g[i]) * u[i];
-  k.matmulMany!(jobs.map((j, i) => ({ w: j.ffn.down, x: mid[i].g, n: j.m, xStride: j.ffn.gate.rows, y: mid[i].d, yStride: Hd })));
+  k.matmulMany!(
+    jobs.map((j, i) => ({ w: j.ffn.down, x: mid[i].g, n: j.m, xStride: j.ffn.gate.rows, y: mid[i].d, yStride: Hd })),
+  );
   jobs.forEach((j, i) => {
     const d = mid[i].d;
     for (let r = 0; r < j.m; r++) {

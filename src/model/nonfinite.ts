@@ -59,7 +59,13 @@ function f32HighBad(b: Uint8Array, o: number): boolean {
  * f32 or two 16-bit floats) are all set. Whole words are tested four bytes at a time where the bytes are aligned (a
  * few times faster than byte by byte); a hit, and any tail, is resolved with `bad` per element.
  */
-function firstBadElement(bytes: Uint8Array, n: number, size: 2 | 4, mask: number, bad: (b: Uint8Array, o: number) => boolean): number {
+function firstBadElement(
+  bytes: Uint8Array,
+  n: number,
+  size: 2 | 4,
+  mask: number,
+  bad: (b: Uint8Array, o: number) => boolean,
+): number {
   let from = 0;
   if (bytes.byteOffset % 4 === 0) {
     const words = new Uint32Array(bytes.buffer, bytes.byteOffset, Math.floor((n * size) / 4));
@@ -98,7 +104,8 @@ export function findNonFinite(type: number, bytes: Uint8Array, n: number): NonFi
   const scales = F16_SCALES.get(type);
   if (scales !== undefined) {
     const size = typeTraits(type)!.typeSize;
-    for (let b = 0, o = 0; o + size <= bytes.length; b++, o += size) for (const s of scales) if (f16Bad(bytes, o + s)) return { unit: "block", index: b };
+    for (let b = 0, o = 0; o + size <= bytes.length; b++, o += size)
+      for (const s of scales) if (f16Bad(bytes, o + s)) return { unit: "block", index: b };
     return undefined;
   }
   // dequantized a slice at a time: no float copy of a whole (possibly multi-GB) tensor
@@ -107,7 +114,8 @@ export function findNonFinite(type: number, bytes: Uint8Array, n: number): NonFi
   for (let first = 0; first * blockSize < n; first += blocksPerSlice) {
     const blocks = Math.min(blocksPerSlice, n / blockSize - first);
     const values = dequantize(type, bytes.subarray(first * typeSize, (first + blocks) * typeSize), blocks * blockSize);
-    for (let i = 0; i < values.length; i++) if (!Number.isFinite(values[i])) return { unit: "element", index: first * blockSize + i };
+    for (let i = 0; i < values.length; i++)
+      if (!Number.isFinite(values[i])) return { unit: "element", index: first * blockSize + i };
   }
   return undefined;
 }

@@ -21,7 +21,8 @@ export class Rope {
     let low = 0;
     let high = 0;
     if (yarn !== undefined) {
-      const corrDim = (rot: number): number => (dims * Math.log(yarn.originalContext / (rot * 2 * Math.PI))) / (2 * Math.log(base));
+      const corrDim = (rot: number): number =>
+        (dims * Math.log(yarn.originalContext / (rot * 2 * Math.PI))) / (2 * Math.log(base));
       low = Math.max(0, Math.floor(corrDim(yarn.betaFast)));
       high = Math.min(dims - 1, Math.ceil(corrDim(yarn.betaSlow)));
     }

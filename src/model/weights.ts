@@ -71,7 +71,7 @@ export interface ModelWeights {
   readonly bytes: number;
 }
 
-export type LoadProgress = (doneBytes: number, totalBytes: number) => void
+export type LoadProgress = (doneBytes: number, totalBytes: number) => void;
 
 /**
  * What to do with a tensor that holds NaN or ±Inf: "refuse" (a GGUFError naming it), "ignore" (no scan: the doctor
@@ -80,7 +80,13 @@ export type LoadProgress = (doneBytes: number, totalBytes: number) => void
 export type NonFinitePolicy = "refuse" | "ignore" | ((message: string) => void);
 
 function f32Matrix(name: string, cols: number, rows: number, values: Float32Array): QMatrix {
-  return new QMatrix(name, GGMLType.F32, cols, rows, new Uint8Array(values.buffer, values.byteOffset, values.byteLength));
+  return new QMatrix(
+    name,
+    GGMLType.F32,
+    cols,
+    rows,
+    new Uint8Array(values.buffer, values.byteOffset, values.byteLength),
+  );
 }
 
 /** Loads a model's tensors into memory in their own quant types, checking every shape against the config. */
@@ -105,9 +111,18 @@ class Loader {
   private info(name: string, ne: readonly number[]): TensorInfo {
     const info = this.file.tensors.get(name);
     if (info === undefined) throw new ModelConfigError(`missing tensor "${name}" (expected shape ${ne.join("x")})`);
-    const same = info.ne.length >= ne.length && ne.every((n, i) => info.ne[i] === n) && info.ne.slice(ne.length).every((n) => n === 1);
-    if (!same) throw new ModelConfigError(`tensor "${name}" has shape ${info.ne.join("x")}, expected ${ne.join("x")} from the metadata${this.shardHint(info)}`);
-    if (!canDequantize(info.type)) throw new QuantTypeError(`tensor "${name}" has type ${typeName(info.type)} (id ${info.type}), which latent cannot decode`);
+    const same =
+      info.ne.length >= ne.length &&
+      ne.every((n, i) => info.ne[i] === n) &&
+      info.ne.slice(ne.length).every((n) => n === 1);
+    if (!same)
+      throw new ModelConfigError(
+        `tensor "${name}" has shape ${info.ne.join("x")}, expected ${ne.join("x")} from the metadata${this.shardHint(info)}`,
+      );
+    if (!canDequantize(info.type))
+      throw new QuantTypeError(
+        `tensor "${name}" has type ${typeName(info.type)} (id ${info.type}), which latent cannot decode`,
+      );
     return info;
   }
 
@@ -123,15 +138,21 @@ class Loader {
   private shardHint(info: TensorInfo): string {
     const n = this.file.shards.length;
     if (n <= 1) return "";
-    const where = info.shard === 0 ? "the first shard" : `shard ${info.shard + 1} of ${n}, ${this.file.shards[info.shard].path}`;
+    const where =
+      info.shard === 0 ? "the first shard" : `shard ${info.shard + 1} of ${n}, ${this.file.shards[info.shard].path}`;
     return ` (in ${where}; the metadata comes from the first shard — are the shards from a different model?)`;
   }
 
   private scan(info: TensorInfo, data: Uint8Array): void {
-    const at = findNonFinite(info.type, data, info.ne.reduce((a, b) => a * b, 1));
+    const at = findNonFinite(
+      info.type,
+      data,
+      info.ne.reduce((a, b) => a * b, 1),
+    );
     if (at === undefined) return;
     const message = `tensor "${info.name}" (${typeName(info.type)}) holds NaN or ±Inf (first at ${at.unit} ${at.index}): every output that touches it is garbage (a corrupt download or a bad conversion)`;
-    if (this.nonFinite === "refuse") throw new GGUFError(`${message}; run \`latent doctor\` on the file, or pass --allow-nonfinite to load it anyway`);
+    if (this.nonFinite === "refuse")
+      throw new GGUFError(`${message}; run \`latent doctor\` on the file, or pass --allow-nonfinite to load it anyway`);
     if (this.nonFinite !== "ignore") this.nonFinite(message);
   }
 
@@ -207,7 +228,9 @@ function loadAttention(ld: Loader, c: ModelConfig, i: number): AttentionWeights 
       proj: ld.matrix(`${p}indexer.proj.weight`, Hd, Hi),
     };
   } else if (c.indexer !== undefined) {
-    throw new ModelConfigError(`layer ${i} has no indexer tensors (blk.${i}.indexer.*); shared-indexer layers are not supported yet`);
+    throw new ModelConfigError(
+      `layer ${i} has no indexer tensors (blk.${i}.indexer.*); shared-indexer layers are not supported yet`,
+    );
   }
 
   return {
@@ -227,7 +250,14 @@ function loadAttention(ld: Loader, c: ModelConfig, i: number): AttentionWeights 
 }
 
 /** HF kv_b_proj from the split tensors: rows h(P+V)+p = column p of W_UKᵀ[h], rows h(P+V)+P+d = row d of W_UV[h]. */
-export function reassembleKvB(kB: readonly QMatrix[], vB: readonly QMatrix[], name: string, P: number, V: number, L: number): QMatrix {
+export function reassembleKvB(
+  kB: readonly QMatrix[],
+  vB: readonly QMatrix[],
+  name: string,
+  P: number,
+  V: number,
+  L: number,
+): QMatrix {
   const H = kB.length;
   const out = new Float32Array(H * (P + V) * L);
   for (let h = 0; h < H; h++) {
@@ -295,7 +325,12 @@ export function loadLayerWeights(file: GGUFFile, c: ModelConfig, i: number): Lay
  * Load every weight. `nonFinite` says whether each is scanned for NaN/±Inf as it is read (NonFinitePolicy): the
  * default "ignore" is for the doctor, which scans and reports on its own; loadModelFrom — every other path — refuses.
  */
-export function loadWeights(file: GGUFFile, c: ModelConfig, onProgress?: LoadProgress, nonFinite: NonFinitePolicy = "ignore"): ModelWeights {
+export function loadWeights(
+  file: GGUFFile,
+  c: ModelConfig,
+  onProgress?: LoadProgress,
+  nonFinite: NonFinitePolicy = "ignore",
+): ModelWeights {
   const ld = new Loader(file, onProgress, nonFinite);
   const tokenEmbd = ld.matrix("token_embd.weight", c.nEmbd, c.nVocab);
   const outputNorm = ld.vector("output_norm.weight", c.nEmbd);

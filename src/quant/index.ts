@@ -6,7 +6,15 @@ import { typeName, typeTraits } from "./types.js";
 import { QuantTypeError } from "../util/errors.js";
 import type { BlockDecoder, BlockEncoder } from "./common.js";
 import { decodeBF16, decodeF16, decodeF32, encodeBF16, encodeF16, encodeF32 } from "./float.js";
-import { decodeIQ1_M, decodeIQ1_S, decodeIQ2_S, decodeIQ2_XS, decodeIQ2_XXS, decodeIQ3_S, decodeIQ3_XXS } from "./iquants.js";
+import {
+  decodeIQ1_M,
+  decodeIQ1_S,
+  decodeIQ2_S,
+  decodeIQ2_XS,
+  decodeIQ2_XXS,
+  decodeIQ3_S,
+  decodeIQ3_XXS,
+} from "./iquants.js";
 import { decodeIQ4_NL, decodeIQ4_XS, encodeIQ4_NL, encodeIQ4_XS } from "./iq4.js";
 import { encodeQ2_K, encodeQ3_K, encodeQ4_K, encodeQ5_K, encodeQ6_K } from "./kquants-encode.js";
 import { decodeQ2_K, decodeQ3_K, decodeQ4_K, decodeQ5_K, decodeQ6_K, decodeQ8_K } from "./kquants.js";
@@ -96,7 +104,9 @@ function traitsOf(type: number, context?: string): { blockSize: number; typeSize
 export function rowBytes(type: number, n: number, context?: string): number {
   const t = traitsOf(type, context);
   if (!Number.isInteger(n) || n < 0 || n % t.blockSize !== 0) {
-    throw new QuantTypeError(`${describe(type)}: ${n} elements is not a whole number of ${t.blockSize}-element blocks${where(context)}`);
+    throw new QuantTypeError(
+      `${describe(type)}: ${n} elements is not a whole number of ${t.blockSize}-element blocks${where(context)}`,
+    );
   }
   return (n / t.blockSize) * t.typeSize;
 }
@@ -123,10 +133,14 @@ export function dequantizeRow(
   if (!decode) throw new QuantTypeError(`cannot dequantize ${describe(type)}${where(context)}: unsupported type`);
   const bytes = rowBytes(type, n, context);
   if (srcByteOffset < 0 || srcByteOffset + bytes > src.length) {
-    throw new RangeError(`${typeName(type)} row${where(context)}: needs bytes [${srcByteOffset}, ${srcByteOffset + bytes}) of a ${src.length}-byte buffer`);
+    throw new RangeError(
+      `${typeName(type)} row${where(context)}: needs bytes [${srcByteOffset}, ${srcByteOffset + bytes}) of a ${src.length}-byte buffer`,
+    );
   }
   if (outOffset < 0 || outOffset + n > out.length) {
-    throw new RangeError(`${typeName(type)} row${where(context)}: needs ${n} floats at ${outOffset} of a ${out.length}-float output`);
+    throw new RangeError(
+      `${typeName(type)} row${where(context)}: needs ${n} floats at ${outOffset} of a ${out.length}-float output`,
+    );
   }
   decode(src, srcByteOffset, out, outOffset, n / traitsOf(type).blockSize);
 }
@@ -152,10 +166,14 @@ export function quantizeRow(
   if (!encode) throw new QuantTypeError(`cannot quantize to ${describe(type)}${where(context)}: unsupported type`);
   const bytes = rowBytes(type, n, context);
   if (srcOffset < 0 || srcOffset + n > src.length) {
-    throw new RangeError(`${typeName(type)} row${where(context)}: needs ${n} floats at ${srcOffset} of a ${src.length}-float input`);
+    throw new RangeError(
+      `${typeName(type)} row${where(context)}: needs ${n} floats at ${srcOffset} of a ${src.length}-float input`,
+    );
   }
   if (outByteOffset < 0 || outByteOffset + bytes > out.length) {
-    throw new RangeError(`${typeName(type)} row${where(context)}: needs bytes [${outByteOffset}, ${outByteOffset + bytes}) of a ${out.length}-byte output`);
+    throw new RangeError(
+      `${typeName(type)} row${where(context)}: needs bytes [${outByteOffset}, ${outByteOffset + bytes}) of a ${out.length}-byte output`,
+    );
   }
   out.fill(0, outByteOffset, outByteOffset + bytes);
   encode(src, srcOffset, out, outByteOffset, n / traitsOf(type).blockSize);
@@ -163,9 +181,12 @@ export function quantizeRow(
 
 /** Encode src as rows of nPerRow elements (src.length must be a multiple of nPerRow). */
 export function quantize(type: number, src: Float32Array, nPerRow: number, context?: string): Uint8Array {
-  if (!canQuantize(type)) throw new QuantTypeError(`cannot quantize to ${describe(type)}${where(context)}: unsupported type`);
+  if (!canQuantize(type))
+    throw new QuantTypeError(`cannot quantize to ${describe(type)}${where(context)}: unsupported type`);
   if (!Number.isInteger(nPerRow) || nPerRow <= 0 || src.length % nPerRow !== 0) {
-    throw new RangeError(`quantize${where(context)}: ${src.length} floats is not a whole number of ${nPerRow}-element rows`);
+    throw new RangeError(
+      `quantize${where(context)}: ${src.length} floats is not a whole number of ${nPerRow}-element rows`,
+    );
   }
   const rows = src.length / nPerRow;
   const rb = rowBytes(type, nPerRow, context);

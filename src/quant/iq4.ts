@@ -8,7 +8,9 @@ import { f16At, nearestInt, putF16, type BlockDecoder, type BlockEncoder } from 
 const fround = Math.fround;
 
 /** kvalues_iq4nl: the 16 levels. */
-export const KVALUES_IQ4NL: Int8Array = new Int8Array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113]);
+export const KVALUES_IQ4NL: Int8Array = new Int8Array([
+  -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+]);
 
 /** IQ4_NL (18 bytes): d, qs[16]; low nibbles → y[0..16), high → y[16..32). */
 export const decodeIQ4_NL: BlockDecoder = (src, so, out, oo, nb) => {
@@ -66,7 +68,15 @@ const scales = new Float32Array(8);
  * quantize_row_iq4_nl_impl with ntry = 7 and no weights, for one super-block of `sbs` values (32: IQ4_NL,
  * 256: IQ4_XS). Writes d (f16) at out[od], the nibbles at out[oq..], and for IQ4_XS scales_h/scales_l at out[osc..].
  */
-function encodeIQ4(x: Float32Array, s: number, sbs: number, out: Uint8Array, od: number, oq: number, osc: number): void {
+function encodeIQ4(
+  x: Float32Array,
+  s: number,
+  sbs: number,
+  out: Uint8Array,
+  od: number,
+  oq: number,
+  osc: number,
+): void {
   const ntry = 7;
   const v0 = KVALUES_IQ4NL[0];
   let maxScale = 0;

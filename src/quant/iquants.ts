@@ -13,7 +13,6 @@ const fround = Math.fround;
 
 const IQ1S_DELTA = 0.125;
 
-
 /** IQ2_XXS (66 bytes): d, then per 32 values 8 bytes: 4 grid indices, a u32 of 4×7 sign bits + 4-bit scale. */
 export const decodeIQ2_XXS: BlockDecoder = (src, so, out, oo, nb) => {
   const grid = IQ2XXS_GRID;

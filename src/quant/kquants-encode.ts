@@ -27,8 +27,17 @@ const pair = new Int32Array(2);
  * Writes levels into L[lo..lo+n), the min (negated, ≥ 0) into mins[mi]; returns the scale.
  */
 function makeQkx2(
-  n: number, nmax: number, x: Float32Array, s: number, w: Float32Array, lo: number, mi: number,
-  rmin: number, rdelta: number, nstep: number, useMad: boolean,
+  n: number,
+  nmax: number,
+  x: Float32Array,
+  s: number,
+  w: Float32Array,
+  lo: number,
+  mi: number,
+  rmin: number,
+  rdelta: number,
+  nstep: number,
+  useMad: boolean,
 ): number {
   let min = x[s];
   let max = x[s];
@@ -262,7 +271,15 @@ export const encodeQ3_K: BlockEncoder = (x, si, out, oo, nb) => {
 };
 
 /** Q4_K and Q5_K share the scale search and 6-bit scale packing; nmax is 15 or 31. */
-function encodeQ45K(x: Float32Array, si: number, out: Uint8Array, oo: number, nmax: number, rmin: number, nstep: number): void {
+function encodeQ45K(
+  x: Float32Array,
+  si: number,
+  out: Uint8Array,
+  oo: number,
+  nmax: number,
+  rmin: number,
+  nstep: number,
+): void {
   let maxScale = 0;
   let maxMin = 0;
   for (let j = 0; j < 8; j++) {

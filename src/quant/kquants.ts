@@ -114,7 +114,8 @@ export const decodeQ5_K: BlockDecoder = (src, so, out, oo, nb) => {
       const d2 = fround(d * p[0]);
       const m2 = fround(dmin * p[1]);
       for (let l = 0; l < 32; l++) out[oo + l] = fround(d1 * ((src[q + l] & 15) + (src[qh + l] & u1 ? 16 : 0))) - m1;
-      for (let l = 0; l < 32; l++) out[oo + 32 + l] = fround(d2 * ((src[q + l] >> 4) + (src[qh + l] & u2 ? 16 : 0))) - m2;
+      for (let l = 0; l < 32; l++)
+        out[oo + 32 + l] = fround(d2 * ((src[q + l] >> 4) + (src[qh + l] & u2 ? 16 : 0))) - m2;
       oo += 64;
     }
   }

@@ -197,7 +197,7 @@ function absMax(x: Float32Array, s: number): number {
   let amax = 0;
   for (let j = 0; j < 32; j++) {
     const a = Math.abs(x[s + j]);
-    amax = Math.max(amax , a);
+    amax = Math.max(amax, a);
   }
   return amax;
 }

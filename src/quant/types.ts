@@ -94,4 +94,3 @@ export function typeByName(name: string): GGMLType | undefined {
 export function allTypes(): GGMLType[] {
   return [...TRAITS.keys()] as GGMLType[];
 }
-

@@ -48,16 +48,21 @@ export const webgpuProbe: { resolveWebgpu: () => string | undefined; probeAdapte
 };
 
 export function decideBackend(choice: BackendChoice, seams: BackendSeams = {}): BackendDecision {
-  if (choice === "cpu" || choice === "reference") return { backend: choice, reason: `${choice}: chosen with --backend` };
+  if (choice === "cpu" || choice === "reference")
+    return { backend: choice, reason: `${choice}: chosen with --backend` };
   const entry = (seams.resolveWebgpu ?? webgpuProbe.resolveWebgpu)();
   if (entry === undefined) {
     if (choice === "webgpu") throw new WebgpuMissingError(WEBGPU_INSTALL_HINT);
-    return { backend: "cpu", reason: 'cpu: the optional "webgpu" package is not installed (npm install webgpu to use a GPU)' };
+    return {
+      backend: "cpu",
+      reason: 'cpu: the optional "webgpu" package is not installed (npm install webgpu to use a GPU)',
+    };
   }
   if (choice === "webgpu") return { backend: "webgpu", reason: "webgpu: chosen with --backend" };
   const found = (seams.probeAdapter ?? webgpuProbe.probeAdapter)(entry);
   if ("none" in found) return { backend: "cpu", reason: `cpu: ${found.none}` };
-  if (isSoftwareAdapter(`${found.adapter} ${found.details ?? ""}`)) return { backend: "cpu", reason: `cpu: the only WebGPU adapter is a software one (${found.adapter})` };
+  if (isSoftwareAdapter(`${found.adapter} ${found.details ?? ""}`))
+    return { backend: "cpu", reason: `cpu: the only WebGPU adapter is a software one (${found.adapter})` };
   return { backend: "webgpu", reason: `webgpu: ${found.adapter}` };
 }
 
@@ -80,12 +85,25 @@ const parts = info === undefined ? [] : [info.vendor, info.architecture, info.de
 const name = info !== undefined && typeof info.description === "string" && info.description !== "" ? info.description : parts.join(" ") || "unnamed adapter";
 process.stdout.write(JSON.stringify(adapter === null ? { none: "no WebGPU adapter" } : { adapter: name, details: parts.join(" ") }));
 process.exit(0);`;
-  const child = spawnSync(process.execPath, ["--input-type=module", "-e", script], { encoding: "utf8", timeout: 30_000, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawnSync(process.execPath, ["--input-type=module", "-e", script], {
+    encoding: "utf8",
+    timeout: 30_000,
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   try {
     const parsed = JSON.parse(child.stdout) as AdapterProbe;
-    if (("adapter" in parsed && typeof parsed.adapter === "string") || ("none" in parsed && typeof parsed.none === "string")) return parsed;
+    if (
+      ("adapter" in parsed && typeof parsed.adapter === "string") ||
+      ("none" in parsed && typeof parsed.none === "string")
+    )
+      return parsed;
   } catch {
     // no JSON: the probe crashed or timed out (reported below)
   }
-  return { none: child.error !== undefined ? `the WebGPU probe failed (${child.error.message})` : "no WebGPU adapter (the probe could not start Dawn)" };
+  return {
+    none:
+      child.error !== undefined
+        ? `the WebGPU probe failed (${child.error.message})`
+        : "no WebGPU adapter (the probe could not start Dawn)",
+  };
 }

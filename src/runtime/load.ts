@@ -57,7 +57,11 @@ export interface BackendOptions {
 }
 
 /** Open a GGUF (any shard of a split model), parse the config, load the weights (kept in their quant types). */
-export function loadModel(path: string, onProgress?: LoadProgress, options: ConfigOptions & BackendOptions & Pick<FromFileOptions, "onNonFinite"> = {}): LoadedModel {
+export function loadModel(
+  path: string,
+  onProgress?: LoadProgress,
+  options: ConfigOptions & BackendOptions & Pick<FromFileOptions, "onNonFinite"> = {},
+): LoadedModel {
   const file = GGUFFile.open(path);
   const gpu = options.backend === "webgpu" ? new WebGPUKernels() : options.backend === "auto" ? autoGpu() : undefined;
   if (gpu !== undefined) {
@@ -72,9 +76,14 @@ export function loadModel(path: string, onProgress?: LoadProgress, options: Conf
     }
   }
   // backend "cpu": matrices are read straight into the backend's shared wasm memory, never held twice
-  const backend = options.backend === "cpu" || options.backend === "auto" ? new CpuBackend({ threads: options.threads }) : undefined;
+  const backend =
+    options.backend === "cpu" || options.backend === "auto" ? new CpuBackend({ threads: options.threads }) : undefined;
   try {
-    const { config, model } = loadModelFrom(file, onProgress, { ...options, kernels: backend, weightsFrom: backend?.adopt(file) });
+    const { config, model } = loadModelFrom(file, onProgress, {
+      ...options,
+      kernels: backend,
+      weightsFrom: backend?.adopt(file),
+    });
     return { file, config, model, backend };
   } catch (e) {
     // a file refused mid-load must not leave the backend's worker threads holding the process open

@@ -52,7 +52,9 @@ export function parseLogLevel(value: string): LogLevel | undefined {
 export function createLogger(o: LoggerOptions): ServerLogger {
   const now = o.now ?? Date.now;
   const json = o.format === "json";
-  const destination = { write: (line: string): void => o.write(json ? line : `${(JSON.parse(line) as { msg: string }).msg}\n`) };
+  const destination = {
+    write: (line: string): void => o.write(json ? line : `${(JSON.parse(line) as { msg: string }).msg}\n`),
+  };
   const logger = pino(
     {
       level: o.level ?? "info",
@@ -95,7 +97,9 @@ function accessFields(e: AccessEntry): Record<string, unknown> {
     method: e.method,
     path: e.path,
     status: e.status,
-    ...(e.promptTokens !== undefined ? { prompt_tokens: e.promptTokens, completion_tokens: e.completionTokens ?? 0 } : {}),
+    ...(e.promptTokens !== undefined
+      ? { prompt_tokens: e.promptTokens, completion_tokens: e.completionTokens ?? 0 }
+      : {}),
     ...(e.ttftMs !== undefined ? { ttft_ms: round(e.ttftMs) } : {}),
     total_ms: round(e.totalMs),
   };

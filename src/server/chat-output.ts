@@ -6,7 +6,14 @@
  */
 import type { ChatMessage } from "../tokenizer/index.js";
 import { badParam, shownValue } from "./http.js";
-import { promptOpensReasoning, ReasoningStream, splitReasoning, THINK_CLOSE, type ReasoningDelta, type ReasoningOptions } from "./reasoning.js";
+import {
+  promptOpensReasoning,
+  ReasoningStream,
+  splitReasoning,
+  THINK_CLOSE,
+  type ReasoningDelta,
+  type ReasoningOptions,
+} from "./reasoning.js";
 import { parseToolCalls, toolCallFormatOf, ToolCallStream, type ToolCall, type ToolCallFormat } from "./tool-calls.js";
 
 /** `--reasoning-format`: deepseek splits `<think>` reasoning into reasoning_content (llama-server's default); none leaves the raw text in content. */
@@ -44,13 +51,25 @@ export interface ChatOutputRequest {
 export function planChatOutput(r: ChatOutputRequest): ChatOutputPlan {
   const template = r.template ?? "";
   const thinks = template.includes(THINK_CLOSE);
-  const reasoning = r.reasoningFormat === "deepseek" && thinks ? { startsInReasoning: promptOpensReasoning(r.promptTail) } : undefined;
+  const reasoning =
+    r.reasoningFormat === "deepseek" && thinks ? { startsInReasoning: promptOpensReasoning(r.promptTail) } : undefined;
   let toolFormat: ToolCallFormat | undefined;
   if (r.tools !== undefined && r.tools.length > 0) {
     toolFormat = toolCallFormatOf(template);
-    if (toolFormat === undefined) throw badParam("tools", "'tools' is not supported for this model: its chat template writes tool calls in none of the formats this server parses (DeepSeek-V3/R1/V3.1, GLM-4.5+, Kimi-K2); send tool_choice: \"none\" to have the tools ignored", "unsupported_parameter");
+    if (toolFormat === undefined)
+      throw badParam(
+        "tools",
+        "'tools' is not supported for this model: its chat template writes tool calls in none of the formats this server parses (DeepSeek-V3/R1/V3.1, GLM-4.5+, Kimi-K2); send tool_choice: \"none\" to have the tools ignored",
+        "unsupported_parameter",
+      );
   }
-  return { reasoning, toolFormat, tools: toolFormat !== undefined ? r.tools : undefined, parallelToolCalls: r.parallelToolCalls ?? true, controlTokenText: thinks || toolFormat !== undefined };
+  return {
+    reasoning,
+    toolFormat,
+    tools: toolFormat !== undefined ? r.tools : undefined,
+    parallelToolCalls: r.parallelToolCalls ?? true,
+    controlTokenText: thinks || toolFormat !== undefined,
+  };
 }
 
 /**
@@ -58,7 +77,10 @@ export function planChatOutput(r: ChatOutputRequest): ChatOutputPlan {
  * shape); GLM's templates iterate it (`tc.arguments.items()`), so for them it becomes the object (llama-server and vLLM
  * convert it as well). DeepSeek's and Kimi's templates write the string as it is.
  */
-export function messagesForTemplate(messages: readonly ChatMessage[], template: string | undefined): readonly ChatMessage[] {
+export function messagesForTemplate(
+  messages: readonly ChatMessage[],
+  template: string | undefined,
+): readonly ChatMessage[] {
   if (toolCallFormatOf(template ?? "") !== "glm") return messages;
   return messages.map((m, i) => {
     const calls = m["tool_calls"];
@@ -75,8 +97,15 @@ export function messagesForTemplate(messages: readonly ChatMessage[], template: 
         } catch {
           parsed = undefined;
         }
-        if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw badParam("messages", `'messages[${i}].tool_calls[${j}].function.arguments' must be a JSON object (as a string), got ${shownValue(args, 40)}`);
-        return { ...(c as Record<string, unknown>), function: { ...(fn as Record<string, unknown>), arguments: parsed } };
+        if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed))
+          throw badParam(
+            "messages",
+            `'messages[${i}].tool_calls[${j}].function.arguments' must be a JSON object (as a string), got ${shownValue(args, 40)}`,
+          );
+        return {
+          ...(c as Record<string, unknown>),
+          function: { ...(fn as Record<string, unknown>), arguments: parsed },
+        };
       }),
     };
   });
@@ -93,7 +122,11 @@ export interface ChatAnswerMessage {
 export type ChatFinishReason = "stop" | "length" | "tool_calls";
 
 /** A non-streamed choice's message and finish reason from the whole generated text. */
-export function chatChoice(text: string, plan: ChatOutputPlan, finish: "stop" | "length"): { message: ChatAnswerMessage; finish_reason: ChatFinishReason } {
+export function chatChoice(
+  text: string,
+  plan: ChatOutputPlan,
+  finish: "stop" | "length",
+): { message: ChatAnswerMessage; finish_reason: ChatFinishReason } {
   let content = text;
   let reasoning: string | null = null;
   if (plan.reasoning !== undefined) ({ reasoning, content } = splitReasoning(text, plan.reasoning));

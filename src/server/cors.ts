@@ -16,8 +16,12 @@ const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 
 /** `*`, or a comma list of origins (scheme://host[:port], as browsers send them). */
 export function parseCorsOrigins(spec: string): CorsPolicy {
-  const items = spec.split(",").map((s) => s.trim()).filter((s) => s !== "");
-  if (items.length === 0) throw new UsageError("--cors needs '*' or a comma list of origins such as http://localhost:3000");
+  const items = spec
+    .split(",")
+    .map((s) => s.trim())
+    .filter((s) => s !== "");
+  if (items.length === 0)
+    throw new UsageError("--cors needs '*' or a comma list of origins such as http://localhost:3000");
   if (items.includes("*")) {
     if (items.length > 1) throw new UsageError("--cors: '*' allows every origin; give it alone");
     return { anyOrigin: true, origins: new Set() };
@@ -31,7 +35,10 @@ export function parseCorsOrigins(spec: string): CorsPolicy {
       throw new UsageError(`--cors: ${JSON.stringify(item)} is not an origin (scheme://host[:port])`);
     }
     // a browser's Origin header is exactly the URL's origin: a path or a trailing slash would never match it
-    if (url.origin === "null" || url.origin !== item.replace(/\/$/, "")) throw new UsageError(`--cors: ${JSON.stringify(item)} is not an origin (scheme://host[:port], no path); did you mean ${url.origin}?`);
+    if (url.origin === "null" || url.origin !== item.replace(/\/$/, ""))
+      throw new UsageError(
+        `--cors: ${JSON.stringify(item)} is not an origin (scheme://host[:port], no path); did you mean ${url.origin}?`,
+      );
     origins.add(url.origin);
   }
   return { anyOrigin: false, origins };
@@ -58,8 +65,14 @@ export function corsHeaders(policy: CorsPolicy, req: IncomingMessage): Record<st
 export function preflightHeaders(policy: CorsPolicy, req: IncomingMessage): Record<string, string> {
   const base = corsHeaders(policy, req);
   if (base["access-control-allow-origin"] === undefined) return base;
-  const asked = (req.headers["access-control-request-headers"] ?? "").split(",").map((h) => h.trim()).filter((h) => HEADER_NAME.test(h));
-  const headers = [...ALWAYS_ALLOWED_HEADERS, ...asked.filter((h) => !ALWAYS_ALLOWED_HEADERS.some((a) => a.toLowerCase() === h.toLowerCase()))];
+  const asked = (req.headers["access-control-request-headers"] ?? "")
+    .split(",")
+    .map((h) => h.trim())
+    .filter((h) => HEADER_NAME.test(h));
+  const headers = [
+    ...ALWAYS_ALLOWED_HEADERS,
+    ...asked.filter((h) => !ALWAYS_ALLOWED_HEADERS.some((a) => a.toLowerCase() === h.toLowerCase())),
+  ];
   return {
     ...base,
     "access-control-allow-methods": ALLOWED_METHODS,

@@ -10,10 +10,43 @@ import { shownName } from "../util/printable.js";
 type Body = Record<string, unknown>;
 
 /** Fields both endpoints implement (sampling, stops, streaming; top_k, min_p, ignore_eos, prompt_logprobs and repetition_penalty are vLLM's). */
-const SHARED = ["model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "n", "stream", "stream_options", "logprobs", "prompt_logprobs", "ignore_eos", "logit_bias", "presence_penalty", "frequency_penalty", "repetition_penalty"];
+const SHARED = [
+  "model",
+  "max_tokens",
+  "temperature",
+  "top_p",
+  "top_k",
+  "min_p",
+  "seed",
+  "stop",
+  "n",
+  "stream",
+  "stream_options",
+  "logprobs",
+  "prompt_logprobs",
+  "ignore_eos",
+  "logit_bias",
+  "presence_penalty",
+  "frequency_penalty",
+  "repetition_penalty",
+];
 
 const COMPLETION = new Set([...SHARED, "prompt", "echo", "best_of", "suffix"]);
-const CHAT = new Set([...SHARED, "messages", "max_completion_tokens", "top_logprobs", "response_format", "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call", "modalities", "store", "chat_template_kwargs"]);
+const CHAT = new Set([
+  ...SHARED,
+  "messages",
+  "max_completion_tokens",
+  "top_logprobs",
+  "response_format",
+  "tools",
+  "tool_choice",
+  "parallel_tool_calls",
+  "functions",
+  "function_call",
+  "modalities",
+  "store",
+  "chat_template_kwargs",
+]);
 
 /** Fields accepted and not acted on, with why that loses the client nothing. */
 export const IGNORED_BY_DESIGN: ReadonlyMap<string, string> = new Map([
@@ -45,7 +78,12 @@ export function refuseUnsupportedFields(body: Body, kind: "completion" | "chat")
     if (why !== undefined) throw unsupported(key, `'${key}' is not supported by this server: ${why}`);
     if (!known.has(key)) {
       const other = kind === "chat" ? COMPLETION : CHAT;
-      throw unsupported(shownName(key), other.has(key) ? `'${key}' is not a field of ${kind === "chat" ? "/v1/chat/completions" : "/v1/completions"}` : `unknown field '${shownName(key)}': this server does not implement it`);
+      throw unsupported(
+        shownName(key),
+        other.has(key)
+          ? `'${key}' is not a field of ${kind === "chat" ? "/v1/chat/completions" : "/v1/completions"}`
+          : `unknown field '${shownName(key)}': this server does not implement it`,
+      );
     }
   }
   if (kind === "chat") refuseChatValues(body);
@@ -56,28 +94,47 @@ function refuseChatValues(body: Body): void {
   // tool calls are parsed out of the text the model writes (src/server/tool-calls.ts); nothing constrains it to call
   // one, so "required" and a named function cannot be kept
   const choice = body["tool_choice"];
-  if (choice !== undefined && choice !== null && choice !== "none" && choice !== "auto") throw unsupported("tool_choice", `'tool_choice' ${shownValue(choice)} is not supported by this server (only "auto" and "none"): no constrained decoding forces a call`);
+  if (choice !== undefined && choice !== null && choice !== "none" && choice !== "auto")
+    throw unsupported(
+      "tool_choice",
+      `'tool_choice' ${shownValue(choice)} is not supported by this server (only "auto" and "none"): no constrained decoding forces a call`,
+    );
   const tools = body["tools"];
   if (tools !== undefined && tools !== null) {
     if (!Array.isArray(tools)) throw badParam("tools", `'tools' must be an array, got ${typeName(tools)}`);
     tools.forEach((t, i) => {
       const fn = typeof t === "object" && t !== null && !Array.isArray(t) ? (t as Body)["function"] : undefined;
       const name = typeof fn === "object" && fn !== null && !Array.isArray(fn) ? (fn as Body)["name"] : undefined;
-      if ((t as Body | null)?.["type"] !== "function" || typeof name !== "string" || name === "") throw badParam("tools", `'tools[${i}]' must be {"type": "function", "function": {"name": …}}`);
+      if ((t as Body | null)?.["type"] !== "function" || typeof name !== "string" || name === "")
+        throw badParam("tools", `'tools[${i}]' must be {"type": "function", "function": {"name": …}}`);
     });
   }
   const fns = body["functions"];
-  if (Array.isArray(fns) ? fns.length > 0 : fns !== undefined && fns !== null) throw unsupported("functions", "'functions' is not supported by this server: it does not parse function calls");
+  if (Array.isArray(fns) ? fns.length > 0 : fns !== undefined && fns !== null)
+    throw unsupported("functions", "'functions' is not supported by this server: it does not parse function calls");
   const fnCall = body["function_call"];
-  if (fnCall !== undefined && fnCall !== null && fnCall !== "none") throw unsupported("function_call", `'function_call' ${shownValue(fnCall)} is not supported by this server (only "none")`);
+  if (fnCall !== undefined && fnCall !== null && fnCall !== "none")
+    throw unsupported(
+      "function_call",
+      `'function_call' ${shownValue(fnCall)} is not supported by this server (only "none")`,
+    );
   const modalities = body["modalities"];
-  if (modalities !== undefined && modalities !== null && !(Array.isArray(modalities) && modalities.every((m) => m === "text"))) {
-    throw unsupported("modalities", `'modalities' ${shownValue(modalities)} is not supported by this server (only ["text"])`);
+  if (
+    modalities !== undefined &&
+    modalities !== null &&
+    !(Array.isArray(modalities) && modalities.every((m) => m === "text"))
+  ) {
+    throw unsupported(
+      "modalities",
+      `'modalities' ${shownValue(modalities)} is not supported by this server (only ["text"])`,
+    );
   }
   const store = body["store"];
-  if (store !== undefined && store !== null && store !== false) throw unsupported("store", "'store': true is not supported by this server: completions are not stored");
+  if (store !== undefined && store !== null && store !== false)
+    throw unsupported("store", "'store': true is not supported by this server: completions are not stored");
   const parallel = body["parallel_tool_calls"];
-  if (parallel !== undefined && parallel !== null && typeof parallel !== "boolean") throw badParam("parallel_tool_calls", `'parallel_tool_calls' must be a boolean, got ${typeName(parallel)}`);
+  if (parallel !== undefined && parallel !== null && typeof parallel !== "boolean")
+    throw badParam("parallel_tool_calls", `'parallel_tool_calls' must be a boolean, got ${typeName(parallel)}`);
 }
 
 function unsupported(param: string, message: string): ApiError {

@@ -6,7 +6,15 @@ export class ApiError extends Error {
   constructor(
     readonly status: number,
     message: string,
-    readonly type: string = status === 401 ? "authentication_error" : status === 404 ? "not_found_error" : status === 429 ? "rate_limit_error" : status >= 500 ? "server_error" : "invalid_request_error",
+    readonly type: string = status === 401
+      ? "authentication_error"
+      : status === 404
+        ? "not_found_error"
+        : status === 429
+          ? "rate_limit_error"
+          : status >= 500
+            ? "server_error"
+            : "invalid_request_error",
     readonly param: string | null = null,
     readonly code: string | null = null,
   ) {
@@ -39,17 +47,27 @@ export function parseJsonObject(body: Buffer): Record<string, unknown> {
   } catch (e) {
     throw new ApiError(400, `the request body is not valid JSON: ${e instanceof Error ? e.message : String(e)}`);
   }
-  if (typeof value !== "object" || value === null || Array.isArray(value)) throw new ApiError(400, "the request body must be a JSON object");
+  if (typeof value !== "object" || value === null || Array.isArray(value))
+    throw new ApiError(400, "the request body must be a JSON object");
   return value as Record<string, unknown>;
 }
 
-export function sendJson(res: ServerResponse, status: number, value: unknown, headers: Record<string, string> = {}): void {
+export function sendJson(
+  res: ServerResponse,
+  status: number,
+  value: unknown,
+  headers: Record<string, string> = {},
+): void {
   if (res.headersSent) {
     res.end();
     return;
   }
   const body = JSON.stringify(value);
-  res.writeHead(status, { "content-type": "application/json; charset=utf-8", "content-length": Buffer.byteLength(body), ...headers });
+  res.writeHead(status, {
+    "content-type": "application/json; charset=utf-8",
+    "content-length": Buffer.byteLength(body),
+    ...headers,
+  });
   res.end(body);
 }
 
@@ -111,7 +129,11 @@ export class SseWriter {
     if (this.started) return;
     this.started = true;
     // no Connection header of our own: Node writes keep-alive or close as the request asked
-    this.res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", "x-accel-buffering": "no" });
+    this.res.writeHead(200, {
+      "content-type": "text/event-stream; charset=utf-8",
+      "cache-control": "no-cache",
+      "x-accel-buffering": "no",
+    });
     this.res.flushHeaders();
   }
 
@@ -123,7 +145,8 @@ export class SseWriter {
     if (unsent > this.limits.maxBuffered) return this.drop("buffer", unsent);
     if (!taken && !this.isBlocked) {
       this.isBlocked = true;
-      if (this.limits.stallTimeoutMs > 0) this.stallTimer = setTimeout(() => this.drop("stall", this.res.writableLength), this.limits.stallTimeoutMs);
+      if (this.limits.stallTimeoutMs > 0)
+        this.stallTimer = setTimeout(() => this.drop("stall", this.res.writableLength), this.limits.stallTimeoutMs);
       this.pressure(true);
     }
   }

@@ -93,7 +93,15 @@ export interface BodyReadOptions {
 }
 
 function tooLarge(limit: number, declared?: number): ApiError {
-  return new ApiError(413, declared !== undefined ? `the request body is ${declared} bytes, more than the limit of ${limit}` : `the request body is more than the limit of ${limit} bytes`, "invalid_request_error", null, "request_too_large");
+  return new ApiError(
+    413,
+    declared !== undefined
+      ? `the request body is ${declared} bytes, more than the limit of ${limit}`
+      : `the request body is more than the limit of ${limit} bytes`,
+    "invalid_request_error",
+    null,
+    "request_too_large",
+  );
 }
 
 /**
@@ -141,7 +149,15 @@ export function readBody(req: IncomingMessage, o: BodyReadOptions): Promise<Buff
       seen += chunk.length;
       if (refusal === undefined && seen > o.limit) refuse(tooLarge(o.limit));
       if (refusal === undefined && held + chunk.length > o.budget.limit) {
-        refuse(new ApiError(503, `the server is busy: the request body does not fit the ${o.budget.limit} bytes of bodies it holds at once; retry later`, "server_error", null, "server_busy"));
+        refuse(
+          new ApiError(
+            503,
+            `the server is busy: the request body does not fit the ${o.budget.limit} bytes of bodies it holds at once; retry later`,
+            "server_error",
+            null,
+            "server_busy",
+          ),
+        );
       }
       if (refusal !== undefined) {
         if (seen > o.limit * DISCARD_FACTOR) settle(closeAfter(refusal));
@@ -168,9 +184,24 @@ export function readBody(req: IncomingMessage, o: BodyReadOptions): Promise<Buff
       else settle(undefined, parts.length === 1 ? parts[0] : Buffer.concat(parts));
     };
     const onClose = (): void => {
-      if (!req.complete) settle(new ClientGoneError(`the client closed the connection after ${seen} bytes of the body`));
+      if (!req.complete)
+        settle(new ClientGoneError(`the client closed the connection after ${seen} bytes of the body`));
     };
-    const timer = setTimeout(() => settle(closeAfter(new ApiError(408, `the request body did not arrive within ${o.timeoutMs / 1000} s`, "invalid_request_error", null, "request_timeout"))), o.timeoutMs);
+    const timer = setTimeout(
+      () =>
+        settle(
+          closeAfter(
+            new ApiError(
+              408,
+              `the request body did not arrive within ${o.timeoutMs / 1000} s`,
+              "invalid_request_error",
+              null,
+              "request_timeout",
+            ),
+          ),
+        ),
+      o.timeoutMs,
+    );
     if (Number.isFinite(declared) && declared > o.limit) {
       refuse(tooLarge(o.limit, declared));
       if (declared > o.limit * DISCARD_FACTOR) {

@@ -63,12 +63,24 @@ parentPort.on("message", (m) => {
 });
 `;
 
-type GateMessage = { type: "listening"; port: number } | { type: "error"; code?: string; message: string } | { type: "closed" };
+type GateMessage =
+  | { type: "listening"; port: number }
+  | { type: "error"; code?: string; message: string }
+  | { type: "closed" };
 
 export async function openLoadingGate(o: LoadingGateOptions): Promise<LoadingGate> {
   const progress = new SharedArrayBuffer(8);
   const fraction = new Float64Array(progress);
-  const worker = new Worker(GATE_SOURCE, { eval: true, workerData: { host: o.host, port: o.port, retryAfterSeconds: o.retryAfterSeconds, progress, cors: o.cors === undefined ? undefined : { anyOrigin: o.cors.anyOrigin, origins: [...o.cors.origins] } } });
+  const worker = new Worker(GATE_SOURCE, {
+    eval: true,
+    workerData: {
+      host: o.host,
+      port: o.port,
+      retryAfterSeconds: o.retryAfterSeconds,
+      progress,
+      cors: o.cors === undefined ? undefined : { anyOrigin: o.cors.anyOrigin, origins: [...o.cors.origins] },
+    },
+  });
   const next = (): Promise<GateMessage> =>
     new Promise((resolve, reject) => {
       const onExit = (): void => reject(new Error("the loading gate's thread ended"));
@@ -83,7 +95,9 @@ export async function openLoadingGate(o: LoadingGateOptions): Promise<LoadingGat
   const first = await next();
   if (first.type !== "listening") {
     await worker.terminate();
-    const failure = Object.assign(new Error(first.type === "error" ? first.message : "the loading gate closed"), { code: first.type === "error" ? first.code : undefined });
+    const failure = Object.assign(new Error(first.type === "error" ? first.message : "the loading gate closed"), {
+      code: first.type === "error" ? first.code : undefined,
+    });
     throw listenError(failure, o.host, o.port);
   }
   let closing: Promise<void> | undefined;

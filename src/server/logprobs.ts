@@ -4,7 +4,10 @@ import type { PromptLogprob, TokenOut } from "../engine/scheduler.js";
 // Log-probabilities in the shapes clients expect: vLLM's prompt_logprobs, OpenAI's legacy completion object and chat's.
 
 /** vLLM's prompt_logprobs: per prompt position null or {"<id>": {logprob, rank, decoded_token}} (the token and the top-k). */
-export function vllmPromptLogprobs(tok: Tokenizer, lp: readonly (PromptLogprob | null)[]): (Record<string, { logprob: number; rank: number; decoded_token: string }> | null)[] {
+export function vllmPromptLogprobs(
+  tok: Tokenizer,
+  lp: readonly (PromptLogprob | null)[],
+): (Record<string, { logprob: number; rank: number; decoded_token: string }> | null)[] {
   return lp.map((e) => {
     if (e === null) return null;
     const out: Record<string, { logprob: number; rank: number; decoded_token: string }> = {};
@@ -24,7 +27,11 @@ export interface LegacyLogprobs {
 }
 
 /** OpenAI legacy completion logprobs for a run of tokens starting at text offset `offset`. */
-export function legacyLogprobs(tok: Tokenizer, entries: readonly { id: number; logprob: number | null; top: readonly (readonly [number, number])[] | null }[], offset: number): LegacyLogprobs {
+export function legacyLogprobs(
+  tok: Tokenizer,
+  entries: readonly { id: number; logprob: number | null; top: readonly (readonly [number, number])[] | null }[],
+  offset: number,
+): LegacyLogprobs {
   const out: LegacyLogprobs = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
   let at = offset;
   for (const e of entries) {
@@ -38,10 +45,15 @@ export function legacyLogprobs(tok: Tokenizer, entries: readonly { id: number; l
   return out;
 }
 
-export function promptEntries(c: { readonly prompt: readonly number[]; readonly promptLp?: readonly (PromptLogprob | null)[] }, k: number): { id: number; logprob: number | null; top: [number, number][] | null }[] {
+export function promptEntries(
+  c: { readonly prompt: readonly number[]; readonly promptLp?: readonly (PromptLogprob | null)[] },
+  k: number,
+): { id: number; logprob: number | null; top: [number, number][] | null }[] {
   return c.prompt.map((id, i) => {
     const e = c.promptLp?.[i];
-    return e === undefined || e === null ? { id, logprob: null, top: null } : { id, logprob: e.logprob, top: e.top.slice(0, k) };
+    return e === undefined || e === null
+      ? { id, logprob: null, top: null }
+      : { id, logprob: e.logprob, top: e.top.slice(0, k) };
   });
 }
 
@@ -57,7 +69,13 @@ interface ChatLogprob {
 }
 
 export function chatLogprob(tok: Tokenizer, t: TokenOut, k: number): ChatLogprob {
-  const one = (id: number): { token: string; bytes: number[] } => ({ token: tok.decode([id]), bytes: [...tok.tokenBytes(id)] });
-  return { ...one(t.id), logprob: t.logprob, top_logprobs: (t.top ?? []).slice(0, k).map(([id, l]) => ({ ...one(id), logprob: l })) };
+  const one = (id: number): { token: string; bytes: number[] } => ({
+    token: tok.decode([id]),
+    bytes: [...tok.tokenBytes(id)],
+  });
+  return {
+    ...one(t.id),
+    logprob: t.logprob,
+    top_logprobs: (t.top ?? []).slice(0, k).map(([id, l]) => ({ ...one(id), logprob: l })),
+  };
 }
-

@@ -23,7 +23,10 @@ export class PromptEncoder {
   private readonly canSlice: boolean;
   private readonly utf8 = new TextEncoder();
 
-  constructor(readonly tokenizer: Tokenizer, readonly contextLength: number) {
+  constructor(
+    readonly tokenizer: Tokenizer,
+    readonly contextLength: number,
+  ) {
     let longest = 4; // an unknown character stands for up to 4 bytes
     const control: string[] = [];
     let straddles = false;
@@ -49,12 +52,21 @@ export class PromptEncoder {
     const bytes = Buffer.byteLength(text, "utf8");
     const fewest = Math.ceil(bytes / this.maxTokenBytes);
     if (fewest > this.contextLength) {
-      throw new ApiError(400, `This model's maximum context length is ${this.contextLength} tokens. However, your ${param} is ${bytes} bytes, at least ${fewest} tokens (a token covers at most ${this.maxTokenBytes} bytes).`, "invalid_request_error", param, "context_length_exceeded");
+      throw new ApiError(
+        400,
+        `This model's maximum context length is ${this.contextLength} tokens. However, your ${param} is ${bytes} bytes, at least ${fewest} tokens (a token covers at most ${this.maxTokenBytes} bytes).`,
+        "invalid_request_error",
+        param,
+        "context_length_exceeded",
+      );
     }
   }
 
   /** `tokenizer.encode`, in slices with a turn of the event loop between them when the text is long. */
-  async encode(text: string, opts: { readonly addSpecial: boolean; readonly parseSpecial: boolean }): Promise<number[]> {
+  async encode(
+    text: string,
+    opts: { readonly addSpecial: boolean; readonly parseSpecial: boolean },
+  ): Promise<number[]> {
     const tok = this.tokenizer;
     if (text.length <= SLICE_CHARS || !this.canSlice) return tok.encode(text, opts);
     const out: number[] = [];
@@ -80,7 +92,9 @@ export class PromptEncoder {
    */
   async encodeChat(messages: readonly ChatMessage[], opts: RenderChatOptions): Promise<number[]> {
     const tok = this.tokenizer;
-    const literal = messages.map((m) => typeof m.content === "string" && this.controlTexts.some((t) => m.content!.includes(t)));
+    const literal = messages.map(
+      (m) => typeof m.content === "string" && this.controlTexts.some((t) => m.content!.includes(t)),
+    );
     if (!literal.includes(true)) {
       const rendered = await tok.renderChatAsync(messages, opts);
       this.checkSize(rendered, "messages");
@@ -127,7 +141,13 @@ export class PromptEncoder {
 }
 
 function contentAltered(i: number): ApiError {
-  return new ApiError(400, `'messages[${i}].content' holds special-token text, and the chat template does not place that content verbatim (exactly once), so it cannot be kept as plain text`, "invalid_request_error", "messages", "special_tokens_in_content");
+  return new ApiError(
+    400,
+    `'messages[${i}].content' holds special-token text, and the chat template does not place that content verbatim (exactly once), so it cannot be kept as plain text`,
+    "invalid_request_error",
+    "messages",
+    "special_tokens_in_content",
+  );
 }
 
 /** Cut a long text at safe places into slices of about SLICE_CHARS (a slice runs on to the next safe cut). */

@@ -19,19 +19,31 @@ export function responseFormatField(body: Body): SchemaNode | undefined {
   const type = rf["type"];
   if (type === "text") return undefined;
   if (type === "json_object") return ANY_OBJECT;
-  if (type !== "json_schema") throw badParam("response_format", `'response_format.type' must be "text", "json_object" or "json_schema", got ${shownValue(type ?? typeName(type))}`, "unsupported_parameter");
+  if (type !== "json_schema")
+    throw badParam(
+      "response_format",
+      `'response_format.type' must be "text", "json_object" or "json_schema", got ${shownValue(type ?? typeName(type))}`,
+      "unsupported_parameter",
+    );
   const js = rf["json_schema"];
-  if (!isObj(js)) throw badParam("response_format", `'response_format.json_schema' must be an object, got ${typeName(js)}`);
-  if (typeof js["name"] !== "string") throw badParam("response_format", "'response_format.json_schema.name' must be a string");
+  if (!isObj(js))
+    throw badParam("response_format", `'response_format.json_schema' must be an object, got ${typeName(js)}`);
+  if (typeof js["name"] !== "string")
+    throw badParam("response_format", "'response_format.json_schema.name' must be a string");
   const strict = js["strict"];
-  if (strict !== undefined && strict !== null && typeof strict !== "boolean") throw badParam("response_format", `'response_format.json_schema.strict' must be a boolean, got ${typeName(strict)}`);
+  if (strict !== undefined && strict !== null && typeof strict !== "boolean")
+    throw badParam(
+      "response_format",
+      `'response_format.json_schema.strict' must be a boolean, got ${typeName(strict)}`,
+    );
   // no schema: nothing more is asked than JSON mode's object
   const schema = js["schema"];
   if (schema === undefined || schema === null) return ANY_OBJECT;
   try {
     return compileSchema(schema);
   } catch (e) {
-    if (e instanceof UsageError) throw badParam("response_format", `'response_format.json_schema.schema': ${e.message}`, "unsupported_parameter");
+    if (e instanceof UsageError)
+      throw badParam("response_format", `'response_format.json_schema.schema': ${e.message}`, "unsupported_parameter");
     throw e;
   }
 }

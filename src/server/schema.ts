@@ -19,7 +19,8 @@ function present(body: Body, key: string): boolean {
 export function optNumber(body: Body, key: string, check?: (v: number) => boolean, range?: string): number | undefined {
   if (!present(body, key)) return undefined;
   const v = body[key];
-  if (typeof v !== "number" || !Number.isFinite(v)) throw badParam(key, `'${key}' must be a number, got ${typeName(v)}`);
+  if (typeof v !== "number" || !Number.isFinite(v))
+    throw badParam(key, `'${key}' must be a number, got ${typeName(v)}`);
   if (check !== undefined && !check(v)) throw badParam(key, `'${key}' must be ${range}, got ${v}`);
   return v;
 }
@@ -27,8 +28,13 @@ export function optNumber(body: Body, key: string, check?: (v: number) => boolea
 export function optInt(body: Body, key: string, min: number, max = Number.MAX_SAFE_INTEGER): number | undefined {
   if (!present(body, key)) return undefined;
   const v = body[key];
-  if (typeof v !== "number" || !Number.isSafeInteger(v)) throw badParam(key, `'${key}' must be an integer, got ${typeName(v) === "number" ? String(v) : typeName(v)}`);
-  if (v < min || v > max) throw badParam(key, `'${key}' must be ${max === Number.MAX_SAFE_INTEGER ? `≥ ${min}` : `between ${min} and ${max}`}, got ${v}`);
+  if (typeof v !== "number" || !Number.isSafeInteger(v))
+    throw badParam(key, `'${key}' must be an integer, got ${typeName(v) === "number" ? String(v) : typeName(v)}`);
+  if (v < min || v > max)
+    throw badParam(
+      key,
+      `'${key}' must be ${max === Number.MAX_SAFE_INTEGER ? `≥ ${min}` : `between ${min} and ${max}`}, got ${v}`,
+    );
   return v;
 }
 
@@ -81,7 +87,8 @@ export function samplingFields(body: Body, maxTokensKeys: readonly string[], nVo
     const v = optInt(body, k, 0);
     if (v === undefined) continue;
     // max_completion_tokens is chat's new name of max_tokens: both may be sent, but must agree
-    if (maxTokens !== undefined && v !== maxTokens) throw badParam(k, `'${k}' (${v}) and '${maxTokensKey}' (${maxTokens}) differ; send one`);
+    if (maxTokens !== undefined && v !== maxTokens)
+      throw badParam(k, `'${k}' (${v}) and '${maxTokensKey}' (${maxTokens}) differ; send one`);
     maxTokens = v;
     maxTokensKey = k;
   }
@@ -89,22 +96,31 @@ export function samplingFields(body: Body, maxTokensKeys: readonly string[], nVo
   let stop: string[] = [];
   if (typeof stopV === "string") stop = [stopV];
   else if (Array.isArray(stopV)) {
-    if (stopV.length > MAX_STOPS) throw badParam("stop", `'stop' may hold at most ${MAX_STOPS} strings, got ${stopV.length}`);
+    if (stopV.length > MAX_STOPS)
+      throw badParam("stop", `'stop' may hold at most ${MAX_STOPS} strings, got ${stopV.length}`);
     stop = stopV.map((s, i) => {
       if (typeof s !== "string") throw badParam("stop", `'stop[${i}]' must be a string, got ${typeName(s)}`);
       return s;
     });
-  } else if (stopV !== undefined && stopV !== null) throw badParam("stop", `'stop' must be a string or an array of strings, got ${typeName(stopV)}`);
+  } else if (stopV !== undefined && stopV !== null)
+    throw badParam("stop", `'stop' must be a string or an array of strings, got ${typeName(stopV)}`);
   const streamOptions = body["stream_options"];
   let includeUsage = false;
   if (streamOptions !== undefined && streamOptions !== null) {
-    if (typeof streamOptions !== "object" || Array.isArray(streamOptions)) throw badParam("stream_options", `'stream_options' must be an object, got ${typeName(streamOptions)}`);
+    if (typeof streamOptions !== "object" || Array.isArray(streamOptions))
+      throw badParam("stream_options", `'stream_options' must be an object, got ${typeName(streamOptions)}`);
     includeUsage = optBool(streamOptions as Body, "include_usage") ?? false;
     for (const k of Object.keys(streamOptions)) {
       // include_obfuscation pads OpenAI's chunks against length side channels; nothing here pads, so false is the truth
-      if (k !== "include_usage" && k !== "include_obfuscation") throw badParam("stream_options", `'stream_options.${k}' is not supported by this server`, "unsupported_parameter");
+      if (k !== "include_usage" && k !== "include_obfuscation")
+        throw badParam(
+          "stream_options",
+          `'stream_options.${k}' is not supported by this server`,
+          "unsupported_parameter",
+        );
     }
-    if (!(optBool(body, "stream") ?? false)) throw badParam("stream_options", "'stream_options' is only allowed when 'stream' is true");
+    if (!(optBool(body, "stream") ?? false))
+      throw badParam("stream_options", "'stream_options' is only allowed when 'stream' is true");
   }
   const presencePenalty = optNumber(body, "presence_penalty", (x) => x >= -2 && x <= 2, "between -2 and 2") ?? 0;
   const frequencyPenalty = optNumber(body, "frequency_penalty", (x) => x >= -2 && x <= 2, "between -2 and 2") ?? 0;
@@ -115,7 +131,7 @@ export function samplingFields(body: Body, maxTokensKeys: readonly string[], nVo
     maxTokens,
     temperature: optNumber(body, "temperature", (x) => x >= 0 && x <= 2, "between 0 and 2") ?? 1,
     topP: optNumber(body, "top_p", (x) => x > 0 && x <= 1, "in (0, 1]") ?? 1,
-    topK: Math.max(topK , 0),
+    topK: Math.max(topK, 0),
     minP: optNumber(body, "min_p", (x) => x >= 0 && x < 1, "in [0, 1)") ?? 0,
     seed: optInt(body, "seed", Number.MIN_SAFE_INTEGER),
     stop,
@@ -135,13 +151,17 @@ function logitBiasField(body: Body, nVocab: number): Map<number, number> {
   const bias = new Map<number, number>();
   const v = body["logit_bias"];
   if (v === undefined || v === null) return bias;
-  if (typeof v !== "object" || Array.isArray(v)) throw badParam("logit_bias", `'logit_bias' must be an object mapping token ids to biases, got ${typeName(v)}`);
+  if (typeof v !== "object" || Array.isArray(v))
+    throw badParam("logit_bias", `'logit_bias' must be an object mapping token ids to biases, got ${typeName(v)}`);
   const entries = Object.entries(v as Body);
-  if (entries.length > MAX_LOGIT_BIAS) throw badParam("logit_bias", `'logit_bias' may hold at most ${MAX_LOGIT_BIAS} tokens, got ${entries.length}`);
+  if (entries.length > MAX_LOGIT_BIAS)
+    throw badParam("logit_bias", `'logit_bias' may hold at most ${MAX_LOGIT_BIAS} tokens, got ${entries.length}`);
   for (const [key, b] of entries) {
     const id = /^(0|[1-9][0-9]*)$/.test(key) ? Number(key) : NaN;
-    if (!(Number.isSafeInteger(id) && id < nVocab)) throw badParam("logit_bias", `'logit_bias' key ${shownValue(key)} is not a token id (0..${nVocab - 1})`);
-    if (typeof b !== "number" || !Number.isFinite(b) || b < -100 || b > 100) throw badParam("logit_bias", `'logit_bias[${key}]' must be a number between -100 and 100, got ${shownValue(b)}`);
+    if (!(Number.isSafeInteger(id) && id < nVocab))
+      throw badParam("logit_bias", `'logit_bias' key ${shownValue(key)} is not a token id (0..${nVocab - 1})`);
+    if (typeof b !== "number" || !Number.isFinite(b) || b < -100 || b > 100)
+      throw badParam("logit_bias", `'logit_bias[${key}]' must be a number between -100 and 100, got ${shownValue(b)}`);
     bias.set(id, b);
   }
   return bias;
@@ -155,12 +175,17 @@ export function promptField(body: Body): PromptInput[] {
   const isIds = (a: unknown[]): boolean => a.length > 0 && a.every((x) => typeof x === "number");
   const ids = (a: unknown[], where: string): number[] =>
     a.map((x, i) => {
-      if (typeof x !== "number" || !Number.isSafeInteger(x) || x < 0) throw badParam("prompt", `'${where}[${i}]' must be a token id (an integer ≥ 0), got ${shownValue(x)}`);
+      if (typeof x !== "number" || !Number.isSafeInteger(x) || x < 0)
+        throw badParam("prompt", `'${where}[${i}]' must be a token id (an integer ≥ 0), got ${shownValue(x)}`);
       return x;
     });
   if (p === undefined || p === null) throw badParam("prompt", "'prompt' is required");
   if (typeof p === "string") return [{ text: p }];
-  if (!Array.isArray(p)) throw badParam("prompt", `'prompt' must be a string, an array of strings, an array of token ids or an array of token-id arrays, got ${typeName(p)}`);
+  if (!Array.isArray(p))
+    throw badParam(
+      "prompt",
+      `'prompt' must be a string, an array of strings, an array of token ids or an array of token-id arrays, got ${typeName(p)}`,
+    );
   if (p.length === 0) throw badParam("prompt", "'prompt' is empty");
   if (isIds(p)) return [{ ids: ids(p, "prompt") }];
   if (p.length > MAX_N) throw badParam("prompt", `'prompt' may hold at most ${MAX_N} prompts, got ${p.length}`);
@@ -175,7 +200,14 @@ export function promptField(body: Body): PromptInput[] {
 }
 
 /** Roles a chat template can place; another would be dropped by most templates without a word. */
-export const CHAT_ROLES: ReadonlySet<string> = new Set(["system", "developer", "user", "assistant", "tool", "function"]);
+export const CHAT_ROLES: ReadonlySet<string> = new Set([
+  "system",
+  "developer",
+  "user",
+  "assistant",
+  "tool",
+  "function",
+]);
 
 /** Chat messages, with content parts of type "text" joined into a string. */
 export function messagesField(body: Body): ChatMessage[] {
@@ -184,11 +216,18 @@ export function messagesField(body: Body): ChatMessage[] {
   if (!Array.isArray(m)) throw badParam("messages", `'messages' must be an array, got ${typeName(m)}`);
   if (m.length === 0) throw badParam("messages", "'messages' is empty");
   return m.map((msg, i) => {
-    if (typeof msg !== "object" || msg === null || Array.isArray(msg)) throw badParam("messages", `'messages[${i}]' must be an object, got ${typeName(msg)}`);
+    if (typeof msg !== "object" || msg === null || Array.isArray(msg))
+      throw badParam("messages", `'messages[${i}]' must be an object, got ${typeName(msg)}`);
     const o = msg as Body;
     const role = o["role"];
-    if (typeof role !== "string" || role === "") throw badParam("messages", `'messages[${i}].role' must be a non-empty string`);
-    if (!CHAT_ROLES.has(role)) throw badParam("messages", `'messages[${i}].role' is ${shownValue(role)}, not one of ${[...CHAT_ROLES].join(", ")}`, "invalid_role");
+    if (typeof role !== "string" || role === "")
+      throw badParam("messages", `'messages[${i}].role' must be a non-empty string`);
+    if (!CHAT_ROLES.has(role))
+      throw badParam(
+        "messages",
+        `'messages[${i}].role' is ${shownValue(role)}, not one of ${[...CHAT_ROLES].join(", ")}`,
+        "invalid_role",
+      );
     const c = o["content"];
     let content: string | null;
     if (c === undefined || c === null) content = null;
@@ -196,13 +235,19 @@ export function messagesField(body: Body): ChatMessage[] {
     else if (Array.isArray(c)) {
       content = c
         .map((part, j) => {
-          if (typeof part !== "object" || part === null) throw badParam("messages", `'messages[${i}].content[${j}]' must be an object`);
+          if (typeof part !== "object" || part === null)
+            throw badParam("messages", `'messages[${i}].content[${j}]' must be an object`);
           const pt = part as Body;
-          if (pt["type"] !== "text" || typeof pt["text"] !== "string") throw badParam("messages", `'messages[${i}].content[${j}]': only parts of type "text" are supported`);
+          if (pt["type"] !== "text" || typeof pt["text"] !== "string")
+            throw badParam("messages", `'messages[${i}].content[${j}]': only parts of type "text" are supported`);
           return pt["text"];
         })
         .join("");
-    } else throw badParam("messages", `'messages[${i}].content' must be a string, an array of text parts or null, got ${typeName(c)}`);
+    } else
+      throw badParam(
+        "messages",
+        `'messages[${i}].content' must be a string, an array of text parts or null, got ${typeName(c)}`,
+      );
     return { ...o, role, content };
   });
 }
@@ -211,7 +256,8 @@ export function requireNoSuffix(body: Body): void {
   if (present(body, "suffix")) throw badParam("suffix", "'suffix' is not supported by this server");
   const bestOf = optInt(body, "best_of", 1);
   const n = typeof body["n"] === "number" ? body["n"] : 1;
-  if (bestOf !== undefined && bestOf !== n && bestOf !== 1) throw badParam("best_of", "'best_of' is not supported by this server (only 1 or n)");
+  if (bestOf !== undefined && bestOf !== n && bestOf !== 1)
+    throw badParam("best_of", "'best_of' is not supported by this server (only 1 or n)");
 }
 
 export { ApiError };

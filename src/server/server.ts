@@ -8,16 +8,48 @@ import type { GGUFFile } from "../gguf/file.js";
 import type { ModelConfig } from "../model/config.js";
 import { Tokenizer, type ChatMessage } from "../tokenizer/index.js";
 import { PagePool, DEFAULT_PAGE_SIZE } from "../engine/paged-cache.js";
-import { DEFAULT_MAX_QUEUE, QueueFullError, Scheduler, type BatchModel, type PromptLogprob, type Sequence, type SequenceRequest, type SequenceResult, type TokenOut } from "../engine/scheduler.js";
+import {
+  DEFAULT_MAX_QUEUE,
+  QueueFullError,
+  Scheduler,
+  type BatchModel,
+  type PromptLogprob,
+  type Sequence,
+  type SequenceRequest,
+  type SequenceResult,
+  type TokenOut,
+} from "../engine/scheduler.js";
 import { LatentError, UsageError } from "../util/errors.js";
 import { ApiError, SseWriter, badParam, parseJsonObject, sendError, shownValue, sendJson } from "./http.js";
-import { BodyBudget, ClientGoneError, DEFAULT_LIMITS, mustClose, readBody, retryHeaders, type ServerLimits } from "./limits.js";
+import {
+  BodyBudget,
+  ClientGoneError,
+  DEFAULT_LIMITS,
+  mustClose,
+  readBody,
+  retryHeaders,
+  type ServerLimits,
+} from "./limits.js";
 import { guardConnections } from "./connections.js";
 import { PromptEncoder } from "./prompt.js";
-import { chatLogprob, genEntries, legacyLogprobs, promptEntries, vllmPromptLogprobs, type LegacyLogprobs } from "./logprobs.js";
+import {
+  chatLogprob,
+  genEntries,
+  legacyLogprobs,
+  promptEntries,
+  vllmPromptLogprobs,
+  type LegacyLogprobs,
+} from "./logprobs.js";
 import { ServerMetrics } from "./metrics.js";
 import { refuseUnsupportedFields } from "./fields.js";
-import { chatChoice, ChatDeltaStream, messagesForTemplate, planChatOutput, type ChatOutputPlan, type ReasoningFormat } from "./chat-output.js";
+import {
+  chatChoice,
+  ChatDeltaStream,
+  messagesForTemplate,
+  planChatOutput,
+  type ChatOutputPlan,
+  type ReasoningFormat,
+} from "./chat-output.js";
 import { chatTemplateKwargsField } from "./template-kwargs.js";
 import { corsHeaders, parseCorsOrigins, preflightHeaders } from "./cors.js";
 import { lineLogger, requestIdOf, type RequestTokens, type ServerLogger } from "./access-log.js";
@@ -25,7 +57,17 @@ import { listenError } from "./listen.js";
 import { responseFormatField } from "./response-format.js";
 import { JsonConstraint } from "../engine/json/constraint.js";
 import type { SchemaNode } from "../engine/json/schema.js";
-import { MAX_LOGPROBS, messagesField, modelField, optBool, optInt, promptField, requireNoSuffix, samplingFields, type SamplingFields } from "./schema.js";
+import {
+  MAX_LOGPROBS,
+  messagesField,
+  modelField,
+  optBool,
+  optInt,
+  promptField,
+  requireNoSuffix,
+  samplingFields,
+  type SamplingFields,
+} from "./schema.js";
 
 /** What the server runs: the file (metadata: tokenizer, name), the config and a batched forward pass. */
 export interface ServedModel {
@@ -111,7 +153,15 @@ export interface RunningServer {
   close(): Promise<void>;
 }
 
-const ENDPOINTS = new Set(["/v1/completions", "/v1/chat/completions", "/v1/models", "/tokenize", "/detokenize", "/health", "/metrics"]);
+const ENDPOINTS = new Set([
+  "/v1/completions",
+  "/v1/chat/completions",
+  "/v1/models",
+  "/tokenize",
+  "/detokenize",
+  "/health",
+  "/metrics",
+]);
 
 /** Load the model (unless given), build the page pool and scheduler, and listen. */
 export async function startServer(options: ServerOptions): Promise<RunningServer> {
@@ -119,13 +169,18 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   if (loaded === undefined) throw new UsageError("startServer needs modelPath or loaded");
   const { config, model } = loaded;
   const tokenizer = Tokenizer.fromMetadata(loaded.file.metadata);
-  const modelId = options.modelId ?? (options.modelPath !== undefined ? basename(options.modelPath).replace(/\.gguf$/i, "") : loaded.file.metadata.string("general.name") ?? "latent");
+  const modelId =
+    options.modelId ??
+    (options.modelPath !== undefined
+      ? basename(options.modelPath).replace(/\.gguf$/i, "")
+      : (loaded.file.metadata.string("general.name") ?? "latent"));
   const modelIds = [...new Set([modelId, ...(options.aliases ?? [])])];
   const ctx = Math.min(options.contextLength ?? config.contextLength, config.contextLength);
   const maxBatch = options.maxBatch ?? 16;
   const pageSize = options.pageSize ?? DEFAULT_PAGE_SIZE;
   const kvTokens = options.kvCacheTokens ?? Math.min(8192, maxBatch * ctx);
-  if (!Number.isInteger(kvTokens) || kvTokens < pageSize) throw new UsageError(`the KV cache needs at least one page (${pageSize} positions), got ${kvTokens}`);
+  if (!Number.isInteger(kvTokens) || kvTokens < pageSize)
+    throw new UsageError(`the KV cache needs at least one page (${pageSize} positions), got ${kvTokens}`);
   const pool = new PagePool(config, { pageSize, numPages: Math.ceil(kvTokens / pageSize) });
   let metrics: ServerMetrics | undefined;
   const logger = options.logger ?? lineLogger(options.log);
@@ -147,7 +202,12 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       metrics?.stepSeconds.observe(s.ms / 1000);
       if (options.logSteps !== true) return;
       if (s.chainStep !== undefined && s.chainStep > 0) return; // one line per chain
-      logger.event("info", s.chained !== undefined ? `step: chain of ${s.chained} greedy steps × ${s.sequences} sequences, ${(s.ms * s.chained).toFixed(1)} ms` : `step: ${s.sequences} sequences, ${s.tokens} tokens (${s.decodes} decoding), ${s.ms.toFixed(1)} ms`);
+      logger.event(
+        "info",
+        s.chained !== undefined
+          ? `step: chain of ${s.chained} greedy steps × ${s.sequences} sequences, ${(s.ms * s.chained).toFixed(1)} ms`
+          : `step: ${s.sequences} sequences, ${s.tokens} tokens (${s.decodes} decoding), ${s.ms.toFixed(1)} ms`,
+      );
     },
   });
   metrics = new ServerMetrics(scheduler, pool);
@@ -160,7 +220,21 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   let draining = false;
   const active = new Set<Promise<void>>();
 
-  const api: Api = { limits, jobs: new Set(), tokenizer, prompts: new PromptEncoder(tokenizer, ctx), scheduler, metrics: m, modelId, modelIds, ctx, created, log, nVocab: config.nVocab, reasoningFormat: options.reasoningFormat ?? "deepseek" };
+  const api: Api = {
+    limits,
+    jobs: new Set(),
+    tokenizer,
+    prompts: new PromptEncoder(tokenizer, ctx),
+    scheduler,
+    metrics: m,
+    modelId,
+    modelIds,
+    ctx,
+    created,
+    log,
+    nVocab: config.nVocab,
+    reasoningFormat: options.reasoningFormat ?? "deepseek",
+  };
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const path = pathOf(req.url);
@@ -176,8 +250,21 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       m.requests.inc({ endpoint, status: String(status) });
       const totalMs = performance.now() - t0;
       // the access line says it too (status 499); this one stays for embedders that take lines only
-      if (status === CLIENT_CLOSED) logger.event("debug", `${CLIENT_CLOSED} ${req.method ?? "?"} ${path}: the client closed the connection after ${(totalMs / 1000).toFixed(1)} s`);
-      logger.request({ requestId, method: req.method ?? "?", path, status, promptTokens: tokens.promptTokens, completionTokens: tokens.promptTokens !== undefined ? tokens.completionTokens : undefined, ttftMs: tokens.ttftMs, totalMs });
+      if (status === CLIENT_CLOSED)
+        logger.event(
+          "debug",
+          `${CLIENT_CLOSED} ${req.method ?? "?"} ${path}: the client closed the connection after ${(totalMs / 1000).toFixed(1)} s`,
+        );
+      logger.request({
+        requestId,
+        method: req.method ?? "?",
+        path,
+        status,
+        promptTokens: tokens.promptTokens,
+        completionTokens: tokens.promptTokens !== undefined ? tokens.completionTokens : undefined,
+        ttftMs: tokens.ttftMs,
+        totalMs,
+      });
     });
     const readOnly = req.method === "GET" || req.method === "HEAD";
     if (cors !== undefined) {
@@ -193,7 +280,12 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     try {
       if (path === "/health") {
         if (!readOnly) throw methodNotAllowed(req.method);
-        sendJson(res, draining ? 503 : 200, { status: draining ? "draining" : "ok" }, draining ? retryHeaders(503, limits.retryAfterSeconds) : {});
+        sendJson(
+          res,
+          draining ? 503 : 200,
+          { status: draining ? "draining" : "ok" },
+          draining ? retryHeaders(503, limits.retryAfterSeconds) : {},
+        );
         return;
       }
       if (path === "/metrics") {
@@ -204,7 +296,8 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         return;
       }
       if (draining) throw new ApiError(503, "the server is shutting down", "server_error", null, "shutting_down");
-      if (keyHash !== undefined && (path.startsWith("/v1/") || path === "/tokenize" || path === "/detokenize")) checkKey(req, keyHash);
+      if (keyHash !== undefined && (path.startsWith("/v1/") || path === "/tokenize" || path === "/detokenize"))
+        checkKey(req, keyHash);
       if (path === "/v1/models") {
         if (!readOnly) throw methodNotAllowed(req.method);
         sendJson(res, 200, { object: "list", data: modelIds.map((id) => modelCard(api, id, config.contextLength)) });
@@ -217,9 +310,12 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         sendJson(res, 200, modelCard(api, id, config.contextLength));
         return;
       }
-      if (!ENDPOINTS.has(path)) throw new ApiError(404, `no route ${req.method ?? "?"} ${path}`, "not_found_error", null, "unknown_url");
+      if (!ENDPOINTS.has(path))
+        throw new ApiError(404, `no route ${req.method ?? "?"} ${path}`, "not_found_error", null, "unknown_url");
       if (req.method !== "POST") throw methodNotAllowed(req.method);
-      const body = parseJsonObject(await readBody(req, { limit: limits.maxBodyBytes, budget: bodyBudget, timeoutMs: limits.bodyTimeoutMs }));
+      const body = parseJsonObject(
+        await readBody(req, { limit: limits.maxBodyBytes, budget: bodyBudget, timeoutMs: limits.bodyTimeoutMs }),
+      );
       if (path === "/tokenize") return await tokenize(api, body, res);
       if (path === "/detokenize") return detokenize(api, body, res);
       if (path === "/v1/completions") return await completions(api, body, req, res);
@@ -232,33 +328,42 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
       const err = toApiError(e);
       // an unexpected error with its stack; the server's own 5xx answers (generation failed, timeout) as one line; 503s
       // (shutting down, busy) are routine
-      if (!(e instanceof ApiError) && err.status >= 500) logError(`error ${req.method ?? "?"} ${path}: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}`);
-      else if (err.status >= 500 && err.status !== 503) logError(`${err.status} ${req.method ?? "?"} ${path}: ${err.message}`);
+      if (!(e instanceof ApiError) && err.status >= 500)
+        logError(`error ${req.method ?? "?"} ${path}: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}`);
+      else if (err.status >= 500 && err.status !== 503)
+        logError(`${err.status} ${req.method ?? "?"} ${path}: ${err.message}`);
       if (mustClose(err)) res.setHeader("connection", "close");
       sendError(res, err, retryHeaders(err.status, limits.retryAfterSeconds));
     }
   };
 
   // Node checks header deadlines on this interval; a short deadline needs a short interval
-  const http = createServer({ requestTimeout: 0, connectionsCheckingInterval: Math.max(100, Math.min(30_000, limits.headersTimeoutMs / 4)) }, (req, res) => {
-    ioEvents++;
-    if (guard.isRefused(req.socket)) {
-      res.destroy();
-      return;
-    }
-    const p = handle(req, res).catch((e: unknown) => {
-      logError(`unhandled: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}`);
-      try {
-        sendError(res, new ApiError(500, "internal error"));
-      } catch {
+  const http = createServer(
+    { requestTimeout: 0, connectionsCheckingInterval: Math.max(100, Math.min(30_000, limits.headersTimeoutMs / 4)) },
+    (req, res) => {
+      ioEvents++;
+      if (guard.isRefused(req.socket)) {
         res.destroy();
+        return;
       }
-    });
-    active.add(p);
-    void p.finally(() => active.delete(p));
-  });
+      const p = handle(req, res).catch((e: unknown) => {
+        logError(`unhandled: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}`);
+        try {
+          sendError(res, new ApiError(500, "internal error"));
+        } catch {
+          res.destroy();
+        }
+      });
+      active.add(p);
+      void p.finally(() => active.delete(p));
+    },
+  );
   http.on("connection", () => ioEvents++);
-  const guard = guardConnections(http, { maxConnections: limits.maxConnections, retryAfterSeconds: limits.retryAfterSeconds, counted: (status) => m.requests.inc({ endpoint: "other", status: String(status) }) });
+  const guard = guardConnections(http, {
+    maxConnections: limits.maxConnections,
+    retryAfterSeconds: limits.retryAfterSeconds,
+    counted: (status) => m.requests.inc({ endpoint: "other", status: String(status) }),
+  });
   // A forward step blocks the event loop (seconds on a big model): an idle keep-alive socket whose timer fires during
   // a step is closed while the client's next request sits unread in it (ECONNRESET on the client). Keep idle
   // connections well beyond any step; drain closes them.
@@ -276,7 +381,9 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   http.on("error", (e) => log(`http server error: ${e.message}`));
   const port = (http.address() as AddressInfo).port;
   const url = `http://${host.includes(":") ? `[${host}]` : host}:${port}`;
-  log(`latent serve: model "${modelIds.join('", "')}" (${config.arch}, ${config.nLayer} layers, context ${ctx}), KV ${pool.numPages} pages × ${pageSize} positions (${(pool.bytes() / 2 ** 20).toFixed(1)} MiB), max batch ${maxBatch}, listening on ${url}`);
+  log(
+    `latent serve: model "${modelIds.join('", "')}" (${config.arch}, ${config.nLayer} layers, context ${ctx}), KV ${pool.numPages} pages × ${pageSize} positions (${(pool.bytes() / 2 ** 20).toFixed(1)} MiB), max batch ${maxBatch}, listening on ${url}`,
+  );
 
   let closing: Promise<void> | undefined;
   return {
@@ -298,11 +405,27 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
           while (active.size > 0) await Promise.allSettled([...active]);
         })();
         let deadline: NodeJS.Timeout | undefined;
-        const late = await Promise.race([finished.then(() => false), new Promise<boolean>((r) => (deadline = setTimeout(() => r(true), limits.drainTimeoutMs)))]);
+        const late = await Promise.race([
+          finished.then(() => false),
+          new Promise<boolean>((r) => (deadline = setTimeout(() => r(true), limits.drainTimeoutMs))),
+        ]);
         clearTimeout(deadline);
         if (late) {
-          log(`drain: ${api.jobs.size} requests still running after ${limits.drainTimeoutMs / 1000} s; cancelling them`);
-          for (const job of api.jobs) cancelJob(api, job, new ApiError(503, `the server is shutting down (drain deadline of ${limits.drainTimeoutMs / 1000} s)`, "server_error", null, "shutting_down"));
+          log(
+            `drain: ${api.jobs.size} requests still running after ${limits.drainTimeoutMs / 1000} s; cancelling them`,
+          );
+          for (const job of api.jobs)
+            cancelJob(
+              api,
+              job,
+              new ApiError(
+                503,
+                `the server is shutting down (drain deadline of ${limits.drainTimeoutMs / 1000} s)`,
+                "server_error",
+                null,
+                "shutting_down",
+              ),
+            );
           await finished;
         }
         http.closeIdleConnections();
@@ -335,7 +458,11 @@ function sseWriter(api: Api, res: ServerResponse): SseWriter {
   const { maxStreamBufferBytes: maxBuffered, streamStallTimeoutMs: stallTimeoutMs } = api.limits;
   return new SseWriter(res, { maxBuffered, stallTimeoutMs }, (reason, unsent) => {
     api.metrics.streamsDropped.inc({ reason });
-    api.log(reason === "buffer" ? `stream dropped: the client left ${unsent} bytes unread (limit ${maxBuffered})` : `stream dropped: the client read nothing for ${stallTimeoutMs / 1000} s (${unsent} bytes unread)`);
+    api.log(
+      reason === "buffer"
+        ? `stream dropped: the client left ${unsent} bytes unread (limit ${maxBuffered})`
+        : `stream dropped: the client read nothing for ${stallTimeoutMs / 1000} s (${unsent} bytes unread)`,
+    );
   });
 }
 
@@ -353,7 +480,13 @@ function holdWhileBlocked(api: Api, sse: SseWriter, job: GenJob): void {
 }
 
 function modelCard(api: Api, id: string, nCtxTrain: number): Record<string, unknown> {
-  return { id, object: "model", created: api.created, owned_by: "latent", meta: { n_ctx: api.ctx, n_ctx_train: nCtxTrain, n_vocab: api.nVocab } };
+  return {
+    id,
+    object: "model",
+    created: api.created,
+    owned_by: "latent",
+    meta: { n_ctx: api.ctx, n_ctx_train: nCtxTrain, n_vocab: api.nVocab },
+  };
 }
 
 /** Status counted and logged for a request whose client closed the connection before the answer was sent. */
@@ -389,12 +522,24 @@ function definedOnly(o: Partial<ServerLimits>): Partial<ServerLimits> {
 }
 
 function methodNotAllowed(method: string | undefined): ApiError {
-  return new ApiError(405, `method ${method ?? "?"} is not allowed here`, "invalid_request_error", null, "method_not_allowed");
+  return new ApiError(
+    405,
+    `method ${method ?? "?"} is not allowed here`,
+    "invalid_request_error",
+    null,
+    "method_not_allowed",
+  );
 }
 
 function unknownModel(id: string, known: readonly string[]): ApiError {
   const ids = known.map((k) => `'${shownName(k)}'`).join(", ");
-  return new ApiError(404, `The model '${shownName(id)}' does not exist; this server has ${ids}`, "invalid_request_error", "model", "model_not_found");
+  return new ApiError(
+    404,
+    `The model '${shownName(id)}' does not exist; this server has ${ids}`,
+    "invalid_request_error",
+    "model",
+    "model_not_found",
+  );
 }
 
 /** A request's token counts for its access line: set by the generation endpoints, read when the response closes. */
@@ -405,13 +550,20 @@ function checkKey(req: IncomingMessage, keyHash: Buffer): void {
   const m = typeof auth === "string" ? /^Bearer\s+(.+)$/i.exec(auth.trim()) : null;
   const given = m !== null ? createHash("sha256").update(m[1]).digest() : undefined;
   if (given === undefined || !timingSafeEqual(given, keyHash)) {
-    throw new ApiError(401, given === undefined ? "missing API key: send Authorization: Bearer <key>" : "incorrect API key provided", "invalid_request_error", null, "invalid_api_key");
+    throw new ApiError(
+      401,
+      given === undefined ? "missing API key: send Authorization: Bearer <key>" : "incorrect API key provided",
+      "invalid_request_error",
+      null,
+      "invalid_api_key",
+    );
   }
 }
 
 function toApiError(e: unknown): ApiError {
   if (e instanceof ApiError) return e;
-  if (e instanceof QueueFullError) return new ApiError(429, `${e.message}; retry later`, "rate_limit_error", null, "queue_full");
+  if (e instanceof QueueFullError)
+    return new ApiError(429, `${e.message}; retry later`, "rate_limit_error", null, "queue_full");
   if (e instanceof UsageError) return new ApiError(400, e.message);
   if (e instanceof LatentError) return new ApiError(400, e.message);
   return new ApiError(500, `internal error: ${e instanceof Error ? e.message : String(e)}`);
@@ -446,7 +598,8 @@ function detokenize(api: Api, body: Record<string, unknown>, res: ServerResponse
 function tokenIds(api: Api, v: unknown, param: string): number[] {
   if (!Array.isArray(v)) throw badParam(param, `'${param}' must be an array of token ids`);
   return v.map((x, i) => {
-    if (typeof x !== "number" || !Number.isInteger(x) || x < 0 || x >= api.nVocab) throw badParam(param, `'${param}[${i}]' = ${shownValue(x)} is not a token id (0..${api.nVocab - 1})`);
+    if (typeof x !== "number" || !Number.isInteger(x) || x < 0 || x >= api.nVocab)
+      throw badParam(param, `'${param}[${i}]' = ${shownValue(x)} is not a token id (0..${api.nVocab - 1})`);
     return x;
   });
 }
@@ -455,11 +608,31 @@ function tokenIds(api: Api, v: unknown, param: string): number[] {
 function budget(api: Api, promptLen: number, asked: number | undefined, dflt: number | undefined): number {
   if (promptLen === 0) throw badParam("prompt", "the prompt has no tokens");
   const room = api.ctx - promptLen;
-  if (room < 0) throw new ApiError(400, `This model's maximum context length is ${api.ctx} tokens. However, your prompt has ${promptLen} tokens.`, "invalid_request_error", "messages", "context_length_exceeded");
+  if (room < 0)
+    throw new ApiError(
+      400,
+      `This model's maximum context length is ${api.ctx} tokens. However, your prompt has ${promptLen} tokens.`,
+      "invalid_request_error",
+      "messages",
+      "context_length_exceeded",
+    );
   if (asked !== undefined && asked > room) {
-    throw new ApiError(400, `This model's maximum context length is ${api.ctx} tokens. However, you requested ${promptLen + asked} tokens (${promptLen} in the prompt, ${asked} for the completion). Please reduce the prompt or max_tokens.`, "invalid_request_error", "max_tokens", "context_length_exceeded");
+    throw new ApiError(
+      400,
+      `This model's maximum context length is ${api.ctx} tokens. However, you requested ${promptLen + asked} tokens (${promptLen} in the prompt, ${asked} for the completion). Please reduce the prompt or max_tokens.`,
+      "invalid_request_error",
+      "max_tokens",
+      "context_length_exceeded",
+    );
   }
-  if (promptLen > api.scheduler.kvCapacity) throw new ApiError(400, `the prompt has ${promptLen} tokens, more than the server's KV cache holds (${api.scheduler.kvCapacity})`, "invalid_request_error", "prompt", "context_length_exceeded");
+  if (promptLen > api.scheduler.kvCapacity)
+    throw new ApiError(
+      400,
+      `the prompt has ${promptLen} tokens, more than the server's KV cache holds (${api.scheduler.kvCapacity})`,
+      "invalid_request_error",
+      "prompt",
+      "context_length_exceeded",
+    );
   return Math.min(asked ?? dflt ?? room, room);
 }
 
@@ -494,15 +667,34 @@ function launch(
   kind: GenJob["kind"],
   prompts: readonly (readonly number[])[],
   s: SamplingFields,
-  extra: { readonly topLogprobs: number | undefined; readonly promptLogprobs: number | undefined; readonly maxTokens: number[]; readonly special?: boolean; readonly json?: SchemaNode },
+  extra: {
+    readonly topLogprobs: number | undefined;
+    readonly promptLogprobs: number | undefined;
+    readonly maxTokens: number[];
+    readonly special?: boolean;
+    readonly json?: SchemaNode;
+  },
   hooks: { onToken?(c: Choice, t: TokenOut): void; onPrompt?(c: Choice): void; onFinish?(c: Choice): void },
 ): { job: GenJob; done: Promise<void> } {
   const t0 = performance.now();
   const record = requestTokens.get(req);
   const total = prompts.length * s.n;
   const st = api.scheduler.stats();
-  if (st.waiting + total > api.scheduler.maxQueue) throw new ApiError(429, `the queue is full (${st.waiting} waiting, limit ${api.scheduler.maxQueue}); retry later`, "rate_limit_error", null, "queue_full");
-  const job: GenJob = { kind, id: `${kind === "chat" ? "chatcmpl" : "cmpl"}-${randomUUID().replace(/-/g, "")}`, choices: [], prompts, endedBy: undefined };
+  if (st.waiting + total > api.scheduler.maxQueue)
+    throw new ApiError(
+      429,
+      `the queue is full (${st.waiting} waiting, limit ${api.scheduler.maxQueue}); retry later`,
+      "rate_limit_error",
+      null,
+      "queue_full",
+    );
+  const job: GenJob = {
+    kind,
+    id: `${kind === "chat" ? "chatcmpl" : "cmpl"}-${randomUUID().replace(/-/g, "")}`,
+    choices: [],
+    prompts,
+    endedBy: undefined,
+  };
   let remaining = total;
   let resolveDone!: () => void;
   const done = new Promise<void>((r) => (resolveDone = r));
@@ -546,8 +738,7 @@ function launch(
             if (record !== undefined) {
               record.tokens.ttftMs ??= now - record.t0;
               record.tokens.completionTokens++;
-            }
-            else api.metrics.itl.observe((now - last) / 1000);
+            } else api.metrics.itl.observe((now - last) / 1000);
             last = now;
             api.metrics.generationTokens.inc();
             choice.tokens.push(t);
@@ -569,7 +760,24 @@ function launch(
   }
   api.jobs.add(job);
   const limitS = api.limits.requestTimeoutMs / 1000;
-  const deadline = api.limits.requestTimeoutMs > 0 ? setTimeout(() => cancelJob(api, job, new ApiError(504, `the request ran past the server's limit of ${limitS} s`, "server_error", null, "request_timeout")), api.limits.requestTimeoutMs) : undefined;
+  const deadline =
+    api.limits.requestTimeoutMs > 0
+      ? setTimeout(
+          () =>
+            cancelJob(
+              api,
+              job,
+              new ApiError(
+                504,
+                `the request ran past the server's limit of ${limitS} s`,
+                "server_error",
+                null,
+                "request_timeout",
+              ),
+            ),
+          api.limits.requestTimeoutMs,
+        )
+      : undefined;
   void done.then(() => {
     clearTimeout(deadline);
     api.jobs.delete(job);
@@ -588,7 +796,13 @@ function launch(
  * Wait for a job. Streamed: send the usage chunk (if asked; built after the job ends) and [DONE], then there is nothing
  * more to send (false). Unstreamed: false when the client is gone; a failed choice → 500; else true (send the body).
  */
-async function finishJob(job: GenJob, done: Promise<unknown>, sse: SseWriter | undefined, usageChunk: Record<string, unknown> | undefined, res: ServerResponse): Promise<boolean> {
+async function finishJob(
+  job: GenJob,
+  done: Promise<unknown>,
+  sse: SseWriter | undefined,
+  usageChunk: Record<string, unknown> | undefined,
+  res: ServerResponse,
+): Promise<boolean> {
   await done;
   const endedBy = job.endedBy;
   if (sse !== undefined) {
@@ -600,22 +814,35 @@ async function finishJob(job: GenJob, done: Promise<unknown>, sse: SseWriter | u
   if (res.destroyed) return false;
   if (endedBy !== undefined) throw endedBy;
   const failed = job.choices.find((c) => c.result?.finishReason === "error");
-  if (failed !== undefined) throw new ApiError(500, `generation failed: ${failed.result?.error?.message ?? "unknown error"}`);
+  if (failed !== undefined)
+    throw new ApiError(500, `generation failed: ${failed.result?.error?.message ?? "unknown error"}`);
   return true;
 }
 
 function usage(job: GenJob): Record<string, unknown> {
   const prompt = job.prompts.reduce((a, p) => a + p.length, 0);
   const completion = job.choices.reduce((a, c) => a + (c.result?.tokens.length ?? c.tokens.length), 0);
-  const cached = job.choices.filter((c) => c.index % Math.max(1, job.choices.length / job.prompts.length) === 0).reduce((a, c) => a + (c.result?.cachedTokens ?? 0), 0);
-  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion, prompt_tokens_details: { cached_tokens: cached } };
+  const cached = job.choices
+    .filter((c) => c.index % Math.max(1, job.choices.length / job.prompts.length) === 0)
+    .reduce((a, c) => a + (c.result?.cachedTokens ?? 0), 0);
+  return {
+    prompt_tokens: prompt,
+    completion_tokens: completion,
+    total_tokens: prompt + completion,
+    prompt_tokens_details: { cached_tokens: cached },
+  };
 }
 
 function finishReason(r: SequenceResult): "stop" | "length" {
   return r.finishReason === "length" ? "length" : "stop";
 }
 
-async function completions(api: Api, body: Record<string, unknown>, req: IncomingMessage, res: ServerResponse): Promise<void> {
+async function completions(
+  api: Api,
+  body: Record<string, unknown>,
+  req: IncomingMessage,
+  res: ServerResponse,
+): Promise<void> {
   refuseUnsupportedFields(body, "completion");
   const modelName = modelField(body);
   const inputs = promptField(body);
@@ -628,11 +855,23 @@ async function completions(api: Api, body: Record<string, unknown>, req: Incomin
   const prompts: number[][] = [];
   for (const p of inputs) prompts.push("ids" in p ? p.ids : await api.prompts.encodePrompt(p.text));
   const maxTokens = prompts.map((p) => budget(api, p.length, s.maxTokens, 16));
-  const promptTexts = prompts.map((p, i) => { const inp = inputs[i]; return "text" in inp ? inp.text : api.tokenizer.decode(p); });
-  const needPrompt = promptLogprobs !== undefined || (echo && logprobs !== undefined) ? Math.max(promptLogprobs ?? 0, echo ? (logprobs ?? 0) : 0) : undefined;
+  const promptTexts = prompts.map((p, i) => {
+    const inp = inputs[i];
+    return "text" in inp ? inp.text : api.tokenizer.decode(p);
+  });
+  const needPrompt =
+    promptLogprobs !== undefined || (echo && logprobs !== undefined)
+      ? Math.max(promptLogprobs ?? 0, echo ? (logprobs ?? 0) : 0)
+      : undefined;
   const created = Math.floor(Date.now() / 1000);
   // with include_usage every chunk but the last carries usage: null, as OpenAI sends them
-  const base = (job: GenJob): Record<string, unknown> => ({ id: job.id, object: "text_completion", created, model: modelName, ...(s.stream && s.includeUsage ? { usage: null } : {}) });
+  const base = (job: GenJob): Record<string, unknown> => ({
+    id: job.id,
+    object: "text_completion",
+    created,
+    model: modelName,
+    ...(s.stream && s.includeUsage ? { usage: null } : {}),
+  });
   const sse = s.stream ? sseWriter(api, res) : undefined;
   const offsets = new Map<number, number>();
   let jobRef: GenJob | undefined;
@@ -642,29 +881,46 @@ async function completions(api: Api, body: Record<string, unknown>, req: Incomin
     const lp = logprobs !== undefined ? legacyLogprobs(api.tokenizer, promptEntries(c, logprobs), 0) : null;
     sse!.send({ ...base(jobRef!), choices: [{ index: c.index, text, logprobs: lp, finish_reason: null }] });
   };
-  const { job, done } = launch(api, req, res, "completion", prompts, s, { topLogprobs: logprobs, promptLogprobs: needPrompt, maxTokens }, sse === undefined ? {} : {
-    onPrompt: (c) => {
-      if (echo && logprobs !== undefined) echoChunk(c);
-    },
-    onToken: (c, t) => {
-      if (t.text === "" && logprobs === undefined) return;
-      const at = offsets.get(c.index) ?? 0;
-      offsets.set(c.index, at + t.text.length);
-      const lp = logprobs !== undefined ? legacyLogprobs(api.tokenizer, genEntries([t]), at) : null;
-      sse.send({ ...base(job), choices: [{ index: c.index, text: t.text, logprobs: lp, finish_reason: null }] });
-    },
-    onFinish: (c) => {
-      const r = c.result!;
-      if (r.finishReason === "error") {
-        sse.send(new ApiError(500, `generation failed: ${r.error?.message ?? "unknown error"}`).body());
-        return;
-      }
-      if (r.finishReason === "abort") return;
-      const choice: Record<string, unknown> = { index: c.index, text: r.tail, logprobs: null, finish_reason: finishReason(r) };
-      if (promptLogprobs !== undefined && c.promptLp !== undefined) choice["prompt_logprobs"] = vllmPromptLogprobs(api.tokenizer, c.promptLp);
-      sse.send({ ...base(job), choices: [choice] });
-    },
-  });
+  const { job, done } = launch(
+    api,
+    req,
+    res,
+    "completion",
+    prompts,
+    s,
+    { topLogprobs: logprobs, promptLogprobs: needPrompt, maxTokens },
+    sse === undefined
+      ? {}
+      : {
+          onPrompt: (c) => {
+            if (echo && logprobs !== undefined) echoChunk(c);
+          },
+          onToken: (c, t) => {
+            if (t.text === "" && logprobs === undefined) return;
+            const at = offsets.get(c.index) ?? 0;
+            offsets.set(c.index, at + t.text.length);
+            const lp = logprobs !== undefined ? legacyLogprobs(api.tokenizer, genEntries([t]), at) : null;
+            sse.send({ ...base(job), choices: [{ index: c.index, text: t.text, logprobs: lp, finish_reason: null }] });
+          },
+          onFinish: (c) => {
+            const r = c.result!;
+            if (r.finishReason === "error") {
+              sse.send(new ApiError(500, `generation failed: ${r.error?.message ?? "unknown error"}`).body());
+              return;
+            }
+            if (r.finishReason === "abort") return;
+            const choice: Record<string, unknown> = {
+              index: c.index,
+              text: r.tail,
+              logprobs: null,
+              finish_reason: finishReason(r),
+            };
+            if (promptLogprobs !== undefined && c.promptLp !== undefined)
+              choice["prompt_logprobs"] = vllmPromptLogprobs(api.tokenizer, c.promptLp);
+            sse.send({ ...base(job), choices: [choice] });
+          },
+        },
+  );
   jobRef = job;
   if (sse !== undefined) {
     holdWhileBlocked(api, sse, job);
@@ -687,7 +943,9 @@ async function completions(api: Api, body: Record<string, unknown>, req: Incomin
         text: ptext + r.text,
         logprobs: lp,
         finish_reason: finishReason(r),
-        ...(promptLogprobs !== undefined && c.promptLp !== undefined ? { prompt_logprobs: vllmPromptLogprobs(api.tokenizer, c.promptLp) } : {}),
+        ...(promptLogprobs !== undefined && c.promptLp !== undefined
+          ? { prompt_logprobs: vllmPromptLogprobs(api.tokenizer, c.promptLp) }
+          : {}),
       };
     }),
     usage: usage(job),
@@ -707,17 +965,31 @@ async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessag
   const json = responseFormatField(body);
   // the constraint ends the output with the end-of-generation token once the value is whole; ignoring it would let
   // the sequence run on with nothing allowed
-  if (json !== undefined && s.ignoreEos) throw badParam("ignore_eos", "'ignore_eos' cannot be combined with a JSON 'response_format': the end-of-generation token ends the JSON value", "unsupported_parameter");
+  if (json !== undefined && s.ignoreEos)
+    throw badParam(
+      "ignore_eos",
+      "'ignore_eos' cannot be combined with a JSON 'response_format': the end-of-generation token ends the JSON value",
+      "unsupported_parameter",
+    );
   // tool_choice "none": the tools are neither shown to the model nor looked for in its answer
   const requestTools = Array.isArray(body["tools"]) ? (body["tools"] as unknown[]) : undefined; // fields.ts checked it
   const tools = body["tool_choice"] === "none" ? undefined : requestTools;
   if (!api.modelIds.includes(modelName)) throw unknownModel(modelName, api.modelIds);
   let prompt: number[];
   try {
-    prompt = await api.prompts.encodeChat(messagesForTemplate(messages, api.tokenizer.chatTemplate), { addGenerationPrompt: true, ...(tools !== undefined && tools.length > 0 ? { tools } : {}), ...(variables !== undefined ? { variables } : {}) });
+    prompt = await api.prompts.encodeChat(messagesForTemplate(messages, api.tokenizer.chatTemplate), {
+      addGenerationPrompt: true,
+      ...(tools !== undefined && tools.length > 0 ? { tools } : {}),
+      ...(variables !== undefined ? { variables } : {}),
+    });
   } catch (e) {
     if (e instanceof ApiError) throw e;
-    throw new ApiError(400, `cannot render the chat template: ${e instanceof Error ? e.message : String(e)}`, "invalid_request_error", "messages");
+    throw new ApiError(
+      400,
+      `cannot render the chat template: ${e instanceof Error ? e.message : String(e)}`,
+      "invalid_request_error",
+      "messages",
+    );
   }
   const planned: ChatOutputPlan = planChatOutput({
     reasoningFormat: api.reasoningFormat,
@@ -729,11 +1001,18 @@ async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessag
   });
   // JSON output is all content: the constraint lets the model write no <think> and no tool-call markers, and a prompt
   // that opened <think> would otherwise file the JSON under reasoning_content
-  const plan: ChatOutputPlan = json !== undefined ? { ...planned, reasoning: undefined, toolFormat: undefined, controlTokenText: false } : planned;
+  const plan: ChatOutputPlan =
+    json !== undefined ? { ...planned, reasoning: undefined, toolFormat: undefined, controlTokenText: false } : planned;
   const maxTokens = [budget(api, prompt.length, s.maxTokens, api.limits.defaultChatMaxTokens)];
   const k = topLogprobs ?? 0;
   const created = Math.floor(Date.now() / 1000);
-  const base = (job: GenJob): Record<string, unknown> => ({ id: job.id, object: "chat.completion.chunk", created, model: modelName, ...(s.includeUsage ? { usage: null } : {}) });
+  const base = (job: GenJob): Record<string, unknown> => ({
+    id: job.id,
+    object: "chat.completion.chunk",
+    created,
+    model: modelName,
+    ...(s.includeUsage ? { usage: null } : {}),
+  });
   const sse = s.stream ? sseWriter(api, res) : undefined;
   const streams = new Map<number, ChatDeltaStream>();
   const streamOf = (c: Choice): ChatDeltaStream => {
@@ -741,32 +1020,76 @@ async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessag
     if (d === undefined) streams.set(c.index, (d = new ChatDeltaStream(plan)));
     return d;
   };
-  const { job, done } = launch(api, req, res, "chat", [prompt], s, { topLogprobs: logprobs ? Math.max(k, 0) : undefined, promptLogprobs, maxTokens, special: plan.controlTokenText, ...(json !== undefined ? { json } : {}) }, sse === undefined ? {} : {
-    onToken: (c, t) => {
-      const delta = streamOf(c).push(t.text);
-      const empty = Object.keys(delta).length === 0;
-      if (empty && !logprobs) return;
-      // a token whose text is held back (a possible tag) still has its logprob chunk, with the content it adds: none
-      sse.send({ ...base(job), choices: [{ index: c.index, delta: empty ? { content: "" } : delta, logprobs: logprobs ? { content: [chatLogprob(api.tokenizer, t, k)] } : null, finish_reason: null }] });
+  const { job, done } = launch(
+    api,
+    req,
+    res,
+    "chat",
+    [prompt],
+    s,
+    {
+      topLogprobs: logprobs ? Math.max(k, 0) : undefined,
+      promptLogprobs,
+      maxTokens,
+      special: plan.controlTokenText,
+      ...(json !== undefined ? { json } : {}),
     },
-    onFinish: (c) => {
-      const r = c.result!;
-      if (r.finishReason === "error") {
-        sse.send(new ApiError(500, `generation failed: ${r.error?.message ?? "unknown error"}`).body());
-        return;
-      }
-      if (r.finishReason === "abort") return;
-      const stream = streamOf(c);
-      const tail = stream.push(r.tail);
-      if (Object.keys(tail).length > 0) sse.send({ ...base(job), choices: [{ index: c.index, delta: tail, logprobs: null, finish_reason: null }] });
-      const rest = stream.finish();
-      if (Object.keys(rest).length > 0) sse.send({ ...base(job), choices: [{ index: c.index, delta: rest, logprobs: null, finish_reason: null }] });
-      sse.send({ ...base(job), choices: [{ index: c.index, delta: {}, logprobs: null, finish_reason: stream.finishReason(finishReason(r)) }] });
-    },
-  });
+    sse === undefined
+      ? {}
+      : {
+          onToken: (c, t) => {
+            const delta = streamOf(c).push(t.text);
+            const empty = Object.keys(delta).length === 0;
+            if (empty && !logprobs) return;
+            // a token whose text is held back (a possible tag) still has its logprob chunk, with the content it adds: none
+            sse.send({
+              ...base(job),
+              choices: [
+                {
+                  index: c.index,
+                  delta: empty ? { content: "" } : delta,
+                  logprobs: logprobs ? { content: [chatLogprob(api.tokenizer, t, k)] } : null,
+                  finish_reason: null,
+                },
+              ],
+            });
+          },
+          onFinish: (c) => {
+            const r = c.result!;
+            if (r.finishReason === "error") {
+              sse.send(new ApiError(500, `generation failed: ${r.error?.message ?? "unknown error"}`).body());
+              return;
+            }
+            if (r.finishReason === "abort") return;
+            const stream = streamOf(c);
+            const tail = stream.push(r.tail);
+            if (Object.keys(tail).length > 0)
+              sse.send({
+                ...base(job),
+                choices: [{ index: c.index, delta: tail, logprobs: null, finish_reason: null }],
+              });
+            const rest = stream.finish();
+            if (Object.keys(rest).length > 0)
+              sse.send({
+                ...base(job),
+                choices: [{ index: c.index, delta: rest, logprobs: null, finish_reason: null }],
+              });
+            sse.send({
+              ...base(job),
+              choices: [
+                { index: c.index, delta: {}, logprobs: null, finish_reason: stream.finishReason(finishReason(r)) },
+              ],
+            });
+          },
+        },
+  );
   if (sse !== undefined) {
     holdWhileBlocked(api, sse, job);
-    for (const c of job.choices) sse.send({ ...base(job), choices: [{ index: c.index, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }] });
+    for (const c of job.choices)
+      sse.send({
+        ...base(job),
+        choices: [{ index: c.index, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }],
+      });
   }
   if (!(await finishJob(job, done, sse, s.includeUsage ? { ...base(job), choices: [] } : undefined, res))) return;
   sendJson(res, 200, {
@@ -778,7 +1101,9 @@ async function chat(api: Api, body: Record<string, unknown>, req: IncomingMessag
       index: c.index,
       ...chatChoice(c.result!.text, plan, finishReason(c.result!)),
       logprobs: logprobs ? { content: c.tokens.map((t) => chatLogprob(api.tokenizer, t, k)) } : null,
-      ...(promptLogprobs !== undefined && c.promptLp !== undefined ? { prompt_logprobs: vllmPromptLogprobs(api.tokenizer, c.promptLp) } : {}),
+      ...(promptLogprobs !== undefined && c.promptLp !== undefined
+        ? { prompt_logprobs: vllmPromptLogprobs(api.tokenizer, c.promptLp) }
+        : {}),
     })),
     usage: usage(job),
   });

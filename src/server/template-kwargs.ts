@@ -41,18 +41,26 @@ const typeName = (v: unknown): string => (v === null ? "null" : Array.isArray(v)
 export function chatTemplateKwargsField(body: Record<string, unknown>): Record<string, unknown> | undefined {
   const v = body[PARAM];
   if (v === undefined || v === null) return undefined;
-  if (typeof v !== "object" || Array.isArray(v)) throw badParam(PARAM, `'${PARAM}' must be an object of template variables, got ${typeName(v)}`);
+  if (typeof v !== "object" || Array.isArray(v))
+    throw badParam(PARAM, `'${PARAM}' must be an object of template variables, got ${typeName(v)}`);
   const out: Record<string, unknown> = {};
   for (const [name, value] of Object.entries(v as Record<string, unknown>)) {
-    if (!IDENTIFIER.test(name)) throw badParam(PARAM, `'${PARAM}' key ${shownValue(name)} is not a template variable name (letters, digits and _, not starting with a digit)`);
+    if (!IDENTIFIER.test(name))
+      throw badParam(
+        PARAM,
+        `'${PARAM}' key ${shownValue(name)} is not a template variable name (letters, digits and _, not starting with a digit)`,
+      );
     // "__proto__" and kin: not template variables, and a hazard in every object they are copied into
-    if (name.startsWith("__")) throw badParam(PARAM, `'${PARAM}' key ${shownValue(name)}: names starting with __ are reserved`);
-    if (RESERVED_TEMPLATE_VARIABLES.has(name)) throw badParam(PARAM, `'${PARAM}.${name}' is set by the server and cannot be given`);
+    if (name.startsWith("__"))
+      throw badParam(PARAM, `'${PARAM}' key ${shownValue(name)}: names starting with __ are reserved`);
+    if (RESERVED_TEMPLATE_VARIABLES.has(name))
+      throw badParam(PARAM, `'${PARAM}.${name}' is set by the server and cannot be given`);
     checkJson(value, `${PARAM}.${name}`, 1);
     Object.defineProperty(out, name, { value, enumerable: true, writable: true, configurable: true });
   }
   const size = JSON.stringify(out).length;
-  if (size > MAX_TEMPLATE_KWARGS_CHARS) throw badParam(PARAM, `'${PARAM}' is ${size} characters as JSON, more than ${MAX_TEMPLATE_KWARGS_CHARS}`);
+  if (size > MAX_TEMPLATE_KWARGS_CHARS)
+    throw badParam(PARAM, `'${PARAM}' is ${size} characters as JSON, more than ${MAX_TEMPLATE_KWARGS_CHARS}`);
   return out;
 }
 
@@ -63,8 +71,10 @@ function checkJson(value: unknown, where: string, depth: number): void {
     if (!Number.isFinite(value)) throw badParam(PARAM, `'${shownName(where)}' must be a finite number`);
     return;
   }
-  if (typeof value !== "object") throw badParam(PARAM, `'${shownName(where)}' must be a JSON value, got ${typeName(value)}`);
-  if (depth > MAX_TEMPLATE_KWARGS_DEPTH) throw badParam(PARAM, `'${shownName(where)}' is nested more than ${MAX_TEMPLATE_KWARGS_DEPTH} levels deep`);
+  if (typeof value !== "object")
+    throw badParam(PARAM, `'${shownName(where)}' must be a JSON value, got ${typeName(value)}`);
+  if (depth > MAX_TEMPLATE_KWARGS_DEPTH)
+    throw badParam(PARAM, `'${shownName(where)}' is nested more than ${MAX_TEMPLATE_KWARGS_DEPTH} levels deep`);
   if (Array.isArray(value)) value.forEach((x, i) => checkJson(x, `${where}[${i}]`, depth + 1));
   else for (const [k, x] of Object.entries(value as Record<string, unknown>)) checkJson(x, `${where}.${k}`, depth + 1);
 }

@@ -86,8 +86,13 @@ export function parseToolCalls(text: string, format: ToolCallFormat, opts: ToolC
       const body = text.slice(start.at + start.marker.length);
       const end = firstOf(body, m.sectionEnd);
       // no section end: generation stopped at the end of the last call (or EOS), which is still a complete call
-      const calls = callsOf(end === undefined ? body : body.slice(0, end.at), m.callBegin, m.callEnd, (call) => (format === "deepseek" ? deepseekCall(call, m.sep, newId) : kimiCall(call, m.sep)));
-      parsed = calls === undefined ? undefined : { calls, after: end === undefined ? "" : body.slice(end.at + end.marker.length) };
+      const calls = callsOf(end === undefined ? body : body.slice(0, end.at), m.callBegin, m.callEnd, (call) =>
+        format === "deepseek" ? deepseekCall(call, m.sep, newId) : kimiCall(call, m.sep),
+      );
+      parsed =
+        calls === undefined
+          ? undefined
+          : { calls, after: end === undefined ? "" : body.slice(end.at + end.marker.length) };
     }
   } catch {
     parsed = undefined; // JSON that does not parse, or a call not as the format writes it
@@ -106,7 +111,12 @@ function firstOf(text: string, markers: readonly string[]): { at: number; marker
 }
 
 /** The calls of a section: begin…end pairs with only whitespace around them; undefined when anything else is there. */
-function callsOf(section: string, begin: string, end: string, parse: (body: string) => ToolCall | undefined): ToolCall[] | undefined {
+function callsOf(
+  section: string,
+  begin: string,
+  end: string,
+  parse: (body: string) => ToolCall | undefined,
+): ToolCall[] | undefined {
   const calls: ToolCall[] = [];
   let rest = section;
   for (;;) {
@@ -144,11 +154,17 @@ function kimiCall(body: string, sep: string): ToolCall | undefined {
 }
 
 /** `<tool_call>NAME<arg_key>k</arg_key><arg_value>v</arg_value>…</tool_call>` calls, whitespace between them. */
-function glmSection(section: string, tools: readonly unknown[] | undefined, newId: () => string): { calls: ToolCall[]; after: string } | undefined {
+function glmSection(
+  section: string,
+  tools: readonly unknown[] | undefined,
+  newId: () => string,
+): { calls: ToolCall[]; after: string } | undefined {
   // content after the calls is kept (GLM may write a sentence after them); the calls must come one after the other
   const lastEnd = section.lastIndexOf(GLM.callEnd);
   if (lastEnd < 0) return undefined;
-  const calls = callsOf(section.slice(0, lastEnd + GLM.callEnd.length), GLM.callBegin, GLM.callEnd, (body) => glmCall(body, tools, newId));
+  const calls = callsOf(section.slice(0, lastEnd + GLM.callEnd.length), GLM.callBegin, GLM.callEnd, (body) =>
+    glmCall(body, tools, newId),
+  );
   return calls === undefined ? undefined : { calls, after: section.slice(lastEnd + GLM.callEnd.length) };
 }
 
@@ -223,7 +239,10 @@ export class ToolCallStream {
     this.held += text;
     if (this.inSection) return "";
     const start = firstOf(this.held, TOOL_SECTION_STARTS[this.format]);
-    const cut = start !== undefined ? start.at : this.held.length - Math.max(...TOOL_SECTION_STARTS[this.format].map((m) => partialTagAtEnd(this.held, m)));
+    const cut =
+      start !== undefined
+        ? start.at
+        : this.held.length - Math.max(...TOOL_SECTION_STARTS[this.format].map((m) => partialTagAtEnd(this.held, m)));
     this.inSection = start !== undefined;
     const out = this.held.slice(0, cut);
     this.held = this.held.slice(cut);

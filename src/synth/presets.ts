@@ -253,7 +253,8 @@ export function preset(name: string, arch?: SynthArch): SynthConfig {
 }
 
 function checkArch(cfg: SynthConfig, name: string, arch: SynthArch | undefined): SynthConfig {
-  if (arch !== undefined && arch !== cfg.arch) throw new UsageError(`preset "${name}" is a ${cfg.arch} model, not ${arch}`);
+  if (arch !== undefined && arch !== cfg.arch)
+    throw new UsageError(`preset "${name}" is a ${cfg.arch} model, not ${arch}`);
   return cfg;
 }
 
@@ -263,31 +264,53 @@ function fail(field: string, msg: string): never {
 
 function int(cfg: SynthConfig, field: keyof SynthConfig, min: number): void {
   const v = cfg[field];
-  if (typeof v !== "number" || !Number.isInteger(v) || v < min) fail(field, `must be an integer ≥ ${min}, got ${String(v)}`);
+  if (typeof v !== "number" || !Number.isInteger(v) || v < min)
+    fail(field, `must be an integer ≥ ${min}, got ${String(v)}`);
 }
 
 function finite(field: string, v: unknown, positive: boolean): void {
-  if (typeof v !== "number" || !Number.isFinite(v) || (positive && v <= 0)) fail(field, `must be a ${positive ? "positive" : "finite"} number, got ${String(v)}`);
+  if (typeof v !== "number" || !Number.isFinite(v) || (positive && v <= 0))
+    fail(field, `must be a ${positive ? "positive" : "finite"} number, got ${String(v)}`);
 }
 
 /** Check every field; throws a UsageError naming the first bad one. */
 export function validateConfig(cfg: SynthConfig): void {
-  if (cfg.arch !== "deepseek2" && cfg.arch !== "glm-dsa") fail("arch", `must be "deepseek2" or "glm-dsa", got ${String(cfg.arch)}`);
+  if (cfg.arch !== "deepseek2" && cfg.arch !== "glm-dsa")
+    fail("arch", `must be "deepseek2" or "glm-dsa", got ${String(cfg.arch)}`);
   if (typeof cfg.name !== "string" || cfg.name.length === 0) fail("name", "must be a non-empty string");
-  for (const f of ["n_embd", "n_layer", "n_head", "kv_lora", "nope", "v_head", "n_ff", "n_ff_exp", "n_expert", "n_used", "context_length"] as const) int(cfg, f, 1);
-  for (const f of ["n_dense", "q_lora", "n_shared", "groups", "groups_used", "nextn", "n_vocab"] as const) int(cfg, f, 0);
+  for (const f of [
+    "n_embd",
+    "n_layer",
+    "n_head",
+    "kv_lora",
+    "nope",
+    "v_head",
+    "n_ff",
+    "n_ff_exp",
+    "n_expert",
+    "n_used",
+    "context_length",
+  ] as const)
+    int(cfg, f, 1);
+  for (const f of ["n_dense", "q_lora", "n_shared", "groups", "groups_used", "nextn", "n_vocab"] as const)
+    int(cfg, f, 0);
   int(cfg, "rope", 2);
   if (cfg.rope % 2 !== 0) fail("rope", `must be even (rope rotates pairs), got ${cfg.rope}`);
   if (cfg.n_dense > cfg.n_layer) fail("n_dense", `(${cfg.n_dense}) exceeds n_layer (${cfg.n_layer})`);
   if (cfg.n_used > cfg.n_expert) fail("n_used", `(${cfg.n_used}) exceeds n_expert (${cfg.n_expert})`);
   if (cfg.groups > 0) {
     if (cfg.n_expert % cfg.groups !== 0) fail("groups", `(${cfg.groups}) must divide n_expert (${cfg.n_expert})`);
-    if (cfg.groups_used < 1 || cfg.groups_used > cfg.groups) fail("groups_used", `must be in [1, groups=${cfg.groups}], got ${cfg.groups_used}`);
+    if (cfg.groups_used < 1 || cfg.groups_used > cfg.groups)
+      fail("groups_used", `must be in [1, groups=${cfg.groups}], got ${cfg.groups_used}`);
     if (cfg.groups > 1 && (cfg.n_expert / cfg.groups) * cfg.groups_used < cfg.n_used) {
-      fail("groups_used", `(${cfg.groups_used}) groups of ${cfg.n_expert / cfg.groups} experts cannot hold n_used = ${cfg.n_used} experts`);
+      fail(
+        "groups_used",
+        `(${cfg.groups_used}) groups of ${cfg.n_expert / cfg.groups} experts cannot hold n_used = ${cfg.n_used} experts`,
+      );
     }
   } else if (cfg.groups_used !== 0) fail("groups_used", "must be 0 when groups is 0");
-  if (cfg.gating !== "softmax" && cfg.gating !== "sigmoid") fail("gating", `must be "softmax" or "sigmoid", got ${String(cfg.gating)}`);
+  if (cfg.gating !== "softmax" && cfg.gating !== "sigmoid")
+    fail("gating", `must be "softmax" or "sigmoid", got ${String(cfg.gating)}`);
   if (typeof cfg.w_norm !== "boolean") fail("w_norm", "must be a boolean");
   if (typeof cfg.exp_bias !== "boolean") fail("exp_bias", "must be a boolean");
   finite("w_scale", cfg.w_scale, false);
@@ -299,17 +322,23 @@ export function validateConfig(cfg: SynthConfig): void {
     if (typeof cfg.yarn !== "object") fail("yarn", "must be an object or null");
     finite("yarn.factor", cfg.yarn.factor, true);
     finite("yarn.mscale_all_dim", cfg.yarn.mscale_all_dim, false);
-    if (!Number.isInteger(cfg.yarn.orig_ctx) || cfg.yarn.orig_ctx < 1) fail("yarn.orig_ctx", `must be a positive integer, got ${String(cfg.yarn.orig_ctx)}`);
+    if (!Number.isInteger(cfg.yarn.orig_ctx) || cfg.yarn.orig_ctx < 1)
+      fail("yarn.orig_ctx", `must be a positive integer, got ${String(cfg.yarn.orig_ctx)}`);
   }
-  if (cfg.pre !== "deepseek-llm" && cfg.pre !== "deepseek-v3" && cfg.pre !== "glm4") fail("pre", `must be deepseek-llm, deepseek-v3 or glm4, got ${String(cfg.pre)}`);
+  if (cfg.pre !== "deepseek-llm" && cfg.pre !== "deepseek-v3" && cfg.pre !== "glm4")
+    fail("pre", `must be deepseek-llm, deepseek-v3 or glm4, got ${String(cfg.pre)}`);
   if (cfg.arch === "glm-dsa") {
-    if (cfg.indexer === null || typeof cfg.indexer !== "object") fail("indexer", "is required for glm-dsa ({heads, dim, top_k})");
+    if (cfg.indexer === null || typeof cfg.indexer !== "object")
+      fail("indexer", "is required for glm-dsa ({heads, dim, top_k})");
     if (cfg.q_lora === 0) fail("q_lora", "must be > 0 for glm-dsa (the indexer reads the q-LoRA latent)");
     const { heads, dim, top_k } = cfg.indexer;
-    if (!Number.isInteger(heads) || heads < 1) fail("indexer.heads", `must be a positive integer, got ${String(heads)}`);
-    if (!Number.isInteger(dim) || dim < 64 || (dim & (dim - 1)) !== 0) fail("indexer.dim", `must be a power of two ≥ 64 (llama.cpp's Hadamard rotation), got ${String(dim)}`);
+    if (!Number.isInteger(heads) || heads < 1)
+      fail("indexer.heads", `must be a positive integer, got ${String(heads)}`);
+    if (!Number.isInteger(dim) || dim < 64 || (dim & (dim - 1)) !== 0)
+      fail("indexer.dim", `must be a power of two ≥ 64 (llama.cpp's Hadamard rotation), got ${String(dim)}`);
     if (dim < cfg.rope) fail("indexer.dim", `(${dim}) must be ≥ rope (${cfg.rope})`);
-    if (!Number.isInteger(top_k) || top_k < 1) fail("indexer.top_k", `must be a positive integer, got ${String(top_k)}`);
+    if (!Number.isInteger(top_k) || top_k < 1)
+      fail("indexer.top_k", `must be a positive integer, got ${String(top_k)}`);
   } else {
     if (cfg.indexer !== null) fail("indexer", "is only allowed for glm-dsa");
     if (cfg.nextn !== 0) fail("nextn", "MTP layers are only written for glm-dsa (deepseek2 converters drop them)");

@@ -152,8 +152,18 @@ interface Tables {
 }
 
 const BLOCK_BYTES: ReadonlyMap<GGMLType, number> = new Map([
-  [GGMLType.Q8_0, 34], [GGMLType.Q4_0, 18], [GGMLType.Q5_0, 22], [GGMLType.Q4_1, 20], [GGMLType.Q5_1, 24], [GGMLType.IQ4_NL, 18],
-  [GGMLType.IQ4_XS, 136], [GGMLType.Q2_K, 84], [GGMLType.Q3_K, 110], [GGMLType.Q4_K, 144], [GGMLType.Q5_K, 176], [GGMLType.Q6_K, 210],
+  [GGMLType.Q8_0, 34],
+  [GGMLType.Q4_0, 18],
+  [GGMLType.Q5_0, 22],
+  [GGMLType.Q4_1, 20],
+  [GGMLType.Q5_1, 24],
+  [GGMLType.IQ4_NL, 18],
+  [GGMLType.IQ4_XS, 136],
+  [GGMLType.Q2_K, 84],
+  [GGMLType.Q3_K, 110],
+  [GGMLType.Q4_K, 144],
+  [GGMLType.Q5_K, 176],
+  [GGMLType.Q6_K, 210],
 ]);
 
 /** Multiplier of d that gives the second scale field (m / dmin) of the formats that have one. */
@@ -186,11 +196,20 @@ export function fillRandom(type: GGMLType, out: Uint8Array, nElements: number, s
   }
   const ms = LEVEL_MS.get(type);
   const bs = BLOCK_BYTES.get(type);
-  if (ms === undefined || bs === undefined) throw new UsageError(`synth cannot write random ${typeName(type)} blocks (supported: ${RANDOM_TYPES.map(typeName).join(", ")})`);
+  if (ms === undefined || bs === undefined)
+    throw new UsageError(
+      `synth cannot write random ${typeName(type)} blocks (supported: ${RANDOM_TYPES.map(typeName).join(", ")})`,
+    );
   if (out.byteOffset % 4 !== 0) throw new Error("fillRandom: output must be 4-byte aligned");
-  if (out.length % bs !== 0) throw new Error(`fillRandom: ${out.length} bytes is not a whole number of ${typeName(type)} blocks`);
+  if (out.length % bs !== 0)
+    throw new Error(`fillRandom: ${out.length} bytes is not a whole number of ${typeName(type)} blocks`);
   const d = std / Math.sqrt(ms);
-  const t: Tables = { d: f16Table(d), m: f16Table(d, minMultiplier(type)), sc: new Uint8Array(16), mn: new Uint8Array(8) };
+  const t: Tables = {
+    d: f16Table(d),
+    m: f16Table(d, minMultiplier(type)),
+    sc: new Uint8Array(16),
+    mn: new Uint8Array(8),
+  };
   const chunk = bs * 4096; // a multiple of 4
   for (let start = 0; start < out.length; start += chunk) {
     const end = Math.min(out.length, start + chunk);
@@ -268,7 +287,11 @@ function patchBlocks(type: GGMLType, u8: Uint8Array, from: number, to: number, t
         const s = o + 96;
         for (let j = 0; j < 8; j++) u8[s + j] = (sc[j] & 15) | ((sc[j + 8] & 15) << 4);
         for (let i = 0; i < 4; i++) {
-          u8[s + 8 + i] = ((sc[i] >> 4) & 3) | (((sc[i + 4] >> 4) & 3) << 2) | (((sc[i + 8] >> 4) & 3) << 4) | (((sc[i + 12] >> 4) & 3) << 6);
+          u8[s + 8 + i] =
+            ((sc[i] >> 4) & 3) |
+            (((sc[i + 4] >> 4) & 3) << 2) |
+            (((sc[i + 8] >> 4) & 3) << 4) |
+            (((sc[i + 12] >> 4) & 3) << 6);
         }
         put16(u8, o + 108, dt[u8[o + 33] & 15]);
       }
@@ -311,7 +334,14 @@ function patchBlocks(type: GGMLType, u8: Uint8Array, from: number, to: number, t
 }
 
 /** F32/F16/BF16 normals N(mean, std²). */
-export function fillFloat(type: GGMLType, out: Uint8Array, nElements: number, std: number, mean: number, rng: Rng): void {
+export function fillFloat(
+  type: GGMLType,
+  out: Uint8Array,
+  nElements: number,
+  std: number,
+  mean: number,
+  rng: Rng,
+): void {
   const chunk = new Float32Array(Math.min(nElements, 1 << 16));
   let done = 0;
   if (type === GGMLType.F32) {

@@ -114,7 +114,12 @@ const arr = (elementType: GGUFValueType, values: readonly GGUFValue[]): GGUFMeta
 });
 
 /** GGUF metadata of a synthesized model (the keys llama.cpp reads; see oracle/README.md "What llama.cpp requires"). */
-export function synthMetadata(cfg: SynthConfig, ftype: number, quantized: boolean, legacyKvB: boolean): Map<string, GGUFMetadataEntry> {
+export function synthMetadata(
+  cfg: SynthConfig,
+  ftype: number,
+  quantized: boolean,
+  legacyKvB: boolean,
+): Map<string, GGUFMetadataEntry> {
   const a = cfg.arch;
   const m = new Map<string, GGUFMetadataEntry>();
   const k = (key: string, e: GGUFMetadataEntry): void => void m.set(`${a}.${key}`, e);
@@ -210,12 +215,21 @@ export interface PlannedTensor extends SynthTensorSpec {
 }
 
 /** Tensors with the ggml type each gets for a file type (llama-quantize's choices and fallbacks). */
-export function planTensors(cfg: SynthConfig, opts: Pick<SynthOptions, "type" | "pure" | "legacyKvB"> = {}): PlannedTensor[] {
+export function planTensors(
+  cfg: SynthConfig,
+  opts: Pick<SynthOptions, "type" | "pure" | "legacyKvB"> = {},
+): PlannedTensor[] {
   validateConfig(cfg);
   const legacy = opts.legacyKvB ?? false;
-  if (legacy && cfg.arch === "glm-dsa") throw new UsageError("--legacy-kv-b: glm-dsa files are always MLA (llama.cpp refuses glm-dsa without the *_mla keys)");
+  if (legacy && cfg.arch === "glm-dsa")
+    throw new UsageError(
+      "--legacy-kv-b: glm-dsa files are always MLA (llama.cpp refuses glm-dsa without the *_mla keys)",
+    );
   const min = controlTokenCount(cfg.pre) + 256;
-  if (cfg.n_vocab < min) throw new UsageError(`synth config: n_vocab must be at least ${min} for tokenizer "${cfg.pre}", got ${cfg.n_vocab}`);
+  if (cfg.n_vocab < min)
+    throw new UsageError(
+      `synth config: n_vocab must be at least ${min} for tokenizer "${cfg.pre}", got ${cfg.n_vocab}`,
+    );
   const specs = tensorSpecs(cfg, legacy);
   const ctx: TypeContext = {
     spec: fileType(opts.type ?? "F32"),
@@ -245,9 +259,16 @@ export function synthesize(config: SynthConfig, opts: SynthOptions): string[] {
   const limit = Math.min(bufferConstants.MAX_LENGTH, 2 ** 32);
   const big = plan.find((t) => t.nbytes + 4 > limit);
   if (big !== undefined) {
-    throw new UsageError(`tensor ${big.name} (${typeName(big.type)} ${big.ne.join("x")}) is ${big.nbytes} bytes, over this platform's buffer limit; use a smaller --type or fewer dims`);
+    throw new UsageError(
+      `tensor ${big.name} (${typeName(big.type)} ${big.ne.join("x")}) is ${big.nbytes} bytes, over this platform's buffer limit; use a smaller --type or fewer dims`,
+    );
   }
-  const metadata = synthMetadata(config, spec.ftype, plan.some((t) => isQuantized(t.type)), legacy);
+  const metadata = synthMetadata(
+    config,
+    spec.ftype,
+    plan.some((t) => isQuantized(t.type)),
+    legacy,
+  );
   const scratch = new Uint8Array(Math.ceil(maxBytes / 4) * 4);
   const totalBytes = plan.reduce((s, t) => s + t.nbytes, 0);
   let doneBytes = 0;

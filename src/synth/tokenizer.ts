@@ -97,7 +97,18 @@ const GLM_TEMPLATE =
 
 const DEEPSEEK_HEAD = ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜▁pad▁｜>"];
 const DEEPSEEK_TAIL = ["<｜User｜>", "<｜Assistant｜>"];
-const GLM_TAIL = ["<|endoftext|>", "[MASK]", "[gMASK]", "[sMASK]", "<sop>", "<eop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>"];
+const GLM_TAIL = [
+  "<|endoftext|>",
+  "[MASK]",
+  "[gMASK]",
+  "[sMASK]",
+  "<sop>",
+  "<eop>",
+  "<|system|>",
+  "<|user|>",
+  "<|assistant|>",
+  "<|observation|>",
+];
 
 /** Number of control tokens the layout for `pre` needs (n_vocab must be at least this + 256). */
 export function controlTokenCount(pre: TokenizerPre): number {
@@ -125,7 +136,9 @@ export function synthTokenizer(nVocab: number, pre: TokenizerPre): SynthTokenize
   const tail = glm ? GLM_TAIL : DEEPSEEK_TAIL;
   const nMerges = nVocab - head.length - tail.length - 256;
   if (!Number.isInteger(nVocab) || nMerges < 0) {
-    throw new UsageError(`synth config: n_vocab must be at least ${head.length + tail.length + 256} for tokenizer "${pre}" (control tokens + 256 bytes), got ${nVocab}`);
+    throw new UsageError(
+      `synth config: n_vocab must be at least ${head.length + tail.length + 256} for tokenizer "${pre}" (control tokens + 256 bytes), got ${nVocab}`,
+    );
   }
   const b2u = BYTE_TO_CHAR;
   const tokens: string[] = [...head, ...b2u];
@@ -145,7 +158,8 @@ export function synthTokenizer(nVocab: number, pre: TokenizerPre): SynthTokenize
   const short: string[] = [];
   for (let c = 0x61; c <= 0x7a; c++) short.push(String.fromCharCode(c));
   short.push(b2u[0x20], "e", "t", "a", "o", "n");
-  for (let i = firstMerged; i < tokens.length && short.length < 300; i++) if (tokens[i].length <= 3) short.push(tokens[i]);
+  for (let i = firstMerged; i < tokens.length && short.length < 300; i++)
+    if (tokens[i].length <= 3) short.push(tokens[i]);
   while (merges.length < nMerges) {
     const a = tokens[head.length + Math.floor(rand() * (tokens.length - head.length))];
     const b = short[Math.floor(rand() * short.length)];
@@ -158,9 +172,27 @@ export function synthTokenizer(nVocab: number, pre: TokenizerPre): SynthTokenize
   if (glm) {
     const id = (t: string): number => tokens.indexOf(t, nVocab - tail.length);
     return {
-      tokens, types, merges, bos: id("[gMASK]"), eos: id("<|endoftext|>"), eot: id("<|user|>"), eom: id("<|observation|>"),
-      unk: id("<|endoftext|>"), pad: id("<|endoftext|>"), addBos: false, chatTemplate: GLM_TEMPLATE,
+      tokens,
+      types,
+      merges,
+      bos: id("[gMASK]"),
+      eos: id("<|endoftext|>"),
+      eot: id("<|user|>"),
+      eom: id("<|observation|>"),
+      unk: id("<|endoftext|>"),
+      pad: id("<|endoftext|>"),
+      addBos: false,
+      chatTemplate: GLM_TEMPLATE,
     };
   }
-  return { tokens, types, merges, bos: 0, eos: 1, pad: 2, addBos: true, chatTemplate: pre === "deepseek-llm" ? DEEPSEEK_V2_TEMPLATE : DEEPSEEK_V3_TEMPLATE };
+  return {
+    tokens,
+    types,
+    merges,
+    bos: 0,
+    eos: 1,
+    pad: 2,
+    addBos: true,
+    chatTemplate: pre === "deepseek-llm" ? DEEPSEEK_V2_TEMPLATE : DEEPSEEK_V3_TEMPLATE,
+  };
 }

@@ -83,7 +83,13 @@ export interface TypeCounters {
 
 /** Whether llama.cpp would leave this tensor in F32 (never quantized, never converted to F16). */
 export function keepsF32(name: string, ne: readonly number[]): boolean {
-  return ne.length < 2 || !name.endsWith("weight") || name.includes("_norm.weight") || name.includes("ffn_gate_inp.weight") || name.includes("indexer.proj.weight");
+  return (
+    ne.length < 2 ||
+    !name.endsWith("weight") ||
+    name.includes("_norm.weight") ||
+    name.includes("ffn_gate_inp.weight") ||
+    name.includes("indexer.proj.weight")
+  );
 }
 
 const blockOf = (t: GGMLType): number => typeTraits(t)!.blockSize;
@@ -115,7 +121,8 @@ export function fallbackType(t: GGMLType, ncols: number): GGMLType {
   return ncols % blockOf(r) === 0 ? r : GGMLType.F16;
 }
 
-const useMoreBits = (i: number, n: number): boolean => i < Math.trunc(n / 8) || i >= Math.trunc((7 * n) / 8) || (i - Math.trunc(n / 8)) % 3 === 2;
+const useMoreBits = (i: number, n: number): boolean =>
+  i < Math.trunc(n / 8) || i >= Math.trunc((7 * n) / 8) || (i - Math.trunc(n / 8)) % 3 === 2;
 
 function layerOf(name: string): number {
   const m = /^blk\.(\d+)\./.exec(name);
@@ -133,7 +140,13 @@ export function chooseType(name: string, ne: readonly number[], ctx: TypeContext
   return fallbackType(t, ne[0]);
 }
 
-function mixRule(name: string, ne: readonly number[], ctx: TypeContext, counters: TypeCounters, base: GGMLType): GGMLType {
+function mixRule(
+  name: string,
+  ne: readonly number[],
+  ctx: TypeContext,
+  counters: TypeCounters,
+  base: GGMLType,
+): GGMLType {
   const f = ctx.spec.name;
   const e8 = ctx.nExpert === 8;
   if (name === "output.weight") {
@@ -165,7 +178,8 @@ function mixRule(name: string, ne: readonly number[], ctx: TypeContext, counters
     return base;
   }
   if (name.includes("attn_output.weight")) {
-    if (e8) return ["Q2_K", "Q3_K_S", "Q3_K_M", "IQ4_NL", "Q4_K_S", "Q4_K_M", "IQ4_XS"].includes(f) ? GGMLType.Q5_K : base;
+    if (e8)
+      return ["Q2_K", "Q3_K_S", "Q3_K_M", "IQ4_NL", "Q4_K_S", "Q4_K_M", "IQ4_XS"].includes(f) ? GGMLType.Q5_K : base;
     if (f === "Q2_K") return GGMLType.Q3_K;
     if (f === "Q3_K_M") return GGMLType.Q4_K;
     if (f === "Q3_K_L") return GGMLType.Q5_K;

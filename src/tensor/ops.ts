@@ -9,7 +9,15 @@ export function dot(a: ArrayLike<number>, aOff: number, b: ArrayLike<number>, bO
 }
 
 /** out = x / rms(x) · w (RMSNorm); x and out may alias. */
-export function rmsNorm(x: Vec, xOff: number, w: Float32Array, eps: number, out: Vec, outOff: number, n = w.length): void {
+export function rmsNorm(
+  x: Vec,
+  xOff: number,
+  w: Float32Array,
+  eps: number,
+  out: Vec,
+  outOff: number,
+  n = w.length,
+): void {
   let ss = 0;
   for (let i = 0; i < n; i++) ss += x[xOff + i] * x[xOff + i];
   const inv = 1 / Math.sqrt(ss / n + eps);
@@ -17,7 +25,16 @@ export function rmsNorm(x: Vec, xOff: number, w: Float32Array, eps: number, out:
 }
 
 /** LayerNorm with weight and bias; x and out may alias. */
-export function layerNorm(x: Vec, xOff: number, w: Float32Array, b: Float32Array, eps: number, out: Vec, outOff: number, n = w.length): void {
+export function layerNorm(
+  x: Vec,
+  xOff: number,
+  w: Float32Array,
+  b: Float32Array,
+  eps: number,
+  out: Vec,
+  outOff: number,
+  n = w.length,
+): void {
   let mean = 0;
   for (let i = 0; i < n; i++) mean += x[xOff + i];
   mean /= n;

@@ -21,15 +21,26 @@ export class QMatrix {
   ) {
     this.rowBytes = rowBytes(type, cols);
     if (data.length !== this.rowBytes * rows) {
-      throw new Error(`${name}: ${typeName(type)} ${cols}x${rows} needs ${this.rowBytes * rows} bytes, got ${data.length}`);
+      throw new Error(
+        `${name}: ${typeName(type)} ${cols}x${rows} needs ${this.rowBytes * rows} bytes, got ${data.length}`,
+      );
     }
     this.scratch = new Float32Array(cols);
-    this.f32 = type === GGMLType.F32 && data.byteOffset % 4 === 0 ? new Float32Array(data.buffer, data.byteOffset, cols * rows) : undefined;
+    this.f32 =
+      type === GGMLType.F32 && data.byteOffset % 4 === 0
+        ? new Float32Array(data.buffer, data.byteOffset, cols * rows)
+        : undefined;
   }
 
   /** Rows [first, first+count) as a matrix sharing this one's bytes (e.g. one expert of a stacked tensor, one head). */
   slice(first: number, count: number, name = this.name): QMatrix {
-    return new QMatrix(name, this.type, this.cols, count, this.data.subarray(first * this.rowBytes, (first + count) * this.rowBytes));
+    return new QMatrix(
+      name,
+      this.type,
+      this.cols,
+      count,
+      this.data.subarray(first * this.rowBytes, (first + count) * this.rowBytes),
+    );
   }
 
   /** Row r as float32 (a view into a shared scratch buffer: copy it to keep it). */

@@ -91,9 +91,13 @@ class TemplateThread {
   /** As render, without blocking: the caller's event loop runs while the thread renders (one render at a time). */
   async renderAsync(template: string, vars: Record<string, unknown>, limits: ChatTemplateLimits): Promise<string> {
     let timer: ReturnType<typeof setTimeout> | undefined;
-    const start = await Promise.race([this.started!, new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), START_MS)))]);
+    const start = await Promise.race([
+      this.started!,
+      new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), START_MS))),
+    ]);
     clearTimeout(timer);
-    if (start === undefined) throw new LatentError(`the chat template thread did not start within ${START_MS / 1000} s`);
+    if (start === undefined)
+      throw new LatentError(`the chat template thread did not start within ${START_MS / 1000} s`);
     if (start.kind === "dead") throw new LatentError(start.error ?? "the chat template thread failed to start");
     const reply = await new Promise<Reply | undefined>((resolve, reject) => {
       timer = setTimeout(() => resolve(undefined), limits.timeMs);
@@ -102,7 +106,11 @@ class TemplateThread {
         this.port.postMessage({ template, vars, limits });
       } catch (e) {
         clearTimeout(timer);
-        reject(new LatentError(`chat template variables cannot be passed to the renderer: ${e instanceof Error ? e.message : String(e)}`));
+        reject(
+          new LatentError(
+            `chat template variables cannot be passed to the renderer: ${e instanceof Error ? e.message : String(e)}`,
+          ),
+        );
       }
     });
     clearTimeout(timer);
@@ -120,9 +128,12 @@ class TemplateThread {
     try {
       this.port.postMessage({ template, vars, limits });
     } catch (e) {
-      throw new LatentError(`chat template variables cannot be passed to the renderer: ${e instanceof Error ? e.message : String(e)}`);
+      throw new LatentError(
+        `chat template variables cannot be passed to the renderer: ${e instanceof Error ? e.message : String(e)}`,
+      );
     }
-    const answered = Atomics.wait(this.ctl, 0, IDLE, limits.timeMs) !== "timed-out" || Atomics.load(this.ctl, 0) !== IDLE;
+    const answered =
+      Atomics.wait(this.ctl, 0, IDLE, limits.timeMs) !== "timed-out" || Atomics.load(this.ctl, 0) !== IDLE;
     const reply = answered ? this.reply() : undefined;
     Atomics.store(this.ctl, 0, IDLE);
     return unpack(reply, limits);
@@ -144,8 +155,14 @@ class TemplateThread {
 
 /** A reply as the rendered text; no reply (the time ran out) or a failed render as the error. */
 function unpack(reply: Reply | undefined, limits: ChatTemplateLimits): string {
-  if (reply === undefined) throw new ChatTemplateBudgetError(`chat template is over its budget: no result within ${limits.timeMs} ms (a loop too long, or its memory exhausted)`);
-  if (!reply.ok) throw reply.budget === true ? new ChatTemplateBudgetError(reply.error ?? "") : new LatentError(reply.error ?? "chat template failed to render");
+  if (reply === undefined)
+    throw new ChatTemplateBudgetError(
+      `chat template is over its budget: no result within ${limits.timeMs} ms (a loop too long, or its memory exhausted)`,
+    );
+  if (!reply.ok)
+    throw reply.budget === true
+      ? new ChatTemplateBudgetError(reply.error ?? "")
+      : new LatentError(reply.error ?? "chat template failed to render");
   return reply.text ?? "";
 }
 
@@ -172,7 +189,11 @@ function renderInWorker(template: string, vars: Record<string, unknown>, limits:
   }
 }
 
-function renderInWorkerAsync(template: string, vars: Record<string, unknown>, limits: ChatTemplateLimits): Promise<string> {
+function renderInWorkerAsync(
+  template: string,
+  vars: Record<string, unknown>,
+  limits: ChatTemplateLimits,
+): Promise<string> {
   const run = asyncQueue.then(async () => {
     const thread = (asyncThread ??= new TemplateThread("async"));
     try {

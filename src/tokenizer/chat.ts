@@ -25,7 +25,11 @@ export interface ChatTemplateLimits {
   readonly rangeLength: number;
 }
 
-export const DEFAULT_CHAT_TEMPLATE_LIMITS: ChatTemplateLimits = { timeMs: 2000, outputChars: 1 << 22, rangeLength: 1 << 20 };
+export const DEFAULT_CHAT_TEMPLATE_LIMITS: ChatTemplateLimits = {
+  timeMs: 2000,
+  outputChars: 1 << 22,
+  rangeLength: 1 << 20,
+};
 
 export interface RenderChatOptions {
   /** end with the assistant turn header (default true) */
@@ -46,7 +50,11 @@ export interface RenderChatOptions {
 export class ChatTemplateBudgetError extends LatentError {}
 
 /** Renders a template with variables under limits; throws LatentError. */
-export type ChatTemplateRunner = (template: string, vars: Record<string, unknown>, limits: ChatTemplateLimits) => string;
+export type ChatTemplateRunner = (
+  template: string,
+  vars: Record<string, unknown>,
+  limits: ChatTemplateLimits,
+) => string;
 
 const compiled = new Map<string, Template>();
 
@@ -70,7 +78,10 @@ function boundedRange(max: number): (start: number, stop?: number, step?: number
     const [a, b] = stop === undefined ? [0, start] : [start, stop];
     if (step === 0) throw new Error("range() step must not be zero");
     const n = Math.max(0, Math.ceil((b - a) / step));
-    if (!Number.isFinite(n) || n > max) throw new ChatTemplateBudgetError(`chat template is over its budget: range(${a}, ${b}, ${step}) would have ${n} elements (at most ${max})`);
+    if (!Number.isFinite(n) || n > max)
+      throw new ChatTemplateBudgetError(
+        `chat template is over its budget: range(${a}, ${b}, ${step}) would have ${n} elements (at most ${max})`,
+      );
     return Array.from({ length: n }, (_, i) => a + i * step);
   };
 }
@@ -132,15 +143,23 @@ export function renderInThread(template: string, vars: Record<string, unknown>, 
     throw new LatentError(`chat template failed to render: ${e instanceof Error ? e.message : String(e)}`);
   }
   const text = typeof out === "string" ? out : String(out);
-  if (text.length > limits.outputChars) throw new ChatTemplateBudgetError(`chat template is over its budget: ${text.length} characters of output (at most ${limits.outputChars})`);
+  if (text.length > limits.outputChars)
+    throw new ChatTemplateBudgetError(
+      `chat template is over its budget: ${text.length} characters of output (at most ${limits.outputChars})`,
+    );
   return text;
 }
 
 /** As ChatTemplateRunner, without holding the caller's thread (a server's event loop) while the template renders. */
-export type AsyncChatTemplateRunner = (template: string, vars: Record<string, unknown>, limits: ChatTemplateLimits) => Promise<string>;
+export type AsyncChatTemplateRunner = (
+  template: string,
+  vars: Record<string, unknown>,
+  limits: ChatTemplateLimits,
+) => Promise<string>;
 
 let runner: ChatTemplateRunner = renderInThread;
-let asyncRunner: AsyncChatTemplateRunner = (template, vars, limits) => Promise.resolve().then(() => renderInThread(template, vars, limits));
+let asyncRunner: AsyncChatTemplateRunner = (template, vars, limits) =>
+  Promise.resolve().then(() => renderInThread(template, vars, limits));
 
 /** Install how templates are rendered (Node: a worker thread with a time limit, see chat-thread.ts). */
 export function setChatTemplateRunner(r: ChatTemplateRunner, a: AsyncChatTemplateRunner): void {
@@ -148,7 +167,11 @@ export function setChatTemplateRunner(r: ChatTemplateRunner, a: AsyncChatTemplat
   asyncRunner = a;
 }
 
-export function renderChatTemplate(template: string, messages: readonly ChatMessage[], opts: RenderChatOptions = {}): string {
+export function renderChatTemplate(
+  template: string,
+  messages: readonly ChatMessage[],
+  opts: RenderChatOptions = {},
+): string {
   compile(template); // a syntax error is reported here, without a trip to the runner's thread
   return runner(template, templateVars(messages, opts), limitsOf(opts));
 }
@@ -157,7 +180,11 @@ export function renderChatTemplate(template: string, messages: readonly ChatMess
  * renderChatTemplate without blocking: in Node the caller's event loop runs on while the worker thread renders (for a
  * server: one hostile template does not hold up the other requests).
  */
-export async function renderChatTemplateAsync(template: string, messages: readonly ChatMessage[], opts: RenderChatOptions = {}): Promise<string> {
+export async function renderChatTemplateAsync(
+  template: string,
+  messages: readonly ChatMessage[],
+  opts: RenderChatOptions = {},
+): Promise<string> {
   compile(template);
   return asyncRunner(template, templateVars(messages, opts), limitsOf(opts));
 }

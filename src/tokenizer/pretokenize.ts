@@ -14,7 +14,16 @@
  *   llama.cpp but by hand-written splitters (`unicode_regex_split_custom_llama3` / `_kimi_k2`), ported below.
  */
 import { LatentError } from "../util/errors.js";
-import { asciiLower, codePoints, collapsedCode, cpFlags, FLAG_LETTER, FLAG_NUMBER, FLAG_WHITESPACE, isHan } from "./unicode.js";
+import {
+  asciiLower,
+  codePoints,
+  collapsedCode,
+  cpFlags,
+  FLAG_LETTER,
+  FLAG_NUMBER,
+  FLAG_WHITESPACE,
+  isHan,
+} from "./unicode.js";
 
 /**
  * The regex lists of the reference (mla-models.md §9), checked code point for code point against llama.cpp's
@@ -68,7 +77,18 @@ type Step =
 
 // ---- regex translation (llama.cpp's collapse, in JS syntax) ----
 
-const CATEGORY_CODE: Readonly<Record<string, number>> = { N: 0xd1, L: 0xd2, Lu: 0xd2, Ll: 0xd2, Lt: 0xd2, Lm: 0xd2, Lo: 0xd2, P: 0xd3, M: 0xd4, S: 0xd5 };
+const CATEGORY_CODE: Readonly<Record<string, number>> = {
+  N: 0xd1,
+  L: 0xd2,
+  Lu: 0xd2,
+  Ll: 0xd2,
+  Lt: 0xd2,
+  Lm: 0xd2,
+  Lo: 0xd2,
+  P: 0xd3,
+  M: 0xd4,
+  S: 0xd5,
+};
 const CATEGORY_ASCII: Readonly<Record<number, string>> = {
   209: "0-9",
   210: "A-Za-z",
@@ -92,7 +112,8 @@ export function translateRegex(source: string): { re: RegExp; collapsed: boolean
         const close = source.indexOf("}", i + 3);
         const name = close < 0 ? "" : source.slice(i + 3, close);
         const code = CATEGORY_CODE[name];
-        if (code === undefined) throw new LatentError(`pre-tokenizer regex uses \\p{${name}}, which llama.cpp does not support: ${source}`);
+        if (code === undefined)
+          throw new LatentError(`pre-tokenizer regex uses \\p{${name}}, which llama.cpp does not support: ${source}`);
         const body = String.fromCharCode(code) + CATEGORY_ASCII[code];
         out += inside ? body : `[${body}]`;
         i = close;
@@ -119,7 +140,10 @@ export function translateRegex(source: string): { re: RegExp; collapsed: boolean
   }
   if (collapsed) {
     for (const ch of source) {
-      if (ch.codePointAt(0)! >= 128) throw new LatentError(`pre-tokenizer regex mixes unicode categories and non-ASCII characters (llama.cpp refuses it too): ${source}`);
+      if (ch.codePointAt(0)! >= 128)
+        throw new LatentError(
+          `pre-tokenizer regex mixes unicode categories and non-ASCII characters (llama.cpp refuses it too): ${source}`,
+        );
     }
   }
   return { re: new RegExp(out, collapsed ? "g" : "gu"), collapsed };
@@ -373,7 +397,8 @@ function splitKimiK2(cps: Uint32Array, offsets: readonly number[]): number[] {
               pos += 2;
             } else if (pos + 2 < end) {
               const n2 = asciiLower(cpt(pos + 2));
-              if ((n1 === 0x72 && n2 === 0x65) || (n1 === 0x76 && n2 === 0x65) || (n1 === 0x6c && n2 === 0x6c)) pos += 3;
+              if ((n1 === 0x72 && n2 === 0x65) || (n1 === 0x76 && n2 === 0x65) || (n1 === 0x6c && n2 === 0x6c))
+                pos += 3;
             }
           }
           add(pos);

@@ -148,7 +148,9 @@ export class Tokenizer {
     const n = init.tokens.length;
     if (n === 0) throw new LatentError("tokenizer: tokenizer.ggml.tokens is empty");
     if (init.tokenTypes !== undefined && init.tokenTypes.length < n) {
-      throw new LatentError(`tokenizer: tokenizer.ggml.token_type has ${init.tokenTypes.length} entries for ${n} tokens`);
+      throw new LatentError(
+        `tokenizer: tokenizer.ggml.token_type has ${init.tokenTypes.length} entries for ${n} tokens`,
+      );
     }
     this.tokens = init.tokens.map((t, i) => (t === "" ? `[EMPTY_${i}]` : t)); // as llama.cpp
     this.tokenTypes = init.tokenTypes ?? new Array<number>(n).fill(TokenType.Normal);
@@ -156,7 +158,8 @@ export class Tokenizer {
     this.preTokenizer = PreTokenizer.forPre(init.pre);
     const checkId = (name: string, id: number | undefined): number | undefined => {
       if (id === undefined) return undefined;
-      if (!Number.isInteger(id) || id < 0 || id >= n) throw new LatentError(`tokenizer: ${name} = ${id} is outside the vocabulary (${n} tokens)`);
+      if (!Number.isInteger(id) || id < 0 || id >= n)
+        throw new LatentError(`tokenizer: ${name} = ${id} is outside the vocabulary (${n} tokens)`);
       return id;
     };
     this.bosId = checkId("bos_token_id", init.bosId);
@@ -188,7 +191,8 @@ export class Tokenizer {
 
     const specials: { id: number; bytes: number }[] = [];
     for (let i = 0; i < n; i++) {
-      if (this.attrs[i] & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN)) specials.push({ id: i, bytes: UTF8_ENCODER.encode(this.tokens[i]).length });
+      if (this.attrs[i] & (ATTR_CONTROL | ATTR_USER_DEFINED | ATTR_UNKNOWN))
+        specials.push({ id: i, bytes: UTF8_ENCODER.encode(this.tokens[i]).length });
     }
     specials.sort((a, b) => b.bytes - a.bytes || a.id - b.id);
     this.specials = specials.map((s) => s.id);
@@ -202,7 +206,9 @@ export class Tokenizer {
     const model = meta.string("tokenizer.ggml.model");
     if (model === undefined) throw new LatentError("tokenizer: the model has no tokenizer.ggml.model key");
     if (model !== "gpt2") {
-      throw new LatentError(`tokenizer: tokenizer.ggml.model = "${model}" is not supported; latent implements "gpt2" (byte-level BPE), which all MLA model families use`);
+      throw new LatentError(
+        `tokenizer: tokenizer.ggml.model = "${model}" is not supported; latent implements "gpt2" (byte-level BPE), which all MLA model families use`,
+      );
     }
     const tokens = meta.stringArray("tokenizer.ggml.tokens");
     if (tokens === undefined) throw new LatentError("tokenizer: missing tokenizer.ggml.tokens");
@@ -234,7 +240,8 @@ export class Tokenizer {
   /** The raw vocabulary string of a token (byte-level characters for normal tokens). */
   tokenText(id: number): string {
     const t = this.tokens[id];
-    if (t === undefined) throw new LatentError(`token id ${id} is outside the vocabulary (${this.tokens.length} tokens)`);
+    if (t === undefined)
+      throw new LatentError(`token id ${id} is outside the vocabulary (${this.tokens.length} tokens)`);
     return t;
   }
 
@@ -261,7 +268,8 @@ export class Tokenizer {
     const parseSpecial = opts.parseSpecial ?? false;
     const out: number[] = [];
     if (addSpecial && this.addBos) {
-      if (this.bosId === undefined) throw new LatentError("tokenizer: add_bos_token is true but the model has no bos_token_id");
+      if (this.bosId === undefined)
+        throw new LatentError("tokenizer: add_bos_token is true but the model has no bos_token_id");
       out.push(this.bosId);
     }
     if (text.length > 0) {
@@ -271,7 +279,8 @@ export class Tokenizer {
       }
     }
     if (addSpecial && this.addEos) {
-      if (this.eosId === undefined) throw new LatentError("tokenizer: add_eos_token is true but the model has no eos_token_id");
+      if (this.eosId === undefined)
+        throw new LatentError("tokenizer: add_eos_token is true but the model has no eos_token_id");
       out.push(this.eosId);
     }
     return out;
@@ -330,7 +339,8 @@ export class Tokenizer {
   /** The bytes a token stands for (llama.cpp `token_to_piece`); empty for control tokens when skipSpecial. */
   tokenBytes(id: number, skipSpecial = false): Uint8Array {
     const attr = this.attrs[id];
-    if (attr === undefined) throw new LatentError(`token id ${id} is outside the vocabulary (${this.tokens.length} tokens)`);
+    if (attr === undefined)
+      throw new LatentError(`token id ${id} is outside the vocabulary (${this.tokens.length} tokens)`);
     if (skipSpecial && attr & (ATTR_CONTROL | ATTR_UNKNOWN)) return new Uint8Array(0);
     let piece = this.pieceCache[id];
     if (piece === undefined) {
@@ -387,7 +397,9 @@ export class Tokenizer {
 
   private template(): string {
     if (this.chatTemplate === undefined || this.chatTemplate === "") {
-      throw new LatentError("tokenizer: the model has no tokenizer.chat_template; pass a template explicitly or send raw text");
+      throw new LatentError(
+        "tokenizer: the model has no tokenizer.chat_template; pass a template explicitly or send raw text",
+      );
     }
     return this.chatTemplate;
   }

@@ -21,8 +21,8 @@ const MAX_CODEPOINT = 0x110000;
 
 /** llama.cpp `unicode_set_whitespace` (the Unicode White_Space property). */
 const WHITESPACE = new Set<number>([
-  0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x20, 0x85, 0xa0, 0x1680, 0x2000, 0x2001, 0x2002, 0x2003, 0x2004, 0x2005, 0x2006, 0x2007, 0x2008,
-  0x2009, 0x200a, 0x2028, 0x2029, 0x202f, 0x205f, 0x3000,
+  0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x20, 0x85, 0xa0, 0x1680, 0x2000, 0x2001, 0x2002, 0x2003, 0x2004, 0x2005, 0x2006,
+  0x2007, 0x2008, 0x2009, 0x200a, 0x2028, 0x2029, 0x202f, 0x205f, 0x3000,
 ]);
 
 const CATEGORY_RE = /^(?:(\p{L})|(\p{N})|(\p{P})|(\p{M})|(\p{S})|(\p{Z})|(\p{Cn}))$/u;
@@ -40,7 +40,8 @@ export function cpFlags(cp: number): number {
     flags = FLAG_CONTROL; // Cs
   } else {
     const m = CATEGORY_RE.exec(String.fromCodePoint(cp));
-    if (m === null) flags = FLAG_CONTROL; // Cc, Cf, Co
+    if (m === null)
+      flags = FLAG_CONTROL; // Cc, Cf, Co
     else if (m[1] !== undefined) flags = FLAG_LETTER;
     else if (m[2] !== undefined) flags = FLAG_NUMBER;
     else if (m[3] !== undefined) flags = FLAG_PUNCTUATION;

@@ -14,7 +14,10 @@ test("src/ has no import cycle", () => {
 });
 
 test("no module imports a later layer (util → quant → gguf → … → runtime → doctor, server, cli)", () => {
-  assert.deepEqual(structure.upward.map((e) => `${e.from} → ${e.to}`), []);
+  assert.deepEqual(
+    structure.upward.map((e) => `${e.from} → ${e.to}`),
+    [],
+  );
 });
 
 test("every file under src/ belongs to a layer", () => {

@@ -12,7 +12,17 @@ import { Rng } from "../../src/synth/random-blocks.js";
 const backends = [new CpuBackend({ threads: 1 }), new CpuBackend({ threads: 2 }), new CpuBackend({ threads: 3 })];
 after(() => backends.forEach((b) => b.close()));
 
-function plainAttention(C: ArrayLike<number>, K: ArrayLike<number>, T: number, L: number, R: number, qc: Float64Array, qp: Float64Array, H: number, scale: number): Float64Array {
+function plainAttention(
+  C: ArrayLike<number>,
+  K: ArrayLike<number>,
+  T: number,
+  L: number,
+  R: number,
+  qc: Float64Array,
+  qp: Float64Array,
+  H: number,
+  scale: number,
+): Float64Array {
   const out = new Float64Array(H * L);
   const s = new Float64Array(T);
   for (let h = 0; h < H; h++) {
@@ -43,7 +53,8 @@ const SHAPES: readonly [H: number, T: number, L: number, R: number][] = [
 for (const [H, T, L, R] of SHAPES) {
   test(`absorbedAttention H=${H} T=${T} L=${L} R=${R}: equals the float64 loop (1–3 threads, heap and in-place rows)`, () => {
     const rng = new Rng(H * 1000 + T, "attention");
-    const draw = (n: number, a: number): Float64Array => Float64Array.from({ length: n }, () => (rng.uniform() * 2 - 1) * a);
+    const draw = (n: number, a: number): Float64Array =>
+      Float64Array.from({ length: n }, () => (rng.uniform() * 2 - 1) * a);
     const C32 = Float32Array.from(draw(T * L, 1));
     const K32 = Float32Array.from(draw(T * R, 1));
     const qc = draw(H * L, 4 / Math.sqrt(L));
@@ -53,7 +64,11 @@ for (const [H, T, L, R] of SHAPES) {
     for (const be of backends) {
       const inArena = be.sharedF32(7, T * L);
       inArena.set(C32);
-      for (const [label, C, K] of [["heap f32", C32, K32], ["heap f64", Float64Array.from(C32), Float64Array.from(K32)], ["in place", inArena, K32]] as const) {
+      for (const [label, C, K] of [
+        ["heap f32", C32, K32],
+        ["heap f64", Float64Array.from(C32), Float64Array.from(K32)],
+        ["in place", inArena, K32],
+      ] as const) {
         const got = be.absorbedAttention(C, K, T, L, R, qc, qp, H, scale);
         let worst = 0;
         for (let i = 0; i < H * L; i++) worst = Math.max(worst, Math.abs(got[i] - want[i]));
@@ -63,7 +78,19 @@ for (const [H, T, L, R] of SHAPES) {
   });
 }
 
-function plainPrefill(q: Float64Array, kNope: Float64Array, kPe: Float64Array, v: Float64Array, n: number, pos0: number, H: number, P: number, R: number, V: number, scale: number): Float64Array {
+function plainPrefill(
+  q: Float64Array,
+  kNope: Float64Array,
+  kPe: Float64Array,
+  v: Float64Array,
+  n: number,
+  pos0: number,
+  H: number,
+  P: number,
+  R: number,
+  V: number,
+  scale: number,
+): Float64Array {
   const D = P + R;
   const o = new Float64Array(n * H * V);
   for (let i = 0; i < n; i++) {
@@ -80,7 +107,8 @@ function plainPrefill(q: Float64Array, kNope: Float64Array, kPe: Float64Array, v
       }
       let sum = 0;
       for (let u = 0; u < nk; u++) sum += s[u] = Math.exp(s[u] - mx);
-      for (let u = 0; u < nk; u++) for (let d = 0; d < V; d++) o[(i * H + h) * V + d] += (s[u] / sum) * v[(u * H + h) * V + d];
+      for (let u = 0; u < nk; u++)
+        for (let d = 0; d < V; d++) o[(i * H + h) * V + d] += (s[u] / sum) * v[(u * H + h) * V + d];
     }
   }
   return o;
@@ -99,7 +127,8 @@ for (const [n, pos0, H, P, R, V] of PREFILL) {
   test(`prefillAttention n=${n} pos0=${pos0} H=${H} P=${P} R=${R} V=${V}: equals the causal float64 loop (1–3 threads)`, () => {
     const rng = new Rng(n * 7919 + pos0 * 31 + H, "prefill-attention");
     const T = pos0 + n;
-    const draw = (len: number, a: number): Float64Array => Float64Array.from({ length: len }, () => Math.fround((rng.uniform() * 2 - 1) * a));
+    const draw = (len: number, a: number): Float64Array =>
+      Float64Array.from({ length: len }, () => Math.fround((rng.uniform() * 2 - 1) * a));
     const q = draw(n * H * (P + R), 3 / Math.sqrt(P + R));
     const kNope = draw(T * H * P, 1);
     const kPe = draw(T * R, 1);

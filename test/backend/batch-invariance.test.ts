@@ -13,7 +13,18 @@ import { rowBytes } from "../../src/quant/index.js";
 const backend = new CpuBackend({ threads: 2 });
 after(() => backend.close());
 
-const TYPES = [GGMLType.F32, GGMLType.F16, GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.IQ4_NL, GGMLType.IQ4_XS];
+const TYPES = [
+  GGMLType.F32,
+  GGMLType.F16,
+  GGMLType.Q4_0,
+  GGMLType.Q5_0,
+  GGMLType.Q8_0,
+  GGMLType.Q4_K,
+  GGMLType.Q5_K,
+  GGMLType.Q6_K,
+  GGMLType.IQ4_NL,
+  GGMLType.IQ4_XS,
+];
 
 for (const type of TYPES) {
   test(`${typeName(type)}: products are identical for n = 1 … 9 and every split of the batch`, () => {
@@ -41,13 +52,19 @@ for (const type of TYPES) {
 test("quantized model on the cpu backend: a batch of sequences equals each sequence alone, bit for bit", () => {
   const path = new URL("../fixtures/models/ds2-v3-mixed-q.gguf", import.meta.url).pathname;
   const { model, config } = loadModel(path, undefined, { backend: "cpu", threads: 2 });
-  const prompts = Array.from({ length: 7 }, (_, s) => Array.from({ length: 3 + s }, (_, i) => (i * 31 + s * 7) % config.nVocab));
+  const prompts = Array.from({ length: 7 }, (_, s) =>
+    Array.from({ length: 3 + s }, (_, i) => (i * 31 + s * 7) % config.nVocab),
+  );
   const alone = prompts.map((p) => model.forward(p, new LatentCache(config), { path: "prefill", logits: "last" }));
   const caches = prompts.map(() => new LatentCache(config));
-  const batched = model.forwardBatch(prompts.map((p, i) => ({ tokens: p, cache: caches[i], path: "prefill" as const, logits: "last" as const })));
+  const batched = model.forwardBatch(
+    prompts.map((p, i) => ({ tokens: p, cache: caches[i], path: "prefill" as const, logits: "last" as const })),
+  );
   batched.forEach((b, i) => assert.deepEqual(b, alone[i], `sequence ${i}`));
   // and a decode step of all of them together
-  const next = model.forwardBatch(prompts.map((_, i) => ({ tokens: [5 + i], cache: caches[i], path: "decode" as const, logits: "last" as const })));
+  const next = model.forwardBatch(
+    prompts.map((_, i) => ({ tokens: [5 + i], cache: caches[i], path: "decode" as const, logits: "last" as const })),
+  );
   prompts.forEach((p, i) => {
     const c = new LatentCache(config);
     model.forward(p, c, { path: "prefill", logits: "last" });

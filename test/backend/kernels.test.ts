@@ -16,7 +16,18 @@ import { GGMLType, typeName } from "../../src/gguf/types.js";
 import { fillRandom, Rng } from "../../src/synth/random-blocks.js";
 import { rowBytes } from "../../src/quant/index.js";
 
-const TYPES = [GGMLType.F32, GGMLType.F16, GGMLType.Q4_0, GGMLType.Q5_0, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.IQ4_NL, GGMLType.IQ4_XS];
+const TYPES = [
+  GGMLType.F32,
+  GGMLType.F16,
+  GGMLType.Q4_0,
+  GGMLType.Q5_0,
+  GGMLType.Q8_0,
+  GGMLType.Q4_K,
+  GGMLType.Q5_K,
+  GGMLType.Q6_K,
+  GGMLType.IQ4_NL,
+  GGMLType.IQ4_XS,
+];
 const K_CLASS = new Set<number>([GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.IQ4_XS]);
 const SHAPES: readonly [rows: number, cols: number, n: number][] = [
   [1, 256, 1],
@@ -77,7 +88,7 @@ for (const type of TYPES) {
               let amax = 0;
               for (let c = b; c < b + bv; c++) amax = Math.max(amax, Math.abs(x[t * xStride + c]));
               for (let c = b; c < b + bv; c++) {
-                bound += Math.abs(wf[r * cols + c]) * amax / (2 * Q);
+                bound += (Math.abs(wf[r * cols + c]) * amax) / (2 * Q);
                 mag += Math.abs(wf[r * cols + c] * x[t * xStride + c]);
               }
             }
@@ -110,14 +121,20 @@ for (const type of TYPES) {
         cases++;
       }
     }
-    console.log(`# ${typeName(type)}: ${cases} products, max |Δ|/Σ|w·x| matmul ${worst.toExponential(2)}, matmulT ${worstT.toExponential(2)}`);
+    console.log(
+      `# ${typeName(type)}: ${cases} products, max |Δ|/Σ|w·x| matmul ${worst.toExponential(2)}, matmulT ${worstT.toExponential(2)}`,
+    );
   });
 }
 
 test("types without a fast kernel fall back to the plain kernels; F32 takes any width", () => {
   const rng = new Rng(5, "fallback");
   const be = backends[1];
-  for (const [type, cols] of [[GGMLType.Q2_K, 256], [GGMLType.BF16, 64], [GGMLType.F32, 13]] as const) {
+  for (const [type, cols] of [
+    [GGMLType.Q2_K, 256],
+    [GGMLType.BF16, 64],
+    [GGMLType.F32, 13],
+  ] as const) {
     const w = randomMatrix(type, 5, cols, rng);
     const x = randomVec(2 * cols, rng);
     const a = new Float64Array(10);
@@ -165,9 +182,16 @@ test("weights placed in shared memory are used in place; other matrices are copi
 test("matmulMany: one dispatch for many products equals one matmul per product (mixed types, shared inputs, fallbacks)", () => {
   const rng = new Rng(11, "many");
   const specs: readonly [type: number, rows: number, cols: number, n: number][] = [
-    [GGMLType.Q4_K, 70, 512, 1], [GGMLType.Q4_K, 33, 512, 1], [GGMLType.Q5_0, 129, 256, 1], [GGMLType.Q8_0, 5, 1024, 2],
-    [GGMLType.Q6_K, 301, 512, 1], [GGMLType.Q6_K, 17, 256, 3], [GGMLType.F32, 40, 96, 4], [GGMLType.Q2_K, 9, 256, 1],
-    [GGMLType.IQ4_XS, 64, 512, 5], [GGMLType.Q4_0, 1, 64, 1],
+    [GGMLType.Q4_K, 70, 512, 1],
+    [GGMLType.Q4_K, 33, 512, 1],
+    [GGMLType.Q5_0, 129, 256, 1],
+    [GGMLType.Q8_0, 5, 1024, 2],
+    [GGMLType.Q6_K, 301, 512, 1],
+    [GGMLType.Q6_K, 17, 256, 3],
+    [GGMLType.F32, 40, 96, 4],
+    [GGMLType.Q2_K, 9, 256, 1],
+    [GGMLType.IQ4_XS, 64, 512, 5],
+    [GGMLType.Q4_0, 1, 64, 1],
   ];
   const mats = specs.map(([type, rows, cols]) => randomMatrix(type, rows, cols, rng));
   // products 0 and 1 share one input object (as an expert's gate and up do); the rest have their own
@@ -180,7 +204,16 @@ test("matmulMany: one dispatch for many products equals one matmul per product (
       return y;
     });
     const got = specs.map(([, rows, , n]) => new Float64Array(n * (rows + 2)).fill(7));
-    be.matmulMany(specs.map(([, rows, cols, n], i) => ({ w: mats[i], x: xOf(i), n, xStride: cols + 1, y: got[i], yStride: rows + 2 })));
+    be.matmulMany(
+      specs.map(([, rows, cols, n], i) => ({
+        w: mats[i],
+        x: xOf(i),
+        n,
+        xStride: cols + 1,
+        y: got[i],
+        yStride: rows + 2,
+      })),
+    );
     specs.forEach(([type], i) => assert.deepEqual(got[i], want[i], `${be.name} product ${i} (${typeName(type)})`));
   }
 });

@@ -12,9 +12,33 @@ import { CASES, randomTokens, synthModel, type SynthCase } from "../helpers/synt
 const QUANT_CASES: readonly [SynthCase, number][] = [
   [{ ...CASES[0], label: "tiny-v3-q8_0", type: "Q8_0" }, 2e-3],
   [{ ...CASES[0], label: "tiny-v3-q4_0", type: "Q4_0" }, 2e-3],
-  [{ label: "k256-q4_k_m", base: "tiny", type: "Q4_K_M", over: { n_embd: 256, q_lora: 256, kv_lora: 256, n_ff: 512, n_ff_exp: 256 } }, 2e-2],
-  [{ label: "k256-q5_k_s", base: "tiny", type: "Q5_K_S", over: { n_embd: 256, q_lora: 256, kv_lora: 256, n_ff: 512, n_ff_exp: 256 } }, 2e-2],
-  [{ label: "k256-iq4_xs", base: "tiny", type: "IQ4_XS", over: { n_embd: 256, q_lora: 256, kv_lora: 256, n_ff: 512, n_ff_exp: 256 } }, 2e-2],
+  [
+    {
+      label: "k256-q4_k_m",
+      base: "tiny",
+      type: "Q4_K_M",
+      over: { n_embd: 256, q_lora: 256, kv_lora: 256, n_ff: 512, n_ff_exp: 256 },
+    },
+    2e-2,
+  ],
+  [
+    {
+      label: "k256-q5_k_s",
+      base: "tiny",
+      type: "Q5_K_S",
+      over: { n_embd: 256, q_lora: 256, kv_lora: 256, n_ff: 512, n_ff_exp: 256 },
+    },
+    2e-2,
+  ],
+  [
+    {
+      label: "k256-iq4_xs",
+      base: "tiny",
+      type: "IQ4_XS",
+      over: { n_embd: 256, q_lora: 256, kv_lora: 256, n_ff: 512, n_ff_exp: 256 },
+    },
+    2e-2,
+  ],
 ];
 const ALL: readonly [SynthCase, number][] = [...CASES.map((c) => [c, 1e-4] as [SynthCase, number]), ...QUANT_CASES];
 
@@ -30,7 +54,9 @@ for (const [c, tol] of ALL) {
     const ref = logprobRows(model, tokens, "reference");
     const pre = maxAbsDiff(logprobRows(model, tokens, "prefill", 8), ref);
     const dec = maxAbsDiff(logprobRows(model, tokens, "decode"), ref);
-    console.log(`# ${c.label} (${c.type ?? "F32"}): max |Δ logprob| prefill ${pre.toExponential(2)}, decode ${dec.toExponential(2)}; fallbacks ${JSON.stringify([...backend.fallbacks])}`);
+    console.log(
+      `# ${c.label} (${c.type ?? "F32"}): max |Δ logprob| prefill ${pre.toExponential(2)}, decode ${dec.toExponential(2)}; fallbacks ${JSON.stringify([...backend.fallbacks])}`,
+    );
     assert.ok(pre <= tol, `prefill ${pre}`);
     assert.ok(dec <= tol, `decode ${dec}`);
   });

@@ -24,12 +24,19 @@ test("5000 consecutive parallel jobs on 3 threads equal 1 thread bit for bit (ta
   const a = matrix(GGMLType.Q4_K, 130, 1024, rng); // 130·1024 ≥ 2¹⁷ multiply-adds: parallel
   const b = matrix(GGMLType.Q8_0, 67, 2048, rng);
   const x = Float64Array.from({ length: 2 * 2048 }, () => rng.uniform() - 0.5);
-  const H = 5, T = 600, L = 64, R = 8; // 5·600·64 ≥ 2¹⁷: parallel
+  const H = 5,
+    T = 600,
+    L = 64,
+    R = 8; // 5·600·64 ≥ 2¹⁷: parallel
   const C = Float64Array.from({ length: T * L }, () => rng.uniform() - 0.5);
   const K = Float64Array.from({ length: T * R }, () => rng.uniform() - 0.5);
   const qc = Float64Array.from({ length: H * L }, () => rng.uniform() - 0.5);
   const qp = Float64Array.from({ length: H * R }, () => rng.uniform() - 0.5);
-  const want = { a: new Float64Array(130), b: new Float64Array(2 * 67), attn: one.absorbedAttention(C, K, T, L, R, qc, qp, H, 0.5) };
+  const want = {
+    a: new Float64Array(130),
+    b: new Float64Array(2 * 67),
+    attn: one.absorbedAttention(C, K, T, L, R, qc, qp, H, 0.5),
+  };
   one.matmul(a, x, 1, 1024, want.a, 130);
   one.matmulMany([{ w: b, x, n: 2, xStride: 2048, y: want.b, yStride: 67 }]);
   const ya = new Float64Array(130);

@@ -18,15 +18,23 @@ const tmp = tempDir("latent-chat-");
 after(tmp.cleanup);
 
 const chat = (args: string[], input: string): { status: number | null; stdout: string; stderr: string } =>
-  spawnSync(process.execPath, [BIN, "chat", DEMO, "--temp", "0", "-n", "8", "--backend", "reference", ...args], { input, encoding: "utf8" });
+  spawnSync(process.execPath, [BIN, "chat", DEMO, "--temp", "0", "-n", "8", "--backend", "reference", ...args], {
+    input,
+    encoding: "utf8",
+  });
 
 /** The numbers of each "last turn:" line of /stats. */
 function statsOf(stderr: string): { conversation: number; reused: number; prefilled: number }[] {
-  return [...stderr.matchAll(/last turn: conversation (\d+) tokens, (\d+) reused from the cache, (\d+) prefilled/g)].map((m) => ({ conversation: Number(m[1]), reused: Number(m[2]), prefilled: Number(m[3]) }));
+  return [
+    ...stderr.matchAll(/last turn: conversation (\d+) tokens, (\d+) reused from the cache, (\d+) prefilled/g),
+  ].map((m) => ({ conversation: Number(m[1]), reused: Number(m[2]), prefilled: Number(m[3]) }));
 }
 
 test("piped stdin: each line a turn; the second turn prefills only the new message; /exit ends the session", () => {
-  const r = chat(["--system", "You are a preacher."], "Who was Moses?\n/stats\nAnd what did he say?\n/stats\n/exit\nnever answered\n/stats\n");
+  const r = chat(
+    ["--system", "You are a preacher."],
+    "Who was Moses?\n/stats\nAnd what did he say?\n/stats\n/exit\nnever answered\n/stats\n",
+  );
   assert.equal(r.status, 0, r.stderr);
   assert.doesNotMatch(r.stderr, /type a message/, "not interactive: no greeting");
   assert.ok(r.stdout.endsWith("\n") && r.stdout.trim() !== "", JSON.stringify(r.stdout));
@@ -36,7 +44,10 @@ test("piped stdin: each line a turn; the second turn prefills only the new messa
   assert.ok(first !== undefined && second !== undefined, r.stderr);
   assert.equal(first.reused, 0);
   assert.equal(first.prefilled, first.conversation);
-  assert.ok(second.reused >= first.conversation, `the whole first turn comes from the cache: ${JSON.stringify(second)}`);
+  assert.ok(
+    second.reused >= first.conversation,
+    `the whole first turn comes from the cache: ${JSON.stringify(second)}`,
+  );
   assert.equal(second.reused + second.prefilled, second.conversation);
   assert.match(r.stderr, /turns: 2, cache: \d+ positions/);
 });
@@ -56,14 +67,22 @@ test("-f FILE and -f -: /reset forgets the conversation and empties the cache; u
   assert.equal(after?.reused, 0, "after /reset nothing is reused");
   // each reply is followed by a newline (a reply may hold newlines of its own)
   const half = r.stdout.length / 2;
-  assert.equal(r.stdout.slice(0, half), r.stdout.slice(half), "the same first message after /reset gets the same greedy reply");
+  assert.equal(
+    r.stdout.slice(0, half),
+    r.stdout.slice(half),
+    "the same first message after /reset gets the same greedy reply",
+  );
 });
 
 test("a reply over the cached conversation equals generating from the whole conversation afresh", async () => {
   const loaded = loadModel(DEMO, undefined, { backend: "reference" });
   try {
     const tok = Tokenizer.fromMetadata(loaded.file.metadata);
-    const session = new ChatSession(loaded.model, tok, { system: "Be brief.", sampler: new Sampler({ temperature: 0 }), maxTokens: 10 });
+    const session = new ChatSession(loaded.model, tok, {
+      system: "Be brief.",
+      sampler: new Sampler({ temperature: 0 }),
+      maxTokens: 10,
+    });
     const messages: ChatMessage[] = [{ role: "system", content: "Be brief." }];
     for (const text of ["Who was Moses?", "And Aaron?", "What of Egypt?"]) {
       messages.push({ role: "user", content: text });
@@ -81,11 +100,17 @@ test("a reply over the cached conversation equals generating from the whole conv
 });
 
 test("a model without a chat template, and bad options, are clear errors", () => {
-  const r = spawnSync(process.execPath, [BIN, "chat", join(FIXTURE_DIR, "ds2-lite.gguf")], { input: "hi\n", encoding: "utf8" });
+  const r = spawnSync(process.execPath, [BIN, "chat", join(FIXTURE_DIR, "ds2-lite.gguf")], {
+    input: "hi\n",
+    encoding: "utf8",
+  });
   assert.equal(r.status, 1, r.stderr);
   assert.match(r.stderr, /^latent chat: .*chat_template/);
   assert.doesNotMatch(r.stderr, /\n\s+at /);
-  const noModel = spawnSync(process.execPath, [BIN, "chat", join(tmp.dir, "nope.gguf")], { input: "hi\n", encoding: "utf8" });
+  const noModel = spawnSync(process.execPath, [BIN, "chat", join(tmp.dir, "nope.gguf")], {
+    input: "hi\n",
+    encoding: "utf8",
+  });
   assert.equal(noModel.status, 2);
   assert.match(noModel.stderr, /^latent chat: model file not found/);
   const missing = chat(["-f", join(tmp.dir, "nope.txt")], "");

@@ -10,11 +10,16 @@ const BIN = join(ROOT, "bin", "latent.mjs");
 const MODEL = join(FIXTURE_DIR, "ds2-lite.gguf");
 
 test("--progress: a line per stage and per path-check run on stderr; none without it when stderr is not a terminal", () => {
-  const withProgress = spawnSync(process.execPath, [BIN, "doctor", MODEL, "--no-data", "--progress"], { encoding: "utf8" });
+  const withProgress = spawnSync(process.execPath, [BIN, "doctor", MODEL, "--no-data", "--progress"], {
+    encoding: "utf8",
+  });
   assert.equal(withProgress.status, 0, withProgress.stderr);
   const lines = withProgress.stderr.trimEnd().split("\n");
-  for (const stage of ["file", "load", "paths", "behaviour"]) assert.ok(lines.includes(`latent doctor: ${stage}…`), stage);
-  const runs = lines.filter((l) => /^latent doctor: paths \d+\/\d+: (prefill|decode) on the .* prompt \(\d+ tokens\)$/.test(l));
+  for (const stage of ["file", "load", "paths", "behaviour"])
+    assert.ok(lines.includes(`latent doctor: ${stage}…`), stage);
+  const runs = lines.filter((l) =>
+    /^latent doctor: paths \d+\/\d+: (prefill|decode) on the .* prompt \(\d+ tokens\)$/.test(l),
+  );
   assert.equal(runs.length, 6, withProgress.stderr);
   assert.match(runs.at(-1)!, /paths 6\/6/);
   assert.doesNotMatch(withProgress.stdout, /latent doctor: paths/, "progress stays off stdout");

@@ -20,7 +20,8 @@ for (const name of ["ds2-lite", "ds2-v3", "glm-dsa-topk8", "ds2-v3-mixed-q"]) {
     assert.ok(s.tensors !== undefined && s.tensors.length > 0);
     for (const t of s.tensors) {
       assert.ok(Array.isArray(t.hf_names) && t.hf_names.length > 0, `${t.name} has HF names`);
-      for (const hf of t.hf_names) assert.ok(hfToGguf(hf, "current")!.gguf.includes(t.name), `${t.name} → ${hf} → back`);
+      for (const hf of t.hf_names)
+        assert.ok(hfToGguf(hf, "current")!.gguf.includes(t.name), `${t.name} → ${hf} → back`);
     }
     const kb = s.tensors.find((t) => t.name === "blk.0.attn_k_b.weight")!;
     assert.deepEqual(kb.hf_names, ["model.layers.0.self_attn.kv_b_proj.weight"]);

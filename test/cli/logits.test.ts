@@ -21,7 +21,8 @@ interface LogitsJson {
   tokens: number[];
   logprobs: ((number | null)[] | [number, number | null][])[];
 }
-const json = async (argv: string[]): Promise<LogitsJson> => JSON.parse((await cli([...argv, "--json"])).out) as LogitsJson;
+const json = async (argv: string[]): Promise<LogitsJson> =>
+  JSON.parse((await cli([...argv, "--json"])).out) as LogitsJson;
 
 interface KitCase {
   tokens: number[];
@@ -36,7 +37,11 @@ for (const name of MODEL_NAMES) {
   const kc = expected.cases[0];
   const want = kc.logprobs_f32_weights ?? kc.logprobs;
   const tokens = kc.tokens.slice(0, 24);
-  for (const [path, extra] of [["reference", []], ["prefill", ["--chunk", "5"]], ["decode", []]] as const) {
+  for (const [path, extra] of [
+    ["reference", []],
+    ["prefill", ["--chunk", "5"]],
+    ["decode", []],
+  ] as const) {
     test(`${name}: logits --full --json on ${path} equals llama.cpp's log-probs`, async () => {
       const j = await json([gguf(name), "--tokens", tokens.join(","), "--path", path, ...extra, "--full"]);
       assert.equal(j.format, LOGITS_FORMAT);
@@ -46,7 +51,10 @@ for (const name of MODEL_NAMES) {
       assert.equal(j.logprobs.length, tokens.length);
       const rows = j.logprobs as (number | null)[][];
       for (const r of rows) assert.equal(r.length, j.n_vocab);
-      assert.ok(rows.every((r) => r.every((x) => x !== null)), "finite logits give no nulls");
+      assert.ok(
+        rows.every((r) => r.every((x) => x !== null)),
+        "finite logits give no nulls",
+      );
       const d = maxAbsDiff(rows as number[][], want.slice(0, tokens.length));
       assert.ok(d <= TOL, `max |Δ logprob| = ${d}`);
     });
@@ -96,7 +104,8 @@ test("parseTokenList accepts commas, spaces and brackets and rejects the rest", 
   assert.deepEqual(parseTokenList("1,2,3", 10), [1, 2, 3]);
   assert.deepEqual(parseTokenList(" 1, 2 ,3 ", 10), [1, 2, 3]);
   assert.deepEqual(parseTokenList("[4 5 6]", 10), [4, 5, 6]);
-  for (const bad of ["", "[]", "1,,2", "1,x", "-1", "1.5", "2,", "0x10", "1e2"]) assert.throws(() => parseTokenList(bad, 1000), UsageError, bad);
+  for (const bad of ["", "[]", "1,,2", "1,x", "-1", "1.5", "2,", "0x10", "1e2"])
+    assert.throws(() => parseTokenList(bad, 1000), UsageError, bad);
   assert.throws(() => parseTokenList("1,10", 10), /token id 10 \(entry 1\) is outside the vocabulary \(0\.\.9\)/);
 });
 
@@ -115,12 +124,17 @@ test("bad input is a UsageError with a clear message", async () => {
     [[m, "--tokens", "1", "--chunk", "4"], /--chunk applies to --path prefill only/],
     [[m, "--tokens", "1", "--bogus"], /Unknown option '--bogus'/],
   ];
-  for (const [argv, re] of cases) await assert.rejects(cli(argv), (e: unknown) => e instanceof UsageError && re.test(e.message), argv.join(" "));
+  for (const [argv, re] of cases)
+    await assert.rejects(cli(argv), (e: unknown) => e instanceof UsageError && re.test(e.message), argv.join(" "));
 });
 
 test("through the binary: JSON on stdout, tokens/s on stderr, usage errors exit 2 with one line", () => {
   const bin = join(ROOT, "bin", "latent.mjs");
-  const ok = spawnSync(process.execPath, [bin, "logits", gguf("ds2-lite"), "--tokens", "0,1,2", "--json", "--top", "2"], { encoding: "utf8" });
+  const ok = spawnSync(
+    process.execPath,
+    [bin, "logits", gguf("ds2-lite"), "--tokens", "0,1,2", "--json", "--top", "2"],
+    { encoding: "utf8" },
+  );
   assert.equal(ok.status, 0, ok.stderr);
   const j = JSON.parse(ok.stdout) as LogitsJson;
   assert.deepEqual(j.tokens, [0, 1, 2]);
@@ -129,5 +143,8 @@ test("through the binary: JSON on stdout, tokens/s on stderr, usage errors exit 
   const bad = spawnSync(process.execPath, [bin, "logits", gguf("ds2-lite"), "--tokens", "0,999"], { encoding: "utf8" });
   assert.equal(bad.status, 2);
   assert.equal(bad.stdout, "");
-  assert.match(bad.stderr, /^latent logits: --tokens: token id 999 \(entry 1\) is outside the vocabulary \(0\.\.299\)\n$/);
+  assert.match(
+    bad.stderr,
+    /^latent logits: --tokens: token id 999 \(entry 1\) is outside the vocabulary \(0\.\.299\)\n$/,
+  );
 });

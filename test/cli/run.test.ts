@@ -39,7 +39,20 @@ after(tmp.cleanup);
 
 test("--json: one object with text, tokens, finish_reason, logprobs and timings", async () => {
   const j = await runJson([M, "-p", "hello world", "-n", "10", "--temp", "0", "--ignore-eos", "--logprobs", "3"]);
-  assert.deepEqual(Object.keys(j), ["format", "model", "path", "backend", "decode", "seed", "prompt_tokens", "tokens", "text", "finish_reason", "logprobs", "timings"]);
+  assert.deepEqual(Object.keys(j), [
+    "format",
+    "model",
+    "path",
+    "backend",
+    "decode",
+    "seed",
+    "prompt_tokens",
+    "tokens",
+    "text",
+    "finish_reason",
+    "logprobs",
+    "timings",
+  ]);
   assert.equal(j.format, "latent-run/1");
   assert.equal(j.path, "prefill");
   assert.equal(j.decode, "host-sampling", "the CPU model samples every step on the host");
@@ -47,14 +60,26 @@ test("--json: one object with text, tokens, finish_reason, logprobs and timings"
   assert.equal(j.tokens.length, 10);
   assert.equal(j.finish_reason, "length");
   assert.equal(j.text, tok.decode(j.tokens, { skipSpecial: true }));
-  assert.deepEqual(j.logprobs.map((l) => l.id), j.tokens);
+  assert.deepEqual(
+    j.logprobs.map((l) => l.id),
+    j.tokens,
+  );
   for (const l of j.logprobs) {
     assert.equal(l.token, tok.decode([l.id]));
     assert.ok(l.logprob <= 0);
     assert.equal(l.top?.length, 3);
     assert.equal(l.top![0][1], l.logprob, "greedy picks the top alternative");
   }
-  for (const k of ["load_ms", "prompt_tokens", "prefill_ms", "prompt_tokens_per_second", "generated_tokens", "decode_steps", "decode_ms", "tokens_per_second"]) {
+  for (const k of [
+    "load_ms",
+    "prompt_tokens",
+    "prefill_ms",
+    "prompt_tokens_per_second",
+    "generated_tokens",
+    "decode_steps",
+    "decode_ms",
+    "tokens_per_second",
+  ]) {
     assert.equal(typeof j.timings[k], "number", k);
   }
   assert.equal(j.timings["generated_tokens"], 10);
@@ -85,11 +110,29 @@ test("streaming: stdout is the prompt, the text and a newline, timings with toke
   const r = await cli([M, "-p", "hello world", "-n", "15", "--seed", "11"]);
   const j = await runJson([M, "-p", "hello world", "-n", "15", "--seed", "11"]);
   assert.equal(r.out, "hello world" + j.text + "\n");
-  assert.match(r.err, /^loaded in [\d.]+ ms \| prompt: 8 tokens in [\d.]+ ms \([\d.]+ tokens\/s\) \| generated: \d+ tokens, \d+ decode steps in [\d.]+ ms \([\d.]+ tokens\/s\) \| finish: (stop|length) \| path prefill \| backend \S+ \| decode host-sampling \| seed 11\n$/);
+  assert.match(
+    r.err,
+    /^loaded in [\d.]+ ms \| prompt: 8 tokens in [\d.]+ ms \([\d.]+ tokens\/s\) \| generated: \d+ tokens, \d+ decode steps in [\d.]+ ms \([\d.]+ tokens\/s\) \| finish: (stop|length) \| path prefill \| backend \S+ \| decode host-sampling \| seed 11\n$/,
+  );
 });
 
 test("seeded sampling is reproducible; the default seed is random and reported", async () => {
-  const args = [M, "-p", "hello", "-n", "20", "--temp", "1.2", "--top-k", "0", "--top-p", "1", "--min-p", "0", "--ignore-eos"];
+  const args = [
+    M,
+    "-p",
+    "hello",
+    "-n",
+    "20",
+    "--temp",
+    "1.2",
+    "--top-k",
+    "0",
+    "--top-p",
+    "1",
+    "--min-p",
+    "0",
+    "--ignore-eos",
+  ];
   const a = await runJson([...args, "--seed", "5"]);
   const b = await runJson([...args, "--seed", "5"]);
   const c = await runJson([...args, "--seed", "6"]);
@@ -103,7 +146,11 @@ test("seeded sampling is reproducible; the default seed is random and reported",
 
 test("an end-of-generation token ends the run with finish_reason stop", async () => {
   // greedy from "hello world" on ds2-lite reaches EOS (id 1) within 40 tokens
-  const free = generateSync(loaded.model, tok, tok.encode("hello world"), { temperature: 0, maxTokens: 40, ignoreEog: true });
+  const free = generateSync(loaded.model, tok, tok.encode("hello world"), {
+    temperature: 0,
+    maxTokens: 40,
+    ignoreEog: true,
+  });
   const eos = free.tokens.indexOf(tok.eosId!);
   assert.ok(eos >= 0, "the fixture's greedy continuation contains EOS");
   const j = await runJson([M, "-p", "hello world", "-n", "40", "--temp", "0"]);
@@ -114,7 +161,11 @@ test("an end-of-generation token ends the run with finish_reason stop", async ()
 
 test("--stop cuts the text at a stop string", async () => {
   const free = await runJson([M, "-p", "hello world", "-n", "14", "--temp", "0", "--ignore-eos"]);
-  const stop = [...free.text].slice(-3).join("").replace(/\uFFFD/g, "") || free.text.slice(-1);
+  const stop =
+    [...free.text]
+      .slice(-3)
+      .join("")
+      .replace(/\uFFFD/g, "") || free.text.slice(-1);
   const j = await runJson([M, "-p", "hello world", "-n", "14", "--temp", "0", "--ignore-eos", "--stop", stop]);
   assert.equal(j.finish_reason, "stop");
   assert.equal(j.text, free.text.slice(0, free.text.indexOf(stop)));
@@ -130,7 +181,8 @@ test("--chat renders the chat template; BOS is not doubled when the template emi
     writeGGUF(out, m, tensorsToWrite(file));
     return out;
   };
-  const body = "{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}";
+  const body =
+    "{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}";
   const withBos = tpl("{{ bos_token }}" + body);
   const withoutBos = tpl(body);
   const rendered = "<system>be brief\n<user>hi there\n<assistant>";
@@ -143,7 +195,10 @@ test("--chat renders the chat template; BOS is not doubled when the template emi
   }
   file.close();
   // the fixture has no chat template: a clear error
-  await assert.rejects(cli([M, "-p", "hi", "--chat"]), (e: unknown) => e instanceof LatentError && /no tokenizer\.chat_template/.test(e.message));
+  await assert.rejects(
+    cli([M, "-p", "hi", "--chat"]),
+    (e: unknown) => e instanceof LatentError && /no tokenizer\.chat_template/.test(e.message),
+  );
 });
 
 test("bad input is a UsageError with a clear message", async () => {
@@ -161,17 +216,24 @@ test("bad input is a UsageError with a clear message", async () => {
     [[M, "-p", "x", "--nope"], /Unknown option '--nope'/],
     [[M, "-n", "--json", "-p", "x"], /--n-predict must be an integer ≥ 0 \(or -1\), got "--json"/],
   ];
-  for (const [argv, re] of cases) await assert.rejects(cli(argv), (e: unknown) => e instanceof UsageError && re.test(e.message), argv.join(" "));
+  for (const [argv, re] of cases)
+    await assert.rejects(cli(argv), (e: unknown) => e instanceof UsageError && re.test(e.message), argv.join(" "));
 });
 
 test("through the binary: streams text to stdout; usage errors exit 2", () => {
   const bin = join(ROOT, "bin", "latent.mjs");
-  const ok = spawnSync(process.execPath, [bin, "run", M, "-p", "hello", "-n", "5", "--temp", "0", "--ignore-eos"], { encoding: "utf8" });
+  const ok = spawnSync(process.execPath, [bin, "run", M, "-p", "hello", "-n", "5", "--temp", "0", "--ignore-eos"], {
+    encoding: "utf8",
+  });
   assert.equal(ok.status, 0, ok.stderr);
   const want = generateSync(loaded.model, tok, tok.encode("hello"), { temperature: 0, maxTokens: 5, ignoreEog: true });
   assert.equal(ok.stdout, "hello" + want.text + "\n", "the prompt is echoed before the generated text");
   assert.match(ok.stderr, /tokens\/s/);
-  const quiet = spawnSync(process.execPath, [bin, "run", M, "-p", "hello", "-n", "5", "--temp", "0", "--ignore-eos", "--no-echo"], { encoding: "utf8" });
+  const quiet = spawnSync(
+    process.execPath,
+    [bin, "run", M, "-p", "hello", "-n", "5", "--temp", "0", "--ignore-eos", "--no-echo"],
+    { encoding: "utf8" },
+  );
   assert.equal(quiet.status, 0, quiet.stderr);
   assert.equal(quiet.stdout, want.text + "\n", "--no-echo: only the generated text");
   const bad = spawnSync(process.execPath, [bin, "run", M], { encoding: "utf8" });

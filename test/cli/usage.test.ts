@@ -9,7 +9,8 @@ import { commands } from "../../src/cli/commands.js";
 
 const ROOT = join(import.meta.dirname, "..", "..");
 const BIN = join(ROOT, "bin", "latent.mjs");
-const latent = (...args: string[]): { status: number | null; stdout: string; stderr: string } => spawnSync(process.execPath, [BIN, ...args], { encoding: "utf8" });
+const latent = (...args: string[]): { status: number | null; stdout: string; stderr: string } =>
+  spawnSync(process.execPath, [BIN, ...args], { encoding: "utf8" });
 
 test("an unknown option is a usage error (exit 2, one line) for every command", () => {
   for (const c of commands) {

@@ -14,7 +14,11 @@ import { writeHfCheckpoint } from "../helpers/hf-checkpoint.js";
 
 function valuesOf(f: GGUFFile, name: string): Float32Array {
   const t = f.tensor(name);
-  return dequantize(t.type, f.readBytes(t), t.ne.reduce((a, b) => a * b, 1));
+  return dequantize(
+    t.type,
+    f.readBytes(t),
+    t.ne.reduce((a, b) => a * b, 1),
+  );
 }
 
 test("convert: FP8 block-scaled checkpoint → F32 GGUF within E4M3 noise of the original weights", () => {

@@ -16,7 +16,8 @@ import { DEMO_MODEL, DEMO_PROMPT, runDemo } from "../../src/cli/demo.js";
 import { oracleLogprobs } from "../helpers/oracle.js";
 import { exportHf } from "./hf-export.js";
 
-const fixture = (name: string): unknown => JSON.parse(readFileSync(new URL(`./fixtures/${name}`, import.meta.url), "utf8"));
+const fixture = (name: string): unknown =>
+  JSON.parse(readFileSync(new URL(`./fixtures/${name}`, import.meta.url), "utf8"));
 interface ProbeRow {
   ids: number[];
   logits: number[];
@@ -62,7 +63,8 @@ test("bundled model: latent's logits match transformers' fp32 logits ≤ 1e-3 (p
 test("bundled model: tokenizer = the trained HF tokenizer; greedy text = transformers' greedy text", () => {
   const f = GGUFFile.open(DEMO_MODEL);
   const tok = Tokenizer.fromMetadata(f.metadata);
-  for (const c of TOK_CASES) assert.deepEqual(tok.encode(c.text, { addSpecial: false, parseSpecial: true }), c.ids, JSON.stringify(c.text));
+  for (const c of TOK_CASES)
+    assert.deepEqual(tok.encode(c.text, { addSpecial: false, parseSpecial: true }), c.ids, JSON.stringify(c.text));
   for (const p of PROBES) assert.deepEqual(tok.encode(p.text), p.tokens);
   const { model } = loadModel(DEMO_MODEL);
   for (const g of GREEDY) {
@@ -87,10 +89,12 @@ test("bundled model → HF checkpoint (bf16) → latent convert --type F32: logi
       const d = maxDiff(rows, p);
       assert.ok(d <= 1e-3, `F32 "${p.text.slice(0, 20)}…": max |Δlogit| vs transformers ${d}`);
       let dl = 0;
-      rows.forEach((r, i) => logSoftmaxRow(r).forEach((v, j) => {
-        const o = lc[k][i][j];
-        if (o !== null && o !== undefined) dl = Math.max(dl, Math.abs(v - o));
-      }));
+      rows.forEach((r, i) =>
+        logSoftmaxRow(r).forEach((v, j) => {
+          const o = lc[k][i][j];
+          if (o !== null && o !== undefined) dl = Math.max(dl, Math.abs(v - o));
+        }),
+      );
       assert.ok(dl <= 1e-4, `F32 "${p.text.slice(0, 20)}…": max |Δlogprob| latent vs llama.cpp ${dl}`);
     });
   } finally {
@@ -101,7 +105,11 @@ test("bundled model → HF checkpoint (bf16) → latent convert --type F32: logi
 test("latent demo: streams the prompt and a greedy continuation, reports tokens/s", async () => {
   let out = "";
   let err = "";
-  await runDemo(["-n", "12", "--greedy-only", "--backend", "reference"], { out: (t) => void (out += t), err: (t) => void (err += t), tty: false });
+  await runDemo(["-n", "12", "--greedy-only", "--backend", "reference"], {
+    out: (t) => void (out += t),
+    err: (t) => void (err += t),
+    tty: false,
+  });
   assert.match(out, /--- greedy ---/);
   const g = GREEDY[0];
   assert.equal(g.prompt, DEMO_PROMPT);
@@ -109,5 +117,8 @@ test("latent demo: streams the prompt and a greedy continuation, reports tokens/
   assert.ok(out.includes(DEMO_PROMPT + tok.decode(g.ids.slice(0, 12))), out);
   assert.match(err, /latent-demo-kjv — deepseek2, 8\.9 M parameters/);
   assert.match(err, /generation [\d.]+ tokens\/s/);
-  await assert.rejects(runDemo(["--model", "/nonexistent.gguf"], { out: () => {}, err: () => {}, tty: false }), /model file not found/);
+  await assert.rejects(
+    runDemo(["--model", "/nonexistent.gguf"], { out: () => {}, err: () => {}, tty: false }),
+    /model file not found/,
+  );
 });

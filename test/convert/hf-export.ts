@@ -22,7 +22,9 @@ export interface ExportOptions {
 }
 
 /** Bytes of one safetensors file. */
-export function safetensorsBytes(tensors: readonly { name: string; dtype: string; shape: readonly number[]; data: Uint8Array }[]): Buffer {
+export function safetensorsBytes(
+  tensors: readonly { name: string; dtype: string; shape: readonly number[]; data: Uint8Array }[],
+): Buffer {
   const header: Record<string, unknown> = { __metadata__: { format: "pt" } };
   let off = 0;
   for (const t of tensors) {
@@ -33,20 +35,37 @@ export function safetensorsBytes(tensors: readonly { name: string; dtype: string
   while ((8 + Buffer.byteLength(json)) % 8 !== 0) json += " ";
   const len = Buffer.alloc(8);
   len.writeBigUInt64LE(BigInt(Buffer.byteLength(json)));
-  return Buffer.concat([len, Buffer.from(json), ...tensors.map((t) => Buffer.from(t.data.buffer, t.data.byteOffset, t.data.length))]);
+  return Buffer.concat([
+    len,
+    Buffer.from(json),
+    ...tensors.map((t) => Buffer.from(t.data.buffer, t.data.byteOffset, t.data.length)),
+  ]);
 }
 
 export function encodeValues(data: Float32Array, dtype: StDType): Uint8Array {
   if (dtype === "F32") return new Uint8Array(data.buffer.slice(data.byteOffset, data.byteOffset + data.byteLength));
   const out = Buffer.alloc(data.length * 2);
-  for (let i = 0; i < data.length; i++) out.writeUInt16LE(dtype === "F16" ? f32ToF16(data[i]) : f32ToBF16(data[i]), i * 2);
+  for (let i = 0; i < data.length; i++)
+    out.writeUInt16LE(dtype === "F16" ? f32ToF16(data[i]) : f32ToBF16(data[i]), i * 2);
   return new Uint8Array(out.buffer, out.byteOffset, out.length);
 }
 
 /** HF config.json of a synth config (the inverse of src/convert/hf-config.ts). */
 export function hfConfigOf(cfg: SynthConfig): Record<string, unknown> {
-  const modelType = cfg.arch === "glm-dsa" ? "glm_moe_dsa" : cfg.pre === "glm4" ? "glm4_moe_lite" : cfg.gating === "softmax" ? "deepseek_v2" : "deepseek_v3";
-  const arch = { glm_moe_dsa: "GlmMoeDsaForCausalLM", glm4_moe_lite: "Glm4MoeLiteForCausalLM", deepseek_v2: "DeepseekV2ForCausalLM", deepseek_v3: "DeepseekV3ForCausalLM" }[modelType];
+  const modelType =
+    cfg.arch === "glm-dsa"
+      ? "glm_moe_dsa"
+      : cfg.pre === "glm4"
+        ? "glm4_moe_lite"
+        : cfg.gating === "softmax"
+          ? "deepseek_v2"
+          : "deepseek_v3";
+  const arch = {
+    glm_moe_dsa: "GlmMoeDsaForCausalLM",
+    glm4_moe_lite: "Glm4MoeLiteForCausalLM",
+    deepseek_v2: "DeepseekV2ForCausalLM",
+    deepseek_v3: "DeepseekV3ForCausalLM",
+  }[modelType];
   const c: Record<string, unknown> = {
     architectures: [arch],
     model_type: modelType,
@@ -81,7 +100,13 @@ export function hfConfigOf(cfg: SynthConfig): Record<string, unknown> {
   }
   if (modelType === "deepseek_v2") c.scoring_func = cfg.gating;
   if (cfg.yarn !== null) {
-    c.rope_scaling = { type: "yarn", factor: cfg.yarn.factor, original_max_position_embeddings: cfg.yarn.orig_ctx, mscale: cfg.yarn.mscale_all_dim, mscale_all_dim: cfg.yarn.mscale_all_dim };
+    c.rope_scaling = {
+      type: "yarn",
+      factor: cfg.yarn.factor,
+      original_max_position_embeddings: cfg.yarn.orig_ctx,
+      mscale: cfg.yarn.mscale_all_dim,
+      mscale_all_dim: cfg.yarn.mscale_all_dim,
+    };
   }
   if (cfg.indexer !== null) {
     c.index_n_heads = cfg.indexer.heads;
@@ -92,7 +117,12 @@ export function hfConfigOf(cfg: SynthConfig): Record<string, unknown> {
 }
 
 /** Write `file` (a deepseek2 / glm-dsa GGUF) as an HF checkpoint directory with this config.json (see hfConfigOf). */
-export function exportHf(file: GGUFFile, config: Record<string, unknown>, dir: string, opts: ExportOptions = {}): Map<string, HFTensor> {
+export function exportHf(
+  file: GGUFFile,
+  config: Record<string, unknown>,
+  dir: string,
+  opts: ExportOptions = {},
+): Map<string, HFTensor> {
   mkdirSync(dir, { recursive: true });
   const dtype = opts.dtype ?? "F32";
   const c = parseConfig(file.metadata, file.tensors.get("token_embd.weight")?.ne[1]);
@@ -131,7 +161,8 @@ export function exportHf(file: GGUFFile, config: Record<string, unknown>, dir: s
   }
   const tensors = entries.map((e) => ({ name: e.name, dtype, shape: e.shape, data: encodeValues(e.values, dtype) }));
   const per = opts.shardTensors;
-  if (per === undefined || per >= tensors.length) writeFileSync(join(dir, "model.safetensors"), safetensorsBytes(tensors));
+  if (per === undefined || per >= tensors.length)
+    writeFileSync(join(dir, "model.safetensors"), safetensorsBytes(tensors));
   else {
     const n = Math.ceil(tensors.length / per);
     const weightMap: Record<string, string> = {};
@@ -161,7 +192,16 @@ function writeTokenizer(file: GGUFFile, dir: string, pairMerges: boolean): void 
   const vocab: Record<string, number> = {};
   const added: unknown[] = [];
   tokens.forEach((t, i) => {
-    if (types[i] === 3 || types[i] === 4) added.push({ id: i, content: t, single_word: false, lstrip: false, rstrip: false, normalized: false, special: types[i] === 3 });
+    if (types[i] === 3 || types[i] === 4)
+      added.push({
+        id: i,
+        content: t,
+        single_word: false,
+        lstrip: false,
+        rstrip: false,
+        normalized: false,
+        special: types[i] === 3,
+      });
     else vocab[t] = i;
   });
   const key = pre === "chatglm-bpe" ? "glm4" : pre;
@@ -172,13 +212,26 @@ function writeTokenizer(file: GGUFFile, dir: string, pairMerges: boolean): void 
     pre_tokenizer: {
       type: "Sequence",
       pretokenizers: [
-        ...PRE_TOKENIZER_REGEXES[key].map((r) => ({ type: "Split", pattern: { Regex: r }, behavior: "Isolated", invert: false })),
+        ...PRE_TOKENIZER_REGEXES[key].map((r) => ({
+          type: "Split",
+          pattern: { Regex: r },
+          behavior: "Isolated",
+          invert: false,
+        })),
         { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: false },
       ],
     },
     post_processor: null,
     decoder: { type: "ByteLevel", add_prefix_space: true, trim_offsets: true, use_regex: true },
-    model: { type: "BPE", dropout: null, unk_token: null, byte_fallback: false, ignore_merges: false, vocab, merges: pairMerges ? merges.map((m) => m.split(" ")) : merges },
+    model: {
+      type: "BPE",
+      dropout: null,
+      unk_token: null,
+      byte_fallback: false,
+      ignore_merges: false,
+      vocab,
+      merges: pairMerges ? merges.map((m) => m.split(" ")) : merges,
+    },
   };
   writeFileSync(join(dir, "tokenizer.json"), JSON.stringify(tj));
   const id = (k: string): string | undefined => {

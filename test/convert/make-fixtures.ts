@@ -15,7 +15,10 @@ const src = process.argv[2];
 if (src === undefined) throw new Error("usage: make-fixtures.ts OUT");
 const dst = new URL("./fixtures/", import.meta.url).pathname;
 mkdirSync(dst, { recursive: true });
-const probe = JSON.parse(readFileSync(join(src, "probe.json"), "utf8")) as { probes: Probe[] } & Record<string, unknown>;
+const probe = JSON.parse(readFileSync(join(src, "probe.json"), "utf8")) as { probes: Probe[] } & Record<
+  string,
+  unknown
+>;
 const probes = probe.probes.map((p) => {
   const buf = Buffer.from(p.logits_f32_base64, "base64");
   const all = new Float32Array(buf.buffer, buf.byteOffset, buf.byteLength / 4);
@@ -30,7 +33,10 @@ const probes = probe.probes.map((p) => {
   return { text: p.text, tokens: p.tokens, vocab: V, rows };
 });
 const { probes: _p, ...rest } = probe;
-writeFileSync(join(dst, "demo-probe.json"), JSON.stringify({ ...rest, source: "tools/train-demo/train.py (transformers 5.17, fp32, CPU, eager)", probes }));
+writeFileSync(
+  join(dst, "demo-probe.json"),
+  JSON.stringify({ ...rest, source: "tools/train-demo/train.py (transformers 5.17, fp32, CPU, eager)", probes }),
+);
 copyFileSync(join(src, "greedy.json"), join(dst, "demo-greedy.json"));
 copyFileSync(join(src, "tokenizer-cases.json"), join(dst, "demo-tokenizer-cases.json"));
 console.log(`wrote ${dst}`);

@@ -18,7 +18,11 @@ import { exportHf, hfConfigOf, safetensorsBytes } from "./hf-export.js";
 
 const CASES: SynthCase[] = [
   { label: "v3", base: "tiny", over: {} },
-  { label: "v2-lite-softmax", base: "tiny", over: { q_lora: 0, gating: "softmax", w_norm: false, w_scale: 1, exp_bias: false, pre: "deepseek-llm", yarn: null } },
+  {
+    label: "v2-lite-softmax",
+    base: "tiny",
+    over: { q_lora: 0, gating: "softmax", w_norm: false, w_scale: 1, exp_bias: false, pre: "deepseek-llm", yarn: null },
+  },
   { label: "glm47-flash-like", base: "tiny", over: { pre: "glm4", yarn: null, groups: 0, groups_used: 0 } },
   { label: "glm-dsa", base: "tiny-glm", over: {} },
 ];
@@ -90,10 +94,17 @@ test("round trip: BF16 and F16 sources, fused transformers-5 experts, shards and
   try {
     const orig = GGUFFile.open(m.path);
     exportHf(orig, hfConfigOf(synthConfig(c)), join(t.dir, "plain"));
-    exportHf(orig, hfConfigOf(synthConfig(c)), join(t.dir, "fused"), { fusedExperts: true, shardTensors: 7, pairMerges: true });
+    exportHf(orig, hfConfigOf(synthConfig(c)), join(t.dir, "fused"), {
+      fusedExperts: true,
+      shardTensors: 7,
+      pairMerges: true,
+    });
     convertHf(join(t.dir, "plain"), join(t.dir, "plain.gguf"), { type: "F32", name: "m" });
     convertHf(join(t.dir, "fused"), join(t.dir, "fused.gguf"), { type: "F32", name: "m" });
-    assert.ok(readFileSync(join(t.dir, "plain.gguf")).equals(readFileSync(join(t.dir, "fused.gguf"))), "fused + sharded + pair merges → identical GGUF");
+    assert.ok(
+      readFileSync(join(t.dir, "plain.gguf")).equals(readFileSync(join(t.dir, "fused.gguf"))),
+      "fused + sharded + pair merges → identical GGUF",
+    );
 
     exportHf(orig, hfConfigOf(synthConfig(c)), join(t.dir, "bf16"), { dtype: "BF16" });
     convertHf(join(t.dir, "bf16"), join(t.dir, "bf16.gguf"), { type: "F32" });
@@ -132,7 +143,9 @@ for (const type of ["Q8_0", "Q4_K_M"]) {
       const b = evaluateAll(loadModel(join(t.dir, "q.gguf")).model, toks, { path: "prefill" });
       let maxd = 0;
       let scale = 0;
-      a.forEach((row, i) => row.forEach((x, j) => ((maxd = Math.max(maxd, Math.abs(x - b[i][j]))), (scale = Math.max(scale, Math.abs(x))))));
+      a.forEach((row, i) =>
+        row.forEach((x, j) => ((maxd = Math.max(maxd, Math.abs(x - b[i][j]))), (scale = Math.max(scale, Math.abs(x))))),
+      );
       assert.ok(maxd < 0.25 * scale, `${type}: max |Δlogit| ${maxd} vs max |logit| ${scale}`);
     } finally {
       t.done();
@@ -150,8 +163,14 @@ test("convert errors: unsupported architecture, dtype, missing files, truncated 
   try {
     exportHf(GGUFFile.open(m.path), hfConfigOf(synthConfig(c)), hf);
     const cfg = JSON.parse(readFileSync(join(hf, "config.json"), "utf8")) as Record<string, unknown>;
-    writeFileSync(join(hf, "config.json"), JSON.stringify({ ...cfg, architectures: ["LlamaForCausalLM"], model_type: "llama" }));
-    assert.throws(() => convertHf(hf, out), (e: Error) => e instanceof ConvertError && /unsupported architecture LlamaForCausalLM/.test(e.message));
+    writeFileSync(
+      join(hf, "config.json"),
+      JSON.stringify({ ...cfg, architectures: ["LlamaForCausalLM"], model_type: "llama" }),
+    );
+    assert.throws(
+      () => convertHf(hf, out),
+      (e: Error) => e instanceof ConvertError && /unsupported architecture LlamaForCausalLM/.test(e.message),
+    );
     writeFileSync(join(hf, "config.json"), JSON.stringify({ ...cfg, rope_scaling: { type: "linear", factor: 2 } }));
     assert.throws(() => convertHf(hf, out), /rope type "linear" is not supported/);
     writeFileSync(join(hf, "config.json"), JSON.stringify(cfg));
@@ -159,9 +178,15 @@ test("convert errors: unsupported architecture, dtype, missing files, truncated 
     const st = readFileSync(join(hf, "model.safetensors"));
     writeFileSync(join(hf, "model.safetensors"), st.subarray(0, st.length - 100));
     assert.throws(() => convertHf(hf, out), /ends past the end of the file/);
-    writeFileSync(join(hf, "model.safetensors"), safetensorsBytes([{ name: "model.embed_tokens.weight", dtype: "F8_E4M3", shape: [4], data: new Uint8Array(4) }]));
+    writeFileSync(
+      join(hf, "model.safetensors"),
+      safetensorsBytes([{ name: "model.embed_tokens.weight", dtype: "F8_E4M3", shape: [4], data: new Uint8Array(4) }]),
+    );
     assert.throws(() => convertHf(hf, out), /dtype F8_E4M3 is not supported.*FP8/);
-    writeFileSync(join(hf, "model.safetensors"), safetensorsBytes([{ name: "model.embed_tokens.weight", dtype: "I32", shape: [4], data: new Uint8Array(16) }]));
+    writeFileSync(
+      join(hf, "model.safetensors"),
+      safetensorsBytes([{ name: "model.embed_tokens.weight", dtype: "I32", shape: [4], data: new Uint8Array(16) }]),
+    );
     assert.throws(() => convertHf(hf, out), /dtype I32 is not supported/);
     unlinkSync(join(hf, "model.safetensors"));
     assert.throws(() => convertHf(hf, out), /no model\.safetensors or model\.safetensors\.index\.json/);

@@ -13,7 +13,13 @@ const m = synthModel({ label: "doc-cli", base: "tiny", over: {} }, 3);
 after(m.cleanup);
 
 function capture(): CliIO & { stdout: string; stderr: string } {
-  const io = { stdout: "", stderr: "", tty: false, out: (t: string) => void (io.stdout += t), err: (t: string) => void (io.stderr += t) };
+  const io = {
+    stdout: "",
+    stderr: "",
+    tty: false,
+    out: (t: string) => void (io.stdout += t),
+    err: (t: string) => void (io.stderr += t),
+  };
   return io;
 }
 
@@ -28,12 +34,15 @@ test("--json: documented shape, healthy exit 0; --html: self-contained with an S
   assert.equal(r.exitCode, 0);
   for (const k of ["target", "findings", "file", "paths", "behaviour", "timingsMs"]) assert.ok(k in r, k);
   const file = r.file as Record<string, unknown>;
-  for (const k of ["paths", "arch", "generation", "tensorCount", "bytes", "types", "stats"]) assert.ok(k in file, `file.${k}`);
+  for (const k of ["paths", "arch", "generation", "tensorCount", "bytes", "types", "stats"])
+    assert.ok(k in file, `file.${k}`);
   const paths = r.paths as { comparisons: Record<string, unknown>[] };
-  for (const k of ["prompt", "tokens", "path", "maxKL", "meanKL", "top1Agreement"]) assert.ok(k in paths.comparisons[0], `paths.comparisons[].${k}`);
+  for (const k of ["prompt", "tokens", "path", "maxKL", "meanKL", "top1Agreement"])
+    assert.ok(k in paths.comparisons[0], `paths.comparisons[].${k}`);
   const beh = r.behaviour as { probes: unknown[]; norms: Record<string, unknown>[] };
   assert.equal(beh.norms.length, 2);
-  for (const k of ["layer", "residual", "attn", "ffn", "absMax", "qAbsMax"]) assert.ok(k in beh.norms[0], `behaviour.norms[].${k}`);
+  for (const k of ["layer", "residual", "attn", "ffn", "absMax", "qAbsMax"])
+    assert.ok(k in beh.norms[0], `behaviour.norms[].${k}`);
   const page = readFileSync(html, "utf8");
   assert.match(page, /<svg[^>]*>.*<polyline/s);
   assert.doesNotMatch(page, /<script|<link|src="http/);
@@ -56,7 +65,16 @@ test("usage errors (exit 2 via main): no model, missing file", async () => {
 
 test("--backend cpu: the fast kernels' prefill/decode agree with the reference on a mixed-quant kit model", async () => {
   const io = capture();
-  const code = await doctorMain([new URL("../fixtures/models/ds2-v3-mixed-q.gguf", import.meta.url).pathname, "--backend", "cpu", "--json", "--no-data"], io);
+  const code = await doctorMain(
+    [
+      new URL("../fixtures/models/ds2-v3-mixed-q.gguf", import.meta.url).pathname,
+      "--backend",
+      "cpu",
+      "--json",
+      "--no-data",
+    ],
+    io,
+  );
   assert.equal(code, 0, io.stdout);
   const r = JSON.parse(io.stdout) as { paths: { comparisons: { maxKL: number | string }[] } };
   assert.ok(r.paths.comparisons.every((c) => typeof c.maxKL === "number" && c.maxKL < 1e-3));

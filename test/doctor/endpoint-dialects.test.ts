@@ -30,16 +30,25 @@ for (const c of cases) {
       assert.equal(e.mode, c.logprobMode);
       assert.equal(e.verdict, "match");
       // three probes (1 token, a sentence, longer than a prefill chunk), 16 generated tokens each, compared
-      assert.deepEqual(e.probes!.map((p) => p.generated.length), [16, 16, 16]);
+      assert.deepEqual(
+        e.probes!.map((p) => p.generated.length),
+        [16, 16, 16],
+      );
       assert.equal(e.probes![0].promptTokens, 1);
       assert.ok(e.probes![2].promptTokens > 256);
       assert.equal(e.decode!.n, c.mode === "llama-server" ? 45 : 48); // the first generated token is prefill where no prompt log-probs exist
-      assert.ok(e.decode!.meanKL < 1e-8 && e.prefill!.meanGap < 1e-4, JSON.stringify({ prefill: e.prefill, decode: e.decode }));
+      assert.ok(
+        e.decode!.meanKL < 1e-8 && e.prefill!.meanGap < 1e-4,
+        JSON.stringify({ prefill: e.prefill, decode: e.decode }),
+      );
       assert.ok(e.tokenization!.checked > 0 && e.tokenization!.mismatches === 0, JSON.stringify(e.tokenization));
       if (c.mode === "llama-server") {
         // the vLLM /tokenize body got {"tokens": []} and echo got HTTP 500: both tried, neither taken for an answer
         assert.equal(e.tokenization!.via, "tokenize");
-        assert.ok(e.attempts!.some((a) => a.dialect === "echo" && /500/.test(a.error)), JSON.stringify(e.attempts));
+        assert.ok(
+          e.attempts!.some((a) => a.dialect === "echo" && /500/.test(a.error)),
+          JSON.stringify(e.attempts),
+        );
         assert.ok(s.requests.filter((q) => q === "POST /tokenize").length >= 6, JSON.stringify(s.requests));
       }
     } finally {

@@ -20,7 +20,10 @@ test("latent serve on a demo file with k_b/v_b swapped, doctor given the same fi
     const r = await runDoctor({ model: path, endpoint: `${server.url}/v1` });
     assert.equal(r.exitCode, 1, JSON.stringify(r.findings));
     assert.ok(r.endpoint!.verdict === "match" || r.endpoint!.verdict === "close", r.endpoint!.verdict);
-    assert.ok(r.findings.some((f) => f.severity === "error" && (f.code === "attention-unpaired" || f.code === "miscalibrated")), JSON.stringify(r.findings.map((f) => f.code)));
+    assert.ok(
+      r.findings.some((f) => f.severity === "error" && (f.code === "attention-unpaired" || f.code === "miscalibrated")),
+      JSON.stringify(r.findings.map((f) => f.code)),
+    );
   } finally {
     await server.close();
   }

@@ -35,7 +35,10 @@ test("log-probs of 0.9 × logits (SGLang native): error, temperature named", asy
 });
 
 test("wrong RoPE base off the candidate grid (vLLM): error, fitted base named", async () => {
-  await mismatch({ mode: "vllm", model: withRopeBase(model, 40_000) }, /RoPE base ≈ 40000 \(fitted\) instead of the file.s 10000/);
+  await mismatch(
+    { mode: "vllm", model: withRopeBase(model, 40_000) },
+    /RoPE base ≈ 40000 \(fitted\) instead of the file.s 10000/,
+  );
 });
 
 test("one expert zeroed (vLLM): error, expert and layer named", async () => {

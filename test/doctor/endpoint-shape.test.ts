@@ -22,6 +22,7 @@ test("flat log-probs with only the actual token in each prompt_logprobs entry: n
   }
   assert.equal(r.exitCode, 1, JSON.stringify(r.findings));
   const codes = r.findings.filter((x) => x.severity === "error").map((x) => x.code);
-  for (const code of ["logprobs-flat", "logprobs-incomplete", "logprobs-mismatch"]) assert.ok(codes.includes(code), JSON.stringify(r.findings));
+  for (const code of ["logprobs-flat", "logprobs-incomplete", "logprobs-mismatch"])
+    assert.ok(codes.includes(code), JSON.stringify(r.findings));
   assert.ok(r.endpoint!.prefill!.meanGap > 1, JSON.stringify(r.endpoint!.prefill));
 });

@@ -21,7 +21,14 @@ const cases: { mode: FakeDialect; via: string; message: RegExp; noEcho?: boolean
 
 for (const c of cases) {
   test(`${c.mode}${c.noEcho === true ? " without echo" : ""} without /tokenize, text path drops BOS: tokenization error (${c.via}), exit 1`, async () => {
-    const s = await startFakeServer({ model, tokenizer, mode: c.mode, noTokenize: true, textDropsBos: true, ...(c.noEcho === true ? { noEcho: true } : {}) });
+    const s = await startFakeServer({
+      model,
+      tokenizer,
+      mode: c.mode,
+      noTokenize: true,
+      textDropsBos: true,
+      ...(c.noEcho === true ? { noEcho: true } : {}),
+    });
     try {
       const r = await runDoctor({ model: DEMO, endpoint: s.url });
       assert.equal(r.exitCode, 1, JSON.stringify(r.findings));
@@ -45,7 +52,10 @@ test("llama-server whose /tokenize ignores add_special (no BOS) while completion
     const r = await runDoctor({ model: DEMO, endpoint: s.url });
     assert.equal(r.exitCode, 0, JSON.stringify(r.findings));
     assert.ok(!r.findings.some((f) => f.severity !== "info"), JSON.stringify(r.findings));
-    assert.ok(r.findings.some((f) => f.code === "tokenize-route-no-bos"), JSON.stringify(r.findings));
+    assert.ok(
+      r.findings.some((f) => f.code === "tokenize-route-no-bos"),
+      JSON.stringify(r.findings),
+    );
     assert.equal(r.endpoint!.tokenization!.mismatches, 0);
   } finally {
     await s.close();

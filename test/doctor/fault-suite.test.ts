@@ -14,9 +14,16 @@ import { DEMO_MODEL, DEMO_VARIANTS, writeDemoVariant } from "../helpers/demo-fau
 
 /** The finding codes that name each fault's cause (any one suffices; the message is checked too). */
 const CAUSES: Record<string, { codes: readonly string[]; message: RegExp }> = {
-  "k_b-v_b-swapped": { codes: ["miscalibrated", "attention-unpaired"], message: /confidently wrong.*NLL|attn_k_b\/attn_v_b are swapped/s },
+  "k_b-v_b-swapped": {
+    codes: ["miscalibrated", "attention-unpaired"],
+    message: /confidently wrong.*NLL|attn_k_b\/attn_v_b are swapped/s,
+  },
   "k_b-reshaped": { codes: ["k-b-unpaired"], message: /attn_k_b does not match.*reshaped instead of transposed/s },
-  "legacy-kv-b-head-order": { codes: ["miscalibrated", "attention-unpaired", "attention-heads-reordered"], message: /confidently wrong.*NLL|attn_kv_b rows are in the wrong head order|attn_kv_b heads are in the wrong order/s },
+  "legacy-kv-b-head-order": {
+    codes: ["miscalibrated", "attention-unpaired", "attention-heads-reordered"],
+    message:
+      /confidently wrong.*NLL|attn_kv_b rows are in the wrong head order|attn_kv_b heads are in the wrong order/s,
+  },
   "rope-base-1e6": { codes: ["published-config-mismatch"], message: /rope\.freq_base = 1000000.*publishes 10000/ },
   "yarn-wrong-factor": { codes: ["published-config-mismatch"], message: /rope\.scaling\.type = yarn.*publishes none/ },
   "experts-swapped-in-gate": { codes: ["expert-mispaired"], message: /layer 2, expert [05].*expert [05]'s up/ },
@@ -25,13 +32,22 @@ const CAUSES: Record<string, { codes: readonly string[]; message: RegExp }> = {
   "q8_0-scales-shifted": { codes: ["q8-scales-misaligned"], message: /token_embd\.weight.*one block off/ },
   "exp_probs_b-dropped": { codes: ["sigmoid-without-bias", "published-config-mismatch"], message: /exp_probs_b/ },
   "softmax-gating-with-bias": { codes: ["softmax-with-bias", "published-config-mismatch"], message: /softmax/ },
-  "k_b-v_b-swapped-in-one-layer": { codes: ["attention-unpaired"], message: /in 1 of 6 layers.*layer \(q·k, v·o\): 3 .*swapped/s },
-  "legacy-kv-b-heads-1-2-exchanged": { codes: ["attention-heads-reordered"], message: /attn_kv_b heads are in the wrong order.*1→2, 2→1/s },
+  "k_b-v_b-swapped-in-one-layer": {
+    codes: ["attention-unpaired"],
+    message: /in 1 of 6 layers.*layer \(q·k, v·o\): 3 .*swapped/s,
+  },
+  "legacy-kv-b-heads-1-2-exchanged": {
+    codes: ["attention-heads-reordered"],
+    message: /attn_kv_b heads are in the wrong order.*1→2, 2→1/s,
+  },
   "rope-rows-half-split": { codes: ["miscalibrated"], message: /confidently wrong/ },
-  "experts-swapped-in-down": { codes: ["expert-down-mispaired"], message: /layer 1: expert [27]'s up rows pair with expert [27]'s down columns/ },
+  "experts-swapped-in-down": {
+    codes: ["expert-down-mispaired"],
+    message: /layer 1: expert [27]'s up rows pair with expert [27]'s down columns/,
+  },
   "experts-swapped-in-up": { codes: ["expert-mispaired"], message: /layer 4, expert [16]/ },
   "gate-up-exchanged-in-shared-expert": { codes: ["gate-up-exchanged"], message: /shexp|shared/ },
-"output-head-scaled": { codes: ["underconfident"], message: /scaled down/ },
+  "output-head-scaled": { codes: ["underconfident"], message: /scaled down/ },
   "q8_0-scales-shifted-everywhere": { codes: ["q8-scales-misaligned"], message: /one block off/ },
 };
 /** Faults the doctor does not catch yet (docs/doctor.md, "what it cannot see"); their tests only prove the effect. */
@@ -48,7 +64,9 @@ after(() => rmSync(dir, { recursive: true, force: true }));
 function logprobs(path: string): Float64Array[] {
   const { model, config, file } = loadModel(path);
   try {
-    const ids = Tokenizer.fromMetadata(file.metadata).encode(CALIBRATION_TEXT).filter((t) => t < config.nVocab);
+    const ids = Tokenizer.fromMetadata(file.metadata)
+      .encode(CALIBRATION_TEXT)
+      .filter((t) => t < config.nVocab);
     const logits = model.forward(ids, undefined, { path: "reference", logits: "all" });
     const V = config.nVocab;
     return Array.from({ length: ids.length }, (_, i) => logSoftmaxRow(logits.subarray(i * V, (i + 1) * V)));
@@ -82,7 +100,10 @@ for (const v of DEMO_VARIANTS) {
     const e = effect(path);
     if (!v.healthy) {
       // A measurable change: more than requantizing to Q4_K does (top-1 0.875, KL 0.032 measured) on at least one count.
-      assert.ok(e.top1 < 0.95 || e.kl > 0.02, `${v.name} does not change behaviour: top-1 ${e.top1.toFixed(3)}, KL ${e.kl.toFixed(4)}`);
+      assert.ok(
+        e.top1 < 0.95 || e.kl > 0.02,
+        `${v.name} does not change behaviour: top-1 ${e.top1.toFixed(3)}, KL ${e.kl.toFixed(4)}`,
+      );
     }
     if (NOT_CAUGHT.has(v.name)) return;
     const r = await runDoctor({ model: path, greedyTokens: 0 });
@@ -91,8 +112,14 @@ for (const v of DEMO_VARIANTS) {
       assert.deepEqual(errors, []);
       assert.equal(r.exitCode, 0);
       assert.equal(r.verdict, "healthy");
-      assert.ok(r.findings.some((f) => f.code === "identified"), "the demo model is identified by its shapes");
-      assert.ok(r.findings.some((f) => f.code === "calibration"), JSON.stringify(r.findings.map((f) => f.code)));
+      assert.ok(
+        r.findings.some((f) => f.code === "identified"),
+        "the demo model is identified by its shapes",
+      );
+      assert.ok(
+        r.findings.some((f) => f.code === "calibration"),
+        JSON.stringify(r.findings.map((f) => f.code)),
+      );
       return;
     }
     assert.equal(r.exitCode, 1, JSON.stringify(r.findings.map((f) => f.code)));
@@ -100,6 +127,9 @@ for (const v of DEMO_VARIANTS) {
     const cause = CAUSES[v.name];
     const named = errors.filter((f) => cause.codes.includes(f.code));
     assert.ok(named.length > 0, `expected ${cause.codes.join(" or ")}, got ${errors.map((f) => f.code).join(", ")}`);
-    assert.ok(named.some((f) => cause.message.test(f.message)), named.map((f) => f.message).join("\n"));
+    assert.ok(
+      named.some((f) => cause.message.test(f.message)),
+      named.map((f) => f.message).join("\n"),
+    );
   });
 }

@@ -28,7 +28,10 @@ function divergence(r: DoctorReport): { message: string; matching: string[] } {
 }
 
 /** Logits of the reference, prefill (12 tokens) and decode (the rest) paths over the same 16 tokens. */
-function pathLogits(model: DeepSeek2, tokens: readonly number[]): Record<"reference" | "prefill" | "decode", Float32Array[]> {
+function pathLogits(
+  model: DeepSeek2,
+  tokens: readonly number[],
+): Record<"reference" | "prefill" | "decode", Float32Array[]> {
   const cache = new LatentCache(model.config);
   return {
     reference: [model.forward(tokens, undefined, { path: "reference", logits: "all" })],
@@ -41,7 +44,8 @@ test("fault models: no fault is the clean model bit for bit; each fault changes 
   const { model } = loadModel(m.path);
   const tokens = randomTokens(16, 5, 1, model.config.nVocab);
   const clean = pathLogits(model, tokens);
-  const same = (a: Float32Array[], b: Float32Array[]): boolean => a.length === b.length && a.every((x, i) => Buffer.from(x.buffer).equals(Buffer.from(b[i].buffer)));
+  const same = (a: Float32Array[], b: Float32Array[]): boolean =>
+    a.length === b.length && a.every((x, i) => Buffer.from(x.buffer).equals(Buffer.from(b[i].buffer)));
   const cases: [Faults, ("reference" | "prefill" | "decode")[]][] = [
     [{}, []],
     [{ attnOutUnwritten: "decode" }, ["decode"]],
@@ -56,7 +60,11 @@ test("fault models: no fault is the clean model bit for bit; each fault changes 
     const got = pathLogits(withFaults(model, faults), tokens);
     for (const path of ["reference", "prefill", "decode"] as const) {
       const changed = !same(got[path], clean[path]);
-      assert.equal(changed, broken.includes(path), `${JSON.stringify(faults)} on the ${path} path: ${changed ? "changed" : "unchanged"}`);
+      assert.equal(
+        changed,
+        broken.includes(path),
+        `${JSON.stringify(faults)} on the ${path} path: ${changed ? "changed" : "unchanged"}`,
+      );
     }
   }
 });
@@ -85,11 +93,38 @@ test("healthy: a second, clean implementation raises no alarm", async () => {
 });
 
 const CASES: { name: string; faults: Faults; cause: RegExp; match: RegExp; paths?: RegExp }[] = [
-  { name: "k_b and v_b swapped", faults: { swapKvB: true }, cause: /attention output differs.*attn_k_b.*attn_v_b/s, match: /attn_k_b and attn_v_b swapped/, paths: /prefill|decode/ },
-  { name: "NeoX instead of interleaved rope", faults: { neoxRope: true }, cause: /RoPE.*interleaved pairs, not NeoX/s, match: /NeoX/ },
-  { name: "softmax instead of sigmoid gating", faults: { softmaxGating: true }, cause: /router logits agree but the MoE output differs.*gating function/s, match: /softmax router gating instead of sigmoid/ },
-  { name: "correction bias applied to the weights", faults: { biasInWeights: true }, cause: /router logits agree but the MoE output differs.*correction bias/s, match: /correction bias \(exp_probs_b\) added to the expert weights/ },
-  { name: "attention output never written (decode)", faults: { attnOutUnwritten: "decode" }, cause: /decode path.*attn_out.*never written/s, match: /never written/, paths: /^the decode path/ },
+  {
+    name: "k_b and v_b swapped",
+    faults: { swapKvB: true },
+    cause: /attention output differs.*attn_k_b.*attn_v_b/s,
+    match: /attn_k_b and attn_v_b swapped/,
+    paths: /prefill|decode/,
+  },
+  {
+    name: "NeoX instead of interleaved rope",
+    faults: { neoxRope: true },
+    cause: /RoPE.*interleaved pairs, not NeoX/s,
+    match: /NeoX/,
+  },
+  {
+    name: "softmax instead of sigmoid gating",
+    faults: { softmaxGating: true },
+    cause: /router logits agree but the MoE output differs.*gating function/s,
+    match: /softmax router gating instead of sigmoid/,
+  },
+  {
+    name: "correction bias applied to the weights",
+    faults: { biasInWeights: true },
+    cause: /router logits agree but the MoE output differs.*correction bias/s,
+    match: /correction bias \(exp_probs_b\) added to the expert weights/,
+  },
+  {
+    name: "attention output never written (decode)",
+    faults: { attnOutUnwritten: "decode" },
+    cause: /decode path.*attn_out.*never written/s,
+    match: /never written/,
+    paths: /^the decode path/,
+  },
 ];
 
 for (const c of CASES) {
@@ -98,21 +133,32 @@ for (const c of CASES) {
     assert.equal(r.exitCode, 1);
     const d = divergence(r);
     assert.match(d.message, c.cause);
-    assert.ok(d.matching.some((x) => c.match.test(x)), `matcher: ${JSON.stringify(d.matching)}`);
+    assert.ok(
+      d.matching.some((x) => c.match.test(x)),
+      `matcher: ${JSON.stringify(d.matching)}`,
+    );
     if (c.paths) assert.match(d.message, c.paths);
   });
 }
 
 test("fault caught: fp16 overflow in the absorbed query (model with large W_UK) — file warns, decode path named", async () => {
   // A model whose absorbed query exceeds fp16 range: W_UK scaled ×3e4 (the reference stays finite in float64).
-  const big = writeFaultyFile(m.path, join(m.dir, "bigkb.gguf"), { scale: { "blk.0.attn_k_b.weight": 3e4, "blk.1.attn_k_b.weight": 3e4 } });
+  const big = writeFaultyFile(m.path, join(m.dir, "bigkb.gguf"), {
+    scale: { "blk.0.attn_k_b.weight": 3e4, "blk.1.attn_k_b.weight": 3e4 },
+  });
   const healthy = await runDoctor({ model: big, greedyTokens: 0, skipData: true });
   assert.equal(healthy.exitCode, 0, JSON.stringify(healthy.findings));
-  assert.ok(healthy.findings.some((f) => f.code === "fp16-absorbed-query-overflow" && f.severity === "warning"), JSON.stringify(healthy.findings));
+  assert.ok(
+    healthy.findings.some((f) => f.code === "fp16-absorbed-query-overflow" && f.severity === "warning"),
+    JSON.stringify(healthy.findings),
+  );
   const r = await withFault({ fp16AbsorbedQuery: true }, big);
   assert.equal(r.exitCode, 1);
   const d = divergence(r);
   assert.match(d.message, /decode path/);
   assert.match(d.message, /Inf\/NaN.*fp16 absorbed query/s);
-  assert.ok(d.matching.some((x) => /fp16/.test(x)), JSON.stringify(d.matching));
+  assert.ok(
+    d.matching.some((x) => /fp16/.test(x)),
+    JSON.stringify(d.matching),
+  );
 });

@@ -37,7 +37,11 @@ test("random synth model: consistent metadata, not identified (info only)", () =
 });
 
 test("contradictions: sigmoid without the bias, YaRN original context beyond the context", () => {
-  const noBias = metadataFindings(m.path, { tensors: (l) => l.splice(0, l.length, ...l.filter((t) => !t.name.endsWith("exp_probs_b.bias"))) }, "nobias.gguf");
+  const noBias = metadataFindings(
+    m.path,
+    { tensors: (l) => l.splice(0, l.length, ...l.filter((t) => !t.name.endsWith("exp_probs_b.bias"))) },
+    "nobias.gguf",
+  );
   assert.deepEqual(codes(noBias), ["sigmoid-without-bias"]);
   const yarn = metadataFindings(m.path, { meta: (mm, a) => mm.set(`${a}.context_length`, u32(2048)) }, "ctx.gguf");
   const f = yarn.list.find((x) => x.code === "yarn-original-context");
@@ -49,7 +53,11 @@ test("the demo model is identified; a wrong rope base names the key, the file's 
   const ok = metadataFindings(DEMO_MODEL, {}, "demo.gguf");
   assert.deepEqual(codes(ok), []);
   assert.ok(ok.list.some((x) => x.code === "identified" && /latent-demo-kjv/.test(x.message)));
-  const bad = metadataFindings(DEMO_MODEL, { meta: (mm, a) => mm.set(`${a}.rope.freq_base`, f32(50000)) }, "demo-rope.gguf");
+  const bad = metadataFindings(
+    DEMO_MODEL,
+    { meta: (mm, a) => mm.set(`${a}.rope.freq_base`, f32(50000)) },
+    "demo-rope.gguf",
+  );
   const f = bad.list.find((x) => x.code === "published-config-mismatch");
   assert.ok(f, JSON.stringify(bad.list));
   assert.equal(f.evidence?.key, "deepseek2.rope.freq_base");
@@ -58,9 +66,20 @@ test("the demo model is identified; a wrong rope base names the key, the file's 
 });
 
 test("demo: YaRN on a model published without it, softmax gating beside its bias", () => {
-  const yarn = metadataFindings(DEMO_MODEL, { meta: (mm, a) => (mm.set(`${a}.rope.scaling.type`, str("yarn")), mm.set(`${a}.rope.scaling.factor`, f32(4))) }, "demo-yarn.gguf");
-  assert.ok(yarn.list.some((x) => x.code === "published-config-mismatch" && x.evidence?.key === "deepseek2.rope.scaling.type"), JSON.stringify(yarn.list));
-  const soft = metadataFindings(DEMO_MODEL, { meta: (mm, a) => mm.set(`${a}.expert_gating_func`, u32(1)) }, "demo-soft.gguf");
+  const yarn = metadataFindings(
+    DEMO_MODEL,
+    { meta: (mm, a) => (mm.set(`${a}.rope.scaling.type`, str("yarn")), mm.set(`${a}.rope.scaling.factor`, f32(4))) },
+    "demo-yarn.gguf",
+  );
+  assert.ok(
+    yarn.list.some((x) => x.code === "published-config-mismatch" && x.evidence?.key === "deepseek2.rope.scaling.type"),
+    JSON.stringify(yarn.list),
+  );
+  const soft = metadataFindings(
+    DEMO_MODEL,
+    { meta: (mm, a) => mm.set(`${a}.expert_gating_func`, u32(1)) },
+    "demo-soft.gguf",
+  );
   assert.ok(codes(soft).includes("softmax-with-bias"));
   assert.ok(soft.list.some((x) => x.code === "published-config-mismatch" && x.evidence?.published === "sigmoid"));
 });
@@ -71,6 +90,9 @@ test("every table entry identifies itself and no other", () => {
     const r = k.releases[0];
     const c = { ...s, nLayer: s.nLayer[0], gating: r.gating } as unknown as Parameters<typeof identify>[0];
     assert.equal(identify(c)?.name, k.name);
-    assert.deepEqual(KNOWN_MODELS.filter((o) => matchesShape(o.shape, c)).map((o) => o.name), [k.name]);
+    assert.deepEqual(
+      KNOWN_MODELS.filter((o) => matchesShape(o.shape, c)).map((o) => o.name),
+      [k.name],
+    );
   }
 });

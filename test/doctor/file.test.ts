@@ -14,7 +14,9 @@ const ALLOWED_WARNINGS = new Set(["glm-dsa-log-multiplier-ignored"]);
 for (const name of KIT) {
   test(`kit ${name}: healthy, exit 0, no false alarm`, async () => {
     const r = await runDoctor({ model: fixture(name), greedyTokens: 8 });
-    const alarms = r.findings.filter((f) => f.severity === "error" || (f.severity === "warning" && !ALLOWED_WARNINGS.has(f.code)));
+    const alarms = r.findings.filter(
+      (f) => f.severity === "error" || (f.severity === "warning" && !ALLOWED_WARNINGS.has(f.code)),
+    );
     assert.deepEqual(alarms, []);
     assert.equal(r.exitCode, 0);
     assert.equal(r.verdict, "healthy");
@@ -80,6 +82,8 @@ test("legacy attn_kv_b file: quirk flagged as a warning, paths agree, exit 0", a
 
 test("glm-dsa yarn_log_multiplier is reported as ignored by llama.cpp", async () => {
   const r = await runDoctor({ model: fixture("glm-dsa-topk8"), greedyTokens: 0, skipData: true });
-  assert.ok(r.findings.some((x) => x.code === "glm-dsa-log-multiplier-ignored" && /ignored by llama\.cpp/.test(x.message)));
+  assert.ok(
+    r.findings.some((x) => x.code === "glm-dsa-log-multiplier-ignored" && /ignored by llama\.cpp/.test(x.message)),
+  );
   assert.ok(r.findings.some((x) => x.code === "yarn-beta-missing"));
 });

@@ -9,7 +9,11 @@ import { lowMemoryLogits } from "../../src/doctor/low-memory.js";
 import { runDoctor } from "../../src/doctor/index.js";
 import { CASES, randomTokens, synthModel } from "../helpers/synth.js";
 
-for (const [c, split] of [[CASES[0], 1], [CASES[1], 3], [CASES[4], 1]] as const) {
+for (const [c, split] of [
+  [CASES[0], 1],
+  [CASES[1], 3],
+  [CASES[4], 1],
+] as const) {
   test(`${c.label}${split > 1 ? ` split in ${split}` : ""}: low-memory logits equal the loaded reference`, () => {
     const m = synthModel(c, 4, split > 1 ? { split } : {});
     try {
@@ -34,7 +38,24 @@ for (const [c, split] of [[CASES[0], 1], [CASES[1], 3], [CASES[4], 1]] as const)
   });
 }
 
-const big = synthModel({ label: "doc-big", base: "tiny", over: { n_layer: 12, n_dense: 1, n_embd: 256, n_expert: 32, n_used: 2, n_ff_exp: 128, n_ff: 256, groups: 0, groups_used: 0 } }, 2);
+const big = synthModel(
+  {
+    label: "doc-big",
+    base: "tiny",
+    over: {
+      n_layer: 12,
+      n_dense: 1,
+      n_embd: 256,
+      n_expert: 32,
+      n_used: 2,
+      n_ff_exp: 128,
+      n_ff: 256,
+      groups: 0,
+      groups_used: 0,
+    },
+  },
+  2,
+);
 after(big.cleanup);
 
 test("low-memory: doctor --low-memory reports peak RSS well below a full load's (measured in child processes)", () => {
@@ -57,7 +78,9 @@ test("low-memory: doctor --low-memory reports peak RSS well below a full load's 
     }
     console.log(JSON.stringify({ rss: process.resourceUsage().maxRSS * 1024, top }));`;
   const run = (low: boolean): { rss: number; top: number } => {
-    const r = spawnSync(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script(low)], { encoding: "utf8" });
+    const r = spawnSync(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script(low)], {
+      encoding: "utf8",
+    });
     assert.equal(r.status, 0, r.stderr);
     return JSON.parse(r.stdout.trim().split("\n").pop()!) as { rss: number; top: number };
   };
@@ -68,7 +91,10 @@ test("low-memory: doctor --low-memory reports peak RSS well below a full load's 
   for (const t of f.tensors.values()) modelBytes += t.nbytes;
   f.close();
   assert.equal(low.top, full.top);
-  assert.ok(full.rss - low.rss > 0.5 * modelBytes, `full ${(full.rss / 1e6).toFixed(0)} MB vs low ${(low.rss / 1e6).toFixed(0)} MB, model ${(modelBytes / 1e6).toFixed(0)} MB`);
+  assert.ok(
+    full.rss - low.rss > 0.5 * modelBytes,
+    `full ${(full.rss / 1e6).toFixed(0)} MB vs low ${(low.rss / 1e6).toFixed(0)} MB, model ${(modelBytes / 1e6).toFixed(0)} MB`,
+  );
 });
 
 test("runDoctor --low-memory: report with peak RSS, exit 0 on a healthy model", async () => {

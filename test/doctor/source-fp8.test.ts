@@ -51,13 +51,16 @@ test("block scales: element (r, c) uses scale_inv[r/128][c/128], partial edge bl
   assert.deepEqual(q.scaleShape, [2, 3]);
   const ckptDir = mkdtempSync(join(dir, "ck-"));
   const scaleBytes = new Uint8Array(q.scale.buffer);
-  writeFileSync(join(ckptDir, "model.safetensors"), safetensorsBytes([
-    { name: "w.weight", dtype: "F8_E4M3", shape: [R, C], data: q.bytes },
-    { name: "w.weight_scale_inv", dtype: "F32", shape: q.scaleShape, data: scaleBytes },
-    { name: "bad.weight", dtype: "F8_E4M3", shape: [R, C], data: q.bytes },
-    { name: "odd.weight", dtype: "F8_E4M3", shape: [R, C], data: q.bytes },
-    { name: "odd.weight_scale_inv", dtype: "F32", shape: [3, 2], data: scaleBytes },
-  ]));
+  writeFileSync(
+    join(ckptDir, "model.safetensors"),
+    safetensorsBytes([
+      { name: "w.weight", dtype: "F8_E4M3", shape: [R, C], data: q.bytes },
+      { name: "w.weight_scale_inv", dtype: "F32", shape: q.scaleShape, data: scaleBytes },
+      { name: "bad.weight", dtype: "F8_E4M3", shape: [R, C], data: q.bytes },
+      { name: "odd.weight", dtype: "F8_E4M3", shape: [R, C], data: q.bytes },
+      { name: "odd.weight_scale_inv", dtype: "F32", shape: [3, 2], data: scaleBytes },
+    ]),
+  );
   const ck = readCheckpoint(ckptDir);
   const back = readWeightF32(ck, ck.get("w.weight")!);
   let d2 = 0;
@@ -67,8 +70,14 @@ test("block scales: element (r, c) uses scale_inv[r/128][c/128], partial edge bl
     s2 += x[i] ** 2;
   }
   assert.ok(Math.sqrt(d2 / s2) < 0.04, `E4M3 block round trip rel ${Math.sqrt(d2 / s2)}`);
-  assert.throws(() => readWeightF32(ck, ck.get("bad.weight")!), /F8_E4M3 is not supported without its block scales.*bad\.weight_scale_inv/);
-  assert.throws(() => readWeightF32(ck, ck.get("odd.weight")!), /odd\.weight_scale_inv.*shape \[3, 2\], expected \[2, 3\]/);
+  assert.throws(
+    () => readWeightF32(ck, ck.get("bad.weight")!),
+    /F8_E4M3 is not supported without its block scales.*bad\.weight_scale_inv/,
+  );
+  assert.throws(
+    () => readWeightF32(ck, ck.get("odd.weight")!),
+    /odd\.weight_scale_inv.*shape \[3, 2\], expected \[2, 3\]/,
+  );
 });
 
 test("healthy: the F16 demo model and a Q4_K requantization match an FP8 block-scaled checkpoint", async () => {
@@ -79,21 +88,45 @@ test("healthy: the F16 demo model and a Q4_K requantization match an FP8 block-s
     const s = r.report.source!;
     assert.equal(s.compared, r.report.file!.tensorCount);
     assert.ok(s.tensors.some((t) => t.sourceDtype === "F8_E4M3"));
-    assert.ok(s.skippedInSource.some((x) => x.name.endsWith("weight_scale_inv")), "scales consumed, not reported missing");
+    assert.ok(
+      s.skippedInSource.some((x) => x.name.endsWith("weight_scale_inv")),
+      "scales consumed, not reported missing",
+    );
   }
 });
 
 test("faults against FP8: two experts swapped, one expert zeroed, Q8_0 block scales shifted by one block", async () => {
   const cases: { edit: F.TensorEdit; code: string; tensor: string; words: RegExp }[] = [
-    { edit: F.permuteSlices("blk.2.ffn_up_exps.weight", [0, 6, 2, 3, 4, 5, 1, 7]), code: "source-experts-swapped", tensor: "blk.2.ffn_up_exps.weight", words: /expert 1 holds expert 6's values \(swapped\).*expert 6 holds expert 1's/ },
-    { edit: F.zeroSlice("blk.3.ffn_down_exps.weight", 4), code: "source-expert-zeroed", tensor: "blk.3.ffn_down_exps.weight", words: /expert 4 is all zeros/ },
-    { edit: F.q8ScalesShifted("blk.2.attn_q_b.weight"), code: "source-block-scales", tensor: "blk.2.attn_q_b.weight", words: /shifted by one block/ },
+    {
+      edit: F.permuteSlices("blk.2.ffn_up_exps.weight", [0, 6, 2, 3, 4, 5, 1, 7]),
+      code: "source-experts-swapped",
+      tensor: "blk.2.ffn_up_exps.weight",
+      words: /expert 1 holds expert 6's values \(swapped\).*expert 6 holds expert 1's/,
+    },
+    {
+      edit: F.zeroSlice("blk.3.ffn_down_exps.weight", 4),
+      code: "source-expert-zeroed",
+      tensor: "blk.3.ffn_down_exps.weight",
+      words: /expert 4 is all zeros/,
+    },
+    {
+      edit: F.q8ScalesShifted("blk.2.attn_q_b.weight"),
+      code: "source-block-scales",
+      tensor: "blk.2.attn_q_b.weight",
+      words: /shifted by one block/,
+    },
   ];
   for (const c of cases) {
     const r = await doctorWithSource(faulted(DEMO_MODEL, join(dir, "fault.gguf"), c.edit), hf);
     assert.equal(r.code, 1);
-    assert.ok(r.errors.some((e) => e.code === c.code && e.message.includes(c.tensor) && c.words.test(e.message)), JSON.stringify(r.errors.map((e) => e.message)));
-    assert.deepEqual(r.report.source!.mismatches.map((m) => m.tensor), [c.tensor]);
+    assert.ok(
+      r.errors.some((e) => e.code === c.code && e.message.includes(c.tensor) && c.words.test(e.message)),
+      JSON.stringify(r.errors.map((e) => e.message)),
+    );
+    assert.deepEqual(
+      r.report.source!.mismatches.map((m) => m.tensor),
+      [c.tensor],
+    );
   }
 });
 
@@ -103,10 +136,23 @@ test("an FP8 weight whose block scales are missing: that tensor is not compared 
   const lacking = join(dir, "hf-lacking");
   mkdirSync(lacking);
   const kept = [...ck.values()].filter((t) => t.name !== "model.layers.1.self_attn.o_proj.weight_scale_inv");
-  writeFileSync(join(lacking, "model.safetensors"), safetensorsBytes(kept.map((t) => ({ name: t.name, dtype: t.dtype, shape: t.shape, data: new Uint8Array(bytes.subarray(t.offset, t.offset + t.nbytes)) }))));
+  writeFileSync(
+    join(lacking, "model.safetensors"),
+    safetensorsBytes(
+      kept.map((t) => ({
+        name: t.name,
+        dtype: t.dtype,
+        shape: t.shape,
+        data: new Uint8Array(bytes.subarray(t.offset, t.offset + t.nbytes)),
+      })),
+    ),
+  );
   const r = await doctorWithSource(DEMO_MODEL, lacking);
   assert.equal(r.code, 0, JSON.stringify(r.errors));
   const w = r.report.findings.find((f) => f.code === "source-not-compared" && f.severity === "warning");
-  assert.ok(w?.message.includes("blk.1.attn_output.weight") && /weight_scale_inv/.test(w.message), JSON.stringify(r.report.findings));
+  assert.ok(
+    w?.message.includes("blk.1.attn_output.weight") && /weight_scale_inv/.test(w.message),
+    JSON.stringify(r.report.findings),
+  );
   assert.equal(r.report.source!.compared, r.report.file!.tensorCount - 1);
 });

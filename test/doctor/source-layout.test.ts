@@ -48,12 +48,18 @@ test("transposed (shape and values) vs misshaped (shape only) → each named", a
   });
   const r = await doctorWithSource(transposed, hf);
   assert.equal(r.code, 1);
-  assert.ok(r.errors.some((e) => e.code === "source-transposed" && e.message.includes(name)), JSON.stringify(r.errors));
+  assert.ok(
+    r.errors.some((e) => e.code === "source-transposed" && e.message.includes(name)),
+    JSON.stringify(r.errors),
+  );
   const misshaped = faulted(DEMO_MODEL, join(dir, "misshaped.gguf"), (l) => {
     const t = find(l, name);
     t.ne = [t.ne[1], t.ne[0]];
   });
   const m = await doctorWithSource(misshaped, hf);
   assert.equal(m.code, 1);
-  assert.ok(m.errors.some((e) => e.code === "source-misshaped" && e.message.includes(name)), JSON.stringify(m.errors));
+  assert.ok(
+    m.errors.some((e) => e.code === "source-misshaped" && e.message.includes(name)),
+    JSON.stringify(m.errors),
+  );
 });

@@ -38,11 +38,45 @@ test("healthy: the F16 demo model and a Q8_0 requantization match their BF16 che
 });
 
 const FAULTS: { label: string; edit: F.TensorEdit; code: string; tensors: string[]; words: RegExp }[] = [
-  { label: "attn_k_b / attn_v_b data swapped", edit: F.swapData("blk.1.attn_k_b.weight", "blk.1.attn_v_b.weight"), code: "source-k-b-v-b-swapped", tensors: ["blk.1.attn_k_b.weight", "blk.1.attn_v_b.weight"], words: /swapped/ },
-  { label: "k_b reshaped instead of transposed", edit: F.reshapeNotTranspose("blk.2.attn_k_b.weight"), code: "source-reshaped-not-transposed", tensors: ["blk.2.attn_k_b.weight"], words: /reshaped instead of transposed/ },
-  { label: "kv_b heads reordered", edit: (l) => [F.permuteSlices("blk.3.attn_k_b.weight", [2, 1, 0, 3]), F.permuteSlices("blk.3.attn_v_b.weight", [2, 1, 0, 3])].forEach((f) => f(l)), code: "source-heads-reordered", tensors: ["blk.3.attn_k_b.weight", "blk.3.attn_v_b.weight"], words: /head 0 holds the source's head 2/ },
-  { label: "gate/up names exchanged", edit: F.swapNames("blk.4.ffn_gate_exps.weight", "blk.4.ffn_up_exps.weight"), code: "source-gate-up-exchanged", tensors: ["blk.4.ffn_gate_exps.weight", "blk.4.ffn_up_exps.weight"], words: /gate and up exchanged/ },
-  { label: "a tensor scaled by 0.9", edit: F.scaleTensor("blk.1.attn_output.weight", 0.9), code: "source-scaled", tensors: ["blk.1.attn_output.weight"], words: /scaled by a constant 0\.900/ },
+  {
+    label: "attn_k_b / attn_v_b data swapped",
+    edit: F.swapData("blk.1.attn_k_b.weight", "blk.1.attn_v_b.weight"),
+    code: "source-k-b-v-b-swapped",
+    tensors: ["blk.1.attn_k_b.weight", "blk.1.attn_v_b.weight"],
+    words: /swapped/,
+  },
+  {
+    label: "k_b reshaped instead of transposed",
+    edit: F.reshapeNotTranspose("blk.2.attn_k_b.weight"),
+    code: "source-reshaped-not-transposed",
+    tensors: ["blk.2.attn_k_b.weight"],
+    words: /reshaped instead of transposed/,
+  },
+  {
+    label: "kv_b heads reordered",
+    edit: (l) =>
+      [
+        F.permuteSlices("blk.3.attn_k_b.weight", [2, 1, 0, 3]),
+        F.permuteSlices("blk.3.attn_v_b.weight", [2, 1, 0, 3]),
+      ].forEach((f) => f(l)),
+    code: "source-heads-reordered",
+    tensors: ["blk.3.attn_k_b.weight", "blk.3.attn_v_b.weight"],
+    words: /head 0 holds the source's head 2/,
+  },
+  {
+    label: "gate/up names exchanged",
+    edit: F.swapNames("blk.4.ffn_gate_exps.weight", "blk.4.ffn_up_exps.weight"),
+    code: "source-gate-up-exchanged",
+    tensors: ["blk.4.ffn_gate_exps.weight", "blk.4.ffn_up_exps.weight"],
+    words: /gate and up exchanged/,
+  },
+  {
+    label: "a tensor scaled by 0.9",
+    edit: F.scaleTensor("blk.1.attn_output.weight", 0.9),
+    code: "source-scaled",
+    tensors: ["blk.1.attn_output.weight"],
+    words: /scaled by a constant 0\.900/,
+  },
 ];
 
 for (const f of FAULTS) {
@@ -50,7 +84,11 @@ for (const f of FAULTS) {
     const r = await doctorWithSource(faulted(DEMO_MODEL, join(dir, "fault.gguf"), f.edit), hf);
     assert.equal(r.code, 1);
     const named = r.errors.filter((e) => e.code === f.code);
-    for (const t of f.tensors) assert.ok(named.some((e) => e.message.includes(t) && f.words.test(e.message)), `${t} / ${f.code}: ${JSON.stringify(r.errors.map((e) => e.message))}`);
+    for (const t of f.tensors)
+      assert.ok(
+        named.some((e) => e.message.includes(t) && f.words.test(e.message)),
+        `${t} / ${f.code}: ${JSON.stringify(r.errors.map((e) => e.message))}`,
+      );
     // nothing else is blamed
     const blamed = new Set(r.report.source!.mismatches.map((m) => m.tensor));
     assert.deepEqual([...blamed].sort(), [...f.tensors].sort());

@@ -7,7 +7,15 @@ import { join } from "node:path";
 import { loadModel } from "../../src/runtime/load.js";
 import { Tokenizer } from "../../src/tokenizer/index.js";
 import { LatentCache } from "../../src/model/cache.js";
-import { generateTokens, generateTokensAsync, type AsyncGenerateModel, type GenerateModel, type GenerateOptions, type GenerateResult, type TokenEvent } from "../../src/engine/generate.js";
+import {
+  generateTokens,
+  generateTokensAsync,
+  type AsyncGenerateModel,
+  type GenerateModel,
+  type GenerateOptions,
+  type GenerateResult,
+  type TokenEvent,
+} from "../../src/engine/generate.js";
 import type { GreedyChainModel, GreedyChunk, PickDraw } from "../../src/engine/device-picks.js";
 import { UsageError } from "../../src/util/errors.js";
 import { FIXTURE_DIR } from "../gguf/helpers.js";
@@ -23,7 +31,12 @@ class OwnCacheModel implements AsyncGenerateModel {
   private cache: LatentCache;
   readonly chainsDraws?: boolean;
   readonly picksDrawFiltered?: boolean;
-  readonly decodeGreedy?: (token: number, pos: number, steps: number, draws?: readonly PickDraw[]) => Promise<GreedyChunk>;
+  readonly decodeGreedy?: (
+    token: number,
+    pos: number,
+    steps: number,
+    draws?: readonly PickDraw[],
+  ) => Promise<GreedyChunk>;
   constructor(private readonly inner: GenerateModel & Partial<GreedyChainModel>) {
     this.cache = new LatentCache(inner.config);
     if (inner.chainsDraws !== undefined) this.chainsDraws = inner.chainsDraws;
@@ -43,7 +56,10 @@ class OwnCacheModel implements AsyncGenerateModel {
     assert.equal(pos, this.cache.length, "a forward starts where the cache ends");
     this.forwards.push([pos, tokens.length]);
     await new Promise((r) => setImmediate(r));
-    return this.inner.forward(tokens, this.cache, { path: tokens.length === 1 && pos > 0 ? "decode" : "prefill", logits: "last" });
+    return this.inner.forward(tokens, this.cache, {
+      path: tokens.length === 1 && pos > 0 ? "decode" : "prefill",
+      logits: "last",
+    });
   }
 }
 
@@ -57,7 +73,10 @@ function syncRun(m: GenerateModel, opts: GenerateOptions): { events: TokenEvent[
   }
 }
 
-async function asyncRun(m: AsyncGenerateModel, opts: GenerateOptions): Promise<{ events: TokenEvent[]; result: GenerateResult }> {
+async function asyncRun(
+  m: AsyncGenerateModel,
+  opts: GenerateOptions,
+): Promise<{ events: TokenEvent[]; result: GenerateResult }> {
   const events: TokenEvent[] = [];
   const it = generateTokensAsync(m, tok, prompt, opts);
   for (;;) {
@@ -80,13 +99,19 @@ test("host sampling: the same events and result as the synchronous loop; one for
   assert.deepEqual(got.events, want.events);
   assert.deepEqual(withoutTimings(got.result), withoutTimings(want.result));
   assert.equal(got.result.decode, "host-sampling");
-  assert.deepEqual(m.forwards, [[0, prompt.length], ...Array.from({ length: 11 }, (_, k): [number, number] => [prompt.length + k, 1])]);
+  assert.deepEqual(m.forwards, [
+    [0, prompt.length],
+    ...Array.from({ length: 11 }, (_, k): [number, number] => [prompt.length + k, 1]),
+  ]);
 });
 
 test("a stop string, prefill chunks and the decode path give what the synchronous loop gives", async () => {
   const free = syncRun(model, { temperature: 0, maxTokens: 20, ignoreEog: true }).result;
   const stop = free.text.slice(6, 9);
-  for (const opts of [{ temperature: 0, maxTokens: 20, ignoreEog: true, stop: [stop], chunk: 2 }, { temperature: 0, maxTokens: 5, path: "decode" as const }]) {
+  for (const opts of [
+    { temperature: 0, maxTokens: 20, ignoreEog: true, stop: [stop], chunk: 2 },
+    { temperature: 0, maxTokens: 5, path: "decode" as const },
+  ]) {
     const want = syncRun(model, opts);
     const got = await asyncRun(new OwnCacheModel(model), opts);
     assert.deepEqual(got.events, want.events);
@@ -97,7 +122,11 @@ test("a stop string, prefill chunks and the decode path give what the synchronou
 test("chained greedy steps and chained draws run through the asynchronous model's decodeGreedy, as through the synchronous one's", async () => {
   for (const [make, opts, mode] of [
     [() => new HostChainModel(model), { temperature: 0, maxTokens: 15, ignoreEog: true }, "greedy-chained"],
-    [() => new HostDrawModel(model), { temperature: 0.8, topP: 0.9, seed: 4, maxTokens: 15, ignoreEog: true }, "draws-chained"],
+    [
+      () => new HostDrawModel(model),
+      { temperature: 0.8, topP: 0.9, seed: 4, maxTokens: 15, ignoreEog: true },
+      "draws-chained",
+    ],
   ] as const) {
     const want = syncRun(make(), opts);
     const inner = make();

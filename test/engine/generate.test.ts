@@ -7,7 +7,13 @@ import type { DeepSeek2 } from "../../src/model/deepseek2.js";
 import { Tokenizer } from "../../src/tokenizer/index.js";
 import { evaluateAll } from "../../src/engine/evaluate.js";
 import { argmax } from "../../src/engine/sampler.js";
-import { generate, generateSync, generateTokens, type GenerateModel, type TokenEvent } from "../../src/engine/generate.js";
+import {
+  generate,
+  generateSync,
+  generateTokens,
+  type GenerateModel,
+  type TokenEvent,
+} from "../../src/engine/generate.js";
 import { UsageError } from "../../src/util/errors.js";
 import { FIXTURE_DIR } from "../gguf/helpers.js";
 
@@ -18,7 +24,10 @@ const load = (name: string): { model: DeepSeek2; tok: Tokenizer } => {
 const lite = load("ds2-lite");
 const glm = load("glm-dsa-topk8");
 
-for (const [name, { model, tok }] of [["ds2-lite", lite], ["glm-dsa-topk8", glm]] as const) {
+for (const [name, { model, tok }] of [
+  ["ds2-lite", lite],
+  ["glm-dsa-topk8", glm],
+] as const) {
   const prompt = tok.encodePrompt("The quick brown fox");
   for (const path of ["prefill", "decode", "reference"] as const) {
     test(`${name}: greedy on ${path} equals the reference path's argmax continuation`, () => {
@@ -80,13 +89,20 @@ test("an end-of-generation token stops generation and is not part of the output"
 test("maxTokens and the context length end with finishReason length", () => {
   const zero = generateSync(model, tok, prompt, { temperature: 0, maxTokens: 0 });
   assert.deepEqual([zero.tokens, zero.finishReason, zero.text], [[], "length", ""]);
-  const small: GenerateModel = { config: { ...model.config, contextLength: prompt.length + 3 }, forward: model.forward.bind(model) };
+  const small: GenerateModel = {
+    config: { ...model.config, contextLength: prompt.length + 3 },
+    forward: model.forward.bind(model),
+  };
   for (const path of ["prefill", "reference"] as const) {
     const r = generateSync(small, tok, prompt, { temperature: 0, maxTokens: 100, ignoreEog: true, path });
     assert.equal(r.tokens.length, 3, path);
     assert.equal(r.finishReason, "length");
   }
-  assert.throws(() => generateSync({ config: { ...model.config, contextLength: 2 }, forward: model.forward.bind(model) }, tok, prompt), UsageError);
+  assert.throws(
+    () =>
+      generateSync({ config: { ...model.config, contextLength: 2 }, forward: model.forward.bind(model) }, tok, prompt),
+    UsageError,
+  );
 });
 
 test("stop strings cut the text before them; streamed pieces are a prefix of the text", () => {
@@ -98,13 +114,25 @@ test("stop strings cut the text before them; streamed pieces are a prefix of the
   const stop = chars[k] + chars[k + 1];
   const want = free.text.slice(0, free.text.indexOf(stop));
   const events: TokenEvent[] = [];
-  const r = generateSync(model, tok, prompt, { temperature: 0, maxTokens: 30, ignoreEog: true, stop: ["\u0000never", stop], onToken: (e) => events.push(e) });
+  const r = generateSync(model, tok, prompt, {
+    temperature: 0,
+    maxTokens: 30,
+    ignoreEog: true,
+    stop: ["\u0000never", stop],
+    onToken: (e) => events.push(e),
+  });
   assert.equal(r.text, want);
   assert.equal(r.finishReason, "stop");
   assert.deepEqual(r.stoppedBy, { string: stop });
   assert.equal(events.map((e) => e.text).join(""), want);
-  assert.deepEqual(events.map((e) => e.id), r.tokens);
-  assert.deepEqual(events.map((e) => e.index), r.tokens.map((_, i) => i));
+  assert.deepEqual(
+    events.map((e) => e.id),
+    r.tokens,
+  );
+  assert.deepEqual(
+    events.map((e) => e.index),
+    r.tokens.map((_, i) => i),
+  );
 });
 
 test("streamed text plus the final tail is the whole text; async generate = sync", async () => {
@@ -127,7 +155,15 @@ test("streamed text plus the final tail is the whole text; async generate = sync
 
 test("an aborted signal ends generation with finishReason abort", async () => {
   const ctl = new AbortController();
-  const r = await generate(model, tok, prompt, { temperature: 0, maxTokens: 50, ignoreEog: true, signal: ctl.signal, onToken: (e) => { if (e.index === 2) ctl.abort(); } });
+  const r = await generate(model, tok, prompt, {
+    temperature: 0,
+    maxTokens: 50,
+    ignoreEog: true,
+    signal: ctl.signal,
+    onToken: (e) => {
+      if (e.index === 2) ctl.abort();
+    },
+  });
   assert.equal(r.finishReason, "abort");
   assert.equal(r.tokens.length, 3);
 });

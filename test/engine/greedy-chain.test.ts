@@ -24,9 +24,21 @@ test("the fixture's greedy run is varied enough to tell steps apart", () => {
 });
 
 test("maxTokens inside a chunk: chunks of 4, 8, … stop exactly at maxTokens (nothing computed past it)", () => {
-  for (const [maxTokens, chunks] of [[1, []], [2, [1]], [5, [4]], [7, [4, 2]], [40, [4, 8, 16, 11]]] as const) {
+  for (const [maxTokens, chunks] of [
+    [1, []],
+    [2, [1]],
+    [5, [4]],
+    [7, [4, 2]],
+    [40, [4, 8, 16, 11]],
+  ] as const) {
     const m = new HostChainModel(model);
-    const { chained, host } = assertChainedEqualsHost(m, tok, prompt, { temperature: 0, maxTokens, ignoreEog: true }, `maxTokens ${maxTokens}`);
+    const { chained, host } = assertChainedEqualsHost(
+      m,
+      tok,
+      prompt,
+      { temperature: 0, maxTokens, ignoreEog: true },
+      `maxTokens ${maxTokens}`,
+    );
     assert.deepEqual(m.chunks, chunks, `maxTokens ${maxTokens}: chunk steps`);
     // HostChainModel's logprobs are the host's log-softmax: the same numbers exactly
     assert.deepEqual(chained.logprobs, host.logprobs, `maxTokens ${maxTokens}: logprobs`);
@@ -47,7 +59,13 @@ test("an end-of-generation token inside a chunk stops there; the ids computed pa
   const eog = free.tokens[at];
   const wrapped = { createDecoder: tok.createDecoder.bind(tok), isEndOfGeneration: (id: number) => id === eog };
   const m = new HostChainModel(model);
-  const { chained } = assertChainedEqualsHost(m, wrapped, prompt, { temperature: 0, maxTokens: 40 }, "end of generation");
+  const { chained } = assertChainedEqualsHost(
+    m,
+    wrapped,
+    prompt,
+    { temperature: 0, maxTokens: 40 },
+    "end of generation",
+  );
   assert.deepEqual(chained.tokens, free.tokens.slice(0, at));
   assert.deepEqual(chained.stoppedBy, { token: eog });
   assert.deepEqual(m.chunks, [4, 8], "the stop came inside the second chunk");
@@ -58,7 +76,13 @@ test("an end-of-generation token inside a chunk stops there; the ids computed pa
   assert.equal(host.timings.usedSteps, host.timings.decodeSteps, "on the host every step is used");
   assert.equal(host.timings.usedSteps, at);
   // stopTokens: the same through the real tokenizer
-  const s = assertChainedEqualsHost(new HostChainModel(model), tok, prompt, { temperature: 0, maxTokens: 40, stopTokens: [eog] }, "stopTokens");
+  const s = assertChainedEqualsHost(
+    new HostChainModel(model),
+    tok,
+    prompt,
+    { temperature: 0, maxTokens: 40, stopTokens: [eog] },
+    "stopTokens",
+  );
   assert.deepEqual(s.chained.tokens, chained.tokens);
 });
 
@@ -69,19 +93,37 @@ test("a stop string inside a chunk cuts the text as on the host", () => {
   while (k < chars.length - 2 && (chars[k] === "\uFFFD" || chars[k + 1] === "\uFFFD")) k++;
   const stop = chars[k] + chars[k + 1];
   const m = new HostChainModel(model);
-  const { chained } = assertChainedEqualsHost(m, tok, prompt, { temperature: 0, maxTokens: 40, ignoreEog: true, stop: ["\u0000never", stop] }, "stop string");
+  const { chained } = assertChainedEqualsHost(
+    m,
+    tok,
+    prompt,
+    { temperature: 0, maxTokens: 40, ignoreEog: true, stop: ["\u0000never", stop] },
+    "stop string",
+  );
   assert.equal(chained.finishReason, "stop");
   assert.deepEqual(chained.stoppedBy, { string: stop });
   assert.equal(chained.text, free.text.slice(0, free.text.indexOf(stop)));
-  assert.ok(chained.tokens.length > 5 && chained.tokens.length < 40, `stopped after the first chunk: ${chained.tokens.length} tokens`);
+  assert.ok(
+    chained.tokens.length > 5 && chained.tokens.length < 40,
+    `stopped after the first chunk: ${chained.tokens.length} tokens`,
+  );
   const emitted = m.chunks.reduce((s, n) => s + n, 0) + 1;
-  assert.ok(emitted >= chained.tokens.length && emitted - chained.tokens.length < m.chunks.at(-1)!, `the last chunk held the stop: ${JSON.stringify(m.chunks)}`);
+  assert.ok(
+    emitted >= chained.tokens.length && emitted - chained.tokens.length < m.chunks.at(-1)!,
+    `the last chunk held the stop: ${JSON.stringify(m.chunks)}`,
+  );
 });
 
 test("the context limit inside a chunk: the chunk is cut to the positions left", () => {
   const config = { ...model.config, contextLength: prompt.length + 6 };
   const m = new HostChainModel(model, config);
-  const { chained } = assertChainedEqualsHost(m, tok, prompt, { temperature: 0, maxTokens: 100, ignoreEog: true }, "context limit");
+  const { chained } = assertChainedEqualsHost(
+    m,
+    tok,
+    prompt,
+    { temperature: 0, maxTokens: 100, ignoreEog: true },
+    "context limit",
+  );
   assert.equal(chained.tokens.length, 6);
   assert.equal(chained.finishReason, "length");
   assert.deepEqual(m.chunks, [4, 1]);
@@ -91,7 +133,15 @@ test("the context limit inside a chunk: the chunk is cut to the positions left",
 test("an abort between tokens of a chunk ends generation there", async () => {
   const ctl = new AbortController();
   const m = new HostChainModel(model);
-  const r = await generate(m, tok, prompt, { temperature: 0, maxTokens: 50, ignoreEog: true, signal: ctl.signal, onToken: (e) => { if (e.index === 2) ctl.abort(); } });
+  const r = await generate(m, tok, prompt, {
+    temperature: 0,
+    maxTokens: 50,
+    ignoreEog: true,
+    signal: ctl.signal,
+    onToken: (e) => {
+      if (e.index === 2) ctl.abort();
+    },
+  });
   assert.equal(r.decode, "greedy-chained");
   assert.equal(r.finishReason, "abort");
   assert.deepEqual(r.tokens, free.tokens.slice(0, 3));
@@ -103,7 +153,10 @@ test("non-greedy sampling, logprobs, the reference path, a custom sampler and ch
     ["temperature 1", { temperature: 1, seed: 3 }],
     ["greedy with logprobs", { temperature: 0, logprobs: 2 }],
     ["greedy on the reference path", { temperature: 0, path: "reference" as const }],
-    ["greedy through a given sampler object", { sampler: { sample: (l: Float32Array) => new Sampler({ temperature: 0 }).sample(l) } }],
+    [
+      "greedy through a given sampler object",
+      { sampler: { sample: (l: Float32Array) => new Sampler({ temperature: 0 }).sample(l) } },
+    ],
     ["chainedGreedy false", { temperature: 0, chainedGreedy: false }],
   ] as const;
   for (const [what, opts] of cases) {
@@ -123,17 +176,31 @@ test("non-greedy sampling, logprobs, the reference path, a custom sampler and ch
 
 test("a chained step whose logits the host sampler would refuse (logprob NaN from the device) stops generation with a NonFiniteError", () => {
   class BrokenStep extends HostChainModel {
-    override decodeGreedy(token: number, cache: Parameters<HostChainModel["decodeGreedy"]>[1], steps: number): ReturnType<HostChainModel["decodeGreedy"]> {
+    override decodeGreedy(
+      token: number,
+      cache: Parameters<HostChainModel["decodeGreedy"]>[1],
+      steps: number,
+    ): ReturnType<HostChainModel["decodeGreedy"]> {
       const chunk = super.decodeGreedy(token, cache, steps);
-      return { tokens: chunk.tokens, logprobs: chunk.logprobs.map((lp, s) => (this.chunks.length === 2 && s === 1 ? Number.NaN : lp)) };
+      return {
+        tokens: chunk.tokens,
+        logprobs: chunk.logprobs.map((lp, s) => (this.chunks.length === 2 && s === 1 ? Number.NaN : lp)),
+      };
     }
   }
   const m = new BrokenStep(model);
-  assert.throws(() => generateSync(m, tok, prompt, { temperature: 0, maxTokens: 40, ignoreEog: true }), (e: unknown) => e instanceof NonFiniteError && /decode step 6 contain NaN or \+Infinity/.test(e.message));
+  assert.throws(
+    () => generateSync(m, tok, prompt, { temperature: 0, maxTokens: 40, ignoreEog: true }),
+    (e: unknown) => e instanceof NonFiniteError && /decode step 6 contain NaN or \+Infinity/.test(e.message),
+  );
 });
 
 test("draws chain on a model that takes them (chainsDraws): top-p / min-p with top-k 0 or ≤ 64, or a temperature alone; keys from the seeded sampler; others stay on the host", () => {
-  for (const sampling of [{ temperature: 0.8, topK: 40, topP: 0.95, minP: 0.02, seed: 3 }, { temperature: 1.2, seed: 4 }, { temperature: 0.9, topP: 0.9, minP: 0.05, seed: 5 }]) {
+  for (const sampling of [
+    { temperature: 0.8, topK: 40, topP: 0.95, minP: 0.02, seed: 3 },
+    { temperature: 1.2, seed: 4 },
+    { temperature: 0.9, topP: 0.9, minP: 0.05, seed: 5 },
+  ]) {
     const m = new HostDrawModel(model);
     const r = generateSync(m, tok, prompt, { ...sampling, maxTokens: 14, ignoreEog: true });
     const what = JSON.stringify(sampling);
@@ -141,12 +208,27 @@ test("draws chain on a model that takes them (chainsDraws): top-p / min-p with t
     assert.deepEqual(m.chunks, [4, 8, 1], `${what}: chunks of 4 doubling, cut at maxTokens`);
     assert.equal(r.tokens.length, 14);
     // every draw carries the sampler's settings and a key of its generator; the chain's tokens are the draws'
-    for (const d of m.draws) assert.deepEqual({ ...d, key: 0 }, { temperature: sampling.temperature, topK: sampling.topK ?? 0, topP: sampling.topP ?? 1, minP: sampling.minP ?? 0, key: 0 }, what);
+    for (const d of m.draws)
+      assert.deepEqual(
+        { ...d, key: 0 },
+        {
+          temperature: sampling.temperature,
+          topK: sampling.topK ?? 0,
+          topP: sampling.topP ?? 1,
+          minP: sampling.minP ?? 0,
+          key: 0,
+        },
+        what,
+      );
     assert.equal(new Set(m.draws.map((d) => d.key)).size, m.draws.length, `${what}: a fresh key a step`);
     assert.ok(r.logprobs.every(Number.isFinite), `${what}: logprobs`);
     // the same seed: the same keys and tokens
     const again = new HostDrawModel(model);
-    assert.deepEqual(generateSync(again, tok, prompt, { ...sampling, maxTokens: 14, ignoreEog: true }).tokens, r.tokens, `${what}: same seed, same tokens`);
+    assert.deepEqual(
+      generateSync(again, tok, prompt, { ...sampling, maxTokens: 14, ignoreEog: true }).tokens,
+      r.tokens,
+      `${what}: same seed, same tokens`,
+    );
     assert.deepEqual(again.draws, m.draws);
   }
   for (const [what, opts] of [

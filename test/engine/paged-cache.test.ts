@@ -15,9 +15,14 @@ after(() => {
 });
 const models = [loadModel(v3.path), loadModel(glm.path)];
 
-
 /** Run `tokens` in the given chunks, then decode `extra`, on a store; returns every logits row block. */
-function run(model: (typeof models)[number]["model"], store: LatentCache | PagedSequence, tokens: number[], chunks: number[], extra: number[]): Float32Array[] {
+function run(
+  model: (typeof models)[number]["model"],
+  store: LatentCache | PagedSequence,
+  tokens: number[],
+  chunks: number[],
+  extra: number[],
+): Float32Array[] {
   const out: Float32Array[] = [];
   let at = 0;
   for (const n of chunks) {

@@ -77,7 +77,15 @@ test("greedyLogprob (the greedy sampler's one pass) equals logSoftmax at argmax,
     }
   }
   assert.deepEqual(greedyLogprob(new Float32Array([-Infinity, 3, 3, -1])).token, 1);
-  for (const bad of [[0, NaN, 1], [NaN], [1, Infinity, 2], [Infinity, Infinity], [2, Infinity, NaN], [-Infinity, -Infinity], []]) {
+  for (const bad of [
+    [0, NaN, 1],
+    [NaN],
+    [1, Infinity, 2],
+    [Infinity, Infinity],
+    [2, Infinity, NaN],
+    [-Infinity, -Infinity],
+    [],
+  ]) {
     const x = new Float32Array(bad);
     let want = "";
     let wantClass: unknown;
@@ -88,7 +96,11 @@ test("greedyLogprob (the greedy sampler's one pass) equals logSoftmax at argmax,
       wantClass = (e as Error).constructor;
     }
     assert.ok(wantClass === (bad.length === 0 ? UsageError : NonFiniteError), `${bad.join()}: ${String(wantClass)}`);
-    assert.throws(() => greedyLogprob(x), (e: unknown) => e instanceof Error && e.constructor === wantClass && e.message === want, `${bad.join()}: ${want}`);
+    assert.throws(
+      () => greedyLogprob(x),
+      (e: unknown) => e instanceof Error && e.constructor === wantClass && e.message === want,
+      `${bad.join()}: ${want}`,
+    );
   }
 });
 
@@ -102,10 +114,19 @@ test("logSoftmaxInto writes logSoftmax into a reused row (bit for bit); samplers
   assert.deepEqual([...got], [...logSoftmax(short)]);
   assert.equal(buf[37], 7, "nothing written past the row");
   assert.throws(() => logSoftmaxInto(long, new Float64Array(10)), RangeError);
-  assert.throws(() => logSoftmaxInto(new Float32Array([1, NaN]), buf), (e: unknown) => e instanceof NonFiniteError && /NaN.*1/.test(e.message));
+  assert.throws(
+    () => logSoftmaxInto(new Float32Array([1, NaN]), buf),
+    (e: unknown) => e instanceof NonFiniteError && /NaN.*1/.test(e.message),
+  );
   // rows of different lengths through the samplers' shared row, interleaved, against a fresh sampler per row
   // (temperature alone: the draw's weights over the whole row go through a reused row too)
-  const opts: SamplerOptions[] = [{ temperature: 0.9, topK: 20, seed: 3, logprobs: 2 }, { temperature: 0.7, topP: 0.8, minP: 0.02, seed: 4 }, { temperature: 0, logprobs: 3 }, { temperature: 1, seed: 5 }, { temperature: 0.6, seed: 6, logprobs: 1 }];
+  const opts: SamplerOptions[] = [
+    { temperature: 0.9, topK: 20, seed: 3, logprobs: 2 },
+    { temperature: 0.7, topP: 0.8, minP: 0.02, seed: 4 },
+    { temperature: 0, logprobs: 3 },
+    { temperature: 1, seed: 5 },
+    { temperature: 0.6, seed: 6, logprobs: 1 },
+  ];
   for (const o of opts) {
     const a = new Sampler(o);
     const seq = [long, short, long, short].map((x) => a.sample(x));
@@ -132,9 +153,16 @@ test("logSoftmax matches a naive float64 reference, incl. ±1e4 magnitudes and -
     const e = Array.from(x, (v) => Math.exp(v - c));
     const z = e.reduceRight((a, b) => a + b, 0);
     for (let i = 0; i < n; i++) {
-      if (x[i] === -Infinity) { assert.equal(lp[i], -Infinity); continue; }
+      if (x[i] === -Infinity) {
+        assert.equal(lp[i], -Infinity);
+        continue;
+      }
       const ref = Math.log(e[i] / z);
-      if (Number.isFinite(ref)) assert.ok(Math.abs(lp[i] - ref) <= 1e-9 * Math.max(1, Math.abs(ref)), `trial ${trial} id ${i}: ${lp[i]} vs ${ref}`);
+      if (Number.isFinite(ref))
+        assert.ok(
+          Math.abs(lp[i] - ref) <= 1e-9 * Math.max(1, Math.abs(ref)),
+          `trial ${trial} id ${i}: ${lp[i]} vs ${ref}`,
+        );
       else assert.ok(lp[i] < -700, `id ${i}: ${lp[i]}`); // reference underflowed; ours must still be a (very negative) finite number
     }
     assert.ok(Math.abs(lp.reduce((a, v) => a + Math.exp(v), 0) - 1) < 1e-12);
@@ -147,14 +175,21 @@ test("topLogprobs equals the head of a full sort (ties to lower id)", () => {
     const lp = new Float64Array(n).map(() => Math.round(r() * 50) / 10); // many ties
     const full = [...lp.keys()].sort((a, b) => lp[b] - lp[a] || a - b);
     for (const k of [0, 1, 5, 20, n, n + 3]) {
-      assert.deepEqual(topLogprobs(lp, k), full.slice(0, k).map((id) => [id, lp[id]]), `n ${n} k ${k}`);
+      assert.deepEqual(
+        topLogprobs(lp, k),
+        full.slice(0, k).map((id) => [id, lp[id]]),
+        `n ${n} k ${k}`,
+      );
     }
   }
 });
 
 test("filters keep exactly the expected sets (hand-made distribution)", () => {
   const logits = new Float32Array([0.4, 0.3, 0.2, 0.1].map(Math.log));
-  const kept = (o: SamplerOptions): number[] => createSampler(o).candidates(logSoftmax(logits)).sort((a, b) => a - b);
+  const kept = (o: SamplerOptions): number[] =>
+    createSampler(o)
+      .candidates(logSoftmax(logits))
+      .sort((a, b) => a - b);
   assert.deepEqual(kept({}), [0, 1, 2, 3]);
   assert.deepEqual(kept({ topK: 2 }), [0, 1]);
   assert.deepEqual(kept({ topP: 0.75 }), [0, 1, 2]);
@@ -167,15 +202,30 @@ test("filters keep exactly the expected sets (hand-made distribution)", () => {
 
 test("filters keep exactly the reference sets on random vocabularies", () => {
   const cases: SamplerOptions[] = [
-    { topK: 40 }, { topP: 0.9 }, { topP: 0.5 }, { topP: 0.99999 }, { topP: 0.99999, minP: 1e-5 }, { minP: 0.05 }, { minP: 0.5 },
-    { topK: 40, topP: 0.8, minP: 0.02 }, { topP: 0.95, minP: 0.1 }, { topK: 1 }, { topK: 10_000 },
+    { topK: 40 },
+    { topP: 0.9 },
+    { topP: 0.5 },
+    { topP: 0.99999 },
+    { topP: 0.99999, minP: 1e-5 },
+    { minP: 0.05 },
+    { minP: 0.5 },
+    { topK: 40, topP: 0.8, minP: 0.02 },
+    { topP: 0.95, minP: 0.1 },
+    { topK: 1 },
+    { topK: 10_000 },
   ];
   for (const [i, n] of [17, 1001, 151_937].entries()) {
     for (const [j, o] of cases.entries()) {
       const x = randomLogits(n, 1000 * i + j, n > 1000 ? 8 : 3);
       if (j % 3 === 0) x[5] = -Infinity;
-      const got = createSampler(o).candidates(logSoftmax(x)).sort((a, b) => a - b);
-      assert.deepEqual(got, referenceKept(x, o).sort((a, b) => a - b), `n ${n} options ${JSON.stringify(o)}`);
+      const got = createSampler(o)
+        .candidates(logSoftmax(x))
+        .sort((a, b) => a - b);
+      assert.deepEqual(
+        got,
+        referenceKept(x, o).sort((a, b) => a - b),
+        `n ${n} options ${JSON.stringify(o)}`,
+      );
     }
   }
 });
@@ -226,12 +276,24 @@ test("logprob is under the unmodified distribution; top alternatives returned", 
 
 test("options and logits are validated with UsageError", () => {
   const bad: SamplerOptions[] = [
-    { temperature: -0.1 }, { temperature: NaN }, { topP: 0 }, { topP: 1.01 }, { minP: 1 }, { minP: -0.1 },
-    { topK: -1 }, { topK: 2.5 }, { seed: 1.5 }, { seed: NaN }, { logprobs: -1 },
+    { temperature: -0.1 },
+    { temperature: NaN },
+    { topP: 0 },
+    { topP: 1.01 },
+    { minP: 1 },
+    { minP: -0.1 },
+    { topK: -1 },
+    { topK: 2.5 },
+    { seed: 1.5 },
+    { seed: NaN },
+    { logprobs: -1 },
   ];
   for (const o of bad) assert.throws(() => new Sampler(o), UsageError, JSON.stringify(o));
   const s = createSampler({ seed: 1 });
-  assert.throws(() => s.sample(new Float32Array([0, 1, NaN, 2])), (e: unknown) => e instanceof NonFiniteError && /NaN.*2/.test(e.message));
+  assert.throws(
+    () => s.sample(new Float32Array([0, 1, NaN, 2])),
+    (e: unknown) => e instanceof NonFiniteError && /NaN.*2/.test(e.message),
+  );
   assert.throws(() => s.sample(new Float32Array([-Infinity, -Infinity])), NonFiniteError);
   assert.throws(() => s.sample(new Float32Array(0)), UsageError);
   assert.equal(s.sample(new Float32Array([-Infinity, 0, -Infinity])).token, 1);

@@ -7,7 +7,14 @@ import { Tokenizer } from "../../src/tokenizer/index.js";
 import { PagePool } from "../../src/engine/paged-cache.js";
 import { argmax, Sampler } from "../../src/engine/sampler.js";
 import { logSoftmax } from "../../src/engine/logprobs.js";
-import { Scheduler, type BatchModel, type Sequence, type SchedulerOptions, type SequenceRequest, type StepInfo } from "../../src/engine/scheduler.js";
+import {
+  Scheduler,
+  type BatchModel,
+  type Sequence,
+  type SchedulerOptions,
+  type SequenceRequest,
+  type StepInfo,
+} from "../../src/engine/scheduler.js";
 import type { SequenceChunk } from "../../src/model/deepseek2.js";
 import type { LatentStore } from "../../src/model/cache.js";
 import type { GreedyChunk, GreedyPick, PickDraw } from "../../src/engine/device-picks.js";
@@ -46,7 +53,9 @@ class FakeChainModel implements BatchModel {
   forwardBatch(seqs: readonly SequenceChunk[]): Float32Array[] {
     return seqs.map((s) => {
       const pos0 = s.cache!.length;
-      const rows = s.tokens.map((t, j) => this.logits(pos0 + j, t)).filter((_, j) => s.logits === "all" || (s.logits === "last" && j === s.tokens.length - 1));
+      const rows = s.tokens
+        .map((t, j) => this.logits(pos0 + j, t))
+        .filter((_, j) => s.logits === "all" || (s.logits === "last" && j === s.tokens.length - 1));
       s.cache!.advance(s.tokens.length);
       const out = new Float32Array(rows.length * V);
       rows.forEach((r, i) => out.set(r, i * V));
@@ -57,7 +66,10 @@ class FakeChainModel implements BatchModel {
   /** greedy picks as the device would make them (NaN logprob for a row the host sampler refuses) */
   pickCalls = 0;
   pickedRows = 0;
-  forwardBatchPicks(seqs: readonly SequenceChunk[], picks: readonly (boolean | PickDraw)[]): (Float32Array | GreedyPick)[] {
+  forwardBatchPicks(
+    seqs: readonly SequenceChunk[],
+    picks: readonly (boolean | PickDraw)[],
+  ): (Float32Array | GreedyPick)[] {
     this.pickCalls++;
     const rows = this.forwardBatch(seqs);
     return rows.map((r, i) => {
@@ -75,7 +87,10 @@ class FakeChainModel implements BatchModel {
     });
   }
 
-  decodeGreedyBatch(seqs: readonly { readonly token: number; readonly cache: LatentStore }[], steps: number): GreedyChunk[] {
+  decodeGreedyBatch(
+    seqs: readonly { readonly token: number; readonly cache: LatentStore }[],
+    steps: number,
+  ): GreedyChunk[] {
     this.chains++;
     this.chainedSteps += steps;
     return seqs.map(({ token, cache }) => {
@@ -114,10 +129,21 @@ interface Run {
 
 type Req = SequenceRequest & { cancelAt?: number };
 
-async function run(reqs: readonly Req[], opts: SchedulerOptions, model = new FakeChainModel(), followUp?: (r: Run) => SequenceRequest): Promise<Run> {
+async function run(
+  reqs: readonly Req[],
+  opts: SchedulerOptions,
+  model = new FakeChainModel(),
+  followUp?: (r: Run) => SequenceRequest,
+): Promise<Run> {
   const pool = new PagePool(loaded.config, { pageSize: 4, numPages: 256 });
   const steps: StepInfo[] = [];
-  const s = new Scheduler(model, tokenizer, pool, { maxBatch: 8, prefillChunk: 5, tokenBudget: 12, ...opts, onStep: (i) => steps.push(i) });
+  const s = new Scheduler(model, tokenizer, pool, {
+    maxBatch: 8,
+    prefillChunk: 5,
+    tokenBudget: 12,
+    ...opts,
+    onStep: (i) => steps.push(i),
+  });
   const events: string[] = [];
   const results: Run["results"] = [];
   const pieces: string[][] = [];
@@ -126,12 +152,20 @@ async function run(reqs: readonly Req[], opts: SchedulerOptions, model = new Fak
       const seq = s.submit(req, {
         onToken: (t) => {
           (pieces[i] ??= []).push(t.text);
-          events.push(`${i} #${t.index} ${t.id} ${JSON.stringify(t.text)} ${t.logprob}${t.top !== undefined ? ` top ${JSON.stringify(t.top)}` : ""}`);
+          events.push(
+            `${i} #${t.index} ${t.id} ${JSON.stringify(t.text)} ${t.logprob}${t.top !== undefined ? ` top ${JSON.stringify(t.top)}` : ""}`,
+          );
           if (req.cancelAt === t.index) s.cancel(seq);
         },
         onFinish: (r) => {
           events.push(`${i} finish ${r.finishReason} tail ${JSON.stringify(r.tail)}`);
-          results[i] = { tokens: r.tokens, text: r.text, finish: r.finishReason, ...(r.error !== undefined ? { error: r.error.message } : {}), cached: r.cachedTokens };
+          results[i] = {
+            tokens: r.tokens,
+            text: r.text,
+            finish: r.finishReason,
+            ...(r.error !== undefined ? { error: r.error.message } : {}),
+            cached: r.cachedTokens,
+          };
           resolve();
         },
       });
@@ -144,10 +178,20 @@ async function run(reqs: readonly Req[], opts: SchedulerOptions, model = new Fak
   return out;
 }
 
-const greedy = (prompt: number[], maxTokens: number, more: Partial<Req> = {}): Req => ({ prompt, maxTokens, sampling: { temperature: 0 }, ...more });
+const greedy = (prompt: number[], maxTokens: number, more: Partial<Req> = {}): Req => ({
+  prompt,
+  maxTokens,
+  sampling: { temperature: 0 },
+  ...more,
+});
 
 test("chained greedy steps give the same streams, logprobs, finishes and events as host-sampled steps", async () => {
-  const base = [greedy(randomTokens(3, 1, 3, V), 30), greedy(randomTokens(9, 2, 3, V), 17), greedy(randomTokens(6, 3, 3, V), 40, { ignoreEog: true }), greedy(randomTokens(2, 4, 3, V), 25, { ignoreEog: true })];
+  const base = [
+    greedy(randomTokens(3, 1, 3, V), 30),
+    greedy(randomTokens(9, 2, 3, V), 17),
+    greedy(randomTokens(6, 3, 3, V), 40, { ignoreEog: true }),
+    greedy(randomTokens(2, 4, 3, V), 25, { ignoreEog: true }),
+  ];
   const plain = await run(base, { chainSteps: 0 });
   // a stop token from request 0's stream, a stop string across two of request 2's tokens, a cancel in request 3
   const r0 = plain.results[0];
@@ -172,7 +216,10 @@ test("chained greedy steps give the same streams, logprobs, finishes and events 
     assert.deepEqual(chained.events, host.events, `chainSteps ${chainSteps}: events`);
     assert.deepEqual(chained.results, host.results, `chainSteps ${chainSteps}: results`);
     assert.ok(chained.model.chains >= 2, `chainSteps ${chainSteps}: ${chained.model.chains} chains ran`);
-    assert.ok(chained.steps.some((s) => s.chained === chainSteps), `chainSteps ${chainSteps}: chains grow to chainSteps: ${chained.steps.map((s) => s.chained ?? 1).join(" ")}`);
+    assert.ok(
+      chained.steps.some((s) => s.chained === chainSteps),
+      `chainSteps ${chainSteps}: chains grow to chainSteps: ${chained.steps.map((s) => s.chained ?? 1).join(" ")}`,
+    );
     assert.ok(chained.steps.every((s) => (s.chained ?? 1) <= chainSteps));
     assert.equal(chained.pagesInUse, 0);
   }
@@ -215,12 +262,19 @@ test("greedy choices made on the device in host steps (forwardBatchPicks) give t
   const picked = await run(reqs, { chainSteps: 0 });
   assert.deepEqual(picked.events, host.events);
   assert.deepEqual(picked.results, host.results);
-  assert.ok(picked.model.pickCalls > 0 && picked.model.pickedRows > 0, `${picked.model.pickCalls} calls, ${picked.model.pickedRows} rows picked`);
+  assert.ok(
+    picked.model.pickCalls > 0 && picked.model.pickedRows > 0,
+    `${picked.model.pickCalls} calls, ${picked.model.pickedRows} rows picked`,
+  );
   // a row the host sampler refuses ends its sequence with an error either way
   const nanHost = new FakeChainModel(6);
   (nanHost as { forwardBatchPicks?: unknown }).forwardBatchPicks = undefined;
   const a = await run([greedy(randomTokens(3, 36, 3, V), 10, { ignoreEog: true })], { chainSteps: 0 }, nanHost);
-  const b = await run([greedy(randomTokens(3, 36, 3, V), 10, { ignoreEog: true })], { chainSteps: 0 }, new FakeChainModel(6));
+  const b = await run(
+    [greedy(randomTokens(3, 36, 3, V), 10, { ignoreEog: true })],
+    { chainSteps: 0 },
+    new FakeChainModel(6),
+  );
   assert.equal(a.results[0].finish, "error");
   assert.equal(b.results[0].finish, "error");
   assert.deepEqual(b.results[0].tokens, a.results[0].tokens);
@@ -232,7 +286,10 @@ class FakeDrawModel extends FakeChainModel {
   /** the draws received, per step */
   draws: PickDraw[] = [];
   kinds = new Set<string>();
-  override forwardBatchPicks(seqs: readonly SequenceChunk[], picks: readonly (boolean | PickDraw)[]): (Float32Array | GreedyPick)[] {
+  override forwardBatchPicks(
+    seqs: readonly SequenceChunk[],
+    picks: readonly (boolean | PickDraw)[],
+  ): (Float32Array | GreedyPick)[] {
     const out = super.forwardBatchPicks(
       seqs,
       picks.map((p) => p === true),
@@ -250,12 +307,27 @@ class FakeDrawModel extends FakeChainModel {
 }
 
 test("draws at a temperature alone are made on a model that takes them (PickDraw, keys from the request's seeded sampler); filtered or top-logprobs requests keep their rows", async () => {
-  const draw = { prompt: randomTokens(4, 41, 3, V), maxTokens: 9, ignoreEog: true, sampling: { temperature: 0.8, seed: 5 } };
+  const draw = {
+    prompt: randomTokens(4, 41, 3, V),
+    maxTokens: 9,
+    ignoreEog: true,
+    sampling: { temperature: 0.8, seed: 5 },
+  };
   const reqs: Req[] = [
     greedy(randomTokens(3, 42, 3, V), 6, { ignoreEog: true }),
     draw,
-    { prompt: randomTokens(5, 43, 3, V), maxTokens: 5, ignoreEog: true, sampling: { temperature: 0.8, topP: 0.9, seed: 6 } },
-    { prompt: randomTokens(2, 44, 3, V), maxTokens: 5, ignoreEog: true, sampling: { temperature: 0.7, logprobs: 2, seed: 7 } },
+    {
+      prompt: randomTokens(5, 43, 3, V),
+      maxTokens: 5,
+      ignoreEog: true,
+      sampling: { temperature: 0.8, topP: 0.9, seed: 6 },
+    },
+    {
+      prompt: randomTokens(2, 44, 3, V),
+      maxTokens: 5,
+      ignoreEog: true,
+      sampling: { temperature: 0.7, logprobs: 2, seed: 7 },
+    },
   ];
   const m = new FakeDrawModel();
   const r = await run(reqs, { chainSteps: 0 }, m);
@@ -264,7 +336,10 @@ test("draws at a temperature alone are made on a model that takes them (PickDraw
   const keys = new Sampler({ temperature: 0.8, seed: 5 });
   assert.equal(m.draws.length, 9);
   for (const d of m.draws) assert.deepEqual(d, { temperature: 0.8, topK: 0, topP: 1, minP: 0, key: keys.drawKey() });
-  assert.deepEqual(r.results[1].tokens, m.draws.map((d) => d.key % V));
+  assert.deepEqual(
+    r.results[1].tokens,
+    m.draws.map((d) => d.key % V),
+  );
   // the same seed again: the same stream; the filtered and top-logprobs requests sampled on the host as before
   const again = await run(reqs, { chainSteps: 0 }, new FakeDrawModel());
   assert.deepEqual(again.results, r.results);
@@ -289,11 +364,17 @@ test("no chaining while a sampled or top-logprobs request is in the batch; the s
 });
 
 test("a chained step whose logits the sampler refuses ends the sequence with an error, as on the host", async () => {
-  const reqs = [greedy(randomTokens(3, 21, 3, V), 30, { ignoreEog: true }), greedy(randomTokens(8, 22, 3, V), 30, { ignoreEog: true })];
+  const reqs = [
+    greedy(randomTokens(3, 21, 3, V), 30, { ignoreEog: true }),
+    greedy(randomTokens(8, 22, 3, V), 30, { ignoreEog: true }),
+  ];
   const host = await run(reqs, { chainSteps: 0 }, new FakeChainModel(14));
   const chained = await run(reqs, { chainSteps: 8 }, new FakeChainModel(14));
   assert.ok(chained.model.chains > 0);
-  assert.deepEqual(chained.results.map((r) => [r.tokens, r.finish]), host.results.map((r) => [r.tokens, r.finish]));
+  assert.deepEqual(
+    chained.results.map((r) => [r.tokens, r.finish]),
+    host.results.map((r) => [r.tokens, r.finish]),
+  );
   for (const r of chained.results) {
     assert.equal(r.finish, "error");
     assert.match(r.error ?? "", /NaN/);
@@ -303,7 +384,8 @@ test("a chained step whose logits the sampler refuses ends the sequence with an 
 
 test("pages filled by a chain are published with the ids the chain fed: a follow-up prompt finds them", async () => {
   const reqs = [greedy(randomTokens(3, 31, 3, V), 21, { ignoreEog: true })];
-  const follow = (r: Run): SequenceRequest => greedy([...reqs[0].prompt, ...r.results[0].tokens], 2, { ignoreEog: true });
+  const follow = (r: Run): SequenceRequest =>
+    greedy([...reqs[0].prompt, ...r.results[0].tokens], 2, { ignoreEog: true });
   const host = await run(reqs, { chainSteps: 0 }, new FakeChainModel(), follow);
   const chained = await run(reqs, { chainSteps: 8 }, new FakeChainModel(), follow);
   assert.ok(chained.model.chains > 0);
@@ -316,10 +398,30 @@ test("a model that filters its draws (picksDrawFiltered) also takes requests wit
     readonly picksDrawFiltered = true;
   }
   const reqs: Req[] = [
-    { prompt: randomTokens(4, 51, 3, V), maxTokens: 6, ignoreEog: true, sampling: { temperature: 0.8, topK: 40, topP: 0.95, minP: 0.05, seed: 11 } },
-    { prompt: randomTokens(3, 52, 3, V), maxTokens: 5, ignoreEog: true, sampling: { temperature: 0.8, topP: 0.9, seed: 12 } },
-    { prompt: randomTokens(3, 53, 3, V), maxTokens: 5, ignoreEog: true, sampling: { temperature: 0.8, topK: 65, seed: 13 } },
-    { prompt: randomTokens(2, 54, 3, V), maxTokens: 5, ignoreEog: true, sampling: { temperature: 0.7, topK: 10, logprobs: 2, seed: 14 } },
+    {
+      prompt: randomTokens(4, 51, 3, V),
+      maxTokens: 6,
+      ignoreEog: true,
+      sampling: { temperature: 0.8, topK: 40, topP: 0.95, minP: 0.05, seed: 11 },
+    },
+    {
+      prompt: randomTokens(3, 52, 3, V),
+      maxTokens: 5,
+      ignoreEog: true,
+      sampling: { temperature: 0.8, topP: 0.9, seed: 12 },
+    },
+    {
+      prompt: randomTokens(3, 53, 3, V),
+      maxTokens: 5,
+      ignoreEog: true,
+      sampling: { temperature: 0.8, topK: 65, seed: 13 },
+    },
+    {
+      prompt: randomTokens(2, 54, 3, V),
+      maxTokens: 5,
+      ignoreEog: true,
+      sampling: { temperature: 0.7, topK: 10, logprobs: 2, seed: 14 },
+    },
   ];
   const m = new FakeTopKModel();
   const r = await run(reqs, { chainSteps: 0 }, m);
@@ -330,10 +432,17 @@ test("a model that filters its draws (picksDrawFiltered) also takes requests wit
   assert.equal(withK.length, 6);
   assert.equal(withP.length, 5);
   assert.equal(m.draws.length, 11);
-  for (const d of withK) assert.deepEqual(d, { temperature: 0.8, topK: 40, topP: 0.95, minP: 0.05, key: keys.drawKey() });
+  for (const d of withK)
+    assert.deepEqual(d, { temperature: 0.8, topK: 40, topP: 0.95, minP: 0.05, key: keys.drawKey() });
   for (const d of withP) assert.deepEqual(d, { temperature: 0.8, topK: 0, topP: 0.9, minP: 0, key: keysP.drawKey() });
-  assert.deepEqual(r.results[0].tokens, withK.map((d) => d.key % V));
-  assert.deepEqual(r.results[1].tokens, withP.map((d) => d.key % V));
+  assert.deepEqual(
+    r.results[0].tokens,
+    withK.map((d) => d.key % V),
+  );
+  assert.deepEqual(
+    r.results[1].tokens,
+    withP.map((d) => d.key % V),
+  );
   const host = await run(reqs, { chainSteps: 0 });
   assert.deepEqual([r.results[2], r.results[3]], [host.results[2], host.results[3]]);
   // a model that draws only at a temperature keeps the top-k request on the host
@@ -348,7 +457,11 @@ class FakeChainDrawModel extends FakeDrawModel {
   readonly chainsDraws = true;
   readonly picksDrawFiltered = true;
   chainDraws: PickDraw[] = [];
-  override decodeGreedyBatch(seqs: readonly { readonly token: number; readonly cache: LatentStore }[], steps: number, draws?: readonly PickDraw[]): GreedyChunk[] {
+  override decodeGreedyBatch(
+    seqs: readonly { readonly token: number; readonly cache: LatentStore }[],
+    steps: number,
+    draws?: readonly PickDraw[],
+  ): GreedyChunk[] {
     if (draws === undefined) return super.decodeGreedyBatch(seqs, steps);
     assert.equal(draws.length, steps * seqs.length);
     this.chains++;
@@ -375,7 +488,12 @@ class FakeChainDrawModel extends FakeDrawModel {
 test("chains take draws on a model that chains them: drawn and greedy requests together give what step-by-step picks give (keys in each request's token order); a request sampled on the host keeps the batch unchained", async () => {
   const reqs: Req[] = [
     { prompt: randomTokens(4, 61, 3, V), maxTokens: 17, ignoreEog: true, sampling: { temperature: 0.8, seed: 21 } },
-    { prompt: randomTokens(3, 62, 3, V), maxTokens: 11, ignoreEog: true, sampling: { temperature: 1.1, topK: 40, topP: 0.9, seed: 22 } },
+    {
+      prompt: randomTokens(3, 62, 3, V),
+      maxTokens: 11,
+      ignoreEog: true,
+      sampling: { temperature: 1.1, topK: 40, topP: 0.9, seed: 22 },
+    },
     greedy(randomTokens(5, 63, 3, V), 14, { ignoreEog: true }),
   ];
   const stepwise = await run(reqs, { chainSteps: 0 }, new FakeChainDrawModel());
@@ -387,7 +505,15 @@ test("chains take draws on a model that chains them: drawn and greedy requests t
   // greedy members of a drawn chain go at temperature 0; the drawn ones carry their settings
   assert.ok(m.chainDraws.some((d) => d.temperature === 0) && m.chainDraws.some((d) => d.topK === 40 && d.topP === 0.9));
   // a request with top logprobs is sampled on the host: no chain while it runs
-  const withHost = [...reqs, { prompt: randomTokens(2, 64, 3, V), maxTokens: 30, ignoreEog: true, sampling: { temperature: 0.8, topP: 0.9, logprobs: 2, seed: 23 } }];
+  const withHost = [
+    ...reqs,
+    {
+      prompt: randomTokens(2, 64, 3, V),
+      maxTokens: 30,
+      ignoreEog: true,
+      sampling: { temperature: 0.8, topP: 0.9, logprobs: 2, seed: 23 },
+    },
+  ];
   const h = new FakeChainDrawModel();
   await run(withHost, { chainSteps: 8 }, h);
   assert.equal(h.chains, 0, "no chain while a host-sampled request runs");
@@ -398,7 +524,11 @@ test("greedy requests with a logit bias or a penalty are neither chained nor pic
   const plain = await run([greedy(prompt, 12, { ignoreEog: true })], { chainSteps: 8 });
   assert.ok(plain.model.chains > 0 && plain.model.pickedRows > 0, "the plain request does use the device");
   const first = plain.results[0].tokens[0];
-  for (const sampling of [{ temperature: 0, logitBias: new Map([[first, -100]]) }, { temperature: 0, frequencyPenalty: 2 }, { temperature: 0, repetitionPenalty: 1.5, promptTokens: prompt }]) {
+  for (const sampling of [
+    { temperature: 0, logitBias: new Map([[first, -100]]) },
+    { temperature: 0, frequencyPenalty: 2 },
+    { temperature: 0, repetitionPenalty: 1.5, promptTokens: prompt },
+  ]) {
     const adjusted = await run([greedy(prompt, 12, { ignoreEog: true, sampling })], { chainSteps: 8 });
     assert.equal(adjusted.model.chains, 0, JSON.stringify(sampling));
     assert.equal(adjusted.model.pickedRows, 0, JSON.stringify(sampling));
@@ -412,15 +542,31 @@ test("greedy requests with a logit bias or a penalty are neither chained nor pic
     }
     assert.deepEqual(adjusted.results[0].tokens, want, JSON.stringify(sampling));
   }
-  assert.notEqual((await run([greedy(prompt, 12, { ignoreEog: true, sampling: { temperature: 0, logitBias: new Map([[first, -100]]) } })], { chainSteps: 8 })).results[0].tokens[0], first);
+  assert.notEqual(
+    (
+      await run(
+        [greedy(prompt, 12, { ignoreEog: true, sampling: { temperature: 0, logitBias: new Map([[first, -100]]) } })],
+        { chainSteps: 8 },
+      )
+    ).results[0].tokens[0],
+    first,
+  );
 });
 
 test("a held sequence sits out the chains (the other chains on without it) and resumes to the same tokens", async () => {
   const prompts = [randomTokens(5, 31, 3, V), randomTokens(6, 32, 3, V)];
-  const req = (prompt: number[]): SequenceRequest => ({ prompt, maxTokens: 40, sampling: { temperature: 0 }, ignoreEog: true });
+  const req = (prompt: number[]): SequenceRequest => ({
+    prompt,
+    maxTokens: 40,
+    sampling: { temperature: 0 },
+    ignoreEog: true,
+  });
   const want = await run(prompts.map(req), { chainSteps: 0 });
   const model = new FakeChainModel();
-  const s = new Scheduler(model, tokenizer, new PagePool(loaded.config, { pageSize: 4, numPages: 256 }), { maxBatch: 8, chainSteps: 8 });
+  const s = new Scheduler(model, tokenizer, new PagePool(loaded.config, { pageSize: 4, numPages: 256 }), {
+    maxBatch: 8,
+    chainSteps: 8,
+  });
   const ids: number[][] = [[], []];
   let a!: Sequence;
   const doneA = new Promise<void>((resolve) => {
@@ -432,7 +578,9 @@ test("a held sequence sits out the chains (the other chains on without it) and r
       onFinish: () => resolve(),
     });
   });
-  await new Promise<void>((resolve) => s.submit(req(prompts[1]), { onToken: (t) => ids[1].push(t.id), onFinish: () => resolve() }));
+  await new Promise<void>((resolve) =>
+    s.submit(req(prompts[1]), { onToken: (t) => ids[1].push(t.id), onFinish: () => resolve() }),
+  );
   const heldAt = ids[0].length;
   // held mid-chain, it still gets the rest of that chain (already computed): at most chainSteps - 1 more
   assert.ok(heldAt >= 2 && heldAt <= 9, `${heldAt} tokens while held`);
@@ -441,5 +589,8 @@ test("a held sequence sits out the chains (the other chains on without it) and r
   assert.equal(ids[0].length, heldAt);
   s.release(a);
   await doneA;
-  assert.deepEqual(ids, want.results.map((r) => [...r.tokens]));
+  assert.deepEqual(
+    ids,
+    want.results.map((r) => [...r.tokens]),
+  );
 });

@@ -17,11 +17,18 @@ const loaded = loadModel(synth.path);
 const tok = Tokenizer.fromMetadata(loaded.file.metadata);
 const V = loaded.config.nVocab;
 
-const greedy = (prompt: number[], maxTokens: number): SequenceRequest => ({ prompt, maxTokens, sampling: { temperature: 0 }, ignoreEog: true });
+const greedy = (prompt: number[], maxTokens: number): SequenceRequest => ({
+  prompt,
+  maxTokens,
+  sampling: { temperature: 0 },
+  ignoreEog: true,
+});
 const turns = (n: number): Promise<void> => new Promise((r) => setTimeout(r, n));
 
 test("a held sequence gets no tokens while another completes, keeps its pages, and resumes to the same tokens", async () => {
-  const s = new Scheduler(loaded.model, tok, new PagePool(loaded.config, { pageSize: 4, numPages: 256 }), { maxBatch: 4 });
+  const s = new Scheduler(loaded.model, tok, new PagePool(loaded.config, { pageSize: 4, numPages: 256 }), {
+    maxBatch: 4,
+  });
   const pa = randomTokens(5, 11, 3, V);
   const pb = randomTokens(7, 12, 3, V);
   const alone = generateSync(loaded.model, tok, pa, { temperature: 0, maxTokens: 24, ignoreEog: true });
@@ -41,7 +48,9 @@ test("a held sequence gets no tokens while another completes, keeps its pages, a
     });
   });
   let bTokens = 0;
-  const doneB = new Promise<SequenceResult>((resolve) => s.submit(greedy(pb, 40), { onToken: () => bTokens++, onFinish: resolve }));
+  const doneB = new Promise<SequenceResult>((resolve) =>
+    s.submit(greedy(pb, 40), { onToken: () => bTokens++, onFinish: resolve }),
+  );
   const b = await doneB;
   assert.equal(b.finishReason, "length");
   assert.equal(bTokens, 40, "the other sequence ran to its end");
@@ -62,7 +71,9 @@ test("a held sequence gets no tokens while another completes, keeps its pages, a
 });
 
 test("a queued sequence takes a held one's slot (the held one is preempted, then resumes to the same tokens)", async () => {
-  const s = new Scheduler(loaded.model, tok, new PagePool(loaded.config, { pageSize: 4, numPages: 64 }), { maxBatch: 1 });
+  const s = new Scheduler(loaded.model, tok, new PagePool(loaded.config, { pageSize: 4, numPages: 64 }), {
+    maxBatch: 1,
+  });
   const pa = randomTokens(5, 21, 3, V);
   const alone = generateSync(loaded.model, tok, pa, { temperature: 0, maxTokens: 12, ignoreEog: true });
   let a!: Sequence;
@@ -77,7 +88,9 @@ test("a queued sequence takes a held one's slot (the held one is preempted, then
     });
   });
   while (aIds.length < 2) await turns(1);
-  const c = await new Promise<SequenceResult>((resolve) => s.submit(greedy(randomTokens(6, 22, 3, V), 10), { onFinish: resolve }));
+  const c = await new Promise<SequenceResult>((resolve) =>
+    s.submit(greedy(randomTokens(6, 22, 3, V), 10), { onFinish: resolve }),
+  );
   assert.equal(c.finishReason, "length");
   assert.equal(aIds.length, 2);
   assert.equal(s.stats().preemptions, 1);
@@ -88,7 +101,9 @@ test("a queued sequence takes a held one's slot (the held one is preempted, then
 });
 
 test("cancelled while held, a sequence gives its pages back", async () => {
-  const s = new Scheduler(loaded.model, tok, new PagePool(loaded.config, { pageSize: 4, numPages: 64 }), { maxBatch: 2 });
+  const s = new Scheduler(loaded.model, tok, new PagePool(loaded.config, { pageSize: 4, numPages: 64 }), {
+    maxBatch: 2,
+  });
   let a!: Sequence;
   let aTokens = 0;
   const doneA = new Promise<SequenceResult>((resolve) => {

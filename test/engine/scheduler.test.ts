@@ -5,7 +5,14 @@ import assert from "node:assert/strict";
 import { loadModel } from "../../src/runtime/load.js";
 import { Tokenizer } from "../../src/tokenizer/index.js";
 import { PagePool } from "../../src/engine/paged-cache.js";
-import { QueueFullError, Scheduler, type SchedulerOptions, type SequenceRequest, type SequenceResult, type TokenOut } from "../../src/engine/scheduler.js";
+import {
+  QueueFullError,
+  Scheduler,
+  type SchedulerOptions,
+  type SequenceRequest,
+  type SequenceResult,
+  type TokenOut,
+} from "../../src/engine/scheduler.js";
 import { generateSync } from "../../src/engine/generate.js";
 import { evaluateAll } from "../../src/engine/evaluate.js";
 import { logSoftmax } from "../../src/engine/logprobs.js";
@@ -38,13 +45,33 @@ function submit(s: Scheduler, req: SequenceRequest): Promise<Outcome> {
   });
 }
 
-const greedy = (prompt: number[], maxTokens: number): SequenceRequest => ({ prompt, maxTokens, sampling: { temperature: 0, logprobs: 3 }, ignoreEog: true });
+const greedy = (prompt: number[], maxTokens: number): SequenceRequest => ({
+  prompt,
+  maxTokens,
+  sampling: { temperature: 0, logprobs: 3 },
+  ignoreEog: true,
+});
 
-const prompts = [randomTokens(3, 1, 3, V), randomTokens(37, 2, 3, V), randomTokens(12, 3, 3, V), [...randomTokens(37, 2, 3, V).slice(0, 20), 7, 8, 9], randomTokens(1, 9, 3, V)];
+const prompts = [
+  randomTokens(3, 1, 3, V),
+  randomTokens(37, 2, 3, V),
+  randomTokens(12, 3, 3, V),
+  [...randomTokens(37, 2, 3, V).slice(0, 20), 7, 8, 9],
+  randomTokens(1, 9, 3, V),
+];
 
 function assertSame(got: Outcome, want: { tokens: number[]; logprobs: number[] }, label: string): void {
-  assert.deepEqual(got.tokens.map((t) => t.id), want.tokens, label);
-  got.tokens.forEach((t, i) => assert.ok(Math.abs(t.logprob - want.logprobs[i]!) <= 1e-4, `${label} token ${i}: ${t.logprob} vs ${want.logprobs[i]}`));
+  assert.deepEqual(
+    got.tokens.map((t) => t.id),
+    want.tokens,
+    label,
+  );
+  got.tokens.forEach((t, i) =>
+    assert.ok(
+      Math.abs(t.logprob - want.logprobs[i]!) <= 1e-4,
+      `${label} token ${i}: ${t.logprob} vs ${want.logprobs[i]}`,
+    ),
+  );
 }
 
 for (const l of [loaded, loadModel(glmSynth.path)]) {
@@ -80,7 +107,9 @@ test("a long prompt is prefilled in chunks while running streams keep decoding e
 });
 
 test("preemption by recompute when pages run out gives the same tokens; all pages come back", async () => {
-  const alone = prompts.slice(0, 4).map((p) => generateSync(loaded.model, tok, p, { temperature: 0, maxTokens: 24, ignoreEog: true }));
+  const alone = prompts
+    .slice(0, 4)
+    .map((p) => generateSync(loaded.model, tok, p, { temperature: 0, maxTokens: 24, ignoreEog: true }));
   // 22 pages × 4 = 88 positions: the four sequences need 3+37+12+23 + 4×24 = 171
   const s = make({ pages: 22, prefillChunk: 6, tokenBudget: 12 });
   const got = await Promise.all(prompts.slice(0, 4).map((p) => submit(s, greedy(p, 24))));
@@ -126,7 +155,10 @@ test("prompt log-probabilities equal the reference path's log-softmax (≤ 1e-4)
   const prompt = prompts[1]!;
   let entries: Parameters<NonNullable<Parameters<Scheduler["submit"]>[1]["onPromptLogprobs"]>>[0] = [];
   await new Promise<void>((resolve) => {
-    s.submit({ prompt, maxTokens: 0, promptLogprobs: 2 }, { onPromptLogprobs: (e) => (entries = e), onFinish: () => resolve() });
+    s.submit(
+      { prompt, maxTokens: 0, promptLogprobs: 2 },
+      { onPromptLogprobs: (e) => (entries = e), onFinish: () => resolve() },
+    );
   });
   const rows = evaluateAll(loaded.model, prompt, { path: "reference" });
   assert.equal(entries.length, prompt.length);

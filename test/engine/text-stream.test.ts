@@ -23,7 +23,10 @@ function decoder(pieces: readonly (string | readonly number[])[]): StreamingDeco
 }
 
 /** Push tokens 0..n−1 of `pieces`; the pieces released and the stop string hit (the stream stops there, as its callers do). */
-function run(pieces: readonly (string | readonly number[])[], stops: readonly string[]): { out: string[]; hit?: string; stream: TextStream } {
+function run(
+  pieces: readonly (string | readonly number[])[],
+  stops: readonly string[],
+): { out: string[]; hit?: string; stream: TextStream } {
   const stream = new TextStream(decoder(pieces), stops);
   const out: string[] = [];
   for (let id = 0; id < pieces.length; id++) {
@@ -114,9 +117,15 @@ test("a request's generated text: end-of-generation ids and its stop ids end it 
     createDecoder: (o?: { skipSpecial?: boolean }) => (asked.push(o?.skipSpecial), decoder(["a", "b", "<eos>", "d"])),
   };
   const plain = new GeneratedText(tokenizer, { stopTokens: [3] });
-  assert.deepEqual([0, 1, 2, 3].map((id) => plain.endsBefore(id)), [false, false, true, true]);
+  assert.deepEqual(
+    [0, 1, 2, 3].map((id) => plain.endsBefore(id)),
+    [false, false, true, true],
+  );
   const ignoring = new GeneratedText(tokenizer, { stopTokens: [3], ignoreEog: true });
-  assert.deepEqual([0, 1, 2, 3].map((id) => ignoring.endsBefore(id)), [false, false, false, false]);
+  assert.deepEqual(
+    [0, 1, 2, 3].map((id) => ignoring.endsBefore(id)),
+    [false, false, false, false],
+  );
   new GeneratedText(tokenizer, { special: true });
   assert.deepEqual(asked, [true, true, false]);
   // and it is the text stream, stop strings included

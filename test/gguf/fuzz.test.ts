@@ -93,15 +93,31 @@ interface Base {
   readonly fields: { fields: Field[]; headerEnd: number }[];
 }
 
-const U64_SPECIAL = [0n, 1n, 2n ** 31n - 1n, 2n ** 32n, 2n ** 53n - 1n, 2n ** 53n, 2n ** 53n + 1n, 2n ** 62n, 2n ** 63n, 2n ** 64n - 1n];
+const U64_SPECIAL = [
+  0n,
+  1n,
+  2n ** 31n - 1n,
+  2n ** 32n,
+  2n ** 53n - 1n,
+  2n ** 53n,
+  2n ** 53n + 1n,
+  2n ** 62n,
+  2n ** 63n,
+  2n ** 64n - 1n,
+];
 const U32_SPECIAL = [0, 1, 2, 3, 4, 5, 8, 9, 12, 13, 31, 32, 39, 40, 64, 255, 2 ** 31, 2 ** 32 - 1];
 
 /** Apply 1–4 random mutations; returns their description (for the failure report). */
-function mutate(rng: Rng, input: Buffer, meta: { fields: Field[]; headerEnd: number }): { out: Buffer; what: string[] } {
+function mutate(
+  rng: Rng,
+  input: Buffer,
+  meta: { fields: Field[]; headerEnd: number },
+): { out: Buffer; what: string[] } {
   let buf = Buffer.from(input);
   const what: string[] = [];
   const n = 1 + rng.int(4);
-  const pos = (): number => (rng.chance(0.85) ? rng.int(Math.min(meta.headerEnd + 64, buf.length)) : rng.int(buf.length));
+  const pos = (): number =>
+    rng.chance(0.85) ? rng.int(Math.min(meta.headerEnd + 64, buf.length)) : rng.int(buf.length);
   for (let m = 0; m < n && buf.length > 0; m++) {
     const kind = rng.int(10);
     switch (kind) {
@@ -126,7 +142,16 @@ function mutate(rng: Rng, input: Buffer, meta: { fields: Field[]; headerEnd: num
         if (f.pos + f.size > buf.length) break;
         if (f.size === 8) {
           const old = buf.readBigUInt64LE(f.pos);
-          const v = rng.pick([...U64_SPECIAL, BigInt(buf.length), BigInt(buf.length - 1), old + 1n, old > 0n ? old - 1n : 0n, old * 2n, BigInt(rng.next()) * 2n ** 32n + BigInt(rng.next()), BigInt(rng.int(1000))]);
+          const v = rng.pick([
+            ...U64_SPECIAL,
+            BigInt(buf.length),
+            BigInt(buf.length - 1),
+            old + 1n,
+            old > 0n ? old - 1n : 0n,
+            old * 2n,
+            BigInt(rng.next()) * 2n ** 32n + BigInt(rng.next()),
+            BigInt(rng.int(1000)),
+          ]);
           buf.writeBigUInt64LE(v & (2n ** 64n - 1n), f.pos);
           what.push(`u64 at ${f.pos}: ${old} -> ${v & (2n ** 64n - 1n)}`);
         } else {
@@ -221,10 +246,20 @@ describe("GGUF mutation fuzzing", () => {
 
   before(() => {
     // Small models (all metadata, a few tensors of every type present) keep an iteration around a millisecond.
-    const build = (label: string, meta: Map<string, import("../../src/gguf/types.js").GGUFMetadataEntry>, tensors: TensorToWrite[], per?: number): void => {
+    const build = (
+      label: string,
+      meta: Map<string, import("../../src/gguf/types.js").GGUFMetadataEntry>,
+      tensors: TensorToWrite[],
+      per?: number,
+    ): void => {
       const dir = join(tmp.dir, `base-${label}`);
       mkdirSync(dir);
-      const paths = writeModel(join(dir, "m.gguf"), meta, tensors, per === undefined ? {} : { maxTensorsPerShard: per });
+      const paths = writeModel(
+        join(dir, "m.gguf"),
+        meta,
+        tensors,
+        per === undefined ? {} : { maxTensorsPerShard: per },
+      );
       const shards = paths.map((p) => readFileSync(p));
       bases.push({ label, shards, fields: shards.map((b) => headerFields(b)) });
     };
@@ -264,7 +299,10 @@ describe("GGUF mutation fuzzing", () => {
       const dir = join(tmp.dir, `it${i % 2}`);
       mkdirSync(dir, { recursive: true });
       const count = base.shards.length;
-      const names = count === 1 ? ["m.gguf"] : base.shards.map((_, s) => `m-${String(s + 1).padStart(5, "0")}-of-${String(count).padStart(5, "0")}.gguf`);
+      const names =
+        count === 1
+          ? ["m.gguf"]
+          : base.shards.map((_, s) => `m-${String(s + 1).padStart(5, "0")}-of-${String(count).padStart(5, "0")}.gguf`);
       base.shards.forEach((b, s) => writeFileSync(join(dir, names[s]), s === target ? out : b));
       const t0 = performance.now();
       let outcome: string;
@@ -288,11 +326,15 @@ describe("GGUF mutation fuzzing", () => {
       outcomes.set(outcome, (outcomes.get(outcome) ?? 0) + 1);
       if (LONG && (i - START + 1) % 10_000 === 0) {
         const s = (performance.now() - started) / 1000;
-        process.stderr.write(`fuzz: ${i - START + 1}/${ITERATIONS} in ${s.toFixed(0)} s, ${JSON.stringify(Object.fromEntries(outcomes))}\n`);
+        process.stderr.write(
+          `fuzz: ${i - START + 1}/${ITERATIONS} in ${s.toFixed(0)} s, ${JSON.stringify(Object.fromEntries(outcomes))}\n`,
+        );
       }
     }
     const secs = (performance.now() - started) / 1000;
-    t.diagnostic(`${ITERATIONS} iterations in ${secs.toFixed(1)} s; outcomes ${JSON.stringify(Object.fromEntries(outcomes))}; slowest ${slowest.toFixed(1)} ms (iteration ${slowestAt})`);
+    t.diagnostic(
+      `${ITERATIONS} iterations in ${secs.toFixed(1)} s; outcomes ${JSON.stringify(Object.fromEntries(outcomes))}; slowest ${slowest.toFixed(1)} ms (iteration ${slowestAt})`,
+    );
     if (ITERATIONS >= 500) {
       // The mutations must leave some files valid and break others, or the fuzzer tests nothing.
       assert.ok((outcomes.get("ok") ?? 0) > ITERATIONS / 50, "too few mutated files opened");

@@ -21,7 +21,12 @@ export function tempDir(tag = "latent-gguf-"): { dir: string; cleanup: () => voi
 
 /** Every tensor of an opened file as something `writeGGUF`/`writeModel` can write back. */
 export function tensorsToWrite(file: GGUFFile): TensorToWrite[] {
-  return [...file.tensors.values()].map((t) => ({ name: t.name, ne: t.ne, type: t.type, data: () => file.readBytes(t) }));
+  return [...file.tensors.values()].map((t) => ({
+    name: t.name,
+    ne: t.ne,
+    type: t.type,
+    data: () => file.readBytes(t),
+  }));
 }
 
 /** Metadata of a file without the split.* keys (what a writer should get as input). */

@@ -29,7 +29,10 @@ function rejectsPath(path: string, re: RegExp): GGUFError {
   } catch (e) {
     caught = e;
   }
-  assert.ok(caught instanceof GGUFError, `expected a GGUFError, got ${caught instanceof Error ? `${caught.name}: ${caught.message}` : String(caught)}`);
+  assert.ok(
+    caught instanceof GGUFError,
+    `expected a GGUFError, got ${caught instanceof Error ? `${caught.name}: ${caught.message}` : String(caught)}`,
+  );
   assert.match(caught.message, re);
   return caught;
 }
@@ -54,40 +57,99 @@ describe("hostile headers", () => {
   it("empty and tiny files", () => {
     rejects(new Uint8Array(0), /not a GGUF file \(only 0 bytes\)/);
     rejects(Buffer.from("GGUF"), /not a GGUF file/);
-    rejects(new Raw().bytes(Buffer.from("GGUF")).u32(3).u32(0), /truncated file: tensor count needs 8 bytes at offset 8/);
+    rejects(
+      new Raw().bytes(Buffer.from("GGUF")).u32(3).u32(0),
+      /truncated file: tensor count needs 8 bytes at offset 8/,
+    );
   });
 
   it("wrong magic", () => {
-    rejects(new Raw().bytes(Buffer.from("GGML")).u32(3).u64(0).u64(0), /not a GGUF file \(magic 0x4c4d4747, expected "GGUF"\)/);
+    rejects(
+      new Raw().bytes(Buffer.from("GGML")).u32(3).u64(0).u64(0),
+      /not a GGUF file \(magic 0x4c4d4747, expected "GGUF"\)/,
+    );
     rejects(Buffer.from("PK\u0003\u0004 this is a zip file, not a model"), /not a GGUF file/);
   });
 
   it("unsupported versions", () => {
-    for (const v of [0, 1, 4, 0xffffffff]) rejects(new Raw().header(0, 0, v), new RegExp(`unsupported GGUF version ${v} \\(supported: 2, 3\\)`));
+    for (const v of [0, 1, 4, 0xffffffff])
+      rejects(new Raw().header(0, 0, v), new RegExp(`unsupported GGUF version ${v} \\(supported: 2, 3\\)`));
     rejects(new Raw().header(0, 0, 0x03000000), /big-endian GGUF \(version 3\) is not supported/);
   });
 
   it("counts that would allocate gigabytes", T, () => {
     rejects(new Raw().header(2n ** 40n, 0), /tensor count = 1099511627776 at offset 8 is impossible/);
     rejects(new Raw().header(0, 2n ** 64n - 1n), /metadata count = 18446744073709551615 at offset 16 is impossible/);
-    rejects(new Raw().header(0, 1).str("k").u32(GGUFValueType.ARRAY).u32(GGUFValueType.UINT8).u64(2n ** 62n), /array count 4611686018427387904 .* only 0 are left/);
-    rejects(new Raw().header(0, 1).str("k").u32(GGUFValueType.ARRAY).u32(GGUFValueType.STRING).u64(1e9).zeros(100), /metadata "k": array count 1000000000/);
-    rejects(new Raw().header(0, 1).str("k").u32(GGUFValueType.ARRAY).u32(GGUFValueType.ARRAY).u64(2n ** 50n).zeros(100), /array count/);
-    rejects(new Raw().header(0, 1).str("k", 2 ** 40).zeros(10), /metadata key #0 at offset 24 has length 1099511627776, more than the 65535 bytes allowed/);
-    rejects(new Raw().header(0, 1).str("k").u32(GGUFValueType.STRING).u64(2n ** 63n), /metadata "k" at offset \d+ has length 9223372036854775808, more than/);
+    rejects(
+      new Raw()
+        .header(0, 1)
+        .str("k")
+        .u32(GGUFValueType.ARRAY)
+        .u32(GGUFValueType.UINT8)
+        .u64(2n ** 62n),
+      /array count 4611686018427387904 .* only 0 are left/,
+    );
+    rejects(
+      new Raw().header(0, 1).str("k").u32(GGUFValueType.ARRAY).u32(GGUFValueType.STRING).u64(1e9).zeros(100),
+      /metadata "k": array count 1000000000/,
+    );
+    rejects(
+      new Raw()
+        .header(0, 1)
+        .str("k")
+        .u32(GGUFValueType.ARRAY)
+        .u32(GGUFValueType.ARRAY)
+        .u64(2n ** 50n)
+        .zeros(100),
+      /array count/,
+    );
+    rejects(
+      new Raw()
+        .header(0, 1)
+        .str("k", 2 ** 40)
+        .zeros(10),
+      /metadata key #0 at offset 24 has length 1099511627776, more than the 65535 bytes allowed/,
+    );
+    rejects(
+      new Raw()
+        .header(0, 1)
+        .str("k")
+        .u32(GGUFValueType.STRING)
+        .u64(2n ** 63n),
+      /metadata "k" at offset \d+ has length 9223372036854775808, more than/,
+    );
     // a nested array whose inner count is huge
     rejects(
-      new Raw().header(0, 1).str("k").u32(GGUFValueType.ARRAY).u32(GGUFValueType.ARRAY).u64(1).u32(GGUFValueType.FLOAT64).u64(2n ** 59n),
+      new Raw()
+        .header(0, 1)
+        .str("k")
+        .u32(GGUFValueType.ARRAY)
+        .u32(GGUFValueType.ARRAY)
+        .u64(1)
+        .u32(GGUFValueType.FLOAT64)
+        .u64(2n ** 59n),
       /metadata "k"\[0\]: array count 576460752303423488/,
     );
   });
 
   it("string lengths past the end of the file", () => {
-    rejects(new Raw().header(0, 1).str("key", 1000).zeros(20), /metadata key #0 at offset 24 has length 1000, past the end of the file \(23 bytes left\)/);
-    rejects(new Raw().header(0, 1).str("k").u32(GGUFValueType.STRING).str("abc", 50), /metadata "k" at offset 37 has length 50, past the end of the file/);
-    rejects(new Raw().header(0, 1).str("k").u32(GGUFValueType.ARRAY).u32(GGUFValueType.STRING).u64(2).str("ok").str("x", 9), /metadata "k"\[1\] at offset \d+ has length 9, past the end/);
+    rejects(
+      new Raw().header(0, 1).str("key", 1000).zeros(20),
+      /metadata key #0 at offset 24 has length 1000, past the end of the file \(23 bytes left\)/,
+    );
+    rejects(
+      new Raw().header(0, 1).str("k").u32(GGUFValueType.STRING).str("abc", 50),
+      /metadata "k" at offset 37 has length 50, past the end of the file/,
+    );
+    rejects(
+      new Raw().header(0, 1).str("k").u32(GGUFValueType.ARRAY).u32(GGUFValueType.STRING).u64(2).str("ok").str("x", 9),
+      /metadata "k"\[1\] at offset \d+ has length 9, past the end/,
+    );
     rejects(new Raw().header(1, 0).str("w", 70000).zeros(40), /name of tensor #0 .* more than the 64 bytes allowed/);
-    rejects(new Raw().header(1, 0).str("w", 60).zeros(30), /name of tensor #0 at offset 24 has length 60, past the end of the file \(31 bytes left\)/);
+    rejects(
+      new Raw().header(1, 0).str("w", 60).zeros(30),
+      /name of tensor #0 at offset 24 has length 60, past the end of the file \(31 bytes left\)/,
+    );
   });
 
   it("truncation of a real model at many points", T, () => {
@@ -107,11 +169,27 @@ describe("hostile headers", () => {
   });
 
   it("offsets and sizes past the end of the file", () => {
-    rejects(new Raw().header(1, 0).tensor("w", [8], GGMLType.F32, 2n ** 60n).padTo(32).zeros(32), /offset of tensor "w" = 1152921504606846976 at offset \d+ is impossible: past the end/);
-    rejects(new Raw().header(1, 0).tensor("w", [8], GGMLType.F32, 64).padTo(32).zeros(32), /tensor "w" \(F32, 32 bytes at data offset 64\) extends past the end of the file \(data section is 32 bytes\)/);
-    rejects(new Raw().header(1, 0).tensor("w", [1024, 1024], GGMLType.F32, 0).padTo(32).zeros(32), /tensor "w" \(F32, ne = \[1024, 1024\]\) would take 4194304 bytes, more than the whole file/);
+    rejects(
+      new Raw()
+        .header(1, 0)
+        .tensor("w", [8], GGMLType.F32, 2n ** 60n)
+        .padTo(32)
+        .zeros(32),
+      /offset of tensor "w" = 1152921504606846976 at offset \d+ is impossible: past the end/,
+    );
+    rejects(
+      new Raw().header(1, 0).tensor("w", [8], GGMLType.F32, 64).padTo(32).zeros(32),
+      /tensor "w" \(F32, 32 bytes at data offset 64\) extends past the end of the file \(data section is 32 bytes\)/,
+    );
+    rejects(
+      new Raw().header(1, 0).tensor("w", [1024, 1024], GGMLType.F32, 0).padTo(32).zeros(32),
+      /tensor "w" \(F32, ne = \[1024, 1024\]\) would take 4194304 bytes, more than the whole file/,
+    );
     // the data section itself would start past the end of the file
-    rejects(new Raw().header(1, 0).tensor("w", [8], GGMLType.F32, 0), /truncated file: data section would start at 64, file has 57 bytes/);
+    rejects(
+      new Raw().header(1, 0).tensor("w", [8], GGMLType.F32, 0),
+      /truncated file: data section would start at 64, file has 57 bytes/,
+    );
   });
 
   it("overlapping tensors", () => {
@@ -119,10 +197,19 @@ describe("hostile headers", () => {
       new Raw().header(2, 0).tensor("a", [16], GGMLType.F32, 0).tensor("b", [8], GGMLType.F32, 32).padTo(32).zeros(128),
       /tensors "a" \(\[0, 64\)\) and "b" \(\[32, 64\)\) overlap in the data section/,
     );
-    rejects(new Raw().header(2, 0).tensor("a", [8], GGMLType.F32, 0).tensor("b", [8], GGMLType.F32, 0).padTo(32).zeros(64), /overlap/);
+    rejects(
+      new Raw().header(2, 0).tensor("a", [8], GGMLType.F32, 0).tensor("b", [8], GGMLType.F32, 0).padTo(32).zeros(64),
+      /overlap/,
+    );
     // zero-sized tensors may share an offset
     const path = join(tmp.dir, "zero-size.gguf");
-    new Raw().header(2, 0).tensor("a", [8], GGMLType.F32, 0).tensor("e", [0, 4], GGMLType.F32, 0).padTo(32).zeros(32).write(path);
+    new Raw()
+      .header(2, 0)
+      .tensor("a", [8], GGMLType.F32, 0)
+      .tensor("e", [0, 4], GGMLType.F32, 0)
+      .padTo(32)
+      .zeros(32)
+      .write(path);
     const f = GGUFFile.open(path);
     assert.equal(f.tensor("e").nbytes, 0);
     assert.equal(f.readBytes(f.tensor("e")).length, 0);
@@ -130,18 +217,58 @@ describe("hostile headers", () => {
   });
 
   it("dimension products that overflow", () => {
-    rejects(new Raw().header(1, 0).tensor("w", [2n ** 32n, 2n ** 32n], GGMLType.F32, 0).padTo(32).zeros(32), /tensor "w" element count overflows \(ne = \[4294967296, 4294967296\]\)/);
-    rejects(new Raw().header(1, 0).tensor("w", [2n ** 64n - 1n], GGMLType.F32, 0).padTo(32).zeros(32), /ne\[0\] of tensor "w" = 18446744073709551615 .* is impossible/);
-    rejects(new Raw().header(1, 0).tensor("w", [2n ** 26n, 2n ** 26n, 2n ** 26n, 2n ** 26n], GGMLType.I8, 0).padTo(32).zeros(32), /element count overflows/);
-    rejects(new Raw().header(1, 0).tensor("w", [2n ** 52n], GGMLType.F64, 0).padTo(32).zeros(32), /would take \d+ bytes, more than the whole file/);
+    rejects(
+      new Raw()
+        .header(1, 0)
+        .tensor("w", [2n ** 32n, 2n ** 32n], GGMLType.F32, 0)
+        .padTo(32)
+        .zeros(32),
+      /tensor "w" element count overflows \(ne = \[4294967296, 4294967296\]\)/,
+    );
+    rejects(
+      new Raw()
+        .header(1, 0)
+        .tensor("w", [2n ** 64n - 1n], GGMLType.F32, 0)
+        .padTo(32)
+        .zeros(32),
+      /ne\[0\] of tensor "w" = 18446744073709551615 .* is impossible/,
+    );
+    rejects(
+      new Raw()
+        .header(1, 0)
+        .tensor("w", [2n ** 26n, 2n ** 26n, 2n ** 26n, 2n ** 26n], GGMLType.I8, 0)
+        .padTo(32)
+        .zeros(32),
+      /element count overflows/,
+    );
+    rejects(
+      new Raw()
+        .header(1, 0)
+        .tensor("w", [2n ** 52n], GGMLType.F64, 0)
+        .padTo(32)
+        .zeros(32),
+      /would take \d+ bytes, more than the whole file/,
+    );
   });
 
   it("n_dims out of range and bad names", () => {
-    rejects(new Raw().header(1, 0).str("w").u32(0).u32(0).u64(0).padTo(32), /tensor "w" has 0 dimensions \(1\.\.4 allowed\)/);
-    rejects(new Raw().header(1, 0).tensor("w", [1, 1, 1, 1, 8], GGMLType.F32, 0).padTo(32).zeros(32), /tensor "w" has 5 dimensions/);
+    rejects(
+      new Raw().header(1, 0).str("w").u32(0).u32(0).u64(0).padTo(32),
+      /tensor "w" has 0 dimensions \(1\.\.4 allowed\)/,
+    );
+    rejects(
+      new Raw().header(1, 0).tensor("w", [1, 1, 1, 1, 8], GGMLType.F32, 0).padTo(32).zeros(32),
+      /tensor "w" has 5 dimensions/,
+    );
     rejects(new Raw().header(1, 0).str("w").u32(0xffffffff).zeros(40), /has 4294967295 dimensions/);
-    rejects(new Raw().header(1, 0).tensor("", [8], GGMLType.F32, 0).padTo(32).zeros(32), /tensor #0 at offset 24 has an empty name/);
-    rejects(new Raw().header(1, 0).tensor("x".repeat(65), [8], GGMLType.F32, 0).padTo(32).zeros(32), /length 65, more than the 64 bytes allowed/);
+    rejects(
+      new Raw().header(1, 0).tensor("", [8], GGMLType.F32, 0).padTo(32).zeros(32),
+      /tensor #0 at offset 24 has an empty name/,
+    );
+    rejects(
+      new Raw().header(1, 0).tensor("x".repeat(65), [8], GGMLType.F32, 0).padTo(32).zeros(32),
+      /length 65, more than the 64 bytes allowed/,
+    );
   });
 
   it("ne[0] not a multiple of the block size", () => {
@@ -149,37 +276,91 @@ describe("hostile headers", () => {
       new Raw().header(1, 0).tensor("blk.0.ffn_up.weight", [100, 4], GGMLType.Q4_K, 0).padTo(32).zeros(1024),
       /tensor "blk.0.ffn_up.weight" of type Q4_K has ne\[0\] = 100, not a multiple of the block size 256/,
     );
-    rejects(new Raw().header(1, 0).tensor("w", [33], GGMLType.Q8_0, 0).padTo(32).zeros(64), /not a multiple of the block size 32/);
+    rejects(
+      new Raw().header(1, 0).tensor("w", [33], GGMLType.Q8_0, 0).padTo(32).zeros(64),
+      /not a multiple of the block size 32/,
+    );
   });
 
   it("misaligned offsets and bad general.alignment", () => {
-    rejects(new Raw().header(2, 0).tensor("a", [4], GGMLType.F32, 0).tensor("b", [4], GGMLType.F32, 16).padTo(32).zeros(64), /tensor "b" offset 16 is not a multiple of the alignment 32/);
+    rejects(
+      new Raw().header(2, 0).tensor("a", [4], GGMLType.F32, 0).tensor("b", [4], GGMLType.F32, 16).padTo(32).zeros(64),
+      /tensor "b" offset 16 is not a multiple of the alignment 32/,
+    );
     for (const a of [0, 48, 3]) {
-      rejects(oneTensor((r) => r.kvU32("general.alignment", a), 1), new RegExp(`general.alignment = ${a} is not a power of two`));
+      rejects(
+        oneTensor((r) => r.kvU32("general.alignment", a), 1),
+        new RegExp(`general.alignment = ${a} is not a power of two`),
+      );
     }
-    rejects(oneTensor((r) => r.kvStr("general.alignment", "32"), 1), /general.alignment = 32 is not a power of two/);
-    rejects(oneTensor((r) => r.str("general.alignment").u32(GGUFValueType.FLOAT32).f32(32.5), 1), /general.alignment = 32.5/);
+    rejects(
+      oneTensor((r) => r.kvStr("general.alignment", "32"), 1),
+      /general.alignment = 32 is not a power of two/,
+    );
+    rejects(
+      oneTensor((r) => r.str("general.alignment").u32(GGUFValueType.FLOAT32).f32(32.5), 1),
+      /general.alignment = 32.5/,
+    );
   });
 
   it("invalid UTF-8", () => {
     const bad = new Uint8Array([0x61, 0xff, 0x62]);
-    rejects(new Raw().header(0, 1).str(bad).u32(GGUFValueType.UINT8).u8(1), /metadata key #0 at offset 32 is not valid UTF-8/);
-    rejects(new Raw().header(0, 1).str("k").u32(GGUFValueType.STRING).str(new Uint8Array([0xc3])), /metadata "k" at offset \d+ is not valid UTF-8/);
-    rejects(new Raw().header(0, 1).str("k").u32(GGUFValueType.STRING).str(new Uint8Array([0xed, 0xa0, 0x80])), /not valid UTF-8/); // a lone surrogate
-    rejects(new Raw().header(0, 1).str("tokenizer.ggml.tokens").u32(GGUFValueType.ARRAY).u32(GGUFValueType.STRING).u64(2).str("a").str(bad), /metadata "tokenizer.ggml.tokens"\[1\] at offset \d+ is not valid UTF-8/);
-    rejects(new Raw().header(1, 0).str(bad).u32(1).u64(8).u32(0).u64(0).padTo(32).zeros(32), /name of tensor #0 at offset 32 is not valid UTF-8/);
+    rejects(
+      new Raw().header(0, 1).str(bad).u32(GGUFValueType.UINT8).u8(1),
+      /metadata key #0 at offset 32 is not valid UTF-8/,
+    );
+    rejects(
+      new Raw()
+        .header(0, 1)
+        .str("k")
+        .u32(GGUFValueType.STRING)
+        .str(new Uint8Array([0xc3])),
+      /metadata "k" at offset \d+ is not valid UTF-8/,
+    );
+    rejects(
+      new Raw()
+        .header(0, 1)
+        .str("k")
+        .u32(GGUFValueType.STRING)
+        .str(new Uint8Array([0xed, 0xa0, 0x80])),
+      /not valid UTF-8/,
+    ); // a lone surrogate
+    rejects(
+      new Raw()
+        .header(0, 1)
+        .str("tokenizer.ggml.tokens")
+        .u32(GGUFValueType.ARRAY)
+        .u32(GGUFValueType.STRING)
+        .u64(2)
+        .str("a")
+        .str(bad),
+      /metadata "tokenizer.ggml.tokens"\[1\] at offset \d+ is not valid UTF-8/,
+    );
+    rejects(
+      new Raw().header(1, 0).str(bad).u32(1).u64(8).u32(0).u64(0).padTo(32).zeros(32),
+      /name of tensor #0 at offset 32 is not valid UTF-8/,
+    );
   });
 
   it("unknown metadata value types", () => {
     rejects(new Raw().header(0, 1).str("k").u32(13).u32(0), /metadata "k" has unknown value type 13 at offset \d+/);
     rejects(new Raw().header(0, 1).str("k").u32(0xffffffff).u32(0), /unknown value type 4294967295/);
-    rejects(new Raw().header(0, 1).str("k").u32(GGUFValueType.ARRAY).u32(99).u64(1).u32(0), /metadata "k": unknown array element type 99/);
-    rejects(new Raw().header(0, 1).str("k").u32(GGUFValueType.BOOL).u8(2), /metadata "k": bool byte at offset \d+ is 2, expected 0 or 1/);
+    rejects(
+      new Raw().header(0, 1).str("k").u32(GGUFValueType.ARRAY).u32(99).u64(1).u32(0),
+      /metadata "k": unknown array element type 99/,
+    );
+    rejects(
+      new Raw().header(0, 1).str("k").u32(GGUFValueType.BOOL).u8(2),
+      /metadata "k": bool byte at offset \d+ is 2, expected 0 or 1/,
+    );
   });
 
   it("unknown ggml type ids name the tensor and the id", () => {
     for (const id of [4, 5, 31, 36, 1000, 0xffffffff]) {
-      rejects(new Raw().header(1, 0).tensor("blk.3.ffn_down_exps.weight", [256], id, 0).padTo(32).zeros(1024), new RegExp(`tensor "blk\\.3\\.ffn_down_exps\\.weight" has unknown ggml type id ${id}`));
+      rejects(
+        new Raw().header(1, 0).tensor("blk.3.ffn_down_exps.weight", [256], id, 0).padTo(32).zeros(1024),
+        new RegExp(`tensor "blk\\.3\\.ffn_down_exps\\.weight" has unknown ggml type id ${id}`),
+      );
     }
   });
 
@@ -198,7 +379,10 @@ describe("hostile headers", () => {
 
   it("duplicate keys and tensors", () => {
     rejects(new Raw().header(0, 2).kvU32("a.b", 1).kvU32("a.b", 2), /duplicate metadata key "a.b" at offset \d+/);
-    rejects(new Raw().header(2, 0).tensor("w", [8], GGMLType.F32, 0).tensor("w", [8], GGMLType.F32, 32).padTo(32).zeros(64), /duplicate tensor name "w"/);
+    rejects(
+      new Raw().header(2, 0).tensor("w", [8], GGMLType.F32, 0).tensor("w", [8], GGMLType.F32, 32).padTo(32).zeros(64),
+      /duplicate tensor name "w"/,
+    );
   });
 
   it("paths that are not GGUF files", () => {
@@ -241,15 +425,31 @@ describe("hostile split files", () => {
     return writeModel(join(dir, "m.gguf"), plainMetadata(src), tensorsToWrite(src), { maxTensorsPerShard: 11 });
   }
   /** Rewrite shard `i` (0-based) of `paths` with changed split keys and/or tensors. */
-  function rewriteShard(paths: string[], i: number, keys: Record<string, GGUFMetadataEntry | null>, extraTensor?: string): void {
+  function rewriteShard(
+    paths: string[],
+    i: number,
+    keys: Record<string, GGUFMetadataEntry | null>,
+    extraTensor?: string,
+  ): void {
     const f = readShard(paths[i]);
     const meta = new Map(f.metadata);
     for (const [key, v] of Object.entries(keys)) {
       if (v === null) meta.delete(key);
       else meta.set(key, v);
     }
-    const ts = f.tensors.map((t) => ({ name: t.name, ne: t.ne, type: t.type, data: src.readBytes(src.tensor(t.name)) }));
-    if (extraTensor !== undefined) ts.push({ name: extraTensor, ne: src.tensor(extraTensor).ne, type: src.tensor(extraTensor).type, data: src.readBytes(src.tensor(extraTensor)) });
+    const ts = f.tensors.map((t) => ({
+      name: t.name,
+      ne: t.ne,
+      type: t.type,
+      data: src.readBytes(src.tensor(t.name)),
+    }));
+    if (extraTensor !== undefined)
+      ts.push({
+        name: extraTensor,
+        ne: src.tensor(extraTensor).ne,
+        type: src.tensor(extraTensor).type,
+        data: src.readBytes(src.tensor(extraTensor)),
+      });
     writeGGUF(paths[i], meta, ts);
   }
   const u16 = (v: number): GGUFMetadataEntry => ({ type: GGUFValueType.UINT16, value: v });
@@ -264,7 +464,8 @@ describe("hostile split files", () => {
   it("missing shard", () => {
     const paths = split();
     rmSync(paths[2]);
-    for (const p of [paths[0], paths[3]]) rejectsPath(p, /missing shard 3 of 4: .*m-00003-of-00004\.gguf does not exist/);
+    for (const p of [paths[0], paths[3]])
+      rejectsPath(p, /missing shard 3 of 4: .*m-00003-of-00004\.gguf does not exist/);
   });
 
   it("shard with the wrong split.no", () => {
@@ -304,7 +505,10 @@ describe("hostile split files", () => {
   it("duplicate tensor across shards", () => {
     const paths = split();
     rewriteShard(paths, 3, {}, "token_embd.weight");
-    rejectsPath(paths[0], /tensor "token_embd\.weight" appears in both .*m-00001-of-00004\.gguf and .*m-00004-of-00004\.gguf/);
+    rejectsPath(
+      paths[0],
+      /tensor "token_embd\.weight" appears in both .*m-00001-of-00004\.gguf and .*m-00004-of-00004\.gguf/,
+    );
   });
 
   it("a split file whose name lost the -NNNNN-of-NNNNN suffix", () => {

@@ -6,7 +6,13 @@ import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { inspectMain, type InspectIO } from "../../src/cli/inspect.js";
 import { GGUFFile } from "../../src/gguf/file.js";
-import { fileTypeName, formatSummary, INSPECT_FORMAT, summarizeModel, type InspectSummary } from "../../src/gguf/summary.js";
+import {
+  fileTypeName,
+  formatSummary,
+  INSPECT_FORMAT,
+  summarizeModel,
+  type InspectSummary,
+} from "../../src/gguf/summary.js";
 import { writeGGUF, writeModel } from "../../src/gguf/writer.js";
 import { GGMLType, GGUFValueType, type GGUFMetadataEntry } from "../../src/gguf/types.js";
 import { GGUFError, UsageError } from "../../src/util/errors.js";
@@ -31,10 +37,38 @@ async function inspectJson(args: string[]): Promise<InspectSummary> {
 
 // The documented top-level keys of "latent-inspect/1" (docs/inspect-json.md), in order.
 const TOP_KEYS = [
-  "format", "path", "gguf_version", "architecture", "name", "file_type", "quantization_version", "parameters", "size_bytes",
-  "tensor_count", "tensor_bytes", "types", "hyperparameters", "tokenizer", "general", "metadata_count", "shards", "warnings",
+  "format",
+  "path",
+  "gguf_version",
+  "architecture",
+  "name",
+  "file_type",
+  "quantization_version",
+  "parameters",
+  "size_bytes",
+  "tensor_count",
+  "tensor_bytes",
+  "types",
+  "hyperparameters",
+  "tokenizer",
+  "general",
+  "metadata_count",
+  "shards",
+  "warnings",
 ];
-const TOKENIZER_KEYS = ["model", "pre", "vocab_size", "merges", "bos_token_id", "eos_token_id", "eot_token_id", "padding_token_id", "add_bos_token", "add_eos_token", "has_chat_template"];
+const TOKENIZER_KEYS = [
+  "model",
+  "pre",
+  "vocab_size",
+  "merges",
+  "bos_token_id",
+  "eos_token_id",
+  "eot_token_id",
+  "padding_token_id",
+  "add_bos_token",
+  "add_eos_token",
+  "has_chat_template",
+];
 const TENSOR_KEYS = ["name", "type", "shape", "parameters", "bytes", "shard", "offset"];
 const SHARD_KEYS = ["index", "path", "size_bytes", "tensor_count", "tensor_bytes", "metadata_count"];
 
@@ -44,19 +78,40 @@ function checkShape(s: InspectSummary, withTensors: boolean): void {
   assert.deepEqual(Object.keys(s.tokenizer), TOKENIZER_KEYS);
   for (const sh of s.shards) assert.deepEqual(Object.keys(sh), SHARD_KEYS);
   for (const t of s.types) assert.deepEqual(Object.keys(t), ["type", "tensors", "parameters", "bytes"]);
-  assert.equal(s.types.reduce((a, t) => a + t.tensors, 0), s.tensor_count);
-  assert.equal(s.types.reduce((a, t) => a + t.bytes, 0), s.tensor_bytes);
-  assert.equal(s.types.reduce((a, t) => a + t.parameters, 0), s.parameters);
-  assert.equal(s.shards.reduce((a, t) => a + t.tensor_count, 0), s.tensor_count);
-  assert.equal(s.shards.reduce((a, t) => a + t.size_bytes, 0), s.size_bytes);
+  assert.equal(
+    s.types.reduce((a, t) => a + t.tensors, 0),
+    s.tensor_count,
+  );
+  assert.equal(
+    s.types.reduce((a, t) => a + t.bytes, 0),
+    s.tensor_bytes,
+  );
+  assert.equal(
+    s.types.reduce((a, t) => a + t.parameters, 0),
+    s.parameters,
+  );
+  assert.equal(
+    s.shards.reduce((a, t) => a + t.tensor_count, 0),
+    s.tensor_count,
+  );
+  assert.equal(
+    s.shards.reduce((a, t) => a + t.size_bytes, 0),
+    s.size_bytes,
+  );
   assert.deepEqual(s.warnings, []);
   if (withTensors) {
     assert.equal(s.tensors!.length, s.tensor_count);
     for (const t of s.tensors!) {
       assert.deepEqual(Object.keys(t), TENSOR_KEYS);
-      assert.equal(t.parameters, t.shape.reduce((a, b) => a * b, 1));
+      assert.equal(
+        t.parameters,
+        t.shape.reduce((a, b) => a * b, 1),
+      );
     }
-    assert.equal(s.tensors!.reduce((a, t) => a + t.bytes, 0), s.tensor_bytes);
+    assert.equal(
+      s.tensors!.reduce((a, t) => a + t.bytes, 0),
+      s.tensor_bytes,
+    );
   } else assert.equal(s.tensors, undefined);
 }
 
@@ -79,15 +134,35 @@ describe("latent inspect --json on the fixtures", () => {
       assert.equal(s.hyperparameters["attention.kv_lora_rank"], 32 * (model === "ds2-v3-mixed-q" ? 2 : 1));
       assert.equal(s.hyperparameters["rope.scaling.type"], "yarn");
       // every <arch>.* key is shown, the known ones first
-      assert.equal(Object.keys(s.hyperparameters).length, file.metadata.keys().filter((k) => k.startsWith(`${arch}.`)).length);
+      assert.equal(
+        Object.keys(s.hyperparameters).length,
+        file.metadata.keys().filter((k) => k.startsWith(`${arch}.`)).length,
+      );
       assert.equal(Object.keys(s.hyperparameters)[0], "context_length");
       assert.deepEqual(s.tokenizer, {
-        model: "gpt2", pre: arch === "glm-dsa" ? "glm4" : "deepseek-v3", vocab_size: 300, merges: 42, bos_token_id: 0, eos_token_id: 1,
-        eot_token_id: null, padding_token_id: null, add_bos_token: true, add_eos_token: false, has_chat_template: false,
+        model: "gpt2",
+        pre: arch === "glm-dsa" ? "glm4" : "deepseek-v3",
+        vocab_size: 300,
+        merges: 42,
+        bos_token_id: 0,
+        eos_token_id: 1,
+        eot_token_id: null,
+        padding_token_id: null,
+        add_bos_token: true,
+        add_eos_token: false,
+        has_chat_template: false,
       });
       if (model === "ds2-v3-mixed-q") {
         assert.deepEqual(s.file_type, { id: 15, name: "MOSTLY_Q4_K_M" });
-        assert.deepEqual(s.types.map((t) => [t.type, t.tensors]), [["Q4_K", 17], ["Q6_K", 6], ["Q8_0", 12], ["F32", 17]]);
+        assert.deepEqual(
+          s.types.map((t) => [t.type, t.tensors]),
+          [
+            ["Q4_K", 17],
+            ["Q6_K", 6],
+            ["Q8_0", 12],
+            ["F32", 17],
+          ],
+        );
         assert.equal(s.quantization_version, 2);
       } else {
         assert.deepEqual(s.file_type, { id: 0, name: "ALL_F32" });
@@ -111,7 +186,9 @@ describe("latent inspect on split files", () => {
   const src = GGUFFile.open(fixture("ds2-v3-mixed-q"));
   const dir = join(tmp.dir, "split");
   mkdirSync(dir);
-  const paths = writeModel(join(dir, "mixed.gguf"), plainMetadata(src), tensorsToWrite(src), { maxTensorsPerShard: 20 });
+  const paths = writeModel(join(dir, "mixed.gguf"), plainMetadata(src), tensorsToWrite(src), {
+    maxTensorsPerShard: 20,
+  });
 
   it("every shard shows the whole model", async () => {
     const single = await inspectJson([fixture("ds2-v3-mixed-q"), "--tensors"]);
@@ -119,15 +196,31 @@ describe("latent inspect on split files", () => {
       const s = await inspectJson([p, "--tensors"]);
       checkShape(s, true);
       assert.equal(s.path, p);
-      assert.deepEqual(s.shards.map((x) => [x.index, x.path, x.tensor_count]), [[0, paths[0], 20], [1, paths[1], 20], [2, paths[2], 12]]);
-      assert.deepEqual(s.shards.map((x) => x.metadata_count), [single.metadata_count + 3, 3, 3]);
+      assert.deepEqual(
+        s.shards.map((x) => [x.index, x.path, x.tensor_count]),
+        [
+          [0, paths[0], 20],
+          [1, paths[1], 20],
+          [2, paths[2], 12],
+        ],
+      );
+      assert.deepEqual(
+        s.shards.map((x) => x.metadata_count),
+        [single.metadata_count + 3, 3, 3],
+      );
       assert.deepEqual(s.hyperparameters, single.hyperparameters);
       assert.deepEqual(s.tokenizer, single.tokenizer);
       assert.deepEqual(s.types, single.types);
       assert.equal(s.parameters, single.parameters);
       assert.deepEqual(s.general.name, single.general.name);
-      assert.deepEqual(s.tensors!.map((t) => [t.name, t.type, t.shape, t.bytes]), single.tensors!.map((t) => [t.name, t.type, t.shape, t.bytes]));
-      assert.deepEqual(s.tensors!.map((t) => t.shard), single.tensors!.map((_, i) => Math.floor(i / 20)));
+      assert.deepEqual(
+        s.tensors!.map((t) => [t.name, t.type, t.shape, t.bytes]),
+        single.tensors!.map((t) => [t.name, t.type, t.shape, t.bytes]),
+      );
+      assert.deepEqual(
+        s.tensors!.map((t) => t.shard),
+        single.tensors!.map((_, i) => Math.floor(i / 20)),
+      );
     }
     const text = (await inspect([paths[1]])).out;
     assert.match(text, /GGUF v3, 3 shards/);
@@ -151,7 +244,8 @@ describe("latent inspect text output", () => {
       /^ {2}expert_group_count +4$/m,
       /^ {2}model \/ pre +gpt2 \/ deepseek-v3$/m,
       /^ {2}chat template +no$/m,
-    ]) assert.match(out, re);
+    ])
+      assert.match(out, re);
     assert.doesNotMatch(out, /tensors:\n/);
     const withTensors = (await inspect([fixture("ds2-v3"), "--tensors"])).out;
     assert.match(withTensors, /^ {2}blk\.3\.ffn_down_exps\.weight +F32 +\[40, 64, 16\] +163840 +1$/m);
@@ -165,11 +259,23 @@ describe("latent inspect text output", () => {
 
 describe("latent inspect errors", () => {
   it("bad arguments are UsageErrors", async () => {
-    await assert.rejects(inspect([]), (e: Error) => e instanceof UsageError && /missing the model file/.test(e.message));
-    await assert.rejects(inspect(["a.gguf", "b.gguf"]), (e: Error) => e instanceof UsageError && /expected one model file, got 2/.test(e.message));
-    await assert.rejects(inspect([fixture("ds2-lite"), "--frobnicate"]), (e: Error) => e instanceof UsageError && /Unknown option '--frobnicate'/.test(e.message));
+    await assert.rejects(
+      inspect([]),
+      (e: Error) => e instanceof UsageError && /missing the model file/.test(e.message),
+    );
+    await assert.rejects(
+      inspect(["a.gguf", "b.gguf"]),
+      (e: Error) => e instanceof UsageError && /expected one model file, got 2/.test(e.message),
+    );
+    await assert.rejects(
+      inspect([fixture("ds2-lite"), "--frobnicate"]),
+      (e: Error) => e instanceof UsageError && /Unknown option '--frobnicate'/.test(e.message),
+    );
     await assert.rejects(inspect([fixture("ds2-lite"), "--json=yes"]), UsageError);
-    await assert.rejects(inspect([join(tmp.dir, "nope.gguf")]), (e: Error) => e instanceof UsageError && /model file not found: .*nope\.gguf/.test(e.message));
+    await assert.rejects(
+      inspect([join(tmp.dir, "nope.gguf")]),
+      (e: Error) => e instanceof UsageError && /model file not found: .*nope\.gguf/.test(e.message),
+    );
     await assert.rejects(inspect([tmp.dir]), (e: Error) => e instanceof UsageError && /is a directory/.test(e.message));
   });
 
@@ -184,9 +290,16 @@ describe("latent inspect errors", () => {
     writeFileSync(corrupt, "GGUF\u0004\u0000\u0000\u0000");
     // A script file, not `node -e`: node would take a leading "inspect" argument for its debugger.
     const runner = join(tmp.dir, "run-main.mjs");
-    writeFileSync(runner, `const { main } = await import(${JSON.stringify(pathToFileURL(join(ROOT, "src/cli/main.ts")).href)});\nawait main(process.argv.slice(2));\n`);
+    writeFileSync(
+      runner,
+      `const { main } = await import(${JSON.stringify(pathToFileURL(join(ROOT, "src/cli/main.ts")).href)});\nawait main(process.argv.slice(2));\n`,
+    );
     const run = (args: string[]): { status: number | null; stdout: string; stderr: string } => {
-      const r = spawnSync(process.execPath, ["--import", "tsx", runner, ...args], { cwd: ROOT, encoding: "utf8", timeout: 60_000 });
+      const r = spawnSync(process.execPath, ["--import", "tsx", runner, ...args], {
+        cwd: ROOT,
+        encoding: "utf8",
+        timeout: 60_000,
+      });
       return { status: r.status, stdout: r.stdout, stderr: r.stderr };
     };
     const ok = run(["inspect", fixture("ds2-lite"), "--json"]);
@@ -212,8 +325,17 @@ describe("summarizeModel", () => {
       ["general.name", { type: GGUFValueType.UINT32, value: 5 }],
       ["general.file_type", { type: GGUFValueType.INT32, value: -3 }],
       ["deepseek2.block_count", { type: GGUFValueType.UINT64, value: 2n ** 60n }],
-      ["deepseek2.attention.head_count", { type: GGUFValueType.ARRAY, value: { elementType: GGUFValueType.INT32, values: [4, 4, 8] } }],
-      ["deepseek2.huge", { type: GGUFValueType.ARRAY, value: { elementType: GGUFValueType.UINT8, values: new Array<number>(100).fill(1) } }],
+      [
+        "deepseek2.attention.head_count",
+        { type: GGUFValueType.ARRAY, value: { elementType: GGUFValueType.INT32, values: [4, 4, 8] } },
+      ],
+      [
+        "deepseek2.huge",
+        {
+          type: GGUFValueType.ARRAY,
+          value: { elementType: GGUFValueType.UINT8, values: new Array<number>(100).fill(1) },
+        },
+      ],
       ["deepseek2.f", { type: GGUFValueType.FLOAT32, value: Number.NaN }],
       ["tokenizer.ggml.bos_token_id", { type: GGUFValueType.STRING, value: "zero" }],
       ["tokenizer.ggml.tokens", { type: GGUFValueType.UINT8, value: 3 }],

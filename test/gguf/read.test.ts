@@ -23,12 +23,31 @@ const EXPECT: Record<ModelName, Expect> = {
     tensors: { F32: 50 },
     fileType: 0,
     hp: {
-      embedding_length: 64, block_count: 3, leading_dense_block_count: 1, "attention.head_count": 4, "attention.head_count_kv": 1,
-      "attention.q_lora_rank": 48, "attention.kv_lora_rank": 32, "rope.dimension_count": 8, "attention.key_length_mla": 32,
-      "attention.value_length_mla": 20, "attention.key_length": 40, "attention.value_length": 32, feed_forward_length: 96,
-      expert_count: 8, expert_used_count: 3, expert_shared_count: 2, expert_feed_forward_length: 40, expert_gating_func: 1,
-      expert_weights_norm: false, expert_weights_scale: 4, "rope.freq_base": 1e4, "rope.scaling.type": "yarn",
-      "rope.scaling.factor": 40, "rope.scaling.original_context_length": 4096, context_length: 163840,
+      embedding_length: 64,
+      block_count: 3,
+      leading_dense_block_count: 1,
+      "attention.head_count": 4,
+      "attention.head_count_kv": 1,
+      "attention.q_lora_rank": 48,
+      "attention.kv_lora_rank": 32,
+      "rope.dimension_count": 8,
+      "attention.key_length_mla": 32,
+      "attention.value_length_mla": 20,
+      "attention.key_length": 40,
+      "attention.value_length": 32,
+      feed_forward_length: 96,
+      expert_count: 8,
+      expert_used_count: 3,
+      expert_shared_count: 2,
+      expert_feed_forward_length: 40,
+      expert_gating_func: 1,
+      expert_weights_norm: false,
+      expert_weights_scale: 4,
+      "rope.freq_base": 1e4,
+      "rope.scaling.type": "yarn",
+      "rope.scaling.factor": 40,
+      "rope.scaling.original_context_length": 4096,
+      context_length: 163840,
     },
   },
   "ds2-lite": {
@@ -37,10 +56,24 @@ const EXPECT: Record<ModelName, Expect> = {
     tensors: { F32: 44 },
     fileType: 0,
     hp: {
-      embedding_length: 64, block_count: 3, leading_dense_block_count: 1, "attention.head_count": 3, "attention.head_count_kv": 1,
-      "attention.q_lora_rank": 0, "attention.kv_lora_rank": 32, "rope.dimension_count": 8, "attention.key_length_mla": 24,
-      "attention.value_length_mla": 24, "attention.key_length": 40, "attention.value_length": 32, expert_count: 8,
-      expert_used_count: 2, expert_shared_count: 2, expert_gating_func: 1, expert_weights_norm: false, expert_weights_scale: 1,
+      embedding_length: 64,
+      block_count: 3,
+      leading_dense_block_count: 1,
+      "attention.head_count": 3,
+      "attention.head_count_kv": 1,
+      "attention.q_lora_rank": 0,
+      "attention.kv_lora_rank": 32,
+      "rope.dimension_count": 8,
+      "attention.key_length_mla": 24,
+      "attention.value_length_mla": 24,
+      "attention.key_length": 40,
+      "attention.value_length": 32,
+      expert_count: 8,
+      expert_used_count: 2,
+      expert_shared_count: 2,
+      expert_gating_func: 1,
+      expert_weights_norm: false,
+      expert_weights_scale: 1,
       "rope.freq_base": 1e4,
     },
   },
@@ -50,9 +83,20 @@ const EXPECT: Record<ModelName, Expect> = {
     tensors: { F32: 65 },
     fileType: 0,
     hp: {
-      embedding_length: 64, block_count: 4, leading_dense_block_count: 2, "attention.head_count": 4, "attention.q_lora_rank": 48,
-      "attention.kv_lora_rank": 32, expert_count: 16, expert_used_count: 4, expert_shared_count: 1, expert_gating_func: 2,
-      expert_group_count: 4, expert_group_used_count: 2, expert_weights_norm: true, expert_weights_scale: 2.5,
+      embedding_length: 64,
+      block_count: 4,
+      leading_dense_block_count: 2,
+      "attention.head_count": 4,
+      "attention.q_lora_rank": 48,
+      "attention.kv_lora_rank": 32,
+      expert_count: 16,
+      expert_used_count: 4,
+      expert_shared_count: 1,
+      expert_gating_func: 2,
+      expert_group_count: 4,
+      expert_group_used_count: 2,
+      expert_weights_norm: true,
+      expert_weights_scale: 2.5,
       "rope.scaling.yarn_log_multiplier": Math.fround(0.1),
     },
   },
@@ -62,9 +106,19 @@ const EXPECT: Record<ModelName, Expect> = {
     tensors: { F32: 67 },
     fileType: 0,
     hp: {
-      embedding_length: 64, block_count: 3, "attention.head_count": 4, "attention.q_lora_rank": 48, expert_count: 8,
-      expert_used_count: 3, expert_shared_count: 1, expert_gating_func: 2, expert_weights_norm: true, "rope.freq_base": 1e6,
-      "attention.indexer.head_count": 16, "attention.indexer.key_length": 64, "attention.indexer.top_k": 8,
+      embedding_length: 64,
+      block_count: 3,
+      "attention.head_count": 4,
+      "attention.q_lora_rank": 48,
+      expert_count: 8,
+      expert_used_count: 3,
+      expert_shared_count: 1,
+      expert_gating_func: 2,
+      expert_weights_norm: true,
+      "rope.freq_base": 1e6,
+      "attention.indexer.head_count": 16,
+      "attention.indexer.key_length": 64,
+      "attention.indexer.top_k": 8,
       "rope.scaling.yarn_log_multiplier": Math.fround(0.0707),
     },
   },
@@ -74,10 +128,23 @@ const EXPECT: Record<ModelName, Expect> = {
     tensors: { Q4_K: 17, Q6_K: 6, Q8_0: 12, F32: 17 },
     fileType: 15,
     hp: {
-      embedding_length: 256, block_count: 3, leading_dense_block_count: 1, "attention.q_lora_rank": 64, "attention.kv_lora_rank": 64,
-      "rope.dimension_count": 16, "attention.key_length_mla": 48, "attention.value_length_mla": 24, "attention.key_length": 80,
-      "attention.value_length": 64, feed_forward_length: 512, expert_count: 8, expert_used_count: 2, expert_shared_count: 1,
-      expert_feed_forward_length: 256, expert_group_count: 2, expert_group_used_count: 1,
+      embedding_length: 256,
+      block_count: 3,
+      leading_dense_block_count: 1,
+      "attention.q_lora_rank": 64,
+      "attention.kv_lora_rank": 64,
+      "rope.dimension_count": 16,
+      "attention.key_length_mla": 48,
+      "attention.value_length_mla": 24,
+      "attention.key_length": 80,
+      "attention.value_length": 64,
+      feed_forward_length: 512,
+      expert_count: 8,
+      expert_used_count: 2,
+      expert_shared_count: 1,
+      expert_feed_forward_length: 256,
+      expert_group_count: 2,
+      expert_group_used_count: 1,
     },
   },
 };
@@ -111,7 +178,10 @@ describe("reading the fixture models", () => {
           if (typeof v === "number" && !Number.isInteger(v)) assert.equal(got, Math.fround(v), key);
           else assert.equal(got, v, key);
         }
-        assert.equal(file.metadata.entries.get(`${exp.arch}.attention.layer_norm_rms_epsilon`)!.type, GGUFValueType.FLOAT32);
+        assert.equal(
+          file.metadata.entries.get(`${exp.arch}.attention.layer_norm_rms_epsilon`)!.type,
+          GGUFValueType.FLOAT32,
+        );
         assert.equal(file.metadata.number(`${exp.arch}.attention.layer_norm_rms_epsilon`), Math.fround(1e-6));
       });
 
@@ -122,7 +192,10 @@ describe("reading the fixture models", () => {
         assert.equal(tokens[1], "<｜end▁of▁sentence｜>");
         assert.equal(file.metadata.stringArray("tokenizer.ggml.merges")!.length, 42);
         assert.equal(file.metadata.requireString("tokenizer.ggml.model"), "gpt2");
-        assert.equal(file.metadata.requireString("tokenizer.ggml.pre"), exp.arch === "glm-dsa" ? "glm4" : "deepseek-v3");
+        assert.equal(
+          file.metadata.requireString("tokenizer.ggml.pre"),
+          exp.arch === "glm-dsa" ? "glm4" : "deepseek-v3",
+        );
         assert.equal(file.metadata.requireInteger("tokenizer.ggml.bos_token_id"), 0);
         assert.equal(file.metadata.requireInteger("tokenizer.ggml.eos_token_id"), 1);
         assert.equal(file.metadata.bool("tokenizer.ggml.add_bos_token"), true);
@@ -197,7 +270,8 @@ describe("agreement with node-llama-cpp's GGUF parser", () => {
       const flat = new Map<string, unknown>();
       const walk = (prefix: string, o: unknown): void => {
         if (o !== null && typeof o === "object" && !Array.isArray(o)) {
-          for (const [k, v] of Object.entries(o as Record<string, unknown>)) walk(prefix === "" ? k : `${prefix}.${k}`, v);
+          for (const [k, v] of Object.entries(o as Record<string, unknown>))
+            walk(prefix === "" ? k : `${prefix}.${k}`, v);
         } else flat.set(prefix, o);
       };
       walk("", theirs.metadata);

@@ -57,7 +57,10 @@ describe("split files", () => {
         });
         const count = Math.ceil(n / per);
         assert.equal(paths.length, count);
-        assert.deepEqual(progress, Array.from({ length: n }, (_, i) => i + 1));
+        assert.deepEqual(
+          progress,
+          Array.from({ length: n }, (_, i) => i + 1),
+        );
         paths.forEach((p, i) => assert.equal(p, splitPath(prefix, i + 1, count)));
         assert.deepEqual(parseSplitPath(paths[0]), { prefix, index: 1, count });
 
@@ -78,7 +81,12 @@ describe("split files", () => {
           }
         }
         // Non-first shards carry only the split keys.
-        if (count > 1) assert.deepEqual([...readShard(paths[1]).metadata.keys()].sort(), ["split.count", "split.no", "split.tensors.count"]);
+        if (count > 1)
+          assert.deepEqual([...readShard(paths[1]).metadata.keys()].sort(), [
+            "split.count",
+            "split.no",
+            "split.tensors.count",
+          ]);
 
         // Joining the shards back gives the original file, byte for byte.
         const joined = join(tmp.dir, `${model}-per${per}-joined.gguf`);
@@ -101,9 +109,15 @@ describe("split files", () => {
   it("writes a single file when maxTensorsPerShard covers every tensor", () => {
     const src = GGUFFile.open(fixture("ds2-lite"));
     const out = join(tmp.dir, "single.gguf");
-    assert.deepEqual(writeModel(out, plainMetadata(src), tensorsToWrite(src), { maxTensorsPerShard: src.tensors.size }), [out]);
+    assert.deepEqual(
+      writeModel(out, plainMetadata(src), tensorsToWrite(src), { maxTensorsPerShard: src.tensors.size }),
+      [out],
+    );
     assert.ok(readFileSync(out).equals(readFileSync(fixture("ds2-lite"))));
-    assert.throws(() => writeModel(join(tmp.dir, "zero.gguf"), plainMetadata(src), tensorsToWrite(src), { maxTensorsPerShard: 0 }), GGUFError);
+    assert.throws(
+      () => writeModel(join(tmp.dir, "zero.gguf"), plainMetadata(src), tensorsToWrite(src), { maxTensorsPerShard: 0 }),
+      GGUFError,
+    );
   });
 });
 
@@ -133,10 +147,25 @@ describe("metadata value types", () => {
     ["t.arr.empty", { type: GGUFValueType.ARRAY, value: { elementType: GGUFValueType.INT32, values: [] } }],
     ["t.arr.empty.str", { type: GGUFValueType.ARRAY, value: { elementType: GGUFValueType.STRING, values: [] } }],
     ["t.arr.u8", { type: GGUFValueType.ARRAY, value: { elementType: GGUFValueType.UINT8, values: [0, 1, 255] } }],
-    ["t.arr.f32", { type: GGUFValueType.ARRAY, value: { elementType: GGUFValueType.FLOAT32, values: [0.5, -2, Math.fround(1e30)] } }],
+    [
+      "t.arr.f32",
+      {
+        type: GGUFValueType.ARRAY,
+        value: { elementType: GGUFValueType.FLOAT32, values: [0.5, -2, Math.fround(1e30)] },
+      },
+    ],
     ["t.arr.f64", { type: GGUFValueType.ARRAY, value: { elementType: GGUFValueType.FLOAT64, values: [Math.PI, -0] } }],
-    ["t.arr.bool", { type: GGUFValueType.ARRAY, value: { elementType: GGUFValueType.BOOL, values: [true, false, true] } }],
-    ["t.arr.u64", { type: GGUFValueType.ARRAY, value: { elementType: GGUFValueType.UINT64, values: [0n, 2n ** 63n, 2n ** 64n - 1n] } }],
+    [
+      "t.arr.bool",
+      { type: GGUFValueType.ARRAY, value: { elementType: GGUFValueType.BOOL, values: [true, false, true] } },
+    ],
+    [
+      "t.arr.u64",
+      {
+        type: GGUFValueType.ARRAY,
+        value: { elementType: GGUFValueType.UINT64, values: [0n, 2n ** 63n, 2n ** 64n - 1n] },
+      },
+    ],
     ["t.arr.i64", { type: GGUFValueType.ARRAY, value: { elementType: GGUFValueType.INT64, values: [-1n, 2n ** 62n] } }],
     ["t.arr.str", { type: GGUFValueType.ARRAY, value: { elementType: GGUFValueType.STRING, values: ["a", "", "ü"] } }],
     [
@@ -202,7 +231,10 @@ describe("metadata value types", () => {
   it("typed accessors name the key in their errors", () => {
     const p = join(tmp.dir, "types1.gguf");
     const m = GGUFFile.open(p).metadata;
-    assert.throws(() => m.requireString("t.u8"), (e: Error) => e instanceof GGUFError && e.message.includes('"t.u8"'));
+    assert.throws(
+      () => m.requireString("t.u8"),
+      (e: Error) => e instanceof GGUFError && e.message.includes('"t.u8"'),
+    );
     assert.throws(() => m.requireNumber("missing.key"), /missing metadata key "missing.key"/);
     assert.throws(() => m.integer("t.i8"), /"t.i8" = -128 should be a non-negative integer/);
     assert.throws(() => m.stringArray("t.arr.u8"), /"t.arr.u8" should be an array of strings/);
@@ -233,7 +265,9 @@ describe("alignment", () => {
       writeGGUF(p2, f.metadata.entries, tensorsToWrite(f));
       assert.ok(readFileSync(p2).equals(readFileSync(p)));
       // split shards keep the alignment
-      const paths = writeModel(join(tmp.dir, `align${alignment}-split.gguf`), meta, tensorsToWrite(src), { maxTensorsPerShard: 20 });
+      const paths = writeModel(join(tmp.dir, `align${alignment}-split.gguf`), meta, tensorsToWrite(src), {
+        maxTensorsPerShard: 20,
+      });
       const s = GGUFFile.open(paths[2]);
       for (const sh of s.shards) assert.equal(sh.alignment, alignment);
       sameIndex(s, src);
@@ -250,10 +284,19 @@ describe("alignment", () => {
 
   it("the writer refuses data of the wrong size", () => {
     assert.throws(
-      () => writeGGUF(join(tmp.dir, "bad-size.gguf"), new Map(), [{ name: "x", ne: [4], type: GGMLType.F32, data: new Uint8Array(15) }]),
+      () =>
+        writeGGUF(join(tmp.dir, "bad-size.gguf"), new Map(), [
+          { name: "x", ne: [4], type: GGMLType.F32, data: new Uint8Array(15) },
+        ]),
       /needs 16 bytes, got 15/,
     );
-    assert.throws(() => writeGGUF(join(tmp.dir, "bad-block.gguf"), new Map(), [{ name: "x", ne: [33], type: GGMLType.Q8_0, data: new Uint8Array(0) }]), GGUFError);
+    assert.throws(
+      () =>
+        writeGGUF(join(tmp.dir, "bad-block.gguf"), new Map(), [
+          { name: "x", ne: [33], type: GGMLType.Q8_0, data: new Uint8Array(0) },
+        ]),
+      GGUFError,
+    );
   });
 });
 

@@ -6,7 +6,10 @@ export interface Captured {
   err: string;
 }
 
-export async function captureCli(main: (argv: string[], io: CliIO) => Promise<void>, argv: string[]): Promise<Captured> {
+export async function captureCli(
+  main: (argv: string[], io: CliIO) => Promise<void>,
+  argv: string[],
+): Promise<Captured> {
   const c: Captured = { out: "", err: "" };
   await main(argv, { out: (t) => void (c.out += t), err: (t) => void (c.err += t), tty: false });
   return c;

@@ -3,7 +3,17 @@
 import { GGMLType, GGUFValueType, type GGUFMetadataEntry } from "../../src/gguf/types.js";
 import { fallbackType, keepsF32 } from "../../src/synth/types.js";
 import { joinKvB } from "../../src/convert/names.js";
-import { f32, find, rewriteGGUF, setValues, str, u32, values, type Rewrite, type RewriteTensor } from "./gguf-rewrite.js";
+import {
+  f32,
+  find,
+  rewriteGGUF,
+  setValues,
+  str,
+  u32,
+  values,
+  type Rewrite,
+  type RewriteTensor,
+} from "./gguf-rewrite.js";
 
 export const DEMO_MODEL = new URL("../../models/latent-demo-kjv.gguf", import.meta.url).pathname;
 
@@ -31,7 +41,11 @@ function layerTensors(list: RewriteTensor[], suffix: string): RewriteTensor[] {
 /** Every weight matrix re-encoded in `type` (llama-quantize's fallbacks where a row does not fit the block). */
 export function requantized(type: GGMLType): Rewrite {
   return {
-    meta: (m) => m.set("general.file_type", u32(type === GGMLType.Q8_0 ? 7 : type === GGMLType.Q4_K ? 15 : type === GGMLType.Q6_K ? 18 : 1)),
+    meta: (m) =>
+      m.set(
+        "general.file_type",
+        u32(type === GGMLType.Q8_0 ? 7 : type === GGMLType.Q4_K ? 15 : type === GGMLType.Q6_K ? 18 : 1),
+      ),
     tensors: (list) => {
       for (const t of list) if (!keepsF32(t.name, t.ne)) setValues(t, values(t), fallbackType(type, t.ne[0]));
     },
@@ -55,8 +69,15 @@ export function legacyLayout(headOrder: readonly number[] = Array.from({ length:
         const joined = joinKvB(values(kb), values(vb), H, P, V, L);
         const rows = P + V;
         const permuted = new Float32Array(joined.length);
-        headOrder.forEach((src, dst) => permuted.set(joined.subarray(src * rows * L, (src + 1) * rows * L), dst * rows * L));
-        const kvb: RewriteTensor = { name: `blk.${il}.attn_kv_b.weight`, ne: [L, H * rows], type: kb.type, bytes: new Uint8Array() };
+        headOrder.forEach((src, dst) =>
+          permuted.set(joined.subarray(src * rows * L, (src + 1) * rows * L), dst * rows * L),
+        );
+        const kvb: RewriteTensor = {
+          name: `blk.${il}.attn_kv_b.weight`,
+          ne: [L, H * rows],
+          type: kb.type,
+          bytes: new Uint8Array(),
+        };
         setValues(kvb, permuted);
         list.splice(list.indexOf(kb), 1, kvb);
         list.splice(list.indexOf(vb), 1);
@@ -129,7 +150,11 @@ function ropeRowsHalfSplit(): Rewrite {
   };
   return {
     tensors: (list) => {
-      for (const t of layerTensors(list, ".attn_q_b.weight")) toHalfSplit(t, Array.from({ length: H }, (_, h) => h * (P + R) + P));
+      for (const t of layerTensors(list, ".attn_q_b.weight"))
+        toHalfSplit(
+          t,
+          Array.from({ length: H }, (_, h) => h * (P + R) + P),
+        );
       for (const t of layerTensors(list, ".attn_kv_a_mqa.weight")) toHalfSplit(t, [L]);
     },
   };
@@ -165,7 +190,9 @@ export const DEMO_VARIANTS: readonly DemoVariant[] = [
         for (const kb of layerTensors(list, ".attn_k_b.weight")) {
           const v = values(kb);
           const out = new Float32Array(v.length);
-          for (let h = 0; h < H; h++) for (let c = 0; c < L; c++) for (let p = 0; p < P; p++) out[h * L * P + p * L + c] = v[h * L * P + c * P + p];
+          for (let h = 0; h < H; h++)
+            for (let c = 0; c < L; c++)
+              for (let p = 0; p < P; p++) out[h * L * P + p * L + c] = v[h * L * P + c * P + p];
           setValues(kb, out);
         }
       },
@@ -209,7 +236,11 @@ export const DEMO_VARIANTS: readonly DemoVariant[] = [
       },
     },
   },
-  { name: "softmax-gating-with-bias", healthy: false, edit: set("expert_gating_func", { type: GGUFValueType.UINT32, value: 1 }) },
+  {
+    name: "softmax-gating-with-bias",
+    healthy: false,
+    edit: set("expert_gating_func", { type: GGUFValueType.UINT32, value: 1 }),
+  },
   // Variations of the faults above, so that no check is fitted to one instance of its fault.
   { name: "q4_0", healthy: true, edit: requantized(GGMLType.Q4_0) },
   { name: "q2_k", healthy: true, edit: requantized(GGMLType.Q2_K) },
@@ -246,11 +277,18 @@ export const DEMO_VARIANTS: readonly DemoVariant[] = [
     edit: {
       tensors: (list) => {
         const t = find(list, "output.weight");
-        setValues(t, values(t).map((x) => x * 0.5));
+        setValues(
+          t,
+          values(t).map((x) => x * 0.5),
+        );
       },
     },
   },
-  { name: "q8_0-scales-shifted-everywhere", healthy: false, edit: q8ScalesShifted((t) => t.ne.length >= 2 && t.ne[0] % 32 === 0) },
+  {
+    name: "q8_0-scales-shifted-everywhere",
+    healthy: false,
+    edit: q8ScalesShifted((t) => t.ne.length >= 2 && t.ne[0] % 32 === 0),
+  },
 ];
 
 export function writeDemoVariant(v: DemoVariant, dst: string): string {

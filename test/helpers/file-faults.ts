@@ -39,11 +39,19 @@ export function writeFaultyFile(src: string, dst: string, fault: FileFault): str
       if (fault.hfNames === true) {
         // k_b and v_b are both halves of kv_b_proj: keep their names apart
         const hf = ggufToHf(info.name, nExpert)?.[0]?.replace(/\.experts\.0\./, ".experts.");
-        name = hf === undefined ? info.name : info.name.endsWith("attn_v_b.weight") ? hf.replace("kv_b_proj", "kv_b_proj_v") : hf;
+        name =
+          hf === undefined
+            ? info.name
+            : info.name.endsWith("attn_v_b.weight")
+              ? hf.replace("kv_b_proj", "kv_b_proj_v")
+              : hf;
       }
       tensors.push({ name, ne: info.ne, type: info.type, data });
     }
-    meta.set("general.name", { type: GGUFValueType.STRING, value: `${file.metadata.string("general.name") ?? "model"}-faulty` });
+    meta.set("general.name", {
+      type: GGUFValueType.STRING,
+      value: `${file.metadata.string("general.name") ?? "model"}-faulty`,
+    });
     writeGGUF(dst, meta, tensors);
     return dst;
   } finally {

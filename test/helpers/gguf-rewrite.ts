@@ -23,7 +23,12 @@ export interface Rewrite {
 
 /** float32 values of a tensor (ggml order: ne[0] fastest). */
 export function values(t: RewriteTensor): Float32Array {
-  return dequantize(t.type, t.bytes, t.ne.reduce((a, b) => a * b, 1), t.name);
+  return dequantize(
+    t.type,
+    t.bytes,
+    t.ne.reduce((a, b) => a * b, 1),
+    t.name,
+  );
 }
 
 /** Set a tensor's values, re-encoded in `type` (default: its own type). */
@@ -50,7 +55,12 @@ export function rewriteGGUF(src: string, dst: string, edit: Rewrite): string {
     const arch = file.metadata.string("general.architecture") ?? "";
     const meta = new Map<string, GGUFMetadataEntry>(file.metadata.entries);
     edit.meta?.(meta, arch);
-    const list: RewriteTensor[] = [...file.tensors.values()].map((info) => ({ name: info.name, ne: [...info.ne], type: info.type, bytes: file.readBytes(info) }));
+    const list: RewriteTensor[] = [...file.tensors.values()].map((info) => ({
+      name: info.name,
+      ne: [...info.ne],
+      type: info.type,
+      bytes: file.readBytes(info),
+    }));
     edit.tensors?.(list);
     const out: TensorToWrite[] = list.map((t) => ({ name: t.name, ne: t.ne, type: t.type, data: t.bytes }));
     writeGGUF(dst, meta, out);

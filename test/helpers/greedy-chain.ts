@@ -3,7 +3,14 @@
 // computes the chained tokens' in float32). Shared by the engine tests (a CPU model with
 // a host-side decodeGreedy) and the fused WebGPU tests (FusedGpuModel).
 import assert from "node:assert/strict";
-import { generateSync, type GenerateModel, type GenerateOptions, type GenerateResult, type GenerateTokenizer, type TokenEvent } from "../../src/engine/generate.js";
+import {
+  generateSync,
+  type GenerateModel,
+  type GenerateOptions,
+  type GenerateResult,
+  type GenerateTokenizer,
+  type TokenEvent,
+} from "../../src/engine/generate.js";
 import type { GreedyChainModel, GreedyChunk, PickDraw } from "../../src/engine/device-picks.js";
 import type { LatentStore } from "../../src/model/cache.js";
 import { logSoftmax } from "../../src/engine/logprobs.js";
@@ -13,10 +20,18 @@ import { argmax, Sampler } from "../../src/engine/sampler.js";
 export const CHAINED_LOGPROB_TOL = 1e-4;
 
 /** Assert that `got` and `want` are the same length and every entry is finite and within `tol` of its pair. */
-export function assertLogprobsClose(got: readonly number[], want: readonly number[], what: string, tol = CHAINED_LOGPROB_TOL): void {
+export function assertLogprobsClose(
+  got: readonly number[],
+  want: readonly number[],
+  what: string,
+  tol = CHAINED_LOGPROB_TOL,
+): void {
   assert.equal(got.length, want.length, `${what}: logprob count`);
   got.forEach((g, i) => {
-    assert.ok(Number.isFinite(g) && Number.isFinite(want[i]), `${what}: token ${i} logprob ${g} vs ${want[i]} (finite)`);
+    assert.ok(
+      Number.isFinite(g) && Number.isFinite(want[i]),
+      `${what}: token ${i} logprob ${g} vs ${want[i]} (finite)`,
+    );
     assert.ok(Math.abs(g - want[i]) <= tol, `${what}: token ${i} logprob ${g} vs the host's ${want[i]}`);
   });
 }
@@ -27,7 +42,13 @@ export interface ChainedVsHost {
 }
 
 /** Generate with chained greedy decoding off, then on; assert that everything agrees (logprobs within 1e-4). */
-export function assertChainedEqualsHost(model: GenerateModel, tok: GenerateTokenizer, prompt: readonly number[], opts: GenerateOptions, what: string): ChainedVsHost {
+export function assertChainedEqualsHost(
+  model: GenerateModel,
+  tok: GenerateTokenizer,
+  prompt: readonly number[],
+  opts: GenerateOptions,
+  what: string,
+): ChainedVsHost {
   const run = (chainedGreedy: boolean): { result: GenerateResult; events: TokenEvent[] } => {
     const events: TokenEvent[] = [];
     const result = generateSync(model, tok, prompt, { ...opts, chainedGreedy, onToken: (e) => events.push(e) });
@@ -44,9 +65,15 @@ export function assertChainedEqualsHost(model: GenerateModel, tok: GenerateToken
   const view = (es: TokenEvent[]): [number, string, number][] => es.map((e) => [e.id, e.text, e.index]);
   assert.deepEqual(view(chained.events), view(host.events), `${what}: streamed events`);
   // the first token comes from the prompt's logits through the sampler (the same number); the rest from the chain
-  if (host.result.tokens.length > 0) assert.equal(chained.result.logprobs[0], host.result.logprobs[0], `${what}: first token's logprob`);
+  if (host.result.tokens.length > 0)
+    assert.equal(chained.result.logprobs[0], host.result.logprobs[0], `${what}: first token's logprob`);
   assertLogprobsClose(chained.result.logprobs, host.result.logprobs, what);
-  assertLogprobsClose(chained.events.map((e) => e.logprob), chained.result.logprobs, `${what}: streamed logprobs`, 0);
+  assertLogprobsClose(
+    chained.events.map((e) => e.logprob),
+    chained.result.logprobs,
+    `${what}: streamed logprobs`,
+    0,
+  );
   return { host: host.result, chained: chained.result };
 }
 
@@ -58,10 +85,17 @@ export class HostChainModel implements GreedyChainModel {
   readonly config: GenerateModel["config"];
   /** the steps of each decodeGreedy call, in order */
   readonly chunks: number[] = [];
-  constructor(private readonly inner: GenerateModel, config?: GenerateModel["config"]) {
+  constructor(
+    private readonly inner: GenerateModel,
+    config?: GenerateModel["config"],
+  ) {
     this.config = config ?? inner.config;
   }
-  forward(tokens: readonly number[], cache: LatentStore | undefined, opts: Parameters<GenerateModel["forward"]>[2]): Float32Array {
+  forward(
+    tokens: readonly number[],
+    cache: LatentStore | undefined,
+    opts: Parameters<GenerateModel["forward"]>[2],
+  ): Float32Array {
     return this.inner.forward(tokens, cache, opts);
   }
   decodeGreedy(token: number, cache: LatentStore, steps: number): GreedyChunk {
@@ -102,7 +136,13 @@ export class HostDrawModel extends HostChainModel {
       this.draws.push(d);
       const logits = this.base.forward([next], cache, { path: "decode", logits: "last" });
       const lp = logSoftmax(logits);
-      const kept = new Sampler({ temperature: d.temperature, topK: d.topK ?? 0, topP: d.topP ?? 1, minP: d.minP ?? 0, seed: 1 }).candidates(Float64Array.from(lp));
+      const kept = new Sampler({
+        temperature: d.temperature,
+        topK: d.topK ?? 0,
+        topP: d.topP ?? 1,
+        minP: d.minP ?? 0,
+        seed: 1,
+      }).candidates(Float64Array.from(lp));
       next = kept[d.key % kept.length];
       tokens.push(next);
       logprobs.push(lp[next]);

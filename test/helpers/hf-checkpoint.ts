@@ -9,7 +9,9 @@ import { toHfStateDict } from "../../src/convert/names.js";
 import { quantizeFp8Blocks } from "../../src/convert/fp8.js";
 import { encodeValues, exportHf, safetensorsBytes } from "../convert/hf-export.js";
 
-export const DEMO_HF_CONFIG = JSON.parse(readFileSync(new URL("../convert/fixtures/demo-config.json", import.meta.url), "utf8")) as Record<string, unknown>;
+export const DEMO_HF_CONFIG = JSON.parse(
+  readFileSync(new URL("../convert/fixtures/demo-config.json", import.meta.url), "utf8"),
+) as Record<string, unknown>;
 
 const KEEP_BF16 = /embed_tokens|lm_head|mlp\.gate\.weight|norm|bias/;
 
@@ -20,11 +22,19 @@ export interface CheckpointOptions {
 }
 
 /** Write `gguf` as an HF checkpoint in `dir` (config.json = `config`); returns dir. */
-export function writeHfCheckpoint(gguf: string, dir: string, opts: CheckpointOptions, config: Record<string, unknown> = DEMO_HF_CONFIG): string {
+export function writeHfCheckpoint(
+  gguf: string,
+  dir: string,
+  opts: CheckpointOptions,
+  config: Record<string, unknown> = DEMO_HF_CONFIG,
+): string {
   const file = GGUFFile.open(gguf);
   try {
     if (opts.dtype !== "FP8") {
-      exportHf(file, config, dir, { dtype: opts.dtype, ...(opts.shardTensors !== undefined ? { shardTensors: opts.shardTensors } : {}) });
+      exportHf(file, config, dir, {
+        dtype: opts.dtype,
+        ...(opts.shardTensors !== undefined ? { shardTensors: opts.shardTensors } : {}),
+      });
       return dir;
     }
     // config.json and the tokenizer files as the BF16 export writes them; the weights are replaced below
@@ -38,7 +48,12 @@ export function writeHfCheckpoint(gguf: string, dir: string, opts: CheckpointOpt
       }
       const q = quantizeFp8Blocks(t.data, t.shape);
       tensors.push({ name, dtype: "F8_E4M3", shape: t.shape, data: q.bytes });
-      tensors.push({ name: `${name}_scale_inv`, dtype: "F32", shape: q.scaleShape, data: new Uint8Array(q.scale.buffer) });
+      tensors.push({
+        name: `${name}_scale_inv`,
+        dtype: "F32",
+        shape: q.scaleShape,
+        data: new Uint8Array(q.scale.buffer),
+      });
     }
     const per = opts.shardTensors ?? tensors.length;
     const n = Math.ceil(tensors.length / per);
@@ -53,7 +68,12 @@ export function writeHfCheckpoint(gguf: string, dir: string, opts: CheckpointOpt
       }
       writeFileSync(join(dir, "model.safetensors.index.json"), JSON.stringify({ metadata: {}, weight_map: weightMap }));
     }
-    const quantization_config = { activation_scheme: "dynamic", fmt: "e4m3", quant_method: "fp8", weight_block_size: [128, 128] };
+    const quantization_config = {
+      activation_scheme: "dynamic",
+      fmt: "e4m3",
+      quant_method: "fp8",
+      weight_block_size: [128, 128],
+    };
     writeFileSync(join(dir, "config.json"), JSON.stringify({ ...config, quantization_config }, null, 2));
     return dir;
   } finally {

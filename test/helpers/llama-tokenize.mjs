@@ -33,11 +33,19 @@ if (args[0] === "--jobs") {
 } else {
   const [modelPath, textsPath] = args.filter((a) => !a.startsWith("--"));
   if (modelPath === undefined || textsPath === undefined) {
-    console.error("usage: llama-tokenize.mjs MODEL.gguf TEXTS.json [--special] [--both] [--detokenize] | --jobs JOBS.json");
+    console.error(
+      "usage: llama-tokenize.mjs MODEL.gguf TEXTS.json [--special] [--both] [--detokenize] | --jobs JOBS.json",
+    );
     process.exit(2);
   }
   const texts = JSON.parse(readFileSync(textsPath, "utf8"));
-  const out = await run(modelPath, texts, args.includes("--special"), args.includes("--both"), args.includes("--detokenize"));
+  const out = await run(
+    modelPath,
+    texts,
+    args.includes("--special"),
+    args.includes("--both"),
+    args.includes("--detokenize"),
+  );
   process.stdout.write(JSON.stringify(out));
 }
 await llama.dispose();

@@ -3,7 +3,12 @@ import type { DeepSeek2 } from "../../src/model/deepseek2.js";
 import type { AttentionPath } from "../../src/model/mla.js";
 
 /** log-softmax rows of every position on one path. */
-export function logprobRows(model: DeepSeek2, tokens: readonly number[], path: AttentionPath, chunk?: number): Float64Array[] {
+export function logprobRows(
+  model: DeepSeek2,
+  tokens: readonly number[],
+  path: AttentionPath,
+  chunk?: number,
+): Float64Array[] {
   return evaluateAll(model, tokens, { path, chunk }).map((r) => logSoftmaxRow(r));
 }
 

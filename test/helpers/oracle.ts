@@ -14,7 +14,10 @@ export function oracleLogprobs(modelPath: string, sequences: readonly (readonly 
     const input = join(dir, "tokens.json");
     const output = join(dir, "out.json");
     writeFileSync(input, JSON.stringify(sequences));
-    execFileSync(process.execPath, [TOOL, modelPath, "--tokens-file", input, "--out", output, "--quiet"], { stdio: ["ignore", "ignore", "pipe"], timeout: 120_000 });
+    execFileSync(process.execPath, [TOOL, modelPath, "--tokens-file", input, "--out", output, "--quiet"], {
+      stdio: ["ignore", "ignore", "pipe"],
+      timeout: 120_000,
+    });
     const res = JSON.parse(readFileSync(output, "utf8")) as { cases: { logprobs: (number | null)[][] }[] };
     return res.cases.map((c) => c.logprobs);
   } finally {

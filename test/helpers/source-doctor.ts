@@ -15,7 +15,11 @@ export interface SourceRun {
 export async function doctorWithSource(model: string, source: string): Promise<SourceRun> {
   let out = "";
   let err = "";
-  const code = await doctorMain([model, "--source", source, "--json"], { out: (t) => void (out += t), err: (t) => void (err += t), tty: false });
+  const code = await doctorMain([model, "--source", source, "--json"], {
+    out: (t) => void (out += t),
+    err: (t) => void (err += t),
+    tty: false,
+  });
   const report = JSON.parse(out) as DoctorReport;
   return { code, report, errors: report.findings.filter((f) => f.severity === "error"), stderr: err };
 }

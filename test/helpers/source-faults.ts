@@ -35,7 +35,8 @@ export function reshapeNotTranspose(name: string): TensorEdit {
     const [P, L, H] = t.ne as [number, number, number];
     const v = values(t);
     const out = new Float32Array(v.length);
-    for (let h = 0; h < H; h++) for (let c = 0; c < L; c++) for (let p = 0; p < P; p++) out[h * L * P + p * L + c] = v[(h * L + c) * P + p];
+    for (let h = 0; h < H; h++)
+      for (let c = 0; c < L; c++) for (let p = 0; p < P; p++) out[h * L * P + p * L + c] = v[(h * L + c) * P + p];
     setValues(t, out);
   };
 }
@@ -66,7 +67,10 @@ export function zeroSlice(name: string, e: number): TensorEdit {
 export function scaleTensor(name: string, factor: number): TensorEdit {
   return (list) => {
     const t = find(list, name);
-    setValues(t, values(t).map((x) => x * factor));
+    setValues(
+      t,
+      values(t).map((x) => x * factor),
+    );
   };
 }
 
@@ -96,7 +100,11 @@ export function writeLegacyGeneration(src: string, dst: string): string {
   const f = GGUFFile.open(src);
   try {
     const c = parseConfig(f.metadata, f.tensors.get("token_embd.weight")?.ne[1]);
-    writeGGUF(dst, generationMetadata(f.metadata.entries, c, "legacy"), fromHfStateDict(toHfStateDict(f, c), c, "legacy"));
+    writeGGUF(
+      dst,
+      generationMetadata(f.metadata.entries, c, "legacy"),
+      fromHfStateDict(toHfStateDict(f, c), c, "legacy"),
+    );
     return dst;
   } finally {
     f.close();

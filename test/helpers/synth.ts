@@ -17,7 +17,11 @@ export function synthConfig(c: SynthCase): SynthConfig {
 }
 
 /** Write the case's model into a fresh temp dir; returns its path and a cleanup function. */
-export function synthModel(c: SynthCase, seed = 1, extra: Partial<SynthOptions> = {}): { path: string; dir: string; cleanup: () => void } {
+export function synthModel(
+  c: SynthCase,
+  seed = 1,
+  extra: Partial<SynthOptions> = {},
+): { path: string; dir: string; cleanup: () => void } {
   const dir = mkdtempSync(join(tmpdir(), "latent-synth-"));
   const path = join(dir, `${c.label}.gguf`);
   const paths = synthesize(synthConfig(c), { out: path, seed, type: c.type ?? "F32", ...extra });
@@ -42,9 +46,53 @@ export function randomTokens(n: number, seed: number, lo: number, hi: number): n
 /** Shapes the path and oracle tests run: odd dims, V ≠ P, no q-LoRA, softmax with groups, all-dense, DSA. */
 export const CASES: readonly SynthCase[] = [
   { label: "tiny-v3", base: "tiny", over: {} },
-  { label: "no-qlora-odd", base: "tiny", over: { q_lora: 0, n_head: 3, n_embd: 40, kv_lora: 24, nope: 12, rope: 6, v_head: 20, n_ff: 56, n_ff_exp: 24, n_expert: 6, n_used: 2, n_shared: 1, gating: "softmax", w_norm: false, w_scale: 1, groups: 0, groups_used: 0, exp_bias: false, yarn: { factor: 40, orig_ctx: 4096, mscale_all_dim: 0.707 } } },
-  { label: "v2-groups-softmax", base: "tiny", over: { n_layer: 3, n_dense: 1, gating: "softmax", w_norm: false, w_scale: 16, groups: 4, groups_used: 2, n_expert: 8, n_used: 3, n_shared: 2, exp_bias: false } },
-  { label: "all-dense-noyarn", base: "tiny", over: { n_layer: 2, n_dense: 2, yarn: null, n_head: 5, v_head: 28, nope: 20, rope: 12 } },
+  {
+    label: "no-qlora-odd",
+    base: "tiny",
+    over: {
+      q_lora: 0,
+      n_head: 3,
+      n_embd: 40,
+      kv_lora: 24,
+      nope: 12,
+      rope: 6,
+      v_head: 20,
+      n_ff: 56,
+      n_ff_exp: 24,
+      n_expert: 6,
+      n_used: 2,
+      n_shared: 1,
+      gating: "softmax",
+      w_norm: false,
+      w_scale: 1,
+      groups: 0,
+      groups_used: 0,
+      exp_bias: false,
+      yarn: { factor: 40, orig_ctx: 4096, mscale_all_dim: 0.707 },
+    },
+  },
+  {
+    label: "v2-groups-softmax",
+    base: "tiny",
+    over: {
+      n_layer: 3,
+      n_dense: 1,
+      gating: "softmax",
+      w_norm: false,
+      w_scale: 16,
+      groups: 4,
+      groups_used: 2,
+      n_expert: 8,
+      n_used: 3,
+      n_shared: 2,
+      exp_bias: false,
+    },
+  },
+  {
+    label: "all-dense-noyarn",
+    base: "tiny",
+    over: { n_layer: 2, n_dense: 2, yarn: null, n_head: 5, v_head: 28, nope: 20, rope: 12 },
+  },
   // 16 indexer heads: with 4, ReLU zeroes whole rows of scores and exact top-k ties (broken by heap order in ggml) appear.
   { label: "glm-dsa-top16", base: "tiny-glm", over: { indexer: { heads: 16, dim: 64, top_k: 16 } } },
 ];

@@ -216,7 +216,12 @@ function u32(value: number): GGUFMetadataEntry {
 }
 
 /** Write a GGUF: ds2-v3.gguf with the given tokenizer (pre, vocab, special ids) and resized embeddings. */
-export function writeTokenizerGGUF(path: string, pre: string, vocab: TestVocab, extra: Record<string, GGUFMetadataEntry> = {}): void {
+export function writeTokenizerGGUF(
+  path: string,
+  pre: string,
+  vocab: TestVocab,
+  extra: Record<string, GGUFMetadataEntry> = {},
+): void {
   const base = GGUFFile.open(join(FIXTURE_DIR, "ds2-v3.gguf"));
   try {
     const meta = new Map<string, GGUFMetadataEntry>();
@@ -228,9 +233,18 @@ export function writeTokenizerGGUF(path: string, pre: string, vocab: TestVocab, 
     if (meta.has("deepseek2.vocab_size")) meta.set("deepseek2.vocab_size", u32(n));
     meta.set("tokenizer.ggml.model", { type: GGUFValueType.STRING, value: "gpt2" });
     meta.set("tokenizer.ggml.pre", { type: GGUFValueType.STRING, value: pre });
-    meta.set("tokenizer.ggml.tokens", { type: GGUFValueType.ARRAY, value: { elementType: GGUFValueType.STRING, values: vocab.tokens } });
-    meta.set("tokenizer.ggml.token_type", { type: GGUFValueType.ARRAY, value: { elementType: GGUFValueType.INT32, values: vocab.types } });
-    meta.set("tokenizer.ggml.merges", { type: GGUFValueType.ARRAY, value: { elementType: GGUFValueType.STRING, values: vocab.merges } });
+    meta.set("tokenizer.ggml.tokens", {
+      type: GGUFValueType.ARRAY,
+      value: { elementType: GGUFValueType.STRING, values: vocab.tokens },
+    });
+    meta.set("tokenizer.ggml.token_type", {
+      type: GGUFValueType.ARRAY,
+      value: { elementType: GGUFValueType.INT32, values: vocab.types },
+    });
+    meta.set("tokenizer.ggml.merges", {
+      type: GGUFValueType.ARRAY,
+      value: { elementType: GGUFValueType.STRING, values: vocab.merges },
+    });
     meta.set("tokenizer.ggml.bos_token_id", u32(0));
     meta.set("tokenizer.ggml.eos_token_id", u32(1));
     meta.set("tokenizer.ggml.add_bos_token", { type: GGUFValueType.BOOL, value: true });
@@ -260,10 +274,14 @@ export function tempDir(): string {
 export function llamaTokenize(modelPath: string, texts: readonly string[], special: boolean, dir: string): number[][] {
   const file = join(dir, `texts-${Math.random().toString(36).slice(2)}.json`);
   writeFileSync(file, JSON.stringify(texts));
-  const out = execFileSync(process.execPath, [join(REPO_ROOT, "test/helpers/llama-tokenize.mjs"), modelPath, file, ...(special ? ["--special"] : [])], {
-    cwd: REPO_ROOT,
-    maxBuffer: 1 << 28,
-  });
+  const out = execFileSync(
+    process.execPath,
+    [join(REPO_ROOT, "test/helpers/llama-tokenize.mjs"), modelPath, file, ...(special ? ["--special"] : [])],
+    {
+      cwd: REPO_ROOT,
+      maxBuffer: 1 << 28,
+    },
+  );
   return (JSON.parse(out.toString("utf8")) as { ids: number[][] }).ids;
 }
 
@@ -273,10 +291,16 @@ export interface LlamaIds {
 }
 
 /** llama.cpp's ids (parse_special off and on) for several models, from one child process (one library load). */
-export function llamaTokenizeJobs(jobs: readonly { model: string; texts: readonly string[] }[], dir: string): LlamaIds[] {
+export function llamaTokenizeJobs(
+  jobs: readonly { model: string; texts: readonly string[] }[],
+  dir: string,
+): LlamaIds[] {
   const file = join(dir, `jobs-${Math.random().toString(36).slice(2)}.json`);
   writeFileSync(file, JSON.stringify(jobs));
-  const out = execFileSync(process.execPath, [join(REPO_ROOT, "test/helpers/llama-tokenize.mjs"), "--jobs", file], { cwd: REPO_ROOT, maxBuffer: 1 << 28 });
+  const out = execFileSync(process.execPath, [join(REPO_ROOT, "test/helpers/llama-tokenize.mjs"), "--jobs", file], {
+    cwd: REPO_ROOT,
+    maxBuffer: 1 << 28,
+  });
   return JSON.parse(out.toString("utf8")) as LlamaIds[];
 }
 

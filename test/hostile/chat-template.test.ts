@@ -23,14 +23,21 @@ const BIG_OUTPUT = "{% for a in range(3000) %}{% for b in range(3000) %}xxxxxxxx
 
 function refused(template: string, re: RegExp, label: string): void {
   const t0 = performance.now();
-  assert.throws(() => renderChatTemplate(template, HI, { limits: { timeMs: 1500 } }), (e: unknown) => e instanceof LatentError && re.test(e.message), label);
+  assert.throws(
+    () => renderChatTemplate(template, HI, { limits: { timeMs: 1500 } }),
+    (e: unknown) => e instanceof LatentError && re.test(e.message),
+    label,
+  );
   const ms = performance.now() - t0;
   assert.ok(ms < 8000, `${label}: took ${ms.toFixed(0)} ms`);
 }
 
 describe("chat template budget", { timeout: 60_000 }, () => {
   it("an ordinary template renders (control)", () => {
-    assert.equal(renderChatTemplate("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}", HI), "<user>hi");
+    assert.equal(
+      renderChatTemplate("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}", HI),
+      "<user>hi",
+    );
   });
 
   it("range(999999999), nested loops and a huge output are refused with a clear error", () => {
@@ -44,7 +51,11 @@ describe("chat template budget", { timeout: 60_000 }, () => {
   it("latent run --chat on a file with such a template: exit 1 with one line", () => {
     const path = join(tmp.dir, "loop-template.gguf");
     rewriteGGUF(DEMO, path, { meta: (m) => m.set("tokenizer.chat_template", str(LOOP)) });
-    const r = spawnSync(process.execPath, [BIN, "run", path, "-p", "hi", "--chat", "-n", "2", "--backend", "reference"], { encoding: "utf8", timeout: 50_000 });
+    const r = spawnSync(
+      process.execPath,
+      [BIN, "run", path, "-p", "hi", "--chat", "-n", "2", "--backend", "reference"],
+      { encoding: "utf8", timeout: 50_000 },
+    );
     assert.equal(r.status, 1, `exit ${r.status} ${r.signal}: ${r.stderr.slice(0, 2000)}`);
     assert.match(r.stderr, /^latent run: chat template /);
     assert.equal(r.stderr.trimEnd().split("\n").length, 1, r.stderr);
@@ -64,7 +75,12 @@ describe("chat template budget, asynchronously", { timeout: 60_000 }, () => {
         renderChatTemplateAsync(LOOP, HI),
       ]);
       const ms = performance.now() - t0;
-      assert.ok(hostile.status === "rejected" && hostile.reason instanceof LatentError && /no result within 1000 ms/.test(hostile.reason.message), String(hostile.status === "rejected" ? hostile.reason : "resolved"));
+      assert.ok(
+        hostile.status === "rejected" &&
+          hostile.reason instanceof LatentError &&
+          /no result within 1000 ms/.test(hostile.reason.message),
+        String(hostile.status === "rejected" ? hostile.reason : "resolved"),
+      );
       assert.deepEqual(after1, { status: "fulfilled", value: "ahi" });
       assert.ok(after2.status === "rejected" && /range\(0, 999999999, 1\)/.test((after2.reason as Error).message));
       // the loop ticked through the whole second the hostile render held its thread
@@ -83,12 +99,25 @@ describe("latent serve with a hostile chat template", { timeout: 60_000 }, () =>
     const server = await startServer({ loaded, port: 0, modelId: "m" });
     try {
       const post = (route: string, body: object): Promise<Response> =>
-        fetch(`${server.url}${route}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
-      const chat = await post("/v1/chat/completions", { model: "m", messages: [{ role: "user", content: "hi" }], max_tokens: 2 });
+        fetch(`${server.url}${route}`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify(body),
+        });
+      const chat = await post("/v1/chat/completions", {
+        model: "m",
+        messages: [{ role: "user", content: "hi" }],
+        max_tokens: 2,
+      });
       assert.ok(chat.status >= 400 && chat.status < 600, `status ${chat.status}`);
       assert.match(await chat.text(), /chat template is over its budget/);
       for (let i = 0; i < 2; i++) {
-        const ok = await post("/v1/completions", { model: "m", prompt: "In the beginning", max_tokens: 3, temperature: 0 });
+        const ok = await post("/v1/completions", {
+          model: "m",
+          prompt: "In the beginning",
+          max_tokens: 3,
+          temperature: 0,
+        });
         assert.equal(ok.status, 200, await ok.text());
       }
     } finally {

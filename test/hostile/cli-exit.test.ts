@@ -38,17 +38,33 @@ describe("exit codes on bad files", { timeout: 120_000 }, () => {
   rewriteGGUF(DEMO, infEps, { meta: (m) => m.set("deepseek2.attention.layer_norm_rms_epsilon", f32(Infinity)) });
 
   it("NaN weights: refused naming the tensor (logits, run)", () => {
-    fileError(latent("logits", nanNorm, "--tokens", "1,2"), /^latent logits: tensor "output_norm\.weight" \(F32\) holds NaN/, "logits");
-    fileError(latent("run", nanNorm, "-p", "In the", "-n", "2", "--backend", "reference"), /^latent run: tensor "output_norm\.weight"/, "run");
+    fileError(
+      latent("logits", nanNorm, "--tokens", "1,2"),
+      /^latent logits: tensor "output_norm\.weight" \(F32\) holds NaN/,
+      "logits",
+    );
+    fileError(
+      latent("run", nanNorm, "-p", "In the", "-n", "2", "--backend", "reference"),
+      /^latent run: tensor "output_norm\.weight"/,
+      "run",
+    );
   });
 
   it("NaN weights with --allow-nonfinite: a warning, then NaN logits are a file error (exit 1, not 2)", () => {
     const r = latent("logits", nanNorm, "--tokens", "1,2", "--allow-nonfinite");
-    fileError(r, /warning: tensor "output_norm\.weight".*\n.*latent logits: logits contain NaN/, "logits --allow-nonfinite");
+    fileError(
+      r,
+      /warning: tensor "output_norm\.weight".*\n.*latent logits: logits contain NaN/,
+      "logits --allow-nonfinite",
+    );
   });
 
   it("an infinite rms epsilon is a load error naming the key (it used to give a uniform distribution and exit 0)", () => {
-    fileError(latent("logits", infEps, "--tokens", "1,2"), /deepseek2\.attention\.layer_norm_rms_epsilon = Infinity/, "logits");
+    fileError(
+      latent("logits", infEps, "--tokens", "1,2"),
+      /deepseek2\.attention\.layer_norm_rms_epsilon = Infinity/,
+      "logits",
+    );
   });
 
   it("a tokenizer with more tokens than the model has logits: a file error (exit 1) in run and logits", () => {
@@ -57,11 +73,21 @@ describe("exit codes on bad files", { timeout: 120_000 }, () => {
       meta: (m) => {
         const tokens = m.get("tokenizer.ggml.tokens")!.value as { elementType: number; values: string[] };
         const types = m.get("tokenizer.ggml.token_type")!.value as { elementType: number; values: ArrayLike<number> };
-        m.set("tokenizer.ggml.tokens", { type: GGUFValueType.ARRAY, value: { elementType: tokens.elementType, values: [...tokens.values, "<｜extra｜>"] } });
-        m.set("tokenizer.ggml.token_type", { type: GGUFValueType.ARRAY, value: { elementType: types.elementType, values: [...Array.from(types.values), 3] } });
+        m.set("tokenizer.ggml.tokens", {
+          type: GGUFValueType.ARRAY,
+          value: { elementType: tokens.elementType, values: [...tokens.values, "<｜extra｜>"] },
+        });
+        m.set("tokenizer.ggml.token_type", {
+          type: GGUFValueType.ARRAY,
+          value: { elementType: types.elementType, values: [...Array.from(types.values), 3] },
+        });
       },
     });
-    fileError(latent("run", path, "-p", "<｜extra｜>", "-n", "1", "--backend", "reference"), /latent run: the tokenizer gave id 4096, outside the model's 4096 logits/, "run");
+    fileError(
+      latent("run", path, "-p", "<｜extra｜>", "-n", "1", "--backend", "reference"),
+      /latent run: the tokenizer gave id 4096, outside the model's 4096 logits/,
+      "run",
+    );
     fileError(latent("logits", path, "--prompt", "<｜extra｜>"), /latent logits: the tokenizer gave id 4096/, "logits");
   });
 

@@ -40,10 +40,18 @@ describe("counts are bounded before allocation", { timeout: 20_000 }, () => {
   it("block_count 2^31 and 1e8 are refused at once, naming the key", () => {
     for (const n of [2 ** 31, 1e8, 2 ** 32 - 1]) {
       const t0 = performance.now();
-      refuses(meta("ds2-lite", (m) => m.set("deepseek2.block_count", u32(n))), "deepseek2.block_count", `block_count ${n}`);
+      refuses(
+        meta("ds2-lite", (m) => m.set("deepseek2.block_count", u32(n))),
+        "deepseek2.block_count",
+        `block_count ${n}`,
+      );
       assert.ok(performance.now() - t0 < 1000, `block_count ${n} took ${performance.now() - t0} ms`);
     }
-    refuses(meta("ds2-lite", (m) => m.set("deepseek2.block_count", u64(2n ** 40n))), "deepseek2.block_count", "u64 block_count");
+    refuses(
+      meta("ds2-lite", (m) => m.set("deepseek2.block_count", u64(2n ** 40n))),
+      "deepseek2.block_count",
+      "u64 block_count",
+    );
   });
 
   it("head, expert, width and context counts past any real model are refused", () => {
@@ -55,7 +63,12 @@ describe("counts are bounded before allocation", { timeout: 20_000 }, () => {
       ["deepseek2.vocab_size", 2 ** 31],
       ["deepseek2.attention.kv_lora_rank", 2 ** 31],
     ];
-    for (const [key, v] of cases) refuses(meta("ds2-v3", (m) => m.set(key, u32(v))), key, `${key} = ${v}`);
+    for (const [key, v] of cases)
+      refuses(
+        meta("ds2-v3", (m) => m.set(key, u32(v))),
+        key,
+        `${key} = ${v}`,
+      );
   });
 
   it("the demo model loads; block_count that disagrees with the blk.N tensors is a load error naming the key", () => {
@@ -68,7 +81,9 @@ describe("counts are bounded before allocation", { timeout: 20_000 }, () => {
       const t0 = performance.now();
       assert.throws(
         () => loadModel(path),
-        (e: unknown) => e instanceof LatentError && new RegExp(`deepseek2\\.block_count = ${n}.*${n < 4096 ? "6 layers" : "exceeds"}`).test(e.message),
+        (e: unknown) =>
+          e instanceof LatentError &&
+          new RegExp(`deepseek2\\.block_count = ${n}.*${n < 4096 ? "6 layers" : "exceeds"}`).test(e.message),
         `block_count ${n}`,
       );
       assert.ok(performance.now() - t0 < 5000, `block_count ${n} took ${performance.now() - t0} ms`);
@@ -80,14 +95,28 @@ describe("hyper-parameters are range-checked at load", () => {
   const bad = [NaN, Infinity, -Infinity, 0, -1];
   it("rms epsilon, rope base", () => {
     for (const key of ["deepseek2.attention.layer_norm_rms_epsilon", "deepseek2.rope.freq_base"]) {
-      for (const v of bad) refuses(meta("ds2-lite", (m) => m.set(key, f32(v))), key, `${key} = ${v}`);
+      for (const v of bad)
+        refuses(
+          meta("ds2-lite", (m) => m.set(key, f32(v))),
+          key,
+          `${key} = ${v}`,
+        );
     }
-    refuses(meta("ds2-lite", (m) => m.set("deepseek2.attention.layer_norm_rms_epsilon", f32(2))), "layer_norm_rms_epsilon", "eps 2");
+    refuses(
+      meta("ds2-lite", (m) => m.set("deepseek2.attention.layer_norm_rms_epsilon", f32(2))),
+      "layer_norm_rms_epsilon",
+      "eps 2",
+    );
   });
 
   it("expert weight scale (0 still means 'absent' = 1)", () => {
     const key = "deepseek2.expert_weights_scale";
-    for (const v of [NaN, Infinity, -Infinity, -1]) refuses(meta("ds2-v3", (m) => m.set(key, f32(v))), key, `${key} = ${v}`);
+    for (const v of [NaN, Infinity, -Infinity, -1])
+      refuses(
+        meta("ds2-v3", (m) => m.set(key, f32(v))),
+        key,
+        `${key} = ${v}`,
+      );
     assert.equal(parseConfig(meta("ds2-v3", (m) => m.set(key, f32(0)))).weightsScale, 1);
   });
 

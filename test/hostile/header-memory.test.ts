@@ -42,7 +42,10 @@ describe("header memory", { timeout: 30_000 }, () => {
     const path = arrayFile("strings.gguf", GGUFValueType.STRING, count, Buffer.alloc(0));
     truncateSync(path, 64 + 8 * count); // empty strings: 8 zero bytes each (a sparse file)
     const t0 = performance.now();
-    assert.throws(() => GGUFFile.open(path), (e: unknown) => e instanceof GGUFError && /"big".*4194305 strings .*4194304/.test(e.message));
+    assert.throws(
+      () => GGUFFile.open(path),
+      (e: unknown) => e instanceof GGUFError && /"big".*4194305 strings .*4194304/.test(e.message),
+    );
     assert.ok(performance.now() - t0 < 2000, `took ${performance.now() - t0} ms`);
   });
 });

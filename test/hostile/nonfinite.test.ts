@@ -34,7 +34,9 @@ describe("findNonFinite", () => {
       if (canQuantize(type)) clean = quantize(type, randomValues(n, type + 1), n);
       else if (scales !== undefined) {
         // random blocks with every scale the table names set to 1.0: finite exactly when the table is right
-        clean = Uint8Array.from(randomValues((n / blockSize) * typeSize, type + 7), (x) => Math.floor((x + 1) * 127.99));
+        clean = Uint8Array.from(randomValues((n / blockSize) * typeSize, type + 7), (x) =>
+          Math.floor((x + 1) * 127.99),
+        );
         for (let o = 0; o < clean.length; o += typeSize) for (const s of scales) clean.set([0x00, 0x3c], o + s);
       } else continue;
       assert.ok(dequantize(type, clean, n).every(Number.isFinite), `${typeName(type)}: clean data decodes non-finite`);
@@ -42,14 +44,23 @@ describe("findNonFinite", () => {
       // Corrupt each byte of the second block (or element) in turn: the scan must flag exactly the corruptions that
       // make the dequantized values non-finite.
       for (let at = typeSize; at < 2 * typeSize; at++) {
-        for (const pair of [[0x00, 0x7e], [0x00, 0x7c], [0xff, 0xff], [0x80, 0x7f]]) {
+        for (const pair of [
+          [0x00, 0x7e],
+          [0x00, 0x7c],
+          [0xff, 0xff],
+          [0x80, 0x7f],
+        ]) {
           const bad = clean.slice();
           bad[at] = pair[0];
           if (at + 1 < bad.length) bad[at + 1] = pair[1];
           const decoded = dequantize(type, bad, n);
           const nonFinite = decoded.some((x) => !Number.isFinite(x));
           const found = findNonFinite(type, bad, n);
-          assert.equal(found !== undefined, nonFinite, `${typeName(type)}: bytes ${pair.join(",")} at ${at}: decoder non-finite ${nonFinite}, scan ${JSON.stringify(found)}`);
+          assert.equal(
+            found !== undefined,
+            nonFinite,
+            `${typeName(type)}: bytes ${pair.join(",")} at ${at}: decoder non-finite ${nonFinite}, scan ${JSON.stringify(found)}`,
+          );
           if (found !== undefined) checked++;
         }
       }
@@ -80,8 +91,16 @@ describe("load-time scan", { timeout: 30_000 }, () => {
 
   it("refuses a NaN or Inf weight with an error naming the tensor, on every backend", () => {
     for (const backend of ["reference", "cpu"] as const) {
-      assert.throws(() => loadModel(nanPath, undefined, { backend, threads: 2 }), (e: unknown) => e instanceof GGUFError && /"blk\.3\.ffn_up_exps\.weight".*NaN/.test(e.message), backend);
-      assert.throws(() => loadModel(infPath, undefined, { backend, threads: 2 }), (e: unknown) => e instanceof GGUFError && /"output_norm\.weight".*element 7/.test(e.message), backend);
+      assert.throws(
+        () => loadModel(nanPath, undefined, { backend, threads: 2 }),
+        (e: unknown) => e instanceof GGUFError && /"blk\.3\.ffn_up_exps\.weight".*NaN/.test(e.message),
+        backend,
+      );
+      assert.throws(
+        () => loadModel(infPath, undefined, { backend, threads: 2 }),
+        (e: unknown) => e instanceof GGUFError && /"output_norm\.weight".*element 7/.test(e.message),
+        backend,
+      );
     }
   });
 

@@ -19,7 +19,8 @@ const A: SynthCase = { label: "mix-a", base: "tiny", over: {} };
 const B: SynthCase = { label: "mix-b", base: "tiny", over: { n_embd: 48 } };
 
 /** shard `no` (1-based) of a 2-shard model */
-const shard = (m: { path: string }, no: number): string => m.path.replace(/-00001-of-00002\.gguf$/, `-0000${no}-of-00002.gguf`);
+const shard = (m: { path: string }, no: number): string =>
+  m.path.replace(/-00001-of-00002\.gguf$/, `-0000${no}-of-00002.gguf`);
 
 describe("mixed shards", { timeout: 60_000 }, () => {
   const a = synthModel(A, 1, { split: 2 });
@@ -46,11 +47,24 @@ describe("mixed shards", { timeout: 60_000 }, () => {
     const meta = new Map(fb.shards[1].metadata);
     meta.set("general.architecture", str("deepseek2"));
     meta.set("deepseek2.embedding_length", u32(48));
-    writeGGUF(splitPath(prefix, 2, 2), meta, fb.shards[1].tensors.map((t) => ({ name: t.name, ne: t.ne, type: t.type, data: fb.readBytes(fb.tensor(t.name)) })));
+    writeGGUF(
+      splitPath(prefix, 2, 2),
+      meta,
+      fb.shards[1].tensors.map((t) => ({
+        name: t.name,
+        ne: t.ne,
+        type: t.type,
+        data: fb.readBytes(fb.tensor(t.name)),
+      })),
+    );
     fb.close();
     assert.throws(
       () => GGUFFile.open(splitPath(prefix, 1, 2)),
-      (e: unknown) => e instanceof GGUFError && /deepseek2\.embedding_length/.test(e.message) && /00002-of-00002/.test(e.message) && /00001-of-00002/.test(e.message),
+      (e: unknown) =>
+        e instanceof GGUFError &&
+        /deepseek2\.embedding_length/.test(e.message) &&
+        /00002-of-00002/.test(e.message) &&
+        /00001-of-00002/.test(e.message),
     );
   });
 
@@ -62,7 +76,11 @@ describe("mixed shards", { timeout: 60_000 }, () => {
     copyFileSync(shard(b, 2), splitPath(prefix, 2, 2));
     assert.throws(
       () => loadModel(splitPath(prefix, 1, 2)),
-      (e: unknown) => e instanceof LatentError && /has shape/.test(e.message) && /shard 2 of 2/.test(e.message) && /different model/.test(e.message),
+      (e: unknown) =>
+        e instanceof LatentError &&
+        /has shape/.test(e.message) &&
+        /shard 2 of 2/.test(e.message) &&
+        /different model/.test(e.message),
     );
   });
 });

@@ -12,12 +12,17 @@ for (const c of [CASES[0], CASES.find((x) => x.base === "tiny-glm")!]) {
     const m = synthModel(c, 17);
     try {
       const { model, config } = loadModel(m.path);
-      const prompts = [randomTokens(23, 1, 0, config.nVocab), randomTokens(5, 2, 0, config.nVocab), randomTokens(1, 3, 0, config.nVocab)];
+      const prompts = [
+        randomTokens(23, 1, 0, config.nVocab),
+        randomTokens(5, 2, 0, config.nVocab),
+        randomTokens(1, 3, 0, config.nVocab),
+      ];
       // alone: prefill each prompt fully, then decode 3 tokens
       const alone = prompts.map((p) => {
         const cache = new LatentCache(config);
         const rows = [model.forward(p, cache, { path: "prefill", logits: "all" })];
-        for (let i = 0; i < 3; i++) rows.push(model.forward([(p[i] ?? 7) % config.nVocab], cache, { path: "decode", logits: "all" }));
+        for (let i = 0; i < 3; i++)
+          rows.push(model.forward([(p[i] ?? 7) % config.nVocab], cache, { path: "decode", logits: "all" }));
         return rows;
       });
       // batched: seq 0 prefills in chunks of 8 while seqs 1 and 2 (short prompts) prefill then decode
@@ -32,7 +37,9 @@ for (const c of [CASES[0], CASES.find((x) => x.base === "tiny-glm")!]) {
           if (p.length > 0) items.push({ si, tokens: p.splice(0, 8), path: "prefill" });
           else if (decodes[si].length > 0) items.push({ si, tokens: [decodes[si].shift()!], path: "decode" });
         });
-        const outs = model.forwardBatch(items.map((it) => ({ tokens: it.tokens, cache: caches[it.si], path: it.path, logits: "all" as const })));
+        const outs = model.forwardBatch(
+          items.map((it) => ({ tokens: it.tokens, cache: caches[it.si], path: it.path, logits: "all" as const })),
+        );
         items.forEach((it, i) => {
           if (it.path === "prefill") {
             const prev = chunk[it.si];

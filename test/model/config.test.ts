@@ -38,7 +38,10 @@ test("kit models: derived constants equal llama.cpp's (models README table)", ()
   assert.equal(lite.vHead, 24);
   assert.equal(lite.qkNope, 16);
   const v3 = parseConfig(meta("ds2-v3"));
-  assert.deepEqual([v3.gating, v3.nGroup, v3.nGroupUsed, v3.weightsNorm, v3.weightsScale], ["sigmoid", 4, 2, true, 2.5]);
+  assert.deepEqual(
+    [v3.gating, v3.nGroup, v3.nGroupUsed, v3.weightsNorm, v3.weightsScale],
+    ["sigmoid", 4, 2, true, 2.5],
+  );
   assert.ok(Math.abs(v3.yarn!.mscaleAllDim! - 1) < 1e-6, "yarn_log_multiplier 0.1 → mscale_all_dim 1");
 });
 
@@ -62,10 +65,12 @@ test("missing expert_gating_func: softmax for deepseek2, sigmoid for the GLM-4.7
 });
 
 test("glm-dsa block_count includes the MTP layers", () => {
-  const c = parseConfig(meta("glm-dsa-topk8", (m) => {
-    m.set("glm-dsa.block_count", u32(4));
-    m.set("glm-dsa.nextn_predict_layers", u32(1));
-  }));
+  const c = parseConfig(
+    meta("glm-dsa-topk8", (m) => {
+      m.set("glm-dsa.block_count", u32(4));
+      m.set("glm-dsa.nextn_predict_layers", u32(1));
+    }),
+  );
   assert.equal(c.nLayer, 3);
   assert.equal(c.nNextn, 1);
 });
@@ -93,13 +98,30 @@ test("inconsistent metadata: errors name the key", () => {
     ["ds2-v3", (m) => m.set("deepseek2.rope.dimension_count", u32(7)), /rope\.dimension_count/],
     ["ds2-v3", (m) => m.set("deepseek2.attention.key_length", u32(41)), /attention\.key_length/],
     ["ds2-v3", (m) => m.delete("deepseek2.attention.value_length_mla"), /value_length_mla/],
-    ["ds2-v3", (m) => m.set("deepseek2.rope.scaling.type", { type: GGUFValueType.STRING, value: "longrope" }), /rope\.scaling\.type/],
-    ["ds2-v3", (m) => m.set("general.architecture", { type: GGUFValueType.STRING, value: "llama" }), /general\.architecture/],
-    ["ds2-v3", (m) => m.set("deepseek2.attention.head_count", { type: GGUFValueType.STRING, value: "4" }), /attention\.head_count/],
+    [
+      "ds2-v3",
+      (m) => m.set("deepseek2.rope.scaling.type", { type: GGUFValueType.STRING, value: "longrope" }),
+      /rope\.scaling\.type/,
+    ],
+    [
+      "ds2-v3",
+      (m) => m.set("general.architecture", { type: GGUFValueType.STRING, value: "llama" }),
+      /general\.architecture/,
+    ],
+    [
+      "ds2-v3",
+      (m) => m.set("deepseek2.attention.head_count", { type: GGUFValueType.STRING, value: "4" }),
+      /attention\.head_count/,
+    ],
     ["glm-dsa-topk8", (m) => m.set("glm-dsa.nextn_predict_layers", u32(3)), /nextn_predict_layers/],
     ["glm-dsa-topk8", (m) => m.delete("glm-dsa.attention.indexer.top_k"), /indexer/],
   ];
   for (const [name, edit, re] of bad) {
-    assert.throws(() => parseConfig(meta(name, edit)), (e: unknown) => e instanceof Error && re.test(e.message) && (e instanceof ModelConfigError || e.name === "GGUFError"), re.source);
+    assert.throws(
+      () => parseConfig(meta(name, edit)),
+      (e: unknown) =>
+        e instanceof Error && re.test(e.message) && (e instanceof ModelConfigError || e.name === "GGUFError"),
+      re.source,
+    );
   }
 });

@@ -30,7 +30,12 @@ const BASES = ["ds2-lite", "ds2-v3-mixed-q", "glm-dsa-topk8"] as const;
 
 /** A GGUFFile over edited metadata and tensor infos (the constructor is the base class's, for tests). */
 class EditedFile extends GGUFFile {
-  static of(shard: GGUFShard, meta: Map<string, GGUFMetadataEntry>, tensors: Map<string, TensorInfo>, source: ByteSource): EditedFile {
+  static of(
+    shard: GGUFShard,
+    meta: Map<string, GGUFMetadataEntry>,
+    tensors: Map<string, TensorInfo>,
+    source: ByteSource,
+  ): EditedFile {
     return new EditedFile([shard], new Metadata(meta), tensors, [source]);
   }
 }
@@ -47,20 +52,58 @@ const f32 = (value: number): GGUFMetadataEntry => ({ type: GGUFValueType.FLOAT32
 const u64 = (value: bigint): GGUFMetadataEntry => ({ type: GGUFValueType.UINT64, value });
 const str = (value: string): GGUFMetadataEntry => ({ type: GGUFValueType.STRING, value });
 const VALUES: readonly GGUFMetadataEntry[] = [
-  u32(0), u32(1), u32(2), u32(3), u32(7), u32(64), u32(4096), u32(2 ** 31), u32(2 ** 32 - 1), i32(-1), i32(-(2 ** 31)),
-  u64(2n ** 53n), u64(2n ** 64n - 1n),
-  f32(0), f32(-1), f32(NaN), f32(Infinity), f32(-Infinity), f32(1e-30), f32(1e30), f32(0.5), f32(2),
-  str(""), str("yarn"), str("none"), str("deepseek2"), str("glm-dsa"), str("x\n\u001b]0;t\u0007"),
+  u32(0),
+  u32(1),
+  u32(2),
+  u32(3),
+  u32(7),
+  u32(64),
+  u32(4096),
+  u32(2 ** 31),
+  u32(2 ** 32 - 1),
+  i32(-1),
+  i32(-(2 ** 31)),
+  u64(2n ** 53n),
+  u64(2n ** 64n - 1n),
+  f32(0),
+  f32(-1),
+  f32(NaN),
+  f32(Infinity),
+  f32(-Infinity),
+  f32(1e-30),
+  f32(1e30),
+  f32(0.5),
+  f32(2),
+  str(""),
+  str("yarn"),
+  str("none"),
+  str("deepseek2"),
+  str("glm-dsa"),
+  str("x\n\u001b]0;t\u0007"),
   { type: GGUFValueType.BOOL, value: true },
   { type: GGUFValueType.ARRAY, value: { elementType: GGUFValueType.UINT32, values: [1, 2, 3] } },
   { type: GGUFValueType.ARRAY, value: { elementType: GGUFValueType.STRING, values: ["a", "b"] } },
 ];
-const TEMPLATES = ["{% for x in range(999999999) %}{% endfor %}", "{{ messages[0].content * 99999 }}", "{% for", "{{ raise_exception('no') }}", "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}"];
+const TEMPLATES = [
+  "{% for x in range(999999999) %}{% endfor %}",
+  "{{ messages[0].content * 99999 }}",
+  "{% for",
+  "{{ raise_exception('no') }}",
+  "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}",
+];
 
 /** Apply 1–3 semantic mutations; returns their descriptions. */
-function mutate(rng: Rng, base: Base, meta: Map<string, GGUFMetadataEntry>, tensors: Map<string, TensorInfo>, bytes: Uint8Array): string[] {
+function mutate(
+  rng: Rng,
+  base: Base,
+  meta: Map<string, GGUFMetadataEntry>,
+  tensors: Map<string, TensorInfo>,
+  bytes: Uint8Array,
+): string[] {
   const what: string[] = [];
-  const keys = [...meta.keys()].filter((k) => !k.startsWith("tokenizer.ggml.tokens") && !k.startsWith("tokenizer.ggml.merges"));
+  const keys = [...meta.keys()].filter(
+    (k) => !k.startsWith("tokenizer.ggml.tokens") && !k.startsWith("tokenizer.ggml.merges"),
+  );
   for (let m = 1 + rng.int(3); m > 0; m--) {
     const names = [...tensors.keys()];
     const kind = rng.int(10);
@@ -82,7 +125,13 @@ function mutate(rng: Rng, base: Base, meta: Map<string, GGUFMetadataEntry>, tens
       const t = tensors.get(rng.pick(names))!;
       if (t.nbytes === 0) continue;
       const at = t.offset + rng.int(t.nbytes);
-      const pattern = rng.pick([[0x00, 0x7e], [0x00, 0x7c], [0xff, 0x7f], [0xff, 0xff], [rng.int(256), rng.int(256)]]);
+      const pattern = rng.pick([
+        [0x00, 0x7e],
+        [0x00, 0x7c],
+        [0xff, 0x7f],
+        [0xff, 0xff],
+        [rng.int(256), rng.int(256)],
+      ]);
       bytes.set(pattern.slice(0, Math.min(2, base.bytes.length - at)), at);
       what.push(`bytes ${pattern.join(",")} at ${at} (in ${t.name})`);
     } else if (kind === 8) {
@@ -114,7 +163,8 @@ function exercise(file: GGUFFile): string {
     try {
       const tok = Tokenizer.fromMetadata(file.metadata);
       tok.encodePrompt("In the beginning");
-      if (file.metadata.has("tokenizer.chat_template")) tok.renderChat([{ role: "user", content: "hi" }], { limits: { timeMs: 500 } });
+      if (file.metadata.has("tokenizer.chat_template"))
+        tok.renderChat([{ role: "user", content: "hi" }], { limits: { timeMs: 500 } });
     } catch (e) {
       if (!(e instanceof LatentError)) throw e;
     }
@@ -137,7 +187,19 @@ describe("model fuzzing: config, weights, tokenizer, forward pass", () => {
   });
 
   it("every base model runs unmutated (control)", () => {
-    for (const b of bases) assert.equal(exercise(EditedFile.of(b.shard, new Map(b.shard.metadata), new Map(b.shard.tensors.map((t) => [t.name, t])), new MemorySource(b.bytes))), "ok", b.name);
+    for (const b of bases)
+      assert.equal(
+        exercise(
+          EditedFile.of(
+            b.shard,
+            new Map(b.shard.metadata),
+            new Map(b.shard.tensors.map((t) => [t.name, t])),
+            new MemorySource(b.bytes),
+          ),
+        ),
+        "ok",
+        b.name,
+      );
   });
 
   it(`survives ${ITERATIONS} mutated models (seed ${SEED}, start ${START})`, { timeout: LONG ? 0 : 60_000 }, (t) => {
@@ -166,11 +228,20 @@ describe("model fuzzing: config, weights, tokenizer, forward pass", () => {
       assert.ok(dt < 2000, `iteration ${i} took ${dt.toFixed(0)} ms; mutations: ${what.join("; ")}`);
       slowest = Math.max(slowest, dt);
       // exit 2 is for usage errors: a bad file must never be reported as one
-      assert.notEqual(outcome, "UsageError", `iteration ${i}: a bad file raised a UsageError; mutations: ${what.join("; ")}`);
+      assert.notEqual(
+        outcome,
+        "UsageError",
+        `iteration ${i}: a bad file raised a UsageError; mutations: ${what.join("; ")}`,
+      );
       outcomes.set(outcome, (outcomes.get(outcome) ?? 0) + 1);
-      if (LONG && (i - START + 1) % 1000 === 0) process.stderr.write(`fuzz-model: ${i - START + 1}/${ITERATIONS}, ${JSON.stringify(Object.fromEntries(outcomes))}\n`);
+      if (LONG && (i - START + 1) % 1000 === 0)
+        process.stderr.write(
+          `fuzz-model: ${i - START + 1}/${ITERATIONS}, ${JSON.stringify(Object.fromEntries(outcomes))}\n`,
+        );
     }
-    t.diagnostic(`${ITERATIONS} models in ${((performance.now() - started) / 1000).toFixed(1)} s; outcomes ${JSON.stringify(Object.fromEntries(outcomes))}; slowest ${slowest.toFixed(0)} ms`);
+    t.diagnostic(
+      `${ITERATIONS} models in ${((performance.now() - started) / 1000).toFixed(1)} s; outcomes ${JSON.stringify(Object.fromEntries(outcomes))}; slowest ${slowest.toFixed(0)} ms`,
+    );
     if (ITERATIONS >= 200) {
       assert.ok((outcomes.get("ok") ?? 0) > ITERATIONS / 20, "too few mutated models ran");
       assert.ok(ITERATIONS - (outcomes.get("ok") ?? 0) > ITERATIONS / 5, "too few mutated models were refused");

@@ -24,7 +24,12 @@ for (const name of MODELS) {
   for (const kc of expected.cases) {
     // Quantized weights: compare with llama.cpp on the same weights rewritten as F32 (llama.cpp quantizes activations).
     const want = kc.logprobs_f32_weights ?? kc.logprobs;
-    for (const [path, chunk] of [["reference", undefined], ["prefill", 7], ["prefill", 256], ["decode", undefined]] as const) {
+    for (const [path, chunk] of [
+      ["reference", undefined],
+      ["prefill", 7],
+      ["prefill", 256],
+      ["decode", undefined],
+    ] as const) {
       test(`${name}/${kc.name}: ${path}${chunk ? ` (chunk ${chunk})` : ""} matches llama.cpp`, () => {
         const got = logprobRows(model, kc.tokens, path, chunk);
         const d = maxAbsDiff(got, want);

@@ -9,7 +9,17 @@ import { logprobRows, maxAbsDiff } from "../helpers/logprobs.js";
 import { randomTokens, synthModel } from "../helpers/synth.js";
 
 function cfg(over: Partial<ModelConfig>): ModelConfig {
-  return { nExpert: 8, nExpertUsed: 2, nGroup: 1, nGroupUsed: 1, gating: "sigmoid", weightsNorm: true, weightsScale: 1, groupScoring: "definition", ...over } as ModelConfig;
+  return {
+    nExpert: 8,
+    nExpertUsed: 2,
+    nGroup: 1,
+    nGroupUsed: 1,
+    gating: "sigmoid",
+    weightsNorm: true,
+    weightsScale: 1,
+    groupScoring: "definition",
+    ...over,
+  } as ModelConfig;
 }
 const logit = (p: number): number => Math.log(p / (1 - p));
 
@@ -37,7 +47,10 @@ test("V2 group-limited greedy: a group's score is its max; weights are softmax p
 });
 
 test("DSA is exactly dense while a query sees ≤ top_k keys, and sparse after", () => {
-  const m = synthModel({ label: "dsa-dense", base: "tiny-glm", over: { indexer: { heads: 16, dim: 64, top_k: 16 } } }, 9);
+  const m = synthModel(
+    { label: "dsa-dense", base: "tiny-glm", over: { indexer: { heads: 16, dim: 64, top_k: 16 } } },
+    9,
+  );
   try {
     const { model, config } = loadModel(m.path);
     const dense = new DeepSeek2(config, model.weights); // same weights, no indexer

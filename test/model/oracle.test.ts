@@ -17,7 +17,13 @@ import { CASES, randomTokens, synthModel, type SynthCase } from "../helpers/synt
 
 const TOL = 1e-4;
 
-function check(label: string, enginePath: string, oraclePath: string, seqLens: readonly number[], llamaCppGroupScoring = false): void {
+function check(
+  label: string,
+  enginePath: string,
+  oraclePath: string,
+  seqLens: readonly number[],
+  llamaCppGroupScoring = false,
+): void {
   test(`${label}: every path matches llama.cpp`, () => {
     const { model, config } = loadModel(enginePath, undefined, { llamaCppGroupScoring });
     const seqs = seqLens.map((n, i) => [0, ...randomTokens(n - 1, 97 + i, 2, config.nVocab)]);
@@ -36,11 +42,22 @@ for (const c of CASES) {
   const emulate = c.label === "v2-groups-softmax";
   const m = synthModel(c, 21);
   after(m.cleanup);
-  check(`${c.label} (F32${emulate ? ", llama.cpp group scoring" : ""})`, m.path, m.path, c.base === "tiny-glm" ? [40] : [1, 23], emulate);
+  check(
+    `${c.label} (F32${emulate ? ", llama.cpp group scoring" : ""})`,
+    m.path,
+    m.path,
+    c.base === "tiny-glm" ? [40] : [1, 23],
+    emulate,
+  );
 }
 
 const QUANT: readonly SynthCase[] = [
-  { label: "tiny-v3-q4km", base: "tiny", over: { n_embd: 256, kv_lora: 256, n_ff: 512, n_ff_exp: 256, q_lora: 256 }, type: "Q4_K_M" },
+  {
+    label: "tiny-v3-q4km",
+    base: "tiny",
+    over: { n_embd: 256, kv_lora: 256, n_ff: 512, n_ff_exp: 256, q_lora: 256 },
+    type: "Q4_K_M",
+  },
   { label: "tiny-v3-q8", base: "tiny", over: {}, type: "Q8_0" },
   { label: "glm-dsa-iq4xs", base: "tiny-glm", over: { n_embd: 256, n_ff_exp: 256, n_ff: 256 }, type: "IQ4_XS" },
 ];
@@ -60,7 +77,15 @@ for (const c of QUANT) {
 for (const name of ["v2-lite", "glm47-flash"]) {
   const dir = mkdtempSync(join(tmpdir(), "latent-geom-"));
   after(() => rmSync(dir, { recursive: true, force: true }));
-  const cfg = withOverrides(preset(name), { n_layer: 1, n_vocab: 512, n_expert: 4, n_used: 2, n_ff_exp: 256, groups: 0, groups_used: 0 });
+  const cfg = withOverrides(preset(name), {
+    n_layer: 1,
+    n_vocab: 512,
+    n_expert: 4,
+    n_used: 2,
+    n_ff_exp: 256,
+    groups: 0,
+    groups_used: 0,
+  });
   const path = synthesize(cfg, { out: join(dir, `${name}.gguf`), seed: 3, type: "F32" })[0];
   check(`${name} geometry, 1 layer (F32)`, path, path, [12]);
 }

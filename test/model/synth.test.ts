@@ -24,9 +24,21 @@ function tmp(): { dir: string; done: () => void } {
 
 /** The reference's shape table (mla-models.md §3), written out independently of tensorSpecs. */
 function expectedShapes(c: SynthConfig, legacy: boolean): Map<string, number[]> {
-  const E = c.n_embd, H = c.n_head, P = c.nope, R = c.rope, V = c.v_head, L = c.kv_lora, Lq = c.q_lora;
-  const X = c.n_expert, F = c.n_ff_exp, S = c.n_shared;
-  const m = new Map<string, number[]>([["token_embd.weight", [E, c.n_vocab]], ["output_norm.weight", [E]], ["output.weight", [E, c.n_vocab]]]);
+  const E = c.n_embd,
+    H = c.n_head,
+    P = c.nope,
+    R = c.rope,
+    V = c.v_head,
+    L = c.kv_lora,
+    Lq = c.q_lora;
+  const X = c.n_expert,
+    F = c.n_ff_exp,
+    S = c.n_shared;
+  const m = new Map<string, number[]>([
+    ["token_embd.weight", [E, c.n_vocab]],
+    ["output_norm.weight", [E]],
+    ["output.weight", [E, c.n_vocab]],
+  ]);
   for (let i = 0; i < c.n_layer + c.nextn; i++) {
     const b = `blk.${i}.`;
     m.set(b + "attn_norm.weight", [E]);
@@ -77,10 +89,28 @@ function expectedShapes(c: SynthConfig, legacy: boolean): Map<string, number[]> 
 }
 
 const REQUIRED_KEYS = [
-  "context_length", "embedding_length", "block_count", "feed_forward_length", "attention.head_count", "attention.head_count_kv",
-  "attention.key_length", "attention.value_length", "attention.layer_norm_rms_epsilon", "attention.q_lora_rank", "attention.kv_lora_rank",
-  "rope.dimension_count", "rope.freq_base", "leading_dense_block_count", "expert_feed_forward_length", "expert_count", "expert_used_count",
-  "expert_shared_count", "expert_weights_scale", "expert_weights_norm", "expert_gating_func", "vocab_size",
+  "context_length",
+  "embedding_length",
+  "block_count",
+  "feed_forward_length",
+  "attention.head_count",
+  "attention.head_count_kv",
+  "attention.key_length",
+  "attention.value_length",
+  "attention.layer_norm_rms_epsilon",
+  "attention.q_lora_rank",
+  "attention.kv_lora_rank",
+  "rope.dimension_count",
+  "rope.freq_base",
+  "leading_dense_block_count",
+  "expert_feed_forward_length",
+  "expert_count",
+  "expert_used_count",
+  "expert_shared_count",
+  "expert_weights_scale",
+  "expert_weights_norm",
+  "expert_gating_func",
+  "vocab_size",
 ];
 
 function checkFile(paths: string[], cfg: SynthConfig, legacy: boolean): GGUFFile {
@@ -92,7 +122,8 @@ function checkFile(paths: string[], cfg: SynthConfig, legacy: boolean): GGUFFile
   const md = f.metadata;
   assert.equal(md.string("general.architecture"), a);
   for (const k of REQUIRED_KEYS) assert.ok(md.has(`${a}.${k}`), `missing ${a}.${k}`);
-  for (const k of ["model", "pre", "tokens", "token_type", "merges", "bos_token_id", "eos_token_id"]) assert.ok(md.has(`tokenizer.ggml.${k}`), k);
+  for (const k of ["model", "pre", "tokens", "token_type", "merges", "bos_token_id", "eos_token_id"])
+    assert.ok(md.has(`tokenizer.ggml.${k}`), k);
   assert.ok(md.has("tokenizer.chat_template"));
   assert.equal(md.integer(`${a}.block_count`), cfg.n_layer + cfg.nextn);
   assert.equal(md.stringArray("tokenizer.ggml.tokens")!.length, cfg.n_vocab);
@@ -117,7 +148,11 @@ function checkFile(paths: string[], cfg: SynthConfig, legacy: boolean): GGUFFile
 
 /** llama.cpp evaluates the tokens; returns its log-prob rows. */
 function llamaLogprobs(path: string, tokens: number[]): (number | null)[][] {
-  const out = execFileSync(process.execPath, [ORACLE, path, "--tokens", tokens.join(","), "--quiet", "--digits", "6"], { encoding: "utf8", timeout: 120_000, maxBuffer: 1 << 28 });
+  const out = execFileSync(process.execPath, [ORACLE, path, "--tokens", tokens.join(","), "--quiet", "--digits", "6"], {
+    encoding: "utf8",
+    timeout: 120_000,
+    maxBuffer: 1 << 28,
+  });
   return (JSON.parse(out) as { cases: { logprobs: (number | null)[][] }[] }).cases[0].logprobs;
 }
 
@@ -131,7 +166,11 @@ function assertFiniteRows(rows: (number | null)[][], nVocab: number, label: stri
 test("tiny presets (both arches, both generations) write the reference shapes and keys", () => {
   const t = tmp();
   try {
-    for (const [arch, legacy] of [["deepseek2", false], ["deepseek2", true], ["glm-dsa", false]] as const) {
+    for (const [arch, legacy] of [
+      ["deepseek2", false],
+      ["deepseek2", true],
+      ["glm-dsa", false],
+    ] as const) {
       const cfg = preset("tiny", arch);
       const paths = synthesize(cfg, { out: join(t.dir, `${arch}-${legacy}.gguf`), legacyKvB: legacy });
       assert.equal(paths.length, 1);
@@ -157,7 +196,8 @@ test("every preset plans the reference shapes; small ones (layers 1–2) are wri
         assert.deepEqual(plan.map((p) => p.name).sort(), [...want.keys()].sort(), name);
         for (const p of plan) assert.deepEqual([...p.ne], want.get(p.name), `${name} ${p.name}`);
         const legacyPlan = cfg.arch === "deepseek2" ? tensorSpecs(cfg, true) : [];
-        for (const p of legacyPlan) assert.deepEqual([...p.ne], expectedShapes(cfg, true).get(p.name), `${name} legacy ${p.name}`);
+        for (const p of legacyPlan)
+          assert.deepEqual([...p.ne], expectedShapes(cfg, true).get(p.name), `${name} legacy ${p.name}`);
       }
     }
     // real-shape deepseek2 / glm-dsa layers with a small vocabulary are quick to write
@@ -172,11 +212,75 @@ test("every preset plans the reference shapes; small ones (layers 1–2) are wri
 });
 
 test("preset hyper-parameters match the reference configurations", () => {
-  const v2 = preset("v2-lite"), v3 = preset("v3"), fl = preset("glm47-flash"), g5 = preset("glm5");
-  assert.deepEqual([v2.n_layer, v2.n_embd, v2.n_head, v2.q_lora, v2.kv_lora, v2.nope, v2.rope, v2.v_head, v2.n_expert, v2.n_used, v2.n_shared, v2.n_ff_exp, v2.n_ff, v2.n_vocab], [27, 2048, 16, 0, 512, 128, 64, 128, 64, 6, 2, 1408, 10944, 102400]);
-  assert.deepEqual([v3.n_layer, v3.n_embd, v3.n_head, v3.q_lora, v3.n_expert, v3.n_used, v3.n_dense, v3.groups, v3.groups_used, v3.n_vocab, v3.gating], [61, 7168, 128, 1536, 256, 8, 3, 8, 4, 129280, "sigmoid"]);
-  assert.deepEqual([fl.arch, fl.n_layer, fl.n_head, fl.q_lora, fl.nope, fl.v_head, fl.n_expert, fl.n_used, fl.w_scale, fl.n_vocab, fl.pre], ["deepseek2", 47, 20, 768, 192, 256, 64, 4, 1.8, 154880, "glm4"]);
-  assert.deepEqual([g5.arch, g5.n_layer, g5.nextn, g5.n_embd, g5.n_head, g5.q_lora, g5.indexer?.heads, g5.indexer?.dim, g5.indexer?.top_k], ["glm-dsa", 78, 1, 6144, 64, 2048, 32, 128, 2048]);
+  const v2 = preset("v2-lite"),
+    v3 = preset("v3"),
+    fl = preset("glm47-flash"),
+    g5 = preset("glm5");
+  assert.deepEqual(
+    [
+      v2.n_layer,
+      v2.n_embd,
+      v2.n_head,
+      v2.q_lora,
+      v2.kv_lora,
+      v2.nope,
+      v2.rope,
+      v2.v_head,
+      v2.n_expert,
+      v2.n_used,
+      v2.n_shared,
+      v2.n_ff_exp,
+      v2.n_ff,
+      v2.n_vocab,
+    ],
+    [27, 2048, 16, 0, 512, 128, 64, 128, 64, 6, 2, 1408, 10944, 102400],
+  );
+  assert.deepEqual(
+    [
+      v3.n_layer,
+      v3.n_embd,
+      v3.n_head,
+      v3.q_lora,
+      v3.n_expert,
+      v3.n_used,
+      v3.n_dense,
+      v3.groups,
+      v3.groups_used,
+      v3.n_vocab,
+      v3.gating,
+    ],
+    [61, 7168, 128, 1536, 256, 8, 3, 8, 4, 129280, "sigmoid"],
+  );
+  assert.deepEqual(
+    [
+      fl.arch,
+      fl.n_layer,
+      fl.n_head,
+      fl.q_lora,
+      fl.nope,
+      fl.v_head,
+      fl.n_expert,
+      fl.n_used,
+      fl.w_scale,
+      fl.n_vocab,
+      fl.pre,
+    ],
+    ["deepseek2", 47, 20, 768, 192, 256, 64, 4, 1.8, 154880, "glm4"],
+  );
+  assert.deepEqual(
+    [
+      g5.arch,
+      g5.n_layer,
+      g5.nextn,
+      g5.n_embd,
+      g5.n_head,
+      g5.q_lora,
+      g5.indexer?.heads,
+      g5.indexer?.dim,
+      g5.indexer?.top_k,
+    ],
+    ["glm-dsa", 78, 1, 6144, 64, 2048, 32, 128, 2048],
+  );
   assert.equal(preset("v2-lite").pre, "deepseek-llm");
   assert.equal(preset("v3").pre, "deepseek-v3");
   assert.throws(() => preset("v3", "glm-dsa"), /deepseek2/);
@@ -208,7 +312,26 @@ test("invalid configs are rejected with the field named", () => {
 test("odd configs (no q-LoRA, V ≠ P, odd dims, no shared expert) write and re-read", () => {
   const t = tmp();
   try {
-    const cfg = withOverrides(preset("tiny"), { q_lora: 0, n_head: 3, n_embd: 40, kv_lora: 24, nope: 12, rope: 6, v_head: 20, n_ff: 56, n_ff_exp: 24, n_expert: 6, n_used: 2, n_shared: 0, groups: 0, groups_used: 0, exp_bias: false, gating: "softmax", yarn: null, n_vocab: 300 });
+    const cfg = withOverrides(preset("tiny"), {
+      q_lora: 0,
+      n_head: 3,
+      n_embd: 40,
+      kv_lora: 24,
+      nope: 12,
+      rope: 6,
+      v_head: 20,
+      n_ff: 56,
+      n_ff_exp: 24,
+      n_expert: 6,
+      n_used: 2,
+      n_shared: 0,
+      groups: 0,
+      groups_used: 0,
+      exp_bias: false,
+      gating: "softmax",
+      yarn: null,
+      n_vocab: 300,
+    });
     for (const type of ["F32", "Q4_K_M", "Q8_0"]) {
       const paths = synthesize(cfg, { out: join(t.dir, `odd-${type}.gguf`), type });
       checkFile(paths, cfg, false).close();
@@ -266,7 +389,12 @@ test("llama.cpp's fallbacks and mix rules pick the per-tensor types", () => {
   assert.equal(f16.get("blk.1.ffn_gate_exps.weight"), "F16");
   assert.equal(f16.get("blk.1.ffn_gate_inp.weight"), "F32");
   // pure: no mix rules
-  const pure = new Map(planTensors(withOverrides(preset("v2-lite"), { n_layer: 2 }), { type: "Q4_K_M", pure: true }).map((p) => [p.name, typeName(p.type)]));
+  const pure = new Map(
+    planTensors(withOverrides(preset("v2-lite"), { n_layer: 2 }), { type: "Q4_K_M", pure: true }).map((p) => [
+      p.name,
+      typeName(p.type),
+    ]),
+  );
   assert.equal(pure.get("output.weight"), "Q4_K");
   assert.equal(pure.get("blk.0.ffn_down.weight"), "Q5_0");
 });
@@ -279,7 +407,8 @@ test("random blocks decode to the target std with zero mean and no NaN/Inf, for 
       const bytes = new Uint8Array(tensorBytes([n], type));
       fillRandom(type, bytes, n, std, rng);
       const x = dequantize(type, bytes, n);
-      let s = 0, s2 = 0;
+      let s = 0,
+        s2 = 0;
       for (const v of x) {
         assert.ok(Number.isFinite(v), `${typeName(type)}: ${v}`);
         s += v;
@@ -306,12 +435,20 @@ test("matrices of a synthesized file have std ≈ 1/√fan_in after dequantizati
         let s2 = 0;
         for (const v of x) s2 += v * v;
         const rms = Math.sqrt(s2 / n);
-        const want = info.name.endsWith("_norm.weight") || info.name.includes("norm.weight") ? Math.sqrt(1.01)
-          : info.name.endsWith(".bias") ? 0.1
-          : info.name === "token_embd.weight" ? 1
-          : info.name === "output.weight" || info.name.includes("ffn_gate_inp") ? 2 / Math.sqrt(256)
-          : 1 / Math.sqrt(info.ne[0]);
-        assert.ok(rms > want / 1.5 && rms < want * 1.5, `${type} ${info.name} (${typeName(info.type)}): rms ${rms} vs ${want}`);
+        const want =
+          info.name.endsWith("_norm.weight") || info.name.includes("norm.weight")
+            ? Math.sqrt(1.01)
+            : info.name.endsWith(".bias")
+              ? 0.1
+              : info.name === "token_embd.weight"
+                ? 1
+                : info.name === "output.weight" || info.name.includes("ffn_gate_inp")
+                  ? 2 / Math.sqrt(256)
+                  : 1 / Math.sqrt(info.ne[0]);
+        assert.ok(
+          rms > want / 1.5 && rms < want * 1.5,
+          `${type} ${info.name} (${typeName(info.type)}): rms ${rms} vs ${want}`,
+        );
       }
       f.close();
     }
@@ -331,7 +468,12 @@ test("same seed → byte-identical file, different seed → different weights; s
     assert.ok(!readFileSync(a[0]).equals(readFileSync(c[0])));
     const shards = synthesize(cfg, { out: join(t.dir, "s.gguf"), seed: 5, type: "Q4_K_M", split: 3 });
     assert.equal(shards.length, 3);
-    assert.deepEqual(readdirSync(t.dir).filter((n) => n.startsWith("s-")).sort(), ["s-00001-of-00003.gguf", "s-00002-of-00003.gguf", "s-00003-of-00003.gguf"]);
+    assert.deepEqual(
+      readdirSync(t.dir)
+        .filter((n) => n.startsWith("s-"))
+        .sort(),
+      ["s-00001-of-00003.gguf", "s-00002-of-00003.gguf", "s-00003-of-00003.gguf"],
+    );
     const whole = GGUFFile.open(a[0]);
     const split = checkFile(shards, cfg, false);
     assert.equal(split.shards.length, 3);
@@ -348,7 +490,12 @@ test("same seed → byte-identical file, different seed → different weights; s
 });
 
 test("tokenizer: every merge makes a token, every merged token has its merge; 129280 tokens are quick", () => {
-  for (const [n, pre] of [[400, "deepseek-v3"], [129280, "deepseek-v3"], [3000, "glm4"], [261, "deepseek-llm"]] as const) {
+  for (const [n, pre] of [
+    [400, "deepseek-v3"],
+    [129280, "deepseek-v3"],
+    [3000, "glm4"],
+    [261, "deepseek-llm"],
+  ] as const) {
     const t0 = performance.now();
     const tok = synthTokenizer(n, pre);
     const ms = performance.now() - t0;
@@ -372,7 +519,10 @@ test("tokenizer: every merge makes a token, every merged token has its merge; 12
     assert.equal(tok.types[tok.eos], 3);
   }
   const glm = synthTokenizer(300, "glm4");
-  assert.deepEqual([glm.tokens[glm.bos], glm.tokens[glm.eos], glm.tokens[glm.eot!], glm.tokens[glm.eom!]], ["[gMASK]", "<|endoftext|>", "<|user|>", "<|observation|>"]);
+  assert.deepEqual(
+    [glm.tokens[glm.bos], glm.tokens[glm.eos], glm.tokens[glm.eot!], glm.tokens[glm.eom!]],
+    ["[gMASK]", "<|endoftext|>", "<|user|>", "<|observation|>"],
+  );
 });
 
 test("llama.cpp loads and runs the tiny presets (F32, Q8_0, Q4_K_M, K-quants at n_embd 256, legacy kv_b)", () => {
@@ -404,7 +554,22 @@ test("latent synth CLI writes a model", async () => {
   const t = tmp();
   try {
     const out = join(t.dir, "cli.gguf");
-    await synthCommand.run(["--preset", "tiny", "--arch", "glm-dsa", "--layers", "1", "--type", "Q8_0", "--seed", "3", "--set", "n_vocab=300", "-o", out]);
+    await synthCommand.run([
+      "--preset",
+      "tiny",
+      "--arch",
+      "glm-dsa",
+      "--layers",
+      "1",
+      "--type",
+      "Q8_0",
+      "--seed",
+      "3",
+      "--set",
+      "n_vocab=300",
+      "-o",
+      out,
+    ]);
     const f = GGUFFile.open(out);
     assert.equal(f.metadata.integer("glm-dsa.block_count"), 2);
     assert.equal(f.metadata.integer("general.file_type"), 7);

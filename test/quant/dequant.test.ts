@@ -9,8 +9,30 @@ import { QuantTypeError } from "../../src/util/errors.js";
 const FIXTURE = fileURLToPath(new URL("../fixtures/quants/dequant.gguf", import.meta.url));
 
 const EXPECTED_TYPES = [
-  "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
-  "IQ4_NL", "IQ4_XS", "MXFP4", "TQ1_0", "TQ2_0", "IQ2_XXS", "IQ3_XXS", "IQ2_XS", "IQ3_S", "IQ2_S", "IQ1_S", "IQ1_M",
+  "F16",
+  "BF16",
+  "Q4_0",
+  "Q4_1",
+  "Q5_0",
+  "Q5_1",
+  "Q8_0",
+  "Q2_K",
+  "Q3_K",
+  "Q4_K",
+  "Q5_K",
+  "Q6_K",
+  "IQ4_NL",
+  "IQ4_XS",
+  "MXFP4",
+  "TQ1_0",
+  "TQ2_0",
+  "IQ2_XXS",
+  "IQ3_XXS",
+  "IQ2_XS",
+  "IQ3_S",
+  "IQ2_S",
+  "IQ1_S",
+  "IQ1_M",
 ];
 
 function elements(ne: readonly number[]): number {
@@ -68,24 +90,33 @@ test("F32 decodes as a bit copy, from an unaligned offset", () => {
 });
 
 test("unknown type id → QuantTypeError naming it", () => {
-  assert.throws(() => dequantize(99, new Uint8Array(64), 32, "blk.0.attn_q.weight"), (e: unknown) => {
-    assert.ok(e instanceof QuantTypeError);
-    assert.match(e.message, /99/);
-    assert.match(e.message, /blk\.0\.attn_q\.weight/);
-    return true;
-  });
-  assert.throws(() => rowBytes(1234, 32), (e: unknown) => e instanceof QuantTypeError && /1234/.test(e.message));
+  assert.throws(
+    () => dequantize(99, new Uint8Array(64), 32, "blk.0.attn_q.weight"),
+    (e: unknown) => {
+      assert.ok(e instanceof QuantTypeError);
+      assert.match(e.message, /99/);
+      assert.match(e.message, /blk\.0\.attn_q\.weight/);
+      return true;
+    },
+  );
+  assert.throws(
+    () => rowBytes(1234, 32),
+    (e: unknown) => e instanceof QuantTypeError && /1234/.test(e.message),
+  );
 });
 
 test("known but undecodable type → QuantTypeError naming id and name", () => {
   // I32 (26) is a GGUF type with no float decoding.
   assert.equal(canDequantize(26), false);
-  assert.throws(() => dequantize(26, new Uint8Array(16), 4), (e: unknown) => {
-    assert.ok(e instanceof QuantTypeError);
-    assert.match(e.message, new RegExp(`${typeName(26)}`));
-    assert.match(e.message, /26/);
-    return true;
-  });
+  assert.throws(
+    () => dequantize(26, new Uint8Array(16), 4),
+    (e: unknown) => {
+      assert.ok(e instanceof QuantTypeError);
+      assert.match(e.message, new RegExp(`${typeName(26)}`));
+      assert.match(e.message, /26/);
+      return true;
+    },
+  );
 });
 
 test("rowBytes", () => {
@@ -93,10 +124,19 @@ test("rowBytes", () => {
   assert.equal(rowBytes(typeByName("Q8_0")!, 64), 68);
   assert.equal(rowBytes(0, 7), 28);
   assert.throws(() => rowBytes(typeByName("Q4_K")!, 4096 + 32), QuantTypeError);
-  assert.throws(() => rowBytes(typeByName("Q4_0")!, 33), (e: unknown) => e instanceof QuantTypeError && /Q4_0/.test(e.message));
+  assert.throws(
+    () => rowBytes(typeByName("Q4_0")!, 33),
+    (e: unknown) => e instanceof QuantTypeError && /Q4_0/.test(e.message),
+  );
 });
 
 test("dequantizeRow rejects a short buffer", () => {
-  assert.throws(() => dequantizeRow(typeByName("Q8_0")!, new Uint8Array(33), 0, new Float32Array(32), 0, 32), RangeError);
-  assert.throws(() => dequantizeRow(typeByName("Q8_0")!, new Uint8Array(34), 0, new Float32Array(31), 0, 32), RangeError);
+  assert.throws(
+    () => dequantizeRow(typeByName("Q8_0")!, new Uint8Array(33), 0, new Float32Array(32), 0, 32),
+    RangeError,
+  );
+  assert.throws(
+    () => dequantizeRow(typeByName("Q8_0")!, new Uint8Array(34), 0, new Float32Array(31), 0, 32),
+    RangeError,
+  );
 });

@@ -56,8 +56,18 @@ function gaussian(n: number, seed: number): Float32Array {
 
 // Relative RMS error bounds for N(0,1) rows: the README's mean over rows 0–3, with 25% headroom.
 const RMS_BOUND: Record<string, number> = {
-  Q4_0: 0.085, Q4_1: 0.078, Q5_0: 0.044, Q5_1: 0.038, Q8_0: 0.0054, Q2_K: 0.301, Q3_K: 0.151, Q4_K: 0.073,
-  Q5_K: 0.036, Q6_K: 0.018, IQ4_NL: 0.075, IQ4_XS: 0.076,
+  Q4_0: 0.085,
+  Q4_1: 0.078,
+  Q5_0: 0.044,
+  Q5_1: 0.038,
+  Q8_0: 0.0054,
+  Q2_K: 0.301,
+  Q3_K: 0.151,
+  Q4_K: 0.073,
+  Q5_K: 0.036,
+  Q6_K: 0.018,
+  IQ4_NL: 0.075,
+  IQ4_XS: 0.076,
 };
 
 for (const name of TYPES) {
@@ -77,7 +87,10 @@ for (const name of TYPES) {
         den += src[i] ** 2;
       }
       const rel = Math.sqrt(num / den);
-      assert.ok(rel <= RMS_BOUND[name] * 1.25, `${name} row ${r}: relative RMS ${rel.toFixed(4)} > ${RMS_BOUND[name] * 1.25}`);
+      assert.ok(
+        rel <= RMS_BOUND[name] * 1.25,
+        `${name} row ${r}: relative RMS ${rel.toFixed(4)} > ${RMS_BOUND[name] * 1.25}`,
+      );
     }
   });
 }
@@ -93,13 +106,19 @@ test("quantizeRow writes at offsets and leaves the rest alone", () => {
 });
 
 test("unsupported quantization target → QuantTypeError naming it", () => {
-  assert.throws(() => quantize(typeByName("IQ2_XXS")!, new Float32Array(256), 256, "blk.3.ffn_down.weight"), (e: unknown) => {
-    assert.ok(e instanceof QuantTypeError);
-    assert.match(e.message, /IQ2_XXS/);
-    assert.match(e.message, /16/);
-    assert.match(e.message, /blk\.3\.ffn_down\.weight/);
-    return true;
-  });
-  assert.throws(() => quantize(77, new Float32Array(32), 32), (e: unknown) => e instanceof QuantTypeError && /77/.test(e.message));
+  assert.throws(
+    () => quantize(typeByName("IQ2_XXS")!, new Float32Array(256), 256, "blk.3.ffn_down.weight"),
+    (e: unknown) => {
+      assert.ok(e instanceof QuantTypeError);
+      assert.match(e.message, /IQ2_XXS/);
+      assert.match(e.message, /16/);
+      assert.match(e.message, /blk\.3\.ffn_down\.weight/);
+      return true;
+    },
+  );
+  assert.throws(
+    () => quantize(77, new Float32Array(32), 32),
+    (e: unknown) => e instanceof QuantTypeError && /77/.test(e.message),
+  );
   assert.throws(() => quantize(typeByName("Q4_K")!, new Float32Array(384), 384), QuantTypeError);
 });

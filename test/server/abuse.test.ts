@@ -58,7 +58,6 @@ function rssMiB(pid: number): number | undefined {
   }
 }
 
-
 /** An upload of `total` bytes in 64 KiB chunks (one buffer reused: the client's memory does not grow). */
 function upload(port: number, total: number): Promise<number | string> {
   const chunk = Buffer.alloc(64 * 1024, 0x20);
@@ -80,10 +79,42 @@ function upload(port: number, total: number): Promise<number | string> {
   });
 }
 
-test("abuse: slowloris, stalled and huge uploads, non-reading streams, a burst and bad requests at once", { timeout: 60_000 }, async () => {
-  const serve = spawnServe([synth.path, "--port", "0", "--alias", "tiny", "--backend", "cpu", "--threads", "1", "--max-batch", "4", "--max-queue", "64", "--token-budget", "64", "--prefill-chunk", "32",
-    "--max-connections", "400", "--max-body-bytes", String(1024 * 1024), "--max-inflight-body-bytes", String(8 * 1024 * 1024),
-    "--headers-timeout", "2", "--body-timeout", "2", "--max-stream-buffer", String(64 * 1024), "--request-timeout", "20"]);
+test("abuse: slowloris, stalled and huge uploads, non-reading streams, a burst and bad requests at once", {
+  timeout: 60_000,
+}, async () => {
+  const serve = spawnServe([
+    synth.path,
+    "--port",
+    "0",
+    "--alias",
+    "tiny",
+    "--backend",
+    "cpu",
+    "--threads",
+    "1",
+    "--max-batch",
+    "4",
+    "--max-queue",
+    "64",
+    "--token-budget",
+    "64",
+    "--prefill-chunk",
+    "32",
+    "--max-connections",
+    "400",
+    "--max-body-bytes",
+    String(1024 * 1024),
+    "--max-inflight-body-bytes",
+    String(8 * 1024 * 1024),
+    "--headers-timeout",
+    "2",
+    "--body-timeout",
+    "2",
+    "--max-stream-buffer",
+    String(64 * 1024),
+    "--request-timeout",
+    "20",
+  ]);
   const held: Socket[] = [];
   /** sockets the server must close by itself (header and body timeouts) */
   const stalled: Socket[] = [];
@@ -127,18 +158,32 @@ test("abuse: slowloris, stalled and huge uploads, non-reading streams, a burst a
       stalled.push(s);
     }
     // 8 streams whose clients never read
-    const echoBody = JSON.stringify({ model: "tiny", prompt: "hi", n: 2, logprobs: 20, max_tokens: 300, stream: true, ignore_eos: true });
+    const echoBody = JSON.stringify({
+      model: "tiny",
+      prompt: "hi",
+      n: 2,
+      logprobs: 20,
+      max_tokens: 300,
+      stream: true,
+      ignore_eos: true,
+    });
     for (let i = 0; i < 8; i++) {
       const s = connect(port, "127.0.0.1");
       s.on("error", () => {});
-      s.write(`POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: ${Buffer.byteLength(echoBody)}\r\n\r\n${echoBody}`);
+      s.write(
+        `POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: ${Buffer.byteLength(echoBody)}\r\n\r\n${echoBody}`,
+      );
       s.pause();
       held.push(s);
     }
     // oversized uploads (read, dropped, 413) and declared-huge ones (413 at once)
     const huge = Promise.all([
       ...Array.from({ length: 6 }, () => upload(port, 3 * 1024 * 1024)),
-      ...Array.from({ length: 4 }, () => rawExchange(port, "POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 100000000\r\n\r\n{").then(statusOf)),
+      ...Array.from({ length: 4 }, () =>
+        rawExchange(port, "POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: 100000000\r\n\r\n{").then(
+          statusOf,
+        ),
+      ),
     ]);
     // malformed requests
     const bad = Promise.all([
@@ -148,13 +193,21 @@ test("abuse: slowloris, stalled and huge uploads, non-reading streams, a burst a
       rawExchange(port, "GET /health HTTP/1.1\r\nhost: x\r\nbad header\r\n\r\n").then(statusOf),
       rawExchange(port, `GET /health HTTP/1.1\r\nhost: x\r\nx-big: ${"a".repeat(64 * 1024)}\r\n\r\n`).then(statusOf),
       rawExchange(port, "BREW /pot HTCPCP/1.0\r\n\r\n").then(statusOf),
-      fetch(`${url}/v1/chat/completions`, { method: "POST", body: JSON.stringify({ model: "tiny", messages: [{ role: "root", content: "x" }] }) }).then((r) => r.status),
-      fetch(`${url}/v1/completions`, { method: "POST", body: "{\"model\": \"tiny\", \"prompt\": [1,2," }).then((r) => r.status),
+      fetch(`${url}/v1/chat/completions`, {
+        method: "POST",
+        body: JSON.stringify({ model: "tiny", messages: [{ role: "root", content: "x" }] }),
+      }).then((r) => r.status),
+      fetch(`${url}/v1/completions`, { method: "POST", body: '{"model": "tiny", "prompt": [1,2,' }).then(
+        (r) => r.status,
+      ),
     ]);
     // a burst past the queue: served or 429 with Retry-After
     const burst = Promise.all(
       Array.from({ length: 120 }, () =>
-        fetch(`${url}/v1/completions`, { method: "POST", body: JSON.stringify({ model: "tiny", prompt: "hi", max_tokens: 2 }) }).then(async (r) => {
+        fetch(`${url}/v1/completions`, {
+          method: "POST",
+          body: JSON.stringify({ model: "tiny", prompt: "hi", max_tokens: 2 }),
+        }).then(async (r) => {
           await r.arrayBuffer();
           return { status: r.status, retryAfter: r.headers.get("retry-after") };
         }),
@@ -167,10 +220,12 @@ test("abuse: slowloris, stalled and huge uploads, non-reading streams, a burst a
     // let the timeouts fire on the stalled sockets
     await new Promise((r) => setTimeout(r, 3000));
     // the server's own view: its longest event-loop delay during the attack
-    const loopMaxMs = Number(/^latent_event_loop_delay_max_seconds (\S+)$/m.exec(await (await fetch(`${url}/metrics`)).text())?.[1]) * 1000;
+    const loopMaxMs =
+      Number(/^latent_event_loop_delay_max_seconds (\S+)$/m.exec(await (await fetch(`${url}/metrics`)).text())?.[1]) *
+      1000;
     poller.stdin.end();
     await pollerDone;
-    const health = (JSON.parse(pollerOut.slice(pollerOut.indexOf("\n") + 1)) as { ms: number[]; bad: number[] });
+    const health = JSON.parse(pollerOut.slice(pollerOut.indexOf("\n") + 1)) as { ms: number[]; bad: number[] };
     clearInterval(rssTimer);
 
     // a chunked upload passes its limit (413), or waits for the in-flight budget held by the stalled ones until its
@@ -187,16 +242,26 @@ test("abuse: slowloris, stalled and huge uploads, non-reading streams, a burst a
     const worst = Math.max(...health.ms);
     assert.deepEqual(health.bad, [], "/health statuses other than 200");
     assert.ok(health.ms.length > 20, `${health.ms.length} /health polls`);
-    assert.ok(worst < HEALTH_MS, `/health took up to ${worst.toFixed(0)} ms (${health.ms.length} polls: ${health.ms.map((x) => x.toFixed(0)).join(" ")})`);
+    assert.ok(
+      worst < HEALTH_MS,
+      `/health took up to ${worst.toFixed(0)} ms (${health.ms.length} polls: ${health.ms.map((x) => x.toFixed(0)).join(" ")})`,
+    );
     assert.ok(loopMaxMs < HEALTH_MS, `the server's event loop stalled for ${loopMaxMs.toFixed(0)} ms`);
-    if (rss0 !== undefined) assert.ok(rssMax - rss0 < RSS_GROWTH_MB, `RSS grew by ${(rssMax - rss0).toFixed(0)} MiB (from ${rss0.toFixed(0)})`);
+    if (rss0 !== undefined)
+      assert.ok(
+        rssMax - rss0 < RSS_GROWTH_MB,
+        `RSS grew by ${(rssMax - rss0).toFixed(0)} MiB (from ${rss0.toFixed(0)})`,
+      );
 
     for (const s of held) s.destroy();
     await new Promise((r) => setTimeout(r, 300));
     const metrics = await (await fetch(`${url}/metrics`)).text();
     assert.match(metrics, /latent_kv_pages_in_use 0\n/);
     assert.doesNotMatch(metrics, /latent_requests_total\{[^}]*status="500"\}/);
-    const ok = await fetch(`${url}/v1/completions`, { method: "POST", body: JSON.stringify({ model: "tiny", prompt: "hi", max_tokens: 2 }) });
+    const ok = await fetch(`${url}/v1/completions`, {
+      method: "POST",
+      body: JSON.stringify({ model: "tiny", prompt: "hi", max_tokens: 2 }),
+    });
     assert.equal(ok.status, 200);
     assert.doesNotMatch(serve.stderr(), /\n\s+at /, "no stack trace in the log");
   } finally {

@@ -32,25 +32,60 @@ test("latent serve --help; bad options exit 2", () => {
   assert.equal(backend.status, 2);
 });
 
-const LIMIT_FLAGS = ["--max-connections", "--max-body-bytes", "--max-inflight-body-bytes", "--headers-timeout", "--body-timeout", "--request-timeout", "--drain-timeout", "--max-stream-buffer", "--stream-stall-timeout", "--default-max-tokens", "--retry-after"];
+const LIMIT_FLAGS = [
+  "--max-connections",
+  "--max-body-bytes",
+  "--max-inflight-body-bytes",
+  "--headers-timeout",
+  "--body-timeout",
+  "--request-timeout",
+  "--drain-timeout",
+  "--max-stream-buffer",
+  "--stream-stall-timeout",
+  "--default-max-tokens",
+  "--retry-after",
+];
 
 test("limit flags out of range are refused before the model loads", async () => {
   let err = "";
   const io = { out: (): void => {}, err: (t: string): void => void (err += t), tty: false };
   for (const flag of LIMIT_FLAGS) {
-    await assert.rejects(serveMain([synth.path, "--backend", "cpu", flag, "-1"], io), (e: unknown) => e instanceof UsageError && e.message.includes(`${flag} must be an integer`), flag);
-    await assert.rejects(serveMain([synth.path, "--backend", "cpu", flag, "1.5"], io), (e: unknown) => e instanceof UsageError, flag);
+    await assert.rejects(
+      serveMain([synth.path, "--backend", "cpu", flag, "-1"], io),
+      (e: unknown) => e instanceof UsageError && e.message.includes(`${flag} must be an integer`),
+      flag,
+    );
+    await assert.rejects(
+      serveMain([synth.path, "--backend", "cpu", flag, "1.5"], io),
+      (e: unknown) => e instanceof UsageError,
+      flag,
+    );
   }
-  await assert.rejects(serveMain([synth.path, "--backend", "cpu", "--cors", "http://app.example/page"], io), (e: unknown) => e instanceof UsageError && e.message.includes("not an origin"));
+  await assert.rejects(
+    serveMain([synth.path, "--backend", "cpu", "--cors", "http://app.example/page"], io),
+    (e: unknown) => e instanceof UsageError && e.message.includes("not an origin"),
+  );
   assert.doesNotMatch(err, /loaded/);
 });
 
 test("SIGTERM drains: the running stream completes, new requests are refused, exit code 0", async () => {
-  const { child, url: listening, exited, stderr } = spawnServe([synth.path, "--port", "0", "--alias", "tiny", "--max-batch", "4"]);
+  const {
+    child,
+    url: listening,
+    exited,
+    stderr,
+  } = spawnServe([synth.path, "--port", "0", "--alias", "tiny", "--max-batch", "4"]);
   try {
     const url = await listening;
     const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "none", maxRetries: 0 });
-    const stream = await client.completions.create({ model: "tiny", prompt: "hello", max_tokens: 400, temperature: 0, stream: true, ignore_eos: true } as OpenAI.CompletionCreateParamsStreaming);
+    const stream = await client.completions.create({
+      model: "tiny",
+      prompt: "hello",
+      max_tokens: 400,
+      temperature: 0,
+      stream: true,
+      ignore_eos: true,
+    } as OpenAI.CompletionCreateParamsStreaming);
     let chunks = 0;
     let finish: string | null = null;
     let refused: boolean | undefined;
@@ -60,7 +95,10 @@ test("SIGTERM drains: the running stream completes, new requests are refused, ex
         child.kill("SIGTERM");
         // give the signal a moment, then try a new request: refused (503 or connection closed)
         await new Promise((r) => setTimeout(r, 100));
-        refused = await fetch(`${url}/v1/models`).then((r) => r.status === 503, () => true);
+        refused = await fetch(`${url}/v1/models`).then(
+          (r) => r.status === 503,
+          () => true,
+        );
       }
       if (ch.choices[0]?.finish_reason) finish = ch.choices[0].finish_reason;
     }
@@ -76,12 +114,30 @@ test("SIGTERM drains: the running stream completes, new requests are refused, ex
 });
 
 test("the limit flags reach the server: --max-body-bytes, --max-queue with --retry-after", async () => {
-  const { child, url: listening } = spawnServe([synth.path, "--port", "0", "--alias", "tiny", "--max-body-bytes", "200", "--max-queue", "0", "--retry-after", "7"]);
+  const { child, url: listening } = spawnServe([
+    synth.path,
+    "--port",
+    "0",
+    "--alias",
+    "tiny",
+    "--max-body-bytes",
+    "200",
+    "--max-queue",
+    "0",
+    "--retry-after",
+    "7",
+  ]);
   try {
     const url = await listening;
-    const big = await fetch(`${url}/v1/completions`, { method: "POST", body: JSON.stringify({ model: "tiny", prompt: "x".repeat(300) }) });
+    const big = await fetch(`${url}/v1/completions`, {
+      method: "POST",
+      body: JSON.stringify({ model: "tiny", prompt: "x".repeat(300) }),
+    });
     assert.equal(big.status, 413);
-    const queued = await fetch(`${url}/v1/completions`, { method: "POST", body: JSON.stringify({ model: "tiny", prompt: "hi", max_tokens: 1 }) });
+    const queued = await fetch(`${url}/v1/completions`, {
+      method: "POST",
+      body: JSON.stringify({ model: "tiny", prompt: "hi", max_tokens: 1 }),
+    });
     assert.equal(queued.status, 429);
     assert.equal(queued.headers.get("retry-after"), "7");
   } finally {
@@ -89,19 +145,52 @@ test("the limit flags reach the server: --max-body-bytes, --max-queue with --ret
   }
 });
 
-test("--stream-stall-timeout reaches the server: a client that reads nothing is dropped after it", { timeout: 120_000 }, async () => {
-  const { child, url: listening, stderr } = spawnServe([synth.path, "--port", "0", "--alias", "tiny", "--backend", "cpu", "--threads", "1", "--max-batch", "16", "--stream-stall-timeout", "1"]);
+test("--stream-stall-timeout reaches the server: a client that reads nothing is dropped after it", {
+  timeout: 120_000,
+}, async () => {
+  const {
+    child,
+    url: listening,
+    stderr,
+  } = spawnServe([
+    synth.path,
+    "--port",
+    "0",
+    "--alias",
+    "tiny",
+    "--backend",
+    "cpu",
+    "--threads",
+    "1",
+    "--max-batch",
+    "16",
+    "--stream-stall-timeout",
+    "1",
+  ]);
   const sock = new Socket();
   try {
     const url = await listening;
     // 16 greedy choices with top-20 logprobs: megabytes of events, more than the kernel's socket buffers hold
-    const body = JSON.stringify({ model: "tiny", messages: [{ role: "user", content: "hi" }], n: 16, temperature: 0, logprobs: true, top_logprobs: 20, max_tokens: 2000, stream: true, ignore_eos: true });
+    const body = JSON.stringify({
+      model: "tiny",
+      messages: [{ role: "user", content: "hi" }],
+      n: 16,
+      temperature: 0,
+      logprobs: true,
+      top_logprobs: 20,
+      max_tokens: 2000,
+      stream: true,
+      ignore_eos: true,
+    });
     sock.on("error", () => {});
     sock.connect(Number(new URL(url).port), "127.0.0.1");
-    sock.write(`POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+    sock.write(
+      `POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+    );
     sock.pause(); // never read
     const t0 = performance.now();
-    while (performance.now() - t0 < 60_000 && !/stream dropped: the client read nothing for 1 s/.test(stderr())) await new Promise((r) => setTimeout(r, 50));
+    while (performance.now() - t0 < 60_000 && !/stream dropped: the client read nothing for 1 s/.test(stderr()))
+      await new Promise((r) => setTimeout(r, 50));
     assert.match(stderr(), /stream dropped: the client read nothing for 1 s/);
     const metrics = await (await fetch(`${url}/metrics`)).text();
     assert.match(metrics, /latent_streams_dropped_total\{reason="stall"\} 1\n/);

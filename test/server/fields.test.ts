@@ -39,12 +39,31 @@ async function refused(call: Promise<unknown>, param: string, message?: RegExp):
 }
 
 const chat = (extra: Record<string, unknown>) =>
-  client.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "Who made the heaven?" }], max_tokens: 4, temperature: 0, ...extra } as OpenAI.ChatCompletionCreateParamsNonStreaming);
-const complete = (extra: Record<string, unknown>) => client.completions.create({ model: MODEL, prompt: PROMPT, max_tokens: 4, temperature: 0, ...extra } as OpenAI.CompletionCreateParamsNonStreaming);
+  client.chat.completions.create({
+    model: MODEL,
+    messages: [{ role: "user", content: "Who made the heaven?" }],
+    max_tokens: 4,
+    temperature: 0,
+    ...extra,
+  } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+const complete = (extra: Record<string, unknown>) =>
+  client.completions.create({
+    model: MODEL,
+    prompt: PROMPT,
+    max_tokens: 4,
+    temperature: 0,
+    ...extra,
+  } as OpenAI.CompletionCreateParamsNonStreaming);
 
 test("fields the server does not implement get a 400 naming them; their no-op values and ignored-by-design fields are accepted", async () => {
   // json_object and json_schema are constrained decoding (test/server/response-format.test.ts)
-  await refused(chat({ response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "string", format: "email" } } } }), "response_format", /'format' is not supported/);
+  await refused(
+    chat({
+      response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "string", format: "email" } } },
+    }),
+    "response_format",
+    /'format' is not supported/,
+  );
   const tool = { type: "function", function: { name: "lookup", parameters: { type: "object", properties: {} } } };
   // the demo model's template writes tool calls in no format the server parses (test/server/reasoning-*.test.ts: one that does)
   await refused(chat({ tools: [tool] }), "tools", /none of the formats/);
@@ -58,14 +77,30 @@ test("fields the server does not implement get a 400 naming them; their no-op va
   await refused(complete({ suffix: "amen" }), "suffix");
   await refused(complete({ messages: [] }), "messages", /not a field of \/v1\/completions/);
   await refused(complete({ response_format: { type: "text" } }), "response_format");
-  const ok = await chat({ response_format: { type: "text" }, tools: [tool], tool_choice: "none", user: "u-1", metadata: { a: "b" }, store: false, modalities: ["text"], parallel_tool_calls: false, service_tier: "auto" });
+  const ok = await chat({
+    response_format: { type: "text" },
+    tools: [tool],
+    tool_choice: "none",
+    user: "u-1",
+    metadata: { a: "b" },
+    store: false,
+    modalities: ["text"],
+    parallel_tool_calls: false,
+    service_tier: "auto",
+  });
   assert.equal(ok.choices.length, 1);
   assert.equal(ok.choices[0].message.tool_calls, undefined);
   assert.equal((await complete({ user: "u-1" })).choices.length, 1);
 });
 
 test("max_completion_tokens limits a chat like max_tokens; both must agree", async () => {
-  const r = await client.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "Who?" }], max_completion_tokens: 3, temperature: 0, ignore_eos: true } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+  const r = await client.chat.completions.create({
+    model: MODEL,
+    messages: [{ role: "user", content: "Who?" }],
+    max_completion_tokens: 3,
+    temperature: 0,
+    ignore_eos: true,
+  } as OpenAI.ChatCompletionCreateParamsNonStreaming);
   assert.equal(r.usage?.completion_tokens, 3);
   assert.equal(r.choices[0].finish_reason, "length");
   const both = await chat({ max_tokens: 5, max_completion_tokens: 5, ignore_eos: true });
@@ -75,10 +110,20 @@ test("max_completion_tokens limits a chat like max_tokens; both must agree", asy
 
 test("stream_options.include_usage: every chunk carries usage null, the last has choices [] and the usage; it needs stream", async () => {
   for (const endpoint of ["chat", "completion"] as const) {
-    const params = { model: MODEL, max_tokens: 5, temperature: 0, ignore_eos: true, stream: true, stream_options: { include_usage: true } };
+    const params = {
+      model: MODEL,
+      max_tokens: 5,
+      temperature: 0,
+      ignore_eos: true,
+      stream: true,
+      stream_options: { include_usage: true },
+    };
     const stream =
       endpoint === "chat"
-        ? await client.chat.completions.create({ ...params, messages: [{ role: "user", content: "Who?" }] } as OpenAI.ChatCompletionCreateParamsStreaming)
+        ? await client.chat.completions.create({
+            ...params,
+            messages: [{ role: "user", content: "Who?" }],
+          } as OpenAI.ChatCompletionCreateParamsStreaming)
         : await client.completions.create({ ...params, prompt: PROMPT } as OpenAI.CompletionCreateParamsStreaming);
     const chunks: { choices: unknown[]; usage?: OpenAI.CompletionUsage | null }[] = [];
     for await (const c of stream) chunks.push(c);
@@ -89,13 +134,30 @@ test("stream_options.include_usage: every chunk carries usage null, the last has
     for (const c of chunks.slice(0, -1)) assert.equal(c.usage, null, `${endpoint}: ${JSON.stringify(c)}`);
   }
   await refused(complete({ stream_options: { include_usage: true } }), "stream_options", /stream/);
-  const raw = await fetch(`${server.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: MODEL, prompt: PROMPT, stream: true, stream_options: { include_usage: true, continuous_usage_stats: true } }) });
+  const raw = await fetch(`${server.url}/v1/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({
+      model: MODEL,
+      prompt: PROMPT,
+      stream: true,
+      stream_options: { include_usage: true, continuous_usage_stats: true },
+    }),
+  });
   assert.equal(raw.status, 400);
   assert.match(((await raw.json()) as { error: { message: string } }).error.message, /continuous_usage_stats/);
 });
 
 const greedy = async (extra: Record<string, unknown>, n = 12) => {
-  const r = await client.completions.create({ model: MODEL, prompt: PROMPT, max_tokens: n, temperature: 0, ignore_eos: true, logprobs: 0, ...extra } as OpenAI.CompletionCreateParamsNonStreaming);
+  const r = await client.completions.create({
+    model: MODEL,
+    prompt: PROMPT,
+    max_tokens: n,
+    temperature: 0,
+    ignore_eos: true,
+    logprobs: 0,
+    ...extra,
+  } as OpenAI.CompletionCreateParamsNonStreaming);
   const ids = tok.encode(r.choices[0].text, { addSpecial: false });
   return { text: r.choices[0].text, ids, logprobs: r.choices[0].logprobs!.token_logprobs! };
 };
@@ -114,13 +176,20 @@ test("logit_bias: -100 bans a token, +100 forces one; logprobs stay the model's;
   assert.equal(a.length, 1);
   const forced = await greedy({ logit_bias: { [String(a[0])]: 100 } }, 4);
   assert.equal(forced.text, " the the the the");
-  assert.ok(forced.logprobs.every((lp) => lp < -0.01), `logprobs ${forced.logprobs.join(", ")}`);
+  assert.ok(
+    forced.logprobs.every((lp) => lp < -0.01),
+    `logprobs ${forced.logprobs.join(", ")}`,
+  );
   await refused(complete({ logit_bias: { "4096": 1 } }), "logit_bias", /not a token id/);
   await refused(complete({ logit_bias: { "-1": 1 } }), "logit_bias");
   await refused(complete({ logit_bias: { x: 1 } }), "logit_bias");
   await refused(complete({ logit_bias: { "5": 101 } }), "logit_bias", /between -100 and 100/);
   await refused(complete({ logit_bias: { "5": "1" } }), "logit_bias");
-  await refused(complete({ logit_bias: Object.fromEntries(Array.from({ length: 1025 }, (_, i) => [String(i), 1])) }), "logit_bias", /at most 1024/);
+  await refused(
+    complete({ logit_bias: Object.fromEntries(Array.from({ length: 1025 }, (_, i) => [String(i), 1])) }),
+    "logit_bias",
+    /at most 1024/,
+  );
 });
 
 test("presence, frequency and repetition penalties: the server's tokens equal the engine's alone with the same settings, and change the greedy text", async () => {
@@ -130,7 +199,10 @@ test("presence, frequency and repetition penalties: the server's tokens equal th
     { body: { frequency_penalty: 2 }, opts: { frequencyPenalty: 2 } },
     { body: { presence_penalty: 2 }, opts: { presencePenalty: 2 } },
     { body: { repetition_penalty: 1.8 }, opts: { repetitionPenalty: 1.8 } },
-    { body: { frequency_penalty: 0.5, presence_penalty: -0.5, repetition_penalty: 1.2 }, opts: { frequencyPenalty: 0.5, presencePenalty: -0.5, repetitionPenalty: 1.2 } },
+    {
+      body: { frequency_penalty: 0.5, presence_penalty: -0.5, repetition_penalty: 1.2 },
+      opts: { frequencyPenalty: 0.5, presencePenalty: -0.5, repetitionPenalty: 1.2 },
+    },
   ];
   const plain = await greedy({}, n);
   for (const { body, opts } of settings) {
@@ -149,40 +221,88 @@ const fromOrigin = (s: RunningServer, path: string, init: RequestInit & { origin
   fetch(`${s.url}${path}`, { ...init, headers: { origin: init.origin, ...(init.headers as Record<string, string>) } });
 
 test("--cors: preflight 204 with the allowed methods, headers and max-age; answers (errors and streams too) carry the origin; others get nothing", async () => {
-  const s = await startServer({ loaded, port: 0, modelId: MODEL, cors: "http://app.example,https://other.example:8443", apiKey: "k" });
+  const s = await startServer({
+    loaded,
+    port: 0,
+    modelId: MODEL,
+    cors: "http://app.example,https://other.example:8443",
+    apiKey: "k",
+  });
   servers.push(s);
-  const pre = await fromOrigin(s, "/v1/chat/completions", { method: "OPTIONS", origin: "http://app.example", headers: { "access-control-request-method": "POST", "access-control-request-headers": "authorization, content-type, x-stainless-os" } });
+  const pre = await fromOrigin(s, "/v1/chat/completions", {
+    method: "OPTIONS",
+    origin: "http://app.example",
+    headers: {
+      "access-control-request-method": "POST",
+      "access-control-request-headers": "authorization, content-type, x-stainless-os",
+    },
+  });
   assert.equal(pre.status, 204);
   assert.equal(pre.headers.get("access-control-allow-origin"), "http://app.example");
   assert.match(pre.headers.get("access-control-allow-methods") ?? "", /POST/);
-  assert.deepEqual((pre.headers.get("access-control-allow-headers") ?? "").split(", ").map((h) => h.toLowerCase()), ["authorization", "content-type", "x-stainless-os"]);
+  assert.deepEqual(
+    (pre.headers.get("access-control-allow-headers") ?? "").split(", ").map((h) => h.toLowerCase()),
+    ["authorization", "content-type", "x-stainless-os"],
+  );
   assert.equal(pre.headers.get("access-control-max-age"), "7200");
-  const other = await fromOrigin(s, "/v1/chat/completions", { method: "OPTIONS", origin: "http://evil.example", headers: { "access-control-request-method": "POST" } });
+  const other = await fromOrigin(s, "/v1/chat/completions", {
+    method: "OPTIONS",
+    origin: "http://evil.example",
+    headers: { "access-control-request-method": "POST" },
+  });
   assert.equal(other.headers.get("access-control-allow-origin"), null);
   assert.equal(other.headers.get("access-control-allow-methods"), null);
 
   const body = JSON.stringify({ model: MODEL, prompt: PROMPT, max_tokens: 2, temperature: 0 });
   const auth = { authorization: "Bearer k", "content-type": "application/json" };
-  const real = await fromOrigin(s, "/v1/completions", { method: "POST", origin: "https://other.example:8443", headers: auth, body });
+  const real = await fromOrigin(s, "/v1/completions", {
+    method: "POST",
+    origin: "https://other.example:8443",
+    headers: auth,
+    body,
+  });
   assert.equal(real.status, 200);
   assert.equal(real.headers.get("access-control-allow-origin"), "https://other.example:8443");
   assert.match(real.headers.get("vary") ?? "", /Origin/);
-  const sse = await fromOrigin(s, "/v1/completions", { method: "POST", origin: "http://app.example", headers: auth, body: JSON.stringify({ model: MODEL, prompt: PROMPT, max_tokens: 2, stream: true }) });
+  const sse = await fromOrigin(s, "/v1/completions", {
+    method: "POST",
+    origin: "http://app.example",
+    headers: auth,
+    body: JSON.stringify({ model: MODEL, prompt: PROMPT, max_tokens: 2, stream: true }),
+  });
   assert.equal(sse.headers.get("content-type"), "text/event-stream; charset=utf-8");
   assert.equal(sse.headers.get("access-control-allow-origin"), "http://app.example");
   assert.match(await sse.text(), /\[DONE\]/);
-  const unauth = await fromOrigin(s, "/v1/completions", { method: "POST", origin: "http://app.example", headers: { "content-type": "application/json" }, body });
+  const unauth = await fromOrigin(s, "/v1/completions", {
+    method: "POST",
+    origin: "http://app.example",
+    headers: { "content-type": "application/json" },
+    body,
+  });
   assert.equal(unauth.status, 401);
   assert.equal(unauth.headers.get("access-control-allow-origin"), "http://app.example"); // the page can read why
-  const evil = await fromOrigin(s, "/v1/completions", { method: "POST", origin: "http://evil.example", headers: auth, body });
+  const evil = await fromOrigin(s, "/v1/completions", {
+    method: "POST",
+    origin: "http://evil.example",
+    headers: auth,
+    body,
+  });
   assert.equal(evil.headers.get("access-control-allow-origin"), null);
 
   // off by default: a preflight is a 405 without CORS headers
-  const off = await fromOrigin(server, "/v1/completions", { method: "OPTIONS", origin: "http://app.example", headers: { "access-control-request-method": "POST" } });
+  const off = await fromOrigin(server, "/v1/completions", {
+    method: "OPTIONS",
+    origin: "http://app.example",
+    headers: { "access-control-request-method": "POST" },
+  });
   assert.equal(off.status, 405);
   assert.equal(off.headers.get("access-control-allow-origin"), null);
   await off.text();
-  await pre.text(); await other.text(); await real.text(); await unauth.text(); await evil.text();
+  await pre.text();
+  await other.text();
+  await real.text();
+  await unauth.text();
+  await evil.text();
 });
 
 test("--cors '*' answers any origin with '*'; a malformed origin list is a usage error", async () => {
@@ -194,5 +314,8 @@ test("--cors '*' answers any origin with '*'; a malformed origin list is a usage
   assert.throws(() => parseCorsOrigins("http://app.example/path"), /not an origin/);
   assert.throws(() => parseCorsOrigins("*,http://a.example"), /alone/);
   assert.throws(() => parseCorsOrigins(" , "), /--cors needs/);
-  assert.deepEqual([...parseCorsOrigins("http://a.example/, http://b.example:81").origins], ["http://a.example", "http://b.example:81"]);
+  assert.deepEqual(
+    [...parseCorsOrigins("http://a.example/, http://b.example:81").origins],
+    ["http://a.example", "http://b.example:81"],
+  );
 });

@@ -18,7 +18,15 @@ const loaded = loadModel(synth.path);
 let server: RunningServer;
 
 before(async () => {
-  server = await startServer({ loaded, port: 0, modelId: "tiny", maxBatch: 4, contextLength: 512, log: () => {}, requestTimeoutMs: 30_000 });
+  server = await startServer({
+    loaded,
+    port: 0,
+    modelId: "tiny",
+    maxBatch: 4,
+    contextLength: 512,
+    log: () => {},
+    requestTimeoutMs: 30_000,
+  });
 });
 after(async () => {
   await server.close();
@@ -31,12 +39,30 @@ const TEMPLATES: { path: string; body: { [k: string]: Json } }[] = [
   { path: "/v1/completions", body: { model: "tiny", prompt: "the cat", max_tokens: 4, temperature: 0 } },
   {
     path: "/v1/completions",
-    body: { model: "tiny", prompt: [1, 2, 3], max_tokens: 3, logprobs: 2, echo: true, seed: 3, temperature: 0.7, top_p: 0.9 },
+    body: {
+      model: "tiny",
+      prompt: [1, 2, 3],
+      max_tokens: 3,
+      logprobs: 2,
+      echo: true,
+      seed: 3,
+      temperature: 0.7,
+      top_p: 0.9,
+    },
   },
-  { path: "/v1/completions", body: { model: "tiny", prompt: "a b", max_tokens: 3, stream: true, stop: ["x", "\n"], n: 2 } },
+  {
+    path: "/v1/completions",
+    body: { model: "tiny", prompt: "a b", max_tokens: 3, stream: true, stop: ["x", "\n"], n: 2 },
+  },
   {
     path: "/v1/chat/completions",
-    body: { model: "tiny", messages: [{ role: "user", content: "hello" }], max_tokens: 4, logprobs: true, top_logprobs: 2 },
+    body: {
+      model: "tiny",
+      messages: [{ role: "user", content: "hello" }],
+      max_tokens: 4,
+      logprobs: true,
+      top_logprobs: 2,
+    },
   },
   {
     path: "/v1/chat/completions",
@@ -102,7 +128,11 @@ function mutate(rng: Rng, body: { [k: string]: Json }): string {
     else if (op === 2) copy[key] = STRANGE_NUMBERS[rng.int(STRANGE_NUMBERS.length)];
     else if (op === 3) copy[key] = STRANGE_STRINGS[rng.int(STRANGE_STRINGS.length)];
     else if (op === 4) copy[key] = deeplyNested(50 + rng.int(2000));
-    else if (op === 5) copy[rng.int(2) === 0 ? `unknown_${rng.int(5)}` : STRANGE_STRINGS[rng.int(STRANGE_STRINGS.length)]] = randomValue(rng, 0);
+    else if (op === 5)
+      copy[rng.int(2) === 0 ? `unknown_${rng.int(5)}` : STRANGE_STRINGS[rng.int(STRANGE_STRINGS.length)]] = randomValue(
+        rng,
+        0,
+      );
     else if (op === 6 && Array.isArray(copy[key])) (copy[key] as Json[]).push(randomValue(rng, 0));
     else if (op === 7) copy[key] = Array.from({ length: 3 }, () => randomValue(rng, 1));
     else copy[key] = { nested: randomValue(rng, 1) };
@@ -149,7 +179,10 @@ function checkOutcome(o: Outcome): void {
     assert.equal(typeof parsed.error?.message, "string", `4xx without an OpenAI error body: ${where}`);
     assert.equal(typeof parsed.error?.type, "string", `4xx error without a type: ${where}`);
     const message = parsed.error!.message as string;
-    assert.ok(isPrintableLine(message) && message.length < 1000, `error message not one short printable line: ${where}`);
+    assert.ok(
+      isPrintableLine(message) && message.length < 1000,
+      `error message not one short printable line: ${where}`,
+    );
     return;
   }
   assert.equal(o.status, 200, where);
@@ -170,7 +203,10 @@ function checkOutcome(o: Outcome): void {
 }
 
 async function greedyText(): Promise<string> {
-  const o = await send("/v1/completions", JSON.stringify({ model: "tiny", prompt: "the cat sat", max_tokens: 8, temperature: 0 }));
+  const o = await send(
+    "/v1/completions",
+    JSON.stringify({ model: "tiny", prompt: "the cat sat", max_tokens: 8, temperature: 0 }),
+  );
   assert.equal(o.status, 200, o.text);
   return (JSON.parse(o.text) as { choices: { text: string }[] }).choices[0].text;
 }

@@ -35,7 +35,8 @@ function withTemplate(template: string, model: BatchModel = loaded.model): Serve
 }
 
 const tokenizer = Tokenizer.fromMetadata(loaded.file.metadata);
-const SCRIPT = 'Hmm, John.</think>\n\n<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>lookup_verse<｜tool▁sep｜>{"book": "John", "verse": 3}<｜tool▁call▁end｜><｜tool▁calls▁end｜>';
+const SCRIPT =
+  'Hmm, John.</think>\n\n<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>lookup_verse<｜tool▁sep｜>{"book": "John", "verse": 3}<｜tool▁call▁end｜><｜tool▁calls▁end｜>';
 
 /**
  * The demo model made to write SCRIPT and then its end-of-sequence token: each sequence's last logits row gets a large
@@ -79,7 +80,10 @@ before(async () => {
   thinkingRaw = await clientOf({ loaded: withTemplate(THINKING_TEMPLATE), reasoningFormat: "none" });
   const ids = tokenizer.encode(SCRIPT, { addSpecial: false, parseSpecial: true });
   assert.equal(tokenizer.decode(ids), SCRIPT);
-  scripted = await clientOf({ loaded: withTemplate(THINKING_TEMPLATE, scriptedModel(ids, tokenizer.eosId!)), prefixCaching: false });
+  scripted = await clientOf({
+    loaded: withTemplate(THINKING_TEMPLATE, scriptedModel(ids, tokenizer.eosId!)),
+    prefixCaching: false,
+  });
 });
 after(async () => {
   for (const s of servers) await s.close();
@@ -87,7 +91,14 @@ after(async () => {
 
 type Message = OpenAI.ChatCompletionMessage & { reasoning_content?: string };
 const ask = (client: OpenAI, extra: Record<string, unknown>) =>
-  client.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "Who made the heaven?" }], max_tokens: 6, temperature: 0, ignore_eos: true, ...extra } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+  client.chat.completions.create({
+    model: MODEL,
+    messages: [{ role: "user", content: "Who made the heaven?" }],
+    max_tokens: 6,
+    temperature: 0,
+    ignore_eos: true,
+    ...extra,
+  } as OpenAI.ChatCompletionCreateParamsNonStreaming);
 
 test("the demo model's own template: chat_template_kwargs accepted, plain content, no reasoning_content; tools refused (no tool format)", async () => {
   const r = await ask(plain, { chat_template_kwargs: { enable_thinking: false } });
@@ -98,9 +109,18 @@ test("the demo model's own template: chat_template_kwargs accepted, plain conten
   assert.equal(m.tool_calls, undefined);
   assert.equal(r.choices[0].finish_reason, "length");
   const tool = { type: "function", function: { name: "lookup", parameters: { type: "object", properties: {} } } };
-  await assert.rejects(ask(plain, { tools: [tool] }), (e: unknown) => e instanceof OpenAI.BadRequestError && e.param === "tools");
-  await assert.rejects(ask(plain, { chat_template_kwargs: { messages: [] } }), (e: unknown) => e instanceof OpenAI.BadRequestError && e.param === "chat_template_kwargs");
-  await assert.rejects(ask(plain, { chat_template_kwargs: "thinking" }), (e: unknown) => e instanceof OpenAI.BadRequestError && e.param === "chat_template_kwargs");
+  await assert.rejects(
+    ask(plain, { tools: [tool] }),
+    (e: unknown) => e instanceof OpenAI.BadRequestError && e.param === "tools",
+  );
+  await assert.rejects(
+    ask(plain, { chat_template_kwargs: { messages: [] } }),
+    (e: unknown) => e instanceof OpenAI.BadRequestError && e.param === "chat_template_kwargs",
+  );
+  await assert.rejects(
+    ask(plain, { chat_template_kwargs: "thinking" }),
+    (e: unknown) => e instanceof OpenAI.BadRequestError && e.param === "chat_template_kwargs",
+  );
 });
 
 test("thinking: true opens <think> in the prompt, so the answer is reasoning_content; false leaves it content; none keeps it raw", async () => {
@@ -121,12 +141,22 @@ test("thinking: true opens <think> in the prompt, so the answer is reasoning_con
 
 test("streamed: deltas carry reasoning_content adding up to the non-streamed answer", async () => {
   const whole = (await ask(thinking, { chat_template_kwargs: { thinking: true } })).choices[0].message as Message;
-  const stream = await thinking.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "Who made the heaven?" }], max_tokens: 6, temperature: 0, ignore_eos: true, stream: true, chat_template_kwargs: { thinking: true } } as OpenAI.ChatCompletionCreateParamsStreaming);
+  const stream = await thinking.chat.completions.create({
+    model: MODEL,
+    messages: [{ role: "user", content: "Who made the heaven?" }],
+    max_tokens: 6,
+    temperature: 0,
+    ignore_eos: true,
+    stream: true,
+    chat_template_kwargs: { thinking: true },
+  } as OpenAI.ChatCompletionCreateParamsStreaming);
   let reasoning = "";
   let content = "";
   let finish: string | null = null;
   for await (const chunk of stream) {
-    const d = chunk.choices[0]?.delta as (OpenAI.ChatCompletionChunk.Choice.Delta & { reasoning_content?: string }) | undefined;
+    const d = chunk.choices[0]?.delta as
+      | (OpenAI.ChatCompletionChunk.Choice.Delta & { reasoning_content?: string })
+      | undefined;
     reasoning += d?.reasoning_content ?? "";
     content += d?.content ?? "";
     finish = chunk.choices[0]?.finish_reason ?? finish;
@@ -135,7 +165,16 @@ test("streamed: deltas carry reasoning_content adding up to the non-streamed ans
   assert.equal(content, "");
   assert.equal(finish, "length");
   // with logprobs every token has its chunk, whatever the split holds back
-  const withLp = await thinking.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: "Who made the heaven?" }], max_tokens: 6, temperature: 0, ignore_eos: true, stream: true, logprobs: true, chat_template_kwargs: { thinking: true } } as OpenAI.ChatCompletionCreateParamsStreaming);
+  const withLp = await thinking.chat.completions.create({
+    model: MODEL,
+    messages: [{ role: "user", content: "Who made the heaven?" }],
+    max_tokens: 6,
+    temperature: 0,
+    ignore_eos: true,
+    stream: true,
+    logprobs: true,
+    chat_template_kwargs: { thinking: true },
+  } as OpenAI.ChatCompletionCreateParamsStreaming);
   let lpTokens = 0;
   let lpReasoning = "";
   for await (const chunk of withLp) {
@@ -147,8 +186,15 @@ test("streamed: deltas carry reasoning_content adding up to the non-streamed ans
 });
 
 test("tools with tool_choice auto reach the template and are looked for; an answer without calls keeps its finish reason", async () => {
-  const tool = { type: "function", function: { name: "lookup_verse", parameters: { type: "object", properties: { book: { type: "string" } } } } };
-  const withTools = await ask(thinking, { tools: [tool], tool_choice: "auto", chat_template_kwargs: { thinking: false } });
+  const tool = {
+    type: "function",
+    function: { name: "lookup_verse", parameters: { type: "object", properties: { book: { type: "string" } } } },
+  };
+  const withTools = await ask(thinking, {
+    tools: [tool],
+    tool_choice: "auto",
+    chat_template_kwargs: { thinking: false },
+  });
   const without = await ask(thinking, { chat_template_kwargs: { thinking: false } });
   const m = withTools.choices[0].message;
   assert.equal(m.tool_calls, undefined);
@@ -156,13 +202,32 @@ test("tools with tool_choice auto reach the template and are looked for; an answ
   assert.ok(withTools.usage!.prompt_tokens > without.usage!.prompt_tokens, "the tool's name is in the prompt");
   const none = await ask(thinking, { tools: [tool], tool_choice: "none", chat_template_kwargs: { thinking: false } });
   assert.equal(none.usage!.prompt_tokens, without.usage!.prompt_tokens, "tool_choice none: the tools are not shown");
-  await assert.rejects(ask(thinking, { tools: [tool], tool_choice: "required" }), (e: unknown) => e instanceof OpenAI.BadRequestError && e.param === "tool_choice");
-  await assert.rejects(ask(thinking, { tools: [{ type: "function" }] }), (e: unknown) => e instanceof OpenAI.BadRequestError && e.param === "tools");
+  await assert.rejects(
+    ask(thinking, { tools: [tool], tool_choice: "required" }),
+    (e: unknown) => e instanceof OpenAI.BadRequestError && e.param === "tool_choice",
+  );
+  await assert.rejects(
+    ask(thinking, { tools: [{ type: "function" }] }),
+    (e: unknown) => e instanceof OpenAI.BadRequestError && e.param === "tools",
+  );
 });
 
 test("a scripted answer with a tool call: reasoning_content, tool_calls, finish_reason tool_calls, streamed too", async () => {
-  const tool = { type: "function", function: { name: "lookup_verse", parameters: { type: "object", properties: { book: { type: "string" }, verse: { type: "integer" } } } } };
-  const request = { model: MODEL, messages: [{ role: "user", content: "Which verse?" }], max_tokens: 200, temperature: 0, tools: [tool], chat_template_kwargs: { thinking: true } };
+  const tool = {
+    type: "function",
+    function: {
+      name: "lookup_verse",
+      parameters: { type: "object", properties: { book: { type: "string" }, verse: { type: "integer" } } },
+    },
+  };
+  const request = {
+    model: MODEL,
+    messages: [{ role: "user", content: "Which verse?" }],
+    max_tokens: 200,
+    temperature: 0,
+    tools: [tool],
+    chat_template_kwargs: { thinking: true },
+  };
   const r = await scripted.chat.completions.create(request as OpenAI.ChatCompletionCreateParamsNonStreaming);
   const m = r.choices[0].message as Message;
   assert.equal(r.choices[0].finish_reason, "tool_calls");
@@ -172,15 +237,23 @@ test("a scripted answer with a tool call: reasoning_content, tool_calls, finish_
   const call = m.tool_calls![0] as OpenAI.ChatCompletionMessageFunctionToolCall;
   assert.equal(call.type, "function");
   assert.match(call.id, /^call_/);
-  assert.deepEqual([call.function.name, JSON.parse(call.function.arguments)], ["lookup_verse", { book: "John", verse: 3 }]);
+  assert.deepEqual(
+    [call.function.name, JSON.parse(call.function.arguments)],
+    ["lookup_verse", { book: "John", verse: 3 }],
+  );
 
-  const stream = await scripted.chat.completions.create({ ...request, stream: true } as OpenAI.ChatCompletionCreateParamsStreaming);
+  const stream = await scripted.chat.completions.create({
+    ...request,
+    stream: true,
+  } as OpenAI.ChatCompletionCreateParamsStreaming);
   let reasoning = "";
   let content = "";
   const calls: OpenAI.ChatCompletionChunk.Choice.Delta.ToolCall[] = [];
   let finish: string | null = null;
   for await (const chunk of stream) {
-    const d = chunk.choices[0]?.delta as (OpenAI.ChatCompletionChunk.Choice.Delta & { reasoning_content?: string }) | undefined;
+    const d = chunk.choices[0]?.delta as
+      | (OpenAI.ChatCompletionChunk.Choice.Delta & { reasoning_content?: string })
+      | undefined;
     reasoning += d?.reasoning_content ?? "";
     content += d?.content ?? "";
     calls.push(...(d?.tool_calls ?? []));
@@ -189,10 +262,16 @@ test("a scripted answer with a tool call: reasoning_content, tool_calls, finish_
   assert.equal(reasoning, "Hmm, John.");
   assert.equal(content, "", "no tool-call markup streamed as content");
   assert.equal(calls.length, 1);
-  assert.deepEqual([calls[0].index, calls[0].function?.name, calls[0].function?.arguments], [0, "lookup_verse", call.function.arguments]);
+  assert.deepEqual(
+    [calls[0].index, calls[0].function?.name, calls[0].function?.arguments],
+    [0, "lookup_verse", call.function.arguments],
+  );
   assert.equal(finish, "tool_calls");
   // the same answer with tool_choice "none": no calls looked for, the markup is content
-  const none = await scripted.chat.completions.create({ ...request, tool_choice: "none" } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+  const none = await scripted.chat.completions.create({
+    ...request,
+    tool_choice: "none",
+  } as OpenAI.ChatCompletionCreateParamsNonStreaming);
   assert.equal(none.choices[0].finish_reason, "stop");
   assert.equal(none.choices[0].message.tool_calls, undefined);
   assert.match(none.choices[0].message.content!, /^<｜tool▁calls▁begin｜>/);
@@ -205,6 +284,9 @@ test("latent serve --reasoning-format: listed in --help; a value other than deep
   await serveMain(["--help"], io);
   assert.match(out, /--reasoning-format F/);
   const demo = join(import.meta.dirname, "..", "..", "models", "latent-demo-kjv.gguf");
-  await assert.rejects(serveMain([demo, "--backend", "cpu", "--reasoning-format", "raw"], io), (e: unknown) => e instanceof UsageError && /--reasoning-format must be deepseek or none, got "raw"/.test(e.message));
+  await assert.rejects(
+    serveMain([demo, "--backend", "cpu", "--reasoning-format", "raw"], io),
+    (e: unknown) => e instanceof UsageError && /--reasoning-format must be deepseek or none, got "raw"/.test(e.message),
+  );
   assert.doesNotMatch(err, /loaded/);
 });

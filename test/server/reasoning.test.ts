@@ -2,7 +2,12 @@
 // of cutting the text in two and three pieces adding up to the whole-text answer, with no tag text leaking into either.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { promptOpensReasoning, ReasoningStream, splitReasoning, type ReasoningOptions } from "../../src/server/reasoning.js";
+import {
+  promptOpensReasoning,
+  ReasoningStream,
+  splitReasoning,
+  type ReasoningOptions,
+} from "../../src/server/reasoning.js";
 
 const OPEN: ReasoningOptions = { startsInReasoning: true };
 const CLOSED: ReasoningOptions = { startsInReasoning: false };
@@ -37,7 +42,8 @@ function streamed(opts: ReasoningOptions, pieces: readonly string[]): { reasonin
   let reasoning = "";
   let content = "";
   for (const d of [...pieces.map((p) => s.push(p)), s.finish()]) {
-    for (const k of Object.keys(d)) assert.ok(k === "reasoning_content" || k === "content", `unexpected delta key ${k}`);
+    for (const k of Object.keys(d))
+      assert.ok(k === "reasoning_content" || k === "content", `unexpected delta key ${k}`);
     if (d.reasoning_content !== undefined) {
       assert.notEqual(d.reasoning_content, "", "a delta never carries an empty field");
       reasoning += d.reasoning_content;
@@ -59,12 +65,24 @@ test("whole texts split into reasoning and content", () => {
 test("streamed: every cut into two and three pieces gives the whole-text answer", () => {
   for (const [opts, text, reasoning, content] of CASES) {
     for (let i = 0; i <= text.length; i++) {
-      assert.deepEqual(streamed(opts, [text.slice(0, i), text.slice(i)]), { reasoning, content }, JSON.stringify({ text, i }));
+      assert.deepEqual(
+        streamed(opts, [text.slice(0, i), text.slice(i)]),
+        { reasoning, content },
+        JSON.stringify({ text, i }),
+      );
       for (let j = i; j <= text.length; j++) {
-        assert.deepEqual(streamed(opts, [text.slice(0, i), text.slice(i, j), text.slice(j)]), { reasoning, content }, JSON.stringify({ text, i, j }));
+        assert.deepEqual(
+          streamed(opts, [text.slice(0, i), text.slice(i, j), text.slice(j)]),
+          { reasoning, content },
+          JSON.stringify({ text, i, j }),
+        );
       }
     }
-    assert.deepEqual(streamed(opts, [...text]), { reasoning, content }, `one character at a time: ${JSON.stringify(text)}`);
+    assert.deepEqual(
+      streamed(opts, [...text]),
+      { reasoning, content },
+      `one character at a time: ${JSON.stringify(text)}`,
+    );
   }
 });
 

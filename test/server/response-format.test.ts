@@ -41,7 +41,12 @@ function checkVerdict(content: string): void {
 test("json_schema: greedy and sampled answers parse and validate, finishing with stop", async () => {
   for (const temperature of [0, 1]) {
     const r = await client.chat.completions.create({
-      model: MODEL, messages: MESSAGES, max_tokens: 64, temperature, seed: 7, n: temperature === 0 ? 1 : 3,
+      model: MODEL,
+      messages: MESSAGES,
+      max_tokens: 64,
+      temperature,
+      seed: 7,
+      n: temperature === 0 ? 1 : 3,
       response_format: { type: "json_schema", json_schema: { name: "verdict", schema: VERDICT, strict: true } },
     });
     for (const choice of r.choices) {
@@ -53,7 +58,12 @@ test("json_schema: greedy and sampled answers parse and validate, finishing with
 
 test("json_schema streamed: the pieces join into a valid value", async () => {
   const stream = await client.chat.completions.create({
-    model: MODEL, messages: MESSAGES, max_tokens: 64, temperature: 0.8, seed: 3, stream: true,
+    model: MODEL,
+    messages: MESSAGES,
+    max_tokens: 64,
+    temperature: 0.8,
+    seed: 3,
+    stream: true,
     response_format: { type: "json_schema", json_schema: { name: "verdict", schema: VERDICT } },
   });
   let content = "";
@@ -68,7 +78,14 @@ test("json_schema streamed: the pieces join into a valid value", async () => {
 
 test("json_object: an object, or finish_reason length when max_tokens cuts it", async () => {
   for (const temperature of [0, 1]) {
-    const r = await client.chat.completions.create({ model: MODEL, messages: MESSAGES, max_tokens: 48, temperature, seed: 11, response_format: { type: "json_object" } });
+    const r = await client.chat.completions.create({
+      model: MODEL,
+      messages: MESSAGES,
+      max_tokens: 48,
+      temperature,
+      seed: 11,
+      response_format: { type: "json_object" },
+    });
     const choice = r.choices[0];
     const content = choice.message.content ?? "";
     assert.ok(content.trimStart().startsWith("{"), content);
@@ -77,7 +94,13 @@ test("json_object: an object, or finish_reason length when max_tokens cuts it", 
       assert.ok(typeof value === "object" && value !== null && !Array.isArray(value), content);
     } else assert.equal(choice.finish_reason, "length");
   }
-  const cut = await client.chat.completions.create({ model: MODEL, messages: MESSAGES, max_tokens: 2, temperature: 0, response_format: { type: "json_schema", json_schema: { name: "verdict", schema: VERDICT } } });
+  const cut = await client.chat.completions.create({
+    model: MODEL,
+    messages: MESSAGES,
+    max_tokens: 2,
+    temperature: 0,
+    response_format: { type: "json_schema", json_schema: { name: "verdict", schema: VERDICT } },
+  });
   assert.equal(cut.choices[0].finish_reason, "length");
   assert.throws(() => JSON.parse(cut.choices[0].message.content!));
 });
@@ -85,29 +108,47 @@ test("json_object: an object, or finish_reason length when max_tokens cuts it", 
 /** The request must fail with 400, naming `param`. */
 async function refused(body: Record<string, unknown>, param: string, message: RegExp): Promise<void> {
   const t = performance.now();
-  await assert.rejects(client.chat.completions.create({ model: MODEL, messages: MESSAGES, max_tokens: 4, ...body } as unknown as OpenAI.ChatCompletionCreateParamsNonStreaming), (e: unknown) => {
-    assert.ok(e instanceof OpenAI.BadRequestError, `expected a 400, got ${String(e)}`);
-    assert.equal(e.param, param);
-    assert.match(e.message, message);
-    return true;
-  });
+  await assert.rejects(
+    client.chat.completions.create({
+      model: MODEL,
+      messages: MESSAGES,
+      max_tokens: 4,
+      ...body,
+    } as unknown as OpenAI.ChatCompletionCreateParamsNonStreaming),
+    (e: unknown) => {
+      assert.ok(e instanceof OpenAI.BadRequestError, `expected a 400, got ${String(e)}`);
+      assert.equal(e.param, param);
+      assert.match(e.message, message);
+      return true;
+    },
+  );
   assert.ok(performance.now() - t < 5000, "refused slowly");
 }
 
 test("schemas the server cannot honour, and hostile ones, get a 400 naming the problem", async () => {
-  const format = (schema: unknown) => ({ response_format: { type: "json_schema", json_schema: { name: "x", schema } } });
+  const format = (schema: unknown) => ({
+    response_format: { type: "json_schema", json_schema: { name: "x", schema } },
+  });
   await refused(format({ type: "string", pattern: "a+" }), "response_format", /'pattern' is not supported/);
   await refused(format({ $ref: "#" }), "response_format", /refers to itself/);
   // (by fetch: the openai client walks the body recursively and overflows its own stack on this one)
   const deep = `${'{"type":"array","items":'.repeat(100_000)}{"type":"null"}${"}".repeat(100_000)}`;
   const t = performance.now();
-  const r = await fetch(`${server.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: `{"model":"${MODEL}","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":${deep}}}}` });
+  const r = await fetch(`${server.url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: `{"model":"${MODEL}","messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":${deep}}}}`,
+  });
   assert.equal(r.status, 400);
   const error = ((await r.json()) as { error: { param: string; message: string } }).error;
   assert.equal(error.param, "response_format");
   assert.match(error.message, /nested too deeply/);
   assert.ok(performance.now() - t < 5000);
-  await refused(format({ type: "object", properties: { a: { type: "string", description: "x".repeat(1_000_000) } } }), "response_format", /too large/);
+  await refused(
+    format({ type: "object", properties: { a: { type: "string", description: "x".repeat(1_000_000) } } }),
+    "response_format",
+    /too large/,
+  );
   await refused({ response_format: { type: "yaml" } }, "response_format", /"yaml"/);
   await refused({ response_format: { type: "json_object" }, ignore_eos: true }, "ignore_eos", /response_format/);
 });
@@ -124,7 +165,11 @@ test("a prompt that opens <think>: the JSON is the content, not reasoning", asyn
   try {
     const c = new OpenAI({ baseURL: `${thinking.url}/v1`, apiKey: "none", maxRetries: 0, timeout: 60_000 });
     const r = await c.chat.completions.create({
-      model: MODEL, messages: MESSAGES, max_tokens: 64, temperature: 0, chat_template_kwargs: { thinking: true },
+      model: MODEL,
+      messages: MESSAGES,
+      max_tokens: 64,
+      temperature: 0,
+      chat_template_kwargs: { thinking: true },
       response_format: { type: "json_schema", json_schema: { name: "verdict", schema: VERDICT } },
     } as OpenAI.ChatCompletionCreateParamsNonStreaming);
     const message = r.choices[0].message as { content: string | null; reasoning_content?: string };

@@ -27,13 +27,17 @@ test("auto says which backend it chose and why, before the load; Dawn's own warn
   try {
     const base = await url;
     const out = stderr();
-    assert.match(out, /^latent serve: loading .*; port \d+ answers 503 until the model is ready\nbackend (cpu|webgpu): .+\nloaded /m);
+    assert.match(
+      out,
+      /^latent serve: loading .*; port \d+ answers 503 until the model is ready\nbackend (cpu|webgpu): .+\nloaded /m,
+    );
     // Dawn prints "Warning: …" lines when it enumerates a software adapter (or none): the probe runs in a child
     assert.doesNotMatch(out, /Warning:|artificially reduced/);
     const r = await fetch(`${base}/v1/models`, { headers: { "x-request-id": "startup-1" } });
     assert.equal(r.status, 200);
     const t0 = performance.now();
-    while (!stderr().includes("[startup-1]") && performance.now() - t0 < 5000) await new Promise((res) => setTimeout(res, 20));
+    while (!stderr().includes("[startup-1]") && performance.now() - t0 < 5000)
+      await new Promise((res) => setTimeout(res, 20));
     assert.match(stderr(), /^GET \/v1\/models 200 [\d.]+ ms \[startup-1\]$/m);
   } finally {
     child.kill("SIGKILL");
@@ -43,7 +47,8 @@ test("auto says which backend it chose and why, before the load; Dawn's own warn
 test("--help names the logging flags and the optional webgpu package", () => {
   const help = spawnSync(process.execPath, [BIN, "serve", "--help"], { encoding: "utf8" });
   assert.equal(help.status, 0);
-  for (const flag of ["--log-format F", "--log-level L", "--quiet", "npm install webgpu", "repeat it"]) assert.ok(help.stdout.includes(flag), flag);
+  for (const flag of ["--log-format F", "--log-level L", "--quiet", "npm install webgpu", "repeat it"])
+    assert.ok(help.stdout.includes(flag), flag);
 });
 
 test("a busy port: one line and exit 1, before the model loads", async () => {
@@ -51,7 +56,9 @@ test("a busy port: one line and exit 1, before the model loads", async () => {
   await new Promise<void>((r) => holder.listen(0, "127.0.0.1", () => r()));
   const port = (holder.address() as { port: number }).port;
   try {
-    const r = spawnSync(process.execPath, [BIN, "serve", synth.path, "--port", String(port), "--backend", "cpu"], { encoding: "utf8" });
+    const r = spawnSync(process.execPath, [BIN, "serve", synth.path, "--port", String(port), "--backend", "cpu"], {
+      encoding: "utf8",
+    });
     assert.equal(r.status, 1);
     assert.equal(r.stderr, `latent serve: port ${port} is in use; pick another with --port\n`);
   } finally {
@@ -82,35 +89,78 @@ test("--log-format json: every line a JSON object, the loader's warnings too; ba
       setValues(t, v);
     },
   });
-  const { child, url, stderr } = spawnServe([nanNorm, "--port", "0", "--backend", "cpu", "--log-format", "json", "--allow-nonfinite"]);
+  const { child, url, stderr } = spawnServe([
+    nanNorm,
+    "--port",
+    "0",
+    "--backend",
+    "cpu",
+    "--log-format",
+    "json",
+    "--allow-nonfinite",
+  ]);
   try {
     // the ready line is JSON too: its msg holds the URL the helper waits for
     const base = await url.catch(() => undefined);
     const text = stderr();
-    const lines = text.trimEnd().split("\n").map((l) => JSON.parse(l) as Record<string, unknown>);
-    assert.ok(lines.every((l) => typeof l["msg"] === "string" && typeof l["level"] === "string" && typeof l["time"] === "number"), text);
-    assert.ok(lines.some((l) => /^backend cpu: chosen with --backend$/.test(l["msg"] as string)), text);
-    assert.ok(lines.some((l) => l["level"] === "warn" && /output_norm\.weight/.test(l["msg"] as string)), text);
+    const lines = text
+      .trimEnd()
+      .split("\n")
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
+    assert.ok(
+      lines.every(
+        (l) => typeof l["msg"] === "string" && typeof l["level"] === "string" && typeof l["time"] === "number",
+      ),
+      text,
+    );
+    assert.ok(
+      lines.some((l) => /^backend cpu: chosen with --backend$/.test(l["msg"] as string)),
+      text,
+    );
+    assert.ok(
+      lines.some((l) => l["level"] === "warn" && /output_norm\.weight/.test(l["msg"] as string)),
+      text,
+    );
     assert.ok(base !== undefined);
   } finally {
     child.kill("SIGKILL");
   }
   const io = { out: (): void => {}, err: (): void => {}, tty: false };
-  await assert.rejects(serveMain([synth.path, "--log-format", "xml"], io), (e: unknown) => e instanceof UsageError && /--log-format must be text or json/.test(e.message));
-  await assert.rejects(serveMain([synth.path, "--log-level", "loud"], io), (e: unknown) => e instanceof UsageError && /--log-level must be/.test(e.message));
-  await assert.rejects(serveMain([synth.path, "--alias", ""], io), (e: unknown) => e instanceof UsageError && /--alias needs a model id/.test(e.message));
+  await assert.rejects(
+    serveMain([synth.path, "--log-format", "xml"], io),
+    (e: unknown) => e instanceof UsageError && /--log-format must be text or json/.test(e.message),
+  );
+  await assert.rejects(
+    serveMain([synth.path, "--log-level", "loud"], io),
+    (e: unknown) => e instanceof UsageError && /--log-level must be/.test(e.message),
+  );
+  await assert.rejects(
+    serveMain([synth.path, "--alias", ""], io),
+    (e: unknown) => e instanceof UsageError && /--alias needs a model id/.test(e.message),
+  );
 });
 
 test("without the webgpu package: auto picks cpu, --backend webgpu fails with one line naming npm install webgpu", async () => {
   const missing = { resolveWebgpu: (): undefined => undefined };
-  assert.deepEqual(decideBackend("auto", missing), { backend: "cpu", reason: 'cpu: the optional "webgpu" package is not installed (npm install webgpu to use a GPU)' });
-  assert.throws(() => decideBackend("webgpu", missing), (e: unknown) => e instanceof WebgpuMissingError && e.message === 'the webgpu backend needs the optional "webgpu" package: npm install webgpu');
+  assert.deepEqual(decideBackend("auto", missing), {
+    backend: "cpu",
+    reason: 'cpu: the optional "webgpu" package is not installed (npm install webgpu to use a GPU)',
+  });
+  assert.throws(
+    () => decideBackend("webgpu", missing),
+    (e: unknown) =>
+      e instanceof WebgpuMissingError &&
+      e.message === 'the webgpu backend needs the optional "webgpu" package: npm install webgpu',
+  );
   const saved = webgpuProbe.resolveWebgpu;
   webgpuProbe.resolveWebgpu = () => undefined;
   let err = "";
   try {
     const io = { out: (): void => {}, err: (t: string): void => void (err += t), tty: false };
-    await assert.rejects(serveMain([synth.path, "--port", "0", "--backend", "webgpu"], io), (e: unknown) => e instanceof WebgpuMissingError && /npm install webgpu/.test(e.message));
+    await assert.rejects(
+      serveMain([synth.path, "--port", "0", "--backend", "webgpu"], io),
+      (e: unknown) => e instanceof WebgpuMissingError && /npm install webgpu/.test(e.message),
+    );
   } finally {
     webgpuProbe.resolveWebgpu = saved;
   }
@@ -119,9 +169,24 @@ test("without the webgpu package: auto picks cpu, --backend webgpu fails with on
 
 test("auto's decision from the adapter probe", () => {
   const entry = { resolveWebgpu: (): string => "/somewhere/webgpu/index.js" };
-  assert.deepEqual(decideBackend("auto", { ...entry, probeAdapter: () => ({ adapter: "NVIDIA H200", details: "nvidia hopper NVIDIA H200" }) }), { backend: "webgpu", reason: "webgpu: NVIDIA H200" });
-  assert.deepEqual(decideBackend("auto", { ...entry, probeAdapter: () => ({ none: "no WebGPU adapter" }) }), { backend: "cpu", reason: "cpu: no WebGPU adapter" });
-  assert.equal(decideBackend("auto", { ...entry, probeAdapter: () => ({ adapter: "llvmpipe (LLVM 15.0.6, 256 bits)" }) }).backend, "cpu");
-  assert.deepEqual(decideBackend("cpu", { resolveWebgpu: () => assert.fail("cpu needs no webgpu") }), { backend: "cpu", reason: "cpu: chosen with --backend" });
+  assert.deepEqual(
+    decideBackend("auto", {
+      ...entry,
+      probeAdapter: () => ({ adapter: "NVIDIA H200", details: "nvidia hopper NVIDIA H200" }),
+    }),
+    { backend: "webgpu", reason: "webgpu: NVIDIA H200" },
+  );
+  assert.deepEqual(decideBackend("auto", { ...entry, probeAdapter: () => ({ none: "no WebGPU adapter" }) }), {
+    backend: "cpu",
+    reason: "cpu: no WebGPU adapter",
+  });
+  assert.equal(
+    decideBackend("auto", { ...entry, probeAdapter: () => ({ adapter: "llvmpipe (LLVM 15.0.6, 256 bits)" }) }).backend,
+    "cpu",
+  );
+  assert.deepEqual(decideBackend("cpu", { resolveWebgpu: () => assert.fail("cpu needs no webgpu") }), {
+    backend: "cpu",
+    reason: "cpu: chosen with --backend",
+  });
   assert.deepEqual(decideBackend("webgpu", entry), { backend: "webgpu", reason: "webgpu: chosen with --backend" });
 });

@@ -22,14 +22,33 @@ after(async () => {
 });
 
 async function serve(opts: Partial<ServerOptions> = {}): Promise<RunningServer> {
-  const s = await startServer({ loaded, port: 0, modelId: "tiny", maxBatch: 16, kvCacheTokens: 32768, maxStreamBufferBytes: 256 * 1024 * 1024, log: (l) => logs.push(l), ...opts });
+  const s = await startServer({
+    loaded,
+    port: 0,
+    modelId: "tiny",
+    maxBatch: 16,
+    kvCacheTokens: 32768,
+    maxStreamBufferBytes: 256 * 1024 * 1024,
+    log: (l) => logs.push(l),
+    ...opts,
+  });
   servers.push(s);
   return s;
 }
 
 /** A greedy chat stream with top-20 logprobs: ~2.5 KB of events per token and choice, so the kernel's buffers fill fast. */
 const chatBody = (n: number, maxTokens: number): string =>
-  JSON.stringify({ model: "tiny", messages: [{ role: "user", content: "hi" }], n, temperature: 0, logprobs: true, top_logprobs: 20, max_tokens: maxTokens, stream: true, ignore_eos: true });
+  JSON.stringify({
+    model: "tiny",
+    messages: [{ role: "user", content: "hi" }],
+    n,
+    temperature: 0,
+    logprobs: true,
+    top_logprobs: 20,
+    max_tokens: maxTokens,
+    stream: true,
+    ignore_eos: true,
+  });
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 async function until(what: string, ok: () => boolean, ms = 60_000): Promise<void> {
@@ -50,10 +69,13 @@ function choicesOf(sse: string): Map<number, { text: string; finish: string | nu
   const out = new Map<number, { text: string; finish: string | null }>();
   for (const line of sse.split("\n")) {
     if (!line.startsWith("data: {")) continue;
-    const ev = JSON.parse(line.slice(6)) as { choices: { index: number; delta: Record<string, unknown>; finish_reason: string | null }[] };
+    const ev = JSON.parse(line.slice(6)) as {
+      choices: { index: number; delta: Record<string, unknown>; finish_reason: string | null }[];
+    };
     for (const c of ev.choices) {
       const o = out.get(c.index) ?? { text: "", finish: null };
-      for (const k of ["reasoning_content", "content"]) if (typeof c.delta[k] === "string") o.text += c.delta[k] as string;
+      for (const k of ["reasoning_content", "content"])
+        if (typeof c.delta[k] === "string") o.text += c.delta[k] as string;
       o.finish ??= c.finish_reason;
       out.set(c.index, o);
     }
@@ -62,12 +84,24 @@ function choicesOf(sse: string): Map<number, { text: string; finish: string | nu
 }
 
 /** A streaming request whose response is not read until `read()` (Node stops reading the socket: bytes stay in the kernel). */
-function stalledStream(s: RunningServer, body: string): { response: Promise<IncomingMessage>; read(): Promise<string> } {
+function stalledStream(
+  s: RunningServer,
+  body: string,
+): { response: Promise<IncomingMessage>; read(): Promise<string> } {
   const response = new Promise<IncomingMessage>((resolve, reject) => {
-    const req = request({ host: "127.0.0.1", port: s.port, path: "/v1/chat/completions", method: "POST", headers: { "content-type": "application/json" } }, (res) => {
-      res.pause();
-      resolve(res);
-    });
+    const req = request(
+      {
+        host: "127.0.0.1",
+        port: s.port,
+        path: "/v1/chat/completions",
+        method: "POST",
+        headers: { "content-type": "application/json" },
+      },
+      (res) => {
+        res.pause();
+        resolve(res);
+      },
+    );
     req.on("error", reject);
     req.end(body);
   });
@@ -81,9 +115,13 @@ function stalledStream(s: RunningServer, body: string): { response: Promise<Inco
   return { response, read };
 }
 
-test("a client that stops reading has its sequences held while another completes; reading again resumes them to the same text", { timeout: 120_000 }, async () => {
+test("a client that stops reading has its sequences held while another completes; reading again resumes them to the same text", {
+  timeout: 120_000,
+}, async () => {
   const s = await serve();
-  const reference = choicesOf(await (await fetch(`${s.url}/v1/chat/completions`, { method: "POST", body: chatBody(1, 400) })).text()).get(0)!;
+  const reference = choicesOf(
+    await (await fetch(`${s.url}/v1/chat/completions`, { method: "POST", body: chatBody(1, 400) })).text(),
+  ).get(0)!;
   assert.equal(reference.finish, "length");
   const slow = stalledStream(s, chatBody(16, 400));
   await slow.response;
@@ -93,7 +131,9 @@ test("a client that stops reading has its sequences held while another completes
   assert.equal(await generated(s), g0, "held sequences got tokens");
   // a second client runs alone in the batch: every token generated meanwhile is its own
   const t0 = performance.now();
-  const other = choicesOf(await (await fetch(`${s.url}/v1/chat/completions`, { method: "POST", body: chatBody(1, 60) })).text());
+  const other = choicesOf(
+    await (await fetch(`${s.url}/v1/chat/completions`, { method: "POST", body: chatBody(1, 60) })).text(),
+  );
   const otherMs = performance.now() - t0;
   assert.equal(other.get(0)!.finish, "length");
   assert.equal((await generated(s)) - g0, 60, "the held sequences generated while the other client ran");
@@ -107,16 +147,27 @@ test("a client that stops reading has its sequences held while another completes
   await until("pages to be freed", () => s.stats().pagesInUse === 0 && s.stats().held === 0, 5000);
 });
 
-test("a client held past --stream-stall-timeout is dropped (499, counted), its KV pages freed", { timeout: 120_000 }, async () => {
+test("a client held past --stream-stall-timeout is dropped (499, counted), its KV pages freed", {
+  timeout: 120_000,
+}, async () => {
   const s = await serve({ streamStallTimeoutMs: 500 });
   const before = logs.length;
   const slow = stalledStream(s, chatBody(16, 2000));
   await slow.response;
-  await until("the stall drop", () => logs.slice(before).some((l) => l.startsWith("stream dropped: the client read nothing for 0.5 s")));
-  await until("pages to be freed", () => s.stats().pagesInUse === 0 && s.stats().running === 0 && s.stats().waiting === 0, 5000);
+  await until("the stall drop", () =>
+    logs.slice(before).some((l) => l.startsWith("stream dropped: the client read nothing for 0.5 s")),
+  );
+  await until(
+    "pages to be freed",
+    () => s.stats().pagesInUse === 0 && s.stats().running === 0 && s.stats().waiting === 0,
+    5000,
+  );
   assert.equal(await metricValue(s, /^latent_streams_dropped_total\{reason="stall"\} (\S+)$/m), 1);
   // the access log's status for a client that left (or was dropped) before its answer was sent
-  assert.equal(await metricValue(s, /^latent_requests_total\{endpoint="\/v1\/chat\/completions",status="499"\} (\S+)$/m), 1);
+  assert.equal(
+    await metricValue(s, /^latent_requests_total\{endpoint="\/v1\/chat\/completions",status="499"\} (\S+)$/m),
+    1,
+  );
   (await slow.response).destroy();
 });
 
@@ -145,17 +196,33 @@ test("16 clients that never read do not grow the server's heap", { timeout: 120_
   };
   const heap0 = heap();
   const body = chatBody(4, 300);
-  const sockets = Array.from({ length: 16 }, () => new NonReadingSocket(`POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`));
+  const sockets = Array.from(
+    { length: 16 },
+    () =>
+      new NonReadingSocket(
+        `POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+      ),
+  );
   for (const sock of sockets) s.http.emit("connection", sock);
   // every sequence held (or, were they not, done: 300 tokens × 4 choices × 16 clients, ~45 MB of events unsent)
-  await until("every sequence held or finished", () => s.stats().held === 64 || (s.stats().running === 0 && s.stats().waiting === 0));
+  await until(
+    "every sequence held or finished",
+    () => s.stats().held === 64 || (s.stats().running === 0 && s.stats().waiting === 0),
+  );
   let g = -1;
   for (let now = await generated(s); now !== g; now = await generated(s)) {
     g = now;
     await sleep(300);
   }
   const grown = heap() - heap0;
-  assert.ok(grown < 8, `the heap grew by ${grown.toFixed(1)} MiB with 16 clients that never read (${g} tokens generated)`);
+  assert.ok(
+    grown < 8,
+    `the heap grew by ${grown.toFixed(1)} MiB with 16 clients that never read (${g} tokens generated)`,
+  );
   for (const sock of sockets) sock.destroy();
-  await until("pages to be freed", () => s.stats().pagesInUse === 0 && s.stats().running === 0 && s.stats().waiting === 0, 5000);
+  await until(
+    "pages to be freed",
+    () => s.stats().pagesInUse === 0 && s.stats().running === 0 && s.stats().waiting === 0,
+    5000,
+  );
 });

@@ -30,7 +30,16 @@ describe("chat templates", () => {
   });
 
   test("DeepSeek-V3 template renders and encodes without a double BOS", () => {
-    const tok = new Tokenizer({ tokens: vocab.tokens, tokenTypes: vocab.types, merges: vocab.merges, pre: "deepseek-v3", bosId: 0, eosId: 1, addBos: true, chatTemplate: DEEPSEEK_V3_TEMPLATE });
+    const tok = new Tokenizer({
+      tokens: vocab.tokens,
+      tokenTypes: vocab.types,
+      merges: vocab.merges,
+      pre: "deepseek-v3",
+      bosId: 0,
+      eosId: 1,
+      addBos: true,
+      chatTemplate: DEEPSEEK_V3_TEMPLATE,
+    });
     const text = tok.renderChat(MESSAGES, { addGenerationPrompt: true });
     assert.equal(
       text,
@@ -66,7 +75,10 @@ describe("chat templates", () => {
       chatTemplate: GLM_TEMPLATE,
     });
     const text = tok.renderChat(MESSAGES.slice(0, 2), { variables: { enable_thinking: false } });
-    assert.equal(text, "[gMASK]<sop><|system|>\nYou are a helpful assistant.<|user|>\nWhat is 2+2?<|assistant|><think></think>"); // trim_blocks eats the newline after the tag, as in transformers
+    assert.equal(
+      text,
+      "[gMASK]<sop><|system|>\nYou are a helpful assistant.<|user|>\nWhat is 2+2?<|assistant|><think></think>",
+    ); // trim_blocks eats the newline after the tag, as in transformers
     const ids = tok.encodeChat(MESSAGES.slice(0, 2), { variables: { enable_thinking: false } });
     assert.deepEqual(ids.slice(0, 3), [id("[gMASK]"), id("<sop>"), id("<|system|>")]);
     assert.equal(ids.filter((i) => i === id("[gMASK]")).length, 1);
@@ -77,8 +89,16 @@ describe("chat templates", () => {
   });
 
   test("a model without a chat template is a clear error; a broken template too", () => {
-    const tok = new Tokenizer({ tokens: vocab.tokens, tokenTypes: vocab.types, merges: vocab.merges, pre: "deepseek-v3" });
-    assert.throws(() => tok.renderChat(MESSAGES), (e: unknown) => e instanceof LatentError && /no tokenizer\.chat_template/.test(e.message));
+    const tok = new Tokenizer({
+      tokens: vocab.tokens,
+      tokenTypes: vocab.types,
+      merges: vocab.merges,
+      pre: "deepseek-v3",
+    });
+    assert.throws(
+      () => tok.renderChat(MESSAGES),
+      (e: unknown) => e instanceof LatentError && /no tokenizer\.chat_template/.test(e.message),
+    );
     assert.throws(() => renderChatTemplate("{% for %}", MESSAGES), LatentError);
     assert.throws(() => renderChatTemplate("{{ raise_exception('nope') }}", MESSAGES), /nope/);
   });

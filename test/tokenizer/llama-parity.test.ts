@@ -11,7 +11,16 @@ import { GGUFFile } from "../../src/gguf/file.js";
 import { GGUFValueType } from "../../src/gguf/types.js";
 import { Tokenizer } from "../../src/tokenizer/index.js";
 import { PreTokenizer, PRE_TOKENIZER_REGEXES } from "../../src/tokenizer/pretokenize.js";
-import { buildVocab, CORPUS, FIXTURE_DIR, llamaTokenizeJobs, randomTexts, tempDir, writeTokenizerGGUF, type TestVocab } from "../helpers/tokenizer-fixtures.js";
+import {
+  buildVocab,
+  CORPUS,
+  FIXTURE_DIR,
+  llamaTokenizeJobs,
+  randomTexts,
+  tempDir,
+  writeTokenizerGGUF,
+  type TestVocab,
+} from "../helpers/tokenizer-fixtures.js";
 
 const HAND_TEXTS: readonly string[] = [
   "",
@@ -74,7 +83,7 @@ const SPECIAL_TEXTS: readonly string[] = [
   "<think><think></think></think>",
   "text <|endoftext|> more",
   "partial <｜User and <think without close and <|user| too",
-  "<tool▁call>{\"name\": \"f\"}<tool▁call>",
+  '<tool▁call>{"name": "f"}<tool▁call>',
   "back<｜User｜><｜User｜>to<｜Assistant｜>back",
 ];
 
@@ -103,8 +112,14 @@ describe("llama.cpp parity: learned vocabulary, every pre-tokenizer", () => {
         glm
           ? {
               "tokenizer.ggml.eot_token_id": { type: GGUFValueType.UINT32, value: vocab.tokens.indexOf("<|user|>") },
-              "tokenizer.ggml.eom_token_id": { type: GGUFValueType.UINT32, value: vocab.tokens.indexOf("<|observation|>") },
-              "tokenizer.ggml.unknown_token_id": { type: GGUFValueType.UINT32, value: vocab.tokens.indexOf("<|endoftext|>") },
+              "tokenizer.ggml.eom_token_id": {
+                type: GGUFValueType.UINT32,
+                value: vocab.tokens.indexOf("<|observation|>"),
+              },
+              "tokenizer.ggml.unknown_token_id": {
+                type: GGUFValueType.UINT32,
+                value: vocab.tokens.indexOf("<|endoftext|>"),
+              },
             }
           : {},
       );
@@ -138,7 +153,8 @@ describe("llama.cpp parity: learned vocabulary, every pre-tokenizer", () => {
       texts.forEach((text, i) => {
         const mine = tok.encode(text, { addSpecial: false });
         if (JSON.stringify(mine) === JSON.stringify(ref[i])) ok++;
-        else if (bad.length < 5) bad.push(`${JSON.stringify(text)}\n  latent ${JSON.stringify(mine)}\n  llama  ${JSON.stringify(ref[i])}`);
+        else if (bad.length < 5)
+          bad.push(`${JSON.stringify(text)}\n  latent ${JSON.stringify(mine)}\n  llama  ${JSON.stringify(ref[i])}`);
       });
       t.diagnostic(`${pre}: ${ok}/${texts.length} texts identical`);
       assert.equal(ok, texts.length, bad.join("\n"));
@@ -195,7 +211,11 @@ describe("llama.cpp parity: the five kit models", () => {
       file.close();
       texts.forEach((text, i) => {
         assert.deepEqual(tok.encode(text, { addSpecial: false }), refs[k].ids[i], JSON.stringify(text));
-        assert.deepEqual(tok.encode(text, { addSpecial: false, parseSpecial: true }), refs[k].idsSpecial[i], JSON.stringify(text));
+        assert.deepEqual(
+          tok.encode(text, { addSpecial: false, parseSpecial: true }),
+          refs[k].idsSpecial[i],
+          JSON.stringify(text),
+        );
       });
     });
   });
@@ -213,16 +233,49 @@ describe("pre-tokenizer internals", () => {
 
   test("deepseek-v3 pieces of a sample", () => {
     const p = PreTokenizer.forPre("deepseek-v3");
-    assert.deepEqual(p.splitText("Hello, world! 12345 我爱你 don't"), ["Hello", ",", " world", "!", " ", "123", "45", " ", "我爱你", " don", "'t"]);
+    assert.deepEqual(p.splitText("Hello, world! 12345 我爱你 don't"), [
+      "Hello",
+      ",",
+      " world",
+      "!",
+      " ",
+      "123",
+      "45",
+      " ",
+      "我爱你",
+      " don",
+      "'t",
+    ]);
   });
 
   test("deepseek-llm pieces of a sample", () => {
     const p = PreTokenizer.forPre("deepseek-llm");
-    assert.deepEqual(p.splitText("Hello, world!\n12345 我爱你  "), ["Hello", ",", " world", "!", "\n", "12345", " ", "我爱你", "  "]);
+    assert.deepEqual(p.splitText("Hello, world!\n12345 我爱你  "), [
+      "Hello",
+      ",",
+      " world",
+      "!",
+      "\n",
+      "12345",
+      " ",
+      "我爱你",
+      "  ",
+    ]);
   });
 
   test("glm4 pieces of a sample", () => {
     const p = PreTokenizer.forPre("glm4");
-    assert.deepEqual(p.splitText("Hello, WORLD'S 12345\n\n  x"), ["Hello", ",", " WORLD", "'S", " ", "123", "45", "\n\n", " ", " x"]);
+    assert.deepEqual(p.splitText("Hello, WORLD'S 12345\n\n  x"), [
+      "Hello",
+      ",",
+      " WORLD",
+      "'S",
+      " ",
+      "123",
+      "45",
+      "\n\n",
+      " ",
+      " x",
+    ]);
   });
 });

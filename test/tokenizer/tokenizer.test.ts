@@ -24,8 +24,21 @@ const UNICODE_TEXTS: readonly string[] = [
   CORPUS,
 ];
 
-function tokenizerOf(vocab: TestVocab, pre: string, extra: Partial<ConstructorParameters<typeof Tokenizer>[0]> = {}): Tokenizer {
-  return new Tokenizer({ tokens: vocab.tokens, tokenTypes: vocab.types, merges: vocab.merges, pre, bosId: 0, eosId: 1, addBos: true, ...extra });
+function tokenizerOf(
+  vocab: TestVocab,
+  pre: string,
+  extra: Partial<ConstructorParameters<typeof Tokenizer>[0]> = {},
+): Tokenizer {
+  return new Tokenizer({
+    tokens: vocab.tokens,
+    tokenTypes: vocab.types,
+    merges: vocab.merges,
+    pre,
+    bosId: 0,
+    eosId: 1,
+    addBos: true,
+    ...extra,
+  });
 }
 
 function metaOf(entries: Record<string, GGUFMetadataEntry>): Metadata {
@@ -90,8 +103,14 @@ describe("Tokenizer", () => {
     assert.ok(on.includes(id("<think>")) && on.includes(id("</think>")));
     assert.equal(on[on.length - 1], id("<｜end▁of▁sentence｜>"));
     const off = tok.encode(text, { addSpecial: false, parseSpecial: false });
-    assert.ok(!off.includes(id("<｜User｜>")) && !off.includes(id("<｜end▁of▁sentence｜>")), "control tokens stay text");
-    assert.ok(off.includes(id("<think>")) && off.includes(id("</think>")), "user-defined tokens are always split out (llama.cpp)");
+    assert.ok(
+      !off.includes(id("<｜User｜>")) && !off.includes(id("<｜end▁of▁sentence｜>")),
+      "control tokens stay text",
+    );
+    assert.ok(
+      off.includes(id("<think>")) && off.includes(id("</think>")),
+      "user-defined tokens are always split out (llama.cpp)",
+    );
     assert.equal(tok.decode(off), text);
     assert.equal(tok.decode(on), text);
     // "</think>" must not be split as "<" + ... + "think>": the longer token wins where both could match
@@ -108,7 +127,11 @@ describe("Tokenizer", () => {
 
   test("streaming decoder holds incomplete UTF-8 and equals decode", () => {
     // a byte-only vocabulary: every multi-byte character arrives over several tokens
-    const bytesOnly: TestVocab = { tokens: vocab.tokens.slice(0, 14 + 256), types: vocab.types.slice(0, 14 + 256), merges: [] };
+    const bytesOnly: TestVocab = {
+      tokens: vocab.tokens.slice(0, 14 + 256),
+      types: vocab.types.slice(0, 14 + 256),
+      merges: [],
+    };
     for (const v of [bytesOnly, vocab]) {
       const tok = tokenizerOf(v, "deepseek-v3");
       for (const text of [...UNICODE_TEXTS, ...randomTexts(100, 5)]) {
@@ -135,8 +158,13 @@ describe("Tokenizer", () => {
   });
 
   test("isEndOfGeneration: eos, eot, eom and the end-of-turn names", () => {
-    const glm = tokenizerOf(vocab, "glm4", { bosId: undefined, addBos: false, eosId: vocab.tokens.indexOf("<|endoftext|>") });
-    for (const t of ["<|endoftext|>", "<|user|>", "<|observation|>", "<｜end▁of▁sentence｜>"]) assert.ok(glm.isEndOfGeneration(glm.tokenId(t)!), t);
+    const glm = tokenizerOf(vocab, "glm4", {
+      bosId: undefined,
+      addBos: false,
+      eosId: vocab.tokens.indexOf("<|endoftext|>"),
+    });
+    for (const t of ["<|endoftext|>", "<|user|>", "<|observation|>", "<｜end▁of▁sentence｜>"])
+      assert.ok(glm.isEndOfGeneration(glm.tokenId(t)!), t);
     for (const t of ["<|assistant|>", "[gMASK]", "<think>", "Ġthe"]) {
       const i = glm.tokenId(t);
       if (i !== undefined) assert.ok(!glm.isEndOfGeneration(i), t);
@@ -149,13 +177,25 @@ describe("Tokenizer", () => {
     const base: Record<string, GGUFMetadataEntry> = {
       "tokenizer.ggml.model": { type: GGUFValueType.STRING, value: "gpt2" },
       "tokenizer.ggml.pre": { type: GGUFValueType.STRING, value: "glm4" },
-      "tokenizer.ggml.tokens": { type: GGUFValueType.ARRAY, value: { elementType: GGUFValueType.STRING, values: vocab.tokens } },
-      "tokenizer.ggml.token_type": { type: GGUFValueType.ARRAY, value: { elementType: GGUFValueType.INT32, values: vocab.types } },
-      "tokenizer.ggml.merges": { type: GGUFValueType.ARRAY, value: { elementType: GGUFValueType.STRING, values: vocab.merges } },
+      "tokenizer.ggml.tokens": {
+        type: GGUFValueType.ARRAY,
+        value: { elementType: GGUFValueType.STRING, values: vocab.tokens },
+      },
+      "tokenizer.ggml.token_type": {
+        type: GGUFValueType.ARRAY,
+        value: { elementType: GGUFValueType.INT32, values: vocab.types },
+      },
+      "tokenizer.ggml.merges": {
+        type: GGUFValueType.ARRAY,
+        value: { elementType: GGUFValueType.STRING, values: vocab.merges },
+      },
       "tokenizer.ggml.eos_token_id": { type: GGUFValueType.UINT32, value: 10 },
       "tokenizer.ggml.eot_token_id": { type: GGUFValueType.UINT32, value: 7 },
       "tokenizer.ggml.padding_token_id": { type: GGUFValueType.UINT32, value: 10 },
-      "tokenizer.chat_template": { type: GGUFValueType.STRING, value: "[gMASK]<sop>{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}" },
+      "tokenizer.chat_template": {
+        type: GGUFValueType.STRING,
+        value: "[gMASK]<sop>{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}",
+      },
     };
     const tok = Tokenizer.fromMetadata(metaOf(base));
     assert.equal(tok.pre, "glm4");
@@ -164,10 +204,18 @@ describe("Tokenizer", () => {
     assert.equal(tok.eotId, 7);
     assert.equal(tok.paddingId, 10);
     assert.equal(tok.encode("hi", { addSpecial: true }).length, tok.encode("hi", { addSpecial: false }).length);
-    const withModel = (model: string): Metadata => metaOf({ ...base, "tokenizer.ggml.model": { type: GGUFValueType.STRING, value: model } });
-    assert.throws(() => Tokenizer.fromMetadata(withModel("llama")), /tokenizer\.ggml\.model = "llama" is not supported/);
-    const withPre = (pre: string): Metadata => metaOf({ ...base, "tokenizer.ggml.pre": { type: GGUFValueType.STRING, value: pre } });
-    assert.throws(() => Tokenizer.fromMetadata(withPre("qwen2")), /unsupported pre-tokenizer tokenizer\.ggml\.pre = "qwen2"/);
+    const withModel = (model: string): Metadata =>
+      metaOf({ ...base, "tokenizer.ggml.model": { type: GGUFValueType.STRING, value: model } });
+    assert.throws(
+      () => Tokenizer.fromMetadata(withModel("llama")),
+      /tokenizer\.ggml\.model = "llama" is not supported/,
+    );
+    const withPre = (pre: string): Metadata =>
+      metaOf({ ...base, "tokenizer.ggml.pre": { type: GGUFValueType.STRING, value: pre } });
+    assert.throws(
+      () => Tokenizer.fromMetadata(withPre("qwen2")),
+      /unsupported pre-tokenizer tokenizer\.ggml\.pre = "qwen2"/,
+    );
     assert.throws(() => Tokenizer.fromMetadata(withPre("default")), /"default"/);
     const { ["tokenizer.ggml.merges"]: _m, ...noMerges } = base;
     assert.throws(() => Tokenizer.fromMetadata(metaOf(noMerges)), /merges/);
@@ -198,7 +246,9 @@ describe("Tokenizer", () => {
       const t4 = performance.now();
       assert.equal(tok.decode(ids), text);
       assert.equal(tok.decode(ids2), long);
-      t.diagnostic(`${pre}: build ${(t1 - t0).toFixed(0)} ms, 100k mixed chars ${(t3 - t2).toFixed(0)} ms cold (${ids.length} tokens), 180k-char runs ${(t4 - t3).toFixed(0)} ms`);
+      t.diagnostic(
+        `${pre}: build ${(t1 - t0).toFixed(0)} ms, 100k mixed chars ${(t3 - t2).toFixed(0)} ms cold (${ids.length} tokens), 180k-char runs ${(t4 - t3).toFixed(0)} ms`,
+      );
       assert.ok(t3 - t2 < 3000, `encode took ${t3 - t2} ms`);
       assert.ok(t4 - t3 < 3000, `encode of long runs took ${t4 - t3} ms`);
     }
@@ -222,7 +272,6 @@ function bigVocab(v: TestVocab, n: number): TestVocab {
     tokens.push(ab);
     types.push(1);
     merges.push(`${a} ${b}`);
-    
   }
   return { tokens, types, merges };
 }

@@ -21,7 +21,13 @@ test("adapter: SwiftShader, lavapipe/llvmpipe and fallback adapters are software
 });
 
 test("adapter: hardware adapters default to WebGPU and are named by what the browser reported", () => {
-  const v = judgeAdapter({ vendor: "nvidia", architecture: "ada", device: "", description: "NVIDIA GeForce RTX 4090", isFallbackAdapter: false });
+  const v = judgeAdapter({
+    vendor: "nvidia",
+    architecture: "ada",
+    device: "",
+    description: "NVIDIA GeForce RTX 4090",
+    isFallbackAdapter: false,
+  });
   assert.deepEqual(v, { name: "nvidia ada NVIDIA GeForce RTX 4090", software: false, defaultBackend: "webgpu" });
   assert.equal(judgeAdapter({ vendor: "apple", architecture: "metal-3" }).defaultBackend, "webgpu");
   // a browser without adapter info: nothing says software, so the adapter is taken as hardware

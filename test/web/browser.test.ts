@@ -41,12 +41,16 @@ interface Hook {
   tokenize(text: string): Promise<number[]>;
   gpu(): Promise<string>;
   backend(): Promise<"cpu" | "webgpu">;
-  generate(prompt: string, opts?: { maxTokens?: number; temperature?: number }): Promise<{ done: { text: string; promptTokens: number } }>;
+  generate(
+    prompt: string,
+    opts?: { maxTokens?: number; temperature?: number },
+  ): Promise<{ done: { text: string; promptTokens: number } }>;
   newChat(): void;
 }
 declare const window: { __latent: Hook };
 
-if (!existsSync(CHROMIUM) && process.env["LATENT_REQUIRE_BROWSER"] === "1") throw new Error(`LATENT_REQUIRE_BROWSER=1 but there is no Chromium at ${CHROMIUM}`);
+if (!existsSync(CHROMIUM) && process.env["LATENT_REQUIRE_BROWSER"] === "1")
+  throw new Error(`LATENT_REQUIRE_BROWSER=1 but there is no Chromium at ${CHROMIUM}`);
 const skip = existsSync(CHROMIUM) ? false : `no Chromium at ${CHROMIUM} (.ci/run installs Debian's chromium)`;
 
 let dir = "";
@@ -60,8 +64,14 @@ let ref: LoadedModel;
 before(async () => {
   if (skip !== false) return;
   dir = mkdtempSync(join(tmpdir(), "latent-web-"));
-  await build({ configFile: join(ROOT, "vite.config.ts"), logLevel: "warn", build: { outDir: join(dir, "site"), emptyOutDir: true, sourcemap: false } });
-  server = await serveStatic(join(dir, "site"), { files: { "/models/tiny.gguf": tiny.path, "/models/demo.gguf": DEMO } });
+  await build({
+    configFile: join(ROOT, "vite.config.ts"),
+    logLevel: "warn",
+    build: { outDir: join(dir, "site"), emptyOutDir: true, sourcemap: false },
+  });
+  server = await serveStatic(join(dir, "site"), {
+    files: { "/models/tiny.gguf": tiny.path, "/models/demo.gguf": DEMO },
+  });
   browser = await chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS, headless: true });
   page = await browser.newPage({ viewport: { width: 1360, height: 900 } });
   page.on("pageerror", (e) => pageErrors.push(String(e)));
@@ -81,7 +91,6 @@ after(async () => {
   tiny.cleanup();
 });
 
-
 test("browser: a synthetic model loaded by URL gives the Node CPU reference's logits (≤ 1e-3)", { skip }, async (t) => {
   // the CPU worker by name: on a machine with a hardware GPU the page would default to WebGPU
   const info = await page.evaluate(() => window.__latent.load("/models/tiny.gguf", "cpu"));
@@ -92,7 +101,10 @@ test("browser: a synthetic model loaded by URL gives the Node CPU reference's lo
   assert.match(await page.locator("#card").innerText(), /deepseek2/);
   // every read of the model was a range request
   const modelReqs = server.requests.filter((r) => r.path === "/models/tiny.gguf");
-  assert.ok(modelReqs.length >= 2 && modelReqs.every((r) => r.status === 206 && r.range !== undefined), JSON.stringify(modelReqs));
+  assert.ok(
+    modelReqs.length >= 2 && modelReqs.every((r) => r.status === 206 && r.range !== undefined),
+    JSON.stringify(modelReqs),
+  );
 
   const tokens = [1, 7, 19, 3, 42, 11, 5, 60, 2, 33];
   const want = evaluateAll(ref.model, tokens, { path: "reference" });
@@ -106,7 +118,9 @@ test("browser: a synthetic model loaded by URL gives the Node CPU reference's lo
   t.diagnostic(await page.evaluate(() => window.__latent.gpu()));
 });
 
-test("browser: chat through the UI streams tokens coloured by probability, hover shows the alternatives", { skip }, async () => {
+test("browser: chat through the UI streams tokens coloured by probability, hover shows the alternatives", {
+  skip,
+}, async () => {
   const prompt = "the quick brown fox";
   const ids = await page.evaluate((p) => window.__latent.tokenize(p), prompt);
   const tok = Tokenizer.fromMetadata(ref.file.metadata);
@@ -125,7 +139,9 @@ test("browser: chat through the UI streams tokens coloured by probability, hover
   // the spans are the tokens' pieces: together they are the generated text
   const shown = (await spans.allTextContents()).join("");
   assert.equal(shown.replace(/∅/g, ""), want.tokens.map((id) => new TextDecoder().decode(tok.tokenBytes(id))).join(""));
-  const bg = await spans.first().evaluate((el) => (el as unknown as { style: { background: string } }).style.background);
+  const bg = await spans
+    .first()
+    .evaluate((el) => (el as unknown as { style: { background: string } }).style.background);
   assert.match(bg, /rgb|hsl/);
   await spans.first().hover();
   const tip = page.locator("#tooltip");
@@ -148,7 +164,9 @@ test("browser: the doctor's path check panel passes on the loaded model", { skip
   await page.screenshot({ path: join(ARTIFACTS, "tiny-model.png"), fullPage: true });
 });
 
-test("browser: chat template mode is a conversation: every turn carries the system prompt and the history; New chat forgets it", { skip }, async () => {
+test("browser: chat template mode is a conversation: every turn carries the system prompt and the history; New chat forgets it", {
+  skip,
+}, async () => {
   const tok = Tokenizer.fromMetadata(ref.file.metadata);
   const greedy = (ids: number[]): string => generateSync(ref.model, tok, ids, { temperature: 0, maxTokens: 6 }).text;
   const system = "Answer in one short line.";
@@ -165,7 +183,10 @@ test("browser: chat template mode is a conversation: every turn carries the syst
   await page.fill("#max-tokens", "6");
   await page.fill("#temperature", "0");
 
-  const first = [{ role: "system", content: system }, { role: "user", content: "the quick brown fox" }];
+  const first = [
+    { role: "system", content: system },
+    { role: "user", content: "the quick brown fox" },
+  ];
   const firstIds = tok.encodeChat(first);
   await page.fill("#prompt", "the quick brown fox");
   await page.press("#prompt", "Enter");
@@ -182,13 +203,21 @@ test("browser: chat template mode is a conversation: every turn carries the syst
   assert.equal(await page.locator("#transcript .msg").count(), 0);
   await page.fill("#prompt", "jumps over");
   await page.press("#prompt", "Enter");
-  assert.equal(await promptTokensShown(), tok.encodeChat([{ role: "system", content: system }, { role: "user", content: "jumps over" }]).length);
+  assert.equal(
+    await promptTokensShown(),
+    tok.encodeChat([
+      { role: "system", content: system },
+      { role: "user", content: "jumps over" },
+    ]).length,
+  );
   await page.fill("#system", "");
   await page.selectOption("#mode", "text");
   assert.equal(await page.locator("#system").isVisible(), false);
 });
 
-test("browser: a 420 px wide page opened with a relative ?model= loads it from the page's folder and fits the screen", { skip }, async () => {
+test("browser: a 420 px wide page opened with a relative ?model= loads it from the page's folder and fits the screen", {
+  skip,
+}, async () => {
   const narrow = await browser.newPage({ viewport: { width: 420, height: 860 } });
   const errors: string[] = [];
   narrow.on("pageerror", (e) => errors.push(String(e)));
@@ -205,15 +234,31 @@ test("browser: a 420 px wide page opened with a relative ?model= loads it from t
     await narrow.fill("#max-tokens", "12");
     await narrow.fill("#prompt", "the quick brown fox");
     await narrow.press("#prompt", "Enter");
-    await narrow.locator(".msg.model .stats").filter({ hasText: /tokens\/s/ }).waitFor({ timeout: 60_000 });
+    await narrow
+      .locator(".msg.model .stats")
+      .filter({ hasText: /tokens\/s/ })
+      .waitFor({ timeout: 60_000 });
     await narrow.click("#check");
     await narrow.locator("#check-verdict").waitFor({ timeout: 60_000 });
     await narrow.mouse.move(0, 0);
     await narrow.screenshot({ path: join(ARTIFACTS, "latent-page-420px.png"), fullPage: true });
     // nothing sticks out sideways: the document is no wider than the window, and neither is any panel
     const widths = await narrow.evaluate(() => {
-      const doc = (globalThis as unknown as { document: { documentElement: { scrollWidth: number }; querySelectorAll(s: string): ArrayLike<{ id: string; getBoundingClientRect(): { right: number } }> } }).document;
-      return { scroll: doc.documentElement.scrollWidth, panels: Array.from(doc.querySelectorAll(".panel, header"), (el) => [el.id, Math.round(el.getBoundingClientRect().right)] as const) };
+      const doc = (
+        globalThis as unknown as {
+          document: {
+            documentElement: { scrollWidth: number };
+            querySelectorAll(s: string): ArrayLike<{ id: string; getBoundingClientRect(): { right: number } }>;
+          };
+        }
+      ).document;
+      return {
+        scroll: doc.documentElement.scrollWidth,
+        panels: Array.from(
+          doc.querySelectorAll(".panel, header"),
+          (el) => [el.id, Math.round(el.getBoundingClientRect().right)] as const,
+        ),
+      };
     });
     assert.ok(widths.scroll <= 420, JSON.stringify(widths));
     for (const [id, right] of widths.panels) assert.ok(right <= 420, `${id || "header"} ends at ${right} px`);
@@ -223,9 +268,13 @@ test("browser: a 420 px wide page opened with a relative ?model= loads it from t
   }
 });
 
-test("browser: a software WebGPU adapter is named as such and the CPU worker stays the default; a hardware one gets WebGPU", { skip }, async () => {
+test("browser: a software WebGPU adapter is named as such and the CPU worker stays the default; a hardware one gets WebGPU", {
+  skip,
+}, async () => {
   // navigator.gpu replaced before the page's script runs: the probe sees the adapter info a browser would report
-  const withAdapter = async (info: Record<string, unknown>): Promise<{ backend: string; status: string; option: string }> => {
+  const withAdapter = async (
+    info: Record<string, unknown>,
+  ): Promise<{ backend: string; status: string; option: string }> => {
     const p = await browser.newPage();
     const errors: string[] = [];
     p.on("pageerror", (e) => errors.push(String(e)));
@@ -238,25 +287,51 @@ test("browser: a software WebGPU adapter is named as such and the CPU worker sta
       await p.waitForFunction(() => "__latent" in window);
       const backend = await p.evaluate(() => window.__latent.backend());
       assert.deepEqual(errors, []);
-      return { backend, status: await p.locator("#backend-status").innerText(), option: await p.locator('#backend option[value="webgpu"]').innerText() };
+      return {
+        backend,
+        status: await p.locator("#backend-status").innerText(),
+        option: await p.locator('#backend option[value="webgpu"]').innerText(),
+      };
     } finally {
       await p.close();
     }
   };
-  const swiftshader = await withAdapter({ vendor: "google", architecture: "swiftshader", device: "", description: "", isFallbackAdapter: true });
+  const swiftshader = await withAdapter({
+    vendor: "google",
+    architecture: "swiftshader",
+    device: "",
+    description: "",
+    isFallbackAdapter: true,
+  });
   assert.equal(swiftshader.backend, "cpu");
   assert.match(swiftshader.status, /software GPU.*75× slower than the CPU worker/);
   assert.match(swiftshader.option, /75×/);
-  const lavapipe = await withAdapter({ vendor: "mesa", architecture: "", device: "", description: "llvmpipe (LLVM 19.1.7, 256 bits)" });
+  const lavapipe = await withAdapter({
+    vendor: "mesa",
+    architecture: "",
+    device: "",
+    description: "llvmpipe (LLVM 19.1.7, 256 bits)",
+  });
   assert.equal(lavapipe.backend, "cpu");
-  const hardware = await withAdapter({ vendor: "nvidia", architecture: "ada", device: "", description: "NVIDIA GeForce RTX 4090", isFallbackAdapter: false });
+  const hardware = await withAdapter({
+    vendor: "nvidia",
+    architecture: "ada",
+    device: "",
+    description: "NVIDIA GeForce RTX 4090",
+    isFallbackAdapter: false,
+  });
   assert.equal(hardware.backend, "webgpu");
   assert.doesNotMatch(hardware.status, /software/);
 });
 
 test("browser: the bundled KJV demo model through the file picker writes King James English", { skip }, async (t) => {
   await page.setInputFiles("#file", DEMO);
-  await page.locator("#card table").filter({ hasText: "latent-demo" }).or(page.locator("#card table").filter({ hasText: /kjv/i })).first().waitFor({ timeout: 60_000 });
+  await page
+    .locator("#card table")
+    .filter({ hasText: "latent-demo" })
+    .or(page.locator("#card table").filter({ hasText: /kjv/i }))
+    .first()
+    .waitFor({ timeout: 60_000 });
   const demo = loadModel(DEMO);
   const tok = Tokenizer.fromMetadata(demo.file.metadata);
   const prompt = "And it came to pass, when the king";
@@ -268,7 +343,10 @@ test("browser: the bundled KJV demo model through the file picker writes King Ja
   await page.fill("#prompt", prompt);
   await page.click("#send");
   const last = page.locator(".msg.model").last();
-  await last.locator(".stats").filter({ hasText: /tokens\/s/ }).waitFor({ timeout: 120_000 });
+  await last
+    .locator(".stats")
+    .filter({ hasText: /tokens\/s/ })
+    .waitFor({ timeout: 120_000 });
   const text = (await last.locator(".tok").allTextContents()).join("");
   t.diagnostic(`demo continuation: ${JSON.stringify(text)}`);
   t.diagnostic(`speed: ${await last.locator(".stats").innerText()}`);
@@ -280,13 +358,19 @@ test("browser: the bundled KJV demo model through the file picker writes King Ja
   assert.deepEqual(pageErrors, []);
 });
 
-test("browser: WebGPU backend (the engine's fused forward pass on navigator.gpu) matches the Node reference", { skip }, async (t) => {
+test("browser: WebGPU backend (the engine's fused forward pass on navigator.gpu) matches the Node reference", {
+  skip,
+}, async (t) => {
   const status = await page.evaluate(() => window.__latent.gpu());
   if (!status.startsWith("WebGPU adapter")) {
     t.skip(status);
     return;
   }
-  const info = await page.evaluate(() => (window.__latent as unknown as { load(u: string, b: string): Promise<{ backend: string; gpuError?: string }> }).load("/models/tiny.gguf", "webgpu"));
+  const info = await page.evaluate(() =>
+    (
+      window.__latent as unknown as { load(u: string, b: string): Promise<{ backend: string; gpuError?: string }> }
+    ).load("/models/tiny.gguf", "webgpu"),
+  );
   assert.equal(info.gpuError, undefined);
   assert.match(info.backend, /^WebGPU/);
   const tokens = [1, 7, 19, 3, 42, 11, 5, 60, 2, 33];
@@ -297,7 +381,12 @@ test("browser: WebGPU backend (the engine's fused forward pass on navigator.gpu)
   assert.ok(d <= 1e-3, `webgpu: ${d}`);
 
   // the KJV demo model on WebGPU: greedy text = the CPU's, tokens/s reported (SwiftShader, a CPU-emulated GPU, is slow)
-  await page.evaluate(() => (window.__latent as unknown as { load(u: string, b: string): Promise<unknown> }).load("/models/demo.gguf", "webgpu"));
+  await page.evaluate(() =>
+    (window.__latent as unknown as { load(u: string, b: string): Promise<unknown> }).load(
+      "/models/demo.gguf",
+      "webgpu",
+    ),
+  );
   const demo = loadModel(DEMO);
   const tok = Tokenizer.fromMetadata(demo.file.metadata);
   const prompt = "And it came to pass, when the king";
@@ -308,7 +397,10 @@ test("browser: WebGPU backend (the engine's fused forward pass on navigator.gpu)
   await page.fill("#prompt", prompt);
   await page.click("#send");
   const last = page.locator(".msg.model").last();
-  await last.locator(".stats").filter({ hasText: /tokens\/s/ }).waitFor({ timeout: 240_000 });
+  await last
+    .locator(".stats")
+    .filter({ hasText: /tokens\/s/ })
+    .waitFor({ timeout: 240_000 });
   const text = (await last.locator(".tok").allTextContents()).join("");
   t.diagnostic(`webgpu demo: ${JSON.stringify(text)}`);
   t.diagnostic(`webgpu speed: ${await last.locator(".stats").innerText()}`);
@@ -316,7 +408,11 @@ test("browser: WebGPU backend (the engine's fused forward pass on navigator.gpu)
   await page.fill("#check-text", "The LORD is my shepherd");
   await page.click("#check");
   await page.locator("#check-verdict").waitFor({ timeout: 240_000 });
-  assert.equal(await page.locator("#check-verdict").getAttribute("class"), "ok", await page.locator("#check-result").innerText());
+  assert.equal(
+    await page.locator("#check-verdict").getAttribute("class"),
+    "ok",
+    await page.locator("#check-result").innerText(),
+  );
   await page.mouse.move(0, 0);
   await page.screenshot({ path: join(ARTIFACTS, "latent-page-webgpu.png"), fullPage: true });
   assert.deepEqual(pageErrors, []);

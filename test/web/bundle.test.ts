@@ -11,7 +11,13 @@ import { fileURLToPath } from "node:url";
 import { build, type Plugin } from "vite";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
-const NODE_ONLY_FILES = ["src/gguf/file.ts", "src/gguf/reader.ts", "src/gguf/source-node.ts", "src/runtime/load.ts", "src/backend/cpu/fast.ts"];
+const NODE_ONLY_FILES = [
+  "src/gguf/file.ts",
+  "src/gguf/reader.ts",
+  "src/gguf/source-node.ts",
+  "src/runtime/load.ts",
+  "src/backend/cpu/fast.ts",
+];
 const BUILTINS = new Set(builtinModules.flatMap((m) => [m, `node:${m}`]));
 
 /** Bundle `entry` for the browser; the ids of every module in the graph, and what Vite warned. */
@@ -57,7 +63,10 @@ async function browserGraph(entry: string): Promise<{ modules: string[]; warning
 }
 
 function nodeOnly(modules: readonly string[]): string[] {
-  return modules.filter((m) => BUILTINS.has(m) || m.startsWith("node:") || m.includes("__vite-browser-external") || NODE_ONLY_FILES.includes(m));
+  return modules.filter(
+    (m) =>
+      BUILTINS.has(m) || m.startsWith("node:") || m.includes("__vite-browser-external") || NODE_ONLY_FILES.includes(m),
+  );
 }
 
 test("src/index.ts bundles for the browser without a Node-only module", async () => {
@@ -65,7 +74,10 @@ test("src/index.ts bundles for the browser without a Node-only module", async ()
   assert.equal(error, undefined);
   assert.ok(modules.includes("src/gguf/shard.ts") && modules.includes("src/model/deepseek2.ts"), modules.join("\n"));
   assert.deepEqual(nodeOnly(modules), []);
-  assert.deepEqual(warnings.filter((w) => /externalized|node:/.test(w)), []);
+  assert.deepEqual(
+    warnings.filter((w) => /externalized|node:/.test(w)),
+    [],
+  );
 });
 
 test("the page's worker bundles without a Node-only module", async () => {

@@ -25,7 +25,9 @@ after(() => {
   tiny.cleanup();
 });
 
-test("the session's device is the library's: the adapter's fixed subgroup size reaches the kernels", { skip }, async () => {
+test("the session's device is the library's: the adapter's fixed subgroup size reaches the kernels", {
+  skip,
+}, async () => {
   const info = await requestGpuDevice();
   info.device.destroy();
   assert.equal(session!.subgroupSize, info.subgroupSize);
@@ -43,16 +45,25 @@ test("logits after every position are the CPU's (≤ 1e-3)", { skip }, async () 
   assert.ok(d <= 1e-3, `max |Δ logit| ${d}`);
 });
 
-test("greedy generation chains on the GPU and gives the CPU's tokens and text; sampling reads the logits back", { skip }, async () => {
+test("greedy generation chains on the GPU and gives the CPU's tokens and text; sampling reads the logits back", {
+  skip,
+}, async () => {
   const prompt = [1, 7, 19, 3];
   const cpu = await m.generate(prompt, { temperature: 0, maxTokens: 12, ignoreEog: true });
   const events: number[] = [];
-  const gpu = await session!.generate(prompt, { temperature: 0, maxTokens: 12, ignoreEog: true, onToken: (e) => events.push(e.id) });
+  const gpu = await session!.generate(prompt, {
+    temperature: 0,
+    maxTokens: 12,
+    ignoreEog: true,
+    onToken: (e) => events.push(e.id),
+  });
   assert.equal(gpu.decode, "greedy-chained");
   assert.deepEqual(gpu.tokens, cpu.tokens);
   assert.deepEqual(events, cpu.tokens);
   assert.equal(gpu.text, cpu.text);
-  gpu.logprobs.forEach((lp, i) => assert.ok(Math.abs(lp - cpu.logprobs[i]) <= 1e-3, `logprob ${i}: ${lp} vs ${cpu.logprobs[i]}`));
+  gpu.logprobs.forEach((lp, i) =>
+    assert.ok(Math.abs(lp - cpu.logprobs[i]) <= 1e-3, `logprob ${i}: ${lp} vs ${cpu.logprobs[i]}`),
+  );
   // the cache is the session's: a second run from position 0 gives the same again
   const again = await session!.generate(prompt, { temperature: 0, maxTokens: 12, ignoreEog: true });
   assert.deepEqual(again.tokens, cpu.tokens);

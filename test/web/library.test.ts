@@ -4,7 +4,17 @@
 import { test, after } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
-import { load, GGUFFile, MemorySource, PrefetchedSource, NotFetchedError, ShortReadError, httpSource, memoryAsyncSource, type AsyncByteSource } from "../../src/index.js";
+import {
+  load,
+  GGUFFile,
+  MemorySource,
+  PrefetchedSource,
+  NotFetchedError,
+  ShortReadError,
+  httpSource,
+  memoryAsyncSource,
+  type AsyncByteSource,
+} from "../../src/index.js";
 import { loadModel } from "../../src/runtime/load.js";
 import { evaluateAll } from "../../src/engine/evaluate.js";
 import { generateSync } from "../../src/engine/generate.js";
@@ -16,7 +26,6 @@ import { maxAbsDiffFlat as maxAbs } from "../helpers/measure.js";
 const DEMO = new URL("../../models/latent-demo-kjv.gguf", import.meta.url).pathname;
 const tiny = synthModel({ label: "lib-tiny", base: "tiny", over: {} }, 3);
 after(() => tiny.cleanup());
-
 
 /** An AsyncByteSource over bytes that counts reads and their bytes. */
 function countingSource(bytes: Uint8Array, name: string): AsyncByteSource & { reads: [number, number][] } {
@@ -52,11 +61,16 @@ test("GGUFFile.load: the header prefix grows until it parses, tensors come by ra
   const bytes = new Uint8Array(readFileSync(DEMO));
   const src = countingSource(bytes, "demo.gguf");
   const progress: number[] = [];
-  const f = await GGUFFile.load([src], { headerBytes: 64, requestBytes: 1 << 20, onFetch: (p) => progress.push(p.bytes) });
+  const f = await GGUFFile.load([src], {
+    headerBytes: 64,
+    requestBytes: 1 << 20,
+    onFetch: (p) => progress.push(p.bytes),
+  });
   // 64 bytes, doubled while the parser asks for more: several header reads, then tensor requests of ≤ 1 MiB (or one tensor)
   assert.ok(src.reads.length > 4, `reads: ${src.reads.length}`);
   const largest = Math.max(...[...f.tensors.values()].map((t) => t.nbytes));
-  for (const [, n] of src.reads) assert.ok(n <= Math.max(1 << 20, largest, 2 * f.shards[0].dataOffset), `read of ${n} bytes`);
+  for (const [, n] of src.reads)
+    assert.ok(n <= Math.max(1 << 20, largest, 2 * f.shards[0].dataOffset), `read of ${n} bytes`);
   const total = src.reads.reduce((s, [, n]) => s + n, 0);
   assert.ok(total <= bytes.length * 1.6, `fetched ${total} of ${bytes.length}`);
   assert.equal(progress.at(-1), total);
@@ -92,7 +106,10 @@ test("load(): path, bytes, async source and URL give loadModel's logits and gree
       assert.ok(res.text.startsWith(streamed.join("")), label);
       m.close();
     }
-    assert.ok(srv.requests.length > 1 && srv.requests.every((r) => r.range !== undefined && r.status === 206), JSON.stringify(srv.requests.slice(0, 3)));
+    assert.ok(
+      srv.requests.length > 1 && srv.requests.every((r) => r.range !== undefined && r.status === 206),
+      JSON.stringify(srv.requests.slice(0, 3)),
+    );
   } finally {
     await srv.close();
   }
@@ -118,7 +135,10 @@ test("LatentModel: stream with logprobs, summary, path check", async () => {
   assert.equal(m.summary().architecture, "deepseek2");
   const check = m.pathCheck([1, 5, 9, 13, 17, 21, 25, 29]);
   assert.equal(check.ok, true, JSON.stringify(check));
-  assert.deepEqual(check.rows.map((r) => r.path), ["prefill", "decode"]);
+  assert.deepEqual(
+    check.rows.map((r) => r.path),
+    ["prefill", "decode"],
+  );
 });
 
 test("httpSource: a server that ignores Range is an error, not a whole download per read", async () => {

@@ -58,7 +58,12 @@ export async function serveStatic(root: string | undefined, opts: ServeOptions =
         return;
       }
       record(206, end - start + 1);
-      res.writeHead(206, { "Content-Type": type, "Content-Length": end - start + 1, "Content-Range": `bytes ${start}-${end}/${size}`, "Accept-Ranges": "bytes" });
+      res.writeHead(206, {
+        "Content-Type": type,
+        "Content-Length": end - start + 1,
+        "Content-Range": `bytes ${start}-${end}/${size}`,
+        "Accept-Ranges": "bytes",
+      });
       createReadStream(file, { start, end }).pipe(res);
       return;
     }

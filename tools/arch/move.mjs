@@ -39,7 +39,8 @@ for (const file of files) {
   const out = text.replace(/(["'`])(\.\.?\/[^"'`\s]+)\1/g, (m, q, s) => {
     const abs = resolve(dirname(file), s);
     const tsAbs = asTs(abs);
-    const target = moves.get(tsAbs) ?? moves.get(abs) ?? (existsSync(tsAbs) ? tsAbs : existsSync(abs) ? abs : undefined);
+    const target =
+      moves.get(tsAbs) ?? moves.get(abs) ?? (existsSync(tsAbs) ? tsAbs : existsSync(abs) ? abs : undefined);
     if (!target) return m;
     if (target === tsAbs && !moves.has(tsAbs) && newFile === file) return m;
     if (target === abs && !moves.has(abs) && newFile === file) return m;

@@ -18,7 +18,9 @@ import { CASES, synthModel } from "../../test/helpers/synth.js";
 function logprobs(path: string): Float64Array[] {
   const { model, config, file } = loadModel(path);
   try {
-    const ids = Tokenizer.fromMetadata(file.metadata).encode(CALIBRATION_TEXT).filter((t) => t < config.nVocab);
+    const ids = Tokenizer.fromMetadata(file.metadata)
+      .encode(CALIBRATION_TEXT)
+      .filter((t) => t < config.nVocab);
     const V = config.nVocab;
     const logits = model.forward(ids, undefined, { path: "reference", logits: "all" });
     return Array.from({ length: ids.length }, (_, i) => logSoftmaxRow(logits.subarray(i * V, (i + 1) * V)));
@@ -53,7 +55,8 @@ async function row(label: string, path: string, clean?: Float64Array[]): Promise
   const gate = moe.length > 0 ? moe.map((s) => s.gate) : undefined;
   const up = moe.length > 0 ? moe.map((s) => s.up) : undefined;
   const attn = r.behaviour?.attentionPairing ?? [];
-  const qk = attn.length > 0 ? `${f3(Math.min(...attn.map((l) => l.qk)))} / ${f3(Math.min(...attn.map((l) => l.vo)))}` : "–";
+  const qk =
+    attn.length > 0 ? `${f3(Math.min(...attn.map((l) => l.qk)))} / ${f3(Math.min(...attn.map((l) => l.vo)))}` : "–";
   const agree = clean !== undefined ? agreement(clean, logprobs(path)) : undefined;
   const errors = [...new Set(r.findings.filter((f) => f.severity === "error").map((f) => f.code))].join(",") || "—";
   console.log(
@@ -63,11 +66,15 @@ async function row(label: string, path: string, clean?: Float64Array[]): Promise
 
 const dir = mkdtempSync(join(tmpdir(), "latent-thresholds-"));
 try {
-  console.log("| model | NLL | H | NLL−H | NLL/lnV | gate·up pairing median/baseline (min layer) | q·k / v·o log-norm corr (min layer) | gate lean (MoE) | up lean (MoE) | top-1 / KL vs clean | exit | errors | s |");
+  console.log(
+    "| model | NLL | H | NLL−H | NLL/lnV | gate·up pairing median/baseline (min layer) | q·k / v·o log-norm corr (min layer) | gate lean (MoE) | up lean (MoE) | top-1 / KL vs clean | exit | errors | s |",
+  );
   console.log("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
   const clean = logprobs(DEMO_MODEL);
-  for (const v of DEMO_VARIANTS) await row(`demo ${v.name}${v.healthy ? "" : " (fault)"}`, writeDemoVariant(v, join(dir, `${v.name}.gguf`)), clean);
-  for (const n of ["ds2-qlora-softmax", "ds2-lite", "ds2-v3", "glm-dsa-topk8", "ds2-v3-mixed-q"]) await row(`kit ${n} (random)`, new URL(`../../test/fixtures/models/${n}.gguf`, import.meta.url).pathname);
+  for (const v of DEMO_VARIANTS)
+    await row(`demo ${v.name}${v.healthy ? "" : " (fault)"}`, writeDemoVariant(v, join(dir, `${v.name}.gguf`)), clean);
+  for (const n of ["ds2-qlora-softmax", "ds2-lite", "ds2-v3", "glm-dsa-topk8", "ds2-v3-mixed-q"])
+    await row(`kit ${n} (random)`, new URL(`../../test/fixtures/models/${n}.gguf`, import.meta.url).pathname);
   for (const c of CASES) {
     const m = synthModel(c, 5);
     await row(`synth ${c.label} (random)`, m.path);

@@ -16,8 +16,16 @@ const put = (b) => {
   writeSync(fd, b, 0, b.length, pos);
   pos += b.length;
 };
-const u32 = (v) => { const b = Buffer.alloc(4); b.writeUInt32LE(v); return b; };
-const u64 = (v) => { const b = Buffer.alloc(8); b.writeBigUInt64LE(BigInt(v)); return b; };
+const u32 = (v) => {
+  const b = Buffer.alloc(4);
+  b.writeUInt32LE(v);
+  return b;
+};
+const u64 = (v) => {
+  const b = Buffer.alloc(8);
+  b.writeBigUInt64LE(BigInt(v));
+  return b;
+};
 const gstr = (s) => Buffer.concat([u64(Buffer.byteLength(s)), Buffer.from(s)]);
 put(Buffer.from("GGUF"));
 put(u32(3));

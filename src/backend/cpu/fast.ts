@@ -28,11 +28,70 @@ interface KernelExports {
   blockValues(type: number): number;
   scratchBytes(cols: number): number;
   quantize(cls: number, x: number, n: number, cols: number, xStride: number, aq: number, ad: number, as: number): void;
-  matmul(type: number, w: number, rowBytes: number, r0: number, r1: number, cols: number, n: number, x: number, xStride: number, aq: number, ad: number, as: number, y: number, yStride: number, S: number, tc: number): void;
+  matmul(
+    type: number,
+    w: number,
+    rowBytes: number,
+    r0: number,
+    r1: number,
+    cols: number,
+    n: number,
+    x: number,
+    xStride: number,
+    aq: number,
+    ad: number,
+    as: number,
+    y: number,
+    yStride: number,
+    S: number,
+    tc: number,
+  ): void;
   repackQ6K(src: number, rows: number, cols: number, dst: number): void;
-  matmulT(type: number, w: number, rowBytes: number, rows: number, cols: number, t0: number, t1: number, x: number, xStride: number, y: number, yStride: number, S: number): void;
-  attnAbsorbed(C: number, K: number, T: number, L: number, R: number, qc: number, qp: number, h0: number, h1: number, scale: number, sc: number, out: number): void;
-  attnPrefill(kNope: number, kPe: number, v: number, q: number, n: number, pos0: number, H: number, P: number, R: number, V: number, h0: number, h1: number, scale: number, sc: number, out: number): void;
+  matmulT(
+    type: number,
+    w: number,
+    rowBytes: number,
+    rows: number,
+    cols: number,
+    t0: number,
+    t1: number,
+    x: number,
+    xStride: number,
+    y: number,
+    yStride: number,
+    S: number,
+  ): void;
+  attnAbsorbed(
+    C: number,
+    K: number,
+    T: number,
+    L: number,
+    R: number,
+    qc: number,
+    qp: number,
+    h0: number,
+    h1: number,
+    scale: number,
+    sc: number,
+    out: number,
+  ): void;
+  attnPrefill(
+    kNope: number,
+    kPe: number,
+    v: number,
+    q: number,
+    n: number,
+    pos0: number,
+    H: number,
+    P: number,
+    R: number,
+    V: number,
+    h0: number,
+    h1: number,
+    scale: number,
+    sc: number,
+    out: number,
+  ): void;
 }
 
 const PAGE = 65536;
@@ -78,7 +137,16 @@ const SEG = 18;
 const MAX_SEGS = 1024;
 
 /** n rows of `width` values from src (row t at srcAt + t·srcStride) to dst (at dstAt + t·dstStride), converting types */
-function copyRows(src: Vec | Float32Array, srcAt: number, srcStride: number, dst: Vec | Float32Array, dstAt: number, dstStride: number, n: number, width: number): void {
+function copyRows(
+  src: Vec | Float32Array,
+  srcAt: number,
+  srcStride: number,
+  dst: Vec | Float32Array,
+  dstAt: number,
+  dstStride: number,
+  n: number,
+  width: number,
+): void {
   for (let t = 0; t < n; t++) {
     const from = srcAt + t * srcStride;
     dst.set(src.subarray(from, from + width), dstAt + t * dstStride);
@@ -211,7 +279,9 @@ function claimAll(C, P, inst, index, tag) {
 }
 `;
 
-type UnitFns = { claimAll(C: Int32Array, P: Float64Array, inst: readonly KernelExports[], index: number, tag: number): void };
+type UnitFns = {
+  claimAll(C: Int32Array, P: Float64Array, inst: readonly KernelExports[], index: number, tag: number): void;
+};
 const mainUnits = new Function(`${UNIT_SOURCE}; return { claimAll };`)() as UnitFns;
 
 const WORKER_SOURCE = String.raw`
@@ -258,7 +328,14 @@ class Pool {
       const w = new Worker(WORKER_SOURCE, {
         eval: true,
         execArgv: [],
-        workerData: { module: kernelModule(), ctl: this.ctl.buffer, job: this.job.buffer, index: i, port: ch.port2, spin: SPIN },
+        workerData: {
+          module: kernelModule(),
+          ctl: this.ctl.buffer,
+          job: this.job.buffer,
+          index: i,
+          port: ch.port2,
+          spin: SPIN,
+        },
         transferList: [ch.port2],
       });
       w.unref();
@@ -270,7 +347,8 @@ class Pool {
   /** make sure every worker has an instance over each memory (in order) */
   attach(memories: readonly WebAssembly.Memory[]): void {
     if (this.workers.length === 0 || memories.length <= this.attached) return;
-    for (let a = this.attached; a < memories.length; a++) for (const ch of this.ports) ch.port1.postMessage(memories[a]);
+    for (let a = this.attached; a < memories.length; a++)
+      for (const ch of this.ports) ch.port1.postMessage(memories[a]);
     this.attached = memories.length;
     this.job[0] = OP_ATTACH;
     this.job[1] = memories.length;
@@ -381,7 +459,8 @@ export class CpuBackend implements MatKernels {
     const wrapped = Object.create(file) as GGUFFile;
     wrapped.readBytes = (info: TensorInfo, start?: number, length?: number): Uint8Array => {
       const rows = info.ne.slice(1).reduce((p, x) => p * x, 1);
-      if (start !== undefined || length !== undefined || rows < 2 || !CpuBackend.supports(info.type)) return file.readBytes(info, start, length);
+      if (start !== undefined || length !== undefined || rows < 2 || !CpuBackend.supports(info.type))
+        return file.readBytes(info, start, length);
       const view = this.allocWeight(info.nbytes);
       file.readBytesInto(info, view); // straight into shared memory: one copy, no 3 GB of intermediate buffers
       return view;
@@ -591,7 +670,14 @@ export class CpuBackend implements MatKernels {
       const cls = k.typeClass(type);
       const nb = cols / k.blockValues(type);
       let xp: number, aqp: number, adp: number, asp: number;
-      if (prev !== undefined && prev.p.x === p.x && prev.p.n === p.n && prev.p.xStride === p.xStride && prev.p.w.cols === cols && prev.cls === cls) {
+      if (
+        prev !== undefined &&
+        prev.p.x === p.x &&
+        prev.p.n === p.n &&
+        prev.p.xStride === p.xStride &&
+        prev.p.w.cols === cols &&
+        prev.cls === cls
+      ) {
         ({ xp, aqp, adp, asp } = prev);
       } else {
         xp = at;
@@ -625,7 +711,29 @@ export class CpuBackend implements MatKernels {
           const r1 = i === K - 1 ? p.w.rows : Math.min(p.w.rows, Math.max(0, 2 * Math.round((hi - c0) / u / 2)));
           if (r1 > r0) {
             const q = place[j];
-            J.set([arena.index, type, wp, rowBytes, r0, r1, p.w.cols, p.n, q.xp, p.w.cols, q.aqp, q.adp, q.asp, q.yp, p.w.rows, base, sBytes, TOKEN_TILE], SEG0 + g * SEG);
+            J.set(
+              [
+                arena.index,
+                type,
+                wp,
+                rowBytes,
+                r0,
+                r1,
+                p.w.cols,
+                p.n,
+                q.xp,
+                p.w.cols,
+                q.aqp,
+                q.adp,
+                q.asp,
+                q.yp,
+                p.w.rows,
+                base,
+                sBytes,
+                TOKEN_TILE,
+              ],
+              SEG0 + g * SEG,
+            );
             g++;
           }
         }
@@ -637,7 +745,24 @@ export class CpuBackend implements MatKernels {
     if (K === 1) {
       for (let s = 0; s < g; s++) {
         const o = SEG0 + s * SEG;
-        k.matmul(J[o + 1], J[o + 2], J[o + 3], J[o + 4], J[o + 5], J[o + 6], J[o + 7], J[o + 8], J[o + 9], J[o + 10], J[o + 11], J[o + 12], J[o + 13], J[o + 14], J[o + 15], J[o + 17]);
+        k.matmul(
+          J[o + 1],
+          J[o + 2],
+          J[o + 3],
+          J[o + 4],
+          J[o + 5],
+          J[o + 6],
+          J[o + 7],
+          J[o + 8],
+          J[o + 9],
+          J[o + 10],
+          J[o + 11],
+          J[o + 12],
+          J[o + 13],
+          J[o + 14],
+          J[o + 15],
+          J[o + 17],
+        );
       }
     } else {
       this.pool.run(g, this.inst);
@@ -655,7 +780,17 @@ export class CpuBackend implements MatKernels {
    * place when they live in an arena, else copied into the work area); qc [H × L], qp [H × R]; returns lo [H × L].
    * Heads are split across the threads.
    */
-  absorbedAttention(C: Vec | Float32Array, K: Vec | Float32Array, T: number, L: number, R: number, qc: Vec, qp: Vec, H: number, scale: number): Float64Array {
+  absorbedAttention(
+    C: Vec | Float32Array,
+    K: Vec | Float32Array,
+    T: number,
+    L: number,
+    R: number,
+    qc: Vec,
+    qp: Vec,
+    H: number,
+    scale: number,
+  ): Float64Array {
     if (this.arenas.length === 0) this.newArena();
     const home = C instanceof Float32Array ? this.byBuffer.get(C.buffer) : undefined;
     const arena = home ?? this.arenas[0];
@@ -708,7 +843,19 @@ export class CpuBackend implements MatKernels {
    * [T × H × P], kPe [T × R], v [T × H × V] with T = pos0 + n; returns o [n × H × V]. Inputs are staged as f32 in the
    * work area; heads are split across the threads.
    */
-  prefillAttention(q: Vec, kNope: Vec, kPe: Vec | Float32Array, v: Vec, n: number, pos0: number, H: number, P: number, R: number, V: number, scale: number): Float64Array {
+  prefillAttention(
+    q: Vec,
+    kNope: Vec,
+    kPe: Vec | Float32Array,
+    v: Vec,
+    n: number,
+    pos0: number,
+    H: number,
+    P: number,
+    R: number,
+    V: number,
+    scale: number,
+  ): Float64Array {
     if (this.arenas.length === 0) this.newArena();
     const arena = this.arenas[0];
     if (this.pool.attached < this.arenas.length) this.pool.attach(this.arenas.map((a) => a.memory));
@@ -757,11 +904,26 @@ export class CpuBackend implements MatKernels {
     return f.subarray(0, len);
   }
 
-  mha(cfg: ModelConfig, pr: Projections, n: number, pos0: number, kNope: Float64Array, v: Float64Array, lat: LatentRows): Float64Array {
+  mha(
+    cfg: ModelConfig,
+    pr: Projections,
+    n: number,
+    pos0: number,
+    kNope: Float64Array,
+    v: Float64Array,
+    lat: LatentRows,
+  ): Float64Array {
     return fastMha(this, cfg, pr, n, pos0, kNope, v, lat);
   }
 
-  absorbed(w: AttentionWeights, cfg: ModelConfig, pr: Projections, n: number, pos0: number, lat: LatentRows): Float64Array {
+  absorbed(
+    w: AttentionWeights,
+    cfg: ModelConfig,
+    pr: Projections,
+    n: number,
+    pos0: number,
+    lat: LatentRows,
+  ): Float64Array {
     return fastAbsorbed(this, w, cfg, pr, n, pos0, lat);
   }
 

@@ -98,15 +98,32 @@ export function comparePosition(ref: Float64Array, s: Scored): EndpointPosition 
   // (a reference top-1 whose text could not be mapped is no evidence either way)
   const top1Match = epTop === refTop || ref[refTop] - ref[epTop] < 1e-3 || (s.unmapped > 0 && !top.has(refTop));
   const refLogprob = s.next !== undefined ? ref[s.next] : undefined;
-  const gap = refLogprob !== undefined && s.nextLogprob !== undefined ? Math.abs(refLogprob - s.nextLogprob) : undefined;
+  const gap =
+    refLogprob !== undefined && s.nextLogprob !== undefined ? Math.abs(refLogprob - s.nextLogprob) : undefined;
   return {
-    pos: s.pos, next: s.next, kl: Number.isFinite(kl) ? Math.max(0, kl) : Infinity, top1Match, refLogprob, endpointLogprob: s.nextLogprob,
-    k: s.returned, unmapped: s.unmapped, group: s.group, step: s.step, seq: s.seq, actualGap: gap, returnedMass: qSum, endpointTopLogprob: epTopLp,
+    pos: s.pos,
+    next: s.next,
+    kl: Number.isFinite(kl) ? Math.max(0, kl) : Infinity,
+    top1Match,
+    refLogprob,
+    endpointLogprob: s.nextLogprob,
+    k: s.returned,
+    unmapped: s.unmapped,
+    group: s.group,
+    step: s.step,
+    seq: s.seq,
+    actualGap: gap,
+    returnedMass: qSum,
+    endpointTopLogprob: epTopLp,
   };
 }
 
 /** Compare scored positions with reference rows; `rows(seq)` gives the log-softmax rows of probe `seq`. */
-export function compareAll(rows: (seq: number) => readonly Float64Array[], scored: readonly Scored[], shift = 0): EndpointPosition[] {
+export function compareAll(
+  rows: (seq: number) => readonly Float64Array[],
+  scored: readonly Scored[],
+  shift = 0,
+): EndpointPosition[] {
   const out: EndpointPosition[] = [];
   for (const s of scored) {
     const ref = rows(s.seq)[s.pos + shift];
@@ -131,11 +148,16 @@ export function summarize(p: readonly EndpointPosition[]): Summary {
 }
 
 /** Within the same-GGUF tolerance (an empty set is not). */
-export function withinTolerance(s: Summary, tol: { readonly meanKL: number; readonly meanGap: number } = TOLERANCE): boolean {
+export function withinTolerance(
+  s: Summary,
+  tol: { readonly meanKL: number; readonly meanGap: number } = TOLERANCE,
+): boolean {
   return s.n > 0 && s.meanKL <= tol.meanKL && (Number.isNaN(s.meanGap) || s.meanGap <= tol.meanGap);
 }
 
 export function formatSummary(s: Summary): string {
-  const gap = Number.isNaN(s.meanGap) ? "actual token not returned" : `mean |Δ logprob| of the actual token ${s.meanGap.toExponential(2)} (max ${s.maxGap.toExponential(2)})`;
+  const gap = Number.isNaN(s.meanGap)
+    ? "actual token not returned"
+    : `mean |Δ logprob| of the actual token ${s.meanGap.toExponential(2)} (max ${s.maxGap.toExponential(2)})`;
   return `mean KL ${s.meanKL.toExponential(2)} (max ${s.maxKL.toExponential(2)}), ${gap}, top-1 agreement ${(s.top1 * 100).toFixed(0)}% over ${s.n} positions`;
 }

@@ -64,7 +64,11 @@ function idOf(key: string, ctx: DialectContext, numericKeys: boolean): number | 
 }
 
 /** Alternatives in any of the shapes: {key: logprob | {logprob}}, [{id|token_id, token, logprob}], [[logprob, id, text]]. */
-function alternatives(x: unknown, ctx: DialectContext, numericKeys: boolean): { top: Map<number, number>; returned: number; unmapped: number } {
+function alternatives(
+  x: unknown,
+  ctx: DialectContext,
+  numericKeys: boolean,
+): { top: Map<number, number>; returned: number; unmapped: number } {
   const top = new Map<number, number>();
   let returned = 0;
   if (isRecord(x)) {
@@ -82,7 +86,8 @@ function alternatives(x: unknown, ctx: DialectContext, numericKeys: boolean): { 
         const id = num(e[1]);
         if (id !== undefined && lp !== undefined) top.set(id, lp);
       } else if (isRecord(e)) {
-        const id = num(e.id) ?? num(e.token_id) ?? (typeof e.token === "string" ? idOf(e.token, ctx, false) : undefined);
+        const id =
+          num(e.id) ?? num(e.token_id) ?? (typeof e.token === "string" ? idOf(e.token, ctx, false) : undefined);
         const lp = num(e.logprob);
         if (id !== undefined && lp !== undefined) top.set(id, lp);
       }
@@ -96,7 +101,11 @@ function tokenId(t: unknown, ctx: DialectContext): number | undefined {
 }
 
 /** OpenAI legacy {tokens, token_logprobs, top_logprobs} or llama-server's {content: [...]}, from index `from`. */
-function completionLogprobs(lp: unknown, ctx: DialectContext, from = 0): { ids: (number | undefined)[]; entries: Entry[] } | undefined {
+function completionLogprobs(
+  lp: unknown,
+  ctx: DialectContext,
+  from = 0,
+): { ids: (number | undefined)[]; entries: Entry[] } | undefined {
   if (!isRecord(lp)) return undefined;
   if (Array.isArray(lp.content)) return contentEntries(lp.content.slice(from), ctx);
   if (!Array.isArray(lp.tokens) || !Array.isArray(lp.top_logprobs)) return undefined;
@@ -112,19 +121,38 @@ function completionLogprobs(lp: unknown, ctx: DialectContext, from = 0): { ids: 
   return { ids, entries };
 }
 
-function contentEntries(content: readonly unknown[], ctx: DialectContext): { ids: (number | undefined)[]; entries: Entry[] } {
+function contentEntries(
+  content: readonly unknown[],
+  ctx: DialectContext,
+): { ids: (number | undefined)[]; entries: Entry[] } {
   const ids: (number | undefined)[] = [];
   const entries: Entry[] = [];
   for (const e of content) {
     if (isRecord(e) && Array.isArray(e.probs)) {
       // llama-server before its OpenAI-style logprobs: {content, probs: [{tok_str, prob}]}
-      const alt = alternatives(Object.fromEntries(e.probs.flatMap((p) => (isRecord(p) && typeof p.tok_str === "string" && typeof p.prob === "number" ? [[p.tok_str, Math.log(p.prob)]] : []))), ctx, false);
+      const alt = alternatives(
+        Object.fromEntries(
+          e.probs.flatMap((p) =>
+            isRecord(p) && typeof p.tok_str === "string" && typeof p.prob === "number"
+              ? [[p.tok_str, Math.log(p.prob)]]
+              : [],
+          ),
+        ),
+        ctx,
+        false,
+      );
       const id = typeof e.content === "string" ? ctx.byText(e.content) : undefined;
       ids.push(id);
-      entries.push({ ...alt, returned: e.probs.length, unmapped: e.probs.length - alt.top.size, actual: id, actualLogprob: id !== undefined ? alt.top.get(id) : undefined });
+      entries.push({
+        ...alt,
+        returned: e.probs.length,
+        unmapped: e.probs.length - alt.top.size,
+        actual: id,
+        actualLogprob: id !== undefined ? alt.top.get(id) : undefined,
+      });
       continue;
     }
-    const id = isRecord(e) ? num(e.id) ?? tokenId(e.token, ctx) : undefined;
+    const id = isRecord(e) ? (num(e.id) ?? tokenId(e.token, ctx)) : undefined;
     const alt = alternatives(isRecord(e) ? e.top_logprobs : undefined, ctx, false);
     ids.push(id);
     entries.push({ ...alt, actual: id, actualLogprob: isRecord(e) ? num(e.logprob) : undefined });
@@ -133,11 +161,19 @@ function contentEntries(content: readonly unknown[], ctx: DialectContext): { ids
 }
 
 /** Generated ids up to the first unmappable one, with their entries. */
-function generatedOf(g: { ids: (number | undefined)[]; entries: Entry[] } | undefined): { generated: number[]; genEntries: Entry[]; unmappedGenerated: number } {
+function generatedOf(g: { ids: (number | undefined)[]; entries: Entry[] } | undefined): {
+  generated: number[];
+  genEntries: Entry[];
+  unmappedGenerated: number;
+} {
   if (g === undefined) return { generated: [], genEntries: [], unmappedGenerated: 0 };
   const cut = g.ids.indexOf(undefined);
   const n = cut === -1 ? g.ids.length : cut;
-  return { generated: g.ids.slice(0, n) as number[], genEntries: g.entries.slice(0, n), unmappedGenerated: g.ids.length - n };
+  return {
+    generated: g.ids.slice(0, n) as number[],
+    genEntries: g.entries.slice(0, n),
+    unmappedGenerated: g.ids.length - n,
+  };
 }
 
 function firstChoice(json: unknown): Record<string, unknown> | undefined {
@@ -177,16 +213,31 @@ export async function probe(d: Dialect, ctx: DialectContext, prompt: Prompt): Pr
       const actual = ids?.[i];
       // vLLM adds the actual token to the top-k: one extra entry when it is not among them
       const extra = actual !== undefined && top.has(actual) && returned > K ? 1 : 0;
-      return { top, returned: returned - extra, unmapped, actual, actualLogprob: actual !== undefined ? top.get(actual) : undefined };
+      return {
+        top,
+        returned: returned - extra,
+        unmapped,
+        actual,
+        actualLogprob: actual !== undefined ? top.get(actual) : undefined,
+      };
     });
-    if (n !== undefined && entries.length !== n) return `prompt_logprobs has ${entries.length} entries for ${n} prompt tokens`;
-    return { prompt: entries, ...generatedOf(completionLogprobs(c.logprobs, ctx)), promptTokens: undefined, promptCount: usagePrompt(r.json) ?? entries.length };
+    if (n !== undefined && entries.length !== n)
+      return `prompt_logprobs has ${entries.length} entries for ${n} prompt tokens`;
+    return {
+      prompt: entries,
+      ...generatedOf(completionLogprobs(c.logprobs, ctx)),
+      promptTokens: undefined,
+      promptCount: usagePrompt(r.json) ?? entries.length,
+    };
   }
   if (d === "sglang") {
     const r = await tryCall(ctx.call, `${ctx.origin}/generate`, {
       ...("ids" in prompt ? { input_ids: prompt.ids } : { text: prompt.text }),
       sampling_params: { max_new_tokens: ctx.maxTokens, temperature: 0 },
-      return_logprob: true, logprob_start_len: 0, top_logprobs_num: K, return_text_in_logprobs: true,
+      return_logprob: true,
+      logprob_start_len: 0,
+      top_logprobs_num: K,
+      return_text_in_logprobs: true,
     });
     const o = Array.isArray(r.json) ? r.json[0] : r.json;
     const meta = isRecord(o) && isRecord(o.meta_info) ? o.meta_info : undefined;
@@ -205,19 +256,32 @@ export async function probe(d: Dialect, ctx: DialectContext, prompt: Prompt): Pr
       if (i === 0 || !Array.isArray(t)) return undefined;
       return { ...alternatives(inTop[i], ctx, false), actual: num(t[1]), actualLogprob: num(t[0]) };
     });
-    if (n !== undefined && entries.length !== n) return `input_token_logprobs has ${entries.length} entries for ${n} prompt tokens`;
+    if (n !== undefined && entries.length !== n)
+      return `input_token_logprobs has ${entries.length} entries for ${n} prompt tokens`;
     const outTok = Array.isArray(meta.output_token_logprobs) ? meta.output_token_logprobs : [];
     const outTop = Array.isArray(meta.output_top_logprobs) ? meta.output_top_logprobs : [];
     const ids = outTok.map((t) => (Array.isArray(t) ? num(t[1]) : undefined));
-    const gen = outTok.map((t, i): Entry => ({ ...alternatives(outTop[i], ctx, false), actual: ids[i], actualLogprob: Array.isArray(t) ? num(t[0]) : undefined }));
-    return { prompt: entries, ...generatedOf({ ids, entries: gen }), promptTokens: promptTokens as number[], promptCount: num(meta.prompt_tokens) };
+    const gen = outTok.map(
+      (t, i): Entry => ({
+        ...alternatives(outTop[i], ctx, false),
+        actual: ids[i],
+        actualLogprob: Array.isArray(t) ? num(t[0]) : undefined,
+      }),
+    );
+    return {
+      prompt: entries,
+      ...generatedOf({ ids, entries: gen }),
+      promptTokens: promptTokens as number[],
+      promptCount: num(meta.prompt_tokens),
+    };
   }
   if (d === "echo") {
     const r = await postCompletion(ctx, { ...oa, echo: true, logprobs: K, return_tokens_as_token_ids: true });
     const c = firstChoice(r.json);
     if (r.status !== 200 || c === undefined) return describe(r);
     const lp = c.logprobs;
-    if (!isRecord(lp) || !Array.isArray(lp.tokens) || !Array.isArray(lp.top_logprobs)) return "no echoed logprobs {tokens, top_logprobs}";
+    if (!isRecord(lp) || !Array.isArray(lp.tokens) || !Array.isArray(lp.top_logprobs))
+      return "no echoed logprobs {tokens, top_logprobs}";
     const count = n ?? usagePrompt(r.json);
     if (count === undefined) return "echo without usage.prompt_tokens: the prompt's length is unknown";
     if (lp.tokens.length < count) return `echo returned ${lp.tokens.length} tokens for a ${count}-token prompt`;
@@ -225,14 +289,30 @@ export async function probe(d: Dialect, ctx: DialectContext, prompt: Prompt): Pr
     const entries = all.entries.slice(0, count).map((e, i) => (i === 0 ? undefined : e));
     const promptTokens = all.ids.slice(0, count);
     const rest = { ids: all.ids.slice(count), entries: all.entries.slice(count) };
-    return { prompt: entries, ...generatedOf(rest), promptTokens: promptTokens.every((x) => x !== undefined) ? (promptTokens as number[]) : undefined, promptCount: usagePrompt(r.json) };
+    return {
+      prompt: entries,
+      ...generatedOf(rest),
+      promptTokens: promptTokens.every((x) => x !== undefined) ? (promptTokens as number[]) : undefined,
+      promptCount: usagePrompt(r.json),
+    };
   }
   if (d === "llama-server") {
-    const r = await tryCall(ctx.call, `${ctx.origin}/completion`, { prompt: p, n_predict: ctx.maxTokens, n_probs: K, temperature: 0, cache_prompt: false });
+    const r = await tryCall(ctx.call, `${ctx.origin}/completion`, {
+      prompt: p,
+      n_predict: ctx.maxTokens,
+      n_probs: K,
+      temperature: 0,
+      cache_prompt: false,
+    });
     if (r.status !== 200 || !isRecord(r.json)) return describe(r);
     const cp = r.json.completion_probabilities;
     if (!Array.isArray(cp)) return "no completion_probabilities";
-    return { prompt: undefined, ...generatedOf(contentEntries(cp, ctx)), promptTokens: undefined, promptCount: num(r.json.tokens_evaluated) };
+    return {
+      prompt: undefined,
+      ...generatedOf(contentEntries(cp, ctx)),
+      promptTokens: undefined,
+      promptCount: num(r.json.tokens_evaluated),
+    };
   }
   const r = await tryCall(ctx.call, `${ctx.base}/completions`, { ...oa, logprobs: K });
   const c = firstChoice(r.json);

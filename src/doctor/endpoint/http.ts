@@ -11,7 +11,12 @@ export function makeCall(doFetch: typeof fetch, apiKey: string | undefined, time
   const headers: Record<string, string> = { "content-type": "application/json" };
   if (apiKey !== undefined) headers.authorization = `Bearer ${apiKey}`;
   return async (url, body) => {
-    const r = await doFetch(url, { method: body === undefined ? "GET" : "POST", headers, ...(body !== undefined ? { body: JSON.stringify(body) } : {}), signal: AbortSignal.timeout(timeoutMs) });
+    const r = await doFetch(url, {
+      method: body === undefined ? "GET" : "POST",
+      headers,
+      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+      signal: AbortSignal.timeout(timeoutMs),
+    });
     const text = await r.text();
     let json: unknown;
     try {
@@ -42,7 +47,11 @@ export function num(x: unknown): number | undefined {
 
 /** A short description of a failed reply, for the attempts log. */
 export function describe(r: Reply): string {
-  const msg = isRecord(r.json) ? (isRecord(r.json.error) ? r.json.error.message : r.json.error ?? r.json.message ?? r.json.detail) : r.json;
+  const msg = isRecord(r.json)
+    ? isRecord(r.json.error)
+      ? r.json.error.message
+      : (r.json.error ?? r.json.message ?? r.json.detail)
+    : r.json;
   const text = typeof msg === "string" ? msg : JSON.stringify(msg ?? null);
   return `HTTP ${r.status}${text !== undefined && text !== "null" ? `: ${text.slice(0, 120)}` : ""}`;
 }

@@ -9,7 +9,15 @@ import { evaluateAll, logSoftmaxRow } from "../../engine/evaluate.js";
 import { LatentCache } from "../../model/cache.js";
 import type { DeepSeek2 } from "../../model/deepseek2.js";
 import { withFaults, type Faults } from "../faults/faults.js";
-import { compareAll, comparePosition, formatSummary, summarize, withinTolerance, type Scored, type Summary } from "./compare.js";
+import {
+  compareAll,
+  comparePosition,
+  formatSummary,
+  summarize,
+  withinTolerance,
+  type Scored,
+  type Summary,
+} from "./compare.js";
 import { moeLayers, withExpertZeroed, withF32Weights, withKvBSwapped, withRopeBase } from "./variants.js";
 
 export interface MatchInput {
@@ -48,10 +56,12 @@ interface Candidate {
 function fitScale(input: MatchInput): number | undefined {
   // an even sample of at most 96 positions keeps the 30 evaluations cheap
   const every = Math.max(1, Math.ceil(input.scored.length / 96));
-  const pairs = input.scored.filter((_, i) => i % every === 0).flatMap((s) => {
-    const l = input.logits[s.seq]?.[s.pos];
-    return l !== undefined ? [{ s, l }] : [];
-  });
+  const pairs = input.scored
+    .filter((_, i) => i % every === 0)
+    .flatMap((s) => {
+      const l = input.logits[s.seq]?.[s.pos];
+      return l !== undefined ? [{ s, l }] : [];
+    });
   if (pairs.length === 0) return undefined;
   const loss = (lt: number): number => {
     const t = Math.exp(lt);
@@ -88,21 +98,48 @@ function candidates(clean: DeepSeek2): Candidate[] {
   const f = (faults: Faults) => () => withFaults(clean, faults);
   const out: Candidate[] = [{ label: "NeoX (half-split) RoPE instead of interleaved", build: f({ neoxRope: true }) }];
   const hasMoe = c.nExpert > 0 && moeLayers(clean).length > 0;
-  if (hasMoe && c.gating === "sigmoid") out.push({ label: "softmax router gating instead of sigmoid", build: f({ softmaxGating: true }) });
-  if (hasMoe && clean.weights.layers.some((l) => l.moe?.bias !== undefined)) out.push({ label: "correction bias (exp_probs_b) added to the expert weights", build: f({ biasInWeights: true }) });
-  if (c.qkNope === c.vHead) out.push({ label: "attn_k_b and attn_v_b swapped (W_UK used as W_UV and the reverse)", build: () => withKvBSwapped(clean) });
+  if (hasMoe && c.gating === "sigmoid")
+    out.push({ label: "softmax router gating instead of sigmoid", build: f({ softmaxGating: true }) });
+  if (hasMoe && clean.weights.layers.some((l) => l.moe?.bias !== undefined))
+    out.push({ label: "correction bias (exp_probs_b) added to the expert weights", build: f({ biasInWeights: true }) });
+  if (c.qkNope === c.vHead)
+    out.push({
+      label: "attn_k_b and attn_v_b swapped (W_UK used as W_UV and the reverse)",
+      build: () => withKvBSwapped(clean),
+    });
   const base = c.ropeBase;
-  const bases = [...new Set([1e4, 5e4, 1e5, 5e5, 1e6, 1e7, base * 10, base / 10, base * 2, base / 2])].filter((b) => Math.abs(b / base - 1) > 0.01);
-  for (const b of bases) out.push({ label: `RoPE base ${b} instead of the file's ${base} (rope.freq_base)`, build: () => withRopeBase(clean, b), ropeBase: b });
+  const bases = [...new Set([1e4, 5e4, 1e5, 5e5, 1e6, 1e7, base * 10, base / 10, base * 2, base / 2])].filter(
+    (b) => Math.abs(b / base - 1) > 0.01,
+  );
+  for (const b of bases)
+    out.push({
+      label: `RoPE base ${b} instead of the file's ${base} (rope.freq_base)`,
+      build: () => withRopeBase(clean, b),
+      ropeBase: b,
+    });
   if (hasMoe) {
-    for (let e = 0; e < c.nExpert; e++) out.push({ label: `expert ${e} zeroed in every MoE layer`, build: () => withExpertZeroed(clean, e), expert: true });
-    for (const il of moeLayers(clean)) for (let e = 0; e < c.nExpert; e++) out.push({ label: `expert ${e} of layer ${il} zeroed (missing or unloaded ffn_*_exps slice)`, build: () => withExpertZeroed(clean, e, il), expert: true });
+    for (let e = 0; e < c.nExpert; e++)
+      out.push({
+        label: `expert ${e} zeroed in every MoE layer`,
+        build: () => withExpertZeroed(clean, e),
+        expert: true,
+      });
+    for (const il of moeLayers(clean))
+      for (let e = 0; e < c.nExpert; e++)
+        out.push({
+          label: `expert ${e} of layer ${il} zeroed (missing or unloaded ffn_*_exps slice)`,
+          build: () => withExpertZeroed(clean, e, il),
+          expert: true,
+        });
   }
   return out;
 }
 
 /** The probe and prefix to simulate on: the shortest prefix holding ≥ 12 scored positions that still disagree. */
-function pickWindow(input: MatchInput, scored: readonly Scored[]): { seq: number; len: number; scored: Scored[] } | undefined {
+function pickWindow(
+  input: MatchInput,
+  scored: readonly Scored[],
+): { seq: number; len: number; scored: Scored[] } | undefined {
   let best: { seq: number; len: number; scored: Scored[] } | undefined;
   for (let seq = 0; seq < input.seqs.length; seq++) {
     const mine = scored.filter((s) => s.seq === seq).sort((a, b) => a.pos - b.pos);
@@ -122,13 +159,19 @@ export function matchFaults(input: MatchInput): MatchResult {
   const prompt = input.scored.filter((s) => s.group === "prompt");
   for (const shift of [-1, 1]) {
     const m = summarize(compareAll(rows, prompt, shift));
-    if (withinTolerance(m)) causes.push(`the log-probs match latent's position ${shift > 0 ? "i+1" : "i−1"} (${formatSummary(m)}): the endpoint's positions are off by one (prompt_logprobs alignment)`);
+    if (withinTolerance(m))
+      causes.push(
+        `the log-probs match latent's position ${shift > 0 ? "i+1" : "i−1"} (${formatSummary(m)}): the endpoint's positions are off by one (prompt_logprobs alignment)`,
+      );
   }
   const t = fitScale(input);
   if (t !== undefined && Math.abs(t - 1) > 0.01) {
     const scaled = input.logits.map((seq) => seq.map((l) => logSoftmaxRow(l.map((x) => x * t))));
     const m = summarize(compareAll((s) => scaled[s], input.scored));
-    if (withinTolerance(m)) causes.push(`the log-probs match latent's with the logits multiplied by ${t.toFixed(3)} (${formatSummary(m)}): a temperature or logit scale applied to the returned log-probs, or a scaled output norm / lm_head`);
+    if (withinTolerance(m))
+      causes.push(
+        `the log-probs match latent's with the logits multiplied by ${t.toFixed(3)} (${formatSummary(m)}): a temperature or logit scale applied to the returned log-probs, or a scaled output norm / lm_head`,
+      );
   }
   const window = pickWindow(input, input.scored);
   const t0 = performance.now();
@@ -153,7 +196,9 @@ export function matchFaults(input: MatchInput): MatchResult {
       const fit = fitRopeBase(bestRope.base, (b) => simulate(withRopeBase(clean, b)).meanKL);
       const s = simulate(withRopeBase(clean, fit));
       if (!withinTolerance(s)) return false;
-      causes.push(`the log-probs match latent with a simulated fault — RoPE base ≈ ${Number(fit.toPrecision(2))} (fitted) instead of the file's ${input.clean.config.ropeBase} (rope.freq_base) (${formatSummary(s)})`);
+      causes.push(
+        `the log-probs match latent with a simulated fault — RoPE base ≈ ${Number(fit.toPrecision(2))} (fitted) instead of the file's ${input.clean.config.ropeBase} (rope.freq_base) (${formatSummary(s)})`,
+      );
       return true;
     };
     let refined = false;
@@ -174,7 +219,8 @@ export function matchFaults(input: MatchInput): MatchResult {
       } catch {
         continue;
       }
-      if (cand.ropeBase !== undefined && (bestRope === undefined || s.meanKL < bestRope.kl)) bestRope = { base: cand.ropeBase, kl: s.meanKL };
+      if (cand.ropeBase !== undefined && (bestRope === undefined || s.meanKL < bestRope.kl))
+        bestRope = { base: cand.ropeBase, kl: s.meanKL };
       if (withinTolerance(s)) {
         causes.push(`the log-probs match latent with a simulated fault — ${cand.label} (${formatSummary(s)})`);
         break;
@@ -236,11 +282,16 @@ export function matchDecodeFaults(input: MatchInput, promptLength: (seq: number)
         for (let i = 0; i < l.length / V; i++) out.push(logSoftmaxRow(l.subarray(i * V, (i + 1) * V)));
       };
       take(m.forward(tokens.slice(0, n), cache, { path: "prefill", logits: "all" }));
-      for (let i = n; i < tokens.length - 1; i++) take(m.forward([tokens[i]], cache, { path: "decode", logits: "all" }));
-      const s = summarize(compareAll(() => out, gen.filter((g) => g.seq === seq)));
+      for (let i = n; i < tokens.length - 1; i++)
+        take(m.forward([tokens[i]], cache, { path: "decode", logits: "all" }));
+      const s = summarize(
+        compareAll(
+          () => out,
+          gen.filter((g) => g.seq === seq),
+        ),
+      );
       if (withinTolerance(s)) causes.push(`${cand.label} (simulated: ${formatSummary(s)})`);
-    } catch {
-    }
+    } catch {}
   }
   return causes;
 }

@@ -11,7 +11,12 @@ import type { Rope } from "../../model/rope.js";
 import { reassembleKvB, type LayerWeights, type ModelWeights, type SwiGLU } from "../../model/weights.js";
 
 /** The model's class over other weights or config; the model's own rope (a fault's NeoX rope too) unless `rope` is "from config". */
-function rebuild<M extends DeepSeek2>(model: M, config: ModelConfig, weights: ModelWeights, rope: Rope | "from config" = model.rope): M {
+function rebuild<M extends DeepSeek2>(
+  model: M,
+  config: ModelConfig,
+  weights: ModelWeights,
+  rope: Rope | "from config" = model.rope,
+): M {
   const Ctor = model.constructor as new (c: ModelConfig, w: ModelWeights, r?: Rope) => M;
   const m = new Ctor(config, weights, rope === "from config" ? undefined : rope);
   m.kernels = model.kernels;
@@ -19,7 +24,13 @@ function rebuild<M extends DeepSeek2>(model: M, config: ModelConfig, weights: Mo
 }
 
 function f32(name: string, cols: number, rows: number, values: Float32Array): QMatrix {
-  return new QMatrix(name, GGMLType.F32, cols, rows, new Uint8Array(values.buffer, values.byteOffset, values.byteLength));
+  return new QMatrix(
+    name,
+    GGMLType.F32,
+    cols,
+    rows,
+    new Uint8Array(values.buffer, values.byteOffset, values.byteLength),
+  );
 }
 
 function transposed(m: QMatrix, name: string): QMatrix {
@@ -49,7 +60,13 @@ export function withKvBSwapped<M extends DeepSeek2>(model: M): M | undefined {
   const split = splitKvBSwapped(model.weights, model.config);
   const layers = split.layers.map((lw) => {
     let kvB: QMatrix | undefined;
-    return { ...lw, attn: { ...lw.attn, kvB: () => (kvB ??= reassembleKvB(lw.attn.kB, lw.attn.vB, "attn_kv_b (k_b/v_b swapped)", P, V, L)) } };
+    return {
+      ...lw,
+      attn: {
+        ...lw.attn,
+        kvB: () => (kvB ??= reassembleKvB(lw.attn.kB, lw.attn.vB, "attn_kv_b (k_b/v_b swapped)", P, V, L)),
+      },
+    };
   });
   return rebuild(model, model.config, { ...split, layers });
 }
@@ -60,7 +77,8 @@ export function withKvBSwapped<M extends DeepSeek2>(model: M): M | undefined {
  * Each takes the other's transpose: kB[h] is L rows of P, vB[h] is V rows of L; needs P = V.
  */
 export function splitKvBSwapped(weights: ModelWeights, config: ModelConfig): ModelWeights {
-  if (config.qkNope !== config.vHead) throw new Error(`k_b and v_b cannot be swapped: qk_nope ${config.qkNope} ≠ v_head ${config.vHead}`);
+  if (config.qkNope !== config.vHead)
+    throw new Error(`k_b and v_b cannot be swapped: qk_nope ${config.qkNope} ≠ v_head ${config.vHead}`);
   const layers = weights.layers.map((lw) => {
     const kB = lw.attn.vB.map((v) => transposed(v, `${v.name} as attn_k_b`));
     const vB = lw.attn.kB.map((k) => transposed(k, `${k.name} as attn_v_b`));
@@ -76,7 +94,8 @@ function zeroExpert(e: SwiGLU): SwiGLU {
 /** Expert `expert` of MoE layer `layer` (every MoE layer when `layer` is undefined) with all-zero weights. */
 export function withExpertZeroed<M extends DeepSeek2>(model: M, expert: number, layer?: number): M {
   return withLayers(model, (lw, il) => {
-    if (lw.moe === undefined || (layer !== undefined && il !== layer) || lw.moe.experts[expert] === undefined) return lw;
+    if (lw.moe === undefined || (layer !== undefined && il !== layer) || lw.moe.experts[expert] === undefined)
+      return lw;
     return { ...lw, moe: { ...lw.moe, experts: lw.moe.experts.map((x, i) => (i === expert ? zeroExpert(x) : x)) } };
   });
 }
@@ -92,7 +111,8 @@ function countParams(w: ModelWeights): number {
     const a = lw.attn;
     for (const m of [a.q, a.qA, a.qB, a.kvA, a.o, ...a.kB, ...a.vB]) if (m !== undefined) n += m.rows * m.cols;
     const ffn = [lw.dense, lw.moe?.shared, ...(lw.moe?.experts ?? [])];
-    for (const e of ffn) if (e !== undefined) n += e.gate.rows * e.gate.cols + e.up.rows * e.up.cols + e.down.rows * e.down.cols;
+    for (const e of ffn)
+      if (e !== undefined) n += e.gate.rows * e.gate.cols + e.up.rows * e.up.cols + e.down.rows * e.down.cols;
   }
   return n;
 }
@@ -121,9 +141,27 @@ export function withF32Weights<M extends DeepSeek2>(model: M, maxBytes = 256 * 2
     const kvB = asF32(lw.attn.kvB());
     return {
       ...lw,
-      attn: { ...lw.attn, q: opt(lw.attn.q), qA: opt(lw.attn.qA), qB: opt(lw.attn.qB), kvA: asF32(lw.attn.kvA), kB, vB, kvB: () => kvB, o: asF32(lw.attn.o) },
+      attn: {
+        ...lw.attn,
+        q: opt(lw.attn.q),
+        qA: opt(lw.attn.qA),
+        qB: opt(lw.attn.qB),
+        kvA: asF32(lw.attn.kvA),
+        kB,
+        vB,
+        kvB: () => kvB,
+        o: asF32(lw.attn.o),
+      },
       dense: lw.dense === undefined ? undefined : swigluF32(lw.dense),
-      moe: lw.moe === undefined ? undefined : { ...lw.moe, router: asF32(lw.moe.router), experts: lw.moe.experts.map(swigluF32), shared: lw.moe.shared === undefined ? undefined : swigluF32(lw.moe.shared) },
+      moe:
+        lw.moe === undefined
+          ? undefined
+          : {
+              ...lw.moe,
+              router: asF32(lw.moe.router),
+              experts: lw.moe.experts.map(swigluF32),
+              shared: lw.moe.shared === undefined ? undefined : swigluF32(lw.moe.shared),
+            },
     };
   });
   return rebuild(model, model.config, { ...w, tokenEmbd: asF32(w.tokenEmbd), output: asF32(w.output), layers });

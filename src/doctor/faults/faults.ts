@@ -38,9 +38,19 @@ type ModelClass = new (config: ModelConfig, weights: ModelWeights, rope?: Rope) 
 /** The model's own class (DeepSeek2, GlmDsa, …) with the attention and routing stages the faults replace. */
 function faultyClass(Base: ModelClass, faults: Faults): ModelClass {
   return class FaultyModel extends Base {
-    protected override attend(path: AttentionPath, lw: LayerWeights, pr: Projections, n: number, pos0: number, lat: LatentRows, sel: KeySelection | undefined, k: MatKernels): Float64Array {
+    protected override attend(
+      path: AttentionPath,
+      lw: LayerWeights,
+      pr: Projections,
+      n: number,
+      pos0: number,
+      lat: LatentRows,
+      sel: KeySelection | undefined,
+      k: MatKernels,
+    ): Float64Array {
       if (faults.attnOutUnwritten === path) return new Float64Array(n * this.config.nHead * this.config.vHead);
-      if (faults.fp16AbsorbedQuery === true && path === "decode") return attendAbsorbedF16Query(lw.attn, this.config, pr, n, pos0, lat, sel, k);
+      if (faults.fp16AbsorbedQuery === true && path === "decode")
+        return attendAbsorbedF16Query(lw.attn, this.config, pr, n, pos0, lat, sel, k);
       return super.attend(path, lw, pr, n, pos0, lat, sel, k);
     }
 

@@ -27,10 +27,30 @@ type ArrayNode = SchemaNode & { k: "array" };
 type Frame =
   | { readonly t: "root"; readonly done: boolean }
   | { readonly t: "value"; readonly node: SchemaNode; readonly ws: number }
-  | { readonly t: "lit"; readonly texts: readonly Uint8Array[]; readonly names: readonly string[]; readonly pos: number }
-  | { readonly t: "str"; readonly min: number; readonly max: number; readonly len: number; readonly esc: boolean; readonly hex: number; readonly utf8: number }
+  | {
+      readonly t: "lit";
+      readonly texts: readonly Uint8Array[];
+      readonly names: readonly string[];
+      readonly pos: number;
+    }
+  | {
+      readonly t: "str";
+      readonly min: number;
+      readonly max: number;
+      readonly len: number;
+      readonly esc: boolean;
+      readonly hex: number;
+      readonly utf8: number;
+    }
   | { readonly t: "num"; readonly integer: boolean; readonly st: number; readonly n: number }
-  | { readonly t: "obj"; readonly node: ObjectNode; readonly st: number; readonly seen: readonly string[]; readonly key: string; readonly ws: number }
+  | {
+      readonly t: "obj";
+      readonly node: ObjectNode;
+      readonly st: number;
+      readonly seen: readonly string[];
+      readonly key: string;
+      readonly ws: number;
+    }
   | { readonly t: "arr"; readonly node: ArrayNode; readonly st: number; readonly count: number; readonly ws: number };
 
 interface Stack {
@@ -39,7 +59,11 @@ interface Stack {
   readonly depth: number;
 }
 
-const push = (below: Stack | null, f: Frame): Stack => ({ f, below, depth: below === null ? 0 : below.depth + (f.t === "obj" || f.t === "arr" ? 1 : 0) });
+const push = (below: Stack | null, f: Frame): Stack => ({
+  f,
+  below,
+  depth: below === null ? 0 : below.depth + (f.t === "obj" || f.t === "arr" ? 1 : 0),
+});
 const replace = (s: Stack, f: Frame): Stack => ({ f, below: s.below, depth: s.depth });
 
 const isWs = (b: number): boolean => b === 0x20 || b === 0x0a || b === 0x0d || b === 0x09;
@@ -121,13 +145,18 @@ function startValue(below: Stack | null, node: SchemaNode, b: number, out: Stack
       if (b === 0x2d || isDigit(b)) return startValue(below, ANY_NUMBER, b, out);
       return startValue(below, ANY_LITERAL, b, out);
     case "object":
-      if (b === 0x7b && (below?.depth ?? 0) < MAX_DEPTH) out.push(push(below, { t: "obj", node, st: 0, seen: [], key: "", ws: 0 }));
+      if (b === 0x7b && (below?.depth ?? 0) < MAX_DEPTH)
+        out.push(push(below, { t: "obj", node, st: 0, seen: [], key: "", ws: 0 }));
       return;
     case "array":
-      if (b === 0x5b && (below?.depth ?? 0) < MAX_DEPTH) out.push(push(below, { t: "arr", node, st: 0, count: 0, ws: 0 }));
+      if (b === 0x5b && (below?.depth ?? 0) < MAX_DEPTH)
+        out.push(push(below, { t: "arr", node, st: 0, count: 0, ws: 0 }));
       return;
     case "string":
-      if (b === QUOTE) out.push(push(below, { t: "str", min: node.minLength, max: node.maxLength, len: 0, esc: false, hex: 0, utf8: 0 }));
+      if (b === QUOTE)
+        out.push(
+          push(below, { t: "str", min: node.minLength, max: node.maxLength, len: 0, esc: false, hex: 0, utf8: 0 }),
+        );
       return;
     case "number":
       if (b === 0x2d) out.push(push(below, { t: "num", integer: node.integer, st: 1, n: 1 }));
@@ -274,15 +303,24 @@ function numberStep(st: number, b: number, integer: boolean): number {
   const dot = b === 0x2e && !integer;
   const exp = (b === 0x65 || b === 0x45) && !integer;
   switch (st) {
-    case 1: return b === 0x30 ? 2 : digit ? 3 : -1; // after '-'
-    case 2: return dot ? 4 : exp ? 6 : -1; // after a leading 0
-    case 3: return digit ? 3 : dot ? 4 : exp ? 6 : -1; // integer digits
-    case 4: return digit ? 5 : -1; // after '.'
-    case 5: return digit ? 5 : exp ? 6 : -1; // fraction digits
-    case 6: return b === 0x2b || b === 0x2d ? 7 : digit ? 8 : -1; // after 'e'
-    case 7: return digit ? 8 : -1; // after the exponent's sign
-    case 8: return digit ? 8 : -1; // exponent digits
-    default: return -1;
+    case 1:
+      return b === 0x30 ? 2 : digit ? 3 : -1; // after '-'
+    case 2:
+      return dot ? 4 : exp ? 6 : -1; // after a leading 0
+    case 3:
+      return digit ? 3 : dot ? 4 : exp ? 6 : -1; // integer digits
+    case 4:
+      return digit ? 5 : -1; // after '.'
+    case 5:
+      return digit ? 5 : exp ? 6 : -1; // fraction digits
+    case 6:
+      return b === 0x2b || b === 0x2d ? 7 : digit ? 8 : -1; // after 'e'
+    case 7:
+      return digit ? 8 : -1; // after the exponent's sign
+    case 8:
+      return digit ? 8 : -1; // exponent digits
+    default:
+      return -1;
   }
 }
 

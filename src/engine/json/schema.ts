@@ -8,7 +8,12 @@ import { UsageError } from "../../util/errors.js";
  */
 export type SchemaNode =
   | { readonly k: "any" }
-  | { readonly k: "object"; readonly props: ReadonlyMap<string, SchemaNode> | null; readonly required: ReadonlySet<string>; readonly extra: SchemaNode | null }
+  | {
+      readonly k: "object";
+      readonly props: ReadonlyMap<string, SchemaNode> | null;
+      readonly required: ReadonlySet<string>;
+      readonly extra: SchemaNode | null;
+    }
   | { readonly k: "array"; readonly items: SchemaNode; readonly minItems: number; readonly maxItems: number }
   | { readonly k: "string"; readonly minLength: number; readonly maxLength: number }
   | { readonly k: "number"; readonly integer: boolean }
@@ -30,8 +35,35 @@ export const MAX_SCHEMA_CHARS = 256 * 1024;
 export const MAX_ENUM = 512;
 
 /** Keywords that describe a value without constraining what we generate (annotations). */
-const ANNOTATIONS = new Set(["title", "description", "$schema", "$id", "$comment", "examples", "default", "deprecated", "readOnly", "writeOnly"]);
-const HANDLED = new Set(["type", "properties", "required", "additionalProperties", "items", "enum", "const", "minItems", "maxItems", "minLength", "maxLength", "anyOf", "$ref", "$defs", "definitions"]);
+const ANNOTATIONS = new Set([
+  "title",
+  "description",
+  "$schema",
+  "$id",
+  "$comment",
+  "examples",
+  "default",
+  "deprecated",
+  "readOnly",
+  "writeOnly",
+]);
+const HANDLED = new Set([
+  "type",
+  "properties",
+  "required",
+  "additionalProperties",
+  "items",
+  "enum",
+  "const",
+  "minItems",
+  "maxItems",
+  "minLength",
+  "maxLength",
+  "anyOf",
+  "$ref",
+  "$defs",
+  "definitions",
+]);
 
 type Json = Record<string, unknown>;
 const isObj = (v: unknown): v is Json => typeof v === "object" && v !== null && !Array.isArray(v);
@@ -46,8 +78,10 @@ function checkSize(schema: unknown): void {
   while (stack.length > 0) {
     const [v, depth] = stack.pop()!;
     if (typeof v !== "object" || v === null) continue;
-    if (++count > MAX_SCHEMA_NODES) throw new UsageError(`the JSON schema is too large: more than ${MAX_SCHEMA_NODES} objects and arrays`);
-    if (depth > MAX_SCHEMA_DEPTH) throw new UsageError(`the JSON schema is nested too deeply: more than ${MAX_SCHEMA_DEPTH} levels`);
+    if (++count > MAX_SCHEMA_NODES)
+      throw new UsageError(`the JSON schema is too large: more than ${MAX_SCHEMA_NODES} objects and arrays`);
+    if (depth > MAX_SCHEMA_DEPTH)
+      throw new UsageError(`the JSON schema is nested too deeply: more than ${MAX_SCHEMA_DEPTH} levels`);
     for (const child of Array.isArray(v) ? v : Object.values(v)) stack.push([child, depth + 1]);
   }
 }
@@ -57,8 +91,12 @@ export function compileSchema(schema: unknown): SchemaNode {
   checkSize(schema);
   // (after checkSize: the depth is bounded, so stringify cannot overflow the stack)
   const chars = JSON.stringify(schema)?.length ?? 0;
-  if (chars > MAX_SCHEMA_CHARS) throw new UsageError(`the JSON schema is too large: ${chars} characters of JSON (at most ${MAX_SCHEMA_CHARS})`);
-  if (!isObj(schema)) throw new UsageError(`the JSON schema must be an object, got ${schema === null ? "null" : Array.isArray(schema) ? "array" : typeof schema}`);
+  if (chars > MAX_SCHEMA_CHARS)
+    throw new UsageError(`the JSON schema is too large: ${chars} characters of JSON (at most ${MAX_SCHEMA_CHARS})`);
+  if (!isObj(schema))
+    throw new UsageError(
+      `the JSON schema must be an object, got ${schema === null ? "null" : Array.isArray(schema) ? "array" : typeof schema}`,
+    );
   const defs = new Map<string, unknown>();
   for (const key of ["$defs", "definitions"]) {
     const d = schema[key];
@@ -71,12 +109,16 @@ export function compileSchema(schema: unknown): SchemaNode {
     if (s === true) return ANY;
     if (!isObj(s)) throw new UsageError(`${where}: a schema must be an object, got ${JSON.stringify(s)?.slice(0, 40)}`);
     for (const key of Object.keys(s)) {
-      if (!HANDLED.has(key) && !ANNOTATIONS.has(key)) throw new UsageError(`${where}: the JSON schema keyword '${key.slice(0, 64)}' is not supported`);
+      if (!HANDLED.has(key) && !ANNOTATIONS.has(key))
+        throw new UsageError(`${where}: the JSON schema keyword '${key.slice(0, 64)}' is not supported`);
     }
     if (s["$ref"] !== undefined) {
       const ref = s["$ref"];
       if (typeof ref !== "string") throw new UsageError(`${where}: '$ref' must be a string`);
-      if (ref !== "#" && !defs.has(ref)) throw new UsageError(`${where}: '$ref' ${JSON.stringify(ref.slice(0, 80))} is not supported (only "#" and local "#/$defs/…" or "#/definitions/…")`);
+      if (ref !== "#" && !defs.has(ref))
+        throw new UsageError(
+          `${where}: '$ref' ${JSON.stringify(ref.slice(0, 80))} is not supported (only "#" and local "#/$defs/…" or "#/definitions/…")`,
+        );
       let node = refs.get(ref);
       if (node === undefined) {
         node = { k: "ref", name: ref, target: undefined };
@@ -107,13 +149,18 @@ export function compileSchema(schema: unknown): SchemaNode {
   const count = (s: Json, key: string, where: string, fallback: number): number => {
     const v = s[key];
     if (v === undefined) return fallback;
-    if (typeof v !== "number" || !Number.isSafeInteger(v) || v < 0) throw new UsageError(`${where}: '${key}' must be an integer >= 0`);
+    if (typeof v !== "number" || !Number.isSafeInteger(v) || v < 0)
+      throw new UsageError(`${where}: '${key}' must be an integer >= 0`);
     return v;
   };
   const typed = (s: Json, t: unknown, where: string): SchemaNode => {
     switch (t) {
       case "string": {
-        const node = { k: "string", minLength: count(s, "minLength", where, 0), maxLength: count(s, "maxLength", where, Infinity) } as const;
+        const node = {
+          k: "string",
+          minLength: count(s, "minLength", where, 0),
+          maxLength: count(s, "maxLength", where, Infinity),
+        } as const;
         if (node.minLength > node.maxLength) throw new UsageError(`${where}: 'minLength' exceeds 'maxLength'`);
         return node;
       }
@@ -126,22 +173,37 @@ export function compileSchema(schema: unknown): SchemaNode {
         return { k: "literal", texts: ["null"] };
       case "array": {
         const items = s["items"] === undefined ? ANY : compile(s["items"], `${where}.items`);
-        const node = { k: "array", items, minItems: count(s, "minItems", where, 0), maxItems: count(s, "maxItems", where, Infinity) } as const;
+        const node = {
+          k: "array",
+          items,
+          minItems: count(s, "minItems", where, 0),
+          maxItems: count(s, "maxItems", where, Infinity),
+        } as const;
         if (node.minItems > node.maxItems) throw new UsageError(`${where}: 'minItems' exceeds 'maxItems'`);
         return node;
       }
       case "object": {
         const p = s["properties"];
         if (p !== undefined && !isObj(p)) throw new UsageError(`${where}: 'properties' must be an object`);
-        const props = p === undefined ? null : new Map(Object.entries(p).map(([k, sub]) => [k, compile(sub, `${where}.properties.${k.slice(0, 64)}`)]));
+        const props =
+          p === undefined
+            ? null
+            : new Map(Object.entries(p).map(([k, sub]) => [k, compile(sub, `${where}.properties.${k.slice(0, 64)}`)]));
         const req = s["required"] ?? [];
-        if (!Array.isArray(req) || !req.every((r) => typeof r === "string")) throw new UsageError(`${where}: 'required' must be an array of strings`);
-        for (const r of req) if (props !== null && !props.has(r)) throw new UsageError(`${where}: required property ${JSON.stringify(r.slice(0, 64))} is not in 'properties'`);
+        if (!Array.isArray(req) || !req.every((r) => typeof r === "string"))
+          throw new UsageError(`${where}: 'required' must be an array of strings`);
+        for (const r of req)
+          if (props !== null && !props.has(r))
+            throw new UsageError(
+              `${where}: required property ${JSON.stringify(r.slice(0, 64))} is not in 'properties'`,
+            );
         const ap = s["additionalProperties"];
         // Declared properties restrict the keys (what strict mode demands; without strict, still a valid instance).
         // Without 'properties', any key is allowed unless additionalProperties is false.
         let extra: SchemaNode | null = null;
-        if (props === null) extra = ap === false ? null : ap === undefined || ap === true ? ANY : compile(ap, `${where}.additionalProperties`);
+        if (props === null)
+          extra =
+            ap === false ? null : ap === undefined || ap === true ? ANY : compile(ap, `${where}.additionalProperties`);
         else if (ap !== undefined && ap !== false && ap !== true) compile(ap, `${where}.additionalProperties`);
         return { k: "object", props, required: new Set(req as string[]), extra };
       }
@@ -152,8 +214,10 @@ export function compileSchema(schema: unknown): SchemaNode {
   const root = compile(schema, "schema");
   for (const ref of refs.values()) checkRefConsumes(ref);
   const depth = minimalDepth(root);
-  if (depth === Infinity) throw new UsageError("the JSON schema has no finite instance: its required properties or items recurse forever");
-  if (depth > MAX_VALUE_DEPTH) throw new UsageError(`the JSON schema needs values nested ${depth} deep (at most ${MAX_VALUE_DEPTH})`);
+  if (depth === Infinity)
+    throw new UsageError("the JSON schema has no finite instance: its required properties or items recurse forever");
+  if (depth > MAX_VALUE_DEPTH)
+    throw new UsageError(`the JSON schema needs values nested ${depth} deep (at most ${MAX_VALUE_DEPTH})`);
   return root;
 }
 
@@ -213,7 +277,10 @@ function checkRefConsumes(start: SchemaNode & { k: "ref" }): void {
   const stack: SchemaNode[] = [start.target!];
   while (stack.length > 0) {
     const n = stack.pop()!;
-    if (n === start) throw new UsageError(`'$ref' ${JSON.stringify(start.name.slice(0, 80))} refers to itself without writing anything: an infinite recursion`);
+    if (n === start)
+      throw new UsageError(
+        `'$ref' ${JSON.stringify(start.name.slice(0, 80))} refers to itself without writing anything: an infinite recursion`,
+      );
     if (seen.has(n)) continue;
     seen.add(n);
     if (n.k === "union") stack.push(...n.of);

@@ -9,11 +9,16 @@ import { GGMLType, typeName } from "../../../src/gguf/types.js";
 import { quantize } from "../../../src/quant/index.js";
 import { GpuRuntime } from "../../../src/backend/webgpu/core/runtime.js";
 import { GpuMatrix } from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
-import { attentionFused, attnFusedPartWords, attnFusedShape } from "../../../src/backend/webgpu/kernels/attention/fused.js";
+import {
+  attentionFused,
+  attnFusedPartWords,
+  attnFusedShape,
+} from "../../../src/backend/webgpu/kernels/attention/fused.js";
 import { f32, gpuOrSkip, relErr, Rng, u32 } from "./helpers.js";
 
 const { rt, skip: noGpu } = await gpuOrSkip();
-const skip = noGpu !== false ? noGpu : rt!.info.subgroupSize === undefined ? "the adapter has no fixed subgroup size" : false;
+const skip =
+  noGpu !== false ? noGpu : rt!.info.subgroupSize === undefined ? "the adapter has no fixed subgroup size" : false;
 const EPS = 1e-6;
 
 interface Case {
@@ -25,30 +30,159 @@ interface Case {
   readonly typeK: number;
   readonly typeV: number;
   /** the kernel's knobs (workgroups per head, keys per subgroup and iteration) */
-  readonly tune?: { readonly attnFuseSplit?: number; readonly attnFuseKeys?: number; readonly attnFuseSubgroups?: number };
+  readonly tune?: {
+    readonly attnFuseSplit?: number;
+    readonly attnFuseKeys?: number;
+    readonly attnFuseSubgroups?: number;
+  };
   /** key counts (and page sizes) to run; default KEYS */
   readonly keys?: readonly (readonly [number, number])[];
   /** q-LoRA's form: the queries in a buffer of their own, the token's key already in the cache (written by the step) */
   readonly lora?: boolean;
 }
 
-const KEYS = [[1, 0], [7, 0], [40, 4], [256, 0], [33, 16], [257, 0], [1000, 8]] as const;
+const KEYS = [
+  [1, 0],
+  [7, 0],
+  [40, 4],
+  [256, 0],
+  [33, 16],
+  [257, 0],
+  [1000, 8],
+] as const;
 
 const CASES: Case[] = [
-  { H: 3, P: 32, R: 6, L: 64, V: 32, typeK: GGMLType.Q8_0, typeV: GGMLType.Q8_0, tune: { attnFuseSplit: 3, attnFuseKeys: 3 } },
+  {
+    H: 3,
+    P: 32,
+    R: 6,
+    L: 64,
+    V: 32,
+    typeK: GGMLType.Q8_0,
+    typeV: GGMLType.Q8_0,
+    tune: { attnFuseSplit: 3, attnFuseKeys: 3 },
+  },
   { H: 2, P: 64, R: 8, L: 256, V: 40, typeK: GGMLType.Q5_0, typeV: GGMLType.Q4_K },
-  { H: 4, P: 12, R: 4, L: 24, V: 20, typeK: GGMLType.F32, typeV: GGMLType.F16, tune: { attnFuseSplit: 16, attnFuseKeys: 2 } },
+  {
+    H: 4,
+    P: 12,
+    R: 4,
+    L: 24,
+    V: 20,
+    typeK: GGMLType.F32,
+    typeV: GGMLType.F16,
+    tune: { attnFuseSplit: 16, attnFuseKeys: 2 },
+  },
   // DeepSeek-V2-Lite's head (Q4_K_M: W_UK Q5_0, W_UV Q4_K) as the GPU runs it: 8 splits, 2 keys an iteration
-  { H: 2, P: 128, R: 64, L: 512, V: 128, typeK: GGMLType.Q5_0, typeV: GGMLType.Q4_K, tune: { attnFuseSplit: 8, attnFuseKeys: 2 }, keys: [[1, 0], [48, 0], [97, 8], [300, 0], [613, 16]] },
-  { H: 2, P: 256, R: 16, L: 64, V: 24, typeK: GGMLType.Q6_K, typeV: GGMLType.Q8_0, tune: { attnFuseKeys: 4 }, keys: [[5, 0], [70, 0]] },
+  {
+    H: 2,
+    P: 128,
+    R: 64,
+    L: 512,
+    V: 128,
+    typeK: GGMLType.Q5_0,
+    typeV: GGMLType.Q4_K,
+    tune: { attnFuseSplit: 8, attnFuseKeys: 2 },
+    keys: [
+      [1, 0],
+      [48, 0],
+      [97, 8],
+      [300, 0],
+      [613, 16],
+    ],
+  },
+  {
+    H: 2,
+    P: 256,
+    R: 16,
+    L: 64,
+    V: 24,
+    typeK: GGMLType.Q6_K,
+    typeV: GGMLType.Q8_0,
+    tune: { attnFuseKeys: 4 },
+    keys: [
+      [5, 0],
+      [70, 0],
+    ],
+  },
   // more subgroups a workgroup (and fewer)
-  { H: 2, P: 64, R: 8, L: 256, V: 40, typeK: GGMLType.Q5_0, typeV: GGMLType.Q4_K, tune: { attnFuseSplit: 4, attnFuseKeys: 2, attnFuseSubgroups: 16 }, keys: [[1, 0], [45, 4], [300, 0]] },
-  { H: 2, P: 64, R: 8, L: 256, V: 40, typeK: GGMLType.Q8_0, typeV: GGMLType.Q4_K, tune: { attnFuseSubgroups: 3 }, keys: [[9, 0], [270, 8]] },
+  {
+    H: 2,
+    P: 64,
+    R: 8,
+    L: 256,
+    V: 40,
+    typeK: GGMLType.Q5_0,
+    typeV: GGMLType.Q4_K,
+    tune: { attnFuseSplit: 4, attnFuseKeys: 2, attnFuseSubgroups: 16 },
+    keys: [
+      [1, 0],
+      [45, 4],
+      [300, 0],
+    ],
+  },
+  {
+    H: 2,
+    P: 64,
+    R: 8,
+    L: 256,
+    V: 40,
+    typeK: GGMLType.Q8_0,
+    typeV: GGMLType.Q4_K,
+    tune: { attnFuseSubgroups: 3 },
+    keys: [
+      [9, 0],
+      [270, 8],
+    ],
+  },
   // 16 workgroups a head splitting 700 and 2100 keys (pages of 16: 132 of them)
-  { H: 2, P: 64, R: 8, L: 256, V: 40, typeK: GGMLType.Q5_0, typeV: GGMLType.Q4_K, tune: { attnFuseSplit: 16, attnFuseKeys: 2 }, keys: [[700, 0], [2100, 16]] },
+  {
+    H: 2,
+    P: 64,
+    R: 8,
+    L: 256,
+    V: 40,
+    typeK: GGMLType.Q5_0,
+    typeV: GGMLType.Q4_K,
+    tune: { attnFuseSplit: 16, attnFuseKeys: 2 },
+    keys: [
+      [700, 0],
+      [2100, 16],
+    ],
+  },
   // q-LoRA: GLM-4.7-Flash's head widths (P 192: six Q5_0 chunks a row, four lanes a row), the key from the cache
-  { H: 3, P: 192, R: 64, L: 512, V: 256, typeK: GGMLType.Q5_0, typeV: GGMLType.Q4_K, lora: true, keys: [[1, 0], [9, 0], [40, 4], [400, 8]] },
-  { H: 3, P: 32, R: 6, L: 64, V: 32, typeK: GGMLType.Q8_0, typeV: GGMLType.F16, lora: true, tune: { attnFuseKeys: 2 }, keys: [[1, 0], [33, 16], [256, 0]] },
+  {
+    H: 3,
+    P: 192,
+    R: 64,
+    L: 512,
+    V: 256,
+    typeK: GGMLType.Q5_0,
+    typeV: GGMLType.Q4_K,
+    lora: true,
+    keys: [
+      [1, 0],
+      [9, 0],
+      [40, 4],
+      [400, 8],
+    ],
+  },
+  {
+    H: 3,
+    P: 32,
+    R: 6,
+    L: 64,
+    V: 32,
+    typeK: GGMLType.Q8_0,
+    typeV: GGMLType.F16,
+    lora: true,
+    tune: { attnFuseKeys: 2 },
+    keys: [
+      [1, 0],
+      [33, 16],
+      [256, 0],
+    ],
+  },
 ];
 
 function quantized(rng: Rng, type: number, cols: number, rows: number): QMatrix {
@@ -57,7 +191,9 @@ function quantized(rng: Rng, type: number, cols: number, rows: number): QMatrix 
 
 for (const c of CASES) {
   for (const [nk, pageSize] of c.keys ?? KEYS) {
-    test(`fused one-token attention${c.lora === true ? " (q-LoRA: queries apart, the key from the cache)" : ""}: ${c.H} heads, P ${c.P}, R ${c.R}, L ${c.L}, V ${c.V}, W_UK ${typeName(c.typeK)}, W_UV ${typeName(c.typeV)}, ${nk} keys${pageSize > 0 ? `, pages of ${pageSize}` : ""}${c.tune !== undefined ? `, ${JSON.stringify(c.tune)}` : ""}`, { skip }, async () => {
+    test(`fused one-token attention${c.lora === true ? " (q-LoRA: queries apart, the key from the cache)" : ""}: ${c.H} heads, P ${c.P}, R ${c.R}, L ${c.L}, V ${c.V}, W_UK ${typeName(c.typeK)}, W_UV ${typeName(c.typeV)}, ${nk} keys${pageSize > 0 ? `, pages of ${pageSize}` : ""}${c.tune !== undefined ? `, ${JSON.stringify(c.tune)}` : ""}`, {
+      skip,
+    }, async () => {
       const r = new GpuRuntime(rt!.info, { checkWrites: true, tune: { attnFuse: 1, ...c.tune } });
       const rng = new Rng(nk * 131 + c.L + pageSize);
       const { H, P, R, L, V } = c;
@@ -72,13 +208,34 @@ for (const c of CASES) {
       assert.ok(shape !== undefined, "the fused kernel takes this shape");
       assert.equal(shape.own, c.lora !== true);
       assert.equal(shape.keySplit === true, nk > 256, "the key-split form past one chunk of keys");
-      if (nk > 256) assert.equal(attnFusedShape(new GpuRuntime(rt!.info, { tune: { attnFuse: 1, attnFuseLong: 0 } }), kB, vB, { heads: H, P, R, L, V, maxKeys: nk, lora: c.lora === true }), undefined, "attnFuseLong = 0");
+      if (nk > 256)
+        assert.equal(
+          attnFusedShape(new GpuRuntime(rt!.info, { tune: { attnFuse: 1, attnFuseLong: 0 } }), kB, vB, {
+            heads: H,
+            P,
+            R,
+            L,
+            V,
+            maxKeys: nk,
+            lora: c.lora === true,
+          }),
+          undefined,
+          "attnFuseLong = 0",
+        );
       if (c.tune?.attnFuseSplit !== undefined) assert.equal(shape.split, Math.min(c.V, c.tune.attnFuseSplit));
       if (c.tune?.attnFuseKeys !== undefined) assert.equal(shape.keys, c.tune.attnFuseKeys);
       if (c.tune?.attnFuseSubgroups !== undefined) assert.equal(shape.threads, c.tune.attnFuseSubgroups * shape.sg);
       const dims = { heads: H, P, R, L, V, maxKeys: nk, lora: c.lora === true };
-      assert.equal(attnFusedShape(new GpuRuntime(rt!.info, {}), kB, vB, dims) !== undefined, rt!.info.subgroupSize! >= 32, "on by default on GPUs (subgroups ≥ 32) only");
-      assert.equal(attnFusedShape(new GpuRuntime(rt!.info, { tune: { attnFuse: 0 } }), kB, vB, dims), undefined, "attnFuse = 0 turns it off");
+      assert.equal(
+        attnFusedShape(new GpuRuntime(rt!.info, {}), kB, vB, dims) !== undefined,
+        rt!.info.subgroupSize! >= 32,
+        "on by default on GPUs (subgroups ≥ 32) only",
+      );
+      assert.equal(
+        attnFusedShape(new GpuRuntime(rt!.info, { tune: { attnFuse: 0 } }), kB, vB, dims),
+        undefined,
+        "attnFuse = 0 turns it off",
+      );
       // A0 row: [q (H × D) | c (L) | k_pe (R)], with a few leading floats of padding before c
       const kvOff = H * D + 4;
       const a0 = rng.f64(kvOff + L + R);
@@ -93,7 +250,8 @@ for (const c of CASES) {
       while (gcd(mul, pages + 3) !== 1) mul++;
       const pageIds = Array.from({ length: pages }, (_, i) => (i * mul + 2) % (pages + 3));
       const selBase = 2;
-      const rowOf = (u: number): number => (pageSize > 0 ? pageIds[Math.floor(u / pageSize)] * pageSize + (u % pageSize) : 3 + u);
+      const rowOf = (u: number): number =>
+        pageSize > 0 ? pageIds[Math.floor(u / pageSize)] * pageSize + (u % pageSize) : 3 + u;
       const rows = Math.max(...Array.from({ length: nk }, (_, u) => rowOf(u))) + 2;
       const cc = rng.f64(rows * L);
       const ck = rng.f64(rows * R);
@@ -112,7 +270,8 @@ for (const c of CASES) {
       };
       const cur = new Float64Array(L + R);
       for (let i = 0; i < L; i++) cur[i] = a0[kvOff + i] * inv * g[i];
-      for (let i = 0; i < half; i++) [cur[L + 2 * i], cur[L + 2 * i + 1]] = rope(a0[kvOff + L + 2 * i], a0[kvOff + L + 2 * i + 1], i);
+      for (let i = 0; i < half; i++)
+        [cur[L + 2 * i], cur[L + 2 * i + 1]] = rope(a0[kvOff + L + 2 * i], a0[kvOff + L + 2 * i + 1], i);
       const key = (u: number): Float64Array => {
         if (u === nk - 1) return cur;
         const row = rowOf(u);
@@ -126,7 +285,8 @@ for (const c of CASES) {
       for (let h = 0; h < H; h++) {
         const q = new Float64Array(L + R);
         wk.slice(h * L, L).matmul(a0.subarray(h * D, h * D + P), 1, P, q, L);
-        for (let i = 0; i < half; i++) [q[L + 2 * i], q[L + 2 * i + 1]] = rope(a0[h * D + P + 2 * i], a0[h * D + P + 2 * i + 1], i);
+        for (let i = 0; i < half; i++)
+          [q[L + 2 * i], q[L + 2 * i + 1]] = rope(a0[h * D + P + 2 * i], a0[h * D + P + 2 * i + 1], i);
         const sc = Array.from({ length: nk }, (_, u) => key(u).reduce((s, v, d) => s + v * q[d], 0) * scale);
         const mx = Math.max(...sc);
         const e = sc.map((v) => Math.exp(v - mx));
@@ -145,7 +305,26 @@ for (const c of CASES) {
       const ckBuf = f32(r, ck);
       const o = r.buffer(H * V * 4);
       const part = shape.keySplit === true ? r.buffer(attnFusedPartWords(shape) * 4) : undefined;
-      attentionFused(r, shape, { a0: f32(r, c.lora === true ? a0.subarray(0, H * D) : a0), kB, vB, g: f32(r, g), table: f32(r, table), pos: u32(r, [pos]), rowIdx: u32(r, [rowCur]), cacheC: ccBuf, cacheK: ckBuf, meta: u32(r, meta), sel: u32(r, sel), o, ...(part !== undefined ? { part } : {}) }, { scale, eps: EPS, pageSize, kvOff });
+      attentionFused(
+        r,
+        shape,
+        {
+          a0: f32(r, c.lora === true ? a0.subarray(0, H * D) : a0),
+          kB,
+          vB,
+          g: f32(r, g),
+          table: f32(r, table),
+          pos: u32(r, [pos]),
+          rowIdx: u32(r, [rowCur]),
+          cacheC: ccBuf,
+          cacheK: ckBuf,
+          meta: u32(r, meta),
+          sel: u32(r, sel),
+          o,
+          ...(part !== undefined ? { part } : {}),
+        },
+        { scale, eps: EPS, pageSize, kvOff },
+      );
       const got = await r.readF32(o);
       assert.ok(relErr(got, want) < 2e-5, `output: err ${relErr(got, want)}`);
       // the token's key written at its row, the other rows untouched
@@ -161,11 +340,25 @@ for (const c of CASES) {
   }
 }
 
-test("fused one-token attention's workgroup: 16 subgroups on GPUs (subgroups of 32) where the device takes 512 threads and their partial latents fit, else 8", { skip }, () => {
+test("fused one-token attention's workgroup: 16 subgroups on GPUs (subgroups of 32) where the device takes 512 threads and their partial latents fit, else 8", {
+  skip,
+}, () => {
   const rng = new Rng(5);
   const [H, P, R, L, V] = [16, 128, 64, 512, 128];
-  const shapeOn = (maxThreads: number | undefined, storage: number, tune: Record<string, number> = {}): number | undefined => {
-    const info = { ...rt!.info, subgroupSize: 32, limits: { ...rt!.info.limits, maxComputeWorkgroupStorageSize: storage, maxComputeInvocationsPerWorkgroup: maxThreads } };
+  const shapeOn = (
+    maxThreads: number | undefined,
+    storage: number,
+    tune: Record<string, number> = {},
+  ): number | undefined => {
+    const info = {
+      ...rt!.info,
+      subgroupSize: 32,
+      limits: {
+        ...rt!.info.limits,
+        maxComputeWorkgroupStorageSize: storage,
+        maxComputeInvocationsPerWorkgroup: maxThreads,
+      },
+    };
     const r = new GpuRuntime(info, { tune });
     const kB = GpuMatrix.upload(r, "kB", GGMLType.Q5_0, P, L, quantized(rng, GGMLType.Q5_0, P, H * L).data, H);
     const vB = GpuMatrix.upload(r, "vB", GGMLType.Q4_K, L, V, quantized(rng, GGMLType.Q4_K, L, H * V).data, H);

@@ -4,20 +4,36 @@
 // that the kernel is chosen where it applies and nowhere else.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { attention, attentionScratch, type AttentionArgs } from "../../../src/backend/webgpu/kernels/attention/attention.js";
+import {
+  attention,
+  attentionScratch,
+  type AttentionArgs,
+} from "../../../src/backend/webgpu/kernels/attention/attention.js";
 import { GpuRuntime, type OutRange, type RuntimeOptions } from "../../../src/backend/webgpu/core/runtime.js";
 import type { KernelTuning } from "../../../src/backend/webgpu/core/tuning.js";
 import { attnWidePlan } from "../../../src/backend/webgpu/kernels/attention/attention.js";
 import { f32, gpuOrSkip, record, relErr, Rng, u32 } from "./helpers.js";
 
 const { rt, skip: noGpu } = await gpuOrSkip();
-const skip = noGpu !== false ? noGpu : rt!.info.subgroupSize === undefined ? "the adapter has no fixed subgroup size (the wide kernel needs one)" : false;
+const skip =
+  noGpu !== false
+    ? noGpu
+    : rt!.info.subgroupSize === undefined
+      ? "the adapter has no fixed subgroup size (the wide kernel needs one)"
+      : false;
 const TOL = 1e-4;
 
 /** A runtime that records the labels of its dispatches. */
 class Spy extends GpuRuntime {
   labels: string[] = [];
-  override dispatch(label: string, code: string, buffers: readonly GPUBuffer[], params: Uint32Array, groups: readonly [number, number?, number?], outputs: readonly OutRange[] = []): void {
+  override dispatch(
+    label: string,
+    code: string,
+    buffers: readonly GPUBuffer[],
+    params: Uint32Array,
+    groups: readonly [number, number?, number?],
+    outputs: readonly OutRange[] = [],
+  ): void {
     this.labels.push(label);
     super.dispatch(label, code, buffers, params, groups, outputs);
   }
@@ -75,7 +91,13 @@ function build(rng: Rng, k: Case): Inputs {
     cacheRows = pool * P;
     for (let i = 0; i < nq; i++) {
       // a random table over the shared pool (queries of one sequence share theirs)
-      const table = k.shared === true && i > 0 ? selWords.slice(meta[0], meta[0] + pagesPer) : shuffle(rng, Array.from({ length: pool }, (_, p) => p)).slice(0, pagesPer);
+      const table =
+        k.shared === true && i > 0
+          ? selWords.slice(meta[0], meta[0] + pagesPer)
+          : shuffle(
+              rng,
+              Array.from({ length: pool }, (_, p) => p),
+            ).slice(0, pagesPer);
       const at = selWords.length;
       selWords.push(...table);
       meta.push(at, 0, 0, 0);
@@ -174,7 +196,12 @@ async function run(r: GpuRuntime, x: Inputs): Promise<Float32Array> {
   attention(r, { q, k1: c, k2: f32(r, x.kpe), v: c, meta: u32(r, x.meta), sel: u32(r, x.sel), o, part }, a);
   const all = await r.readF32(o);
   const out = new Float32Array(a.nq * a.heads * a.d1);
-  for (let i = 0; i < a.nq; i++) for (let h = 0; h < a.heads; h++) out.set(all.subarray(O_OFF + i * a.o.stride + h * a.d1, O_OFF + i * a.o.stride + (h + 1) * a.d1), (i * a.heads + h) * a.d1);
+  for (let i = 0; i < a.nq; i++)
+    for (let h = 0; h < a.heads; h++)
+      out.set(
+        all.subarray(O_OFF + i * a.o.stride + h * a.d1, O_OFF + i * a.o.stride + (h + 1) * a.d1),
+        (i * a.heads + h) * a.d1,
+      );
   for (const b of [q, c, part, o]) b.destroy();
   return out;
 }
@@ -182,7 +209,9 @@ async function run(r: GpuRuntime, x: Inputs): Promise<Float32Array> {
 /** Only the queries that have keys (the previous kernels give NaN for an empty list). */
 function withKeys(x: Inputs, v: ArrayLike<number>): number[] {
   const { heads: H, d1 } = x.args;
-  return x.rows.flatMap((rows, i) => (rows.length === 0 ? [] : Array.from({ length: H * d1 }, (_, e) => v[i * H * d1 + e])));
+  return x.rows.flatMap((rows, i) =>
+    rows.length === 0 ? [] : Array.from({ length: H * d1 }, (_, e) => v[i * H * d1 + e]),
+  );
 }
 
 /** The new kernel (with `tune`), checked against the reference and the previous kernels; returns its dispatch labels. */
@@ -202,9 +231,13 @@ async function check(name: string, k: Case, tune: KernelTuning = {}, seed = 1): 
 const ONE = ["attention wide"];
 const SPLIT = ["attention wide split", "attention wide combine"];
 
-test("wide attention, 16 heads, one query: every key count, one dispatch up to 256 keys and split above", { skip }, async () => {
-  for (const n of [1, 2, 17, 255, 256]) assert.deepEqual(await check(`16 heads, ${n} keys`, { heads: 16, keys: [n] }, {}, n), ONE, `${n} keys`);
-  for (const n of [257, 600, 2100]) assert.deepEqual(await check(`16 heads, ${n} keys`, { heads: 16, keys: [n] }, {}, n), SPLIT, `${n} keys`);
+test("wide attention, 16 heads, one query: every key count, one dispatch up to 256 keys and split above", {
+  skip,
+}, async () => {
+  for (const n of [1, 2, 17, 255, 256])
+    assert.deepEqual(await check(`16 heads, ${n} keys`, { heads: 16, keys: [n] }, {}, n), ONE, `${n} keys`);
+  for (const n of [257, 600, 2100])
+    assert.deepEqual(await check(`16 heads, ${n} keys`, { heads: 16, keys: [n] }, {}, n), SPLIT, `${n} keys`);
 });
 
 test("wide attention, several queries with their own key counts (causal), contiguous and paged", { skip }, async () => {
@@ -227,8 +260,18 @@ test("wide attention, 1, 3 and 128 heads (head groups with padded heads)", { ski
 test("wide attention with DSA key selection (contiguous and paged)", { skip }, async () => {
   await check("DSA 16 of 17", { heads: 16, keys: [17], sel: 16 }, {}, 12);
   await check("DSA 2 queries, 64 of 600 / 2100", { heads: 16, keys: [600, 2100], sel: 64 }, {}, 13);
-  await check("DSA 4 queries, 300 of 1/255/600/2100 (dense where fewer), paged 16", { heads: 16, keys: [1, 255, 600, 2100], sel: 300, paged: 16 }, {}, 14);
-  await check("DSA 128 heads, 2 queries, 256 of 257 / 2100, paged 7", { heads: 128, keys: [257, 2100], sel: 256, paged: 7 }, {}, 15);
+  await check(
+    "DSA 4 queries, 300 of 1/255/600/2100 (dense where fewer), paged 16",
+    { heads: 16, keys: [1, 255, 600, 2100], sel: 300, paged: 16 },
+    {},
+    14,
+  );
+  await check(
+    "DSA 128 heads, 2 queries, 256 of 257 / 2100, paged 7",
+    { heads: 128, keys: [257, 2100], sel: 256, paged: 7 },
+    {},
+    15,
+  );
 });
 
 test("wide attention: a query without keys gives zeros, the others are unaffected", { skip }, async () => {
@@ -237,7 +280,11 @@ test("wide attention: a query without keys gives zeros, the others are unaffecte
     const got = await run(runtime(), x);
     assert.ok(relErr(got, reference(x)) <= TOL, `keys ${keys.join("/")}`);
     keys.forEach((n, i) => {
-      if (n === 0) assert.ok(got.subarray(i * 16 * 512, (i + 1) * 16 * 512).every((v) => v === 0), `query ${i} (no keys) is all zeros`);
+      if (n === 0)
+        assert.ok(
+          got.subarray(i * 16 * 512, (i + 1) * 16 * 512).every((v) => v === 0),
+          `query ${i} (no keys) is all zeros`,
+        );
     });
   }
 });
@@ -252,23 +299,45 @@ test("wide attention: the tuning knobs (heads per workgroup, tile, split thresho
   const sg = rt!.info.subgroupSize!;
   const k: Case = { heads: 16, keys: [255, 600, 2100, 1], paged: 16 };
   // tiles of 2, 3 and 4 keys per subgroup, whatever the subgroup size, and of 1
-  for (const tile of [(2 * 256) / sg, (3 * 256) / sg, (4 * 256) / sg, 1]) await check(`tile ${tile}`, k, { attnTile: tile }, 20);
+  for (const tile of [(2 * 256) / sg, (3 * 256) / sg, (4 * 256) / sg, 1])
+    await check(`tile ${tile}`, k, { attnTile: tile }, 20);
   for (const attnHeads of [1, 3, 8]) await check(`${attnHeads} heads per workgroup`, k, { attnHeads }, 21);
   // always split (even 17 keys), never split below the row limit (2100 keys still take two splits), few workgroups
   assert.deepEqual(await check("always split", { heads: 16, keys: [17] }, { attnSplitFrom: 0 }, 22), SPLIT);
-  assert.deepEqual(await check("split from 4096, 600 keys", { heads: 16, keys: [600, 1] }, { attnSplitFrom: 4096 }, 23), ONE);
-  assert.deepEqual(await check("split from 4096, 2100 keys", { heads: 16, keys: [2100] }, { attnSplitFrom: 4096 }, 24), SPLIT);
+  assert.deepEqual(
+    await check("split from 4096, 600 keys", { heads: 16, keys: [600, 1] }, { attnSplitFrom: 4096 }, 23),
+    ONE,
+  );
+  assert.deepEqual(
+    await check("split from 4096, 2100 keys", { heads: 16, keys: [2100] }, { attnSplitFrom: 4096 }, 24),
+    SPLIT,
+  );
   await check("8 workgroups", k, { attnWgs: 8 }, 25);
 });
 
-test("the wide kernel applies to latent decode of 1–4 queries with a fixed subgroup size, and not otherwise", { skip }, async () => {
+test("the wide kernel applies to latent decode of 1–4 queries with a fixed subgroup size, and not otherwise", {
+  skip,
+}, async () => {
   const x = build(new Rng(26), { heads: 4, keys: [17] });
   const labels = async (r: Spy, edit: (a: AttentionArgs) => AttentionArgs, v?: "own"): Promise<string[]> => {
     const a = edit(x.args);
     const c = f32(r, x.c);
     const o = r.buffer((O_OFF + a.nq * a.o.stride) * 4);
     const part = r.buffer(attentionScratch(a.nq, a.heads, a.dv, a.maxKeys) * 4);
-    attention(r, { q: f32(r, x.q), k1: c, k2: f32(r, x.kpe), v: v === "own" ? f32(r, x.c) : c, meta: u32(r, [0, 17, 0, 0, 0, 17, 0, 0, 0, 17, 0, 0, 0, 17, 0, 0, 0, 17, 0, 0]), sel: u32(r, x.sel), o, part }, a);
+    attention(
+      r,
+      {
+        q: f32(r, x.q),
+        k1: c,
+        k2: f32(r, x.kpe),
+        v: v === "own" ? f32(r, x.c) : c,
+        meta: u32(r, [0, 17, 0, 0, 0, 17, 0, 0, 0, 17, 0, 0, 0, 17, 0, 0, 0, 17, 0, 0]),
+        sel: u32(r, x.sel),
+        o,
+        part,
+      },
+      a,
+    );
     await r.sync();
     return r.labels;
   };
@@ -284,8 +353,15 @@ test("the wide kernel applies to latent decode of 1–4 queries with a fixed sub
   assert.deepEqual(await labels(runtime(), (a) => ({ ...a, k1: { ...a.k1, head: 8 } })), ["attention"]);
   assert.deepEqual(await labels(runtime(), (a) => ({ ...a, dv: 256, v: a.v })), ["attention"]);
   // without a fixed subgroup size
-  assert.deepEqual(await labels(new Spy({ ...rt!.info, subgroupSize: undefined }, { checkWrites: true }), (a) => a), ["attention"]);
+  assert.deepEqual(await labels(new Spy({ ...rt!.info, subgroupSize: undefined }, { checkWrites: true }), (a) => a), [
+    "attention",
+  ]);
   // the plan depends on maxKeys only through its chunks of 256 (recorded steps replay it as the key count grows)
   const sg = rt!.info.subgroupSize!;
-  for (const [lo, hi] of [[1, 256], [257, 512], [3841, 4096]] as const) assert.deepEqual(attnWidePlan({}, sg, 1, 16, lo), attnWidePlan({}, sg, 1, 16, hi));
+  for (const [lo, hi] of [
+    [1, 256],
+    [257, 512],
+    [3841, 4096],
+  ] as const)
+    assert.deepEqual(attnWidePlan({}, sg, 1, 16, lo), attnWidePlan({}, sg, 1, 16, hi));
 });

@@ -18,9 +18,18 @@ test("a worker whose module cannot load fails its calls at once, naming the reas
 
 test("a worker that dies of an uncaught error fails the waiting call at once, naming the error", () => {
   // (a path relative to this test: the from argument)
-  const w = new BlockingWorker<{ op: string }>("../../fixtures/workers/dies-later", newChannel(), {}, 60_000, import.meta.url);
+  const w = new BlockingWorker<{ op: string }>(
+    "../../fixtures/workers/dies-later",
+    newChannel(),
+    {},
+    60_000,
+    import.meta.url,
+  );
   const t0 = Date.now();
-  assert.throws(() => w.call({ op: "step" }), /the \.\.\/\.\.\/fixtures\/workers\/dies-later thread died: Error: boom outside any request/);
+  assert.throws(
+    () => w.call({ op: "step" }),
+    /the \.\.\/\.\.\/fixtures\/workers\/dies-later thread died: Error: boom outside any request/,
+  );
   assert.ok(Date.now() - t0 < 30_000, `${Date.now() - t0} ms`);
   assert.throws(() => w.call({ op: "step" }), /died/);
   w.terminate();

@@ -17,7 +17,10 @@ test("--check-writes reports outputs a kernel did not write", { skip }, async ()
   rt!.dispatch("writes all", HALF, [y], new Uint32Array([64, 0, 0, 0]), [1], [{ buffer: y, offset: 0, size: 256 }]);
   await rt!.sync();
   rt!.dispatch("writes half", HALF, [y], new Uint32Array([32, 0, 0, 0]), [1], [{ buffer: y, offset: 0, size: 256 }]);
-  await assert.rejects(rt!.sync(), (e: unknown) => e instanceof UnwrittenOutputError && /writes half left 32 of 64/.test(e.message));
+  await assert.rejects(
+    rt!.sync(),
+    (e: unknown) => e instanceof UnwrittenOutputError && /writes half left 32 of 64/.test(e.message),
+  );
   // the runtime stays usable after a report
   rt!.dispatch("writes all", HALF, [y], new Uint32Array([64, 0, 0, 0]), [1], [{ buffer: y, offset: 0, size: 256 }]);
   await rt!.sync();

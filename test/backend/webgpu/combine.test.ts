@@ -78,11 +78,20 @@ fn main(@builtin(global_invocation_id) g: vec3u) {
 
 function builtinsDump(rt: GpuRuntime, out: GPUBuffer, baseWord: number, groups: [number, number, number]): void {
   const invocations = groups[0] * groups[1] * groups[2] * 16;
-  rt.dispatch("builtins", BUILTINS_WGSL, [out], new Uint32Array([invocations, baseWord, 0, 0]), groups, [{ buffer: out, offset: baseWord * 4, size: invocations * 13 * 4 }]);
+  rt.dispatch("builtins", BUILTINS_WGSL, [out], new Uint32Array([invocations, baseWord, 0, 0]), groups, [
+    { buffer: out, offset: baseWord * 4, size: invocations * 13 * 4 },
+  ]);
 }
 
 function sum32(rt: GpuRuntime, x: GPUBuffer, y: GPUBuffer, groups: number): void {
-  rt.dispatch("sum32", SUM32_WGSL, [x, y], new Uint32Array([groups, 0, 0, 0]), [groups], [{ buffer: y, offset: 0, size: groups * 4 }]);
+  rt.dispatch(
+    "sum32",
+    SUM32_WGSL,
+    [x, y],
+    new Uint32Array([groups, 0, 0, 0]),
+    [groups],
+    [{ buffer: y, offset: 0, size: groups * 4 }],
+  );
 }
 
 function matrix(rt: GpuRuntime, rng: Rng, type: number, cols: number, rows: number, items = 1): GpuMatrix {
@@ -96,8 +105,17 @@ function noise(rt: GpuRuntime, rng: Rng, n: number): GPUBuffer {
 }
 
 /** A gathered down product's inputs: 4 experts of [24 × 256] in `type`, 6 pairs (x in G, outputs in YE). */
-function gatheredDown(rt: GpuRuntime, rng: Rng, type: number): { down: GpuMatrix; g: GPUBuffer; ye: GPUBuffer; ids: GPUBuffer } {
-  return { down: matrix(rt, rng, type, 256, 24, 4), g: noise(rt, rng, 6 * 256), ye: noise(rt, rng, 6 * 24), ids: u32(rt, [1, 3, 0, 3, 2, 1]) };
+function gatheredDown(
+  rt: GpuRuntime,
+  rng: Rng,
+  type: number,
+): { down: GpuMatrix; g: GPUBuffer; ye: GPUBuffer; ids: GPUBuffer } {
+  return {
+    down: matrix(rt, rng, type, 256, 24, 4),
+    g: noise(rt, rng, 6 * 256),
+    ye: noise(rt, rng, 6 * 24),
+    ids: u32(rt, [1, 3, 0, 3, 2, 1]),
+  };
 }
 
 interface Scenario {
@@ -151,9 +169,23 @@ const SCENARIOS: Scenario[] = [
       const yt = noise(rt, rng, 2 * 32);
       return {
         block: () => {
-          matmul(rt, kB, q, qAbs, { n: 2, xStride: heads * 16, yStride: heads * 12, batch: { count: heads, xBatch: 16, yBatch: 12 } });
+          matmul(rt, kB, q, qAbs, {
+            n: 2,
+            xStride: heads * 16,
+            yStride: heads * 12,
+            batch: { count: heads, xBatch: 16, yBatch: 12 },
+          });
           rmsNorm(rt, h, g, hn, { n: 3, dim: 40 }, 1e-6);
-          ropeTo(rt, table, 8, q, pos, roped, { n: 2, heads, xOff: 2, tokStride: heads * 16, headStride: 16, yOff: 0, yTok: heads * 8, yHead: 8 });
+          ropeTo(rt, table, 8, q, pos, roped, {
+            n: 2,
+            heads,
+            xOff: 2,
+            tokStride: heads * 16,
+            headStride: 16,
+            yOff: 0,
+            yTok: heads * 8,
+            yHead: 8,
+          });
           matmulT(rt, wt, xt, yt, { n: 2, xStride: 24, yStride: 32 });
         },
         outputs: [qAbs, hn, roped, yt],
@@ -234,8 +266,31 @@ const SCENARIOS: Scenario[] = [
       const kB = matrix(rt, rng, GGMLType.F32, P, L, H);
       return {
         block: () => {
-          kvCacheWrite(rt, a0, kvNorm, table, R, pos, rowIdx, cacheC, cacheK, { n, L, kvOff: H * D, stride: S0, qRope: { y: qAbs, heads: H, qpOff: P, qHead: D, yOff: L, yTok: H * (L + R), yHead: L + R } }, 1e-6);
-          matmul(rt, kB, a0, qAbs, { n, xStride: S0, yStride: H * (L + R), batch: { count: H, xBatch: D, yBatch: L + R } });
+          kvCacheWrite(
+            rt,
+            a0,
+            kvNorm,
+            table,
+            R,
+            pos,
+            rowIdx,
+            cacheC,
+            cacheK,
+            {
+              n,
+              L,
+              kvOff: H * D,
+              stride: S0,
+              qRope: { y: qAbs, heads: H, qpOff: P, qHead: D, yOff: L, yTok: H * (L + R), yHead: L + R },
+            },
+            1e-6,
+          );
+          matmul(rt, kB, a0, qAbs, {
+            n,
+            xStride: S0,
+            yStride: H * (L + R),
+            batch: { count: H, xBatch: D, yBatch: L + R },
+          });
         },
         outputs: [cacheC, cacheK, qAbs],
       };
@@ -249,8 +304,22 @@ const SCENARIOS: Scenario[] = [
       const o = rt.buffer(70000 * 4);
       return {
         block: () => {
-          rt.dispatch("mark", MARK_WGSL, [o], new Uint32Array([0, 0, 0, 0]), [40000], [{ buffer: o, offset: 0, size: 40000 * 4 }]);
-          rt.dispatch("mark", MARK_WGSL, [o], new Uint32Array([40000, 0, 0, 0]), [200, 150], [{ buffer: o, offset: 40000 * 4, size: 30000 * 4 }]);
+          rt.dispatch(
+            "mark",
+            MARK_WGSL,
+            [o],
+            new Uint32Array([0, 0, 0, 0]),
+            [40000],
+            [{ buffer: o, offset: 0, size: 40000 * 4 }],
+          );
+          rt.dispatch(
+            "mark",
+            MARK_WGSL,
+            [o],
+            new Uint32Array([40000, 0, 0, 0]),
+            [200, 150],
+            [{ buffer: o, offset: 40000 * 4, size: 30000 * 4 }],
+          );
         },
         outputs: [o],
       };
@@ -292,7 +361,11 @@ const SCENARIOS: Scenario[] = [
   },
 ];
 
-async function runBoth(s: Scenario, opts: RuntimeOptions, seed: number): Promise<{ dispatched: number[]; bytes: Uint8Array[][] }> {
+async function runBoth(
+  s: Scenario,
+  opts: RuntimeOptions,
+  seed: number,
+): Promise<{ dispatched: number[]; bytes: Uint8Array[][] }> {
   const dispatched: number[] = [];
   const bytes: Uint8Array[][] = [];
   for (const fuse of [false, true]) {
@@ -336,12 +409,18 @@ test("together: the rebuilt builtins are the ones of a dispatch of its own", { s
     for (let li = 0; li < 16; li++) {
       const l = [li % 4, Math.floor(li / 4) % 2, Math.floor(li / 8)];
       const want = [...wid, 1, 3, 2, ...wid.map((v, d) => v * [4, 2, 2][d] + l[d]), ...l, li];
-      assert.deepEqual(Array.from(got.subarray((w * 16 + li) * 13, (w * 16 + li + 1) * 13)), want, `workgroup ${w} thread ${li}`);
+      assert.deepEqual(
+        Array.from(got.subarray((w * 16 + li) * 13, (w * 16 + li + 1) * 13)),
+        want,
+        `workgroup ${w} thread ${li}`,
+      );
     }
   }
 });
 
-test("together: --check-writes still reports an output left unwritten inside a combined dispatch", { skip }, async () => {
+test("together: --check-writes still reports an output left unwritten inside a combined dispatch", {
+  skip,
+}, async () => {
   const rt = new GpuRuntime(base!.info, { checkWrites: true });
   const y = rt.buffer(4 * 64);
   noise(rt, new Rng(3), 32); // a buffer written before the counted dispatch
@@ -352,7 +431,10 @@ test("together: --check-writes still reports an output left unwritten inside a c
     rt.dispatch("ones", ONES_WGSL, [y], new Uint32Array([39, 0, 0, 0]), [1], [{ buffer: y, offset: 0, size: 40 * 4 }]);
   });
   assert.equal(rt.stats.dispatches - d0, 1);
-  await assert.rejects(rt.sync(), (e: unknown) => e instanceof UnwrittenOutputError && /ones \(together\) left 1 of 40/.test(e.message));
+  await assert.rejects(
+    rt.sync(),
+    (e: unknown) => e instanceof UnwrittenOutputError && /ones \(together\) left 1 of 40/.test(e.message),
+  );
 });
 
 test("together: a recorded step with combined dispatches replays to the same results", { skip }, async () => {
@@ -376,15 +458,19 @@ test("together: a recorded step with combined dispatches replays to the same res
   const rec = rt.endRecording();
   assert.ok(rec !== undefined);
   assert.equal(rec.items.length, 2);
-  for (const [i, b] of outputs.entries()) assert.deepEqual(new Uint8Array(await rt.read(b)), want[i], `recorded run, output ${i}`);
+  for (const [i, b] of outputs.entries())
+    assert.deepEqual(new Uint8Array(await rt.read(b)), want[i], `recorded run, output ${i}`);
   // back to the inputs' initial values, then the replay
   outputs.forEach((b, i) => rt.write(b, 0, new Uint8Array(initial[i])));
   rt.replay(rec);
-  for (const [i, b] of outputs.entries()) assert.deepEqual(new Uint8Array(await rt.read(b)), want[i], `replay, output ${i}`);
+  for (const [i, b] of outputs.entries())
+    assert.deepEqual(new Uint8Array(await rt.read(b)), want[i], `replay, output ${i}`);
   assert.equal((await rt.device.popErrorScope())?.message, undefined);
 });
 
-test("together: off (fuse: false) and in profile mode the dispatches stay apart; nesting is refused", { skip }, async () => {
+test("together: off (fuse: false) and in profile mode the dispatches stay apart; nesting is refused", {
+  skip,
+}, async () => {
   const x = base!.upload(new Float32Array(64));
   const y = base!.buffer(64 * 4);
   for (const opts of [{ fuse: false }, ...(base!.info.features.has("timestamp-query") ? [{ profile: true }] : [])]) {
@@ -401,8 +487,13 @@ test("together: off (fuse: false) and in profile mode the dispatches stay apart;
   assert.throws(() => rt.together(() => rt.together(() => undefined)), /does not nest/);
 });
 
-for (const c of [CASES.find((k) => k.label === "no-qlora-odd")!, { label: "tiny-v3-3-layers", base: "tiny", over: { n_layer: 3 } } as const]) {
-  test(`together in the fused model (${c.label}): the same logits with combining on and off, fewer dispatches per step`, { skip }, async () => {
+for (const c of [
+  CASES.find((k) => k.label === "no-qlora-odd")!,
+  { label: "tiny-v3-3-layers", base: "tiny", over: { n_layer: 3 } } as const,
+]) {
+  test(`together in the fused model (${c.label}): the same logits with combining on and off, fewer dispatches per step`, {
+    skip,
+  }, async () => {
     const m = synthModel(c, 5);
     try {
       const { model, config } = loadModel(m.path);
@@ -413,7 +504,8 @@ for (const c of [CASES.find((k) => k.label === "no-qlora-odd")!, { label: "tiny-
         rt.device.pushErrorScope("validation");
         const g = new GpuModel(rt, model, { slots: 2, context: 16, maxTokens: 4 });
         const got: Uint32Array[] = [];
-        for (const row of await g.prefill(0, [3, 1, 4, 1, 5], 0, true)) got.push(new Uint32Array(row.buffer, row.byteOffset, row.length).slice());
+        for (const row of await g.prefill(0, [3, 1, 4, 1, 5], 0, true))
+          got.push(new Uint32Array(row.buffer, row.byteOffset, row.length).slice());
         await g.prefill(1, [2, 7], 0);
         for (let pos = 0; pos < 3; pos++) {
           const d0 = rt.stats.dispatches;
@@ -433,7 +525,11 @@ for (const c of [CASES.find((k) => k.label === "no-qlora-odd")!, { label: "tiny-
       const saved = 2 * moeLayers + (config.qLoraRank === 0 ? config.nLayer : 0);
       assert.ok(moeLayers > 0);
       console.log(`# ${c.label}: dispatches per decode step, combining off then on: ${perStep.join(", ")}`);
-      assert.deepEqual(perStep.slice(3), perStep.slice(0, 3).map((d) => d - saved), `dispatches per decode step, off then on: ${perStep.join(", ")}`);
+      assert.deepEqual(
+        perStep.slice(3),
+        perStep.slice(0, 3).map((d) => d - saved),
+        `dispatches per decode step, off then on: ${perStep.join(", ")}`,
+      );
     } finally {
       m.cleanup();
     }

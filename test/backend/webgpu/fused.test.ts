@@ -20,7 +20,9 @@ import type { PickDraw } from "../../../src/engine/device-picks.js";
 const { rt, skip } = await gpuOrSkip();
 rt?.device.destroy();
 
-test("FusedGpuModel.forward: prefill chunks (all logits) + decode steps match the reference; a new cache restarts", { skip }, () => {
+test("FusedGpuModel.forward: prefill chunks (all logits) + decode steps match the reference; a new cache restarts", {
+  skip,
+}, () => {
   const c = CASES.find((x) => x.base === "tiny")!;
   const m = synthModel(c, 21);
   const fused = (() => {
@@ -38,7 +40,10 @@ test("FusedGpuModel.forward: prefill chunks (all logits) + decode steps match th
     assert.ok(last[1] > 0 && last[0] === last[1], `progress ends at the total: ${last.join("/")}`);
     // (a model this small may load between two ticks: no "load" tick before the kernels)
     assert.equal(last[2], "compile");
-    assert.ok([...phases].every((p, i) => p === (i === phases.size - 1 ? "compile" : "load")), [...phases].join());
+    assert.ok(
+      [...phases].every((p, i) => p === (i === phases.size - 1 ? "compile" : "load")),
+      [...phases].join(),
+    );
     assert.ok(stats.kernels > 0 && stats.compileMs > 0 && f.warmStats === stats, JSON.stringify(stats));
     return { f, tokens, ref, V: config.nVocab };
   })();
@@ -49,13 +54,17 @@ test("FusedGpuModel.forward: prefill chunks (all logits) + decode steps match th
       const got: Float64Array[] = [];
       const all = f.forward(tokens.slice(0, 7), cache, { path: "prefill", logits: "all" });
       for (let i = 0; i < 7; i++) got.push(logSoftmaxRow(all.subarray(i * V, (i + 1) * V)));
-      for (let i = 7; i < 10; i++) got.push(logSoftmaxRow(f.forward([tokens[i]], cache, { path: "decode", logits: "last" })));
+      for (let i = 7; i < 10; i++)
+        got.push(logSoftmaxRow(f.forward([tokens[i]], cache, { path: "decode", logits: "last" })));
       const err = maxAbsDiff(got, ref);
       assert.ok(err <= 1e-3, `round ${round}: max |Δ logprob| ${err}`);
     }
     const cache = new LatentCache(f.config);
     assert.equal(f.config.contextLength, 12);
-    assert.throws(() => f.forward(randomTokens(13, 1, 0, V), cache, { path: "prefill", logits: "last" }), /context full/);
+    assert.throws(
+      () => f.forward(randomTokens(13, 1, 0, V), cache, { path: "prefill", logits: "last" }),
+      /context full/,
+    );
     assert.throws(() => f.forward(tokens, undefined, { path: "reference", logits: "last" }), LatentError);
   } finally {
     void f.close();
@@ -63,7 +72,9 @@ test("FusedGpuModel.forward: prefill chunks (all logits) + decode steps match th
   }
 });
 
-test("FusedGpuModel.forwardBatch: interleaved sequences in GPU slots (decode batches, prefill chunks past maxTokens, a third sequence reusing a finished one's slot) match the reference", { skip }, () => {
+test("FusedGpuModel.forwardBatch: interleaved sequences in GPU slots (decode batches, prefill chunks past maxTokens, a third sequence reusing a finished one's slot) match the reference", {
+  skip,
+}, () => {
   const c = CASES.find((x) => x.label === "no-qlora-odd")!;
   const m = synthModel(c, 4);
   const { model, config } = loadModel(m.path);
@@ -86,7 +97,12 @@ test("FusedGpuModel.forwardBatch: interleaved sequences in GPU slots (decode bat
     // decode both together until sequence 1 ends, then sequence 0 alone
     for (let pos = 5; pos < 9; pos++) {
       const chunks = [0, 1].filter((i) => pos - (i === 1 ? 1 : 0) < seqs[i].length);
-      const step = chunks.map((i) => ({ tokens: [seqs[i][i === 1 ? pos - 1 : pos]], cache: caches[i], path: "decode" as const, logits: "last" as const }));
+      const step = chunks.map((i) => ({
+        tokens: [seqs[i][i === 1 ? pos - 1 : pos]],
+        cache: caches[i],
+        path: "decode" as const,
+        logits: "last" as const,
+      }));
       outs = f.forwardBatch(step);
       chunks.forEach((i, k) => take(i, outs[k]));
     }
@@ -100,8 +116,16 @@ test("FusedGpuModel.forwardBatch: interleaved sequences in GPU slots (decode bat
     }
     assert.equal(caches[0].length, 9);
     // sequence 0 lost its slot: continuing it is an error, not a silently wrong answer; nor do 3 new sequences fit 2 slots
-    assert.throws(() => f.forwardBatch([{ tokens: [1], cache: caches[0], path: "decode", logits: "last" }]), /no latents for a sequence that starts at position 9/);
-    const fresh = (): SequenceChunk => ({ tokens: [1], cache: new LatentCache(f.config), path: "decode", logits: "last" });
+    assert.throws(
+      () => f.forwardBatch([{ tokens: [1], cache: caches[0], path: "decode", logits: "last" }]),
+      /no latents for a sequence that starts at position 9/,
+    );
+    const fresh = (): SequenceChunk => ({
+      tokens: [1],
+      cache: new LatentCache(f.config),
+      path: "decode",
+      logits: "last",
+    });
     assert.throws(() => f.forwardBatch([fresh(), fresh(), fresh()]), /more than 2 sequences in one step/);
   } finally {
     void f.close();
@@ -109,7 +133,9 @@ test("FusedGpuModel.forwardBatch: interleaved sequences in GPU slots (decode bat
   }
 });
 
-test("FusedGpuModel.forwardBatch packs decodes and prompt chunks of different sequences into shared GPU steps of ≤ maxTokens (a chunk split across two); every row matches the reference", { skip }, () => {
+test("FusedGpuModel.forwardBatch packs decodes and prompt chunks of different sequences into shared GPU steps of ≤ maxTokens (a chunk split across two); every row matches the reference", {
+  skip,
+}, () => {
   for (const c of [CASES.find((x) => x.label === "no-qlora-odd")!, CASES.find((x) => x.label === "glm-dsa-top16")!]) {
     const m = synthModel(c, 6);
     const { model, config } = loadModel(m.path);
@@ -150,8 +176,17 @@ test("FusedGpuModel.forwardBatch packs decodes and prompt chunks of different se
         const err = maxAbsDiff(got[s], want[s]);
         assert.ok(err <= 1e-3, `${c.label} sequence ${s}: max |Δ logprob| ${err}`);
       }
-      assert.deepEqual(caches.map((x) => x.length), [5, 6, 8]);
-      assert.throws(() => f.forwardBatch([0, 0].map(() => ({ tokens: [1], cache: caches[0], path: "decode" as const, logits: "last" as const }))), /two chunks of one sequence/);
+      assert.deepEqual(
+        caches.map((x) => x.length),
+        [5, 6, 8],
+      );
+      assert.throws(
+        () =>
+          f.forwardBatch(
+            [0, 0].map(() => ({ tokens: [1], cache: caches[0], path: "decode" as const, logits: "last" as const })),
+          ),
+        /two chunks of one sequence/,
+      );
     } finally {
       void f.close();
       m.cleanup();
@@ -167,7 +202,11 @@ type Pick = boolean | PickDraw;
  * "all" chunk of 3; later rounds: one decode token each. A greedy pick must be the argmax of b's row, a draw a token
  * of the vocabulary, each with b's log_softmax there; a chunk not picked gives b's rows. Then `after(a, caches)`.
  */
-function picksAgainstHost(seed: number, rounds: readonly (readonly Pick[])[], after: (a: FusedGpuModel, ca: LatentCache[]) => void): void {
+function picksAgainstHost(
+  seed: number,
+  rounds: readonly (readonly Pick[])[],
+  after: (a: FusedGpuModel, ca: LatentCache[]) => void,
+): void {
   const c = CASES.find((x) => x.label === "no-qlora-odd")!;
   const m = synthModel(c, 8);
   const { config } = loadModel(m.path);
@@ -187,7 +226,12 @@ function picksAgainstHost(seed: number, rounds: readonly (readonly Pick[])[], af
             { tokens: seqs[1].slice(0, 8), cache: caches[1], path: "prefill", logits: "last" },
             { tokens: seqs[2].slice(0, 3), cache: caches[2], path: "prefill", logits: "all" },
           ]
-        : [0, 1, 2].map((i) => ({ tokens: [seqs[i][caches[i].length]], cache: caches[i], path: "decode" as const, logits: "last" as const }));
+        : [0, 1, 2].map((i) => ({
+            tokens: [seqs[i][caches[i].length]],
+            cache: caches[i],
+            path: "decode" as const,
+            logits: "last" as const,
+          }));
     rounds.forEach((picks, round) => {
       const got = a.forwardBatchPicks(chunks(ca, round), picks);
       const want = b.forwardBatch(chunks(cb, round));
@@ -202,11 +246,21 @@ function picksAgainstHost(seed: number, rounds: readonly (readonly Pick[])[], af
         const lp = logSoftmaxRow(row);
         if (p === true) assert.equal(g.token, argmax(row), `round ${round} chunk ${i}: greedy token`);
         else {
-          assert.ok(Number.isInteger(g.token) && g.token >= 0 && g.token < V, `round ${round} chunk ${i}: drawn token ${g.token}`);
+          assert.ok(
+            Number.isInteger(g.token) && g.token >= 0 && g.token < V,
+            `round ${round} chunk ${i}: drawn token ${g.token}`,
+          );
           // a filtered draw: one of the host Sampler's kept ids for b's row
-          if ((p.topK ?? 0) > 0) assert.ok(keptIds(lp, p).includes(g.token), `round ${round} chunk ${i}: drawn token ${g.token} outside the host's kept ids`);
+          if ((p.topK ?? 0) > 0)
+            assert.ok(
+              keptIds(lp, p).includes(g.token),
+              `round ${round} chunk ${i}: drawn token ${g.token} outside the host's kept ids`,
+            );
         }
-        assert.ok(Math.abs(g.logprob - lp[g.token]) <= 1e-4, `round ${round} chunk ${i}: logprob ${g.logprob} vs ${lp[g.token]}`);
+        assert.ok(
+          Math.abs(g.logprob - lp[g.token]) <= 1e-4,
+          `round ${round} chunk ${i}: logprob ${g.logprob} vs ${lp[g.token]}`,
+        );
       });
     });
     after(a, ca);
@@ -217,15 +271,32 @@ function picksAgainstHost(seed: number, rounds: readonly (readonly Pick[])[], af
   }
 }
 
-test("FusedGpuModel.forwardBatchPicks: the GPU's greedy choice of a chunk's last row equals the host's on forwardBatch's rows (mixed with rows read back, a chunk split across steps, all-pick steps)", { skip }, () => {
+test("FusedGpuModel.forwardBatchPicks: the GPU's greedy choice of a chunk's last row equals the host's on forwardBatch's rows (mixed with rows read back, a chunk split across steps, all-pick steps)", {
+  skip,
+}, () => {
   // round 0: two picks (one split across the 8-token steps) and an "all" chunk read back; round 1: all three picks
-  picksAgainstHost(51, [[true, true, false], [true, true, true]], (a, ca) => {
-    assert.deepEqual(ca.map((x) => x.length), [6, 9, 4]);
-    assert.throws(() => a.forwardBatchPicks([{ tokens: [1], cache: ca[0], path: "decode", logits: "all" }], [true]), /without logits "last"/);
-  });
+  picksAgainstHost(
+    51,
+    [
+      [true, true, false],
+      [true, true, true],
+    ],
+    (a, ca) => {
+      assert.deepEqual(
+        ca.map((x) => x.length),
+        [6, 9, 4],
+      );
+      assert.throws(
+        () => a.forwardBatchPicks([{ tokens: [1], cache: ca[0], path: "decode", logits: "all" }], [true]),
+        /without logits "last"/,
+      );
+    },
+  );
 });
 
-test("FusedGpuModel.forwardBatchPicks with draws: tokens drawn at a temperature on the GPU come with the host's log_softmax of their row; greedy picks and rows read back beside them as before", { skip }, () => {
+test("FusedGpuModel.forwardBatchPicks with draws: tokens drawn at a temperature on the GPU come with the host's log_softmax of their row; greedy picks and rows read back beside them as before", {
+  skip,
+}, () => {
   // round 0: a draw (its chunk split across the 8-token steps), a greedy pick, an "all" chunk read back; round 1: two
   // draws at other temperatures beside a greedy pick
   const rounds: Pick[][] = [
@@ -234,7 +305,10 @@ test("FusedGpuModel.forwardBatchPicks with draws: tokens drawn at a temperature 
   ];
   picksAgainstHost(61, rounds, (a, ca) => {
     assert.equal(a.picksDraw, true);
-    assert.deepEqual(ca.map((x) => x.length), [6, 9, 4]);
+    assert.deepEqual(
+      ca.map((x) => x.length),
+      [6, 9, 4],
+    );
     const one: SequenceChunk[] = [{ tokens: [1], cache: ca[0], path: "decode", logits: "last" }];
     assert.throws(() => a.forwardBatchPicks(one, [{ temperature: -1, key: 1 }]), /temperature ≥ 0 and a 32-bit key/);
     assert.throws(() => a.forwardBatchPicks(one, [{ temperature: 1, key: 2 ** 32 }]), /32-bit key/);
@@ -243,14 +317,22 @@ test("FusedGpuModel.forwardBatchPicks with draws: tokens drawn at a temperature 
 
 /** The host Sampler's kept ids (top-k → top-p → min-p) for a row's log_softmax at a draw's settings. */
 function keptIds(lp: Float64Array | Float32Array, d: PickDraw): number[] {
-  return new Sampler({ temperature: 1, topK: d.topK ?? 0, topP: d.topP ?? 1, minP: d.minP ?? 0, seed: 1 }).candidates(Float64Array.from(lp));
+  return new Sampler({ temperature: 1, topK: d.topK ?? 0, topP: d.topP ?? 1, minP: d.minP ?? 0, seed: 1 }).candidates(
+    Float64Array.from(lp),
+  );
 }
 
-test("FusedGpuModel.forwardBatchPicks with filtered draws (top-k, top-p, min-p; top-p and min-p without top-k): each token one of the host Sampler's kept ids for its row", { skip }, () => {
+test("FusedGpuModel.forwardBatchPicks with filtered draws (top-k, top-p, min-p; top-p and min-p without top-k): each token one of the host Sampler's kept ids for its row", {
+  skip,
+}, () => {
   const rounds: Pick[][] = [
     [{ temperature: 0.8, key: 99, topK: 40, topP: 0.95 }, { temperature: 1.1, key: 3, topK: 5 }, false],
     [{ temperature: 0.6, key: 1234567, topK: 64, topP: 0.5, minP: 0.05 }, true, { temperature: 1.5, key: 42 }],
-    [{ temperature: 0.9, key: 5, topP: 0.6 }, { temperature: 1.2, key: 6, minP: 0.2 }, { temperature: 0.7, key: 7, topK: 3 }],
+    [
+      { temperature: 0.9, key: 5, topP: 0.6 },
+      { temperature: 1.2, key: 6, minP: 0.2 },
+      { temperature: 0.7, key: 7, topK: 3 },
+    ],
     [{ temperature: 1, key: 8, topP: 0.3, minP: 0.1 }, true, false],
   ];
   picksAgainstHost(71, rounds, (a, ca) => {
@@ -262,7 +344,9 @@ test("FusedGpuModel.forwardBatchPicks with filtered draws (top-k, top-p, min-p; 
   });
 });
 
-test("FusedGpuModel.decodeGreedy with draws: the chained steps draw the tokens step-by-step picks draw with the same keys (filtered and not)", { skip }, () => {
+test("FusedGpuModel.decodeGreedy with draws: the chained steps draw the tokens step-by-step picks draw with the same keys (filtered and not)", {
+  skip,
+}, () => {
   const c = CASES.find((x) => x.label === "no-qlora-odd")!;
   const m = synthModel(c, 8);
   const { config } = loadModel(m.path);
@@ -272,7 +356,11 @@ test("FusedGpuModel.decodeGreedy with draws: the chained steps draw the tokens s
   try {
     a.load(m.path);
     b.load(m.path);
-    for (const settings of [{ temperature: 0.9, topK: 40, topP: 0.9, minP: 0.01 }, { temperature: 1.3 }, { temperature: 1.1, topP: 0.7, minP: 0.02 }]) {
+    for (const settings of [
+      { temperature: 0.9, topK: 40, topP: 0.9, minP: 0.01 },
+      { temperature: 1.3 },
+      { temperature: 1.1, topP: 0.7, minP: 0.02 },
+    ]) {
       const draws: PickDraw[] = Array.from({ length: 6 }, (_, s) => ({ ...settings, key: 1000 + 7 * s }));
       const ca = new LatentCache(a.config);
       const cb = new LatentCache(b.config);
@@ -281,14 +369,23 @@ test("FusedGpuModel.decodeGreedy with draws: the chained steps draw the tokens s
       const chained = a.decodeGreedy(7, ca, draws.length, draws);
       let next = 7;
       draws.forEach((d, s) => {
-        const [pick] = b.forwardBatchPicks([{ tokens: [next], cache: cb, path: "decode", logits: "last" }], [d]) as { token: number; logprob: number }[];
+        const [pick] = b.forwardBatchPicks([{ tokens: [next], cache: cb, path: "decode", logits: "last" }], [d]) as {
+          token: number;
+          logprob: number;
+        }[];
         assert.equal(chained.tokens[s], pick!.token, `${JSON.stringify(settings)} step ${s}: token`);
-        assert.ok(Math.abs(chained.logprobs[s] - pick!.logprob) <= 1e-5, `${JSON.stringify(settings)} step ${s}: logprob`);
+        assert.ok(
+          Math.abs(chained.logprobs[s] - pick!.logprob) <= 1e-5,
+          `${JSON.stringify(settings)} step ${s}: logprob`,
+        );
         next = pick!.token;
       });
       assert.equal(ca.length, cb.length);
     }
-    assert.throws(() => a.decodeGreedy(7, new LatentCache(a.config), 2, [{ temperature: 1, key: 1 }]), /1 draws for 2 steps/);
+    assert.throws(
+      () => a.decodeGreedy(7, new LatentCache(a.config), 2, [{ temperature: 1, key: 1 }]),
+      /1 draws for 2 steps/,
+    );
   } finally {
     void a.close();
     void b.close();
@@ -296,7 +393,9 @@ test("FusedGpuModel.decodeGreedy with draws: the chained steps draw the tokens s
   }
 });
 
-test("FusedGpuModel on glm-dsa (--check-writes): DSA key selection on the GPU (sparse past top_k = 16 keys) matches the reference", { skip }, () => {
+test("FusedGpuModel on glm-dsa (--check-writes): DSA key selection on the GPU (sparse past top_k = 16 keys) matches the reference", {
+  skip,
+}, () => {
   const c = CASES.find((x) => x.base === "tiny-glm")!;
   const m = synthModel(c, 2);
   const { model, config } = loadModel(m.path);
@@ -310,7 +409,8 @@ test("FusedGpuModel on glm-dsa (--check-writes): DSA key selection on the GPU (s
     const got: Float64Array[] = [];
     const all = f.forward(tokens.slice(0, 19), cache, { path: "prefill", logits: "all" });
     for (let i = 0; i < 19; i++) got.push(logSoftmaxRow(all.subarray(i * V, (i + 1) * V)));
-    for (let i = 19; i < tokens.length; i++) got.push(logSoftmaxRow(f.forward([tokens[i]], cache, { path: "decode", logits: "last" })));
+    for (let i = 19; i < tokens.length; i++)
+      got.push(logSoftmaxRow(f.forward([tokens[i]], cache, { path: "decode", logits: "last" })));
     const err = maxAbsDiff(got, ref);
     assert.ok(err <= 1e-3, `max |Δ logprob| ${err}`);
   } finally {
@@ -319,13 +419,18 @@ test("FusedGpuModel on glm-dsa (--check-writes): DSA key selection on the GPU (s
   }
 });
 
-test("FusedGpuModel with GPU caches mirroring a page pool: scrambled pages, an adopted prompt prefix, batched decode match the reference", { skip }, () => {
+test("FusedGpuModel with GPU caches mirroring a page pool: scrambled pages, an adopted prompt prefix, batched decode match the reference", {
+  skip,
+}, () => {
   const c = CASES.find((x) => x.base === "tiny-glm")!; // DSA too: its key cache and scores go through the pages
   const m = synthModel(c, 5);
   const { model, config } = loadModel(m.path);
   const V = config.nVocab;
   const shared = randomTokens(20, 61, 0, V);
-  const seqs = [[...shared, ...randomTokens(4, 62, 0, V)], [...shared, ...randomTokens(3, 63, 0, V)]];
+  const seqs = [
+    [...shared, ...randomTokens(4, 62, 0, V)],
+    [...shared, ...randomTokens(3, 63, 0, V)],
+  ];
   const refs = seqs.map((t) => logprobRows(model, t, "reference"));
   const pool = new PagePool(config, { pageSize: 4, numPages: 24 });
   // take some pages first and give them back: the sequences then get non-consecutive page ids
@@ -351,7 +456,14 @@ test("FusedGpuModel with GPU caches mirroring a page pool: scrambled pages, an a
     // both decode together
     for (let pos = 22; pos < 24; pos++) {
       const chunks = [a, b].map((cache, k) => ({ k, cache })).filter(({ k }) => pos < seqs[k].length);
-      const outs = f.forwardBatch(chunks.map(({ k, cache }) => ({ tokens: [seqs[k][pos]], cache, path: "decode" as const, logits: "last" as const })));
+      const outs = f.forwardBatch(
+        chunks.map(({ k, cache }) => ({
+          tokens: [seqs[k][pos]],
+          cache,
+          path: "decode" as const,
+          logits: "last" as const,
+        })),
+      );
       chunks.forEach(({ k }, j) => (k === 0 ? gotA : gotB).push(logSoftmaxRow(outs[j])));
     }
     const errA = maxAbsDiff(gotA, refs[0].slice(0, gotA.length));
@@ -359,7 +471,10 @@ test("FusedGpuModel with GPU caches mirroring a page pool: scrambled pages, an a
     assert.equal(gotA.length, 24);
     assert.equal(gotB.length, 3);
     assert.ok(errA <= 1e-3 && errB <= 1e-3, `max |Δ logprob| a ${errA}, b ${errB}`);
-    assert.throws(() => f.forwardBatch([{ tokens: [1], cache: new LatentCache(f.config), path: "decode", logits: "last" }]), /must be paged/);
+    assert.throws(
+      () => f.forwardBatch([{ tokens: [1], cache: new LatentCache(f.config), path: "decode", logits: "last" }]),
+      /must be paged/,
+    );
   } finally {
     void f.close();
     m.cleanup();

@@ -8,12 +8,24 @@ import { QMatrix } from "../../../src/tensor/qmatrix.js";
 import { GGMLType, typeName } from "../../../src/gguf/types.js";
 import { quantize } from "../../../src/quant/index.js";
 import { GpuRuntime } from "../../../src/backend/webgpu/core/runtime.js";
-import { fusable, GpuMatrix, matmul, matmulGatherSwiGLU, matmulSwiGLU, matvecKernel } from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
+import {
+  fusable,
+  GpuMatrix,
+  matmul,
+  matmulGatherSwiGLU,
+  matmulSwiGLU,
+  matvecKernel,
+} from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
 import { moeRoute, routeNormShape, type RouteArgs } from "../../../src/backend/webgpu/kernels/moe/moe.js";
 import { f32, gpuOrSkip, relErr, Rng } from "./helpers.js";
 
 const { rt, skip: noGpu } = await gpuOrSkip();
-const skip = noGpu !== false ? noGpu : rt!.info.subgroupSize === undefined ? "the adapter has no fixed subgroup size (the wide kernel needs one)" : false;
+const skip =
+  noGpu !== false
+    ? noGpu
+    : rt!.info.subgroupSize === undefined
+      ? "the adapter has no fixed subgroup size (the wide kernel needs one)"
+      : false;
 const TOL = 2e-5;
 const EPS = 1e-6;
 
@@ -21,17 +33,33 @@ function runtime(): GpuRuntime {
   return new GpuRuntime(rt!.info, { checkWrites: true });
 }
 
-function upload(r: GpuRuntime, rng: Rng, type: number, cols: number, rows: number, items = 1): { w: QMatrix; g: GpuMatrix } {
+function upload(
+  r: GpuRuntime,
+  rng: Rng,
+  type: number,
+  cols: number,
+  rows: number,
+  items = 1,
+): { w: QMatrix; g: GpuMatrix } {
   const w = new QMatrix("w", type, cols, rows * items, quantize(type, rng.f32(cols * rows * items), cols));
   return { w, g: GpuMatrix.upload(r, "w", type, cols, rows, w.data, items) };
 }
 
 /** Per token: RMSNorm(x_t + Σ_k rw[t·K+k]·ye[t·K+k])·g, in float64. */
-function normed(x: Float64Array, n: number, cols: number, g: Float64Array, combine?: { ye: Float64Array; rw: Float64Array; K: number }): Float64Array {
+function normed(
+  x: Float64Array,
+  n: number,
+  cols: number,
+  g: Float64Array,
+  combine?: { ye: Float64Array; rw: Float64Array; K: number },
+): Float64Array {
   const out = new Float64Array(n * cols);
   for (let t = 0; t < n; t++) {
     const v = Float64Array.from(x.subarray(t * cols, (t + 1) * cols));
-    if (combine !== undefined) for (let k = 0; k < combine.K; k++) for (let j = 0; j < cols; j++) v[j] += combine.rw[t * combine.K + k] * combine.ye[(t * combine.K + k) * cols + j];
+    if (combine !== undefined)
+      for (let k = 0; k < combine.K; k++)
+        for (let j = 0; j < cols; j++)
+          v[j] += combine.rw[t * combine.K + k] * combine.ye[(t * combine.K + k) * cols + j];
     const inv = 1 / Math.sqrt(v.reduce((s, a) => s + a * a, 0) / cols + EPS);
     for (let j = 0; j < cols; j++) out[t * cols + j] = v[j] * inv * g[j];
   }
@@ -40,7 +68,9 @@ function normed(x: Float64Array, n: number, cols: number, g: Float64Array, combi
 
 const silu = (v: number): number => v / (1 + Math.exp(-v));
 
-test("fusable: the wide kernel with x staged, one piece; fused work elsewhere is an error, not a silent unfused product", { skip }, () => {
+test("fusable: the wide kernel with x staged, one piece; fused work elsewhere is an error, not a silent unfused product", {
+  skip,
+}, () => {
   const r = runtime();
   const rng = new Rng(5);
   const { g } = upload(r, rng, GGMLType.Q8_0, 64, 9);
@@ -52,14 +82,24 @@ test("fusable: the wide kernel with x staged, one piece; fused work elsewhere is
   const x = f32(r, rng.f64(64));
   const y = r.buffer(9 * 4);
   const gb = f32(r, rng.f64(64));
-  assert.throws(() => matmul(r, q40, x, y, { n: 1, xStride: 64, yStride: 9, fuse: { norm: { g: gb, eps: EPS } } }), /fused work/);
+  assert.throws(
+    () => matmul(r, q40, x, y, { n: 1, xStride: 64, yStride: 9, fuse: { norm: { g: gb, eps: EPS } } }),
+    /fused work/,
+  );
   assert.match(matvecKernel(r, g, 1, false, true, 9, { norm: { eps: EPS, combine: 2 } }).code, /inverseSqrt/);
   g.destroy();
   q40.destroy();
 });
 
-for (const [type, cols] of [[GGMLType.Q8_0, 96], [GGMLType.Q4_K, 256], [GGMLType.Q5_0, 64], [GGMLType.Q6_K, 256]] as const) {
-  test(`${typeName(type)} ${cols} columns: the product of RMSNorm(x)·g and of RMSNorm(x + combine)·g; y += W·x + combine`, { skip }, async () => {
+for (const [type, cols] of [
+  [GGMLType.Q8_0, 96],
+  [GGMLType.Q4_K, 256],
+  [GGMLType.Q5_0, 64],
+  [GGMLType.Q6_K, 256],
+] as const) {
+  test(`${typeName(type)} ${cols} columns: the product of RMSNorm(x)·g and of RMSNorm(x + combine)·g; y += W·x + combine`, {
+    skip,
+  }, async () => {
     const r = runtime();
     const rng = new Rng(17 + cols + type);
     for (const n of [1, 3]) {
@@ -78,7 +118,12 @@ for (const [type, cols] of [[GGMLType.Q8_0, 96], [GGMLType.Q4_K, 256], [GGMLType
         const want = new Float64Array(n * rows);
         w.matmul(normed(x, n, cols, gw, withCombine ? combine : undefined), n, cols, want, rows);
         const yb = r.buffer(n * rows * 4);
-        matmul(r, g, f32(r, x), yb, { n, xStride: cols, yStride: rows, fuse: { norm: { g: f32(r, gw), eps: EPS, ...(withCombine ? { combine: gpuCombine } : {}) } } });
+        matmul(r, g, f32(r, x), yb, {
+          n,
+          xStride: cols,
+          yStride: rows,
+          fuse: { norm: { g: f32(r, gw), eps: EPS, ...(withCombine ? { combine: gpuCombine } : {}) } },
+        });
         const got = await r.readF32(yb);
         assert.ok(relErr(got, want) < TOL, `${label}${withCombine ? " combine" : ""}: err ${relErr(got, want)}`);
       }
@@ -94,12 +139,23 @@ for (const [type, cols] of [[GGMLType.Q8_0, 96], [GGMLType.Q4_K, 256], [GGMLType
         return s;
       });
       const ybA = f32(r, y0);
-      matmul(r, g, f32(r, x), ybA, { n, xStride: cols, yStride: rows, acc: true, fuse: { addCombine: { ye: f32(r, yeY), rw: f32(r, rw), K } } });
+      matmul(r, g, f32(r, x), ybA, {
+        n,
+        xStride: cols,
+        yStride: rows,
+        acc: true,
+        fuse: { addCombine: { ye: f32(r, yeY), rw: f32(r, rw), K } },
+      });
       const gotA = await r.readF32(ybA);
       assert.ok(relErr(gotA, wantA) < TOL, `${label} addCombine: err ${relErr(gotA, wantA)}`);
       // without acc: W·x + Σ_k w_k·ye_k over whatever y held (every output written: checkWrites)
       const ybO = f32(r, y0);
-      matmul(r, g, f32(r, x), ybO, { n, xStride: cols, yStride: rows, fuse: { addCombine: { ye: f32(r, yeY), rw: f32(r, rw), K } } });
+      matmul(r, g, f32(r, x), ybO, {
+        n,
+        xStride: cols,
+        yStride: rows,
+        fuse: { addCombine: { ye: f32(r, yeY), rw: f32(r, rw), K } },
+      });
       const gotO = await r.readF32(ybO);
       const wantO = Float64Array.from(wantA, (v, i) => v - y0[i]);
       assert.ok(relErr(gotO, wantO) < TOL, `${label} addCombine without acc: err ${relErr(gotO, wantO)}`);
@@ -108,10 +164,15 @@ for (const [type, cols] of [[GGMLType.Q8_0, 96], [GGMLType.Q4_K, 256], [GGMLType
   });
 }
 
-test("dual gate·up of RMSNorm(x)·g: plain (n = 1, 2) and pair-major gathered (3 tokens × 2 slots)", { skip }, async () => {
+test("dual gate·up of RMSNorm(x)·g: plain (n = 1, 2) and pair-major gathered (3 tokens × 2 slots)", {
+  skip,
+}, async () => {
   const r = runtime();
   const rng = new Rng(41);
-  for (const [type, cols] of [[GGMLType.Q8_0, 64], [GGMLType.Q4_K, 256]] as const) {
+  for (const [type, cols] of [
+    [GGMLType.Q8_0, 64],
+    [GGMLType.Q4_K, 256],
+  ] as const) {
     const gw = rng.f64(cols);
     for (const n of [1, 2]) {
       const rows = 37;
@@ -126,7 +187,12 @@ test("dual gate·up of RMSNorm(x)·g: plain (n = 1, 2) and pair-major gathered (
       wu.matmul(xn, n, cols, b, rows);
       const want = Float64Array.from(a, (v, i) => silu(v) * b[i]);
       const yb = r.buffer(n * rows * 4);
-      matmulSwiGLU(r, gg, gu, f32(r, x), yb, { n, xStride: cols, yStride: rows, fuse: { norm: { g: f32(r, gw), eps: EPS } } });
+      matmulSwiGLU(r, gg, gu, f32(r, x), yb, {
+        n,
+        xStride: cols,
+        yStride: rows,
+        fuse: { norm: { g: f32(r, gw), eps: EPS } },
+      });
       const got = await r.readF32(yb);
       assert.ok(relErr(got, want) < TOL, `${typeName(type)} dual n=${n}: err ${relErr(got, want)}`);
       gg.destroy();
@@ -154,7 +220,14 @@ test("dual gate·up of RMSNorm(x)·g: plain (n = 1, 2) and pair-major gathered (
     }
     const yb = r.buffer(nTok * K * rows * 4);
     const idsBuf = r.upload(new Uint32Array(ids));
-    matmulGatherSwiGLU(r, gg, gu, f32(r, x), yb, idsBuf, { pairs: nTok * K, xDiv: K, xBatch: cols, yBatch: rows, mode: "pairs", fuse: { norm: { g: f32(r, gw), eps: EPS } } });
+    matmulGatherSwiGLU(r, gg, gu, f32(r, x), yb, idsBuf, {
+      pairs: nTok * K,
+      xDiv: K,
+      xBatch: cols,
+      yBatch: rows,
+      mode: "pairs",
+      fuse: { norm: { g: f32(r, gw), eps: EPS } },
+    });
     const got = await r.readF32(yb);
     assert.ok(relErr(got, want) < TOL, `${typeName(type)} gathered dual: err ${relErr(got, want)}`);
     gg.destroy();
@@ -162,13 +235,25 @@ test("dual gate·up of RMSNorm(x)·g: plain (n = 1, 2) and pair-major gathered (
   }
 });
 
-test("moeRoute with a RouteNorm routes z'/rms(h) as moeRoute routes those logits (softmax and sigmoid + bias, groups)", { skip }, async () => {
+test("moeRoute with a RouteNorm routes z'/rms(h) as moeRoute routes those logits (softmax and sigmoid + bias, groups)", {
+  skip,
+}, async () => {
   const r = runtime();
   const rng = new Rng(53);
   const dim = 48;
   for (const softmax of [true, false]) {
     const n = 3;
-    const a: RouteArgs = { n, E: 16, K: 4, nGroup: softmax ? 1 : 4, nGroupUsed: softmax ? 1 : 2, softmax, groupMax: false, norm: !softmax, scale: 1.5 };
+    const a: RouteArgs = {
+      n,
+      E: 16,
+      K: 4,
+      nGroup: softmax ? 1 : 4,
+      nGroupUsed: softmax ? 1 : 2,
+      softmax,
+      groupMax: false,
+      norm: !softmax,
+      scale: 1.5,
+    };
     assert.ok(routeNormShape(r, a, dim) !== undefined, "the subgroup routing kernel takes these arguments");
     const h = Float64Array.from(rng.f64(n * dim), (v) => v * 3);
     const zRaw = rng.f64(n * a.E, 4);

@@ -24,11 +24,19 @@ const MODEL = join(FIXTURE_DIR, "ds2-lite.gguf");
 const meta = GGUFFile.open(MODEL);
 meta.close();
 const tok = Tokenizer.fromMetadata(meta.metadata);
-const fused = skip === false ? new FusedGpuModel(parseConfig(meta.metadata, meta.tensors.get("token_embd.weight")?.ne[1]), { context: 96, maxTokens: 8 }) : undefined;
+const fused =
+  skip === false
+    ? new FusedGpuModel(parseConfig(meta.metadata, meta.tensors.get("token_embd.weight")?.ne[1]), {
+        context: 96,
+        maxTokens: 8,
+      })
+    : undefined;
 fused?.load(MODEL);
 after(() => void fused?.close());
 
-test("FusedGpuModel.decodeGreedy: chunks and forward steps continue each other on one sequence's cache", { skip }, () => {
+test("FusedGpuModel.decodeGreedy: chunks and forward steps continue each other on one sequence's cache", {
+  skip,
+}, () => {
   const f = fused!;
   const prompt = tok.encodePrompt("hello world");
   // the reference: every step's logits read back, argmax and log-softmax on the host
@@ -69,13 +77,21 @@ test("FusedGpuModel.decodeGreedy: chunks and forward steps continue each other o
   assert.throws(() => f.decodeGreedy(f.config.nVocab, cache, 1), /outside the vocabulary/);
 });
 
-test("generate on the fused pipeline: chained greedy = host sampling (maxTokens, end of generation and stop string inside a chunk)", { skip }, () => {
+test("generate on the fused pipeline: chained greedy = host sampling (maxTokens, end of generation and stop string inside a chunk)", {
+  skip,
+}, () => {
   const f = fused!;
   const prompt = tok.encodePrompt("The quick brown fox");
   const free = generateSync(f, tok, prompt, { temperature: 0, maxTokens: 30, ignoreEog: true, chainedGreedy: false });
   assert.ok(new Set(free.tokens).size > 8, JSON.stringify(free.tokens));
   for (const maxTokens of [1, 2, 7, 30]) {
-    const { chained } = assertChainedEqualsHost(f, tok, prompt, { temperature: 0, maxTokens, ignoreEog: true }, `maxTokens ${maxTokens}`);
+    const { chained } = assertChainedEqualsHost(
+      f,
+      tok,
+      prompt,
+      { temperature: 0, maxTokens, ignoreEog: true },
+      `maxTokens ${maxTokens}`,
+    );
     assert.equal(chained.timings.decodeSteps, maxTokens - 1, "nothing computed past maxTokens");
     assert.deepEqual(chained.tokens, free.tokens.slice(0, maxTokens));
   }
@@ -92,12 +108,20 @@ test("generate on the fused pipeline: chained greedy = host sampling (maxTokens,
   let k = Math.floor(chars.length / 2);
   while (k < chars.length - 2 && (chars[k] === "\uFFFD" || chars[k + 1] === "\uFFFD")) k++;
   const stop = chars[k] + chars[k + 1];
-  const s = assertChainedEqualsHost(f, tok, prompt, { temperature: 0, maxTokens: 30, ignoreEog: true, stop: [stop] }, "stop string");
+  const s = assertChainedEqualsHost(
+    f,
+    tok,
+    prompt,
+    { temperature: 0, maxTokens: 30, ignoreEog: true, stop: [stop] },
+    "stop string",
+  );
   assert.deepEqual(s.chained.stoppedBy, { string: stop });
   assert.equal(s.chained.text, free.text.slice(0, free.text.indexOf(stop)));
 });
 
-test("consecutive generations on one fused model: a chunk that ran past a stop leaves nothing behind for the next", { skip }, () => {
+test("consecutive generations on one fused model: a chunk that ran past a stop leaves nothing behind for the next", {
+  skip,
+}, () => {
   const f = fused!;
   const long = tok.encodePrompt("In the beginning God created the heaven and the earth");
   const short = tok.encodePrompt("And God said");
@@ -107,7 +131,11 @@ test("consecutive generations on one fused model: a chunk that ran past a stop l
   // the long run stopped by a stop token inside its third chunk (tokens 13…28): its cache holds rows past the stop
   const stopAt = longFree.tokens.findIndex((t, i) => i >= 14 && !longFree.tokens.slice(0, i).includes(t));
   assert.ok(stopAt >= 14, JSON.stringify(longFree.tokens));
-  const longStopped = generateSync(f, tok, long, { temperature: 0, maxTokens: 40, stopTokens: [longFree.tokens[stopAt]] });
+  const longStopped = generateSync(f, tok, long, {
+    temperature: 0,
+    maxTokens: 40,
+    stopTokens: [longFree.tokens[stopAt]],
+  });
   assert.equal(longStopped.decode, "greedy-chained");
   assert.deepEqual(longStopped.tokens, longFree.tokens.slice(0, stopAt));
   assert.ok(longStopped.timings.decodeSteps > stopAt, "computed past the stop");

@@ -18,7 +18,8 @@ const plain = rt === undefined ? undefined : new GpuRuntime(rt.info, { submitEve
 const wideAttn = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { attn: 1 } });
 // expert-major products from expert lists at small batches too (by default only from pairs ≥ 8 × experts where the
 // wide kernel reads the experts)
-const listed = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { expertsFrom: 0.25 } });
+const listed =
+  rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { expertsFrom: 0.25 } });
 // the RMSNorms (and the MoE combine into the residual) as dispatches of their own in small steps, not fused into the
 // wide products that read them (default on: normFuse)
 const unfused = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { normFuse: 0 } });
@@ -38,16 +39,19 @@ if (attnFused !== undefined) {
 }
 // the H200's small-step defaults on this adapter: the wide kernel's passes software-pipelined (widePipe) and the fused
 // one-token attention, on a model wide enough for several passes a row at this adapter's subgroup size
-const piped = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { widePipe: 1, attnFuse: 1 } });
+const piped =
+  rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { widePipe: 1, attnFuse: 1 } });
 // the independent kernel pairs of small steps dispatched one by one instead of combined (together = 0)
 const apart = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { together: 0 } });
 // the shared experts' down product beside the routing, into the residual's other buffer (sharedEarly = 1, the default,
 // whose dispatches' labels are checked below), or beside the routed one into h (sharedEarly = 0)
 const early = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { sharedEarly: 1 } });
-const lateShared = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { sharedEarly: 0 } });
+const lateShared =
+  rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { sharedEarly: 0 } });
 // the routing kernel 64 threads wide (routeThreads = 64; by default 256, so that it shares its dispatch with the shared
 // down product)
-const routeNarrow = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { routeThreads: 64 } });
+const routeNarrow =
+  rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { routeThreads: 64 } });
 // half a subgroup a row wherever the wide kernel can (wideHalf = 2): plain, dual and pair-major products
 const halfRows = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { wideHalf: 2 } });
 const earlyLabels: string[] = [];
@@ -77,24 +81,73 @@ const TOL = 1e-3;
 
 // every product of the attention and MoE FFN on the wide kernel (Q8_0; o 64 columns wide), two MoE layers: the fused
 // norms and the combine into the next layer's A0 and o all run
-const fusedCase: SynthCase = { label: "tiny-q8-2moe", base: "tiny", over: { n_layer: 3, n_dense: 1, n_head: 4, v_head: 16 }, type: "Q8_0" };
+const fusedCase: SynthCase = {
+  label: "tiny-q8-2moe",
+  base: "tiny",
+  over: { n_layer: 3, n_dense: 1, n_head: 4, v_head: 16 },
+  type: "Q8_0",
+};
 // glm-dsa on the wide kernel: the FFN's norm fused (DSA keeps the attention's norm a dispatch of its own)
 const glmCase: SynthCase = { label: "tiny-glm-q8", base: "tiny-glm", over: {}, type: "Q8_0" };
 // no q-LoRA (the fused attention's case), every attention matrix Q8_0
-const noLoraCase: SynthCase = { label: "tiny-q8-noqlora", base: "tiny", over: { n_layer: 3, n_dense: 1, n_head: 4, v_head: 16, q_lora: 0 }, type: "Q8_0" };
+const noLoraCase: SynthCase = {
+  label: "tiny-q8-noqlora",
+  base: "tiny",
+  over: { n_layer: 3, n_dense: 1, n_head: 4, v_head: 16, q_lora: 0 },
+  type: "Q8_0",
+};
 const oddCase = CASES.find((c) => c.label === "no-qlora-odd")!;
 // rows of 512 and 256 columns (Q4_K_M: Q4_K, Q6_K, Q5_0 and Q8_0 matrices), no q-LoRA
-const wideCase: SynthCase = { label: "wide-q4km-noqlora", base: "tiny", over: { n_layer: 3, n_dense: 1, n_embd: 512, n_ff: 512, n_ff_exp: 256, q_lora: 0 }, type: "Q4_K_M" };
+const wideCase: SynthCase = {
+  label: "wide-q4km-noqlora",
+  base: "tiny",
+  over: { n_layer: 3, n_dense: 1, n_embd: 512, n_ff: 512, n_ff_exp: 256, q_lora: 0 },
+  type: "Q4_K_M",
+};
 // V2's group-limited softmax routing (groups scored by their max) with every MoE product on the wide kernel
-const groupsCase: SynthCase = { ...CASES.find((c) => c.label === "v2-groups-softmax")!, label: "v2-groups-softmax-q8", type: "Q8_0" };
-const cases: SynthCase[] = [...CASES.filter((c) => c.base === "tiny"), fusedCase, glmCase, { label: "tiny-v3-q4km", base: "tiny", over: {}, type: "Q4_K_M" }];
+const groupsCase: SynthCase = {
+  ...CASES.find((c) => c.label === "v2-groups-softmax")!,
+  label: "v2-groups-softmax-q8",
+  type: "Q8_0",
+};
+const cases: SynthCase[] = [
+  ...CASES.filter((c) => c.base === "tiny"),
+  fusedCase,
+  glmCase,
+  { label: "tiny-v3-q4km", base: "tiny", over: {}, type: "Q4_K_M" },
+];
 
 const last = cases[cases.length - 1];
 // The wide model under each tuning knob takes minutes a case on lavapipe: those sweeps run with LATENT_LONG_SWEEPS=1;
 // the wide model's default run and the knobs on the small models always run.
-for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as const, [last, wideAttn] as const, [last, listed] as const, [fusedCase, unfused] as const, [fusedCase, ffnOnly] as const, [fusedCase, apart] as const, [noLoraCase, attnFused] as const, [oddCase, attnFused] as const, [last, attnFused] as const, [wideCase, rt] as const, [wideCase, piped] as const, [fusedCase, early] as const, [wideCase, early] as const, [last, early] as const, [fusedCase, lateShared] as const, [wideCase, lateShared] as const, [wideCase, halfRows] as const, [fusedCase, halfRows] as const, [fusedCase, routeNarrow] as const, [last, routeNarrow] as const, [groupsCase, rt] as const]) {
+for (const [c, r] of [
+  ...cases.map((c) => [c, rt] as const),
+  [last, plain] as const,
+  [last, wideAttn] as const,
+  [last, listed] as const,
+  [fusedCase, unfused] as const,
+  [fusedCase, ffnOnly] as const,
+  [fusedCase, apart] as const,
+  [noLoraCase, attnFused] as const,
+  [oddCase, attnFused] as const,
+  [last, attnFused] as const,
+  [wideCase, rt] as const,
+  [wideCase, piped] as const,
+  [fusedCase, early] as const,
+  [wideCase, early] as const,
+  [last, early] as const,
+  [fusedCase, lateShared] as const,
+  [wideCase, lateShared] as const,
+  [wideCase, halfRows] as const,
+  [fusedCase, halfRows] as const,
+  [fusedCase, routeNarrow] as const,
+  [last, routeNarrow] as const,
+  [groupsCase, rt] as const,
+]) {
   const replay = r === plain;
-  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}${r === wideAttn ? ", wide decode attention" : ""}${r === listed ? ", expert lists (expertsFrom = 0.25)" : ""}${r === unfused ? ", norms unfused (normFuse = 0)" : ""}${r === ffnOnly ? ", only the FFN's norm fused (normFuse = 2)" : ""}${r === apart ? ", kernel pairs apart (together = 0)" : ""}${r === attnFused ? ", one-token attention fused (attnFuse = 1)" : ""}${r === piped ? ", wide passes pipelined and attention fused (widePipe = 1, attnFuse = 1)" : ""}${r === early ? ", shared down beside the routing (sharedEarly = 1)" : ""}${r === lateShared ? ", shared down beside the routed one (sharedEarly = 0)" : ""}${r === halfRows ? ", half a subgroup a row (wideHalf = 2)" : ""}${r === routeNarrow ? ", the routing 64 threads a workgroup, a dispatch of its own (routeThreads = 64)" : ""}`, { skip: sweepSkip(skip, c !== wideCase || r === rt) }, async () => {
+  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}${r === wideAttn ? ", wide decode attention" : ""}${r === listed ? ", expert lists (expertsFrom = 0.25)" : ""}${r === unfused ? ", norms unfused (normFuse = 0)" : ""}${r === ffnOnly ? ", only the FFN's norm fused (normFuse = 2)" : ""}${r === apart ? ", kernel pairs apart (together = 0)" : ""}${r === attnFused ? ", one-token attention fused (attnFuse = 1)" : ""}${r === piped ? ", wide passes pipelined and attention fused (widePipe = 1, attnFuse = 1)" : ""}${r === early ? ", shared down beside the routing (sharedEarly = 1)" : ""}${r === lateShared ? ", shared down beside the routed one (sharedEarly = 0)" : ""}${r === halfRows ? ", half a subgroup a row (wideHalf = 2)" : ""}${r === routeNarrow ? ", the routing 64 threads a workgroup, a dispatch of its own (routeThreads = 64)" : ""}`, {
+    skip: sweepSkip(skip, c !== wideCase || r === rt),
+  }, async () => {
     kernels.get(r!)?.clear();
     const before = r!.stats.dispatches;
     const m = synthModel(c, 9);
@@ -110,17 +163,23 @@ for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as co
       }
       // decode both sequences in one step while both have tokens left, then the longer one alone
       for (let pos = 3; pos < 11; pos++) {
-        const step = [0, 1].filter((s) => pos >= prompt[s] && pos < seqs[s].length).map((s) => ({ token: seqs[s][pos], slot: s, pos, logits: true }));
+        const step = [0, 1]
+          .filter((s) => pos >= prompt[s] && pos < seqs[s].length)
+          .map((s) => ({ token: seqs[s][pos], slot: s, pos, logits: true }));
         if (step.length === 0) continue;
         const logits = await g.step(step);
-        step.forEach((t, i) => got[t.slot].push(logSoftmaxRow(logits.subarray(i * config.nVocab, (i + 1) * config.nVocab))));
+        step.forEach((t, i) =>
+          got[t.slot].push(logSoftmaxRow(logits.subarray(i * config.nVocab, (i + 1) * config.nVocab))),
+        );
       }
       if (replay) assert.ok(g.replayStats.replayed >= 3 && g.replayStats.recorded >= 2, JSON.stringify(g.replayStats));
       else assert.equal(g.replayStats.replayed, 0);
       const seen = kernels.get(r!);
-      if (seen !== undefined && config.nLayer > config.nLeadingDense) assert.ok(seen.has("moeRoute"), `kernels: ${[...seen].join(", ")}`);
+      if (seen !== undefined && config.nLayer > config.nLeadingDense)
+        assert.ok(seen.has("moeRoute"), `kernels: ${[...seen].join(", ")}`);
       if (r === rt) dispatches.set(c.label, r!.stats.dispatches - before);
-      if (r === listed && config.nLayer > config.nLeadingDense) assert.ok(seen!.has("expertLists"), `kernels: ${[...seen!].join(", ")}`);
+      if (r === listed && config.nLayer > config.nLeadingDense)
+        assert.ok(seen!.has("expertLists"), `kernels: ${[...seen!].join(", ")}`);
       // per small step: the FFN's norm a dispatch of its own in each MoE layer unfused; fused by default (normFuse = 1)
       // also the attention's norm in every layer, which normFuse = 2 leaves a dispatch
       if (r === attnFused) {
@@ -131,16 +190,27 @@ for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as co
         // small steps: MoE layers' shared down products right after their routing (held for one dispatch with it)
         const after = (i: number): string => earlyLabels[i - 1] ?? "";
         const sharedDowns = earlyLabels.map((l, i) => [l, i] as const).filter(([l]) => /ffn_down_shexp/.test(l));
-        assert.ok(sharedDowns.some(([, i]) => after(i) === "moeRoute"), `labels: …${earlyLabels.slice(-40).join(", ")}`);
+        assert.ok(
+          sharedDowns.some(([, i]) => after(i) === "moeRoute"),
+          `labels: …${earlyLabels.slice(-40).join(", ")}`,
+        );
         earlyLabels.length = 0;
       }
       // (the default runtime's count is known where its case ran first: not under a name pattern)
-      if (r === routeNarrow && dispatches.has(c.label)) assert.ok(r!.stats.dispatches - before > dispatches.get(c.label)!, `routing apart: ${r!.stats.dispatches - before} dispatches, ${dispatches.get(c.label)} by default`);
-      if (r === apart) assert.ok(r!.stats.dispatches - before > dispatches.get(c.label)!, "pairs apart: more dispatches");
+      if (r === routeNarrow && dispatches.has(c.label))
+        assert.ok(
+          r!.stats.dispatches - before > dispatches.get(c.label)!,
+          `routing apart: ${r!.stats.dispatches - before} dispatches, ${dispatches.get(c.label)} by default`,
+        );
+      if (r === apart)
+        assert.ok(r!.stats.dispatches - before > dispatches.get(c.label)!, "pairs apart: more dispatches");
       if (r === unfused || r === ffnOnly) {
         const fusedCount = dispatches.get(c.label)!;
         const count = r!.stats.dispatches - before;
-        assert.ok(count > fusedCount, `dispatches: ${count} with normFuse = ${r!.tune.normFuse}, ${fusedCount} by default`);
+        assert.ok(
+          count > fusedCount,
+          `dispatches: ${count} with normFuse = ${r!.tune.normFuse}, ${fusedCount} by default`,
+        );
       }
       for (let s = 0; s < 2; s++) {
         const e = record(`fused model ${c.label}`, maxAbsDiff(got[s], refs[s]));
@@ -156,7 +226,9 @@ for (const [c, r] of [...cases.map((c) => [c, rt] as const), [last, plain] as co
 // second dispatch (attnFusedShape's keySplit): decode steps from 258 to 262 keys, with and without q-LoRA, against the
 // CPU reference
 for (const c of [noLoraCase, fusedCase]) {
-  test(`${c.label}: decode steps past 256 keys with the key-split fused attention (attnFuse = 1) match the CPU reference (≤ ${TOL})`, { skip }, async () => {
+  test(`${c.label}: decode steps past 256 keys with the key-split fused attention (attnFuse = 1) match the CPU reference (≤ ${TOL})`, {
+    skip,
+  }, async () => {
     const r = new GpuRuntime(rt!.info, { checkWrites: true, tune: { attnFuse: 1 } });
     let split = 0;
     const dispatch = r.dispatch.bind(r);
@@ -172,7 +244,8 @@ for (const c of [noLoraCase, fusedCase]) {
       const g = new GpuModel(r, model, { slots: 1, context: 300, maxTokens: 64 });
       await g.prefill(0, seq.slice(0, 257));
       const got: Float64Array[] = [];
-      for (let pos = 257; pos < 262; pos++) got.push(logSoftmaxRow(await g.step([{ token: seq[pos], slot: 0, pos, logits: true }])));
+      for (let pos = 257; pos < 262; pos++)
+        got.push(logSoftmaxRow(await g.step([{ token: seq[pos], slot: 0, pos, logits: true }])));
       assert.ok(split > 0, "the key-split kernel ran");
       const e = record(`fused model ${c.label}, 258–262 keys`, maxAbsDiff(got, ref.slice(257)));
       assert.ok(e <= TOL, `max |Δ logprob| ${e}`);

@@ -18,7 +18,9 @@ import { gpuOrSkip, Rng } from "./helpers.js";
 const { rt, skip } = await gpuOrSkip({ checkWrites: true });
 after(() => rt?.device.destroy());
 
-test("argmax rows on the GPU = the CPU sampler's argmax, with its logprob (ties, NaN, negative rows, odd widths, strided rows)", { skip }, async () => {
+test("argmax rows on the GPU = the CPU sampler's argmax, with its logprob (ties, NaN, negative rows, odd widths, strided rows)", {
+  skip,
+}, async () => {
   const r = rt!;
   const rng = new Rng(41);
   for (const [n, width, stride] of [
@@ -60,7 +62,11 @@ test("argmax rows on the GPU = the CPU sampler's argmax, with its logprob (ties,
       const id = Number.isNaN(row[0]) ? width - 1 : argmax(row);
       assert.equal(got[t], id, `n ${n} width ${width} row ${t}`);
       // a row the host sampler would refuse (a NaN here) has logprob NaN: the generation loop refuses it then
-      if (row.some(Number.isNaN)) assert.ok(Number.isNaN(gotLp[t]), `n ${n} width ${width} row ${t}: a row with NaN has logprob NaN, got ${gotLp[t]}`);
+      if (row.some(Number.isNaN))
+        assert.ok(
+          Number.isNaN(gotLp[t]),
+          `n ${n} width ${width} row ${t}: a row with NaN has logprob NaN, got ${gotLp[t]}`,
+        );
       else {
         const want = logprobAt(row, id);
         assert.ok(Math.abs(gotLp[t] - want) <= 1e-5, `n ${n} width ${width} row ${t}: logprob ${gotLp[t]} vs ${want}`);
@@ -69,7 +75,10 @@ test("argmax rows on the GPU = the CPU sampler's argmax, with its logprob (ties,
       if (row.every(Number.isFinite)) {
         const s = new Sampler({ temperature: 0 }).sample(row);
         assert.equal(s.token, id);
-        assert.ok(Math.abs(gotLp[t] - s.logprob) <= 1e-5, `n ${n} width ${width} row ${t}: logprob ${gotLp[t]} vs the sampler's ${s.logprob}`);
+        assert.ok(
+          Math.abs(gotLp[t] - s.logprob) <= 1e-5,
+          `n ${n} width ${width} row ${t}: logprob ${gotLp[t]} vs the sampler's ${s.logprob}`,
+        );
       }
     }
     // without the logprobs buffer: the same ids
@@ -80,7 +89,9 @@ test("argmax rows on the GPU = the CPU sampler's argmax, with its logprob (ties,
   }
 });
 
-test("argmax rows on the GPU: rows the host sampler refuses (only NaN, one NaN, +Infinity, all −Infinity) → logprob NaN; a flat row → −log(width)", { skip }, async () => {
+test("argmax rows on the GPU: rows the host sampler refuses (only NaN, one NaN, +Infinity, all −Infinity) → logprob NaN; a flat row → −log(width)", {
+  skip,
+}, async () => {
   const r = rt!;
   for (const width of [5, 4097]) {
     const n = 5;
@@ -96,23 +107,36 @@ test("argmax rows on the GPU: rows the host sampler refuses (only NaN, one NaN, 
     argmaxRows(r, xb, ids, part, { n, width, logprobs: lps });
     assert.deepEqual([...new Uint32Array(await r.read(ids, 0, 4 * n))], [0, 0, 2, 0, 0], `width ${width}: ids`);
     const lp = await r.readF32(lps, 0, n);
-    for (let t = 0; t < 4; t++) assert.ok(Number.isNaN(lp[t]), `width ${width} row ${t}: a row the host refuses has logprob NaN, got ${lp[t]}`);
-    assert.ok(Math.abs(lp[4] + Math.log(width)) <= 1e-5, `width ${width}: a flat row has logprob −log(width), got ${lp[4]}`);
+    for (let t = 0; t < 4; t++)
+      assert.ok(Number.isNaN(lp[t]), `width ${width} row ${t}: a row the host refuses has logprob NaN, got ${lp[t]}`);
+    assert.ok(
+      Math.abs(lp[4] + Math.log(width)) <= 1e-5,
+      `width ${width}: a flat row has logprob −log(width), got ${lp[4]}`,
+    );
     for (const b of [xb, ids, lps, part]) b.destroy();
   }
 });
 
 // the long prompt crosses a key chunk (ATTN_CHUNK) mid-chain, so a step of a new shape is recorded between replayed ones
-const CHAIN_CASES: { replay: boolean; long?: boolean }[] = [{ replay: false }, { replay: true }, { replay: true, long: true }];
+const CHAIN_CASES: { replay: boolean; long?: boolean }[] = [
+  { replay: false },
+  { replay: true },
+  { replay: true, long: true },
+];
 for (const { replay, long } of CHAIN_CASES) {
   const steps = long === true ? 10 : 6;
-  test(`chained greedy decode on the GPU = one step at a time with the host sampler: ids and logprobs (batch 2, ${steps} steps${replay ? ", recorded steps replayed" : ", --check-writes"}${long === true ? `, across key chunk ${ATTN_CHUNK}` : ""})`, { skip }, async () => {
+  test(`chained greedy decode on the GPU = one step at a time with the host sampler: ids and logprobs (batch 2, ${steps} steps${replay ? ", recorded steps replayed" : ", --check-writes"}${long === true ? `, across key chunk ${ATTN_CHUNK}` : ""})`, {
+    skip,
+  }, async () => {
     const c = CASES.find((k) => k.base === "tiny")!;
     const m = synthModel(c, 5);
     const r = replay ? new GpuRuntime(rt!.info, { submitEvery: 5 }) : rt!;
     try {
       const { model, config } = loadModel(m.path);
-      const prompts = [randomTokens(long === true ? ATTN_CHUNK - 6 : 5, 1, 0, config.nVocab), randomTokens(3, 2, 0, config.nVocab)];
+      const prompts = [
+        randomTokens(long === true ? ATTN_CHUNK - 6 : 5, 1, 0, config.nVocab),
+        randomTokens(3, 2, 0, config.nVocab),
+      ];
       const context = long === true ? ATTN_CHUNK + 8 : 24;
       let chainSubmits = 0;
       // per sequence: the chosen ids and their logprobs
@@ -124,7 +148,10 @@ for (const { replay, long } of CHAIN_CASES) {
         const lps: number[][] = [[], []];
         if (chained) {
           const s0 = r.stats.submits;
-          const hist = await g.decodeGreedy(prompts.map((p, s) => ({ token: firsts[s], slot: s, pos: p.length })), steps);
+          const hist = await g.decodeGreedy(
+            prompts.map((p, s) => ({ token: firsts[s], slot: s, pos: p.length })),
+            steps,
+          );
           chainSubmits = r.stats.submits - s0;
           assert.equal(hist.tokens.length, 2 * steps);
           assert.equal(hist.logprobs.length, 2 * steps);
@@ -137,9 +164,13 @@ for (const { replay, long } of CHAIN_CASES) {
         } else {
           const cur = [...firsts];
           for (let i = 0; i < steps; i++) {
-            const logits = await g.step(cur.map((token, s) => ({ token, slot: s, pos: prompts[s].length + i, logits: true })));
+            const logits = await g.step(
+              cur.map((token, s) => ({ token, slot: s, pos: prompts[s].length + i, logits: true })),
+            );
             for (let s = 0; s < 2; s++) {
-              const res = new Sampler({ temperature: 0 }).sample(logits.subarray(s * config.nVocab, (s + 1) * config.nVocab));
+              const res = new Sampler({ temperature: 0 }).sample(
+                logits.subarray(s * config.nVocab, (s + 1) * config.nVocab),
+              );
               cur[s] = res.token;
               ids[s].push(res.token);
               lps[s].push(res.logprob);

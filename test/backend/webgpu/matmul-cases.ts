@@ -6,7 +6,16 @@ import { QMatrix } from "../../../src/tensor/qmatrix.js";
 import { GGMLType, typeName } from "../../../src/gguf/types.js";
 import { quantize } from "../../../src/quant/index.js";
 import type { GpuRuntime, RuntimeOptions } from "../../../src/backend/webgpu/core/runtime.js";
-import { expertListWords, expertLists, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLU, matvecKernel } from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
+import {
+  expertListWords,
+  expertLists,
+  GpuMatrix,
+  matmul,
+  matmulGather,
+  matmulGatherSwiGLU,
+  matmulSwiGLU,
+  matvecKernel,
+} from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
 import { f32, relErr, type Rng, u32 } from "./helpers.js";
 
 export const MATMUL_TOL = 2e-5;
@@ -22,10 +31,16 @@ export interface KernelCheck {
 }
 
 /** Plain products [type, cols, rows, n]: overwrite (checked for complete writes), add, SwiGLU with y holding the gate values, and dual. */
-export async function checkPlainProducts(r: GpuRuntime, rng: Rng, cases: readonly (readonly [number, number, number, number])[], check: KernelCheck): Promise<void> {
+export async function checkPlainProducts(
+  r: GpuRuntime,
+  rng: Rng,
+  cases: readonly (readonly [number, number, number, number])[],
+  check: KernelCheck,
+): Promise<void> {
   for (const [type, cols, rows, n] of cases) {
     const w = new QMatrix("w", type, cols, rows, quantize(type, rng.f32(cols * rows), cols));
-    const w2 = check.dual === true ? new QMatrix("w2", type, cols, rows, quantize(type, rng.f32(cols * rows), cols)) : undefined;
+    const w2 =
+      check.dual === true ? new QMatrix("w2", type, cols, rows, quantize(type, rng.f32(cols * rows), cols)) : undefined;
     const g = GpuMatrix.upload(r, "w", type, cols, rows, w.data);
     assert.match(matvecKernel(r, g, n, false, true).code, check.kernel);
     const xStride = cols + 4;
@@ -53,7 +68,10 @@ export async function checkPlainProducts(r: GpuRuntime, rng: Rng, cases: readonl
     const yGlu = f32(r, y0);
     matmul(r, g, f32(r, x), yGlu, { n, xStride, yStride, xOff, yOff, glu: true });
     const wantGlu = Float64Array.from(y0, (v, i) => (inRow(i) ? silu(v) * prod[i - yOff] : v));
-    assert.ok(relErr(await r.readF32(yGlu), wantGlu) < TOL, `${label} glu: err ${relErr(await r.readF32(yGlu), wantGlu)}`);
+    assert.ok(
+      relErr(await r.readF32(yGlu), wantGlu) < TOL,
+      `${label} glu: err ${relErr(await r.readF32(yGlu), wantGlu)}`,
+    );
     if (w2 !== undefined) {
       // one dual dispatch: silu(W·x)·(W2·x)
       const g2 = GpuMatrix.upload(r, "w2", type, cols, rows, w2.data);
@@ -64,7 +82,10 @@ export async function checkPlainProducts(r: GpuRuntime, rng: Rng, cases: readonl
       matmulSwiGLU(r, g, g2, f32(r, x), yDual, { n, xStride, yStride, xOff, yOff });
       assert.equal(r.stats.dispatches - before, 1, `${label} dual: one dispatch`);
       const wantDual = Float64Array.from(y0, (v, i) => (inRow(i) ? silu(prod[i - yOff]) * prod2[i - yOff] : v));
-      assert.ok(relErr(await r.readF32(yDual), wantDual) < TOL, `${label} dual: err ${relErr(await r.readF32(yDual), wantDual)}`);
+      assert.ok(
+        relErr(await r.readF32(yDual), wantDual) < TOL,
+        `${label} dual: err ${relErr(await r.readF32(yDual), wantDual)}`,
+      );
       g2.destroy();
     }
     g.destroy();
@@ -79,7 +100,10 @@ export async function checkHeadsAndPieces(runtime: (opts: RuntimeOptions) => Gpu
   const H = 3;
   const n = 9;
   const rb = 136; // Q8_0 row bytes at 128 columns
-  for (const [maxBindingBytes, label] of [[undefined, "one piece"], [2 * rows * rb + 255, "heads in pieces"]] as const) {
+  for (const [maxBindingBytes, label] of [
+    [undefined, "one piece"],
+    [2 * rows * rb + 255, "heads in pieces"],
+  ] as const) {
     const r = runtime(maxBindingBytes !== undefined ? { maxBindingBytes } : {});
     const all = new QMatrix("h", type, cols, rows * H, quantize(type, rng.f32(cols * rows * H), cols));
     const g = GpuMatrix.upload(r, "h", type, cols, rows, all.data, H);
@@ -89,7 +113,10 @@ export async function checkHeadsAndPieces(runtime: (opts: RuntimeOptions) => Gpu
     const want = new Float64Array(n * yStride);
     const tmp = new Float64Array(n * rows);
     for (let h = 0; h < H; h++) {
-      const xh = Float64Array.from({ length: n * cols }, (_, i) => x[Math.floor(i / cols) * xStride + h * cols + (i % cols)]);
+      const xh = Float64Array.from(
+        { length: n * cols },
+        (_, i) => x[Math.floor(i / cols) * xStride + h * cols + (i % cols)],
+      );
       all.slice(h * rows, rows).matmul(xh, n, cols, tmp, rows);
       for (let t = 0; t < n; t++) for (let i = 0; i < rows; i++) want[t * yStride + h * rows + i] = tmp[t * rows + i];
     }
@@ -120,7 +147,12 @@ export async function checkHeadsAndPieces(runtime: (opts: RuntimeOptions) => Gpu
  * Expert lists over 6 experts, 2 slots a token: none for two experts, one pair for one, more than any tile (45) for
  * another; each [type, cols, rows, row bytes] in one piece and with 2 experts a piece; overwrite, acc, glu (and dual).
  */
-export async function checkExpertLists(runtime: (opts: RuntimeOptions) => GpuRuntime, rng: Rng, types: readonly (readonly [number, number, number, number])[], check: Partial<KernelCheck> = {}): Promise<void> {
+export async function checkExpertLists(
+  runtime: (opts: RuntimeOptions) => GpuRuntime,
+  rng: Rng,
+  types: readonly (readonly [number, number, number, number])[],
+  check: Partial<KernelCheck> = {},
+): Promise<void> {
   const E = 6;
   const K = 2;
   const counts = [0, 1, 45, 7, 0, 13];
@@ -135,7 +167,10 @@ export async function checkExpertLists(runtime: (opts: RuntimeOptions) => GpuRun
     for (const maxBindingBytes of [undefined, 2 * rows * rb + 255]) {
       const r = runtime(maxBindingBytes !== undefined ? { maxBindingBytes } : {});
       const all = new QMatrix("e", type, cols, rows * E, quantize(type, rng.f32(cols * rows * E), cols));
-      const all2 = check.dual === true ? new QMatrix("u", type, cols, rows * E, quantize(type, rng.f32(cols * rows * E), cols)) : undefined;
+      const all2 =
+        check.dual === true
+          ? new QMatrix("u", type, cols, rows * E, quantize(type, rng.f32(cols * rows * E), cols))
+          : undefined;
       const g = GpuMatrix.upload(r, "e", type, cols, rows, all.data, E);
       assert.equal(g.pieces.length > 1, maxBindingBytes !== undefined);
       const xBatch = cols + 4;
@@ -145,7 +180,14 @@ export async function checkExpertLists(runtime: (opts: RuntimeOptions) => GpuRun
       const x = rng.f64(xOff + nTok * xBatch);
       const product = (m: QMatrix): Float64Array => {
         const out = new Float64Array(pairs * rows);
-        for (let b = 0; b < pairs; b++) m.slice(ids[b] * rows, rows).matmul(x.subarray(xOff + Math.floor(b / K) * xBatch), 1, cols, out.subarray(b * rows), rows);
+        for (let b = 0; b < pairs; b++)
+          m.slice(ids[b] * rows, rows).matmul(
+            x.subarray(xOff + Math.floor(b / K) * xBatch),
+            1,
+            cols,
+            out.subarray(b * rows),
+            rows,
+          );
         return out;
       };
       const prod = product(all);
@@ -156,14 +198,18 @@ export async function checkExpertLists(runtime: (opts: RuntimeOptions) => GpuRun
       if (check.kernel !== undefined) assert.match(matvecKernel(r, g, pairs, "experts-list", true).code, check.kernel);
       const y0 = rng.f64(yOff + pairs * yBatch);
       const inRow = (i: number): boolean => i >= yOff && (i - yOff) % yBatch < rows && i < yOff + pairs * yBatch;
-      const at = (p: Float64Array, i: number): number => p[Math.floor((i - yOff) / yBatch) * rows + ((i - yOff) % yBatch)];
+      const at = (p: Float64Array, i: number): number =>
+        p[Math.floor((i - yOff) / yBatch) * rows + ((i - yOff) % yBatch)];
       const label = `${typeName(type)} ${rows}x${cols}${maxBindingBytes !== undefined ? " pieces" : ""}`;
       const yb = r.buffer(y0.length * 4);
       matmulGather(r, g, f32(r, x), yb, idsB, args);
       const got = await r.readF32(yb);
       for (let b = 0; b < pairs; b++) {
         const a = got.subarray(yOff + b * yBatch, yOff + b * yBatch + rows);
-        assert.ok(relErr(a, prod.subarray(b * rows, (b + 1) * rows)) < TOL, `${label} pair ${b} (expert ${ids[b]}): err ${relErr(a, prod.subarray(b * rows, (b + 1) * rows))}`);
+        assert.ok(
+          relErr(a, prod.subarray(b * rows, (b + 1) * rows)) < TOL,
+          `${label} pair ${b} (expert ${ids[b]}): err ${relErr(a, prod.subarray(b * rows, (b + 1) * rows))}`,
+        );
       }
       const yAcc = f32(r, y0);
       matmulGather(r, g, f32(r, x), yAcc, idsB, { ...args, acc: true });
@@ -181,7 +227,10 @@ export async function checkExpertLists(runtime: (opts: RuntimeOptions) => GpuRun
         matmulGatherSwiGLU(r, g, g2, f32(r, x), yDual, idsB, args);
         assert.equal(r.stats.dispatches - before, g.pieces.length, `${label} dual: one dispatch per piece`);
         const wantDual = Float64Array.from(y0, (v, i) => (inRow(i) ? silu(at(prod, i)) * at(prod2, i) : v));
-        assert.ok(relErr(await r.readF32(yDual), wantDual) < TOL, `${label} dual: err ${relErr(await r.readF32(yDual), wantDual)}`);
+        assert.ok(
+          relErr(await r.readF32(yDual), wantDual) < TOL,
+          `${label} dual: err ${relErr(await r.readF32(yDual), wantDual)}`,
+        );
         g2.destroy();
       }
       g.destroy();

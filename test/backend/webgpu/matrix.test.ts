@@ -4,7 +4,13 @@ import { QMatrix } from "../../../src/tensor/qmatrix.js";
 import { GGMLType, typeName } from "../../../src/gguf/types.js";
 import { quantize } from "../../../src/quant/index.js";
 import { GpuRuntime } from "../../../src/backend/webgpu/core/runtime.js";
-import { getRows, GpuMatrix, matmul, matmulGather, matmulT } from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
+import {
+  getRows,
+  GpuMatrix,
+  matmul,
+  matmulGather,
+  matmulT,
+} from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
 import { GPU_TYPES } from "../../../src/backend/webgpu/kernels/quant.wgsl.js";
 import { f32, gpuOrSkip, record, relErr, Rng, u32 } from "./helpers.js";
 
@@ -17,7 +23,12 @@ function randomMatrix(rng: Rng, type: number, cols: number, rows: number): QMatr
 }
 
 function colsFor(type: number, rng: Rng): number[] {
-  const block = type === GGMLType.F32 || type === GGMLType.F16 || type === GGMLType.BF16 ? 1 : [GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.IQ4_XS].includes(type) ? 256 : 32;
+  const block =
+    type === GGMLType.F32 || type === GGMLType.F16 || type === GGMLType.BF16
+      ? 1
+      : [GGMLType.Q4_K, GGMLType.Q5_K, GGMLType.Q6_K, GGMLType.IQ4_XS].includes(type)
+        ? 256
+        : 32;
   return block === 1 ? [40, 96 + rng.int(0, 3), 7] : block === 256 ? [256, 512] : [32, 96];
 }
 
@@ -25,7 +36,11 @@ for (const type of GPU_TYPES) {
   test(`matmul / matmulT ${typeName(type)} match the CPU reference on random inputs`, { skip }, async () => {
     const rng = new Rng(100 + type);
     for (const cols of colsFor(type, rng)) {
-      for (const [rows, n] of [[5, 1], [33, 3], [70, 11]] as const) {
+      for (const [rows, n] of [
+        [5, 1],
+        [33, 3],
+        [70, 11],
+      ] as const) {
         const w = randomMatrix(rng, type, cols, rows);
         const g = GpuMatrix.upload(rt!, "w", type, cols, rows, w.data);
         const x = rng.f64(n * cols);
@@ -35,7 +50,10 @@ for (const type of GPU_TYPES) {
         const yb = rt!.buffer(n * rows * 4);
         matmul(rt!, g, xb, yb, { n, xStride: cols, yStride: rows });
         const got = await rt!.readF32(yb);
-        assert.ok(record(`matmul ${typeName(type)}`, relErr(got, want)) < TOL, `matmul ${typeName(type)} ${rows}x${cols} n=${n}: err ${relErr(got, want)}`);
+        assert.ok(
+          record(`matmul ${typeName(type)}`, relErr(got, want)) < TOL,
+          `matmul ${typeName(type)} ${rows}x${cols} n=${n}: err ${relErr(got, want)}`,
+        );
 
         const xt = rng.f64(n * rows);
         const wantT = new Float64Array(n * cols);
@@ -44,7 +62,10 @@ for (const type of GPU_TYPES) {
         const ytb = rt!.buffer(n * cols * 4);
         matmulT(rt!, g, xtb, ytb, { n, xStride: rows, yStride: cols });
         const gotT = await rt!.readF32(ytb);
-        assert.ok(record(`matmulT ${typeName(type)}`, relErr(gotT, wantT)) < TOL, `matmulT ${typeName(type)} ${rows}x${cols} n=${n}: err ${relErr(gotT, wantT)}`);
+        assert.ok(
+          record(`matmulT ${typeName(type)}`, relErr(gotT, wantT)) < TOL,
+          `matmulT ${typeName(type)} ${rows}x${cols} n=${n}: err ${relErr(gotT, wantT)}`,
+        );
         g.destroy();
       }
     }

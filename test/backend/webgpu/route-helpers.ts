@@ -27,11 +27,32 @@ export interface RouteSpec {
 
 export function routeConfig(c: RouteSpec): ModelConfig {
   const grouping = c.groupMax === true ? "definition" : "llama.cpp";
-  return { nExpert: c.E, nExpertUsed: c.K, nGroup: c.nGroup ?? 1, nGroupUsed: c.nGroupUsed ?? 1, gating: c.gating, groupScoring: c.gating === "softmax" ? grouping : "definition", weightsNorm: c.norm === true, weightsScale: c.scale ?? 1 } as unknown as ModelConfig;
+  return {
+    nExpert: c.E,
+    nExpertUsed: c.K,
+    nGroup: c.nGroup ?? 1,
+    nGroupUsed: c.nGroupUsed ?? 1,
+    gating: c.gating,
+    groupScoring: c.gating === "softmax" ? grouping : "definition",
+    weightsNorm: c.norm === true,
+    weightsScale: c.scale ?? 1,
+  } as unknown as ModelConfig;
 }
 
 export function routeArgs(c: RouteSpec): RouteArgs {
-  return { n: c.n, E: c.E, K: c.K, nGroup: c.nGroup ?? 1, nGroupUsed: c.nGroupUsed ?? 1, softmax: c.gating === "softmax", groupMax: c.gating === "softmax" && c.groupMax === true, norm: c.norm === true, scale: c.scale ?? 1, zOff: c.zOff ?? 0, zStride: c.zStride ?? c.E };
+  return {
+    n: c.n,
+    E: c.E,
+    K: c.K,
+    nGroup: c.nGroup ?? 1,
+    nGroupUsed: c.nGroupUsed ?? 1,
+    softmax: c.gating === "softmax",
+    groupMax: c.gating === "softmax" && c.groupMax === true,
+    norm: c.norm === true,
+    scale: c.scale ?? 1,
+    zOff: c.zOff ?? 0,
+    zStride: c.zStride ?? c.E,
+  };
 }
 
 /**
@@ -40,12 +61,21 @@ export function routeArgs(c: RouteSpec): RouteArgs {
  * definition (a NaN score ranks as the lowest finite float) is asked of route() by a logit of 0 and a bias of −FLT_MAX.
  * nanPicks: a NaN probability among the picks (the kernels then give NaN weights).
  */
-export function referenceRoute(c: RouteSpec, logits: ArrayLike<number>, bias: Float32Array | undefined): { route: Route; nanPicks: boolean } {
+export function referenceRoute(
+  c: RouteSpec,
+  logits: ArrayLike<number>,
+  bias: Float32Array | undefined,
+): { route: Route; nanPicks: boolean } {
   const z = Float64Array.from(logits);
   const nan = z.map((v) => (Number.isNaN(v) ? 1 : 0));
-  if (c.gating === "softmax" || !nan.includes(1)) return { route: route(z, routeConfig(c), bias), nanPicks: c.gating === "softmax" && nan.includes(1) };
-  const masked = Float32Array.from({ length: c.E }, (_, e) => (nan[e] === 1 ? NEG : bias?.[e] ?? 0));
-  const r = route(z.map((v) => (Number.isNaN(v) ? 0 : v)), routeConfig(c), masked);
+  if (c.gating === "softmax" || !nan.includes(1))
+    return { route: route(z, routeConfig(c), bias), nanPicks: c.gating === "softmax" && nan.includes(1) };
+  const masked = Float32Array.from({ length: c.E }, (_, e) => (nan[e] === 1 ? NEG : (bias?.[e] ?? 0)));
+  const r = route(
+    z.map((v) => (Number.isNaN(v) ? 0 : v)),
+    routeConfig(c),
+    masked,
+  );
   return { route: r, nanPicks: r.experts.some((e) => nan[e] === 1) };
 }
 

@@ -19,18 +19,33 @@ import { checkExpertLists, checkHeadsAndPieces, checkPlainProducts } from "./mat
 const { rt, skip } = await gpuOrSkip();
 const ROWS = /row-tiled product/;
 
-const tunings: readonly KernelTuning[] = [{}, { rowTileTokens: 4, rowTileSplit: 4, rowTileHeader: 1 }, { rowTilePipe: 1 }, { rowTilePipe: 1, rowTileTokens: 4, rowTileSplit: 2, rowTileHeader: 1 }];
+const tunings: readonly KernelTuning[] = [
+  {},
+  { rowTileTokens: 4, rowTileSplit: 4, rowTileHeader: 1 },
+  { rowTilePipe: 1 },
+  { rowTilePipe: 1, rowTileTokens: 4, rowTileSplit: 2, rowTileHeader: 1 },
+];
 
 function runtime(tune: KernelTuning, opts: RuntimeOptions = {}): GpuRuntime {
   return new GpuRuntime(rt!.info, { checkWrites: true, ...opts, tune: { rowTile: 1, ...tune } });
 }
 
-test("selection: expert lists and plain products of ≥ 32 tokens of its types take the row-tiled kernel by default; with tune.rowTile = 1 from 5 tokens, with 0 never", { skip }, () => {
+test("selection: expert lists and plain products of ≥ 32 tokens of its types take the row-tiled kernel by default; with tune.rowTile = 1 from 5 tokens, with 0 never", {
+  skip,
+}, () => {
   const r = runtime({});
   const byDefault = new GpuRuntime(rt!.info, {});
   const off = new GpuRuntime(rt!.info, { tune: { rowTile: 0 } });
   const g = GpuMatrix.upload(r, "w", GGMLType.Q4_K, 256, 67, quantize(GGMLType.Q4_K, new Rng(1).f32(256 * 67), 256));
-  const e = GpuMatrix.upload(r, "e", GGMLType.Q5_0, 1408, 19, quantize(GGMLType.Q5_0, new Rng(2).f32(1408 * 19 * 4), 1408), 4);
+  const e = GpuMatrix.upload(
+    r,
+    "e",
+    GGMLType.Q5_0,
+    1408,
+    19,
+    quantize(GGMLType.Q5_0, new Rng(2).f32(1408 * 19 * 4), 1408),
+    4,
+  );
   const f = GpuMatrix.upload(r, "f", GGMLType.F32, 64, 8, quantize(GGMLType.F32, new Rng(3).f32(64 * 8), 64));
   assert.match(matvecKernel(r, g, 5, false, true).code, ROWS);
   assert.match(matvecKernel(r, g, 512, false, true).code, ROWS);
@@ -66,16 +81,24 @@ test("selection: expert lists and plain products of ≥ 32 tokens of its types t
   f.destroy();
 });
 
-test("default shapes at subgroup size 32 (the H200's), as measured there: v2-lite's products at batch 32, 64 and a 512-token prefill", { skip }, () => {
-  const h200 = new GpuRuntime({ ...rt!.info, subgroupSize: 32, limits: { ...rt!.info.limits, maxComputeWorkgroupStorageSize: 32768 } }, {});
+test("default shapes at subgroup size 32 (the H200's), as measured there: v2-lite's products at batch 32, 64 and a 512-token prefill", {
+  skip,
+}, () => {
+  const h200 = new GpuRuntime(
+    { ...rt!.info, subgroupSize: 32, limits: { ...rt!.info.limits, maxComputeWorkgroupStorageSize: 32768 } },
+    {},
+  );
   // (the shape reads only the matrix's type and dimensions)
-  const mat = (type: number, cols: number, rows: number, items = 1): GpuMatrix => ({ type, cols, rows, items }) as unknown as GpuMatrix;
+  const mat = (type: number, cols: number, rows: number, items = 1): GpuMatrix =>
+    ({ type, cols, rows, items }) as unknown as GpuMatrix;
   const gate = mat(GGMLType.Q4_K, 2048, 1408, 64);
   const a0 = mat(GGMLType.Q4_K, 2048, 3648);
   const down = mat(GGMLType.Q5_0, 1408, 2048, 64);
   const shape = (m: GpuMatrix, n: number, mode: "plain" | "experts-list", dual = false): string => {
     const s = rowTileShape(h200, m, n, mode, true, m.rows, dual);
-    return s === undefined ? "none" : `${s.tokens} tokens, ${s.ksplit} threads a row${s.pipe === true ? ", pipelined" : ""}`;
+    return s === undefined
+      ? "none"
+      : `${s.tokens} tokens, ${s.ksplit} threads a row${s.pipe === true ? ", pipelined" : ""}`;
   };
   // the dual routed gate·up: 2 chunks × 2 matrices a thread in tiles of 4 or 8 pairs (batch 32, 64), 1 × 2 in tiles of 16 (prefill)
   assert.equal(shape(gate, 32 * 6, "experts-list", true), "4 tokens, 4 threads a row, pipelined");
@@ -86,14 +109,17 @@ test("default shapes at subgroup size 32 (the H200's), as measured there: v2-lit
   assert.equal(shape(a0, 512, "plain"), "16 tokens, 4 threads a row, pipelined");
   assert.equal(shape(a0, 16, "plain"), "none");
   // pipelined steps by default at 32-wide subgroups only; tune.rowTilePipe decides either way
-  const at = (subgroupSize: number, tune = {}): boolean | undefined => rowTileShape(new GpuRuntime({ ...rt!.info, subgroupSize }, { tune }), a0, 64, "plain", true)?.pipe;
+  const at = (subgroupSize: number, tune = {}): boolean | undefined =>
+    rowTileShape(new GpuRuntime({ ...rt!.info, subgroupSize }, { tune }), a0, 64, "plain", true)?.pipe;
   assert.equal(at(8), undefined);
   assert.equal(at(8, { rowTilePipe: 1 }), true);
   assert.equal(at(32, { rowTilePipe: 0 }), undefined);
 });
 
 for (const tune of tunings) {
-  test(`row-tiled plain products ${JSON.stringify(tune)}: types, odd rows, n = 5 / 9 / 33, strides, acc, SwiGLU, dual gate·up`, { skip: sweepSkip(skip, Object.keys(tune).length === 0) }, async () => {
+  test(`row-tiled plain products ${JSON.stringify(tune)}: types, odd rows, n = 5 / 9 / 33, strides, acc, SwiGLU, dual gate·up`, {
+    skip: sweepSkip(skip, Object.keys(tune).length === 0),
+  }, async () => {
     const cases = [
       [GGMLType.Q4_K, 2048, 67, 9],
       [GGMLType.Q6_K, 512, 130, 33],
@@ -101,15 +127,29 @@ for (const tune of tunings) {
       [GGMLType.Q8_0, 1408, 130, 9],
       [GGMLType.Q8_0, 96, 33, 6],
     ] as const;
-    await checkPlainProducts(runtime(tune), new Rng(11 + JSON.stringify(tune).length), cases, { kernel: ROWS, dual: true });
+    await checkPlainProducts(runtime(tune), new Rng(11 + JSON.stringify(tune).length), cases, {
+      kernel: ROWS,
+      dual: true,
+    });
   });
 
-  test(`row-tiled per-head batch form and row pieces ${JSON.stringify(tune)}`, { skip: sweepSkip(skip, Object.keys(tune).length === 0) }, async () => {
+  test(`row-tiled per-head batch form and row pieces ${JSON.stringify(tune)}`, {
+    skip: sweepSkip(skip, Object.keys(tune).length === 0),
+  }, async () => {
     await checkHeadsAndPieces((opts) => runtime(tune, opts), new Rng(23 + JSON.stringify(tune).length));
   });
 
-  test(`row-tiled expert lists ${JSON.stringify(tune)}: uneven pairs per expert, empty experts, pieces, acc, SwiGLU, dual gate·up`, { skip: sweepSkip(skip, Object.keys(tune).length === 0) }, async () => {
-    const types = [[GGMLType.Q4_K, 256, 67, 144], [GGMLType.Q5_0, 1408, 19, 968], [GGMLType.Q6_K, 512, 40, 420]] as const;
-    await checkExpertLists((opts) => runtime(tune, opts), new Rng(41 + JSON.stringify(tune).length), types, { kernel: ROWS, dual: true });
+  test(`row-tiled expert lists ${JSON.stringify(tune)}: uneven pairs per expert, empty experts, pieces, acc, SwiGLU, dual gate·up`, {
+    skip: sweepSkip(skip, Object.keys(tune).length === 0),
+  }, async () => {
+    const types = [
+      [GGMLType.Q4_K, 256, 67, 144],
+      [GGMLType.Q5_0, 1408, 19, 968],
+      [GGMLType.Q6_K, 512, 40, 420],
+    ] as const;
+    await checkExpertLists((opts) => runtime(tune, opts), new Rng(41 + JSON.stringify(tune).length), types, {
+      kernel: ROWS,
+      dual: true,
+    });
   });
 }

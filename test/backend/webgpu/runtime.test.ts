@@ -12,7 +12,14 @@ test("reads of varied sizes and offsets, sequential and concurrent, return the r
   const rng = new Rng(5);
   const data = rng.f32(5000);
   const b = rt!.upload(data);
-  for (const [off, n] of [[0, 1], [3, 17], [100, 4096], [0, 5000], [4999, 1], [7, 4001]] as const) {
+  for (const [off, n] of [
+    [0, 1],
+    [3, 17],
+    [100, 4096],
+    [0, 5000],
+    [4999, 1],
+    [7, 4001],
+  ] as const) {
     const got = await rt!.readF32(b, off, n);
     assert.deepEqual(Array.from(got), Array.from(data.subarray(off, off + n)), `read ${off}+${n}`);
   }
@@ -48,7 +55,9 @@ test("a recorded run replays with the same results, in one submission or in piec
     r.replay(rec!);
     assert.equal(r.stats.dispatches - d0, 6);
     const again = await r.readF32(y);
-    again.forEach((v, i) => assert.ok(Math.abs(v - want[i]) < 1e-5, `replay (pieces of ${submitEvery}) ${i}: ${v} vs ${want[i]}`));
+    again.forEach((v, i) =>
+      assert.ok(Math.abs(v - want[i]) < 1e-5, `replay (pieces of ${submitEvery}) ${i}: ${v} vs ${want[i]}`),
+    );
   }
 });
 
@@ -59,7 +68,9 @@ test("no recording under --check-writes (its fills and counts are not replayable
   assert.equal(r.endRecording(), undefined);
 });
 
-test("timeItems: every recorded dispatch timed alone, with its label and code size; the recorded parameters are used", { skip: skip || !rt!.info.features.has("timestamp-query") }, async () => {
+test("timeItems: every recorded dispatch timed alone, with its label and code size; the recorded parameters are used", {
+  skip: skip || !rt!.info.features.has("timestamp-query"),
+}, async () => {
   const r = new GpuRuntime(rt!.info, { passTiming: true });
   const rng = new Rng(9);
   const x = rng.f64(64);
@@ -70,7 +81,10 @@ test("timeItems: every recorded dispatch timed alone, with its label and code si
   copyRows(r, xb, y, { n: 4, width: 16 }, true);
   const rec = r.endRecording()!;
   await r.sync();
-  assert.deepEqual(rec.items.map((it) => it.label), ["copy", "add"]);
+  assert.deepEqual(
+    rec.items.map((it) => it.label),
+    ["copy", "add"],
+  );
   r.write(y, 0, new Float32Array(64));
   const times = await r.timeItems(rec, 3);
   assert.equal(times.length, 2);
@@ -80,10 +94,14 @@ test("timeItems: every recorded dispatch timed alone, with its label and code si
   for (const t of times) assert.ok(t.codeChars > 100, `${t.label}: ${t.codeChars} characters of WGSL`);
   // item 1 accumulated three times onto the copy of item 0: x + 3x (the recorded parameters, acc for the second)
   const got = await r.readF32(y);
-  got.forEach((v, i) => assert.ok(Math.abs(v - 4 * Math.fround(x[i])) < 1e-5, `y[${i}] = ${v}, want ${4 * Math.fround(x[i])}`));
+  got.forEach((v, i) =>
+    assert.ok(Math.abs(v - 4 * Math.fround(x[i])) < 1e-5, `y[${i}] = ${v}, want ${4 * Math.fround(x[i])}`),
+  );
 });
 
-test("collectPipelines dry-runs an encoding (nothing encoded or counted) and names the kernels not compiled yet, combined ones as together() combines them; precompile compiles them all", { skip }, async () => {
+test("collectPipelines dry-runs an encoding (nothing encoded or counted) and names the kernels not compiled yet, combined ones as together() combines them; precompile compiles them all", {
+  skip,
+}, async () => {
   const r = new GpuRuntime(rt!.info, {});
   const rng = new Rng(12);
   const x = rng.f64(64);
@@ -118,7 +136,9 @@ test("collectPipelines dry-runs an encoding (nothing encoded or counted) and nam
   got.forEach((v, i) => assert.ok(Math.abs(v - Math.fround(x[i]) * (i < 32 ? 2 : 1)) < 1e-6, `y[${i}] = ${v}`));
 });
 
-test("together(): a combined kernel is reused only for the same kernels with the same buffers shared — one output buffer for both copies, then two, then one again", { skip }, async () => {
+test("together(): a combined kernel is reused only for the same kernels with the same buffers shared — one output buffer for both copies, then two, then one again", {
+  skip,
+}, async () => {
   const r = new GpuRuntime(rt!.info, {});
   r.device.pushErrorScope("validation");
   const rng = new Rng(13);

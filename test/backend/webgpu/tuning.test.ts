@@ -4,7 +4,14 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { KNOBS, parseTuning, TABLE_BEGIN, TABLE_END, tuningTable, withTuningTable } from "../../../src/backend/webgpu/core/tuning.js";
+import {
+  KNOBS,
+  parseTuning,
+  TABLE_BEGIN,
+  TABLE_END,
+  tuningTable,
+  withTuningTable,
+} from "../../../src/backend/webgpu/core/tuning.js";
 
 // (the compiled tests of scripts/h200-tests.sh run without the sources and docs: those cases skip there)
 const DOC_PATH = "docs/webgpu.md";
@@ -21,16 +28,32 @@ test("parseTuning reads name=value pairs and refuses unknown names and non-numbe
   assert.throws(() => parseTuning("rowTile="), /rowTile needs a number/);
 });
 
-test("every tune.<knob> the WebGPU sources read is in the table, and every knob in the table is read", { skip: !existsSync(SOURCES) && "no sources here" }, () => {
-  const files = (dir: string): string[] => readdirSync(dir).flatMap((e) => (statSync(join(dir, e)).isDirectory() ? files(join(dir, e)) : e.endsWith(".ts") ? [join(dir, e)] : []));
+test("every tune.<knob> the WebGPU sources read is in the table, and every knob in the table is read", {
+  skip: !existsSync(SOURCES) && "no sources here",
+}, () => {
+  const files = (dir: string): string[] =>
+    readdirSync(dir).flatMap((e) =>
+      statSync(join(dir, e)).isDirectory() ? files(join(dir, e)) : e.endsWith(".ts") ? [join(dir, e)] : [],
+    );
   const read = new Set<string>();
-  for (const f of files(SOURCES)) for (const m of readFileSync(f, "utf8").matchAll(/\btune\.([a-zA-Z]+)/g)) read.add(m[1]);
+  for (const f of files(SOURCES))
+    for (const m of readFileSync(f, "utf8").matchAll(/\btune\.([a-zA-Z]+)/g)) read.add(m[1]);
   const known = new Set(Object.keys(KNOBS));
-  assert.deepEqual([...read].filter((k) => !known.has(k)), [], "read but not in core/tuning.ts");
-  assert.deepEqual([...known].filter((k) => !read.has(k)), [], "in core/tuning.ts but never read");
+  assert.deepEqual(
+    [...read].filter((k) => !known.has(k)),
+    [],
+    "read but not in core/tuning.ts",
+  );
+  assert.deepEqual(
+    [...known].filter((k) => !read.has(k)),
+    [],
+    "in core/tuning.ts but never read",
+  );
 });
 
-test("docs/webgpu.md holds the generated tuning table (node --import tsx scripts/gen-tuning-doc.ts)", { skip: !existsSync(DOC_PATH) && "no docs here" }, () => {
+test("docs/webgpu.md holds the generated tuning table (node --import tsx scripts/gen-tuning-doc.ts)", {
+  skip: !existsSync(DOC_PATH) && "no docs here",
+}, () => {
   const page = readFileSync(DOC_PATH, "utf8");
   assert.equal(withTuningTable(page), page);
   for (const name of Object.keys(KNOBS)) assert.ok(tuningTable().includes(`| \`${name}\` |`), name);

@@ -9,13 +9,27 @@ import { GGMLType, typeName } from "../../../src/gguf/types.js";
 import { quantize, rowBytes } from "../../../src/quant/index.js";
 import { GpuRuntime, type RuntimeOptions } from "../../../src/backend/webgpu/core/runtime.js";
 import type { GpuDeviceInfo } from "../../../src/backend/webgpu/core/device.js";
-import { expertListWords, expertLists, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLU, matvecKernel } from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
+import {
+  expertListWords,
+  expertLists,
+  GpuMatrix,
+  matmul,
+  matmulGather,
+  matmulGatherSwiGLU,
+  matmulSwiGLU,
+  matvecKernel,
+} from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
 import { matvecWideWGSL, wideRowsPerGroup } from "../../../src/backend/webgpu/kernels/matmul/wide.wgsl.js";
 import { wideShape } from "../../../src/backend/webgpu/kernels/matmul/shapes.js";
 import { f32, gpuOrSkip, relErr, Rng, sweepSkip, u32 } from "./helpers.js";
 
 const { rt, skip: noGpu } = await gpuOrSkip();
-const skip = noGpu !== false ? noGpu : rt!.info.subgroupSize === undefined ? "the adapter has no fixed subgroup size (the wide kernel needs one)" : false;
+const skip =
+  noGpu !== false
+    ? noGpu
+    : rt!.info.subgroupSize === undefined
+      ? "the adapter has no fixed subgroup size (the wide kernel needs one)"
+      : false;
 const TOL = 2e-5;
 const WIDE = /wide matvec/;
 
@@ -23,7 +37,14 @@ function runtime(opts: RuntimeOptions = {}): GpuRuntime {
   return new GpuRuntime(rt!.info, { checkWrites: true, ...opts });
 }
 
-function upload(r: GpuRuntime, rng: Rng, type: number, cols: number, rows: number, items = 1): { w: QMatrix; g: GpuMatrix } {
+function upload(
+  r: GpuRuntime,
+  rng: Rng,
+  type: number,
+  cols: number,
+  rows: number,
+  items = 1,
+): { w: QMatrix; g: GpuMatrix } {
   const w = new QMatrix("w", type, cols, rows * items, quantize(type, rng.f32(cols * rows * items), cols));
   return { w, g: GpuMatrix.upload(r, "w", type, cols, rows, w.data, items) };
 }
@@ -36,7 +57,8 @@ test("the wide kernel is chosen for 1–4 tokens of its types with aligned x, an
     // x staged in workgroup memory where it fits, unless tuned off
     assert.match(matvecKernel(r, g, 1, false, true).code, /var<workgroup> XS/);
     assert.doesNotMatch(matvecKernel(runtime({ tune: { wideStage: 0 } }), g, 1, false, true).code, /var<workgroup> XS/);
-    for (let n = 1; n <= 4; n++) assert.match(matvecKernel(r, g, n, false, true).code, WIDE, `${typeName(type)} n=${n}`);
+    for (let n = 1; n <= 4; n++)
+      assert.match(matvecKernel(r, g, n, false, true).code, WIDE, `${typeName(type)} n=${n}`);
     assert.match(matvecKernel(r, g, 1, true, true).code, WIDE);
     assert.doesNotMatch(matvecKernel(r, g, 5, false, true).code, WIDE);
     assert.doesNotMatch(matvecKernel(r, g, 2, false, false).code, WIDE);
@@ -53,20 +75,40 @@ test("the wide kernel is chosen for 1–4 tokens of its types with aligned x, an
   g.destroy();
 });
 
-test("two rows a run of chunks (pack) at subgroup size 32 where one row leaves many lanes idle: v2-lite's 1408- and 2816-column rows, not dual products", { skip }, () => {
+test("two rows a run of chunks (pack) at subgroup size 32 where one row leaves many lanes idle: v2-lite's 1408- and 2816-column rows, not dual products", {
+  skip,
+}, () => {
   // (two rows a run only where the run fits one pass of the unrolled steps: wideUnroll 8, as measured in round 9; at
   // the default of one step a pass no v2-lite row packs)
-  const h200info: GpuDeviceInfo = { ...rt!.info, subgroupSize: 32, limits: { ...rt!.info.limits, maxComputeWorkgroupStorageSize: 32768 } };
+  const h200info: GpuDeviceInfo = {
+    ...rt!.info,
+    subgroupSize: 32,
+    limits: { ...rt!.info.limits, maxComputeWorkgroupStorageSize: 32768 },
+  };
   const h200 = new GpuRuntime(h200info, { tune: { wideUnroll: 8 } });
-  assert.equal(wideShape(new GpuRuntime(h200info, {}), { type: GGMLType.Q5_0, cols: 1408, rows: 2048, items: 1 } as unknown as GpuMatrix, 1, true, true)?.pack, 1);
-  const mat = (type: number, cols: number, rows: number): GpuMatrix => ({ type, cols, rows, items: 1 }) as unknown as GpuMatrix;
-  const packOf = (m: GpuMatrix, gather: boolean, rt2 = h200): number | undefined => wideShape(rt2, m, 1, gather, true)?.pack;
+  assert.equal(
+    wideShape(
+      new GpuRuntime(h200info, {}),
+      { type: GGMLType.Q5_0, cols: 1408, rows: 2048, items: 1 } as unknown as GpuMatrix,
+      1,
+      true,
+      true,
+    )?.pack,
+    1,
+  );
+  const mat = (type: number, cols: number, rows: number): GpuMatrix =>
+    ({ type, cols, rows, items: 1 }) as unknown as GpuMatrix;
+  const packOf = (m: GpuMatrix, gather: boolean, rt2 = h200): number | undefined =>
+    wideShape(rt2, m, 1, gather, true)?.pack;
   assert.equal(packOf(mat(GGMLType.Q5_0, 1408, 2048), true), 2);
   assert.equal(packOf(mat(GGMLType.Q8_0, 1408, 2048), true), 2);
   assert.equal(packOf(mat(GGMLType.Q6_K, 2816, 2048), false), 2);
   assert.equal(packOf(mat(GGMLType.Q4_K, 2048, 3648), false), 1);
   assert.equal(packOf(mat(GGMLType.Q6_K, 2048, 102400), false), 1);
-  assert.equal(packOf(mat(GGMLType.Q5_0, 1408, 2048), true, new GpuRuntime(h200.info, { tune: { widePack: 0, wideUnroll: 8 } })), 1);
+  assert.equal(
+    packOf(mat(GGMLType.Q5_0, 1408, 2048), true, new GpuRuntime(h200.info, { tune: { widePack: 0, wideUnroll: 8 } })),
+    1,
+  );
   // the dual gate·up never packs; the kernel's rows per workgroup count both rows of a subgroup
   const q = mat(GGMLType.Q4_K, 256, 64);
   assert.equal(packOf(q, false), 2);
@@ -75,10 +117,18 @@ test("two rows a run of chunks (pack) at subgroup size 32 where one row leaves m
   assert.match(matvecWideWGSL(GGMLType.Q4_K, "plain", { ...s, pack: 1 }, true), /silu|exp/);
 });
 
-test("half a subgroup a row by default at subgroup size 32 where a row's chunks leave many lanes idle: v2-lite's 1408-column down rows and 2816-column Q6_K rows, not its 2048-column ones", { skip }, () => {
-  const h200info: GpuDeviceInfo = { ...rt!.info, subgroupSize: 32, limits: { ...rt!.info.limits, maxComputeWorkgroupStorageSize: 32768 } };
-  const mat = (type: number, cols: number, rows: number): GpuMatrix => ({ type, cols, rows, items: 1 }) as unknown as GpuMatrix;
-  const halfOf = (m: GpuMatrix, gather: boolean, tune = {}): boolean => wideShape(new GpuRuntime(h200info, { tune }), m, 1, gather, true)?.half === true;
+test("half a subgroup a row by default at subgroup size 32 where a row's chunks leave many lanes idle: v2-lite's 1408-column down rows and 2816-column Q6_K rows, not its 2048-column ones", {
+  skip,
+}, () => {
+  const h200info: GpuDeviceInfo = {
+    ...rt!.info,
+    subgroupSize: 32,
+    limits: { ...rt!.info.limits, maxComputeWorkgroupStorageSize: 32768 },
+  };
+  const mat = (type: number, cols: number, rows: number): GpuMatrix =>
+    ({ type, cols, rows, items: 1 }) as unknown as GpuMatrix;
+  const halfOf = (m: GpuMatrix, gather: boolean, tune = {}): boolean =>
+    wideShape(new GpuRuntime(h200info, { tune }), m, 1, gather, true)?.half === true;
   assert.equal(halfOf(mat(GGMLType.Q5_0, 1408, 2048), true), true);
   assert.equal(halfOf(mat(GGMLType.Q8_0, 1408, 2048), true), true);
   assert.equal(halfOf(mat(GGMLType.Q6_K, 2816, 2048), false), true);
@@ -106,8 +156,21 @@ const SHAPES: [number, number][] = [
   [GGMLType.Q8_0, 2048],
 ];
 
-for (const tune of [{}, { wideRows: 3, wideUnroll: 1 }, { wideRows: 2, wideSgRows: 3 }, { wideStage: 0 }, { widePack: 1 }, { widePipe: 1 }, { widePipe: 1, wideUnroll: 2, widePack: 1 }, { widePipe: 1, wideStage: 0, wideSgRows: 2 }, { wideHalf: 2 }, { wideHalf: 2, wideSgRows: 2, wideUnroll: 2 }]) {
-  test(`wide matmul matches the CPU reference (tune ${JSON.stringify(tune)}): n = 1..4, strides, overwrite, acc, SwiGLU`, { skip: sweepSkip(skip, Object.keys(tune).length === 0) }, async () => {
+for (const tune of [
+  {},
+  { wideRows: 3, wideUnroll: 1 },
+  { wideRows: 2, wideSgRows: 3 },
+  { wideStage: 0 },
+  { widePack: 1 },
+  { widePipe: 1 },
+  { widePipe: 1, wideUnroll: 2, widePack: 1 },
+  { widePipe: 1, wideStage: 0, wideSgRows: 2 },
+  { wideHalf: 2 },
+  { wideHalf: 2, wideSgRows: 2, wideUnroll: 2 },
+]) {
+  test(`wide matmul matches the CPU reference (tune ${JSON.stringify(tune)}): n = 1..4, strides, overwrite, acc, SwiGLU`, {
+    skip: sweepSkip(skip, Object.keys(tune).length === 0),
+  }, async () => {
     const r = runtime({ tune });
     const rng = new Rng(11 + Object.keys(tune).length);
     let k = 0;
@@ -115,12 +178,24 @@ for (const tune of [{}, { wideRows: 3, wideUnroll: 1 }, { wideRows: 2, wideSgRow
       for (let n = 1; n <= 4; n++) {
         // the other tunings run a subset: fewer pipelines to compile on a CPU adapter (the pipelined ones on rows of
         // several passes)
-        if ("wideHalf" in tune ? n === 2 || n === 4 : "widePipe" in tune ? cols < 1408 || n % 2 === 0 : Object.keys(tune).length > 0 && (cols > 1408 || n % 2 === 0)) continue;
+        if (
+          "wideHalf" in tune
+            ? n === 2 || n === 4
+            : "widePipe" in tune
+              ? cols < 1408 || n % 2 === 0
+              : Object.keys(tune).length > 0 && (cols > 1408 || n % 2 === 0)
+        )
+          continue;
         const rows = k++ % 2 === 0 ? 67 : 131;
         const { w, g } = upload(r, rng, type, cols, rows);
         assert.match(matvecKernel(r, g, n, false, true).code, WIDE);
         // (half rows wherever rows are not packed two a run)
-        if ("wideHalf" in tune) assert.equal(/let lo = subgroupAdd/.test(matvecKernel(r, g, n, false, true).code), wideShape(r, g, n, false, true)!.pack === 1, `${typeName(type)} ${cols}: half rows`);
+        if ("wideHalf" in tune)
+          assert.equal(
+            /let lo = subgroupAdd/.test(matvecKernel(r, g, n, false, true).code),
+            wideShape(r, g, n, false, true)!.pack === 1,
+            `${typeName(type)} ${cols}: half rows`,
+          );
         const xOff = 4;
         const xStride = cols + 8;
         const yOff = 1;
@@ -156,9 +231,16 @@ for (const tune of [{}, { wideRows: 3, wideUnroll: 1 }, { wideRows: 2, wideSgRow
 // The sums decoder (Q4_K: offsets removed through staged Σx, typeCode's `sums`) carries 16 times a value's unit beside
 // it; x of one sign (Σx as large as it gets against Σ q·x) is its worst case. Both decoders, same inputs; Q8_0 has no
 // sums decoder (the tuning changes nothing there).
-test("wide sums decoding (Q4_K) matches the CPU reference like the per-value decoding, x of one sign included", { skip }, async () => {
+test("wide sums decoding (Q4_K) matches the CPU reference like the per-value decoding, x of one sign included", {
+  skip,
+}, async () => {
   const rng = new Rng(29);
-  for (const [type, cols] of [[GGMLType.Q4_K, 2048], [GGMLType.Q4_K, 256], [GGMLType.Q8_0, 1408], [GGMLType.Q8_0, 96]] as const) {
+  for (const [type, cols] of [
+    [GGMLType.Q4_K, 2048],
+    [GGMLType.Q4_K, 256],
+    [GGMLType.Q8_0, 1408],
+    [GGMLType.Q8_0, 96],
+  ] as const) {
     for (const n of [1, 3]) {
       for (const shift of [0, 4]) {
         const rows = 45;
@@ -168,7 +250,10 @@ test("wide sums decoding (Q4_K) matches the CPU reference like the per-value dec
           const { w, g } = upload(r, new Rng(7 + cols + n), type, cols, rows);
           // (sums only where x is staged: at 1408–2048 columns one token's x fits, not three)
           const code = matvecKernel(r, g, n, false, true).code;
-          assert.equal(/var<workgroup> XSS/.test(code), wideSums === 1 && type === GGMLType.Q4_K && /var<workgroup> XS:/.test(code));
+          assert.equal(
+            /var<workgroup> XSS/.test(code),
+            wideSums === 1 && type === GGMLType.Q4_K && /var<workgroup> XS:/.test(code),
+          );
           if (n === 1) assert.match(code, /var<workgroup> XS:/);
           const x = Float64Array.from(rng.f64(n * cols), (v) => v + shift);
           const want = new Float64Array(n * rows);
@@ -188,7 +273,12 @@ test("wide sums decoding (Q4_K) matches the CPU reference like the per-value dec
 
 test("wide matmul over heads (batch), with the heads in several pieces", { skip }, async () => {
   const rng = new Rng(21);
-  for (const [type, cols, n] of [[GGMLType.Q4_K, 256, 2], [GGMLType.Q5_0, 96, 3], [GGMLType.Q6_K, 256, 1], [GGMLType.Q8_0, 128, 4]] as const) {
+  for (const [type, cols, n] of [
+    [GGMLType.Q4_K, 256, 2],
+    [GGMLType.Q5_0, 96, 3],
+    [GGMLType.Q6_K, 256, 1],
+    [GGMLType.Q8_0, 128, 4],
+  ] as const) {
     const H = 5;
     const rows = 67;
     // two heads per piece
@@ -218,12 +308,21 @@ test("wide matmul over heads (batch), with the heads in several pieces", { skip 
 
 test("wide pair-major gathered products: one piece and several, overwrite and SwiGLU", { skip }, async () => {
   const rng = new Rng(31);
-  for (const [type, cols, rows] of [[GGMLType.Q4_K, 2048, 67], [GGMLType.Q5_0, 1408, 131], [GGMLType.Q6_K, 256, 67], [GGMLType.Q8_0, 1408, 67]] as const) {
+  for (const [type, cols, rows] of [
+    [GGMLType.Q4_K, 2048, 67],
+    [GGMLType.Q5_0, 1408, 131],
+    [GGMLType.Q6_K, 256, 67],
+    [GGMLType.Q8_0, 1408, 67],
+  ] as const) {
     const E = 6;
     const K = 2;
     const nTok = 3;
     // (widePack = 1: two rows a subgroup, which CPU adapters' narrow subgroups do not choose by themselves)
-    for (const [maxBindingBytes, tune] of [[undefined, {}], [Math.ceil((2 * rows * rowBytes(type, cols)) / 256) * 256, {}], [undefined, { widePack: 1 }]] as const) {
+    for (const [maxBindingBytes, tune] of [
+      [undefined, {}],
+      [Math.ceil((2 * rows * rowBytes(type, cols)) / 256) * 256, {}],
+      [undefined, { widePack: 1 }],
+    ] as const) {
       const r = runtime({ ...(maxBindingBytes !== undefined ? { maxBindingBytes } : {}), tune });
       const { w, g } = upload(r, rng, type, cols, rows, E);
       if (maxBindingBytes !== undefined) assert.ok(g.pieces.length > 1);
@@ -239,12 +338,26 @@ test("wide pair-major gathered products: one piece and several, overwrite and Sw
       matmulGather(r, g, f32(r, x), yb, idsB, { pairs, xDiv: K, xBatch: cols, yBatch: rows, mode: "pairs" });
       const got = await r.readF32(yb);
       const want = new Float64Array(pairs * rows);
-      for (let b = 0; b < pairs; b++) w.slice(ids[b] * rows, rows).matmul(x.subarray(Math.floor(b / K) * cols), 1, cols, want.subarray(b * rows), rows);
+      for (let b = 0; b < pairs; b++)
+        w.slice(ids[b] * rows, rows).matmul(
+          x.subarray(Math.floor(b / K) * cols),
+          1,
+          cols,
+          want.subarray(b * rows),
+          rows,
+        );
       const label = `${typeName(type)} ${rows}x${cols} in ${g.pieces.length} piece(s), tune ${JSON.stringify(tune)}`;
       assert.ok(relErr(got, want) < TOL, `${label}: err ${relErr(got, want)}`);
       const g0 = rng.f64(pairs * rows);
       const ybG = f32(r, g0);
-      matmulGather(r, g, f32(r, x), ybG, idsB, { pairs, xDiv: K, xBatch: cols, yBatch: rows, mode: "pairs", glu: true });
+      matmulGather(r, g, f32(r, x), ybG, idsB, {
+        pairs,
+        xDiv: K,
+        xBatch: cols,
+        yBatch: rows,
+        mode: "pairs",
+        glu: true,
+      });
       const gotG = await r.readF32(ybG);
       const wantG = Float64Array.from(g0, (v, i) => (v / (1 + Math.exp(-v))) * want[i]);
       assert.ok(relErr(gotG, wantG) < TOL, `${label} glu: err ${relErr(gotG, wantG)}`);
@@ -255,68 +368,99 @@ test("wide pair-major gathered products: one piece and several, overwrite and Sw
 
 const silu = (v: number): number => v / (1 + Math.exp(-v));
 
-for (const tune of [{}, { wideSgRows: 3 }, { wideHalf: 2 }]) test(`dual wide products (gate and up in one dispatch, SwiGLU written directly): plain n = 1..5 and pair-major, in pieces, with fallbacks (tune ${JSON.stringify(tune)})`, { skip: sweepSkip(skip, Object.keys(tune).length === 0) }, async () => {
-  const rng = new Rng(57);
-  for (const [type, cols, rows] of [[GGMLType.Q4_K, 2048, 67], [GGMLType.Q5_0, 1408, 131], [GGMLType.Q6_K, 256, 67], [GGMLType.Q8_0, 96, 13]] as const) {
-    const E = 5;
-    for (const maxBindingBytes of [undefined, Math.ceil((2 * rows * rowBytes(type, cols)) / 256) * 256]) {
-      const r = runtime({ tune, ...(maxBindingBytes !== undefined ? { maxBindingBytes } : {}) });
-      const label = `${typeName(type)} ${rows}x${cols}${maxBindingBytes !== undefined ? " in pieces" : ""}`;
-      // plain: E = 1 item; n = 5 takes the two-dispatch fallback
-      const gate = upload(r, rng, type, cols, rows);
-      const up = upload(r, rng, type, cols, rows);
-      for (const n of [1, 3, 5]) {
-        const x = rng.f64(n * cols);
-        const yb = r.buffer(n * rows * 4);
-        const d0 = r.stats.dispatches;
-        matmulSwiGLU(r, gate.g, up.g, f32(r, x), yb, { n, xStride: cols, yStride: rows });
-        const dispatches = r.stats.dispatches - d0;
-        const wg = new Float64Array(n * rows);
-        const wu = new Float64Array(n * rows);
-        gate.w.matmul(x, n, cols, wg, rows);
-        up.w.matmul(x, n, cols, wu, rows);
-        const want = wg.map((g, i) => silu(g) * wu[i]);
+for (const tune of [{}, { wideSgRows: 3 }, { wideHalf: 2 }])
+  test(`dual wide products (gate and up in one dispatch, SwiGLU written directly): plain n = 1..5 and pair-major, in pieces, with fallbacks (tune ${JSON.stringify(tune)})`, {
+    skip: sweepSkip(skip, Object.keys(tune).length === 0),
+  }, async () => {
+    const rng = new Rng(57);
+    for (const [type, cols, rows] of [
+      [GGMLType.Q4_K, 2048, 67],
+      [GGMLType.Q5_0, 1408, 131],
+      [GGMLType.Q6_K, 256, 67],
+      [GGMLType.Q8_0, 96, 13],
+    ] as const) {
+      const E = 5;
+      for (const maxBindingBytes of [undefined, Math.ceil((2 * rows * rowBytes(type, cols)) / 256) * 256]) {
+        const r = runtime({ tune, ...(maxBindingBytes !== undefined ? { maxBindingBytes } : {}) });
+        const label = `${typeName(type)} ${rows}x${cols}${maxBindingBytes !== undefined ? " in pieces" : ""}`;
+        // plain: E = 1 item; n = 5 takes the two-dispatch fallback
+        const gate = upload(r, rng, type, cols, rows);
+        const up = upload(r, rng, type, cols, rows);
+        for (const n of [1, 3, 5]) {
+          const x = rng.f64(n * cols);
+          const yb = r.buffer(n * rows * 4);
+          const d0 = r.stats.dispatches;
+          matmulSwiGLU(r, gate.g, up.g, f32(r, x), yb, { n, xStride: cols, yStride: rows });
+          const dispatches = r.stats.dispatches - d0;
+          const wg = new Float64Array(n * rows);
+          const wu = new Float64Array(n * rows);
+          gate.w.matmul(x, n, cols, wg, rows);
+          up.w.matmul(x, n, cols, wu, rows);
+          const want = wg.map((g, i) => silu(g) * wu[i]);
+          const got = await r.readF32(yb);
+          assert.ok(relErr(got, want) < TOL, `${label} n=${n}: err ${relErr(got, want)}`);
+          // one dispatch per piece when dual (1–4 tokens), two per piece otherwise
+          assert.equal(
+            dispatches,
+            gate.g.pieces.length * (n <= 4 ? 1 : 2),
+            `${label} n=${n}: ${dispatches} dispatches`,
+          );
+        }
+        gate.g.destroy();
+        up.g.destroy();
+        // pair-major over E experts
+        const eg = upload(r, rng, type, cols, rows, E);
+        const eu = upload(r, rng, type, cols, rows, E);
+        const nTok = 2;
+        const K = 2;
+        const pairs = nTok * K;
+        const x = rng.f64(nTok * cols);
+        const ids = [0, 3, 4, 1];
+        const yb = r.buffer(pairs * rows * 4);
+        matmulGatherSwiGLU(r, eg.g, eu.g, f32(r, x), yb, u32(r, ids), {
+          pairs,
+          xDiv: K,
+          xBatch: cols,
+          yBatch: rows,
+          mode: "pairs",
+        });
+        const want = new Float64Array(pairs * rows);
+        const wg = new Float64Array(rows);
+        const wu = new Float64Array(rows);
+        for (let b = 0; b < pairs; b++) {
+          const xb = x.subarray(Math.floor(b / K) * cols);
+          eg.w.slice(ids[b] * rows, rows).matmul(xb, 1, cols, wg, rows);
+          eu.w.slice(ids[b] * rows, rows).matmul(xb, 1, cols, wu, rows);
+          for (let i = 0; i < rows; i++) want[b * rows + i] = silu(wg[i]) * wu[i];
+        }
         const got = await r.readF32(yb);
-        assert.ok(relErr(got, want) < TOL, `${label} n=${n}: err ${relErr(got, want)}`);
-        // one dispatch per piece when dual (1–4 tokens), two per piece otherwise
-        assert.equal(dispatches, gate.g.pieces.length * (n <= 4 ? 1 : 2), `${label} n=${n}: ${dispatches} dispatches`);
+        assert.ok(relErr(got, want) < TOL, `${label} gathered: err ${relErr(got, want)}`);
+        // expert-major (pairs ≥ experts/4 by default here): the two-dispatch fallback gives the same
+        const yb2 = r.buffer(pairs * rows * 4);
+        matmulGatherSwiGLU(r, eg.g, eu.g, f32(r, x), yb2, u32(r, ids), {
+          pairs,
+          xDiv: K,
+          xBatch: cols,
+          yBatch: rows,
+          mode: "experts",
+        });
+        assert.ok(relErr(await r.readF32(yb2), want) < TOL, `${label} gathered, expert-major fallback`);
+        eg.g.destroy();
+        eu.g.destroy();
       }
-      gate.g.destroy();
-      up.g.destroy();
-      // pair-major over E experts
-      const eg = upload(r, rng, type, cols, rows, E);
-      const eu = upload(r, rng, type, cols, rows, E);
-      const nTok = 2;
-      const K = 2;
-      const pairs = nTok * K;
-      const x = rng.f64(nTok * cols);
-      const ids = [0, 3, 4, 1];
-      const yb = r.buffer(pairs * rows * 4);
-      matmulGatherSwiGLU(r, eg.g, eu.g, f32(r, x), yb, u32(r, ids), { pairs, xDiv: K, xBatch: cols, yBatch: rows, mode: "pairs" });
-      const want = new Float64Array(pairs * rows);
-      const wg = new Float64Array(rows);
-      const wu = new Float64Array(rows);
-      for (let b = 0; b < pairs; b++) {
-        const xb = x.subarray(Math.floor(b / K) * cols);
-        eg.w.slice(ids[b] * rows, rows).matmul(xb, 1, cols, wg, rows);
-        eu.w.slice(ids[b] * rows, rows).matmul(xb, 1, cols, wu, rows);
-        for (let i = 0; i < rows; i++) want[b * rows + i] = silu(wg[i]) * wu[i];
-      }
-      const got = await r.readF32(yb);
-      assert.ok(relErr(got, want) < TOL, `${label} gathered: err ${relErr(got, want)}`);
-      // expert-major (pairs ≥ experts/4 by default here): the two-dispatch fallback gives the same
-      const yb2 = r.buffer(pairs * rows * 4);
-      matmulGatherSwiGLU(r, eg.g, eu.g, f32(r, x), yb2, u32(r, ids), { pairs, xDiv: K, xBatch: cols, yBatch: rows, mode: "experts" });
-      assert.ok(relErr(await r.readF32(yb2), want) < TOL, `${label} gathered, expert-major fallback`);
-      eg.g.destroy();
-      eu.g.destroy();
     }
-  }
-});
+  });
 
-test("wide expert-list products with tune.wideLists = 1 (4 pairs a tile; uneven pairs per expert, empty experts, pieces; single and dual) and when they are chosen", { skip }, async () => {
+test("wide expert-list products with tune.wideLists = 1 (4 pairs a tile; uneven pairs per expert, empty experts, pieces; single and dual) and when they are chosen", {
+  skip,
+}, async () => {
   const rng = new Rng(71);
-  for (const [type, cols, rows] of [[GGMLType.Q4_K, 256, 67], [GGMLType.Q5_0, 1408, 13], [GGMLType.Q6_K, 256, 35], [GGMLType.Q8_0, 96, 70]] as const) {
+  for (const [type, cols, rows] of [
+    [GGMLType.Q4_K, 256, 67],
+    [GGMLType.Q5_0, 1408, 13],
+    [GGMLType.Q6_K, 256, 35],
+    [GGMLType.Q8_0, 96, 70],
+  ] as const) {
     const E = 6;
     const K = 2;
     for (const maxBindingBytes of [undefined, Math.ceil((2 * rows * rowBytes(type, cols)) / 256) * 256]) {
@@ -349,7 +493,14 @@ test("wide expert-list products with tune.wideLists = 1 (4 pairs a tile; uneven 
       assert.ok(relErr(await r.readF32(yb), want) < TOL, `${label}: err ${relErr(await r.readF32(yb), want)}`);
       const yd = r.buffer(pairs * rows * 4);
       const d0 = r.stats.dispatches;
-      matmulGatherSwiGLU(r, eg.g, eu.g, xb, yd, idsB, { pairs, xDiv: K, xBatch: cols, yBatch: rows, mode: "experts", lists });
+      matmulGatherSwiGLU(r, eg.g, eu.g, xb, yd, idsB, {
+        pairs,
+        xDiv: K,
+        xBatch: cols,
+        yBatch: rows,
+        mode: "experts",
+        lists,
+      });
       assert.equal(r.stats.dispatches - d0, eg.g.pieces.length, `${label}: one dual dispatch per piece`);
       const wantD = want.map((g, i) => silu(g) * wantU[i]);
       assert.ok(relErr(await r.readF32(yd), wantD) < TOL, `${label} dual: err ${relErr(await r.readF32(yd), wantD)}`);

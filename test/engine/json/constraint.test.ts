@@ -7,12 +7,34 @@ import { compileSchema, ANY_OBJECT } from "../../../src/engine/json/schema.js";
 import { Sampler } from "../../../src/engine/sampler.js";
 import { deviceChoice } from "../../../src/engine/device-picks.js";
 
-const PIECES = ["<eos>", "In the beginning", " ", "{", "}", '"', "a", "b", ":", ",", "1", "2", "[", "]", "null", '{"', '":', "true", "\n", "é"];
+const PIECES = [
+  "<eos>",
+  "In the beginning",
+  " ",
+  "{",
+  "}",
+  '"',
+  "a",
+  "b",
+  ":",
+  ",",
+  "1",
+  "2",
+  "[",
+  "]",
+  "null",
+  '{"',
+  '":',
+  "true",
+  "\n",
+  "é",
+];
 const EOS = 0;
 const enc = new TextEncoder();
 const vocab: TokenPieces = {
   vocabSize: PIECES.length,
-  tokenBytes: (id: number, skipSpecial = false) => (id === EOS && skipSpecial ? new Uint8Array(0) : enc.encode(PIECES[id])),
+  tokenBytes: (id: number, skipSpecial = false) =>
+    id === EOS && skipSpecial ? new Uint8Array(0) : enc.encode(PIECES[id]),
   isEndOfGeneration: (id: number) => id === EOS,
 };
 
@@ -38,8 +60,14 @@ test("json_object: greedy and sampled outputs parse as objects, and the sampler 
   for (const temperature of [0, 1]) {
     for (let seed = 1; seed <= 20; seed++) {
       const sampler = new Sampler({ temperature, seed, constraint: new JsonConstraint(vocab, ANY_OBJECT) });
-      assert.equal(deviceChoice(sampler, { picksDraw: true, chainsDraws: true, picksDrawFiltered: true }, "pick"), undefined);
-      assert.equal(deviceChoice(sampler, { picksDraw: true, chainsDraws: true, picksDrawFiltered: true }, "chain"), undefined);
+      assert.equal(
+        deviceChoice(sampler, { picksDraw: true, chainsDraws: true, picksDrawFiltered: true }, "pick"),
+        undefined,
+      );
+      assert.equal(
+        deviceChoice(sampler, { picksDraw: true, chainsDraws: true, picksDrawFiltered: true }, "chain"),
+        undefined,
+      );
       const { text, ended } = generate(sampler, 200, seed);
       if (!ended) continue; // cut by the token limit: the server reports "length"
       const value: unknown = JSON.parse(text);
@@ -49,10 +77,19 @@ test("json_object: greedy and sampled outputs parse as objects, and the sampler 
 });
 
 test("json_schema: an enum field closes within a few tokens and validates", () => {
-  const schema = compileSchema({ type: "object", properties: { b: { enum: [null, true, 1] } }, required: ["b"], additionalProperties: false });
+  const schema = compileSchema({
+    type: "object",
+    properties: { b: { enum: [null, true, 1] } },
+    required: ["b"],
+    additionalProperties: false,
+  });
   let ended = 0;
   for (let seed = 1; seed <= 20; seed++) {
-    const out = generate(new Sampler({ temperature: seed % 2, seed, constraint: new JsonConstraint(vocab, schema) }), 40, seed);
+    const out = generate(
+      new Sampler({ temperature: seed % 2, seed, constraint: new JsonConstraint(vocab, schema) }),
+      40,
+      seed,
+    );
     if (!out.ended) continue;
     ended++;
     const value = JSON.parse(out.text) as { b: unknown };

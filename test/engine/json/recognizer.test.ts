@@ -14,7 +14,7 @@ const VALID = [
   '"unicode: é ü 中文 😀"',
   "[]",
   "{}",
-  " [ { } , [ ] , \"\" ] ",
+  ' [ { } , [ ] , "" ] ',
   "-0.5e+10",
   "0",
   "null",
@@ -36,7 +36,28 @@ test("every split point of a valid document is a viable prefix, complete only at
 });
 
 test("invalid texts are refused", () => {
-  const INVALID = ["{a:1}", "[1,]", "[,1]", "01", "-", "1.", "1e", ".5", "+1", '"\\x"', '"\\u12G4"', "tru", "nul l", "{\"a\" 1}", "{\"a\":1,}", "[1 2]", "}", '"a\nb"', "1 2", "{} {}"];
+  const INVALID = [
+    "{a:1}",
+    "[1,]",
+    "[,1]",
+    "01",
+    "-",
+    "1.",
+    "1e",
+    ".5",
+    "+1",
+    '"\\x"',
+    '"\\u12G4"',
+    "tru",
+    "nul l",
+    '{"a" 1}',
+    '{"a":1,}',
+    "[1 2]",
+    "}",
+    '"a\nb"',
+    "1 2",
+    "{} {}",
+  ];
   for (const text of INVALID) {
     const s = start().feedText(text);
     assert.ok(s === null || !s.complete, `accepted ${JSON.stringify(text)}`);

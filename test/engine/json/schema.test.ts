@@ -6,8 +6,10 @@ import { compileSchema, MAX_SCHEMA_DEPTH } from "../../../src/engine/json/schema
 import { JsonState } from "../../../src/engine/json/recognizer.js";
 import { UsageError } from "../../../src/util/errors.js";
 
-const accepts = (schema: unknown, text: string): boolean => JsonState.start(compileSchema(schema)).feedText(text)?.complete === true;
-const viable = (schema: unknown, text: string): boolean => JsonState.start(compileSchema(schema)).feedText(text) !== null;
+const accepts = (schema: unknown, text: string): boolean =>
+  JsonState.start(compileSchema(schema)).feedText(text)?.complete === true;
+const viable = (schema: unknown, text: string): boolean =>
+  JsonState.start(compileSchema(schema)).feedText(text) !== null;
 
 const PERSON = {
   type: "object",
@@ -16,7 +18,9 @@ const PERSON = {
     age: { type: "integer" },
     mood: { enum: ["happy", "sad", 3] },
     tags: { type: "array", items: { type: "string" }, minItems: 1, maxItems: 2 },
-    spouse: { anyOf: [{ type: "null" }, { type: "object", properties: { name: { type: "string" } }, required: ["name"] }] },
+    spouse: {
+      anyOf: [{ type: "null" }, { type: "object", properties: { name: { type: "string" } }, required: ["name"] }],
+    },
   },
   required: ["name", "age"],
   additionalProperties: false,
@@ -53,16 +57,33 @@ test("unions, const, booleans and strings with escapes counted as one character"
 });
 
 test("local $ref to $defs and definitions, and recursion through values", () => {
-  const tree = { $defs: { node: { type: "object", properties: { v: { type: "integer" }, kids: { type: "array", items: { $ref: "#/$defs/node" } } }, required: ["v"], additionalProperties: false } }, $ref: "#/$defs/node" };
+  const tree = {
+    $defs: {
+      node: {
+        type: "object",
+        properties: { v: { type: "integer" }, kids: { type: "array", items: { $ref: "#/$defs/node" } } },
+        required: ["v"],
+        additionalProperties: false,
+      },
+    },
+    $ref: "#/$defs/node",
+  };
   assert.ok(accepts(tree, '{"v": 1, "kids": [{"v": 2, "kids": []}, {"v": 3}]}'));
   assert.ok(!viable(tree, '{"v": 1, "kids": [{"w"'));
-  const list = { anyOf: [{ type: "null" }, { type: "object", properties: { next: { $ref: "#" } }, required: ["next"] }] };
+  const list = {
+    anyOf: [{ type: "null" }, { type: "object", properties: { next: { $ref: "#" } }, required: ["next"] }],
+  };
   assert.ok(accepts(list, '{"next": {"next": null}}'));
-  assert.ok(accepts({ definitions: { s: { type: "string" } }, type: "array", items: { $ref: "#/definitions/s" } }, '["a"]'));
+  assert.ok(
+    accepts({ definitions: { s: { type: "string" } }, type: "array", items: { $ref: "#/definitions/s" } }, '["a"]'),
+  );
 });
 
 function refused(schema: unknown, pattern: RegExp): void {
-  assert.throws(() => compileSchema(schema), (e: unknown) => e instanceof UsageError && pattern.test(e.message));
+  assert.throws(
+    () => compileSchema(schema),
+    (e: unknown) => e instanceof UsageError && pattern.test(e.message),
+  );
 }
 
 test("unsupported keywords are refused by name, never ignored", () => {
@@ -81,12 +102,16 @@ test("hostile schemas: deep nesting, recursive $ref, 1 MB — a clear refusal, f
   for (let i = 0; i < 100_000; i++) deep = { type: "array", items: deep };
   let t = performance.now();
   refused(deep, /nested too deeply/);
-  refused({ $defs: { a: { $ref: "#/$defs/b" }, b: { anyOf: [{ $ref: "#/$defs/a" }] } }, $ref: "#/$defs/a" }, /refers to itself/);
+  refused(
+    { $defs: { a: { $ref: "#/$defs/b" }, b: { anyOf: [{ $ref: "#/$defs/a" }] } }, $ref: "#/$defs/a" },
+    /refers to itself/,
+  );
   refused({ $ref: "#" }, /refers to itself/);
   refused({ type: "object", properties: { next: { $ref: "#" } }, required: ["next"] }, /no finite instance/);
   refused({ type: "array", minItems: 1, items: { $ref: "#" } }, /no finite instance/);
   const chain: Record<string, unknown> = {};
-  for (let i = 0; i < 100; i++) chain[`d${i}`] = i === 99 ? { type: "null" } : { type: "array", minItems: 1, items: { $ref: `#/$defs/d${i + 1}` } };
+  for (let i = 0; i < 100; i++)
+    chain[`d${i}`] = i === 99 ? { type: "null" } : { type: "array", minItems: 1, items: { $ref: `#/$defs/d${i + 1}` } };
   refused({ $defs: chain, $ref: "#/$defs/d0" }, /nested 99 deep/);
   const props: Record<string, unknown> = {};
   for (let i = 0; i < 20_000; i++) props[`property_number_${i}_${"x".repeat(20)}`] = { type: "string" };

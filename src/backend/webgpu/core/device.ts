@@ -7,7 +7,9 @@ import { LatentError } from "../../../util/errors.js";
 
 /** An adapter's name from its info ("unknown adapter" when it gives none). */
 export function adapterName(info: GPUAdapterInfo): string {
-  const name = [info.vendor, info.architecture, info.device, info.description].filter((s) => s !== undefined && s !== "").join(" ");
+  const name = [info.vendor, info.architecture, info.device, info.description]
+    .filter((s) => s !== undefined && s !== "")
+    .join(" ");
   return name === "" ? "unknown adapter" : name;
 }
 
@@ -102,7 +104,10 @@ export async function requestGpuDevice(opts: GpuDeviceOptions = {}): Promise<Gpu
   }
   const sg = adapter.info as GPUAdapterInfo & { subgroupMinSize?: number; subgroupMaxSize?: number };
   const features = new Set([...device.features]);
-  const fixedSg = features.has("subgroups") && sg.subgroupMinSize !== undefined && sg.subgroupMinSize === sg.subgroupMaxSize ? sg.subgroupMinSize : undefined;
+  const fixedSg =
+    features.has("subgroups") && sg.subgroupMinSize !== undefined && sg.subgroupMinSize === sg.subgroupMaxSize
+      ? sg.subgroupMinSize
+      : undefined;
   return {
     device,
     gpu,

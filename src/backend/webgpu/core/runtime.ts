@@ -67,7 +67,12 @@ interface HeldDispatch {
 /** A recorded run of dispatches (see GpuRuntime.record) that replay() encodes again without rebuilding anything. */
 export interface Recording {
   /** label: the dispatch's kernel label (digits folded to "#"), for timeItems */
-  readonly items: readonly { readonly pipeline: GPUComputePipeline; readonly bindGroup: GPUBindGroup; readonly groups: readonly [number, number, number]; readonly label: string }[];
+  readonly items: readonly {
+    readonly pipeline: GPUComputePipeline;
+    readonly bindGroup: GPUBindGroup;
+    readonly groups: readonly [number, number, number];
+    readonly label: string;
+  }[];
   /** the uniform ring's bytes [0, used) as recorded */
   readonly uniforms: Uint8Array;
 }
@@ -162,15 +167,18 @@ export class GpuRuntime {
     this.device = info.device;
     this.checkWrites = opts.checkWrites === true;
     const sgOk = info.subgroupSize !== undefined && info.subgroupSize >= 4 && info.subgroupSize <= 64;
-    if (opts.matvec === "subgroup" && !sgOk) throw new LatentError("matvec \"subgroup\" needs the subgroups feature with one fixed subgroup size");
+    if (opts.matvec === "subgroup" && !sgOk)
+      throw new LatentError('matvec "subgroup" needs the subgroups feature with one fixed subgroup size');
     this.matvec = opts.matvec ?? "coalesced";
     this.profiling = opts.profile === true;
     this.passTiming = opts.passTiming === true && !this.profiling;
     this.submitEvery = Math.max(1, opts.submitEvery ?? 96);
     this.tune = opts.tune ?? {};
     this.fuse = opts.fuse !== false && !this.profiling;
-    if (this.passTiming && !info.features.has("timestamp-query")) throw new LatentError("passTiming: the device has no timestamp-query");
-    if (this.profiling && !info.features.has("timestamp-query")) throw new LatentError("profile: the device has no timestamp-query");
+    if (this.passTiming && !info.features.has("timestamp-query"))
+      throw new LatentError("passTiming: the device has no timestamp-query");
+    if (this.profiling && !info.features.has("timestamp-query"))
+      throw new LatentError("profile: the device has no timestamp-query");
     const limit = info.limits.maxStorageBufferBindingSize;
     this.maxBindingBytes = Math.min(limit, opts.maxBindingBytes ?? limit) & ~255;
     this.uniforms = this.device.createBuffer({ size: UNIFORM_RING, usage: UNIFORM | COPY_DST, label: "uniform ring" });
@@ -215,7 +223,10 @@ export class GpuRuntime {
     await Promise.all(
       todo.map(async (code) => {
         const module = this.device.createShaderModule({ code });
-        const p = await this.device.createComputePipelineAsync({ layout: "auto", compute: { module, entryPoint: "main" } });
+        const p = await this.device.createComputePipelineAsync({
+          layout: "auto",
+          compute: { module, entryPoint: "main" },
+        });
         this.pipelines.set(code, p);
         this.codeChars.set(p, code.length);
         onDone?.(++done, todo.length);
@@ -231,7 +242,8 @@ export class GpuRuntime {
   /** A storage buffer of at least `bytes` (rounded up to 16: kernels may bind it as array<vec4f>). */
   buffer(bytes: number, label?: string, usage = STORAGE | COPY_SRC | COPY_DST): GPUBuffer {
     const size = Math.max(16, Math.ceil(bytes / 16) * 16);
-    if (size > this.info.limits.maxBufferSize) throw new LatentError(`buffer ${label ?? ""} of ${size} bytes exceeds the device's maxBufferSize`);
+    if (size > this.info.limits.maxBufferSize)
+      throw new LatentError(`buffer ${label ?? ""} of ${size} bytes exceeds the device's maxBufferSize`);
     return this.device.createBuffer({ size, usage, label });
   }
 
@@ -273,7 +285,9 @@ export class GpuRuntime {
         this.querySet ??= this.device.createQuerySet({ type: "timestamp", count: this.maxQueries });
         const q = this.queryLabels.length * 2;
         this.queryLabels.push("(pass)");
-        this.pass = this.encoder.beginComputePass({ timestampWrites: { querySet: this.querySet, beginningOfPassWriteIndex: q, endOfPassWriteIndex: q + 1 } });
+        this.pass = this.encoder.beginComputePass({
+          timestampWrites: { querySet: this.querySet, beginningOfPassWriteIndex: q, endOfPassWriteIndex: q + 1 },
+        });
       } else this.pass = this.encoder.beginComputePass();
     }
     return this.pass;
@@ -311,7 +325,9 @@ export class GpuRuntime {
     let last = this.lastPipeline;
     // a short first piece: the GPU starts sooner (none with submitEvery Infinity, one submission; `Infinity >> 2` is 0,
     // which once made the first piece an empty submission)
-    let inPiece = Number.isFinite(submitEvery) ? Math.max(0, submitEvery - Math.max(16, Math.floor(submitEvery / 4))) : 0;
+    let inPiece = Number.isFinite(submitEvery)
+      ? Math.max(0, submitEvery - Math.max(16, Math.floor(submitEvery / 4)))
+      : 0;
     for (const it of rec.items) {
       if (inPiece === submitEvery) {
         this.submit();
@@ -338,7 +354,8 @@ export class GpuRuntime {
    */
   async timeItems(rec: Recording, reps: number): Promise<{ label: string; us: number; codeChars: number }[]> {
     if (!this.passTiming) throw new LatentError("timeItems needs RuntimeOptions.passTiming");
-    if (rec.uniforms.byteLength > UNIFORM_RING) throw new LatentError("the recording's parameters exceed the uniform ring");
+    if (rec.uniforms.byteLength > UNIFORM_RING)
+      throw new LatentError("the recording's parameters exceed the uniform ring");
     this.submit();
     await this.sync();
     // the recorded parameters into the ring once; nothing else takes a slot while the items run
@@ -369,7 +386,8 @@ export class GpuRuntime {
 
   /** Reserve a uniform slot for `params` (u32 words; write floats with f32bits). */
   private uniformSlot(params: Uint32Array): number {
-    if (params.byteLength > UNIFORM_SLOT) throw new LatentError(`kernel parameters of ${params.byteLength} bytes exceed ${UNIFORM_SLOT}`);
+    if (params.byteLength > UNIFORM_SLOT)
+      throw new LatentError(`kernel parameters of ${params.byteLength} bytes exceed ${UNIFORM_SLOT}`);
     if (this.uniformUsed + UNIFORM_SLOT > UNIFORM_RING) {
       this.recordingBroken = true;
       this.submit();
@@ -384,12 +402,20 @@ export class GpuRuntime {
    * Record one dispatch: storage `buffers` at bindings 0..k-1 (whole buffers), the parameter block at binding k
    * (uniform), `groups` workgroups. `outputs` name what the kernel must write completely (checked with --check-writes).
    */
-  dispatch(label: string, code: string, buffers: readonly GPUBuffer[], params: Uint32Array, groups: readonly [number, number?, number?], outputs: readonly OutRange[] = []): void {
+  dispatch(
+    label: string,
+    code: string,
+    buffers: readonly GPUBuffer[],
+    params: Uint32Array,
+    groups: readonly [number, number?, number?],
+    outputs: readonly OutRange[] = [],
+  ): void {
     const t0 = performance.now();
     const [gx, gy = 1, gz = 1] = groups;
     if (gx === 0 || gy === 0 || gz === 0) return;
     const maxG = this.info.limits.maxComputeWorkgroupsPerDimension;
-    if (gx > maxG || gy > maxG || gz > maxG) throw new LatentError(`${label}: ${gx}×${gy}×${gz} workgroups exceed ${maxG} per dimension`);
+    if (gx > maxG || gy > maxG || gz > maxG)
+      throw new LatentError(`${label}: ${gx}×${gy}×${gz} workgroups exceed ${maxG} per dimension`);
     if (this.held !== undefined) {
       this.held.push({ label, code, buffers, params, groups: [gx, gy, gz], outputs });
       return;
@@ -410,7 +436,9 @@ export class GpuRuntime {
       this.queryLabels.push(label.replace(/\d+/g, "#"));
       this.pass?.end();
       this.encoder ??= this.device.createCommandEncoder();
-      this.pass = this.encoder.beginComputePass({ timestampWrites: { querySet: this.querySet, beginningOfPassWriteIndex: q, endOfPassWriteIndex: q + 1 } });
+      this.pass = this.encoder.beginComputePass({
+        timestampWrites: { querySet: this.querySet, beginningOfPassWriteIndex: q, endOfPassWriteIndex: q + 1 },
+      });
       this.lastPipeline = undefined;
       this.encode(label, code, buffers, params, [gx, gy, gz]);
       this.pass.end();
@@ -421,7 +449,13 @@ export class GpuRuntime {
     this.stats.encodeMs += performance.now() - t0;
   }
 
-  private encode(label: string, code: string, buffers: readonly GPUBuffer[], params: Uint32Array, groups: readonly [number, number, number]): void {
+  private encode(
+    label: string,
+    code: string,
+    buffers: readonly GPUBuffer[],
+    params: Uint32Array,
+    groups: readonly [number, number, number],
+  ): void {
     const pipeline = this.pipeline(code);
     // the slot first: a full ring submits (and ends the pass)
     const at = this.uniformSlot(params);
@@ -429,12 +463,20 @@ export class GpuRuntime {
   }
 
   /** One dispatch of `pipeline` with `resources` at bindings 0.. (a buffer, or the offset of a uniform ring slot). */
-  private encodeBound(label: string, pipeline: GPUComputePipeline, resources: readonly (GPUBuffer | number)[], groups: readonly [number, number, number]): void {
+  private encodeBound(
+    label: string,
+    pipeline: GPUComputePipeline,
+    resources: readonly (GPUBuffer | number)[],
+    groups: readonly [number, number, number],
+  ): void {
     const pass = this.ensurePass();
     const key = `${this.id(pipeline)}|${resources.map((r) => (typeof r === "number" ? `u${r}` : this.id(r))).join(",")}`;
     let bg = this.bindGroups.get(key);
     if (bg === undefined) {
-      const entries: GPUBindGroupEntry[] = resources.map((r, i) => ({ binding: i, resource: typeof r === "number" ? { buffer: this.uniforms, offset: r, size: UNIFORM_SLOT } : { buffer: r } }));
+      const entries: GPUBindGroupEntry[] = resources.map((r, i) => ({
+        binding: i,
+        resource: typeof r === "number" ? { buffer: this.uniforms, offset: r, size: UNIFORM_SLOT } : { buffer: r },
+      }));
       bg = this.device.createBindGroup({ layout: pipeline.getBindGroupLayout(0), entries });
       if (this.bindGroups.size > 50000) this.bindGroups.clear();
       this.bindGroups.set(key, bg);
@@ -471,7 +513,9 @@ export class GpuRuntime {
   private combination(held: readonly HeldDispatch[]): CombinedKernel | undefined {
     const first = new Map<object, number>();
     let at = 0;
-    const shared = held.map((d) => d.buffers.map((b) => (first.has(b) ? first.get(b)! : (first.set(b, at), at++))).join(",")).join(";");
+    const shared = held
+      .map((d) => d.buffers.map((b) => (first.has(b) ? first.get(b)! : (first.set(b, at), at++))).join(","))
+      .join(";");
     const key = `${held.map((d) => this.codeId(d.code)).join(",")}|${shared}`;
     if (this.combinations.has(key)) return this.combinations.get(key) ?? undefined;
     const kernels = held.map((d) => parseKernel(d.code));
@@ -510,7 +554,10 @@ export class GpuRuntime {
     }
     const outputs = held.flatMap((d) => d.outputs.map((o) => ({ label: `${d.label} (together)`, o })));
     // every slot of this dispatch in one ring: a submission between them would overwrite the first ones
-    if (this.uniformUsed + UNIFORM_SLOT * (held.length + 1 + (this.checkWrites ? 2 * outputs.length + 1 : 0)) > UNIFORM_RING) {
+    if (
+      this.uniformUsed + UNIFORM_SLOT * (held.length + 1 + (this.checkWrites ? 2 * outputs.length + 1 : 0)) >
+      UNIFORM_RING
+    ) {
       this.recordingBroken = true;
       this.submit();
     }
@@ -522,7 +569,9 @@ export class GpuRuntime {
       this.info.limits.maxComputeWorkgroupsPerDimension,
     );
     const gridSlot = this.uniformSlot(grid.words);
-    const resources = combined.bindings.map((b) => ("grids" in b ? gridSlot : "params" in b ? slots[b.part] : held[b.part].buffers[b.index]));
+    const resources = combined.bindings.map((b) =>
+      "grids" in b ? gridSlot : "params" in b ? slots[b.part] : held[b.part].buffers[b.index],
+    );
     this.encodeBound(held.map((d) => d.label).join(" ∥ "), pipeline, resources, grid.groups);
     if (this.checkWrites) for (const { label, o } of outputs) this.countSentinels(label, o);
     this.stats.dispatches++;
@@ -549,12 +598,19 @@ export class GpuRuntime {
     const words = o.size / 4;
     if (words === 0) return;
     if (this.counters === undefined) this.counters = this.buffer(this.maxCheckSlots * 4, "check-writes counters");
-    if (this.checks.length === this.maxCheckSlots) throw new LatentError("--check-writes: too many dispatches in one submission; call sync() more often");
+    if (this.checks.length === this.maxCheckSlots)
+      throw new LatentError("--check-writes: too many dispatches in one submission; call sync() more often");
     const slot = this.checks.length;
     if (slot === 0) this.fillWords({ buffer: this.counters, offset: 0, size: this.maxCheckSlots * 4 }, 0);
     this.checks.push({ label, words });
     const g = this.grid(words);
-    this.encode("count", COUNT_WGSL, [o.buffer, this.counters], new Uint32Array([o.offset / 4, words, SENTINEL, slot]), [g[0], g[1], 1]);
+    this.encode(
+      "count",
+      COUNT_WGSL,
+      [o.buffer, this.counters],
+      new Uint32Array([o.offset / 4, words, SENTINEL, slot]),
+      [g[0], g[1], 1],
+    );
   }
 
   /** Copy `bytes` (a multiple of 4) between buffers after everything encoded so far, in queue order (ends the open pass). */
@@ -639,7 +695,9 @@ export class GpuRuntime {
       counterStaging.destroy();
       const bad = checks.map((c, i) => ({ ...c, left: counts[i] })).filter((c) => c.left > 0);
       if (bad.length > 0) {
-        throw new UnwrittenOutputError(`--check-writes: ${bad.map((b) => `${b.label} left ${b.left} of ${b.words} output values unwritten`).join("; ")}`);
+        throw new UnwrittenOutputError(
+          `--check-writes: ${bad.map((b) => `${b.label} left ${b.left} of ${b.words} output values unwritten`).join("; ")}`,
+        );
       }
     }
     return out;

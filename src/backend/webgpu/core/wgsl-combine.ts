@@ -7,7 +7,15 @@
  */
 
 /** Builtins the combined entry point can rebuild for a kernel. */
-const BUILTINS = new Set(["workgroup_id", "num_workgroups", "global_invocation_id", "local_invocation_id", "local_invocation_index", "subgroup_invocation_id", "subgroup_size"]);
+const BUILTINS = new Set([
+  "workgroup_id",
+  "num_workgroups",
+  "global_invocation_id",
+  "local_invocation_id",
+  "local_invocation_index",
+  "subgroup_invocation_id",
+  "subgroup_size",
+]);
 /** Calls that need every invocation of the workgroup to take part (a kernel using them must run on all its threads). */
 const WHOLE_GROUP = /\b(workgroupBarrier|storageBarrier|textureBarrier|workgroupUniformLoad|subgroup\w*|quad\w*)\b/;
 
@@ -114,7 +122,10 @@ function parseUncached(code: string): ParsedKernel | undefined {
       const params = /\(([^)]*(?:\([^)]*\)[^)]*)*)\)\s*\{/.exec(body.slice(body.indexOf(name)))?.[1];
       if (size === null || params === undefined) return undefined;
       const builtins: string[] = [];
-      for (const param of params.split(",").map((s) => s.trim()).filter((s) => s !== "")) {
+      for (const param of params
+        .split(",")
+        .map((s) => s.trim())
+        .filter((s) => s !== "")) {
         const m = /^@builtin\((\w+)\)\s*\w+\s*:/.exec(param);
         if (m === null || !BUILTINS.has(m[1]!)) return undefined;
         builtins.push(m[1]!);
@@ -138,7 +149,8 @@ function parseUncached(code: string): ParsedKernel | undefined {
       const binding = /@binding\(\s*(\d+)\s*\)/.exec(text);
       if (binding === null || !/@group\(\s*0\s*\)/.test(text)) return undefined;
       const b = Number(binding[1]);
-      if (space === "storage") storage.push({ binding: b, name, access: v![2] === "read_write" ? "read_write" : "read", type: v![4]!.trim() });
+      if (space === "storage")
+        storage.push({ binding: b, name, access: v![2] === "read_write" ? "read_write" : "read", type: v![4]!.trim() });
       items.push({ text, kind: "var", binding: b });
     } else items.push({ text, kind: keyword === "struct" ? "struct" : keyword === "fn" ? "fn" : "other" });
   }
@@ -148,7 +160,16 @@ function parseUncached(code: string): ParsedKernel | undefined {
   if (storage.some((s, i) => s.binding !== i)) return undefined;
   const uniforms = items.filter((it) => it.binding !== undefined).length - storage.length;
   if (uniforms !== 1 || !items.some((it) => it.binding === storage.length)) return undefined;
-  return { items, names, entryName: entry.name, entryBuiltins: entry.builtins, storage, workgroupSize: entry.size, wholeGroup: WHOLE_GROUP.test(code), workgroupBytes };
+  return {
+    items,
+    names,
+    entryName: entry.name,
+    entryBuiltins: entry.builtins,
+    storage,
+    workgroupSize: entry.size,
+    wholeGroup: WHOLE_GROUP.test(code),
+    workgroupBytes,
+  };
 }
 
 /** Replace module-scope names token-wise (never after `.` or `@`; in a struct, never a member name before its `:`). */
@@ -165,7 +186,10 @@ export interface CombineLimits {
 }
 
 /** What a binding of the combined module holds: kernel `part`'s storage buffer `index`, its parameter block, or the grids. */
-export type CombinedBinding = { readonly part: number; readonly index: number } | { readonly part: number; readonly params: true } | { readonly grids: true };
+export type CombinedBinding =
+  | { readonly part: number; readonly index: number }
+  | { readonly part: number; readonly params: true }
+  | { readonly grids: true };
 
 export interface CombinedKernel {
   readonly code: string;
@@ -177,7 +201,10 @@ export interface CombinedKernel {
  * cannot share a dispatch. A buffer bound by several parts with the same access and type is bound once (Dawn rejects
  * two writable bindings of one buffer in a dispatch); one buffer both read-only and writable is not combinable.
  */
-export function combineKernels(parts: readonly { readonly kernel: ParsedKernel; readonly buffers: readonly object[] }[], limits: CombineLimits): CombinedKernel | undefined {
+export function combineKernels(
+  parts: readonly { readonly kernel: ParsedKernel; readonly buffers: readonly object[] }[],
+  limits: CombineLimits,
+): CombinedKernel | undefined {
   const size = (k: ParsedKernel): number => k.workgroupSize[0] * k.workgroupSize[1] * k.workgroupSize[2];
   const threads = Math.max(...parts.map((p) => size(p.kernel)));
   if (parts.some((p) => size(p.kernel) < threads && p.kernel.wholeGroup)) return undefined;
@@ -228,12 +255,20 @@ export function combineKernels(parts: readonly { readonly kernel: ParsedKernel; 
     }
     modules.push(out.join("\n"));
   });
-  if (aliased || storageCount > limits.maxStorageBuffersPerShaderStage || bindings.length + 1 > limits.maxBindingsPerBindGroup) return undefined;
+  if (
+    aliased ||
+    storageCount > limits.maxStorageBuffersPerShaderStage ||
+    bindings.length + 1 > limits.maxBindingsPerBindGroup
+  )
+    return undefined;
 
   const gridBinding = bindings.length;
   bindings.push({ grids: true });
   const builtins = new Set(parts.flatMap((p) => p.kernel.entryBuiltins));
-  const sg = [builtins.has("subgroup_invocation_id") ? ", @builtin(subgroup_invocation_id) sgi: u32" : "", builtins.has("subgroup_size") ? ", @builtin(subgroup_size) sgs: u32" : ""].join("");
+  const sg = [
+    builtins.has("subgroup_invocation_id") ? ", @builtin(subgroup_invocation_id) sgi: u32" : "",
+    builtins.has("subgroup_size") ? ", @builtin(subgroup_size) sgs: u32" : "",
+  ].join("");
   const branches = parts.map(({ kernel }, j) => {
     const [X, Y, Z] = kernel.workgroupSize;
     const arg = (b: string): string =>
@@ -271,7 +306,10 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, 
 }
 
 /** The combined grid's uniform words (per kernel: x, y, z, end) and the workgroups to dispatch for it. */
-export function combinedGrid(groups: readonly (readonly [number, number, number])[], maxPerDimension: number): { words: Uint32Array; groups: [number, number, number] } {
+export function combinedGrid(
+  groups: readonly (readonly [number, number, number])[],
+  maxPerDimension: number,
+): { words: Uint32Array; groups: [number, number, number] } {
   const words = new Uint32Array(4 * groups.length);
   let total = 0;
   groups.forEach(([x, y, z], j) => {

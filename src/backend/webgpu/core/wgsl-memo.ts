@@ -24,6 +24,7 @@ export function memoWGSL<A extends readonly unknown[]>(gen: (...args: A) => stri
 /** JSON.stringify replacer: undefined kept apart from null and from a missing key; anything but data refused. */
 function argument(this: unknown, _key: string, value: unknown): unknown {
   if (value === undefined) return "\u0000undefined";
-  if (typeof value === "function" || typeof value === "symbol" || typeof value === "bigint") throw new LatentError(`memoWGSL: a ${typeof value} argument has no key`);
+  if (typeof value === "function" || typeof value === "symbol" || typeof value === "bigint")
+    throw new LatentError(`memoWGSL: a ${typeof value} argument has no key`);
   return value;
 }

@@ -33,7 +33,12 @@ async function handle(req: FusedRequest): Promise<void> {
         progress[0] = done;
         progress[1] = total;
       });
-      gpu = new GpuModel(rt, model, { slots: req.slots, context: req.context, maxTokens: req.maxTokens, ...(req.pages !== undefined ? { pages: req.pages } : {}) });
+      gpu = new GpuModel(rt, model, {
+        slots: req.slots,
+        context: req.context,
+        maxTokens: req.maxTokens,
+        ...(req.pages !== undefined ? { pages: req.pages } : {}),
+      });
       const t0 = performance.now();
       let kernels = 0;
       if (req.warm !== undefined) {
@@ -72,7 +77,11 @@ async function handle(req: FusedRequest): Promise<void> {
     }
     case "stats": {
       const st = rt!.stats;
-      answer(init.channel, 1, JSON.stringify({ dispatches: st.dispatches, encodeMs: st.encodeMs, submitMs: st.submitMs }));
+      answer(
+        init.channel,
+        1,
+        JSON.stringify({ dispatches: st.dispatches, encodeMs: st.encodeMs, submitMs: st.submitMs }),
+      );
       return;
     }
     case "close":
@@ -84,5 +93,7 @@ async function handle(req: FusedRequest): Promise<void> {
 
 let queue = Promise.resolve();
 parentPort!.on("message", (req: FusedRequest) => {
-  queue = queue.then(() => handle(req)).catch((e: unknown) => answer(init.channel, 2, e instanceof Error ? `${e.name}: ${e.message}` : String(e)));
+  queue = queue
+    .then(() => handle(req))
+    .catch((e: unknown) => answer(init.channel, 2, e instanceof Error ? `${e.name}: ${e.message}` : String(e)));
 });

@@ -28,15 +28,39 @@ function checkDraw(d: PickDraw, filtered: boolean, what: string): void {
   const k = d.topK ?? 0;
   const p = d.topP ?? 1;
   const m = d.minP ?? 0;
-  if (!(Number.isFinite(d.temperature) && d.temperature >= 0 && Number.isInteger(d.key) && d.key >= 0 && d.key < 2 ** 32)) throw new LatentError(`${what} needs a temperature ≥ 0 and a 32-bit key`);
-  if (!(Number.isInteger(k) && k >= 0 && k <= (filtered ? DEVICE_DRAW_TOPK_MAX : 0) && p > 0 && p <= 1 && m >= 0 && m < 1 && (filtered || (p >= 1 && m <= 0)))) {
-    throw new LatentError(`${what}: top-k ${k}, top-p ${p}, min-p ${m} are not drawn on this GPU (${filtered ? `top-k 0..${DEVICE_DRAW_TOPK_MAX} with any top-p in (0, 1] and min-p in [0, 1)` : "a temperature alone"})`);
+  if (
+    !(Number.isFinite(d.temperature) && d.temperature >= 0 && Number.isInteger(d.key) && d.key >= 0 && d.key < 2 ** 32)
+  )
+    throw new LatentError(`${what} needs a temperature ≥ 0 and a 32-bit key`);
+  if (
+    !(
+      Number.isInteger(k) &&
+      k >= 0 &&
+      k <= (filtered ? DEVICE_DRAW_TOPK_MAX : 0) &&
+      p > 0 &&
+      p <= 1 &&
+      m >= 0 &&
+      m < 1 &&
+      (filtered || (p >= 1 && m <= 0))
+    )
+  ) {
+    throw new LatentError(
+      `${what}: top-k ${k}, top-p ${p}, min-p ${m} are not drawn on this GPU (${filtered ? `top-k 0..${DEVICE_DRAW_TOPK_MAX} with any top-p in (0, 1] and min-p in [0, 1)` : "a temperature alone"})`,
+    );
   }
 }
 
 export type FusedRequest =
   | { op: "device" }
-  | { op: "load"; path: string; slots: number; context: number; maxTokens: number; pages: FusedOptions["pages"]; warm: WarmShapes | undefined }
+  | {
+      op: "load";
+      path: string;
+      slots: number;
+      context: number;
+      maxTokens: number;
+      pages: FusedOptions["pages"];
+      warm: WarmShapes | undefined;
+    }
   | { op: "logits"; buffer: SharedArrayBuffer }
   | { op: "step"; tokens: StepToken[] }
   /**
@@ -100,7 +124,8 @@ export interface WarmStats {
 
 /** Why a model cannot take the fused pipeline (undefined: it can). */
 export function fusedUnsupported(config: ModelConfig): string | undefined {
-  if (config.arch !== "deepseek2" && config.arch !== "glm-dsa") return `${config.arch} models are not wired into the fused pipeline`;
+  if (config.arch !== "deepseek2" && config.arch !== "glm-dsa")
+    return `${config.arch} models are not wired into the fused pipeline`;
   return undefined;
 }
 
@@ -132,15 +157,28 @@ export class FusedGpuModel implements GreedyChainModel {
   private readonly progress = new Float64Array(new SharedArrayBuffer(24));
 
   /** Start the worker and its device (no weights yet: see load). NoGpuError when there is no adapter. */
-  constructor(config: ModelConfig, private readonly opts: FusedOptions) {
+  constructor(
+    config: ModelConfig,
+    private readonly opts: FusedOptions,
+  ) {
     const why = fusedUnsupported(config);
     if (why !== undefined) throw new LatentError(why);
     this.config = { ...config, contextLength: Math.min(config.contextLength, opts.context) };
     this.picksDrawFiltered = sampleTopKFits(config.nVocab);
     const logits = new SharedArrayBuffer(config.nVocab * 4);
     this.logits = new Float32Array(logits);
-    const init: Omit<FusedInit, "channel"> = { logits, progress: this.progress.buffer as SharedArrayBuffer, checkWrites: opts.checkWrites === true };
-    this.worker = new BlockingWorker<FusedRequest>("fused-worker", newChannel(), init, opts.timeoutMs ?? 600_000, import.meta.url);
+    const init: Omit<FusedInit, "channel"> = {
+      logits,
+      progress: this.progress.buffer as SharedArrayBuffer,
+      checkWrites: opts.checkWrites === true,
+    };
+    this.worker = new BlockingWorker<FusedRequest>(
+      "fused-worker",
+      newChannel(),
+      init,
+      opts.timeoutMs ?? 600_000,
+      import.meta.url,
+    );
     try {
       this.adapter = this.worker.call({ op: "device" });
     } catch (e) {
@@ -155,8 +193,20 @@ export class FusedGpuModel implements GreedyChainModel {
    */
   load(path: string, onProgress?: (done: number, total: number, phase: "load" | "compile") => void): WarmStats {
     const phase = (): "load" | "compile" => (this.progress[2] === 1 ? "compile" : "load");
-    const tick = onProgress === undefined ? undefined : (): void => onProgress(this.progress[0], this.progress[1], phase());
-    const answer = this.worker.call({ op: "load", path, slots: this.opts.slots ?? 1, context: this.config.contextLength, maxTokens: this.opts.maxTokens, pages: this.opts.pages, warm: this.opts.warm }, tick);
+    const tick =
+      onProgress === undefined ? undefined : (): void => onProgress(this.progress[0], this.progress[1], phase());
+    const answer = this.worker.call(
+      {
+        op: "load",
+        path,
+        slots: this.opts.slots ?? 1,
+        context: this.config.contextLength,
+        maxTokens: this.opts.maxTokens,
+        pages: this.opts.pages,
+        warm: this.opts.warm,
+      },
+      tick,
+    );
     tick?.();
     this.loaded = true;
     this.warmStats = JSON.parse(answer) as WarmStats;
@@ -164,7 +214,11 @@ export class FusedGpuModel implements GreedyChainModel {
   }
 
   /** The engine's forward pass for one sequence (generate). */
-  forward(tokens: readonly number[], cache: LatentStore | undefined, opts: { readonly path: string; readonly logits: "all" | "last" }): Float32Array {
+  forward(
+    tokens: readonly number[],
+    cache: LatentStore | undefined,
+    opts: { readonly path: string; readonly logits: "all" | "last" },
+  ): Float32Array {
     return this.forwardBatch([{ tokens, cache, path: opts.path as SequenceChunk["path"], logits: opts.logits }])[0];
   }
 
@@ -186,29 +240,39 @@ export class FusedGpuModel implements GreedyChainModel {
    * drawn at its temperature from its key (sample.wgsl.ts), each with its logprob (NaN for a row with NaN or +Infinity,
    * or all −Infinity). A step whose rows are all picks reads no logits back.
    */
-  forwardBatchPicks(seqs: readonly SequenceChunk[], picks: readonly (boolean | PickDraw)[]): (Float32Array | GreedyPick)[] {
+  forwardBatchPicks(
+    seqs: readonly SequenceChunk[],
+    picks: readonly (boolean | PickDraw)[],
+  ): (Float32Array | GreedyPick)[] {
     if (!this.loaded) throw new LatentError("FusedGpuModel: load() the weights first");
-    if (picks.length !== seqs.length) throw new LatentError(`forwardBatchPicks: ${picks.length} picks for ${seqs.length} chunks`);
+    if (picks.length !== seqs.length)
+      throw new LatentError(`forwardBatchPicks: ${picks.length} picks for ${seqs.length} chunks`);
     const picked = picks.map((p) => p !== false);
     picks.forEach((p, i) => {
-      if (p !== false && seqs[i].logits !== "last") throw new LatentError(`forwardBatchPicks: chunk ${i} asks for a pick without logits "last"`);
+      if (p !== false && seqs[i].logits !== "last")
+        throw new LatentError(`forwardBatchPicks: chunk ${i} asks for a pick without logits "last"`);
       if (typeof p === "object") checkDraw(p, this.picksDrawFiltered, `forwardBatchPicks: chunk ${i}'s draw`);
     });
     const V = this.config.nVocab;
     const plan = seqs.map((s) => {
-      if (s.cache === undefined || s.path === "reference") throw new LatentError("the fused WebGPU pipeline runs the cached prefill/decode paths, not the reference path");
+      if (s.cache === undefined || s.path === "reference")
+        throw new LatentError("the fused WebGPU pipeline runs the cached prefill/decode paths, not the reference path");
       const pos0 = s.cache.length;
       if (pos0 + s.tokens.length > this.config.contextLength) {
-        throw new LatentError(`context full: ${pos0 + s.tokens.length} positions exceed the GPU cache's ${this.config.contextLength}`);
+        throw new LatentError(
+          `context full: ${pos0 + s.tokens.length} positions exceed the GPU cache's ${this.config.contextLength}`,
+        );
       }
       return { s, pos0 };
     });
-    if (new Set(seqs.map((s) => s.cache)).size !== seqs.length) throw new LatentError("forwardBatch: two chunks of one sequence in one batch");
+    if (new Set(seqs.map((s) => s.cache)).size !== seqs.length)
+      throw new LatentError("forwardBatch: two chunks of one sequence in one batch");
     const paged = this.opts.pages !== undefined;
     const pagesOf = plan.map(({ s }) => {
       if (!paged) return undefined;
       const pages = s.cache!.pages?.();
-      if (pages === undefined) throw new LatentError("the GPU caches mirror a page pool: every sequence's store must be paged");
+      if (pages === undefined)
+        throw new LatentError("the GPU caches mirror a page pool: every sequence's store must be paged");
       return pages;
     });
     const slotOf = plan.map(({ s, pos0 }) => (paged ? 0 : this.slotFor(s.cache!, pos0, seqs)));
@@ -218,7 +282,13 @@ export class FusedGpuModel implements GreedyChainModel {
       const pages = pagesOf[i];
       for (let j = from; j < to; j++) {
         const want = s.logits === "all" || (s.logits === "last" && j === s.tokens.length - 1);
-        out.push({ token: s.tokens[j], slot: slotOf[i], pos: pos0 + j, logits: want, ...(pages !== undefined ? { pages } : {}) });
+        out.push({
+          token: s.tokens[j],
+          slot: slotOf[i],
+          pos: pos0 + j,
+          logits: want,
+          ...(pages !== undefined ? { pages } : {}),
+        });
       }
       return out;
     };
@@ -226,7 +296,9 @@ export class FusedGpuModel implements GreedyChainModel {
     // longer ones (prompt chunks), a chunk that does not fit split over the next steps in order. Prompt chunks of
     // different sequences share a step with the decodes: a step reads the weights once for all its tokens, so a
     // server's 32 prompt chunks of ~35 tokens had cost 32 steps of much the same time as one.
-    const order = [...plan.keys()].sort((x, y) => Number(seqs[x].tokens.length > 1) - Number(seqs[y].tokens.length > 1));
+    const order = [...plan.keys()].sort(
+      (x, y) => Number(seqs[x].tokens.length > 1) - Number(seqs[y].tokens.length > 1),
+    );
     const steps: { i: number; from: number; to: number }[][] = [[]];
     let room = this.opts.maxTokens;
     for (const i of order) {
@@ -252,9 +324,18 @@ export class FusedGpuModel implements GreedyChainModel {
       const reading = pieces.some(({ i }, k) => !picked[i] && rowsOf[k] > 0);
       // a draw for every logits row of the step where any of them is drawn at a temperature (the others greedy)
       const drawing = pieces.some(({ i }, k) => typeof picks[i] === "object" && rowsOf[k] > 0);
-      const draws = drawing ? pieces.flatMap(({ i }, k) => Array.from({ length: rowsOf[k] }, (): PickDraw => (typeof picks[i] === "object" ? (picks[i] as PickDraw) : { temperature: 0, key: 0 }))) : undefined;
+      const draws = drawing
+        ? pieces.flatMap(({ i }, k) =>
+            Array.from(
+              { length: rowsOf[k] },
+              (): PickDraw => (typeof picks[i] === "object" ? (picks[i] as PickDraw) : { temperature: 0, key: 0 }),
+            ),
+          )
+        : undefined;
       this.drawnRows += pieces.filter(({ i }, k) => typeof picks[i] === "object" && rowsOf[k] > 0).length;
-      const r = picking ? this.stepPicks(tokens.flat(), reading, draws) : { logits: this.step(tokens.flat()), ids: undefined, logprobs: undefined };
+      const r = picking
+        ? this.stepPicks(tokens.flat(), reading, draws)
+        : { logits: this.step(tokens.flat()), ids: undefined, logprobs: undefined };
       let row = 0;
       pieces.forEach(({ i }, k) => {
         const rows = rowsOf[k];
@@ -266,7 +347,8 @@ export class FusedGpuModel implements GreedyChainModel {
     }
     const out = parts.map((p, i): Float32Array | GreedyPick => {
       if (picked[i]) {
-        if (chosen[i] === undefined) throw new LatentError(`forwardBatchPicks: chunk ${i} produced no row to pick from`);
+        if (chosen[i] === undefined)
+          throw new LatentError(`forwardBatchPicks: chunk ${i} produced no row to pick from`);
         return chosen[i];
       }
       if (p.length === 1) return p[0];
@@ -301,20 +383,33 @@ export class FusedGpuModel implements GreedyChainModel {
    * positions reserved beforehand). With `draws` (steps × sequences, step-major), each step's token is drawn as
    * forwardBatchPicks draws it instead of taken greedily.
    */
-  decodeGreedyBatch(seqs: readonly { readonly token: number; readonly cache: LatentStore }[], steps: number, draws?: readonly PickDraw[]): GreedyChunk[] {
+  decodeGreedyBatch(
+    seqs: readonly { readonly token: number; readonly cache: LatentStore }[],
+    steps: number,
+    draws?: readonly PickDraw[],
+  ): GreedyChunk[] {
     if (!this.loaded) throw new LatentError("FusedGpuModel: load() the weights first");
     if (!Number.isInteger(steps) || steps < 1) throw new LatentError(`decodeGreedy takes steps ≥ 1, got ${steps}`);
-    if (draws !== undefined && draws.length !== steps * seqs.length) throw new LatentError(`decodeGreedy: ${draws.length} draws for ${steps} steps of ${seqs.length} sequence(s)`);
+    if (draws !== undefined && draws.length !== steps * seqs.length)
+      throw new LatentError(`decodeGreedy: ${draws.length} draws for ${steps} steps of ${seqs.length} sequence(s)`);
     draws?.forEach((d, i) => checkDraw(d, this.picksDrawFiltered, `decodeGreedy: draw ${i}`));
     const paged = this.opts.pages !== undefined;
     const starts = seqs.map(({ token, cache }): StepToken => {
-      if (!Number.isInteger(token) || token < 0 || token >= this.config.nVocab) throw new LatentError(`token ${token} is outside the vocabulary (0..${this.config.nVocab - 1})`);
+      if (!Number.isInteger(token) || token < 0 || token >= this.config.nVocab)
+        throw new LatentError(`token ${token} is outside the vocabulary (0..${this.config.nVocab - 1})`);
       const pos = cache.length;
-      if (pos + steps > this.config.contextLength) throw new LatentError(`context full: ${pos + steps} positions exceed the GPU cache's ${this.config.contextLength}`);
+      if (pos + steps > this.config.contextLength)
+        throw new LatentError(
+          `context full: ${pos + steps} positions exceed the GPU cache's ${this.config.contextLength}`,
+        );
       if (!paged) return { token, slot: this.slotFor(cache, pos, seqs), pos, logits: true };
       const pages = cache.pages?.();
-      if (pages === undefined) throw new LatentError("the GPU caches mirror a page pool: every sequence's store must be paged");
-      if (pages.length * this.opts.pages!.pageSize < pos + steps) throw new LatentError(`decodeGreedy: ${steps} steps from position ${pos} need pages reserved up to ${pos + steps}`);
+      if (pages === undefined)
+        throw new LatentError("the GPU caches mirror a page pool: every sequence's store must be paged");
+      if (pages.length * this.opts.pages!.pageSize < pos + steps)
+        throw new LatentError(
+          `decodeGreedy: ${steps} steps from position ${pos} need pages reserved up to ${pos + steps}`,
+        );
       return { token, slot: 0, pos, logits: true, pages };
     });
     const out: GreedyChunk[] = [];
@@ -323,8 +418,16 @@ export class FusedGpuModel implements GreedyChainModel {
       const group = starts.slice(at, at + this.opts.maxTokens);
       const B = group.length;
       this.ensureShared(2 * steps * B * 4);
-      const groupDraws = draws === undefined ? undefined : Array.from({ length: steps }, (_, s) => draws.slice(s * seqs.length + at, s * seqs.length + at + B)).flat();
-      this.worker.call({ op: "greedy", tokens: group, steps, ...(groupDraws !== undefined ? { draws: groupDraws } : {}) });
+      const groupDraws =
+        draws === undefined
+          ? undefined
+          : Array.from({ length: steps }, (_, s) => draws.slice(s * seqs.length + at, s * seqs.length + at + B)).flat();
+      this.worker.call({
+        op: "greedy",
+        tokens: group,
+        steps,
+        ...(groupDraws !== undefined ? { draws: groupDraws } : {}),
+      });
       this.drawnRows += groupDraws?.filter((d) => d.temperature > 0).length ?? 0;
       this.gpuSteps += steps;
       const ids = new Uint32Array(this.logits.buffer, 0, steps * B);
@@ -359,7 +462,11 @@ export class FusedGpuModel implements GreedyChainModel {
   }
 
   /** One GPU step with each logits row's greedy choice (or draw); copies of the ids, logprobs and (when `readLogits`) the rows. */
-  private stepPicks(tokens: StepToken[], readLogits: boolean, draws?: PickDraw[]): { logits: Float32Array; ids: Uint32Array; logprobs: Float32Array } {
+  private stepPicks(
+    tokens: StepToken[],
+    readLogits: boolean,
+    draws?: PickDraw[],
+  ): { logits: Float32Array; ids: Uint32Array; logprobs: Float32Array } {
     const rows = tokens.filter((t) => t.logits).length;
     const V = this.config.nVocab;
     this.ensureShared((2 * rows + (readLogits ? rows * V : 0)) * 4);
@@ -383,14 +490,21 @@ export class FusedGpuModel implements GreedyChainModel {
   }
 
   /** The GPU slot of a sequence: its own, or a free one (the least recently used when all are taken) for a new one. */
-  private slotFor(store: LatentStore, pos0: number, batch: readonly { readonly cache?: LatentStore | undefined }[]): number {
+  private slotFor(
+    store: LatentStore,
+    pos0: number,
+    batch: readonly { readonly cache?: LatentStore | undefined }[],
+  ): number {
     const have = this.slots.get(store);
     if (have !== undefined) {
       this.slots.delete(store);
       this.slots.set(store, have); // most recent last
       return have;
     }
-    if (pos0 !== 0) throw new LatentError(`the fused WebGPU pipeline has no latents for a sequence that starts at position ${pos0} (prefix caching must be off)`);
+    if (pos0 !== 0)
+      throw new LatentError(
+        `the fused WebGPU pipeline has no latents for a sequence that starts at position ${pos0} (prefix caching must be off)`,
+      );
     const n = this.opts.slots ?? 1;
     let slot: number;
     if (this.slots.size < n) {

@@ -70,5 +70,7 @@ async function handle(req: KernelRequest): Promise<void> {
 
 let queue = Promise.resolve();
 parentPort!.on("message", (req: KernelRequest) => {
-  queue = queue.then(() => handle(req)).catch((e: unknown) => done(2, e instanceof Error ? `${e.name}: ${e.message}` : String(e)));
+  queue = queue
+    .then(() => handle(req))
+    .catch((e: unknown) => done(2, e instanceof Error ? `${e.name}: ${e.message}` : String(e)));
 });

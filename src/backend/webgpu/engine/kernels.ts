@@ -49,7 +49,13 @@ export class WebGPUKernels implements MatKernels {
     const data = new SharedArrayBuffer(1 << 20);
     this.data = new Float32Array(data);
     const channel = newChannel();
-    this.worker = new BlockingWorker<KernelRequest>("kernel-worker", channel, { data, checkWrites: opts.checkWrites === true, maxBindingBytes: opts.maxBindingBytes }, opts.timeoutMs ?? 60_000, import.meta.url);
+    this.worker = new BlockingWorker<KernelRequest>(
+      "kernel-worker",
+      channel,
+      { data, checkWrites: opts.checkWrites === true, maxBindingBytes: opts.maxBindingBytes },
+      opts.timeoutMs ?? 60_000,
+      import.meta.url,
+    );
     try {
       this.adapter = this.worker.call({ op: "init" });
     } catch (e) {
@@ -65,7 +71,15 @@ export class WebGPUKernels implements MatKernels {
       id = this.nextId++;
       this.ids.set(w, id);
       // a copy: the worker keeps its own bytes only until they are on the GPU
-      this.worker.post({ op: "upload", id, name: w.name, type: w.type, cols: w.cols, rows: w.rows, bytes: w.data.slice() });
+      this.worker.post({
+        op: "upload",
+        id,
+        name: w.name,
+        type: w.type,
+        cols: w.cols,
+        rows: w.rows,
+        bytes: w.data.slice(),
+      });
     }
     return id;
   }
@@ -75,8 +89,10 @@ export class WebGPUKernels implements MatKernels {
     const all: QMatrix[] = [weights.output];
     for (const l of weights.layers) {
       const a = l.attn;
-      for (const m of [a.q, a.qA, a.qB, a.kvA, a.o, ...a.kB, ...a.vB, a.indexer?.qB, a.indexer?.k, a.indexer?.proj]) if (m !== undefined) all.push(m);
-      for (const f of [l.dense, l.moe?.shared, ...(l.moe?.experts ?? [])]) if (f !== undefined) all.push(f.gate, f.up, f.down);
+      for (const m of [a.q, a.qA, a.qB, a.kvA, a.o, ...a.kB, ...a.vB, a.indexer?.qB, a.indexer?.k, a.indexer?.proj])
+        if (m !== undefined) all.push(m);
+      for (const f of [l.dense, l.moe?.shared, ...(l.moe?.experts ?? [])])
+        if (f !== undefined) all.push(f.gate, f.up, f.down);
       if (l.moe !== undefined) all.push(l.moe.router);
     }
     for (const m of all) this.idOf(m);

@@ -11,9 +11,32 @@ import type { ModelConfig } from "../../../model/config.js";
 import type { DeepSeek2 } from "../../../model/deepseek2.js";
 import { LatentError } from "../../../util/errors.js";
 import type { PickDraw } from "../../../engine/device-picks.js";
-import { expertListWords, expertLists, expertsFrom, fusable, getRows, GpuMatrix, matmul, matmulGather, matmulGatherSwiGLU, matmulSwiGLUSteps, type CombineArgs, type FusionArgs } from "../kernels/matmul/matrix.js";
+import {
+  expertListWords,
+  expertLists,
+  expertsFrom,
+  fusable,
+  getRows,
+  GpuMatrix,
+  matmul,
+  matmulGather,
+  matmulGatherSwiGLU,
+  matmulSwiGLUSteps,
+  type CombineArgs,
+  type FusionArgs,
+} from "../kernels/matmul/matrix.js";
 import { addNorm, copyU32, layerNorm, rmsNorm, rope, RopeTable, ropeTo, scatterRows } from "../kernels/rows/rows.js";
-import { argmaxRows, argmaxScratchWords, DRAW_WORDS, drawWords, sampleNucleusWords, sampleRows, sampleScratchWords, sampleTopKFits, sampleTopKWords } from "../kernels/sample/sample.js";
+import {
+  argmaxRows,
+  argmaxScratchWords,
+  DRAW_WORDS,
+  drawWords,
+  sampleNucleusWords,
+  sampleRows,
+  sampleScratchWords,
+  sampleTopKFits,
+  sampleTopKWords,
+} from "../kernels/sample/sample.js";
 import { attention, attentionScratch, kvCacheWrite } from "../kernels/attention/attention.js";
 import { dsaSelect } from "../kernels/dsa/dsa.js";
 import { moeCombine, moeRoute, routeNormShape, type RouteArgs } from "../kernels/moe/moe.js";
@@ -57,7 +80,10 @@ function shapeOf(v: unknown): string {
   if (v === undefined) return "-";
   if (v instanceof GpuMatrix) return `${v.type}:${v.cols}x${v.rows}x${v.items}/${v.pieces.length}`;
   if (typeof v === "function") return "f";
-  if (typeof v === "object" && v !== null && !("usage" in v)) return `{${Object.entries(v).map(([k, x]) => `${k}=${shapeOf(x)}`).join(",")}}`;
+  if (typeof v === "object" && v !== null && !("usage" in v))
+    return `{${Object.entries(v)
+      .map(([k, x]) => `${k}=${shapeOf(x)}`)
+      .join(",")}}`;
   return "b"; // a buffer
 }
 
@@ -102,7 +128,8 @@ export class GpuModel {
     const w = model.weights;
     const { slots, context } = opts;
     const { kvLoraRank: L, qkRope: R } = c;
-    if (opts.pages !== undefined && !(opts.pages.pageSize >= 1 && opts.pages.numPages >= 1)) throw new LatentError(`paged caches need pageSize ≥ 1 and numPages ≥ 1`);
+    if (opts.pages !== undefined && !(opts.pages.pageSize >= 1 && opts.pages.numPages >= 1))
+      throw new LatentError(`paged caches need pageSize ≥ 1 and numPages ≥ 1`);
     // latent rows per layer: a page pool, or a contiguous `context` rows per slot
     const cacheRows = opts.pages !== undefined ? opts.pages.pageSize * opts.pages.numPages : slots * context;
     let bytes = 0;
@@ -193,10 +220,20 @@ export class GpuModel {
    * logprob of each logits row, whichever tokens have them (stepPicks); with `draws` too (one per logits row), each
    * row's token is drawn at its temperature instead (0: greedy; sample.ts sampleRows).
    */
-  encode(tokens: readonly StepToken[], opts: { readonly greedy?: boolean; readonly picks?: boolean; readonly draws?: readonly PickDraw[]; readonly idsOnGpu?: boolean; readonly submitEvery?: number } = {}): number {
+  encode(
+    tokens: readonly StepToken[],
+    opts: {
+      readonly greedy?: boolean;
+      readonly picks?: boolean;
+      readonly draws?: readonly PickDraw[];
+      readonly idsOnGpu?: boolean;
+      readonly submitEvery?: number;
+    } = {},
+  ): number {
     const { rt, c, b } = this;
     const n = tokens.length;
-    if (n === 0 || n > this.opts.maxTokens) throw new LatentError(`a step takes 1..${this.opts.maxTokens} tokens, got ${n}`);
+    if (n === 0 || n > this.opts.maxTokens)
+      throw new LatentError(`a step takes 1..${this.opts.maxTokens} tokens, got ${n}`);
     const ctx = this.opts.context;
     let maxKeys = 0;
     const meta = new Uint32Array(4 * n);
@@ -207,13 +244,15 @@ export class GpuModel {
     tokens.forEach((t, i) => {
       if (t.pos >= ctx) throw new LatentError(`position ${t.pos} outside the GPU cache (${ctx} positions)`);
       if (paged === undefined) {
-        if (t.slot >= this.opts.slots) throw new LatentError(`slot ${t.slot} outside the GPU cache (${this.opts.slots} slots)`);
+        if (t.slot >= this.opts.slots)
+          throw new LatentError(`slot ${t.slot} outside the GPU cache (${this.opts.slots} slots)`);
         meta[4 * i] = t.slot * ctx;
         rowIdx[i] = t.slot * ctx + t.pos;
       } else {
         const P = paged.pageSize;
         const page = t.pages?.[Math.floor(t.pos / P)];
-        if (page === undefined || page >= paged.numPages) throw new LatentError(`position ${t.pos} has no page in the GPU page pool (${paged.numPages} pages)`);
+        if (page === undefined || page >= paged.numPages)
+          throw new LatentError(`position ${t.pos} has no page in the GPU page pool (${paged.numPages} pages)`);
         let at = tableAt.get(t.pages!);
         if (at === undefined) {
           at = this.ptBase + tables.length;
@@ -228,8 +267,17 @@ export class GpuModel {
     });
     // work still open in the encoder (the tail of a previous step) must be queued before this step's inputs are written
     rt.submit();
-    if (opts.idsOnGpu !== true) rt.write(b.ids!, 0, Uint32Array.from(tokens, (t) => t.token));
-    rt.write(b.pos!, 0, Uint32Array.from(tokens, (t) => t.pos));
+    if (opts.idsOnGpu !== true)
+      rt.write(
+        b.ids!,
+        0,
+        Uint32Array.from(tokens, (t) => t.token),
+      );
+    rt.write(
+      b.pos!,
+      0,
+      Uint32Array.from(tokens, (t) => t.pos),
+    );
     rt.write(b.rowIdx!, 0, rowIdx);
     rt.write(b.meta!, 0, meta);
     if (tables.length > 0) rt.write(b.sel!, this.ptBase * 4, Uint32Array.from(tables));
@@ -241,14 +289,19 @@ export class GpuModel {
     const picks = greedy || (opts.picks === true && rows.length > 0);
     const draws = picks && !greedy ? opts.draws : undefined;
     if (draws !== undefined) {
-      if (draws.length !== rows.length) throw new LatentError(`a step's draws: ${draws.length} for ${rows.length} logits rows`);
+      if (draws.length !== rows.length)
+        throw new LatentError(`a step's draws: ${draws.length} for ${rows.length} logits rows`);
       rt.write(b.draw!, 0, drawWords(draws));
     }
     // filtered draws take the filtering kernels too (other rows pass through them unchanged): top-k's, and top-p's and
     // min-p's without top-k
     const topK = draws?.some((d) => (d.topK ?? 0) > 0) === true;
-    const nucleus = draws?.some((d) => d.temperature > 0 && (d.topK ?? 0) === 0 && ((d.topP ?? 1) < 1 || (d.minP ?? 0) > 0)) === true;
-    if ((topK || nucleus) && b.cand === undefined) throw new LatentError(`filtered draws on the GPU: a vocabulary of ${c.nVocab} ids is too large for their kernels (sampleTopKFits)`);
+    const nucleus =
+      draws?.some((d) => d.temperature > 0 && (d.topK ?? 0) === 0 && ((d.topP ?? 1) < 1 || (d.minP ?? 0) > 0)) === true;
+    if ((topK || nucleus) && b.cand === undefined)
+      throw new LatentError(
+        `filtered draws on the GPU: a vocabulary of ${c.nVocab} ids is too large for their kernels (sampleTopKFits)`,
+      );
     const filters = `${topK ? "-topk" : ""}${nucleus ? "-nucleus" : ""}`;
     const key = `${n}|${Math.ceil(maxKeys / ATTN_CHUNK)}|${rows.length === n ? "all" : rows.join(",")}${picks ? (draws !== undefined ? `|draws${filters}` : "|picks") : ""}`;
     const rec = this.recordings.get(key);
@@ -260,7 +313,13 @@ export class GpuModel {
     }
     rt.beginRecording();
     this.encodeLayers(n, maxKeys, rows);
-    if (draws !== undefined) sampleRows(rt, b.logits!, b.draw!, b.ids!, b.lp!, b.amax!, { n: rows.length, width: c.nVocab, ...(topK ? { cand: b.cand! } : {}), ...(nucleus ? { nucleus: b.nuc! } : {}) });
+    if (draws !== undefined)
+      sampleRows(rt, b.logits!, b.draw!, b.ids!, b.lp!, b.amax!, {
+        n: rows.length,
+        width: c.nVocab,
+        ...(topK ? { cand: b.cand! } : {}),
+        ...(nucleus ? { nucleus: b.nuc! } : {}),
+      });
     else if (picks) argmaxRows(rt, b.logits!, b.ids!, b.amax!, { n: rows.length, width: c.nVocab, logprobs: b.lp! });
     const made = rt.endRecording();
     this.lastRecording = made;
@@ -272,7 +331,12 @@ export class GpuModel {
     return rows.length;
   }
 
-  private encodeLayers(n: number, maxKeys: number, rows: readonly number[], layers: readonly GpuLayer[] = this.layers): void {
+  private encodeLayers(
+    n: number,
+    maxKeys: number,
+    rows: readonly number[],
+    layers: readonly GpuLayer[] = this.layers,
+  ): void {
     // every encoding starts from the same residual buffer (getRows writes it; tune.sharedEarly swaps them per MoE layer)
     const residual = this.b.h;
     try {
@@ -284,7 +348,17 @@ export class GpuModel {
 
   private encodeResidual(n: number, maxKeys: number, rows: readonly number[], layers: readonly GpuLayer[]): void {
     const { rt, c, b } = this;
-    const { nEmbd: Hd, nHead: H, qkNope: P, qkRope: R, vHead: V, kvLoraRank: L, qLoraRank: Lq, nExpertUsed: K, nFFExp: Fe } = c;
+    const {
+      nEmbd: Hd,
+      nHead: H,
+      qkNope: P,
+      qkRope: R,
+      vHead: V,
+      kvLoraRank: L,
+      qLoraRank: Lq,
+      nExpertUsed: K,
+      nFFExp: Fe,
+    } = c;
     const D = P + R;
     const ctx = this.opts.context;
     // independent kernels share one dispatch only in small steps, where per-dispatch costs dominate: on a large GPU
@@ -307,18 +381,29 @@ export class GpuModel {
     // the kernels were fully unrolled (3.31 against 3.13 ms with the FFN's alone); with one chunk step a pass
     // (shapes.ts, UNROLL) it is faster, in one call 2.75 / 2.75 / 2.76 against 2.83 / 2.83 / 2.84 ms with the FFN's
     // alone
-    const fuseMode = small ? rt.tune.normFuse ?? 1 : 0;
+    const fuseMode = small ? (rt.tune.normFuse ?? 1) : 0;
     const fuseAttn = fuseMode === 1 || fuseMode === 3;
     const fuseFFN = fuseMode === 1 || fuseMode === 2;
     const combineArgs: CombineArgs = { ye: b.ye!, rw: b.rw!, K };
     for (const l of layers) {
       const S0 = this.a0Stride();
       const F0 = S0 - L - R;
-      const attnFused = fuseAttn && b.metaBase === undefined && l.qkvA !== undefined && fusable(rt, l.qkvA, n, false) && (!combinePending || fusable(rt, l.o, n, false));
+      const attnFused =
+        fuseAttn &&
+        b.metaBase === undefined &&
+        l.qkvA !== undefined &&
+        fusable(rt, l.qkvA, n, false) &&
+        (!combinePending || fusable(rt, l.o, n, false));
       const oCombine = attnFused && combinePending;
       if (!attnFused) normH(l.attnNorm, b.x!);
       // A0 = [q or the q-LoRA latent (F0) | c | k_pe] per token: one product when the two matrices stack
-      if (attnFused) matmul(rt, l.qkvA!, b.h!, b.a0!, { n, xStride: Hd, yStride: S0, fuse: { norm: { g: l.attnNorm, eps: c.rmsEps, ...(oCombine ? { combine: combineArgs } : {}) } } });
+      if (attnFused)
+        matmul(rt, l.qkvA!, b.h!, b.a0!, {
+          n,
+          xStride: Hd,
+          yStride: S0,
+          fuse: { norm: { g: l.attnNorm, eps: c.rmsEps, ...(oCombine ? { combine: combineArgs } : {}) } },
+        });
       else if (l.qkvA !== undefined) matmul(rt, l.qkvA, b.x!, b.a0!, { n, xStride: Hd, yStride: S0 });
       else {
         matmul(rt, (l.qA ?? l.q)!, b.x!, b.a0!, { n, xStride: Hd, yStride: S0 });
@@ -329,14 +414,48 @@ export class GpuModel {
       const lora = c.qLoraRank > 0;
       const qRope = { y: b.qAbs!, heads: H, qpOff: P, qHead: D, yOff: L, yTok: H * (L + R), yHead: L + R };
       const cacheWrite = (): void =>
-        kvCacheWrite(rt, b.a0!, l.kvANorm, table, R, b.pos!, b.rowIdx!, l.cacheC, l.cacheK, { n, L, kvOff: F0, stride: S0, ...(lora ? { qNorm: { g: l.qANorm!, dim: Lq } } : { qRope }) }, c.rmsEps);
+        kvCacheWrite(
+          rt,
+          b.a0!,
+          l.kvANorm,
+          table,
+          R,
+          b.pos!,
+          b.rowIdx!,
+          l.cacheC,
+          l.cacheK,
+          { n, L, kvOff: F0, stride: S0, ...(lora ? { qNorm: { g: l.qANorm!, dim: Lq } } : { qRope }) },
+          c.rmsEps,
+        );
       // absorbed queries [q_abs (L) | q_pe (R)] per head: q_abs = W_UKᵀ q_nope (q_pe roped straight into place)
-      const absorb = (q: GPUBuffer, qStride: number): void => matmul(rt, l.kB, q, b.qAbs!, { n, xStride: qStride, yStride: H * (L + R), batch: { count: H, xBatch: D, yBatch: L + R } });
+      const absorb = (q: GPUBuffer, qStride: number): void =>
+        matmul(rt, l.kB, q, b.qAbs!, {
+          n,
+          xStride: qStride,
+          yStride: H * (L + R),
+          batch: { count: H, xBatch: D, yBatch: L + R },
+        });
       // one token, no DSA: absorb, attention and W_UV as one dispatch, with the cache write too without q-LoRA; past one
       // chunk of keys as two, the keys split over the workgroups (tune.attnFuse, default on GPUs; attention/fused.ts)
-      const fusedAttn = n === 1 && b.metaBase === undefined ? attnFusedShape(rt, l.kB, l.vB, { heads: H, P, R, L, V, maxKeys, lora }) : undefined;
+      const fusedAttn =
+        n === 1 && b.metaBase === undefined
+          ? attnFusedShape(rt, l.kB, l.vB, { heads: H, P, R, L, V, maxKeys, lora })
+          : undefined;
       const fusedArgs = { scale: c.kqScale, eps: c.rmsEps, pageSize: this.opts.pages?.pageSize ?? 0, kvOff: F0 };
-      const fusedBufs = { kB: l.kB, vB: l.vB, g: l.kvANorm, table, pos: b.pos!, rowIdx: b.rowIdx!, cacheC: l.cacheC, cacheK: l.cacheK, meta: b.meta!, sel: b.sel!, o: b.o!, part: b.attnPart! };
+      const fusedBufs = {
+        kB: l.kB,
+        vB: l.vB,
+        g: l.kvANorm,
+        table,
+        pos: b.pos!,
+        rowIdx: b.rowIdx!,
+        cacheC: l.cacheC,
+        cacheK: l.cacheK,
+        meta: b.meta!,
+        sel: b.sel!,
+        o: b.o!,
+        part: b.attnPart!,
+      };
       if (fusedAttn !== undefined && !lora) {
         attentionFused(rt, fusedAttn, { a0: b.a0!, ...fusedBufs }, fusedArgs);
       } else if (lora) {
@@ -347,7 +466,16 @@ export class GpuModel {
         if (fusedAttn !== undefined) attentionFused(rt, fusedAttn, { a0: b.q!, ...fusedBufs }, fusedArgs);
         else {
           absorb(b.q!, H * D);
-          ropeTo(rt, table, R, b.q!, b.pos!, b.qAbs!, { n, heads: H, xOff: P, tokStride: H * D, headStride: D, yOff: L, yTok: H * (L + R), yHead: L + R });
+          ropeTo(rt, table, R, b.q!, b.pos!, b.qAbs!, {
+            n,
+            heads: H,
+            xOff: P,
+            tokStride: H * D,
+            headStride: D,
+            yOff: L,
+            yTok: H * (L + R),
+            yHead: L + R,
+          });
         }
       } else {
         // the queries already in A0: the cache write (and q_pe into columns [L, L+R) of QABS) and q_abs (columns [0, L))
@@ -358,23 +486,35 @@ export class GpuModel {
         });
         if (b.metaBase !== undefined) this.selectKeys(l, n, maxKeys);
       }
-      if (fusedAttn === undefined) attention(rt, { q: b.qAbs!, k1: l.cacheC, k2: l.cacheK, v: l.cacheC, meta: b.meta!, sel: b.sel!, o: b.lo!, part: b.part }, {
-        nq: n,
-        heads: H,
-        d1: L,
-        d2: R,
-        dv: L,
-        scale: c.kqScale,
-        maxKeys,
-        q: { off: 0, stride: H * (L + R), head: L + R, q2Off: L },
-        k1: { off: 0, stride: L, head: 0 },
-        k2: { off: 0, stride: R },
-        v: { off: 0, stride: L, head: 0 },
-        o: { off: 0, stride: H * L, head: L },
-        pageSize: this.opts.pages?.pageSize ?? 0,
+      if (fusedAttn === undefined)
+        attention(
+          rt,
+          { q: b.qAbs!, k1: l.cacheC, k2: l.cacheK, v: l.cacheC, meta: b.meta!, sel: b.sel!, o: b.lo!, part: b.part },
+          {
+            nq: n,
+            heads: H,
+            d1: L,
+            d2: R,
+            dv: L,
+            scale: c.kqScale,
+            maxKeys,
+            q: { off: 0, stride: H * (L + R), head: L + R, q2Off: L },
+            k1: { off: 0, stride: L, head: 0 },
+            k2: { off: 0, stride: R },
+            v: { off: 0, stride: L, head: 0 },
+            o: { off: 0, stride: H * L, head: L },
+            pageSize: this.opts.pages?.pageSize ?? 0,
+          },
+        );
+      if (fusedAttn === undefined)
+        matmul(rt, l.vB, b.lo!, b.o!, { n, xStride: H * L, yStride: H * V, batch: { count: H, xBatch: L, yBatch: V } });
+      matmul(rt, l.o, b.o!, b.h!, {
+        n,
+        xStride: H * V,
+        yStride: Hd,
+        acc: true,
+        ...(oCombine ? { fuse: { addCombine: combineArgs } } : {}),
       });
-      if (fusedAttn === undefined) matmul(rt, l.vB, b.lo!, b.o!, { n, xStride: H * L, yStride: H * V, batch: { count: H, xBatch: L, yBatch: V } });
-      matmul(rt, l.o, b.o!, b.h!, { n, xStride: H * V, yStride: Hd, acc: true, ...(oCombine ? { fuse: { addCombine: combineArgs } } : {}) });
       if (oCombine) combinePending = false;
 
       const E = c.nExpert;
@@ -408,7 +548,8 @@ export class GpuModel {
       if (l.experts !== undefined) {
         const shared = l.shared;
         // the router and the shared experts' gate·up (its first dispatch: the second reads it) both only read x
-        const [sharedFirst, ...sharedRest] = shared !== undefined ? this.ffnGateUp(shared, n, b.gs!, ffnIn, ffnNorm) : [];
+        const [sharedFirst, ...sharedRest] =
+          shared !== undefined ? this.ffnGateUp(shared, n, b.gs!, ffnIn, ffnNorm) : [];
         together(() => {
           matmul(rt, ffnFused ? l.routerNormed!() : l.router!, ffnIn, b.z!, { n, xStride: Hd, yStride: E });
           sharedFirst?.();
@@ -418,18 +559,51 @@ export class GpuModel {
         // h + W_down·g_s, so that the routing and the routed gate·up still read h; the routed down product then runs
         // alone. Both down products in one dispatch made each the other's tail: on a large GPU (v2-lite batch 1) GPU 2.58 →
         // 2.51 ms a step, and 2.36 once the routing kernel took 256 threads and so shared that dispatch (route.wgsl.ts)
-        const early = small && rt.tune.sharedEarly !== 0 && shared !== undefined && lists === undefined && sharedRest.length === 0 && fusable(rt, shared.down, n, false);
+        const early =
+          small &&
+          rt.tune.sharedEarly !== 0 &&
+          shared !== undefined &&
+          lists === undefined &&
+          sharedRest.length === 0 &&
+          fusable(rt, shared.down, n, false);
         together(() => {
-          moeRoute(rt, b.z!, l.bias, b.rids!, b.rw!, routing, ffnFused ? { h: b.h!, dim: Hd, eps: c.rmsEps } : undefined);
-          if (early) matmul(rt, shared!.down, b.gs!, b.hAlt!, { n, xStride: shared!.gate.rows, yStride: Hd, fuse: { addCombine: { ye: b.h!, rw: b.ones!, K: 1 } } });
+          moeRoute(
+            rt,
+            b.z!,
+            l.bias,
+            b.rids!,
+            b.rw!,
+            routing,
+            ffnFused ? { h: b.h!, dim: Hd, eps: c.rmsEps } : undefined,
+          );
+          if (early)
+            matmul(rt, shared!.down, b.gs!, b.hAlt!, {
+              n,
+              xStride: shared!.gate.rows,
+              yStride: Hd,
+              fuse: { addCombine: { ye: b.h!, rw: b.ones!, K: 1 } },
+            });
         });
         // expert-major products (pairs ≥ experts) read the pairs grouped by expert, built once for the three
         if (lists !== undefined) expertLists(rt, b.rids!, lists, { pairs: n * K, E });
         // g = silu(W_gate x)·(W_up x) per pair (one dual product at small batches, else gate then up with SwiGLU fused)
-        matmulGatherSwiGLU(rt, l.experts.gate, l.experts.up, ffnIn, b.g!, b.rids!, { pairs: n * K, xDiv: K, xBatch: Hd, yBatch: Fe, lists, ...(ffnNorm !== undefined ? { fuse: ffnNorm } : {}) });
+        matmulGatherSwiGLU(rt, l.experts.gate, l.experts.up, ffnIn, b.g!, b.rids!, {
+          pairs: n * K,
+          xDiv: K,
+          xBatch: Hd,
+          yBatch: Fe,
+          lists,
+          ...(ffnNorm !== undefined ? { fuse: ffnNorm } : {}),
+        });
         // the routed experts' down products into YE (and, sharedEarly = 0, the shared experts' into h beside them)
         together(() => {
-          matmulGather(rt, l.experts!.down, b.g!, b.ye!, b.rids!, { pairs: n * K, xDiv: 1, xBatch: Fe, yBatch: Hd, lists });
+          matmulGather(rt, l.experts!.down, b.g!, b.ye!, b.rids!, {
+            pairs: n * K,
+            xDiv: 1,
+            xBatch: Fe,
+            yBatch: Hd,
+            lists,
+          });
           if (shared !== undefined && !early) this.ffnDown(shared, n, b.gs!);
         });
         if (early) [b.h, b.hAlt] = [b.hAlt, b.h];
@@ -440,7 +614,9 @@ export class GpuModel {
     if (rows.length === n) normH(this.outputNorm, b.hn!);
     else {
       if (combinePending) moeCombine(rt, b.ye!, b.rw!, b.h!, { n, K, width: Hd, acc: true });
-      rows.forEach((r, j) => rmsNorm(rt, b.h!, this.outputNorm, b.hn!, { n: 1, dim: Hd, xOff: r * Hd, yOff: j * Hd }, c.rmsEps));
+      rows.forEach((r, j) =>
+        rmsNorm(rt, b.h!, this.outputNorm, b.hn!, { n: 1, dim: Hd, xOff: r * Hd, yOff: j * Hd }, c.rmsEps),
+      );
     }
     if (rows.length > 0) matmul(rt, this.output, b.hn!, b.logits!, { n: rows.length, xStride: Hd, yStride: c.nVocab });
   }
@@ -468,7 +644,11 @@ export class GpuModel {
     matmul(rt, ix.proj, b.x!, b.wI!, { n, xStride: c.nEmbd, yStride: Hi });
     // score rows as wide as the step's key chunks (fixed for a recorded step shape)
     const T = Math.max(1, Math.ceil(maxKeys / ATTN_CHUNK)) * ATTN_CHUNK;
-    dsaSelect(rt, { q: b.qI!, w: b.wI!, keys: ix.cache, meta: b.meta!, scores: b.scores!, sel: b.sel! }, { n, T, Hi, D: Di, topK, pageSize: this.opts.pages?.pageSize ?? 0 });
+    dsaSelect(
+      rt,
+      { q: b.qI!, w: b.wI!, keys: ix.cache, meta: b.meta!, scores: b.scores!, sel: b.sel! },
+      { n, T, Hi, D: Di, topK, pageSize: this.opts.pages?.pageSize ?? 0 },
+    );
   }
 
   /** h += down(silu(gate·x) ⊙ up·x) for n tokens. */
@@ -479,7 +659,12 @@ export class GpuModel {
 
   /** g = silu(gate·x) ⊙ up·x as its dependent steps (one dual product where the wide kernel applies); x: b.x unless given (with its fused norm). */
   private ffnGateUp(f: GpuFFN, n: number, g: GPUBuffer, x: GPUBuffer = this.b.x!, fuse?: FusionArgs): (() => void)[] {
-    return matmulSwiGLUSteps(this.rt, f.gate, f.up, x, g, { n, xStride: this.c.nEmbd, yStride: f.gate.rows, ...(fuse !== undefined ? { fuse } : {}) });
+    return matmulSwiGLUSteps(this.rt, f.gate, f.up, x, g, {
+      n,
+      xStride: this.c.nEmbd,
+      yStride: f.gate.rows,
+      ...(fuse !== undefined ? { fuse } : {}),
+    });
   }
 
   /** h += down·g. */
@@ -509,20 +694,40 @@ export class GpuModel {
    * (log_softmax of the step's logits row at the token, computed on the GPU: the sampler's logprob) [steps × batch].
    * With `draws` [steps × batch] (step-major), each step's tokens are drawn as stepPicks draws them instead.
    */
-  async decodeGreedy(seqs: readonly { readonly token: number; readonly slot: number; readonly pos: number; readonly pages?: readonly number[] }[], steps: number, draws?: readonly PickDraw[]): Promise<{ tokens: Uint32Array; logprobs: Float32Array }> {
+  async decodeGreedy(
+    seqs: readonly {
+      readonly token: number;
+      readonly slot: number;
+      readonly pos: number;
+      readonly pages?: readonly number[];
+    }[],
+    steps: number,
+    draws?: readonly PickDraw[],
+  ): Promise<{ tokens: Uint32Array; logprobs: Float32Array }> {
     const B = seqs.length;
     if (steps < 1) return { tokens: new Uint32Array(0), logprobs: new Float32Array(0) };
-    if (draws !== undefined && draws.length !== steps * B) throw new LatentError(`decodeGreedy: ${draws.length} draws for ${steps} steps of ${B} sequence(s)`);
+    if (draws !== undefined && draws.length !== steps * B)
+      throw new LatentError(`decodeGreedy: ${draws.length} draws for ${steps} steps of ${B} sequence(s)`);
     const words = steps * B;
     if (this.history === undefined || this.history.size < 2 * words * 4) {
       this.history?.destroy();
       this.history = this.rt.buffer(2 * words * 4, "greedy history");
     }
     for (let s = 0; s < steps; s++) {
-      const tokens = seqs.map((q) => ({ token: q.token, slot: q.slot, pos: q.pos + s, logits: true, ...(q.pages !== undefined ? { pages: q.pages } : {}) }));
+      const tokens = seqs.map((q) => ({
+        token: q.token,
+        slot: q.slot,
+        pos: q.pos + s,
+        logits: true,
+        ...(q.pages !== undefined ? { pages: q.pages } : {}),
+      }));
       // one submission per step: the GPU already overlaps with the host, which encodes step s+1 while step s runs (steps
       // grouped 4 a submission idled the GPU longer, at the start, and saved nothing after it: BENCHMARKS.md, WebGPU)
-      this.encode(tokens, { ...(draws !== undefined ? { picks: true, draws: draws.slice(s * B, (s + 1) * B) } : { greedy: true }), idsOnGpu: s > 0, submitEvery: Infinity });
+      this.encode(tokens, {
+        ...(draws !== undefined ? { picks: true, draws: draws.slice(s * B, (s + 1) * B) } : { greedy: true }),
+        idsOnGpu: s > 0,
+        submitEvery: Infinity,
+      });
       this.rt.copy(this.b.ids!, 0, this.history, s * B * 4, B * 4);
       this.rt.copy(this.b.lp!, 0, this.history, (words + s * B) * 4, B * 4);
     }
@@ -542,19 +747,36 @@ export class GpuModel {
   async warm(shapes: WarmShapes, onProgress?: (done: number, total: number) => void): Promise<number> {
     const { maxTokens, context } = this.opts;
     const layers = this.layerKinds();
-    const keys = (least: number): number[] => [...new Set([least, ATTN_CHUNK + 1, context].map((k) => Math.min(Math.max(k, least), context)))];
+    const keys = (least: number): number[] => [
+      ...new Set([least, ATTN_CHUNK + 1, context].map((k) => Math.min(Math.max(k, least), context))),
+    ];
     const codes = this.rt.collectPipelines(() => {
       for (let n = 1; n <= Math.min(shapes.decode ?? 0, maxTokens); n++) {
         const all = Array.from({ length: n }, (_, i) => i);
         for (const k of keys(1)) this.encodeLayers(n, k, all, layers);
-        if (shapes.greedy === true) argmaxRows(this.rt, this.b.logits!, this.b.ids!, this.b.amax!, { n, width: this.c.nVocab, logprobs: this.b.lp! });
+        if (shapes.greedy === true)
+          argmaxRows(this.rt, this.b.logits!, this.b.ids!, this.b.amax!, {
+            n,
+            width: this.c.nVocab,
+            logprobs: this.b.lp!,
+          });
         if (shapes.draws === true) {
-          sampleRows(this.rt, this.b.logits!, this.b.draw!, this.b.ids!, this.b.lp!, this.b.amax!, { n, width: this.c.nVocab });
-          if (this.b.cand !== undefined) sampleRows(this.rt, this.b.logits!, this.b.draw!, this.b.ids!, this.b.lp!, this.b.amax!, { n, width: this.c.nVocab, cand: this.b.cand, nucleus: this.b.nuc! });
+          sampleRows(this.rt, this.b.logits!, this.b.draw!, this.b.ids!, this.b.lp!, this.b.amax!, {
+            n,
+            width: this.c.nVocab,
+          });
+          if (this.b.cand !== undefined)
+            sampleRows(this.rt, this.b.logits!, this.b.draw!, this.b.ids!, this.b.lp!, this.b.amax!, {
+              n,
+              width: this.c.nVocab,
+              cand: this.b.cand,
+              nucleus: this.b.nuc!,
+            });
         }
       }
       for (const n of new Set(shapes.prefill ?? [])) {
-        if (!Number.isInteger(n) || n < 1 || n > maxTokens) throw new LatentError(`warm: a prefill step of ${n} tokens (1..${maxTokens})`);
+        if (!Number.isInteger(n) || n < 1 || n > maxTokens)
+          throw new LatentError(`warm: a prefill step of ${n} tokens (1..${maxTokens})`);
         for (const k of keys(n)) this.encodeLayers(n, k, [n - 1], layers);
       }
     });
@@ -586,13 +808,21 @@ export class GpuModel {
    * its logprob (NaN for a row with NaN or +Infinity, or all −Infinity) — computed on the GPU, and the rows themselves
    * only when `readLogits` (else empty): a server's greedy requests need no logits read back or sampled on the host.
    */
-  async stepPicks(tokens: readonly StepToken[], readLogits: boolean, draws?: readonly PickDraw[]): Promise<{ logits: Float32Array; ids: Uint32Array; logprobs: Float32Array }> {
+  async stepPicks(
+    tokens: readonly StepToken[],
+    readLogits: boolean,
+    draws?: readonly PickDraw[],
+  ): Promise<{ logits: Float32Array; ids: Uint32Array; logprobs: Float32Array }> {
     const rows = this.encode(tokens, { picks: true, ...(draws !== undefined ? { draws } : {}) });
     if (rows === 0) {
       await this.rt.sync();
       return { logits: new Float32Array(0), ids: new Uint32Array(0), logprobs: new Float32Array(0) };
     }
-    const [ids, lps, logits] = await Promise.all([this.rt.read(this.b.ids!, 0, rows * 4), this.rt.read(this.b.lp!, 0, rows * 4), readLogits ? this.rt.readF32(this.b.logits!, 0, rows * this.c.nVocab) : Promise.resolve(new Float32Array(0))]);
+    const [ids, lps, logits] = await Promise.all([
+      this.rt.read(this.b.ids!, 0, rows * 4),
+      this.rt.read(this.b.lp!, 0, rows * 4),
+      readLogits ? this.rt.readF32(this.b.logits!, 0, rows * this.c.nVocab) : Promise.resolve(new Float32Array(0)),
+    ]);
     return { logits, ids: new Uint32Array(ids), logprobs: new Float32Array(lps) };
   }
 
@@ -600,9 +830,12 @@ export class GpuModel {
   async prefill(slot: number, tokens: readonly number[], pos0 = 0, allLogits = false): Promise<Float32Array[]> {
     const out: Float32Array[] = [];
     for (let at = 0; at < tokens.length; at += this.opts.maxTokens) {
-      const chunk = tokens.slice(at, at + this.opts.maxTokens).map((token, i) => ({ token, slot, pos: pos0 + at + i, logits: allLogits || at + i === tokens.length - 1 }));
+      const chunk = tokens
+        .slice(at, at + this.opts.maxTokens)
+        .map((token, i) => ({ token, slot, pos: pos0 + at + i, logits: allLogits || at + i === tokens.length - 1 }));
       const logits = await this.step(chunk);
-      for (let r = 0; r * this.c.nVocab < logits.length; r++) out.push(logits.subarray(r * this.c.nVocab, (r + 1) * this.c.nVocab));
+      for (let r = 0; r * this.c.nVocab < logits.length; r++)
+        out.push(logits.subarray(r * this.c.nVocab, (r + 1) * this.c.nVocab));
     }
     return out;
   }

@@ -14,7 +14,10 @@ import { GpuMatrix } from "../kernels/matmul/matrix.js";
 function stacked(mats: readonly QMatrix[]): Uint8Array {
   const first = mats[0].data;
   const each = first.byteLength;
-  const contiguous = mats.every((m, i) => m.data.buffer === first.buffer && m.data.byteOffset === first.byteOffset + i * each && m.data.byteLength === each);
+  const contiguous = mats.every(
+    (m, i) =>
+      m.data.buffer === first.buffer && m.data.byteOffset === first.byteOffset + i * each && m.data.byteLength === each,
+  );
   if (contiguous) return new Uint8Array(first.buffer, first.byteOffset, each * mats.length);
   const out = new Uint8Array(each * mats.length);
   mats.forEach((m, i) => out.set(m.data, i * each));
@@ -54,7 +57,14 @@ function uploadRows(rt: GpuRuntime, mats: readonly QMatrix[], name: string): Gpu
     bytes.set(m.data, at);
     at += m.data.byteLength;
   }
-  return GpuMatrix.upload(rt, name, mats[0].type, mats[0].cols, mats.reduce((s, m) => s + m.rows, 0), bytes);
+  return GpuMatrix.upload(
+    rt,
+    name,
+    mats[0].type,
+    mats[0].cols,
+    mats.reduce((s, m) => s + m.rows, 0),
+    bytes,
+  );
 }
 
 function uploadStack(rt: GpuRuntime, mats: readonly QMatrix[], name: string): GpuMatrix {
@@ -95,7 +105,9 @@ export interface GpuLayer {
   cacheC: GPUBuffer;
   cacheK: GPUBuffer;
   /** DSA (glm-dsa): the lightning indexer's weights and its key cache [slots·context × D_idx] */
-  indexer: { qB: GpuMatrix; k: GpuMatrix; kNormW: GPUBuffer; kNormB: GPUBuffer; proj: GpuMatrix; cache: GPUBuffer } | undefined;
+  indexer:
+    | { qB: GpuMatrix; k: GpuMatrix; kNormW: GPUBuffer; kNormB: GPUBuffer; proj: GpuMatrix; cache: GPUBuffer }
+    | undefined;
 }
 
 function uploadFFN(rt: GpuRuntime, s: SwiGLU): GpuFFN {
@@ -127,21 +139,34 @@ export function uploadLayer(rt: GpuRuntime, c: ModelConfig, lw: LayerWeights, il
     routerNormed: m && m.router.type === GGMLType.F32 ? foldLater(rt, m.router, lw.ffnNorm) : undefined,
     bias: m?.bias && f32(m.bias, "exp_probs_b"),
     experts: m && {
-      gate: uploadStack(rt, m.experts.map((e) => e.gate), `blk.${il}.ffn_gate_exps`),
-      up: uploadStack(rt, m.experts.map((e) => e.up), `blk.${il}.ffn_up_exps`),
-      down: uploadStack(rt, m.experts.map((e) => e.down), `blk.${il}.ffn_down_exps`),
+      gate: uploadStack(
+        rt,
+        m.experts.map((e) => e.gate),
+        `blk.${il}.ffn_gate_exps`,
+      ),
+      up: uploadStack(
+        rt,
+        m.experts.map((e) => e.up),
+        `blk.${il}.ffn_up_exps`,
+      ),
+      down: uploadStack(
+        rt,
+        m.experts.map((e) => e.down),
+        `blk.${il}.ffn_down_exps`,
+      ),
     },
     shared: m?.shared && ffn(m.shared),
     cacheC: rt.buffer(cacheRows * L * 4, `blk.${il}.cache_c`),
     cacheK: rt.buffer(cacheRows * R * 4, `blk.${il}.cache_kpe`),
-    indexer: a.indexer && c.indexer && {
-      qB: upload(rt, a.indexer.qB),
-      k: upload(rt, a.indexer.k),
-      kNormW: f32(a.indexer.kNormW, "indexer.k_norm"),
-      kNormB: f32(a.indexer.kNormB, "indexer.k_norm_b"),
-      proj: upload(rt, a.indexer.proj),
-      cache: rt.buffer(cacheRows * c.indexer.headDim * 4, `blk.${il}.cache_indexer`),
-    },
+    indexer: a.indexer &&
+      c.indexer && {
+        qB: upload(rt, a.indexer.qB),
+        k: upload(rt, a.indexer.k),
+        kNormW: f32(a.indexer.kNormW, "indexer.k_norm"),
+        kNormB: f32(a.indexer.kNormB, "indexer.k_norm_b"),
+        proj: upload(rt, a.indexer.proj),
+        cache: rt.buffer(cacheRows * c.indexer.headDim * 4, `blk.${il}.cache_indexer`),
+      },
   };
   return layer;
 }
@@ -149,6 +174,29 @@ export function uploadLayer(rt: GpuRuntime, c: ModelConfig, lw: LayerWeights, il
 /** Bytes of a layer's matrices on the GPU. */
 export function layerWeightBytes(layer: GpuLayer): number {
   let bytes = 0;
-  for (const g of [layer.qkvA, layer.q, layer.qA, layer.qB, layer.kvA, layer.kB, layer.vB, layer.o, layer.router, layer.dense?.gate, layer.dense?.up, layer.dense?.down, layer.experts?.gate, layer.experts?.up, layer.experts?.down, layer.shared?.gate, layer.shared?.up, layer.shared?.down, layer.indexer?.qB, layer.indexer?.k, layer.indexer?.proj]) bytes += g?.bytes ?? 0;
+  for (const g of [
+    layer.qkvA,
+    layer.q,
+    layer.qA,
+    layer.qB,
+    layer.kvA,
+    layer.kB,
+    layer.vB,
+    layer.o,
+    layer.router,
+    layer.dense?.gate,
+    layer.dense?.up,
+    layer.dense?.down,
+    layer.experts?.gate,
+    layer.experts?.up,
+    layer.experts?.down,
+    layer.shared?.gate,
+    layer.shared?.up,
+    layer.shared?.down,
+    layer.indexer?.qB,
+    layer.indexer?.k,
+    layer.indexer?.proj,
+  ])
+    bytes += g?.bytes ?? 0;
   return bytes;
 }

@@ -2,7 +2,6 @@
 /** Helpers every family's launcher shares: the output ranges a dispatch declares for --check-writes, 1-D grids. */
 import type { OutRange } from "../core/runtime.js";
 
-
 /** The byte ranges of n rows of `width` floats at off + t·stride. */
 export function rows(buffer: GPUBuffer, off: number, n: number, stride: number, width: number): OutRange[] {
   if (n === 0 || width === 0) return [];

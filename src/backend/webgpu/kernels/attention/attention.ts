@@ -6,8 +6,28 @@
  */
 import { LatentError } from "../../../../util/errors.js";
 import { f32bits, type GpuRuntime, type OutRange } from "../../core/runtime.js";
-import { ATTN_CHUNK, ATTN_COMBINE_WGSL, ATTN_PARAMS, ATTN_QMAX, ATTN_WGSL as attnSource, attnSubgroupWGSL as attnSubgroupSource, KV_CACHE_WGSL as kvCacheSource } from "./attention.wgsl.js";
-import { ATTN_WIDE_COMBINE_WGSL, ATTN_WIDE_MAX_Q, ATTN_WIDE_MAX_SPLITS, ATTN_WIDE_MIN_SPLIT_KEYS, ATTN_WIDE_PARAMS, ATTN_WIDE_ROWS, ATTN_WIDE_THREADS, attnWideBytes, attnWideScratch, attnWideWGSL as attnWideSource, type AttnWidePlan } from "./wide.wgsl.js";
+import {
+  ATTN_CHUNK,
+  ATTN_COMBINE_WGSL,
+  ATTN_PARAMS,
+  ATTN_QMAX,
+  ATTN_WGSL as attnSource,
+  attnSubgroupWGSL as attnSubgroupSource,
+  KV_CACHE_WGSL as kvCacheSource,
+} from "./attention.wgsl.js";
+import {
+  ATTN_WIDE_COMBINE_WGSL,
+  ATTN_WIDE_MAX_Q,
+  ATTN_WIDE_MAX_SPLITS,
+  ATTN_WIDE_MIN_SPLIT_KEYS,
+  ATTN_WIDE_PARAMS,
+  ATTN_WIDE_ROWS,
+  ATTN_WIDE_THREADS,
+  attnWideBytes,
+  attnWideScratch,
+  attnWideWGSL as attnWideSource,
+  type AttnWidePlan,
+} from "./wide.wgsl.js";
 import type { KernelTuning } from "../../core/tuning.js";
 import { memoWGSL } from "../../core/wgsl-memo.js";
 import { rows } from "../launch.js";
@@ -47,12 +67,40 @@ export function kvCacheWrite(
   const { qNorm: q, qRope: r } = a;
   if (q !== undefined && r !== undefined) throw new LatentError("kvCacheWrite takes one extra op, not both");
   const stride = a.stride ?? a.L + dims;
-  const params = new Uint32Array([a.n, a.L, dims / 2, stride, f32bits(eps), q?.dim ?? 0, a.kvOff ?? 0, r?.heads ?? 0, r?.qpOff ?? 0, r?.qHead ?? 0, r?.yOff ?? 0, r?.yTok ?? 0, r?.yHead ?? 0, 0, 0, 0]);
+  const params = new Uint32Array([
+    a.n,
+    a.L,
+    dims / 2,
+    stride,
+    f32bits(eps),
+    q?.dim ?? 0,
+    a.kvOff ?? 0,
+    r?.heads ?? 0,
+    r?.qpOff ?? 0,
+    r?.qHead ?? 0,
+    r?.yOff ?? 0,
+    r?.yTok ?? 0,
+    r?.yHead ?? 0,
+    0,
+    0,
+    0,
+  ]);
   const groups = q === undefined && r === undefined ? a.n : 2 * a.n;
   const bufs = [kv, g, pos, table, rowIdx, cacheC, cacheK, ...(q !== undefined ? [q.g] : r !== undefined ? [r.y] : [])];
   const outs: OutRange[] = [];
-  if (r !== undefined) for (let t = 0; t < a.n; t++) outs.push(...rows(r.y, r.yOff + t * r.yTok, r.heads, r.yHead, dims));
-  rt.dispatch("kvCache", withSubgroupTotal(KV_CACHE_WGSL(q !== undefined ? "qnorm" : r !== undefined ? "qrope" : "none"), rt.info.subgroupSize), bufs, params, [Math.min(groups, 65535), Math.ceil(groups / 65535)], outs);
+  if (r !== undefined)
+    for (let t = 0; t < a.n; t++) outs.push(...rows(r.y, r.yOff + t * r.yTok, r.heads, r.yHead, dims));
+  rt.dispatch(
+    "kvCache",
+    withSubgroupTotal(
+      KV_CACHE_WGSL(q !== undefined ? "qnorm" : r !== undefined ? "qrope" : "none"),
+      rt.info.subgroupSize,
+    ),
+    bufs,
+    params,
+    [Math.min(groups, 65535), Math.ceil(groups / 65535)],
+    outs,
+  );
 }
 
 export type AttnParams = Record<(typeof ATTN_PARAMS)[number], number>;
@@ -111,7 +159,16 @@ function attnOutputs(o: GPUBuffer, a: AttentionArgs): OutRange[] {
   return outs;
 }
 
-type AttentionBuffers = { q: GPUBuffer; k1: GPUBuffer; k2: GPUBuffer; v: GPUBuffer; meta: GPUBuffer; sel: GPUBuffer; o: GPUBuffer; part: GPUBuffer | undefined };
+type AttentionBuffers = {
+  q: GPUBuffer;
+  k1: GPUBuffer;
+  k2: GPUBuffer;
+  v: GPUBuffer;
+  meta: GPUBuffer;
+  sel: GPUBuffer;
+  o: GPUBuffer;
+  part: GPUBuffer | undefined;
+};
 
 /**
  * Flash-style attention: absorbed MLA decode (q1 = q_abs, K1 = V = latent c, K2 = k_pe, head strides 0) or prefill MHA
@@ -130,15 +187,31 @@ export function attention(rt: GpuRuntime, bufs: AttentionBuffers, a: AttentionAr
   const outs = attnOutputs(bufs.o, a);
   // the subgroup kernel where the subgroup size is fixed (and divides its 256 threads)
   const sg = rt.info.subgroupSize;
-  const kernel = (split: boolean): string => (sg !== undefined && sg >= 4 && sg <= 64 ? attnSubgroupWGSL(a.d1, a.d2, a.dv, sg, split) : ATTN_WGSL(split));
+  const kernel = (split: boolean): string =>
+    sg !== undefined && sg >= 4 && sg <= 64 ? attnSubgroupWGSL(a.d1, a.d2, a.dv, sg, split) : ATTN_WGSL(split);
   if (chunks === 1) {
-    rt.dispatch("attention", kernel(false), [bufs.q, bufs.k1, bufs.k2, bufs.v, bufs.meta, bufs.sel, bufs.o], params, [1, a.heads, a.nq], outs);
+    rt.dispatch(
+      "attention",
+      kernel(false),
+      [bufs.q, bufs.k1, bufs.k2, bufs.v, bufs.meta, bufs.sel, bufs.o],
+      params,
+      [1, a.heads, a.nq],
+      outs,
+    );
     return;
   }
   const part = bufs.part;
   const need = a.nq * a.heads * chunks * (a.dv + 2);
-  if (part === undefined || part.size < need * 4) throw new LatentError(`attention over ${a.maxKeys} keys needs ${need} floats of scratch`);
-  rt.dispatch("attention split", kernel(true), [bufs.q, bufs.k1, bufs.k2, bufs.v, bufs.meta, bufs.sel, part], params, [chunks, a.heads, a.nq], [{ buffer: part, offset: 0, size: need * 4 }]);
+  if (part === undefined || part.size < need * 4)
+    throw new LatentError(`attention over ${a.maxKeys} keys needs ${need} floats of scratch`);
+  rt.dispatch(
+    "attention split",
+    kernel(true),
+    [bufs.q, bufs.k1, bufs.k2, bufs.v, bufs.meta, bufs.sel, part],
+    params,
+    [chunks, a.heads, a.nq],
+    [{ buffer: part, offset: 0, size: need * 4 }],
+  );
   rt.dispatch("attention combine", ATTN_COMBINE_WGSL, [part, bufs.o], params, [1, a.heads, a.nq], outs);
 }
 
@@ -153,8 +226,15 @@ const DEFAULT_WGS = 128;
  * The wide kernel's shape for a step (undefined: it does not apply). `sg` is the device's fixed subgroup size; the
  * result depends on maxKeys only through its ATTN_CHUNK count.
  */
-export function attnWidePlan(tune: KernelTuning, sg: number, nq: number, heads: number, maxKeys: number): AttnWidePlan | undefined {
-  if (nq < 1 || nq > ATTN_WIDE_MAX_Q || heads < 1 || sg < 4 || sg > 64 || ATTN_WIDE_THREADS % sg !== 0) return undefined;
+export function attnWidePlan(
+  tune: KernelTuning,
+  sg: number,
+  nq: number,
+  heads: number,
+  maxKeys: number,
+): AttnWidePlan | undefined {
+  if (nq < 1 || nq > ATTN_WIDE_MAX_Q || heads < 1 || sg < 4 || sg > 64 || ATTN_WIDE_THREADS % sg !== 0)
+    return undefined;
   const group = Math.min(heads, Math.max(1, Math.min(8, Math.floor(tune.attnHeads ?? DEFAULT_HEADS))));
   const subgroups = ATTN_WIDE_THREADS / sg;
   const perSubgroup = Math.max(1, Math.min(8, Math.round((tune.attnTile ?? DEFAULT_TILE) / subgroups)));
@@ -177,15 +257,27 @@ export function attnWidePlan(tune: KernelTuning, sg: number, nq: number, heads: 
 function attentionWide(rt: GpuRuntime, bufs: AttentionBuffers, a: AttentionArgs): boolean {
   const sg = rt.info.subgroupSize;
   // the latent is both K1 and V: one read of a key row serves the scores and the weighted sum of every head
-  const latent = a.k1.head === 0 && a.v.head === 0 && bufs.k1 === bufs.v && a.k1.off === a.v.off && a.k1.stride === a.v.stride && a.dv === a.d1 && a.d2 >= 1;
+  const latent =
+    a.k1.head === 0 &&
+    a.v.head === 0 &&
+    bufs.k1 === bufs.v &&
+    a.k1.off === a.v.off &&
+    a.k1.stride === a.v.stride &&
+    a.dv === a.d1 &&
+    a.d2 >= 1;
   // by default only past one chunk of keys, where the chunked kernel splits too. Measured on a large GPU (v2-lite batch 1,
   // whole step): decoding from 512 keys, GPU 5.20 → 3.65 ms per step with this kernel, from 4096 keys 6.04 → 4.18 ms;
   // at 17–50 keys it cost time instead (3.43 vs 3.23 ms: 4 workgroups for 16 heads where the chunked kernel has 16)
   const wide = rt.tune.attn ?? (a.maxKeys > ATTN_CHUNK ? 1 : 0);
   if (wide !== 1 || !latent || sg === undefined) return false;
   const plan = attnWidePlan(rt.tune, sg, a.nq, a.heads, a.maxKeys);
-  if (plan === undefined || attnWideBytes(a.d1, a.d2, sg, plan) > rt.info.limits.maxComputeWorkgroupStorageSize) return false;
-  const p: Record<(typeof ATTN_WIDE_PARAMS)[number], number> = { ...attnFields(a), splits: plan.splits, splitKeys: plan.splitKeys };
+  if (plan === undefined || attnWideBytes(a.d1, a.d2, sg, plan) > rt.info.limits.maxComputeWorkgroupStorageSize)
+    return false;
+  const p: Record<(typeof ATTN_WIDE_PARAMS)[number], number> = {
+    ...attnFields(a),
+    splits: plan.splits,
+    splitKeys: plan.splitKeys,
+  };
   const params = Uint32Array.from(ATTN_WIDE_PARAMS.map((k) => p[k]));
   const outs = attnOutputs(bufs.o, a);
   const grid: [number, number, number] = [plan.splits, Math.ceil(a.heads / plan.group), a.nq];
@@ -196,13 +288,26 @@ function attentionWide(rt: GpuRuntime, bufs: AttentionBuffers, a: AttentionArgs)
   }
   const need = a.nq * a.heads * plan.splits * (a.dv + 2);
   const part = bufs.part;
-  if (part === undefined || part.size < need * 4) throw new LatentError(`attention over ${a.maxKeys} keys needs ${need} floats of scratch`);
-  rt.dispatch("attention wide split", attnWideWGSL(a.d1, a.d2, sg, plan, true), [...inputs, part], params, grid, [{ buffer: part, offset: 0, size: need * 4 }]);
-  rt.dispatch("attention wide combine", ATTN_WIDE_COMBINE_WGSL, [part, bufs.meta, bufs.o], params, [Math.ceil(a.dv / 128), a.heads, a.nq], outs);
+  if (part === undefined || part.size < need * 4)
+    throw new LatentError(`attention over ${a.maxKeys} keys needs ${need} floats of scratch`);
+  rt.dispatch("attention wide split", attnWideWGSL(a.d1, a.d2, sg, plan, true), [...inputs, part], params, grid, [
+    { buffer: part, offset: 0, size: need * 4 },
+  ]);
+  rt.dispatch(
+    "attention wide combine",
+    ATTN_WIDE_COMBINE_WGSL,
+    [part, bufs.meta, bufs.o],
+    params,
+    [Math.ceil(a.dv / 128), a.heads, a.nq],
+    outs,
+  );
   return true;
 }
 
 /** Floats of split-attention scratch (for either kernel). */
 export function attentionScratch(nq: number, heads: number, dv: number, maxKeys: number): number {
-  return Math.max(nq * heads * Math.max(1, Math.ceil(maxKeys / ATTN_CHUNK)) * (dv + 2), attnWideScratch(nq, heads, dv, maxKeys));
+  return Math.max(
+    nq * heads * Math.max(1, Math.ceil(maxKeys / ATTN_CHUNK)) * (dv + 2),
+    attnWideScratch(nq, heads, dv, maxKeys),
+  );
 }

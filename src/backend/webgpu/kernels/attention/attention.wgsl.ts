@@ -276,8 +276,12 @@ ${keys
     ${pv(`j + ${G}u`)}
   }
   if (j < nk) ${pv("j")}
-  ${split ? `let po = ((i * p.heads + h) * p.chunks + ch) * (p.dv + 2u);
-  if (li == 0u) { O[po] = select(-3.0e38, m, nk > 0u); O[po + 1u] = l; }` : `let oo = p.oOff + i * p.oStride + h * p.oHead;`}
+  ${
+    split
+      ? `let po = ((i * p.heads + h) * p.chunks + ch) * (p.dv + 2u);
+  if (li == 0u) { O[po] = select(-3.0e38, m, nk > 0u); O[po + 1u] = l; }`
+      : `let oo = p.oOff + i * p.oStride + h * p.oHead;`
+  }
 ${
   G > 1
     ? `  for (var c = 0u; c < ${DPT}u; c++) { let d = lt + c * ${TPG}u; ${colGuard ? `if (d < ${dv}u) { ` : ""}part[kg * ${dv}u + d] = acc[c];${colGuard ? " }" : ""} }
@@ -313,7 +317,9 @@ ${WG_TOTAL}
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let t = wid.x + wid.y * 65535u;
-${extra === "qnorm" ? `  if (t >= p.n && t < 2u * p.n) {
+${
+  extra === "qnorm"
+    ? `  if (t >= p.n && t < 2u * p.n) {
     // workgroups n..2n-1: the q-LoRA latent's RMSNorm in place (independent of the cache write: one dispatch for both)
     let qo = (t - p.n) * p.stride;
     var qs = 0.0;
@@ -321,8 +327,12 @@ ${extra === "qnorm" ? `  if (t >= p.n && t < 2u * p.n) {
     let qinv = 1.0 / sqrt(total(li, qs) / f32(p.qDim) + p.eps);
     for (var i = li; i < p.qDim; i += 256u) { KV[qo + i] = KV[qo + i] * qinv * QG[i]; }
     return;
-  }` : ""}
-${extra === "qrope" ? `  if (t >= p.n && t < 2u * p.n) {
+  }`
+    : ""
+}
+${
+  extra === "qrope"
+    ? `  if (t >= p.n && t < 2u * p.n) {
     // workgroups n..2n-1: every head's q_pe of token t-n roped into the absorbed query rows (QY), one dispatch with the write
     let tq = t - p.n;
     let pq = POS[tq];
@@ -339,7 +349,9 @@ ${extra === "qrope" ? `  if (t >= p.n && t < 2u * p.n) {
       QY[yo + 1u] = x0 * s + x1 * c;
     }
     return;
-  }` : ""}
+  }`
+    : ""
+}
   if (t >= p.n) { return; }
   let xo = p.kvOff + t * p.stride;
   var ss = 0.0;

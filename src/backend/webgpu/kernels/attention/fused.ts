@@ -7,7 +7,15 @@ import type { GpuMatrix } from "../matmul/matrix.js";
 import type { GpuRuntime } from "../../core/runtime.js";
 import { f32bits } from "../../core/runtime.js";
 import { LatentError } from "../../../../util/errors.js";
-import { ATTN_FUSED_PARAMS, attnFusedBytes, attnFusedChunk, attnFusedFinishWGSL as attnFusedFinishSource, attnFusedPartWords, attnFusedWGSL as attnFusedSource, type AttnFusedShape } from "./fused.wgsl.js";
+import {
+  ATTN_FUSED_PARAMS,
+  attnFusedBytes,
+  attnFusedChunk,
+  attnFusedFinishWGSL as attnFusedFinishSource,
+  attnFusedPartWords,
+  attnFusedWGSL as attnFusedSource,
+  type AttnFusedShape,
+} from "./fused.wgsl.js";
 import { ATTN_CHUNK } from "./attention.wgsl.js";
 import { memoWGSL } from "../../core/wgsl-memo.js";
 
@@ -32,9 +40,15 @@ export interface AttnFusedDims {
  * The kernel's shape where it takes this step (tune.attnFuse = 1, by default on GPUs: subgroups ≥ 32; a fixed subgroup
  * size, one piece each, ≤ ATTN_CHUNK keys), else undefined.
  */
-export function attnFusedShape(rt: GpuRuntime, kB: GpuMatrix, vB: GpuMatrix, d: AttnFusedDims): AttnFusedShape | undefined {
+export function attnFusedShape(
+  rt: GpuRuntime,
+  kB: GpuMatrix,
+  vB: GpuMatrix,
+  d: AttnFusedDims,
+): AttnFusedShape | undefined {
   const sg = rt.info.subgroupSize;
-  if (sg === undefined || sg < 4 || sg > 64 || 256 % sg !== 0 || (rt.tune.attnFuse ?? (sg >= 32 ? 1 : 0)) !== 1) return undefined;
+  if (sg === undefined || sg < 4 || sg > 64 || 256 % sg !== 0 || (rt.tune.attnFuse ?? (sg >= 32 ? 1 : 0)) !== 1)
+    return undefined;
   // past one chunk of keys: the key-split form (two dispatches), unless tune.attnFuseLong = 0
   const keySplit = d.maxKeys > ATTN_CHUNK;
   if ((keySplit && rt.tune.attnFuseLong === 0) || d.R % 2 !== 0 || d.P % 4 !== 0 || d.L % 4 !== 0) return undefined;
@@ -42,7 +56,8 @@ export function attnFusedShape(rt: GpuRuntime, kB: GpuMatrix, vB: GpuMatrix, d: 
   if (kB.cols !== d.P || kB.rows !== d.L || vB.cols !== d.L || vB.rows !== d.V) return undefined;
   if (d.P % attnFusedChunk(kB.type, d.P) !== 0 || d.L % attnFusedChunk(vB.type, d.L) !== 0) return undefined;
   const wide = sg >= 32;
-  const clamp = (v: number | undefined, lo: number, hi: number, def: number): number => Math.max(lo, Math.min(hi, Math.floor(v ?? def)));
+  const clamp = (v: number | undefined, lo: number, hi: number, def: number): number =>
+    Math.max(lo, Math.min(hi, Math.floor(v ?? def)));
   // about 128 workgroups (about one per SM of a large GPU; V2-Lite's 16 heads: 8 each), each head's absorb redone by each of its
   // own; on CPU adapters 2
   const split = Math.min(d.V, clamp(rt.tune.attnFuseSplit, 1, 16, wide ? Math.round(128 / d.heads) : 2));
@@ -55,7 +70,21 @@ export function attnFusedShape(rt: GpuRuntime, kB: GpuMatrix, vB: GpuMatrix, d: 
   // batch 1, same call: GPU 2.58 / 2.58 ms a step against 2.67 / 2.67 with 8 and 3.04 with 4; with
   // ~128 workgroups, one an SM, more threads hide more of each one's latency), else 8 (at most 256 threads)
   const limit = rt.info.limits.maxComputeWorkgroupStorageSize;
-  const base: AttnFusedShape = { heads: d.heads, P: d.P, R: d.R, L: d.L, V: d.V, typeK: kB.type, typeV: vB.type, sg, split, keys, unroll, own: d.lora !== true, ...(keySplit ? { keySplit } : {}) };
+  const base: AttnFusedShape = {
+    heads: d.heads,
+    P: d.P,
+    R: d.R,
+    L: d.L,
+    V: d.V,
+    typeK: kB.type,
+    typeV: vB.type,
+    sg,
+    split,
+    keys,
+    unroll,
+    own: d.lora !== true,
+    ...(keySplit ? { keySplit } : {}),
+  };
   const asked = rt.tune.attnFuseSubgroups;
   const maxThreads = rt.info.limits.maxComputeInvocationsPerWorkgroup ?? 256;
   const subgroups = asked !== undefined ? clamp(asked, 1, Math.floor(1024 / sg), 8) : wide ? 16 : undefined;
@@ -92,7 +121,12 @@ export interface AttnFusedBuffers {
 }
 
 /** o = W_UV·attention(W_UK·q_nope | rope(q_pe); latent cache + the token's own key) per head, the key written to the cache. */
-export function attentionFused(rt: GpuRuntime, s: AttnFusedShape, b: AttnFusedBuffers, a: { readonly scale: number; readonly eps: number; readonly pageSize: number; readonly kvOff: number }): void {
+export function attentionFused(
+  rt: GpuRuntime,
+  s: AttnFusedShape,
+  b: AttnFusedBuffers,
+  a: { readonly scale: number; readonly eps: number; readonly pageSize: number; readonly kvOff: number },
+): void {
   const p: Record<(typeof ATTN_FUSED_PARAMS)[number], number> = {
     scale: f32bits(a.scale),
     eps: f32bits(a.eps),
@@ -107,12 +141,59 @@ export function attentionFused(rt: GpuRuntime, s: AttnFusedShape, b: AttnFusedBu
   const params = Uint32Array.from(ATTN_FUSED_PARAMS.map((k) => p[k]));
   if (s.keySplit === true) {
     // the key ranges' latents into the scratch, then per head their merge and W_UV
-    if (b.part === undefined || b.part.size < attnFusedPartWords(s) * 4) throw new LatentError(`attentionFused: a key-split shape needs a scratch of ${attnFusedPartWords(s)} floats`);
-    const bufs = [b.a0, b.kB.pieces[0].buffer, ...(s.own ? [b.g] : []), b.table, b.pos, ...(s.own ? [b.rowIdx] : []), b.cacheC, b.cacheK, b.meta, b.sel, b.part];
-    rt.dispatch("attention fused keys", attnFusedWGSL(s), bufs, params, [s.heads, s.split], [{ buffer: b.part, offset: 0, size: attnFusedPartWords(s) * 4 }]);
-    rt.dispatch("attention fused finish", attnFusedFinishWGSL(s), [b.vB.pieces[0].buffer, b.part, b.o], params, [s.heads, s.split], [{ buffer: b.o, offset: 0, size: s.heads * s.V * 4 }]);
+    if (b.part === undefined || b.part.size < attnFusedPartWords(s) * 4)
+      throw new LatentError(`attentionFused: a key-split shape needs a scratch of ${attnFusedPartWords(s)} floats`);
+    const bufs = [
+      b.a0,
+      b.kB.pieces[0].buffer,
+      ...(s.own ? [b.g] : []),
+      b.table,
+      b.pos,
+      ...(s.own ? [b.rowIdx] : []),
+      b.cacheC,
+      b.cacheK,
+      b.meta,
+      b.sel,
+      b.part,
+    ];
+    rt.dispatch(
+      "attention fused keys",
+      attnFusedWGSL(s),
+      bufs,
+      params,
+      [s.heads, s.split],
+      [{ buffer: b.part, offset: 0, size: attnFusedPartWords(s) * 4 }],
+    );
+    rt.dispatch(
+      "attention fused finish",
+      attnFusedFinishWGSL(s),
+      [b.vB.pieces[0].buffer, b.part, b.o],
+      params,
+      [s.heads, s.split],
+      [{ buffer: b.o, offset: 0, size: s.heads * s.V * 4 }],
+    );
     return;
   }
-  const bufs = [b.a0, b.kB.pieces[0].buffer, b.vB.pieces[0].buffer, ...(s.own ? [b.g] : []), b.table, b.pos, ...(s.own ? [b.rowIdx] : []), b.cacheC, b.cacheK, b.meta, b.sel, b.o];
-  rt.dispatch("attention fused", attnFusedWGSL(s), bufs, params, [s.heads, s.split], [{ buffer: b.o, offset: 0, size: s.heads * s.V * 4 }]);
+  const bufs = [
+    b.a0,
+    b.kB.pieces[0].buffer,
+    b.vB.pieces[0].buffer,
+    ...(s.own ? [b.g] : []),
+    b.table,
+    b.pos,
+    ...(s.own ? [b.rowIdx] : []),
+    b.cacheC,
+    b.cacheK,
+    b.meta,
+    b.sel,
+    b.o,
+  ];
+  rt.dispatch(
+    "attention fused",
+    attnFusedWGSL(s),
+    bufs,
+    params,
+    [s.heads, s.split],
+    [{ buffer: b.o, offset: 0, size: s.heads * s.V * 4 }],
+  );
 }

@@ -65,7 +65,16 @@ export function attnFusedPartWords(s: Pick<AttnFusedShape, "heads" | "split" | "
 }
 
 /** Parameter block of the fused attention kernel (u32 words; scale and eps as f32 bits). */
-export const ATTN_FUSED_PARAMS = ["scale", "eps", "pageSize", "kvOff", "rowBytesK", "itemBytesK", "rowBytesV", "itemBytesV"] as const;
+export const ATTN_FUSED_PARAMS = [
+  "scale",
+  "eps",
+  "pageSize",
+  "kvOff",
+  "rowBytesK",
+  "itemBytesK",
+  "rowBytesV",
+  "itemBytesV",
+] as const;
 
 /** Subgroups per workgroup: the partial latents they merge take subgroups × L floats of workgroup memory. */
 export const ATTN_FUSED_SUBGROUPS = 8;
@@ -110,7 +119,18 @@ interface Product {
  * times x, staged in workgroup memory as vec4s (X{M}[xp(v)]). Lanes of a row take neighbouring chunks (`lpr` lanes a
  * row, a power of two ≤ the subgroup), so one pass covers WG / lpr rows; a row's sum is a shuffle-xor over its lanes.
  */
-function headProduct(M: "K" | "V", type: number, cols: number, first: string, count: number, rowsAll: number, sg: number, wg: number, unroll: number, store: (r: string, v: string) => string): Product {
+function headProduct(
+  M: "K" | "V",
+  type: number,
+  cols: number,
+  first: string,
+  count: number,
+  rowsAll: number,
+  sg: number,
+  wg: number,
+  unroll: number,
+  store: (r: string, v: string) => string,
+): Product {
   const wide = WIDE_TYPES.includes(type);
   const elems = attnFusedChunk(type, cols);
   const chunks = cols / elems;
@@ -139,7 +159,9 @@ function headProduct(M: "K" | "V", type: number, cols: number, first: string, co
     for (let k = 0; k < steps; k++) {
       const s = base + q * steps + k;
       const chunk = `li % ${lpr}u + ${k * lpr}u`;
-      loads.push(`let r${s} = min(${row}, ${rowsAll - 1}u); let rb${s} = h * p.itemBytes${M} + r${s} * p.rowBytes${M}; let c${s} = min(${chunk}, ${chunks - 1}u);`);
+      loads.push(
+        `let r${s} = min(${row}, ${rowsAll - 1}u); let rb${s} = h * p.itemBytes${M} + r${s} * p.rowBytes${M}; let c${s} = min(${chunk}, ${chunks - 1}u);`,
+      );
       let use: string;
       if (tc !== undefined) {
         loads.push(rename(tc.load(s), s));
@@ -150,7 +172,10 @@ function headProduct(M: "K" | "V", type: number, cols: number, first: string, co
       }
       body.push((k + 1) * lpr > chunks ? `if (${chunk} < ${chunks}u) {\n    ${use}\n    }` : use);
     }
-    const reduce = Array.from({ length: Math.log2(lpr) }, (_, i) => `v${M} += subgroupShuffleXor(v${M}, ${1 << i}u);`).join(" ");
+    const reduce = Array.from(
+      { length: Math.log2(lpr) },
+      (_, i) => `v${M} += subgroupShuffleXor(v${M}, ${1 << i}u);`,
+    ).join(" ");
     uses.push(`acc${M} = vec4f(0.0);
   {
     ${body.join("\n    ")}
@@ -197,7 +222,18 @@ export function attnFusedWGSL(s: AttnFusedShape): string {
   };
   const pk = headProduct("K", s.typeK, P, "0u", L, L, SG, WG, s.unroll, (r, v) => `qs[${r}] = ${v};`);
   const split = s.keySplit === true;
-  const pv = headProduct("V", s.typeV, L, `wid.y * ${VS}u`, VS, V, SG, WG, s.unroll, (r, v) => `O[h * ${V}u + ${r}] = ${v};`);
+  const pv = headProduct(
+    "V",
+    s.typeV,
+    L,
+    `wid.y * ${VS}u`,
+    VS,
+    V,
+    SG,
+    WG,
+    s.unroll,
+    (r, v) => `O[h * ${V}u + ${r}] = ${v};`,
+  );
   // lane ℓ's columns of a key: ℓ + SG·i of c (CL of them) and of k_pe (CR)
   const cols = (n: number, count: number, f: (i: number, d: string) => string): string =>
     Array.from({ length: count }, (_, i) => f(i, `min(lane + ${i * SG}u, ${n - 1}u)`)).join(" ");
@@ -209,7 +245,10 @@ export function attnFusedWGSL(s: AttnFusedShape): string {
     ${cols(R, CR, (i, d) => `let kp${kk}_${i} = CK[kr${kk} * ${R}u + ${d}];`)}`;
   }).join("\n    ");
   const keyUses = Array.from({ length: KPS }, (_, kk) => {
-    const dot = [...Array.from({ length: CL }, (_, i) => `qv[${i}] * kc${kk}_${i}`), ...Array.from({ length: CR }, (_, i) => `qr[${i}] * kp${kk}_${i}`)].join(" + ");
+    const dot = [
+      ...Array.from({ length: CL }, (_, i) => `qv[${i}] * kc${kk}_${i}`),
+      ...Array.from({ length: CR }, (_, i) => `qr[${i}] * kp${kk}_${i}`),
+    ].join(" + ");
     return `{
       let sv = select(${NEG}, subgroupAdd(${dot}) * p.scale, ok${kk});
       let mn = max(mrun, sv);
@@ -334,10 +373,14 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   var acc: array<f32, ${CL}>;`
   }
   // the cache keys this workgroup scores: ${split ? `its range, the wid.y-th of ${s.split}` : "all of them"}
-  ${split ? `let kspan = (${KC} + ${s.split - 1}u) / ${s.split}u;
+  ${
+    split
+      ? `let kspan = (${KC} + ${s.split - 1}u) / ${s.split}u;
   let kstart = min(wid.y * kspan, ${KC});
-  let kend = min(kstart + kspan, ${KC});` : `let kstart = 0u;
-  let kend = ${KC};`}
+  let kend = min(kstart + kspan, ${KC});`
+      : `let kstart = 0u;
+  let kend = ${KC};`
+  }
   for (var jb = kstart; jb < kend; jb += ${NSG * KPS}u) {
     ${keyLoads}
     ${keyUses}
@@ -382,7 +425,18 @@ export function attnFusedFinishWGSL(s: AttnFusedShape): string {
   const VS = Math.ceil(V / s.split);
   const wideV = WIDE_TYPES.includes(s.typeV);
   const vec4 = wideV && typeCode(s.typeV).vec4;
-  const pv = headProduct("V", s.typeV, L, `wid.y * ${VS}u`, VS, V, SG, WG, s.unroll, (r, v) => `O[h * ${V}u + ${r}] = ${v};`);
+  const pv = headProduct(
+    "V",
+    s.typeV,
+    L,
+    `wid.y * ${VS}u`,
+    VS,
+    V,
+    SG,
+    WG,
+    s.unroll,
+    (r, v) => `O[h * ${V}u + ${r}] = ${v};`,
+  );
   const at = (k: string): string => `(h * ${s.split}u + ${k}) * ${L + 2}u`;
   return /* wgsl */ `enable subgroups;
 struct P { ${ATTN_FUSED_PARAMS.map((k) => `${k}: ${k === "scale" || k === "eps" ? "f32" : "u32"}`).join(", ")} }
@@ -414,4 +468,3 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   ${pv.uses}
 }`;
 }
-

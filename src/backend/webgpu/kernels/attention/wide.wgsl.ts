@@ -50,7 +50,26 @@ const pvStep = (sg: number): number => (sg >= 16 ? 16 : 8);
 const NEG = "-3.0e38";
 
 /** Parameter block of the wide kernel and its combine (u32 words; scale as f32 bits). */
-export const ATTN_WIDE_PARAMS = ["nq", "heads", "dv", "qOff", "qStride", "qHead", "q2Off", "k1Off", "k1Stride", "k2Off", "k2Stride", "oOff", "oStride", "oHead", "splits", "splitKeys", "scale", "pageSize"] as const;
+export const ATTN_WIDE_PARAMS = [
+  "nq",
+  "heads",
+  "dv",
+  "qOff",
+  "qStride",
+  "qHead",
+  "q2Off",
+  "k1Off",
+  "k1Stride",
+  "k2Off",
+  "k2Stride",
+  "oOff",
+  "oStride",
+  "oHead",
+  "splits",
+  "splitKeys",
+  "scale",
+  "pageSize",
+] as const;
 
 export interface AttnWidePlan {
   /** heads per workgroup (G) */
@@ -77,13 +96,18 @@ function lanePart(width: number, sg: number): { per: number; iters: number; padd
 /** Bytes of workgroup memory the wide kernel takes. */
 export function attnWideBytes(d1: number, d2: number, sg: number, plan: Pick<AttnWidePlan, "group" | "tile">): number {
   const GV = Math.ceil(plan.group / 4);
-  return ATTN_WIDE_ROWS * 4 + (GV * (lanePart(d1, sg).padded + lanePart(d2, sg).padded) + 2 * plan.tile * GV + (THREADS / sg) * GV) * 16;
+  return (
+    ATTN_WIDE_ROWS * 4 +
+    (GV * (lanePart(d1, sg).padded + lanePart(d2, sg).padded) + 2 * plan.tile * GV + (THREADS / sg) * GV) * 16
+  );
 }
 
 /** Floats of split scratch the wide kernel may need in steps of up to `nq` queries (it serves at most ATTN_WIDE_MAX_Q). */
 export function attnWideScratch(nq: number, heads: number, dv: number, maxKeys: number): number {
   const keys = Math.max(1, Math.ceil(maxKeys / ATTN_CHUNK)) * ATTN_CHUNK;
-  return Math.min(nq, ATTN_WIDE_MAX_Q) * heads * Math.min(ATTN_WIDE_MAX_SPLITS, keys / ATTN_WIDE_MIN_SPLIT_KEYS) * (dv + 2);
+  return (
+    Math.min(nq, ATTN_WIDE_MAX_Q) * heads * Math.min(ATTN_WIDE_MAX_SPLITS, keys / ATTN_WIDE_MIN_SPLIT_KEYS) * (dv + 2)
+  );
 }
 
 const paramStruct = `struct P { ${ATTN_WIDE_PARAMS.map((k) => `${k}: ${k === "scale" ? "f32" : "u32"}`).join(", ")} }`;
@@ -98,7 +122,13 @@ const paramStruct = `struct P { ${ATTN_WIDE_PARAMS.map((k) => `${k}: ${k === "sc
  * straight-line code (a lane's 4 × 18 loads of a tile at once, q in registers with constant indices); with small
  * subgroups (lavapipe's 8, four times the columns per lane) fully unrolled code would take LLVM minutes to compile.
  */
-export function attnWideWGSL(d1: number, d2: number, sg: number, plan: Pick<AttnWidePlan, "group" | "tile">, split: boolean): string {
+export function attnWideWGSL(
+  d1: number,
+  d2: number,
+  sg: number,
+  plan: Pick<AttnWidePlan, "group" | "tile">,
+  split: boolean,
+): string {
   const G = plan.group;
   const GV = Math.ceil(G / 4);
   const NSG = THREADS / sg;
@@ -116,15 +146,34 @@ export function attnWideWGSL(d1: number, d2: number, sg: number, plan: Pick<Attn
   const QP = P1.padded + P2.padded;
   // q of the group's heads in registers: q4[hv·QN + k] is the lane's k-th column (c part, then k_pe part)
   const QN = QP / sg;
-  const scoreLoop = (buf: string, off: string, width: number, pt: { per: number; iters: number; padded: number }, qBase: number): string[] => {
+  const scoreLoop = (
+    buf: string,
+    off: string,
+    width: number,
+    pt: { per: number; iters: number; padded: number },
+    qBase: number,
+  ): string[] => {
     const clamp = pt.padded > width;
     // one iteration: straight-line code with constant q4 indices; else a loop over column chunks
     const k0 = pt.iters === 1 ? "0u" : "k0";
-    const qIndex = (hv: number, u: number): string => (pt.iters === 1 ? `${hv * QN + qBase / sg + u}` : `${hv * QN + qBase / sg + u}u + k0 / ${sg}u`);
+    const qIndex = (hv: number, u: number): string =>
+      pt.iters === 1 ? `${hv * QN + qBase / sg + u}` : `${hv * QN + qBase / sg + u}u + k0 / ${sg}u`;
     return [
       ...(pt.iters === 1 ? [`{`] : [`for (var k0 = 0u; k0 < ${pt.padded}u; k0 += ${pt.per * sg}u) {`]),
-      ...range(B).flatMap((b) => range(pt.per).map((u) => `  let v${b}_${u} = ${buf}[${off}${b} + ${clamp ? `min(${k0} + lane + ${u * sg}u, ${width - 1}u)` : `${k0} + lane + ${u * sg}u`}];`)),
-      ...range(B).flatMap((b) => range(GV).map((hv) => `  s${b}_${hv} += ${range(pt.per).map((u) => `q4[${qIndex(hv, u)}] * v${b}_${u}`).join(" + ")};`)),
+      ...range(B).flatMap((b) =>
+        range(pt.per).map(
+          (u) =>
+            `  let v${b}_${u} = ${buf}[${off}${b} + ${clamp ? `min(${k0} + lane + ${u * sg}u, ${width - 1}u)` : `${k0} + lane + ${u * sg}u`}];`,
+        ),
+      ),
+      ...range(B).flatMap((b) =>
+        range(GV).map(
+          (hv) =>
+            `  s${b}_${hv} += ${range(pt.per)
+              .map((u) => `q4[${qIndex(hv, u)}] * v${b}_${u}`)
+              .join(" + ")};`,
+        ),
+      ),
       `}`,
     ];
   };
@@ -137,7 +186,12 @@ export function attnWideWGSL(d1: number, d2: number, sg: number, plan: Pick<Attn
     ]),
     ...scoreLoop("KC", "cb", d1, P1, 0),
     ...scoreLoop("KP", "pb", d2, P2, P1.padded),
-    ...range(B).flatMap((b) => range(GV).map((hv) => `s${b}_${hv} = select(vec4f(${NEG}), subgroupAdd(s${b}_${hv}) * p.scale, tb + w * ${B}u + ${b}u < cnt);`)),
+    ...range(B).flatMap((b) =>
+      range(GV).map(
+        (hv) =>
+          `s${b}_${hv} = select(vec4f(${NEG}), subgroupAdd(s${b}_${hv}) * p.scale, tb + w * ${B}u + ${b}u < cnt);`,
+      ),
+    ),
   ];
   const pv = [
     `let jn = min(${TK}u, cnt - tb);`,
@@ -145,15 +199,36 @@ export function attnWideWGSL(d1: number, d2: number, sg: number, plan: Pick<Attn
     ...range(PU).flatMap((j) => [
       `  let vb${j} = p.k1Off + vr[min(tb + j0 + ${j}u, cnt - 1u)] * p.k1Stride;`,
       ...range(GV).map((hv) => `  let p${j}_${hv} = sc[par + (j0 + ${j}u) * ${GV}u + ${hv}u];`),
-      ...range(NC).map((c) => `  let v${j}_${c} = KC[vb${j} + ${(c + 1) * THREADS > d1 ? `min(li + ${c * THREADS}u, ${d1 - 1}u)` : `li + ${c * THREADS}u`}];`),
+      ...range(NC).map(
+        (c) =>
+          `  let v${j}_${c} = KC[vb${j} + ${(c + 1) * THREADS > d1 ? `min(li + ${c * THREADS}u, ${d1 - 1}u)` : `li + ${c * THREADS}u`}];`,
+      ),
     ]),
-    ...range(GV).map((hv) => `  l[${hv}] += ${range(PU).map((j) => `p${j}_${hv}`).join(" + ")};`),
-    ...range(NC).flatMap((c) => range(GV).map((hv) => `  acc[${c * GV + hv}] += ${range(PU).map((j) => `p${j}_${hv} * v${j}_${c}`).join(" + ")};`)),
+    ...range(GV).map(
+      (hv) =>
+        `  l[${hv}] += ${range(PU)
+          .map((j) => `p${j}_${hv}`)
+          .join(" + ")};`,
+    ),
+    ...range(NC).flatMap((c) =>
+      range(GV).map(
+        (hv) =>
+          `  acc[${c * GV + hv}] += ${range(PU)
+            .map((j) => `p${j}_${hv} * v${j}_${c}`)
+            .join(" + ")};`,
+      ),
+    ),
     `}`,
   ];
   // per head of the group: write its results (h: the head's index within the group, e: its vec4 component)
   const perHead = (body: (h: number, hv: number, e: string) => string[]): string[] =>
-    range(G).map((h) => L(`if (h0 + ${h}u < p.heads) {`, ...body(h, Math.floor(h / 4), ["x", "y", "z", "w"][h % 4]).map((s) => `  ${s}`), `}`));
+    range(G).map((h) =>
+      L(
+        `if (h0 + ${h}u < p.heads) {`,
+        ...body(h, Math.floor(h / 4), ["x", "y", "z", "w"][h % 4]).map((s) => `  ${s}`),
+        `}`,
+      ),
+    );
   const columns = (body: (c: number, d: string) => string[]): string[] =>
     range(NC).map((c) => {
       const d = `li + ${c * THREADS}u`;
@@ -164,11 +239,19 @@ export function attnWideWGSL(d1: number, d2: number, sg: number, plan: Pick<Attn
   const finish = split
     ? [
         `if (li == 0u) {`,
-        ...perHead((h, hv, e) => [`O[${partBase(h)}] = m[${hv}].${e};`, `O[${partBase(h)} + 1u] = l[${hv}].${e};`]).map((s) => `  ${s}`),
+        ...perHead((h, hv, e) => [`O[${partBase(h)}] = m[${hv}].${e};`, `O[${partBase(h)} + 1u] = l[${hv}].${e};`]).map(
+          (s) => `  ${s}`,
+        ),
         `}`,
-        ...columns((c, d) => perHead((h, hv, e) => [`O[${partBase(h)} + 2u + ${d}] = acc[${c * GV + hv}].${e};`]).flat()),
+        ...columns((c, d) =>
+          perHead((h, hv, e) => [`O[${partBase(h)} + 2u + ${d}] = acc[${c * GV + hv}].${e};`]).flat(),
+        ),
       ]
-    : columns((c, d) => perHead((h, hv, e) => [`O[oo + (h0 + ${h}u) * p.oHead + ${d}] = acc[${c * GV + hv}].${e} / l[${hv}].${e};`]).flat());
+    : columns((c, d) =>
+        perHead((h, hv, e) => [
+          `O[oo + (h0 + ${h}u) * p.oHead + ${d}] = acc[${c * GV + hv}].${e} / l[${hv}].${e};`,
+        ]).flat(),
+      );
   const empty = split
     ? [
         `if (li == 0u) {`,
@@ -186,7 +269,10 @@ export function attnWideWGSL(d1: number, d2: number, sg: number, plan: Pick<Attn
     `let ok = d < select(${d2}u, ${d1}u, inC);`,
     `let qo = qb + select(p.q2Off, 0u, inC) + min(d, select(${d2 - 1}u, ${d1 - 1}u, inC));`,
     `var v = vec4f(0.0);`,
-    ...range(4).map((k) => `if (ok && hv * 4u + ${k}u < ${G}u && h0 + hv * 4u + ${k}u < p.heads) { v[${k}] = Q[qo + (h0 + hv * 4u + ${k}u) * p.qHead]; }`),
+    ...range(4).map(
+      (k) =>
+        `if (ok && hv * 4u + ${k}u < ${G}u && h0 + hv * 4u + ${k}u < p.heads) { v[${k}] = Q[qo + (h0 + hv * 4u + ${k}u) * p.qHead]; }`,
+    ),
     `qs[e] = v;`,
   ];
   return /* wgsl */ `enable subgroups;
@@ -213,7 +299,16 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   // the group's queries (vec4 over heads per column) into workgroup memory, issued before anything they do not need
   let qb = p.qOff + i * p.qStride;
   ${range(Math.ceil((GV * QP) / THREADS))
-    .map((k) => L(`{`, `  let e = li + ${k * THREADS}u;`, `  if (e < ${GV * QP}u) {`, ...qColumn.map((x) => `    ${x}`), `  }`, `}`))
+    .map((k) =>
+      L(
+        `{`,
+        `  let e = li + ${k * THREADS}u;`,
+        `  if (e < ${GV * QP}u) {`,
+        ...qColumn.map((x) => `    ${x}`),
+        `  }`,
+        `}`,
+      ),
+    )
     .join("\n  ")}
   // META is read-only storage: the same words in every thread, uniform for the barriers below
   let base = META[4u * i];
@@ -229,7 +324,15 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   }
   // the row indices of the split's keys (straight-line code: every lookup issued at once)
   ${range(ATTN_WIDE_ROWS / THREADS)
-    .map((k) => L(`if (li + ${k * THREADS}u < cnt) {`, `  var u = j0 + li + ${k * THREADS}u;`, `  if (useSel != 0u) { u = SEL[selOff + u]; }`, `  vr[li + ${k * THREADS}u] = keyRow(base, u);`, `}`))
+    .map((k) =>
+      L(
+        `if (li + ${k * THREADS}u < cnt) {`,
+        `  var u = j0 + li + ${k * THREADS}u;`,
+        `  if (useSel != 0u) { u = SEL[selOff + u]; }`,
+        `  vr[li + ${k * THREADS}u] = keyRow(base, u);`,
+        `}`,
+      ),
+    )
     .join("\n  ")}
   workgroupBarrier();
   // (unrolled where it becomes registers on a GPU; a loop for small subgroups, where 4× the registers take LLVM long)
@@ -242,7 +345,9 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
       : `for (var k = 0u; k < ${GV * QN}u; k++) { q4[k] = qs[(k / ${QN}u) * ${QP}u + (k % ${QN}u) * ${sg}u + lane]; }`
   }
   let tiles = (cnt + ${TK - 1}u) / ${TK}u;
-  var m = array<vec4f, ${GV}>(${range(GV).map(() => `vec4f(${NEG})`).join(", ")});
+  var m = array<vec4f, ${GV}>(${range(GV)
+    .map(() => `vec4f(${NEG})`)
+    .join(", ")});
   var l: array<vec4f, ${GV}>;
   var acc: array<vec4f, ${NC * GV}>;
   for (var t = 0u; t < tiles; t++) {
@@ -252,22 +357,33 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     ${L(...scores).replaceAll("\n  ", "\n    ")}
     if (lane == 0u) {
       ${range(GV)
-        .flatMap((hv) => [...range(B).map((b) => `sc[par + (w * ${B}u + ${b}u) * ${GV}u + ${hv}u] = s${b}_${hv};`), `smax[w * ${GV}u + ${hv}u] = ${range(B).reduce((a, b) => (a === "" ? `s${b}_${hv}` : `max(${a}, s${b}_${hv})`), "")};`])
+        .flatMap((hv) => [
+          ...range(B).map((b) => `sc[par + (w * ${B}u + ${b}u) * ${GV}u + ${hv}u] = s${b}_${hv};`),
+          `smax[w * ${GV}u + ${hv}u] = ${range(B).reduce((a, b) => (a === "" ? `s${b}_${hv}` : `max(${a}, s${b}_${hv})`), "")};`,
+        ])
         .join("\n      ")}
     }
     workgroupBarrier();
     // the running max over the tile; the tile's probabilities (one thread per key)
     var mn = m;
     for (var s = 0u; s < ${NSG}u; s++) {
-      ${range(GV).map((hv) => `mn[${hv}] = max(mn[${hv}], smax[s * ${GV}u + ${hv}u]);`).join("\n      ")}
+      ${range(GV)
+        .map((hv) => `mn[${hv}] = max(mn[${hv}], smax[s * ${GV}u + ${hv}u]);`)
+        .join("\n      ")}
     }
     if (li < ${TK}u) {
-      ${range(GV).map((hv) => `sc[par + li * ${GV}u + ${hv}u] = exp(sc[par + li * ${GV}u + ${hv}u] - mn[${hv}]);`).join("\n      ")}
+      ${range(GV)
+        .map((hv) => `sc[par + li * ${GV}u + ${hv}u] = exp(sc[par + li * ${GV}u + ${hv}u] - mn[${hv}]);`)
+        .join("\n      ")}
     }
     workgroupBarrier();
     // rescale to the new max, then Σ p·c over the tile for this thread's columns
     ${range(GV)
-      .flatMap((hv) => [`let a${hv} = exp(m[${hv}] - mn[${hv}]);`, `l[${hv}] *= a${hv};`, ...range(NC).map((c) => `acc[${c * GV + hv}] *= a${hv};`)])
+      .flatMap((hv) => [
+        `let a${hv} = exp(m[${hv}] - mn[${hv}]);`,
+        `l[${hv}] *= a${hv};`,
+        ...range(NC).map((c) => `acc[${c * GV + hv}] *= a${hv};`),
+      ])
       .join("\n    ")}
     m = mn;
     ${L(...pv).replaceAll("\n  ", "\n    ")}

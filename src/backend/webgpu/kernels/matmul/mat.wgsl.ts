@@ -302,13 +302,21 @@ export interface CoalescedShape {
  * parameters and grids as matvec2WGSL / matvecExpertsWGSL; x offsets and strides must be multiples of 4 (X is bound as
  * array<vec4f>).
  */
-export function matvecCoalescedWGSL(type: number, U: number, mode: "plain" | "gather" | "experts" | "experts-list", s: CoalescedShape): string {
+export function matvecCoalescedWGSL(
+  type: number,
+  U: number,
+  mode: "plain" | "gather" | "experts" | "experts-list",
+  s: CoalescedShape,
+): string {
   const { tpr: TPR, tn: TN, sg } = s;
   const ROWS = MV_WG / TPR;
   const SPR = sg === undefined ? TPR : TPR / sg; // partial sums per row left after the subgroup step
   const experts = mode === "experts" || mode === "experts-list";
   const listed = mode === "experts-list";
-  const write = (t: string, r: string, v: string): string => (experts ? `out(${listed ? "IDS[lb + t0 + " + t + "]" : "list[t0 + " + t + "]"}, ${r}, ${v});` : `out(b, t0 + ${t}, ${r}, ${v});`);
+  const write = (t: string, r: string, v: string): string =>
+    experts
+      ? `out(${listed ? "IDS[lb + t0 + " + t + "]" : "list[t0 + " + t + "]"}, ${r}, ${v});`
+      : `out(b, t0 + ${t}, ${r}, ${v});`;
   let reduce: string;
   if (sg !== undefined && SPR === 1) {
     // nt is uniform across the workgroup: only the tile's tokens are reduced

@@ -8,11 +8,28 @@ import { typeName } from "../../../../gguf/types.js";
 import { rowBytes as quantRowBytes } from "../../../../quant/index.js";
 import { LatentError } from "../../../../util/errors.js";
 import type { GpuRuntime } from "../../core/runtime.js";
-import { EXPERT_LISTS_WGSL, getRowsWGSL as getRowsSource, matvec2WGSL as matvec2Source, matvecCoalescedWGSL as coalescedSource, matvecExpertsWGSL as expertsSource, matvecTWGSL as matvecTSource, MV_WG, packMatParams, type MatParams, type MatvecShape } from "./mat.wgsl.js";
+import {
+  EXPERT_LISTS_WGSL,
+  getRowsWGSL as getRowsSource,
+  matvec2WGSL as matvec2Source,
+  matvecCoalescedWGSL as coalescedSource,
+  matvecExpertsWGSL as expertsSource,
+  matvecTWGSL as matvecTSource,
+  MV_WG,
+  packMatParams,
+  type MatParams,
+  type MatvecShape,
+} from "./mat.wgsl.js";
 import { gpuSupports, unitSize } from "../quant.wgsl.js";
 import { matmulRowsWGSL as rowTileSource, type RowTileShape } from "./rowtile.wgsl.js";
 import { ROW_TILE_EXPERTS_FROM, rowTileShape, wideShape } from "./shapes.js";
-import { fusionBuffers, matvecWideWGSL as wideSource, wideRowsPerGroup, type WideFusion, type WideShape } from "./wide.wgsl.js";
+import {
+  fusionBuffers,
+  matvecWideWGSL as wideSource,
+  wideRowsPerGroup,
+  type WideFusion,
+  type WideShape,
+} from "./wide.wgsl.js";
 import { memoWGSL } from "../../core/wgsl-memo.js";
 
 const matvecWideWGSL = memoWGSL(wideSource);
@@ -55,10 +72,19 @@ export class GpuMatrix {
   }
 
   /** Upload `data` (items·rows rows of `cols`); rows are `rows` per item. */
-  static upload(rt: GpuRuntime, name: string, type: number, cols: number, rows: number, data: Uint8Array, items = 1): GpuMatrix {
+  static upload(
+    rt: GpuRuntime,
+    name: string,
+    type: number,
+    cols: number,
+    rows: number,
+    data: Uint8Array,
+    items = 1,
+  ): GpuMatrix {
     if (!gpuSupports(type)) throw new LatentError(`${name}: the WebGPU backend cannot read ${typeName(type)} weights`);
     const rb = quantRowBytes(type, cols);
-    if (data.byteLength !== rb * rows * items) throw new LatentError(`${name}: expected ${rb * rows * items} bytes, got ${data.byteLength}`);
+    if (data.byteLength !== rb * rows * items)
+      throw new LatentError(`${name}: expected ${rb * rows * items} bytes, got ${data.byteLength}`);
     const max = rt.maxBindingBytes;
     const pieces: MatrixPiece[] = [];
     const itemBytes = rb * rows;
@@ -66,14 +92,26 @@ export class GpuMatrix {
       const per = Math.max(1, Math.floor(max / itemBytes));
       for (let i = 0; i < items; i += per) {
         const k = Math.min(per, items - i);
-        pieces.push({ buffer: rt.upload(data.subarray(i * itemBytes, (i + k) * itemBytes), `${name}[${i}..]`), firstRow: 0, rows, firstItem: i, items: k });
+        pieces.push({
+          buffer: rt.upload(data.subarray(i * itemBytes, (i + k) * itemBytes), `${name}[${i}..]`),
+          firstRow: 0,
+          rows,
+          firstItem: i,
+          items: k,
+        });
       }
     } else if (items === 1) {
       const per = Math.max(1, Math.floor(max / rb));
       if (rb > max) throw new LatentError(`${name}: one row of ${rb} bytes exceeds the binding limit ${max}`);
       for (let r = 0; r < rows; r += per) {
         const k = Math.min(per, rows - r);
-        pieces.push({ buffer: rt.upload(data.subarray(r * rb, (r + k) * rb), `${name}[rows ${r}..]`), firstRow: r, rows: k, firstItem: 0, items: 1 });
+        pieces.push({
+          buffer: rt.upload(data.subarray(r * rb, (r + k) * rb), `${name}[rows ${r}..]`),
+          firstRow: r,
+          rows: k,
+          firstItem: 0,
+          items: 1,
+        });
       }
     } else {
       throw new LatentError(`${name}: one item of ${itemBytes} bytes exceeds the binding limit ${max}`);
@@ -172,10 +210,22 @@ function rowGrid(rt: GpuRuntime, rows: number): { gx: number; gy: number } {
   return { gx, gy: Math.ceil(rows / gx) };
 }
 
-function f32Range(buf: GPUBuffer, off: number, n: number, stride: number, width: number, widthOff = 0): { buffer: GPUBuffer; offset: number; size: number }[] {
+function f32Range(
+  buf: GPUBuffer,
+  off: number,
+  n: number,
+  stride: number,
+  width: number,
+  widthOff = 0,
+): { buffer: GPUBuffer; offset: number; size: number }[] {
   // contiguous when stride == width; else one range per token
-  if (stride === width || n === 1) return [{ buffer: buf, offset: (off + widthOff) * 4, size: ((n - 1) * stride + width) * 4 }];
-  return Array.from({ length: n }, (_, t) => ({ buffer: buf, offset: (off + t * stride + widthOff) * 4, size: width * 4 }));
+  if (stride === width || n === 1)
+    return [{ buffer: buf, offset: (off + widthOff) * 4, size: ((n - 1) * stride + width) * 4 }];
+  return Array.from({ length: n }, (_, t) => ({
+    buffer: buf,
+    offset: (off + t * stride + widthOff) * 4,
+    size: width * 4,
+  }));
 }
 
 /**
@@ -199,19 +249,44 @@ export function coalesced(rt: GpuRuntime, m: GpuMatrix, aligned: boolean): boole
   return rt.matvec === "coalesced" && aligned && m.cols % 4 === 0;
 }
 
-export function matvecKernel(rt: GpuRuntime, m: GpuMatrix, n: number, gather: boolean | "experts" | "experts-list", aligned = false, rowsTotal = m.rows, fx?: WideFusion): { code: string; tn: number; rowsPerGroup: number } {
+export function matvecKernel(
+  rt: GpuRuntime,
+  m: GpuMatrix,
+  n: number,
+  gather: boolean | "experts" | "experts-list",
+  aligned = false,
+  rowsTotal = m.rows,
+  fx?: WideFusion,
+): { code: string; tn: number; rowsPerGroup: number } {
   const sg = rt.info.subgroupSize;
   const sgOk = sg !== undefined && sg >= 4 && sg <= 64;
   let tn = 1;
-  const tnMax = (rt.matvec === "subgroup" || (rt.matvec === "coalesced" && sgOk)) || rt.info.limits.maxComputeWorkgroupStorageSize >= MV_WG * 16 * 4 + 4096 ? 16 : 8;
+  const tnMax =
+    rt.matvec === "subgroup" ||
+    (rt.matvec === "coalesced" && sgOk) ||
+    rt.info.limits.maxComputeWorkgroupStorageSize >= MV_WG * 16 * 4 + 4096
+      ? 16
+      : 8;
   while (tn < Math.min(n, tnMax)) tn *= 2;
   const expertMajor = gather === "experts" || gather === "experts-list";
   const wide = wideShape(rt, m, n, gather, aligned);
-  if (wide !== undefined) return { code: matvecWideWGSL(m.type, gather === true ? "gather" : gather === "experts-list" ? "experts-list" : "plain", wide, false, fx), tn: wide.n, rowsPerGroup: wideRowsPerGroup(wide) };
+  if (wide !== undefined)
+    return {
+      code: matvecWideWGSL(
+        m.type,
+        gather === true ? "gather" : gather === "experts-list" ? "experts-list" : "plain",
+        wide,
+        false,
+        fx,
+      ),
+      tn: wide.n,
+      rowsPerGroup: wideRowsPerGroup(wide),
+    };
   if (fx !== undefined) throw new LatentError(`${m.name}: fused work needs the wide kernel (check fusable())`);
   const rowMode = gather === false ? "plain" : gather === "experts-list" ? gather : undefined;
   const rowTile = rowMode !== undefined ? rowTileShape(rt, m, n, rowMode, aligned, rowsTotal) : undefined;
-  if (rowTile !== undefined) return { code: matmulRowsWGSL(m.type, rowMode!, rowTile), tn: rowTile.tokens, rowsPerGroup: rowTile.rows };
+  if (rowTile !== undefined)
+    return { code: matmulRowsWGSL(m.type, rowMode!, rowTile), tn: rowTile.tokens, rowsPerGroup: rowTile.rows };
   if (coalesced(rt, m, aligned)) {
     const minT = sgOk ? sg : 4;
     let tpr = coalescedTpr(m.cols, n, minT, rowsTotal, rt.tune.fillThreads ?? FILL_THREADS);
@@ -224,7 +299,11 @@ export function matvecKernel(rt: GpuRuntime, m: GpuMatrix, n: number, gather: bo
       if (rt.tune.expertTn !== undefined) tn = rt.tune.expertTn;
     }
     const mode = gather === "experts" || gather === "experts-list" ? gather : gather ? "gather" : "plain";
-    return { code: matvecCoalescedWGSL(m.type, m.unit, mode, { tpr, tn, sg: sgOk ? sg : undefined }), tn, rowsPerGroup: MV_WG / tpr };
+    return {
+      code: matvecCoalescedWGSL(m.type, m.unit, mode, { tpr, tn, sg: sgOk ? sg : undefined }),
+      tn,
+      rowsPerGroup: MV_WG / tpr,
+    };
   }
   if (gather === "experts-list") throw new LatentError(`${m.name}: expert lists need the coalesced kernel`);
   const useSg = rt.matvec === "subgroup" || (rt.matvec === "coalesced" && sgOk);
@@ -235,7 +314,8 @@ export function matvecKernel(rt: GpuRuntime, m: GpuMatrix, n: number, gather: bo
     while (tpr < 32 && tpr < m.nu) tpr *= 2;
   }
   const shape: MatvecShape = { tpr, tn, subgroup: useSg };
-  const code = gather === "experts" ? matvecExpertsWGSL(m.type, m.unit, shape) : matvec2WGSL(m.type, m.unit, gather, shape);
+  const code =
+    gather === "experts" ? matvecExpertsWGSL(m.type, m.unit, shape) : matvec2WGSL(m.type, m.unit, gather, shape);
   return { code, tn, rowsPerGroup: MV_WG / tpr };
 }
 
@@ -245,9 +325,18 @@ const al4 = (...v: (number | undefined)[]): boolean => v.every((x) => (x ?? 0) %
 export function matmul(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer, a: MatmulArgs): void {
   const count = a.batch?.count ?? 1;
   if (count > m.items) throw new LatentError(`${m.name}: batch of ${count} over ${m.items} items`);
-  if (a.fuse !== undefined && (!fusable(rt, m, a.n, false) || a.batch !== undefined)) throw new LatentError(`${m.name}: fused work needs one wide product (check fusable()) and no batch`);
+  if (a.fuse !== undefined && (!fusable(rt, m, a.n, false) || a.batch !== undefined))
+    throw new LatentError(`${m.name}: fused work needs one wide product (check fusable()) and no batch`);
   const { fx, buffers: fxBufs } = wideFusion(a.fuse, m.rows);
-  const { code, tn, rowsPerGroup } = matvecKernel(rt, m, a.n, false, al4(a.xOff, a.n > 1 ? a.xStride : 0, a.batch?.xBatch), m.rows * count, fx);
+  const { code, tn, rowsPerGroup } = matvecKernel(
+    rt,
+    m,
+    a.n,
+    false,
+    al4(a.xOff, a.n > 1 ? a.xStride : 0, a.batch?.xBatch),
+    m.rows * count,
+    fx,
+  );
   const tiles = Math.ceil(a.n / tn);
   for (const piece of m.pieces) {
     if (piece.firstItem >= count) continue;
@@ -260,8 +349,17 @@ export function matmul(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer,
     p.tiles = tiles;
     p.xOff += piece.firstItem * p.xBatch;
     p.yOff += piece.firstItem * p.yBatch;
-    const outs = Array.from({ length: items }, (_, b) => f32Range(y, p.yOff + b * p.yBatch, a.n, a.yStride, piece.rows, piece.firstRow)).flat();
-    rt.dispatch(`matmul ${m.name}`, code, [piece.buffer, x, y, ...fxBufs], packMatParams(p), [gx, gy * tiles, items], a.acc === true || a.glu === true ? [] : outs);
+    const outs = Array.from({ length: items }, (_, b) =>
+      f32Range(y, p.yOff + b * p.yBatch, a.n, a.yStride, piece.rows, piece.firstRow),
+    ).flat();
+    rt.dispatch(
+      `matmul ${m.name}`,
+      code,
+      [piece.buffer, x, y, ...fxBufs],
+      packMatParams(p),
+      [gx, gy * tiles, items],
+      a.acc === true || a.glu === true ? [] : outs,
+    );
   }
 }
 
@@ -282,8 +380,17 @@ export function matmulT(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer
     p.acc = acc ? 1 : 0;
     p.xOff += piece.firstItem * p.xBatch;
     p.yOff += piece.firstItem * p.yBatch;
-    const outs = Array.from({ length: items }, (_, b) => f32Range(y, p.yOff + b * p.yBatch, a.n, a.yStride, m.cols)).flat();
-    rt.dispatch(`matmulT ${m.name}`, code, [piece.buffer, x, y], packMatParams(p), [Math.ceil(m.nu / 64), a.n, items], acc ? [] : outs);
+    const outs = Array.from({ length: items }, (_, b) =>
+      f32Range(y, p.yOff + b * p.yBatch, a.n, a.yStride, m.cols),
+    ).flat();
+    rt.dispatch(
+      `matmulT ${m.name}`,
+      code,
+      [piece.buffer, x, y],
+      packMatParams(p),
+      [Math.ceil(m.nu / 64), a.n, items],
+      acc ? [] : outs,
+    );
   });
 }
 
@@ -317,7 +424,11 @@ export interface GatherArgs {
 }
 
 /** How a gathered product over m runs: expert-major or per pair, and (expert-major on the coalesced kernel) from expert lists. */
-function gatherMode(rt: GpuRuntime, m: GpuMatrix, a: GatherArgs): { experts: boolean; aligned: boolean; listed: boolean } {
+function gatherMode(
+  rt: GpuRuntime,
+  m: GpuMatrix,
+  a: GatherArgs,
+): { experts: boolean; aligned: boolean; listed: boolean } {
   const experts = (a.mode ?? (a.pairs >= expertsFrom(rt, m) * m.items ? "experts" : "pairs")) === "experts";
   const aligned = al4(a.xOff, a.xBatch);
   return { experts, aligned, listed: experts && a.lists !== undefined && coalesced(rt, m, aligned) };
@@ -327,30 +438,78 @@ function gatherMode(rt: GpuRuntime, m: GpuMatrix, a: GatherArgs): { experts: boo
  * Dispatch a gathered product's kernel over every piece of m (whole items per piece): `extra` binds after the ids (the
  * dual kernel's up matrix, same pieces). The output is checked (--check-writes) when one piece overwrites it.
  */
-function dispatchGather(rt: GpuRuntime, label: string, code: string, rowsPerGroup: number, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer, ids: GPUBuffer, a: GatherArgs, mode: { experts: boolean; listed: boolean }, extra?: GpuMatrix): void {
+function dispatchGather(
+  rt: GpuRuntime,
+  label: string,
+  code: string,
+  rowsPerGroup: number,
+  m: GpuMatrix,
+  x: GPUBuffer,
+  y: GPUBuffer,
+  ids: GPUBuffer,
+  a: GatherArgs,
+  mode: { experts: boolean; listed: boolean },
+  extra?: GpuMatrix,
+): void {
   const outs = [{ buffer: y, offset: (a.yOff ?? 0) * 4, size: ((a.pairs - 1) * a.yBatch + m.rows) * 4 }];
   const fxBufs = wideFusion(a.fuse, m.rows).buffers;
   m.pieces.forEach((piece, i) => {
     if (piece.rows !== m.rows) throw new LatentError(`${m.name}: gathered products need whole items per piece`);
-    const p = base(m, { n: mode.experts ? a.pairs : 1, xStride: 0, yStride: 0, xOff: a.xOff, yOff: a.yOff, acc: a.acc, glu: a.glu });
+    const p = base(m, {
+      n: mode.experts ? a.pairs : 1,
+      xStride: 0,
+      yStride: 0,
+      xOff: a.xOff,
+      yOff: a.yOff,
+      acc: a.acc,
+      glu: a.glu,
+    });
     const { gx, gy } = rowGrid(rt, Math.ceil(m.rows / rowsPerGroup));
     p.gx = gx;
     p.xBatch = a.xBatch;
     p.yBatch = a.yBatch;
     p.xDiv = a.xDiv;
-    p.idsOff = mode.listed ? 2 * m.items : a.idsOff ?? 0;
+    p.idsOff = mode.listed ? 2 * m.items : (a.idsOff ?? 0);
     p.e0 = piece.firstItem;
     p.e1 = piece.firstItem + piece.items;
-    const bufs = [piece.buffer, x, y, mode.listed ? a.lists! : ids, ...(extra !== undefined ? [extra.pieces[i].buffer] : []), ...fxBufs];
-    rt.dispatch(`${label} ${m.name}`, code, bufs, packMatParams(p), [gx, gy, mode.experts ? piece.items : a.pairs], a.acc !== true && a.glu !== true && m.pieces.length === 1 ? outs : []);
+    const bufs = [
+      piece.buffer,
+      x,
+      y,
+      mode.listed ? a.lists! : ids,
+      ...(extra !== undefined ? [extra.pieces[i].buffer] : []),
+      ...fxBufs,
+    ];
+    rt.dispatch(
+      `${label} ${m.name}`,
+      code,
+      bufs,
+      packMatParams(p),
+      [gx, gy, mode.experts ? piece.items : a.pairs],
+      a.acc !== true && a.glu !== true && m.pieces.length === 1 ? outs : [],
+    );
   });
 }
 
 /** Grouped expert products reading only the selected experts: y_b = W_{ids[b]}·x_b for every pair b. */
-export function matmulGather(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer, ids: GPUBuffer, a: GatherArgs): void {
+export function matmulGather(
+  rt: GpuRuntime,
+  m: GpuMatrix,
+  x: GPUBuffer,
+  y: GPUBuffer,
+  ids: GPUBuffer,
+  a: GatherArgs,
+): void {
   if (a.fuse !== undefined) throw new LatentError(`${m.name}: only the dual gathered product fuses a norm`);
   const mode = gatherMode(rt, m, a);
-  const { code, rowsPerGroup } = matvecKernel(rt, m, mode.experts ? a.pairs : 1, mode.listed ? "experts-list" : mode.experts ? "experts" : true, mode.aligned, m.rows * a.pairs);
+  const { code, rowsPerGroup } = matvecKernel(
+    rt,
+    m,
+    mode.experts ? a.pairs : 1,
+    mode.listed ? "experts-list" : mode.experts ? "experts" : true,
+    mode.aligned,
+    m.rows * a.pairs,
+  );
   dispatchGather(rt, "matmulGather", code, rowsPerGroup, m, x, y, ids, a, mode);
 }
 
@@ -376,38 +535,93 @@ export function expertListWords(pairs: number, E: number): number {
 }
 
 /** Group the pairs' expert ids (ids[idsOff + b], b < pairs) by expert into `lists` (see EXPERT_LISTS_WGSL), for matmulGather's lists. */
-export function expertLists(rt: GpuRuntime, ids: GPUBuffer, lists: GPUBuffer, a: { pairs: number; E: number; idsOff?: number }): void {
+export function expertLists(
+  rt: GpuRuntime,
+  ids: GPUBuffer,
+  lists: GPUBuffer,
+  a: { pairs: number; E: number; idsOff?: number },
+): void {
   if (a.E > 256) throw new LatentError(`expert lists take at most 256 experts, got ${a.E}`);
-  rt.dispatch("expertLists", EXPERT_LISTS_WGSL, [ids, lists], new Uint32Array([a.pairs, a.E, a.idsOff ?? 0, 0]), [1], [{ buffer: lists, offset: 0, size: expertListWords(a.pairs, a.E) * 4 }]);
+  rt.dispatch(
+    "expertLists",
+    EXPERT_LISTS_WGSL,
+    [ids, lists],
+    new Uint32Array([a.pairs, a.E, a.idsOff ?? 0, 0]),
+    [1],
+    [{ buffer: lists, offset: 0, size: expertListWords(a.pairs, a.E) * 4 }],
+  );
 }
 
 /** y[t] = row ids[t] of W, dequantized (embedding lookup). */
-export function getRows(rt: GpuRuntime, m: GpuMatrix, ids: GPUBuffer, y: GPUBuffer, n: number, idsOff = 0, yOff = 0): void {
+export function getRows(
+  rt: GpuRuntime,
+  m: GpuMatrix,
+  ids: GPUBuffer,
+  y: GPUBuffer,
+  n: number,
+  idsOff = 0,
+  yOff = 0,
+): void {
   const code = getRowsWGSL(m.type, m.unit);
   for (const piece of m.pieces) {
     const p = base(m, { n, xStride: 0, yStride: m.cols, yOff });
     p.rows = piece.rows;
     p.rowBase = piece.firstRow;
     p.idsOff = idsOff;
-    rt.dispatch(`getRows ${m.name}`, code, [piece.buffer, ids, y], packMatParams(p), [Math.ceil(m.nu / 64), n, 1], m.pieces.length === 1 ? [{ buffer: y, offset: yOff * 4, size: n * m.cols * 4 }] : []);
+    rt.dispatch(
+      `getRows ${m.name}`,
+      code,
+      [piece.buffer, ids, y],
+      packMatParams(p),
+      [Math.ceil(m.nu / 64), n, 1],
+      m.pieces.length === 1 ? [{ buffer: y, offset: yOff * 4, size: n * m.cols * 4 }] : [],
+    );
   }
 }
 
 /** Whether gate and up have the same type, shape and pieces (so that one dual kernel can read both). */
 function alike(gate: GpuMatrix, up: GpuMatrix): boolean {
-  if (gate.type !== up.type || gate.cols !== up.cols || gate.rows !== up.rows || gate.items !== up.items || gate.pieces.length !== up.pieces.length) return false;
-  return gate.pieces.every((p, i) => p.firstRow === up.pieces[i].firstRow && p.rows === up.pieces[i].rows && p.firstItem === up.pieces[i].firstItem && p.items === up.pieces[i].items);
+  if (
+    gate.type !== up.type ||
+    gate.cols !== up.cols ||
+    gate.rows !== up.rows ||
+    gate.items !== up.items ||
+    gate.pieces.length !== up.pieces.length
+  )
+    return false;
+  return gate.pieces.every(
+    (p, i) =>
+      p.firstRow === up.pieces[i].firstRow &&
+      p.rows === up.pieces[i].rows &&
+      p.firstItem === up.pieces[i].firstItem &&
+      p.items === up.pieces[i].items,
+  );
 }
 
 /** Whether gate and up can run as one dual wide product (alike, the wide kernel applies). */
-function dualShape(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix, n: number, gather: boolean | "experts-list", aligned: boolean): WideShape | undefined {
+function dualShape(
+  rt: GpuRuntime,
+  gate: GpuMatrix,
+  up: GpuMatrix,
+  n: number,
+  gather: boolean | "experts-list",
+  aligned: boolean,
+): WideShape | undefined {
   const wide = alike(gate, up) ? wideShape(rt, gate, n, gather, aligned) : undefined;
   // (a dual product runs one row a run: WideShape.pack)
   return wide !== undefined ? { ...wide, pack: 1 } : undefined;
 }
 
 /** Whether gate and up can run as one dual row-tiled product (alike, the row-tiled kernel applies). */
-function dualRowTile(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix, n: number, mode: "plain" | "experts-list", aligned: boolean, rowsTotal = gate.rows): RowTileShape | undefined {
+function dualRowTile(
+  rt: GpuRuntime,
+  gate: GpuMatrix,
+  up: GpuMatrix,
+  n: number,
+  mode: "plain" | "experts-list",
+  aligned: boolean,
+  rowsTotal = gate.rows,
+): RowTileShape | undefined {
   return alike(gate, up) ? rowTileShape(rt, gate, n, mode, aligned, rowsTotal, true) : undefined;
 }
 
@@ -415,7 +629,14 @@ function dualRowTile(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix, n: number, 
  * y = silu(gate·x)·(up·x) for n tokens (the SwiGLU input of the down product): one dual wide dispatch reading x once
  * for both matrices where the wide kernel applies (1–4 tokens), else the gate product then the up product with glu.
  */
-export function matmulSwiGLU(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix, x: GPUBuffer, y: GPUBuffer, a: Omit<MatmulArgs, "acc" | "glu" | "batch">): void {
+export function matmulSwiGLU(
+  rt: GpuRuntime,
+  gate: GpuMatrix,
+  up: GpuMatrix,
+  x: GPUBuffer,
+  y: GPUBuffer,
+  a: Omit<MatmulArgs, "acc" | "glu" | "batch">,
+): void {
   for (const step of matmulSwiGLUSteps(rt, gate, up, x, y, a)) step();
 }
 
@@ -423,14 +644,29 @@ export function matmulSwiGLU(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix, x: 
  * matmulSwiGLU as its dependent steps (the dual dispatch, or the gate product then the up product that reads it): the
  * first one alone may share a dispatch (GpuRuntime.together) with work independent of it.
  */
-export function matmulSwiGLUSteps(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix, x: GPUBuffer, y: GPUBuffer, a: Omit<MatmulArgs, "acc" | "glu" | "batch">): (() => void)[] {
+export function matmulSwiGLUSteps(
+  rt: GpuRuntime,
+  gate: GpuMatrix,
+  up: GpuMatrix,
+  x: GPUBuffer,
+  y: GPUBuffer,
+  a: Omit<MatmulArgs, "acc" | "glu" | "batch">,
+): (() => void)[] {
   const aligned = al4(a.xOff, a.n > 1 ? a.xStride : 0);
-  if (a.fuse !== undefined && (!fusable(rt, gate, a.n, false, up) || a.fuse.norm?.combine !== undefined || a.fuse.addCombine !== undefined)) throw new LatentError(`${gate.name}: a dual product fuses only a norm, on the wide kernel (check fusable())`);
+  if (
+    a.fuse !== undefined &&
+    (!fusable(rt, gate, a.n, false, up) || a.fuse.norm?.combine !== undefined || a.fuse.addCombine !== undefined)
+  )
+    throw new LatentError(`${gate.name}: a dual product fuses only a norm, on the wide kernel (check fusable())`);
   const { fx, buffers: fxBufs } = wideFusion(a.fuse, gate.rows);
   const wide = dualShape(rt, gate, up, a.n, false, aligned);
   const rowTile = wide === undefined ? dualRowTile(rt, gate, up, a.n, "plain", aligned) : undefined;
-  if (wide === undefined && rowTile === undefined) return [() => matmul(rt, gate, x, y, a), () => matmul(rt, up, x, y, { ...a, glu: true })];
-  const code = wide !== undefined ? matvecWideWGSL(gate.type, "plain", wide, true, fx) : matmulRowsWGSL(gate.type, "plain", rowTile!, true);
+  if (wide === undefined && rowTile === undefined)
+    return [() => matmul(rt, gate, x, y, a), () => matmul(rt, up, x, y, { ...a, glu: true })];
+  const code =
+    wide !== undefined
+      ? matvecWideWGSL(gate.type, "plain", wide, true, fx)
+      : matmulRowsWGSL(gate.type, "plain", rowTile!, true);
   const rowsPerGroup = wide !== undefined ? wideRowsPerGroup(wide) : rowTile!.rows;
   const tiles = rowTile !== undefined ? Math.ceil(a.n / rowTile.tokens) : 1;
   return [
@@ -443,7 +679,14 @@ export function matmulSwiGLUSteps(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix
         p.gx = gx;
         p.tiles = tiles;
         const outs = f32Range(y, p.yOff, a.n, a.yStride, piece.rows, piece.firstRow);
-        rt.dispatch(`matmulSwiGLU ${gate.name}`, code, [piece.buffer, x, y, up.pieces[i].buffer, ...fxBufs], packMatParams(p), [gx, gy * tiles, 1], outs);
+        rt.dispatch(
+          `matmulSwiGLU ${gate.name}`,
+          code,
+          [piece.buffer, x, y, up.pieces[i].buffer, ...fxBufs],
+          packMatParams(p),
+          [gx, gy * tiles, 1],
+          outs,
+        );
       }),
   ];
 }
@@ -452,20 +695,58 @@ export function matmulSwiGLUSteps(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix
  * Gathered y_b = silu(W_gate,e·x_b)·(W_up,e·x_b) for every pair b (e = ids[b]): one dual wide dispatch in pair-major
  * mode, else the gathered gate product then the up product with glu.
  */
-export function matmulGatherSwiGLU(rt: GpuRuntime, gate: GpuMatrix, up: GpuMatrix, x: GPUBuffer, y: GPUBuffer, ids: GPUBuffer, a: Omit<GatherArgs, "acc" | "glu">): void {
+export function matmulGatherSwiGLU(
+  rt: GpuRuntime,
+  gate: GpuMatrix,
+  up: GpuMatrix,
+  x: GPUBuffer,
+  y: GPUBuffer,
+  ids: GPUBuffer,
+  a: Omit<GatherArgs, "acc" | "glu">,
+): void {
   const mode = gatherMode(rt, gate, a);
-  if (a.fuse !== undefined && (mode.experts || !fusable(rt, gate, 1, true, up) || a.fuse.norm?.combine !== undefined || a.fuse.addCombine !== undefined)) throw new LatentError(`${gate.name}: a gathered dual product fuses only a norm, pair-major on the wide kernel (check fusable())`);
+  if (
+    a.fuse !== undefined &&
+    (mode.experts ||
+      !fusable(rt, gate, 1, true, up) ||
+      a.fuse.norm?.combine !== undefined ||
+      a.fuse.addCombine !== undefined)
+  )
+    throw new LatentError(
+      `${gate.name}: a gathered dual product fuses only a norm, pair-major on the wide kernel (check fusable())`,
+    );
   const rowTile = mode.listed ? dualRowTile(rt, gate, up, a.pairs, "experts-list", mode.aligned) : undefined;
   if (rowTile !== undefined) {
-    dispatchGather(rt, "matmulGatherSwiGLU", matmulRowsWGSL(gate.type, "experts-list", rowTile, true), rowTile.rows, gate, x, y, ids, a, mode, up);
+    dispatchGather(
+      rt,
+      "matmulGatherSwiGLU",
+      matmulRowsWGSL(gate.type, "experts-list", rowTile, true),
+      rowTile.rows,
+      gate,
+      x,
+      y,
+      ids,
+      a,
+      mode,
+      up,
+    );
     return;
   }
-  const wide = mode.experts && !mode.listed ? undefined : dualShape(rt, gate, up, mode.listed ? a.pairs : 1, mode.listed ? "experts-list" : true, mode.aligned);
+  const wide =
+    mode.experts && !mode.listed
+      ? undefined
+      : dualShape(rt, gate, up, mode.listed ? a.pairs : 1, mode.listed ? "experts-list" : true, mode.aligned);
   if (wide === undefined) {
     matmulGather(rt, gate, x, y, ids, a);
     matmulGather(rt, up, x, y, ids, { ...a, glu: true });
     return;
   }
-  const code = matvecWideWGSL(gate.type, mode.listed ? "experts-list" : "gather", wide, true, wideFusion(a.fuse, gate.rows).fx);
+  const code = matvecWideWGSL(
+    gate.type,
+    mode.listed ? "experts-list" : "gather",
+    wide,
+    true,
+    wideFusion(a.fuse, gate.rows).fx,
+  );
   dispatchGather(rt, "matmulGatherSwiGLU", code, wideRowsPerGroup(wide), gate, x, y, ids, a, mode, up);
 }

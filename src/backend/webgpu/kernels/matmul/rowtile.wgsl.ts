@@ -56,18 +56,29 @@ export function matmulRowsWGSL(type: number, mode: "plain" | "experts-list", s: 
   const CS = s.ks / tc.elems;
   const NS = s.cols / s.ks;
   const PER = CS / KSPL;
-  if (!Number.isInteger(CS) || !Number.isInteger(NS) || !Number.isInteger(PER) || T % 4 !== 0) throw new Error(`row-tiled kernel: bad shape ${JSON.stringify(s)} for chunks of ${tc.elems}`);
+  if (!Number.isInteger(CS) || !Number.isInteger(NS) || !Number.isInteger(PER) || T % 4 !== 0)
+    throw new Error(`row-tiled kernel: bad shape ${JSON.stringify(s)} for chunks of ${tc.elems}`);
   const S = dual ? 2 : 1;
   const groups = Array.from({ length: G4 }, (_, g) => g);
   // one use of a chunk: the decode once, then its accumulation for every group of 4 tokens (XREAD's token shifted)
   const retarget = (code: string, k: number): string => {
-    let out = code.replace(/acc \+= ([^;]*);/g, (_, rhs: string) => groups.map((g) => `acc${k}_${g} += ${rhs.replace(/XREAD\((\d+), /g, (_m, t: string) => `XREAD(${Number(t) + 4 * g}, `)};`).join("\n    "));
+    let out = code.replace(/acc \+= ([^;]*);/g, (_, rhs: string) =>
+      groups
+        .map(
+          (g) =>
+            `acc${k}_${g} += ${rhs.replace(/XREAD\((\d+), /g, (_m, t: string) => `XREAD(${Number(t) + 4 * g}, `)};`,
+        )
+        .join("\n    "),
+    );
     if (k === 1) out = out.replaceAll("W[", "W2[").replaceAll("wd(", "wd2(");
     return out;
   };
   // a thread's chunks of one step lie in one block where the block's chunks are a multiple of the step's: then
   // chunks j > 0 take chunk 0's header (TypeCode.sharedHeader)
-  const shared = s.shareHeader === true && tc.sharedHeader !== undefined && tc.sharedHeader.blockChunks % CS === 0 ? tc.sharedHeader : undefined;
+  const shared =
+    s.shareHeader === true && tc.sharedHeader !== undefined && tc.sharedHeader.blockChunks % CS === 0
+      ? tc.sharedHeader
+      : undefined;
   // the chunk loads of step `step` (an expression)
   const loadsAt = (step: string): string[] => {
     const out: string[] = [];
@@ -75,15 +86,23 @@ export function matmulRowsWGSL(type: number, mode: "plain" | "experts-list", s: 
       for (let j = 0; j < PER; j++) {
         const c = j + 1000 * k;
         const load = shared !== undefined && j > 0 ? shared.load(c) : tc.load(c);
-        out.push(`let c${c} = ${k === 0 ? `(${step}) * ${CS}u + slice + ${j * KSPL}u` : `c${j}`};\n    ${retarget(load, k)}`);
+        out.push(
+          `let c${c} = ${k === 0 ? `(${step}) * ${CS}u + slice + ${j * KSPL}u` : `c${j}`};\n    ${retarget(load, k)}`,
+        );
       }
     return out;
   };
   const uses: string[] = [];
   for (let k = 0; k < S; k++)
-    for (let j = 0; j < PER; j++) uses.push(retarget(shared !== undefined && j > 0 ? shared.use(j + 1000 * k, 4, 1000 * k) : tc.use(j + 1000 * k, 4), k));
-  const xread = (code: string): string => code.replace(/XREAD\((\d+), ([^)]*)\)/g, (_, t: string, v: string) => `XS[${Number(t) * KS4}u + (${v}) - kb]`);
-  const accs = Array.from({ length: S }, (_, k) => groups.map((g) => `var acc${k}_${g} = vec4f(0.0);`).join(" ")).join(" ");
+    for (let j = 0; j < PER; j++)
+      uses.push(
+        retarget(shared !== undefined && j > 0 ? shared.use(j + 1000 * k, 4, 1000 * k) : tc.use(j + 1000 * k, 4), k),
+      );
+  const xread = (code: string): string =>
+    code.replace(/XREAD\((\d+), ([^)]*)\)/g, (_, t: string, v: string) => `XS[${Number(t) * KS4}u + (${v}) - kb]`);
+  const accs = Array.from({ length: S }, (_, k) => groups.map((g) => `var acc${k}_${g} = vec4f(0.0);`).join(" ")).join(
+    " ",
+  );
   // x row (vec4 index) of tile token t (t < nt)
   const xRow = mode === "plain" ? "xq + (t0 + t) * xs4" : "(p.xOff + (IDS[lb + t0 + t] / p.xDiv) * p.xBatch) >> 2u";
   // each step: its chunks' loads, x staged between two barriers, then the chunks' uses
@@ -111,15 +130,23 @@ export function matmulRowsWGSL(type: number, mode: "plain" | "experts-list", s: 
     const names = [...first.matchAll(/let (\w+) =/g)].map((m) => m[1]);
     const current = (code: string): string => code.replace(new RegExp(`\\b(${names.join("|")})\\b`, "g"), "$1_");
     return `${first.replace(/let (\w+) =/g, "var $1 =")}
-    ${range(XPER).map((j) => `var xr${j} = vec4f(0.0); ${xLoad(j, "0u")}`).join("\n    ")}
+    ${range(XPER)
+      .map((j) => `var xr${j} = vec4f(0.0); ${xLoad(j, "0u")}`)
+      .join("\n    ")}
     for (var st = 0u; st < ${NS}u; st++) {
       let kb = st * ${KS4}u;
       let nx = (st + 1u) % ${NS}u;
       ${names.map((n) => `let ${n}_ = ${n};`).join(" ")}
-      ${loadsAt("nx").join("\n      ").replace(/let (\w+) =/g, "$1 =")}
+      ${loadsAt("nx")
+        .join("\n      ")
+        .replace(/let (\w+) =/g, "$1 =")}
       workgroupBarrier();
-      ${range(XPER).map((j) => `if (li + ${j * WG}u < ${T * KS4}u) { XS[li + ${j * WG}u] = xr${j}; }`).join("\n      ")}
-      ${range(XPER).map((j) => xLoad(j, "nx")).join("\n      ")}
+      ${range(XPER)
+        .map((j) => `if (li + ${j * WG}u < ${T * KS4}u) { XS[li + ${j * WG}u] = xr${j}; }`)
+        .join("\n      ")}
+      ${range(XPER)
+        .map((j) => xLoad(j, "nx"))
+        .join("\n      ")}
       workgroupBarrier();
       ${xread(uses.map(current).join("\n      "))}
     }`;

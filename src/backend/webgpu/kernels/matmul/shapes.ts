@@ -5,7 +5,16 @@
 import { LatentError } from "../../../../util/errors.js";
 import type { GpuRuntime } from "../../core/runtime.js";
 import { rowTileSharedVec4s, type RowTileShape } from "./rowtile.wgsl.js";
-import { STAGE_PAD, stagedVec4s, SUM_TYPES, typeCode, WIDE_LIST_PAIRS, WIDE_MAX_N, WIDE_TYPES, type WideShape } from "./wide.wgsl.js";
+import {
+  STAGE_PAD,
+  stagedVec4s,
+  SUM_TYPES,
+  typeCode,
+  WIDE_LIST_PAIRS,
+  WIDE_MAX_N,
+  WIDE_TYPES,
+  type WideShape,
+} from "./wide.wgsl.js";
 
 /** What the shape choices read of a matrix (a GpuMatrix is one). */
 export interface MatrixShape {
@@ -36,14 +45,21 @@ const UNROLL = 1;
  * another matvec variant, no fixed subgroup size, another type, more than WIDE_MAX_N tokens, expert-major gathers,
  * x not aligned to 4 floats).
  */
-export function wideShape(rt: GpuRuntime, m: MatrixShape, n: number, gather: boolean | "experts" | "experts-list", aligned: boolean): WideShape | undefined {
+export function wideShape(
+  rt: GpuRuntime,
+  m: MatrixShape,
+  n: number,
+  gather: boolean | "experts" | "experts-list",
+  aligned: boolean,
+): WideShape | undefined {
   const sg = rt.info.subgroupSize;
   if (rt.tune.wide === 0 || rt.matvec !== "coalesced" || sg === undefined || sg < 4 || sg > 64) return undefined;
   // expert lists (n = all pairs), with tune.wideLists = 1: each expert's pairs in tiles of WIDE_MAX_N while experts get
   // few pairs. Off by default: it measured slower than the coalesced expert-list kernel at batches 8 and 64 (by a
   // third and more of the step's GPU time)
   if (gather === "experts-list") {
-    if (rt.tune.wideLists !== 1 || !WIDE_TYPES.includes(m.type) || !aligned || n > WIDE_LIST_PAIRS * m.items) return undefined;
+    if (rt.tune.wideLists !== 1 || !WIDE_TYPES.includes(m.type) || !aligned || n > WIDE_LIST_PAIRS * m.items)
+      return undefined;
     n = WIDE_MAX_N;
   }
   if (!WIDE_TYPES.includes(m.type) || n < 1 || n > WIDE_MAX_N || gather === "experts" || !aligned) return undefined;
@@ -52,25 +68,51 @@ export function wideShape(rt: GpuRuntime, m: MatrixShape, n: number, gather: boo
   // two rows per subgroup for the vocabulary-sized output head (with x staged, a fifth faster there; no gain or a small
   // loss below ~64k rows)
   const sgRowsDefault = m.rows >= 65536 ? 2 : 1;
-  const sgRows = gather === "experts-list" ? 1 : Math.max(1, Math.min(4, Math.floor(rt.tune.wideSgRows ?? sgRowsDefault)));
+  const sgRows =
+    gather === "experts-list" ? 1 : Math.max(1, Math.min(4, Math.floor(rt.tune.wideSgRows ?? sgRowsDefault)));
   // staged while n tokens of x fit in half the workgroup memory (the other half left for a kernel sharing the dispatch)
   const pad = STAGE_PAD[m.type];
   const sumBytes = rt.tune.wideSums !== 0 && SUM_TYPES.includes(m.type) ? n * (m.cols / 16) * 4 : 0;
-  const stage = rt.tune.wideStage !== 0 && gather !== "experts-list" && stagedVec4s(n, m.cols, pad) * 16 + sumBytes <= rt.info.limits.maxComputeWorkgroupStorageSize / 2;
+  const stage =
+    rt.tune.wideStage !== 0 &&
+    gather !== "experts-list" &&
+    stagedVec4s(n, m.cols, pad) * 16 + sumBytes <= rt.info.limits.maxComputeWorkgroupStorageSize / 2;
   const sums = stage && sumBytes > 0;
   // two rows a run where that fills the lanes' steps ≥ 10 % better, in one pass (dual products take one row a run)
   const chunks = m.cols / typeCode(m.type).elems;
   // the share of a run's lane steps that hold a chunk: rowsRun rows a run over `lanes` lanes
-  const fill = (rowsRun: number, lanes = sg): number => (rowsRun * chunks) / (lanes * Math.ceil((rowsRun * chunks) / lanes));
+  const fill = (rowsRun: number, lanes = sg): number =>
+    (rowsRun * chunks) / (lanes * Math.ceil((rowsRun * chunks) / lanes));
   const packable = gather !== "experts-list" && sgRows === 1;
-  const pack = packable && (rt.tune.widePack === 1 || (rt.tune.widePack !== 0 && fill(2) >= 1.1 * fill(1) && Math.ceil((2 * chunks) / sg) <= unroll)) ? 2 : 1;
+  const pack =
+    packable &&
+    (rt.tune.widePack === 1 ||
+      (rt.tune.widePack !== 0 && fill(2) >= 1.1 * fill(1) && Math.ceil((2 * chunks) / sg) <= unroll))
+      ? 2
+      : 1;
   // half a subgroup a row where that fills the lanes' steps ≥ 10 % better (not with pack, nor expert lists): a short
   // row (the routed down product) then keeps all its lanes busy — a fifth faster alone, 2 % on a batch-1 step
-  const half = pack === 1 && gather !== "experts-list" && sg >= 8 && (rt.tune.wideHalf === 2 || (rt.tune.wideHalf !== 0 && fill(1, sg / 2) >= 1.1 * fill(1)));
+  const half =
+    pack === 1 &&
+    gather !== "experts-list" &&
+    sg >= 8 &&
+    (rt.tune.wideHalf === 2 || (rt.tune.wideHalf !== 0 && fill(1, sg / 2) >= 1.1 * fill(1)));
   // not by default: pipelined passes measured slightly slower on a batch-1 step than plain ones (each pass's loads,
   // then its uses)
   const pipe = rt.tune.widePipe === 1;
-  return { sg, rows, sgRows, unroll, n, cols: m.cols, stagePad: stage ? pad : 0, pack, sums, ...(half ? { half } : {}), ...(pipe ? { pipe } : {}) };
+  return {
+    sg,
+    rows,
+    sgRows,
+    unroll,
+    n,
+    cols: m.cols,
+    stagePad: stage ? pad : 0,
+    pack,
+    sums,
+    ...(half ? { half } : {}),
+    ...(pipe ? { pipe } : {}),
+  };
 }
 
 /**
@@ -108,14 +150,30 @@ export const ROW_TILE_FILL = 131072;
  * default coalesced one, another type, plain products of fewer than ROW_TILE_FROM tokens, or with tune.rowTile = 1 of at most WIDE_MAX_N (the wide kernel's), x not aligned to
  * 4 floats).
  */
-export function rowTileShape(rt: GpuRuntime, m: MatrixShape, n: number, mode: "plain" | "experts-list", aligned: boolean, rowsTotal = m.rows, dual = false): RowTileShape | undefined {
-  if (rt.tune.rowTile === 0 || rt.matvec !== "coalesced" || !WIDE_TYPES.includes(m.type) || !aligned || (mode === "plain" && n < (rt.tune.rowTile === 1 ? WIDE_MAX_N + 1 : ROW_TILE_FROM))) return undefined;
+export function rowTileShape(
+  rt: GpuRuntime,
+  m: MatrixShape,
+  n: number,
+  mode: "plain" | "experts-list",
+  aligned: boolean,
+  rowsTotal = m.rows,
+  dual = false,
+): RowTileShape | undefined {
+  if (
+    rt.tune.rowTile === 0 ||
+    rt.matvec !== "coalesced" ||
+    !WIDE_TYPES.includes(m.type) ||
+    !aligned ||
+    (mode === "plain" && n < (rt.tune.rowTile === 1 ? WIDE_MAX_N + 1 : ROW_TILE_FROM))
+  )
+    return undefined;
   const sg = rt.info.subgroupSize ?? 32;
   const per = mode === "plain" ? n : n / m.items;
   // tiles of up to 16 tokens (a long prefill: 10–40 % faster than 8); up to 8 at subgroups narrower than 32
   // (CPU adapters: lavapipe's LLVM took 31 s to compile a 16-token Q4_K tile, 4 s an 8-token one)
   let tokens = rt.tune.rowTileTokens ?? (per <= 4 ? 4 : per <= 8 || sg < 32 ? 8 : 16);
-  if (!Number.isInteger(tokens) || tokens < 4 || tokens > 32 || tokens % 4 !== 0) throw new LatentError(`tune.rowTileTokens must be a multiple of 4 in 4..32, got ${tokens}`);
+  if (!Number.isInteger(tokens) || tokens < 4 || tokens > 32 || tokens % 4 !== 0)
+    throw new LatentError(`tune.rowTileTokens must be a multiple of 4 in 4..32, got ${tokens}`);
   const elems = typeCode(m.type).elems;
   const limit = rt.info.limits.maxComputeWorkgroupStorageSize;
   // the widest step (≤ 256 columns) of whole chunks that divides the row and whose x tile fits
@@ -127,10 +185,13 @@ export function rowTileShape(rt: GpuRuntime, m: MatrixShape, n: number, mode: "p
   const tiles = mode === "plain" ? Math.ceil(n / tokens) : 1;
   const units = mode === "plain" ? rowsTotal * tiles : m.rows * Math.min(m.items, n);
   const S = dual ? 2 : 1;
-  const fits = (k: number): boolean => k * sg <= 256 && rowTileSharedVec4s({ rows: Math.max(sg, 256 / k), ksplit: k, tokens, ks, cols: m.cols }, dual) * 16 + 16 <= limit;
+  const fits = (k: number): boolean =>
+    k * sg <= 256 &&
+    rowTileSharedVec4s({ rows: Math.max(sg, 256 / k), ksplit: k, tokens, ks, cols: m.cols }, dual) * 16 + 16 <= limit;
   const streams = (k: number): number => (chunks / k) * S;
   const want = rt.tune.rowTileSplit;
-  if (want !== undefined && (!Number.isInteger(want) || want < 1 || (want & (want - 1)) !== 0)) throw new LatentError(`tune.rowTileSplit must be a power of two, got ${want}`);
+  if (want !== undefined && (!Number.isInteger(want) || want < 1 || (want & (want - 1)) !== 0))
+    throw new LatentError(`tune.rowTileSplit must be a power of two, got ${want}`);
   // threads per row (a tuned split is a least): enough that each thread loads at most `most` chunk streams per step,
   // then more while the product has few threads
   let ksplit = Math.min(want ?? 1, chunks);
@@ -143,6 +204,14 @@ export function rowTileShape(rt: GpuRuntime, m: MatrixShape, n: number, mode: "p
   // a Q4_K block's header loaded once for a thread's chunks of a step, on GPUs (batch 32 and 64 steps 2–5 % faster);
   // not on CPU adapters (not measured there, and another variant for lavapipe to compile)
   const header = rt.tune.rowTileHeader !== undefined ? rt.tune.rowTileHeader === 1 : sg >= 32;
-  const shape = { rows: Math.max(sg, 256 / ksplit), ksplit, tokens, ks, cols: m.cols, ...(pipe ? { pipe: true } : {}), ...(header ? { shareHeader: true } : {}) };
+  const shape = {
+    rows: Math.max(sg, 256 / ksplit),
+    ksplit,
+    tokens,
+    ks,
+    cols: m.cols,
+    ...(pipe ? { pipe: true } : {}),
+    ...(header ? { shareHeader: true } : {}),
+  };
   return streams(ksplit) <= MAX_STREAMS && fits(ksplit) ? shape : undefined;
 }

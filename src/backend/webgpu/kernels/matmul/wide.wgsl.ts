@@ -97,7 +97,10 @@ export function wgslFloat(x: number): string {
 /** The storage buffers a fusion binds after the kernel's own, in order. */
 export function fusionBuffers(fx: WideFusion | undefined): string[] {
   if (fx === undefined) return [];
-  return [...(fx.norm !== undefined ? ["G"] : []), ...((fx.norm?.combine ?? 0) > 0 || fx.addCombine !== undefined ? ["YE", "RW"] : [])];
+  return [
+    ...(fx.norm !== undefined ? ["G"] : []),
+    ...((fx.norm?.combine ?? 0) > 0 || fx.addCombine !== undefined ? ["YE", "RW"] : []),
+  ];
 }
 
 /**
@@ -105,7 +108,12 @@ export function fusionBuffers(fx: WideFusion | undefined): string[] {
  * reads also stay inside one such block, so matvecWideWGSL computes the padded index once a chunk: Q4_K reads vec4s
  * b..b+11 with b ≡ 0 or 4 (mod 16), Q6_K b..b+27 with b ≡ 0 or 4 (mod 32), Q5_0 and Q8_0 b..b+7 with b ≡ 0 (mod 8).
  */
-export const STAGE_PAD: Readonly<Record<number, number>> = { [GGMLType.Q4_K]: 4, [GGMLType.Q6_K]: 5, [GGMLType.Q5_0]: 3, [GGMLType.Q8_0]: 3 };
+export const STAGE_PAD: Readonly<Record<number, number>> = {
+  [GGMLType.Q4_K]: 4,
+  [GGMLType.Q6_K]: 5,
+  [GGMLType.Q5_0]: 3,
+  [GGMLType.Q8_0]: 3,
+};
 
 /** Vec4s of staged x for n tokens of `cols` with pads every 2^pad. */
 export function stagedVec4s(n: number, cols: number, pad: number): number {
@@ -131,7 +139,11 @@ export interface TypeCode {
    * Where a type's block header serves several chunks (Q4_K: 8), the row-tiled kernel loads it once for a thread's
    * chunks of one block: `load(s)` without the header, and `use(s, n, from)` reading chunk `from`'s.
    */
-  readonly sharedHeader?: { readonly blockChunks: number; load(s: number): string; use(s: number, n: number, from: number): string };
+  readonly sharedHeader?: {
+    readonly blockChunks: number;
+    load(s: number): string;
+    use(s: number, n: number, from: number): string;
+  };
 }
 
 /**
@@ -152,7 +164,9 @@ function overTokens(n: number, per: (t: number) => string): string {
  */
 function addDots(n: number, tag: string, terms: { v: string; idx: string }[], scale: string): string {
   const lets = terms.map(({ v }, i) => `let f${tag}_${i} = ${v};`);
-  const per = Array.from({ length: n }, (_, t) => terms.map(({ idx }, i) => `dot(f${tag}_${i}, XREAD(${t}, ${idx}))`).join(" + "));
+  const per = Array.from({ length: n }, (_, t) =>
+    terms.map(({ idx }, i) => `dot(f${tag}_${i}, XREAD(${t}, ${idx}))`).join(" + "),
+  );
   const sum = `vec4f(${[0, 1, 2, 3].map((t) => (t < n ? per[t] : "0.0")).join(", ")})`;
   return `${lets.join(" ")}\n    acc += ${scale === "" ? sum : `${scale} * ${sum}`};`;
 }
@@ -177,10 +191,17 @@ function q4kSums(): TypeCode {
       // low nibbles (sub-block j) of word w: bits 0, 8, 16, 24 → 19; high nibbles (sub-block j + 1): 4, 12, 20, 28 → 19
       for (let w = 0; w < 4; w++) {
         const u = `qv${s}.${comps[w]}`;
-        lines.push(`let fl${s}_${w} = bitcast<vec4f>((vec4u(${u} << 19u, ${u} << 11u, ${u} << 3u, ${u} >> 5u) & vec4u(0x780000u)) | vec4u(0x4b000000u));`);
-        lines.push(`let fh${s}_${w} = bitcast<vec4f>((vec4u(${u} << 15u, ${u} << 7u, ${u} >> 1u, ${u} >> 9u) & vec4u(0x780000u)) | vec4u(0x4b000000u));`);
+        lines.push(
+          `let fl${s}_${w} = bitcast<vec4f>((vec4u(${u} << 19u, ${u} << 11u, ${u} << 3u, ${u} >> 5u) & vec4u(0x780000u)) | vec4u(0x4b000000u));`,
+        );
+        lines.push(
+          `let fh${s}_${w} = bitcast<vec4f>((vec4u(${u} << 15u, ${u} << 7u, ${u} >> 1u, ${u} >> 9u) & vec4u(0x780000u)) | vec4u(0x4b000000u));`,
+        );
       }
-      const dots = (f: string, at: number) => (t: number): string => [0, 1, 2, 3].map((w) => `dot(${f}${s}_${w}, XREAD(${t}, xe${s} + ${w + at}u))`).join(" + ");
+      const dots =
+        (f: string, at: number) =>
+        (t: number): string =>
+          [0, 1, 2, 3].map((w) => `dot(${f}${s}_${w}, XREAD(${t}, xe${s} + ${w + at}u))`).join(" + ");
       // f = 2^19·(16 + q): Σ f·x = 2^19·(16·Σx + Σ q·x), and the block adds d·sc·Σ q·x − dmin·m·Σx
       return `let dm${s} = unpack2x16float(hd${s}.x);
     let sp${s} = q4ksm2(hd${s}, (h${s} >> 1u) * 2u);
@@ -198,8 +219,12 @@ function q4kSums(): TypeCode {
 
 function q4k(): TypeCode {
   // chunk c: block c/8, qs bytes 16·(c%8)..+15; its header (d, dmin, 12 scale bytes) is one vec4u shared by 8 lanes
-  const load = (s: number, header: boolean): string => `let k${s} = c${s} >> 3u; let h${s} = c${s} & 7u;${header ? `
-    let hd${s} = W[(rb >> 4u) + 9u * k${s}];` : ""}
+  const load = (s: number, header: boolean): string => `let k${s} = c${s} >> 3u; let h${s} = c${s} & 7u;${
+    header
+      ? `
+    let hd${s} = W[(rb >> 4u) + 9u * k${s}];`
+      : ""
+  }
     let qv${s} = W[(rb >> 4u) + 9u * k${s} + 1u + h${s}];`;
   // chunk s decoded with the header of chunk `from` (itself, or a chunk of the same block)
   const use = (s: number, n: number, from: number): string => {
@@ -210,11 +235,17 @@ function q4k(): TypeCode {
     const terms: { v: string; idx: string }[] = [];
     for (let w = 0; w < 4; w++) {
       const u = `qv${s}.${comps[w]}`;
-      terms.push({ v: `fma(mag(vec4u(${u}, ${u}, ${u}, ${u} >> 8u) & vec4u(0xfu, 0xf00u, 0xf0000u, 0xf0000u)), dlv${s}, vec4f(-ml${s}))`, idx: `xe${s} + ${w}u` });
+      terms.push({
+        v: `fma(mag(vec4u(${u}, ${u}, ${u}, ${u} >> 8u) & vec4u(0xfu, 0xf00u, 0xf0000u, 0xf0000u)), dlv${s}, vec4f(-ml${s}))`,
+        idx: `xe${s} + ${w}u`,
+      });
     }
     for (let w = 0; w < 4; w++) {
       const u = `qv${s}.${comps[w]}`;
-      terms.push({ v: `fma(mag(vec4u(${u}, ${u}, ${u} >> 8u, ${u} >> 12u) & vec4u(0xf0u, 0xf000u, 0xf000u, 0xf0000u)), dhv${s}, vec4f(-mh${s}))`, idx: `xe${s} + ${w + 8}u` });
+      terms.push({
+        v: `fma(mag(vec4u(${u}, ${u}, ${u} >> 8u, ${u} >> 12u) & vec4u(0xf0u, 0xf000u, 0xf000u, 0xf0000u)), dhv${s}, vec4f(-mh${s}))`,
+        idx: `xe${s} + ${w + 8}u`,
+      });
     }
     return `let dm${s} = unpack2x16float(${hd}.x);
     let sp${s} = q4ksm2(${hd}, (h${s} >> 1u) * 2u);
@@ -254,11 +285,15 @@ function q6k(): TypeCode {
     use: (s, n) => {
       const lines: string[] = [];
       lines.push(`let d${s} = unpack2x16float(select(D_${s}, D_${s} >> 16u, od${s})).x;`);
-      lines.push(`let sa${s} = hw(S0_${s}, S1_${s}, od${s}) >> (8u * i${s}); let sb${s} = hw(S1_${s}, S2_${s}, od${s}) >> (8u * i${s});`);
+      lines.push(
+        `let sa${s} = hw(S0_${s}, S1_${s}, od${s}) >> (8u * i${s}); let sb${s} = hw(S1_${s}, S2_${s}, od${s}) >> (8u * i${s});`,
+      );
       const sc = [`sa${s}`, `sa${s} >> 16u`, `sb${s}`, `sb${s} >> 16u`];
       const groups: { v: string; idx: string }[][] = [[], [], [], []];
       for (let w = 0; w < 4; w++) {
-        lines.push(`let a${w}_${s} = hw(A${w}_${s}, A${w + 1}_${s}, od${s}); let b${w}_${s} = hw(B${w}_${s}, B${w + 1}_${s}, od${s}); let h${w}_${s} = hw(H${w}_${s}, H${w + 1}_${s}, od${s});`);
+        lines.push(
+          `let a${w}_${s} = hw(A${w}_${s}, A${w + 1}_${s}, od${s}); let b${w}_${s} = hw(B${w}_${s}, B${w + 1}_${s}, od${s}); let h${w}_${s} = hw(H${w}_${s}, H${w + 1}_${s}, od${s});`,
+        );
         const q = [
           `(a${w}_${s} & 0x0f0f0f0fu) | ((h${w}_${s} & 0x03030303u) << 4u)`,
           `(b${w}_${s} & 0x0f0f0f0fu) | (((h${w}_${s} >> 2u) & 0x03030303u) << 4u)`,
@@ -266,10 +301,12 @@ function q6k(): TypeCode {
           `((b${w}_${s} >> 4u) & 0x0f0f0f0fu) | (((h${w}_${s} >> 6u) & 0x03030303u) << 4u)`,
         ];
         // (q − 32)·256: each 6-bit byte moved to bits 8..13 of its own lane, masked into a float's mantissa
-        for (let g = 0; g < 4; g++) groups[g].push({ v: `(bytesAt8(${q[g]}, 0x3f00u) - 8396800.0)`, idx: `xe${s} + ${w + 8 * g}u` });
+        for (let g = 0; g < 4; g++)
+          groups[g].push({ v: `(bytesAt8(${q[g]}, 0x3f00u) - 8396800.0)`, idx: `xe${s} + ${w + 8 * g}u` });
       }
       lines.push(`let xe${s} = k${s} * 64u + n${s} * 32u + i${s} * 4u;`);
-      for (let g = 0; g < 4; g++) lines.push(addDots(n, `g${g}_${s}`, groups[g], `(d${s} * 0.00390625 * f32(sx8(${sc[g]})))`));
+      for (let g = 0; g < 4; g++)
+        lines.push(addDots(n, `g${g}_${s}`, groups[g], `(d${s} * 0.00390625 * f32(sx8(${sc[g]})))`));
       return lines.join("\n    ");
     },
   };
@@ -287,19 +324,27 @@ function q5_0(): TypeCode {
     ${Array.from({ length: 6 }, (_, i) => `let W${i}_${s} = wd(wo${s} + ${i}u);`).join(" ")}`,
     use: (s, n) => {
       const lines: string[] = [];
-      lines.push(`let d${s} = unpack2x16float(select(W0_${s}, W0_${s} >> 16u, od${s})).x; let qh${s} = hw2(W0_${s}, W1_${s}, od${s});`);
+      lines.push(
+        `let d${s} = unpack2x16float(select(W0_${s}, W0_${s} >> 16u, od${s})).x; let qh${s} = hw2(W0_${s}, W1_${s}, od${s});`,
+      );
       // element j (< 16): low nibble of qs byte j with qh bit j above it, as (q − 16)·256 (bits 8..12 of a float's
       // mantissa); element j + 16: the high nibble with qh bit j + 16, as (q − 16)·4096 (bits 12..16)
       const lo: { v: string; idx: string }[] = [];
       const hi: { v: string; idx: string }[] = [];
       for (let m = 0; m < 4; m++) {
         // qs bytes 4m..4m+3 = block bytes 6 + 4m..
-        lines.push(`let q${m}_${s} = hw2(W${m + 1}_${s}, W${m + 2}_${s}, od${s}); let sh${m}_${s} = vec4u(q${m}_${s} << 8u, q${m}_${s}, q${m}_${s} >> 8u, q${m}_${s} >> 16u);`);
-        const hb = (first: number, to: number): string => `((vec4u(qh${s} >> ${first}u) << vec4u(${to}u, ${to - 1}u, ${to - 2}u, ${to - 3}u)) & vec4u(${1 << to}u))`;
+        lines.push(
+          `let q${m}_${s} = hw2(W${m + 1}_${s}, W${m + 2}_${s}, od${s}); let sh${m}_${s} = vec4u(q${m}_${s} << 8u, q${m}_${s}, q${m}_${s} >> 8u, q${m}_${s} >> 16u);`,
+        );
+        const hb = (first: number, to: number): string =>
+          `((vec4u(qh${s} >> ${first}u) << vec4u(${to}u, ${to - 1}u, ${to - 2}u, ${to - 3}u)) & vec4u(${1 << to}u))`;
         lo.push({ v: `(mag((sh${m}_${s} & vec4u(0xf00u)) | ${hb(4 * m, 12)}) - 4096.0)`, idx: `${m}u` });
         hi.push({ v: `(mag((sh${m}_${s} & vec4u(0xf000u)) | ${hb(4 * m + 16, 16)}) - 65536.0)`, idx: `${m + 4}u` });
       }
-      const at = (v: { v: string; idx: string }): { v: string; idx: string } => ({ v: v.v, idx: `8u * c${s} + ${v.idx}` });
+      const at = (v: { v: string; idx: string }): { v: string; idx: string } => ({
+        v: v.v,
+        idx: `8u * c${s} + ${v.idx}`,
+      });
       lines.push(addDots(n, `l${s}`, lo.map(at), `(d${s} * 0.00390625)`));
       lines.push(addDots(n, `h${s}`, hi.map(at), `(d${s} * 0.000244140625)`));
       return lines.join("\n    ");
@@ -383,7 +428,12 @@ fn q4ksm(hd: vec4u, j: u32) -> vec2f {
  * wd/wd2 word readers where blocks are read as u32 words), X, Y, outside plain mode the id or expert-list buffer IDS
  * (with expert lists also the workgroup's list word `oc`), then p.
  */
-export function chunkBindingsWGSL(vec4: boolean, mode: "plain" | "gather" | "experts-list", dual: boolean, extra: readonly string[] = []): string {
+export function chunkBindingsWGSL(
+  vec4: boolean,
+  mode: "plain" | "gather" | "experts-list",
+  dual: boolean,
+  extra: readonly string[] = [],
+): string {
   const w = vec4 ? "vec4u" : "u32";
   const ids = mode !== "plain";
   const first = (ids ? 4 : 3) + (dual ? 1 : 0);
@@ -403,20 +453,30 @@ ${extra.map((decl, i) => `@group(0) @binding(${first + i}) ${decl}`).join("\n")}
  * a second matrix of the same type and shape (W2: the up projection beside the gate one in W) is read in the same
  * lanes from the same x, and the kernel writes the SwiGLU silu(W·x)·(W2·x) directly (one dispatch for gate and up).
  */
-export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts-list", s: WideShape, dual = false, fx?: WideFusion): string {
+export function matvecWideWGSL(
+  type: number,
+  mode: "plain" | "gather" | "experts-list",
+  s: WideShape,
+  dual = false,
+  fx?: WideFusion,
+): string {
   const { sg: SG, rows: R, n: N } = s;
-  if (s.half === true && (s.pack === 2 || mode === "experts-list")) throw new Error("the wide kernel takes half a subgroup a row only in plain and pair-major products without pack");
+  if (s.half === true && (s.pack === 2 || mode === "experts-list"))
+    throw new Error("the wide kernel takes half a subgroup a row only in plain and pair-major products without pack");
   // lanes a row: the subgroup, or half of it (each half a row of its own)
   const LR = s.half === true ? SG / 2 : SG;
   const norm = fx?.norm;
   const K = norm?.combine ?? fx?.addCombine?.K ?? 0;
-  if (norm !== undefined && (s.stagePad === 0 || mode === "experts-list")) throw new Error("the wide kernel normalizes x only as it stages it (plain or pair-major products)");
-  if (K > 0 && (mode !== "plain" || (norm !== undefined && fx?.addCombine !== undefined))) throw new Error("the wide kernel combines expert outputs in plain products only, into x or into y");
+  if (norm !== undefined && (s.stagePad === 0 || mode === "experts-list"))
+    throw new Error("the wide kernel normalizes x only as it stages it (plain or pair-major products)");
+  if (K > 0 && (mode !== "plain" || (norm !== undefined && fx?.addCombine !== undefined)))
+    throw new Error("the wide kernel combines expert outputs in plain products only, into x or into y");
   const tc = typeCode(type, s.sums);
   const NC = s.cols / tc.elems;
   // packed (s.pack = 2): the subgroup's two rows as one run of NT = 2·NC chunks over its lanes (see WideShape.pack)
   // (wideRowsPerGroup counts both rows, so a shape the kernel would not pack must not reach it: dualShape gives pack 1)
-  if (s.pack === 2 && (dual || mode === "experts-list")) throw new Error("the wide kernel packs two rows a run only in single plain or pair-major products");
+  if (s.pack === 2 && (dual || mode === "experts-list"))
+    throw new Error("the wide kernel packs two rows a run only in single plain or pair-major products");
   const pack = s.pack === 2;
   const NT = pack ? 2 * NC : NC;
   const steps = Math.ceil(NT / LR);
@@ -447,7 +507,10 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
     const last = Math.min(first + LR, NT) - 1;
     const row = outer > 1 ? -1 : last < NC ? 0 : first >= NC ? 1 : -1;
     const cc = past(st) ? `min(cb + ${first}u, ${NT - 1}u)` : `cb + ${first}u`;
-    const base = row === -1 ? `let q${st} = ${cc} >= ${NC}u; let c${st} = select(${cc}, ${cc} - ${NC}u, q${st}); let rbq${st} = select(rb0, rb1, q${st});` : `let c${st} = ${cc}${row === 1 ? ` - ${NC}u` : ""};`;
+    const base =
+      row === -1
+        ? `let q${st} = ${cc} >= ${NC}u; let c${st} = select(${cc}, ${cc} - ${NC}u, q${st}); let rbq${st} = select(rb0, rb1, q${st});`
+        : `let c${st} = ${cc}${row === 1 ? ` - ${NC}u` : ""};`;
     loads.push(`${base}\n    ${tc.load(st).replace(/\brb\b/g, row === -1 ? `rbq${st}` : `rb${row}`)}`);
     const use =
       row === -1
@@ -475,12 +538,15 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
     // xsw(base + c) = xsw(base) + c within a pad block (STAGE_PAD): one index computation a chunk, not one a read
     const at = /^(.*) \+ (\d+)u$/.exec(v);
     if (at === null) return `XS[xsw(${t * C4}u + ${v})]`;
-    if (Number(at[2]) >= 1 << P) throw new Error(`the wide kernel's read at +${at[2]} leaves its pad block of ${1 << P} vec4s`);
+    if (Number(at[2]) >= 1 << P)
+      throw new Error(`the wide kernel's read at +${at[2]} leaves its pad block of ${1 << P} vec4s`);
     return `XS[xsw(${t * C4}u + ${at[1]}) + ${at[2]}u]`;
   };
   const xread = (code: string): string =>
     code
-      .replace(/XREAD\((\d+), ([^)]*)\)/g, (_, t: string, v: string) => (P > 0 ? staged(Number(t), v) : `X[xq${t} + ${v}]`))
+      .replace(/XREAD\((\d+), ([^)]*)\)/g, (_, t: string, v: string) =>
+        P > 0 ? staged(Number(t), v) : `X[xq${t} + ${v}]`,
+      )
       .replace(/XSUM\((\d+), ([^)]*)\)/g, (_, t: string, g: string) => `XSS[${Number(t) * G16}u + ${g}]`);
   const steps1 = xread([...loads, ...uses].join("\n    "));
   // with sums, each 16 elements' Σx too (group g of token t from its four staged vec4s; C4 is a multiple of 4)
@@ -489,7 +555,10 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
     : "";
   // with a norm: x' (x plus the K weighted expert rows of its token) times g staged, each token's Σx'² summed per
   // subgroup into NS before the staging barrier, then 1/rms per token (ninv) from those sums
-  const combineX = Array.from({ length: K }, (_, k) => `v += RW[t * ${K}u + ${k}u] * YE[(t * ${K}u + ${k}u) * ${C4}u + c];`).join(" ");
+  const combineX = Array.from(
+    { length: K },
+    (_, k) => `v += RW[t * ${K}u + ${k}u] * YE[(t * ${K}u + ${k}u) * ${C4}u + c];`,
+  ).join(" ");
   const stage =
     norm === undefined
       ? `for (var i = li; i < ${N * C4}u; i += ${R * SG}u) { XS[xsw(i)] = X[xq + (i / ${C4}u) * xs + i % ${C4}u]; }\n  workgroupBarrier();${sumStage}`
@@ -514,15 +583,21 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
   const reduce = Array.from({ length: S }, (_, j) => {
     const k = dual ? 2 * j : j;
     const sc = norm !== undefined ? " * ninv" : "";
-    return dual ? `let g${j} = rowAdd(acc${k}, rtop)${sc}; let v${j} = g${j} / (1.0 + exp(-g${j})) * (rowAdd(acc${k + 1}, rtop)${sc});` : `let v${j} = rowAdd(acc${k}, rtop)${sc};`;
+    return dual
+      ? `let g${j} = rowAdd(acc${k}, rtop)${sc}; let v${j} = g${j} / (1.0 + exp(-g${j})) * (rowAdd(acc${k + 1}, rtop)${sc});`
+      : `let v${j} = rowAdd(acc${k}, rtop)${sc};`;
   }).join("\n  ");
-  const loop = outer === 1 ? `{\n    let cb = lane;\n    ${steps1}\n  }` : `for (var it = 0u; it < ${outer}u; it++) {\n    let cb = it * ${G * LR}u + lane;\n    ${steps1}\n  }`;
+  const loop =
+    outer === 1
+      ? `{\n    let cb = lane;\n    ${steps1}\n  }`
+      : `for (var it = 0u; it < ${outer}u; it++) {\n    let cb = it * ${G * LR}u + lane;\n    ${steps1}\n  }`;
   // pipelined passes: the loads' names become variables, loaded for pass 0 before x is staged, then in pass i for pass
   // i + 1 (the last reloads itself, in bounds and unused) after pass i's values are copied out for its uses
   const piped = s.pipe === true && outer > 1 && mode !== "experts-list";
   const firstLoads = loads.join("\n    ");
   const names = [...firstLoads.matchAll(/let (\w+) =/g)].map((m) => m[1]);
-  const current = (code: string): string => (names.length === 0 ? code : code.replace(new RegExp(`\\b(${names.join("|")})\\b`, "g"), "$1_"));
+  const current = (code: string): string =>
+    names.length === 0 ? code : code.replace(new RegExp(`\\b(${names.join("|")})\\b`, "g"), "$1_");
   const pipeFirst = piped ? `let cb = lane;\n  ${firstLoads.replace(/let (\w+) =/g, "var $1 =")}` : "";
   const pipeLoop = `for (var it = 0u; it < ${outer}u; it++) {
     let cb = it * ${G * LR}u + lane;
@@ -540,19 +615,42 @@ export function matvecWideWGSL(type: number, mode: "plain" | "gather" | "experts
       ? ""
       : Array.from({ length: S }, (_, j) => {
           const rr = `select(0u, ${rowName(j)}, ${S === 1 ? "valid" : `ok${j}`})`;
-          const per = (t: number): string => Array.from({ length: ac.K }, (_, k) => `RW[${t * ac.K + k}u] * YE[${(t * ac.K + k) * ac.width}u + p.rowBase + ${rr}]`).join(" + ");
+          const per = (t: number): string =>
+            Array.from(
+              { length: ac.K },
+              (_, k) => `RW[${t * ac.K + k}u] * YE[${(t * ac.K + k) * ac.width}u + p.rowBase + ${rr}]`,
+            ).join(" + ");
           return `let cm${j} = vec4f(${Array.from({ length: 4 }, (_, t) => (t < N ? per(t) : "0.0")).join(", ")});`;
         }).join("\n  ");
-  const writes = Array.from({ length: S }, (_, j) => `if (${S === 1 ? "valid" : `ok${j}`}) { ${Array.from({ length: N }, (_, t) => `out(b, ${t}u, ${rowName(j)}, v${j}.${"xyzw"[t]}${ac !== undefined ? ` + cm${j}.${"xyzw"[t]}` : ""});`).join(" ")} }`).join(" ");
+  const writes = Array.from(
+    { length: S },
+    (_, j) =>
+      `if (${S === 1 ? "valid" : `ok${j}`}) { ${Array.from({ length: N }, (_, t) => `out(b, ${t}u, ${rowName(j)}, v${j}.${"xyzw"[t]}${ac !== undefined ? ` + cm${j}.${"xyzw"[t]}` : ""});`).join(" ")} }`,
+  ).join(" ");
   const rowBases =
     S === 1
       ? "let rb = p.wOff + wb + select(0u, r, valid) * p.rowBytes;"
-      : Array.from({ length: S }, (_, j) => `let r${j} = r + ${j}u; let ok${j} = valid && r${j} < p.rows; let rb${j} = p.wOff + wb + select(0u, r${j}, ok${j}) * p.rowBytes;`).join("\n  ");
+      : Array.from(
+          { length: S },
+          (_, j) =>
+            `let r${j} = r + ${j}u; let ok${j} = valid && r${j} < p.rows; let rb${j} = p.wOff + wb + select(0u, r${j}, ok${j}) * p.rowBytes;`,
+        ).join("\n  ");
   return /* wgsl */ `enable subgroups;
-${chunkBindingsWGSL(tc.vec4, mode, dual, fusionBuffers(fx).map((b) => `var<storage, read> ${b}: array<${b === "G" || (b === "YE" && norm !== undefined) ? "vec4f" : "f32"}>;`))}
+${chunkBindingsWGSL(
+  tc.vec4,
+  mode,
+  dual,
+  fusionBuffers(fx).map(
+    (b) => `var<storage, read> ${b}: array<${b === "G" || (b === "YE" && norm !== undefined) ? "vec4f" : "f32"}>;`,
+  ),
+)}
 ${norm !== undefined ? `var<workgroup> NS: array<vec4f, ${R}>;` : ""}
-${P > 0 ? `var<workgroup> XS: array<vec4f, ${stagedVec4s(N, s.cols, P)}>;
-fn xsw(v: u32) -> u32 { return v + (v >> ${P}u); }` : ""}
+${
+  P > 0
+    ? `var<workgroup> XS: array<vec4f, ${stagedVec4s(N, s.cols, P)}>;
+fn xsw(v: u32) -> u32 { return v + (v >> ${P}u); }`
+    : ""
+}
 ${s.sums ? `var<workgroup> XSS: array<f32, ${N * (s.cols / 16)}>;` : ""}
 ${WIDE_HELPERS}
 ${matOutWGSL(true)}

@@ -50,7 +50,9 @@ export function routeNormShape(rt: GpuRuntime, a: RouteArgs, dim: number): Route
 /** The subgroup routing kernel's shape where routeKernel picks it (a fixed subgroup size, not tuned off). */
 function subgroupRouteShape(rt: GpuRuntime, a: RouteArgs): RouteShape | undefined {
   const sg = rt.info.subgroupSize;
-  return rt.tune.route === 0 || sg === undefined ? undefined : routeShape(sg, a.E, a.nGroup, a.nGroupUsed, rt.tune.routeThreads);
+  return rt.tune.route === 0 || sg === undefined
+    ? undefined
+    : routeShape(sg, a.E, a.nGroup, a.nGroupUsed, rt.tune.routeThreads);
 }
 
 /** Whether the routing kernels take these arguments (≤ 256 experts, ≤ 16 used, ≤ 64 groups). */
@@ -78,26 +80,58 @@ export function routeParams(a: RouteArgs, hasBias: boolean): Uint32Array {
 }
 
 /** MoE routing: router logits z [n × E] → ids [n × K] (best first), weights [n × K]. */
-export function moeRoute(rt: GpuRuntime, z: GPUBuffer, bias: GPUBuffer | undefined, ids: GPUBuffer, wts: GPUBuffer, a: RouteArgs, norm?: RouteNorm): void {
-  if (!routeFits(a)) throw new LatentError(`moeRoute supports ≤ 256 experts, ≤ 16 used, ≤ 64 groups (got ${a.E}, ${a.K}, ${a.nGroup})`);
+export function moeRoute(
+  rt: GpuRuntime,
+  z: GPUBuffer,
+  bias: GPUBuffer | undefined,
+  ids: GPUBuffer,
+  wts: GPUBuffer,
+  a: RouteArgs,
+  norm?: RouteNorm,
+): void {
+  if (!routeFits(a))
+    throw new LatentError(`moeRoute supports ≤ 256 experts, ≤ 16 used, ≤ 64 groups (got ${a.E}, ${a.K}, ${a.nGroup})`);
   let kernel = routeKernel(rt, a);
   if (norm !== undefined) {
     const shape = routeNormShape(rt, a, norm.dim);
-    if (shape === undefined) throw new LatentError("moeRoute: the norm's scale needs the subgroup routing kernel and a row width that is a multiple of 4 (check routeNormShape())");
+    if (shape === undefined)
+      throw new LatentError(
+        "moeRoute: the norm's scale needs the subgroup routing kernel and a row width that is a multiple of 4 (check routeNormShape())",
+      );
     kernel = { code: routeWGSL(shape, norm), groups: routeGrid(shape, a.n) };
   }
   const { code, groups } = kernel;
-  rt.dispatch("moeRoute", code, [z, bias ?? z, ids, wts, ...(norm !== undefined ? [norm.h] : [])], routeParams(a, bias !== undefined), groups, [
-    { buffer: ids, offset: 0, size: a.n * a.K * 4 },
-    { buffer: wts, offset: 0, size: a.n * a.K * 4 },
-  ]);
+  rt.dispatch(
+    "moeRoute",
+    code,
+    [z, bias ?? z, ids, wts, ...(norm !== undefined ? [norm.h] : [])],
+    routeParams(a, bias !== undefined),
+    groups,
+    [
+      { buffer: ids, offset: 0, size: a.n * a.K * 4 },
+      { buffer: wts, offset: 0, size: a.n * a.K * 4 },
+    ],
+  );
 }
 
 /** y[t] (+)= Σ_k wts[t·K+k]·ye[t·K+k] over rows of `width`. */
-export function moeCombine(rt: GpuRuntime, ye: GPUBuffer, wts: GPUBuffer, y: GPUBuffer, a: { n: number; K: number; width: number; yOff?: number; yStride?: number; acc: boolean }): void {
+export function moeCombine(
+  rt: GpuRuntime,
+  ye: GPUBuffer,
+  wts: GPUBuffer,
+  y: GPUBuffer,
+  a: { n: number; K: number; width: number; yOff?: number; yStride?: number; acc: boolean },
+): void {
   const { gx, gy } = grid1(a.n * a.width, 256);
   const yOff = a.yOff ?? 0;
   const yStride = a.yStride ?? a.width;
   const params = new Uint32Array([a.n, a.K, a.width, yOff, yStride, gx, a.acc ? 1 : 0, 0]);
-  rt.dispatch("moeCombine", COMBINE_WGSL, [ye, wts, y], params, [gx, gy], a.acc ? [] : rows(y, yOff, a.n, yStride, a.width));
+  rt.dispatch(
+    "moeCombine",
+    COMBINE_WGSL,
+    [ye, wts, y],
+    params,
+    [gx, gy],
+    a.acc ? [] : rows(y, yOff, a.n, yStride, a.width),
+  );
 }

@@ -3,7 +3,20 @@
  * share, the 256-thread workgroup routing kernel and the weighted expert combine. Pure generators.
  */
 
-export const ROUTE_PARAMS = ["n", "E", "K", "nGroup", "nGroupUsed", "softmax", "groupMax", "norm", "hasBias", "scale", "zOff", "zStride"] as const;
+export const ROUTE_PARAMS = [
+  "n",
+  "E",
+  "K",
+  "nGroup",
+  "nGroupUsed",
+  "softmax",
+  "groupMax",
+  "norm",
+  "hasBias",
+  "scale",
+  "zOff",
+  "zStride",
+] as const;
 
 /** The routing kernels' parameter block (ROUTE_PARAMS) and NEG (ROUTE_WGSL and route.wgsl.ts). */
 export const ROUTE_STRUCT_WGSL = /* wgsl */ `

@@ -53,16 +53,31 @@ export interface RouteShape {
  * The kernel's shape for E experts in nGroup groups of which nGroupUsed are kept, or undefined where it does not
  * apply: a subgroup size outside 4..64, or groups that do not divide the experts.
  */
-export function routeShape(sg: number, E: number, nGroup: number, nGroupUsed: number, threads = ROUTE_THREADS): RouteShape | undefined {
+export function routeShape(
+  sg: number,
+  E: number,
+  nGroup: number,
+  nGroupUsed: number,
+  threads = ROUTE_THREADS,
+): RouteShape | undefined {
   if (sg < 4 || sg > 64 || E < 1) return undefined;
   const tokens = Math.max(1, Math.floor(threads / sg));
   const grouped = nGroup > 1 && nGroupUsed < nGroup;
-  if (!grouped) return { sg, experts: E, perLane: Math.ceil(E / sg), groups: 1, lanesPerGroup: 1, groupsPerLane: 1, tokens };
+  if (!grouped)
+    return { sg, experts: E, perLane: Math.ceil(E / sg), groups: 1, lanesPerGroup: 1, groupsPerLane: 1, tokens };
   if (E % nGroup !== 0) return undefined;
   const perGroup = E / nGroup;
   if (nGroup > sg) {
     const groupsPerLane = Math.ceil(nGroup / sg);
-    return { sg, experts: E, perLane: groupsPerLane * perGroup, groups: nGroup, lanesPerGroup: 1, groupsPerLane, tokens };
+    return {
+      sg,
+      experts: E,
+      perLane: groupsPerLane * perGroup,
+      groups: nGroup,
+      lanesPerGroup: 1,
+      groupsPerLane,
+      tokens,
+    };
   }
   // as many lanes per group as fit (fewer experts per lane, shorter loops), in power-of-two runs for the xor shuffles
   let lanesPerGroup = 1;
@@ -144,7 +159,10 @@ export function routeTokenWGSL(s: RouteShape): string {
   const grouped = s.groups > 1;
   const picks = Math.ceil(MAX_PICKS / s.sg);
   // the ballot's lowest set bit: the lowest lane holding the best key
-  const winner = s.sg > 32 ? "select(32u + firstTrailingBit(holders.y), firstTrailingBit(holders.x), holders.x != 0u)" : "firstTrailingBit(holders.x)";
+  const winner =
+    s.sg > 32
+      ? "select(32u + firstTrailingBit(holders.y), firstTrailingBit(holders.x), holders.x != 0u)"
+      : "firstTrailingBit(holders.x)";
   return /* wgsl */ `
 // orderKey(NEG)
 const NEG_KEY = 0x00800000u;
@@ -237,7 +255,13 @@ fn routeToken(lane: u32, t: u32, live: bool) {
  * h itself with the norm's weights folded into its rows, so that it needs no normalized x (gpu-model.ts).
  */
 export function routeWGSL(s: RouteShape, norm?: { readonly dim: number; readonly eps: number }): string {
-  const bindings = norm === undefined ? ROUTE_BINDINGS_WGSL : ROUTE_BINDINGS_WGSL.replace("@binding(4) var<uniform>", "@binding(5) var<uniform>").replace("var<storage, read_write> WTS: array<f32>;", "var<storage, read_write> WTS: array<f32>;\n@group(0) @binding(4) var<storage, read> H: array<vec4f>;");
+  const bindings =
+    norm === undefined
+      ? ROUTE_BINDINGS_WGSL
+      : ROUTE_BINDINGS_WGSL.replace("@binding(4) var<uniform>", "@binding(5) var<uniform>").replace(
+          "var<storage, read_write> WTS: array<f32>;",
+          "var<storage, read_write> WTS: array<f32>;\n@group(0) @binding(4) var<storage, read> H: array<vec4f>;",
+        );
   const rms =
     norm === undefined
       ? ""

@@ -93,7 +93,9 @@ export function argmaxWGSL(stage: "slices" | "merge", logprobs = false): string 
     stage === "slices"
       ? "@group(0) @binding(0) var<storage, read> X: array<f32>;\n@group(0) @binding(1) var<storage, read_write> PART: array<vec4u>;\n@group(0) @binding(2) var<uniform> p: P;"
       : "@group(0) @binding(0) var<storage, read> PART: array<vec4u>;\n@group(0) @binding(1) var<storage, read_write> IDS: array<u32>;\n" +
-        (logprobs ? "@group(0) @binding(2) var<storage, read_write> LP: array<u32>;\n@group(0) @binding(3) var<uniform> p: P;" : "@group(0) @binding(2) var<uniform> p: P;");
+        (logprobs
+          ? "@group(0) @binding(2) var<storage, read_write> LP: array<u32>;\n@group(0) @binding(3) var<uniform> p: P;"
+          : "@group(0) @binding(2) var<uniform> p: P;");
   const withSum = stage === "slices" || logprobs;
   return /* wgsl */ `
 struct P { n: u32, width: u32, xOff: u32, xStride: u32, slices: u32, _a: u32, _b: u32, _c: u32 }
@@ -119,9 +121,13 @@ ${scan}
     if (li < s && better(bv[li + s], bi[li + s], bv[li], bi[li])) { bv[li] = bv[li + s]; bi[li] = bi[li + s]; }
     workgroupBarrier();
   }
-${withSum ? `${sum}
+${
+  withSum
+    ? `${sum}
 ${REDUCE_SUM_WGSL}
-` : ""}  // a row of NaN only: token 0, as the CPU argmax
+`
+    : ""
+}  // a row of NaN only: token 0, as the CPU argmax
   if (li == 0u) {
     ${write}
   }

@@ -5,7 +5,13 @@ import { f32bits, type GpuRuntime } from "../../core/runtime.js";
 import { argmaxWGSL as argmaxSource, ARGMAX_SLICE } from "./argmax.wgsl.js";
 import { memoWGSL } from "../../core/wgsl-memo.js";
 import { NUCLEUS_ROUNDS, NUCLEUS_ROW_WORDS, nucleusWGSL as nucleusSource } from "./nucleus.wgsl.js";
-import { DRAW_WORDS, SAMPLE_TOPK_CAP, SAMPLE_TOPK_MAX, sampleTopKWGSL as sampleTopKSource, sampleWGSL as sampleSource } from "./sample.wgsl.js";
+import {
+  DRAW_WORDS,
+  SAMPLE_TOPK_CAP,
+  SAMPLE_TOPK_MAX,
+  sampleTopKWGSL as sampleTopKSource,
+  sampleWGSL as sampleSource,
+} from "./sample.wgsl.js";
 import type { PickDraw } from "../../../../engine/device-picks.js";
 
 export { DRAW_WORDS };
@@ -22,7 +28,18 @@ export function sampleScratchWords(n: number, width: number): number {
 
 /** The draws buffer's words for these rows' draws (DRAW_WORDS each: see sampleRows). */
 export function drawWords(draws: readonly PickDraw[]): Uint32Array {
-  return Uint32Array.from(draws.flatMap((d) => [f32bits(d.temperature > 0 ? 1 / d.temperature : 0), d.key >>> 0, d.topK ?? 0, f32bits(d.topP ?? 1), f32bits(d.minP ?? 0), 0, 0, 0]));
+  return Uint32Array.from(
+    draws.flatMap((d) => [
+      f32bits(d.temperature > 0 ? 1 / d.temperature : 0),
+      d.key >>> 0,
+      d.topK ?? 0,
+      f32bits(d.topP ?? 1),
+      f32bits(d.minP ?? 0),
+      0,
+      0,
+      0,
+    ]),
+  );
 }
 
 /** Words of the candidates buffer sampleRows needs for top-k rows: SAMPLE_TOPK_MAX (x, id) pairs per slice of a row. */
@@ -50,14 +67,35 @@ export function sampleTopKFits(width: number): boolean {
  * logprobs[t] = log_softmax(x_t) at ids[t] (NaN where the host sampler would refuse the row). Two dispatches, as
  * argmaxRows, or more.
  */
-export function sampleRows(rt: GpuRuntime, x: GPUBuffer, draws: GPUBuffer, ids: GPUBuffer, logprobs: GPUBuffer, part: GPUBuffer, a: { n: number; width: number; xOff?: number; xStride?: number; cand?: GPUBuffer; nucleus?: GPUBuffer }): void {
+export function sampleRows(
+  rt: GpuRuntime,
+  x: GPUBuffer,
+  draws: GPUBuffer,
+  ids: GPUBuffer,
+  logprobs: GPUBuffer,
+  part: GPUBuffer,
+  a: { n: number; width: number; xOff?: number; xStride?: number; cand?: GPUBuffer; nucleus?: GPUBuffer },
+): void {
   const slices = Math.ceil(a.width / ARGMAX_SLICE);
-  if (a.cand !== undefined && !sampleTopKFits(a.width)) throw new LatentError(`top-k draws on the GPU take rows of up to ${(SAMPLE_TOPK_CAP / SAMPLE_TOPK_MAX) * ARGMAX_SLICE} logits, not ${a.width}`);
-  if (a.nucleus !== undefined && a.nucleus.size < 4 * sampleNucleusWords(a.n)) throw new LatentError(`top-p draws of ${a.n} rows need a scratch of ${4 * sampleNucleusWords(a.n)} bytes, not ${a.nucleus.size}`);
+  if (a.cand !== undefined && !sampleTopKFits(a.width))
+    throw new LatentError(
+      `top-k draws on the GPU take rows of up to ${(SAMPLE_TOPK_CAP / SAMPLE_TOPK_MAX) * ARGMAX_SLICE} logits, not ${a.width}`,
+    );
+  if (a.nucleus !== undefined && a.nucleus.size < 4 * sampleNucleusWords(a.n))
+    throw new LatentError(
+      `top-p draws of ${a.n} rows need a scratch of ${4 * sampleNucleusWords(a.n)} bytes, not ${a.nucleus.size}`,
+    );
   // bits of the ids a row's slices span (the top-k selection's second key)
   const idBits = Math.max(1, Math.ceil(Math.log2(slices * ARGMAX_SLICE)));
   const params = new Uint32Array([a.n, a.width, a.xOff ?? 0, a.xStride ?? a.width, slices, idBits, 0, 0]);
-  rt.dispatch("sample slices", sampleWGSL("slices"), [x, draws, part], params, [slices, Math.min(a.n, 65535), Math.ceil(a.n / 65535)], [{ buffer: part, offset: 0, size: a.n * slices * 32 }]);
+  rt.dispatch(
+    "sample slices",
+    sampleWGSL("slices"),
+    [x, draws, part],
+    params,
+    [slices, Math.min(a.n, 65535), Math.ceil(a.n / 65535)],
+    [{ buffer: part, offset: 0, size: a.n * slices * 32 }],
+  );
   const rowGrid = [Math.min(a.n, 65535), Math.ceil(a.n / 65535)] as const;
   const sliceGrid = [slices, Math.min(a.n, 65535), Math.ceil(a.n / 65535)] as const;
   const merge = (): void =>
@@ -80,8 +118,15 @@ export function sampleRows(rt: GpuRuntime, x: GPUBuffer, draws: GPUBuffer, ids: 
   }
   if (a.cand === undefined) return;
   // (rows without top-k write nothing here: no completeness check on these outputs)
-  rt.dispatch("sample topk slices", sampleTopKWGSL("slices"), [x, draws, a.cand], params, [slices, Math.min(a.n, 65535), Math.ceil(a.n / 65535)]);
-  rt.dispatch("sample topk merge", sampleTopKWGSL("merge"), [a.cand, part, draws, ids, logprobs], params, [Math.min(a.n, 65535), Math.ceil(a.n / 65535)]);
+  rt.dispatch("sample topk slices", sampleTopKWGSL("slices"), [x, draws, a.cand], params, [
+    slices,
+    Math.min(a.n, 65535),
+    Math.ceil(a.n / 65535),
+  ]);
+  rt.dispatch("sample topk merge", sampleTopKWGSL("merge"), [a.cand, part, draws, ids, logprobs], params, [
+    Math.min(a.n, 65535),
+    Math.ceil(a.n / 65535),
+  ]);
 }
 
 /** Words of the scratch argmaxRows needs for n rows of `width`: per slice of a row its best (value, index) and Σ exp. */
@@ -95,10 +140,23 @@ export function argmaxScratchWords(n: number, width: number): number {
  * (as the sampler's logprob; see argmaxWGSL for non-finite rows): the best and Σ exp(x − best) of every slice of a
  * row into `part` (argmaxScratchWords), then per row the best of those and the log-sum-exp over them. Two dispatches.
  */
-export function argmaxRows(rt: GpuRuntime, x: GPUBuffer, ids: GPUBuffer, part: GPUBuffer, a: { n: number; width: number; xOff?: number; xStride?: number; logprobs?: GPUBuffer }): void {
+export function argmaxRows(
+  rt: GpuRuntime,
+  x: GPUBuffer,
+  ids: GPUBuffer,
+  part: GPUBuffer,
+  a: { n: number; width: number; xOff?: number; xStride?: number; logprobs?: GPUBuffer },
+): void {
   const slices = Math.ceil(a.width / ARGMAX_SLICE);
   const params = new Uint32Array([a.n, a.width, a.xOff ?? 0, a.xStride ?? a.width, slices, 0, 0, 0]);
-  rt.dispatch("argmax slices", argmaxWGSL("slices"), [x, part], params, [slices, Math.min(a.n, 65535), Math.ceil(a.n / 65535)], [{ buffer: part, offset: 0, size: a.n * slices * 16 }]);
+  rt.dispatch(
+    "argmax slices",
+    argmaxWGSL("slices"),
+    [x, part],
+    params,
+    [slices, Math.min(a.n, 65535), Math.ceil(a.n / 65535)],
+    [{ buffer: part, offset: 0, size: a.n * slices * 16 }],
+  );
   const lp = a.logprobs;
   rt.dispatch(
     "argmax merge",
@@ -106,6 +164,9 @@ export function argmaxRows(rt: GpuRuntime, x: GPUBuffer, ids: GPUBuffer, part: G
     lp !== undefined ? [part, ids, lp] : [part, ids],
     params,
     [Math.min(a.n, 65535), Math.ceil(a.n / 65535)],
-    [{ buffer: ids, offset: 0, size: a.n * 4 }, ...(lp !== undefined ? [{ buffer: lp, offset: 0, size: a.n * 4 }] : [])],
+    [
+      { buffer: ids, offset: 0, size: a.n * 4 },
+      ...(lp !== undefined ? [{ buffer: lp, offset: 0, size: a.n * 4 }] : []),
+    ],
   );
 }

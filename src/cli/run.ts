@@ -325,7 +325,12 @@ function openRunner(
         path === "decode" || prompt.length === 0
           ? []
           : [...new Set([Math.min(prompt.length, maxTokens), prompt.length % maxTokens || maxTokens])];
-      return { context, maxTokens, warm: { decode: 1, greedy: true, ...(draws ? { draws } : {}), prefill } };
+      return {
+        context,
+        maxTokens,
+        warm: { decode: 1, greedy: true, ...(draws ? { draws } : {}), prefill },
+        allowNonFinite: values.allowNonfinite === true,
+      };
     });
     if (open.fused !== undefined) {
       const f = open.fused;

@@ -350,6 +350,7 @@ function loadForServe(
             prefillChunk: o.prefillChunk ?? 128,
             kvTokens: o.kvTokensArg,
             pageSize: o.pageSize,
+            allowNonFinite: o.allowNonFinite,
           },
           io,
           (f) => gate.setProgress(f),
@@ -422,6 +423,7 @@ interface FusedServeOptions {
   readonly prefillChunk: number;
   readonly kvTokens: number | undefined;
   readonly pageSize: number;
+  readonly allowNonFinite: boolean;
 }
 
 function openFused(
@@ -455,6 +457,7 @@ function openFused(
         maxTokens,
         warm,
         pages: { pageSize: o.pageSize, numPages: Math.ceil(kvTokens / o.pageSize) },
+        allowNonFinite: o.allowNonFinite,
       };
     },
     onLoaded,

@@ -7,6 +7,7 @@
 import { parentPort, workerData } from "node:worker_threads";
 import { GGUFFile } from "../../../gguf/file.js";
 import { loadModelFrom } from "../../../model/from-file.js";
+import { printable } from "../../../util/printable.js";
 import { answer } from "../core/blocking-worker.js";
 import { requestGpuDevice, type GpuDeviceInfo } from "../core/device.js";
 import type { FusedInit, FusedRequest, WarmStats } from "./fused.js";
@@ -29,10 +30,16 @@ async function handle(req: FusedRequest): Promise<void> {
       rt = new GpuRuntime(info!, { checkWrites: init.checkWrites });
       const progress = new Float64Array(init.progress);
       // plain kernels: the weights are only read to travel to the GPU
-      const { model } = loadModelFrom(GGUFFile.open(req.path), (done, total) => {
-        progress[0] = done;
-        progress[1] = total;
-      });
+      // every weight is scanned for NaN/±Inf as it is read, as on the other backends: refused, or loaded with a warning
+      const onNonFinite = (message: string): void => void process.stderr.write(`warning: ${printable(message)}\n`);
+      const { model } = loadModelFrom(
+        GGUFFile.open(req.path),
+        (done, total) => {
+          progress[0] = done;
+          progress[1] = total;
+        },
+        req.allowNonFinite ? { onNonFinite } : {},
+      );
       gpu = new GpuModel(rt, model, {
         slots: req.slots,
         context: req.context,

@@ -60,6 +60,7 @@ export type FusedRequest =
       maxTokens: number;
       pages: FusedOptions["pages"];
       warm: WarmShapes | undefined;
+      allowNonFinite: boolean;
     }
   | { op: "logits"; buffer: SharedArrayBuffer }
   | { op: "step"; tokens: StepToken[] }
@@ -112,6 +113,8 @@ export interface FusedOptions {
    * command will run (a prompt's prefill chunks; decode batches up to the server's largest)
    */
   readonly warm?: WarmShapes;
+  /** load weights holding NaN/±Inf with a warning on stderr each, instead of refusing the file (--allow-nonfinite) */
+  readonly allowNonFinite?: boolean;
   /** ms to wait for one answer (loading a large model counts as one; default 10 min) */
   readonly timeoutMs?: number;
 }
@@ -204,6 +207,7 @@ export class FusedGpuModel implements GreedyChainModel {
         maxTokens: this.opts.maxTokens,
         pages: this.opts.pages,
         warm: this.opts.warm,
+        allowNonFinite: this.opts.allowNonFinite === true,
       },
       tick,
     );

@@ -217,7 +217,6 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
   const cors = options.cors !== undefined ? parseCorsOrigins(options.cors) : undefined;
   const keyHash = options.apiKey !== undefined ? createHash("sha256").update(options.apiKey).digest() : undefined;
   const created = Math.floor(Date.now() / 1000);
-  let draining = false;
   const active = new Set<Promise<void>>();
 
   const api: Api = {
@@ -236,106 +235,18 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     reasoningFormat: options.reasoningFormat ?? "deepseek",
   };
 
-  const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
-    const path = pathOf(req.url);
-    const endpoint = ENDPOINTS.has(path) ? path : path.startsWith("/v1/models/") ? "/v1/models/{id}" : "other";
-    const t0 = performance.now();
-    const requestId = requestIdOf(req);
-    res.setHeader("x-request-id", requestId);
-    const tokens: RequestTokens = { promptTokens: undefined, completionTokens: 0, ttftMs: undefined };
-    requestTokens.set(req, { tokens, t0 });
-    // a response that never finished: the client went away first (nginx's 499); a stream logs here, at its end
-    res.once("close", () => {
-      const status = res.writableFinished ? res.statusCode : CLIENT_CLOSED;
-      m.requests.inc({ endpoint, status: String(status) });
-      const totalMs = performance.now() - t0;
-      // the access line says it too (status 499); this one stays for embedders that take lines only
-      if (status === CLIENT_CLOSED)
-        logger.event(
-          "debug",
-          `${CLIENT_CLOSED} ${req.method ?? "?"} ${path}: the client closed the connection after ${(totalMs / 1000).toFixed(1)} s`,
-        );
-      logger.request({
-        requestId,
-        method: req.method ?? "?",
-        path,
-        status,
-        promptTokens: tokens.promptTokens,
-        completionTokens: tokens.promptTokens !== undefined ? tokens.completionTokens : undefined,
-        ttftMs: tokens.ttftMs,
-        totalMs,
-      });
-    });
-    const readOnly = req.method === "GET" || req.method === "HEAD";
-    if (cors !== undefined) {
-      // a preflight carries no credentials: answered before the key check, for every path
-      if (req.method === "OPTIONS" && req.headers["access-control-request-method"] !== undefined) {
-        res.writeHead(204, preflightHeaders(cors, req));
-        res.end();
-        return;
-      }
-      // set before any writeHead: JSON answers, errors and event streams all carry them
-      for (const [k, v] of Object.entries(corsHeaders(cors, req))) res.setHeader(k, v);
-    }
-    try {
-      if (path === "/health") {
-        if (!readOnly) throw methodNotAllowed(req.method);
-        sendJson(
-          res,
-          draining ? 503 : 200,
-          { status: draining ? "draining" : "ok" },
-          draining ? retryHeaders(503, limits.retryAfterSeconds) : {},
-        );
-        return;
-      }
-      if (path === "/metrics") {
-        if (!readOnly) throw methodNotAllowed(req.method);
-        const text = await m.registry.metrics();
-        res.writeHead(200, { "content-type": m.registry.contentType });
-        res.end(text);
-        return;
-      }
-      if (draining) throw new ApiError(503, "the server is shutting down", "server_error", null, "shutting_down");
-      if (keyHash !== undefined && (path.startsWith("/v1/") || path === "/tokenize" || path === "/detokenize"))
-        checkKey(req, keyHash);
-      if (path === "/v1/models") {
-        if (!readOnly) throw methodNotAllowed(req.method);
-        sendJson(res, 200, { object: "list", data: modelIds.map((id) => modelCard(api, id, config.contextLength)) });
-        return;
-      }
-      if (endpoint === "/v1/models/{id}") {
-        if (!readOnly) throw methodNotAllowed(req.method);
-        const id = decodeOrRaw(path.slice("/v1/models/".length));
-        if (!modelIds.includes(id)) throw unknownModel(id, modelIds);
-        sendJson(res, 200, modelCard(api, id, config.contextLength));
-        return;
-      }
-      if (!ENDPOINTS.has(path))
-        throw new ApiError(404, `no route ${req.method ?? "?"} ${path}`, "not_found_error", null, "unknown_url");
-      if (req.method !== "POST") throw methodNotAllowed(req.method);
-      const body = parseJsonObject(
-        await readBody(req, { limit: limits.maxBodyBytes, budget: bodyBudget, timeoutMs: limits.bodyTimeoutMs }),
-      );
-      if (path === "/tokenize") return await tokenize(api, body, res);
-      if (path === "/detokenize") return detokenize(api, body, res);
-      if (path === "/v1/completions") return await completions(api, body, req, res);
-      if (path === "/v1/chat/completions") return await chat(api, body, req, res);
-    } catch (e) {
-      if (e instanceof ClientGoneError) {
-        res.destroy();
-        return;
-      }
-      const err = toApiError(e);
-      // an unexpected error with its stack; the server's own 5xx answers (generation failed, timeout) as one line; 503s
-      // (shutting down, busy) are routine
-      if (!(e instanceof ApiError) && err.status >= 500)
-        logError(`error ${req.method ?? "?"} ${path}: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}`);
-      else if (err.status >= 500 && err.status !== 503)
-        logError(`${err.status} ${req.method ?? "?"} ${path}: ${err.message}`);
-      if (mustClose(err)) res.setHeader("connection", "close");
-      sendError(res, err, retryHeaders(err.status, limits.retryAfterSeconds));
-    }
+  const served: Served = {
+    api,
+    limits,
+    metrics: m,
+    logger,
+    cors,
+    keyHash,
+    bodyBudget,
+    contextLength: config.contextLength,
+    draining: false,
   };
+  const handle = (req: IncomingMessage, res: ServerResponse): Promise<void> => handleRequest(served, req, res);
 
   // Node checks header deadlines on this interval; a short deadline needs a short interval
   const http = createServer(
@@ -398,7 +309,7 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
     stats: () => ({ ...scheduler.stats(), ...pool.stats(), activeRequests: active.size }),
     close: () =>
       (closing ??= (async () => {
-        draining = true;
+        served.draining = true;
         const closed = new Promise<void>((resolve) => http.close(() => resolve()));
         const finished = (async () => {
           await scheduler.idle();
@@ -435,6 +346,125 @@ export async function startServer(options: ServerOptions): Promise<RunningServer
         m.loopDelay.disable();
       })()),
   };
+}
+
+/** What the request handler reads: the server's parts, and whether it is draining. */
+interface Served {
+  readonly api: Api;
+  readonly limits: ServerLimits;
+  readonly metrics: ServerMetrics;
+  readonly logger: ServerLogger;
+  readonly cors: ReturnType<typeof parseCorsOrigins> | undefined;
+  readonly keyHash: Buffer | undefined;
+  readonly bodyBudget: BodyBudget;
+  /** the model's own context length (the model card's) */
+  readonly contextLength: number;
+  draining: boolean;
+}
+
+/** One HTTP request: CORS, the key, the route, the answer or an OpenAI-shaped error; counted and logged when it closes. */
+async function handleRequest(s: Served, req: IncomingMessage, res: ServerResponse): Promise<void> {
+  const path = pathOf(req.url);
+  const endpoint = ENDPOINTS.has(path) ? path : path.startsWith("/v1/models/") ? "/v1/models/{id}" : "other";
+  const t0 = performance.now();
+  const requestId = requestIdOf(req);
+  res.setHeader("x-request-id", requestId);
+  const tokens: RequestTokens = { promptTokens: undefined, completionTokens: 0, ttftMs: undefined };
+  requestTokens.set(req, { tokens, t0 });
+  // a response that never finished: the client went away first (nginx's 499); a stream logs here, at its end
+  res.once("close", () => {
+    const status = res.writableFinished ? res.statusCode : CLIENT_CLOSED;
+    s.metrics.requests.inc({ endpoint, status: String(status) });
+    const totalMs = performance.now() - t0;
+    // the access line says it too (status 499); this one stays for embedders that take lines only
+    if (status === CLIENT_CLOSED)
+      s.logger.event(
+        "debug",
+        `${CLIENT_CLOSED} ${req.method ?? "?"} ${path}: the client closed the connection after ${(totalMs / 1000).toFixed(1)} s`,
+      );
+    s.logger.request({
+      requestId,
+      method: req.method ?? "?",
+      path,
+      status,
+      promptTokens: tokens.promptTokens,
+      completionTokens: tokens.promptTokens !== undefined ? tokens.completionTokens : undefined,
+      ttftMs: tokens.ttftMs,
+      totalMs,
+    });
+  });
+  const readOnly = req.method === "GET" || req.method === "HEAD";
+  if (s.cors !== undefined) {
+    // a preflight carries no credentials: answered before the key check, for every path
+    if (req.method === "OPTIONS" && req.headers["access-control-request-method"] !== undefined) {
+      res.writeHead(204, preflightHeaders(s.cors, req));
+      res.end();
+      return;
+    }
+    // set before any writeHead: JSON answers, errors and event streams all carry them
+    for (const [k, v] of Object.entries(corsHeaders(s.cors, req))) res.setHeader(k, v);
+  }
+  try {
+    if (path === "/health") {
+      if (!readOnly) throw methodNotAllowed(req.method);
+      sendJson(
+        res,
+        s.draining ? 503 : 200,
+        { status: s.draining ? "s.draining" : "ok" },
+        s.draining ? retryHeaders(503, s.limits.retryAfterSeconds) : {},
+      );
+      return;
+    }
+    if (path === "/metrics") {
+      if (!readOnly) throw methodNotAllowed(req.method);
+      const text = await s.metrics.registry.metrics();
+      res.writeHead(200, { "content-type": s.metrics.registry.contentType });
+      res.end(text);
+      return;
+    }
+    if (s.draining) throw new ApiError(503, "the server is shutting down", "server_error", null, "shutting_down");
+    if (s.keyHash !== undefined && (path.startsWith("/v1/") || path === "/tokenize" || path === "/detokenize"))
+      checkKey(req, s.keyHash);
+    if (path === "/v1/models") {
+      if (!readOnly) throw methodNotAllowed(req.method);
+      sendJson(res, 200, { object: "list", data: s.api.modelIds.map((id) => modelCard(s.api, id, s.contextLength)) });
+      return;
+    }
+    if (endpoint === "/v1/models/{id}") {
+      if (!readOnly) throw methodNotAllowed(req.method);
+      const id = decodeOrRaw(path.slice("/v1/models/".length));
+      if (!s.api.modelIds.includes(id)) throw unknownModel(id, s.api.modelIds);
+      sendJson(res, 200, modelCard(s.api, id, s.contextLength));
+      return;
+    }
+    if (!ENDPOINTS.has(path))
+      throw new ApiError(404, `no route ${req.method ?? "?"} ${path}`, "not_found_error", null, "unknown_url");
+    if (req.method !== "POST") throw methodNotAllowed(req.method);
+    const body = parseJsonObject(
+      await readBody(req, { limit: s.limits.maxBodyBytes, budget: s.bodyBudget, timeoutMs: s.limits.bodyTimeoutMs }),
+    );
+    if (path === "/tokenize") return await tokenize(s.api, body, res);
+    if (path === "/detokenize") return detokenize(s.api, body, res);
+    if (path === "/v1/completions") return await completions(s.api, body, req, res);
+    if (path === "/v1/chat/completions") return await chat(s.api, body, req, res);
+  } catch (e) {
+    if (e instanceof ClientGoneError) {
+      res.destroy();
+      return;
+    }
+    const err = toApiError(e);
+    // an unexpected error with its stack; the server's own 5xx answers (generation failed, timeout) as one line; 503s
+    // (shutting down, busy) are routine
+    if (!(e instanceof ApiError) && err.status >= 500)
+      s.logger.event(
+        "error",
+        `error ${req.method ?? "?"} ${path}: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}`,
+      );
+    else if (err.status >= 500 && err.status !== 503)
+      s.logger.event("error", `${err.status} ${req.method ?? "?"} ${path}: ${err.message}`);
+    if (mustClose(err)) res.setHeader("connection", "close");
+    sendError(res, err, retryHeaders(err.status, s.limits.retryAfterSeconds));
+  }
 }
 
 interface Api {

@@ -2,7 +2,7 @@
 # The WebGPU test files on the lent H200. That machine has no npm packages and the device tool carries at most 64 MiB
 # with the working tree (~35 MB tracked), so the tests travel compiled, with only the packages they import at run time.
 #
-# Here (repository root, after `npm install`, ../shared/tools/gpu/prepare.sh and the .gpu-nm/ of BENCHMARKS.md):
+# Here (repository root, after `npm install`, the GPU tool kit's prepare.sh (it writes .gpu/) and a .gpu-nm/ holding the runtime packages):
 #   bash scripts/h200-tests.sh prepare
 # then on the device, carrying [".gpu", ".gpu-nm", ".gpu-test.txz"] (the compiled tree xz'd: ~0.4 MB instead of ~3 MB,
 # which with the tracked files, .gpu and .gpu-nm would pass the tool's 64 MiB):

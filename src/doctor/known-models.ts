@@ -4,8 +4,8 @@
  * rope settings of its metadata are then compared with the release's config.json — a converter that got them wrong
  * produces a file whose every compute path agrees with itself and is still wrong.
  *
- * Sources (Hugging Face config.json of each release; cross-checked with /work/shared/reference/mla-models.md §4 and
- * the public copies found by searching the code corpus):
+ * Sources (Hugging Face config.json of each release; cross-checked with the published modelling code and
+ * public copies of each config):
  * - deepseek-ai/DeepSeek-V2, DeepSeek-V2-Lite: configuration_deepseek.py + config.json (softmax, group_limited_greedy /
  *   greedy, routed_scaling_factor 16 / 1, YaRN factor 40 on 4096, mscale = mscale_all_dim = 0.707, θ 1e4)
  * - deepseek-ai/DeepSeek-V3, DeepSeek-R1, DeepSeek-V3.1 (same config): sigmoid + noaux_tc, n_group 8, topk_group 4,

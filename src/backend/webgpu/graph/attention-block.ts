@@ -15,11 +15,32 @@ import type { GpuLayer } from "./weights.js";
 
 /** h += W_o · MLA(attn_norm(h)) for the step's tokens. */
 export function encodeAttention(s: StepEncoding, l: GpuLayer): void {
-  const { rt, c, b, n, table } = s;
-  const { nEmbd: Hd, nHead: H, qkNope: P, qkRope: R, vHead: V, kvLoraRank: L, qLoraRank: Lq } = c;
-  const D = P + R;
+  // "attn_norm", then "q" / "latent" / "k_pe" into A0
+  const oCombine = encodeProjections(s, l);
+  // the latent cache write and the absorbed queries (DSA: the keys they may see); one token may run fused to o
+  const attended = encodeQueries(s, l);
+  // "attn_out": o = W_UV · softmax(q·k) v over the latent cache
+  if (!attended) attendLatent(s, l);
+  // "o_proj": h += W_o · o (with a pending combine added to h here when the norm fused into A0's product took it)
+  const { rt, c, b, n } = s;
+  matmul(rt, l.o, b.o!, b.h!, {
+    n,
+    xStride: c.nHead * c.vHead,
+    yStride: c.nEmbd,
+    acc: true,
+    ...(oCombine ? { fuse: { addCombine: s.combineArgs } } : {}),
+  });
+  if (oCombine) s.combinePending = false;
+}
+
+/**
+ * attn_norm(h), then A0 = [q or the q-LoRA latent | c | k_pe] per token: one product when the two matrices stack, with
+ * the norm (and a pending combine) inside it in small steps. Returns whether W_o must add the pending combine to h.
+ */
+function encodeProjections(s: StepEncoding, l: GpuLayer): boolean {
+  const { rt, c, b, n } = s;
+  const Hd = c.nEmbd;
   const S0 = s.a0Stride;
-  const F0 = S0 - L - R;
   const attnFused =
     s.fuseAttnNorm &&
     b.metaBase === undefined &&
@@ -27,8 +48,6 @@ export function encodeAttention(s: StepEncoding, l: GpuLayer): void {
     fusable(rt, l.qkvA, n, false) &&
     (!s.combinePending || fusable(rt, l.o, n, false));
   const oCombine = attnFused && s.combinePending;
-  // attn_norm, then "q" / "latent" / "k_pe": A0 = [q or the q-LoRA latent (F0) | c | k_pe] per token, one product when
-  // the two matrices stack
   if (!attnFused) s.normH(l.attnNorm, b.x!);
   if (attnFused)
     matmul(rt, l.qkvA!, b.h!, b.a0!, {
@@ -40,42 +59,95 @@ export function encodeAttention(s: StepEncoding, l: GpuLayer): void {
   else if (l.qkvA !== undefined) matmul(rt, l.qkvA, b.x!, b.a0!, { n, xStride: Hd, yStride: S0 });
   else {
     matmul(rt, (l.qA ?? l.q)!, b.x!, b.a0!, { n, xStride: Hd, yStride: S0 });
-    matmul(rt, l.kvA!, b.x!, b.a0!, { n, xStride: Hd, yStride: S0, yOff: F0 });
+    matmul(rt, l.kvA!, b.x!, b.a0!, { n, xStride: Hd, yStride: S0, yOff: S0 - c.kvLoraRank - c.qkRope });
   }
-  // cache rows: RMSNorm(c)·g and rope(k_pe), written at (slot, pos); in the same dispatch, the q-LoRA latent's norm,
-  // or (queries already in A0) q_pe roped straight into the absorbed queries [q_abs (L) | q_pe (R)] per head
-  const lora = c.qLoraRank > 0;
-  const qRope = { y: b.qAbs!, heads: H, qpOff: P, qHead: D, yOff: L, yTok: H * (L + R), yHead: L + R };
-  const cacheWrite = (): void =>
-    kvCacheWrite(
-      rt,
-      b.a0!,
-      l.kvANorm,
-      table,
-      R,
-      b.pos!,
-      b.rowIdx!,
-      l.cacheC,
-      l.cacheK,
-      { n, L, kvOff: F0, stride: S0, ...(lora ? { qNorm: { g: l.qANorm!, dim: Lq } } : { qRope }) },
-      c.rmsEps,
-    );
-  // absorbed queries [q_abs (L) | q_pe (R)] per head: q_abs = W_UKᵀ q_nope (q_pe roped straight into place)
-  const absorb = (q: GPUBuffer, qStride: number): void =>
-    matmul(rt, l.kB, q, b.qAbs!, {
-      n,
-      xStride: qStride,
-      yStride: H * (L + R),
-      batch: { count: H, xBatch: D, yBatch: L + R },
+  return oCombine;
+}
+
+/**
+ * From A0: the cache write, the queries (from the normed q-LoRA latent, or already in A0), DSA's key selection and the
+ * absorbed queries [q_abs (L) | q_pe (R)] per head in QABS. Returns whether the one-token fused attention also wrote o.
+ */
+function encodeQueries(s: StepEncoding, l: GpuLayer): boolean {
+  const { rt, c, b, n, table } = s;
+  const { nHead: H, qkNope: P, qkRope: R, kvLoraRank: L } = c;
+  const D = P + R;
+  const fused = fusedAttention(s, l);
+  if (c.qLoraRank === 0) {
+    if (fused !== undefined) {
+      fused(b.a0!);
+      return true;
+    }
+    // the queries already in A0: the cache write (and q_pe into columns [L, L+R) of QABS) and q_abs (columns [0, L))
+    // read A0 and write apart
+    s.together(() => {
+      writeCache(s, l);
+      absorbQueries(s, l, b.a0!, s.a0Stride);
     });
-  // one token, no DSA: absorb, attention and W_UV as one dispatch, with the cache write too without q-LoRA; past one
-  // chunk of keys as two, the keys split over the workgroups (tune.attnFuse, default on GPUs; attention/fused.ts)
-  const fusedAttn =
-    n === 1 && b.metaBase === undefined
-      ? attnFusedShape(rt, l.kB, l.vB, { heads: H, P, R, L, V, maxKeys: s.maxKeys, lora })
-      : undefined;
-  const fusedArgs = { scale: c.kqScale, eps: c.rmsEps, pageSize: s.pageSize, kvOff: F0 };
-  const fusedBufs = {
+    if (b.metaBase !== undefined) selectKeys(s, l);
+    return false;
+  }
+  // the queries from the normed latent into Q
+  writeCache(s, l);
+  matmul(rt, l.qB!, b.a0!, b.q!, { n, xStride: s.a0Stride, yStride: H * D });
+  if (b.metaBase !== undefined) selectKeys(s, l);
+  if (fused !== undefined) {
+    fused(b.q!);
+    return true;
+  }
+  absorbQueries(s, l, b.q!, H * D);
+  ropeTo(rt, table, R, b.q!, b.pos!, b.qAbs!, {
+    n,
+    heads: H,
+    xOff: P,
+    tokStride: H * D,
+    headStride: D,
+    yOff: L,
+    yTok: H * (L + R),
+    yHead: L + R,
+  });
+  return false;
+}
+
+/**
+ * Cache rows: RMSNorm(c)·g and rope(k_pe), written at (slot, pos); in the same dispatch, the q-LoRA latent's norm, or
+ * (queries already in A0) q_pe roped straight into the absorbed queries [q_abs (L) | q_pe (R)] per head.
+ */
+function writeCache(s: StepEncoding, l: GpuLayer): void {
+  const { rt, c, b, n } = s;
+  const { nHead: H, qkNope: P, qkRope: R, kvLoraRank: L } = c;
+  const qRope = { y: b.qAbs!, heads: H, qpOff: P, qHead: P + R, yOff: L, yTok: H * (L + R), yHead: L + R };
+  const qSide = c.qLoraRank > 0 ? { qNorm: { g: l.qANorm!, dim: c.qLoraRank } } : { qRope };
+  const S0 = s.a0Stride;
+  const rows = { n, L, kvOff: S0 - L - R, stride: S0, ...qSide };
+  kvCacheWrite(rt, b.a0!, l.kvANorm, s.table, R, b.pos!, b.rowIdx!, l.cacheC, l.cacheK, rows, c.rmsEps);
+}
+
+/** q_abs = W_UKᵀ q_nope per head into columns [0, L) of QABS (q_pe is roped into the rest apart). */
+function absorbQueries(s: StepEncoding, l: GpuLayer, q: GPUBuffer, qStride: number): void {
+  const { nHead: H, qkNope: P, qkRope: R, kvLoraRank: L } = s.c;
+  matmul(s.rt, l.kB, q, s.b.qAbs!, {
+    n: s.n,
+    xStride: qStride,
+    yStride: H * (L + R),
+    batch: { count: H, xBatch: P + R, yBatch: L + R },
+  });
+}
+
+/**
+ * One token, no DSA: absorb, attention and W_UV as one dispatch from the queries (A0 or Q), with the cache write too
+ * without q-LoRA; past one chunk of keys as two, the keys split over the workgroups (tune.attnFuse, default on GPUs;
+ * attention/fused.ts). Undefined where it does not apply.
+ */
+function fusedAttention(s: StepEncoding, l: GpuLayer): ((q: GPUBuffer) => void) | undefined {
+  const { rt, c, b, n, table } = s;
+  const { nHead: H, qkNope: P, qkRope: R, vHead: V, kvLoraRank: L } = c;
+  if (n !== 1 || b.metaBase !== undefined) return undefined;
+  const lora = c.qLoraRank > 0;
+  const shape = attnFusedShape(rt, l.kB, l.vB, { heads: H, P, R, L, V, maxKeys: s.maxKeys, lora });
+  if (shape === undefined) return undefined;
+  const args = { scale: c.kqScale, eps: c.rmsEps, pageSize: s.pageSize, kvOff: s.a0Stride - L - R };
+  const bufs = {
     kB: l.kB,
     vB: l.vB,
     g: l.kvANorm,
@@ -89,47 +161,7 @@ export function encodeAttention(s: StepEncoding, l: GpuLayer): void {
     o: b.o!,
     part: b.attnPart!,
   };
-  if (fusedAttn !== undefined && !lora) {
-    attentionFused(rt, fusedAttn, { a0: b.a0!, ...fusedBufs }, fusedArgs);
-  } else if (lora) {
-    // the queries from the normed latent into Q
-    cacheWrite();
-    matmul(rt, l.qB!, b.a0!, b.q!, { n, xStride: S0, yStride: H * D });
-    if (b.metaBase !== undefined) selectKeys(s, l);
-    if (fusedAttn !== undefined) attentionFused(rt, fusedAttn, { a0: b.q!, ...fusedBufs }, fusedArgs);
-    else {
-      absorb(b.q!, H * D);
-      ropeTo(rt, table, R, b.q!, b.pos!, b.qAbs!, {
-        n,
-        heads: H,
-        xOff: P,
-        tokStride: H * D,
-        headStride: D,
-        yOff: L,
-        yTok: H * (L + R),
-        yHead: L + R,
-      });
-    }
-  } else {
-    // the queries already in A0: the cache write (and q_pe into columns [L, L+R) of QABS) and q_abs (columns [0, L))
-    // read A0 and write apart
-    s.together(() => {
-      cacheWrite();
-      absorb(b.a0!, S0);
-    });
-    if (b.metaBase !== undefined) selectKeys(s, l);
-  }
-  // "attn_out": o = W_UV · softmax(q·k) v over the latent cache (unless the fused attention wrote it)
-  if (fusedAttn === undefined) attendLatent(s, l);
-  // "o_proj": h += W_o · o (with a pending combine added to h here when the norm took none)
-  matmul(rt, l.o, b.o!, b.h!, {
-    n,
-    xStride: H * V,
-    yStride: Hd,
-    acc: true,
-    ...(oCombine ? { fuse: { addCombine: s.combineArgs } } : {}),
-  });
-  if (oCombine) s.combinePending = false;
+  return (q) => attentionFused(rt, shape, { a0: q, ...bufs }, args);
 }
 
 /** o = W_UV · attention of the absorbed queries (QABS) over the layer's latent cache, through LO. */

@@ -336,7 +336,7 @@ export class GpuModel {
     const ctx = this.opts.context;
     getRows(rt, this.embd, b.ids!, b.h!, n);
     const table = this.ropeTable.ensure(ctx);
-    const s = new StepEncoding(rt, c, b, n, maxKeys, table, ctx, this.opts.pages?.pageSize ?? 0);
+    const s = new StepEncoding(rt, c, b, n, maxKeys, table, this.opts.pages?.pageSize ?? 0);
     // as the reference model reads (src/model/deepseek2.ts): h += attention(attn_norm(h)); h += ffn(ffn_norm(h))
     for (const l of layers) {
       encodeAttention(s, l);

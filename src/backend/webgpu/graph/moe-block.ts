@@ -5,6 +5,7 @@
  * gathered expert products, the shared experts, and the combine — left pending on the step (StepEncoding), for the
  * next RMSNorm of h or the output to add.
  */
+import type { ModelConfig } from "../../../model/config.js";
 import {
   expertLists,
   expertsFrom,
@@ -19,14 +20,12 @@ import { swiGLUDown, swiGLUGateUp } from "./dense-block.js";
 import type { StepEncoding } from "./step-encoding.js";
 import type { GpuFFN, GpuLayer } from "./weights.js";
 
-/** h += MoE(ffn_norm(h)) for the step's tokens, the routed experts' weighted sum left pending in YE. */
-export function encodeMoE(s: StepEncoding, l: GpuLayer, experts: GpuFFN): void {
-  const { rt, c, b, n } = s;
-  const { nEmbd: Hd, nExpertUsed: K, nFFExp: Fe, nExpert: E } = c;
-  const routing: RouteArgs = {
+/** The routing of n tokens as the config gates them (src/model/moe.ts `route`). */
+function routingArgs(c: ModelConfig, n: number): RouteArgs {
+  return {
     n,
-    E,
-    K,
+    E: c.nExpert,
+    K: c.nExpertUsed,
     nGroup: c.nGroup,
     nGroupUsed: c.nGroupUsed,
     softmax: c.gating === "softmax",
@@ -34,6 +33,13 @@ export function encodeMoE(s: StepEncoding, l: GpuLayer, experts: GpuFFN): void {
     norm: c.weightsNorm,
     scale: c.weightsScale,
   };
+}
+
+/** h += MoE(ffn_norm(h)) for the step's tokens, the routed experts' weighted sum left pending in YE. */
+export function encodeMoE(s: StepEncoding, l: GpuLayer, experts: GpuFFN): void {
+  const { rt, c, b, n } = s;
+  const { nEmbd: Hd, nExpertUsed: K, nFFExp: Fe, nExpert: E } = c;
+  const routing = routingArgs(c, n);
   // expert-major products (pairs ≥ experts) read the pairs grouped by expert, built once for the three
   const lists = n * K >= expertsFrom(rt, experts.gate) * E ? b.elist! : undefined;
   // small MoE steps on the wide kernel: the FFN's RMSNorm inside its readers instead of a dispatch of its own — the

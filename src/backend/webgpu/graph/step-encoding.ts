@@ -42,8 +42,6 @@ export class StepEncoding {
     readonly maxKeys: number,
     /** the rope table, covering the context */
     readonly table: GPUBuffer,
-    /** positions per sequence */
-    readonly context: number,
     /** positions per page of a paged cache, 0 for contiguous caches */
     readonly pageSize: number,
   ) {

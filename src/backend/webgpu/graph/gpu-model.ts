@@ -11,21 +11,8 @@ import type { ModelConfig } from "../../../model/config.js";
 import type { DeepSeek2 } from "../../../model/deepseek2.js";
 import { LatentError } from "../../../util/errors.js";
 import type { PickDraw } from "../../../engine/device-picks.js";
-import {
-  expertListWords,
-  expertLists,
-  expertsFrom,
-  fusable,
-  getRows,
-  GpuMatrix,
-  matmul,
-  matmulGather,
-  matmulGatherSwiGLU,
-  matmulSwiGLUSteps,
-  type CombineArgs,
-  type FusionArgs,
-} from "../kernels/matmul/matrix.js";
-import { addNorm, copyU32, layerNorm, rmsNorm, rope, RopeTable, ropeTo, scatterRows } from "../kernels/rows/rows.js";
+import { expertListWords, getRows, GpuMatrix, matmul } from "../kernels/matmul/matrix.js";
+import { rmsNorm, RopeTable } from "../kernels/rows/rows.js";
 import {
   argmaxRows,
   argmaxScratchWords,
@@ -37,16 +24,18 @@ import {
   sampleTopKFits,
   sampleTopKWords,
 } from "../kernels/sample/sample.js";
-import { attention, attentionScratch, kvCacheWrite } from "../kernels/attention/attention.js";
-import { dsaSelect } from "../kernels/dsa/dsa.js";
-import { moeCombine, moeRoute, routeNormShape, type RouteArgs } from "../kernels/moe/moe.js";
-import { attentionFused, attnFusedPartWords, attnFusedShape } from "../kernels/attention/fused.js";
+import { attentionScratch } from "../kernels/attention/attention.js";
+import { moeCombine } from "../kernels/moe/moe.js";
+import { attnFusedPartWords } from "../kernels/attention/fused.js";
 import type { GpuRuntime, Recording } from "../core/runtime.js";
 import { ATTN_CHUNK } from "../kernels/attention/attention.wgsl.js";
-import { layerWeightBytes, upload, uploadLayer, type GpuFFN, type GpuLayer } from "./weights.js";
+import { encodeAttention } from "./attention-block.js";
+import { encodeDenseFFN } from "./dense-block.js";
+import { encodeMoE } from "./moe-block.js";
+import { a0Stride, StepEncoding } from "./step-encoding.js";
+import { layerWeightBytes, upload, uploadLayer, type GpuLayer } from "./weights.js";
 
-/** Steps of at most this many tokens run independent kernels in one dispatch (GpuRuntime.together); tune.fuseTokens overrides. */
-export const FUSE_MAX_TOKENS = 4;
+export { FUSE_MAX_TOKENS } from "./step-encoding.js";
 
 export interface GpuModelOptions {
   /** sequences with their own latent cache */
@@ -175,7 +164,7 @@ export class GpuModel {
     rt.write(this.b.ones!, 0, new Float32Array(N).fill(1));
     buf("x", N * Hd);
     // A0: per token [q (no q-LoRA) or the q-LoRA latent | c (L) | k_pe (R)], what the first products of a layer write
-    buf("a0", N * this.a0Stride());
+    buf("a0", N * a0Stride(c));
     buf("q", N * H * D);
     buf("qAbs", N * H * (L + R));
     buf("lo", N * H * L);
@@ -204,12 +193,6 @@ export class GpuModel {
       buf("cand", sampleTopKWords(N, c.nVocab));
       buf("nuc", sampleNucleusWords(N));
     }
-  }
-
-  /** Width of an A0 row: the first product's outputs (q or the q-LoRA latent) then kv_a's (c, k_pe). */
-  private a0Stride(): number {
-    const c = this.c;
-    return (c.qLoraRank > 0 ? c.qLoraRank : c.nHead * (c.qkNope + c.qkRope)) + c.kvLoraRank + c.qkRope;
   }
 
   /**
@@ -346,330 +329,29 @@ export class GpuModel {
     }
   }
 
+  /** The step's layers over the residual h (from the token embeddings), then the output rows' logits. */
   private encodeResidual(n: number, maxKeys: number, rows: readonly number[], layers: readonly GpuLayer[]): void {
     const { rt, c, b } = this;
-    const {
-      nEmbd: Hd,
-      nHead: H,
-      qkNope: P,
-      qkRope: R,
-      vHead: V,
-      kvLoraRank: L,
-      qLoraRank: Lq,
-      nExpertUsed: K,
-      nFFExp: Fe,
-    } = c;
-    const D = P + R;
+    const Hd = c.nEmbd;
     const ctx = this.opts.context;
-    // independent kernels share one dispatch only in small steps, where per-dispatch costs dominate: on a large GPU
-    // (v2-lite) combining cut batch 1 from 351 to 298 dispatches (GPU 3.81 → 3.59 ms per step) but made the 512-token
-    // prefill slower (GPU 409 → 444 ms) and gained nothing at batch 64 (64.8 → 65.8 ms)
-    const small = n <= (rt.tune.fuseTokens ?? FUSE_MAX_TOKENS);
-    const together = (fn: () => void): void => (small && rt.tune.together !== 0 ? rt.together(fn) : fn());
     getRows(rt, this.embd, b.ids!, b.h!, n);
     const table = this.ropeTable.ensure(ctx);
-    // a MoE layer's weighted expert outputs wait in YE until the next RMSNorm, which adds them to h first (one kernel)
-    let combinePending = false;
-    const normH = (g: GPUBuffer, y: GPUBuffer): void => {
-      if (combinePending) addNorm(rt, b.ye!, b.rw!, b.h!, g, y, { n, K, dim: Hd }, c.rmsEps);
-      else rmsNorm(rt, b.h!, g, y, { n, dim: Hd }, c.rmsEps);
-      combinePending = false;
-    };
-    // small steps on the wide kernel (tune.normFuse, default 1): the FFN's RMSNorm inside the products that read it, and
-    // the attention's RMSNorm (with the last MoE layer's combine into the residual) inside A0's staging of x, the combine
-    // added to h by o: two dispatches fewer a layer. On a large GPU (v2-lite batch 1) the attention's side was slower while
-    // the kernels were fully unrolled (3.31 against 3.13 ms with the FFN's alone); with one chunk step a pass
-    // (shapes.ts, UNROLL) it is faster, in one call 2.75 / 2.75 / 2.76 against 2.83 / 2.83 / 2.84 ms with the FFN's
-    // alone
-    const fuseMode = small ? (rt.tune.normFuse ?? 1) : 0;
-    const fuseAttn = fuseMode === 1 || fuseMode === 3;
-    const fuseFFN = fuseMode === 1 || fuseMode === 2;
-    const combineArgs: CombineArgs = { ye: b.ye!, rw: b.rw!, K };
+    const s = new StepEncoding(rt, c, b, n, maxKeys, table, this.opts.pages?.pageSize ?? 0);
+    // as the reference model reads (src/model/deepseek2.ts): h += attention(attn_norm(h)); h += ffn(ffn_norm(h))
     for (const l of layers) {
-      const S0 = this.a0Stride();
-      const F0 = S0 - L - R;
-      const attnFused =
-        fuseAttn &&
-        b.metaBase === undefined &&
-        l.qkvA !== undefined &&
-        fusable(rt, l.qkvA, n, false) &&
-        (!combinePending || fusable(rt, l.o, n, false));
-      const oCombine = attnFused && combinePending;
-      if (!attnFused) normH(l.attnNorm, b.x!);
-      // A0 = [q or the q-LoRA latent (F0) | c | k_pe] per token: one product when the two matrices stack
-      if (attnFused)
-        matmul(rt, l.qkvA!, b.h!, b.a0!, {
-          n,
-          xStride: Hd,
-          yStride: S0,
-          fuse: { norm: { g: l.attnNorm, eps: c.rmsEps, ...(oCombine ? { combine: combineArgs } : {}) } },
-        });
-      else if (l.qkvA !== undefined) matmul(rt, l.qkvA, b.x!, b.a0!, { n, xStride: Hd, yStride: S0 });
-      else {
-        matmul(rt, (l.qA ?? l.q)!, b.x!, b.a0!, { n, xStride: Hd, yStride: S0 });
-        matmul(rt, l.kvA!, b.x!, b.a0!, { n, xStride: Hd, yStride: S0, yOff: F0 });
-      }
-      // cache rows: RMSNorm(c)·g and rope(k_pe), written at (slot, pos); in the same dispatch, the q-LoRA latent's norm,
-      // or (queries already in A0) q_pe roped straight into the absorbed queries [q_abs (L) | q_pe (R)] per head
-      const lora = c.qLoraRank > 0;
-      const qRope = { y: b.qAbs!, heads: H, qpOff: P, qHead: D, yOff: L, yTok: H * (L + R), yHead: L + R };
-      const cacheWrite = (): void =>
-        kvCacheWrite(
-          rt,
-          b.a0!,
-          l.kvANorm,
-          table,
-          R,
-          b.pos!,
-          b.rowIdx!,
-          l.cacheC,
-          l.cacheK,
-          { n, L, kvOff: F0, stride: S0, ...(lora ? { qNorm: { g: l.qANorm!, dim: Lq } } : { qRope }) },
-          c.rmsEps,
-        );
-      // absorbed queries [q_abs (L) | q_pe (R)] per head: q_abs = W_UKᵀ q_nope (q_pe roped straight into place)
-      const absorb = (q: GPUBuffer, qStride: number): void =>
-        matmul(rt, l.kB, q, b.qAbs!, {
-          n,
-          xStride: qStride,
-          yStride: H * (L + R),
-          batch: { count: H, xBatch: D, yBatch: L + R },
-        });
-      // one token, no DSA: absorb, attention and W_UV as one dispatch, with the cache write too without q-LoRA; past one
-      // chunk of keys as two, the keys split over the workgroups (tune.attnFuse, default on GPUs; attention/fused.ts)
-      const fusedAttn =
-        n === 1 && b.metaBase === undefined
-          ? attnFusedShape(rt, l.kB, l.vB, { heads: H, P, R, L, V, maxKeys, lora })
-          : undefined;
-      const fusedArgs = { scale: c.kqScale, eps: c.rmsEps, pageSize: this.opts.pages?.pageSize ?? 0, kvOff: F0 };
-      const fusedBufs = {
-        kB: l.kB,
-        vB: l.vB,
-        g: l.kvANorm,
-        table,
-        pos: b.pos!,
-        rowIdx: b.rowIdx!,
-        cacheC: l.cacheC,
-        cacheK: l.cacheK,
-        meta: b.meta!,
-        sel: b.sel!,
-        o: b.o!,
-        part: b.attnPart!,
-      };
-      if (fusedAttn !== undefined && !lora) {
-        attentionFused(rt, fusedAttn, { a0: b.a0!, ...fusedBufs }, fusedArgs);
-      } else if (lora) {
-        // the queries from the normed latent into Q
-        cacheWrite();
-        matmul(rt, l.qB!, b.a0!, b.q!, { n, xStride: S0, yStride: H * D });
-        if (b.metaBase !== undefined) this.selectKeys(l, n, maxKeys);
-        if (fusedAttn !== undefined) attentionFused(rt, fusedAttn, { a0: b.q!, ...fusedBufs }, fusedArgs);
-        else {
-          absorb(b.q!, H * D);
-          ropeTo(rt, table, R, b.q!, b.pos!, b.qAbs!, {
-            n,
-            heads: H,
-            xOff: P,
-            tokStride: H * D,
-            headStride: D,
-            yOff: L,
-            yTok: H * (L + R),
-            yHead: L + R,
-          });
-        }
-      } else {
-        // the queries already in A0: the cache write (and q_pe into columns [L, L+R) of QABS) and q_abs (columns [0, L))
-        // read A0 and write apart
-        together(() => {
-          cacheWrite();
-          absorb(b.a0!, S0);
-        });
-        if (b.metaBase !== undefined) this.selectKeys(l, n, maxKeys);
-      }
-      if (fusedAttn === undefined)
-        attention(
-          rt,
-          { q: b.qAbs!, k1: l.cacheC, k2: l.cacheK, v: l.cacheC, meta: b.meta!, sel: b.sel!, o: b.lo!, part: b.part },
-          {
-            nq: n,
-            heads: H,
-            d1: L,
-            d2: R,
-            dv: L,
-            scale: c.kqScale,
-            maxKeys,
-            q: { off: 0, stride: H * (L + R), head: L + R, q2Off: L },
-            k1: { off: 0, stride: L, head: 0 },
-            k2: { off: 0, stride: R },
-            v: { off: 0, stride: L, head: 0 },
-            o: { off: 0, stride: H * L, head: L },
-            pageSize: this.opts.pages?.pageSize ?? 0,
-          },
-        );
-      if (fusedAttn === undefined)
-        matmul(rt, l.vB, b.lo!, b.o!, { n, xStride: H * L, yStride: H * V, batch: { count: H, xBatch: L, yBatch: V } });
-      matmul(rt, l.o, b.o!, b.h!, {
-        n,
-        xStride: H * V,
-        yStride: Hd,
-        acc: true,
-        ...(oCombine ? { fuse: { addCombine: combineArgs } } : {}),
-      });
-      if (oCombine) combinePending = false;
-
-      const E = c.nExpert;
-      const routing: RouteArgs = {
-        n,
-        E,
-        K,
-        nGroup: c.nGroup,
-        nGroupUsed: c.nGroupUsed,
-        softmax: c.gating === "softmax",
-        groupMax: c.gating === "softmax" && c.groupScoring === "definition",
-        norm: c.weightsNorm,
-        scale: c.weightsScale,
-      };
-      const lists = l.experts !== undefined && n * K >= expertsFrom(rt, l.experts.gate) * E ? b.elist! : undefined;
-      // small MoE steps on the wide kernel: the FFN's RMSNorm inside its readers instead of a dispatch of its own — the
-      // shared and routed gate·up products normalize x as they stage it, the router reads h with ffn_norm folded into
-      // its rows, and the routing scales its logits by 1/rms(h)
-      const ffnFused =
-        fuseFFN &&
-        l.experts !== undefined &&
-        l.routerNormed !== undefined &&
-        lists === undefined &&
-        routeNormShape(rt, routing, Hd) !== undefined &&
-        fusable(rt, l.experts.gate, 1, true, l.experts.up) &&
-        (l.shared === undefined || fusable(rt, l.shared.gate, n, false, l.shared.up));
-      const ffnIn = ffnFused ? b.h! : b.x!;
-      const ffnNorm = ffnFused ? { norm: { g: l.ffnNorm, eps: c.rmsEps } } : undefined;
-      if (!ffnFused) normH(l.ffnNorm, b.x!);
-      if (l.dense !== undefined) this.ffn(l.dense, n);
-      if (l.experts !== undefined) {
-        const shared = l.shared;
-        // the router and the shared experts' gate·up (its first dispatch: the second reads it) both only read x
-        const [sharedFirst, ...sharedRest] =
-          shared !== undefined ? this.ffnGateUp(shared, n, b.gs!, ffnIn, ffnNorm) : [];
-        together(() => {
-          matmul(rt, ffnFused ? l.routerNormed!() : l.router!, ffnIn, b.z!, { n, xStride: Hd, yStride: E });
-          sharedFirst?.();
-        });
-        for (const step of sharedRest) step();
-        // (tune.sharedEarly, default) the shared down product beside the routing, into the residual's other buffer: h' =
-        // h + W_down·g_s, so that the routing and the routed gate·up still read h; the routed down product then runs
-        // alone. Both down products in one dispatch made each the other's tail: on a large GPU (v2-lite batch 1) GPU 2.58 →
-        // 2.51 ms a step, and 2.36 once the routing kernel took 256 threads and so shared that dispatch (route.wgsl.ts)
-        const early =
-          small &&
-          rt.tune.sharedEarly !== 0 &&
-          shared !== undefined &&
-          lists === undefined &&
-          sharedRest.length === 0 &&
-          fusable(rt, shared.down, n, false);
-        together(() => {
-          moeRoute(
-            rt,
-            b.z!,
-            l.bias,
-            b.rids!,
-            b.rw!,
-            routing,
-            ffnFused ? { h: b.h!, dim: Hd, eps: c.rmsEps } : undefined,
-          );
-          if (early)
-            matmul(rt, shared!.down, b.gs!, b.hAlt!, {
-              n,
-              xStride: shared!.gate.rows,
-              yStride: Hd,
-              fuse: { addCombine: { ye: b.h!, rw: b.ones!, K: 1 } },
-            });
-        });
-        // expert-major products (pairs ≥ experts) read the pairs grouped by expert, built once for the three
-        if (lists !== undefined) expertLists(rt, b.rids!, lists, { pairs: n * K, E });
-        // g = silu(W_gate x)·(W_up x) per pair (one dual product at small batches, else gate then up with SwiGLU fused)
-        matmulGatherSwiGLU(rt, l.experts.gate, l.experts.up, ffnIn, b.g!, b.rids!, {
-          pairs: n * K,
-          xDiv: K,
-          xBatch: Hd,
-          yBatch: Fe,
-          lists,
-          ...(ffnNorm !== undefined ? { fuse: ffnNorm } : {}),
-        });
-        // the routed experts' down products into YE (and, sharedEarly = 0, the shared experts' into h beside them)
-        together(() => {
-          matmulGather(rt, l.experts!.down, b.g!, b.ye!, b.rids!, {
-            pairs: n * K,
-            xDiv: 1,
-            xBatch: Fe,
-            yBatch: Hd,
-            lists,
-          });
-          if (shared !== undefined && !early) this.ffnDown(shared, n, b.gs!);
-        });
-        if (early) [b.h, b.hAlt] = [b.hAlt, b.h];
-        combinePending = true;
-      }
+      encodeAttention(s, l);
+      if (l.experts !== undefined) encodeMoE(s, l, l.experts);
+      else encodeDenseFFN(s, l);
     }
-    // output rows
-    if (rows.length === n) normH(this.outputNorm, b.hn!);
+    // "output_norm" of the logits rows (the last MoE layer's combine added to h first), then the output product
+    if (rows.length === n) s.normH(this.outputNorm, b.hn!);
     else {
-      if (combinePending) moeCombine(rt, b.ye!, b.rw!, b.h!, { n, K, width: Hd, acc: true });
+      if (s.combinePending) moeCombine(rt, b.ye!, b.rw!, b.h!, { n, K: c.nExpertUsed, width: Hd, acc: true });
       rows.forEach((r, j) =>
         rmsNorm(rt, b.h!, this.outputNorm, b.hn!, { n: 1, dim: Hd, xOff: r * Hd, yOff: j * Hd }, c.rmsEps),
       );
     }
     if (rows.length > 0) matmul(rt, this.output, b.hn!, b.logits!, { n: rows.length, xStride: Hd, yStride: c.nVocab });
-  }
-
-  /**
-   * DSA: the step's indexer keys into the layer's key cache, then the top_k keys of every query (src/model/dsa.ts) into
-   * SEL with META pointing the attention at them. The selection rewrites META, so each layer starts from a copy.
-   */
-  private selectKeys(l: GpuLayer, n: number, maxKeys: number): void {
-    const { rt, c, b } = this;
-    copyU32(rt, b.metaBase!, b.meta!, 4 * n);
-    const ix = l.indexer;
-    const cfg = c.indexer!;
-    if (ix === undefined) return; // a layer without an indexer attends densely
-    const { nHead: Hi, headDim: Di, topK } = cfg;
-    const table = this.ropeTable.ensure(this.opts.context);
-    // keys: LayerNorm (eps 0, as llama.cpp reads none) and rope on the first R dims, written at (slot, pos)
-    matmul(rt, ix.k, b.x!, b.kI!, { n, xStride: c.nEmbd, yStride: Di });
-    layerNorm(rt, b.kI!, ix.kNormW, ix.kNormB, undefined, { n, dim: Di }, 0);
-    rope(rt, table, c.qkRope, b.kI!, b.pos!, { n, heads: 1, xOff: 0, tokStride: Di, headStride: Di });
-    scatterRows(rt, b.kI!, b.rowIdx!, ix.cache, { n, width: Di });
-    // queries from the normed q-LoRA latent, head weights from x
-    matmul(rt, ix.qB, b.a0!, b.qI!, { n, xStride: this.a0Stride(), yStride: Hi * Di });
-    rope(rt, table, c.qkRope, b.qI!, b.pos!, { n, heads: Hi, xOff: 0, tokStride: Hi * Di, headStride: Di });
-    matmul(rt, ix.proj, b.x!, b.wI!, { n, xStride: c.nEmbd, yStride: Hi });
-    // score rows as wide as the step's key chunks (fixed for a recorded step shape)
-    const T = Math.max(1, Math.ceil(maxKeys / ATTN_CHUNK)) * ATTN_CHUNK;
-    dsaSelect(
-      rt,
-      { q: b.qI!, w: b.wI!, keys: ix.cache, meta: b.meta!, scores: b.scores!, sel: b.sel! },
-      { n, T, Hi, D: Di, topK, pageSize: this.opts.pages?.pageSize ?? 0 },
-    );
-  }
-
-  /** h += down(silu(gate·x) ⊙ up·x) for n tokens. */
-  private ffn(f: GpuFFN, n: number): void {
-    for (const step of this.ffnGateUp(f, n, this.b.g!)) step();
-    this.ffnDown(f, n, this.b.g!);
-  }
-
-  /** g = silu(gate·x) ⊙ up·x as its dependent steps (one dual product where the wide kernel applies); x: b.x unless given (with its fused norm). */
-  private ffnGateUp(f: GpuFFN, n: number, g: GPUBuffer, x: GPUBuffer = this.b.x!, fuse?: FusionArgs): (() => void)[] {
-    return matmulSwiGLUSteps(this.rt, f.gate, f.up, x, g, {
-      n,
-      xStride: this.c.nEmbd,
-      yStride: f.gate.rows,
-      ...(fuse !== undefined ? { fuse } : {}),
-    });
-  }
-
-  /** h += down·g. */
-  private ffnDown(f: GpuFFN, n: number, g: GPUBuffer): void {
-    matmul(this.rt, f.down, g, this.b.h!, { n, xStride: f.gate.rows, yStride: this.c.nEmbd, acc: true });
   }
 
   /** Read back the logits of the last encoded step (submits it). */

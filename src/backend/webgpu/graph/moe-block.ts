@@ -8,13 +8,13 @@
 import type { ModelConfig } from "../../../model/config.js";
 import {
   expertLists,
-  expertsFrom,
   fusable,
   matmul,
   matmulGather,
   matmulGatherSwiGLU,
   type FusionArgs,
 } from "../kernels/matmul/matrix.js";
+import { expertsFrom } from "../kernels/matmul/select.js";
 import { moeRoute, routeNormShape, type RouteArgs } from "../kernels/moe/moe.js";
 import { swiGLUDown, swiGLUGateUp } from "./dense-block.js";
 import type { StepEncoding } from "./step-encoding.js";

@@ -53,7 +53,7 @@ export class StepEncoding {
     // the attention's RMSNorm (with the last MoE layer's combine into the residual) inside A0's staging of x, the combine
     // added to h by o: two dispatches fewer a layer. On a large GPU (v2-lite batch 1) the attention's side was slower while
     // the kernels were fully unrolled (3.31 against 3.13 ms with the FFN's alone); with one chunk step a pass
-    // (shapes.ts, UNROLL) it is faster, in one call 2.75 / 2.75 / 2.76 against 2.83 / 2.83 / 2.84 ms with the FFN's
+    // (matmul/select.ts, UNROLL) it is faster, in one call 2.75 / 2.75 / 2.76 against 2.83 / 2.83 / 2.84 ms with the FFN's
     // alone
     const fuseMode = this.small ? (rt.tune.normFuse ?? 1) : 0;
     this.fuseAttnNorm = fuseMode === 1 || fuseMode === 3;

@@ -64,7 +64,7 @@ export function attnFusedShape(
   const keys = clamp(rt.tune.attnFuseKeys, 1, 4, wide ? 2 : 1);
   // one chunk step a turn, in a pipelined loop: on a large GPU (v2-lite batch 1, same call) the step took 3.07 ms on the
   // GPU with 1 (then not pipelined), 3.12 with 2 and 3.48 with 8 unrolled (kernel code fetched again every layer:
-  // shapes.ts, UNROLL), against 3.18 without the fused kernel
+  // matmul/select.ts, UNROLL), against 3.18 without the fused kernel
   const unroll = clamp(rt.tune.attnFuseUnroll, 1, 16, 1);
   // subgroups a workgroup (tune.attnFuseSubgroups): on GPUs 16 where their partial latents fit in workgroup memory (v2-lite
   // batch 1, same call: GPU 2.58 / 2.58 ms a step against 2.67 / 2.67 with 8 and 3.04 with 4; with

@@ -52,9 +52,9 @@ test("every tune.<knob> the WebGPU sources read is in the table, and every knob 
   );
 });
 
-// Each family's choices are made in one module that alone reads the tuning (kernels/<family>/select.ts, graph/select.ts);
-// launchers and the graph take its plain choices. Besides those, only core/tuning.ts (the table) and core/runtime.ts
-// (GpuRuntime holds RuntimeOptions.tune) may name `.tune`.
+// Each family's choices are made in one module that alone reads the tuning (kernels/<family>/select.ts,
+// graph/select.ts); launchers and the graph take its plain choices. Besides those, only core/tuning.ts (the table)
+// and core/runtime.ts (GpuRuntime holds RuntimeOptions.tune) may name `.tune`.
 const SELECT_MODULE: Record<KnobFamily, string> = {
   matmul: "kernels/matmul/select.ts",
   attention: "kernels/attention/select.ts",
@@ -63,15 +63,6 @@ const SELECT_MODULE: Record<KnobFamily, string> = {
   graph: "graph/select.ts",
 };
 const HOLDERS = ["core/tuning.ts", "core/runtime.ts"];
-// launchers not yet moved onto a select module (issue 28): this list only shrinks
-const NOT_YET = [
-  "graph/step-encoding.ts",
-  "graph/moe-block.ts",
-  "kernels/dsa/dsa.ts",
-  "kernels/attention/attention.ts",
-  "kernels/attention/fused.ts",
-  "kernels/moe/moe.ts",
-];
 
 test("only the select modules read the tuning, each only its own family's knobs", {
   skip: !existsSync(SOURCES) && "no sources here",
@@ -85,14 +76,14 @@ test("only the select modules read the tuning, each only its own family's knobs"
   const misplaced: string[] = [];
   for (const f of files(SOURCES)) {
     const rel = relative(SOURCES, f).split(sep).join("/");
-    if (HOLDERS.includes(rel) || NOT_YET.includes(rel)) continue;
+    if (HOLDERS.includes(rel)) continue;
     // (comments name a knob as tune.<knob>, without the dot before it)
     const text = readFileSync(f, "utf8");
     if (!selects.has(rel)) {
       if (/\.tune\b/.test(text)) outside.push(rel);
       continue;
     }
-    for (const m of text.matchAll(/\.tune\.([a-zA-Z]+)/g)) {
+    for (const m of text.matchAll(/\btune\.([a-zA-Z]+)/g)) {
       const knob = KNOBS[m[1] as keyof typeof KNOBS];
       if (knob !== undefined && SELECT_MODULE[knob.family] !== rel) misplaced.push(`${rel}: ${m[1]}`);
     }

@@ -41,7 +41,8 @@ import {
   type AttentionArgs,
 } from "../src/backend/webgpu/kernels/attention/attention.js";
 import { moeRoute } from "../src/backend/webgpu/kernels/moe/moe.js";
-import { attentionFused, attnFusedShape } from "../src/backend/webgpu/kernels/attention/fused.js";
+import { attentionFused } from "../src/backend/webgpu/kernels/attention/fused.js";
+import { attnFusedShape } from "../src/backend/webgpu/kernels/attention/select.js";
 import { GpuRuntime } from "../src/backend/webgpu/core/runtime.js";
 import { parseTuning } from "../src/backend/webgpu/core/tuning.js";
 

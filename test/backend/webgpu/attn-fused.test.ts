@@ -9,11 +9,8 @@ import { GGMLType, typeName } from "../../../src/gguf/types.js";
 import { quantize } from "../../../src/quant/index.js";
 import { GpuRuntime } from "../../../src/backend/webgpu/core/runtime.js";
 import { GpuMatrix } from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
-import {
-  attentionFused,
-  attnFusedPartWords,
-  attnFusedShape,
-} from "../../../src/backend/webgpu/kernels/attention/fused.js";
+import { attentionFused, attnFusedPartWords } from "../../../src/backend/webgpu/kernels/attention/fused.js";
+import { attnFusedShape } from "../../../src/backend/webgpu/kernels/attention/select.js";
 import { f32, gpuOrSkip, relErr, Rng, u32 } from "./helpers.js";
 
 const { rt, skip: noGpu } = await gpuOrSkip();

@@ -11,7 +11,7 @@ import {
 } from "../../../src/backend/webgpu/kernels/attention/attention.js";
 import { GpuRuntime, type OutRange, type RuntimeOptions } from "../../../src/backend/webgpu/core/runtime.js";
 import type { KernelTuning } from "../../../src/backend/webgpu/core/tuning.js";
-import { attnWidePlan } from "../../../src/backend/webgpu/kernels/attention/attention.js";
+import { attnWidePlan } from "../../../src/backend/webgpu/kernels/attention/select.js";
 import { f32, gpuOrSkip, record, relErr, Rng, u32 } from "./helpers.js";
 
 const { rt, skip: noGpu } = await gpuOrSkip();

@@ -11,8 +11,8 @@ import { GGMLType } from "../../../src/gguf/types.js";
 import { quantize } from "../../../src/quant/index.js";
 import { GpuRuntime, type RuntimeOptions } from "../../../src/backend/webgpu/core/runtime.js";
 import type { KernelTuning } from "../../../src/backend/webgpu/core/tuning.js";
-import { expertsFrom, GpuMatrix, matvecKernel } from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
-import { rowTileShape } from "../../../src/backend/webgpu/kernels/matmul/shapes.js";
+import { GpuMatrix, matvecKernel } from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
+import { expertsFrom, rowTileShape } from "../../../src/backend/webgpu/kernels/matmul/select.js";
 import { gpuOrSkip, Rng, sweepSkip } from "./helpers.js";
 import { checkExpertLists, checkHeadsAndPieces, checkPlainProducts } from "./matmul-cases.js";
 

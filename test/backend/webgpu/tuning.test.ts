@@ -3,9 +3,10 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
-import { join } from "node:path";
+import { join, relative, sep } from "node:path";
 import {
   KNOBS,
+  type KnobFamily,
   parseTuning,
   TABLE_BEGIN,
   TABLE_END,
@@ -49,6 +50,46 @@ test("every tune.<knob> the WebGPU sources read is in the table, and every knob 
     [],
     "in core/tuning.ts but never read",
   );
+});
+
+// Each family's choices are made in one module that alone reads the tuning (kernels/<family>/select.ts,
+// graph/select.ts); launchers and the graph take its plain choices. Besides those, only core/tuning.ts (the table)
+// and core/runtime.ts (GpuRuntime holds RuntimeOptions.tune) may name `.tune`.
+const SELECT_MODULE: Record<KnobFamily, string> = {
+  matmul: "kernels/matmul/select.ts",
+  attention: "kernels/attention/select.ts",
+  moe: "kernels/moe/select.ts",
+  dsa: "kernels/dsa/select.ts",
+  graph: "graph/select.ts",
+};
+const HOLDERS = ["core/tuning.ts", "core/runtime.ts"];
+
+test("only the select modules read the tuning, each only its own family's knobs", {
+  skip: !existsSync(SOURCES) && "no sources here",
+}, () => {
+  const files = (dir: string): string[] =>
+    readdirSync(dir).flatMap((e) =>
+      statSync(join(dir, e)).isDirectory() ? files(join(dir, e)) : e.endsWith(".ts") ? [join(dir, e)] : [],
+    );
+  const selects = new Set(Object.values(SELECT_MODULE));
+  const outside: string[] = [];
+  const misplaced: string[] = [];
+  for (const f of files(SOURCES)) {
+    const rel = relative(SOURCES, f).split(sep).join("/");
+    if (HOLDERS.includes(rel)) continue;
+    // (comments name a knob as tune.<knob>, without the dot before it)
+    const text = readFileSync(f, "utf8");
+    if (!selects.has(rel)) {
+      if (/\.tune\b/.test(text)) outside.push(rel);
+      continue;
+    }
+    for (const m of text.matchAll(/\btune\.([a-zA-Z]+)/g)) {
+      const knob = KNOBS[m[1] as keyof typeof KNOBS];
+      if (knob !== undefined && SELECT_MODULE[knob.family] !== rel) misplaced.push(`${rel}: ${m[1]}`);
+    }
+  }
+  assert.deepEqual(outside, [], "read the tuning outside core/tuning.ts and the select modules");
+  assert.deepEqual(misplaced, [], "read another family's knob");
 });
 
 test("docs/webgpu.md holds the generated tuning table (node --import tsx scripts/gen-tuning-doc.ts)", {

@@ -20,7 +20,7 @@ import {
   matvecKernel,
 } from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
 import { matvecWideWGSL, wideRowsPerGroup } from "../../../src/backend/webgpu/kernels/matmul/wide.wgsl.js";
-import { wideShape } from "../../../src/backend/webgpu/kernels/matmul/shapes.js";
+import { wideShape } from "../../../src/backend/webgpu/kernels/matmul/select.js";
 import { f32, gpuOrSkip, relErr, Rng, sweepSkip, u32 } from "./helpers.js";
 
 const { rt, skip: noGpu } = await gpuOrSkip();

@@ -1,13 +1,16 @@
 /**
- * Every tuning knob of the WebGPU kernels in one table: its name, the kernel family whose launcher reads it, what it
- * changes and its default. The knobs exist to measure alternatives (`bench/webgpu-model.ts --tune a=1,b=2`); a
+ * Every tuning knob of the WebGPU kernels in one table: its name, the kernel family whose select module reads it,
+ * what it changes and its default. The knobs exist to measure alternatives (`bench/webgpu-model.ts --tune a=1,b=2`); a
  * default is what measured fastest, and results never depend on a knob beyond float rounding. `KernelTuning` (what
  * GpuRuntime's `tune` holds) is derived from the table, docs/webgpu.md's knob table is generated from it
  * (scripts/gen-tuning-doc.ts), and parseTuning refuses a name the table lacks.
  */
 import { LatentError } from "../../../util/errors.js";
 
-/** The launcher (kernels/<family>/) or graph that reads a knob. */
+/**
+ * The family whose select module (kernels/<family>/select.ts, or graph/select.ts) alone reads a knob, turning it into
+ * plain choices for the launchers and the graph (tuning.test.ts checks).
+ */
 export type KnobFamily = "matmul" | "attention" | "moe" | "dsa" | "graph";
 
 export interface Knob {

@@ -5,7 +5,8 @@
  * the attention kernels over the latent cache and the output projection added to the residual.
  */
 import { attention, kvCacheWrite } from "../kernels/attention/attention.js";
-import { attentionFused, attnFusedShape } from "../kernels/attention/fused.js";
+import { attentionFused } from "../kernels/attention/fused.js";
+import { attnFusedShape } from "../kernels/attention/select.js";
 import { dsaSelect } from "../kernels/dsa/dsa.js";
 import { fusable, matmul } from "../kernels/matmul/matrix.js";
 import { copyU32, layerNorm, rope, ropeTo, scatterRows } from "../kernels/rows/rows.js";
@@ -42,7 +43,7 @@ function encodeProjections(s: StepEncoding, l: GpuLayer): boolean {
   const Hd = c.nEmbd;
   const S0 = s.a0Stride;
   const attnFused =
-    s.fuseAttnNorm &&
+    s.fusion.fuseAttnNorm &&
     b.metaBase === undefined &&
     l.qkvA !== undefined &&
     fusable(rt, l.qkvA, n, false) &&

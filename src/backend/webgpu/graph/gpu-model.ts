@@ -35,7 +35,7 @@ import { encodeMoE } from "./moe-block.js";
 import { a0Stride, StepEncoding } from "./step-encoding.js";
 import { layerWeightBytes, upload, uploadLayer, type GpuLayer } from "./weights.js";
 
-export { FUSE_MAX_TOKENS } from "./step-encoding.js";
+export { FUSE_MAX_TOKENS } from "./select.js";
 
 export interface GpuModelOptions {
   /** sequences with their own latent cache */

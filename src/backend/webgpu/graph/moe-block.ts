@@ -8,13 +8,13 @@
 import type { ModelConfig } from "../../../model/config.js";
 import {
   expertLists,
-  expertsFrom,
   fusable,
   matmul,
   matmulGather,
   matmulGatherSwiGLU,
   type FusionArgs,
 } from "../kernels/matmul/matrix.js";
+import { expertsFrom } from "../kernels/matmul/select.js";
 import { moeRoute, routeNormShape, type RouteArgs } from "../kernels/moe/moe.js";
 import { swiGLUDown, swiGLUGateUp } from "./dense-block.js";
 import type { StepEncoding } from "./step-encoding.js";
@@ -46,7 +46,7 @@ export function encodeMoE(s: StepEncoding, l: GpuLayer, experts: GpuFFN): void {
   // shared and routed gate·up products normalize x as they stage it, the router reads h with ffn_norm folded into
   // its rows, and the routing scales its logits by 1/rms(h)
   const ffnFused =
-    s.fuseFFNNorm &&
+    s.fusion.fuseFFNNorm &&
     l.routerNormed !== undefined &&
     lists === undefined &&
     routeNormShape(rt, routing, Hd) !== undefined &&
@@ -69,8 +69,7 @@ export function encodeMoE(s: StepEncoding, l: GpuLayer, experts: GpuFFN): void {
   // alone. Both down products in one dispatch made each the other's tail: on a large GPU (v2-lite batch 1) GPU 2.58 →
   // 2.51 ms a step, and 2.36 once the routing kernel took 256 threads and so shared that dispatch (route.wgsl.ts)
   const early =
-    s.small &&
-    rt.tune.sharedEarly !== 0 &&
+    s.fusion.sharedEarly &&
     shared !== undefined &&
     lists === undefined &&
     sharedRest.length === 0 &&

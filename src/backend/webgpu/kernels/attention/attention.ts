@@ -1,8 +1,8 @@
 /// <reference types="@webgpu/types" />
 /**
  * Launchers of the attention kernels: the latent cache write, and attention over the cache — the wide kernel where it
- * applies (tune.attn), else the flash-style kernel (subgroup form where the subgroup size is fixed), split over key
- * chunks and combined when long.
+ * applies (select.ts: tune.attn), else the flash-style kernel (subgroup form where the subgroup size is fixed), split
+ * over key chunks and combined when long.
  */
 import { LatentError } from "../../../../util/errors.js";
 import { f32bits, type GpuRuntime, type OutRange } from "../../core/runtime.js";
@@ -17,18 +17,12 @@ import {
 } from "./attention.wgsl.js";
 import {
   ATTN_WIDE_COMBINE_WGSL,
-  ATTN_WIDE_MAX_Q,
-  ATTN_WIDE_MAX_SPLITS,
-  ATTN_WIDE_MIN_SPLIT_KEYS,
   ATTN_WIDE_PARAMS,
-  ATTN_WIDE_ROWS,
-  ATTN_WIDE_THREADS,
   attnWideBytes,
   attnWideScratch,
   attnWideWGSL as attnWideSource,
-  type AttnWidePlan,
 } from "./wide.wgsl.js";
-import type { KernelTuning } from "../../core/tuning.js";
+import { attnWideChoice } from "./select.js";
 import { memoWGSL } from "../../core/wgsl-memo.js";
 import { rows } from "../launch.js";
 import { withSubgroupTotal } from "../rows/rows.js";
@@ -215,44 +209,6 @@ export function attention(rt: GpuRuntime, bufs: AttentionBuffers, a: AttentionAr
   rt.dispatch("attention combine", ATTN_COMBINE_WGSL, [part, bufs.o], params, [1, a.heads, a.nq], outs);
 }
 
-// the wide kernel's defaults (tune.attnHeads, attnTile, attnSplitFrom, attnWgs): 4 heads a workgroup, tiles of 32 keys,
-// keys split over workgroups past 256 (one chunk), aiming for about one workgroup per SM of a large GPU
-const DEFAULT_HEADS = 4;
-const DEFAULT_TILE = 32;
-const DEFAULT_SPLIT_FROM = 256;
-const DEFAULT_WGS = 128;
-
-/**
- * The wide kernel's shape for a step (undefined: it does not apply). `sg` is the device's fixed subgroup size; the
- * result depends on maxKeys only through its ATTN_CHUNK count.
- */
-export function attnWidePlan(
-  tune: KernelTuning,
-  sg: number,
-  nq: number,
-  heads: number,
-  maxKeys: number,
-): AttnWidePlan | undefined {
-  if (nq < 1 || nq > ATTN_WIDE_MAX_Q || heads < 1 || sg < 4 || sg > 64 || ATTN_WIDE_THREADS % sg !== 0)
-    return undefined;
-  const group = Math.min(heads, Math.max(1, Math.min(8, Math.floor(tune.attnHeads ?? DEFAULT_HEADS))));
-  const subgroups = ATTN_WIDE_THREADS / sg;
-  const perSubgroup = Math.max(1, Math.min(8, Math.round((tune.attnTile ?? DEFAULT_TILE) / subgroups)));
-  const tile = perSubgroup * subgroups;
-  const keys = Math.max(1, Math.ceil(maxKeys / ATTN_CHUNK)) * ATTN_CHUNK;
-  const workgroups = nq * Math.ceil(heads / group);
-  let splits = 1;
-  if (keys > (tune.attnSplitFrom ?? DEFAULT_SPLIT_FROM)) {
-    const fill = Math.ceil((tune.attnWgs ?? DEFAULT_WGS) / workgroups);
-    splits = Math.max(1, Math.min(ATTN_WIDE_MAX_SPLITS, keys / ATTN_WIDE_MIN_SPLIT_KEYS, fill));
-  }
-  splits = Math.max(splits, Math.ceil(keys / ATTN_WIDE_ROWS));
-  if (splits > ATTN_WIDE_MAX_SPLITS) return undefined;
-  const splitKeys = Math.ceil(Math.ceil(keys / splits) / tile) * tile;
-  if (splitKeys > ATTN_WIDE_ROWS) return undefined;
-  return { group, tile, splits: Math.ceil(keys / splitKeys), splitKeys };
-}
-
 /** The wide decode kernel where it applies (false: nothing dispatched). */
 function attentionWide(rt: GpuRuntime, bufs: AttentionBuffers, a: AttentionArgs): boolean {
   const sg = rt.info.subgroupSize;
@@ -265,12 +221,9 @@ function attentionWide(rt: GpuRuntime, bufs: AttentionBuffers, a: AttentionArgs)
     a.k1.stride === a.v.stride &&
     a.dv === a.d1 &&
     a.d2 >= 1;
-  // by default only past one chunk of keys, where the chunked kernel splits too. Measured on a large GPU (v2-lite batch 1,
-  // whole step): decoding from 512 keys, GPU 5.20 → 3.65 ms per step with this kernel, from 4096 keys 6.04 → 4.18 ms;
-  // at 17–50 keys it cost time instead (3.43 vs 3.23 ms: 4 workgroups for 16 heads where the chunked kernel has 16)
-  const wide = rt.tune.attn ?? (a.maxKeys > ATTN_CHUNK ? 1 : 0);
-  if (wide !== 1 || !latent || sg === undefined) return false;
-  const plan = attnWidePlan(rt.tune, sg, a.nq, a.heads, a.maxKeys);
+  // (where the tuning and the step's size take it: select.ts)
+  if (!latent || sg === undefined) return false;
+  const plan = attnWideChoice(rt, sg, a);
   if (plan === undefined || attnWideBytes(a.d1, a.d2, sg, plan) > rt.info.limits.maxComputeWorkgroupStorageSize)
     return false;
   const p: Record<(typeof ATTN_WIDE_PARAMS)[number], number> = {

@@ -10,7 +10,7 @@
  * kernel's chunk decoders (wide.wgsl.ts), lanes of a row on neighbouring chunks and a shuffle-xor sum: each thread's
  * first chunks are loaded before anything else, the rest in a software-pipelined loop of `unroll` chunk steps a turn.
  * The loop is for code size: on a large GPU the fully unrolled kernel was faster alone and slower in the step (see
- * shapes.ts, UNROLL). The keys are scored `keys` per subgroup and iteration with an online softmax per subgroup
+ * matmul/select.ts, UNROLL). The keys are scored `keys` per subgroup and iteration with an online softmax per subgroup
  * (each key row read once for its score and its share of the latent), and the subgroups' partial latents merge
  * through workgroup memory.
  *

@@ -2,6 +2,7 @@
 /** Launcher of the DSA indexer's scores and top-k selection. */
 import { f32bits, type GpuRuntime } from "../../core/runtime.js";
 import { memoWGSL } from "../../core/wgsl-memo.js";
+import { dsaScoresBlocked } from "./select.js";
 import {
   DSA_SCORES_THREAD_WGSL,
   DSA_SCORES_WGSL as scoresSource,
@@ -48,7 +49,7 @@ export function dsaScores(
   a: DsaArgs,
 ): void {
   const wScale = 1 / Math.sqrt(a.Hi * a.D);
-  const blocks = (rt.tune.dsaScores ?? 1) !== 0;
+  const blocks = dsaScoresBlocked(rt);
   const code = blocks ? DSA_SCORES_WGSL(Math.ceil(a.Hi / SCORES_HEAD_GROUPS)) : DSA_SCORES_THREAD_WGSL;
   const groups: [number, number] = blocks ? [Math.ceil(a.T / SCORES_KEYS), a.n] : [Math.ceil(a.T / 64), a.n];
   rt.dispatch(

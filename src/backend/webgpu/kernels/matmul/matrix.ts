@@ -22,7 +22,7 @@ import {
 } from "./mat.wgsl.js";
 import { gpuSupports, unitSize } from "../quant.wgsl.js";
 import { matmulRowsWGSL as rowTileSource, type RowTileShape } from "./rowtile.wgsl.js";
-import { ROW_TILE_EXPERTS_FROM, rowTileShape, wideShape } from "./shapes.js";
+import { coalescedShape, expertsFrom, rowTileShape, wideShape } from "./select.js";
 import {
   fusionBuffers,
   matvecWideWGSL as wideSource,
@@ -228,22 +228,6 @@ function f32Range(
   }));
 }
 
-/**
- * Threads per row of the coalesced kernel: as many as keep every thread on at least `steps` vec4 steps of the row
- * (more threads per row at small batches, where the product is latency-bound), at least one subgroup, at most MV_WG.
- * For one token, also no more than fill the GPU about once (`fill` threads over all `rows` of the dispatch): past
- * that, extra workgroups run in further waves, each paying the whole chain of dependent loads again.
- */
-function coalescedTpr(cols: number, n: number, minT: number, rows: number, fill: number): number {
-  const steps = n <= 1 ? 2 : n <= 4 ? 4 : 8;
-  let tpr = MV_WG;
-  while (tpr > minT && (tpr * 4 * steps > cols || (n <= 1 && fill > 0 && tpr * rows > fill))) tpr /= 2;
-  return tpr;
-}
-
-/** Threads that fill the GPU about once (132 SMs × 2048 threads on a large GPU); RuntimeOptions.tune.fillThreads overrides, 0 turns it off. */
-export const FILL_THREADS = 262144;
-
 /** Whether the coalesced kernel runs a product over m (x aligned to 4 floats). */
 export function coalesced(rt: GpuRuntime, m: GpuMatrix, aligned: boolean): boolean {
   return rt.matvec === "coalesced" && aligned && m.cols % 4 === 0;
@@ -289,15 +273,9 @@ export function matvecKernel(
     return { code: matmulRowsWGSL(m.type, rowMode!, rowTile), tn: rowTile.tokens, rowsPerGroup: rowTile.rows };
   if (coalesced(rt, m, aligned)) {
     const minT = sgOk ? sg : 4;
-    let tpr = coalescedTpr(m.cols, n, minT, rowsTotal, rt.tune.fillThreads ?? FILL_THREADS);
-    if (expertMajor) {
-      // measured on a large GPU (v2-lite, bench --tune): one subgroup per row, and tiles sized to the pairs an expert
-      // gets on average (n / items; at least 4): 8 at batch 64, 16 for a 512-token prefill
-      tpr = rt.tune.expertTpr !== undefined ? Math.max(minT, rt.tune.expertTpr) : minT;
-      tn = 4;
-      while (tn < Math.min(16, n / m.items)) tn *= 2;
-      if (rt.tune.expertTn !== undefined) tn = rt.tune.expertTn;
-    }
+    const shape = coalescedShape(rt, m, n, minT, rowsTotal, expertMajor);
+    const tpr = shape.tpr;
+    if (shape.tn !== undefined) tn = shape.tn;
     const mode = gather === "experts" || gather === "experts-list" ? gather : gather ? "gather" : "plain";
     return {
       code: matvecCoalescedWGSL(m.type, m.unit, mode, { tpr, tn, sg: sgOk ? sg : undefined }),
@@ -511,22 +489,6 @@ export function matmulGather(
     m.rows * a.pairs,
   );
   dispatchGather(rt, "matmulGather", code, rowsPerGroup, m, x, y, ids, a, mode);
-}
-
-/**
- * Expert-major gathered products over m from pairs ≥ this × experts (RuntimeOptions.tune.expertsFrom). Where the wide
- * kernel takes m's pairs one by one: 8 — measured on a large GPU (v2-lite Q4_K_M, chained decode), per pair on
- * the wide kernel instead of expert-major from lists: batch 8 (48 pairs over 64 experts) 349.6 → 718.6 tok/s (GPU
- * 19.66 → 10.76 ms per step), batch 16 521.5 → 781.0, batch 32 732.8 → 938.7, batch 64 (384 pairs) GPU 64.8 → 63.2 ms.
- * Where the row-tiled kernel takes m's expert lists (by default, for the same types): ROW_TILE_EXPERTS_FROM = 2
- * (rowtile.wgsl.ts), so the 8 above holds only with tune.rowTile = 0. Elsewhere 1/4 (measured before the wide kernel
- * existed: batch 8 ran 287 → 337 tok/s expert-major with tiles of 4 instead of per pair on the coalesced kernel).
- */
-export function expertsFrom(rt: GpuRuntime, m: GpuMatrix): number {
-  if (rt.tune.expertsFrom !== undefined) return rt.tune.expertsFrom;
-  if (rt.matvec !== "coalesced") return 1;
-  if (rowTileShape(rt, m, 2 * m.items, "experts-list", true) !== undefined) return ROW_TILE_EXPERTS_FROM;
-  return wideShape(rt, m, 1, true, true) !== undefined ? 8 : 0.25;
 }
 
 /** Words of an expert-list buffer for `pairs` pairs over E experts. */

@@ -3,7 +3,8 @@
 import { LatentError } from "../../../../util/errors.js";
 import { f32bits, type GpuRuntime } from "../../core/runtime.js";
 import { COMBINE_WGSL, ROUTE_PARAMS, ROUTE_WGSL } from "./moe.wgsl.js";
-import { routeGrid, routeShape, routeWGSL as routeSource, type RouteShape } from "./route.wgsl.js";
+import { routeGrid, routeWGSL as routeSource, type RouteShape } from "./route.wgsl.js";
+import { subgroupRouteShape } from "./select.js";
 import { memoWGSL } from "../../core/wgsl-memo.js";
 import { grid1, rows } from "../launch.js";
 
@@ -26,8 +27,8 @@ export interface RouteArgs {
 
 /**
  * The routing kernel for these arguments and its grid: one subgroup per token (route.wgsl.ts) on devices with a fixed
- * subgroup size in 4..64, else (or with tune.route = 0, or groups that do not divide the experts) ROUTE_WGSL, one
- * 256-thread workgroup per token.
+ * subgroup size in 4..64 (select.ts), else (or with tune.route = 0, or groups that do not divide the experts)
+ * ROUTE_WGSL, one 256-thread workgroup per token.
  */
 export function routeKernel(rt: GpuRuntime, a: RouteArgs): { code: string; groups: [number, number] } {
   const shape = subgroupRouteShape(rt, a);
@@ -45,14 +46,6 @@ export interface RouteNorm {
 /** The subgroup routing kernel's shape where moeRoute can take a RouteNorm (the routing kernel's own choice), else undefined. */
 export function routeNormShape(rt: GpuRuntime, a: RouteArgs, dim: number): RouteShape | undefined {
   return dim % 4 === 0 && routeFits(a) ? subgroupRouteShape(rt, a) : undefined;
-}
-
-/** The subgroup routing kernel's shape where routeKernel picks it (a fixed subgroup size, not tuned off). */
-function subgroupRouteShape(rt: GpuRuntime, a: RouteArgs): RouteShape | undefined {
-  const sg = rt.info.subgroupSize;
-  return rt.tune.route === 0 || sg === undefined
-    ? undefined
-    : routeShape(sg, a.E, a.nGroup, a.nGroupUsed, rt.tune.routeThreads);
 }
 
 /** Whether the routing kernels take these arguments (≤ 256 experts, ≤ 16 used, ≤ 64 groups). */

@@ -1,9 +1,12 @@
 /**
- * Which shape the wide and row-tiled matrix kernels take for a product — the selection (and the tuning it reads) kept
- * apart from their pure WGSL generators (wide.wgsl.ts, rowtile.wgsl.ts); matrix.ts's matvecKernel asks these first.
+ * The matrix family's selection, the one module of it that reads the tuning (RuntimeOptions.tune): which shape the
+ * wide, row-tiled and coalesced kernels take for a product, and from how many pairs gathered products go
+ * expert-major. Kept apart from the pure WGSL generators (wide.wgsl.ts, rowtile.wgsl.ts, mat.wgsl.ts) and from the
+ * launchers (matrix.ts), which take these choices as they are.
  */
 import { LatentError } from "../../../../util/errors.js";
 import type { GpuRuntime } from "../../core/runtime.js";
+import { MV_WG } from "./mat.wgsl.js";
 import { rowTileSharedVec4s, type RowTileShape } from "./rowtile.wgsl.js";
 import {
   STAGE_PAD,
@@ -123,7 +126,7 @@ export function wideShape(
 export const ROW_TILE_FROM = 32;
 
 /**
- * Expert-major products from expert lists on the row-tiled kernel from pairs ≥ this × experts (matrix.ts expertsFrom).
+ * Expert-major products from expert lists on the row-tiled kernel from pairs ≥ this × experts (expertsFrom below).
  * With fewer pairs an expert's tile is mostly empty: on v2-lite (64 experts, 6 a token) batch 16 (96 pairs) was slower
  * than per pair on the wide kernel, batch 32 (192 pairs) faster.
  */
@@ -214,4 +217,59 @@ export function rowTileShape(
     ...(header ? { shareHeader: true } : {}),
   };
   return streams(ksplit) <= MAX_STREAMS && fits(ksplit) ? shape : undefined;
+}
+
+/**
+ * Threads per row of the coalesced kernel: as many as keep every thread on at least `steps` vec4 steps of the row
+ * (more threads per row at small batches, where the product is latency-bound), at least one subgroup, at most MV_WG.
+ * For one token, also no more than fill the GPU about once (`fill` threads over all `rows` of the dispatch): past
+ * that, extra workgroups run in further waves, each paying the whole chain of dependent loads again.
+ */
+function coalescedTpr(cols: number, n: number, minT: number, rows: number, fill: number): number {
+  const steps = n <= 1 ? 2 : n <= 4 ? 4 : 8;
+  let tpr = MV_WG;
+  while (tpr > minT && (tpr * 4 * steps > cols || (n <= 1 && fill > 0 && tpr * rows > fill))) tpr /= 2;
+  return tpr;
+}
+
+/** Threads that fill the GPU about once (132 SMs × 2048 threads on a large GPU); the fillThreads knob overrides, 0 turns it off. */
+export const FILL_THREADS = 262144;
+
+/**
+ * The coalesced kernel's threads per row for a product over m with n tokens (rowsTotal rows over the dispatch), and
+ * for expert-major products (expertMajor) its tokens a tile (tn; undefined: the launcher's own, the tokens rounded up
+ * to a power of two). minT: the fewest threads a row (a subgroup where its size is fixed, else 4).
+ */
+export function coalescedShape(
+  rt: GpuRuntime,
+  m: MatrixShape,
+  n: number,
+  minT: number,
+  rowsTotal: number,
+  expertMajor: boolean,
+): { tpr: number; tn?: number } {
+  if (!expertMajor) return { tpr: coalescedTpr(m.cols, n, minT, rowsTotal, rt.tune.fillThreads ?? FILL_THREADS) };
+  // measured on a large GPU (v2-lite, bench --tune): one subgroup per row, and tiles sized to the pairs an expert
+  // gets on average (n / items; at least 4): 8 at batch 64, 16 for a 512-token prefill
+  const tpr = rt.tune.expertTpr !== undefined ? Math.max(minT, rt.tune.expertTpr) : minT;
+  let tn = 4;
+  while (tn < Math.min(16, n / m.items)) tn *= 2;
+  if (rt.tune.expertTn !== undefined) tn = rt.tune.expertTn;
+  return { tpr, tn };
+}
+
+/**
+ * Expert-major gathered products over m from pairs ≥ this × experts (the expertsFrom knob). Where the wide
+ * kernel takes m's pairs one by one: 8 — measured on a large GPU (v2-lite Q4_K_M, chained decode), per pair on
+ * the wide kernel instead of expert-major from lists: batch 8 (48 pairs over 64 experts) 349.6 → 718.6 tok/s (GPU
+ * 19.66 → 10.76 ms per step), batch 16 521.5 → 781.0, batch 32 732.8 → 938.7, batch 64 (384 pairs) GPU 64.8 → 63.2 ms.
+ * Where the row-tiled kernel takes m's expert lists (by default, for the same types): ROW_TILE_EXPERTS_FROM = 2
+ * (rowtile.wgsl.ts), so the 8 above holds only with tune.rowTile = 0. Elsewhere 1/4 (measured before the wide kernel
+ * existed: batch 8 ran 287 → 337 tok/s expert-major with tiles of 4 instead of per pair on the coalesced kernel).
+ */
+export function expertsFrom(rt: GpuRuntime, m: MatrixShape): number {
+  if (rt.tune.expertsFrom !== undefined) return rt.tune.expertsFrom;
+  if (rt.matvec !== "coalesced") return 1;
+  if (rowTileShape(rt, m, 2 * m.items, "experts-list", true) !== undefined) return ROW_TILE_EXPERTS_FROM;
+  return wideShape(rt, m, 1, true, true) !== undefined ? 8 : 0.25;
 }

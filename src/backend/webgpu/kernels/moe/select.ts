@@ -3,7 +3,6 @@
  * takes the subgroup kernel, and its shape. The launchers (moe.ts) take the choice as it is.
  */
 import type { GpuRuntime } from "../../core/runtime.js";
-import type { RouteArgs } from "./moe.js";
 import { routeShape, type RouteShape } from "./route.wgsl.js";
 
 /**
@@ -12,7 +11,7 @@ import { routeShape, type RouteShape } from "./route.wgsl.js";
  */
 export function subgroupRouteShape(
   rt: GpuRuntime,
-  a: Pick<RouteArgs, "E" | "nGroup" | "nGroupUsed">,
+  a: { readonly E: number; readonly nGroup: number; readonly nGroupUsed: number },
 ): RouteShape | undefined {
   const sg = rt.info.subgroupSize;
   return rt.tune.route === 0 || sg === undefined

@@ -279,8 +279,16 @@ function generate(req: GenerateRequest): Promise<DoneInfo> {
   const chat = req.mode === "chat";
   const full: GenerateRequest =
     chat && req.messages === undefined ? { ...req, messages: chatMessages(req.prompt) } : req;
-  message("user", req.prompt);
+  if (chat) message("user", req.prompt);
   const m = message("model", "");
+  // a continuation is one text: the prompt, set apart, then the tokens that continue it
+  if (!chat) {
+    const continued = document.createElement("span");
+    continued.className = "prompt";
+    continued.title = "your prompt";
+    continued.textContent = req.prompt;
+    m.body.append(continued);
+  }
   const id = nextId++;
   current = { id, body: m.body, stats: m.stats, tokens: [], t0: performance.now(), promptTokens: 0 };
   lastTokens = current.tokens;

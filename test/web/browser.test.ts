@@ -139,6 +139,19 @@ test("browser: chat through the UI streams tokens coloured by probability, hover
   // the spans are the tokens' pieces: together they are the generated text
   const shown = (await spans.allTextContents()).join("");
   assert.equal(shown.replace(/∅/g, ""), want.tokens.map((id) => new TextDecoder().decode(tok.tokenBytes(id))).join(""));
+  // a continuation is one entry: the prompt it continued, set apart from the generated tokens, then those tokens
+  assert.equal(await page.locator("#transcript .msg").count(), 1);
+  const body = page.locator(".msg.model").last().locator(".body");
+  assert.equal(await body.evaluate((el) => el.firstElementChild?.className), "prompt");
+  assert.equal(await body.locator(".prompt").textContent(), prompt);
+  assert.equal(await body.textContent(), prompt + shown);
+  const weight = (sel: string): Promise<string> =>
+    body
+      .locator(sel)
+      .first()
+      .evaluate((el) => getComputedStyle(el).fontWeight);
+  assert.equal(await weight(".prompt"), "600");
+  assert.equal(await weight(".tok"), "400");
   const bg = await spans
     .first()
     .evaluate((el) => (el as unknown as { style: { background: string } }).style.background);

@@ -1,5 +1,5 @@
-// The page: load a GGUF (picker, drag and drop, URL), show its model card, chat with streamed tokens coloured by
-// probability, run the doctor's path check. The engine runs in worker.ts.
+// The page: load a GGUF (the bundled demo model, picker, drag and drop, URL), show its model card, chat with streamed
+// tokens coloured by probability, run the doctor's path check. The engine runs in worker.ts.
 import type { PathCheck } from "../src/index.js";
 import type {
   ChatTurn,
@@ -14,6 +14,7 @@ import type {
   TokenInfo,
 } from "./protocol.js";
 import { judgeAdapter, SOFTWARE_SLOWDOWN, type AdapterFacts } from "./adapter.js";
+import { DEMO_MODEL_PATH, DEMO_PROMPT } from "./demo-model.js";
 
 const $ = <T extends HTMLElement>(id: string): T => {
   const el = document.getElementById(id);
@@ -63,6 +64,8 @@ function startLoad(source: ModelSource): Promise<ModelInfo> {
   $("card").hidden = true;
   $("check-result").replaceChildren();
   setReady(false, "Loading the model…");
+  // a click now would queue a second load of the demo behind this one; loaded or failed, the button comes back
+  ($("demo") as HTMLButtonElement).disabled = true;
   const prog = $("progress");
   prog.hidden = false;
   setProgress(0, "opening…");
@@ -103,6 +106,18 @@ drop.addEventListener("drop", (e) => {
   drop.classList.remove("over");
   const files = [...(e.dataTransfer?.files ?? [])];
   if (files.length > 0) void startLoad({ kind: "files", files }).catch(() => undefined);
+});
+$("demo").addEventListener("click", () => {
+  void startLoad({ kind: "url", url: DEMO_MODEL_PATH })
+    .then(() => {
+      // the demo never saw chat data (its template is a stub): continuing Bible text is what it does well
+      ($("mode") as HTMLSelectElement).value = "text";
+      showModeControls();
+      const prompt = $("prompt") as HTMLTextAreaElement;
+      if (prompt.value === "") prompt.value = DEMO_PROMPT;
+      prompt.focus();
+    })
+    .catch(() => undefined);
 });
 $("url-form").addEventListener("submit", (e) => {
   e.preventDefault();
@@ -279,8 +294,16 @@ function generate(req: GenerateRequest): Promise<DoneInfo> {
   const chat = req.mode === "chat";
   const full: GenerateRequest =
     chat && req.messages === undefined ? { ...req, messages: chatMessages(req.prompt) } : req;
-  message("user", req.prompt);
+  if (chat) message("user", req.prompt);
   const m = message("model", "");
+  // a continuation is one text: the prompt, set apart, then the tokens that continue it
+  if (!chat) {
+    const continued = document.createElement("span");
+    continued.className = "prompt";
+    continued.title = "your prompt";
+    continued.textContent = req.prompt;
+    m.body.append(continued);
+  }
   const id = nextId++;
   current = { id, body: m.body, stats: m.stats, tokens: [], t0: performance.now(), promptTokens: 0 };
   lastTokens = current.tokens;
@@ -429,6 +452,7 @@ worker.onmessage = (e: MessageEvent<FromWorker>): void => {
       }
       newChat();
       setReady(true);
+      ($("demo") as HTMLButtonElement).disabled = false;
       showModeControls();
       loadWaiter?.resolve(m.info);
       loadWaiter = undefined;
@@ -446,6 +470,7 @@ worker.onmessage = (e: MessageEvent<FromWorker>): void => {
       if (m.id === undefined && loadWaiter !== undefined) {
         $("progress").hidden = true;
         setReady(false);
+        ($("demo") as HTMLButtonElement).disabled = false;
         showError(m.message);
         loadWaiter.reject(new Error(m.message));
         loadWaiter = undefined;

@@ -1,11 +1,12 @@
 // The web page in a real headless Chromium (Debian's /usr/bin/chromium, driven by playwright-core; no browser is
 // downloaded): build it with Vite, serve it on 127.0.0.1 with byte ranges, load a synthetic model by URL, check the
 // page's logits against the Node CPU reference (≤ 1e-3), chat through the UI (streamed tokens coloured by probability,
-// hover alternatives), run the doctor's path check, then open the bundled KJV demo model through the file picker and
-// chat with it. Screenshots go to test-artifacts/web/ (git-ignored).
+// hover alternatives), run the doctor's path check, load the bundled KJV demo model with the page's demo button (from
+// the build output) and through the file picker, and continue text with it. Screenshots go to test-artifacts/web/
+// (git-ignored).
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -18,6 +19,7 @@ import { Tokenizer } from "../../src/tokenizer/index.js";
 import { synthModel } from "../helpers/synth.js";
 import { serveStatic, type StaticServer } from "./serve.js";
 import { maxAbsDiffFlat as maxAbs } from "../helpers/measure.js";
+import { DEMO_MODEL_PATH, DEMO_PROMPT } from "../../web/demo-model.js";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const DEMO = join(ROOT, "models/latent-demo-kjv.gguf");
@@ -139,6 +141,19 @@ test("browser: chat through the UI streams tokens coloured by probability, hover
   // the spans are the tokens' pieces: together they are the generated text
   const shown = (await spans.allTextContents()).join("");
   assert.equal(shown.replace(/∅/g, ""), want.tokens.map((id) => new TextDecoder().decode(tok.tokenBytes(id))).join(""));
+  // a continuation is one entry: the prompt it continued, set apart from the generated tokens, then those tokens
+  assert.equal(await page.locator("#transcript .msg").count(), 1);
+  const body = page.locator(".msg.model").last().locator(".body");
+  assert.equal(await body.evaluate((el) => el.firstElementChild?.className), "prompt");
+  assert.equal(await body.locator(".prompt").textContent(), prompt);
+  assert.equal(await body.textContent(), prompt + shown);
+  const weight = (sel: string): Promise<string> =>
+    body
+      .locator(sel)
+      .first()
+      .evaluate((el) => getComputedStyle(el).fontWeight);
+  assert.equal(await weight(".prompt"), "600");
+  assert.equal(await weight(".tok"), "400");
   const bg = await spans
     .first()
     .evaluate((el) => (el as unknown as { style: { background: string } }).style.background);
@@ -322,6 +337,92 @@ test("browser: a software WebGPU adapter is named as such and the CPU worker sta
   });
   assert.equal(hardware.backend, "webgpu");
   assert.doesNotMatch(hardware.status, /software/);
+});
+
+test("browser: the build output holds the demo model beside the page, byte for byte", { skip }, () => {
+  assert.ok(readFileSync(join(dir, "site", DEMO_MODEL_PATH)).equals(readFileSync(DEMO)));
+});
+
+test("browser: one click on “Try the demo model” loads it from beside the page, with progress, ready to continue text", {
+  skip,
+}, async (t) => {
+  const fresh = await browser.newPage({ viewport: { width: 1360, height: 900 } });
+  const errors: string[] = [];
+  fresh.on("pageerror", (e) => errors.push(String(e)));
+  try {
+    await fresh.goto(`${server.url}/index.html`);
+    await fresh.waitForFunction(() => "__latent" in window);
+    // nothing is loaded yet, and the button is there to press
+    assert.equal(await fresh.locator("#prompt").isDisabled(), true);
+    assert.equal(await fresh.locator("#demo").isVisible(), true);
+    // a load that fails gives the button back
+    const failed = await fresh.evaluate(() =>
+      window.__latent.load("/models/missing.gguf", "cpu").then(
+        () => "loaded",
+        (e: unknown) => String(e),
+      ),
+    );
+    assert.match(failed, /404/);
+    assert.equal(await fresh.locator("#demo").isEnabled(), true);
+    // every label the progress bar shows while it is visible, and whether the demo button was disabled then
+    await fresh.evaluate(() => {
+      const progress = document.getElementById("progress") as HTMLElement;
+      const label = progress.querySelector(".label") as HTMLElement;
+      const demoButton = document.getElementById("demo") as HTMLButtonElement;
+      const seen: { label: string; demoDisabled: boolean }[] = [];
+      (window as unknown as { progressSeen: typeof seen }).progressSeen = seen;
+      new MutationObserver(() => {
+        if (!progress.hidden) seen.push({ label: label.textContent ?? "", demoDisabled: demoButton.disabled });
+      }).observe(progress, { subtree: true, childList: true, characterData: true });
+    });
+    const before = server.requests.length;
+    await fresh.click("#demo");
+    await fresh.locator("#card table").filter({ hasText: "latent-demo" }).waitFor({ timeout: 60_000 });
+    const seen = await fresh.evaluate(
+      () => (window as unknown as { progressSeen: { label: string; demoDisabled: boolean }[] }).progressSeen,
+    );
+    t.diagnostic(`progress: ${seen.length} labels, last ${JSON.stringify(seen.at(-1))}`);
+    assert.ok(
+      seen.some((s) => /^reading .+ \/ [\d.]+ MiB$/.test(s.label)),
+      JSON.stringify(seen),
+    );
+    assert.ok(
+      seen.every((s) => s.demoDisabled),
+      JSON.stringify(seen),
+    );
+    assert.equal(await fresh.locator("#progress").isVisible(), false);
+    assert.equal(await fresh.locator("#demo").isEnabled(), true);
+    // read from the build output by range requests, at the page's own folder
+    const reads = server.requests.slice(before).filter((r) => r.path === `/${DEMO_MODEL_PATH}`);
+    assert.ok(reads.length >= 2 && reads.every((r) => r.status === 206), JSON.stringify(reads));
+
+    // ready to continue its sample prompt: press Enter
+    assert.equal(await fresh.locator("#mode").inputValue(), "text");
+    assert.equal(await fresh.locator("#prompt").inputValue(), DEMO_PROMPT);
+    const maxTokens = Number(await fresh.locator("#max-tokens").inputValue());
+    assert.equal(await fresh.locator("#temperature").inputValue(), "0");
+    assert.equal(await fresh.evaluate(() => document.activeElement?.id), "prompt");
+    await fresh.press("#prompt", "Enter");
+    const last = fresh.locator(".msg.model").last();
+    await last
+      .locator(".stats")
+      .filter({ hasText: /tokens\/s/ })
+      .waitFor({ timeout: 120_000 });
+    const demo = loadModel(DEMO);
+    const tok = Tokenizer.fromMetadata(demo.file.metadata);
+    const want = generateSync(demo.model, tok, tok.encode(DEMO_PROMPT), { temperature: 0, maxTokens });
+    const continuation = want.tokens.map((id) => new TextDecoder().decode(tok.tokenBytes(id))).join("");
+    const shown = (await last.locator(".tok").allTextContents()).join("").replace(/∅/g, "");
+    t.diagnostic(`demo button: ${JSON.stringify(shown)}`);
+    assert.equal(shown, continuation);
+    assert.equal(await last.locator(".prompt").textContent(), DEMO_PROMPT);
+    assert.equal((await last.locator(".body").textContent())?.replace(/∅/g, ""), DEMO_PROMPT + continuation);
+    await fresh.mouse.move(0, 0);
+    await fresh.screenshot({ path: join(ARTIFACTS, "latent-page-demo-button.png"), fullPage: true });
+    assert.deepEqual(errors, []);
+  } finally {
+    await fresh.close();
+  }
 });
 
 test("browser: the bundled KJV demo model through the file picker writes King James English", { skip }, async (t) => {

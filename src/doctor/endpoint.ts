@@ -25,7 +25,7 @@ import {
 } from "./endpoint/compare.js";
 import { DIALECTS, probe, type Dialect, type DialectContext, type ProbeReply } from "./endpoint/dialects.js";
 import { isRecord, makeCall, tryCall } from "./endpoint/http.js";
-import { matchDecodeFaults, matchFaults } from "./endpoint/matcher.js";
+import { type MatchInput, matchDecodeFaults, matchFaults } from "./endpoint/matcher.js";
 import { checkTokenization, type TokenizationReport } from "./endpoint/tokenization.js";
 import { withF32Weights } from "./endpoint/variants.js";
 
@@ -331,7 +331,6 @@ export async function checkEndpoint(o: EndpointOptions): Promise<EndpointReport>
   };
   const stats = `prefill ${prefill.n > 0 ? formatSummary(prefill) : "not scored"}; decode ${decode.n > 0 ? formatSummary(decode) : "not scored"} (${dialect} dialect, ${mode})`;
   const verdict = judge({
-    o,
     f,
     positions,
     all,
@@ -347,10 +346,14 @@ export async function checkEndpoint(o: EndpointOptions): Promise<EndpointReport>
     probes,
     prompts,
     scored,
-    reference,
-    seqs,
-    logits,
-    rows,
+    match: {
+      clean: reference,
+      seqs,
+      logits,
+      rows,
+      scored,
+      ...(o.matcherBudgetMs !== undefined ? { budgetMs: o.matcherBudgetMs } : {}),
+    },
   });
   return {
     base,
@@ -460,7 +463,6 @@ function checkDistributions(
 }
 
 interface Judged {
-  o: EndpointOptions;
   f: EndpointOptions["findings"];
   positions: EndpointPosition[];
   all: Summary;
@@ -476,16 +478,13 @@ interface Judged {
   probes: EndpointProbe[];
   prompts: number[][];
   scored: Scored[];
-  reference: ReturnType<typeof withF32Weights>;
-  seqs: number[][];
-  logits: Float32Array[][];
-  rows: Float64Array[][];
+  /** the reference's side, for the fault matcher */
+  match: MatchInput;
 }
 
 /** The verdict, with its finding: a match, a broken decode path (and its likely cause), or a mismatch (and its cause). */
 function judge(j: Judged): EndpointReport["verdict"] {
   const {
-    o,
     f,
     positions,
     all,
@@ -501,10 +500,7 @@ function judge(j: Judged): EndpointReport["verdict"] {
     probes,
     prompts,
     scored,
-    reference,
-    seqs,
-    logits,
-    rows,
+    match,
   } = j;
   let verdict: EndpointReport["verdict"];
   if (positions.length === 0) {
@@ -527,16 +523,8 @@ function judge(j: Judged): EndpointReport["verdict"] {
     );
   } else {
     verdict = "mismatch";
-    const input = {
-      clean: reference,
-      seqs,
-      logits,
-      rows,
-      scored,
-      ...(o.matcherBudgetMs !== undefined ? { budgetMs: o.matcherBudgetMs } : {}),
-    };
     if (prefillOk && prefill.n > 0) {
-      const causes = matchDecodeFaults(input, (s) => prompts[s].length);
+      const causes = matchDecodeFaults(match, (s) => prompts[s].length);
       f.add(
         "endpoint",
         "error",
@@ -549,7 +537,7 @@ function judge(j: Judged): EndpointReport["verdict"] {
       // flat or unnormalized log-probs are no model's distribution: nothing for the matcher to reproduce
       const m = notDistributions
         ? { causes: [], tried: 0, outOfBudget: false, fittedScale: undefined }
-        : matchFaults({ ...input, scored: focus });
+        : matchFaults({ ...match, scored: focus });
       const worst = positions.reduce((a, b) => (b.kl > a.kl ? b : a), positions[0]);
       const noMatch = `No known fault reproduces it${m.outOfBudget ? ` (the matcher stopped after ${m.tried} candidates)` : ""}: check the deployment's model files, dtype (fp16 overflow?), MLA backend and name mapping`;
       f.add(

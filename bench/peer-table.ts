@@ -1,0 +1,139 @@
+/**
+ * The ratio table of latent's WebGPU bench against llama.cpp CUDA on the same GGUF, from the files one run of
+ * scripts/h200-peer-bench.sh leaves in its output folder:
+ *   llama-pp.json, llama-depth.json   llama-bench -o json (pp512/pp4096/tg128 at depth 0, tg128 at depth 4096/16384)
+ *   llama-batched.jsonl               llama-batched-bench --output-format jsonl (S_TG at B = 1, 8, 32, 64)
+ *   latent-*.json                     bench/webgpu-model.ts --json (prefill, decode batch B, decode after N keys)
+ * `node --import tsx bench/peer-table.ts DIR [DIR …]` prints one markdown table per folder (one folder per model).
+ */
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
+
+interface LlamaBenchRow {
+  readonly n_prompt: number;
+  readonly n_gen: number;
+  readonly n_depth?: number;
+  readonly avg_ts: number;
+  readonly stddev_ts: number;
+  readonly model_type?: string;
+}
+
+interface BatchedRow {
+  readonly pl: number;
+  readonly pp: number;
+  readonly tg: number;
+  readonly speed_tg: number;
+}
+
+interface LatentResult {
+  readonly name: string;
+  readonly value: number;
+  readonly extra?: Readonly<Record<string, number | string>>;
+}
+
+interface LatentRun {
+  readonly model: string;
+  /** the decode context of the run (keys each slot held before its decode steps), from the file name */
+  readonly context: number;
+  readonly results: readonly LatentResult[];
+}
+
+export interface PeerRow {
+  readonly work: string;
+  readonly llama: number | undefined;
+  /** latent's plain figure and, for decode, the chained one (greedy on the GPU) */
+  readonly latent: number | undefined;
+  readonly chained?: number;
+}
+
+function readJson<T>(path: string): T | undefined {
+  return existsSync(path) ? (JSON.parse(readFileSync(path, "utf8")) as T) : undefined;
+}
+
+function readJsonl<T>(path: string): T[] {
+  if (!existsSync(path)) return [];
+  return readFileSync(path, "utf8")
+    .split("\n")
+    .filter((l) => l.startsWith("{"))
+    .map((l) => JSON.parse(l) as T);
+}
+
+/** latent-ctx<N>.json: a bench run whose decode steps start from N keys (prefill figures from the run's --prompt). */
+function latentRuns(dir: string): LatentRun[] {
+  return readdirSync(dir)
+    .filter((f) => /^latent-.*\.json$/.test(f))
+    .sort()
+    .map((f) => {
+      const run = readJson<{ model: string; results: LatentResult[] }>(join(dir, f))!;
+      const ctx = /ctx(\d+)/.exec(f);
+      return { model: run.model, context: ctx !== null ? Number(ctx[1]) : 16, results: run.results };
+    });
+}
+
+const best = (xs: readonly number[]): number | undefined => (xs.length === 0 ? undefined : Math.max(...xs));
+
+/** The rows of one model's comparison; a side that did not run that work is undefined. */
+export function peerRows(dir: string): PeerRow[] {
+  const llama = [
+    ...(readJson<LlamaBenchRow[]>(join(dir, "llama-pp.json")) ?? []),
+    ...(readJson<LlamaBenchRow[]>(join(dir, "llama-depth.json")) ?? []),
+  ];
+  const batched = readJsonl<BatchedRow>(join(dir, "llama-batched.jsonl"));
+  const runs = latentRuns(dir);
+  const latent = (pred: (r: LatentResult, run: LatentRun) => boolean): number | undefined =>
+    best(runs.flatMap((run) => run.results.filter((r) => pred(r, run)).map((r) => r.value)));
+  const pp = (n: number): number | undefined =>
+    best(llama.filter((r) => r.n_prompt === n && r.n_gen === 0 && (r.n_depth ?? 0) === 0).map((r) => r.avg_ts));
+  const tg = (depth: number): number | undefined =>
+    best(llama.filter((r) => r.n_prompt === 0 && r.n_gen > 0 && (r.n_depth ?? 0) === depth).map((r) => r.avg_ts));
+  const rows: PeerRow[] = [];
+  for (const n of [512, 4096])
+    rows.push({ work: `prefill ${n}`, llama: pp(n), latent: latent((r) => r.name === `prefill ${n} tokens`) });
+  for (const B of [1, 8, 32, 64]) {
+    const peer = B === 1 ? tg(0) : best(batched.filter((r) => r.pl === B).map((r) => r.speed_tg));
+    rows.push({
+      work: `decode batch ${B}${B === 1 ? " (llama.cpp: tg128)" : " (llama.cpp: batched-bench S_TG)"}`,
+      llama: peer,
+      latent: latent((r, run) => run.context <= 256 && r.name === `decode batch ${B}`),
+      chained: latent((r, run) => run.context <= 256 && r.name === `decode batch ${B}, greedy on the GPU (chained)`),
+    });
+  }
+  for (const depth of [4096, 16384])
+    rows.push({
+      work: `decode batch 1 after ${depth} tokens`,
+      llama: tg(depth),
+      latent: latent((r, run) => run.context === depth && r.name === "decode batch 1"),
+      chained: latent((r, run) => run.context === depth && r.name === "decode batch 1, greedy on the GPU (chained)"),
+    });
+  return rows.filter((r) => r.llama !== undefined || r.latent !== undefined);
+}
+
+const fmt = (x: number | undefined): string => (x === undefined ? "–" : x >= 100 ? x.toFixed(0) : x.toFixed(1));
+const ratio = (a: number | undefined, b: number | undefined): string =>
+  a === undefined || b === undefined ? "–" : `${(a / b).toFixed(2)}×`;
+
+/** Markdown: work | llama.cpp CUDA | latent | latent chained | ratio (plain, chained). */
+export function peerTable(rows: readonly PeerRow[]): string {
+  const out = [
+    "| work | llama.cpp CUDA tok/s | latent WebGPU tok/s | latent, greedy chained on the GPU | ratio | ratio, chained |",
+    "| --- | --- | --- | --- | --- | --- |",
+  ];
+  for (const r of rows)
+    out.push(
+      `| ${r.work} | ${fmt(r.llama)} | ${fmt(r.latent)} | ${fmt(r.chained)} | ${ratio(r.latent, r.llama)} | ${ratio(r.chained, r.llama)} |`,
+    );
+  return out.join("\n");
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
+  const dirs = process.argv.slice(2);
+  if (dirs.length === 0) {
+    console.error("usage: peer-table DIR [DIR …] (folders written by scripts/h200-peer-bench.sh)");
+    process.exit(2);
+  }
+  for (const dir of dirs) {
+    const model = latentRuns(dir)[0]?.model ?? dir;
+    console.log(`\n${model}\n\n${peerTable(peerRows(dir))}`);
+  }
+}

@@ -94,6 +94,8 @@ export async function runWebGpuBench(
     profile?: boolean;
     tune?: KernelTuning;
     kernels?: boolean;
+    /** most tokens of a prompt per step (default 512) */
+    ubatch?: number;
   } = {},
 ): Promise<WebGpuBenchResult[]> {
   const log = opts.log ?? ((s: string) => console.log(s));
@@ -140,7 +142,14 @@ export async function runWebGpuBench(
   const maxB = Math.max(...batches);
   const context = Math.max(promptLen, ctx0 + 2 * steps + 4) + 8;
   t0 = performance.now();
-  const g = new GpuModel(rt, model, { slots: Math.max(maxB, 1), context, maxTokens: Math.max(promptLen, maxB) });
+  // a prompt runs in steps of at most `ubatch` tokens (llama.cpp's -ub, 512 by default): one step of a long prompt
+  // would need step buffers (logits, attention scratch) past the device's binding limit
+  const ubatch = opts.ubatch ?? 512;
+  const g = new GpuModel(rt, model, {
+    slots: Math.max(maxB, 1),
+    context,
+    maxTokens: Math.max(Math.min(promptLen, ubatch), maxB),
+  });
   await rt.sync();
   log(
     `uploaded ${(g.weightBytes / 1e9).toFixed(2)} GB of weights in ${((performance.now() - t0) / 1000).toFixed(1)} s`,
@@ -415,6 +424,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
     promptLen: num("--prompt"),
     decodeSteps: num("--steps"),
     decodeContext: num("--decode-context"),
+    ubatch: num("--ubatch"),
     profile: args.includes("--profile"),
     kernels: args.includes("--kernels"),
     ...(args.includes("--matvec") ? { matvec: args[args.indexOf("--matvec") + 1] as RuntimeOptions["matvec"] } : {}),

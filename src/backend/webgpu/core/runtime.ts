@@ -13,6 +13,13 @@ import { combinedGrid, combineKernels, parseKernel, type CombinedKernel, type Pa
 /** A kernel left part of its declared output unwritten (--check-writes). */
 export class UnwrittenOutputError extends LatentError {}
 
+/**
+ * The GPU refused or lost work (a validation error, out of memory, a lost device). WebGPU reports these asynchronously
+ * and otherwise carries on: the failed commands do nothing and reads return whatever the buffers held, so every read
+ * after the failure throws this instead of handing back numbers that were never computed.
+ */
+export class GpuFailedError extends LatentError {}
+
 /** Byte range of a buffer a kernel promises to write completely. */
 export interface OutRange {
   readonly buffer: GPUBuffer;
@@ -182,6 +189,31 @@ export class GpuRuntime {
     const limit = info.limits.maxStorageBufferBindingSize;
     this.maxBindingBytes = Math.min(limit, opts.maxBindingBytes ?? limit) & ~255;
     this.uniforms = this.device.createBuffer({ size: UNIFORM_RING, usage: UNIFORM | COPY_DST, label: "uniform ring" });
+    this.device.addEventListener("uncapturederror", (ev) => {
+      const error = (ev as GPUUncapturedErrorEvent).error;
+      this.failures++;
+      this.failure ??= `${error.constructor.name}: ${error.message}`;
+    });
+    void this.device.lost.then((info) => {
+      if (info.reason !== "destroyed") this.failure ??= `the device was lost (${info.reason}): ${info.message}`;
+    });
+  }
+
+  /** the first error the GPU reported (and how many followed), or undefined while none has */
+  private failure: string | undefined;
+  private failures = 0;
+
+  /** Throws GpuFailedError once the GPU has reported an error: the results of anything since are not valid. */
+  checkFailure(): void {
+    if (this.failure === undefined) return;
+    const first = this.failure.split("\n").filter((l) => l.trim() !== "");
+    const more = this.failures > 1 ? ` (and ${this.failures - 1} more errors)` : "";
+    const hint = /out of memory/i.test(this.failure)
+      ? " — the GPU ran out of memory: use a smaller context, batch or prompt chunk"
+      : "";
+    throw new GpuFailedError(
+      `the GPU reported an error, so results computed since are not valid${hint}: ${first.slice(0, 3).join(" ")}${more}`,
+    );
   }
 
   /** Compute pipeline for a WGSL source (entry point `main`), compiled once. */
@@ -473,6 +505,12 @@ export class GpuRuntime {
     const key = `${this.id(pipeline)}|${resources.map((r) => (typeof r === "number" ? `u${r}` : this.id(r))).join(",")}`;
     let bg = this.bindGroups.get(key);
     if (bg === undefined) {
+      const limit = this.info.limits.maxStorageBufferBindingSize;
+      for (const r of resources)
+        if (typeof r !== "number" && r.size > limit)
+          throw new LatentError(
+            `${label}: buffer "${r.label}" of ${r.size} bytes is bound whole, past the device's maxStorageBufferBindingSize (${limit})`,
+          );
       const entries: GPUBindGroupEntry[] = resources.map((r, i) => ({
         binding: i,
         resource: typeof r === "number" ? { buffer: this.uniforms, offset: r, size: UNIFORM_SLOT } : { buffer: r },
@@ -666,7 +704,13 @@ export class GpuRuntime {
       this.checks = [];
     }
     this.submit();
-    await staging.mapAsync(1);
+    try {
+      await staging.mapAsync(1);
+    } catch (e) {
+      this.checkFailure();
+      throw e;
+    }
+    this.checkFailure();
     const out = staging.getMappedRange(0, Math.ceil(size / 4) * 4).slice(0, size);
     staging.unmap();
     this.stagingFree.push(staging);

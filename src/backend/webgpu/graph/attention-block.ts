@@ -186,7 +186,8 @@ function attendLatent(s: StepEncoding, l: GpuLayer): void {
     d2: R,
     dv: L,
     scale: c.kqScale,
-    maxKeys: s.maxKeys,
+    // under DSA a query attends its top_k selected keys at most, however long the context
+    maxKeys: l.indexer !== undefined ? Math.min(s.maxKeys, c.indexer!.topK) : s.maxKeys,
     q: { off: 0, stride: H * (L + R), head: L + R, q2Off: L },
     k1: { off: 0, stride: L, head: 0 },
     k2: { off: 0, stride: R },

@@ -139,6 +139,11 @@ export class GpuModel {
     const D = P + R;
     this.widthFF = Math.max(c.nFF, K * c.nFFExp);
     const buf = (name: string, floats: number): void => {
+      // kernels bind these whole: past the binding limit the device would refuse every step that uses one
+      if (floats * 4 > rt.info.limits.maxStorageBufferBindingSize)
+        throw new LatentError(
+          `the step buffer "${name}" needs ${floats * 4} bytes for ${N} tokens per step and ${context} positions, past the device's maxStorageBufferBindingSize (${rt.info.limits.maxStorageBufferBindingSize}): take fewer tokens per step (a smaller prefill chunk or batch) or a shorter context`,
+        );
       this.b[name] = rt.buffer(Math.max(1, floats) * 4, name);
     };
     buf("ids", N);
@@ -169,7 +174,10 @@ export class GpuModel {
     buf("qAbs", N * H * (L + R));
     buf("lo", N * H * L);
     buf("o", N * H * V);
-    buf("part", attentionScratch(N, H, L, context));
+    // the split-key scratch for the most keys a query attends: top_k where every layer selects (DSA), else the context
+    const attended =
+      ix !== undefined && this.layers.every((l) => l.indexer !== undefined) ? Math.min(context, ix.topK) : context;
+    buf("part", attentionScratch(N, H, L, attended));
     // the one-token fused attention's key ranges past one chunk of keys (attnFusedPartWords at its most splits, 16)
     buf("attnPart", attnFusedPartWords({ heads: H, split: 16, L }));
     buf("g", N * this.widthFF);

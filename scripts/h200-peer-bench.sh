@@ -8,7 +8,7 @@
 #   bash scripts/h200-peer-bench.sh glm5 6         # GLM-5 shape (glm-dsa), 6 layers, Q4_K_M (26 GB)
 # Work measured: prefill 512 and 4096; decode at batch 1, 8, 32, 64 (llama.cpp: tg128 and llama-batched-bench S_TG with
 # 128+128 tokens per sequence); decode at batch 1 after 4,096 and 16,384 tokens of context. Results land in
-# $OUT/<model>/ (JSON of both sides, logs) and the table in $OUT/<model>/table.md.
+# $OUT/<model>/ (JSON of both sides) and the table in $OUT/<model>/table.md; latent's logs in /tmp/peer-logs/<model>/.
 set -uo pipefail
 preset=${1:?usage: h200-peer-bench.sh v2-lite|glm5 [LAYERS]}
 layers=${2:-}
@@ -20,7 +20,8 @@ mkdir -p node_modules && cp -r .gpu-nm/* node_modules/
 [ -f node_modules/webgpu/dist/linux-x64/dawn.node ] || xz -d node_modules/webgpu/dist/linux-x64/dawn.node.xz
 export XDG_RUNTIME_DIR=/tmp
 out=${OUT:-/tmp/out}/$preset${layers}
-mkdir -p "$out"
+logs=/tmp/peer-logs/$preset${layers} # beside $OUT: the device tool brings back at most 8 files
+mkdir -p "$out" "$logs"
 model=/tmp/$preset${layers}-q4km.gguf
 start=$(date +%s)
 stamp() { echo "=== $(( $(date +%s) - start )) s: $*"; }
@@ -35,7 +36,7 @@ latent() { # NAME ARGS…: one run of latent's bench, its JSON in $out/latent-NA
   local name=$1; shift
   stamp "latent $name: $*"
   timeout 280 node "$build/bench/webgpu-model.js" "$model" "$@" --json "$out/latent-$name.json" 2>&1 \
-    | grep -v '^Warning' | tee "$out/latent-$name.log" | grep -E 'prefill|decode batch|loaded|uploaded|adapter'
+    | grep -v '^Warning' | tee "$logs/latent-$name.log" | grep -E 'prefill|decode batch|loaded|uploaded|adapter'
 }
 stamp "llama.cpp prefill 512/4096, tg128"
 timeout 150 $B/llama-bench -m "$model" -ngl 99 -fa 1 -p 512,4096 -n 128 -r 3 -o json 2>/dev/null > "$out/llama-pp.json"

@@ -4,8 +4,9 @@ import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { GGUFFile } from "../../src/gguf/file.js";
-import { loadModel } from "../../src/runtime/load.js";
-import { lowMemoryLogits } from "../../src/doctor/low-memory.js";
+import { LatentCache } from "../../src/model/cache.js";
+import { closeLoaded, loadModel } from "../../src/runtime/load.js";
+import { lowMemoryLogits, streamedLogits, type LayerProgress } from "../../src/doctor/low-memory.js";
 import { runDoctor } from "../../src/doctor/index.js";
 import { CASES, randomTokens, synthModel } from "../helpers/synth.js";
 
@@ -37,6 +38,75 @@ for (const [c, split] of [
     }
   });
 }
+
+function maxDiff(a: Float32Array, b: Float32Array): number {
+  assert.equal(a.length, b.length);
+  let d = 0;
+  for (let i = 0; i < a.length; i++) d = Math.max(d, Math.abs(a[i] - b[i]));
+  return d;
+}
+
+// Several sequences of odd lengths (one token among them) through one streamed pass: each equals its own in-memory
+// run, with the reference kernels exactly, with the CPU kernels exactly as the in-memory CPU backend's prefill.
+for (const c of [CASES[1], { ...CASES[0], label: "tiny-v3 Q8_0", type: "Q8_0" }, CASES[2], CASES[4]]) {
+  test(`${c.label}: streamed logits of several sequences, reference and cpu kernels, equal the in-memory ones`, () => {
+    const m = synthModel(c, 5);
+    const ref = loadModel(m.path);
+    const cpu = loadModel(m.path, undefined, { backend: "cpu", threads: 2 });
+    const file = GGUFFile.open(m.path);
+    try {
+      const V = ref.config.nVocab;
+      const seqs = [
+        randomTokens(1, 7, 0, V),
+        randomTokens(c.base === "tiny-glm" ? 37 : 19, 8, 0, V),
+        randomTokens(6, 9, 0, V),
+      ];
+      const progress: LayerProgress[] = [];
+      const plain = streamedLogits(file, ref.config, seqs, { onLayer: (p) => progress.push(p) });
+      const fast = streamedLogits(file, ref.config, seqs, { kernels: "cpu", threads: 2 });
+      assert.equal(fast.report.kernels, "cpu");
+      seqs.forEach((s, i) => {
+        const want = ref.model.forward(s, undefined, { path: "reference", logits: "all" });
+        assert.equal(maxDiff(plain.logits[i], want), 0, `reference, sequence ${i}`);
+        const wantCpu = cpu.model.forward(s, new LatentCache(cpu.config), { path: "prefill", logits: "all" });
+        assert.equal(maxDiff(fast.logits[i], wantCpu), 0, `cpu, sequence ${i}`);
+        // and the two kernel sets agree to float32-kernel noise
+        assert.ok(
+          maxDiff(fast.logits[i], want) < 5e-2 * (1 + Math.max(...want.map(Math.abs))),
+          `cpu vs reference ${i}`,
+        );
+      });
+      // the fast kernels really ran (float32 products differ from the float64 reference somewhere)
+      assert.ok(seqs.some((_, i) => maxDiff(fast.logits[i], plain.logits[i]) > 0));
+      assert.deepEqual(
+        progress.map((p) => p.done),
+        Array.from({ length: ref.config.nLayer }, (_, i) => i + 1),
+      );
+      assert.ok(progress.every((p) => p.layers === ref.config.nLayer && p.tokens === 1 + seqs[1].length + 6));
+      assert.equal(progress.at(-1)!.etaMs, 0);
+      assert.ok(progress.every((p, i) => i === 0 || p.elapsedMs >= progress[i - 1].elapsedMs));
+    } finally {
+      file.close();
+      closeLoaded(ref);
+      closeLoaded(cpu);
+      m.cleanup();
+    }
+  });
+}
+
+test("streamed pass: an empty sequence or an id outside the vocabulary is a clear error", () => {
+  const m = synthModel(CASES[0], 2);
+  const file = GGUFFile.open(m.path);
+  try {
+    const { config } = loadModel(m.path);
+    assert.throws(() => streamedLogits(file, config, [[1], []]), /at least one token/);
+    assert.throws(() => streamedLogits(file, config, []), /at least one token/);
+    assert.throws(() => streamedLogits(file, config, [[config.nVocab]]), /outside the vocabulary/);
+  } finally {
+    file.close();
+    m.cleanup();
+  }
+});
 
 const big = synthModel(
   {

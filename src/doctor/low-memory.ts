@@ -7,8 +7,8 @@
  * - "reference" (default): the plain kernels on the reference path, the same operations in the same order as
  *   DeepSeek2.forwardBatch with path "reference", so the logits are identical to the in-memory reference's.
  * - "cpu": the CPU backend's WebAssembly kernels on the prefill path (each sequence one chunk over a float32 latent
- *   cache), as the in-memory CPU backend computes it. The backend's arenas only grow (a matrix is copied in on first
- *   use and kept), so each layer gets a backend of its own, closed and dropped before the next layer is read.
+ *   cache), as the in-memory CPU backend computes it. One backend for the pass: a layer's matrices are read straight
+ *   into its arenas, and released (CpuBackend.releaseWeights) before the next layer is read into the same memory.
  */
 import type { GGUFFile } from "../gguf/file.js";
 import { plainKernels, type MatKernels } from "../model/kernels.js";
@@ -98,31 +98,34 @@ export function streamedLogits(
   const bytesOf = Array.from({ length: c.nLayer }, (_, il) => layerBytes(file, il));
   const allLayers = bytesOf.reduce((a, b) => a + b, 0);
   let doneBytes = 0;
-  for (let il = 0; il < c.nLayer; il++) {
-    const backend =
-      kernels === "cpu" ? new CpuBackend(opts.threads !== undefined ? { threads: opts.threads } : {}) : undefined;
-    try {
+  let logits: Float32Array[];
+  const backend =
+    kernels === "cpu" ? new CpuBackend(opts.threads !== undefined ? { threads: opts.threads } : {}) : undefined;
+  try {
+    for (let il = 0; il < c.nLayer; il++) {
+      backend?.releaseWeights(); // the previous layer's matrices: their memory takes this layer's
       const lw = loadLayerWeights(backend?.adopt(file) ?? file, c, il);
       const indexer =
         c.indexer !== undefined && lw.attn.indexer !== undefined
           ? new Indexer(lw.attn.indexer, c.indexer, c, rope)
           : undefined;
       for (let s = 0; s < seqs.length; s++) layer(lw, c, rope, indexer, hs[s], seqs[s].length, backend ?? plainKernels);
-    } finally {
-      backend?.close(); // the layer's weights (in the backend's arenas or on the heap) become garbage here
+      doneBytes += bytesOf[il];
+      const elapsedMs = performance.now() - t0;
+      opts.onLayer?.({
+        done: il + 1,
+        layers: c.nLayer,
+        tokens: total,
+        elapsedMs,
+        etaMs: doneBytes > 0 ? (elapsedMs * (allLayers - doneBytes)) / doneBytes : 0,
+      });
     }
-    doneBytes += bytesOf[il];
-    const elapsedMs = performance.now() - t0;
-    opts.onLayer?.({
-      done: il + 1,
-      layers: c.nLayer,
-      tokens: total,
-      elapsedMs,
-      etaMs: doneBytes > 0 ? (elapsedMs * (allLayers - doneBytes)) / doneBytes : 0,
-    });
+    backend?.releaseWeights();
+    logits = head(file, c, hs, backend);
+  } finally {
+    backend?.close();
   }
 
-  const logits = head(file, c, hs, kernels, opts.threads);
   const V = c.nVocab;
   const lastSeq = logits[logits.length - 1];
   const last = lastSeq.subarray(lastSeq.length - V);
@@ -208,14 +211,13 @@ function layer(
 
 /**
  * output · output_norm(h) of every sequence. Plain kernels: the head in row blocks of 16 MB. CPU kernels: the whole
- * head in one backend's arena (as the in-memory backend holds it; a head is smaller than a layer of these models).
+ * head in the backend's arenas (as the in-memory backend holds it; a head is smaller than a layer of these models).
  */
 function head(
   file: GGUFFile,
   c: ModelConfig,
   hs: readonly Float64Array[],
-  kernels: StreamedKernels,
-  threads: number | undefined,
+  backend: CpuBackend | undefined,
 ): Float32Array[] {
   const Hd = c.nEmbd;
   const V = c.nVocab;
@@ -228,14 +230,15 @@ function head(
   for (const h of hs) for (let t = 0; t < h.length / Hd; t++) rmsNorm(h, t * Hd, outNorm, c.rmsEps, hn, at++ * Hd);
   const info = file.tensors.get("output.weight") ?? file.tensor("token_embd.weight");
   const logits64 = new Float64Array(n * V);
-  if (kernels === "cpu") {
-    const backend = new CpuBackend(threads !== undefined ? { threads } : {});
-    try {
-      const m = new QMatrix(info.name, info.type, Hd, V, backend.adopt(file).readBytes(info));
-      backend.matmul(m, hn, n, Hd, logits64, V);
-    } finally {
-      backend.close();
-    }
+  if (backend !== undefined) {
+    backend.matmul(
+      new QMatrix(info.name, info.type, Hd, V, backend.adopt(file).readBytes(info)),
+      hn,
+      n,
+      Hd,
+      logits64,
+      V,
+    );
   } else {
     const hrb = rowBytes(info.type, Hd);
     const block = Math.max(1, Math.floor((16 << 20) / hrb));

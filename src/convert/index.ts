@@ -34,6 +34,8 @@ export interface ConvertOptions {
   /** general.name (default: the directory name) */
   readonly name?: string;
   readonly onProgress?: (doneBytes: number, totalBytes: number, tensor: string) => void;
+  /** float32 bytes of a piece of a matrix converted at a time (default 64 MB, at least one row) */
+  readonly pieceBytes?: number;
 }
 
 export interface ConvertResult {
@@ -267,7 +269,7 @@ export function convertHf(dir: string, out: string, opts: ConvertOptions = {}): 
     plan.some((t) => isQuantized(t.type)),
   );
 
-  const producers = tensorProducers(srcs, c);
+  const producers = tensorProducers(srcs, c, opts.pieceBytes ?? PIECE_BYTES);
   const totalBytes = plan.reduce((s, t) => s + tensorBytes(t.ne, t.type), 0);
   let doneBytes = 0;
   const tensors: TensorToWrite[] = plan.map((t) => ({
@@ -311,6 +313,7 @@ const PIECE_BYTES = 64 << 20;
 function tensorProducers(
   srcs: readonly Source[],
   c: ModelConfig,
+  pieceBytes: number,
 ): Map<string, (t: Planned) => Uint8Array | Iterable<Uint8Array>> {
   const out = new Map<string, (t: Planned) => Uint8Array | Iterable<Uint8Array>>();
   const experts = new Map<string, Source[]>();
@@ -336,7 +339,7 @@ function tensorProducers(
           const bytes = f.data as Uint8Array;
           return encodeRows(t, new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 4), 0);
         });
-    } else out.set(g.gguf[0], (t) => rowPieces(t, s, 0));
+    } else out.set(g.gguf[0], (t) => rowPieces(t, s, 0, pieceBytes));
   }
   for (const [name, list] of experts)
     out.set(name, (t) =>
@@ -344,18 +347,18 @@ function tensorProducers(
         for (let e = 0; e < list.length; e++) {
           const s = list[e];
           if (s === undefined) throw new ConvertError(`expert ${e} of ${name} missing`);
-          yield* rowPieces(t, s, e * rowsCols(s.shape).rows);
+          yield* rowPieces(t, s, e * rowsCols(s.shape).rows, pieceBytes);
         }
       })(),
     );
   return out;
 }
 
-/** A source's rows in pieces of about PIECE_BYTES as float32, each encoded in the planned type. */
-function* rowPieces(t: Planned, s: Source, firstRow: number): Generator<Uint8Array> {
+/** A source's rows in pieces of about `pieceBytes` as float32, each encoded in the planned type. */
+function* rowPieces(t: Planned, s: Source, firstRow: number, pieceBytes: number): Generator<Uint8Array> {
   const { rows, cols } = rowsCols(s.shape);
   if (cols !== t.ne[0]) throw new ConvertError(`${s.hfName}: rows of ${cols} values, ${t.name} expects ${t.ne[0]}`);
-  const per = Math.max(1, Math.floor(PIECE_BYTES / (4 * cols)));
+  const per = Math.max(1, Math.floor(pieceBytes / (4 * cols)));
   for (let r0 = 0; r0 < rows; r0 += per) {
     const r1 = Math.min(rows, r0 + per);
     yield encodeRows(t, s.rows(r0, r1), firstRow + r0);

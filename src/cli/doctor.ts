@@ -13,6 +13,7 @@ interface DoctorFlags {
   html?: string;
   lowMemory?: boolean;
   backend?: string;
+  threads?: string;
   endpoint?: string;
   source?: string;
   model?: string;
@@ -26,14 +27,14 @@ interface DoctorFlags {
 function doctorParser(): Parser {
   return commandParser(
     "doctor",
-    "MODEL.gguf [--backend cpu] [--json] [--html report.html] [--low-memory]\n       latent doctor MODEL.gguf --source HF-DIR|other.gguf [--json]\n       latent doctor --endpoint http://host:port/v1 --model MODEL.gguf [--api-key K] [--json]",
+    "MODEL.gguf [--backend cpu] [--json] [--html report.html] [--low-memory]\n       latent doctor MODEL.gguf --source HF-DIR|other.gguf [--json]\n       latent doctor --endpoint http://host:port/v1 --model MODEL.gguf [--low-memory [--backend cpu]] [--api-key K] [--json]",
     "Diagnose garbage output: checks the GGUF file (tensors, shapes, types, NaN/Inf, statistics, metadata quirks, name map), the attention paths (reference vs prefill vs decode, per layer and sub-step), behaviour (entropy, loops, activation norms), or a live OpenAI-compatible endpoint against latent's reference on the same GGUF.\nExit status: 0 healthy, 1 problems found, 2 could not run.",
   )
     .option("--json", 'the report as JSON on stdout (format "latent-doctor/1", docs/doctor.md)')
     .option("--html <FILE>", "also write a self-contained HTML report (with an activation-norm plot)")
     .option(
       "--low-memory",
-      "reference logits streamed one layer at a time from disk (models larger than RAM); reports peak RSS; skips the in-memory path and behaviour checks",
+      "reference logits streamed one layer at a time from disk (models larger than RAM), with progress and the time left on stderr; reports peak RSS; skips the in-memory path and behaviour checks; with --endpoint the endpoint is compared with them (no known-fault diagnosis)",
     )
     .option(
       "--source <PATH>",
@@ -42,7 +43,11 @@ function doctorParser(): Parser {
     .option("--endpoint <URL>", "check a server (latent, vLLM, SGLang, llama-server) at URL (…/v1)")
     .option("--model <FILE>", "the GGUF the endpoint serves (with --endpoint)")
     .option("--api-key <KEY>", "bearer token for the endpoint")
-    .option("--backend <B>", "kernels of the prefill/decode paths under test: reference (default) or cpu (fast)")
+    .option(
+      "--backend <B>",
+      "kernels of the prefill/decode paths under test, or of the --low-memory pass: reference (default) or cpu (fast)",
+    )
+    .option("--threads <N>", "threads of --backend cpu (default: all cores)")
     .option("--chunk <N>", "prefill chunk of the path checks (default 8)")
     .option("--no-data", "skip the NaN/Inf and statistics scan of every weight")
     .option(
@@ -97,6 +102,7 @@ export async function doctorMain(argv: string[], io: CliIO): Promise<number> {
   if (values.source !== undefined && values.endpoint !== undefined)
     throw new UsageError("--source and --endpoint do not combine");
   const chunk = intOption("chunk", values.chunk, 1);
+  const threads = intOption("threads", values.threads, 1);
   const backend = values.backend ?? "reference";
   if (backend !== "reference" && backend !== "cpu")
     throw new UsageError(`--backend must be reference or cpu, got "${backend}"`);
@@ -109,6 +115,7 @@ export async function doctorMain(argv: string[], io: CliIO): Promise<number> {
       ...(values.source !== undefined ? { source: values.source } : {}),
       lowMemory: values.lowMemory === true,
       backend,
+      ...(threads !== undefined ? { threads } : {}),
       ...(chunk !== undefined ? { chunk } : {}),
       skipData: !values.data,
       progress: barProgress(io),
@@ -163,7 +170,7 @@ export function renderText(r: DoctorReport): string {
     );
   if (r.lowMemory)
     lines.push(
-      `low-memory reference: ${r.lowMemory.tokens} tokens through ${r.lowMemory.layers} layers in ${r.lowMemory.ms} ms, peak RSS ${(r.lowMemory.peakRssBytes / 1e6).toFixed(0)} MB (model ${(r.lowMemory.modelBytes / 1e6).toFixed(0)} MB, largest layer ${(r.lowMemory.largestLayerBytes / 1e6).toFixed(1)} MB)`,
+      `low-memory ${r.lowMemory.kernels === "cpu" ? "cpu-kernel" : "reference"} pass: ${r.lowMemory.tokens} tokens through ${r.lowMemory.layers} layers in ${r.lowMemory.ms} ms, peak RSS ${(r.lowMemory.peakRssBytes / 1e6).toFixed(0)} MB (model ${(r.lowMemory.modelBytes / 1e6).toFixed(0)} MB, largest layer ${(r.lowMemory.largestLayerBytes / 1e6).toFixed(1)} MB)`,
     );
   if (r.source)
     lines.push(

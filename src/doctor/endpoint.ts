@@ -8,6 +8,7 @@
  * positions and the first generated token) and decode (the tokens after it) are judged apart, so a broken decode
  * path is named as such; a mismatch goes to the known-fault matcher (./endpoint/matcher.ts).
  */
+import type { ModelConfig } from "../model/config.js";
 import type { DeepSeek2 } from "../model/deepseek2.js";
 import { evaluateAll, logSoftmaxRow } from "../engine/evaluate.js";
 import type { Tokenizer } from "../tokenizer/index.js";
@@ -70,10 +71,21 @@ export interface EndpointReport {
   readonly tolerance?: { readonly meanKL: number; readonly meanGap: number };
 }
 
+/**
+ * A reference that computes logits without holding the model (`doctor --low-memory`: layers streamed from disk). It
+ * cannot simulate faults, so a mismatch is reported without the known-fault matcher's diagnosis.
+ */
+export interface StreamedReference {
+  readonly config: ModelConfig;
+  /** next-token logits after every position of each sequence (positions from 0), all in one pass */
+  logitsOf(seqs: readonly (readonly number[])[]): Float32Array[][];
+}
+
 export interface EndpointOptions {
   readonly base: string;
   readonly apiKey?: string | undefined;
-  readonly model: DeepSeek2;
+  /** latent's reference on the same GGUF: the loaded model, or a streamed pass over the file */
+  readonly model: DeepSeek2 | StreamedReference;
   readonly tokenizer: Tokenizer | undefined;
   readonly findings: Findings;
   readonly fetch?: typeof fetch | undefined;
@@ -278,10 +290,7 @@ export async function checkEndpoint(o: EndpointOptions): Promise<EndpointReport>
 
   const seqs = prompts.map((p, i) => [...p, ...(replies[i]?.generated ?? [])]);
   const scored = replies.flatMap((r, i) => (r !== undefined ? scoredOf(i, prompts[i], r) : []));
-  const reference = withF32Weights(o.model);
-  const logits = seqs.map((s, i) =>
-    replies[i] !== undefined && s.length > 0 ? evaluateAll(reference, s, { path: "reference" }) : [],
-  );
+  const { reference, logits } = referenceLogits(o.model, seqs, (i) => replies[i] !== undefined);
   const rows = logits.map((l) => l.map((r) => logSoftmaxRow(r)));
   const positions = compareAll((s) => rows[s], scored);
   const all = summarize(positions);
@@ -346,14 +355,17 @@ export async function checkEndpoint(o: EndpointOptions): Promise<EndpointReport>
     probes,
     prompts,
     scored,
-    match: {
-      clean: reference,
-      seqs,
-      logits,
-      rows,
-      scored,
-      ...(o.matcherBudgetMs !== undefined ? { budgetMs: o.matcherBudgetMs } : {}),
-    },
+    match:
+      reference === undefined
+        ? undefined
+        : {
+            clean: reference,
+            seqs,
+            logits,
+            rows,
+            scored,
+            ...(o.matcherBudgetMs !== undefined ? { budgetMs: o.matcherBudgetMs } : {}),
+          },
   });
   return {
     base,
@@ -376,6 +388,27 @@ export async function checkEndpoint(o: EndpointOptions): Promise<EndpointReport>
     prefill,
     decode,
     tolerance: TOLERANCE,
+  };
+}
+
+/** The reference's logits rows of each probe sequence that got a reply (others: none), and the model the fault
+ * matcher simulates on (undefined for a streamed reference). */
+function referenceLogits(
+  model: DeepSeek2 | StreamedReference,
+  seqs: readonly (readonly number[])[],
+  replied: (i: number) => boolean,
+): { reference: DeepSeek2 | undefined; logits: Float32Array[][] } {
+  const wanted = seqs.map((s, i) => replied(i) && s.length > 0);
+  if ("logitsOf" in model) {
+    const some = seqs.filter((_, i) => wanted[i]);
+    const got = some.length > 0 ? model.logitsOf(some) : [];
+    let at = 0;
+    return { reference: undefined, logits: seqs.map((_, i) => (wanted[i] ? got[at++] : [])) };
+  }
+  const reference = withF32Weights(model);
+  return {
+    reference,
+    logits: seqs.map((s, i) => (wanted[i] ? evaluateAll(reference, s, { path: "reference" }) : [])),
   };
 }
 
@@ -478,8 +511,8 @@ interface Judged {
   probes: EndpointProbe[];
   prompts: number[][];
   scored: Scored[];
-  /** the reference's side, for the fault matcher */
-  match: MatchInput;
+  /** the reference's side, for the fault matcher (undefined: a streamed reference, no matcher) */
+  match: MatchInput | undefined;
 }
 
 /** The verdict, with its finding: a match, a broken decode path (and its likely cause), or a mismatch (and its cause). */
@@ -524,7 +557,7 @@ function judge(j: Judged): EndpointReport["verdict"] {
   } else {
     verdict = "mismatch";
     if (prefillOk && prefill.n > 0) {
-      const causes = matchDecodeFaults(match, (s) => prompts[s].length);
+      const causes = match === undefined ? [] : matchDecodeFaults(match, (s) => prompts[s].length);
       f.add(
         "endpoint",
         "error",
@@ -535,11 +568,15 @@ function judge(j: Judged): EndpointReport["verdict"] {
     } else {
       const focus = prefill.n > 0 ? scored.filter((s) => (hasPrompt ? s.group === "prompt" : s.step === 0)) : scored;
       // flat or unnormalized log-probs are no model's distribution: nothing for the matcher to reproduce
-      const m = notDistributions
-        ? { causes: [], tried: 0, outOfBudget: false, fittedScale: undefined }
-        : matchFaults({ ...match, scored: focus });
+      const m =
+        notDistributions || match === undefined
+          ? { causes: [], tried: 0, outOfBudget: false, fittedScale: undefined }
+          : matchFaults({ ...match, scored: focus });
       const worst = positions.reduce((a, b) => (b.kl > a.kl ? b : a), positions[0]);
-      const noMatch = `No known fault reproduces it${m.outOfBudget ? ` (the matcher stopped after ${m.tried} candidates)` : ""}: check the deployment's model files, dtype (fp16 overflow?), MLA backend and name mapping`;
+      const noMatch =
+        match === undefined
+          ? "The known-fault matcher needs the model in memory (not run with --low-memory): check the deployment's model files, dtype (fp16 overflow?), MLA backend and name mapping"
+          : `No known fault reproduces it${m.outOfBudget ? ` (the matcher stopped after ${m.tried} candidates)` : ""}: check the deployment's model files, dtype (fp16 overflow?), MLA backend and name mapping`;
       f.add(
         "endpoint",
         "error",

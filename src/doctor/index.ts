@@ -22,8 +22,8 @@ import {
   type Progress,
   type Verdict,
 } from "./report.js";
-import { lowMemoryLogits, type LowMemoryReport } from "./low-memory.js";
-import { checkEndpoint, type EndpointReport } from "./endpoint.js";
+import { streamedLogits, type LayerProgress, type LowMemoryReport } from "./low-memory.js";
+import { checkEndpoint, type EndpointReport, type StreamedReference } from "./endpoint.js";
 import { checkSource, openSourceModel, SourceUnreadableError, type SourceReport } from "./source.js";
 import type { SourceModel } from "./source-model.js";
 
@@ -32,10 +32,18 @@ export interface DoctorOptions {
   /** check a live OpenAI-compatible endpoint against latent's reference on `model` */
   readonly endpoint?: string;
   readonly apiKey?: string;
-  /** reference logits streamed one layer at a time from disk instead of loading the model */
+  /**
+   * reference logits streamed one layer at a time from disk instead of loading the model (with `endpoint`: the
+   * endpoint is compared with them)
+   */
   readonly lowMemory?: boolean;
-  /** kernels of the prefill/decode paths under test: "reference" (plain, default) or "cpu" (the fast backend) */
+  /**
+   * kernels of the prefill/decode paths under test: "reference" (plain, default) or "cpu" (the fast backend); with
+   * `lowMemory`, the kernels of the streamed pass
+   */
   readonly backend?: "reference" | "cpu";
+  /** threads of the "cpu" kernels (default: available parallelism) */
+  readonly threads?: number;
   /** prefill chunk of the path checks (default 8) */
   readonly chunk?: number;
   /** skip the NaN/Inf + statistics scan */
@@ -173,13 +181,42 @@ export async function runDoctor(opts: DoctorOptions): Promise<DoctorReport> {
     const encode = tokenizer ? (t: string): number[] => tokenizer.encode(t) : undefined;
 
     if (opts.lowMemory === true) {
-      const prompt = defaultPrompts(config.nVocab, opts.chunk ?? 8, encode)[1];
-      parts.lowMemory = time("lowMemory", () => lowMemoryLogits(file, config, prompt.tokens).report);
-      if (opts.endpoint === undefined) return finish(opts, findings, parts, timings);
+      const streamOpts = {
+        kernels: opts.backend ?? "reference",
+        ...(opts.threads !== undefined ? { threads: opts.threads } : {}),
+        ...(opts.onStep !== undefined ? { onLayer: layerStep(opts.onStep) } : {}),
+      } as const;
+      if (opts.endpoint === undefined) {
+        const prompt = defaultPrompts(config.nVocab, opts.chunk ?? 8, encode)[1];
+        parts.lowMemory = time("lowMemory", () => streamedLogits(file, config, [prompt.tokens], streamOpts).report);
+        return finish(opts, findings, parts, timings);
+      }
+      // The endpoint against the streamed pass: every probe sequence through each layer while it is in memory. The
+      // file's behaviour checks and the known-fault matcher need the model in memory: not run.
+      const streamed: StreamedReference = {
+        config,
+        logitsOf: (seqs) =>
+          time("lowMemory", () => {
+            const r = streamedLogits(file, config, seqs, streamOpts);
+            parts.lowMemory = r.report;
+            const V = config.nVocab;
+            return r.logits.map((l) => Array.from({ length: l.length / V }, (_, i) => l.subarray(i * V, (i + 1) * V)));
+          }),
+      };
+      parts.endpoint = await checkEndpoint({
+        base: opts.endpoint,
+        apiKey: opts.apiKey,
+        model: streamed,
+        tokenizer,
+        findings,
+        fetch: opts.fetch,
+      });
+      return finish(opts, findings, parts, timings, parts.endpoint.reachable === false);
     }
 
     // With --backend cpu the prefill/decode paths run the fast kernels; the reference path always runs the plain ones.
-    backend = opts.backend === "cpu" ? new CpuBackend({}) : undefined;
+    backend =
+      opts.backend === "cpu" ? new CpuBackend(opts.threads !== undefined ? { threads: opts.threads } : {}) : undefined;
     const clean = time("load", () => {
       const weights = loadWeights(backend?.adopt(file) ?? file, config);
       const m = config.arch === "glm-dsa" ? new GlmDsa(config, weights) : new DeepSeek2(config, weights);
@@ -229,6 +266,15 @@ export async function runDoctor(opts: DoctorOptions): Promise<DoctorReport> {
     source?.close();
     file.close();
   }
+}
+
+/** A progress line per streamed layer: where the pass is, how long it has run, and about how long it has left. */
+export function layerStep(onStep: (message: string) => void): (p: LayerProgress) => void {
+  const sec = (ms: number): string => (ms < 100_000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.round(ms / 60_000)} min`);
+  return (p) =>
+    onStep(
+      `low-memory layer ${p.done}/${p.layers} (${p.tokens} tokens): ${sec(p.elapsedMs)} elapsed, about ${sec(p.etaMs)} left`,
+    );
 }
 
 function tryTokenizer(file: GGUFFile): Tokenizer | undefined {

@@ -12,12 +12,15 @@ import {
 } from "./types.js";
 import { splitPath } from "./file.js";
 
-/** A tensor to write: its bytes come from `data` (already in the tensor's ggml type) or from a producer called at write time. */
+/**
+ * A tensor to write: its bytes come from `data` (already in the tensor's ggml type) or from a producer called at write
+ * time, which may give them in pieces, in order (a converter producing a huge tensor expert by expert holds one piece).
+ */
 export interface TensorToWrite {
   readonly name: string;
   readonly ne: readonly number[];
   readonly type: number;
-  readonly data: Uint8Array | (() => Uint8Array);
+  readonly data: Uint8Array | (() => Uint8Array | Iterable<Uint8Array>);
 }
 
 export interface WriteOptions {
@@ -232,17 +235,23 @@ export function writeGGUF(
     const zeros = new Uint8Array(alignment);
     tensors.forEach((t, i) => {
       const data = typeof t.data === "function" ? t.data() : t.data;
+      const pieces = data instanceof Uint8Array ? [data] : data;
       const expected = tensorBytes(t.ne, t.type);
-      if (data.length !== expected) {
-        throw new GGUFError(
-          `tensor "${t.name}" (${typeName(t.type)} ${t.ne.join("x")}) needs ${expected} bytes, got ${data.length}`,
-        );
-      }
+      const wrongSize = (got: string): GGUFError =>
+        new GGUFError(`tensor "${t.name}" (${typeName(t.type)} ${t.ne.join("x")}) needs ${expected} bytes, got ${got}`);
+      if (data instanceof Uint8Array && data.length !== expected) throw wrongSize(String(data.length));
       const at = bytes.length + offsets[i];
       while (pos < at) pos += writeSync(fd, zeros, 0, Math.min(at - pos, zeros.length), pos);
-      writeAll(fd, data, pos);
-      pos += data.length;
-      opts.onTensor?.(progressBase + i + 1, progressTotal, data.length);
+      let written = 0;
+      for (const piece of pieces) {
+        // checked before writing: a producer giving too much must not overwrite the next tensor's bytes
+        if (written + piece.length > expected) throw wrongSize(`more than ${written + piece.length}`);
+        writeAll(fd, piece, pos);
+        pos += piece.length;
+        written += piece.length;
+      }
+      if (written !== expected) throw wrongSize(String(written));
+      opts.onTensor?.(progressBase + i + 1, progressTotal, written);
     });
     const end = pos + ((alignment - (pos % alignment)) % alignment);
     if (tensors.length > 0 && pos < end) writeSync(fd, zeros, 0, end - pos, pos);

@@ -29,3 +29,20 @@ test("--progress: a line per stage and per path-check run on stderr; none withou
   assert.equal(quiet.stderr, "");
   assert.equal(quiet.stdout, withProgress.stdout, "the same report either way");
 });
+
+test("--low-memory --progress: a line per streamed layer with tokens, elapsed time and the time left", () => {
+  const r = spawnSync(
+    process.execPath,
+    [BIN, "doctor", MODEL, "--no-data", "--low-memory", "--backend", "cpu", "--threads", "2", "--progress"],
+    { encoding: "utf8" },
+  );
+  assert.equal(r.status, 0, r.stderr);
+  const layers = r.stderr
+    .split("\n")
+    .filter((l) =>
+      /^latent doctor: low-memory layer \d+\/\d+ \(\d+ tokens\): [\d.]+ s elapsed, about [\d.]+ s left$/.test(l),
+    );
+  assert.ok(layers.length >= 2, r.stderr);
+  assert.match(layers.at(-1)!, /layer (\d+)\/\1 .*about 0\.0 s left/);
+  assert.match(r.stdout, /low-memory cpu-kernel pass: \d+ tokens through \d+ layers/);
+});

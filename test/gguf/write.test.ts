@@ -329,3 +329,45 @@ it("writeAll writes a buffer in pieces of at most `chunk` bytes at a file positi
     assert.deepEqual([...got.subarray(1003)], [...data.subarray(0, 10)]);
   }
 });
+
+describe("tensor bytes produced in pieces", () => {
+  const meta = new Map<string, GGUFMetadataEntry>([["general.name", { type: GGUFValueType.STRING, value: "pieces" }]]);
+  const values = Float32Array.from({ length: 7 * 5 }, (_, i) => i * 0.5 - 3);
+  const whole = new Uint8Array(values.buffer);
+  const tensor = (data: TensorToWrite["data"]): TensorToWrite[] => [
+    { name: "a", ne: [7, 5], type: GGMLType.F32, data },
+    { name: "b", ne: [3], type: GGMLType.F32, data: new Uint8Array(new Float32Array([1, 2, 3]).buffer) },
+  ];
+  it("pieces of uneven sizes give the same file as the whole tensor", () => {
+    const a = join(tmp.dir, "whole.gguf");
+    const b = join(tmp.dir, "pieces.gguf");
+    writeGGUF(a, meta, tensor(whole));
+    writeGGUF(
+      b,
+      meta,
+      tensor(() => [whole.subarray(0, 4), whole.subarray(4, 60), whole.subarray(60)]),
+    );
+    assert.deepEqual(readFileSync(b), readFileSync(a));
+  });
+  it("too few or too many bytes in pieces is an error naming the tensor, before the next tensor is overwritten", () => {
+    const out = join(tmp.dir, "bad-pieces.gguf");
+    assert.throws(
+      () =>
+        writeGGUF(
+          out,
+          meta,
+          tensor(() => [whole.subarray(0, 100)]),
+        ),
+      (e: unknown) => e instanceof GGUFError && /tensor "a" .* needs 140 bytes, got 100/.test(e.message),
+    );
+    assert.throws(
+      () =>
+        writeGGUF(
+          out,
+          meta,
+          tensor(() => [whole, whole.subarray(0, 4)]),
+        ),
+      (e: unknown) => e instanceof GGUFError && /tensor "a" .* needs 140 bytes, got more than 144/.test(e.message),
+    );
+  });
+});

@@ -6,7 +6,7 @@ import { join } from "node:path";
 import { GGUFFile } from "../../src/gguf/file.js";
 import { parseConfig } from "../../src/model/config.js";
 import { toHfStateDict } from "../../src/convert/names.js";
-import { quantizeFp8Blocks } from "../../src/convert/fp8.js";
+import { E4M3_MAX, f32ToE4M3, quantizeFp8Blocks } from "../../src/convert/fp8.js";
 import { encodeValues, exportHf, safetensorsBytes } from "../convert/hf-export.js";
 
 export const DEMO_HF_CONFIG = JSON.parse(
@@ -15,8 +15,16 @@ export const DEMO_HF_CONFIG = JSON.parse(
 
 const KEEP_BF16 = /embed_tokens|lm_head|mlp\.gate\.weight|norm|bias/;
 
+/**
+ * How FP8 weights are scaled: DeepSeek-V3/R1, Kimi-K2 and GLM's releases (`weight_scale_inv` per 128×128 block), or
+ * compressed-tensors (llm-compressor) `weight_scale` per 128×128 block (FP8_BLOCK) or per output row (FP8_DYNAMIC,
+ * with an `input_scale` beside it as static FP8 schemes write).
+ */
+export type Fp8Layout = "deepseek" | "ct-block" | "ct-channel";
+
 export interface CheckpointOptions {
   readonly dtype: "BF16" | "F32" | "FP8";
+  readonly fp8Layout?: Fp8Layout;
   /** tensors per shard (model-0000i-of-0000N.safetensors + index) */
   readonly shardTensors?: number;
 }
@@ -46,10 +54,27 @@ export function writeHfCheckpoint(
         tensors.push({ name, dtype: "BF16", shape: t.shape, data: encodeValues(t.data, "BF16") });
         continue;
       }
+      const layout = opts.fp8Layout ?? "deepseek";
+      if (layout === "ct-channel") {
+        const [rows, cols] = t.shape as [number, number];
+        const scale = new Float32Array(rows);
+        const bytes = new Uint8Array(rows * cols);
+        for (let r = 0; r < rows; r++) {
+          let amax = 0;
+          for (let c = 0; c < cols; c++) amax = Math.max(amax, Math.abs(t.data[r * cols + c]));
+          scale[r] = Math.fround(amax === 0 ? 1 : amax / E4M3_MAX);
+          for (let c = 0; c < cols; c++) bytes[r * cols + c] = f32ToE4M3(t.data[r * cols + c] / scale[r]);
+        }
+        tensors.push({ name, dtype: "F8_E4M3", shape: t.shape, data: bytes });
+        tensors.push({ name: `${name}_scale`, dtype: "F32", shape: [rows, 1], data: new Uint8Array(scale.buffer) });
+        const input = name.replace(/\.weight$/, ".input_scale");
+        tensors.push({ name: input, dtype: "F32", shape: [1], data: new Uint8Array(new Float32Array([0.5]).buffer) });
+        continue;
+      }
       const q = quantizeFp8Blocks(t.data, t.shape);
       tensors.push({ name, dtype: "F8_E4M3", shape: t.shape, data: q.bytes });
       tensors.push({
-        name: `${name}_scale_inv`,
+        name: layout === "deepseek" ? `${name}_scale_inv` : `${name}_scale`,
         dtype: "F32",
         shape: q.scaleShape,
         data: new Uint8Array(q.scale.buffer),
@@ -68,12 +93,27 @@ export function writeHfCheckpoint(
       }
       writeFileSync(join(dir, "model.safetensors.index.json"), JSON.stringify({ metadata: {}, weight_map: weightMap }));
     }
-    const quantization_config = {
-      activation_scheme: "dynamic",
-      fmt: "e4m3",
-      quant_method: "fp8",
-      weight_block_size: [128, 128],
-    };
+    const layout = opts.fp8Layout ?? "deepseek";
+    const quantization_config =
+      layout === "deepseek"
+        ? { activation_scheme: "dynamic", fmt: "e4m3", quant_method: "fp8", weight_block_size: [128, 128] }
+        : {
+            quant_method: "compressed-tensors",
+            format: "float-quantized",
+            config_groups: {
+              group_0: {
+                targets: ["Linear"],
+                weights: {
+                  type: "float",
+                  num_bits: 8,
+                  symmetric: true,
+                  ...(layout === "ct-block"
+                    ? { strategy: "block", block_structure: [128, 128] }
+                    : { strategy: "channel", block_structure: null }),
+                },
+              },
+            },
+          };
     writeFileSync(join(dir, "config.json"), JSON.stringify({ ...config, quantization_config }, null, 2));
     return dir;
   } finally {

@@ -228,6 +228,13 @@ class Arena {
     return this.workPtr;
   }
 
+  /** forget every allocation (weights and the work area); the memory stays, for the next ones */
+  reset(): void {
+    this.top = RESERVED;
+    this.workPtr = 0;
+    this.workSize = 0;
+  }
+
   get f32(): Float32Array {
     if (this.f32View.length * 4 !== this.memory.buffer.byteLength) this.f32View = new Float32Array(this.memory.buffer);
     return this.f32View;
@@ -410,7 +417,7 @@ export class CpuBackend implements MatKernels {
   private readonly arenas: Arena[] = [];
   private readonly byBuffer = new WeakMap<ArrayBufferLike, Arena>();
   /** matrices copied in on first use: source buffer → byteOffset:length → [arena, ptr] */
-  private readonly lazy = new WeakMap<ArrayBufferLike, Map<string, [Arena, number]>>();
+  private lazy = new WeakMap<ArrayBufferLike, Map<string, [Arena, number]>>();
   private readonly pool: Pool;
   /** calls that fell back to the plain kernels, by reason (diagnostics) */
   readonly fallbacks = new Map<string, number>();
@@ -466,6 +473,18 @@ export class CpuBackend implements MatKernels {
       return view;
     };
     return wrapped;
+  }
+
+  /**
+   * Drop every weight in the arenas; their memory is kept and reused (a wasm memory cannot shrink). A pass that streams
+   * one layer's matrices at a time (doctor --low-memory) calls it between layers to hold one layer, not all of them.
+   * Matrices read into the arenas before the call must not be used after it.
+   */
+  releaseWeights(): void {
+    for (const a of this.arenas) a.reset();
+    this.lazy = new WeakMap();
+    this.q6kr.clear();
+    this.q6krBytes = 0;
   }
 
   /** repacked copies of Q6_K matrices for products of ≤ 2 tokens: "arena:ptr:rows" → ptr in the same arena (or 0: no room) */

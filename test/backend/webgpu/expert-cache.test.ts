@@ -1,0 +1,242 @@
+// Routed experts streamed through a GPU expert cache (GpuModelOptions.gpuMemory / expertCache): the logits of chunked
+// prefill and 2-sequence batched decode, and chained greedy tokens, equal those with every expert resident (same
+// kernels: within float rounding of the gathered products) and the CPU reference (≤ 1e-3), for caches that force every
+// path — one step's experts only (every step evicts), half a layer's experts shared by all layers, a resident layer
+// beside streamed ones, a budget that fits everything (no cache); the cache's counts show it bounded and used.
+import { after, test } from "node:test";
+import assert from "node:assert/strict";
+import { logSoftmaxRow } from "../../../src/engine/evaluate.js";
+import { loadModel } from "../../../src/runtime/load.js";
+import { GpuModel, type GpuModelOptions } from "../../../src/backend/webgpu/graph/gpu-model.js";
+import { GpuRuntime } from "../../../src/backend/webgpu/core/runtime.js";
+import { expertBytes, planExperts, type PlanLayer } from "../../../src/backend/webgpu/graph/expert-cache.js";
+import type { DeepSeek2 } from "../../../src/model/deepseek2.js";
+import { logprobRows, maxAbsDiff } from "../../helpers/logprobs.js";
+import { randomTokens, synthModel, type SynthCase } from "../../helpers/synth.js";
+import { gpuOrSkip } from "./helpers.js";
+
+const { rt, skip } = await gpuOrSkip({ checkWrites: true });
+// steps recorded (in segments, with streamed experts) and replayed
+const plain = rt === undefined ? undefined : new GpuRuntime(rt.info);
+after(() => rt?.device.destroy());
+
+// three MoE layers of 16 experts (2 used a token), Q8_0: small steps take the wide kernel's fused norms
+const q8: SynthCase = {
+  label: "cache-q8",
+  base: "tiny",
+  over: { n_layer: 4, n_dense: 1, n_expert: 16, n_used: 2, n_head: 4, v_head: 16 },
+  type: "Q8_0",
+};
+// odd widths in F32 (the coalesced kernels), 3 used of 8 experts
+const f32: SynthCase = {
+  label: "cache-f32",
+  base: "tiny",
+  over: { n_layer: 3, n_dense: 1, n_expert: 8, n_used: 3, n_embd: 40, n_ff_exp: 24 },
+};
+
+const TOL = 1e-3;
+const SAME = 1e-4;
+const CTX = 24;
+
+/** Log-probability rows of both sequences: prefill in chunks of the model's maxTokens, then batched decode. */
+async function rowsOf(g: GpuModel, seqs: readonly number[][], prompt: readonly number[]): Promise<Float64Array[][]> {
+  const out: Float64Array[][] = seqs.map(() => []);
+  for (let s = 0; s < seqs.length; s++)
+    for (const row of await g.prefill(s, seqs[s].slice(0, prompt[s]), 0, true)) out[s].push(logSoftmaxRow(row));
+  for (let pos = Math.min(...prompt); pos < Math.max(...seqs.map((q) => q.length)); pos++) {
+    const step = seqs
+      .map((q, s) => ({ q, s }))
+      .filter(({ q, s }) => pos >= prompt[s] && pos < q.length)
+      .map(({ q, s }) => ({ token: q[pos], slot: s, pos, logits: true }));
+    // a decode batch in steps of at most maxTokens tokens
+    for (let at = 0; at < step.length; at += g.opts.maxTokens) {
+      const part = step.slice(at, at + g.opts.maxTokens);
+      const logits = await g.step(part);
+      const width = logits.length / part.length;
+      part.forEach((t, i) => out[t.slot].push(logSoftmaxRow(logits.subarray(i * width, (i + 1) * width))));
+    }
+  }
+  return out;
+}
+
+/** Largest difference between two sets of rows, sequence by sequence (equal row counts). */
+function worst(a: Float64Array[][], b: Float64Array[][]): number {
+  return Math.max(...a.map((rows, s) => maxAbsDiff(rows, b[s])));
+}
+
+interface Mode {
+  readonly label: string;
+  readonly maxTokens: number;
+  readonly opts: (model: DeepSeek2) => Partial<GpuModelOptions>;
+  /** whether the mode streams (an expert cache exists) */
+  readonly streams: boolean;
+}
+
+const modes: Mode[] = [
+  {
+    label: "one step's experts (every step evicts)",
+    maxTokens: 1,
+    opts: (m) => ({ expertCache: { slots: m.config.nExpertUsed } }),
+    streams: true,
+  },
+  {
+    label: "half a layer's experts, steps of 4",
+    maxTokens: 4,
+    opts: (m) => ({
+      expertCache: { slots: Math.max(m.config.nExpert / 2, Math.min(m.config.nExpert, 4 * m.config.nExpertUsed)) },
+    }),
+    streams: true,
+  },
+  {
+    label: "layer 2 resident, the others streamed",
+    maxTokens: 4,
+    opts: (m) => ({ expertCache: { slots: m.config.nExpert, residentLayers: [2] } }),
+    streams: true,
+  },
+  {
+    // the model's bytes less a third of its experts'
+    label: "a budget of two thirds of the experts",
+    maxTokens: 4,
+    opts: () => ({}),
+    streams: true,
+  },
+  { label: "a budget holding everything", maxTokens: 4, opts: () => ({ gpuMemory: 2 ** 40 }), streams: false },
+];
+
+for (const c of [q8, f32]) {
+  const m = synthModel(c, 5);
+  after(() => m.cleanup());
+  for (const mode of modes) {
+    for (const [r, name] of [
+      [rt, "checked writes"],
+      [plain, "segments replayed"],
+    ] as const) {
+      test(`${c.label}: ${mode.label} (${name}): logits equal all-resident and the CPU reference`, {
+        skip,
+      }, async () => {
+        const { model, config } = loadModel(m.path);
+        const seqs = [randomTokens(10, 3, 0, config.nVocab), randomTokens(7, 8, 0, config.nVocab)];
+        // repeat a stretch so some experts come back
+        seqs[0].splice(6, 3, ...seqs[0].slice(0, 3));
+        const prompt = [5, 3];
+        const base: GpuModelOptions = { slots: 2, context: CTX, maxTokens: mode.maxTokens };
+        const whole = new GpuModel(r!, model as DeepSeek2, base);
+        const want = await rowsOf(whole, seqs, prompt);
+        const experts = (model as DeepSeek2).weights.layers.reduce(
+          (b, l) => b + (l.moe?.experts.reduce((s, e) => s + expertBytes(e), 0) ?? 0),
+          0,
+        );
+        const budget = Math.floor(whole.gpuBytes - experts / 3);
+        const byBudget = mode.label.includes("budget of") ? { gpuMemory: budget } : {};
+        const g = new GpuModel(r!, model as DeepSeek2, { ...base, ...mode.opts(model as DeepSeek2), ...byBudget });
+        if (mode.label.includes("budget of")) {
+          assert.ok(g.gpuBytes <= budget, `${g.gpuBytes} bytes on the GPU, over ${budget}`);
+          assert.equal(g.layers[config.nLayer - 1]!.experts, undefined, "the last MoE layer streamed");
+          // three MoE layers: the first one's experts fit whole beside the others' smallest pool
+          if (c === q8)
+            assert.ok(g.layers[config.nLeadingDense]!.experts !== undefined, "the first MoE layer resident");
+        }
+        assert.equal(g.expertCache !== undefined, mode.streams);
+        const got = await rowsOf(g, seqs, prompt);
+        const same = worst(got, want);
+        assert.ok(same <= SAME, `against all-resident: ${same}`);
+        const refs = seqs.map((s) => logprobRows(model, s, "reference"));
+        const ref = worst(
+          got,
+          refs.map((rows, s) => rows.slice(0, got[s].length)),
+        );
+        assert.ok(ref <= TOL, `against the reference: ${ref}`);
+        const st = g.expertCache?.stats;
+        if (st !== undefined) {
+          const slots = [...g.expertCache!.slotCounts().values()];
+          // each step of each streamed layer looks up its distinct experts; misses are uploads, never more than that
+          assert.ok(st.lookups > 0 && st.uploads + st.hits === st.lookups, JSON.stringify(st));
+          assert.ok(st.uploads >= Math.min(...slots), JSON.stringify(st));
+          if (mode.label.startsWith("layer 2"))
+            assert.ok(st.hits > 0, `a cache of every expert hits: ${JSON.stringify(st)}`);
+          if (r === plain) assert.ok(g.replayStats.replayed > 0, JSON.stringify(g.replayStats));
+        }
+      });
+    }
+  }
+
+  test(`${c.label}: chained greedy decode of 2 sequences with a cache of one step's experts picks the all-resident tokens`, {
+    skip,
+  }, async () => {
+    const { model, config } = loadModel(m.path);
+    const K = config.nExpertUsed;
+    const seqs = [
+      { token: 7, slot: 0, pos: 0 },
+      { token: 11, slot: 1, pos: 0 },
+    ];
+    const run = async (o: Partial<GpuModelOptions>) => {
+      const g = new GpuModel(plain!, model as DeepSeek2, { slots: 2, context: CTX, maxTokens: 2, ...o });
+      const chosen = await g.decodeGreedy(seqs, 9);
+      return { g, chosen };
+    };
+    const want = await run({});
+    const got = await run({ expertCache: { slots: 2 * K } });
+    assert.deepEqual([...got.chosen.tokens], [...want.chosen.tokens]);
+    for (let i = 0; i < got.chosen.logprobs.length; i++)
+      assert.ok(Math.abs(got.chosen.logprobs[i] - want.chosen.logprobs[i]) <= SAME);
+    assert.ok(got.g.expertCache!.stats.uploads > 0);
+  });
+}
+
+test("a budget below the resident part, or below one step's experts, is refused naming the numbers", {
+  skip,
+}, async () => {
+  const m = synthModel(q8, 5);
+  try {
+    const { model, config } = loadModel(m.path);
+    assert.throws(
+      () => new GpuModel(rt!, model as DeepSeek2, { slots: 1, context: CTX, maxTokens: 1, gpuMemory: 1000 }),
+      /--gpu-memory .*\(1000 bytes\) is below what must stay on the GPU, .*\(\d+ bytes\)/,
+    );
+    assert.throws(
+      () =>
+        new GpuModel(rt!, model as DeepSeek2, {
+          slots: 1,
+          context: CTX,
+          maxTokens: 2,
+          expertCache: { slots: 2 * config.nExpertUsed - 1 },
+        }),
+      /at least 4 slots/,
+    );
+  } finally {
+    m.cleanup();
+  }
+});
+
+test("planExperts: resident part first, whole layers while the streamed ones keep their smallest pools, the rest in slots", () => {
+  const layers: PlanLayer[] = [1, 2, 3, 4].map((layer) => ({
+    layer,
+    experts: 16,
+    signature: layer === 4 ? "b" : "a",
+    expertBytes: layer === 4 ? 200 : 100,
+  }));
+  // everything fits: every layer resident, no pools
+  const all = planExperts(100 + 3 * 1600 + 3200, 100, layers, 4);
+  assert.deepEqual([...all.residentLayers], [1, 2, 3, 4]);
+  assert.equal(all.slots.size, 0);
+  // 1000 + 1600 (layer 1) + 400 + 800 (pools of 4) + 600 spare
+  const some = planExperts(1000 + 1600 + 1200 + 600, 1000, layers, 4);
+  assert.deepEqual([...some.residentLayers], [1]);
+  const a = some.slots.get("a")!;
+  const b = some.slots.get("b")!;
+  assert.ok(a >= 4 && b >= 4 && a <= 32 && b <= 16, `${a} ${b}`);
+  assert.ok(a * 100 + b * 200 + 1600 + 1000 <= 1000 + 1600 + 1200 + 600, `over budget: ${a} ${b}`);
+  assert.ok(a > 4 || b > 4, "the spare bytes are used");
+  // nothing resident when only the smallest pools fit
+  const least = planExperts(1000 + 1200, 1000, layers, 4);
+  assert.deepEqual([...least.residentLayers], []);
+  assert.deepEqual(
+    [...least.slots],
+    [
+      ["a", 4],
+      ["b", 4],
+    ],
+  );
+  assert.throws(() => planExperts(999, 1000, layers, 4), /below what must stay on the GPU/);
+  assert.throws(() => planExperts(1000 + 1199, 1000, layers, 4), /cannot hold the resident part/);
+});

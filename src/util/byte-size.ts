@@ -1,0 +1,16 @@
+/**
+ * Byte counts as users write them on the command line: a whole number of bytes, or with a binary suffix — K, M, G, T
+ * (optionally followed by B or iB: 24G, 512MiB, 1.5G) — each a power of 1024.
+ */
+import { UsageError } from "./errors.js";
+
+const POWERS: Readonly<Record<string, number>> = { "": 0, K: 1, M: 2, G: 3, T: 4 };
+
+/** Bytes of `text` ("24G", "512M", "1000000"); a clear error naming `what` otherwise. */
+export function parseByteSize(text: string, what = "a size"): number {
+  const m = /^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*$/i.exec(text);
+  if (m === null) throw new UsageError(`${what}: expected bytes such as 24G, 512M or 1000000, got '${text}'`);
+  const bytes = Math.floor(Number(m[1]) * 1024 ** POWERS[m[2].toUpperCase()]!);
+  if (!(Number.isSafeInteger(bytes) && bytes > 0)) throw new UsageError(`${what}: '${text}' is not a positive size`);
+  return bytes;
+}

@@ -45,6 +45,7 @@ async function handle(req: FusedRequest): Promise<void> {
         context: req.context,
         maxTokens: req.maxTokens,
         ...(req.pages !== undefined ? { pages: req.pages } : {}),
+        ...(req.gpuMemory !== undefined ? { gpuMemory: req.gpuMemory } : {}),
       });
       const t0 = performance.now();
       let kernels = 0;

@@ -59,6 +59,7 @@ export type FusedRequest =
       context: number;
       maxTokens: number;
       pages: FusedOptions["pages"];
+      gpuMemory: number | undefined;
       warm: WarmShapes | undefined;
       allowNonFinite: boolean;
     }
@@ -107,6 +108,11 @@ export interface FusedOptions {
    * share their latents, and no GPU slot is needed.
    */
   readonly pages?: { readonly pageSize: number; readonly numPages: number };
+  /**
+   * GPU memory budget in bytes (`--gpu-memory`; GpuModelOptions.gpuMemory): routed experts that do not fit stream from
+   * host memory through a GPU expert cache
+   */
+  readonly gpuMemory?: number;
   readonly checkWrites?: boolean;
   /**
    * Step shapes whose GPU kernels load() compiles (GpuModel.warm), so that no step waits for the compiler: those the
@@ -206,6 +212,7 @@ export class FusedGpuModel implements GreedyChainModel {
         context: this.config.contextLength,
         maxTokens: this.opts.maxTokens,
         pages: this.opts.pages,
+        gpuMemory: this.opts.gpuMemory,
         warm: this.opts.warm,
         allowNonFinite: this.opts.allowNonFinite === true,
       },

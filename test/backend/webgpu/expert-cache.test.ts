@@ -34,6 +34,14 @@ const f32: SynthCase = {
   over: { n_layer: 3, n_dense: 1, n_expert: 8, n_used: 3, n_embd: 40, n_ff_exp: 24 },
 };
 
+// K-quants (256-column rows): layer 1's down experts Q4_K, layers 2 and 3's Q6_K (Q4_K_M's mix), so two pools
+const q4km: SynthCase = {
+  label: "cache-q4km",
+  base: "tiny",
+  over: { n_layer: 4, n_dense: 1, n_embd: 256, n_ff_exp: 256, n_expert: 8, n_used: 2, n_head: 4, v_head: 16 },
+  type: "Q4_K_M",
+};
+
 const TOL = 1e-3;
 const SAME = 1e-4;
 const CTX = 24;
@@ -103,10 +111,11 @@ const modes: Mode[] = [
   { label: "a budget holding everything", maxTokens: 4, opts: () => ({ gpuMemory: 2 ** 40 }), streams: false },
 ];
 
-for (const c of [q8, f32]) {
+for (const c of [q8, f32, q4km]) {
   const m = synthModel(c, 5);
   after(() => m.cleanup());
-  for (const mode of modes) {
+  // (the K-quant model, slower on a software adapter: the smallest cache and a budget)
+  for (const mode of c === q4km ? modes.filter((x) => /one step|budget of/.test(x.label)) : modes) {
     for (const [r, name] of [
       [rt, "checked writes"],
       [plain, "segments replayed"],
@@ -146,6 +155,8 @@ for (const c of [q8, f32]) {
           refs.map((rows, s) => rows.slice(0, got[s].length)),
         );
         assert.ok(ref <= TOL, `against the reference: ${ref}`);
+        if (c === q4km && mode.label.startsWith("one step"))
+          assert.equal(g.expertCache!.slotCounts().size, 2, "a pool per down type");
         const st = g.expertCache?.stats;
         if (st !== undefined) {
           const slots = [...g.expertCache!.slotCounts().values()];
@@ -182,6 +193,38 @@ for (const c of [q8, f32]) {
     assert.ok(got.g.expertCache!.stats.uploads > 0);
   });
 }
+
+test("paged latent caches (serve): a cache of one step's experts gives the all-resident logits", { skip }, async () => {
+  const m = synthModel(q8, 6);
+  try {
+    const { model, config } = loadModel(m.path);
+    const tokens = randomTokens(9, 4, 0, config.nVocab);
+    // pages of 4 positions, the sequence's pages out of order in the pool
+    const pages = [5, 2, 7];
+    const run = async (o: Partial<GpuModelOptions>): Promise<Float64Array[]> => {
+      const g = new GpuModel(rt!, model as DeepSeek2, {
+        slots: 1,
+        context: 12,
+        maxTokens: 2,
+        pages: { pageSize: 4, numPages: 8 },
+        ...o,
+      });
+      const out: Float64Array[] = [];
+      for (let at = 0; at < tokens.length; at += 2) {
+        const step = tokens.slice(at, at + 2).map((token, i) => ({ token, slot: 0, pos: at + i, logits: true, pages }));
+        const logits = await g.step(step);
+        step.forEach((_, i) => out.push(logSoftmaxRow(logits.subarray(i * config.nVocab, (i + 1) * config.nVocab))));
+      }
+      return out;
+    };
+    const want = await run({});
+    const got = await run({ expertCache: { slots: 2 * config.nExpertUsed } });
+    const d = maxAbsDiff(got, want);
+    assert.ok(d <= SAME, `against all-resident: ${d}`);
+  } finally {
+    m.cleanup();
+  }
+});
 
 test("a budget below the resident part, or below one step's experts, is refused naming the numbers", {
   skip,

@@ -194,6 +194,27 @@ for (const c of [q8, f32, q4km]) {
   });
 }
 
+test("cache-q8: a pool bound in pieces (a binding limit of 4 experts) gives the all-resident logits", {
+  skip,
+}, async () => {
+  const m = synthModel(q8, 7);
+  // a Q8_0 expert matrix here is 32 rows of 68 bytes, or 64 of 34: 2176 bytes, 4 to a binding
+  const pieces = new GpuRuntime(rt!.info, { maxBindingBytes: 4 * 2176 });
+  try {
+    const { model, config } = loadModel(m.path);
+    const seqs = [randomTokens(8, 5, 0, config.nVocab), randomTokens(6, 9, 0, config.nVocab)];
+    const base: GpuModelOptions = { slots: 2, context: CTX, maxTokens: 4 };
+    const want = await rowsOf(new GpuModel(pieces, model as DeepSeek2, base), seqs, [5, 3]);
+    const g = new GpuModel(pieces, model as DeepSeek2, { ...base, expertCache: { slots: 8 } });
+    assert.equal(g.expertCache!.ffnOf(config.nLayer - 1).gate.pieces.length, 2);
+    const got = await rowsOf(g, seqs, [5, 3]);
+    const d = worst(got, want);
+    assert.ok(d <= SAME, `against all-resident: ${d}`);
+  } finally {
+    m.cleanup();
+  }
+});
+
 test("paged latent caches (serve): a cache of one step's experts gives the all-resident logits", { skip }, async () => {
   const m = synthModel(q8, 6);
   try {

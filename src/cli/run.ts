@@ -237,6 +237,14 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
               gpu_dispatches: host.dispatches,
               gpu_host_encode_ms: host.encodeMs,
               gpu_host_submit_ms: host.submitMs,
+              ...(host.expertCache !== undefined
+                ? {
+                    gpu_expert_lookups: host.expertCache.lookups,
+                    gpu_expert_hits: host.expertCache.hits,
+                    gpu_expert_uploads: host.expertCache.uploads,
+                    gpu_expert_uploaded_bytes: host.expertCache.uploadedBytes,
+                  }
+                : {}),
             }
           : {}),
         prompt_tokens: result.promptTokens,

@@ -9,6 +9,8 @@ import { logSoftmaxRow } from "../../../src/engine/evaluate.js";
 import { loadModel } from "../../../src/runtime/load.js";
 import { GpuModel, type GpuModelOptions } from "../../../src/backend/webgpu/graph/gpu-model.js";
 import { GpuRuntime } from "../../../src/backend/webgpu/core/runtime.js";
+import { FusedGpuModel } from "../../../src/backend/webgpu/engine/fused.js";
+import { LatentCache } from "../../../src/model/cache.js";
 import { expertBytes, planExperts, type PlanLayer } from "../../../src/backend/webgpu/graph/expert-cache.js";
 import type { DeepSeek2 } from "../../../src/model/deepseek2.js";
 import { logprobRows, maxAbsDiff } from "../../helpers/logprobs.js";
@@ -243,6 +245,58 @@ test("paged latent caches (serve): a cache of one step's experts gives the all-r
     const d = maxAbsDiff(got, want);
     assert.ok(d <= SAME, `against all-resident: ${d}`);
   } finally {
+    m.cleanup();
+  }
+});
+
+test("FusedGpuModel (latent run/serve): --gpu-memory too small is refused naming both numbers; one that streams gives the all-resident logits and counts its cache", {
+  skip,
+}, () => {
+  const m = synthModel(q8, 8);
+  const opened: FusedGpuModel[] = [];
+  const open = (gpuMemory?: number): FusedGpuModel => {
+    const { config } = loadModel(m.path);
+    const f = new FusedGpuModel(config, {
+      context: 12,
+      maxTokens: 2,
+      ...(gpuMemory !== undefined ? { gpuMemory } : {}),
+    });
+    opened.push(f);
+    f.load(m.path);
+    return f;
+  };
+  try {
+    const { model, config } = loadModel(m.path);
+    let resident = 0;
+    assert.throws(
+      () => open(1000),
+      (e: unknown) => {
+        const got = /below what must stay on the GPU, .*\((\d+) bytes\)/.exec((e as Error).message);
+        resident = Number(got?.[1] ?? 0);
+        return got !== null && resident > 1000;
+      },
+    );
+    const experts = (model as DeepSeek2).weights.layers.reduce(
+      (b, l) => b + (l.moe?.experts.reduce((s, e) => s + expertBytes(e), 0) ?? 0),
+      0,
+    );
+    const tokens = randomTokens(9, 2, 0, config.nVocab);
+    const logprobs = (f: FusedGpuModel): Float64Array[] => {
+      const cache = new LatentCache(f.config);
+      const all = f.forward(tokens.slice(0, 5), cache, { path: "prefill", logits: "all" });
+      const rows = [0, 1, 2, 3, 4].map((i) => logSoftmaxRow(all.subarray(i * config.nVocab, (i + 1) * config.nVocab)));
+      for (const t of tokens.slice(5))
+        rows.push(logSoftmaxRow(f.forward([t], cache, { path: "decode", logits: "last" })));
+      return rows;
+    };
+    const want = logprobs(open());
+    const streamed = open(resident + Math.floor(experts / 2));
+    const d = maxAbsDiff(logprobs(streamed), want);
+    assert.ok(d <= SAME, `against all-resident: ${d}`);
+    const st = streamed.hostStats().expertCache;
+    assert.ok(st !== undefined && st.uploads > 0 && st.lookups === st.hits + st.uploads, JSON.stringify(st));
+  } finally {
+    for (const f of opened) void f.close();
     m.cleanup();
   }
 });

@@ -88,7 +88,12 @@ async function handle(req: FusedRequest): Promise<void> {
       answer(
         init.channel,
         1,
-        JSON.stringify({ dispatches: st.dispatches, encodeMs: st.encodeMs, submitMs: st.submitMs }),
+        JSON.stringify({
+          dispatches: st.dispatches,
+          encodeMs: st.encodeMs,
+          submitMs: st.submitMs,
+          ...(gpu?.expertCache !== undefined ? { expertCache: gpu.expertCache.stats } : {}),
+        }),
       );
       return;
     }

@@ -93,6 +93,13 @@ export interface GpuHostStats {
   readonly dispatches: number;
   readonly encodeMs: number;
   readonly submitMs: number;
+  /** with streamed experts (gpuMemory): the expert cache's counts (graph/expert-cache.ts ExpertCacheStats) */
+  readonly expertCache?: {
+    readonly lookups: number;
+    readonly hits: number;
+    readonly uploads: number;
+    readonly uploadedBytes: number;
+  };
 }
 
 export interface FusedOptions {
@@ -461,7 +468,13 @@ export class FusedGpuModel implements GreedyChainModel {
   hostStats(): GpuHostStats {
     if (!this.loaded) throw new LatentError("FusedGpuModel: load() the weights first");
     const s = JSON.parse(this.worker.call({ op: "stats" })) as Omit<GpuHostStats, "steps">;
-    return { steps: this.gpuSteps, dispatches: s.dispatches, encodeMs: s.encodeMs, submitMs: s.submitMs };
+    return {
+      steps: this.gpuSteps,
+      dispatches: s.dispatches,
+      encodeMs: s.encodeMs,
+      submitMs: s.submitMs,
+      ...(s.expertCache !== undefined ? { expertCache: s.expertCache } : {}),
+    };
   }
 
   /** Grow the shared logits memory (and tell the worker) so that it holds at least `bytes`. */

@@ -189,6 +189,16 @@ for (const c of [q8, f32, q4km]) {
     };
     const want = await run({});
     const got = await run({ expertCache: { slots: 2 * K } });
+    // (and waiting for the GPU after every expert written: ExpertCache.flushBytes)
+    const flushed = new GpuModel(plain!, model as DeepSeek2, {
+      slots: 2,
+      context: CTX,
+      maxTokens: 2,
+      expertCache: { slots: 2 * K },
+    });
+    flushed.expertCache!.flushBytes = 1;
+    const chosen = await flushed.decodeGreedy(seqs, 9);
+    assert.deepEqual([...chosen.tokens], [...want.chosen.tokens]);
     assert.deepEqual([...got.chosen.tokens], [...want.chosen.tokens]);
     for (let i = 0; i < got.chosen.logprobs.length; i++)
       assert.ok(Math.abs(got.chosen.logprobs[i] - want.chosen.logprobs[i]) <= SAME);

@@ -138,6 +138,11 @@ const KEY = 2 ** 20;
 /** The streamed layers' experts in host memory and the pools they pass through. */
 export class ExpertCache {
   readonly stats: ExpertCacheStats = { lookups: 0, hits: 0, uploads: 0, uploadedBytes: 0 };
+  /**
+   * Bytes of queue writes after which assign() waits for the GPU: each write goes through a staging copy the driver
+   * keeps until the work after it completes, and a prefill step may bring whole layers' experts (GBs) at once
+   */
+  flushBytes = 512 * 2 ** 20;
   private readonly pools = new Map<string, ExpertPool>();
   private readonly layerPool = new Map<number, ExpertPool>();
 
@@ -186,7 +191,7 @@ export class ExpertCache {
    * recently used slots first (queue writes: before the next submission). A step's own experts are never evicted
    * for each other: more distinct experts than slots is refused.
    */
-  assign(il: number, ids: Uint32Array): Uint32Array {
+  async assign(il: number, ids: Uint32Array): Promise<Uint32Array> {
     const pool = this.layerPool.get(il);
     const experts = this.host.get(il);
     if (pool === undefined || experts === undefined) throw new LatentError(`layer ${il} has no streamed experts`);
@@ -212,6 +217,7 @@ export class ExpertCache {
       pool.held.set(key, s);
       slotOf.set(e, s);
     }
+    let unflushed = 0;
     for (const e of missing) {
       let s = pool.free.pop();
       if (s === undefined) {
@@ -228,6 +234,11 @@ export class ExpertCache {
       this.stats.uploadedBytes += expertBytes(x);
       pool.held.set(il * KEY + e, s);
       slotOf.set(e, s);
+      unflushed += expertBytes(x);
+      if (unflushed >= this.flushBytes) {
+        await this.rt.sync();
+        unflushed = 0;
+      }
     }
     return Uint32Array.from(ids, (e) => slotOf.get(e)!);
   }

@@ -365,7 +365,7 @@ export class GpuModel {
   private async fillExperts(il: number, n: number): Promise<void> {
     const words = n * this.c.nExpertUsed;
     const ids = new Uint32Array(await this.rt.read(this.b.rids!, 0, words * 4));
-    this.rt.write(this.b.rids!, 0, this.expertCache!.assign(il, ids));
+    this.rt.write(this.b.rids!, 0, await this.expertCache!.assign(il, ids));
   }
 
   /** encode() or encodeStreamed(), whichever this model's experts need. */

@@ -8,11 +8,12 @@
  * evicted slots (queue writes, ordered before the rest of the step) and rewrites the ids to slot indices, which the
  * expert products then gather from the pool instead of the layer's own stacked tensors.
  */
-import type { SwiGLU } from "../../../model/weights.js";
+import type { ModelConfig } from "../../../model/config.js";
+import type { LayerWeights, SwiGLU } from "../../../model/weights.js";
 import { LatentError } from "../../../util/errors.js";
 import type { GpuRuntime } from "../core/runtime.js";
 import { GpuMatrix } from "../kernels/matmul/matrix.js";
-import type { GpuFFN } from "./weights.js";
+import { uploadExperts, type GpuFFN, type GpuLayer } from "./weights.js";
 
 /** What a pool's slots must match: the three matrices' types and shapes. */
 export function expertSignature(e: SwiGLU): string {
@@ -246,4 +247,59 @@ export class ExpertCache {
   destroy(): void {
     for (const p of this.pools.values()) for (const m of [p.ffn.gate, p.ffn.up, p.ffn.down]) m.destroy();
   }
+}
+
+/** How GpuModel places the routed experts (GpuModelOptions): a budget, or a cache set directly. */
+export interface ExpertPlacement {
+  readonly maxTokens: number;
+  readonly gpuMemory?: number;
+  readonly expertCache?: { readonly slots: number; readonly residentLayers?: readonly number[] };
+}
+
+/**
+ * The routed experts of a model whose other weights (`layers`, uploaded without experts) take `resident` bytes: the
+ * plan's resident layers uploaded whole into their GpuLayer, the others streamed through the returned expert cache
+ * (undefined where everything fits).
+ */
+export function placeExperts(
+  rt: GpuRuntime,
+  c: ModelConfig,
+  weights: readonly LayerWeights[],
+  layers: GpuLayer[],
+  o: ExpertPlacement,
+  resident: number,
+): ExpertCache | undefined {
+  const moe = weights.flatMap((lw, il) => (lw.moe !== undefined ? [{ il, experts: lw.moe.experts }] : []));
+  // a step's distinct experts in one layer, which its pool must hold at once
+  const minSlots = Math.min(c.nExpert, o.maxTokens * c.nExpertUsed);
+  let plan: ExpertPlan;
+  if (o.expertCache !== undefined) {
+    const kept = new Set(o.expertCache.residentLayers ?? []);
+    const sigs = new Set(moe.filter((m) => !kept.has(m.il)).map((m) => expertSignature(m.experts[0])));
+    if (!(Number.isInteger(o.expertCache.slots) && o.expertCache.slots >= minSlots))
+      throw new LatentError(
+        `an expert cache needs at least ${minSlots} slots (a step's distinct experts: min(experts, tokens × used)), got ${o.expertCache.slots}`,
+      );
+    plan = { residentLayers: kept, slots: new Map([...sigs].map((s) => [s, o.expertCache!.slots])) };
+  } else {
+    if (!(Number.isSafeInteger(o.gpuMemory) && o.gpuMemory! > 0))
+      throw new LatentError(`a GPU memory budget is a whole number of bytes > 0, got ${o.gpuMemory}`);
+    plan = planExperts(
+      o.gpuMemory!,
+      resident,
+      moe.map((m) => ({
+        layer: m.il,
+        experts: m.experts.length,
+        signature: expertSignature(m.experts[0]),
+        expertBytes: expertBytes(m.experts[0]),
+      })),
+      minSlots,
+    );
+  }
+  const host = new Map<number, readonly SwiGLU[]>();
+  for (const m of moe) {
+    if (plan.residentLayers.has(m.il)) layers[m.il]!.experts = uploadExperts(rt, m.experts, m.il);
+    else host.set(m.il, m.experts);
+  }
+  return host.size === 0 ? undefined : new ExpertCache(rt, host, plan.slots);
 }

@@ -33,8 +33,8 @@ import { encodeAttention } from "./attention-block.js";
 import { encodeDenseFFN } from "./dense-block.js";
 import { encodeMoE } from "./moe-block.js";
 import { a0Stride, StepEncoding } from "./step-encoding.js";
-import { layerWeightBytes, upload, uploadExperts, uploadLayer, type GpuFFN, type GpuLayer } from "./weights.js";
-import { ExpertCache, expertBytes, expertSignature, planExperts, type ExpertPlan } from "./expert-cache.js";
+import { layerWeightBytes, upload, uploadLayer, type GpuFFN, type GpuLayer } from "./weights.js";
+import { placeExperts, type ExpertCache } from "./expert-cache.js";
 
 export { FUSE_MAX_TOKENS } from "./select.js";
 
@@ -235,55 +235,15 @@ export class GpuModel {
       buf("cand", sampleTopKWords(N, c.nVocab));
       buf("nuc", sampleNucleusWords(N));
     }
-    this.expertCache = placeLater ? this.placeExperts(model, rt.bufferBytes - bytesBefore) : undefined;
+    this.expertCache = placeLater
+      ? placeExperts(rt, c, model.weights.layers, this.layers, opts, rt.bufferBytes - bytesBefore)
+      : undefined;
+    for (const [il, l] of this.layers.entries())
+      if (this.expertCache?.streams(il) === true) this.streamed.set(l, { il, ffn: this.expertCache.ffnOf(il) });
     this.gpuBytes = rt.bufferBytes - bytesBefore;
     let bytes = this.embd.bytes + (this.output === this.embd ? 0 : this.output.bytes) + (this.expertCache?.bytes ?? 0);
     for (const l of this.layers) bytes += layerWeightBytes(l);
     this.weightBytes = bytes;
-  }
-
-  /**
-   * The routed experts under a budget or a set cache: the plan's resident layers uploaded whole, the others
-   * streamed through an expert cache (none where everything fits).
-   */
-  private placeExperts(model: DeepSeek2, resident: number): ExpertCache | undefined {
-    const { rt, c, opts } = this;
-    const moe = model.weights.layers.flatMap((lw, il) =>
-      lw.moe !== undefined ? [{ il, experts: lw.moe.experts }] : [],
-    );
-    // a step's distinct experts in one layer, which its pool must hold at once
-    const minSlots = Math.min(c.nExpert, opts.maxTokens * c.nExpertUsed);
-    let plan: ExpertPlan;
-    if (opts.expertCache !== undefined) {
-      const resident = new Set(opts.expertCache.residentLayers ?? []);
-      const sigs = new Set(moe.filter((m) => !resident.has(m.il)).map((m) => expertSignature(m.experts[0])));
-      if (!(Number.isInteger(opts.expertCache.slots) && opts.expertCache.slots >= minSlots))
-        throw new LatentError(
-          `an expert cache needs at least ${minSlots} slots (a step's distinct experts: min(experts, tokens × used)), got ${opts.expertCache.slots}`,
-        );
-      plan = { residentLayers: resident, slots: new Map([...sigs].map((s) => [s, opts.expertCache!.slots])) };
-    } else {
-      plan = planExperts(
-        opts.gpuMemory!,
-        resident,
-        moe.map((m) => ({
-          layer: m.il,
-          experts: m.experts.length,
-          signature: expertSignature(m.experts[0]),
-          expertBytes: expertBytes(m.experts[0]),
-        })),
-        minSlots,
-      );
-    }
-    const host = new Map<number, (typeof moe)[number]["experts"]>();
-    for (const m of moe) {
-      if (plan.residentLayers.has(m.il)) this.layers[m.il]!.experts = uploadExperts(rt, m.experts, m.il);
-      else host.set(m.il, m.experts);
-    }
-    if (host.size === 0) return undefined;
-    const cache = new ExpertCache(rt, host, plan.slots);
-    for (const il of host.keys()) this.streamed.set(this.layers[il]!, { il, ffn: cache.ffnOf(il) });
-    return cache;
   }
 
   /**

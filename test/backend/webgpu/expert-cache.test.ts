@@ -11,8 +11,15 @@ import { GpuModel, type GpuModelOptions } from "../../../src/backend/webgpu/grap
 import { GpuRuntime } from "../../../src/backend/webgpu/core/runtime.js";
 import { FusedGpuModel } from "../../../src/backend/webgpu/engine/fused.js";
 import { LatentCache } from "../../../src/model/cache.js";
-import { expertBytes, planExperts, type PlanLayer } from "../../../src/backend/webgpu/graph/expert-cache.js";
+import {
+  ExpertCache,
+  expertBytes,
+  planExperts,
+  type PlanLayer,
+} from "../../../src/backend/webgpu/graph/expert-cache.js";
 import type { DeepSeek2 } from "../../../src/model/deepseek2.js";
+import { QMatrix } from "../../../src/tensor/qmatrix.js";
+import { GGMLType } from "../../../src/gguf/types.js";
 import { logprobRows, maxAbsDiff } from "../../helpers/logprobs.js";
 import { randomTokens, synthModel, type SynthCase } from "../../helpers/synth.js";
 import { gpuOrSkip } from "./helpers.js";
@@ -367,4 +374,40 @@ test("planExperts: resident part first, whole layers while the streamed ones kee
   );
   assert.throws(() => planExperts(999, 1000, layers, 4), /below what must stay on the GPU/);
   assert.throws(() => planExperts(1000 + 1199, 1000, layers, 4), /cannot hold the resident part/);
+});
+
+test("ExpertCache: a slot is taken from the layer whose turn comes last (this layer's unchosen experts, then the layers before it), so a cache smaller than a step's experts still hits", async () => {
+  // host bookkeeping only: a stand-in runtime that allocates nothing and records the writes
+  const writes: number[] = [];
+  const fake = {
+    maxBindingBytes: 2 ** 20,
+    buffer: () => ({ destroy: () => {} }),
+    write: (_b: unknown, offset: number) => writes.push(offset),
+    sync: async () => {},
+  } as unknown as GpuRuntime;
+  const q = (rows: number) => new QMatrix("m", GGMLType.F32, 4, rows, new Uint8Array(16 * rows));
+  const experts = Array.from({ length: 6 }, () => ({ gate: q(2), up: q(2), down: q(4) }));
+  // three streamed layers sharing one pool of 4 slots; each step routes 2 experts a layer (6 a step: more than 4)
+  const cache = new ExpertCache(
+    fake,
+    new Map([1, 2, 3].map((il) => [il, experts])),
+    new Map([["0:4x2|0:4x2|0:4x4", 4]]),
+  );
+  const hitsOf = async (): Promise<number> => {
+    const before = cache.stats.hits;
+    for (const il of [1, 2, 3]) await cache.assign(il, Uint32Array.from([0, 1]));
+    return cache.stats.hits - before;
+  };
+  // step 1: layers 1 and 2 fill the 4 slots; layer 3 takes layer 2's (just visited: its turn comes back last)
+  // step 2: layer 1 hits; layer 2 takes layer 1's slots (layer 1's turn comes last now); layer 3 hits
+  // step 3: layer 1 takes layer 3's, layer 2 hits, layer 3 takes layer 2's
+  assert.deepEqual([await hitsOf(), await hitsOf(), await hitsOf()], [0, 4, 2]);
+  assert.deepEqual(cache.stats, { lookups: 18, hits: 6, uploads: 12, uploadedBytes: 12 * 128 });
+  assert.equal(writes.length, 3 * 12, "three matrices written per upload");
+  // (one LRU order over all layers would have evicted every expert before its layer came back: no hits)
+  await assert.rejects(
+    cache.assign(1, Uint32Array.from([0, 1, 2, 3, 4])),
+    /5 distinct experts, more than the expert cache's 4 slots/,
+  );
+  await assert.rejects(cache.assign(1, Uint32Array.from([9])), /routed to expert 9 of 6/);
 });

@@ -3,7 +3,11 @@
  * Routed experts under a GPU memory budget (`--gpu-memory`): the layers whose experts do not fit stay in host memory
  * (their GGUF bytes) and reach the GPU through an expert cache — per expert signature (the gate/up/down types and
  * shapes; a Q4_K_M file mixes Q4_K and Q6_K down products), one pool of slots, each slot holding one expert's three
- * matrices, reused least-recently-used across all the streamed layers of that signature, so hot experts stay.
+ * matrices, shared by all the streamed layers of that signature, so hot experts stay. A step visits the layers in
+ * order, so an expert of layer j can next be used when the steps come back to j: a slot is taken from the layer whose
+ * turn comes last — the current layer's experts this step did not choose, then the layer before it, and so on
+ * backwards — least recently used within that layer. (One LRU order over all layers evicts every expert before its
+ * layer comes back whenever a step's experts outnumber the slots: no hits at all.)
  * A step routes a streamed layer on the GPU, reads the chosen ids back, uploads the missing experts into free or
  * evicted slots (queue writes, ordered before the rest of the step) and rewrites the ids to slot indices, which the
  * expert products then gather from the pool instead of the layer's own stacked tensors.
@@ -114,12 +118,14 @@ export interface ExpertCacheStats {
   uploadedBytes: number;
 }
 
-/** One signature's slots: their matrices on the GPU and which (layer, expert) each holds, least recently used first. */
+/** One signature's slots: their matrices on the GPU and which (layer, expert) each holds. */
 class ExpertPool {
   readonly ffn: GpuFFN;
-  /** key (layer · 2^20 + expert) → slot, in use order (a Map keeps insertion order: the first is the least recent) */
-  readonly held = new Map<number, number>();
+  /** per layer: expert → slot, in use order (a Map keeps insertion order: the first is the least recent) */
+  readonly held = new Map<number, Map<number, number>>();
   readonly free: number[] = [];
+  /** the streamed layers using the pool, ascending (the order a step visits them) */
+  readonly layers: number[] = [];
 
   constructor(
     rt: GpuRuntime,
@@ -134,7 +140,25 @@ class ExpertPool {
   }
 }
 
-const KEY = 2 ** 20;
+/**
+ * A slot for layer `il`: the least recently used expert of the layer whose turn comes last — `il` itself (an expert
+ * this step did not choose: `chosen` holds those it did), then the layers before it, wrapping around.
+ */
+function evict(pool: ExpertPool, il: number, chosen: ReadonlyMap<number, number>): number {
+  const at = pool.layers.indexOf(il);
+  const L = pool.layers.length;
+  for (let k = 0; k < L; k++) {
+    const j = pool.layers[(at - k + L) % L]!;
+    const held = pool.held.get(j)!;
+    for (const [e, s] of held) {
+      if (j === il && chosen.has(e)) continue;
+      held.delete(e);
+      return s;
+    }
+  }
+  // (unreachable: a step's distinct experts never outnumber the slots, so some slot holds another's)
+  throw new LatentError(`layer ${il}: no expert cache slot to take`);
+}
 
 /** The streamed layers' experts in host memory and the pools they pass through. */
 export class ExpertCache {
@@ -159,6 +183,9 @@ export class ExpertCache {
       if (n === undefined || n < 1) throw new LatentError(`layer ${il}: no expert cache slots for ${sig}`);
       let pool = this.pools.get(sig);
       if (pool === undefined) this.pools.set(sig, (pool = new ExpertPool(rt, sig, n, experts[0])));
+      pool.layers.push(il);
+      pool.layers.sort((a, b) => a - b);
+      pool.held.set(il, new Map());
       this.layerPool.set(il, pool);
     }
   }
@@ -188,9 +215,9 @@ export class ExpertCache {
   }
 
   /**
-   * Slot indices for layer `il`'s routed expert ids (one per pair), the missing experts written into free or least
-   * recently used slots first (queue writes: before the next submission). A step's own experts are never evicted
-   * for each other: more distinct experts than slots is refused.
+   * Slot indices for layer `il`'s routed expert ids (one per pair), the missing experts written into free slots or
+   * those whose layer comes back last (the class comment) first (queue writes: before the next submission). A step's
+   * own experts are never evicted for each other: more distinct experts than slots is refused.
    */
   async assign(il: number, ids: Uint32Array): Promise<Uint32Array> {
     const pool = this.layerPool.get(il);
@@ -203,37 +230,32 @@ export class ExpertCache {
       );
     const slotOf = new Map<number, number>();
     const missing: number[] = [];
+    const mine = pool.held.get(il)!;
     for (const e of distinct) {
       if (!(e < experts.length)) throw new LatentError(`layer ${il}: routed to expert ${e} of ${experts.length}`);
       this.stats.lookups++;
-      const key = il * KEY + e;
-      const s = pool.held.get(key);
+      const s = mine.get(e);
       if (s === undefined) {
         missing.push(e);
         continue;
       }
       this.stats.hits++;
       // most recently used: to the end of the Map's order
-      pool.held.delete(key);
-      pool.held.set(key, s);
+      mine.delete(e);
+      mine.set(e, s);
       slotOf.set(e, s);
     }
     let unflushed = 0;
     for (const e of missing) {
-      let s = pool.free.pop();
-      if (s === undefined) {
-        // the least recently used entry not routed to in this step (this step's hits moved to the end)
-        const [oldKey, oldSlot] = pool.held.entries().next().value as [number, number];
-        pool.held.delete(oldKey);
-        s = oldSlot;
-      }
+      const s = pool.free.pop() ?? evict(pool, il, slotOf);
+
       const x = experts[e];
       pool.ffn.gate.writeItem(this.rt, s, x.gate.data);
       pool.ffn.up.writeItem(this.rt, s, x.up.data);
       pool.ffn.down.writeItem(this.rt, s, x.down.data);
       this.stats.uploads++;
       this.stats.uploadedBytes += expertBytes(x);
-      pool.held.set(il * KEY + e, s);
+      mine.set(e, s);
       slotOf.set(e, s);
       unflushed += expertBytes(x);
       if (unflushed >= this.flushBytes) {

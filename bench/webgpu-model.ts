@@ -5,7 +5,8 @@
  * encoding time per step. `node --import tsx bench/webgpu-model.ts MODEL.gguf [--json OUT.json] [--decode-context N]`
  * (compiled with the whole tree, `npx tsc -p tsconfig.json --outDir dist-all`: dist-all/bench/webgpu-model.js) (each
  * slot holds N tokens before its decode steps, default 16), or through `npm run bench -- webgpu` with
- * LATENT_BENCH_MODEL set.
+ * LATENT_BENCH_MODEL set. `--gpu-memory 20G`: the routed experts that do not fit stream through the expert cache
+ * (GpuModelOptions.gpuMemory); each phase then also reports the cache's hit rate and the bytes uploaded per token.
  */
 import { mkdirSync, writeFileSync } from "node:fs";
 import { pathToFileURL } from "node:url";
@@ -18,6 +19,9 @@ import { requestGpuDevice } from "../src/backend/webgpu/core/device.js";
 import { GpuModel, type StepToken } from "../src/backend/webgpu/graph/gpu-model.js";
 import { GpuRuntime, type RuntimeOptions } from "../src/backend/webgpu/core/runtime.js";
 import { parseTuning, type KernelTuning } from "../src/backend/webgpu/core/tuning.js";
+import type { ExpertCacheStats } from "../src/backend/webgpu/graph/expert-cache.js";
+import { expertBytes } from "../src/backend/webgpu/graph/expert-cache.js";
+import { parseByteSize } from "../src/util/byte-size.js";
 
 export interface WebGpuBenchResult {
   readonly name: string;
@@ -96,6 +100,8 @@ export async function runWebGpuBench(
     kernels?: boolean;
     /** most tokens of a prompt per step (default 512) */
     ubatch?: number;
+    /** GPU memory budget in bytes (GpuModelOptions.gpuMemory) */
+    gpuMemory?: number;
   } = {},
 ): Promise<WebGpuBenchResult[]> {
   const log = opts.log ?? ((s: string) => console.log(s));
@@ -149,25 +155,51 @@ export async function runWebGpuBench(
     slots: Math.max(maxB, 1),
     context,
     maxTokens: Math.max(Math.min(promptLen, ubatch), maxB),
+    ...(opts.gpuMemory !== undefined ? { gpuMemory: opts.gpuMemory } : {}),
   });
   await rt.sync();
   log(
-    `uploaded ${(g.weightBytes / 1e9).toFixed(2)} GB of weights in ${((performance.now() - t0) / 1000).toFixed(1)} s`,
+    `uploaded ${(g.weightBytes / 1e9).toFixed(2)} GB of weights in ${((performance.now() - t0) / 1000).toFixed(1)} s; ${(g.gpuBytes / 1e9).toFixed(2)} GB of GPU buffers in all`,
   );
+  const cache = g.expertCache;
+  if (cache !== undefined) {
+    const moeLayers = g.layers.filter((l) => l.router !== undefined);
+    const streamed = moeLayers.filter((l) => l.experts === undefined).length;
+    log(
+      `--gpu-memory ${opts.gpuMemory} bytes: ${streamed} of ${moeLayers.length} MoE layers streamed through an expert cache of ${(cache.bytes / 1e9).toFixed(2)} GB (slots by expert type: ${[...cache.slotCounts()].map(([k, v]) => `${v} × ${k}`).join(", ")}), the other MoE layers resident`,
+    );
+  } else if (opts.gpuMemory !== undefined)
+    log(`--gpu-memory ${opts.gpuMemory} bytes: everything fits, no expert cache`);
+  // the cache's counts since the last call, as a hit rate and bytes uploaded per token
+  let last: ExpertCacheStats = { lookups: 0, hits: 0, uploads: 0, uploadedBytes: 0 };
+  const cacheSince = (tokens: number): { text: string; extra: Record<string, number> } => {
+    if (cache === undefined) return { text: "", extra: {} };
+    const st = cache.stats;
+    const d = {
+      lookups: st.lookups - last.lookups,
+      hits: st.hits - last.hits,
+      uploads: st.uploads - last.uploads,
+      uploadedBytes: st.uploadedBytes - last.uploadedBytes,
+    };
+    last = { ...st };
+    const hitRate = d.lookups > 0 ? d.hits / d.lookups : Number.NaN;
+    return {
+      text: `; expert cache: ${(hitRate * 100).toFixed(1)}% hits, ${(d.uploadedBytes / tokens / 1e6).toFixed(2)} MB uploaded a token`,
+      extra: { cache_hit_rate: hitRate, uploaded_bytes_per_token: d.uploadedBytes / tokens },
+    };
+  };
 
-  // active weight bytes per token: everything but the embedding table, with only nExpertUsed routed experts per MoE layer
-  let dense = g.weightBytes;
-  let expertAll = 0;
+  // active weight bytes per token: everything but the embedding table, with only nExpertUsed routed experts per MoE
+  // layer (the experts counted from the file: streamed ones are not in g.layers)
   let expertOne = 0;
-  for (const l of g.layers) {
-    if (l.experts === undefined) continue;
-    const all = l.experts.gate.bytes + l.experts.up.bytes + l.experts.down.bytes;
-    expertAll += all;
-    expertOne += all / c.nExpert;
-  }
+  for (const lw of model.weights.layers)
+    if (lw.moe !== undefined) expertOne += lw.moe.experts.reduce((b, e) => b + expertBytes(e), 0) / c.nExpert;
+  let residentExperts = cache?.bytes ?? 0;
+  for (const l of g.layers)
+    if (l.experts !== undefined) residentExperts += l.experts.gate.bytes + l.experts.up.bytes + l.experts.down.bytes;
   // the embedding is read one row per token
   const embd = model.weights.output === model.weights.tokenEmbd ? 0 : model.weights.tokenEmbd.data.byteLength;
-  dense -= expertAll + embd;
+  const dense = g.weightBytes - residentExperts - embd;
   const activePerToken = dense + c.nExpertUsed * expertOne;
   const bytesPerStep = (B: number): number =>
     dense + expertOne * c.nExpert * (1 - (1 - c.nExpertUsed / c.nExpert) ** B);
@@ -184,6 +216,7 @@ export async function runWebGpuBench(
   // timed run compiled the prompt's pipelines, and the GPU time, a mean over the runs, exceeded their median wall time)
   const prompt = Array.from({ length: promptLen }, (_, i) => tok(i));
   await g.prefill(0, prompt);
+  cacheSince(1);
   const pre: number[] = [];
   rt.profile(true);
   for (let r = 0; r < 3; r++) {
@@ -194,14 +227,15 @@ export async function runWebGpuBench(
   showProfile(`prefill of ${promptLen}`, 3);
   const preGpu = gpuMs(3);
   const preS = median(pre);
+  const preCache = cacheSince(3 * promptLen);
   results.push({
     name: `prefill ${promptLen} tokens`,
     value: promptLen / preS,
     unit: "tok/s",
-    extra: { seconds: preS, gpu_ms: preGpu },
+    extra: { seconds: preS, gpu_ms: preGpu, ...preCache.extra },
   });
   log(
-    `prefill ${promptLen}: ${(promptLen / preS).toFixed(0)} tok/s (${(preS * 1000).toFixed(1)} ms; GPU ${preGpu.toFixed(1)} ms)`,
+    `prefill ${promptLen}: ${(promptLen / preS).toFixed(0)} tok/s (${(preS * 1000).toFixed(1)} ms; GPU ${preGpu.toFixed(1)} ms${preCache.text})`,
   );
 
   for (const B of batches) {
@@ -216,6 +250,7 @@ export async function runWebGpuBench(
       Array.from({ length: B }, (_, s) => ({ token: tok(pos * 31 + s), slot: s, pos, logits: true }));
     await g.step(stepTokens()); // warm-up
     pos++;
+    cacheSince(1);
     rt.profile(true);
     const times: number[] = [];
     const enc: number[] = [];
@@ -224,12 +259,14 @@ export async function runWebGpuBench(
       const d0 = rt.stats.dispatches;
       const t = performance.now();
       const e0 = rt.stats.encodeMs;
-      const rows = g.encode(stepTokens());
+      // (with streamed experts a step waits for its routed ids layer by layer: timed as a whole)
+      const rows = cache === undefined ? g.encode(stepTokens()) : -1;
       const e1 = rt.stats.encodeMs;
       const tEnc = performance.now() - t;
-      await g.readLogits(rows);
+      if (rows >= 0) await g.readLogits(rows);
+      else await g.step(stepTokens());
       times.push((performance.now() - t) / 1000);
-      enc.push(Math.max(tEnc, e1 - e0));
+      enc.push(rows >= 0 ? Math.max(tEnc, e1 - e0) : rt.stats.encodeMs - e0);
       dispatches = rt.stats.dispatches - d0;
       pos++;
     }
@@ -239,6 +276,7 @@ export async function runWebGpuBench(
     const tps = B / s;
     const roofTps = (bw / bytesPerStep(B)) * B;
     const frac = tps / roofTps;
+    const stepCache = cacheSince(steps * B);
     results.push({
       name: `decode batch ${B}`,
       value: tps,
@@ -251,10 +289,11 @@ export async function runWebGpuBench(
         encode_ms_per_step: median(enc),
         gpu_ms_per_step: gpuStep,
         weight_bytes_per_step: bytesPerStep(B),
+        ...stepCache.extra,
       },
     });
     log(
-      `decode batch ${B}${ctx0 !== 16 ? ` from ${ctx0} keys` : ""}: ${tps.toFixed(1)} tok/s (step ${(s * 1000).toFixed(2)} ms; roofline ${roofTps.toFixed(0)} tok/s → ${(frac * 100).toFixed(1)}%; ${dispatches} dispatches/step; host encoding ${median(enc).toFixed(2)} ms/step; GPU ${gpuStep.toFixed(2)} ms/step; replayed steps ${g.replayStats.replayed})`,
+      `decode batch ${B}${ctx0 !== 16 ? ` from ${ctx0} keys` : ""}: ${tps.toFixed(1)} tok/s (step ${(s * 1000).toFixed(2)} ms; roofline ${roofTps.toFixed(0)} tok/s → ${(frac * 100).toFixed(1)}%; ${dispatches} dispatches/step; host encoding ${median(enc).toFixed(2)} ms/step; GPU ${gpuStep.toFixed(2)} ms/step; replayed steps ${g.replayStats.replayed}${stepCache.text})`,
     );
     // the same decode with greedy sampling on the GPU: steps chained there (argmax → next ids), the host encoding step
     // s+1 while the GPU runs step s, and the chosen tokens read back once at the end
@@ -263,6 +302,7 @@ export async function runWebGpuBench(
       2,
     ); // warm-up: records the greedy step
     pos += 2;
+    cacheSince(1);
     gpuMs(1);
     rt.passSpan();
     const encG = rt.stats.encodeMs;
@@ -279,6 +319,7 @@ export async function runWebGpuBench(
     const greedyGpu = gpuMs(steps);
     // from the first step's start on the GPU to the last one's end: the GPU's idle time between the steps' passes
     const greedySpan = rt.passSpan() / steps;
+    const greedyCache = cacheSince(steps * B);
     // two rooflines: the step's (the weights a step of B tokens reads, each once: the expected distinct experts), and the
     // issue's per-token one (active weight bytes per token ÷ copy bandwidth, the same at every batch; equal at batch 1)
     const perTokenTps = bw / activePerToken;
@@ -294,10 +335,11 @@ export async function runWebGpuBench(
         submit_ms_per_step: greedySubmit,
         gpu_ms_per_step: greedyGpu,
         gpu_span_ms_per_step: greedySpan,
+        ...greedyCache.extra,
       },
     });
     log(
-      `decode batch ${B}, greedy on the GPU, chained: ${(B / greedyS).toFixed(1)} tok/s (step ${(greedyS * 1000).toFixed(2)} ms → ${((B / greedyS / roofTps) * 100).toFixed(1)}% of the roofline${B > 1 ? `, ${((B / greedyS / perTokenTps) * 100).toFixed(1)}% of the per-token roofline (${perTokenTps.toFixed(0)} tok/s)` : ""}; host encoding ${greedyEnc.toFixed(2)} ms/step + submission ${greedySubmit.toFixed(2)} ms/step; GPU ${greedyGpu.toFixed(2)} ms/step, ${greedySpan.toFixed(2)} from the first step's start to the last one's end)`,
+      `decode batch ${B}, greedy on the GPU, chained: ${(B / greedyS).toFixed(1)} tok/s (step ${(greedyS * 1000).toFixed(2)} ms → ${((B / greedyS / roofTps) * 100).toFixed(1)}% of the roofline${B > 1 ? `, ${((B / greedyS / perTokenTps) * 100).toFixed(1)}% of the per-token roofline (${perTokenTps.toFixed(0)} tok/s)` : ""}; host encoding ${greedyEnc.toFixed(2)} ms/step + submission ${greedySubmit.toFixed(2)} ms/step; GPU ${greedyGpu.toFixed(2)} ms/step, ${greedySpan.toFixed(2)} from the first step's start to the last one's end${greedyCache.text})`,
     );
     if (opts.kernels === true && g.lastRecording !== undefined) {
       // every dispatch of the chained step alone (100 times back to back, pass timestamps), summed by kernel label;
@@ -427,6 +469,9 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
     ubatch: num("--ubatch"),
     profile: args.includes("--profile"),
     kernels: args.includes("--kernels"),
+    ...(args.includes("--gpu-memory")
+      ? { gpuMemory: parseByteSize(args[args.indexOf("--gpu-memory") + 1] ?? "", "--gpu-memory") }
+      : {}),
     ...(args.includes("--matvec") ? { matvec: args[args.indexOf("--matvec") + 1] as RuntimeOptions["matvec"] } : {}),
   });
   console.log("\nresult | value | unit");

@@ -348,6 +348,11 @@ export class LatentModel {
 export interface WebGpuOptions {
   /** positions the session's sequence may reach (default: the model's context length, at most 4096) */
   readonly context?: number;
+  /**
+   * GPU memory budget in bytes (`--gpu-memory`): everything but the routed experts stays on the GPU, the experts that
+   * do not fit stay in host memory and pass through a GPU expert cache (docs/webgpu.md)
+   */
+  readonly gpuMemory?: number;
 }
 
 /** Most tokens in one GPU step: a longer prefill chunk runs as several steps. */
@@ -381,7 +386,21 @@ export class WebGpuSession {
       throw new UsageError(`context must be an integer ≥ 1, got ${opts.context}`);
     // the library's device: the adapter's limits, its optional features and, where it has one, its fixed subgroup size (the subgroup kernels need it)
     const info = await requestGpuDevice();
-    const gpu = new GpuModel(new GpuRuntime(info), m.model, { slots: 1, context, maxTokens: WEBGPU_STEP_TOKENS });
+    if (opts.gpuMemory !== undefined && !(Number.isSafeInteger(opts.gpuMemory) && opts.gpuMemory > 0))
+      throw new UsageError(`gpuMemory must be a whole number of bytes > 0, got ${opts.gpuMemory}`);
+    let gpu: GpuModel;
+    try {
+      gpu = new GpuModel(new GpuRuntime(info), m.model, {
+        slots: 1,
+        context,
+        maxTokens: WEBGPU_STEP_TOKENS,
+        ...(opts.gpuMemory !== undefined ? { gpuMemory: opts.gpuMemory } : {}),
+      });
+    } catch (e) {
+      // (a budget too small for the model, a weight type without a kernel: the device goes with the session)
+      info.device.destroy();
+      throw e;
+    }
     return new WebGpuSession(info.adapterInfo, context, info.subgroupSize, info.device, gpu, m);
   }
 

@@ -2,6 +2,7 @@ import { existsSync } from "node:fs";
 import cliProgress from "cli-progress";
 import { UsageError } from "../util/errors.js";
 import { printable } from "../util/printable.js";
+import { parseByteSize } from "../util/byte-size.js";
 import { parseCommand, type Parser } from "./options.js";
 import { loadModel, type BackendChoice, type LoadedModel } from "../runtime/load.js";
 
@@ -131,6 +132,20 @@ export function backendOptions(parser: Parser, backendDefault: string): Parser {
     )
     .option("--threads <N>", "threads of the cpu backend, the caller's included (default: available parallelism)")
     .option(...ALLOW_NONFINITE_OPTION);
+}
+
+/** `--gpu-memory` (run, serve): the fused GPU pipeline's memory budget, routed experts past it streamed from host memory. */
+export const GPU_MEMORY_OPTION = [
+  "--gpu-memory <BYTES>",
+  "with --backend webgpu|auto: GPU memory for the model (e.g. 24G, 512M); everything but the routed experts stays on the GPU, the experts that do not fit stay in host memory and are uploaded on demand into a GPU expert cache (docs/webgpu.md)",
+] as const;
+
+/** --gpu-memory's bytes, refused with any backend but webgpu and auto. */
+export function gpuMemoryOption(value: string | undefined, backend: string): number | undefined {
+  if (value === undefined) return undefined;
+  if (backend !== "webgpu" && backend !== "auto")
+    throw new UsageError(`--gpu-memory is a budget for the GPU: it needs --backend webgpu or auto, not ${backend}`);
+  return parseByteSize(value, "--gpu-memory");
 }
 
 export const ALLOW_NONFINITE_OPTION = [

@@ -4,6 +4,8 @@ import { closeLoaded } from "../runtime/load.js";
 import {
   backendOption,
   backendOptions,
+  GPU_MEMORY_OPTION,
+  gpuMemoryOption,
   intOption,
   loadForCli,
   parseModelArgs,
@@ -45,6 +47,7 @@ interface RunFlags extends BackendFlags {
   ignoreEos?: boolean;
   path?: string;
   chunk?: string;
+  gpuMemory?: string;
   logprobs?: string;
   json?: boolean;
   echo: boolean;
@@ -83,6 +86,7 @@ function runParser(): Parser {
     )
     .option("--chunk <N>", `prefill chunk length (default ${DEFAULT_PREFILL_CHUNK})`);
   backendOptions(parser, "cpu")
+    .option(...GPU_MEMORY_OPTION)
     .option(
       "--logprobs <N>",
       "with --json: top-N alternatives per token (default 0). Greedy (--temp 0) on the fused GPU pipeline chains the decode steps on the GPU and reads back only the chosen ids and their logprobs (computed on the GPU); so does sampling with a --top-k of 0 or 1..64 and any --top-p and --min-p (the defaults too), each token drawn on the GPU; the top-N alternatives need every step's logits: --logprobs ≥ 1 samples on the host",
@@ -138,6 +142,7 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
   const json = values.json === true;
   const backend = backendOption(values.backend, "cpu");
   const threads = intOption("threads", values.threads, 1);
+  const gpuMemory = gpuMemoryOption(values.gpuMemory, backend);
 
   const t0 = performance.now();
   // (the fused pipeline compiles the kernels of GPU draws ahead where this sampler may draw there)
@@ -152,6 +157,7 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
     nPredict,
     chunk,
     sampler.drawsOnDevice(true),
+    gpuMemory,
   );
   // opening the model: reading its file, and on the fused GPU pipeline starting the device and uploading the weights
   const loadMs = performance.now() - t0;
@@ -231,6 +237,14 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
               gpu_dispatches: host.dispatches,
               gpu_host_encode_ms: host.encodeMs,
               gpu_host_submit_ms: host.submitMs,
+              ...(host.expertCache !== undefined
+                ? {
+                    gpu_expert_lookups: host.expertCache.lookups,
+                    gpu_expert_hits: host.expertCache.hits,
+                    gpu_expert_uploads: host.expertCache.uploads,
+                    gpu_expert_uploaded_bytes: host.expertCache.uploadedBytes,
+                  }
+                : {}),
             }
           : {}),
         prompt_tokens: result.promptTokens,
@@ -307,6 +321,7 @@ function openRunner(
   nPredict: number,
   chunk: number | undefined,
   draws: boolean,
+  gpuMemory: number | undefined,
 ): Runner {
   let backend = requested;
   if ((backend === "webgpu" || backend === "auto") && path !== "reference") {
@@ -330,6 +345,7 @@ function openRunner(
         maxTokens,
         warm: { decode: 1, greedy: true, ...(draws ? { draws } : {}), prefill },
         allowNonFinite: values.allowNonfinite === true,
+        ...(gpuMemory !== undefined ? { gpuMemory } : {}),
       };
     });
     if (open.fused !== undefined) {
@@ -346,6 +362,8 @@ function openRunner(
     }
     backend = open.backend;
   }
+  if (gpuMemory !== undefined)
+    io.err("--gpu-memory applies to the fused GPU pipeline only; this run loads all its weights\n");
   const loaded = loadForCli(modelPath, io, backend, threads, values.allowNonfinite === true);
   const tokenizer = Tokenizer.fromMetadata(loaded.file.metadata);
   return {

@@ -17,6 +17,8 @@ import { openFusedForCli, type FusedOpen } from "./fused.js";
 import {
   ALLOW_NONFINITE_OPTION,
   type CliIO,
+  GPU_MEMORY_OPTION,
+  gpuMemoryOption,
   intOption,
   nonFiniteWarning,
   parseModelArgs,
@@ -117,6 +119,7 @@ function serveParser(): Parser {
       "cpu (WebAssembly SIMD kernels on worker threads), reference (plain JS kernels), webgpu (needs the optional package: npm install webgpu) or auto (default: webgpu on a hardware GPU adapter, else cpu; startup says which and why). On a GPU a deepseek2/glm-dsa model runs the fused pipeline (every layer of a step in one replayed pass, the KV pages mirrored on the GPU, prefix caching included; --ctx-size default 4096)",
     )
     .option("--threads <N>", "threads of the cpu backend (default: all cores)")
+    .option(...GPU_MEMORY_OPTION)
     .option(...ALLOW_NONFINITE_OPTION);
 }
 
@@ -138,7 +141,8 @@ type ValuedFlag =
   | "log-format"
   | "log-level"
   | "backend"
-  | "threads";
+  | "threads"
+  | "gpu-memory";
 /** The values of serve's options, by flag name as typed (the names the checks below and their messages use). */
 type ServeFlags = Partial<Record<ValuedFlag, string>> & {
   alias?: string[];
@@ -164,6 +168,7 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
   if (backend !== "cpu" && backend !== "auto" && backend !== "reference" && backend !== "webgpu")
     throw new UsageError(`--backend must be cpu, reference, webgpu or auto, got "${backend}"`);
   const threads = intOption("threads", values.threads, 1);
+  const gpuMemory = gpuMemoryOption(values["gpu-memory"], backend);
   const port = intOption("port", values.port, 0) ?? 8080;
   if (port > 65535) throw new UsageError(`--port must be at most 65535, got ${port}`);
   const apiKey = values["api-key"] ?? process.env["LATENT_API_KEY"];
@@ -219,6 +224,7 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
         pageSize,
         threads,
         allowNonFinite: values["allow-nonfinite"] === true,
+        gpuMemory,
       },
       gate,
       logger,
@@ -325,6 +331,7 @@ interface LoadSizes {
   readonly pageSize: number;
   readonly threads: number | undefined;
   readonly allowNonFinite: boolean;
+  readonly gpuMemory: number | undefined;
 }
 
 /** Decide the backend (said in the log), load the model with the gate's /health progress, log how long it took. */
@@ -351,6 +358,7 @@ function loadForServe(
             kvTokens: o.kvTokensArg,
             pageSize: o.pageSize,
             allowNonFinite: o.allowNonFinite,
+            gpuMemory: o.gpuMemory,
           },
           io,
           (f) => gate.setProgress(f),
@@ -424,6 +432,7 @@ interface FusedServeOptions {
   readonly kvTokens: number | undefined;
   readonly pageSize: number;
   readonly allowNonFinite: boolean;
+  readonly gpuMemory: number | undefined;
 }
 
 function openFused(
@@ -458,6 +467,7 @@ function openFused(
         warm,
         pages: { pageSize: o.pageSize, numPages: Math.ceil(kvTokens / o.pageSize) },
         allowNonFinite: o.allowNonFinite,
+        ...(o.gpuMemory !== undefined ? { gpuMemory: o.gpuMemory } : {}),
       };
     },
     onLoaded,

@@ -1,15 +1,18 @@
-/** Byte sizes as people write them on a command line: 24G, 512M, 1.5T, 80GiB, 1e9 (K/M/G/T are powers of 1024). */
+/**
+ * Byte counts as users write them on the command line: a whole number of bytes, or with a binary suffix — K, M, G, T
+ * (optionally followed by B or iB: 24G, 512MiB, 1.5G) — each a power of 1024.
+ */
 import { UsageError } from "./errors.js";
 
-const UNITS: Readonly<Record<string, number>> = { "": 1, K: 2 ** 10, M: 2 ** 20, G: 2 ** 30, T: 2 ** 40 };
+const POWERS: Readonly<Record<string, number>> = { "": 0, K: 1, M: 2, G: 3, T: 4 };
 
-/** `text` in bytes; a clear UsageError naming `what` for anything else (negative, empty, an unknown unit). */
-export function parseByteSize(text: string, what: string): number {
-  const m = /^\s*(\d+(?:\.\d+)?(?:e\d+)?)\s*([kmgt]?)(?:i?b)?\s*$/i.exec(text);
-  const value = m === null ? NaN : Number(m[1]) * UNITS[m[2].toUpperCase()];
-  if (m === null || !Number.isFinite(value))
-    throw new UsageError(`${what} must be a size such as 24G, 512M or 1.5T (bytes without a unit), got "${text}"`);
-  return Math.floor(value);
+/** Bytes of `text` ("24G", "512M", "1000000"); a clear error naming `what` otherwise. */
+export function parseByteSize(text: string, what = "a size"): number {
+  const m = /^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*$/i.exec(text);
+  if (m === null) throw new UsageError(`${what}: expected bytes such as 24G, 512M or 1000000, got '${text}'`);
+  const bytes = Math.floor(Number(m[1]) * 1024 ** POWERS[m[2].toUpperCase()]);
+  if (!(Number.isSafeInteger(bytes) && bytes > 0)) throw new UsageError(`${what}: '${text}' is not a positive size`);
+  return bytes;
 }
 
 /** Bytes for people: 1.23 GB (decimal units, as file sizes are shown elsewhere in latent). */

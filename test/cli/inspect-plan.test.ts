@@ -153,6 +153,6 @@ test("--memory and --gpu-memory: sizes with units, clear errors", async () => {
   for (const bad of ["", "-1G", "lots", "12X", "G"])
     assert.throws(() => parseByteSize(bad, "--memory"), UsageError, bad);
   await assert.rejects(inspect([ds.path, "--memory", "8G"]), /--memory needs --plan/);
-  await assert.rejects(inspect([ds.path, "--plan", "--gpu-memory", "many"]), /--gpu-memory must be a size/);
+  await assert.rejects(inspect([ds.path, "--plan", "--gpu-memory", "many"]), /--gpu-memory: expected bytes/);
   await assert.rejects(inspect([ds.path, "--plan", "--context", "0"]), /--context must be an integer/);
 });

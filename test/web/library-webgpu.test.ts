@@ -84,3 +84,18 @@ test("greedy generation chains on the GPU and gives the CPU's tokens and text; s
   assert.equal(long.finishReason, "length");
   assert.equal(prompt.length + long.tokens.length, 48);
 });
+
+test("a GPU memory budget: one too small for the model is refused naming both numbers; one that holds it all changes nothing", {
+  skip,
+}, async () => {
+  await assert.rejects(m.webgpu({ context: 48, gpuMemory: 1000 }), /is below what must stay on the GPU/);
+  const roomy = await m.webgpu({ context: 48, gpuMemory: 2 ** 40 });
+  try {
+    const prompt = [1, 7, 19, 3];
+    const want = await session!.generate(prompt, { temperature: 0, maxTokens: 6, ignoreEog: true });
+    const got = await roomy.generate(prompt, { temperature: 0, maxTokens: 6, ignoreEog: true });
+    assert.deepEqual(got.tokens, want.tokens);
+  } finally {
+    roomy.close();
+  }
+});

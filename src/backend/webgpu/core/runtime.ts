@@ -129,6 +129,8 @@ export class GpuRuntime {
   /** the matrix-vector kernel in use (RuntimeOptions.matvec, resolved) */
   readonly matvec: "coalesced" | "subgroup" | "shared";
   readonly stats: RuntimeStats = { dispatches: 0, submits: 0, encodeMs: 0, submitMs: 0 };
+  /** bytes of the storage buffers made through buffer() (and upload()) so far, destroyed ones included */
+  bufferBytes = 0;
   private readonly pipelines = new Map<string, GPUComputePipeline>();
   /** each compiled pipeline's WGSL length (timeItems) */
   private readonly codeChars = new WeakMap<GPUComputePipeline, number>();
@@ -276,6 +278,7 @@ export class GpuRuntime {
     const size = Math.max(16, Math.ceil(bytes / 16) * 16);
     if (size > this.info.limits.maxBufferSize)
       throw new LatentError(`buffer ${label ?? ""} of ${size} bytes exceeds the device's maxBufferSize`);
+    this.bufferBytes += size;
     return this.device.createBuffer({ size, usage, label });
   }
 

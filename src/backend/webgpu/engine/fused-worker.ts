@@ -45,6 +45,7 @@ async function handle(req: FusedRequest): Promise<void> {
         context: req.context,
         maxTokens: req.maxTokens,
         ...(req.pages !== undefined ? { pages: req.pages } : {}),
+        ...(req.gpuMemory !== undefined ? { gpuMemory: req.gpuMemory } : {}),
       });
       const t0 = performance.now();
       let kernels = 0;
@@ -87,7 +88,12 @@ async function handle(req: FusedRequest): Promise<void> {
       answer(
         init.channel,
         1,
-        JSON.stringify({ dispatches: st.dispatches, encodeMs: st.encodeMs, submitMs: st.submitMs }),
+        JSON.stringify({
+          dispatches: st.dispatches,
+          encodeMs: st.encodeMs,
+          submitMs: st.submitMs,
+          ...(gpu?.expertCache !== undefined ? { expertCache: gpu.expertCache.stats } : {}),
+        }),
       );
       return;
     }

@@ -59,6 +59,7 @@ export type FusedRequest =
       context: number;
       maxTokens: number;
       pages: FusedOptions["pages"];
+      gpuMemory: number | undefined;
       warm: WarmShapes | undefined;
       allowNonFinite: boolean;
     }
@@ -92,6 +93,13 @@ export interface GpuHostStats {
   readonly dispatches: number;
   readonly encodeMs: number;
   readonly submitMs: number;
+  /** with streamed experts (gpuMemory): the expert cache's counts (graph/expert-cache.ts ExpertCacheStats) */
+  readonly expertCache?: {
+    readonly lookups: number;
+    readonly hits: number;
+    readonly uploads: number;
+    readonly uploadedBytes: number;
+  };
 }
 
 export interface FusedOptions {
@@ -107,6 +115,11 @@ export interface FusedOptions {
    * share their latents, and no GPU slot is needed.
    */
   readonly pages?: { readonly pageSize: number; readonly numPages: number };
+  /**
+   * GPU memory budget in bytes (`--gpu-memory`; GpuModelOptions.gpuMemory): routed experts that do not fit stream from
+   * host memory through a GPU expert cache
+   */
+  readonly gpuMemory?: number;
   readonly checkWrites?: boolean;
   /**
    * Step shapes whose GPU kernels load() compiles (GpuModel.warm), so that no step waits for the compiler: those the
@@ -206,6 +219,7 @@ export class FusedGpuModel implements GreedyChainModel {
         context: this.config.contextLength,
         maxTokens: this.opts.maxTokens,
         pages: this.opts.pages,
+        gpuMemory: this.opts.gpuMemory,
         warm: this.opts.warm,
         allowNonFinite: this.opts.allowNonFinite === true,
       },
@@ -454,7 +468,13 @@ export class FusedGpuModel implements GreedyChainModel {
   hostStats(): GpuHostStats {
     if (!this.loaded) throw new LatentError("FusedGpuModel: load() the weights first");
     const s = JSON.parse(this.worker.call({ op: "stats" })) as Omit<GpuHostStats, "steps">;
-    return { steps: this.gpuSteps, dispatches: s.dispatches, encodeMs: s.encodeMs, submitMs: s.submitMs };
+    return {
+      steps: this.gpuSteps,
+      dispatches: s.dispatches,
+      encodeMs: s.encodeMs,
+      submitMs: s.submitMs,
+      ...(s.expertCache !== undefined ? { expertCache: s.expertCache } : {}),
+    };
   }
 
   /** Grow the shared logits memory (and tell the worker) so that it holds at least `bytes`. */

@@ -33,7 +33,8 @@ import { encodeAttention } from "./attention-block.js";
 import { encodeDenseFFN } from "./dense-block.js";
 import { encodeMoE } from "./moe-block.js";
 import { a0Stride, StepEncoding } from "./step-encoding.js";
-import { layerWeightBytes, upload, uploadLayer, type GpuLayer } from "./weights.js";
+import { layerWeightBytes, upload, uploadLayer, type GpuFFN, type GpuLayer } from "./weights.js";
+import { placeExperts, type ExpertCache } from "./expert-cache.js";
 
 export { FUSE_MAX_TOKENS } from "./select.js";
 
@@ -50,6 +51,17 @@ export interface GpuModelOptions {
    * pages (prefix caching). `context` still bounds a sequence's positions.
    */
   readonly pages?: { readonly pageSize: number; readonly numPages: number };
+  /**
+   * GPU memory budget in bytes (`--gpu-memory`): everything but the routed experts stays on the GPU; whole layers'
+   * experts as they fit, the rest streamed from host memory through an expert cache (graph/expert-cache.ts,
+   * planExperts). Refused, naming both numbers, where it cannot hold the rest and one step's experts per layer.
+   */
+  readonly gpuMemory?: number;
+  /**
+   * The expert cache set directly instead of from a budget (tests, benchmarks): `slots` per pool, the layers in
+   * `residentLayers` (default none) keeping their experts on the GPU, every other MoE layer streamed.
+   */
+  readonly expertCache?: { readonly slots: number; readonly residentLayers?: readonly number[] };
 }
 
 /** Step shapes for GpuModel.warm. */
@@ -76,6 +88,28 @@ function shapeOf(v: unknown): string {
   return "b"; // a buffer
 }
 
+/** How encode() runs a step (see encode). */
+export interface EncodeOptions {
+  readonly greedy?: boolean;
+  readonly picks?: boolean;
+  readonly draws?: readonly PickDraw[];
+  readonly idsOnGpu?: boolean;
+  readonly submitEvery?: number;
+}
+
+/** A step's inputs as written (GpuModel.prepare): what its encoding depends on. */
+interface PreparedStep {
+  readonly n: number;
+  readonly maxKeys: number;
+  readonly rows: readonly number[];
+  /** the step shape's key among the recordings */
+  readonly key: string;
+  readonly picks: boolean;
+  readonly draws: readonly PickDraw[] | undefined;
+  readonly topK: boolean;
+  readonly nucleus: boolean;
+}
+
 export interface StepToken {
   readonly token: number;
   readonly slot: number;
@@ -88,8 +122,10 @@ export interface StepToken {
 
 export class GpuModel {
   readonly layers: GpuLayer[] = [];
-  /** weight bytes on the GPU */
+  /** weight bytes on the GPU (an expert cache's pools included) */
   readonly weightBytes: number;
+  /** bytes of every GPU buffer the model made: weights, latent caches, step buffers, expert cache */
+  readonly gpuBytes: number;
   private readonly c: ModelConfig;
   private readonly embd: GpuMatrix;
   private readonly output: GpuMatrix;
@@ -107,6 +143,12 @@ export class GpuModel {
   lastRecording: Recording | undefined;
   /** what decodeGreedy chose: the tokens [steps × batch] (u32), then their logprobs [steps × batch] (f32) */
   private history: GPUBuffer | undefined;
+  /** the routed experts streamed from host memory (GpuModelOptions.gpuMemory / expertCache), else undefined */
+  readonly expertCache: ExpertCache | undefined;
+  /** each streamed layer's index and the pool its expert products read */
+  private readonly streamed = new Map<GpuLayer, { readonly il: number; readonly ffn: GpuFFN }>();
+  /** recorded segments of streamed steps by shape: each up to a streamed layer's routing (its index), then the rest */
+  private readonly segmentRecordings = new Map<string, { rec: Recording; layer: number | undefined }[]>();
 
   constructor(
     readonly rt: GpuRuntime,
@@ -121,16 +163,15 @@ export class GpuModel {
       throw new LatentError(`paged caches need pageSize ≥ 1 and numPages ≥ 1`);
     // latent rows per layer: a page pool, or a contiguous `context` rows per slot
     const cacheRows = opts.pages !== undefined ? opts.pages.pageSize * opts.pages.numPages : slots * context;
-    let bytes = 0;
+    if (opts.gpuMemory !== undefined && opts.expertCache !== undefined)
+      throw new LatentError("a GPU memory budget or an expert cache's slots, not both");
+    const bytesBefore = rt.bufferBytes;
+    // with a budget or a cache the routed experts are placed last, once the rest's bytes are known
+    const placeLater = opts.gpuMemory !== undefined || opts.expertCache !== undefined;
     this.embd = upload(rt, w.tokenEmbd);
     this.output = w.output === w.tokenEmbd ? this.embd : upload(rt, w.output);
     this.outputNorm = rt.upload(w.outputNorm, "output_norm");
-    w.layers.forEach((lw, il) => {
-      const layer = uploadLayer(rt, c, lw, il, cacheRows);
-      bytes += layerWeightBytes(layer);
-      this.layers.push(layer);
-    });
-    this.weightBytes = bytes + this.embd.bytes + (this.output === this.embd ? 0 : this.output.bytes);
+    w.layers.forEach((lw, il) => this.layers.push(uploadLayer(rt, c, lw, il, cacheRows, !placeLater)));
     this.ropeTable = new RopeTable(rt, model.rope);
     this.ropeTable.ensure(context);
 
@@ -183,7 +224,8 @@ export class GpuModel {
     buf("g", N * this.widthFF);
     // the shared experts' own intermediate: their products run in the same dispatches as the routed experts' (on G)
     buf("gs", N * Math.max(0, ...this.layers.map((l) => l.shared?.gate.rows ?? 0)));
-    buf("elist", expertListWords(N * Math.max(1, K), Math.max(1, E)));
+    // (an expert cache's pool of more slots than E gathers pair by pair above 256: encodeMoE)
+    buf("elist", expertListWords(N * Math.max(1, K), Math.max(1, E, placeLater ? 256 : 0)));
     buf("ye", N * Math.max(1, K) * Hd);
     buf("z", N * Math.max(1, E));
     buf("rids", N * Math.max(1, K));
@@ -201,6 +243,15 @@ export class GpuModel {
       buf("cand", sampleTopKWords(N, c.nVocab));
       buf("nuc", sampleNucleusWords(N));
     }
+    this.expertCache = placeLater
+      ? placeExperts(rt, c, model.weights.layers, this.layers, opts, rt.bufferBytes - bytesBefore)
+      : undefined;
+    for (const [il, l] of this.layers.entries())
+      if (this.expertCache?.streams(il) === true) this.streamed.set(l, { il, ffn: this.expertCache.ffnOf(il) });
+    this.gpuBytes = rt.bufferBytes - bytesBefore;
+    let bytes = this.embd.bytes + (this.output === this.embd ? 0 : this.output.bytes) + (this.expertCache?.bytes ?? 0);
+    for (const l of this.layers) bytes += layerWeightBytes(l);
+    this.weightBytes = bytes;
   }
 
   /**
@@ -211,16 +262,104 @@ export class GpuModel {
    * logprob of each logits row, whichever tokens have them (stepPicks); with `draws` too (one per logits row), each
    * row's token is drawn at its temperature instead (0: greedy; sample.ts sampleRows).
    */
-  encode(
-    tokens: readonly StepToken[],
-    opts: {
-      readonly greedy?: boolean;
-      readonly picks?: boolean;
-      readonly draws?: readonly PickDraw[];
-      readonly idsOnGpu?: boolean;
-      readonly submitEvery?: number;
-    } = {},
-  ): number {
+  encode(tokens: readonly StepToken[], opts: EncodeOptions = {}): number {
+    if (this.expertCache !== undefined)
+      throw new LatentError("a step with streamed experts is run by step, stepPicks or decodeGreedy (encodeStreamed)");
+    const { rt } = this;
+    const p = this.prepare(tokens, opts);
+    const rec = this.recordings.get(p.key);
+    if (rec !== undefined) {
+      this.lastRecording = rec;
+      rt.replay(rec, opts.submitEvery);
+      this.replayStats.replayed++;
+      return p.rows.length;
+    }
+    rt.beginRecording();
+    this.encodeLayers(p.n, p.maxKeys, p.rows);
+    this.encodePicks(p);
+    const made = rt.endRecording();
+    this.lastRecording = made;
+    if (made !== undefined) {
+      if (this.recordings.size >= 64) this.recordings.clear();
+      this.recordings.set(p.key, made);
+      this.replayStats.recorded++;
+    }
+    return p.rows.length;
+  }
+
+  /**
+   * encode() for a model with streamed experts: the step in segments, each ending at a streamed layer's routing,
+   * after which the routed ids are read back and the expert cache fills its slots (graph/expert-cache.ts) before the
+   * next segment runs. Segments are recorded per step shape and replayed as encode() replays whole steps.
+   */
+  private async encodeStreamed(tokens: readonly StepToken[], opts: EncodeOptions = {}): Promise<number> {
+    const { rt, b } = this;
+    const p = this.prepare(tokens, opts);
+    this.lastRecording = undefined;
+    const segments = this.segmentRecordings.get(p.key);
+    if (segments !== undefined) {
+      for (const seg of segments) {
+        rt.replay(seg.rec, opts.submitEvery);
+        if (seg.layer !== undefined) await this.fillExperts(seg.layer, p.n);
+      }
+      this.replayStats.replayed++;
+      return p.rows.length;
+    }
+    const made: { rec: Recording | undefined; layer: number | undefined }[] = [];
+    const residual = b.h;
+    const steps = this.encodeResidual(p.n, p.maxKeys, p.rows, this.layers, true);
+    try {
+      for (;;) {
+        rt.beginRecording();
+        const next = steps.next();
+        if (next.done === true) this.encodePicks(p);
+        made.push({ rec: rt.endRecording(), layer: next.done === true ? undefined : next.value });
+        if (next.done === true) break;
+        await this.fillExperts(next.value, p.n);
+      }
+    } finally {
+      rt.endRecording();
+      if (b.h !== residual) [b.h, b.hAlt] = [b.hAlt, b.h];
+    }
+    if (made.every((m) => m.rec !== undefined)) {
+      if (this.segmentRecordings.size >= 64) this.segmentRecordings.clear();
+      this.segmentRecordings.set(p.key, made as { rec: Recording; layer: number | undefined }[]);
+      this.replayStats.recorded++;
+    }
+    return p.rows.length;
+  }
+
+  /** Streamed layer `il`'s routed ids read back, their experts brought into the cache, the ids rewritten to slots. */
+  private async fillExperts(il: number, n: number): Promise<void> {
+    const words = n * this.c.nExpertUsed;
+    const ids = new Uint32Array(await this.rt.read(this.b.rids!, 0, words * 4));
+    this.rt.write(this.b.rids!, 0, await this.expertCache!.assign(il, ids));
+  }
+
+  /** encode() or encodeStreamed(), whichever this model's experts need. */
+  private encodeAny(tokens: readonly StepToken[], opts: EncodeOptions = {}): Promise<number> | number {
+    return this.expertCache !== undefined ? this.encodeStreamed(tokens, opts) : this.encode(tokens, opts);
+  }
+
+  /** The step's sampling kernels after its logits (greedy argmax, or draws). */
+  private encodePicks(p: PreparedStep): void {
+    const { rt, b, c } = this;
+    if (p.draws !== undefined)
+      sampleRows(rt, b.logits!, b.draw!, b.ids!, b.lp!, b.amax!, {
+        n: p.rows.length,
+        width: c.nVocab,
+        ...(p.topK ? { cand: b.cand! } : {}),
+        ...(p.nucleus ? { nucleus: b.nuc! } : {}),
+      });
+    else if (p.picks)
+      argmaxRows(rt, b.logits!, b.ids!, b.amax!, { n: p.rows.length, width: c.nVocab, logprobs: b.lp! });
+  }
+
+  /**
+   * Check a step's tokens and write its inputs (ids unless on the GPU, positions, cache rows, page tables, draws);
+   * returns what its encoding depends on, and the shape's key among the recordings.
+   */
+  private prepare(tokens: readonly StepToken[], opts: EncodeOptions): PreparedStep {
     const { rt, c, b } = this;
     const n = tokens.length;
     if (n === 0 || n > this.opts.maxTokens)
@@ -295,31 +434,7 @@ export class GpuModel {
       );
     const filters = `${topK ? "-topk" : ""}${nucleus ? "-nucleus" : ""}`;
     const key = `${n}|${Math.ceil(maxKeys / ATTN_CHUNK)}|${rows.length === n ? "all" : rows.join(",")}${picks ? (draws !== undefined ? `|draws${filters}` : "|picks") : ""}`;
-    const rec = this.recordings.get(key);
-    if (rec !== undefined) {
-      this.lastRecording = rec;
-      rt.replay(rec, opts.submitEvery);
-      this.replayStats.replayed++;
-      return rows.length;
-    }
-    rt.beginRecording();
-    this.encodeLayers(n, maxKeys, rows);
-    if (draws !== undefined)
-      sampleRows(rt, b.logits!, b.draw!, b.ids!, b.lp!, b.amax!, {
-        n: rows.length,
-        width: c.nVocab,
-        ...(topK ? { cand: b.cand! } : {}),
-        ...(nucleus ? { nucleus: b.nuc! } : {}),
-      });
-    else if (picks) argmaxRows(rt, b.logits!, b.ids!, b.amax!, { n: rows.length, width: c.nVocab, logprobs: b.lp! });
-    const made = rt.endRecording();
-    this.lastRecording = made;
-    if (made !== undefined) {
-      if (this.recordings.size >= 64) this.recordings.clear();
-      this.recordings.set(key, made);
-      this.replayStats.recorded++;
-    }
-    return rows.length;
+    return { n, maxKeys, rows, key, picks, draws, topK, nucleus };
   }
 
   private encodeLayers(
@@ -331,14 +446,24 @@ export class GpuModel {
     // every encoding starts from the same residual buffer (getRows writes it; tune.sharedEarly swaps them per MoE layer)
     const residual = this.b.h;
     try {
-      this.encodeResidual(n, maxKeys, rows, layers);
+      // no pauses: the generator runs through without yielding
+      for (const _ of this.encodeResidual(n, maxKeys, rows, layers, false));
     } finally {
       if (this.b.h !== residual) [this.b.h, this.b.hAlt] = [this.b.hAlt, this.b.h];
     }
   }
 
-  /** The step's layers over the residual h (from the token embeddings), then the output rows' logits. */
-  private encodeResidual(n: number, maxKeys: number, rows: readonly number[], layers: readonly GpuLayer[]): void {
+  /**
+   * The step's layers over the residual h (from the token embeddings), then the output rows' logits. With `pause`,
+   * yields each streamed layer's index once its routing is encoded (encodeStreamed fills the expert cache there).
+   */
+  private *encodeResidual(
+    n: number,
+    maxKeys: number,
+    rows: readonly number[],
+    layers: readonly GpuLayer[],
+    pause: boolean,
+  ): Generator<number, void> {
     const { rt, c, b } = this;
     const Hd = c.nEmbd;
     const ctx = this.opts.context;
@@ -348,7 +473,9 @@ export class GpuModel {
     // as the reference model reads (src/model/deepseek2.ts): h += attention(attn_norm(h)); h += ffn(ffn_norm(h))
     for (const l of layers) {
       encodeAttention(s, l);
-      if (l.experts !== undefined) encodeMoE(s, l, l.experts);
+      const streamed = this.streamed.get(l);
+      if (streamed !== undefined) for (const _ of encodeMoE(s, l, streamed.ffn, pause)) yield streamed.il;
+      else if (l.experts !== undefined) for (const _ of encodeMoE(s, l, l.experts));
       else encodeDenseFFN(s, l);
     }
     // "output_norm" of the logits rows (the last MoE layer's combine added to h first), then the output product
@@ -369,7 +496,7 @@ export class GpuModel {
 
   /** Run one step and read back its logits rows [rows × n_vocab]. */
   async step(tokens: readonly StepToken[]): Promise<Float32Array> {
-    const rows = this.encode(tokens);
+    const rows = await this.encodeAny(tokens);
     if (rows === 0) {
       await this.rt.sync();
       return new Float32Array(0);
@@ -413,7 +540,8 @@ export class GpuModel {
       }));
       // one submission per step: the GPU already overlaps with the host, which encodes step s+1 while step s runs (steps
       // grouped 4 a submission idled the GPU longer, at the start, and saved nothing after it: BENCHMARKS.md, WebGPU)
-      this.encode(tokens, {
+      // (with streamed experts each step waits for its routed ids layer by layer: chained, but not ahead of the GPU)
+      await this.encodeAny(tokens, {
         ...(draws !== undefined ? { picks: true, draws: draws.slice(s * B, (s + 1) * B) } : { greedy: true }),
         idsOnGpu: s > 0,
         submitEvery: Infinity,
@@ -484,7 +612,9 @@ export class GpuModel {
     const out: GpuLayer[] = [];
     this.layers.forEach((l, i) => {
       const prev = this.layers[i - 1];
-      const kind = `${prev?.experts !== undefined}|${shapeOf(l)}`;
+      const moe = (x: GpuLayer | undefined): boolean =>
+        x !== undefined && (x.experts !== undefined || this.streamed.has(x));
+      const kind = `${moe(prev)}|${this.streamed.has(l)}|${shapeOf(l)}`;
       if (seen.has(kind) && i < this.layers.length - 1) return;
       seen.add(kind);
       if (prev !== undefined && out[out.length - 1] !== prev) out.push(prev);
@@ -503,7 +633,7 @@ export class GpuModel {
     readLogits: boolean,
     draws?: readonly PickDraw[],
   ): Promise<{ logits: Float32Array; ids: Uint32Array; logprobs: Float32Array }> {
-    const rows = this.encode(tokens, { picks: true, ...(draws !== undefined ? { draws } : {}) });
+    const rows = await this.encodeAny(tokens, { picks: true, ...(draws !== undefined ? { draws } : {}) });
     if (rows === 0) {
       await this.rt.sync();
       return { logits: new Float32Array(0), ids: new Uint32Array(0), logprobs: new Float32Array(0) };

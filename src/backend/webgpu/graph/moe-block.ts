@@ -35,13 +35,21 @@ function routingArgs(c: ModelConfig, n: number): RouteArgs {
   };
 }
 
-/** h += MoE(ffn_norm(h)) for the step's tokens, the routed experts' weighted sum left pending in YE. */
-export function encodeMoE(s: StepEncoding, l: GpuLayer, experts: GpuFFN): void {
+/**
+ * h += MoE(ffn_norm(h)) for the step's tokens, the routed experts' weighted sum left pending in YE. `experts` is the
+ * layer's own stacked experts, or an expert cache's pool (graph/expert-cache.ts): then, with `pause`, the generator
+ * yields once the routing is encoded, for the caller to submit it, read the ids in RIDS back and rewrite them to the
+ * pool's slots before the expert products are encoded. Without `pause` it never yields.
+ */
+export function* encodeMoE(s: StepEncoding, l: GpuLayer, experts: GpuFFN, pause = false): Generator<void, void> {
   const { rt, c, b, n } = s;
   const { nEmbd: Hd, nExpertUsed: K, nFFExp: Fe, nExpert: E } = c;
+  // the products gather over the stacked items: the layer's experts, or a pool's slots
+  const items = experts.gate.items;
   const routing = routingArgs(c, n);
-  // expert-major products (pairs ≥ experts) read the pairs grouped by expert, built once for the three
-  const lists = n * K >= expertsFrom(rt, experts.gate) * E ? b.elist! : undefined;
+  // expert-major products (pairs ≥ experts) read the pairs grouped by expert, built once for the three (lists take
+  // up to 256 experts: a larger expert cache's pool gathers pair by pair)
+  const lists = n * K >= expertsFrom(rt, experts.gate) * items && items <= 256 ? b.elist! : undefined;
   // small MoE steps on the wide kernel: the FFN's RMSNorm inside its readers instead of a dispatch of its own — the
   // shared and routed gate·up products normalize x as they stage it, the router reads h with ffn_norm folded into
   // its rows, and the routing scales its logits by 1/rms(h)
@@ -84,7 +92,8 @@ export function encodeMoE(s: StepEncoding, l: GpuLayer, experts: GpuFFN): void {
         fuse: { addCombine: { ye: b.h!, rw: b.ones!, K: 1 } },
       });
   });
-  if (lists !== undefined) expertLists(rt, b.rids!, lists, { pairs: n * K, E });
+  if (pause) yield;
+  if (lists !== undefined) expertLists(rt, b.rids!, lists, { pairs: n * K, E: items });
   // g = silu(W_gate x)·(W_up x) per pair (one dual product at small batches, else gate then up with SwiGLU fused)
   matmulGatherSwiGLU(rt, experts.gate, experts.up, ffnIn, b.g!, b.rids!, {
     pairs: n * K,

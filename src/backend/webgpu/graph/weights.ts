@@ -114,8 +114,29 @@ function uploadFFN(rt: GpuRuntime, s: SwiGLU): GpuFFN {
   return { gate: upload(rt, s.gate), up: upload(rt, s.up), down: upload(rt, s.down) };
 }
 
-/** Layer `il`'s weights on the GPU, with latent (and DSA key) caches of `cacheRows` rows. */
-export function uploadLayer(rt: GpuRuntime, c: ModelConfig, lw: LayerWeights, il: number, cacheRows: number): GpuLayer {
+/** Layer `il`'s routed experts on the GPU, each of gate, up and down stacked into one tensor [experts × rows × cols]. */
+export function uploadExperts(rt: GpuRuntime, experts: readonly SwiGLU[], il: number): GpuFFN {
+  const stack = (part: "gate" | "up" | "down"): GpuMatrix =>
+    uploadStack(
+      rt,
+      experts.map((e) => e[part]),
+      `blk.${il}.ffn_${part}_exps`,
+    );
+  return { gate: stack("gate"), up: stack("up"), down: stack("down") };
+}
+
+/**
+ * Layer `il`'s weights on the GPU, with latent (and DSA key) caches of `cacheRows` rows; without `withExperts` its
+ * routed experts stay in host memory (an expert cache streams them: graph/expert-cache.ts).
+ */
+export function uploadLayer(
+  rt: GpuRuntime,
+  c: ModelConfig,
+  lw: LayerWeights,
+  il: number,
+  cacheRows: number,
+  withExperts = true,
+): GpuLayer {
   const f32 = (v: Float32Array, label: string): GPUBuffer => rt.upload(v, label);
   const ffn = (s: SwiGLU): GpuFFN => uploadFFN(rt, s);
   const { kvLoraRank: L, qkRope: R } = c;
@@ -138,23 +159,7 @@ export function uploadLayer(rt: GpuRuntime, c: ModelConfig, lw: LayerWeights, il
     router: m && upload(rt, m.router),
     routerNormed: m && m.router.type === GGMLType.F32 ? foldLater(rt, m.router, lw.ffnNorm) : undefined,
     bias: m?.bias && f32(m.bias, "exp_probs_b"),
-    experts: m && {
-      gate: uploadStack(
-        rt,
-        m.experts.map((e) => e.gate),
-        `blk.${il}.ffn_gate_exps`,
-      ),
-      up: uploadStack(
-        rt,
-        m.experts.map((e) => e.up),
-        `blk.${il}.ffn_up_exps`,
-      ),
-      down: uploadStack(
-        rt,
-        m.experts.map((e) => e.down),
-        `blk.${il}.ffn_down_exps`,
-      ),
-    },
+    experts: m && withExperts ? uploadExperts(rt, m.experts, il) : undefined,
     shared: m?.shared && ffn(m.shared),
     cacheC: rt.buffer(cacheRows * L * 4, `blk.${il}.cache_c`),
     cacheK: rt.buffer(cacheRows * R * 4, `blk.${il}.cache_kpe`),

@@ -119,6 +119,41 @@ export class GpuMatrix {
     return new GpuMatrix(name, type, cols, rows, items, pieces);
   }
 
+  /**
+   * `items` stacked items of rows × cols, allocated and left unwritten (writeItem fills them): the slots of an expert
+   * cache. Each item starts 4-byte aligned within its piece (queue writes need that), else it takes a piece of its own.
+   */
+  static empty(rt: GpuRuntime, name: string, type: number, cols: number, rows: number, items: number): GpuMatrix {
+    if (!gpuSupports(type)) throw new LatentError(`${name}: the WebGPU backend cannot read ${typeName(type)} weights`);
+    const itemBytes = quantRowBytes(type, cols) * rows;
+    if (itemBytes > rt.maxBindingBytes)
+      throw new LatentError(`${name}: one item of ${itemBytes} bytes exceeds the binding limit ${rt.maxBindingBytes}`);
+    const per = itemBytes % 4 === 0 ? Math.max(1, Math.floor(rt.maxBindingBytes / itemBytes)) : 1;
+    const pieces: MatrixPiece[] = [];
+    for (let i = 0; i < items; i += per) {
+      const k = Math.min(per, items - i);
+      pieces.push({
+        buffer: rt.buffer(Math.ceil((k * itemBytes) / 4) * 4, `${name}[${i}..]`),
+        firstRow: 0,
+        rows,
+        firstItem: i,
+        items: k,
+      });
+    }
+    return new GpuMatrix(name, type, cols, rows, items, pieces);
+  }
+
+  /** Write item `item`'s bytes (rows × cols in the matrix's type), in queue order before the next submission. */
+  writeItem(rt: GpuRuntime, item: number, data: Uint8Array): void {
+    const itemBytes = this.rowBytes * this.rows;
+    if (data.byteLength !== itemBytes)
+      throw new LatentError(`${this.name}: an item is ${itemBytes} bytes, got ${data.byteLength}`);
+    const piece = this.pieces.find((p) => item >= p.firstItem && item < p.firstItem + p.items);
+    if (piece === undefined || piece.rows !== this.rows)
+      throw new LatentError(`${this.name}: no item ${item} (of ${this.items}) in a piece of whole items`);
+    rt.write(piece.buffer, (item - piece.firstItem) * itemBytes, data);
+  }
+
   destroy(): void {
     for (const p of this.pieces) p.buffer.destroy();
   }

@@ -4,6 +4,8 @@
  *   llama-pp.json, llama-depth.json   llama-bench -o json (pp512/pp4096/tg128 at depth 0, tg128 at depth 4096/16384)
  *   llama-batched.jsonl               llama-batched-bench --output-format jsonl (S_TG at B = 1, 8, 32, 64)
  *   latent-*.json                     bench/webgpu-model.ts --json (prefill, decode batch B, decode after N keys)
+ *   latent-budget.json, llama-ot.json with a GPU memory budget: latent's expert cache against llama.cpp's experts on
+ *                                     the CPU (-ot exps=CPU)
  * `node --import tsx bench/peer-table.ts DIR [DIR …]` prints one markdown table per folder (one folder per model).
  */
 import { existsSync, readdirSync, readFileSync } from "node:fs";
@@ -60,9 +62,9 @@ function readJsonl<T>(path: string): T[] {
 }
 
 /** latent-ctx<N>.json: a bench run whose decode steps start from N keys (prefill figures from the run's --prompt). */
-function latentRuns(dir: string): LatentRun[] {
+function latentRuns(dir: string, budget = false): LatentRun[] {
   return readdirSync(dir)
-    .filter((f) => /^latent-.*\.json$/.test(f))
+    .filter((f) => /^latent-.*\.json$/.test(f) && f.startsWith("latent-budget") === budget)
     .sort()
     .map((f) => {
       const run = readJson<{ model: string; results: LatentResult[] }>(join(dir, f))!;
@@ -109,6 +111,34 @@ export function peerRows(dir: string): PeerRow[] {
   return rows.filter((r) => r.llama !== undefined || r.latent !== undefined);
 }
 
+/** With a GPU memory budget: latent's streamed experts against llama.cpp's experts on the CPU. */
+export function budgetRows(dir: string): PeerRow[] {
+  const llama = readJson<LlamaBenchRow[]>(join(dir, "llama-ot.json")) ?? [];
+  const runs = latentRuns(dir, true);
+  const latent = (name: string): number | undefined =>
+    best(runs.flatMap((run) => run.results.filter((r) => r.name === name).map((r) => r.value)));
+  const rows: PeerRow[] = [
+    {
+      work: "prefill 512, budget vs -ot exps=CPU",
+      llama: best(llama.filter((r) => r.n_prompt === 512 && r.n_gen === 0).map((r) => r.avg_ts)),
+      latent: latent("prefill 512 tokens"),
+    },
+    {
+      work: "decode batch 1, budget vs -ot exps=CPU",
+      llama: best(llama.filter((r) => r.n_prompt === 0 && r.n_gen > 0).map((r) => r.avg_ts)),
+      latent: latent("decode batch 1"),
+      chained: latent("decode batch 1, greedy on the GPU (chained)"),
+    },
+    {
+      work: "decode batch 8, budget (llama.cpp: not run)",
+      llama: undefined,
+      latent: latent("decode batch 8"),
+      chained: latent("decode batch 8, greedy on the GPU (chained)"),
+    },
+  ];
+  return rows.filter((r) => r.llama !== undefined || r.latent !== undefined);
+}
+
 const fmt = (x: number | undefined): string => (x === undefined ? "–" : x >= 100 ? x.toFixed(0) : x.toFixed(1));
 const ratio = (a: number | undefined, b: number | undefined): string =>
   a === undefined || b === undefined ? "–" : `${(a / b).toFixed(2)}×`;
@@ -135,5 +165,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   for (const dir of dirs) {
     const model = latentRuns(dir)[0]?.model ?? dir;
     console.log(`\n${model}\n\n${peerTable(peerRows(dir))}`);
+    const budget = budgetRows(dir);
+    if (budget.length > 0) console.log(`\nwith a GPU memory budget\n\n${peerTable(budget)}`);
   }
 }

@@ -8,7 +8,9 @@
 #   bash scripts/h200-peer-bench.sh glm5 6         # GLM-5 shape (glm-dsa), 6 layers, Q4_K_M (26 GB)
 # Work measured: prefill 512 and 4096; decode at batch 1, 8, 32, 64 (llama.cpp: tg128 and llama-batched-bench S_TG with
 # 128+128 tokens per sequence); decode at batch 1 after 4,096 and 16,384 tokens of context. Results land in
-# $OUT/<model>/ (JSON of both sides) and the table in $OUT/<model>/table.md; latent's logs in /tmp/peer-logs/<model>/.
+# $OUT/<model>.tgz (both sides' JSON and latent's logs) and the table in $OUT/<model>.md.
+# With GPU_MEMORY set (e.g. GPU_MEMORY=13G), also latent with that --gpu-memory budget (routed experts streamed through
+# the GPU expert cache) against llama.cpp with the routed experts on the CPU (-ot exps=CPU), prefill 512 and decode.
 set -uo pipefail
 preset=${1:?usage: h200-peer-bench.sh v2-lite|glm5 [LAYERS]}
 layers=${2:-}
@@ -19,9 +21,9 @@ source .gpu/env.sh
 mkdir -p node_modules && cp -r .gpu-nm/* node_modules/
 [ -f node_modules/webgpu/dist/linux-x64/dawn.node ] || xz -d node_modules/webgpu/dist/linux-x64/dawn.node.xz
 export XDG_RUNTIME_DIR=/tmp
-out=${OUT:-/tmp/out}/$preset${layers}
-logs=/tmp/peer-logs/$preset${layers} # beside $OUT: the device tool brings back at most 8 files
-mkdir -p "$out" "$logs"
+name=$preset${layers}
+out=/tmp/peer/$name # packed into $OUT at the end: the device tool brings back at most 8 files
+mkdir -p "$out" "${OUT:-/tmp/out}"
 model=/tmp/$preset${layers}-q4km.gguf
 start=$(date +%s)
 stamp() { echo "=== $(( $(date +%s) - start )) s: $*"; }
@@ -36,7 +38,7 @@ latent() { # NAME ARGS…: one run of latent's bench, its JSON in $out/latent-NA
   local name=$1; shift
   stamp "latent $name: $*"
   timeout 280 node "$build/bench/webgpu-model.js" "$model" "$@" --json "$out/latent-$name.json" 2>&1 \
-    | grep -v '^Warning' | tee "$logs/latent-$name.log" | grep -E 'prefill|decode batch|loaded|uploaded|adapter'
+    | grep -v '^Warning' | tee "$out/latent-$name.log" | grep -E 'prefill|decode batch|loaded|uploaded|adapter'
 }
 stamp "llama.cpp prefill 512/4096, tg128"
 timeout 150 $B/llama-bench -m "$model" -ngl 99 -fa 1 -p 512,4096 -n 128 -r 3 -o json 2>/dev/null > "$out/llama-pp.json"
@@ -49,5 +51,11 @@ stamp "llama.cpp tg128 after 4096 and 16384 tokens"
 timeout 200 $B/llama-bench -m "$model" -ngl 99 -fa 1 -p 0 -n 128 -d 4096,16384 -r 2 -o json 2>/dev/null > "$out/llama-depth.json"
 latent ctx4096 --prompt 512 --batches 1 --steps 32 --decode-context 4096
 latent ctx16384 --prompt 512 --batches 1 --steps 32 --decode-context 16384
+if [ -n "${GPU_MEMORY:-}" ]; then
+  latent budget --prompt 512 --batches 1,8 --steps 16 --gpu-memory "$GPU_MEMORY"
+  stamp "llama.cpp with the routed experts on the CPU (-ot exps=CPU)"
+  timeout 240 $B/llama-bench -m "$model" -ngl 99 -fa 1 -ot "exps=CPU" -p 512 -n 128 -r 2 -o json 2>/dev/null > "$out/llama-ot.json"
+fi
 stamp "table"
-node "$build/bench/peer-table.js" "$out" | tee "$out/table.md"
+node "$build/bench/peer-table.js" "$out" | tee "${OUT:-/tmp/out}/$name.md"
+tar czf "${OUT:-/tmp/out}/$name.tgz" -C "$out" .

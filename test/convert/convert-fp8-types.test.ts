@@ -150,6 +150,46 @@ test("compressed-tensors FP8: block weight_scale gives the DeepSeek layout's fil
   }
 });
 
+test("GLM-5 layout (glm-dsa; DeepSeek-style weight_scale_inv blocks on every linear weight, the DSA indexer's too)", () => {
+  const glmCase = { label: "fp8-glm", base: "tiny-glm", over: {} } as const;
+  const glm = synthModel(glmCase, 33);
+  try {
+    const hf = writeHfCheckpoint(glm.path, join(dir, "glm-fp8"), { dtype: "FP8" }, hfConfigOf(synthConfig(glmCase)));
+    const out = join(dir, "glm-fp8.gguf");
+    convertHf(hf, out, { type: "F32" });
+    const orig = GGUFFile.open(glm.path);
+    const conv = GGUFFile.open(out);
+    try {
+      let fp8 = 0;
+      for (const name of conv.tensors.keys()) {
+        const a = values(orig, name);
+        const c = values(conv, name);
+        let d2 = 0;
+        let s2 = 0;
+        for (let i = 0; i < a.length; i++) {
+          d2 += (c[i] - a[i]) ** 2;
+          s2 += a[i] ** 2;
+        }
+        const rel = Math.sqrt(d2 / Math.max(s2, 1e-30));
+        assert.ok(rel < 0.04, `${name}: rel ${rel}`);
+        if (rel > 1e-3) fp8++;
+      }
+      assert.ok([...conv.tensors.keys()].some((n) => n.includes("indexer")));
+      assert.ok(fp8 > 10, `FP8 tensors: ${fp8}`);
+      assert.ok(
+        loadModel(out)
+          .model.forward([1, 2, 3], undefined, { path: "reference", logits: "last" })
+          .every(Number.isFinite),
+      );
+    } finally {
+      orig.close();
+      conv.close();
+    }
+  } finally {
+    glm.cleanup();
+  }
+});
+
 test("the demo model through FP8 (checkpoint → FP8 → GGUF): predictions within the measured FP8 tolerance", () => {
   const hf = writeHfCheckpoint(DEMO_MODEL, join(dir, "demo-fp8"), { dtype: "FP8" });
   const out = join(dir, "demo-fp8.gguf");

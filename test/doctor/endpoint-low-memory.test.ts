@@ -33,7 +33,7 @@ async function check(opts: Partial<FakeServerOptions>, backend: "reference" | "c
 }
 
 for (const backend of ["reference", "cpu"] as const)
-  test(`healthy server, streamed ${backend} reference: ${backend === "cpu" ? "match or close" : "match"}, exit 0, progress per layer`, async () => {
+  test(`healthy server, streamed pass on the ${backend} kernels: ${backend === "cpu" ? "match or close" : "match"}, exit 0, progress per layer`, async () => {
     const { r, steps } = await check({}, backend);
     assert.equal(r.exitCode, 0, JSON.stringify(r.findings));
     assert.ok(!r.findings.some((f) => f.severity !== "info"), JSON.stringify(r.findings));

@@ -140,9 +140,17 @@ export function routeTokens(z: Float64Array, n: number, c: ModelConfig, bias: Fl
   return routes;
 }
 
+/** The tokens routed to one expert and their routing weights. */
+interface ExpertGroup {
+  readonly tokens: number[];
+  readonly weights: number[];
+}
+
 /**
  * out [n × Hd] = Σ over each token's routed experts of weight · expert(x_t), plus the shared experts: tokens are
- * grouped by expert so each expert's rows are read once.
+ * grouped by expert so each expert's rows are read once. Streamed experts (MoEWeights.streamed) are asked for as soon
+ * as the routes are known, as many at a time as the cache holds; contributions are added in expert order either way,
+ * so the result does not depend on where the experts come from.
  */
 export function mixExperts(
   w: MoEWeights,
@@ -154,7 +162,7 @@ export function mixExperts(
   k: MatProducts,
 ): void {
   const Hd = c.nEmbd;
-  const byExpert = new Map<number, { tokens: number[]; weights: number[] }>();
+  const byExpert = new Map<number, ExpertGroup>();
   routes.forEach((r, t) => {
     r.experts.forEach((e, i) => {
       let b = byExpert.get(e);
@@ -164,11 +172,12 @@ export function mixExperts(
     });
   });
   out.fill(0, 0, n * Hd);
-  if (k.matmulMany !== undefined) {
-    // a threaded backend: every expert's gate/up products in one call, then every down product in one call
-    manyExperts(
-      w,
-      [...byExpert].sort((a, b2) => a[0] - b2[0]),
+  const groups = [...byExpert].sort((a, b2) => a[0] - b2[0]);
+  const source = w.streamed;
+  if (source === undefined) {
+    addExperts(
+      groups.map(([e, g]) => [w.experts[e], g]),
+      w.shared,
       x,
       n,
       Hd,
@@ -177,33 +186,65 @@ export function mixExperts(
     );
     return;
   }
-  for (const [e, b] of [...byExpert].sort((a, b2) => a[0] - b2[0])) {
-    const m = b.tokens.length;
-    const xe = new Float64Array(m * Hd);
-    b.tokens.forEach((t, i) => xe.set(x.subarray(t * Hd, (t + 1) * Hd), i * Hd));
-    const ye = new Float64Array(m * Hd);
-    swiglu(w.experts[e], xe, m, Hd, ye, false, b.weights, k);
-    b.tokens.forEach((t, i) => {
-      for (let j = 0; j < Hd; j++) out[t * Hd + j] += ye[i * Hd + j];
-    });
+  const per = source.capacity;
+  for (let i = 0; i < groups.length || i === 0; i += per) {
+    const batch = groups.slice(i, i + per);
+    const ffns = batch.length === 0 ? [] : source.acquire(batch.map(([e]) => e));
+    const last = i + per >= groups.length;
+    addExperts(
+      batch.map(([, g], j) => [ffns[j], g]),
+      last ? w.shared : undefined,
+      x,
+      n,
+      Hd,
+      out,
+      k,
+    );
   }
-  if (w.shared !== undefined) swiglu(w.shared, x, n, Hd, out, true, undefined, k);
 }
 
-/**
- * The expert loop of `mixExperts` (then the shared experts) as two `matmulMany` calls; the same products and the same
- * order of additions into `out` as the loop, so the result is that of one swiglu call per expert.
- */
-function manyExperts(
-  w: MoEWeights,
-  groups: readonly [number, { tokens: number[]; weights: number[] }][],
+/** out += each expert's weighted output for its tokens, in the order given, then the shared experts' (when given). */
+function addExperts(
+  experts: readonly (readonly [SwiGLU, ExpertGroup])[],
+  shared: SwiGLU | undefined,
   x: Vec,
   n: number,
   Hd: number,
   out: Vec,
   k: MatProducts,
 ): void {
-  const jobs = groups.map(([e, b]) => {
+  if (k.matmulMany !== undefined) {
+    // a threaded backend: every expert's gate/up products in one call, then every down product in one call
+    manyExperts(experts, shared, x, n, Hd, out, k);
+    return;
+  }
+  for (const [ffn, b] of experts) {
+    const m = b.tokens.length;
+    const xe = new Float64Array(m * Hd);
+    b.tokens.forEach((t, i) => xe.set(x.subarray(t * Hd, (t + 1) * Hd), i * Hd));
+    const ye = new Float64Array(m * Hd);
+    swiglu(ffn, xe, m, Hd, ye, false, b.weights, k);
+    b.tokens.forEach((t, i) => {
+      for (let j = 0; j < Hd; j++) out[t * Hd + j] += ye[i * Hd + j];
+    });
+  }
+  if (shared !== undefined) swiglu(shared, x, n, Hd, out, true, undefined, k);
+}
+
+/**
+ * The expert loop of `addExperts` (then the shared experts) as two `matmulMany` calls; the same products and the same
+ * order of additions into `out` as the loop, so the result is that of one swiglu call per expert.
+ */
+function manyExperts(
+  experts: readonly (readonly [SwiGLU, ExpertGroup])[],
+  shared: SwiGLU | undefined,
+  x: Vec,
+  n: number,
+  Hd: number,
+  out: Vec,
+  k: MatProducts,
+): void {
+  const jobs = experts.map(([ffn, b]) => {
     const m = b.tokens.length;
     let xe: Vec = x;
     if (m !== n || b.tokens.some((t, i) => t !== i)) {
@@ -212,14 +253,15 @@ function manyExperts(
       xe = g;
     }
     return {
-      ffn: w.experts[e],
+      ffn,
       x: xe,
       m,
       tokens: b.tokens as readonly number[] | undefined,
       scale: b.weights as readonly number[] | undefined,
     };
   });
-  if (w.shared !== undefined) jobs.push({ ffn: w.shared, x, m: n, tokens: undefined, scale: undefined });
+  if (shared !== undefined) jobs.push({ ffn: shared, x, m: n, tokens: undefined, scale: undefined });
+  if (jobs.length === 0) return;
   const mid = jobs.map((j) => ({
     g: new Float64Array(j.m * j.ffn.gate.rows),
     u: new Float64Array(j.m * j.ffn.gate.rows),

@@ -1,0 +1,165 @@
+// Routed experts streamed from disk through a bounded cache give exactly the logits of the all-in-memory model (same
+// kernels), for caches that force every path: one expert (a chunk's experts in many batches), one layer's top-k,
+// everything; reference and cpu backends; prefill chunks of many tokens and one-token decode; a split file. The
+// store's counters show the cache is bounded and used.
+import { after, test } from "node:test";
+import assert from "node:assert/strict";
+import { evaluateAll } from "../../src/engine/evaluate.js";
+import { GGUFFile } from "../../src/gguf/file.js";
+import { expertFootprint } from "../../src/model/expert-store.js";
+import { parseConfig } from "../../src/model/config.js";
+import { closeLoaded, loadModel, type LoadModelOptions } from "../../src/runtime/load.js";
+import { formatBytes, parseByteSize } from "../../src/runtime/memory-budget.js";
+import { UsageError } from "../../src/util/errors.js";
+import { randomTokens, synthModel, type SynthCase } from "../helpers/synth.js";
+
+/** 3 MoE layers of 8 experts, top-3, one shared expert; K-quant shapes (cols of 256) so Q6_K expert downs repack */
+const CASE: SynthCase = {
+  label: "stream-k256",
+  base: "tiny",
+  type: "Q4_K_M",
+  over: {
+    n_layer: 4,
+    n_dense: 1,
+    n_embd: 256,
+    q_lora: 256,
+    kv_lora: 256,
+    n_ff: 512,
+    n_ff_exp: 256,
+    n_expert: 8,
+    n_used: 3,
+  },
+};
+const MOE_LAYERS = 3;
+const EXPERTS = 8;
+const TOP_K = 3;
+
+const single = synthModel(CASE, 7);
+after(single.cleanup);
+const split = synthModel({ ...CASE, label: "stream-split" }, 8, { split: 3 });
+after(split.cleanup);
+
+type Run = { prefill: Float32Array[]; decode: Float32Array[] };
+
+/** logits of every position: prefill in chunks of 13 tokens, then the same tokens decoded one at a time */
+function logitsOf(path: string, options: LoadModelOptions, check?: (l: ReturnType<typeof loadModel>) => void): Run {
+  const loaded = loadModel(path, undefined, { threads: 2, ...options });
+  try {
+    const tokens = randomTokens(29, 5, 0, loaded.config.nVocab);
+    const run = {
+      prefill: evaluateAll(loaded.model, tokens, { path: "prefill", chunk: 13 }),
+      decode: evaluateAll(loaded.model, tokens.slice(0, 6), { path: "decode" }),
+    };
+    check?.(loaded);
+    return run;
+  } finally {
+    closeLoaded(loaded);
+  }
+}
+
+function assertSame(got: Run, want: Run, label: string): void {
+  assert.equal(got.prefill.length, want.prefill.length);
+  got.prefill.forEach((r, i) => assert.deepEqual(r, want.prefill[i], `${label}: prefill position ${i}`));
+  got.decode.forEach((r, i) => assert.deepEqual(r, want.decode[i], `${label}: decode position ${i}`));
+}
+
+for (const backend of ["reference", "cpu"] as const) {
+  const resident = logitsOf(single.path, { backend });
+
+  test(`${backend}: the resident model loads no expert store`, () => {
+    logitsOf(single.path, { backend }, (l) => assert.equal(l.experts, undefined));
+  });
+
+  for (const cache of [1, TOP_K, MOE_LAYERS * EXPERTS]) {
+    test(`${backend}: experts streamed through a cache of ${cache} give the resident logits exactly`, () => {
+      const got = logitsOf(single.path, { backend, expertCache: cache }, (l) => {
+        const s = l.experts!.stats;
+        assert.ok(l.model.weights.layers.slice(1).every((lw) => lw.moe!.experts.length === 0 && lw.moe!.streamed));
+        assert.ok(l.experts!.cached <= cache, `${l.experts!.cached} cached`);
+        assert.ok(s.misses > 0 && s.reads === 3 * s.misses, JSON.stringify(s));
+        const each = expertBytes(single.path); // Q4_K_M gives some layers Q6_K downs: sizes differ by layer
+        assert.ok(s.bytesRead >= s.misses * Math.min(...each) && s.bytesRead <= s.misses * Math.max(...each));
+        if (cache === MOE_LAYERS * EXPERTS) {
+          // everything fits: each expert is read once, later uses are hits
+          assert.equal(s.evictions, 0);
+          assert.ok(s.misses <= MOE_LAYERS * EXPERTS && s.hits > s.misses, JSON.stringify(s));
+        } else {
+          assert.equal(s.evictions, s.misses - cache, JSON.stringify(s));
+        }
+      });
+      assertSame(got, resident, `${backend} cache ${cache}`);
+    });
+  }
+
+  test(`${backend}: a split file streams from its shards`, () => {
+    assert.ok(GGUFFile.open(split.path).shards.length > 1);
+    assertSame(logitsOf(split.path, { backend, expertCache: TOP_K }), logitsOf(split.path, { backend }), backend);
+  });
+}
+
+/** bytes of one expert (gate + up + down) of each MoE layer */
+function expertBytes(path: string): number[] {
+  const f = GGUFFile.open(path);
+  try {
+    return [1, 2, 3].map((il) =>
+      ["gate", "up", "down"].reduce((s, m) => s + f.tensor(`blk.${il}.ffn_${m}_exps.weight`).nbytes / EXPERTS, 0),
+    );
+  } finally {
+    f.close();
+  }
+}
+
+function footprint(path: string): ReturnType<typeof expertFootprint> {
+  const f = GGUFFile.open(path);
+  try {
+    return expertFootprint(f, parseConfig(f.metadata, f.tensors.get("token_embd.weight")?.ne[1]));
+  } finally {
+    f.close();
+  }
+}
+
+test("--max-memory: the cache holds what the budget leaves after the resident weights", () => {
+  const fp = footprint(single.path);
+  assert.ok(fp.residentBytes > 0 && fp.expertBytes > 0 && fp.residentBytes + fp.expertBytes === fp.totalBytes);
+  // reference kernels keep no repacked copies: a slot is one expert's bytes
+  const budget = fp.residentBytes + 5 * fp.slotBytes + 10;
+  const notes: string[] = [];
+  const got = logitsOf(single.path, { backend: "reference", maxMemory: budget, onNote: (l) => notes.push(l) }, (l) =>
+    assert.equal(l.experts!.capacity, 5),
+  );
+  assert.equal(notes.length, 1);
+  assert.match(notes[0], /streaming routed experts from disk: budget .* cache of 5 of 24 experts/);
+  assertSame(got, logitsOf(single.path, { backend: "reference" }), "budget");
+  // a budget the whole file fits: nothing streamed, nothing said
+  const quiet: string[] = [];
+  logitsOf(single.path, { backend: "reference", maxMemory: fp.totalBytes, onNote: (l) => quiet.push(l) }, (l) =>
+    assert.equal(l.experts, undefined),
+  );
+  assert.deepEqual(quiet, []);
+});
+
+test("--max-memory below the resident weights plus one layer's top-k experts is an error naming both", () => {
+  const fp = footprint(single.path);
+  for (const backend of ["reference", "cpu"] as const) {
+    assert.throws(
+      () => loadModel(single.path, undefined, { backend, threads: 1, maxMemory: fp.residentBytes + fp.slotBytes }),
+      (e: Error) =>
+        e instanceof UsageError &&
+        e.message.includes(`resident weights (${formatBytes(fp.residentBytes)})`) &&
+        e.message.includes(`top-${TOP_K} experts`),
+    );
+  }
+  assert.throws(
+    () => loadModel(single.path, undefined, { backend: "webgpu", maxMemory: fp.totalBytes }),
+    /needs the cpu or reference backend/,
+  );
+});
+
+test("byte sizes: suffixes are powers of 1024; nonsense is refused", () => {
+  assert.equal(parseByteSize("16G"), 16 * 2 ** 30);
+  assert.equal(parseByteSize("512M"), 512 * 2 ** 20);
+  assert.equal(parseByteSize("1.5g"), 1.5 * 2 ** 30);
+  assert.equal(parseByteSize("4096"), 4096);
+  assert.equal(parseByteSize("2GiB"), 2 * 2 ** 30);
+  for (const bad of ["", "G", "-1G", "0", "12X", "1e9"]) assert.throws(() => parseByteSize(bad), UsageError, bad);
+});

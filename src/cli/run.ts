@@ -5,7 +5,9 @@ import {
   backendOption,
   backendOptions,
   intOption,
+  expertLine,
   loadForCli,
+  maxMemoryOption,
   parseModelArgs,
   positionsBar,
   processIO,
@@ -19,6 +21,7 @@ import { Tokenizer, type ChatMessage } from "../tokenizer/index.js";
 import { generate, type DecodeMode, type GenerateModel, type GeneratePath } from "../engine/generate.js";
 import type { BackendChoice } from "../runtime/load.js";
 import { openFusedForCli } from "./fused.js";
+import type { ExpertStore } from "../model/expert-store.js";
 import type { GpuHostStats, WarmStats } from "../backend/webgpu/index.js";
 import { Sampler } from "../engine/sampler.js";
 import { DEFAULT_PREFILL_CHUNK } from "../engine/evaluate.js";
@@ -138,6 +141,7 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
   const json = values.json === true;
   const backend = backendOption(values.backend, "cpu");
   const threads = intOption("threads", values.threads, 1);
+  const maxMemory = maxMemoryOption(values.maxMemory);
 
   const t0 = performance.now();
   // (the fused pipeline compiles the kernels of GPU draws ahead where this sampler may draw there)
@@ -147,6 +151,7 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
     io,
     backend,
     threads,
+    maxMemory,
     path,
     values,
     nPredict,
@@ -241,6 +246,9 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
         decode_ms: t.decodeMs,
         tokens_per_second: t.tokensPerSecond,
       },
+      ...(runner.experts !== undefined
+        ? { expert_cache: { capacity: runner.experts.capacity, ...runner.experts.stats } }
+        : {}),
     };
     io.out(JSON.stringify(obj) + "\n");
     return;
@@ -250,7 +258,7 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
   io.err(
     `loaded in ${loadMs.toFixed(1)} ms${runner.warm !== undefined ? ` (${runner.warm.kernels} GPU kernels compiled in ${runner.warm.compileMs.toFixed(1)} ms)` : ""} | prompt: ${result.promptTokens} tokens in ${t.prefillMs.toFixed(1)} ms (${t.promptTokensPerSecond.toFixed(2)} tokens/s) | ` +
       `generated: ${result.tokens.length} tokens, ${t.decodeSteps} decode steps in ${t.decodeMs.toFixed(1)} ms (${t.tokensPerSecond.toFixed(2)} tokens/s) | ` +
-      `finish: ${result.finishReason} | path ${path} | backend ${runner.backend} | decode ${decode} | seed ${seed}\n`,
+      `finish: ${result.finishReason} | path ${path} | backend ${runner.backend} | decode ${decode} | seed ${seed}${expertLine(runner.experts)}\n`,
   );
 }
 
@@ -278,6 +286,8 @@ interface Runner {
   readonly warm?: WarmStats;
   /** the fused pipeline's steps and the host time spent encoding and submitting them, so far */
   hostStats?(): GpuHostStats;
+  /** the routed experts' cache, when they are streamed from disk */
+  readonly experts?: ExpertStore;
   close(): void;
 }
 
@@ -302,14 +312,16 @@ function openRunner(
   io: CliIO,
   requested: BackendChoice,
   threads: number | undefined,
+  maxMemory: number | undefined,
   path: string,
   values: { prompt?: string; chat?: boolean; system?: string; allowNonfinite?: boolean },
   nPredict: number,
   chunk: number | undefined,
   draws: boolean,
 ): Runner {
-  let backend = requested;
-  if ((backend === "webgpu" || backend === "auto") && path !== "reference") {
+  // (with --max-memory, auto means the cpu backend: streamed experts are for the CPU kernels only)
+  let backend = requested === "auto" && maxMemory !== undefined ? "cpu" : requested;
+  if ((backend === "webgpu" || backend === "auto") && path !== "reference" && maxMemory === undefined) {
     let prompt: number[] = [];
     let tokenizer: Tokenizer | undefined;
     const open = openFusedForCli(modelPath, backend, io, (config, file) => {
@@ -346,13 +358,14 @@ function openRunner(
     }
     backend = open.backend;
   }
-  const loaded = loadForCli(modelPath, io, backend, threads, values.allowNonfinite === true);
+  const loaded = loadForCli(modelPath, io, backend, threads, values.allowNonfinite === true, maxMemory);
   const tokenizer = Tokenizer.fromMetadata(loaded.file.metadata);
   return {
     tokenizer,
     prompt: promptIds(tokenizer, values),
     model: loaded.model,
     backend: loaded.model.kernels.name,
+    ...(loaded.experts === undefined ? {} : { experts: loaded.experts }),
     close: () => closeLoaded(loaded),
   };
 }

@@ -18,6 +18,8 @@ import {
   ALLOW_NONFINITE_OPTION,
   type CliIO,
   intOption,
+  MAX_MEMORY_OPTION,
+  maxMemoryOption,
   nonFiniteWarning,
   parseModelArgs,
   processIO,
@@ -117,6 +119,7 @@ function serveParser(): Parser {
       "cpu (WebAssembly SIMD kernels on worker threads), reference (plain JS kernels), webgpu (needs the optional package: npm install webgpu) or auto (default: webgpu on a hardware GPU adapter, else cpu; startup says which and why). On a GPU a deepseek2/glm-dsa model runs the fused pipeline (every layer of a step in one replayed pass, the KV pages mirrored on the GPU, prefix caching included; --ctx-size default 4096)",
     )
     .option("--threads <N>", "threads of the cpu backend (default: all cores)")
+    .option(...MAX_MEMORY_OPTION)
     .option(...ALLOW_NONFINITE_OPTION);
 }
 
@@ -138,7 +141,8 @@ type ValuedFlag =
   | "log-format"
   | "log-level"
   | "backend"
-  | "threads";
+  | "threads"
+  | "max-memory";
 /** The values of serve's options, by flag name as typed (the names the checks below and their messages use). */
 type ServeFlags = Partial<Record<ValuedFlag, string>> & {
   alias?: string[];
@@ -164,6 +168,9 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
   if (backend !== "cpu" && backend !== "auto" && backend !== "reference" && backend !== "webgpu")
     throw new UsageError(`--backend must be cpu, reference, webgpu or auto, got "${backend}"`);
   const threads = intOption("threads", values.threads, 1);
+  const maxMemory = maxMemoryOption(values["max-memory"]);
+  if (maxMemory !== undefined && backend === "webgpu")
+    throw new UsageError("--max-memory (experts streamed from disk) needs the cpu or reference backend");
   const port = intOption("port", values.port, 0) ?? 8080;
   if (port > 65535) throw new UsageError(`--port must be at most 65535, got ${port}`);
   const apiKey = values["api-key"] ?? process.env["LATENT_API_KEY"];
@@ -218,6 +225,7 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
         kvTokensArg,
         pageSize,
         threads,
+        maxMemory,
         allowNonFinite: values["allow-nonfinite"] === true,
       },
       gate,
@@ -324,6 +332,8 @@ interface LoadSizes {
   readonly kvTokensArg: number | undefined;
   readonly pageSize: number;
   readonly threads: number | undefined;
+  /** --max-memory in bytes */
+  readonly maxMemory: number | undefined;
   readonly allowNonFinite: boolean;
 }
 
@@ -337,7 +347,11 @@ function loadForServe(
   io: CliIO,
 ): ServedLoad {
   const t0 = performance.now();
-  const decision = decideBackend(backend);
+  // streamed experts run on the CPU kernels: with --max-memory, auto does not look for a GPU
+  const decision =
+    o.maxMemory !== undefined && backend === "auto"
+      ? { backend: "cpu" as const, reason: "cpu: --max-memory streams experts on the cpu backend" }
+      : decideBackend(backend);
   logger.event("info", `backend ${decision.reason}`);
   const gpu =
     decision.backend === "webgpu"
@@ -367,7 +381,9 @@ function loadForServe(
     loadModel(path, (done, total) => gate.setProgress(total > 0 ? done / total : 0), {
       backend: loadWith,
       ...(o.threads !== undefined ? { threads: o.threads } : {}),
+      ...(o.maxMemory !== undefined ? { maxMemory: o.maxMemory } : {}),
       ...(o.allowNonFinite ? { onNonFinite: nonFiniteWarning(io) } : {}),
+      onNote: (line) => logger.event("info", line),
     });
   gate.setProgress(1);
   const warmed = fused?.model.warmStats;

@@ -23,6 +23,7 @@ export function parseByteSize(text: string, flag = "--max-memory"): number {
 export function formatBytes(bytes: number): string {
   if (bytes >= 2 ** 30) return `${(bytes / 2 ** 30).toFixed(1)} GiB`;
   if (bytes >= 2 ** 20) return `${(bytes / 2 ** 20).toFixed(1)} MiB`;
+  if (bytes >= 2 ** 10) return `${(bytes / 2 ** 10).toFixed(1)} KiB`;
   return `${bytes} B`;
 }
 

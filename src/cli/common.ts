@@ -140,7 +140,7 @@ export const MAX_MEMORY_OPTION = [
 export function expertLine(store: ExpertStore | undefined): string {
   if (store === undefined) return "";
   const s = store.stats;
-  return ` | experts streamed (cache ${store.capacity}): ${s.hits} hits, ${s.misses} read (${formatBytes(s.bytesRead)}), ${s.evictions} evicted`;
+  return ` | experts streamed (cache ${store.capacity}): ${s.hits} hits, ${s.misses} read (${formatBytes(s.bytesRead)} in ${(s.readMs / 1000).toFixed(1)} s), ${s.evictions} evicted`;
 }
 
 /** `--max-memory SIZE` in bytes (undefined when absent). */

@@ -4,7 +4,8 @@
  * first out, when the router has chosen them. Everything else stays resident (weights.ts).
  *
  * An expert's slice of a stacked tensor {cols, rows, E} is contiguous (expert e at e·slice), so each matrix of a
- * missing expert is one read at its own offset; the reads of one request go out in file order.
+ * missing expert is one read at its own offset; the reads of one request go out in file order, through an ExpertReader:
+ * here on the calling thread, or (runtime/expert-reader.ts) on a reader thread while the caller computes.
  */
 import type { GGUFFile } from "../gguf/gguf-file.js";
 import type { TensorInfo } from "../gguf/shard.js";
@@ -12,7 +13,7 @@ import { GGMLType } from "../gguf/types.js";
 import { QMatrix } from "../tensor/qmatrix.js";
 import { ModelConfigError } from "../util/errors.js";
 import type { ModelConfig } from "./config.js";
-import type { ExpertRegistry, ExpertTensors, StreamedExperts, SwiGLU } from "./weights.js";
+import type { ExpertRegistry, ExpertRequest, ExpertTensors, StreamedExperts, SwiGLU } from "./weights.js";
 
 /** Memory that matrix products can read: plain buffers, or the fast CPU backend's shared memory. */
 export interface ExpertSlots {
@@ -22,7 +23,32 @@ export interface ExpertSlots {
   reuse?(slot: Uint8Array): void;
 }
 
-export const plainSlots: ExpertSlots = { alloc: (bytes) => new Uint8Array(bytes) };
+/** plain buffers, shared so that a reader thread can fill them */
+export const plainSlots: ExpertSlots = { alloc: (bytes) => new Uint8Array(new SharedArrayBuffer(bytes)) };
+
+/** One read: bytes [start, start + dst.length) of a tensor's data into dst. */
+export interface ExpertRead {
+  readonly info: TensorInfo;
+  readonly start: number;
+  readonly dst: Uint8Array;
+}
+
+/** How a request's reads are done. */
+export interface ExpertReader {
+  /** start the reads (in the order given); the function returned waits for all of them (throws when one failed) */
+  start(reads: readonly ExpertRead[]): () => void;
+  close?(): void;
+}
+
+/** Reads on the calling thread, at once. */
+export function syncReader(file: GGUFFile): ExpertReader {
+  return {
+    start(reads) {
+      for (const r of reads) file.readRangeInto(r.info, r.start, r.dst);
+      return () => {};
+    },
+  };
+}
 
 /** One matrix of one expert: where it lies in the file, where it goes in a slot. */
 interface MatrixPart {
@@ -51,6 +77,8 @@ export interface ExpertStoreStats {
   /** read calls (one per matrix of a missing expert) */
   reads: number;
   bytesRead: number;
+  /** wall time the caller spent blocked on reads (not hidden behind its products) */
+  readMs: number;
   /** experts dropped to make room */
   evictions: number;
 }
@@ -70,16 +98,24 @@ export class ExpertStore implements ExpertRegistry {
   private readonly free: Uint8Array[] = [];
   private made = 0;
   private slotSize = 0;
-  readonly stats: ExpertStoreStats = { hits: 0, misses: 0, reads: 0, bytesRead: 0, evictions: 0 };
+  readonly stats: ExpertStoreStats = { hits: 0, misses: 0, reads: 0, bytesRead: 0, readMs: 0, evictions: 0 };
+
+  private pending: (() => void) | undefined;
 
   constructor(
-    private readonly file: GGUFFile,
+    file: GGUFFile,
     /** most experts held at once (≥ 1) */
     readonly capacity: number,
     private readonly slots: ExpertSlots = plainSlots,
+    private readonly reader: ExpertReader = syncReader(file),
   ) {
     if (!Number.isInteger(capacity) || capacity < 1)
       throw new RangeError(`an expert cache needs room for at least one expert, got ${capacity}`);
+  }
+
+  /** stop the reader (a thread, when it has one) */
+  close(): void {
+    this.reader.close?.();
   }
 
   /** bytes of the largest expert added so far (every slot has this size) */
@@ -107,11 +143,20 @@ export class ExpertStore implements ExpertRegistry {
     });
     this.slotSize = Math.max(this.slotSize, at);
     this.layers.set(il, { parts, fused, nFF, nExperts });
-    return { capacity: this.capacity, acquire: (ids) => this.acquire(il, ids) };
+    return { capacity: this.capacity, request: (ids) => this.request(il, ids) };
   }
 
-  /** Layer `il`'s experts `ids`: hits are kept, misses read (in file order) into free or least recently used slots. */
+  /** Layer `il`'s experts `ids`, all read: `request(…).wait()`. */
   acquire(il: number, ids: readonly number[]): SwiGLU[] {
+    return this.request(il, ids).wait();
+  }
+
+  /**
+   * Layer `il`'s experts `ids`: hits are usable at once, misses start being read (in file order) into free or least
+   * recently used slots; `wait` returns all of them. A request before the previous one was waited for waits for it.
+   */
+  request(il: number, ids: readonly number[]): ExpertRequest {
+    this.pending?.();
     const layer = this.layers.get(il);
     if (layer === undefined) throw new Error(`layer ${il} has no streamed experts`);
     if (ids.length > this.capacity)
@@ -139,19 +184,58 @@ export class ExpertStore implements ExpertRegistry {
         reads.push({ info: p.info, start: ids[i] * p.bytes, dst: slot.subarray(p.at, p.at + p.bytes) });
       fills.push({ i, slot });
     });
+    const cached = [...out];
+    if (reads.length === 0) return { cached, wait: () => out as SwiGLU[] };
     reads.sort((a, b) => a.info.shard - b.info.shard || a.info.offset + a.start - (b.info.offset + b.start));
-    for (const r of reads) {
-      this.file.readRangeInto(r.info, r.start, r.dst);
-      this.stats.reads++;
-      this.stats.bytesRead += r.dst.length;
-    }
     for (const { i, slot } of fills) {
       const ffn = expertOf(layer, ids[i], slot);
       this.cache.set(keys[i], { slot, ffn });
       out[i] = ffn;
       this.stats.misses++;
     }
-    return out as SwiGLU[];
+    let done = false;
+    const t0 = performance.now();
+    let finish: () => void;
+    try {
+      finish = this.reader.start(reads);
+    } catch (e) {
+      this.forget(fills.map(({ i }) => keys[i]));
+      throw e;
+    }
+    this.stats.readMs += performance.now() - t0;
+    const wait = (): SwiGLU[] => {
+      if (!done) {
+        done = true;
+        this.pending = undefined;
+        const t1 = performance.now();
+        try {
+          finish();
+        } catch (e) {
+          this.forget(fills.map(({ i }) => keys[i])); // their slots hold partial bytes
+          throw e;
+        } finally {
+          this.stats.readMs += performance.now() - t1;
+        }
+        for (const r of reads) {
+          this.stats.reads++;
+          this.stats.bytesRead += r.dst.length;
+        }
+      }
+      return out as SwiGLU[];
+    };
+    this.pending = wait;
+    return { cached, wait };
+  }
+
+  /** Drop entries whose reads failed; their slots go back to the free list. */
+  private forget(keys: readonly string[]): void {
+    for (const key of keys) {
+      const e = this.cache.get(key);
+      if (e === undefined) continue;
+      this.cache.delete(key);
+      this.free.push(e.slot);
+      this.stats.misses--;
+    }
   }
 
   /** A slot for a missing expert: a free one, a new one while under capacity, else the least recently used entry's. */

@@ -146,11 +146,18 @@ interface ExpertGroup {
   readonly weights: number[];
 }
 
+/** One SwiGLU over some tokens' rows: an expert (its tokens and routing weights) or the shared experts (all tokens). */
+interface Job {
+  readonly ffn: SwiGLU;
+  readonly group: ExpertGroup | undefined;
+}
+
 /**
  * out [n × Hd] = Σ over each token's routed experts of weight · expert(x_t), plus the shared experts: tokens are
- * grouped by expert so each expert's rows are read once. Streamed experts (MoEWeights.streamed) are asked for as soon
- * as the routes are known, as many at a time as the cache holds; contributions are added in expert order either way,
- * so the result does not depend on where the experts come from.
+ * grouped by expert so each expert's rows are read once. Streamed experts (MoEWeights.streamed) are requested as soon
+ * as the routes are known, as many at a time as the cache holds; the products of the experts already cached (and of the
+ * shared experts) run while the others are read. Contributions are added in expert order, then the shared experts',
+ * whatever the batching, so the result does not depend on where the experts come from.
  */
 export function mixExperts(
   w: MoEWeights,
@@ -173,116 +180,111 @@ export function mixExperts(
   });
   out.fill(0, 0, n * Hd);
   const groups = [...byExpert].sort((a, b2) => a[0] - b2[0]);
+  const shared: Job[] = w.shared === undefined ? [] : [{ ffn: w.shared, group: undefined }];
   const source = w.streamed;
   if (source === undefined) {
-    addExperts(
-      groups.map(([e, g]) => [w.experts[e], g]),
-      w.shared,
-      x,
-      n,
-      Hd,
-      out,
-      k,
-    );
+    const jobs = [...groups.map(([e, group]) => ({ ffn: w.experts[e], group })), ...shared];
+    addOutputs(jobs, jobOutputs(jobs, x, n, Hd, k), n, Hd, out);
     return;
   }
   const per = source.capacity;
   for (let i = 0; i < groups.length || i === 0; i += per) {
     const batch = groups.slice(i, i + per);
-    const ffns = batch.length === 0 ? [] : source.acquire(batch.map(([e]) => e));
-    const last = i + per >= groups.length;
-    addExperts(
-      batch.map(([, g], j) => [ffns[j], g]),
-      last ? w.shared : undefined,
-      x,
-      n,
-      Hd,
-      out,
-      k,
-    );
+    const request = source.request(batch.map(([e]) => e));
+    const extra = i + per >= groups.length ? shared : [];
+    const ready = batch.flatMap(([, group], j) => {
+      const ffn = request.cached[j];
+      return ffn === undefined ? [] : [{ ffn, group }];
+    });
+    const early = [...ready, ...extra];
+    const earlyOut = jobOutputs(early, x, n, Hd, k); // while the missing experts are read
+    const ffns = request.wait();
+    const late = batch.flatMap(([, group], j) => (request.cached[j] === undefined ? [{ ffn: ffns[j], group }] : []));
+    const lateOut = jobOutputs(late, x, n, Hd, k);
+    // back in expert order, the shared experts last
+    let e = 0;
+    let l = 0;
+    const jobs: Job[] = [];
+    const outs: Float64Array[] = [];
+    batch.forEach((_, j) => {
+      if (request.cached[j] !== undefined) {
+        jobs.push(early[e]);
+        outs.push(earlyOut[e++]);
+      } else {
+        jobs.push(late[l]);
+        outs.push(lateOut[l++]);
+      }
+    });
+    extra.forEach((job, j) => {
+      jobs.push(job);
+      outs.push(earlyOut[ready.length + j]);
+    });
+    addOutputs(jobs, outs, n, Hd, out);
   }
 }
 
-/** out += each expert's weighted output for its tokens, in the order given, then the shared experts' (when given). */
-function addExperts(
-  experts: readonly (readonly [SwiGLU, ExpertGroup])[],
-  shared: SwiGLU | undefined,
-  x: Vec,
-  n: number,
-  Hd: number,
-  out: Vec,
-  k: MatProducts,
-): void {
-  if (k.matmulMany !== undefined) {
-    // a threaded backend: every expert's gate/up products in one call, then every down product in one call
-    manyExperts(experts, shared, x, n, Hd, out, k);
-    return;
-  }
-  for (const [ffn, b] of experts) {
-    const m = b.tokens.length;
-    const xe = new Float64Array(m * Hd);
-    b.tokens.forEach((t, i) => xe.set(x.subarray(t * Hd, (t + 1) * Hd), i * Hd));
-    const ye = new Float64Array(m * Hd);
-    swiglu(ffn, xe, m, Hd, ye, false, b.weights, k);
-    b.tokens.forEach((t, i) => {
-      for (let j = 0; j < Hd; j++) out[t * Hd + j] += ye[i * Hd + j];
-    });
-  }
-  if (shared !== undefined) swiglu(shared, x, n, Hd, out, true, undefined, k);
+/** out[t] += each job's output row for token t, job by job in the order given. */
+function addOutputs(jobs: readonly Job[], outs: readonly Float64Array[], n: number, Hd: number, out: Vec): void {
+  jobs.forEach((job, j) => {
+    const d = outs[j];
+    const m = job.group === undefined ? n : job.group.tokens.length;
+    for (let r = 0; r < m; r++) {
+      const o = (job.group === undefined ? r : job.group.tokens[r]) * Hd;
+      for (let c = 0; c < Hd; c++) out[o + c] += d[r * Hd + c];
+    }
+  });
+}
+
+/** A job's input rows: x itself when it takes every token in order, else its tokens' rows gathered. */
+function jobInput(job: Job, x: Vec, n: number, Hd: number): Vec {
+  const tokens = job.group?.tokens;
+  if (tokens === undefined || (tokens.length === n && tokens.every((t, i) => t === i))) return x;
+  const g = new Float64Array(tokens.length * Hd);
+  tokens.forEach((t, i) => g.set(x.subarray(t * Hd, (t + 1) * Hd), i * Hd));
+  return g;
 }
 
 /**
- * The expert loop of `addExperts` (then the shared experts) as two `matmulMany` calls; the same products and the same
- * order of additions into `out` as the loop, so the result is that of one swiglu call per expert.
+ * Each job's output [m × Hd], scaled by its tokens' routing weights: one swiglu per job, or on a threaded backend every
+ * gate/up product in one `matmulMany` call and every down product in another (per-row results are those of matmul).
  */
-function manyExperts(
-  experts: readonly (readonly [SwiGLU, ExpertGroup])[],
-  shared: SwiGLU | undefined,
-  x: Vec,
-  n: number,
-  Hd: number,
-  out: Vec,
-  k: MatProducts,
-): void {
-  const jobs = experts.map(([ffn, b]) => {
-    const m = b.tokens.length;
-    let xe: Vec = x;
-    if (m !== n || b.tokens.some((t, i) => t !== i)) {
-      const g = new Float64Array(m * Hd);
-      b.tokens.forEach((t, i) => g.set(x.subarray(t * Hd, (t + 1) * Hd), i * Hd));
-      xe = g;
-    }
-    return {
-      ffn,
-      x: xe,
-      m,
-      tokens: b.tokens as readonly number[] | undefined,
-      scale: b.weights as readonly number[] | undefined,
-    };
-  });
-  if (shared !== undefined) jobs.push({ ffn: shared, x, m: n, tokens: undefined, scale: undefined });
-  if (jobs.length === 0) return;
-  const mid = jobs.map((j) => ({
-    g: new Float64Array(j.m * j.ffn.gate.rows),
-    u: new Float64Array(j.m * j.ffn.gate.rows),
-    d: new Float64Array(j.m * Hd),
+function jobOutputs(jobs: readonly Job[], x: Vec, n: number, Hd: number, k: MatProducts): Float64Array[] {
+  if (jobs.length === 0) return [];
+  const inputs = jobs.map((j) => ({ x: jobInput(j, x, n, Hd), m: j.group === undefined ? n : j.group.tokens.length }));
+  if (k.matmulMany === undefined) {
+    return jobs.map((j, i) => {
+      const y = new Float64Array(inputs[i].m * Hd);
+      swiglu(j.ffn, inputs[i].x, inputs[i].m, Hd, y, false, j.group?.weights, k);
+      return y;
+    });
+  }
+  const mid = jobs.map((j, i) => ({
+    g: new Float64Array(inputs[i].m * j.ffn.gate.rows),
+    u: new Float64Array(inputs[i].m * j.ffn.gate.rows),
+    d: new Float64Array(inputs[i].m * Hd),
   }));
-  k.matmulMany!(
+  k.matmulMany(
     jobs.flatMap((j, i) => [
-      { w: j.ffn.gate, x: j.x, n: j.m, xStride: Hd, y: mid[i].g, yStride: j.ffn.gate.rows },
-      { w: j.ffn.up, x: j.x, n: j.m, xStride: Hd, y: mid[i].u, yStride: j.ffn.gate.rows },
+      { w: j.ffn.gate, x: inputs[i].x, n: inputs[i].m, xStride: Hd, y: mid[i].g, yStride: j.ffn.gate.rows },
+      { w: j.ffn.up, x: inputs[i].x, n: inputs[i].m, xStride: Hd, y: mid[i].u, yStride: j.ffn.gate.rows },
     ]),
   );
   for (const { g, u } of mid) for (let i = 0; i < g.length; i++) g[i] = silu(g[i]) * u[i];
-  k.matmulMany!(
-    jobs.map((j, i) => ({ w: j.ffn.down, x: mid[i].g, n: j.m, xStride: j.ffn.gate.rows, y: mid[i].d, yStride: Hd })),
+  k.matmulMany(
+    jobs.map((j, i) => ({
+      w: j.ffn.down,
+      x: mid[i].g,
+      n: inputs[i].m,
+      xStride: j.ffn.gate.rows,
+      y: mid[i].d,
+      yStride: Hd,
+    })),
   );
   jobs.forEach((j, i) => {
+    const scale = j.group?.weights;
+    if (scale === undefined) return;
     const d = mid[i].d;
-    for (let r = 0; r < j.m; r++) {
-      const t = j.tokens === undefined ? r : j.tokens[r];
-      const s = j.scale === undefined ? 1 : j.scale[r];
-      for (let c = 0; c < Hd; c++) out[t * Hd + c] += d[r * Hd + c] * s;
-    }
+    for (let r = 0; r < inputs[i].m; r++) for (let c = 0; c < Hd; c++) d[r * Hd + c] *= scale[r];
   });
+  return mid.map((m) => m.d);
 }

@@ -67,10 +67,17 @@ export interface ExpertTensors {
 
 /** One layer's handle on the store: what a MoE forward asks for its chosen experts. */
 export interface StreamedExperts {
-  /** most experts one `acquire` may ask for */
+  /** most experts one request may ask for */
   readonly capacity: number;
-  /** the experts `ids` of this layer (distinct), read where not cached; valid until the next acquire on the store */
-  acquire(ids: readonly number[]): SwiGLU[];
+  /** the experts `ids` of this layer (distinct): the missing ones start being read; valid until the next request */
+  request(ids: readonly number[]): ExpertRequest;
+}
+
+/** Experts asked for: those cached are usable now, `wait` returns all of them once the missing ones are read. */
+export interface ExpertRequest {
+  /** by position in the request: the expert when it was cached, else undefined */
+  readonly cached: readonly (SwiGLU | undefined)[];
+  wait(): SwiGLU[];
 }
 
 /** Where the loader registers each MoE layer's routed experts instead of loading them (ExpertStore). */

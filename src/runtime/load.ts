@@ -10,6 +10,7 @@ import "../tokenizer/chat-thread.js";
 import type { LoadProgress } from "../model/weights.js";
 import type { ExpertStore } from "../model/expert-store.js";
 import { planStreaming, type StreamingOptions } from "./memory-budget.js";
+import { ThreadReader } from "./expert-reader.js";
 
 export { loadModelFrom, type ModelFromFile, type FromFileOptions } from "../model/from-file.js";
 
@@ -32,6 +33,7 @@ export type BackendChoice = "cpu" | "reference" | "webgpu" | "auto";
 export function closeLoaded(m: LoadedModel): void {
   m.backend?.close();
   void m.gpu?.close();
+  m.experts?.close();
 }
 
 /** Software adapters (Mesa lavapipe/llvmpipe, SwiftShader): correct but slower than the CPU backend, so "auto" skips them. */
@@ -114,7 +116,7 @@ export function loadModel(path: string, onProgress?: LoadProgress, options: Load
       kernels: backend,
       weightsFrom: backend?.adopt(file),
       experts: (config) => {
-        const plan = planStreaming(file, config, options, slots, backend !== undefined);
+        const plan = planStreaming(file, config, options, slots, backend !== undefined, () => new ThreadReader(file));
         if (plan !== undefined) options.onNote?.(plan.note);
         experts = plan?.store;
         return experts;

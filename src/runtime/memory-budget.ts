@@ -6,7 +6,7 @@
 import { freemem, totalmem } from "node:os";
 import type { GGUFFile } from "../gguf/gguf-file.js";
 import type { ModelConfig } from "../model/config.js";
-import { ExpertStore, expertFootprint, type ExpertSlots } from "../model/expert-store.js";
+import { ExpertStore, expertFootprint, type ExpertReader, type ExpertSlots } from "../model/expert-store.js";
 import { UsageError } from "../util/errors.js";
 
 const UNITS: Record<string, number> = { "": 1, K: 2 ** 10, M: 2 ** 20, G: 2 ** 30, T: 2 ** 40 };
@@ -60,12 +60,13 @@ export function planStreaming(
   opts: StreamingOptions,
   slots: ExpertSlots | undefined,
   repack: boolean,
+  reader: () => ExpertReader,
 ): StreamingPlan | undefined {
   const fp = expertFootprint(file, c);
   const perSlot = fp.slotBytes + (repack ? Math.ceil((fp.slotQ6KBytes * 276) / 210) : 0);
   if (opts.expertCache !== undefined) {
     if (fp.experts === 0) throw new UsageError("the model has no routed experts to stream");
-    const store = new ExpertStore(file, opts.expertCache, slots);
+    const store = new ExpertStore(file, opts.expertCache, slots, reader());
     return { store, note: note(store.capacity, perSlot, fp.residentBytes, fp.experts, undefined) };
   }
   const explicit = opts.maxMemory !== undefined;
@@ -85,7 +86,7 @@ export function planStreaming(
       `${what} does not hold the resident weights (${formatBytes(fp.residentBytes)}) plus one layer's top-${k} experts (${formatBytes(k * perSlot)}): ${explicit ? "give" : "it needs"} at least ${formatBytes(least)}`,
     );
   const capacity = Math.min(fp.experts, Math.floor((budget - fp.residentBytes) / perSlot));
-  const store = new ExpertStore(file, capacity, slots);
+  const store = new ExpertStore(file, capacity, slots, reader());
   return { store, note: note(capacity, perSlot, fp.residentBytes, fp.experts, budget) };
 }
 

@@ -4,13 +4,17 @@
 // store's counters show the cache is bounded and used.
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
+import { copyFileSync, mkdtempSync, rmSync, truncateSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { evaluateAll } from "../../src/engine/evaluate.js";
 import { GGUFFile } from "../../src/gguf/file.js";
-import { expertFootprint } from "../../src/model/expert-store.js";
+import { ExpertStore, expertFootprint } from "../../src/model/expert-store.js";
+import { loadModelFrom } from "../../src/model/from-file.js";
 import { parseConfig } from "../../src/model/config.js";
 import { closeLoaded, loadModel, type LoadModelOptions } from "../../src/runtime/load.js";
 import { formatBytes, parseByteSize } from "../../src/runtime/memory-budget.js";
-import { UsageError } from "../../src/util/errors.js";
+import { GGUFError, UsageError } from "../../src/util/errors.js";
 import { randomTokens, synthModel, type SynthCase } from "../helpers/synth.js";
 
 /** 3 MoE layers of 8 experts, top-3, one shared expert; K-quant shapes (cols of 256) so Q6_K expert downs repack */
@@ -162,4 +166,48 @@ test("byte sizes: suffixes are powers of 1024; nonsense is refused", () => {
   assert.equal(parseByteSize("4096"), 4096);
   assert.equal(parseByteSize("2GiB"), 2 * 2 ** 30);
   for (const bad of ["", "G", "-1G", "0", "12X", "1e9"]) assert.throws(() => parseByteSize(bad), UsageError, bad);
+});
+
+test("reads on the calling thread (the store's default reader) give the same logits", () => {
+  const file = GGUFFile.open(single.path);
+  let store: ExpertStore | undefined;
+  try {
+    const { model, config } = loadModelFrom(file, undefined, { experts: () => (store = new ExpertStore(file, TOP_K)) });
+    const tokens = randomTokens(29, 5, 0, config.nVocab);
+    const got = {
+      prefill: evaluateAll(model, tokens, { path: "prefill", chunk: 13 }),
+      decode: evaluateAll(model, tokens.slice(0, 6), { path: "decode" }),
+    };
+    assert.ok(store!.stats.misses > TOP_K && store!.cached === TOP_K);
+    assertSame(got, logitsOf(single.path, { backend: "reference" }), "sync reader");
+  } finally {
+    file.close();
+  }
+});
+
+test("a file cut short after loading: a miss is a GGUFError naming the tensor, and the cache keeps no broken expert", () => {
+  const dir = mkdtempSync(join(tmpdir(), "latent-stream-cut-"));
+  const path = join(dir, "cut.gguf");
+  copyFileSync(single.path, path);
+  const loaded = loadModel(path, undefined, { backend: "cpu", threads: 1, expertCache: TOP_K });
+  try {
+    const first = loaded.model.weights.layers.findIndex((l) => l.moe !== undefined);
+    const experts = loaded.model.weights.layers[first].moe!.streamed!;
+    experts.request([0]).wait();
+    const down = GGUFFile.open(single.path);
+    const cut = down.tensor(`blk.${first}.ffn_down_exps.weight`).offset; // expert downs of that layer are gone
+    down.close();
+    truncateSync(path, cut);
+    assert.throws(
+      () => experts.request([5, 6]).wait(),
+      (e: Error) =>
+        e instanceof GGUFError &&
+        /unexpected end of file reading tensor "blk\.\d\.ffn_(gate|up|down)_exps\.weight"/.test(e.message),
+    );
+    assert.equal(loaded.experts!.cached, 1, "the failed experts are not cached");
+    assert.ok(experts.request([0]).cached[0] !== undefined, "expert 0 is still a hit");
+  } finally {
+    closeLoaded(loaded);
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

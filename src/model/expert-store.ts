@@ -143,7 +143,11 @@ export class ExpertStore implements ExpertRegistry {
     });
     this.slotSize = Math.max(this.slotSize, at);
     this.layers.set(il, { parts, fused, nFF, nExperts });
-    return { capacity: this.capacity, request: (ids) => this.request(il, ids) };
+    return {
+      capacity: this.capacity,
+      isCached: (e) => this.cache.has(`${il}:${e}`),
+      request: (ids) => this.request(il, ids),
+    };
   }
 
   /** Layer `il`'s experts `ids`, all read: `request(…).wait()`. */

@@ -184,52 +184,66 @@ export function mixExperts(
   const source = w.streamed;
   if (source === undefined) {
     const jobs = [...groups.map(([e, group]) => ({ ffn: w.experts[e], group })), ...shared];
-    addOutputs(jobs, jobOutputs(jobs, x, n, Hd, k), n, Hd, out);
+    addOutputs(
+      jobs.map((j) => j.group),
+      jobOutputs(jobs, x, n, Hd, k),
+      n,
+      Hd,
+      out,
+    );
     return;
   }
-  const per = source.capacity;
-  for (let i = 0; i < groups.length || i === 0; i += per) {
-    const batch = groups.slice(i, i + per);
+  // the cached experts first, so that reading the others never evicts one this request still needs
+  const order = [...groups.filter(([e]) => source.isCached(e)), ...groups.filter(([e]) => !source.isCached(e))];
+  const outputs = new Map<number, Float64Array>();
+  let sharedOut: Float64Array[] = [];
+  for (let i = 0; i < order.length; i += source.capacity) {
+    const batch = order.slice(i, i + source.capacity);
     const request = source.request(batch.map(([e]) => e));
-    const extra = i + per >= groups.length ? shared : [];
-    const ready = batch.flatMap(([, group], j) => {
+    const early = batch.flatMap(([e, group], j) => {
       const ffn = request.cached[j];
-      return ffn === undefined ? [] : [{ ffn, group }];
+      return ffn === undefined ? [] : [{ e, job: { ffn, group } }];
     });
-    const early = [...ready, ...extra];
-    const earlyOut = jobOutputs(early, x, n, Hd, k); // while the missing experts are read
+    // while the missing experts are read: the cached ones' products, and the shared experts' with the first batch
+    const earlyOut = jobOutputs([...early.map((h) => h.job), ...(i === 0 ? shared : [])], x, n, Hd, k);
+    early.forEach(({ e }, j) => outputs.set(e, earlyOut[j]));
+    if (i === 0) sharedOut = earlyOut.slice(early.length);
     const ffns = request.wait();
-    const late = batch.flatMap(([, group], j) => (request.cached[j] === undefined ? [{ ffn: ffns[j], group }] : []));
-    const lateOut = jobOutputs(late, x, n, Hd, k);
-    // back in expert order, the shared experts last
-    let e = 0;
-    let l = 0;
-    const jobs: Job[] = [];
-    const outs: Float64Array[] = [];
-    batch.forEach((_, j) => {
-      if (request.cached[j] !== undefined) {
-        jobs.push(early[e]);
-        outs.push(earlyOut[e++]);
-      } else {
-        jobs.push(late[l]);
-        outs.push(lateOut[l++]);
-      }
-    });
-    extra.forEach((job, j) => {
-      jobs.push(job);
-      outs.push(earlyOut[ready.length + j]);
-    });
-    addOutputs(jobs, outs, n, Hd, out);
+    const late = batch.flatMap(([e, group], j) =>
+      request.cached[j] === undefined ? [{ e, job: { ffn: ffns[j], group } }] : [],
+    );
+    jobOutputs(
+      late.map((l) => l.job),
+      x,
+      n,
+      Hd,
+      k,
+    ).forEach((d, j) => outputs.set(late[j].e, d));
   }
+  if (order.length === 0) sharedOut = jobOutputs(shared, x, n, Hd, k);
+  // back in expert order, the shared experts last
+  addOutputs(
+    [...groups.map(([, group]) => group), ...shared.map(() => undefined)],
+    [...groups.map(([e]) => outputs.get(e)!), ...sharedOut],
+    n,
+    Hd,
+    out,
+  );
 }
 
-/** out[t] += each job's output row for token t, job by job in the order given. */
-function addOutputs(jobs: readonly Job[], outs: readonly Float64Array[], n: number, Hd: number, out: Vec): void {
-  jobs.forEach((job, j) => {
+/** out[t] += each output's row for token t (its group's tokens; undefined: every token), in the order given. */
+function addOutputs(
+  groups: readonly (ExpertGroup | undefined)[],
+  outs: readonly Float64Array[],
+  n: number,
+  Hd: number,
+  out: Vec,
+): void {
+  groups.forEach((group, j) => {
     const d = outs[j];
-    const m = job.group === undefined ? n : job.group.tokens.length;
+    const m = group === undefined ? n : group.tokens.length;
     for (let r = 0; r < m; r++) {
-      const o = (job.group === undefined ? r : job.group.tokens[r]) * Hd;
+      const o = (group === undefined ? r : group.tokens[r]) * Hd;
       for (let c = 0; c < Hd; c++) out[o + c] += d[r * Hd + c];
     }
   });

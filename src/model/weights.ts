@@ -69,6 +69,8 @@ export interface ExpertTensors {
 export interface StreamedExperts {
   /** most experts one request may ask for */
   readonly capacity: number;
+  /** whether expert e of this layer is in the cache now */
+  isCached(e: number): boolean;
   /** the experts `ids` of this layer (distinct): the missing ones start being read; valid until the next request */
   request(ids: readonly number[]): ExpertRequest;
 }

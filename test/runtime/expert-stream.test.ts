@@ -7,10 +7,11 @@ import assert from "node:assert/strict";
 import { copyFileSync, mkdtempSync, rmSync, truncateSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { evaluateAll } from "../../src/engine/evaluate.js";
+import type { DeepSeek2 } from "../../src/model/deepseek2.js";
 import { GGUFFile } from "../../src/gguf/file.js";
 import { ExpertStore, expertFootprint } from "../../src/model/expert-store.js";
 import { loadModelFrom } from "../../src/model/from-file.js";
+import { LatentCache } from "../../src/model/cache.js";
 import { parseConfig } from "../../src/model/config.js";
 import { closeLoaded, loadModel, type LoadModelOptions } from "../../src/runtime/load.js";
 import { formatBytes, parseByteSize } from "../../src/runtime/memory-budget.js";
@@ -43,17 +44,15 @@ after(single.cleanup);
 const split = synthModel({ ...CASE, label: "stream-split" }, 8, { split: 3 });
 after(split.cleanup);
 
-type Run = { prefill: Float32Array[]; decode: Float32Array[] };
+/** logits of prefill and decode, and the MoE layers' float64 outputs (where a different order of sums would show) */
+type Run = { prefill: Float32Array[]; decode: Float32Array[]; ffn: Float64Array[] };
 
 /** logits of every position: prefill in chunks of 13 tokens, then the same tokens decoded one at a time */
 function logitsOf(path: string, options: LoadModelOptions, check?: (l: ReturnType<typeof loadModel>) => void): Run {
   const loaded = loadModel(path, undefined, { threads: 2, ...options });
   try {
     const tokens = randomTokens(29, 5, 0, loaded.config.nVocab);
-    const run = {
-      prefill: evaluateAll(loaded.model, tokens, { path: "prefill", chunk: 13 }),
-      decode: evaluateAll(loaded.model, tokens.slice(0, 6), { path: "decode" }),
-    };
+    const run = forwards(loaded.model, tokens);
     check?.(loaded);
     return run;
   } finally {
@@ -61,10 +60,28 @@ function logitsOf(path: string, options: LoadModelOptions, check?: (l: ReturnTyp
   }
 }
 
+/** prefill in chunks of 13 tokens, then decode steps on a fresh cache, with the MoE outputs traced */
+function forwards(model: DeepSeek2, tokens: readonly number[]): Run {
+  const ffn: Float64Array[] = [];
+  const trace = (_layer: number, stage: string, rows: Float64Array): void => {
+    if (stage === "ffn_out") ffn.push(Float64Array.from(rows));
+  };
+  const prefill: Float32Array[] = [];
+  let cache = new LatentCache(model.config);
+  for (let i = 0; i < tokens.length; i += 13)
+    prefill.push(model.forward(tokens.slice(i, i + 13), cache, { path: "prefill", logits: "all", trace }));
+  const decode: Float32Array[] = [];
+  cache = new LatentCache(model.config);
+  for (const t of tokens.slice(0, 8)) decode.push(model.forward([t], cache, { path: "decode", logits: "last", trace }));
+  return { prefill, decode, ffn };
+}
+
 function assertSame(got: Run, want: Run, label: string): void {
   assert.equal(got.prefill.length, want.prefill.length);
   got.prefill.forEach((r, i) => assert.deepEqual(r, want.prefill[i], `${label}: prefill position ${i}`));
   got.decode.forEach((r, i) => assert.deepEqual(r, want.decode[i], `${label}: decode position ${i}`));
+  assert.equal(got.ffn.length, want.ffn.length);
+  got.ffn.forEach((r, i) => assert.deepEqual(r, want.ffn[i], `${label}: FFN output ${i}`));
 }
 
 for (const backend of ["reference", "cpu"] as const) {
@@ -74,7 +91,7 @@ for (const backend of ["reference", "cpu"] as const) {
     logitsOf(single.path, { backend }, (l) => assert.equal(l.experts, undefined));
   });
 
-  for (const cache of [1, TOP_K, MOE_LAYERS * EXPERTS]) {
+  for (const cache of [1, TOP_K, 10, MOE_LAYERS * EXPERTS]) {
     test(`${backend}: experts streamed through a cache of ${cache} give the resident logits exactly`, () => {
       const got = logitsOf(single.path, { backend, expertCache: cache }, (l) => {
         const s = l.experts!.stats;
@@ -174,10 +191,7 @@ test("reads on the calling thread (the store's default reader) give the same log
   try {
     const { model, config } = loadModelFrom(file, undefined, { experts: () => (store = new ExpertStore(file, TOP_K)) });
     const tokens = randomTokens(29, 5, 0, config.nVocab);
-    const got = {
-      prefill: evaluateAll(model, tokens, { path: "prefill", chunk: 13 }),
-      decode: evaluateAll(model, tokens.slice(0, 6), { path: "decode" }),
-    };
+    const got = forwards(model, tokens);
     assert.ok(store!.stats.misses > TOP_K && store!.cached === TOP_K);
     assertSame(got, logitsOf(single.path, { backend: "reference" }), "sync reader");
   } finally {

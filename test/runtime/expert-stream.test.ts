@@ -16,6 +16,7 @@ import { parseConfig } from "../../src/model/config.js";
 import { closeLoaded, loadModel, type LoadModelOptions } from "../../src/runtime/load.js";
 import { formatBytes, parseByteSize } from "../../src/runtime/memory-budget.js";
 import { GGUFError, UsageError } from "../../src/util/errors.js";
+import { find, rewriteGGUF } from "../helpers/gguf-rewrite.js";
 import { randomTokens, synthModel, type SynthCase } from "../helpers/synth.js";
 
 /** 3 MoE layers of 8 experts, top-3, one shared expert; K-quant shapes (cols of 256) so Q6_K expert downs repack */
@@ -222,6 +223,43 @@ test("a file cut short after loading: a miss is a GGUFError naming the tensor, a
     assert.ok(experts.request([0]).cached[0] !== undefined, "expert 0 is still a hit");
   } finally {
     closeLoaded(loaded);
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("fused gate_up_exps tensors (GLM's layout) stream too", () => {
+  const dir = mkdtempSync(join(tmpdir(), "latent-stream-fused-"));
+  try {
+    const fused = rewriteGGUF(single.path, join(dir, "fused.gguf"), {
+      tensors: (list) => {
+        for (const il of [1, 2, 3]) {
+          const gate = find(list, `blk.${il}.ffn_gate_exps.weight`);
+          const up = find(list, `blk.${il}.ffn_up_exps.weight`);
+          assert.equal(gate.type, up.type);
+          const each = gate.bytes.length / EXPERTS;
+          const bytes = new Uint8Array(2 * gate.bytes.length);
+          for (let e = 0; e < EXPERTS; e++) {
+            bytes.set(gate.bytes.subarray(e * each, (e + 1) * each), 2 * e * each);
+            bytes.set(up.bytes.subarray(e * each, (e + 1) * each), (2 * e + 1) * each);
+          }
+          const ne = [gate.ne[0], 2 * gate.ne[1], gate.ne[2]];
+          list.splice(list.indexOf(gate), 1, { name: `blk.${il}.ffn_gate_up_exps.weight`, ne, type: gate.type, bytes });
+          list.splice(list.indexOf(up), 1);
+        }
+      },
+    });
+    const f = GGUFFile.open(fused);
+    assert.ok(f.tensors.has("blk.1.ffn_gate_up_exps.weight") && !f.tensors.has("blk.1.ffn_gate_exps.weight"));
+    f.close();
+    for (const backend of ["reference", "cpu"] as const) {
+      const resident = logitsOf(fused, { backend });
+      assertSame(resident, logitsOf(single.path, { backend }), `${backend}: fused file, resident`);
+      const got = logitsOf(fused, { backend, expertCache: 10 }, (l) =>
+        assert.equal(l.experts!.stats.reads, 2 * l.experts!.stats.misses),
+      );
+      assertSame(got, resident, `${backend}: fused file, streamed`);
+    }
+  } finally {
     rmSync(dir, { recursive: true, force: true });
   }
 });

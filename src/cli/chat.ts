@@ -10,6 +10,7 @@ import {
   backendOptions,
   intOption,
   loadForCli,
+  maxMemoryOption,
   parseModelArgs,
   processIO,
   type BackendFlags,
@@ -93,7 +94,14 @@ export async function chatMain(argv: string[], io: CliIO): Promise<void> {
   let loaded: LoadedModel | undefined;
   try {
     // (inside the try: a model that fails to load must still close the reader, or stdin keeps the process alive)
-    loaded = loadForCli(modelPath, io, backend, threads, values.allowNonfinite === true);
+    loaded = loadForCli(
+      modelPath,
+      io,
+      backend,
+      threads,
+      values.allowNonfinite === true,
+      maxMemoryOption(values.maxMemory),
+    );
     const tokenizer = Tokenizer.fromMetadata(loaded.file.metadata);
     // a model without a chat template fails here, before the first message is typed
     tokenizer.renderChat([{ role: "user", content: "" }]);

@@ -5,6 +5,8 @@ import { printable } from "../util/printable.js";
 import { parseByteSize } from "../util/byte-size.js";
 import { parseCommand, type Parser } from "./options.js";
 import { loadModel, type BackendChoice, type LoadedModel } from "../runtime/load.js";
+import { formatBytes } from "../runtime/memory-budget.js";
+import type { ExpertStore } from "../model/expert-store.js";
 
 /** Where a command writes: stdout/stderr, or a capture in tests. */
 export interface CliIO {
@@ -45,13 +47,17 @@ export function loadBar(io: CliIO): { update(done: number, total: number): void;
   };
 }
 
-/** Load a model for a command, with a progress bar on stderr when it is a terminal. */
+/**
+ * Load a model for a command, with a progress bar on stderr when it is a terminal. A model larger than `maxMemory`
+ * (default: what the machine can spare) streams its routed experts from disk, said in one line on stderr.
+ */
 export function loadForCli(
   path: string,
   io: CliIO,
   backend?: BackendChoice,
   threads?: number,
   allowNonFinite = false,
+  maxMemory?: number,
 ): LoadedModel {
   if (!existsSync(path)) throw new UsageError(`model file not found: ${path}`);
   const bar = loadBar(io);
@@ -60,6 +66,8 @@ export function loadForCli(
       ...(backend === undefined ? {} : { backend }),
       ...(threads === undefined ? {} : { threads }),
       ...(allowNonFinite ? { onNonFinite: nonFiniteWarning(io) } : {}),
+      ...(maxMemory === undefined ? {} : { maxMemory }),
+      onNote: (line) => io.err(`${line}\n`),
     });
   } finally {
     bar.stop();
@@ -121,9 +129,27 @@ export interface BackendFlags {
   backend?: string;
   threads?: string;
   allowNonfinite?: boolean;
+  maxMemory?: string;
 }
 
-/** --backend, --threads and --allow-nonfinite, with the default named in --backend's help. */
+export const MAX_MEMORY_OPTION = [
+  "--max-memory <SIZE>",
+  "memory budget for the weights, like 16G or 512M (default: what the machine can spare); a larger model keeps attention, dense and shared weights resident and reads its routed experts from disk on demand through a cache filling the rest (cpu and reference backends)",
+] as const;
+
+/** " | experts streamed: H hits, M read (B GiB), E evicted" for a run's summary line ("" when none are streamed). */
+export function expertLine(store: ExpertStore | undefined): string {
+  if (store === undefined) return "";
+  const s = store.stats;
+  return ` | experts streamed (cache ${store.capacity}): ${s.hits} hits, ${s.misses} read (${formatBytes(s.bytesRead)} in ${(s.readMs / 1000).toFixed(1)} s), ${s.evictions} evicted`;
+}
+
+/** `--max-memory SIZE` in bytes (undefined when absent). */
+export function maxMemoryOption(v: string | undefined): number | undefined {
+  return v === undefined ? undefined : parseByteSize(v, "--max-memory");
+}
+
+/** --backend, --threads, --max-memory and --allow-nonfinite, with the default named in --backend's help. */
 export function backendOptions(parser: Parser, backendDefault: string): Parser {
   return parser
     .option(
@@ -131,6 +157,7 @@ export function backendOptions(parser: Parser, backendDefault: string): Parser {
       `matrix kernels: reference (plain JS), cpu (WebAssembly SIMD on worker threads), webgpu (GPU through WebGPU), auto (webgpu on a hardware GPU adapter, else cpu); default ${backendDefault}`,
     )
     .option("--threads <N>", "threads of the cpu backend, the caller's included (default: available parallelism)")
+    .option(...MAX_MEMORY_OPTION)
     .option(...ALLOW_NONFINITE_OPTION);
 }
 

@@ -12,6 +12,7 @@ import {
   type CliIO,
   intOption,
   loadForCli,
+  maxMemoryOption,
   parseModelArgs,
   positionsBar,
   processIO,
@@ -103,6 +104,7 @@ export async function logitsMain(argv: string[], io: CliIO): Promise<void> {
     backend,
     intOption("threads", values.threads, 1),
     values.allowNonfinite === true,
+    maxMemoryOption(values.maxMemory),
   );
   const { file, config, model } = loaded;
   const nVocab = config.nVocab;

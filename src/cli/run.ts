@@ -7,7 +7,9 @@ import {
   GPU_MEMORY_OPTION,
   gpuMemoryOption,
   intOption,
+  expertLine,
   loadForCli,
+  maxMemoryOption,
   parseModelArgs,
   positionsBar,
   processIO,
@@ -21,6 +23,7 @@ import { Tokenizer, type ChatMessage } from "../tokenizer/index.js";
 import { generate, type DecodeMode, type GenerateModel, type GeneratePath } from "../engine/generate.js";
 import type { BackendChoice } from "../runtime/load.js";
 import { openFusedForCli } from "./fused.js";
+import type { ExpertStore } from "../model/expert-store.js";
 import type { GpuHostStats, WarmStats } from "../backend/webgpu/index.js";
 import { Sampler } from "../engine/sampler.js";
 import { DEFAULT_PREFILL_CHUNK } from "../engine/evaluate.js";
@@ -143,6 +146,7 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
   const backend = backendOption(values.backend, "cpu");
   const threads = intOption("threads", values.threads, 1);
   const gpuMemory = gpuMemoryOption(values.gpuMemory, backend);
+  const maxMemory = maxMemoryOption(values.maxMemory);
 
   const t0 = performance.now();
   // (the fused pipeline compiles the kernels of GPU draws ahead where this sampler may draw there)
@@ -152,6 +156,7 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
     io,
     backend,
     threads,
+    maxMemory,
     path,
     values,
     nPredict,
@@ -255,6 +260,9 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
         decode_ms: t.decodeMs,
         tokens_per_second: t.tokensPerSecond,
       },
+      ...(runner.experts !== undefined
+        ? { expert_cache: { capacity: runner.experts.capacity, ...runner.experts.stats } }
+        : {}),
     };
     io.out(JSON.stringify(obj) + "\n");
     return;
@@ -264,7 +272,7 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
   io.err(
     `loaded in ${loadMs.toFixed(1)} ms${runner.warm !== undefined ? ` (${runner.warm.kernels} GPU kernels compiled in ${runner.warm.compileMs.toFixed(1)} ms)` : ""} | prompt: ${result.promptTokens} tokens in ${t.prefillMs.toFixed(1)} ms (${t.promptTokensPerSecond.toFixed(2)} tokens/s) | ` +
       `generated: ${result.tokens.length} tokens, ${t.decodeSteps} decode steps in ${t.decodeMs.toFixed(1)} ms (${t.tokensPerSecond.toFixed(2)} tokens/s) | ` +
-      `finish: ${result.finishReason} | path ${path} | backend ${runner.backend} | decode ${decode} | seed ${seed}\n`,
+      `finish: ${result.finishReason} | path ${path} | backend ${runner.backend} | decode ${decode} | seed ${seed}${expertLine(runner.experts)}\n`,
   );
 }
 
@@ -292,6 +300,8 @@ interface Runner {
   readonly warm?: WarmStats;
   /** the fused pipeline's steps and the host time spent encoding and submitting them, so far */
   hostStats?(): GpuHostStats;
+  /** the routed experts' cache, when they are streamed from disk */
+  readonly experts?: ExpertStore;
   close(): void;
 }
 
@@ -316,6 +326,7 @@ function openRunner(
   io: CliIO,
   requested: BackendChoice,
   threads: number | undefined,
+  maxMemory: number | undefined,
   path: string,
   values: { prompt?: string; chat?: boolean; system?: string; allowNonfinite?: boolean },
   nPredict: number,
@@ -323,8 +334,9 @@ function openRunner(
   draws: boolean,
   gpuMemory: number | undefined,
 ): Runner {
-  let backend = requested;
-  if ((backend === "webgpu" || backend === "auto") && path !== "reference") {
+  // (with --max-memory, auto means the cpu backend: streamed experts are for the CPU kernels only)
+  let backend = requested === "auto" && maxMemory !== undefined ? "cpu" : requested;
+  if ((backend === "webgpu" || backend === "auto") && path !== "reference" && maxMemory === undefined) {
     let prompt: number[] = [];
     let tokenizer: Tokenizer | undefined;
     const open = openFusedForCli(modelPath, backend, io, (config, file) => {
@@ -364,13 +376,14 @@ function openRunner(
   }
   if (gpuMemory !== undefined)
     io.err("--gpu-memory applies to the fused GPU pipeline only; this run loads all its weights\n");
-  const loaded = loadForCli(modelPath, io, backend, threads, values.allowNonfinite === true);
+  const loaded = loadForCli(modelPath, io, backend, threads, values.allowNonfinite === true, maxMemory);
   const tokenizer = Tokenizer.fromMetadata(loaded.file.metadata);
   return {
     tokenizer,
     prompt: promptIds(tokenizer, values),
     model: loaded.model,
     backend: loaded.model.kernels.name,
+    ...(loaded.experts === undefined ? {} : { experts: loaded.experts }),
     close: () => closeLoaded(loaded),
   };
 }

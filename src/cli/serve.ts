@@ -20,6 +20,8 @@ import {
   GPU_MEMORY_OPTION,
   gpuMemoryOption,
   intOption,
+  MAX_MEMORY_OPTION,
+  maxMemoryOption,
   nonFiniteWarning,
   parseModelArgs,
   processIO,
@@ -120,6 +122,7 @@ function serveParser(): Parser {
     )
     .option("--threads <N>", "threads of the cpu backend (default: all cores)")
     .option(...GPU_MEMORY_OPTION)
+    .option(...MAX_MEMORY_OPTION)
     .option(...ALLOW_NONFINITE_OPTION);
 }
 
@@ -142,7 +145,8 @@ type ValuedFlag =
   | "log-level"
   | "backend"
   | "threads"
-  | "gpu-memory";
+  | "gpu-memory"
+  | "max-memory";
 /** The values of serve's options, by flag name as typed (the names the checks below and their messages use). */
 type ServeFlags = Partial<Record<ValuedFlag, string>> & {
   alias?: string[];
@@ -169,6 +173,9 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
     throw new UsageError(`--backend must be cpu, reference, webgpu or auto, got "${backend}"`);
   const threads = intOption("threads", values.threads, 1);
   const gpuMemory = gpuMemoryOption(values["gpu-memory"], backend);
+  const maxMemory = maxMemoryOption(values["max-memory"]);
+  if (maxMemory !== undefined && backend === "webgpu")
+    throw new UsageError("--max-memory (experts streamed from disk) needs the cpu or reference backend");
   const port = intOption("port", values.port, 0) ?? 8080;
   if (port > 65535) throw new UsageError(`--port must be at most 65535, got ${port}`);
   const apiKey = values["api-key"] ?? process.env["LATENT_API_KEY"];
@@ -223,6 +230,7 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
         kvTokensArg,
         pageSize,
         threads,
+        maxMemory,
         allowNonFinite: values["allow-nonfinite"] === true,
         gpuMemory,
       },
@@ -330,6 +338,8 @@ interface LoadSizes {
   readonly kvTokensArg: number | undefined;
   readonly pageSize: number;
   readonly threads: number | undefined;
+  /** --max-memory in bytes */
+  readonly maxMemory: number | undefined;
   readonly allowNonFinite: boolean;
   readonly gpuMemory: number | undefined;
 }
@@ -344,7 +354,11 @@ function loadForServe(
   io: CliIO,
 ): ServedLoad {
   const t0 = performance.now();
-  const decision = decideBackend(backend);
+  // streamed experts run on the CPU kernels: with --max-memory, auto does not look for a GPU
+  const decision =
+    o.maxMemory !== undefined && backend === "auto"
+      ? { backend: "cpu" as const, reason: "cpu: --max-memory streams experts on the cpu backend" }
+      : decideBackend(backend);
   logger.event("info", `backend ${decision.reason}`);
   const gpu =
     decision.backend === "webgpu"
@@ -375,7 +389,9 @@ function loadForServe(
     loadModel(path, (done, total) => gate.setProgress(total > 0 ? done / total : 0), {
       backend: loadWith,
       ...(o.threads !== undefined ? { threads: o.threads } : {}),
+      ...(o.maxMemory !== undefined ? { maxMemory: o.maxMemory } : {}),
       ...(o.allowNonFinite ? { onNonFinite: nonFiniteWarning(io) } : {}),
+      onNote: (line) => logger.event("info", line),
     });
   gate.setProgress(1);
   const warmed = fused?.model.warmStats;

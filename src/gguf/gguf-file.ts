@@ -245,10 +245,18 @@ export class GGUFFile {
   readBytesInto(info: TensorInfo, dst: Uint8Array): void {
     if (dst.length !== info.nbytes)
       throw new GGUFError(`tensor "${info.name}": destination of ${dst.length} bytes for ${info.nbytes}`);
+    this.readRangeInto(info, 0, dst);
+  }
+
+  /** Bytes [start, start + dst.length) of a tensor's data written into `dst` (one expert of a stacked tensor). */
+  readRangeInto(info: TensorInfo, start: number, dst: Uint8Array): void {
+    if (!Number.isInteger(start) || start < 0 || start + dst.length > info.nbytes)
+      throw new GGUFError(
+        `read of bytes [${start}, ${start + dst.length}) outside tensor "${info.name}" (${info.nbytes} bytes)`,
+      );
     const src = this.sources[info.shard];
-    this.guarded(info, () =>
-      src.readInto !== undefined ? src.readInto(info.offset, dst) : dst.set(src.read(info.offset, info.nbytes)),
-    );
+    const at = info.offset + start;
+    this.guarded(info, () => (src.readInto !== undefined ? src.readInto(at, dst) : dst.set(src.read(at, dst.length))));
   }
 
   private guarded<T>(info: TensorInfo, read: () => T): T {

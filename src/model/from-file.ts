@@ -7,6 +7,7 @@ import type { GGUFFile } from "../gguf/gguf-file.js";
 import { parseConfig, type ConfigOptions, type ModelConfig } from "./config.js";
 import { DeepSeek2 } from "./deepseek2.js";
 import { GlmDsa } from "./glm-dsa.js";
+import type { ExpertStore } from "./expert-store.js";
 import { loadWeights, type LoadProgress } from "./weights.js";
 import { ModelConfigError } from "../util/errors.js";
 
@@ -23,6 +24,8 @@ export interface FromFileOptions extends ConfigOptions {
   readonly weightsFrom?: GGUFFile;
   /** told of each tensor holding NaN/±Inf, which is then loaded anyway; without it such a tensor is a GGUFError */
   readonly onNonFinite?: (message: string) => void;
+  /** the store that the routed experts are read through on demand, chosen from the parsed config (none: resident) */
+  readonly experts?: (config: ModelConfig) => ExpertStore | undefined;
 }
 
 /** Parse the config of an open GGUF and load its weights (kept in their quant types). */
@@ -30,7 +33,8 @@ export function loadModelFrom(file: GGUFFile, onProgress?: LoadProgress, options
   const vocabFromTensor = file.tensors.get("token_embd.weight")?.ne[1];
   const config = parseConfig(file.metadata, vocabFromTensor, options);
   checkLayerTensors(file, config);
-  const weights = loadWeights(options.weightsFrom ?? file, config, onProgress, options.onNonFinite ?? "refuse");
+  const store = options.experts?.(config);
+  const weights = loadWeights(options.weightsFrom ?? file, config, onProgress, options.onNonFinite ?? "refuse", store);
   const model = config.arch === "glm-dsa" ? new GlmDsa(config, weights) : new DeepSeek2(config, weights);
   if (options.kernels !== undefined) model.kernels = options.kernels;
   return { file, config, model };

@@ -140,9 +140,24 @@ export function routeTokens(z: Float64Array, n: number, c: ModelConfig, bias: Fl
   return routes;
 }
 
+/** The tokens routed to one expert and their routing weights. */
+interface ExpertGroup {
+  readonly tokens: number[];
+  readonly weights: number[];
+}
+
+/** One SwiGLU over some tokens' rows: an expert (its tokens and routing weights) or the shared experts (all tokens). */
+interface Job {
+  readonly ffn: SwiGLU;
+  readonly group: ExpertGroup | undefined;
+}
+
 /**
  * out [n × Hd] = Σ over each token's routed experts of weight · expert(x_t), plus the shared experts: tokens are
- * grouped by expert so each expert's rows are read once.
+ * grouped by expert so each expert's rows are read once. Streamed experts (MoEWeights.streamed) are requested as soon
+ * as the routes are known, as many at a time as the cache holds; the products of the experts already cached (and of the
+ * shared experts) run while the others are read. Contributions are added in expert order, then the shared experts',
+ * whatever the batching, so the result does not depend on where the experts come from.
  */
 export function mixExperts(
   w: MoEWeights,
@@ -154,7 +169,7 @@ export function mixExperts(
   k: MatProducts,
 ): void {
   const Hd = c.nEmbd;
-  const byExpert = new Map<number, { tokens: number[]; weights: number[] }>();
+  const byExpert = new Map<number, ExpertGroup>();
   routes.forEach((r, t) => {
     r.experts.forEach((e, i) => {
       let b = byExpert.get(e);
@@ -164,83 +179,126 @@ export function mixExperts(
     });
   });
   out.fill(0, 0, n * Hd);
-  if (k.matmulMany !== undefined) {
-    // a threaded backend: every expert's gate/up products in one call, then every down product in one call
-    manyExperts(
-      w,
-      [...byExpert].sort((a, b2) => a[0] - b2[0]),
-      x,
+  const groups = [...byExpert].sort((a, b2) => a[0] - b2[0]);
+  const shared: Job[] = w.shared === undefined ? [] : [{ ffn: w.shared, group: undefined }];
+  const source = w.streamed;
+  if (source === undefined) {
+    const jobs = [...groups.map(([e, group]) => ({ ffn: w.experts[e], group })), ...shared];
+    addOutputs(
+      jobs.map((j) => j.group),
+      jobOutputs(jobs, x, n, Hd, k),
       n,
       Hd,
       out,
-      k,
     );
     return;
   }
-  for (const [e, b] of [...byExpert].sort((a, b2) => a[0] - b2[0])) {
-    const m = b.tokens.length;
-    const xe = new Float64Array(m * Hd);
-    b.tokens.forEach((t, i) => xe.set(x.subarray(t * Hd, (t + 1) * Hd), i * Hd));
-    const ye = new Float64Array(m * Hd);
-    swiglu(w.experts[e], xe, m, Hd, ye, false, b.weights, k);
-    b.tokens.forEach((t, i) => {
-      for (let j = 0; j < Hd; j++) out[t * Hd + j] += ye[i * Hd + j];
+  // the cached experts first, so that reading the others never evicts one this request still needs
+  const order = [...groups.filter(([e]) => source.isCached(e)), ...groups.filter(([e]) => !source.isCached(e))];
+  const outputs = new Map<number, Float64Array>();
+  let sharedOut: Float64Array[] = [];
+  for (let i = 0; i < order.length; i += source.capacity) {
+    const batch = order.slice(i, i + source.capacity);
+    const request = source.request(batch.map(([e]) => e));
+    const early = batch.flatMap(([e, group], j) => {
+      const ffn = request.cached[j];
+      return ffn === undefined ? [] : [{ e, job: { ffn, group } }];
     });
+    // while the missing experts are read: the cached ones' products, and the shared experts' with the first batch
+    const earlyOut = jobOutputs([...early.map((h) => h.job), ...(i === 0 ? shared : [])], x, n, Hd, k);
+    early.forEach(({ e }, j) => outputs.set(e, earlyOut[j]));
+    if (i === 0) sharedOut = earlyOut.slice(early.length);
+    const ffns = request.wait();
+    const late = batch.flatMap(([e, group], j) =>
+      request.cached[j] === undefined ? [{ e, job: { ffn: ffns[j], group } }] : [],
+    );
+    jobOutputs(
+      late.map((l) => l.job),
+      x,
+      n,
+      Hd,
+      k,
+    ).forEach((d, j) => outputs.set(late[j].e, d));
   }
-  if (w.shared !== undefined) swiglu(w.shared, x, n, Hd, out, true, undefined, k);
+  if (order.length === 0) sharedOut = jobOutputs(shared, x, n, Hd, k);
+  // back in expert order, the shared experts last
+  addOutputs(
+    [...groups.map(([, group]) => group), ...shared.map(() => undefined)],
+    [...groups.map(([e]) => outputs.get(e)!), ...sharedOut],
+    n,
+    Hd,
+    out,
+  );
 }
 
-/**
- * The expert loop of `mixExperts` (then the shared experts) as two `matmulMany` calls; the same products and the same
- * order of additions into `out` as the loop, so the result is that of one swiglu call per expert.
- */
-function manyExperts(
-  w: MoEWeights,
-  groups: readonly [number, { tokens: number[]; weights: number[] }][],
-  x: Vec,
+/** out[t] += each output's row for token t (its group's tokens; undefined: every token), in the order given. */
+function addOutputs(
+  groups: readonly (ExpertGroup | undefined)[],
+  outs: readonly Float64Array[],
   n: number,
   Hd: number,
   out: Vec,
-  k: MatProducts,
 ): void {
-  const jobs = groups.map(([e, b]) => {
-    const m = b.tokens.length;
-    let xe: Vec = x;
-    if (m !== n || b.tokens.some((t, i) => t !== i)) {
-      const g = new Float64Array(m * Hd);
-      b.tokens.forEach((t, i) => g.set(x.subarray(t * Hd, (t + 1) * Hd), i * Hd));
-      xe = g;
+  groups.forEach((group, j) => {
+    const d = outs[j];
+    const m = group === undefined ? n : group.tokens.length;
+    for (let r = 0; r < m; r++) {
+      const o = (group === undefined ? r : group.tokens[r]) * Hd;
+      for (let c = 0; c < Hd; c++) out[o + c] += d[r * Hd + c];
     }
-    return {
-      ffn: w.experts[e],
-      x: xe,
-      m,
-      tokens: b.tokens as readonly number[] | undefined,
-      scale: b.weights as readonly number[] | undefined,
-    };
   });
-  if (w.shared !== undefined) jobs.push({ ffn: w.shared, x, m: n, tokens: undefined, scale: undefined });
-  const mid = jobs.map((j) => ({
-    g: new Float64Array(j.m * j.ffn.gate.rows),
-    u: new Float64Array(j.m * j.ffn.gate.rows),
-    d: new Float64Array(j.m * Hd),
+}
+
+/** A job's input rows: x itself when it takes every token in order, else its tokens' rows gathered. */
+function jobInput(job: Job, x: Vec, n: number, Hd: number): Vec {
+  const tokens = job.group?.tokens;
+  if (tokens === undefined || (tokens.length === n && tokens.every((t, i) => t === i))) return x;
+  const g = new Float64Array(tokens.length * Hd);
+  tokens.forEach((t, i) => g.set(x.subarray(t * Hd, (t + 1) * Hd), i * Hd));
+  return g;
+}
+
+/**
+ * Each job's output [m × Hd], scaled by its tokens' routing weights: one swiglu per job, or on a threaded backend every
+ * gate/up product in one `matmulMany` call and every down product in another (per-row results are those of matmul).
+ */
+function jobOutputs(jobs: readonly Job[], x: Vec, n: number, Hd: number, k: MatProducts): Float64Array[] {
+  if (jobs.length === 0) return [];
+  const inputs = jobs.map((j) => ({ x: jobInput(j, x, n, Hd), m: j.group === undefined ? n : j.group.tokens.length }));
+  if (k.matmulMany === undefined) {
+    return jobs.map((j, i) => {
+      const y = new Float64Array(inputs[i].m * Hd);
+      swiglu(j.ffn, inputs[i].x, inputs[i].m, Hd, y, false, j.group?.weights, k);
+      return y;
+    });
+  }
+  const mid = jobs.map((j, i) => ({
+    g: new Float64Array(inputs[i].m * j.ffn.gate.rows),
+    u: new Float64Array(inputs[i].m * j.ffn.gate.rows),
+    d: new Float64Array(inputs[i].m * Hd),
   }));
-  k.matmulMany!(
+  k.matmulMany(
     jobs.flatMap((j, i) => [
-      { w: j.ffn.gate, x: j.x, n: j.m, xStride: Hd, y: mid[i].g, yStride: j.ffn.gate.rows },
-      { w: j.ffn.up, x: j.x, n: j.m, xStride: Hd, y: mid[i].u, yStride: j.ffn.gate.rows },
+      { w: j.ffn.gate, x: inputs[i].x, n: inputs[i].m, xStride: Hd, y: mid[i].g, yStride: j.ffn.gate.rows },
+      { w: j.ffn.up, x: inputs[i].x, n: inputs[i].m, xStride: Hd, y: mid[i].u, yStride: j.ffn.gate.rows },
     ]),
   );
   for (const { g, u } of mid) for (let i = 0; i < g.length; i++) g[i] = silu(g[i]) * u[i];
-  k.matmulMany!(
-    jobs.map((j, i) => ({ w: j.ffn.down, x: mid[i].g, n: j.m, xStride: j.ffn.gate.rows, y: mid[i].d, yStride: Hd })),
+  k.matmulMany(
+    jobs.map((j, i) => ({
+      w: j.ffn.down,
+      x: mid[i].g,
+      n: inputs[i].m,
+      xStride: j.ffn.gate.rows,
+      y: mid[i].d,
+      yStride: Hd,
+    })),
   );
   jobs.forEach((j, i) => {
+    const scale = j.group?.weights;
+    if (scale === undefined) return;
     const d = mid[i].d;
-    for (let r = 0; r < j.m; r++) {
-      const t = j.tokens === undefined ? r : j.tokens[r];
-      const s = j.scale === undefined ? 1 : j.scale[r];
-      for (let c = 0; c < Hd; c++) out[t * Hd + c] += d[r * Hd + c] * s;
-    }
+    for (let r = 0; r < inputs[i].m; r++) for (let c = 0; c < Hd; c++) d[r * Hd + c] *= scale[r];
   });
+  return mid.map((m) => m.d);
 }

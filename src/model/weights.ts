@@ -50,8 +50,41 @@ export interface MoEWeights {
   readonly router: QMatrix;
   /** e_score_correction_bias {E}, selection only */
   readonly bias: Float32Array | undefined;
+  /** the routed experts, resident (empty when they are streamed) */
   readonly experts: readonly SwiGLU[];
+  /** routed experts read from the file on demand (ExpertStore), instead of `experts` */
+  readonly streamed?: StreamedExperts;
   readonly shared: SwiGLU | undefined;
+}
+
+/** The stacked expert tensors of one layer, shape-checked by the loader. */
+export interface ExpertTensors {
+  readonly gateUp?: TensorInfo;
+  readonly gate?: TensorInfo;
+  readonly up?: TensorInfo;
+  readonly down: TensorInfo;
+}
+
+/** One layer's handle on the store: what a MoE forward asks for its chosen experts. */
+export interface StreamedExperts {
+  /** most experts one request may ask for */
+  readonly capacity: number;
+  /** whether expert e of this layer is in the cache now */
+  isCached(e: number): boolean;
+  /** the experts `ids` of this layer (distinct): the missing ones start being read; valid until the next request */
+  request(ids: readonly number[]): ExpertRequest;
+}
+
+/** Experts asked for: those cached are usable now, `wait` returns all of them once the missing ones are read. */
+export interface ExpertRequest {
+  /** by position in the request: the expert when it was cached, else undefined */
+  readonly cached: readonly (SwiGLU | undefined)[];
+  wait(): SwiGLU[];
+}
+
+/** Where the loader registers each MoE layer's routed experts instead of loading them (ExpertStore). */
+export interface ExpertRegistry {
+  addLayer(il: number, tensors: ExpertTensors, nExperts: number, nFF: number): StreamedExperts;
 }
 
 export interface LayerWeights {
@@ -98,9 +131,12 @@ class Loader {
     private readonly file: GGUFFile,
     private readonly onProgress: LoadProgress | undefined,
     private readonly nonFinite: NonFinitePolicy,
+    /** routed experts go here instead of into memory */
+    readonly store?: ExpertRegistry,
   ) {
     let t = 0;
-    for (const info of file.tensors.values()) t += info.nbytes;
+    for (const info of file.tensors.values())
+      if (store === undefined || !/_exps\.weight$/.test(info.name)) t += info.nbytes;
     this.total = t;
   }
 
@@ -108,7 +144,8 @@ class Loader {
     return this.file.tensors.has(name);
   }
 
-  private info(name: string, ne: readonly number[]): TensorInfo {
+  /** A tensor's info after checking its shape and type against the config (nothing is read). */
+  info(name: string, ne: readonly number[]): TensorInfo {
     const info = this.file.tensors.get(name);
     if (info === undefined) throw new ModelConfigError(`missing tensor "${name}" (expected shape ${ne.join("x")})`);
     const same =
@@ -282,6 +319,21 @@ function loadSwiGLU(ld: Loader, prefix: string, suffix: string, nIn: number, nFF
 function loadMoE(ld: Loader, c: ModelConfig, i: number): MoEWeights {
   const p = `blk.${i}.`;
   const { nEmbd: Hd, nFFExp: Fe, nExpert: E } = c;
+  const streamed = ld.store === undefined ? undefined : streamExperts(ld, ld.store, c, i);
+  const experts = streamed === undefined ? loadExperts(ld, c, i) : [];
+  const shared = c.nExpertShared > 0 ? loadSwiGLU(ld, p, "_shexp", Hd, Fe * c.nExpertShared) : undefined;
+  return {
+    router: ld.matrix(`${p}ffn_gate_inp.weight`, Hd, E),
+    bias: ld.optionalVector(`${p}exp_probs_b.bias`, E),
+    experts,
+    ...(streamed === undefined ? {} : { streamed }),
+    shared,
+  };
+}
+
+function loadExperts(ld: Loader, c: ModelConfig, i: number): SwiGLU[] {
+  const p = `blk.${i}.`;
+  const { nEmbd: Hd, nFFExp: Fe, nExpert: E } = c;
   let gates: QMatrix[];
   let ups: QMatrix[];
   if (ld.has(`${p}ffn_gate_up_exps.weight`)) {
@@ -294,14 +346,22 @@ function loadMoE(ld: Loader, c: ModelConfig, i: number): MoEWeights {
     ups = perRows(ld.matrix(`${p}ffn_up_exps.weight`, Hd, Fe, E), E, Fe, "expert ");
   }
   const downs = perRows(ld.matrix(`${p}ffn_down_exps.weight`, Fe, Hd, E), E, Hd, "expert ");
-  const experts = gates.map((gate, e) => ({ gate, up: ups[e], down: downs[e] }));
-  const shared = c.nExpertShared > 0 ? loadSwiGLU(ld, p, "_shexp", Hd, Fe * c.nExpertShared) : undefined;
-  return {
-    router: ld.matrix(`${p}ffn_gate_inp.weight`, Hd, E),
-    bias: ld.optionalVector(`${p}exp_probs_b.bias`, E),
-    experts,
-    shared,
-  };
+  return gates.map((gate, e) => ({ gate, up: ups[e], down: downs[e] }));
+}
+
+/** Layer i's stacked expert tensors, shape-checked but not read, registered with the store. */
+function streamExperts(ld: Loader, store: ExpertRegistry, c: ModelConfig, i: number): StreamedExperts {
+  const p = `blk.${i}.`;
+  const { nEmbd: Hd, nFFExp: Fe, nExpert: E } = c;
+  const down = ld.info(`${p}ffn_down_exps.weight`, [Fe, Hd, E]);
+  const tensors = ld.has(`${p}ffn_gate_up_exps.weight`)
+    ? { gateUp: ld.info(`${p}ffn_gate_up_exps.weight`, [Hd, 2 * Fe, E]), down }
+    : {
+        gate: ld.info(`${p}ffn_gate_exps.weight`, [Hd, Fe, E]),
+        up: ld.info(`${p}ffn_up_exps.weight`, [Hd, Fe, E]),
+        down,
+      };
+  return store.addLayer(i, tensors, E, Fe);
 }
 
 function loadLayer(ld: Loader, c: ModelConfig, i: number): LayerWeights {
@@ -324,14 +384,17 @@ export function loadLayerWeights(file: GGUFFile, c: ModelConfig, i: number): Lay
 /**
  * Load every weight. `nonFinite` says whether each is scanned for NaN/±Inf as it is read (NonFinitePolicy): the
  * default "ignore" is for the doctor, which scans and reports on its own; loadModelFrom — every other path — refuses.
+ * With a `store`, the routed experts are not loaded: each MoE layer reads them from the file through it, on demand
+ * (they are not scanned for NaN/±Inf).
  */
 export function loadWeights(
   file: GGUFFile,
   c: ModelConfig,
   onProgress?: LoadProgress,
   nonFinite: NonFinitePolicy = "ignore",
+  store?: ExpertRegistry,
 ): ModelWeights {
-  const ld = new Loader(file, onProgress, nonFinite);
+  const ld = new Loader(file, onProgress, nonFinite, store);
   const tokenEmbd = ld.matrix("token_embd.weight", c.nEmbd, c.nVocab);
   const outputNorm = ld.vector("output_norm.weight", c.nEmbd);
   const output = ld.has("output.weight") ? ld.matrix("output.weight", c.nEmbd, c.nVocab) : tokenEmbd;

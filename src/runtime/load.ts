@@ -1,12 +1,16 @@
 import { CpuBackend } from "../backend/cpu/fast.js";
 import { NoGpuError, WebGPUKernels } from "../backend/webgpu/index.js";
 import { GGUFFile } from "../gguf/file.js";
+import { UsageError } from "../util/errors.js";
 import type { ConfigOptions, ModelConfig } from "../model/config.js";
 import type { DeepSeek2 } from "../model/deepseek2.js";
 import { loadModelFrom, type FromFileOptions } from "../model/from-file.js";
 // chat templates render in a worker thread with a time limit wherever a model is loaded in Node
 import "../tokenizer/chat-thread.js";
 import type { LoadProgress } from "../model/weights.js";
+import type { ExpertStore } from "../model/expert-store.js";
+import { planStreaming, type StreamingOptions } from "./memory-budget.js";
+import { ThreadReader } from "./expert-reader.js";
 
 export { loadModelFrom, type ModelFromFile, type FromFileOptions } from "../model/from-file.js";
 
@@ -18,6 +22,8 @@ export interface LoadedModel {
   readonly backend?: CpuBackend;
   /** the WebGPU kernels when loaded with backend "webgpu" (or "auto" on a machine with a hardware adapter) */
   readonly gpu?: WebGPUKernels;
+  /** where the routed experts come from when they are streamed from disk (its `stats` count hits and reads) */
+  readonly experts?: ExpertStore;
 }
 
 /** Backend names the CLI accepts. */
@@ -27,6 +33,7 @@ export type BackendChoice = "cpu" | "reference" | "webgpu" | "auto";
 export function closeLoaded(m: LoadedModel): void {
   m.backend?.close();
   void m.gpu?.close();
+  m.experts?.close();
 }
 
 /** Software adapters (Mesa lavapipe/llvmpipe, SwiftShader): correct but slower than the CPU backend, so "auto" skips them. */
@@ -56,14 +63,34 @@ export interface BackendOptions {
   readonly threads?: number;
 }
 
-/** Open a GGUF (any shard of a split model), parse the config, load the weights (kept in their quant types). */
-export function loadModel(
-  path: string,
-  onProgress?: LoadProgress,
-  options: ConfigOptions & BackendOptions & Pick<FromFileOptions, "onNonFinite"> = {},
-): LoadedModel {
+/** What loadModel takes beyond the path: config overrides, kernels, NaN policy, memory budget. */
+export interface LoadModelOptions
+  extends ConfigOptions,
+    BackendOptions,
+    StreamingOptions,
+    Pick<FromFileOptions, "onNonFinite"> {
+  /** told one line when the routed experts are streamed from disk (the budget and the cache size) */
+  readonly onNote?: (line: string) => void;
+}
+
+/**
+ * Open a GGUF (any shard of a split model), parse the config, load the weights (kept in their quant types). A model
+ * larger than the memory budget (options.maxMemory, default what the machine can spare) keeps its routed experts on
+ * disk and reads them on demand through a bounded cache (cpu and reference backends).
+ */
+export function loadModel(path: string, onProgress?: LoadProgress, options: LoadModelOptions = {}): LoadedModel {
   const file = GGUFFile.open(path);
-  const gpu = options.backend === "webgpu" ? new WebGPUKernels() : options.backend === "auto" ? autoGpu() : undefined;
+  const askedToStream = options.maxMemory !== undefined || options.expertCache !== undefined;
+  if (askedToStream && options.backend === "webgpu") {
+    file.close();
+    throw new UsageError("streaming experts from disk (--max-memory) needs the cpu or reference backend");
+  }
+  const gpu =
+    options.backend === "webgpu"
+      ? new WebGPUKernels()
+      : options.backend === "auto" && !askedToStream
+        ? autoGpu()
+        : undefined;
   if (gpu !== undefined) {
     try {
       const { config, model } = loadModelFrom(file, onProgress, { ...options, kernels: gpu });
@@ -79,12 +106,23 @@ export function loadModel(
   const backend =
     options.backend === "cpu" || options.backend === "auto" ? new CpuBackend({ threads: options.threads }) : undefined;
   try {
+    let experts: ExpertStore | undefined;
+    const slots = backend && {
+      alloc: (n: number) => backend.allocSlot(n),
+      reuse: (v: Uint8Array) => backend.releaseSlot(v),
+    };
     const { config, model } = loadModelFrom(file, onProgress, {
       ...options,
       kernels: backend,
       weightsFrom: backend?.adopt(file),
+      experts: (config) => {
+        const plan = planStreaming(file, config, options, slots, backend !== undefined, () => new ThreadReader(file));
+        if (plan !== undefined) options.onNote?.(plan.note);
+        experts = plan?.store;
+        return experts;
+      },
     });
-    return { file, config, model, backend };
+    return { file, config, model, backend, ...(experts === undefined ? {} : { experts }) };
   } catch (e) {
     // a file refused mid-load must not leave the backend's worker threads holding the process open
     backend?.close();

@@ -499,15 +499,68 @@ export class CpuBackend implements MatKernels {
     let rp = this.q6kr.get(key);
     if (rp === undefined) {
       const bytes = (w.cols / 256) * 276 * w.rows;
-      rp = 0;
-      if (this.q6krBytes + bytes <= Q6KR_BUDGET && a.canFit(bytes + 64)) {
+      rp = this.reusedRepack(a, bytes) ?? 0;
+      if (rp === 0 && this.q6krBytes + bytes <= Q6KR_BUDGET && a.canFit(bytes + 64)) {
         rp = a.alloc(bytes).byteOffset;
-        a.k.repackQ6K(wp, w.rows, w.cols, rp);
         this.q6krBytes += bytes;
       }
+      if (rp !== 0) a.k.repackQ6K(wp, w.rows, w.cols, rp);
       this.q6kr.set(key, rp);
+      this.slotOf(a, wp)?.repacks.push([key, rp, bytes]);
     }
     return rp === 0 ? [a, wp, w.type, w.rowBytes] : [a, rp, Q6_KR, (w.cols / 256) * 276];
+  }
+
+  /** reusable memory: slots in arena order of allocation (so by pointer), and repacked copies of released slots */
+  private readonly slots = new Map<Arena, { start: number; end: number; repacks: [string, number, number][] }[]>();
+  private readonly freeRepacks = new Map<string, number[]>();
+
+  /**
+   * `bytes` bytes of shared memory whose content the caller may replace (a cache slot for weights read on demand):
+   * call `releaseSlot` before each new content, so that copies derived from the old one are dropped.
+   */
+  allocSlot(bytes: number): Uint8Array {
+    const view = this.allocWeight(bytes);
+    const a = this.byBuffer.get(view.buffer)!;
+    let list = this.slots.get(a);
+    if (list === undefined) this.slots.set(a, (list = []));
+    list.push({ start: view.byteOffset, end: view.byteOffset + bytes, repacks: [] });
+    return view;
+  }
+
+  /** The slot's repacked copies are forgotten and their memory kept for the next repack of the same size. */
+  releaseSlot(view: Uint8Array): void {
+    const a = this.byBuffer.get(view.buffer);
+    const slot = a === undefined ? undefined : this.slotOf(a, view.byteOffset);
+    if (a === undefined || slot === undefined) throw new Error("releaseSlot: not a slot of this backend");
+    for (const [key, rp, bytes] of slot.repacks) {
+      this.q6kr.delete(key);
+      if (rp === 0) continue;
+      const k = `${a.index}:${bytes}`;
+      const free = this.freeRepacks.get(k);
+      if (free === undefined) this.freeRepacks.set(k, [rp]);
+      else free.push(rp);
+    }
+    slot.repacks = [];
+  }
+
+  private reusedRepack(a: Arena, bytes: number): number | undefined {
+    return this.freeRepacks.get(`${a.index}:${bytes}`)?.pop();
+  }
+
+  /** the slot holding pointer p of arena a (binary search: slots are allocated at increasing pointers) */
+  private slotOf(a: Arena, p: number): { start: number; end: number; repacks: [string, number, number][] } | undefined {
+    const list = this.slots.get(a);
+    if (list === undefined) return undefined;
+    let lo = 0;
+    let hi = list.length - 1;
+    while (lo <= hi) {
+      const mid = (lo + hi) >> 1;
+      if (p < list[mid].start) hi = mid - 1;
+      else if (p >= list[mid].end) lo = mid + 1;
+      else return list[mid];
+    }
+    return undefined;
   }
 
   private locate(w: QMatrix): [Arena, number] {

@@ -1,4 +1,5 @@
-import type { MatProducts } from "../tensor/products.js";
+import type { MatProducts, Product } from "../tensor/products.js";
+import type { GatedFFN, MatKernels } from "./kernels.js";
 import { sigmoid, silu, topK, type Vec } from "../tensor/ops.js";
 import type { ModelConfig } from "./config.js";
 import type { MoEWeights, SwiGLU } from "./weights.js";
@@ -89,8 +90,13 @@ export function swiglu(
   out: Vec,
   accumulate: boolean,
   scale: ArrayLike<number> | undefined,
-  k: MatProducts,
+  k: MatKernels,
 ): void {
+  if (k.swigluMany !== undefined) {
+    if (!accumulate) out.fill(0, 0, n * dim);
+    k.swigluMany([{ gate: ffn.gate, up: ffn.up, down: ffn.down, scale }], x, n, dim, out);
+    return;
+  }
   const F = ffn.gate.rows;
   const g = new Float64Array(n * F);
   const u = new Float64Array(n * F);
@@ -115,7 +121,7 @@ export function moe(
   x: Vec,
   n: number,
   out: Vec,
-  k: MatProducts,
+  k: MatKernels,
   routerLogits?: (z: Float64Array) => void,
 ): Route[] {
   const z = routerLogitsOf(w, c, x, n, k);
@@ -151,7 +157,7 @@ export function mixExperts(
   x: Vec,
   n: number,
   out: Vec,
-  k: MatProducts,
+  k: MatKernels,
 ): void {
   const Hd = c.nEmbd;
   const byExpert = new Map<number, { tokens: number[]; weights: number[] }>();
@@ -164,17 +170,14 @@ export function mixExperts(
     });
   });
   out.fill(0, 0, n * Hd);
-  if (k.matmulMany !== undefined) {
-    // a threaded backend: every expert's gate/up products in one call, then every down product in one call
-    manyExperts(
-      w,
-      [...byExpert].sort((a, b2) => a[0] - b2[0]),
-      x,
-      n,
-      Hd,
-      out,
-      k,
-    );
+  if (k.swigluMany !== undefined || k.matmulMany !== undefined) {
+    // a fast backend: every expert (then the shared experts) in one call
+    const ffns: GatedFFN[] = [...byExpert]
+      .sort((a, b2) => a[0] - b2[0])
+      .map(([e, b]) => ({ ...w.experts[e], tokens: b.tokens, scale: b.weights }));
+    if (w.shared !== undefined) ffns.push(w.shared);
+    if (k.swigluMany !== undefined) k.swigluMany(ffns, x, n, Hd, out);
+    else swigluManyByProducts(ffns, x, n, Hd, out, k);
     return;
   }
   for (const [e, b] of [...byExpert].sort((a, b2) => a[0] - b2[0])) {
@@ -191,55 +194,52 @@ export function mixExperts(
 }
 
 /**
- * The expert loop of `mixExperts` (then the shared experts) as two `matmulMany` calls; the same products and the same
- * order of additions into `out` as the loop, so the result is that of one swiglu call per expert.
+ * The gated FFNs of `MatKernels.swigluMany` through two `matmulMany` calls (all gate and up products, then all down
+ * products); the same products and the same order of additions into `out` as one `swiglu` call per FFN in turn.
  */
-function manyExperts(
-  w: MoEWeights,
-  groups: readonly [number, { tokens: number[]; weights: number[] }][],
+export function swigluManyByProducts(
+  ffns: readonly GatedFFN[],
   x: Vec,
   n: number,
   Hd: number,
   out: Vec,
   k: MatProducts,
 ): void {
-  const jobs = groups.map(([e, b]) => {
-    const m = b.tokens.length;
+  const jobs = ffns.map((f) => {
+    const m = f.tokens?.length ?? n;
     let xe: Vec = x;
-    if (m !== n || b.tokens.some((t, i) => t !== i)) {
+    if (f.tokens !== undefined && (m !== n || f.tokens.some((t, i) => t !== i))) {
       const g = new Float64Array(m * Hd);
-      b.tokens.forEach((t, i) => g.set(x.subarray(t * Hd, (t + 1) * Hd), i * Hd));
+      f.tokens.forEach((t, i) => g.set(x.subarray(t * Hd, (t + 1) * Hd), i * Hd));
       xe = g;
     }
-    return {
-      ffn: w.experts[e],
-      x: xe,
-      m,
-      tokens: b.tokens as readonly number[] | undefined,
-      scale: b.weights as readonly number[] | undefined,
-    };
+    return { ffn: f, x: xe, m };
   });
-  if (w.shared !== undefined) jobs.push({ ffn: w.shared, x, m: n, tokens: undefined, scale: undefined });
   const mid = jobs.map((j) => ({
     g: new Float64Array(j.m * j.ffn.gate.rows),
     u: new Float64Array(j.m * j.ffn.gate.rows),
     d: new Float64Array(j.m * Hd),
   }));
-  k.matmulMany!(
+  const many = (ps: Product[]): void => {
+    if (k.matmulMany !== undefined) k.matmulMany(ps);
+    else for (const p of ps) k.matmul(p.w, p.x, p.n, p.xStride, p.y, p.yStride);
+  };
+  many(
     jobs.flatMap((j, i) => [
       { w: j.ffn.gate, x: j.x, n: j.m, xStride: Hd, y: mid[i].g, yStride: j.ffn.gate.rows },
       { w: j.ffn.up, x: j.x, n: j.m, xStride: Hd, y: mid[i].u, yStride: j.ffn.gate.rows },
     ]),
   );
   for (const { g, u } of mid) for (let i = 0; i < g.length; i++) g[i] = silu(g[i]) * u[i];
-  k.matmulMany!(
+  many(
     jobs.map((j, i) => ({ w: j.ffn.down, x: mid[i].g, n: j.m, xStride: j.ffn.gate.rows, y: mid[i].d, yStride: Hd })),
   );
   jobs.forEach((j, i) => {
     const d = mid[i].d;
+    const { tokens, scale } = j.ffn;
     for (let r = 0; r < j.m; r++) {
-      const t = j.tokens === undefined ? r : j.tokens[r];
-      const s = j.scale === undefined ? 1 : j.scale[r];
+      const t = tokens === undefined ? r : tokens[r];
+      const s = scale === undefined ? 1 : scale[r];
       for (let c = 0; c < Hd; c++) out[t * Hd + c] += d[r * Hd + c] * s;
     }
   });

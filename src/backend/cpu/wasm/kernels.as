@@ -873,6 +873,57 @@ export function matmulT(type: i32, w: usize, rowBytes: i32, rows: i32, cols: i32
   }
 }
 
+// ---------------------------------------------------------------- gated FFNs (SwiGLU) around the products
+
+/** dst row i (rowBytes bytes) = src row idx[i] for i < m (idx: i32[m]); gathers a routed expert's tokens */
+export function gatherRows(src: usize, rowBytes: i32, idx: usize, m: i32, dst: usize): void {
+  const rb = <usize>rowBytes;
+  for (let i = 0; i < m; i++) memory.copy(dst + <usize>i * rb, src + <usize>load<i32>(idx + (<usize>i << 2)) * rb, rb);
+}
+
+/**
+ * h = silu(g) ⊙ u over rows r0 ≤ r < r1 of F values (g, u f32 [rows × F]; h written over g), computed in f64 as the
+ * reference does (silu(x) = x / (1 + e^(−x))) and rounded to f32 once; then, for weights of class cls ≠ 0, quantized
+ * for the down product (aq/ad/asum laid out as `quantize` does for all rows).
+ */
+export function swigluQuant(cls: i32, g: usize, u: usize, r0: i32, r1: i32, F: i32, aq: usize, ad: usize, asum: usize): void {
+  const lo = <usize>r0 * <usize>F;
+  const hi = <usize>r1 * <usize>F;
+  for (let i = lo; i < hi; i++) {
+    const x = <f64>load<f32>(g + (i << 2));
+    store<f32>(g + (i << 2), <f32>((x / (1 + Math.exp(-x))) * <f64>load<f32>(u + (i << 2))));
+  }
+  if (cls == 0 || r1 <= r0) return;
+  const nb = F / (cls == 2 ? 256 : 32);
+  quantize(cls, g + (lo << 2), r1 - r0, F, F, aq + (lo << 1), ad + (<usize>(r0 * nb) << 2), asum + (<usize>(r0 * nb) << 5));
+}
+
+/**
+ * out[t·dim + c] += d[r·dim + c]·s_r for rows r < m, t = idx[r] (idx = 0: t = r), s_r = scale[r] (scale = 0: 1);
+ * out f64, d f32, scale f64: the same IEEE operations as the reference's f64 loop, so the sums are bit-identical.
+ */
+export function addScaledRows(out: usize, d: usize, m: i32, dim: i32, idx: usize, scale: usize): void {
+  for (let r = 0; r < m; r++) {
+    const t = idx == 0 ? r : load<i32>(idx + (<usize>r << 2));
+    const s = scale == 0 ? <f64>1 : load<f64>(scale + (<usize>r << 3));
+    const sv = f64x2.splat(s);
+    const o = out + (<usize>t * <usize>dim << 3);
+    const x = d + (<usize>r * <usize>dim << 2);
+    let c = 0;
+    for (; c + 4 <= dim; c += 4) {
+      const v = v128.load(x + (<usize>c << 2));
+      const oc = o + (<usize>c << 3);
+      v128.store(oc, f64x2.add(v128.load(oc), f64x2.mul(f64x2.promote_low_f32x4(v), sv)));
+      const w = i8x16.shuffle(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15);
+      v128.store(oc + 16, f64x2.add(v128.load(oc + 16), f64x2.mul(f64x2.promote_low_f32x4(w), sv)));
+    }
+    for (; c < dim; c++) {
+      const oc = o + (<usize>c << 3);
+      store<f64>(oc, load<f64>(oc) + <f64>load<f32>(x + (<usize>c << 2)) * s);
+    }
+  }
+}
+
 // ---------------------------------------------------------------- attention (absorbed decode, prefill MHA)
 
 // Both attention paths are groups of up to 4 queries over shared key rows: a key row is loaded once for four query

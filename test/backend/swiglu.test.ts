@@ -97,7 +97,7 @@ for (const [types, dim, F] of CASES) {
   });
 }
 
-test("fast SwiGLU: a work area cut into token ranges gives the same sums bit for bit", () => {
+test("fast SwiGLU: a work area cut into token ranges gives the same sums bit for bit; no room takes the products path", () => {
   const rng = new Rng(11, "split");
   const n = 45;
   const dim = 512;
@@ -109,6 +109,11 @@ test("fast SwiGLU: a work area cut into token ranges gives the same sums bit for
     const cut = new Float64Array(n * dim);
     assert.equal(fastSwigluMany(be, ffns, x, n, dim, cut, 1 << 16), true); // far below one call's need: ~6 ranges
     assert.deepEqual(cut, whole);
+    // no room for even one token's work area: each token goes the products path (same products, f64 in between)
+    const tiny = new Float64Array(n * dim);
+    assert.equal(fastSwigluMany(be, ffns, x, n, dim, tiny, 1), true);
+    assert.ok(maxDiff(tiny, whole) <= 1e-6 * maxAbs(whole), `products path per token: ${maxDiff(tiny, whole)}`);
+    assert.equal(fastSwigluMany(be, ffns, x.subarray(0, dim), 1, dim, new Float64Array(dim), 1), false);
   }
 });
 

@@ -233,8 +233,8 @@ export class Arena {
   work(bytes: number): number {
     if (bytes > this.workSize) {
       // grow geometrically: callers whose need creeps up (attention over a growing cache) must not leave a trail
-      const size = Math.max(bytes, Math.ceil(this.workSize * 1.5), 1 << 20);
       const ptr = align64(this.top);
+      const size = Math.max(bytes, Math.min(Math.max(Math.ceil(this.workSize * 1.5), 1 << 20), this.capacity - ptr));
       if (ptr + size > this.capacity) throw new Error(`arena ${this.index}: no room for a ${size}-byte work area`);
       this.ensure(ptr + size);
       this.top = ptr + size;
@@ -242,6 +242,11 @@ export class Arena {
       this.workSize = size;
     }
     return this.workPtr;
+  }
+
+  /** the largest work area `work` can hand out now */
+  get workRoom(): number {
+    return Math.max(this.workSize, this.capacity - align64(this.top));
   }
 
   get f32(): Float32Array {

@@ -7,6 +7,8 @@
  * between the products passes through a JavaScript Float64Array.
  */
 import type { GatedFFN } from "../../model/kernels.js";
+import { swigluManyByProducts } from "../../model/moe.js";
+import type { MatProducts } from "../../tensor/products.js";
 import type { Vec } from "../../tensor/ops.js";
 import type { QMatrix } from "../../tensor/qmatrix.js";
 
@@ -52,11 +54,13 @@ export interface FfnArena {
   readonly k: FfnKernels;
   readonly memory: WebAssembly.Memory;
   readonly f32: Float32Array;
+  /** the largest work area `work` can hand out now */
+  readonly workRoom: number;
   work(bytes: number): number;
 }
 
 /** What the SwiGLU path needs of the backend (CpuBackend implements it). */
-export interface FfnBackend<A extends FfnArena> {
+export interface FfnBackend<A extends FfnArena> extends MatProducts {
   readonly threads: number;
   /** where each matrix is read for a product of ns[i] tokens ([pointer, kernel type, row bytes]), all in one arena; undefined when one has no kernel or they lie in different arenas */
   placeAll(ws: readonly QMatrix[], ns: readonly number[]): { arena: A; at: [number, number, number][] } | undefined;
@@ -108,7 +112,9 @@ export function fastSwigluMany<A extends FfnArena>(
   const placed = be.placeAll(ws, ns);
   if (placed === undefined) return false;
   const bytes = workBytes(placed.arena, ffns, placed.at, n, dim, be.threads);
-  if (bytes > cap && n > 1) {
+  const room = Math.min(cap, placed.arena.workRoom);
+  if (bytes > room && n === 1) return false; // a nearly full arena: the products path needs less room
+  if (bytes > room) {
     // cut the tokens in two halves: every token's additions stay in FFN order
     const h = n >> 1;
     for (const [t0, t1] of [
@@ -132,7 +138,8 @@ export function fastSwigluMany<A extends FfnArena>(
         });
         if (tokens.length > 0) part.push({ gate: f.gate, up: f.up, down: f.down, tokens, scale });
       }
-      fastSwigluMany(be, part, x.subarray(t0 * dim, t1 * dim), t1 - t0, dim, out.subarray(t0 * dim, t1 * dim), cap);
+      const [xs, os] = [x.subarray(t0 * dim, t1 * dim), out.subarray(t0 * dim, t1 * dim)];
+      if (!fastSwigluMany(be, part, xs, t1 - t0, dim, os, cap)) swigluManyByProducts(part, xs, t1 - t0, dim, os, be);
     }
     return true;
   }

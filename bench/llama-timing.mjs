@@ -2,7 +2,8 @@
 // llama.cpp timing harness (node-llama-cpp, CPU only), run by bench/cpu.ts in a child process:
 //   node bench/llama-timing.mjs MODEL.gguf --threads 2 --prompt 512 --decode 128
 // Evaluates a `--prompt`-token prompt in one batch, then `--decode` single-token steps (greedy), after a short
-// warm-up, and prints one JSON line {prefill_s, decode_s, prompt, decode, threads, cpu_backend}.
+// warm-up, and prints one JSON line {prefill_s, decode_s, step_ms_min, step_ms_median, step_ms_p90, prompt, decode,
+// threads, cpu_backend} (the decode step times show a collapse of llama.cpp's spin-waiting threads on a loaded machine).
 import { getLlama, LlamaLogLevel } from "node-llama-cpp";
 import { performance } from "node:perf_hooks";
 import path from "node:path";
@@ -50,12 +51,23 @@ async function run(prompt, steps) {
     const res = await seq.controlledEvaluate(items);
     let next = res[prompt.length - 1]?.next?.token ?? prompt[0];
     const t1 = performance.now();
+    const stepMs = [];
     for (let i = 0; i < steps; i++) {
+      const s0 = performance.now();
       const r = await seq.controlledEvaluate([[next, { generateNext: { token: true } }]]);
       next = r[0]?.next?.token ?? next;
+      stepMs.push(performance.now() - s0);
     }
     const t2 = performance.now();
-    return { prefill_s: (t1 - t0) / 1000, decode_s: (t2 - t1) / 1000 };
+    stepMs.sort((a, b) => a - b);
+    const at = (q) => stepMs[Math.min(stepMs.length - 1, Math.floor(q * stepMs.length))] ?? 0;
+    return {
+      prefill_s: (t1 - t0) / 1000,
+      decode_s: (t2 - t1) / 1000,
+      step_ms_min: stepMs[0] ?? 0,
+      step_ms_median: at(0.5),
+      step_ms_p90: at(0.9),
+    };
   } finally {
     await context.dispose();
   }

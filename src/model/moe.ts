@@ -1,4 +1,5 @@
-import type { MatProducts } from "../tensor/products.js";
+import type { MatProducts, Product } from "../tensor/products.js";
+import type { GatedFFN, MatKernels } from "./kernels.js";
 import { sigmoid, silu, topK, type Vec } from "../tensor/ops.js";
 import type { ModelConfig } from "./config.js";
 import type { MoEWeights, SwiGLU } from "./weights.js";
@@ -89,8 +90,13 @@ export function swiglu(
   out: Vec,
   accumulate: boolean,
   scale: ArrayLike<number> | undefined,
-  k: MatProducts,
+  k: MatKernels,
 ): void {
+  if (k.swigluMany !== undefined) {
+    if (!accumulate) out.fill(0, 0, n * dim);
+    k.swigluMany([{ gate: ffn.gate, up: ffn.up, down: ffn.down, scale }], x, n, dim, out);
+    return;
+  }
   const F = ffn.gate.rows;
   const g = new Float64Array(n * F);
   const u = new Float64Array(n * F);
@@ -115,7 +121,7 @@ export function moe(
   x: Vec,
   n: number,
   out: Vec,
-  k: MatProducts,
+  k: MatKernels,
   routerLogits?: (z: Float64Array) => void,
 ): Route[] {
   const z = routerLogitsOf(w, c, x, n, k);
@@ -166,7 +172,7 @@ export function mixExperts(
   x: Vec,
   n: number,
   out: Vec,
-  k: MatProducts,
+  k: MatKernels,
 ): void {
   const Hd = c.nEmbd;
   const byExpert = new Map<number, ExpertGroup>();
@@ -183,6 +189,14 @@ export function mixExperts(
   const shared: Job[] = w.shared === undefined ? [] : [{ ffn: w.shared, group: undefined }];
   const source = w.streamed;
   if (source === undefined) {
+    if (k.swigluMany !== undefined || k.matmulMany !== undefined) {
+      // a fast backend: every expert (then the shared experts) in one call
+      const ffns: GatedFFN[] = groups.map(([e, g]) => ({ ...w.experts[e], tokens: g.tokens, scale: g.weights }));
+      if (w.shared !== undefined) ffns.push(w.shared);
+      if (k.swigluMany !== undefined) k.swigluMany(ffns, x, n, Hd, out);
+      else swigluManyByProducts(ffns, x, n, Hd, out, k);
+      return;
+    }
     const jobs = [...groups.map(([e, group]) => ({ ffn: w.experts[e], group })), ...shared];
     addOutputs(
       jobs.map((j) => j.group),
@@ -259,46 +273,86 @@ function jobInput(job: Job, x: Vec, n: number, Hd: number): Vec {
 }
 
 /**
- * Each job's output [m × Hd], scaled by its tokens' routing weights: one swiglu per job, or on a threaded backend every
- * gate/up product in one `matmulMany` call and every down product in another (per-row results are those of matmul).
+ * Each job's output [m × Hd], scaled by its tokens' routing weights. On a fast backend the jobs' rows are stacked and
+ * run as one `swigluMany` call (or `swigluManyByProducts`) into zeros, each row written once: the values it adds are the
+ * ones the resident call (mixExperts without streaming) adds into `out`, so streaming leaves the result unchanged.
  */
-function jobOutputs(jobs: readonly Job[], x: Vec, n: number, Hd: number, k: MatProducts): Float64Array[] {
+function jobOutputs(jobs: readonly Job[], x: Vec, n: number, Hd: number, k: MatKernels): Float64Array[] {
   if (jobs.length === 0) return [];
   const inputs = jobs.map((j) => ({ x: jobInput(j, x, n, Hd), m: j.group === undefined ? n : j.group.tokens.length }));
-  if (k.matmulMany === undefined) {
+  if (k.swigluMany === undefined && k.matmulMany === undefined) {
     return jobs.map((j, i) => {
       const y = new Float64Array(inputs[i].m * Hd);
       swiglu(j.ffn, inputs[i].x, inputs[i].m, Hd, y, false, j.group?.weights, k);
       return y;
     });
   }
-  const mid = jobs.map((j, i) => ({
-    g: new Float64Array(inputs[i].m * j.ffn.gate.rows),
-    u: new Float64Array(inputs[i].m * j.ffn.gate.rows),
-    d: new Float64Array(inputs[i].m * Hd),
+  const total = inputs.reduce((s, inp) => s + inp.m, 0);
+  const xs = new Float64Array(total * Hd);
+  const ys = new Float64Array(total * Hd);
+  const offsets: number[] = [];
+  let at = 0;
+  const ffns: GatedFFN[] = jobs.map((j, i) => {
+    const { m } = inputs[i];
+    xs.set(inputs[i].x.subarray(0, m * Hd), at * Hd);
+    offsets.push(at);
+    const tokens = Array.from({ length: m }, (_, r) => at + r);
+    at += m;
+    return { gate: j.ffn.gate, up: j.ffn.up, down: j.ffn.down, tokens, scale: j.group?.weights };
+  });
+  if (k.swigluMany !== undefined) k.swigluMany(ffns, xs, total, Hd, ys);
+  else swigluManyByProducts(ffns, xs, total, Hd, ys, k);
+  return jobs.map((_, i) => ys.subarray(offsets[i] * Hd, (offsets[i] + inputs[i].m) * Hd));
+}
+
+/**
+ * The gated FFNs of `MatKernels.swigluMany` through two `matmulMany` calls (all gate and up products, then all down
+ * products); the same products and the same order of additions into `out` as one `swiglu` call per FFN in turn.
+ */
+export function swigluManyByProducts(
+  ffns: readonly GatedFFN[],
+  x: Vec,
+  n: number,
+  Hd: number,
+  out: Vec,
+  k: MatProducts,
+): void {
+  const jobs = ffns.map((f) => {
+    const m = f.tokens?.length ?? n;
+    let xe: Vec = x;
+    if (f.tokens !== undefined && (m !== n || f.tokens.some((t, i) => t !== i))) {
+      const g = new Float64Array(m * Hd);
+      f.tokens.forEach((t, i) => g.set(x.subarray(t * Hd, (t + 1) * Hd), i * Hd));
+      xe = g;
+    }
+    return { ffn: f, x: xe, m };
+  });
+  const mid = jobs.map((j) => ({
+    g: new Float64Array(j.m * j.ffn.gate.rows),
+    u: new Float64Array(j.m * j.ffn.gate.rows),
+    d: new Float64Array(j.m * Hd),
   }));
-  k.matmulMany(
+  const many = (ps: Product[]): void => {
+    if (k.matmulMany !== undefined) k.matmulMany(ps);
+    else for (const p of ps) k.matmul(p.w, p.x, p.n, p.xStride, p.y, p.yStride);
+  };
+  many(
     jobs.flatMap((j, i) => [
-      { w: j.ffn.gate, x: inputs[i].x, n: inputs[i].m, xStride: Hd, y: mid[i].g, yStride: j.ffn.gate.rows },
-      { w: j.ffn.up, x: inputs[i].x, n: inputs[i].m, xStride: Hd, y: mid[i].u, yStride: j.ffn.gate.rows },
+      { w: j.ffn.gate, x: j.x, n: j.m, xStride: Hd, y: mid[i].g, yStride: j.ffn.gate.rows },
+      { w: j.ffn.up, x: j.x, n: j.m, xStride: Hd, y: mid[i].u, yStride: j.ffn.gate.rows },
     ]),
   );
   for (const { g, u } of mid) for (let i = 0; i < g.length; i++) g[i] = silu(g[i]) * u[i];
-  k.matmulMany(
-    jobs.map((j, i) => ({
-      w: j.ffn.down,
-      x: mid[i].g,
-      n: inputs[i].m,
-      xStride: j.ffn.gate.rows,
-      y: mid[i].d,
-      yStride: Hd,
-    })),
+  many(
+    jobs.map((j, i) => ({ w: j.ffn.down, x: mid[i].g, n: j.m, xStride: j.ffn.gate.rows, y: mid[i].d, yStride: Hd })),
   );
   jobs.forEach((j, i) => {
-    const scale = j.group?.weights;
-    if (scale === undefined) return;
     const d = mid[i].d;
-    for (let r = 0; r < inputs[i].m; r++) for (let c = 0; c < Hd; c++) d[r * Hd + c] *= scale[r];
+    const { tokens, scale } = j.ffn;
+    for (let r = 0; r < j.m; r++) {
+      const t = tokens === undefined ? r : tokens[r];
+      const s = scale === undefined ? 1 : scale[r];
+      for (let c = 0; c < Hd; c++) out[t * Hd + c] += d[r * Hd + c] * s;
+    }
   });
-  return mid.map((m) => m.d);
 }

@@ -17,7 +17,9 @@ import type { ModelConfig } from "../../model/config.js";
 import type { LatentRows, Projections } from "../../model/mla-types.js";
 import type { AttentionWeights } from "../../model/weights.js";
 import { fastAbsorbed, fastMha } from "./attention.js";
-import type { MatKernels } from "../../model/kernels.js";
+import { fastSwigluMany, type PlacedProduct, type SwigluRows } from "./swiglu.js";
+import type { GatedFFN, MatKernels } from "../../model/kernels.js";
+import { swigluManyByProducts } from "../../model/moe.js";
 import { plainProducts, type Product } from "../../tensor/products.js";
 import type { Vec } from "../../tensor/ops.js";
 import type { QMatrix } from "../../tensor/qmatrix.js";
@@ -47,6 +49,19 @@ interface KernelExports {
     tc: number,
   ): void;
   repackQ6K(src: number, rows: number, cols: number, dst: number): void;
+  gatherRows(src: number, rowBytes: number, idx: number, m: number, dst: number): void;
+  swigluQuant(
+    cls: number,
+    g: number,
+    u: number,
+    r0: number,
+    r1: number,
+    F: number,
+    aq: number,
+    ad: number,
+    as: number,
+  ): void;
+  addScaledRows(out: number, d: number, m: number, dim: number, idx: number, scale: number): void;
   matmulT(
     type: number,
     w: number,
@@ -123,6 +138,7 @@ const OP_EXIT = 4;
 const OP_MANY = 5;
 const OP_ATTN = 6;
 const OP_PREFILL = 7;
+const OP_SWIGLU = 8;
 /** jobs are cut into at most this many units per thread (claimed dynamically) */
 const PIECES_PER_THREAD = 4;
 /** job word: how many units the job is cut into (threads claim units one at a time) */
@@ -169,7 +185,7 @@ function instantiate(memory: WebAssembly.Memory): KernelExports {
 }
 
 /** One shared wasm memory with a bump allocator for weights and a work area for a call's activations and outputs. */
-class Arena {
+export class Arena {
   readonly memory: WebAssembly.Memory;
   readonly k: KernelExports;
   top = RESERVED;
@@ -217,8 +233,8 @@ class Arena {
   work(bytes: number): number {
     if (bytes > this.workSize) {
       // grow geometrically: callers whose need creeps up (attention over a growing cache) must not leave a trail
-      const size = Math.max(bytes, Math.ceil(this.workSize * 1.5), 1 << 20);
       const ptr = align64(this.top);
+      const size = Math.max(bytes, Math.min(Math.max(Math.ceil(this.workSize * 1.5), 1 << 20), this.capacity - ptr));
       if (ptr + size > this.capacity) throw new Error(`arena ${this.index}: no room for a ${size}-byte work area`);
       this.ensure(ptr + size);
       this.top = ptr + size;
@@ -235,6 +251,11 @@ class Arena {
     this.workSize = 0;
   }
 
+  /** the largest work area `work` can hand out now */
+  get workRoom(): number {
+    return Math.max(this.workSize, this.capacity - align64(this.top));
+  }
+
   get f32(): Float32Array {
     if (this.f32View.length * 4 !== this.memory.buffer.byteLength) this.f32View = new Float32Array(this.memory.buffer);
     return this.f32View;
@@ -244,7 +265,7 @@ class Arena {
 /**
  * One unit of a job (JavaScript source shared by the workers and the caller, so both cut the work the same way):
  * a row range of a product (OP_MATMUL; even boundaries keep row pairs together), a token range (OP_MATMUL_T), one
- * segment (OP_MANY), four heads (OP_ATTN) or one head (OP_PREFILL). `index` picks the thread's scratch.
+ * segment (OP_MANY), four heads (OP_ATTN), one head (OP_PREFILL) or one row range of a SwiGLU (OP_SWIGLU). `index` picks the thread's scratch.
  */
 const UNIT_SOURCE = String.raw`
 function runUnit(inst, P, u, index) {
@@ -267,6 +288,9 @@ function runUnit(inst, P, u, index) {
     k.attnAbsorbed(P[2], P[3], P[4], P[5], P[6], P[7], P[8], h0, h1, P[10], P[11] + index * P[12], P[13]);
   } else if (op === 7) {
     k.attnPrefill(P[2], P[3], P[4], P[5], P[6], P[7], P[8], P[9], P[10], P[11], u, u + 1, P[12], P[13] + index * P[14], P[15]);
+  } else if (op === 8) {
+    const o = ${SEG0} + u * ${SEG};
+    inst[P[o]].swigluQuant(P[o + 1], P[o + 2], P[o + 3], P[o + 4], P[o + 5], P[o + 6], P[o + 7], P[o + 8], P[o + 9]);
   }
 }
 // Claim units of the job tagged with tag until none is left. A thread that wakes late (tag moved on) claims nothing, so it
@@ -485,6 +509,8 @@ export class CpuBackend implements MatKernels {
     this.lazy = new WeakMap();
     this.q6kr.clear();
     this.q6krBytes = 0;
+    this.slots.clear();
+    this.freeRepacks.clear();
   }
 
   /** repacked copies of Q6_K matrices for products of ≤ 2 tokens: "arena:ptr:rows" → ptr in the same arena (or 0: no room) */
@@ -521,7 +547,7 @@ export class CpuBackend implements MatKernels {
    */
   allocSlot(bytes: number): Uint8Array {
     const view = this.allocWeight(bytes);
-    const a = this.byBuffer.get(view.buffer)!;
+    const a = this.arenaOf(view.buffer)!;
     let list = this.slots.get(a);
     if (list === undefined) this.slots.set(a, (list = []));
     list.push({ start: view.byteOffset, end: view.byteOffset + bytes, repacks: [] });
@@ -530,7 +556,7 @@ export class CpuBackend implements MatKernels {
 
   /** The slot's repacked copies are forgotten and their memory kept for the next repack of the same size. */
   releaseSlot(view: Uint8Array): void {
-    const a = this.byBuffer.get(view.buffer);
+    const a = this.arenaOf(view.buffer);
     const slot = a === undefined ? undefined : this.slotOf(a, view.byteOffset);
     if (a === undefined || slot === undefined) throw new Error("releaseSlot: not a slot of this backend");
     for (const [key, rp, bytes] of slot.repacks) {
@@ -563,9 +589,25 @@ export class CpuBackend implements MatKernels {
     return undefined;
   }
 
+  /**
+   * The arena whose memory `buf` is. V8 can hand out a new SharedArrayBuffer object for a shared memory that has not
+   * grown (memory.grow(0) does; so, now and then, does something in a long run), so a buffer missing from the map is
+   * looked up among the arenas' current buffers.
+   */
+  private arenaOf(buf: ArrayBufferLike): Arena | undefined {
+    const a = this.byBuffer.get(buf);
+    if (a !== undefined) return a;
+    for (const x of this.arenas) {
+      if (x.memory.buffer !== buf) continue;
+      this.byBuffer.set(buf, x);
+      return x;
+    }
+    return undefined;
+  }
+
   private locate(w: QMatrix): [Arena, number] {
     const buf = w.data.buffer;
-    const a = this.byBuffer.get(buf);
+    const a = this.arenaOf(buf);
     if (a !== undefined) return [a, w.data.byteOffset];
     let m = this.lazy.get(buf);
     if (m === undefined) this.lazy.set(buf, (m = new Map()));
@@ -574,7 +616,7 @@ export class CpuBackend implements MatKernels {
     if (hit === undefined) {
       const view = this.allocWeight(w.data.length);
       view.set(w.data);
-      hit = [this.byBuffer.get(view.buffer)!, view.byteOffset];
+      hit = [this.arenaOf(view.buffer)!, view.byteOffset];
       m.set(key, hit);
     }
     return hit;
@@ -734,9 +776,8 @@ export class CpuBackend implements MatKernels {
     let at = base + sBytes * T;
     const f = arena.f32;
     // placement + activations
-    const place: { xp: number; aqp: number; adp: number; asp: number; yp: number; cls: number }[] = [];
+    const place: { xp: number; aqp: number; adp: number; asp: number; yp: number }[] = [];
     let prev: { p: Product; cls: number; xp: number; aqp: number; adp: number; asp: number } | undefined;
-    let cost = 0;
     for (const [p, , type] of list) {
       const { cols, rows } = p.w;
       const cls = k.typeClass(type);
@@ -763,43 +804,99 @@ export class CpuBackend implements MatKernels {
       }
       const yp = at;
       at = align64(yp + p.n * rows * 4);
-      place.push({ xp, aqp, adp, asp, yp, cls });
-      cost += rows * cols * p.n;
+      place.push({ xp, aqp, adp, asp, yp });
     }
-    // segments: piece i is the cost range [C·i/K, C·(i+1)/K) (row boundaries even, so row pairs stay together); the
-    // threads claim pieces one at a time
+    this.runPlaced(
+      arena,
+      list.map(([p, wp, type, rowBytes], j) => ({
+        type,
+        wp,
+        rowBytes,
+        rows: p.w.rows,
+        cols: p.w.cols,
+        n: p.n,
+        ...place[j],
+      })),
+      base,
+      sBytes,
+    );
+    const h = arena.f32;
+    list.forEach(([p], j) => {
+      const yo = place[j].yp >>> 2;
+      copyRows(h, yo, p.w.rows, p.y, 0, p.yStride, p.n, p.w.rows);
+    });
+  }
+
+  /**
+   * Gated FFNs (routed experts, shared experts, dense FFNs) with everything between the products kept in shared
+   * memory (swiglu.ts); the generic composition of products when a matrix has no kernel or the matrices lie in
+   * different arenas.
+   */
+  swigluMany(ffns: readonly GatedFFN[], x: Vec, n: number, dim: number, out: Vec): void {
+    if (!fastSwigluMany(this, ffns, x, n, dim, out)) swigluManyByProducts(ffns, x, n, dim, out, this);
+  }
+
+  /** where each matrix is read for a product of ns[i] tokens, when all have kernels and lie in one arena */
+  placeAll(
+    ws: readonly QMatrix[],
+    ns: readonly number[],
+  ): { arena: Arena; at: [number, number, number][] } | undefined {
+    let arena: Arena | undefined;
+    const at: [number, number, number][] = [];
+    for (let i = 0; i < ws.length; i++) {
+      if (!this.usable(ws[i])) return undefined;
+      const [a, wp, type, rowBytes] = this.resolve(ws[i], ns[i]);
+      if (arena !== undefined && a !== arena) return undefined;
+      arena = a;
+      at.push([wp, type, rowBytes]);
+    }
+    if (arena === undefined) return undefined;
+    if (this.pool.attached < this.arenas.length) this.pool.attach(this.arenas.map((x) => x.memory));
+    return { arena, at };
+  }
+
+  /**
+   * Products whose activations and outputs are already placed in `arena` (work area at `base`, `sBytes` of scratch per
+   * thread), in one dispatch: piece i of K is the cost range [C·i/K, C·(i+1)/K) of all products' rows·cols·n (row
+   * boundaries even, so row pairs stay together); the threads claim pieces one at a time.
+   */
+  runPlaced(arena: Arena, items: readonly PlacedProduct[], base: number, sBytes: number): void {
+    const k = arena.k;
+    const T = this.threads;
     const J = this.pool.job;
+    let cost = 0;
+    for (const p of items) cost += p.rows * p.cols * p.n;
     const K = cost < PARALLEL_MIN ? 1 : PIECES_PER_THREAD * T;
     let g = 0;
     for (let i = 0; i < K; i++) {
       const lo = (cost * i) / K;
       const hi = (cost * (i + 1)) / K;
       let c0 = 0;
-      list.forEach(([p, wp, type, rowBytes], j) => {
-        const u = p.w.cols * p.n;
-        const c1 = c0 + p.w.rows * u;
+      for (const p of items) {
+        const u = p.cols * p.n;
+        const c1 = c0 + p.rows * u;
         if (c1 > lo && c0 < hi) {
-          const r0 = i === 0 ? 0 : Math.min(p.w.rows, Math.max(0, 2 * Math.round((lo - c0) / u / 2)));
-          const r1 = i === K - 1 ? p.w.rows : Math.min(p.w.rows, Math.max(0, 2 * Math.round((hi - c0) / u / 2)));
+          const r0 = i === 0 ? 0 : Math.min(p.rows, Math.max(0, 2 * Math.round((lo - c0) / u / 2)));
+          const r1 = i === K - 1 ? p.rows : Math.min(p.rows, Math.max(0, 2 * Math.round((hi - c0) / u / 2)));
           if (r1 > r0) {
-            const q = place[j];
+            if (g >= MAX_SEGS) throw new Error(`more than ${MAX_SEGS} product segments in one dispatch`);
             J.set(
               [
                 arena.index,
-                type,
-                wp,
-                rowBytes,
+                p.type,
+                p.wp,
+                p.rowBytes,
                 r0,
                 r1,
-                p.w.cols,
+                p.cols,
                 p.n,
-                q.xp,
-                p.w.cols,
-                q.aqp,
-                q.adp,
-                q.asp,
-                q.yp,
-                p.w.rows,
+                p.xp,
+                p.cols,
+                p.aqp,
+                p.adp,
+                p.asp,
+                p.yp,
+                p.rows,
                 base,
                 sBytes,
                 TOKEN_TILE,
@@ -810,40 +907,63 @@ export class CpuBackend implements MatKernels {
           }
         }
         c0 = c1;
-      });
+      }
     }
     J[0] = OP_MANY;
     J[1] = arena.index;
-    if (K === 1) {
-      for (let s = 0; s < g; s++) {
-        const o = SEG0 + s * SEG;
-        k.matmul(
-          J[o + 1],
-          J[o + 2],
-          J[o + 3],
-          J[o + 4],
-          J[o + 5],
-          J[o + 6],
-          J[o + 7],
-          J[o + 8],
-          J[o + 9],
-          J[o + 10],
-          J[o + 11],
-          J[o + 12],
-          J[o + 13],
-          J[o + 14],
-          J[o + 15],
-          J[o + 17],
-        );
-      }
-    } else {
-      this.pool.run(g, this.inst);
+    if (K > 1) return this.pool.run(g, this.inst);
+    for (let s = 0; s < g; s++) {
+      const o = SEG0 + s * SEG;
+      k.matmul(
+        J[o + 1],
+        J[o + 2],
+        J[o + 3],
+        J[o + 4],
+        J[o + 5],
+        J[o + 6],
+        J[o + 7],
+        J[o + 8],
+        J[o + 9],
+        J[o + 10],
+        J[o + 11],
+        J[o + 12],
+        J[o + 13],
+        J[o + 14],
+        J[o + 15],
+        J[o + 17],
+      );
     }
-    const h = arena.f32;
-    list.forEach(([p], j) => {
-      const yo = place[j].yp >>> 2;
-      copyRows(h, yo, p.w.rows, p.y, 0, p.yStride, p.n, p.w.rows);
-    });
+  }
+
+  /**
+   * h = silu(g) ⊙ u (in place over g) and its quantization for the down product, for row ranges placed in `arena`
+   * (kernels.as swigluQuant), cut into pieces of about equal size that the threads claim.
+   */
+  runSwiglu(arena: Arena, items: readonly SwigluRows[]): void {
+    const k = arena.k;
+    let total = 0;
+    for (const p of items) total += p.rows * p.F;
+    const K = total < 1 << 15 ? 1 : PIECES_PER_THREAD * this.threads;
+    const per = Math.max(1, Math.ceil(total / K));
+    const J = this.pool.job;
+    let g = 0;
+    for (const p of items) {
+      const step = Math.max(1, Math.ceil(per / p.F));
+      for (let r0 = 0; r0 < p.rows; r0 += step) {
+        const r1 = Math.min(p.rows, r0 + step);
+        if (K === 1) {
+          k.swigluQuant(p.cls, p.g, p.u, r0, r1, p.F, p.aqp, p.adp, p.asp);
+          continue;
+        }
+        if (g >= MAX_SEGS) throw new Error(`more than ${MAX_SEGS} SwiGLU segments in one dispatch`);
+        J.set([arena.index, p.cls, p.g, p.u, r0, r1, p.F, p.aqp, p.adp, p.asp], SEG0 + g * SEG);
+        g++;
+      }
+    }
+    if (g === 0) return;
+    J[0] = OP_SWIGLU;
+    J[1] = arena.index;
+    this.pool.run(g, this.inst);
   }
 
   /**
@@ -864,10 +984,10 @@ export class CpuBackend implements MatKernels {
     scale: number,
   ): Float64Array {
     if (this.arenas.length === 0) this.newArena();
-    const home = C instanceof Float32Array ? this.byBuffer.get(C.buffer) : undefined;
+    const home = C instanceof Float32Array ? this.arenaOf(C.buffer) : undefined;
     const arena = home ?? this.arenas[0];
     if (this.pool.attached < this.arenas.length) this.pool.attach(this.arenas.map((a) => a.memory));
-    const kIn = K instanceof Float32Array && this.byBuffer.get(K.buffer) === arena;
+    const kIn = K instanceof Float32Array && this.arenaOf(K.buffer) === arena;
     const thr = T * H * L < PARALLEL_MIN ? 1 : Math.min(this.threads, H);
     const scBytes = align64((4 * T + 4) * 4);
     const cBytes = home === undefined ? align64(T * L * 4) : 0;

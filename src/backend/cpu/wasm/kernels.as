@@ -555,10 +555,26 @@ function dotK24(S: usize, S2: usize, cols: i32, aq: usize, aqStride: usize, ad: 
   v128.store(out + 16, accB);
 }
 
+// The 32 class (Q8_0 Q4_0 Q5_0 IQ4_NL) likewise: a block's 32 products are summed exactly in i32 (|Σ| < 32·128·32767
+// < 2³¹) and the block adds <f32>Σ · (dw·da) to an f32 sum, in block order, in every kernel (single token, fused,
+// 2 rows × 4 tokens), so a token's result does not depend on the kernel or on the tokens sharing the call.
+// @ts-ignore: decorator
+@inline function isumI(v: v128): i32 {
+  return i32x4.extract_lane(v, 0) + i32x4.extract_lane(v, 1) + i32x4.extract_lane(v, 2) + i32x4.extract_lane(v, 3);
+}
+
+// [Σa, Σb, Σc, Σd] of four i32x4 (exact)
+// @ts-ignore: decorator
+@inline function isum4i(a: v128, b: v128, c: v128, d: v128): v128 {
+  const ab = i32x4.add(i8x16.shuffle(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23), i8x16.shuffle(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31));
+  const cd = i32x4.add(i8x16.shuffle(c, d, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23), i8x16.shuffle(c, d, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31));
+  return i32x4.add(i8x16.shuffle(ab, cd, 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27), i8x16.shuffle(ab, cd, 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31));
+}
+
 function dot32(S: usize, cols: i32, aq: usize, ad: usize): f32 {
   const nb = cols >> 5;
   const wd = sWd(S, cols);
-  let acc = f32x4.splat(0);
+  let acc: f32 = 0;
   for (let b = 0; b < nb; b++) {
     const w = S + (<usize>b << 6);
     const a = aq + (<usize>b << 6);
@@ -566,9 +582,50 @@ function dot32(S: usize, cols: i32, aq: usize, ad: usize): f32 {
       i32x4.add(i32x4.dot_i16x8_s(v128.load(w), v128.load(a)), i32x4.dot_i16x8_s(v128.load(w + 16), v128.load(a + 16))),
       i32x4.add(i32x4.dot_i16x8_s(v128.load(w + 32), v128.load(a + 32)), i32x4.dot_i16x8_s(v128.load(w + 48), v128.load(a + 48))),
     );
-    acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(s), f32x4.splat(load<f32>(wd + (<usize>b << 2)) * load<f32>(ad + (<usize>b << 2)))));
+    acc += <f32>isumI(s) * (load<f32>(wd + (<usize>b << 2)) * load<f32>(ad + (<usize>b << 2)));
   }
-  return hsum(acc);
+  return acc;
+}
+
+/** two unpacked rows (S, S2) of the 32 class × four activation rows: out[0..3] for the row in S, out[4..7] for S2 */
+function dot32x24(S: usize, S2: usize, cols: i32, aq: usize, aqStride: usize, ad: usize, adStride: usize, out: usize): void {
+  const nb = cols >> 5;
+  const wdA = sWd(S, cols);
+  const wdB = sWd(S2, cols);
+  let accA = f32x4.splat(0);
+  let accB = f32x4.splat(0);
+  for (let b = 0; b < nb; b++) {
+    const wA = S + (<usize>b << 6);
+    const wB = S2 + (<usize>b << 6);
+    const a0 = aq + (<usize>b << 6);
+    const a1 = a0 + aqStride;
+    const a2 = a1 + aqStride;
+    const a3 = a2 + aqStride;
+    let p0 = i32x4.splat(0), p1 = i32x4.splat(0), p2 = i32x4.splat(0), p3 = i32x4.splat(0);
+    let q0 = i32x4.splat(0), q1 = i32x4.splat(0), q2 = i32x4.splat(0), q3 = i32x4.splat(0);
+    for (let i: usize = 0; i < 64; i += 16) {
+      const u = v128.load(wA + i);
+      const v = v128.load(wB + i);
+      const x0 = v128.load(a0 + i);
+      p0 = i32x4.add(p0, i32x4.dot_i16x8_s(u, x0));
+      q0 = i32x4.add(q0, i32x4.dot_i16x8_s(v, x0));
+      const x1 = v128.load(a1 + i);
+      p1 = i32x4.add(p1, i32x4.dot_i16x8_s(u, x1));
+      q1 = i32x4.add(q1, i32x4.dot_i16x8_s(v, x1));
+      const x2 = v128.load(a2 + i);
+      p2 = i32x4.add(p2, i32x4.dot_i16x8_s(u, x2));
+      q2 = i32x4.add(q2, i32x4.dot_i16x8_s(v, x2));
+      const x3 = v128.load(a3 + i);
+      p3 = i32x4.add(p3, i32x4.dot_i16x8_s(u, x3));
+      q3 = i32x4.add(q3, i32x4.dot_i16x8_s(v, x3));
+    }
+    const DA = load4f(ad + (<usize>b << 2), adStride);
+    const bo = <usize>b << 2;
+    accA = f32x4.add(accA, f32x4.mul(f32x4.convert_i32x4_s(isum4i(p0, p1, p2, p3)), f32x4.mul(f32x4.splat(load<f32>(wdA + bo)), DA)));
+    accB = f32x4.add(accB, f32x4.mul(f32x4.convert_i32x4_s(isum4i(q0, q1, q2, q3)), f32x4.mul(f32x4.splat(load<f32>(wdB + bo)), DA)));
+  }
+  v128.store(out, accA);
+  v128.store(out + 16, accB);
 }
 
 function dotF(wf: usize, x: usize, cols: i32): f32 {
@@ -734,7 +791,7 @@ function dotQ6KR1(row: usize, nb: i32, aq: usize, ad: usize): f32 {
 }
 
 function dotQ8_01(row: usize, nb: i32, aq: usize, ad: usize): f32 {
-  let acc = f32x4.splat(0);
+  let acc: f32 = 0;
   for (let b = 0; b < nb; b++) {
     const p = row + <usize>b * 34;
     const a = aq + (<usize>b << 6);
@@ -742,9 +799,9 @@ function dotQ8_01(row: usize, nb: i32, aq: usize, ad: usize): f32 {
       i32x4.add(i32x4.dot_i16x8_s(v128.load8x8_s(p + 2), v128.load(a)), i32x4.dot_i16x8_s(v128.load8x8_s(p + 10), v128.load(a + 16))),
       i32x4.add(i32x4.dot_i16x8_s(v128.load8x8_s(p + 18), v128.load(a + 32)), i32x4.dot_i16x8_s(v128.load8x8_s(p + 26), v128.load(a + 48))),
     );
-    acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(s), f32x4.splat(f16(load<u16>(p)) * load<f32>(ad + (<usize>b << 2)))));
+    acc += <f32>isumI(s) * (f16(load<u16>(p)) * load<f32>(ad + (<usize>b << 2)));
   }
-  return hsum(acc);
+  return acc;
 }
 
 function dotQ5_01(row: usize, nb: i32, aq: usize, ad: usize): f32 {
@@ -752,7 +809,7 @@ function dotQ5_01(row: usize, nb: i32, aq: usize, ad: usize): f32 {
   const c16 = i16x8.splat(16);
   const bits = i16x8(1, 2, 4, 8, 16, 32, 64, 128);
   const zero = i16x8.splat(0);
-  let acc = f32x4.splat(0);
+  let acc: f32 = 0;
   for (let b = 0; b < nb; b++) {
     const p = row + <usize>b * 22;
     const a = aq + (<usize>b << 6);
@@ -766,9 +823,9 @@ function dotQ5_01(row: usize, nb: i32, aq: usize, ad: usize): f32 {
       const hi = i16x8.sub(v128.or(i16x8.shr_u(Q, 4), hh), c16);
       s = i32x4.add(s, i32x4.add(i32x4.dot_i16x8_s(lo, v128.load(a + (<usize>k << 4))), i32x4.dot_i16x8_s(hi, v128.load(a + 32 + (<usize>k << 4)))));
     }
-    acc = f32x4.add(acc, f32x4.mul(f32x4.convert_i32x4_s(s), f32x4.splat(f16(load<u16>(p)) * load<f32>(ad + (<usize>b << 2)))));
+    acc += <f32>isumI(s) * (f16(load<u16>(p)) * load<f32>(ad + (<usize>b << 2)));
   }
-  return hsum(acc);
+  return acc;
 }
 
 // ---------------------------------------------------------------- products
@@ -807,22 +864,24 @@ export function matmul(type: i32, w: usize, rowBytes: i32, r0: i32, r1: i32, col
     }
     const S2 = S + rowArea(cols);
     let r = r0;
-    if (cls == 2 && t1 - t0 >= 4) {
+    if ((cls == 2 || cls == 1) && t1 - t0 >= 4) {
       // rows in pairs: each activation load feeds two rows
       for (; r + 2 <= r1; r += 2) {
         unpack(type, w + <usize>r * <usize>rowBytes, cols, S);
         unpack(type, w + <usize>(r + 1) * <usize>rowBytes, cols, S2);
         let t = t0;
         for (; t + 4 <= t1; t += 4) {
-          dotK24(S, S2, cols, aq + <usize>t * aqRow, aqRow, ad + <usize>t * adRow, adRow, asum + <usize>t * asRow, asRow, tmp);
+          if (cls == 2) dotK24(S, S2, cols, aq + <usize>t * aqRow, aqRow, ad + <usize>t * adRow, adRow, asum + <usize>t * asRow, asRow, tmp);
+          else dot32x24(S, S2, cols, aq + <usize>t * aqRow, aqRow, ad + <usize>t * adRow, adRow, tmp);
           for (let k = 0; k < 4; k++) {
             store<f32>(y + (<usize>((t + k) * yStride + r) << 2), load<f32>(tmp + (<usize>k << 2)));
             store<f32>(y + (<usize>((t + k) * yStride + r + 1) << 2), load<f32>(tmp + 16 + (<usize>k << 2)));
           }
         }
         for (; t < t1; t++) {
-          store<f32>(y + (<usize>(t * yStride + r) << 2), dotK(S, cols, aq + <usize>t * aqRow, ad + <usize>t * adRow, asum + <usize>t * asRow));
-          store<f32>(y + (<usize>(t * yStride + r + 1) << 2), dotK(S2, cols, aq + <usize>t * aqRow, ad + <usize>t * adRow, asum + <usize>t * asRow));
+          const qa = aq + <usize>t * aqRow, da = ad + <usize>t * adRow;
+          store<f32>(y + (<usize>(t * yStride + r) << 2), cls == 2 ? dotK(S, cols, qa, da, asum + <usize>t * asRow) : dot32(S, cols, qa, da));
+          store<f32>(y + (<usize>(t * yStride + r + 1) << 2), cls == 2 ? dotK(S2, cols, qa, da, asum + <usize>t * asRow) : dot32(S2, cols, qa, da));
         }
       }
     }
@@ -869,6 +928,57 @@ export function matmulT(type: i32, w: usize, rowBytes: i32, rows: i32, cols: i32
         v128.store(yr + o, f32x4.add(v128.load(yr + o), f32x4.mul(v128.load(wf + o), av)));
       }
       for (; c < cols; c++) store<f32>(yr + (<usize>c << 2), load<f32>(yr + (<usize>c << 2)) + load<f32>(wf + (<usize>c << 2)) * a);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- gated FFNs (SwiGLU) around the products
+
+/** dst row i (rowBytes bytes) = src row idx[i] for i < m (idx: i32[m]); gathers a routed expert's tokens */
+export function gatherRows(src: usize, rowBytes: i32, idx: usize, m: i32, dst: usize): void {
+  const rb = <usize>rowBytes;
+  for (let i = 0; i < m; i++) memory.copy(dst + <usize>i * rb, src + <usize>load<i32>(idx + (<usize>i << 2)) * rb, rb);
+}
+
+/**
+ * h = silu(g) ⊙ u over rows r0 ≤ r < r1 of F values (g, u f32 [rows × F]; h written over g), computed in f64 as the
+ * reference does (silu(x) = x / (1 + e^(−x))) and rounded to f32 once; then, for weights of class cls ≠ 0, quantized
+ * for the down product (aq/ad/asum laid out as `quantize` does for all rows).
+ */
+export function swigluQuant(cls: i32, g: usize, u: usize, r0: i32, r1: i32, F: i32, aq: usize, ad: usize, asum: usize): void {
+  const lo = <usize>r0 * <usize>F;
+  const hi = <usize>r1 * <usize>F;
+  for (let i = lo; i < hi; i++) {
+    const x = <f64>load<f32>(g + (i << 2));
+    store<f32>(g + (i << 2), <f32>((x / (1 + Math.exp(-x))) * <f64>load<f32>(u + (i << 2))));
+  }
+  if (cls == 0 || r1 <= r0) return;
+  const nb = F / (cls == 2 ? 256 : 32);
+  quantize(cls, g + (lo << 2), r1 - r0, F, F, aq + (lo << 1), ad + (<usize>(r0 * nb) << 2), asum + (<usize>(r0 * nb) << 5));
+}
+
+/**
+ * out[t·dim + c] += d[r·dim + c]·s_r for rows r < m, t = idx[r] (idx = 0: t = r), s_r = scale[r] (scale = 0: 1);
+ * out f64, d f32, scale f64: the same IEEE operations as the reference's f64 loop, so the sums are bit-identical.
+ */
+export function addScaledRows(out: usize, d: usize, m: i32, dim: i32, idx: usize, scale: usize): void {
+  for (let r = 0; r < m; r++) {
+    const t = idx == 0 ? r : load<i32>(idx + (<usize>r << 2));
+    const s = scale == 0 ? <f64>1 : load<f64>(scale + (<usize>r << 3));
+    const sv = f64x2.splat(s);
+    const o = out + (<usize>t * <usize>dim << 3);
+    const x = d + (<usize>r * <usize>dim << 2);
+    let c = 0;
+    for (; c + 4 <= dim; c += 4) {
+      const v = v128.load(x + (<usize>c << 2));
+      const oc = o + (<usize>c << 3);
+      v128.store(oc, f64x2.add(v128.load(oc), f64x2.mul(f64x2.promote_low_f32x4(v), sv)));
+      const w = i8x16.shuffle(v, v, 8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15);
+      v128.store(oc + 16, f64x2.add(v128.load(oc + 16), f64x2.mul(f64x2.promote_low_f32x4(w), sv)));
+    }
+    for (; c < dim; c++) {
+      const oc = o + (<usize>c << 3);
+      store<f64>(oc, load<f64>(oc) + <f64>load<f32>(x + (<usize>c << 2)) * s);
     }
   }
 }

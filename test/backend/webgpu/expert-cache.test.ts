@@ -411,3 +411,25 @@ test("ExpertCache: a slot is taken from the layer whose turn comes last (this la
   );
   await assert.rejects(cache.assign(1, Uint32Array.from([9])), /routed to expert 9 of 6/);
 });
+
+test("ExpertCache: a signature's slots past 256 are split into pools of at most 256 (each at least a step's experts), each serving every k-th layer", () => {
+  const fake = {
+    maxBindingBytes: 2 ** 30,
+    buffer: () => ({ destroy: () => {} }),
+    write: () => {},
+  } as unknown as GpuRuntime;
+  const q = (rows: number) => new QMatrix("m", GGMLType.F32, 4, rows, new Uint8Array(16 * rows));
+  const experts = Array.from({ length: 256 }, () => ({ gate: q(2), up: q(2), down: q(4) }));
+  const host = new Map([3, 4, 5, 6].map((il) => [il, experts]));
+  const sig = "0:4x2|0:4x2|0:4x4";
+  // 600 slots: three pools of 200 (layers 3 and 6, 4, 5)
+  const split = new ExpertCache(fake, host, new Map([[sig, 600]]), 16);
+  assert.deepEqual([...split.slotCounts().values()], [200, 200, 200]);
+  assert.equal(split.ffnOf(3), split.ffnOf(6));
+  assert.notEqual(split.ffnOf(3), split.ffnOf(4));
+  for (const il of [3, 4, 5, 6]) assert.ok(split.ffnOf(il).gate.items <= 256);
+  // 300 slots where a step may route to all 256 experts of a layer: one pool (two would hold fewer than 256 each)
+  assert.deepEqual([...new ExpertCache(fake, host, new Map([[sig, 300]]), 256).slotCounts().values()], [300]);
+  // at most 256: one pool
+  assert.deepEqual([...new ExpertCache(fake, host, new Map([[sig, 256]]), 16).slotCounts().values()], [256]);
+});

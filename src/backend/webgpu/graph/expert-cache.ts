@@ -140,6 +140,9 @@ class ExpertPool {
   }
 }
 
+/** Most items an expert-list product reads (kernels/matmul expertLists): larger pools are split. */
+export const POOL_LIST_MAX = 256;
+
 /**
  * A slot for layer `il`: the least recently used expert of the layer whose turn comes last — `il` itself (an expert
  * this step did not choose: `chosen` holds those it did), then the layers before it, wrapping around.
@@ -171,22 +174,47 @@ export class ExpertCache {
   private readonly pools = new Map<string, ExpertPool>();
   private readonly layerPool = new Map<number, ExpertPool>();
 
+  /**
+   * `slots` per signature; a signature's slots past POOL_LIST_MAX are split into pools of at most that many (each
+   * at least `minSlots`, a step's distinct experts of one layer, where the slots allow), each serving every k-th of
+   * its streamed layers: the expert products read lists of the pairs by expert (the row-tiled prefill kernel) only
+   * over that many items.
+   */
   constructor(
     private readonly rt: GpuRuntime,
     /** each streamed layer's experts (host bytes) */
     private readonly host: ReadonlyMap<number, readonly SwiGLU[]>,
     slots: ReadonlyMap<string, number>,
+    minSlots = 1,
   ) {
+    const bySig = new Map<string, number[]>();
     for (const [il, experts] of host) {
       const sig = expertSignature(experts[0]);
-      const n = slots.get(sig);
-      if (n === undefined || n < 1) throw new LatentError(`layer ${il}: no expert cache slots for ${sig}`);
-      let pool = this.pools.get(sig);
-      if (pool === undefined) this.pools.set(sig, (pool = new ExpertPool(rt, sig, n, experts[0])));
-      pool.layers.push(il);
-      pool.layers.sort((a, b) => a - b);
-      pool.held.set(il, new Map());
-      this.layerPool.set(il, pool);
+      if (!((slots.get(sig) ?? 0) >= 1)) throw new LatentError(`layer ${il}: no expert cache slots for ${sig}`);
+      bySig.set(sig, [...(bySig.get(sig) ?? []), il]);
+    }
+    for (const [sig, layers] of bySig) {
+      layers.sort((a, b) => a - b);
+      const n = slots.get(sig)!;
+      const groups = Math.max(
+        1,
+        Math.min(Math.ceil(n / POOL_LIST_MAX), Math.floor(n / Math.max(1, minSlots)), layers.length),
+      );
+      for (let g = 0; g < groups; g++) {
+        const key = groups > 1 ? `${sig}#${g}` : sig;
+        const pool = new ExpertPool(
+          rt,
+          key,
+          Math.floor(n / groups) + (g < n % groups ? 1 : 0),
+          host.get(layers[0])![0],
+        );
+        this.pools.set(key, pool);
+        for (const il of layers.filter((_, i) => i % groups === g)) {
+          pool.layers.push(il);
+          pool.held.set(il, new Map());
+          this.layerPool.set(il, pool);
+        }
+      }
     }
   }
 
@@ -202,7 +230,7 @@ export class ExpertCache {
     return p.ffn;
   }
 
-  /** Slots of every pool, by signature. */
+  /** Slots of every pool, by signature (`#k` after it: the k-th of a signature's split pools). */
   slotCounts(): Map<string, number> {
     return new Map([...this.pools].map(([s, p]) => [s, p.slots]));
   }
@@ -323,5 +351,5 @@ export function placeExperts(
     if (plan.residentLayers.has(m.il)) layers[m.il]!.experts = uploadExperts(rt, m.experts, m.il);
     else host.set(m.il, m.experts);
   }
-  return host.size === 0 ? undefined : new ExpertCache(rt, host, plan.slots);
+  return host.size === 0 ? undefined : new ExpertCache(rt, host, plan.slots, minSlots);
 }

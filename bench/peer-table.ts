@@ -7,6 +7,8 @@
  *   latent-budget.json, llama-ot.json with a GPU memory budget: latent's expert cache against llama.cpp's experts on
  *                                     the CPU (-ot exps=CPU)
  * `node --import tsx bench/peer-table.ts DIR [DIR …]` prints one markdown table per folder (one folder per model).
+ * A figure measured by several runs (latent's prefill 512 and short-context decode come from more than one) is shown
+ * as the range of those runs, and its ratio as the range over both sides' figures.
  */
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -41,12 +43,15 @@ interface LatentRun {
   readonly results: readonly LatentResult[];
 }
 
+/** the lowest and highest of the runs that measured a figure (one run: both the same) */
+export type Span = readonly [number, number];
+
 export interface PeerRow {
   readonly work: string;
-  readonly llama: number | undefined;
+  readonly llama: Span | undefined;
   /** latent's plain figure and, for decode, the chained one (greedy on the GPU) */
-  readonly latent: number | undefined;
-  readonly chained?: number;
+  readonly latent: Span | undefined;
+  readonly chained?: Span;
 }
 
 function readJson<T>(path: string): T | undefined {
@@ -73,7 +78,8 @@ function latentRuns(dir: string, budget = false): LatentRun[] {
     });
 }
 
-const best = (xs: readonly number[]): number | undefined => (xs.length === 0 ? undefined : Math.max(...xs));
+const span = (xs: readonly number[]): Span | undefined =>
+  xs.length === 0 ? undefined : [Math.min(...xs), Math.max(...xs)];
 
 /** The rows of one model's comparison; a side that did not run that work is undefined. */
 export function peerRows(dir: string): PeerRow[] {
@@ -83,17 +89,17 @@ export function peerRows(dir: string): PeerRow[] {
   ];
   const batched = readJsonl<BatchedRow>(join(dir, "llama-batched.jsonl"));
   const runs = latentRuns(dir);
-  const latent = (pred: (r: LatentResult, run: LatentRun) => boolean): number | undefined =>
-    best(runs.flatMap((run) => run.results.filter((r) => pred(r, run)).map((r) => r.value)));
-  const pp = (n: number): number | undefined =>
-    best(llama.filter((r) => r.n_prompt === n && r.n_gen === 0 && (r.n_depth ?? 0) === 0).map((r) => r.avg_ts));
-  const tg = (depth: number): number | undefined =>
-    best(llama.filter((r) => r.n_prompt === 0 && r.n_gen > 0 && (r.n_depth ?? 0) === depth).map((r) => r.avg_ts));
+  const latent = (pred: (r: LatentResult, run: LatentRun) => boolean): Span | undefined =>
+    span(runs.flatMap((run) => run.results.filter((r) => pred(r, run)).map((r) => r.value)));
+  const pp = (n: number): Span | undefined =>
+    span(llama.filter((r) => r.n_prompt === n && r.n_gen === 0 && (r.n_depth ?? 0) === 0).map((r) => r.avg_ts));
+  const tg = (depth: number): Span | undefined =>
+    span(llama.filter((r) => r.n_prompt === 0 && r.n_gen > 0 && (r.n_depth ?? 0) === depth).map((r) => r.avg_ts));
   const rows: PeerRow[] = [];
   for (const n of [512, 4096])
     rows.push({ work: `prefill ${n}`, llama: pp(n), latent: latent((r) => r.name === `prefill ${n} tokens`) });
   for (const B of [1, 8, 32, 64]) {
-    const peer = B === 1 ? tg(0) : best(batched.filter((r) => r.pl === B).map((r) => r.speed_tg));
+    const peer = B === 1 ? tg(0) : span(batched.filter((r) => r.pl === B).map((r) => r.speed_tg));
     rows.push({
       work: `decode batch ${B}${B === 1 ? " (llama.cpp: tg128)" : " (llama.cpp: batched-bench S_TG)"}`,
       llama: peer,
@@ -115,17 +121,17 @@ export function peerRows(dir: string): PeerRow[] {
 export function budgetRows(dir: string): PeerRow[] {
   const llama = readJson<LlamaBenchRow[]>(join(dir, "llama-ot.json")) ?? [];
   const runs = latentRuns(dir, true);
-  const latent = (name: string): number | undefined =>
-    best(runs.flatMap((run) => run.results.filter((r) => r.name === name).map((r) => r.value)));
+  const latent = (name: string): Span | undefined =>
+    span(runs.flatMap((run) => run.results.filter((r) => r.name === name).map((r) => r.value)));
   const rows: PeerRow[] = [
     {
       work: "prefill 512, budget vs -ot exps=CPU",
-      llama: best(llama.filter((r) => r.n_prompt === 512 && r.n_gen === 0).map((r) => r.avg_ts)),
+      llama: span(llama.filter((r) => r.n_prompt === 512 && r.n_gen === 0).map((r) => r.avg_ts)),
       latent: latent("prefill 512 tokens"),
     },
     {
       work: "decode batch 1, budget vs -ot exps=CPU",
-      llama: best(llama.filter((r) => r.n_prompt === 0 && r.n_gen > 0).map((r) => r.avg_ts)),
+      llama: span(llama.filter((r) => r.n_prompt === 0 && r.n_gen > 0).map((r) => r.avg_ts)),
       latent: latent("decode batch 1"),
       chained: latent("decode batch 1, greedy on the GPU (chained)"),
     },
@@ -139,9 +145,16 @@ export function budgetRows(dir: string): PeerRow[] {
   return rows.filter((r) => r.llama !== undefined || r.latent !== undefined);
 }
 
-const fmt = (x: number | undefined): string => (x === undefined ? "–" : x >= 100 ? x.toFixed(0) : x.toFixed(1));
-const ratio = (a: number | undefined, b: number | undefined): string =>
-  a === undefined || b === undefined ? "–" : `${(a / b).toFixed(2)}×`;
+const num = (x: number): string => (x >= 100 ? x.toFixed(0) : x.toFixed(1));
+const fmt = (x: Span | undefined): string =>
+  x === undefined ? "–" : x[0] === x[1] ? num(x[0]) : `${num(x[0])}–${num(x[1])}`;
+/** latent ÷ llama.cpp over both spans: the lowest latent against the highest llama.cpp, and the other way round */
+const ratio = (a: Span | undefined, b: Span | undefined): string => {
+  if (a === undefined || b === undefined) return "–";
+  const lo = (a[0] / b[1]).toFixed(2);
+  const hi = (a[1] / b[0]).toFixed(2);
+  return lo === hi ? `${lo}×` : `${lo}–${hi}×`;
+};
 
 /** Markdown: work | llama.cpp CUDA | latent | latent chained | ratio (plain, chained). */
 export function peerTable(rows: readonly PeerRow[]): string {

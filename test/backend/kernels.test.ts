@@ -13,8 +13,8 @@ import { CpuBackend } from "../../src/backend/cpu/fast.js";
 import { plainKernels } from "../../src/model/kernels.js";
 import { QMatrix } from "../../src/tensor/qmatrix.js";
 import { GGMLType, typeName } from "../../src/gguf/types.js";
-import { fillRandom, Rng } from "../../src/synth/random-blocks.js";
-import { rowBytes } from "../../src/quant/index.js";
+import { Rng } from "../../src/synth/random-blocks.js";
+import { randomMatrix } from "../helpers/random-matrix.js";
 
 const TYPES = [
   GGMLType.F32,
@@ -40,12 +40,6 @@ const SHAPES: readonly [rows: number, cols: number, n: number][] = [
 
 const backends = [new CpuBackend({ threads: 1 }), new CpuBackend({ threads: 2 }), new CpuBackend({ threads: 3 })];
 after(() => backends.forEach((b) => b.close()));
-
-function randomMatrix(type: number, rows: number, cols: number, rng: Rng): QMatrix {
-  const data = new Uint8Array(rowBytes(type, cols) * rows);
-  fillRandom(type, data, rows * cols, 0.5, rng);
-  return new QMatrix(`${typeName(type)} ${rows}x${cols}`, type, cols, rows, data);
-}
 
 function randomVec(len: number, rng: Rng): Float64Array {
   // mixed magnitudes: some blocks tiny, some large, a few zeros

@@ -147,6 +147,13 @@ export function fastSwigluMany<A extends FfnArena>(
   return true;
 }
 
+/** each thread's kernel scratch for products over rows of `dim` (gate, up) and of the FFNs' widths (down) */
+function scratchBytes(k: FfnArena["k"], ffns: readonly GatedFFN[], dim: number): number {
+  let bytes = 0;
+  for (const f of ffns) bytes = Math.max(bytes, align64(k.scratchBytes(dim)), align64(k.scratchBytes(f.gate.rows)));
+  return bytes;
+}
+
 /** an upper bound of the work-area bytes `runFfns` lays out */
 function workBytes(
   a: FfnArena,
@@ -157,8 +164,7 @@ function workBytes(
   threads: number,
 ): number {
   const k = a.k;
-  let sBytes = 0;
-  for (const f of ffns) sBytes = Math.max(sBytes, align64(k.scratchBytes(dim)), align64(k.scratchBytes(f.gate.rows)));
+  const sBytes = scratchBytes(k, ffns, dim);
   let b = sBytes * threads + align64(n * dim * 4) + align64(n * dim * 8) + 64;
   for (const cls of [1, 2]) {
     const [q, d, s] = actRowBytes(cls, dim, cls === 2 ? 256 : 32);
@@ -188,8 +194,7 @@ function runFfns<A extends FfnArena>(
   bytes: number,
 ): void {
   const k = a.k;
-  let sBytes = 0;
-  for (const f of ffns) sBytes = Math.max(sBytes, align64(k.scratchBytes(dim)), align64(k.scratchBytes(f.gate.rows)));
+  const sBytes = scratchBytes(k, ffns, dim);
   const base = a.work(bytes);
   let top = base + sBytes * be.threads;
   const take = (b: number): number => {

@@ -2,10 +2,9 @@ import { existsSync } from "node:fs";
 import cliProgress from "cli-progress";
 import { UsageError } from "../util/errors.js";
 import { printable } from "../util/printable.js";
-import { parseByteSize } from "../util/byte-size.js";
+import { formatBinaryBytes, parseByteSize } from "../util/byte-size.js";
 import { parseCommand, type Parser } from "./options.js";
 import { loadModel, type BackendChoice, type LoadedModel } from "../runtime/load.js";
-import { formatBytes } from "../runtime/memory-budget.js";
 import type { ExpertStore } from "../model/expert-store.js";
 
 /** Where a command writes: stdout/stderr, or a capture in tests. */
@@ -141,7 +140,7 @@ export const MAX_MEMORY_OPTION = [
 export function expertLine(store: ExpertStore | undefined): string {
   if (store === undefined) return "";
   const s = store.stats;
-  return ` | experts streamed (cache ${store.capacity}): ${s.hits} hits, ${s.misses} read (${formatBytes(s.bytesRead)} in ${(s.readMs / 1000).toFixed(1)} s), ${s.evictions} evicted`;
+  return ` | experts streamed (cache ${store.capacity}): ${s.hits} hits, ${s.misses} read (${formatBinaryBytes(s.bytesRead)} in ${(s.readMs / 1000).toFixed(1)} s), ${s.evictions} evicted`;
 }
 
 /** `--max-memory SIZE` in bytes (undefined when absent). */

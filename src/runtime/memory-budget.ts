@@ -8,14 +8,7 @@ import type { GGUFFile } from "../gguf/gguf-file.js";
 import type { ModelConfig } from "../model/config.js";
 import { ExpertStore, expertFootprint, type ExpertReader, type ExpertSlots } from "../model/expert-store.js";
 import { UsageError } from "../util/errors.js";
-
-/** Bytes in binary units (GiB), as budgets are given (16G = 16 GiB). */
-export function formatBytes(bytes: number): string {
-  if (bytes >= 2 ** 30) return `${(bytes / 2 ** 30).toFixed(1)} GiB`;
-  if (bytes >= 2 ** 20) return `${(bytes / 2 ** 20).toFixed(1)} MiB`;
-  if (bytes >= 2 ** 10) return `${(bytes / 2 ** 10).toFixed(1)} KiB`;
-  return `${bytes} B`;
-}
+import { formatBinaryBytes } from "../util/byte-size.js";
 
 /**
  * What the machine can spare for weights: available memory less headroom for the KV cache, activations and the
@@ -63,17 +56,17 @@ export function planStreaming(
   const budget = opts.maxMemory ?? spareMemory();
   if (fp.totalBytes <= budget || (fp.experts === 0 && !explicit)) return undefined;
   const what = explicit
-    ? `--max-memory ${formatBytes(budget)}`
-    : `the memory this machine can spare (${formatBytes(budget)})`;
+    ? `--max-memory ${formatBinaryBytes(budget)}`
+    : `the memory this machine can spare (${formatBinaryBytes(budget)})`;
   if (fp.experts === 0)
     throw new UsageError(
-      `${what} is less than the model's ${formatBytes(fp.totalBytes)}, and it has no routed experts to stream from disk`,
+      `${what} is less than the model's ${formatBinaryBytes(fp.totalBytes)}, and it has no routed experts to stream from disk`,
     );
   const k = Math.max(1, c.nExpertUsed);
   const least = fp.residentBytes + k * perSlot;
   if (budget < least)
     throw new UsageError(
-      `${what} does not hold the resident weights (${formatBytes(fp.residentBytes)}) plus one layer's top-${k} experts (${formatBytes(k * perSlot)}): ${explicit ? "give" : "it needs"} at least ${formatBytes(least)}`,
+      `${what} does not hold the resident weights (${formatBinaryBytes(fp.residentBytes)}) plus one layer's top-${k} experts (${formatBinaryBytes(k * perSlot)}): ${explicit ? "give" : "it needs"} at least ${formatBinaryBytes(least)}`,
     );
   const capacity = Math.min(fp.experts, Math.floor((budget - fp.residentBytes) / perSlot));
   const store = new ExpertStore(file, capacity, slots, reader());
@@ -87,6 +80,6 @@ function note(
   experts: number,
   budget: number | undefined,
 ): string {
-  const b = budget === undefined ? "" : `budget ${formatBytes(budget)}, `;
-  return `streaming routed experts from disk: ${b}resident ${formatBytes(resident)}, cache of ${capacity} of ${experts} experts (${formatBytes(capacity * perSlot)})`;
+  const b = budget === undefined ? "" : `budget ${formatBinaryBytes(budget)}, `;
+  return `streaming routed experts from disk: ${b}resident ${formatBinaryBytes(resident)}, cache of ${capacity} of ${experts} experts (${formatBinaryBytes(capacity * perSlot)})`;
 }

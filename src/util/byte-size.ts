@@ -15,6 +15,14 @@ export function parseByteSize(text: string, what = "a size"): number {
   return bytes;
 }
 
+/** Bytes in binary units, as budgets are given (16G = 16 GiB): 1.5 GiB, 512.0 MiB (`digits` decimals). */
+export function formatBinaryBytes(n: number, digits = 1): string {
+  if (n >= 2 ** 30) return `${(n / 2 ** 30).toFixed(digits)} GiB`;
+  if (n >= 2 ** 20) return `${(n / 2 ** 20).toFixed(digits)} MiB`;
+  if (n >= 2 ** 10) return `${(n / 2 ** 10).toFixed(digits)} KiB`;
+  return `${n} B`;
+}
+
 /** Bytes for people: 1.23 GB (decimal units, as file sizes are shown elsewhere in latent). */
 export function formatBytes(n: number): string {
   if (n >= 1e12) return `${(n / 1e12).toFixed(2)} TB`;

@@ -14,8 +14,7 @@ import { loadModelFrom } from "../../src/model/from-file.js";
 import { LatentCache } from "../../src/model/cache.js";
 import { parseConfig } from "../../src/model/config.js";
 import { closeLoaded, loadModel, type LoadModelOptions } from "../../src/runtime/load.js";
-import { formatBytes } from "../../src/runtime/memory-budget.js";
-import { parseByteSize } from "../../src/util/byte-size.js";
+import { formatBinaryBytes, parseByteSize } from "../../src/util/byte-size.js";
 import { GGUFError, UsageError } from "../../src/util/errors.js";
 import { find, rewriteGGUF } from "../helpers/gguf-rewrite.js";
 import { randomTokens, synthModel, type SynthCase } from "../helpers/synth.js";
@@ -168,7 +167,7 @@ test("--max-memory below the resident weights plus one layer's top-k experts is 
       () => loadModel(single.path, undefined, { backend, threads: 1, maxMemory: fp.residentBytes + fp.slotBytes }),
       (e: Error) =>
         e instanceof UsageError &&
-        e.message.includes(`resident weights (${formatBytes(fp.residentBytes)})`) &&
+        e.message.includes(`resident weights (${formatBinaryBytes(fp.residentBytes)})`) &&
         e.message.includes(`top-${TOP_K} experts`),
     );
   }

@@ -12,6 +12,7 @@
  * evicted slots (queue writes, ordered before the rest of the step) and rewrites the ids to slot indices, which the
  * expert products then gather from the pool instead of the layer's own stacked tensors.
  */
+import { formatBinaryBytes } from "../../../util/byte-size.js";
 import type { ModelConfig } from "../../../model/config.js";
 import type { LayerWeights, SwiGLU } from "../../../model/weights.js";
 import { LatentError } from "../../../util/errors.js";
@@ -44,8 +45,7 @@ export interface ExpertPlan {
   readonly slots: ReadonlyMap<string, number>;
 }
 
-const GB = (b: number): string =>
-  b >= 2 ** 30 ? `${(b / 2 ** 30).toFixed(2)} GiB (${b} bytes)` : `${(b / 2 ** 20).toFixed(2)} MiB (${b} bytes)`;
+const GB = (b: number): string => `${formatBinaryBytes(b, 2)} (${b} bytes)`;
 
 /**
  * Split `budget` bytes of GPU memory: `resident` bytes (everything but the routed experts: attention, dense and

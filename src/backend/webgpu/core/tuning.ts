@@ -119,6 +119,21 @@ export const KNOBS = {
     doc: "1: the row-tiled kernel loads a Q4_K block header once for a thread's chunks of one step (RowTileShape.shareHeader), 0 not",
     default: "1 where subgroups are 32 wide or more (GPUs), else 0",
   },
+  gemm: {
+    family: "matmul",
+    doc: "the register-tiled kernel (gemm.wgsl.ts) for plain products of ≥ GEMM_FROM tokens and expert lists averaging ≥ GEMM_EXPERTS_FROM pairs an expert: 1 on (every GPU type, also on CPU adapters), 0 off",
+    default: "on where subgroups are 32 wide or more (GPUs)",
+  },
+  gemmTokens: {
+    family: "matmul",
+    doc: "tokens (an expert's pairs) per workgroup tile of the register-tiled kernel: 16, 32 or 64",
+    default: "64 for plain products; for expert lists the least of 16/32/64 that holds an expert's average pairs",
+  },
+  gemmRows: {
+    family: "matmul",
+    doc: "rows per thread of the register-tiled kernel (1, 2, 4 or 8; the tile's rows are this × the threads along them)",
+    default: "4 (2 with 16-token tiles)",
+  },
   // attention (kernels/attention/)
   attn: {
     family: "attention",

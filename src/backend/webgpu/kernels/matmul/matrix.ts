@@ -21,8 +21,9 @@ import {
   type MatvecShape,
 } from "./mat.wgsl.js";
 import { gpuSupports, unitSize } from "../quant.wgsl.js";
-import { matmulRowsWGSL as rowTileSource, type RowTileShape } from "./rowtile.wgsl.js";
-import { coalescedShape, expertsFrom, rowTileShape, wideShape } from "./select.js";
+import { gemmWGSL as gemmSource } from "./gemm.wgsl.js";
+import { matmulRowsWGSL as rowTileSource } from "./rowtile.wgsl.js";
+import { coalescedShape, expertsFrom, gemmShape, rowTileShape, wideShape } from "./select.js";
 import {
   fusionBuffers,
   matvecWideWGSL as wideSource,
@@ -34,6 +35,35 @@ import { memoWGSL } from "../../core/wgsl-memo.js";
 
 const matvecWideWGSL = memoWGSL(wideSource);
 const matmulRowsWGSL = memoWGSL(rowTileSource);
+const gemmWGSL = memoWGSL(gemmSource);
+
+/** A tiled matrix-matrix kernel for a product: its code, rows per workgroup and tokens (pairs) per tile. */
+interface TiledKernel {
+  readonly code: string;
+  readonly rows: number;
+  readonly tokens: number;
+}
+
+/**
+ * The tiled kernel of a product of n tokens (plain) or n pairs (expert lists), dual for gate and up together: the
+ * register-tiled kernel where it applies (many tokens a tile), else the row-tiled one, else undefined.
+ */
+function tiledKernel(
+  rt: GpuRuntime,
+  m: GpuMatrix,
+  n: number,
+  mode: "plain" | "experts-list",
+  aligned: boolean,
+  rowsTotal: number,
+  dual: boolean,
+): TiledKernel | undefined {
+  const gemm = gemmShape(rt, m, n, mode, aligned, dual);
+  if (gemm !== undefined) return { code: gemmWGSL(m.type, mode, gemm, dual), rows: gemm.rows, tokens: gemm.tokens };
+  const rowTile = rowTileShape(rt, m, n, mode, aligned, rowsTotal, dual);
+  if (rowTile !== undefined)
+    return { code: matmulRowsWGSL(m.type, mode, rowTile, dual), rows: rowTile.rows, tokens: rowTile.tokens };
+  return undefined;
+}
 const matvecCoalescedWGSL = memoWGSL(coalescedSource);
 const matvecExpertsWGSL = memoWGSL(expertsSource);
 const matvec2WGSL = memoWGSL(matvec2Source);
@@ -303,9 +333,8 @@ export function matvecKernel(
     };
   if (fx !== undefined) throw new LatentError(`${m.name}: fused work needs the wide kernel (check fusable())`);
   const rowMode = gather === false ? "plain" : gather === "experts-list" ? gather : undefined;
-  const rowTile = rowMode !== undefined ? rowTileShape(rt, m, n, rowMode, aligned, rowsTotal) : undefined;
-  if (rowTile !== undefined)
-    return { code: matmulRowsWGSL(m.type, rowMode!, rowTile), tn: rowTile.tokens, rowsPerGroup: rowTile.rows };
+  const tiled = rowMode !== undefined ? tiledKernel(rt, m, n, rowMode, aligned, rowsTotal, false) : undefined;
+  if (tiled !== undefined) return { code: tiled.code, tn: tiled.tokens, rowsPerGroup: tiled.rows };
   if (coalesced(rt, m, aligned)) {
     const minT = sgOk ? sg : 4;
     const shape = coalescedShape(rt, m, n, minT, rowsTotal, expertMajor);
@@ -609,17 +638,16 @@ function dualShape(
   return wide !== undefined ? { ...wide, pack: 1 } : undefined;
 }
 
-/** Whether gate and up can run as one dual row-tiled product (alike, the row-tiled kernel applies). */
-function dualRowTile(
+/** The dual tiled kernel of gate and up, where they are alike and a tiled kernel applies. */
+function dualTiled(
   rt: GpuRuntime,
   gate: GpuMatrix,
   up: GpuMatrix,
   n: number,
   mode: "plain" | "experts-list",
   aligned: boolean,
-  rowsTotal = gate.rows,
-): RowTileShape | undefined {
-  return alike(gate, up) ? rowTileShape(rt, gate, n, mode, aligned, rowsTotal, true) : undefined;
+): TiledKernel | undefined {
+  return alike(gate, up) ? tiledKernel(rt, gate, n, mode, aligned, gate.rows, true) : undefined;
 }
 
 /**
@@ -657,15 +685,12 @@ export function matmulSwiGLUSteps(
     throw new LatentError(`${gate.name}: a dual product fuses only a norm, on the wide kernel (check fusable())`);
   const { fx, buffers: fxBufs } = wideFusion(a.fuse, gate.rows);
   const wide = dualShape(rt, gate, up, a.n, false, aligned);
-  const rowTile = wide === undefined ? dualRowTile(rt, gate, up, a.n, "plain", aligned) : undefined;
-  if (wide === undefined && rowTile === undefined)
+  const tiled = wide === undefined ? dualTiled(rt, gate, up, a.n, "plain", aligned) : undefined;
+  if (wide === undefined && tiled === undefined)
     return [() => matmul(rt, gate, x, y, a), () => matmul(rt, up, x, y, { ...a, glu: true })];
-  const code =
-    wide !== undefined
-      ? matvecWideWGSL(gate.type, "plain", wide, true, fx)
-      : matmulRowsWGSL(gate.type, "plain", rowTile!, true);
-  const rowsPerGroup = wide !== undefined ? wideRowsPerGroup(wide) : rowTile!.rows;
-  const tiles = rowTile !== undefined ? Math.ceil(a.n / rowTile.tokens) : 1;
+  const code = wide !== undefined ? matvecWideWGSL(gate.type, "plain", wide, true, fx) : tiled!.code;
+  const rowsPerGroup = wide !== undefined ? wideRowsPerGroup(wide) : tiled!.rows;
+  const tiles = tiled !== undefined ? Math.ceil(a.n / tiled.tokens) : 1;
   return [
     () =>
       gate.pieces.forEach((piece, i) => {
@@ -712,21 +737,9 @@ export function matmulGatherSwiGLU(
     throw new LatentError(
       `${gate.name}: a gathered dual product fuses only a norm, pair-major on the wide kernel (check fusable())`,
     );
-  const rowTile = mode.listed ? dualRowTile(rt, gate, up, a.pairs, "experts-list", mode.aligned) : undefined;
-  if (rowTile !== undefined) {
-    dispatchGather(
-      rt,
-      "matmulGatherSwiGLU",
-      matmulRowsWGSL(gate.type, "experts-list", rowTile, true),
-      rowTile.rows,
-      gate,
-      x,
-      y,
-      ids,
-      a,
-      mode,
-      up,
-    );
+  const tiled = mode.listed ? dualTiled(rt, gate, up, a.pairs, "experts-list", mode.aligned) : undefined;
+  if (tiled !== undefined) {
+    dispatchGather(rt, "matmulGatherSwiGLU", tiled.code, tiled.rows, gate, x, y, ids, a, mode, up);
     return;
   }
   const wide =

@@ -6,6 +6,8 @@
  */
 import { LatentError } from "../../../../util/errors.js";
 import type { GpuRuntime } from "../../core/runtime.js";
+import { gpuSupports } from "../quant.wgsl.js";
+import { GEMM_STEP, gemmSharedBytes, type GemmShape } from "./gemm.wgsl.js";
 import { MV_WG } from "./mat.wgsl.js";
 import { rowTileSharedVec4s, type RowTileShape } from "./rowtile.wgsl.js";
 import {
@@ -217,6 +219,54 @@ export function rowTileShape(
     ...(header ? { shareHeader: true } : {}),
   };
   return streams(ksplit) <= MAX_STREAMS && fits(ksplit) ? shape : undefined;
+}
+
+/** Plain products of at least this many tokens take the register-tiled kernel (gemm.wgsl.ts) by default. */
+export const GEMM_FROM = 64;
+
+/** Expert lists whose experts average at least this many pairs take the register-tiled kernel by default. */
+export const GEMM_EXPERTS_FROM = 12;
+
+/**
+ * The register-tiled kernel's shape for n tokens (plain) or n pairs over m.items experts (expert lists), or undefined
+ * where it does not apply: tune.gemm = 0, by default a CPU adapter (subgroups narrower than 32), fewer tokens or pairs
+ * an expert than its thresholds, x not aligned to 4 floats, columns not a multiple of 32, or no tile that fits the
+ * workgroup memory.
+ */
+export function gemmShape(
+  rt: GpuRuntime,
+  m: MatrixShape,
+  n: number,
+  mode: "plain" | "experts-list",
+  aligned: boolean,
+  dual = false,
+): GemmShape | undefined {
+  const sg = rt.info.subgroupSize ?? 32;
+  const on = rt.tune.gemm !== undefined ? rt.tune.gemm === 1 : sg >= 32;
+  const per = mode === "plain" ? n : n / m.items;
+  if (
+    !on ||
+    rt.matvec !== "coalesced" ||
+    !gpuSupports(m.type) ||
+    !aligned ||
+    m.cols % GEMM_STEP !== 0 ||
+    per < (rt.tune.gemm === 1 ? 1 : mode === "plain" ? GEMM_FROM : GEMM_EXPERTS_FROM)
+  )
+    return undefined;
+  const tokens = rt.tune.gemmTokens ?? (mode === "plain" || per > 32 ? 64 : per > 16 ? 32 : 16);
+  if (tokens !== 16 && tokens !== 32 && tokens !== 64)
+    throw new LatentError(`tune.gemmTokens must be 16, 32 or 64, got ${tokens}`);
+  const tm = rt.tune.gemmRows ?? (tokens === 16 ? 2 : 4);
+  if (![1, 2, 4, 8].includes(tm)) throw new LatentError(`tune.gemmRows must be 1, 2, 4 or 8, got ${tm}`);
+  const tn = 4;
+  // 256 threads: tokens / tn along the tokens, the rest along the rows
+  const tx = 256 / (tokens / tn);
+  const limit = rt.info.limits.maxComputeWorkgroupStorageSize;
+  // steps of 32 columns where the tiles fit, else of 16 (a dual 128-row tile needs 33 KB at 32), else fewer rows a thread
+  const shape = (t: number, ks: number): GemmShape => ({ rows: tx * t, tokens, tm: t, tn, ks, cols: m.cols });
+  for (let t = tm; t >= 1; t /= 2)
+    for (const ks of [32, 16]) if (gemmSharedBytes(shape(t, ks), dual) <= limit) return shape(t, ks);
+  return undefined;
 }
 
 /**

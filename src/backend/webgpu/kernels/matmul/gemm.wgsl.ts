@@ -1,0 +1,194 @@
+/**
+ * The register-tiled matrix-matrix kernel for products of many tokens (prompt chunks, and expert lists whose experts
+ * average many pairs): a workgroup computes a tile of `rows` rows × `tokens` tokens, each thread `tm` rows × `tn`
+ * tokens of it in registers. Per step of 32 columns the workgroup decodes its rows' weights once into workgroup
+ * memory (deq4, the same float operations per element as every other kernel) and stages its tokens' x beside them;
+ * then each thread reads tm weight vec4s and tn x vec4s per 4 columns and does tm·tn·4 multiply-adds.
+ *
+ * Why this shape: the row-tiled kernel (rowtile.wgsl.ts) keeps one row per thread and reads a broadcast x vec4 from
+ * workgroup memory for every 4 multiply-adds, and decodes each weight once per tile of ≤ 16 tokens; with a few hundred
+ * tokens that workgroup-memory read and the decode bound it. Here a thread's reads per step serve tm·tn multiply-adds
+ * each, and a weight is decoded once per tile of up to 64 tokens.
+ *
+ * Threads (tx, ty) with tx = li % (rows / tm): rows r0 + tx + (rows/tm)·i and tokens t0 + ty + (tokens/tn)·j, so that
+ * a quarter-warp's weight reads are 8 consecutive vec4s and its x reads one broadcast. Workgroup memory is [column
+ * vec4][row] with one vec4 of padding per column vec4, so that the 8 threads decoding one row's 32 columns store to
+ * distinct banks. Modes and grids are the row-tiled kernel's ("plain": [gx, gy·tiles, items]; "experts-list": [gx,
+ * gy, experts of the piece], each workgroup taking its expert's pairs a tile at a time); with `dual` a second matrix
+ * (W2: up beside gate) is decoded beside the first and the kernel writes silu(W·x)·(W2·x). x offsets and strides must
+ * be multiples of 4 (X is bound as array<vec4f>); columns a multiple of 32.
+ */
+import { deq4WGSL, dequantWGSL } from "../quant.wgsl.js";
+import { expertListWGSL, matOutWGSL } from "./mat.wgsl.js";
+import { chunkBindingsWGSL } from "./wide.wgsl.js";
+
+export interface GemmShape {
+  /** rows per workgroup tile (rows / tm threads along the rows: at least 8) */
+  readonly rows: number;
+  /** tokens (an expert's pairs) per workgroup tile */
+  readonly tokens: number;
+  /** rows per thread */
+  readonly tm: number;
+  /** tokens per thread */
+  readonly tn: number;
+  /** columns per step: 32 (one unit of every block format) or 16 (half the workgroup memory) */
+  readonly ks: number;
+  /** columns of W (baked in; a multiple of 32) */
+  readonly cols: number;
+}
+
+/** Columns a row must be a multiple of: one 32-element unit of every block format. */
+export const GEMM_STEP = 32;
+
+export function gemmThreads(s: GemmShape): number {
+  return (s.rows / s.tm) * (s.tokens / s.tn);
+}
+
+/** Bytes of workgroup memory the kernel declares. */
+export function gemmSharedBytes(s: GemmShape, dual: boolean): number {
+  const kv = s.ks / 4;
+  return ((dual ? 2 : 1) * kv * (s.rows + 1) + kv * (s.tokens + 1)) * 16;
+}
+
+/** The dequantizer of `type` reading W2 instead of W (its functions renamed; shared declarations left out). */
+function dequantForW2(type: number): string {
+  const src = `${dequantWGSL(type, GEMM_STEP)}\n${deq4WGSL(type)}`;
+  return src
+    .split("\n")
+    .filter((l) => !/^(const KIQ4|var<private> dv|fn sx8|const U:)/.test(l))
+    .join("\n")
+    .replace(/\bW\[/g, "W2[")
+    .replace(/\b(b8|b16|b32|h2f|smk4|deq4|deq)\(/g, "$1_2(");
+}
+
+export function gemmWGSL(type: number, mode: "plain" | "experts-list", s: GemmShape, dual = false): string {
+  const { rows: BM, tokens: BN, tm: TM, tn: TN } = s;
+  const TX = BM / TM;
+  const TY = BN / TN;
+  const WG = TX * TY;
+  const KV = s.ks / 4;
+  const NS = s.cols / s.ks;
+  if (
+    !Number.isInteger(TX) ||
+    !Number.isInteger(TY) ||
+    TX < 8 ||
+    WG > 256 ||
+    !Number.isInteger(NS) ||
+    (s.ks !== 16 && s.ks !== 32)
+  )
+    throw new Error(`gemm kernel: bad shape ${JSON.stringify(s)}`);
+  const S = dual ? 2 : 1;
+  const PW = BM + 1; // padded column-vec4 stride of the weight tiles
+  const PX = BN + 1;
+  const range = (n: number): number[] => Array.from({ length: n }, (_, i) => i);
+  const acc = (k: number, i: number, j: number): string => `a${k}_${i}_${j}`;
+  const decls = range(S)
+    .flatMap((k) => range(TM).flatMap((i) => range(TN).map((j) => `var ${acc(k, i, j)} = 0.0;`)))
+    .join(" ");
+  // x of tile token t (t < nt) as a vec4 row index
+  const xRow = mode === "plain" ? "xq + (t0 + t) * xs4" : "(p.xOff + (IDS[lb + t0 + t] / p.xDiv) * p.xBatch) >> 2u";
+  const wDecode = range(Math.ceil((BM * KV) / WG))
+    .map(
+      (q) => `{
+        let i = li + ${q * WG}u; let row = i / ${KV}u; let kv = i % ${KV}u;
+        ${(q + 1) * WG > BM * KV ? `if (i < ${BM * KV}u) ` : ""}{
+          let rb = wb + min(r0 + row, p.rows - 1u) * p.rowBytes;
+          WS[kv * ${PW}u + row] = deq4(rb, c0 + 4u * kv);${dual ? `\n          WS2[kv * ${PW}u + row] = deq4_2(rb, c0 + 4u * kv);` : ""}
+        }
+      }`,
+    )
+    .join("\n      ");
+  const xStage = range(Math.ceil((BN * KV) / WG))
+    .map(
+      (q) => `{
+        let i = li + ${q * WG}u; let t = i / ${KV}u; let kv = i % ${KV}u;
+        if (i < ${BN * KV}u) {
+          var v = vec4f(0.0);
+          if (t < nt) { v = X[(${xRow}) + st * ${KV}u + kv]; }
+          XS[kv * ${PX}u + t] = v;
+        }
+      }`,
+    )
+    .join("\n      ");
+  const fma4 = (a: string, w: string, x: string): string =>
+    `${a} = fma(${w}.w, ${x}.w, fma(${w}.z, ${x}.z, fma(${w}.y, ${x}.y, fma(${w}.x, ${x}.x, ${a}))));`;
+  const inner = `for (var kv = 0u; kv < ${KV}u; kv++) {
+        ${range(TM)
+          .map((i) => `let w0_${i} = WS[kv * ${PW}u + tx + ${TX * i}u];`)
+          .join(" ")}
+        ${
+          dual
+            ? range(TM)
+                .map((i) => `let w1_${i} = WS2[kv * ${PW}u + tx + ${TX * i}u];`)
+                .join(" ")
+            : ""
+        }
+        ${range(TN)
+          .map((j) => `let x${j} = XS[kv * ${PX}u + ty + ${TY * j}u];`)
+          .join(" ")}
+        ${range(S)
+          .flatMap((k) => range(TM).flatMap((i) => range(TN).map((j) => fma4(acc(k, i, j), `w${k}_${i}`, `x${j}`))))
+          .join("\n        ")}
+      }`;
+  const steps = `for (var st = 0u; st < ${NS}u; st++) {
+      let c0 = st * ${s.ks}u;
+      workgroupBarrier();
+      ${wDecode}
+      ${xStage}
+      workgroupBarrier();
+      ${inner}
+    }`;
+  const value = (i: number, j: number): string =>
+    dual ? `silu(${acc(0, i, j)}) * ${acc(1, i, j)}` : `${acc(0, i, j)}`;
+  const writes = (dest: (t: string) => string): string =>
+    range(TM)
+      .flatMap((i) =>
+        range(TN).map(
+          (j) =>
+            `{ let r = r0 + tx + ${TX * i}u; let t = ty + ${TY * j}u; if (r < p.rows && t < nt) { out(${dest("t")}, r, ${value(i, j)}); } }`,
+        ),
+      )
+      .join("\n      ");
+  const head = /* wgsl */ `${chunkBindingsWGSL(false, mode, dual)}
+var<workgroup> WS: array<vec4f, ${KV * PW}>;
+${dual ? `var<workgroup> WS2: array<vec4f, ${KV * PW}>;` : ""}
+var<workgroup> XS: array<vec4f, ${KV * PX}>;
+fn silu(g: f32) -> f32 { return g / (1.0 + exp(-g)); }
+${dequantWGSL(type, GEMM_STEP)}
+${deq4WGSL(type)}
+${dual ? dequantForW2(type) : ""}
+${matOutWGSL(true)}
+// register-tiled product: ${BM} rows × ${BN} tokens a workgroup, ${TM} × ${TN} a thread, ${NS} steps of ${s.ks} columns
+@compute @workgroup_size(${WG})
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+  let tx = li % ${TX}u;
+  let ty = li / ${TX}u;`;
+  if (mode === "plain") {
+    return `${head}
+  let tt = wid.y % p.tiles;
+  let r0 = (wid.x + (wid.y / p.tiles) * p.gx) * ${BM}u;
+  if (r0 >= p.rows) { return; }
+  let b = wid.z;
+  let wb = p.wOff + b * p.wBatch;
+  let xq = (p.xOff + b * p.xBatch) >> 2u;
+  let xs4 = p.xStride >> 2u;
+  let t0 = tt * ${BN}u;
+  let nt = min(${BN}u, p.n - t0);
+  ${decls}
+  ${steps}
+  ${writes((t) => `b, t0 + ${t}`)}
+}`;
+  }
+  return `${head}
+  let r0 = (wid.x + wid.y * p.gx) * ${BM}u;
+  let ex = p.e0 + wid.z;
+  let wb = p.wOff + wid.z * p.wBatch;
+  ${expertListWGSL("ex", "r0 < p.rows")}
+  for (var t0 = 0u; t0 < m; t0 += ${BN}u) {
+    let nt = min(${BN}u, m - t0);
+    ${decls}
+    ${steps}
+    ${writes((t) => `IDS[lb + t0 + ${t}], 0u`)}
+  }
+}`;
+}

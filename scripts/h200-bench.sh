@@ -6,7 +6,7 @@
 #   bash scripts/h200-bench.sh "--batches 1 --steps 64" "old:--batches 1 --steps 64" "--batches 1 --steps 64" ...
 set -uo pipefail
 source .gpu/env.sh
-mkdir -p node_modules && cp -r .gpu-nm/webgpu node_modules/
+mkdir -p node_modules && cp -r .gpu-nm/* node_modules/
 [ -f node_modules/webgpu/dist/linux-x64/dawn.node ] || xz -d node_modules/webgpu/dist/linux-x64/dawn.node.xz
 export XDG_RUNTIME_DIR=/tmp
 OUT=${OUT:-/tmp/out}

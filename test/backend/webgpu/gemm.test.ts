@@ -17,14 +17,16 @@ import { checkExpertLists, checkHeadsAndPieces, checkPlainProducts } from "./mat
 const { rt, skip } = await gpuOrSkip();
 const GEMM = /register-tiled product/;
 
-// [tuning, workgroup memory the shapes may use]: the default tiles; 16 KB, where dual tiles take steps of 16 columns
-// (a GPU offering the WebGPU minimum); then the long sweeps' other tiles
+// [tuning, workgroup memory the shapes may use]: the default tiles; 16 KB (a GPU offering the WebGPU minimum), where
+// single plain tiles take steps of 16 columns and expert lists' dual tiles fewer rows a thread; then the long sweeps'
+// other tiles (steps of 32 for dual products among them)
 const tunings: readonly (readonly [KernelTuning, number?])[] = [
   [{}],
   [{}, 16384],
   [{ gemmTokens: 16, gemmRows: 1 }],
   [{ gemmTokens: 32, gemmRows: 2 }],
   [{ gemmTokens: 64, gemmRows: 8 }],
+  [{ gemmStep: 32 }],
 ];
 
 function runtime(tune: KernelTuning, opts: RuntimeOptions = {}, workgroupBytes?: number): GpuRuntime {
@@ -39,7 +41,7 @@ function runtime(tune: KernelTuning, opts: RuntimeOptions = {}, workgroupBytes?:
 const mat = (type: number, cols: number, rows: number, items = 1): GpuMatrix =>
   ({ type, cols, rows, items }) as unknown as GpuMatrix;
 
-test("selection: by default at 32-wide subgroups from 64 tokens and from 12 pairs an expert; never with tune.gemm = 0, nor on CPU adapters unless asked", {
+test("selection: by default at 32-wide subgroups from 128 tokens and from 12 pairs an expert; never with tune.gemm = 0, nor on CPU adapters unless asked", {
   skip,
 }, () => {
   const at = (subgroupSize: number, tune: KernelTuning = {}): GpuRuntime =>
@@ -56,13 +58,15 @@ test("selection: by default at 32-wide subgroups from 64 tokens and from 12 pair
     return s === undefined ? "none" : `${s.rows}x${s.tokens}, ${s.tm}x${s.tn} a thread, steps of ${s.ks}`;
   };
   assert.equal(describe(h200, a0, 512, "plain"), "64x64, 4x4 a thread, steps of 32");
-  assert.equal(describe(h200, a0, 64, "plain"), "64x64, 4x4 a thread, steps of 32");
-  assert.equal(describe(h200, a0, 63, "plain"), "none");
+  assert.equal(describe(h200, a0, 128, "plain"), "64x64, 4x4 a thread, steps of 32");
+  assert.equal(describe(h200, a0, 127, "plain"), "none");
   // expert lists: tiles sized to an expert's average pairs (v2-lite prefill 512: 48; GLM-5's 256 experts: 16)
-  assert.equal(describe(h200, gate, 512 * 6, "experts-list", true), "64x64, 4x4 a thread, steps of 32");
-  // (a dual 128-row tile needs 35–37 KB in steps of 32 columns: steps of 16 within the 32 KB the H200's Dawn offers)
+  // (dual products and expert lists in steps of 16 columns)
+  assert.equal(describe(h200, gate, 512 * 6, "experts-list", true), "64x64, 4x4 a thread, steps of 16");
   assert.equal(describe(h200, gate, 32 * 64, "experts-list", true), "128x32, 4x4 a thread, steps of 16");
-  assert.equal(describe(h200, gate, 32 * 64, "experts-list"), "128x32, 4x4 a thread, steps of 32");
+  assert.equal(describe(h200, gate, 32 * 64, "experts-list"), "128x32, 4x4 a thread, steps of 16");
+  assert.equal(describe(h200, a0, 512, "plain", true), "64x64, 4x4 a thread, steps of 16");
+  assert.equal(describe(at(32, { gemmStep: 32 }), gate, 32 * 64, "experts-list"), "128x32, 4x4 a thread, steps of 32");
   assert.equal(describe(h200, gate, 16 * 64, "experts-list", true), "128x16, 2x4 a thread, steps of 16");
   assert.equal(describe(h200, gate, 11 * 64, "experts-list", true), "none");
   assert.equal(describe(at(8), a0, 512, "plain"), "none");
@@ -70,18 +74,21 @@ test("selection: by default at 32-wide subgroups from 64 tokens and from 12 pair
   assert.equal(describe(at(8, { gemm: 1 }), a0, 512, "plain"), "64x64, 4x4 a thread, steps of 32");
   assert.equal(describe(h200, odd, 512, "plain"), "none"); // columns not a multiple of 32
   assert.equal(gemmShape(h200, a0, 512, "plain", false), undefined); // x not aligned
-  // a tile that does not fit the workgroup memory takes steps of 16 columns, then fewer rows a thread
+  // a tile that does not fit the workgroup memory takes steps of 16 columns, then fewer rows a thread (16 KB: the
+  // single 64 × 64 tile needs 16.6 KB in steps of 32)
   const small = new GpuRuntime(
     { ...rt!.info, subgroupSize: 32, limits: { ...rt!.info.limits, maxComputeWorkgroupStorageSize: 16384 } },
     {},
   );
-  assert.equal(describe(small, gate, 512 * 6, "experts-list", true), "64x64, 4x4 a thread, steps of 16");
+  assert.equal(describe(small, a0, 512, "plain"), "64x64, 4x4 a thread, steps of 16");
   assert.equal(describe(small, gate, 32 * 64, "experts-list", true), "64x32, 2x4 a thread, steps of 16");
   assert.throws(() => gemmShape(at(32, { gemmTokens: 24 }), a0, 512, "plain", true), /gemmTokens/);
   assert.throws(() => gemmShape(at(32, { gemmRows: 3 }), a0, 512, "plain", true), /gemmRows/);
   // the launcher takes it where it applies
   assert.match(matvecKernel(h200, a0 as GpuMatrix, 512, false, true).code, GEMM);
-  assert.doesNotMatch(matvecKernel(h200, a0 as GpuMatrix, 32, false, true).code, GEMM);
+  assert.doesNotMatch(matvecKernel(h200, a0 as GpuMatrix, 64, false, true).code, GEMM);
+  assert.equal(gemmShape(at(32, { gemmStep: 16 }), a0, 512, "plain", true)?.ks, 16);
+  assert.throws(() => gemmShape(at(32, { gemmStep: 8 }), a0, 512, "plain", true), /gemmStep/);
 });
 
 for (const [tune, workgroupBytes] of tunings) {

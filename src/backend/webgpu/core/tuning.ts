@@ -134,6 +134,11 @@ export const KNOBS = {
     doc: "rows per thread of the register-tiled kernel (1, 2, 4 or 8; the tile's rows are this × the threads along them)",
     default: "4 (2 with 16-token tiles)",
   },
+  gemmStep: {
+    family: "matmul",
+    doc: "columns per step of the register-tiled kernel: 32 or 16 (a step's tiles in half the workgroup memory, twice the barriers)",
+    default: "16 for dual products and expert lists; else 32 where the tiles fit, else 16",
+  },
   // attention (kernels/attention/)
   attn: {
     family: "attention",

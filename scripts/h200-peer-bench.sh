@@ -60,9 +60,10 @@ serve() { # latent serve under SERVE_CLIENTS concurrent streaming clients: $out/
   stamp "latent serve --backend webgpu: $clients streaming clients, $tokens prompt + $tokens generated tokens each"
   # what a user serving 32 clients sets: a slot each, a whole prompt per chunk, a step budget of 16 prompts (llama.cpp's
   # -b 2048 here), KV room for every sequence twice over; greedy requests chain their decode steps on the GPU
+  # a file entry (node -e would hand --input-type=module to the GPU's worker threads, whose eval'd code is CommonJS)
+  printf 'const { main } = await import("./src/cli/main.js");\nawait main(process.argv.slice(2));\n' > "$build/latent-entry.mjs"
   # shellcheck disable=SC2086
-  timeout "${SERVE_TIMEOUT:-420}" node --input-type=module -e "const { main } = await import('./$build/src/cli/main.js'); await main(process.argv.slice(1));" \
-    -- serve "$model" --backend webgpu --port "$port" --max-batch "$clients" --prefill-chunk "$tokens" --token-budget 2048 \
+  timeout "${SERVE_TIMEOUT:-420}" node "$build/latent-entry.mjs" serve "$model" --backend webgpu --port "$port" --max-batch "$clients" --prefill-chunk "$tokens" --token-budget 2048 \
     --kv-cache-tokens "$(( clients * tokens * 4 > 16384 ? clients * tokens * 4 : 16384 ))" ${SERVE_ARGS:-} > "$out/latent-serve.log" 2>&1 &
   server=$!
   for (( i = 0; i < ${SERVE_LOAD_TIMEOUT:-300}; i++ )); do

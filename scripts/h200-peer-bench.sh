@@ -18,7 +18,9 @@
 # bench's S_TG at B = 32 in the table. It needs the CLI's run-time packages, carried inside dist-gpu (~150 KB):
 #   npx tsc -p tsconfig.json --outDir dist-gpu --sourceMap false && rm -rf dist-gpu/{test,scripts,tools,research}
 #   bash scripts/h200-serve.sh deps dist-gpu/serve-deps.txz
-# The table is written before the serve phase and again after it, so a call cut short there still has the rest.
+# The table is written before the serve phase and again after it, so a call cut short there still has the rest; then
+# `ONLY=serve bash scripts/h200-peer-bench.sh MODEL [LAYERS]` in the next call on the still-warm machine runs the serve
+# phase alone and prints the whole table again (the file and /tmp/peer/<model> are still there).
 # SERVE_CLIENTS, SERVE_TOKENS (prompt and generated tokens per client) and SERVE_ARGS (more serve options) change it;
 # ONLY=serve runs the serve phase alone (no llama.cpp needed), and GPU_ENV=/dev/null with MODEL=FILE.gguf try it
 # elsewhere, e.g. on lavapipe with a 2-layer model:
@@ -66,25 +68,29 @@ serve() { # latent serve under SERVE_CLIENTS concurrent streaming clients: $out/
   timeout "${SERVE_TIMEOUT:-420}" node "$build/latent-entry.mjs" serve "$model" --backend webgpu --port "$port" --max-batch "$clients" --prefill-chunk "$tokens" --token-budget 2048 \
     --kv-cache-tokens "$(( clients * tokens * 4 > 16384 ? clients * tokens * 4 : 16384 ))" ${SERVE_ARGS:-} > "$out/latent-serve.log" 2>&1 &
   server=$!
+  # GET a path of the server (node's fetch: no curl needed) to stdout; fails unless 200
+  get() { node -e 'fetch(process.argv[1]).then(async (r) => { process.stdout.write(await r.text()); process.exit(r.ok ? 0 : 1) }, () => process.exit(1))' "http://127.0.0.1:$port$1"; }
   for (( i = 0; i < ${SERVE_LOAD_TIMEOUT:-300}; i++ )); do
-    curl -sf "http://127.0.0.1:$port/health" > /dev/null && break
+    get /health > /dev/null && break
     kill -0 $server 2> /dev/null || break
     sleep 1
   done
-  if curl -sf "http://127.0.0.1:$port/health" > /dev/null; then
+  if get /health > /dev/null; then
     stamp "serve ready: $(grep -o 'loaded .*' "$out/latent-serve.log" | head -1)"
     # a warm-up request, a warm-up round of every client, then the measured round (prompts differ: no prefix-cache hits)
     timeout "${PROBE_TIMEOUT:-240}" node scripts/serve-probe.mjs --url "http://127.0.0.1:$port" --warmup "1,$clients" \
       --clients "$clients" --stream --prompt-tokens "$tokens" --max-tokens "$tokens" --timeout 120 \
       --json "$out/latent-serve$clients.json" 2>&1 | tee "$out/latent-serve-probe.log" || echo "serve-probe failed"
-    curl -s "http://127.0.0.1:$port/metrics" | grep -E "^latent_(step_seconds|batch_tokens)_(sum|count)|^latent_(generation|prompt)_tokens_total|^latent_preemptions_total" \
+    get /metrics | grep -E "^latent_(step_seconds|batch_tokens)_(sum|count)|^latent_(generation|prompt)_tokens_total|^latent_preemptions_total" \
       > "$out/latent-serve-metrics.txt"
   else
     echo "serve did not become ready:" >&2
   fi
-  kill -TERM $server 2> /dev/null
+  # SIGTERM to the server itself (timeout's child; timeout would send it twice, to the child and to its group, and a
+  # second one makes the server exit at once): it drains and exits, and timeout with it; KILL after 30 s
+  pkill -TERM -P $server 2> /dev/null || kill -TERM $server 2> /dev/null
   for (( i = 0; i < 60; i++ )); do kill -0 $server 2> /dev/null || break; sleep 0.5; done
-  kill -KILL $server 2> /dev/null
+  pkill -KILL -P $server 2> /dev/null; kill -KILL $server 2> /dev/null
   wait $server
   stamp "server rc=$?"; grep -v '^Warning' "$out/latent-serve.log" | tail -3
 }

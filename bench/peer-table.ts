@@ -45,6 +45,7 @@ export interface ServeProbeRow {
   readonly decode_tok_s: number;
   /** prompt + generated tokens over the round's wall time */
   readonly total_tok_s: number;
+  readonly ttft_s_mean?: number;
   readonly ttft_s_p50: number;
   readonly ttft_s_max: number;
 }
@@ -207,7 +208,7 @@ export function serveRows(dir: string): PeerRow[] {
 export function serveNotes(dir: string): string[] {
   return serveProbeRows(dir).map(
     (r) =>
-      `serve, ${r.clients} clients: time to first token p50 ${r.ttft_s_p50.toFixed(2)} s, max ${r.ttft_s_max.toFixed(2)} s; ${r.tokens} tokens generated`,
+      `serve, ${r.clients} clients: time to first token ${r.ttft_s_mean !== undefined ? `mean ${r.ttft_s_mean.toFixed(2)} s, ` : ""}p50 ${r.ttft_s_p50.toFixed(2)} s, max ${r.ttft_s_max.toFixed(2)} s; ${r.tokens} tokens generated`,
   );
 }
 

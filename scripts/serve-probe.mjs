@@ -151,6 +151,8 @@ async function round(n, index) {
     decode_tok_s: to > from ? r3(decodeTokens / ((to - from) / 1000)) : 0,
     // the prompts' tokens over the time until every request had its first token (decode steps of the early ones in it)
     prompt_tok_s: r3(prompt / ((from - t0) / 1000)),
+    ttft_s_min: r3(ttft[0]),
+    ttft_s_mean: r3(ttft.reduce((a, b) => a + b, 0) / ttft.length),
     ttft_s_p50: r3(median(ttft)),
     ttft_s_max: r3(ttft[ttft.length - 1]),
     // tokens counted from the chunks against the usage the server reports (0 unless a chunk carried several)

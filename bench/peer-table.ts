@@ -6,6 +6,8 @@
  *   latent-*.json                     bench/webgpu-model.ts --json (prefill, decode batch B, decode after N keys)
  *   latent-budget.json, llama-ot.json with a GPU memory budget: latent's expert cache against llama.cpp's experts on
  *                                     the CPU (-ot exps=CPU)
+ *   latent-serve<N>.json              scripts/serve-probe.mjs --stream --json: `latent serve` under N streaming clients,
+ *                                     its decode rate beside S_TG and its overall rate beside S at B = N
  * `node --import tsx bench/peer-table.ts DIR [DIR …]` prints one markdown table per folder (one folder per model).
  * A figure measured by several runs (latent's prefill 512 and short-context decode come from more than one) is shown
  * as the range of those runs, and its ratio as the range over both sides' figures.
@@ -28,6 +30,24 @@ interface BatchedRow {
   readonly pp: number;
   readonly tg: number;
   readonly speed_tg: number;
+  /** prompt and generated tokens over the whole time (S) */
+  readonly speed?: number;
+}
+
+/** One round of scripts/serve-probe.mjs --stream (the fields the table reads). */
+export interface ServeProbeRow {
+  readonly clients: number;
+  /** generated tokens, all clients */
+  readonly tokens: number;
+  readonly prompt_tokens: number;
+  readonly max_tokens: number;
+  /** the tokens that came after every client had its first one, over the time from then to the last token */
+  readonly decode_tok_s: number;
+  /** prompt + generated tokens over the round's wall time */
+  readonly total_tok_s: number;
+  readonly ttft_s_mean?: number;
+  readonly ttft_s_p50: number;
+  readonly ttft_s_max: number;
 }
 
 interface LatentResult {
@@ -69,7 +89,9 @@ function readJsonl<T>(path: string): T[] {
 /** latent-ctx<N>.json: a bench run whose decode steps start from N keys (prefill figures from the run's --prompt). */
 function latentRuns(dir: string, budget = false): LatentRun[] {
   return readdirSync(dir)
-    .filter((f) => /^latent-.*\.json$/.test(f) && f.startsWith("latent-budget") === budget)
+    .filter(
+      (f) => /^latent-.*\.json$/.test(f) && f.startsWith("latent-budget") === budget && !f.startsWith("latent-serve"),
+    )
     .sort()
     .map((f) => {
       const run = readJson<{ model: string; results: LatentResult[] }>(join(dir, f))!;
@@ -145,6 +167,51 @@ export function budgetRows(dir: string): PeerRow[] {
   return rows.filter((r) => r.llama !== undefined || r.latent !== undefined);
 }
 
+/** The serve probe's rounds (latent-serve<N>.json), streamed ones only. */
+export function serveProbeRows(dir: string): ServeProbeRow[] {
+  return readdirSync(dir)
+    .filter((f) => /^latent-serve\d+\.json$/.test(f))
+    .sort()
+    .flatMap((f) => readJson<(ServeProbeRow & { stream?: boolean })[]>(join(dir, f)) ?? [])
+    .filter((r) => r.stream === true && r.clients > 0);
+}
+
+/**
+ * `latent serve` under N concurrent clients of P prompt + G generated tokens each: its aggregate decode rate beside
+ * llama-batched-bench's S_TG at B = N (-npp P -ntg G), and its overall rate beside batched-bench's S.
+ */
+export function serveRows(dir: string): PeerRow[] {
+  const probes = serveProbeRows(dir);
+  const batched = readJsonl<BatchedRow>(join(dir, "llama-batched.jsonl"));
+  const rows: PeerRow[] = [];
+  for (const n of [...new Set(probes.map((r) => r.clients))].sort((a, b) => a - b)) {
+    const mine = probes.filter((r) => r.clients === n);
+    const prompt = Math.round(mine[0].prompt_tokens / n);
+    const gen = mine[0].max_tokens;
+    const peer = batched.filter((r) => r.pl === n && r.pp === prompt && r.tg === gen);
+    const work = `serve, ${n} clients (${prompt}+${gen})`;
+    rows.push({
+      work,
+      llama: span(peer.map((r) => r.speed_tg)),
+      latent: span(mine.map((r) => r.decode_tok_s)),
+    });
+    rows.push({
+      work: `${work}, prompt + generated over wall time (llama.cpp: batched-bench S)`,
+      llama: span(peer.flatMap((r) => (r.speed !== undefined ? [r.speed] : []))),
+      latent: span(mine.map((r) => r.total_tok_s)),
+    });
+  }
+  return rows;
+}
+
+/** One line per client count: the serve rounds' time to first token. */
+export function serveNotes(dir: string): string[] {
+  return serveProbeRows(dir).map(
+    (r) =>
+      `serve, ${r.clients} clients: time to first token ${r.ttft_s_mean !== undefined ? `mean ${r.ttft_s_mean.toFixed(2)} s, ` : ""}p50 ${r.ttft_s_p50.toFixed(2)} s, max ${r.ttft_s_max.toFixed(2)} s; ${r.tokens} tokens generated`,
+  );
+}
+
 const num = (x: number): string => (x >= 100 ? x.toFixed(0) : x.toFixed(1));
 const fmt = (x: Span | undefined): string =>
   x === undefined ? "–" : x[0] === x[1] ? num(x[0]) : `${num(x[0])}–${num(x[1])}`;
@@ -177,7 +244,9 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   }
   for (const dir of dirs) {
     const model = latentRuns(dir)[0]?.model ?? dir;
-    console.log(`\n${model}\n\n${peerTable(peerRows(dir))}`);
+    console.log(`\n${model}\n\n${peerTable([...peerRows(dir), ...serveRows(dir)])}`);
+    const notes = serveNotes(dir);
+    if (notes.length > 0) console.log(`\n${notes.join("\n")}`);
     const budget = budgetRows(dir);
     if (budget.length > 0) console.log(`\nwith a GPU memory budget\n\n${peerTable(budget)}`);
   }

@@ -6,20 +6,33 @@
 # .gpu-serve carried:
 #   bash scripts/h200-serve.sh prepare
 #   bash scripts/h200-serve.sh run [clients, default 1,8,32] [max tokens per request, default 128]
+# `bash scripts/h200-serve.sh deps FILE.txz` packs only the run-time packages (the production dependency closure that
+# npm ls lists, webgpu left out: .gpu-nm has it; package.json and script files only: ~150 KB xz'd) as node_modules/…
+# entries; scripts/h200-peer-bench.sh carries them inside dist-gpu (dist-gpu/serve-deps.txz) for its serve phase.
 # (PROBE_ARGS="--temperature 1": the clients sample at temperature 1, seeded, instead of greedily)
 set -uo pipefail
+deps() { # FILE.txz: what src/ imports at run time and what that imports, as node_modules/… (webgpu comes from .gpu-nm)
+  local pkgs
+  pkgs=$(npm ls --omit=dev --omit=optional --all --parseable 2>/dev/null | tail -n +2 | sed "s|^$PWD/||")
+  [ -n "$pkgs" ] || { echo "npm ls found no run-time packages (npm install first)" >&2; return 1; }
+  # shellcheck disable=SC2086
+  find $pkgs -type f \( -name "*.json" -o -name "*.js" -o -name "*.cjs" -o -name "*.mjs" \) ! -name "tsconfig*.json" \
+    ! -path "*/test/*" ! -path "*/tests/*" ! -path "*/docs/*" ! -path "*/examples/*" ! -path "*/benchmarks/*" -print0 \
+    | tar cJf "$1" --null -T - && du -h "$1"
+}
+if [ "${1:-}" = deps ]; then
+  deps "${2:?usage: h200-serve.sh deps FILE.txz}"
+  exit
+fi
 if [ "${1:-}" = prepare ]; then
   grep -qxF '.gpu-serve/' .git/info/exclude 2>/dev/null || echo '.gpu-serve/' >> .git/info/exclude
-  rm -rf .gpu-serve && mkdir -p .gpu-serve/node_modules
+  rm -rf .gpu-serve && mkdir -p .gpu-serve
   npx tsc -p tsconfig.build.json --outDir .gpu-serve/dist --sourceMap false || exit 1
-  # what src/ imports at run time (webgpu comes from .gpu-nm there): package.json and the .js/.cjs files only
-  for p in cli-progress string-width emoji-regex is-fullwidth-code-point strip-ansi ansi-regex @huggingface/jinja prom-client tdigest bintrees @opentelemetry/api; do
-    (cd node_modules && find "$p" \( -name package.json -o -name "*.js" -o -name "*.cjs" \) ! -path "*/test/*" ! -path "*/examples/*" -print0 | xargs -0 -I{} install -D {} "../.gpu-serve/node_modules/{}")
-  done
+  deps .gpu-serve/deps.txz && tar xJf .gpu-serve/deps.txz -C .gpu-serve && rm .gpu-serve/deps.txz || exit 1
   du -sh .gpu-serve
   exit 0
 fi
-[ "${1:-}" = run ] || { echo "usage: bash scripts/h200-serve.sh prepare|run [clients] [max tokens]" >&2; exit 2; }
+[ "${1:-}" = run ] || { echo "usage: bash scripts/h200-serve.sh prepare|run [clients] [max tokens] | deps FILE.txz" >&2; exit 2; }
 shift
 # (GPU_ENV=/dev/null, MODEL and SYNTH try the script elsewhere, e.g. on lavapipe with a 2-layer model)
 source "${GPU_ENV:-.gpu/env.sh}"

@@ -34,14 +34,14 @@ function runtime(tune: KernelTuning, opts: RuntimeOptions = {}, workgroupBytes?:
     workgroupBytes === undefined
       ? rt!.info
       : { ...rt!.info, limits: { ...rt!.info.limits, maxComputeWorkgroupStorageSize: workgroupBytes } };
-  return new GpuRuntime(info, { checkWrites: true, ...opts, tune: { gemm: 1, ...tune } });
+  return new GpuRuntime(info, { checkWrites: true, ...opts, tune: { gemm: 2, ...tune } });
 }
 
 // (the shape reads only the matrix's type and dimensions)
 const mat = (type: number, cols: number, rows: number, items = 1): GpuMatrix =>
   ({ type, cols, rows, items }) as unknown as GpuMatrix;
 
-test("selection: by default at 32-wide subgroups from 128 tokens and from 12 pairs an expert; never with tune.gemm = 0, nor on CPU adapters unless asked", {
+test("selection: by default at 32-wide subgroups from 128 tokens and from 24 pairs an expert; never with tune.gemm = 0, nor on CPU adapters unless asked", {
   skip,
 }, () => {
   const at = (subgroupSize: number, tune: KernelTuning = {}): GpuRuntime =>
@@ -67,8 +67,10 @@ test("selection: by default at 32-wide subgroups from 128 tokens and from 12 pai
   assert.equal(describe(h200, gate, 32 * 64, "experts-list"), "128x32, 4x4 a thread, steps of 16");
   assert.equal(describe(h200, a0, 512, "plain", true), "64x64, 4x4 a thread, steps of 16");
   assert.equal(describe(at(32, { gemmStep: 32 }), gate, 32 * 64, "experts-list"), "128x32, 4x4 a thread, steps of 32");
-  assert.equal(describe(h200, gate, 16 * 64, "experts-list", true), "128x16, 2x4 a thread, steps of 16");
-  assert.equal(describe(h200, gate, 11 * 64, "experts-list", true), "none");
+  assert.equal(describe(h200, gate, 24 * 64, "experts-list", true), "128x32, 4x4 a thread, steps of 16");
+  assert.equal(describe(h200, gate, 23 * 64, "experts-list", true), "none");
+  // from any count with tune.gemm = 2 (16-token tiles: GLM-5's 256 experts at a 512-token prefill)
+  assert.equal(describe(at(32, { gemm: 2 }), gate, 16 * 64, "experts-list", true), "128x16, 2x4 a thread, steps of 16");
   assert.equal(describe(at(8), a0, 512, "plain"), "none");
   assert.equal(describe(at(32, { gemm: 0 }), a0, 512, "plain"), "none");
   assert.equal(describe(at(8, { gemm: 1 }), a0, 512, "plain"), "64x64, 4x4 a thread, steps of 32");

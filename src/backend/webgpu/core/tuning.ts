@@ -121,7 +121,7 @@ export const KNOBS = {
   },
   gemm: {
     family: "matmul",
-    doc: "the register-tiled kernel (gemm.wgsl.ts) for plain products of ≥ GEMM_FROM tokens and expert lists averaging ≥ GEMM_EXPERTS_FROM pairs an expert: 1 on (every GPU type, also on CPU adapters), 0 off",
+    doc: "the register-tiled kernel (gemm.wgsl.ts) for plain products of ≥ GEMM_FROM = 128 tokens and expert lists averaging ≥ GEMM_EXPERTS_FROM = 24 pairs an expert: 1 on (also on CPU adapters), 2 on from any count (where the wide kernel does not take the product), 0 off",
     default: "on where subgroups are 32 wide or more (GPUs)",
   },
   gemmTokens: {

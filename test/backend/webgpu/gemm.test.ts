@@ -58,8 +58,10 @@ test("selection: by default at 32-wide subgroups from 128 tokens and from 24 pai
     return s === undefined ? "none" : `${s.rows}x${s.tokens}, ${s.tm}x${s.tn} a thread, steps of ${s.ks}`;
   };
   assert.equal(describe(h200, a0, 512, "plain"), "64x64, 4x4 a thread, steps of 32");
-  assert.equal(describe(h200, a0, 128, "plain"), "64x64, 4x4 a thread, steps of 32");
-  assert.equal(describe(h200, a0, 127, "plain"), "none");
+  const dense = mat(GGMLType.Q4_K, 2048, 10944);
+  assert.equal(describe(h200, dense, 128, "plain"), "64x64, 4x4 a thread, steps of 32");
+  assert.equal(describe(h200, dense, 127, "plain"), "none");
+  assert.equal(describe(h200, a0, 128, "plain"), "none"); // 57 × 2 tiles: fewer than GEMM_MIN_GROUPS
   // expert lists: tiles sized to an expert's average pairs (v2-lite prefill 512: 48; GLM-5's 256 experts: 16)
   // (dual products and expert lists in steps of 16 columns)
   assert.equal(describe(h200, gate, 512 * 6, "experts-list", true), "64x64, 4x4 a thread, steps of 16");
@@ -75,6 +77,11 @@ test("selection: by default at 32-wide subgroups from 128 tokens and from 24 pai
   assert.equal(describe(at(32, { gemm: 0 }), a0, 512, "plain"), "none");
   assert.equal(describe(at(8, { gemm: 1 }), a0, 512, "plain"), "64x64, 4x4 a thread, steps of 32");
   assert.equal(describe(h200, odd, 512, "plain"), "none"); // columns not a multiple of 32
+  // a small product (v2-lite's router: 64 rows, 8 tiles of 512 tokens) stays on the row-tiled kernel
+  const router = mat(GGMLType.Q4_K, 2048, 64);
+  assert.equal(describe(h200, router, 512, "plain"), "none");
+  assert.equal(gemmShape(h200, router, 512, "plain", true, false, 64 * 16)?.rows, 64); // 16 heads' rows: 128 tiles
+  assert.equal(describe(at(32, { gemm: 2 }), router, 512, "plain"), "64x64, 4x4 a thread, steps of 32");
   assert.equal(gemmShape(h200, a0, 512, "plain", false), undefined); // x not aligned
   // a tile that does not fit the workgroup memory takes steps of 16 columns, then fewer rows a thread (16 KB: the
   // single 64 × 64 tile needs 16.6 KB in steps of 32)

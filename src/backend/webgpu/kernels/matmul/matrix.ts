@@ -57,7 +57,7 @@ function tiledKernel(
   rowsTotal: number,
   dual: boolean,
 ): TiledKernel | undefined {
-  const gemm = gemmShape(rt, m, n, mode, aligned, dual);
+  const gemm = gemmShape(rt, m, n, mode, aligned, dual, rowsTotal);
   if (gemm !== undefined) return { code: gemmWGSL(m.type, mode, gemm, dual), rows: gemm.rows, tokens: gemm.tokens };
   const rowTile = rowTileShape(rt, m, n, mode, aligned, rowsTotal, dual);
   if (rowTile !== undefined)

@@ -2,8 +2,7 @@
 // the CPU reference on fresh random inputs, through the shared cases of matmul-cases.ts: block and K-quant types
 // (IQ4_XS through its unit decoder), odd rows, token counts below, at and past a tile (partial tiles), strided and
 // offset x/y, accumulation and SwiGLU, the dual gate·up form, the per-head batch form, weights in pieces, and expert
-// lists with uneven pair counts. On lavapipe the kernel runs only when asked for (tune.gemm = 1); the default tile and
-// two others are checked, the others only in the long sweeps.
+// lists with uneven pair counts. On lavapipe the kernel runs only when asked for (tune.gemm = 2 here).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { GGMLType } from "../../../src/gguf/types.js";
@@ -11,23 +10,53 @@ import { GpuRuntime, type RuntimeOptions } from "../../../src/backend/webgpu/cor
 import type { KernelTuning } from "../../../src/backend/webgpu/core/tuning.js";
 import { type GpuMatrix, matvecKernel } from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
 import { gemmShape } from "../../../src/backend/webgpu/kernels/matmul/select.js";
-import { gpuOrSkip, Rng, sweepSkip } from "./helpers.js";
+import { gpuOrSkip, LONG_SWEEPS, Rng, sweepSkip } from "./helpers.js";
 import { checkExpertLists, checkHeadsAndPieces, checkPlainProducts } from "./matmul-cases.js";
 
 const { rt, skip } = await gpuOrSkip();
 const GEMM = /register-tiled product/;
 
-// [tuning, workgroup memory the shapes may use]: the default tiles; 16 KB (a GPU offering the WebGPU minimum), where
-// single plain tiles take steps of 16 columns and expert lists' dual tiles fewer rows a thread; then the long sweeps'
-// other tiles (steps of 32 for dual products among them)
-const tunings: readonly (readonly [KernelTuning, number?])[] = [
-  [{}],
-  [{}, 16384],
-  [{ gemmTokens: 16, gemmRows: 1 }],
-  [{ gemmTokens: 32, gemmRows: 2 }],
-  [{ gemmTokens: 64, gemmRows: 8 }],
-  [{ gemmStep: 32 }],
+// [tuning, workgroup memory the shapes may use, run in the suite]: the default tiles (Q4_K); 16-token tiles of two rows
+// a thread, the other decoders; 16 KB (a GPU offering the WebGPU minimum), where single plain tiles take steps of 16
+// columns and expert lists' dual tiles fewer rows a thread; the pipelined steps; then the long sweeps' other tiles.
+const tunings: readonly (readonly [KernelTuning, number | undefined, boolean])[] = [
+  [{}, undefined, true],
+  [{ gemmTokens: 16 }, undefined, true],
+  [{}, 16384, true],
+  [{ gemmPipe: 1, gemmTokens: 16 }, undefined, true],
+  [{ gemmTokens: 16, gemmRows: 1 }, undefined, false],
+  [{ gemmTokens: 32, gemmRows: 2 }, undefined, false],
+  [{ gemmTokens: 64, gemmRows: 8 }, undefined, false],
+  [{ gemmStep: 32 }, undefined, false],
 ];
+
+type Case = readonly [number, number, number, number];
+
+// Cases [type, cols, rows, tokens] of the plain products and [type, cols, rows, row bytes] of the expert lists. In
+// the suite the production tiles take Q4_K, the 16-token tiles every other decoder family (lavapipe's LLVM takes 10–30
+// s for each kernel; Q8_0 runs in the per-head and pieces cases), the other configurations Q4_K: they change the
+// kernel's frame, not its decoders. The long sweeps take every type everywhere.
+const PLAIN: readonly Case[] = [
+  [GGMLType.Q4_K, 256, 67, 70],
+  [GGMLType.Q5_0, 96, 67, 5],
+  [GGMLType.IQ4_XS, 256, 19, 9],
+  [GGMLType.Q6_K, 512, 130, 9],
+  [GGMLType.Q8_0, 64, 33, 70],
+  [GGMLType.F16, 64, 21, 6],
+];
+const LISTS: readonly Case[] = [
+  [GGMLType.Q4_K, 256, 67, 144],
+  [GGMLType.Q6_K, 256, 40, 210],
+  [GGMLType.Q5_0, 96, 19, 66],
+];
+const others = (tune: KernelTuning, workgroupBytes?: number): boolean =>
+  tune.gemmTokens === 16 && tune.gemmPipe === undefined && tune.gemmRows === undefined && workgroupBytes === undefined;
+function planCases(tune: KernelTuning, workgroupBytes?: number): readonly Case[] {
+  return LONG_SWEEPS ? PLAIN : others(tune, workgroupBytes) ? PLAIN.slice(1, 4) : PLAIN.slice(0, 1);
+}
+function listCases(tune: KernelTuning, workgroupBytes?: number): readonly Case[] {
+  return LONG_SWEEPS ? LISTS : others(tune, workgroupBytes) ? LISTS.slice(1) : LISTS.slice(0, 1);
+}
 
 function runtime(tune: KernelTuning, opts: RuntimeOptions = {}, workgroupBytes?: number): GpuRuntime {
   const info =
@@ -100,20 +129,12 @@ test("selection: by default at 32-wide subgroups from 128 tokens and from 24 pai
   assert.throws(() => gemmShape(at(32, { gemmStep: 8 }), a0, 512, "plain", true), /gemmStep/);
 });
 
-for (const [tune, workgroupBytes] of tunings) {
+for (const [tune, workgroupBytes, inSuite] of tunings) {
   const name = `${JSON.stringify(tune)}${workgroupBytes !== undefined ? ` in ${workgroupBytes} B` : ""}`;
-  const inSuite = Object.keys(tune).length === 0;
   test(`register-tiled plain products ${name}: types, odd rows, n = 5 / 9 / 70, strides, acc, SwiGLU, dual gate·up`, {
     skip: sweepSkip(skip, inSuite),
   }, async () => {
-    const cases = [
-      [GGMLType.Q4_K, 256, 67, 70],
-      [GGMLType.Q6_K, 512, 130, 9],
-      [GGMLType.Q5_0, 96, 67, 5],
-      [GGMLType.Q8_0, 64, 33, 70],
-      [GGMLType.IQ4_XS, 256, 19, 9],
-      [GGMLType.F16, 64, 21, 6],
-    ] as const;
+    const cases = planCases(tune, workgroupBytes);
     await checkPlainProducts(runtime(tune, {}, workgroupBytes), new Rng(101 + name.length), cases, {
       kernel: GEMM,
       dual: true,
@@ -121,7 +142,7 @@ for (const [tune, workgroupBytes] of tunings) {
   });
 
   test(`register-tiled per-head batch form and row pieces ${name}`, {
-    skip: sweepSkip(skip, inSuite),
+    skip: sweepSkip(skip, inSuite && others(tune, workgroupBytes)),
   }, async () => {
     await checkHeadsAndPieces((opts) => runtime(tune, opts, workgroupBytes), new Rng(123 + name.length));
   });
@@ -129,11 +150,7 @@ for (const [tune, workgroupBytes] of tunings) {
   test(`register-tiled expert lists ${name}: uneven pairs per expert, empty experts, pieces, acc, SwiGLU, dual gate·up`, {
     skip: sweepSkip(skip, inSuite),
   }, async () => {
-    const types = [
-      [GGMLType.Q4_K, 256, 67, 144],
-      [GGMLType.Q5_0, 96, 19, 66],
-      [GGMLType.Q6_K, 256, 40, 210],
-    ] as const;
+    const types = listCases(tune, workgroupBytes);
     await checkExpertLists((opts) => runtime(tune, opts, workgroupBytes), new Rng(141 + name.length), types, {
       kernel: GEMM,
       dual: true,

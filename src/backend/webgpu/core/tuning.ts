@@ -139,6 +139,11 @@ export const KNOBS = {
     doc: "columns per step of the register-tiled kernel: 32 or 16 (a step's tiles in half the workgroup memory, twice the barriers)",
     default: "16 for dual products and expert lists; else 32 where the tiles fit, else 16",
   },
+  gemmPipe: {
+    family: "matmul",
+    doc: "1: the register-tiled kernel decodes step s + 1's weights and loads its x into registers before it computes step s (GemmShape.pipe; not yet measured on a GPU), 0 not",
+    default: "0",
+  },
   // attention (kernels/attention/)
   attn: {
     family: "attention",

@@ -35,6 +35,12 @@ export interface GemmShape {
   readonly ks: number;
   /** columns of W (baked in; a multiple of 32) */
   readonly cols: number;
+  /**
+   * software-pipelined steps: step s + 1's weights are decoded and its x loaded into registers before step s is
+   * computed (the multiply-adds unrolled), so that their memory latency can overlap the arithmetic; only the stores to
+   * workgroup memory sit between the step's two barriers
+   */
+  readonly pipe?: boolean;
 }
 
 /** Columns a row must be a multiple of: one 32-element unit of every block format. */
@@ -110,6 +116,35 @@ export function gemmWGSL(type: number, mode: "plain" | "experts-list", s: GemmSh
       }`,
     )
     .join("\n      ");
+  // pipelined: the same decodes and loads into registers (rw<k>_<q>, rx<q>) for a step, stored after the barrier
+  const QW = Math.ceil((BM * KV) / WG);
+  const QX = Math.ceil((BN * KV) / WG);
+  const wSlot = (q: number, body: string): string =>
+    `{ let i = li + ${q * WG}u; let row = i / ${KV}u; let kv = i % ${KV}u; ${(q + 1) * WG > BM * KV ? `if (i < ${BM * KV}u) ` : ""}{ ${body} } }`;
+  const xSlot = (q: number, body: string): string =>
+    `{ let i = li + ${q * WG}u; let t = i / ${KV}u; let kv = i % ${KV}u; if (i < ${BN * KV}u) { ${body} } }`;
+  const loadRegs = (step: string): string =>
+    [
+      ...range(QW).map((q) =>
+        wSlot(
+          q,
+          `let rb = wb + min(r0 + row, p.rows - 1u) * p.rowBytes; rw0_${q} = deq4(rb, (${step}) * ${s.ks}u + 4u * kv);${dual ? ` rw1_${q} = deq4_2(rb, (${step}) * ${s.ks}u + 4u * kv);` : ""}`,
+        ),
+      ),
+      ...range(QX).map((q) =>
+        xSlot(q, `rx${q} = vec4f(0.0); if (t < nt) { rx${q} = X[(${xRow}) + (${step}) * ${KV}u + kv]; }`),
+      ),
+    ].join("\n      ");
+  const storeRegs = [
+    ...range(QW).map((q) =>
+      wSlot(q, `WS[kv * ${PW}u + row] = rw0_${q};${dual ? ` WS2[kv * ${PW}u + row] = rw1_${q};` : ""}`),
+    ),
+    ...range(QX).map((q) => xSlot(q, `XS[kv * ${PX}u + t] = rx${q};`)),
+  ].join("\n      ");
+  const regDecls = [
+    ...range(S).flatMap((k) => range(QW).map((q) => `var rw${k}_${q} = vec4f(0.0);`)),
+    ...range(QX).map((q) => `var rx${q} = vec4f(0.0);`),
+  ].join(" ");
   const fma4 = (a: string, w: string, x: string): string =>
     `${a} = fma(${w}.w, ${x}.w, fma(${w}.z, ${x}.z, fma(${w}.y, ${x}.y, fma(${w}.x, ${x}.x, ${a}))));`;
   const inner = `for (var kv = 0u; kv < ${KV}u; kv++) {
@@ -130,7 +165,21 @@ export function gemmWGSL(type: number, mode: "plain" | "experts-list", s: GemmSh
           .flatMap((k) => range(TM).flatMap((i) => range(TN).map((j) => fma4(acc(k, i, j), `w${k}_${i}`, `x${j}`))))
           .join("\n        ")}
       }`;
-  const steps = `for (var st = 0u; st < ${NS}u; st++) {
+  const unrolled = range(KV)
+    .map((kv) => inner.replace(/^for \(var kv = 0u; kv < \d+u; kv\+\+\) \{/, `{ let kv = ${kv}u;`))
+    .join("\n      ");
+  const steps =
+    s.pipe === true
+      ? `${regDecls}
+    ${loadRegs("0u")}
+    for (var st = 0u; st < ${NS}u; st++) {
+      workgroupBarrier();
+      ${storeRegs}
+      workgroupBarrier();
+      ${loadRegs(`min(st + 1u, ${NS - 1}u)`)}
+      ${unrolled}
+    }`
+      : `for (var st = 0u; st < ${NS}u; st++) {
       let c0 = st * ${s.ks}u;
       workgroupBarrier();
       ${wDecode}
@@ -158,7 +207,7 @@ ${dequantWGSL(type, GEMM_STEP)}
 ${deq4WGSL(type)}
 ${dual ? dequantForW2(type) : ""}
 ${matOutWGSL(true)}
-// register-tiled product: ${BM} rows × ${BN} tokens a workgroup, ${TM} × ${TN} a thread, ${NS} steps of ${s.ks} columns
+// register-tiled product: ${BM} rows × ${BN} tokens a workgroup, ${TM} × ${TN} a thread, ${NS} steps of ${s.ks} columns${s.pipe === true ? ", pipelined" : ""}
 @compute @workgroup_size(${WG})
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let tx = li % ${TX}u;

@@ -284,9 +284,18 @@ export function gemmShape(
   // steps of 16 columns for dual products and expert lists, else of 32 where the tiles fit (else 16, else fewer rows a
   // thread). On a v2-lite 512-token prefill (H200), steps of 16 took the routed gate·up from 78.9 to 68.6 ms, the routed
   // down from 38.1 to 33.9 and the shared gate·up from 14.8 to 13.6 (half the workgroup memory: more workgroups a
-  // multiprocessor), while single plain products lost 6–30 % to the doubled barriers
+  // multiprocessor), while single plain products (q/kv_a, o, shared down) lost 9–14 % to the doubled barriers
   const steps = rt.tune.gemmStep !== undefined ? [rt.tune.gemmStep] : dual || mode === "experts-list" ? [16] : [32, 16];
-  const shape = (t: number, ks: number): GemmShape => ({ rows: tx * t, tokens, tm: t, tn, ks, cols: m.cols });
+  const pipe = rt.tune.gemmPipe === 1;
+  const shape = (t: number, ks: number): GemmShape => ({
+    rows: tx * t,
+    tokens,
+    tm: t,
+    tn,
+    ks,
+    cols: m.cols,
+    ...(pipe ? { pipe } : {}),
+  });
   let fit: GemmShape | undefined;
   for (let t = tm; t >= 1 && fit === undefined; t /= 2)
     for (const ks of steps) if (fit === undefined && gemmSharedBytes(shape(t, ks), dual) <= limit) fit = shape(t, ks);

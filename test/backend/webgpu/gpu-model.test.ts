@@ -37,6 +37,20 @@ if (attnFused !== undefined) {
     dispatch(label, ...rest);
   };
 }
+// the register-tiled kernel (gemm.wgsl.ts) for every product it can take: the 6-token prompt's plain products, and
+// expert lists from a quarter pair an expert (by default on GPUs from 128 tokens and 24 pairs an expert)
+const tiled =
+  rt === undefined
+    ? undefined
+    : new GpuRuntime(rt.info, { checkWrites: true, tune: { gemm: 2, expertsFrom: 0.25, rowTile: 1 } });
+let tiledDispatches = 0;
+if (tiled !== undefined) {
+  const dispatch = tiled.dispatch.bind(tiled);
+  tiled.dispatch = (label, code, ...rest) => {
+    if (/register-tiled product/.test(code)) tiledDispatches++;
+    dispatch(label, code, ...rest);
+  };
+}
 // the H200's small-step defaults on this adapter: the wide kernel's passes software-pipelined (widePipe) and the fused
 // one-token attention, on a model wide enough for several passes a row at this adapter's subgroup size
 const piped =
@@ -143,9 +157,10 @@ for (const [c, r] of [
   [fusedCase, routeNarrow] as const,
   [last, routeNarrow] as const,
   [groupsCase, rt] as const,
+  [last, tiled] as const,
 ]) {
   const replay = r === plain;
-  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}${r === wideAttn ? ", wide decode attention" : ""}${r === listed ? ", expert lists (expertsFrom = 0.25)" : ""}${r === unfused ? ", norms unfused (normFuse = 0)" : ""}${r === ffnOnly ? ", only the FFN's norm fused (normFuse = 2)" : ""}${r === apart ? ", kernel pairs apart (together = 0)" : ""}${r === attnFused ? ", one-token attention fused (attnFuse = 1)" : ""}${r === piped ? ", wide passes pipelined and attention fused (widePipe = 1, attnFuse = 1)" : ""}${r === early ? ", shared down beside the routing (sharedEarly = 1)" : ""}${r === lateShared ? ", shared down beside the routed one (sharedEarly = 0)" : ""}${r === halfRows ? ", half a subgroup a row (wideHalf = 2)" : ""}${r === routeNarrow ? ", the routing 64 threads a workgroup, a dispatch of its own (routeThreads = 64)" : ""}`, {
+  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}${r === wideAttn ? ", wide decode attention" : ""}${r === listed ? ", expert lists (expertsFrom = 0.25)" : ""}${r === unfused ? ", norms unfused (normFuse = 0)" : ""}${r === ffnOnly ? ", only the FFN's norm fused (normFuse = 2)" : ""}${r === apart ? ", kernel pairs apart (together = 0)" : ""}${r === attnFused ? ", one-token attention fused (attnFuse = 1)" : ""}${r === piped ? ", wide passes pipelined and attention fused (widePipe = 1, attnFuse = 1)" : ""}${r === early ? ", shared down beside the routing (sharedEarly = 1)" : ""}${r === lateShared ? ", shared down beside the routed one (sharedEarly = 0)" : ""}${r === halfRows ? ", half a subgroup a row (wideHalf = 2)" : ""}${r === routeNarrow ? ", the routing 64 threads a workgroup, a dispatch of its own (routeThreads = 64)" : ""}${r === tiled ? ", the register-tiled kernel wherever it applies (gemm = 2, expertsFrom = 0.25)" : ""}`, {
     skip: sweepSkip(skip, c !== wideCase || r === rt),
   }, async () => {
     kernels.get(r!)?.clear();
@@ -182,6 +197,10 @@ for (const [c, r] of [
         assert.ok(seen!.has("expertLists"), `kernels: ${[...seen!].join(", ")}`);
       // per small step: the FFN's norm a dispatch of its own in each MoE layer unfused; fused by default (normFuse = 1)
       // also the attention's norm in every layer, which normFuse = 2 leaves a dispatch
+      if (r === tiled) {
+        assert.ok(tiledDispatches > 0, "the register-tiled kernel ran");
+        tiledDispatches = 0;
+      }
       if (r === attnFused) {
         assert.ok(attnFusedDispatches > 0, "the fused attention ran");
         attnFusedDispatches = 0;

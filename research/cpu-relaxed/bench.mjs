@@ -12,14 +12,19 @@ const ROWS = 1408,
   NB = COLS / 256,
   ROWB = NB * 144,
   MATB = ROWS * ROWB,
-  NMAT = 64;
-const memory = new WebAssembly.Memory({ initial: 4096, maximum: 65536, shared: true });
+  NMAT = Number(process.env.NMAT ?? 64);
+// WOFF_MB: where the matrices start (MiB into the memory)
+const W = Number(process.env.WOFF_MB ?? 1) * 2 ** 20;
+const memory = new WebAssembly.Memory({
+  initial: Math.ceil((W + MATB * NMAT + (2 << 20)) / 65536),
+  maximum: 65536,
+  shared: true,
+});
 const { exports: k } = await WebAssembly.instantiate(await WebAssembly.compile(bytes), { env: { memory, abort() {} } });
 const u8 = new Uint8Array(memory.buffer);
 const dv = new DataView(memory.buffer);
 let seed = 12345;
 const rnd = () => (seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) / 2 ** 32;
-const W = 1 << 20;
 for (let i = 0; i < MATB * NMAT; i++) u8[W + i] = (rnd() * 256) | 0;
 for (let m = 0; m < NMAT * ROWS * NB; m++) {
   const p = W + m * 144;
@@ -56,6 +61,13 @@ for (const [i, v] of [
 ])
   dv.setInt16(AQ + i * 2, v, true);
 k.split(AQ, COLS, A8);
+// the engine's own module (src/backend/cpu/wasm/kernels.wasm.ts) on the same memory: its `matmul` for one token
+const { KERNELS_WASM_BASE64 } = await import("../../src/backend/cpu/wasm/kernels.wasm.ts");
+const eng = new WebAssembly.Instance(new WebAssembly.Module(Buffer.from(KERNELS_WASM_BASE64, "base64")), {
+  env: { memory },
+}).exports;
+const S = Y + ROWS * 4 + 64;
+const engineMatvec = (w) => eng.matmul(12, w, ROWB, 0, ROWS, COLS, 1, 0, COLS, AQ, AD, AS, Y, ROWS, S, 64);
 const y = (kind, m) => {
   k.matvec(kind, W + m * MATB, ROWB, ROWS, COLS, AQ, A8, AD, AS, Y);
   return new Float32Array(memory.buffer, Y, ROWS).slice();
@@ -67,12 +79,20 @@ for (const kind of [1, 2, 3, 4]) {
   for (let r = 0; r < ROWS; r++) if (o[r] !== ref[r]) diff++;
   console.log(`kind ${kind}: ${diff} of ${ROWS} rows differ from the engine kernel`);
 }
+{
+  engineMatvec(W);
+  const o = new Float32Array(memory.buffer, Y, ROWS).slice();
+  let diff = 0;
+  for (let r = 0; r < ROWS; r++) if (o[r] !== ref[r]) diff++;
+  console.log(`engine module: ${diff} of ${ROWS} rows differ from the copied kernel`);
+}
 const names = [
   "engine i16 (dot_i16x8_s)",
   "relaxed i16x8 (pmaddubsw + pmaddwd·sc)",
   "relaxed i32x4 dot_add",
   "i16, vector scales",
   "relaxed i16x8, vector scales",
+  "engine module matmul",
 ];
 const K = names.length;
 const rounds = Number(process.argv[2] ?? 11);

@@ -311,3 +311,71 @@ export function matvec(kind: i32, w: usize, rowBytes: i32, rows: i32, cols: i32,
     store<f32>(y + (<usize>r << 2), v);
   }
 }
+
+// ---------------------------------------------------------------- Q5_0 (the routed experts' down matrices)
+
+// @ts-ignore: decorator
+@inline function isumI(v: v128): i32 {
+  return i32x4.extract_lane(v, 0) + i32x4.extract_lane(v, 1) + i32x4.extract_lane(v, 2) + i32x4.extract_lane(v, 3);
+}
+
+/** the engine's fused Q5_0 dot, as is: fifth bits by splat, mask and compare in i16 lanes */
+function dotQ5_01(row: usize, nb: i32, aq: usize, ad: usize): f32 {
+  const m4 = i16x8.splat(15);
+  const c16 = i16x8.splat(16);
+  const bits = i16x8(1, 2, 4, 8, 16, 32, 64, 128);
+  const zero = i16x8.splat(0);
+  let acc: f32 = 0;
+  for (let b = 0; b < nb; b++) {
+    const p = row + <usize>b * 22;
+    const a = aq + (<usize>b << 6);
+    const qh = load<u32>(p + 2);
+    let s = i32x4.splat(0);
+    for (let k = 0; k < 2; k++) {
+      const Q = v128.load8x8_u(p + 6 + (<usize>k << 3));
+      const hl = v128.and(i16x8.ne(v128.and(i16x8.splat(<i16>((qh >> (k << 3)) & 0xff)), bits), zero), c16);
+      const hh = v128.and(i16x8.ne(v128.and(i16x8.splat(<i16>((qh >> (16 + (k << 3))) & 0xff)), bits), zero), c16);
+      const lo = i16x8.sub(v128.or(v128.and(Q, m4), hl), c16);
+      const hi = i16x8.sub(v128.or(i16x8.shr_u(Q, 4), hh), c16);
+      s = i32x4.add(s, i32x4.add(i32x4.dot_i16x8_s(lo, v128.load(a + (<usize>k << 4))), i32x4.dot_i16x8_s(hi, v128.load(a + 32 + (<usize>k << 4)))));
+    }
+    acc += <f32>isumI(s) * (f16(load<u16>(p)) * load<f32>(ad + (<usize>b << 2)));
+  }
+  return acc;
+}
+
+/** fifth bits for all 32 values at once in i8 lanes (swizzle the qh bytes, test one bit per lane), as unpackQ5_0 */
+function dotQ5_01s(row: usize, nb: i32, aq: usize, ad: usize): f32 {
+  const m4 = i8x16.splat(15);
+  const c16 = i8x16.splat(16);
+  const idxLo = i8x16(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  const idxHi = i8x16(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const bits = i8x16(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
+  let acc: f32 = 0;
+  for (let b = 0; b < nb; b++) {
+    const p = row + <usize>b * 22;
+    const a = aq + (<usize>b << 6);
+    const qh = i32x4.splat(load<u32>(p + 2));
+    // 16 where the bit is clear: q − 16 = (nibble | 16·bit) − 16 = nibble − 16·(1 − bit)
+    const nLo = v128.andnot(c16, i8x16.eq(v128.and(i8x16.swizzle(qh, idxLo), bits), bits));
+    const nHi = v128.andnot(c16, i8x16.eq(v128.and(i8x16.swizzle(qh, idxHi), bits), bits));
+    const q = v128.load(p + 6);
+    const lo = i8x16.sub(v128.and(q, m4), nLo);
+    const hi = i8x16.sub(v128.and(i16x8.shr_u(q, 4), m4), nHi);
+    const s = i32x4.add(
+      i32x4.add(i32x4.dot_i16x8_s(i16x8.extend_low_i8x16_s(lo), v128.load(a)), i32x4.dot_i16x8_s(i16x8.extend_high_i8x16_s(lo), v128.load(a + 16))),
+      i32x4.add(i32x4.dot_i16x8_s(i16x8.extend_low_i8x16_s(hi), v128.load(a + 32)), i32x4.dot_i16x8_s(i16x8.extend_high_i8x16_s(hi), v128.load(a + 48))),
+    );
+    acc += <f32>isumI(s) * (f16(load<u16>(p)) * load<f32>(ad + (<usize>b << 2)));
+  }
+  return acc;
+}
+
+/** rows of a Q5_0 matrix against one token (i16 activations, one scale per 32); kind 0 = engine, 1 = swizzled bits */
+export function matvec32(kind: i32, w: usize, rowBytes: i32, rows: i32, cols: i32, aq: usize, ad: usize, y: usize): void {
+  const nb = cols >> 5;
+  for (let r = 0; r < rows; r++) {
+    const rp = w + <usize>r * <usize>rowBytes;
+    store<f32>(y + (<usize>r << 2), kind == 0 ? dotQ5_01(rp, nb, aq, ad) : dotQ5_01s(rp, nb, aq, ad));
+  }
+}

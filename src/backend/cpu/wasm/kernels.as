@@ -695,18 +695,32 @@ function dotQ4K1(row: usize, nb: i32, aq: usize, ad: usize, asum: usize): f32 {
       i32x4.mul(i32x4.extend_low_i16x8_u(M16), v128.load(bs)),
       i32x4.mul(i32x4.extend_high_i16x8_u(M16), v128.load(bs + 16)),
     );
-    const A0 = v128.load8x8_u(qs + 0), B0 = v128.load8x8_u(qs + 8), C0 = v128.load8x8_u(qs + 16), D0 = v128.load8x8_u(qs + 24);
-    const t0 = q4kLow(A0, B0, C0, D0, a + 0, m4);
-    const t1 = q4kHigh(A0, B0, C0, D0, a + 64);
-    const A1 = v128.load8x8_u(qs + 32), B1 = v128.load8x8_u(qs + 40), C1 = v128.load8x8_u(qs + 48), D1 = v128.load8x8_u(qs + 56);
-    const t2 = q4kLow(A1, B1, C1, D1, a + 128, m4);
-    const t3 = q4kHigh(A1, B1, C1, D1, a + 192);
-    const A2 = v128.load8x8_u(qs + 64), B2 = v128.load8x8_u(qs + 72), C2 = v128.load8x8_u(qs + 80), D2 = v128.load8x8_u(qs + 88);
-    const t4 = q4kLow(A2, B2, C2, D2, a + 256, m4);
-    const t5 = q4kHigh(A2, B2, C2, D2, a + 320);
-    const A3 = v128.load8x8_u(qs + 96), B3 = v128.load8x8_u(qs + 104), C3 = v128.load8x8_u(qs + 112), D3 = v128.load8x8_u(qs + 120);
-    const t6 = q4kLow(A3, B3, C3, D3, a + 384, m4);
-    const t7 = q4kHigh(A3, B3, C3, D3, a + 448);
+    // a loop, not unrolled by hand: unrolled, the four passes' 16 weight vectors and 8 sums outgrow x64's 16 vector
+    // registers and the kernel runs slower
+    let t0 = i32x4.splat(0), t1 = t0, t2 = t0, t3 = t0, t4 = t0, t5 = t0, t6 = t0, t7 = t0;
+    for (let j = 0; j < 4; j++) {
+      const q = qs + (<usize>j << 5);
+      const ao = a + (<usize>j << 7);
+      const Q0 = v128.load8x8_u(q);
+      const Q1 = v128.load8x8_u(q + 8);
+      const Q2 = v128.load8x8_u(q + 16);
+      const Q3 = v128.load8x8_u(q + 24);
+      const s0 = q4kLow(Q0, Q1, Q2, Q3, ao, m4);
+      const s1 = q4kHigh(Q0, Q1, Q2, Q3, ao + 64);
+      if (j == 0) {
+        t0 = s0;
+        t1 = s1;
+      } else if (j == 1) {
+        t2 = s0;
+        t3 = s1;
+      } else if (j == 2) {
+        t4 = s0;
+        t5 = s1;
+      } else {
+        t6 = s0;
+        t7 = s1;
+      }
+    }
     // per lane: two sub-blocks, each Σ32 ≤ 32·15·8191 times its scale ≤ 63: 2·32·15·8191·63 < 2³¹
     const isum = i32x4.add(
       i32x4.mul(isum4i(t0, t1, t2, t3), i32x4.extend_low_i16x8_u(S16)),
@@ -813,22 +827,71 @@ function dotQ6KR1(row: usize, nb: i32, aq: usize, ad: usize): f32 {
   return acc;
 }
 
+// The 32 classes' fused dots take their blocks four at a time: the four i32 sums across lanes at once (isum4i), the
+// four f16 scales converted at once, the four terms <f32>Σ·(dw·da) computed as f32x4 (the same operations as the
+// scalar term, lane by lane) and then added to the sum one after the other in block order: the same bits as dot32.
+
+// four f16 values at p, p + stride, … as f32x4 (f16 lane by lane)
+// @ts-ignore: decorator
+@inline function f16x4(p: usize, stride: usize): v128 {
+  let h = i32x4.splat(<i32>load<u16>(p));
+  h = i32x4.replace_lane(h, 1, <i32>load<u16>(p + stride));
+  h = i32x4.replace_lane(h, 2, <i32>load<u16>(p + 2 * stride));
+  h = i32x4.replace_lane(h, 3, <i32>load<u16>(p + 3 * stride));
+  const mag = f32x4.mul(i32x4.shl(v128.and(h, i32x4.splat(0x7fff)), 13), f32x4.splat(5.192296858534828e33));
+  return v128.or(mag, i32x4.shl(v128.and(h, i32x4.splat(0x8000)), 16));
+}
+
+// acc + t0 + t1 + t2 + t3 (f32, in that order)
+// @ts-ignore: decorator
+@inline function addLanes(acc: f32, t: v128): f32 {
+  acc += f32x4.extract_lane(t, 0);
+  acc += f32x4.extract_lane(t, 1);
+  acc += f32x4.extract_lane(t, 2);
+  return acc + f32x4.extract_lane(t, 3);
+}
+
+// @ts-ignore: decorator
+@inline function q8Block(p: usize, a: usize): v128 {
+  return i32x4.add(
+    i32x4.add(i32x4.dot_i16x8_s(v128.load8x8_s(p + 2), v128.load(a)), i32x4.dot_i16x8_s(v128.load8x8_s(p + 10), v128.load(a + 16))),
+    i32x4.add(i32x4.dot_i16x8_s(v128.load8x8_s(p + 18), v128.load(a + 32)), i32x4.dot_i16x8_s(v128.load8x8_s(p + 26), v128.load(a + 48))),
+  );
+}
+
 function dotQ8_01(row: usize, nb: i32, aq: usize, ad: usize): f32 {
   let acc: f32 = 0;
-  for (let b = 0; b < nb; b++) {
+  let b = 0;
+  for (; b + 4 <= nb; b += 4) {
     const p = row + <usize>b * 34;
     const a = aq + (<usize>b << 6);
-    const s = i32x4.add(
-      i32x4.add(i32x4.dot_i16x8_s(v128.load8x8_s(p + 2), v128.load(a)), i32x4.dot_i16x8_s(v128.load8x8_s(p + 10), v128.load(a + 16))),
-      i32x4.add(i32x4.dot_i16x8_s(v128.load8x8_s(p + 18), v128.load(a + 32)), i32x4.dot_i16x8_s(v128.load8x8_s(p + 26), v128.load(a + 48))),
-    );
-    acc += <f32>isumI(s) * (f16(load<u16>(p)) * load<f32>(ad + (<usize>b << 2)));
+    const I = isum4i(q8Block(p, a), q8Block(p + 34, a + 64), q8Block(p + 68, a + 128), q8Block(p + 102, a + 192));
+    acc = addLanes(acc, f32x4.mul(f32x4.convert_i32x4_s(I), f32x4.mul(f16x4(p, 34), v128.load(ad + (<usize>b << 2)))));
+  }
+  for (; b < nb; b++) {
+    const p = row + <usize>b * 34;
+    acc += <f32>isumI(q8Block(p, aq + (<usize>b << 6))) * (f16(load<u16>(p)) * load<f32>(ad + (<usize>b << 2)));
   }
   return acc;
 }
 
-// The fifth bits of all 32 values at once in i8 lanes, as unpackQ5_0 (swizzle the qh bytes so that each lane holds
-// the byte of its bit, test the bit), then widened to i16 for the dot.
+// Q5_0: the fifth bits of all 32 values at once in i8 lanes, as unpackQ5_0 (swizzle the qh bytes so that each lane
+// holds the byte of its bit, test the bit), then widened to i16 for the dot.
+// @ts-ignore: decorator
+@inline function q5Block(p: usize, a: usize, m4: v128, c16: v128, idxLo: v128, idxHi: v128, bits: v128): v128 {
+  const qh = i32x4.splat(load<u32>(p + 2));
+  // 16 where the bit is clear: q − 16 = (nibble | 16·bit) − 16 = nibble − 16·(1 − bit)
+  const nLo = v128.andnot(c16, i8x16.eq(v128.and(i8x16.swizzle(qh, idxLo), bits), bits));
+  const nHi = v128.andnot(c16, i8x16.eq(v128.and(i8x16.swizzle(qh, idxHi), bits), bits));
+  const q = v128.load(p + 6);
+  const lo = i8x16.sub(v128.and(q, m4), nLo);
+  const hi = i8x16.sub(v128.and(i16x8.shr_u(q, 4), m4), nHi);
+  return i32x4.add(
+    i32x4.add(i32x4.dot_i16x8_s(i16x8.extend_low_i8x16_s(lo), v128.load(a)), i32x4.dot_i16x8_s(i16x8.extend_high_i8x16_s(lo), v128.load(a + 16))),
+    i32x4.add(i32x4.dot_i16x8_s(i16x8.extend_low_i8x16_s(hi), v128.load(a + 32)), i32x4.dot_i16x8_s(i16x8.extend_high_i8x16_s(hi), v128.load(a + 48))),
+  );
+}
+
 function dotQ5_01(row: usize, nb: i32, aq: usize, ad: usize): f32 {
   const m4 = i8x16.splat(15);
   const c16 = i8x16.splat(16);
@@ -836,20 +899,19 @@ function dotQ5_01(row: usize, nb: i32, aq: usize, ad: usize): f32 {
   const idxHi = i8x16(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
   const bits = i8x16(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
   let acc: f32 = 0;
-  for (let b = 0; b < nb; b++) {
+  let b = 0;
+  for (; b + 4 <= nb; b += 4) {
     const p = row + <usize>b * 22;
     const a = aq + (<usize>b << 6);
-    const qh = i32x4.splat(load<u32>(p + 2));
-    // 16 where the bit is clear: q − 16 = (nibble | 16·bit) − 16 = nibble − 16·(1 − bit)
-    const nLo = v128.andnot(c16, i8x16.eq(v128.and(i8x16.swizzle(qh, idxLo), bits), bits));
-    const nHi = v128.andnot(c16, i8x16.eq(v128.and(i8x16.swizzle(qh, idxHi), bits), bits));
-    const q = v128.load(p + 6);
-    const lo = i8x16.sub(v128.and(q, m4), nLo);
-    const hi = i8x16.sub(v128.and(i16x8.shr_u(q, 4), m4), nHi);
-    const s = i32x4.add(
-      i32x4.add(i32x4.dot_i16x8_s(i16x8.extend_low_i8x16_s(lo), v128.load(a)), i32x4.dot_i16x8_s(i16x8.extend_high_i8x16_s(lo), v128.load(a + 16))),
-      i32x4.add(i32x4.dot_i16x8_s(i16x8.extend_low_i8x16_s(hi), v128.load(a + 32)), i32x4.dot_i16x8_s(i16x8.extend_high_i8x16_s(hi), v128.load(a + 48))),
-    );
+    const s0 = q5Block(p, a, m4, c16, idxLo, idxHi, bits);
+    const s1 = q5Block(p + 22, a + 64, m4, c16, idxLo, idxHi, bits);
+    const s2 = q5Block(p + 44, a + 128, m4, c16, idxLo, idxHi, bits);
+    const s3 = q5Block(p + 66, a + 192, m4, c16, idxLo, idxHi, bits);
+    acc = addLanes(acc, f32x4.mul(f32x4.convert_i32x4_s(isum4i(s0, s1, s2, s3)), f32x4.mul(f16x4(p, 22), v128.load(ad + (<usize>b << 2)))));
+  }
+  for (; b < nb; b++) {
+    const p = row + <usize>b * 22;
+    const s = q5Block(p, aq + (<usize>b << 6), m4, c16, idxLo, idxHi, bits);
     acc += <f32>isumI(s) * (f16(load<u16>(p)) * load<f32>(ad + (<usize>b << 2)));
   }
   return acc;

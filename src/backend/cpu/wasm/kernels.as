@@ -648,15 +648,28 @@ function dotF(wf: usize, x: usize, cols: i32): f32 {
 // cut with 16-bit shifts and masks (x86 has no 8-bit vector shifts), then dotted with the activations.
 
 // Q4_K's eight 6-bit scales and eight 6-bit mins, one byte each (scales in bytes 0..7, mins in 8..15), cut from the
-// 12 scale bytes with 32-bit masks four at a time (as ggml does) instead of one byte at a time.
+// 12 scale bytes at s with ggml's 32-bit masks, in vector lanes (u0, u1, u2 = the three 32-bit words):
+//   scales 0..3 = u0 & 0x3f3f3f3f            scales 4..7 = (u2 & 0x0f0f0f0f) | (((u0 >> 6) & 0x03030303) << 4)
+//   mins 0..3   = u1 & 0x3f3f3f3f            mins 4..7   = ((u2 >> 4) & 0x0f0f0f0f) | (((u1 >> 6) & 0x03030303) << 4)
+// (reads 16 bytes: the last 4 are the block's first quants, unused)
 // @ts-ignore: decorator
 @inline function scalesMinsQ4K(s: usize): v128 {
-  const u0 = load<u32>(s), u1 = load<u32>(s + 4), u2 = load<u32>(s + 8);
-  const sc0 = u0 & 0x3f3f3f3f;
-  const sc1 = (u2 & 0x0f0f0f0f) | (((u0 >> 6) & 0x03030303) << 4);
-  const mn0 = u1 & 0x3f3f3f3f;
-  const mn1 = ((u2 >> 4) & 0x0f0f0f0f) | (((u1 >> 6) & 0x03030303) << 4);
-  return i64x2.replace_lane(i64x2.splat(<i64>sc0 | (<i64>sc1 << 32)), 1, <i64>mn0 | (<i64>mn1 << 32));
+  const L = v128.load(s);
+  const lo = v128.and(L, i32x4.splat(0x3f3f3f3f)); // [sc 0..3, mn 0..3, ·, ·]
+  // [u2, u2 >> 4, ·, ·] & 0x0f0f0f0f
+  const x = v128.and(i8x16.shuffle(L, i32x4.shr_u(L, 4), 8, 9, 10, 11, 24, 25, 26, 27, 8, 9, 10, 11, 24, 25, 26, 27), i32x4.splat(0x0f0f0f0f));
+  // [(u0 >> 6) & 3.., (u1 >> 6) & 3.., ·, ·] << 4
+  const y = i32x4.shl(v128.and(i32x4.shr_u(L, 6), i32x4.splat(0x03030303)), 4);
+  const hi = v128.or(x, y); // [sc 4..7, mn 4..7, ·, ·]
+  return i8x16.shuffle(lo, hi, 0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+}
+
+// the f16 pair at p (a Q4_K block's d and dmin) as f32 lanes [d, dmin, d, dmin], f16 lane by lane
+// @ts-ignore: decorator
+@inline function f16pair(p: usize): v128 {
+  const h = i32x4.extend_low_i16x8_u(i32x4.splat(<i32>load<u32>(p)));
+  const mag = f32x4.mul(i32x4.shl(v128.and(h, i32x4.splat(0x7fff)), 13), f32x4.splat(5.192296858534828e33));
+  return v128.or(mag, i32x4.shl(v128.and(h, i32x4.splat(0x8000)), 16));
 }
 
 // The low (q4kLow) or high (q4kHigh) nibbles of 32 bytes, loaded as four i16x8 (Q0..Q3), against 32 i16 activations
@@ -726,7 +739,12 @@ function dotQ4K1(row: usize, nb: i32, aq: usize, ad: usize, asum: usize): f32 {
       i32x4.mul(isum4i(t0, t1, t2, t3), i32x4.extend_low_i16x8_u(S16)),
       i32x4.mul(isum4i(t4, t5, t6, t7), i32x4.extend_high_i16x8_u(S16)),
     );
-    acc += blockTerm(isumExact(isum), isumExact(ms), f16(load<u16>(p)), f16(load<u16>(p + 2)), load<f32>(ad + (<usize>b << 2)));
+    // the block's sums across lanes in i32 (exact: |Σ| ≤ 256·15·63·8191 < 2³¹, |Σ mins| smaller), then blockTerm's
+    // f32 operations on lanes: [Σi, Σi, Σm, Σm] · ([dw, dm, dw, dm] · da) → Σi·(dw·da) − Σm·(dm·da) from lanes 0 and 3
+    const h = i32x4.add(i8x16.shuffle(isum, ms, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23), i8x16.shuffle(isum, ms, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31));
+    const H = f32x4.convert_i32x4_s(i32x4.add(h, i8x16.shuffle(h, h, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11)));
+    const T = f32x4.mul(H, f32x4.mul(f16pair(p), f32x4.splat(load<f32>(ad + (<usize>b << 2)))));
+    acc += f32x4.extract_lane(T, 0) - f32x4.extract_lane(T, 3);
   }
   return acc;
 }

@@ -645,7 +645,8 @@ function dotF(wf: usize, x: usize, cols: i32): f32 {
 // ---------------------------------------------------------------- fused single-token dots (decode): no unpack pass
 
 // Weights are unpacked straight into i16 lanes (v128.load8x8_u: 8 bytes → 8 u16) so that nibble and bit fields are
-// cut with 16-bit shifts and masks (x86 has no 8-bit vector shifts), then dotted with the activations.
+// cut with 16-bit shifts and masks (x86 has no 8-bit vector shifts), then dotted with the activations. (Q5_0 is the
+// exception: its fifth bits cost less in i8 lanes, one byte shuffle and compare per 16 values, than in i16 lanes.)
 
 // Q4_K's eight 6-bit scales and eight 6-bit mins, one byte each (scales in bytes 0..7, mins in 8..15), cut from the
 // 12 scale bytes at s with ggml's 32-bit masks, in vector lanes (u0, u1, u2 = the three 32-bit words):

@@ -5,6 +5,9 @@
  *
  *   npm run bench -- cpu --backend cpu --threads 2 [--model F.gguf] [--prompt 512] [--decode 128] [--repeat N] [--no-llama]
  *
+ * --threads takes a list too: `--threads 1,2,all` runs everything below once per thread count (in that order; "all"
+ * is os.availableParallelism(), duplicates dropped), each with its own model load and result lines.
+ *
  * --repeat N interleaves N latent runs with N llama.cpp runs (latent's model stays loaded) and reports each side's best
  * and median, the median of the per-round ratios, and which rounds llama.cpp's decode collapsed in (its spin-waiting
  * threads on a loaded machine: median step over 2× its fastest step, or under half its best round's speed), with the
@@ -15,7 +18,7 @@
  */
 import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
-import { loadavg, tmpdir } from "node:os";
+import { availableParallelism, loadavg, tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
@@ -205,18 +208,44 @@ function llamaTiming(
   }
 }
 
+/**
+ * `--threads` as thread counts: "2", or a comma-separated list such as "1,2,all" ("all": os.availableParallelism()),
+ * deduplicated in the order given.
+ */
+export function threadCounts(spec: string, all: number): number[] {
+  const counts: number[] = [];
+  for (const part of spec.split(",")) {
+    const p = part.trim();
+    const t = p === "all" ? all : Number(p);
+    if (!Number.isInteger(t) || t < 1)
+      throw new Error(`--threads: "${p}" is not a thread count (a positive integer or "all")`);
+    if (!counts.includes(t)) counts.push(t);
+  }
+  return counts;
+}
+
 export function run(): BenchResult[] {
-  const threads = Number(arg("threads") ?? 2);
+  const path = benchModel();
+  const out: BenchResult[] = [];
+  const counts = threadCounts(arg("threads") ?? "2", availableParallelism());
+  const bw1 = copyBandwidth(1);
+  out.push({ name: "memory bandwidth, copy, 1 thread", value: bw1, unit: "GB/s" });
+  for (const threads of counts) out.push(...runAt(path, threads, bw1, counts.length > 1));
+  return out;
+}
+
+/** Everything below for one thread count (latent and llama.cpp both on `threads` threads). */
+function runAt(path: string, threads: number, bw1: number, several: boolean): BenchResult[] {
   const backend = (arg("backend") ?? "cpu") as "cpu" | "reference";
   const nPrompt = Number(arg("prompt") ?? 512);
   const nDecode = Number(arg("decode") ?? 128);
-  const path = benchModel();
   const out: BenchResult[] = [];
-  const bw1 = copyBandwidth(1);
-  const bwT = copyBandwidth(threads);
+  // with several thread counts, the lines that do not name theirs say it
+  const tag = several ? `, ${threads} thread${threads > 1 ? "s" : ""}` : "";
+  if (several) console.error(`— ${threads} thread${threads > 1 ? "s" : ""} —`);
+  const bwT = threads > 1 ? copyBandwidth(threads) : bw1;
   const bw = Math.max(bw1, bwT);
-  out.push({ name: "memory bandwidth, copy, 1 thread", value: bw1, unit: "GB/s" });
-  out.push({ name: `memory bandwidth, copy, ${threads} threads`, value: bwT, unit: "GB/s" });
+  if (threads > 1) out.push({ name: `memory bandwidth, copy, ${threads} threads`, value: bwT, unit: "GB/s" });
 
   // --repeat N: N rounds of (latent run, llama.cpp run), interleaved so that both sides see the same machine load;
   // each round's ratios are printed and the headline figures are the medians
@@ -269,7 +298,7 @@ export function run(): BenchResult[] {
   lr.close();
   const med = repeat > 1 ? " (median)" : "";
   out.push({
-    name: "load average (1 min) before latent / after the runs",
+    name: `load average (1 min) before latent / after the runs${tag}`,
     value: load0,
     unit: "",
     extra: { after: loadavg()[0] },
@@ -301,7 +330,7 @@ export function run(): BenchResult[] {
     });
   }
   out.push({
-    name: `latent decode weight traffic / copy bandwidth`,
+    name: `latent decode weight traffic / copy bandwidth${tag}`,
     value: ((lr.bytes * lDec) / 1e9 / bw) * 100,
     unit: "%",
     extra: { gb_per_s: (lr.bytes * lDec) / 1e9 },
@@ -327,17 +356,17 @@ export function run(): BenchResult[] {
     out.push({ name: `${name} decode ${nDecode} (best)`, value: cDecBest, unit: "tok/s" });
   }
   out.push({
-    name: `llama.cpp decode weight traffic / copy bandwidth`,
+    name: `llama.cpp decode weight traffic / copy bandwidth${tag}`,
     value: ((lr.bytes * cDec) / 1e9 / bw) * 100,
     unit: "%",
   });
   out.push({
-    name: `ratio latent/llama.cpp prefill (bar ≥ 0.7)${repeat > 1 ? ", median of rounds" : ""}`,
+    name: `ratio latent/llama.cpp prefill (bar ≥ 0.7)${repeat > 1 ? ", median of rounds" : ""}${tag}`,
     value: median(paired.map((x) => x.lPre / x.cPre!)),
     unit: "×",
   });
   out.push({
-    name: `ratio latent/llama.cpp decode (bar ≥ 1.0)${repeat > 1 ? ", median of rounds" : ""}`,
+    name: `ratio latent/llama.cpp decode (bar ≥ 1.0)${repeat > 1 ? ", median of rounds" : ""}${tag}`,
     value: median(paired.map((x) => x.lDec / x.cDec!)),
     unit: "×",
   });
@@ -349,14 +378,14 @@ export function run(): BenchResult[] {
       (paired.length > 1 && x.cDec! < 0.5 * cDecBest),
   );
   out.push({
-    name: "rounds in which llama.cpp's decode collapsed",
+    name: `rounds in which llama.cpp's decode collapsed${tag}`,
     value: collapsed.length,
     unit: `of ${paired.length}${collapsed.length > 0 ? ` (round ${collapsed.map((x) => paired.indexOf(x) + 1).join(", ")})` : ""}`,
   });
   const steady = paired.filter((x) => !collapsed.includes(x));
   if (collapsed.length > 0 && steady.length > 0)
     out.push({
-      name: "ratio latent/llama.cpp decode, median of the rounds without a collapse",
+      name: `ratio latent/llama.cpp decode, median of the rounds without a collapse${tag}`,
       value: median(steady.map((x) => x.lDec / x.cDec!)),
       unit: "×",
     });

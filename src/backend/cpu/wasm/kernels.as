@@ -645,51 +645,107 @@ function dotF(wf: usize, x: usize, cols: i32): f32 {
 // ---------------------------------------------------------------- fused single-token dots (decode): no unpack pass
 
 // Weights are unpacked straight into i16 lanes (v128.load8x8_u: 8 bytes → 8 u16) so that nibble and bit fields are
-// cut with 16-bit shifts and masks (x86 has no 8-bit vector shifts), then dotted with the activations.
+// cut with 16-bit shifts and masks (x86 has no 8-bit vector shifts), then dotted with the activations. (Q5_0 is the
+// exception: its fifth bits cost less in i8 lanes, one byte shuffle and compare per 16 values, than in i16 lanes.)
 
+// Q4_K's eight 6-bit scales and eight 6-bit mins, one byte each (scales in bytes 0..7, mins in 8..15), cut from the
+// 12 scale bytes at s with ggml's 32-bit masks, in vector lanes (u0, u1, u2 = the three 32-bit words):
+//   scales 0..3 = u0 & 0x3f3f3f3f            scales 4..7 = (u2 & 0x0f0f0f0f) | (((u0 >> 6) & 0x03030303) << 4)
+//   mins 0..3   = u1 & 0x3f3f3f3f            mins 4..7   = ((u2 >> 4) & 0x0f0f0f0f) | (((u1 >> 6) & 0x03030303) << 4)
+// (reads 16 bytes: the last 4 are the block's first quants, unused)
+// @ts-ignore: decorator
+@inline function scalesMinsQ4K(s: usize): v128 {
+  const L = v128.load(s);
+  const lo = v128.and(L, i32x4.splat(0x3f3f3f3f)); // [sc 0..3, mn 0..3, ·, ·]
+  // [u2, u2 >> 4, ·, ·] & 0x0f0f0f0f
+  const x = v128.and(i8x16.shuffle(L, i32x4.shr_u(L, 4), 8, 9, 10, 11, 24, 25, 26, 27, 8, 9, 10, 11, 24, 25, 26, 27), i32x4.splat(0x0f0f0f0f));
+  // [(u0 >> 6) & 3.., (u1 >> 6) & 3.., ·, ·] << 4
+  const y = i32x4.shl(v128.and(i32x4.shr_u(L, 6), i32x4.splat(0x03030303)), 4);
+  const hi = v128.or(x, y); // [sc 4..7, mn 4..7, ·, ·]
+  return i8x16.shuffle(lo, hi, 0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+}
+
+// the f16 pair at p (a Q4_K block's d and dmin) as f32 lanes [d, dmin, d, dmin], f16 lane by lane
+// @ts-ignore: decorator
+@inline function f16pair(p: usize): v128 {
+  const h = i32x4.extend_low_i16x8_u(i32x4.splat(<i32>load<u32>(p)));
+  const mag = f32x4.mul(i32x4.shl(v128.and(h, i32x4.splat(0x7fff)), 13), f32x4.splat(5.192296858534828e33));
+  return v128.or(mag, i32x4.shl(v128.and(h, i32x4.splat(0x8000)), 16));
+}
+
+// The low (q4kLow) or high (q4kHigh) nibbles of 32 bytes, loaded as four i16x8 (Q0..Q3), against 32 i16 activations
+// at a: four i32 lanes.
+// @ts-ignore: decorator
+@inline function q4kLow(Q0: v128, Q1: v128, Q2: v128, Q3: v128, a: usize, m4: v128): v128 {
+  return i32x4.add(
+    i32x4.add(i32x4.dot_i16x8_s(v128.and(Q0, m4), v128.load(a)), i32x4.dot_i16x8_s(v128.and(Q1, m4), v128.load(a + 16))),
+    i32x4.add(i32x4.dot_i16x8_s(v128.and(Q2, m4), v128.load(a + 32)), i32x4.dot_i16x8_s(v128.and(Q3, m4), v128.load(a + 48))),
+  );
+}
+// @ts-ignore: decorator
+@inline function q4kHigh(Q0: v128, Q1: v128, Q2: v128, Q3: v128, a: usize): v128 {
+  return i32x4.add(
+    i32x4.add(i32x4.dot_i16x8_s(i16x8.shr_u(Q0, 4), v128.load(a)), i32x4.dot_i16x8_s(i16x8.shr_u(Q1, 4), v128.load(a + 16))),
+    i32x4.add(i32x4.dot_i16x8_s(i16x8.shr_u(Q2, 4), v128.load(a + 32)), i32x4.dot_i16x8_s(i16x8.shr_u(Q3, 4), v128.load(a + 48))),
+  );
+}
+
+// Each sub-block's products stay in four i32 lanes (t0..t7); the lanes of four sub-blocks are summed across at once
+// (isum4i) and multiplied by their four scales in one i32 product, the mins likewise: no per-sub-block scalar work.
+// The block's integer sums are the same as the unpacked kernels' (exact), hence the same result bits.
 function dotQ4K1(row: usize, nb: i32, aq: usize, ad: usize, asum: usize): f32 {
   const m4 = i16x8.splat(15);
   let acc: f32 = 0;
   for (let b = 0; b < nb; b++) {
     const p = row + <usize>b * 144;
-    const s = p + 4;
     const qs = p + 16;
     const a = aq + (<usize>b << 9);
     const bs = asum + (<usize>b << 5);
-    let isum = i32x4.splat(0);
-    let msum: i32 = 0;
+    const SM = scalesMinsQ4K(p + 4);
+    const S16 = i16x8.extend_low_i8x16_u(SM);
+    const M16 = i16x8.extend_high_i8x16_u(SM);
+    // |min · Σ32 a| ≤ 63·32·8191 per lane
+    const ms = i32x4.add(
+      i32x4.mul(i32x4.extend_low_i16x8_u(M16), v128.load(bs)),
+      i32x4.mul(i32x4.extend_high_i16x8_u(M16), v128.load(bs + 16)),
+    );
+    // a loop, not unrolled by hand: unrolled, the four passes' 16 weight vectors and 8 sums outgrow x64's 16 vector
+    // registers and the kernel runs slower
+    let t0 = i32x4.splat(0), t1 = t0, t2 = t0, t3 = t0, t4 = t0, t5 = t0, t6 = t0, t7 = t0;
     for (let j = 0; j < 4; j++) {
-      const is = j * 2;
-      let sc0: i32, m0: i32, sc1: i32, m1: i32;
-      if (is < 4) {
-        sc0 = load<u8>(s + is) & 63;
-        m0 = load<u8>(s + is + 4) & 63;
-        sc1 = load<u8>(s + is + 1) & 63;
-        m1 = load<u8>(s + is + 5) & 63;
-      } else {
-        sc0 = (load<u8>(s + is + 4) & 0xf) | ((load<u8>(s + is - 4) >> 6) << 4);
-        m0 = (load<u8>(s + is + 4) >> 4) | ((load<u8>(s + is) >> 6) << 4);
-        sc1 = (load<u8>(s + is + 5) & 0xf) | ((load<u8>(s + is - 3) >> 6) << 4);
-        m1 = (load<u8>(s + is + 5) >> 4) | ((load<u8>(s + is + 1) >> 6) << 4);
-      }
-      msum += m0 * load<i32>(bs + (<usize>is << 2)) + m1 * load<i32>(bs + (<usize>(is + 1) << 2));
       const q = qs + (<usize>j << 5);
       const ao = a + (<usize>j << 7);
       const Q0 = v128.load8x8_u(q);
       const Q1 = v128.load8x8_u(q + 8);
       const Q2 = v128.load8x8_u(q + 16);
       const Q3 = v128.load8x8_u(q + 24);
-      const s0 = i32x4.add(
-        i32x4.add(i32x4.dot_i16x8_s(v128.and(Q0, m4), v128.load(ao)), i32x4.dot_i16x8_s(v128.and(Q1, m4), v128.load(ao + 16))),
-        i32x4.add(i32x4.dot_i16x8_s(v128.and(Q2, m4), v128.load(ao + 32)), i32x4.dot_i16x8_s(v128.and(Q3, m4), v128.load(ao + 48))),
-      );
-      const s1 = i32x4.add(
-        i32x4.add(i32x4.dot_i16x8_s(i16x8.shr_u(Q0, 4), v128.load(ao + 64)), i32x4.dot_i16x8_s(i16x8.shr_u(Q1, 4), v128.load(ao + 80))),
-        i32x4.add(i32x4.dot_i16x8_s(i16x8.shr_u(Q2, 4), v128.load(ao + 96)), i32x4.dot_i16x8_s(i16x8.shr_u(Q3, 4), v128.load(ao + 112))),
-      );
-      isum = i32x4.add(isum, i32x4.add(i32x4.mul(s0, i32x4.splat(sc0)), i32x4.mul(s1, i32x4.splat(sc1))));
+      const s0 = q4kLow(Q0, Q1, Q2, Q3, ao, m4);
+      const s1 = q4kHigh(Q0, Q1, Q2, Q3, ao + 64);
+      if (j == 0) {
+        t0 = s0;
+        t1 = s1;
+      } else if (j == 1) {
+        t2 = s0;
+        t3 = s1;
+      } else if (j == 2) {
+        t4 = s0;
+        t5 = s1;
+      } else {
+        t6 = s0;
+        t7 = s1;
+      }
     }
-    acc += blockTerm(isumExact(isum), <f64>msum, f16(load<u16>(p)), f16(load<u16>(p + 2)), load<f32>(ad + (<usize>b << 2)));
+    // per lane: two sub-blocks, each Σ32 ≤ 32·15·8191 times its scale ≤ 63: 2·32·15·8191·63 < 2³¹
+    const isum = i32x4.add(
+      i32x4.mul(isum4i(t0, t1, t2, t3), i32x4.extend_low_i16x8_u(S16)),
+      i32x4.mul(isum4i(t4, t5, t6, t7), i32x4.extend_high_i16x8_u(S16)),
+    );
+    // the block's sums across lanes in i32 (exact: |Σ| ≤ 256·15·63·8191 < 2³¹, |Σ mins| smaller), then blockTerm's
+    // f32 operations on lanes: [Σi, Σi, Σm, Σm] · ([dw, dm, dw, dm] · da) → Σi·(dw·da) − Σm·(dm·da) from lanes 0 and 3
+    const h = i32x4.add(i8x16.shuffle(isum, ms, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23), i8x16.shuffle(isum, ms, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31));
+    const H = f32x4.convert_i32x4_s(i32x4.add(h, i8x16.shuffle(h, h, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11)));
+    const T = f32x4.mul(H, f32x4.mul(f16pair(p), f32x4.splat(load<f32>(ad + (<usize>b << 2)))));
+    acc += f32x4.extract_lane(T, 0) - f32x4.extract_lane(T, 3);
   }
   return acc;
 }
@@ -790,39 +846,91 @@ function dotQ6KR1(row: usize, nb: i32, aq: usize, ad: usize): f32 {
   return acc;
 }
 
+// The 32 classes' fused dots take their blocks four at a time: the four i32 sums across lanes at once (isum4i), the
+// four f16 scales converted at once, the four terms <f32>Σ·(dw·da) computed as f32x4 (the same operations as the
+// scalar term, lane by lane) and then added to the sum one after the other in block order: the same bits as dot32.
+
+// four f16 values at p, p + stride, … as f32x4 (f16 lane by lane)
+// @ts-ignore: decorator
+@inline function f16x4(p: usize, stride: usize): v128 {
+  let h = i32x4.splat(<i32>load<u16>(p));
+  h = i32x4.replace_lane(h, 1, <i32>load<u16>(p + stride));
+  h = i32x4.replace_lane(h, 2, <i32>load<u16>(p + 2 * stride));
+  h = i32x4.replace_lane(h, 3, <i32>load<u16>(p + 3 * stride));
+  const mag = f32x4.mul(i32x4.shl(v128.and(h, i32x4.splat(0x7fff)), 13), f32x4.splat(5.192296858534828e33));
+  return v128.or(mag, i32x4.shl(v128.and(h, i32x4.splat(0x8000)), 16));
+}
+
+// acc + t0 + t1 + t2 + t3 (f32, in that order)
+// @ts-ignore: decorator
+@inline function addLanes(acc: f32, t: v128): f32 {
+  acc += f32x4.extract_lane(t, 0);
+  acc += f32x4.extract_lane(t, 1);
+  acc += f32x4.extract_lane(t, 2);
+  return acc + f32x4.extract_lane(t, 3);
+}
+
+// @ts-ignore: decorator
+@inline function q8Block(p: usize, a: usize): v128 {
+  return i32x4.add(
+    i32x4.add(i32x4.dot_i16x8_s(v128.load8x8_s(p + 2), v128.load(a)), i32x4.dot_i16x8_s(v128.load8x8_s(p + 10), v128.load(a + 16))),
+    i32x4.add(i32x4.dot_i16x8_s(v128.load8x8_s(p + 18), v128.load(a + 32)), i32x4.dot_i16x8_s(v128.load8x8_s(p + 26), v128.load(a + 48))),
+  );
+}
+
 function dotQ8_01(row: usize, nb: i32, aq: usize, ad: usize): f32 {
   let acc: f32 = 0;
-  for (let b = 0; b < nb; b++) {
+  let b = 0;
+  for (; b + 4 <= nb; b += 4) {
     const p = row + <usize>b * 34;
     const a = aq + (<usize>b << 6);
-    const s = i32x4.add(
-      i32x4.add(i32x4.dot_i16x8_s(v128.load8x8_s(p + 2), v128.load(a)), i32x4.dot_i16x8_s(v128.load8x8_s(p + 10), v128.load(a + 16))),
-      i32x4.add(i32x4.dot_i16x8_s(v128.load8x8_s(p + 18), v128.load(a + 32)), i32x4.dot_i16x8_s(v128.load8x8_s(p + 26), v128.load(a + 48))),
-    );
-    acc += <f32>isumI(s) * (f16(load<u16>(p)) * load<f32>(ad + (<usize>b << 2)));
+    const I = isum4i(q8Block(p, a), q8Block(p + 34, a + 64), q8Block(p + 68, a + 128), q8Block(p + 102, a + 192));
+    acc = addLanes(acc, f32x4.mul(f32x4.convert_i32x4_s(I), f32x4.mul(f16x4(p, 34), v128.load(ad + (<usize>b << 2)))));
+  }
+  for (; b < nb; b++) {
+    const p = row + <usize>b * 34;
+    acc += <f32>isumI(q8Block(p, aq + (<usize>b << 6))) * (f16(load<u16>(p)) * load<f32>(ad + (<usize>b << 2)));
   }
   return acc;
 }
 
+// Q5_0: the fifth bits of all 32 values at once in i8 lanes, as unpackQ5_0 (swizzle the qh bytes so that each lane
+// holds the byte of its bit, test the bit), then widened to i16 for the dot.
+// @ts-ignore: decorator
+@inline function q5Block(p: usize, a: usize, m4: v128, c16: v128, idxLo: v128, idxHi: v128, bits: v128): v128 {
+  const qh = i32x4.splat(load<u32>(p + 2));
+  // 16 where the bit is clear: q − 16 = (nibble | 16·bit) − 16 = nibble − 16·(1 − bit)
+  const nLo = v128.andnot(c16, i8x16.eq(v128.and(i8x16.swizzle(qh, idxLo), bits), bits));
+  const nHi = v128.andnot(c16, i8x16.eq(v128.and(i8x16.swizzle(qh, idxHi), bits), bits));
+  const q = v128.load(p + 6);
+  const lo = i8x16.sub(v128.and(q, m4), nLo);
+  const hi = i8x16.sub(v128.and(i16x8.shr_u(q, 4), m4), nHi);
+  return i32x4.add(
+    i32x4.add(i32x4.dot_i16x8_s(i16x8.extend_low_i8x16_s(lo), v128.load(a)), i32x4.dot_i16x8_s(i16x8.extend_high_i8x16_s(lo), v128.load(a + 16))),
+    i32x4.add(i32x4.dot_i16x8_s(i16x8.extend_low_i8x16_s(hi), v128.load(a + 32)), i32x4.dot_i16x8_s(i16x8.extend_high_i8x16_s(hi), v128.load(a + 48))),
+  );
+}
+
 function dotQ5_01(row: usize, nb: i32, aq: usize, ad: usize): f32 {
-  const m4 = i16x8.splat(15);
-  const c16 = i16x8.splat(16);
-  const bits = i16x8(1, 2, 4, 8, 16, 32, 64, 128);
-  const zero = i16x8.splat(0);
+  const m4 = i8x16.splat(15);
+  const c16 = i8x16.splat(16);
+  const idxLo = i8x16(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  const idxHi = i8x16(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const bits = i8x16(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
   let acc: f32 = 0;
-  for (let b = 0; b < nb; b++) {
+  let b = 0;
+  for (; b + 4 <= nb; b += 4) {
     const p = row + <usize>b * 22;
     const a = aq + (<usize>b << 6);
-    const qh = load<u32>(p + 2);
-    let s = i32x4.splat(0);
-    for (let k = 0; k < 2; k++) {
-      const Q = v128.load8x8_u(p + 6 + (<usize>k << 3));
-      const hl = v128.and(i16x8.ne(v128.and(i16x8.splat(<i16>((qh >> (k << 3)) & 0xff)), bits), zero), c16);
-      const hh = v128.and(i16x8.ne(v128.and(i16x8.splat(<i16>((qh >> (16 + (k << 3))) & 0xff)), bits), zero), c16);
-      const lo = i16x8.sub(v128.or(v128.and(Q, m4), hl), c16);
-      const hi = i16x8.sub(v128.or(i16x8.shr_u(Q, 4), hh), c16);
-      s = i32x4.add(s, i32x4.add(i32x4.dot_i16x8_s(lo, v128.load(a + (<usize>k << 4))), i32x4.dot_i16x8_s(hi, v128.load(a + 32 + (<usize>k << 4)))));
-    }
+    const s0 = q5Block(p, a, m4, c16, idxLo, idxHi, bits);
+    const s1 = q5Block(p + 22, a + 64, m4, c16, idxLo, idxHi, bits);
+    const s2 = q5Block(p + 44, a + 128, m4, c16, idxLo, idxHi, bits);
+    const s3 = q5Block(p + 66, a + 192, m4, c16, idxLo, idxHi, bits);
+    acc = addLanes(acc, f32x4.mul(f32x4.convert_i32x4_s(isum4i(s0, s1, s2, s3)), f32x4.mul(f16x4(p, 22), v128.load(ad + (<usize>b << 2)))));
+  }
+  for (; b < nb; b++) {
+    const p = row + <usize>b * 22;
+    const s = q5Block(p, aq + (<usize>b << 6), m4, c16, idxLo, idxHi, bits);
     acc += <f32>isumI(s) * (f16(load<u16>(p)) * load<f32>(ad + (<usize>b << 2)));
   }
   return acc;

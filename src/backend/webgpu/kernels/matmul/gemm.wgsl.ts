@@ -93,81 +93,64 @@ export function gemmWGSL(type: number, mode: "plain" | "experts-list", s: GemmSh
     .join(" ");
   // x of tile token t (t < nt) as a vec4 row index
   const xRow = mode === "plain" ? "xq + (t0 + t) * xs4" : "(p.xOff + (IDS[lb + t0 + t] / p.xDiv) * p.xBatch) >> 2u";
-  const wDecode = range(Math.ceil((BM * KV) / WG))
-    .map(
-      (q) => `{
-        let i = li + ${q * WG}u; let row = i / ${KV}u; let kv = i % ${KV}u;
-        ${(q + 1) * WG > BM * KV ? `if (i < ${BM * KV}u) ` : ""}{
-          let rb = wb + min(r0 + row, p.rows - 1u) * p.rowBytes;
-          WS[kv * ${PW}u + row] = deq4(rb, c0 + 4u * kv);${dual ? `\n          WS2[kv * ${PW}u + row] = deq4_2(rb, c0 + 4u * kv);` : ""}
-        }
-      }`,
-    )
-    .join("\n      ");
-  const xStage = range(Math.ceil((BN * KV) / WG))
-    .map(
-      (q) => `{
-        let i = li + ${q * WG}u; let t = i / ${KV}u; let kv = i % ${KV}u;
-        if (i < ${BN * KV}u) {
-          var v = vec4f(0.0);
-          if (t < nt) { v = X[(${xRow}) + st * ${KV}u + kv]; }
-          XS[kv * ${PX}u + t] = v;
-        }
-      }`,
-    )
-    .join("\n      ");
-  // pipelined: the same decodes and loads into registers (rw<k>_<q>, rx<q>) for a step, stored after the barrier
+  // a thread's share of a step's staging: weight vec4 slots (row, column vec4) and x vec4 slots (token, column vec4)
   const QW = Math.ceil((BM * KV) / WG);
   const QX = Math.ceil((BN * KV) / WG);
   const wSlot = (q: number, body: string): string =>
     `{ let i = li + ${q * WG}u; let row = i / ${KV}u; let kv = i % ${KV}u; ${(q + 1) * WG > BM * KV ? `if (i < ${BM * KV}u) ` : ""}{ ${body} } }`;
   const xSlot = (q: number, body: string): string =>
     `{ let i = li + ${q * WG}u; let t = i / ${KV}u; let kv = i % ${KV}u; if (i < ${BN * KV}u) { ${body} } }`;
-  const loadRegs = (step: string): string =>
-    [
-      ...range(QW).map((q) =>
-        wSlot(
-          q,
-          `let rb = wb + min(r0 + row, p.rows - 1u) * p.rowBytes; rw0_${q} = deq4(rb, (${step}) * ${s.ks}u + 4u * kv);${dual ? ` rw1_${q} = deq4_2(rb, (${step}) * ${s.ks}u + 4u * kv);` : ""}`,
-        ),
-      ),
-      ...range(QX).map((q) =>
-        xSlot(q, `rx${q} = vec4f(0.0); if (t < nt) { rx${q} = X[(${xRow}) + (${step}) * ${KV}u + kv]; }`),
-      ),
-    ].join("\n      ");
-  const storeRegs = [
-    ...range(QW).map((q) =>
-      wSlot(q, `WS[kv * ${PW}u + row] = rw0_${q};${dual ? ` WS2[kv * ${PW}u + row] = rw1_${q};` : ""}`),
-    ),
-    ...range(QX).map((q) => xSlot(q, `XS[kv * ${PX}u + t] = rx${q};`)),
+  // the slot's decoded weights of matrix k (W, or W2 when dual) at step `step`, and its x (zero past the tile's tokens)
+  // (rb: the slot's row, clamped into the matrix, as declared by rowAt)
+  const rowAt = "let rb = wb + min(r0 + row, p.rows - 1u) * p.rowBytes;";
+  const weights = (k: number, step: string): string =>
+    `${k === 0 ? "deq4" : "deq4_2"}(rb, (${step}) * ${s.ks}u + 4u * kv)`;
+  const xLoad = (into: string, step: string): string =>
+    `${into} = vec4f(0.0); if (t < nt) { ${into} = X[(${xRow}) + (${step}) * ${KV}u + kv]; }`;
+  const wStore = (k: number, v: string): string => `${k === 0 ? "WS" : "WS2"}[kv * ${PW}u + row] = ${v};`;
+  const xStore = (v: string): string => `XS[kv * ${PX}u + t] = ${v};`;
+  // unpipelined: decoded and loaded straight into workgroup memory
+  const stage = [
+    ...range(QW).map((q) => wSlot(q, [rowAt, ...range(S).map((k) => wStore(k, weights(k, "st")))].join(" "))),
+    ...range(QX).map((q) => xSlot(q, `var v: vec4f; ${xLoad("v", "st")} ${xStore("v")}`)),
   ].join("\n      ");
+  // pipelined: the same decodes and loads into registers (rw<k>_<q>, rx<q>) for a step, stored after the barrier
   const regDecls = [
     ...range(S).flatMap((k) => range(QW).map((q) => `var rw${k}_${q} = vec4f(0.0);`)),
     ...range(QX).map((q) => `var rx${q} = vec4f(0.0);`),
   ].join(" ");
+  const loadRegs = (step: string): string =>
+    [
+      ...range(QW).map((q) =>
+        wSlot(q, [rowAt, ...range(S).map((k) => `rw${k}_${q} = ${weights(k, step)};`)].join(" ")),
+      ),
+      ...range(QX).map((q) => xSlot(q, xLoad(`rx${q}`, step))),
+    ].join("\n      ");
+  const storeRegs = [
+    ...range(QW).map((q) =>
+      wSlot(
+        q,
+        range(S)
+          .map((k) => wStore(k, `rw${k}_${q}`))
+          .join(" "),
+      ),
+    ),
+    ...range(QX).map((q) => xSlot(q, xStore(`rx${q}`))),
+  ].join("\n      ");
   const fma4 = (a: string, w: string, x: string): string =>
     `${a} = fma(${w}.w, ${x}.w, fma(${w}.z, ${x}.z, fma(${w}.y, ${x}.y, fma(${w}.x, ${x}.x, ${a}))));`;
-  const inner = `for (var kv = 0u; kv < ${KV}u; kv++) {
-        ${range(TM)
-          .map((i) => `let w0_${i} = WS[kv * ${PW}u + tx + ${TX * i}u];`)
-          .join(" ")}
-        ${
-          dual
-            ? range(TM)
-                .map((i) => `let w1_${i} = WS2[kv * ${PW}u + tx + ${TX * i}u];`)
-                .join(" ")
-            : ""
-        }
+  // the multiply-adds of column vec4 `kv` (an expression): the thread's weights and x read once each
+  const columns = (kv: string): string => `${range(S)
+    .flatMap((k) =>
+      range(TM).map((i) => `let w${k}_${i} = ${k === 0 ? "WS" : "WS2"}[${kv} * ${PW}u + tx + ${TX * i}u];`),
+    )
+    .join(" ")}
         ${range(TN)
-          .map((j) => `let x${j} = XS[kv * ${PX}u + ty + ${TY * j}u];`)
+          .map((j) => `let x${j} = XS[${kv} * ${PX}u + ty + ${TY * j}u];`)
           .join(" ")}
         ${range(S)
           .flatMap((k) => range(TM).flatMap((i) => range(TN).map((j) => fma4(acc(k, i, j), `w${k}_${i}`, `x${j}`))))
-          .join("\n        ")}
-      }`;
-  const unrolled = range(KV)
-    .map((kv) => inner.replace(/^for \(var kv = 0u; kv < \d+u; kv\+\+\) \{/, `{ let kv = ${kv}u;`))
-    .join("\n      ");
+          .join("\n        ")}`;
   const steps =
     s.pipe === true
       ? `${regDecls}
@@ -177,15 +160,17 @@ export function gemmWGSL(type: number, mode: "plain" | "experts-list", s: GemmSh
       ${storeRegs}
       workgroupBarrier();
       ${loadRegs(`min(st + 1u, ${NS - 1}u)`)}
-      ${unrolled}
+      ${range(KV)
+        .map((kv) => `{\n        ${columns(`${kv}u`)}\n      }`)
+        .join("\n      ")}
     }`
       : `for (var st = 0u; st < ${NS}u; st++) {
-      let c0 = st * ${s.ks}u;
       workgroupBarrier();
-      ${wDecode}
-      ${xStage}
+      ${stage}
       workgroupBarrier();
-      ${inner}
+      for (var kv = 0u; kv < ${KV}u; kv++) {
+        ${columns("kv")}
+      }
     }`;
   const value = (i: number, j: number): string =>
     dual ? `silu(${acc(0, i, j)}) * ${acc(1, i, j)}` : `${acc(0, i, j)}`;

@@ -150,6 +150,21 @@ export const KNOBS = {
     doc: "absorbed-MLA attention of 1–4 queries on the wide attention kernel (a workgroup per head group reading each key once for its heads): 1 at every key count, 0 never",
     default: "past one chunk of 256 keys",
   },
+  attnTiled: {
+    family: "attention",
+    doc: "the tiled latent attention (attention/tiled.wgsl.ts: a workgroup per query and group of heads, each key row read once for the group): 1 from any number of queries, 0 never",
+    default: "from attnTiledFrom queries (prompt chunks)",
+  },
+  attnTiledFrom: {
+    family: "attention",
+    doc: "the fewest queries in a step that take the tiled latent attention",
+    default: "ATTN_TILED_FROM = 128",
+  },
+  attnTiledWgs: {
+    family: "attention",
+    doc: "the tiled latent attention splits a query's keys (in chunks of 256) while its workgroups are fewer than this",
+    default: "256",
+  },
   attnHeads: { family: "attention", doc: "heads per workgroup of the wide attention kernel (1..8)", default: "4" },
   attnTile: {
     family: "attention",

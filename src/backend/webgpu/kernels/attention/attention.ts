@@ -22,7 +22,8 @@ import {
   attnWideScratch,
   attnWideWGSL as attnWideSource,
 } from "./wide.wgsl.js";
-import { attnWideChoice } from "./select.js";
+import { attnTiledChoice, attnWideChoice } from "./select.js";
+import { attnTiledWGSL as attnTiledSource } from "./tiled.wgsl.js";
 import { memoWGSL } from "../../core/wgsl-memo.js";
 import { rows } from "../launch.js";
 import { withSubgroupTotal } from "../rows/rows.js";
@@ -31,6 +32,7 @@ const ATTN_WGSL = memoWGSL(attnSource);
 const attnSubgroupWGSL = memoWGSL(attnSubgroupSource);
 const KV_CACHE_WGSL = memoWGSL(kvCacheSource);
 const attnWideWGSL = memoWGSL(attnWideSource);
+const attnTiledWGSL = memoWGSL(attnTiledSource);
 
 /**
  * Latent cache rows of n tokens from kv = [c (L) | k_pe (dims)] per token (at kvOff + t·stride; default 0 and L + dims):
@@ -175,6 +177,7 @@ type AttentionBuffers = {
 export function attention(rt: GpuRuntime, bufs: AttentionBuffers, a: AttentionArgs): void {
   if (a.d1 + a.d2 > ATTN_QMAX) throw new LatentError(`attention: query width ${a.d1 + a.d2} exceeds ${ATTN_QMAX}`);
   if (attentionWide(rt, bufs, a)) return;
+  if (attentionTiled(rt, bufs, a)) return;
   const chunks = Math.max(1, Math.ceil(a.maxKeys / ATTN_CHUNK));
   const p: AttnParams = { ...attnFields(a), chunks };
   const params = Uint32Array.from(ATTN_PARAMS.map((k) => p[k]));
@@ -209,51 +212,101 @@ export function attention(rt: GpuRuntime, bufs: AttentionBuffers, a: AttentionAr
   rt.dispatch("attention combine", ATTN_COMBINE_WGSL, [part, bufs.o], params, [1, a.heads, a.nq], outs);
 }
 
-/** The wide decode kernel where it applies (false: nothing dispatched). */
-function attentionWide(rt: GpuRuntime, bufs: AttentionBuffers, a: AttentionArgs): boolean {
-  const sg = rt.info.subgroupSize;
-  // the latent is both K1 and V: one read of a key row serves the scores and the weighted sum of every head
-  const latent =
+/** Whether the keys are the latent cache: c is both K1 and V for every head (one read of a key row serves them all). */
+function latentKeys(bufs: AttentionBuffers, a: AttentionArgs): boolean {
+  return (
     a.k1.head === 0 &&
     a.v.head === 0 &&
     bufs.k1 === bufs.v &&
     a.k1.off === a.v.off &&
     a.k1.stride === a.v.stride &&
     a.dv === a.d1 &&
-    a.d2 >= 1;
-  // (where the tuning and the step's size take it: select.ts)
-  if (!latent || sg === undefined) return false;
-  const plan = attnWideChoice(rt, sg, a);
-  if (plan === undefined || attnWideBytes(a.d1, a.d2, sg, plan) > rt.info.limits.maxComputeWorkgroupStorageSize)
-    return false;
-  const p: Record<(typeof ATTN_WIDE_PARAMS)[number], number> = {
-    ...attnFields(a),
-    splits: plan.splits,
-    splitKeys: plan.splitKeys,
-  };
-  const params = Uint32Array.from(ATTN_WIDE_PARAMS.map((k) => p[k]));
-  const outs = attnOutputs(bufs.o, a);
-  const grid: [number, number, number] = [plan.splits, Math.ceil(a.heads / plan.group), a.nq];
-  const inputs = [bufs.q, bufs.k1, bufs.k2, bufs.meta, bufs.sel];
-  if (plan.splits === 1) {
-    rt.dispatch("attention wide", attnWideWGSL(a.d1, a.d2, sg, plan, false), [...inputs, bufs.o], params, grid, outs);
-    return true;
-  }
-  const need = a.nq * a.heads * plan.splits * (a.dv + 2);
+    a.d2 >= 1
+  );
+}
+
+/** The partials of split kernels combined into the output rows (the wide kernel's layout). */
+function combineSplits(
+  rt: GpuRuntime,
+  part: GPUBuffer,
+  meta: GPUBuffer,
+  o: GPUBuffer,
+  params: Uint32Array,
+  a: AttentionArgs,
+  label: string,
+): void {
+  rt.dispatch(
+    label,
+    ATTN_WIDE_COMBINE_WGSL,
+    [part, meta, o],
+    params,
+    [Math.ceil(a.dv / 128), a.heads, a.nq],
+    attnOutputs(o, a),
+  );
+}
+
+/** The wide kernel's parameter words for a plan of `splits` × `splitKeys`. */
+function wideParams(a: AttentionArgs, splits: number, splitKeys: number): Uint32Array {
+  const p: Record<(typeof ATTN_WIDE_PARAMS)[number], number> = { ...attnFields(a), splits, splitKeys };
+  return Uint32Array.from(ATTN_WIDE_PARAMS.map((k) => p[k]));
+}
+
+/** Scratch of split partials, checked. */
+function splitScratch(bufs: AttentionBuffers, a: AttentionArgs, splits: number): GPUBuffer {
+  const need = a.nq * a.heads * splits * (a.dv + 2);
   const part = bufs.part;
   if (part === undefined || part.size < need * 4)
     throw new LatentError(`attention over ${a.maxKeys} keys needs ${need} floats of scratch`);
+  return part;
+}
+
+/**
+ * The tiled latent kernel for many queries (tiled.wgsl.ts: each key row read once for a group of heads) where it
+ * applies (false: nothing dispatched).
+ */
+function attentionTiled(rt: GpuRuntime, bufs: AttentionBuffers, a: AttentionArgs): boolean {
+  if (!latentKeys(bufs, a)) return false;
+  const plan = attnTiledChoice(rt, a);
+  if (plan === undefined) return false;
+  const params = wideParams(a, plan.splits, plan.splitKeys);
+  const grid: [number, number, number] = [plan.splits, Math.ceil(a.heads / plan.group), a.nq];
+  const inputs = [bufs.q, bufs.k1, bufs.k2, bufs.meta, bufs.sel];
+  const code = (split: boolean): string => attnTiledWGSL(a.d1, a.d2, a.dv, plan.group, split);
+  if (plan.splits === 1) {
+    rt.dispatch("attention tiled", code(false), [...inputs, bufs.o], params, grid, attnOutputs(bufs.o, a));
+    return true;
+  }
+  const part = splitScratch(bufs, a, plan.splits);
+  const need = a.nq * a.heads * plan.splits * (a.dv + 2);
+  rt.dispatch("attention tiled split", code(true), [...inputs, part], params, grid, [
+    { buffer: part, offset: 0, size: need * 4 },
+  ]);
+  combineSplits(rt, part, bufs.meta, bufs.o, params, a, "attention tiled combine");
+  return true;
+}
+
+/** The wide decode kernel where it applies (false: nothing dispatched). */
+function attentionWide(rt: GpuRuntime, bufs: AttentionBuffers, a: AttentionArgs): boolean {
+  const sg = rt.info.subgroupSize;
+  // (where the tuning and the step's size take it: select.ts)
+  if (!latentKeys(bufs, a) || sg === undefined) return false;
+  const plan = attnWideChoice(rt, sg, a);
+  if (plan === undefined || attnWideBytes(a.d1, a.d2, sg, plan) > rt.info.limits.maxComputeWorkgroupStorageSize)
+    return false;
+  const params = wideParams(a, plan.splits, plan.splitKeys);
+  const grid: [number, number, number] = [plan.splits, Math.ceil(a.heads / plan.group), a.nq];
+  const inputs = [bufs.q, bufs.k1, bufs.k2, bufs.meta, bufs.sel];
+  if (plan.splits === 1) {
+    const outs = attnOutputs(bufs.o, a);
+    rt.dispatch("attention wide", attnWideWGSL(a.d1, a.d2, sg, plan, false), [...inputs, bufs.o], params, grid, outs);
+    return true;
+  }
+  const part = splitScratch(bufs, a, plan.splits);
+  const need = a.nq * a.heads * plan.splits * (a.dv + 2);
   rt.dispatch("attention wide split", attnWideWGSL(a.d1, a.d2, sg, plan, true), [...inputs, part], params, grid, [
     { buffer: part, offset: 0, size: need * 4 },
   ]);
-  rt.dispatch(
-    "attention wide combine",
-    ATTN_WIDE_COMBINE_WGSL,
-    [part, bufs.meta, bufs.o],
-    params,
-    [Math.ceil(a.dv / 128), a.heads, a.nq],
-    outs,
-  );
+  combineSplits(rt, part, bufs.meta, bufs.o, params, a, "attention wide combine");
   return true;
 }
 

@@ -8,6 +8,7 @@ import type { KernelTuning } from "../../core/tuning.js";
 import type { GpuMatrix } from "../matmul/matrix.js";
 import { ATTN_CHUNK } from "./attention.wgsl.js";
 import { attnFusedBytes, attnFusedChunk, type AttnFusedShape } from "./fused.wgsl.js";
+import { attnTiledBytes, attnTiledGroup } from "./tiled.wgsl.js";
 import {
   ATTN_WIDE_MAX_Q,
   ATTN_WIDE_MAX_SPLITS,
@@ -141,4 +142,40 @@ export function attnFusedShape(
     if (asked !== undefined) return undefined;
   }
   return attnFusedBytes(base) <= limit ? base : undefined;
+}
+
+/** The tiled latent kernel's plan: G heads a workgroup, keys split over `splits` workgroups of splitKeys each. */
+export interface AttnTiledPlan {
+  readonly group: number;
+  readonly splits: number;
+  readonly splitKeys: number;
+}
+
+/** Queries from which a step takes the tiled latent kernel by default (prompt chunks; tune.attnTiledFrom). */
+export const ATTN_TILED_FROM = 128;
+/** Workgroups the tiled kernel's key splits aim for (about two a multiprocessor of a large GPU; tune.attnTiledWgs). */
+const ATTN_TILED_WGS = 256;
+
+/**
+ * The tiled latent kernel's plan for nq queries of `heads` heads over maxKeys keys, or undefined where it is not taken
+ * (tune.attnTiled = 0, fewer queries than tune.attnTiledFrom, not even 4 heads' tiles in the workgroup memory). The keys are split
+ * over workgroups (in whole chunks of ATTN_CHUNK, so the plan depends on maxKeys only through its chunks) while the
+ * queries' head groups make fewer than ATTN_TILED_WGS workgroups.
+ */
+export function attnTiledChoice(
+  rt: GpuRuntime,
+  a: { readonly nq: number; readonly heads: number; readonly maxKeys: number },
+): AttnTiledPlan | undefined {
+  const tune = rt.tune;
+  if (tune.attnTiled === 0 || a.nq < 1 || a.heads < 1) return undefined;
+  if (tune.attnTiled !== 1 && a.nq < (tune.attnTiledFrom ?? ATTN_TILED_FROM)) return undefined;
+  // (fewer heads a workgroup where the device's workgroup memory does not hold the tiles of the natural group)
+  let group = attnTiledGroup(a.heads);
+  while (group > 4 && attnTiledBytes(group) > rt.info.limits.maxComputeWorkgroupStorageSize) group /= 2;
+  if (attnTiledBytes(group) > rt.info.limits.maxComputeWorkgroupStorageSize) return undefined;
+  const chunks = Math.max(1, Math.ceil(a.maxKeys / ATTN_CHUNK));
+  const workgroups = a.nq * Math.ceil(a.heads / group);
+  const want = Math.max(1, Math.min(chunks, Math.ceil((tune.attnTiledWgs ?? ATTN_TILED_WGS) / workgroups)));
+  const splitKeys = Math.ceil(chunks / want) * ATTN_CHUNK;
+  return { group, splits: Math.ceil((chunks * ATTN_CHUNK) / splitKeys), splitKeys };
 }

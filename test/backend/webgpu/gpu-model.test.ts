@@ -51,6 +51,18 @@ if (tiled !== undefined) {
     dispatch(label, code, ...rest);
   };
 }
+// the tiled latent attention (attention/tiled.wgsl.ts) for every step, prompts and batched decode alike (by default from
+// 128 queries), with the wide decode kernel off
+const tiledAttn =
+  rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { attnTiled: 1, attn: 0 } });
+let tiledAttnDispatches = 0;
+if (tiledAttn !== undefined) {
+  const dispatch = tiledAttn.dispatch.bind(tiledAttn);
+  tiledAttn.dispatch = (label, ...rest) => {
+    if (label.startsWith("attention tiled")) tiledAttnDispatches++;
+    dispatch(label, ...rest);
+  };
+}
 // the H200's small-step defaults on this adapter: the wide kernel's passes software-pipelined (widePipe) and the fused
 // one-token attention, on a model wide enough for several passes a row at this adapter's subgroup size
 const piped =
@@ -158,9 +170,11 @@ for (const [c, r] of [
   [last, routeNarrow] as const,
   [groupsCase, rt] as const,
   [last, tiled] as const,
+  [last, tiledAttn] as const,
+  [glmCase, tiledAttn] as const,
 ]) {
   const replay = r === plain;
-  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}${r === wideAttn ? ", wide decode attention" : ""}${r === listed ? ", expert lists (expertsFrom = 0.25)" : ""}${r === unfused ? ", norms unfused (normFuse = 0)" : ""}${r === ffnOnly ? ", only the FFN's norm fused (normFuse = 2)" : ""}${r === apart ? ", kernel pairs apart (together = 0)" : ""}${r === attnFused ? ", one-token attention fused (attnFuse = 1)" : ""}${r === piped ? ", wide passes pipelined and attention fused (widePipe = 1, attnFuse = 1)" : ""}${r === early ? ", shared down beside the routing (sharedEarly = 1)" : ""}${r === lateShared ? ", shared down beside the routed one (sharedEarly = 0)" : ""}${r === halfRows ? ", half a subgroup a row (wideHalf = 2)" : ""}${r === routeNarrow ? ", the routing 64 threads a workgroup, a dispatch of its own (routeThreads = 64)" : ""}${r === tiled ? ", the register-tiled kernel wherever it applies (gemm = 2, expertsFrom = 0.25)" : ""}`, {
+  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}${r === wideAttn ? ", wide decode attention" : ""}${r === listed ? ", expert lists (expertsFrom = 0.25)" : ""}${r === unfused ? ", norms unfused (normFuse = 0)" : ""}${r === ffnOnly ? ", only the FFN's norm fused (normFuse = 2)" : ""}${r === apart ? ", kernel pairs apart (together = 0)" : ""}${r === attnFused ? ", one-token attention fused (attnFuse = 1)" : ""}${r === piped ? ", wide passes pipelined and attention fused (widePipe = 1, attnFuse = 1)" : ""}${r === early ? ", shared down beside the routing (sharedEarly = 1)" : ""}${r === lateShared ? ", shared down beside the routed one (sharedEarly = 0)" : ""}${r === halfRows ? ", half a subgroup a row (wideHalf = 2)" : ""}${r === routeNarrow ? ", the routing 64 threads a workgroup, a dispatch of its own (routeThreads = 64)" : ""}${r === tiled ? ", the register-tiled kernel wherever it applies (gemm = 2, expertsFrom = 0.25)" : ""}${r === tiledAttn ? ", tiled latent attention at every step (attnTiled = 1)" : ""}`, {
     skip: sweepSkip(skip, c !== wideCase || r === rt),
   }, async () => {
     kernels.get(r!)?.clear();
@@ -200,6 +214,10 @@ for (const [c, r] of [
       if (r === tiled) {
         assert.ok(tiledDispatches > 0, "the register-tiled kernel ran");
         tiledDispatches = 0;
+      }
+      if (r === tiledAttn) {
+        assert.ok(tiledAttnDispatches > 0, "the tiled attention ran");
+        tiledAttnDispatches = 0;
       }
       if (r === attnFused) {
         assert.ok(attnFusedDispatches > 0, "the fused attention ran");

@@ -55,7 +55,6 @@ export function attnTiledWGSL(d1: number, d2: number, dv: number, G: number, spl
   const NJ = Math.ceil(dv / WG); // output columns a thread
   const range = (n: number): number[] => Array.from({ length: n }, (_, i) => i);
   const acc = (r: number, j: number): string => `o${r}_${j}`;
-  // element e of key row `row` (c then k_pe; zero past them)
   // four consecutive elements e.. of a key row (c then k_pe; zero past them) and of a query row: one branch where all
   // four lie in one part
   const four = (

@@ -176,6 +176,10 @@ test("the tiled kernel is chosen for steps of many queries over the latent, and 
     splits: 4,
     splitKeys: 1024,
   });
+  // many queries over long key lists: no workgroup walks more than 4,096 keys
+  assert.deepEqual(attnTiledChoice(at(), step(2048, 4096)), { group: 16, splits: 1, splitKeys: 4096 });
+  assert.deepEqual(attnTiledChoice(at(), step(2048, 16384)), { group: 16, splits: 4, splitKeys: 4096 });
+  assert.deepEqual(attnTiledChoice(at(), step(512, 4097)), { group: 16, splits: 2, splitKeys: 2304 });
   for (const [lo, hi] of [
     [1, 256],
     [257, 512],

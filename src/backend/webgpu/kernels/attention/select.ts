@@ -153,6 +153,8 @@ export interface AttnTiledPlan {
 
 /** Queries from which a step takes the tiled latent kernel by default (prompt chunks; tune.attnTiledFrom). */
 export const ATTN_TILED_FROM = 128;
+/** The most keys one workgroup of the tiled kernel walks (longer key lists are split). */
+export const ATTN_TILED_MAX_KEYS = 4096;
 /** Workgroups the tiled kernel's key splits aim for (about two a multiprocessor of a large GPU; tune.attnTiledWgs). */
 const ATTN_TILED_WGS = 256;
 
@@ -160,7 +162,7 @@ const ATTN_TILED_WGS = 256;
  * The tiled latent kernel's plan for nq queries of `heads` heads over maxKeys keys, or undefined where it is not taken
  * (tune.attnTiled = 0, fewer queries than tune.attnTiledFrom, not even 4 heads' tiles in the workgroup memory). The keys are split
  * over workgroups (in whole chunks of ATTN_CHUNK, so the plan depends on maxKeys only through its chunks) while the
- * queries' head groups make fewer than ATTN_TILED_WGS workgroups.
+ * queries' head groups make fewer than ATTN_TILED_WGS workgroups, and past ATTN_TILED_MAX_KEYS keys.
  */
 export function attnTiledChoice(
   rt: GpuRuntime,
@@ -175,7 +177,10 @@ export function attnTiledChoice(
   if (attnTiledBytes(group) > rt.info.limits.maxComputeWorkgroupStorageSize) return undefined;
   const chunks = Math.max(1, Math.ceil(a.maxKeys / ATTN_CHUNK));
   const workgroups = a.nq * Math.ceil(a.heads / group);
-  const want = Math.max(1, Math.min(chunks, Math.ceil((tune.attnTiledWgs ?? ATTN_TILED_WGS) / workgroups)));
+  const fill = Math.ceil((tune.attnTiledWgs ?? ATTN_TILED_WGS) / workgroups);
+  // and no workgroup walks more than ATTN_TILED_MAX_KEYS keys: a step's one long-context query (a decode token among
+  // prompt chunks) would otherwise hold the dispatch alone
+  const want = Math.max(1, Math.min(chunks, Math.max(fill, Math.ceil(chunks / (ATTN_TILED_MAX_KEYS / ATTN_CHUNK)))));
   const splitKeys = Math.ceil(chunks / want) * ATTN_CHUNK;
   return { group, splits: Math.ceil((chunks * ATTN_CHUNK) / splitKeys), splitKeys };
 }

@@ -32,7 +32,10 @@ for (const s of shapes) {
   const data = new Uint8Array(rowBytes(s.type, s.cols) * s.rows);
   fillRandom(s.type, data, s.rows * s.cols, 0.5, rng);
   // each backend reads its own copy (copied into its arena at first use)
-  const w = { exact: new QMatrix("w", s.type, s.cols, s.rows, data), q8: new QMatrix("w", s.type, s.cols, s.rows, data.slice()) };
+  const w = {
+    exact: new QMatrix("w", s.type, s.cols, s.rows, data),
+    q8: new QMatrix("w", s.type, s.cols, s.rows, data.slice()),
+  };
   const x = new Float64Array(s.cols).map(() => rng.uniform() - 0.5);
   const y = new Float64Array(s.rows);
   const rate = { exact: [] as number[], q8: [] as number[] };

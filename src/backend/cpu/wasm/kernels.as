@@ -1003,52 +1003,51 @@ function quantize8(cls: i32, x: usize, n: i32, cols: i32, xStride: i32, aq: usiz
 }
 
 // Q4_K: per 32 bytes of quants (sub-blocks 2j and 2j+1: low and high nibbles), four relaxed dots; each sub-block's
-// two dots add in i16 (≤ 7620), widen pairwise to four i32 lanes, and the lanes of four sub-blocks are summed across
-// and scaled at once as in dotQ4K1. Mins: m_j·(Σ16 + Σ16) for the eight sub-blocks as two i16 dot products.
+// two dots add in i16 (≤ 7620) and are widened and scaled at once by an i16 dot with the sub-block's scale in every
+// lane (|Σ| per i32 lane ≤ 8 · 2·7620·63 < 2³¹), into one i32x4 per block: no per-sub-block reductions. The four
+// passes are written out (constant shuffles pick the scales; few registers live). Mins: m_j·(Σ16 + Σ16) for the
+// eight sub-blocks as two i16 dot products. The block's integer sums are exact; its f32 tail is dotQ4K1's.
+// @ts-ignore: decorator
+@inline function q4kLo8(Q0: v128, Q1: v128, a: usize, m4: v128): v128 {
+  return i16x8.add(rdot(v128.load(a), v128.and(Q0, m4)), rdot(v128.load(a + 16), v128.and(Q1, m4)));
+}
+// @ts-ignore: decorator
+@inline function q4kHi8(Q0: v128, Q1: v128, a: usize, m4: v128): v128 {
+  return i16x8.add(rdot(v128.load(a + 32), v128.and(i16x8.shr_u(Q0, 4), m4)), rdot(v128.load(a + 48), v128.and(i16x8.shr_u(Q1, 4), m4)));
+}
+
 function dotQ4K8(row: usize, nb: i32, aq: usize, ad: usize, asum: usize): f32 {
   const m4 = i8x16.splat(15);
   let acc: f32 = 0;
   for (let b = 0; b < nb; b++) {
     const p = row + <usize>b * 144;
-    const qs = p + 16;
+    const q = p + 16;
     const a = aq + (<usize>b << 8);
     const bs = asum + (<usize>b << 5);
     const SM = scalesMinsQ4K(p + 4);
-    const S16 = i16x8.extend_low_i8x16_u(SM);
+    const S = i16x8.extend_low_i8x16_u(SM);
     // [m0, m0, m1, m1, m2, m2, m3, m3] and [m4, …, m7, m7] as i16 against the 16 sums of 16
     const Mlo = i8x16.shuffle(SM, i8x16.splat(0), 8, 16, 8, 16, 9, 16, 9, 16, 10, 16, 10, 16, 11, 16, 11, 16);
     const Mhi = i8x16.shuffle(SM, i8x16.splat(0), 12, 16, 12, 16, 13, 16, 13, 16, 14, 16, 14, 16, 15, 16, 15, 16);
     const ms = i32x4.add(i32x4.dot_i16x8_s(v128.load(bs), Mlo), i32x4.dot_i16x8_s(v128.load(bs + 16), Mhi));
-    let t0 = i32x4.splat(0), t1 = t0, t2 = t0, t3 = t0, t4 = t0, t5 = t0, t6 = t0, t7 = t0;
-    for (let j = 0; j < 4; j++) {
-      const q = qs + (<usize>j << 5);
-      const ao = a + (<usize>j << 6);
-      const Q0 = v128.load(q);
-      const Q1 = v128.load(q + 16);
-      const lo = i16x8.add(rdot(v128.load(ao), v128.and(Q0, m4)), rdot(v128.load(ao + 16), v128.and(Q1, m4)));
-      const hi = i16x8.add(rdot(v128.load(ao + 32), v128.and(i16x8.shr_u(Q0, 4), m4)), rdot(v128.load(ao + 48), v128.and(i16x8.shr_u(Q1, 4), m4)));
-      const s0 = i32x4.extadd_pairwise_i16x8_s(lo);
-      const s1 = i32x4.extadd_pairwise_i16x8_s(hi);
-      if (j == 0) {
-        t0 = s0;
-        t1 = s1;
-      } else if (j == 1) {
-        t2 = s0;
-        t3 = s1;
-      } else if (j == 2) {
-        t4 = s0;
-        t5 = s1;
-      } else {
-        t6 = s0;
-        t7 = s1;
-      }
-    }
-    const isum = i32x4.add(
-      i32x4.mul(isum4i(t0, t1, t2, t3), i32x4.extend_low_i16x8_u(S16)),
-      i32x4.mul(isum4i(t4, t5, t6, t7), i32x4.extend_high_i16x8_u(S16)),
-    );
+    let Q0 = v128.load(q);
+    let Q1 = v128.load(q + 16);
+    let s = i32x4.dot_i16x8_s(q4kLo8(Q0, Q1, a, m4), i8x16.shuffle(S, S, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1));
+    s = i32x4.add(s, i32x4.dot_i16x8_s(q4kHi8(Q0, Q1, a, m4), i8x16.shuffle(S, S, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3)));
+    Q0 = v128.load(q + 32);
+    Q1 = v128.load(q + 48);
+    s = i32x4.add(s, i32x4.dot_i16x8_s(q4kLo8(Q0, Q1, a + 64, m4), i8x16.shuffle(S, S, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5)));
+    s = i32x4.add(s, i32x4.dot_i16x8_s(q4kHi8(Q0, Q1, a + 64, m4), i8x16.shuffle(S, S, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7)));
+    Q0 = v128.load(q + 64);
+    Q1 = v128.load(q + 80);
+    s = i32x4.add(s, i32x4.dot_i16x8_s(q4kLo8(Q0, Q1, a + 128, m4), i8x16.shuffle(S, S, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9)));
+    s = i32x4.add(s, i32x4.dot_i16x8_s(q4kHi8(Q0, Q1, a + 128, m4), i8x16.shuffle(S, S, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11)));
+    Q0 = v128.load(q + 96);
+    Q1 = v128.load(q + 112);
+    s = i32x4.add(s, i32x4.dot_i16x8_s(q4kLo8(Q0, Q1, a + 192, m4), i8x16.shuffle(S, S, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13)));
+    s = i32x4.add(s, i32x4.dot_i16x8_s(q4kHi8(Q0, Q1, a + 192, m4), i8x16.shuffle(S, S, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15)));
     // as dotQ4K1: [Σi, Σi, Σm, Σm] · ([d, dmin, d, dmin] · da), lanes 0 and 3
-    const h = i32x4.add(i8x16.shuffle(isum, ms, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23), i8x16.shuffle(isum, ms, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31));
+    const h = i32x4.add(i8x16.shuffle(s, ms, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23), i8x16.shuffle(s, ms, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31));
     const H = f32x4.convert_i32x4_s(i32x4.add(h, i8x16.shuffle(h, h, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11)));
     const T = f32x4.mul(H, f32x4.mul(f16pair(p), f32x4.splat(load<f32>(ad + (<usize>b << 2)))));
     acc += f32x4.extract_lane(T, 0) - f32x4.extract_lane(T, 3);

@@ -51,6 +51,7 @@ interface KernelExports {
     tc: number,
   ): void;
   repackQ6K(src: number, rows: number, cols: number, dst: number): void;
+  unsignQ6KR(p: number, rows: number, cols: number): void;
   gatherRows(src: number, rowBytes: number, idx: number, m: number, dst: number): void;
   swigluQuant(
     cls: number,
@@ -620,7 +621,11 @@ export class CpuBackend implements MatKernels {
         rp = a.alloc(bytes).byteOffset;
         this.q6krBytes += bytes;
       }
-      if (rp !== 0) a.k.repackQ6K(wp, w.rows, w.cols, rp);
+      if (rp !== 0) {
+        a.k.repackQ6K(wp, w.rows, w.cols, rp);
+        // q8 mode reads every repacked copy with 8-bit activations (all its products have ≤ 2 tokens): unsigned values
+        if (this.activations === "q8") a.k.unsignQ6KR(rp, w.rows, w.cols);
+      }
       this.q6kr.set(key, rp);
       this.slotOf(a, wp)?.repacks.push([key, rp, bytes]);
     }

@@ -1094,10 +1094,30 @@ function dotQ5_08(row: usize, nb: i32, aq: usize, ad: usize, asum: usize): f32 {
   return acc;
 }
 
-// Q6_KR: per 16 values w = (q − 32) + 32 (0..63), one relaxed dot (≤ 16002 per i16 lane) widened by an i16 dot with
-// the group's scale (|sc| ≤ 128: ≤ 2·16002·128 per i32 lane, 16 groups < 2³¹); then − 32·Σ_g sc_g·Σ16_g.
+/**
+ * q8 mode: the values of Q6_KR rows at p made unsigned in place (q − 32 → q, 0..63), the relaxed dot's i7 operand;
+ * such a copy is read by dotQ6KR8 only. (An empty function in the default module.)
+ */
+export function unsignQ6KR(p: usize, rows: i32, cols: i32): void {
+  if (ASC_FEATURE_RELAXED_SIMD) {
+    const blocks = <usize>rows * <usize>(cols >> 8);
+    const c32 = i8x16.splat(32);
+    for (let b: usize = 0; b < blocks; b++) {
+      const q = p + b * 276 + 20;
+      for (let i: usize = 0; i < 256; i += 16) v128.store(q + i, i8x16.add(v128.load(q + i), c32));
+    }
+  }
+}
+
+// Q6_KR made unsigned (unsignQ6KR): per 16 values one relaxed dot of the activations with q (0..63; ≤ 16002 per i16
+// lane), widened by an i16 dot with the group's scale in every lane (constant shuffles of the 16 scales as i16; |sc| ≤
+// 128: ≤ 2·16002·128 per i32 lane and group, 16 groups < 2³¹); then − 32·Σ_g sc_g·Σ16_g for the offset.
+// @ts-ignore: decorator
+@inline function q6Group8(a: usize, q: usize, S: v128): v128 {
+  return i32x4.dot_i16x8_s(rdot(v128.load(a), v128.load(q)), S);
+}
+
 function dotQ6KR8(row: usize, nb: i32, aq: usize, ad: usize, asum: usize): f32 {
-  const c32 = i8x16.splat(32);
   let acc: f32 = 0;
   for (let b = 0; b < nb; b++) {
     const p = row + <usize>b * 276;
@@ -1105,21 +1125,27 @@ function dotQ6KR8(row: usize, nb: i32, aq: usize, ad: usize, asum: usize): f32 {
     const a = aq + (<usize>b << 8);
     const bs = asum + (<usize>b << 5);
     const SC = v128.load(p + 4);
-    const Slo = i16x8.extend_low_i8x16_s(SC);
-    const Shi = i16x8.extend_high_i8x16_s(SC);
-    let isum = i32x4.sub(i32x4.splat(0), i32x4.shl(i32x4.add(i32x4.dot_i16x8_s(v128.load(bs), Slo), i32x4.dot_i16x8_s(v128.load(bs + 16), Shi)), 5));
-    for (let g = 0; g < 8; g += 2) {
-      const o = <usize>g << 4;
-      const S0 = i16x8.splat(<i16>load<i8>(p + 4 + g));
-      const S1 = i16x8.splat(<i16>load<i8>(p + 5 + g));
-      const T0 = i16x8.splat(<i16>load<i8>(p + 12 + g));
-      const T1 = i16x8.splat(<i16>load<i8>(p + 13 + g));
-      isum = i32x4.add(isum, i32x4.add(
-        i32x4.add(i32x4.dot_i16x8_s(rdot(v128.load(a + o), i8x16.add(v128.load(q + o), c32)), S0), i32x4.dot_i16x8_s(rdot(v128.load(a + o + 16), i8x16.add(v128.load(q + o + 16), c32)), S1)),
-        i32x4.add(i32x4.dot_i16x8_s(rdot(v128.load(a + o + 128), i8x16.add(v128.load(q + o + 128), c32)), T0), i32x4.dot_i16x8_s(rdot(v128.load(a + o + 144), i8x16.add(v128.load(q + o + 144), c32)), T1)),
-      ));
-    }
-    acc += <f32>isumI(isum) * (load<f32>(p) * load<f32>(ad + (<usize>b << 2)));
+    const L = i16x8.extend_low_i8x16_s(SC);
+    const H = i16x8.extend_high_i8x16_s(SC);
+    let s = i32x4.add(i32x4.dot_i16x8_s(v128.load(bs), L), i32x4.dot_i16x8_s(v128.load(bs + 16), H));
+    s = i32x4.sub(i32x4.splat(0), i32x4.shl(s, 5));
+    s = i32x4.add(s, q6Group8(a, q, i8x16.shuffle(L, L, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1)));
+    s = i32x4.add(s, q6Group8(a + 16, q + 16, i8x16.shuffle(L, L, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3)));
+    s = i32x4.add(s, q6Group8(a + 32, q + 32, i8x16.shuffle(L, L, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5)));
+    s = i32x4.add(s, q6Group8(a + 48, q + 48, i8x16.shuffle(L, L, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7)));
+    s = i32x4.add(s, q6Group8(a + 64, q + 64, i8x16.shuffle(L, L, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9)));
+    s = i32x4.add(s, q6Group8(a + 80, q + 80, i8x16.shuffle(L, L, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11)));
+    s = i32x4.add(s, q6Group8(a + 96, q + 96, i8x16.shuffle(L, L, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13)));
+    s = i32x4.add(s, q6Group8(a + 112, q + 112, i8x16.shuffle(L, L, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15)));
+    s = i32x4.add(s, q6Group8(a + 128, q + 128, i8x16.shuffle(H, H, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1)));
+    s = i32x4.add(s, q6Group8(a + 144, q + 144, i8x16.shuffle(H, H, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3)));
+    s = i32x4.add(s, q6Group8(a + 160, q + 160, i8x16.shuffle(H, H, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5)));
+    s = i32x4.add(s, q6Group8(a + 176, q + 176, i8x16.shuffle(H, H, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7)));
+    s = i32x4.add(s, q6Group8(a + 192, q + 192, i8x16.shuffle(H, H, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9)));
+    s = i32x4.add(s, q6Group8(a + 208, q + 208, i8x16.shuffle(H, H, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11)));
+    s = i32x4.add(s, q6Group8(a + 224, q + 224, i8x16.shuffle(H, H, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13)));
+    s = i32x4.add(s, q6Group8(a + 240, q + 240, i8x16.shuffle(H, H, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15)));
+    acc += <f32>isumI(s) * (load<f32>(p) * load<f32>(ad + (<usize>b << 2)));
   }
   return acc;
 }

@@ -71,7 +71,7 @@ export interface LoadModelOptions
     BackendOptions,
     StreamingOptions,
     Pick<FromFileOptions, "onNonFinite"> {
-  /** told one line when the routed experts are streamed from disk (the budget and the cache size) */
+  /** told one line when the routed experts are streamed from disk (the budget and the cache size), and when the cpu backend cannot run cpuActivations "q8" (without onNote that line goes to stderr) */
   readonly onNote?: (line: string) => void;
 }
 

@@ -4,6 +4,7 @@
  * Also measures memory bandwidth (a copy loop, 1 and `threads` threads) and the fraction of it that decode reaches.
  *
  *   npm run bench -- cpu --backend cpu --threads 2 [--model F.gguf] [--prompt 512] [--decode 128] [--repeat N] [--no-llama]
+ *     [--cpu-activations exact|q8]
  *
  * --threads takes a list too: `--threads 1,2,all` runs everything below once per thread count (in that order; "all"
  * is os.availableParallelism(), duplicates dropped), each with its own model load and result lines.
@@ -24,6 +25,7 @@ import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { Worker } from "node:worker_threads";
 import type { QMatrix } from "../src/tensor/qmatrix.js";
+import { CPU_ACTIVATIONS, type CpuActivations } from "../src/backend/cpu/fast.js";
 import { LatentCache } from "../src/model/cache.js";
 import { loadModel } from "../src/runtime/load.js";
 import { preset, withOverrides } from "../src/synth/presets.js";
@@ -157,8 +159,17 @@ function latentRunner(
   backend: "cpu" | "reference",
   nPrompt: number,
   nDecode: number,
+  activations: CpuActivations | undefined,
 ): { time: () => Timing; bytes: number; close: () => void } {
-  const { model, config, backend: be } = loadModel(path, undefined, { backend, threads });
+  const {
+    model,
+    config,
+    backend: be,
+  } = loadModel(path, undefined, {
+    backend,
+    threads,
+    ...(activations === undefined ? {} : { cpuActivations: activations }),
+  });
   let s = 12345;
   const tokens = Array.from({ length: nPrompt }, () => {
     s = (s * 1103515245 + 12345) >>> 0;
@@ -239,6 +250,11 @@ function runAt(path: string, threads: number, bw1: number, several: boolean): Be
   const backend = (arg("backend") ?? "cpu") as "cpu" | "reference";
   const nPrompt = Number(arg("prompt") ?? 512);
   const nDecode = Number(arg("decode") ?? 128);
+  const given = arg("cpuActivations");
+  if (given !== undefined && !(CPU_ACTIVATIONS as readonly string[]).includes(given))
+    throw new Error(`--cpu-activations must be ${CPU_ACTIVATIONS.join(" or ")}, got "${given}"`);
+  const activations = given as CpuActivations | undefined;
+  const mode = activations === "q8" ? " q8" : "";
   const out: BenchResult[] = [];
   // with several thread counts, the lines that do not name theirs say it
   const tag = several ? `, ${threads} thread${threads > 1 ? "s" : ""}` : "";
@@ -252,7 +268,7 @@ function runAt(path: string, threads: number, bw1: number, several: boolean): Be
   const repeat = Math.max(1, Number(arg("repeat") ?? 1));
   const withLlama = !flag("no-llama");
   const load0 = loadavg()[0];
-  const lr = latentRunner(path, threads, backend, nPrompt, nDecode);
+  const lr = latentRunner(path, threads, backend, nPrompt, nDecode, activations);
   const rounds: {
     lPre: number;
     lDec: number;
@@ -307,24 +323,24 @@ function runAt(path: string, threads: number, bw1: number, several: boolean): Be
   const lPre = median(rounds.map((x) => x.lPre));
   const lDec = median(rounds.map((x) => x.lDec));
   out.push({
-    name: `latent ${backend}×${threads} prefill ${nPrompt}${med}`,
+    name: `latent ${backend}${mode}×${threads} prefill ${nPrompt}${med}`,
     value: lPre,
     unit: "tok/s",
   });
   out.push({
-    name: `latent ${backend}×${threads} decode ${nDecode}${med}`,
+    name: `latent ${backend}${mode}×${threads} decode ${nDecode}${med}`,
     value: lDec,
     unit: "tok/s",
     extra: { weight_bytes_per_token: lr.bytes },
   });
   if (repeat > 1) {
     out.push({
-      name: `latent ${backend}×${threads} prefill ${nPrompt} (best)`,
+      name: `latent ${backend}${mode}×${threads} prefill ${nPrompt} (best)`,
       value: best(rounds.map((x) => x.lPre)),
       unit: "tok/s",
     });
     out.push({
-      name: `latent ${backend}×${threads} decode ${nDecode} (best)`,
+      name: `latent ${backend}${mode}×${threads} decode ${nDecode} (best)`,
       value: best(rounds.map((x) => x.lDec)),
       unit: "tok/s",
     });

@@ -42,6 +42,7 @@ function benchParser(): Command {
       .option("--json [FILE]", "also write the results as JSON (default file bench-results.json)")
       .option("--backend <B>", "cpu, reference or webgpu: picks the module without names, and the cpu module's kernels")
       .option("--threads <N>", "cpu: threads, or a list run in turn such as 1,2,all (default 2)")
+      .option("--cpu-activations <MODE>", "cpu: activations of the cpu backend's integer dots, exact (default) or q8")
       .option(
         "--model <FILE>",
         "cpu, webgpu: the GGUF to run (cpu default: a synthesized v2-lite, 8 layers, Q4_K_M in the temp dir, reused while it checks out)",
@@ -66,6 +67,7 @@ interface BenchFlags {
   json?: string | boolean;
   backend?: string;
   threads?: string;
+  cpuActivations?: string;
   model?: string;
   prompt?: string;
   decode?: string;

@@ -8,6 +8,7 @@ import { Sampler } from "../engine/sampler.js";
 import {
   backendOption,
   backendOptions,
+  cpuActivationsOption,
   intOption,
   loadForCli,
   maxMemoryOption,
@@ -101,6 +102,7 @@ export async function chatMain(argv: string[], io: CliIO): Promise<void> {
       threads,
       values.allowNonfinite === true,
       maxMemoryOption(values.maxMemory),
+      cpuActivationsOption(values.cpuActivations),
     );
     const tokenizer = Tokenizer.fromMetadata(loaded.file.metadata);
     // a model without a chat template fails here, before the first message is typed

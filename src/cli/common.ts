@@ -6,6 +6,7 @@ import { formatBinaryBytes, parseByteSize } from "../util/byte-size.js";
 import { parseCommand, type Parser } from "./options.js";
 import { loadModel, type BackendChoice, type LoadedModel } from "../runtime/load.js";
 import type { ExpertStore } from "../model/expert-store.js";
+import { CPU_ACTIVATIONS, type CpuActivations } from "../backend/cpu/fast.js";
 
 /** Where a command writes: stdout/stderr, or a capture in tests. */
 export interface CliIO {
@@ -57,6 +58,7 @@ export function loadForCli(
   threads?: number,
   allowNonFinite = false,
   maxMemory?: number,
+  cpuActivations?: CpuActivations,
 ): LoadedModel {
   if (!existsSync(path)) throw new UsageError(`model file not found: ${path}`);
   const bar = loadBar(io);
@@ -64,6 +66,7 @@ export function loadForCli(
     return loadModel(path, (done, total) => bar.update(done, total), {
       ...(backend === undefined ? {} : { backend }),
       ...(threads === undefined ? {} : { threads }),
+      ...(cpuActivations === undefined ? {} : { cpuActivations }),
       ...(allowNonFinite ? { onNonFinite: nonFiniteWarning(io) } : {}),
       ...(maxMemory === undefined ? {} : { maxMemory }),
       onNote: (line) => io.err(`${line}\n`),
@@ -127,6 +130,7 @@ export function intOption(name: string, v: string | undefined, min: number): num
 export interface BackendFlags {
   backend?: string;
   threads?: string;
+  cpuActivations?: string;
   allowNonfinite?: boolean;
   maxMemory?: string;
 }
@@ -143,6 +147,20 @@ export function expertLine(store: ExpertStore | undefined): string {
   return ` | experts streamed (cache ${store.capacity}): ${s.hits} hits, ${s.misses} read (${formatBinaryBytes(s.bytesRead)} in ${(s.readMs / 1000).toFixed(1)} s), ${s.evictions} evicted`;
 }
 
+/** `--cpu-activations` (run, logits, chat, serve, bench cpu): how the cpu backend's integer dots quantize activations. */
+export const CPU_ACTIVATIONS_OPTION = [
+  "--cpu-activations <MODE>",
+  "activations of the cpu backend's integer dots: exact (default: 14/16-bit, log-probs within ~1e-4 of the reference on F32 weights) or q8 (opt-in: decode products of Q4_K, Q5_0 and Q6_K weights with 8-bit activations through WebAssembly relaxed SIMD, faster and less exact; docs/cpu-backend.md)",
+] as const;
+
+/** `--cpu-activations MODE` (undefined when absent). */
+export function cpuActivationsOption(v: string | undefined): CpuActivations | undefined {
+  if (v === undefined) return undefined;
+  if (!(CPU_ACTIVATIONS as readonly string[]).includes(v))
+    throw new UsageError(`--cpu-activations must be ${CPU_ACTIVATIONS.join(" or ")}, got "${v}"`);
+  return v as CpuActivations;
+}
+
 /** `--max-memory SIZE` in bytes (undefined when absent). */
 export function maxMemoryOption(v: string | undefined): number | undefined {
   return v === undefined ? undefined : parseByteSize(v, "--max-memory");
@@ -156,6 +174,7 @@ export function backendOptions(parser: Parser, backendDefault: string): Parser {
       `matrix kernels: reference (plain JS), cpu (WebAssembly SIMD on worker threads), webgpu (GPU through WebGPU), auto (webgpu on a hardware GPU adapter, else cpu); default ${backendDefault}`,
     )
     .option("--threads <N>", "threads of the cpu backend, the caller's included (default: available parallelism)")
+    .option(...CPU_ACTIVATIONS_OPTION)
     .option(...MAX_MEMORY_OPTION)
     .option(...ALLOW_NONFINITE_OPTION);
 }

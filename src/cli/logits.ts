@@ -8,6 +8,7 @@ import { closeLoaded } from "../runtime/load.js";
 import {
   backendOption,
   backendOptions,
+  cpuActivationsOption,
   type BackendFlags,
   type CliIO,
   intOption,
@@ -105,6 +106,7 @@ export async function logitsMain(argv: string[], io: CliIO): Promise<void> {
     intOption("threads", values.threads, 1),
     values.allowNonfinite === true,
     maxMemoryOption(values.maxMemory),
+    cpuActivationsOption(values.cpuActivations),
   );
   const { file, config, model } = loaded;
   const nVocab = config.nVocab;

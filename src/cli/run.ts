@@ -4,6 +4,7 @@ import { closeLoaded } from "../runtime/load.js";
 import {
   backendOption,
   backendOptions,
+  cpuActivationsOption,
   GPU_MEMORY_OPTION,
   gpuMemoryOption,
   intOption,
@@ -145,6 +146,7 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
   const json = values.json === true;
   const backend = backendOption(values.backend, "cpu");
   const threads = intOption("threads", values.threads, 1);
+  cpuActivationsOption(values.cpuActivations); // refused before the model loads
   const gpuMemory = gpuMemoryOption(values.gpuMemory, backend);
   const maxMemory = maxMemoryOption(values.maxMemory);
 
@@ -328,7 +330,7 @@ function openRunner(
   threads: number | undefined,
   maxMemory: number | undefined,
   path: string,
-  values: { prompt?: string; chat?: boolean; system?: string; allowNonfinite?: boolean },
+  values: { prompt?: string; chat?: boolean; system?: string; allowNonfinite?: boolean; cpuActivations?: string },
   nPredict: number,
   chunk: number | undefined,
   draws: boolean,
@@ -376,7 +378,15 @@ function openRunner(
   }
   if (gpuMemory !== undefined)
     io.err("--gpu-memory applies to the fused GPU pipeline only; this run loads all its weights\n");
-  const loaded = loadForCli(modelPath, io, backend, threads, values.allowNonfinite === true, maxMemory);
+  const loaded = loadForCli(
+    modelPath,
+    io,
+    backend,
+    threads,
+    values.allowNonfinite === true,
+    maxMemory,
+    cpuActivationsOption(values.cpuActivations),
+  );
   const tokenizer = Tokenizer.fromMetadata(loaded.file.metadata);
   return {
     tokenizer,

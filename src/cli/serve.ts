@@ -13,10 +13,13 @@ import { closeLoaded, loadModel, type BackendChoice, type LoadedModel } from "..
 import type { GGUFFile } from "../gguf/file.js";
 import type { ModelConfig } from "../model/config.js";
 import type { FusedGpuModel } from "../backend/webgpu/index.js";
+import type { CpuActivations } from "../backend/cpu/fast.js";
 import { openFusedForCli, type FusedOpen } from "./fused.js";
 import {
   ALLOW_NONFINITE_OPTION,
   type CliIO,
+  CPU_ACTIVATIONS_OPTION,
+  cpuActivationsOption,
   GPU_MEMORY_OPTION,
   gpuMemoryOption,
   intOption,
@@ -121,6 +124,7 @@ function serveParser(): Parser {
       "cpu (WebAssembly SIMD kernels on worker threads), reference (plain JS kernels), webgpu (needs the optional package: npm install webgpu) or auto (default: webgpu on a hardware GPU adapter, else cpu; startup says which and why). On a GPU a deepseek2/glm-dsa model runs the fused pipeline (every layer of a step in one replayed pass, the KV pages mirrored on the GPU, prefix caching included; --ctx-size default 4096)",
     )
     .option("--threads <N>", "threads of the cpu backend (default: all cores)")
+    .option(...CPU_ACTIVATIONS_OPTION)
     .option(...GPU_MEMORY_OPTION)
     .option(...MAX_MEMORY_OPTION)
     .option(...ALLOW_NONFINITE_OPTION);
@@ -145,6 +149,7 @@ type ValuedFlag =
   | "log-level"
   | "backend"
   | "threads"
+  | "cpu-activations"
   | "gpu-memory"
   | "max-memory";
 /** The values of serve's options, by flag name as typed (the names the checks below and their messages use). */
@@ -172,6 +177,7 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
   if (backend !== "cpu" && backend !== "auto" && backend !== "reference" && backend !== "webgpu")
     throw new UsageError(`--backend must be cpu, reference, webgpu or auto, got "${backend}"`);
   const threads = intOption("threads", values.threads, 1);
+  const cpuActivations = cpuActivationsOption(values["cpu-activations"]);
   const gpuMemory = gpuMemoryOption(values["gpu-memory"], backend);
   const maxMemory = maxMemoryOption(values["max-memory"]);
   if (maxMemory !== undefined && backend === "webgpu")
@@ -230,6 +236,7 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
         kvTokensArg,
         pageSize,
         threads,
+        cpuActivations,
         maxMemory,
         allowNonFinite: values["allow-nonfinite"] === true,
         gpuMemory,
@@ -338,6 +345,8 @@ interface LoadSizes {
   readonly kvTokensArg: number | undefined;
   readonly pageSize: number;
   readonly threads: number | undefined;
+  /** --cpu-activations */
+  readonly cpuActivations: CpuActivations | undefined;
   /** --max-memory in bytes */
   readonly maxMemory: number | undefined;
   readonly allowNonFinite: boolean;
@@ -389,6 +398,7 @@ function loadForServe(
     loadModel(path, (done, total) => gate.setProgress(total > 0 ? done / total : 0), {
       backend: loadWith,
       ...(o.threads !== undefined ? { threads: o.threads } : {}),
+      ...(o.cpuActivations !== undefined ? { cpuActivations: o.cpuActivations } : {}),
       ...(o.maxMemory !== undefined ? { maxMemory: o.maxMemory } : {}),
       ...(o.allowNonFinite ? { onNonFinite: nonFiniteWarning(io) } : {}),
       onNote: (line) => logger.event("info", line),

@@ -1,4 +1,4 @@
-import { CpuBackend } from "../backend/cpu/fast.js";
+import { type CpuActivations, CpuBackend } from "../backend/cpu/fast.js";
 import { NoGpuError, WebGPUKernels } from "../backend/webgpu/index.js";
 import { GGUFFile } from "../gguf/file.js";
 import { UsageError } from "../util/errors.js";
@@ -61,6 +61,8 @@ export interface BackendOptions {
   readonly backend?: BackendChoice;
   /** threads of the "cpu" backend, the caller's included (default: available parallelism) */
   readonly threads?: number;
+  /** activations of the "cpu" backend's integer dots: "exact" (default) or the faster, opt-in "q8" (CpuActivations) */
+  readonly cpuActivations?: CpuActivations;
 }
 
 /** What loadModel takes beyond the path: config overrides, kernels, NaN policy, memory budget. */
@@ -69,7 +71,7 @@ export interface LoadModelOptions
     BackendOptions,
     StreamingOptions,
     Pick<FromFileOptions, "onNonFinite"> {
-  /** told one line when the routed experts are streamed from disk (the budget and the cache size) */
+  /** told one line when the routed experts are streamed from disk (the budget and the cache size), and when the cpu backend cannot run cpuActivations "q8" (without onNote that line goes to stderr) */
   readonly onNote?: (line: string) => void;
 }
 
@@ -104,7 +106,13 @@ export function loadModel(path: string, onProgress?: LoadProgress, options: Load
   }
   // backend "cpu": matrices are read straight into the backend's shared wasm memory, never held twice
   const backend =
-    options.backend === "cpu" || options.backend === "auto" ? new CpuBackend({ threads: options.threads }) : undefined;
+    options.backend === "cpu" || options.backend === "auto"
+      ? new CpuBackend({
+          threads: options.threads,
+          ...(options.cpuActivations === undefined ? {} : { activations: options.cpuActivations }),
+          ...(options.onNote === undefined ? {} : { onNote: options.onNote }),
+        })
+      : undefined;
   try {
     let experts: ExpertStore | undefined;
     const slots = backend && {

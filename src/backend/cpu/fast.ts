@@ -11,6 +11,7 @@
  */
 import { Worker, MessageChannel } from "node:worker_threads";
 import { availableParallelism } from "node:os";
+import { setFlagsFromString } from "node:v8";
 import type { GGUFFile } from "../../gguf/file.js";
 import type { TensorInfo } from "../../gguf/reader.js";
 import type { ModelConfig } from "../../model/config.js";
@@ -24,6 +25,7 @@ import { plainProducts, type Product } from "../../tensor/products.js";
 import type { Vec } from "../../tensor/ops.js";
 import type { QMatrix } from "../../tensor/qmatrix.js";
 import { KERNELS_WASM_BASE64 } from "./wasm/kernels.wasm.js";
+import { KERNELS_Q8_WASM_BASE64 } from "./wasm/kernels-q8.wasm.js";
 
 interface KernelExports {
   typeClass(type: number): number;
@@ -49,6 +51,7 @@ interface KernelExports {
     tc: number,
   ): void;
   repackQ6K(src: number, rows: number, cols: number, dst: number): void;
+  unsignQ6KR(p: number, rows: number, cols: number): void;
   gatherRows(src: number, rowBytes: number, idx: number, m: number, dst: number): void;
   swigluQuant(
     cls: number,
@@ -124,6 +127,12 @@ const SPIN = 20000;
 const Q6_KR = 1014;
 /** at most this many bytes of repacked Q6_K copies (the output matrix of most models fits) */
 const Q6KR_BUDGET = 1 << 30;
+/** added to a kernel type for its 8-bit-activation kernel (kernels.as Q8ACT; q8 mode, products of ≤ 2 tokens) */
+const Q8ACT = 4096;
+/** the types with an 8-bit-activation kernel: Q4_K, Q5_0 and Q6_K repacked (Q8_0's weights use all of i8: exact path) */
+const Q8_TYPES = new Set([12, 6, Q6_KR]);
+/** products of at most this many tokens (decode) use the 8-bit-activation kernels in q8 mode */
+const Q8_MAX_TOKENS = 2;
 
 type Resolved = [Product, number, number, number];
 
@@ -174,14 +183,58 @@ function align64(x: number): number {
   return Math.ceil(x / 64) * 64;
 }
 
-let wasmModule: WebAssembly.Module | undefined;
-function kernelModule(): WebAssembly.Module {
-  wasmModule ??= new WebAssembly.Module(Buffer.from(KERNELS_WASM_BASE64, "base64"));
-  return wasmModule;
+/**
+ * How the CPU backend quantizes activations for its integer dots. "exact" (default): 14/16-bit integers, log-probs
+ * within ~1e-4 of the reference on F32 weights. "q8": for products of one or two tokens (decode) with Q4_K, Q5_0 and
+ * Q6_K weights, one int8 per value (ggml's Q8_K/Q8_0 rounding) dotted with WebAssembly relaxed SIMD
+ * (`i16x8.relaxed_dot_i8x16_i7x16_s`); faster, at the cost of the activations' 8-bit rounding (docs/cpu-backend.md).
+ */
+export type CpuActivations = "exact" | "q8";
+
+export const CPU_ACTIVATIONS: readonly CpuActivations[] = ["exact", "q8"];
+
+const modules = new Map<CpuActivations, WebAssembly.Module>();
+function kernelModule(mode: CpuActivations): WebAssembly.Module {
+  let m = modules.get(mode);
+  if (m === undefined) {
+    const b64 = mode === "q8" ? KERNELS_Q8_WASM_BASE64 : KERNELS_WASM_BASE64;
+    m = new WebAssembly.Module(Buffer.from(b64, "base64"));
+    modules.set(mode, m);
+  }
+  return m;
 }
 
-function instantiate(memory: WebAssembly.Memory): KernelExports {
-  return new WebAssembly.Instance(kernelModule(), { env: { memory } }).exports as unknown as KernelExports;
+function instantiate(module: WebAssembly.Module, memory: WebAssembly.Memory): KernelExports {
+  return new WebAssembly.Instance(module, { env: { memory } }).exports as unknown as KernelExports;
+}
+
+/** the V8 flag behind which Node 20 compiles relaxed SIMD (set in every worker of a q8 pool too) */
+const RELAXED_FLAG = "--experimental-wasm-relaxed-simd";
+
+/** a module of one function returning i16x8.relaxed_dot_i8x16_i7x16_s(0, 0): valid only where relaxed SIMD is */
+const RELAXED_PROBE = new Uint8Array([
+  ...[0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00], // magic, version
+  ...[0x01, 0x05, 0x01, 0x60, 0x00, 0x01, 0x7b], // type: () → v128
+  ...[0x03, 0x02, 0x01, 0x00], // one function of type 0
+  ...[0x0a, 0x2b, 0x01, 0x29, 0x00], // code: one body of 41 bytes, no locals
+  ...[0xfd, 0x0c, ...new Array<number>(16).fill(0)], // v128.const 0
+  ...[0xfd, 0x0c, ...new Array<number>(16).fill(0)], // v128.const 0
+  ...[0xfd, 0x92, 0x02, 0x0b], // i16x8.relaxed_dot_i8x16_i7x16_s, end
+]);
+
+/**
+ * Whether this V8 runs the q8 kernels: sets the relaxed-SIMD flag (Node 20 needs it; later V8s ship the feature and
+ * ignore it), then validates a tiny relaxed module and compiles the q8 kernels. Never throws.
+ */
+export function relaxedSimdAvailable(): boolean {
+  try {
+    setFlagsFromString(RELAXED_FLAG);
+    if (!WebAssembly.validate(RELAXED_PROBE)) return false;
+    kernelModule("q8");
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /** One shared wasm memory with a bump allocator for weights and a work area for a call's activations and outputs. */
@@ -196,9 +249,10 @@ export class Arena {
   constructor(
     readonly index: number,
     private readonly onBuffer: (buf: ArrayBufferLike, a: Arena) => void,
+    module: WebAssembly.Module = kernelModule("exact"),
   ) {
     this.memory = new WebAssembly.Memory({ initial: 256, maximum: MAX_PAGES, shared: true });
-    this.k = instantiate(this.memory);
+    this.k = instantiate(module, this.memory);
     this.f32View = new Float32Array(this.memory.buffer);
     onBuffer(this.memory.buffer, this);
   }
@@ -317,7 +371,9 @@ const mainUnits = new Function(`${UNIT_SOURCE}; return { claimAll };`)() as Unit
 
 const WORKER_SOURCE = String.raw`
 const { workerData, receiveMessageOnPort } = require("node:worker_threads");
-const { module, ctl, job, index, port, spin } = workerData;
+const { module, ctl, job, index, port, spin, flags } = workerData;
+// the q8 kernels' module is compiled with relaxed SIMD: its V8 flag, set here too before any instance is made
+if (flags) require("node:v8").setFlagsFromString(flags);
 const C = new Int32Array(ctl);
 const P = new Float64Array(job);
 const inst = [];
@@ -353,14 +409,19 @@ class Pool {
   private readonly ports: MessageChannel[] = [];
   attached = 0;
 
-  constructor(readonly threads: number) {
+  constructor(
+    readonly threads: number,
+    module: WebAssembly.Module,
+    flags: string,
+  ) {
     for (let i = 1; i < threads; i++) {
       const ch = new MessageChannel();
       const w = new Worker(WORKER_SOURCE, {
         eval: true,
         execArgv: [],
         workerData: {
-          module: kernelModule(),
+          module,
+          flags,
           ctl: this.ctl.buffer,
           job: this.job.buffer,
           index: i,
@@ -432,6 +493,12 @@ class Pool {
 export interface CpuBackendOptions {
   /** threads including the caller's (default: available parallelism) */
   readonly threads?: number;
+  /** activations of the integer dots (default "exact"); "q8" falls back to "exact", said once on stderr, without relaxed SIMD */
+  readonly activations?: CpuActivations;
+  /** whether relaxed SIMD can be used (default: `relaxedSimdAvailable`; tests replace it) */
+  readonly relaxedSimd?: () => boolean;
+  /** where the fallback line goes (default: stderr) */
+  readonly onNote?: (line: string) => void;
 }
 
 /** Weights in shared wasm memory + the worker pool: a `MatKernels` for `model.kernels`. */
@@ -446,10 +513,25 @@ export class CpuBackend implements MatKernels {
   /** calls that fell back to the plain kernels, by reason (diagnostics) */
   readonly fallbacks = new Map<string, number>();
 
+  /** the activations in effect ("q8" only when asked for and relaxed SIMD is available) */
+  readonly activations: CpuActivations;
+  private readonly module: WebAssembly.Module;
+
   constructor(opts: CpuBackendOptions = {}) {
     this.threads = Math.min(MAX_THREADS, Math.max(1, Math.floor(opts.threads ?? availableParallelism())));
-    this.name = `wasm-simd×${this.threads}`;
-    this.pool = new Pool(this.threads);
+    this.activations = CpuBackend.effectiveActivations(opts);
+    this.module = kernelModule(this.activations);
+    this.name = `wasm-simd×${this.threads}${this.activations === "q8" ? " q8" : ""}`;
+    this.pool = new Pool(this.threads, this.module, this.activations === "q8" ? RELAXED_FLAG : "");
+  }
+
+  private static effectiveActivations(opts: CpuBackendOptions): CpuActivations {
+    const want = opts.activations ?? "exact";
+    if (!CPU_ACTIVATIONS.includes(want)) throw new Error(`activations must be exact or q8, got "${String(want)}"`);
+    if (want !== "q8" || (opts.relaxedSimd ?? relaxedSimdAvailable)()) return want;
+    const note = opts.onNote ?? ((line: string) => process.stderr.write(`${line}\n`));
+    note("cpu activations q8: WebAssembly relaxed SIMD is not available on this Node/V8; using exact activations");
+    return "exact";
   }
 
   /** whether `type` has a fast kernel */
@@ -463,7 +545,7 @@ export class CpuBackend implements MatKernels {
   }
 
   private newArena(): Arena {
-    const a = new Arena(this.arenas.length, (buf, ar) => this.byBuffer.set(buf, ar));
+    const a = new Arena(this.arenas.length, (buf, ar) => this.byBuffer.set(buf, ar), this.module);
     this.arenas.push(a);
     this.inst.push(a.k);
     return a;
@@ -517,8 +599,17 @@ export class CpuBackend implements MatKernels {
   private readonly q6kr = new Map<string, number>();
   private q6krBytes = 0;
 
-  /** where and how a product with `n` tokens reads `w`: [arena, pointer, kernel type, row bytes] */
+  /**
+   * where and how a product with `n` tokens reads `w`: [arena, pointer, kernel type, row bytes]; in q8 mode the kernel
+   * type of a decode product with an 8-bit kernel is its type + Q8ACT (then its activations are 8-bit: typeClass 3/4)
+   */
   private resolve(w: QMatrix, n: number): [Arena, number, number, number] {
+    const r = this.resolveExact(w, n);
+    if (this.activations === "q8" && n <= Q8_MAX_TOKENS && Q8_TYPES.has(r[2])) r[2] += Q8ACT;
+    return r;
+  }
+
+  private resolveExact(w: QMatrix, n: number): [Arena, number, number, number] {
     const [a, wp] = this.locate(w);
     if (w.type !== 14 || n > 2) return [a, wp, w.type, w.rowBytes];
     const key = `${a.index}:${wp}:${w.rows}`;
@@ -530,7 +621,11 @@ export class CpuBackend implements MatKernels {
         rp = a.alloc(bytes).byteOffset;
         this.q6krBytes += bytes;
       }
-      if (rp !== 0) a.k.repackQ6K(wp, w.rows, w.cols, rp);
+      if (rp !== 0) {
+        a.k.repackQ6K(wp, w.rows, w.cols, rp);
+        // q8 mode reads every repacked copy with 8-bit activations (all its products have ≤ 2 tokens): unsigned values
+        if (this.activations === "q8") a.k.unsignQ6KR(rp, w.rows, w.cols);
+      }
       this.q6kr.set(key, rp);
       this.slotOf(a, wp)?.repacks.push([key, rp, bytes]);
     }

@@ -83,11 +83,14 @@ interface Acts {
   asp: number;
 }
 
-/** bytes of m rows of activations of class cls: [f32 or i16 values, block scales, block sums] per row */
+/**
+ * bytes of m rows of activations of class cls: [f32 or i16 values, block scales, block sums] per row (classes 3 and 4,
+ * the 8-bit activations of q8 mode, keep the i16 row length and have block sums, as the K class: kernels.as quantize8)
+ */
 function actRowBytes(cls: number, cols: number, bv: number): [number, number, number] {
   if (cls === 0) return [cols * 4, 0, 0];
   const nb = cols / bv;
-  return [cols * 2, nb * 4, cls === 2 ? nb * 32 : 0];
+  return [cols * 2, nb * 4, cls >= 2 ? nb * 32 : 0];
 }
 
 /**
@@ -166,8 +169,8 @@ function workBytes(
   const k = a.k;
   const sBytes = scratchBytes(k, ffns, dim);
   let b = sBytes * threads + align64(n * dim * 4) + align64(n * dim * 8) + 64;
-  for (const cls of [1, 2]) {
-    const [q, d, s] = actRowBytes(cls, dim, cls === 2 ? 256 : 32);
+  for (const cls of [1, 2, 3, 4]) {
+    const [q, d, s] = actRowBytes(cls, dim, cls % 2 === 0 ? 256 : 32);
     b += align64(n * q) + align64(n * d) + align64(n * s);
   }
   ffns.forEach((f, i) => {

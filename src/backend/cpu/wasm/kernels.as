@@ -28,6 +28,8 @@ const IQ4_NL: i32 = 20;
 const IQ4_XS: i32 = 23;
 /** internal: Q6_K repacked for single-token products (see repackQ6K) */
 const Q6_KR: i32 = 1014;
+/** internal: added to Q4_K, Q5_0 and Q6_KR for their 8-bit-activation kernels (q8 mode, relaxed-SIMD module only) */
+const Q8ACT: i32 = 4096;
 
 // @ts-ignore: decorator
 @inline function r16(x: usize): usize {
@@ -36,6 +38,11 @@ const Q6_KR: i32 = 1014;
 
 /** 0 = F class, 1 = 32 class, 2 = K class, -1 = unsupported */
 export function typeClass(type: i32): i32 {
+  if (ASC_FEATURE_RELAXED_SIMD) {
+    // the 8-bit-activation kernel types (q8 mode): class 3 = 32 values per scale, 4 = 256
+    if (type == Q4_K + Q8ACT || type == Q6_KR + Q8ACT) return 4;
+    if (type == Q5_0 + Q8ACT) return 3;
+  }
   if (type == F32 || type == F16) return 0;
   if (type == Q8_0 || type == Q4_0 || type == Q5_0 || type == IQ4_NL) return 1;
   if (type == Q4_K || type == Q5_K || type == Q6_K || type == IQ4_XS || type == Q6_KR) return 2;
@@ -44,6 +51,7 @@ export function typeClass(type: i32): i32 {
 
 export function blockValues(type: i32): i32 {
   const c = typeClass(type);
+  if (ASC_FEATURE_RELAXED_SIMD && c >= 3) return c == 4 ? 256 : 32;
   return c == 2 ? 256 : c == 1 ? 32 : 1;
 }
 
@@ -371,6 +379,7 @@ export function unpackedToF32(type: i32, cols: i32, S: usize): void {
  * aq i16[n·cols], ad f32[n·nb], asum i32[n·nb·8] (K class only).
  */
 export function quantize(cls: i32, x: usize, n: i32, cols: i32, xStride: i32, aq: usize, ad: usize, asum: usize): void {
+  if (ASC_FEATURE_RELAXED_SIMD && cls >= 3) return quantize8(cls, x, n, cols, xStride, aq, ad, asum);
   const bv = cls == 2 ? 256 : 32;
   const nb = cols / bv;
   for (let t = 0; t < n; t++) {
@@ -936,6 +945,231 @@ function dotQ5_01(row: usize, nb: i32, aq: usize, ad: usize): f32 {
   return acc;
 }
 
+// ---------------------------------------------------------------- 8-bit activations (opt-in "q8" mode, relaxed SIMD)
+
+// Compiled only into the relaxed-SIMD module (kernels-q8.wasm.ts: `ASC_FEATURE_RELAXED_SIMD` is a compile-time
+// constant, so the default module contains none of this). For products of one or two tokens the backend may hand in
+// the kernel types Q4_K, Q5_0 and Q6_KR plus Q8ACT: their activations are then one int8 per value, ggml-style,
+//   class 4 (Q4_K, Q6_KR): per 256 values one f32 scale amax/127 and 16 i16 sums of 16 values (32 bytes per block),
+//   class 3 (Q5_0):        per 32 values one f32 scale amax/127 and one i32 sum,
+// laid out as the exact classes (aq rows of cols·2 bytes, of which the first cols hold the i8 values; nb·32 bytes of
+// sums per token), and the dots use i16x8.relaxed_dot_i8x16_i7x16_s (x86: one pmaddubsw, 16 multiply-adds) with the
+// activations as the signed i8 operand and the weights as the i7 operand, which must lie in 0..127 for the result to
+// be defined: Q4_K nibbles (0..15), Q5_0 values before their −16 offset (0..31) and Q6_KR values before their −32
+// offset (0..63); the offsets come back through the activation sums. Q8_0 weights use all of i8 (no operand is i7),
+// so Q8_0 keeps the exact path. Every sum is exact in integers; only the activations' rounding differs from exact mode.
+
+// The i16 lanes of one relaxed dot hold two products: |a·w| ≤ 2·127·63 = 16002 for Q6_KR, 2·127·31 = 7874 for Q5_0,
+// 2·127·15 = 3810 for Q4_K. Adding two dots stays below 2¹⁵ for Q4_K and Q5_0 (15748); Q6_KR widens every dot.
+// @ts-ignore: decorator
+@inline function rdot(a: v128, w: v128): v128 {
+  return i16x8.relaxed_dot_i8x16_i7x16_s(a, w);
+}
+
+/** 8-bit activations for class 3 or 4 (layout above); rounding as `quantize` (f32 scale, nearest even, saturating) */
+function quantize8(cls: i32, x: usize, n: i32, cols: i32, xStride: i32, aq: usize, ad: usize, asum: usize): void {
+  const bv = cls == 4 ? 256 : 32;
+  const nb = cols / bv;
+  for (let t = 0; t < n; t++) {
+    const xr = x + (<usize>(t * xStride) << 2);
+    const qr = aq + (<usize>(t * cols) << 1);
+    const sr = asum + (<usize>(t * nb) << 5);
+    for (let b = 0; b < nb; b++) {
+      const xb = xr + (<usize>(b * bv) << 2);
+      let mx = f32x4.splat(0);
+      for (let i = 0; i < bv; i += 4) mx = f32x4.max(mx, f32x4.abs(v128.load(xb + (<usize>i << 2))));
+      const amax = max(max(f32x4.extract_lane(mx, 0), f32x4.extract_lane(mx, 1)), max(f32x4.extract_lane(mx, 2), f32x4.extract_lane(mx, 3)));
+      const d: f32 = amax / <f32>127;
+      const id = f32x4.splat(d != 0 ? 1 / d : 0);
+      store<f32>(ad + (<usize>(t * nb + b) << 2), d);
+      let s32 = 0;
+      for (let i = 0; i < bv; i += 16) {
+        const p = xb + (<usize>i << 2);
+        const q0 = i32x4.trunc_sat_f32x4_s(f32x4.nearest(f32x4.mul(v128.load(p), id)));
+        const q1 = i32x4.trunc_sat_f32x4_s(f32x4.nearest(f32x4.mul(v128.load(p + 16), id)));
+        const q2 = i32x4.trunc_sat_f32x4_s(f32x4.nearest(f32x4.mul(v128.load(p + 32), id)));
+        const q3 = i32x4.trunc_sat_f32x4_s(f32x4.nearest(f32x4.mul(v128.load(p + 48), id)));
+        const q = i8x16.narrow_i16x8_s(i16x8.narrow_i32x4_s(q0, q1), i16x8.narrow_i32x4_s(q2, q3));
+        v128.store(qr + <usize>(b * bv + i), q);
+        // the sum of the stored (saturated) values
+        const w = i32x4.extadd_pairwise_i16x8_s(i16x8.extadd_pairwise_i8x16_s(q));
+        const s16 = i32x4.extract_lane(w, 0) + i32x4.extract_lane(w, 1) + i32x4.extract_lane(w, 2) + i32x4.extract_lane(w, 3);
+        if (cls == 4) store<i16>(sr + (<usize>(b * 16 + (i >> 4)) << 1), <i16>s16);
+        else s32 += s16;
+      }
+      if (cls == 3) store<i32>(sr + (<usize>b << 2), s32);
+    }
+  }
+}
+
+// Q4_K: per 32 bytes of quants (sub-blocks 2j and 2j+1: low and high nibbles), four relaxed dots; each sub-block's
+// two dots add in i16 (≤ 7620) and are widened and scaled at once by an i16 dot with the sub-block's scale in every
+// lane (|Σ| per i32 lane ≤ 8 · 2·7620·63 < 2³¹), into one i32x4 per block: no per-sub-block reductions. The four
+// passes are written out (constant shuffles pick the scales; few registers live). Mins: m_j·(Σ16 + Σ16) for the
+// eight sub-blocks as two i16 dot products. The block's integer sums are exact; its f32 tail is dotQ4K1's.
+// @ts-ignore: decorator
+@inline function q4kLo8(Q0: v128, Q1: v128, a: usize, m4: v128): v128 {
+  return i16x8.add(rdot(v128.load(a), v128.and(Q0, m4)), rdot(v128.load(a + 16), v128.and(Q1, m4)));
+}
+// @ts-ignore: decorator
+@inline function q4kHi8(Q0: v128, Q1: v128, a: usize, m4: v128): v128 {
+  return i16x8.add(rdot(v128.load(a + 32), v128.and(i16x8.shr_u(Q0, 4), m4)), rdot(v128.load(a + 48), v128.and(i16x8.shr_u(Q1, 4), m4)));
+}
+
+function dotQ4K8(row: usize, nb: i32, aq: usize, ad: usize, asum: usize): f32 {
+  const m4 = i8x16.splat(15);
+  let acc: f32 = 0;
+  for (let b = 0; b < nb; b++) {
+    const p = row + <usize>b * 144;
+    const q = p + 16;
+    const a = aq + (<usize>b << 8);
+    const bs = asum + (<usize>b << 5);
+    const SM = scalesMinsQ4K(p + 4);
+    const S = i16x8.extend_low_i8x16_u(SM);
+    // [m0, m0, m1, m1, m2, m2, m3, m3] and [m4, …, m7, m7] as i16 against the 16 sums of 16
+    const Mlo = i8x16.shuffle(SM, i8x16.splat(0), 8, 16, 8, 16, 9, 16, 9, 16, 10, 16, 10, 16, 11, 16, 11, 16);
+    const Mhi = i8x16.shuffle(SM, i8x16.splat(0), 12, 16, 12, 16, 13, 16, 13, 16, 14, 16, 14, 16, 15, 16, 15, 16);
+    const ms = i32x4.add(i32x4.dot_i16x8_s(v128.load(bs), Mlo), i32x4.dot_i16x8_s(v128.load(bs + 16), Mhi));
+    let Q0 = v128.load(q);
+    let Q1 = v128.load(q + 16);
+    let s = i32x4.dot_i16x8_s(q4kLo8(Q0, Q1, a, m4), i8x16.shuffle(S, S, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1));
+    s = i32x4.add(s, i32x4.dot_i16x8_s(q4kHi8(Q0, Q1, a, m4), i8x16.shuffle(S, S, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3)));
+    Q0 = v128.load(q + 32);
+    Q1 = v128.load(q + 48);
+    s = i32x4.add(s, i32x4.dot_i16x8_s(q4kLo8(Q0, Q1, a + 64, m4), i8x16.shuffle(S, S, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5)));
+    s = i32x4.add(s, i32x4.dot_i16x8_s(q4kHi8(Q0, Q1, a + 64, m4), i8x16.shuffle(S, S, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7)));
+    Q0 = v128.load(q + 64);
+    Q1 = v128.load(q + 80);
+    s = i32x4.add(s, i32x4.dot_i16x8_s(q4kLo8(Q0, Q1, a + 128, m4), i8x16.shuffle(S, S, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9)));
+    s = i32x4.add(s, i32x4.dot_i16x8_s(q4kHi8(Q0, Q1, a + 128, m4), i8x16.shuffle(S, S, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11)));
+    Q0 = v128.load(q + 96);
+    Q1 = v128.load(q + 112);
+    s = i32x4.add(s, i32x4.dot_i16x8_s(q4kLo8(Q0, Q1, a + 192, m4), i8x16.shuffle(S, S, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13)));
+    s = i32x4.add(s, i32x4.dot_i16x8_s(q4kHi8(Q0, Q1, a + 192, m4), i8x16.shuffle(S, S, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15)));
+    // as dotQ4K1: [Σi, Σi, Σm, Σm] · ([d, dmin, d, dmin] · da), lanes 0 and 3
+    const h = i32x4.add(i8x16.shuffle(s, ms, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23), i8x16.shuffle(s, ms, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31));
+    const H = f32x4.convert_i32x4_s(i32x4.add(h, i8x16.shuffle(h, h, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11)));
+    const T = f32x4.mul(H, f32x4.mul(f16pair(p), f32x4.splat(load<f32>(ad + (<usize>b << 2)))));
+    acc += f32x4.extract_lane(T, 0) - f32x4.extract_lane(T, 3);
+  }
+  return acc;
+}
+
+// Q5_0: the values q = nibble + 16·bit (0..31; the fifth bits cut as in q5Block), one relaxed dot per 16, the two
+// added in i16 (≤ 15748) and widened; the block's Σ a·(q − 16) = Σ a·q − 16·Σa.
+// @ts-ignore: decorator
+@inline function q5Block8(p: usize, a: usize, m4: v128, c16: v128, idxLo: v128, idxHi: v128, bits: v128): v128 {
+  const qh = i32x4.splat(load<u32>(p + 2));
+  const bLo = v128.and(c16, i8x16.eq(v128.and(i8x16.swizzle(qh, idxLo), bits), bits));
+  const bHi = v128.and(c16, i8x16.eq(v128.and(i8x16.swizzle(qh, idxHi), bits), bits));
+  const q = v128.load(p + 6);
+  const lo = v128.or(v128.and(q, m4), bLo);
+  const hi = v128.or(v128.and(i16x8.shr_u(q, 4), m4), bHi);
+  return i32x4.extadd_pairwise_i16x8_s(i16x8.add(rdot(v128.load(a), lo), rdot(v128.load(a + 16), hi)));
+}
+
+function dotQ5_08(row: usize, nb: i32, aq: usize, ad: usize, asum: usize): f32 {
+  const m4 = i8x16.splat(15);
+  const c16 = i8x16.splat(16);
+  const idxLo = i8x16(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  const idxHi = i8x16(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const bits = i8x16(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
+  let acc: f32 = 0;
+  let b = 0;
+  for (; b + 4 <= nb; b += 4) {
+    const p = row + <usize>b * 22;
+    const a = aq + (<usize>b << 5);
+    const s0 = q5Block8(p, a, m4, c16, idxLo, idxHi, bits);
+    const s1 = q5Block8(p + 22, a + 32, m4, c16, idxLo, idxHi, bits);
+    const s2 = q5Block8(p + 44, a + 64, m4, c16, idxLo, idxHi, bits);
+    const s3 = q5Block8(p + 66, a + 96, m4, c16, idxLo, idxHi, bits);
+    const I = i32x4.sub(isum4i(s0, s1, s2, s3), i32x4.shl(v128.load(asum + (<usize>b << 2)), 4));
+    acc = addLanes(acc, f32x4.mul(f32x4.convert_i32x4_s(I), f32x4.mul(f16x4(p, 22), v128.load(ad + (<usize>b << 2)))));
+  }
+  for (; b < nb; b++) {
+    const p = row + <usize>b * 22;
+    const s = isumI(q5Block8(p, aq + (<usize>b << 5), m4, c16, idxLo, idxHi, bits)) - (load<i32>(asum + (<usize>b << 2)) << 4);
+    acc += <f32>s * (f16(load<u16>(p)) * load<f32>(ad + (<usize>b << 2)));
+  }
+  return acc;
+}
+
+/**
+ * q8 mode: the values of Q6_KR rows at p made unsigned in place (q − 32 → q, 0..63), the relaxed dot's i7 operand;
+ * such a copy is read by dotQ6KR8 only. (An empty function in the default module.)
+ */
+export function unsignQ6KR(p: usize, rows: i32, cols: i32): void {
+  if (ASC_FEATURE_RELAXED_SIMD) {
+    const blocks = <usize>rows * <usize>(cols >> 8);
+    const c32 = i8x16.splat(32);
+    for (let b: usize = 0; b < blocks; b++) {
+      const q = p + b * 276 + 20;
+      for (let i: usize = 0; i < 256; i += 16) v128.store(q + i, i8x16.add(v128.load(q + i), c32));
+    }
+  }
+}
+
+// Q6_KR made unsigned (unsignQ6KR): per 16 values one relaxed dot of the activations with q (0..63; ≤ 16002 per i16
+// lane), widened by an i16 dot with the group's scale in every lane (constant shuffles of the 16 scales as i16; |sc| ≤
+// 128: ≤ 2·16002·128 per i32 lane and group, 16 groups < 2³¹); then − 32·Σ_g sc_g·Σ16_g for the offset.
+// @ts-ignore: decorator
+@inline function q6Group8(a: usize, q: usize, S: v128): v128 {
+  return i32x4.dot_i16x8_s(rdot(v128.load(a), v128.load(q)), S);
+}
+
+function dotQ6KR8(row: usize, nb: i32, aq: usize, ad: usize, asum: usize): f32 {
+  let acc: f32 = 0;
+  for (let b = 0; b < nb; b++) {
+    const p = row + <usize>b * 276;
+    const q = p + 20;
+    const a = aq + (<usize>b << 8);
+    const bs = asum + (<usize>b << 5);
+    const SC = v128.load(p + 4);
+    const L = i16x8.extend_low_i8x16_s(SC);
+    const H = i16x8.extend_high_i8x16_s(SC);
+    let s = i32x4.add(i32x4.dot_i16x8_s(v128.load(bs), L), i32x4.dot_i16x8_s(v128.load(bs + 16), H));
+    s = i32x4.sub(i32x4.splat(0), i32x4.shl(s, 5));
+    s = i32x4.add(s, q6Group8(a, q, i8x16.shuffle(L, L, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1)));
+    s = i32x4.add(s, q6Group8(a + 16, q + 16, i8x16.shuffle(L, L, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3)));
+    s = i32x4.add(s, q6Group8(a + 32, q + 32, i8x16.shuffle(L, L, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5)));
+    s = i32x4.add(s, q6Group8(a + 48, q + 48, i8x16.shuffle(L, L, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7)));
+    s = i32x4.add(s, q6Group8(a + 64, q + 64, i8x16.shuffle(L, L, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9)));
+    s = i32x4.add(s, q6Group8(a + 80, q + 80, i8x16.shuffle(L, L, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11)));
+    s = i32x4.add(s, q6Group8(a + 96, q + 96, i8x16.shuffle(L, L, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13)));
+    s = i32x4.add(s, q6Group8(a + 112, q + 112, i8x16.shuffle(L, L, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15)));
+    s = i32x4.add(s, q6Group8(a + 128, q + 128, i8x16.shuffle(H, H, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1)));
+    s = i32x4.add(s, q6Group8(a + 144, q + 144, i8x16.shuffle(H, H, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3)));
+    s = i32x4.add(s, q6Group8(a + 160, q + 160, i8x16.shuffle(H, H, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5, 4, 5)));
+    s = i32x4.add(s, q6Group8(a + 176, q + 176, i8x16.shuffle(H, H, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7, 6, 7)));
+    s = i32x4.add(s, q6Group8(a + 192, q + 192, i8x16.shuffle(H, H, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9, 8, 9)));
+    s = i32x4.add(s, q6Group8(a + 208, q + 208, i8x16.shuffle(H, H, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11, 10, 11)));
+    s = i32x4.add(s, q6Group8(a + 224, q + 224, i8x16.shuffle(H, H, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13, 12, 13)));
+    s = i32x4.add(s, q6Group8(a + 240, q + 240, i8x16.shuffle(H, H, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15, 14, 15)));
+    acc += <f32>isumI(s) * (load<f32>(p) * load<f32>(ad + (<usize>b << 2)));
+  }
+  return acc;
+}
+
+/** the fused products of the 8-bit kernel types (any n; the backend uses them for n ≤ 2) */
+function matmulQ8(type: i32, w: usize, rowBytes: i32, r0: i32, r1: i32, cols: i32, n: i32, aq: usize, ad: usize, asum: usize, y: usize, yStride: i32): void {
+  const base = type - Q8ACT;
+  const nb = cols / (base == Q5_0 ? 32 : 256);
+  const aqRow = <usize>cols << 1;
+  const adRow = <usize>nb << 2;
+  const asRow = <usize>nb << 5;
+  for (let r = r0; r < r1; r++) {
+    const rp = w + <usize>r * <usize>rowBytes;
+    for (let t = 0; t < n; t++) {
+      const qa = aq + <usize>t * aqRow, da = ad + <usize>t * adRow, sa = asum + <usize>t * asRow;
+      let v: f32;
+      if (base == Q4_K) v = dotQ4K8(rp, nb, qa, da, sa);
+      else if (base == Q5_0) v = dotQ5_08(rp, nb, qa, da, sa);
+      else v = dotQ6KR8(rp, nb, qa, da, sa);
+      store<f32>(y + (<usize>(t * yStride + r) << 2), v);
+    }
+  }
+}
+
 // ---------------------------------------------------------------- products
 
 /**
@@ -944,6 +1178,7 @@ function dotQ5_01(row: usize, nb: i32, aq: usize, ad: usize): f32 {
  * Tokens go in chunks of `tc` so that a chunk's activations stay in cache while its rows stream by.
  */
 export function matmul(type: i32, w: usize, rowBytes: i32, r0: i32, r1: i32, cols: i32, n: i32, x: usize, xStride: i32, aq: usize, ad: usize, asum: usize, y: usize, yStride: i32, S: usize, tc: i32): void {
+  if (ASC_FEATURE_RELAXED_SIMD && type >= Q8ACT) return matmulQ8(type, w, rowBytes, r0, r1, cols, n, aq, ad, asum, y, yStride);
   const cls = typeClass(type);
   const bv = blockValues(type);
   const nb = cols / bv;
@@ -1061,7 +1296,7 @@ export function swigluQuant(cls: i32, g: usize, u: usize, r0: i32, r1: i32, F: i
     store<f32>(g + (i << 2), <f32>((x / (1 + Math.exp(-x))) * <f64>load<f32>(u + (i << 2))));
   }
   if (cls == 0 || r1 <= r0) return;
-  const nb = F / (cls == 2 ? 256 : 32);
+  const nb = F / (cls == 2 || (ASC_FEATURE_RELAXED_SIMD && cls == 4) ? 256 : 32);
   quantize(cls, g + (lo << 2), r1 - r0, F, F, aq + (lo << 1), ad + (<usize>(r0 * nb) << 2), asum + (<usize>(r0 * nb) << 5));
 }
 

@@ -34,7 +34,16 @@ const tensors: TensorToWrite[] = [...file.tensors.values()]
       name: info.name,
       ne: info.ne,
       type,
-      data: () => quantize(type, dequantize(info.type, file.readBytes(info), info.ne.reduce((a, b) => a * b, 1)), cols),
+      data: () =>
+        quantize(
+          type,
+          dequantize(
+            info.type,
+            file.readBytes(info),
+            info.ne.reduce((a, b) => a * b, 1),
+          ),
+          cols,
+        ),
     };
   });
 writeModel(out, meta, tensors);

@@ -6,7 +6,7 @@ import {
   attentionScratch,
   type AttentionArgs,
 } from "../../../src/backend/webgpu/kernels/attention/attention.js";
-import type { GpuRuntime } from "../../../src/backend/webgpu/core/runtime.js";
+import { GpuRuntime, type OutRange } from "../../../src/backend/webgpu/core/runtime.js";
 import { f32, type Rng, u32 } from "./helpers.js";
 
 export interface Case {
@@ -177,4 +177,20 @@ export function withKeys(x: Inputs, v: ArrayLike<number>): number[] {
   return x.rows.flatMap((rows, i) =>
     rows.length === 0 ? [] : Array.from({ length: H * d1 }, (_, e) => v[i * H * d1 + e]),
   );
+}
+
+/** A runtime that records the labels of its dispatches. */
+export class Spy extends GpuRuntime {
+  labels: string[] = [];
+  override dispatch(
+    label: string,
+    code: string,
+    buffers: readonly GPUBuffer[],
+    params: Uint32Array,
+    groups: readonly [number, number?, number?],
+    outputs: readonly OutRange[] = [],
+  ): void {
+    this.labels.push(label);
+    super.dispatch(label, code, buffers, params, groups, outputs);
+  }
 }

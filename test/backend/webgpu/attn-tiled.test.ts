@@ -5,31 +5,15 @@
 // combined; a query without keys gives zeros; and where the kernel is chosen.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { GpuRuntime, type OutRange, type RuntimeOptions } from "../../../src/backend/webgpu/core/runtime.js";
+import { GpuRuntime, type RuntimeOptions } from "../../../src/backend/webgpu/core/runtime.js";
 import type { KernelTuning } from "../../../src/backend/webgpu/core/tuning.js";
 import { ATTN_TILED_FROM, attnTiledChoice } from "../../../src/backend/webgpu/kernels/attention/select.js";
 import { attnTiledBytes, attnTiledGroup } from "../../../src/backend/webgpu/kernels/attention/tiled.wgsl.js";
 import { gpuOrSkip, record, relErr, Rng } from "./helpers.js";
-import { build, type Case, reference, run, withKeys } from "./attn-cases.js";
+import { build, type Case, reference, run, Spy, withKeys } from "./attn-cases.js";
 
 const { rt, skip } = await gpuOrSkip();
 const TOL = 1e-4;
-
-/** A runtime that records the labels of its dispatches. */
-class Spy extends GpuRuntime {
-  labels: string[] = [];
-  override dispatch(
-    label: string,
-    code: string,
-    buffers: readonly GPUBuffer[],
-    params: Uint32Array,
-    groups: readonly [number, number?, number?],
-    outputs: readonly OutRange[] = [],
-  ): void {
-    this.labels.push(label);
-    super.dispatch(label, code, buffers, params, groups, outputs);
-  }
-}
 
 /** The tiled kernel at every query count (attnTiled = 1; the wide decode kernel off) unless a case says otherwise. */
 function runtime(tune: KernelTuning = {}, opts: RuntimeOptions = {}): Spy {

@@ -9,11 +9,11 @@ import {
   attentionScratch,
   type AttentionArgs,
 } from "../../../src/backend/webgpu/kernels/attention/attention.js";
-import { GpuRuntime, type OutRange, type RuntimeOptions } from "../../../src/backend/webgpu/core/runtime.js";
+import type { RuntimeOptions } from "../../../src/backend/webgpu/core/runtime.js";
 import type { KernelTuning } from "../../../src/backend/webgpu/core/tuning.js";
 import { attnWidePlan } from "../../../src/backend/webgpu/kernels/attention/select.js";
 import { f32, gpuOrSkip, record, relErr, Rng, u32 } from "./helpers.js";
-import { build, type Case, O_OFF, reference, run, withKeys } from "./attn-cases.js";
+import { build, type Case, O_OFF, reference, run, Spy, withKeys } from "./attn-cases.js";
 
 const { rt, skip: noGpu } = await gpuOrSkip();
 const skip =
@@ -23,22 +23,6 @@ const skip =
       ? "the adapter has no fixed subgroup size (the wide kernel needs one)"
       : false;
 const TOL = 1e-4;
-
-/** A runtime that records the labels of its dispatches. */
-class Spy extends GpuRuntime {
-  labels: string[] = [];
-  override dispatch(
-    label: string,
-    code: string,
-    buffers: readonly GPUBuffer[],
-    params: Uint32Array,
-    groups: readonly [number, number?, number?],
-    outputs: readonly OutRange[] = [],
-  ): void {
-    this.labels.push(label);
-    super.dispatch(label, code, buffers, params, groups, outputs);
-  }
-}
 
 /** The wide kernel is on by default only past 256 keys (see kernels/attention/attention.ts); these tests turn it on at every key count unless a case says otherwise. */
 function runtime(tune: KernelTuning = {}, opts: RuntimeOptions = {}): Spy {

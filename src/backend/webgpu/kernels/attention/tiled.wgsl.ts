@@ -14,8 +14,7 @@
  * combines them), else the final rows. Parameters and bindings are the wide kernel's: Q, KC (c: keys and values), KP
  * (k_pe), META, SEL, O. A query without keys gets zeros.
  */
-import { KEY_ROW_FN } from "./attention.wgsl.js";
-import { ATTN_WIDE_PARAMS } from "./wide.wgsl.js";
+import { LATENT_ATTN_BINDINGS } from "./wide.wgsl.js";
 
 /** Keys per block (one key a thread along 64 threads). */
 export const ATTN_TILED_KEYS = 64;
@@ -39,8 +38,6 @@ export function attnTiledBytes(G: number): number {
   const ps = ATTN_TILED_KEYS * G * 4;
   return kc + qc + ps + WG * 4 + ATTN_TILED_KEYS * 4 + 3 * G * 4;
 }
-
-const paramStruct = `struct P { ${ATTN_WIDE_PARAMS.map((k) => `${k}: ${k === "scale" ? "f32" : "u32"}`).join(", ")} }`;
 
 export function attnTiledWGSL(d1: number, d2: number, dv: number, G: number, split: boolean): string {
   if (![4, 8, 16, 32].includes(G) || d1 < 1 || d2 < 0 || dv < 1 || dv > d1)
@@ -153,15 +150,7 @@ export function attnTiledWGSL(d1: number, d2: number, dv: number, G: number, spl
   }`,
     )
     .join("\n  ");
-  return /* wgsl */ `${paramStruct}
-@group(0) @binding(0) var<storage, read> Q: array<f32>;
-@group(0) @binding(1) var<storage, read> KC: array<f32>;
-@group(0) @binding(2) var<storage, read> KP: array<f32>;
-@group(0) @binding(3) var<storage, read> META: array<u32>;
-@group(0) @binding(4) var<storage, read> SEL: array<u32>;
-@group(0) @binding(5) var<storage, read_write> O: array<f32>;
-@group(0) @binding(6) var<uniform> p: P;
-${KEY_ROW_FN}
+  return /* wgsl */ `${LATENT_ATTN_BINDINGS}
 ${keyElem}
 ${qElem}
 var<workgroup> KS: array<vec4f, ${BK * (CV + 1)}>;

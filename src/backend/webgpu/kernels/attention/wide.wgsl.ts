@@ -113,6 +113,20 @@ export function attnWideScratch(nq: number, heads: number, dv: number, maxKeys: 
 const paramStruct = `struct P { ${ATTN_WIDE_PARAMS.map((k) => `${k}: ${k === "scale" ? "f32" : "u32"}`).join(", ")} }`;
 
 /**
+ * The latent attention kernels' interface (this kernel's and tiled.wgsl.ts'): the parameter block and bindings Q, KC
+ * (c: keys and values), KP (k_pe), META, SEL, O, with keyRow.
+ */
+export const LATENT_ATTN_BINDINGS = `${paramStruct}
+@group(0) @binding(0) var<storage, read> Q: array<f32>;
+@group(0) @binding(1) var<storage, read> KC: array<f32>;
+@group(0) @binding(2) var<storage, read> KP: array<f32>;
+@group(0) @binding(3) var<storage, read> META: array<u32>;
+@group(0) @binding(4) var<storage, read> SEL: array<u32>;
+@group(0) @binding(5) var<storage, read_write> O: array<f32>;
+@group(0) @binding(6) var<uniform> p: P;
+${KEY_ROW_FN}`;
+
+/**
  * The wide kernel for latent widths d1 (= dv) and d2 ≥ 1, subgroup size `sg`, G heads and TK keys per tile. Grid:
  * (splits, head groups, queries). Bindings: Q, KC (c: K1 and V), KP (k_pe), META, SEL, O (final rows, or with `split`
  * the partials ((i·heads + h)·splits + s)·(dv + 2): max, sum, Σ p·c).
@@ -276,15 +290,7 @@ export function attnWideWGSL(
     `qs[e] = v;`,
   ];
   return /* wgsl */ `enable subgroups;
-${paramStruct}
-@group(0) @binding(0) var<storage, read> Q: array<f32>;
-@group(0) @binding(1) var<storage, read> KC: array<f32>;
-@group(0) @binding(2) var<storage, read> KP: array<f32>;
-@group(0) @binding(3) var<storage, read> META: array<u32>;
-@group(0) @binding(4) var<storage, read> SEL: array<u32>;
-@group(0) @binding(5) var<storage, read_write> O: array<f32>;
-@group(0) @binding(6) var<uniform> p: P;
-${KEY_ROW_FN}
+${LATENT_ATTN_BINDINGS}
 var<workgroup> vr: array<u32, ${ATTN_WIDE_ROWS}>;
 var<workgroup> qs: array<vec4f, ${GV * QP}>;
 var<workgroup> sc: array<vec4f, ${2 * TK * GV}>;

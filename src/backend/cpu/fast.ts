@@ -127,12 +127,14 @@ const SPIN = 20000;
 const Q6_KR = 1014;
 /** at most this many bytes of repacked Q6_K copies (the output matrix of most models fits) */
 const Q6KR_BUDGET = 1 << 30;
-/** added to a kernel type for its 8-bit-activation kernel (kernels.as Q8ACT; q8 mode, products of ≤ 2 tokens) */
+/** added to a kernel type for its 8-bit-activation kernel (kernels.as Q8ACT; q8 mode) */
 const Q8ACT = 4096;
 /** the types with an 8-bit-activation kernel: Q4_K, Q5_0 and Q6_K repacked (Q8_0's weights use all of i8: exact path) */
 const Q8_TYPES = new Set([12, 6, Q6_KR]);
-/** products of at most this many tokens (decode) use the 8-bit-activation kernels in q8 mode */
+/** products of at most this many tokens (decode) use the 8-bit-activation kernels in q8 mode … */
 const Q8_MAX_TOKENS = 2;
+/** … except these types, which use them for any token count (Q4_K: two rows × four tokens for more than two) */
+const Q8_ANY_TOKENS = new Set([12]);
 
 type Resolved = [Product, number, number, number];
 
@@ -185,8 +187,9 @@ function align64(x: number): number {
 
 /**
  * How the CPU backend quantizes activations for its integer dots. "exact" (default): 14/16-bit integers, log-probs
- * within ~1e-4 of the reference on F32 weights. "q8": for products of one or two tokens (decode) with Q4_K, Q5_0 and
- * Q6_K weights, one int8 per value (ggml's Q8_K/Q8_0 rounding) dotted with WebAssembly relaxed SIMD
+ * within ~1e-4 of the reference on F32 weights. "q8": for products with Q4_K weights (any token count) and products of
+ * one or two tokens (decode) with Q5_0 and Q6_K weights, one int8 per value (ggml's Q8_K/Q8_0 rounding) dotted with
+ * WebAssembly relaxed SIMD
  * (`i16x8.relaxed_dot_i8x16_i7x16_s`); faster, at the cost of the activations' 8-bit rounding (docs/cpu-backend.md).
  */
 export type CpuActivations = "exact" | "q8";
@@ -601,11 +604,12 @@ export class CpuBackend implements MatKernels {
 
   /**
    * where and how a product with `n` tokens reads `w`: [arena, pointer, kernel type, row bytes]; in q8 mode the kernel
-   * type of a decode product with an 8-bit kernel is its type + Q8ACT (then its activations are 8-bit: typeClass 3/4)
+   * type of a product with an 8-bit kernel (decode; Q4_K at any token count) is its type + Q8ACT (then its activations are 8-bit: typeClass 3/4)
    */
   private resolve(w: QMatrix, n: number): [Arena, number, number, number] {
     const r = this.resolveExact(w, n);
-    if (this.activations === "q8" && n <= Q8_MAX_TOKENS && Q8_TYPES.has(r[2])) r[2] += Q8ACT;
+    if (this.activations === "q8" && Q8_TYPES.has(r[2]) && (n <= Q8_MAX_TOKENS || Q8_ANY_TOKENS.has(r[2])))
+      r[2] += Q8ACT;
     return r;
   }
 

@@ -948,8 +948,9 @@ function dotQ5_01(row: usize, nb: i32, aq: usize, ad: usize): f32 {
 // ---------------------------------------------------------------- 8-bit activations (opt-in "q8" mode, relaxed SIMD)
 
 // Compiled only into the relaxed-SIMD module (kernels-q8.wasm.ts: `ASC_FEATURE_RELAXED_SIMD` is a compile-time
-// constant, so the default module contains none of this). For products of one or two tokens the backend may hand in
-// the kernel types Q4_K, Q5_0 and Q6_KR plus Q8ACT: their activations are then one int8 per value, ggml-style,
+// constant, so the default module contains none of this). For products of one or two tokens (Q4_K: of any number of
+// tokens) the backend may hand in the kernel types Q4_K, Q5_0 and Q6_KR plus Q8ACT: their activations are then one
+// int8 per value, ggml-style,
 //   class 4 (Q4_K, Q6_KR): per 256 values one f32 scale amax/127 and 16 i16 sums of 16 values (32 bytes per block),
 //   class 3 (Q5_0):        per 32 values one f32 scale amax/127 and one i32 sum,
 // laid out as the exact classes (aq rows of cols·2 bytes, of which the first cols hold the i8 values; nb·32 bytes of
@@ -1055,6 +1056,126 @@ function dotQ4K8(row: usize, nb: i32, aq: usize, ad: usize, asum: usize): f32 {
   return acc;
 }
 
+// Q4_K, two rows × four tokens (products of more than two tokens): per sub-block the two rows' 32 nibbles are cut
+// once and feed four tokens, each token's 32 activations feed both rows (eight i32x4 sums, one per row and token).
+// Per sub-block the same integers as dotQ4K8 (two relaxed dots added in i16, widened by an i16 dot with the scale in
+// every lane), the mins likewise; the block's sums across lanes are exact in i32 and the tail is dotQ4K8's f32
+// operations on four tokens' lanes — so every (row, token) result equals dotQ4K8's bit for bit. The sub-block scales
+// go through `sc` (32 bytes of scratch) as i16 so that a variable sub-block index can splat them.
+function dotQ4K8x24(row: usize, row2: usize, nb: i32, aq: usize, aqStride: usize, ad: usize, adStride: usize, asum: usize, asStride: usize, sc: usize, out: usize): void {
+  const m4 = i8x16.splat(15);
+  let accA = f32x4.splat(0);
+  let accB = accA;
+  for (let b = 0; b < nb; b++) {
+    const p = row + <usize>b * 144;
+    const p2 = row2 + <usize>b * 144;
+    const SMa = scalesMinsQ4K(p + 4);
+    const SMb = scalesMinsQ4K(p2 + 4);
+    v128.store(sc, i16x8.extend_low_i8x16_u(SMa));
+    v128.store(sc + 16, i16x8.extend_low_i8x16_u(SMb));
+    const a = aq + (<usize>b << 8);
+    let x0 = i32x4.splat(0), x1 = x0, x2 = x0, x3 = x0, y0 = x0, y1 = x0, y2 = x0, y3 = x0;
+    // four passes of 32 quant bytes: sub-block 2j (low nibbles), then 2j + 1 (high nibbles)
+    for (let j = 0; j < 4; j++) {
+      const off = (<usize>j << 5) + 16;
+      const QA0 = v128.load(p + off);
+      const QA1 = v128.load(p + off + 16);
+      const QB0 = v128.load(p2 + off);
+      const QB1 = v128.load(p2 + off + 16);
+      let wa0: v128, wa1: v128, wb0: v128, wb1: v128, sa: v128, sb: v128, at: usize, u: v128, v: v128;
+      wa0 = v128.and(QA0, m4);
+      wa1 = v128.and(QA1, m4);
+      wb0 = v128.and(QB0, m4);
+      wb1 = v128.and(QB1, m4);
+      sa = v128.load16_splat(sc + (<usize>(2 * j + 0) << 1));
+      sb = v128.load16_splat(sc + 16 + (<usize>(2 * j + 0) << 1));
+      at = a + (<usize>(2 * j + 0) << 5);
+      u = v128.load(at);
+      v = v128.load(at + 16);
+      x0 = i32x4.add(x0, i32x4.dot_i16x8_s(i16x8.add(rdot(u, wa0), rdot(v, wa1)), sa));
+      y0 = i32x4.add(y0, i32x4.dot_i16x8_s(i16x8.add(rdot(u, wb0), rdot(v, wb1)), sb));
+      at += aqStride;
+      u = v128.load(at);
+      v = v128.load(at + 16);
+      x1 = i32x4.add(x1, i32x4.dot_i16x8_s(i16x8.add(rdot(u, wa0), rdot(v, wa1)), sa));
+      y1 = i32x4.add(y1, i32x4.dot_i16x8_s(i16x8.add(rdot(u, wb0), rdot(v, wb1)), sb));
+      at += aqStride;
+      u = v128.load(at);
+      v = v128.load(at + 16);
+      x2 = i32x4.add(x2, i32x4.dot_i16x8_s(i16x8.add(rdot(u, wa0), rdot(v, wa1)), sa));
+      y2 = i32x4.add(y2, i32x4.dot_i16x8_s(i16x8.add(rdot(u, wb0), rdot(v, wb1)), sb));
+      at += aqStride;
+      u = v128.load(at);
+      v = v128.load(at + 16);
+      x3 = i32x4.add(x3, i32x4.dot_i16x8_s(i16x8.add(rdot(u, wa0), rdot(v, wa1)), sa));
+      y3 = i32x4.add(y3, i32x4.dot_i16x8_s(i16x8.add(rdot(u, wb0), rdot(v, wb1)), sb));
+      wa0 = v128.and(i16x8.shr_u(QA0, 4), m4);
+      wa1 = v128.and(i16x8.shr_u(QA1, 4), m4);
+      wb0 = v128.and(i16x8.shr_u(QB0, 4), m4);
+      wb1 = v128.and(i16x8.shr_u(QB1, 4), m4);
+      sa = v128.load16_splat(sc + (<usize>(2 * j + 1) << 1));
+      sb = v128.load16_splat(sc + 16 + (<usize>(2 * j + 1) << 1));
+      at = a + (<usize>(2 * j + 1) << 5);
+      u = v128.load(at);
+      v = v128.load(at + 16);
+      x0 = i32x4.add(x0, i32x4.dot_i16x8_s(i16x8.add(rdot(u, wa0), rdot(v, wa1)), sa));
+      y0 = i32x4.add(y0, i32x4.dot_i16x8_s(i16x8.add(rdot(u, wb0), rdot(v, wb1)), sb));
+      at += aqStride;
+      u = v128.load(at);
+      v = v128.load(at + 16);
+      x1 = i32x4.add(x1, i32x4.dot_i16x8_s(i16x8.add(rdot(u, wa0), rdot(v, wa1)), sa));
+      y1 = i32x4.add(y1, i32x4.dot_i16x8_s(i16x8.add(rdot(u, wb0), rdot(v, wb1)), sb));
+      at += aqStride;
+      u = v128.load(at);
+      v = v128.load(at + 16);
+      x2 = i32x4.add(x2, i32x4.dot_i16x8_s(i16x8.add(rdot(u, wa0), rdot(v, wa1)), sa));
+      y2 = i32x4.add(y2, i32x4.dot_i16x8_s(i16x8.add(rdot(u, wb0), rdot(v, wb1)), sb));
+      at += aqStride;
+      u = v128.load(at);
+      v = v128.load(at + 16);
+      x3 = i32x4.add(x3, i32x4.dot_i16x8_s(i16x8.add(rdot(u, wa0), rdot(v, wa1)), sa));
+      y3 = i32x4.add(y3, i32x4.dot_i16x8_s(i16x8.add(rdot(u, wb0), rdot(v, wb1)), sb));
+    }
+    // mins: m_j · (Σ16 + Σ16) per sub-block as in dotQ4K8, per row and token
+    const MloA = i8x16.shuffle(SMa, i8x16.splat(0), 8, 16, 8, 16, 9, 16, 9, 16, 10, 16, 10, 16, 11, 16, 11, 16);
+    const MhiA = i8x16.shuffle(SMa, i8x16.splat(0), 12, 16, 12, 16, 13, 16, 13, 16, 14, 16, 14, 16, 15, 16, 15, 16);
+    const MloB = i8x16.shuffle(SMb, i8x16.splat(0), 8, 16, 8, 16, 9, 16, 9, 16, 10, 16, 10, 16, 11, 16, 11, 16);
+    const MhiB = i8x16.shuffle(SMb, i8x16.splat(0), 12, 16, 12, 16, 13, 16, 13, 16, 14, 16, 14, 16, 15, 16, 15, 16);
+    const bs0 = asum + (<usize>b << 5);
+    const bs1 = bs0 + asStride;
+    const bs2 = bs1 + asStride;
+    const bs3 = bs2 + asStride;
+    const MA = isum4i(
+      i32x4.add(i32x4.dot_i16x8_s(v128.load(bs0), MloA), i32x4.dot_i16x8_s(v128.load(bs0 + 16), MhiA)),
+      i32x4.add(i32x4.dot_i16x8_s(v128.load(bs1), MloA), i32x4.dot_i16x8_s(v128.load(bs1 + 16), MhiA)),
+      i32x4.add(i32x4.dot_i16x8_s(v128.load(bs2), MloA), i32x4.dot_i16x8_s(v128.load(bs2 + 16), MhiA)),
+      i32x4.add(i32x4.dot_i16x8_s(v128.load(bs3), MloA), i32x4.dot_i16x8_s(v128.load(bs3 + 16), MhiA)),
+    );
+    const MB = isum4i(
+      i32x4.add(i32x4.dot_i16x8_s(v128.load(bs0), MloB), i32x4.dot_i16x8_s(v128.load(bs0 + 16), MhiB)),
+      i32x4.add(i32x4.dot_i16x8_s(v128.load(bs1), MloB), i32x4.dot_i16x8_s(v128.load(bs1 + 16), MhiB)),
+      i32x4.add(i32x4.dot_i16x8_s(v128.load(bs2), MloB), i32x4.dot_i16x8_s(v128.load(bs2 + 16), MhiB)),
+      i32x4.add(i32x4.dot_i16x8_s(v128.load(bs3), MloB), i32x4.dot_i16x8_s(v128.load(bs3 + 16), MhiB)),
+    );
+    // dotQ4K8's tail on lanes: Σi·(d·da) − Σm·(dmin·da), d and dmin from f16pair as there
+    const DA = load4f(ad + (<usize>b << 2), adStride);
+    const FA = f16pair(p);
+    const FB = f16pair(p2);
+    accA = f32x4.add(accA, blockTerm8x4(isum4i(x0, x1, x2, x3), MA, FA, DA));
+    accB = f32x4.add(accB, blockTerm8x4(isum4i(y0, y1, y2, y3), MB, FB, DA));
+  }
+  v128.store(out, accA);
+  v128.store(out + 16, accB);
+}
+
+// four tokens' Σi·(d·da) − Σm·(dmin·da) (F = [d, dmin, d, dmin]), the f32 operations of dotQ4K8's tail lane by lane
+// @ts-ignore: decorator
+@inline function blockTerm8x4(I: v128, M: v128, F: v128, DA: v128): v128 {
+  const d = i8x16.shuffle(F, F, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3);
+  const dm = i8x16.shuffle(F, F, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7, 4, 5, 6, 7);
+  return f32x4.sub(f32x4.mul(f32x4.convert_i32x4_s(I), f32x4.mul(d, DA)), f32x4.mul(f32x4.convert_i32x4_s(M), f32x4.mul(dm, DA)));
+}
+
 // Q5_0: the values q = nibble + 16·bit (0..31; the fifth bits cut as in q5Block), one relaxed dot per 16, the two
 // added in i16 (≤ 15748) and widened; the block's Σ a·(q − 16) = Σ a·q − 16·Σa.
 // @ts-ignore: decorator
@@ -1150,22 +1271,49 @@ function dotQ6KR8(row: usize, nb: i32, aq: usize, ad: usize, asum: usize): f32 {
   return acc;
 }
 
-/** the fused products of the 8-bit kernel types (any n; the backend uses them for n ≤ 2) */
-function matmulQ8(type: i32, w: usize, rowBytes: i32, r0: i32, r1: i32, cols: i32, n: i32, aq: usize, ad: usize, asum: usize, y: usize, yStride: i32): void {
+/**
+ * the products of the 8-bit kernel types: single-token dots, and for Q4_K two rows × four tokens (dotQ4K8x24, the same
+ * bits) in chunks of `tc` tokens when a chunk has four or more
+ */
+function matmulQ8(type: i32, w: usize, rowBytes: i32, r0: i32, r1: i32, cols: i32, n: i32, aq: usize, ad: usize, asum: usize, y: usize, yStride: i32, S: usize, tc: i32): void {
   const base = type - Q8ACT;
   const nb = cols / (base == Q5_0 ? 32 : 256);
   const aqRow = <usize>cols << 1;
   const adRow = <usize>nb << 2;
   const asRow = <usize>nb << 5;
-  for (let r = r0; r < r1; r++) {
-    const rp = w + <usize>r * <usize>rowBytes;
-    for (let t = 0; t < n; t++) {
-      const qa = aq + <usize>t * aqRow, da = ad + <usize>t * adRow, sa = asum + <usize>t * asRow;
-      let v: f32;
-      if (base == Q4_K) v = dotQ4K8(rp, nb, qa, da, sa);
-      else if (base == Q5_0) v = dotQ5_08(rp, nb, qa, da, sa);
-      else v = dotQ6KR8(rp, nb, qa, da, sa);
-      store<f32>(y + (<usize>(t * yStride + r) << 2), v);
+  const tmp = S + 32;
+  for (let t0 = 0; t0 < n; t0 += tc) {
+    const t1 = min(n, t0 + tc);
+    let r = r0;
+    if (base == Q4_K && t1 - t0 >= 4) {
+      for (; r + 2 <= r1; r += 2) {
+        const rp = w + <usize>r * <usize>rowBytes;
+        const rp2 = rp + <usize>rowBytes;
+        let t = t0;
+        for (; t + 4 <= t1; t += 4) {
+          dotQ4K8x24(rp, rp2, nb, aq + <usize>t * aqRow, aqRow, ad + <usize>t * adRow, adRow, asum + <usize>t * asRow, asRow, S, tmp);
+          for (let k = 0; k < 4; k++) {
+            store<f32>(y + (<usize>((t + k) * yStride + r) << 2), load<f32>(tmp + (<usize>k << 2)));
+            store<f32>(y + (<usize>((t + k) * yStride + r + 1) << 2), load<f32>(tmp + 16 + (<usize>k << 2)));
+          }
+        }
+        for (; t < t1; t++) {
+          const qa = aq + <usize>t * aqRow, da = ad + <usize>t * adRow, sa = asum + <usize>t * asRow;
+          store<f32>(y + (<usize>(t * yStride + r) << 2), dotQ4K8(rp, nb, qa, da, sa));
+          store<f32>(y + (<usize>(t * yStride + r + 1) << 2), dotQ4K8(rp2, nb, qa, da, sa));
+        }
+      }
+    }
+    for (; r < r1; r++) {
+      const rp = w + <usize>r * <usize>rowBytes;
+      for (let t = t0; t < t1; t++) {
+        const qa = aq + <usize>t * aqRow, da = ad + <usize>t * adRow, sa = asum + <usize>t * asRow;
+        let v: f32;
+        if (base == Q4_K) v = dotQ4K8(rp, nb, qa, da, sa);
+        else if (base == Q5_0) v = dotQ5_08(rp, nb, qa, da, sa);
+        else v = dotQ6KR8(rp, nb, qa, da, sa);
+        store<f32>(y + (<usize>(t * yStride + r) << 2), v);
+      }
     }
   }
 }
@@ -1178,7 +1326,7 @@ function matmulQ8(type: i32, w: usize, rowBytes: i32, r0: i32, r1: i32, cols: i3
  * Tokens go in chunks of `tc` so that a chunk's activations stay in cache while its rows stream by.
  */
 export function matmul(type: i32, w: usize, rowBytes: i32, r0: i32, r1: i32, cols: i32, n: i32, x: usize, xStride: i32, aq: usize, ad: usize, asum: usize, y: usize, yStride: i32, S: usize, tc: i32): void {
-  if (ASC_FEATURE_RELAXED_SIMD && type >= Q8ACT) return matmulQ8(type, w, rowBytes, r0, r1, cols, n, aq, ad, asum, y, yStride);
+  if (ASC_FEATURE_RELAXED_SIMD && type >= Q8ACT) return matmulQ8(type, w, rowBytes, r0, r1, cols, n, aq, ad, asum, y, yStride, S, tc);
   const cls = typeClass(type);
   const bv = blockValues(type);
   const nb = cols / bv;

@@ -23,6 +23,7 @@ export { backendOption, intOption, loadForCli, positionsBar, processIO, type Cli
 import { Tokenizer, type ChatMessage } from "../tokenizer/index.js";
 import { generate, type DecodeMode, type GenerateModel, type GeneratePath } from "../engine/generate.js";
 import type { BackendChoice } from "../runtime/load.js";
+import type { CpuActivations } from "../backend/cpu/fast.js";
 import { openFusedForCli } from "./fused.js";
 import type { ExpertStore } from "../model/expert-store.js";
 import type { GpuHostStats, WarmStats } from "../backend/webgpu/index.js";
@@ -146,7 +147,7 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
   const json = values.json === true;
   const backend = backendOption(values.backend, "cpu");
   const threads = intOption("threads", values.threads, 1);
-  cpuActivationsOption(values.cpuActivations); // refused before the model loads
+  const cpuActivations = cpuActivationsOption(values.cpuActivations);
   const gpuMemory = gpuMemoryOption(values.gpuMemory, backend);
   const maxMemory = maxMemoryOption(values.maxMemory);
 
@@ -157,7 +158,7 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
     modelPath,
     io,
     backend,
-    threads,
+    { threads, activations: cpuActivations },
     maxMemory,
     path,
     values,
@@ -327,10 +328,10 @@ function openRunner(
   modelPath: string,
   io: CliIO,
   requested: BackendChoice,
-  threads: number | undefined,
+  cpu: { threads: number | undefined; activations: CpuActivations | undefined },
   maxMemory: number | undefined,
   path: string,
-  values: { prompt?: string; chat?: boolean; system?: string; allowNonfinite?: boolean; cpuActivations?: string },
+  values: { prompt?: string; chat?: boolean; system?: string; allowNonfinite?: boolean },
   nPredict: number,
   chunk: number | undefined,
   draws: boolean,
@@ -382,10 +383,10 @@ function openRunner(
     modelPath,
     io,
     backend,
-    threads,
+    cpu.threads,
     values.allowNonfinite === true,
     maxMemory,
-    cpuActivationsOption(values.cpuActivations),
+    cpu.activations,
   );
   const tokenizer = Tokenizer.fromMetadata(loaded.file.metadata);
   return {

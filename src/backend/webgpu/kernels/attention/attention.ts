@@ -225,39 +225,53 @@ function latentKeys(bufs: AttentionBuffers, a: AttentionArgs): boolean {
   );
 }
 
-/** The partials of split kernels combined into the output rows (the wide kernel's layout). */
-function combineSplits(
+/** The latent kernels' shared plan: heads a workgroup, keys split over `splits` workgroups of splitKeys each. */
+interface LatentPlan {
+  readonly group: number;
+  readonly splits: number;
+  readonly splitKeys: number;
+}
+
+/**
+ * One latent kernel (wide or tiled, `name`) over the step: with one split its final rows; else its partials into the
+ * scratch, combined by ATTN_WIDE_COMBINE_WGSL (both kernels write the wide kernel's layout).
+ */
+function dispatchLatent(
   rt: GpuRuntime,
-  part: GPUBuffer,
-  meta: GPUBuffer,
-  o: GPUBuffer,
-  params: Uint32Array,
+  bufs: AttentionBuffers,
   a: AttentionArgs,
-  label: string,
+  plan: LatentPlan,
+  name: string,
+  code: (split: boolean) => string,
 ): void {
-  rt.dispatch(
-    label,
-    ATTN_WIDE_COMBINE_WGSL,
-    [part, meta, o],
-    params,
-    [Math.ceil(a.dv / 128), a.heads, a.nq],
-    attnOutputs(o, a),
-  );
-}
-
-/** The wide kernel's parameter words for a plan of `splits` × `splitKeys`. */
-function wideParams(a: AttentionArgs, splits: number, splitKeys: number): Uint32Array {
-  const p: Record<(typeof ATTN_WIDE_PARAMS)[number], number> = { ...attnFields(a), splits, splitKeys };
-  return Uint32Array.from(ATTN_WIDE_PARAMS.map((k) => p[k]));
-}
-
-/** Scratch of split partials, checked. */
-function splitScratch(bufs: AttentionBuffers, a: AttentionArgs, splits: number): GPUBuffer {
-  const need = a.nq * a.heads * splits * (a.dv + 2);
+  const p: Record<(typeof ATTN_WIDE_PARAMS)[number], number> = {
+    ...attnFields(a),
+    splits: plan.splits,
+    splitKeys: plan.splitKeys,
+  };
+  const params = Uint32Array.from(ATTN_WIDE_PARAMS.map((k) => p[k]));
+  const grid: [number, number, number] = [plan.splits, Math.ceil(a.heads / plan.group), a.nq];
+  const inputs = [bufs.q, bufs.k1, bufs.k2, bufs.meta, bufs.sel];
+  const outs = attnOutputs(bufs.o, a);
+  if (plan.splits === 1) {
+    rt.dispatch(name, code(false), [...inputs, bufs.o], params, grid, outs);
+    return;
+  }
+  const need = a.nq * a.heads * plan.splits * (a.dv + 2);
   const part = bufs.part;
   if (part === undefined || part.size < need * 4)
     throw new LatentError(`attention over ${a.maxKeys} keys needs ${need} floats of scratch`);
-  return part;
+  rt.dispatch(`${name} split`, code(true), [...inputs, part], params, grid, [
+    { buffer: part, offset: 0, size: need * 4 },
+  ]);
+  rt.dispatch(
+    `${name} combine`,
+    ATTN_WIDE_COMBINE_WGSL,
+    [part, bufs.meta, bufs.o],
+    params,
+    [Math.ceil(a.dv / 128), a.heads, a.nq],
+    outs,
+  );
 }
 
 /**
@@ -265,23 +279,9 @@ function splitScratch(bufs: AttentionBuffers, a: AttentionArgs, splits: number):
  * applies (false: nothing dispatched).
  */
 function attentionTiled(rt: GpuRuntime, bufs: AttentionBuffers, a: AttentionArgs): boolean {
-  if (!latentKeys(bufs, a)) return false;
-  const plan = attnTiledChoice(rt, a);
+  const plan = latentKeys(bufs, a) ? attnTiledChoice(rt, a) : undefined;
   if (plan === undefined) return false;
-  const params = wideParams(a, plan.splits, plan.splitKeys);
-  const grid: [number, number, number] = [plan.splits, Math.ceil(a.heads / plan.group), a.nq];
-  const inputs = [bufs.q, bufs.k1, bufs.k2, bufs.meta, bufs.sel];
-  const code = (split: boolean): string => attnTiledWGSL(a.d1, a.d2, a.dv, plan.group, split);
-  if (plan.splits === 1) {
-    rt.dispatch("attention tiled", code(false), [...inputs, bufs.o], params, grid, attnOutputs(bufs.o, a));
-    return true;
-  }
-  const part = splitScratch(bufs, a, plan.splits);
-  const need = a.nq * a.heads * plan.splits * (a.dv + 2);
-  rt.dispatch("attention tiled split", code(true), [...inputs, part], params, grid, [
-    { buffer: part, offset: 0, size: need * 4 },
-  ]);
-  combineSplits(rt, part, bufs.meta, bufs.o, params, a, "attention tiled combine");
+  dispatchLatent(rt, bufs, a, plan, "attention tiled", (split) => attnTiledWGSL(a.d1, a.d2, a.dv, plan.group, split));
   return true;
 }
 
@@ -293,20 +293,7 @@ function attentionWide(rt: GpuRuntime, bufs: AttentionBuffers, a: AttentionArgs)
   const plan = attnWideChoice(rt, sg, a);
   if (plan === undefined || attnWideBytes(a.d1, a.d2, sg, plan) > rt.info.limits.maxComputeWorkgroupStorageSize)
     return false;
-  const params = wideParams(a, plan.splits, plan.splitKeys);
-  const grid: [number, number, number] = [plan.splits, Math.ceil(a.heads / plan.group), a.nq];
-  const inputs = [bufs.q, bufs.k1, bufs.k2, bufs.meta, bufs.sel];
-  if (plan.splits === 1) {
-    const outs = attnOutputs(bufs.o, a);
-    rt.dispatch("attention wide", attnWideWGSL(a.d1, a.d2, sg, plan, false), [...inputs, bufs.o], params, grid, outs);
-    return true;
-  }
-  const part = splitScratch(bufs, a, plan.splits);
-  const need = a.nq * a.heads * plan.splits * (a.dv + 2);
-  rt.dispatch("attention wide split", attnWideWGSL(a.d1, a.d2, sg, plan, true), [...inputs, part], params, grid, [
-    { buffer: part, offset: 0, size: need * 4 },
-  ]);
-  combineSplits(rt, part, bufs.meta, bufs.o, params, a, "attention wide combine");
+  dispatchLatent(rt, bufs, a, plan, "attention wide", (split) => attnWideWGSL(a.d1, a.d2, sg, plan, split));
   return true;
 }
 

@@ -7,6 +7,7 @@
  * slot holds N tokens before its decode steps, default 16), or through `npm run bench -- webgpu` with
  * LATENT_BENCH_MODEL set. `--gpu-memory 20G`: the routed experts that do not fit stream through the expert cache
  * (GpuModelOptions.gpuMemory); each phase then also reports the cache's hit rate and the bytes uploaded per token.
+ * `--activations q8`: the opt-in 8-bit activations of the register-tiled products (RuntimeOptions.activations).
  */
 import { mkdirSync, writeFileSync } from "node:fs";
 import { pathToFileURL } from "node:url";
@@ -17,7 +18,7 @@ import { WebGPUKernels } from "../src/backend/webgpu/engine/kernels.js";
 import { synthesize } from "../src/synth/synthesize.js";
 import { requestGpuDevice } from "../src/backend/webgpu/core/device.js";
 import { GpuModel, type StepToken } from "../src/backend/webgpu/graph/gpu-model.js";
-import { GpuRuntime, type RuntimeOptions } from "../src/backend/webgpu/core/runtime.js";
+import { GpuRuntime, type GpuActivations, type RuntimeOptions } from "../src/backend/webgpu/core/runtime.js";
 import { parseTuning, type KernelTuning } from "../src/backend/webgpu/core/tuning.js";
 import type { ExpertCacheStats } from "../src/backend/webgpu/graph/expert-cache.js";
 import { expertBytes } from "../src/backend/webgpu/graph/expert-cache.js";
@@ -97,6 +98,8 @@ export async function runWebGpuBench(
     matvec?: RuntimeOptions["matvec"];
     profile?: boolean;
     tune?: KernelTuning;
+    /** RuntimeOptions.activations ("q8": the opt-in 8-bit activations of the register-tiled products) */
+    activations?: GpuActivations;
     kernels?: boolean;
     /** most tokens of a prompt per step (default 512) */
     ubatch?: number;
@@ -117,6 +120,7 @@ export async function runWebGpuBench(
     profile: opts.profile === true,
     passTiming: timing,
     ...(opts.tune !== undefined ? { tune: opts.tune } : {}),
+    ...(opts.activations !== undefined ? { activations: opts.activations } : {}),
   });
   /** GPU ms per step from the pass timestamps since the last reset (NaN without timestamp queries) */
   const gpuMs = (steps: number): number => {
@@ -462,6 +466,9 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   const results = await runWebGpuBench(path!, {
     ...(args.includes("--dawn") ? { dawnFlags: args[args.indexOf("--dawn") + 1].split(" ") } : {}),
     ...(tune !== undefined ? { tune } : {}),
+    ...(args.includes("--activations")
+      ? { activations: args[args.indexOf("--activations") + 1] as GpuActivations }
+      : {}),
     batches,
     promptLen: num("--prompt"),
     decodeSteps: num("--steps"),

@@ -9,6 +9,7 @@ import {
   backendOption,
   backendOptions,
   cpuActivationsOption,
+  gpuActivationsOption,
   intOption,
   loadForCli,
   maxMemoryOption,
@@ -103,6 +104,7 @@ export async function chatMain(argv: string[], io: CliIO): Promise<void> {
       values.allowNonfinite === true,
       maxMemoryOption(values.maxMemory),
       cpuActivationsOption(values.cpuActivations),
+      gpuActivationsOption(values.gpuActivations, backend),
     );
     const tokenizer = Tokenizer.fromMetadata(loaded.file.metadata);
     // a model without a chat template fails here, before the first message is typed

@@ -7,6 +7,7 @@ import { parseCommand, type Parser } from "./options.js";
 import { loadModel, type BackendChoice, type LoadedModel } from "../runtime/load.js";
 import type { ExpertStore } from "../model/expert-store.js";
 import { CPU_ACTIVATIONS, type CpuActivations } from "../backend/cpu/fast.js";
+import { GPU_ACTIVATIONS, type GpuActivations } from "../backend/webgpu/index.js";
 
 /** Where a command writes: stdout/stderr, or a capture in tests. */
 export interface CliIO {
@@ -59,6 +60,7 @@ export function loadForCli(
   allowNonFinite = false,
   maxMemory?: number,
   cpuActivations?: CpuActivations,
+  gpuActivations?: GpuActivations,
 ): LoadedModel {
   if (!existsSync(path)) throw new UsageError(`model file not found: ${path}`);
   const bar = loadBar(io);
@@ -67,6 +69,7 @@ export function loadForCli(
       ...(backend === undefined ? {} : { backend }),
       ...(threads === undefined ? {} : { threads }),
       ...(cpuActivations === undefined ? {} : { cpuActivations }),
+      ...(gpuActivations === undefined ? {} : { gpuActivations }),
       ...(allowNonFinite ? { onNonFinite: nonFiniteWarning(io) } : {}),
       ...(maxMemory === undefined ? {} : { maxMemory }),
       onNote: (line) => io.err(`${line}\n`),
@@ -131,6 +134,7 @@ export interface BackendFlags {
   backend?: string;
   threads?: string;
   cpuActivations?: string;
+  gpuActivations?: string;
   allowNonfinite?: boolean;
   maxMemory?: string;
 }
@@ -161,6 +165,22 @@ export function cpuActivationsOption(v: string | undefined): CpuActivations | un
   return v as CpuActivations;
 }
 
+/** `--gpu-activations` (run, logits, chat, serve): how the GPU's matrix-matrix products take their activations. */
+export const GPU_ACTIVATIONS_OPTION = [
+  "--gpu-activations <MODE>",
+  "with --backend webgpu|auto: activations of the GPU's register-tiled products (prompt chunks of 128 tokens or more, expert lists of many pairs): exact (default, f32) or q8 (opt-in: int8 per 32 values on integer dot products, as llama.cpp quantizes them; prefill about 1.6× faster, log-probs less exact; docs/webgpu.md)",
+] as const;
+
+/** `--gpu-activations MODE` (undefined when absent), refused with a backend that has no GPU. */
+export function gpuActivationsOption(v: string | undefined, backend: string): GpuActivations | undefined {
+  if (v === undefined) return undefined;
+  if (!(GPU_ACTIVATIONS as readonly string[]).includes(v))
+    throw new UsageError(`--gpu-activations must be ${GPU_ACTIVATIONS.join(" or ")}, got "${v}"`);
+  if (backend !== "webgpu" && backend !== "auto")
+    throw new UsageError(`--gpu-activations applies to the GPU: it needs --backend webgpu or auto, not ${backend}`);
+  return v as GpuActivations;
+}
+
 /** `--max-memory SIZE` in bytes (undefined when absent). */
 export function maxMemoryOption(v: string | undefined): number | undefined {
   return v === undefined ? undefined : parseByteSize(v, "--max-memory");
@@ -175,6 +195,7 @@ export function backendOptions(parser: Parser, backendDefault: string): Parser {
     )
     .option("--threads <N>", "threads of the cpu backend, the caller's included (default: available parallelism)")
     .option(...CPU_ACTIVATIONS_OPTION)
+    .option(...GPU_ACTIVATIONS_OPTION)
     .option(...MAX_MEMORY_OPTION)
     .option(...ALLOW_NONFINITE_OPTION);
 }

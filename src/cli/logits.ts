@@ -9,6 +9,7 @@ import {
   backendOption,
   backendOptions,
   cpuActivationsOption,
+  gpuActivationsOption,
   type BackendFlags,
   type CliIO,
   intOption,
@@ -107,6 +108,7 @@ export async function logitsMain(argv: string[], io: CliIO): Promise<void> {
     values.allowNonfinite === true,
     maxMemoryOption(values.maxMemory),
     cpuActivationsOption(values.cpuActivations),
+    gpuActivationsOption(values.gpuActivations, backend),
   );
   const { file, config, model } = loaded;
   const nVocab = config.nVocab;

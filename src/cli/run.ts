@@ -5,6 +5,7 @@ import {
   backendOption,
   backendOptions,
   cpuActivationsOption,
+  gpuActivationsOption,
   GPU_MEMORY_OPTION,
   gpuMemoryOption,
   intOption,
@@ -24,6 +25,7 @@ import { Tokenizer, type ChatMessage } from "../tokenizer/index.js";
 import { generate, type DecodeMode, type GenerateModel, type GeneratePath } from "../engine/generate.js";
 import type { BackendChoice } from "../runtime/load.js";
 import type { CpuActivations } from "../backend/cpu/fast.js";
+import type { GpuActivations } from "../backend/webgpu/index.js";
 import { openFusedForCli } from "./fused.js";
 import type { ExpertStore } from "../model/expert-store.js";
 import type { GpuHostStats, WarmStats } from "../backend/webgpu/index.js";
@@ -148,6 +150,7 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
   const backend = backendOption(values.backend, "cpu");
   const threads = intOption("threads", values.threads, 1);
   const cpuActivations = cpuActivationsOption(values.cpuActivations);
+  const gpuActivations = gpuActivationsOption(values.gpuActivations, backend);
   const gpuMemory = gpuMemoryOption(values.gpuMemory, backend);
   const maxMemory = maxMemoryOption(values.maxMemory);
 
@@ -159,6 +162,7 @@ export async function runMain(argv: string[], io: CliIO): Promise<void> {
     io,
     backend,
     { threads, activations: cpuActivations },
+    gpuActivations,
     maxMemory,
     path,
     values,
@@ -329,6 +333,7 @@ function openRunner(
   io: CliIO,
   requested: BackendChoice,
   cpu: { threads: number | undefined; activations: CpuActivations | undefined },
+  gpuActivations: GpuActivations | undefined,
   maxMemory: number | undefined,
   path: string,
   values: { prompt?: string; chat?: boolean; system?: string; allowNonfinite?: boolean },
@@ -361,6 +366,7 @@ function openRunner(
         warm: { decode: 1, greedy: true, ...(draws ? { draws } : {}), prefill },
         allowNonFinite: values.allowNonfinite === true,
         ...(gpuMemory !== undefined ? { gpuMemory } : {}),
+        ...(gpuActivations !== undefined ? { activations: gpuActivations } : {}),
       };
     });
     if (open.fused !== undefined) {
@@ -387,6 +393,7 @@ function openRunner(
     values.allowNonfinite === true,
     maxMemory,
     cpu.activations,
+    gpuActivations,
   );
   const tokenizer = Tokenizer.fromMetadata(loaded.file.metadata);
   return {

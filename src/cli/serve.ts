@@ -14,12 +14,15 @@ import type { GGUFFile } from "../gguf/file.js";
 import type { ModelConfig } from "../model/config.js";
 import type { FusedGpuModel } from "../backend/webgpu/index.js";
 import type { CpuActivations } from "../backend/cpu/fast.js";
+import type { GpuActivations } from "../backend/webgpu/index.js";
 import { openFusedForCli, type FusedOpen } from "./fused.js";
 import {
   ALLOW_NONFINITE_OPTION,
   type CliIO,
   CPU_ACTIVATIONS_OPTION,
   cpuActivationsOption,
+  GPU_ACTIVATIONS_OPTION,
+  gpuActivationsOption,
   GPU_MEMORY_OPTION,
   gpuMemoryOption,
   intOption,
@@ -125,6 +128,7 @@ function serveParser(): Parser {
     )
     .option("--threads <N>", "threads of the cpu backend (default: all cores)")
     .option(...CPU_ACTIVATIONS_OPTION)
+    .option(...GPU_ACTIVATIONS_OPTION)
     .option(...GPU_MEMORY_OPTION)
     .option(...MAX_MEMORY_OPTION)
     .option(...ALLOW_NONFINITE_OPTION);
@@ -150,6 +154,7 @@ type ValuedFlag =
   | "backend"
   | "threads"
   | "cpu-activations"
+  | "gpu-activations"
   | "gpu-memory"
   | "max-memory";
 /** The values of serve's options, by flag name as typed (the names the checks below and their messages use). */
@@ -179,6 +184,7 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
   const threads = intOption("threads", values.threads, 1);
   const cpuActivations = cpuActivationsOption(values["cpu-activations"]);
   const gpuMemory = gpuMemoryOption(values["gpu-memory"], backend);
+  const gpuActivations = gpuActivationsOption(values["gpu-activations"], backend);
   const maxMemory = maxMemoryOption(values["max-memory"]);
   if (maxMemory !== undefined && backend === "webgpu")
     throw new UsageError("--max-memory (experts streamed from disk) needs the cpu or reference backend");
@@ -237,6 +243,7 @@ export async function serveMain(argv: string[], io: CliIO): Promise<void> {
         pageSize,
         threads,
         cpuActivations,
+        gpuActivations,
         maxMemory,
         allowNonFinite: values["allow-nonfinite"] === true,
         gpuMemory,
@@ -347,6 +354,8 @@ interface LoadSizes {
   readonly threads: number | undefined;
   /** --cpu-activations */
   readonly cpuActivations: CpuActivations | undefined;
+  /** --gpu-activations */
+  readonly gpuActivations: GpuActivations | undefined;
   /** --max-memory in bytes */
   readonly maxMemory: number | undefined;
   readonly allowNonFinite: boolean;
@@ -382,6 +391,7 @@ function loadForServe(
             pageSize: o.pageSize,
             allowNonFinite: o.allowNonFinite,
             gpuMemory: o.gpuMemory,
+            gpuActivations: o.gpuActivations,
           },
           io,
           (f) => gate.setProgress(f),
@@ -399,6 +409,7 @@ function loadForServe(
       backend: loadWith,
       ...(o.threads !== undefined ? { threads: o.threads } : {}),
       ...(o.cpuActivations !== undefined ? { cpuActivations: o.cpuActivations } : {}),
+      ...(o.gpuActivations !== undefined ? { gpuActivations: o.gpuActivations } : {}),
       ...(o.maxMemory !== undefined ? { maxMemory: o.maxMemory } : {}),
       ...(o.allowNonFinite ? { onNonFinite: nonFiniteWarning(io) } : {}),
       onNote: (line) => logger.event("info", line),
@@ -459,6 +470,7 @@ interface FusedServeOptions {
   readonly pageSize: number;
   readonly allowNonFinite: boolean;
   readonly gpuMemory: number | undefined;
+  readonly gpuActivations: GpuActivations | undefined;
 }
 
 function openFused(
@@ -494,6 +506,7 @@ function openFused(
         pages: { pageSize: o.pageSize, numPages: Math.ceil(kvTokens / o.pageSize) },
         allowNonFinite: o.allowNonFinite,
         ...(o.gpuMemory !== undefined ? { gpuMemory: o.gpuMemory } : {}),
+        ...(o.gpuActivations !== undefined ? { activations: o.gpuActivations } : {}),
       };
     },
     onLoaded,

@@ -1,5 +1,5 @@
 import { type CpuActivations, CpuBackend } from "../backend/cpu/fast.js";
-import { NoGpuError, WebGPUKernels } from "../backend/webgpu/index.js";
+import { NoGpuError, WebGPUKernels, type GpuActivations } from "../backend/webgpu/index.js";
 import { GGUFFile } from "../gguf/file.js";
 import { UsageError } from "../util/errors.js";
 import type { ConfigOptions, ModelConfig } from "../model/config.js";
@@ -42,9 +42,9 @@ export function isSoftwareAdapter(name: string): boolean {
 }
 
 /** "auto": WebGPU when a hardware adapter exists, else the cpu backend. */
-function autoGpu(): WebGPUKernels | undefined {
+function autoGpu(activations: GpuActivations | undefined): WebGPUKernels | undefined {
   try {
-    const k = new WebGPUKernels();
+    const k = new WebGPUKernels(activations === undefined ? {} : { activations });
     if (!isSoftwareAdapter(k.adapter)) return k;
     void k.close();
   } catch (e) {
@@ -63,6 +63,8 @@ export interface BackendOptions {
   readonly threads?: number;
   /** activations of the "cpu" backend's integer dots: "exact" (default) or the faster, opt-in "q8" (CpuActivations) */
   readonly cpuActivations?: CpuActivations;
+  /** activations of the "webgpu" backend's matrix-matrix products: "exact" (default) or the faster, opt-in "q8" */
+  readonly gpuActivations?: GpuActivations;
 }
 
 /** What loadModel takes beyond the path: config overrides, kernels, NaN policy, memory budget. */
@@ -89,9 +91,9 @@ export function loadModel(path: string, onProgress?: LoadProgress, options: Load
   }
   const gpu =
     options.backend === "webgpu"
-      ? new WebGPUKernels()
+      ? new WebGPUKernels(options.gpuActivations === undefined ? {} : { activations: options.gpuActivations })
       : options.backend === "auto" && !askedToStream
-        ? autoGpu()
+        ? autoGpu(options.gpuActivations)
         : undefined;
   if (gpu !== undefined) {
     try {

@@ -10,7 +10,7 @@ export {
   type GpuDeviceInfo,
   type GpuDeviceOptions,
 } from "./core/device.js";
-export { GpuRuntime, type RuntimeOptions } from "./core/runtime.js";
+export { GPU_ACTIVATIONS, GpuRuntime, type GpuActivations, type RuntimeOptions } from "./core/runtime.js";
 export type { KernelTuning } from "./core/tuning.js";
 export { GpuModel } from "./graph/gpu-model.js";
 export {

@@ -28,6 +28,56 @@ export interface KernelCheck {
   readonly kernel: RegExp;
   /** also gate·up as one dual product (matmulSwiGLU / matmulGatherSwiGLU: one dispatch per piece) */
   readonly dual?: boolean;
+  /**
+   * the kernel quantizes x to int8 per 32 values (activations "q8"): x is first moved off the rounding boundaries
+   * (snapQ8) and the reference multiplies by x as quantized (q8Values), so the tolerance stays the f32 one
+   */
+  readonly q8?: boolean;
+}
+
+/** x as a q8 kernel sees and quantizes it: f32, d = amax/127 per 32 values, xq = round(x/d), nearest even. */
+function q8Blocks(
+  x: Float64Array,
+  off: number,
+  count: number,
+  stride: number,
+  width: number,
+  each: (i: number, v: number, d: number, id: number) => void,
+): void {
+  for (let r = 0; r < count; r++)
+    for (let b = 0; b < width; b += 32) {
+      const at = off + r * stride + b;
+      let amax = 0;
+      for (let k = 0; k < 32; k++) amax = Math.max(amax, Math.abs(Math.fround(x[at + k])));
+      const d = Math.fround(amax / 127);
+      const id = d > 0 ? Math.fround(1 / d) : 0;
+      for (let k = 0; k < 32; k++) each(at + k, Math.fround(Math.fround(x[at + k]) * id), d, id);
+    }
+}
+
+/**
+ * Move every x value whose x/d lies within 1e-3 of a rounding boundary 0.002·d towards zero, so that the GPU's
+ * division (WGSL allows 2.5 ULP) cannot round it the other way than q8Values; each block's largest value stays.
+ */
+export function snapQ8(x: Float64Array, off: number, count: number, stride: number, width: number): void {
+  q8Blocks(x, off, count, stride, width, (i, v, d) => {
+    const f = Math.abs(v) % 1;
+    if (Math.abs(f - 0.5) < 1e-3) x[i] -= Math.sign(x[i]) * 0.002 * d;
+  });
+}
+
+const roundEven = (v: number): number => {
+  const r = Math.round(v);
+  return Math.abs(v % 1) === 0.5 && r % 2 !== 0 ? r - 1 : r;
+};
+
+/** A copy of x with its rows' values replaced by their q8 values d·xq (the other entries kept). */
+export function q8Values(x: Float64Array, off: number, count: number, stride: number, width: number): Float64Array {
+  const out = Float64Array.from(x);
+  q8Blocks(x, off, count, stride, width, (i, v, d) => {
+    out[i] = d * roundEven(v);
+  });
+  return out;
 }
 
 /** Plain products [type, cols, rows, n]: overwrite (checked for complete writes), add, SwiGLU with y holding the gate values, and dual. */
@@ -48,9 +98,11 @@ export async function checkPlainProducts(
     const yStride = rows + 3;
     const yOff = 5;
     const x = rng.f64(xOff + n * xStride);
+    if (check.q8 === true) snapQ8(x, xOff, n, xStride, cols);
+    const xr = check.q8 === true ? q8Values(x, xOff, n, xStride, cols) : x;
     const y0 = rng.f64(yOff + n * yStride);
     const prod = new Float64Array(n * yStride);
-    w.matmul(x.subarray(xOff), n, xStride, prod, yStride);
+    w.matmul(xr.subarray(xOff), n, xStride, prod, yStride);
     const inRow = (i: number): boolean => i >= yOff && (i - yOff) % yStride < rows && i < yOff + n * yStride;
     const label = `${typeName(type)} ${rows}x${cols} n=${n}`;
     const yb = r.buffer(y0.length * 4);
@@ -76,7 +128,7 @@ export async function checkPlainProducts(
       // one dual dispatch: silu(W·x)·(W2·x)
       const g2 = GpuMatrix.upload(r, "w2", type, cols, rows, w2.data);
       const prod2 = new Float64Array(n * yStride);
-      w2.matmul(x.subarray(xOff), n, xStride, prod2, yStride);
+      w2.matmul(xr.subarray(xOff), n, xStride, prod2, yStride);
       const before = r.stats.dispatches;
       const yDual = f32(r, y0);
       matmulSwiGLU(r, g, g2, f32(r, x), yDual, { n, xStride, yStride, xOff, yOff });
@@ -93,7 +145,11 @@ export async function checkPlainProducts(
 }
 
 /** The per-head batch form (whole heads in one piece, and 2 heads per piece) and a plain matrix in row pieces (Q8_0). */
-export async function checkHeadsAndPieces(runtime: (opts: RuntimeOptions) => GpuRuntime, rng: Rng): Promise<void> {
+export async function checkHeadsAndPieces(
+  runtime: (opts: RuntimeOptions) => GpuRuntime,
+  rng: Rng,
+  q8 = false,
+): Promise<void> {
   const type = GGMLType.Q8_0;
   const cols = 128;
   const rows = 67;
@@ -110,12 +166,14 @@ export async function checkHeadsAndPieces(runtime: (opts: RuntimeOptions) => Gpu
     const xStride = cols * H;
     const yStride = rows * H + 1;
     const x = rng.f64(n * xStride);
+    if (q8) snapQ8(x, 0, n, xStride, xStride);
+    const xr = q8 ? q8Values(x, 0, n, xStride, xStride) : x;
     const want = new Float64Array(n * yStride);
     const tmp = new Float64Array(n * rows);
     for (let h = 0; h < H; h++) {
       const xh = Float64Array.from(
         { length: n * cols },
-        (_, i) => x[Math.floor(i / cols) * xStride + h * cols + (i % cols)],
+        (_, i) => xr[Math.floor(i / cols) * xStride + h * cols + (i % cols)],
       );
       all.slice(h * rows, rows).matmul(xh, n, cols, tmp, rows);
       for (let t = 0; t < n; t++) for (let i = 0; i < rows; i++) want[t * yStride + h * rows + i] = tmp[t * rows + i];
@@ -135,8 +193,9 @@ export async function checkHeadsAndPieces(runtime: (opts: RuntimeOptions) => Gpu
   const g = GpuMatrix.upload(r, "w", type, cols, rows, w.data);
   assert.ok(g.pieces.length > 1);
   const x = rng.f64(n * cols);
+  if (q8) snapQ8(x, 0, n, cols, cols);
   const want = new Float64Array(n * rows);
-  w.matmul(x, n, cols, want, rows);
+  w.matmul(q8 ? q8Values(x, 0, n, cols, cols) : x, n, cols, want, rows);
   const yb = r.buffer(want.length * 4);
   matmul(r, g, f32(r, x), yb, { n, xStride: cols, yStride: rows });
   assert.ok(relErr(await r.readF32(yb), want) < TOL, `row pieces: err ${relErr(await r.readF32(yb), want)}`);
@@ -178,11 +237,13 @@ export async function checkExpertLists(
       const yBatch = rows; // the launcher checks one contiguous span of outputs
       const yOff = 3;
       const x = rng.f64(xOff + nTok * xBatch);
+      if (check.q8 === true) snapQ8(x, xOff, nTok, xBatch, cols);
+      const xr = check.q8 === true ? q8Values(x, xOff, nTok, xBatch, cols) : x;
       const product = (m: QMatrix): Float64Array => {
         const out = new Float64Array(pairs * rows);
         for (let b = 0; b < pairs; b++)
           m.slice(ids[b] * rows, rows).matmul(
-            x.subarray(xOff + Math.floor(b / K) * xBatch),
+            xr.subarray(xOff + Math.floor(b / K) * xBatch),
             1,
             cols,
             out.subarray(b * rows),

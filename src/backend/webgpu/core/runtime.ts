@@ -27,6 +27,10 @@ export interface OutRange {
   readonly size: number;
 }
 
+/** How the GPU's products take their activations (RuntimeOptions.activations). */
+export type GpuActivations = "exact" | "q8";
+export const GPU_ACTIVATIONS: readonly GpuActivations[] = ["exact", "q8"];
+
 export interface RuntimeOptions {
   /** fill outputs with NaN before each dispatch and verify they were fully written after */
   readonly checkWrites?: boolean;
@@ -53,6 +57,12 @@ export interface RuntimeOptions {
   readonly submitEvery?: number;
   /** kernel shape overrides, for measuring alternatives (bench --tune) */
   readonly tune?: KernelTuning;
+  /**
+   * "exact" (default): activations stay f32. "q8", opt-in: the register-tiled products (prompt chunks, expert lists of
+   * many pairs) quantize their activations to int8 per 32 values, as ggml's q8_1, and run on integer dot products
+   * (gemm-q8.wgsl.ts) — faster, and the logits move by the KL documented in docs/webgpu.md
+   */
+  readonly activations?: GpuActivations;
   /**
    * run the dispatches of a together() block as one combined dispatch where they can be (default true; never in profile
    * mode). Kernels of different workgroup sizes combine only when the smaller one needs no whole workgroup (no barriers
@@ -156,6 +166,7 @@ export class GpuRuntime {
   private readonly passTiming: boolean;
   readonly submitEvery: number;
   readonly tune: KernelTuning;
+  readonly activations: GpuActivations;
   private recording: Recording["items"][number][] | undefined;
   private recordingBroken = false;
   private lastPipeline: GPUComputePipeline | undefined;
@@ -183,6 +194,9 @@ export class GpuRuntime {
     this.passTiming = opts.passTiming === true && !this.profiling;
     this.submitEvery = Math.max(1, opts.submitEvery ?? 96);
     this.tune = opts.tune ?? {};
+    this.activations = opts.activations ?? "exact";
+    if (!GPU_ACTIVATIONS.includes(this.activations))
+      throw new LatentError(`activations must be ${GPU_ACTIVATIONS.join(" or ")}, got "${String(this.activations)}"`);
     this.fuse = opts.fuse !== false && !this.profiling;
     if (this.passTiming && !info.features.has("timestamp-query"))
       throw new LatentError("passTiming: the device has no timestamp-query");

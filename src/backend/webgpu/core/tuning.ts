@@ -144,6 +144,11 @@ export const KNOBS = {
     doc: "1: the register-tiled kernel decodes step s + 1's weights and loads its x into registers before it computes step s (GemmShape.pipe; not yet measured on a GPU), 0 not",
     default: "0",
   },
+  gemmQ8Step: {
+    family: "matmul",
+    doc: "columns per step of the q8 register-tiled kernel (activations q8): 32, 64 or 128",
+    default: "the widest of 128/64/32 that divides the row and whose tiles fit the workgroup memory",
+  },
   // attention (kernels/attention/)
   attn: {
     family: "attention",

@@ -27,7 +27,7 @@ async function handle(req: FusedRequest): Promise<void> {
       answer(init.channel, 1, info.adapterInfo);
       return;
     case "load": {
-      rt = new GpuRuntime(info!, { checkWrites: init.checkWrites });
+      rt = new GpuRuntime(info!, { checkWrites: init.checkWrites, activations: init.activations });
       const progress = new Float64Array(init.progress);
       // plain kernels: the weights are only read to travel to the GPU
       // every weight is scanned for NaN/±Inf as it is read, as on the other backends: refused, or loaded with a warning

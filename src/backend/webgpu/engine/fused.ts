@@ -19,6 +19,7 @@ import type { SequenceChunk } from "../../../model/deepseek2.js";
 import type { StepToken, WarmShapes } from "../graph/gpu-model.js";
 import { LatentError } from "../../../util/errors.js";
 import { BlockingWorker, newChannel, type BlockingChannel } from "../core/blocking-worker.js";
+import type { GpuActivations } from "../core/runtime.js";
 import { NoGpuError } from "../core/device.js";
 import { DEVICE_DRAW_TOPK_MAX } from "../../../engine/sampler.js";
 import { sampleTopKFits } from "../kernels/sample/sample.js";
@@ -85,6 +86,7 @@ export interface FusedInit {
   /** Float64 [bytes loaded, bytes in all] while the worker loads the weights, then [kernels compiled, kernels to compile] */
   readonly progress: SharedArrayBuffer;
   readonly checkWrites: boolean;
+  readonly activations: GpuActivations;
 }
 
 /** The fused pipeline's GPU steps so far, their dispatches, and the host time spent encoding and submitting them (ms). */
@@ -121,6 +123,8 @@ export interface FusedOptions {
    */
   readonly gpuMemory?: number;
   readonly checkWrites?: boolean;
+  /** RuntimeOptions.activations: "q8", opt-in, runs the prompt chunks' products on 8-bit activations (default exact) */
+  readonly activations?: GpuActivations;
   /**
    * Step shapes whose GPU kernels load() compiles (GpuModel.warm), so that no step waits for the compiler: those the
    * command will run (a prompt's prefill chunks; decode batches up to the server's largest)
@@ -187,6 +191,7 @@ export class FusedGpuModel implements GreedyChainModel {
       logits,
       progress: this.progress.buffer as SharedArrayBuffer,
       checkWrites: opts.checkWrites === true,
+      activations: opts.activations ?? "exact",
     };
     this.worker = new BlockingWorker<FusedRequest>(
       "fused-worker",

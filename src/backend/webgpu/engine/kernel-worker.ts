@@ -31,7 +31,11 @@ async function handle(req: KernelRequest): Promise<void> {
   switch (req.op) {
     case "init": {
       const info = await requestGpuDevice();
-      rt = new GpuRuntime(info, { checkWrites: init.checkWrites, maxBindingBytes: init.maxBindingBytes });
+      rt = new GpuRuntime(info, {
+        checkWrites: init.checkWrites,
+        maxBindingBytes: init.maxBindingBytes,
+        activations: init.activations,
+      });
       done(1, info.adapterInfo);
       return;
     }

@@ -13,6 +13,7 @@ import { LatentError } from "../../../util/errors.js";
 import { NoGpuError } from "../core/device.js";
 import { gpuSupports } from "../kernels/quant.wgsl.js";
 import { BlockingWorker, newChannel, type BlockingChannel } from "../core/blocking-worker.js";
+import type { GpuActivations } from "../core/runtime.js";
 
 export type KernelRequest =
   | { op: "init" }
@@ -26,11 +27,14 @@ export interface WorkerInit {
   readonly data: SharedArrayBuffer;
   readonly checkWrites: boolean;
   readonly maxBindingBytes: number | undefined;
+  readonly activations: GpuActivations;
 }
 
 export interface WebGPUKernelOptions {
   readonly checkWrites?: boolean;
   readonly maxBindingBytes?: number;
+  /** RuntimeOptions.activations (default exact) */
+  readonly activations?: GpuActivations;
   /** ms to wait for the device (default 60 s) */
   readonly timeoutMs?: number;
 }
@@ -52,7 +56,12 @@ export class WebGPUKernels implements MatKernels {
     this.worker = new BlockingWorker<KernelRequest>(
       "kernel-worker",
       channel,
-      { data, checkWrites: opts.checkWrites === true, maxBindingBytes: opts.maxBindingBytes },
+      {
+        data,
+        checkWrites: opts.checkWrites === true,
+        maxBindingBytes: opts.maxBindingBytes,
+        activations: opts.activations ?? "exact",
+      },
       opts.timeoutMs ?? 60_000,
       import.meta.url,
     );

@@ -232,3 +232,112 @@ export function deq4WGSL(type: number): string {
   }
   return `fn deq4(rb: u32, e: u32) -> vec4f {\n  ${b}\n}\n`;
 }
+
+/**
+ * Block formats whose values are small integers times a per-32 (Q6_K: per-16) scale, so that a product can run on
+ * integer dot products against activations quantized to int8 (the opt-in `activations: "q8"` of the register-tiled
+ * kernel, gemm-q8.wgsl.ts). F32, F16 and BF16 weights have no integer form and keep the float kernels.
+ */
+export const Q8_WEIGHT_TYPES: readonly GGMLType[] = [
+  GGMLType.Q8_0,
+  GGMLType.Q4_0,
+  GGMLType.Q4_1,
+  GGMLType.Q5_0,
+  GGMLType.Q5_1,
+  GGMLType.Q4_K,
+  GGMLType.Q5_K,
+  GGMLType.Q6_K,
+  GGMLType.IQ4_NL,
+  GGMLType.IQ4_XS,
+];
+
+/** How a type's 32-element unit reads as integers: w = s_h·q − min, h the unit's half (only Q6_K has two scales). */
+export function q8WeightForm(type: number): { readonly twoScales: boolean; readonly min: boolean } {
+  if (!(Q8_WEIGHT_TYPES as readonly number[]).includes(type))
+    throw new LatentError(`${typeName(type)} weights have no integer form`);
+  return {
+    twoScales: type === GGMLType.Q6_K,
+    min: [GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q5_0, GGMLType.Q5_1, GGMLType.Q4_K, GGMLType.Q5_K].includes(type),
+  };
+}
+
+/**
+ * `fn wq4(rb: u32, e: u32) -> u32`: the integers q of elements e..e+3 (e a multiple of 4) of the row at byte rb as four
+ * int8 bytes (element e in the low byte), and `fn wsc(rb: u32, k: u32) -> vec4f`: unit k's (s0, s1, min, 0) with
+ * element value s_h·q − min (h = 0 for the unit's first 16 elements). The scales are the ones `deq` multiplies by
+ * (ggml's dl = d·sc, ml = dmin·m); offsets (Q4_0's 8, Q5_0's 16) go into min, Q6_K's 32 into q (signed). Needs
+ * dequantWGSL's helpers in the module.
+ */
+export function q8WeightWGSL(type: number): string {
+  let q: string;
+  let sc: string;
+  switch (type) {
+    case GGMLType.Q8_0:
+      q = `return b32(rb + (e >> 5u) * 34u + 2u + (e & 31u));`;
+      sc = `let d = h2f(rb + k * 34u); return vec4f(d, d, 0.0, 0.0);`;
+      break;
+    case GGMLType.Q4_0:
+    case GGMLType.IQ4_NL: {
+      const nib = `let o = rb + (e >> 5u) * 18u; let l = e & 31u;
+  let v = (b32(o + 2u + (l & 15u)) >> ((l >> 4u) * 4u)) & 0x0f0f0f0fu;`;
+      q =
+        type === GGMLType.Q4_0
+          ? `${nib} return v;`
+          : `${nib}
+  return pack4xI8(vec4i(i32(KIQ4[v & 15u]), i32(KIQ4[(v >> 8u) & 15u]), i32(KIQ4[(v >> 16u) & 15u]), i32(KIQ4[v >> 24u])));`;
+      sc = `let d = h2f(rb + k * 18u); return vec4f(d, d, ${type === GGMLType.Q4_0 ? "8.0 * d" : "0.0"}, 0.0);`;
+      break;
+    }
+    case GGMLType.Q4_1:
+      q = `let o = rb + (e >> 5u) * 20u; let l = e & 31u;
+  return (b32(o + 4u + (l & 15u)) >> ((l >> 4u) * 4u)) & 0x0f0f0f0fu;`;
+      sc = `let o = rb + k * 20u; let d = h2f(o); return vec4f(d, d, -h2f(o + 2u), 0.0);`;
+      break;
+    case GGMLType.Q5_0:
+    case GGMLType.Q5_1: {
+      const [bs, qo, ho] = type === GGMLType.Q5_0 ? [22, 6, 2] : [24, 8, 4];
+      q = `let o = rb + (e >> 5u) * ${bs}u; let l = e & 31u;
+  let h = (b32(o + ${ho}u) >> l) & 15u;
+  let hb = (h & 1u) | ((h & 2u) << 7u) | ((h & 4u) << 14u) | ((h & 8u) << 21u);
+  return ((b32(o + ${qo}u + (l & 15u)) >> ((l >> 4u) * 4u)) & 0x0f0f0f0fu) | (hb << 4u);`;
+      sc =
+        type === GGMLType.Q5_0
+          ? `let d = h2f(rb + k * 22u); return vec4f(d, d, 16.0 * d, 0.0);`
+          : `let o = rb + k * 24u; let d = h2f(o); return vec4f(d, d, -h2f(o + 2u), 0.0);`;
+      break;
+    }
+    case GGMLType.IQ4_XS:
+      q = `let o = rb + (e >> 8u) * 136u; let ib = (e >> 5u) & 7u; let l = e & 31u;
+  let v = (b32(o + 8u + 16u * ib + (l & 15u)) >> ((l >> 4u) * 4u)) & 0x0f0f0f0fu;
+  return pack4xI8(vec4i(i32(KIQ4[v & 15u]), i32(KIQ4[(v >> 8u) & 15u]), i32(KIQ4[(v >> 16u) & 15u]), i32(KIQ4[v >> 24u])));`;
+      sc = `let o = rb + (k >> 3u) * 136u; let ib = k & 7u; let d = h2f(o); let sh = b16(o + 2u);
+  let ls = ((b8(o + 4u + (ib >> 1u)) >> (4u * (ib & 1u))) & 15u) | (((sh >> (2u * ib)) & 3u) << 4u);
+  let dl = d * (f32(ls) - 32.0); return vec4f(dl, dl, 0.0, 0.0);`;
+      break;
+    case GGMLType.Q4_K:
+      q = `let o = rb + (e >> 8u) * 144u; let j = (e >> 5u) & 7u;
+  return (W[(o + 16u + 32u * (j >> 1u) + (e & 31u)) >> 2u] >> ((j & 1u) * 4u)) & 0x0f0f0f0fu;`;
+      sc = `let o = rb + (k >> 3u) * 144u; let sm = smk4(k & 7u, o + 4u);
+  let dl = h2f(o) * sm.x; return vec4f(dl, dl, h2f(o + 2u) * sm.y, 0.0);`;
+      break;
+    case GGMLType.Q5_K:
+      q = `let o = rb + (e >> 8u) * 176u; let j = (e >> 5u) & 7u; let l = e & 31u;
+  let v = (W[(o + 48u + 32u * (j >> 1u) + l) >> 2u] >> ((j & 1u) * 4u)) & 0x0f0f0f0fu;
+  return v | (((W[(o + 16u + l) >> 2u] >> j) & 0x01010101u) << 4u);`;
+      sc = `let o = rb + (k >> 3u) * 176u; let sm = smk4(k & 7u, o + 4u);
+  let dl = h2f(o) * sm.x; return vec4f(dl, dl, h2f(o + 2u) * sm.y, 0.0);`;
+      break;
+    case GGMLType.Q6_K:
+      q = `let o = rb + (e >> 8u) * 210u; let j = (e >> 5u) & 7u; let half = j >> 2u; let g = j & 3u; let l = e & 31u;
+  let a = (b32(o + 64u * half + 32u * (g & 1u) + l) >> (4u * (g >> 1u))) & 0x0f0f0f0fu;
+  let hh = (b32(o + 128u + 32u * half + l) >> (2u * g)) & 0x03030303u;
+  let v = a | (hh << 4u);
+  return ((v | 0x80808080u) - 0x20202020u) ^ 0x80808080u; // each byte 0..63 minus 32, borrow-free through its top bit`;
+      sc = `let o = rb + (k >> 3u) * 210u; let j = k & 7u; let s = o + 192u + 8u * (j >> 2u) + 2u * (j & 3u);
+  let d = h2f(o + 208u); return vec4f(d * f32(sx8(b8(s))), d * f32(sx8(b8(s + 1u))), 0.0, 0.0);`;
+      break;
+    default:
+      throw new LatentError(`${typeName(type)} weights have no integer form`);
+  }
+  return `fn wq4(rb: u32, e: u32) -> u32 {\n  ${q}\n}\nfn wsc(rb: u32, k: u32) -> vec4f {\n  ${sc}\n}\n`;
+}

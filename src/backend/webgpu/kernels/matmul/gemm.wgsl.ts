@@ -41,6 +41,8 @@ export interface GemmShape {
    * workgroup memory sit between the step's two barriers
    */
   readonly pipe?: boolean;
+  /** integer dot products on activations quantized to int8 (gemm-q8.wgsl.ts; ks 32, 64 or 128) */
+  readonly q8?: boolean;
 }
 
 /** Columns a row must be a multiple of: one 32-element unit of every block format. */
@@ -56,15 +58,19 @@ export function gemmSharedBytes(s: GemmShape, dual: boolean): number {
   return ((dual ? 2 : 1) * kv * (s.rows + 1) + kv * (s.tokens + 1)) * 16;
 }
 
-/** The dequantizer of `type` reading W2 instead of W (its functions renamed; shared declarations left out). */
-function dequantForW2(type: number): string {
-  const src = `${dequantWGSL(type, GEMM_STEP)}\n${deq4WGSL(type)}`;
+/**
+ * The dequantizer of `type` reading W2 instead of W (its functions renamed with "_2"; shared declarations left out),
+ * with `extra` (more functions of the W helpers, `names` renamed the same way; default deq4's source).
+ */
+export function dequantForW2(type: number, extra = deq4WGSL(type), names: readonly string[] = []): string {
+  const src = `${dequantWGSL(type, GEMM_STEP)}\n${extra}`;
+  const fns = ["b8", "b16", "b32", "h2f", "smk4", "deq4", "deq", ...names].join("|");
   return src
     .split("\n")
     .filter((l) => !/^(const KIQ4|var<private> dv|fn sx8|const U:)/.test(l))
     .join("\n")
     .replace(/\bW\[/g, "W2[")
-    .replace(/\b(b8|b16|b32|h2f|smk4|deq4|deq)\(/g, "$1_2(");
+    .replace(new RegExp(`\\b(${fns})\\(`, "g"), "$1_2(");
 }
 
 export function gemmWGSL(type: number, mode: "plain" | "experts-list", s: GemmShape, dual = false): string {
@@ -197,9 +203,25 @@ ${matOutWGSL(true)}
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let tx = li % ${TX}u;
   let ty = li / ${TX}u;`;
-  if (mode === "plain") {
-    return `${head}
-  let tt = wid.y % p.tiles;
+  return `${head}
+${gemmEntryWGSL(mode, BM, BN, decls, steps, writes)}`;
+}
+
+/**
+ * The body of a register-tiled kernel's entry point after its thread indices: the tile's rows and tokens ("plain": one
+ * tile of tokens of one batch item a workgroup; "experts-list": each of an expert's tiles of pairs in turn), the
+ * accumulator declarations, the steps and the writes (given how a tile token maps to an output row of Y).
+ */
+export function gemmEntryWGSL(
+  mode: "plain" | "experts-list",
+  BM: number,
+  BN: number,
+  decls: string,
+  steps: string,
+  writes: (dest: (t: string) => string) => string,
+): string {
+  if (mode === "plain")
+    return `  let tt = wid.y % p.tiles;
   let r0 = (wid.x + (wid.y / p.tiles) * p.gx) * ${BM}u;
   if (r0 >= p.rows) { return; }
   let b = wid.z;
@@ -212,9 +234,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   ${steps}
   ${writes((t) => `b, t0 + ${t}`)}
 }`;
-  }
-  return `${head}
-  let r0 = (wid.x + wid.y * p.gx) * ${BM}u;
+  return `  let r0 = (wid.x + wid.y * p.gx) * ${BM}u;
   let ex = p.e0 + wid.z;
   let wb = p.wOff + wid.z * p.wBatch;
   ${expertListWGSL("ex", "r0 < p.rows")}

@@ -22,6 +22,7 @@ import {
 } from "./mat.wgsl.js";
 import { gpuSupports, unitSize } from "../quant.wgsl.js";
 import { gemmWGSL as gemmSource } from "./gemm.wgsl.js";
+import { gemmQ8WGSL as gemmQ8Source } from "./gemm-q8.wgsl.js";
 import { matmulRowsWGSL as rowTileSource } from "./rowtile.wgsl.js";
 import { coalescedShape, expertsFrom, gemmShape, rowTileShape, wideShape } from "./select.js";
 import {
@@ -36,6 +37,7 @@ import { memoWGSL } from "../../core/wgsl-memo.js";
 const matvecWideWGSL = memoWGSL(wideSource);
 const matmulRowsWGSL = memoWGSL(rowTileSource);
 const gemmWGSL = memoWGSL(gemmSource);
+const gemmQ8WGSL = memoWGSL(gemmQ8Source);
 
 /** A tiled matrix-matrix kernel for a product: its code, rows per workgroup and tokens (pairs) per tile. */
 interface TiledKernel {
@@ -58,7 +60,12 @@ function tiledKernel(
   dual: boolean,
 ): TiledKernel | undefined {
   const gemm = gemmShape(rt, m, n, mode, aligned, dual, rowsTotal);
-  if (gemm !== undefined) return { code: gemmWGSL(m.type, mode, gemm, dual), rows: gemm.rows, tokens: gemm.tokens };
+  if (gemm !== undefined)
+    return {
+      code: (gemm.q8 === true ? gemmQ8WGSL : gemmWGSL)(m.type, mode, gemm, dual),
+      rows: gemm.rows,
+      tokens: gemm.tokens,
+    };
   const rowTile = rowTileShape(rt, m, n, mode, aligned, rowsTotal, dual);
   if (rowTile !== undefined)
     return { code: matmulRowsWGSL(m.type, mode, rowTile, dual), rows: rowTile.rows, tokens: rowTile.tokens };

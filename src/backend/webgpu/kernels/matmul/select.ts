@@ -6,7 +6,8 @@
  */
 import { LatentError } from "../../../../util/errors.js";
 import type { GpuRuntime } from "../../core/runtime.js";
-import { gpuSupports } from "../quant.wgsl.js";
+import { gpuSupports, Q8_WEIGHT_TYPES } from "../quant.wgsl.js";
+import { gemmQ8SharedBytes } from "./gemm-q8.wgsl.js";
 import { GEMM_STEP, gemmSharedBytes, type GemmShape } from "./gemm.wgsl.js";
 import { MV_WG } from "./mat.wgsl.js";
 import { rowTileSharedVec4s, type RowTileShape } from "./rowtile.wgsl.js";
@@ -296,9 +297,19 @@ export function gemmShape(
     cols: m.cols,
     ...(pipe ? { pipe } : {}),
   });
+  // activations q8 on types with an integer form: the q8 kernel, in the widest step that divides the row and fits
+  const q8 = rt.activations === "q8" && (Q8_WEIGHT_TYPES as readonly number[]).includes(m.type);
+  const q8Steps = rt.tune.gemmQ8Step !== undefined ? [rt.tune.gemmQ8Step] : [128, 64, 32];
+  if (q8 && !q8Steps.every((k) => [32, 64, 128].includes(k)))
+    throw new LatentError(`tune.gemmQ8Step must be 32, 64 or 128, got ${rt.tune.gemmQ8Step}`);
   let fit: GemmShape | undefined;
   for (let t = tm; t >= 1 && fit === undefined; t /= 2)
-    for (const ks of steps) if (fit === undefined && gemmSharedBytes(shape(t, ks), dual) <= limit) fit = shape(t, ks);
+    if (q8) {
+      for (const ks of q8Steps)
+        if (fit === undefined && m.cols % ks === 0 && gemmQ8SharedBytes(shape(t, ks), dual) <= limit)
+          fit = { ...shape(t, ks), q8 };
+    } else
+      for (const ks of steps) if (fit === undefined && gemmSharedBytes(shape(t, ks), dual) <= limit) fit = shape(t, ks);
   const groups = fit !== undefined ? Math.ceil(rowsTotal / fit.rows) * Math.ceil(n / fit.tokens) : 0;
   return mode === "plain" && rt.tune.gemm !== 2 && groups < GEMM_MIN_GROUPS ? undefined : fit;
 }

@@ -4,6 +4,7 @@
  *   llama-pp.json, llama-depth.json   llama-bench -o json (pp512/pp4096/tg128 at depth 0, tg128 at depth 4096/16384)
  *   llama-batched.jsonl               llama-batched-bench --output-format jsonl (S_TG at B = 1, 8, 32, 64)
  *   latent-*.json                     bench/webgpu-model.ts --json (prefill, decode batch B, decode after N keys)
+ *   latent-q8-*.json                  the same with --activations q8 (rows of their own: prefill with 8-bit activations)
  *   latent-budget.json, llama-ot.json with a GPU memory budget: latent's expert cache against llama.cpp's experts on
  *                                     the CPU (-ot exps=CPU)
  *   latent-serve<N>.json              scripts/serve-probe.mjs --stream --json: `latent serve` under N streaming clients,
@@ -60,6 +61,8 @@ interface LatentRun {
   readonly model: string;
   /** the decode context of the run (keys each slot held before its decode steps), from the file name */
   readonly context: number;
+  /** a run with --activations q8 (latent-q8-*.json) */
+  readonly q8: boolean;
   readonly results: readonly LatentResult[];
 }
 
@@ -96,7 +99,12 @@ function latentRuns(dir: string, budget = false): LatentRun[] {
     .map((f) => {
       const run = readJson<{ model: string; results: LatentResult[] }>(join(dir, f))!;
       const ctx = /ctx(\d+)/.exec(f);
-      return { model: run.model, context: ctx !== null ? Number(ctx[1]) : 16, results: run.results };
+      return {
+        model: run.model,
+        context: ctx !== null ? Number(ctx[1]) : 16,
+        q8: f.startsWith("latent-q8"),
+        results: run.results,
+      };
     });
 }
 
@@ -111,8 +119,8 @@ export function peerRows(dir: string): PeerRow[] {
   ];
   const batched = readJsonl<BatchedRow>(join(dir, "llama-batched.jsonl"));
   const runs = latentRuns(dir);
-  const latent = (pred: (r: LatentResult, run: LatentRun) => boolean): Span | undefined =>
-    span(runs.flatMap((run) => run.results.filter((r) => pred(r, run)).map((r) => r.value)));
+  const latent = (pred: (r: LatentResult, run: LatentRun) => boolean, q8 = false): Span | undefined =>
+    span(runs.flatMap((run) => (run.q8 === q8 ? run.results.filter((r) => pred(r, run)).map((r) => r.value) : [])));
   const pp = (n: number): Span | undefined =>
     span(llama.filter((r) => r.n_prompt === n && r.n_gen === 0 && (r.n_depth ?? 0) === 0).map((r) => r.avg_ts));
   const tg = (depth: number): Span | undefined =>
@@ -120,6 +128,11 @@ export function peerRows(dir: string): PeerRow[] {
   const rows: PeerRow[] = [];
   for (const n of [512, 4096])
     rows.push({ work: `prefill ${n}`, llama: pp(n), latent: latent((r) => r.name === `prefill ${n} tokens`) });
+  // latent-q8-*.json: latent with --activations q8 (8-bit activations in the prompt's products; llama.cpp's are 8-bit too)
+  for (const n of [512, 4096]) {
+    const q8 = latent((r) => r.name === `prefill ${n} tokens`, true);
+    if (q8 !== undefined) rows.push({ work: `prefill ${n}, latent --gpu-activations q8`, llama: pp(n), latent: q8 });
+  }
   for (const B of [1, 8, 32, 64]) {
     const peer = B === 1 ? tg(0) : span(batched.filter((r) => r.pl === B).map((r) => r.speed_tg));
     rows.push({

@@ -32,6 +32,8 @@ write("latent-ctx16.json", {
     { name: "decode batch 32, greedy on the GPU (chained)", value: 1200 },
   ],
 });
+// a run with --activations q8: a row of its own, not mixed into the default prefill's span
+write("latent-q8-p512.json", { model: "tiny", results: [{ name: "prefill 512 tokens", value: 4000 }] });
 // serve-probe.mjs --stream --json: one measured round (an array, like every probe file)
 write("latent-serve32.json", [
   {
@@ -57,18 +59,22 @@ write("latent-serve32.json", [
   },
 ]);
 
-test("the serve probe's file is not read as a bench run: the bench rows stay as they were", () => {
+test("the serve probe's file is not read as a bench run, q8 runs make rows of their own: the bench rows stay as they were", () => {
   const rows = peerRows(dir);
   assert.deepEqual(
     rows.map((r) => r.work),
     [
       "prefill 512",
+      "prefill 512, latent --gpu-activations q8",
       "decode batch 1 (llama.cpp: tg128)",
       "decode batch 8 (llama.cpp: batched-bench S_TG)",
       "decode batch 32 (llama.cpp: batched-bench S_TG)",
     ],
   );
-  const b32 = rows[3];
+  assert.deepEqual(rows[0].latent, [2500, 2500]);
+  assert.deepEqual(rows[1].latent, [4000, 4000]);
+  assert.deepEqual(rows[1].llama, rows[0].llama);
+  const b32 = rows[4];
   assert.deepEqual(b32.llama, [2000, 2000]);
   assert.deepEqual(b32.latent, [1000, 1000]);
   assert.deepEqual(b32.chained, [1200, 1200]);

@@ -1,5 +1,6 @@
 // `--cpu-activations` on run and logits: "exact" is the default path (same logprobs as without the flag), "q8" runs the
-// 8-bit-activation kernels (different logprobs, the backend named "… q8"), anything else is a UsageError.
+// 8-bit-activation kernels (different logprobs, the backend named "… q8"), anything else is a UsageError; `--gpu-activations`
+// is refused with a bad value or a backend without a GPU.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { logitsMain } from "../../src/cli/logits.js";
@@ -27,4 +28,16 @@ test("run --cpu-activations: exact equals the default, q8 differs and says so in
 test("--cpu-activations with another value is a usage error", async () => {
   await assert.rejects(captureCli(runMain, [M, "-p", "hi", "--cpu-activations", "q4"]), UsageError);
   await assert.rejects(captureCli(logitsMain, [M, "--prompt", "hi", "--cpu-activations", "int8"]), UsageError);
+});
+
+test("--gpu-activations: another value, or a backend without a GPU, is a usage error", async () => {
+  await assert.rejects(captureCli(runMain, [M, "-p", "hi", "--backend", "webgpu", "--gpu-activations", "q4"]), /q8/);
+  await assert.rejects(
+    captureCli(runMain, [M, "-p", "hi", "--backend", "cpu", "--gpu-activations", "q8"]),
+    (e: unknown) => e instanceof UsageError && /needs --backend webgpu or auto/.test(e.message),
+  );
+  await assert.rejects(
+    captureCli(logitsMain, [M, "--prompt", "hi", "--gpu-activations", "q8"]),
+    (e: unknown) => e instanceof UsageError && /not reference/.test(e.message),
+  );
 });

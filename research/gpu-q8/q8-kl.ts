@@ -30,7 +30,7 @@ const at = (name: string): string | undefined => (argv.includes(name) ? argv[arg
 const prefill = Number(at("--prefill") ?? 192);
 const tune = at("--tune") !== undefined ? parseTuning(at("--tune")!) : {};
 
-const { model, config, file } = loadModel(path);
+const { model, file } = loadModel(path);
 const tokenizer = Tokenizer.fromMetadata(file.metadata);
 const ids: number[] = [];
 while (ids.length < prefill) for (const t of TEXTS) ids.push(...tokenizer.encode(` ${t}`));

@@ -149,6 +149,16 @@ export const KNOBS = {
     doc: "columns per step of the q8 register-tiled kernel (activations q8): 32, 64 or 128",
     default: "the widest of 128/64/32 that divides the row and whose tiles fit the workgroup memory",
   },
+  gemmExpertsFrom: {
+    family: "matmul",
+    doc: "expert lists take the register-tiled kernel (f32 or q8) from this many pairs an expert on average",
+    default: "GEMM_EXPERTS_FROM = 24",
+  },
+  gemmQ8Unroll: {
+    family: "matmul",
+    doc: "1: the q8 register-tiled kernel unrolls a step's 32-column units (GemmShape.unroll), 0 loops over them",
+    default: "0",
+  },
   // attention (kernels/attention/)
   attn: {
     family: "attention",

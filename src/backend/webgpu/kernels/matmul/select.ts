@@ -268,7 +268,7 @@ export function gemmShape(
     !gpuSupports(m.type) ||
     !aligned ||
     m.cols % GEMM_STEP !== 0 ||
-    per < (rt.tune.gemm === 2 ? 1 : mode === "plain" ? GEMM_FROM : GEMM_EXPERTS_FROM)
+    per < (rt.tune.gemm === 2 ? 1 : mode === "plain" ? GEMM_FROM : (rt.tune.gemmExpertsFrom ?? GEMM_EXPERTS_FROM))
   )
     return undefined;
   const tokens = rt.tune.gemmTokens ?? (mode === "plain" || per > 32 ? 64 : per > 16 ? 32 : 16);
@@ -307,7 +307,7 @@ export function gemmShape(
     if (q8) {
       for (const ks of q8Steps)
         if (fit === undefined && m.cols % ks === 0 && gemmQ8SharedBytes(shape(t, ks), dual) <= limit)
-          fit = { ...shape(t, ks), q8 };
+          fit = { ...shape(t, ks), q8, ...(rt.tune.gemmQ8Unroll === 1 ? { unroll: true } : {}) };
     } else
       for (const ks of steps) if (fit === undefined && gemmSharedBytes(shape(t, ks), dual) <= limit) fit = shape(t, ks);
   const groups = fit !== undefined ? Math.ceil(rowsTotal / fit.rows) * Math.ceil(n / fit.tokens) : 0;

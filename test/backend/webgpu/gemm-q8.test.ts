@@ -74,15 +74,13 @@ test("q8 selection: the integer kernel for types with an integer form under acti
   // less workgroup memory: narrower steps, then fewer rows a thread
   assert.equal(describe(at("q8", {}, 16384), a0, 512, "plain", true), "q8 64x64 steps of 32");
   assert.equal(describe(at("q8", { gemmQ8Step: 64 }), a0, 512, "plain"), "q8 64x64 steps of 64");
-  // expert lists of fewer pairs an expert (gemmExpertsFrom): 16-token tiles of 2 rows a thread, steps that fit
+  // expert lists from 12 pairs an expert under q8 (24 in exact mode; gemmExpertsFrom sets it): 16-token tiles of 2 rows
+  // a thread, steps that fit
   const gate = mat(GGMLType.Q4_K, 2048, 1408, 64);
-  assert.equal(describe(at("q8"), gate, 12 * 64, "experts-list", true), "none");
-  assert.equal(
-    describe(at("q8", { gemmExpertsFrom: 12 }), gate, 12 * 64, "experts-list", true),
-    "q8 128x16 steps of 64",
-  );
-  assert.equal(describe(at("q8", { gemmQ8Unroll: 1 }), a0, 512, "plain"), "q8 64x64 steps of 128");
-  assert.equal(gemmShape(at("q8", { gemmQ8Unroll: 1 }), a0, 512, "plain", true)?.unroll, true);
+  assert.equal(describe(at("q8"), gate, 12 * 64, "experts-list", true), "q8 128x16 steps of 64");
+  assert.equal(describe(at("q8"), gate, 11 * 64, "experts-list", true), "none");
+  assert.equal(describe(at("exact"), gate, 12 * 64, "experts-list", true), "none");
+  assert.equal(describe(at("q8", { gemmExpertsFrom: 8 }), gate, 8 * 64, "experts-list", true), "q8 128x16 steps of 64");
   assert.throws(() => gemmShape(at("q8", { gemmQ8Step: 16 }), a0, 512, "plain", true), /gemmQ8Step/);
   assert.match(matvecKernel(at("q8"), a0, 512, false, true).code, Q8);
   assert.match(matvecKernel(at("q8"), f16, 512, false, true).code, F32);
@@ -93,7 +91,6 @@ test("q8 selection: the integer kernel for types with an integer form under acti
 const tunings: readonly (readonly [KernelTuning, boolean])[] = [
   [{}, true],
   [{ gemmQ8Step: 32, gemmTokens: 16 }, false],
-  [{ gemmQ8Unroll: 1 }, false],
 ];
 
 for (const [tune, inSuite] of tunings) {

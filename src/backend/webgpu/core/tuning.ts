@@ -152,12 +152,7 @@ export const KNOBS = {
   gemmExpertsFrom: {
     family: "matmul",
     doc: "expert lists take the register-tiled kernel (f32 or q8) from this many pairs an expert on average",
-    default: "GEMM_EXPERTS_FROM = 24",
-  },
-  gemmQ8Unroll: {
-    family: "matmul",
-    doc: "1: the q8 register-tiled kernel unrolls a step's 32-column units (GemmShape.unroll), 0 loops over them",
-    default: "0",
+    default: "GEMM_EXPERTS_FROM = 24; with activations q8 GEMM_Q8_EXPERTS_FROM = 12",
   },
   // attention (kernels/attention/)
   attn: {

@@ -165,13 +165,7 @@ export function gemmQ8WGSL(type: number, mode: "plain" | "experts-list", s: Gemm
       ${stageC}
       ${stageX}
       workgroupBarrier();
-      ${
-        s.unroll === true
-          ? range(KB)
-              .map((u) => `{ let u = ${u}u; ${unit} }`)
-              .join("\n      ")
-          : `for (var u = 0u; u < ${KB}u; u++) ${unit}`
-      }
+      for (var u = 0u; u < ${KB}u; u++) ${unit}
     }`;
   const value = (i: number, j: number): string =>
     dual ? `silu(${acc(0, i, j)}) * ${acc(1, i, j)}` : `${acc(0, i, j)}`;

@@ -43,8 +43,6 @@ export interface GemmShape {
   readonly pipe?: boolean;
   /** integer dot products on activations quantized to int8 (gemm-q8.wgsl.ts; ks 32, 64 or 128) */
   readonly q8?: boolean;
-  /** q8: a step's 32-column units unrolled (else a loop) */
-  readonly unroll?: boolean;
 }
 
 /** Columns a row must be a multiple of: one 32-element unit of every block format. */

@@ -238,18 +238,9 @@ export function deq4WGSL(type: number): string {
  * integer dot products against activations quantized to int8 (the opt-in `activations: "q8"` of the register-tiled
  * kernel, gemm-q8.wgsl.ts). F32, F16 and BF16 weights have no integer form and keep the float kernels.
  */
-export const Q8_WEIGHT_TYPES: readonly GGMLType[] = [
-  GGMLType.Q8_0,
-  GGMLType.Q4_0,
-  GGMLType.Q4_1,
-  GGMLType.Q5_0,
-  GGMLType.Q5_1,
-  GGMLType.Q4_K,
-  GGMLType.Q5_K,
-  GGMLType.Q6_K,
-  GGMLType.IQ4_NL,
-  GGMLType.IQ4_XS,
-];
+export const Q8_WEIGHT_TYPES: readonly GGMLType[] = GPU_TYPES.filter(
+  (t) => t !== GGMLType.F32 && t !== GGMLType.F16 && t !== GGMLType.BF16,
+);
 
 /** How a type's 32-element unit reads as integers: w = s_h·q − min, h the unit's half (only Q6_K has two scales). */
 export function q8WeightForm(type: number): { readonly twoScales: boolean; readonly min: boolean } {

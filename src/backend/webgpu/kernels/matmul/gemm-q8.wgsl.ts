@@ -19,7 +19,7 @@
  * Modes, grids, bindings and parameters are the f32 kernel's; columns a multiple of `ks` (32, 64 or 128).
  */
 import { dequantWGSL, q8WeightForm, q8WeightWGSL } from "../quant.wgsl.js";
-import { dequantForW2, GEMM_STEP, gemmEntryWGSL, type GemmShape } from "./gemm.wgsl.js";
+import { dequantForW2, GEMM_STEP, gemmAcc, gemmEntryWGSL, type GemmShape } from "./gemm.wgsl.js";
 import { matOutWGSL } from "./mat.wgsl.js";
 import { chunkBindingsWGSL } from "./wide.wgsl.js";
 
@@ -52,10 +52,7 @@ export function gemmQ8WGSL(type: number, mode: "plain" | "experts-list", s: Gemm
   const PW = BM + 1;
   const PX = BN + 1;
   const range = (n: number): number[] => Array.from({ length: n }, (_, i) => i);
-  const acc = (k: number, i: number, j: number): string => `a${k}_${i}_${j}`;
-  const decls = range(S)
-    .flatMap((k) => range(TM).flatMap((i) => range(TN).map((j) => `var ${acc(k, i, j)} = 0.0;`)))
-    .join(" ");
+  const acc = gemmAcc;
   const xRow = mode === "plain" ? "xq + (t0 + t) * xs4" : "(p.xOff + (IDS[lb + t0 + t] / p.xDiv) * p.xBatch) >> 2u";
   const WQ = (k: number): string => (k === 0 ? "WQ" : "WQ2");
   const WC = (k: number): string => (k === 0 ? "WC" : "WC2");
@@ -167,17 +164,6 @@ export function gemmQ8WGSL(type: number, mode: "plain" | "experts-list", s: Gemm
       workgroupBarrier();
       for (var u = 0u; u < ${KB}u; u++) ${unit}
     }`;
-  const value = (i: number, j: number): string =>
-    dual ? `silu(${acc(0, i, j)}) * ${acc(1, i, j)}` : `${acc(0, i, j)}`;
-  const writes = (dest: (t: string) => string): string =>
-    range(TM)
-      .flatMap((i) =>
-        range(TN).map(
-          (j) =>
-            `{ let r = r0 + tx + ${TX * i}u; let t = ty + ${TY * j}u; if (r < p.rows && t < nt) { out(${dest("t")}, r, ${value(i, j)}); } }`,
-        ),
-      )
-      .join("\n      ");
   const weights = `${dequantWGSL(type, GEMM_STEP)}\n${q8WeightWGSL(type)}`;
   return /* wgsl */ `${chunkBindingsWGSL(false, mode, dual)}
 var<workgroup> WQ: array<vec4u, ${KH * PW}>;
@@ -194,5 +180,5 @@ ${matOutWGSL(true)}
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let tx = li % ${TX}u;
   let ty = li / ${TX}u;
-${gemmEntryWGSL(mode, BM, BN, decls, steps, writes)}`;
+${gemmEntryWGSL(mode, s, dual, steps)}`;
 }

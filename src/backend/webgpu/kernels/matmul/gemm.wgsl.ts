@@ -93,10 +93,7 @@ export function gemmWGSL(type: number, mode: "plain" | "experts-list", s: GemmSh
   const PW = BM + 1; // padded column-vec4 stride of the weight tiles
   const PX = BN + 1;
   const range = (n: number): number[] => Array.from({ length: n }, (_, i) => i);
-  const acc = (k: number, i: number, j: number): string => `a${k}_${i}_${j}`;
-  const decls = range(S)
-    .flatMap((k) => range(TM).flatMap((i) => range(TN).map((j) => `var ${acc(k, i, j)} = 0.0;`)))
-    .join(" ");
+  const acc = gemmAcc;
   // x of tile token t (t < nt) as a vec4 row index
   const xRow = mode === "plain" ? "xq + (t0 + t) * xs4" : "(p.xOff + (IDS[lb + t0 + t] / p.xDiv) * p.xBatch) >> 2u";
   // a thread's share of a step's staging: weight vec4 slots (row, column vec4) and x vec4 slots (token, column vec4)
@@ -178,17 +175,6 @@ export function gemmWGSL(type: number, mode: "plain" | "experts-list", s: GemmSh
         ${columns("kv")}
       }
     }`;
-  const value = (i: number, j: number): string =>
-    dual ? `silu(${acc(0, i, j)}) * ${acc(1, i, j)}` : `${acc(0, i, j)}`;
-  const writes = (dest: (t: string) => string): string =>
-    range(TM)
-      .flatMap((i) =>
-        range(TN).map(
-          (j) =>
-            `{ let r = r0 + tx + ${TX * i}u; let t = ty + ${TY * j}u; if (r < p.rows && t < nt) { out(${dest("t")}, r, ${value(i, j)}); } }`,
-        ),
-      )
-      .join("\n      ");
   const head = /* wgsl */ `${chunkBindingsWGSL(false, mode, dual)}
 var<workgroup> WS: array<vec4f, ${KV * PW}>;
 ${dual ? `var<workgroup> WS2: array<vec4f, ${KV * PW}>;` : ""}
@@ -204,22 +190,37 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   let tx = li % ${TX}u;
   let ty = li / ${TX}u;`;
   return `${head}
-${gemmEntryWGSL(mode, BM, BN, decls, steps, writes)}`;
+${gemmEntryWGSL(mode, s, dual, steps)}`;
 }
 
+/** The f32 sum of matrix k (0, or 1 for W2 when dual), thread row i and thread token j of a register-tiled kernel. */
+export const gemmAcc = (k: number, i: number, j: number): string => `a${k}_${i}_${j}`;
+
 /**
- * The body of a register-tiled kernel's entry point after its thread indices: the tile's rows and tokens ("plain": one
- * tile of tokens of one batch item a workgroup; "experts-list": each of an expert's tiles of pairs in turn), the
- * accumulator declarations, the steps and the writes (given how a tile token maps to an output row of Y).
+ * The body of a register-tiled kernel's entry point after its thread indices (tx along the rows, ty along the tokens):
+ * the tile's rows and tokens ("plain": one tile of tokens of one batch item a workgroup; "experts-list": each of an
+ * expert's tiles of pairs in turn), the sums (gemmAcc) declared, the `steps` that fill them, and the writes (with `dual`,
+ * silu of the first matrix's sum times the second's).
  */
-export function gemmEntryWGSL(
-  mode: "plain" | "experts-list",
-  BM: number,
-  BN: number,
-  decls: string,
-  steps: string,
-  writes: (dest: (t: string) => string) => string,
-): string {
+export function gemmEntryWGSL(mode: "plain" | "experts-list", s: GemmShape, dual: boolean, steps: string): string {
+  const { rows: BM, tokens: BN, tm: TM, tn: TN } = s;
+  const TX = BM / TM;
+  const TY = BN / TN;
+  const range = (n: number): number[] => Array.from({ length: n }, (_, i) => i);
+  const decls = range(dual ? 2 : 1)
+    .flatMap((k) => range(TM).flatMap((i) => range(TN).map((j) => `var ${gemmAcc(k, i, j)} = 0.0;`)))
+    .join(" ");
+  const value = (i: number, j: number): string =>
+    dual ? `silu(${gemmAcc(0, i, j)}) * ${gemmAcc(1, i, j)}` : gemmAcc(0, i, j);
+  const writes = (dest: (t: string) => string): string =>
+    range(TM)
+      .flatMap((i) =>
+        range(TN).map(
+          (j) =>
+            `{ let r = r0 + tx + ${TX * i}u; let t = ty + ${TY * j}u; if (r < p.rows && t < nt) { out(${dest("t")}, r, ${value(i, j)}); } }`,
+        ),
+      )
+      .join("\n      ");
   if (mode === "plain")
     return `  let tt = wid.y % p.tiles;
   let r0 = (wid.x + (wid.y / p.tiles) * p.gx) * ${BM}u;

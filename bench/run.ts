@@ -52,6 +52,7 @@ function benchParser(): Command {
       .option("--repeat <N>", "cpu: rounds of latent and llama.cpp runs, interleaved; medians reported (default 1)")
       .option("--no-llama", "cpu: skip the llama.cpp side")
       .option("--batches <LIST>", "webgpu: batch sizes, comma-separated")
+      .option("--gpu-activations <MODE>", "webgpu: activations of the register-tiled products, exact (default) or q8")
       .helpOption("-h, --help", "this help")
       .showSuggestionAfterError(true)
       // usage errors exit 2, as latent's own commands do (commander's default is 1)
@@ -74,6 +75,7 @@ interface BenchFlags {
   repeat?: string;
   llama: boolean;
   batches?: string;
+  gpuActivations?: string;
 }
 
 async function main(): Promise<void> {

@@ -153,6 +153,8 @@ export class FusedGpuModel implements GreedyChainModel {
   readonly config: ModelConfig;
   /** the adapter's name */
   readonly adapter: string;
+  /** how the prompt's products take their activations (FusedOptions.activations) */
+  readonly activations: GpuActivations;
   /** forwardBatchPicks draws rows' tokens at a temperature on the GPU too (sample.wgsl.ts) */
   readonly picksDraw = true;
   /**
@@ -184,6 +186,7 @@ export class FusedGpuModel implements GreedyChainModel {
     const why = fusedUnsupported(config);
     if (why !== undefined) throw new LatentError(why);
     this.config = { ...config, contextLength: Math.min(config.contextLength, opts.context) };
+    this.activations = opts.activations ?? "exact";
     this.picksDrawFiltered = sampleTopKFits(config.nVocab);
     const logits = new SharedArrayBuffer(config.nVocab * 4);
     this.logits = new Float32Array(logits);
@@ -191,7 +194,7 @@ export class FusedGpuModel implements GreedyChainModel {
       logits,
       progress: this.progress.buffer as SharedArrayBuffer,
       checkWrites: opts.checkWrites === true,
-      activations: opts.activations ?? "exact",
+      activations: this.activations,
     };
     this.worker = new BlockingWorker<FusedRequest>(
       "fused-worker",

@@ -40,7 +40,8 @@ export interface WebGPUKernelOptions {
 }
 
 export class WebGPUKernels implements MatKernels {
-  readonly name = "webgpu";
+  /** "webgpu", or "webgpu q8" with activations q8 */
+  readonly name: string;
   readonly adapter: string;
   private readonly worker: BlockingWorker<KernelRequest>;
   private data: Float32Array;
@@ -50,6 +51,7 @@ export class WebGPUKernels implements MatKernels {
   calls = 0;
 
   constructor(opts: WebGPUKernelOptions = {}) {
+    this.name = opts.activations === "q8" ? "webgpu q8" : "webgpu";
     const data = new SharedArrayBuffer(1 << 20);
     this.data = new Float32Array(data);
     const channel = newChannel();

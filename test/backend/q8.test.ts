@@ -1,5 +1,5 @@
 // The opt-in 8-bit-activation kernels (CpuBackend activations "q8", kernels.as quantize8/dotQ4K8/dotQ4K8x24/dotQ5_08/
-// dotQ6KR8) against a plain TypeScript model of the same 8-bit math: the activations rounded as ggml's Q8_K/Q8_0 (f32
+// dotQ5U8x24/dotQ6KR8) against a plain TypeScript model of the same 8-bit math: the activations rounded as ggml's Q8_K/Q8_0 (f32
 // scale amax/127, nearest even), exact integer sums, the same f32 operations in the same order. Results must be equal
 // bit for bit. Inputs are fresh random numbers each run (the seed is in the messages).
 import { after, test } from "node:test";
@@ -122,7 +122,7 @@ function modelQ6K(w: Uint8Array, o: number, nb: number, a: { q: Int8Array; d: Fl
   return acc;
 }
 
-// Q4_K takes 8-bit activations for any token count (more than two: two rows × four tokens, dotQ4K8x24); token
+// Q4_K and Q5_0 take 8-bit activations for any token count (more than two: two rows × four tokens, dotQ4K8x24); token
 // counts 3, 5 and 9 leave remainders of the four-token groups, the odd row count a row without a partner
 const CASES = [
   {
@@ -134,7 +134,16 @@ const CASES = [
     blocks: [1, 3, 5, 9],
     tokens: [1, 2, 3, 5, 9],
   },
-  { type: GGMLType.Q5_0, name: "Q5_0", bv: 32, bytes: 22, model: modelQ5_0, blocks: [1, 3, 7, 13, 44], tokens: [1, 2] },
+  // Q5_0 likewise (more than two tokens: rows cut to u8 once per chunk, two rows × four tokens, dotQ5U8x24)
+  {
+    type: GGMLType.Q5_0,
+    name: "Q5_0",
+    bv: 32,
+    bytes: 22,
+    model: modelQ5_0,
+    blocks: [1, 3, 7, 13, 44],
+    tokens: [1, 2, 3, 5, 9],
+  },
   {
     type: GGMLType.Q6_K,
     name: "Q6_K (repacked)",
@@ -194,13 +203,13 @@ for (const c of CASES) {
   }
 }
 
-test("q8: Q8_0 keeps the exact path, and Q5_0 products of 3 or more tokens use exact activations", () => {
+test("q8: Q8_0 keeps the exact path for any token count", () => {
   const exact = new CpuBackend({ threads: 1 });
   try {
     const rng = new Rng(Math.floor(Math.random() * 2 ** 31), "q8-exact-types");
     for (const [type, cols, n] of [
       [GGMLType.Q8_0, 96, 1],
-      [GGMLType.Q5_0, 96, 4],
+      [GGMLType.Q8_0, 96, 4],
     ] as const) {
       const rows = 9;
       const data = new Uint8Array(rowBytes(type, cols) * rows);

@@ -133,8 +133,11 @@ const Q8ACT = 4096;
 const Q8_TYPES = new Set([12, 6, Q6_KR]);
 /** products of at most this many tokens (decode) use the 8-bit-activation kernels in q8 mode … */
 const Q8_MAX_TOKENS = 2;
-/** … except these types, which use them for any token count (Q4_K: two rows × four tokens for more than two) */
-const Q8_ANY_TOKENS = new Set([12]);
+/**
+ * … except these types, which use them for any token count: for more than two tokens two rows × four tokens (Q4_K
+ * straight from the blocks, Q5_0 from rows cut once per chunk of tokens)
+ */
+const Q8_ANY_TOKENS = new Set([12, 6]);
 
 type Resolved = [Product, number, number, number];
 

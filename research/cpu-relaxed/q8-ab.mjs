@@ -1,5 +1,5 @@
 // A/B of two builds of the q8 module (kernels-q8.wasm.ts files) in one process, on one shared memory: products with
-// 8-bit activations (the types + Q8ACT), Q5_0 exact (Q5_0e) and Q8_0 of random matrices shaped as a v2-lite Q4_K_M file's, rounds
+// 8-bit activations (the types + Q8ACT; Q5_0R: the u8 copy of Q5_0), Q5_0 exact (Q5_0e) and Q8_0 of random matrices shaped as a v2-lite Q4_K_M file's, rounds
 // alternating A and B matrix by matrix; checks that both give the same bits. Usage:
 //   node research/cpu-relaxed/q8-ab.mjs A.wasm.ts B.wasm.ts [rounds 9] [n 1] [only: comma-separated names]
 import { readFileSync } from "node:fs";
@@ -29,15 +29,29 @@ let T = [
     mats: Number(process.env.MATS ?? 24),
   },
   { name: "Q5_0", type: 6 + Q8ACT, bb: 22, bv: 32, f16: [0], rows: 2048, cols: 1408, mats: 24 },
+  { name: "Q5_0R", type: 6, bb: 22, bv: 32, f16: [0], rows: 2048, cols: 1408, mats: 24, q5r: true },
   { name: "Q5_0e", type: 6, bb: 22, bv: 32, f16: [0], rows: 2048, cols: 1408, mats: 24 },
   { name: "Q8_0", type: 8, bb: 34, bv: 32, f16: [0], rows: 2048, cols: 1408, mats: 24 },
-  { name: "Q6_KR", type: 14, bb: 210, bv: 256, f16: [208], rows: 8192, cols: 2048, mats: 2, repack: true },
+  {
+    name: "Q6_KR",
+    type: 14,
+    bb: 210,
+    bv: 256,
+    f16: [208],
+    rows: 8192,
+    cols: 2048,
+    mats: Number(process.env.MATS6 ?? 2),
+    repack: true,
+  },
 ];
 if (only) T = T.filter((t) => only.split(",").includes(t.name));
 let total = 64 << 20;
 for (const t of T)
   total +=
-    ((t.rows * t.cols) / t.bv) * t.bb * t.mats * (t.repack ? 2.4 : 1) + n * t.cols * 16 + n * t.rows * 4 + (1 << 20);
+    ((t.rows * t.cols) / t.bv) * t.bb * t.mats * (t.repack ? 2.4 : t.q5r ? 2.7 : 1) +
+    n * t.cols * 16 +
+    n * t.rows * 4 +
+    (1 << 20);
 const memory = new WebAssembly.Memory({ initial: Math.ceil(total / 65536), maximum: 65536, shared: true });
 const A = new WebAssembly.Instance(load(fa), { env: { memory } }).exports;
 const B = new WebAssembly.Instance(load(fb), { env: { memory } }).exports;
@@ -60,6 +74,15 @@ for (const t of T) {
   for (let b = 0; b < (t.rows * t.cols * t.mats) / t.bv; b++)
     for (const o of t.f16) dv.setUint16(t.w + b * t.bb + o, 0x1000 + ((rnd() * 0x800) | 0), true);
   t.rowBytes = rowBytes;
+  if (t.q5r) {
+    // q8 mode's u8 copy of Q5_0 (made by B's module: A must have the kernel type too)
+    const rb = (t.cols / 32) * 36;
+    const dst = alloc(rb * t.rows * t.mats);
+    B.repackQ5_0u8(t.w, t.rows * t.mats, t.cols, dst);
+    t.w = dst;
+    t.rowBytes = rb;
+    t.type = 1006 + Q8ACT;
+  }
   if (t.repack) {
     const rb = (t.cols / 256) * 276;
     const dst = alloc(rb * t.rows * t.mats);

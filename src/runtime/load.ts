@@ -63,6 +63,8 @@ export interface BackendOptions {
   readonly threads?: number;
   /** activations of the "cpu" backend's integer dots: "exact" (default) or the faster, opt-in "q8" (CpuActivations) */
   readonly cpuActivations?: CpuActivations;
+  /** bytes the "cpu" backend's arenas keep free when q8 mode makes its Q5_0 copies (CpuBackendOptions.copyHeadroom) */
+  readonly cpuCopyHeadroom?: number;
 }
 
 /** What loadModel takes beyond the path: config overrides, kernels, NaN policy, memory budget. */
@@ -110,6 +112,7 @@ export function loadModel(path: string, onProgress?: LoadProgress, options: Load
       ? new CpuBackend({
           threads: options.threads,
           ...(options.cpuActivations === undefined ? {} : { activations: options.cpuActivations }),
+          ...(options.cpuCopyHeadroom === undefined ? {} : { copyHeadroom: options.cpuCopyHeadroom }),
           ...(options.onNote === undefined ? {} : { onNote: options.onNote }),
         })
       : undefined;

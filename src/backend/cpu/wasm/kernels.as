@@ -28,7 +28,9 @@ const IQ4_NL: i32 = 20;
 const IQ4_XS: i32 = 23;
 /** internal: Q6_K repacked for single-token products (see repackQ6K) */
 const Q6_KR: i32 = 1014;
-/** internal: added to Q4_K, Q5_0 and Q6_KR for their 8-bit-activation kernels (q8 mode, relaxed-SIMD module only) */
+/** internal: Q5_0 cut to u8 values, a copy for q8 mode (see repackQ5_0u8; read only with Q8ACT added) */
+const Q5_0R: i32 = 1006;
+/** internal: added to Q4_K, Q5_0, Q5_0R and Q6_KR for their 8-bit-activation kernels (q8 mode, relaxed-SIMD module only) */
 const Q8ACT: i32 = 4096;
 
 // @ts-ignore: decorator
@@ -41,7 +43,7 @@ export function typeClass(type: i32): i32 {
   if (ASC_FEATURE_RELAXED_SIMD) {
     // the 8-bit-activation kernel types (q8 mode): class 3 = 32 values per scale, 4 = 256
     if (type == Q4_K + Q8ACT || type == Q6_KR + Q8ACT) return 4;
-    if (type == Q5_0 + Q8ACT) return 3;
+    if (type == Q5_0 + Q8ACT || type == Q5_0R + Q8ACT) return 3;
   }
   if (type == F32 || type == F16) return 0;
   if (type == Q8_0 || type == Q4_0 || type == Q5_0 || type == IQ4_NL) return 1;
@@ -1294,6 +1296,46 @@ function dotQ5U8x24(SA: usize, SB: usize, nb: i32, aq: usize, aqStride: usize, a
 }
 
 /**
+ * q8 mode: rows of Q5_0 at src → Q5_0R at dst, each row as unpackQ5_0u8 cuts it ([nb·32 u8 values 0..31][nb f32
+ * scales], 36 bytes per 32 values against 22): the same numbers with no bit fields left, so that single-token products
+ * (dotQ5R8) and two rows × four tokens (dotQ5U8x24, reading the copy in place) only load and dot. (An empty function
+ * in the default module.)
+ */
+export function repackQ5_0u8(src: usize, rows: i32, cols: i32, dst: usize): void {
+  if (ASC_FEATURE_RELAXED_SIMD) {
+    const nb = cols >> 5;
+    for (let r = 0; r < rows; r++) unpackQ5_0u8(src + <usize>r * <usize>(nb * 22), nb, dst + <usize>r * <usize>(nb * 36));
+  }
+}
+
+// Q5_0R, one token: dotQ5_08's integers and f32 operations (four blocks at a time, terms added in block order) on the
+// cut values: the same bits as dotQ5_08 on the original row.
+// @ts-ignore: decorator
+@inline function q5rBlock8(w: usize, a: usize): v128 {
+  return i32x4.extadd_pairwise_i16x8_s(i16x8.add(rdot(v128.load(a), v128.load(w)), rdot(v128.load(a + 16), v128.load(w + 16))));
+}
+
+function dotQ5R8(row: usize, nb: i32, aq: usize, ad: usize, asum: usize): f32 {
+  const sd = row + (<usize>nb << 5);
+  let acc: f32 = 0;
+  let b = 0;
+  for (; b + 4 <= nb; b += 4) {
+    const o = <usize>b << 5;
+    const w = row + o;
+    const a = aq + o;
+    const bo = <usize>b << 2;
+    const I = i32x4.sub(isum4i(q5rBlock8(w, a), q5rBlock8(w + 32, a + 32), q5rBlock8(w + 64, a + 64), q5rBlock8(w + 96, a + 96)), i32x4.shl(v128.load(asum + bo), 4));
+    acc = addLanes(acc, f32x4.mul(f32x4.convert_i32x4_s(I), f32x4.mul(v128.load(sd + bo), v128.load(ad + bo))));
+  }
+  for (; b < nb; b++) {
+    const o = <usize>b << 5;
+    const s = isumI(q5rBlock8(row + o, aq + o)) - (load<i32>(asum + (<usize>b << 2)) << 4);
+    acc += <f32>s * (load<f32>(sd + (<usize>b << 2)) * load<f32>(ad + (<usize>b << 2)));
+  }
+  return acc;
+}
+
+/**
  * q8 mode: the values of Q6_KR rows at p made unsigned in place (q − 32 → q, 0..63), the relaxed dot's i7 operand;
  * such a copy is read by dotQ6KR8 only. (An empty function in the default module.)
  */
@@ -1355,7 +1397,7 @@ function dotQ6KR8(row: usize, nb: i32, aq: usize, ad: usize, asum: usize): f32 {
  */
 function matmulQ8(type: i32, w: usize, rowBytes: i32, r0: i32, r1: i32, cols: i32, n: i32, aq: usize, ad: usize, asum: usize, y: usize, yStride: i32, S: usize, tc: i32): void {
   const base = type - Q8ACT;
-  const nb = cols / (base == Q5_0 ? 32 : 256);
+  const nb = cols / (base == Q5_0 || base == Q5_0R ? 32 : 256);
   const aqRow = <usize>cols << 1;
   const adRow = <usize>nb << 2;
   const asRow = <usize>nb << 5;
@@ -1363,6 +1405,26 @@ function matmulQ8(type: i32, w: usize, rowBytes: i32, r0: i32, r1: i32, cols: i3
   for (let t0 = 0; t0 < n; t0 += tc) {
     const t1 = min(n, t0 + tc);
     let r = r0;
+    if (base == Q5_0R && t1 - t0 >= 4) {
+      // the copy's rows are what unpackQ5_0u8 makes: two rows × four tokens read them in place
+      for (; r + 2 <= r1; r += 2) {
+        const rp = w + <usize>r * <usize>rowBytes;
+        const rp2 = rp + <usize>rowBytes;
+        let t = t0;
+        for (; t + 4 <= t1; t += 4) {
+          dotQ5U8x24(rp, rp2, nb, aq + <usize>t * aqRow, aqRow, ad + <usize>t * adRow, adRow, asum + <usize>t * asRow, asRow, tmp);
+          for (let k = 0; k < 4; k++) {
+            store<f32>(y + (<usize>((t + k) * yStride + r) << 2), load<f32>(tmp + (<usize>k << 2)));
+            store<f32>(y + (<usize>((t + k) * yStride + r + 1) << 2), load<f32>(tmp + 16 + (<usize>k << 2)));
+          }
+        }
+        for (; t < t1; t++) {
+          const qa = aq + <usize>t * aqRow, da = ad + <usize>t * adRow, sa = asum + <usize>t * asRow;
+          store<f32>(y + (<usize>(t * yStride + r) << 2), dotQ5R8(rp, nb, qa, da, sa));
+          store<f32>(y + (<usize>(t * yStride + r + 1) << 2), dotQ5R8(rp2, nb, qa, da, sa));
+        }
+      }
+    }
     if (base == Q5_0 && t1 - t0 >= 4) {
       // rows in pairs, each cut once per chunk (unpackQ5_0u8); the token remainder takes dotQ5_08 (the same bits)
       const SA = S + 64;
@@ -1413,6 +1475,7 @@ function matmulQ8(type: i32, w: usize, rowBytes: i32, r0: i32, r1: i32, cols: i3
         let v: f32;
         if (base == Q4_K) v = dotQ4K8(rp, nb, qa, da, sa);
         else if (base == Q5_0) v = dotQ5_08(rp, nb, qa, da, sa);
+        else if (base == Q5_0R) v = dotQ5R8(rp, nb, qa, da, sa);
         else v = dotQ6KR8(rp, nb, qa, da, sa);
         store<f32>(y + (<usize>(t * yStride + r) << 2), v);
       }

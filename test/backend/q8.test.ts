@@ -1,5 +1,5 @@
 // The opt-in 8-bit-activation kernels (CpuBackend activations "q8", kernels.as quantize8/dotQ4K8/dotQ4K8x24/dotQ5_08/
-// dotQ5U8x24/dotQ5R8/dotQ6KR8) against a plain TypeScript model of the same 8-bit math: the activations rounded as ggml's Q8_K/Q8_0 (f32
+// dotQ5R8/dotQ6KR8) against a plain TypeScript model of the same 8-bit math: the activations rounded as ggml's Q8_K/Q8_0 (f32
 // scale amax/127, nearest even), exact integer sums, the same f32 operations in the same order. Results must be equal
 // bit for bit. Inputs are fresh random numbers each run (the seed is in the messages).
 import { after, test } from "node:test";
@@ -18,7 +18,7 @@ const fr = Math.fround;
 const noRelaxed = relaxedSimdAvailable() ? false : "this V8 has no relaxed SIMD";
 const q8 = new CpuBackend({ threads: 2, activations: "q8" });
 const q8one = new CpuBackend({ threads: 1, activations: "q8" });
-// without the Q5_0R copies: Q5_0 products read the Q5_0 blocks (dotQ5_08, rows cut per chunk for dotQ5U8x24)
+// without the Q5_0R copies: Q5_0 products read the Q5_0 blocks (dotQ5_08)
 const q8nocopy = new CpuBackend({ threads: 2, activations: "q8", copyHeadroom: Number.POSITIVE_INFINITY });
 after(() => {
   q8.close();
@@ -125,7 +125,7 @@ function modelQ6K(w: Uint8Array, o: number, nb: number, a: { q: Int8Array; d: Fl
   return acc;
 }
 
-// Q4_K and Q5_0 take 8-bit activations for any token count (more than two: two rows × four tokens, dotQ4K8x24); token
+// Q4_K takes 8-bit activations for any token count (more than two: two rows × four tokens, dotQ4K8x24); token
 // counts 3, 5 and 9 leave remainders of the four-token groups, the odd row count a row without a partner
 const CASES = [
   {
@@ -137,17 +137,8 @@ const CASES = [
     blocks: [1, 3, 5, 9],
     tokens: [1, 2, 3, 5, 9],
   },
-  // Q5_0 likewise, from its Q5_0R copy (dotQ5R8, dotQ5U8x24 on the copy's rows) and without one (dotQ5_08; more than
-  // two tokens: rows cut to u8 once per chunk for dotQ5U8x24)
-  {
-    type: GGMLType.Q5_0,
-    name: "Q5_0",
-    bv: 32,
-    bytes: 22,
-    model: modelQ5_0,
-    blocks: [1, 3, 7, 13, 44],
-    tokens: [1, 2, 3, 5, 9],
-  },
+  // Q5_0 (products of one or two tokens) from its Q5_0R copy (dotQ5R8) and without one (dotQ5_08)
+  { type: GGMLType.Q5_0, name: "Q5_0", bv: 32, bytes: 22, model: modelQ5_0, blocks: [1, 3, 7, 13, 44], tokens: [1, 2] },
   {
     type: GGMLType.Q6_K,
     name: "Q6_K (repacked)",
@@ -207,13 +198,13 @@ for (const c of CASES) {
   }
 }
 
-test("q8: Q8_0 keeps the exact path for any token count", () => {
+test("q8: Q8_0 keeps the exact path, and Q5_0 products of 3 or more tokens use exact activations", () => {
   const exact = new CpuBackend({ threads: 1 });
   try {
     const rng = new Rng(Math.floor(Math.random() * 2 ** 31), "q8-exact-types");
     for (const [type, cols, n] of [
       [GGMLType.Q8_0, 96, 1],
-      [GGMLType.Q8_0, 96, 4],
+      [GGMLType.Q5_0, 96, 4],
     ] as const) {
       const rows = 9;
       const data = new Uint8Array(rowBytes(type, cols) * rows);

@@ -141,11 +141,8 @@ const Q8ACT = 4096;
 const Q8_TYPES = new Set([12, 6, Q6_KR]);
 /** products of at most this many tokens (decode) use the 8-bit-activation kernels in q8 mode … */
 const Q8_MAX_TOKENS = 2;
-/**
- * … except these types, which use them for any token count: for more than two tokens two rows × four tokens (Q4_K
- * straight from the blocks, Q5_0 from rows cut once per chunk of tokens)
- */
-const Q8_ANY_TOKENS = new Set([12, 6]);
+/** … except these types, which use them for any token count (Q4_K: two rows × four tokens for more than two) */
+const Q8_ANY_TOKENS = new Set([12]);
 
 type Resolved = [Product, number, number, number];
 
@@ -627,7 +624,7 @@ export class CpuBackend implements MatKernels {
    * type of a product with an 8-bit kernel (decode; Q4_K at any token count) is its type + Q8ACT (then its activations are 8-bit: typeClass 3/4)
    */
   private resolve(w: QMatrix, n: number): [Arena, number, number, number] {
-    if (this.activations === "q8" && w.type === 6) {
+    if (this.activations === "q8" && w.type === 6 && n <= Q8_MAX_TOKENS) {
       const c = this.resolveQ5R(w);
       if (c !== undefined) return c;
     }
@@ -660,14 +657,13 @@ export class CpuBackend implements MatKernels {
     return rp === 0 ? [a, wp, w.type, w.rowBytes] : [a, rp, Q6_KR, (w.cols / 256) * 276];
   }
 
-  /** q8 mode's Q5_0R copies (every product of a Q5_0 matrix reads one when it exists): "arena:ptr:rows" → ptr (or 0: no room) */
+  /** q8 mode's Q5_0R copies (products of ≤ 2 tokens of a Q5_0 matrix read one when it exists): "arena:ptr:rows" → ptr (or 0: no room) */
   private readonly q5r = new Map<string, number>();
 
   /**
    * q8 mode: where the Q5_0R copy of Q5_0 matrix `w` is (made at first use in w's arena, while the arena keeps
-   * COPY_HEADROOM free), or undefined without one. In the copy a single-token dot only loads and dots (no fifth bits
-   * to cut: ≈ 2× the Q5_0 kernel's speed for 36 bytes per 32 values read instead of 22), and prefill's two rows × four
-   * tokens read its rows in place.
+   * copyHeadroom free), or undefined without one. In the copy a single-token dot only loads and dots: no fifth bits
+   * to cut, 36 bytes per 32 values read instead of 22 (docs/cpu-backend.md).
    */
   private resolveQ5R(w: QMatrix): [Arena, number, number, number] | undefined {
     const [a, wp] = this.locate(w);

@@ -1217,13 +1217,8 @@ function dotQ5_08(row: usize, nb: i32, aq: usize, ad: usize, asum: usize): f32 {
   return acc;
 }
 
-// Q5_0 products of more than two tokens (prefill): a row is cut once per chunk of tokens into `cols` u8 values
-// (nibble + 16·bit, 0..31: the relaxed dot's i7 operand, no −16 yet) and nb f32 scales (f16 as dotQ5_08 converts
-// them); two such rows × four tokens then take two relaxed dots per (row, token) and block, no bit cutting. (A
-// kernel that cut the fifth bits of both rows for every four tokens measured slower than the exact dot32x24: the
-// cutting, not the dots, was the cost.) Per (row, token) and block the integer sum is dotQ5_08's, exact in i32; the
-// block's term f32(Σ − 16·Σa)·(d·da) is computed for four tokens in lanes and added in block order, as dotQ5_08's
-// addLanes does: every result equals dotQ5_08's bit for bit.
+// Q5_0R (q8 mode's copy of Q5_0 for products of ≤ 2 tokens): a row as `cols` u8 values (nibble + 16·bit, 0..31:
+// the relaxed dot's i7 operand, no −16 yet) and nb f32 scales (f16 as dotQ5_08 converts them).
 function unpackQ5_0u8(row: usize, nb: i32, S: usize): void {
   const sd = S + (<usize>nb << 5);
   const m4 = i8x16.splat(15);
@@ -1244,62 +1239,10 @@ function unpackQ5_0u8(row: usize, nb: i32, S: usize): void {
   }
 }
 
-// four i32 at p, p + stride, … (the block sums of four tokens)
-// @ts-ignore: decorator
-@inline function load4i(p: usize, stride: usize): v128 {
-  let v = i32x4.splat(load<i32>(p));
-  v = i32x4.replace_lane(v, 1, load<i32>(p + stride));
-  v = i32x4.replace_lane(v, 2, load<i32>(p + 2 * stride));
-  return i32x4.replace_lane(v, 3, load<i32>(p + 3 * stride));
-}
-
-/** two rows cut by unpackQ5_0u8 (SA, SB) × four tokens: out[0..3] for SA, out[4..7] for SB */
-function dotQ5U8x24(SA: usize, SB: usize, nb: i32, aq: usize, aqStride: usize, ad: usize, adStride: usize, asum: usize, asStride: usize, out: usize): void {
-  const sdA = SA + (<usize>nb << 5);
-  const sdB = SB + (<usize>nb << 5);
-  let accA = f32x4.splat(0);
-  let accB = accA;
-  for (let b = 0; b < nb; b++) {
-    const o = <usize>b << 5;
-    const wa0 = v128.load(SA + o);
-    const wa1 = v128.load(SA + o + 16);
-    const wb0 = v128.load(SB + o);
-    const wb1 = v128.load(SB + o + 16);
-    let at = aq + o;
-    let u = v128.load(at);
-    let v = v128.load(at + 16);
-    const x0 = i32x4.extadd_pairwise_i16x8_s(i16x8.add(rdot(u, wa0), rdot(v, wa1)));
-    const y0 = i32x4.extadd_pairwise_i16x8_s(i16x8.add(rdot(u, wb0), rdot(v, wb1)));
-    at += aqStride;
-    u = v128.load(at);
-    v = v128.load(at + 16);
-    const x1 = i32x4.extadd_pairwise_i16x8_s(i16x8.add(rdot(u, wa0), rdot(v, wa1)));
-    const y1 = i32x4.extadd_pairwise_i16x8_s(i16x8.add(rdot(u, wb0), rdot(v, wb1)));
-    at += aqStride;
-    u = v128.load(at);
-    v = v128.load(at + 16);
-    const x2 = i32x4.extadd_pairwise_i16x8_s(i16x8.add(rdot(u, wa0), rdot(v, wa1)));
-    const y2 = i32x4.extadd_pairwise_i16x8_s(i16x8.add(rdot(u, wb0), rdot(v, wb1)));
-    at += aqStride;
-    u = v128.load(at);
-    v = v128.load(at + 16);
-    const x3 = i32x4.extadd_pairwise_i16x8_s(i16x8.add(rdot(u, wa0), rdot(v, wa1)));
-    const y3 = i32x4.extadd_pairwise_i16x8_s(i16x8.add(rdot(u, wb0), rdot(v, wb1)));
-    const bo = <usize>b << 2;
-    const off = i32x4.shl(load4i(asum + bo, asStride), 4);
-    const DA = load4f(ad + bo, adStride);
-    accA = f32x4.add(accA, f32x4.mul(f32x4.convert_i32x4_s(i32x4.sub(isum4i(x0, x1, x2, x3), off)), f32x4.mul(v128.load32_splat(sdA + bo), DA)));
-    accB = f32x4.add(accB, f32x4.mul(f32x4.convert_i32x4_s(i32x4.sub(isum4i(y0, y1, y2, y3), off)), f32x4.mul(v128.load32_splat(sdB + bo), DA)));
-  }
-  v128.store(out, accA);
-  v128.store(out + 16, accB);
-}
-
 /**
  * q8 mode: rows of Q5_0 at src → Q5_0R at dst, each row as unpackQ5_0u8 cuts it ([nb·32 u8 values 0..31][nb f32
  * scales], 36 bytes per 32 values against 22): the same numbers with no bit fields left, so that single-token products
- * (dotQ5R8) and two rows × four tokens (dotQ5U8x24, reading the copy in place) only load and dot. (An empty function
- * in the default module.)
+ * (dotQ5R8) only load and dot. (An empty function in the default module.)
  */
 export function repackQ5_0u8(src: usize, rows: i32, cols: i32, dst: usize): void {
   if (ASC_FEATURE_RELAXED_SIMD) {
@@ -1405,50 +1348,6 @@ function matmulQ8(type: i32, w: usize, rowBytes: i32, r0: i32, r1: i32, cols: i3
   for (let t0 = 0; t0 < n; t0 += tc) {
     const t1 = min(n, t0 + tc);
     let r = r0;
-    if (base == Q5_0R && t1 - t0 >= 4) {
-      // the copy's rows are what unpackQ5_0u8 makes: two rows × four tokens read them in place
-      for (; r + 2 <= r1; r += 2) {
-        const rp = w + <usize>r * <usize>rowBytes;
-        const rp2 = rp + <usize>rowBytes;
-        let t = t0;
-        for (; t + 4 <= t1; t += 4) {
-          dotQ5U8x24(rp, rp2, nb, aq + <usize>t * aqRow, aqRow, ad + <usize>t * adRow, adRow, asum + <usize>t * asRow, asRow, tmp);
-          for (let k = 0; k < 4; k++) {
-            store<f32>(y + (<usize>((t + k) * yStride + r) << 2), load<f32>(tmp + (<usize>k << 2)));
-            store<f32>(y + (<usize>((t + k) * yStride + r + 1) << 2), load<f32>(tmp + 16 + (<usize>k << 2)));
-          }
-        }
-        for (; t < t1; t++) {
-          const qa = aq + <usize>t * aqRow, da = ad + <usize>t * adRow, sa = asum + <usize>t * asRow;
-          store<f32>(y + (<usize>(t * yStride + r) << 2), dotQ5R8(rp, nb, qa, da, sa));
-          store<f32>(y + (<usize>(t * yStride + r + 1) << 2), dotQ5R8(rp2, nb, qa, da, sa));
-        }
-      }
-    }
-    if (base == Q5_0 && t1 - t0 >= 4) {
-      // rows in pairs, each cut once per chunk (unpackQ5_0u8); the token remainder takes dotQ5_08 (the same bits)
-      const SA = S + 64;
-      const SB = SA + r16((<usize>cols) + (<usize>nb << 2));
-      for (; r + 2 <= r1; r += 2) {
-        const rp = w + <usize>r * <usize>rowBytes;
-        const rp2 = rp + <usize>rowBytes;
-        unpackQ5_0u8(rp, nb, SA);
-        unpackQ5_0u8(rp2, nb, SB);
-        let t = t0;
-        for (; t + 4 <= t1; t += 4) {
-          dotQ5U8x24(SA, SB, nb, aq + <usize>t * aqRow, aqRow, ad + <usize>t * adRow, adRow, asum + <usize>t * asRow, asRow, tmp);
-          for (let k = 0; k < 4; k++) {
-            store<f32>(y + (<usize>((t + k) * yStride + r) << 2), load<f32>(tmp + (<usize>k << 2)));
-            store<f32>(y + (<usize>((t + k) * yStride + r + 1) << 2), load<f32>(tmp + 16 + (<usize>k << 2)));
-          }
-        }
-        for (; t < t1; t++) {
-          const qa = aq + <usize>t * aqRow, da = ad + <usize>t * adRow, sa = asum + <usize>t * asRow;
-          store<f32>(y + (<usize>(t * yStride + r) << 2), dotQ5_08(rp, nb, qa, da, sa));
-          store<f32>(y + (<usize>(t * yStride + r + 1) << 2), dotQ5_08(rp2, nb, qa, da, sa));
-        }
-      }
-    }
     if (base == Q4_K && t1 - t0 >= 4) {
       for (; r + 2 <= r1; r += 2) {
         const rp = w + <usize>r * <usize>rowBytes;

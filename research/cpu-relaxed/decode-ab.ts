@@ -6,7 +6,8 @@
  *   node --import tsx research/cpu-relaxed/decode-ab.ts MODEL.gguf ROUNDS STEPS THREADS PROMPT \
  *     '{"activations":"q8","copyHeadroom":Infinity}' '{"activations":"q8"}'
  *
- * (Infinity is accepted in the JSON.) Greedy tokens of both sides are compared; a difference is reported.
+ * (Infinity is accepted in the JSON.) Greedy tokens of both sides are compared; a difference is reported. With
+ * `--blocks` the sides take whole rounds in turn instead of single steps (for options that change how threads wait).
  */
 import { loadavg } from "node:os";
 import { performance } from "node:perf_hooks";
@@ -14,7 +15,10 @@ import type { CpuBackend } from "../../src/backend/cpu/fast.js";
 import { LatentCache } from "../../src/model/cache.js";
 import { type LoadModelOptions, loadModel } from "../../src/runtime/load.js";
 
-const [path, roundsArg, stepsArg, threadsArg, promptArg, optA, optB] = process.argv.slice(2);
+const blocks = process.argv.includes("--blocks");
+const [path, roundsArg, stepsArg, threadsArg, promptArg, optA, optB] = process.argv
+  .slice(2)
+  .filter((a) => a !== "--blocks");
 const rounds = Number(roundsArg);
 const steps = Number(stepsArg);
 const threads = Number(threadsArg);
@@ -51,14 +55,19 @@ const loads: number[] = [];
 for (let r = 0; r < rounds; r++) {
   loads.push(loadavg()[0]);
   const ms = [0, 0];
-  for (let i = 0; i < steps; i++) {
-    for (const k of (r * steps + i) % 2 ? [1, 0] : [0, 1]) {
-      const s = sides[k];
-      const t0 = performance.now();
-      s.next = argmax(s.model.forward([s.next], s.cache, { path: "decode", logits: "last" }));
-      ms[k] += performance.now() - t0;
-      s.tok.push(s.next);
-    }
+  const step = (k: number): void => {
+    const s = sides[k];
+    const t0 = performance.now();
+    s.next = argmax(s.model.forward([s.next], s.cache, { path: "decode", logits: "last" }));
+    ms[k] += performance.now() - t0;
+    s.tok.push(s.next);
+  };
+  if (blocks) {
+    // whole rounds in turn (A's steps, then B's; the order swapped every round): one side's spinning threads cannot
+    // overlap the other's steps
+    for (const k of r % 2 ? [1, 0] : [0, 1]) for (let i = 0; i < steps; i++) step(k);
+  } else {
+    for (let i = 0; i < steps; i++) for (const k of (r * steps + i) % 2 ? [1, 0] : [0, 1]) step(k);
   }
   rate[0].push((1000 * steps) / ms[0]);
   rate[1].push((1000 * steps) / ms[1]);

@@ -424,6 +424,7 @@ class Pool {
     readonly threads: number,
     module: WebAssembly.Module,
     flags: string,
+    private readonly spin = SPIN,
   ) {
     for (let i = 1; i < threads; i++) {
       const ch = new MessageChannel();
@@ -437,7 +438,7 @@ class Pool {
           job: this.job.buffer,
           index: i,
           port: ch.port2,
-          spin: SPIN,
+          spin,
         },
         transferList: [ch.port2],
       });
@@ -487,7 +488,7 @@ class Pool {
     for (;;) {
       const d = Atomics.load(C, COMPLETED);
       if (d >= units) break;
-      if (++s > SPIN) Atomics.wait(C, COMPLETED, d, 50);
+      if (++s > this.spin) Atomics.wait(C, COMPLETED, d, 50);
     }
   }
 
@@ -515,6 +516,8 @@ export interface CpuBackendOptions {
    * 256 MiB: room for work areas that grow later); Infinity makes none (less memory; tests of the Q5_0 kernels)
    */
   readonly copyHeadroom?: number;
+  /** iterations a waiting thread spins before it sleeps (Atomics.wait) */
+  readonly spin?: number;
 }
 
 /** Weights in shared wasm memory + the worker pool: a `MatKernels` for `model.kernels`. */
@@ -541,7 +544,7 @@ export class CpuBackend implements MatKernels {
     this.copyHeadroom = opts.copyHeadroom ?? COPY_HEADROOM;
     this.module = kernelModule(this.activations);
     this.name = `wasm-simd×${this.threads}${this.activations === "q8" ? " q8" : ""}`;
-    this.pool = new Pool(this.threads, this.module, this.activations === "q8" ? RELAXED_FLAG : "");
+    this.pool = new Pool(this.threads, this.module, this.activations === "q8" ? RELAXED_FLAG : "", opts.spin ?? SPIN);
   }
 
   private static effectiveActivations(opts: CpuBackendOptions): CpuActivations {

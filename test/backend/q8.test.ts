@@ -1,4 +1,4 @@
-// The opt-in 8-bit-activation kernels (CpuBackend activations "q8", kernels.as quantize8/dotQ4K8/dotQ4K8x24/dotQ5_08/
+// The opt-in 8-bit-activation kernels (CpuBackend activations "q8", kernels.as quantize8/dotQ4K8/dotQ4K8x24/dotQ4K8u24/dotQ5_08/
 // dotQ5R8/dotQ6KR8) against a plain TypeScript model of the same 8-bit math: the activations rounded as ggml's Q8_K/Q8_0 (f32
 // scale amax/127, nearest even), exact integer sums, the same f32 operations in the same order. Results must be equal
 // bit for bit. Inputs are fresh random numbers each run (the seed is in the messages).
@@ -125,8 +125,9 @@ function modelQ6K(w: Uint8Array, o: number, nb: number, a: { q: Int8Array; d: Fl
   return acc;
 }
 
-// Q4_K takes 8-bit activations for any token count (more than two: two rows × four tokens, dotQ4K8x24); token
-// counts 3, 5 and 9 leave remainders of the four-token groups, the odd row count a row without a partner
+// Q4_K takes 8-bit activations for any token count (more than two: two rows × four tokens, dotQ4K8x24, and from
+// eight tokens on rows cut once per chunk, dotQ4K8u24); token counts 3, 5, 9 and 13 leave remainders of the
+// four-token groups, the odd row count a row without a partner
 const CASES = [
   {
     type: GGMLType.Q4_K,
@@ -135,7 +136,7 @@ const CASES = [
     bytes: 144,
     model: modelQ4K,
     blocks: [1, 3, 5, 9],
-    tokens: [1, 2, 3, 5, 9],
+    tokens: [1, 2, 3, 5, 9, 13],
   },
   // Q5_0 (products of one or two tokens) from its Q5_0R copy (dotQ5R8) and without one (dotQ5_08)
   { type: GGMLType.Q5_0, name: "Q5_0", bv: 32, bytes: 22, model: modelQ5_0, blocks: [1, 3, 7, 13, 44], tokens: [1, 2] },

@@ -1,7 +1,7 @@
 // A/B of two builds of the q8 module (kernels-q8.wasm.ts files) in one process, on one shared memory: products with
 // 8-bit activations (the types + Q8ACT; Q5_0R: the u8 copy of Q5_0), Q5_0 exact (Q5_0e) and Q8_0 of random matrices shaped as a v2-lite Q4_K_M file's, rounds
 // alternating A and B matrix by matrix; checks that both give the same bits. Usage:
-//   node research/cpu-relaxed/q8-ab.mjs A.wasm.ts B.wasm.ts [rounds 9] [n 1] [only: comma-separated names]
+//   [TC_A=64] [TC_B=64] node research/cpu-relaxed/q8-ab.mjs A.wasm.ts B.wasm.ts [rounds 9] [n 1] [only: comma-separated names]
 import { readFileSync } from "node:fs";
 import { loadavg } from "node:os";
 import { setFlagsFromString } from "node:v8";
@@ -16,6 +16,9 @@ const load = (f) => {
   return new WebAssembly.Module(Buffer.from(b64, "base64"));
 };
 const Q8ACT = 4096;
+// tokens per chunk inside the kernel for A and B (the backend's TOKEN_TILE is 64)
+const TC_A = Number(process.env.TC_A ?? 64);
+const TC_B = Number(process.env.TC_B ?? 64);
 // type (with Q8ACT for the 8-bit kernels), block bytes, block values, offsets of f16 scales, rows, cols, matrices
 let T = [
   {
@@ -119,7 +122,7 @@ const run = (k, t, m) =>
     t.y,
     t.rows,
     S,
-    64,
+    k === B ? TC_B : TC_A,
   );
 for (const t of T) {
   run(A, t, 0);

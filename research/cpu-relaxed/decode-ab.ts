@@ -13,6 +13,7 @@ import { loadavg } from "node:os";
 import { performance } from "node:perf_hooks";
 import type { CpuBackend } from "../../src/backend/cpu/fast.js";
 import { LatentCache } from "../../src/model/cache.js";
+import { argmax } from "../../src/engine/sampler.js";
 import { type LoadModelOptions, loadModel } from "../../src/runtime/load.js";
 
 const blocks = process.argv.includes("--blocks");
@@ -36,7 +37,6 @@ const sides = [optA, optB].map((o) => {
     tok: [] as number[],
   };
 });
-const argmax = (v: Float32Array): number => v.reduce((bi, x, i, a) => (x > a[bi] ? i : bi), 0);
 let seed = 12345;
 const prompt = Array.from({ length: nPrompt }, () => {
   seed = (seed * 1103515245 + 12345) >>> 0;

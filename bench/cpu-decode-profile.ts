@@ -13,6 +13,7 @@ import { Session } from "node:inspector";
 import { performance } from "node:perf_hooks";
 import type { CpuActivations } from "../src/backend/cpu/fast.js";
 import { LatentCache } from "../src/model/cache.js";
+import { argmax } from "../src/engine/sampler.js";
 import { loadModel } from "../src/runtime/load.js";
 
 /** the value of `--name V` (and the arguments without the pair) */
@@ -42,7 +43,6 @@ const prompt = Array.from({ length: nPrompt }, () => {
   s = (s * 1103515245 + 12345) >>> 0;
   return 10 + (s % (config.nVocab - 10));
 });
-const argmax = (v: Float32Array): number => v.reduce((bi, x, i, a) => (x > a[bi] ? i : bi), 0);
 const run = async (n: number, profile = false): Promise<{ wall: number; cpu: number }> => {
   const cache = new LatentCache(config, nPrompt + n);
   let next = argmax(model.forward(prompt, cache, { path: "prefill", logits: "last" }));

@@ -27,6 +27,7 @@ import { Worker } from "node:worker_threads";
 import type { QMatrix } from "../src/tensor/qmatrix.js";
 import { CPU_ACTIVATIONS, type CpuActivations } from "../src/backend/cpu/fast.js";
 import { LatentCache } from "../src/model/cache.js";
+import { argmax } from "../src/engine/sampler.js";
 import { loadModel } from "../src/runtime/load.js";
 import { preset, withOverrides } from "../src/synth/presets.js";
 import { planTensors, synthesize } from "../src/synth/synthesize.js";
@@ -175,7 +176,7 @@ function latentRunner(
     s = (s * 1103515245 + 12345) >>> 0;
     return 10 + (s % (config.nVocab - 10));
   });
-  const argmax = (v: Float32Array): number => v.reduce((bi, x, i, a) => (x > a[bi] ? i : bi), 0);
+  // the engine's greedy pick (a plain loop: Array.prototype.reduce over 102 400 logits took 1.3–1.6 ms a step)
   const run = (prompt: number[], steps: number): Timing => {
     const cache = new LatentCache(config, prompt.length + steps);
     const t0 = performance.now();

@@ -65,6 +65,10 @@ export interface BackendOptions {
   readonly cpuActivations?: CpuActivations;
   /** activations of the "webgpu" backend's matrix-matrix products: "exact" (default) or the faster, opt-in "q8" */
   readonly gpuActivations?: GpuActivations;
+  /** bytes the "cpu" backend's arenas keep free when q8 mode makes its Q5_0 copies (CpuBackendOptions.copyHeadroom) */
+  readonly cpuCopyHeadroom?: number;
+  /** spin iterations of the "cpu" backend's waiting threads before they sleep (CpuBackendOptions.spin) */
+  readonly cpuSpin?: number;
 }
 
 /** What loadModel takes beyond the path: config overrides, kernels, NaN policy, memory budget. */
@@ -112,6 +116,8 @@ export function loadModel(path: string, onProgress?: LoadProgress, options: Load
       ? new CpuBackend({
           threads: options.threads,
           ...(options.cpuActivations === undefined ? {} : { activations: options.cpuActivations }),
+          ...(options.cpuCopyHeadroom === undefined ? {} : { copyHeadroom: options.cpuCopyHeadroom }),
+          ...(options.cpuSpin === undefined ? {} : { spin: options.cpuSpin }),
           ...(options.onNote === undefined ? {} : { onNote: options.onNote }),
         })
       : undefined;

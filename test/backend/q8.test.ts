@@ -1,5 +1,5 @@
-// The opt-in 8-bit-activation kernels (CpuBackend activations "q8", kernels.as quantize8/dotQ4K8/dotQ4K8x24/dotQ5_08/
-// dotQ6KR8) against a plain TypeScript model of the same 8-bit math: the activations rounded as ggml's Q8_K/Q8_0 (f32
+// The opt-in 8-bit-activation kernels (CpuBackend activations "q8", kernels.as quantize8/dotQ4K8/dotQ4K8x24/dotQ4K8u24/dotQ5_08/
+// dotQ5R8/dotQ6KR8) against a plain TypeScript model of the same 8-bit math: the activations rounded as ggml's Q8_K/Q8_0 (f32
 // scale amax/127, nearest even), exact integer sums, the same f32 operations in the same order. Results must be equal
 // bit for bit. Inputs are fresh random numbers each run (the seed is in the messages).
 import { after, test } from "node:test";
@@ -18,9 +18,12 @@ const fr = Math.fround;
 const noRelaxed = relaxedSimdAvailable() ? false : "this V8 has no relaxed SIMD";
 const q8 = new CpuBackend({ threads: 2, activations: "q8" });
 const q8one = new CpuBackend({ threads: 1, activations: "q8" });
+// without the Q5_0R copies: Q5_0 products read the Q5_0 blocks (dotQ5_08)
+const q8nocopy = new CpuBackend({ threads: 2, activations: "q8", copyHeadroom: Number.POSITIVE_INFINITY });
 after(() => {
   q8.close();
   q8one.close();
+  q8nocopy.close();
 });
 
 /** round half to even, as f32x4.nearest */
@@ -122,8 +125,9 @@ function modelQ6K(w: Uint8Array, o: number, nb: number, a: { q: Int8Array; d: Fl
   return acc;
 }
 
-// Q4_K takes 8-bit activations for any token count (more than two: two rows × four tokens, dotQ4K8x24); token
-// counts 3, 5 and 9 leave remainders of the four-token groups, the odd row count a row without a partner
+// Q4_K takes 8-bit activations for any token count (more than two: two rows × four tokens, dotQ4K8x24, and from
+// eight tokens on rows cut once per chunk, dotQ4K8u24); token counts 3, 5, 9 and 13 leave remainders of the
+// four-token groups, the odd row count a row without a partner
 const CASES = [
   {
     type: GGMLType.Q4_K,
@@ -132,8 +136,9 @@ const CASES = [
     bytes: 144,
     model: modelQ4K,
     blocks: [1, 3, 5, 9],
-    tokens: [1, 2, 3, 5, 9],
+    tokens: [1, 2, 3, 5, 9, 13],
   },
+  // Q5_0 (products of one or two tokens) from its Q5_0R copy (dotQ5R8) and without one (dotQ5_08)
   { type: GGMLType.Q5_0, name: "Q5_0", bv: 32, bytes: 22, model: modelQ5_0, blocks: [1, 3, 7, 13, 44], tokens: [1, 2] },
   {
     type: GGMLType.Q6_K,
@@ -170,7 +175,7 @@ for (const c of CASES) {
           const a = quant8(x.subarray(t * cols, (t + 1) * cols), c.bv);
           for (let r = 0; r < rows; r++) want[t * rows + r] = c.model(data, r * w.rowBytes, nb, a);
         }
-        for (const be of [q8, q8one]) {
+        for (const be of c.type === GGMLType.Q5_0 ? [q8, q8one, q8nocopy] : [q8, q8one]) {
           const y = new Float64Array(n * rows);
           be.matmul(w, x, n, cols, y, rows);
           for (let i = 0; i < y.length; i++)

@@ -52,6 +52,7 @@ interface KernelExports {
   ): void;
   repackQ6K(src: number, rows: number, cols: number, dst: number): void;
   unsignQ6KR(p: number, rows: number, cols: number): void;
+  repackQ5_0u8(src: number, rows: number, cols: number, dst: number): void;
   gatherRows(src: number, rowBytes: number, idx: number, m: number, dst: number): void;
   swigluQuant(
     cls: number,
@@ -127,6 +128,13 @@ const SPIN = 20000;
 const Q6_KR = 1014;
 /** at most this many bytes of repacked Q6_K copies (the output matrix of most models fits) */
 const Q6KR_BUDGET = 1 << 30;
+/** kernel type of Q5_0 cut to u8 values (kernels.as Q5_0R), a copy made in q8 mode, read with 8-bit activations */
+const Q5_0R = 1006;
+/**
+ * a Q5_0R copy is made only where its arena keeps this much room free afterwards (work areas grow later: attention
+ * over a growing cache, longer prompts); without room the product reads the Q5_0 blocks (the same results)
+ */
+const COPY_HEADROOM = 256 << 20; // CpuBackendOptions.copyHeadroom's default
 /** added to a kernel type for its 8-bit-activation kernel (kernels.as Q8ACT; q8 mode) */
 const Q8ACT = 4096;
 /** the types with an 8-bit-activation kernel: Q4_K, Q5_0 and Q6_K repacked (Q8_0's weights use all of i8: exact path) */
@@ -416,6 +424,7 @@ class Pool {
     readonly threads: number,
     module: WebAssembly.Module,
     flags: string,
+    private readonly spin = SPIN,
   ) {
     for (let i = 1; i < threads; i++) {
       const ch = new MessageChannel();
@@ -429,7 +438,7 @@ class Pool {
           job: this.job.buffer,
           index: i,
           port: ch.port2,
-          spin: SPIN,
+          spin,
         },
         transferList: [ch.port2],
       });
@@ -479,7 +488,7 @@ class Pool {
     for (;;) {
       const d = Atomics.load(C, COMPLETED);
       if (d >= units) break;
-      if (++s > SPIN) Atomics.wait(C, COMPLETED, d, 50);
+      if (++s > this.spin) Atomics.wait(C, COMPLETED, d, 50);
     }
   }
 
@@ -502,6 +511,13 @@ export interface CpuBackendOptions {
   readonly relaxedSimd?: () => boolean;
   /** where the fallback line goes (default: stderr) */
   readonly onNote?: (line: string) => void;
+  /**
+   * q8 mode makes a Q5_0R copy of a Q5_0 matrix only where its arena keeps this many bytes free afterwards (default
+   * 256 MiB: room for work areas that grow later); Infinity makes none (less memory; tests of the Q5_0 kernels)
+   */
+  readonly copyHeadroom?: number;
+  /** iterations a waiting thread spins before it sleeps (Atomics.wait) */
+  readonly spin?: number;
 }
 
 /** Weights in shared wasm memory + the worker pool: a `MatKernels` for `model.kernels`. */
@@ -518,14 +534,17 @@ export class CpuBackend implements MatKernels {
 
   /** the activations in effect ("q8" only when asked for and relaxed SIMD is available) */
   readonly activations: CpuActivations;
+  /** see CpuBackendOptions.copyHeadroom */
+  private readonly copyHeadroom: number;
   private readonly module: WebAssembly.Module;
 
   constructor(opts: CpuBackendOptions = {}) {
     this.threads = Math.min(MAX_THREADS, Math.max(1, Math.floor(opts.threads ?? availableParallelism())));
     this.activations = CpuBackend.effectiveActivations(opts);
+    this.copyHeadroom = opts.copyHeadroom ?? COPY_HEADROOM;
     this.module = kernelModule(this.activations);
     this.name = `wasm-simd×${this.threads}${this.activations === "q8" ? " q8" : ""}`;
-    this.pool = new Pool(this.threads, this.module, this.activations === "q8" ? RELAXED_FLAG : "");
+    this.pool = new Pool(this.threads, this.module, this.activations === "q8" ? RELAXED_FLAG : "", opts.spin ?? SPIN);
   }
 
   private static effectiveActivations(opts: CpuBackendOptions): CpuActivations {
@@ -594,6 +613,7 @@ export class CpuBackend implements MatKernels {
     this.lazy = new WeakMap();
     this.q6kr.clear();
     this.q6krBytes = 0;
+    this.q5r.clear();
     this.slots.clear();
     this.freeRepacks.clear();
   }
@@ -607,6 +627,10 @@ export class CpuBackend implements MatKernels {
    * type of a product with an 8-bit kernel (decode; Q4_K at any token count) is its type + Q8ACT (then its activations are 8-bit: typeClass 3/4)
    */
   private resolve(w: QMatrix, n: number): [Arena, number, number, number] {
+    if (this.activations === "q8" && w.type === 6 && n <= Q8_MAX_TOKENS) {
+      const c = this.resolveQ5R(w);
+      if (c !== undefined) return c;
+    }
     const r = this.resolveExact(w, n);
     if (this.activations === "q8" && Q8_TYPES.has(r[2]) && (n <= Q8_MAX_TOKENS || Q8_ANY_TOKENS.has(r[2])))
       r[2] += Q8ACT;
@@ -636,6 +660,30 @@ export class CpuBackend implements MatKernels {
     return rp === 0 ? [a, wp, w.type, w.rowBytes] : [a, rp, Q6_KR, (w.cols / 256) * 276];
   }
 
+  /** q8 mode's Q5_0R copies (products of ≤ 2 tokens of a Q5_0 matrix read one when it exists): "arena:ptr:rows" → ptr (or 0: no room) */
+  private readonly q5r = new Map<string, number>();
+
+  /**
+   * q8 mode: where the Q5_0R copy of Q5_0 matrix `w` is (made at first use in w's arena, while the arena keeps
+   * copyHeadroom free), or undefined without one. In the copy a single-token dot only loads and dots: no fifth bits
+   * to cut, 36 bytes per 32 values read instead of 22 (docs/cpu-backend.md).
+   */
+  private resolveQ5R(w: QMatrix): [Arena, number, number, number] | undefined {
+    const [a, wp] = this.locate(w);
+    const key = `${a.index}:${wp}:${w.rows}`;
+    const rowBytes = (w.cols / 32) * 36;
+    let rp = this.q5r.get(key);
+    if (rp === undefined) {
+      const bytes = rowBytes * w.rows;
+      rp = this.reusedRepack(a, bytes) ?? 0;
+      if (rp === 0 && a.canFit(bytes + this.copyHeadroom)) rp = a.alloc(bytes).byteOffset;
+      if (rp !== 0) a.k.repackQ5_0u8(wp, w.rows, w.cols, rp);
+      this.q5r.set(key, rp);
+      this.slotOf(a, wp)?.repacks.push([key, rp, bytes]);
+    }
+    return rp === 0 ? undefined : [a, rp, Q5_0R + Q8ACT, rowBytes];
+  }
+
   /** reusable memory: slots in arena order of allocation (so by pointer), and repacked copies of released slots */
   private readonly slots = new Map<Arena, { start: number; end: number; repacks: [string, number, number][] }[]>();
   private readonly freeRepacks = new Map<string, number[]>();
@@ -660,6 +708,7 @@ export class CpuBackend implements MatKernels {
     if (a === undefined || slot === undefined) throw new Error("releaseSlot: not a slot of this backend");
     for (const [key, rp, bytes] of slot.repacks) {
       this.q6kr.delete(key);
+      this.q5r.delete(key);
       if (rp === 0) continue;
       const k = `${a.index}:${bytes}`;
       const free = this.freeRepacks.get(k);

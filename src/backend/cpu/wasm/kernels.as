@@ -28,7 +28,9 @@ const IQ4_NL: i32 = 20;
 const IQ4_XS: i32 = 23;
 /** internal: Q6_K repacked for single-token products (see repackQ6K) */
 const Q6_KR: i32 = 1014;
-/** internal: added to Q4_K, Q5_0 and Q6_KR for their 8-bit-activation kernels (q8 mode, relaxed-SIMD module only) */
+/** internal: Q5_0 cut to u8 values, a copy for q8 mode (see repackQ5_0u8; read only with Q8ACT added) */
+const Q5_0R: i32 = 1006;
+/** internal: added to Q4_K, Q5_0, Q5_0R and Q6_KR for their 8-bit-activation kernels (q8 mode, relaxed-SIMD module only) */
 const Q8ACT: i32 = 4096;
 
 // @ts-ignore: decorator
@@ -41,7 +43,7 @@ export function typeClass(type: i32): i32 {
   if (ASC_FEATURE_RELAXED_SIMD) {
     // the 8-bit-activation kernel types (q8 mode): class 3 = 32 values per scale, 4 = 256
     if (type == Q4_K + Q8ACT || type == Q6_KR + Q8ACT) return 4;
-    if (type == Q5_0 + Q8ACT) return 3;
+    if (type == Q5_0 + Q8ACT || type == Q5_0R + Q8ACT) return 3;
   }
   if (type == F32 || type == F16) return 0;
   if (type == Q8_0 || type == Q4_0 || type == Q5_0 || type == IQ4_NL) return 1;
@@ -1168,6 +1170,131 @@ function dotQ4K8x24(row: usize, row2: usize, nb: i32, aq: usize, aqStride: usize
   v128.store(out + 16, accB);
 }
 
+// Q4_K rows cut once per chunk of tokens (unpackQ4K8; the prefill path): per block 320 bytes — the 256 nibbles as u8
+// in sub-block order (sub-block 2j: the low nibbles of quant bytes 32j..32j+31, 2j+1: their high nibbles), the eight
+// scales as i16, Mlo and Mhi (the mins as i16 against the sums of 16, as dotQ4K8 builds them) and f16pair's [d, dmin,
+// d, dmin]. dotQ4K8u24 is dotQ4K8x24 reading them: no nibbles to cut, no scales to decode per four tokens; the same
+// integers and f32 operations, so the same bits as dotQ4K8.
+function unpackQ4K8(row: usize, nb: i32, S: usize): void {
+  const m4 = i8x16.splat(15);
+  for (let b = 0; b < nb; b++) {
+    const p = row + <usize>b * 144;
+    const o = S + <usize>b * 320;
+    for (let j = 0; j < 4; j++) {
+      const q = p + 16 + (<usize>j << 5);
+      const Q0 = v128.load(q);
+      const Q1 = v128.load(q + 16);
+      const d = o + (<usize>j << 6);
+      v128.store(d, v128.and(Q0, m4));
+      v128.store(d + 16, v128.and(Q1, m4));
+      v128.store(d + 32, v128.and(i16x8.shr_u(Q0, 4), m4));
+      v128.store(d + 48, v128.and(i16x8.shr_u(Q1, 4), m4));
+    }
+    const SM = scalesMinsQ4K(p + 4);
+    v128.store(o + 256, i16x8.extend_low_i8x16_u(SM));
+    v128.store(o + 272, i8x16.shuffle(SM, i8x16.splat(0), 8, 16, 8, 16, 9, 16, 9, 16, 10, 16, 10, 16, 11, 16, 11, 16));
+    v128.store(o + 288, i8x16.shuffle(SM, i8x16.splat(0), 12, 16, 12, 16, 13, 16, 13, 16, 14, 16, 14, 16, 15, 16, 15, 16));
+    v128.store(o + 304, f16pair(p));
+  }
+}
+
+function dotQ4K8u24(SA: usize, SB: usize, nb: i32, aq: usize, aqStride: usize, ad: usize, adStride: usize, asum: usize, asStride: usize, out: usize): void {
+  let accA = f32x4.splat(0);
+  let accB = accA;
+  for (let b = 0; b < nb; b++) {
+    const oA = SA + <usize>b * 320;
+    const oB = SB + <usize>b * 320;
+    const a = aq + (<usize>b << 8);
+    let x0 = i32x4.splat(0), x1 = x0, x2 = x0, x3 = x0, y0 = x0, y1 = x0, y2 = x0, y3 = x0;
+    // four passes of 32 quant bytes: sub-block 2j (low nibbles), then 2j + 1 (high nibbles)
+    for (let j = 0; j < 4; j++) {
+      const off = <usize>j << 6;
+      let wa0: v128, wa1: v128, wb0: v128, wb1: v128, sa: v128, sb: v128, at: usize, u: v128, v: v128;
+      wa0 = v128.load(oA + off);
+      wa1 = v128.load(oA + off + 16);
+      wb0 = v128.load(oB + off);
+      wb1 = v128.load(oB + off + 16);
+      sa = v128.load16_splat(oA + 256 + (<usize>(2 * j + 0) << 1));
+      sb = v128.load16_splat(oB + 256 + (<usize>(2 * j + 0) << 1));
+      at = a + (<usize>(2 * j + 0) << 5);
+      u = v128.load(at);
+      v = v128.load(at + 16);
+      x0 = i32x4.add(x0, i32x4.dot_i16x8_s(i16x8.add(rdot(u, wa0), rdot(v, wa1)), sa));
+      y0 = i32x4.add(y0, i32x4.dot_i16x8_s(i16x8.add(rdot(u, wb0), rdot(v, wb1)), sb));
+      at += aqStride;
+      u = v128.load(at);
+      v = v128.load(at + 16);
+      x1 = i32x4.add(x1, i32x4.dot_i16x8_s(i16x8.add(rdot(u, wa0), rdot(v, wa1)), sa));
+      y1 = i32x4.add(y1, i32x4.dot_i16x8_s(i16x8.add(rdot(u, wb0), rdot(v, wb1)), sb));
+      at += aqStride;
+      u = v128.load(at);
+      v = v128.load(at + 16);
+      x2 = i32x4.add(x2, i32x4.dot_i16x8_s(i16x8.add(rdot(u, wa0), rdot(v, wa1)), sa));
+      y2 = i32x4.add(y2, i32x4.dot_i16x8_s(i16x8.add(rdot(u, wb0), rdot(v, wb1)), sb));
+      at += aqStride;
+      u = v128.load(at);
+      v = v128.load(at + 16);
+      x3 = i32x4.add(x3, i32x4.dot_i16x8_s(i16x8.add(rdot(u, wa0), rdot(v, wa1)), sa));
+      y3 = i32x4.add(y3, i32x4.dot_i16x8_s(i16x8.add(rdot(u, wb0), rdot(v, wb1)), sb));
+      wa0 = v128.load(oA + off + 32);
+      wa1 = v128.load(oA + off + 48);
+      wb0 = v128.load(oB + off + 32);
+      wb1 = v128.load(oB + off + 48);
+      sa = v128.load16_splat(oA + 256 + (<usize>(2 * j + 1) << 1));
+      sb = v128.load16_splat(oB + 256 + (<usize>(2 * j + 1) << 1));
+      at = a + (<usize>(2 * j + 1) << 5);
+      u = v128.load(at);
+      v = v128.load(at + 16);
+      x0 = i32x4.add(x0, i32x4.dot_i16x8_s(i16x8.add(rdot(u, wa0), rdot(v, wa1)), sa));
+      y0 = i32x4.add(y0, i32x4.dot_i16x8_s(i16x8.add(rdot(u, wb0), rdot(v, wb1)), sb));
+      at += aqStride;
+      u = v128.load(at);
+      v = v128.load(at + 16);
+      x1 = i32x4.add(x1, i32x4.dot_i16x8_s(i16x8.add(rdot(u, wa0), rdot(v, wa1)), sa));
+      y1 = i32x4.add(y1, i32x4.dot_i16x8_s(i16x8.add(rdot(u, wb0), rdot(v, wb1)), sb));
+      at += aqStride;
+      u = v128.load(at);
+      v = v128.load(at + 16);
+      x2 = i32x4.add(x2, i32x4.dot_i16x8_s(i16x8.add(rdot(u, wa0), rdot(v, wa1)), sa));
+      y2 = i32x4.add(y2, i32x4.dot_i16x8_s(i16x8.add(rdot(u, wb0), rdot(v, wb1)), sb));
+      at += aqStride;
+      u = v128.load(at);
+      v = v128.load(at + 16);
+      x3 = i32x4.add(x3, i32x4.dot_i16x8_s(i16x8.add(rdot(u, wa0), rdot(v, wa1)), sa));
+      y3 = i32x4.add(y3, i32x4.dot_i16x8_s(i16x8.add(rdot(u, wb0), rdot(v, wb1)), sb));
+    }
+    // mins: m_j · (Σ16 + Σ16) per sub-block as in dotQ4K8, per row and token
+    const MloA = v128.load(oA + 272);
+    const MhiA = v128.load(oA + 288);
+    const MloB = v128.load(oB + 272);
+    const MhiB = v128.load(oB + 288);
+    const bs0 = asum + (<usize>b << 5);
+    const bs1 = bs0 + asStride;
+    const bs2 = bs1 + asStride;
+    const bs3 = bs2 + asStride;
+    const MA = isum4i(
+      i32x4.add(i32x4.dot_i16x8_s(v128.load(bs0), MloA), i32x4.dot_i16x8_s(v128.load(bs0 + 16), MhiA)),
+      i32x4.add(i32x4.dot_i16x8_s(v128.load(bs1), MloA), i32x4.dot_i16x8_s(v128.load(bs1 + 16), MhiA)),
+      i32x4.add(i32x4.dot_i16x8_s(v128.load(bs2), MloA), i32x4.dot_i16x8_s(v128.load(bs2 + 16), MhiA)),
+      i32x4.add(i32x4.dot_i16x8_s(v128.load(bs3), MloA), i32x4.dot_i16x8_s(v128.load(bs3 + 16), MhiA)),
+    );
+    const MB = isum4i(
+      i32x4.add(i32x4.dot_i16x8_s(v128.load(bs0), MloB), i32x4.dot_i16x8_s(v128.load(bs0 + 16), MhiB)),
+      i32x4.add(i32x4.dot_i16x8_s(v128.load(bs1), MloB), i32x4.dot_i16x8_s(v128.load(bs1 + 16), MhiB)),
+      i32x4.add(i32x4.dot_i16x8_s(v128.load(bs2), MloB), i32x4.dot_i16x8_s(v128.load(bs2 + 16), MhiB)),
+      i32x4.add(i32x4.dot_i16x8_s(v128.load(bs3), MloB), i32x4.dot_i16x8_s(v128.load(bs3 + 16), MhiB)),
+    );
+    // dotQ4K8's tail on lanes: Σi·(d·da) − Σm·(dmin·da), d and dmin from f16pair as there
+    const DA = load4f(ad + (<usize>b << 2), adStride);
+    const FA = v128.load(oA + 304);
+    const FB = v128.load(oB + 304);
+    accA = f32x4.add(accA, blockTerm8x4(isum4i(x0, x1, x2, x3), MA, FA, DA));
+    accB = f32x4.add(accB, blockTerm8x4(isum4i(y0, y1, y2, y3), MB, FB, DA));
+  }
+  v128.store(out, accA);
+  v128.store(out + 16, accB);
+}
+
 // four tokens' Σi·(d·da) − Σm·(dmin·da) (F = [d, dmin, d, dmin]), the f32 operations of dotQ4K8's tail lane by lane
 // @ts-ignore: decorator
 @inline function blockTerm8x4(I: v128, M: v128, F: v128, DA: v128): v128 {
@@ -1211,6 +1338,67 @@ function dotQ5_08(row: usize, nb: i32, aq: usize, ad: usize, asum: usize): f32 {
     const p = row + <usize>b * 22;
     const s = isumI(q5Block8(p, aq + (<usize>b << 5), m4, c16, idxLo, idxHi, bits)) - (load<i32>(asum + (<usize>b << 2)) << 4);
     acc += <f32>s * (f16(load<u16>(p)) * load<f32>(ad + (<usize>b << 2)));
+  }
+  return acc;
+}
+
+// Q5_0R (q8 mode's copy of Q5_0 for products of ≤ 2 tokens): a row as `cols` u8 values (nibble + 16·bit, 0..31:
+// the relaxed dot's i7 operand, no −16 yet) and nb f32 scales (f16 as dotQ5_08 converts them).
+function unpackQ5_0u8(row: usize, nb: i32, S: usize): void {
+  const sd = S + (<usize>nb << 5);
+  const m4 = i8x16.splat(15);
+  const c16 = i8x16.splat(16);
+  const idxLo = i8x16(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  const idxHi = i8x16(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const bits = i8x16(1, 2, 4, 8, 16, 32, 64, -128, 1, 2, 4, 8, 16, 32, 64, -128);
+  for (let b = 0; b < nb; b++) {
+    const p = row + <usize>b * 22;
+    store<f32>(sd + (<usize>b << 2), f16(load<u16>(p)));
+    const qh = i32x4.splat(load<u32>(p + 2));
+    const bLo = v128.and(c16, i8x16.eq(v128.and(i8x16.swizzle(qh, idxLo), bits), bits));
+    const bHi = v128.and(c16, i8x16.eq(v128.and(i8x16.swizzle(qh, idxHi), bits), bits));
+    const q = v128.load(p + 6);
+    const o = S + (<usize>b << 5);
+    v128.store(o, v128.or(v128.and(q, m4), bLo));
+    v128.store(o + 16, v128.or(v128.and(i16x8.shr_u(q, 4), m4), bHi));
+  }
+}
+
+/**
+ * q8 mode: rows of Q5_0 at src → Q5_0R at dst, each row as unpackQ5_0u8 cuts it ([nb·32 u8 values 0..31][nb f32
+ * scales], 36 bytes per 32 values against 22): the same numbers with no bit fields left, so that single-token products
+ * (dotQ5R8) only load and dot. (An empty function in the default module.)
+ */
+export function repackQ5_0u8(src: usize, rows: i32, cols: i32, dst: usize): void {
+  if (ASC_FEATURE_RELAXED_SIMD) {
+    const nb = cols >> 5;
+    for (let r = 0; r < rows; r++) unpackQ5_0u8(src + <usize>r * <usize>(nb * 22), nb, dst + <usize>r * <usize>(nb * 36));
+  }
+}
+
+// Q5_0R, one token: dotQ5_08's integers and f32 operations (four blocks at a time, terms added in block order) on the
+// cut values: the same bits as dotQ5_08 on the original row.
+// @ts-ignore: decorator
+@inline function q5rBlock8(w: usize, a: usize): v128 {
+  return i32x4.extadd_pairwise_i16x8_s(i16x8.add(rdot(v128.load(a), v128.load(w)), rdot(v128.load(a + 16), v128.load(w + 16))));
+}
+
+function dotQ5R8(row: usize, nb: i32, aq: usize, ad: usize, asum: usize): f32 {
+  const sd = row + (<usize>nb << 5);
+  let acc: f32 = 0;
+  let b = 0;
+  for (; b + 4 <= nb; b += 4) {
+    const o = <usize>b << 5;
+    const w = row + o;
+    const a = aq + o;
+    const bo = <usize>b << 2;
+    const I = i32x4.sub(isum4i(q5rBlock8(w, a), q5rBlock8(w + 32, a + 32), q5rBlock8(w + 64, a + 64), q5rBlock8(w + 96, a + 96)), i32x4.shl(v128.load(asum + bo), 4));
+    acc = addLanes(acc, f32x4.mul(f32x4.convert_i32x4_s(I), f32x4.mul(v128.load(sd + bo), v128.load(ad + bo))));
+  }
+  for (; b < nb; b++) {
+    const o = <usize>b << 5;
+    const s = isumI(q5rBlock8(row + o, aq + o)) - (load<i32>(asum + (<usize>b << 2)) << 4);
+    acc += <f32>s * (load<f32>(sd + (<usize>b << 2)) * load<f32>(ad + (<usize>b << 2)));
   }
   return acc;
 }
@@ -1275,9 +1463,12 @@ function dotQ6KR8(row: usize, nb: i32, aq: usize, ad: usize, asum: usize): f32 {
  * the products of the 8-bit kernel types: single-token dots, and for Q4_K two rows × four tokens (dotQ4K8x24, the same
  * bits) in chunks of `tc` tokens when a chunk has four or more
  */
+/** Q4_K chunks of at least this many tokens cut their rows once (unpackQ4K8, dotQ4K8u24) */
+const CUT_MIN: i32 = 8;
+
 function matmulQ8(type: i32, w: usize, rowBytes: i32, r0: i32, r1: i32, cols: i32, n: i32, aq: usize, ad: usize, asum: usize, y: usize, yStride: i32, S: usize, tc: i32): void {
   const base = type - Q8ACT;
-  const nb = cols / (base == Q5_0 ? 32 : 256);
+  const nb = cols / (base == Q5_0 || base == Q5_0R ? 32 : 256);
   const aqRow = <usize>cols << 1;
   const adRow = <usize>nb << 2;
   const asRow = <usize>nb << 5;
@@ -1286,12 +1477,21 @@ function matmulQ8(type: i32, w: usize, rowBytes: i32, r0: i32, r1: i32, cols: i3
     const t1 = min(n, t0 + tc);
     let r = r0;
     if (base == Q4_K && t1 - t0 >= 4) {
+      // rows in pairs, cut once per chunk (unpackQ4K8) when the chunk has CUT_MIN or more tokens
+      const SA = S + 64;
+      const SB = SA + <usize>nb * 320;
+      const cut = t1 - t0 >= CUT_MIN;
       for (; r + 2 <= r1; r += 2) {
         const rp = w + <usize>r * <usize>rowBytes;
         const rp2 = rp + <usize>rowBytes;
+        if (cut) {
+          unpackQ4K8(rp, nb, SA);
+          unpackQ4K8(rp2, nb, SB);
+        }
         let t = t0;
         for (; t + 4 <= t1; t += 4) {
-          dotQ4K8x24(rp, rp2, nb, aq + <usize>t * aqRow, aqRow, ad + <usize>t * adRow, adRow, asum + <usize>t * asRow, asRow, S, tmp);
+          if (cut) dotQ4K8u24(SA, SB, nb, aq + <usize>t * aqRow, aqRow, ad + <usize>t * adRow, adRow, asum + <usize>t * asRow, asRow, tmp);
+          else dotQ4K8x24(rp, rp2, nb, aq + <usize>t * aqRow, aqRow, ad + <usize>t * adRow, adRow, asum + <usize>t * asRow, asRow, S, tmp);
           for (let k = 0; k < 4; k++) {
             store<f32>(y + (<usize>((t + k) * yStride + r) << 2), load<f32>(tmp + (<usize>k << 2)));
             store<f32>(y + (<usize>((t + k) * yStride + r + 1) << 2), load<f32>(tmp + 16 + (<usize>k << 2)));
@@ -1311,6 +1511,7 @@ function matmulQ8(type: i32, w: usize, rowBytes: i32, r0: i32, r1: i32, cols: i3
         let v: f32;
         if (base == Q4_K) v = dotQ4K8(rp, nb, qa, da, sa);
         else if (base == Q5_0) v = dotQ5_08(rp, nb, qa, da, sa);
+        else if (base == Q5_0R) v = dotQ5R8(rp, nb, qa, da, sa);
         else v = dotQ6KR8(rp, nb, qa, da, sa);
         store<f32>(y + (<usize>(t * yStride + r) << 2), v);
       }

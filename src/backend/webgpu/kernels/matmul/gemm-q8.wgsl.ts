@@ -19,7 +19,7 @@
  * Modes, grids, bindings and parameters are the f32 kernel's; columns a multiple of `ks` (32, 64 or 128).
  */
 import { dequantWGSL, q8WeightForm, q8WeightWGSL } from "../quant.wgsl.js";
-import { dequantForW2, GEMM_STEP, gemmAcc, gemmEntryWGSL, type GemmShape } from "./gemm.wgsl.js";
+import { dequantForW2, GEMM_STEP, gemmAcc, gemmEntryWGSL, gemmLayout, type GemmShape } from "./gemm.wgsl.js";
 import { matOutWGSL } from "./mat.wgsl.js";
 import { chunkBindingsWGSL } from "./wide.wgsl.js";
 
@@ -32,21 +32,9 @@ export function gemmQ8SharedBytes(s: GemmShape, dual: boolean): number {
 
 export function gemmQ8WGSL(type: number, mode: "plain" | "experts-list", s: GemmShape, dual = false): string {
   const { rows: BM, tokens: BN, tm: TM, tn: TN } = s;
-  const TX = BM / TM;
-  const TY = BN / TN;
-  const WG = TX * TY;
+  const { TX, TY, WG, NS } = gemmLayout(s, [32, 64, 128], "q8 gemm kernel");
   const KB = s.ks / 32; // units a step
   const KH = 2 * KB; // half-units a step
-  const NS = s.cols / s.ks;
-  if (
-    !Number.isInteger(TX) ||
-    !Number.isInteger(TY) ||
-    TX < 8 ||
-    WG > 256 ||
-    !Number.isInteger(NS) ||
-    ![32, 64, 128].includes(s.ks)
-  )
-    throw new Error(`q8 gemm kernel: bad shape ${JSON.stringify(s)}`);
   const form = q8WeightForm(type);
   const S = dual ? 2 : 1;
   const PW = BM + 1;

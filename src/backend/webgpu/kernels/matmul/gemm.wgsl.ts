@@ -73,12 +73,18 @@ export function dequantForW2(type: number, extra = deq4WGSL(type), names: readon
     .replace(new RegExp(`\\b(${fns})\\(`, "g"), "$1_2(");
 }
 
-export function gemmWGSL(type: number, mode: "plain" | "experts-list", s: GemmShape, dual = false): string {
-  const { rows: BM, tokens: BN, tm: TM, tn: TN } = s;
-  const TX = BM / TM;
-  const TY = BN / TN;
+/**
+ * A register-tiled shape's threads along the rows (TX) and the tokens (TY), workgroup size and steps, checked: whole
+ * threads, at least 8 along the rows, at most 256 in all, whole steps of one of `steps` columns.
+ */
+export function gemmLayout(
+  s: GemmShape,
+  steps: readonly number[],
+  kernel: string,
+): { TX: number; TY: number; WG: number; NS: number } {
+  const TX = s.rows / s.tm;
+  const TY = s.tokens / s.tn;
   const WG = TX * TY;
-  const KV = s.ks / 4;
   const NS = s.cols / s.ks;
   if (
     !Number.isInteger(TX) ||
@@ -86,9 +92,16 @@ export function gemmWGSL(type: number, mode: "plain" | "experts-list", s: GemmSh
     TX < 8 ||
     WG > 256 ||
     !Number.isInteger(NS) ||
-    (s.ks !== 16 && s.ks !== 32)
+    !steps.includes(s.ks)
   )
-    throw new Error(`gemm kernel: bad shape ${JSON.stringify(s)}`);
+    throw new Error(`${kernel}: bad shape ${JSON.stringify(s)}`);
+  return { TX, TY, WG, NS };
+}
+
+export function gemmWGSL(type: number, mode: "plain" | "experts-list", s: GemmShape, dual = false): string {
+  const { rows: BM, tokens: BN, tm: TM, tn: TN } = s;
+  const { TX, TY, WG, NS } = gemmLayout(s, [16, 32], "gemm kernel");
+  const KV = s.ks / 4;
   const S = dual ? 2 : 1;
   const PW = BM + 1; // padded column-vec4 stride of the weight tiles
   const PX = BN + 1;

@@ -6,8 +6,9 @@ import {
   attentionScratch,
   type AttentionArgs,
 } from "../../../src/backend/webgpu/kernels/attention/attention.js";
-import { GpuRuntime, type OutRange } from "../../../src/backend/webgpu/core/runtime.js";
-import { f32, type Rng, u32 } from "./helpers.js";
+import assert from "node:assert/strict";
+import { GpuRuntime } from "../../../src/backend/webgpu/core/runtime.js";
+import { f32, record, relErr, Rng, u32 } from "./helpers.js";
 
 export interface Case {
   readonly heads: number;
@@ -182,15 +183,34 @@ export function withKeys(x: Inputs, v: ArrayLike<number>): number[] {
 /** A runtime that records the labels of its dispatches. */
 export class Spy extends GpuRuntime {
   labels: string[] = [];
-  override dispatch(
-    label: string,
-    code: string,
-    buffers: readonly GPUBuffer[],
-    params: Uint32Array,
-    groups: readonly [number, number?, number?],
-    outputs: readonly OutRange[] = [],
-  ): void {
-    this.labels.push(label);
-    super.dispatch(label, code, buffers, params, groups, outputs);
+  override dispatch(...args: Parameters<GpuRuntime["dispatch"]>): void {
+    this.labels.push(args[0]);
+    super.dispatch(...args);
   }
+}
+
+const TOL = 1e-4;
+
+/**
+ * Case `k` (inputs from `seed`) on `r` against the float64 reference and, with `previous`, against that runtime's
+ * kernels (on the keys each query has); returns r's dispatch labels. `kernel` names the kernel in the recorded errors.
+ */
+export async function checkAttention(
+  kernel: string,
+  name: string,
+  k: Case,
+  r: Spy,
+  seed: number,
+  previous?: GpuRuntime,
+): Promise<string[]> {
+  const x = build(new Rng(seed), k);
+  const got = await run(r, x);
+  const err = record(`attn ${kernel} ${name}`, relErr(got, reference(x)));
+  assert.ok(err <= TOL, `${name}: error ${err.toExponential(2)} against the float64 reference`);
+  if (previous !== undefined) {
+    const old = await run(previous, x);
+    const errOld = relErr(withKeys(x, got), withKeys(x, old));
+    assert.ok(errOld <= TOL, `${name}: differs from the previous kernels by ${errOld.toExponential(2)}`);
+  }
+  return r.labels;
 }

@@ -9,8 +9,8 @@ import { GpuRuntime, type RuntimeOptions } from "../../../src/backend/webgpu/cor
 import type { KernelTuning } from "../../../src/backend/webgpu/core/tuning.js";
 import { ATTN_TILED_FROM, attnTiledChoice } from "../../../src/backend/webgpu/kernels/attention/select.js";
 import { attnTiledBytes, attnTiledGroup } from "../../../src/backend/webgpu/kernels/attention/tiled.wgsl.js";
-import { gpuOrSkip, record, relErr, Rng } from "./helpers.js";
-import { build, type Case, reference, run, Spy, withKeys } from "./attn-cases.js";
+import { gpuOrSkip, relErr, Rng } from "./helpers.js";
+import { build, type Case, checkAttention, reference, run, Spy } from "./attn-cases.js";
 
 const { rt, skip } = await gpuOrSkip();
 const TOL = 1e-4;
@@ -29,17 +29,8 @@ const SPLIT = ["attention tiled split", "attention tiled combine"];
  * width costs lavapipe a compile of the other kernels too), against the chunked kernels; returns its dispatch labels.
  */
 async function check(name: string, k: Case, tune: KernelTuning = {}, seed = 1, previous = false): Promise<string[]> {
-  const x = build(new Rng(seed), k);
-  const want = reference(x);
   const r = runtime(tune);
-  const got = await run(r, x);
-  const err = record(`attn tiled ${name}`, relErr(got, want));
-  assert.ok(err <= TOL, `${name}: error ${err.toExponential(2)} against the float64 reference`);
-  if (previous) {
-    const old = await run(runtime({ attnTiled: 0, attn: 0 }), x);
-    const errOld = relErr(withKeys(x, got), withKeys(x, old));
-    assert.ok(errOld <= TOL, `${name}: differs from the previous kernels by ${errOld.toExponential(2)}`);
-  }
+  await checkAttention("tiled", name, k, r, seed, previous ? runtime({ attnTiled: 0, attn: 0 }) : undefined);
   assert.ok(
     r.labels.every((l) => l.startsWith("attention tiled")),
     `${name}: dispatched ${r.labels.join(", ")}`,

@@ -12,8 +12,8 @@ import {
 import type { RuntimeOptions } from "../../../src/backend/webgpu/core/runtime.js";
 import type { KernelTuning } from "../../../src/backend/webgpu/core/tuning.js";
 import { attnWidePlan } from "../../../src/backend/webgpu/kernels/attention/select.js";
-import { f32, gpuOrSkip, record, relErr, Rng, u32 } from "./helpers.js";
-import { build, type Case, O_OFF, reference, run, Spy, withKeys } from "./attn-cases.js";
+import { f32, gpuOrSkip, relErr, Rng, u32 } from "./helpers.js";
+import { build, type Case, checkAttention, O_OFF, reference, run, Spy } from "./attn-cases.js";
 
 const { rt, skip: noGpu } = await gpuOrSkip();
 const skip =
@@ -31,16 +31,7 @@ function runtime(tune: KernelTuning = {}, opts: RuntimeOptions = {}): Spy {
 
 /** The new kernel (with `tune`), checked against the reference and the previous kernels; returns its dispatch labels. */
 async function check(name: string, k: Case, tune: KernelTuning = {}, seed = 1): Promise<string[]> {
-  const x = build(new Rng(seed), k);
-  const want = reference(x);
-  const r = runtime(tune);
-  const got = await run(r, x);
-  const err = record(`attn wide ${name}`, relErr(got, want));
-  assert.ok(err <= TOL, `${name}: error ${err.toExponential(2)} against the float64 reference`);
-  const old = await run(runtime({ attn: 0 }), x);
-  const errOld = relErr(withKeys(x, got), withKeys(x, old));
-  assert.ok(errOld <= TOL, `${name}: differs from the previous kernels by ${errOld.toExponential(2)}`);
-  return r.labels;
+  return checkAttention("wide", name, k, runtime(tune), seed, runtime({ attn: 0 }));
 }
 
 const ONE = ["attention wide"];

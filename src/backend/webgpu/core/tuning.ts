@@ -119,6 +119,11 @@ export const KNOBS = {
     doc: "1: the row-tiled kernel loads a Q4_K block header once for a thread's chunks of one step (RowTileShape.shareHeader), 0 not",
     default: "1 where subgroups are 32 wide or more (GPUs), else 0",
   },
+  rowTileQ8: {
+    family: "matmul",
+    doc: "with activations q8: 1 the row-tiled products of types with an integer form run on int8 dot products (rowtile-q8.wgsl.ts), 0 on the f32 row-tiled kernel",
+    default: "1",
+  },
   gemm: {
     family: "matmul",
     doc: "the register-tiled kernel (gemm.wgsl.ts) for plain products of ≥ GEMM_FROM = 128 tokens and expert lists averaging ≥ GEMM_EXPERTS_FROM = 24 pairs an expert: 1 on (also on CPU adapters), 2 on from any count (where the wide kernel does not take the product), 0 off",

@@ -30,6 +30,25 @@ export function gemmQ8SharedBytes(s: GemmShape, dual: boolean): number {
   return (dual ? 2 : 1) * perMatrix + 2 * units * (s.tokens + 1) * 16 + units * (s.tokens + 1) * 8;
 }
 
+/**
+ * WGSL statements quantizing 32 values of x (8 vec4s from X at vec4 index `xb`; zeros unless `live`) as ggml's q8_1:
+ * d = amax/127, q = round(x/d) (nearest even); they define `xqa` and `xqb` (the two halves' 16 int8 each, packed) and
+ * `xd` = (d, d·Σq). Shared by the register-tiled and row-tiled q8 kernels.
+ */
+export function quantizeX32WGSL(live: string, xb: string): string {
+  const V = Array.from({ length: 8 }, (_, c) => c);
+  return `${V.map((c) => `var v${c} = vec4f(0.0);`).join(" ")}
+        if (${live}) { let xb = ${xb}; ${V.map((c) => `v${c} = X[xb + ${c}u];`).join(" ")} }
+        let a4 = max(max(max(abs(v0), abs(v1)), max(abs(v2), abs(v3))), max(max(abs(v4), abs(v5)), max(abs(v6), abs(v7))));
+        let d = max(max(a4.x, a4.y), max(a4.z, a4.w)) / 127.0;
+        let id = select(0.0, 1.0 / d, d > 0.0);
+        ${V.map((c) => `let q${c} = vec4i(round(v${c} * id));`).join(" ")}
+        let xqa = vec4u(pack4xI8(q0), pack4xI8(q1), pack4xI8(q2), pack4xI8(q3));
+        let xqb = vec4u(pack4xI8(q4), pack4xI8(q5), pack4xI8(q6), pack4xI8(q7));
+        let qs = ((q0 + q1) + (q2 + q3)) + ((q4 + q5) + (q6 + q7));
+        let xd = vec2f(d, d * f32((qs.x + qs.y) + (qs.z + qs.w)));`;
+}
+
 export function gemmQ8WGSL(type: number, mode: "plain" | "experts-list", s: GemmShape, dual = false): string {
   const { rows: BM, tokens: BN, tm: TM, tn: TN } = s;
   const { TX, TY, WG, NS } = gemmLayout(s, [32, 64, 128], "q8 gemm kernel");
@@ -74,21 +93,14 @@ export function gemmQ8WGSL(type: number, mode: "plain" | "experts-list", s: Gemm
         .map((k) => `${WC(k)}[h * ${PW}u + row] = ${wsc(k)}(rb, st * ${KB}u + h);`)
         .join(" ")}`,
   );
-  const V = range(8);
   // token `row` of the tile, unit h of the step: x quantized as ggml's q8_1 (zeros past the tile's tokens)
   const stageX = slots(
     BN * KB,
     KB,
-    () => `let t = row; ${V.map((c) => `var v${c} = vec4f(0.0);`).join(" ")}
-        if (t < nt) { let xb = (${xRow}) + st * ${s.ks / 4}u + 8u * h; ${V.map((c) => `v${c} = X[xb + ${c}u];`).join(" ")} }
-        let a4 = max(max(max(abs(v0), abs(v1)), max(abs(v2), abs(v3))), max(max(abs(v4), abs(v5)), max(abs(v6), abs(v7))));
-        let d = max(max(a4.x, a4.y), max(a4.z, a4.w)) / 127.0;
-        let id = select(0.0, 1.0 / d, d > 0.0);
-        ${V.map((c) => `let q${c} = vec4i(round(v${c} * id));`).join(" ")}
-        XQ[2u * h * ${PX}u + t] = vec4u(pack4xI8(q0), pack4xI8(q1), pack4xI8(q2), pack4xI8(q3));
-        XQ[(2u * h + 1u) * ${PX}u + t] = vec4u(pack4xI8(q4), pack4xI8(q5), pack4xI8(q6), pack4xI8(q7));
-        let qs = ((q0 + q1) + (q2 + q3)) + ((q4 + q5) + (q6 + q7));
-        XD[h * ${PX}u + t] = vec2f(d, d * f32((qs.x + qs.y) + (qs.z + qs.w)));`,
+    () => `let t = row; ${quantizeX32WGSL("t < nt", `(${xRow}) + st * ${s.ks / 4}u + 8u * h`)}
+        XQ[2u * h * ${PX}u + t] = xqa;
+        XQ[(2u * h + 1u) * ${PX}u + t] = xqb;
+        XD[h * ${PX}u + t] = xd;`,
   );
   const dot = (w: string, x: string): string =>
     `dot4I8Packed(${w}.x, ${x}.x) + dot4I8Packed(${w}.y, ${x}.y) + dot4I8Packed(${w}.z, ${x}.z) + dot4I8Packed(${w}.w, ${x}.w)`;

@@ -24,6 +24,7 @@ import { gpuSupports, unitSize } from "../quant.wgsl.js";
 import { gemmWGSL as gemmSource } from "./gemm.wgsl.js";
 import { gemmQ8WGSL as gemmQ8Source } from "./gemm-q8.wgsl.js";
 import { matmulRowsWGSL as rowTileSource } from "./rowtile.wgsl.js";
+import { matmulRowsQ8WGSL as rowTileQ8Source } from "./rowtile-q8.wgsl.js";
 import { coalescedShape, expertsFrom, gemmShape, rowTileShape, wideShape } from "./select.js";
 import {
   fusionBuffers,
@@ -38,6 +39,7 @@ const matvecWideWGSL = memoWGSL(wideSource);
 const matmulRowsWGSL = memoWGSL(rowTileSource);
 const gemmWGSL = memoWGSL(gemmSource);
 const gemmQ8WGSL = memoWGSL(gemmQ8Source);
+const matmulRowsQ8WGSL = memoWGSL(rowTileQ8Source);
 
 /** A tiled matrix-matrix kernel for a product: its code, rows per workgroup and tokens (pairs) per tile. */
 interface TiledKernel {
@@ -68,7 +70,11 @@ function tiledKernel(
     };
   const rowTile = rowTileShape(rt, m, n, mode, aligned, rowsTotal, dual);
   if (rowTile !== undefined)
-    return { code: matmulRowsWGSL(m.type, mode, rowTile, dual), rows: rowTile.rows, tokens: rowTile.tokens };
+    return {
+      code: (rowTile.q8 === true ? matmulRowsQ8WGSL : matmulRowsWGSL)(m.type, mode, rowTile, dual),
+      rows: rowTile.rows,
+      tokens: rowTile.tokens,
+    };
   return undefined;
 }
 const matvecCoalescedWGSL = memoWGSL(coalescedSource);

@@ -40,6 +40,8 @@ export interface RowTileShape {
   readonly pipe?: boolean;
   /** a thread's chunks of one step that share a block (Q4_K) load its header once (TypeCode.sharedHeader) */
   readonly shareHeader?: boolean;
+  /** integer dot products on activations quantized to int8 (rowtile-q8.wgsl.ts; whole 32-column units a slice) */
+  readonly q8?: boolean;
 }
 
 /** Vec4s of workgroup memory the kernel declares: the staged x tile, reused for the partial sums of slices 1.. */

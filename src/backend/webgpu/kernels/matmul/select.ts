@@ -11,6 +11,7 @@ import { gemmQ8SharedBytes } from "./gemm-q8.wgsl.js";
 import { GEMM_STEP, gemmSharedBytes, type GemmShape } from "./gemm.wgsl.js";
 import { MV_WG } from "./mat.wgsl.js";
 import { rowTileSharedVec4s, type RowTileShape } from "./rowtile.wgsl.js";
+import { rowTileQ8Fits, rowTileQ8SharedBytes } from "./rowtile-q8.wgsl.js";
 import {
   STAGE_PAD,
   stagedVec4s,
@@ -219,7 +220,22 @@ export function rowTileShape(
     ...(pipe ? { pipe: true } : {}),
     ...(header ? { shareHeader: true } : {}),
   };
-  return streams(ksplit) <= MAX_STREAMS && fits(ksplit) ? shape : undefined;
+  if (streams(ksplit) > MAX_STREAMS || !fits(ksplit)) return undefined;
+  // activations q8 on types with an integer form: the same shape on int8 dot products, where its slices take whole
+  // 32-column units (its workgroup memory is under the f32 kernel's: x as bytes)
+  // (its steps widened, else its threads a row halved, until every slice takes whole groups of units: Q4_K's pairs)
+  let ksQ8 = ks;
+  let splitQ8 = ksplit;
+  while (!rowTileQ8Fits(m.type, { ...shape, ks: ksQ8, ksplit: splitQ8 }) && m.cols % (2 * ksQ8) === 0) ksQ8 *= 2;
+  while (!rowTileQ8Fits(m.type, { ...shape, ks: ksQ8, ksplit: splitQ8 }) && splitQ8 > 1) splitQ8 /= 2;
+  const q8Shape = { rows: Math.max(sg, 256 / splitQ8), ksplit: splitQ8, tokens, ks: ksQ8, cols: m.cols, q8: true };
+  const q8 =
+    rt.activations === "q8" &&
+    rt.tune.rowTileQ8 !== 0 &&
+    (Q8_WEIGHT_TYPES as readonly number[]).includes(m.type) &&
+    rowTileQ8Fits(m.type, q8Shape) &&
+    rowTileQ8SharedBytes(q8Shape, dual) <= limit;
+  return q8 ? q8Shape : shape;
 }
 
 /**

@@ -1,0 +1,230 @@
+/**
+ * The row-tiled kernel on integer dot products, for the opt-in 8-bit activations (RuntimeOptions `activations: "q8"`):
+ * the shapes, grids, modes and bindings of rowtile.wgsl.ts (one thread per row or `ksplit` threads per row, a tile of
+ * tokens or of an expert's pairs, steps of `ks` columns), with the arithmetic of gemm-q8.wgsl.ts:
+ * - per step each thread first loads its units' weights as integers (q8WeightWGSL: 32 int8 per 32-column unit, two
+ *   vec4u) and the unit's (s0, s1, min), then the workgroup stages the tile's x quantized per 32 values as ggml's q8_1
+ *   (d = amax/127, q = round(x/d), d·Σq) between two barriers;
+ * - a (row, token) unit is eight `dot4I8Packed` against two broadcast vec4u reads of workgroup memory, exact in i32,
+ *   and one scaled f32 update (Q6_K: its two half scales on their halves' sums; types with mins subtract min·d·Σq).
+ *
+ * Why: at a batched decode step the routed experts get a few pairs each, too few for the register-tiled kernels; the
+ * f32 row-tiled kernel spends a multiply-add and a quarter of a workgroup-memory read per weight and token, here one
+ * integer instruction does four and a read serves sixteen. With `ksplit` > 1 the slices' partial sums meet in
+ * workgroup memory at the end, as in the f32 kernel.
+ */
+import { GGMLType } from "../../../../gguf/types.js";
+import { dequantWGSL, q8WeightForm, q8WeightWGSL } from "../quant.wgsl.js";
+import { dequantForW2, GEMM_STEP } from "./gemm.wgsl.js";
+import { quantizeX32WGSL } from "./gemm-q8.wgsl.js";
+import { expertListWGSL, matOutWGSL } from "./mat.wgsl.js";
+import type { RowTileShape } from "./rowtile.wgsl.js";
+import { chunkBindingsWGSL } from "./wide.wgsl.js";
+
+const range = (n: number): number[] => Array.from({ length: n }, (_, i) => i);
+
+/** Bytes of workgroup memory the q8 row-tiled kernel declares (x tile, its scales, the slices' partial sums). */
+export function rowTileQ8SharedBytes(s: RowTileShape, dual: boolean): number {
+  const units = s.ks / 32;
+  return (
+    2 * units * s.tokens * 16 +
+    units * s.tokens * 8 +
+    Math.max(1, (s.ksplit - 1) * s.rows * (dual ? 2 : 1) * s.tokens) * 4
+  );
+}
+
+/** 32-column units a thread takes together: Q4_K's two that share their 32 bytes of nibbles, else one. */
+export function rowTileQ8Group(type: number): number {
+  return type === GGMLType.Q4_K ? 2 : 1;
+}
+
+/** Whether the q8 row-tiled kernel takes a shape: whole groups of 32-column units a step, shared evenly by the slices. */
+export function rowTileQ8Fits(type: number, s: RowTileShape): boolean {
+  const groups = s.ks / 32 / rowTileQ8Group(type);
+  return Number.isInteger(groups) && groups % s.ksplit === 0 && s.cols % s.ks === 0;
+}
+
+/**
+ * Q4_K read as vec4s (its 144-byte blocks are 16-byte aligned): a block's header (d, dmin and the 12 scale bytes) is one
+ * vec4u, each pair of units (2q, 2q + 1) the low and high nibbles of the same two vec4u.
+ */
+const Q4K_VEC4 = /* wgsl */ `
+fn sbyte(h: vec4u, k: u32) -> u32 { return (h[1u + (k >> 2u)] >> (8u * (k & 3u))) & 255u; }
+// unit j's (d·sc, d·sc, dmin·m, 0): ggml's get_scale_min_k4 on the header's scale bytes
+fn q4kScale(h: vec4u, j: u32) -> vec4f {
+  var sc: u32; var mn: u32;
+  if (j < 4u) { sc = sbyte(h, j) & 63u; mn = sbyte(h, j + 4u) & 63u; }
+  else { sc = (sbyte(h, j + 4u) & 15u) | ((sbyte(h, j - 4u) >> 6u) << 4u); mn = (sbyte(h, j + 4u) >> 4u) | ((sbyte(h, j) >> 6u) << 4u); }
+  let dm = unpack2x16float(h.x);
+  let dl = dm.x * f32(sc);
+  return vec4f(dl, dl, dm.y * f32(mn), 0.0);
+}`;
+
+export function matmulRowsQ8WGSL(type: number, mode: "plain" | "experts-list", s: RowTileShape, dual = false): string {
+  const { rows: RW, ksplit: KSPL, tokens: T } = s;
+  if (!rowTileQ8Fits(type, s) || T % 4 !== 0) throw new Error(`q8 row-tiled kernel: bad shape ${JSON.stringify(s)}`);
+  const WG = RW * KSPL;
+  const KB = s.ks / 32; // units a step
+  const GU = rowTileQ8Group(type); // units a thread takes together
+  const PER = KB / KSPL; // units a thread takes of each step
+  const vec4 = type === GGMLType.Q4_K;
+  const NS = s.cols / s.ks;
+  const form = q8WeightForm(type);
+  const S = dual ? 2 : 1;
+  const sfx = (k: number): string => (k === 0 ? "" : "_2");
+  const acc = (k: number, t: number): string => `a${k}_${t}`;
+  // x row (vec4 index) of tile token t (t < nt)
+  const xRow = mode === "plain" ? "xq + (t0 + t) * xs4" : "(p.xOff + (IDS[lb + t0 + t] / p.xDiv) * p.xBatch) >> 2u";
+  // unit j of a thread's units of a step is unit unitOf(j) of the step: groups of GU units, group g = slice + g·ksplit
+  const unitOf = (j: number): string => `(${GU}u * (slice + ${Math.floor(j / GU) * KSPL}u) + ${j % GU}u)`;
+  // Q4_K: per pair of units the block's header and the pair's two vec4u of nibbles (low: the first unit, high: the second)
+  const vec4Loads = range(PER / GU)
+    .map((g) => {
+      const j0 = g * GU;
+      return `let u${j0} = st * ${KB}u + ${unitOf(j0)}; let u${j0 + 1} = u${j0} + 1u;
+      let bo${g} = (rb >> 4u) + (u${j0} >> 3u) * 9u; let pq${g} = (u${j0} & 7u) >> 1u;
+      ${range(S)
+        .map((k) => {
+          const Wk = k === 0 ? "W" : "W2";
+          return `let hd${k}_${g} = ${Wk}[bo${g}];
+      let qa${k}_${g} = ${Wk}[bo${g} + 1u + 2u * pq${g}]; let qb${k}_${g} = ${Wk}[bo${g} + 2u + 2u * pq${g}];
+      let wa${k}_${j0} = qa${k}_${g} & vec4u(0x0f0f0f0fu); let wb${k}_${j0} = qb${k}_${g} & vec4u(0x0f0f0f0fu);
+      let wa${k}_${j0 + 1} = (qa${k}_${g} >> vec4u(4u)) & vec4u(0x0f0f0f0fu); let wb${k}_${j0 + 1} = (qb${k}_${g} >> vec4u(4u)) & vec4u(0x0f0f0f0fu);
+      let c${k}_${j0} = q4kScale(hd${k}_${g}, u${j0} & 7u); let c${k}_${j0 + 1} = q4kScale(hd${k}_${g}, u${j0 + 1} & 7u);`;
+        })
+        .join("\n      ")}`;
+    })
+    .join("\n      ");
+  // other types: unit by unit through q8WeightWGSL, loaded before the x staging's barriers
+  const loads = range(PER)
+    .map((j) => {
+      const u = `st * ${KB}u + ${unitOf(j)}`;
+      return `let u${j} = ${u}; let e${j} = u${j} * 32u;
+      ${range(S)
+        .map(
+          (k) =>
+            `let wa${k}_${j} = vec4u(wq4${sfx(k)}(rb, e${j}), wq4${sfx(k)}(rb, e${j} + 4u), wq4${sfx(k)}(rb, e${j} + 8u), wq4${sfx(k)}(rb, e${j} + 12u));
+      let wb${k}_${j} = vec4u(wq4${sfx(k)}(rb, e${j} + 16u), wq4${sfx(k)}(rb, e${j} + 20u), wq4${sfx(k)}(rb, e${j} + 24u), wq4${sfx(k)}(rb, e${j} + 28u));
+      let c${k}_${j} = wsc${sfx(k)}(rb, u${j});`,
+        )
+        .join("\n      ")}`;
+    })
+    .join("\n      ");
+  const dot = (w: string, x: string): string =>
+    `dot4I8Packed(${w}.x, ${x}.x) + dot4I8Packed(${w}.y, ${x}.y) + dot4I8Packed(${w}.z, ${x}.z) + dot4I8Packed(${w}.w, ${x}.w)`;
+  // unit j of the thread, token t: the integer sums, then the scaled terms
+  const use = (j: number, t: number): string => {
+    const h = unitOf(j);
+    const head = `{ let xa = XQ[2u * ${h} * ${T}u + ${t}u]; let xb = XQ[(2u * ${h} + 1u) * ${T}u + ${t}u]; let d = XD[${h} * ${T}u + ${t}u];`;
+    const body = range(S).map((k) => {
+      const a = acc(k, t);
+      const c = `c${k}_${j}`;
+      const term = form.twoScales
+        ? `${a} = fma(d.x, fma(${c}.x, f32(${dot(`wa${k}_${j}`, "xa")}), ${c}.y * f32(${dot(`wb${k}_${j}`, "xb")})), ${a});`
+        : `${a} = fma(f32((${dot(`wa${k}_${j}`, "xa")}) + (${dot(`wb${k}_${j}`, "xb")})), ${c}.x * d.x, ${a});`;
+      return form.min ? `${term} ${a} = fma(-${c}.z, d.y, ${a});` : term;
+    });
+    return `${head} ${body.join(" ")} }`;
+  };
+  // the tile's x: slot i = (token, unit of the step), quantized by one thread
+  const stage = range(Math.ceil((T * KB) / WG))
+    .map(
+      (q) =>
+        `{ let i = li + ${q * WG}u; ${(q + 1) * WG > T * KB ? `if (i < ${T * KB}u) ` : ""}{ let t = i / ${KB}u; let h = i % ${KB}u;
+        ${quantizeX32WGSL("t < nt", `(${xRow}) + st * ${s.ks / 4}u + 8u * h`)}
+        XQ[2u * h * ${T}u + t] = xqa; XQ[(2u * h + 1u) * ${T}u + t] = xqb; XD[h * ${T}u + t] = xd; } }`,
+    )
+    .join("\n      ");
+  const steps = `for (var st = 0u; st < ${NS}u; st++) {
+      ${vec4 ? vec4Loads : loads}
+      workgroupBarrier();
+      ${stage}
+      workgroupBarrier();
+      ${range(PER)
+        .flatMap((j) => range(T).map((t) => use(j, t)))
+        .join("\n      ")}
+    }`;
+  const accs = range(S)
+    .flatMap((k) => range(T).map((t) => `var ${acc(k, t)} = 0.0;`))
+    .join(" ");
+  const R = S * T;
+  const reduce =
+    KSPL === 1
+      ? ""
+      : `workgroupBarrier();
+    if (slice > 0u) {
+      ${range(S)
+        .flatMap((k) =>
+          range(T).map((t) => `RED[((slice - 1u) * ${RW}u + row) * ${R}u + ${k * T + t}u] = ${acc(k, t)};`),
+        )
+        .join(" ")}
+    }
+    workgroupBarrier();
+    if (slice == 0u) {
+      for (var sl = 0u; sl < ${KSPL - 1}u; sl++) {
+        ${range(S)
+          .flatMap((k) => range(T).map((t) => `${acc(k, t)} += RED[(sl * ${RW}u + row) * ${R}u + ${k * T + t}u];`))
+          .join(" ")}
+      }
+    }`;
+  const result = (t: number): string => (dual ? `silu(${acc(0, t)}) * ${acc(1, t)}` : acc(0, t));
+  const writes = (dest: (t: number) => string): string =>
+    range(T)
+      .map((t) => `if (${t}u < nt) { out(${dest(t)}, r, ${result(t)}); }`)
+      .join("\n      ");
+  const weights = vec4
+    ? Q4K_VEC4
+    : `${dequantWGSL(type, GEMM_STEP)}\n${q8WeightWGSL(type)}\n${dual ? dequantForW2(type, q8WeightWGSL(type), ["wq4", "wsc"]) : ""}`;
+  const head = /* wgsl */ `${chunkBindingsWGSL(vec4, mode, dual)}
+var<workgroup> XQ: array<vec4u, ${2 * KB * T}>;
+var<workgroup> XD: array<vec2f, ${KB * T}>;
+var<workgroup> RED: array<f32, ${Math.max(1, (KSPL - 1) * RW * R)}>;
+fn silu(g: f32) -> f32 { return g / (1.0 + exp(-g)); }
+${weights}
+${matOutWGSL(true)}
+// row-tiled product on int8 dot products: ${RW} rows × ${KSPL} slice(s), ${T} tokens a tile, ${NS} step(s) of ${s.ks} columns, ${PER} unit(s) per thread and step
+@compute @workgroup_size(${WG})
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+  let row = li % ${RW}u;
+  let slice = li / ${RW}u;`;
+  if (mode === "plain")
+    return `${head}
+  let tt = wid.y % p.tiles;
+  let r0 = (wid.x + (wid.y / p.tiles) * p.gx) * ${RW}u;
+  if (r0 >= p.rows) { return; }
+  let b = wid.z;
+  let r = r0 + row;
+  let valid = r < p.rows;
+  let rb = p.wOff + b * p.wBatch + select(0u, r, valid) * p.rowBytes;
+  let xq = (p.xOff + b * p.xBatch) >> 2u;
+  let xs4 = p.xStride >> 2u;
+  let t0 = tt * ${T}u;
+  let nt = min(${T}u, p.n - t0);
+  {
+    ${accs}
+    ${steps}
+    ${reduce}
+    if (slice == 0u && valid) {
+      ${writes((t) => `b, t0 + ${t}u`)}
+    }
+  }
+}`;
+  return `${head}
+  let r0 = (wid.x + wid.y * p.gx) * ${RW}u;
+  let ex = p.e0 + wid.z;
+  let r = r0 + row;
+  let valid = r < p.rows;
+  let rb = p.wOff + wid.z * p.wBatch + select(0u, r, valid) * p.rowBytes;
+  ${expertListWGSL("ex", "r0 < p.rows")}
+  for (var t0 = 0u; t0 < m; t0 += ${T}u) {
+    let nt = min(${T}u, m - t0);
+    ${accs}
+    ${steps}
+    ${reduce}
+    if (slice == 0u && valid) {
+      ${writes((t) => `IDS[lb + t0 + ${t}u], 0u`)}
+    }
+    workgroupBarrier();
+  }
+}`;
+}

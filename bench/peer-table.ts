@@ -4,7 +4,7 @@
  *   llama-pp.json, llama-depth.json   llama-bench -o json (pp512/pp4096/tg128 at depth 0, tg128 at depth 4096/16384)
  *   llama-batched.jsonl               llama-batched-bench --output-format jsonl (S_TG at B = 1, 8, 32, 64)
  *   latent-*.json                     bench/webgpu-model.ts --json (prefill, decode batch B, decode after N keys)
- *   latent-q8-*.json                  the same with --activations q8 (rows of their own: prefill with 8-bit activations)
+ *   latent-q8-*.json                  the same with --activations q8 (rows of their own: prefill and batched decode with 8-bit activations)
  *   latent-budget.json, llama-ot.json with a GPU memory budget: latent's expert cache against llama.cpp's experts on
  *                                     the CPU (-ot exps=CPU)
  *   latent-serve<N>.json              scripts/serve-probe.mjs --stream --json: `latent serve` under N streaming clients,
@@ -141,6 +141,14 @@ export function peerRows(dir: string): PeerRow[] {
       latent: latent((r, run) => run.context <= 256 && r.name === `decode batch ${B}`),
       chained: latent((r, run) => run.context <= 256 && r.name === `decode batch ${B}, greedy on the GPU (chained)`),
     });
+    const q8 = (name: string): Span | undefined => latent((r, run) => run.context <= 256 && r.name === name, true);
+    if (q8(`decode batch ${B}`) !== undefined)
+      rows.push({
+        work: `decode batch ${B}, latent --gpu-activations q8`,
+        llama: peer,
+        latent: q8(`decode batch ${B}`),
+        chained: q8(`decode batch ${B}, greedy on the GPU (chained)`),
+      });
   }
   for (const depth of [4096, 16384])
     rows.push({

@@ -6,7 +6,7 @@
 # there; the machine stays warm ~30 s between calls). One model per call (each takes 4–9 minutes):
 #   bash scripts/h200-peer-bench.sh v2-lite        # DeepSeek-V2-Lite shape, 27 layers, Q4_K_M (10.4 GB)
 #   bash scripts/h200-peer-bench.sh glm5 6         # GLM-5 shape (glm-dsa), 6 layers, Q4_K_M (26 GB)
-# Work measured: prefill 512 and 4096 (also with --activations q8: Q8=0 leaves those out); decode at batch 1, 8, 32, 64 (llama.cpp: tg128 and llama-batched-bench S_TG with
+# Work measured: prefill 512 and 4096, decode at batch 8, 32, 64 (also with --activations q8: Q8=0 leaves those out); decode at batch 1, 8, 32, 64 (llama.cpp: tg128 and llama-batched-bench S_TG with
 # 128+128 tokens per sequence); decode at batch 1 after 4,096 and 16,384 tokens of context. Results land in
 # $OUT/<model>.tgz (both sides' JSON and latent's logs) and the table in $OUT/<model>.md.
 # With GPU_MEMORY set (e.g. GPU_MEMORY=13G), also latent with that --gpu-memory budget (routed experts streamed through
@@ -122,6 +122,7 @@ latent p4096 --prompt 4096 --batches 1 --steps 8
 if [ "${Q8:-1}" != 0 ]; then
   latent q8-p512 --prompt 512 --batches 1 --steps 8 --activations q8
   latent q8-p4096 --prompt 4096 --batches 1 --steps 4 --activations q8
+  latent q8-ctx16 --prompt 64 --batches 8,32,64 --steps 32 --activations q8
 fi
 stamp "llama.cpp tg128 after 4096 and 16384 tokens"
 timeout 200 $B/llama-bench -m "$model" -ngl 99 -fa 1 -p 0 -n 128 -d 4096,16384 -r 2 -o json 2>/dev/null > "$out/llama-depth.json"

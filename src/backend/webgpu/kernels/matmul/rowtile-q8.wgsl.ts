@@ -44,6 +44,17 @@ export function rowTileQ8Fits(type: number, s: RowTileShape): boolean {
   return Number.isInteger(groups) && groups % s.ksplit === 0 && s.cols % s.ks === 0;
 }
 
+/** Q5_0's words: the word at a 2-byte-aligned offset, and the fifth bits of four values a byte, at bit 4 of each. */
+const Q5_0_WORDS = /* wgsl */ `
+// the word at byte 4·i + 2 (odd) or 4·i (lo = word i, hi = word i + 1), or 2 bytes further when not odd: ggml's Q5_0
+// fields start 2 bytes after the block (qh) and 6 bytes after it (qs)
+fn at2(lo: u32, hi: u32, odd: bool) -> u32 { return select((lo >> 16u) | (hi << 16u), hi, odd); }
+// bits 4i..4i+3 of qh as bit 4 of the four bytes of word i
+fn fifth(qh: u32) -> vec4u {
+  let h = (vec4u(qh) >> vec4u(0u, 4u, 8u, 12u)) & vec4u(15u);
+  return ((h & vec4u(1u)) | ((h & vec4u(2u)) << vec4u(7u)) | ((h & vec4u(4u)) << vec4u(14u)) | ((h & vec4u(8u)) << vec4u(21u))) << vec4u(4u);
+}`;
+
 /**
  * Q4_K read as vec4s (its 144-byte blocks are 16-byte aligned): a block's header (d, dmin and the 12 scale bytes) is one
  * vec4u, each pair of units (2q, 2q + 1) the low and high nibbles of the same two vec4u.
@@ -68,6 +79,7 @@ export function matmulRowsQ8WGSL(type: number, mode: "plain" | "experts-list", s
   const GU = rowTileQ8Group(type); // units a thread takes together
   const PER = KB / KSPL; // units a thread takes of each step
   const vec4 = type === GGMLType.Q4_K;
+  const q5 = type === GGMLType.Q5_0;
   const NS = s.cols / s.ks;
   const form = q8WeightForm(type);
   const S = dual ? 2 : 1;
@@ -95,6 +107,28 @@ export function matmulRowsQ8WGSL(type: number, mode: "plain" | "experts-list", s
         .join("\n      ")}`;
     })
     .join("\n      ");
+  // Q5_0: a unit is a 22-byte block, read as the six words that hold it (2-byte aligned: halves joined where odd)
+  const q5Loads = range(PER)
+    .map((j) => {
+      const u = `st * ${KB}u + ${unitOf(j)}`;
+      return `let u${j} = ${u}; let o${j} = rb + u${j} * 22u; let wi${j} = o${j} >> 2u; let odd${j} = (o${j} & 2u) != 0u;
+      ${range(S)
+        .map((k) => {
+          const w = (i: number): string => `${k === 0 ? "W" : "W2"}[wi${j} + ${i}u]`;
+          return `{ let w0 = ${w(0)}; let w1 = ${w(1)}; let w2 = ${w(2)}; let w3 = ${w(3)}; let w4 = ${w(4)}; let w5 = ${w(5)};
+        let qs = vec4u(at2(w1, w2, odd${j}), at2(w2, w3, odd${j}), at2(w3, w4, odd${j}), at2(w4, w5, odd${j}));
+        let qh = at2(w0, w1, odd${j});
+        wa${k}_${j} = (qs & vec4u(0x0f0f0f0fu)) | fifth(qh);
+        wb${k}_${j} = ((qs >> vec4u(4u)) & vec4u(0x0f0f0f0fu)) | fifth(qh >> 16u);
+        let d = unpack2x16float(select(w0, w0 >> 16u, odd${j})).x;
+        c${k}_${j} = vec4f(d, d, 16.0 * d, 0.0); }`;
+        })
+        .join("\n      ")}`;
+    })
+    .join("\n      ");
+  const q5Decl = range(PER)
+    .flatMap((j) => range(S).map((k) => `var wa${k}_${j}: vec4u; var wb${k}_${j}: vec4u; var c${k}_${j}: vec4f;`))
+    .join(" ");
   // other types: unit by unit through q8WeightWGSL, loaded before the x staging's barriers
   const loads = range(PER)
     .map((j) => {
@@ -136,7 +170,7 @@ export function matmulRowsQ8WGSL(type: number, mode: "plain" | "experts-list", s
     )
     .join("\n      ");
   const steps = `for (var st = 0u; st < ${NS}u; st++) {
-      ${vec4 ? vec4Loads : loads}
+      ${vec4 ? vec4Loads : q5 ? `${q5Decl}\n      ${q5Loads}` : loads}
       workgroupBarrier();
       ${stage}
       workgroupBarrier();
@@ -174,7 +208,9 @@ export function matmulRowsQ8WGSL(type: number, mode: "plain" | "experts-list", s
       .join("\n      ");
   const weights = vec4
     ? Q4K_VEC4
-    : `${dequantWGSL(type, GEMM_STEP)}\n${q8WeightWGSL(type)}\n${dual ? dequantForW2(type, q8WeightWGSL(type), ["wq4", "wsc"]) : ""}`;
+    : q5
+      ? Q5_0_WORDS
+      : `${dequantWGSL(type, GEMM_STEP)}\n${q8WeightWGSL(type)}\n${dual ? dequantForW2(type, q8WeightWGSL(type), ["wq4", "wsc"]) : ""}`;
   const head = /* wgsl */ `${chunkBindingsWGSL(vec4, mode, dual)}
 var<workgroup> XQ: array<vec4u, ${2 * KB * T}>;
 var<workgroup> XD: array<vec2f, ${KB * T}>;

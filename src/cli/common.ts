@@ -168,7 +168,7 @@ export function cpuActivationsOption(v: string | undefined): CpuActivations | un
 /** `--gpu-activations` (run, logits, chat, serve): how the GPU's matrix-matrix products take their activations. */
 export const GPU_ACTIVATIONS_OPTION = [
   "--gpu-activations <MODE>",
-  "with --backend webgpu|auto: activations of the GPU's register-tiled products (prompt chunks of 128 tokens or more, expert lists of many pairs): exact (default, f32) or q8 (opt-in: int8 per 32 values on integer dot products, as llama.cpp quantizes them; prefill about 1.6× faster, log-probs less exact; docs/webgpu.md)",
+  "with --backend webgpu|auto: activations of the GPU's tiled products (prompt chunks, batched decode steps from about 32 sequences): exact (default, f32) or q8 (opt-in: int8 per 32 values on integer dot products, as llama.cpp quantizes them; prefill about 1.6× and batch-64 decode about 1.5× faster, log-probs less exact; docs/webgpu.md)",
 ] as const;
 
 /** `--gpu-activations MODE` (undefined when absent), refused with a backend that has no GPU. */

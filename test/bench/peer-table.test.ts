@@ -34,6 +34,14 @@ write("latent-ctx16.json", {
 });
 // a run with --activations q8: a row of its own, not mixed into the default prefill's span
 write("latent-q8-p512.json", { model: "tiny", results: [{ name: "prefill 512 tokens", value: 4000 }] });
+// batched decode with --activations q8: rows of their own beside the same llama.cpp figure
+write("latent-q8-ctx16.json", {
+  model: "tiny",
+  results: [
+    { name: "decode batch 32", value: 1400 },
+    { name: "decode batch 32, greedy on the GPU (chained)", value: 1800 },
+  ],
+});
 // serve-probe.mjs --stream --json: one measured round (an array, like every probe file)
 write("latent-serve32.json", [
   {
@@ -69,8 +77,12 @@ test("the serve probe's file is not read as a bench run, q8 runs make rows of th
       "decode batch 1 (llama.cpp: tg128)",
       "decode batch 8 (llama.cpp: batched-bench S_TG)",
       "decode batch 32 (llama.cpp: batched-bench S_TG)",
+      "decode batch 32, latent --gpu-activations q8",
     ],
   );
+  assert.deepEqual(rows[5].llama, [2000, 2000]);
+  assert.deepEqual(rows[5].latent, [1400, 1400]);
+  assert.deepEqual(rows[5].chained, [1800, 1800]);
   assert.deepEqual(rows[0].latent, [2500, 2500]);
   assert.deepEqual(rows[1].latent, [4000, 4000]);
   assert.deepEqual(rows[1].llama, rows[0].llama);

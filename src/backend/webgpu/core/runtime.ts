@@ -58,9 +58,10 @@ export interface RuntimeOptions {
   /** kernel shape overrides, for measuring alternatives (bench --tune) */
   readonly tune?: KernelTuning;
   /**
-   * "exact" (default): activations stay f32. "q8", opt-in: the register-tiled products (prompt chunks, expert lists of
-   * many pairs) quantize their activations to int8 per 32 values, as ggml's q8_1, and run on integer dot products
-   * (gemm-q8.wgsl.ts) — faster, and the logits move by the KL documented in docs/webgpu.md
+   * "exact" (default): activations stay f32. "q8", opt-in: the register-tiled and row-tiled products (prompt chunks,
+   * batched decode steps' expert lists and products of ≥ 32 tokens) quantize their activations to int8 per 32 values,
+   * as ggml's q8_1, and run on integer dot products (gemm-q8.wgsl.ts, rowtile-q8.wgsl.ts) — faster, and the logits
+   * move by the KL documented in docs/webgpu.md
    */
   readonly activations?: GpuActivations;
   /**

@@ -153,7 +153,7 @@ export class FusedGpuModel implements GreedyChainModel {
   readonly config: ModelConfig;
   /** the adapter's name */
   readonly adapter: string;
-  /** how the prompt's products take their activations (FusedOptions.activations) */
+  /** how the tiled products (prompt chunks, batched decode) take their activations (FusedOptions.activations) */
   readonly activations: GpuActivations;
   /** forwardBatchPicks draws rows' tokens at a temperature on the GPU too (sample.wgsl.ts) */
   readonly picksDraw = true;

@@ -33,9 +33,15 @@ export interface KernelCheck {
    * (snapQ8) and the reference multiplies by x as quantized (q8Values), so the tolerance stays the f32 one
    */
   readonly q8?: boolean;
+  /** with q8: x in two int8 pieces, 15 bits per 32 values (d = amax/16256; tune rowTileX16) */
+  readonly x16?: boolean;
 }
 
-/** x as a q8 kernel sees and quantizes it: f32, d = amax/127 per 32 values, xq = round(x/d), nearest even. */
+/** The largest integer x quantizes to per 32 values: 127 (one int8), 16256 (two int8 pieces: 127·128). */
+export const X16_LEVELS = 16256;
+const levelsOf = (check: Partial<KernelCheck>): number => (check.x16 === true ? X16_LEVELS : 127);
+
+/** x as a q8 kernel sees and quantizes it: f32, d = amax/levels per 32 values, xq = round(x/d), nearest even. */
 function q8Blocks(
   x: Float64Array,
   off: number,
@@ -43,27 +49,38 @@ function q8Blocks(
   stride: number,
   width: number,
   each: (i: number, v: number, d: number, id: number) => void,
+  levels = 127,
 ): void {
   for (let r = 0; r < count; r++)
     for (let b = 0; b < width; b += 32) {
       const at = off + r * stride + b;
       let amax = 0;
       for (let k = 0; k < 32; k++) amax = Math.max(amax, Math.abs(Math.fround(x[at + k])));
-      const d = Math.fround(amax / 127);
+      const d = Math.fround(amax / levels);
       const id = d > 0 ? Math.fround(1 / d) : 0;
       for (let k = 0; k < 32; k++) each(at + k, Math.fround(Math.fround(x[at + k]) * id), d, id);
     }
 }
 
 /**
- * Move every x value whose x/d lies within 1e-3 of a rounding boundary 0.002·d towards zero, so that the GPU's
- * division (WGSL allows 2.5 ULP) cannot round it the other way than q8Values; each block's largest value stays.
+ * Move every x value whose x/d lies within a window (1e-3 of a step at 127 levels, 2e-2 at 16256: the f32 error of
+ * x·(1/d) grows with |x/d|) of a rounding boundary twice the window·d towards zero, so that the GPU's division (WGSL
+ * allows 2.5 ULP) cannot round it the other way than q8Values; each block's largest value stays.
  */
-export function snapQ8(x: Float64Array, off: number, count: number, stride: number, width: number): void {
-  q8Blocks(x, off, count, stride, width, (i, v, d) => {
-    const f = Math.abs(v) % 1;
-    if (Math.abs(f - 0.5) < 1e-3) x[i] -= Math.sign(x[i]) * 0.002 * d;
-  });
+export function snapQ8(x: Float64Array, off: number, count: number, stride: number, width: number, levels = 127): void {
+  const w = levels > 127 ? 2e-2 : 1e-3;
+  q8Blocks(
+    x,
+    off,
+    count,
+    stride,
+    width,
+    (i, v, d) => {
+      const f = Math.abs(v) % 1;
+      if (Math.abs(f - 0.5) < w) x[i] -= Math.sign(x[i]) * 2 * w * d;
+    },
+    levels,
+  );
 }
 
 const roundEven = (v: number): number => {
@@ -72,11 +89,26 @@ const roundEven = (v: number): number => {
 };
 
 /** A copy of x with its rows' values replaced by their q8 values d·xq (the other entries kept). */
-export function q8Values(x: Float64Array, off: number, count: number, stride: number, width: number): Float64Array {
+export function q8Values(
+  x: Float64Array,
+  off: number,
+  count: number,
+  stride: number,
+  width: number,
+  levels = 127,
+): Float64Array {
   const out = Float64Array.from(x);
-  q8Blocks(x, off, count, stride, width, (i, v, d) => {
-    out[i] = d * roundEven(v);
-  });
+  q8Blocks(
+    x,
+    off,
+    count,
+    stride,
+    width,
+    (i, v, d) => {
+      out[i] = d * roundEven(v);
+    },
+    levels,
+  );
   return out;
 }
 
@@ -98,8 +130,8 @@ export async function checkPlainProducts(
     const yStride = rows + 3;
     const yOff = 5;
     const x = rng.f64(xOff + n * xStride);
-    if (check.q8 === true) snapQ8(x, xOff, n, xStride, cols);
-    const xr = check.q8 === true ? q8Values(x, xOff, n, xStride, cols) : x;
+    if (check.q8 === true) snapQ8(x, xOff, n, xStride, cols, levelsOf(check));
+    const xr = check.q8 === true ? q8Values(x, xOff, n, xStride, cols, levelsOf(check)) : x;
     const y0 = rng.f64(yOff + n * yStride);
     const prod = new Float64Array(n * yStride);
     w.matmul(xr.subarray(xOff), n, xStride, prod, yStride);
@@ -149,6 +181,7 @@ export async function checkHeadsAndPieces(
   runtime: (opts: RuntimeOptions) => GpuRuntime,
   rng: Rng,
   q8 = false,
+  levels = 127,
 ): Promise<void> {
   const type = GGMLType.Q8_0;
   const cols = 128;
@@ -166,8 +199,8 @@ export async function checkHeadsAndPieces(
     const xStride = cols * H;
     const yStride = rows * H + 1;
     const x = rng.f64(n * xStride);
-    if (q8) snapQ8(x, 0, n, xStride, xStride);
-    const xr = q8 ? q8Values(x, 0, n, xStride, xStride) : x;
+    if (q8) snapQ8(x, 0, n, xStride, xStride, levels);
+    const xr = q8 ? q8Values(x, 0, n, xStride, xStride, levels) : x;
     const want = new Float64Array(n * yStride);
     const tmp = new Float64Array(n * rows);
     for (let h = 0; h < H; h++) {
@@ -193,9 +226,9 @@ export async function checkHeadsAndPieces(
   const g = GpuMatrix.upload(r, "w", type, cols, rows, w.data);
   assert.ok(g.pieces.length > 1);
   const x = rng.f64(n * cols);
-  if (q8) snapQ8(x, 0, n, cols, cols);
+  if (q8) snapQ8(x, 0, n, cols, cols, levels);
   const want = new Float64Array(n * rows);
-  w.matmul(q8 ? q8Values(x, 0, n, cols, cols) : x, n, cols, want, rows);
+  w.matmul(q8 ? q8Values(x, 0, n, cols, cols, levels) : x, n, cols, want, rows);
   const yb = r.buffer(want.length * 4);
   matmul(r, g, f32(r, x), yb, { n, xStride: cols, yStride: rows });
   assert.ok(relErr(await r.readF32(yb), want) < TOL, `row pieces: err ${relErr(await r.readF32(yb), want)}`);
@@ -237,8 +270,8 @@ export async function checkExpertLists(
       const yBatch = rows; // the launcher checks one contiguous span of outputs
       const yOff = 3;
       const x = rng.f64(xOff + nTok * xBatch);
-      if (check.q8 === true) snapQ8(x, xOff, nTok, xBatch, cols);
-      const xr = check.q8 === true ? q8Values(x, xOff, nTok, xBatch, cols) : x;
+      if (check.q8 === true) snapQ8(x, xOff, nTok, xBatch, cols, levelsOf(check));
+      const xr = check.q8 === true ? q8Values(x, xOff, nTok, xBatch, cols, levelsOf(check)) : x;
       const product = (m: QMatrix): Float64Array => {
         const out = new Float64Array(pairs * rows);
         for (let b = 0; b < pairs; b++)

@@ -12,7 +12,7 @@ import { type GpuMatrix, matvecKernel } from "../../../src/backend/webgpu/kernel
 import { rowTileShape } from "../../../src/backend/webgpu/kernels/matmul/select.js";
 import { matmulRowsQ8WGSL } from "../../../src/backend/webgpu/kernels/matmul/rowtile-q8.wgsl.js";
 import { gpuOrSkip, LONG_SWEEPS, Rng, sweepSkip } from "./helpers.js";
-import { checkExpertLists, checkHeadsAndPieces, checkPlainProducts } from "./matmul-cases.js";
+import { checkExpertLists, checkHeadsAndPieces, checkPlainProducts, X16_LEVELS } from "./matmul-cases.js";
 import { checkFusedQ8 } from "./q8-pipeline.js";
 
 const { rt, skip } = await gpuOrSkip();
@@ -85,6 +85,36 @@ const tunings: readonly (readonly [KernelTuning, boolean])[] = [
   [{}, true],
   [{ rowTileTokens: 4, rowTileSplit: 4 }, true],
 ];
+
+// x in two int8 pieces (tune.rowTileX16; any activations mode): 15 bits per 32 values
+const X16 = /row-tiled product on int8 dot products \(x in two pieces\)/;
+test("x in two pieces (rowTileX16 = 1): the integer kernel in exact mode too, on its types only", { skip }, () => {
+  const at = (activations: "exact" | "q8", tune: KernelTuning): GpuRuntime =>
+    new GpuRuntime({ ...rt!.info, subgroupSize: 32 }, { tune, activations });
+  const gate = mat(GGMLType.Q4_K, 2048, 1408, 64);
+  assert.equal(rowTileShape(at("exact", { rowTileX16: 1 }), gate, 64 * 6, "experts-list", true, 1408, true)?.pieces, 2);
+  assert.equal(rowTileShape(at("q8", { rowTileX16: 1 }), gate, 64 * 6, "experts-list", true, 1408, true)?.pieces, 2);
+  assert.equal(rowTileShape(at("exact", {}), gate, 64 * 6, "experts-list", true, 1408, true)?.q8, undefined);
+  assert.match(matvecKernel(at("exact", { rowTileX16: 1 }), mat(GGMLType.Q4_K, 2048, 3648), 64, false, true).code, X16);
+});
+
+const x16Check = { kernel: X16, dual: true, q8: true, x16: true };
+for (const [tune, inSuite] of [
+  [{ rowTileX16: 1 }, true],
+  [{ rowTileX16: 1, rowTileTokens: 4, rowTileSplit: 4 }, false],
+] as const) {
+  const name = JSON.stringify(tune);
+  const check = x16Check;
+  const exact = (opts: RuntimeOptions = {}): GpuRuntime =>
+    new GpuRuntime(rt!.info, { checkWrites: true, ...opts, tune: { gemm: 0, rowTile: 1, ...tune } });
+  test(`x in two pieces ${name}: plain products, per-head batches and pieces, expert lists`, {
+    skip: sweepSkip(skip, inSuite),
+  }, async () => {
+    await checkPlainProducts(exact(), new Rng(461 + name.length), PLAIN.slice(0, 5), check);
+    await checkHeadsAndPieces(exact, new Rng(463 + name.length), true, X16_LEVELS);
+    await checkExpertLists(exact, new Rng(467 + name.length), LISTS.slice(0, 2), check);
+  });
+}
 
 for (const [tune, inSuite] of tunings) {
   const name = JSON.stringify(tune);

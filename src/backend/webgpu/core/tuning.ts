@@ -124,6 +124,11 @@ export const KNOBS = {
     doc: "with activations q8: 1 the row-tiled products of types with an integer form run on int8 dot products (rowtile-q8.wgsl.ts), 0 on the f32 row-tiled kernel",
     default: "1",
   },
+  rowTileX16: {
+    family: "matmul",
+    doc: "1: the row-tiled products of types with an integer form run on int8 dot products in either activations mode, x in two int8 pieces (15 bits per 32 values: 128·hi + lo), 0 not",
+    default: "0",
+  },
   gemm: {
     family: "matmul",
     doc: "the register-tiled kernel (gemm.wgsl.ts) for plain products of ≥ GEMM_FROM = 128 tokens and expert lists averaging ≥ GEMM_EXPERTS_FROM = 24 pairs an expert: 1 on (also on CPU adapters), 2 on from any count (where the wide kernel does not take the product), 0 off",

@@ -33,18 +33,27 @@ export function gemmQ8SharedBytes(s: GemmShape, dual: boolean): number {
 /**
  * WGSL statements quantizing 32 values of x (8 vec4s from X at vec4 index `xb`; zeros unless `live`) as ggml's q8_1:
  * d = amax/127, q = round(x/d) (nearest even); they define `xqa` and `xqb` (the two halves' 16 int8 each, packed) and
- * `xd` = (d, d·Σq). Shared by the register-tiled and row-tiled q8 kernels.
+ * `xd` = (d, d·Σq). Shared by the register-tiled and row-tiled q8 kernels. With two pieces, d = amax/16256 and q (15
+ * bits) = 128·hi + lo, hi in −127..127 and lo in −64..63: `xqa`/`xqb` hold hi, `xla`/`xlb` lo.
  */
-export function quantizeX32WGSL(live: string, xb: string): string {
+export function quantizeX32WGSL(live: string, xb: string, pieces: 1 | 2 = 1): string {
   const V = Array.from({ length: 8 }, (_, c) => c);
+  const hi = (c: number): string => (pieces === 1 ? `q${c}` : `h${c}`);
+  const split =
+    pieces === 1
+      ? ""
+      : `${V.map((c) => `let h${c} = (q${c} + vec4i(64)) >> vec4u(7u); let l${c} = q${c} - (h${c} << vec4u(7u));`).join(" ")}
+        let xla = vec4u(pack4xI8(l0), pack4xI8(l1), pack4xI8(l2), pack4xI8(l3));
+        let xlb = vec4u(pack4xI8(l4), pack4xI8(l5), pack4xI8(l6), pack4xI8(l7));
+        `;
   return `${V.map((c) => `var v${c} = vec4f(0.0);`).join(" ")}
         if (${live}) { let xb = ${xb}; ${V.map((c) => `v${c} = X[xb + ${c}u];`).join(" ")} }
         let a4 = max(max(max(abs(v0), abs(v1)), max(abs(v2), abs(v3))), max(max(abs(v4), abs(v5)), max(abs(v6), abs(v7))));
-        let d = max(max(a4.x, a4.y), max(a4.z, a4.w)) / 127.0;
+        let d = max(max(a4.x, a4.y), max(a4.z, a4.w)) / ${pieces === 1 ? "127.0" : "16256.0"};
         let id = select(0.0, 1.0 / d, d > 0.0);
         ${V.map((c) => `let q${c} = vec4i(round(v${c} * id));`).join(" ")}
-        let xqa = vec4u(pack4xI8(q0), pack4xI8(q1), pack4xI8(q2), pack4xI8(q3));
-        let xqb = vec4u(pack4xI8(q4), pack4xI8(q5), pack4xI8(q6), pack4xI8(q7));
+        ${split}let xqa = vec4u(pack4xI8(${hi(0)}), pack4xI8(${hi(1)}), pack4xI8(${hi(2)}), pack4xI8(${hi(3)}));
+        let xqb = vec4u(pack4xI8(${hi(4)}), pack4xI8(${hi(5)}), pack4xI8(${hi(6)}), pack4xI8(${hi(7)}));
         let qs = ((q0 + q1) + (q2 + q3)) + ((q4 + q5) + (q6 + q7));
         let xd = vec2f(d, d * f32((qs.x + qs.y) + (qs.z + qs.w)));`;
 }

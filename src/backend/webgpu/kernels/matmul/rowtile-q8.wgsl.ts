@@ -27,7 +27,7 @@ const range = (n: number): number[] => Array.from({ length: n }, (_, i) => i);
 export function rowTileQ8SharedBytes(s: RowTileShape, dual: boolean): number {
   const units = s.ks / 32;
   return (
-    2 * units * s.tokens * 16 +
+    (s.pieces ?? 1) * 2 * units * s.tokens * 16 +
     units * s.tokens * 8 +
     Math.max(1, (s.ksplit - 1) * s.rows * (dual ? 2 : 1) * s.tokens) * 4
   );
@@ -83,6 +83,8 @@ export function matmulRowsQ8WGSL(type: number, mode: "plain" | "experts-list", s
   const NS = s.cols / s.ks;
   const form = q8WeightForm(type);
   const S = dual ? 2 : 1;
+  const P = s.pieces ?? 1;
+  const LO = 2 * KB * T; // the low pieces' offset in XQ
   const sfx = (k: number): string => (k === 0 ? "" : "_2");
   const acc = (k: number, t: number): string => `a${k}_${t}`;
   // x row (vec4 index) of tile token t (t < nt)
@@ -149,13 +151,22 @@ export function matmulRowsQ8WGSL(type: number, mode: "plain" | "experts-list", s
   // unit j of the thread, token t: the integer sums, then the scaled terms
   const use = (j: number, t: number): string => {
     const h = unitOf(j);
-    const head = `{ let xa = XQ[2u * ${h} * ${T}u + ${t}u]; let xb = XQ[(2u * ${h} + 1u) * ${T}u + ${t}u]; let d = XD[${h} * ${T}u + ${t}u];`;
+    const lows =
+      P === 1
+        ? ""
+        : ` let la = XQ[${LO}u + 2u * ${h} * ${T}u + ${t}u]; let lb = XQ[${LO}u + (2u * ${h} + 1u) * ${T}u + ${t}u];`;
+    const head = `{ let xa = XQ[2u * ${h} * ${T}u + ${t}u]; let xb = XQ[(2u * ${h} + 1u) * ${T}u + ${t}u];${lows} let d = XD[${h} * ${T}u + ${t}u];`;
+    // a half-unit's integer sum: one piece, or 128·hi + lo (exact in i32: ≤ 16·127·16320)
+    const half = (w: string, x: string, l: string): string =>
+      P === 1 ? `(${dot(w, x)})` : `(128i * (${dot(w, x)}) + (${dot(w, l)}))`;
     const body = range(S).map((k) => {
       const a = acc(k, t);
       const c = `c${k}_${j}`;
+      const ha = half(`wa${k}_${j}`, "xa", "la");
+      const hb = half(`wb${k}_${j}`, "xb", "lb");
       const term = form.twoScales
-        ? `${a} = fma(d.x, fma(${c}.x, f32(${dot(`wa${k}_${j}`, "xa")}), ${c}.y * f32(${dot(`wb${k}_${j}`, "xb")})), ${a});`
-        : `${a} = fma(f32((${dot(`wa${k}_${j}`, "xa")}) + (${dot(`wb${k}_${j}`, "xb")})), ${c}.x * d.x, ${a});`;
+        ? `${a} = fma(d.x, fma(${c}.x, f32${ha}, ${c}.y * f32${hb}), ${a});`
+        : `${a} = fma(f32(${ha} + ${hb}), ${c}.x * d.x, ${a});`;
       return form.min ? `${term} ${a} = fma(-${c}.z, d.y, ${a});` : term;
     });
     return `${head} ${body.join(" ")} }`;
@@ -165,8 +176,8 @@ export function matmulRowsQ8WGSL(type: number, mode: "plain" | "experts-list", s
     .map(
       (q) =>
         `{ let i = li + ${q * WG}u; ${(q + 1) * WG > T * KB ? `if (i < ${T * KB}u) ` : ""}{ let t = i / ${KB}u; let h = i % ${KB}u;
-        ${quantizeX32WGSL("t < nt", `(${xRow}) + st * ${s.ks / 4}u + 8u * h`)}
-        XQ[2u * h * ${T}u + t] = xqa; XQ[(2u * h + 1u) * ${T}u + t] = xqb; XD[h * ${T}u + t] = xd; } }`,
+        ${quantizeX32WGSL("t < nt", `(${xRow}) + st * ${s.ks / 4}u + 8u * h`, P)}
+        XQ[2u * h * ${T}u + t] = xqa; XQ[(2u * h + 1u) * ${T}u + t] = xqb; XD[h * ${T}u + t] = xd;${P === 1 ? "" : ` XQ[${LO}u + 2u * h * ${T}u + t] = xla; XQ[${LO}u + (2u * h + 1u) * ${T}u + t] = xlb;`} } }`,
     )
     .join("\n      ");
   const steps = `for (var st = 0u; st < ${NS}u; st++) {
@@ -212,13 +223,13 @@ export function matmulRowsQ8WGSL(type: number, mode: "plain" | "experts-list", s
       ? Q5_0_WORDS
       : `${dequantWGSL(type, GEMM_STEP)}\n${q8WeightWGSL(type)}\n${dual ? dequantForW2(type, q8WeightWGSL(type), ["wq4", "wsc"]) : ""}`;
   const head = /* wgsl */ `${chunkBindingsWGSL(vec4, mode, dual)}
-var<workgroup> XQ: array<vec4u, ${2 * KB * T}>;
+var<workgroup> XQ: array<vec4u, ${P * 2 * KB * T}>;
 var<workgroup> XD: array<vec2f, ${KB * T}>;
 var<workgroup> RED: array<f32, ${Math.max(1, (KSPL - 1) * RW * R)}>;
 fn silu(g: f32) -> f32 { return g / (1.0 + exp(-g)); }
 ${weights}
 ${matOutWGSL(true)}
-// row-tiled product on int8 dot products: ${RW} rows × ${KSPL} slice(s), ${T} tokens a tile, ${NS} step(s) of ${s.ks} columns, ${PER} unit(s) per thread and step
+// row-tiled product on int8 dot products${P === 2 ? " (x in two pieces)" : ""}: ${RW} rows × ${KSPL} slice(s), ${T} tokens a tile, ${NS} step(s) of ${s.ks} columns, ${PER} unit(s) per thread and step
 @compute @workgroup_size(${WG})
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let row = li % ${RW}u;

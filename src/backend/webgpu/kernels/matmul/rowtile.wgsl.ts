@@ -42,6 +42,8 @@ export interface RowTileShape {
   readonly shareHeader?: boolean;
   /** integer dot products on activations quantized to int8 (rowtile-q8.wgsl.ts; whole 32-column units a slice) */
   readonly q8?: boolean;
+  /** with q8: x in two int8 pieces, 15 bits per 32 values (tune.rowTileX16) */
+  readonly pieces?: 2;
 }
 
 /** Vec4s of workgroup memory the kernel declares: the staged x tile, reused for the partial sums of slices 1.. */

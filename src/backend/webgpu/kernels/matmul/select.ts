@@ -228,10 +228,19 @@ export function rowTileShape(
   let splitQ8 = ksplit;
   while (!rowTileQ8Fits(m.type, { ...shape, ks: ksQ8, ksplit: splitQ8 }) && m.cols % (2 * ksQ8) === 0) ksQ8 *= 2;
   while (!rowTileQ8Fits(m.type, { ...shape, ks: ksQ8, ksplit: splitQ8 }) && splitQ8 > 1) splitQ8 /= 2;
-  const q8Shape = { rows: Math.max(sg, 256 / splitQ8), ksplit: splitQ8, tokens, ks: ksQ8, cols: m.cols, q8: true };
+  // tune.rowTileX16 = 1: the integer kernel in either mode, x in two int8 pieces (15 bits per 32 values)
+  const x16 = rt.tune.rowTileX16 === 1;
+  const q8Shape: RowTileShape = {
+    rows: Math.max(sg, 256 / splitQ8),
+    ksplit: splitQ8,
+    tokens,
+    ks: ksQ8,
+    cols: m.cols,
+    q8: true,
+    ...(x16 ? { pieces: 2 as const } : {}),
+  };
   const q8 =
-    rt.activations === "q8" &&
-    rt.tune.rowTileQ8 !== 0 &&
+    (x16 || (rt.activations === "q8" && rt.tune.rowTileQ8 !== 0)) &&
     (Q8_WEIGHT_TYPES as readonly number[]).includes(m.type) &&
     rowTileQ8Fits(m.type, q8Shape) &&
     rowTileQ8SharedBytes(q8Shape, dual) <= limit;

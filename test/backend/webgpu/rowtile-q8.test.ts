@@ -58,7 +58,6 @@ test("q8 row-tiled selection: under activations q8 the row-tiled shapes of types
     );
   const gate = mat(GGMLType.Q4_K, 2048, 1408, 64);
   const down = mat(GGMLType.Q5_0, 1408, 2048, 64);
-  const f16 = mat(GGMLType.F16, 2048, 1408, 64);
   const describe = (r: GpuRuntime, m: GpuMatrix, n: number, mode: "plain" | "experts-list", dual = false): string => {
     const s = rowTileShape(r, m, n, mode, true, m.rows, dual);
     return s === undefined ? "none" : `${s.q8 === true ? "q8 " : ""}${s.tokens} tokens, ${s.ksplit} a row, ks ${s.ks}`;

@@ -2,11 +2,16 @@
  * The row-tiled kernel on integer dot products, for the opt-in 8-bit activations (RuntimeOptions `activations: "q8"`):
  * the shapes, grids, modes and bindings of rowtile.wgsl.ts (one thread per row or `ksplit` threads per row, a tile of
  * tokens or of an expert's pairs, steps of `ks` columns), with the arithmetic of gemm-q8.wgsl.ts:
- * - per step each thread first loads its units' weights as integers (q8WeightWGSL: 32 int8 per 32-column unit, two
- *   vec4u) and the unit's (s0, s1, min), then the workgroup stages the tile's x quantized per 32 values as ggml's q8_1
- *   (d = amax/127, q = round(x/d), d·Σq) between two barriers;
+ * - per step each thread first loads its units' weights as integers (32 int8 per 32-column unit, two vec4u) and the
+ *   unit's (s0, s1, min) — Q4_K as vec4s, a pair of units from the same 32 bytes of nibbles; Q5_0 as the six words
+ *   that hold a block; other types through q8WeightWGSL, a word per four values (each lane reads its own row, so the
+ *   number of load instructions, not the arithmetic, bounded the first version on a large GPU) — then the workgroup
+ *   stages the tile's x quantized per 32 values as ggml's q8_1 (d = amax/127, q = round(x/d), d·Σq) between two
+ *   barriers;
  * - a (row, token) unit is eight `dot4I8Packed` against two broadcast vec4u reads of workgroup memory, exact in i32,
  *   and one scaled f32 update (Q6_K: its two half scales on their halves' sums; types with mins subtract min·d·Σq).
+ * - With `pieces` = 2 (tune.rowTileX16) x is quantized to 15 bits (d = amax/16256, q = 128·hi + lo) and each half-unit
+ *   sum is 128·Σw·hi + Σw·lo, still exact in i32.
  *
  * Why: at a batched decode step the routed experts get a few pairs each, too few for the register-tiled kernels; the
  * f32 row-tiled kernel spends a multiply-add and a quarter of a workgroup-memory read per weight and token, here one

@@ -22,8 +22,8 @@ import { GGMLType } from "../../../../gguf/types.js";
 import { dequantWGSL, q8WeightForm, q8WeightWGSL } from "../quant.wgsl.js";
 import { dequantForW2, GEMM_STEP } from "./gemm.wgsl.js";
 import { quantizeX32WGSL } from "./gemm-q8.wgsl.js";
-import { expertListWGSL, matOutWGSL } from "./mat.wgsl.js";
-import type { RowTileShape } from "./rowtile.wgsl.js";
+import { matOutWGSL } from "./mat.wgsl.js";
+import { type RowTileShape, rowTileEntryWGSL } from "./rowtile.wgsl.js";
 import { chunkBindingsWGSL } from "./wide.wgsl.js";
 
 const range = (n: number): number[] => Array.from({ length: n }, (_, i) => i);
@@ -227,7 +227,7 @@ export function matmulRowsQ8WGSL(type: number, mode: "plain" | "experts-list", s
     : q5
       ? Q5_0_WORDS
       : `${dequantWGSL(type, GEMM_STEP)}\n${q8WeightWGSL(type)}\n${dual ? dequantForW2(type, q8WeightWGSL(type), ["wq4", "wsc"]) : ""}`;
-  const head = /* wgsl */ `${chunkBindingsWGSL(vec4, mode, dual)}
+  return /* wgsl */ `${chunkBindingsWGSL(vec4, mode, dual)}
 var<workgroup> XQ: array<vec4u, ${P * 2 * KB * T}>;
 var<workgroup> XD: array<vec2f, ${KB * T}>;
 var<workgroup> RED: array<f32, ${Math.max(1, (KSPL - 1) * RW * R)}>;
@@ -235,48 +235,5 @@ fn silu(g: f32) -> f32 { return g / (1.0 + exp(-g)); }
 ${weights}
 ${matOutWGSL(true)}
 // row-tiled product on int8 dot products${P === 2 ? " (x in two pieces)" : ""}: ${RW} rows × ${KSPL} slice(s), ${T} tokens a tile, ${NS} step(s) of ${s.ks} columns, ${PER} unit(s) per thread and step
-@compute @workgroup_size(${WG})
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
-  let row = li % ${RW}u;
-  let slice = li / ${RW}u;`;
-  if (mode === "plain")
-    return `${head}
-  let tt = wid.y % p.tiles;
-  let r0 = (wid.x + (wid.y / p.tiles) * p.gx) * ${RW}u;
-  if (r0 >= p.rows) { return; }
-  let b = wid.z;
-  let r = r0 + row;
-  let valid = r < p.rows;
-  let rb = p.wOff + b * p.wBatch + select(0u, r, valid) * p.rowBytes;
-  let xq = (p.xOff + b * p.xBatch) >> 2u;
-  let xs4 = p.xStride >> 2u;
-  let t0 = tt * ${T}u;
-  let nt = min(${T}u, p.n - t0);
-  {
-    ${accs}
-    ${steps}
-    ${reduce}
-    if (slice == 0u && valid) {
-      ${writes((t) => `b, t0 + ${t}u`)}
-    }
-  }
-}`;
-  return `${head}
-  let r0 = (wid.x + wid.y * p.gx) * ${RW}u;
-  let ex = p.e0 + wid.z;
-  let r = r0 + row;
-  let valid = r < p.rows;
-  let rb = p.wOff + wid.z * p.wBatch + select(0u, r, valid) * p.rowBytes;
-  ${expertListWGSL("ex", "r0 < p.rows")}
-  for (var t0 = 0u; t0 < m; t0 += ${T}u) {
-    let nt = min(${T}u, m - t0);
-    ${accs}
-    ${steps}
-    ${reduce}
-    if (slice == 0u && valid) {
-      ${writes((t) => `IDS[lb + t0 + ${t}u], 0u`)}
-    }
-    workgroupBarrier();
-  }
-}`;
+${rowTileEntryWGSL(mode, RW, WG, T, { accs, steps, reduce, writes })}`;
 }

@@ -177,18 +177,41 @@ export function matmulRowsWGSL(type: number, mode: "plain" | "experts-list", s: 
   };
   const writes = (dest: (t: number) => string): string =>
     Array.from({ length: T }, (_, t) => `if (${t}u < nt) { out(${dest(t)}, r, ${result(t)}); }`).join("\n      ");
-  const head = /* wgsl */ `${chunkBindingsWGSL(tc.vec4, mode, dual)}
+  return /* wgsl */ `${chunkBindingsWGSL(tc.vec4, mode, dual)}
 var<workgroup> XS: array<vec4f, ${rowTileSharedVec4s(s, dual)}>;
 fn silu(g: f32) -> f32 { return g / (1.0 + exp(-g)); }
 ${WIDE_HELPERS}
 ${matOutWGSL(true)}
 // row-tiled product: ${RW} rows × ${KSPL} slice(s), ${T} tokens a tile, ${NS} step(s) of ${s.ks} columns, ${PER} chunk(s) per thread and step
-@compute @workgroup_size(${WG})
+${rowTileEntryWGSL(mode, RW, WG, T, { accs, steps, reduce, writes })}`;
+}
+
+/** What a row-tiled kernel puts in its entry: accumulator declarations, the steps, the slices' reduction, the writes. */
+export interface RowTileBody {
+  readonly accs: string;
+  readonly steps: string;
+  readonly reduce: string;
+  readonly writes: (dest: (t: number) => string) => string;
+}
+
+/**
+ * The entry point shared by the f32 and integer row-tiled kernels: a workgroup's rows (and, plain, its token tile and
+ * batch item; expert lists, its expert and that expert's pairs a tile at a time) around the kernel's own body.
+ */
+export function rowTileEntryWGSL(
+  mode: "plain" | "experts-list",
+  RW: number,
+  WG: number,
+  T: number,
+  body: RowTileBody,
+): string {
+  const { accs, steps, reduce, writes } = body;
+  const main = `@compute @workgroup_size(${WG})
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let row = li % ${RW}u;
   let slice = li / ${RW}u;`;
   if (mode === "plain") {
-    return `${head}
+    return `${main}
   let tt = wid.y % p.tiles;
   let r0 = (wid.x + (wid.y / p.tiles) * p.gx) * ${RW}u;
   if (r0 >= p.rows) { return; }
@@ -210,7 +233,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   }
 }`;
   }
-  return `${head}
+  return `${main}
   let r0 = (wid.x + wid.y * p.gx) * ${RW}u;
   let ex = p.e0 + wid.z;
   let r = r0 + row;

@@ -509,3 +509,116 @@ test("wide expert-list products with tune.wideLists = 1 (4 pairs a tile; uneven 
     }
   }
 });
+
+// tune.widePieces = 1: plain products of 5–31 tokens (no tiled kernel's size) as consecutive 4-token pieces on the wide
+// kernel — strided and offset x/y, acc, per-head batches, dual gate·up — against the reference; 32 tokens and more stay
+// on the row-tiled kernel, and the default keeps the coalesced kernel
+test("widePieces = 1: plain products of 5–31 tokens in 4-token pieces on the wide kernel", { skip }, async () => {
+  const r = runtime({ tune: { widePieces: 1 } });
+  const rng = new Rng(29);
+  const codes: string[] = [];
+  const dispatch = r.dispatch.bind(r);
+  r.dispatch = (label, code, ...rest) => {
+    codes.push(code);
+    dispatch(label, code, ...rest);
+  };
+  const silu = (v: number): number => v / (1 + Math.exp(-v));
+  for (const [type, cols, rows] of [
+    [GGMLType.Q4_K, 256, 37],
+    [GGMLType.Q5_0, 96, 19],
+    [GGMLType.Q6_K, 256, 9],
+  ] as const) {
+    const { w, g } = upload(r, rng, type, cols, rows);
+    const { w: w2, g: g2 } = upload(r, rng, type, cols, rows);
+    for (const n of [5, 8, 11]) {
+      const xStride = cols + 4;
+      const xOff = 8;
+      const yStride = rows + 3;
+      const yOff = 2;
+      const x = rng.f64(xOff + n * xStride);
+      const xs = Float64Array.from(
+        { length: n * cols },
+        (_, i) => x[xOff + Math.floor(i / cols) * xStride + (i % cols)],
+      );
+      const want = new Float64Array(n * rows);
+      w.matmul(xs, n, cols, want, rows);
+      const yInit = rng.f64(yOff + n * yStride);
+      for (const acc of [false, true]) {
+        const yb = f32(r, yInit);
+        codes.length = 0;
+        matmul(r, g, f32(r, x), yb, { n, xStride, yStride, xOff, yOff, acc });
+        assert.equal(codes.length, Math.ceil(n / 4), `${typeName(type)} n=${n}: one dispatch a piece`);
+        assert.ok(codes.every((c) => WIDE.test(c)));
+        const got = await r.readF32(yb);
+        const a = Float64Array.from(
+          { length: n * rows },
+          (_, i) => got[yOff + Math.floor(i / rows) * yStride + (i % rows)],
+        );
+        const b = want.map((v, i) => v + (acc ? yInit[yOff + Math.floor(i / rows) * yStride + (i % rows)] : 0));
+        assert.ok(relErr(a, b) < TOL, `${typeName(type)} n=${n} acc=${acc}: err ${relErr(a, b)}`);
+      }
+      // dual: one wide dual dispatch a piece
+      const wu = new Float64Array(n * rows);
+      w2.matmul(xs, n, cols, wu, rows);
+      const yb = r.buffer((yOff + n * yStride) * 4);
+      codes.length = 0;
+      matmulSwiGLU(r, g, g2, f32(r, x), yb, { n, xStride, yStride, xOff, yOff });
+      assert.equal(codes.length, Math.ceil(n / 4));
+      const got = await r.readF32(yb);
+      const a = Float64Array.from(
+        { length: n * rows },
+        (_, i) => got[yOff + Math.floor(i / rows) * yStride + (i % rows)],
+      );
+      assert.ok(
+        relErr(
+          a,
+          want.map((v, i) => silu(v) * wu[i]),
+        ) < TOL,
+        `${typeName(type)} n=${n} dual`,
+      );
+    }
+    g.destroy();
+    g2.destroy();
+  }
+  // per-head batches (Q8_0, 3 heads) in pieces of tokens
+  const H = 3;
+  const cols = 64;
+  const rows = 5;
+  const n = 6;
+  const all = new QMatrix("h", GGMLType.Q8_0, cols, rows * H, quantize(GGMLType.Q8_0, rng.f32(cols * rows * H), cols));
+  const gh = GpuMatrix.upload(r, "h", GGMLType.Q8_0, cols, rows, all.data, H);
+  const x = rng.f64(n * cols * H);
+  const yb = r.buffer(n * rows * H * 4);
+  codes.length = 0;
+  matmul(r, gh, f32(r, x), yb, {
+    n,
+    xStride: cols * H,
+    yStride: rows * H,
+    batch: { count: H, xBatch: cols, yBatch: rows },
+  });
+  assert.equal(codes.length, 2);
+  const got = await r.readF32(yb);
+  const tmp = new Float64Array(n * rows);
+  for (let h = 0; h < H; h++) {
+    const xh = Float64Array.from(
+      { length: n * cols },
+      (_, i) => x[Math.floor(i / cols) * cols * H + h * cols + (i % cols)],
+    );
+    all.slice(h * rows, rows).matmul(xh, n, cols, tmp, rows);
+    const a = Float64Array.from(
+      { length: n * rows },
+      (_, i) => got[Math.floor(i / rows) * rows * H + h * rows + (i % rows)],
+    );
+    assert.ok(relErr(a, tmp) < TOL, `head ${h}: err ${relErr(a, tmp)}`);
+  }
+  gh.destroy();
+  // 32 tokens: the row-tiled kernel; without the knob: the coalesced kernel, one dispatch
+  const { g } = upload(r, rng, GGMLType.Q4_K, 256, 37);
+  codes.length = 0;
+  matmul(r, g, f32(r, rng.f64(32 * 256)), r.buffer(32 * 37 * 4), { n: 32, xStride: 256, yStride: 37 });
+  assert.equal(codes.length, 1);
+  assert.doesNotMatch(codes[0], WIDE);
+  const plain = runtime();
+  assert.doesNotMatch(matvecKernel(plain, g, 8, false, true).code, WIDE);
+  g.destroy();
+});

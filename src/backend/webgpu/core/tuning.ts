@@ -94,6 +94,11 @@ export const KNOBS = {
     doc: "1: expert-list products on the wide kernel (4 pairs a tile) while experts average ≤ WIDE_LIST_PAIRS pairs (measured slower than per-pair products)",
     default: "0",
   },
+  widePieces: {
+    family: "matmul",
+    doc: "1: plain products of 5 to 31 tokens (none of the tiled kernels' sizes) run as pieces of 4 tokens on the wide kernel, 0 on the coalesced kernel",
+    default: "0",
+  },
   rowTile: {
     family: "matmul",
     doc: "the row-tiled kernel for expert lists of its types and plain products of ≥ ROW_TILE_FROM = 32 tokens; 1 also from 5 tokens, 0 never",

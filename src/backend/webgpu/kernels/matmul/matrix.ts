@@ -25,7 +25,7 @@ import { gemmWGSL as gemmSource } from "./gemm.wgsl.js";
 import { gemmQ8WGSL as gemmQ8Source } from "./gemm-q8.wgsl.js";
 import { matmulRowsWGSL as rowTileSource } from "./rowtile.wgsl.js";
 import { matmulRowsQ8WGSL as rowTileQ8Source } from "./rowtile-q8.wgsl.js";
-import { coalescedShape, expertsFrom, gemmShape, rowTileShape, wideShape } from "./select.js";
+import { coalescedShape, expertsFrom, gemmShape, rowTileShape, widePieceTokens, wideShape } from "./select.js";
 import {
   fusionBuffers,
   matvecWideWGSL as wideSource,
@@ -376,9 +376,27 @@ export function matvecKernel(
 
 const al4 = (...v: (number | undefined)[]): boolean => v.every((x) => (x ?? 0) % 4 === 0);
 
+/** The token pieces of a product that runs in pieces on the wide kernel (widePieceTokens), each as its own args. */
+function tokenPieces<A extends Omit<MatmulArgs, "acc" | "glu" | "batch">>(a: A, per: number): A[] {
+  return Array.from({ length: Math.ceil(a.n / per) }, (_, i) => ({
+    ...a,
+    n: Math.min(per, a.n - i * per),
+    xOff: (a.xOff ?? 0) + i * per * a.xStride,
+    yOff: (a.yOff ?? 0) + i * per * a.yStride,
+  }));
+}
+
 /** y = W·x for n tokens (and optionally every item of a stacked tensor). */
 export function matmul(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer, a: MatmulArgs): void {
   const count = a.batch?.count ?? 1;
+  const per =
+    a.fuse === undefined
+      ? widePieceTokens(rt, m, a.n, al4(a.xOff, a.xStride, a.batch?.xBatch), m.rows * count)
+      : undefined;
+  if (per !== undefined) {
+    for (const piece of tokenPieces(a, per)) matmul(rt, m, x, y, piece);
+    return;
+  }
   if (count > m.items) throw new LatentError(`${m.name}: batch of ${count} over ${m.items} items`);
   if (a.fuse !== undefined && (!fusable(rt, m, a.n, false) || a.batch !== undefined))
     throw new LatentError(`${m.name}: fused work needs one wide product (check fusable()) and no batch`);
@@ -696,6 +714,12 @@ export function matmulSwiGLUSteps(
     (!fusable(rt, gate, a.n, false, up) || a.fuse.norm?.combine !== undefined || a.fuse.addCombine !== undefined)
   )
     throw new LatentError(`${gate.name}: a dual product fuses only a norm, on the wide kernel (check fusable())`);
+  const per =
+    a.fuse === undefined && alike(gate, up) ? widePieceTokens(rt, gate, a.n, aligned, gate.rows, true) : undefined;
+  if (per !== undefined) {
+    const pieces = tokenPieces(a, per);
+    return [() => pieces.forEach((piece) => matmulSwiGLU(rt, gate, up, x, y, piece))];
+  }
   const { fx, buffers: fxBufs } = wideFusion(a.fuse, gate.rows);
   const wide = dualShape(rt, gate, up, a.n, false, aligned);
   const tiled = wide === undefined ? dualTiled(rt, gate, up, a.n, "plain", aligned) : undefined;

@@ -123,6 +123,27 @@ export function wideShape(
 }
 
 /**
+ * Tokens a piece where a plain product of more tokens than the wide kernel takes, and fewer than the tiled kernels
+ * take, runs as consecutive pieces on the wide kernel (tune.widePieces = 1; off by default, not yet measured in a
+ * step): at batch 8 the coalesced kernel read v2-lite's q/kv_a at 158 GB/s (26.6 µs) and the output head at 321 GB/s,
+ * while the wide kernel streams a matrix near the memory rate for up to 4 tokens. Undefined where that does not apply
+ * (the knob off, 4 tokens or fewer, a tiled kernel takes n, or the wide kernel would not take a piece).
+ */
+export function widePieceTokens(
+  rt: GpuRuntime,
+  m: MatrixShape,
+  n: number,
+  aligned: boolean,
+  rowsTotal = m.rows,
+  dual = false,
+): number | undefined {
+  if (rt.tune.widePieces !== 1 || n <= WIDE_MAX_N) return undefined;
+  if (gemmShape(rt, m, n, "plain", aligned, dual, rowsTotal) !== undefined) return undefined;
+  if (rowTileShape(rt, m, n, "plain", aligned, rowsTotal, dual) !== undefined) return undefined;
+  return wideShape(rt, m, WIDE_MAX_N, false, aligned) !== undefined ? WIDE_MAX_N : undefined;
+}
+
+/**
  * Plain products of at least this many tokens take the row-tiled kernel by default (tune.rowTile = 1: from 5). Below
  * it the tile's reuse of each decoded weight does not pay for its staging: batches 8 and 16 of a v2-lite decode were
  * slower on it, batch 32 faster, batch 64 and a 512-token prefill about 1.5× faster.

@@ -242,14 +242,14 @@ export function rowTileShape(
     ...(header ? { shareHeader: true } : {}),
   };
   if (streams(ksplit) > MAX_STREAMS || !fits(ksplit)) return undefined;
-  // activations q8 on types with an integer form: the same shape on int8 dot products, where its slices take whole
-  // 32-column units (its workgroup memory is under the f32 kernel's: x as bytes)
-  // (its steps widened, else its threads a row halved, until every slice takes whole groups of units: Q4_K's pairs)
+  // activations q8 (or tune.rowTileX16) on types with an integer form: the same shape on int8 dot products
+  // (rowtile-q8.wgsl.ts), its steps widened, else its threads a row halved, until every slice takes whole groups of
+  // 32-column units (Q4_K's pairs), where its workgroup memory fits
   let ksQ8 = ks;
   let splitQ8 = ksplit;
   while (!rowTileQ8Fits(m.type, { ...shape, ks: ksQ8, ksplit: splitQ8 }) && m.cols % (2 * ksQ8) === 0) ksQ8 *= 2;
   while (!rowTileQ8Fits(m.type, { ...shape, ks: ksQ8, ksplit: splitQ8 }) && splitQ8 > 1) splitQ8 /= 2;
-  // tune.rowTileX16 = 1: the integer kernel in either mode, x in two int8 pieces (15 bits per 32 values)
+  // tune.rowTileX16 = 1: in either mode, x in two int8 pieces (15 bits per 32 values)
   const x16 = rt.tune.rowTileX16 === 1;
   const q8Shape: RowTileShape = {
     rows: Math.max(sg, 256 / splitQ8),

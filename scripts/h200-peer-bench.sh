@@ -107,11 +107,12 @@ fi
 stamp "llama.cpp prefill 512/4096, tg128"
 timeout 150 $B/llama-bench -m "$model" -ngl 99 -fa 1 -p 512,4096 -n 128 -r 3 -o json 2>/dev/null > "$out/llama-pp.json"
 latent ctx16 --prompt 512 --batches 1,8,32,64 --steps 32
-# AB_TUNE="gemm=0 rowTilePipe=0": the same prefill and batch 1/64 decode under each kernel tuning, beside the table (in
-# ab-<tuning>.json / .log, not read by peer-table)
+# AB_TUNE="gemm=0 rowTilePipe=0": the same prefill and batch 1/8/64 decode under each kernel tuning, beside the table (in
+# ab-<tuning>.json / .log, not read by peer-table; AB_ARGS="--activations q8" adds options to those runs)
 for tune in ${AB_TUNE:-}; do
   stamp "latent with --tune $tune"
-  timeout 200 node "$build/bench/webgpu-model.js" "$model" --prompt 512 --batches 1,64 --steps 16 --tune "$tune" \
+  # shellcheck disable=SC2086
+  timeout 200 node "$build/bench/webgpu-model.js" "$model" --prompt 512 --batches 1,8,64 --steps 16 --tune "$tune" ${AB_ARGS:-} \
     --json "$out/ab-$tune.json" 2>&1 | grep -v '^Warning' | tee "$out/ab-$tune.log" | grep -E 'prefill|decode batch'
 done
 stamp "llama.cpp batched decode 1/8/32/64"

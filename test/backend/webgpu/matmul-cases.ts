@@ -41,24 +41,25 @@ export interface KernelCheck {
 export const X16_LEVELS = 16256;
 const levelsOf = (check: Partial<KernelCheck>): number => (check.x16 === true ? X16_LEVELS : 127);
 
+/** Rows of x as a q8 kernel reads them: `count` rows of `width` values from `off`, `stride` apart, to |q| ≤ `levels`. */
+interface XRows {
+  readonly off: number;
+  readonly count: number;
+  readonly stride: number;
+  readonly width: number;
+  readonly levels: number;
+}
+
 /** x as a q8 kernel sees and quantizes it: f32, d = amax/levels per 32 values, xq = round(x/d), nearest even. */
-function q8Blocks(
-  x: Float64Array,
-  off: number,
-  count: number,
-  stride: number,
-  width: number,
-  each: (i: number, v: number, d: number, id: number) => void,
-  levels = 127,
-): void {
-  for (let r = 0; r < count; r++)
-    for (let b = 0; b < width; b += 32) {
-      const at = off + r * stride + b;
+function q8Blocks(x: Float64Array, rows: XRows, each: (i: number, v: number, d: number) => void): void {
+  for (let r = 0; r < rows.count; r++)
+    for (let b = 0; b < rows.width; b += 32) {
+      const at = rows.off + r * rows.stride + b;
       let amax = 0;
       for (let k = 0; k < 32; k++) amax = Math.max(amax, Math.abs(Math.fround(x[at + k])));
-      const d = Math.fround(amax / levels);
+      const d = Math.fround(amax / rows.levels);
       const id = d > 0 ? Math.fround(1 / d) : 0;
-      for (let k = 0; k < 32; k++) each(at + k, Math.fround(Math.fround(x[at + k]) * id), d, id);
+      for (let k = 0; k < 32; k++) each(at + k, Math.fround(Math.fround(x[at + k]) * id), d);
     }
 }
 
@@ -69,18 +70,9 @@ function q8Blocks(
  */
 export function snapQ8(x: Float64Array, off: number, count: number, stride: number, width: number, levels = 127): void {
   const w = levels > 127 ? 2e-2 : 1e-3;
-  q8Blocks(
-    x,
-    off,
-    count,
-    stride,
-    width,
-    (i, v, d) => {
-      const f = Math.abs(v) % 1;
-      if (Math.abs(f - 0.5) < w) x[i] -= Math.sign(x[i]) * 2 * w * d;
-    },
-    levels,
-  );
+  q8Blocks(x, { off, count, stride, width, levels }, (i, v, d) => {
+    if (Math.abs((Math.abs(v) % 1) - 0.5) < w) x[i] -= Math.sign(x[i]) * 2 * w * d;
+  });
 }
 
 const roundEven = (v: number): number => {
@@ -98,17 +90,9 @@ export function q8Values(
   levels = 127,
 ): Float64Array {
   const out = Float64Array.from(x);
-  q8Blocks(
-    x,
-    off,
-    count,
-    stride,
-    width,
-    (i, v, d) => {
-      out[i] = d * roundEven(v);
-    },
-    levels,
-  );
+  q8Blocks(x, { off, count, stride, width, levels }, (i, v, d) => {
+    out[i] = d * roundEven(v);
+  });
   return out;
 }
 

@@ -157,12 +157,23 @@ export const CPU_ACTIVATIONS_OPTION = [
   "activations of the cpu backend's integer dots: exact (default: 14/16-bit, log-probs within ~1e-4 of the reference on F32 weights) or q8 (opt-in: products of Q4_K weights, and decode products of Q5_0 and Q6_K weights, with 8-bit activations through WebAssembly relaxed SIMD, faster and less exact; docs/cpu-backend.md)",
 ] as const;
 
+/** `flag MODE` checked against its modes (undefined when absent). */
+function modeOption<M extends string>(flag: string, v: string | undefined, modes: readonly M[]): M | undefined {
+  if (v === undefined) return undefined;
+  if (!(modes as readonly string[]).includes(v))
+    throw new UsageError(`${flag} must be ${modes.join(" or ")}, got "${v}"`);
+  return v as M;
+}
+
+/** Refuses a GPU-only option (`flag`, which `what`) with a backend that has no GPU. */
+function requireGpuBackend(flag: string, what: string, backend: string): void {
+  if (backend !== "webgpu" && backend !== "auto")
+    throw new UsageError(`${flag} ${what}: it needs --backend webgpu or auto, not ${backend}`);
+}
+
 /** `--cpu-activations MODE` (undefined when absent). */
 export function cpuActivationsOption(v: string | undefined): CpuActivations | undefined {
-  if (v === undefined) return undefined;
-  if (!(CPU_ACTIVATIONS as readonly string[]).includes(v))
-    throw new UsageError(`--cpu-activations must be ${CPU_ACTIVATIONS.join(" or ")}, got "${v}"`);
-  return v as CpuActivations;
+  return modeOption("--cpu-activations", v, CPU_ACTIVATIONS);
 }
 
 /** `--gpu-activations` (run, logits, chat, serve): how the GPU's matrix-matrix products take their activations. */
@@ -173,12 +184,9 @@ export const GPU_ACTIVATIONS_OPTION = [
 
 /** `--gpu-activations MODE` (undefined when absent), refused with a backend that has no GPU. */
 export function gpuActivationsOption(v: string | undefined, backend: string): GpuActivations | undefined {
-  if (v === undefined) return undefined;
-  if (!(GPU_ACTIVATIONS as readonly string[]).includes(v))
-    throw new UsageError(`--gpu-activations must be ${GPU_ACTIVATIONS.join(" or ")}, got "${v}"`);
-  if (backend !== "webgpu" && backend !== "auto")
-    throw new UsageError(`--gpu-activations applies to the GPU: it needs --backend webgpu or auto, not ${backend}`);
-  return v as GpuActivations;
+  const mode = modeOption("--gpu-activations", v, GPU_ACTIVATIONS);
+  if (mode !== undefined) requireGpuBackend("--gpu-activations", "applies to the GPU", backend);
+  return mode;
 }
 
 /** `--max-memory SIZE` in bytes (undefined when absent). */
@@ -209,8 +217,7 @@ export const GPU_MEMORY_OPTION = [
 /** --gpu-memory's bytes, refused with any backend but webgpu and auto. */
 export function gpuMemoryOption(value: string | undefined, backend: string): number | undefined {
   if (value === undefined) return undefined;
-  if (backend !== "webgpu" && backend !== "auto")
-    throw new UsageError(`--gpu-memory is a budget for the GPU: it needs --backend webgpu or auto, not ${backend}`);
+  requireGpuBackend("--gpu-memory", "is a budget for the GPU", backend);
   return parseByteSize(value, "--gpu-memory");
 }
 

@@ -39,7 +39,7 @@ export function rowTileQ8SharedBytes(s: RowTileShape, dual: boolean): number {
 }
 
 /** 32-column units a thread takes together: Q4_K's two that share their 32 bytes of nibbles, else one. */
-export function rowTileQ8Group(type: number): number {
+function rowTileQ8Group(type: number): number {
   return type === GGMLType.Q4_K ? 2 : 1;
 }
 

@@ -5,7 +5,7 @@
  * - per step each thread first loads its units' weights as integers (32 int8 per 32-column unit, two vec4u) and the
  *   unit's (s0, s1, min) — Q4_K as vec4s, a pair of units from the same 32 bytes of nibbles; Q5_0 as the six words
  *   that hold a block; other types through q8WeightWGSL, a word per four values (each lane reads its own row, so the
- *   number of load instructions, not the arithmetic, bounded the first version on a large GPU) — then the workgroup
+ *   number of load instructions, not the arithmetic, bounds the kernel on a large GPU) — then the workgroup
  *   stages the tile's x quantized per 32 values as ggml's q8_1 (d = amax/127, q = round(x/d), d·Σq) between two
  *   barriers;
  * - a (row, token) unit is eight `dot4I8Packed` against two broadcast vec4u reads of workgroup memory, exact in i32,

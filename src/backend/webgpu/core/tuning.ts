@@ -99,6 +99,21 @@ export const KNOBS = {
     doc: "1: plain products of 5 to 31 tokens (none of the tiled kernels' sizes) run as pieces of 4 tokens on the wide kernel, 0 on the coalesced kernel",
     default: "0",
   },
+  vecQ8: {
+    family: "matmul",
+    doc: "with activations q8 (or rowTileX16 = 1): 1 plain products of 5 to 31 tokens on the integer matrix-vector kernel (vec-q8.wgsl.ts: a subgroup a row, x quantized once a workgroup), 0 not",
+    default: "1",
+  },
+  vecQ8Rows: {
+    family: "matmul",
+    doc: "rows each subgroup of the integer matrix-vector kernel takes (a multiple of vecQ8Par) where a row's x fits its workgroup memory",
+    default: "rows / (subgroups × 512), 2..16, a power of two",
+  },
+  vecQ8Par: {
+    family: "matmul",
+    doc: "rows a subgroup of the integer matrix-vector kernel loads together (1 or 2)",
+    default: "2",
+  },
   rowTile: {
     family: "matmul",
     doc: "the row-tiled kernel for expert lists of its types and plain products of ≥ ROW_TILE_FROM = 32 tokens; 1 also from 5 tokens, 0 never",

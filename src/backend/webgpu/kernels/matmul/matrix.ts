@@ -25,7 +25,16 @@ import { gemmWGSL as gemmSource } from "./gemm.wgsl.js";
 import { gemmQ8WGSL as gemmQ8Source } from "./gemm-q8.wgsl.js";
 import { matmulRowsWGSL as rowTileSource } from "./rowtile.wgsl.js";
 import { matmulRowsQ8WGSL as rowTileQ8Source } from "./rowtile-q8.wgsl.js";
-import { coalescedShape, expertsFrom, gemmShape, rowTileShape, widePieceTokens, wideShape } from "./select.js";
+import {
+  coalescedShape,
+  expertsFrom,
+  gemmShape,
+  rowTileShape,
+  vecQ8Shape,
+  widePieceTokens,
+  wideShape,
+} from "./select.js";
+import { matvecQ8WGSL as vecQ8Source, vecQ8Rows } from "./vec-q8.wgsl.js";
 import {
   fusionBuffers,
   matvecWideWGSL as wideSource,
@@ -40,6 +49,7 @@ const matmulRowsWGSL = memoWGSL(rowTileSource);
 const gemmWGSL = memoWGSL(gemmSource);
 const gemmQ8WGSL = memoWGSL(gemmQ8Source);
 const matmulRowsQ8WGSL = memoWGSL(rowTileQ8Source);
+const matvecQ8WGSL = memoWGSL(vecQ8Source);
 
 /** A tiled matrix-matrix kernel for a product: its code, rows per workgroup and tokens (pairs) per tile. */
 interface TiledKernel {
@@ -50,7 +60,8 @@ interface TiledKernel {
 
 /**
  * The tiled kernel of a product of n tokens (plain) or n pairs (expert lists), dual for gate and up together: the
- * register-tiled kernel where it applies (many tokens a tile), else the row-tiled one, else undefined.
+ * register-tiled kernel where it applies (many tokens a tile), else the row-tiled one, else (plain, a few tokens, integer
+ * activations) the integer matrix-vector kernel, else undefined.
  */
 function tiledKernel(
   rt: GpuRuntime,
@@ -75,6 +86,8 @@ function tiledKernel(
       rows: rowTile.rows,
       tokens: rowTile.tokens,
     };
+  const vec = mode === "plain" ? vecQ8Shape(rt, m, n, aligned, rowsTotal) : undefined;
+  if (vec !== undefined) return { code: matvecQ8WGSL(m.type, vec, dual), rows: vecQ8Rows(vec), tokens: vec.tokens };
   return undefined;
 }
 const matvecCoalescedWGSL = memoWGSL(coalescedSource);

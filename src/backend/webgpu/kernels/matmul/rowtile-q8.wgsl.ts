@@ -64,7 +64,7 @@ fn fifth(qh: u32) -> vec4u {
  * Q4_K read as vec4s (its 144-byte blocks are 16-byte aligned): a block's header (d, dmin and the 12 scale bytes) is one
  * vec4u, each pair of units (2q, 2q + 1) the low and high nibbles of the same two vec4u.
  */
-const Q4K_VEC4 = /* wgsl */ `
+export const Q4K_VEC4 = /* wgsl */ `
 fn sbyte(h: vec4u, k: u32) -> u32 { return (h[1u + (k >> 2u)] >> (8u * (k & 3u))) & 255u; }
 // unit j's (d·sc, d·sc, dmin·m, 0): ggml's get_scale_min_k4 on the header's scale bytes
 fn q4kScale(h: vec4u, j: u32) -> vec4f {

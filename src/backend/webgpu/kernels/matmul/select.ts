@@ -12,6 +12,7 @@ import { GEMM_STEP, gemmSharedBytes, type GemmShape } from "./gemm.wgsl.js";
 import { MV_WG } from "./mat.wgsl.js";
 import { rowTileSharedVec4s, type RowTileShape } from "./rowtile.wgsl.js";
 import { rowTileQ8Fits, rowTileQ8SharedBytes } from "./rowtile-q8.wgsl.js";
+import { vecQ8SharedBytes, type VecQ8Shape } from "./vec-q8.wgsl.js";
 import {
   STAGE_PAD,
   stagedVec4s,
@@ -140,7 +141,73 @@ export function widePieceTokens(
   if (rt.tune.widePieces !== 1 || n <= WIDE_MAX_N) return undefined;
   if (gemmShape(rt, m, n, "plain", aligned, dual, rowsTotal) !== undefined) return undefined;
   if (rowTileShape(rt, m, n, "plain", aligned, rowsTotal, dual) !== undefined) return undefined;
+  if (vecQ8Shape(rt, m, n, aligned, rowsTotal) !== undefined) return undefined;
   return wideShape(rt, m, WIDE_MAX_N, false, aligned) !== undefined ? WIDE_MAX_N : undefined;
+}
+
+/** Most tokens a tile of the integer matrix-vector kernel (its accumulators: rows loaded together × matrices × tokens). */
+const VEC_Q8_TOKENS = 16;
+
+/**
+ * Workgroup memory the integer matrix-vector kernel stages x in (at most; the device's limit if lower): 8 workgroups
+ * of 256 threads then fit a multiprocessor's memory, so the threads, not the staging, bound how many run at once.
+ */
+const VEC_Q8_STAGE_BYTES = 24576;
+
+/** Workgroups the integer matrix-vector kernel aims for before its subgroups take more rows each (two a multiprocessor of a large GPU). */
+const VEC_Q8_GROUPS = 264;
+
+/**
+ * The integer matrix-vector kernel's shape (vec-q8.wgsl.ts) for a plain product of n tokens (rowsTotal rows over all
+ * batch items), or undefined where it does not apply: neither activations q8 nor tune.rowTileX16 = 1, tune.vecQ8 = 0,
+ * another matvec variant, no fixed subgroup size, a type without an integer form, n outside WIDE_MAX_N + 1 ..
+ * ROW_TILE_FROM − 1 (the wide and the row-tiled kernels' sizes), x not aligned to 4 floats, or columns not a multiple
+ * of 64.
+ */
+export function vecQ8Shape(
+  rt: GpuRuntime,
+  m: MatrixShape,
+  n: number,
+  aligned: boolean,
+  rowsTotal = m.rows,
+): VecQ8Shape | undefined {
+  const sg = rt.info.subgroupSize;
+  const x16 = rt.tune.rowTileX16 === 1;
+  if (
+    rt.tune.vecQ8 === 0 ||
+    !(x16 || rt.activations === "q8") ||
+    rt.matvec !== "coalesced" ||
+    sg === undefined ||
+    sg < 4 ||
+    sg > 64 ||
+    !(Q8_WEIGHT_TYPES as readonly number[]).includes(m.type) ||
+    !aligned ||
+    n <= WIDE_MAX_N ||
+    n >= ROW_TILE_FROM ||
+    m.cols % 64 !== 0
+  )
+    return undefined;
+  const tiles = Math.ceil(n / VEC_Q8_TOKENS);
+  const tokens = 4 * Math.ceil(n / (4 * tiles));
+  const pieces = x16 ? 2 : 1;
+  const budget = Math.min(rt.info.limits.maxComputeWorkgroupStorageSize, VEC_Q8_STAGE_BYTES);
+  // the whole row where its x fits, else the widest step of 64-column groups that divides the row and fits
+  let ks = m.cols;
+  while (ks >= 64 && (m.cols % ks !== 0 || ks % 64 !== 0 || vecQ8SharedBytes(tokens, ks, pieces) > budget)) ks -= 64;
+  if (ks < 64) return undefined;
+  const par = rt.tune.vecQ8Par ?? 2;
+  if (par !== 1 && par !== 2) throw new LatentError(`tune.vecQ8Par must be 1 or 2, got ${par}`);
+  const sgs = Math.max(1, Math.floor(256 / sg));
+  let rowsPerSg = par;
+  if (ks === m.cols) {
+    const want = rt.tune.vecQ8Rows;
+    if (want !== undefined && (!Number.isInteger(want) || want < 1 || want % par !== 0))
+      throw new LatentError(`tune.vecQ8Rows must be a multiple of vecQ8Par (${par}), got ${want}`);
+    let rows = 16;
+    while (rows > par && Math.ceil(rowsTotal / (sgs * rows)) < VEC_Q8_GROUPS) rows /= 2;
+    rowsPerSg = want ?? Math.max(par, rows);
+  }
+  return { sg, sgs, rowsPerSg, par, tokens, ks, cols: m.cols, ...(x16 ? { pieces: 2 as const } : {}) };
 }
 
 /**

@@ -1,0 +1,220 @@
+/**
+ * The integer matrix-vector kernel for a few tokens (5–31: batched decode steps of a few sequences), under the 8-bit
+ * activations (RuntimeOptions `activations: "q8"`) or with x in two int8 pieces (tune.rowTileX16):
+ * - the wide kernel's layout for the weights: one subgroup per row, lane l taking the row's 32-column units l, l + sg,
+ *   … (Q4_K: unit pairs, 64 columns from one header and two vec4u of nibbles), so a subgroup's loads are contiguous
+ *   runs of the row, read at the memory's pace;
+ * - the tile's x quantized once per workgroup into workgroup memory (q8_1 per 32 values, as the other q8 kernels:
+ *   quantizeX32WGSL), the halves of a unit in separate arrays so that a subgroup's reads of consecutive units are
+ *   conflict-free; then a workgroup takes many rows (`rowsPerSg` a subgroup, `par` of them loaded together), so that
+ *   staging x costs little against the rows' weights;
+ * - a (row, token) unit is eight `dot4I8Packed` (sixteen with two pieces), exact in i32, and one scaled f32 update;
+ *   rows are summed over their lanes with subgroupAdd, four tokens a call.
+ * Where the whole tile's x does not fit the workgroup memory budget, the row goes in steps of `ks` columns (x staged
+ * per step) and a subgroup takes one run of `par` rows.
+ *
+ * Why: at a batch of 8 the coalesced kernel read v2-lite's q/kv_a at ~160 GB/s and the wide kernel (x staged per
+ * 8 rows, in f32) does no better in pieces of 4 tokens; the row-tiled kernels read a row per lane, which the memory
+ * serves badly when the weights are not already in the L2. Same parameter block, grids and entry as the row-tiled
+ * kernel in plain mode (rows per workgroup = subgroups × rowsPerSg; tiles of `tokens`).
+ */
+import { GGMLType } from "../../../../gguf/types.js";
+import { dequantWGSL, q8WeightForm, q8WeightWGSL } from "../quant.wgsl.js";
+import { dequantForW2, GEMM_STEP } from "./gemm.wgsl.js";
+import { quantizeX32WGSL } from "./gemm-q8.wgsl.js";
+import { matOutWGSL } from "./mat.wgsl.js";
+import { Q4K_VEC4 } from "./rowtile-q8.wgsl.js";
+import { chunkBindingsWGSL } from "./wide.wgsl.js";
+
+const range = (n: number): number[] => Array.from({ length: n }, (_, i) => i);
+
+export interface VecQ8Shape {
+  /** the device's fixed subgroup size: lanes per row */
+  readonly sg: number;
+  /** subgroups per workgroup */
+  readonly sgs: number;
+  /** rows each subgroup takes (a multiple of par; par itself where ks < cols) */
+  readonly rowsPerSg: number;
+  /** rows a subgroup loads together (1 or 2) */
+  readonly par: number;
+  /** tokens a tile (a multiple of 4) */
+  readonly tokens: number;
+  /** columns a step (a multiple of 64 dividing cols) */
+  readonly ks: number;
+  readonly cols: number;
+  /** x in two int8 pieces (15 bits per 32 values) */
+  readonly pieces?: 2;
+}
+
+/** Rows a workgroup of the shape takes: what grids are sized by. */
+export function vecQ8Rows(s: VecQ8Shape): number {
+  return s.sgs * s.rowsPerSg;
+}
+
+/** Bytes of workgroup memory for x staged in steps of ks columns: the pieces' int8s and a (d, d·Σq) per unit. */
+export function vecQ8SharedBytes(tokens: number, ks: number, pieces: number): number {
+  return tokens * ks * pieces + (tokens * ks * 8) / 32;
+}
+
+export function matvecQ8WGSL(type: number, s: VecQ8Shape, dual = false): string {
+  const { sg: SG, sgs: NSG, rowsPerSg: RS, par: PAR, tokens: T, ks: KS } = s;
+  const NS = s.cols / KS;
+  if (
+    T % 4 !== 0 ||
+    KS % 64 !== 0 ||
+    s.cols % KS !== 0 ||
+    RS % PAR !== 0 ||
+    (NS > 1 && RS !== PAR) ||
+    (PAR !== 1 && PAR !== 2)
+  )
+    throw new Error(`q8 matrix-vector kernel: bad shape ${JSON.stringify(s)}`);
+  const WG = SG * NSG;
+  const RW = NSG * RS;
+  const U = KS / 32; // units a step
+  const vec4 = type === GGMLType.Q4_K;
+  const GU = vec4 ? 2 : 1; // units a lane takes together
+  const G = U / GU; // groups a step
+  const form = q8WeightForm(type);
+  const S = dual ? 2 : 1;
+  const P = s.pieces ?? 1;
+  const sfx = (k: number): string => (k === 0 ? "" : "_2");
+  const acc = (j: number, k: number, t: number): string => `a${j}_${k}_${t}`;
+  // XQ slots: piece half hf (0, 1: the hi pieces' halves; 2, 3: the lo pieces'), token t, unit h
+  const xq = (hf: number, t: string, h: string): string => `XQ[(${hf * T}u + ${t}) * ${U}u + ${h}]`;
+  const stage = `for (var i = li; i < ${T * U}u; i += ${WG}u) {
+      let t = i / ${U}u; let h = i % ${U}u;
+      ${quantizeX32WGSL("t < nt", `xq + (t0 + t) * xs4 + st * ${KS / 4}u + 8u * h`, P)}
+      ${xq(0, "t", "h")} = xqa; ${xq(1, "t", "h")} = xqb; XD[t * ${U}u + h] = xd;${P === 1 ? "" : ` ${xq(2, "t", "h")} = xla; ${xq(3, "t", "h")} = xlb;`}
+    }`;
+  // row j of the run, matrix k: the group's weights (Q4_K: a unit pair from its header and two vec4u of nibbles)
+  const loads = range(PAR)
+    .flatMap((j) =>
+      range(S).map((k) => {
+        const Wk = k === 0 ? "W" : "W2";
+        if (vec4)
+          return `let hd${j}_${k} = ${Wk}[bo${j}]; let qa${j}_${k} = ${Wk}[bo${j} + 1u + 2u * pq]; let qb${j}_${k} = ${Wk}[bo${j} + 2u + 2u * pq];
+        let wa${j}_${k}_0 = qa${j}_${k} & vec4u(0x0f0f0f0fu); let wb${j}_${k}_0 = qb${j}_${k} & vec4u(0x0f0f0f0fu);
+        let wa${j}_${k}_1 = (qa${j}_${k} >> vec4u(4u)) & vec4u(0x0f0f0f0fu); let wb${j}_${k}_1 = (qb${j}_${k} >> vec4u(4u)) & vec4u(0x0f0f0f0fu);
+        let c${j}_${k}_0 = q4kScale(hd${j}_${k}, ub & 7u); let c${j}_${k}_1 = q4kScale(hd${j}_${k}, (ub + 1u) & 7u);`;
+        const wq = `wq4${sfx(k)}`;
+        return `let wa${j}_${k}_0 = vec4u(${wq}(rb${j}, e), ${wq}(rb${j}, e + 4u), ${wq}(rb${j}, e + 8u), ${wq}(rb${j}, e + 12u));
+        let wb${j}_${k}_0 = vec4u(${wq}(rb${j}, e + 16u), ${wq}(rb${j}, e + 20u), ${wq}(rb${j}, e + 24u), ${wq}(rb${j}, e + 28u));
+        let c${j}_${k}_0 = wsc${sfx(k)}(rb${j}, ub);`;
+      }),
+    )
+    .join("\n        ");
+  const blocks = vec4
+    ? `let pq = (ub & 7u) >> 1u; ${range(PAR)
+        .map((j) => `let bo${j} = (rb${j} >> 4u) + (ub >> 3u) * 9u;`)
+        .join(" ")}`
+    : "let e = ub * 32u;";
+  const dot = (w: string, x: string): string =>
+    `dot4I8Packed(${w}.x, ${x}.x) + dot4I8Packed(${w}.y, ${x}.y) + dot4I8Packed(${w}.z, ${x}.z) + dot4I8Packed(${w}.w, ${x}.w)`;
+  // unit u (of the group) and token t against every row of the run and matrix
+  const use = (u: number, t: number): string => {
+    const h = `(hs + ${u}u)`;
+    const lows = P === 1 ? "" : ` let la = ${xq(2, `${t}u`, h)}; let lb = ${xq(3, `${t}u`, h)};`;
+    const head = `{ let xa = ${xq(0, `${t}u`, h)}; let xb = ${xq(1, `${t}u`, h)};${lows} let d = XD[${t * U}u + ${h}];`;
+    const half = (w: string, x: string, l: string): string =>
+      P === 1 ? `(${dot(w, x)})` : `(128i * (${dot(w, x)}) + (${dot(w, l)}))`;
+    const body = range(PAR).flatMap((j) =>
+      range(S).map((k) => {
+        const a = acc(j, k, t);
+        const c = `c${j}_${k}_${u}`;
+        const ha = half(`wa${j}_${k}_${u}`, "xa", "la");
+        const hb = half(`wb${j}_${k}_${u}`, "xb", "lb");
+        const term = form.twoScales
+          ? `${a} = fma(d.x, fma(${c}.x, f32${ha}, ${c}.y * f32${hb}), ${a});`
+          : `${a} = fma(f32(${ha} + ${hb}), ${c}.x * d.x, ${a});`;
+        return form.min ? `${term} ${a} = fma(-${c}.z, d.y, ${a});` : term;
+      }),
+    );
+    return `${head} ${body.join(" ")} }`;
+  };
+  const accs = range(PAR)
+    .flatMap((j) => range(S).flatMap((k) => range(T).map((t) => `var ${acc(j, k, t)} = 0.0;`)))
+    .join(" ");
+  // a step's groups over the subgroup's lanes
+  const groups = `for (var g = lane; g < ${G}u; g += ${SG}u) {
+        let hs = g * ${GU}u; let ub = st * ${U}u + hs;
+        ${blocks}
+        ${loads}
+        ${range(GU)
+          .flatMap((u) => range(T).map((t) => use(u, t)))
+          .join("\n        ")}
+      }`;
+  const q4 = (j: number, k: number, t4: number): string =>
+    `vec4f(${range(4)
+      .map((i) => acc(j, k, 4 * t4 + i))
+      .join(", ")})`;
+  // the run's sums over the lanes, four tokens a call (all of them before lane 0 writes)
+  const sums = range(PAR)
+    .flatMap((j) =>
+      range(S).flatMap((k) => range(T / 4).map((t4) => `let s${j}_${k}_${t4} = subgroupAdd(${q4(j, k, t4)});`)),
+    )
+    .join(" ");
+  const val = (j: number, t: number): string => {
+    const c = "xyzw"[t % 4];
+    const t4 = Math.floor(t / 4);
+    return dual ? `silu(s${j}_0_${t4}.${c}) * s${j}_1_${t4}.${c}` : `s${j}_0_${t4}.${c}`;
+  };
+  const writes = `${sums}
+    if (lane == 0u) {
+      ${range(PAR)
+        .map(
+          (j) =>
+            `if (ok${j}) { ${range(T)
+              .map((t) => `if (${t}u < nt) { out(b, t0 + ${t}u, row${j}, ${val(j, t)}); }`)
+              .join(" ")} }`,
+        )
+        .join("\n      ")}
+    }`;
+  const rowBases = range(PAR)
+    .map(
+      (j) =>
+        `let row${j} = r0 + sgi * ${RS}u + k + ${j}u; let ok${j} = row${j} < p.rows; let rb${j} = p.wOff + b * p.wBatch + select(0u, row${j}, ok${j}) * p.rowBytes;`,
+    )
+    .join("\n    ");
+  const steps =
+    NS === 1
+      ? `{ let st = 0u;
+      ${groups}
+    }`
+      : `for (var st = 0u; st < ${NS}u; st++) {
+      workgroupBarrier();
+      ${stage}
+      workgroupBarrier();
+      ${groups}
+    }`;
+  const weights = vec4
+    ? Q4K_VEC4
+    : `${dequantWGSL(type, GEMM_STEP)}\n${q8WeightWGSL(type)}\n${dual ? dequantForW2(type, q8WeightWGSL(type), ["wq4", "wsc"]) : ""}`;
+  return /* wgsl */ `enable subgroups;
+${chunkBindingsWGSL(vec4, "plain", dual)}
+var<workgroup> XQ: array<vec4u, ${P * 2 * T * U}>;
+var<workgroup> XD: array<vec2f, ${T * U}>;
+fn silu(g: f32) -> f32 { return g / (1.0 + exp(-g)); }
+${weights}
+${matOutWGSL(true)}
+// matrix-vector product on int8 dot products${P === 2 ? " (x in two pieces)" : ""}: ${NSG} subgroups × ${RS} rows (${PAR} at a time), ${T} tokens a tile, ${NS} step(s) of ${KS} columns
+@compute @workgroup_size(${WG})
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+  let tt = wid.y % p.tiles;
+  let r0 = (wid.x + (wid.y / p.tiles) * p.gx) * ${RW}u;
+  if (r0 >= p.rows) { return; }
+  let b = wid.z;
+  let xq = (p.xOff + b * p.xBatch) >> 2u;
+  let xs4 = p.xStride >> 2u;
+  let t0 = tt * ${T}u;
+  let nt = min(${T}u, p.n - t0);
+  let lane = li % ${SG}u;
+  let sgi = li / ${SG}u;
+  ${NS === 1 ? `{ let st = 0u;\n    ${stage}\n  }\n  workgroupBarrier();` : ""}
+  for (var k = 0u; k < ${RS}u; k += ${PAR}u) {
+    ${rowBases}
+    ${accs}
+    ${steps}
+    ${writes}
+  }
+}`;
+}

@@ -1,0 +1,130 @@
+// The integer matrix-vector kernel (vec-q8.wgsl.ts: plain products of 5–31 tokens under activations q8, or with x in
+// two pieces) against the CPU reference on fresh random inputs, through the shared cases of matmul-cases.ts with their
+// q8 form (x moved off the rounding boundaries, the reference fed x as quantized, f32 tolerance): Q4_K's unit pairs
+// and mins, Q6_K's half scales, Q5_0's offset, Q8_0's signed bytes; odd rows (runs of two rows cut short), partial
+// tiles, two tiles, strides, acc, SwiGLU, dual gate·up, per-head batches and row pieces; the whole row staged with
+// several rows a subgroup, and rows in steps of fewer columns.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { GGMLType } from "../../../src/gguf/types.js";
+import { GpuRuntime, type RuntimeOptions } from "../../../src/backend/webgpu/core/runtime.js";
+import type { KernelTuning } from "../../../src/backend/webgpu/core/tuning.js";
+import { type GpuMatrix, matvecKernel } from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
+import { vecQ8Shape } from "../../../src/backend/webgpu/kernels/matmul/select.js";
+import { matvecQ8WGSL } from "../../../src/backend/webgpu/kernels/matmul/vec-q8.wgsl.js";
+import { gpuOrSkip, LONG_SWEEPS, Rng, sweepSkip } from "./helpers.js";
+import { checkHeadsAndPieces, checkPlainProducts, X16_LEVELS } from "./matmul-cases.js";
+import { checkFusedQ8 } from "./q8-pipeline.js";
+
+const { rt, skip } = await gpuOrSkip();
+const VEC = /matrix-vector product on int8 dot products: /;
+const VEC_X16 = /matrix-vector product on int8 dot products \(x in two pieces\)/;
+
+type Case = readonly [number, number, number, number];
+// [type, cols, rows, tokens]: 5 and 31 tokens bound the kernel's range (31: two tiles of 16); odd rows end a run of two
+// rows early; 1408 columns are Q5_0's routed-down rows
+const PLAIN: readonly Case[] = [
+  [GGMLType.Q4_K, 512, 67, 8],
+  [GGMLType.Q6_K, 256, 33, 5],
+  [GGMLType.Q5_0, 1408, 19, 13],
+  [GGMLType.Q8_0, 128, 21, 31],
+  [GGMLType.Q4_K, 256, 5, 17],
+];
+
+const mat = (type: number, cols: number, rows: number, items = 1): GpuMatrix =>
+  ({ type, cols, rows, items }) as unknown as GpuMatrix;
+
+test("integer matrix-vector selection: 5–31 tokens under activations q8 or x in two pieces, types with an integer form", {
+  skip,
+}, () => {
+  const at = (activations: "exact" | "q8", tune: KernelTuning = {}, limit = 32768): GpuRuntime =>
+    new GpuRuntime(
+      { ...rt!.info, subgroupSize: 32, limits: { ...rt!.info.limits, maxComputeWorkgroupStorageSize: limit } },
+      { tune, activations },
+    );
+  const qkv = mat(GGMLType.Q4_K, 2048, 3648);
+  const describe = (r: GpuRuntime, m: GpuMatrix, n: number, rows = m.rows): string => {
+    const s = vecQ8Shape(r, m, n, true, rows);
+    return s === undefined
+      ? "none"
+      : `${s.pieces === 2 ? "x16 " : ""}${s.tokens} tokens, ${s.sgs}×${s.rowsPerSg} rows by ${s.par}, ks ${s.ks}`;
+  };
+  assert.equal(describe(at("q8"), qkv, 8), "8 tokens, 8×2 rows by 2, ks 2048");
+  assert.equal(describe(at("exact"), qkv, 8), "none");
+  assert.equal(describe(at("exact", { rowTileX16: 1 }), qkv, 8), "x16 8 tokens, 8×2 rows by 2, ks 1024");
+  // the vocabulary-sized head: more rows a subgroup; 31 tokens in two tiles of 16, steps of x that fit
+  assert.equal(describe(at("q8"), mat(GGMLType.Q6_K, 2048, 102400), 8), "8 tokens, 8×16 rows by 2, ks 2048");
+  assert.equal(describe(at("q8"), qkv, 31), "16 tokens, 8×2 rows by 2, ks 1024");
+  assert.equal(describe(at("q8"), mat(GGMLType.Q4_K, 12288, 6144), 8), "8 tokens, 8×2 rows by 2, ks 2048");
+  assert.equal(describe(at("q8", { vecQ8Par: 1, vecQ8Rows: 4 }), qkv, 8), "8 tokens, 8×4 rows by 1, ks 2048");
+  // outside its range, or off
+  for (const n of [4, 32]) assert.equal(describe(at("q8"), qkv, n), "none");
+  assert.equal(describe(at("q8", { vecQ8: 0 }), qkv, 8), "none");
+  assert.equal(describe(at("q8"), mat(GGMLType.F16, 2048, 64), 8), "none");
+  assert.throws(() => vecQ8Shape(at("q8", { vecQ8Rows: 3 }), qkv, 8, true), /vecQ8Rows/);
+  assert.throws(
+    () => matvecQ8WGSL(GGMLType.Q4_K, { sg: 32, sgs: 8, rowsPerSg: 4, par: 2, tokens: 8, ks: 1024, cols: 2048 }),
+    /bad shape/,
+  );
+  assert.match(matvecKernel(at("q8"), qkv, 8, false, true).code, VEC);
+  assert.doesNotMatch(matvecKernel(at("exact"), qkv, 8, false, true).code, VEC);
+});
+
+// [tuning, in the suite]: the defaults (the whole row staged on these small matrices), several rows a subgroup one at
+// a time, and steps of 64 columns with one row a subgroup (x staged per step between barriers)
+const tunings: readonly (readonly [KernelTuning, boolean])[] = [
+  [{}, true],
+  [{ vecQ8Par: 1, vecQ8Rows: 3 }, true],
+  [{ vecQ8Par: 1, vecQ8Rows: 2 }, false],
+];
+
+function runtime(tune: KernelTuning, opts: RuntimeOptions = {}, stageLimit?: number): GpuRuntime {
+  const info =
+    stageLimit === undefined
+      ? rt!.info
+      : { ...rt!.info, limits: { ...rt!.info.limits, maxComputeWorkgroupStorageSize: stageLimit } };
+  return new GpuRuntime(info, { checkWrites: true, ...opts, activations: "q8", tune: { gemm: 0, ...tune } });
+}
+
+for (const [tune, inSuite] of tunings) {
+  const name = JSON.stringify(tune);
+  test(`integer matrix-vector plain products ${name}: types, odd rows, n = 5 … 31, strides, acc, SwiGLU, dual`, {
+    skip: sweepSkip(skip, inSuite),
+  }, async () => {
+    const cases = LONG_SWEEPS || inSuite ? PLAIN : PLAIN.slice(0, 3);
+    await checkPlainProducts(runtime(tune), new Rng(601 + name.length), cases, { kernel: VEC, dual: true, q8: true });
+  });
+}
+
+test("integer matrix-vector kernel in steps of 64 columns (x staged per step): plain, dual, per-head batches", {
+  skip,
+}, async () => {
+  // a 1 KiB stage holds 8 tokens of 64 columns and their scales (8·64 + 8·2·8 bytes): every product goes in steps
+  const r = runtime({}, {}, 1024);
+  assert.match(matvecKernel(r, mat(GGMLType.Q4_K, 512, 67), 8, false, true).code, /8 step\(s\) of 64 columns/);
+  await checkPlainProducts(r, new Rng(641), [PLAIN[0], [GGMLType.Q8_0, 192, 21, 7]], {
+    kernel: VEC,
+    dual: true,
+    q8: true,
+  });
+  await checkHeadsAndPieces((opts) => runtime({}, opts, 1024), new Rng(643), true);
+});
+
+test("integer matrix-vector per-head batch form and row pieces", { skip }, async () => {
+  await checkHeadsAndPieces((opts) => runtime({}, opts), new Rng(647), true);
+});
+
+test("integer matrix-vector kernel with x in two pieces (rowTileX16 = 1, exact mode)", { skip }, async () => {
+  const exact = (opts: RuntimeOptions = {}): GpuRuntime =>
+    new GpuRuntime(rt!.info, { checkWrites: true, ...opts, tune: { gemm: 0, rowTileX16: 1 } });
+  const check = { kernel: VEC_X16, dual: true, q8: true, x16: true };
+  await checkPlainProducts(exact(), new Rng(653), PLAIN.slice(0, 4), check);
+  await checkHeadsAndPieces(exact, new Rng(659), true, X16_LEVELS);
+});
+
+// The fused pipeline with activations q8 at a batch of 8 sequences: its plain products on this kernel
+test("fused pipeline, activations q8, 5–31-token products on the integer matrix-vector kernel: near the reference", {
+  skip,
+}, async () => {
+  await checkFusedQ8(rt!, VEC, { gemm: 0, rowTile: 0 });
+});

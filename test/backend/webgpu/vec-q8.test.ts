@@ -12,7 +12,7 @@ import type { KernelTuning } from "../../../src/backend/webgpu/core/tuning.js";
 import { type GpuMatrix, matvecKernel } from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
 import { vecQ8Shape } from "../../../src/backend/webgpu/kernels/matmul/select.js";
 import { matvecQ8WGSL } from "../../../src/backend/webgpu/kernels/matmul/vec-q8.wgsl.js";
-import { gpuOrSkip, LONG_SWEEPS, Rng, sweepSkip } from "./helpers.js";
+import { gpuOrSkip, Rng, sweepSkip } from "./helpers.js";
 import { checkHeadsAndPieces, checkPlainProducts, X16_LEVELS } from "./matmul-cases.js";
 import { checkFusedQ8 } from "./q8-pipeline.js";
 
@@ -26,9 +26,14 @@ type Case = readonly [number, number, number, number];
 const PLAIN: readonly Case[] = [
   [GGMLType.Q4_K, 512, 67, 8],
   [GGMLType.Q6_K, 256, 33, 5],
-  [GGMLType.Q5_0, 1408, 19, 13],
-  [GGMLType.Q8_0, 128, 21, 31],
+  [GGMLType.Q5_0, 1408, 19, 7],
+  [GGMLType.Q8_0, 128, 21, 6],
+];
+// with tune.vecQ8 = 2 (up to 31 tokens): 13 in one tile, 17 and 31 in two
+const TILES: readonly Case[] = [
   [GGMLType.Q4_K, 256, 5, 17],
+  [GGMLType.Q8_0, 128, 21, 31],
+  [GGMLType.Q5_0, 96, 19, 13],
 ];
 
 const mat = (type: number, cols: number, rows: number, items = 1): GpuMatrix =>
@@ -49,19 +54,20 @@ test("integer matrix-vector selection: 5–31 tokens under activations q8 or x i
       ? "none"
       : `${s.pieces === 2 ? "x16 " : ""}${s.tokens} tokens, ${s.sgs}×${s.rowsPerSg} rows by ${s.par}, ks ${s.ks}`;
   };
-  assert.equal(describe(at("q8"), qkv, 8), "8 tokens, 8×2 rows by 2, ks 2048");
+  assert.equal(describe(at("q8"), qkv, 8), "8 tokens, 8×1 rows by 1, ks 2048");
   assert.equal(describe(at("exact"), qkv, 8), "none");
-  assert.equal(describe(at("exact", { rowTileX16: 1 }), qkv, 8), "x16 8 tokens, 8×2 rows by 2, ks 1024");
+  assert.equal(describe(at("exact", { rowTileX16: 1 }), qkv, 8), "x16 8 tokens, 8×1 rows by 1, ks 1024");
   // the vocabulary-sized head: more rows a subgroup; 31 tokens in two tiles of 16, steps of x that fit
-  assert.equal(describe(at("q8"), mat(GGMLType.Q6_K, 2048, 102400), 8), "8 tokens, 8×16 rows by 2, ks 2048");
-  assert.equal(describe(at("q8"), qkv, 31), "16 tokens, 8×2 rows by 2, ks 1024");
-  assert.equal(describe(at("q8"), mat(GGMLType.Q4_K, 12288, 6144), 8), "8 tokens, 8×2 rows by 2, ks 2048");
+  assert.equal(describe(at("q8"), mat(GGMLType.Q6_K, 2048, 102400), 8), "8 tokens, 8×16 rows by 1, ks 2048");
+  assert.equal(describe(at("q8", { vecQ8: 2 }), qkv, 31), "16 tokens, 8×1 rows by 1, ks 1024");
+  assert.equal(describe(at("q8"), mat(GGMLType.Q4_K, 12288, 6144), 8), "8 tokens, 8×1 rows by 1, ks 2048");
   assert.equal(describe(at("q8", { vecQ8Par: 1, vecQ8Rows: 4 }), qkv, 8), "8 tokens, 8×4 rows by 1, ks 2048");
   // outside its range, or off
-  for (const n of [4, 32]) assert.equal(describe(at("q8"), qkv, n), "none");
+  for (const n of [4, 9]) assert.equal(describe(at("q8"), qkv, n), "none");
+  assert.equal(describe(at("q8", { vecQ8: 2 }), qkv, 32), "none");
   assert.equal(describe(at("q8", { vecQ8: 0 }), qkv, 8), "none");
   assert.equal(describe(at("q8"), mat(GGMLType.F16, 2048, 64), 8), "none");
-  assert.throws(() => vecQ8Shape(at("q8", { vecQ8Rows: 3 }), qkv, 8, true), /vecQ8Rows/);
+  assert.throws(() => vecQ8Shape(at("q8", { vecQ8Par: 2, vecQ8Rows: 3 }), qkv, 8, true), /vecQ8Rows/);
   assert.throws(
     () => matvecQ8WGSL(GGMLType.Q4_K, { sg: 32, sgs: 8, rowsPerSg: 4, par: 2, tokens: 8, ks: 1024, cols: 2048 }),
     /bad shape/,
@@ -70,12 +76,13 @@ test("integer matrix-vector selection: 5–31 tokens under activations q8 or x i
   assert.doesNotMatch(matvecKernel(at("exact"), qkv, 8, false, true).code, VEC);
 });
 
-// [tuning, in the suite]: the defaults (the whole row staged on these small matrices), several rows a subgroup one at
-// a time, and steps of 64 columns with one row a subgroup (x staged per step between barriers)
-const tunings: readonly (readonly [KernelTuning, boolean])[] = [
-  [{}, true],
-  [{ vecQ8Par: 1, vecQ8Rows: 3 }, true],
-  [{ vecQ8Par: 1, vecQ8Rows: 2 }, false],
+// [tuning, cases, in the suite]: the defaults (the whole row staged on these small matrices), several rows a subgroup
+// one at a time, tiles of up to 16 tokens (vecQ8 = 2), two rows loaded together
+const tunings: readonly (readonly [KernelTuning, readonly Case[], boolean])[] = [
+  [{}, PLAIN, true],
+  [{ vecQ8Par: 1, vecQ8Rows: 3 }, PLAIN.slice(0, 2), true],
+  [{ vecQ8: 2 }, TILES, false],
+  [{ vecQ8Par: 2, vecQ8Rows: 2 }, PLAIN, false],
 ];
 
 function runtime(tune: KernelTuning, opts: RuntimeOptions = {}, stageLimit?: number): GpuRuntime {
@@ -86,12 +93,11 @@ function runtime(tune: KernelTuning, opts: RuntimeOptions = {}, stageLimit?: num
   return new GpuRuntime(info, { checkWrites: true, ...opts, activations: "q8", tune: { gemm: 0, ...tune } });
 }
 
-for (const [tune, inSuite] of tunings) {
+for (const [tune, cases, inSuite] of tunings) {
   const name = JSON.stringify(tune);
-  test(`integer matrix-vector plain products ${name}: types, odd rows, n = 5 … 31, strides, acc, SwiGLU, dual`, {
+  test(`integer matrix-vector plain products ${name}: types, odd rows, n = ${cases.map((c) => c[3]).join(", ")}, strides, acc, SwiGLU, dual`, {
     skip: sweepSkip(skip, inSuite),
   }, async () => {
-    const cases = LONG_SWEEPS || inSuite ? PLAIN : PLAIN.slice(0, 3);
     await checkPlainProducts(runtime(tune), new Rng(601 + name.length), cases, { kernel: VEC, dual: true, q8: true });
   });
 }
@@ -118,7 +124,7 @@ test("integer matrix-vector kernel with x in two pieces (rowTileX16 = 1, exact m
   const exact = (opts: RuntimeOptions = {}): GpuRuntime =>
     new GpuRuntime(rt!.info, { checkWrites: true, ...opts, tune: { gemm: 0, rowTileX16: 1 } });
   const check = { kernel: VEC_X16, dual: true, q8: true, x16: true };
-  await checkPlainProducts(exact(), new Rng(653), PLAIN.slice(0, 4), check);
+  await checkPlainProducts(exact(), new Rng(653), PLAIN.slice(0, 2), check);
   await checkHeadsAndPieces(exact, new Rng(659), true, X16_LEVELS);
 });
 

@@ -101,18 +101,18 @@ export const KNOBS = {
   },
   vecQ8: {
     family: "matmul",
-    doc: "with activations q8 (or rowTileX16 = 1): 1 plain products of 5 to 31 tokens on the integer matrix-vector kernel (vec-q8.wgsl.ts: a subgroup a row, x quantized once a workgroup), 0 not",
+    doc: "with activations q8 (or rowTileX16 = 1): 1 plain products of 5 to VEC_Q8_MAX = 8 tokens on the integer matrix-vector kernel (vec-q8.wgsl.ts: a subgroup a row, x quantized once a workgroup), 2 of 5 to 31, 0 none",
     default: "1",
   },
   vecQ8Rows: {
     family: "matmul",
     doc: "rows each subgroup of the integer matrix-vector kernel takes (a multiple of vecQ8Par) where a row's x fits its workgroup memory",
-    default: "rows / (subgroups × 512), 2..16, a power of two",
+    default: "16, halved (to vecQ8Par) while the product would have fewer than 264 workgroups",
   },
   vecQ8Par: {
     family: "matmul",
     doc: "rows a subgroup of the integer matrix-vector kernel loads together (1 or 2)",
-    default: "2",
+    default: "1",
   },
   rowTile: {
     family: "matmul",

@@ -149,6 +149,14 @@ export function widePieceTokens(
 const VEC_Q8_TOKENS = 16;
 
 /**
+ * Most tokens of a plain product on the integer matrix-vector kernel by default (tune.vecQ8 = 2: up to
+ * ROW_TILE_FROM − 1). Measured on a large GPU (v2-lite, q8, chained decode, GPU time a step, alternating): batch 8
+ * 9.39–9.40 ms against 9.68–9.69 on the coalesced kernel, batch 12 13.39–13.41 against 13.44–13.46, batch 16
+ * 16.93–16.94 against 16.14–16.16.
+ */
+export const VEC_Q8_MAX = 8;
+
+/**
  * Workgroup memory the integer matrix-vector kernel stages x in (at most; the device's limit if lower): 8 workgroups
  * of 256 threads then fit a multiprocessor's memory, so the threads, not the staging, bound how many run at once.
  */
@@ -160,9 +168,9 @@ const VEC_Q8_GROUPS = 264;
 /**
  * The integer matrix-vector kernel's shape (vec-q8.wgsl.ts) for a plain product of n tokens (rowsTotal rows over all
  * batch items), or undefined where it does not apply: neither activations q8 nor tune.rowTileX16 = 1, tune.vecQ8 = 0,
- * another matvec variant, no fixed subgroup size, a type without an integer form, n outside WIDE_MAX_N + 1 ..
- * ROW_TILE_FROM − 1 (the wide and the row-tiled kernels' sizes), x not aligned to 4 floats, or columns not a multiple
- * of 64.
+ * another matvec variant, no fixed subgroup size, a type without an integer form, n outside WIDE_MAX_N + 1 .. VEC_Q8_MAX
+ * (tune.vecQ8 = 2: .. ROW_TILE_FROM − 1, the row-tiled kernel's start), x not aligned to 4 floats, or columns not a
+ * multiple of 64.
  */
 export function vecQ8Shape(
   rt: GpuRuntime,
@@ -183,7 +191,7 @@ export function vecQ8Shape(
     !(Q8_WEIGHT_TYPES as readonly number[]).includes(m.type) ||
     !aligned ||
     n <= WIDE_MAX_N ||
-    n >= ROW_TILE_FROM ||
+    n > (rt.tune.vecQ8 === 2 ? ROW_TILE_FROM - 1 : VEC_Q8_MAX) ||
     m.cols % 64 !== 0
   )
     return undefined;
@@ -195,7 +203,7 @@ export function vecQ8Shape(
   let ks = m.cols;
   while (ks >= 64 && (m.cols % ks !== 0 || ks % 64 !== 0 || vecQ8SharedBytes(tokens, ks, pieces) > budget)) ks -= 64;
   if (ks < 64) return undefined;
-  const par = rt.tune.vecQ8Par ?? 2;
+  const par = rt.tune.vecQ8Par ?? 1;
   if (par !== 1 && par !== 2) throw new LatentError(`tune.vecQ8Par must be 1 or 2, got ${par}`);
   const sgs = Math.max(1, Math.floor(256 / sg));
   let rowsPerSg = par;

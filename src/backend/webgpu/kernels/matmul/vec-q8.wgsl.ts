@@ -86,43 +86,53 @@ export function matvecQ8WGSL(type: number, s: VecQ8Shape, dual = false): string 
       ${quantizeX32WGSL("t < nt", `xq + (t0 + t) * xs4 + st * ${KS / 4}u + 8u * h`, P)}
       ${xq(0, "t", "h")} = xqa; ${xq(1, "t", "h")} = xqb; XD[t * ${U}u + h] = xd;${P === 1 ? "" : ` ${xq(2, "t", "h")} = xla; ${xq(3, "t", "h")} = xlb;`}
     }`;
-  // row j of the run, matrix k: the group's weights (Q4_K: a unit pair from its header and two vec4u of nibbles)
-  const loads = range(PAR)
-    .flatMap((j) =>
+  // a step's groups over the subgroup's lanes: lane l takes groups l, l + sg, … (slots i < NG), guarded where the last
+  // slot is short
+  const NG = Math.ceil(G / SG);
+  const guard = G % SG !== 0;
+  const slot = (i: number): string => {
+    const head = `let g${i} = lane + ${i * SG}u; let in${i} = g${i} < ${G}u; let hs${i} = select(0u, g${i}, in${i}) * ${GU}u; let ub${i} = st * ${U}u + hs${i};`;
+    const blocks = vec4
+      ? `let pq${i} = (ub${i} & 7u) >> 1u; ${range(PAR)
+          .map((j) => `let bo${i}_${j} = (rb${j} >> 4u) + (ub${i} >> 3u) * 9u;`)
+          .join(" ")}`
+      : `let e${i} = ub${i} * 32u;`;
+    // row j of the run, matrix k: the group's weights (Q4_K: a unit pair from its header and two vec4u of nibbles)
+    const loads = range(PAR).flatMap((j) =>
       range(S).map((k) => {
-        const Wk = k === 0 ? "W" : "W2";
-        if (vec4)
-          return `let hd${j}_${k} = ${Wk}[bo${j}]; let qa${j}_${k} = ${Wk}[bo${j} + 1u + 2u * pq]; let qb${j}_${k} = ${Wk}[bo${j} + 2u + 2u * pq];
-        let wa${j}_${k}_0 = qa${j}_${k} & vec4u(0x0f0f0f0fu); let wb${j}_${k}_0 = qb${j}_${k} & vec4u(0x0f0f0f0fu);
-        let wa${j}_${k}_1 = (qa${j}_${k} >> vec4u(4u)) & vec4u(0x0f0f0f0fu); let wb${j}_${k}_1 = (qb${j}_${k} >> vec4u(4u)) & vec4u(0x0f0f0f0fu);
-        let c${j}_${k}_0 = q4kScale(hd${j}_${k}, ub & 7u); let c${j}_${k}_1 = q4kScale(hd${j}_${k}, (ub + 1u) & 7u);`;
+        const n = `${i}_${j}_${k}`;
+        if (vec4) {
+          const Wk = k === 0 ? "W" : "W2";
+          return `let hd${n} = ${Wk}[bo${i}_${j}]; let qa${n} = ${Wk}[bo${i}_${j} + 1u + 2u * pq${i}]; let qb${n} = ${Wk}[bo${i}_${j} + 2u + 2u * pq${i}];
+      let wa${n}_0 = qa${n} & vec4u(0x0f0f0f0fu); let wb${n}_0 = qb${n} & vec4u(0x0f0f0f0fu);
+      let wa${n}_1 = (qa${n} >> vec4u(4u)) & vec4u(0x0f0f0f0fu); let wb${n}_1 = (qb${n} >> vec4u(4u)) & vec4u(0x0f0f0f0fu);
+      let c${n}_0 = q4kScale(hd${n}, ub${i} & 7u); let c${n}_1 = q4kScale(hd${n}, (ub${i} + 1u) & 7u);`;
+        }
         const wq = `wq4${sfx(k)}`;
-        return `let wa${j}_${k}_0 = vec4u(${wq}(rb${j}, e), ${wq}(rb${j}, e + 4u), ${wq}(rb${j}, e + 8u), ${wq}(rb${j}, e + 12u));
-        let wb${j}_${k}_0 = vec4u(${wq}(rb${j}, e + 16u), ${wq}(rb${j}, e + 20u), ${wq}(rb${j}, e + 24u), ${wq}(rb${j}, e + 28u));
-        let c${j}_${k}_0 = wsc${sfx(k)}(rb${j}, ub);`;
+        const e = `e${i}`;
+        return `let wa${n}_0 = vec4u(${wq}(rb${j}, ${e}), ${wq}(rb${j}, ${e} + 4u), ${wq}(rb${j}, ${e} + 8u), ${wq}(rb${j}, ${e} + 12u));
+      let wb${n}_0 = vec4u(${wq}(rb${j}, ${e} + 16u), ${wq}(rb${j}, ${e} + 20u), ${wq}(rb${j}, ${e} + 24u), ${wq}(rb${j}, ${e} + 28u));
+      let c${n}_0 = wsc${sfx(k)}(rb${j}, ub${i});`;
       }),
-    )
-    .join("\n        ");
-  const blocks = vec4
-    ? `let pq = (ub & 7u) >> 1u; ${range(PAR)
-        .map((j) => `let bo${j} = (rb${j} >> 4u) + (ub >> 3u) * 9u;`)
-        .join(" ")}`
-    : "let e = ub * 32u;";
+    );
+    return `${head} ${blocks}\n      ${loads.join("\n      ")}`;
+  };
   const dot = (w: string, x: string): string =>
     `dot4I8Packed(${w}.x, ${x}.x) + dot4I8Packed(${w}.y, ${x}.y) + dot4I8Packed(${w}.z, ${x}.z) + dot4I8Packed(${w}.w, ${x}.w)`;
-  // unit u (of the group) and token t against every row of the run and matrix
-  const use = (u: number, t: number): string => {
-    const h = `(hs + ${u}u)`;
+  // slot i's unit u and token t against every row of the run and matrix
+  const use = (i: number, u: number, t: number): string => {
+    const h = `(hs${i} + ${u}u)`;
     const lows = P === 1 ? "" : ` let la = ${xq(2, `${t}u`, h)}; let lb = ${xq(3, `${t}u`, h)};`;
     const head = `{ let xa = ${xq(0, `${t}u`, h)}; let xb = ${xq(1, `${t}u`, h)};${lows} let d = XD[${t * U}u + ${h}];`;
     const half = (w: string, x: string, l: string): string =>
       P === 1 ? `(${dot(w, x)})` : `(128i * (${dot(w, x)}) + (${dot(w, l)}))`;
     const body = range(PAR).flatMap((j) =>
       range(S).map((k) => {
+        const n = `${i}_${j}_${k}_${u}`;
         const a = acc(j, k, t);
-        const c = `c${j}_${k}_${u}`;
-        const ha = half(`wa${j}_${k}_${u}`, "xa", "la");
-        const hb = half(`wb${j}_${k}_${u}`, "xb", "lb");
+        const c = `c${n}`;
+        const ha = half(`wa${n}`, "xa", "la");
+        const hb = half(`wb${n}`, "xb", "lb");
         const term = form.twoScales
           ? `${a} = fma(d.x, fma(${c}.x, f32${ha}, ${c}.y * f32${hb}), ${a});`
           : `${a} = fma(f32(${ha} + ${hb}), ${c}.x * d.x, ${a});`;
@@ -131,18 +141,27 @@ export function matvecQ8WGSL(type: number, s: VecQ8Shape, dual = false): string 
     );
     return `${head} ${body.join(" ")} }`;
   };
+  const uses = (i: number): string => {
+    const all = range(GU)
+      .flatMap((u) => range(T).map((t) => use(i, u, t)))
+      .join("\n      ");
+    return guard && i === NG - 1 ? `if (in${i}) {\n      ${all}\n      }` : all;
+  };
   const accs = range(PAR)
     .flatMap((j) => range(S).flatMap((k) => range(T).map((t) => `var ${acc(j, k, t)} = 0.0;`)))
     .join(" ");
-  // a step's groups over the subgroup's lanes
-  const groups = `for (var g = lane; g < ${G}u; g += ${SG}u) {
-        let hs = g * ${GU}u; let ub = st * ${U}u + hs;
-        ${blocks}
-        ${loads}
-        ${range(GU)
-          .flatMap((u) => range(T).map((t) => use(u, t)))
-          .join("\n        ")}
-      }`;
+  // a step: the lane's weights first, then (each step where the row goes in steps, else the first run only) x staged
+  // between two barriers, so that the weights' loads are in flight while the workgroup quantizes x
+  const restage = `workgroupBarrier();
+      ${stage}
+      workgroupBarrier();`;
+  const stepBody = `${range(NG).map(slot).join("\n      ")}
+      ${NS > 1 || RS === PAR ? restage : `if (k == 0u) {\n      ${restage}\n      }`}
+      ${range(NG).map(uses).join("\n      ")}`;
+  const steps =
+    NS === 1
+      ? `{ let st = 0u;\n      ${stepBody}\n    }`
+      : `for (var st = 0u; st < ${NS}u; st++) {\n      ${stepBody}\n    }`;
   const q4 = (j: number, k: number, t4: number): string =>
     `vec4f(${range(4)
       .map((i) => acc(j, k, 4 * t4 + i))
@@ -175,17 +194,6 @@ export function matvecQ8WGSL(type: number, s: VecQ8Shape, dual = false): string 
         `let row${j} = r0 + sgi * ${RS}u + k + ${j}u; let ok${j} = row${j} < p.rows; let rb${j} = p.wOff + b * p.wBatch + select(0u, row${j}, ok${j}) * p.rowBytes;`,
     )
     .join("\n    ");
-  const steps =
-    NS === 1
-      ? `{ let st = 0u;
-      ${groups}
-    }`
-      : `for (var st = 0u; st < ${NS}u; st++) {
-      workgroupBarrier();
-      ${stage}
-      workgroupBarrier();
-      ${groups}
-    }`;
   const weights = vec4
     ? Q4K_VEC4
     : `${dequantWGSL(type, GEMM_STEP)}\n${q8WeightWGSL(type)}\n${dual ? dequantForW2(type, q8WeightWGSL(type), ["wq4", "wsc"]) : ""}`;
@@ -209,7 +217,6 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   let nt = min(${T}u, p.n - t0);
   let lane = li % ${SG}u;
   let sgi = li / ${SG}u;
-  ${NS === 1 ? `{ let st = 0u;\n    ${stage}\n  }\n  workgroupBarrier();` : ""}
   for (var k = 0u; k < ${RS}u; k += ${PAR}u) {
     ${rowBases}
     ${accs}

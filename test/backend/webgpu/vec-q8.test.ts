@@ -10,10 +10,10 @@ import { GGMLType } from "../../../src/gguf/types.js";
 import { GpuRuntime, type RuntimeOptions } from "../../../src/backend/webgpu/core/runtime.js";
 import type { KernelTuning } from "../../../src/backend/webgpu/core/tuning.js";
 import { type GpuMatrix, matvecKernel } from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
-import { vecQ8Shape } from "../../../src/backend/webgpu/kernels/matmul/select.js";
+import { expertsFrom, vecQ8Shape } from "../../../src/backend/webgpu/kernels/matmul/select.js";
 import { matvecQ8WGSL } from "../../../src/backend/webgpu/kernels/matmul/vec-q8.wgsl.js";
 import { gpuOrSkip, Rng, sweepSkip } from "./helpers.js";
-import { checkHeadsAndPieces, checkPlainProducts, X16_LEVELS } from "./matmul-cases.js";
+import { checkExpertLists, checkHeadsAndPieces, checkPlainProducts, X16_LEVELS } from "./matmul-cases.js";
 import { checkFusedQ8 } from "./q8-pipeline.js";
 
 const { rt, skip } = await gpuOrSkip();
@@ -48,8 +48,14 @@ test("integer matrix-vector selection: 5–31 tokens under activations q8 or x i
       { tune, activations },
     );
   const qkv = mat(GGMLType.Q4_K, 2048, 3648);
-  const describe = (r: GpuRuntime, m: GpuMatrix, n: number, rows = m.rows): string => {
-    const s = vecQ8Shape(r, m, n, true, rows);
+  const describe = (
+    r: GpuRuntime,
+    m: GpuMatrix,
+    n: number,
+    rows = m.rows,
+    mode: "plain" | "experts-list" = "plain",
+  ): string => {
+    const s = vecQ8Shape(r, m, n, true, rows, mode);
     return s === undefined
       ? "none"
       : `${s.pieces === 2 ? "x16 " : ""}${s.tokens} tokens, ${s.sgs}×${s.rowsPerSg} rows by ${s.par}, ks ${s.ks}`;
@@ -69,9 +75,21 @@ test("integer matrix-vector selection: 5–31 tokens under activations q8 or x i
   assert.equal(describe(at("q8"), mat(GGMLType.F16, 2048, 64), 8), "none");
   assert.throws(() => vecQ8Shape(at("q8", { vecQ8Par: 2, vecQ8Rows: 3 }), qkv, 8, true), /vecQ8Rows/);
   assert.throws(
-    () => matvecQ8WGSL(GGMLType.Q4_K, { sg: 32, sgs: 8, rowsPerSg: 4, par: 2, tokens: 8, ks: 1024, cols: 2048 }),
+    () =>
+      matvecQ8WGSL(GGMLType.Q4_K, "plain", { sg: 32, sgs: 8, rowsPerSg: 4, par: 2, tokens: 8, ks: 1024, cols: 2048 }),
     /bad shape/,
   );
+  // expert lists below 2 pairs an expert (batch 8 of v2-lite: 48 pairs over 64 experts), expert-major from 0.75
+  const gate = mat(GGMLType.Q4_K, 2048, 1408, 64);
+  assert.equal(describe(at("q8"), gate, 48, 1408, "experts-list"), "4 tokens, 8×4 rows by 1, ks 2048");
+  assert.equal(describe(at("q8"), gate, 128, 1408, "experts-list"), "none");
+  assert.equal(
+    describe(at("q8", { vecQ8Lists: 2 }), gate, 384, 1408, "experts-list"),
+    "4 tokens, 8×4 rows by 1, ks 2048",
+  );
+  assert.equal(describe(at("q8", { vecQ8Lists: 0 }), gate, 48, 1408, "experts-list"), "none");
+  assert.equal(expertsFrom(at("q8"), gate), 0.75);
+  assert.equal(expertsFrom(at("exact"), gate), 2);
   assert.match(matvecKernel(at("q8"), qkv, 8, false, true).code, VEC);
   assert.doesNotMatch(matvecKernel(at("exact"), qkv, 8, false, true).code, VEC);
 });
@@ -114,6 +132,24 @@ test("integer matrix-vector kernel in steps of 64 columns (x staged per step): p
     q8: true,
   });
   await checkHeadsAndPieces((opts) => runtime({}, opts, 1024), new Rng(643), true);
+});
+
+// [type, cols, rows, row bytes]: Q4_K's unit pairs (dual: the routed gate·up), Q5_0's 1408-column down rows (44 units:
+// the lanes' last slot short), Q6_K's half scales
+const LISTS: readonly Case[] = [
+  [GGMLType.Q4_K, 256, 67, 144],
+  [GGMLType.Q5_0, 1408, 19, 968],
+  [GGMLType.Q6_K, 256, 40, 210],
+];
+
+test("integer matrix-vector expert lists (vecQ8Lists = 2): uneven pairs in tiles of 4, empty experts, pieces, acc, SwiGLU, dual", {
+  skip,
+}, async () => {
+  await checkExpertLists((opts) => runtime({ vecQ8Lists: 2 }, opts), new Rng(661), LISTS.slice(0, 2), {
+    kernel: VEC,
+    dual: true,
+    q8: true,
+  });
 });
 
 test("integer matrix-vector per-head batch form and row pieces", { skip }, async () => {

@@ -104,6 +104,11 @@ export const KNOBS = {
     doc: "with activations q8 (or rowTileX16 = 1): 1 plain products of 5 to VEC_Q8_MAX = 8 tokens on the integer matrix-vector kernel (vec-q8.wgsl.ts: a subgroup a row, x quantized once a workgroup), 2 of 5 to 31, 0 none",
     default: "1",
   },
+  vecQ8Lists: {
+    family: "matmul",
+    doc: "with activations q8 (or rowTileX16 = 1): 1 expert lists of fewer than ROW_TILE_EXPERTS_FROM = 2 pairs an expert on the integer matrix-vector kernel (expert-major from VEC_Q8_EXPERTS_FROM = 0.75 pairs an expert), 2 expert lists of any size, 0 none (per pair on the wide kernel)",
+    default: "1",
+  },
   vecQ8Rows: {
     family: "matmul",
     doc: "rows each subgroup of the integer matrix-vector kernel takes (a multiple of vecQ8Par) where a row's x fits its workgroup memory",

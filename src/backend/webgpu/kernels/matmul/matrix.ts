@@ -72,6 +72,9 @@ function tiledKernel(
   rowsTotal: number,
   dual: boolean,
 ): TiledKernel | undefined {
+  const list = mode === "experts-list" ? vecQ8Shape(rt, m, n, aligned, rowsTotal, mode) : undefined;
+  if (list !== undefined)
+    return { code: matvecQ8WGSL(m.type, mode, list, dual), rows: vecQ8Rows(list), tokens: list.tokens };
   const gemm = gemmShape(rt, m, n, mode, aligned, dual, rowsTotal);
   if (gemm !== undefined)
     return {
@@ -87,7 +90,8 @@ function tiledKernel(
       tokens: rowTile.tokens,
     };
   const vec = mode === "plain" ? vecQ8Shape(rt, m, n, aligned, rowsTotal) : undefined;
-  if (vec !== undefined) return { code: matvecQ8WGSL(m.type, vec, dual), rows: vecQ8Rows(vec), tokens: vec.tokens };
+  if (vec !== undefined)
+    return { code: matvecQ8WGSL(m.type, mode, vec, dual), rows: vecQ8Rows(vec), tokens: vec.tokens };
   return undefined;
 }
 const matvecCoalescedWGSL = memoWGSL(coalescedSource);

@@ -162,6 +162,18 @@ export const VEC_Q8_MAX = 8;
  */
 const VEC_Q8_STAGE_BYTES = 24576;
 
+/**
+ * Rows each subgroup of the integer matrix-vector kernel takes in expert lists (one expert's rows a workgroup): the
+ * staging of an expert's pairs then serves 32 rows.
+ */
+const VEC_Q8_LIST_ROWS = 4;
+
+/**
+ * Expert lists take the integer matrix-vector kernel from pairs ≥ this × experts (below ROW_TILE_EXPERTS_FROM, where
+ * the row-tiled kernel takes them): batch 8 of v2-lite (48 pairs over 64 experts).
+ */
+export const VEC_Q8_EXPERTS_FROM = 0.75;
+
 /** Workgroups the integer matrix-vector kernel aims for before its subgroups take more rows each (two a multiprocessor of a large GPU). */
 const VEC_Q8_GROUPS = 264;
 
@@ -178,7 +190,9 @@ export function vecQ8Shape(
   n: number,
   aligned: boolean,
   rowsTotal = m.rows,
+  mode: "plain" | "experts-list" = "plain",
 ): VecQ8Shape | undefined {
+  const lists = mode === "experts-list";
   const sg = rt.info.subgroupSize;
   const x16 = rt.tune.rowTileX16 === 1;
   if (
@@ -190,13 +204,14 @@ export function vecQ8Shape(
     sg > 64 ||
     !(Q8_WEIGHT_TYPES as readonly number[]).includes(m.type) ||
     !aligned ||
-    n <= WIDE_MAX_N ||
-    n > (rt.tune.vecQ8 === 2 ? ROW_TILE_FROM - 1 : VEC_Q8_MAX) ||
+    (lists
+      ? rt.tune.vecQ8Lists === 0 || (rt.tune.vecQ8Lists !== 2 && n >= ROW_TILE_EXPERTS_FROM * m.items)
+      : n <= WIDE_MAX_N || n > (rt.tune.vecQ8 === 2 ? ROW_TILE_FROM - 1 : VEC_Q8_MAX)) ||
     m.cols % 64 !== 0
   )
     return undefined;
   const tiles = Math.ceil(n / VEC_Q8_TOKENS);
-  const tokens = 4 * Math.ceil(n / (4 * tiles));
+  const tokens = lists ? 4 : 4 * Math.ceil(n / (4 * tiles));
   const pieces = x16 ? 2 : 1;
   const budget = Math.min(rt.info.limits.maxComputeWorkgroupStorageSize, VEC_Q8_STAGE_BYTES);
   // the whole row where its x fits, else the widest step of 64-column groups that divides the row and fits
@@ -207,7 +222,8 @@ export function vecQ8Shape(
   if (par !== 1 && par !== 2) throw new LatentError(`tune.vecQ8Par must be 1 or 2, got ${par}`);
   const sgs = Math.max(1, Math.floor(256 / sg));
   let rowsPerSg = par;
-  if (ks === m.cols) {
+  if (ks === m.cols && lists) rowsPerSg = rt.tune.vecQ8Rows ?? Math.max(par, VEC_Q8_LIST_ROWS);
+  else if (ks === m.cols) {
     const want = rt.tune.vecQ8Rows;
     if (want !== undefined && (!Number.isInteger(want) || want < 1 || want % par !== 0))
       throw new LatentError(`tune.vecQ8Rows must be a multiple of vecQ8Par (${par}), got ${want}`);
@@ -494,6 +510,8 @@ export function coalescedShape(
 export function expertsFrom(rt: GpuRuntime, m: MatrixShape): number {
   if (rt.tune.expertsFrom !== undefined) return rt.tune.expertsFrom;
   if (rt.matvec !== "coalesced") return 1;
+  if (vecQ8Shape(rt, m, VEC_Q8_EXPERTS_FROM * m.items, true, m.rows, "experts-list") !== undefined)
+    return VEC_Q8_EXPERTS_FROM;
   if (rowTileShape(rt, m, 2 * m.items, "experts-list", true) !== undefined) return ROW_TILE_EXPERTS_FROM;
   return wideShape(rt, m, 1, true, true) !== undefined ? 8 : 0.25;
 }

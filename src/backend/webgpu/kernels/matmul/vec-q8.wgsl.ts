@@ -13,6 +13,9 @@
  * Where the whole tile's x does not fit the workgroup memory budget, the row goes in steps of `ks` columns (x staged
  * per step) and a subgroup takes one run of `par` rows.
  *
+ * Expert lists (mode "experts-list", the row-tiled kernel's grids and lists): a workgroup takes one expert's rows and its
+ * pairs `tokens` at a time, x staged per tile; batched decode steps whose experts get a pair or two each.
+ *
  * Why: at a batch of 8 the coalesced kernel read v2-lite's q/kv_a at ~160 GB/s and the wide kernel (x staged per
  * 8 rows, in f32) does no better in pieces of 4 tokens; the row-tiled kernels read a row per lane, which the memory
  * serves badly when the weights are not already in the L2. Same parameter block, grids and entry as the row-tiled
@@ -22,7 +25,7 @@ import { GGMLType } from "../../../../gguf/types.js";
 import { dequantWGSL, q8WeightForm, q8WeightWGSL } from "../quant.wgsl.js";
 import { dequantForW2, GEMM_STEP } from "./gemm.wgsl.js";
 import { quantizeX32WGSL } from "./gemm-q8.wgsl.js";
-import { matOutWGSL } from "./mat.wgsl.js";
+import { expertListWGSL, matOutWGSL } from "./mat.wgsl.js";
 import { Q4K_VEC4 } from "./rowtile-q8.wgsl.js";
 import { chunkBindingsWGSL } from "./wide.wgsl.js";
 
@@ -56,7 +59,7 @@ export function vecQ8SharedBytes(tokens: number, ks: number, pieces: number): nu
   return tokens * ks * pieces + (tokens * ks * 8) / 32;
 }
 
-export function matvecQ8WGSL(type: number, s: VecQ8Shape, dual = false): string {
+export function matvecQ8WGSL(type: number, mode: "plain" | "experts-list", s: VecQ8Shape, dual = false): string {
   const { sg: SG, sgs: NSG, rowsPerSg: RS, par: PAR, tokens: T, ks: KS } = s;
   const NS = s.cols / KS;
   if (
@@ -81,9 +84,11 @@ export function matvecQ8WGSL(type: number, s: VecQ8Shape, dual = false): string 
   const acc = (j: number, k: number, t: number): string => `a${j}_${k}_${t}`;
   // XQ slots: piece half hf (0, 1: the hi pieces' halves; 2, 3: the lo pieces'), token t, unit h
   const xq = (hf: number, t: string, h: string): string => `XQ[(${hf * T}u + ${t}) * ${U}u + ${h}]`;
+  // x row (vec4 index) of tile token t: the product's token, or the pair's token (its x row by IDS)
+  const xRow = mode === "plain" ? "xq + (t0 + t) * xs4" : "(p.xOff + (IDS[lb + t0 + t] / p.xDiv) * p.xBatch) >> 2u";
   const stage = `for (var i = li; i < ${T * U}u; i += ${WG}u) {
       let t = i / ${U}u; let h = i % ${U}u;
-      ${quantizeX32WGSL("t < nt", `xq + (t0 + t) * xs4 + st * ${KS / 4}u + 8u * h`, P)}
+      ${quantizeX32WGSL("t < nt", `(${xRow}) + st * ${KS / 4}u + 8u * h`, P)}
       ${xq(0, "t", "h")} = xqa; ${xq(1, "t", "h")} = xqb; XD[t * ${U}u + h] = xd;${P === 1 ? "" : ` ${xq(2, "t", "h")} = xla; ${xq(3, "t", "h")} = xlb;`}
     }`;
   // a step's groups over the subgroup's lanes: lane l takes groups l, l + sg, … (slots i < NG), guarded where the last
@@ -183,7 +188,10 @@ export function matvecQ8WGSL(type: number, s: VecQ8Shape, dual = false): string 
         .map(
           (j) =>
             `if (ok${j}) { ${range(T)
-              .map((t) => `if (${t}u < nt) { out(b, t0 + ${t}u, row${j}, ${val(j, t)}); }`)
+              .map(
+                (t) =>
+                  `if (${t}u < nt) { out(${mode === "plain" ? `b, t0 + ${t}u` : `IDS[lb + t0 + ${t}u], 0u`}, row${j}, ${val(j, t)}); }`,
+              )
               .join(" ")} }`,
         )
         .join("\n      ")}
@@ -191,14 +199,20 @@ export function matvecQ8WGSL(type: number, s: VecQ8Shape, dual = false): string 
   const rowBases = range(PAR)
     .map(
       (j) =>
-        `let row${j} = r0 + sgi * ${RS}u + k + ${j}u; let ok${j} = row${j} < p.rows; let rb${j} = p.wOff + b * p.wBatch + select(0u, row${j}, ok${j}) * p.rowBytes;`,
+        `let row${j} = r0 + sgi * ${RS}u + k + ${j}u; let ok${j} = row${j} < p.rows; let rb${j} = p.wOff + ${mode === "plain" ? "b" : "wid.z"} * p.wBatch + select(0u, row${j}, ok${j}) * p.rowBytes;`,
     )
     .join("\n    ");
   const weights = vec4
     ? Q4K_VEC4
     : `${dequantWGSL(type, GEMM_STEP)}\n${q8WeightWGSL(type)}\n${dual ? dequantForW2(type, q8WeightWGSL(type), ["wq4", "wsc"]) : ""}`;
+  const body = `for (var k = 0u; k < ${RS}u; k += ${PAR}u) {
+    ${rowBases}
+    ${accs}
+    ${steps}
+    ${writes}
+  }`;
   return /* wgsl */ `enable subgroups;
-${chunkBindingsWGSL(vec4, "plain", dual)}
+${chunkBindingsWGSL(vec4, mode, dual)}
 var<workgroup> XQ: array<vec4u, ${P * 2 * T * U}>;
 var<workgroup> XD: array<vec2f, ${T * U}>;
 fn silu(g: f32) -> f32 { return g / (1.0 + exp(-g)); }
@@ -207,7 +221,11 @@ ${matOutWGSL(true)}
 // matrix-vector product on int8 dot products${P === 2 ? " (x in two pieces)" : ""}: ${NSG} subgroups × ${RS} rows (${PAR} at a time), ${T} tokens a tile, ${NS} step(s) of ${KS} columns
 @compute @workgroup_size(${WG})
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
-  let tt = wid.y % p.tiles;
+  let lane = li % ${SG}u;
+  let sgi = li / ${SG}u;
+${
+  mode === "plain"
+    ? `  let tt = wid.y % p.tiles;
   let r0 = (wid.x + (wid.y / p.tiles) * p.gx) * ${RW}u;
   if (r0 >= p.rows) { return; }
   let b = wid.z;
@@ -215,13 +233,15 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   let xs4 = p.xStride >> 2u;
   let t0 = tt * ${T}u;
   let nt = min(${T}u, p.n - t0);
-  let lane = li % ${SG}u;
-  let sgi = li / ${SG}u;
-  for (var k = 0u; k < ${RS}u; k += ${PAR}u) {
-    ${rowBases}
-    ${accs}
-    ${steps}
-    ${writes}
-  }
+  ${body}`
+    : `  // expert (p.e0 + wid.z)'s pairs, ${T} a tile; a workgroup past the rows takes none
+  let r0 = (wid.x + wid.y * p.gx) * ${RW}u;
+  ${expertListWGSL("(p.e0 + wid.z)", `r0 < p.rows`)}
+  for (var t0 = 0u; t0 < m; t0 += ${T}u) {
+    let nt = min(${T}u, m - t0);
+    ${body}
+    workgroupBarrier();
+  }`
+}
 }`;
 }

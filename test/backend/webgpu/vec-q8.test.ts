@@ -79,17 +79,20 @@ test("integer matrix-vector selection: 5–31 tokens under activations q8 or x i
       matvecQ8WGSL(GGMLType.Q4_K, "plain", { sg: 32, sgs: 8, rowsPerSg: 4, par: 2, tokens: 8, ks: 1024, cols: 2048 }),
     /bad shape/,
   );
-  // expert lists below 2 pairs an expert (batch 8 of v2-lite: 48 pairs over 64 experts), expert-major from 0.75
+  // expert lists below 2 pairs an expert (batch 8 of v2-lite: 48 pairs over 64 experts), expert-major from 0.75, with
+  // vecQ8Lists = 1 (off by default)
   const gate = mat(GGMLType.Q4_K, 2048, 1408, 64);
-  assert.equal(describe(at("q8"), gate, 48, 1408, "experts-list"), "4 tokens, 8×4 rows by 1, ks 2048");
-  assert.equal(describe(at("q8"), gate, 128, 1408, "experts-list"), "none");
+  const lists = { vecQ8Lists: 1 };
+  assert.equal(describe(at("q8", lists), gate, 48, 1408, "experts-list"), "4 tokens, 8×4 rows by 1, ks 2048");
+  assert.equal(describe(at("q8", lists), gate, 128, 1408, "experts-list"), "none");
   assert.equal(
     describe(at("q8", { vecQ8Lists: 2 }), gate, 384, 1408, "experts-list"),
     "4 tokens, 8×4 rows by 1, ks 2048",
   );
-  assert.equal(describe(at("q8", { vecQ8Lists: 0 }), gate, 48, 1408, "experts-list"), "none");
-  assert.equal(expertsFrom(at("q8"), gate), 0.75);
-  assert.equal(expertsFrom(at("exact"), gate), 2);
+  assert.equal(describe(at("q8"), gate, 48, 1408, "experts-list"), "none");
+  assert.equal(expertsFrom(at("q8", lists), gate), 0.75);
+  assert.equal(expertsFrom(at("q8"), gate), 2);
+  assert.equal(expertsFrom(at("exact", lists), gate), 2);
   assert.match(matvecKernel(at("q8"), qkv, 8, false, true).code, VEC);
   assert.doesNotMatch(matvecKernel(at("exact"), qkv, 8, false, true).code, VEC);
 });
@@ -164,9 +167,9 @@ test("integer matrix-vector kernel with x in two pieces (rowTileX16 = 1, exact m
   await checkHeadsAndPieces(exact, new Rng(659), true, X16_LEVELS);
 });
 
-// The fused pipeline with activations q8 at a batch of 8 sequences: its plain products on this kernel
+// The fused pipeline with activations q8 (a 9-token prompt: its plain products on this kernel with vecQ8 = 2)
 test("fused pipeline, activations q8, 5–31-token products on the integer matrix-vector kernel: near the reference", {
   skip,
 }, async () => {
-  await checkFusedQ8(rt!, VEC, { gemm: 0, rowTile: 0 });
+  await checkFusedQ8(rt!, VEC, { gemm: 0, rowTile: 0, vecQ8: 2 });
 });

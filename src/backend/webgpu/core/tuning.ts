@@ -107,7 +107,7 @@ export const KNOBS = {
   vecQ8Lists: {
     family: "matmul",
     doc: "with activations q8 (or rowTileX16 = 1): 1 expert lists of fewer than ROW_TILE_EXPERTS_FROM = 2 pairs an expert on the integer matrix-vector kernel (expert-major from VEC_Q8_EXPERTS_FROM = 0.75 pairs an expert), 2 expert lists of any size, 0 none (per pair on the wide kernel)",
-    default: "1",
+    default: "0",
   },
   vecQ8Rows: {
     family: "matmul",

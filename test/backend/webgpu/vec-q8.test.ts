@@ -155,6 +155,22 @@ test("integer matrix-vector expert lists (vecQ8Lists = 2): uneven pairs in tiles
   });
 });
 
+test("integer matrix-vector pairs one by one (vecQ8Gather = 1): experts in pieces, acc, SwiGLU, dual", {
+  skip,
+}, async () => {
+  const r = runtime({ vecQ8Gather: 1 });
+  const gate = mat(GGMLType.Q4_K, 2048, 1408, 64);
+  assert.equal(vecQ8Shape(r, gate, 1, true, 1408 * 48, "gather")?.tokens, 1);
+  assert.equal(vecQ8Shape(r, gate, 1, true, 1408 * 31, "gather"), undefined);
+  assert.equal(vecQ8Shape(runtime({}), gate, 1, true, 1408 * 48, "gather"), undefined);
+  await checkExpertLists((opts) => runtime({ vecQ8Gather: 1 }, opts), new Rng(671), LISTS.slice(0, 2), {
+    kernel: VEC,
+    dual: true,
+    q8: true,
+    pairMajor: true,
+  });
+});
+
 test("integer matrix-vector per-head batch form and row pieces", { skip }, async () => {
   await checkHeadsAndPieces((opts) => runtime({}, opts), new Rng(647), true);
 });

@@ -109,6 +109,11 @@ export const KNOBS = {
     doc: "with activations q8 (or rowTileX16 = 1): 1 expert lists of fewer than ROW_TILE_EXPERTS_FROM = 2 pairs an expert on the integer matrix-vector kernel (expert-major from VEC_Q8_EXPERTS_FROM = 0.75 pairs an expert), 2 expert lists of any size, 0 none (per pair on the wide kernel)",
     default: "0",
   },
+  vecQ8Gather: {
+    family: "matmul",
+    doc: "with activations q8 (or rowTileX16 = 1): 1 gathered products taken pair by pair (from VEC_Q8_GATHER_FROM = 32 pairs) on the integer matrix-vector kernel, a workgroup's rows of one pair's expert; 0 on the wide kernel",
+    default: "0",
+  },
   vecQ8Rows: {
     family: "matmul",
     doc: "rows each subgroup of the integer matrix-vector kernel takes (a multiple of vecQ8Par) where a row's x fits its workgroup memory",

@@ -348,6 +348,9 @@ export function matvecKernel(
       : 8;
   while (tn < Math.min(n, tnMax)) tn *= 2;
   const expertMajor = gather === "experts" || gather === "experts-list";
+  const pairs = gather === true && fx === undefined ? vecQ8Shape(rt, m, n, aligned, rowsTotal, "gather") : undefined;
+  if (pairs !== undefined)
+    return { code: matvecQ8WGSL(m.type, "gather", pairs, false), tn: 1, rowsPerGroup: vecQ8Rows(pairs) };
   const wide = wideShape(rt, m, n, gather, aligned);
   if (wide !== undefined)
     return {
@@ -794,6 +797,15 @@ export function matmulGatherSwiGLU(
   const tiled = mode.listed ? dualTiled(rt, gate, up, a.pairs, "experts-list", mode.aligned) : undefined;
   if (tiled !== undefined) {
     dispatchGather(rt, "matmulGatherSwiGLU", tiled.code, tiled.rows, gate, x, y, ids, a, mode, up);
+    return;
+  }
+  const pairs =
+    !mode.experts && a.fuse === undefined && alike(gate, up)
+      ? vecQ8Shape(rt, gate, 1, mode.aligned, gate.rows * a.pairs, "gather")
+      : undefined;
+  if (pairs !== undefined) {
+    const code = matvecQ8WGSL(gate.type, "gather", pairs, true);
+    dispatchGather(rt, "matmulGatherSwiGLU", code, vecQ8Rows(pairs), gate, x, y, ids, a, mode, up);
     return;
   }
   const wide =

@@ -176,6 +176,16 @@ const VEC_Q8_LIST_ROWS = 4;
  */
 export const VEC_Q8_EXPERTS_FROM = 0.75;
 
+/**
+ * With tune.vecQ8Gather = 1, pairs taken one by one (each a workgroup's rows of its expert against its token: the wide
+ * kernel's pair-major grid, x quantized once per workgroup of 8–32 rows instead of staged in f32 per 8 rows) on the
+ * integer matrix-vector kernel, in gathered products of at least this many pairs (batch 8 of v2-lite: 48).
+ */
+export const VEC_Q8_GATHER_FROM = 32;
+
+/** Most rows a subgroup takes in the pair-major mode. */
+const VEC_Q8_GATHER_ROWS = 4;
+
 /** Workgroups the integer matrix-vector kernel aims for before its subgroups take more rows each (two a multiprocessor of a large GPU). */
 const VEC_Q8_GROUPS = 264;
 
@@ -192,9 +202,10 @@ export function vecQ8Shape(
   n: number,
   aligned: boolean,
   rowsTotal = m.rows,
-  mode: "plain" | "experts-list" = "plain",
+  mode: "plain" | "gather" | "experts-list" = "plain",
 ): VecQ8Shape | undefined {
   const lists = mode === "experts-list";
+  const pairMajor = mode === "gather";
   const sg = rt.info.subgroupSize;
   const x16 = rt.tune.rowTileX16 === 1;
   if (
@@ -208,12 +219,14 @@ export function vecQ8Shape(
     !aligned ||
     (lists
       ? (rt.tune.vecQ8Lists ?? 0) === 0 || (rt.tune.vecQ8Lists !== 2 && n >= ROW_TILE_EXPERTS_FROM * m.items)
-      : n <= WIDE_MAX_N || n > (rt.tune.vecQ8 === 2 ? ROW_TILE_FROM - 1 : VEC_Q8_MAX)) ||
+      : pairMajor
+        ? rt.tune.vecQ8Gather !== 1 || rowsTotal < VEC_Q8_GATHER_FROM * m.rows
+        : n <= WIDE_MAX_N || n > (rt.tune.vecQ8 === 2 ? ROW_TILE_FROM - 1 : VEC_Q8_MAX)) ||
     m.cols % 64 !== 0
   )
     return undefined;
   const tiles = Math.ceil(n / VEC_Q8_TOKENS);
-  const tokens = lists ? 4 : 4 * Math.ceil(n / (4 * tiles));
+  const tokens = pairMajor ? 1 : lists ? 4 : 4 * Math.ceil(n / (4 * tiles));
   const pieces = x16 ? 2 : 1;
   const budget = Math.min(rt.info.limits.maxComputeWorkgroupStorageSize, VEC_Q8_STAGE_BYTES);
   // the whole row where its x fits, else the widest step of 64-column groups that divides the row and fits
@@ -231,7 +244,7 @@ export function vecQ8Shape(
       throw new LatentError(`tune.vecQ8Rows must be a multiple of vecQ8Par (${par}), got ${want}`);
     let rows = 16;
     while (rows > par && Math.ceil(rowsTotal / (sgs * rows)) < VEC_Q8_GROUPS) rows /= 2;
-    rowsPerSg = want ?? Math.max(par, rows);
+    rowsPerSg = want ?? Math.max(par, pairMajor ? Math.min(rows, VEC_Q8_GATHER_ROWS) : rows);
   }
   return { sg, sgs, rowsPerSg, par, tokens, ks, cols: m.cols, ...(x16 ? { pieces: 2 as const } : {}) };
 }

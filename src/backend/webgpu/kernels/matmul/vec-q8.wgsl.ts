@@ -13,7 +13,8 @@
  * Where the whole tile's x does not fit the workgroup memory budget, the row goes in steps of `ks` columns (x staged
  * per step) and a subgroup takes one run of `par` rows.
  *
- * Expert lists (mode "experts-list", the row-tiled kernel's grids and lists): a workgroup takes one expert's rows and its
+ * Pairs one by one (mode "gather", the wide kernel's pair-major grid: a workgroup takes rows of one pair's expert
+ * against its token) and expert lists, the row-tiled kernel's grids and lists): a workgroup takes one expert's rows and its
  * pairs `tokens` at a time, x staged per tile; batched decode steps whose experts get a pair or two each.
  *
  * Why: at a batch of 8 the coalesced kernel read v2-lite's q/kv_a at ~160 GB/s and the wide kernel (x staged per
@@ -59,11 +60,17 @@ export function vecQ8SharedBytes(tokens: number, ks: number, pieces: number): nu
   return tokens * ks * pieces + (tokens * ks * 8) / 32;
 }
 
-export function matvecQ8WGSL(type: number, mode: "plain" | "experts-list", s: VecQ8Shape, dual = false): string {
+export function matvecQ8WGSL(
+  type: number,
+  mode: "plain" | "gather" | "experts-list",
+  s: VecQ8Shape,
+  dual = false,
+): string {
   const { sg: SG, sgs: NSG, rowsPerSg: RS, par: PAR, tokens: T, ks: KS } = s;
   const NS = s.cols / KS;
   if (
-    T % 4 !== 0 ||
+    (T % 4 !== 0 && T !== 1) ||
+    (mode === "gather" && T !== 1) ||
     KS % 64 !== 0 ||
     s.cols % KS !== 0 ||
     RS % PAR !== 0 ||
@@ -85,7 +92,12 @@ export function matvecQ8WGSL(type: number, mode: "plain" | "experts-list", s: Ve
   // XQ slots: piece half hf (0, 1: the hi pieces' halves; 2, 3: the lo pieces'), token t, unit h
   const xq = (hf: number, t: string, h: string): string => `XQ[(${hf * T}u + ${t}) * ${U}u + ${h}]`;
   // x row (vec4 index) of tile token t: the product's token, or the pair's token (its x row by IDS)
-  const xRow = mode === "plain" ? "xq + (t0 + t) * xs4" : "(p.xOff + (IDS[lb + t0 + t] / p.xDiv) * p.xBatch) >> 2u";
+  const xRow =
+    mode === "plain"
+      ? "xq + (t0 + t) * xs4"
+      : mode === "gather"
+        ? "xq"
+        : "(p.xOff + (IDS[lb + t0 + t] / p.xDiv) * p.xBatch) >> 2u";
   const stage = `for (var i = li; i < ${T * U}u; i += ${WG}u) {
       let t = i / ${U}u; let h = i % ${U}u;
       ${quantizeX32WGSL("t < nt", `(${xRow}) + st * ${KS / 4}u + 8u * h`, P)}
@@ -168,19 +180,23 @@ export function matvecQ8WGSL(type: number, mode: "plain" | "experts-list", s: Ve
       ? `{ let st = 0u;\n      ${stepBody}\n    }`
       : `for (var st = 0u; st < ${NS}u; st++) {\n      ${stepBody}\n    }`;
   const q4 = (j: number, k: number, t4: number): string =>
-    `vec4f(${range(4)
-      .map((i) => acc(j, k, 4 * t4 + i))
-      .join(", ")})`;
+    T === 1
+      ? acc(j, k, 0)
+      : `vec4f(${range(4)
+          .map((i) => acc(j, k, 4 * t4 + i))
+          .join(", ")})`;
   // the run's sums over the lanes, four tokens a call (all of them before lane 0 writes)
   const sums = range(PAR)
     .flatMap((j) =>
-      range(S).flatMap((k) => range(T / 4).map((t4) => `let s${j}_${k}_${t4} = subgroupAdd(${q4(j, k, t4)});`)),
+      range(S).flatMap((k) =>
+        range(Math.ceil(T / 4)).map((t4) => `let s${j}_${k}_${t4} = subgroupAdd(${q4(j, k, t4)});`),
+      ),
     )
     .join(" ");
   const val = (j: number, t: number): string => {
-    const c = "xyzw"[t % 4];
+    const c = T === 1 ? "" : `.${"xyzw"[t % 4]}`;
     const t4 = Math.floor(t / 4);
-    return dual ? `silu(s${j}_0_${t4}.${c}) * s${j}_1_${t4}.${c}` : `s${j}_0_${t4}.${c}`;
+    return dual ? `silu(s${j}_0_${t4}${c}) * s${j}_1_${t4}${c}` : `s${j}_0_${t4}${c}`;
   };
   const writes = `${sums}
     if (lane == 0u) {
@@ -190,7 +206,7 @@ export function matvecQ8WGSL(type: number, mode: "plain" | "experts-list", s: Ve
             `if (ok${j}) { ${range(T)
               .map(
                 (t) =>
-                  `if (${t}u < nt) { out(${mode === "plain" ? `b, t0 + ${t}u` : `IDS[lb + t0 + ${t}u], 0u`}, row${j}, ${val(j, t)}); }`,
+                  `if (${t}u < nt) { out(${mode === "plain" ? `b, t0 + ${t}u` : mode === "gather" ? "b, 0u" : `IDS[lb + t0 + ${t}u], 0u`}, row${j}, ${val(j, t)}); }`,
               )
               .join(" ")} }`,
         )
@@ -199,7 +215,7 @@ export function matvecQ8WGSL(type: number, mode: "plain" | "experts-list", s: Ve
   const rowBases = range(PAR)
     .map(
       (j) =>
-        `let row${j} = r0 + sgi * ${RS}u + k + ${j}u; let ok${j} = row${j} < p.rows; let rb${j} = p.wOff + ${mode === "plain" ? "b" : "wid.z"} * p.wBatch + select(0u, row${j}, ok${j}) * p.rowBytes;`,
+        `let row${j} = r0 + sgi * ${RS}u + k + ${j}u; let ok${j} = row${j} < p.rows; let rb${j} = p.wOff + ${mode === "plain" ? "b * p.wBatch" : mode === "gather" ? "wb" : "wid.z * p.wBatch"} + select(0u, row${j}, ok${j}) * p.rowBytes;`,
     )
     .join("\n    ");
   const weights = vec4
@@ -234,7 +250,18 @@ ${
   let t0 = tt * ${T}u;
   let nt = min(${T}u, p.n - t0);
   ${body}`
-    : `  // expert (p.e0 + wid.z)'s pairs, ${T} a tile; a workgroup past the rows takes none
+    : mode === "gather"
+      ? `  // pair wid.z: its expert's rows (none where another piece holds the expert) against its token's x
+  let r0 = (wid.x + wid.y * p.gx) * ${RW}u;
+  let b = wid.z;
+  let e = IDS[p.idsOff + b];
+  if (r0 >= p.rows || e < p.e0 || e >= p.e1) { return; }
+  let wb = (e - p.e0) * p.wBatch;
+  let xq = (p.xOff + (b / p.xDiv) * p.xBatch) >> 2u;
+  let t0 = 0u;
+  let nt = 1u;
+  ${body}`
+      : `  // expert (p.e0 + wid.z)'s pairs, ${T} a tile; a workgroup past the rows takes none
   let r0 = (wid.x + wid.y * p.gx) * ${RW}u;
   ${expertListWGSL("(p.e0 + wid.z)", `r0 < p.rows`)}
   for (var t0 = 0u; t0 < m; t0 += ${T}u) {

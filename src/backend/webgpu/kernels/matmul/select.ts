@@ -193,10 +193,12 @@ const VEC_Q8_GROUPS = 264;
 
 /**
  * The integer matrix-vector kernel's shape (vec-q8.wgsl.ts) for a plain product of n tokens (rowsTotal rows over all
- * batch items), or undefined where it does not apply: neither activations q8 nor tune.rowTileX16 = 1, tune.vecQ8 = 0,
- * another matvec variant, no fixed subgroup size, a type without an integer form, n outside WIDE_MAX_N + 1 .. VEC_Q8_MAX
- * (tune.vecQ8 = 2: .. ROW_TILE_FROM − 1, the row-tiled kernel's start), x not aligned to 4 floats, or columns not a
- * multiple of 64.
+ * batch items), n pairs over m.items experts (mode "experts-list") or a gathered product's pairs one by one (mode
+ * "gather": rowsTotal = m.rows × pairs), or undefined where it does not apply: neither activations q8 nor
+ * tune.rowTileX16 = 1, another matvec variant, no fixed subgroup size, a type without an integer form, x not aligned to
+ * 4 floats, columns not a multiple of 64; plain: tune.vecQ8 = 0 or n outside WIDE_MAX_N + 1 .. VEC_Q8_MAX (tune.vecQ8 =
+ * 2: .. ROW_TILE_FROM − 1, the row-tiled kernel's start); expert lists: tune.vecQ8Lists unset or 0, or (at 1) from
+ * ROW_TILE_EXPERTS_FROM pairs an expert; pairs one by one: tune.vecQ8Gather ≠ 1 or fewer than VEC_Q8_GATHER_FROM.
  */
 export function vecQ8Shape(
   rt: GpuRuntime,

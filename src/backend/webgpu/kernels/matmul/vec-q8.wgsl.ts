@@ -1,26 +1,29 @@
 /**
- * The integer matrix-vector kernel for a few tokens (5–31: batched decode steps of a few sequences), under the 8-bit
- * activations (RuntimeOptions `activations: "q8"`) or with x in two int8 pieces (tune.rowTileX16):
+ * The integer matrix-vector kernel for a few tokens (by default plain products of 5–8 tokens: batched decode steps of a
+ * few sequences), under the 8-bit activations (RuntimeOptions `activations: "q8"`) or with x in two int8 pieces
+ * (tune.rowTileX16):
  * - the wide kernel's layout for the weights: one subgroup per row, lane l taking the row's 32-column units l, l + sg,
  *   … (Q4_K: unit pairs, 64 columns from one header and two vec4u of nibbles), so a subgroup's loads are contiguous
- *   runs of the row, read at the memory's pace;
+ *   runs of the row;
  * - the tile's x quantized once per workgroup into workgroup memory (q8_1 per 32 values, as the other q8 kernels:
  *   quantizeX32WGSL), the halves of a unit in separate arrays so that a subgroup's reads of consecutive units are
- *   conflict-free; then a workgroup takes many rows (`rowsPerSg` a subgroup, `par` of them loaded together), so that
- *   staging x costs little against the rows' weights;
+ *   conflict-free; a workgroup takes `rowsPerSg` rows a subgroup (`par` of them loaded together), more where a product
+ *   has rows to spare, so that staging x costs little against the rows' weights; each lane issues its first rows'
+ *   loads before the workgroup stages x;
  * - a (row, token) unit is eight `dot4I8Packed` (sixteen with two pieces), exact in i32, and one scaled f32 update;
  *   rows are summed over their lanes with subgroupAdd, four tokens a call.
  * Where the whole tile's x does not fit the workgroup memory budget, the row goes in steps of `ks` columns (x staged
  * per step) and a subgroup takes one run of `par` rows.
  *
- * Pairs one by one (mode "gather", the wide kernel's pair-major grid: a workgroup takes rows of one pair's expert
- * against its token) and expert lists, the row-tiled kernel's grids and lists): a workgroup takes one expert's rows and its
- * pairs `tokens` at a time, x staged per tile; batched decode steps whose experts get a pair or two each.
+ * Two gathered modes, off by default (measured slower than per pair on the wide kernel at batch 8; select.ts): pairs
+ * one by one (mode "gather", the wide kernel's pair-major grid: a workgroup takes rows of one pair's expert against its
+ * token) and expert lists (the row-tiled kernel's grids and lists: a workgroup takes one expert's rows and its pairs
+ * `tokens` at a time, x staged per tile).
  *
- * Why: at a batch of 8 the coalesced kernel read v2-lite's q/kv_a at ~160 GB/s and the wide kernel (x staged per
- * 8 rows, in f32) does no better in pieces of 4 tokens; the row-tiled kernels read a row per lane, which the memory
- * serves badly when the weights are not already in the L2. Same parameter block, grids and entry as the row-tiled
- * kernel in plain mode (rows per workgroup = subgroups × rowsPerSg; tiles of `tokens`).
+ * Why: at a batch of 8 the coalesced kernel read v2-lite's q/kv_a at ~160 GB/s, and the wide kernel (x staged per 8
+ * rows, in f32) did worse in pieces of 4 tokens; the row-tiled kernels read a row per lane, which the memory serves
+ * badly when the weights are not already in the L2. Same parameter block and entry conventions as the row-tiled kernel
+ * (rows per workgroup = subgroups × rowsPerSg; tiles of `tokens`).
  */
 import { GGMLType } from "../../../../gguf/types.js";
 import { dequantWGSL, q8WeightForm, q8WeightWGSL } from "../quant.wgsl.js";
@@ -41,7 +44,7 @@ export interface VecQ8Shape {
   readonly rowsPerSg: number;
   /** rows a subgroup loads together (1 or 2) */
   readonly par: number;
-  /** tokens a tile (a multiple of 4) */
+  /** tokens a tile (a multiple of 4; 1 for pairs one by one) */
   readonly tokens: number;
   /** columns a step (a multiple of 64 dividing cols) */
   readonly ks: number;

@@ -108,12 +108,14 @@ test("streamed pass: an empty sequence or an id outside the vocabulary is a clea
   }
 });
 
+// 24 layers: with 12 (147 MB) a full load peaked only 72–77 MB above the streamed reference pass, against the
+// 0.5 × model asserted below, and a CI run under load failed by 1.5 MB; at 24 (306 MB) the gap measured 242 MB
 const big = synthModel(
   {
     label: "doc-big",
     base: "tiny",
     over: {
-      n_layer: 12,
+      n_layer: 24,
       n_dense: 1,
       n_embd: 256,
       n_expert: 32,
@@ -176,6 +178,6 @@ test("runDoctor --low-memory: report with peak RSS, exit 0 on a healthy model", 
   const r = await runDoctor({ model: big.path, lowMemory: true, skipData: true });
   assert.equal(r.exitCode, 0, JSON.stringify(r.findings));
   assert.ok(r.lowMemory!.peakRssBytes > 0);
-  assert.equal(r.lowMemory!.layers, 12);
+  assert.equal(r.lowMemory!.layers, 24);
   assert.ok(r.lowMemory!.largestLayerBytes < r.lowMemory!.modelBytes / 5);
 });

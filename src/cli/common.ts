@@ -179,7 +179,7 @@ export function cpuActivationsOption(v: string | undefined): CpuActivations | un
 /** `--gpu-activations` (run, logits, chat, serve): how the GPU's matrix-matrix products take their activations. */
 export const GPU_ACTIVATIONS_OPTION = [
   "--gpu-activations <MODE>",
-  "with --backend webgpu|auto: activations of the GPU's tiled products (prompt chunks, batched decode steps from about 32 sequences): exact (default, f32) or q8 (opt-in: int8 per 32 values on integer dot products, as llama.cpp quantizes them; prefill about 1.6× and batch-64 decode about 1.5× faster, log-probs less exact; docs/webgpu.md)",
+  "with --backend webgpu|auto: activations of the GPU's matrix products for prompts and batched decode: exact (default, f32); int15 (opt-in: two int8 pieces per value, 15 bits per 32 values — the CPU backend keeps 14–16 — in the row-tiled products: batched decode steps from about 22 sequences, prompt chunks of 32–127 tokens; batch-64 decode about 1.2× faster, log-probs within about 2e-3); or q8 (opt-in: int8 per 32 values, as llama.cpp quantizes them, in prompt chunks and batched decode from 5 sequences; prefill about 1.6× and batch-64 decode about 1.5× faster, log-probs less exact; docs/webgpu.md)",
 ] as const;
 
 /** `--gpu-activations MODE` (undefined when absent), refused with a backend that has no GPU. */

@@ -301,7 +301,7 @@ interface Runner {
   readonly tokenizer: Tokenizer;
   readonly prompt: number[];
   readonly model: GenerateModel;
-  /** what runs the model: "fused-webgpu (ADAPTER)" ("fused-webgpu q8 (ADAPTER)" with --gpu-activations q8), or the kernels' name */
+  /** what runs the model: "fused-webgpu (ADAPTER)" ("fused-webgpu q8 (ADAPTER)" with --gpu-activations q8, "… int15 …" with int15), or the kernels' name */
   readonly backend: string;
   /** the GPU kernels compiled while loading (fused pipeline) */
   readonly warm?: WarmStats;
@@ -375,7 +375,7 @@ function openRunner(
         tokenizer: tokenizer!,
         prompt,
         model: f,
-        backend: `fused-webgpu${f.activations === "q8" ? " q8" : ""} (${f.adapter})`,
+        backend: `fused-webgpu${f.activations !== "exact" ? ` ${f.activations}` : ""} (${f.adapter})`,
         warm: f.warmStats,
         hostStats: () => f.hostStats(),
         close: () => void f.close(),

@@ -418,7 +418,7 @@ function loadForServe(
   const warmed = fused?.model.warmStats;
   const engine =
     fused !== undefined
-      ? `fused WebGPU pipeline on ${fused.model.adapter}${fused.model.activations === "q8" ? ", 8-bit activations in tiled products (--gpu-activations q8)" : ""}; ${warmed!.kernels} GPU kernels compiled in ${(warmed!.compileMs / 1000).toFixed(1)} s`
+      ? `fused WebGPU pipeline on ${fused.model.adapter}${fused.model.activations === "q8" ? ", 8-bit activations (--gpu-activations q8)" : fused.model.activations === "int15" ? ", 15-bit activations in the row-tiled products (--gpu-activations int15)" : ""}; ${warmed!.kernels} GPU kernels compiled in ${(warmed!.compileMs / 1000).toFixed(1)} s`
       : `kernels: ${(loaded as LoadedModel).model.kernels.name}`;
   logger.event("info", `loaded ${path} in ${((performance.now() - t0) / 1000).toFixed(1)} s (${engine})`);
   return { loaded, fused };

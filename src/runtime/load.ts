@@ -63,7 +63,7 @@ export interface BackendOptions {
   readonly threads?: number;
   /** activations of the "cpu" backend's integer dots: "exact" (default) or the faster, opt-in "q8" (CpuActivations) */
   readonly cpuActivations?: CpuActivations;
-  /** activations of the "webgpu" backend's matrix-matrix products: "exact" (default) or the faster, opt-in "q8" */
+  /** activations of the "webgpu" backend's matrix products: "exact" (default) or the faster, opt-in "int15" and "q8" */
   readonly gpuActivations?: GpuActivations;
   /** bytes the "cpu" backend's arenas keep free when q8 mode makes its Q5_0 copies (CpuBackendOptions.copyHeadroom) */
   readonly cpuCopyHeadroom?: number;

@@ -1,8 +1,9 @@
-// The fused pipeline with activations q8 on a Q4_K_M model, for the q8 kernels' tests: the kernel matching `kernel`
-// runs, the log-probs move off the exact pipeline's, and stay near the reference's (KL < 0.005 a row; measured
-// 2e-4 – 1.1e-3 a row on the register-tiled kernel when written, where a min term 2 % off gave 0.025).
+// The fused pipeline with activations q8 (or int15) on a Q4_K_M model, for the integer kernels' tests: the kernel
+// matching `kernel` runs, the log-probs move off the exact pipeline's, and stay near the reference's (KL < klMax a row:
+// 0.005 for q8, measured 2e-4 – 1.1e-3 a row on the register-tiled kernel when written, where a min term 2 % off gave
+// 0.025).
 import assert from "node:assert/strict";
-import { GpuRuntime } from "../../../src/backend/webgpu/core/runtime.js";
+import { type GpuActivations, GpuRuntime } from "../../../src/backend/webgpu/core/runtime.js";
 import type { GpuDeviceInfo } from "../../../src/backend/webgpu/core/device.js";
 import type { KernelTuning } from "../../../src/backend/webgpu/core/tuning.js";
 import { GpuModel } from "../../../src/backend/webgpu/graph/gpu-model.js";
@@ -15,8 +16,10 @@ export async function checkFusedQ8(
   base: { readonly info: GpuDeviceInfo },
   kernel: RegExp,
   tune: KernelTuning,
+  activations: GpuActivations = "q8",
+  klMax = 0.005,
 ): Promise<void> {
-  const q8 = new GpuRuntime(base.info, { checkWrites: true, activations: "q8", tune });
+  const q8 = new GpuRuntime(base.info, { checkWrites: true, activations, tune });
   const exact = new GpuRuntime(base.info, { checkWrites: true, tune });
   let q8Dispatches = 0;
   const dispatch = q8.dispatch.bind(q8);
@@ -39,7 +42,7 @@ export async function checkFusedQ8(
     const kl = (p: Float64Array, q: Float64Array): number => p.reduce((s, lp, i) => s + Math.exp(lp) * (lp - q[i]), 0);
     got.forEach((row, t) => {
       const k = kl(ref[t], row);
-      assert.ok(k >= 0 && k < 0.005, `row ${t}: KL ${k}`);
+      assert.ok(k >= 0 && k < klMax, `row ${t}: KL ${k}`);
     });
     assert.ok(
       got.some((row, t) => row.some((v, i) => Math.abs(v - plain[t][i]) > 1e-5)),

@@ -28,8 +28,8 @@ export interface OutRange {
 }
 
 /** How the GPU's products take their activations (RuntimeOptions.activations). */
-export type GpuActivations = "exact" | "q8";
-export const GPU_ACTIVATIONS: readonly GpuActivations[] = ["exact", "q8"];
+export type GpuActivations = "exact" | "int15" | "q8";
+export const GPU_ACTIVATIONS: readonly GpuActivations[] = ["exact", "int15", "q8"];
 
 export interface RuntimeOptions {
   /** fill outputs with NaN before each dispatch and verify they were fully written after */
@@ -59,9 +59,11 @@ export interface RuntimeOptions {
   readonly tune?: KernelTuning;
   /**
    * "exact" (default): activations stay f32. "q8", opt-in: the register-tiled and row-tiled products (prompt chunks,
-   * batched decode steps' expert lists and products of ≥ 32 tokens) quantize their activations to int8 per 32 values,
-   * as ggml's q8_1, and run on integer dot products (gemm-q8.wgsl.ts, rowtile-q8.wgsl.ts) — faster, and the logits
-   * move by the KL documented in docs/webgpu.md
+   * batched decode steps' expert lists and products of ≥ 32 tokens) and the plain products of 5–8 tokens quantize
+   * their activations to int8 per 32 values, as ggml's q8_1, and run on integer dot products (gemm-q8.wgsl.ts,
+   * rowtile-q8.wgsl.ts, vec-q8.wgsl.ts) — faster, and the logits move by the KL documented in docs/webgpu.md.
+   * "int15", opt-in: the row-tiled products only, on activations in two int8 pieces (15 bits per 32 values, the CPU
+   * backend's precision class; rowtile-q8.wgsl.ts) — batched decode from ~22 sequences faster, logits within ~1e-3
    */
   readonly activations?: GpuActivations;
   /**

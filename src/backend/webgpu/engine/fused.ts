@@ -123,7 +123,7 @@ export interface FusedOptions {
    */
   readonly gpuMemory?: number;
   readonly checkWrites?: boolean;
-  /** RuntimeOptions.activations: "q8", opt-in, runs the prompt chunks' products on 8-bit activations (default exact) */
+  /** RuntimeOptions.activations: "exact" (default), or the opt-in "int15" / "q8" (integer activations in some products) */
   readonly activations?: GpuActivations;
   /**
    * Step shapes whose GPU kernels load() compiles (GpuModel.warm), so that no step waits for the compiler: those the

@@ -51,7 +51,8 @@ export class WebGPUKernels implements MatKernels {
   calls = 0;
 
   constructor(opts: WebGPUKernelOptions = {}) {
-    this.name = opts.activations === "q8" ? "webgpu q8" : "webgpu";
+    this.name =
+      opts.activations === "exact" || opts.activations === undefined ? "webgpu" : `webgpu ${opts.activations}`;
     const data = new SharedArrayBuffer(1 << 20);
     this.data = new Float32Array(data);
     const channel = newChannel();

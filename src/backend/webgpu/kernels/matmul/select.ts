@@ -359,8 +359,8 @@ export function rowTileShape(
   let splitQ8 = ksplit;
   while (!rowTileQ8Fits(m.type, { ...shape, ks: ksQ8, ksplit: splitQ8 }) && m.cols % (2 * ksQ8) === 0) ksQ8 *= 2;
   while (!rowTileQ8Fits(m.type, { ...shape, ks: ksQ8, ksplit: splitQ8 }) && splitQ8 > 1) splitQ8 /= 2;
-  // tune.rowTileX16 = 1: in either mode, x in two int8 pieces (15 bits per 32 values)
-  const x16 = rt.tune.rowTileX16 === 1;
+  // activations int15 (or tune.rowTileX16 = 1, in any mode): x in two int8 pieces (15 bits per 32 values)
+  const x16 = rt.tune.rowTileX16 === 1 || rt.activations === "int15";
   const q8Shape: RowTileShape = {
     rows: Math.max(sg, 256 / splitQ8),
     ksplit: splitQ8,

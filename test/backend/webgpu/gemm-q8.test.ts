@@ -80,7 +80,10 @@ test("q8 selection: the integer kernel for types with an integer form under acti
   assert.throws(() => gemmShape(at("q8", { gemmQ8Step: 16 }), a0, 512, "plain", true), /gemmQ8Step/);
   assert.match(matvecKernel(at("q8"), a0, 512, false, true).code, Q8);
   assert.match(matvecKernel(at("q8"), f16, 512, false, true).code, F32);
-  assert.throws(() => new GpuRuntime(rt!.info, { activations: "q4" as "q8" }), /activations must be exact or q8/);
+  assert.throws(
+    () => new GpuRuntime(rt!.info, { activations: "q4" as "q8" }),
+    /activations must be exact, int15 or q8/,
+  );
 });
 
 // [tuning, in the suite]: the default steps (the widest that divides the row); steps of 32 (every unit its own step)

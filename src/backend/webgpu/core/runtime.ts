@@ -199,7 +199,9 @@ export class GpuRuntime {
     this.tune = opts.tune ?? {};
     this.activations = opts.activations ?? "exact";
     if (!GPU_ACTIVATIONS.includes(this.activations))
-      throw new LatentError(`activations must be ${GPU_ACTIVATIONS.join(" or ")}, got "${String(this.activations)}"`);
+      throw new LatentError(
+        `activations must be ${GPU_ACTIVATIONS.slice(0, -1).join(", ")} or ${GPU_ACTIVATIONS.at(-1)}, got "${String(this.activations)}"`,
+      );
     this.fuse = opts.fuse !== false && !this.profiling;
     if (this.passTiming && !info.features.has("timestamp-query"))
       throw new LatentError("passTiming: the device has no timestamp-query");

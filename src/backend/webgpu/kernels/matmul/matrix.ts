@@ -60,8 +60,9 @@ interface TiledKernel {
 
 /**
  * The tiled kernel of a product of n tokens (plain) or n pairs (expert lists), dual for gate and up together: the
- * register-tiled kernel where it applies (many tokens a tile), else the row-tiled one, else (plain, a few tokens, integer
- * activations) the integer matrix-vector kernel, else undefined.
+ * integer matrix-vector kernel for expert lists where tune.vecQ8Lists asks for it, the register-tiled kernel where it
+ * applies (many tokens a tile), else the row-tiled one, else (plain, a few tokens, integer activations) the integer
+ * matrix-vector kernel, else undefined.
  */
 function tiledKernel(
   rt: GpuRuntime,

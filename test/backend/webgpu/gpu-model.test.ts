@@ -80,8 +80,6 @@ const routeNarrow =
   rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { routeThreads: 64 } });
 // half a subgroup a row wherever the wide kernel can (wideHalf = 2): plain, dual and pair-major products
 const halfRows = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { wideHalf: 2 } });
-// plain products of 5–31 tokens (the 6-token prompt's) as 4-token pieces on the wide kernel (widePieces = 1)
-const pieced = rt === undefined ? undefined : new GpuRuntime(rt.info, { checkWrites: true, tune: { widePieces: 1 } });
 const earlyLabels: string[] = [];
 if (early !== undefined) {
   const dispatch = early.dispatch.bind(early);
@@ -174,10 +172,9 @@ for (const [c, r] of [
   [last, tiled] as const,
   [last, tiledAttn] as const,
   [glmCase, tiledAttn] as const,
-  [last, pieced] as const,
 ]) {
   const replay = r === plain;
-  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}${r === wideAttn ? ", wide decode attention" : ""}${r === listed ? ", expert lists (expertsFrom = 0.25)" : ""}${r === unfused ? ", norms unfused (normFuse = 0)" : ""}${r === ffnOnly ? ", only the FFN's norm fused (normFuse = 2)" : ""}${r === apart ? ", kernel pairs apart (together = 0)" : ""}${r === attnFused ? ", one-token attention fused (attnFuse = 1)" : ""}${r === piped ? ", wide passes pipelined and attention fused (widePipe = 1, attnFuse = 1)" : ""}${r === early ? ", shared down beside the routing (sharedEarly = 1)" : ""}${r === lateShared ? ", shared down beside the routed one (sharedEarly = 0)" : ""}${r === halfRows ? ", half a subgroup a row (wideHalf = 2)" : ""}${r === routeNarrow ? ", the routing 64 threads a workgroup, a dispatch of its own (routeThreads = 64)" : ""}${r === tiled ? ", the register-tiled kernel wherever it applies (gemm = 2, expertsFrom = 0.25)" : ""}${r === tiledAttn ? ", tiled latent attention at every step (attnTiled = 1)" : ""}${r === pieced ? ", 5–31-token products in 4-token pieces on the wide kernel (widePieces = 1)" : ""}`, {
+  test(`${c.label}: fused GPU prefill + 2-sequence batched decode match the CPU reference (≤ ${TOL})${replay ? ", recorded steps replayed" : ""}${r === wideAttn ? ", wide decode attention" : ""}${r === listed ? ", expert lists (expertsFrom = 0.25)" : ""}${r === unfused ? ", norms unfused (normFuse = 0)" : ""}${r === ffnOnly ? ", only the FFN's norm fused (normFuse = 2)" : ""}${r === apart ? ", kernel pairs apart (together = 0)" : ""}${r === attnFused ? ", one-token attention fused (attnFuse = 1)" : ""}${r === piped ? ", wide passes pipelined and attention fused (widePipe = 1, attnFuse = 1)" : ""}${r === early ? ", shared down beside the routing (sharedEarly = 1)" : ""}${r === lateShared ? ", shared down beside the routed one (sharedEarly = 0)" : ""}${r === halfRows ? ", half a subgroup a row (wideHalf = 2)" : ""}${r === routeNarrow ? ", the routing 64 threads a workgroup, a dispatch of its own (routeThreads = 64)" : ""}${r === tiled ? ", the register-tiled kernel wherever it applies (gemm = 2, expertsFrom = 0.25)" : ""}${r === tiledAttn ? ", tiled latent attention at every step (attnTiled = 1)" : ""}`, {
     skip: sweepSkip(skip, c !== wideCase || r === rt),
   }, async () => {
     kernels.get(r!)?.clear();

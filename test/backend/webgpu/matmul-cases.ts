@@ -35,8 +35,6 @@ export interface KernelCheck {
   readonly q8?: boolean;
   /** with q8: x in two int8 pieces, 15 bits per 32 values (d = amax/16256; tune rowTileX16) */
   readonly x16?: boolean;
-  /** checkExpertLists: the pairs one by one (GatherArgs mode "pairs") instead of expert-major from lists */
-  readonly pairMajor?: boolean;
 }
 
 /** The largest integer x quantizes to per 32 values: 127 (one int8), 16256 (two int8 pieces: 127·128). */
@@ -274,25 +272,8 @@ export async function checkExpertLists(
       const idsB = u32(r, ids);
       const lists = r.buffer(expertListWords(pairs, E) * 4);
       expertLists(r, idsB, lists, { pairs, E });
-      const pairMajor = check.pairMajor === true;
-      const args = {
-        pairs,
-        xDiv: K,
-        xBatch,
-        xOff,
-        yBatch,
-        yOff,
-        mode: pairMajor ? "pairs" : "experts",
-        lists,
-      } as const;
-      if (check.kernel !== undefined)
-        assert.match(
-          (pairMajor
-            ? matvecKernel(r, g, 1, true, true, rows * pairs)
-            : matvecKernel(r, g, pairs, "experts-list", true)
-          ).code,
-          check.kernel,
-        );
+      const args = { pairs, xDiv: K, xBatch, xOff, yBatch, yOff, mode: "experts" as const, lists };
+      if (check.kernel !== undefined) assert.match(matvecKernel(r, g, pairs, "experts-list", true).code, check.kernel);
       const y0 = rng.f64(yOff + pairs * yBatch);
       const inRow = (i: number): boolean => i >= yOff && (i - yOff) % yBatch < rows && i < yOff + pairs * yBatch;
       const at = (p: Float64Array, i: number): number =>

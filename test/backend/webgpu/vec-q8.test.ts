@@ -10,10 +10,10 @@ import { GGMLType } from "../../../src/gguf/types.js";
 import { GpuRuntime, type RuntimeOptions } from "../../../src/backend/webgpu/core/runtime.js";
 import type { KernelTuning } from "../../../src/backend/webgpu/core/tuning.js";
 import { type GpuMatrix, matvecKernel } from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
-import { expertsFrom, vecQ8Shape } from "../../../src/backend/webgpu/kernels/matmul/select.js";
+import { vecQ8Shape } from "../../../src/backend/webgpu/kernels/matmul/select.js";
 import { matvecQ8WGSL } from "../../../src/backend/webgpu/kernels/matmul/vec-q8.wgsl.js";
 import { gpuOrSkip, LONG_SWEEPS, Rng, sweepSkip } from "./helpers.js";
-import { checkExpertLists, checkHeadsAndPieces, checkPlainProducts, X16_LEVELS } from "./matmul-cases.js";
+import { checkHeadsAndPieces, checkPlainProducts, X16_LEVELS } from "./matmul-cases.js";
 import { checkFusedQ8 } from "./q8-pipeline.js";
 
 const { rt, skip } = await gpuOrSkip();
@@ -50,14 +50,8 @@ test("integer matrix-vector selection: 5–31 tokens under activations q8 or x i
       { tune, activations },
     );
   const qkv = mat(GGMLType.Q4_K, 2048, 3648);
-  const describe = (
-    r: GpuRuntime,
-    m: GpuMatrix,
-    n: number,
-    rows = m.rows,
-    mode: "plain" | "experts-list" = "plain",
-  ): string => {
-    const s = vecQ8Shape(r, m, n, true, rows, mode);
+  const describe = (r: GpuRuntime, m: GpuMatrix, n: number): string => {
+    const s = vecQ8Shape(r, m, n, true);
     return s === undefined
       ? "none"
       : `${s.pieces === 2 ? "x16 " : ""}${s.tokens} tokens, ${s.sgs}×${s.rowsPerSg} rows by ${s.par}, ks ${s.ks}`;
@@ -77,24 +71,9 @@ test("integer matrix-vector selection: 5–31 tokens under activations q8 or x i
   assert.equal(describe(at("q8"), mat(GGMLType.F16, 2048, 64), 8), "none");
   assert.throws(() => vecQ8Shape(at("q8", { vecQ8Par: 2, vecQ8Rows: 3 }), qkv, 8, true), /vecQ8Rows/);
   assert.throws(
-    () =>
-      matvecQ8WGSL(GGMLType.Q4_K, "plain", { sg: 32, sgs: 8, rowsPerSg: 4, par: 2, tokens: 8, ks: 1024, cols: 2048 }),
+    () => matvecQ8WGSL(GGMLType.Q4_K, { sg: 32, sgs: 8, rowsPerSg: 4, par: 2, tokens: 8, ks: 1024, cols: 2048 }),
     /bad shape/,
   );
-  // expert lists below 2 pairs an expert (batch 8 of v2-lite: 48 pairs over 64 experts), expert-major from 0.75, with
-  // vecQ8Lists = 1 (off by default)
-  const gate = mat(GGMLType.Q4_K, 2048, 1408, 64);
-  const lists = { vecQ8Lists: 1 };
-  assert.equal(describe(at("q8", lists), gate, 48, 1408, "experts-list"), "4 tokens, 8×4 rows by 1, ks 2048");
-  assert.equal(describe(at("q8", lists), gate, 128, 1408, "experts-list"), "none");
-  assert.equal(
-    describe(at("q8", { vecQ8Lists: 2 }), gate, 384, 1408, "experts-list"),
-    "4 tokens, 8×4 rows by 1, ks 2048",
-  );
-  assert.equal(describe(at("q8"), gate, 48, 1408, "experts-list"), "none");
-  assert.equal(expertsFrom(at("q8", lists), gate), 0.75);
-  assert.equal(expertsFrom(at("q8"), gate), 2);
-  assert.equal(expertsFrom(at("exact", lists), gate), 2);
   assert.match(matvecKernel(at("q8"), qkv, 8, false, true).code, VEC);
   assert.doesNotMatch(matvecKernel(at("exact"), qkv, 8, false, true).code, VEC);
 });
@@ -138,39 +117,6 @@ test("integer matrix-vector kernel in steps of 64 columns (x staged per step): p
   });
   // (the shared per-head case has 9 tokens: vecQ8 = 2)
   await checkHeadsAndPieces((opts) => runtime({ vecQ8: 2 }, opts, 1024), new Rng(643), true);
-});
-
-// [type, cols, rows, row bytes]: Q4_K's unit pairs (dual: the routed gate·up); in the long sweeps Q5_0's 1408-column
-// down rows (44 units: the lanes' last slot short) and Q6_K's half scales (both off-by-default paths)
-const LISTS: readonly Case[] = [
-  [GGMLType.Q4_K, 256, 67, 144],
-  ...(LONG_SWEEPS ? [[GGMLType.Q5_0, 1408, 19, 968] as const, [GGMLType.Q6_K, 256, 40, 210] as const] : []),
-];
-
-test("integer matrix-vector expert lists (vecQ8Lists = 2): uneven pairs in tiles of 4, empty experts, pieces, acc, SwiGLU, dual", {
-  skip,
-}, async () => {
-  await checkExpertLists((opts) => runtime({ vecQ8Lists: 2 }, opts), new Rng(661), LISTS, {
-    kernel: VEC,
-    dual: true,
-    q8: true,
-  });
-});
-
-test("integer matrix-vector pairs one by one (vecQ8Gather = 1): experts in pieces, acc, SwiGLU, dual", {
-  skip,
-}, async () => {
-  const r = runtime({ vecQ8Gather: 1 });
-  const gate = mat(GGMLType.Q4_K, 2048, 1408, 64);
-  assert.equal(vecQ8Shape(r, gate, 1, true, 1408 * 48, "gather")?.tokens, 1);
-  assert.equal(vecQ8Shape(r, gate, 1, true, 1408 * 31, "gather"), undefined);
-  assert.equal(vecQ8Shape(runtime({}), gate, 1, true, 1408 * 48, "gather"), undefined);
-  await checkExpertLists((opts) => runtime({ vecQ8Gather: 1 }, opts), new Rng(671), LISTS, {
-    kernel: VEC,
-    dual: true,
-    q8: true,
-    pairMajor: true,
-  });
 });
 
 test("integer matrix-vector per-head batch form and row pieces", { skip }, async () => {

@@ -94,30 +94,15 @@ export const KNOBS = {
     doc: "1: expert-list products on the wide kernel (4 pairs a tile) while experts average ≤ WIDE_LIST_PAIRS pairs (measured slower than per-pair products)",
     default: "0",
   },
-  widePieces: {
-    family: "matmul",
-    doc: "1: plain products of 5 to 31 tokens (none of the tiled kernels' sizes) run as pieces of 4 tokens on the wide kernel, 0 on the coalesced kernel",
-    default: "0",
-  },
   vecQ8: {
     family: "matmul",
     doc: "with activations q8 (or rowTileX16 = 1): 1 plain products of 5 to VEC_Q8_MAX = 8 tokens on the integer matrix-vector kernel (vec-q8.wgsl.ts: a subgroup a row, x quantized once a workgroup), 2 of 5 to 31, 0 none",
     default: "1",
   },
-  vecQ8Lists: {
-    family: "matmul",
-    doc: "with activations q8 (or rowTileX16 = 1): 1 expert lists of fewer than ROW_TILE_EXPERTS_FROM = 2 pairs an expert on the integer matrix-vector kernel (expert-major from VEC_Q8_EXPERTS_FROM = 0.75 pairs an expert), 2 expert lists of any size, 0 none (per pair on the wide kernel)",
-    default: "0",
-  },
-  vecQ8Gather: {
-    family: "matmul",
-    doc: "with activations q8 (or rowTileX16 = 1): 1 gathered products taken pair by pair (from VEC_Q8_GATHER_FROM = 32 pairs) on the integer matrix-vector kernel, a workgroup's rows of one pair's expert; 0 on the wide kernel",
-    default: "0",
-  },
   vecQ8Rows: {
     family: "matmul",
     doc: "rows each subgroup of the integer matrix-vector kernel takes (a multiple of vecQ8Par) where a row's x fits its workgroup memory",
-    default: "plain: 16, halved (to vecQ8Par) while the product would have fewer than 264 workgroups; expert lists: 4",
+    default: "16, halved (to vecQ8Par) while the product would have fewer than 264 workgroups",
   },
   vecQ8Par: {
     family: "matmul",

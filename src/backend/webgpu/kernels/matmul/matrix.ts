@@ -25,15 +25,7 @@ import { gemmWGSL as gemmSource } from "./gemm.wgsl.js";
 import { gemmQ8WGSL as gemmQ8Source } from "./gemm-q8.wgsl.js";
 import { matmulRowsWGSL as rowTileSource } from "./rowtile.wgsl.js";
 import { matmulRowsQ8WGSL as rowTileQ8Source } from "./rowtile-q8.wgsl.js";
-import {
-  coalescedShape,
-  expertsFrom,
-  gemmShape,
-  rowTileShape,
-  vecQ8Shape,
-  widePieceTokens,
-  wideShape,
-} from "./select.js";
+import { coalescedShape, expertsFrom, gemmShape, rowTileShape, vecQ8Shape, wideShape } from "./select.js";
 import { matvecQ8WGSL as vecQ8Source, vecQ8Rows } from "./vec-q8.wgsl.js";
 import {
   fusionBuffers,
@@ -60,9 +52,8 @@ interface TiledKernel {
 
 /**
  * The tiled kernel of a product of n tokens (plain) or n pairs (expert lists), dual for gate and up together: the
- * integer matrix-vector kernel for expert lists where tune.vecQ8Lists asks for it, the register-tiled kernel where it
- * applies (many tokens a tile), else the row-tiled one, else (plain, a few tokens, integer activations) the integer
- * matrix-vector kernel, else undefined.
+ * register-tiled kernel where it applies (many tokens a tile), else the row-tiled one, else (plain, a few tokens, integer
+ * activations) the integer matrix-vector kernel, else undefined.
  */
 function tiledKernel(
   rt: GpuRuntime,
@@ -73,9 +64,6 @@ function tiledKernel(
   rowsTotal: number,
   dual: boolean,
 ): TiledKernel | undefined {
-  const list = mode === "experts-list" ? vecQ8Shape(rt, m, n, aligned, rowsTotal, mode) : undefined;
-  if (list !== undefined)
-    return { code: matvecQ8WGSL(m.type, mode, list, dual), rows: vecQ8Rows(list), tokens: list.tokens };
   const gemm = gemmShape(rt, m, n, mode, aligned, dual, rowsTotal);
   if (gemm !== undefined)
     return {
@@ -91,8 +79,7 @@ function tiledKernel(
       tokens: rowTile.tokens,
     };
   const vec = mode === "plain" ? vecQ8Shape(rt, m, n, aligned, rowsTotal) : undefined;
-  if (vec !== undefined)
-    return { code: matvecQ8WGSL(m.type, mode, vec, dual), rows: vecQ8Rows(vec), tokens: vec.tokens };
+  if (vec !== undefined) return { code: matvecQ8WGSL(m.type, vec, dual), rows: vecQ8Rows(vec), tokens: vec.tokens };
   return undefined;
 }
 const matvecCoalescedWGSL = memoWGSL(coalescedSource);
@@ -349,9 +336,6 @@ export function matvecKernel(
       : 8;
   while (tn < Math.min(n, tnMax)) tn *= 2;
   const expertMajor = gather === "experts" || gather === "experts-list";
-  const pairs = gather === true && fx === undefined ? vecQ8Shape(rt, m, n, aligned, rowsTotal, "gather") : undefined;
-  if (pairs !== undefined)
-    return { code: matvecQ8WGSL(m.type, "gather", pairs, false), tn: 1, rowsPerGroup: vecQ8Rows(pairs) };
   const wide = wideShape(rt, m, n, gather, aligned);
   if (wide !== undefined)
     return {
@@ -397,27 +381,9 @@ export function matvecKernel(
 
 const al4 = (...v: (number | undefined)[]): boolean => v.every((x) => (x ?? 0) % 4 === 0);
 
-/** The token pieces of a product that runs in pieces on the wide kernel (widePieceTokens), each as its own args. */
-function tokenPieces<A extends Omit<MatmulArgs, "acc" | "glu" | "batch">>(a: A, per: number): A[] {
-  return Array.from({ length: Math.ceil(a.n / per) }, (_, i) => ({
-    ...a,
-    n: Math.min(per, a.n - i * per),
-    xOff: (a.xOff ?? 0) + i * per * a.xStride,
-    yOff: (a.yOff ?? 0) + i * per * a.yStride,
-  }));
-}
-
 /** y = W·x for n tokens (and optionally every item of a stacked tensor). */
 export function matmul(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer, a: MatmulArgs): void {
   const count = a.batch?.count ?? 1;
-  const per =
-    a.fuse === undefined
-      ? widePieceTokens(rt, m, a.n, al4(a.xOff, a.xStride, a.batch?.xBatch), m.rows * count)
-      : undefined;
-  if (per !== undefined) {
-    for (const piece of tokenPieces(a, per)) matmul(rt, m, x, y, piece);
-    return;
-  }
   if (count > m.items) throw new LatentError(`${m.name}: batch of ${count} over ${m.items} items`);
   if (a.fuse !== undefined && (!fusable(rt, m, a.n, false) || a.batch !== undefined))
     throw new LatentError(`${m.name}: fused work needs one wide product (check fusable()) and no batch`);
@@ -735,12 +701,6 @@ export function matmulSwiGLUSteps(
     (!fusable(rt, gate, a.n, false, up) || a.fuse.norm?.combine !== undefined || a.fuse.addCombine !== undefined)
   )
     throw new LatentError(`${gate.name}: a dual product fuses only a norm, on the wide kernel (check fusable())`);
-  const per =
-    a.fuse === undefined && alike(gate, up) ? widePieceTokens(rt, gate, a.n, aligned, gate.rows, true) : undefined;
-  if (per !== undefined) {
-    const pieces = tokenPieces(a, per);
-    return [() => pieces.forEach((piece) => matmulSwiGLU(rt, gate, up, x, y, piece))];
-  }
   const { fx, buffers: fxBufs } = wideFusion(a.fuse, gate.rows);
   const wide = dualShape(rt, gate, up, a.n, false, aligned);
   const tiled = wide === undefined ? dualTiled(rt, gate, up, a.n, "plain", aligned) : undefined;
@@ -798,15 +758,6 @@ export function matmulGatherSwiGLU(
   const tiled = mode.listed ? dualTiled(rt, gate, up, a.pairs, "experts-list", mode.aligned) : undefined;
   if (tiled !== undefined) {
     dispatchGather(rt, "matmulGatherSwiGLU", tiled.code, tiled.rows, gate, x, y, ids, a, mode, up);
-    return;
-  }
-  const pairs =
-    !mode.experts && a.fuse === undefined && alike(gate, up)
-      ? vecQ8Shape(rt, gate, 1, mode.aligned, gate.rows * a.pairs, "gather")
-      : undefined;
-  if (pairs !== undefined) {
-    const code = matvecQ8WGSL(gate.type, "gather", pairs, true);
-    dispatchGather(rt, "matmulGatherSwiGLU", code, vecQ8Rows(pairs), gate, x, y, ids, a, mode, up);
     return;
   }
   const wide =

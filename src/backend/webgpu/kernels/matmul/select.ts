@@ -123,28 +123,6 @@ export function wideShape(
   };
 }
 
-/**
- * Tokens a piece where a plain product of more tokens than the wide kernel takes, and fewer than the tiled kernels
- * take, runs as consecutive pieces on the wide kernel (tune.widePieces = 1; off by default, not yet measured in a
- * step): at batch 8 the coalesced kernel read v2-lite's q/kv_a at 158 GB/s (26.6 µs) and the output head at 321 GB/s,
- * while the wide kernel streams a matrix near the memory rate for up to 4 tokens. Undefined where that does not apply
- * (the knob off, 4 tokens or fewer, a tiled kernel takes n, or the wide kernel would not take a piece).
- */
-export function widePieceTokens(
-  rt: GpuRuntime,
-  m: MatrixShape,
-  n: number,
-  aligned: boolean,
-  rowsTotal = m.rows,
-  dual = false,
-): number | undefined {
-  if (rt.tune.widePieces !== 1 || n <= WIDE_MAX_N) return undefined;
-  if (gemmShape(rt, m, n, "plain", aligned, dual, rowsTotal) !== undefined) return undefined;
-  if (rowTileShape(rt, m, n, "plain", aligned, rowsTotal, dual) !== undefined) return undefined;
-  if (vecQ8Shape(rt, m, n, aligned, rowsTotal) !== undefined) return undefined;
-  return wideShape(rt, m, WIDE_MAX_N, false, aligned) !== undefined ? WIDE_MAX_N : undefined;
-}
-
 /** Most tokens a tile of the integer matrix-vector kernel (its accumulators: rows loaded together × matrices × tokens). */
 const VEC_Q8_TOKENS = 16;
 
@@ -162,43 +140,16 @@ export const VEC_Q8_MAX = 8;
  */
 const VEC_Q8_STAGE_BYTES = 24576;
 
-/**
- * Rows each subgroup of the integer matrix-vector kernel takes in expert lists (one expert's rows a workgroup): the
- * staging of an expert's pairs then serves 32 rows.
- */
-const VEC_Q8_LIST_ROWS = 4;
-
-/**
- * With tune.vecQ8Lists = 1, expert lists take the integer matrix-vector kernel from pairs ≥ this × experts (below
- * ROW_TILE_EXPERTS_FROM, where the row-tiled kernel takes them): batch 8 of v2-lite (48 pairs over 64 experts). Off by
- * default: measured on a large GPU (v2-lite, q8, chained decode, one call) batch 8 took 10.19 ms of GPU time a step
- * with them against 9.23 per pair on the wide kernel.
- */
-export const VEC_Q8_EXPERTS_FROM = 0.75;
-
-/**
- * With tune.vecQ8Gather = 1, pairs taken one by one (each a workgroup's rows of its expert against its token: the wide
- * kernel's pair-major grid, x quantized once per workgroup of 8–32 rows instead of staged in f32 per 8 rows) on the
- * integer matrix-vector kernel, in gathered products of at least this many pairs (batch 8 of v2-lite: 48). Off by
- * default: measured on a large GPU (v2-lite, q8, chained, alternating in one call) batch 8 took 10.04 ms of GPU time a
- * step with it against 9.31–9.32 on the wide kernel.
- */
-export const VEC_Q8_GATHER_FROM = 32;
-
-/** Most rows a subgroup takes in the pair-major mode. */
-const VEC_Q8_GATHER_ROWS = 4;
-
 /** Workgroups the integer matrix-vector kernel aims for before its subgroups take more rows each (two a multiprocessor of a large GPU). */
 const VEC_Q8_GROUPS = 264;
 
 /**
  * The integer matrix-vector kernel's shape (vec-q8.wgsl.ts) for a plain product of n tokens (rowsTotal rows over all
- * batch items), n pairs over m.items experts (mode "experts-list") or a gathered product's pairs one by one (mode
- * "gather": rowsTotal = m.rows × pairs), or undefined where it does not apply: neither activations q8 nor
- * tune.rowTileX16 = 1, another matvec variant, no fixed subgroup size, a type without an integer form, x not aligned to
- * 4 floats, columns not a multiple of 64; plain: tune.vecQ8 = 0 or n outside WIDE_MAX_N + 1 .. VEC_Q8_MAX (tune.vecQ8 =
- * 2: .. ROW_TILE_FROM − 1, the row-tiled kernel's start); expert lists: tune.vecQ8Lists unset or 0, or (at 1) from
- * ROW_TILE_EXPERTS_FROM pairs an expert; pairs one by one: tune.vecQ8Gather ≠ 1 or fewer than VEC_Q8_GATHER_FROM.
+ * batch items), or undefined where it does not apply: neither activations q8 nor tune.rowTileX16 = 1, tune.vecQ8 = 0,
+ * another matvec variant, no fixed subgroup size, a type without an integer form, n outside WIDE_MAX_N + 1 .. VEC_Q8_MAX
+ * (tune.vecQ8 = 2: .. ROW_TILE_FROM − 1, the row-tiled kernel's start), x not aligned to 4 floats, or columns not a
+ * multiple of 64. (The routed experts of such steps stay per pair on the wide kernel: this kernel took a batch-8 step
+ * of v2-lite to 10.04 ms of GPU time per pair and to 10.19 from expert lists, against 9.23–9.32 on the wide kernel.)
  */
 export function vecQ8Shape(
   rt: GpuRuntime,
@@ -206,10 +157,7 @@ export function vecQ8Shape(
   n: number,
   aligned: boolean,
   rowsTotal = m.rows,
-  mode: "plain" | "gather" | "experts-list" = "plain",
 ): VecQ8Shape | undefined {
-  const lists = mode === "experts-list";
-  const pairMajor = mode === "gather";
   const sg = rt.info.subgroupSize;
   const x16 = rt.tune.rowTileX16 === 1;
   if (
@@ -221,16 +169,13 @@ export function vecQ8Shape(
     sg > 64 ||
     !(Q8_WEIGHT_TYPES as readonly number[]).includes(m.type) ||
     !aligned ||
-    (lists
-      ? (rt.tune.vecQ8Lists ?? 0) === 0 || (rt.tune.vecQ8Lists !== 2 && n >= ROW_TILE_EXPERTS_FROM * m.items)
-      : pairMajor
-        ? rt.tune.vecQ8Gather !== 1 || rowsTotal < VEC_Q8_GATHER_FROM * m.rows
-        : n <= WIDE_MAX_N || n > (rt.tune.vecQ8 === 2 ? ROW_TILE_FROM - 1 : VEC_Q8_MAX)) ||
+    n <= WIDE_MAX_N ||
+    n > (rt.tune.vecQ8 === 2 ? ROW_TILE_FROM - 1 : VEC_Q8_MAX) ||
     m.cols % 64 !== 0
   )
     return undefined;
   const tiles = Math.ceil(n / VEC_Q8_TOKENS);
-  const tokens = pairMajor ? 1 : lists ? 4 : 4 * Math.ceil(n / (4 * tiles));
+  const tokens = 4 * Math.ceil(n / (4 * tiles));
   const pieces = x16 ? 2 : 1;
   const budget = Math.min(rt.info.limits.maxComputeWorkgroupStorageSize, VEC_Q8_STAGE_BYTES);
   // the whole row where its x fits, else the widest step of 64-column groups that divides the row and fits
@@ -241,14 +186,13 @@ export function vecQ8Shape(
   if (par !== 1 && par !== 2) throw new LatentError(`tune.vecQ8Par must be 1 or 2, got ${par}`);
   const sgs = Math.max(1, Math.floor(256 / sg));
   let rowsPerSg = par;
-  if (ks === m.cols && lists) rowsPerSg = rt.tune.vecQ8Rows ?? Math.max(par, VEC_Q8_LIST_ROWS);
-  else if (ks === m.cols) {
+  if (ks === m.cols) {
     const want = rt.tune.vecQ8Rows;
     if (want !== undefined && (!Number.isInteger(want) || want < 1 || want % par !== 0))
       throw new LatentError(`tune.vecQ8Rows must be a multiple of vecQ8Par (${par}), got ${want}`);
     let rows = 16;
     while (rows > par && Math.ceil(rowsTotal / (sgs * rows)) < VEC_Q8_GROUPS) rows /= 2;
-    rowsPerSg = want ?? Math.max(par, pairMajor ? Math.min(rows, VEC_Q8_GATHER_ROWS) : rows);
+    rowsPerSg = want ?? Math.max(par, rows);
   }
   return { sg, sgs, rowsPerSg, par, tokens, ks, cols: m.cols, ...(x16 ? { pieces: 2 as const } : {}) };
 }
@@ -529,8 +473,6 @@ export function coalescedShape(
 export function expertsFrom(rt: GpuRuntime, m: MatrixShape): number {
   if (rt.tune.expertsFrom !== undefined) return rt.tune.expertsFrom;
   if (rt.matvec !== "coalesced") return 1;
-  if (vecQ8Shape(rt, m, VEC_Q8_EXPERTS_FROM * m.items, true, m.rows, "experts-list") !== undefined)
-    return VEC_Q8_EXPERTS_FROM;
   if (rowTileShape(rt, m, 2 * m.items, "experts-list", true) !== undefined) return ROW_TILE_EXPERTS_FROM;
   return wideShape(rt, m, 1, true, true) !== undefined ? 8 : 0.25;
 }

@@ -15,10 +15,8 @@
  * Where the whole tile's x does not fit the workgroup memory budget, the row goes in steps of `ks` columns (x staged
  * per step) and a subgroup takes one run of `par` rows.
  *
- * Two gathered modes, off by default (measured slower than per pair on the wide kernel at batch 8; select.ts): pairs
- * one by one (mode "gather", the wide kernel's pair-major grid: a workgroup takes rows of one pair's expert against its
- * token) and expert lists (the row-tiled kernel's grids and lists: a workgroup takes one expert's rows and its pairs
- * `tokens` at a time, x staged per tile).
+ * Plain products only: the routed experts of such steps stay per pair on the wide kernel (this kernel measured slower
+ * there, both per pair and from expert lists; docs/benchmarks webgpu-25).
  *
  * Why: at a batch of 8 the coalesced kernel read v2-lite's q/kv_a at ~160 GB/s, and the wide kernel (x staged per 8
  * rows, in f32) did worse in pieces of 4 tokens; the row-tiled kernels read a row per lane, which the memory serves
@@ -29,7 +27,7 @@ import { GGMLType } from "../../../../gguf/types.js";
 import { dequantWGSL, q8WeightForm, q8WeightWGSL } from "../quant.wgsl.js";
 import { dequantForW2, GEMM_STEP } from "./gemm.wgsl.js";
 import { quantizeX32WGSL } from "./gemm-q8.wgsl.js";
-import { expertListWGSL, matOutWGSL } from "./mat.wgsl.js";
+import { matOutWGSL } from "./mat.wgsl.js";
 import { Q4K_VEC4 } from "./rowtile-q8.wgsl.js";
 import { chunkBindingsWGSL } from "./wide.wgsl.js";
 
@@ -44,7 +42,7 @@ export interface VecQ8Shape {
   readonly rowsPerSg: number;
   /** rows a subgroup loads together (1 or 2) */
   readonly par: number;
-  /** tokens a tile (a multiple of 4; 1 for pairs one by one) */
+  /** tokens a tile (a multiple of 4) */
   readonly tokens: number;
   /** columns a step (a multiple of 64 dividing cols) */
   readonly ks: number;
@@ -63,17 +61,11 @@ export function vecQ8SharedBytes(tokens: number, ks: number, pieces: number): nu
   return tokens * ks * pieces + (tokens * ks * 8) / 32;
 }
 
-export function matvecQ8WGSL(
-  type: number,
-  mode: "plain" | "gather" | "experts-list",
-  s: VecQ8Shape,
-  dual = false,
-): string {
+export function matvecQ8WGSL(type: number, s: VecQ8Shape, dual = false): string {
   const { sg: SG, sgs: NSG, rowsPerSg: RS, par: PAR, tokens: T, ks: KS } = s;
   const NS = s.cols / KS;
   if (
-    (T % 4 !== 0 && T !== 1) ||
-    (mode === "gather" && T !== 1) ||
+    T % 4 !== 0 ||
     KS % 64 !== 0 ||
     s.cols % KS !== 0 ||
     RS % PAR !== 0 ||
@@ -94,16 +86,9 @@ export function matvecQ8WGSL(
   const acc = (j: number, k: number, t: number): string => `a${j}_${k}_${t}`;
   // XQ slots: piece half hf (0, 1: the hi pieces' halves; 2, 3: the lo pieces'), token t, unit h
   const xq = (hf: number, t: string, h: string): string => `XQ[(${hf * T}u + ${t}) * ${U}u + ${h}]`;
-  // x row (vec4 index) of tile token t: the product's token, or the pair's token (its x row by IDS)
-  const xRow =
-    mode === "plain"
-      ? "xq + (t0 + t) * xs4"
-      : mode === "gather"
-        ? "xq"
-        : "(p.xOff + (IDS[lb + t0 + t] / p.xDiv) * p.xBatch) >> 2u";
   const stage = `for (var i = li; i < ${T * U}u; i += ${WG}u) {
       let t = i / ${U}u; let h = i % ${U}u;
-      ${quantizeX32WGSL("t < nt", `(${xRow}) + st * ${KS / 4}u + 8u * h`, P)}
+      ${quantizeX32WGSL("t < nt", `xq + (t0 + t) * xs4 + st * ${KS / 4}u + 8u * h`, P)}
       ${xq(0, "t", "h")} = xqa; ${xq(1, "t", "h")} = xqb; XD[t * ${U}u + h] = xd;${P === 1 ? "" : ` ${xq(2, "t", "h")} = xla; ${xq(3, "t", "h")} = xlb;`}
     }`;
   // a step's groups over the subgroup's lanes: lane l takes groups l, l + sg, … (slots i < NG), guarded where the last
@@ -183,21 +168,17 @@ export function matvecQ8WGSL(
       ? `{ let st = 0u;\n      ${stepBody}\n    }`
       : `for (var st = 0u; st < ${NS}u; st++) {\n      ${stepBody}\n    }`;
   const q4 = (j: number, k: number, t4: number): string =>
-    T === 1
-      ? acc(j, k, 0)
-      : `vec4f(${range(4)
-          .map((i) => acc(j, k, 4 * t4 + i))
-          .join(", ")})`;
+    `vec4f(${range(4)
+      .map((i) => acc(j, k, 4 * t4 + i))
+      .join(", ")})`;
   // the run's sums over the lanes, four tokens a call (all of them before lane 0 writes)
   const sums = range(PAR)
     .flatMap((j) =>
-      range(S).flatMap((k) =>
-        range(Math.ceil(T / 4)).map((t4) => `let s${j}_${k}_${t4} = subgroupAdd(${q4(j, k, t4)});`),
-      ),
+      range(S).flatMap((k) => range(T / 4).map((t4) => `let s${j}_${k}_${t4} = subgroupAdd(${q4(j, k, t4)});`)),
     )
     .join(" ");
   const val = (j: number, t: number): string => {
-    const c = T === 1 ? "" : `.${"xyzw"[t % 4]}`;
+    const c = `.${"xyzw"[t % 4]}`;
     const t4 = Math.floor(t / 4);
     return dual ? `silu(s${j}_0_${t4}${c}) * s${j}_1_${t4}${c}` : `s${j}_0_${t4}${c}`;
   };
@@ -207,10 +188,7 @@ export function matvecQ8WGSL(
         .map(
           (j) =>
             `if (ok${j}) { ${range(T)
-              .map(
-                (t) =>
-                  `if (${t}u < nt) { out(${mode === "plain" ? `b, t0 + ${t}u` : mode === "gather" ? "b, 0u" : `IDS[lb + t0 + ${t}u], 0u`}, row${j}, ${val(j, t)}); }`,
-              )
+              .map((t) => `if (${t}u < nt) { out(b, t0 + ${t}u, row${j}, ${val(j, t)}); }`)
               .join(" ")} }`,
         )
         .join("\n      ")}
@@ -218,20 +196,14 @@ export function matvecQ8WGSL(
   const rowBases = range(PAR)
     .map(
       (j) =>
-        `let row${j} = r0 + sgi * ${RS}u + k + ${j}u; let ok${j} = row${j} < p.rows; let rb${j} = p.wOff + ${mode === "plain" ? "b * p.wBatch" : mode === "gather" ? "wb" : "wid.z * p.wBatch"} + select(0u, row${j}, ok${j}) * p.rowBytes;`,
+        `let row${j} = r0 + sgi * ${RS}u + k + ${j}u; let ok${j} = row${j} < p.rows; let rb${j} = p.wOff + b * p.wBatch + select(0u, row${j}, ok${j}) * p.rowBytes;`,
     )
     .join("\n    ");
   const weights = vec4
     ? Q4K_VEC4
     : `${dequantWGSL(type, GEMM_STEP)}\n${q8WeightWGSL(type)}\n${dual ? dequantForW2(type, q8WeightWGSL(type), ["wq4", "wsc"]) : ""}`;
-  const body = `for (var k = 0u; k < ${RS}u; k += ${PAR}u) {
-    ${rowBases}
-    ${accs}
-    ${steps}
-    ${writes}
-  }`;
   return /* wgsl */ `enable subgroups;
-${chunkBindingsWGSL(vec4, mode, dual)}
+${chunkBindingsWGSL(vec4, "plain", dual)}
 var<workgroup> XQ: array<vec4u, ${P * 2 * T * U}>;
 var<workgroup> XD: array<vec2f, ${T * U}>;
 fn silu(g: f32) -> f32 { return g / (1.0 + exp(-g)); }
@@ -242,9 +214,7 @@ ${matOutWGSL(true)}
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let lane = li % ${SG}u;
   let sgi = li / ${SG}u;
-${
-  mode === "plain"
-    ? `  let tt = wid.y % p.tiles;
+  let tt = wid.y % p.tiles;
   let r0 = (wid.x + (wid.y / p.tiles) * p.gx) * ${RW}u;
   if (r0 >= p.rows) { return; }
   let b = wid.z;
@@ -252,26 +222,11 @@ ${
   let xs4 = p.xStride >> 2u;
   let t0 = tt * ${T}u;
   let nt = min(${T}u, p.n - t0);
-  ${body}`
-    : mode === "gather"
-      ? `  // pair wid.z: its expert's rows (none where another piece holds the expert) against its token's x
-  let r0 = (wid.x + wid.y * p.gx) * ${RW}u;
-  let b = wid.z;
-  let e = IDS[p.idsOff + b];
-  if (r0 >= p.rows || e < p.e0 || e >= p.e1) { return; }
-  let wb = (e - p.e0) * p.wBatch;
-  let xq = (p.xOff + (b / p.xDiv) * p.xBatch) >> 2u;
-  let t0 = 0u;
-  let nt = 1u;
-  ${body}`
-      : `  // expert (p.e0 + wid.z)'s pairs, ${T} a tile; a workgroup past the rows takes none
-  let r0 = (wid.x + wid.y * p.gx) * ${RW}u;
-  ${expertListWGSL("(p.e0 + wid.z)", `r0 < p.rows`)}
-  for (var t0 = 0u; t0 < m; t0 += ${T}u) {
-    let nt = min(${T}u, m - t0);
-    ${body}
-    workgroupBarrier();
-  }`
-}
+  for (var k = 0u; k < ${RS}u; k += ${PAR}u) {
+    ${rowBases}
+    ${accs}
+    ${steps}
+    ${writes}
+  }
 }`;
 }

@@ -65,7 +65,7 @@ await run(4); // warm-up (JIT, the Q6_K output head's repacked copy)
 for (let r = 0; r < reps; r++) {
   const { wall, cpu } = await run(steps, r === reps - 1 && session !== undefined);
   console.log(
-    `decode ${steps} (${threads} thread${threads > 1 ? "s" : ""}, activations ${backend?.activations}): ${wall.toFixed(2)} s = ${(steps / wall).toFixed(2)} tok/s; cpu ${cpu.toFixed(2)} s`,
+    `decode ${steps} (${threads} thread${threads > 1 ? "s" : ""}, ${backend?.name}): ${wall.toFixed(2)} s = ${(steps / wall).toFixed(2)} tok/s; cpu ${cpu.toFixed(2)} s`,
   );
 }
 backend?.close();

@@ -26,6 +26,15 @@ npm init -y >/dev/null
 npm install --omit=dev --no-audit --no-fund --loglevel=error "$work/$tarball" >/dev/null
 echo "install: $(du -sh node_modules | cut -f1) in node_modules ($(du -sh node_modules/latent | cut -f1) of it latent)"
 [ ! -e node_modules/tsx ] || { echo "package-check: tsx was installed" >&2; exit 1; }
+# the install script builds the native CPU kernels where it can (x86-64 with a C++ compiler); CI requires them
+if [ -e node_modules/latent/native/build/Release/latent_cpu.node ]; then
+  echo "native CPU kernels: built at install"
+elif [ "${LATENT_REQUIRE_NATIVE:-0}" = "1" ]; then
+  echo "package-check: the install did not build the native CPU kernels" >&2
+  exit 1
+else
+  echo "native CPU kernels: not built (the cpu backend runs WebAssembly)"
+fi
 
 npx --no-install latent --help | head -n 3
 npx --no-install latent demo -n 8 --greedy-only

@@ -1,4 +1,5 @@
 import { type CpuActivations, CpuBackend } from "../backend/cpu/fast.js";
+import type { CpuKernels } from "../backend/cpu/native.js";
 import { NoGpuError, WebGPUKernels, type GpuActivations } from "../backend/webgpu/index.js";
 import { GGUFFile } from "../gguf/file.js";
 import { UsageError } from "../util/errors.js";
@@ -69,6 +70,8 @@ export interface BackendOptions {
   readonly cpuCopyHeadroom?: number;
   /** spin iterations of the "cpu" backend's waiting threads before they sleep (CpuBackendOptions.spin) */
   readonly cpuSpin?: number;
+  /** kernels of the "cpu" backend's exact integer products: "native" (default where built) or "wasm" (CpuKernels) */
+  readonly cpuKernels?: CpuKernels;
 }
 
 /** What loadModel takes beyond the path: config overrides, kernels, NaN policy, memory budget. */
@@ -118,6 +121,7 @@ export function loadModel(path: string, onProgress?: LoadProgress, options: Load
           ...(options.cpuActivations === undefined ? {} : { activations: options.cpuActivations }),
           ...(options.cpuCopyHeadroom === undefined ? {} : { copyHeadroom: options.cpuCopyHeadroom }),
           ...(options.cpuSpin === undefined ? {} : { spin: options.cpuSpin }),
+          ...(options.cpuKernels === undefined ? {} : { kernels: options.cpuKernels }),
           ...(options.onNote === undefined ? {} : { onNote: options.onNote }),
         })
       : undefined;

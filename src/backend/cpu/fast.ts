@@ -26,6 +26,14 @@ import type { Vec } from "../../tensor/ops.js";
 import type { QMatrix } from "../../tensor/qmatrix.js";
 import { KERNELS_WASM_BASE64 } from "./wasm/kernels.wasm.js";
 import { KERNELS_Q8_WASM_BASE64 } from "./wasm/kernels-q8.wasm.js";
+import {
+  type CpuKernels,
+  loadNativeKernels,
+  NATIVE_ADDON,
+  NATIVE_TYPES,
+  type NativeKernels,
+  nativeUnavailableReason,
+} from "./native.js";
 
 interface KernelExports {
   typeClass(type: number): number;
@@ -215,8 +223,9 @@ function kernelModule(mode: CpuActivations): WebAssembly.Module {
   return m;
 }
 
-function instantiate(module: WebAssembly.Module, memory: WebAssembly.Memory): KernelExports {
-  return new WebAssembly.Instance(module, { env: { memory } }).exports as unknown as KernelExports;
+function instantiate(module: WebAssembly.Module, memory: WebAssembly.Memory, native?: NativeKernels): KernelExports {
+  const k = new WebAssembly.Instance(module, { env: { memory } }).exports as unknown as KernelExports;
+  return native === undefined ? k : mainUnits.withNative(k, native, memory, NATIVE_TYPES);
 }
 
 /** the V8 flag behind which Node 20 compiles relaxed SIMD (set in every worker of a q8 pool too) */
@@ -261,9 +270,10 @@ export class Arena {
     readonly index: number,
     private readonly onBuffer: (buf: ArrayBufferLike, a: Arena) => void,
     module: WebAssembly.Module = kernelModule("exact"),
+    native?: NativeKernels,
   ) {
     this.memory = new WebAssembly.Memory({ initial: 256, maximum: MAX_PAGES, shared: true });
-    this.k = instantiate(module, this.memory);
+    this.k = instantiate(module, this.memory, native);
     this.f32View = new Float32Array(this.memory.buffer);
     onBuffer(this.memory.buffer, this);
   }
@@ -358,6 +368,19 @@ function runUnit(inst, P, u, index) {
     inst[P[o]].swigluQuant(P[o + 1], P[o + 2], P[o + 3], P[o + 4], P[o + 5], P[o + 6], P[o + 7], P[o + 8], P[o + 9]);
   }
 }
+// The instance's exports with matmul sent to the native kernels for their types (the same arguments after the memory's
+// base address, which never moves: a shared memory reserves its maximum). Without native kernels, the exports.
+function withNative(k, nat, memory, types) {
+  if (!nat) return k;
+  const base = nat.base(new Uint8Array(memory.buffer));
+  const wasm = k.matmul;
+  return Object.assign({}, k, {
+    matmul(type, w, rowBytes, r0, r1, cols, n, x, xStride, aq, ad, as, y, yStride, S, tc) {
+      if (types.includes(type)) nat.matmul(base, type, w, rowBytes, r0, r1, cols, n, x, xStride, aq, ad, as, y, yStride, S, tc);
+      else wasm(type, w, rowBytes, r0, r1, cols, n, x, xStride, aq, ad, as, y, yStride, S, tc);
+    },
+  });
+}
 // Claim units of the job tagged with tag until none is left. A thread that wakes late (tag moved on) claims nothing, so it
 // can never run a unit with another job's parameters; the caller waits for units completed, not for every thread.
 function claimAll(C, P, inst, index, tag) {
@@ -377,12 +400,14 @@ function claimAll(C, P, inst, index, tag) {
 
 type UnitFns = {
   claimAll(C: Int32Array, P: Float64Array, inst: readonly KernelExports[], index: number, tag: number): void;
+  withNative(k: KernelExports, nat: NativeKernels, memory: WebAssembly.Memory, types: readonly number[]): KernelExports;
 };
-const mainUnits = new Function(`${UNIT_SOURCE}; return { claimAll };`)() as UnitFns;
+const mainUnits = new Function(`${UNIT_SOURCE}; return { claimAll, withNative };`)() as UnitFns;
 
 const WORKER_SOURCE = String.raw`
 const { workerData, receiveMessageOnPort } = require("node:worker_threads");
-const { module, ctl, job, index, port, spin, flags } = workerData;
+const { module, ctl, job, index, port, spin, flags, nativePath, nativeTypes } = workerData;
+const nat = nativePath ? require(nativePath) : null;
 // the q8 kernels' module is compiled with relaxed SIMD: its V8 flag, set here too before any instance is made
 if (flags) require("node:v8").setFlagsFromString(flags);
 const C = new Int32Array(ctl);
@@ -402,7 +427,8 @@ for (;;) {
     const want = P[1];
     while (inst.length < want) {
       const m = receiveMessageOnPort(port);
-      if (m !== undefined) inst.push(new WebAssembly.Instance(module, { env: { memory: m.message } }).exports);
+      if (m !== undefined)
+        inst.push(withNative(new WebAssembly.Instance(module, { env: { memory: m.message } }).exports, nat, m.message, nativeTypes));
     }
     Atomics.add(C, 1, 1);
     Atomics.notify(C, 1);
@@ -425,6 +451,7 @@ class Pool {
     module: WebAssembly.Module,
     flags: string,
     private readonly spin = SPIN,
+    nativePath = "",
   ) {
     for (let i = 1; i < threads; i++) {
       const ch = new MessageChannel();
@@ -439,6 +466,8 @@ class Pool {
           index: i,
           port: ch.port2,
           spin,
+          nativePath,
+          nativeTypes: NATIVE_TYPES,
         },
         transferList: [ch.port2],
       });
@@ -518,6 +547,11 @@ export interface CpuBackendOptions {
   readonly copyHeadroom?: number;
   /** iterations a waiting thread spins before it sleeps (Atomics.wait) */
   readonly spin?: number;
+  /**
+   * which kernels run the exact integer products of Q4_K, Q6_K, Q8_0 and Q5_0 weights (default "native" where the
+   * addon is built and usable, said once on stderr otherwise; "wasm" always runs WebAssembly). Both give the same bits.
+   */
+  readonly kernels?: CpuKernels;
 }
 
 /** Weights in shared wasm memory + the worker pool: a `MatKernels` for `model.kernels`. */
@@ -537,14 +571,31 @@ export class CpuBackend implements MatKernels {
   /** see CpuBackendOptions.copyHeadroom */
   private readonly copyHeadroom: number;
   private readonly module: WebAssembly.Module;
+  /** the kernels in effect for the exact integer products ("native" only where the addon is usable) */
+  readonly kernels: CpuKernels;
+  private readonly native?: NativeKernels;
 
   constructor(opts: CpuBackendOptions = {}) {
     this.threads = Math.min(MAX_THREADS, Math.max(1, Math.floor(opts.threads ?? availableParallelism())));
     this.activations = CpuBackend.effectiveActivations(opts);
     this.copyHeadroom = opts.copyHeadroom ?? COPY_HEADROOM;
     this.module = kernelModule(this.activations);
-    this.name = `wasm-simd×${this.threads}${this.activations === "q8" ? " q8" : ""}`;
-    this.pool = new Pool(this.threads, this.module, this.activations === "q8" ? RELAXED_FLAG : "", opts.spin ?? SPIN);
+    const want = opts.kernels ?? "native";
+    if (want !== "native" && want !== "wasm") throw new Error(`kernels must be native or wasm, got "${String(want)}"`);
+    this.native = want === "native" ? loadNativeKernels() : undefined;
+    this.kernels = this.native === undefined ? "wasm" : "native";
+    if (want === "native" && this.native === undefined && opts.kernels === "native")
+      (opts.onNote ?? ((line: string) => process.stderr.write(`${line}\n`)))(
+        `cpu kernels native: ${nativeUnavailableReason()}; using WebAssembly`,
+      );
+    this.name = `${this.kernels === "native" ? "native+wasm-simd" : "wasm-simd"}×${this.threads}${this.activations === "q8" ? " q8" : ""}`;
+    this.pool = new Pool(
+      this.threads,
+      this.module,
+      this.activations === "q8" ? RELAXED_FLAG : "",
+      opts.spin ?? SPIN,
+      this.native === undefined ? "" : NATIVE_ADDON,
+    );
   }
 
   private static effectiveActivations(opts: CpuBackendOptions): CpuActivations {
@@ -567,7 +618,7 @@ export class CpuBackend implements MatKernels {
   }
 
   private newArena(): Arena {
-    const a = new Arena(this.arenas.length, (buf, ar) => this.byBuffer.set(buf, ar), this.module);
+    const a = new Arena(this.arenas.length, (buf, ar) => this.byBuffer.set(buf, ar), this.module, this.native);
     this.arenas.push(a);
     this.inst.push(a.k);
     return a;

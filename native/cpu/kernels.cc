@@ -1,0 +1,548 @@
+// The exact-activation integer products of kernels.as (see kernels.h), for AVX-512. Compiled with the build
+// machine's instruction set (-march=native) and without floating-point contraction (-ffp-contract=off): every f32
+// operation rounds as WebAssembly's does, so results equal the WebAssembly kernels' bit for bit.
+//
+// Shape of the work: rows are unpacked a few at a time into a per-thread scratch (integer weights with their
+// sub-block scales folded in, i16; float scales per block; integer mins), then dotted with the tokens' quantized
+// activations (i16) by vpdpwssd (or vpmaddwd + vpaddd without VNNI): 32 multiply-adds an instruction, where
+// WebAssembly SIMD's i32x4.dot_i16x8_s does 8. Per block the integer sums are reduced exactly (i32 where they fit,
+// i64 for Q6_K's wider range) and the block's f32 term is added in block order.
+#include "kernels.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#define LATENT_AVX512 1
+#include <immintrin.h>
+#else
+#define LATENT_AVX512 0
+#endif
+
+namespace latent {
+
+int compiledLevel() {
+#if LATENT_AVX512 && defined(__AVX512VNNI__)
+  return 2;
+#elif LATENT_AVX512
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+bool cpuSupportsCompiled() {
+#if LATENT_AVX512 && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vl");
+#if defined(__AVX512VNNI__)
+  ok = ok && __builtin_cpu_supports("avx512vnni");
+#endif
+  return ok;
+#else
+  return false;
+#endif
+}
+
+namespace {
+
+// ggml type ids (and kernels.as's internal Q6_KR: Q6_K repacked, 276 bytes per 256 values)
+constexpr int Q5_0 = 6;
+constexpr int Q8_0 = 8;
+constexpr int Q4_K = 12;
+constexpr int Q6_K = 14;
+constexpr int Q6_KR = 1014;
+
+inline bool kClass(int type) { return type == Q4_K || type == Q6_K || type == Q6_KR; }
+inline bool c32Class(int type) { return type == Q8_0 || type == Q5_0; }
+
+}  // namespace
+
+bool supportsType(int type) { return LATENT_AVX512 && (kClass(type) || c32Class(type)); }
+
+#if LATENT_AVX512
+
+namespace {
+
+inline float bitsToF32(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+inline uint32_t f32ToBits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+/** kernels.as's f16: the magnitude's bits moved into place and scaled by 2^112, then the sign (same bits for every input) */
+inline float f16(uint32_t h) {
+  const float f = bitsToF32((h & 0x7fff) << 13) * 5.192296858534828e33f;
+  return bitsToF32(f32ToBits(f) | ((h & 0x8000) << 16));
+}
+inline uint32_t load16(const uint8_t* p) {
+  uint16_t v;
+  memcpy(&v, p, 2);
+  return v;
+}
+inline uint32_t load32(const uint8_t* p) {
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
+
+inline __m512i dot16(__m512i acc, __m512i w, __m512i a) {
+#if defined(__AVX512VNNI__)
+  return _mm512_dpwssd_epi32(acc, w, a);
+#else
+  return _mm512_add_epi32(acc, _mm512_madd_epi16(w, a));
+#endif
+}
+
+/** 32 i16 lanes: the first 16 = lo, the last 16 = hi */
+inline __m512i halves16(int16_t lo, int16_t hi) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(lo)), _mm256_set1_epi16(hi), 1);
+}
+
+/**
+ * Weights stream from memory once per product; the work per block leaves too few loads in flight for the hardware
+ * prefetcher alone (single-token Q4_K read 4 GB/s of a core's ~16 without this), so each block asks for the lines
+ * PREFETCH bytes ahead.
+ */
+#ifndef LATENT_PREFETCH
+#define LATENT_PREFETCH 2048
+#endif
+constexpr size_t PREFETCH = LATENT_PREFETCH;
+inline void prefetchBlock(const uint8_t* p, size_t bytes) {
+  for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + PREFETCH + o), _MM_HINT_T0);
+}
+
+inline size_t round64(size_t x) { return (x + 63) & ~static_cast<size_t>(63); }
+
+/**
+ * Four rows unpacked into scratch (a row group; missing rows of a group at the matrix's end are zero). q[r]: i16
+ * values with sub-block scales folded in. K class: d and dm interleaved by row, [b·4 + r]; mn[r]: i32 mins per 32
+ * values [b·8 + j] (Q4_K only). 32 class: d[r·nb + b].
+ */
+struct Group {
+  int16_t* q[4];
+  float* d;
+  float* dm;
+  int32_t* mn[4];
+};
+
+struct Scratch {
+  uint8_t* p = nullptr;
+  size_t size = 0;
+  ~Scratch() { free(p); }
+  uint8_t* get(size_t bytes) {
+    if (bytes > size) {
+      free(p);
+      size = round64(bytes + (bytes >> 1));
+      p = static_cast<uint8_t*>(aligned_alloc(64, size));
+      if (p == nullptr) size = 0;
+    }
+    return p;
+  }
+};
+thread_local Scratch scratch;
+
+size_t groupBytes(int cols, int nb) {
+  return 4 * round64(size_t(cols) * 2) + 2 * round64(size_t(nb) * 16) + 4 * round64(size_t(nb) * 32);
+}
+
+Group groupAt(uint8_t* s, int cols, int nb) {
+  Group g;
+  for (int r = 0; r < 4; r++, s += round64(size_t(cols) * 2)) g.q[r] = reinterpret_cast<int16_t*>(s);
+  g.d = reinterpret_cast<float*>(s);
+  s += round64(size_t(nb) * 16);
+  g.dm = reinterpret_cast<float*>(s);
+  s += round64(size_t(nb) * 16);
+  for (int r = 0; r < 4; r++, s += round64(size_t(nb) * 32)) g.mn[r] = reinterpret_cast<int32_t*>(s);
+  return g;
+}
+
+/** where an unpacker writes one row: values, block scales (d[b·stride]), mins' scales and mins (K class) */
+struct RowOut {
+  int16_t* q;
+  float* d;
+  float* dm;
+  size_t stride;
+  int32_t* mn;
+};
+
+// i16 lanes = byte s of a 16-byte pattern repeated in each 128-bit lane (vpshufb; 0x80 zeroes the high byte)
+inline __m512i byteIndex16(int s) { return _mm512_set1_epi16(int16_t(0x8000 | s)); }
+
+// ---------------------------------------------------------------- row unpackers (as kernels.as's)
+
+void unpackQ4K(const uint8_t* row, int nb, const RowOut& o) {
+  const __m512i m4 = _mm512_set1_epi16(15);
+  const __m512i idx[8] = {byteIndex16(0), byteIndex16(1), byteIndex16(2), byteIndex16(3),
+                          byteIndex16(4), byteIndex16(5), byteIndex16(6), byteIndex16(7)};
+  for (int b = 0; b < nb; b++) {
+    const uint8_t* p = row + size_t(b) * 144;
+    prefetchBlock(p, 144);
+    const uint32_t dd = load32(p);
+    o.d[b * o.stride] = f16(dd & 0xffff);
+    o.dm[b * o.stride] = f16(dd >> 16);
+    // kernels.as scalesMinsQ4K: bytes 0..7 = the eight 6-bit scales, 8..15 = the eight mins (ggml's masks)
+    const __m128i L = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 4));
+    const __m128i lo = _mm_and_si128(L, _mm_set1_epi32(0x3f3f3f3f));
+    const __m128i x = _mm_and_si128(_mm_unpacklo_epi32(_mm_shuffle_epi32(L, 0xaa), _mm_shuffle_epi32(_mm_srli_epi32(L, 4), 0xaa)),
+                                    _mm_set1_epi32(0x0f0f0f0f));
+    const __m128i y = _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(L, 6), _mm_set1_epi32(0x03030303)), 4);
+    const __m128i sm = _mm_unpacklo_epi32(lo, _mm_or_si128(x, y));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.mn + size_t(b) * 8), _mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8)));
+    const __m512i SC = _mm512_broadcast_i32x4(sm);
+    int16_t* q = o.q + size_t(b) * 256;
+    for (int j = 0; j < 4; j++) {
+      const __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16 + 32 * j)));
+      _mm512_store_si512(q + 64 * j, _mm512_mullo_epi16(_mm512_and_si512(v, m4), _mm512_shuffle_epi8(SC, idx[2 * j])));
+      _mm512_store_si512(q + 64 * j + 32, _mm512_mullo_epi16(_mm512_srli_epi16(v, 4), _mm512_shuffle_epi8(SC, idx[2 * j + 1])));
+    }
+  }
+}
+
+// the block's 16 i8 scales as i16, each 32 values' pair [sc[2g] ×16, sc[2g + 1] ×16] picked by vpermw
+inline __m512i scalePairs16(const int8_t* sc) {
+  return _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc))));
+}
+inline __m512i pairIndex(int g) { return _mm512_inserti64x4(_mm512_set1_epi16(int16_t(2 * g)), _mm256_set1_epi16(int16_t(2 * g + 1)), 1); }
+
+// Q6_K: values in order have the i8 scale of their group of 16 (sc[v / 16]); |q·sc| ≤ 32·128 = 4096
+void unpackQ6K(const uint8_t* row, int nb, const RowOut& o) {
+  const __m256i m4 = _mm256_set1_epi8(15);
+  const __m256i m3 = _mm256_set1_epi8(3);
+  const __m256i c32 = _mm256_set1_epi8(32);
+  const __m512i pi[8] = {pairIndex(0), pairIndex(1), pairIndex(2), pairIndex(3), pairIndex(4), pairIndex(5), pairIndex(6), pairIndex(7)};
+  for (int b = 0; b < nb; b++) {
+    const uint8_t* p = row + size_t(b) * 210;
+    prefetchBlock(p, 210);
+    o.d[b * o.stride] = f16(load16(p + 208));
+    o.dm[b * o.stride] = 0;
+    const __m512i S = scalePairs16(reinterpret_cast<const int8_t*>(p + 192));
+    int16_t* q = o.q + size_t(b) * 256;
+    for (int nh = 0; nh < 2; nh++) {
+      const uint8_t* ql = p + 64 * nh;
+      const __m256i A = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql));
+      const __m256i B = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32));
+      const __m256i H = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128 + 32 * nh));
+      // bit fields cut in bytes with 16-bit shifts and byte masks
+      const __m256i q1 = _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(A, m4), _mm256_slli_epi16(_mm256_and_si256(H, m3), 4)), c32);
+      const __m256i q2 = _mm256_sub_epi8(
+          _mm256_or_si256(_mm256_and_si256(B, m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 2), m3), 4)), c32);
+      const __m256i q3 = _mm256_sub_epi8(
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 4), m3), 4)),
+          c32);
+      const __m256i q4 = _mm256_sub_epi8(
+          _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), m4), _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(H, 6), m3), 4)),
+          c32);
+      int16_t* o128 = q + 128 * nh;
+      _mm512_store_si512(o128, _mm512_mullo_epi16(_mm512_cvtepi8_epi16(q1), _mm512_permutexvar_epi16(pi[4 * nh], S)));
+      _mm512_store_si512(o128 + 32, _mm512_mullo_epi16(_mm512_cvtepi8_epi16(q2), _mm512_permutexvar_epi16(pi[4 * nh + 1], S)));
+      _mm512_store_si512(o128 + 64, _mm512_mullo_epi16(_mm512_cvtepi8_epi16(q3), _mm512_permutexvar_epi16(pi[4 * nh + 2], S)));
+      _mm512_store_si512(o128 + 96, _mm512_mullo_epi16(_mm512_cvtepi8_epi16(q4), _mm512_permutexvar_epi16(pi[4 * nh + 3], S)));
+    }
+  }
+}
+
+// Q6_KR (kernels.as repackQ6K): f32 d, 16 i8 scales, 256 i8 values q − 32 in order
+void unpackQ6KR(const uint8_t* row, int nb, const RowOut& o) {
+  const __m512i pi[8] = {pairIndex(0), pairIndex(1), pairIndex(2), pairIndex(3), pairIndex(4), pairIndex(5), pairIndex(6), pairIndex(7)};
+  for (int b = 0; b < nb; b++) {
+    const uint8_t* p = row + size_t(b) * 276;
+    prefetchBlock(p, 276);
+    float d;
+    memcpy(&d, p, 4);
+    o.d[b * o.stride] = d;
+    o.dm[b * o.stride] = 0;
+    const __m512i S = scalePairs16(reinterpret_cast<const int8_t*>(p + 4));
+    int16_t* q = o.q + size_t(b) * 256;
+    for (int g = 0; g < 8; g++) {
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 20 + 32 * g));
+      _mm512_store_si512(q + 32 * g, _mm512_mullo_epi16(_mm512_cvtepi8_epi16(x), _mm512_permutexvar_epi16(pi[g], S)));
+    }
+  }
+}
+
+void unpackQ8_0(const uint8_t* row, int nb, const RowOut& o) {
+  for (int b = 0; b < nb; b++) {
+    const uint8_t* p = row + size_t(b) * 34;
+    if ((b & 1) == 0) prefetchBlock(p, 68);
+    o.d[b * o.stride] = f16(load16(p));
+    _mm512_store_si512(o.q + size_t(b) * 32, _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2))));
+  }
+}
+
+// Q5_0: value j < 16 = (qs[j] & 15) | bit j of qh << 4, value j + 16 = (qs[j] >> 4) | bit j + 16 << 4; minus 16
+void unpackQ5_0(const uint8_t* row, int nb, const RowOut& o) {
+  const __m128i m4 = _mm_set1_epi8(15);
+  const __m256i c16 = _mm256_set1_epi8(16);
+  for (int b = 0; b < nb; b++) {
+    const uint8_t* p = row + size_t(b) * 22;
+    if ((b & 1) == 0) prefetchBlock(p, 44);
+    o.d[b * o.stride] = f16(load16(p));
+    const __mmask32 qh = load32(p + 2);
+    const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 6));
+    const __m256i nib = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(qs, m4)),
+                                                _mm_and_si128(_mm_srli_epi16(qs, 4), m4), 1);
+    const __m256i v = _mm256_sub_epi8(_mm256_mask_add_epi8(nib, qh, nib, c16), c16);
+    _mm512_store_si512(o.q + size_t(b) * 32, _mm512_cvtepi8_epi16(v));
+  }
+}
+
+void unpackRow(int type, const uint8_t* row, int nb, const RowOut& o) {
+  switch (type) {
+    case Q4_K:
+      unpackQ4K(row, nb, o);
+      break;
+    case Q6_K:
+      unpackQ6K(row, nb, o);
+      break;
+    case Q6_KR:
+      unpackQ6KR(row, nb, o);
+      break;
+    case Q8_0:
+      unpackQ8_0(row, nb, o);
+      break;
+    default:
+      unpackQ5_0(row, nb, o);
+      break;
+  }
+}
+
+// ---------------------------------------------------------------- exact reductions across lanes
+
+// pairs(a, b), per 128-bit quarter: [a0 + a2, b0 + b2, a1 + a3, b1 + b3]
+inline __m512i pairs(__m512i a, __m512i b) { return _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b)); }
+// quads(a, b, c, d), quarter q: [Σ a's quarter q, Σ b's, Σ c's, Σ d's] (lane 4q + i holds vector i's part)
+inline __m512i quads(__m512i a, __m512i b, __m512i c, __m512i d) {
+  const __m512i ab = pairs(a, b), cd = pairs(c, d);
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
+}
+// [quarters 0 + 1, 2 + 3] of a, then of b
+inline __m512i foldQuarters(__m512i a, __m512i b) {
+  return _mm512_add_epi32(_mm512_shuffle_i32x4(a, b, 0x88), _mm512_shuffle_i32x4(a, b, 0xdd));
+}
+/** lane i of quads' result summed over its four quarters, as f32 (one rounding of the exact sum, in i64) */
+inline __m128 quarterSumsWide(__m512i w) {
+  const __m512i s = _mm512_add_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(w)), _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(w, 1)));
+  return _mm256_cvtepi64_ps(_mm256_add_epi64(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1)));
+}
+inline __m128 quarterSums(__m512i w) {
+  const __m512i x = _mm512_add_epi32(w, _mm512_shuffle_i32x4(w, w, 0x4e));
+  return _mm_cvtepi32_ps(_mm512_castsi512_si128(_mm512_add_epi32(x, _mm512_shuffle_i32x4(x, x, 0xb1))));
+}
+
+/**
+ * The exact lane sums of s[0..15] as f32, lane k = Σ s[k]. Every partial of four lanes fits i32 (|lane| ≤ 16 products
+ * ≤ 4096·8191), the whole may not for Q6_K (Wide): there the last two steps run in i64.
+ */
+template <bool Wide>
+inline __m512 sums16(const __m512i* s) {
+  const __m512i w0 = quads(s[0], s[1], s[2], s[3]), w1 = quads(s[4], s[5], s[6], s[7]);
+  const __m512i w2 = quads(s[8], s[9], s[10], s[11]), w3 = quads(s[12], s[13], s[14], s[15]);
+  if (!Wide) return _mm512_cvtepi32_ps(foldQuarters(foldQuarters(w0, w1), foldQuarters(w2, w3)));
+  const __m256 a = _mm256_insertf128_ps(_mm256_castps128_ps256(quarterSumsWide(w0)), quarterSumsWide(w1), 1);
+  const __m256 b = _mm256_insertf128_ps(_mm256_castps128_ps256(quarterSumsWide(w2)), quarterSumsWide(w3), 1);
+  return _mm512_insertf32x8(_mm512_castps256_ps512(a), b, 1);
+}
+
+// ---------------------------------------------------------------- K class: four rows × four tokens, four rows × one
+
+/** four tokens' activations and, per block, their scales [b·4 + t] and sums of 32 in pairs of tokens [b][pair][16] */
+struct Tokens4 {
+  const uint8_t* aq[4];
+  const float* daT;
+  const int32_t* asP;
+};
+
+// lane r·4 + t from the mins' fold (see minsOf44)
+alignas(64) const int32_t MINS_ORDER[16] = {0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15};
+// lane r·4 + t takes row r's value (quarter r = lane r of a four-lane vector)
+alignas(64) const int32_t ROW_OF_LANE[16] = {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3};
+
+/** Σ_j mn[r][j]·as[t][j] for the 16 (row, token) pairs of block b, lane r·4 + t (exact in i32) */
+inline __m512i minsOf44(const Group& g, const Tokens4& T, int b) {
+  const __m512i as01 = _mm512_load_si512(T.asP + size_t(b) * 32);
+  const __m512i as23 = _mm512_load_si512(T.asP + size_t(b) * 32 + 16);
+  __m512i p[8];
+  for (int r = 0; r < 4; r++) {
+    const __m512i mn = _mm512_broadcast_i64x4(_mm256_load_si256(reinterpret_cast<const __m256i*>(g.mn[r] + size_t(b) * 8)));
+    p[2 * r] = _mm512_mullo_epi32(mn, as01);
+    p[2 * r + 1] = _mm512_mullo_epi32(mn, as23);
+  }
+  // each product holds two pairs (quarters 0–1: the first token, 2–3: the second)
+  const __m512i f = foldQuarters(quads(p[0], p[1], p[2], p[3]), quads(p[4], p[5], p[6], p[7]));
+  return _mm512_permutexvar_epi32(_mm512_load_si512(MINS_ORDER), f);
+}
+
+/** out[r·4 + t]: kernels.as's blockTerm summed over blocks in order, lane by lane */
+template <bool Wide, bool Mins>
+void tile44(const Group& g, const Tokens4& T, int nb, float* out) {
+  const __m512i rowLane = _mm512_load_si512(ROW_OF_LANE);
+  __m512 acc = _mm512_setzero_ps();
+  for (int b = 0; b < nb; b++) {
+    __m512i s[16];
+    for (int i = 0; i < 16; i++) s[i] = _mm512_setzero_si512();
+    for (int c = 0; c < 8; c++) {
+      const size_t off = size_t(b) * 256 + size_t(c) * 32;
+      const __m512i w0 = _mm512_load_si512(g.q[0] + off), w1 = _mm512_load_si512(g.q[1] + off);
+      const __m512i w2 = _mm512_load_si512(g.q[2] + off), w3 = _mm512_load_si512(g.q[3] + off);
+      for (int t = 0; t < 4; t++) {
+        const __m512i a = _mm512_loadu_si512(T.aq[t] + off * 2);
+        s[t] = dot16(s[t], w0, a);
+        s[4 + t] = dot16(s[4 + t], w1, a);
+        s[8 + t] = dot16(s[8 + t], w2, a);
+        s[12 + t] = dot16(s[12 + t], w3, a);
+      }
+    }
+    const __m512 I = sums16<Wide>(s);
+    const __m512 M = Mins ? _mm512_cvtepi32_ps(minsOf44(g, T, b)) : _mm512_setzero_ps();
+    const __m512 da = _mm512_broadcast_f32x4(_mm_load_ps(T.daT + size_t(b) * 4));
+    const __m512 dw = _mm512_permutexvar_ps(rowLane, _mm512_castps128_ps512(_mm_load_ps(g.d + size_t(b) * 4)));
+    const __m512 dm = _mm512_permutexvar_ps(rowLane, _mm512_castps128_ps512(_mm_load_ps(g.dm + size_t(b) * 4)));
+    // kernels.as blockTerm: <f32>i · (dw·da) − <f32>m · (dm·da)
+    acc = _mm512_add_ps(acc, _mm512_sub_ps(_mm512_mul_ps(I, _mm512_mul_ps(dw, da)), _mm512_mul_ps(M, _mm512_mul_ps(dm, da))));
+  }
+  _mm512_storeu_ps(out, acc);
+}
+
+/** out[r] for four rows × one token (decode) */
+template <bool Wide, bool Mins>
+void tile41(const Group& g, const uint8_t* aq, const float* ad, const int32_t* as, int nb, float* out) {
+  __m128 acc = _mm_setzero_ps();
+  for (int b = 0; b < nb; b++) {
+    __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
+    for (int c = 0; c < 8; c++) {
+      const size_t off = size_t(b) * 256 + size_t(c) * 32;
+      const __m512i a = _mm512_loadu_si512(aq + off * 2);
+      s0 = dot16(s0, _mm512_load_si512(g.q[0] + off), a);
+      s1 = dot16(s1, _mm512_load_si512(g.q[1] + off), a);
+      s2 = dot16(s2, _mm512_load_si512(g.q[2] + off), a);
+      s3 = dot16(s3, _mm512_load_si512(g.q[3] + off), a);
+    }
+    const __m512i w = quads(s0, s1, s2, s3);
+    const __m128 I = Wide ? quarterSumsWide(w) : quarterSums(w);
+    __m128 M = _mm_setzero_ps();
+    if (Mins) {
+      const __m256i A = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(as + size_t(b) * 8));
+      __m256i p[4];
+      for (int r = 0; r < 4; r++) p[r] = _mm256_mullo_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(g.mn[r] + size_t(b) * 8)), A);
+      const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+      M = _mm_cvtepi32_ps(_mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+    }
+    const __m128 da = _mm_set1_ps(ad[b]);
+    const __m128 dw = _mm_load_ps(g.d + size_t(b) * 4);
+    const __m128 dm = _mm_load_ps(g.dm + size_t(b) * 4);
+    acc = _mm_add_ps(acc, _mm_sub_ps(_mm_mul_ps(I, _mm_mul_ps(dw, da)), _mm_mul_ps(M, _mm_mul_ps(dm, da))));
+  }
+  _mm_storeu_ps(out, acc);
+}
+
+// ---------------------------------------------------------------- 32 class: four unpacked rows × one token
+
+/** out[r] = Σ over blocks in order of <f32>(Σ32 q·a) · (dw·da), sixteen blocks' exact sums at a time per row */
+void dot32x4(const Group& g, int nb, const uint8_t* aq, const float* ad, float* out) {
+  float acc[4] = {0, 0, 0, 0};
+  alignas(64) float terms[4][16];
+  for (int b0 = 0; b0 < nb; b0 += 16) {
+    const int cnt = nb - b0 < 16 ? nb - b0 : 16;
+    const __mmask16 m = __mmask16((1u << cnt) - 1);
+    const __m512 da = _mm512_maskz_loadu_ps(m, ad + b0);
+    for (int r = 0; r < 4; r++) {
+      __m512i v[16];
+      for (int k = 0; k < 16; k++) {
+        const size_t off = size_t(b0 + k) * 32;
+        v[k] = k < cnt ? _mm512_madd_epi16(_mm512_load_si512(g.q[r] + off), _mm512_loadu_si512(aq + off * 2)) : _mm512_setzero_si512();
+      }
+      const __m512 I = sums16<false>(v);
+      const __m512 dw = _mm512_maskz_loadu_ps(m, g.d + size_t(r) * nb + b0);
+      _mm512_store_ps(terms[r], _mm512_mul_ps(I, _mm512_mul_ps(dw, da)));
+    }
+    for (int k = 0; k < cnt; k++)
+      for (int r = 0; r < 4; r++) acc[r] += terms[r][k];
+  }
+  for (int r = 0; r < 4; r++) out[r] = acc[r];
+}
+
+}  // namespace
+
+bool matmul(uint8_t* base, int type, uint32_t w, uint32_t rowBytes, int r0, int r1, int cols, int n, uint32_t aq,
+            uint32_t ad, uint32_t asum, uint32_t y, int yStride, int tc) {
+  if (!supportsType(type)) return false;
+  const bool K = kClass(type);
+  const bool wide = type != Q4_K;  // Q6_K's block sums can pass 2³¹; Q4_K's cannot (256·15·63·8191 < 2³¹)
+  const int nb = K ? cols / 256 : cols / 32;
+  if (tc < 1) tc = n;
+  // scratch: a row group, then per token group of the chunk its scales and sums (K class)
+  const int groups = (tc + 3) / 4;
+  const size_t gBytes = groupBytes(cols, nb);
+  const size_t tBytes = K ? round64(size_t(nb) * 16) + round64(size_t(nb) * 128) : 0;
+  uint8_t* s = scratch.get(gBytes + tBytes * groups);
+  if (s == nullptr) return false;
+  const Group g = groupAt(s, cols, nb);
+  uint8_t* tokenArea = s + gBytes;
+  const size_t aqRow = size_t(cols) * 2;
+  const float* AD = reinterpret_cast<const float*>(base + ad);
+  const int32_t* AS = reinterpret_cast<const int32_t*>(base + asum);
+  float* Y = reinterpret_cast<float*>(base + y);
+  for (int t0 = 0; t0 < n; t0 += tc) {
+    const int t1 = n < t0 + tc ? n : t0 + tc;
+    const int full = K ? (t1 - t0) / 4 : 0;  // token groups of four (K class)
+    for (int q = 0; q < full; q++) {
+      float* daT = reinterpret_cast<float*>(tokenArea + tBytes * q);
+      int32_t* asP = reinterpret_cast<int32_t*>(tokenArea + tBytes * q + round64(size_t(nb) * 16));
+      for (int b = 0; b < nb; b++)
+        for (int t = 0; t < 4; t++) {
+          const int tok = t0 + 4 * q + t;
+          daT[b * 4 + t] = AD[size_t(tok) * nb + b];
+          memcpy(asP + size_t(b) * 32 + (t >> 1) * 16 + (t & 1) * 8, AS + size_t(tok) * nb * 8 + size_t(b) * 8, 32);
+        }
+    }
+    for (int r = r0; r < r1; r += 4) {
+      const int nr = r1 - r < 4 ? r1 - r : 4;
+      for (int i = 0; i < 4; i++) {
+        const RowOut o = K ? RowOut{g.q[i], g.d + i, g.dm + i, 4, g.mn[i]} : RowOut{g.q[i], g.d + size_t(i) * nb, g.dm, 1, nullptr};
+        if (i < nr) {
+          unpackRow(type, base + w + size_t(r + i) * rowBytes, nb, o);
+        } else {
+          // rows past the matrix: zeros, results dropped
+          memset(o.q, 0, size_t(cols) * 2);
+          for (int b = 0; b < nb; b++) o.d[b * o.stride] = 0;
+          if (K)
+            for (int b = 0; b < nb; b++) o.dm[b * o.stride] = 0;
+          if (K) memset(o.mn, 0, size_t(nb) * 32);
+        }
+      }
+      float out[16];
+      int t = t0;
+      for (int q = 0; q < full; q++, t += 4) {
+        Tokens4 T{{}, reinterpret_cast<const float*>(tokenArea + tBytes * q),
+                  reinterpret_cast<const int32_t*>(tokenArea + tBytes * q + round64(size_t(nb) * 16))};
+        for (int k = 0; k < 4; k++) T.aq[k] = base + aq + size_t(t + k) * aqRow;
+        if (wide) tile44<true, false>(g, T, nb, out);
+        else tile44<false, true>(g, T, nb, out);
+        for (int i = 0; i < nr; i++)
+          for (int k = 0; k < 4; k++) Y[size_t(t + k) * yStride + r + i] = out[i * 4 + k];
+      }
+      for (; t < t1; t++) {
+        const uint8_t* a = base + aq + size_t(t) * aqRow;
+        if (!K) dot32x4(g, nb, a, AD + size_t(t) * nb, out);
+        else if (wide) tile41<true, false>(g, a, AD + size_t(t) * nb, AS + size_t(t) * nb * 8, nb, out);
+        else tile41<false, true>(g, a, AD + size_t(t) * nb, AS + size_t(t) * nb * 8, nb, out);
+        for (int i = 0; i < nr; i++) Y[size_t(t) * yStride + r + i] = out[i];
+      }
+    }
+  }
+  return true;
+}
+
+#else  // no AVX-512: nothing runs here (supportsType is false); the WebAssembly kernels do the work
+
+bool matmul(uint8_t*, int, uint32_t, uint32_t, int, int, int, int, uint32_t, uint32_t, uint32_t, uint32_t, int, int) { return false; }
+
+#endif
+
+}  // namespace latent

@@ -1,0 +1,27 @@
+// latent native CPU kernels: the exact-activation integer products of src/backend/cpu/wasm/kernels.as, written for
+// AVX-512 (BW, and VNNI where the CPU has it). Same inputs (the arena's byte layout), same results bit for bit: every
+// block's integer sums are exact, and each block's f32 term is added in block order with the same f32 operations.
+#pragma once
+#include <stdint.h>
+
+namespace latent {
+
+/** what the kernels were compiled for: 2 = AVX-512 BW + VNNI, 1 = AVX-512 BW, 0 = no vector kernels (use WebAssembly) */
+int compiledLevel();
+
+/** whether this CPU runs what compiledLevel() needs (checked before any kernel runs) */
+bool cpuSupportsCompiled();
+
+/** whether `type` (ggml id, or the internal Q6_KR = 1014) has a kernel here */
+bool supportsType(int type);
+
+/**
+ * kernels.as `matmul` for rows r0 ≤ r < r1 and n tokens (tokens in chunks of tc), exact activations:
+ * y[t·yStride + r] = Σ_c W[r][c]·a[t][c], W at w (rowBytes per row), activations aq/ad/asum laid out as `quantize`
+ * writes them. All pointers are into one memory at `base` (byte offsets). False (nothing written) for a type without
+ * a kernel here or when the scratch cannot be allocated.
+ */
+bool matmul(uint8_t* base, int type, uint32_t w, uint32_t rowBytes, int r0, int r1, int cols, int n, uint32_t aq,
+            uint32_t ad, uint32_t asum, uint32_t y, int yStride, int tc);
+
+}  // namespace latent

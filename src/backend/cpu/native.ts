@@ -1,0 +1,76 @@
+/**
+ * The native CPU kernels (native/cpu/, a Node addon built at install by scripts/build-native.mjs): the exact integer
+ * products of the WebAssembly kernels for Q4_K, Q6_K, Q8_0 and Q5_0 weights, compiled for the installing machine's
+ * AVX-512, with results equal to the WebAssembly kernels' bit for bit. Where the addon was not built (no compiler, a
+ * CPU without AVX-512, another architecture) or `LATENT_CPU_KERNELS=wasm` is set, the backend runs WebAssembly alone.
+ */
+import { existsSync } from "node:fs";
+import { createRequire } from "node:module";
+import { fileURLToPath } from "node:url";
+
+export interface NativeKernels {
+  /** level: 2 = AVX-512 + VNNI, 1 = AVX-512, 0 = built without vector kernels; usable: this CPU runs what was built */
+  info(): { level: number; usable: boolean };
+  supports(type: number): boolean;
+  /** the address of the view's first byte (a shared WebAssembly memory's buffer) */
+  base(view: Uint8Array): number;
+  /** kernels.as `matmul`'s arguments, after the memory's base address */
+  matmul(
+    base: number,
+    type: number,
+    w: number,
+    rowBytes: number,
+    r0: number,
+    r1: number,
+    cols: number,
+    n: number,
+    x: number,
+    xStride: number,
+    aq: number,
+    ad: number,
+    as: number,
+    y: number,
+    yStride: number,
+    S: number,
+    tc: number,
+  ): void;
+}
+
+/** Which kernels run the CPU backend's exact integer products: "native" where the addon is usable, else "wasm". */
+export type CpuKernels = "native" | "wasm";
+
+/** where the build puts the addon (the package root's native/build), from src/backend/cpu or dist/backend/cpu */
+export const NATIVE_ADDON = fileURLToPath(new URL("../../../native/build/Release/latent_cpu.node", import.meta.url));
+
+/** the ggml types (and Q6_KR = 1014, Q6_K repacked) a native kernel takes */
+export const NATIVE_TYPES: readonly number[] = [6, 8, 12, 14, 1014];
+
+let loaded: { kernels?: NativeKernels; why: string } | undefined;
+
+/**
+ * The native kernels, or undefined with the reason (`nativeUnavailableReason`): not built, not loadable, built
+ * without AVX-512, this CPU lacks what was built for, or LATENT_CPU_KERNELS=wasm.
+ */
+export function loadNativeKernels(): NativeKernels | undefined {
+  if (loaded === undefined) loaded = tryLoad();
+  return loaded.kernels;
+}
+
+export function nativeUnavailableReason(): string {
+  loadNativeKernels();
+  return loaded?.why ?? "";
+}
+
+function tryLoad(): { kernels?: NativeKernels; why: string } {
+  if (process.env.LATENT_CPU_KERNELS === "wasm") return { why: "LATENT_CPU_KERNELS=wasm" };
+  if (!existsSync(NATIVE_ADDON)) return { why: `not built (${NATIVE_ADDON}; npm run build:native)` };
+  try {
+    const k = createRequire(import.meta.url)(NATIVE_ADDON) as NativeKernels;
+    const info = k.info();
+    if (info.level === 0) return { why: "built without AVX-512 (the compiler or CPU of the build lacked it)" };
+    if (!info.usable) return { why: "built for an instruction set this CPU lacks" };
+    return { kernels: k, why: "" };
+  } catch (e) {
+    return { why: `cannot load ${NATIVE_ADDON}: ${(e as Error).message}` };
+  }
+}

@@ -441,6 +441,100 @@ void tile41(const Group& g, const uint8_t* aq, const float* ad, const int32_t* a
   _mm_storeu_ps(out, acc);
 }
 
+// ---------------------------------------------------------------- Q4_K, one token: fused, u8 × s8 in two pieces
+
+// A single token's product has no rows to share an unpacked row with, and folding the sub-block scales into i16
+// weights costs a multiply per 32 values beside the dot's own. Here the nibbles stay u8 and meet the activations in
+// two i8 pieces, a = 128·hi + lo (lo in 0..127, hi in −64..63: |a| ≤ 8191), through vpdpbusd (64 u8 × s8 products an
+// instruction); each sub-block's sum is taken exactly across lanes, then scaled in i32. The same integers as the
+// unpacked kernels, hence the same result bits.
+
+/**
+ * The token's activations as pieces for fusedQ4K41, 512 bytes per block: for z = 0..3, [lo, hi] of 64 bytes each
+ * holding the values of sub-blocks (A, B) = (0, 2), (1, 3), (4, 6), (5, 7) — the order in which a block's nibbles
+ * come out of its two 64-byte halves (low nibbles of bytes 0–63: sub-blocks 0 and 2; high: 1 and 3; then 4–7).
+ */
+void splitQ4K(const int16_t* a, int nb, int8_t* out) {
+  static const int SUB_A[4] = {0, 1, 4, 5};
+  static const int SUB_B[4] = {2, 3, 6, 7};
+  const __m512i m7 = _mm512_set1_epi16(127);
+  for (int b = 0; b < nb; b++)
+    for (int z = 0; z < 4; z++) {
+      int8_t* o = out + size_t(b) * 512 + z * 128;
+      for (int h = 0; h < 2; h++) {
+        const __m512i x = _mm512_loadu_si512(a + size_t(b) * 256 + (h == 0 ? SUB_A[z] : SUB_B[z]) * 32);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 32 * h), _mm512_cvtepi16_epi8(_mm512_and_si512(x, m7)));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 64 + 32 * h), _mm512_cvtepi16_epi8(_mm512_srai_epi16(x, 7)));
+      }
+    }
+}
+
+// sub-block sums come out in the order 0, 1, 4, 5, 2, 3, 6, 7: the scales' bytes picked in that order
+alignas(16) const int8_t SCALE_ORDER[16] = {0, 1, 4, 5, 2, 3, 6, 7, -1, -1, -1, -1, -1, -1, -1, -1};
+
+#ifndef LATENT_FUSED_AHEAD
+#define LATENT_FUSED_AHEAD 1
+#endif
+constexpr size_t FUSED_AHEAD = LATENT_FUSED_AHEAD;
+
+/** out[r] for rows row0 + r·rowBytes, r < 4 (rows past nr read row 0 again; their results are dropped) */
+void fusedQ4K41(const uint8_t* row0, size_t rowBytes, int nr, const int8_t* pieces, const float* ad, const int32_t* as,
+                int nb, float* out) {
+  const __m512i m4 = _mm512_set1_epi8(15);
+  const __m128i order = _mm_load_si128(reinterpret_cast<const __m128i*>(SCALE_ORDER));
+  const uint8_t* rows[4];
+  for (int r = 0; r < 4; r++) rows[r] = row0 + (r < nr ? r : 0) * rowBytes;
+  __m128 acc = _mm_setzero_ps();
+  for (int b = 0; b < nb; b++) {
+    const int8_t* A = pieces + size_t(b) * 512;
+    // the four rows are contiguous: ask for the group FUSED_AHEAD groups on, a block's share (576 bytes) a block
+    for (int o = 0; o < 576; o += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(row0 + 4 * rowBytes * FUSED_AHEAD + size_t(b) * 576 + o), _MM_HINT_T0);
+    const __m256i AS = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(as + size_t(b) * 8));
+    __m256i P[4], Q[4];
+    alignas(16) uint32_t dd[4];
+    for (int r = 0; r < 4; r++) {
+      const uint8_t* p = rows[r] + size_t(b) * 144;
+      dd[r] = load32(p);
+      const __m512i h0 = _mm512_loadu_si512(p + 16), h1 = _mm512_loadu_si512(p + 80);
+      const __m512i z[4] = {_mm512_and_si512(h0, m4), _mm512_and_si512(_mm512_srli_epi16(h0, 4), m4), _mm512_and_si512(h1, m4),
+                            _mm512_and_si512(_mm512_srli_epi16(h1, 4), m4)};
+      __m512i t[4];
+      for (int k = 0; k < 4; k++) {
+        const __m512i lo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), z[k], _mm512_loadu_si512(A + 128 * k));
+        const __m512i hi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), z[k], _mm512_loadu_si512(A + 128 * k + 64));
+        t[k] = _mm512_add_epi32(_mm512_slli_epi32(hi, 7), lo);
+      }
+      // lanes 0–7 of each t: sub-block A's 32 products in 8 lanes, lanes 8–15: B's
+      const __m512i w = quads(t[0], t[1], t[2], t[3]);
+      const __m256i S = _mm512_castsi512_si256(foldQuarters(w, w));
+      // kernels.as scalesMinsQ4K: bytes 0..7 the scales, 8..15 the mins
+      const __m128i L = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 4));
+      const __m128i lo = _mm_and_si128(L, _mm_set1_epi32(0x3f3f3f3f));
+      const __m128i x = _mm_and_si128(_mm_unpacklo_epi32(_mm_shuffle_epi32(L, 0xaa), _mm_shuffle_epi32(_mm_srli_epi32(L, 4), 0xaa)),
+                                      _mm_set1_epi32(0x0f0f0f0f));
+      const __m128i y = _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(L, 6), _mm_set1_epi32(0x03030303)), 4);
+      const __m128i sm = _mm_unpacklo_epi32(lo, _mm_or_si128(x, y));
+      P[r] = _mm256_mullo_epi32(S, _mm256_cvtepu8_epi32(_mm_shuffle_epi8(sm, order)));
+      Q[r] = _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8)), AS);
+    }
+    const __m256i hI = _mm256_hadd_epi32(_mm256_hadd_epi32(P[0], P[1]), _mm256_hadd_epi32(P[2], P[3]));
+    const __m256i hM = _mm256_hadd_epi32(_mm256_hadd_epi32(Q[0], Q[1]), _mm256_hadd_epi32(Q[2], Q[3]));
+    const __m128 I = _mm_cvtepi32_ps(_mm_add_epi32(_mm256_castsi256_si128(hI), _mm256_extracti128_si256(hI, 1)));
+    const __m128 M = _mm_cvtepi32_ps(_mm_add_epi32(_mm256_castsi256_si128(hM), _mm256_extracti128_si256(hM, 1)));
+    // d and dmin of the four rows: kernels.as's f16, lane by lane ([d0, dm0, d1, dm1, …] → d, dm)
+    const __m256i h = _mm256_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(dd)));
+    const __m256 mag = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_and_si256(h, _mm256_set1_epi32(0x7fff)), 13)),
+                                     _mm256_set1_ps(5.192296858534828e33f));
+    const __m256 f = _mm256_or_ps(mag, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_and_si256(h, _mm256_set1_epi32(0x8000)), 16)));
+    const __m256 fp = _mm256_permutevar8x32_ps(f, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
+    const __m128 dw = _mm256_castps256_ps128(fp), dm = _mm256_extractf128_ps(fp, 1);
+    const __m128 da = _mm_set1_ps(ad[b]);
+    acc = _mm_add_ps(acc, _mm_sub_ps(_mm_mul_ps(I, _mm_mul_ps(dw, da)), _mm_mul_ps(M, _mm_mul_ps(dm, da))));
+  }
+  _mm_storeu_ps(out, acc);
+}
+
 // ---------------------------------------------------------------- 32 class: four unpacked rows × one token
 
 /** out[r] = Σ over blocks in order of <f32>(Σ32 q·a) · (dw·da), sixteen blocks' exact sums at a time per row */
@@ -480,7 +574,7 @@ bool matmul(uint8_t* base, int type, uint32_t w, uint32_t rowBytes, int r0, int 
   const int groups = (tc + 3) / 4;
   const size_t gBytes = groupBytes(cols, nb);
   const size_t tBytes = K ? round64(size_t(nb) * 16) + round64(size_t(nb) * 128) : 0;
-  uint8_t* s = scratch.get(gBytes + tBytes * groups);
+  uint8_t* s = scratch.get(gBytes + (tBytes * groups > size_t(nb) * 512 ? tBytes * groups : size_t(nb) * 512));
   if (s == nullptr) return false;
   const Group g = groupAt(s, cols, nb);
   uint8_t* tokenArea = s + gBytes;
@@ -488,6 +582,20 @@ bool matmul(uint8_t* base, int type, uint32_t w, uint32_t rowBytes, int r0, int 
   const float* AD = reinterpret_cast<const float*>(base + ad);
   const int32_t* AS = reinterpret_cast<const int32_t*>(base + asum);
   float* Y = reinterpret_cast<float*>(base + y);
+  // Q4_K with fewer than four tokens (decode): fused, no unpack
+  if (type == Q4_K && n < 4) {
+    int8_t* pieces = reinterpret_cast<int8_t*>(tokenArea);
+    float out[4];
+    for (int t = 0; t < n; t++) {
+      splitQ4K(reinterpret_cast<const int16_t*>(base + aq + size_t(t) * aqRow), nb, pieces);
+      for (int r = r0; r < r1; r += 4) {
+        const int nr = r1 - r < 4 ? r1 - r : 4;
+        fusedQ4K41(base + w + size_t(r) * rowBytes, rowBytes, nr, pieces, AD + size_t(t) * nb, AS + size_t(t) * nb * 8, nb, out);
+        for (int i = 0; i < nr; i++) Y[size_t(t) * yStride + r + i] = out[i];
+      }
+    }
+    return true;
+  }
   for (int t0 = 0; t0 < n; t0 += tc) {
     const int t1 = n < t0 + tc ? n : t0 + tc;
     const int full = K ? (t1 - t0) / 4 : 0;  // token groups of four (K class)

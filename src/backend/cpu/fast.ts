@@ -690,7 +690,9 @@ export class CpuBackend implements MatKernels {
 
   private resolveExact(w: QMatrix, n: number): [Arena, number, number, number] {
     const [a, wp] = this.locate(w);
-    if (w.type !== 14 || n > 2) return [a, wp, w.type, w.rowBytes];
+    // the native kernels read Q6_K itself faster than the repacked copy (fewer bytes); q8 mode's relaxed kernels want the copy
+    if (w.type !== 14 || n > 2 || (this.native !== undefined && this.activations === "exact"))
+      return [a, wp, w.type, w.rowBytes];
     const key = `${a.index}:${wp}:${w.rows}`;
     let rp = this.q6kr.get(key);
     if (rp === undefined) {

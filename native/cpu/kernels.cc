@@ -476,6 +476,15 @@ alignas(16) const int8_t SCALE_ORDER[16] = {0, 1, 4, 5, 2, 3, 6, 7, -1, -1, -1, 
 #define LATENT_FUSED_AHEAD 1
 #endif
 constexpr size_t FUSED_AHEAD = LATENT_FUSED_AHEAD;
+#ifndef Q4_HINT
+#define Q4_HINT _MM_HINT_T0
+#endif
+#ifndef Q6_AHEAD
+#define Q6_AHEAD 1
+#endif
+#ifndef Q6_HINT
+#define Q6_HINT _MM_HINT_T1
+#endif
 
 /** out[r] for rows row0 + r·rowBytes, r < 4 (rows past nr read row 0 again; their results are dropped) */
 void fusedQ4K41(const uint8_t* row0, size_t rowBytes, int nr, const int8_t* pieces, const float* ad, const int32_t* as,
@@ -489,7 +498,7 @@ void fusedQ4K41(const uint8_t* row0, size_t rowBytes, int nr, const int8_t* piec
     const int8_t* A = pieces + size_t(b) * 512;
     // the four rows are contiguous: ask for the group FUSED_AHEAD groups on, a block's share (576 bytes) a block
     for (int o = 0; o < 576; o += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(row0 + 4 * rowBytes * FUSED_AHEAD + size_t(b) * 576 + o), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(row0 + 4 * rowBytes * FUSED_AHEAD + size_t(b) * 576 + o), Q4_HINT);
     const __m256i AS = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(as + size_t(b) * 8));
     __m256i P[4], Q[4];
     alignas(16) uint32_t dd[4];
@@ -535,6 +544,100 @@ void fusedQ4K41(const uint8_t* row0, size_t rowBytes, int nr, const int8_t* piec
   _mm_storeu_ps(out, acc);
 }
 
+// ---------------------------------------------------------------- Q6_K, one token: fused, u8 × s8 in two pieces
+
+// As fusedQ4K41: the 6-bit values q (0..63, before their −32) stay u8 and meet the activations in two i8 pieces;
+// a 128-bit quarter of a dot's result is one group of 16 values (one i8 scale), so four dots' quarters give the
+// block's sixteen group sums at once. Σ (q − 32)·a = Σ q·a − 32·Σ a per group (the token's group sums of a, taken
+// once per product). The block's total can pass 2³¹ (16 · 16·32·8191 · 128): it is summed in i64.
+
+/** the token's pieces in value order ([lo, hi] of 64 bytes for values 64z … 64z + 63) and 32·Σa per group of 16 */
+void splitQ6K(const int16_t* a, int nb, int8_t* pieces, int32_t* sum32) {
+  const __m512i m7 = _mm512_set1_epi16(127);
+  for (int b = 0; b < nb; b++) {
+    for (int z = 0; z < 4; z++) {
+      int8_t* o = pieces + size_t(b) * 512 + z * 128;
+      for (int h = 0; h < 2; h++) {
+        const __m512i x = _mm512_loadu_si512(a + size_t(b) * 256 + z * 64 + h * 32);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 32 * h), _mm512_cvtepi16_epi8(_mm512_and_si512(x, m7)));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 64 + 32 * h), _mm512_cvtepi16_epi8(_mm512_srai_epi16(x, 7)));
+      }
+    }
+    // lane 4q + i: group 4i + q (the order of quads over the four dots)
+    for (int i = 0; i < 4; i++)
+      for (int q = 0; q < 4; q++) {
+        int32_t t = 0;
+        for (int v = 0; v < 16; v++) t += a[size_t(b) * 256 + (4 * i + q) * 16 + v];
+        sum32[size_t(b) * 16 + 4 * q + i] = 32 * t;
+      }
+  }
+}
+
+// lane 4q + i takes scale 4i + q
+alignas(16) const int8_t GROUP_ORDER[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
+
+/** out[r] for Q6_K rows row0 + r·rowBytes, r < 4 (rows past nr read row 0 again; dropped) */
+void fusedQ6K41(const uint8_t* row0, size_t rowBytes, int nr, const int8_t* pieces, const int32_t* sum32, const float* ad,
+                int nb, float* out) {
+  const __m512i m4 = _mm512_set1_epi8(15);
+  const __m512i m3 = _mm512_set1_epi8(3);
+  const __m512i sh02 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+  const __m512i sh46 = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1);
+  const __m128i order = _mm_load_si128(reinterpret_cast<const __m128i*>(GROUP_ORDER));
+  const uint8_t* rows[4];
+  for (int r = 0; r < 4; r++) rows[r] = row0 + (r < nr ? r : 0) * rowBytes;
+  __m128 acc = _mm_setzero_ps();
+  for (int b = 0; b < nb; b++) {
+    for (int o = 0; o < 840; o += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(row0 + 4 * rowBytes * Q6_AHEAD + size_t(b) * 840 + o), Q6_HINT);
+    const int8_t* A = pieces + size_t(b) * 512;
+    const __m512i S32 = _mm512_loadu_si512(sum32 + size_t(b) * 16);
+    __m512i tot[4];
+    alignas(16) uint16_t dh[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int r = 0; r < 4; r++) {
+      const uint8_t* p = rows[r] + size_t(b) * 210;
+      dh[r] = uint16_t(load16(p + 208));
+      const __m512i QL0 = _mm512_loadu_si512(p), QL1 = _mm512_loadu_si512(p + 64);
+      const __m512i H0 = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 128)));
+      const __m512i H1 = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 160)));
+      // values 64z … 64z + 63: a nibble of ql and two bits of qh (byte fields cut with 16-bit shifts and byte masks)
+      const __m512i z[4] = {
+          _mm512_or_si512(_mm512_and_si512(QL0, m4), _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(H0, sh02), m3), 4)),
+          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(QL0, 4), m4),
+                          _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(H0, sh46), m3), 4)),
+          _mm512_or_si512(_mm512_and_si512(QL1, m4), _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(H1, sh02), m3), 4)),
+          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(QL1, 4), m4),
+                          _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(H1, sh46), m3), 4)),
+      };
+      __m512i t[4];
+      for (int k = 0; k < 4; k++) {
+        const __m512i lo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), z[k], _mm512_loadu_si512(A + 128 * k));
+        const __m512i hi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), z[k], _mm512_loadu_si512(A + 128 * k + 64));
+        t[k] = _mm512_add_epi32(_mm512_slli_epi32(hi, 7), lo);
+      }
+      // group sums of (q − 32)·a, times their scales: |each| ≤ 16·32·8191·128 < 2³¹
+      const __m512i G = _mm512_sub_epi32(quads(t[0], t[1], t[2], t[3]), S32);
+      const __m512i sc = _mm512_cvtepi8_epi32(_mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 192)), order));
+      const __m512i S = _mm512_mullo_epi32(G, sc);
+      tot[r] = _mm512_add_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(S)), _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(S, 1)));
+    }
+    // the rows' totals in i64: pairs within 128-bit lanes, then quarters
+    const __m512i u01 = _mm512_add_epi64(_mm512_unpacklo_epi64(tot[0], tot[1]), _mm512_unpackhi_epi64(tot[0], tot[1]));
+    const __m512i u23 = _mm512_add_epi64(_mm512_unpacklo_epi64(tot[2], tot[3]), _mm512_unpackhi_epi64(tot[2], tot[3]));
+    const __m512i v = _mm512_add_epi64(_mm512_shuffle_i64x2(u01, u23, 0x88), _mm512_shuffle_i64x2(u01, u23, 0xdd));
+    const __m512i x = _mm512_add_epi64(_mm512_shuffle_i64x2(v, v, 0x88), _mm512_shuffle_i64x2(v, v, 0xdd));
+    const __m128 I = _mm256_cvtepi64_ps(_mm512_castsi512_si256(x));
+    const __m128i h = _mm_cvtepu16_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(dh)));
+    const __m128 mag = _mm_mul_ps(_mm_castsi128_ps(_mm_slli_epi32(_mm_and_si128(h, _mm_set1_epi32(0x7fff)), 13)), _mm_set1_ps(5.192296858534828e33f));
+    const __m128 dw = _mm_or_ps(mag, _mm_castsi128_ps(_mm_slli_epi32(_mm_and_si128(h, _mm_set1_epi32(0x8000)), 16)));
+    const __m128 da = _mm_set1_ps(ad[b]);
+    const __m128 zero = _mm_setzero_ps();
+    // kernels.as blockTerm with no mins: <f32>i · (dw·da) − 0 · (0·da)
+    acc = _mm_add_ps(acc, _mm_sub_ps(_mm_mul_ps(I, _mm_mul_ps(dw, da)), _mm_mul_ps(zero, _mm_mul_ps(zero, da))));
+  }
+  _mm_storeu_ps(out, acc);
+}
+
 // ---------------------------------------------------------------- 32 class: four unpacked rows × one token
 
 /** out[r] = Σ over blocks in order of <f32>(Σ32 q·a) · (dw·da), sixteen blocks' exact sums at a time per row */
@@ -574,7 +677,8 @@ bool matmul(uint8_t* base, int type, uint32_t w, uint32_t rowBytes, int r0, int 
   const int groups = (tc + 3) / 4;
   const size_t gBytes = groupBytes(cols, nb);
   const size_t tBytes = K ? round64(size_t(nb) * 16) + round64(size_t(nb) * 128) : 0;
-  uint8_t* s = scratch.get(gBytes + (tBytes * groups > size_t(nb) * 512 ? tBytes * groups : size_t(nb) * 512));
+  const size_t fusedBytes = size_t(nb) * (512 + 64);  // a token's pieces (and Q6_K's group sums) for the fused kernels
+  uint8_t* s = scratch.get(gBytes + (tBytes * groups > fusedBytes ? tBytes * groups : fusedBytes));
   if (s == nullptr) return false;
   const Group g = groupAt(s, cols, nb);
   uint8_t* tokenArea = s + gBytes;
@@ -582,6 +686,21 @@ bool matmul(uint8_t* base, int type, uint32_t w, uint32_t rowBytes, int r0, int 
   const float* AD = reinterpret_cast<const float*>(base + ad);
   const int32_t* AS = reinterpret_cast<const int32_t*>(base + asum);
   float* Y = reinterpret_cast<float*>(base + y);
+  // Q6_K with fewer than four tokens (decode): fused, no unpack
+  if (type == Q6_K && n < 4) {
+    int8_t* pieces = reinterpret_cast<int8_t*>(tokenArea);
+    int32_t* sum32 = reinterpret_cast<int32_t*>(tokenArea + size_t(nb) * 512);
+    float out[4];
+    for (int t = 0; t < n; t++) {
+      splitQ6K(reinterpret_cast<const int16_t*>(base + aq + size_t(t) * aqRow), nb, pieces, sum32);
+      for (int r = r0; r < r1; r += 4) {
+        const int nr = r1 - r < 4 ? r1 - r : 4;
+        fusedQ6K41(base + w + size_t(r) * rowBytes, rowBytes, nr, pieces, sum32, AD + size_t(t) * nb, nb, out);
+        for (int i = 0; i < nr; i++) Y[size_t(t) * yStride + r + i] = out[i];
+      }
+    }
+    return true;
+  }
   // Q4_K with fewer than four tokens (decode): fused, no unpack
   if (type == Q4_K && n < 4) {
     int8_t* pieces = reinterpret_cast<int8_t*>(tokenArea);

@@ -638,6 +638,57 @@ void fusedQ6K41(const uint8_t* row0, size_t rowBytes, int nr, const int8_t* piec
   _mm_storeu_ps(out, acc);
 }
 
+// ---------------------------------------------------------------- 32 class, one token: fused
+
+/** a Q8_0 or Q5_0 block's 32 values as i16 (Q5_0: the fifth bits from qh, minus 16) */
+template <int Type>
+inline __m512i values32(const uint8_t* p) {
+  if (Type == Q8_0) return _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2)));
+  const __m128i m4 = _mm_set1_epi8(15);
+  const __mmask32 qh = load32(p + 2);
+  const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 6));
+  const __m256i nib = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_and_si128(qs, m4)), _mm_and_si128(_mm_srli_epi16(qs, 4), m4), 1);
+  const __m256i c16 = _mm256_set1_epi8(16);
+  return _mm512_cvtepi8_epi16(_mm256_sub_epi8(_mm256_mask_add_epi8(nib, qh, nib, c16), c16));
+}
+
+/**
+ * out[r] for rows row0 + r·rowBytes, r < 4 (rows past nr read row 0; dropped), one token: sixteen blocks' exact sums
+ * of a row at once (vpmaddwd, then across lanes), their f16 scales gathered, and the terms added in block order.
+ */
+template <int Type>
+void fused32x41(const uint8_t* row0, size_t rowBytes, int nr, const uint8_t* aq, const float* ad, int nb, float* out) {
+  constexpr int BB = Type == Q8_0 ? 34 : 22;
+  const uint8_t* rows[4];
+  for (int r = 0; r < 4; r++) rows[r] = row0 + (r < nr ? r : 0) * rowBytes;
+  const __m512i offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(BB));
+  float acc[4] = {0, 0, 0, 0};
+  alignas(64) float terms[4][16];
+  for (int b0 = 0; b0 < nb; b0 += 16) {
+    const int cnt = nb - b0 < 16 ? nb - b0 : 16;
+    const __mmask16 m = __mmask16((1u << cnt) - 1);
+    const __m512 da = _mm512_maskz_loadu_ps(m, ad + b0);
+    for (int r = 0; r < 4; r++) {
+      const uint8_t* p = rows[r] + size_t(b0) * BB;
+      for (int o = 0; o < 16 * BB; o += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(p + 4 * rowBytes * FUSED_AHEAD + o), _MM_HINT_T1);
+      __m512i v[16];
+      for (int k = 0; k < 16; k++)
+        v[k] = k < cnt ? _mm512_madd_epi16(values32<Type>(p + k * BB), _mm512_loadu_si512(aq + size_t(b0 + k) * 64)) : _mm512_setzero_si512();
+      const __m512 I = sums16<false>(v);
+      const __m512i h = _mm512_and_si512(_mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, offsets, p, 1), _mm512_set1_epi32(0xffff));
+      // kernels.as's f16, lane by lane
+      const __m512 mag = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_and_si512(h, _mm512_set1_epi32(0x7fff)), 13)),
+                                       _mm512_set1_ps(5.192296858534828e33f));
+      const __m512 dw = _mm512_or_ps(mag, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_and_si512(h, _mm512_set1_epi32(0x8000)), 16)));
+      _mm512_store_ps(terms[r], _mm512_mul_ps(I, _mm512_mul_ps(dw, da)));
+    }
+    for (int k = 0; k < cnt; k++)
+      for (int r = 0; r < 4; r++) acc[r] += terms[r][k];
+  }
+  for (int r = 0; r < 4; r++) out[r] = acc[r];
+}
+
 // ---------------------------------------------------------------- 32 class: four unpacked rows × one token
 
 /** out[r] = Σ over blocks in order of <f32>(Σ32 q·a) · (dw·da), sixteen blocks' exact sums at a time per row */
@@ -686,6 +737,21 @@ bool matmul(uint8_t* base, int type, uint32_t w, uint32_t rowBytes, int r0, int 
   const float* AD = reinterpret_cast<const float*>(base + ad);
   const int32_t* AS = reinterpret_cast<const int32_t*>(base + asum);
   float* Y = reinterpret_cast<float*>(base + y);
+  // Q8_0 and Q5_0 with fewer than four tokens (decode): fused, no unpack
+  if (!K && n < 4) {
+    float out[4];
+    for (int t = 0; t < n; t++) {
+      const uint8_t* a = base + aq + size_t(t) * aqRow;
+      for (int r = r0; r < r1; r += 4) {
+        const int nr = r1 - r < 4 ? r1 - r : 4;
+        const uint8_t* row = base + w + size_t(r) * rowBytes;
+        if (type == Q8_0) fused32x41<Q8_0>(row, rowBytes, nr, a, AD + size_t(t) * nb, nb, out);
+        else fused32x41<Q5_0>(row, rowBytes, nr, a, AD + size_t(t) * nb, nb, out);
+        for (int i = 0; i < nr; i++) Y[size_t(t) * yStride + r + i] = out[i];
+      }
+    }
+    return true;
+  }
   // Q6_K with fewer than four tokens (decode): fused, no unpack
   if (type == Q6_K && n < 4) {
     int8_t* pieces = reinterpret_cast<int8_t*>(tokenArea);

@@ -664,6 +664,28 @@ void fused32x41(const uint8_t* row0, size_t rowBytes, int nr, const uint8_t* aq,
   const __m512i offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(BB));
   float acc[4] = {0, 0, 0, 0};
   alignas(64) float terms[4][16];
+  if (nb <= 4) {
+    // short rows (a head's 128 columns): the four rows' blocks share one reduction, lane 4r + k
+    __m512i v[16];
+    alignas(64) int32_t off[16];
+    for (int r = 0; r < 4; r++)
+      for (int k = 0; k < 4; k++) {
+        off[4 * r + k] = int32_t((rows[r] - row0) + k * BB);
+        v[4 * r + k] = k < nb ? _mm512_madd_epi16(values32<Type>(rows[r] + k * BB), _mm512_loadu_si512(aq + size_t(k) * 64)) : _mm512_setzero_si512();
+      }
+    const __mmask16 m = __mmask16(((1u << nb) - 1) * 0x1111u);
+    const __m512 I = sums16<false>(v);
+    const __m512i h = _mm512_and_si512(_mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, _mm512_load_si512(off), row0, 1), _mm512_set1_epi32(0xffff));
+    const __m512 mag = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_and_si512(h, _mm512_set1_epi32(0x7fff)), 13)),
+                                     _mm512_set1_ps(5.192296858534828e33f));
+    const __m512 dw = _mm512_or_ps(mag, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_and_si512(h, _mm512_set1_epi32(0x8000)), 16)));
+    const __m512 da = _mm512_broadcast_f32x4(_mm_maskz_loadu_ps(__mmask8((1u << nb) - 1), ad));
+    _mm512_store_ps(terms[0], _mm512_mul_ps(I, _mm512_mul_ps(dw, da)));
+    for (int k = 0; k < nb; k++)
+      for (int r = 0; r < 4; r++) acc[r] += terms[0][4 * r + k];
+    for (int r = 0; r < 4; r++) out[r] = acc[r];
+    return;
+  }
   for (int b0 = 0; b0 < nb; b0 += 16) {
     const int cnt = nb - b0 < 16 ? nb - b0 : 16;
     const __mmask16 m = __mmask16((1u << cnt) - 1);

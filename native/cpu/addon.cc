@@ -77,6 +77,48 @@ napi_value Matmul(napi_env env, napi_callback_info info) {
   return nullptr;
 }
 
+/** reads n numbers (after the memory's base address) into v; false with an exception pending otherwise */
+bool Args(napi_env env, napi_callback_info info, size_t n, double* base, double* v) {
+  napi_value argv[24];
+  size_t argc = 24;
+  if (napi_get_cb_info(env, info, &argc, argv, nullptr, nullptr) != napi_ok || argc < n + 1) {
+    Throw(env, "attention: too few arguments");
+    return false;
+  }
+  if (napi_get_value_double(env, argv[0], base) != napi_ok) {
+    Throw(env, "attention: base must be a number");
+    return false;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (napi_get_value_double(env, argv[i + 1], &v[i]) != napi_ok) {
+      Throw(env, "attention: arguments must be numbers");
+      return false;
+    }
+  return true;
+}
+
+uint8_t* Ptr(double base) { return reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(base)); }
+
+/** attnAbsorbed(base, C, K, T, L, R, qc, qp, h0, h1, scale, sc, out): kernels.as's (sc unused) */
+napi_value AttnAbsorbed(napi_env env, napi_callback_info info) {
+  double b, v[12];
+  if (!Args(env, info, 12, &b, v)) return nullptr;
+  if (!latent::attnAbsorbed(Ptr(b), uint32_t(v[0]), uint32_t(v[1]), int(v[2]), int(v[3]), int(v[4]), uint32_t(v[5]), uint32_t(v[6]),
+                            int(v[7]), int(v[8]), float(v[9]), uint32_t(v[11])))
+    return Throw(env, "attnAbsorbed: no memory for its scratch");
+  return nullptr;
+}
+
+/** attnPrefill(base, kNope, kPe, v, q, n, pos0, H, P, R, V, h0, h1, scale, sc, out): kernels.as's (sc unused) */
+napi_value AttnPrefill(napi_env env, napi_callback_info info) {
+  double b, v[15];
+  if (!Args(env, info, 15, &b, v)) return nullptr;
+  if (!latent::attnPrefill(Ptr(b), uint32_t(v[0]), uint32_t(v[1]), uint32_t(v[2]), uint32_t(v[3]), int(v[4]), int(v[5]), int(v[6]),
+                           int(v[7]), int(v[8]), int(v[9]), int(v[10]), int(v[11]), float(v[12]), uint32_t(v[14])))
+    return Throw(env, "attnPrefill: no memory for its scratch");
+  return nullptr;
+}
+
 }  // namespace
 
 NAPI_MODULE_INIT() {
@@ -85,6 +127,8 @@ NAPI_MODULE_INIT() {
       {"supports", nullptr, Supports, nullptr, nullptr, nullptr, napi_enumerable, nullptr},
       {"base", nullptr, Base, nullptr, nullptr, nullptr, napi_enumerable, nullptr},
       {"matmul", nullptr, Matmul, nullptr, nullptr, nullptr, napi_enumerable, nullptr},
+      {"attnAbsorbed", nullptr, AttnAbsorbed, nullptr, nullptr, nullptr, napi_enumerable, nullptr},
+      {"attnPrefill", nullptr, AttnPrefill, nullptr, nullptr, nullptr, napi_enumerable, nullptr},
   };
   napi_define_properties(env, exports, sizeof(fns) / sizeof(fns[0]), fns);
   return exports;

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__)
 #define LATENT_AVX512 1
 #include <immintrin.h>
 #else
@@ -35,7 +35,7 @@ bool cpuSupportsCompiled() {
 #if LATENT_AVX512 && (defined(__GNUC__) || defined(__clang__))
   __builtin_cpu_init();
   bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-            __builtin_cpu_supports("avx512vl");
+            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
 #if defined(__AVX512VNNI__)
   ok = ok && __builtin_cpu_supports("avx512vnni");
 #endif

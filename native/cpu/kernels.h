@@ -6,7 +6,7 @@
 
 namespace latent {
 
-/** what the kernels were compiled for: 2 = AVX-512 BW + VNNI, 1 = AVX-512 BW, 0 = no vector kernels (use WebAssembly) */
+/** what the kernels were compiled for: 2 = AVX-512 (F, BW, VL, DQ) + VNNI, 1 = AVX-512 without VNNI, 0 = no vector kernels (use WebAssembly) */
 int compiledLevel();
 
 /** whether this CPU runs what compiledLevel() needs (checked before any kernel runs) */
@@ -23,5 +23,15 @@ bool supportsType(int type);
  */
 bool matmul(uint8_t* base, int type, uint32_t w, uint32_t rowBytes, int r0, int r1, int cols, int n, uint32_t aq,
             uint32_t ad, uint32_t asum, uint32_t y, int yStride, int tc);
+
+/**
+ * kernels.as `attnAbsorbed` (absorbed MLA decode attention for heads h0 ≤ h < h1) and `attnPrefill` (causal prefill
+ * attention), same arguments (byte offsets into the memory at `base`) without the WebAssembly scratch, same result
+ * bits. False when scratch cannot be allocated (nothing useful written).
+ */
+bool attnAbsorbed(uint8_t* base, uint32_t C, uint32_t K, int T, int L, int R, uint32_t qc, uint32_t qp, int h0, int h1, float scale,
+                  uint32_t out);
+bool attnPrefill(uint8_t* base, uint32_t kNope, uint32_t kPe, uint32_t v, uint32_t q, int n, int pos0, int H, int P, int R, int V,
+                 int h0, int h1, float scale, uint32_t out);
 
 }  // namespace latent

@@ -175,3 +175,66 @@ test("a quantized model on the cpu backend: native kernels give WebAssembly's lo
 test("kernels must be native or wasm", () => {
   assert.throws(() => new CpuBackend({ threads: 1, kernels: "cuda" as "wasm" }), /native or wasm/);
 });
+
+// attention: head counts off the groups of four (the g < 4 path), widths with tails of 1–15 (lanes of four and
+// eight, blocks of sixteen columns), one key to long caches (blocks of four keys with remainders), large scores
+// (softmax weights near 0 and 1, exp's range) and masked keys in prefill
+const ABSORBED: readonly [H: number, T: number, L: number, R: number, scale: number][] = [
+  [1, 1, 16, 4, 0.9],
+  [3, 17, 7, 1, 1.3],
+  [5, 64, 33, 3, 0.7],
+  [16, 301, 512, 64, 0.12],
+  [7, 1000, 50, 8, 2.5],
+  [16, 2, 512, 64, 40],
+  [4, 130, 129, 9, 0.5],
+];
+
+test("native absorbed attention equals the WebAssembly kernel's bit for bit", { skip }, () => {
+  const seed = Math.floor(Math.random() * 2 ** 31);
+  const rng = new Rng(seed, "native-absorbed");
+  const draw = (n: number, a: number) => Float64Array.from({ length: n }, () => (rng.uniform() * 2 - 1) * a);
+  for (const [H, T, L, R, scale] of ABSORBED) {
+    const C = Float32Array.from(draw(T * L, 1));
+    const K = Float32Array.from(draw(T * R, 1));
+    const qc = draw(H * L, 4 / Math.sqrt(L));
+    const qp = draw(H * R, 4 / Math.sqrt(R));
+    for (const [nat, wasm] of backends) {
+      const a = nat.absorbedAttention(C, K, T, L, R, qc, qp, H, scale);
+      const b = wasm.absorbedAttention(C, K, T, L, R, qc, qp, H, scale);
+      sameBits(Float64Array.from(a), Float64Array.from(b), `seed ${seed}, H=${H} T=${T} L=${L} R=${R}, ${nat.name}`);
+    }
+  }
+});
+
+const PREFILL: readonly [n: number, pos0: number, H: number, P: number, R: number, V: number][] = [
+  [1, 0, 1, 16, 4, 16],
+  [1, 9, 3, 7, 1, 5],
+  [5, 0, 2, 33, 3, 20],
+  [6, 11, 5, 12, 8, 17],
+  [37, 0, 16, 128, 64, 128],
+  [64, 100, 4, 48, 16, 32],
+  [9, 3, 3, 129, 11, 130],
+];
+
+test("native prefill attention equals the WebAssembly kernel's bit for bit", { skip }, () => {
+  const seed = Math.floor(Math.random() * 2 ** 31);
+  const rng = new Rng(seed, "native-prefill");
+  for (const [n, pos0, H, P, R, V] of PREFILL) {
+    const T = pos0 + n;
+    const draw = (len: number, a: number) =>
+      Float64Array.from({ length: len }, () => Math.fround((rng.uniform() * 2 - 1) * a));
+    const q = draw(n * H * (P + R), 6 / Math.sqrt(P + R));
+    const kNope = draw(T * H * P, 1);
+    const kPe = Float32Array.from(draw(T * R, 1));
+    const v = draw(T * H * V, 1);
+    for (const [nat, wasm] of backends) {
+      const a = nat.prefillAttention(q, kNope, kPe, v, n, pos0, H, P, R, V, 0.8);
+      const b = wasm.prefillAttention(q, kNope, kPe, v, n, pos0, H, P, R, V, 0.8);
+      sameBits(
+        Float64Array.from(a),
+        Float64Array.from(b),
+        `seed ${seed}, n=${n} pos0=${pos0} H=${H} P=${P} R=${R} V=${V}, ${nat.name}`,
+      );
+    }
+  }
+});

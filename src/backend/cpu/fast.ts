@@ -368,7 +368,7 @@ function runUnit(inst, P, u, index) {
     inst[P[o]].swigluQuant(P[o + 1], P[o + 2], P[o + 3], P[o + 4], P[o + 5], P[o + 6], P[o + 7], P[o + 8], P[o + 9]);
   }
 }
-// The instance's exports with matmul sent to the native kernels for their types (the same arguments after the memory's
+// The instance's exports with matmul sent to the native kernels for their types, and attention to the native kernels (the same arguments after the memory's
 // base address, which never moves: a shared memory reserves its maximum). Without native kernels, the exports.
 function withNative(k, nat, memory, types) {
   if (!nat) return k;
@@ -378,6 +378,12 @@ function withNative(k, nat, memory, types) {
     matmul(type, w, rowBytes, r0, r1, cols, n, x, xStride, aq, ad, as, y, yStride, S, tc) {
       if (types.includes(type)) nat.matmul(base, type, w, rowBytes, r0, r1, cols, n, x, xStride, aq, ad, as, y, yStride, S, tc);
       else wasm(type, w, rowBytes, r0, r1, cols, n, x, xStride, aq, ad, as, y, yStride, S, tc);
+    },
+    attnAbsorbed(C, K, T, L, R, qc, qp, h0, h1, scale, sc, out) {
+      nat.attnAbsorbed(base, C, K, T, L, R, qc, qp, h0, h1, scale, sc, out);
+    },
+    attnPrefill(kNope, kPe, v, q, n, pos0, H, P, R, V, h0, h1, scale, sc, out) {
+      nat.attnPrefill(base, kNope, kPe, v, q, n, pos0, H, P, R, V, h0, h1, scale, sc, out);
     },
   });
 }

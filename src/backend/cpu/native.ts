@@ -1,7 +1,7 @@
 /**
  * The native CPU kernels (native/cpu/, a Node addon built at install by scripts/build-native.mjs): the exact integer
- * products of the WebAssembly kernels for Q4_K, Q6_K, Q8_0 and Q5_0 weights, compiled for the installing machine's
- * AVX-512, with results equal to the WebAssembly kernels' bit for bit. Where the addon was not built (no compiler, a
+ * products of the WebAssembly kernels for Q4_K, Q6_K, Q8_0 and Q5_0 weights and the two attention kernels, compiled
+ * for the installing machine's AVX-512, with results equal to the WebAssembly kernels' bit for bit. Where the addon was not built (no compiler, a
  * CPU without AVX-512, another architecture) or `LATENT_CPU_KERNELS=wasm` is set, the backend runs WebAssembly alone.
  */
 import { existsSync } from "node:fs";
@@ -33,6 +33,41 @@ export interface NativeKernels {
     yStride: number,
     S: number,
     tc: number,
+  ): void;
+  /** kernels.as `attnAbsorbed`'s arguments after the base address (the scratch sc is not used) */
+  attnAbsorbed(
+    base: number,
+    C: number,
+    K: number,
+    T: number,
+    L: number,
+    R: number,
+    qc: number,
+    qp: number,
+    h0: number,
+    h1: number,
+    scale: number,
+    sc: number,
+    out: number,
+  ): void;
+  /** kernels.as `attnPrefill`'s arguments after the base address (the scratch sc is not used) */
+  attnPrefill(
+    base: number,
+    kNope: number,
+    kPe: number,
+    v: number,
+    q: number,
+    n: number,
+    pos0: number,
+    H: number,
+    P: number,
+    R: number,
+    V: number,
+    h0: number,
+    h1: number,
+    scale: number,
+    sc: number,
+    out: number,
   ): void;
 }
 

@@ -409,6 +409,32 @@ void tile44(const Group& g, const Tokens4& T, int nb, float* out) {
   _mm512_storeu_ps(out, acc);
 }
 
+/** out[r·4 + t] for the 32 class, four unpacked rows × four tokens: each block's sixteen exact sums at once */
+void tile32x44(const Group& g, const Tokens4& T, int nb, float* out) {
+  const __m512i rowLane = _mm512_load_si512(ROW_OF_LANE);
+  __m512 acc = _mm512_setzero_ps();
+  for (int b = 0; b < nb; b++) {
+    const size_t off = size_t(b) * 32;
+    __m512i s[16];
+    const __m512i w0 = _mm512_load_si512(g.q[0] + off), w1 = _mm512_load_si512(g.q[1] + off);
+    const __m512i w2 = _mm512_load_si512(g.q[2] + off), w3 = _mm512_load_si512(g.q[3] + off);
+    for (int t = 0; t < 4; t++) {
+      const __m512i a = _mm512_loadu_si512(T.aq[t] + off * 2);
+      s[t] = _mm512_madd_epi16(w0, a);
+      s[4 + t] = _mm512_madd_epi16(w1, a);
+      s[8 + t] = _mm512_madd_epi16(w2, a);
+      s[12 + t] = _mm512_madd_epi16(w3, a);
+    }
+    const __m512 I = sums16<false>(s);
+    const __m512 da = _mm512_broadcast_f32x4(_mm_load_ps(T.daT + size_t(b) * 4));
+    const __m128 d4 = _mm_setr_ps(g.d[b], g.d[size_t(nb) + b], g.d[2 * size_t(nb) + b], g.d[3 * size_t(nb) + b]);
+    const __m512 dw = _mm512_permutexvar_ps(rowLane, _mm512_castps128_ps512(d4));
+    // kernels.as dot32x24: <f32>Σ · (dw·da), added in block order
+    acc = _mm512_add_ps(acc, _mm512_mul_ps(I, _mm512_mul_ps(dw, da)));
+  }
+  _mm512_storeu_ps(out, acc);
+}
+
 /** out[r] for four rows × one token (decode) */
 template <bool Wide, bool Mins>
 void tile41(const Group& g, const uint8_t* aq, const float* ad, const int32_t* as, int nb, float* out) {
@@ -749,7 +775,7 @@ bool matmul(uint8_t* base, int type, uint32_t w, uint32_t rowBytes, int r0, int 
   // scratch: a row group, then per token group of the chunk its scales and sums (K class)
   const int groups = (tc + 3) / 4;
   const size_t gBytes = groupBytes(cols, nb);
-  const size_t tBytes = K ? round64(size_t(nb) * 16) + round64(size_t(nb) * 128) : 0;
+  const size_t tBytes = round64(size_t(nb) * 16) + (K ? round64(size_t(nb) * 128) : 0);
   const size_t fusedBytes = size_t(nb) * (512 + 64);  // a token's pieces (and Q6_K's group sums) for the fused kernels
   uint8_t* s = scratch.get(gBytes + (tBytes * groups > fusedBytes ? tBytes * groups : fusedBytes));
   if (s == nullptr) return false;
@@ -805,7 +831,7 @@ bool matmul(uint8_t* base, int type, uint32_t w, uint32_t rowBytes, int r0, int 
   }
   for (int t0 = 0; t0 < n; t0 += tc) {
     const int t1 = n < t0 + tc ? n : t0 + tc;
-    const int full = K ? (t1 - t0) / 4 : 0;  // token groups of four (K class)
+    const int full = (t1 - t0) / 4;  // token groups of four
     for (int q = 0; q < full; q++) {
       float* daT = reinterpret_cast<float*>(tokenArea + tBytes * q);
       int32_t* asP = reinterpret_cast<int32_t*>(tokenArea + tBytes * q + round64(size_t(nb) * 16));
@@ -813,7 +839,7 @@ bool matmul(uint8_t* base, int type, uint32_t w, uint32_t rowBytes, int r0, int 
         for (int t = 0; t < 4; t++) {
           const int tok = t0 + 4 * q + t;
           daT[b * 4 + t] = AD[size_t(tok) * nb + b];
-          memcpy(asP + size_t(b) * 32 + (t >> 1) * 16 + (t & 1) * 8, AS + size_t(tok) * nb * 8 + size_t(b) * 8, 32);
+          if (K) memcpy(asP + size_t(b) * 32 + (t >> 1) * 16 + (t & 1) * 8, AS + size_t(tok) * nb * 8 + size_t(b) * 8, 32);
         }
     }
     for (int r = r0; r < r1; r += 4) {
@@ -837,7 +863,8 @@ bool matmul(uint8_t* base, int type, uint32_t w, uint32_t rowBytes, int r0, int 
         Tokens4 T{{}, reinterpret_cast<const float*>(tokenArea + tBytes * q),
                   reinterpret_cast<const int32_t*>(tokenArea + tBytes * q + round64(size_t(nb) * 16))};
         for (int k = 0; k < 4; k++) T.aq[k] = base + aq + size_t(t + k) * aqRow;
-        if (wide) tile44<true, false>(g, T, nb, out);
+        if (!K) tile32x44(g, T, nb, out);
+        else if (wide) tile44<true, false>(g, T, nb, out);
         else tile44<false, true>(g, T, nb, out);
         for (int i = 0; i < nr; i++)
           for (int k = 0; k < 4; k++) Y[size_t(t + k) * yStride + r + i] = out[i * 4 + k];

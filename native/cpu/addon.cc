@@ -82,22 +82,32 @@ bool Args(napi_env env, napi_callback_info info, size_t n, double* base, double*
   napi_value argv[24];
   size_t argc = 24;
   if (napi_get_cb_info(env, info, &argc, argv, nullptr, nullptr) != napi_ok || argc < n + 1) {
-    Throw(env, "attention: too few arguments");
+    Throw(env, "too few arguments");
     return false;
   }
   if (napi_get_value_double(env, argv[0], base) != napi_ok) {
-    Throw(env, "attention: base must be a number");
+    Throw(env, "base must be a number");
     return false;
   }
   for (size_t i = 0; i < n; i++)
     if (napi_get_value_double(env, argv[i + 1], &v[i]) != napi_ok) {
-      Throw(env, "attention: arguments must be numbers");
+      Throw(env, "arguments must be numbers");
       return false;
     }
   return true;
 }
 
 uint8_t* Ptr(double base) { return reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(base)); }
+
+/** matmulT(base, type, w, rowBytes, rows, cols, t0, t1, x, xStride, y, yStride, S): kernels.as's (S unused) */
+napi_value MatmulT(napi_env env, napi_callback_info info) {
+  double b, v[12];
+  if (!Args(env, info, 12, &b, v)) return nullptr;
+  if (!latent::matmulT(Ptr(b), int(v[0]), uint32_t(v[1]), uint32_t(v[2]), int(v[3]), int(v[4]), int(v[5]), int(v[6]), uint32_t(v[7]),
+                       int(v[8]), uint32_t(v[9]), int(v[10])))
+    return Throw(env, "matmulT: type without a native kernel, or no memory for its scratch");
+  return nullptr;
+}
 
 /** attnAbsorbed(base, C, K, T, L, R, qc, qp, h0, h1, scale, sc, out): kernels.as's (sc unused) */
 napi_value AttnAbsorbed(napi_env env, napi_callback_info info) {
@@ -127,6 +137,7 @@ NAPI_MODULE_INIT() {
       {"supports", nullptr, Supports, nullptr, nullptr, nullptr, napi_enumerable, nullptr},
       {"base", nullptr, Base, nullptr, nullptr, nullptr, napi_enumerable, nullptr},
       {"matmul", nullptr, Matmul, nullptr, nullptr, nullptr, napi_enumerable, nullptr},
+      {"matmulT", nullptr, MatmulT, nullptr, nullptr, nullptr, napi_enumerable, nullptr},
       {"attnAbsorbed", nullptr, AttnAbsorbed, nullptr, nullptr, nullptr, napi_enumerable, nullptr},
       {"attnPrefill", nullptr, AttnPrefill, nullptr, nullptr, nullptr, napi_enumerable, nullptr},
   };

@@ -24,6 +24,10 @@ bool supportsType(int type);
 bool matmul(uint8_t* base, int type, uint32_t w, uint32_t rowBytes, int r0, int r1, int cols, int n, uint32_t aq,
             uint32_t ad, uint32_t asum, uint32_t y, int yStride, int tc);
 
+/** kernels.as `matmulT` (the transposed product, f32 activations) for tokens t0 ≤ t < t1, same result bits; false as matmul */
+bool matmulT(uint8_t* base, int type, uint32_t w, uint32_t rowBytes, int rows, int cols, int t0, int t1, uint32_t x, int xStride,
+             uint32_t y, int yStride);
+
 /**
  * kernels.as `attnAbsorbed` (absorbed MLA decode attention for heads h0 ≤ h < h1) and `attnPrefill` (causal prefill
  * attention), same arguments (byte offsets into the memory at `base`) without the WebAssembly scratch, same result

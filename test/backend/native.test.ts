@@ -72,7 +72,9 @@ const SHORT_ROWS: readonly [rows: number, cols: number, n: number][] = [
 ];
 
 for (const type of TYPES) {
-  test(`native ${typeName(type)} products equal the WebAssembly kernels' bit for bit`, { skip }, () => {
+  test(`native ${typeName(type)} products and transposed products equal the WebAssembly kernels' bit for bit`, {
+    skip,
+  }, () => {
     const seed = Math.floor(Math.random() * 2 ** 31);
     const rng = new Rng(seed, `native-${typeName(type)}`);
     const shapes = type === GGMLType.Q5_0 || type === GGMLType.Q8_0 ? [...SHAPES, ...SHORT_ROWS] : SHAPES;
@@ -87,6 +89,13 @@ for (const type of TYPES) {
         nat.matmul(w, x, n, xStride, a, yStride);
         wasm.matmul(w, x, n, xStride, b, yStride);
         sameBits(a, b, `seed ${seed}, ${w.name} × ${n} tokens, ${nat.name}`);
+        // the transposed product: f32 activations over the rows (some exactly 0: rows skipped), outputs over the columns
+        const xt = randomActs(n * (rows + 2), rng);
+        const at = new Float64Array(n * (cols + 1)).fill(7);
+        const bt = new Float64Array(n * (cols + 1)).fill(7);
+        nat.matmulT(w, xt, n, rows + 2, at, cols + 1);
+        wasm.matmulT(w, xt, n, rows + 2, bt, cols + 1);
+        sameBits(at, bt, `seed ${seed}, ${w.name} transposed × ${n} tokens, ${nat.name}`);
       }
     }
   });

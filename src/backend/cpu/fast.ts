@@ -368,16 +368,21 @@ function runUnit(inst, P, u, index) {
     inst[P[o]].swigluQuant(P[o + 1], P[o + 2], P[o + 3], P[o + 4], P[o + 5], P[o + 6], P[o + 7], P[o + 8], P[o + 9]);
   }
 }
-// The instance's exports with matmul sent to the native kernels for their types, and attention to the native kernels (the same arguments after the memory's
+// The instance's exports with matmul and matmulT sent to the native kernels for their types, and attention to the native kernels (the same arguments after the memory's
 // base address, which never moves: a shared memory reserves its maximum). Without native kernels, the exports.
 function withNative(k, nat, memory, types) {
   if (!nat) return k;
   const base = nat.base(new Uint8Array(memory.buffer));
   const wasm = k.matmul;
+  const wasmT = k.matmulT;
   return Object.assign({}, k, {
     matmul(type, w, rowBytes, r0, r1, cols, n, x, xStride, aq, ad, as, y, yStride, S, tc) {
       if (types.includes(type)) nat.matmul(base, type, w, rowBytes, r0, r1, cols, n, x, xStride, aq, ad, as, y, yStride, S, tc);
       else wasm(type, w, rowBytes, r0, r1, cols, n, x, xStride, aq, ad, as, y, yStride, S, tc);
+    },
+    matmulT(type, w, rowBytes, rows, cols, t0, t1, x, xStride, y, yStride, S) {
+      if (types.includes(type)) nat.matmulT(base, type, w, rowBytes, rows, cols, t0, t1, x, xStride, y, yStride, S);
+      else wasmT(type, w, rowBytes, rows, cols, t0, t1, x, xStride, y, yStride, S);
     },
     attnAbsorbed(C, K, T, L, R, qc, qp, h0, h1, scale, sc, out) {
       nat.attnAbsorbed(base, C, K, T, L, R, qc, qp, h0, h1, scale, sc, out);

@@ -1,8 +1,9 @@
 /**
- * The native CPU kernels (native/cpu/, a Node addon built at install by scripts/build-native.mjs): the exact integer
- * products of the WebAssembly kernels for Q4_K, Q6_K, Q8_0 and Q5_0 weights and the two attention kernels, compiled
- * for the installing machine's AVX-512, with results equal to the WebAssembly kernels' bit for bit. Where the addon was not built (no compiler, a
- * CPU without AVX-512, another architecture) or `LATENT_CPU_KERNELS=wasm` is set, the backend runs WebAssembly alone.
+ * The native CPU kernels (native/cpu/, a Node addon built at install by scripts/build-native.mjs): the WebAssembly
+ * kernels' exact integer products and transposed f32 product for Q4_K, Q6_K, Q8_0 and Q5_0 weights and their two
+ * attention kernels, compiled for the installing machine's AVX-512, with the WebAssembly kernels' results bit for bit.
+ * Where the addon was not built (no compiler, a CPU without AVX-512, another architecture) or
+ * `LATENT_CPU_KERNELS=wasm` is set, the backend runs WebAssembly alone.
  */
 import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
@@ -33,6 +34,22 @@ export interface NativeKernels {
     yStride: number,
     S: number,
     tc: number,
+  ): void;
+  /** kernels.as `matmulT`'s arguments after the base address (the scratch S is not used) */
+  matmulT(
+    base: number,
+    type: number,
+    w: number,
+    rowBytes: number,
+    rows: number,
+    cols: number,
+    t0: number,
+    t1: number,
+    x: number,
+    xStride: number,
+    y: number,
+    yStride: number,
+    S: number,
   ): void;
   /** kernels.as `attnAbsorbed`'s arguments after the base address (the scratch sc is not used) */
   attnAbsorbed(

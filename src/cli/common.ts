@@ -154,7 +154,7 @@ export function expertLine(store: ExpertStore | undefined): string {
 /** `--cpu-activations` (run, logits, chat, serve, bench cpu): how the cpu backend's integer dots quantize activations. */
 export const CPU_ACTIVATIONS_OPTION = [
   "--cpu-activations <MODE>",
-  "activations of the cpu backend's integer dots: exact (default: 14/16-bit, log-probs within ~1e-4 of the reference on F32 weights) or q8 (opt-in: products of Q4_K weights, and decode products of Q5_0 and Q6_K weights, with 8-bit activations through WebAssembly relaxed SIMD, faster and less exact; docs/cpu-backend.md)",
+  "activations of the cpu backend's integer dots: exact (default: 14/16-bit, log-probs within ~1e-4 of the reference on F32 weights) or q8 (opt-in: products of Q4_K weights, and decode products of Q5_0 and Q6_K weights, with 8-bit activations through WebAssembly relaxed SIMD, faster than exact WebAssembly and less exact; where the native AVX-512 kernels run, exact is faster and q8 falls back to it; docs/cpu-backend.md)",
 ] as const;
 
 /** `flag MODE` checked against its modes (undefined when absent). */

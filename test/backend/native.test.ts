@@ -181,6 +181,18 @@ test("a quantized model on the cpu backend: native kernels give WebAssembly's lo
   assert.deepEqual(run("native"), run("wasm"));
 });
 
+test("q8 activations fall back to exact where the native kernels run, and say so", { skip }, () => {
+  const notes: string[] = [];
+  const be = new CpuBackend({ threads: 1, activations: "q8", onNote: (l) => notes.push(l) });
+  try {
+    assert.equal(be.kernels, "native");
+    assert.equal(be.activations, "exact");
+    assert.match(notes.join("\n"), /q8: the native kernels run exact activations faster; using exact/);
+  } finally {
+    be.close();
+  }
+});
+
 test("kernels must be native or wasm", () => {
   assert.throws(() => new CpuBackend({ threads: 1, kernels: "cuda" as "wasm" }), /native or wasm/);
 });

@@ -16,10 +16,15 @@ import { LatentCache } from "../../src/model/cache.js";
 
 const fr = Math.fround;
 const noRelaxed = relaxedSimdAvailable() ? false : "this V8 has no relaxed SIMD";
-const q8 = new CpuBackend({ threads: 2, activations: "q8" });
-const q8one = new CpuBackend({ threads: 1, activations: "q8" });
+const q8 = new CpuBackend({ threads: 2, activations: "q8", kernels: "wasm" });
+const q8one = new CpuBackend({ threads: 1, activations: "q8", kernels: "wasm" });
 // without the Q5_0R copies: Q5_0 products read the Q5_0 blocks (dotQ5_08)
-const q8nocopy = new CpuBackend({ threads: 2, activations: "q8", copyHeadroom: Number.POSITIVE_INFINITY });
+const q8nocopy = new CpuBackend({
+  threads: 2,
+  activations: "q8",
+  kernels: "wasm",
+  copyHeadroom: Number.POSITIVE_INFINITY,
+});
 after(() => {
   q8.close();
   q8one.close();
@@ -224,7 +229,13 @@ test("q8: Q8_0 keeps the exact path, and Q5_0 products of 3 or more tokens use e
 
 test("q8 without relaxed SIMD: one line on stderr's channel, then the exact path", () => {
   const notes: string[] = [];
-  const be = new CpuBackend({ threads: 1, activations: "q8", relaxedSimd: () => false, onNote: (l) => notes.push(l) });
+  const be = new CpuBackend({
+    threads: 1,
+    activations: "q8",
+    kernels: "wasm",
+    relaxedSimd: () => false,
+    onNote: (l) => notes.push(l),
+  });
   const exact = new CpuBackend({ threads: 1 });
   try {
     assert.equal(be.activations, "exact");
@@ -259,6 +270,7 @@ test("a model on the cpu backend: activations 'exact' gives the default logits b
     const { model, config, backend } = loadModel(path, undefined, {
       backend: "cpu",
       threads: 2,
+      cpuKernels: "wasm", // q8's kernels are WebAssembly's (with the native kernels q8 falls back to exact)
       ...(activations === undefined ? {} : { cpuActivations: activations }),
     });
     try {

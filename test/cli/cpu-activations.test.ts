@@ -11,6 +11,8 @@ import { fixture } from "../gguf/helpers.js";
 import { captureCli } from "../helpers/cli.js";
 
 const M = fixture("ds2-v3-mixed-q");
+// q8's kernels are WebAssembly's: where the native kernels run, the backend falls back to exact (test/backend/native.test.ts)
+process.env.LATENT_CPU_KERNELS = "wasm";
 
 test("run --cpu-activations: exact equals the default, q8 differs and says so in the summary", {
   skip: relaxedSimdAvailable() ? false : "this V8 has no relaxed SIMD",

@@ -545,7 +545,10 @@ class Pool {
 export interface CpuBackendOptions {
   /** threads including the caller's (default: available parallelism) */
   readonly threads?: number;
-  /** activations of the integer dots (default "exact"); "q8" falls back to "exact", said once on stderr, without relaxed SIMD */
+  /**
+   * activations of the integer dots (default "exact"); "q8" falls back to "exact", said once on stderr, without relaxed
+   * SIMD and where the native kernels run (they are faster with exact activations than q8's relaxed-SIMD kernels)
+   */
   readonly activations?: CpuActivations;
   /** whether relaxed SIMD can be used (default: `relaxedSimdAvailable`; tests replace it) */
   readonly relaxedSimd?: () => boolean;
@@ -588,17 +591,23 @@ export class CpuBackend implements MatKernels {
 
   constructor(opts: CpuBackendOptions = {}) {
     this.threads = Math.min(MAX_THREADS, Math.max(1, Math.floor(opts.threads ?? availableParallelism())));
-    this.activations = CpuBackend.effectiveActivations(opts);
-    this.copyHeadroom = opts.copyHeadroom ?? COPY_HEADROOM;
-    this.module = kernelModule(this.activations);
+    const note = opts.onNote ?? ((line: string) => process.stderr.write(`${line}\n`));
     const want = opts.kernels ?? "native";
     if (want !== "native" && want !== "wasm") throw new Error(`kernels must be native or wasm, got "${String(want)}"`);
     this.native = want === "native" ? loadNativeKernels() : undefined;
     this.kernels = this.native === undefined ? "wasm" : "native";
-    if (want === "native" && this.native === undefined && opts.kernels === "native")
-      (opts.onNote ?? ((line: string) => process.stderr.write(`${line}\n`)))(
-        `cpu kernels native: ${nativeUnavailableReason()}; using WebAssembly`,
+    if (opts.kernels === "native" && this.native === undefined)
+      note(`cpu kernels native: ${nativeUnavailableReason()}; using WebAssembly`);
+    this.activations = CpuBackend.effectiveActivations(opts);
+    if (this.activations === "q8" && this.native !== undefined) {
+      // q8 exists for speed; the native kernels' exact products are faster than its relaxed-SIMD ones
+      note(
+        'cpu activations q8: the native kernels run exact activations faster; using exact (kernels "wasm" keeps q8)',
       );
+      this.activations = "exact";
+    }
+    this.copyHeadroom = opts.copyHeadroom ?? COPY_HEADROOM;
+    this.module = kernelModule(this.activations);
     this.name = `${this.kernels === "native" ? "native+wasm-simd" : "wasm-simd"}×${this.threads}${this.activations === "q8" ? " q8" : ""}`;
     this.pool = new Pool(
       this.threads,

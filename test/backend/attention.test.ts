@@ -9,7 +9,13 @@ import assert from "node:assert/strict";
 import { CpuBackend } from "../../src/backend/cpu/fast.js";
 import { Rng } from "../../src/synth/random-blocks.js";
 
-const backends = [new CpuBackend({ threads: 1 }), new CpuBackend({ threads: 2 }), new CpuBackend({ threads: 3 })];
+// the default kernels (native where built) on 1–3 threads, and WebAssembly's alone
+const backends = [
+  new CpuBackend({ threads: 1 }),
+  new CpuBackend({ threads: 2 }),
+  new CpuBackend({ threads: 3 }),
+  new CpuBackend({ threads: 2, kernels: "wasm" }),
+];
 after(() => backends.forEach((b) => b.close()));
 
 function plainAttention(

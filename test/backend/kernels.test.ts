@@ -38,7 +38,13 @@ const SHAPES: readonly [rows: number, cols: number, n: number][] = [
   [64, 1536, 70], // more tokens than the kernel's token tile
 ];
 
-const backends = [new CpuBackend({ threads: 1 }), new CpuBackend({ threads: 2 }), new CpuBackend({ threads: 3 })];
+// the default kernels (native where built) on 1–3 threads, and WebAssembly's alone
+const backends = [
+  new CpuBackend({ threads: 1 }),
+  new CpuBackend({ threads: 2 }),
+  new CpuBackend({ threads: 3 }),
+  new CpuBackend({ threads: 2, kernels: "wasm" }),
+];
 after(() => backends.forEach((b) => b.close()));
 
 function randomVec(len: number, rng: Rng): Float64Array {

@@ -50,7 +50,9 @@ for (const [type, rows, cols] of CASES) {
       const t = median(times.get(s.kernels) ?? []);
       return `${s.kernels} ${((rows * cols * n) / t / 1e9).toFixed(1)} GMAC/s (${(w.data.length / t / 1e9).toFixed(1)} GB/s)`;
     });
-    console.log(`${typeName(type)} ${rows}×${cols}, ${n} token${n > 1 ? "s" : ""}, ${threads} thread(s): ${line.join(", ")}`);
+    console.log(
+      `${typeName(type)} ${rows}×${cols}, ${n} token${n > 1 ? "s" : ""}, ${threads} thread(s): ${line.join(", ")}`,
+    );
   }
 }
 for (const s of sets) s.be.close();

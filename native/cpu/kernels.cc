@@ -99,6 +99,18 @@ inline __m512i dot16(__m512i acc, __m512i w, __m512i a) {
 #endif
 }
 
+/**
+ * Σ of four u8 × s8 products per i32 lane. Without VNNI: vpmaddubsw (pairs into i16, exact here: the u8 operand is at
+ * most 63 and the s8 at most 128 in magnitude, |pair| ≤ 16128) and vpmaddwd against ones.
+ */
+inline __m512i dotBytes(__m512i u, __m512i s) {
+#if defined(__AVX512VNNI__)
+  return _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, s);
+#else
+  return _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1));
+#endif
+}
+
 /** 32 i16 lanes: the first 16 = lo, the last 16 = hi */
 inline __m512i halves16(int16_t lo, int16_t hi) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(lo)), _mm256_set1_epi16(hi), 1);
@@ -536,8 +548,8 @@ void fusedQ4K41(const uint8_t* row0, size_t rowBytes, int nr, const int8_t* piec
                             _mm512_and_si512(_mm512_srli_epi16(h1, 4), m4)};
       __m512i t[4];
       for (int k = 0; k < 4; k++) {
-        const __m512i lo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), z[k], _mm512_loadu_si512(A + 128 * k));
-        const __m512i hi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), z[k], _mm512_loadu_si512(A + 128 * k + 64));
+        const __m512i lo = dotBytes(z[k], _mm512_loadu_si512(A + 128 * k));
+        const __m512i hi = dotBytes(z[k], _mm512_loadu_si512(A + 128 * k + 64));
         t[k] = _mm512_add_epi32(_mm512_slli_epi32(hi, 7), lo);
       }
       // lanes 0–7 of each t: sub-block A's 32 products in 8 lanes, lanes 8–15: B's
@@ -637,8 +649,8 @@ void fusedQ6K41(const uint8_t* row0, size_t rowBytes, int nr, const int8_t* piec
       };
       __m512i t[4];
       for (int k = 0; k < 4; k++) {
-        const __m512i lo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), z[k], _mm512_loadu_si512(A + 128 * k));
-        const __m512i hi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), z[k], _mm512_loadu_si512(A + 128 * k + 64));
+        const __m512i lo = dotBytes(z[k], _mm512_loadu_si512(A + 128 * k));
+        const __m512i hi = dotBytes(z[k], _mm512_loadu_si512(A + 128 * k + 64));
         t[k] = _mm512_add_epi32(_mm512_slli_epi32(hi, 7), lo);
       }
       // group sums of (q − 32)·a, times their scales: |each| ≤ 16·32·8191·128 < 2³¹

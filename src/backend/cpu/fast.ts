@@ -29,7 +29,7 @@ import { KERNELS_Q8_WASM_BASE64 } from "./wasm/kernels-q8.wasm.js";
 import {
   type CpuKernels,
   loadNativeKernels,
-  NATIVE_ADDON,
+  nativeAddonPath,
   NATIVE_TYPES,
   type NativeKernels,
   nativeUnavailableReason,
@@ -614,7 +614,7 @@ export class CpuBackend implements MatKernels {
       this.module,
       this.activations === "q8" ? RELAXED_FLAG : "",
       opts.spin ?? SPIN,
-      this.native === undefined ? "" : NATIVE_ADDON,
+      this.native === undefined ? "" : nativeAddonPath(),
     );
   }
 

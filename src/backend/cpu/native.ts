@@ -91,8 +91,13 @@ export interface NativeKernels {
 /** Which kernels run the CPU backend's exact integer products: "native" where the addon is usable, else "wasm". */
 export type CpuKernels = "native" | "wasm";
 
-/** where the build puts the addon (the package root's native/build), from src/backend/cpu or dist/backend/cpu */
-export const NATIVE_ADDON = fileURLToPath(new URL("../../../native/build/Release/latent_cpu.node", import.meta.url));
+/**
+ * Where the build puts the addon (the package root's native/build), from src/backend/cpu or dist/backend/cpu. A
+ * function, not a constant: this module is also bundled for the browser page, where nothing of node:url may run.
+ */
+export function nativeAddonPath(): string {
+  return fileURLToPath(new URL("../../../native/build/Release/latent_cpu.node", import.meta.url));
+}
 
 /** the ggml types (and Q6_KR = 1014, Q6_K repacked) a native kernel takes */
 export const NATIVE_TYPES: readonly number[] = [6, 8, 12, 14, 1014];
@@ -115,14 +120,15 @@ export function nativeUnavailableReason(): string {
 
 function tryLoad(): { kernels?: NativeKernels; why: string } {
   if (process.env.LATENT_CPU_KERNELS === "wasm") return { why: "LATENT_CPU_KERNELS=wasm" };
-  if (!existsSync(NATIVE_ADDON)) return { why: `not built (${NATIVE_ADDON}; npm run build:native)` };
+  const path = nativeAddonPath();
+  if (!existsSync(path)) return { why: `not built (${path}; npm run build:native)` };
   try {
-    const k = createRequire(import.meta.url)(NATIVE_ADDON) as NativeKernels;
+    const k = createRequire(import.meta.url)(path) as NativeKernels;
     const info = k.info();
     if (info.level === 0) return { why: "built without AVX-512 (the compiler or CPU of the build lacked it)" };
     if (!info.usable) return { why: "built for an instruction set this CPU lacks" };
     return { kernels: k, why: "" };
   } catch (e) {
-    return { why: `cannot load ${NATIVE_ADDON}: ${(e as Error).message}` };
+    return { why: `cannot load ${path}: ${(e as Error).message}` };
   }
 }

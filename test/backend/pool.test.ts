@@ -3,7 +3,7 @@
 // bit-identical to one thread, for single products (row units), matmulMany (cost pieces) and attention (head units).
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
-import { CpuBackend } from "../../src/backend/cpu/fast.js";
+import { CpuBackend, kernelModule, Pool } from "../../src/backend/cpu/fast.js";
 import { QMatrix } from "../../src/tensor/qmatrix.js";
 import { GGMLType } from "../../src/gguf/types.js";
 import { fillRandom, Rng } from "../../src/synth/random-blocks.js";
@@ -51,6 +51,70 @@ test("5000 consecutive parallel jobs on 3 threads equal 1 thread bit for bit (ta
       assert.deepEqual(yb, want.b, `job ${i}: matmulMany`);
     } else if (i % 30 === 2) {
       assert.deepEqual(three.absorbedAttention(C, K, T, L, R, qc, qp, H, 0.5), want.attn, `job ${i}: attention`);
+    }
+  }
+});
+
+test("a unit that throws fails the job with an error instead of leaving the caller waiting", {
+  timeout: 60_000,
+}, () => {
+  const module = kernelModule("exact");
+  const memory = new WebAssembly.Memory({ initial: 17, maximum: 64, shared: true });
+  const inst = new WebAssembly.Instance(module, { env: { memory } }).exports as unknown as Parameters<
+    Pool["run"]
+  >[1][0];
+  for (const threads of [1, 2, 3]) {
+    const pool = new Pool(threads, module, "");
+    try {
+      pool.attach([memory]);
+      // a matmul whose weights lie past the end of the memory: every unit traps, on the caller and in the workers
+      pool.job.set([
+        1,
+        0,
+        GGMLType.Q8_0,
+        60 * 65536,
+        34,
+        64,
+        32,
+        1,
+        0,
+        32,
+        65536,
+        65536 + 64,
+        65536 + 128,
+        65536 + 256,
+        64,
+        8,
+        65536 * 2,
+        4096,
+        64,
+      ]);
+      assert.throws(() => pool.run(2 * threads, [inst]), /a CPU kernel failed/);
+      // the pool still works afterwards: a job whose units all succeed
+      pool.job.set([
+        1,
+        0,
+        GGMLType.Q8_0,
+        65536 * 3,
+        34,
+        0,
+        32,
+        1,
+        0,
+        32,
+        65536,
+        65536 + 64,
+        65536 + 128,
+        65536 + 256,
+        64,
+        8,
+        65536 * 2,
+        4096,
+        64,
+      ]);
+      pool.run(2 * threads, [inst]);
+    } finally {
+      pool.close();
     }
   }
 });

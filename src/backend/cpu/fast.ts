@@ -173,6 +173,8 @@ const UNITS = 30;
 /** control words: the claim word (generation tag in the top 12 bits, next unit in the low 20) and units completed */
 const CLAIM = 2;
 const COMPLETED = 3;
+/** control word: set when a unit of the current job threw */
+const FAILED = 4;
 /** OP_MANY: segment g (one unit) at P[SEG0 + g·SEG] */
 const SEG0 = 32;
 const MAX_THREADS = 64;
@@ -213,7 +215,7 @@ export type CpuActivations = "exact" | "q8";
 export const CPU_ACTIVATIONS: readonly CpuActivations[] = ["exact", "q8"];
 
 const modules = new Map<CpuActivations, WebAssembly.Module>();
-function kernelModule(mode: CpuActivations): WebAssembly.Module {
+export function kernelModule(mode: CpuActivations): WebAssembly.Module {
   let m = modules.get(mode);
   if (m === undefined) {
     const b64 = mode === "q8" ? KERNELS_Q8_WASM_BASE64 : KERNELS_WASM_BASE64;
@@ -402,18 +404,33 @@ function claimAll(C, P, inst, index, tag) {
     const u = w & 0xfffff;
     if (u >= nu) return;
     if (Atomics.compareExchange(C, ${CLAIM}, w, w + 1) !== w) continue;
-    runUnit(inst, P, u, index);
+    // a unit that throws (a kernel's trap, a native kernel without memory) still counts as completed, with the job
+    // marked failed: the caller then throws instead of waiting forever for a thread that died
+    try {
+      runUnit(inst, P, u, index);
+    } catch (e) {
+      Atomics.store(C, ${FAILED}, 1);
+      if (index === 0) failure = e;
+    }
     Atomics.add(C, ${COMPLETED}, 1);
     Atomics.notify(C, ${COMPLETED});
   }
+}
+let failure;
+function takeFailure() {
+  const e = failure;
+  failure = undefined;
+  return e;
 }
 `;
 
 type UnitFns = {
   claimAll(C: Int32Array, P: Float64Array, inst: readonly KernelExports[], index: number, tag: number): void;
+  /** what a unit of the caller's threw in the last job (undefined when none did), cleared */
+  takeFailure(): unknown;
   withNative(k: KernelExports, nat: NativeKernels, memory: WebAssembly.Memory, types: readonly number[]): KernelExports;
 };
-const mainUnits = new Function(`${UNIT_SOURCE}; return { claimAll, withNative };`)() as UnitFns;
+const mainUnits = new Function(`${UNIT_SOURCE}; return { claimAll, withNative, takeFailure };`)() as UnitFns;
 
 const WORKER_SOURCE = String.raw`
 const { workerData, receiveMessageOnPort } = require("node:worker_threads");
@@ -449,8 +466,8 @@ for (;;) {
 }
 `;
 
-/** worker_threads sharing the arenas; thread 0 is the caller. */
-class Pool {
+/** worker_threads sharing the arenas; thread 0 is the caller. Exported for the pool's own tests. */
+export class Pool {
   private readonly ctl = new Int32Array(new SharedArrayBuffer(64));
   readonly job = new Float64Array(new SharedArrayBuffer((SEG0 + MAX_SEGS * SEG) * 8));
   private readonly workers: Worker[] = [];
@@ -518,6 +535,7 @@ class Pool {
     const gen = (Atomics.load(C, GEN) + 1) | 0;
     const tag = (gen & 0xfff) << 20;
     Atomics.store(C, COMPLETED, 0);
+    Atomics.store(C, FAILED, 0);
     Atomics.store(C, CLAIM, tag);
     if (this.workers.length > 0) {
       Atomics.store(C, GEN, gen);
@@ -529,6 +547,11 @@ class Pool {
       const d = Atomics.load(C, COMPLETED);
       if (d >= units) break;
       if (++s > this.spin) Atomics.wait(C, COMPLETED, d, 50);
+    }
+    const mine = mainUnits.takeFailure();
+    if (Atomics.load(C, FAILED) !== 0) {
+      if (mine instanceof Error) throw new Error(`a CPU kernel failed: ${mine.message}`, { cause: mine });
+      throw new Error("a CPU kernel failed in a worker thread");
     }
   }
 

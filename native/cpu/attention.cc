@@ -4,15 +4,12 @@
 // uses the same table-driven exp (exp-table.h) in f64. What changes is the width: four queries' lanes share a 512-bit
 // register, several keys (or output columns) run at once, so the additions that must stay in order overlap.
 #include <math.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "kernels.h"
-
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__)
-#include <immintrin.h>
 
 #include "exp-table.h"
+#include "kernels.h"
+#include "simd.h"
+
+#if LATENT_AVX512
 
 namespace latent {
 namespace {
@@ -188,22 +185,8 @@ void weighted(const float* X, size_t xs, int T, int W, const float* pA, const fl
   }
 }
 
-struct Scratch {
-  float* p = nullptr;
-  size_t n = 0;
-  ~Scratch() { free(p); }
-  float* get(size_t floats) {
-    if (floats > n) {
-      free(p);
-      n = floats + floats / 2 + 64;
-      p = static_cast<float*>(aligned_alloc(64, ((n * 4 + 63) / 64) * 64));
-      if (p == nullptr) n = 0;
-    }
-    return p;
-  }
-};
-thread_local Scratch scores;
-thread_local Scratch queries;
+thread_local detail::Scratch scores;
+thread_local detail::Scratch queries;
 
 /** the g ≤ 4 queries' values interleaved per four (Q4 layout of dot4Keys), n values each; copies of query 0 pad g < 4 */
 void interleave(const float* const* q, int n, float* Q4) {
@@ -220,10 +203,10 @@ void interleave(const float* const* q, int n, float* Q4) {
 bool attendGroup(const float* A, size_t as, const float* B, size_t bs, int L, int R, const float* QA, size_t qas, const float* QB,
                  size_t qbs, int g, int nk0, int step, float scale, const float* Vr, size_t vs, int Vd, float* out, size_t os) {
   const int T = nk0 + (g - 1) * step;
-  float* sc = scores.get(size_t(4) * T + 16);
+  float* sc = reinterpret_cast<float*>(scores.get((size_t(4) * T + 16) * 4));
   if (sc == nullptr) return false;
   if (g == 4) {
-    float* Q4 = queries.get(size_t(L + R) * 4 + 32);
+    float* Q4 = reinterpret_cast<float*>(queries.get((size_t(L + R) * 4 + 32) * 4));
     if (Q4 == nullptr) return false;
     const float* qa[4] = {QA, QA + qas, QA + 2 * qas, QA + 3 * qas};
     const float* qb[4] = {QB, QB + qbs, QB + 2 * qbs, QB + 3 * qbs};

@@ -72,13 +72,7 @@ void fusedQ4K41(const uint8_t* row0, size_t rowBytes, int nr, const int8_t* piec
       // lanes 0–7 of each t: sub-block A's 32 products in 8 lanes, lanes 8–15: B's
       const __m512i w = quads(t[0], t[1], t[2], t[3]);
       const __m256i S = _mm512_castsi512_si256(foldQuarters(w, w));
-      // kernels.as scalesMinsQ4K: bytes 0..7 the scales, 8..15 the mins
-      const __m128i L = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 4));
-      const __m128i lo = _mm_and_si128(L, _mm_set1_epi32(0x3f3f3f3f));
-      const __m128i x = _mm_and_si128(_mm_unpacklo_epi32(_mm_shuffle_epi32(L, 0xaa), _mm_shuffle_epi32(_mm_srli_epi32(L, 4), 0xaa)),
-                                      _mm_set1_epi32(0x0f0f0f0f));
-      const __m128i y = _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(L, 6), _mm_set1_epi32(0x03030303)), 4);
-      const __m128i sm = _mm_unpacklo_epi32(lo, _mm_or_si128(x, y));
+      const __m128i sm = scalesMinsQ4K(p);
       P[r] = _mm256_mullo_epi32(S, _mm256_cvtepu8_epi32(_mm_shuffle_epi8(sm, order)));
       Q[r] = _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8)), AS);
     }

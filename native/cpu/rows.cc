@@ -23,13 +23,7 @@ void unpackQ4K(const uint8_t* row, int nb, const RowOut& o) {
     const uint32_t dd = load32(p);
     o.d[b * o.stride] = f16(dd & 0xffff);
     o.dm[b * o.stride] = f16(dd >> 16);
-    // kernels.as scalesMinsQ4K: bytes 0..7 = the eight 6-bit scales, 8..15 = the eight mins (ggml's masks)
-    const __m128i L = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 4));
-    const __m128i lo = _mm_and_si128(L, _mm_set1_epi32(0x3f3f3f3f));
-    const __m128i x = _mm_and_si128(_mm_unpacklo_epi32(_mm_shuffle_epi32(L, 0xaa), _mm_shuffle_epi32(_mm_srli_epi32(L, 4), 0xaa)),
-                                    _mm_set1_epi32(0x0f0f0f0f));
-    const __m128i y = _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(L, 6), _mm_set1_epi32(0x03030303)), 4);
-    const __m128i sm = _mm_unpacklo_epi32(lo, _mm_or_si128(x, y));
+    const __m128i sm = scalesMinsQ4K(p);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.mn + size_t(b) * 8), _mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8)));
     const __m512i SC = _mm512_broadcast_i32x4(sm);
     int16_t* q = o.q + size_t(b) * 256;

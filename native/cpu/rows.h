@@ -22,20 +22,6 @@ struct Group {
   int32_t* mn[4];
 };
 
-struct Scratch {
-  uint8_t* p = nullptr;
-  size_t size = 0;
-  ~Scratch() { free(p); }
-  uint8_t* get(size_t bytes) {
-    if (bytes > size) {
-      free(p);
-      size = round64(bytes + (bytes >> 1));
-      p = static_cast<uint8_t*>(aligned_alloc(64, size));
-      if (p == nullptr) size = 0;
-    }
-    return p;
-  }
-};
 /** the calling thread's scratch (rows, token tables) */
 extern thread_local Scratch scratch;
 

@@ -2,6 +2,7 @@
 // prefetch distances and the exact reductions across lanes. Internal (namespace latent::detail).
 #pragma once
 #include <stddef.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -91,7 +92,37 @@ inline void prefetchBlock(const uint8_t* p, size_t bytes) {
   for (size_t o = 0; o < bytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + PREFETCH + o), _MM_HINT_T0);
 }
 
+/**
+ * kernels.as scalesMinsQ4K: a Q4_K block's eight 6-bit scales (bytes 0..7) and eight mins (8..15), cut from its 12
+ * scale bytes with ggml's 32-bit masks (reads 16 bytes from p + 4: the last 4 are the block's first quants, unused)
+ */
+inline __m128i scalesMinsQ4K(const uint8_t* p) {
+  const __m128i L = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 4));
+  const __m128i lo = _mm_and_si128(L, _mm_set1_epi32(0x3f3f3f3f));
+  const __m128i x = _mm_and_si128(_mm_unpacklo_epi32(_mm_shuffle_epi32(L, 0xaa), _mm_shuffle_epi32(_mm_srli_epi32(L, 4), 0xaa)),
+                                  _mm_set1_epi32(0x0f0f0f0f));
+  const __m128i y = _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(L, 6), _mm_set1_epi32(0x03030303)), 4);
+  return _mm_unpacklo_epi32(lo, _mm_or_si128(x, y));
+}
+
 inline size_t round64(size_t x) { return (x + 63) & ~static_cast<size_t>(63); }
+
+/** a growing, 64-byte-aligned buffer (each thread keeps its own: thread_local) */
+struct Scratch {
+  uint8_t* p = nullptr;
+  size_t size = 0;
+  ~Scratch() { free(p); }
+  uint8_t* get(size_t bytes) {
+    if (bytes > size) {
+      free(p);
+      size = round64(bytes + (bytes >> 1));
+      p = static_cast<uint8_t*>(aligned_alloc(64, size));
+      if (p == nullptr) size = 0;
+    }
+    return p;
+  }
+};
+
 
 #ifndef LATENT_FUSED_AHEAD
 #define LATENT_FUSED_AHEAD 1

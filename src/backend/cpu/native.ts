@@ -8,6 +8,10 @@
 import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
 import { fileURLToPath } from "node:url";
+import type { KernelExports } from "./kernel-exports.js";
+
+/** a kernel's WebAssembly signature with the shared memory's base address first */
+type WithBase<F> = F extends (...args: infer A) => infer R ? (base: number, ...args: A) => R : never;
 
 export interface NativeKernels {
   /** level: 2 = AVX-512 + VNNI, 1 = AVX-512, 0 = built without vector kernels; usable: this CPU runs what was built */
@@ -15,77 +19,11 @@ export interface NativeKernels {
   supports(type: number): boolean;
   /** the address of the view's first byte (a shared WebAssembly memory's buffer) */
   base(view: Uint8Array): number;
-  /** kernels.as `matmul`'s arguments, after the memory's base address */
-  matmul(
-    base: number,
-    type: number,
-    w: number,
-    rowBytes: number,
-    r0: number,
-    r1: number,
-    cols: number,
-    n: number,
-    x: number,
-    xStride: number,
-    aq: number,
-    ad: number,
-    as: number,
-    y: number,
-    yStride: number,
-    S: number,
-    tc: number,
-  ): void;
-  /** kernels.as `matmulT`'s arguments after the base address (the scratch S is not used) */
-  matmulT(
-    base: number,
-    type: number,
-    w: number,
-    rowBytes: number,
-    rows: number,
-    cols: number,
-    t0: number,
-    t1: number,
-    x: number,
-    xStride: number,
-    y: number,
-    yStride: number,
-    S: number,
-  ): void;
-  /** kernels.as `attnAbsorbed`'s arguments after the base address (the scratch sc is not used) */
-  attnAbsorbed(
-    base: number,
-    C: number,
-    K: number,
-    T: number,
-    L: number,
-    R: number,
-    qc: number,
-    qp: number,
-    h0: number,
-    h1: number,
-    scale: number,
-    sc: number,
-    out: number,
-  ): void;
-  /** kernels.as `attnPrefill`'s arguments after the base address (the scratch sc is not used) */
-  attnPrefill(
-    base: number,
-    kNope: number,
-    kPe: number,
-    v: number,
-    q: number,
-    n: number,
-    pos0: number,
-    H: number,
-    P: number,
-    R: number,
-    V: number,
-    h0: number,
-    h1: number,
-    scale: number,
-    sc: number,
-    out: number,
-  ): void;
+  /** kernels.as's kernels of the same names: the same arguments (scratch offsets unused), the same result bits */
+  matmul: WithBase<KernelExports["matmul"]>;
+  matmulT: WithBase<KernelExports["matmulT"]>;
+  attnAbsorbed: WithBase<KernelExports["attnAbsorbed"]>;
+  attnPrefill: WithBase<KernelExports["attnPrefill"]>;
 }
 
 /** Which kernels run the CPU backend's exact integer products: "native" where the addon is usable, else "wasm". */

@@ -2,12 +2,14 @@
  * The fast CPU backend: WebAssembly SIMD matrix kernels (src/backend/cpu/wasm/kernels.as) over weights kept in shared
  * WebAssembly memories ("arenas", SharedArrayBuffers of at most 4 GiB each), run in parallel by a pool of
  * worker_threads. The main thread quantizes the activations, hands out row ranges (or, for the transposed product,
- * token ranges), does its own share and waits on an Atomics counter: the forward stays synchronous.
+ * token ranges), does its own share and waits on an Atomics counter: the forward stays synchronous. Where the native
+ * addon is built (native.ts), its AVX-512 kernels take the products of their types and the attention, on the same
+ * memory with the same arguments, and give the same bits.
  *
- * Numerics: quantized weights use integer dot products against activations quantized to 8 bits (kept as i16) per
- * block, ggml-style (Q8_K: one scale per 256 values for K quants and IQ4_XS; Q8_0: one per 32 for Q8_0, Q4_0, Q5_0,
- * IQ4_NL); F32/F16 weights use f32 activations; sums are f32. Types without a fast kernel (and odd shapes) fall back
- * to the plain kernels, per call.
+ * Numerics: quantized weights use integer dot products against activations quantized per block to integers kept as
+ * i16 (|q| ≤ 8191 with one scale per 256 values for K quants and IQ4_XS; ≤ 32767 with one per 32 for Q8_0, Q4_0,
+ * Q5_0, IQ4_NL; q8 mode: one int8); F32/F16 weights use f32 activations; sums are f32. Types without a fast kernel
+ * (and odd shapes) fall back to the plain kernels, per call.
  */
 import { Worker, MessageChannel } from "node:worker_threads";
 import { availableParallelism } from "node:os";

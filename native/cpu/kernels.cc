@@ -1,12 +1,12 @@
-// The exact-activation integer products of kernels.as (see kernels.h), for AVX-512. Compiled with the build
-// machine's instruction set (-march=native) and without floating-point contraction (-ffp-contract=off): every f32
-// operation rounds as WebAssembly's does, so results equal the WebAssembly kernels' bit for bit.
+// The exact-activation integer products of kernels.as (see kernels.h), for AVX-512: the driver. Compiled with the
+// build machine's instruction set (-march=native) and without floating-point contraction (-ffp-contract=off): every
+// f32 operation rounds as WebAssembly's does, so results equal the WebAssembly kernels' bit for bit.
 //
-// Shape of the work: rows are unpacked a few at a time into a per-thread scratch (integer weights with their
-// sub-block scales folded in, i16; float scales per block; integer mins), then dotted with the tokens' quantized
-// activations (i16) by vpdpwssd (or vpmaddwd + vpaddd without VNNI): 32 multiply-adds an instruction, where
-// WebAssembly SIMD's i32x4.dot_i16x8_s does 8. Per block the integer sums are reduced exactly (i32 where they fit,
-// i64 for Q6_K's wider range) and the block's f32 term is added in block order.
+// Fewer than four tokens (decode) go to the fused kernels of decode.cc, which read each weight once. Four tokens and
+// more unpack four rows at a time into the thread's scratch (integer weights with their sub-block scales folded in,
+// i16; float scales per block; integer mins; rows.cc) and run the tiles of prefill.cc: vpdpwssd, 32 multiply-adds an
+// instruction where WebAssembly SIMD's i32x4.dot_i16x8_s does 8. Per block the integer sums are reduced exactly (i32
+// where they fit, i64 for Q6_K's wider range) and the block's f32 term is added in block order.
 #include "kernels.h"
 
 #include "kernels-internal.h"

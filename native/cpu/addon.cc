@@ -30,17 +30,14 @@ napi_value Info(napi_env env, napi_callback_info) {
   return o;
 }
 
-/** supports(type): whether the type has a kernel here */
-napi_value Supports(napi_env env, napi_callback_info info) {
-  size_t argc = 1;
-  napi_value argv[1];
-  int32_t type = -1;
-  if (napi_get_cb_info(env, info, &argc, argv, nullptr, nullptr) != napi_ok || argc < 1 ||
-      napi_get_value_int32(env, argv[0], &type) != napi_ok)
-    return Throw(env, "supports(type): a number");
-  napi_value r;
-  napi_get_boolean(env, latent::supportsType(type), &r);
-  return r;
+/** types(): the ggml type ids the native products take */
+napi_value Types(napi_env env, napi_callback_info) {
+  int count = 0;
+  const int* types = latent::nativeTypes(&count);
+  napi_value a;
+  napi_create_array_with_length(env, size_t(count), &a);
+  for (int i = 0; i < count; i++) napi_set_element(env, a, uint32_t(i), Number(env, types[i]));
+  return a;
 }
 
 /** base(view): the address of a typed array's first byte (a shared WebAssembly memory's buffer), as a number */
@@ -134,7 +131,7 @@ napi_value AttnPrefill(napi_env env, napi_callback_info info) {
 NAPI_MODULE_INIT() {
   const napi_property_descriptor fns[] = {
       {"info", nullptr, Info, nullptr, nullptr, nullptr, napi_enumerable, nullptr},
-      {"supports", nullptr, Supports, nullptr, nullptr, nullptr, napi_enumerable, nullptr},
+      {"types", nullptr, Types, nullptr, nullptr, nullptr, napi_enumerable, nullptr},
       {"base", nullptr, Base, nullptr, nullptr, nullptr, napi_enumerable, nullptr},
       {"matmul", nullptr, Matmul, nullptr, nullptr, nullptr, napi_enumerable, nullptr},
       {"matmulT", nullptr, MatmulT, nullptr, nullptr, nullptr, napi_enumerable, nullptr},

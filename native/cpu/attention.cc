@@ -14,16 +14,9 @@
 namespace latent {
 namespace {
 
-inline double f64From(uint64_t u) {
-  double d;
-  memcpy(&d, &u, 8);
-  return d;
-}
-inline uint64_t bitsOf(double d) {
-  uint64_t u;
-  memcpy(&u, &d, 8);
-  return u;
-}
+using detail::bitCast;
+inline double f64From(uint64_t u) { return bitCast<double>(u); }
+inline uint64_t bitsOf(double d) { return bitCast<uint64_t>(d); }
 
 /** AssemblyScript's NativeMath.exp (the table-driven exp of ARM's optimized routines, without FMA), operation by operation */
 double expLut(double x) {

@@ -39,6 +39,13 @@ bool cpuSupportsCompiled() {
 #endif
 }
 
+static const int NATIVE_TYPES[] = {Q5_0, Q8_0, Q4_K, Q6_K};
+
+const int* nativeTypes(int* count) {
+  *count = LATENT_AVX512 ? int(sizeof(NATIVE_TYPES) / sizeof(NATIVE_TYPES[0])) : 0;
+  return NATIVE_TYPES;
+}
+
 bool supportsType(int type) { return LATENT_AVX512 && (kClass(type) || c32Class(type)); }
 
 #if LATENT_AVX512

@@ -12,8 +12,11 @@ int compiledLevel();
 /** whether this CPU runs what compiledLevel() needs (checked before any kernel runs) */
 bool cpuSupportsCompiled();
 
-/** whether `type` (ggml id, or the internal Q6_KR = 1014) has a kernel here */
+/** whether `type` (a ggml id) has a kernel here */
 bool supportsType(int type);
+
+/** the ggml ids with kernels here (what the addon's `types()` reports), `count` of them; none without AVX-512 */
+const int* nativeTypes(int* count);
 
 /**
  * kernels.as `matmul` for rows r0 ≤ r < r1 and n tokens (tokens in chunks of tc), exact activations:

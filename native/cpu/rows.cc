@@ -78,25 +78,6 @@ void unpackQ6K(const uint8_t* row, int nb, const RowOut& o) {
   }
 }
 
-// Q6_KR (kernels.as repackQ6K): f32 d, 16 i8 scales, 256 i8 values q − 32 in order
-void unpackQ6KR(const uint8_t* row, int nb, const RowOut& o) {
-  const __m512i pi[8] = {pairIndex(0), pairIndex(1), pairIndex(2), pairIndex(3), pairIndex(4), pairIndex(5), pairIndex(6), pairIndex(7)};
-  for (int b = 0; b < nb; b++) {
-    const uint8_t* p = row + size_t(b) * 276;
-    prefetchBlock(p, 276);
-    float d;
-    memcpy(&d, p, 4);
-    o.d[b * o.stride] = d;
-    o.dm[b * o.stride] = 0;
-    const __m512i S = scalePairs16(reinterpret_cast<const int8_t*>(p + 4));
-    int16_t* q = o.q + size_t(b) * 256;
-    for (int g = 0; g < 8; g++) {
-      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 20 + 32 * g));
-      _mm512_store_si512(q + 32 * g, _mm512_mullo_epi16(_mm512_cvtepi8_epi16(x), _mm512_permutexvar_epi16(pi[g], S)));
-    }
-  }
-}
-
 void unpackQ8_0(const uint8_t* row, int nb, const RowOut& o) {
   for (int b = 0; b < nb; b++) {
     const uint8_t* p = row + size_t(b) * 34;
@@ -132,9 +113,6 @@ void unpackRow(int type, const uint8_t* row, int nb, const RowOut& o) {
       break;
     case Q6_K:
       unpackQ6K(row, nb, o);
-      break;
-    case Q6_KR:
-      unpackQ6KR(row, nb, o);
       break;
     case Q8_0:
       unpackQ8_0(row, nb, o);

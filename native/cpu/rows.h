@@ -52,7 +52,7 @@ struct RowOut {
 // i16 lanes = byte s of a 16-byte pattern repeated in each 128-bit lane (vpshufb; 0x80 zeroes the high byte)
 inline __m512i byteIndex16(int s) { return _mm512_set1_epi16(int16_t(0x8000 | s)); }
 
-/** one row of `nb` blocks of `type` (Q4_K, Q6_K, Q6_KR, Q8_0, Q5_0) into `o`, as kernels.as's unpackers */
+/** one row of `nb` blocks of `type` (Q4_K, Q6_K, Q8_0, Q5_0) into `o`, as kernels.as's unpackers */
 void unpackRow(int type, const uint8_t* row, int nb, const RowOut& o);
 
 #endif  // LATENT_AVX512

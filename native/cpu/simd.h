@@ -16,32 +16,29 @@
 namespace latent {
 namespace detail {
 
-// ggml type ids (and kernels.as's internal Q6_KR: Q6_K repacked, 276 bytes per 256 values)
+// ggml type ids: the types with native kernels (kernels.cc NATIVE_TYPES lists them for the addon)
 constexpr int Q5_0 = 6;
 constexpr int Q8_0 = 8;
 constexpr int Q4_K = 12;
 constexpr int Q6_K = 14;
-constexpr int Q6_KR = 1014;
 
-inline bool kClass(int type) { return type == Q4_K || type == Q6_K || type == Q6_KR; }
+inline bool kClass(int type) { return type == Q4_K || type == Q6_K; }
 inline bool c32Class(int type) { return type == Q8_0 || type == Q5_0; }
 
 #if LATENT_AVX512
 
-inline float bitsToF32(uint32_t u) {
-  float f;
-  memcpy(&f, &u, 4);
-  return f;
-}
-inline uint32_t f32ToBits(float f) {
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  return u;
+/** the same bits as another type of the same size (float ↔ uint32_t, double ↔ uint64_t) */
+template <typename To, typename From>
+inline To bitCast(From v) {
+  static_assert(sizeof(To) == sizeof(From), "bitCast between types of one size");
+  To t;
+  memcpy(&t, &v, sizeof(To));
+  return t;
 }
 /** kernels.as's f16: the magnitude's bits moved into place and scaled by 2^112, then the sign (same bits for every input) */
 inline float f16(uint32_t h) {
-  const float f = bitsToF32((h & 0x7fff) << 13) * 5.192296858534828e33f;
-  return bitsToF32(f32ToBits(f) | ((h & 0x8000) << 16));
+  const float f = bitCast<float>((h & 0x7fff) << 13) * 5.192296858534828e33f;
+  return bitCast<float>(bitCast<uint32_t>(f) | ((h & 0x8000) << 16));
 }
 inline uint32_t load16(const uint8_t* p) {
   uint16_t v;

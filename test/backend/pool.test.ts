@@ -55,6 +55,19 @@ test("5000 consecutive parallel jobs on 3 threads equal 1 thread bit for bit (ta
   }
 });
 
+/**
+ * The job words of a Q8_0 matmul (OP_MATMUL, arena 0): `rows` rows of 32 columns at byte `w`, one token, activations,
+ * scales and outputs at fixed offsets past 64 KiB (fast.ts runUnit reads P[2..17]).
+ */
+function q8Job(w: number, rows: number): number[] {
+  const aq = 65536,
+    ad = aq + 64,
+    as = aq + 128,
+    y = aq + 256,
+    S = 2 * 65536;
+  return [1, 0, GGMLType.Q8_0, w, 34, rows, 32, 1, 0, 32, aq, ad, as, y, 64, 8, S, 4096];
+}
+
 test("a unit that throws fails the job with an error instead of leaving the caller waiting", {
   timeout: 60_000,
 }, () => {
@@ -63,56 +76,32 @@ test("a unit that throws fails the job with an error instead of leaving the call
   const inst = new WebAssembly.Instance(module, { env: { memory } }).exports as unknown as Parameters<
     Pool["run"]
   >[1][0];
+  // 64 rows of one Q8_0 block (d = 1.0, random values) at 3·64 KiB, one token of i16 activations with scale 1
+  const rng = new Rng(5, "pool-failure");
+  const bytes = new Uint8Array(memory.buffer);
+  const W = 3 * 65536;
+  const q = Int8Array.from({ length: 64 * 32 }, () => (rng.u32() % 255) - 127);
+  for (let r = 0; r < 64; r++) {
+    bytes.set([0x00, 0x3c], W + r * 34);
+    bytes.set(new Uint8Array(q.buffer, r * 32, 32), W + r * 34 + 2);
+  }
+  const a = Int16Array.from({ length: 32 }, () => (rng.u32() % 65535) - 32767);
+  new Int16Array(memory.buffer, 65536, 32).set(a);
+  new Float32Array(memory.buffer, 65536 + 64, 1)[0] = 1;
+  const want = Array.from({ length: 64 }, (_, r) => Math.fround(a.reduce((t, v, i) => t + v * q[r * 32 + i], 0)));
   for (const threads of [1, 2, 3]) {
     const pool = new Pool(threads, module, "");
     try {
       pool.attach([memory]);
-      // a matmul whose weights lie past the end of the memory: every unit traps, on the caller and in the workers
-      pool.job.set([
-        1,
-        0,
-        GGMLType.Q8_0,
-        60 * 65536,
-        34,
-        64,
-        32,
-        1,
-        0,
-        32,
-        65536,
-        65536 + 64,
-        65536 + 128,
-        65536 + 256,
-        64,
-        8,
-        65536 * 2,
-        4096,
-        64,
-      ]);
+      // weights past the end of the memory: every unit traps, on the caller and in the workers
+      pool.job.set(q8Job(60 * 65536, 64));
       assert.throws(() => pool.run(2 * threads, [inst]), /a CPU kernel failed/);
-      // the pool still works afterwards: a job whose units all succeed
-      pool.job.set([
-        1,
-        0,
-        GGMLType.Q8_0,
-        65536 * 3,
-        34,
-        0,
-        32,
-        1,
-        0,
-        32,
-        65536,
-        65536 + 64,
-        65536 + 128,
-        65536 + 256,
-        64,
-        8,
-        65536 * 2,
-        4096,
-        64,
-      ]);
+      // the pool still works afterwards: every row computed (exact integer sums, rounded once to f32)
+      const y = new Float32Array(memory.buffer, 65536 + 256, 64);
+      y.fill(Number.NaN);
+      pool.job.set(q8Job(W, 64));
       pool.run(2 * threads, [inst]);
+      assert.deepEqual(Array.from(y), want, `${threads} thread(s)`);
     } finally {
       pool.close();
     }

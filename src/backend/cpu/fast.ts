@@ -33,7 +33,6 @@ import {
   type CpuKernels,
   loadNativeKernels,
   nativeAddonPath,
-  NATIVE_TYPES,
   type NativeKernels,
   nativeUnavailableReason,
 } from "./native.js";
@@ -144,7 +143,7 @@ export function kernelModule(mode: CpuActivations): WebAssembly.Module {
 
 function instantiate(module: WebAssembly.Module, memory: WebAssembly.Memory, native?: NativeKernels): KernelExports {
   const k = new WebAssembly.Instance(module, { env: { memory } }).exports as unknown as KernelExports;
-  return native === undefined ? k : mainUnits.withNative(k, native, memory, NATIVE_TYPES);
+  return native === undefined ? k : mainUnits.withNative(k, native, memory, native.types());
 }
 
 /** the V8 flag behind which Node 20 compiles relaxed SIMD (set in every worker of a q8 pool too) */
@@ -351,8 +350,9 @@ const mainUnits = new Function(`${UNIT_SOURCE}; return { claimAll, withNative, t
 
 const WORKER_SOURCE = String.raw`
 const { workerData, receiveMessageOnPort } = require("node:worker_threads");
-const { module, ctl, job, index, port, spin, flags, nativePath, nativeTypes } = workerData;
+const { module, ctl, job, index, port, spin, flags, nativePath } = workerData;
 const nat = nativePath ? require(nativePath) : null;
+const nativeTypes = nat ? nat.types() : [];
 // the q8 kernels' module is compiled with relaxed SIMD: its V8 flag, set here too before any instance is made
 if (flags) require("node:v8").setFlagsFromString(flags);
 const C = new Int32Array(ctl);
@@ -412,7 +412,6 @@ export class Pool {
           port: ch.port2,
           spin,
           nativePath,
-          nativeTypes: NATIVE_TYPES,
         },
         transferList: [ch.port2],
       });
@@ -538,14 +537,7 @@ export class CpuBackend implements MatKernels {
     this.kernels = this.native === undefined ? "wasm" : "native";
     if (opts.kernels === "native" && this.native === undefined)
       note(`cpu kernels native: ${nativeUnavailableReason()}; using WebAssembly`);
-    this.activations = CpuBackend.effectiveActivations(opts);
-    if (this.activations === "q8" && this.native !== undefined) {
-      // q8 exists for speed; the native kernels' exact products are faster than its relaxed-SIMD ones
-      note(
-        'cpu activations q8: the native kernels run exact activations faster; using exact (kernels "wasm" keeps q8)',
-      );
-      this.activations = "exact";
-    }
+    this.activations = CpuBackend.effectiveActivations(opts, this.native !== undefined, note);
     this.copyHeadroom = opts.copyHeadroom ?? COPY_HEADROOM;
     this.module = kernelModule(this.activations);
     this.name = `${this.kernels === "native" ? "native+wasm-simd" : "wasm-simd"}×${this.threads}${this.activations === "q8" ? " q8" : ""}`;
@@ -558,12 +550,21 @@ export class CpuBackend implements MatKernels {
     );
   }
 
-  private static effectiveActivations(opts: CpuBackendOptions): CpuActivations {
+  private static effectiveActivations(
+    opts: CpuBackendOptions,
+    native: boolean,
+    note: (line: string) => void,
+  ): CpuActivations {
     const want = opts.activations ?? "exact";
     if (!CPU_ACTIVATIONS.includes(want)) throw new Error(`activations must be exact or q8, got "${String(want)}"`);
-    if (want !== "q8" || (opts.relaxedSimd ?? relaxedSimdAvailable)()) return want;
-    const note = opts.onNote ?? ((line: string) => process.stderr.write(`${line}\n`));
-    note("cpu activations q8: WebAssembly relaxed SIMD is not available on this Node/V8; using exact activations");
+    if (want !== "q8") return want;
+    // q8 exists for speed: the native kernels' exact products are faster than its relaxed-SIMD ones
+    if (native)
+      note(
+        'cpu activations q8: the native kernels run exact activations faster; using exact (kernels "wasm" keeps q8)',
+      );
+    else if ((opts.relaxedSimd ?? relaxedSimdAvailable)()) return want;
+    else note("cpu activations q8: WebAssembly relaxed SIMD is not available on this Node/V8; using exact activations");
     return "exact";
   }
 
@@ -650,9 +651,8 @@ export class CpuBackend implements MatKernels {
 
   private resolveExact(w: QMatrix, n: number): [Arena, number, number, number] {
     const [a, wp] = this.locate(w);
-    // the native kernels read Q6_K itself faster than the repacked copy (fewer bytes); q8 mode's relaxed kernels want the copy
-    if (w.type !== 14 || n > 2 || (this.native !== undefined && this.activations === "exact"))
-      return [a, wp, w.type, w.rowBytes];
+    // the native kernels read Q6_K itself faster than the repacked copy (fewer bytes): no copy beside them
+    if (w.type !== 14 || n > 2 || this.native !== undefined) return [a, wp, w.type, w.rowBytes];
     const key = `${a.index}:${wp}:${w.rows}`;
     let rp = this.q6kr.get(key);
     if (rp === undefined) {

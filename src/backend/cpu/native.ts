@@ -16,7 +16,8 @@ type WithBase<F> = F extends (...args: infer A) => infer R ? (base: number, ...a
 export interface NativeKernels {
   /** level: 2 = AVX-512 + VNNI, 1 = AVX-512, 0 = built without vector kernels; usable: this CPU runs what was built */
   info(): { level: number; usable: boolean };
-  supports(type: number): boolean;
+  /** the ggml type ids the native products take (Q4_K, Q6_K, Q8_0, Q5_0) */
+  types(): number[];
   /** the address of the view's first byte (a shared WebAssembly memory's buffer) */
   base(view: Uint8Array): number;
   /** kernels.as's kernels of the same names: the same arguments (scratch offsets unused), the same result bits */
@@ -36,9 +37,6 @@ export type CpuKernels = "native" | "wasm";
 export function nativeAddonPath(): string {
   return fileURLToPath(new URL("../../../native/build/Release/latent_cpu.node", import.meta.url));
 }
-
-/** the ggml types (and Q6_KR = 1014, Q6_K repacked) a native kernel takes */
-export const NATIVE_TYPES: readonly number[] = [6, 8, 12, 14, 1014];
 
 let loaded: { kernels?: NativeKernels; why: string } | undefined;
 

@@ -98,7 +98,7 @@ for (const [tune, inSuite] of tunings) {
     skip: sweepSkip(skip, inSuite),
   }, async () => {
     const cases = LONG_SWEEPS ? PLAIN : PLAIN.slice(0, 5);
-    await checkPlainProducts(runtime(tune), new Rng(301 + name.length), cases, { kernel: Q8, dual: true, q8: true });
+    await checkPlainProducts(runtime(tune), new Rng(301 + name.length), cases, { kernel: Q8, dual: true, q8: true, xq8: true });
   });
 
   test(`q8 register-tiled per-head batch form and row pieces ${name}`, { skip: sweepSkip(skip, inSuite) }, async () => {
@@ -113,6 +113,7 @@ for (const [tune, inSuite] of tunings) {
       kernel: Q8,
       dual: true,
       q8: true,
+      xq8: true,
     });
   });
 }

@@ -177,6 +177,8 @@ export class GpuRuntime {
   /** whether together() combines (RuntimeOptions.fuse, off in profile mode) */
   readonly fuse: boolean;
   private held: HeldDispatch[] | undefined;
+  private readonly scratches = new Map<string, GPUBuffer>();
+  private readonly retiredScratch: GPUBuffer[] = [];
   /** combined kernels by held kernels and shared-buffer pattern (null: cannot be combined) */
   private readonly combinations = new Map<string, CombinedKernel | null>();
   private readonly codeIds = new Map<string, number>();
@@ -299,6 +301,28 @@ export class GpuRuntime {
       throw new LatentError(`buffer ${label ?? ""} of ${size} bytes exceeds the device's maxBufferSize`);
     this.bufferBytes += size;
     return this.device.createBuffer({ size, usage, label });
+  }
+
+  /**
+   * A storage buffer of at least `bytes` kept under `name`, for what a kernel passes to the next one within a step
+   * (e.g. a product's quantized x): the same buffer every call until a larger one is asked for, which replaces it
+   * (sizes doubling); a replaced one stays alive, since recorded steps may still bind it. Undefined past the device's
+   * binding limit.
+   */
+  scratch(name: string, bytes: number): GPUBuffer | undefined {
+    if (bytes > this.maxBindingBytes) return undefined;
+    const have = this.scratches.get(name);
+    if (have !== undefined && have.size >= bytes) return have;
+    const size = Math.min(this.maxBindingBytes, Math.max(bytes, 2 * (have?.size ?? 0)));
+    const buf = this.buffer(size, `scratch ${name}`);
+    if (have !== undefined) this.retiredScratch.push(have);
+    this.scratches.set(name, buf);
+    return buf;
+  }
+
+  /** Whether dispatches are being held for together() (a pass whose output a held kernel reads cannot run there). */
+  get holding(): boolean {
+    return this.held !== undefined;
   }
 
   /** A storage buffer holding `data` (padded to 4 bytes). */

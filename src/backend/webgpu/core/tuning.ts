@@ -139,6 +139,11 @@ export const KNOBS = {
     doc: "with activations q8: 1 the row-tiled products of types with an integer form run on int8 dot products (rowtile-q8.wgsl.ts), 0 on the f32 row-tiled kernel",
     default: "1",
   },
+  q8X: {
+    family: "matmul",
+    doc: "with activations q8: 1 a product's x is quantized once by a pass of its own (xq8.wgsl.ts) and the register-tiled and row-tiled integer kernels copy it, 0 each workgroup quantizes the x it stages",
+    default: "1",
+  },
   rowTileX16: {
     family: "matmul",
     doc: "1: the row-tiled products of types with an integer form run on int8 dot products in either activations mode, x in two int8 pieces (15 bits per 32 values: 128·hi + lo), 0 not",

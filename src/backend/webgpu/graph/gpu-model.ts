@@ -11,7 +11,7 @@ import type { ModelConfig } from "../../../model/config.js";
 import type { DeepSeek2 } from "../../../model/deepseek2.js";
 import { LatentError } from "../../../util/errors.js";
 import type { PickDraw } from "../../../engine/device-picks.js";
-import { expertListWords, getRows, GpuMatrix, matmul } from "../kernels/matmul/matrix.js";
+import { expertListWords, getRows, GpuMatrix, matmul, reserveXq8 } from "../kernels/matmul/matrix.js";
 import { rmsNorm, RopeTable } from "../kernels/rows/rows.js";
 import {
   argmaxRows,
@@ -243,6 +243,8 @@ export class GpuModel {
       buf("cand", sampleTopKWords(N, c.nVocab));
       buf("nuc", sampleNucleusWords(N));
     }
+    // the integer products' x quantized by a pass of its own: as large as the largest x of a step (xq8.wgsl.ts)
+    reserveXq8(rt, N * Math.max(this.widthFF, Hd, H * V, a0Stride(c)));
     this.expertCache = placeLater
       ? placeExperts(rt, c, model.weights.layers, this.layers, opts, rt.bufferBytes - bytesBefore)
       : undefined;

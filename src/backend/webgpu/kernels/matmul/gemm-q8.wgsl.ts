@@ -15,6 +15,8 @@
  * graph unchanged. The accuracy is ggml's: weights exact, activations to 8 bits per 32 values (documented KL in
  * docs/webgpu.md).
  *
+ * With `xq8` the x comes quantized from the pass of xq8.wgsl.ts (bound as X), and the staging only copies it.
+ *
  * Workgroup memory is [half-unit or unit][row or token], padded by one element per row of it, as gemm.wgsl.ts's.
  * Modes, grids, bindings and parameters are the f32 kernel's; columns a multiple of `ks` (32, 64 or 128).
  */
@@ -22,40 +24,13 @@ import { dequantWGSL, q8WeightForm, q8WeightWGSL } from "../quant.wgsl.js";
 import { dequantForW2, GEMM_STEP, gemmAcc, gemmEntryWGSL, gemmLayout, type GemmShape } from "./gemm.wgsl.js";
 import { matOutWGSL } from "./mat.wgsl.js";
 import { chunkBindingsWGSL } from "./wide.wgsl.js";
+import { bindXq8, loadXq8WGSL, quantizeX32WGSL } from "./xq8.wgsl.js";
 
 /** Bytes of workgroup memory the q8 kernel declares. */
 export function gemmQ8SharedBytes(s: GemmShape, dual: boolean): number {
   const units = s.ks / 32;
   const perMatrix = 2 * units * (s.rows + 1) * 16 + units * (s.rows + 1) * 16;
   return (dual ? 2 : 1) * perMatrix + 2 * units * (s.tokens + 1) * 16 + units * (s.tokens + 1) * 8;
-}
-
-/**
- * WGSL statements quantizing 32 values of x (8 vec4s from X at vec4 index `xb`; zeros unless `live`) as ggml's q8_1:
- * d = amax/127, q = round(x/d) (nearest even); they define `xqa` and `xqb` (the two halves' 16 int8 each, packed) and
- * `xd` = (d, d·Σq). Shared by the register-tiled and row-tiled q8 kernels. With two pieces, d = amax/16256 and q (15
- * bits) = 128·hi + lo, hi in −127..127 and lo in −64..63: `xqa`/`xqb` hold hi, `xla`/`xlb` lo.
- */
-export function quantizeX32WGSL(live: string, xb: string, pieces: 1 | 2 = 1): string {
-  const V = Array.from({ length: 8 }, (_, c) => c);
-  const hi = (c: number): string => (pieces === 1 ? `q${c}` : `h${c}`);
-  const split =
-    pieces === 1
-      ? ""
-      : `${V.map((c) => `let h${c} = (q${c} + vec4i(64)) >> vec4u(7u); let l${c} = q${c} - (h${c} << vec4u(7u));`).join(" ")}
-        let xla = vec4u(pack4xI8(l0), pack4xI8(l1), pack4xI8(l2), pack4xI8(l3));
-        let xlb = vec4u(pack4xI8(l4), pack4xI8(l5), pack4xI8(l6), pack4xI8(l7));
-        `;
-  return `${V.map((c) => `var v${c} = vec4f(0.0);`).join(" ")}
-        if (${live}) { let xb = ${xb}; ${V.map((c) => `v${c} = X[xb + ${c}u];`).join(" ")} }
-        let a4 = max(max(max(abs(v0), abs(v1)), max(abs(v2), abs(v3))), max(max(abs(v4), abs(v5)), max(abs(v6), abs(v7))));
-        let d = max(max(a4.x, a4.y), max(a4.z, a4.w)) / ${pieces === 1 ? "127.0" : "16256.0"};
-        let id = select(0.0, 1.0 / d, d > 0.0);
-        ${V.map((c) => `let q${c} = vec4i(round(v${c} * id));`).join(" ")}
-        ${split}let xqa = vec4u(pack4xI8(${hi(0)}), pack4xI8(${hi(1)}), pack4xI8(${hi(2)}), pack4xI8(${hi(3)}));
-        let xqb = vec4u(pack4xI8(${hi(4)}), pack4xI8(${hi(5)}), pack4xI8(${hi(6)}), pack4xI8(${hi(7)}));
-        let qs = ((q0 + q1) + (q2 + q3)) + ((q4 + q5) + (q6 + q7));
-        let xd = vec2f(d, d * f32((qs.x + qs.y) + (qs.z + qs.w)));`;
 }
 
 export function gemmQ8WGSL(type: number, mode: "plain" | "experts-list", s: GemmShape, dual = false): string {
@@ -102,11 +77,17 @@ export function gemmQ8WGSL(type: number, mode: "plain" | "experts-list", s: Gemm
         .map((k) => `${WC(k)}[h * ${PW}u + row] = ${wsc(k)}(rb, st * ${KB}u + h);`)
         .join(" ")}`,
   );
-  // token `row` of the tile, unit h of the step: x quantized as ggml's q8_1 (zeros past the tile's tokens)
+  // token `row` of the tile, unit h of the step: x quantized as ggml's q8_1 (zeros past the tile's tokens), here or
+  // (s.xq8) by the quantizing pass, copied from its buffer
+  const xq8Row = mode === "plain" ? "t0 + t" : "IDS[lb + t0 + t] / p.xDiv";
   const stageX = slots(
     BN * KB,
     KB,
-    () => `let t = row; ${quantizeX32WGSL("t < nt", `(${xRow}) + st * ${s.ks / 4}u + 8u * h`)}
+    () => `let t = row; ${
+      s.xq8 === true
+        ? loadXq8WGSL("t < nt", xq8Row, `st * ${KB}u + h`, s.cols / 32)
+        : quantizeX32WGSL("t < nt", `(${xRow}) + st * ${s.ks / 4}u + 8u * h`)
+    }
         XQ[2u * h * ${PX}u + t] = xqa;
         XQ[(2u * h + 1u) * ${PX}u + t] = xqb;
         XD[h * ${PX}u + t] = xd;`,
@@ -174,7 +155,7 @@ export function gemmQ8WGSL(type: number, mode: "plain" | "experts-list", s: Gemm
       for (var u = 0u; u < ${KB}u; u++) ${unit}
     }`;
   const weights = `${dequantWGSL(type, GEMM_STEP)}\n${q8WeightWGSL(type)}`;
-  return /* wgsl */ `${chunkBindingsWGSL(false, mode, dual)}
+  const code = /* wgsl */ `${chunkBindingsWGSL(false, mode, dual)}
 var<workgroup> WQ: array<vec4u, ${KH * PW}>;
 var<workgroup> WC: array<vec4f, ${KB * PW}>;
 ${dual ? `var<workgroup> WQ2: array<vec4u, ${KH * PW}>;\nvar<workgroup> WC2: array<vec4f, ${KB * PW}>;` : ""}
@@ -190,4 +171,5 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
   let tx = li % ${TX}u;
   let ty = li / ${TX}u;
 ${gemmEntryWGSL(mode, s, dual, steps)}`;
+  return s.xq8 === true ? bindXq8(code) : code;
 }

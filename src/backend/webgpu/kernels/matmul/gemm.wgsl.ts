@@ -43,6 +43,8 @@ export interface GemmShape {
   readonly pipe?: boolean;
   /** integer dot products on activations quantized to int8 (gemm-q8.wgsl.ts; ks 32, 64 or 128) */
   readonly q8?: boolean;
+  /** (q8) x read quantized from the buffer of xq8.wgsl.ts's pass, bound as X, instead of quantized by each workgroup */
+  readonly xq8?: boolean;
 }
 
 /** Columns a row must be a multiple of: one 32-element unit of every block format. */

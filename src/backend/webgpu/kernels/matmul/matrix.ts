@@ -25,7 +25,7 @@ import { gemmWGSL as gemmSource } from "./gemm.wgsl.js";
 import { gemmQ8WGSL as gemmQ8Source } from "./gemm-q8.wgsl.js";
 import { matmulRowsWGSL as rowTileSource } from "./rowtile.wgsl.js";
 import { matmulRowsQ8WGSL as rowTileQ8Source } from "./rowtile-q8.wgsl.js";
-import { coalescedShape, expertsFrom, gemmShape, rowTileShape, vecQ8Shape, wideShape } from "./select.js";
+import { coalescedShape, expertsFrom, gemmShape, rowTileShape, vecQ8Shape, wideShape, xq8On } from "./select.js";
 import { matvecQ8WGSL as vecQ8Source, vecQ8Rows } from "./vec-q8.wgsl.js";
 import {
   fusionBuffers,
@@ -35,6 +35,7 @@ import {
   type WideShape,
 } from "./wide.wgsl.js";
 import { memoWGSL } from "../../core/wgsl-memo.js";
+import { QUANTIZE_X_Q8_WGSL, XQ8_WG, xq8Bytes } from "./xq8.wgsl.js";
 
 const matvecWideWGSL = memoWGSL(wideSource);
 const matmulRowsWGSL = memoWGSL(rowTileSource);
@@ -43,17 +44,22 @@ const gemmQ8WGSL = memoWGSL(gemmQ8Source);
 const matmulRowsQ8WGSL = memoWGSL(rowTileQ8Source);
 const matvecQ8WGSL = memoWGSL(vecQ8Source);
 
-/** A tiled matrix-matrix kernel for a product: its code, rows per workgroup and tokens (pairs) per tile. */
+/**
+ * A tiled matrix-matrix kernel for a product: its code, rows per workgroup and tokens (pairs) per tile, and whether it
+ * reads x quantized by quantizeXq8's pass.
+ */
 interface TiledKernel {
   readonly code: string;
   readonly rows: number;
   readonly tokens: number;
+  readonly xq8: boolean;
 }
 
 /**
  * The tiled kernel of a product of n tokens (plain) or n pairs (expert lists), dual for gate and up together: the
  * register-tiled kernel where it applies (many tokens a tile), else the row-tiled one, else (plain, a few tokens, integer
- * activations) the integer matrix-vector kernel, else undefined.
+ * activations) the integer matrix-vector kernel, else undefined. With `pre` the integer register-tiled and row-tiled
+ * kernels read x quantized by quantizeXq8's pass (where tune.q8X allows).
  */
 function tiledKernel(
   rt: GpuRuntime,
@@ -63,24 +69,92 @@ function tiledKernel(
   aligned: boolean,
   rowsTotal: number,
   dual: boolean,
+  pre = false,
 ): TiledKernel | undefined {
   const gemm = gemmShape(rt, m, n, mode, aligned, dual, rowsTotal);
-  if (gemm !== undefined)
+  if (gemm !== undefined) {
+    const xq8 = pre && gemm.q8 === true && xq8On(rt);
     return {
-      code: (gemm.q8 === true ? gemmQ8WGSL : gemmWGSL)(m.type, mode, gemm, dual),
+      code: (gemm.q8 === true ? gemmQ8WGSL : gemmWGSL)(m.type, mode, xq8 ? { ...gemm, xq8 } : gemm, dual),
       rows: gemm.rows,
       tokens: gemm.tokens,
+      xq8,
     };
+  }
   const rowTile = rowTileShape(rt, m, n, mode, aligned, rowsTotal, dual);
-  if (rowTile !== undefined)
+  if (rowTile !== undefined) {
+    const xq8 = pre && rowTile.q8 === true && rowTile.pieces === undefined && xq8On(rt);
     return {
-      code: (rowTile.q8 === true ? matmulRowsQ8WGSL : matmulRowsWGSL)(m.type, mode, rowTile, dual),
+      code: (rowTile.q8 === true ? matmulRowsQ8WGSL : matmulRowsWGSL)(
+        m.type,
+        mode,
+        xq8 ? { ...rowTile, xq8 } : rowTile,
+        dual,
+      ),
       rows: rowTile.rows,
       tokens: rowTile.tokens,
+      xq8,
     };
+  }
   const vec = mode === "plain" ? vecQ8Shape(rt, m, n, aligned, rowsTotal) : undefined;
-  if (vec !== undefined) return { code: matvecQ8WGSL(m.type, vec, dual), rows: vecQ8Rows(vec), tokens: vec.tokens };
+  if (vec !== undefined)
+    return { code: matvecQ8WGSL(m.type, vec, dual), rows: vecQ8Rows(vec), tokens: vec.tokens, xq8: false };
   return undefined;
+}
+
+/** Rows of a product's x: `rows` rows of `cols` floats, row r at float off + r·stride (multiples of 4). */
+interface XRows {
+  readonly rows: number;
+  readonly cols: number;
+  readonly off: number;
+  readonly stride: number;
+}
+
+/**
+ * Quantize x's rows to q8_1 into the runtime's scratch buffer (xq8.wgsl.ts) for a kernel that reads them so; undefined
+ * (nothing dispatched) where the pass cannot run here: inside together() (its reader would run beside it) or past the
+ * binding limit.
+ */
+function quantizeXq8(rt: GpuRuntime, x: GPUBuffer, r: XRows): GPUBuffer | undefined {
+  if (rt.holding) return undefined;
+  const bytes = xq8Bytes(r.rows, r.cols);
+  const q = rt.scratch("xq8", bytes);
+  if (q === undefined) return undefined;
+  const groups = Math.ceil((r.rows * r.cols) / 32 / XQ8_WG);
+  const { gx, gy } = rowGrid(rt, groups);
+  rt.dispatch(
+    "quantize x q8",
+    QUANTIZE_X_Q8_WGSL,
+    [x, q],
+    new Uint32Array([r.rows, r.cols / 32, r.off, r.stride, gx, 0, 0, 0]),
+    [gx, gy, 1],
+    [{ buffer: q, offset: 0, size: bytes }],
+  );
+  return q;
+}
+
+/**
+ * Allocate the quantized-x scratch up front for products whose x has at most `floats` values (a model's step buffers),
+ * so that its bytes count before a GPU memory budget places the rest (activations q8 only; it still grows if needed).
+ */
+export function reserveXq8(rt: GpuRuntime, floats: number): void {
+  if (rt.activations === "q8") rt.scratch("xq8", xq8Bytes(1, Math.ceil(floats / 32) * 32));
+}
+
+/**
+ * The kernel a tiled product runs and the x it binds: `k` reading x quantized by the pass (dispatched here) where it
+ * asks for that and the pass can run, else the kernel `plain()` chooses over x as it is.
+ */
+function tiledInput(
+  rt: GpuRuntime,
+  k: TiledKernel,
+  x: GPUBuffer,
+  r: XRows,
+  plain: () => TiledKernel,
+): { k: TiledKernel; x: GPUBuffer } {
+  if (!k.xq8) return { k, x };
+  const q = quantizeXq8(rt, x, r);
+  return q !== undefined ? { k, x: q } : { k: plain(), x };
 }
 const matvecCoalescedWGSL = memoWGSL(coalescedSource);
 const matvecExpertsWGSL = memoWGSL(expertsSource);
@@ -324,7 +398,8 @@ export function matvecKernel(
   aligned = false,
   rowsTotal = m.rows,
   fx?: WideFusion,
-): { code: string; tn: number; rowsPerGroup: number } {
+  pre = false,
+): { code: string; tn: number; rowsPerGroup: number; xq8?: boolean } {
   const sg = rt.info.subgroupSize;
   const sgOk = sg !== undefined && sg >= 4 && sg <= 64;
   let tn = 1;
@@ -351,8 +426,8 @@ export function matvecKernel(
     };
   if (fx !== undefined) throw new LatentError(`${m.name}: fused work needs the wide kernel (check fusable())`);
   const rowMode = gather === false ? "plain" : gather === "experts-list" ? gather : undefined;
-  const tiled = rowMode !== undefined ? tiledKernel(rt, m, n, rowMode, aligned, rowsTotal, false) : undefined;
-  if (tiled !== undefined) return { code: tiled.code, tn: tiled.tokens, rowsPerGroup: tiled.rows };
+  const tiled = rowMode !== undefined ? tiledKernel(rt, m, n, rowMode, aligned, rowsTotal, false, pre) : undefined;
+  if (tiled !== undefined) return { code: tiled.code, tn: tiled.tokens, rowsPerGroup: tiled.rows, xq8: tiled.xq8 };
   if (coalesced(rt, m, aligned)) {
     const minT = sgOk ? sg : 4;
     const shape = coalescedShape(rt, m, n, minT, rowsTotal, expertMajor);
@@ -388,15 +463,21 @@ export function matmul(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer,
   if (a.fuse !== undefined && (!fusable(rt, m, a.n, false) || a.batch !== undefined))
     throw new LatentError(`${m.name}: fused work needs one wide product (check fusable()) and no batch`);
   const { fx, buffers: fxBufs } = wideFusion(a.fuse, m.rows);
-  const { code, tn, rowsPerGroup } = matvecKernel(
+  const kernel = (pre: boolean): ReturnType<typeof matvecKernel> =>
+    matvecKernel(rt, m, a.n, false, al4(a.xOff, a.n > 1 ? a.xStride : 0, a.batch?.xBatch), m.rows * count, fx, pre);
+  // x quantized once by its own pass for the integer tiled kernels (one batch item: its rows are the tokens')
+  const chosen = kernel(a.batch === undefined);
+  const input = tiledInput(
     rt,
-    m,
-    a.n,
-    false,
-    al4(a.xOff, a.n > 1 ? a.xStride : 0, a.batch?.xBatch),
-    m.rows * count,
-    fx,
+    { code: chosen.code, rows: chosen.rowsPerGroup, tokens: chosen.tn, xq8: chosen.xq8 === true },
+    x,
+    { rows: a.n, cols: m.cols, off: a.xOff ?? 0, stride: a.xStride },
+    () => {
+      const k = kernel(false);
+      return { code: k.code, rows: k.rowsPerGroup, tokens: k.tn, xq8: false };
+    },
   );
+  const { code, rows: rowsPerGroup, tokens: tn } = input.k;
   const tiles = Math.ceil(a.n / tn);
   for (const piece of m.pieces) {
     if (piece.firstItem >= count) continue;
@@ -415,7 +496,7 @@ export function matmul(rt: GpuRuntime, m: GpuMatrix, x: GPUBuffer, y: GPUBuffer,
     rt.dispatch(
       `matmul ${m.name}`,
       code,
-      [piece.buffer, x, y, ...fxBufs],
+      [piece.buffer, input.x, y, ...fxBufs],
       packMatParams(p),
       [gx, gy * tiles, items],
       a.acc === true || a.glu === true ? [] : outs,
@@ -562,15 +643,26 @@ export function matmulGather(
 ): void {
   if (a.fuse !== undefined) throw new LatentError(`${m.name}: only the dual gathered product fuses a norm`);
   const mode = gatherMode(rt, m, a);
-  const { code, rowsPerGroup } = matvecKernel(
-    rt,
-    m,
-    mode.experts ? a.pairs : 1,
-    mode.listed ? "experts-list" : mode.experts ? "experts" : true,
-    mode.aligned,
-    m.rows * a.pairs,
-  );
-  dispatchGather(rt, "matmulGather", code, rowsPerGroup, m, x, y, ids, a, mode);
+  const kernel = (pre: boolean): TiledKernel => {
+    const k = matvecKernel(
+      rt,
+      m,
+      mode.experts ? a.pairs : 1,
+      mode.listed ? "experts-list" : mode.experts ? "experts" : true,
+      mode.aligned,
+      m.rows * a.pairs,
+      undefined,
+      pre,
+    );
+    return { code: k.code, rows: k.rowsPerGroup, tokens: k.tn, xq8: k.xq8 === true };
+  };
+  const input = tiledInput(rt, kernel(mode.listed), x, gatherRows(m, a), () => kernel(false));
+  dispatchGather(rt, "matmulGather", input.k.code, input.k.rows, m, input.x, y, ids, a, mode);
+}
+
+/** The rows of a gathered product's x: pair b reads row floor(b / xDiv). */
+function gatherRows(m: GpuMatrix, a: GatherArgs): XRows {
+  return { rows: Math.ceil(a.pairs / a.xDiv), cols: m.cols, off: a.xOff ?? 0, stride: a.xBatch };
 }
 
 /** Words of an expert-list buffer for `pairs` pairs over E experts. */
@@ -664,8 +756,9 @@ function dualTiled(
   n: number,
   mode: "plain" | "experts-list",
   aligned: boolean,
+  pre = false,
 ): TiledKernel | undefined {
-  return alike(gate, up) ? tiledKernel(rt, gate, n, mode, aligned, gate.rows, true) : undefined;
+  return alike(gate, up) ? tiledKernel(rt, gate, n, mode, aligned, gate.rows, true, pre) : undefined;
 }
 
 /**
@@ -703,14 +796,26 @@ export function matmulSwiGLUSteps(
     throw new LatentError(`${gate.name}: a dual product fuses only a norm, on the wide kernel (check fusable())`);
   const { fx, buffers: fxBufs } = wideFusion(a.fuse, gate.rows);
   const wide = dualShape(rt, gate, up, a.n, false, aligned);
-  const tiled = wide === undefined ? dualTiled(rt, gate, up, a.n, "plain", aligned) : undefined;
+  const tiled = wide === undefined ? dualTiled(rt, gate, up, a.n, "plain", aligned, true) : undefined;
   if (wide === undefined && tiled === undefined)
     return [() => matmul(rt, gate, x, y, a), () => matmul(rt, up, x, y, { ...a, glu: true })];
-  const code = wide !== undefined ? matvecWideWGSL(gate.type, "plain", wide, true, fx) : tiled!.code;
-  const rowsPerGroup = wide !== undefined ? wideRowsPerGroup(wide) : tiled!.rows;
-  const tiles = tiled !== undefined ? Math.ceil(a.n / tiled.tokens) : 1;
   return [
-    () =>
+    () => {
+      // (decided here: the step may run inside together(), where x cannot be quantized by a pass of its own)
+      const input =
+        tiled !== undefined
+          ? tiledInput(
+              rt,
+              tiled,
+              x,
+              { rows: a.n, cols: gate.cols, off: a.xOff ?? 0, stride: a.xStride },
+              () => dualTiled(rt, gate, up, a.n, "plain", aligned)!,
+            )
+          : undefined;
+      const code = wide !== undefined ? matvecWideWGSL(gate.type, "plain", wide, true, fx) : input!.k.code;
+      const rowsPerGroup = wide !== undefined ? wideRowsPerGroup(wide) : input!.k.rows;
+      const tiles = input !== undefined ? Math.ceil(a.n / input.k.tokens) : 1;
+      const xb = input?.x ?? x;
       gate.pieces.forEach((piece, i) => {
         const p = base(gate, a);
         const { gx, gy } = rowGrid(rt, Math.ceil(piece.rows / rowsPerGroup));
@@ -722,12 +827,13 @@ export function matmulSwiGLUSteps(
         rt.dispatch(
           `matmulSwiGLU ${gate.name}`,
           code,
-          [piece.buffer, x, y, up.pieces[i].buffer, ...fxBufs],
+          [piece.buffer, xb, y, up.pieces[i].buffer, ...fxBufs],
           packMatParams(p),
           [gx, gy * tiles, 1],
           outs,
         );
-      }),
+      });
+    },
   ];
 }
 
@@ -755,9 +861,16 @@ export function matmulGatherSwiGLU(
     throw new LatentError(
       `${gate.name}: a gathered dual product fuses only a norm, pair-major on the wide kernel (check fusable())`,
     );
-  const tiled = mode.listed ? dualTiled(rt, gate, up, a.pairs, "experts-list", mode.aligned) : undefined;
+  const tiled = mode.listed ? dualTiled(rt, gate, up, a.pairs, "experts-list", mode.aligned, true) : undefined;
   if (tiled !== undefined) {
-    dispatchGather(rt, "matmulGatherSwiGLU", tiled.code, tiled.rows, gate, x, y, ids, a, mode, up);
+    const input = tiledInput(
+      rt,
+      tiled,
+      x,
+      gatherRows(gate, a),
+      () => dualTiled(rt, gate, up, a.pairs, "experts-list", mode.aligned)!,
+    );
+    dispatchGather(rt, "matmulGatherSwiGLU", input.k.code, input.k.rows, gate, input.x, y, ids, a, mode, up);
     return;
   }
   const wide =

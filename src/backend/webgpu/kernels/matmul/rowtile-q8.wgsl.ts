@@ -13,6 +13,8 @@
  * - With `pieces` = 2 (tune.rowTileX16) x is quantized to 15 bits (d = amax/16256, q = 128·hi + lo) and each half-unit
  *   sum is 128·Σw·hi + Σw·lo, still exact in i32.
  *
+ * With `xq8` (one piece) the x comes quantized from the pass of xq8.wgsl.ts and the staging only copies it.
+ *
  * Why: at a batched decode step the routed experts get a few pairs each, too few for the register-tiled kernels; the
  * f32 row-tiled kernel spends a multiply-add and a quarter of a workgroup-memory read per weight and token, here one
  * integer instruction does four and a read serves sixteen. With `ksplit` > 1 the slices' partial sums meet in
@@ -21,7 +23,7 @@
 import { GGMLType } from "../../../../gguf/types.js";
 import { dequantWGSL, q8WeightForm, q8WeightWGSL } from "../quant.wgsl.js";
 import { dequantForW2, GEMM_STEP } from "./gemm.wgsl.js";
-import { quantizeX32WGSL } from "./gemm-q8.wgsl.js";
+import { bindXq8, loadXq8WGSL, quantizeX32WGSL } from "./xq8.wgsl.js";
 import { matOutWGSL } from "./mat.wgsl.js";
 import { type RowTileShape, rowTileEntryWGSL } from "./rowtile.wgsl.js";
 import { chunkBindingsWGSL } from "./wide.wgsl.js";
@@ -181,7 +183,16 @@ export function matmulRowsQ8WGSL(type: number, mode: "plain" | "experts-list", s
     .map(
       (q) =>
         `{ let i = li + ${q * WG}u; ${(q + 1) * WG > T * KB ? `if (i < ${T * KB}u) ` : ""}{ let t = i / ${KB}u; let h = i % ${KB}u;
-        ${quantizeX32WGSL("t < nt", `(${xRow}) + st * ${s.ks / 4}u + 8u * h`, P)}
+        ${
+          s.xq8 === true
+            ? loadXq8WGSL(
+                "t < nt",
+                mode === "plain" ? "t0 + t" : "IDS[lb + t0 + t] / p.xDiv",
+                `st * ${KB}u + h`,
+                s.cols / 32,
+              )
+            : quantizeX32WGSL("t < nt", `(${xRow}) + st * ${s.ks / 4}u + 8u * h`, P)
+        }
         XQ[2u * h * ${T}u + t] = xqa; XQ[(2u * h + 1u) * ${T}u + t] = xqb; XD[h * ${T}u + t] = xd;${P === 1 ? "" : ` XQ[${LO}u + 2u * h * ${T}u + t] = xla; XQ[${LO}u + (2u * h + 1u) * ${T}u + t] = xlb;`} } }`,
     )
     .join("\n      ");
@@ -227,7 +238,8 @@ export function matmulRowsQ8WGSL(type: number, mode: "plain" | "experts-list", s
     : q5
       ? Q5_0_WORDS
       : `${dequantWGSL(type, GEMM_STEP)}\n${q8WeightWGSL(type)}\n${dual ? dequantForW2(type, q8WeightWGSL(type), ["wq4", "wsc"]) : ""}`;
-  return /* wgsl */ `${chunkBindingsWGSL(vec4, mode, dual)}
+  if (s.xq8 === true && P !== 1) throw new Error("q8 row-tiled kernel: x comes quantized only in one piece");
+  const code = /* wgsl */ `${chunkBindingsWGSL(vec4, mode, dual)}
 var<workgroup> XQ: array<vec4u, ${P * 2 * KB * T}>;
 var<workgroup> XD: array<vec2f, ${KB * T}>;
 var<workgroup> RED: array<f32, ${Math.max(1, (KSPL - 1) * RW * R)}>;
@@ -236,4 +248,5 @@ ${weights}
 ${matOutWGSL(true)}
 // row-tiled product on int8 dot products${P === 2 ? " (x in two pieces)" : ""}: ${RW} rows × ${KSPL} slice(s), ${T} tokens a tile, ${NS} step(s) of ${s.ks} columns, ${PER} unit(s) per thread and step
 ${rowTileEntryWGSL(mode, RW, WG, T, { accs, steps, reduce, writes })}`;
+  return s.xq8 === true ? bindXq8(code) : code;
 }

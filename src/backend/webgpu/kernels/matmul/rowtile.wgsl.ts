@@ -44,6 +44,8 @@ export interface RowTileShape {
   readonly q8?: boolean;
   /** with q8: x in two int8 pieces, 15 bits per 32 values (tune.rowTileX16) */
   readonly pieces?: 2;
+  /** (q8, one piece) x read quantized from the buffer of xq8.wgsl.ts's pass, bound as X, instead of quantized per workgroup */
+  readonly xq8?: boolean;
 }
 
 /** Vec4s of workgroup memory the kernel declares: the staged x tile, reused for the partial sums of slices 1.. */

@@ -476,3 +476,13 @@ export function expertsFrom(rt: GpuRuntime, m: MatrixShape): number {
   if (rowTileShape(rt, m, 2 * m.items, "experts-list", true) !== undefined) return ROW_TILE_EXPERTS_FROM;
   return wideShape(rt, m, 1, true, true) !== undefined ? 8 : 0.25;
 }
+
+/**
+ * Whether the integer register-tiled and row-tiled products (activations q8, one piece) read x quantized once by the
+ * pass of xq8.wgsl.ts (tune.q8X, default on) where their launcher can run it.
+ */
+export function xq8On(rt: GpuRuntime): boolean {
+  const v = rt.tune.q8X;
+  if (v !== undefined && v !== 0 && v !== 1) throw new LatentError(`tune.q8X must be 0 or 1, got ${v}`);
+  return v !== 0;
+}

@@ -26,7 +26,7 @@
 import { GGMLType } from "../../../../gguf/types.js";
 import { dequantWGSL, q8WeightForm, q8WeightWGSL } from "../quant.wgsl.js";
 import { dequantForW2, GEMM_STEP } from "./gemm.wgsl.js";
-import { quantizeX32WGSL } from "./gemm-q8.wgsl.js";
+import { quantizeX32WGSL } from "./xq8.wgsl.js";
 import { matOutWGSL } from "./mat.wgsl.js";
 import { Q4K_VEC4 } from "./rowtile-q8.wgsl.js";
 import { chunkBindingsWGSL } from "./wide.wgsl.js";

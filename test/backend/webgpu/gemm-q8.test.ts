@@ -78,6 +78,22 @@ test("q8 selection: the integer kernel for types with an integer form under acti
   assert.equal(describe(at("exact"), gate, 12 * 64, "experts-list", true), "none");
   assert.equal(describe(at("q8", { gemmExpertsFrom: 8 }), gate, 8 * 64, "experts-list", true), "q8 128x16 steps of 64");
   assert.throws(() => gemmShape(at("q8", { gemmQ8Step: 16 }), a0, 512, "plain", true), /gemmQ8Step/);
+  // an output head (≥ 65536 rows) from 32 tokens under q8 (32-token tiles up to 32 tokens); other plain products and
+  // exact mode from 128; gemmHeadFrom = 0 turns the rule off
+  const head = mat(GGMLType.Q6_K, 2048, 102400);
+  assert.equal(describe(at("q8"), head, 64, "plain"), "q8 64x64 steps of 128");
+  assert.equal(describe(at("q8"), head, 32, "plain"), "q8 128x32 steps of 128");
+  assert.equal(describe(at("q8"), head, 31, "plain"), "none");
+  assert.equal(describe(at("q8"), mat(GGMLType.Q6_K, 2048, 65535), 64, "plain"), "none");
+  assert.equal(describe(at("q8"), a0, 127, "plain"), "none");
+  assert.equal(describe(at("exact"), head, 64, "plain"), "none");
+  assert.equal(describe(at("q8", { gemmHeadFrom: 0 }), head, 64, "plain"), "none");
+  assert.equal(describe(at("q8", { gemmHeadFrom: 48 }), head, 48, "plain"), "q8 64x64 steps of 128");
+  // pipelined steps: the q8 kernel's on GPUs (32-wide subgroups) by default, not the f32 kernel's; gemmPipe sets both
+  assert.equal(gemmShape(at("q8"), a0, 512, "plain", true)?.pipe, true);
+  assert.equal(gemmShape(at("exact"), a0, 512, "plain", true)?.pipe, undefined);
+  assert.equal(gemmShape(at("q8", { gemmPipe: 0 }), a0, 512, "plain", true)?.pipe, undefined);
+  assert.equal(gemmShape(at("exact", { gemmPipe: 1 }), a0, 512, "plain", true)?.pipe, true);
   assert.match(matvecKernel(at("q8"), a0, 512, false, true).code, Q8);
   assert.match(matvecKernel(at("q8"), f16, 512, false, true).code, F32);
   assert.throws(
@@ -86,9 +102,11 @@ test("q8 selection: the integer kernel for types with an integer form under acti
   );
 });
 
-// [tuning, in the suite]: the default steps (the widest that divides the row); steps of 32 (every unit its own step)
+// [tuning, in the suite]: the default steps (the widest that divides the row); pipelined steps (the next step's staging
+// in registers); steps of 32 (every unit its own step)
 const tunings: readonly (readonly [KernelTuning, boolean])[] = [
   [{}, true],
+  [{ gemmPipe: 1 }, true],
   [{ gemmQ8Step: 32, gemmTokens: 16 }, false],
 ];
 
@@ -98,7 +116,12 @@ for (const [tune, inSuite] of tunings) {
     skip: sweepSkip(skip, inSuite),
   }, async () => {
     const cases = LONG_SWEEPS ? PLAIN : PLAIN.slice(0, 5);
-    await checkPlainProducts(runtime(tune), new Rng(301 + name.length), cases, { kernel: Q8, dual: true, q8: true, xq8: true });
+    await checkPlainProducts(runtime(tune), new Rng(301 + name.length), cases, {
+      kernel: Q8,
+      dual: true,
+      q8: true,
+      xq8: true,
+    });
   });
 
   test(`q8 register-tiled per-head batch form and row pieces ${name}`, { skip: sweepSkip(skip, inSuite) }, async () => {

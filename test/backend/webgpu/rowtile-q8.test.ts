@@ -138,7 +138,12 @@ for (const [tune, inSuite] of tunings) {
     skip: sweepSkip(skip, inSuite),
   }, async () => {
     const cases = LONG_SWEEPS ? PLAIN : PLAIN.slice(0, 5);
-    await checkPlainProducts(runtime(tune), new Rng(401 + name.length), cases, { kernel: Q8, dual: true, q8: true, xq8: true });
+    await checkPlainProducts(runtime(tune), new Rng(401 + name.length), cases, {
+      kernel: Q8,
+      dual: true,
+      q8: true,
+      xq8: true,
+    });
   });
 
   test(`q8 row-tiled per-head batch form and row pieces ${name}`, { skip: sweepSkip(skip, inSuite) }, async () => {

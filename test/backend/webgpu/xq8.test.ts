@@ -128,6 +128,7 @@ const KERNELS: readonly (readonly [string, KernelTuning, readonly (readonly [num
       [GGMLType.Q6_K, 256, 33],
     ],
   ],
+  ["register-tiled, pipelined", { gemm: 2, expertsFrom: 0.25, gemmPipe: 1 }, [[GGMLType.Q4_K, 512, 67]]],
   [
     "row-tiled",
     { gemm: 0, rowTile: 1, expertsFrom: 0.25 },

@@ -154,10 +154,16 @@ export const KNOBS = {
     doc: "the register-tiled kernel (gemm.wgsl.ts) for plain products of ≥ GEMM_FROM = 128 tokens and expert lists averaging ≥ GEMM_EXPERTS_FROM = 24 pairs an expert: 1 on (also on CPU adapters), 2 on from any count (where the wide kernel does not take the product), 0 off",
     default: "on where subgroups are 32 wide or more (GPUs)",
   },
+  gemmHeadFrom: {
+    family: "matmul",
+    doc: "with activations q8: plain products of ≥ GEMM_HEAD_ROWS = 65536 rows (output heads) take the register-tiled kernel from this many tokens (0: from GEMM_FROM like the rest)",
+    default: "GEMM_HEAD_FROM = 32",
+  },
   gemmTokens: {
     family: "matmul",
     doc: "tokens (an expert's pairs) per workgroup tile of the register-tiled kernel: 16, 32 or 64",
-    default: "64 for plain products; for expert lists the least of 16/32/64 that holds an expert's average pairs",
+    default:
+      "64 for plain products (32 where they have at most 32 tokens); for expert lists the least of 16/32/64 that holds an expert's average pairs",
   },
   gemmRows: {
     family: "matmul",
@@ -171,8 +177,8 @@ export const KNOBS = {
   },
   gemmPipe: {
     family: "matmul",
-    doc: "1: the register-tiled kernel decodes step s + 1's weights and loads its x into registers before it computes step s (GemmShape.pipe; not yet measured on a GPU), 0 not",
-    default: "0",
+    doc: "1: the register-tiled kernels (f32 and q8) decode step s + 1's weights and load (q8: quantize or copy) its x into registers before they compute step s (GemmShape.pipe), 0 not",
+    default: "1 for the q8 kernel where subgroups are 32 wide or more (GPUs), else 0",
   },
   gemmQ8Step: {
     family: "matmul",

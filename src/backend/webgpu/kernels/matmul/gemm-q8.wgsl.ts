@@ -15,7 +15,9 @@
  * graph unchanged. The accuracy is ggml's: weights exact, activations to 8 bits per 32 values (documented KL in
  * docs/webgpu.md).
  *
- * With `xq8` the x comes quantized from the pass of xq8.wgsl.ts (bound as X), and the staging only copies it.
+ * With `xq8` the x comes quantized from the pass of xq8.wgsl.ts (bound as X), and the staging only copies it. With
+ * `pipe` a thread computes its share of step s + 1's staging into registers before it computes step s, so that the
+ * loads' latency can overlap the dot products; only the stores to workgroup memory sit between the barriers.
  *
  * Workgroup memory is [half-unit or unit][row or token], padded by one element per row of it, as gemm.wgsl.ts's.
  * Modes, grids, bindings and parameters are the f32 kernel's; columns a multiple of `ks` (32, 64 or 128).
@@ -50,48 +52,65 @@ export function gemmQ8WGSL(type: number, mode: "plain" | "experts-list", s: Gemm
   const wq4 = (k: number): string => (k === 0 ? "wq4" : "wq4_2");
   const wsc = (k: number): string => (k === 0 ? "wsc" : "wsc_2");
   // a thread's share of a step's staging: slots (row, half-unit), (row, unit) and (token, unit), `per` a thread
-  const slots = (count: number, per: number, body: (i: string) => string): string =>
+  const slots = (count: number, per: number, body: (q: number) => string): string =>
     range(Math.ceil(count / WG))
       .map(
         (q) =>
-          `{ let i = li + ${q * WG}u; ${(q + 1) * WG > count ? `if (i < ${count}u) ` : ""}{ let row = i / ${per}u; let h = i % ${per}u; ${body("i")} } }`,
+          `{ let i = li + ${q * WG}u; ${(q + 1) * WG > count ? `if (i < ${count}u) ` : ""}{ let row = i / ${per}u; let h = i % ${per}u; ${body(q)} } }`,
       )
       .join("\n      ");
   const rowAt = "let rb = wb + min(r0 + row, p.rows - 1u) * p.rowBytes;";
-  const stageW = slots(
-    BM * KH,
-    KH,
-    () =>
-      `${rowAt} let e = st * ${s.ks}u + 16u * h; ${range(S)
-        .map(
-          (k) =>
-            `${WQ(k)}[h * ${PW}u + row] = vec4u(${wq4(k)}(rb, e), ${wq4(k)}(rb, e + 4u), ${wq4(k)}(rb, e + 8u), ${wq4(k)}(rb, e + 12u));`,
-        )
-        .join(" ")}`,
-  );
-  const stageC = slots(
-    BM * KB,
-    KB,
-    () =>
-      `${rowAt} ${range(S)
-        .map((k) => `${WC(k)}[h * ${PW}u + row] = ${wsc(k)}(rb, st * ${KB}u + h);`)
-        .join(" ")}`,
-  );
   // token `row` of the tile, unit h of the step: x quantized as ggml's q8_1 (zeros past the tile's tokens), here or
   // (s.xq8) by the quantizing pass, copied from its buffer
   const xq8Row = mode === "plain" ? "t0 + t" : "IDS[lb + t0 + t] / p.xDiv";
-  const stageX = slots(
-    BN * KB,
-    KB,
-    () => `let t = row; ${
-      s.xq8 === true
-        ? loadXq8WGSL("t < nt", xq8Row, `st * ${KB}u + h`, s.cols / 32)
-        : quantizeX32WGSL("t < nt", `(${xRow}) + st * ${s.ks / 4}u + 8u * h`)
-    }
-        XQ[2u * h * ${PX}u + t] = xqa;
-        XQ[(2u * h + 1u) * ${PX}u + t] = xqb;
-        XD[h * ${PX}u + t] = xd;`,
-  );
+  const xOf = (step: string): string =>
+    s.xq8 === true
+      ? loadXq8WGSL("t < nt", xq8Row, `(${step}) * ${KB}u + h`, s.cols / 32)
+      : quantizeX32WGSL("t < nt", `(${xRow}) + (${step}) * ${s.ks / 4}u + 8u * h`);
+  // where a slot's values go: "shared" computed into workgroup memory; "regs" computed into the thread's registers
+  // (rq, rc, rx*: the pipelined form), "store" those registers into workgroup memory
+  type Sink = "shared" | "regs" | "store";
+  const stage = (step: string, sink: Sink): string => {
+    const wq = (k: number): string =>
+      `vec4u(${wq4(k)}(rb, e), ${wq4(k)}(rb, e + 4u), ${wq4(k)}(rb, e + 8u), ${wq4(k)}(rb, e + 12u))`;
+    const stageW = slots(BM * KH, KH, (q) =>
+      sink === "store"
+        ? range(S)
+            .map((k) => `${WQ(k)}[h * ${PW}u + row] = rq${k}_${q};`)
+            .join(" ")
+        : `${rowAt} let e = (${step}) * ${s.ks}u + 16u * h; ${range(S)
+            .map((k) => `${sink === "regs" ? `rq${k}_${q}` : `${WQ(k)}[h * ${PW}u + row]`} = ${wq(k)};`)
+            .join(" ")}`,
+    );
+    const stageC = slots(BM * KB, KB, (q) =>
+      sink === "store"
+        ? range(S)
+            .map((k) => `${WC(k)}[h * ${PW}u + row] = rc${k}_${q};`)
+            .join(" ")
+        : `${rowAt} ${range(S)
+            .map(
+              (k) =>
+                `${sink === "regs" ? `rc${k}_${q}` : `${WC(k)}[h * ${PW}u + row]`} = ${wsc(k)}(rb, (${step}) * ${KB}u + h);`,
+            )
+            .join(" ")}`,
+    );
+    const put = (a: string, b: string, d: string): string =>
+      `XQ[2u * h * ${PX}u + t] = ${a}; XQ[(2u * h + 1u) * ${PX}u + t] = ${b}; XD[h * ${PX}u + t] = ${d};`;
+    const stageX = slots(BN * KB, KB, (q) =>
+      sink === "store"
+        ? `let t = row; ${put(`rxa${q}`, `rxb${q}`, `rxd${q}`)}`
+        : `let t = row; ${xOf(step)}
+        ${sink === "regs" ? `rxa${q} = xqa; rxb${q} = xqb; rxd${q} = xd;` : put("xqa", "xqb", "xd")}`,
+    );
+    return `${stageW}\n      ${stageC}\n      ${stageX}`;
+  };
+  const regDecls = [
+    ...range(S).flatMap((k) => range(Math.ceil((BM * KH) / WG)).map((q) => `var rq${k}_${q} = vec4u(0u);`)),
+    ...range(S).flatMap((k) => range(Math.ceil((BM * KB) / WG)).map((q) => `var rc${k}_${q} = vec4f(0.0);`)),
+    ...range(Math.ceil((BN * KB) / WG)).map(
+      (q) => `var rxa${q} = vec4u(0u); var rxb${q} = vec4u(0u); var rxd${q} = vec2f(0.0);`,
+    ),
+  ].join(" ");
   const dot = (w: string, x: string): string =>
     `dot4I8Packed(${w}.x, ${x}.x) + dot4I8Packed(${w}.y, ${x}.y) + dot4I8Packed(${w}.z, ${x}.z) + dot4I8Packed(${w}.w, ${x}.w)`;
   const H = form.twoScales ? [0, 1] : [0];
@@ -146,11 +165,20 @@ export function gemmQ8WGSL(type: number, mode: "plain" | "experts-list", s: Gemm
           )
           .join("\n        ")}
       }`;
-  const steps = `for (var st = 0u; st < ${NS}u; st++) {
+  const steps =
+    s.pipe === true
+      ? `${regDecls}
+    ${stage("0u", "regs")}
+    for (var st = 0u; st < ${NS}u; st++) {
       workgroupBarrier();
-      ${stageW}
-      ${stageC}
-      ${stageX}
+      ${stage("st", "store")}
+      workgroupBarrier();
+      ${stage(`min(st + 1u, ${NS - 1}u)`, "regs")}
+      for (var u = 0u; u < ${KB}u; u++) ${unit}
+    }`
+      : `for (var st = 0u; st < ${NS}u; st++) {
+      workgroupBarrier();
+      ${stage("st", "shared")}
       workgroupBarrier();
       for (var u = 0u; u < ${KB}u; u++) ${unit}
     }`;

@@ -344,6 +344,15 @@ export const GEMM_EXPERTS_FROM = 24;
 export const GEMM_Q8_EXPERTS_FROM = 12;
 
 /**
+ * With activations q8, plain products of at least GEMM_HEAD_ROWS rows (an output head: 102,400 rows for v2-lite,
+ * 154,880 for GLM-5) take the register-tiled kernel from this many tokens (the gemmHeadFrom knob) instead of
+ * GEMM_FROM: at a batched decode step the head is the one product whose rows alone fill the GPU with 64-token tiles,
+ * and the row-tiled kernel decodes each of its weights once per 16 tokens.
+ */
+export const GEMM_HEAD_FROM = 32;
+export const GEMM_HEAD_ROWS = 65536;
+
+/**
  * Plain products whose tiles give fewer workgroups than this stay on the row-tiled kernel (which splits a row's
  * columns over threads when a product is small): v2-lite's router (64 rows × 512 tokens: 8 tiles) took 3.5 ms of a
  * prefill on the register-tiled kernel against 0.7 ms on the row-tiled one.
@@ -372,16 +381,19 @@ export function gemmShape(
   // activations q8 on types with an integer form: the q8 kernel, in the widest step that divides the row and fits
   const q8 = rt.activations === "q8" && (Q8_WEIGHT_TYPES as readonly number[]).includes(m.type);
   const expertsMin = rt.tune.gemmExpertsFrom ?? (q8 ? GEMM_Q8_EXPERTS_FROM : GEMM_EXPERTS_FROM);
+  const headFrom = rt.tune.gemmHeadFrom ?? GEMM_HEAD_FROM;
+  const plainMin = q8 && headFrom > 0 && rowsTotal >= GEMM_HEAD_ROWS ? Math.min(headFrom, GEMM_FROM) : GEMM_FROM;
   if (
     !on ||
     rt.matvec !== "coalesced" ||
     !gpuSupports(m.type) ||
     !aligned ||
     m.cols % GEMM_STEP !== 0 ||
-    per < (rt.tune.gemm === 2 ? 1 : mode === "plain" ? GEMM_FROM : expertsMin)
+    per < (rt.tune.gemm === 2 ? 1 : mode === "plain" ? plainMin : expertsMin)
   )
     return undefined;
-  const tokens = rt.tune.gemmTokens ?? (mode === "plain" || per > 32 ? 64 : per > 16 ? 32 : 16);
+  // plain products: 64-token tiles, 32 where a product has no more tokens; expert lists: the pairs an expert averages
+  const tokens = rt.tune.gemmTokens ?? (mode === "plain" ? (per > 32 ? 64 : 32) : per > 32 ? 64 : per > 16 ? 32 : 16);
   if (tokens !== 16 && tokens !== 32 && tokens !== 64)
     throw new LatentError(`tune.gemmTokens must be 16, 32 or 64, got ${tokens}`);
   const tm = rt.tune.gemmRows ?? (tokens === 16 ? 2 : 4);
@@ -397,7 +409,9 @@ export function gemmShape(
   // down from 38.1 to 33.9 and the shared gate·up from 14.8 to 13.6 (half the workgroup memory: more workgroups a
   // multiprocessor), while single plain products (q/kv_a, o, shared down) lost 9–14 % to the doubled barriers
   const steps = rt.tune.gemmStep !== undefined ? [rt.tune.gemmStep] : dual || mode === "experts-list" ? [16] : [32, 16];
-  const pipe = rt.tune.gemmPipe === 1;
+  // pipelined steps: by default the q8 kernel's on GPUs (a v2-lite 512-token prompt 85.5 → 83.8 ms of GPU time, the
+  // GLM-5 shape's 105.8 → 100.8); the f32 kernel's measured no gain (170.9 against 170.3 ms) and stays off
+  const pipe = rt.tune.gemmPipe !== undefined ? rt.tune.gemmPipe === 1 : q8 && sg >= 32;
   const shape = (t: number, ks: number): GemmShape => ({
     rows: tx * t,
     tokens,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The WebGPU benchmark on the lent H200 (see BENCHMARKS.md, "WebGPU"): run from the repository root on that machine,
-# with .gpu, .gpu-nm and dist carried (dist compiled from the whole tree: npx tsc -p tsconfig.json --outDir dist). Synthesizes v2-lite Q4_K_M (all 27 layers) once, then runs bench.js once per
+# with .gpu, .gpu-nm and dist carried (scripts/h200-pack.sh builds the first two) (dist compiled from the whole tree: npx tsc -p tsconfig.json --outDir dist). Synthesizes v2-lite Q4_K_M (all 27 layers) once, then runs bench.js once per
 # argument string given ("" = defaults), each writing $OUT/bench-<i>.json and its log. An argument string starting with
 # "old:" runs the build in dist-old instead (carry it too), so that two builds can alternate in one call:
 #   bash scripts/h200-bench.sh "--batches 1 --steps 64" "old:--batches 1 --steps 64" "--batches 1 --steps 64" ...

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # latent's WebGPU bench against llama.cpp CUDA on the lent H200, on the same GGUF in the same call, alternating, then
-# one table of ratios (bench/peer-table.ts). Needs what scripts/h200-bench.sh needs carried (.gpu, .gpu-nm and a
+# one table of ratios (bench/peer-table.ts). `bash scripts/h200-pack.sh` builds what it needs carried. Needs what scripts/h200-bench.sh needs carried (.gpu, .gpu-nm and a
 # dist-gpu/ compiled from the whole tree: npx tsc -p tsconfig.json --outDir dist-gpu) and a llama.cpp built on the
 # same machine by the call before (../shared/tools/gpu/llama-cuda.sh: `pack` here, `bash .llama/llama-cuda.sh build`
 # there; the machine stays warm ~30 s between calls). One model per call (each takes 4–9 minutes):

@@ -16,6 +16,7 @@ import {
   matmulSwiGLU,
   matvecKernel,
 } from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
+import { xq8Bytes } from "../../../src/backend/webgpu/kernels/matmul/xq8.wgsl.js";
 import { f32, relErr, type Rng, u32 } from "./helpers.js";
 
 export const MATMUL_TOL = 2e-5;
@@ -306,7 +307,8 @@ export async function checkExpertLists(
         const before = r.stats.dispatches;
         const yDual = f32(r, y0);
         matmulGatherSwiGLU(r, g, g2, f32(r, x), yDual, idsB, args);
-        const pass = check.xq8 === true ? 1 : 0;
+        // (the pass's buffer past a small binding limit: the kernel quantizes x itself)
+        const pass = check.xq8 === true && xq8Bytes(nTok, cols) <= r.maxBindingBytes ? 1 : 0;
         assert.equal(
           r.stats.dispatches - before,
           g.pieces.length + pass,

@@ -2,17 +2,19 @@
 // two pieces) against the CPU reference on fresh random inputs, through the shared cases of matmul-cases.ts with their
 // q8 form (x moved off the rounding boundaries, the reference fed x as quantized, f32 tolerance): Q4_K's unit pairs
 // and mins, Q6_K's half scales, Q5_0's offset, Q8_0's signed bytes; odd rows (runs of two rows cut short), partial
-// tiles, two tiles, strides, acc, SwiGLU, dual gate·up, per-head batches and row pieces; the whole row staged with
-// several rows a subgroup, and rows in steps of fewer columns.
+// tiles, two tiles, strides, acc, SwiGLU, dual gate·up, per-head batches and row pieces; x from the quantizing pass
+// (xq8.wgsl.ts) and x staged by each workgroup, bit for bit the same; the whole row staged with several rows a
+// subgroup, and rows in steps of fewer columns.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { GGMLType } from "../../../src/gguf/types.js";
+import { GGMLType, typeName } from "../../../src/gguf/types.js";
 import { GpuRuntime, type RuntimeOptions } from "../../../src/backend/webgpu/core/runtime.js";
 import type { KernelTuning } from "../../../src/backend/webgpu/core/tuning.js";
-import { type GpuMatrix, matvecKernel } from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
+import { quantize } from "../../../src/quant/index.js";
+import { GpuMatrix, matmul, matmulSwiGLU, matvecKernel } from "../../../src/backend/webgpu/kernels/matmul/matrix.js";
 import { vecQ8Shape } from "../../../src/backend/webgpu/kernels/matmul/select.js";
 import { matvecQ8WGSL } from "../../../src/backend/webgpu/kernels/matmul/vec-q8.wgsl.js";
-import { gpuOrSkip, LONG_SWEEPS, Rng, sweepSkip } from "./helpers.js";
+import { f32, gpuOrSkip, LONG_SWEEPS, Rng, sweepSkip } from "./helpers.js";
 import { checkHeadsAndPieces, checkPlainProducts, X16_LEVELS } from "./matmul-cases.js";
 import { checkFusedQ8 } from "./q8-pipeline.js";
 
@@ -78,10 +80,12 @@ test("integer matrix-vector selection: 5–31 tokens under activations q8 or x i
   assert.doesNotMatch(matvecKernel(at("exact"), qkv, 8, false, true).code, VEC);
 });
 
-// [tuning, cases, in the suite]: the defaults (the whole row staged on these small matrices), several rows a subgroup
-// one at a time, tiles of up to 16 tokens (vecQ8 = 2), two rows loaded together
+// [tuning, cases, in the suite]: the defaults (x from the quantizing pass), x staged by each workgroup (the whole row
+// on these small matrices), several rows a subgroup one at a time, tiles of up to 16 tokens (vecQ8 = 2), two rows
+// loaded together
 const tunings: readonly (readonly [KernelTuning, readonly Case[], boolean])[] = [
   [{}, PLAIN, true],
+  [{ vecQ8X: 0 }, PLAIN.slice(0, 2), true],
   [{ vecQ8Par: 1, vecQ8Rows: 3 }, PLAIN.slice(0, 1), true],
   [{ vecQ8: 2 }, TILES, false],
   [{ vecQ8Par: 2, vecQ8Rows: 2 }, PLAIN, false],
@@ -100,23 +104,80 @@ for (const [tune, cases, inSuite] of tunings) {
   test(`integer matrix-vector plain products ${name}: types, odd rows, n = ${cases.map((c) => c[3]).join(", ")}, strides, acc, SwiGLU, dual`, {
     skip: sweepSkip(skip, inSuite),
   }, async () => {
-    await checkPlainProducts(runtime(tune), new Rng(601 + name.length), cases, { kernel: VEC, dual: true, q8: true });
+    await checkPlainProducts(runtime(tune), new Rng(601 + name.length), cases, {
+      kernel: VEC,
+      dual: true,
+      q8: true,
+      ...(tune.vecQ8X === 0 ? {} : { xq8: true }),
+    });
   });
 }
 
 test("integer matrix-vector kernel in steps of 64 columns (x staged per step): plain, dual, per-head batches", {
   skip,
 }, async () => {
-  // a 1 KiB stage holds 8 tokens of 64 columns and their scales (8·64 + 8·2·8 bytes): every product goes in steps
-  const r = runtime({}, {}, 1024);
-  assert.match(matvecKernel(r, mat(GGMLType.Q4_K, 512, 67), 8, false, true).code, /8 step\(s\) of 64 columns/);
+  // a 1 KiB stage holds 8 tokens of 64 columns and their scales (8·64 + 8·2·8 bytes): every staged product goes in
+  // steps; with x from the pass (the default where the launcher runs it) the whole row goes in one
+  const r = runtime({ vecQ8X: 0 }, {}, 1024);
+  const m = mat(GGMLType.Q4_K, 512, 67);
+  assert.match(matvecKernel(r, m, 8, false, true).code, /8 step\(s\) of 64 columns/);
   await checkPlainProducts(r, new Rng(641), [[GGMLType.Q8_0, 192, 21, 7]], {
     kernel: VEC,
     dual: true,
     q8: true,
   });
+  const pass = runtime({}, {}, 1024);
+  assert.match(matvecKernel(pass, m, 8, false, true, m.rows, undefined, true).code, /1 step\(s\) of 512 columns/);
+  assert.match(matvecKernel(pass, m, 8, false, true).code, /8 step\(s\) of 64 columns/);
+  await checkPlainProducts(pass, new Rng(642), [[GGMLType.Q8_0, 192, 21, 7]], {
+    kernel: VEC,
+    dual: true,
+    q8: true,
+    xq8: true,
+  });
   // (the shared per-head case has 9 tokens: vecQ8 = 2)
-  await checkHeadsAndPieces((opts) => runtime({ vecQ8: 2 }, opts, 1024), new Rng(643), true);
+  await checkHeadsAndPieces((opts) => runtime({ vecQ8: 2, vecQ8X: 0 }, opts, 1024), new Rng(643), true);
+});
+
+test("integer matrix-vector kernel: x from the pass bit for bit as staged, one pass a product, none inside together()", {
+  skip,
+}, async () => {
+  const rng = new Rng(661);
+  for (const [type, cols, rows, n] of PLAIN.slice(0, 2)) {
+    const xOff = 8;
+    const xStride = cols + 4;
+    const x = rng.f64(xOff + n * xStride);
+    const wData = quantize(type, rng.f32(cols * rows), cols);
+    const w2Data = quantize(type, rng.f32(cols * rows), cols);
+    // [runtime's vecQ8X, inside together()] → the output and the dispatches
+    const run = async (vecQ8X: number, together: boolean, dual: boolean): Promise<[Float32Array, number]> => {
+      const r = runtime({ vecQ8X });
+      const w = GpuMatrix.upload(r, "w", type, cols, rows, wData);
+      const w2 = GpuMatrix.upload(r, "w2", type, cols, rows, w2Data);
+      const y = r.buffer(n * rows * 4);
+      const xb = f32(r, x);
+      const args = { n, xStride, yStride: rows, xOff };
+      const product = (): void => (dual ? matmulSwiGLU(r, w, w2, xb, y, args) : matmul(r, w, xb, y, args));
+      const before = r.stats.dispatches;
+      if (together) r.together(product);
+      else product();
+      const dispatches = r.stats.dispatches - before;
+      const out = await r.readF32(y);
+      w.destroy();
+      w2.destroy();
+      return [out, dispatches];
+    };
+    for (const dual of [false, true]) {
+      const label = `${typeName(type)} ${rows}x${cols}, ${n} tokens${dual ? ", dual" : ""}`;
+      const [staged, d0] = await run(0, false, dual);
+      const [fromPass, d1] = await run(1, false, dual);
+      const [inTogether, d2] = await run(1, true, dual);
+      assert.deepEqual([d1, d0, d2], [2, 1, 1], `${label}: dispatches`);
+      const bits = (a: Float32Array): Uint32Array => new Uint32Array(a.buffer, a.byteOffset, a.length);
+      assert.deepEqual(bits(fromPass), bits(staged), `${label}: from the pass`);
+      assert.deepEqual(bits(inTogether), bits(staged), `${label}: inside together()`);
+    }
+  }
 });
 
 test("integer matrix-vector per-head batch form and row pieces", { skip }, async () => {

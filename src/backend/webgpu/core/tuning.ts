@@ -104,6 +104,11 @@ export const KNOBS = {
     doc: "rows each subgroup of the integer matrix-vector kernel takes (a multiple of vecQ8Par) where a row's x fits its workgroup memory",
     default: "16, halved (to vecQ8Par) while the product would have fewer than 264 workgroups",
   },
+  vecQ8X: {
+    family: "matmul",
+    doc: "with q8X on: 1 the integer matrix-vector kernel reads x from the quantizing pass's buffer (no staging, whole rows), 0 each workgroup quantizes x into its workgroup memory",
+    default: "1",
+  },
   vecQ8Par: {
     family: "matmul",
     doc: "rows a subgroup of the integer matrix-vector kernel loads together (1 or 2)",

@@ -58,8 +58,8 @@ interface TiledKernel {
 /**
  * The tiled kernel of a product of n tokens (plain) or n pairs (expert lists), dual for gate and up together: the
  * register-tiled kernel where it applies (many tokens a tile), else the row-tiled one, else (plain, a few tokens, integer
- * activations) the integer matrix-vector kernel, else undefined. With `pre` the integer register-tiled and row-tiled
- * kernels read x quantized by quantizeXq8's pass (where tune.q8X allows).
+ * activations) the integer matrix-vector kernel, else undefined. With `pre` the integer kernels read x quantized by
+ * quantizeXq8's pass (where tune.q8X allows).
  */
 function tiledKernel(
   rt: GpuRuntime,
@@ -96,9 +96,9 @@ function tiledKernel(
       xq8,
     };
   }
-  const vec = mode === "plain" ? vecQ8Shape(rt, m, n, aligned, rowsTotal) : undefined;
+  const vec = mode === "plain" ? vecQ8Shape(rt, m, n, aligned, rowsTotal, pre) : undefined;
   if (vec !== undefined)
-    return { code: matvecQ8WGSL(m.type, vec, dual), rows: vecQ8Rows(vec), tokens: vec.tokens, xq8: false };
+    return { code: matvecQ8WGSL(m.type, vec, dual), rows: vecQ8Rows(vec), tokens: vec.tokens, xq8: vec.xq8 === true };
   return undefined;
 }
 

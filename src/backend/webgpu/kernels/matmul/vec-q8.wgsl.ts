@@ -14,6 +14,10 @@
  *   rows are summed over their lanes with subgroupAdd, four tokens a call.
  * Where the whole tile's x does not fit the workgroup memory budget, the row goes in steps of `ks` columns (x staged
  * per step) and a subgroup takes one run of `par` rows.
+ * With `xq8` (the default where the launcher can run xq8.wgsl.ts's pass) nothing is staged: each lane reads its units
+ * of x, quantized once by that pass, straight from the buffer (the L1 serves the workgroup's other subgroups), and
+ * every row goes in one step, however long. Staging per workgroup made a long row the slow case: GLM-5's 6144- and
+ * 16384-column products went in steps, each workgroup of 8–16 rows loading and quantizing all of the tile's f32 x.
  *
  * Plain products only: the routed experts of such steps stay per pair on the wide kernel (this kernel measured slower
  * there, both per pair and from expert lists; docs/benchmarks webgpu-25).
@@ -26,7 +30,7 @@
 import { GGMLType } from "../../../../gguf/types.js";
 import { dequantWGSL, q8WeightForm, q8WeightWGSL } from "../quant.wgsl.js";
 import { dequantForW2, GEMM_STEP } from "./gemm.wgsl.js";
-import { quantizeX32WGSL } from "./xq8.wgsl.js";
+import { bindXq8, quantizeX32WGSL, XQ8_VEC4S } from "./xq8.wgsl.js";
 import { matOutWGSL } from "./mat.wgsl.js";
 import { Q4K_VEC4 } from "./rowtile-q8.wgsl.js";
 import { chunkBindingsWGSL } from "./wide.wgsl.js";
@@ -49,6 +53,11 @@ export interface VecQ8Shape {
   readonly cols: number;
   /** x in two int8 pieces (15 bits per 32 values) */
   readonly pieces?: 2;
+  /**
+   * x read from the quantizing pass's buffer (xq8.wgsl.ts, bound as X) by each lane, nothing staged: one step of the
+   * whole row (ks = cols), one piece
+   */
+  readonly xq8?: boolean;
 }
 
 /** Rows a workgroup of the shape takes: what grids are sized by. */
@@ -70,9 +79,11 @@ export function matvecQ8WGSL(type: number, s: VecQ8Shape, dual = false): string 
     s.cols % KS !== 0 ||
     RS % PAR !== 0 ||
     (NS > 1 && RS !== PAR) ||
-    (PAR !== 1 && PAR !== 2)
+    (PAR !== 1 && PAR !== 2) ||
+    (s.xq8 === true && (NS !== 1 || (s.pieces ?? 1) !== 1))
   )
     throw new Error(`q8 matrix-vector kernel: bad shape ${JSON.stringify(s)}`);
+  const XQ8 = s.xq8 === true;
   const WG = SG * NSG;
   const RW = NSG * RS;
   const U = KS / 32; // units a step
@@ -128,7 +139,9 @@ export function matvecQ8WGSL(type: number, s: VecQ8Shape, dual = false): string 
   const use = (i: number, u: number, t: number): string => {
     const h = `(hs${i} + ${u}u)`;
     const lows = P === 1 ? "" : ` let la = ${xq(2, `${t}u`, h)}; let lb = ${xq(3, `${t}u`, h)};`;
-    const head = `{ let xa = ${xq(0, `${t}u`, h)}; let xb = ${xq(1, `${t}u`, h)};${lows} let d = XD[${t * U}u + ${h}];`;
+    const head = XQ8
+      ? `{ let xo = (min(t0 + ${t}u, p.n - 1u) * ${U}u + ${h}) * ${XQ8_VEC4S}u; let xa = X[xo]; let xb = X[xo + 1u]; let d = bitcast<vec2f>(X[xo + 2u].xy);`
+      : `{ let xa = ${xq(0, `${t}u`, h)}; let xb = ${xq(1, `${t}u`, h)};${lows} let d = XD[${t * U}u + ${h}];`;
     const half = (w: string, x: string, l: string): string =>
       P === 1 ? `(${dot(w, x)})` : `(128i * (${dot(w, x)}) + (${dot(w, l)}))`;
     const body = range(PAR).flatMap((j) =>
@@ -161,7 +174,7 @@ export function matvecQ8WGSL(type: number, s: VecQ8Shape, dual = false): string 
       ${stage}
       workgroupBarrier();`;
   const stepBody = `${range(NG).map(slot).join("\n      ")}
-      ${NS > 1 || RS === PAR ? restage : `if (k == 0u) {\n      ${restage}\n      }`}
+      ${XQ8 ? "" : NS > 1 || RS === PAR ? restage : `if (k == 0u) {\n      ${restage}\n      }`}
       ${range(NG).map(uses).join("\n      ")}`;
   const steps =
     NS === 1
@@ -202,10 +215,9 @@ export function matvecQ8WGSL(type: number, s: VecQ8Shape, dual = false): string 
   const weights = vec4
     ? Q4K_VEC4
     : `${dequantWGSL(type, GEMM_STEP)}\n${q8WeightWGSL(type)}\n${dual ? dequantForW2(type, q8WeightWGSL(type), ["wq4", "wsc"]) : ""}`;
-  return /* wgsl */ `enable subgroups;
+  const code = /* wgsl */ `enable subgroups;
 ${chunkBindingsWGSL(vec4, "plain", dual)}
-var<workgroup> XQ: array<vec4u, ${P * 2 * T * U}>;
-var<workgroup> XD: array<vec2f, ${T * U}>;
+${XQ8 ? "" : `var<workgroup> XQ: array<vec4u, ${P * 2 * T * U}>;\nvar<workgroup> XD: array<vec2f, ${T * U}>;`}
 fn silu(g: f32) -> f32 { return g / (1.0 + exp(-g)); }
 ${weights}
 ${matOutWGSL(true)}
@@ -229,4 +241,5 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     ${writes}
   }
 }`;
+  return XQ8 ? bindXq8(code) : code;
 }

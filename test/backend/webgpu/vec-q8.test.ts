@@ -66,6 +66,20 @@ test("integer matrix-vector selection: 5–31 tokens under activations q8 or x i
   assert.equal(describe(at("q8", { vecQ8: 2 }), qkv, 31), "16 tokens, 8×1 rows by 1, ks 1024");
   assert.equal(describe(at("q8"), mat(GGMLType.Q4_K, 12288, 6144), 8), "8 tokens, 8×1 rows by 1, ks 2048");
   assert.equal(describe(at("q8", { vecQ8Par: 1, vecQ8Rows: 4 }), qkv, 8), "8 tokens, 8×4 rows by 1, ks 2048");
+  // x from the quantizing pass (where the launcher runs it): by default only where staging would go in steps, then
+  // the whole row in one step
+  const fromPass = (r: GpuRuntime, m: GpuMatrix, n: number): string => {
+    const v = vecQ8Shape(r, m, n, true, m.rows, true);
+    return v === undefined ? "none" : `${v.xq8 === true ? "pass" : "staged"}, ${v.sgs}×${v.rowsPerSg} rows, ks ${v.ks}`;
+  };
+  const down = mat(GGMLType.Q4_K, 12288, 6144);
+  assert.equal(fromPass(at("q8"), down, 8), "pass, 8×2 rows, ks 12288");
+  assert.equal(fromPass(at("q8"), qkv, 8), "staged, 8×1 rows, ks 2048");
+  assert.equal(fromPass(at("q8", { vecQ8X: 2 }), qkv, 8), "pass, 8×1 rows, ks 2048");
+  assert.equal(fromPass(at("q8", { vecQ8X: 0 }), down, 8), "staged, 8×1 rows, ks 2048");
+  assert.equal(fromPass(at("q8", { q8X: 0 }), down, 8), "staged, 8×1 rows, ks 2048");
+  assert.equal(fromPass(at("exact", { rowTileX16: 1 }), down, 8), "staged, 8×1 rows, ks 1024");
+  assert.throws(() => vecQ8Shape(at("q8", { vecQ8X: 3 }), qkv, 8, true), /vecQ8X/);
   // outside its range, or off
   for (const n of [4, 9]) assert.equal(describe(at("q8"), qkv, n), "none");
   assert.equal(describe(at("q8", { vecQ8: 2 }), qkv, 32), "none");
@@ -80,12 +94,12 @@ test("integer matrix-vector selection: 5–31 tokens under activations q8 or x i
   assert.doesNotMatch(matvecKernel(at("exact"), qkv, 8, false, true).code, VEC);
 });
 
-// [tuning, cases, in the suite]: the defaults (x from the quantizing pass), x staged by each workgroup (the whole row
-// on these small matrices), several rows a subgroup one at a time, tiles of up to 16 tokens (vecQ8 = 2), two rows
-// loaded together
+// [tuning, cases, in the suite]: the defaults (x staged by each workgroup: the whole row fits on these small
+// matrices), x from the quantizing pass (vecQ8X = 2), several rows a subgroup one at a time, tiles of up to 16 tokens
+// (vecQ8 = 2), two rows loaded together
 const tunings: readonly (readonly [KernelTuning, readonly Case[], boolean])[] = [
   [{}, PLAIN, true],
-  [{ vecQ8X: 0 }, PLAIN.slice(0, 2), true],
+  [{ vecQ8X: 2 }, PLAIN.slice(0, 2), true],
   [{ vecQ8Par: 1, vecQ8Rows: 3 }, PLAIN.slice(0, 1), true],
   [{ vecQ8: 2 }, TILES, false],
   [{ vecQ8Par: 2, vecQ8Rows: 2 }, PLAIN, false],
@@ -108,7 +122,7 @@ for (const [tune, cases, inSuite] of tunings) {
       kernel: VEC,
       dual: true,
       q8: true,
-      ...(tune.vecQ8X === 0 ? {} : { xq8: true }),
+      ...(tune.vecQ8X === 2 ? { xq8: true } : {}),
     });
   });
 }
@@ -170,8 +184,8 @@ test("integer matrix-vector kernel: x from the pass bit for bit as staged, one p
     for (const dual of [false, true]) {
       const label = `${typeName(type)} ${rows}x${cols}, ${n} tokens${dual ? ", dual" : ""}`;
       const [staged, d0] = await run(0, false, dual);
-      const [fromPass, d1] = await run(1, false, dual);
-      const [inTogether, d2] = await run(1, true, dual);
+      const [fromPass, d1] = await run(2, false, dual);
+      const [inTogether, d2] = await run(2, true, dual);
       assert.deepEqual([d1, d0, d2], [2, 1, 1], `${label}: dispatches`);
       const bits = (a: Float32Array): Uint32Array => new Uint32Array(a.buffer, a.byteOffset, a.length);
       assert.deepEqual(bits(fromPass), bits(staged), `${label}: from the pass`);

@@ -106,7 +106,7 @@ export const KNOBS = {
   },
   vecQ8X: {
     family: "matmul",
-    doc: "with q8X on: 1 the integer matrix-vector kernel reads x from the quantizing pass's buffer (no staging, whole rows), 0 each workgroup quantizes x into its workgroup memory",
+    doc: "with q8X on: 1 the integer matrix-vector kernel reads x from the quantizing pass's buffer (no staging, whole rows) where staging x would go in steps, 2 always, 0 never (each workgroup quantizes x into its workgroup memory)",
     default: "1",
   },
   vecQ8Par: {

@@ -150,8 +150,8 @@ const VEC_Q8_GROUPS = 264;
  * (tune.vecQ8 = 2: .. ROW_TILE_FROM − 1, the row-tiled kernel's start), x not aligned to 4 floats, or columns not a
  * multiple of 64. (The routed experts of such steps stay per pair on the wide kernel: this kernel took a batch-8 step
  * of v2-lite to 10.04 ms of GPU time per pair and to 10.19 from expert lists, against 9.23–9.32 on the wide kernel.)
- * With `pre` (the launcher can run xq8.wgsl.ts's pass) the kernel reads x quantized by it, unless tune.vecQ8X or
- * tune.q8X is 0 or x goes in two pieces.
+ * With `pre` (the launcher can run xq8.wgsl.ts's pass) the kernel reads x quantized by it where staging x would go in
+ * steps (tune.vecQ8X = 2: always; 0 or tune.q8X = 0: never; never with x in two pieces).
  */
 export function vecQ8Shape(
   rt: GpuRuntime,
@@ -163,10 +163,8 @@ export function vecQ8Shape(
 ): VecQ8Shape | undefined {
   const sg = rt.info.subgroupSize;
   const x16 = rt.tune.rowTileX16 === 1;
-  const vx = rt.tune.vecQ8X;
-  if (vx !== undefined && vx !== 0 && vx !== 1) throw new LatentError(`tune.vecQ8X must be 0 or 1, got ${vx}`);
-  // x from the quantizing pass (one piece), where the launcher runs it
-  const xq8 = pre && !x16 && vx !== 0 && xq8On(rt);
+  const vx = rt.tune.vecQ8X ?? 1;
+  if (vx !== 0 && vx !== 1 && vx !== 2) throw new LatentError(`tune.vecQ8X must be 0, 1 or 2, got ${vx}`);
   if (
     rt.tune.vecQ8 === 0 ||
     !(x16 || rt.activations === "q8") ||
@@ -185,11 +183,13 @@ export function vecQ8Shape(
   const tokens = 4 * Math.ceil(n / (4 * tiles));
   const pieces = x16 ? 2 : 1;
   const budget = Math.min(rt.info.limits.maxComputeWorkgroupStorageSize, VEC_Q8_STAGE_BYTES);
-  // the whole row where its x fits (or comes from the pass), else the widest step of 64-column groups that divides the
-  // row and fits
+  // the whole row where its x fits, else the widest step of 64-column groups that divides the row and fits
   let ks = m.cols;
-  while (!xq8 && ks >= 64 && (m.cols % ks !== 0 || ks % 64 !== 0 || vecQ8SharedBytes(tokens, ks, pieces) > budget))
-    ks -= 64;
+  while (ks >= 64 && (m.cols % ks !== 0 || ks % 64 !== 0 || vecQ8SharedBytes(tokens, ks, pieces) > budget)) ks -= 64;
+  // x from the quantizing pass (one piece, where the launcher runs it) by default only where staging would go in steps:
+  // elsewhere staging costs little and the pass would be one more dispatch
+  const xq8 = pre && !x16 && xq8On(rt) && (vx === 2 || (vx === 1 && ks < m.cols));
+  if (xq8) ks = m.cols;
   if (ks < 64) return undefined;
   const par = rt.tune.vecQ8Par ?? 1;
   if (par !== 1 && par !== 2) throw new LatentError(`tune.vecQ8Par must be 1 or 2, got ${par}`);

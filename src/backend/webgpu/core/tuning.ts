@@ -111,7 +111,7 @@ export const KNOBS = {
   },
   vecQ8Par: {
     family: "matmul",
-    doc: "rows a subgroup of the integer matrix-vector kernel loads together (1, 2 or 4)",
+    doc: "rows a subgroup of the integer matrix-vector kernel loads together (1 or 2)",
     default: "1",
   },
   rowTile: {

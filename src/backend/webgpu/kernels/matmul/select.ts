@@ -192,7 +192,7 @@ export function vecQ8Shape(
   if (xq8) ks = m.cols;
   if (ks < 64) return undefined;
   const par = rt.tune.vecQ8Par ?? 1;
-  if (par !== 1 && par !== 2 && par !== 4) throw new LatentError(`tune.vecQ8Par must be 1, 2 or 4, got ${par}`);
+  if (par !== 1 && par !== 2) throw new LatentError(`tune.vecQ8Par must be 1 or 2, got ${par}`);
   const sgs = Math.max(1, Math.floor(256 / sg));
   let rowsPerSg = par;
   if (ks === m.cols) {

@@ -79,7 +79,7 @@ export function matvecQ8WGSL(type: number, s: VecQ8Shape, dual = false): string 
     s.cols % KS !== 0 ||
     RS % PAR !== 0 ||
     (NS > 1 && RS !== PAR) ||
-    (PAR !== 1 && PAR !== 2 && PAR !== 4) ||
+    (PAR !== 1 && PAR !== 2) ||
     (s.xq8 === true && (NS !== 1 || (s.pieces ?? 1) !== 1))
   )
     throw new Error(`q8 matrix-vector kernel: bad shape ${JSON.stringify(s)}`);

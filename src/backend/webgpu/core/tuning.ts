@@ -101,7 +101,7 @@ export const KNOBS = {
   },
   vecQ8Rows: {
     family: "matmul",
-    doc: "rows each subgroup of the integer matrix-vector kernel takes (a multiple of vecQ8Par) where a row's x fits its workgroup memory",
+    doc: "rows each subgroup of the integer matrix-vector kernel takes (a multiple of vecQ8Par) where a row goes in one step",
     default: "16, halved (to vecQ8Par) while the product would have fewer than 264 workgroups",
   },
   vecQ8X: {

@@ -14,9 +14,9 @@
  *   rows are summed over their lanes with subgroupAdd, four tokens a call.
  * Where the whole tile's x does not fit the workgroup memory budget, the row goes in steps of `ks` columns (x staged
  * per step) and a subgroup takes one run of `par` rows.
- * With `xq8` (the default where the launcher can run xq8.wgsl.ts's pass) nothing is staged: each lane reads its units
- * of x, quantized once by that pass, straight from the buffer (the L1 serves the workgroup's other subgroups), and
- * every row goes in one step, however long. Staging per workgroup made a long row the slow case: GLM-5's 6144- and
+ * With `xq8` (by default where the launcher can run xq8.wgsl.ts's pass and staged x would go in steps) nothing is
+ * staged: each lane reads its units of x, quantized once by that pass, straight from the buffer (every workgroup reads
+ * the same few KB to a few hundred KB, which the caches hold), and every row goes in one step, however long. Staging per workgroup made a long row the slow case: GLM-5's 6144- and
  * 16384-column products went in steps, each workgroup of 8–16 rows loading and quantizing all of the tile's f32 x.
  *
  * Plain products only: the routed experts of such steps stay per pair on the wide kernel (this kernel measured slower

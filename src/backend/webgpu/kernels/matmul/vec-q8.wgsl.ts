@@ -16,8 +16,9 @@
  * per step) and a subgroup takes one run of `par` rows.
  * With `xq8` (by default where the launcher can run xq8.wgsl.ts's pass and staged x would go in steps) nothing is
  * staged: each lane reads its units of x, quantized once by that pass, straight from the buffer (every workgroup reads
- * the same few KB to a few hundred KB, which the caches hold), and every row goes in one step, however long. Staging per workgroup made a long row the slow case: GLM-5's 6144- and
- * 16384-column products went in steps, each workgroup of 8–16 rows loading and quantizing all of the tile's f32 x.
+ * the same few KB to a few hundred KB, which the caches hold), and every row goes in one step, however long. Staging
+ * per workgroup made a long row the slow case: GLM-5's products of 6144 columns and more went in steps, each workgroup
+ * of 8 rows (a subgroup a row) loading and quantizing all of the tile's f32 x.
  *
  * Plain products only: the routed experts of such steps stay per pair on the wide kernel (this kernel measured slower
  * there, both per pair and from expert lists; docs/benchmarks webgpu-25).
